@@ -1,0 +1,54 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# node_bootstrap must work with the standard library and pynvml alone: checked in a venv without the
+# function's dependencies (pydantic, cloud SDKs, paramiko).
+NODE_VENV := .venv-node
+
+.PHONY: demo test install dev node-env sshd vermin bench clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(BIN)/.dev-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+dev: $(BIN)/.dev-installed
+
+$(NODE_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(NODE_VENV)
+	$(NODE_VENV)/bin/python -m pip install -q 'nvidia-ml-py>=12.535,<14'
+	touch $@
+
+node-env: $(NODE_VENV)/.installed
+
+# The SSH transport is tested against a real OpenSSH server on loopback.
+sshd:
+	@test -x /usr/sbin/sshd || command -v sshd >/dev/null 2>&1 || { \
+	  echo "installing openssh-server for the SSH tests"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq openssh-server >/dev/null; }
+
+# Node code runs on the node's system Python (3.6 on Alibaba Cloud Linux 3); function code on 3.10.
+vermin: dev
+	$(BIN)/vermin --no-tips --violations -t=3.6- node_bootstrap
+	$(BIN)/vermin --no-tips --violations -t=3.10- functions
+
+demo: install
+	$(BIN)/ack-mig-hook demo
+
+test: dev node-env sshd vermin
+	$(NODE_VENV)/bin/python tests/node_import_check.py
+	$(BIN)/python -m pytest
+
+bench: dev sshd
+	$(BIN)/python bench/run.py --quick
+
+clean:
+	rm -rf $(VENV) $(NODE_VENV) .pytest_cache .hypothesis *.egg-info

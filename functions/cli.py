@@ -1,0 +1,66 @@
+"""The ``ack-mig-hook`` command line. Each subcommand lives in its own module and is imported only when
+it runs, so ``plan`` never loads the cloud SDKs and a bad argument costs nothing.
+
+Every user-facing failure is one line on stderr: bad input exits 2, anything unexpected exits 1 with
+its type and message (set ACK_MIG_HOOK_DEBUG=1 for the traceback).
+"""
+
+import argparse
+import importlib
+import os
+import sys
+from typing import List, Optional
+
+# subcommand -> (module, help). Each module exposes configure(parser) and run(args) -> int.
+COMMANDS = {
+    "profiles": ("functions.cli_core", "list the MIG profiles of a GPU model"),
+    "plan": ("functions.cli_core", "place a partition label on a GPU model and show the layout"),
+    "invoke": ("functions.invoke", "run the function's handler path on an event file"),
+    "demo": ("functions.demo", "the bundled example end to end on simulated nodes"),
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's default prints usage on two lines; keep it to one
+        self.exit(2, "ack-mig-hook: error: %s (see --help)\n" % message)
+
+
+def _build(argv):
+    parser = _Parser(prog="ack-mig-hook", description="NVIDIA MIG partitions for ACK node pools.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    name = next((a for a in argv if not a.startswith("-")), None)
+    for cmd, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(cmd, help=help_text, description=help_text)
+        if cmd == name:  # only the chosen command's module is imported
+            importlib.import_module(module).configure(p, cmd)
+    return parser
+
+
+def main(argv=None):
+    # type: (Optional[List[str]]) -> int
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _build(argv)
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 2
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return module.run(args)
+    except KeyboardInterrupt:
+        print("ack-mig-hook: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # the last line of defence: no traceback reaches a user
+        from node_bootstrap.mig import MigInputError
+
+        if os.environ.get("ACK_MIG_HOOK_DEBUG"):
+            raise
+        if isinstance(exc, MigInputError) or getattr(exc, "exit_code", None) == 2:
+            print("ack-mig-hook: error: %s" % exc, file=sys.stderr)
+            return 2
+        print("ack-mig-hook: internal error: %s: %s" % (type(exc).__name__, exc), file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
