@@ -1,0 +1,276 @@
+"""Every environment variable the function reads, in one place, and the typed settings built from them.
+
+Nothing else in ``functions/`` reads ``os.environ``: code asks :func:`load_settings` (or receives a
+:class:`Settings`). ``ENV_VARS`` lists every name with its default and meaning; docs/function.md documents
+the same table and a test checks that the two agree.
+
+Values are checked here, so a wrong setting is one line naming the variable and the accepted form
+(:class:`SettingsError`, exit code 2) instead of a failure deep inside an SDK.
+
+Credentials are kept out of ``repr``: a settings object can be logged without leaking a secret.
+Standard library only, so importing settings costs nothing on a cold start.
+"""
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+
+
+class SettingsError(ValueError):
+    """An environment variable has a value that cannot be used. One line; exit code 2."""
+
+    exit_code = 2
+
+
+class EnvVar(NamedTuple):
+    name: str
+    default: str  # as documented; "" means unset
+    section: str  # "function" or "delivery"
+    doc: str
+
+
+ENV_VARS: List[EnvVar] = []
+
+
+def _var(name: str, default: str, doc: str, section: str = "function") -> str:
+    ENV_VARS.append(EnvVar(name, default, section, doc))
+    return name
+
+
+# --- function (event intake, cluster lookup, decisions) ---
+CLUSTER_ID = _var("ACK_MIG_CLUSTER_ID", "", "ACK cluster id (c-...) used when the event does not name one")
+REGION = _var("ACK_MIG_REGION", "", "region id, e.g. cn-beijing; falls back to FC_REGION")
+FC_REGION = _var("FC_REGION", "", "set by Function Compute: the function's region")
+FC_ACCOUNT_ID = _var("FC_ACCOUNT_ID", "", "set by Function Compute: the account id (logged, never required)")
+FC_FUNCTION_NAME = _var("FC_FUNCTION_NAME", "", "set by Function Compute: the function name (logged)")
+DRY_RUN = _var("ACK_MIG_DRY_RUN", "false", "true: decide and report, never touch a node (an event or "
+               "--dry-run can also ask for it; any one of them is enough)")
+LOG_LEVEL = _var("ACK_MIG_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
+CS_ENDPOINT = _var("ACK_MIG_CS_ENDPOINT", "", "override of the ACK (CS) API endpoint, default "
+                   "cs.<region>.aliyuncs.com; `http://127.0.0.1:PORT` selects plain HTTP (tests, emulators)")
+API_TIMEOUT_S = _var("ACK_MIG_API_TIMEOUT_S", "10", "connect and read timeout of each cloud API call, seconds")
+API_MAX_ATTEMPTS = _var("ACK_MIG_API_MAX_ATTEMPTS", "3", "attempts per cloud API call on throttling or 5xx")
+ACCESS_KEY_ID = _var("ALIBABA_CLOUD_ACCESS_KEY_ID", "", "set by Function Compute from the function's role; "
+                     "the FC context's credentials win when present")
+ACCESS_KEY_SECRET = _var("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "", "secret of the above; never logged")
+SECURITY_TOKEN = _var("ALIBABA_CLOUD_SECURITY_TOKEN", "", "STS token of the above; never logged")
+DEBUG = _var("ACK_MIG_HOOK_DEBUG", "", "command line only: show the traceback of an internal error")
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _get(env: Mapping[str, str], name: str) -> str:
+    return (env.get(name) or "").strip()
+
+
+def parse_bool(env: Mapping[str, str], name: str, default: bool = False) -> bool:
+    text = _get(env, name).lower()
+    if not text:
+        return default
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise SettingsError("%s=%r is not a boolean; use true or false" % (name, text[:20]))
+
+
+def parse_int(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    text = _get(env, name)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise SettingsError("%s=%r is not a whole number; use %d..%d" % (name, text[:20], low, high)) from None
+    if not low <= value <= high:
+        raise SettingsError("%s=%d is out of range; use %d..%d" % (name, value, low, high))
+    return value
+
+
+def parse_choice(env: Mapping[str, str], name: str, default: str, choices: Tuple[str, ...],
+                 upper: bool = False) -> str:
+    text = _get(env, name)
+    text = text.upper() if upper else text.lower()
+    if not text:
+        return default
+    if text not in choices:
+        raise SettingsError("%s=%r is not accepted; use one of %s" % (name, text[:20], ", ".join(choices)))
+    return text
+
+
+class Endpoint(NamedTuple):
+    """An API endpoint override as the Tea / core SDKs take it: a host[:port] and a protocol."""
+
+    host: str
+    protocol: str  # "https" or "http"
+
+
+def parse_endpoint(env: Mapping[str, str], name: str) -> Optional[Endpoint]:
+    """``host[:port]`` (HTTPS) or ``http(s)://host[:port]``; None when unset."""
+    text = _get(env, name)
+    if not text:
+        return None
+    protocol = "https"
+    if "://" in text:
+        protocol, _, text = text.partition("://")
+        protocol = protocol.lower()
+        if protocol not in ("http", "https"):
+            raise SettingsError("%s has scheme %r; use http:// or https:// (or just host[:port])"
+                                % (name, protocol[:10]))
+    host = text.rstrip("/")
+    if not host or "/" in host or any(c.isspace() for c in host):
+        raise SettingsError("%s=%r is not an endpoint; use host[:port] or http://host:port" % (name, text[:60]))
+    return Endpoint(host, protocol)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Role credentials (STS) of the function. The secret parts never show in repr or str."""
+
+    access_key_id: str = field(repr=False)
+    access_key_secret: str = field(repr=False)
+    security_token: str = field(default="", repr=False)
+
+    def __repr__(self) -> str:
+        return "Credentials(<redacted>)"
+
+    def secrets(self) -> Tuple[str, ...]:
+        """The values a log line must never contain (the id is not secret, but is kept out as well)."""
+        return tuple(v for v in (self.access_key_id, self.access_key_secret, self.security_token) if v)
+
+
+def credentials_from(env: Mapping[str, str], context: Any = None) -> Optional[Credentials]:
+    """The FC context's credentials (fresh each invocation, up to python3.10) or else the environment."""
+    creds = getattr(context, "credentials", None) if context is not None else None
+    if creds is not None:
+        ak = getattr(creds, "access_key_id", None) or getattr(creds, "accessKeyId", None)
+        secret = getattr(creds, "access_key_secret", None) or getattr(creds, "accessKeySecret", None)
+        token = getattr(creds, "security_token", None) or getattr(creds, "securityToken", None)
+        if ak and secret:
+            return Credentials(str(ak), str(secret), str(token or ""))
+    ak, secret = _get(env, ACCESS_KEY_ID), _get(env, ACCESS_KEY_SECRET)
+    if ak and secret:
+        return Credentials(ak, secret, _get(env, SECURITY_TOKEN))
+    if ak or secret:
+        raise SettingsError("set both %s and %s (or neither)" % (ACCESS_KEY_ID, ACCESS_KEY_SECRET))
+    return None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything configurable, typed and checked. Build it with :func:`load_settings`."""
+
+    cluster_id: str = ""
+    region: str = ""
+    dry_run: bool = False
+    log_level: str = "INFO"
+    cs_endpoint: Optional[Endpoint] = None
+    api_timeout_s: int = 10
+    api_max_attempts: int = 3
+    credentials: Optional[Credentials] = None
+    account_id: str = ""
+    function_name: str = ""
+    delivery: "DeliverySettings" = field(default_factory=lambda: DeliverySettings())
+
+    def secrets(self) -> Tuple[str, ...]:
+        """Every secret value these settings hold, for the log redactor."""
+        found = list(self.credentials.secrets()) if self.credentials else []
+        found.extend(self.delivery.secrets())
+        return tuple(found)
+
+
+def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = None) -> Settings:
+    """Settings from ``environ`` (default ``os.environ``) and the FC ``context`` (credentials, region)."""
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    region = _get(env, REGION) or _get(env, FC_REGION) or str(getattr(context, "region", "") or "")
+    return Settings(
+        cluster_id=_get(env, CLUSTER_ID),
+        region=region,
+        dry_run=parse_bool(env, DRY_RUN),
+        log_level=parse_choice(env, LOG_LEVEL, "INFO", LOG_LEVELS, upper=True),
+        cs_endpoint=parse_endpoint(env, CS_ENDPOINT),
+        api_timeout_s=parse_int(env, API_TIMEOUT_S, 10, 1, 300),
+        api_max_attempts=parse_int(env, API_MAX_ATTEMPTS, 3, 1, 10),
+        credentials=credentials_from(env, context),
+        account_id=_get(env, FC_ACCOUNT_ID),
+        function_name=_get(env, FC_FUNCTION_NAME),
+        delivery=delivery_from_env(env),
+    )
+
+
+def documented() -> Dict[str, EnvVar]:
+    return {v.name: v for v in ENV_VARS}
+
+
+# --- delivery (functions/delivery) ---
+# Owned by the delivery engineer: names, defaults and parsing of everything that reaches a node.
+TRANSPORT = _var("ACK_MIG_TRANSPORT", "cloud-assistant", "how the bootstrap reaches a node: cloud-assistant, "
+                 "ssh or local", "delivery")
+ECS_ENDPOINT = _var("ACK_MIG_ECS_ENDPOINT", "", "override of the ECS API endpoint (Cloud Assistant); "
+                    "`http://127.0.0.1:PORT` for tests", "delivery")
+ESS_ENDPOINT = _var("ACK_MIG_ESS_ENDPOINT", "", "override of the Auto Scaling API endpoint "
+                    "(CompleteLifecycleAction); `http://127.0.0.1:PORT` for tests", "delivery")
+SSH_USER = _var("ACK_MIG_SSH_USER", "root", "SSH transport: login user", "delivery")
+SSH_PORT = _var("ACK_MIG_SSH_PORT", "22", "SSH transport: port", "delivery")
+SSH_KEY_FILE = _var("ACK_MIG_SSH_KEY_FILE", "", "SSH transport: private key file", "delivery")
+SSH_PRIVATE_KEY = _var("ACK_MIG_SSH_PRIVATE_KEY", "", "SSH transport: private key text (secret, never "
+                       "logged); wins over the key file", "delivery")
+SSH_KNOWN_HOSTS = _var("ACK_MIG_SSH_KNOWN_HOSTS", "", "SSH transport: known_hosts file", "delivery")
+SSH_HOST_KEY_POLICY = _var("ACK_MIG_SSH_HOST_KEY_POLICY", "verify", "SSH transport: verify (known hosts "
+                           "only) or accept-new", "delivery")
+SSH_CONCURRENCY = _var("ACK_MIG_SSH_CONCURRENCY", "32", "SSH transport: nodes handled at once", "delivery")
+NODE_TIMEOUT_S = _var("ACK_MIG_NODE_TIMEOUT_S", "600", "time one node may take to partition, seconds",
+                      "delivery")
+LIFECYCLE_FAILURE_RESULT = _var("ACK_MIG_LIFECYCLE_FAILURE_RESULT", "ABANDON", "lifecycle hook answer when "
+                                "a node fails: CONTINUE, ABANDON or ROLLBACK", "delivery")
+STARTUP_TAINT = _var("ACK_MIG_STARTUP_TAINT", "ack-mig-hook/partition-pending=true:NoSchedule",
+                     "taint the pool puts on new nodes; removed once the node is partitioned", "delivery")
+NODE_ARGS = _var("ACK_MIG_NODE_ARGS", "", "extra node_bootstrap arguments (e.g. the demo's simulated "
+                 "backend)", "delivery")
+
+TRANSPORTS = ("cloud-assistant", "ssh", "local")
+HOST_KEY_POLICIES = ("verify", "accept-new")
+LIFECYCLE_RESULTS = ("CONTINUE", "ABANDON", "ROLLBACK")
+
+
+@dataclass(frozen=True)
+class DeliverySettings:
+    transport: str = "cloud-assistant"
+    ecs_endpoint: Optional[Endpoint] = None
+    ess_endpoint: Optional[Endpoint] = None
+    ssh_user: str = "root"
+    ssh_port: int = 22
+    ssh_key_file: str = ""
+    ssh_private_key: str = field(default="", repr=False)
+    ssh_known_hosts: str = ""
+    ssh_host_key_policy: str = "verify"
+    ssh_concurrency: int = 32
+    node_timeout_s: int = 600
+    lifecycle_failure_result: str = "ABANDON"
+    startup_taint: str = "ack-mig-hook/partition-pending=true:NoSchedule"
+    node_args: str = ""
+
+    def secrets(self) -> Tuple[str, ...]:
+        return (self.ssh_private_key,) if self.ssh_private_key else ()
+
+
+def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
+    return DeliverySettings(
+        transport=parse_choice(env, TRANSPORT, "cloud-assistant", TRANSPORTS),
+        ecs_endpoint=parse_endpoint(env, ECS_ENDPOINT),
+        ess_endpoint=parse_endpoint(env, ESS_ENDPOINT),
+        ssh_user=_get(env, SSH_USER) or "root",
+        ssh_port=parse_int(env, SSH_PORT, 22, 1, 65535),
+        ssh_key_file=_get(env, SSH_KEY_FILE),
+        ssh_private_key=(env.get(SSH_PRIVATE_KEY) or ""),
+        ssh_known_hosts=_get(env, SSH_KNOWN_HOSTS),
+        ssh_host_key_policy=parse_choice(env, SSH_HOST_KEY_POLICY, "verify", HOST_KEY_POLICIES),
+        ssh_concurrency=parse_int(env, SSH_CONCURRENCY, 32, 1, 1024),
+        node_timeout_s=parse_int(env, NODE_TIMEOUT_S, 600, 10, 86400),
+        lifecycle_failure_result=parse_choice(env, LIFECYCLE_FAILURE_RESULT, "ABANDON", LIFECYCLE_RESULTS,
+                                              upper=True),
+        startup_taint=_get(env, STARTUP_TAINT) or "ack-mig-hook/partition-pending=true:NoSchedule",
+        node_args=_get(env, NODE_ARGS),
+    )
