@@ -70,3 +70,26 @@ def test_guide_table_for_a100():
     assert table["3g.20gb"] == (9, 2, 3, 4)
     assert table["4g.20gb"] == (5, 1, 4, 4)
     assert table["7g.40gb"] == (0, 1, 7, 8)
+
+
+def test_h200_entry_matches_a_real_h200():
+    """tests/core/data/h200_nvml_probe.json is scripts/nvml_readonly_probe.py's output on a real H200
+    (driver 580.159.04, MIG disabled): the catalogue must agree with the driver on every profile."""
+    import json
+    import os
+
+    with open(os.path.join(os.path.dirname(__file__), "data", "h200_nvml_probe.json")) as f:
+        probe = json.load(f)["gpus"][0]
+    gpu = find_gpu(probe["pci_device_id"])
+    assert gpu is find_gpu(probe["name"])
+    assert gpu.memory_mib == probe["memory_total_mib"]
+    live = {row["id"]: row for row in probe["profiles"] if "id" in row}
+    assert set(live) == {p.id for p in gpu.profiles}
+    for p in gpu.profiles:
+        row = live[p.id]
+        assert row["name"] == "MIG " + p.name
+        assert row["index"] == p.nvml_index
+        assert row["slices"] == p.compute_slices
+        assert row["instances"] == p.max_instances
+        assert row["memory_mib"] == p.memory_mib
+        assert [tuple(x) for x in row["placements"]] == [tuple(x) for x in p.placements]
