@@ -1,0 +1,159 @@
+"""The function's typed vocabulary (pydantic v2): the one normalized request every event source becomes,
+the cluster as the lookup sees it, one decision per instance, and the handler's result.
+
+Shared with delivery (functions/delivery) and the demo: they read ``Request`` (lifecycle hook, dry run)
+and ``Decision`` (what to do on which node, with the plan and the node's address).
+"""
+
+from enum import Enum
+from typing import Any, Dict, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Trigger(str, Enum):
+    """What kind of thing happened. Each source maps onto exactly one of these."""
+
+    SCALE_OUT = "scale-out"  # ESS scaling activity (EventBridge or CloudMonitor): instances were added
+    LIFECYCLE_HOOK = "lifecycle-hook"  # ESS lifecycle hook: instances wait in Pending:Wait for our answer
+    NODEPOOL_OPERATION = "nodepool-operation"  # ActionTrail: a node pool was created or scaled
+    INSTANCE_RUNNING = "instance-running"  # ECS: an instance reached Running
+    TIMER = "timer"  # periodic reconcile of every labelled pool
+    MANUAL = "manual"  # someone invoked the function with the manual payload
+    TEST = "test"  # ESS lifecycle hook test notification: acknowledged, nothing to do
+    UNKNOWN = "unknown"  # not recognised (only ever in a skip or error result)
+
+
+class LifecycleHook(_Model):
+    """The hook an ESS lifecycle event holds instances for: delivery answers it (CompleteLifecycleAction)."""
+
+    lifecycle_hook_id: str
+    lifecycle_action_token: str
+    scaling_group_id: Optional[str] = None
+    lifecycle_transition: Optional[str] = None  # SCALE_OUT
+    default_result: Optional[str] = None  # CONTINUE | ABANDON, what ESS does on timeout
+
+
+class Request(_Model):
+    """One normalized request, whatever the source. Empty ``instance_ids`` means: every node of the pool(s)
+    (``nodepool_id`` / ``scaling_group_id``), or with neither, every pool that carries a partition label."""
+
+    trigger: Trigger
+    event_type: str  # the source's own type, e.g. ess:ScalingActivity:ScaleOutSuccess
+    event_id: Optional[str] = None
+    cluster_id: Optional[str] = None
+    region: Optional[str] = None
+    nodepool_id: Optional[str] = None
+    scaling_group_id: Optional[str] = None
+    instance_ids: List[str] = Field(default_factory=list)
+    lifecycle: Optional[LifecycleHook] = None
+    dry_run: bool = False
+
+
+# ---- the cluster as the lookup sees it (converted from the CS API's own shapes) ----
+
+
+class Taint(_Model):
+    key: str
+    value: Optional[str] = None
+    effect: Optional[str] = None
+
+
+class NodePool(_Model):
+    nodepool_id: str
+    name: Optional[str] = None
+    labels: Dict[str, str] = Field(default_factory=dict)
+    taints: List[Taint] = Field(default_factory=list)
+    instance_types: List[str] = Field(default_factory=list)
+    scaling_group_id: Optional[str] = None
+
+
+class Node(_Model):
+    """An ECS instance ACK knows in the cluster. ``node_name`` is empty until it joins Kubernetes."""
+
+    instance_id: str
+    node_name: Optional[str] = None
+    instance_type: Optional[str] = None
+    nodepool_id: Optional[str] = None
+    state: Optional[str] = None  # ACK's node state: initial, running, removing, failed...
+    node_status: Optional[str] = None  # Kubernetes readiness: Ready, NotReady, Unknown
+    ip_address: Optional[str] = None  # first private IP
+
+
+# ---- decisions ----
+
+ACTION_PARTITION = "partition"
+ACTION_SKIP = "skip"
+ACTION_ERROR = "error"
+Action = Literal["partition", "skip", "error"]
+
+
+class PartitionLabel(_Model):
+    kind: Literal["size", "sequence"]
+    value: str
+
+
+class PlannedInstance(_Model):
+    profile: str
+    id: int
+    start: int
+    size: int
+
+
+class Plan(_Model):
+    """The layout every GPU of the node gets (all GPUs of an instance type are the same model)."""
+
+    gpu: str  # catalogue product name, e.g. NVIDIA A100-SXM4-40GB
+    gpus: Optional[int] = None  # GPUs per instance when the family table knows it
+    partition: PartitionLabel
+    sequence: str  # normalized: profile names in start order, the node label value
+    instances: List[PlannedInstance]
+
+
+class Decision(_Model):
+    """What happens to one instance, and why. ``plan`` is None for ``partition`` when the GPU model is not
+    known up front (the node's NVML check decides); ``partition`` is always set for ``partition``."""
+
+    instance_id: str
+    node_name: Optional[str] = None
+    nodepool_id: Optional[str] = None
+    action: Action
+    reason: str
+    plan: Optional[Plan] = None
+    partition: Optional[PartitionLabel] = None
+    instance_type: Optional[str] = None
+    ip_address: Optional[str] = None
+
+    def to_json(self) -> Dict[str, Any]:
+        return self.model_dump(mode="json")
+
+
+# ---- the result of one event ----
+
+Outcome = Literal["done", "skip", "error", "retry"]
+
+
+class HandlerResult(_Model):
+    """How one event ended: exactly one of done (decided, and executed unless nothing to do), skip (not
+    ours or nothing to do, with the reason), error (the event or configuration is wrong: retrying will not
+    help) or retry (a transient cloud failure: the handler raises so FC retries the async invocation)."""
+
+    trigger: str
+    event_type: Optional[str] = None
+    event_id: Optional[str] = None
+    outcome: Outcome
+    reason: str = ""
+    cluster_id: Optional[str] = None
+    dry_run: bool = False
+    decisions: List[Decision] = Field(default_factory=list)
+    nodes: Optional[List[Dict[str, Any]]] = None  # executor results, one per node; None when not executed
+
+    def to_json(self) -> Dict[str, Any]:
+        out = self.model_dump(mode="json")
+        if out["nodes"] is None:
+            del out["nodes"]
+        return out
