@@ -1,0 +1,307 @@
+"""A small Kubernetes API client: standard library only, Python 3.6 and later.
+
+Used on the node with the kubelet's own credentials (labels of its own Node) and by the function side
+with a cluster credential (taint removal). What it does:
+
+* :func:`load_kubeconfig` reads a kubeconfig (YAML or JSON): the current context (or a named one), the
+  cluster's ``server`` and CA (``certificate-authority`` path or ``certificate-authority-data``), the
+  user's client certificate and key (paths or ``*-data``) and/or bearer ``token`` / ``tokenFile``.
+  Relative paths are relative to the kubeconfig's directory, as kubectl does.
+* :class:`KubeClient` talks HTTPS with TLS verified against that CA (never unverified), authenticating
+  with the client certificate and/or the bearer token. ``get_node``, ``patch_node`` (merge patch or JSON
+  patch), ``list_pods`` and ``delete_pod``; ``request`` for anything else.
+* Errors are :class:`KubeError` with the HTTP status (None for transport errors) and the API server's
+  message. Credentials never appear in messages, logs or return values.
+
+Example (function side, removing a taint with a cluster credential)::
+
+    client = KubeClient(load_kubeconfig("/tmp/admin.conf"))
+    node = client.get_node("cn-beijing.192.168.0.1")
+    taints = node["spec"].get("taints", [])
+    index = [t["key"] for t in taints].index("ack-mig-hook/pending")
+    client.json_patch_node(node["metadata"]["name"], [
+        {"op": "test", "path": "/spec/taints/%d/key" % index, "value": "ack-mig-hook/pending"},
+        {"op": "remove", "path": "/spec/taints/%d" % index}])
+"""
+
+import base64
+import http.client
+import json
+import os
+import shutil
+import socket
+import ssl
+import tempfile
+import typing
+from typing import Any, Dict, List, Optional
+from urllib.parse import quote, urlencode, urlsplit
+
+from . import kubeyaml
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
+_PATCH_TYPES = {"merge": MERGE_PATCH, "json": JSON_PATCH, "strategic": STRATEGIC_MERGE_PATCH}
+
+DEFAULT_KUBELET_KUBECONFIG = "/etc/kubernetes/kubelet.conf"
+
+
+class KubeError(Exception):
+    """A failed API call or an unusable kubeconfig. ``status`` is the HTTP status, None when no answer."""
+
+    def __init__(self, message, status=None):
+        # type: (str, Optional[int]) -> None
+        super(KubeError, self).__init__(message)
+        self.status = status
+
+
+class KubeConfig(typing.NamedTuple):
+    """The resolved connection settings of one kubeconfig context. PEM material is held as bytes."""
+
+    server: str
+    ca_pem: Optional[bytes]
+    cert_pem: Optional[bytes]
+    key_pem: Optional[bytes]
+    token: Optional[str]
+    cert_file: Optional[str]  # where the client certificate came from, when a file (node name lookup)
+
+    def __repr__(self):
+        # Never print key material or tokens, even by accident in a traceback or a debug line.
+        return "KubeConfig(server=%r, ca=%s, client_cert=%s, token=%s)" % (
+            self.server, self.ca_pem is not None, self.cert_pem is not None, self.token is not None)
+
+
+def _named(items, name, what):
+    # type: (Any, str, str) -> dict
+    for item in items or []:
+        if isinstance(item, dict) and item.get("name") == name:
+            return item.get(what) or {}
+    raise KubeError("kubeconfig has no %s named %r" % (what, name))
+
+
+def _material(section, key, base):
+    # type: (dict, str, str) -> Optional[bytes]
+    """``<key>-data`` (base64) wins over ``<key>`` (a path, relative to the kubeconfig's directory)."""
+    data = section.get(key + "-data")
+    if data:
+        try:
+            return base64.b64decode(data)
+        except (ValueError, TypeError):
+            raise KubeError("kubeconfig %s-data is not valid base64" % key)
+    path = section.get(key)
+    if path:
+        path = os.path.join(base, os.path.expanduser(path))
+        try:
+            with open(path, "rb") as fh:
+                return fh.read()
+        except (IOError, OSError) as exc:
+            raise KubeError("cannot read %s %s: %s" % (key, path, exc.strerror or exc))
+    return None
+
+
+def load_kubeconfig(path, context=None):
+    # type: (str, Optional[str]) -> KubeConfig
+    """Resolve a kubeconfig file's (current or named) context into connection settings."""
+    try:
+        with open(path) as fh:
+            doc = kubeyaml.loads(fh.read())
+    except (IOError, OSError) as exc:
+        raise KubeError("cannot read kubeconfig %s: %s" % (path, exc.strerror or exc))
+    except ValueError as exc:
+        raise KubeError("kubeconfig %s does not parse: %s" % (path, exc))
+    if not isinstance(doc, dict):
+        raise KubeError("kubeconfig %s is not a mapping" % path)
+    base = os.path.dirname(os.path.abspath(path))
+    name = context or doc.get("current-context")
+    if not name:
+        contexts = doc.get("contexts") or []
+        if len(contexts) != 1:
+            raise KubeError("kubeconfig %s has no current-context" % path)
+        name = contexts[0].get("name")
+    ctx = _named(doc.get("contexts"), name, "context")
+    cluster = _named(doc.get("clusters"), ctx.get("cluster"), "cluster")
+    user = _named(doc.get("users"), ctx.get("user"), "user") if ctx.get("user") else {}
+    server = cluster.get("server")
+    if not server or not str(server).startswith("https://"):
+        raise KubeError("kubeconfig %s: cluster server must be an https:// URL" % path)
+    if cluster.get("insecure-skip-tls-verify"):
+        raise KubeError("kubeconfig %s asks to skip TLS verification; refusing" % path)
+    token = user.get("token")
+    if not token and user.get("tokenFile"):
+        token_path = os.path.join(base, user["tokenFile"])
+        try:
+            with open(token_path) as fh:
+                token = fh.read().strip()
+        except (IOError, OSError) as exc:
+            raise KubeError("cannot read tokenFile %s: %s" % (token_path, exc.strerror or exc))
+    cert_file = None
+    if user.get("client-certificate") and not user.get("client-certificate-data"):
+        cert_file = os.path.join(base, user["client-certificate"])
+    return KubeConfig(
+        server=str(server).rstrip("/"),
+        ca_pem=_material(cluster, "certificate-authority", base),
+        cert_pem=_material(user, "client-certificate", base),
+        key_pem=_material(user, "client-key", base),
+        token=token or None,
+        cert_file=cert_file,
+    )
+
+
+def node_name_from_certificate(config):
+    # type: (KubeConfig) -> Optional[str]
+    """The node name in a kubelet client certificate's subject (CN ``system:node:<name>``), if readable.
+
+    ACK names nodes ``<region>.<ip>``, not after the hostname, so this is the reliable source on a node.
+    Uses CPython's certificate decoder (present since 3.4); None if it is unavailable.
+    """
+    if config.cert_pem is None:
+        return None
+    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)
+    if decode is None:
+        return None
+    tmpdir = tempfile.mkdtemp(prefix="kube-cert-")
+    try:
+        path = os.path.join(tmpdir, "cert.pem")
+        with open(path, "wb") as fh:
+            fh.write(_first_certificate(config.cert_pem))
+        try:
+            info = decode(path)
+        except (ssl.SSLError, ValueError, OSError):
+            return None
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    for rdn in info.get("subject", ()):
+        for key, value in rdn:
+            if key == "commonName" and value.startswith("system:node:"):
+                return value[len("system:node:"):]
+    return None
+
+
+def _first_certificate(pem):
+    # type: (bytes) -> bytes
+    end = b"-----END CERTIFICATE-----"
+    pos = pem.find(end)
+    return pem[:pos + len(end)] + b"\n" if pos >= 0 else pem
+
+
+class KubeClient(object):
+    """HTTPS calls to one API server. One connection per call: calls are few, and simplicity wins."""
+
+    def __init__(self, config, timeout=15.0):
+        # type: (KubeConfig, float) -> None
+        self.config = config
+        self.timeout = timeout
+        parts = urlsplit(config.server)
+        self._host = parts.hostname or ""
+        self._port = parts.port or 443
+        self._prefix = parts.path.rstrip("/")
+        self._context = self._ssl_context()
+
+    @classmethod
+    def from_kubeconfig(cls, path, context=None, timeout=15.0):
+        # type: (str, Optional[str], float) -> KubeClient
+        return cls(load_kubeconfig(path, context), timeout)
+
+    def _ssl_context(self):
+        # type: () -> ssl.SSLContext
+        cfg = self.config
+        try:
+            if cfg.ca_pem is not None:
+                context = ssl.create_default_context(cadata=cfg.ca_pem.decode("ascii"))
+            else:
+                context = ssl.create_default_context()
+        except (ssl.SSLError, ValueError, UnicodeDecodeError) as exc:
+            raise KubeError("the cluster CA certificate does not load: %s" % exc)
+        if cfg.cert_pem is not None:
+            if cfg.key_pem is None:
+                raise KubeError("kubeconfig has a client certificate but no client key")
+            # load_cert_chain only takes files: write them to a private directory and remove it at once.
+            tmpdir = tempfile.mkdtemp(prefix="kube-client-")
+            try:
+                cert_path = os.path.join(tmpdir, "client.crt")
+                key_path = os.path.join(tmpdir, "client.key")
+                for path, data in ((cert_path, cfg.cert_pem), (key_path, cfg.key_pem)):
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    with os.fdopen(fd, "wb") as fh:
+                        fh.write(data)
+                context.load_cert_chain(cert_path, key_path)
+            except ssl.SSLError as exc:
+                raise KubeError("the client certificate or key does not load: %s" % exc.reason)
+            finally:
+                shutil.rmtree(tmpdir, ignore_errors=True)
+        return context
+
+    def request(self, method, path, body=None, content_type="application/json", query=None):
+        # type: (str, str, Any, str, Optional[Dict[str, str]]) -> Any
+        """One API call; returns the decoded JSON answer or raises KubeError."""
+        url = self._prefix + path
+        if query:
+            url += "?" + urlencode(sorted(query.items()))
+        headers = {"Accept": "application/json", "User-Agent": "ack-mig-hook"}
+        payload = None
+        if body is not None:
+            payload = json.dumps(body).encode("utf-8")
+            headers["Content-Type"] = content_type
+        if self.config.token:
+            headers["Authorization"] = "Bearer " + self.config.token
+        conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout, context=self._context)
+        try:
+            conn.request(method, url, body=payload, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+            status = response.status
+        except ssl.SSLError as exc:
+            raise KubeError("TLS with %s failed: %s" % (self.config.server, getattr(exc, "reason", None) or exc))
+        except (socket.timeout, OSError, http.client.HTTPException) as exc:
+            raise KubeError("cannot reach %s: %s" % (self.config.server, exc))
+        finally:
+            conn.close()
+        try:
+            decoded = json.loads(data.decode("utf-8")) if data else None
+        except ValueError:
+            decoded = None
+        if status >= 400:
+            message = decoded.get("message") if isinstance(decoded, dict) else None
+            raise KubeError("%s %s: HTTP %d %s" % (method, path, status, message or "(no message)"), status)
+        return decoded
+
+    # --- nodes ----------------------------------------------------------------------------------
+
+    def get_node(self, name):
+        # type: (str) -> dict
+        return self.request("GET", "/api/v1/nodes/" + quote(name, safe=""))
+
+    def patch_node(self, name, patch, patch_type="merge"):
+        # type: (str, Any, str) -> dict
+        """PATCH a Node; ``patch_type`` is ``merge`` (RFC 7386), ``json`` (RFC 6902) or ``strategic``."""
+        if patch_type not in _PATCH_TYPES:
+            raise ValueError("patch_type must be one of %s" % ", ".join(sorted(_PATCH_TYPES)))
+        return self.request("PATCH", "/api/v1/nodes/" + quote(name, safe=""), patch, _PATCH_TYPES[patch_type])
+
+    def merge_patch_node(self, name, patch):
+        # type: (str, dict) -> dict
+        """Merge patch: ``{"metadata": {"labels": {"k": "v", "gone": None}}}`` (None deletes a key)."""
+        return self.patch_node(name, patch, "merge")
+
+    def json_patch_node(self, name, operations):
+        # type: (str, List[dict]) -> dict
+        """JSON patch: a list of ``{"op", "path", "value"}``; use a ``test`` op to guard list indexes."""
+        return self.patch_node(name, operations, "json")
+
+    # --- pods -----------------------------------------------------------------------------------
+
+    def list_pods(self, namespace=None, node_name=None, label_selector=None):
+        # type: (Optional[str], Optional[str], Optional[str]) -> List[dict]
+        path = "/api/v1/pods" if namespace is None else "/api/v1/namespaces/%s/pods" % quote(namespace, safe="")
+        query = {}  # type: Dict[str, str]
+        if node_name:
+            query["fieldSelector"] = "spec.nodeName=" + node_name
+        if label_selector:
+            query["labelSelector"] = label_selector
+        answer = self.request("GET", path, query=query or None)
+        return list((answer or {}).get("items") or [])
+
+    def delete_pod(self, namespace, name):
+        # type: (str, str) -> Any
+        return self.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (quote(namespace, safe=""),
+                                                                          quote(name, safe="")))

@@ -1,0 +1,153 @@
+"""The stdlib Kubernetes client against a real local HTTPS API server with client-certificate auth."""
+
+import base64
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from node_bootstrap import kubeyaml
+from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
+
+
+@pytest.mark.kube
+@pytest.mark.parametrize("inline", [False, True])
+def test_node_credential_reads_and_labels_its_own_node(kube_api, tmp_path, inline):
+    kube_api.add_node("node-a", labels={"keep": "me"})
+    path = kube_api.write_kubeconfig(tmp_path / "kubelet.conf", node="node-a", inline=inline)
+    client = KubeClient(load_kubeconfig(path))
+    assert client.get_node("node-a")["metadata"]["labels"] == {"keep": "me"}
+    client.merge_patch_node("node-a", {"metadata": {"labels": {"x": "1"}, "annotations": {"r": "why"}}})
+    node = kube_api.nodes["node-a"]
+    assert node["metadata"]["labels"] == {"keep": "me", "x": "1"}
+    assert node["metadata"]["annotations"] == {"r": "why"}
+    patch = kube_api.requests[-1]
+    assert (patch.method, patch.content_type, patch.user) == (
+        "PATCH", "application/merge-patch+json", "system:node:node-a")
+    client.merge_patch_node("node-a", {"metadata": {"labels": {"x": None}}})
+    assert kube_api.nodes["node-a"]["metadata"]["labels"] == {"keep": "me"}
+
+
+@pytest.mark.kube
+def test_node_credential_cannot_touch_taints_or_other_nodes(kube_api, tmp_path):
+    kube_api.add_node("node-a", taints=[{"key": "t", "effect": "NoSchedule"}])
+    kube_api.add_node("node-b")
+    client = KubeClient(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "k.conf", node="node-a")))
+    with pytest.raises(KubeError) as err:
+        client.json_patch_node("node-a", [{"op": "remove", "path": "/spec/taints/0"}])
+    assert err.value.status == 403 and "not allowed to modify taints" in str(err.value)
+    with pytest.raises(KubeError) as err:
+        client.merge_patch_node("node-b", {"metadata": {"labels": {"x": "y"}}})
+    assert err.value.status == 403
+
+
+@pytest.mark.kube
+def test_cluster_token_removes_a_taint_with_a_guarded_json_patch(kube_api, tmp_path):
+    kube_api.add_node("node-a", taints=[{"key": "a", "effect": "NoSchedule"}, {"key": "b", "effect": "NoSchedule"}])
+    client = KubeClient(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "admin.conf",
+                                                                  token="cluster-admin-token")))
+    client.json_patch_node("node-a", [{"op": "test", "path": "/spec/taints/1/key", "value": "b"},
+                                      {"op": "remove", "path": "/spec/taints/1"}])
+    assert kube_api.nodes["node-a"]["spec"]["taints"] == [{"key": "a", "effect": "NoSchedule"}]
+    assert kube_api.requests[-1].user == "token:admin"
+    with pytest.raises(KubeError) as err:  # the guard fails: nothing removed
+        client.json_patch_node("node-a", [{"op": "test", "path": "/spec/taints/0/key", "value": "b"},
+                                          {"op": "remove", "path": "/spec/taints/0"}])
+    assert err.value.status == 422
+    assert len(kube_api.nodes["node-a"]["spec"]["taints"]) == 1
+
+
+@pytest.mark.kube
+def test_wrong_token_and_unknown_node_are_errors_with_status(kube_api, tmp_path):
+    kube_api.add_node("node-a")
+    bad = KubeClient(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "bad.conf", token="nope")))
+    with pytest.raises(KubeError) as err:
+        bad.get_node("node-a")
+    assert err.value.status == 401
+    assert "nope" not in str(err.value)
+    good = KubeClient(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "k.conf", node="node-a")))
+    with pytest.raises(KubeError) as err:
+        good.get_node("missing")
+    assert err.value.status in (403, 404)
+
+
+@pytest.mark.kube
+def test_tls_is_verified_against_the_kubeconfig_ca(kube_api, tmp_path):
+    kube_api.add_node("node-a")
+    from tests.support.kubeapi import CertificateAuthority
+
+    path = kube_api.write_kubeconfig(tmp_path / "k.conf", node="node-a", inline=True)
+    text = open(path).read()
+    other = base64.b64encode(CertificateAuthority("someone-else").pem).decode()
+    real = base64.b64encode(kube_api.ca.pem).decode()
+    open(path, "w").write(text.replace(real, other))
+    with pytest.raises(KubeError) as err:
+        KubeClient(load_kubeconfig(path)).get_node("node-a")
+    assert err.value.status is None and "TLS" in str(err.value)
+
+
+@pytest.mark.kube
+def test_pods_on_a_node_are_listed_by_selector_and_deleted(kube_api, tmp_path):
+    kube_api.add_node("node-a")
+    kube_api.add_pod("kube-system", "dp-1", "node-a", {"app": "nvidia-device-plugin"})
+    kube_api.add_pod("kube-system", "dp-2", "node-b", {"app": "nvidia-device-plugin"})
+    kube_api.add_pod("kube-system", "other", "node-a", {"app": "x"})
+    client = KubeClient(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "k.conf", token="cluster-admin-token")))
+    pods = client.list_pods(node_name="node-a", label_selector="app=nvidia-device-plugin")
+    assert [p["metadata"]["name"] for p in pods] == ["dp-1"]
+    client.delete_pod("kube-system", "dp-1")
+    assert ("kube-system", "dp-1") not in kube_api.pods
+
+
+def test_node_name_comes_from_the_kubelet_certificate(kube_api, tmp_path):
+    path = kube_api.write_kubeconfig(tmp_path / "k.conf", node="cn-beijing.192.168.0.7")
+    assert node_name_from_certificate(load_kubeconfig(path)) == "cn-beijing.192.168.0.7"
+    admin = kube_api.write_kubeconfig(tmp_path / "a.conf", cert=kube_api.admin_cert(), user="admin")
+    assert node_name_from_certificate(load_kubeconfig(admin)) is None
+
+
+def test_kubeconfig_problems_are_one_line_errors(tmp_path):
+    cases = {
+        "missing": None,
+        "http": "clusters:\n- name: c\n  cluster:\n    server: http://x\ncontexts:\n- name: x\n  context:\n"
+                "    cluster: c\ncurrent-context: x\n",
+        "insecure": "clusters:\n- name: c\n  cluster:\n    server: https://x\n    insecure-skip-tls-verify: true\n"
+                    "contexts:\n- name: x\n  context:\n    cluster: c\ncurrent-context: x\n",
+        "tabs": "clusters:\n\t- name: c\n",
+    }
+    for name, text in cases.items():
+        path = tmp_path / name
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(KubeError) as err:
+            load_kubeconfig(str(path))
+        assert "\n" not in str(err.value), name
+
+
+def test_repr_of_a_kubeconfig_hides_secrets(kube_api, tmp_path):
+    cfg = load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "k.conf", node="n", token="s3cret-token"))
+    assert "s3cret" not in repr(cfg) and "PRIVATE" not in repr(cfg)
+
+
+_text = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=20)
+_scalar = st.one_of(_text, st.integers(-5, 10 ** 6), st.booleans(), st.none())
+_key = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz-_./0123456789"), min_size=1, max_size=12)
+# Kubeconfig-shaped documents: mappings of scalars, mappings, and lists of mappings (or of scalars).
+_doc = st.recursive(_scalar, lambda inner: st.one_of(st.lists(st.dictionaries(_key, inner, min_size=1, max_size=3),
+                                                              max_size=3),
+                                                     st.lists(_scalar, max_size=3),
+                                                     st.dictionaries(_key, inner, max_size=3)), max_leaves=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_key, _doc, min_size=1, max_size=4))
+def test_kubeyaml_reads_what_pyyaml_writes(doc):
+    text = yaml.safe_dump(doc, default_flow_style=False, indent=2)
+    assert kubeyaml.loads(text) == yaml.safe_load(text)
+
+
+def test_kubeyaml_reads_kubectl_style_sequences_at_key_indent():
+    text = ("apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: QUJD # ca\n"
+            "    server: 'https://1.2.3.4:6443'\n  name: \"k\"\ncontexts: []\npreferences: {}\n")
+    assert kubeyaml.loads(text) == yaml.safe_load(text)
