@@ -1,0 +1,135 @@
+"""Cluster lookup: one interface, two implementations.
+
+* :class:`InventoryLookup` reads a snapshot file in the CS API's own shapes, so everything up to delivery
+  runs with no credentials::
+
+      {"cluster_id": "c-...",
+       "nodepools": [<items of DescribeClusterNodePools body.nodepools>],
+       "nodes": [<items of DescribeClusterNodes body.nodes>]}
+
+* ``functions.cs_lookup.CsLookup`` asks the ACK API through ``alibabacloud-cs20151215`` (imported only
+  when an event needs it).
+
+Both convert the API's snake_case maps (what the SDK's ``to_map()`` and the API return) with the same two
+functions below, so a snapshot and a live answer are read identically.
+"""
+
+import json
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence
+
+from .errors import BadInventory
+from .model import Node, NodePool, Taint
+
+
+class ClusterLookup(Protocol):
+    def nodepools(self, cluster_id: str) -> List[NodePool]:
+        ...
+
+    def nodes(self, cluster_id: str, nodepool_id: Optional[str] = None,
+              instance_ids: Sequence[str] = ()) -> List[Node]:
+        ...
+
+
+def _text(value: Any) -> Optional[str]:
+    if value is None or value == "":
+        return None
+    return str(value)
+
+
+def _dict(item: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = item.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def nodepool_from_api(item: Mapping[str, Any]) -> NodePool:
+    """One item of DescribeClusterNodePools ``body.nodepools`` -> NodePool. KeyError/ValueError if unusable."""
+    info = _dict(item, "nodepool_info")
+    kube = _dict(item, "kubernetes_config")
+    group = _dict(item, "scaling_group")
+    pool_id = _text(info.get("nodepool_id")) or _text(item.get("nodepool_id"))
+    if not pool_id:
+        raise KeyError("nodepool_info.nodepool_id")
+    labels: Dict[str, str] = {}
+    for tag in kube.get("labels") or []:
+        if not isinstance(tag, dict) or not isinstance(tag.get("key"), str):
+            raise ValueError("kubernetes_config.labels items must be {\"key\": ..., \"value\": ...}")
+        labels[tag["key"]] = "" if tag.get("value") is None else str(tag["value"])
+    taints = [Taint(key=str(t.get("key")), value=_text(t.get("value")), effect=_text(t.get("effect")))
+              for t in kube.get("taints") or [] if isinstance(t, dict) and t.get("key")]
+    types = group.get("instance_types") or []
+    if not isinstance(types, list):
+        raise ValueError("scaling_group.instance_types must be a list")
+    return NodePool(nodepool_id=pool_id, name=_text(info.get("name")), labels=labels, taints=taints,
+                    instance_types=[str(t) for t in types], scaling_group_id=_text(group.get("scaling_group_id")))
+
+
+def node_from_api(item: Mapping[str, Any]) -> Node:
+    """One item of DescribeClusterNodes ``body.nodes`` -> Node."""
+    instance_id = _text(item.get("instance_id"))
+    if not instance_id:
+        raise KeyError("instance_id")
+    ips = item.get("ip_address")
+    ip = ips[0] if isinstance(ips, list) and ips else ips if isinstance(ips, str) and ips else None
+    return Node(instance_id=instance_id, node_name=_text(item.get("node_name")),
+                instance_type=_text(item.get("instance_type")), nodepool_id=_text(item.get("nodepool_id")),
+                state=_text(item.get("state")), node_status=_text(item.get("node_status")),
+                ip_address=_text(ip))
+
+
+class InventoryLookup:
+    """A cluster snapshot (the ``--inventory`` file). Read once; answers like the API would."""
+
+    def __init__(self, cluster_id: str, pools: List[NodePool], nodes: List[Node]) -> None:
+        self.cluster_id = cluster_id
+        self._pools = pools
+        self._nodes = nodes
+
+    @classmethod
+    def from_file(cls, path: str) -> "InventoryLookup":
+        try:
+            with open(path, "rb") as handle:
+                raw = handle.read()
+        except OSError as exc:
+            raise BadInventory("cannot read inventory %s: %s" % (path, exc.strerror or exc)) from None
+        try:
+            data = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise BadInventory("inventory %s is not JSON (%s); expected {\"cluster_id\", \"nodepools\", "
+                               "\"nodes\"}" % (path, getattr(exc, "msg", exc))) from None
+        return cls.from_dict(data, path)
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "inventory") -> "InventoryLookup":
+        if not isinstance(data, dict):
+            raise BadInventory("%s must be a JSON object {\"cluster_id\", \"nodepools\", \"nodes\"}" % where)
+        cluster_id = data.get("cluster_id")
+        if not isinstance(cluster_id, str) or not cluster_id:
+            raise BadInventory("%s: cluster_id is missing; expected {\"cluster_id\": \"c-...\", ...}" % where)
+        pools, nodes = [], []
+        for key, convert, out in (("nodepools", nodepool_from_api, pools), ("nodes", node_from_api, nodes)):
+            items = data.get(key, [])
+            if not isinstance(items, list):
+                raise BadInventory("%s: %s must be a list of API items" % (where, key))
+            for index, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise BadInventory("%s: %s[%d] must be an object" % (where, key, index))
+                try:
+                    out.append(convert(item))
+                except KeyError as exc:
+                    raise BadInventory("%s: %s[%d] has no %s" % (where, key, index, exc.args[0])) from None
+                except ValueError as exc:
+                    raise BadInventory("%s: %s[%d]: %s" % (where, key, index, str(exc).splitlines()[0])) \
+                        from None
+        return cls(cluster_id, pools, nodes)
+
+    def nodepools(self, cluster_id: str) -> List[NodePool]:
+        return list(self._pools) if cluster_id == self.cluster_id else []
+
+    def nodes(self, cluster_id: str, nodepool_id: Optional[str] = None,
+              instance_ids: Sequence[str] = ()) -> List[Node]:
+        if cluster_id != self.cluster_id:
+            return []
+        wanted = set(instance_ids)
+        return [n for n in self._nodes
+                if (nodepool_id is None or n.nodepool_id == nodepool_id)
+                and (not wanted or n.instance_id in wanted)]

@@ -1,0 +1,118 @@
+"""Cluster lookup through the ACK API (``alibabacloud-cs20151215``, ROA, version 2015-12-15).
+
+Imported only when an event needs the cluster, so an irrelevant event never loads the SDK. The SDK signs
+and serializes every request itself; tests point it at a loopback emulator through configuration
+(``ACK_MIG_CS_ENDPOINT=http://127.0.0.1:PORT``), never by patching it.
+
+Transient failures (throttling, 5xx, timeouts, connection errors) are retried here with a short
+exponential backoff, ``ACK_MIG_API_MAX_ATTEMPTS`` attempts in all, then end the event as ``retry`` so FC
+retries the asynchronous invocation. Anything else (access denied, unknown cluster) is an error: retrying
+cannot fix it.
+"""
+
+import time
+from typing import Any, Callable, List, Optional, Sequence
+
+from alibabacloud_cs20151215 import models as cs_models
+from alibabacloud_cs20151215.client import Client as CsClient
+from alibabacloud_tea_openapi import utils_models as openapi_models
+from alibabacloud_tea_openapi.exceptions import AlibabaCloudException, ThrottlingException
+from darabonba.runtime import RuntimeOptions
+
+from .cluster import node_from_api, nodepool_from_api
+from .errors import ConfigurationError, RetryLater
+from .model import Node, NodePool
+from .settings import Settings
+
+PAGE_SIZE = 100  # the API's maximum
+MAX_PAGES = 200  # 20 000 nodes: far beyond any cluster; stops a server that never ends its pages
+IDS_PER_CALL = 100  # instance ids per DescribeClusterNodes call (comma-joined)
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, ThrottlingException):
+        return True
+    if isinstance(exc, AlibabaCloudException):
+        status = getattr(exc, "status_code", None) or 0
+        code = str(getattr(exc, "code", "") or "")
+        return status == 429 or status >= 500 or "throttling" in code.lower()
+    return True  # connection refused, timeouts, resets: the SDK wraps them; all worth another try
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, AlibabaCloudException):
+        return "%s %s" % (getattr(exc, "status_code", "") or "", getattr(exc, "code", "") or type(exc).__name__)
+    inner = getattr(exc, "inner_exception", None)
+    return type(inner or exc).__name__
+
+
+class CsLookup:
+    """The ACK API as a :class:`functions.cluster.ClusterLookup`."""
+
+    def __init__(self, settings: Settings, sleep: Callable[[float], None] = time.sleep) -> None:
+        if not settings.region and settings.cs_endpoint is None:
+            raise ConfigurationError("no region: set ACK_MIG_REGION (or run in FC, which sets FC_REGION)")
+        if settings.credentials is None:
+            raise ConfigurationError("no credentials: give the function a role (FC sets ALIBABA_CLOUD_ACCESS_KEY_"
+                                     "ID/_SECRET/_SECURITY_TOKEN) or set them, or use --inventory")
+        creds = settings.credentials
+        endpoint = settings.cs_endpoint
+        config = openapi_models.Config(
+            access_key_id=creds.access_key_id, access_key_secret=creds.access_key_secret,
+            security_token=creds.security_token or None, region_id=settings.region or None,
+            endpoint=endpoint.host if endpoint else "cs.%s.aliyuncs.com" % settings.region,
+            protocol=endpoint.protocol if endpoint else "https",
+            read_timeout=settings.api_timeout_s * 1000, connect_timeout=settings.api_timeout_s * 1000)
+        self._client = CsClient(config)
+        self._runtime = RuntimeOptions(read_timeout=settings.api_timeout_s * 1000,
+                                       connect_timeout=settings.api_timeout_s * 1000)
+        self._attempts = settings.api_max_attempts
+        self._sleep = sleep
+        self.calls = 0  # API calls made, for the log and the benchmarks
+
+    def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        for attempt in range(1, self._attempts + 1):
+            self.calls += 1
+            try:
+                return fn()
+            except Exception as exc:  # the SDK raises several unrelated types; sorted out below
+                if not _transient(exc):
+                    raise ConfigurationError("%s failed: %s: %s" % (what, _describe(exc),
+                                                                   str(getattr(exc, "message", "")
+                                                                       or exc).splitlines()[0][:200])) from None
+                if attempt == self._attempts:
+                    raise RetryLater("%s failed %d times, last: %s; the invocation will be retried"
+                                     % (what, attempt, _describe(exc))) from None
+                self._sleep(min(0.2 * (2 ** (attempt - 1)), 2.0))
+        raise AssertionError("unreachable")
+
+    def nodepools(self, cluster_id: str) -> List[NodePool]:
+        response = self._call("DescribeClusterNodePools", lambda: self._client.describe_cluster_node_pools_with_options(
+            cluster_id, cs_models.DescribeClusterNodePoolsRequest(), {}, self._runtime))
+        body = response.body.to_map() if response.body is not None else {}
+        return [nodepool_from_api(item) for item in body.get("nodepools") or [] if item]
+
+    def nodes(self, cluster_id: str, nodepool_id: Optional[str] = None,
+              instance_ids: Sequence[str] = ()) -> List[Node]:
+        ids = list(instance_ids)
+        if not ids:
+            return self._pages(cluster_id, nodepool_id, None)
+        out: List[Node] = []
+        for start in range(0, len(ids), IDS_PER_CALL):
+            out.extend(self._pages(cluster_id, nodepool_id, ",".join(ids[start:start + IDS_PER_CALL])))
+        return out
+
+    def _pages(self, cluster_id: str, nodepool_id: Optional[str], joined_ids: Optional[str]) -> List[Node]:
+        out: List[Node] = []
+        for page in range(1, MAX_PAGES + 1):
+            request = cs_models.DescribeClusterNodesRequest(nodepool_id=nodepool_id, instance_ids=joined_ids,
+                                                            page_number=str(page), page_size=str(PAGE_SIZE))
+            response = self._call("DescribeClusterNodes", lambda: self._client.describe_cluster_nodes_with_options(
+                cluster_id, request, {}, self._runtime))
+            body = response.body.to_map() if response.body is not None else {}
+            items = [item for item in body.get("nodes") or [] if item]
+            out.extend(node_from_api(item) for item in items)
+            total = (body.get("page") or {}).get("total_count")
+            if not items or len(items) < PAGE_SIZE or (isinstance(total, int) and len(out) >= total):
+                return out
+        return out

@@ -1,0 +1,414 @@
+"""Event intake: raw FC event bytes -> envelope -> typed source model -> one normalized ``Request``.
+
+Stage 1 recognises the envelope: an EventBridge CloudEvent (a list of one is unwrapped), the ESS
+lifecycle hook notification in its MNS form, an FC timer event, or the manual payload. Stage 2 validates
+the source's own payload (pydantic) and normalizes it. Anything irrelevant raises ``SkipEvent`` with the
+reason; anything malformed raises ``BadEvent`` naming the field. Nothing else escapes.
+
+What public documentation confirms and what it does not (docs/function.md has the detail): the CloudEvents
+envelope and the event type names are documented; the field names inside ESS ``data`` are not, so every
+ESS field is accepted in camelCase (ESS's notifications), PascalCase and snake_case, at the top of
+``data`` or inside a ``content`` object (the MNS/CloudMonitor layout), and instance ids may be a list, a
+comma-separated string or a JSON string. When no instance ids come, the pool's nodes are used.
+"""
+
+import json
+import re
+from typing import Any, Dict, List, Mapping, Optional
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import BadEvent, SkipEvent
+from .model import LifecycleHook, Request, Trigger
+
+# ---- event types, by what they mean for us ----
+SCALE_OUT_TYPES = (
+    "ess:ScalingActivity:ScaleOutSuccess",
+    "ess:ScalingActivity:ScaleOutPartialSuccess",
+    "ess:CloudMonitor:AUTOSCALING[SCALEOUTSUCCESS]",
+    "ess:CloudMonitor:AUTOSCALING[SCALEOUTWARN]",  # CloudMonitor's name for a partial success
+)
+LIFECYCLE_SCALE_OUT = "ess:LifecycleHook:ScaleOut"
+LIFECYCLE_TEST = "ess:LifecycleHook:Test"
+ACTIONTRAIL_TYPES = ("cs:ActionTrail:ApiCall", "cs:ActionTrail:ConsoleOperation")
+ECS_STATE_CHANGE = "ecs:Instance:StateChange"
+HANDLED_TYPES = SCALE_OUT_TYPES + (LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST) + ACTIONTRAIL_TYPES + (ECS_STATE_CHANGE,)
+
+# ACK operations (ActionTrail eventName) after which a pool may hold new nodes or a new label.
+NODEPOOL_OPERATIONS = (
+    "CreateClusterNodePool",
+    "ScaleClusterNodePool",
+    "ModifyClusterNodePool",
+    "AttachInstancesToNodePool",
+    "AttachInstances",
+)
+
+MAX_EVENT_BYTES = 256 * 1024  # FC's async payload limit is 128 KB; anything far beyond is not an event
+
+_INSTANCE_ID = re.compile(r"^i-[A-Za-z0-9]{1,62}\Z")
+_RESOURCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
+
+
+def _aliases(*names: str) -> AliasChoices:
+    return AliasChoices(*names)
+
+
+def _check_id(value: Any, what: str, example: str) -> Optional[str]:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not _RESOURCE_ID.match(value):
+        raise ValueError("%s %s is not an id; expected letters, digits, '-', '_' or '.', e.g. %s"
+                         % (what, _shown(value), example))
+    return value
+
+
+def _instance_ids(value: Any) -> List[str]:
+    """A list, a comma-separated string or a JSON list string, each an ECS instance id (i-...)."""
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                raise ValueError("instance ids %s are not a JSON list" % _shown(text)) from None
+        else:
+            value = [v.strip() for v in text.split(",") if v.strip()]
+    if not isinstance(value, list):
+        raise ValueError("instance ids must be a list of i-... ids, got %s" % type(value).__name__)
+    out = []
+    for item in value:
+        if not isinstance(item, str) or not _INSTANCE_ID.match(item.strip()):
+            raise ValueError("%s is not an ECS instance id; expected i- followed by letters and digits"
+                             % _shown(item))
+        if item.strip() not in out:
+            out.append(item.strip())
+    return out
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    return repr(text[:40] + ("..." if len(text) > 40 else ""))
+
+
+# ---- stage 1: envelopes ----
+
+
+class CloudEvent(BaseModel):
+    """EventBridge's CloudEvents 1.0 envelope with Alibaba Cloud's extension attributes."""
+
+    model_config = ConfigDict(extra="allow")
+    id: str
+    source: str
+    type: str
+    specversion: str
+    subject: Optional[str] = None
+    time: Optional[str] = None
+    aliyunregionid: Optional[str] = None
+    aliyunaccountid: Optional[str] = None
+    data: Any = None
+
+
+class TimerEvent(BaseModel):
+    """FC time trigger: the trigger message is passed as ``payload`` (a string)."""
+
+    model_config = ConfigDict(extra="allow")
+    triggerTime: str
+    triggerName: str
+    payload: Optional[str] = None
+
+
+class ManualPayload(BaseModel):
+    """What a person sends: every field optional, nothing else accepted (a typo is an error, not ignored)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cluster_id: Optional[str] = None
+    nodepool_id: Optional[str] = None
+    instance_ids: List[str] = Field(default_factory=list)
+    dry_run: bool = False
+
+    _ids = field_validator("instance_ids", mode="before")(lambda cls, v: _instance_ids(v))
+
+    @field_validator("cluster_id", "nodepool_id", mode="before")
+    @classmethod
+    def _resource(cls, v: Any, info: Any) -> Optional[str]:
+        return _check_id(v, info.field_name, "c-... / np-...")
+
+    @field_validator("dry_run", mode="before")
+    @classmethod
+    def _strict_bool(cls, v: Any) -> Any:
+        if not isinstance(v, bool):
+            raise ValueError("dry_run must be true or false, got %s" % _shown(v))
+        return v
+
+
+MANUAL_FIELDS = tuple(ManualPayload.model_fields)
+
+# ---- stage 2: source payloads ----
+
+
+class EssPayload(BaseModel):
+    """ESS fields under any of the names ESS might use (camelCase, PascalCase, snake_case)."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    scaling_group_id: Optional[str] = Field(None, validation_alias=_aliases(
+        "scalingGroupId", "ScalingGroupId", "scaling_group_id"))
+    scaling_activity_id: Optional[str] = Field(None, validation_alias=_aliases(
+        "scalingActivityId", "ScalingActivityId", "scaling_activity_id"))
+    instance_ids: List[str] = Field(default_factory=list, validation_alias=_aliases(
+        "instanceIds", "InstanceIds", "instance_ids", "instanceIdList", "InstanceIdList"))
+    lifecycle_hook_id: Optional[str] = Field(None, validation_alias=_aliases(
+        "lifecycleHookId", "LifecycleHookId", "lifecycle_hook_id"))
+    lifecycle_action_token: Optional[str] = Field(None, validation_alias=_aliases(
+        "lifecycleActionToken", "LifecycleActionToken", "lifecycle_action_token"))
+    lifecycle_transition: Optional[str] = Field(None, validation_alias=_aliases(
+        "lifecycleTransition", "LifecycleTransition", "lifecycle_transition"))
+    default_result: Optional[str] = Field(None, validation_alias=_aliases(
+        "defaultResult", "DefaultResult", "default_result"))
+    resource_arn: Optional[str] = Field(None, validation_alias=_aliases(
+        "resourceArn", "ResourceArn", "resourceId", "ResourceId"))
+
+    _ids = field_validator("instance_ids", mode="before")(lambda cls, v: _instance_ids(v))
+
+    @field_validator("scaling_group_id", "scaling_activity_id", "lifecycle_hook_id", mode="before")
+    @classmethod
+    def _resource(cls, v: Any, info: Any) -> Optional[str]:
+        return _check_id(v, info.field_name, "asg-...")
+
+    @field_validator("lifecycle_action_token", "lifecycle_transition", "default_result", "resource_arn",
+                     mode="before")
+    @classmethod
+    def _text(cls, v: Any, info: Any) -> Optional[str]:
+        if v is None:
+            return None
+        if not isinstance(v, str) or len(v) > 512:
+            raise ValueError("%s must be text of at most 512 characters" % info.field_name)
+        return v
+
+    def group(self) -> Optional[str]:
+        """The scaling group id, or the one an ARN (acs:ess:...:scalinggroup/asg-...) names."""
+        if self.scaling_group_id:
+            return self.scaling_group_id
+        if self.resource_arn and "scalinggroup/" in self.resource_arn:
+            return _check_id(self.resource_arn.rsplit("/", 1)[1], "scaling group in resourceArn", "asg-...")
+        return None
+
+
+class ActionTrailPayload(BaseModel):
+    """An ActionTrail record of an ACK API call or console operation."""
+
+    model_config = ConfigDict(extra="ignore")
+    eventName: str
+    eventType: Optional[str] = None
+    serviceName: Optional[str] = None
+    acsRegion: Optional[str] = None
+    errorCode: Optional[str] = None
+    requestParameters: Dict[str, Any] = Field(default_factory=dict)
+    responseElements: Any = None
+
+    @field_validator("requestParameters", mode="before")
+    @classmethod
+    def _params(cls, v: Any) -> Any:
+        return {} if v is None else _maybe_json(v)
+
+
+class EcsStatePayload(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    resourceId: str
+    state: str
+    resourceType: Optional[str] = None
+
+    @field_validator("resourceId")
+    @classmethod
+    def _instance(cls, v: str) -> str:
+        return _instance_ids([v])[0]
+
+
+# ---- helpers ----
+
+
+def _maybe_json(value: Any) -> Any:
+    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _flatten_content(data: Any) -> Dict[str, Any]:
+    """``data`` with a nested ``content`` object (MNS and CloudMonitor layout) merged over it."""
+    data = _maybe_json(data)
+    if not isinstance(data, dict):
+        return {}
+    merged = dict(data)
+    content = _maybe_json(data.get("content"))
+    if isinstance(content, dict):
+        merged.update(content)
+    return merged
+
+
+def _field_error(exc: ValidationError, where: str, hint: str = "") -> BadEvent:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+    field = "%s.%s" % (where, loc) if loc else where
+    msg = str(err.get("msg", "invalid")).replace("Value error, ", "")
+    return BadEvent("event field %s: %s%s" % (field, msg, ("; " + hint) if hint else ""))
+
+
+def _validate(model: Any, data: Any, where: str, hint: str = "") -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _field_error(exc, where, hint) from None
+
+
+def _pick(mapping: Mapping[str, Any], *names: str) -> Optional[str]:
+    for name in names:
+        value = mapping.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+# ---- the entry point ----
+
+
+def parse_event(raw: Any) -> Request:
+    """Raw event (bytes, str or an already-decoded object) -> one normalized Request, or SkipEvent /
+    BadEvent. Cluster and region left None here are filled from configuration by the pipeline."""
+    if isinstance(raw, (bytes, bytearray)):
+        if len(raw) > MAX_EVENT_BYTES:
+            raise BadEvent("event is %d bytes; events are at most %d" % (len(raw), MAX_EVENT_BYTES))
+        try:
+            raw = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadEvent("event is not UTF-8 text; send a JSON object") from None
+    if isinstance(raw, str):
+        if not raw.strip():
+            raise BadEvent("event is empty; send a JSON object, e.g. {\"cluster_id\": \"c-...\"}")
+        try:
+            raw = json.loads(raw)
+        except ValueError as exc:
+            raise BadEvent("event is not JSON (%s at line %d column %d); send a JSON object"
+                           % (exc.msg, exc.lineno, exc.colno)) from None
+    if isinstance(raw, list):
+        if len(raw) != 1:
+            raise BadEvent("event is a list of %d events; set the trigger's batch size to 1 so that each "
+                           "invocation carries one event" % len(raw))
+        raw = raw[0]
+    if not isinstance(raw, dict):
+        raise BadEvent("event is a JSON %s; send a JSON object" % type(raw).__name__)
+
+    if "specversion" in raw or ("type" in raw and "source" in raw and "data" in raw):
+        return _from_cloudevent(_validate(CloudEvent, raw, "envelope", "a CloudEvent needs id, source, type "
+                                                                       "and specversion"))
+    if "content" in raw and ("resourceArn" in raw or "userId" in raw):
+        return _from_mns(raw)
+    if "triggerTime" in raw and "triggerName" in raw:
+        return _from_timer(_validate(TimerEvent, raw, "timer"))
+    if set(raw) & set(MANUAL_FIELDS) or not raw:
+        return _from_manual(raw, Trigger.MANUAL, "manual")
+    raise SkipEvent("unrecognised event with fields %s: not a CloudEvent, an ESS lifecycle notification, a "
+                    "timer event or the manual payload {%s}" % (", ".join(sorted(raw)[:8]),
+                                                               ", ".join(MANUAL_FIELDS)))
+
+
+def _from_manual(raw: Mapping[str, Any], trigger: Trigger, event_type: str, event_id: Optional[str] = None
+                 ) -> Request:
+    payload = _validate(ManualPayload, raw, "payload", "accepted: {%s}" % ", ".join(MANUAL_FIELDS))
+    return Request(trigger=trigger, event_type=event_type, event_id=event_id, cluster_id=payload.cluster_id,
+                   nodepool_id=payload.nodepool_id, instance_ids=payload.instance_ids, dry_run=payload.dry_run)
+
+
+def _from_timer(timer: TimerEvent) -> Request:
+    # The trigger message may carry the manual payload (cluster, pool, dry run); empty means every
+    # labelled pool of the configured cluster.
+    payload: Any = {}
+    if timer.payload and timer.payload.strip():
+        payload = _maybe_json(timer.payload)
+        if not isinstance(payload, dict):
+            raise BadEvent("event field timer.payload: the trigger message must be empty or a JSON object "
+                           "{%s}" % ", ".join(MANUAL_FIELDS))
+    return _from_manual(payload, Trigger.TIMER, "timer:" + timer.triggerName)
+
+
+def _lifecycle(ess: EssPayload, event_type: str, where: str) -> LifecycleHook:
+    if not ess.lifecycle_hook_id or not ess.lifecycle_action_token:
+        missing = "lifecycleHookId" if not ess.lifecycle_hook_id else "lifecycleActionToken"
+        raise BadEvent("event field %s.%s: missing; %s needs lifecycleHookId and lifecycleActionToken"
+                       % (where, missing, event_type))
+    return LifecycleHook(lifecycle_hook_id=ess.lifecycle_hook_id,
+                         lifecycle_action_token=ess.lifecycle_action_token, scaling_group_id=ess.group(),
+                         lifecycle_transition=ess.lifecycle_transition, default_result=ess.default_result)
+
+
+def _from_mns(raw: Mapping[str, Any]) -> Request:
+    ess = _validate(EssPayload, _flatten_content(raw), "content")
+    event_type = "ess:LifecycleHook:MNS"
+    transition = (ess.lifecycle_transition or "").upper()
+    if transition and transition != "SCALE_OUT":
+        raise SkipEvent("lifecycle transition %s is not handled; only SCALE_OUT" % transition[:20],
+                        Trigger.LIFECYCLE_HOOK.value, event_type)
+    hook = _lifecycle(ess, event_type, "content")
+    return Request(trigger=Trigger.LIFECYCLE_HOOK, event_type=event_type,
+                   event_id=_pick(raw.get("content") if isinstance(raw.get("content"), dict) else {},
+                                  "requestId"),
+                   region=_pick(raw, "regionId"), scaling_group_id=ess.group(), instance_ids=ess.instance_ids,
+                   lifecycle=hook)
+
+
+def _from_cloudevent(event: CloudEvent) -> Request:
+    etype = event.type
+    common = dict(event_type=etype, event_id=event.id, region=event.aliyunregionid)
+    if etype == LIFECYCLE_TEST:
+        raise SkipEvent("lifecycle hook test notification acknowledged; nothing to do", Trigger.TEST.value,
+                        etype)
+    if etype in SCALE_OUT_TYPES or etype == LIFECYCLE_SCALE_OUT:
+        ess = _validate(EssPayload, _flatten_content(event.data), "data")
+        if etype == LIFECYCLE_SCALE_OUT:
+            return Request(trigger=Trigger.LIFECYCLE_HOOK, scaling_group_id=ess.group(),
+                           instance_ids=ess.instance_ids, lifecycle=_lifecycle(ess, etype, "data"), **common)
+        if not ess.group() and not ess.instance_ids:
+            raise BadEvent("event field data.scalingGroupId: missing, and no instanceIds either; %s needs "
+                           "one of them" % etype)
+        return Request(trigger=Trigger.SCALE_OUT, scaling_group_id=ess.group(), instance_ids=ess.instance_ids,
+                       **common)
+    if etype in ACTIONTRAIL_TYPES:
+        return _from_actiontrail(event, common)
+    if etype == ECS_STATE_CHANGE:
+        state = _validate(EcsStatePayload, _flatten_content(event.data), "data")
+        if state.state.lower() != "running":
+            raise SkipEvent("instance %s changed to %s; only Running matters" % (state.resourceId,
+                                                                                  state.state[:20]),
+                            Trigger.INSTANCE_RUNNING.value, etype)
+        return Request(trigger=Trigger.INSTANCE_RUNNING, instance_ids=[state.resourceId], **common)
+    raise SkipEvent("event type %s is not handled; handled: %s" % (_shown(etype), ", ".join(HANDLED_TYPES)),
+                    Trigger.UNKNOWN.value, etype)
+
+
+def _from_actiontrail(event: CloudEvent, common: Dict[str, Any]) -> Request:
+    trail = _validate(ActionTrailPayload, _maybe_json(event.data), "data")
+    etype = event.type
+    if trail.eventName not in NODEPOOL_OPERATIONS:
+        raise SkipEvent("ACK operation %s does not add nodes or change a pool; handled: %s"
+                        % (_shown(trail.eventName), ", ".join(NODEPOOL_OPERATIONS)),
+                        Trigger.NODEPOOL_OPERATION.value, etype)
+    if trail.errorCode:
+        raise SkipEvent("ACK operation %s failed (%s); nothing changed" % (trail.eventName, trail.errorCode[:60]),
+                        Trigger.NODEPOOL_OPERATION.value, etype)
+    params = trail.requestParameters
+    response = _maybe_json(trail.responseElements)
+    response = response if isinstance(response, dict) else {}
+    # ROA path parameters and body fields are recorded under several spellings; none is documented.
+    cluster = _pick(params, "ClusterId", "clusterId", "cluster_id") or _pick(response, "cluster_id", "ClusterId")
+    pool = (_pick(params, "NodepoolId", "nodepoolId", "nodepool_id", "NodePoolId")
+            or _pick(response, "nodepool_id", "NodepoolId", "nodepoolId"))
+    try:
+        cluster = _check_id(cluster, "cluster id", "c-...")
+        pool = _check_id(pool, "node pool id", "np-...")
+    except ValueError as exc:
+        raise BadEvent("event field data.requestParameters: %s" % exc) from None
+    return Request(trigger=Trigger.NODEPOOL_OPERATION, cluster_id=cluster, nodepool_id=pool,
+                   **dict(common, region=common["region"] or trail.acsRegion))

@@ -1,0 +1,85 @@
+"""Logs: one JSON object per line, the shape Simple Log Service indexes field by field.
+
+Every line has ``time`` (UTC, ISO 8601), ``level``, ``message``, ``request_id`` and ``trigger``, plus
+``instance_id`` where a line is about one instance, plus any extra fields. Credentials never appear:
+values of fields whose name says secret/token/password/key are masked, and every known secret value
+(the settings' credentials, the SSH key) is replaced wherever it occurs, in any field, before the line is
+written. FC sends stdout to the function's log store.
+"""
+
+import json
+import sys
+import time
+from typing import Any, Dict, Iterable, Optional, TextIO
+
+LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "OFF": 100}
+MASK = "***"
+_SECRET_NAMES = ("secret", "token", "password", "private_key", "access_key", "authorization", "credential")
+
+
+def _secret_name(name: str) -> bool:
+    lowered = name.lower()
+    return any(part in lowered for part in _SECRET_NAMES)
+
+
+def _mask_fields(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: (MASK if _secret_name(str(k)) and v not in (None, "") else _mask_fields(v))
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mask_fields(v) for v in value]
+    return value
+
+
+class JsonLogger:
+    """A small structured logger. ``bind()`` returns a child with more context fields."""
+
+    def __init__(self, level: str = "INFO", secrets: Iterable[str] = (), stream: Optional[TextIO] = None,
+                 **context: Any) -> None:
+        self.level = LEVELS.get(str(level).upper(), 20)
+        # Longest first, so a secret that contains another is masked whole. Short values are ignored:
+        # masking "1" everywhere would garble the log without protecting anything.
+        self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+        self._stream = stream
+        self.context = {k: v for k, v in context.items() if v is not None}
+
+    def bind(self, **context: Any) -> "JsonLogger":
+        child = JsonLogger.__new__(JsonLogger)
+        child.level, child._secrets, child._stream = self.level, self._secrets, self._stream
+        child.context = dict(self.context)
+        child.context.update({k: v for k, v in context.items() if v is not None})
+        return child
+
+    def redact(self, text: str) -> str:
+        for secret in self._secrets:
+            if secret in text:
+                text = text.replace(secret, MASK)
+        return text
+
+    def log(self, level: str, message: str, **fields: Any) -> None:
+        if LEVELS.get(level, 20) < self.level:
+            return
+        now = time.time()
+        record: Dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % int((now % 1) * 1000),
+            "level": level,
+            "message": message,
+        }
+        record.update(self.context)
+        record.update({k: v for k, v in fields.items() if v is not None})
+        line = self.redact(json.dumps(_mask_fields(record), default=str, ensure_ascii=False))
+        stream = self._stream or sys.stdout
+        stream.write(line + "\n")
+        stream.flush()
+
+    def debug(self, message: str, **fields: Any) -> None:
+        self.log("DEBUG", message, **fields)
+
+    def info(self, message: str, **fields: Any) -> None:
+        self.log("INFO", message, **fields)
+
+    def warning(self, message: str, **fields: Any) -> None:
+        self.log("WARNING", message, **fields)
+
+    def error(self, message: str, **fields: Any) -> None:
+        self.log("ERROR", message, **fields)

@@ -1,0 +1,157 @@
+"""The one path every event takes: intake -> lookup -> decide -> execute -> result.
+
+The FC handler, ``ack-mig-hook invoke`` and the demo all call :func:`run_event`; nothing about an event is
+decided anywhere else. Each event ends in exactly one outcome (done, skip, error, retry), logged as one
+summary line plus one line per decision.
+
+The cloud SDKs are imported only once an event needs the cluster (``functions.cs_lookup``) or a node
+(the delivery executor), so an irrelevant event costs no more than pydantic.
+"""
+
+import os
+import time
+import uuid
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+from .cluster import ClusterLookup, InventoryLookup
+from .decide import decide_all, has_partition_label
+from .errors import ConfigurationError, EventOutcome, SkipEvent
+from .executor import DryRunExecutor, Executor, make_executor
+from .intake import parse_event
+from .logs import JsonLogger
+from .model import HandlerResult, Node, NodePool, Request, Trigger
+from .settings import Settings, SettingsError, load_settings
+
+Target = Tuple[str, Optional[Node], Optional[NodePool]]
+InventoryArg = Union[None, str, "os.PathLike[str]", ClusterLookup]
+
+
+def make_logger(settings: Settings, context: Any = None, **fields: Any) -> JsonLogger:
+    request_id = getattr(context, "request_id", None) or fields.pop("request_id", None) or uuid.uuid4().hex
+    return JsonLogger(settings.log_level, secrets=settings.secrets(), request_id=request_id,
+                      function=settings.function_name or None, **fields)
+
+
+def _lookup(inventory: InventoryArg, settings: Settings) -> ClusterLookup:
+    if inventory is None:
+        from .cs_lookup import CsLookup  # the SDK loads here, only for events that reach the cluster
+
+        return CsLookup(settings)
+    if isinstance(inventory, (str, os.PathLike)):
+        return InventoryLookup.from_file(os.fspath(inventory))
+    return inventory
+
+
+def _cluster_id(request: Request, settings: Settings, lookup: ClusterLookup) -> str:
+    snapshot = getattr(lookup, "cluster_id", None)
+    cluster = request.cluster_id or settings.cluster_id or snapshot
+    if not cluster:
+        raise ConfigurationError("no cluster id: the event names none; set ACK_MIG_CLUSTER_ID",
+                                 request.trigger.value, request.event_type)
+    if snapshot and cluster != snapshot:
+        raise ConfigurationError("the event is about cluster %s but the inventory is a snapshot of %s"
+                                 % (cluster, snapshot), request.trigger.value, request.event_type)
+    return cluster
+
+
+def resolve_targets(request: Request, lookup: ClusterLookup, cluster: str) -> List[Target]:
+    """Which instances the event concerns, each with its node (None until it is one) and its pool."""
+    pools = lookup.nodepools(cluster)
+    by_id = {p.nodepool_id: p for p in pools}
+    by_group = {p.scaling_group_id: p for p in pools if p.scaling_group_id}
+    named = by_id.get(request.nodepool_id or "") or by_group.get(request.scaling_group_id or "")
+    if (request.nodepool_id or request.scaling_group_id) and named is None:
+        what = ("node pool %s" % request.nodepool_id if request.nodepool_id
+                else "scaling group %s" % request.scaling_group_id)
+        if request.lifecycle is None:
+            raise SkipEvent("%s is not a node pool of cluster %s" % (what, cluster), request.trigger.value,
+                            request.event_type)
+
+    if request.instance_ids:
+        nodes = {n.instance_id: n for n in lookup.nodes(cluster, instance_ids=request.instance_ids)}
+        targets = []
+        for instance_id in request.instance_ids:
+            node = nodes.get(instance_id)
+            pool = by_id.get(node.nodepool_id or "") if node is not None and node.nodepool_id else named
+            targets.append((instance_id, node, pool))
+        return targets
+
+    if named is not None:
+        if not has_partition_label(named) and request.lifecycle is None:
+            # Most scale-outs in a cluster are of pools without MIG: end them without listing nodes.
+            raise SkipEvent("node pool %s has no partition label" % named.nodepool_id, request.trigger.value,
+                            request.event_type)
+        chosen = [named]
+    elif request.nodepool_id or request.scaling_group_id:
+        chosen = []  # a lifecycle hook for a group we do not know: answered by the executor, nothing to decide
+    else:
+        chosen = [p for p in pools if has_partition_label(p)]  # timer, manual without a pool
+        if not chosen:
+            raise SkipEvent("no node pool of cluster %s carries a partition label" % cluster,
+                            request.trigger.value, request.event_type)
+    targets = []
+    for pool in chosen:
+        targets.extend((n.instance_id, n, pool) for n in lookup.nodes(cluster, nodepool_id=pool.nodepool_id))
+    return targets
+
+
+def _summary(decisions: Sequence[Any]) -> str:
+    counts = {}
+    for d in decisions:
+        counts[d.action] = counts.get(d.action, 0) + 1
+    return ", ".join("%d %s" % (n, a) for a, n in sorted(counts.items())) or "no instances"
+
+
+def run_event(raw: Any, settings: Optional[Settings] = None, inventory: InventoryArg = None,
+              executor: Optional[Executor] = None, context: Any = None, dry_run: bool = False,
+              logger: Optional[JsonLogger] = None) -> HandlerResult:
+    """Run one event end to end and return how it ended. Never raises for an outcome (skip, bad event,
+    configuration, transient cloud failure are all results); raises only for ``BadInventory`` (a bad
+    ``--inventory`` file, the caller's input) and for bugs.
+
+    ``raw``: the FC event (bytes), or str / decoded JSON. ``inventory``: a snapshot path or any
+    ClusterLookup; None asks the ACK API. ``executor``: overrides ``make_executor`` (a dry run always uses
+    DryRunExecutor). ``dry_run``: force a dry run (also ACK_MIG_DRY_RUN or the event's ``dry_run``).
+    """
+    started = time.monotonic()
+    if settings is None:
+        try:
+            settings = load_settings(context=context)
+        except SettingsError as exc:
+            return HandlerResult(trigger=Trigger.UNKNOWN.value, outcome="error", reason=str(exc))
+    log = logger or make_logger(settings, context)
+    request: Optional[Request] = None
+    try:
+        request = parse_event(raw)
+        log = log.bind(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id)
+        effective_dry_run = bool(dry_run or settings.dry_run or request.dry_run)
+        lookup = _lookup(inventory, settings)
+        cluster = _cluster_id(request, settings, lookup)
+        request = request.model_copy(update={"cluster_id": cluster, "dry_run": effective_dry_run,
+                                             "region": request.region or settings.region or None})
+        log = log.bind(cluster_id=cluster)
+        decisions = decide_all(resolve_targets(request, lookup, cluster), cluster)
+        for d in decisions:
+            log.info("decision", instance_id=d.instance_id, node_name=d.node_name, nodepool_id=d.nodepool_id,
+                     action=d.action, reason=d.reason, sequence=d.plan.sequence if d.plan else None)
+        chosen = DryRunExecutor() if effective_dry_run else (executor or make_executor(settings, False))
+        nodes = chosen.execute(request, decisions)
+        for n in nodes:
+            log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
+                     reason=n.get("reason"))
+        result = HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
+                               event_id=request.event_id, outcome="done", reason=_summary(decisions),
+                               cluster_id=cluster, dry_run=effective_dry_run, decisions=decisions, nodes=nodes)
+    except EventOutcome as exc:
+        trigger = request.trigger.value if request is not None else exc.trigger
+        event_type = request.event_type if request is not None else exc.event_type or None
+        result = HandlerResult(trigger=trigger, event_type=event_type,
+                               event_id=request.event_id if request is not None else None,
+                               outcome=exc.outcome, reason=exc.reason,  # type: ignore[arg-type]
+                               cluster_id=request.cluster_id if request is not None else None,
+                               dry_run=bool(request.dry_run) if request is not None else False)
+        log = log.bind(trigger=trigger)
+    level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]
+    log.log(level, "event %s" % result.outcome, outcome=result.outcome, reason=result.reason,
+            duration_ms=round((time.monotonic() - started) * 1000, 1))
+    return result
