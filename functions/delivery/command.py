@@ -1,0 +1,107 @@
+"""The one shell script every transport runs on a node, and the node_bootstrap arguments it carries.
+
+The script is a fixed template. What varies is substituted only after a strict check: the bundle hash
+(hex), the node directory and interpreter (checked paths), the deadline (an integer), the instance id
+(checked, or Cloud Assistant's own ``{{ACS::InstanceId}}``), and the arguments and node names as base64.
+A label value therefore reaches the node inside base64 only and can never become shell text, whatever it
+contains (tests/delivery/test_command.py tries hostile values).
+"""
+
+import base64
+import json
+import os
+import re
+import zlib
+from typing import List, Mapping, Optional, Sequence
+
+DEFAULT_ROOT = "/var/lib/ack-mig-hook"
+HEREDOC = "ACK_MIG_RUNNER_EOF"
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+_PATH = re.compile(r"^/[A-Za-z0-9._/-]{1,200}\Z")
+_PYTHON = re.compile(r"^(python3(\.[0-9]{1,2})?|/[A-Za-z0-9._/-]{1,200})\Z")
+_B64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}\Z")
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_INSTANCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+# Cloud Assistant's built-in parameter: each instance sees its own id here (needs EnableParameter=true).
+ACS_INSTANCE_ID = "{{ACS::InstanceId}}"
+
+TEMPLATE = """#!/bin/sh
+# ack-mig-hook: partition this node's GPUs with node_bootstrap (fixed template; the only substitutions
+# are a hex hash, checked paths, an integer and base64). The runner below is documented in the project.
+umask 077
+mkdir -p '{root}/incoming' '{root}/bundles' || exit 1
+exec {python} - '{digest}' '{root}' '{args}' '{deadline}' '{python}' '{instance}' '{names}' <<'""" + HEREDOC + """'
+{runner}
+""" + HEREDOC + "\n"
+
+
+class CommandError(ValueError):
+    """A value that would go into the node command failed its check. Never happens with our own values."""
+
+    exit_code = 2
+
+
+def _runner_source() -> str:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_runner.py")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    if HEREDOC in text:
+        raise CommandError("node_runner.py must not contain the heredoc marker")
+    return text.rstrip("\n")
+
+
+_RUNNER = _runner_source()
+
+
+def _check(pattern, value, what):
+    if not isinstance(value, str) or not pattern.match(value) or ".." in value.split("/"):
+        raise CommandError("refusing %s %r in a node command" % (what, str(value)[:40]))
+    return value
+
+
+def encode_args(args: Sequence[str]) -> str:
+    if not all(isinstance(a, str) for a in args):
+        raise CommandError("node arguments must be text")
+    return base64.b64encode(json.dumps(list(args)).encode("utf-8")).decode("ascii")
+
+
+def encode_names(names: Mapping[str, str]) -> str:
+    """instance id -> node name, as base64 of zlib'd JSON: 100 ACK node names fit in about 1 KB."""
+    for iid, name in names.items():
+        _check(_INSTANCE, iid, "instance id")
+        _check(_NODE_NAME, name, "node name")
+    raw = json.dumps(dict(sorted(names.items())), separators=(",", ":")).encode("utf-8")
+    return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+
+
+def render(digest: str, args: Sequence[str], deadline_s: int, instance_id: str = ACS_INSTANCE_ID,
+           names: Optional[Mapping[str, str]] = None, root: str = DEFAULT_ROOT, python: str = "python3") -> str:
+    """The script for one node or, with ``instance_id`` left to Cloud Assistant, for a whole batch: the
+    runner adds ``--node-name`` from ``names`` for its own instance. ``args`` travel as base64 JSON."""
+    args_b64 = encode_args(args)
+    _check(_B64, args_b64, "arguments")
+    if not isinstance(deadline_s, int) or isinstance(deadline_s, bool) or not 1 <= deadline_s <= 86400:
+        raise CommandError("refusing deadline %r in a node command" % (deadline_s,))
+    if instance_id != ACS_INSTANCE_ID:
+        _check(_INSTANCE, instance_id, "instance id")
+    return TEMPLATE.format(root=_check(_PATH, root, "directory"), python=_check(_PYTHON, python, "python"),
+                           digest=_check(_HEX64, digest, "bundle hash"), args=args_b64,
+                           deadline=deadline_s, instance=instance_id, names=encode_names(names or {}),
+                           runner=_RUNNER)
+
+
+def request_document(partition: Mapping[str, str]) -> dict:
+    """The node request: ``{"version": 1, "partition": {"kind": "size"|"sequence", "value": ...}}``."""
+    kind, value = partition.get("kind"), partition.get("value")
+    if kind not in ("size", "sequence") or not isinstance(value, str):
+        raise CommandError("a node request needs partition kind size or sequence and a text value")
+    return {"version": 1, "partition": {"kind": kind, "value": value}}
+
+
+def node_args(partition: Mapping[str, str], extra: Sequence[str] = ()) -> List[str]:
+    """node_bootstrap's command line for an apply: global options first, then the subcommand. The node
+    name is not here (it differs per node); the runner adds it, so a whole batch shares one script."""
+    doc = json.dumps(request_document(partition), sort_keys=True, separators=(",", ":"))
+    return ["--json"] + list(extra) + ["apply", "--request-b64",
+                                       base64.b64encode(doc.encode("utf-8")).decode("ascii")]

@@ -1,0 +1,58 @@
+"""Local transport: runs the node script in a subprocess on this machine. Used by ``ack-mig-hook demo``
+(with the simulated NVML backend) and by a node that runs the hook on itself at first boot. It goes
+through the same script, bundle cache and result parsing as the remote transports, so the demo exercises
+the real path."""
+
+import os
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from typing import List, Optional, Sequence
+
+from .result import NodeResult, NodeTarget, parse_output
+from .transport import ScriptMaker, run_push_run
+
+
+class LocalTransport:
+    name = "local"
+
+    def __init__(self, maker: ScriptMaker, sim_state_dir: Optional[str] = None, concurrency: int = 8):
+        self.maker = maker
+        self.sim_state_dir = sim_state_dir  # one simulated node state file per instance (demo, tests)
+        self.concurrency = concurrency
+
+    def _args(self, target: NodeTarget) -> NodeTarget:
+        if not self.sim_state_dir:
+            return target
+        state = os.path.join(self.sim_state_dir, "%s.json" % target.instance_id)
+        return target._replace(args=("--sim-state", state) + tuple(target.args))
+
+    def _run(self, target: NodeTarget) -> NodeResult:
+        script = self.maker.script([self._args(target)], target.instance_id)
+        try:
+            proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True,
+                                  timeout=self.maker.deadline_s + 30, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return NodeResult(target.instance_id, self.name, error="execution-timeout",
+                              message="the node script did not finish in time")
+        out = proc.stdout.decode("utf-8", "replace")
+        doc = parse_output(out)
+        if doc is None:
+            err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            return NodeResult(target.instance_id, self.name, proc.returncode, error="no-result",
+                              message=(err[-1] if err else "exit %d" % proc.returncode)[:300])
+        return NodeResult(target.instance_id, self.name, proc.returncode, doc)
+
+    def _push(self, target: NodeTarget) -> Optional[NodeResult]:
+        incoming = os.path.join(self.maker.root, "incoming")
+        os.makedirs(incoming, mode=0o700, exist_ok=True)
+        bundle = self.maker.bundle
+        for name, chunk in zip(bundle.part_names(), bundle.chunks()):
+            tmp = os.path.join(incoming, ".%s.tmp" % name)
+            with open(tmp, "wb") as fh:
+                fh.write(chunk)
+            os.replace(tmp, os.path.join(incoming, name))
+        return None
+
+    def run(self, targets: Sequence[NodeTarget]) -> List[NodeResult]:
+        with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(targets) or 1))) as pool:
+            return list(pool.map(lambda t: run_push_run(t, self._run, self._push), targets))

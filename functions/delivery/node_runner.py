@@ -1,0 +1,150 @@
+"""The runner that every transport starts on the node. It is sent as text (never imported by the function)
+and runs on the node's system Python: Python 3.6+, standard library only.
+
+    python3 - HASH ROOT ARGS_B64 DEADLINE_S PYTHON INSTANCE_ID NAMES_Z  < node_runner.py
+
+1. Makes sure the bundle ``ROOT/bundles/HASH`` is there: if not, it assembles the parts that SendFile or
+   SFTP left in ``ROOT/incoming`` (``HASH.<i>of<n>``), checks the SHA-256 of the unpacked tar against
+   HASH, and unpacks it atomically (a temp dir renamed into place), so a half-written bundle is never used
+   and two concurrent runs cannot corrupt each other. Missing parts -> exit 10, ``bundle-missing``: the
+   transport then sends the parts and runs again. A warm cache costs nothing.
+2. Runs ``PYTHON -m node_bootstrap ARGS`` (ARGS is a base64 JSON list, so no argument is ever shell text)
+   with the bundle on PYTHONPATH and a deadline: past it the process is killed and the result says so.
+   NAMES_Z (base64 zlib JSON instance id -> node name) gives ``--node-name`` for this instance, so one
+   script serves a whole Cloud Assistant batch.
+3. Prints a few ``# `` lines of the node's stderr and, last, ONE JSON line: the node's own result, or one
+   the runner wrote when the node gave none. Output stays small: Cloud Assistant drops output past 24 KB.
+"""
+
+import base64
+import hashlib
+import json
+import lzma
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zlib
+
+EXIT_BUNDLE_MISSING = 10
+EXIT_TIMEOUT = 124
+_PART = re.compile(r"^([0-9a-f]{64})\.([0-9]+)of([0-9]+)$")
+
+
+def emit(code, message, exit_code, **extra):
+    result = {"outcome": "failed", "changes": 0, "error": {"code": code, "message": message}}
+    result.update(extra)
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
+    sys.exit(exit_code)
+
+
+def parts_of(incoming, digest):
+    found = {}
+    total = None
+    for name in (os.listdir(incoming) if os.path.isdir(incoming) else ()):
+        m = _PART.match(name)
+        if m and m.group(1) == digest:
+            found[int(m.group(2))] = os.path.join(incoming, name)
+            total = int(m.group(3))
+    if total is None or sorted(found) != list(range(1, total + 1)):
+        return None
+    return [found[i] for i in range(1, total + 1)]
+
+
+def safe_members(tar):
+    for member in tar.getmembers():
+        name = member.name
+        if name.startswith("/") or ".." in name.split("/") or not (member.isfile() or member.isdir()):
+            raise ValueError("unexpected member %r" % name)
+        yield member
+
+
+def install(root, digest):
+    bundles = os.path.join(root, "bundles")
+    target = os.path.join(bundles, digest)
+    if os.path.isfile(os.path.join(target, ".complete")):
+        return target
+    incoming = os.path.join(root, "incoming")
+    parts = parts_of(incoming, digest)
+    if parts is None:
+        emit("bundle-missing", "bundle %s is not on this node" % digest[:12], EXIT_BUNDLE_MISSING,
+             bundle="missing")
+    try:
+        packed = b"".join(open(p, "rb").read() for p in parts)
+    except OSError:  # a concurrent run installed the bundle and removed the parts meanwhile
+        if os.path.isfile(os.path.join(target, ".complete")):
+            return target
+        emit("bundle-missing", "bundle %s parts vanished" % digest[:12], EXIT_BUNDLE_MISSING, bundle="missing")
+    try:
+        raw = lzma.decompress(packed)
+    except lzma.LZMAError:
+        raw = b""
+    if hashlib.sha256(raw).hexdigest() != digest:
+        for p in parts:
+            os.unlink(p)
+        emit("bundle-missing", "bundle %s arrived corrupt; parts removed" % digest[:12], EXIT_BUNDLE_MISSING,
+             bundle="missing")
+    if not os.path.isdir(bundles):
+        os.makedirs(bundles, 0o700)
+    tmp = tempfile.mkdtemp(prefix=".unpack-", dir=bundles)
+    with tarfile.open(fileobj=_Bytes(raw), mode="r:") as tar:
+        tar.extractall(tmp, members=safe_members(tar))
+    open(os.path.join(tmp, ".complete"), "w").close()
+    try:
+        os.rename(tmp, target)
+    except OSError:  # a concurrent run installed it first: theirs is identical (same hash)
+        shutil.rmtree(tmp, ignore_errors=True)
+    for p in parts:
+        try:
+            os.unlink(p)
+        except OSError:
+            pass
+    return target
+
+
+def _Bytes(data):
+    import io
+    return io.BytesIO(data)
+
+
+def main(argv):
+    digest, root, args_b64, deadline, python, instance_id, names_z = argv[1:8]
+    args = json.loads(base64.b64decode(args_b64.encode("ascii")).decode("utf-8"))
+    names = json.loads(zlib.decompress(base64.b64decode(names_z.encode("ascii"))).decode("utf-8"))
+    if instance_id in names:
+        args = ["--node-name", names[instance_id]] + args
+    target = install(root, digest)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = target
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    proc = subprocess.Popen([python, "-m", "node_bootstrap"] + args, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=target)
+    try:
+        out, err = proc.communicate(timeout=float(deadline))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        emit("node-timeout", "node_bootstrap did not finish within %s s and was stopped" % deadline,
+             EXIT_TIMEOUT)
+    for line in err.decode("utf-8", "replace").splitlines()[-8:]:
+        sys.stdout.write("# %s\n" % line[:300])
+    lines = [l for l in out.decode("utf-8", "replace").splitlines() if l.strip()]
+    try:
+        result = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        result = None
+    if not isinstance(result, dict):
+        tail = lines[-1][:300] if lines else "no output"
+        emit("no-result", "node_bootstrap exited %d without a JSON result: %s" % (proc.returncode, tail),
+             proc.returncode or 1)
+    sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
+    sys.exit(proc.returncode)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

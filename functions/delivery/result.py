@@ -1,0 +1,115 @@
+"""The one result type every transport returns, and the mapping from it to a node's outcome.
+
+A transport reports what happened on the wire (:class:`NodeResult`): the node's exit code and its JSON
+result, or a transport error code (agent not running, host key refused, timeout...). :func:`outcome`
+turns that into exactly one of ``partitioned``, ``unchanged``, ``skipped``, ``failed`` or
+``reboot-required``, with a reason a person can act on.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, NamedTuple, Optional
+
+PARTITIONED = "partitioned"
+UNCHANGED = "unchanged"
+SKIPPED = "skipped"
+FAILED = "failed"
+REBOOT_REQUIRED = "reboot-required"
+OUTCOMES = (PARTITIONED, UNCHANGED, SKIPPED, FAILED, REBOOT_REQUIRED)
+
+# Exit codes of the node CLI and of node_runner.py.
+NODE_EXIT_REASONS = {2: "bad input", 3: "GPU not MIG-capable", 4: "GPU busy", 5: "reboot required",
+                     10: "bundle missing", 124: "node timeout"}
+
+
+class NodeTarget(NamedTuple):
+    """One node to run on: who it is, how to reach it, and the node_bootstrap arguments."""
+
+    instance_id: str
+    node_name: str
+    address: str  # private IP for SSH; unused by Cloud Assistant
+    args: tuple  # node_bootstrap arguments (they travel as base64 JSON)
+
+
+@dataclass
+class NodeResult:
+    """What one transport got back from one node. ``error`` is a transport-level code when the node's own
+    result is missing (``agent-not-ready``, ``delivery-timeout``, ``execution-timeout``,
+    ``instance-released``, ``host-key-rejected``, ``auth-failed``, ``connect-failed``, ``bundle-missing``,
+    ``api-error``...), ``None`` when ``result`` holds the node's JSON."""
+
+    instance_id: str
+    transport: str
+    exit_code: Optional[int] = None
+    result: Optional[Dict[str, Any]] = None
+    error: Optional[str] = None
+    message: str = ""
+    attempts: int = 1
+
+    @property
+    def bundle_missing(self) -> bool:
+        return self.error == "bundle-missing" or bool(self.result and self.result.get("bundle") == "missing")
+
+
+@dataclass
+class Outcome:
+    instance_id: str
+    node_name: str
+    outcome: str
+    reason: str = ""
+    gpus: List[dict] = field(default_factory=list)
+    changes: int = 0
+    sequence: str = ""
+    transport: str = ""
+    taint: str = ""  # removed, absent, or "not removed: why" (only for partitioned / unchanged nodes)
+
+    def to_dict(self) -> dict:
+        data = {"instance_id": self.instance_id, "node_name": self.node_name, "outcome": self.outcome,
+                "reason": self.reason, "gpus": self.gpus, "changes": self.changes, "sequence": self.sequence,
+                "transport": self.transport}
+        if self.taint:
+            data["taint"] = self.taint
+            if self.taint.startswith("not removed"):
+                data["reason"] = "%s; startup taint %s" % (self.reason, self.taint)
+        return data
+
+
+def parse_output(text: str) -> Optional[Dict[str, Any]]:
+    """The node's JSON result: the last non-empty line of its output, when it is a JSON object."""
+    import json
+
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    if not lines:
+        return None
+    try:
+        value = json.loads(lines[-1])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def outcome(res: NodeResult, node_name: str = "") -> Outcome:
+    """Exactly one outcome for one node's result (see the module docstring)."""
+    base = Outcome(res.instance_id, node_name, FAILED, transport=res.transport)
+    doc = res.result
+    if doc is None:
+        base.reason = "%s: %s" % (res.error or "no-result", res.message or "the node gave no result")
+        return base
+    base.gpus = [g for g in doc.get("gpus") or [] if isinstance(g, dict)]
+    base.sequence = str(doc.get("sequence") or "")
+    try:
+        base.changes = int(doc.get("changes") or 0)
+    except (TypeError, ValueError):
+        base.changes = 0
+    node_outcome = doc.get("outcome")
+    error = doc.get("error") if isinstance(doc.get("error"), dict) else {}
+    if node_outcome == "success" and res.exit_code in (0, None):
+        base.outcome = PARTITIONED if base.changes > 0 else UNCHANGED
+        base.reason = "%d change%s" % (base.changes, "" if base.changes == 1 else "s") if base.changes else \
+            "already partitioned as requested"
+    elif node_outcome == "reboot-required" or res.exit_code == 5:
+        base.outcome = REBOOT_REQUIRED
+        base.reason = error.get("message") or "MIG mode is pending until the node reboots"
+    else:
+        code = error.get("code") or NODE_EXIT_REASONS.get(res.exit_code or 1, "exit %s" % res.exit_code)
+        base.reason = "%s: %s" % (code, error.get("message") or "node_bootstrap failed (exit %s)" % res.exit_code)
+    return base
