@@ -1,0 +1,374 @@
+"""A loopback emulator of the ECS (Cloud Assistant) and Auto Scaling RPC APIs, for the real
+``aliyun-python-sdk-core`` to talk to over HTTP on 127.0.0.1.
+
+Each request is checked the way the service would: the HMAC-SHA1 ``Signature`` is recomputed from the
+parameters with the test's AccessKey secret, ``SecurityToken`` must be the STS token, ``Version`` must be
+the product's (ECS 2014-05-26, ESS 2014-08-28), a ``SignatureNonce`` may not repeat, and each action's
+required parameters must be present. Answers use the documented field names.
+
+Nodes are models (:class:`SimNode`): an agent that is or becomes ready, a script that takes a configured
+time and returns a configured result, or (:class:`ShellNode`) one that really runs the script in a
+subprocess against its own directory, so the bundle cache path is exercised for real. Faults: per-action
+error queues (Throttling, 5xx), a per-call latency, an agent that is not ready, an instance released
+mid-run, execution timeouts. ``calls`` counts requests per action.
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections import Counter, deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable, Dict, List, Optional, Tuple
+from urllib.parse import parse_qsl, quote, urlsplit
+
+ECS_ACTIONS = {
+    "DescribeCloudAssistantStatus": ("RegionId",),
+    "RunCommand": ("RegionId", "Type", "CommandContent"),
+    "DescribeInvocationResults": ("RegionId",),
+    "SendFile": ("RegionId", "Name", "TargetDir", "Content"),
+    "DescribeSendFileResults": ("RegionId",),
+}
+ESS_ACTIONS = {
+    "CompleteLifecycleAction": ("LifecycleHookId", "LifecycleActionToken"),
+    "RecordLifecycleActionHeartbeat": ("lifecycleHookId", "lifecycleActionToken"),
+}
+VERSIONS = {a: "2014-05-26" for a in ECS_ACTIONS}
+VERSIONS.update({a: "2014-08-28" for a in ESS_ACTIONS})
+RUNCOMMAND_LIMIT = 24 * 1024
+SENDFILE_LIMIT = 32 * 1024
+
+
+def _enc(text: str) -> str:
+    return quote(text, safe="-_.~")
+
+
+def rpc_signature(method: str, params: Dict[str, str], secret: str) -> str:
+    """The RPC signature as Alibaba Cloud documents it, written independently of the SDK."""
+    canonical = "&".join("%s=%s" % (_enc(k), _enc(v)) for k, v in sorted(params.items()))
+    to_sign = "%s&%s&%s" % (method, _enc("/"), _enc(canonical))
+    digest = hmac.new((secret + "&").encode(), to_sign.encode(), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
+
+
+class Run:
+    """What a node does with one command: exit code, output, error code, and how long it takes."""
+
+    def __init__(self, exit_code=0, output="", error_code="", duration_s=0.0):
+        self.exit_code, self.output, self.error_code, self.duration_s = exit_code, output, error_code, duration_s
+
+
+class SimNode:
+    """A node model. ``result`` is the node's JSON (printed as the last output line); ``bundle`` False
+    makes the first run answer ``bundle-missing`` until a SendFile delivers the parts."""
+
+    def __init__(self, agent_ready=True, ready_after=0, duration_s=0.0, result=None, exit_code=0,
+                 bundle=True, timeout=False, released=False):
+        self.agent_ready, self.ready_after = agent_ready, ready_after
+        self.duration_s, self.exit_code, self.bundle = duration_s, exit_code, bundle
+        self.result = result if result is not None else {"outcome": "success", "changes": 1, "gpus": [],
+                                                          "sequence": "1g.5gb"}
+        self.timeout, self.released = timeout, released
+        self.files: Dict[str, bytes] = {}
+        self.status_queries = 0
+
+    def is_ready(self) -> bool:
+        self.status_queries += 1
+        return self.agent_ready and self.status_queries > self.ready_after
+
+    def run(self, script: str, timeout_s: int) -> Run:
+        if self.released:
+            return Run(None, "", "InstanceReleased", min(self.duration_s, 0.05))
+        if self.timeout:
+            return Run(None, "", "ExecutionTimeout", 0.0)
+        if not self.bundle and not self.files:
+            doc = {"outcome": "failed", "bundle": "missing", "error": {"code": "bundle-missing", "message": "x"}}
+            return Run(10, json.dumps(doc) + "\n", "ExitCodeNonzero", 0.0)
+        return Run(self.exit_code, "# node log\n" + json.dumps(self.result) + "\n",
+                   "" if self.exit_code == 0 else "ExitCodeNonzero", self.duration_s)
+
+    def receive(self, target_dir: str, name: str, data: bytes) -> None:
+        self.files[os.path.join(target_dir, name)] = data
+
+
+class ShellNode(SimNode):
+    """Runs the command for real: ``sh -c`` in a subprocess, with the node's directory ``node_root``
+    mapped under ``fs`` (its own filesystem), so each emulated node has its own bundle cache."""
+
+    def __init__(self, fs: str, node_root: str, **kw):
+        super().__init__(**kw)
+        self.fs, self.node_root = fs, node_root
+        self.scripts: List[str] = []
+
+    def _map(self, path: str) -> str:
+        return path.replace(self.node_root, os.path.join(self.fs, self.node_root.lstrip("/")), 1)
+
+    def run(self, script: str, timeout_s: int) -> Run:
+        self.scripts.append(script)
+        mapped = script.replace("'%s" % self.node_root, "'%s" % self._map(self.node_root))
+        try:
+            proc = subprocess.run(["/bin/sh", "-c", mapped], capture_output=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return Run(None, "", "ExecutionTimeout", 0.0)
+        # Cloud Assistant returns stdout and stderr together; keep stdout last so the JSON line stays last.
+        out = proc.stderr.decode("utf-8", "replace")[-500:] + proc.stdout.decode("utf-8", "replace")
+        return Run(proc.returncode, out, "" if proc.returncode == 0 else "ExitCodeNonzero", 0.0)
+
+    def receive(self, target_dir: str, name: str, data: bytes) -> None:
+        path = self._map(target_dir)
+        os.makedirs(path, exist_ok=True)
+        with open(os.path.join(path, name), "wb") as fh:
+            fh.write(data)
+
+
+class Emulator:
+    def __init__(self, access_key_id="LTAItestkey", secret="test-secret-value", token="sts-token-value",
+                 region="cn-test-1", latency_s=0.0):
+        self.access_key_id, self.secret, self.token, self.region = access_key_id, secret, token, region
+        self.latency_s = latency_s
+        self.nodes: Dict[str, SimNode] = {}
+        self.calls: Counter = Counter()
+        self.requests: List[Tuple[str, Dict[str, str]]] = []
+        self.faults: Dict[str, deque] = {}
+        self.invocations: Dict[str, Dict[str, dict]] = {}
+        self.sends: Dict[str, Dict[str, dict]] = {}
+        self.lifecycle: List[Tuple[str, Dict[str, str]]] = []
+        self.client_tokens: Dict[str, str] = {}
+        self.nonces = set()
+        self.rejected: List[str] = []
+        self._lock = threading.Lock()
+        self._server: Optional[ThreadingHTTPServer] = None
+
+    # ---- configuration ----
+
+    def add_nodes(self, count: int, factory: Callable[[str], SimNode] = lambda iid: SimNode(),
+                  prefix="i-emu") -> List[str]:
+        ids = ["%s%04d" % (prefix, len(self.nodes) + n) for n in range(count)]
+        for iid in ids:
+            self.nodes[iid] = factory(iid)
+        return ids
+
+    def fail_next(self, action: str, code: str, status: int, times: int = 1) -> None:
+        """The next ``times`` calls of ``action`` answer this error (e.g. Throttling.User 400, 503)."""
+        self.faults.setdefault(action, deque()).extend([(code, status)] * times)
+
+    @property
+    def endpoint(self) -> str:
+        return "http://127.0.0.1:%d" % self._server.server_address[1]
+
+    # ---- server ----
+
+    def start(self) -> "Emulator":
+        emu = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length).decode("utf-8")
+                self._handle("POST", body)
+
+            def do_GET(self):
+                self._handle("GET", "")
+
+            def _handle(self, method, body):
+                query = urlsplit(self.path).query
+                params = dict(parse_qsl(query, keep_blank_values=True))
+                params.update(dict(parse_qsl(body, keep_blank_values=True)))
+                status, answer = emu.handle(method, params)
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # ---- requests ----
+
+    def _error(self, status, code, message):
+        return status, {"Code": code, "Message": message, "RequestId": uuid.uuid4().hex}
+
+    def handle(self, method: str, params: Dict[str, str]):
+        action = params.get("Action", "")
+        with self._lock:
+            self.calls[action] += 1
+            self.requests.append((action, dict(params)))
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        bad = self._verify(method, params, action)
+        if bad:
+            self.rejected.append(bad[1]["Code"])
+            return bad
+        with self._lock:
+            queue = self.faults.get(action)
+            fault = queue.popleft() if queue else None
+        if fault:
+            return self._error(fault[1], fault[0], "injected fault")
+        answer = getattr(self, "_" + action)(params)
+        if isinstance(answer, tuple):
+            return answer
+        answer["RequestId"] = uuid.uuid4().hex
+        return 200, answer
+
+    def _verify(self, method, params, action):
+        if action not in VERSIONS:
+            return self._error(400, "InvalidAction.NotFound", "unknown action %s" % action)
+        if params.get("Version") != VERSIONS[action]:
+            return self._error(400, "InvalidVersion", "%s needs Version %s" % (action, VERSIONS[action]))
+        for key, want in (("SignatureMethod", "HMAC-SHA1"), ("SignatureVersion", "1.0"), ("Format", "JSON")):
+            if params.get(key) != want:
+                return self._error(400, "InvalidParameter", "%s must be %s" % (key, want))
+        if params.get("AccessKeyId") != self.access_key_id:
+            return self._error(404, "InvalidAccessKeyId.NotFound", "unknown AccessKeyId")
+        if self.token and params.get("SecurityToken") != self.token:
+            return self._error(400, "InvalidSecurityToken.Mismatch", "bad SecurityToken")
+        nonce = params.get("SignatureNonce")
+        with self._lock:
+            if not nonce or nonce in self.nonces:
+                return self._error(400, "SignatureNonceUsed", "nonce missing or reused")
+            self.nonces.add(nonce)
+        signed = {k: v for k, v in params.items() if k != "Signature"}
+        if not hmac.compare_digest(rpc_signature(method, signed, self.secret), params.get("Signature", "")):
+            return self._error(400, "SignatureDoesNotMatch", "signature mismatch")
+        required = ECS_ACTIONS.get(action) or ESS_ACTIONS.get(action)
+        missing = [k for k in required if not params.get(k)]
+        if missing:
+            return self._error(400, "MissingParameter", "%s requires %s" % (action, ", ".join(missing)))
+        return None
+
+    def _instance_ids(self, params):
+        ids, n = [], 1
+        while "InstanceId.%d" % n in params:
+            ids.append(params["InstanceId.%d" % n])
+            n += 1
+        return ids
+
+    def _DescribeCloudAssistantStatus(self, params):
+        ids = self._instance_ids(params)
+        if len(ids) > 100:
+            return self._error(403, "InstanceIds.ExceedLimit", "at most 100")
+        rows = [{"InstanceId": iid, "CloudAssistantStatus": "true" if iid in self.nodes and
+                 self.nodes[iid].is_ready() else "false", "CloudAssistantVersion": "2.5.3.0"} for iid in ids]
+        return {"InstanceCloudAssistantStatusSet": {"InstanceCloudAssistantStatus": rows},
+                "TotalCount": len(rows), "PageNumber": 1, "PageSize": len(rows)}
+
+    def _RunCommand(self, params):
+        ids = self._instance_ids(params)
+        if not 1 <= len(ids) <= 100:
+            return self._error(403, "InstanceIds.ExceedLimit", "1 to 100 instances")
+        if params.get("ContentEncoding") != "Base64" or params.get("Type") != "RunShellScript":
+            return self._error(400, "InvalidParameter", "expected Base64 RunShellScript")
+        if params.get("KeepCommand", "false") != "false" or len(params["CommandContent"]) > RUNCOMMAND_LIMIT:
+            return self._error(400, "InvalidCommandContent.LengthLimitExceed", "content over 24 KB")
+        token = params.get("ClientToken")
+        with self._lock:
+            if token and token in self.client_tokens:  # idempotent retry: the same invocation
+                return {"InvokeId": self.client_tokens[token], "CommandId": "c-emu"}
+        script = base64.b64decode(params["CommandContent"]).decode("utf-8")
+        timeout_s = int(params.get("Timeout") or 60)
+        invoke_id = "t-" + uuid.uuid4().hex[:16]
+        results = {}
+        for iid in ids:
+            results[iid] = {"InstanceId": iid, "InvokeId": invoke_id, "InvocationStatus": "Pending",
+                            "InvokeRecordStatus": "Running", "Output": "", "ExitCode": None, "ErrorCode": "",
+                            "ErrorInfo": "", "Dropped": 0}
+        with self._lock:
+            self.invocations[invoke_id] = results
+            if token:
+                self.client_tokens[token] = invoke_id
+        for iid in ids:
+            node = self.nodes.get(iid)
+            text = script.replace("{{ACS::InstanceId}}", iid) if params.get("EnableParameter") == "true" else script
+            threading.Thread(target=self._execute, args=(results[iid], node, text, timeout_s), daemon=True).start()
+        return {"InvokeId": invoke_id, "CommandId": "c-emu"}
+
+    def _execute(self, row, node, script, timeout_s):
+        if node is None:
+            row.update(InvocationStatus="Failed", ErrorCode="InstanceNotExists",
+                       ErrorInfo="the specified instance does not exists")
+            return
+        if not (node.agent_ready and node.status_queries > node.ready_after):
+            row.update(InvocationStatus="Failed", ErrorCode="ClientNotRunning",
+                       ErrorInfo="the aliyun service is not running on the instance")
+            return
+        row.update(InvocationStatus="Running")
+        run = node.run(script, timeout_s)
+        if run.duration_s:
+            time.sleep(run.duration_s)
+        output = run.output.encode("utf-8")[-24 * 1024:]
+        status = {"": "Success", "ExitCodeNonzero": "Failed", "ExecutionTimeout": "Timeout",
+                  "InstanceReleased": "Error"}.get(run.error_code, "Error")
+        info = {"ExitCodeNonzero": "the command execution exit code is not zero",
+                "ExecutionTimeout": "the command execution has been timeout",
+                "InstanceReleased": "the instance has released when create task"}.get(run.error_code, "")
+        row.update(Output=base64.b64encode(output).decode(), ExitCode=run.exit_code, ErrorCode=run.error_code,
+                   ErrorInfo=info, InvokeRecordStatus="Finished", InvocationStatus=status)
+
+    def _DescribeInvocationResults(self, params):
+        rows = list((self.invocations.get(params.get("InvokeId")) or {}).values())
+        size = int(params.get("PageSize") or 10)
+        if size > 50:
+            return self._error(403, "InvalidParam.PageSize", "PageSize at most 50")
+        page = int(params.get("PageNumber") or 1)
+        chunk = [dict(r) for r in rows[(page - 1) * size: page * size]]
+        return {"Invocation": {"InvocationResults": {"InvocationResult": chunk}, "TotalCount": len(rows),
+                               "PageNumber": page, "PageSize": size}}
+
+    def _SendFile(self, params):
+        ids = self._instance_ids(params)
+        if not 1 <= len(ids) <= 50:
+            return self._error(403, "InstanceIds.ExceedLimit", "1 to 50 instances")
+        if len(params["Content"]) > SENDFILE_LIMIT or params.get("ContentType") != "Base64":
+            return self._error(400, "InvalidParameter", "Base64 content up to 32 KB")
+        data = base64.b64decode(params["Content"])
+        invoke_id = "f-" + uuid.uuid4().hex[:16]
+        rows = {}
+        for iid in ids:
+            node = self.nodes.get(iid)
+            if node is None or node.released:
+                rows[iid] = {"InstanceId": iid, "InvocationStatus": "Failed", "ErrorCode": "InstanceReleased",
+                             "ErrorInfo": "released"}
+                continue
+            node.receive(params["TargetDir"], params["Name"], data)
+            rows[iid] = {"InstanceId": iid, "InvocationStatus": "Success", "ErrorCode": "", "ErrorInfo": ""}
+        self.sends[invoke_id] = rows
+        return {"InvokeId": invoke_id}
+
+    def _DescribeSendFileResults(self, params):
+        rows = list((self.sends.get(params.get("InvokeId")) or {}).values())
+        return {"Invocations": {"Invocation": [{"InvokeId": params.get("InvokeId"),
+                                                "InvokeInstances": {"InvokeInstance": rows}}]},
+                "TotalCount": 1}
+
+    def _CompleteLifecycleAction(self, params):
+        if params.get("LifecycleActionResult", "CONTINUE") not in ("CONTINUE", "ABANDON", "ROLLBACK"):
+            return self._error(400, "InvalidParameter", "LifecycleActionResult")
+        self.lifecycle.append(("complete", dict(params)))
+        return {}
+
+    def _RecordLifecycleActionHeartbeat(self, params):
+        self.lifecycle.append(("heartbeat", dict(params)))
+        return {}
