@@ -229,6 +229,9 @@ STARTUP_TAINT = _var("ACK_MIG_STARTUP_TAINT", "ack-mig-hook/partition-pending=tr
                      "taint the pool puts on new nodes; removed once the node is partitioned", "delivery")
 NODE_ARGS = _var("ACK_MIG_NODE_ARGS", "", "extra node_bootstrap arguments (e.g. the demo's simulated "
                  "backend)", "delivery")
+LIFECYCLE_HEARTBEAT_S = _var("ACK_MIG_LIFECYCLE_HEARTBEAT_S", "240", "seconds between lifecycle hook "
+                             "heartbeats while nodes are partitioned (each extends the hook by 600 s)",
+                             "delivery")
 
 TRANSPORTS = ("cloud-assistant", "ssh", "local")
 HOST_KEY_POLICIES = ("verify", "accept-new")
@@ -251,6 +254,7 @@ class DeliverySettings:
     lifecycle_failure_result: str = "ABANDON"
     startup_taint: str = "ack-mig-hook/partition-pending=true:NoSchedule"
     node_args: str = ""
+    lifecycle_heartbeat_s: int = 240
 
     def secrets(self) -> Tuple[str, ...]:
         return (self.ssh_private_key,) if self.ssh_private_key else ()
@@ -273,4 +277,5 @@ def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
                                               upper=True),
         startup_taint=_get(env, STARTUP_TAINT) or "ack-mig-hook/partition-pending=true:NoSchedule",
         node_args=_get(env, NODE_ARGS),
+        lifecycle_heartbeat_s=parse_int(env, LIFECYCLE_HEARTBEAT_S, 240, 1, 3600),
     )

@@ -1,0 +1,142 @@
+"""The delivery executor: decisions in, one outcome per node out (``functions.executor`` loads it).
+
+For one request: ``skip`` decisions become ``skipped`` and ``error`` decisions ``failed`` without
+touching their node; ``partition`` decisions go to the configured transport in one call (so Cloud
+Assistant can batch them), with lifecycle heartbeats running meanwhile. Then the startup taint is lifted
+from every node that ended ``partitioned`` or ``unchanged``, and the lifecycle hook, if any, is answered.
+
+Everything the executor talks to is built lazily from settings, so a request without a lifecycle hook
+never creates an ESS client and a pool without a startup taint never asks for a kubeconfig.
+"""
+
+import logging
+import shlex
+import sys
+from typing import Callable, Dict, List, Optional, Sequence
+
+from ..model import ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP
+from ..settings import Settings
+from . import bundle as bundle_mod
+from .command import DEFAULT_ROOT, node_args
+from .result import FAILED, PARTITIONED, SKIPPED, UNCHANGED, Outcome, NodeTarget, outcome
+from .transport import ScriptMaker, Transport
+
+log = logging.getLogger(__name__)
+
+
+class DeliveryExecutor:
+    def __init__(self, transport: Transport, extra_args: Sequence[str] = (),
+                 lifecycle: Optional[Callable[[], object]] = None,
+                 taints: Optional[Callable[[str], object]] = None):
+        self.transport = transport
+        self.extra_args = tuple(extra_args)
+        self._lifecycle_factory = lifecycle  # () -> Lifecycle, built on the first hook
+        self._taints_factory = taints  # (cluster_id) -> TaintRemover or None
+        self._lifecycle = None
+
+    # ---- construction from settings ----
+
+    @classmethod
+    def from_settings(cls, settings: Settings, transport: Optional[Transport] = None) -> "DeliveryExecutor":
+        d = settings.delivery
+        if transport is None:
+            transport = make_transport(settings)
+
+        def lifecycle():
+            from .lifecycle import Lifecycle
+            from .rpc import ESS_VERSION, Backoff, RpcClient
+
+            ess = RpcClient("ess", ESS_VERSION, settings.region, settings.credentials, d.ess_endpoint,
+                            settings.api_timeout_s, Backoff(settings.api_max_attempts + 2))
+            return Lifecycle(ess, d.lifecycle_failure_result, heartbeat_s=d.lifecycle_heartbeat_s)
+
+        def taints(cluster_id):
+            from .taint import TaintRemover, cs_kubeconfig, parse_taint
+
+            if not d.startup_taint or not cluster_id:
+                return None
+            return TaintRemover(parse_taint(d.startup_taint), cs_kubeconfig(settings, cluster_id))
+
+        return cls(transport, shlex.split(d.node_args), lifecycle, taints)
+
+    # ---- the Executor protocol ----
+
+    def execute(self, request, decisions) -> List[dict]:
+        outcomes: Dict[str, Outcome] = {}
+        targets: List[NodeTarget] = []
+        names = {}
+        for d in decisions:
+            names[d.instance_id] = d.node_name or ""
+            if d.action == ACTION_SKIP:
+                outcomes[d.instance_id] = Outcome(d.instance_id, d.node_name or "", SKIPPED, d.reason)
+            elif d.action == ACTION_ERROR or d.partition is None:
+                outcomes[d.instance_id] = Outcome(d.instance_id, d.node_name or "", FAILED, d.reason)
+            elif d.action == ACTION_PARTITION:
+                args = node_args({"kind": d.partition.kind, "value": d.partition.value}, self.extra_args)
+                targets.append(NodeTarget(d.instance_id, d.node_name or "", d.ip_address or "", tuple(args)))
+        hook = getattr(request, "lifecycle", None)
+        lifecycle = self._get_lifecycle() if hook is not None else None
+        if targets:
+            with (lifecycle.kept_alive(hook) if lifecycle else _nothing()):
+                for res in self.transport.run(targets):
+                    outcomes[res.instance_id] = outcome(res, names.get(res.instance_id, ""))
+        self._lift_taints(request, outcomes)
+        if lifecycle is not None:
+            sent = lifecycle.complete(hook, list(outcomes.values()))
+            log.info("lifecycle hook %s answered %s", hook.lifecycle_hook_id, sent or "(already answered)")
+        order = [d.instance_id for d in decisions]
+        return [outcomes[iid].to_dict() for iid in order if iid in outcomes]
+
+    def _get_lifecycle(self):
+        if self._lifecycle is None and self._lifecycle_factory is not None:
+            self._lifecycle = self._lifecycle_factory()
+        return self._lifecycle
+
+    def _lift_taints(self, request, outcomes: Dict[str, Outcome]) -> None:
+        done = [o for o in outcomes.values() if o.outcome in (PARTITIONED, UNCHANGED)]
+        if not done or self._taints_factory is None:
+            return
+        remover = None
+        for o in done:
+            if not o.node_name:
+                o.taint = "not removed: the node has not joined the cluster yet"
+                continue
+            try:
+                if remover is None:
+                    remover = self._taints_factory(getattr(request, "cluster_id", None))
+                    if remover is None:
+                        return
+                o.taint = remover.remove(o.node_name)
+            except Exception as exc:  # noqa: BLE001 - one node's taint never hides the others' results
+                o.taint = "not removed: %s" % str(exc)[:200]
+                log.warning("startup taint of %s not removed: %s", o.node_name, exc)
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def make_transport(settings: Settings, sim_state_dir: Optional[str] = None, root: Optional[str] = None,
+                   python: Optional[str] = None) -> Transport:
+    d = settings.delivery
+    maker = ScriptMaker(bundle_mod.build(), d.node_timeout_s, root or DEFAULT_ROOT, python or "python3")
+    if d.transport == "local":
+        from .local import LocalTransport
+
+        maker.python = python or sys.executable
+        return LocalTransport(maker, sim_state_dir=sim_state_dir)
+    if d.transport == "ssh":
+        from .ssh import SshTransport, load_key
+
+        return SshTransport(maker, load_key(d.ssh_private_key, d.ssh_key_file), d.ssh_known_hosts, d.ssh_user,
+                            d.ssh_port, d.ssh_host_key_policy, d.ssh_concurrency, settings.api_timeout_s)
+    from .cloud_assistant import CloudAssistantTransport
+    from .rpc import ECS_VERSION, Backoff, RpcClient
+
+    ecs = RpcClient("ecs", ECS_VERSION, settings.region, settings.credentials, d.ecs_endpoint,
+                    settings.api_timeout_s, Backoff(settings.api_max_attempts + 2))
+    return CloudAssistantTransport(ecs, maker)

@@ -1,0 +1,102 @@
+"""Lifts the startup taint from a node once it is partitioned, so no pod lands on an unpartitioned node.
+
+The kubelet cannot do this itself (NodeRestriction forbids a node to change its own taints), so this
+uses a cluster credential: a short-lived kubeconfig from ACK's ``DescribeClusterUserKubeconfig`` with the
+private endpoint, and the project's stdlib Kubernetes client (``node_bootstrap.kube``) with TLS verified
+against the cluster CA. The kubeconfig is written to a private temp file only for the time it is read.
+
+Removal is a JSON patch guarded by a ``test`` of the taint's key at its index, so a concurrent change of
+the node's taints is never overwritten: on a conflict the node is read again (at most 3 times).
+A node without the taint is fine (a duplicate event, or a pool without startup taints).
+"""
+
+import os
+import re
+import tempfile
+from typing import Callable, NamedTuple, Optional
+
+from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig
+
+_TAINT = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_./]{0,252})(?:=([-A-Za-z0-9_.]{0,63}))?:"
+                    r"(NoSchedule|PreferNoSchedule|NoExecute)\Z")
+
+
+class Taint(NamedTuple):
+    key: str
+    value: Optional[str]
+    effect: str
+
+
+class TaintError(ValueError):
+    exit_code = 2
+
+
+def parse_taint(text: str) -> Taint:
+    m = _TAINT.match(text.strip())
+    if not m:
+        raise TaintError("ACK_MIG_STARTUP_TAINT=%r is not key[=value]:Effect (NoSchedule, PreferNoSchedule "
+                         "or NoExecute)" % text[:80])
+    return Taint(m.group(1), m.group(2), m.group(3))
+
+
+class TaintRemover:
+    def __init__(self, taint: Taint, kubeconfig_text: Callable[[], str]):
+        self.taint = taint
+        self._kubeconfig_text = kubeconfig_text
+        self._client: Optional[KubeClient] = None
+
+    def client(self) -> KubeClient:
+        if self._client is None:
+            fd, path = tempfile.mkstemp(prefix="ack-mig-kubeconfig-")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    fh.write(self._kubeconfig_text())
+                self._client = KubeClient(load_kubeconfig(path))
+            finally:
+                os.unlink(path)
+        return self._client
+
+    def remove(self, node_name: str) -> str:
+        """``removed`` or ``absent``; raises KubeError when it cannot."""
+        client = self.client()
+        for _ in range(3):
+            node = client.get_node(node_name)
+            taints = (node.get("spec") or {}).get("taints") or []
+            index = next((i for i, t in enumerate(taints) if t.get("key") == self.taint.key
+                          and t.get("effect") == self.taint.effect), None)
+            if index is None:
+                return "absent"
+            try:
+                client.json_patch_node(node_name, [
+                    {"op": "test", "path": "/spec/taints/%d/key" % index, "value": self.taint.key},
+                    {"op": "remove", "path": "/spec/taints/%d" % index}])
+                return "removed"
+            except KubeError as exc:
+                if exc.status not in (409, 422):
+                    raise
+        raise KubeError("the taints of %s kept changing; try again" % node_name, 409)
+
+
+def cs_kubeconfig(settings, cluster_id: str) -> Callable[[], str]:
+    """A provider of the cluster's kubeconfig (private endpoint, 15 minutes) through the CS API."""
+
+    def fetch() -> str:
+        from alibabacloud_cs20151215 import models
+        from alibabacloud_cs20151215.client import Client
+        from alibabacloud_tea_openapi import models as open_api_models
+
+        creds = settings.credentials
+        if creds is None:
+            raise KubeError("no credentials for DescribeClusterUserKubeconfig")
+        config = open_api_models.Config(access_key_id=creds.access_key_id,
+                                        access_key_secret=creds.access_key_secret,
+                                        security_token=creds.security_token or None, region_id=settings.region)
+        endpoint = settings.cs_endpoint
+        config.endpoint = endpoint.host if endpoint else "cs.%s.aliyuncs.com" % settings.region
+        config.protocol = endpoint.protocol if endpoint else "https"
+        request = models.DescribeClusterUserKubeconfigRequest(private_ip_address=True,
+                                                              temporary_duration_minutes=15)
+        body = Client(config).describe_cluster_user_kubeconfig(cluster_id, request).body
+        return body.config
+
+    return fetch
