@@ -1,0 +1,296 @@
+"""A loopback emulator of the ACK (CS) ROA API, for the real ``alibabacloud-cs20151215`` SDK to talk to
+over HTTP on 127.0.0.1 (point it here with ``ACK_MIG_CS_ENDPOINT=<emulator.endpoint>``).
+
+Endpoints, with the paths and query names the SDK sends (alibabacloud_cs20151215/client.py):
+
+* ``GET /clusters/{cluster_id}/nodepools`` (DescribeClusterNodePools; ``NodepoolName`` filter)
+  -> ``{"nodepools": [...]}``
+* ``GET /clusters/{cluster_id}/nodes`` (DescribeClusterNodes; ``nodepool_id``, ``instanceIds`` comma-joined,
+  ``pageNumber``, ``pageSize`` <= 100, ``state``) -> ``{"nodes": [...], "page": {"page_number",
+  "page_size", "total_count"}}`` (the SDK's model names the paging object ``page``)
+* ``GET /k8s/{cluster_id}/user_config`` (DescribeClusterUserKubeconfig; ``PrivateIpAddress``,
+  ``TemporaryDurationMinutes``) -> ``{"config": <kubeconfig yaml>}``; set ``emulator.kubeconfig``.
+
+Every request is checked as the service would: ``x-acs-action`` names the route's action,
+``x-acs-version`` is 2015-12-15, the ``x-acs-signature-nonce`` never repeats, ``x-acs-content-sha256``
+is the body's hash, the STS token is the one issued, and the ACS3-HMAC-SHA256 ``Authorization`` is
+recomputed here from the request (canonical request: method, path, sorted encoded query, the signed
+headers, payload hash) with the test's secret, written independently of the SDK. A mismatch is a 400
+``SignatureDoesNotMatch``; anything wrong is recorded in ``rejected``.
+
+Faults: ``fail_next(action, status, code, times, retry_after)`` queues error answers (429 Throttling,
+503 ServiceUnavailable, 500 InternalError ...), ``latency_s`` delays every answer, ``slow_next(action,
+seconds)`` one. ``requests`` records every request (action, method, path, query, status).
+
+Runs as its own ``ThreadingHTTPServer`` on an ephemeral port, so the ECS/ESS RPC emulator
+(tests/support/rpc_emulator.py) runs beside it in the same test: two servers, two endpoints, one set of
+test credentials (use the same access key, secret and token in both).
+"""
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Deque, Dict, List, NamedTuple, Optional, Tuple
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+VERSION = "2015-12-15"
+ALGORITHM = "ACS3-HMAC-SHA256"
+DEFAULT_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    server: https://127.0.0.1:6443
+    insecure-skip-tls-verify: true
+  name: kubernetes
+contexts:
+- context:
+    cluster: kubernetes
+    user: emulator-user
+  name: emulator
+current-context: emulator
+users:
+- name: emulator-user
+  user:
+    token: emulator-token
+"""
+
+
+class Recorded(NamedTuple):
+    action: str
+    method: str
+    path: str
+    query: Dict[str, str]
+    status: int
+
+
+class Fault(NamedTuple):
+    status: int
+    code: str
+    retry_after: Optional[int]
+
+
+def acs3_signature(method: str, path: str, query: Dict[str, str], headers: Dict[str, str], signed: List[str],
+                   payload_hash: str, secret: str) -> str:
+    """ACS3-HMAC-SHA256 as Alibaba Cloud documents the V3 signature."""
+    canonical_query = "&".join("%s=%s" % (k, quote(query[k], safe="~")) for k in sorted(query))
+    canonical_headers = "".join("%s:%s\n" % (name, headers.get(name, "").strip()) for name in signed)
+    canonical = "\n".join([method, path, canonical_query, canonical_headers, ";".join(signed), payload_hash])
+    to_sign = "%s\n%s" % (ALGORITHM, hashlib.sha256(canonical.encode("utf-8")).hexdigest())
+    return hmac.new(secret.encode("utf-8"), to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+class CsEmulator:
+    ROUTES = (("clusters", "nodepools", "DescribeClusterNodePools"),
+              ("clusters", "nodes", "DescribeClusterNodes"),
+              ("k8s", "user_config", "DescribeClusterUserKubeconfig"))
+
+    def __init__(self, access_key_id: str = "LTAItestkey", secret: str = "test-secret-value",
+                 token: Optional[str] = "sts-token-value", cluster_id: str = "c-emulated") -> None:
+        self.access_key_id, self.secret, self.token = access_key_id, secret, token
+        self.cluster_id = cluster_id
+        self.nodepools: List[Dict[str, Any]] = []
+        self.nodes: List[Dict[str, Any]] = []
+        self.kubeconfig = DEFAULT_KUBECONFIG
+        self.latency_s = 0.0
+        self.requests: List[Recorded] = []
+        self.rejected: List[str] = []
+        self.kubeconfig_requests: List[Dict[str, str]] = []
+        self._faults: Dict[str, Deque[Fault]] = {}
+        self._slow: Dict[str, Deque[float]] = {}
+        self._nonces: set = set()
+        self._lock = threading.Lock()
+        self._server: Optional[ThreadingHTTPServer] = None
+
+    # ---- set-up ----
+
+    def load_inventory(self, inventory: Dict[str, Any]) -> "CsEmulator":
+        """Serve a snapshot in the ``--inventory`` format (same API shapes)."""
+        self.cluster_id = inventory["cluster_id"]
+        self.nodepools = list(inventory.get("nodepools", []))
+        self.nodes = list(inventory.get("nodes", []))
+        return self
+
+    def fail_next(self, action: str, status: int, code: str, times: int = 1,
+                  retry_after: Optional[int] = None) -> None:
+        with self._lock:
+            queue = self._faults.setdefault(action, deque())
+            queue.extend([Fault(status, code, retry_after)] * times)
+
+    def slow_next(self, action: str, seconds: float, times: int = 1) -> None:
+        with self._lock:
+            self._slow.setdefault(action, deque()).extend([seconds] * times)
+
+    def calls(self, action: str) -> int:
+        return sum(1 for r in self.requests if r.action == action)
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None, "start() the emulator first"
+        return "http://127.0.0.1:%d" % self._server.server_address[1]
+
+    def start(self) -> "CsEmulator":
+        emulator = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                self._serve("GET")
+
+            def do_POST(self) -> None:
+                self._serve("POST")
+
+            def _serve(self, method: str) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                status, payload, extra = emulator.handle(method, self.path, headers, body)
+                data = json.dumps(payload).encode("utf-8")
+                self.send_response(status)
+                self.send_header("content-type", "application/json;charset=utf-8")
+                self.send_header("content-length", str(len(data)))
+                for k, v in extra.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> "CsEmulator":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ---- requests ----
+
+    def _error(self, status: int, code: str, message: str) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+        return status, {"code": code, "message": message, "requestId": str(uuid.uuid4()).upper()}, {}
+
+    def _route(self, path: str) -> Tuple[Optional[str], Optional[str]]:
+        parts = [unquote(p) for p in path.strip("/").split("/")]
+        for prefix, leaf, action in self.ROUTES:
+            if len(parts) == 3 and parts[0] == prefix and parts[2] == leaf:
+                return action, parts[1]
+        return None, None
+
+    def handle(self, method: str, raw_path: str, headers: Dict[str, str], body: bytes
+               ) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+        split = urlsplit(raw_path)
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        action, cluster = self._route(split.path)
+        status, payload, extra = self._dispatch(method, split.path, query, headers, body, action, cluster)
+        with self._lock:
+            self.requests.append(Recorded(action or "?", method, split.path, query, status))
+        return status, payload, extra
+
+    def _dispatch(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes,
+                  action: Optional[str], cluster: Optional[str]) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+        if action is None or method != "GET":
+            return self._error(404, "InvalidAction.NotFound", "no such API: %s %s" % (method, path))
+        problem = self._verify(method, path, query, headers, body, action)
+        if problem is not None:
+            with self._lock:
+                self.rejected.append("%s: %s" % (action, problem))
+            return self._error(400, problem.split(":")[0], problem)
+        with self._lock:
+            delay = self.latency_s + (self._slow[action].popleft() if self._slow.get(action) else 0.0)
+            fault = self._faults[action].popleft() if self._faults.get(action) else None
+        if delay:
+            time.sleep(delay)
+        if fault is not None:
+            status, payload, extra = self._error(fault.status, fault.code, "injected %s" % fault.code)
+            if fault.retry_after:
+                extra = {"x-acs-retry-after": str(fault.retry_after)}
+            return status, payload, extra
+        if cluster != self.cluster_id:
+            return self._error(404, "ErrorClusterNotFound", "cluster %s not found" % cluster)
+        return getattr(self, "_" + action)(query)
+
+    def _verify(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes,
+                action: str) -> Optional[str]:
+        if headers.get("x-acs-action") != action:
+            return "InvalidAction: x-acs-action %r for %s" % (headers.get("x-acs-action"), action)
+        if headers.get("x-acs-version") != VERSION:
+            return "InvalidVersion: x-acs-version %r" % headers.get("x-acs-version")
+        nonce = headers.get("x-acs-signature-nonce")
+        if not nonce:
+            return "MissingSignatureNonce: no x-acs-signature-nonce"
+        with self._lock:
+            if nonce in self._nonces:
+                return "SignatureNonceUsed: nonce %s repeated" % nonce
+            self._nonces.add(nonce)
+        if not headers.get("x-acs-date"):
+            return "MissingDate: no x-acs-date"
+        payload_hash = hashlib.sha256(body).hexdigest()
+        if headers.get("x-acs-content-sha256") != payload_hash:
+            return "InvalidContentSha256: x-acs-content-sha256 is not the body's hash"
+        if self.token is not None and headers.get("x-acs-security-token") != self.token:
+            return "InvalidSecurityToken: wrong or missing x-acs-security-token"
+        auth = headers.get("authorization", "")
+        if not auth.startswith(ALGORITHM + " "):
+            return "MissingAuthorization: Authorization is not %s" % ALGORITHM
+        fields = dict(part.strip().split("=", 1) for part in auth[len(ALGORITHM) + 1:].split(",") if "=" in part)
+        if fields.get("Credential") != self.access_key_id:
+            return "InvalidAccessKeyId.NotFound: unknown access key"
+        signed = fields.get("SignedHeaders", "").split(";")
+        for required in ("host", "x-acs-action", "x-acs-content-sha256", "x-acs-date",
+                         "x-acs-signature-nonce", "x-acs-version"):
+            if required not in signed:
+                return "IncompleteSignature: %s is not signed" % required
+        expected = acs3_signature(method, path, query, headers, signed, payload_hash, self.secret)
+        if not hmac.compare_digest(expected, fields.get("Signature", "")):
+            return "SignatureDoesNotMatch: the signature does not match"
+        return None
+
+    # ---- actions ----
+
+    def _DescribeClusterNodePools(self, query: Dict[str, str]) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+        name = query.get("NodepoolName")
+        pools = [p for p in self.nodepools if not name or p.get("nodepool_info", {}).get("name") == name]
+        return 200, {"nodepools": pools}, {}
+
+    def _DescribeClusterNodes(self, query: Dict[str, str]) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+        try:
+            page_number = int(query.get("pageNumber", "1"))
+            page_size = int(query.get("pageSize", "10"))
+        except ValueError:
+            return self._error(400, "InvalidParameter", "pageNumber and pageSize must be numbers")
+        if not 1 <= page_size <= 100 or page_number < 1:
+            return self._error(400, "InvalidParameter", "pageSize must be 1..100, pageNumber >= 1")
+        nodes = self.nodes
+        if query.get("nodepool_id"):
+            nodes = [n for n in nodes if n.get("nodepool_id") == query["nodepool_id"]]
+        if query.get("instanceIds"):
+            wanted = set(query["instanceIds"].split(","))
+            nodes = [n for n in nodes if n.get("instance_id") in wanted]
+        if query.get("state") and query["state"] != "all":
+            nodes = [n for n in nodes if n.get("state") == query["state"]]
+        start = (page_number - 1) * page_size
+        return 200, {"nodes": nodes[start:start + page_size],
+                     "page": {"page_number": page_number, "page_size": page_size, "total_count": len(nodes)}}, {}
+
+    def _DescribeClusterUserKubeconfig(self, query: Dict[str, str]) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+        with self._lock:
+            self.kubeconfig_requests.append(dict(query))
+        minutes = query.get("TemporaryDurationMinutes")
+        if minutes is not None and (not minutes.isdigit() or not 15 <= int(minutes) <= 4320):
+            return self._error(400, "InvalidParameter", "TemporaryDurationMinutes must be 15..4320")
+        return 200, {"config": self.kubeconfig, "expiration": "2099-01-01T00:00:00Z"}, {}
