@@ -9,7 +9,7 @@ runs, so what is accepted here is what the node will apply.
 
 from typing import Iterable, List, Optional
 
-from node_bootstrap.mig import (PARTITION_LABELS, MigInputError, PartitionSpec, find_gpu, known_gpus, parse, plan,
+from node_bootstrap.mig import (GPUS, PARTITION_LABELS, MigInputError, PartitionSpec, find_gpu, parse, plan,
                                 spec_from_labels)
 
 from .families import Capability, capability
@@ -45,7 +45,7 @@ def _capability_for(node: Optional[Node], pool: NodePool) -> Optional[Capability
 def _syntax_error(spec: PartitionSpec) -> Optional[str]:
     """For a GPU not known up front: the label must at least read on some catalogue GPU."""
     messages = []
-    for gpu in known_gpus():
+    for gpu in GPUS:
         try:
             parse(spec, gpu)
             return None

@@ -17,8 +17,8 @@ from typing import NamedTuple, Optional
 GUIDE_PASSTHROUGH = ("%s is a GPU passthrough instance type: ACK's MIG guide says only ECS bare metal "
                      "instances with A100 GPUs (ecs.ebmgn7.*) support MIG, passthrough ones (ecs.gn7.*) do not")
 
-# ecs.<family>.<size>, where the family may carry a -cNgM suffix (ecs.gn7-c12g1.3xlarge).
-_TYPE = re.compile(r"^ecs\.([a-z0-9]+)(?:-[a-z0-9]+)?\.[a-z0-9]+$")
+# ecs.<family>.<size>, where the family may carry a -cNgM suffix (ecs.gn7-c12g1.3xlarge, ecs.vgn7i-vws-m4.xlarge).
+_TYPE = re.compile(r"^ecs\.([a-z0-9]+)(?:-[a-z0-9]+)*\.[a-z0-9]+$")
 # NVIDIA GPU families: optional ebm/scc, optional v/s (vGPU), gn, generation digits, feature letters.
 _NVIDIA = re.compile(r"^(ebm|scc)?([vs])?gn(\d+)([a-z]*)$")
 

@@ -1,0 +1,74 @@
+"""Build the Function Compute code package: ``python -m functions.package --out dist/ack-mig-hook.zip``.
+
+FC 3.0 resolves a Python handler as ``<file>.<function>`` with the file at the root of the package
+(``index.handler`` -> ``index.py``, function ``handler``), which is the only form its documentation gives.
+So the zip carries an ``index.py`` at its root that re-exports ``functions.handler.handler``, next to the
+``functions`` and ``node_bootstrap`` packages; template.yml says ``Handler: index.handler``. With
+``--deps DIR`` (a ``pip install --target DIR`` of the project's dependencies for python3.10 on Linux x86_64)
+their contents are added at the root too, where FC's Python finds them.
+"""
+
+import argparse
+import os
+import sys
+import zipfile
+
+HANDLER = "index.handler"  # what template.yml must say
+INDEX_PY = '''"""Function Compute entry point (Handler: index.handler). Built by functions/package.py."""
+
+from functions.handler import handler  # noqa: F401
+'''
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGES = ("functions", "node_bootstrap")
+_SKIP_DIRS = ("__pycache__",)
+
+
+def _walk(base: str, top: str):
+    for folder, dirs, files in os.walk(os.path.join(base, top)):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".dist-info"))
+        for name in sorted(files):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            path = os.path.join(folder, name)
+            yield path, os.path.relpath(path, base)
+
+
+def build(out_path: str, deps_dir: str = "", root: str = ROOT) -> list:
+    """Write the zip; return the archive names written."""
+    names = []
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with zipfile.ZipFile(out_path, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(HANDLER.split(".")[0] + ".py", INDEX_PY)
+        names.append(HANDLER.split(".")[0] + ".py")
+        for package in PACKAGES:
+            for path, arcname in _walk(root, package):
+                archive.write(path, arcname)
+                names.append(arcname)
+        if deps_dir:
+            for top in sorted(os.listdir(deps_dir)):
+                full = os.path.join(deps_dir, top)
+                if os.path.isdir(full):
+                    for path, arcname in _walk(deps_dir, top):
+                        archive.write(path, arcname)
+                        names.append(arcname)
+                elif not top.endswith((".pyc", ".pth")):
+                    archive.write(full, top)
+                    names.append(top)
+    return names
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m functions.package", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.path.join(ROOT, "dist", "ack-mig-hook.zip"))
+    parser.add_argument("--deps", default="", metavar="DIR", help="a pip --target directory to include")
+    args = parser.parse_args(argv)
+    if args.deps and not os.path.isdir(args.deps):
+        print("error: --deps %s is not a directory" % args.deps, file=sys.stderr)
+        return 2
+    names = build(args.out, args.deps)
+    print("%s: %d files, handler %s" % (args.out, len(names), HANDLER))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

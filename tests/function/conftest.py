@@ -1,0 +1,50 @@
+import json
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EVENTS = os.path.join(ROOT, "tests", "events")
+INVENTORY = os.path.join(ROOT, "examples", "inventory.json")
+
+# Test credentials shared with the emulator (never real ones).
+AK, SECRET, TOKEN = "LTAItestkey", "test-secret-value-7f3a9c", "sts-token-value-b81e44"
+
+
+def event_bytes(name):
+    with open(os.path.join(EVENTS, name), "rb") as handle:
+        return handle.read()
+
+
+def event_json(name):
+    return json.loads(event_bytes(name))
+
+
+@pytest.fixture
+def inventory_dict():
+    with open(INVENTORY) as handle:
+        return json.load(handle)
+
+
+@pytest.fixture
+def no_proxy(monkeypatch):
+    # The SDK honours HTTP(S)_PROXY: loopback traffic must never leave through a proxy.
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def emulator(inventory_dict, no_proxy):
+    from tests.support.cs_emulator import CsEmulator
+
+    with CsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN).load_inventory(inventory_dict) as emu:
+        yield emu
+
+
+def cloud_env(emu, **extra):
+    env = {"ACK_MIG_CS_ENDPOINT": emu.endpoint, "ACK_MIG_REGION": "cn-beijing",
+           "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
+           "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_CLUSTER_ID": emu.cluster_id,
+           "ACK_MIG_API_TIMEOUT_S": "2"}
+    env.update(extra)
+    return env

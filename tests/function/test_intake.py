@@ -1,0 +1,210 @@
+"""Event intake: every source's sample becomes the right normalized request; irrelevant events end as
+a typed skip, malformed ones as a typed error naming the field."""
+
+import json
+
+import pytest
+
+from functions.errors import BadEvent, SkipEvent
+from functions.intake import HANDLED_TYPES, parse_event
+from functions.model import Trigger
+from tests.function.conftest import event_bytes, event_json
+
+ASG = "asg-2ze4x7c1mig8a100q9wz"
+POOL = "np8d3c1b6e2f4a4c1e9a7b2d5f0c8e3a61"
+CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
+
+
+def test_ess_scale_out_success_camel_case():
+    r = parse_event(event_bytes("ess_scale_out_success.json"))
+    assert r.trigger == Trigger.SCALE_OUT
+    assert r.event_type == "ess:ScalingActivity:ScaleOutSuccess"
+    assert r.scaling_group_id == ASG
+    assert r.instance_ids == ["i-2zeb7c1mig0a100x1k4d", "i-2zeb7c1mig0a100x2m8f"]
+    assert r.region == "cn-beijing" and r.event_id == event_json("ess_scale_out_success.json")["id"]
+    assert r.lifecycle is None and r.cluster_id is None
+
+
+def test_ess_partial_success_pascal_case_and_comma_string():
+    r = parse_event(event_bytes("ess_scale_out_partial_success.json"))
+    assert r.trigger == Trigger.SCALE_OUT
+    assert r.scaling_group_id == ASG
+    assert r.instance_ids == ["i-2zeb7c1mig0a100x3q2h"]
+
+
+def test_ess_lifecycle_scale_out_carries_hook_and_token():
+    r = parse_event(event_bytes("ess_lifecycle_scale_out.json"))
+    assert r.trigger == Trigger.LIFECYCLE_HOOK
+    assert r.lifecycle.lifecycle_hook_id == "ash-2ze6hook0mig1a100w3e"
+    assert r.lifecycle.lifecycle_action_token == "8f2c6d1e-7b3a-4c5d-9e0f-1a2b3c4d5e6f"
+    assert r.lifecycle.scaling_group_id == ASG and r.lifecycle.default_result == "CONTINUE"
+    assert r.instance_ids == ["i-2zeb7c1mig0a100x3q2h"]
+
+
+def test_ess_lifecycle_test_is_acknowledged_as_skip():
+    with pytest.raises(SkipEvent) as info:
+        parse_event(event_bytes("ess_lifecycle_test.json"))
+    assert info.value.trigger == "test" and "acknowledged" in info.value.reason
+
+
+def test_cloudmonitor_form_reads_nested_content():
+    r = parse_event(event_bytes("cloudmonitor_scale_out_success.json"))
+    assert r.trigger == Trigger.SCALE_OUT
+    assert r.event_type == "ess:CloudMonitor:AUTOSCALING[SCALEOUTSUCCESS]"
+    assert r.scaling_group_id == ASG
+    assert len(r.instance_ids) == 2
+
+
+def test_cloudmonitor_scaling_group_from_arn_when_no_id():
+    event = event_json("cloudmonitor_scale_out_success.json")
+    del event["data"]["content"]["scalingGroupId"]
+    r = parse_event(json.dumps(event).encode())
+    assert r.scaling_group_id == ASG  # from acs:ess:...:scalinggroup/asg-...
+
+
+def test_mns_lifecycle_notification():
+    r = parse_event(event_bytes("mns_lifecycle_scale_out.json"))
+    assert r.trigger == Trigger.LIFECYCLE_HOOK
+    assert r.event_type == "ess:LifecycleHook:MNS"
+    assert r.lifecycle.lifecycle_action_token == "5a6b7c8d-9e0f-4a1b-8c2d-3e4f5a6b7c8d"
+    assert r.scaling_group_id == ASG and r.instance_ids == ["i-2zeb7c1mig0a100x3q2h"]
+
+
+def test_mns_scale_in_transition_is_skipped():
+    event = event_json("mns_lifecycle_scale_out.json")
+    event["content"]["lifecycleTransition"] = "SCALE_IN"
+    with pytest.raises(SkipEvent, match="SCALE_IN"):
+        parse_event(json.dumps(event))
+
+
+def test_actiontrail_console_create_takes_pool_from_response():
+    r = parse_event(event_bytes("actiontrail_console_create_nodepool.json"))
+    assert r.trigger == Trigger.NODEPOOL_OPERATION
+    assert (r.cluster_id, r.nodepool_id) == (CLUSTER, POOL)
+
+
+def test_actiontrail_api_scale_takes_pool_from_request():
+    r = parse_event(event_bytes("actiontrail_api_scale_nodepool.json"))
+    assert r.event_type == "cs:ActionTrail:ApiCall"
+    assert (r.cluster_id, r.nodepool_id) == (CLUSTER, POOL)
+
+
+def test_actiontrail_read_operation_is_skipped():
+    with pytest.raises(SkipEvent, match="DescribeClustersV1"):
+        parse_event(event_bytes("actiontrail_api_describe_clusters.json"))
+
+
+def test_actiontrail_failed_operation_is_skipped():
+    event = event_json("actiontrail_api_scale_nodepool.json")
+    event["data"]["errorCode"] = "QuotaExceeded.Ecs"
+    with pytest.raises(SkipEvent, match="failed"):
+        parse_event(json.dumps(event))
+
+
+def test_ecs_running_and_other_states():
+    r = parse_event(event_bytes("ecs_instance_running.json"))
+    assert r.trigger == Trigger.INSTANCE_RUNNING and r.instance_ids == ["i-2zeb7c1mig0a100x3q2h"]
+    with pytest.raises(SkipEvent, match="Stopping"):
+        parse_event(event_bytes("ecs_instance_stopping.json"))
+
+
+def test_timer_with_empty_and_json_payload():
+    r = parse_event(event_bytes("fc_timer.json"))
+    assert r.trigger == Trigger.TIMER and r.instance_ids == [] and r.nodepool_id is None
+    event = event_json("fc_timer.json")
+    event["payload"] = json.dumps({"cluster_id": CLUSTER, "dry_run": True})
+    r = parse_event(json.dumps(event))
+    assert r.cluster_id == CLUSTER and r.dry_run is True
+    event["payload"] = "every pool please"
+    with pytest.raises(BadEvent, match="timer.payload"):
+        parse_event(json.dumps(event))
+
+
+def test_manual_payload():
+    r = parse_event(event_bytes("manual.json"))
+    assert r.trigger == Trigger.MANUAL
+    assert (r.cluster_id, r.nodepool_id, r.instance_ids, r.dry_run) == (
+        CLUSTER, POOL, ["i-2zeb7c1mig0a100x1k4d"], True)
+
+
+@pytest.mark.parametrize("payload, field", [
+    ({"cluster_id": CLUSTER, "nodepool": "np-1"}, "payload.nodepool"),
+    ({"cluster_id": "c 1; rm -rf /"}, "payload.cluster_id"),
+    ({"instance_ids": ["$(reboot)"]}, "payload.instance_ids"),
+    ({"instance_ids": "i-abc,not-an-id"}, "payload.instance_ids"),
+    ({"dry_run": "yes"}, "payload.dry_run"),
+])
+def test_manual_payload_errors_name_the_field(payload, field):
+    with pytest.raises(BadEvent) as info:
+        parse_event(json.dumps(payload))
+    assert ("event field %s" % field) in info.value.reason
+    assert "\n" not in info.value.reason and info.value.exit_code == 2
+
+
+def test_lifecycle_without_token_names_the_field():
+    event = event_json("ess_lifecycle_scale_out.json")
+    del event["data"]["lifecycleActionToken"]
+    with pytest.raises(BadEvent, match="data.lifecycleActionToken"):
+        parse_event(json.dumps(event))
+
+
+def test_scale_out_without_group_or_instances_is_an_error():
+    event = event_json("ess_scale_out_success.json")
+    event["data"] = {"scalingActivityId": "asa-1"}
+    with pytest.raises(BadEvent, match="scalingGroupId"):
+        parse_event(json.dumps(event))
+
+
+def test_cloudevent_data_as_json_string():
+    event = event_json("ess_scale_out_success.json")
+    event["data"] = json.dumps(event["data"])
+    assert parse_event(json.dumps(event)).scaling_group_id == ASG
+
+
+def test_cloudevent_missing_envelope_field():
+    event = event_json("ess_scale_out_success.json")
+    del event["id"]
+    with pytest.raises(BadEvent, match="envelope.id"):
+        parse_event(json.dumps(event))
+
+
+def test_batch_of_one_is_unwrapped_and_larger_batches_refused():
+    one = [event_json("ess_scale_out_success.json")]
+    assert parse_event(json.dumps(one)).trigger == Trigger.SCALE_OUT
+    with pytest.raises(BadEvent, match="batch size to 1"):
+        parse_event(json.dumps(one * 2))
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    (b"", "empty"), (b"   ", "empty"), (b"{not json", "not JSON"), (b"\xff\xfe", "UTF-8"),
+    (b"[]", "list of 0"), (b"42", "JSON int"), (b"\"text\"", "JSON str"),
+    (b"x" * (300 * 1024), "bytes"),
+])
+def test_malformed_bytes(raw, fragment):
+    with pytest.raises(BadEvent) as info:
+        parse_event(raw)
+    assert fragment in info.value.reason
+
+
+def test_unknown_shapes_and_types_are_typed_skips():
+    with pytest.raises(SkipEvent, match="not handled"):
+        parse_event(event_bytes("ess_scale_in_success.json"))
+    with pytest.raises(SkipEvent, match="unrecognised"):
+        parse_event(json.dumps({"hello": "world"}))
+    event = event_json("ess_scale_out_success.json")
+    event["type"] = "oss:ObjectCreated:PutObject"
+    with pytest.raises(SkipEvent):
+        parse_event(json.dumps(event))
+
+
+def test_every_handled_type_has_a_sample_event():
+    import os
+    from tests.function.conftest import EVENTS
+
+    seen = set()
+    for name in os.listdir(EVENTS):
+        data = event_json(name)
+        if isinstance(data, dict) and "type" in data:
+            seen.add(data["type"])
+    missing = set(HANDLED_TYPES) - seen - {"ess:CloudMonitor:AUTOSCALING[SCALEOUTWARN]"}
+    assert not missing, missing
