@@ -1,0 +1,114 @@
+"""Choosing the NVML backend and wiring what apply does outside NVML, for a real node or the simulator.
+
+``--backend nvml`` loads the real ``libnvidia-ml.so.1`` through pynvml; ``--backend sim:<GPU>:<count>``
+installs the simulated library (``node_bootstrap.sim``) into pynvml instead. Either way the same
+:mod:`node_bootstrap.nvml` code runs. GPU resets and process kills differ: ``nvidia-smi -r`` and
+signals on a node, state transitions in the simulator.
+"""
+
+import os
+import re
+import signal
+import tempfile
+import time
+import typing
+from typing import Any, Callable, List, Optional, Tuple
+
+from .errors import BadInput, NodeFailure
+from .mig import MigInputError, find_gpu
+from .runner import run
+from .sim.driver import new_state
+from .sim.faults import FaultError, parse_faults
+from .sim.library import SimNvmlLibrary
+from .sim.store import SimStateError, SimStore
+
+_SIM = re.compile(r"^sim:(?P<gpu>[^:]+):(?P<count>[0-9]{1,2})\Z")
+MAX_SIM_GPUS = 16
+
+
+class Backend(typing.NamedTuple):
+    name: str
+    nv: Any  # the pynvml module
+    sim: Optional[SimNvmlLibrary]
+
+
+def open_backend(spec, sim_state=None, faults=None):
+    # type: (str, Optional[str], Optional[List[str]]) -> Backend
+    faults = faults or []
+    if spec == "nvml":
+        if faults:
+            raise BadInput("--sim-fault needs --backend sim:<GPU>:<count>")
+        try:
+            import pynvml
+        except ImportError:
+            raise NodeFailure("pynvml is not installed; install nvidia-ml-py", code="nvml-unavailable")
+        return Backend("nvml", pynvml, None)
+    match = _SIM.match(spec or "")
+    if not match:
+        raise BadInput("bad --backend %r; use nvml or sim:<GPU>:<count>, e.g. sim:A100-SXM4-40GB:8" % (spec or "")[:60])
+    try:
+        model = find_gpu(match.group("gpu"))
+    except MigInputError as exc:
+        raise BadInput(str(exc))
+    count = int(match.group("count"))
+    if not 1 <= count <= MAX_SIM_GPUS:
+        raise BadInput("sim GPU count must be 1 to %d, got %d" % (MAX_SIM_GPUS, count))
+    try:
+        parsed = parse_faults(faults)
+    except FaultError as exc:
+        raise BadInput(str(exc))
+    if sim_state is None:  # no state file: a fresh node for this one command
+        sim_state = os.path.join(tempfile.mkdtemp(prefix="ack-mig-sim-"), "state.json")
+    store = SimStore(sim_state)
+    try:
+        state = store.init(new_state(model.key, count))
+    except SimStateError as exc:
+        raise BadInput(str(exc))
+    if state.get("gpu") != model.key or state.get("count") != count:
+        raise BadInput("--sim-state %s holds %s x %s, but --backend asks for %d x %s; use another state file"
+                       % (sim_state, state.get("count"), state.get("gpu"), count, model.key))
+    import pynvml
+
+    library = SimNvmlLibrary(store, parsed)
+    library.install()
+    return Backend("sim:%s:%d" % (model.key, count), pynvml, library)
+
+
+def reset_gpus(backend, runner=run):
+    # type: (Backend, Callable[..., Tuple[int, str]]) -> Callable[[List[int]], Tuple[int, str]]
+    if backend.sim is not None:
+        return backend.sim.reset
+
+    def reset(indices):
+        # type: (List[int]) -> Tuple[int, str]
+        return runner(["nvidia-smi", "-r", "-i", ",".join(str(i) for i in indices)], 300)
+
+    return reset
+
+
+def kill_process(backend, grace=10.0):
+    # type: (Backend, float) -> Callable[[int], bool]
+    if backend.sim is not None:
+        return backend.sim.kill
+
+    def kill(pid):
+        # type: (int) -> bool
+        """SIGTERM, then SIGKILL after ``grace`` seconds (only ever with --force)."""
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            return False
+        deadline = time.time() + grace
+        while time.time() < deadline:
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return True
+            time.sleep(0.2)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        return True
+
+    return kill

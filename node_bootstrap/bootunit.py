@@ -1,0 +1,105 @@
+"""The systemd unit that re-applies the layout at every boot, before the kubelet and the device plugin.
+
+GPU and compute instances never survive a reboot, and Hopper-class GPUs can come back with MIG mode off,
+so the unit runs a full ``apply`` (mode and instances) from a request file. The label value travels in
+that JSON file, never in the unit's command line. At boot the kubelet is not running yet: the unit
+skips the device plugin restart and the capacity wait (the plugin enumerates fresh when it starts).
+
+Installing twice with the same request changes nothing (no rewrite, no daemon-reload).
+"""
+
+import os
+import sys
+import typing
+from typing import Callable, List, Optional, Tuple
+
+from .mig import PartitionSpec
+from .request import request_document
+
+UNIT_NAME = "ack-mig-hook.service"
+UNIT_DIR = "/etc/systemd/system"
+CONFIG_DIR = "/etc/ack-mig-hook"
+REQUEST_NAME = "request.json"
+
+
+class BootUnitResult(typing.NamedTuple):
+    unit_path: str
+    request_path: str
+    changed: bool
+    commands: List[List[str]]
+
+
+def _quote(arg):
+    # type: (str) -> str
+    """systemd ExecStart quoting (not a shell): double quotes, backslash escapes, % doubled."""
+    if arg and all(c.isalnum() or c in "/._-:=,@" for c in arg):
+        return arg.replace("%", "%%")
+    return '"%s"' % arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+
+
+def render_unit(python, package_dir, request_path, extra_args):
+    # type: (str, str, str, List[str]) -> str
+    argv = [python, "-m", "node_bootstrap", "apply", "--request-file", request_path, "--json",
+            "--device-plugin-restart", "none", "--capacity-timeout", "0"] + list(extra_args)
+    return "\n".join([
+        "# Written by ack-mig-hook (node_bootstrap install-boot-unit); reinstalling replaces it.",
+        "[Unit]",
+        "Description=Re-apply the NVIDIA MIG layout of this node pool (ack-mig-hook)",
+        "# Instances never survive a reboot: recreate them before anything uses the GPUs.",
+        "After=systemd-modules-load.service nvidia-persistenced.service network-online.target",
+        "Wants=network-online.target",
+        "Before=kubelet.service containerd.service docker.service dcgm-exporter.service nvidia-dcgm.service",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        "RemainAfterExit=yes",
+        "Environment=PYTHONPATH=%s" % _quote(package_dir),
+        "ExecStart=%s" % " ".join(_quote(a) for a in argv),
+        "TimeoutStartSec=900",
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target kubelet.service",
+        "",
+    ])
+
+
+def _write_if_changed(path, text, mode=0o644):
+    # type: (str, str, int) -> bool
+    try:
+        with open(path) as fh:
+            if fh.read() == text:
+                return False
+    except (IOError, OSError):
+        pass
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.chmod(tmp, mode)
+    os.rename(tmp, path)
+    return True
+
+
+def install(spec, root="/", extra_args=None, runner=None, python=None, package_dir=None):
+    # type: (PartitionSpec, str, Optional[List[str]], Optional[Callable[[List[str]], Tuple[int, str]]], Optional[str], Optional[str]) -> BootUnitResult
+    """Write the request file and the unit under ``root``; reload and enable systemd only on change."""
+    python = python or sys.executable or "/usr/bin/python3"
+    package_dir = package_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    request_path = os.path.join(CONFIG_DIR, REQUEST_NAME)
+    unit_text = render_unit(python, package_dir, request_path, extra_args or [])
+    on_disk_request = os.path.join(root, request_path.lstrip("/"))
+    on_disk_unit = os.path.join(root, UNIT_DIR.lstrip("/"), UNIT_NAME)
+    changed = _write_if_changed(on_disk_request, request_document(spec), 0o600)
+    changed = _write_if_changed(on_disk_unit, unit_text) or changed
+    commands = []  # type: List[List[str]]
+    if changed and runner is not None:
+        if os.path.abspath(root) == "/":
+            todo = [["systemctl", "daemon-reload"], ["systemctl", "enable", UNIT_NAME]]
+        else:  # an image being prepared: enable offline, nothing to reload
+            todo = [["systemctl", "--root", os.path.abspath(root), "enable", UNIT_NAME]]
+        for argv in todo:
+            commands.append(argv)
+            runner(argv)
+    return BootUnitResult(on_disk_unit, on_disk_request, changed, commands)

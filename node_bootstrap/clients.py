@@ -1,0 +1,135 @@
+"""The GPU's clients: stopped before MIG changes, started again afterwards, repaired after a crash.
+
+A client is named ``systemd:UNIT`` (stopped with ``systemctl stop`` only when active) or
+``manifest:PATH`` (a kubelet static pod: its manifest is moved to the state directory, so the kubelet
+stops the pod, and moved back, so the kubelet starts it again; ACK runs its device plugin this way).
+What was stopped is recorded in ``<state-dir>/stopped-clients.json`` before it is stopped, so a run
+killed in between leaves a note the next run acts on: it starts those clients again at its end.
+"""
+
+import json
+import os
+import re
+import shutil
+import typing
+from typing import Callable, List, Tuple
+
+from .errors import BadInput
+
+DEFAULT_CLIENTS = ("manifest:/etc/kubernetes/manifests/nvidia-device-plugin.yml", "systemd:dcgm-exporter",
+                   "systemd:nvidia-dcgm")
+_UNIT = re.compile(r"^[A-Za-z0-9@_.:\-]{1,200}\Z")
+
+Runner = Callable[[List[str]], Tuple[int, str]]
+
+
+class Client(typing.NamedTuple):
+    kind: str  # "systemd" or "manifest"
+    target: str  # unit name or absolute manifest path
+
+    def __str__(self):
+        # type: () -> str
+        return "%s:%s" % (self.kind, self.target)
+
+
+def parse_clients(text):
+    # type: (str) -> List[Client]
+    """``--clients`` value: comma-separated ``systemd:UNIT`` / ``manifest:/abs/path``; empty for none."""
+    clients = []  # type: List[Client]
+    for item in [x.strip() for x in text.split(",") if x.strip()]:
+        kind, _, target = item.partition(":")
+        if kind == "systemd" and _UNIT.match(target) and not target.startswith("-"):
+            clients.append(Client(kind, target))
+        elif kind == "manifest" and target.startswith("/") and "\n" not in target:
+            clients.append(Client(kind, os.path.normpath(target)))
+        else:
+            raise BadInput("bad --clients item %r; use systemd:UNIT or manifest:/absolute/path, comma-separated"
+                           % item[:60])
+    return clients
+
+
+class ClientControl(object):
+    def __init__(self, clients, runner, state_dir, log):
+        # type: (List[Client], Runner, str, Callable[[str], None]) -> None
+        self.clients = clients
+        self.run = runner
+        self.state_dir = state_dir
+        self.log = log
+        self.record = os.path.join(state_dir, "stopped-clients.json")
+        self.held_dir = os.path.join(state_dir, "held-manifests")
+
+    def _held_path(self, client):
+        # type: (Client) -> str
+        return os.path.join(self.held_dir, client.target.strip("/").replace("/", "__"))
+
+    def _load(self):
+        # type: () -> List[Client]
+        try:
+            with open(self.record) as fh:
+                return [Client(k, t) for k, t in json.load(fh)]
+        except (IOError, OSError, ValueError, TypeError):
+            return []
+
+    def _save(self, stopped):
+        # type: (List[Client]) -> None
+        if not os.path.isdir(self.state_dir):
+            os.makedirs(self.state_dir)
+        tmp = self.record + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump([[c.kind, c.target] for c in stopped], fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.rename(tmp, self.record)
+
+    def leftovers(self):
+        # type: () -> List[Client]
+        """Clients a killed run stopped and never started again."""
+        return self._load()
+
+    def stop(self):
+        # type: () -> List[Client]
+        """Stop the configured clients that are running; returns them (plus any a killed run left)."""
+        stopped = self._load()
+        for client in self.clients:
+            if client in stopped:
+                continue
+            if client.kind == "systemd":
+                rc, _ = self.run(["systemctl", "is-active", "--quiet", client.target])
+                if rc != 0:
+                    continue
+                self._save(stopped + [client])  # note first: a kill right after must not lose it
+                rc, out = self.run(["systemctl", "stop", client.target])
+                if rc != 0:
+                    self.log("could not stop %s: %s" % (client, out.strip()[:200]))
+                stopped.append(client)
+            else:
+                if not os.path.exists(client.target):
+                    continue
+                if not os.path.isdir(self.held_dir):
+                    os.makedirs(self.held_dir)
+                self._save(stopped + [client])
+                shutil.move(client.target, self._held_path(client))
+                stopped.append(client)
+            self.log("stopped %s" % client)
+        return stopped
+
+    def start(self, stopped):
+        # type: (List[Client]) -> List[str]
+        """Start what was stopped; returns problems (empty when all came back)."""
+        problems = []  # type: List[str]
+        remaining = list(stopped)
+        for client in stopped:
+            if client.kind == "systemd":
+                rc, out = self.run(["systemctl", "start", client.target])
+                if rc != 0:
+                    problems.append("could not start %s: %s" % (client, out.strip()[:200]))
+            else:
+                held = self._held_path(client)
+                if os.path.exists(held):
+                    if not os.path.isdir(os.path.dirname(client.target)):
+                        os.makedirs(os.path.dirname(client.target))
+                    shutil.move(held, client.target)
+            remaining.remove(client)
+            self._save(remaining)
+            self.log("started %s" % client)
+        return problems

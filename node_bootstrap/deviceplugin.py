@@ -1,0 +1,83 @@
+"""Making the device plugin advertise the new MIG devices, and waiting until the node shows them.
+
+Methods (``--device-plugin-restart``):
+
+* ``manifest`` (default; ACK runs the plugin as a static pod): the plugin's manifest is one of the
+  clients, moved away before the change and back after it, so the kubelet restarts it and it
+  re-enumerates. Nothing more to do here.
+* ``pod-delete`` (NVIDIA's DaemonSet): delete the plugin's pod on this node (``--device-plugin-selector``,
+  ``--device-plugin-namespace``); the DaemonSet recreates it.
+* ``none``: leave it (for instance at boot, before the kubelet runs).
+
+Then the node's ``status.capacity`` must show ``nvidia.com/mig-<profile>`` with the planned counts.
+"""
+
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .kube import KubeClient, KubeError
+from .planner import GpuPlan
+
+METHODS = ("manifest", "pod-delete", "none")
+RESOURCE_PREFIX = "nvidia.com/mig-"
+
+
+def resource_name(profile_name):
+    # type: (str) -> str
+    # "+" is not allowed in a resource name; NVIDIA's plugin writes the +me profiles with a dot.
+    return RESOURCE_PREFIX + profile_name.replace("+", ".")
+
+
+def expected_capacity(plans):
+    # type: (Sequence[GpuPlan]) -> Dict[str, int]
+    counts = {}  # type: Dict[str, int]
+    for plan in plans:
+        for inst in plan.layout.instances:
+            name = resource_name(inst.profile.name)
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def restart_by_pod_delete(client, node_name, namespace, selector):
+    # type: (KubeClient, str, str, str) -> List[str]
+    deleted = []
+    for pod in client.list_pods(namespace=namespace, node_name=node_name, label_selector=selector):
+        meta = pod.get("metadata", {})
+        client.delete_pod(meta.get("namespace", namespace), meta["name"])
+        deleted.append(meta["name"])
+    return deleted
+
+
+def reported_capacity(node):
+    # type: (dict) -> Dict[str, int]
+    capacity = (node.get("status") or {}).get("capacity") or {}
+    out = {}
+    for key, value in capacity.items():
+        if key.startswith(RESOURCE_PREFIX):
+            try:
+                out[key] = int(str(value))
+            except ValueError:
+                continue
+    return out
+
+
+def wait_for_capacity(client, node_name, expected, timeout, interval=3.0, sleep=time.sleep, clock=time.time):
+    # type: (KubeClient, str, Dict[str, int], float, float, Callable[[float], None], Callable[[], float]) -> dict
+    """Poll the Node until every expected resource shows its count (or the timeout passes)."""
+    deadline = clock() + timeout
+    reported = {}  # type: Dict[str, int]
+    error = None  # type: Optional[str]
+    while True:
+        try:
+            reported = reported_capacity(client.get_node(node_name))
+            error = None
+        except KubeError as exc:
+            error = str(exc)
+        if all(reported.get(k) == v for k, v in expected.items()):
+            return {"expected": expected, "reported": reported, "ready": True}
+        if clock() >= deadline:
+            result = {"expected": expected, "reported": reported, "ready": False}
+            if error:
+                result["error"] = error
+            return result
+        sleep(min(interval, max(deadline - clock(), 0.0)))

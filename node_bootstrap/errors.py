@@ -1,0 +1,47 @@
+"""Why a node command stopped: one class per exit code, each with a stable ``code`` for the JSON result.
+
+Exit codes: 0 success, 2 bad input, 3 GPU not MIG-capable, 4 GPU busy, 5 reboot required, 1 anything
+else. Messages are one line; they never hold credentials.
+"""
+
+OUTCOME_SUCCESS = "success"
+OUTCOME_FAILED = "failed"
+OUTCOME_REBOOT = "reboot-required"
+
+
+class NodeFailure(Exception):
+    exit_code = 1
+    code = "failed"
+    outcome = OUTCOME_FAILED
+
+    def __init__(self, message, code=None):
+        # type: (str, str) -> None
+        super(NodeFailure, self).__init__(" ".join(str(message).split()))
+        if code is not None:
+            self.code = code
+
+    @property
+    def message(self):
+        # type: () -> str
+        return str(self)
+
+
+class BadInput(NodeFailure):
+    exit_code = 2
+    code = "bad-input"
+
+
+class NotMigCapable(NodeFailure):
+    exit_code = 3
+    code = "not-mig-capable"
+
+
+class GpuBusy(NodeFailure):
+    exit_code = 4
+    code = "gpu-busy"
+
+
+class RebootRequired(NodeFailure):
+    exit_code = 5
+    code = "reboot-required"
+    outcome = OUTCOME_REBOOT

@@ -1,0 +1,87 @@
+"""The node's labels and reason annotation, written with the kubelet's own credentials.
+
+* ``nvidia.com/mig.config.state``: ``pending`` before anything changes, then ``success``, ``failed`` or
+  ``rebooting`` (a reboot is required to finish) on every exit path.
+* ``aliyun.accelerator/nvidia_mig_sequence``: the normalized sequence once it is in place (removed while
+  pending and on failure, so ``kubectl get nodes -l aliyun.accelerator/nvidia_mig_sequence`` lists nodes
+  that are ready).
+* annotation ``ack-mig-hook/mig-config-reason``: why it failed or needs a reboot (removed otherwise).
+
+A kubelet may change its own labels but never its taints (NodeRestriction): nothing here touches them.
+Labelling is best effort: an unreachable API server never blocks the GPUs (at boot it may not be up);
+the error is reported in the result instead.
+"""
+
+import re
+from typing import Callable, Optional
+
+from .kube import KubeClient, KubeError
+
+STATE_LABEL = "nvidia.com/mig.config.state"
+SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"
+REASON_ANNOTATION = "ack-mig-hook/mig-config-reason"
+STATES = ("pending", "success", "failed", "rebooting")
+
+_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
+
+
+def sequence_label_value(sequence, ids=""):
+    # type: (str, str) -> str
+    """A valid label value for a sequence: "+me" becomes ".me"; too long falls back to the ids form."""
+    value = sequence.replace("+", ".")
+    if _VALUE.match(value):
+        return value
+    if ids and _VALUE.match(ids):
+        return ids
+    return value[:63].strip("-_.")
+
+
+def state_patch(state, sequence_value=None, reason=None):
+    # type: (str, Optional[str], Optional[str]) -> dict
+    if state not in STATES:
+        raise ValueError("unknown state %r" % state)
+    labels = {STATE_LABEL: state}  # type: dict
+    if state == "success":
+        labels[SEQUENCE_LABEL] = sequence_value
+    else:
+        labels[SEQUENCE_LABEL] = None
+    annotations = {REASON_ANNOTATION: " ".join(reason.split())[:1024] if reason else None}
+    return {"metadata": {"labels": labels, "annotations": annotations}}
+
+
+class NodeLabeler(object):
+    """Writes states; remembers the last one written and the last error (None when all went through)."""
+
+    def __init__(self, client, node_name, log):
+        # type: (Optional[KubeClient], Optional[str], Callable[[str], None]) -> None
+        self.client = client
+        self.node_name = node_name
+        self.log = log
+        self.written = []  # type: list
+        self.error = None  # type: Optional[str]
+
+    @property
+    def enabled(self):
+        # type: () -> bool
+        return self.client is not None and bool(self.node_name)
+
+    def set(self, state, sequence_value=None, reason=None):
+        # type: (str, Optional[str], Optional[str]) -> bool
+        if not self.enabled:
+            return False
+        assert self.client is not None and self.node_name is not None
+        try:
+            self.client.merge_patch_node(self.node_name, state_patch(state, sequence_value, reason))
+        except KubeError as exc:
+            self.error = "labelling node %s %s failed: %s" % (self.node_name, state, exc)
+            self.log(self.error)
+            return False
+        self.written.append(state)
+        return True
+
+    def summary(self):
+        # type: () -> dict
+        out = {"node": self.node_name, "enabled": self.enabled, "states": list(self.written)}
+        if self.error:
+            out["error"] = self.error
+        return out

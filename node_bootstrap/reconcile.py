@@ -1,0 +1,172 @@
+"""``apply``: bring every GPU to the plan, assert-then-apply, and nothing more.
+
+1. Read the live state and plan (pure, :mod:`planner`). A node already right ends here: 0 changes.
+2. Refuse while compute processes run on a GPU that needs changes (their PIDs named), unless ``force``:
+   then they are killed first.
+3. Stop the GPU's clients; set MIG mode where needed; a mode left pending needs a GPU reset
+   (``nvidia-smi -r``) where allowed, or else a reboot (RebootRequired).
+4. Plan again from a fresh read (a reset clears instances), then destroy stale compute instances,
+   then GPU instances, create GPU instances at the solver's placements and their compute instances.
+5. Read back and plan once more: anything left to do is a failure. Start the clients again, always.
+
+Every step re-reads NVML, so a run killed anywhere is repaired by the next one.
+"""
+
+import typing
+from typing import Any, Callable, List, Sequence, Tuple
+
+from .errors import GpuBusy, NodeFailure, RebootRequired
+from .live import LiveGpu
+from .mig import PartitionSpec
+from .nvml import NvmlWriter
+from .planner import GpuPlan, plan_node
+
+
+class Host(typing.NamedTuple):
+    """Everything apply does outside NVML, injected (real commands, or the simulator's equivalents)."""
+
+    stop_clients: Callable[[], List[Any]]
+    start_clients: Callable[[List[Any]], List[str]]
+    reset_gpus: Callable[[List[int]], Tuple[int, str]]  # nvidia-smi -r -i ...: (exit code, output)
+    kill: Callable[[int], bool]
+    log: Callable[[str], None]
+
+
+class ApplyReport(typing.NamedTuple):
+    plans: List[GpuPlan]  # the final plans (all converged on success)
+    gpus: List[LiveGpu]  # the state read back at the end
+    initial_plans: List[GpuPlan]
+    resets: int
+    client_problems: List[str]
+
+
+def _nvml_failure(writer, exc, what):
+    # type: (NvmlWriter, Exception, str) -> NodeFailure
+    nv = writer.nv
+    code = getattr(exc, "value", None)
+    text = "%s failed: %s" % (what, writer.error_text(exc))
+    if code == getattr(nv, "NVML_ERROR_INSUFFICIENT_RESOURCES", 23):
+        return NodeFailure(text, code="insufficient-resources")
+    if code == getattr(nv, "NVML_ERROR_IN_USE", 19):
+        return GpuBusy(text)
+    if code == getattr(nv, "NVML_ERROR_NO_PERMISSION", 4):
+        return NodeFailure(text + "; run as root", code="no-permission")
+    if code == getattr(nv, "NVML_ERROR_RESET_REQUIRED", 16):
+        return RebootRequired(text)
+    return NodeFailure(text, code="nvml-error")
+
+
+def _step(writer, what, call, *args):
+    # type: (NvmlWriter, str, Callable[..., Any], Any) -> Any
+    try:
+        return call(*args)
+    except writer.nv.NVMLError as exc:
+        raise _nvml_failure(writer, exc, what)
+
+
+def _busy_message(plans):
+    # type: (Sequence[GpuPlan]) -> str
+    parts = ["GPU %d runs compute process%s %s" % (p.index, "es" if len(p.pids) > 1 else "",
+                                                  ", ".join(str(x) for x in p.pids))
+             for p in plans]
+    return "; ".join(parts) + "; stop them, or rerun with --force to kill them"
+
+
+def _handle_processes(writer, plans, spec, host, force):
+    # type: (NvmlWriter, List[GpuPlan], PartitionSpec, Host, bool) -> List[GpuPlan]
+    busy = [p for p in plans if not p.converged and p.pids]
+    if not busy:
+        return plans
+    if not force:
+        raise GpuBusy(_busy_message(busy))
+    for plan in busy:
+        for pid in plan.pids:
+            host.log("killing compute process %d on GPU %d (--force)" % (pid, plan.index))
+            host.kill(pid)
+    plans = plan_node(writer.read_all(), spec)
+    still = [p for p in plans if not p.converged and p.pids]
+    if still:
+        raise GpuBusy(_busy_message(still).replace("; stop them, or rerun with --force to kill them",
+                                                   " even after killing; giving up"))
+    return plans
+
+
+def _set_modes(writer, plans, host, allow_reset):
+    # type: (NvmlWriter, List[GpuPlan], Host, bool) -> int
+    """Enable MIG where needed; reset GPUs whose mode stays pending. Returns the number of resets."""
+    for plan in plans:
+        if plan.enable_mig:
+            host.log("GPU %d: enabling MIG mode" % plan.index)
+            _step(writer, "GPU %d: enabling MIG mode" % plan.index, writer.set_mig_mode, plan.index, True)
+    pending = [g.index for g in (writer.read_gpu(p.index) for p in plans if p.enable_mig) if not g.mig_enabled]
+    if not pending:
+        return 0
+    names = ", ".join(str(i) for i in pending)
+    passthrough = [i for i in pending if writer.passthrough(i)]
+    if passthrough or not allow_reset:
+        why = "the GPUs are passed through to a VM" if passthrough else "GPU reset is disabled (--no-reset)"
+        raise RebootRequired("MIG mode is pending on GPU %s and %s: reboot the node to apply it" % (names, why))
+    host.log("GPU %s: MIG mode pending, resetting (nvidia-smi -r)" % names)
+    rc, output = host.reset_gpus(pending)
+    if rc != 0:
+        last = [line for line in output.splitlines() if line.strip()]
+        raise RebootRequired("MIG mode is pending on GPU %s and the GPU reset failed (exit %d: %s): reboot the node"
+                             " to apply it" % (names, rc, last[-1].strip()[:200] if last else "no output"))
+    still = [i for i in pending if not writer.read_gpu(i).mig_enabled]
+    if still:
+        raise RebootRequired("MIG mode is still pending on GPU %s after a reset: reboot the node to apply it"
+                             % ", ".join(str(i) for i in still))
+    return 1
+
+
+def _converge_instances(writer, plans, host):
+    # type: (NvmlWriter, List[GpuPlan], Host) -> None
+    for plan in plans:
+        i = plan.index
+        for gi_id, ci_id in plan.destroy_cis:
+            _step(writer, "GPU %d: destroying compute instance %d of GPU instance %d" % (i, ci_id, gi_id),
+                  writer.destroy_compute_instance, i, gi_id, ci_id)
+        for gi_id in plan.destroy_gis:
+            _step(writer, "GPU %d: destroying GPU instance %d" % (i, gi_id), writer.destroy_gpu_instance, i, gi_id)
+        for gi_id, slices in plan.create_cis:
+            _step(writer, "GPU %d: creating the compute instance of GPU instance %d" % (i, gi_id),
+                  writer.create_full_compute_instance, i, gi_id, slices)
+        for inst in plan.create:
+            what = "GPU %d: creating %s at start %d" % (i, inst.profile.name, inst.start)
+            host.log(what)
+            gi_id = _step(writer, what, writer.create_gpu_instance, i, inst.profile.id, inst.start, inst.size)
+            _step(writer, "GPU %d: creating the compute instance of %s at start %d" % (i, inst.profile.name, inst.start),
+                  writer.create_full_compute_instance, i, gi_id, inst.profile.compute_slices)
+
+
+def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None):
+    # type: (NvmlWriter, PartitionSpec, Host, bool, bool, Callable[[List[GpuPlan]], None]) -> ApplyReport
+    """Bring the node to ``spec``. ``on_change`` runs once, before the first mutating step, and only if
+    something will change (the caller labels the node pending there)."""
+    gpus = writer.read_all()
+    initial = plan_node(gpus, spec)
+    if all(p.converged for p in initial):
+        return ApplyReport(initial, gpus, initial, 0, [])
+    busy = [p for p in initial if not p.converged and p.pids]
+    if busy and not force:
+        raise GpuBusy(_busy_message(busy))  # refused before anything changed
+    if on_change is not None:
+        on_change(initial)
+    plans = _handle_processes(writer, initial, spec, host, force)
+    stopped = host.stop_clients()
+    problems = []  # type: List[str]
+    resets = 0
+    try:
+        todo = [p for p in plans if not p.converged]
+        resets = _set_modes(writer, todo, host, allow_reset)
+        plans = plan_node(writer.read_all(), spec)
+        _converge_instances(writer, [p for p in plans if not p.converged], host)
+        gpus = writer.read_all()
+        plans = plan_node(gpus, spec)
+        left = [p for p in plans if not p.converged]
+        if left:
+            raise NodeFailure("GPU %s did not reach the planned layout (read back after applying)"
+                              % ", ".join(str(p.index) for p in left), code="verify-failed")
+    finally:
+        problems = host.start_clients(stopped)
+    return ApplyReport(plans, gpus, initial, resets, problems)

@@ -1,0 +1,223 @@
+"""The simulated driver's rules, over a plain JSON-able state. No ctypes, no files.
+
+Modelled after what the NVIDIA driver answers (facts.md):
+
+* a GPU instance sits at one of its profile's allowed placements, never overlapping another; at most
+  ``max_instances`` of a profile; compute slices add up to at most the GPU's;
+* destroying a GPU instance that still has compute instances (or processes) is IN_USE; so is changing
+  MIG mode while processes run or instances exist;
+* Ampere (A100, A30) keeps a new MIG mode pending until a GPU reset (as when a client such as
+  nvidia-persistenced holds the GPU); Hopper and later switch at once;
+* nothing survives a reboot: instances are gone; Ampere comes back in the pending (InfoROM) mode,
+  Hopper and later come back with MIG disabled.
+"""
+
+import typing
+from typing import Any, Dict, List, Optional
+
+from ..mig import GpuModel, Profile, find_gpu
+
+SUCCESS = 0
+ERROR_INVALID_ARGUMENT = 2
+ERROR_NOT_SUPPORTED = 3
+ERROR_NO_PERMISSION = 4
+ERROR_NOT_FOUND = 6
+ERROR_INSUFFICIENT_SIZE = 7
+ERROR_RESET_REQUIRED = 16
+ERROR_IN_USE = 19
+ERROR_INSUFFICIENT_RESOURCES = 23
+
+State = Dict[str, Any]
+
+# Compute instance profile index -> compute slices (NVML_COMPUTE_INSTANCE_PROFILE_*); the CI profile
+# id is the index, as on the real driver.
+CI_PROFILE_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 6: 6}
+
+
+class SimError(Exception):
+    """An NVML return code from the simulated driver."""
+
+    def __init__(self, code, message=""):
+        # type: (int, str) -> None
+        super(SimError, self).__init__(message or "NVML error %d" % code)
+        self.code = code
+
+
+class Process(typing.NamedTuple):
+    pid: int
+    gpu: int
+    gi: Optional[int]
+    ci: Optional[int]
+
+
+def new_state(gpu_key, count):
+    # type: (str, int) -> State
+    return {
+        "version": 1,
+        "gpu": gpu_key,
+        "count": count,
+        "boots": 0,
+        "gpus": [{"mig_current": 0, "mig_pending": 0, "gis": []} for _ in range(count)],
+    }
+
+
+def model_of(state):
+    # type: (State) -> GpuModel
+    return find_gpu(state["gpu"])
+
+
+def is_ampere(model):
+    # type: (GpuModel) -> bool
+    return model.key.startswith("A")
+
+
+def gpu_of(state, index):
+    # type: (State, int) -> Dict[str, Any]
+    if not 0 <= index < len(state["gpus"]):
+        raise SimError(ERROR_INVALID_ARGUMENT, "no GPU %d" % index)
+    return state["gpus"][index]
+
+
+def profile_by_id(model, profile_id):
+    # type: (GpuModel, int) -> Profile
+    profile = model.profile_by_id(profile_id)
+    if profile is None:
+        raise SimError(ERROR_INVALID_ARGUMENT, "no GPU instance profile id %d" % profile_id)
+    return profile
+
+
+def profile_by_index(model, nvml_index):
+    # type: (GpuModel, int) -> Profile
+    for profile in model.profiles:
+        if profile.nvml_index == nvml_index:
+            return profile
+    raise SimError(ERROR_NOT_SUPPORTED, "profile index %d not supported" % nvml_index)
+
+
+def gi_of(gpu, gi_id):
+    # type: (Dict[str, Any], int) -> Dict[str, Any]
+    for gi in gpu["gis"]:
+        if gi["id"] == gi_id:
+            return gi
+    raise SimError(ERROR_NOT_FOUND, "no GPU instance %d" % gi_id)
+
+
+def require_mig(gpu):
+    # type: (Dict[str, Any]) -> None
+    if gpu["mig_current"] != 1:
+        raise SimError(ERROR_NOT_SUPPORTED, "MIG mode is disabled")
+
+
+def processes_on(processes, index, gi=None, ci=None):
+    # type: (List[Process], int, Optional[int], Optional[int]) -> List[Process]
+    return [p for p in processes if p.gpu == index and (gi is None or p.gi == gi) and (ci is None or p.ci == ci)]
+
+
+def set_mig_mode(state, index, mode, processes):
+    # type: (State, int, int, List[Process]) -> int
+    """Returns the activation status: SUCCESS, or RESET_REQUIRED while the new mode is pending."""
+    gpu = gpu_of(state, index)
+    if mode not in (0, 1):
+        raise SimError(ERROR_INVALID_ARGUMENT, "mode must be 0 or 1")
+    if processes_on(processes, index):
+        raise SimError(ERROR_IN_USE, "processes are running on the GPU")
+    if mode == 0 and gpu["gis"]:
+        raise SimError(ERROR_IN_USE, "GPU instances exist")
+    if is_ampere(model_of(state)):
+        gpu["mig_pending"] = mode
+        return SUCCESS if gpu["mig_current"] == mode else ERROR_RESET_REQUIRED
+    gpu["mig_current"] = gpu["mig_pending"] = mode
+    return SUCCESS
+
+
+def create_gpu_instance(state, index, profile_id, start, size):
+    # type: (State, int, int, int, int) -> int
+    gpu = gpu_of(state, index)
+    require_mig(gpu)
+    model = model_of(state)
+    profile = profile_by_id(model, profile_id)
+    if (start, size) not in [(p.start, p.size) for p in profile.placements]:
+        raise SimError(ERROR_INVALID_ARGUMENT, "placement %d:%d not allowed for %s" % (start, size, profile.name))
+    same = [gi for gi in gpu["gis"] if gi["profile_id"] == profile_id]
+    if len(same) >= profile.max_instances:
+        raise SimError(ERROR_INSUFFICIENT_RESOURCES, "at most %d x %s" % (profile.max_instances, profile.name))
+    for gi in gpu["gis"]:
+        if start < gi["start"] + gi["size"] and gi["start"] < start + size:
+            raise SimError(ERROR_INSUFFICIENT_RESOURCES, "placement overlaps GPU instance %d" % gi["id"])
+    used = sum(profile_by_id(model, gi["profile_id"]).compute_slices for gi in gpu["gis"])
+    if used + profile.compute_slices > model.compute_slices:
+        raise SimError(ERROR_INSUFFICIENT_RESOURCES, "not enough compute slices")
+    taken = set(gi["id"] for gi in gpu["gis"])
+    gi_id = 0 if profile.memory_slices == model.memory_slots else min(i for i in range(1, 64) if i not in taken)
+    gpu["gis"].append({"id": gi_id, "profile_id": profile_id, "start": start, "size": size, "cis": []})
+    gpu["gis"].sort(key=lambda g: g["id"])
+    return gi_id
+
+
+def destroy_gpu_instance(state, index, gi_id, processes):
+    # type: (State, int, int, List[Process]) -> None
+    gpu = gpu_of(state, index)
+    gi = gi_of(gpu, gi_id)
+    if gi["cis"] or processes_on(processes, index, gi=gi_id):
+        raise SimError(ERROR_IN_USE, "GPU instance %d has compute instances or processes" % gi_id)
+    gpu["gis"].remove(gi)
+
+
+def ci_profiles(model, gi):
+    # type: (GpuModel, Dict[str, Any]) -> Dict[int, int]
+    """CI profile index -> slices, for the CI profiles a GPU instance supports."""
+    slices = profile_by_id(model, gi["profile_id"]).compute_slices
+    return {i: s for i, s in CI_PROFILE_SLICES.items() if s <= slices}
+
+
+def create_compute_instance(state, index, gi_id, ci_profile_id):
+    # type: (State, int, int, int) -> int
+    gpu = gpu_of(state, index)
+    gi = gi_of(gpu, gi_id)
+    profiles = ci_profiles(model_of(state), gi)
+    if ci_profile_id not in profiles:
+        raise SimError(ERROR_NOT_SUPPORTED, "CI profile %d not supported here" % ci_profile_id)
+    used = sum(profiles.get(ci["profile_id"], 0) for ci in gi["cis"])
+    if used + profiles[ci_profile_id] > max(profiles.values()):
+        raise SimError(ERROR_INSUFFICIENT_RESOURCES, "not enough slices left in GPU instance %d" % gi_id)
+    taken = set(ci["id"] for ci in gi["cis"])
+    ci_id = min(i for i in range(0, 64) if i not in taken)
+    gi["cis"].append({"id": ci_id, "profile_id": ci_profile_id})
+    return ci_id
+
+
+def destroy_compute_instance(state, index, gi_id, ci_id, processes):
+    # type: (State, int, int, int, List[Process]) -> None
+    gi = gi_of(gpu_of(state, index), gi_id)
+    for ci in gi["cis"]:
+        if ci["id"] == ci_id:
+            if processes_on(processes, index, gi=gi_id, ci=ci_id):
+                raise SimError(ERROR_IN_USE, "processes run on compute instance %d" % ci_id)
+            gi["cis"].remove(ci)
+            return
+    raise SimError(ERROR_NOT_FOUND, "no compute instance %d" % ci_id)
+
+
+def reset(state, indices, processes):
+    # type: (State, List[int], List[Process]) -> None
+    """``nvidia-smi -r``: applies a pending mode; fails while processes hold any of the GPUs."""
+    for index in indices:
+        gpu_of(state, index)
+        if processes_on(processes, index):
+            raise SimError(ERROR_IN_USE, "GPU %d is in use by another client" % index)
+    for index in indices:
+        gpu = state["gpus"][index]
+        gpu["mig_current"] = gpu["mig_pending"]
+        gpu["gis"] = []
+
+
+def reboot(state):
+    # type: (State) -> None
+    ampere = is_ampere(model_of(state))
+    for gpu in state["gpus"]:
+        gpu["gis"] = []
+        if ampere:
+            gpu["mig_current"] = gpu["mig_pending"]
+        else:
+            gpu["mig_current"] = gpu["mig_pending"] = 0
+    state["boots"] = state.get("boots", 0) + 1

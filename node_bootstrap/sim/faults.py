@@ -1,0 +1,55 @@
+"""Fault injection for the simulated driver: ``--sim-fault KIND`` (repeatable).
+
+Each fault lasts for the one command it is given to (the simulated node itself persists).
+"""
+
+import re
+import typing
+from typing import Iterable, Optional
+
+KINDS = {
+    "processes": "a compute process (pid 4242) runs on GPU 0",
+    "reset-fails": "nvidia-smi -r fails (a client holds the GPU)",
+    "crash-after:N": "the process is killed (SIGKILL) after N mutating calls, leaving partial state",
+    "insufficient-resources": "creating a GPU instance answers INSUFFICIENT_RESOURCES",
+    "not-mig-capable": "the GPUs answer NOT_SUPPORTED to MIG calls",
+    "no-permission": "mutating calls and the process list answer NO_PERMISSION (not root)",
+    "old-driver": "the driver lacks the newer entry points (profile info V, placements _v2, processes _v3)",
+    "passthrough": "the GPUs are passed through to a VM: no GPU reset, a pending mode needs a reboot",
+}
+
+SIM_PID = 4242
+
+_COUNT = re.compile(r"^[0-9]{1,4}\Z")  # ASCII digits only
+
+
+class FaultError(ValueError):
+    pass
+
+
+class Faults(typing.NamedTuple):
+    processes: bool = False
+    reset_fails: bool = False
+    crash_after: Optional[int] = None
+    insufficient_resources: bool = False
+    not_mig_capable: bool = False
+    no_permission: bool = False
+    old_driver: bool = False
+    passthrough: bool = False
+
+
+def parse_faults(items):
+    # type: (Iterable[str]) -> Faults
+    values = {}  # type: typing.Dict[str, typing.Any]
+    for raw in items:
+        item = raw.strip()
+        if item.startswith("crash-after:"):
+            count = item[len("crash-after:"):]
+            if not _COUNT.match(count):
+                raise FaultError("crash-after takes a whole number of mutating calls, e.g. crash-after:3")
+            values["crash_after"] = int(count)
+            continue
+        if item not in KINDS or item == "crash-after:N":
+            raise FaultError("unknown --sim-fault %r; known: %s" % (item[:40], ", ".join(sorted(KINDS))))
+        values[item.replace("-", "_")] = True
+    return Faults(**values)

@@ -1,0 +1,435 @@
+"""The simulated driver as the NVML C library that pynvml loads.
+
+pynvml keeps the loaded library in ``pynvml.nvmlLib`` and looks every entry point up with
+``getattr(nvmlLib, "nvmlDeviceGetMigMode")``, skipping the load when ``nvmlLib`` is already set. So
+:meth:`SimNvmlLibrary.install` puts this object there before ``nvmlInit``: each attribute is a ctypes
+C function pointer (CFUNCTYPE) with the NVML signature, pynvml passes its real structs by reference, and
+this module fills them in through their addresses, as ``libnvidia-ml.so`` would. The one NVML backend
+(``node_bootstrap.nvml``) then runs unchanged on a real GPU and here.
+
+Handles are opaque integers that encode (GPU, GPU instance, compute instance); nothing dereferences them.
+A missing attribute is what an older driver looks like (pynvml raises FUNCTION_NOT_FOUND).
+"""
+
+import ctypes
+import os
+import signal
+from ctypes import CFUNCTYPE, c_int, c_uint, c_void_p
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import driver
+from .driver import Process, SimError
+from .faults import SIM_PID, Faults
+from .store import SimStore
+
+_DEV = 0x10000  # device handle = _DEV * (index + 1); + 0x100 * (gi + 1) for a GI; + (ci + 1) for a CI
+
+MUTATING = ("nvmlDeviceSetMigMode", "nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlGpuInstanceDestroy",
+            "nvmlGpuInstanceCreateComputeInstance", "nvmlComputeInstanceDestroy")
+
+_ERROR_TEXT = {0: "Success", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
+               6: "Not Found", 7: "Insufficient Size", 13: "Function Not Found", 16: "GPU requires restart",
+               19: "In use by another client", 23: "Insufficient resources", 999: "Unknown Error"}
+
+
+def _dev_handle(index):
+    # type: (int) -> int
+    return _DEV * (index + 1)
+
+
+def _gi_handle(index, gi_id):
+    # type: (int, int) -> int
+    return _dev_handle(index) + 0x100 * (gi_id + 1)
+
+
+def _ci_handle(index, gi_id, ci_id):
+    # type: (int, int, int) -> int
+    return _gi_handle(index, gi_id) + ci_id + 1
+
+
+def _decode(handle):
+    # type: (Optional[int]) -> Tuple[int, int, int]
+    """(gpu index, gi id or -1, ci id or -1)."""
+    if not handle or handle < _DEV:
+        raise SimError(driver.ERROR_INVALID_ARGUMENT, "bad handle")
+    rest = handle % _DEV
+    return handle // _DEV - 1, rest // 0x100 - 1, rest % 0x100 - 1
+
+
+def _put_uint(address, value):
+    # type: (int, int) -> None
+    c_uint.from_address(address).value = value
+
+
+def _put_ptr(address, value):
+    # type: (int, int) -> None
+    c_void_p.from_address(address).value = value
+
+
+def _put_str(address, size, text):
+    # type: (int, int, str) -> None
+    data = text.encode("utf-8")[:max(size - 1, 0)] + b"\0"
+    ctypes.memmove(address, data, len(data))
+
+
+class SimNvmlLibrary(object):
+    """An object with NVML entry points as attributes, backed by a :class:`SimStore`."""
+
+    def __init__(self, store, faults=None):
+        # type: (SimStore, Optional[Faults]) -> None
+        import pynvml  # the structs this library fills are pynvml's own (the NVML header's layouts)
+
+        self._nv = pynvml
+        self.store = store
+        self.faults = faults or Faults()
+        self.mutations = 0
+        self._killed = set()  # type: set
+        self._strings = {}  # type: Dict[int, Any]
+        self._functions = {}  # type: Dict[str, Any]
+        self._define()
+        if self.faults.old_driver:
+            for name in ("nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
+                         "nvmlDeviceGetGpuInstancePossiblePlacements_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
+                         "nvmlComputeInstanceGetInfo_v2"):
+                self._functions.pop(name, None)
+
+    def __getattr__(self, name):
+        # type: (str) -> Any
+        functions = self.__dict__.get("_functions", {})
+        if name in functions:
+            return functions[name]
+        raise AttributeError(name)
+
+    def install(self):
+        # type: () -> None
+        """Make pynvml use this library (call before nvmlInit)."""
+        self._nv.nvmlLib = self
+        self._nv._nvmlGetFunctionPointer_cache.clear()
+
+    # --- processes, reset and reboot: not NVML calls, used by the backend's sim adapters ----------
+
+    def processes(self):
+        # type: () -> List[Process]
+        if not self.faults.processes or SIM_PID in self._killed:
+            return []
+        state = self.store.load()
+        gis = state["gpus"][0]["gis"] if state["gpus"] else []
+        for gi in gis:
+            if gi["cis"]:
+                return [Process(SIM_PID, 0, gi["id"], gi["cis"][0]["id"])]
+        return [Process(SIM_PID, 0, None, None)]
+
+    def kill(self, pid):
+        # type: (int) -> bool
+        if pid == SIM_PID and self.faults.processes and pid not in self._killed:
+            self._killed.add(pid)
+            return True
+        return False
+
+    def reset(self, indices):
+        # type: (List[int]) -> Tuple[int, str]
+        """What ``nvidia-smi -r -i <indices>`` does: (exit code, output)."""
+        if self.faults.passthrough:
+            return 3, "GPU reset is not supported in this (passthrough) configuration; reboot the node"
+        if self.faults.reset_fails:
+            return 255, "Unable to reset GPU: it is in use by another client (injected fault)"
+        try:
+            with self.store.transaction() as state:
+                driver.reset(state, list(indices), self.processes())
+        except SimError as exc:
+            return 255, "Unable to reset GPU: %s" % exc
+        self._count_mutation()
+        return 0, "GPU reset successful"
+
+    def reboot(self):
+        # type: () -> None
+        with self.store.transaction() as state:
+            driver.reboot(state)
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def _count_mutation(self):
+        # type: () -> None
+        self.mutations += 1
+        if self.faults.crash_after is not None and self.mutations >= self.faults.crash_after:
+            # The state file already holds this call's effect: die like a kill -9 right after it.
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _fn(self, name, argtypes, body, restype=c_int):
+        # type: (str, Tuple[Any, ...], Callable[..., Any], Any) -> None
+        mutating = name in MUTATING
+
+        def call(*args):
+            # An exception escaping a ctypes callback would be printed and read as 0 (SUCCESS): never.
+            try:
+                if mutating and self.faults.no_permission:
+                    return driver.ERROR_NO_PERMISSION
+                if self.faults.not_mig_capable and ("Mig" in name or "Instance" in name):
+                    return driver.ERROR_NOT_SUPPORTED
+                result = body(*args)
+                if mutating:
+                    self._count_mutation()
+                return driver.SUCCESS if result is None else result
+            except SimError as exc:
+                return exc.code
+            except Exception:  # noqa: BLE001 - a simulator bug must read as an error, not success
+                return 999
+
+        if restype is c_int:
+            self._functions[name] = CFUNCTYPE(c_int, *argtypes)(call)
+        else:
+            self._functions[name] = CFUNCTYPE(restype, *argtypes)(body)
+
+    def _define(self):
+        # type: () -> None
+        nv = self._nv
+        P, U = c_void_p, c_uint
+
+        def error_string(code):
+            buf = self._strings.get(code)
+            if buf is None:
+                buf = self._strings[code] = ctypes.create_string_buffer(
+                    _ERROR_TEXT.get(code, "NVML error %d" % code).encode())
+            return ctypes.addressof(buf)
+
+        self._fn("nvmlErrorString", (c_int,), error_string, restype=c_void_p)
+        self._fn("nvmlInitWithFlags", (U,), lambda flags: self._check_state())
+        self._fn("nvmlInit_v2", (), lambda: self._check_state())
+        self._fn("nvmlShutdown", (), lambda: None)
+        self._fn("nvmlSystemGetDriverVersion", (P, U), lambda buf, size: _put_str(buf, size, "550.163.01-sim"))
+        self._fn("nvmlDeviceGetCount_v2", (P,), lambda out: _put_uint(out, self.store.load()["count"]))
+        self._fn("nvmlDeviceGetHandleByIndex_v2", (U, P), self._handle_by_index)
+        self._fn("nvmlDeviceGetName", (P, P, U),
+                 lambda dev, buf, size: _put_str(buf, size, self._model(dev).name))
+        self._fn("nvmlDeviceGetUUID", (P, P, U), lambda dev, buf, size: _put_str(
+            buf, size, "GPU-5151%04x-0000-4000-8000-%012x" % (_decode(dev)[0], _decode(dev)[0])))
+        self._fn("nvmlDeviceGetPciInfo_v3", (P, P), self._pci_info)
+        self._fn("nvmlDeviceGetVirtualizationMode", (P, P), lambda dev, out: _put_uint(
+            out, nv.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH if self.faults.passthrough
+            else nv.NVML_GPU_VIRTUALIZATION_MODE_NONE))
+        self._fn("nvmlDeviceGetMigMode", (P, P, P), self._get_mig_mode)
+        self._fn("nvmlDeviceSetMigMode", (P, U, P), self._set_mig_mode)
+        self._fn("nvmlDeviceGetGpuInstanceProfileInfoV", (P, U, P), lambda d, i, o: self._gi_profile(d, i, o, 2))
+        self._fn("nvmlDeviceGetGpuInstanceProfileInfo", (P, U, P), lambda d, i, o: self._gi_profile(d, i, o, 1))
+        self._fn("nvmlDeviceGetGpuInstancePossiblePlacements_v2", (P, U, P, P), self._placements)
+        self._fn("nvmlDeviceCreateGpuInstanceWithPlacement", (P, U, P, P), self._create_gi)
+        self._fn("nvmlGpuInstanceDestroy", (P,), self._destroy_gi)
+        self._fn("nvmlDeviceGetGpuInstances", (P, U, P, P), self._gpu_instances)
+        self._fn("nvmlDeviceGetGpuInstanceById", (P, U, P), self._gi_by_id)
+        self._fn("nvmlGpuInstanceGetInfo", (P, P), self._gi_info)
+        self._fn("nvmlGpuInstanceGetComputeInstanceProfileInfoV", (P, U, U, P),
+                 lambda g, i, e, o: self._ci_profile(g, i, e, o, 2))
+        self._fn("nvmlGpuInstanceGetComputeInstanceProfileInfo", (P, U, U, P),
+                 lambda g, i, e, o: self._ci_profile(g, i, e, o, 1))
+        self._fn("nvmlGpuInstanceCreateComputeInstance", (P, U, P), self._create_ci)
+        self._fn("nvmlComputeInstanceDestroy", (P,), self._destroy_ci)
+        self._fn("nvmlGpuInstanceGetComputeInstances", (P, U, P, P), self._compute_instances)
+        self._fn("nvmlComputeInstanceGetInfo_v2", (P, P), self._ci_info)
+        self._fn("nvmlComputeInstanceGetInfo", (P, P), self._ci_info)  # the pre-_v2 entry point
+        self._fn("nvmlDeviceGetComputeRunningProcesses_v3", (P, P, P), self._running_processes)
+        self._fn("nvmlDeviceGetComputeRunningProcesses_v2", (P, P, P), self._running_processes)
+
+    def _check_state(self):
+        # type: () -> None
+        self.store.load()
+
+    def _model(self, dev):
+        # type: (int) -> Any
+        index = _decode(dev)[0]
+        state = self.store.load()
+        if not 0 <= index < state["count"]:
+            raise SimError(driver.ERROR_INVALID_ARGUMENT, "no GPU %d" % index)
+        return driver.model_of(state)
+
+    def _gpu(self, dev):
+        # type: (int) -> Tuple[int, Dict[str, Any], Any]
+        index = _decode(dev)[0]
+        state = self.store.load()
+        return index, driver.gpu_of(state, index), driver.model_of(state)
+
+    # --- device ---------------------------------------------------------------------------------
+
+    def _handle_by_index(self, index, out):
+        if index >= self.store.load()["count"]:
+            raise SimError(driver.ERROR_INVALID_ARGUMENT, "no GPU %d" % index)
+        _put_ptr(out, _dev_handle(index))
+
+    def _pci_info(self, dev, out):
+        index = _decode(dev)[0]
+        model = self._model(dev)
+        info = self._nv.nvmlPciInfo_t.from_address(out)
+        bus = 0x10 + index
+        info.domain, info.bus, info.device = 0, bus, 0
+        info.pciDeviceId = (model.pci_device_ids[0] << 16) | 0x10DE
+        info.pciSubSystemId = 0x147E10DE
+        info.busId = ("00000000:%02X:00.0" % bus).encode()
+        info.busIdLegacy = ("0000:%02X:00.0" % bus).encode()
+
+    def _get_mig_mode(self, dev, current, pending):
+        _, gpu, _ = self._gpu(dev)
+        _put_uint(current, gpu["mig_current"])
+        _put_uint(pending, gpu["mig_pending"])
+
+    def _set_mig_mode(self, dev, mode, activation):
+        index = _decode(dev)[0]
+        with self.store.transaction() as state:
+            status = driver.set_mig_mode(state, index, mode, self.processes())
+        _put_uint(activation, status)
+
+    # --- GPU instances --------------------------------------------------------------------------
+
+    def _gi_profile(self, dev, nvml_index, out, version):
+        _, gpu, model = self._gpu(dev)
+        driver.require_mig(gpu)  # NVML answers NOT_SUPPORTED while MIG mode is disabled
+        profile = driver.profile_by_index(model, nvml_index)
+        struct = self._nv.c_nvmlGpuInstanceProfileInfo_v2_t if version == 2 else self._nv.c_nvmlGpuInstanceProfileInfo_t
+        info = struct.from_address(out)
+        if version == 2:
+            if info.version != self._nv.nvmlGpuInstanceProfileInfo_v2:
+                raise SimError(25, "struct version mismatch")  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+            info.name = ("MIG " + profile.name).encode()
+        info.id = profile.id
+        info.isP2pSupported = 0
+        info.sliceCount = profile.compute_slices
+        info.instanceCount = profile.max_instances
+        info.multiprocessorCount = 14 * profile.compute_slices
+        info.copyEngineCount = profile.compute_slices
+        info.decoderCount = profile.memory_slices // 2
+        info.encoderCount = 0
+        info.jpegCount = 1 if profile.name.endswith("+me") or profile.compute_slices == 7 else 0
+        info.ofaCount = info.jpegCount
+        info.memorySizeMB = profile.memory_mib
+
+    def _placements(self, dev, profile_id, array, count):
+        _, gpu, model = self._gpu(dev)
+        driver.require_mig(gpu)
+        profile = driver.profile_by_id(model, profile_id)
+        if not array:
+            _put_uint(count, len(profile.placements))
+            return None
+        size = c_uint.from_address(count).value
+        if size < len(profile.placements):
+            _put_uint(count, len(profile.placements))
+            return driver.ERROR_INSUFFICIENT_SIZE
+        arr = (self._nv.c_nvmlGpuInstancePlacement_t * len(profile.placements)).from_address(array)
+        for n, placement in enumerate(profile.placements):
+            arr[n].start, arr[n].size = placement.start, placement.size
+        _put_uint(count, len(profile.placements))
+        return None
+
+    def _create_gi(self, dev, profile_id, placement, out):
+        index = _decode(dev)[0]
+        if self.faults.insufficient_resources:
+            raise SimError(driver.ERROR_INSUFFICIENT_RESOURCES, "injected")
+        place = self._nv.c_nvmlGpuInstancePlacement_t.from_address(placement)
+        with self.store.transaction() as state:
+            gi_id = driver.create_gpu_instance(state, index, profile_id, place.start, place.size)
+        _put_ptr(out, _gi_handle(index, gi_id))
+
+    def _destroy_gi(self, gi_handle):
+        index, gi_id, _ = _decode(gi_handle)
+        with self.store.transaction() as state:
+            driver.destroy_gpu_instance(state, index, gi_id, self.processes())
+
+    def _gpu_instances(self, dev, profile_id, array, count):
+        index, gpu, model = self._gpu(dev)
+        driver.require_mig(gpu)
+        driver.profile_by_id(model, profile_id)
+        found = [gi for gi in gpu["gis"] if gi["profile_id"] == profile_id]
+        handles = (c_void_p * max(len(found), 1)).from_address(array) if array else None
+        for n, gi in enumerate(found):
+            if handles is not None:
+                handles[n] = _gi_handle(index, gi["id"])
+        _put_uint(count, len(found))
+
+    def _gi_by_id(self, dev, gi_id, out):
+        index, gpu, _ = self._gpu(dev)
+        driver.require_mig(gpu)
+        driver.gi_of(gpu, gi_id)
+        _put_ptr(out, _gi_handle(index, gi_id))
+
+    def _gi_info(self, gi_handle, out):
+        index, gi_id, _ = _decode(gi_handle)
+        gi = driver.gi_of(driver.gpu_of(self.store.load(), index), gi_id)
+        info = self._nv.c_nvmlGpuInstanceInfo_t.from_address(out)
+        c_void_p.from_address(out).value = _dev_handle(index)  # the "device" field comes first
+        info.id = gi["id"]
+        info.profileId = gi["profile_id"]
+        info.placement.start = gi["start"]
+        info.placement.size = gi["size"]
+
+    # --- compute instances ----------------------------------------------------------------------
+
+    def _ci_profile(self, gi_handle, ci_index, engine, out, version):
+        index, gi_id, _ = _decode(gi_handle)
+        state = self.store.load()
+        gi = driver.gi_of(driver.gpu_of(state, index), gi_id)
+        profiles = driver.ci_profiles(driver.model_of(state), gi)
+        if ci_index not in profiles or engine != 0:
+            raise SimError(driver.ERROR_NOT_SUPPORTED, "CI profile not supported")
+        struct = (self._nv.c_nvmlComputeInstanceProfileInfo_v2_t if version == 2
+                  else self._nv.c_nvmlComputeInstanceProfileInfo_t)
+        info = struct.from_address(out)
+        if version == 2:
+            info.name = ("MIG %dc" % profiles[ci_index]).encode()
+        info.id = ci_index
+        info.sliceCount = profiles[ci_index]
+        info.instanceCount = max(profiles.values()) // profiles[ci_index]
+        info.multiprocessorCount = 14 * profiles[ci_index]
+
+    def _create_ci(self, gi_handle, ci_profile_id, out):
+        index, gi_id, _ = _decode(gi_handle)
+        with self.store.transaction() as state:
+            ci_id = driver.create_compute_instance(state, index, gi_id, ci_profile_id)
+        _put_ptr(out, _ci_handle(index, gi_id, ci_id))
+
+    def _destroy_ci(self, ci_handle):
+        index, gi_id, ci_id = _decode(ci_handle)
+        with self.store.transaction() as state:
+            driver.destroy_compute_instance(state, index, gi_id, ci_id, self.processes())
+
+    def _compute_instances(self, gi_handle, ci_profile_id, array, count):
+        index, gi_id, _ = _decode(gi_handle)
+        gi = driver.gi_of(driver.gpu_of(self.store.load(), index), gi_id)
+        found = [ci for ci in gi["cis"] if ci["profile_id"] == ci_profile_id]
+        handles = (c_void_p * max(len(found), 1)).from_address(array) if array else None
+        for n, ci in enumerate(found):
+            if handles is not None:
+                handles[n] = _ci_handle(index, gi_id, ci["id"])
+        _put_uint(count, len(found))
+
+    def _ci_info(self, ci_handle, out):
+        index, gi_id, ci_id = _decode(ci_handle)
+        gi = driver.gi_of(driver.gpu_of(self.store.load(), index), gi_id)
+        for ci in gi["cis"]:
+            if ci["id"] == ci_id:
+                info = self._nv.c_nvmlComputeInstanceInfo_t.from_address(out)
+                c_void_p.from_address(out).value = _dev_handle(index)
+                info.gpuInstance = ctypes.cast(c_void_p(_gi_handle(index, gi_id)), self._nv.c_nvmlGpuInstance_t)
+                info.id = ci_id
+                info.profileId = ci["profile_id"]
+                slices = driver.CI_PROFILE_SLICES.get(ci["profile_id"], 1)
+                info.placement.start, info.placement.size = 0, slices
+                return None
+        raise SimError(driver.ERROR_NOT_FOUND, "no compute instance %d" % ci_id)
+
+    # --- processes ------------------------------------------------------------------------------
+
+    def _running_processes(self, dev, count, array):
+        index = _decode(dev)[0]
+        if self.faults.no_permission:
+            return driver.ERROR_NO_PERMISSION
+        procs = [p for p in self.processes() if p.gpu == index]
+        capacity = c_uint.from_address(count).value
+        _put_uint(count, len(procs))
+        if not procs:
+            return None
+        if not array or capacity < len(procs):
+            return driver.ERROR_INSUFFICIENT_SIZE
+        arr = (self._nv.c_nvmlProcessInfo_v2_t * len(procs)).from_address(array)
+        for n, proc in enumerate(procs):
+            arr[n].pid = proc.pid
+            arr[n].usedGpuMemory = 512 * 1024 * 1024
+            arr[n].gpuInstanceId = proc.gi if proc.gi is not None else 0xFFFFFFFF
+            arr[n].computeInstanceId = proc.ci if proc.ci is not None else 0xFFFFFFFF
+        return None

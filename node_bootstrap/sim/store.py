@@ -1,0 +1,93 @@
+"""The simulated node's state file: read and written under a lock, replaced atomically.
+
+Every simulated NVML call re-reads the file, as every real call asks the one driver: two processes
+(an apply and a status, or two applies racing for the node lock) see one node. A process killed mid-run
+leaves the file as it was after its last completed call, like a real GPU.
+"""
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+from typing import Any, Dict, Iterator
+
+from .driver import State
+
+
+class SimStateError(Exception):
+    pass
+
+
+class SimStore(object):
+    def __init__(self, path):
+        # type: (str) -> None
+        self.path = os.path.abspath(path)
+        self._lock_path = self.path + ".lock"
+
+    def exists(self):
+        # type: () -> bool
+        return os.path.exists(self.path)
+
+    @contextlib.contextmanager
+    def _locked(self, exclusive):
+        # type: (bool) -> Iterator[None]
+        directory = os.path.dirname(self.path)
+        if directory and not os.path.isdir(directory):
+            os.makedirs(directory)
+        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield
+        finally:
+            os.close(fd)  # closing releases the flock
+
+    def _read(self):
+        # type: () -> State
+        try:
+            with open(self.path) as fh:
+                state = json.load(fh)
+        except (IOError, OSError) as exc:
+            raise SimStateError("cannot read simulator state %s: %s" % (self.path, exc))
+        except ValueError as exc:
+            raise SimStateError("simulator state %s is not JSON: %s" % (self.path, exc))
+        if not isinstance(state, dict) or state.get("version") != 1:
+            raise SimStateError("simulator state %s has an unknown format" % self.path)
+        return state
+
+    def _write(self, state):
+        # type: (State) -> None
+        fd, tmp = tempfile.mkstemp(prefix=".sim-", dir=os.path.dirname(self.path))
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(state, fh, indent=1, sort_keys=True)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.rename(tmp, self.path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def load(self):
+        # type: () -> State
+        with self._locked(False):
+            return self._read()
+
+    def init(self, state):
+        # type: (State) -> State
+        """Write ``state`` unless a state exists already; returns the state in force."""
+        with self._locked(True):
+            if os.path.exists(self.path):
+                return self._read()
+            self._write(state)
+            return state
+
+    @contextlib.contextmanager
+    def transaction(self):
+        # type: () -> Iterator[Dict[str, Any]]
+        """Read-modify-write under the exclusive lock; written back only if the block succeeds."""
+        with self._locked(True):
+            state = self._read()
+            yield state
+            self._write(state)
