@@ -1,0 +1,127 @@
+"""The real cs20151215 SDK against the loopback CS emulator: paths, query names, paging, signature,
+retries on throttling and 5xx, errors that must not be retried, slow answers."""
+
+import json
+
+import pytest
+
+from functions.cs_lookup import CsLookup
+from functions.errors import ConfigurationError, RetryLater
+from functions.handler import RetryInvocation, handler
+from functions.logs import JsonLogger
+from functions.pipeline import run_event
+from functions.settings import load_settings
+from tests.function.conftest import AK, SECRET, TOKEN, cloud_env, event_bytes
+from tests.support.cs_emulator import CsEmulator
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def lookup(emu, **extra):
+    return CsLookup(load_settings(cloud_env(emu, **extra)), sleep=lambda s: None)
+
+
+def test_nodepools_and_nodes_through_the_sdk(emulator):
+    cs = lookup(emulator)
+    pools = cs.nodepools(emulator.cluster_id)
+    assert [p.name for p in pools] == ["gpu-mig-a100", "gpu-passthrough", "cpu-general", "gpu-mig-typo"]
+    mig = pools[0]
+    assert mig.labels == {"ack.aliyun.com/gpu-partition-sequence": "3g.20gb-3g.20gb"}
+    assert mig.scaling_group_id == "asg-2ze4x7c1mig8a100q9wz" and mig.instance_types == ["ecs.ebmgn7.26xlarge"]
+    assert mig.taints[0].key == "ack-mig-hook/partition-pending"
+    nodes = cs.nodes(emulator.cluster_id, nodepool_id=mig.nodepool_id)
+    assert [n.ip_address for n in nodes] == ["192.168.12.31", "192.168.12.47", "192.168.12.52"]
+    assert emulator.rejected == []  # every request carried a valid ACS3 signature and the STS token
+    paths = [(r.action, r.path) for r in emulator.requests]
+    assert paths == [("DescribeClusterNodePools", "/clusters/%s/nodepools" % emulator.cluster_id),
+                     ("DescribeClusterNodes", "/clusters/%s/nodes" % emulator.cluster_id)]
+    assert emulator.requests[1].query == {"nodepool_id": mig.nodepool_id, "pageNumber": "1", "pageSize": "100"}
+
+
+def test_paging_and_instance_id_chunks(emulator):
+    template = emulator.nodes[0]
+    emulator.nodes = [dict(template, instance_id="i-page%04d" % i, node_name="n%d" % i) for i in range(250)]
+    cs = lookup(emulator)
+    all_nodes = cs.nodes(emulator.cluster_id)
+    assert len(all_nodes) == 250 and len({n.instance_id for n in all_nodes}) == 250
+    pages = [r.query["pageNumber"] for r in emulator.requests if r.action == "DescribeClusterNodes"]
+    assert pages == ["1", "2", "3"]
+    emulator.requests.clear()
+    wanted = ["i-page%04d" % i for i in range(0, 250, 2)]  # 125 ids: two calls of <= 100
+    found = cs.nodes(emulator.cluster_id, instance_ids=wanted)
+    assert sorted(n.instance_id for n in found) == sorted(wanted)
+    sent = [r.query["instanceIds"].split(",") for r in emulator.requests]
+    assert [len(s) for s in sent] == [100, 25]
+
+
+@pytest.mark.parametrize("status, code, retry_after", [
+    (429, "Throttling.User", None), (503, "ServiceUnavailable", None), (500, "InternalError", None),
+    (400, "Throttling", 1),
+])
+def test_transient_errors_are_retried(emulator, status, code, retry_after):
+    emulator.fail_next("DescribeClusterNodePools", status, code, times=2, retry_after=retry_after)
+    cs = lookup(emulator, ACK_MIG_API_MAX_ATTEMPTS="3")
+    assert len(cs.nodepools(emulator.cluster_id)) == 4
+    assert emulator.calls("DescribeClusterNodePools") == 3
+
+
+def test_exhausted_retries_end_as_retry_and_the_handler_raises(emulator, monkeypatch, capsys):
+    emulator.fail_next("DescribeClusterNodePools", 503, "ServiceUnavailable", times=10)
+    cs = lookup(emulator, ACK_MIG_API_MAX_ATTEMPTS="2")
+    with pytest.raises(RetryLater, match="failed 2 times"):
+        cs.nodepools(emulator.cluster_id)
+    for k, v in cloud_env(emulator, ACK_MIG_API_MAX_ATTEMPTS="1").items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(RetryInvocation):
+        handler(event_bytes("fc_timer.json"), None)
+    last = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert last["outcome"] == "retry" and last["level"] == "WARNING"
+
+
+def test_client_errors_are_not_retried(emulator):
+    emulator.fail_next("DescribeClusterNodePools", 403, "Forbidden.RAM")
+    with pytest.raises(ConfigurationError, match="Forbidden.RAM"):
+        lookup(emulator).nodepools(emulator.cluster_id)
+    assert emulator.calls("DescribeClusterNodePools") == 1
+    with pytest.raises(ConfigurationError, match="ErrorClusterNotFound"):
+        lookup(emulator).nodepools("c-nosuchcluster")
+
+
+def test_wrong_secret_is_refused_by_signature_check(emulator):
+    cs = lookup(emulator, ALIBABA_CLOUD_ACCESS_KEY_SECRET="not-the-secret")
+    with pytest.raises(ConfigurationError, match="SignatureDoesNotMatch"):
+        cs.nodepools(emulator.cluster_id)
+    assert emulator.rejected and "SignatureDoesNotMatch" in emulator.rejected[0]
+
+
+def test_slow_answer_times_out_and_is_retried(emulator):
+    emulator.slow_next("DescribeClusterNodePools", 2.5)
+    cs = lookup(emulator, ACK_MIG_API_TIMEOUT_S="1", ACK_MIG_API_MAX_ATTEMPTS="2")
+    assert len(cs.nodepools(emulator.cluster_id)) == 4
+    assert emulator.calls("DescribeClusterNodePools") == 2
+
+
+def test_full_event_through_the_api(emulator):
+    result = run_event(event_bytes("ess_scale_out_success.json"), load_settings(cloud_env(emulator)),
+                       dry_run=True, logger=JsonLogger("OFF"))
+    assert result.outcome == "done" and [d.action for d in result.decisions] == ["partition", "partition"]
+    assert emulator.requests[1].query["instanceIds"] == "i-2zeb7c1mig0a100x1k4d,i-2zeb7c1mig0a100x2m8f"
+
+
+def test_kubeconfig_endpoint_for_delivery(no_proxy):
+    """The emulator serves DescribeClusterUserKubeconfig to the real SDK (delivery removes taints with it)."""
+    from alibabacloud_cs20151215 import models
+    from alibabacloud_cs20151215.client import Client
+    from alibabacloud_tea_openapi import utils_models
+
+    with CsEmulator(AK, SECRET, TOKEN, cluster_id="c-kube") as emu:
+        emu.kubeconfig = "apiVersion: v1\nkind: Config\n# test\n"
+        host = emu.endpoint.split("://")[1]
+        client = Client(utils_models.Config(access_key_id=AK, access_key_secret=SECRET, security_token=TOKEN,
+                                            endpoint=host, protocol="http", region_id="cn-beijing"))
+        body = client.describe_cluster_user_kubeconfig("c-kube", models.DescribeClusterUserKubeconfigRequest(
+            private_ip_address=True, temporary_duration_minutes=15)).body
+        assert body.config == emu.kubeconfig
+        (query,) = emu.kubeconfig_requests
+        assert query["PrivateIpAddress"].lower() == "true" and query["TemporaryDurationMinutes"] == "15"
+        assert emu.requests[0].path == "/k8s/c-kube/user_config" and emu.rejected == []
