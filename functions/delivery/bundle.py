@@ -59,14 +59,11 @@ def _sources():
     return sorted(found)
 
 
-@functools.lru_cache(maxsize=1)
-def build() -> Bundle:
+def pack(files) -> Bundle:
+    """A bundle of ``(archive name, bytes)`` pairs: a reproducible tar (zeroed times and owners) in xz."""
     buf = io.BytesIO()
-    sources = _sources()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, path in sources:
-            with open(path, "rb") as fh:
-                data = fh.read()
+        for name, data in sorted(files):
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(data), 0, 0o644
             info.uid = info.gid = 0
@@ -74,4 +71,14 @@ def build() -> Bundle:
             tar.addfile(info, io.BytesIO(data))
     raw = buf.getvalue()
     packed = lzma.compress(raw, format=lzma.FORMAT_XZ, preset=9 | lzma.PRESET_EXTREME)
-    return Bundle(hashlib.sha256(raw).hexdigest(), packed, len(sources), len(raw))
+    return Bundle(hashlib.sha256(raw).hexdigest(), packed, len(files), len(raw))
+
+
+@functools.lru_cache(maxsize=1)
+def build() -> Bundle:
+    """The node bundle from the installed ``node_bootstrap`` and ``pynvml``, built once per process."""
+    files = []
+    for name, path in _sources():
+        with open(path, "rb") as fh:
+            files.append((name, fh.read()))
+    return pack(files)

@@ -138,7 +138,8 @@ def main(argv):
     except ValueError:
         result = None
     if not isinstance(result, dict):
-        tail = lines[-1][:300] if lines else "no output"
+        errs = [l for l in err.decode("utf-8", "replace").splitlines() if l.strip()]
+        tail = (lines[-1] if lines else errs[-1] if errs else "no output")[:300]
         emit("no-result", "node_bootstrap exited %d without a JSON result: %s" % (proc.returncode, tail),
              proc.returncode or 1)
     sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")

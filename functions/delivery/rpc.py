@@ -23,6 +23,12 @@ from aliyunsdkcore.request import CommonRequest
 from ..settings import Credentials, Endpoint
 
 log = logging.getLogger(__name__)
+# The core SDK logs every request's parameters at DEBUG, the STS SecurityToken among them, and its HTTP
+# layer can dump headers; it also logs each error it returns at ERROR, retried throttling included. Our
+# own lines say what happened (without parameters), so the SDK's are silenced whatever the root level is
+# (tests/delivery checks that no secret reaches a log).
+for _name in ("aliyunsdkcore", "aliyunsdkcore.client", "aliyunsdkcore.http.http_response"):
+    logging.getLogger(_name).setLevel(logging.CRITICAL)
 
 ECS_VERSION = "2014-05-26"
 ESS_VERSION = "2014-08-28"
@@ -101,7 +107,9 @@ class RpcClient:
             try:
                 body = self._client.do_action_with_exception(request)
                 return json.loads(body.decode("utf-8") if isinstance(body, bytes) else body)
-            except (ServerException, ClientException) as exc:
+            except Exception as exc:  # the SDK also raises plain errors on odd answers (IndexError...)
+                if not isinstance(exc, (ServerException, ClientException)):
+                    raise ApiError(action, "SDK.Unexpected", "%s: %s" % (type(exc).__name__, exc)) from None
                 code = exc.get_error_code() or type(exc).__name__
                 message = exc.get_error_msg() or ""
                 if not retryable(exc) or attempt + 1 == self.backoff.attempts:

@@ -65,7 +65,8 @@ class SshTransport:
     name = "ssh"
 
     def __init__(self, maker: ScriptMaker, key: paramiko.PKey, known_hosts: str, user: str = "root",
-                 port: int = 22, policy: str = "verify", concurrency: int = 32, connect_timeout_s: float = 10.0):
+                 port: int = 22, policy: str = "verify", concurrency: int = 32, connect_timeout_s: float = 10.0,
+                 grace_s: float = 30.0):
         if policy not in ("verify", "accept-new"):
             raise SshError("host key policy must be verify or accept-new")
         if not known_hosts or (policy == "verify" and not os.path.isfile(known_hosts)):
@@ -73,6 +74,7 @@ class SshTransport:
                            "file (or choose ACK_MIG_SSH_HOST_KEY_POLICY=accept-new)")
         self.maker, self.key, self.known_hosts, self.user, self.port = maker, key, known_hosts, user, port
         self.policy, self.concurrency, self.connect_timeout_s = policy, max(1, concurrency), connect_timeout_s
+        self.grace_s = grace_s  # beyond the runner's own deadline, before the channel is closed
         self._lock = threading.Lock()
 
     def _connect(self, target: NodeTarget) -> paramiko.SSHClient:
@@ -90,7 +92,8 @@ class SshTransport:
         script = self.maker.script([target], target.instance_id)
         channel = client.get_transport().open_session(timeout=self.connect_timeout_s)
         channel.settimeout(1.0)
-        deadline = time.monotonic() + self.maker.deadline_s + 30
+        limit = self.maker.deadline_s + self.grace_s
+        deadline = time.monotonic() + limit
         out, err = bytearray(), bytearray()
         try:
             channel.exec_command(script)
@@ -103,7 +106,7 @@ class SshTransport:
                     break
                 elif time.monotonic() > deadline:
                     return NodeResult(target.instance_id, self.name, error="execution-timeout",
-                                      message="no answer within %ds; channel closed" % (self.maker.deadline_s + 30))
+                                      message="no answer within %gs; channel closed" % limit)
                 else:
                     time.sleep(0.02)
             code = channel.recv_exit_status()

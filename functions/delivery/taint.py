@@ -78,25 +78,21 @@ class TaintRemover:
 
 
 def cs_kubeconfig(settings, cluster_id: str) -> Callable[[], str]:
-    """A provider of the cluster's kubeconfig (private endpoint, 15 minutes) through the CS API."""
+    """A provider of the cluster's kubeconfig (private endpoint, valid 15 minutes) through the CS API,
+    with the function side's CS client and its retry rules (functions.cs_lookup)."""
 
     def fetch() -> str:
         from alibabacloud_cs20151215 import models
-        from alibabacloud_cs20151215.client import Client
-        from alibabacloud_tea_openapi import models as open_api_models
 
-        creds = settings.credentials
-        if creds is None:
-            raise KubeError("no credentials for DescribeClusterUserKubeconfig")
-        config = open_api_models.Config(access_key_id=creds.access_key_id,
-                                        access_key_secret=creds.access_key_secret,
-                                        security_token=creds.security_token or None, region_id=settings.region)
-        endpoint = settings.cs_endpoint
-        config.endpoint = endpoint.host if endpoint else "cs.%s.aliyuncs.com" % settings.region
-        config.protocol = endpoint.protocol if endpoint else "https"
+        from ..cs_lookup import CsLookup
+
+        lookup = CsLookup(settings)
         request = models.DescribeClusterUserKubeconfigRequest(private_ip_address=True,
                                                               temporary_duration_minutes=15)
-        body = Client(config).describe_cluster_user_kubeconfig(cluster_id, request).body
-        return body.config
+        # CsLookup has no public kubeconfig call yet; its client and retry wrapper are reused as they are.
+        response = lookup._call("DescribeClusterUserKubeconfig",
+                                lambda: lookup._client.describe_cluster_user_kubeconfig_with_options(
+                                    cluster_id, request, {}, lookup._runtime))
+        return response.body.config
 
     return fetch

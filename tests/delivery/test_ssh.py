@@ -1,0 +1,115 @@
+"""SSH transport against a real OpenSSH sshd on 127.0.0.1 with its own host key."""
+
+import os
+import sys
+
+import pytest
+
+from functions.delivery.result import outcome
+from functions.delivery.ssh import SshError, SshTransport, load_key
+from functions.delivery.transport import ScriptMaker
+from functions.settings import DeliverySettings
+from tests.delivery.conftest import SECRET, node_dirs, targets
+from tests.support.sshd import _keypair
+
+pytestmark = pytest.mark.ssh
+
+
+def make(sshd, maker, known_hosts=None, **kw):
+    return SshTransport(maker, load_key(path=sshd.client_key), known_hosts or sshd.known_hosts, port=sshd.port, **kw)
+
+
+def test_nodes_are_partitioned_and_a_warm_node_costs_one_exec(sshd, maker, monkeypatch):
+    transport = make(sshd, maker)
+    results = transport.run(targets(4))
+    assert [outcome(r).outcome for r in results] == ["partitioned"] * 4
+    assert results[2].result["node_name"] == "cn-test.10.0.0.2" and node_dirs(maker.root) == [maker.bundle.digest]
+    calls = []
+    for name in ("_exec", "_push"):
+        real = getattr(transport, name)
+        monkeypatch.setattr(transport, name, lambda c, t, real=real, name=name: calls.append(name) or real(c, t))
+    again = transport.run(targets(4))
+    assert all(r.result["outcome"] == "success" for r in again)
+    assert calls == ["_exec"] * 4  # the cache is warm: no upload, one exec per node
+
+
+def test_the_key_can_come_from_a_secret(sshd, maker):
+    transport = SshTransport(maker, load_key(text=sshd.client_key_text), sshd.known_hosts, port=sshd.port)
+    assert outcome(transport.run(targets(1))[0]).outcome == "partitioned"
+
+
+def test_a_wrong_host_key_is_refused(sshd, maker):
+    result = make(sshd, maker, sshd.wrong_known_hosts).run(targets(1))[0]
+    assert result.error == "host-key-rejected" and result.result is None
+    assert node_dirs(maker.root) == []
+
+
+def test_an_unknown_host_is_refused_unless_accept_new_is_chosen(sshd, maker, tmp_path):
+    empty = tmp_path / "known_hosts"
+    empty.write_text("")
+    assert make(sshd, maker, str(empty)).run(targets(1))[0].error == "host-key-rejected"
+    result = make(sshd, maker, str(empty), policy="accept-new").run(targets(1))[0]
+    assert outcome(result).outcome == "partitioned"
+    assert "[127.0.0.1]:%d ssh-ed25519 " % sshd.port in empty.read_text()  # recorded ...
+    assert outcome(make(sshd, maker, str(empty)).run(targets(1))[0]).outcome == "partitioned"  # ... and trusted
+
+
+def test_accept_new_still_refuses_a_changed_key(sshd, maker):
+    result = make(sshd, maker, sshd.wrong_known_hosts, policy="accept-new").run(targets(1))[0]
+    assert result.error == "host-key-rejected"
+
+
+def test_verify_needs_a_known_hosts_file(sshd, maker, tmp_path):
+    with pytest.raises(SshError, match="ACK_MIG_SSH_KNOWN_HOSTS"):
+        make(sshd, maker, str(tmp_path / "missing"))
+
+
+def test_a_key_the_node_does_not_accept_fails_auth(sshd, maker, tmp_path):
+    other = str(tmp_path / "other")
+    _keypair(other)
+    transport = SshTransport(maker, load_key(path=other), sshd.known_hosts, port=sshd.port)
+    assert transport.run(targets(1))[0].error == "auth-failed"
+
+
+def test_bad_key_text_is_one_clear_line():
+    with pytest.raises(SshError, match="not an unencrypted"):
+        load_key(text="-----BEGIN OPENSSH PRIVATE KEY-----\nnot a key\n-----END OPENSSH PRIVATE KEY-----\n")
+    with pytest.raises(SshError, match="needs a private key"):
+        load_key()
+
+
+def test_a_hung_node_gets_its_channel_closed(sshd, fake_bundle, tmp_path):
+    hang = tmp_path / "hang"
+    hang.write_text("#!/bin/sh\nsleep 60\n")
+    hang.chmod(0o755)
+    maker = ScriptMaker(fake_bundle, 1, str(tmp_path / "root"), str(hang))
+    result = make(sshd, maker, grace_s=0.5).run(targets(1))[0]
+    assert result.error == "execution-timeout" and "channel closed" in result.message
+
+
+def test_the_node_deadline_is_reported_by_the_node(sshd, fake_bundle, tmp_path):
+    maker = ScriptMaker(fake_bundle, 1, str(tmp_path / "root"), sys.executable)
+    result = make(sshd, maker).run(targets(1, extra=("--fake-sleep", "30")))[0]
+    assert outcome(result).outcome == "failed" and "node-timeout" in outcome(result).reason
+
+
+def test_unreachable_and_addressless_nodes_fail_alone(sshd, maker):
+    transport = make(sshd, maker, connect_timeout_s=2)
+    good = targets(1)
+    none = targets(1, prefix="i-none", address="")
+    closed = targets(1, prefix="i-closed", address="127.0.0.2")
+    results = {r.instance_id: r for r in transport.run(good + none + closed)}
+    assert outcome(results["i-t0000"]).outcome == "partitioned"
+    assert results["i-none0000"].error == "connect-failed" and results["i-closed0000"].error == "connect-failed"
+
+
+def test_default_concurrency_is_at_least_32(sshd, maker):
+    assert DeliverySettings().ssh_concurrency >= 32 and make(sshd, maker).concurrency >= 32
+
+
+def test_the_private_key_never_appears_in_results(sshd, maker):
+    results = SshTransport(maker, load_key(text=sshd.client_key_text), sshd.wrong_known_hosts,
+                           port=sshd.port).run(targets(1))
+    body = sshd.client_key_text.split("\n")[1]
+    assert body not in repr(results) and SECRET not in repr(results)
+    assert os.path.exists(sshd.known_hosts)
