@@ -226,7 +226,8 @@ NODE_TIMEOUT_S = _var("ACK_MIG_NODE_TIMEOUT_S", "600", "time one node may take t
 LIFECYCLE_FAILURE_RESULT = _var("ACK_MIG_LIFECYCLE_FAILURE_RESULT", "ABANDON", "lifecycle hook answer when "
                                 "a node fails: CONTINUE, ABANDON or ROLLBACK", "delivery")
 STARTUP_TAINT = _var("ACK_MIG_STARTUP_TAINT", "ack-mig-hook/partition-pending=true:NoSchedule",
-                     "taint the pool puts on new nodes; removed once the node is partitioned", "delivery")
+                     "taint the pool puts on new nodes; removed once the node is partitioned (`none`: "
+                     "never touch taints)", "delivery")
 NODE_ARGS = _var("ACK_MIG_NODE_ARGS", "", "extra node_bootstrap arguments (e.g. the demo's simulated "
                  "backend)", "delivery")
 LIFECYCLE_HEARTBEAT_S = _var("ACK_MIG_LIFECYCLE_HEARTBEAT_S", "240", "seconds between lifecycle hook "
@@ -260,6 +261,14 @@ class DeliverySettings:
         return (self.ssh_private_key,) if self.ssh_private_key else ()
 
 
+def _startup_taint(env: Mapping[str, str]) -> str:
+    """The taint to lift; ``none`` turns taint removal off (a pool that registers nodes without one)."""
+    text = _get(env, STARTUP_TAINT)
+    if text.lower() == "none":
+        return ""
+    return text or "ack-mig-hook/partition-pending=true:NoSchedule"
+
+
 def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
     return DeliverySettings(
         transport=parse_choice(env, TRANSPORT, "cloud-assistant", TRANSPORTS),
@@ -275,7 +284,7 @@ def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
         node_timeout_s=parse_int(env, NODE_TIMEOUT_S, 600, 10, 86400),
         lifecycle_failure_result=parse_choice(env, LIFECYCLE_FAILURE_RESULT, "ABANDON", LIFECYCLE_RESULTS,
                                               upper=True),
-        startup_taint=_get(env, STARTUP_TAINT) or "ack-mig-hook/partition-pending=true:NoSchedule",
+        startup_taint=_startup_taint(env),
         node_args=_get(env, NODE_ARGS),
         lifecycle_heartbeat_s=parse_int(env, LIFECYCLE_HEARTBEAT_S, 240, 1, 3600),
     )

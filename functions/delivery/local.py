@@ -5,6 +5,8 @@ the real path."""
 
 import os
 import subprocess
+import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence
 
@@ -19,6 +21,7 @@ class LocalTransport:
         self.maker = maker
         self.sim_state_dir = sim_state_dir  # one simulated node state file per instance (demo, tests)
         self.concurrency = concurrency
+        self._lock = threading.Lock()
 
     def _args(self, target: NodeTarget) -> NodeTarget:
         if not self.sim_state_dir:
@@ -43,14 +46,18 @@ class LocalTransport:
         return NodeResult(target.instance_id, self.name, proc.returncode, doc)
 
     def _push(self, target: NodeTarget) -> Optional[NodeResult]:
-        incoming = os.path.join(self.maker.root, "incoming")
-        os.makedirs(incoming, mode=0o700, exist_ok=True)
-        bundle = self.maker.bundle
-        for name, chunk in zip(bundle.part_names(), bundle.chunks()):
-            tmp = os.path.join(incoming, ".%s.tmp" % name)
-            with open(tmp, "wb") as fh:
-                fh.write(chunk)
-            os.replace(tmp, os.path.join(incoming, name))
+        # Every local "node" shares this machine's directory: push once, atomically, under a lock.
+        with self._lock:
+            bundle = self.maker.bundle
+            if os.path.isfile(os.path.join(self.maker.root, "bundles", bundle.digest, ".complete")):
+                return None
+            incoming = os.path.join(self.maker.root, "incoming")
+            os.makedirs(incoming, mode=0o700, exist_ok=True)
+            for name, chunk in zip(bundle.part_names(), bundle.chunks()):
+                fd, tmp = tempfile.mkstemp(prefix=".part-", dir=incoming)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(chunk)
+                os.replace(tmp, os.path.join(incoming, name))
         return None
 
     def run(self, targets: Sequence[NodeTarget]) -> List[NodeResult]:
