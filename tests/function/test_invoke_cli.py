@@ -1,0 +1,111 @@
+"""`ack-mig-hook invoke` as a user runs it (a fresh process), and the handler sharing its path."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from functions.handler import handler
+from tests.function.conftest import EVENTS, INVENTORY, ROOT
+
+CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
+
+
+def cli(*args, env=None, stdin=None):
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-m", "functions.cli", "invoke", *args], cwd=ROOT, env=full_env,
+                          input=stdin, capture_output=True, text=True, timeout=60)
+
+
+def test_json_output_from_a_snapshot():
+    proc = cli("--event", os.path.join(ROOT, "examples", "event.json"), "--inventory", INVENTORY, "--dry-run",
+               "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["trigger"] == "scale-out" and out["dry_run"] is True
+    assert [d["action"] for d in out["decisions"]] == ["partition", "partition"]
+    for d in out["decisions"]:
+        assert set(["instance_id", "node_name", "nodepool_id", "action", "reason", "plan"]) <= set(d)
+    assert proc.stderr == ""  # logs only with ACK_MIG_LOG_LEVEL=DEBUG
+
+
+def test_text_output_shows_every_decision():
+    proc = cli("--event", os.path.join(EVENTS, "fc_timer.json"), "--inventory", INVENTORY, "--dry-run",
+               env={"ACK_MIG_CLUSTER_ID": CLUSTER})
+    assert proc.returncode == 0, proc.stderr
+    actions = [line.split()[0] for line in proc.stdout.splitlines()[1:] if not line.startswith("  node ")]
+    assert sorted(actions) == ["error", "partition", "partition", "partition", "skip", "skip"]
+    assert "commas are not accepted" in proc.stdout
+
+
+def test_handler_and_cli_give_the_same_decisions(monkeypatch, capsys):
+    """One code path: the FC handler's JSON equals the CLI's for the same event and snapshot."""
+    import functions.pipeline as pipeline
+
+    original = pipeline.run_event
+    monkeypatch.setattr("functions.handler.run_event",
+                        lambda raw, settings, context=None: original(raw, settings, inventory=INVENTORY,
+                                                                     context=context, dry_run=True))
+    with open(os.path.join(EVENTS, "fc_timer.json"), "rb") as handle:
+        from_handler = json.loads(handler(handle.read(), None))
+    capsys.readouterr()
+    proc = cli("--event", os.path.join(EVENTS, "fc_timer.json"), "--inventory", INVENTORY, "--dry-run", "--json")
+    from_cli = json.loads(proc.stdout)
+    assert from_handler["decisions"] == from_cli["decisions"]
+    assert from_handler["nodes"] == from_cli["nodes"]
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("{not json", "event is not JSON"),
+    ('{"cluster_id": "c-1", "nodepool": "np-1"}', "event field payload.nodepool"),
+    ("", "event is empty"),
+])
+def test_bad_event_exits_2_with_one_line(tmp_path, content, fragment):
+    path = tmp_path / "event.json"
+    path.write_text(content)
+    proc = cli("--event", str(path), "--inventory", INVENTORY)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ack-mig-hook: error: ") and fragment in lines[0]
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+@pytest.mark.parametrize("content, fragment", [
+    ("[]", "must be a JSON object"),
+    ('{"nodepools": []}', "cluster_id is missing"),
+    ('{"cluster_id": "c-1", "nodepools": [{"kubernetes_config": {}}]}', "nodepools[0] has no nodepool_info.nodepool_id"),
+    ('{"cluster_id": "c-1", "nodes": "x"}', "nodes must be a list"),
+    ("garbage", "is not JSON"),
+])
+def test_bad_inventory_exits_2_with_one_line(tmp_path, content, fragment):
+    path = tmp_path / "inventory.json"
+    path.write_text(content)
+    proc = cli("--event", os.path.join(EVENTS, "fc_timer.json"), "--inventory", str(path))
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+
+
+def test_missing_files_and_stdin(tmp_path):
+    proc = cli("--event", str(tmp_path / "nope.json"), "--inventory", INVENTORY)
+    assert proc.returncode == 2 and "cannot read event file" in proc.stderr
+    proc = cli("--event", os.path.join(EVENTS, "manual.json"), "--inventory", str(tmp_path / "nope.json"))
+    assert proc.returncode == 2 and "cannot read inventory" in proc.stderr
+    with open(os.path.join(EVENTS, "manual.json")) as handle:
+        proc = cli("--event", "-", "--inventory", INVENTORY, "--json", stdin=handle.read())
+    assert proc.returncode == 0 and json.loads(proc.stdout)["trigger"] == "manual"
+
+
+def test_bad_setting_exits_2():
+    proc = cli("--event", os.path.join(EVENTS, "manual.json"), "--inventory", INVENTORY,
+               env={"ACK_MIG_API_MAX_ATTEMPTS": "many"})
+    assert proc.returncode == 2 and "ACK_MIG_API_MAX_ATTEMPTS" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_skip_exits_0():
+    proc = cli("--event", os.path.join(EVENTS, "ess_lifecycle_test.json"), "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["outcome"] == "skip"
