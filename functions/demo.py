@@ -30,11 +30,15 @@ def argparse_suppress():
     return argparse.SUPPRESS
 
 
-def _settings():
+def _settings(tmp):
+    """Local transport, simulated 8-GPU nodes, and everything the node would touch kept inside ``tmp``:
+    no node labels (no cluster), no device plugin or GPU clients to stop, its own lock and state."""
     from .settings import load_settings
 
-    env = {"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": "--backend %s" % SIM_BACKEND,
-           "ACK_MIG_NODE_TIMEOUT_S": "120", "ACK_MIG_STARTUP_TAINT": "none", "ACK_MIG_LOG_LEVEL": "ERROR"}
+    node_args = ("--backend %s --no-label --clients= --device-plugin-restart none --lock-file %s "
+                 "--state-dir %s" % (SIM_BACKEND, os.path.join(tmp, "node.lock"), os.path.join(tmp, "state")))
+    env = {"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": node_args, "ACK_MIG_NODE_TIMEOUT_S": "120",
+           "ACK_MIG_STARTUP_TAINT": "none", "ACK_MIG_LOG_LEVEL": "ERROR"}
     return load_settings(env)
 
 
@@ -73,8 +77,8 @@ def run(args):
 
     with open(args.event, "rb") as fh:
         raw = fh.read()
-    settings = _settings()
     with tempfile.TemporaryDirectory(prefix="ack-mig-demo-") as tmp:
+        settings = _settings(tmp)
         transport = make_transport(settings, sim_state_dir=os.path.join(tmp, "nodes"),
                                    root=os.path.join(tmp, "node-root"), python=sys.executable)
         os.makedirs(os.path.join(tmp, "nodes"))
