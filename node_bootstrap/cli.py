@@ -380,7 +380,6 @@ def main(argv=None):
         result = {"command": command, "outcome": failure.outcome, "changes": 0,
                   "error": {"code": failure.code, "message": failure.message}}
         code = failure.exit_code
-        sys.stderr.write("node_bootstrap: error: %s\n" % failure.message)
     except KeyboardInterrupt:
         result = {"command": command, "outcome": "failed", "changes": 0,
                   "error": {"code": "interrupted", "message": "interrupted"}}
@@ -390,6 +389,7 @@ def main(argv=None):
         result = {"command": command, "outcome": "failed", "changes": 0,
                   "error": {"code": "internal-error", "message": message}}
         code = 1
-        sys.stderr.write("node_bootstrap: %s\n" % message)
+    if result.get("error"):
+        sys.stderr.write("node_bootstrap: error: %s\n" % result["error"]["message"])
     _emit(result, as_json)
     return code

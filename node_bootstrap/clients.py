@@ -110,7 +110,7 @@ class ClientControl(object):
                 self._save(stopped + [client])
                 shutil.move(client.target, self._held_path(client))
                 stopped.append(client)
-            self.log("stopped %s" % client)
+            self.log("stopped %s" % (client,))
         return stopped
 
     def start(self, stopped):
@@ -131,5 +131,5 @@ class ClientControl(object):
                     shutil.move(held, client.target)
             remaining.remove(client)
             self._save(remaining)
-            self.log("started %s" % client)
+            self.log("started %s" % (client,))
         return problems

@@ -135,17 +135,27 @@ class NvmlReader(object):
     def _profile_info(self, dev, nvml_index):
         # type: (Any, int) -> Tuple[Any, str]
         """Profile info through the newest call this pynvml and driver have: (struct, name)."""
+        info = self._versioned(self.nv.nvmlDeviceGetGpuInstanceProfileInfo, dev, nvml_index)
+        raw = getattr(info, "name", b"")
+        return info, raw.decode() if isinstance(raw, bytes) else str(raw)
+
+    def _versioned(self, call, *args):
+        # type: (Callable[..., Any], Any) -> Any
+        """Profile info calls: the v2 struct where pynvml and the driver have it, else the v1 one.
+
+        pynvml 11.5+ takes a ``version`` argument (v2 = the ``...V`` entry point, with names); older
+        pynvml has no such argument and calls the v1 entry point; older drivers lack the ``V`` one.
+        """
         nv = self.nv
-        try:
-            info = nv.nvmlDeviceGetGpuInstanceProfileInfo(dev, nvml_index, 2)
-            raw = getattr(info, "name", b"")
-            return info, raw.decode() if isinstance(raw, bytes) else str(raw)
-        except nv.NVMLError as exc:
-            if not self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH"):
-                raise
-        except TypeError:  # pynvml before the version argument
-            pass
-        return nv.nvmlDeviceGetGpuInstanceProfileInfo(dev, nvml_index), ""
+        for version in (2, 1):
+            try:
+                return call(*(args + (version,)))
+            except nv.NVMLError as exc:
+                if not self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH"):
+                    raise
+            except TypeError:  # pynvml before the version argument
+                break
+        return call(*args)
 
     def _placements(self, dev, profile_id):
         # type: (Any, int) -> Tuple[Placement, ...]
@@ -200,15 +210,7 @@ class NvmlReader(object):
 
     def ci_profile(self, gi_handle, ci_index):
         # type: (Any, int) -> Any
-        nv = self.nv
-        try:
-            return nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi_handle, ci_index, 0, 2)
-        except nv.NVMLError as exc:
-            if not self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH"):
-                raise
-        except TypeError:
-            pass
-        return nv.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi_handle, ci_index, 0)
+        return self._versioned(self.nv.nvmlGpuInstanceGetComputeInstanceProfileInfo, gi_handle, ci_index, 0)
 
     def ci_handles(self, gi_handle, ci_profile_id):
         # type: (Any, int) -> List[Any]

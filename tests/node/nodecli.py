@@ -1,0 +1,114 @@
+"""Running ``python -m node_bootstrap`` as a real process, with recording stand-ins for host commands.
+
+``systemctl`` and ``nvidia-smi`` on a temporary PATH are small shell scripts that append their argv to a
+log file (and keep systemd unit "active" state as files), so tests see exactly what would have run.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import typing
+from typing import Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_SYSTEMCTL = """#!/bin/sh
+echo "systemctl $*" >> "$FAKE_LOG"
+case "$1" in
+  is-active) [ -e "$FAKE_UNITS/$3" ] && exit 0; exit 3 ;;
+  stop) rm -f "$FAKE_UNITS/$2" ;;
+  start) touch "$FAKE_UNITS/$2" ;;
+esac
+exit 0
+"""
+
+_NVIDIA_SMI = """#!/bin/sh
+echo "nvidia-smi $*" >> "$FAKE_LOG"
+exit "${FAKE_NVIDIA_SMI_RC:-0}"
+"""
+
+
+class Result(typing.NamedTuple):
+    rc: int
+    json: dict
+    stdout: str
+    stderr: str
+
+
+class Node(object):
+    """One simulated node: a state file, a lock, a state dir, fake host commands, optional kube access."""
+
+    def __init__(self, tmp_path, gpu="A100-SXM4-40GB", count=2, clients=""):
+        # type: (typing.Any, str, int, str) -> None
+        self.dir = str(tmp_path)
+        self.gpu, self.count = gpu, count
+        self.state = os.path.join(self.dir, "sim-state.json")
+        self.bin = os.path.join(self.dir, "bin")
+        self.units = os.path.join(self.dir, "units")
+        self.log = os.path.join(self.dir, "commands.log")
+        self.clients = clients
+        os.makedirs(self.bin, exist_ok=True)
+        os.makedirs(self.units, exist_ok=True)
+        for name, text in (("systemctl", _SYSTEMCTL), ("nvidia-smi", _NVIDIA_SMI)):
+            path = os.path.join(self.bin, name)
+            with open(path, "w") as fh:
+                fh.write(text)
+            os.chmod(path, 0o755)
+        self.kube_args = ["--no-label"]  # type: List[str]
+
+    def use_kube(self, kubeconfig, node_name=None):
+        # type: (str, Optional[str]) -> None
+        self.kube_args = ["--kubeconfig", kubeconfig] + (["--node-name", node_name] if node_name else [])
+
+    def args(self, *extra):
+        # type: (str) -> List[str]
+        return list(extra) + ["--backend", "sim:%s:%d" % (self.gpu, self.count), "--sim-state", self.state,
+                              "--lock-file", os.path.join(self.dir, "apply.lock"),
+                              "--state-dir", os.path.join(self.dir, "var"), "--clients", self.clients,
+                              "--capacity-timeout", "0"] + self.kube_args
+
+    def env(self, extra=None):
+        # type: (Optional[Dict[str, str]]) -> Dict[str, str]
+        env = dict(os.environ)
+        env.update({"PATH": self.bin + os.pathsep + env.get("PATH", ""), "FAKE_LOG": self.log,
+                    "FAKE_UNITS": self.units, "PYTHONPATH": ROOT})
+        env.update(extra or {})
+        return env
+
+    def popen(self, *argv, **kw):
+        # type: (str, typing.Any) -> subprocess.Popen
+        raw = kw.pop("raw", False)
+        cmd = [sys.executable, "-m", "node_bootstrap"] + (list(argv) if raw else self.args(*argv)) + ["--json"]
+        return subprocess.Popen(cmd, cwd=self.dir, env=self.env(kw.pop("env", None)),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+
+    def run(self, *argv, **kw):
+        # type: (str, typing.Any) -> Result
+        proc = self.popen(*argv, **kw)
+        out, err = proc.communicate(timeout=120)
+        return parse(proc.returncode, out, err)
+
+    def commands(self):
+        # type: () -> List[str]
+        if not os.path.exists(self.log):
+            return []
+        with open(self.log) as fh:
+            return [line.strip() for line in fh if line.strip()]
+
+    def sim(self):
+        # type: () -> dict
+        with open(self.state) as fh:
+            return json.load(fh)
+
+    def layout(self, index=0):
+        # type: (int) -> List[tuple]
+        gpu = self.sim()["gpus"][index]
+        return sorted((gi["profile_id"], gi["start"], len(gi["cis"])) for gi in gpu["gis"])
+
+
+def parse(rc, out, err):
+    # type: (int, str, str) -> Result
+    lines = [line for line in out.splitlines() if line.strip()]
+    doc = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    return Result(rc, doc, out, err)

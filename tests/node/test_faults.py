@@ -1,0 +1,197 @@
+"""The fault matrix: every injected fault ends in a defined outcome, exit code and state label; a run
+killed after any mutating call is repaired by the next run; two applies at once serialise."""
+
+import base64
+import json
+import signal
+
+import pytest
+
+from tests.node.nodecli import Node
+
+SEQ = "1g.5gb-2g.10gb-3g.20gb"
+
+
+def _kube(node, kube_api, tmp_path, name="node-a"):
+    kube_api.add_node(name)
+    node.use_kube(kube_api.write_kubeconfig(tmp_path / "kubelet.conf", node=name))
+    return lambda: kube_api.nodes[name]["metadata"]
+
+
+@pytest.mark.kube
+@pytest.mark.parametrize("fault, extra, rc, outcome, code, state", [
+    ("processes", [], 4, "failed", "gpu-busy", "failed"),
+    ("reset-fails", [], 5, "reboot-required", "reboot-required", "rebooting"),
+    ("passthrough", [], 5, "reboot-required", "reboot-required", "rebooting"),
+    (None, ["--no-reset"], 5, "reboot-required", "reboot-required", "rebooting"),
+    ("insufficient-resources", [], 1, "failed", "insufficient-resources", "failed"),
+    ("not-mig-capable", [], 3, "failed", "not-mig-capable", "failed"),
+    ("no-permission", [], 1, "failed", "no-permission", "failed"),
+])
+def test_fault_ends_in_a_defined_outcome_and_state_label(tmp_path, kube_api, fault, extra, rc, outcome, code, state):
+    node = Node(tmp_path)
+    meta = _kube(node, kube_api, tmp_path)
+    args = ["apply", "--sequence", SEQ] + extra + (["--sim-fault", fault] if fault else [])
+    res = node.run(*args)
+    assert res.rc == rc, res.stderr
+    assert res.json["outcome"] == outcome
+    assert res.json["error"]["code"] == code
+    assert "\n" not in res.json["error"]["message"] and "Traceback" not in res.stderr
+    labels, annotations = meta()["labels"], meta()["annotations"]
+    assert labels["nvidia.com/mig.config.state"] == state
+    assert "aliyun.accelerator/nvidia_mig_sequence" not in labels
+    assert annotations["ack-mig-hook/mig-config-reason"] == res.json["error"]["message"]
+    assert isinstance(res.json["gpus"], list) or code == "not-mig-capable"
+    # the next run without the fault converges and clears the reason
+    healed = node.run("apply", "--sequence", SEQ)
+    assert healed.rc == 0 and healed.json["outcome"] == "success"
+    assert meta()["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert "ack-mig-hook/mig-config-reason" not in meta()["annotations"]
+
+
+def test_busy_gpu_is_refused_with_pids_and_nothing_changes(tmp_path):
+    node = Node(tmp_path)
+    assert node.run("status").rc == 0
+    before = open(node.state).read()
+    res = node.run("apply", "--sequence", SEQ, "--sim-fault", "processes")
+    assert res.rc == 4 and res.json["changes"] == 0
+    assert "4242" in res.json["error"]["message"] and "--force" in res.json["error"]["message"]
+    assert open(node.state).read() == before
+
+
+def test_force_kills_the_processes_and_applies(tmp_path):
+    node = Node(tmp_path)
+    res = node.run("apply", "--sequence", SEQ, "--sim-fault", "processes", "--force")
+    assert res.rc == 0, res.stderr
+    assert "killing compute process 4242 on GPU 0" in res.stderr
+    assert node.layout(0) == [(9, 0, 1), (14, 4, 1), (19, 6, 1)]
+
+
+def test_real_reset_path_runs_nvidia_smi_and_a_failure_means_reboot(tmp_path):
+    """With the real backend the reset is `nvidia-smi -r`; here the simulator's answer stands in, and the
+    GPU indices it is given are those still pending."""
+    node = Node(tmp_path)
+    res = node.run("apply", "--sequence", SEQ, "--sim-fault", "reset-fails")
+    assert res.rc == 5
+    assert "GPU 0, 1" in res.json["error"]["message"] and "reboot" in res.json["error"]["message"]
+    # mode pending, instances untouched: a reboot applies it, then apply finishes the job
+    gpus = node.run("status").json["gpus"]
+    assert [g["mig_mode"] for g in gpus] == [{"current": "disabled", "pending": "enabled"}] * 2
+    assert node.run("sim-reboot").rc == 0
+    after = node.run("apply", "--sequence", SEQ)
+    assert after.rc == 0 and after.json["changes"] == 12  # mode survived the reboot (Ampere): no reset
+
+
+def test_old_driver_without_newer_entry_points_still_applies(tmp_path):
+    node = Node(tmp_path, count=1)
+    res = node.run("apply", "--sequence", SEQ, "--sim-fault", "old-driver")
+    assert res.rc == 0, res.stderr
+    assert node.layout() == [(9, 0, 1), (14, 4, 1), (19, 6, 1)]
+    status = node.run("status", "--sim-fault", "old-driver").json["gpus"][0]
+    assert status["profiles_source"] == "nvml"
+    assert any("placements" in n for n in status["notes"])  # placements came from the catalogue
+    assert node.run("apply", "--sequence", SEQ, "--sim-fault", "old-driver").json["changes"] == 0
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--sequence", "1g.5gb,2g.10gb"], "1g.5gb-2g.10gb"),
+    (["--sequence", "3g.20gb-3g.20gb-3g.20gb"], "at most 2"),
+    (["--size", "1g.18gb"], "valid profiles"),
+    (["--sequence", "9", "--size", "9"], "exactly one"),
+    ([], "exactly one"),
+    (["--request-b64", "not base64!"], "base64"),
+    (["--request-b64", base64.b64encode(b'{"version": 2, "partition": {"kind": "size", "value": "9"}}').decode()],
+     "version"),
+    (["--request-b64", base64.b64encode(b'{"version": 1, "partition": {"kind": "sizes", "value": "9"}}').decode()],
+     "kind"),
+    (["--sequence", "9", "--sim-fault", "meteor"], "known:"),
+    (["--sequence", "9", "--bogus"], "unrecognized"),
+])
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(tmp_path, argv, fragment):
+    node = Node(tmp_path)
+    assert node.run("status").rc == 0
+    before = open(node.state).read()
+    res = node.run("apply", *argv)
+    assert res.rc == 2, res.stderr
+    assert res.json["outcome"] == "failed" and res.json["error"]["code"] == "bad-input"
+    assert fragment in res.json["error"]["message"]
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    assert open(node.state).read() == before
+
+
+def test_bad_backend_is_bad_input(tmp_path):
+    node = Node(tmp_path)
+    res = node.run("status", "--backend", "sim:Z80:2", raw=True)
+    assert res.rc == 2 and "unknown GPU" in res.json["error"]["message"]
+    res = node.run("status", "--backend", "fpga", raw=True)
+    assert res.rc == 2 and "sim:<GPU>:<count>" in res.json["error"]["message"]
+
+
+def test_request_file_and_b64_carry_the_label_as_data(tmp_path):
+    node = Node(tmp_path, count=1)
+    doc = {"version": 1, "partition": {"kind": "sequence", "value": "9-9"}, "extra": "ignored"}
+    (tmp_path / "req.json").write_text(json.dumps(doc))
+    res = node.run("plan", "--request-file", str(tmp_path / "req.json"))
+    assert res.rc == 0 and res.json["sequence"] == "3g.20gb-3g.20gb"
+    b64 = base64.b64encode(json.dumps(doc).encode()).decode()
+    res = node.run("apply", "--request-b64", b64)
+    assert res.rc == 0 and node.layout() == [(9, 0, 1), (9, 4, 1)]
+
+
+def _reference_changes(tmp_path):
+    ref = Node(tmp_path / "ref", count=2, clients="")
+    res = ref.run("apply", "--sequence", SEQ)
+    assert res.rc == 0
+    return res.json["changes"], ref.sim()["gpus"]
+
+
+@pytest.mark.slow
+def test_a_crash_after_every_mutating_call_is_repaired_by_the_next_run(tmp_path, kube_api):
+    total, reference = _reference_changes(tmp_path)
+    assert total == 15
+    for step in range(1, total + 1):
+        node = Node(tmp_path / ("crash%d" % step), clients="manifest:%s" % (tmp_path / ("m%d" % step) / "dp.yml"))
+        manifest = tmp_path / ("m%d" % step) / "dp.yml"
+        manifest.parent.mkdir()
+        manifest.write_text("kind: Pod\n")
+        meta = _kube(node, kube_api, tmp_path / ("crash%d" % step), name="node-%d" % step)
+        crashed = node.run("apply", "--sequence", SEQ, "--sim-fault", "crash-after:%d" % step)
+        assert crashed.rc == -signal.SIGKILL, (step, crashed.stderr)
+        assert meta()["labels"]["nvidia.com/mig.config.state"] == "pending"  # killed: no final word
+        assert not manifest.exists()  # the device plugin was stopped when it died
+        healed = node.run("apply", "--sequence", SEQ)
+        assert healed.rc == 0, (step, healed.stderr)
+        assert healed.json["changes"] <= total - step + 2, step  # only what was left (+ a repeated mode set)
+        assert node.sim()["gpus"] == reference, step
+        assert manifest.read_text() == "kind: Pod\n"  # restored by the repairing run
+        assert meta()["labels"]["nvidia.com/mig.config.state"] == "success"
+        assert node.run("apply", "--sequence", SEQ).json["changes"] == 0
+
+
+@pytest.mark.slow
+def test_two_concurrent_applies_serialise_on_the_node_lock(tmp_path):
+    node = Node(tmp_path)
+    procs = [node.popen("apply", "--sequence", SEQ) for _ in range(2)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert sorted(r["changes"] for r in results) == [0, 15]
+    assert all(r["outcome"] == "success" for r in results)
+    assert node.layout(0) == node.layout(1) == [(9, 0, 1), (14, 4, 1), (19, 6, 1)]
+
+
+def test_lock_timeout_is_a_defined_failure(tmp_path):
+    import fcntl
+    import os
+
+    node = Node(tmp_path)
+    fd = os.open(str(tmp_path / "apply.lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        res = node.run("apply", "--sequence", SEQ, "--lock-timeout", "0.5")
+    finally:
+        os.close(fd)
+    assert res.rc == 1 and res.json["error"]["code"] == "locked"
+    assert node.sim()["gpus"][0]["mig_pending"] == 0
