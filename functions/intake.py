@@ -111,11 +111,13 @@ class CloudEvent(BaseModel):
 
 
 class TimerEvent(BaseModel):
-    """FC time trigger: the trigger message is passed as ``payload`` (a string)."""
+    """FC time trigger: the trigger message is passed as ``payload`` (a string). FC documents ``payload``;
+    ``triggerTime``/``triggerName`` are the names FC's runtime is known to send, not confirmed here, so
+    either one is enough to recognise the event."""
 
     model_config = ConfigDict(extra="allow")
-    triggerTime: str
-    triggerName: str
+    triggerTime: Optional[str] = None
+    triggerName: str = "timer"
     payload: Optional[str] = None
 
 
@@ -306,7 +308,7 @@ def parse_event(raw: Any) -> Request:
                                                                        "and specversion"))
     if "content" in raw and ("resourceArn" in raw or "userId" in raw):
         return _from_mns(raw)
-    if "triggerTime" in raw and "triggerName" in raw:
+    if "triggerTime" in raw or ("triggerName" in raw and "payload" in raw):
         return _from_timer(_validate(TimerEvent, raw, "timer"))
     if set(raw) & set(MANUAL_FIELDS) or not raw:
         return _from_manual(raw, Trigger.MANUAL, "manual")

@@ -114,3 +114,34 @@ def test_known_secret_never_reaches_logs_or_results(emulator, monkeypatch, capsy
     for secret in (SECRET, TOKEN, "-----BEGIN OPENSSH PRIVATE KEY-----xyzzy", "8f2c6d1e-7b3a-4c5d-9e0f-1a2b3c4d5e6f"):
         assert secret not in everything
     assert AK not in captured.out  # the key id is kept out of logs as well
+
+
+def test_handler_reports_a_bad_setting_as_an_error_result(monkeypatch, capsys):
+    monkeypatch.setenv("ACK_MIG_DRY_RUN", "perhaps")
+    out = json.loads(handler(event_bytes("manual.json"), None))
+    assert out["outcome"] == "error" and "ACK_MIG_DRY_RUN" in out["reason"]
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["level"] == "ERROR"
+
+
+def test_handler_uses_the_fc_context(emulator, monkeypatch, capsys):
+    """FC's context: request id in every log line, and its credentials for the API calls."""
+    env = cloud_env(emulator)
+    for name in ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET", "ALIBABA_CLOUD_SECURITY_TOKEN"):
+        env.pop(name)
+        monkeypatch.delenv(name, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("ACK_MIG_DRY_RUN", "true")
+
+    class Creds:
+        access_key_id, access_key_secret, security_token = AK, SECRET, TOKEN
+
+    class Context:
+        request_id = "fc-req-42"
+        credentials = Creds()
+
+    out = json.loads(handler(event_bytes("ess_scale_out_success.json"), Context()))
+    assert out["outcome"] == "done" and emulator.rejected == []
+    lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
+    assert lines and all(l["request_id"] == "fc-req-42" for l in lines)
