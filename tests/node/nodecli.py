@@ -63,10 +63,12 @@ class Node(object):
 
     def args(self, *extra):
         # type: (str) -> List[str]
-        return list(extra) + ["--backend", "sim:%s:%d" % (self.gpu, self.count), "--sim-state", self.state,
-                              "--lock-file", os.path.join(self.dir, "apply.lock"),
-                              "--state-dir", os.path.join(self.dir, "var"), "--clients", self.clients,
-                              "--capacity-timeout", "0"] + self.kube_args
+        defaults = ["--backend", "sim:%s:%d" % (self.gpu, self.count), "--sim-state", self.state,
+                    "--lock-file", os.path.join(self.dir, "apply.lock"),
+                    "--state-dir", os.path.join(self.dir, "var"), "--clients", self.clients,
+                    "--capacity-timeout", "0"] + self.kube_args
+        # the subcommand first, then these defaults, then the test's own options (the last one wins)
+        return list(extra[:1]) + defaults + list(extra[1:])
 
     def env(self, extra=None):
         # type: (Optional[Dict[str, str]]) -> Dict[str, str]

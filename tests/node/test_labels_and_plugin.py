@@ -1,0 +1,140 @@
+"""Node labels, the device plugin restart and the capacity wait, against the local HTTPS API server
+with the kubelet's client certificate; GPU clients through recording systemctl stand-ins."""
+
+import threading
+import time
+
+import pytest
+
+from tests.node.nodecli import Node
+
+pytestmark = pytest.mark.kube
+SEQ = "3g.20gb-3g.20gb"
+STATE = "nvidia.com/mig.config.state"
+SEQUENCE = "aliyun.accelerator/nvidia_mig_sequence"
+
+
+def _setup(tmp_path, kube_api, name="cn-beijing.192.168.0.9", **node_kw):
+    kube_api.add_node(name, labels={"kubernetes.io/hostname": "host-9"},
+                      taints=[{"key": "ack-mig-hook/pending", "effect": "NoSchedule"}])
+    node = Node(tmp_path, **node_kw)
+    node.use_kube(kube_api.write_kubeconfig(tmp_path / "kubelet.conf", node=name))  # node name from the cert
+    return node, name
+
+
+def test_pending_then_success_with_the_sequence_label_and_no_taint_change(tmp_path, kube_api):
+    node, name = _setup(tmp_path, kube_api)
+    seen = []
+    kube_api.on_node_patch = lambda n, obj: seen.append(obj["metadata"]["labels"].get(STATE))
+    res = node.run("apply", "--sequence", SEQ)
+    assert res.rc == 0, res.stderr
+    assert seen == ["pending", "success"]
+    labels = kube_api.nodes[name]["metadata"]["labels"]
+    assert labels[STATE] == "success" and labels[SEQUENCE] == "3g.20gb-3g.20gb"
+    assert labels["kubernetes.io/hostname"] == "host-9"
+    assert kube_api.nodes[name]["spec"]["taints"] == [{"key": "ack-mig-hook/pending", "effect": "NoSchedule"}]
+    patches = [r for r in kube_api.requests if r.method == "PATCH"]
+    assert all(r.user == "system:node:%s" % name and r.content_type == "application/merge-patch+json"
+               and "spec" not in r.body for r in patches)
+    assert res.json["labels"] == {"node": name, "enabled": True, "states": ["pending", "success"]}
+    # already right: no pending flap, just the final word again
+    again = node.run("apply", "--sequence", SEQ)
+    assert again.json["changes"] == 0 and again.json["labels"]["states"] == ["success"]
+
+
+def test_plus_me_sequence_gets_a_valid_label_value(tmp_path, kube_api):
+    node, name = _setup(tmp_path, kube_api, count=1)
+    assert node.run("apply", "--sequence", "20-19").rc == 0
+    assert kube_api.nodes[name]["metadata"]["labels"][SEQUENCE] == "1g.5gb-1g.5gb.me"  # start order; "+" is not allowed
+
+
+def test_unreachable_api_server_does_not_block_the_gpus(tmp_path, kube_api):
+    node, name = _setup(tmp_path, kube_api, count=1)
+    kube_api.fail["PATCH"] = 503
+    res = node.run("apply", "--sequence", SEQ)
+    assert res.rc == 0 and res.json["outcome"] == "success"
+    assert "503" in res.json["labels"]["error"]
+    assert node.layout() == [(9, 0, 1), (9, 4, 1)]
+
+
+def test_no_label_makes_no_api_call(tmp_path, kube_api):
+    node, name = _setup(tmp_path, kube_api, count=1)
+    node.kube_args = ["--no-label", "--kubeconfig", str(tmp_path / "kubelet.conf")]
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    assert kube_api.requests == []
+
+
+def test_capacity_wait_reports_the_device_plugins_resources(tmp_path, kube_api):
+    node, name = _setup(tmp_path, kube_api)
+
+    def plugin():  # plays the device plugin coming back a moment after the change
+        time.sleep(0.5)
+        kube_api.set_capacity(name, {"cpu": "96", "nvidia.com/mig-3g.20gb": "4"})
+
+    threading.Thread(target=plugin, daemon=True).start()
+    res = node.run("apply", "--sequence", SEQ, "--capacity-timeout", "20", "--capacity-interval", "0.1")
+    assert res.rc == 0, res.stderr
+    assert res.json["capacity"] == {"expected": {"nvidia.com/mig-3g.20gb": 4},
+                                    "reported": {"nvidia.com/mig-3g.20gb": 4}, "ready": True}
+
+
+def test_capacity_timeout_is_a_failure_with_the_reason_on_the_node(tmp_path, kube_api):
+    node, name = _setup(tmp_path, kube_api, count=1)
+    kube_api.set_capacity(name, {"nvidia.com/mig-1g.5gb": "7"})  # stale resources from an old layout
+    res = node.run("apply", "--sequence", SEQ, "--capacity-timeout", "0.5", "--capacity-interval", "0.1")
+    assert res.rc == 1 and res.json["error"]["code"] == "capacity-timeout"
+    assert "nvidia.com/mig-3g.20gb=2" in res.json["error"]["message"]
+    meta = kube_api.nodes[name]["metadata"]
+    assert meta["labels"][STATE] == "failed"
+    assert "device plugin" in meta["annotations"]["ack-mig-hook/mig-config-reason"]
+
+
+def test_pod_delete_restarts_the_daemonset_plugin_on_this_node_only(tmp_path, kube_api):
+    node, name = _setup(tmp_path, kube_api, count=1)
+    selector = {"app.kubernetes.io/name": "nvidia-device-plugin"}
+    kube_api.add_pod("kube-system", "nvdp-here", name, selector)
+    kube_api.add_pod("kube-system", "nvdp-elsewhere", "other-node", selector)
+    res = node.run("apply", "--sequence", SEQ, "--device-plugin-restart", "pod-delete")
+    assert res.rc == 0, res.stderr
+    assert ("kube-system", "nvdp-here") not in kube_api.pods
+    assert ("kube-system", "nvdp-elsewhere") in kube_api.pods
+    # nothing changed on the second run: the plugin is left alone
+    kube_api.add_pod("kube-system", "nvdp-here-2", name, selector)
+    assert node.run("apply", "--sequence", SEQ, "--device-plugin-restart", "pod-delete").json["changes"] == 0
+    assert ("kube-system", "nvdp-here-2") in kube_api.pods
+
+
+def test_clients_are_stopped_around_a_change_and_only_then(tmp_path):
+    manifest = tmp_path / "manifests" / "nvidia-device-plugin.yml"
+    manifest.parent.mkdir()
+    manifest.write_text("kind: Pod\n")
+    node = Node(tmp_path, count=1,
+                clients="systemd:dcgm-exporter,systemd:nvidia-dcgm,manifest:%s" % manifest)
+    (tmp_path / "units" / "dcgm-exporter").write_text("")  # active; nvidia-dcgm is not
+    res = node.run("apply", "--sequence", SEQ)
+    assert res.rc == 0, res.stderr
+    assert node.commands() == [
+        "systemctl is-active --quiet dcgm-exporter", "systemctl stop dcgm-exporter",
+        "systemctl is-active --quiet nvidia-dcgm",
+        "systemctl start dcgm-exporter",
+    ]
+    assert manifest.read_text() == "kind: Pod\n"
+    assert "stopped manifest:%s" % manifest in res.stderr and "started manifest:%s" % manifest in res.stderr
+    assert (tmp_path / "units" / "dcgm-exporter").exists()
+    open(node.log, "w").close()
+    assert node.run("apply", "--sequence", SEQ).json["changes"] == 0
+    assert node.commands() == []  # already right: nobody is disturbed
+
+
+def test_clients_come_back_even_when_apply_fails(tmp_path):
+    node = Node(tmp_path, count=1, clients="systemd:dcgm-exporter")
+    (tmp_path / "units" / "dcgm-exporter").write_text("")
+    res = node.run("apply", "--sequence", SEQ, "--sim-fault", "insufficient-resources")
+    assert res.rc == 1
+    assert node.commands()[-1] == "systemctl start dcgm-exporter"
+
+
+def test_bad_client_spec_is_bad_input(tmp_path):
+    node = Node(tmp_path, count=1, clients="systemd:x;rm -rf /")
+    res = node.run("apply", "--sequence", SEQ)
+    assert res.rc == 2 and "systemd:UNIT" in res.json["error"]["message"]
