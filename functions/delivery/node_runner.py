@@ -70,6 +70,8 @@ def install(root, digest):
         return target
     incoming = os.path.join(root, "incoming")
     parts = parts_of(incoming, digest)
+    if parts is None and os.path.isfile(os.path.join(target, ".complete")):
+        return target  # a concurrent run installed it and removed the parts in between
     if parts is None:
         emit("bundle-missing", "bundle %s is not on this node" % digest[:12], EXIT_BUNDLE_MISSING,
              bundle="missing")

@@ -1,0 +1,81 @@
+"""The whole path with every part real: an event into ``run_event``, the cluster from the CS emulator
+(real Tea SDK), the real node bundle delivered by Cloud Assistant (real core SDK, RPC emulator) to shell
+nodes that unpack and run node_bootstrap on the simulated driver, the startup taint lifted on a local
+HTTPS Kubernetes API with the kubeconfig DescribeClusterUserKubeconfig returned, and the lifecycle hook
+answered on the ESS emulator."""
+
+import json
+import os
+
+import pytest
+
+from functions.delivery.command import DEFAULT_ROOT
+from functions.pipeline import run_event
+from functions.settings import load_settings
+from tests.delivery.conftest import SECRET, TOKEN
+from tests.support.cs_emulator import CsEmulator
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+from tests.support.rpc_emulator import Emulator, ShellNode
+
+pytestmark = [pytest.mark.cloud_assistant, pytest.mark.kube]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TAINT = {"key": "ack-mig-hook/partition-pending", "value": "true", "effect": "NoSchedule"}
+
+
+@pytest.fixture
+def cloud(tmp_path, kube_api):  # noqa: F811
+    with open(os.path.join(ROOT, "examples", "inventory.json")) as fh:
+        inventory = json.load(fh)
+    admin = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert(), inline=True)
+    for node in inventory["nodes"]:
+        if node.get("node_name"):
+            kube_api.add_node(node["node_name"], taints=[TAINT])
+    with CsEmulator("LTAIe2e", SECRET, TOKEN) as cs, Emulator("LTAIe2e", SECRET, TOKEN, "cn-beijing") as rpc:
+        cs.load_inventory(inventory)
+        with open(admin) as fh:
+            cs.kubeconfig = fh.read()
+        for node in inventory["nodes"]:
+            rpc.nodes[node["instance_id"]] = ShellNode(str(tmp_path / node["instance_id"]), DEFAULT_ROOT)
+        node_args = "--backend sim:A100-SXM4-40GB:8 --no-label --clients= --device-plugin-restart none " \
+                    "--lock-file %s --state-dir %s" % (tmp_path / "node.lock", tmp_path / "state")
+        env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAIe2e", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
+               "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_REGION": "cn-beijing", "ACK_MIG_CLUSTER_ID": cs.cluster_id,
+               "ACK_MIG_CS_ENDPOINT": cs.endpoint, "ACK_MIG_ECS_ENDPOINT": rpc.endpoint,
+               "ACK_MIG_ESS_ENDPOINT": rpc.endpoint, "ACK_MIG_NODE_ARGS": node_args, "ACK_MIG_LOG_LEVEL": "ERROR"}
+        yield cs, rpc, load_settings(env)
+
+
+def event(name):
+    path = os.path.join(ROOT, *name.split("/"))
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def test_a_scale_out_event_partitions_the_nodes_and_lifts_their_taints(cloud, kube_api):  # noqa: F811
+    cs, rpc, settings = cloud
+    result = run_event(event("examples/event.json"), settings)
+    assert result.outcome == "done", result.reason
+    nodes = {n["instance_id"]: n for n in result.nodes}
+    assert {n["outcome"] for n in nodes.values()} == {"partitioned"}
+    node = nodes["i-2zeb7c1mig0a100x1k4d"]
+    assert len(node["gpus"]) == 8 and node["sequence"] == "3g.20gb-3g.20gb" and node["taint"] == "removed"
+    assert kube_api.nodes["cn-beijing.192.168.12.31"]["spec"]["taints"] == []
+    assert cs.kubeconfig_requests and cs.kubeconfig_requests[0].get("PrivateIpAddress") in ("true", "True")
+    assert rpc.rejected == [] and cs.rejected == []
+    assert rpc.calls["RunCommand"] == 2 and rpc.calls["SendFile"] >= 1  # cold nodes: run, send, run
+    sent = rpc.calls["SendFile"]
+    again = run_event(event("examples/event.json"), settings)  # a duplicate: converges, sends nothing
+    assert {n["outcome"] for n in again.nodes} == {"partitioned"} or {n["outcome"] for n in again.nodes} == {
+        "unchanged"}
+    assert rpc.calls["SendFile"] == sent and rpc.calls["RunCommand"] == 3
+
+
+def test_a_lifecycle_hook_event_is_answered_after_the_node_is_done(cloud):
+    cs, rpc, settings = cloud
+    result = run_event(event("tests/events/ess_lifecycle_scale_out.json"), settings)
+    assert result.outcome == "done", result.reason
+    (node,) = result.nodes
+    assert node["outcome"] == "partitioned" and "not joined" in node["taint"]
+    kind, params = rpc.lifecycle[-1]
+    assert kind == "complete" and params["LifecycleActionResult"] == "CONTINUE"
+    assert params["LifecycleHookId"] == "ash-2ze6hook0mig1a100w3e"

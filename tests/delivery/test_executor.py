@@ -1,0 +1,151 @@
+"""The delivery executor: decisions to outcomes, lifecycle hooks (ESS emulator), startup taint (local
+HTTPS Kubernetes API), and the demo."""
+
+import json
+
+import pytest
+
+from functions.delivery.executor import DeliveryExecutor
+from functions.delivery.lifecycle import Lifecycle
+from functions.delivery.local import LocalTransport
+from functions.delivery.taint import TaintError, TaintRemover, parse_taint
+from functions.model import Decision, LifecycleHook, PartitionLabel, Request, Trigger
+from tests.delivery.conftest import rpc
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+
+TAINT = {"key": "ack-mig-hook/partition-pending", "value": "true", "effect": "NoSchedule"}
+OTHER = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+
+
+def decision(iid, action="partition", node=None, value="3g.20gb-3g.20gb", reason="pool asks"):
+    part = PartitionLabel(kind="sequence", value=value) if action == "partition" else None
+    return Decision(instance_id=iid, node_name=node, action=action, reason=reason, partition=part)
+
+
+def request(hook=False):
+    life = LifecycleHook(lifecycle_hook_id="ash-1", lifecycle_action_token="tok-1") if hook else None
+    return Request(trigger=Trigger.LIFECYCLE_HOOK if hook else Trigger.MANUAL, event_type="test",
+                   cluster_id="c-1", lifecycle=life)
+
+
+class Recording:
+    """Wraps a transport to see exactly which nodes it was asked to touch."""
+
+    def __init__(self, inner):
+        self.inner, self.seen, self.name = inner, [], inner.name
+
+    def run(self, targets):
+        self.seen.extend(t.instance_id for t in targets)
+        return self.inner.run(targets)
+
+
+def test_each_decision_ends_in_exactly_one_outcome_and_errors_touch_nothing(maker):
+    transport = Recording(LocalTransport(maker))
+    decisions = [decision("i-a", node="node-a"), decision("i-b", "skip", reason="no partition label"),
+                 decision("i-c", "error", reason="ecs.gn7 is passthrough: no MIG"),
+                 decision("i-d", node="node-d")]
+    nodes = DeliveryExecutor(transport, ["--fake-changes", "0"]).execute(request(), decisions)
+    assert [(n["instance_id"], n["outcome"]) for n in nodes] == [
+        ("i-a", "unchanged"), ("i-b", "skipped"), ("i-c", "failed"), ("i-d", "unchanged")]
+    assert nodes[2]["reason"] == "ecs.gn7 is passthrough: no MIG" and transport.seen == ["i-a", "i-d"]
+    assert all(set(n) >= {"instance_id", "outcome", "reason", "gpus"} for n in nodes)
+
+
+@pytest.mark.cloud_assistant
+@pytest.mark.parametrize("extra,failure,want", [
+    ((), "ABANDON", "CONTINUE"),
+    (("--fake-exit", "4"), "ABANDON", "ABANDON"),
+    (("--fake-exit", "4"), "ROLLBACK", "ROLLBACK"),
+])
+def test_the_lifecycle_hook_is_answered(emulator, maker, extra, failure, want):
+    life = Lifecycle(rpc(emulator, "ess"), failure, heartbeat_s=600)
+    executor = DeliveryExecutor(LocalTransport(maker), extra, lifecycle=lambda: life)
+    executor.execute(request(hook=True), [decision("i-a"), decision("i-b")])
+    (kind, params), = emulator.lifecycle
+    assert kind == "complete" and params["LifecycleActionResult"] == want
+    assert params["LifecycleHookId"] == "ash-1" and params["LifecycleActionToken"] == "tok-1"
+    assert params["Version"] == "2014-08-28" and emulator.rejected == []
+
+
+@pytest.mark.cloud_assistant
+def test_a_mix_of_good_and_failed_nodes_continues(emulator, maker):
+    life = Lifecycle(rpc(emulator, "ess"), "ABANDON", heartbeat_s=600)
+    executor = DeliveryExecutor(LocalTransport(maker), lifecycle=lambda: life)
+    executor.execute(request(hook=True), [decision("i-a"), decision("i-b", "error", reason="bad label")])
+    assert emulator.lifecycle[-1][1]["LifecycleActionResult"] == "CONTINUE"
+
+
+@pytest.mark.cloud_assistant
+def test_long_work_extends_the_hook_with_heartbeats(emulator, maker):
+    life = Lifecycle(rpc(emulator, "ess"), heartbeat_s=0.1, heartbeat_timeout_s=900)
+    executor = DeliveryExecutor(LocalTransport(maker), ["--fake-sleep", "1"], lifecycle=lambda: life)
+    executor.execute(request(hook=True), [decision("i-a")])
+    beats = [p for kind, p in emulator.lifecycle if kind == "heartbeat"]
+    assert beats and emulator.lifecycle[-1][0] == "complete"
+    assert beats[0]["lifecycleHookId"] == "ash-1" and beats[0]["lifecycleActionToken"] == "tok-1"
+    assert beats[0]["heartbeatTimeout"] == "900"
+
+
+@pytest.mark.cloud_assistant
+def test_a_hook_answered_already_is_not_an_error(emulator, maker):
+    emulator.fail_next("CompleteLifecycleAction", "LifecycleActionToken.NotFound", 404)
+    life = Lifecycle(rpc(emulator, "ess"), heartbeat_s=600)
+    nodes = DeliveryExecutor(LocalTransport(maker), lifecycle=lambda: life).execute(
+        request(hook=True), [decision("i-a")])
+    assert nodes[0]["outcome"] == "partitioned"
+
+
+def test_no_hook_no_ess_client(maker):
+    def boom():
+        raise AssertionError("an ESS client was built for a request without a lifecycle hook")
+    DeliveryExecutor(LocalTransport(maker), lifecycle=boom).execute(request(), [decision("i-a")])
+
+
+@pytest.mark.kube
+def test_the_startup_taint_is_lifted_only_from_nodes_that_succeeded(kube_api, maker, tmp_path):  # noqa: F811
+    for name in ("node-a", "node-b"):
+        kube_api.add_node(name, taints=[OTHER, TAINT])
+    kubeconfig = open(kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert(),
+                                                inline=True)).read()
+    remover = TaintRemover(parse_taint("ack-mig-hook/partition-pending=true:NoSchedule"), lambda: kubeconfig)
+    executor = DeliveryExecutor(LocalTransport(maker), taints=lambda cluster: remover)
+    ok = executor.execute(request(), [decision("i-a", node="node-a")])
+    assert ok[0]["taint"] == "removed" and kube_api.nodes["node-a"]["spec"]["taints"] == [OTHER]
+    bad = DeliveryExecutor(LocalTransport(maker), ["--fake-exit", "4"], taints=lambda c: remover).execute(
+        request(), [decision("i-b", node="node-b")])
+    assert bad[0]["outcome"] == "failed" and "taint" not in bad[0]
+    assert kube_api.nodes["node-b"]["spec"]["taints"] == [OTHER, TAINT]
+    again = executor.execute(request(), [decision("i-a", node="node-a")])  # a duplicate event
+    assert again[0]["taint"] == "absent" and kube_api.nodes["node-a"]["spec"]["taints"] == [OTHER]
+
+
+@pytest.mark.kube
+def test_a_kubelet_credential_could_not_have_done_it(kube_api, maker, tmp_path):  # noqa: F811
+    kube_api.add_node("node-a", taints=[TAINT])
+    kubelet = open(kube_api.write_kubeconfig(tmp_path / "kubelet.conf", node="node-a", inline=True)).read()
+    remover = TaintRemover(parse_taint("ack-mig-hook/partition-pending=true:NoSchedule"), lambda: kubelet)
+    nodes = DeliveryExecutor(LocalTransport(maker), taints=lambda c: remover).execute(
+        request(), [decision("i-a", node="node-a"), decision("i-b")])
+    assert nodes[0]["outcome"] == "partitioned" and nodes[0]["taint"].startswith("not removed")
+    assert "startup taint not removed" in nodes[0]["reason"] and nodes[1]["outcome"] == "partitioned"
+    assert kube_api.nodes["node-a"]["spec"]["taints"] == [TAINT]
+
+
+@pytest.mark.parametrize("text", ["nokey", "a=b", "a:Sometimes", "a b:NoSchedule", "$(x):NoSchedule"])
+def test_a_bad_startup_taint_is_one_line(text):
+    with pytest.raises(TaintError, match="key\\[=value\\]:Effect"):
+        parse_taint(text)
+
+
+def test_make_demo_shows_partitioned_simulated_nodes(capsys):
+    from functions.cli import main
+
+    assert main(["demo", "--json"]) == 0
+    nodes = json.loads(capsys.readouterr().out)["nodes"]
+    assert [n["outcome"] for n in nodes] == ["partitioned", "partitioned"]
+    assert all(set(n) == {"instance_id", "outcome", "reason", "gpus"} for n in nodes)
+    assert len(nodes[0]["gpus"]) == 8
+    assert [i["profile"] for i in nodes[0]["gpus"][0]["instances"]] == ["3g.20gb", "3g.20gb"]
+    assert main(["demo"]) == 0
+    text = capsys.readouterr().out
+    assert "partitioned" in text and "3g.20gb  # # # # . . . ." in text and "unchanged" in text
