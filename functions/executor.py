@@ -33,9 +33,10 @@ class DryRunExecutor:
         for d in decisions:
             if d.action != ACTION_PARTITION:
                 continue
-            what = d.plan.sequence if d.plan is not None else "%s=%s" % (d.partition.kind, d.partition.value) \
-                if d.partition is not None else "?"
-            gpus = d.plan.gpus if d.plan is not None else None
+            if d.plan is not None:
+                what, gpus = d.plan.sequence, d.plan.gpus
+            else:  # GPU model known only on the node: report the label as written
+                what, gpus = "%s=%s" % (d.partition.kind, d.partition.value) if d.partition else "?", None
             results.append({"instance_id": d.instance_id, "outcome": "dry-run",
                             "reason": "dry run: would partition each GPU as %s" % what, "gpus": gpus})
         return results

@@ -12,6 +12,10 @@ import sys
 from .errors import BadInventory
 
 
+class EventFileError(ValueError):
+    """The --event file cannot be read. One line; exit code 2."""
+
+
 def configure(parser, command):
     parser.add_argument("--event", required=True, metavar="FILE", help="event JSON file ('-' for stdin)")
     parser.add_argument("--inventory", metavar="FILE",
@@ -28,7 +32,7 @@ def _read_event(path):
         with open(path, "rb") as handle:
             return handle.read()
     except OSError as exc:
-        raise BadInventory("cannot read event file %s: %s" % (path, exc.strerror or exc)) from None
+        raise EventFileError("cannot read event file %s: %s" % (path, exc.strerror or exc)) from None
 
 
 def _text(result):
@@ -56,7 +60,7 @@ def run(args):
             from .cluster import InventoryLookup
 
             lookup = InventoryLookup.from_file(args.inventory)
-    except (BadInventory, SettingsError) as exc:
+    except (EventFileError, BadInventory, SettingsError) as exc:
         print("ack-mig-hook: error: %s" % exc, file=sys.stderr)
         return 2
     # The result goes to stdout. The JSON log lines would bury it, so the command line shows them (on

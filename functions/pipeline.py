@@ -56,6 +56,14 @@ def _cluster_id(request: Request, settings: Settings, lookup: ClusterLookup) -> 
 
 def resolve_targets(request: Request, lookup: ClusterLookup, cluster: str) -> List[Target]:
     """Which instances the event concerns, each with its node (None until it is one) and its pool."""
+    nodes_by_id = {}
+    if request.instance_ids:
+        nodes_by_id = {n.instance_id: n for n in lookup.nodes(cluster, instance_ids=request.instance_ids)}
+        if not nodes_by_id and not (request.nodepool_id or request.scaling_group_id or request.lifecycle):
+            # e.g. any ECS instance of the account reaching Running: one API call, then done with it.
+            raise SkipEvent("%s %s not a node of cluster %s" % (", ".join(request.instance_ids),
+                                                               "is" if len(request.instance_ids) == 1 else "are",
+                                                               cluster), request.trigger.value, request.event_type)
     pools = lookup.nodepools(cluster)
     by_id = {p.nodepool_id: p for p in pools}
     by_group = {p.scaling_group_id: p for p in pools if p.scaling_group_id}
@@ -68,10 +76,9 @@ def resolve_targets(request: Request, lookup: ClusterLookup, cluster: str) -> Li
                             request.event_type)
 
     if request.instance_ids:
-        nodes = {n.instance_id: n for n in lookup.nodes(cluster, instance_ids=request.instance_ids)}
         targets = []
         for instance_id in request.instance_ids:
-            node = nodes.get(instance_id)
+            node = nodes_by_id.get(instance_id)
             pool = by_id.get(node.nodepool_id or "") if node is not None and node.nodepool_id else named
             targets.append((instance_id, node, pool))
         return targets

@@ -105,7 +105,9 @@ def test_full_event_through_the_api(emulator):
     result = run_event(event_bytes("ess_scale_out_success.json"), load_settings(cloud_env(emulator)),
                        dry_run=True, logger=JsonLogger("OFF"))
     assert result.outcome == "done" and [d.action for d in result.decisions] == ["partition", "partition"]
-    assert emulator.requests[1].query["instanceIds"] == "i-2zeb7c1mig0a100x1k4d,i-2zeb7c1mig0a100x2m8f"
+    first = emulator.requests[0]  # the nodes first: an instance outside the cluster ends there
+    assert first.action == "DescribeClusterNodes"
+    assert first.query["instanceIds"] == "i-2zeb7c1mig0a100x1k4d,i-2zeb7c1mig0a100x2m8f"
 
 
 def test_kubeconfig_endpoint_for_delivery(no_proxy):

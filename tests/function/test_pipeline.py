@@ -212,3 +212,19 @@ def test_one_log_line_per_decision_and_a_summary(capsys):
     summary = lines[-1]
     assert summary["message"] == "event done" and summary["level"] == "INFO" and "duration_ms" in summary
     assert all({"time", "level", "message"} <= set(l) for l in lines)
+
+
+def test_instance_outside_the_cluster_is_skipped_after_one_lookup():
+    class Counting(InventoryLookup):
+        pool_calls = 0
+
+        def nodepools(self, cluster_id):
+            Counting.pool_calls += 1
+            return super().nodepools(cluster_id)
+
+    event = event_json("ecs_instance_running.json")
+    event["data"]["resourceId"] = "i-2zenotinthecluster01"
+    lookup = Counting.from_dict(json.load(open(INVENTORY)))
+    result = run_event(json.dumps(event), settings(), inventory=lookup, executor=Recorder(), logger=quiet())
+    assert result.outcome == "skip" and "not a node of cluster" in result.reason
+    assert Counting.pool_calls == 0
