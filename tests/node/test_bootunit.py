@@ -1,0 +1,79 @@
+"""install-boot-unit: rendered contents, idempotence, and the unit's own command restoring a rebooted node."""
+
+import json
+import shlex
+import subprocess
+
+from tests.node.nodecli import Node
+
+SEQ = "3g.71gb-2g.35gb-1g.18gb"
+
+
+def _install(node, root, *extra):
+    return node.run("install-boot-unit", "--sequence", SEQ, "--root", str(root), *extra)
+
+
+def _unit(root):
+    return (root / "etc/systemd/system/ack-mig-hook.service").read_text()
+
+
+def test_unit_orders_before_kubelet_and_keeps_the_label_out_of_its_command_line(tmp_path):
+    node = Node(tmp_path, gpu="H200", count=1)
+    root = tmp_path / "root"
+    res = _install(node, root)
+    assert res.rc == 0, res.stderr
+    assert res.json["changed"] is True
+    unit = _unit(root)
+    assert "Before=kubelet.service" in unit and "WantedBy=multi-user.target kubelet.service" in unit
+    assert "Type=oneshot" in unit
+    exec_line = [line for line in unit.splitlines() if line.startswith("ExecStart=")][0]
+    assert "--request-file /etc/ack-mig-hook/request.json" in exec_line
+    assert "3g.71gb" not in unit  # the label travels as data in the request file
+    assert "--device-plugin-restart none" in exec_line and "--capacity-timeout 0" in exec_line
+    request = json.loads((root / "etc/ack-mig-hook/request.json").read_text())
+    assert request == {"version": 1, "partition": {"kind": "sequence", "value": SEQ}}
+    assert res.json["commands"] == [["systemctl", "--root", str(root), "enable", "ack-mig-hook.service"]]
+    assert node.commands() == ["systemctl --root %s enable ack-mig-hook.service" % root]
+
+
+def test_installing_twice_changes_nothing_and_a_new_label_rewrites_only_the_request(tmp_path):
+    node = Node(tmp_path, gpu="H200", count=1)
+    root = tmp_path / "root"
+    assert _install(node, root).json["changed"] is True
+    unit = _unit(root)
+    mtime = (root / "etc/systemd/system/ack-mig-hook.service").stat().st_mtime_ns
+    again = _install(node, root)
+    assert again.json["changed"] is False and again.json["commands"] == []
+    assert (root / "etc/systemd/system/ack-mig-hook.service").stat().st_mtime_ns == mtime
+    assert len(node.commands()) == 1
+    other = node.run("install-boot-unit", "--size", "1g.18gb", "--root", str(root))
+    assert other.json["changed"] is True and _unit(root) == unit
+    assert json.loads((root / "etc/ack-mig-hook/request.json").read_text())["partition"] == {
+        "kind": "size", "value": "1g.18gb"}
+
+
+def test_boot_unit_bad_request_is_bad_input(tmp_path):
+    node = Node(tmp_path, count=1)
+    res = node.run("install-boot-unit", "--root", str(tmp_path / "root"))
+    assert res.rc == 2 and not (tmp_path / "root").exists()
+
+
+def test_the_units_command_restores_the_layout_after_a_reboot(tmp_path):
+    """Run the ExecStart line exactly as systemd would (its request path moved under the test root)."""
+    node = Node(tmp_path, gpu="H200", count=2)
+    root = tmp_path / "root"
+    assert _install(node, root).rc == 0
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    layout = node.layout(1)
+    assert node.run("sim-reboot").json["gpus"][1]["mig_mode"]["current"] == "disabled"  # Hopper forgets
+    unit = _unit(root)
+    exec_line = [line for line in unit.splitlines() if line.startswith("ExecStart=")][0][len("ExecStart="):]
+    argv = [a.replace("/etc/ack-mig-hook/", str(root / "etc/ack-mig-hook") + "/") for a in shlex.split(exec_line)]
+    env_line = [line for line in unit.splitlines() if line.startswith("Environment=PYTHONPATH=")][0]
+    env = node.env({"PYTHONPATH": env_line.split("=", 2)[2]})
+    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["outcome"] == "success" and result["changes"] == 2 * (1 + 6)
+    assert node.layout(1) == layout and node.layout(0) == layout
