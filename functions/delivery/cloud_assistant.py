@@ -6,8 +6,9 @@ Flow for a list of nodes:
    agent wait runs out; nodes whose agent never came up end ``agent-not-ready`` and are not run.
 2. Nodes that share their arguments share one script; ``RunCommand`` takes up to 100 instances, with
    ``{{ACS::InstanceId}}`` telling each node who it is. All batches are submitted before any is polled.
-3. ``DescribeInvocationResults`` once per batch per poll (paged by 50), with a growing interval, until
-   every instance of the batch is final; the node's JSON result is the last line of the base64 Output.
+3. ``DescribeInvocationResults`` once per batch per poll (paged by 50) at a steady interval (growing
+   only after a minute, and API errors back off in :mod:`.rpc`), until every instance of the batch is
+   final; the node's JSON result is the last line of the base64 Output.
 4. Nodes that answer ``bundle-missing`` get the bundle by ``SendFile`` (one call per part per 50 instances,
    each part <= 32 KB base64), and are run once more. A warm node therefore costs one RunCommand.
 
@@ -32,6 +33,7 @@ RUN_BATCH = 100  # RunCommand and DescribeCloudAssistantStatus take at most 100 
 SEND_BATCH = 50  # SendFile takes at most 50
 PAGE = 50  # DescribeInvocationResults PageSize maximum
 RUNCOMMAND_LIMIT = 24 * 1024  # CommandContent, base64, KeepCommand=false
+SLOW_AFTER_S = 60.0  # result polls keep their first interval this long, then back off
 FINAL = {"Success", "Failed", "Error", "Timeout", "Cancelled", "Terminated", "Aborted", "Invalid", "Stopped"}
 ERRORS = {  # Cloud Assistant ErrorCode -> our transport error code
     "ClientNotRunning": "agent-not-ready", "ClientNotResponse": "agent-not-ready",
@@ -82,21 +84,17 @@ class CloudAssistantTransport:
         deadline = self.clock() + self.agent_wait_s
         interval = self.poll_s
         while pending:
-            for batch in _chunks(sorted(pending), RUN_BATCH):
-                params = {"RegionId": self.ecs.region, "PageSize": RUN_BATCH}
-                params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(batch)})
-                try:
-                    body = self.ecs.call("DescribeCloudAssistantStatus", params)
-                except ApiError as exc:
+            batches = _chunks(sorted(pending), RUN_BATCH)
+            with ThreadPoolExecutor(max_workers=min(16, len(batches))) as pool:
+                answers = list(pool.map(self._agent_status, batches))
+            for batch, answer in zip(batches, answers):
+                if isinstance(answer, ApiError):
                     for iid in batch:
-                        results[iid] = NodeResult(iid, self.name, error="api-error", message=str(exc))
+                        results[iid] = NodeResult(iid, self.name, error="api-error", message=str(answer))
                         pending.pop(iid)
                     continue
-                rows = (body.get("InstanceCloudAssistantStatusSet") or {}).get("InstanceCloudAssistantStatus")
-                for row in rows or []:
-                    if str(row.get("CloudAssistantStatus")).lower() == "true":
-                        pending.pop(row.get("InstanceId"), None)
-            ready = [t for t in targets if t.instance_id not in pending and t.instance_id not in results]
+                for iid in answer:
+                    pending.pop(iid, None)
             if not pending or self.clock() >= deadline:
                 break
             self.sleep(interval)
@@ -105,6 +103,17 @@ class CloudAssistantTransport:
             results[iid] = NodeResult(iid, self.name, error="agent-not-ready", message="the Cloud Assistant "
                                       "agent did not report running within %gs" % self.agent_wait_s)
         return [t for t in targets if t.instance_id not in results]
+
+    def _agent_status(self, batch: List[str]):
+        """The ids of ``batch`` whose agent is running, or the ApiError that stopped the call."""
+        params = {"RegionId": self.ecs.region, "PageSize": RUN_BATCH}
+        params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(batch)})
+        try:
+            body = self.ecs.call("DescribeCloudAssistantStatus", params)
+        except ApiError as exc:
+            return exc
+        rows = (body.get("InstanceCloudAssistantStatusSet") or {}).get("InstanceCloudAssistantStatus") or []
+        return [row.get("InstanceId") for row in rows if str(row.get("CloudAssistantStatus")).lower() == "true"]
 
     # ---- run ----
 
@@ -138,7 +147,8 @@ class CloudAssistantTransport:
     def _poll(self, invoke_id: str, batch: List[NodeTarget]) -> Dict[str, NodeResult]:
         done: Dict[str, NodeResult] = {}
         wanted = {t.instance_id for t in batch}
-        deadline = self.clock() + self.maker.deadline_s + 120
+        started = self.clock()
+        deadline = started + self.maker.deadline_s + 120
         interval = self.poll_s
         while True:
             self.sleep(interval)
@@ -159,7 +169,10 @@ class CloudAssistantTransport:
                 done.update(self._fail([t for t in batch if t.instance_id not in done], "execution-timeout",
                                        "no final result from Cloud Assistant in time"))
                 return done
-            interval = min(interval * 1.5, self.poll_max_s)
+            # A steady beat while a normal run lasts (a result is seen at most one interval late); past a
+            # minute the node is slow anyway, and the interval grows to spare the API.
+            if self.clock() - started > SLOW_AFTER_S:
+                interval = min(interval * 1.5, self.poll_max_s)
 
     def _results(self, invoke_id: str) -> List[dict]:
         rows: List[dict] = []

@@ -74,7 +74,7 @@ def test_one_node_failing_never_hides_the_others(emulator, ecs, maker):
     emulator.nodes[ids[4]].exit_code = 4
     emulator.nodes[ids[4]].result = {"outcome": "failed", "error": {"code": "gpu-busy", "message": "busy"}}
     emulator.nodes[ids[5]].ready_after = 2  # agent comes up on the third status query
-    results = {r.instance_id: r for r in transport(ecs, maker, agent_wait_s=5).run(targets(6, prefix="i-emu"))}
+    results = {r.instance_id: r for r in transport(ecs, maker, agent_wait_s=1).run(targets(6, prefix="i-emu"))}
     got = {iid: (outcome(r).outcome, r.error) for iid, r in results.items()}
     assert got[ids[0]] == ("partitioned", None) and got[ids[5]] == ("partitioned", None)
     assert got[ids[1]] == ("failed", "agent-not-ready")
