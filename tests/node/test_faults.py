@@ -2,6 +2,7 @@
 killed after any mutating call is repaired by the next run; two applies at once serialise."""
 
 import base64
+import os
 import json
 import signal
 
@@ -195,3 +196,13 @@ def test_lock_timeout_is_a_defined_failure(tmp_path):
         os.close(fd)
     assert res.rc == 1 and res.json["error"]["code"] == "locked"
     assert node.sim()["gpus"][0]["mig_pending"] == 0
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine has an NVIDIA driver")
+def test_real_backend_without_a_driver_is_a_one_line_failure(tmp_path):
+    node = Node(tmp_path)
+    for command in (["status"], ["apply", "--sequence", "9", "--no-label", "--lock-file", str(tmp_path / "l"),
+                                  "--state-dir", str(tmp_path / "s"), "--clients="]):
+        res = node.run(*command, raw=True)
+        assert res.rc == 1 and res.json["error"]["code"] == "nvml-unavailable", res.stderr
+        assert "Traceback" not in res.stderr
