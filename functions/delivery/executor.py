@@ -14,6 +14,7 @@ import shlex
 import sys
 from typing import Callable, Dict, List, Optional, Sequence
 
+from ..errors import ConfigurationError, RetryLater
 from ..model import ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP
 from ..settings import Settings
 from . import bundle as bundle_mod
@@ -38,9 +39,19 @@ class DeliveryExecutor:
 
     @classmethod
     def from_settings(cls, settings: Settings, transport: Optional[Transport] = None) -> "DeliveryExecutor":
+        """Everything checked now, so a wrong setting ends the event as one ``error`` line (nothing has
+        been touched yet) instead of a failure halfway through the nodes."""
+        from .taint import parse_taint
+
         d = settings.delivery
-        if transport is None:
-            transport = make_transport(settings)
+        try:
+            if d.startup_taint:
+                parse_taint(d.startup_taint)
+            extra = shlex.split(d.node_args)
+            if transport is None:
+                transport = make_transport(settings)
+        except (ValueError, RuntimeError) as exc:  # bad taint, key, known_hosts, no credentials, no pynvml
+            raise ConfigurationError("delivery: %s" % exc) from None
 
         def lifecycle():
             from .lifecycle import Lifecycle
@@ -57,7 +68,7 @@ class DeliveryExecutor:
                 return None
             return TaintRemover(parse_taint(d.startup_taint), cs_kubeconfig(settings, cluster_id))
 
-        return cls(transport, shlex.split(d.node_args), lifecycle, taints)
+        return cls(transport, extra, lifecycle, taints)
 
     # ---- the Executor protocol ----
 
@@ -75,17 +86,36 @@ class DeliveryExecutor:
                 args = node_args({"kind": d.partition.kind, "value": d.partition.value}, self.extra_args)
                 targets.append(NodeTarget(d.instance_id, d.node_name or "", d.ip_address or "", tuple(args)))
         hook = getattr(request, "lifecycle", None)
-        lifecycle = self._get_lifecycle() if hook is not None else None
+        try:
+            lifecycle = self._get_lifecycle() if hook is not None else None
+        except (ValueError, RuntimeError) as exc:  # e.g. no credentials for ESS: before any node is touched
+            raise ConfigurationError("delivery: lifecycle hook: %s" % exc) from None
         if targets:
             with (lifecycle.kept_alive(hook) if lifecycle else _nothing()):
                 for res in self.transport.run(targets):
                     outcomes[res.instance_id] = outcome(res, names.get(res.instance_id, ""))
         self._lift_taints(request, outcomes)
         if lifecycle is not None:
-            sent = lifecycle.complete(hook, list(outcomes.values()))
-            log.info("lifecycle hook %s answered %s", hook.lifecycle_hook_id, sent or "(already answered)")
+            self._answer(lifecycle, hook, outcomes)
         order = [d.instance_id for d in decisions]
         return [outcomes[iid].to_dict() for iid in order if iid in outcomes]
+
+    @staticmethod
+    def _answer(lifecycle, hook, outcomes: Dict[str, Outcome]) -> None:
+        from .rpc import ApiError
+
+        try:
+            sent = lifecycle.complete(hook, list(outcomes.values()))
+        except ApiError as exc:
+            # The nodes are done (a rerun finds them unchanged), but the hook still waits: a transient
+            # failure retries the event, anything else is an error the operator must see.
+            counts: Dict[str, int] = {}
+            for o in outcomes.values():
+                counts[o.outcome] = counts.get(o.outcome, 0) + 1
+            nodes = ", ".join("%d %s" % (n, k) for k, n in sorted(counts.items()))
+            cls = RetryLater if exc.retryable else ConfigurationError
+            raise cls("nodes %s; lifecycle hook %s not answered: %s" % (nodes, hook.lifecycle_hook_id, exc)) from None
+        log.info("lifecycle hook %s answered %s", hook.lifecycle_hook_id, sent or "(already answered)")
 
     def _get_lifecycle(self):
         if self._lifecycle is None and self._lifecycle_factory is not None:

@@ -35,7 +35,7 @@ ESS_VERSION = "2014-08-28"
 _RETRYABLE_CODES = ("Throttling", "ServiceUnavailable", "InternalError", "Unavailable")
 
 
-class ApiError(Exception):
+class ApiError(RuntimeError):
     """A cloud API call failed for good. ``code`` is the service's error code (or SDK.HttpError)."""
 
     def __init__(self, action: str, code: str, message: str, retryable: bool = False):

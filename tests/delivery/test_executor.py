@@ -2,6 +2,7 @@
 HTTPS Kubernetes API), and the demo."""
 
 import json
+import sys
 
 import pytest
 
@@ -149,3 +150,59 @@ def test_make_demo_shows_partitioned_simulated_nodes(capsys):
     assert main(["demo"]) == 0
     text = capsys.readouterr().out
     assert "partitioned" in text and "3g.20gb  # # # # . . . ." in text and "unchanged" in text
+
+
+@pytest.mark.parametrize("env,match", [
+    ({"ACK_MIG_TRANSPORT": "ssh"}, "needs a private key"),
+    ({"ACK_MIG_TRANSPORT": "cloud-assistant", "ACK_MIG_REGION": "cn-x"}, "NoCredentials"),
+    ({"ACK_MIG_TRANSPORT": "local", "ACK_MIG_STARTUP_TAINT": "oops"}, "key\\[=value\\]:Effect"),
+    ({"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": "--backend 'unclosed"}, "quotation"),
+])
+def test_a_wrong_delivery_setting_is_one_error_line_before_any_node(env, match):
+    from functions.errors import ConfigurationError
+    from functions.settings import load_settings
+
+    with pytest.raises(ConfigurationError, match=match):
+        DeliveryExecutor.from_settings(load_settings(env))
+
+
+@pytest.mark.cloud_assistant
+def test_a_hook_that_cannot_be_answered_retries_the_event(emulator, maker):
+    from functions.errors import RetryLater
+
+    emulator.fail_next("CompleteLifecycleAction", "ServiceUnavailable", 503, times=10)
+    life = Lifecycle(rpc(emulator, "ess", attempts=2), heartbeat_s=600)
+    with pytest.raises(RetryLater, match="1 partitioned; lifecycle hook ash-1 not answered"):
+        DeliveryExecutor(LocalTransport(maker), lifecycle=lambda: life).execute(request(hook=True), [decision("i-a")])
+
+
+def test_concurrent_duplicate_events_converge(tmp_path):
+    """Two deliveries of the same event at once, with the real bundle on simulated nodes: the node lock
+    lets one partition each node and the other find it done; nothing ends failed or half-applied."""
+    import threading
+
+    from functions.delivery import bundle
+    from functions.delivery.transport import ScriptMaker
+
+    maker = ScriptMaker(bundle.build(), 120, str(tmp_path / "root"), sys.executable)
+    transport = LocalTransport(maker, sim_state_dir=str(tmp_path))
+    extra = ["--backend", "sim:A100-SXM4-40GB:2", "--no-label", "--clients=", "--device-plugin-restart", "none",
+             "--lock-file", str(tmp_path / "node.lock"), "--state-dir", str(tmp_path / "state")]
+    executor = DeliveryExecutor(transport, extra)
+    decisions = [decision("i-a", value="1g.5gb-2g.10gb-3g.20gb"), decision("i-b", value="1g.5gb-2g.10gb-3g.20gb")]
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(executor.execute(request(), decisions)))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    by_node = {}
+    for run in results:
+        for n in run:
+            by_node.setdefault(n["instance_id"], []).append(n["outcome"])
+    assert {k: sorted(v) for k, v in by_node.items()} == {"i-a": ["partitioned", "unchanged"],
+                                                         "i-b": ["partitioned", "unchanged"]}
+    final = executor.execute(request(), decisions)
+    assert [n["outcome"] for n in final] == ["unchanged", "unchanged"]
+    assert [i["profile"] for i in final[0]["gpus"][1]["instances"]] == ["3g.20gb", "2g.10gb", "1g.5gb"]
