@@ -17,17 +17,14 @@ nodes of that batch, never the others.
 """
 
 import base64
-import logging
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 from .result import NodeResult, NodeTarget, parse_output
 from .rpc import ApiError, RpcClient
 from .transport import ScriptMaker
-
-log = logging.getLogger(__name__)
 
 RUN_BATCH = 100  # RunCommand and DescribeCloudAssistantStatus take at most 100 instances
 SEND_BATCH = 50  # SendFile takes at most 50
