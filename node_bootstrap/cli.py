@@ -116,6 +116,18 @@ def _log(args):
     return log
 
 
+def _as_failure(exc, backend):
+    # type: (Exception, Backend) -> NodeFailure
+    if isinstance(exc, NodeFailure):
+        return exc
+    if isinstance(exc, MigInputError):
+        return BadInput(str(exc))
+    if isinstance(exc, backend.nv.NVMLError):
+        return NodeFailure("NVML: %s (error %s)" % (exc, getattr(exc, "value", "?")), code="nvml-error")
+    return NodeFailure("internal error: %s: %s" % (exc.__class__.__name__, " ".join(str(exc).split())[:300]),
+                       code="internal-error")
+
+
 def _read(backend):
     # type: (Backend) -> Tuple[List[LiveGpu], Optional[str]]
     try:
@@ -123,6 +135,8 @@ def _read(backend):
             return reader.read_all(), reader.driver_version()
     except NvmlUnavailable as exc:
         raise NodeFailure(str(exc), code="nvml-unavailable")
+    except backend.nv.NVMLError as exc:  # a GPU that cannot even be enumerated
+        raise _as_failure(exc, backend)
 
 
 def _gpus_json(gpus):
@@ -252,8 +266,8 @@ def cmd_apply(args, backend):
                     if capacity:
                         result["capacity"] = capacity
                     labeler.set("success", _sequence_value(report.plans))
-                except (NodeFailure, MigInputError) as exc:
-                    failure = exc if isinstance(exc, NodeFailure) else BadInput(str(exc))
+                except Exception as exc:  # noqa: BLE001 - every path ends in a final label
+                    failure = _as_failure(exc, backend)
                     result["changes"] = writer.changes + len(resets)
                     result.update(outcome=failure.outcome, error={"code": failure.code, "message": failure.message})
                     exit_code = failure.exit_code
