@@ -6,18 +6,20 @@ for the first time and records its key in the known_hosts file, but still refuse
 private key comes from a file or from a secret (the text itself); neither is ever logged. No agent, no
 key search in ~/.ssh: only the key configured.
 
-Per node: connect (connect, banner and auth timeouts), one exec of the node script; only when the node
+Per node: connect (connect, banner and auth timeouts; refused or reset connections are retried with
+backoff, 3 attempts), one exec of the node script; only when the node
 reports ``bundle-missing`` an SFTP upload of the bundle (one file, atomically renamed) and a second exec.
 The command's deadline closes the channel. Nodes run concurrently (default 32 at once).
 """
 
 import io
 import os
+import random
 import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 import paramiko
 
@@ -66,7 +68,8 @@ class SshTransport:
 
     def __init__(self, maker: ScriptMaker, key: paramiko.PKey, known_hosts: str, user: str = "root",
                  port: int = 22, policy: str = "verify", concurrency: int = 32, connect_timeout_s: float = 10.0,
-                 grace_s: float = 30.0):
+                 grace_s: float = 30.0, connect_attempts: int = 3,
+                 retry_sleep: Callable[[float], None] = time.sleep):
         if policy not in ("verify", "accept-new"):
             raise SshError("host key policy must be verify or accept-new")
         if not known_hosts or (policy == "verify" and not os.path.isfile(known_hosts)):
@@ -75,6 +78,7 @@ class SshTransport:
         self.maker, self.key, self.known_hosts, self.user, self.port = maker, key, known_hosts, user, port
         self.policy, self.concurrency, self.connect_timeout_s = policy, max(1, concurrency), connect_timeout_s
         self.grace_s = grace_s  # beyond the runner's own deadline, before the channel is closed
+        self.connect_attempts, self.retry_sleep = max(1, connect_attempts), retry_sleep
         self._lock = threading.Lock()
 
     def _connect(self, target: NodeTarget) -> paramiko.SSHClient:
@@ -133,9 +137,26 @@ class SshTransport:
                               message="SFTP upload failed: %s" % exc)
         return None
 
+    def _connect_retrying(self, target: NodeTarget) -> paramiko.SSHClient:
+        """Connection errors (refused, reset, timeout) are retried with backoff; a host key or
+        authentication failure is not: retrying cannot change the answer."""
+        for attempt in range(self.connect_attempts):
+            try:
+                return self._connect(target)
+            except (OSError, socket.timeout, EOFError):
+                if attempt + 1 == self.connect_attempts:
+                    raise
+                self.retry_sleep(random.uniform(0, min(4.0, 0.5 * (2 ** attempt))))
+            except paramiko.SSHException as exc:
+                if isinstance(exc, (paramiko.AuthenticationException, paramiko.BadHostKeyException)) \
+                        or "known_hosts" in str(exc) or attempt + 1 == self.connect_attempts:
+                    raise
+                self.retry_sleep(random.uniform(0, min(4.0, 0.5 * (2 ** attempt))))
+        raise AssertionError("unreachable")
+
     def _one(self, target: NodeTarget) -> NodeResult:
         try:
-            client = self._connect(target)
+            client = self._connect_retrying(target)
         except paramiko.BadHostKeyException:
             return NodeResult(target.instance_id, self.name, error="host-key-rejected",
                               message="%s presented a host key that differs from known_hosts" % target.address)

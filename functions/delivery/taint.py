@@ -7,12 +7,14 @@ against the cluster CA. The kubeconfig is written to a private temp file only fo
 
 Removal is a JSON patch guarded by a ``test`` of the taint's key at its index, so a concurrent change of
 the node's taints is never overwritten: on a conflict the node is read again (at most 3 times).
-A node without the taint is fine (a duplicate event, or a pool without startup taints).
+A node without the taint is fine (a duplicate event, or a pool without startup taints). No answer, 429
+and 5xx are retried twice with backoff.
 """
 
 import os
 import re
 import tempfile
+import time
 from typing import Callable, NamedTuple, Optional
 
 from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig
@@ -40,8 +42,9 @@ def parse_taint(text: str) -> Taint:
 
 
 class TaintRemover:
-    def __init__(self, taint: Taint, kubeconfig_text: Callable[[], str]):
-        self.taint = taint
+    def __init__(self, taint: Taint, kubeconfig_text: Callable[[], str],
+                 sleep: Callable[[float], None] = time.sleep):
+        self.taint, self.sleep = taint, sleep
         self._kubeconfig_text = kubeconfig_text
         self._client: Optional[KubeClient] = None
 
@@ -58,6 +61,17 @@ class TaintRemover:
 
     def remove(self, node_name: str) -> str:
         """``removed`` or ``absent``; raises KubeError when it cannot."""
+        for attempt in range(3):
+            try:
+                return self._remove(node_name)
+            except KubeError as exc:
+                # no answer, 429 or 5xx: the API server is busy or restarting; anything else is final
+                if attempt == 2 or not (exc.status is None or exc.status == 429 or exc.status >= 500):
+                    raise
+                self.sleep(min(2.0, 0.25 * (2 ** attempt)))
+        raise AssertionError("unreachable")
+
+    def _remove(self, node_name: str) -> str:
         client = self.client()
         for _ in range(3):
             node = client.get_node(node_name)

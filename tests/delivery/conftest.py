@@ -69,10 +69,10 @@ def emulator():
         yield emu
 
 
-def rpc(emu, product="ecs", secret=SECRET, attempts=4):
+def rpc(emu, product="ecs", secret=SECRET, attempts=4, timeout_s=5):
     host = emu.endpoint.split("://", 1)[1]
     return RpcClient(product, ECS_VERSION if product == "ecs" else ESS_VERSION, emu.region,
-                     Credentials(emu.access_key_id, secret, emu.token), Endpoint(host, "http"), timeout_s=5,
+                     Credentials(emu.access_key_id, secret, emu.token), Endpoint(host, "http"), timeout_s=timeout_s,
                      backoff=Backoff(attempts, sleep=lambda s: None))
 
 

@@ -153,3 +153,12 @@ def test_credentials_never_reach_logs_or_results(emulator, ecs, maker, caplog):
     results = transport(ecs, maker).run(targets(2, prefix="i-emu"))
     text = caplog.text + repr(results) + repr(ecs.__dict__)
     assert SECRET not in text and TOKEN not in text
+
+
+def test_a_slow_answer_times_out_and_the_retry_is_the_same_invocation(emulator, maker):
+    emulator.add_nodes(2)
+    emulator.slow_next("RunCommand", 2.5)  # served, but answered after the client gave up
+    ecs = rpc(emulator, timeout_s=1)  # read timeout 1 s (ACK_MIG_API_TIMEOUT_S, 10 s by default)
+    results = transport(ecs, maker).run(targets(2, prefix="i-emu"))
+    assert set(outcomes(results).values()) == {"partitioned"}
+    assert ecs.calls["RunCommand"] == 2 and len(emulator.invocations) == 1

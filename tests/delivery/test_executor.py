@@ -121,6 +121,24 @@ def test_the_startup_taint_is_lifted_only_from_nodes_that_succeeded(kube_api, ma
 
 
 @pytest.mark.kube
+def test_an_api_server_outage_is_retried(kube_api, tmp_path):  # noqa: F811
+    kube_api.add_node("node-a", taints=[TAINT])
+    kubeconfig = open(kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert(),
+                                                inline=True)).read()
+    sleeps = []
+
+    def recover(seconds):
+        sleeps.append(seconds)
+        kube_api.fail.clear()  # the API server is back after the first backoff
+
+    kube_api.fail["GET"] = 503
+    remover = TaintRemover(parse_taint("ack-mig-hook/partition-pending=true:NoSchedule"), lambda: kubeconfig,
+                           sleep=recover)
+    assert remover.remove("node-a") == "removed" and len(sleeps) == 1
+    assert kube_api.nodes["node-a"]["spec"].get("taints") in ([], None)
+
+
+@pytest.mark.kube
 def test_a_kubelet_credential_could_not_have_done_it(kube_api, maker, tmp_path):  # noqa: F811
     kube_api.add_node("node-a", taints=[TAINT])
     kubelet = open(kube_api.write_kubeconfig(tmp_path / "kubelet.conf", node="node-a", inline=True)).read()

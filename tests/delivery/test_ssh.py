@@ -94,13 +94,15 @@ def test_the_node_deadline_is_reported_by_the_node(sshd, fake_bundle, tmp_path):
 
 
 def test_unreachable_and_addressless_nodes_fail_alone(sshd, maker):
-    transport = make(sshd, maker, connect_timeout_s=2)
+    sleeps = []
+    transport = make(sshd, maker, connect_timeout_s=2, retry_sleep=sleeps.append)
     good = targets(1)
     none = targets(1, prefix="i-none", address="")
     closed = targets(1, prefix="i-closed", address="127.0.0.2")
     results = {r.instance_id: r for r in transport.run(good + none + closed)}
     assert outcome(results["i-t0000"]).outcome == "partitioned"
     assert results["i-none0000"].error == "connect-failed" and results["i-closed0000"].error == "connect-failed"
+    assert len(sleeps) == 2  # the refused connection was tried 3 times, with backoff in between
 
 
 def test_default_concurrency_is_at_least_32(sshd, maker):

@@ -9,8 +9,8 @@ required parameters must be present. Answers use the documented field names.
 Nodes are models (:class:`SimNode`): an agent that is or becomes ready, a script that takes a configured
 time and returns a configured result, or (:class:`ShellNode`) one that really runs the script in a
 subprocess against its own directory, so the bundle cache path is exercised for real. Faults: per-action
-error queues (Throttling, 5xx), a per-call latency, an agent that is not ready, an instance released
-mid-run, execution timeouts. ``calls`` counts requests per action.
+error queues (Throttling, 5xx), a per-call latency, late answers (``slow_next``), an agent that is not
+ready, an instance released mid-run, execution timeouts. ``calls`` counts requests per action.
 """
 
 import base64
@@ -139,6 +139,7 @@ class Emulator:
         self.calls: Counter = Counter()
         self.requests: List[Tuple[str, Dict[str, str]]] = []
         self.faults: Dict[str, deque] = {}
+        self.slow: Dict[str, deque] = {}
         self.invocations: Dict[str, Dict[str, dict]] = {}
         self.sends: Dict[str, Dict[str, dict]] = {}
         self.lifecycle: List[Tuple[str, Dict[str, str]]] = []
@@ -162,6 +163,11 @@ class Emulator:
         """The next ``times`` calls of ``action`` (that match ``when``, if given) answer this error
         (e.g. Throttling.User 400, ServiceUnavailable 503, InternalError 500)."""
         self.faults.setdefault(action, deque()).extend([(code, status, when)] * times)
+
+    def slow_next(self, action: str, seconds: float, times: int = 1) -> None:
+        """The next ``times`` answers to ``action`` come ``seconds`` late (after the request was served)."""
+        with self._lock:
+            self.slow.setdefault(action, deque()).extend([seconds] * times)
 
     def _fault(self, action: str, params: Dict[str, str]):
         with self._lock:
@@ -241,6 +247,11 @@ class Emulator:
         if fault:
             return self._error(fault[1], fault[0], "injected fault")
         answer = getattr(self, "_" + action)(params)
+        with self._lock:
+            queue = self.slow.get(action)
+            delay = queue.popleft() if queue else 0.0
+        if delay:  # the work is done, only the answer is late: a client timeout here must not redo it
+            time.sleep(delay)
         if isinstance(answer, tuple):
             return answer
         answer["RequestId"] = uuid.uuid4().hex
