@@ -60,9 +60,16 @@ def test_150_warm_nodes_take_two_runcommands_and_polls_per_batch(emulator, ecs, 
     assert set(outcomes(results).values()) == {"partitioned"}
     assert emulator.calls["RunCommand"] == 2 and emulator.calls["SendFile"] == 0
     assert emulator.calls["DescribeCloudAssistantStatus"] == 2
-    # each poll reads a batch in pages of 50: never one call per instance
-    polls = emulator.calls["DescribeInvocationResults"]
-    assert polls < 150 and polls % 1 == 0
+    # each poll reads its whole batch in pages of 50: never one call per instance
+    reads = {}
+    for action, params in emulator.requests:
+        if action == "DescribeInvocationResults":
+            assert "InstanceId" not in params and params["PageSize"] == "50"
+            reads.setdefault(params["InvokeId"], []).append(int(params["PageNumber"]))
+    assert len(reads) == 2
+    for pages in sorted(reads.values(), key=len):
+        rounds = pages.count(1)
+        assert pages == [1, 2] * rounds or pages == [1] * rounds
     assert t.largest_request <= 24 * 1024
 
 

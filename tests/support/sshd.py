@@ -70,7 +70,10 @@ class Sshd:
         self.log = os.path.join(workdir, "sshd.log")
 
     def start(self) -> "Sshd":
-        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # privilege separation directory
+        try:
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation directory
+        except OSError:
+            pass  # not root: sshd runs without privilege separation and does not need it
         self._log = open(self.log, "wb")
         self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", self.config], stdout=self._log, stderr=self._log)
         deadline = time.monotonic() + 10
