@@ -12,6 +12,7 @@ never creates an ESS client and a pool without a startup taint never asks for a 
 import logging
 import shlex
 import sys
+from contextlib import nullcontext
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import ConfigurationError, RetryLater
@@ -91,7 +92,7 @@ class DeliveryExecutor:
         except (ValueError, RuntimeError) as exc:  # e.g. no credentials for ESS: before any node is touched
             raise ConfigurationError("delivery: lifecycle hook: %s" % exc) from None
         if targets:
-            with (lifecycle.kept_alive(hook) if lifecycle else _nothing()):
+            with (lifecycle.kept_alive(hook) if lifecycle else nullcontext()):
                 for res in self.transport.run(targets):
                     outcomes[res.instance_id] = outcome(res, names.get(res.instance_id, ""))
         self._lift_taints(request, outcomes)
@@ -126,28 +127,18 @@ class DeliveryExecutor:
         done = [o for o in outcomes.values() if o.outcome in (PARTITIONED, UNCHANGED)]
         if not done or self._taints_factory is None:
             return
-        remover = None
+        remover = self._taints_factory(getattr(request, "cluster_id", None))  # no API call yet
+        if remover is None:  # taint removal turned off (ACK_MIG_STARTUP_TAINT=none)
+            return
         for o in done:
             if not o.node_name:
                 o.taint = "not removed: the node has not joined the cluster yet"
                 continue
             try:
-                if remover is None:
-                    remover = self._taints_factory(getattr(request, "cluster_id", None))
-                    if remover is None:
-                        return
                 o.taint = remover.remove(o.node_name)
             except Exception as exc:  # noqa: BLE001 - one node's taint never hides the others' results
                 o.taint = "not removed: %s" % str(exc)[:200]
                 log.warning("startup taint of %s not removed: %s", o.node_name, exc)
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def make_transport(settings: Settings, sim_state_dir: Optional[str] = None, root: Optional[str] = None,

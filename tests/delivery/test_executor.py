@@ -224,3 +224,10 @@ def test_concurrent_duplicate_events_converge(tmp_path):
     final = executor.execute(request(), decisions)
     assert [n["outcome"] for n in final] == ["unchanged", "unchanged"]
     assert [i["profile"] for i in final[0]["gpus"][1]["instances"]] == ["3g.20gb", "2g.10gb", "1g.5gb"]
+
+
+def test_with_taint_removal_off_nothing_is_said_about_taints(maker):
+    executor = DeliveryExecutor(LocalTransport(maker), taints=lambda cluster: None)
+    nodes = executor.execute(request(), [decision("i-a"), decision("i-b", node="node-b")])
+    assert [n["outcome"] for n in nodes] == ["partitioned", "partitioned"]
+    assert all("taint" not in n and "taint" not in n["reason"] for n in nodes)
