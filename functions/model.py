@@ -5,27 +5,15 @@ Shared with delivery (functions/delivery) and the demo: they read ``Request`` (l
 and ``Decision`` (what to do on which node, with the plan and the node's address).
 """
 
-from enum import Enum
 from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .result import HandlerResult, Trigger  # noqa: F401  re-exported: the whole vocabulary is read from here
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Trigger(str, Enum):
-    """What kind of thing happened. Each source maps onto exactly one of these."""
-
-    SCALE_OUT = "scale-out"  # ESS scaling activity (EventBridge or CloudMonitor): instances were added
-    LIFECYCLE_HOOK = "lifecycle-hook"  # ESS lifecycle hook: instances wait in Pending:Wait for our answer
-    NODEPOOL_OPERATION = "nodepool-operation"  # ActionTrail: a node pool was created or scaled
-    INSTANCE_RUNNING = "instance-running"  # ECS: an instance reached Running
-    TIMER = "timer"  # periodic reconcile of every labelled pool
-    MANUAL = "manual"  # someone invoked the function with the manual payload
-    TEST = "test"  # ESS lifecycle hook test notification: acknowledged, nothing to do
-    UNKNOWN = "unknown"  # not recognised (only ever in a skip or error result)
 
 
 class LifecycleHook(_Model):
@@ -130,30 +118,3 @@ class Decision(_Model):
 
     def to_json(self) -> Dict[str, Any]:
         return self.model_dump(mode="json")
-
-
-# ---- the result of one event ----
-
-Outcome = Literal["done", "skip", "error", "retry"]
-
-
-class HandlerResult(_Model):
-    """How one event ended: exactly one of done (decided, and executed unless nothing to do), skip (not
-    ours or nothing to do, with the reason), error (the event or configuration is wrong: retrying will not
-    help) or retry (a transient cloud failure: the handler raises so FC retries the async invocation)."""
-
-    trigger: str
-    event_type: Optional[str] = None
-    event_id: Optional[str] = None
-    outcome: Outcome
-    reason: str = ""
-    cluster_id: Optional[str] = None
-    dry_run: bool = False
-    decisions: List[Decision] = Field(default_factory=list)
-    nodes: Optional[List[Dict[str, Any]]] = None  # executor results, one per node; None when not executed
-
-    def to_json(self) -> Dict[str, Any]:
-        out = self.model_dump(mode="json")
-        if out["nodes"] is None:
-            del out["nodes"]
-        return out

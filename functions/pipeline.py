@@ -11,19 +11,21 @@ The cloud SDKs are imported only once an event needs the cluster (``functions.cs
 import os
 import time
 import uuid
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
-from .cluster import ClusterLookup, InventoryLookup
-from .decide import decide_all, has_partition_label
+from .envelope import read_envelope
 from .errors import ConfigurationError, EventOutcome, SkipEvent
-from .executor import DryRunExecutor, Executor, make_executor
-from .intake import parse_event
 from .logs import JsonLogger
-from .model import HandlerResult, Node, NodePool, Request, Trigger
+from .result import HandlerResult, Trigger
 from .settings import Settings, SettingsError, load_settings
 
-Target = Tuple[str, Optional[Node], Optional[NodePool]]
-InventoryArg = Union[None, str, "os.PathLike[str]", ClusterLookup]
+if TYPE_CHECKING:  # the pydantic side loads only for events that pass stage 1 (see run_event)
+    from .cluster import ClusterLookup
+    from .executor import Executor
+    from .model import Node, NodePool, Request
+
+Target = Tuple[str, Optional["Node"], Optional["NodePool"]]
+InventoryArg = Union[None, str, "os.PathLike[str]", "ClusterLookup"]
 
 
 def make_logger(settings: Settings, context: Any = None, **fields: Any) -> JsonLogger:
@@ -32,7 +34,9 @@ def make_logger(settings: Settings, context: Any = None, **fields: Any) -> JsonL
                       function=settings.function_name or None, **fields)
 
 
-def _lookup(inventory: InventoryArg, settings: Settings) -> ClusterLookup:
+def _lookup(inventory: InventoryArg, settings: Settings) -> "ClusterLookup":
+    from .cluster import InventoryLookup
+
     if inventory is None:
         from .cs_lookup import CsLookup  # the SDK loads here, only for events that reach the cluster
 
@@ -42,7 +46,7 @@ def _lookup(inventory: InventoryArg, settings: Settings) -> ClusterLookup:
     return inventory
 
 
-def _cluster_id(request: Request, settings: Settings, lookup: ClusterLookup) -> str:
+def _cluster_id(request: "Request", settings: Settings, lookup: "ClusterLookup") -> str:
     snapshot = getattr(lookup, "cluster_id", None)
     cluster = request.cluster_id or settings.cluster_id or snapshot
     if not cluster:
@@ -54,8 +58,10 @@ def _cluster_id(request: Request, settings: Settings, lookup: ClusterLookup) -> 
     return cluster
 
 
-def resolve_targets(request: Request, lookup: ClusterLookup, cluster: str) -> List[Target]:
+def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str) -> List[Target]:
     """Which instances the event concerns, each with its node (None until it is one) and its pool."""
+    from .decide import has_partition_label
+
     nodes_by_id = {}
     if request.instance_ids:
         nodes_by_id = {n.instance_id: n for n in lookup.nodes(cluster, instance_ids=request.instance_ids)}
@@ -110,7 +116,7 @@ def _summary(decisions: Sequence[Any]) -> str:
 
 
 def run_event(raw: Any, settings: Optional[Settings] = None, inventory: InventoryArg = None,
-              executor: Optional[Executor] = None, context: Any = None, dry_run: bool = False,
+              executor: Optional["Executor"] = None, context: Any = None, dry_run: bool = False,
               logger: Optional[JsonLogger] = None) -> HandlerResult:
     """Run one event end to end and return how it ended. Never raises for an outcome (skip, bad event,
     configuration, transient cloud failure are all results); raises only for ``BadInventory`` (a bad
@@ -130,9 +136,14 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                 "event error", outcome="error", reason=str(exc))
             return HandlerResult(trigger=Trigger.UNKNOWN.value, outcome="error", reason=str(exc))
     log = logger or make_logger(settings, context)
-    request: Optional[Request] = None
+    request: Optional["Request"] = None
     try:
-        request = parse_event(raw)
+        envelope = read_envelope(raw)  # stage 1, stdlib: ends irrelevant events before pydantic loads
+        from .decide import decide_all
+        from .executor import DryRunExecutor, make_executor
+        from .intake import parse_envelope
+
+        request = parse_envelope(envelope)
         log = log.bind(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id)
         effective_dry_run = bool(dry_run or settings.dry_run or request.dry_run)
         lookup = _lookup(inventory, settings)

@@ -10,9 +10,9 @@ from tests.function.conftest import EVENTS, INVENTORY, ROOT
 HEAVY = ("alibabacloud_cs20151215", "alibabacloud_tea_openapi", "aliyunsdkcore", "paramiko", "darabonba")
 
 
-def loaded_after(snippet):
+def loaded_after(snippet, heavy=HEAVY):
     code = snippet + "\nimport sys, json\nprint(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)))" \
-        % (HEAVY,)
+        % (tuple(heavy),)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=60)
@@ -25,6 +25,17 @@ def test_handler_import_and_ess_test_event_stay_light():
                "out = handler(open(%r, 'rb').read(), None)\n"
                "assert '\"outcome\": \"skip\"' in out, out" % os.path.join(EVENTS, "ess_lifecycle_test.json"))
     assert loaded_after(snippet) == []
+    # Stage 1 (functions.envelope) ends the test notification before any pydantic model is needed.
+    assert loaded_after(snippet, heavy=("pydantic", "pydantic_core")) == []
+
+
+def test_relevant_event_does_load_pydantic():
+    """The probe above can see pydantic: a scale-out event (stage 2) loads it."""
+    snippet = ("from functions.pipeline import run_event\n"
+               "from functions.logs import JsonLogger\n"
+               "run_event(open(%r, 'rb').read(), None, inventory=%r, dry_run=True, logger=JsonLogger('OFF'))"
+               % (os.path.join(EVENTS, "ess_scale_out_success.json"), INVENTORY))
+    assert "pydantic" in loaded_after(snippet, heavy=("pydantic",))
 
 
 def test_irrelevant_events_stay_light():
