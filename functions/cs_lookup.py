@@ -116,3 +116,13 @@ class CsLookup:
             if not items or len(items) < PAGE_SIZE or (isinstance(total, int) and len(out) >= total):
                 return out
         return out
+
+    def user_kubeconfig(self, cluster_id: str, minutes: int = 15) -> str:
+        """A short-lived kubeconfig of the cluster with its private API endpoint (delivery lifts startup
+        taints with it; the kubelet's own credentials may not touch taints)."""
+        request = cs_models.DescribeClusterUserKubeconfigRequest(private_ip_address=True,
+                                                                 temporary_duration_minutes=minutes)
+        response = self._call("DescribeClusterUserKubeconfig",
+                              lambda: self._client.describe_cluster_user_kubeconfig_with_options(
+                                  cluster_id, request, {}, self._runtime))
+        return response.body.config

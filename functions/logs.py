@@ -10,6 +10,7 @@ written. FC sends stdout to the function's log store.
 import json
 import sys
 import time
+from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Optional, TextIO
 
 LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "OFF": 100}
@@ -83,3 +84,33 @@ class JsonLogger:
 
     def error(self, message: str, **fields: Any) -> None:
         self.log("ERROR", message, **fields)
+
+
+@contextmanager
+def stdlib_logs_into(logger: JsonLogger, name: str = "functions"):
+    """Route the standard ``logging`` records of ``name`` (delivery's modules log that way) into
+    ``logger`` for the duration of a block, so they too become one redacted JSON line with the event's
+    request id and trigger, and do not also reach FC's own root handler in another format."""
+    import logging  # here, not at the top: an event skipped in stage 1 never needs it
+
+    class _Bridge(logging.Handler):
+        def emit(self, record: "logging.LogRecord") -> None:
+            try:
+                message = record.getMessage()
+            except Exception:  # noqa: BLE001 - a bad format string must not lose the line
+                message = str(record.msg)
+            level = record.levelname if record.levelname in LEVELS else "INFO"
+            logger.log(level, message, logger=record.name)
+
+    target = logging.getLogger(name)
+    bridge = _Bridge()
+    saved = (target.level, target.propagate)
+    target.addHandler(bridge)
+    target.setLevel(logging.DEBUG)
+    target.propagate = False
+    try:
+        yield
+    finally:
+        target.removeHandler(bridge)
+        target.setLevel(saved[0])
+        target.propagate = saved[1]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from .envelope import read_envelope
 from .errors import ConfigurationError, EventOutcome, SkipEvent
-from .logs import JsonLogger
+from .logs import JsonLogger, stdlib_logs_into
 from .result import HandlerResult, Trigger
 from .settings import Settings, SettingsError, load_settings
 
@@ -156,7 +156,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             log.info("decision", instance_id=d.instance_id, node_name=d.node_name, nodepool_id=d.nodepool_id,
                      action=d.action, reason=d.reason, sequence=d.plan.sequence if d.plan else None)
         chosen = DryRunExecutor() if effective_dry_run else (executor or make_executor(settings, False))
-        nodes = chosen.execute(request, decisions)
+        with stdlib_logs_into(log):  # delivery's own log lines carry this event's context too
+            nodes = chosen.execute(request, decisions)
         for n in nodes:
             log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
                      reason=n.get("reason"))

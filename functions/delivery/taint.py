@@ -96,17 +96,8 @@ def cs_kubeconfig(settings, cluster_id: str) -> Callable[[], str]:
     with the function side's CS client and its retry rules (functions.cs_lookup)."""
 
     def fetch() -> str:
-        from alibabacloud_cs20151215 import models
-
         from ..cs_lookup import CsLookup
 
-        lookup = CsLookup(settings)
-        request = models.DescribeClusterUserKubeconfigRequest(private_ip_address=True,
-                                                              temporary_duration_minutes=15)
-        # CsLookup has no public kubeconfig call yet; its client and retry wrapper are reused as they are.
-        response = lookup._call("DescribeClusterUserKubeconfig",
-                                lambda: lookup._client.describe_cluster_user_kubeconfig_with_options(
-                                    cluster_id, request, {}, lookup._runtime))
-        return response.body.config
+        return CsLookup(settings).user_kubeconfig(cluster_id)
 
     return fetch

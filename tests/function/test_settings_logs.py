@@ -145,3 +145,33 @@ def test_handler_uses_the_fc_context(emulator, monkeypatch, capsys):
     assert out["outcome"] == "done" and emulator.rejected == []
     lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
     assert lines and all(l["request_id"] == "fc-req-42" for l in lines)
+
+
+def test_delivery_stdlib_logs_become_json_lines_with_the_event_context():
+    """Delivery modules log with the standard logging module; during an event those records are JSON
+    lines with the request id and trigger, and a known secret inside one is masked."""
+    import logging
+
+    from functions.pipeline import run_event
+    from tests.function.conftest import INVENTORY
+
+    class LoggingExecutor:
+        def execute(self, request, decisions):
+            logging.getLogger("functions.delivery.fake").warning("heartbeat failed for %s with %s",
+                                                                 "hook-1", SECRET)
+            return []
+
+    out = io.StringIO()
+    logger = JsonLogger("INFO", secrets=[SECRET], stream=out, request_id="req-42")
+    result = run_event(event_bytes("ess_scale_out_success.json"), load_settings({}), inventory=INVENTORY,
+                       executor=LoggingExecutor(), logger=logger)
+    assert result.outcome == "done"
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    bridged = [line for line in lines if line.get("logger") == "functions.delivery.fake"]
+    assert len(bridged) == 1
+    assert bridged[0]["level"] == "WARNING" and bridged[0]["request_id"] == "req-42"
+    assert bridged[0]["trigger"] == "scale-out"
+    assert bridged[0]["message"] == "heartbeat failed for hook-1 with ***"
+    assert SECRET not in out.getvalue()
+    # Outside an event the bridge is gone again.
+    assert not any(type(h).__name__ == "_Bridge" for h in logging.getLogger("functions").handlers)
