@@ -124,9 +124,12 @@ class NvmlReader(object):
         current, pending = (int(mode[0]), int(mode[1])) if mode is not None else (None, None)
         profiles = ()  # type: Tuple[LiveProfile, ...]
         gis = ()  # type: Tuple[LiveGi, ...]
-        if current == 1:
-            # NVML answers profile and instance queries only while MIG mode is on.
+        if current is not None:
+            # A real H200 (driver 580) answers profile and placement queries with MIG mode off, so
+            # `plan` can use the driver's own table before the first apply; a driver that says
+            # NOT_SUPPORTED there leaves the profiles empty and the catalogue fills in.
             profiles = self._profiles(dev, notes)
+        if current == 1:  # instances exist only while MIG mode is on
             gis = self._gpu_instances(dev, profiles, notes)
         pids = self._pids(dev, notes)
         return LiveGpu(index, name, int(pci.pciDeviceId) if pci is not None else None, bus_id, uuid,

@@ -279,8 +279,9 @@ class SimNvmlLibrary(object):
     # --- GPU instances --------------------------------------------------------------------------
 
     def _gi_profile(self, dev, nvml_index, out, version):
-        _, gpu, model = self._gpu(dev)
-        driver.require_mig(gpu)  # NVML answers NOT_SUPPORTED while MIG mode is disabled
+        _, _, model = self._gpu(dev)
+        # A real H200 (driver 580) answers profile and placement queries with MIG mode disabled
+        # (scripts/nvml_readonly_probe.py showed it); only instance calls need MIG on.
         profile = driver.profile_by_index(model, nvml_index)
         struct = self._nv.c_nvmlGpuInstanceProfileInfo_v2_t if version == 2 else self._nv.c_nvmlGpuInstanceProfileInfo_t
         info = struct.from_address(out)
@@ -301,8 +302,7 @@ class SimNvmlLibrary(object):
         info.memorySizeMB = profile.memory_mib
 
     def _placements(self, dev, profile_id, array, count):
-        _, gpu, model = self._gpu(dev)
-        driver.require_mig(gpu)
+        _, _, model = self._gpu(dev)
         profile = driver.profile_by_id(model, profile_id)
         if not array:
             _put_uint(count, len(profile.placements))

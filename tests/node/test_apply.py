@@ -113,8 +113,9 @@ def test_plan_lists_what_apply_would_do_and_apply_does_exactly_that(tmp_path):
 def test_status_reports_profiles_placements_and_where_they_came_from(tmp_path):
     node = Node(tmp_path, gpu="H200", count=1)
     off = node.run("status").json["gpus"][0]
-    # MIG disabled: NVML answers NOT_SUPPORTED to profile queries, the catalogue fills in
-    assert off["mig_capable"] is True and off["profiles_source"] == "catalogue"
+    # MIG disabled: the driver still lists its profiles (as a real H200 does), so they win
+    assert off["mig_capable"] is True and off["profiles_source"] == "nvml"
+    assert off["mig_mode"] == {"current": "disabled", "pending": "disabled"} and off["instances"] == []
     assert off["pci_device_id"] == "0x233510de"
     assert node.run("apply", "--sequence", "7g.141gb").rc == 0
     on = node.run("status").json["gpus"][0]

@@ -8,7 +8,7 @@ import pytest
 
 from node_bootstrap.errors import NotMigCapable
 from node_bootstrap.live import LiveCi, LiveGi, LiveGpu, LiveProfile, effective_model
-from node_bootstrap.mig import KIND_SEQUENCE, KIND_SIZE, PartitionSpec, Placement, PlacementError
+from node_bootstrap.mig import KIND_SEQUENCE, KIND_SIZE, PartitionSpec, Placement, PlacementError, find_gpu
 from node_bootstrap.nvml import NvmlReader, NvmlWriter
 from node_bootstrap.planner import plan_gpu
 from node_bootstrap.sim.driver import new_state
@@ -108,8 +108,13 @@ def test_mig_disabled_h200_reads_cleanly_with_notes_not_errors(sim):
     with NvmlReader(pynvml) as reader:
         g = reader.read_gpu(0)
     assert (g.name, g.mig_current, g.mig_pending) == ("NVIDIA H200", 0, 0)
-    assert g.profiles == () and g.gis == () and g.notes == ()
-    assert effective_model(g)[1] == "catalogue"
+    assert g.gis == () and g.notes == ()
+    # The driver's own profile table, read while MIG is off, matches the catalogue's H200 entry.
+    model, source = effective_model(g)
+    assert source == "nvml"
+    catalogue = find_gpu("NVIDIA H200")
+    assert sorted((p.id, p.name, p.memory_mib, p.placements) for p in model.profiles) == \
+        sorted((p.id, p.name, p.memory_mib, p.placements) for p in catalogue.profiles)
 
 
 def test_no_permission_and_not_supported_become_notes(sim):
