@@ -6,7 +6,7 @@ event, or the manual payload, and skips what is clearly not ours. Stage 2, here,
 own payload (pydantic) and normalizes it. Anything irrelevant raises ``SkipEvent`` with the
 reason; anything malformed raises ``BadEvent`` naming the field. Nothing else escapes.
 
-What public documentation confirms and what it does not (docs/function.md has the detail): the CloudEvents
+What public documentation confirms and what it does not (README.md, "Triggers and their events", has the detail): the CloudEvents
 envelope and the event type names are documented; the field names inside ESS ``data`` are not, so every
 ESS field is accepted in camelCase (ESS's notifications), PascalCase and snake_case, at the top of
 ``data`` or inside a ``content`` object (the MNS/CloudMonitor layout), and instance ids may be a list, a

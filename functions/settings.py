@@ -1,7 +1,7 @@
 """Every environment variable the function reads, in one place, and the typed settings built from them.
 
 Nothing else in ``functions/`` reads ``os.environ``: code asks :func:`load_settings` (or receives a
-:class:`Settings`). ``ENV_VARS`` lists every name with its default and meaning; docs/function.md documents
+:class:`Settings`). ``ENV_VARS`` lists every name with its default and meaning; README.md documents
 the same table and a test checks that the two agree.
 
 Values are checked here, so a wrong setting is one line naming the variable and the accepted form
