@@ -36,7 +36,15 @@ def test_ros_template_with_fc3_function():
     props = function()
     assert props["Runtime"] == "python3.10"
     assert props["Handler"] == package.HANDLER == "index.handler"
-    assert props["Timeout"] >= 600  # nodes may take minutes; FC 3.0 allows up to 86400 s
+    # The function must outlive its slowest node: agent wait (the transport's default) + the node's own
+    # timeout + a few minutes for the bundle round, submits and polls. FC 3.0 allows up to 86400 s.
+    import inspect
+
+    from functions.delivery.cloud_assistant import CloudAssistantTransport
+
+    agent_wait = inspect.signature(CloudAssistantTransport).parameters["agent_wait_s"].default
+    node_timeout = int(props["EnvironmentVariables"]["ACK_MIG_NODE_TIMEOUT_S"])
+    assert props["Timeout"] >= agent_wait + node_timeout + 300
     assert props["Role"] == {"Fn::GetAtt": ["FunctionRole", "Arn"]}
 
 
