@@ -5,7 +5,9 @@ go through the real handler path (``functions.pipeline.run_event``: intake, look
 delivery executor with the local transport: the node bundle is built, unpacked into a temporary node
 directory by the same runner Cloud Assistant and SSH use, and ``node_bootstrap`` partitions simulated
 8-GPU nodes (the simulated NVML driver, one state file per node). Then the same event runs again, as a
-duplicate delivery would, and every node comes back ``unchanged`` with nothing sent twice.
+duplicate delivery would, and every node comes back ``unchanged`` with nothing sent twice. Last, a
+dry-run reconcile of every labelled pool shows the other decisions: a passthrough pool skipped with the
+guide's reason and a pool whose label is refused with the parser's message.
 """
 
 import json
@@ -85,6 +87,8 @@ def run(args):
         executor = DeliveryExecutor.from_settings(settings, transport=transport)
         first = _run_once(raw, settings, args.inventory, executor)
         again = _run_once(raw, settings, args.inventory, executor)
+        with open(os.path.join(EXAMPLES, "event-reconcile.json"), "rb") as fh:
+            reconcile = _run_once(fh.read(), settings, args.inventory, executor)  # the event asks for a dry run
     nodes = first.nodes or []
     if args.json:
         print(json.dumps({"nodes": [{"instance_id": n["instance_id"], "outcome": n["outcome"],
@@ -101,4 +105,9 @@ def run(args):
     rerun = ", ".join("%s %s" % (n["instance_id"], n["outcome"]) for n in again.nodes or [])
     print()
     print("same event again (a duplicate delivery): %s" % (rerun or again.reason))
+    print()
+    print("dry-run reconcile of every labelled pool (examples/event-reconcile.json): %s, %s"
+          % (reconcile.outcome, reconcile.reason))
+    for d in reconcile.decisions:
+        print("  decision %-22s %-9s %s" % (d.instance_id, d.action, d.reason))
     return 0 if first.outcome == "done" and all(n["outcome"] != "failed" for n in nodes) else 1

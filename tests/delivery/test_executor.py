@@ -168,6 +168,10 @@ def test_make_demo_shows_partitioned_simulated_nodes(capsys):
     assert main(["demo"]) == 0
     text = capsys.readouterr().out
     assert "partitioned" in text and "3g.20gb  # # # # . . . ." in text and "unchanged" in text
+    # The dry-run reconcile shows the other decisions: passthrough skipped, the comma label refused.
+    reconcile = text.split("dry-run reconcile")[1]
+    assert "skip      ecs.gn7-c13g1.13xlarge is a GPU passthrough instance type" in reconcile
+    assert "error     commas are not accepted" in reconcile
 
 
 @pytest.mark.parametrize("env,match", [
