@@ -31,6 +31,7 @@ import payload
 TARGETS = [
     ("cold_start_ratio", "<=", 1.5),
     ("fanout_cloud_assistant_ratio", "<=", 1.15),
+    ("fanout_cloud_assistant_ratio_late_phase", "<=", 1.15),
     ("fanout_cloud_assistant_runcommand_calls", "<=", 2),
     ("fanout_cloud_assistant_per_instance_polls", "<=", 0),
     ("fanout_ssh_ratio", "<=", 1.25),
