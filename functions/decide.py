@@ -24,8 +24,17 @@ def has_partition_label(pool: NodePool) -> bool:
     return any(label in pool.labels for label in PARTITION_LABELS)
 
 
+def _text(value: str) -> str:
+    """Cluster text (a label value, a pool name) as it goes into a one-line reason: as it is when it is
+    plain, quoted with escapes (repr) when it holds whitespace or control characters, and cut short."""
+    short = value if len(value) <= 80 else value[:80] + "..."
+    if short.isprintable() and not any(c.isspace() for c in short):
+        return short
+    return repr(short)
+
+
 def _pool_name(pool: NodePool) -> str:
-    return "%s (%s)" % (pool.nodepool_id, pool.name) if pool.name else pool.nodepool_id
+    return "%s (%s)" % (pool.nodepool_id, _text(pool.name)) if pool.name else pool.nodepool_id
 
 
 def _capability_for(node: Optional[Node], pool: NodePool) -> Optional[Capability]:
@@ -96,7 +105,7 @@ def decide_instance(instance_id: str, node: Optional[Node], pool: Optional[NodeP
                         instances=[PlannedInstance(**i.to_dict()) for i in layout.instances])
         count = "%d x " % cap.gpus if cap.gpus else "each "
         return Decision(action=ACTION_PARTITION, plan=the_plan, partition=partition,
-                        reason="pool %s asks for %s=%s: %s%s gets %s" % (_pool_name(pool), spec.kind, spec.value,
+                        reason="pool %s asks for %s=%s: %s%s gets %s" % (_pool_name(pool), spec.kind, _text(spec.value),
                                                                         count, layout.gpu.name, layout.sequence),
                         **base)
     # The GPU model is not known up front: check what can be checked, let the node's NVML answer decide.
@@ -107,7 +116,8 @@ def decide_instance(instance_id: str, node: Optional[Node], pool: Optional[NodeP
         "instance type not known yet (the pool allows %s); the node's NVML check decides"
         % (", ".join(pool.instance_types) or "any type"))
     return Decision(action=ACTION_PARTITION, plan=None, partition=partition,
-                    reason="pool %s asks for %s=%s; %s" % (_pool_name(pool), spec.kind, spec.value, why), **base)
+                    reason="pool %s asks for %s=%s; %s" % (_pool_name(pool), spec.kind, _text(spec.value), why),
+                    **base)
 
 
 def decide_all(targets: Iterable[tuple], cluster_id: str) -> List[Decision]:

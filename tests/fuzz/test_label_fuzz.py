@@ -31,8 +31,6 @@ def test_valid_labels_do_reach_the_nodes():
     assert check_label((SEQUENCE_KEY, SIZE_KEY), "1g.5gb").delivered == 0  # both labels: refused
 
 
-@pytest.mark.xfail(strict=True, reason="functions/decide.py puts the raw label value in the decision reason; a "
-                   "valid value with a line break (whitespace around items is ignored) gives a two-line reason")
 def test_a_valid_label_with_a_line_break_still_gives_one_line_reasons():
     report = check_label((SEQUENCE_KEY,), "1g.5gb\n-2g.10gb")
     assert report.delivered == 6 and report.leaks == []
