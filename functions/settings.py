@@ -205,7 +205,7 @@ def documented() -> Dict[str, EnvVar]:
 
 
 # --- delivery (functions/delivery) ---
-# Owned by the delivery engineer: names, defaults and parsing of everything that reaches a node.
+# Delivery settings: names, defaults and parsing of everything that reaches a node.
 TRANSPORT = _var("ACK_MIG_TRANSPORT", "cloud-assistant", "how the bootstrap reaches a node: cloud-assistant, "
                  "ssh or local", "delivery")
 ECS_ENDPOINT = _var("ACK_MIG_ECS_ENDPOINT", "", "override of the ECS API endpoint (Cloud Assistant); "

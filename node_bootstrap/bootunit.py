@@ -15,6 +15,7 @@ from typing import Callable, List, Optional, Tuple
 
 from .mig import PartitionSpec
 from .request import request_document
+from .runner import last_line
 
 UNIT_NAME = "ack-mig-hook.service"
 UNIT_DIR = "/etc/systemd/system"
@@ -27,6 +28,7 @@ class BootUnitResult(typing.NamedTuple):
     request_path: str
     changed: bool
     commands: List[List[str]]
+    errors: List[str]  # systemctl commands that failed, one line each
 
 
 def _quote(arg):
@@ -94,6 +96,7 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
     changed = _write_if_changed(on_disk_request, request_document(spec), 0o600)
     changed = _write_if_changed(on_disk_unit, unit_text) or changed
     commands = []  # type: List[List[str]]
+    errors = []  # type: List[str]
     if changed and runner is not None:
         if os.path.abspath(root) == "/":
             todo = [["systemctl", "daemon-reload"], ["systemctl", "enable", UNIT_NAME]]
@@ -101,5 +104,7 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
             todo = [["systemctl", "--root", os.path.abspath(root), "enable", UNIT_NAME]]
         for argv in todo:
             commands.append(argv)
-            runner(argv)
-    return BootUnitResult(on_disk_unit, on_disk_request, changed, commands)
+            code, output = runner(argv)
+            if code != 0:
+                errors.append("%s exited %d: %s" % (" ".join(argv[:2]), code, last_line(output)))
+    return BootUnitResult(on_disk_unit, on_disk_request, changed, commands, errors)

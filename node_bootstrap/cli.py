@@ -98,6 +98,11 @@ def build_parser():
             _add_request(sp)
         if name == "install-boot-unit":
             sp.add_argument("--root", default="/", metavar="DIR", help="install under this root (image builds, tests)")
+        if name == "apply":
+            sp.add_argument("--boot-unit", action="store_true",
+                            help="after success or reboot-required, install the boot unit for this partition "
+                                 "(what delivery does, so the layout survives reboots)")
+            sp.add_argument("--boot-unit-root", default="/", metavar="DIR", help="with --boot-unit: install under DIR")
     return parser
 
 
@@ -282,6 +287,15 @@ def cmd_apply(args, backend):
             result.update(outcome=failure.outcome, error={"code": failure.code, "message": failure.message})
             exit_code = failure.exit_code
             labeler.set("failed", reason=failure.message)
+    if args.boot_unit and result["outcome"] in (OUTCOME_SUCCESS, "reboot-required"):
+        # After a reboot no instance is left (and Hopper may come back with MIG off): the unit re-applies
+        # before the kubelet starts. A reboot-required node needs it most: the reboot finishes the job.
+        if backend.sim is not None and os.path.abspath(args.boot_unit_root) == "/":
+            # A simulated node must never install a unit into this machine's real systemd.
+            result["boot_unit"] = {"installed": False,
+                                   "skipped": "simulated node: give --boot-unit-root DIR to install one there"}
+        else:
+            result["boot_unit"] = _install_boot_unit(args, spec, args.boot_unit_root)
     result["labels"] = labeler.summary()
     return result, exit_code
 
@@ -303,13 +317,33 @@ def _boot_args(args):
     return out
 
 
+def _install_boot_unit(args, spec, root):
+    # type: (argparse.Namespace, PartitionSpec, str) -> Dict[str, Any]
+    """Install (or confirm) the boot unit; a failure is reported in the result, never raised."""
+    try:
+        installed = bootunit.install(spec, root=root, extra_args=_boot_args(args), runner=run)
+    except (IOError, OSError) as exc:
+        return {"installed": False, "error": "boot unit not written: %s" % exc}
+    out = {"installed": not installed.errors, "unit": installed.unit_path, "request": installed.request_path,
+           "changed": installed.changed, "commands": installed.commands}  # type: Dict[str, Any]
+    if installed.errors:
+        out["error"] = "; ".join(installed.errors)
+    return out
+
+
 def cmd_install_boot_unit(args, backend):
     # type: (argparse.Namespace, Optional[Backend]) -> Tuple[Dict[str, Any], int]
     spec = _spec(args)
     parse_clients(args.clients)
+    if args.backend.startswith("sim:") and os.path.abspath(args.root) == "/":
+        raise BadInput("a simulated node's boot unit goes under --root DIR, never into this machine's /etc")
     result = bootunit.install(spec, root=args.root, extra_args=_boot_args(args), runner=run)
-    return {"command": "install-boot-unit", "outcome": OUTCOME_SUCCESS, "unit": result.unit_path,
-            "request": result.request_path, "changed": result.changed, "commands": result.commands}, 0
+    out = {"command": "install-boot-unit", "outcome": OUTCOME_SUCCESS, "unit": result.unit_path,
+           "request": result.request_path, "changed": result.changed, "commands": result.commands}
+    if result.errors:
+        out.update(outcome="failed", error={"code": "boot-unit-failed", "message": "; ".join(result.errors)})
+        return out, 1
+    return out, 0
 
 
 def cmd_sim_reboot(args, backend):

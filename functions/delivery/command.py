@@ -103,5 +103,6 @@ def node_args(partition: Mapping[str, str], extra: Sequence[str] = ()) -> List[s
     """node_bootstrap's command line for an apply: global options first, then the subcommand. The node
     name is not here (it differs per node); the runner adds it, so a whole batch shares one script."""
     doc = json.dumps(request_document(partition), sort_keys=True, separators=(",", ":"))
-    return ["--json"] + list(extra) + ["apply", "--request-b64",
+    # --boot-unit: the same run installs the systemd unit that re-applies this partition at every boot.
+    return ["--json"] + list(extra) + ["apply", "--boot-unit", "--request-b64",
                                        base64.b64encode(doc.encode("utf-8")).decode("ascii")]

@@ -112,4 +112,8 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
     else:
         code = error.get("code") or NODE_EXIT_REASONS.get(res.exit_code or 1, "exit %s" % res.exit_code)
         base.reason = "%s: %s" % (code, error.get("message") or "node_bootstrap failed (exit %s)" % res.exit_code)
+        return base
+    boot = doc.get("boot_unit") if isinstance(doc.get("boot_unit"), dict) else {}
+    if boot.get("error"):  # the GPUs are right, but a reboot would lose them: say so
+        base.reason = "%s; boot unit not installed: %s" % (base.reason, " ".join(str(boot["error"]).split())[:200])
     return base

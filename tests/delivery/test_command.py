@@ -79,3 +79,14 @@ def test_a_bad_hash_or_kind_is_refused():
         render("zz" * 32, ["--json"], 60)
     with pytest.raises(CommandError):
         node_args({"kind": "shell", "value": "x"})
+
+
+def test_every_apply_also_installs_the_boot_unit_and_carries_the_label_as_base64():
+    import base64
+    import json
+
+    args = node_args({"kind": "sequence", "value": "9-9"}, ["--backend", "nvml"])
+    assert args[:3] == ["--json", "--backend", "nvml"]
+    assert args[3:5] == ["apply", "--boot-unit"]  # the layout must survive reboots
+    assert args[5] == "--request-b64"
+    assert json.loads(base64.b64decode(args[6])) == {"version": 1, "partition": {"kind": "sequence", "value": "9-9"}}

@@ -13,6 +13,10 @@ from functions.delivery.result import FAILED, PARTITIONED, REBOOT_REQUIRED, UNCH
      "gpu-busy: GPU 0 has processes"),
     (3, {"outcome": "failed"}, FAILED, "GPU not MIG-capable"),
     (1, {"outcome": "success", "changes": 1}, FAILED, "exit 1"),  # a success with a bad exit is not trusted
+    (0, {"outcome": "success", "changes": 2, "boot_unit": {"installed": False, "error": "systemctl enable\nexited 1"}},
+     PARTITIONED, "2 changes; boot unit not installed: systemctl enable exited 1"),
+    (0, {"outcome": "success", "changes": 0, "boot_unit": {"installed": True, "changed": False}}, UNCHANGED,
+     "already partitioned as requested"),
 ])
 def test_node_results_map_to_exactly_one_outcome(exit_code, doc, want, reason):
     got = outcome(NodeResult("i-1", "local", exit_code, doc), "node-a")

@@ -19,6 +19,7 @@ case "$1" in
   is-active) [ -e "$FAKE_UNITS/$3" ] && exit 0; exit 3 ;;
   stop) rm -f "$FAKE_UNITS/$2" ;;
   start) touch "$FAKE_UNITS/$2" ;;
+  --root|enable|daemon-reload) exit "${FAKE_SYSTEMCTL_ENABLE_RC:-0}" ;;
 esac
 exit 0
 """

@@ -77,3 +77,46 @@ def test_the_units_command_restores_the_layout_after_a_reboot(tmp_path):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["outcome"] == "success" and result["changes"] == 2 * (1 + 6)
     assert node.layout(1) == layout and node.layout(0) == layout
+
+
+def test_apply_with_boot_unit_installs_it_once_and_a_rerun_changes_nothing(tmp_path):
+    """Delivery runs `apply --boot-unit`: the layout and the unit that restores it after a reboot come
+    from one run, and a rerun on a node that is right touches neither."""
+    node = Node(tmp_path, gpu="H200", count=1)
+    root = tmp_path / "root"
+    first = node.run("apply", "--sequence", SEQ, "--boot-unit", "--boot-unit-root", str(root))
+    assert first.rc == 0 and first.json["outcome"] == "success" and first.json["changes"] > 0
+    boot = first.json["boot_unit"]
+    assert boot["installed"] is True and boot["changed"] is True and "error" not in boot
+    assert json.loads((root / "etc/ack-mig-hook/request.json").read_text())["partition"] == {
+        "kind": "sequence", "value": SEQ}
+    exec_line = [line for line in _unit(root).splitlines() if line.startswith("ExecStart=")][0]
+    assert " apply " in exec_line and "--boot-unit" not in exec_line  # the unit never reinstalls itself
+    assert node.commands() == ["systemctl --root %s enable ack-mig-hook.service" % root]
+    again = node.run("apply", "--sequence", SEQ, "--boot-unit", "--boot-unit-root", str(root))
+    assert again.json["changes"] == 0 and again.json["boot_unit"]["changed"] is False
+    assert len(node.commands()) == 1
+
+
+def test_boot_unit_follows_reboot_required_but_not_failure(tmp_path):
+    node = Node(tmp_path, gpu="A100-SXM4-40GB", count=1)
+    busy_root, reboot_root = tmp_path / "busy", tmp_path / "reboot"
+    busy = node.run("apply", "--sequence", "9-9", "--boot-unit", "--boot-unit-root", str(busy_root),
+                    "--sim-fault", "processes")
+    assert busy.rc == 4 and "boot_unit" not in busy.json and not busy_root.exists()
+    reboot = node.run("apply", "--sequence", "9-9", "--boot-unit", "--boot-unit-root", str(reboot_root),
+                      "--sim-fault", "passthrough")
+    assert reboot.rc == 5 and reboot.json["outcome"] == "reboot-required"
+    assert reboot.json["boot_unit"]["installed"] is True  # the reboot itself will finish the job
+
+
+def test_a_failing_systemctl_is_reported_without_hiding_the_gpus(tmp_path):
+    node = Node(tmp_path, gpu="H200", count=1)
+    res = node.run("apply", "--sequence", SEQ, "--boot-unit", "--boot-unit-root", str(tmp_path / "root"),
+                   env={"FAKE_SYSTEMCTL_ENABLE_RC": "1"})
+    assert res.rc == 0 and res.json["outcome"] == "success"
+    assert res.json["boot_unit"]["installed"] is False
+    assert res.json["boot_unit"]["error"].startswith("systemctl --root exited 1")
+    alone = node.run("install-boot-unit", "--sequence", SEQ, "--root", str(tmp_path / "other"),
+                     env={"FAKE_SYSTEMCTL_ENABLE_RC": "1"})
+    assert alone.rc == 1 and alone.json["error"]["code"] == "boot-unit-failed"
