@@ -160,13 +160,21 @@ class NvmlReader(object):
                 break
         return call(*args)
 
+    @staticmethod
+    def _listed(ctype, call, *args):
+        # type: (Any, Callable[..., Any], Any) -> List[Any]
+        """NVML's fill-an-array queries: pass an array of _ARRAY items and its size; get the filled ones."""
+        array = (ctype * _ARRAY)()
+        count = ctypes.c_uint(_ARRAY)
+        call(*(args + (array, ctypes.byref(count))))
+        return [array[i] for i in range(count.value)]
+
     def _placements(self, dev, profile_id):
         # type: (Any, int) -> Tuple[Placement, ...]
         nv = self.nv
-        array = (nv.c_nvmlGpuInstancePlacement_t * _ARRAY)()
-        count = ctypes.c_uint(_ARRAY)
-        nv.nvmlDeviceGetGpuInstancePossiblePlacements(dev, profile_id, array, ctypes.byref(count))
-        return tuple(Placement(int(array[i].start), int(array[i].size)) for i in range(count.value))
+        found = self._listed(nv.c_nvmlGpuInstancePlacement_t, nv.nvmlDeviceGetGpuInstancePossiblePlacements,
+                             dev, profile_id)
+        return tuple(Placement(int(p.start), int(p.size)) for p in found)
 
     def _profiles(self, dev, notes):
         # type: (Any, List[str]) -> Tuple[LiveProfile, ...]
@@ -189,11 +197,7 @@ class NvmlReader(object):
 
     def gi_handles(self, dev, profile_id):
         # type: (Any, int) -> List[Any]
-        nv = self.nv
-        array = (nv.c_nvmlGpuInstance_t * _ARRAY)()
-        count = ctypes.c_uint(_ARRAY)
-        nv.nvmlDeviceGetGpuInstances(dev, profile_id, array, ctypes.byref(count))
-        return [array[i] for i in range(count.value)]
+        return self._listed(self.nv.c_nvmlGpuInstance_t, self.nv.nvmlDeviceGetGpuInstances, dev, profile_id)
 
     def _gpu_instances(self, dev, profiles, notes):
         # type: (Any, Tuple[LiveProfile, ...], List[str]) -> Tuple[LiveGi, ...]
@@ -217,11 +221,8 @@ class NvmlReader(object):
 
     def ci_handles(self, gi_handle, ci_profile_id):
         # type: (Any, int) -> List[Any]
-        nv = self.nv
-        array = (nv.c_nvmlComputeInstance_t * _ARRAY)()
-        count = ctypes.c_uint(_ARRAY)
-        nv.nvmlGpuInstanceGetComputeInstances(gi_handle, ci_profile_id, array, ctypes.byref(count))
-        return [array[i] for i in range(count.value)]
+        return self._listed(self.nv.c_nvmlComputeInstance_t, self.nv.nvmlGpuInstanceGetComputeInstances,
+                            gi_handle, ci_profile_id)
 
     def _ci_info(self, ci_handle):
         # type: (Any) -> Any
