@@ -33,13 +33,19 @@ def _walk(base: str, top: str):
             yield path, os.path.relpath(path, base)
 
 
-def build(out_path: str, deps_dir: str = "", root: str = ROOT) -> list:
+KNOWN_HOSTS_NAME = "known_hosts"  # FC unpacks the package under /code: ACK_MIG_SSH_KNOWN_HOSTS=/code/known_hosts
+
+
+def build(out_path: str, deps_dir: str = "", root: str = ROOT, known_hosts: str = "") -> list:
     """Write the zip; return the archive names written."""
     names = []
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with zipfile.ZipFile(out_path, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(HANDLER.split(".")[0] + ".py", INDEX_PY)
         names.append(HANDLER.split(".")[0] + ".py")
+        if known_hosts:  # the ssh transport's host keys: verified against this file, never learned
+            archive.write(known_hosts, KNOWN_HOSTS_NAME)
+            names.append(KNOWN_HOSTS_NAME)
         for package in PACKAGES:
             for path, arcname in _walk(root, package):
                 archive.write(path, arcname)
@@ -61,11 +67,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m functions.package", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(ROOT, "dist", "ack-mig-hook.zip"))
     parser.add_argument("--deps", default="", metavar="DIR", help="a pip --target directory to include")
+    parser.add_argument("--known-hosts", default="", metavar="FILE",
+                        help="the nodes' host keys for the ssh transport, packaged as /code/known_hosts")
     args = parser.parse_args(argv)
     if args.deps and not os.path.isdir(args.deps):
         print("error: --deps %s is not a directory" % args.deps, file=sys.stderr)
         return 2
-    names = build(args.out, args.deps)
+    if args.known_hosts and not os.path.isfile(args.known_hosts):
+        print("error: --known-hosts %s is not a file" % args.known_hosts, file=sys.stderr)
+        return 2
+    names = build(args.out, args.deps, known_hosts=args.known_hosts)
     print("%s: %d files, handler %s" % (args.out, len(names), HANDLER))
     return 0
 

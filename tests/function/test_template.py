@@ -161,3 +161,39 @@ def test_package_resolves_the_templates_handler(tmp_path):
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == str(root / "index.py")
     assert json.loads(lines[-1])["outcome"] == "skip"
+
+
+def test_vpc_is_optional_and_wired_to_the_function():
+    """The private API endpoint (taint removal) and ssh need the cluster's VPC; Cloud Assistant does not,
+    so the VPC is a condition on three parameters rather than a requirement."""
+    doc = load()
+    params = doc["Parameters"]
+    assert all(params[name]["Default"] == "" for name in ("VpcId", "VSwitchId", "SecurityGroupId"))
+    assert doc["Conditions"]["HasVpc"] == {"Fn::Not": {"Fn::Equals": ["", {"Ref": "VpcId"}]}}
+    when, vpc, otherwise = function()["VpcConfig"]["Fn::If"]
+    assert when == "HasVpc" and otherwise == {"Ref": "ALIYUN::NoValue"}
+    assert vpc == {"VpcId": {"Ref": "VpcId"}, "VSwitchIds": [{"Ref": "VSwitchId"}],
+                   "SecurityGroupId": {"Ref": "SecurityGroupId"}}
+
+
+def test_ssh_settings_come_from_parameters_and_the_key_is_never_echoed():
+    doc = load()
+    env = function()["EnvironmentVariables"]
+    assert env["ACK_MIG_SSH_PRIVATE_KEY"] == {"Ref": "SshPrivateKey"}
+    assert env["ACK_MIG_SSH_KNOWN_HOSTS"] == {"Ref": "SshKnownHosts"}
+    assert doc["Parameters"]["SshPrivateKey"]["NoEcho"] is True
+    assert "ACK_MIG_SSH_HOST_KEY_POLICY" not in env  # host keys stay verified (the default)
+
+
+def test_package_carries_a_known_hosts_file(tmp_path):
+    known = tmp_path / "known"
+    known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBWkVjqQx\n")
+    out = tmp_path / "pkg.zip"
+    names = package.build(str(out), known_hosts=str(known))
+    assert package.KNOWN_HOSTS_NAME in names
+    with zipfile.ZipFile(out) as archive:
+        assert archive.read("known_hosts") == known.read_bytes()
+    missing = subprocess.run([sys.executable, "-m", "functions.package", "--out", str(tmp_path / "x.zip"),
+                              "--known-hosts", str(tmp_path / "nope")], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 2 and missing.stderr.strip().startswith("error: --known-hosts")
