@@ -77,26 +77,36 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str) -
     if (request.nodepool_id or request.scaling_group_id) and named is None:
         what = ("node pool %s" % request.nodepool_id if request.nodepool_id
                 else "scaling group %s" % request.scaling_group_id)
-        if request.lifecycle is None:
-            raise SkipEvent("%s is not a node pool of cluster %s" % (what, cluster), request.trigger.value,
-                            request.event_type)
+        # A lifecycle hook of a group that is not one of our pools belongs to someone else (the rule matches
+        # every scaling group of the account): answering it would release their instances early.
+        raise SkipEvent("%s is not a node pool of cluster %s%s" % (
+            what, cluster, "; its lifecycle hook is left for its owner" if request.lifecycle else ""),
+            request.trigger.value, request.event_type)
+    if request.lifecycle is not None and (named is None or not has_partition_label(named)):
+        raise SkipEvent("lifecycle hook %s is not for a node pool with a partition label; left for its owner"
+                        % request.lifecycle.lifecycle_hook_id, request.trigger.value, request.event_type)
 
     if request.instance_ids:
+        # Only Auto Scaling names instances that are not nodes yet (its own new instances, of the pool's
+        # scaling group). Any other source must name nodes of this cluster: a manual payload naming some
+        # other instance next to a pool id must not get a root command on that instance.
+        from_scaling_group = request.trigger in (Trigger.SCALE_OUT, Trigger.LIFECYCLE_HOOK)
         targets = []
         for instance_id in request.instance_ids:
             node = nodes_by_id.get(instance_id)
-            pool = by_id.get(node.nodepool_id or "") if node is not None and node.nodepool_id else named
+            if node is not None:
+                pool = by_id.get(node.nodepool_id or "") if node.nodepool_id else named
+            else:
+                pool = named if from_scaling_group else None
             targets.append((instance_id, node, pool))
         return targets
 
     if named is not None:
-        if not has_partition_label(named) and request.lifecycle is None:
+        if not has_partition_label(named):
             # Most scale-outs in a cluster are of pools without MIG: end them without listing nodes.
             raise SkipEvent("node pool %s has no partition label" % named.nodepool_id, request.trigger.value,
                             request.event_type)
         chosen = [named]
-    elif request.nodepool_id or request.scaling_group_id:
-        chosen = []  # a lifecycle hook for a group we do not know: answered by the executor, nothing to decide
     else:
         chosen = [p for p in pools if has_partition_label(p)]  # timer, manual without a pool
         if not chosen:

@@ -129,18 +129,31 @@ def test_instance_unknown_to_the_cluster_is_decided_from_the_pool_config():
     assert d.plan.gpu == "NVIDIA A100-SXM4-40GB"
 
 
-def test_lifecycle_hook_of_an_unlabelled_pool_still_reaches_the_executor():
+def test_lifecycle_hooks_that_are_not_ours_are_never_answered():
+    """The EventBridge rule sees every scaling group of the account: a hook of an unlabelled pool, or of a
+    group that is no pool of this cluster, is someone else's; answering it would release their instances."""
     inv = json.load(open(INVENTORY))
+    for group, why in (("asg-2ze1cpu6g7b0n3m5ka", "not for a node pool with a partition label"),
+                       ("asg-someone-elses-group", "is not a node pool of cluster")):
+        recorder = Recorder()
+        event = event_json("ess_lifecycle_scale_out.json")
+        event["data"]["scalingGroupId"] = group
+        event["data"]["instanceIds"] = ["i-otherteam0001"]
+        result = run_event(json.dumps(event), settings(), inventory=InventoryLookup.from_dict(inv),
+                           executor=recorder, logger=quiet())
+        assert result.outcome == "skip" and why in result.reason and "left for its owner" in result.reason
+        assert recorder.calls == []  # the executor, which answers hooks, never saw it
+
+
+def test_a_manual_payload_cannot_target_an_instance_outside_the_cluster():
+    """Naming a pool next to an instance id must not make any instance of the account a target."""
     recorder = Recorder()
-    event = event_json("ess_lifecycle_scale_out.json")
-    event["data"]["scalingGroupId"] = "asg-2ze1cpu6g7b0n3m5ka"  # the CPU pool
-    event["data"]["instanceIds"] = ["i-2ze3cpug7web0x1b6n0"]
-    result = run_event(json.dumps(event), settings(), inventory=InventoryLookup.from_dict(inv),
-                       executor=recorder, logger=quiet())
-    assert result.outcome == "done" and [d.action for d in result.decisions] == ["skip"]
-    (request, decisions), = recorder.calls
-    assert request.lifecycle.lifecycle_action_token  # delivery must answer the hook
-    assert result.nodes == []
+    payload = {"nodepool_id": MIG_POOL, "instance_ids": ["i-someoneelsesbox1", "i-2zeb7c1mig0a100x1k4d"]}
+    result = run_event(json.dumps(payload), settings(), inventory=INVENTORY, executor=recorder, logger=quiet())
+    actions = {d.instance_id: d.action for d in result.decisions}
+    assert actions["i-someoneelsesbox1"] == "skip" and actions["i-2zeb7c1mig0a100x1k4d"] == "partition"
+    (_, decisions), = recorder.calls
+    assert [d.instance_id for d in decisions if d.action == "partition"] == ["i-2zeb7c1mig0a100x1k4d"]
 
 
 def test_scale_out_of_an_unlabelled_pool_ends_without_listing_nodes():
