@@ -16,6 +16,7 @@ class EventOutcome(Exception):
         self.reason = reason
         self.trigger = trigger
         self.event_type = event_type
+        self.nodes = None  # node results, when the event failed after nodes were already run
 
 
 class SkipEvent(EventOutcome):

@@ -177,11 +177,15 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     except EventOutcome as exc:
         trigger = request.trigger.value if request is not None else exc.trigger
         event_type = request.event_type if request is not None else exc.event_type or None
+        for n in exc.nodes or []:  # e.g. the hook could not be answered after the nodes ran
+            log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
+                     reason=n.get("reason"))
         result = HandlerResult(trigger=trigger, event_type=event_type,
                                event_id=request.event_id if request is not None else None,
                                outcome=exc.outcome, reason=exc.reason,  # type: ignore[arg-type]
                                cluster_id=request.cluster_id if request is not None else None,
-                               dry_run=bool(request.dry_run) if request is not None else False)
+                               dry_run=bool(request.dry_run) if request is not None else False,
+                               nodes=exc.nodes)
         log = log.bind(trigger=trigger)
     level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]
     log.log(level, "event %s" % result.outcome, outcome=result.outcome, reason=result.reason,

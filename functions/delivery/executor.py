@@ -2,8 +2,9 @@
 
 For one request: ``skip`` decisions become ``skipped`` and ``error`` decisions ``failed`` without
 touching their node; ``partition`` decisions go to the configured transport in one call (so Cloud
-Assistant can batch them), with lifecycle heartbeats running meanwhile. Then the startup taint is lifted
-from every node that ended ``partitioned`` or ``unchanged``, and the lifecycle hook, if any, is answered.
+Assistant can batch them), with lifecycle heartbeats running meanwhile. Then the lifecycle hook, if any,
+is answered (the instances wait on it), and the startup taint is lifted from every node that ended
+``partitioned`` or ``unchanged`` (an API server that does not answer is tried once, not once per node).
 
 Everything the executor talks to is built lazily from settings, so a request without a lifecycle hook
 never creates an ESS client and a pool without a startup taint never asks for a kubeconfig.
@@ -20,7 +21,7 @@ from ..model import ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP
 from ..settings import Settings
 from . import bundle as bundle_mod
 from .command import DEFAULT_ROOT, node_args
-from .result import FAILED, PARTITIONED, SKIPPED, UNCHANGED, Outcome, NodeTarget, outcome
+from .result import FAILED, PARTITIONED, SKIPPED, UNCHANGED, NodeTarget, Outcome, outcome
 from .transport import ScriptMaker, Transport
 
 log = logging.getLogger(__name__)
@@ -93,29 +94,47 @@ class DeliveryExecutor:
             raise ConfigurationError("delivery: lifecycle hook: %s" % exc) from None
         if targets:
             with (lifecycle.kept_alive(hook) if lifecycle else nullcontext()):
-                for res in self.transport.run(targets):
-                    outcomes[res.instance_id] = outcome(res, names.get(res.instance_id, ""))
-        self._lift_taints(request, outcomes)
-        if lifecycle is not None:
-            self._answer(lifecycle, hook, outcomes)
+                self._run_transport(targets, names, outcomes)
         order = [d.instance_id for d in decisions]
+        # The hook first: the instances are waiting on it, while lifting taints may be slow (API server).
+        if lifecycle is not None:
+            self._answer(lifecycle, hook, outcomes, order)
+        self._lift_taints(request, outcomes)
         return [outcomes[iid].to_dict() for iid in order if iid in outcomes]
 
+    def _run_transport(self, targets: List[NodeTarget], names: Dict[str, str],
+                       outcomes: Dict[str, Outcome]) -> None:
+        """Every target ends with an outcome, even when the transport itself breaks: a bug there must not
+        leave the lifecycle hook unanswered or hide the nodes that did finish."""
+        try:
+            for res in self.transport.run(targets):
+                outcomes[res.instance_id] = outcome(res, names.get(res.instance_id, ""))
+        except Exception as exc:  # noqa: BLE001 - reported per node below, and logged
+            log.error("transport %s failed: %s: %s", getattr(self.transport, "name", "?"), type(exc).__name__, exc)
+            why = "internal-error: the %s transport failed (%s)" % (getattr(self.transport, "name", "?"),
+                                                                    type(exc).__name__)
+            for t in targets:
+                if t.instance_id not in outcomes:
+                    outcomes[t.instance_id] = Outcome(t.instance_id, t.node_name, FAILED, why, code="internal-error")
+
     @staticmethod
-    def _answer(lifecycle, hook, outcomes: Dict[str, Outcome]) -> None:
+    def _answer(lifecycle, hook, outcomes: Dict[str, Outcome], order: Sequence[str]) -> None:
         from .rpc import ApiError
 
         try:
             sent = lifecycle.complete(hook, list(outcomes.values()))
         except ApiError as exc:
             # The nodes are done (a rerun finds them unchanged), but the hook still waits: a transient
-            # failure retries the event, anything else is an error the operator must see.
+            # failure retries the event, anything else is an error the operator must see. The node
+            # results travel with the exception so the event's result still shows them.
             counts: Dict[str, int] = {}
             for o in outcomes.values():
                 counts[o.outcome] = counts.get(o.outcome, 0) + 1
             nodes = ", ".join("%d %s" % (n, k) for k, n in sorted(counts.items()))
             cls = RetryLater if exc.retryable else ConfigurationError
-            raise cls("nodes %s; lifecycle hook %s not answered: %s" % (nodes, hook.lifecycle_hook_id, exc)) from None
+            failure = cls("nodes %s; lifecycle hook %s not answered: %s" % (nodes, hook.lifecycle_hook_id, exc))
+            failure.nodes = [outcomes[iid].to_dict() for iid in order if iid in outcomes]
+            raise failure from None
         log.info("lifecycle hook %s answered %s", hook.lifecycle_hook_id, sent or "(already answered)")
 
     def _get_lifecycle(self):
@@ -130,15 +149,21 @@ class DeliveryExecutor:
         remover = self._taints_factory(getattr(request, "cluster_id", None))  # no API call yet
         if remover is None:  # taint removal turned off (ACK_MIG_STARTUP_TAINT=none)
             return
+        unreachable = ""
         for o in done:
             if not o.node_name:
                 o.taint = "not removed: the node has not joined the cluster yet"
+                continue
+            if unreachable:  # one unreachable API server is enough: do not wait out its timeouts per node
+                o.taint = "not removed: %s" % unreachable
                 continue
             try:
                 o.taint = remover.remove(o.node_name)
             except Exception as exc:  # noqa: BLE001 - one node's taint never hides the others' results
                 o.taint = "not removed: %s" % str(exc)[:200]
                 log.warning("startup taint of %s not removed: %s", o.node_name, exc)
+                if getattr(exc, "status", 0) is None:  # no HTTP answer at all (KubeError without status)
+                    unreachable = "the API server did not answer (%s)" % str(exc)[:120]
 
 
 def make_transport(settings: Settings, sim_state_dir: Optional[str] = None, root: Optional[str] = None,

@@ -3,7 +3,8 @@
 While nodes are being partitioned, a background thread calls ``RecordLifecycleActionHeartbeat`` every
 ``heartbeat_s`` so a long run extends the hook instead of letting it time out silently (ESS allows 20
 extensions and 6 hours in Pending:Wait). When the work is done, ``CompleteLifecycleAction`` answers
-``CONTINUE``, or the configured failure result (default ``ABANDON``) when every node under the hook failed.
+``CONTINUE``, or the configured failure result (default ``ABANDON``) when every node under the hook failed
+by its own verdict on its GPUs (a node that could not be reached is no reason to release an instance).
 
 One token covers every instance of a scaling activity, so the answer is per hook, not per node: with a
 mix of good and failed nodes it is ``CONTINUE`` (releasing the good ones would be worse), and the failed
@@ -15,7 +16,7 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence
 
-from .result import FAILED, Outcome
+from .result import Outcome
 from .rpc import ApiError, RpcClient
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,11 @@ class Lifecycle:
             thread.join(5)
 
     def result_for(self, outcomes: Sequence[Outcome]) -> str:
-        if outcomes and all(o.outcome == FAILED for o in outcomes):
+        # Give up on the instances only when every node failed by its own verdict on its GPUs (not
+        # MIG-capable, busy, ...). Failing to reach a node (agent not up yet, no address, an API error)
+        # says nothing about the instance: CONTINUE, and the startup taint keeps pods off it until a later
+        # event (the timer) partitions it.
+        if outcomes and all(o.node_verdict for o in outcomes):
             return self.failure_result
         return "CONTINUE"
 

@@ -16,6 +16,12 @@ FAILED = "failed"
 REBOOT_REQUIRED = "reboot-required"
 OUTCOMES = (PARTITIONED, UNCHANGED, SKIPPED, FAILED, REBOOT_REQUIRED)
 
+# Failure codes that are the node's own verdict on its GPUs: only these may make a lifecycle hook give up
+# on its instances (ABANDON). Everything else (the agent not up yet, no address, a refused host key, an
+# API error, a timeout, no result) is about reaching the node, and an instance is not released for that.
+NODE_VERDICTS = ("not-mig-capable", "gpu-busy", "insufficient-resources", "verify-failed", "no-permission",
+                 "nvml-unavailable", "nvml-error", "bad-input")
+
 # Exit codes of the node CLI and of node_runner.py.
 NODE_EXIT_REASONS = {2: "bad input", 3: "GPU not MIG-capable", 4: "GPU busy", 5: "reboot required",
                      10: "bundle missing", 124: "node timeout"}
@@ -61,6 +67,12 @@ class Outcome:
     sequence: str = ""
     transport: str = ""
     taint: str = ""  # removed, absent, or "not removed: why" (only for partitioned / unchanged nodes)
+    code: str = ""  # for failed: the transport's or the node's error code
+
+    @property
+    def node_verdict(self) -> bool:
+        """A failure the node itself decided about its GPUs (see NODE_VERDICTS)."""
+        return self.outcome == FAILED and self.code in NODE_VERDICTS
 
     def to_dict(self) -> dict:
         data = {"instance_id": self.instance_id, "node_name": self.node_name, "outcome": self.outcome,
@@ -92,7 +104,8 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
     base = Outcome(res.instance_id, node_name, FAILED, transport=res.transport)
     doc = res.result
     if doc is None:
-        base.reason = "%s: %s" % (res.error or "no-result", res.message or "the node gave no result")
+        base.code = res.error or "no-result"
+        base.reason = "%s: %s" % (base.code, res.message or "the node gave no result")
         return base
     base.gpus = [g for g in doc.get("gpus") or [] if isinstance(g, dict)]
     base.sequence = str(doc.get("sequence") or "")
@@ -111,6 +124,7 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
         base.reason = error.get("message") or "MIG mode is pending until the node reboots"
     else:
         code = error.get("code") or NODE_EXIT_REASONS.get(res.exit_code or 1, "exit %s" % res.exit_code)
+        base.code = str(error.get("code") or "")
         base.reason = "%s: %s" % (code, error.get("message") or "node_bootstrap failed (exit %s)" % res.exit_code)
         return base
     boot = doc.get("boot_unit") if isinstance(doc.get("boot_unit"), dict) else {}

@@ -68,6 +68,31 @@ def test_the_lifecycle_hook_is_answered(emulator, maker, extra, failure, want):
     assert params["Version"] == "2014-08-28" and emulator.rejected == []
 
 
+class Unreachable:
+    """A transport whose nodes never answer (the agent not up yet, no address): what the executor does with
+    transport-level failures, against the real ESS emulator."""
+
+    name = "unreachable"
+
+    def __init__(self, error):
+        self.error = error
+
+    def run(self, targets):
+        from functions.delivery.result import NodeResult
+
+        return [NodeResult(t.instance_id, self.name, error=self.error, message="not reached") for t in targets]
+
+
+@pytest.mark.cloud_assistant
+@pytest.mark.parametrize("error", ["agent-not-ready", "connect-failed", "host-key-rejected", "api-error"])
+def test_nodes_that_could_not_be_reached_never_release_the_instances(emulator, error):
+    life = Lifecycle(rpc(emulator, "ess"), "ABANDON", heartbeat_s=600)
+    nodes = DeliveryExecutor(Unreachable(error), lifecycle=lambda: life).execute(
+        request(hook=True), [decision("i-a"), decision("i-b")])
+    assert [n["outcome"] for n in nodes] == ["failed", "failed"] and nodes[0]["reason"].startswith(error)
+    assert emulator.lifecycle[-1][1]["LifecycleActionResult"] == "CONTINUE"
+
+
 @pytest.mark.cloud_assistant
 def test_a_mix_of_good_and_failed_nodes_continues(emulator, maker):
     life = Lifecycle(rpc(emulator, "ess"), "ABANDON", heartbeat_s=600)
@@ -194,8 +219,49 @@ def test_a_hook_that_cannot_be_answered_retries_the_event(emulator, maker):
 
     emulator.fail_next("CompleteLifecycleAction", "ServiceUnavailable", 503, times=10)
     life = Lifecycle(rpc(emulator, "ess", attempts=2), heartbeat_s=600)
-    with pytest.raises(RetryLater, match="1 partitioned; lifecycle hook ash-1 not answered"):
+    with pytest.raises(RetryLater, match="1 partitioned; lifecycle hook ash-1 not answered") as err:
         DeliveryExecutor(LocalTransport(maker), lifecycle=lambda: life).execute(request(hook=True), [decision("i-a")])
+    # The node did run: its result travels with the retry, so the event's result still shows it.
+    assert [(n["instance_id"], n["outcome"]) for n in err.value.nodes] == [("i-a", "partitioned")]
+
+
+@pytest.mark.cloud_assistant
+def test_a_broken_transport_still_answers_the_hook_and_reports_every_node(emulator):
+    class Broken:
+        name = "broken"
+
+        def run(self, targets):
+            raise RuntimeError("bug in the transport")
+
+    life = Lifecycle(rpc(emulator, "ess"), "ABANDON", heartbeat_s=600)
+    nodes = DeliveryExecutor(Broken(), lifecycle=lambda: life).execute(request(hook=True),
+                                                                       [decision("i-a"), decision("i-b")])
+    assert [n["outcome"] for n in nodes] == ["failed", "failed"]
+    assert nodes[0]["reason"] == "internal-error: the broken transport failed (RuntimeError)"
+    assert emulator.lifecycle[-1][1]["LifecycleActionResult"] == "CONTINUE"  # not the instances' fault
+
+
+@pytest.mark.kube
+def test_an_unreachable_api_server_is_tried_once_not_per_node(kube_api, maker, tmp_path):  # noqa: F811
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead_port = probe.getsockname()[1]
+    kubeconfig = open(kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert(),
+                                                inline=True)).read()
+    kubeconfig = kubeconfig.replace("127.0.0.1:%d" % kube_api.port, "127.0.0.1:%d" % dead_port)
+    assert str(dead_port) in kubeconfig
+    remover = TaintRemover(parse_taint("ack-mig-hook/partition-pending=true:NoSchedule"), lambda: kubeconfig,
+                           sleep=lambda s: None)
+    calls = []
+    real_remove = remover.remove
+    remover.remove = lambda name: calls.append(name) or real_remove(name)
+    nodes = DeliveryExecutor(LocalTransport(maker), taints=lambda c: remover).execute(
+        request(), [decision("i-%d" % i, node="node-%d" % i) for i in range(3)])
+    assert calls == ["node-0"]
+    assert all(n["outcome"] == "partitioned" for n in nodes)
+    assert all("the API server did not answer" in n["taint"] for n in nodes[1:])
 
 
 def test_concurrent_duplicate_events_converge(tmp_path):
