@@ -50,6 +50,14 @@ def build(out_path: str, deps_dir: str = "", root: str = ROOT, known_hosts: str 
             for path, arcname in _walk(root, package):
                 archive.write(path, arcname)
                 names.append(arcname)
+        # The node bundle is built in FC from the pynvml the function can import; nvidia-ml-py is pure
+        # Python and the same on every platform, so the package always carries one, even if --deps
+        # lacks it (then every real event would end in "no pynvml").
+        if not (deps_dir and os.path.isfile(os.path.join(deps_dir, "pynvml.py"))):
+            import pynvml
+
+            archive.write(pynvml.__file__, "pynvml.py")
+            names.append("pynvml.py")
         if deps_dir:
             for top in sorted(os.listdir(deps_dir)):
                 full = os.path.join(deps_dir, top)

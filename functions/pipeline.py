@@ -48,6 +48,11 @@ def _lookup(inventory: InventoryArg, settings: Settings) -> "ClusterLookup":
 
 def _cluster_id(request: "Request", settings: Settings, lookup: "ClusterLookup") -> str:
     snapshot = getattr(lookup, "cluster_id", None)
+    if request.cluster_id and settings.cluster_id and request.cluster_id != settings.cluster_id:
+        # ActionTrail sees every cluster of the account; the function serves the one it is deployed for
+        # (its RAM policy covers only that one), so another cluster's operation is not an error.
+        raise SkipEvent("the event is about cluster %s; this function serves %s (ACK_MIG_CLUSTER_ID)"
+                        % (request.cluster_id, settings.cluster_id), request.trigger.value, request.event_type)
     cluster = request.cluster_id or settings.cluster_id or snapshot
     if not cluster:
         raise ConfigurationError("no cluster id: the event names none; set ACK_MIG_CLUSTER_ID",

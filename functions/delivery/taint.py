@@ -5,7 +5,7 @@ uses a cluster credential: a short-lived kubeconfig from ACK's ``DescribeCluster
 private endpoint, and the project's stdlib Kubernetes client (``node_bootstrap.kube``) with TLS verified
 against the cluster CA. The kubeconfig is written to a private temp file only for the time it is read.
 
-Removal is a JSON patch guarded by a ``test`` of the taint's key at its index, so a concurrent change of
+Removal is a JSON patch guarded by a ``test`` of the whole taint entry at its index, so a concurrent change of
 the node's taints is never overwritten: on a conflict the node is read again (at most 3 times).
 A node without the taint is fine (a duplicate event, or a pool without startup taints). No answer, 429
 and 5xx are retried twice with backoff.
@@ -81,8 +81,10 @@ class TaintRemover:
             if index is None:
                 return "absent"
             try:
+                # Test the whole entry, not just its key: if another controller reordered the list, an
+                # entry with the same key but another effect may now sit at this index.
                 client.json_patch_node(node_name, [
-                    {"op": "test", "path": "/spec/taints/%d/key" % index, "value": self.taint.key},
+                    {"op": "test", "path": "/spec/taints/%d" % index, "value": taints[index]},
                     {"op": "remove", "path": "/spec/taints/%d" % index}])
                 return "removed"
             except KubeError as exc:

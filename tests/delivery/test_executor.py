@@ -301,3 +301,17 @@ def test_with_taint_removal_off_nothing_is_said_about_taints(maker):
     nodes = executor.execute(request(), [decision("i-a"), decision("i-b", node="node-b")])
     assert [n["outcome"] for n in nodes] == ["partitioned", "partitioned"]
     assert all("taint" not in n and "taint" not in n["reason"] for n in nodes)
+
+
+@pytest.mark.kube
+def test_the_taint_patch_is_guarded_by_the_whole_entry(kube_api, tmp_path):  # noqa: F811
+    """A same-key taint with another effect must never be the one removed: the patch tests the entry."""
+    same_key_other_effect = dict(TAINT, effect="NoExecute")
+    kube_api.add_node("node-a", taints=[same_key_other_effect, OTHER, TAINT])
+    kubeconfig = open(kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert(),
+                                                inline=True)).read()
+    remover = TaintRemover(parse_taint("ack-mig-hook/partition-pending=true:NoSchedule"), lambda: kubeconfig)
+    assert remover.remove("node-a") == "removed"
+    assert kube_api.nodes["node-a"]["spec"]["taints"] == [same_key_other_effect, OTHER]
+    (patch,) = [r for r in kube_api.requests if r.method == "PATCH"]
+    assert patch.body[0] == {"op": "test", "path": "/spec/taints/2", "value": TAINT}

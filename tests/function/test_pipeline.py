@@ -187,6 +187,15 @@ def test_cluster_id_sources_and_mismatch():
                      logger=quiet()).cluster_id == CLUSTER
     other = run_event(json.dumps({"cluster_id": "c-other"}), no_cluster, inventory=INVENTORY, logger=quiet())
     assert other.outcome == "error" and "c-other" in other.reason
+    # With the function's own cluster configured, an event about another cluster (ActionTrail sees them
+    # all) is not ours: a skip, before any API call.
+    recorder = Recorder()
+    event = event_json("actiontrail_console_create_nodepool.json")
+    event["data"]["requestParameters"]["ClusterId"] = "c-someoneelse"
+    mine = load_settings({"ACK_MIG_CLUSTER_ID": CLUSTER})
+    skipped = run_event(json.dumps(event), mine, inventory=INVENTORY, executor=recorder, logger=quiet())
+    assert skipped.outcome == "skip" and "c-someoneelse" in skipped.reason and CLUSTER in skipped.reason
+    assert recorder.calls == []
 
 
 def test_missing_cluster_and_credentials_are_configuration_errors():

@@ -146,6 +146,7 @@ def test_package_resolves_the_templates_handler(tmp_path):
     out = tmp_path / "pkg.zip"
     names = package.build(str(out))
     assert "index.py" in names and "functions/handler.py" in names and "node_bootstrap/mig/solver.py" in names
+    assert "pynvml.py" in names  # delivery builds the node bundle from it inside FC
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
     root = tmp_path / "code"
     with zipfile.ZipFile(out) as archive:
