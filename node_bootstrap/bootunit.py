@@ -31,12 +31,18 @@ class BootUnitResult(typing.NamedTuple):
     errors: List[str]  # systemctl commands that failed, one line each
 
 
-def _quote(arg):
-    # type: (str) -> str
-    """systemd ExecStart quoting (not a shell): double quotes, backslash escapes, % doubled."""
+def _quote(arg, exec_line=True):
+    # type: (str, bool) -> str
+    """systemd quoting (not a shell): double quotes, backslash escapes, % doubled, and in ExecStart $ doubled.
+
+    systemd expands %specifiers everywhere, and $VAR / ${VAR} in ExecStart even inside quotes; doubling
+    passes them through literally (a state dir or kubeconfig path holding "$" must reach us as written).
+    Environment= does no $ expansion, so there a doubled $ would stay doubled.
+    """
     if arg and all(c.isalnum() or c in "/._-:=,@" for c in arg):
         return arg.replace("%", "%%")
-    return '"%s"' % arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    quoted = arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    return '"%s"' % (quoted.replace("$", "$$") if exec_line else quoted)
 
 
 def render_unit(python, package_dir, request_path, extra_args):
@@ -55,7 +61,7 @@ def render_unit(python, package_dir, request_path, extra_args):
         "[Service]",
         "Type=oneshot",
         "RemainAfterExit=yes",
-        "Environment=PYTHONPATH=%s" % _quote(package_dir),
+        "Environment=PYTHONPATH=%s" % _quote(package_dir, exec_line=False),
         "ExecStart=%s" % " ".join(_quote(a) for a in argv),
         "TimeoutStartSec=900",
         "",

@@ -1,9 +1,11 @@
 """install-boot-unit: rendered contents, idempotence, and the unit's own command restoring a rebooted node."""
 
 import json
+import re
 import shlex
 import subprocess
 
+from node_bootstrap import bootunit
 from tests.node.nodecli import Node
 
 SEQ = "3g.71gb-2g.35gb-1g.18gb"
@@ -120,3 +122,23 @@ def test_a_failing_systemctl_is_reported_without_hiding_the_gpus(tmp_path):
     alone = node.run("install-boot-unit", "--sequence", SEQ, "--root", str(tmp_path / "other"),
                      env={"FAKE_SYSTEMCTL_ENABLE_RC": "1"})
     assert alone.rc == 1 and alone.json["error"]["code"] == "boot-unit-failed"
+
+
+def _systemd_exec_argv(line):
+    """ExecStart as systemd reads it: specifiers (%%), then $$ (a literal $; a lone $VAR would be
+    expanded from the environment), then the quoting."""
+    assert re.search(r"(?<!\$)\$(?!\$)", line.replace("$$", "")) is None, line  # no lone $ left to expand
+    return [a.replace("%%", "%") for a in shlex.split(line.replace("$$", "$"))]
+
+
+def test_dollar_and_percent_in_options_reach_apply_literally():
+    state_dir = "/var/lib/$HOME/${USER}/100%"
+    unit = bootunit.render_unit("/usr/bin/python3", "/opt/$pkg", "/etc/ack-mig-hook/request.json",
+                                ["--state-dir", state_dir, "--clients", "systemd:a$b"])
+    exec_line = [line for line in unit.splitlines() if line.startswith("ExecStart=")][0][len("ExecStart="):]
+    assert '"/var/lib/$$HOME/$${USER}/100%%"' in exec_line
+    argv = _systemd_exec_argv(exec_line)
+    assert argv[argv.index("--state-dir") + 1] == state_dir
+    assert argv[argv.index("--clients") + 1] == "systemd:a$b"
+    # Environment= does no $ expansion: a doubled $ there would reach Python doubled
+    assert 'Environment=PYTHONPATH="/opt/$pkg"' in unit.splitlines()
