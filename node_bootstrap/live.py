@@ -52,6 +52,9 @@ class LiveGpu(typing.NamedTuple):
     gis: Tuple[LiveGi, ...]
     pids: Tuple[int, ...]  # compute processes on the GPU
     notes: Tuple[str, ...]  # what could not be read, and why (NOT_SUPPORTED, NO_PERMISSION, ...)
+    # Why the compute process list could not be read ("" when it was): then ``pids`` says nothing, and
+    # apply must not take an empty list for an idle GPU.
+    pids_unreadable: str = ""
 
     @property
     def mig_capable(self):

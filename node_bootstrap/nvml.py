@@ -131,9 +131,9 @@ class NvmlReader(object):
             profiles = self._profiles(dev, notes)
         if current == 1:  # instances exist only while MIG mode is on
             gis = self._gpu_instances(dev, profiles, notes)
-        pids = self._pids(dev, notes)
+        pids, pids_unreadable = self._pids(dev, notes)
         return LiveGpu(index, name, int(pci.pciDeviceId) if pci is not None else None, bus_id, uuid,
-                       current, pending, profiles, gis, pids, tuple(notes))
+                       current, pending, profiles, gis, pids, tuple(notes), pids_unreadable)
 
     def _profile_info(self, dev, nvml_index):
         # type: (Any, int) -> Tuple[Any, str]
@@ -258,7 +258,8 @@ class NvmlReader(object):
         return tuple(sorted(cis))
 
     def _pids(self, dev, notes):
-        # type: (Any, List[str]) -> Tuple[int, ...]
+        # type: (Any, List[str]) -> Tuple[Tuple[int, ...], str]
+        """(compute process ids, "") or ((), why the list could not be read)."""
         nv = self.nv
         procs = None
         for name in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
@@ -273,11 +274,11 @@ class NvmlReader(object):
                 if self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND"):
                     continue
                 notes.append("compute processes: %s" % self.error_text(exc))
-                return ()
+                return (), notes[-1]
         if procs is None:
-            notes.append("compute processes: unavailable")
-            return ()
-        return tuple(sorted(set(int(p.pid) for p in procs)))
+            notes.append("compute processes: unavailable in this pynvml")
+            return (), notes[-1]
+        return tuple(sorted(set(int(p.pid) for p in procs))), ""
 
     def passthrough(self, index):
         # type: (int) -> bool

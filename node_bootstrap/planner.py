@@ -28,6 +28,7 @@ class GpuPlan(typing.NamedTuple):
     create: Tuple[Instance, ...]
     create_cis: Tuple[Tuple[int, int], ...]  # (gi id, slices) of kept GPU instances needing a full CI
     pids: Tuple[int, ...]
+    pids_unreadable: str = ""  # why NVML would not list the GPU's compute processes ("" when it did)
 
     @property
     def converged(self):
@@ -97,6 +98,7 @@ def plan_gpu(gpu, spec):
         index=gpu.index, name=gpu.name, model=model, profiles_source=source, layout=layout,
         enable_mig=not gpu.mig_enabled, keep=tuple(keep), destroy_cis=tuple(destroy_cis),
         destroy_gis=tuple(destroy_gis), create=create, create_cis=tuple(create_cis), pids=gpu.pids,
+        pids_unreadable=gpu.pids_unreadable,
     )
 
 

@@ -1,8 +1,9 @@
 """``apply``: bring every GPU to the plan, assert-then-apply, and nothing more.
 
 1. Read the live state and plan (pure, :mod:`planner`). A node already right ends here: 0 changes.
-2. Refuse while compute processes run on a GPU that needs changes (their PIDs named), unless ``force``:
-   then they are killed first.
+2. Refuse while compute processes run on a GPU that needs changes (their PIDs named), or while NVML
+   will not list them (an unreadable list is no proof of an idle GPU), unless ``force``: then the
+   listed ones are killed first.
 3. Stop the GPU's clients; set MIG mode where needed; a mode left pending needs a GPU reset
    (``nvidia-smi -r``) where allowed, or else a reboot (RebootRequired).
 4. Plan again from a fresh read (a reset clears instances), then destroy stale compute instances,
@@ -64,30 +65,44 @@ def _step(writer, what, call, *args):
         raise _nvml_failure(writer, exc, what)
 
 
+def _busy(plans):
+    # type: (Sequence[GpuPlan]) -> List[GpuPlan]
+    """GPUs that need changes and run compute processes, or whose process list NVML would not give."""
+    return [p for p in plans if not p.converged and (p.pids or p.pids_unreadable)]
+
+
 def _busy_message(plans):
     # type: (Sequence[GpuPlan]) -> str
-    parts = ["GPU %d runs compute process%s %s" % (p.index, "es" if len(p.pids) > 1 else "",
-                                                  ", ".join(str(x) for x in p.pids))
-             for p in plans]
+    parts = []
+    for p in plans:
+        if p.pids:
+            parts.append("GPU %d runs compute process%s %s" % (p.index, "es" if len(p.pids) > 1 else "",
+                                                             ", ".join(str(x) for x in p.pids)))
+        else:
+            parts.append("GPU %d may be in use: its process list is unreadable (%s)" % (p.index, p.pids_unreadable))
+    if any(p.pids_unreadable for p in plans):
+        return "; ".join(parts) + "; stop its clients, or rerun with --force to change it anyway"
     return "; ".join(parts) + "; stop them, or rerun with --force to kill them"
 
 
 def _handle_processes(writer, plans, spec, host, force):
     # type: (NvmlWriter, List[GpuPlan], PartitionSpec, Host, bool) -> List[GpuPlan]
-    busy = [p for p in plans if not p.converged and p.pids]
+    busy = _busy(plans)
     if not busy:
         return plans
     if not force:
         raise GpuBusy(_busy_message(busy))
     for plan in busy:
+        if plan.pids_unreadable:
+            host.log("GPU %d: process list unreadable (%s); changing it anyway (--force)"
+                     % (plan.index, plan.pids_unreadable))
         for pid in plan.pids:
             host.log("killing compute process %d on GPU %d (--force)" % (pid, plan.index))
             host.kill(pid)
     plans = plan_node(writer.read_all(), spec)
-    still = [p for p in plans if not p.converged and p.pids]
+    still = [p for p in plans if not p.converged and p.pids]  # an unreadable list was accepted above
     if still:
-        raise GpuBusy(_busy_message(still).replace("; stop them, or rerun with --force to kill them",
-                                                   " even after killing; giving up"))
+        raise GpuBusy(_busy_message(still).split("; stop them")[0] + " even after killing; giving up")
     return plans
 
 
@@ -147,7 +162,7 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None)
     initial = plan_node(gpus, spec)
     if all(p.converged for p in initial):
         return ApplyReport(initial, gpus, initial, 0, [])
-    busy = [p for p in initial if not p.converged and p.pids]
+    busy = _busy(initial)
     if busy and not force:
         raise GpuBusy(_busy_message(busy))  # refused before anything changed
     if on_change is not None:

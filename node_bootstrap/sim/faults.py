@@ -14,6 +14,7 @@ KINDS = {
     "insufficient-resources": "creating a GPU instance answers INSUFFICIENT_RESOURCES",
     "not-mig-capable": "the GPUs answer NOT_SUPPORTED to MIG calls",
     "no-permission": "mutating calls and the process list answer NO_PERMISSION (not root)",
+    "processes-unreadable": "the process list answers NO_PERMISSION (mutating calls still work)",
     "old-driver": "the driver lacks the newer entry points (profile info V, placements _v2, processes _v3)",
     "passthrough": "the GPUs are passed through to a VM: no GPU reset, a pending mode needs a reboot",
 }
@@ -34,6 +35,7 @@ class Faults(typing.NamedTuple):
     insufficient_resources: bool = False
     not_mig_capable: bool = False
     no_permission: bool = False
+    processes_unreadable: bool = False
     old_driver: bool = False
     passthrough: bool = False
 

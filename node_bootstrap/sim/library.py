@@ -417,7 +417,7 @@ class SimNvmlLibrary(object):
 
     def _running_processes(self, dev, count, array):
         index = _decode(dev)[0]
-        if self.faults.no_permission:
+        if self.faults.no_permission or self.faults.processes_unreadable:
             return driver.ERROR_NO_PERMISSION
         procs = [p for p in self.processes() if p.gpu == index]
         capacity = c_uint.from_address(count).value

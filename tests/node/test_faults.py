@@ -27,7 +27,10 @@ def _kube(node, kube_api, tmp_path, name="node-a"):
     (None, ["--no-reset"], 5, "reboot-required", "reboot-required", "rebooting"),
     ("insufficient-resources", [], 1, "failed", "insufficient-resources", "failed"),
     ("not-mig-capable", [], 3, "failed", "not-mig-capable", "failed"),
-    ("no-permission", [], 1, "failed", "no-permission", "failed"),
+    # --force gets past the unreadable process list to the mutating calls, which answer NO_PERMISSION
+    ("no-permission", ["--force"], 1, "failed", "no-permission", "failed"),
+    ("no-permission", [], 4, "failed", "gpu-busy", "failed"),
+    ("processes-unreadable", [], 4, "failed", "gpu-busy", "failed"),
 ])
 def test_fault_ends_in_a_defined_outcome_and_state_label(tmp_path, kube_api, fault, extra, rc, outcome, code, state):
     node = Node(tmp_path)
@@ -66,6 +69,30 @@ def test_force_kills_the_processes_and_applies(tmp_path):
     assert res.rc == 0, res.stderr
     assert "killing compute process 4242 on GPU 0" in res.stderr
     assert node.layout(0) == [(9, 0, 1), (14, 4, 1), (19, 6, 1)]
+
+
+@pytest.mark.parametrize("fault", ["processes-unreadable", "no-permission"])
+def test_an_unreadable_process_list_is_no_proof_of_an_idle_gpu(tmp_path, fault):
+    node = Node(tmp_path)
+    assert node.run("status").rc == 0
+    before = open(node.state).read()
+    res = node.run("apply", "--sequence", SEQ, "--sim-fault", fault)
+    assert res.rc == 4 and res.json["error"]["code"] == "gpu-busy" and res.json["changes"] == 0
+    message = res.json["error"]["message"]
+    assert "GPU 0 may be in use: its process list is unreadable (compute processes: Insufficient Permissions" in message
+    assert "GPU 1 may be in use" in message and "--force" in message
+    assert open(node.state).read() == before
+
+
+def test_force_changes_a_gpu_whose_process_list_is_unreadable(tmp_path):
+    node = Node(tmp_path, count=1)
+    res = node.run("apply", "--sequence", SEQ, "--sim-fault", "processes-unreadable", "--force")
+    assert res.rc == 0, res.stderr
+    assert "GPU 0: process list unreadable" in res.stderr
+    assert node.layout(0) == [(9, 0, 1), (14, 4, 1), (19, 6, 1)]
+    # a GPU already right needs no process list: nothing to refuse
+    again = node.run("apply", "--sequence", SEQ, "--sim-fault", "processes-unreadable")
+    assert again.rc == 0 and again.json["changes"] == 0
 
 
 def test_real_reset_path_runs_nvidia_smi_and_a_failure_means_reboot(tmp_path):
