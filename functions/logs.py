@@ -32,6 +32,22 @@ def _mask_fields(value: Any) -> Any:
     return value
 
 
+def _with_encodings(secrets: Iterable[str]) -> set:
+    """Each secret as written and as it shows up inside a JSON line (a multi-line SSH key's newlines become
+    \\n) or inside a URL or string-to-sign (an STS token, percent-encoded): masking the raw form alone
+    would miss those."""
+    found = set()
+    for secret in secrets:
+        found.add(secret)
+        found.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+        if any(not (c.isalnum() or c in "-_.~") for c in secret):
+            from urllib.parse import quote  # only for secrets that encode differently
+
+            found.add(quote(secret, safe=""))
+            found.add(quote(secret, safe="").replace("%7E", "~"))
+    return found
+
+
 class JsonLogger:
     """A small structured logger. ``bind()`` returns a child with more context fields."""
 
@@ -40,7 +56,7 @@ class JsonLogger:
         self.level = LEVELS.get(str(level).upper(), 20)
         # Longest first, so a secret that contains another is masked whole. Short values are ignored:
         # masking "1" everywhere would garble the log without protecting anything.
-        self._secrets = sorted({s for s in secrets if s and len(s) >= 4}, key=len, reverse=True)
+        self._secrets = sorted(_with_encodings(s for s in secrets if s and len(s) >= 4), key=len, reverse=True)
         self._stream = stream
         self.context = {k: v for k, v in context.items() if v is not None}
 

@@ -81,7 +81,9 @@ class CloudAssistantTransport:
         deadline = self.clock() + self.agent_wait_s
         interval = self.poll_s
         while pending:
-            batches = _chunks(sorted(pending), RUN_BATCH)
+            # Pages of 50: DescribeCloudAssistantStatus documents PageSize 1-50, so a larger query could be
+            # answered in part, and the rest would look like agents that never start.
+            batches = _chunks(sorted(pending), PAGE)
             with ThreadPoolExecutor(max_workers=min(16, len(batches))) as pool:
                 answers = list(pool.map(self._agent_status, batches))
             for batch, answer in zip(batches, answers):
@@ -103,7 +105,7 @@ class CloudAssistantTransport:
 
     def _agent_status(self, batch: List[str]):
         """The ids of ``batch`` whose agent is running, or the ApiError that stopped the call."""
-        params = {"RegionId": self.ecs.region, "PageSize": RUN_BATCH}
+        params = {"RegionId": self.ecs.region, "PageSize": PAGE}
         params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(batch)})
         try:
             body = self.ecs.call("DescribeCloudAssistantStatus", params)

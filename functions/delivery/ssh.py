@@ -87,9 +87,15 @@ class SshTransport:
             client.load_host_keys(self.known_hosts)
         client.set_missing_host_key_policy(_AcceptNewPolicy(self.known_hosts, self._lock)
                                            if self.policy == "accept-new" else paramiko.RejectPolicy())
-        client.connect(target.address, port=self.port, username=self.user, pkey=self.key,
-                       timeout=self.connect_timeout_s, banner_timeout=self.connect_timeout_s,
-                       auth_timeout=self.connect_timeout_s, allow_agent=False, look_for_keys=False)
+        try:
+            client.connect(target.address, port=self.port, username=self.user, pkey=self.key,
+                           timeout=self.connect_timeout_s, banner_timeout=self.connect_timeout_s,
+                           auth_timeout=self.connect_timeout_s, allow_agent=False, look_for_keys=False)
+        except BaseException:
+            # A refused host key or login leaves paramiko's transport thread and socket open: on a warm
+            # FC instance those would pile up across events.
+            client.close()
+            raise
         return client
 
     def _exec(self, client: paramiko.SSHClient, target: NodeTarget) -> NodeResult:

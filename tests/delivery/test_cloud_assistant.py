@@ -59,7 +59,7 @@ def test_150_warm_nodes_take_two_runcommands_and_polls_per_batch(emulator, ecs, 
     results = t.run(targets(150, prefix="i-emu"))
     assert set(outcomes(results).values()) == {"partitioned"}
     assert emulator.calls["RunCommand"] == 2 and emulator.calls["SendFile"] == 0
-    assert emulator.calls["DescribeCloudAssistantStatus"] == 2
+    assert emulator.calls["DescribeCloudAssistantStatus"] == 3  # pages of at most 50 instances
     # each poll reads its whole batch in pages of 50: never one call per instance
     reads = {}
     for action, params in emulator.requests:

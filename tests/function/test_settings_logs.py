@@ -175,3 +175,15 @@ def test_delivery_stdlib_logs_become_json_lines_with_the_event_context():
     assert SECRET not in out.getvalue()
     # Outside an event the bridge is gone again.
     assert not any(type(h).__name__ == "_Bridge" for h in logging.getLogger("functions").handlers)
+
+
+def test_secrets_are_masked_in_their_json_and_url_encoded_forms_too():
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    token = "CAIS+/abc=def&ghi"
+    out = io.StringIO()
+    log = JsonLogger("INFO", secrets=[key, token], stream=out)
+    log.info("ssh failed", detail="key was %s" % key)  # the JSON line holds the key with \n escapes
+    log.info("api error", detail="string to sign ...SecurityToken=CAIS%2B%2Fabc%3Ddef%26ghi...")
+    text = out.getvalue()
+    assert "b3BlbnNzaC1rZXktdjEAAAAA" not in text and "CAIS%2B%2Fabc" not in text and "CAIS+/abc" not in text
+    assert text.count("***") >= 2 and all(json.loads(line) for line in text.splitlines())

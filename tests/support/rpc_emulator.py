@@ -296,6 +296,11 @@ class Emulator:
         ids = self._instance_ids(params)
         if len(ids) > 100:
             return self._error(403, "InstanceIds.ExceedLimit", "at most 100")
+        # Current references give PageSize 1-50 for this action: be the strict server here.
+        if not 1 <= int(params.get("PageSize", 10)) <= 50:
+            return self._error(400, "InvalidParam.PageSize", "PageSize must be 1 to 50")
+        if len(ids) > int(params.get("PageSize", 10)):
+            return self._error(400, "InvalidParam.InstanceId", "more instance ids than PageSize")
         rows = [{"InstanceId": iid, "CloudAssistantStatus": "true" if iid in self.nodes and
                  self.nodes[iid].is_ready() else "false", "CloudAssistantVersion": "2.5.3.0"} for iid in ids]
         return {"InstanceCloudAssistantStatusSet": {"InstanceCloudAssistantStatus": rows},
