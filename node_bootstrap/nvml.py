@@ -303,6 +303,29 @@ class NvmlWriter(NvmlReader):
         # type: (int, int) -> Any
         return self.nv.nvmlDeviceGetGpuInstanceById(self.handle(index), gi_id)
 
+    def released(self, call, *args):
+        # type: (Callable[..., Any], Any) -> Any
+        """``call(*args)`` with NVML shut down in this process, initialised again afterwards.
+
+        After nvmlInit this process keeps every /dev/nvidiaN open, and the driver refuses a GPU reset
+        (``nvidia-smi -r``) while any client holds the GPU, ourselves included. Nothing stale survives
+        the re-init: every method looks its device handle up by index on each call.
+        """
+        if self._open:
+            self._open = False
+            try:
+                self.nv.nvmlShutdown()
+            except self.nv.NVMLError:
+                pass  # still held: the reset will be refused and say so
+        try:
+            return call(*args)
+        finally:
+            try:
+                self.nv.nvmlInit()
+            except self.nv.NVMLError as exc:
+                raise NvmlUnavailable("NVML did not initialise again after the GPU reset: %s" % self.error_text(exc))
+            self._open = True
+
     def set_mig_mode(self, index, enabled):
         # type: (int, bool) -> int
         """Returns NVML's activation status (0, or e.g. RESET_REQUIRED while the mode is pending)."""

@@ -122,7 +122,7 @@ def _set_modes(writer, plans, host, allow_reset):
         why = "the GPUs are passed through to a VM" if passthrough else "GPU reset is disabled (--no-reset)"
         raise RebootRequired("MIG mode is pending on GPU %s and %s: reboot the node to apply it" % (names, why))
     host.log("GPU %s: MIG mode pending, resetting (nvidia-smi -r)" % names)
-    rc, output = host.reset_gpus(pending)
+    rc, output = writer.released(host.reset_gpus, pending)  # our own NVML handle would block the reset
     if rc != 0:
         last = [line for line in output.splitlines() if line.strip()]
         raise RebootRequired("MIG mode is pending on GPU %s and the GPU reset failed (exit %d: %s): reboot the node"

@@ -83,6 +83,7 @@ class SimNvmlLibrary(object):
         self.store = store
         self.faults = faults or Faults()
         self.mutations = 0
+        self.nvml_users = 0  # nvmlInit minus nvmlShutdown calls in this process (NVML refcounts them)
         self._killed = set()  # type: set
         self._strings = {}  # type: Dict[int, Any]
         self._functions = {}  # type: Dict[str, Any]
@@ -133,6 +134,9 @@ class SimNvmlLibrary(object):
             return 3, "GPU reset is not supported in this (passthrough) configuration; reboot the node"
         if self.faults.reset_fails:
             return 255, "Unable to reset GPU: it is in use by another client (injected fault)"
+        if self.nvml_users > 0:
+            # The real driver refuses while any process has the GPU open, and nvmlInit opens them all.
+            return 255, "Unable to reset GPU: it is in use by another client (this process has NVML initialised)"
         try:
             with self.store.transaction() as state:
                 driver.reset(state, list(indices), self.processes())
@@ -193,9 +197,9 @@ class SimNvmlLibrary(object):
             return ctypes.addressof(buf)
 
         self._fn("nvmlErrorString", (c_int,), error_string, restype=c_void_p)
-        self._fn("nvmlInitWithFlags", (U,), lambda flags: self._check_state())
-        self._fn("nvmlInit_v2", (), lambda: self._check_state())
-        self._fn("nvmlShutdown", (), lambda: None)
+        self._fn("nvmlInitWithFlags", (U,), lambda flags: self._init())
+        self._fn("nvmlInit_v2", (), lambda: self._init())
+        self._fn("nvmlShutdown", (), self._shutdown)
         self._fn("nvmlSystemGetDriverVersion", (P, U), lambda buf, size: _put_str(buf, size, "550.163.01-sim"))
         self._fn("nvmlDeviceGetCount_v2", (P,), lambda out: _put_uint(out, self.store.load()["count"]))
         self._fn("nvmlDeviceGetHandleByIndex_v2", (U, P), self._handle_by_index)
@@ -229,9 +233,14 @@ class SimNvmlLibrary(object):
         self._fn("nvmlDeviceGetComputeRunningProcesses_v3", (P, P, P), self._running_processes)
         self._fn("nvmlDeviceGetComputeRunningProcesses_v2", (P, P, P), self._running_processes)
 
-    def _check_state(self):
+    def _init(self):
         # type: () -> None
         self.store.load()
+        self.nvml_users += 1
+
+    def _shutdown(self):
+        # type: () -> None
+        self.nvml_users = max(self.nvml_users - 1, 0)
 
     def _model(self, dev):
         # type: (int) -> Any

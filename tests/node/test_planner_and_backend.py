@@ -165,7 +165,7 @@ def test_simulator_enforces_the_drivers_rules_through_pynvml(sim):
         with pytest.raises(pynvml.NVMLError_NotSupported):
             w.create_gpu_instance(0, 9, 0, 4)  # MIG disabled
         assert w.set_mig_mode(0, True) == pynvml.NVML_ERROR_RESET_REQUIRED  # Ampere: pending
-        assert lib.reset([0])[0] == 0
+        assert w.released(lib.reset, [0])[0] == 0
         w.create_gpu_instance(0, 9, 0, 4)
         with pytest.raises(pynvml.NVMLError_InvalidArgument):
             w.create_gpu_instance(0, 9, 2, 4)  # not an allowed start
@@ -184,6 +184,18 @@ def test_simulator_enforces_the_drivers_rules_through_pynvml(sim):
         w.destroy_compute_instance(0, 1, 0)
         w.destroy_gpu_instance(0, 1)
         assert [x.start for x in w.read_gpu(0).gis] == [4]
+
+
+def test_a_reset_needs_this_process_to_let_go_of_nvml(sim):
+    lib = sim("A100-SXM4-40GB", 2)
+    with NvmlWriter(pynvml) as w:
+        w.set_mig_mode(0, True)
+        rc, output = lib.reset([0])  # as the driver would: our own open NVML holds the GPU
+        assert rc != 0 and "in use" in output and w.read_gpu(0).mig_current == 0
+        assert w.released(lib.reset, [0]) == (0, "GPU reset successful")
+        assert lib.nvml_users == 1  # initialised again, and reads work on fresh handles
+        assert (w.read_gpu(0).mig_current, w.read_gpu(1).mig_current) == (1, 0)
+    assert lib.nvml_users == 0
 
 
 def test_simulator_enforces_maximum_counts(sim):
