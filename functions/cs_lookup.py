@@ -10,6 +10,7 @@ retries the asynchronous invocation. Anything else (access denied, unknown clust
 cannot fix it.
 """
 
+import logging
 import time
 from typing import Any, Callable, List, Optional, Sequence
 
@@ -28,6 +29,8 @@ PAGE_SIZE = 100  # the API's maximum
 MAX_PAGES = 200  # 20 000 nodes: far beyond any cluster; stops a server that never ends its pages
 IDS_PER_CALL = 100  # instance ids per DescribeClusterNodes call (comma-joined)
 
+log = logging.getLogger(__name__)
+
 
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, ThrottlingException):
@@ -44,6 +47,21 @@ def _describe(exc: BaseException) -> str:
         return "%s %s" % (getattr(exc, "status_code", "") or "", getattr(exc, "code", "") or type(exc).__name__)
     inner = getattr(exc, "inner_exception", None)
     return type(inner or exc).__name__
+
+
+def _parsed(parse: Callable[[Any], Any], items: Any, what: str) -> list:
+    """API items as models; an item we cannot read is left out with a warning. Raising would fail the
+    event, and FC's retries would meet the same item again: one odd node must not stop the others."""
+    out = []
+    for item in items or []:
+        if not item:
+            continue
+        try:
+            out.append(parse(item))
+        except (KeyError, ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+            log.warning("ACK API %s left out, unreadable: %s: %s", what, type(exc).__name__,
+                        " ".join(str(exc).split())[:200])
+    return out
 
 
 class CsLookup:
@@ -90,7 +108,7 @@ class CsLookup:
         response = self._call("DescribeClusterNodePools", lambda: self._client.describe_cluster_node_pools_with_options(
             cluster_id, cs_models.DescribeClusterNodePoolsRequest(), {}, self._runtime))
         body = response.body.to_map() if response.body is not None else {}
-        return [nodepool_from_api(item) for item in body.get("nodepools") or [] if item]
+        return _parsed(nodepool_from_api, body.get("nodepools"), "node pool")
 
     def nodes(self, cluster_id: str, nodepool_id: Optional[str] = None,
               instance_ids: Sequence[str] = ()) -> List[Node]:
@@ -111,7 +129,7 @@ class CsLookup:
                 cluster_id, request, {}, self._runtime))
             body = response.body.to_map() if response.body is not None else {}
             items = [item for item in body.get("nodes") or [] if item]
-            out.extend(node_from_api(item) for item in items)
+            out.extend(_parsed(node_from_api, items, "node"))
             total = (body.get("page") or {}).get("total_count")
             if not items or len(items) < PAGE_SIZE or (isinstance(total, int) and len(out) >= total):
                 return out

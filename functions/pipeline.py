@@ -11,6 +11,7 @@ The cloud SDKs are imported only once an event needs the cluster (``functions.cs
 import os
 import time
 import uuid
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
 
 from .envelope import read_envelope
@@ -152,6 +153,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             return HandlerResult(trigger=Trigger.UNKNOWN.value, outcome="error", reason=str(exc))
     log = logger or make_logger(settings, context)
     request: Optional["Request"] = None
+    bridge = ExitStack()
     try:
         envelope = read_envelope(raw)  # stage 1, stdlib: ends irrelevant events before pydantic loads
         from .decide import decide_all
@@ -160,6 +162,9 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
 
         request = parse_envelope(envelope)
         log = log.bind(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id)
+        # From here on the lookup and delivery modules' own log lines (standard logging) carry this event's
+        # context and go through the same redaction.
+        bridge.enter_context(stdlib_logs_into(log))
         effective_dry_run = bool(dry_run or settings.dry_run or request.dry_run)
         lookup = _lookup(inventory, settings)
         cluster = _cluster_id(request, settings, lookup)
@@ -171,8 +176,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             log.info("decision", instance_id=d.instance_id, node_name=d.node_name, nodepool_id=d.nodepool_id,
                      action=d.action, reason=d.reason, sequence=d.plan.sequence if d.plan else None)
         chosen = DryRunExecutor() if effective_dry_run else (executor or make_executor(settings, False))
-        with stdlib_logs_into(log):  # delivery's own log lines carry this event's context too
-            nodes = chosen.execute(request, decisions)
+        nodes = chosen.execute(request, decisions)
         for n in nodes:
             log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
                      reason=n.get("reason"))
@@ -192,6 +196,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                dry_run=bool(request.dry_run) if request is not None else False,
                                nodes=exc.nodes)
         log = log.bind(trigger=trigger)
+    finally:
+        bridge.close()
     level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]
     log.log(level, "event %s" % result.outcome, outcome=result.outcome, reason=result.reason,
             duration_ms=round((time.monotonic() - started) * 1000, 1))

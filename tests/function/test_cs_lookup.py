@@ -127,3 +127,19 @@ def test_kubeconfig_endpoint_for_delivery(no_proxy):
         (query,) = emu.kubeconfig_requests
         assert query["PrivateIpAddress"].lower() == "true" and query["TemporaryDurationMinutes"] == "15"
         assert emu.requests[0].path == "/k8s/c-kube/user_config" and emu.rejected == []
+
+
+def test_an_unreadable_api_item_is_left_out_not_fatal(emulator, capsys):
+    """One odd node in the API's answer (no instance_id) must not fail the event for every other node, or
+    FC's retries would meet it again and again: it is left out, with a warning in the event's log."""
+    env = load_settings(cloud_env(emulator))
+    before = run_event(event_bytes("fc_timer.json"), env, dry_run=True, logger=JsonLogger("OFF"))
+    pool = before.decisions[0].nodepool_id
+    emulator.nodes.append({"node_name": "cn-beijing.192.168.99.99", "nodepool_id": pool})
+    capsys.readouterr()
+    after = run_event(event_bytes("fc_timer.json"), env, dry_run=True)
+    assert after.outcome == "done" and after.decisions == before.decisions
+    warnings = [json.loads(line) for line in capsys.readouterr().out.splitlines()
+                if "ACK API node left out" in line]
+    assert len(warnings) == 1 and warnings[0]["level"] == "WARNING"
+    assert "instance_id" in warnings[0]["message"] and warnings[0]["trigger"] == "timer"
