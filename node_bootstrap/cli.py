@@ -17,6 +17,7 @@ from .backend import Backend, kill_process, open_backend, reset_gpus
 from .clients import DEFAULT_CLIENTS, ClientControl, parse_clients
 from .deviceplugin import METHODS, expected_capacity, restart_by_pod_delete, wait_for_capacity
 from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure
+from .holders import DEFAULT_DEVICE_GLOB, wait_released
 from .kube import DEFAULT_KUBELET_KUBECONFIG, KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
 from .live import LiveGpu, effective_model, gpu_json
 from .lock import DEFAULT_LOCK_FILE, NodeLock
@@ -29,6 +30,7 @@ from .request import spec_from_options
 from .runner import run
 
 DEFAULT_STATE_DIR = "/var/lib/ack-mig-hook"
+DEFAULT_CLIENT_STOP_TIMEOUT = 60.0
 STATE_BY_OUTCOME = {"success": "success", "failed": "failed", "reboot-required": "rebooting"}
 
 
@@ -62,6 +64,12 @@ def _add_common(parser, suppress):
     g.add_argument("--state-dir", default=d(DEFAULT_STATE_DIR), metavar="PATH")
     g.add_argument("--clients", default=d(",".join(DEFAULT_CLIENTS)), metavar="LIST",
                    help="GPU clients to stop around changes: systemd:UNIT,manifest:/path (empty: none)")
+    g.add_argument("--client-stop-timeout", type=float, default=d(DEFAULT_CLIENT_STOP_TIMEOUT), metavar="SECONDS",
+                   help="after stopping clients, wait this long for every other holder of a GPU device file to "
+                        "let go, else fail gpu-busy naming them (0: do not check)")
+    g.add_argument("--gpu-device-glob", default=d(None), metavar="PATTERN",
+                   help="the device files that mean 'holds the GPU' (default %s; none on a simulated node)"
+                        % DEFAULT_DEVICE_GLOB.replace("%", "%%"))
     g.add_argument("--device-plugin-restart", choices=METHODS, default=d("manifest"))
     g.add_argument("--device-plugin-namespace", default=d("kube-system"))
     g.add_argument("--device-plugin-selector", default=d("app.kubernetes.io/name=nvidia-device-plugin"))
@@ -200,6 +208,21 @@ def _labeler(args, log):
     return NodeLabeler(client, name, log)
 
 
+def _release_wait(args, backend, log):
+    # type: (argparse.Namespace, Backend, Any) -> Any
+    # A simulated node has no device files of its own: look at this machine's only when asked to.
+    pattern = args.gpu_device_glob or (DEFAULT_DEVICE_GLOB if backend.sim is None else None)
+
+    def wait():
+        # type: () -> None
+        if pattern and args.client_stop_timeout > 0:
+            waited = wait_released(pattern, args.client_stop_timeout, log)
+            if waited >= 0.5:
+                log("the GPUs were released after %.1fs" % waited)
+
+    return wait
+
+
 def _sequence_value(plans):
     # type: (List[GpuPlan]) -> str
     ids = "-".join(str(i.profile.id) for i in plans[0].layout.instances) if plans else ""
@@ -250,7 +273,8 @@ def cmd_apply(args, backend):
         resets.append(indices)  # a GPU reset changes the GPU: it counts like a mutating call
         return reset(indices)
 
-    host = Host(control.stop, control.start, counted_reset, kill_process(backend), log)
+    host = Host(control.stop, control.start, counted_reset, kill_process(backend), log,
+                _release_wait(args, backend, log))
     result = {"command": "apply", "backend": backend.name, "outcome": OUTCOME_SUCCESS, "changes": 0,
               "sequence": None}  # type: Dict[str, Any]
     exit_code = 0
@@ -311,6 +335,10 @@ def _boot_args(args):
         out += ["--sim-state", os.path.abspath(args.sim_state)]
     if args.node_name:
         out += ["--node-name", args.node_name]
+    if args.gpu_device_glob:
+        out += ["--gpu-device-glob", args.gpu_device_glob]
+    if args.client_stop_timeout != DEFAULT_CLIENT_STOP_TIMEOUT:
+        out += ["--client-stop-timeout", "%g" % args.client_stop_timeout]
     for flag in ("no_label", "no_reset", "force"):
         if getattr(args, flag):
             out.append("--" + flag.replace("_", "-"))

@@ -4,7 +4,8 @@
 2. Refuse while compute processes run on a GPU that needs changes (their PIDs named), or while NVML
    will not list them (an unreadable list is no proof of an idle GPU), unless ``force``: then the
    listed ones are killed first.
-3. Stop the GPU's clients; set MIG mode where needed; a mode left pending needs a GPU reset
+3. Stop the GPU's clients and wait until no other process holds a GPU device file (a stop only starts
+   a client going); set MIG mode where needed; a mode left pending needs a GPU reset
    (``nvidia-smi -r``) where allowed, or else a reboot (RebootRequired).
 4. Plan again from a fresh read (a reset clears instances), then destroy stale compute instances,
    then GPU instances, create GPU instances at the solver's placements and their compute instances.
@@ -14,7 +15,7 @@ Every step re-reads NVML, so a run killed anywhere is repaired by the next one.
 """
 
 import typing
-from typing import Any, Callable, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 from .errors import GpuBusy, NodeFailure, RebootRequired
 from .live import LiveGpu
@@ -31,6 +32,9 @@ class Host(typing.NamedTuple):
     reset_gpus: Callable[[List[int]], Tuple[int, str]]  # nvidia-smi -r -i ...: (exit code, output)
     kill: Callable[[int], bool]
     log: Callable[[str], None]
+    # After the clients are stopped: return once nothing else holds the GPUs, or raise GpuBusy naming
+    # the holders (holders.wait_released). A no-op where nothing can be checked (a simulated node).
+    wait_released: Callable[[], None] = lambda: None
 
 
 class ApplyReport(typing.NamedTuple):
@@ -106,17 +110,40 @@ def _handle_processes(writer, plans, spec, host, force):
     return plans
 
 
+def _activation_text(writer, activation, pending):
+    # type: (NvmlWriter, Dict[int, int], List[int]) -> str
+    """What nvmlDeviceSetMigMode said about activating the mode on the pending GPUs, e.g.
+    " (activation: GPU requires restart, NVML error 16)": RESET_REQUIRED is the expected Ampere answer,
+    IN_USE means a client still held the GPU."""
+    codes = {}  # type: Dict[int, List[int]]
+    for index in pending:
+        if activation.get(index):
+            codes.setdefault(activation[index], []).append(index)
+    parts = []
+    for code, indices in sorted(codes.items()):
+        try:
+            text = writer.nv.nvmlErrorString(code)
+            text = text.decode() if isinstance(text, bytes) else str(text)
+        except Exception:  # noqa: BLE001 - only words for a message; the number is enough
+            text = "error"
+        which = "" if len(codes) == 1 else "GPU %s: " % ", ".join(str(i) for i in indices)
+        parts.append("%s%s, NVML error %d" % (which, text, code))
+    return " (activation: %s)" % "; ".join(parts) if parts else ""
+
+
 def _set_modes(writer, plans, host, allow_reset):
     # type: (NvmlWriter, List[GpuPlan], Host, bool) -> int
     """Enable MIG where needed; reset GPUs whose mode stays pending. Returns the number of resets."""
+    activation = {}  # type: Dict[int, int]
     for plan in plans:
         if plan.enable_mig:
             host.log("GPU %d: enabling MIG mode" % plan.index)
-            _step(writer, "GPU %d: enabling MIG mode" % plan.index, writer.set_mig_mode, plan.index, True)
+            activation[plan.index] = _step(writer, "GPU %d: enabling MIG mode" % plan.index, writer.set_mig_mode,
+                                           plan.index, True)
     pending = [g.index for g in (writer.read_gpu(p.index) for p in plans if p.enable_mig) if not g.mig_enabled]
     if not pending:
         return 0
-    names = ", ".join(str(i) for i in pending)
+    names = ", ".join(str(i) for i in pending) + _activation_text(writer, activation, pending)
     passthrough = [i for i in pending if writer.passthrough(i)]
     if passthrough or not allow_reset:
         why = "the GPUs are passed through to a VM" if passthrough else "GPU reset is disabled (--no-reset)"
@@ -172,6 +199,10 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None)
     problems = []  # type: List[str]
     resets = 0
     try:
+        # Always before the first mutating call, not only before a mode change: DCGM holds instances
+        # (destroying them answers IN_USE), and a static-pod plugin whose manifest returns before the
+        # old pod is gone is not restarted, so it would never re-enumerate.
+        host.wait_released()
         todo = [p for p in plans if not p.converged]
         resets = _set_modes(writer, todo, host, allow_reset)
         plans = plan_node(writer.read_all(), spec)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import typing
 from typing import Dict, List, Optional
 
@@ -115,3 +116,75 @@ def parse(rc, out, err):
     lines = [line for line in out.splitlines() if line.strip()]
     doc = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
     return Result(rc, doc, out, err)
+
+
+_HOLDER = r"""
+import json, os, sys, time
+spec = json.loads(sys.argv[1])
+with open("/proc/self/comm", "w") as fh:  # the command name apply must report
+    fh.write(spec["name"])
+held = [open(p, "rb") for p in spec["devices"]]
+open(spec["ready"], "w").close()
+manifest = spec.get("manifest")
+if not manifest:
+    time.sleep(3600)
+while os.path.exists(manifest):  # the kubelet noticing the manifest is gone...
+    time.sleep(0.02)
+time.sleep(spec.get("lag", 1.0))  # ...and stopping the pod a while later
+with open(spec["sim_state"]) as fh:
+    gpus = json.load(fh)["gpus"]
+with open(spec["seen"], "w") as fh:  # what the GPUs looked like while this process still held them
+    json.dump(gpus, fh)
+for action in spec.get("then", []):
+    if action == "block-manifest-dir":  # the manifest can no longer be moved back
+        os.rmdir(os.path.dirname(manifest))
+        open(os.path.dirname(manifest), "w").close()
+"""
+
+
+class Holder(object):
+    """A real process holding fake GPU device files open, as the device plugin or DCGM would.
+
+    With ``manifest`` it behaves like a static pod under the kubelet: it lets go ``lag`` seconds after the
+    manifest disappears, first recording the simulated GPUs it saw (``seen()``); without, it holds on.
+    """
+
+    def __init__(self, tmp_path, name, devices, node=None, manifest=None, lag=1.0, then=()):
+        # type: (typing.Any, str, List[str], Optional[Node], Optional[str], float, typing.Sequence[str]) -> None
+        self.dir = str(tmp_path)
+        self.ready = os.path.join(self.dir, "%s.ready" % name)
+        self.seen_path = os.path.join(self.dir, "%s.seen.json" % name)
+        spec = {"name": name, "devices": devices, "ready": self.ready, "manifest": manifest, "lag": lag,
+                "sim_state": node.state if node else None, "seen": self.seen_path, "then": list(then)}
+        self.proc = subprocess.Popen([sys.executable, "-c", _HOLDER, json.dumps(spec)])
+        deadline = time.time() + 30
+        while not os.path.exists(self.ready):
+            assert self.proc.poll() is None and time.time() < deadline, "holder did not start"
+            time.sleep(0.02)
+
+    @property
+    def pid(self):
+        # type: () -> int
+        return self.proc.pid
+
+    def seen(self):
+        # type: () -> list
+        with open(self.seen_path) as fh:
+            return json.load(fh)
+
+    def stop(self):
+        # type: () -> None
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=30)
+
+
+def fake_devices(tmp_path, count=2):
+    # type: (typing.Any, int) -> typing.Tuple[str, List[str]]
+    """``<tmp>/dev/nvidia0..N`` and ``nvidiactl`` as plain files; returns (glob for apply, GPU paths)."""
+    dev = os.path.join(str(tmp_path), "dev")
+    os.makedirs(dev, exist_ok=True)
+    paths = [os.path.join(dev, "nvidia%d" % i) for i in range(count)]
+    for path in paths + [os.path.join(dev, "nvidiactl")]:
+        open(path, "w").close()
+    return os.path.join(dev, "nvidia[0-9]*"), paths

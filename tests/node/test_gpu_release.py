@@ -1,0 +1,86 @@
+"""Clients really gone before the first mutating call: apply waits until no other process holds a GPU
+device file (real processes holding real files), and fails naming them when they do not let go."""
+
+import os
+
+import pytest
+
+from tests.node.nodecli import Holder, Node, fake_devices
+
+SEQ = "3g.20gb-3g.20gb"
+
+
+@pytest.fixture
+def holders():
+    started = []
+    yield started
+    for holder in started:
+        holder.stop()
+
+
+def _manifest(tmp_path):
+    manifest = tmp_path / "manifests" / "nvidia-device-plugin.yml"
+    manifest.parent.mkdir()
+    manifest.write_text("kind: Pod\n")
+    return manifest
+
+
+def test_apply_waits_for_the_stopped_plugin_to_let_go_before_changing_anything(tmp_path, holders):
+    manifest = _manifest(tmp_path)
+    node = Node(tmp_path, clients="manifest:%s" % manifest)
+    assert node.run("status").rc == 0
+    pattern, gpus = fake_devices(tmp_path)
+    dev = os.path.dirname(gpus[0])
+    plugin = Holder(tmp_path, "fake-plugin", gpus + [os.path.join(dev, "nvidiactl")], node=node,
+                    manifest=str(manifest), lag=1.0)
+    holders.append(plugin)
+    # held for the node's lifetime and not a client: /dev/nvidiactl alone, and nvidia-persistenced
+    holders.append(Holder(tmp_path, "nvml-monitor", [os.path.join(dev, "nvidiactl")]))
+    holders.append(Holder(tmp_path, "nvidia-persistenced", gpus))
+    res = node.run("apply", "--sequence", SEQ, "--gpu-device-glob", pattern, "--client-stop-timeout", "30")
+    assert res.rc == 0, res.stderr
+    # while the plugin still held the GPUs, nothing had been changed on them
+    assert [(g["mig_pending"], g["gis"]) for g in plugin.seen()] == [(0, [])] * 2
+    assert "waiting up to 30s for the GPUs to be released: pid %d (fake-plugin) holds %s" % (
+        plugin.pid, ", ".join(gpus)) in res.stderr
+    assert "nvml-monitor" not in res.stderr and "nvidia-persiste" not in res.stderr
+    assert node.layout(0) == node.layout(1) == [(9, 0, 1), (9, 4, 1)]
+    assert manifest.read_text() == "kind: Pod\n"
+
+
+def test_a_holder_that_never_lets_go_is_named_and_nothing_changes(tmp_path, holders):
+    manifest = _manifest(tmp_path)
+    node = Node(tmp_path, clients="manifest:%s" % manifest)
+    assert node.run("status").rc == 0
+    before = open(node.state).read()
+    pattern, gpus = fake_devices(tmp_path)
+    dcgm = Holder(tmp_path, "nv-hostengine", gpus[1:])
+    holders.append(dcgm)
+    res = node.run("apply", "--sequence", SEQ, "--gpu-device-glob", pattern, "--client-stop-timeout", "1")
+    assert res.rc == 4, res.stderr
+    error = res.json["error"]
+    assert error["code"] == "gpu-busy" and res.json["changes"] == 0
+    assert "still held 1s after stopping their clients: pid %d (nv-hostengine) holds %s;" % (
+        dcgm.pid, gpus[1]) in error["message"]
+    assert "--clients" in error["message"] and "\n" not in error["message"]
+    assert open(node.state).read() == before
+    assert manifest.read_text() == "kind: Pod\n"  # the stopped client is back
+    # 0 turns the check off (the holder is still there)
+    assert node.run("apply", "--sequence", SEQ, "--gpu-device-glob", pattern, "--client-stop-timeout", "0").rc == 0
+
+
+def test_a_simulated_node_ignores_this_machines_device_files_unless_asked(tmp_path, holders):
+    """Without --gpu-device-glob a sim node must not look at /dev here; asked, it checks the given files."""
+    node = Node(tmp_path, count=1)
+    pattern, gpus = fake_devices(tmp_path, count=1)
+    holders.append(Holder(tmp_path, "someone", gpus))
+    assert node.run("apply", "--sequence", SEQ, "--client-stop-timeout", "0.5").rc == 0
+    assert node.run("apply", "--sequence", "9", "--gpu-device-glob", pattern, "--client-stop-timeout", "0.5").rc == 4
+
+
+def test_a_mode_left_pending_says_what_the_driver_answered(tmp_path):
+    node = Node(tmp_path)
+    res = node.run("apply", "--sequence", SEQ, "--no-reset")
+    assert res.rc == 5
+    assert "MIG mode is pending on GPU 0, 1 (activation: GPU requires restart, NVML error 16) and GPU reset is " \
+           "disabled" in res.json["error"]["message"]
