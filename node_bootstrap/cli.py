@@ -259,69 +259,134 @@ def _fmt(counts):
     return ", ".join("%s=%d" % kv for kv in sorted(counts.items()))
 
 
+def _failure(exc, backend):
+    # type: (BaseException, Backend) -> NodeFailure
+    """Any way an apply can stop, as a NodeFailure (interrupts included: they end in a final state too)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return NodeFailure("interrupted (SIGINT)", code="interrupted")
+    if isinstance(exc, NvmlUnavailable):
+        return NodeFailure(str(exc), code="nvml-unavailable")
+    if isinstance(exc, Exception):
+        return _as_failure(exc, backend)
+    return NodeFailure("internal error: %s" % exc.__class__.__name__, code="internal-error")
+
+
+def _boot_unit(args, backend, spec):
+    # type: (argparse.Namespace, Backend, PartitionSpec) -> Dict[str, Any]
+    if backend.sim is not None and os.path.abspath(args.boot_unit_root) == "/":
+        # A simulated node must never install a unit into this machine's real systemd.
+        return {"installed": False, "skipped": "simulated node: give --boot-unit-root DIR to install one there"}
+    return _install_boot_unit(args, spec, args.boot_unit_root)
+
+
+class _Apply(object):
+    """One apply: what exists so far (clients, NVML writer, resets), so that every way out, an exception,
+    SIGTERM or SIGINT included, ends in :meth:`fail`: clients started again, a final label, a result."""
+
+    def __init__(self, args, backend, labeler, log):
+        # type: (argparse.Namespace, Backend, NodeLabeler, Any) -> None
+        self.args, self.backend, self.labeler, self.log = args, backend, labeler, log
+        self.result = {"command": "apply", "backend": backend.name, "outcome": OUTCOME_SUCCESS, "changes": 0,
+                       "sequence": None}  # type: Dict[str, Any]
+        self.exit_code = 0
+        self.spec = None  # type: Optional[PartitionSpec]
+        self.control = None  # type: Optional[ClientControl]
+        self.writer = None  # type: Optional[NvmlWriter]
+        self.resets = []  # type: List[List[int]]
+        self.failed = False
+
+    def _problems(self, problems):
+        # type: (List[str]) -> None
+        merged = list(self.result.get("client_problems", []))
+        merged += [p for p in problems if p not in merged]
+        if merged:
+            self.result["client_problems"] = merged
+
+    def _install_boot_unit(self):
+        # type: () -> None
+        # After a reboot no instance is left (and Hopper may come back with MIG off): the unit re-applies
+        # before the kubelet starts. Installed while the node lock is held, as soon as the GPUs are right
+        # (or only a reboot is missing: the reboot finishes the job), whatever the capacity wait says.
+        if self.args.boot_unit and self.spec is not None and "boot_unit" not in self.result:
+            self.result["boot_unit"] = _boot_unit(self.args, self.backend, self.spec)
+
+    def run_locked(self):
+        # type: () -> None
+        args, backend, log = self.args, self.backend, self.log
+        assert self.spec is not None and self.control is not None
+        control = self.control
+        reset = reset_gpus(backend)
+
+        def counted_reset(indices):
+            # type: (List[int]) -> Tuple[int, str]
+            self.resets.append(indices)  # a GPU reset changes the GPU: it counts like a mutating call
+            return reset(indices)
+
+        host = Host(control.stop, control.start, counted_reset, kill_process(backend), log,
+                    _release_wait(args, backend, log))
+        writer = NvmlWriter(backend.nv)
+        with writer:
+            self.writer = writer
+            try:
+                report = reconcile(writer, self.spec, host, force=args.force, allow_reset=not args.no_reset,
+                                   on_change=lambda plans: self.labeler.set("pending"))
+                self.result["changes"] = writer.changes + len(self.resets)
+                self.result["sequence"] = node_sequence(report.plans)
+                self.result["gpus"] = _gpus_json(report.gpus)
+                self._install_boot_unit()
+                self._problems(report.client_problems + control.start(control.leftovers()))
+                capacity = _after_success(args, self.labeler, report.plans, self.result["changes"], log)
+                if capacity:
+                    self.result["capacity"] = capacity
+                self.labeler.set("success", _sequence_value(report.plans))
+            except BaseException as exc:  # noqa: B036 - SIGTERM and SIGINT too: every path ends in a final label
+                self.fail(exc, label=True)
+
+    def fail(self, exc, label):
+        # type: (BaseException, bool) -> None
+        """Record the failure, start stopped clients again, label the node (when ``label``). Runs once."""
+        if self.failed:
+            return
+        self.failed = True
+        failure = _failure(exc, self.backend)
+        self.result.update(outcome=failure.outcome, error={"code": failure.code, "message": failure.message})
+        self.exit_code = failure.exit_code
+        if self.writer is not None:
+            self.result["changes"] = self.writer.changes + len(self.resets)
+            try:
+                self.result["gpus"] = _gpus_json(self.writer.read_all())
+            except Exception:  # noqa: BLE001 - the state is a courtesy; the failure is what counts
+                pass
+        if self.control is not None:
+            try:
+                self._problems(self.control.start(self.control.leftovers()))
+            except Exception as exc2:  # noqa: BLE001 - never let a client problem skip the label
+                self._problems(["could not start the stopped clients: %s" % " ".join(str(exc2).split())[:200]])
+        if failure.outcome == "reboot-required":
+            self._install_boot_unit()
+        if label:
+            self.labeler.set(STATE_BY_OUTCOME[failure.outcome], reason=failure.message)
+
+
 def cmd_apply(args, backend):
     # type: (argparse.Namespace, Backend) -> Tuple[Dict[str, Any], int]
-    spec = _spec(args)
     log = _log(args)
-    control = ClientControl(parse_clients(args.clients), run, args.state_dir, log)
-    labeler = _labeler(args, log)
-    resets = []  # type: List[List[int]]
-    reset = reset_gpus(backend)
-
-    def counted_reset(indices):
-        # type: (List[int]) -> Tuple[int, str]
-        resets.append(indices)  # a GPU reset changes the GPU: it counts like a mutating call
-        return reset(indices)
-
-    host = Host(control.stop, control.start, counted_reset, kill_process(backend), log,
-                _release_wait(args, backend, log))
-    result = {"command": "apply", "backend": backend.name, "outcome": OUTCOME_SUCCESS, "changes": 0,
-              "sequence": None}  # type: Dict[str, Any]
-    exit_code = 0
-    with NodeLock(args.lock_file, args.lock_timeout):
-        try:
-            writer = NvmlWriter(backend.nv)
-            with writer:
-                try:
-                    report = reconcile(writer, spec, host, force=args.force, allow_reset=not args.no_reset,
-                                       on_change=lambda plans: labeler.set("pending"))
-                    result["changes"] = writer.changes + len(resets)
-                    result["sequence"] = node_sequence(report.plans)
-                    result["gpus"] = _gpus_json(report.gpus)
-                    problems = report.client_problems + control.start(control.leftovers())
-                    if problems:
-                        result["client_problems"] = problems
-                    capacity = _after_success(args, labeler, report.plans, result["changes"], log)
-                    if capacity:
-                        result["capacity"] = capacity
-                    labeler.set("success", _sequence_value(report.plans))
-                except Exception as exc:  # noqa: BLE001 - every path ends in a final label
-                    failure = _as_failure(exc, backend)
-                    result["changes"] = writer.changes + len(resets)
-                    result.update(outcome=failure.outcome, error={"code": failure.code, "message": failure.message})
-                    exit_code = failure.exit_code
-                    try:
-                        result["gpus"] = _gpus_json(writer.read_all())
-                    except writer.nv.NVMLError:
-                        pass
-                    control.start(control.leftovers())
-                    labeler.set(STATE_BY_OUTCOME[failure.outcome], reason=failure.message)
-        except NvmlUnavailable as exc:
-            failure = NodeFailure(str(exc), code="nvml-unavailable")
-            result.update(outcome=failure.outcome, error={"code": failure.code, "message": failure.message})
-            exit_code = failure.exit_code
-            labeler.set("failed", reason=failure.message)
-    if args.boot_unit and result["outcome"] in (OUTCOME_SUCCESS, "reboot-required"):
-        # After a reboot no instance is left (and Hopper may come back with MIG off): the unit re-applies
-        # before the kubelet starts. A reboot-required node needs it most: the reboot finishes the job.
-        if backend.sim is not None and os.path.abspath(args.boot_unit_root) == "/":
-            # A simulated node must never install a unit into this machine's real systemd.
-            result["boot_unit"] = {"installed": False,
-                                   "skipped": "simulated node: give --boot-unit-root DIR to install one there"}
-        else:
-            result["boot_unit"] = _install_boot_unit(args, spec, args.boot_unit_root)
-    result["labels"] = labeler.summary()
-    return result, exit_code
+    # The labeler first: every failure after it, a bad request included, can be written on the node.
+    apply = _Apply(args, backend, _labeler(args, log), log)
+    try:
+        apply.spec = _spec(args)
+        apply.control = ClientControl(parse_clients(args.clients), run, args.state_dir, log)
+        with NodeLock(args.lock_file, args.lock_timeout):
+            try:
+                apply.run_locked()
+            except BaseException as exc:  # noqa: B036 - NVML unavailable, or an interrupt while failing
+                apply.fail(exc, label=True)
+    except BaseException as exc:  # noqa: B036 - before the lock: bad input, lock timeout, interrupted waiting
+        # A bad request is a verdict on this node's request: say so on the node. A lock timeout or an
+        # interrupt while waiting says nothing about the node; the apply holding the lock labels it.
+        apply.fail(exc, label=isinstance(exc, BadInput) or isinstance(exc, MigInputError))
+    apply.result["labels"] = apply.labeler.summary()
+    return apply.result, apply.exit_code
 
 
 # --- boot unit, simulator -------------------------------------------------------------------------
@@ -457,8 +522,9 @@ def main(argv=None):
                   "error": {"code": failure.code, "message": failure.message}}
         code = failure.exit_code
     except KeyboardInterrupt:
+        message = "interrupted (SIGINT)"
         result = {"command": command, "outcome": "failed", "changes": 0,
-                  "error": {"code": "interrupted", "message": "interrupted"}}
+                  "error": {"code": "interrupted", "message": message}}
         code = 1
     except Exception as exc:  # noqa: BLE001 - the CLI boundary: one line, never a traceback
         message = "internal error: %s: %s" % (exc.__class__.__name__, " ".join(str(exc).split())[:300])

@@ -119,17 +119,26 @@ class ClientControl(object):
         problems = []  # type: List[str]
         remaining = list(stopped)
         for client in stopped:
-            if client.kind == "systemd":
-                rc, out = self.run(["systemctl", "start", client.target])
-                if rc != 0:
-                    problems.append("could not start %s: %s" % (client, out.strip()[:200]))
-            else:
-                held = self._held_path(client)
-                if os.path.exists(held):
-                    if not os.path.isdir(os.path.dirname(client.target)):
-                        os.makedirs(os.path.dirname(client.target))
-                    shutil.move(held, client.target)
+            try:
+                if client.kind == "systemd":
+                    rc, out = self.run(["systemctl", "start", client.target])
+                    if rc != 0:
+                        problems.append("could not start %s: %s" % (client, out.strip()[:200]))
+                else:
+                    held = self._held_path(client)
+                    if os.path.exists(held):
+                        if not os.path.isdir(os.path.dirname(client.target)):
+                            os.makedirs(os.path.dirname(client.target))
+                        shutil.move(held, client.target)
+            except (IOError, OSError) as exc:
+                # Reported, never raised: a raise here would hide why apply failed and skip the label.
+                # It stays in the record, so the next run tries again.
+                problems.append("could not start %s: %s" % (client, " ".join(str(exc).split())[:200]))
+                continue
             remaining.remove(client)
-            self._save(remaining)
+            try:
+                self._save(remaining)
+            except (IOError, OSError) as exc:
+                problems.append("could not record %s as started: %s" % (client, exc))
             self.log("started %s" % (client,))
         return problems

@@ -1,9 +1,13 @@
 """install-boot-unit: rendered contents, idempotence, and the unit's own command restoring a rebooted node."""
 
+import fcntl
 import json
+import os
 import re
 import shlex
 import subprocess
+
+import pytest
 
 from node_bootstrap import bootunit
 from tests.node.nodecli import Node
@@ -142,3 +146,37 @@ def test_dollar_and_percent_in_options_reach_apply_literally():
     assert argv[argv.index("--clients") + 1] == "systemd:a$b"
     # Environment= does no $ expansion: a doubled $ there would reach Python doubled
     assert 'Environment=PYTHONPATH="/opt/$pkg"' in unit.splitlines()
+
+
+@pytest.mark.kube
+def test_converged_gpus_get_the_unit_inside_the_lock_even_when_the_capacity_wait_fails(tmp_path, kube_api):
+    """The GPUs are right, so the next boot must restore them, whatever the device plugin reports; and the
+    unit is there before the final label, while this apply still holds the node lock."""
+    kube_api.add_node("node-a")
+    node = Node(tmp_path, gpu="H200", count=1)
+    node.use_kube(kube_api.write_kubeconfig(tmp_path / "kubelet.conf", node="node-a"))
+    root = tmp_path / "root"
+    unit_path = root / "etc/systemd/system/ack-mig-hook.service"
+    seen = []
+
+    def on_patch(name, obj):
+        state = obj["metadata"]["labels"].get("nvidia.com/mig.config.state")
+        seen.append((state, unit_path.exists(), _lock_held(tmp_path / "apply.lock")))
+
+    kube_api.on_node_patch = on_patch
+    res = node.run("apply", "--sequence", SEQ, "--boot-unit", "--boot-unit-root", str(root),
+                   "--capacity-timeout", "0.3", "--capacity-interval", "0.1")
+    assert res.rc == 1 and res.json["error"]["code"] == "capacity-timeout"
+    assert res.json["boot_unit"]["installed"] is True and unit_path.exists()
+    assert seen == [("pending", False, True), ("failed", True, True)]
+
+
+def _lock_held(path):
+    fd = os.open(str(path), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
