@@ -21,6 +21,11 @@ UNIT_NAME = "ack-mig-hook.service"
 UNIT_DIR = "/etc/systemd/system"
 CONFIG_DIR = "/etc/ack-mig-hook"
 REQUEST_NAME = "request.json"
+# systemd sends SIGTERM when TimeoutStartSec passes; apply then restarts clients and labels the node.
+# The lock wait is kept well under it so that a wait for another apply ends in its own clear "locked"
+# failure, with time left for the apply itself (client stop wait 60 s, a reset up to 300 s).
+START_TIMEOUT_S = 900
+LOCK_TIMEOUT_S = 480
 
 
 class BootUnitResult(typing.NamedTuple):
@@ -48,7 +53,8 @@ def _quote(arg, exec_line=True):
 def render_unit(python, package_dir, request_path, extra_args):
     # type: (str, str, str, List[str]) -> str
     argv = [python, "-m", "node_bootstrap", "apply", "--request-file", request_path, "--json",
-            "--device-plugin-restart", "none", "--capacity-timeout", "0"] + list(extra_args)
+            "--device-plugin-restart", "none", "--capacity-timeout", "0",
+            "--lock-timeout", str(LOCK_TIMEOUT_S)] + list(extra_args)
     return "\n".join([
         "# Written by ack-mig-hook (node_bootstrap install-boot-unit); reinstalling replaces it.",
         "[Unit]",
@@ -63,7 +69,7 @@ def render_unit(python, package_dir, request_path, extra_args):
         "RemainAfterExit=yes",
         "Environment=PYTHONPATH=%s" % _quote(package_dir, exec_line=False),
         "ExecStart=%s" % " ".join(_quote(a) for a in argv),
-        "TimeoutStartSec=900",
+        "TimeoutStartSec=%d" % START_TIMEOUT_S,
         "",
         "[Install]",
         "WantedBy=multi-user.target kubelet.service",

@@ -8,6 +8,7 @@ caught here and shown as one line: the user never sees a traceback.
 import argparse
 import json
 import os
+import signal
 import socket
 import sys
 from typing import Any, Dict, List, Optional, Tuple
@@ -16,7 +17,7 @@ from . import __version__, bootunit
 from .backend import Backend, kill_process, open_backend, reset_gpus
 from .clients import DEFAULT_CLIENTS, ClientControl, parse_clients
 from .deviceplugin import METHODS, expected_capacity, restart_by_pod_delete, wait_for_capacity
-from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure
+from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure, Terminated
 from .holders import DEFAULT_DEVICE_GLOB, wait_released
 from .kube import DEFAULT_KUBELET_KUBECONFIG, KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
 from .live import LiveGpu, effective_model, gpu_json
@@ -262,6 +263,8 @@ def _fmt(counts):
 def _failure(exc, backend):
     # type: (BaseException, Backend) -> NodeFailure
     """Any way an apply can stop, as a NodeFailure (interrupts included: they end in a final state too)."""
+    if isinstance(exc, Terminated):
+        return NodeFailure("interrupted by SIGTERM", code="interrupted")
     if isinstance(exc, KeyboardInterrupt):
         return NodeFailure("interrupted (SIGINT)", code="interrupted")
     if isinstance(exc, NvmlUnavailable):
@@ -501,9 +504,22 @@ def _emit(result, as_json):
     sys.stdout.flush()
 
 
+def _on_sigterm(signum, frame):
+    # type: (int, Any) -> None
+    # Once only: a second SIGTERM must not cut short the cleanup the first one started (systemd follows
+    # up with SIGKILL after TimeoutStopSec if the cleanup hangs).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated()
+
+
 def main(argv=None):
     # type: (Optional[List[str]]) -> int
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        # Without a handler SIGTERM kills us without unwinding: clients stay stopped, the label pending.
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread (main called from a library): the caller owns signals
+        pass
     as_json = "--json" in argv
     command = next((a for a in argv if a in COMMANDS or a == "install-boot-unit"), None)
     try:
@@ -521,8 +537,8 @@ def main(argv=None):
         result = {"command": command, "outcome": failure.outcome, "changes": 0,
                   "error": {"code": failure.code, "message": failure.message}}
         code = failure.exit_code
-    except KeyboardInterrupt:
-        message = "interrupted (SIGINT)"
+    except (KeyboardInterrupt, Terminated) as exc:
+        message = "interrupted by SIGTERM" if isinstance(exc, Terminated) else "interrupted (SIGINT)"
         result = {"command": command, "outcome": "failed", "changes": 0,
                   "error": {"code": "interrupted", "message": message}}
         code = 1

@@ -45,3 +45,9 @@ class RebootRequired(NodeFailure):
     exit_code = 5
     code = "reboot-required"
     outcome = OUTCOME_REBOOT
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (``systemctl stop``, the boot unit's TimeoutStartSec). A BaseException, like
+    KeyboardInterrupt, so that no ``except Exception`` on the way swallows it; apply turns it into a
+    final state (clients started again, node labelled) and exits 1 with ``error.code`` "interrupted"."""

@@ -148,6 +148,16 @@ def test_dollar_and_percent_in_options_reach_apply_literally():
     assert 'Environment=PYTHONPATH="/opt/$pkg"' in unit.splitlines()
 
 
+def test_the_units_lock_wait_ends_before_systemd_gives_up_on_it():
+    unit = bootunit.render_unit("/usr/bin/python3", "/opt/pkg", "/etc/ack-mig-hook/request.json", [])
+    exec_line = [line for line in unit.splitlines() if line.startswith("ExecStart=")][0]
+    argv = shlex.split(exec_line)
+    lock = float(argv[argv.index("--lock-timeout") + 1])
+    start = float([line for line in unit.splitlines() if line.startswith("TimeoutStartSec=")][0].split("=")[1])
+    # room for the apply itself after the lock: the client stop wait (60 s) and a reset (up to 300 s)
+    assert lock + 60 + 300 < start
+
+
 @pytest.mark.kube
 def test_converged_gpus_get_the_unit_inside_the_lock_even_when_the_capacity_wait_fails(tmp_path, kube_api):
     """The GPUs are right, so the next boot must restore them, whatever the device plugin reports; and the

@@ -1,7 +1,11 @@
-"""Every way out of apply ends in a final state: a bad request, a client that cannot be started again.
-Real processes and files, the local HTTPS API server."""
+"""Every way out of apply ends in a final state: SIGTERM (systemd stop, the boot unit's start timeout)
+and SIGINT, a bad request, a client that cannot be started again. Real processes, real signals, the
+local HTTPS API server."""
 
 import json
+import os
+import signal
+import time
 
 import pytest
 
@@ -33,6 +37,57 @@ def _manifest(tmp_path):
     manifest.parent.mkdir()
     manifest.write_text("kind: Pod\n")
     return manifest
+
+
+@pytest.mark.parametrize("signum, message", [(signal.SIGTERM, "interrupted by SIGTERM"),
+                                             (signal.SIGINT, "interrupted (SIGINT)")])
+def test_a_signal_mid_apply_starts_the_clients_again_and_labels_the_node(tmp_path, kube_api, holders, signum,
+                                                                          message):
+    manifest = _manifest(tmp_path)
+    node, meta = _node(tmp_path, kube_api, clients="systemd:dcgm-exporter,manifest:%s" % manifest)
+    (tmp_path / "units" / "dcgm-exporter").write_text("")  # active
+    pattern, gpus = fake_devices(tmp_path)
+    holders.append(Holder(tmp_path, "stuck-client", gpus))  # apply waits for it after stopping clients
+    proc = node.popen("apply", "--sequence", SEQ, "--gpu-device-glob", pattern, "--client-stop-timeout", "60")
+    deadline = time.time() + 30
+    while manifest.exists() or meta()["labels"].get(STATE) != "pending":
+        assert proc.poll() is None and time.time() < deadline, "apply never reached the client wait"
+        time.sleep(0.05)
+    assert not (tmp_path / "units" / "dcgm-exporter").exists()  # stopped: now blocked in the wait
+    sent = time.time()
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=30)
+    res = parse(proc.returncode, out, err)
+    assert time.time() - sent < 10  # it did not sit out the 60 s wait
+    assert res.rc == 1, err
+    assert res.json["outcome"] == "failed" and res.json["error"] == {"code": "interrupted", "message": message}
+    assert "Traceback" not in err
+    assert manifest.read_text() == "kind: Pod\n" and (tmp_path / "units" / "dcgm-exporter").exists()
+    assert node.commands()[-1] == "systemctl start dcgm-exporter"
+    assert json.loads((tmp_path / "var" / "stopped-clients.json").read_text()) == []
+    assert meta()["labels"][STATE] == "failed" and meta()["annotations"][REASON] == message
+    assert res.json["labels"]["states"] == ["pending", "failed"]
+    assert node.sim()["gpus"][0]["mig_pending"] == 0  # interrupted before any change
+
+
+def test_sigterm_while_waiting_for_the_lock_is_a_final_result_and_leaves_the_label_to_the_holder(tmp_path,
+                                                                                                   kube_api):
+    import fcntl
+
+    node, meta = _node(tmp_path, kube_api)
+    fd = os.open(str(tmp_path / "apply.lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another apply is running
+    try:
+        proc = node.popen("apply", "--sequence", SEQ)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        os.close(fd)
+    res = parse(proc.returncode, out, err)
+    assert res.rc == 1 and res.json["error"]["code"] == "interrupted"
+    assert STATE not in meta().get("labels", {})  # the apply holding the lock owns the node's labels
+    assert node.sim()["gpus"][0]["mig_pending"] == 0
 
 
 @pytest.mark.parametrize("argv, fragment", [
