@@ -20,8 +20,10 @@ nvidia-persistenced, the driver's helper that keeps the GPUs initialised for the
 not a client that apply could stop.
 """
 
+import fnmatch
 import glob
 import os
+import stat
 import time
 import typing
 from typing import Callable, Iterable, List, Optional, Set
@@ -45,6 +47,34 @@ def device_paths(pattern):
     return set(os.path.realpath(p) for p in glob.glob(pattern))
 
 
+def _char_devices(paths):
+    # type: (Set[str]) -> Set[int]
+    """Device numbers of those that are character devices: a container's own /dev/nvidia0 node is
+    another inode, and its fd link shows the path inside the container, but the number is the GPU's."""
+    found = set()
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if stat.S_ISCHR(st.st_mode):
+            found.add(st.st_rdev)
+    return found
+
+
+def _holds(link, target, paths, rdevs, name_pattern):
+    # type: (str, str, Set[str], Set[int], str) -> bool
+    if target in paths:
+        return True
+    if not rdevs or not fnmatch.fnmatchcase(os.path.basename(target), name_pattern):
+        return False  # never stat other targets: a file on a hung network mount would block the scan
+    try:
+        st = os.stat(link)
+    except OSError:
+        return False
+    return stat.S_ISCHR(st.st_mode) and st.st_rdev in rdevs
+
+
 def _command(proc, pid):
     # type: (str, str) -> str
     try:
@@ -62,6 +92,7 @@ def holders(pattern, proc="/proc", ignore_pids=None):
     paths = device_paths(pattern)
     if not paths:
         return []
+    rdevs = _char_devices(paths)
     ignore = set(ignore_pids if ignore_pids is not None else [os.getpid()])
     found = []  # type: List[Holder]
     try:
@@ -78,11 +109,12 @@ def holders(pattern, proc="/proc", ignore_pids=None):
             continue  # exited meanwhile, or (not root) another user's process we cannot inspect
         held = set()
         for fd in fds:
+            link = os.path.join(fd_dir, fd)
             try:
-                target = os.readlink(os.path.join(fd_dir, fd))
+                target = os.readlink(link)
             except OSError:
                 continue
-            if target in paths:
+            if _holds(link, target, paths, rdevs, os.path.basename(pattern)):
                 held.add(target)
         if not held:
             continue

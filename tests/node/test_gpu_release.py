@@ -84,3 +84,22 @@ def test_a_mode_left_pending_says_what_the_driver_answered(tmp_path):
     assert res.rc == 5
     assert "MIG mode is pending on GPU 0, 1 (activation: GPU requires restart, NVML error 16) and GPU reset is " \
            "disabled" in res.json["error"]["message"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+def test_a_container_holding_its_own_device_node_for_the_gpu_counts(tmp_path, holders):
+    """Inside a pod the plugin opens the container's /dev/nvidia0, another inode with the GPU's device
+    number; its fd link shows the container's path. Here /dev/full's number stands in for a GPU's."""
+    import stat
+
+    full = os.stat("/dev/full").st_rdev
+    for where in ("host", "ctr"):
+        os.makedirs(str(tmp_path / where))
+        os.mknod(str(tmp_path / where / "nvidia0"), stat.S_IFCHR | 0o600, full)
+    holder = Holder(tmp_path, "in-a-pod", [str(tmp_path / "ctr" / "nvidia0")])
+    holders.append(holder)
+    node = Node(tmp_path, count=1)
+    res = node.run("apply", "--sequence", SEQ, "--gpu-device-glob", str(tmp_path / "host" / "nvidia[0-9]*"),
+                   "--client-stop-timeout", "0.5")
+    assert res.rc == 4 and "pid %d (in-a-pod) holds %s" % (holder.pid, tmp_path / "ctr" / "nvidia0") in \
+        res.json["error"]["message"]
