@@ -1,0 +1,227 @@
+"""``apply``: bring every GPU to the partition, with the node lock held, and end every way out (an error,
+SIGTERM, SIGINT) in a final node label, clients started again and a result document.
+
+The reconcile itself (assert, then apply) is :mod:`node_bootstrap.reconcile`; this module wires it to
+the host: clients, GPU resets, the device plugin and capacity wait, node labels and the boot unit.
+"""
+
+import argparse
+import os
+import socket
+from typing import Any, Dict, List, Optional, Tuple
+
+from .backend import Backend, kill_process, reset_gpus
+from .clients import ClientControl, parse_clients
+from .commands import as_failure, gpus_json, install_boot_unit, request_spec, stderr_log
+from .deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
+from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure, Terminated
+from .holders import DEFAULT_DEVICE_GLOB, wait_released
+from .kube import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
+from .lock import NodeLock
+from .mig import MigInputError, PartitionSpec
+from .nodelabels import NodeLabeler, sequence_label_value
+from .nvml import NvmlUnavailable, NvmlWriter
+from .planner import GpuPlan, node_sequence
+from .reconcile import Host, reconcile
+from .runner import run
+
+STATE_BY_OUTCOME = {"success": "success", "failed": "failed", "reboot-required": "rebooting"}
+
+
+def _labeler(args, log):
+    # type: (argparse.Namespace, Any) -> NodeLabeler
+    if args.no_label:
+        return NodeLabeler(None, None, log)
+    try:
+        config = load_kubeconfig(args.kubeconfig)
+        client = KubeClient(config)
+    except KubeError as exc:
+        labeler = NodeLabeler(None, args.node_name, log)
+        labeler.error = "no Kubernetes access: %s" % exc
+        log(labeler.error)
+        return labeler
+    name = args.node_name or node_name_from_certificate(config) or socket.gethostname()
+    return NodeLabeler(client, name, log)
+
+
+def _release_wait(args, backend, log):
+    # type: (argparse.Namespace, Backend, Any) -> Any
+    # A simulated node has no device files of its own: look at this machine's only when asked to.
+    pattern = args.gpu_device_glob or (DEFAULT_DEVICE_GLOB if backend.sim is None else None)
+
+    def wait():
+        # type: () -> None
+        if pattern and args.client_stop_timeout > 0:
+            waited = wait_released(pattern, args.client_stop_timeout, log)
+            if waited >= 0.5:
+                log("the GPUs were released after %.1fs" % waited)
+
+    return wait
+
+
+def _sequence_value(plans):
+    # type: (List[GpuPlan]) -> str
+    ids = "-".join(str(i.profile.id) for i in plans[0].layout.instances) if plans else ""
+    return sequence_label_value(node_sequence(plans), ids)
+
+
+def _after_success(args, labeler, plans, changes, log):
+    # type: (argparse.Namespace, NodeLabeler, List[GpuPlan], int, Any) -> Dict[str, Any]
+    """Device plugin restart and capacity wait; returns the capacity report ({} when not checked)."""
+    if not labeler.enabled:
+        return {}
+    client, node = labeler.client, labeler.node_name
+    assert client is not None and node is not None
+    if changes and args.device_plugin_restart == "pod-delete":
+        try:
+            deleted = restart_by_pod_delete(client, node, args.device_plugin_namespace, args.device_plugin_selector)
+            log("device plugin pods deleted: %s" % (", ".join(deleted) or "none found"))
+        except KubeError as exc:
+            log("device plugin restart failed: %s" % exc)
+    if args.capacity_timeout <= 0:
+        return {}
+    capacity = wait_for_capacity(client, node, expected_capacity(plans), args.capacity_timeout,
+                                 args.capacity_interval)
+    if not capacity["ready"]:
+        raise NodeFailure("the node does not report the MIG resources after %ds (expected %s, reported %s): is the "
+                          "device plugin running with the mixed strategy?"
+                          % (args.capacity_timeout, _fmt(capacity["expected"]), _fmt(capacity["reported"]) or "none"),
+                          code="capacity-timeout")
+    return capacity
+
+
+def _fmt(counts):
+    # type: (Dict[str, int]) -> str
+    return ", ".join("%s=%d" % kv for kv in sorted(counts.items()))
+
+
+def _failure(exc, backend):
+    # type: (BaseException, Backend) -> NodeFailure
+    """Any way an apply can stop, as a NodeFailure (interrupts included: they end in a final state too)."""
+    if isinstance(exc, Terminated):
+        return NodeFailure("interrupted by SIGTERM", code="interrupted")
+    if isinstance(exc, KeyboardInterrupt):
+        return NodeFailure("interrupted (SIGINT)", code="interrupted")
+    if isinstance(exc, NvmlUnavailable):
+        return NodeFailure(str(exc), code="nvml-unavailable")
+    if isinstance(exc, Exception):
+        return as_failure(exc, backend)
+    return NodeFailure("internal error: %s" % exc.__class__.__name__, code="internal-error")
+
+
+def _boot_unit(args, backend, spec):
+    # type: (argparse.Namespace, Backend, PartitionSpec) -> Dict[str, Any]
+    if backend.sim is not None and os.path.abspath(args.boot_unit_root) == "/":
+        # A simulated node must never install a unit into this machine's real systemd.
+        return {"installed": False, "skipped": "simulated node: give --boot-unit-root DIR to install one there"}
+    return install_boot_unit(args, spec, args.boot_unit_root)
+
+
+class _Apply(object):
+    """One apply: what exists so far (clients, NVML writer, resets), so that every way out, an exception,
+    SIGTERM or SIGINT included, ends in :meth:`fail`: clients started again, a final label, a result."""
+
+    def __init__(self, args, backend, labeler, log):
+        # type: (argparse.Namespace, Backend, NodeLabeler, Any) -> None
+        self.args, self.backend, self.labeler, self.log = args, backend, labeler, log
+        self.result = {"command": "apply", "backend": backend.name, "outcome": OUTCOME_SUCCESS, "changes": 0,
+                       "sequence": None}  # type: Dict[str, Any]
+        self.exit_code = 0
+        self.spec = None  # type: Optional[PartitionSpec]
+        self.control = None  # type: Optional[ClientControl]
+        self.writer = None  # type: Optional[NvmlWriter]
+        self.resets = []  # type: List[List[int]]
+        self.failed = False
+
+    def _problems(self, problems):
+        # type: (List[str]) -> None
+        merged = list(self.result.get("client_problems", []))
+        merged += [p for p in problems if p not in merged]
+        if merged:
+            self.result["client_problems"] = merged
+
+    def _install_boot_unit(self):
+        # type: () -> None
+        # After a reboot no instance is left (and Hopper may come back with MIG off): the unit re-applies
+        # before the kubelet starts. Installed while the node lock is held, as soon as the GPUs are right
+        # (or only a reboot is missing: the reboot finishes the job), whatever the capacity wait says.
+        if self.args.boot_unit and self.spec is not None and "boot_unit" not in self.result:
+            self.result["boot_unit"] = _boot_unit(self.args, self.backend, self.spec)
+
+    def run_locked(self):
+        # type: () -> None
+        args, backend, log = self.args, self.backend, self.log
+        assert self.spec is not None and self.control is not None
+        control = self.control
+        reset = reset_gpus(backend)
+
+        def counted_reset(indices):
+            # type: (List[int]) -> Tuple[int, str]
+            self.resets.append(indices)  # a GPU reset changes the GPU: it counts like a mutating call
+            return reset(indices)
+
+        host = Host(control.stop, control.start, counted_reset, kill_process(backend), log,
+                    _release_wait(args, backend, log))
+        writer = NvmlWriter(backend.nv)
+        with writer:
+            self.writer = writer
+            try:
+                report = reconcile(writer, self.spec, host, force=args.force, allow_reset=not args.no_reset,
+                                   on_change=lambda plans: self.labeler.set("pending"))
+                self.result["changes"] = writer.changes + len(self.resets)
+                self.result["sequence"] = node_sequence(report.plans)
+                self.result["gpus"] = gpus_json(report.gpus)
+                self._install_boot_unit()
+                self._problems(report.client_problems + control.start(control.leftovers()))
+                capacity = _after_success(args, self.labeler, report.plans, self.result["changes"], log)
+                if capacity:
+                    self.result["capacity"] = capacity
+                self.labeler.set("success", _sequence_value(report.plans))
+            except BaseException as exc:  # noqa: B036 - SIGTERM and SIGINT too: every path ends in a final label
+                self.fail(exc, label=True)
+
+    def fail(self, exc, label):
+        # type: (BaseException, bool) -> None
+        """Record the failure, start stopped clients again, label the node (when ``label``). Runs once."""
+        if self.failed:
+            return
+        self.failed = True
+        failure = _failure(exc, self.backend)
+        self.result.update(outcome=failure.outcome, error={"code": failure.code, "message": failure.message})
+        self.exit_code = failure.exit_code
+        if self.writer is not None:
+            self.result["changes"] = self.writer.changes + len(self.resets)
+            try:
+                self.result["gpus"] = gpus_json(self.writer.read_all())
+            except Exception:  # noqa: BLE001 - the state is a courtesy; the failure is what counts
+                pass
+        if self.control is not None:
+            try:
+                self._problems(self.control.start(self.control.leftovers()))
+            except Exception as exc2:  # noqa: BLE001 - never let a client problem skip the label
+                self._problems(["could not start the stopped clients: %s" % " ".join(str(exc2).split())[:200]])
+        if failure.outcome == "reboot-required":
+            self._install_boot_unit()
+        if label:
+            self.labeler.set(STATE_BY_OUTCOME[failure.outcome], reason=failure.message)
+
+
+def cmd_apply(args, backend):
+    # type: (argparse.Namespace, Backend) -> Tuple[Dict[str, Any], int]
+    log = stderr_log(args)
+    # The labeler first: every failure after it, a bad request included, can be written on the node.
+    apply = _Apply(args, backend, _labeler(args, log), log)
+    try:
+        apply.spec = request_spec(args)
+        apply.control = ClientControl(parse_clients(args.clients), run, args.state_dir, log)
+        with NodeLock(args.lock_file, args.lock_timeout):
+            try:
+                apply.run_locked()
+            except BaseException as exc:  # noqa: B036 - NVML unavailable, or an interrupt while failing
+                apply.fail(exc, label=True)
+    except BaseException as exc:  # noqa: B036 - before the lock: bad input, lock timeout, interrupted waiting
+        # A bad request is a verdict on this node's request: say so on the node. A lock timeout or an
+        # interrupt while waiting says nothing about the node; the apply holding the lock labels it.
+        apply.fail(exc, label=isinstance(exc, BadInput) or isinstance(exc, MigInputError))
+    apply.result["labels"] = apply.labeler.summary()
+    return apply.result, apply.exit_code

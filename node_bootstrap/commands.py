@@ -1,0 +1,156 @@
+"""The node commands other than apply: status, plan, install-boot-unit, sim-reboot, and the helpers
+every command shares (the partition from the options, NVML reads, result documents).
+
+Each command takes the parsed options and a backend and returns ``(result document, exit code)``;
+:mod:`node_bootstrap.cli` parses, dispatches and prints. ``apply`` lives in :mod:`node_bootstrap.apply`.
+"""
+
+import argparse
+import os
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import bootunit
+from .backend import Backend
+from .clients import parse_clients
+from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure
+from .live import LiveGpu, effective_model, gpu_json
+from .mig import MigInputError, PartitionSpec
+from .nvml import NvmlReader, NvmlUnavailable
+from .planner import node_sequence, plan_json, plan_node
+from .request import spec_from_options
+from .runner import run
+
+DEFAULT_STATE_DIR = "/var/lib/ack-mig-hook"
+DEFAULT_CLIENT_STOP_TIMEOUT = 60.0
+
+
+def request_spec(args):
+    # type: (argparse.Namespace) -> PartitionSpec
+    return spec_from_options(args.size, args.sequence, args.request_b64, args.request_file)
+
+
+def stderr_log(args):
+    # type: (argparse.Namespace) -> Any
+    def log(message):
+        # type: (str) -> None
+        sys.stderr.write("node_bootstrap: %s\n" % message)
+        sys.stderr.flush()
+
+    return log
+
+
+def as_failure(exc, backend):
+    # type: (Exception, Backend) -> NodeFailure
+    if isinstance(exc, NodeFailure):
+        return exc
+    if isinstance(exc, MigInputError):
+        return BadInput(str(exc))
+    if isinstance(exc, backend.nv.NVMLError):
+        return NodeFailure("NVML: %s (error %s)" % (exc, getattr(exc, "value", "?")), code="nvml-error")
+    return NodeFailure("internal error: %s: %s" % (exc.__class__.__name__, " ".join(str(exc).split())[:300]),
+                       code="internal-error")
+
+
+def read_gpus(backend):
+    # type: (Backend) -> Tuple[List[LiveGpu], Optional[str]]
+    try:
+        with NvmlReader(backend.nv) as reader:
+            return reader.read_all(), reader.driver_version()
+    except NvmlUnavailable as exc:
+        raise NodeFailure(str(exc), code="nvml-unavailable")
+    except backend.nv.NVMLError as exc:  # a GPU that cannot even be enumerated
+        raise as_failure(exc, backend)
+
+
+def gpus_json(gpus):
+    # type: (List[LiveGpu]) -> List[Dict[str, Any]]
+    return [gpu_json(g, effective_model(g)[0]) for g in gpus]
+
+
+def cmd_status(args, backend):
+    # type: (argparse.Namespace, Backend) -> Tuple[Dict[str, Any], int]
+    gpus, driver = read_gpus(backend)
+    out = []
+    for gpu in gpus:
+        model, source = effective_model(gpu)
+        item = gpu_json(gpu, model)
+        item.update({
+            "pci_device_id": "0x%08x" % gpu.pci_device_id if gpu.pci_device_id is not None else None,
+            "bus_id": gpu.bus_id, "uuid": gpu.uuid, "mig_capable": gpu.mig_capable,
+            "profiles_source": source,
+            "profiles": [p.to_dict() for p in model.profiles] if model is not None else [],
+            "processes": list(gpu.pids), "notes": list(gpu.notes),
+        })
+        out.append(item)
+    return {"command": "status", "backend": backend.name, "driver_version": driver, "gpus": out}, 0
+
+
+def cmd_plan(args, backend):
+    # type: (argparse.Namespace, Backend) -> Tuple[Dict[str, Any], int]
+    spec = request_spec(args)
+    gpus, _ = read_gpus(backend)
+    plans = plan_node(gpus, spec)
+    return {
+        "command": "plan", "backend": backend.name, "sequence": node_sequence(plans),
+        "converged": all(p.converged for p in plans),
+        "mutating_calls": sum(p.action_count for p in plans),
+        "gpus": [plan_json(p, g) for p, g in zip(plans, gpus)],
+    }, 0
+
+
+def boot_args(args):
+    # type: (argparse.Namespace) -> List[str]
+    """The global options the boot unit repeats (all plain option values, never label text)."""
+    out = ["--backend", args.backend, "--kubeconfig", args.kubeconfig, "--lock-file", args.lock_file,
+           "--state-dir", args.state_dir, "--clients", args.clients]
+    if args.sim_state:
+        out += ["--sim-state", os.path.abspath(args.sim_state)]
+    if args.node_name:
+        out += ["--node-name", args.node_name]
+    if args.gpu_device_glob:
+        out += ["--gpu-device-glob", args.gpu_device_glob]
+    if args.client_stop_timeout != DEFAULT_CLIENT_STOP_TIMEOUT:
+        out += ["--client-stop-timeout", "%g" % args.client_stop_timeout]
+    for flag in ("no_label", "no_reset", "force"):
+        if getattr(args, flag):
+            out.append("--" + flag.replace("_", "-"))
+    return out
+
+
+def install_boot_unit(args, spec, root):
+    # type: (argparse.Namespace, PartitionSpec, str) -> Dict[str, Any]
+    """Install (or confirm) the boot unit; a failure is reported in the result, never raised."""
+    try:
+        installed = bootunit.install(spec, root=root, extra_args=boot_args(args), runner=run)
+    except (IOError, OSError) as exc:
+        return {"installed": False, "error": "boot unit not written: %s" % exc}
+    out = {"installed": not installed.errors, "unit": installed.unit_path, "request": installed.request_path,
+           "changed": installed.changed, "commands": installed.commands}  # type: Dict[str, Any]
+    if installed.errors:
+        out["error"] = "; ".join(installed.errors)
+    return out
+
+
+def cmd_install_boot_unit(args, backend):
+    # type: (argparse.Namespace, Optional[Backend]) -> Tuple[Dict[str, Any], int]
+    spec = request_spec(args)
+    parse_clients(args.clients)
+    if args.backend.startswith("sim:") and os.path.abspath(args.root) == "/":
+        raise BadInput("a simulated node's boot unit goes under --root DIR, never into this machine's /etc")
+    result = bootunit.install(spec, root=args.root, extra_args=boot_args(args), runner=run)
+    out = {"command": "install-boot-unit", "outcome": OUTCOME_SUCCESS, "unit": result.unit_path,
+           "request": result.request_path, "changed": result.changed, "commands": result.commands}
+    if result.errors:
+        out.update(outcome="failed", error={"code": "boot-unit-failed", "message": "; ".join(result.errors)})
+        return out, 1
+    return out, 0
+
+
+def cmd_sim_reboot(args, backend):
+    # type: (argparse.Namespace, Backend) -> Tuple[Dict[str, Any], int]
+    if backend.sim is None:
+        raise BadInput("sim-reboot needs --backend sim:<GPU>:<count> and --sim-state PATH")
+    backend.sim.reboot()
+    gpus, _ = read_gpus(backend)
+    return {"command": "sim-reboot", "boots": backend.sim.store.load().get("boots"), "gpus": gpus_json(gpus)}, 0
