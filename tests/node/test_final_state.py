@@ -17,14 +17,6 @@ STATE = "nvidia.com/mig.config.state"
 REASON = "ack-mig-hook/mig-config-reason"
 
 
-@pytest.fixture
-def holders():
-    started = []
-    yield started
-    for holder in started:
-        holder.stop()
-
-
 def _node(tmp_path, kube_api, **kw):
     kube_api.add_node("node-a")
     node = Node(tmp_path, **kw)

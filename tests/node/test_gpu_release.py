@@ -10,14 +10,6 @@ from tests.node.nodecli import Holder, Node, fake_devices
 SEQ = "3g.20gb-3g.20gb"
 
 
-@pytest.fixture
-def holders():
-    started = []
-    yield started
-    for holder in started:
-        holder.stop()
-
-
 def _manifest(tmp_path):
     manifest = tmp_path / "manifests" / "nvidia-device-plugin.yml"
     manifest.parent.mkdir()
