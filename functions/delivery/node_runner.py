@@ -70,6 +70,7 @@ def install(root, digest):
     import shutil
     import tarfile
     import tempfile
+    import time
 
     incoming = os.path.join(root, "incoming")
     parts = parts_of(incoming, digest)
@@ -78,19 +79,34 @@ def install(root, digest):
     if parts is None:
         emit("bundle-missing", "bundle %s is not on this node" % digest[:12], EXIT_BUNDLE_MISSING,
              bundle="missing")
-    try:
-        packed = b"".join(open(p, "rb").read() for p in parts)
-    except OSError:  # a concurrent run installed the bundle and removed the parts meanwhile
-        if os.path.isfile(os.path.join(target, ".complete")):
-            return target
-        emit("bundle-missing", "bundle %s parts vanished" % digest[:12], EXIT_BUNDLE_MISSING, bundle="missing")
-    try:
-        raw = lzma.decompress(packed)
-    except lzma.LZMAError:
-        raw = b""
-    if hashlib.sha256(raw).hexdigest() != digest:
+    def unpacked():
+        try:
+            packed = b"".join(open(p, "rb").read() for p in parts)
+        except OSError:  # a concurrent run installed the bundle and removed the parts meanwhile
+            if os.path.isfile(os.path.join(target, ".complete")):
+                return None
+            emit("bundle-missing", "bundle %s parts vanished" % digest[:12], EXIT_BUNDLE_MISSING,
+                 bundle="missing")
+        try:
+            data = lzma.decompress(packed)
+        except lzma.LZMAError:
+            return b""
+        return data if hashlib.sha256(data).hexdigest() == digest else b""
+
+    raw = unpacked()
+    if raw == b"":
+        # A duplicate event may be sending the same parts right now (written in place): look once more
+        # after a moment before calling them corrupt, or this run would delete the other one's upload.
+        time.sleep(2.0)
+        raw = unpacked()
+    if raw is None:
+        return target
+    if raw == b"":
         for p in parts:
-            os.unlink(p)
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
         emit("bundle-missing", "bundle %s arrived corrupt; parts removed" % digest[:12], EXIT_BUNDLE_MISSING,
              bundle="missing")
     if not os.path.isdir(bundles):

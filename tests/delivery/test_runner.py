@@ -48,6 +48,22 @@ def test_corrupt_parts_are_refused_and_removed(maker):
     assert node_dirs(maker.root) == [] and os.listdir(os.path.join(maker.root, "incoming")) == []
 
 
+def test_parts_being_rewritten_by_a_duplicate_event_are_read_again_not_deleted(maker):
+    """Two deliveries of one event may send the same parts at once; parts caught mid-write look corrupt
+    for a moment. The runner reads them again after a pause instead of deleting the other upload."""
+    import threading
+
+    put_parts(maker, corrupt=True)  # what a half-written upload looks like
+    rewrite = threading.Timer(0.5, put_parts, args=(maker,))  # the other upload finishes meanwhile
+    rewrite.start()
+    try:
+        code, doc = run(maker)
+    finally:
+        rewrite.join()
+    assert code == 0 and doc["outcome"] == "success"
+    assert node_dirs(maker.root) == [maker.bundle.digest]
+
+
 def test_the_node_deadline_stops_the_process(maker):
     put_parts(maker)
     maker.deadline_s = 1
