@@ -118,15 +118,21 @@ def check_budget(gpu, profiles):
     return None
 
 
+def _search(gpu, profiles):
+    # type: (GpuModel, Sequence[Profile]) -> Optional[Layout]
+    """The placement search itself, for profiles already within the counting rules."""
+    chosen = []  # type: List[Instance]
+    if not _backtrack(_search_order(profiles), 0, 0, 0, chosen):
+        return None
+    return Layout(gpu, tuple(sorted(chosen, key=lambda i: (i.start, i.profile.id))))
+
+
 def try_place(gpu, profiles):
     # type: (GpuModel, Sequence[Profile]) -> Optional[Layout]
     """A layout for exactly these profiles, or None when no non-overlapping placement exists."""
     if check_budget(gpu, profiles) is not None:
         return None
-    chosen = []  # type: List[Instance]
-    if not _backtrack(_search_order(profiles), 0, 0, 0, chosen):
-        return None
-    return Layout(gpu, tuple(sorted(chosen, key=lambda i: (i.start, i.profile.id))))
+    return _search(gpu, profiles)
 
 
 def place(gpu, profiles):
@@ -137,7 +143,7 @@ def place(gpu, profiles):
     reason = check_budget(gpu, profiles)
     if reason is not None:
         raise PlacementError(reason)
-    layout = try_place(gpu, profiles)
+    layout = _search(gpu, profiles)
     if layout is None:
         starts = "; ".join("%s starts at %s" % (p.name, ",".join(str(x.start) for x in p.placements))
                            for p in sorted(set(profiles), key=lambda p: p.id))
