@@ -58,6 +58,14 @@ def test_handler_and_cli_give_the_same_decisions(monkeypatch, capsys):
     assert from_handler["nodes"] == from_cli["nodes"]
 
 
+def assert_one_error_line(proc, fragment):
+    """Bad input: exit 2, one line on stderr naming the problem, never a traceback."""
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ack-mig-hook: error: ") and fragment in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
 @pytest.mark.parametrize("content, fragment", [
     ("{not json", "event is not JSON"),
     ('{"cluster_id": "c-1", "nodepool": "np-1"}', "event field payload.nodepool"),
@@ -66,11 +74,7 @@ def test_handler_and_cli_give_the_same_decisions(monkeypatch, capsys):
 def test_bad_event_exits_2_with_one_line(tmp_path, content, fragment):
     path = tmp_path / "event.json"
     path.write_text(content)
-    proc = cli("--event", str(path), "--inventory", INVENTORY)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ack-mig-hook: error: ") and fragment in lines[0]
-    assert "Traceback" not in proc.stderr + proc.stdout
+    assert_one_error_line(cli("--event", str(path), "--inventory", INVENTORY), fragment)
 
 
 @pytest.mark.parametrize("content, fragment", [
@@ -83,10 +87,7 @@ def test_bad_event_exits_2_with_one_line(tmp_path, content, fragment):
 def test_bad_inventory_exits_2_with_one_line(tmp_path, content, fragment):
     path = tmp_path / "inventory.json"
     path.write_text(content)
-    proc = cli("--event", os.path.join(EVENTS, "fc_timer.json"), "--inventory", str(path))
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and fragment in lines[0], proc.stderr
+    assert_one_error_line(cli("--event", os.path.join(EVENTS, "fc_timer.json"), "--inventory", str(path)), fragment)
 
 
 def test_missing_files_and_stdin(tmp_path):
