@@ -1,7 +1,7 @@
 """The one shell script every transport runs on a node, and the node_bootstrap arguments it carries.
 
 The script is a fixed template. What varies is substituted only after a strict check: the bundle hash
-(hex), the node directory and interpreter (checked paths), the deadline (an integer), the instance id
+(hex), the node directory and interpreter (checked paths), the deadline and its grace (integers), the instance id
 (checked, or Cloud Assistant's own ``{{ACS::InstanceId}}``), and the arguments and node names as base64.
 A label value therefore reaches the node inside base64 only and can never become shell text, whatever it
 contains (tests/delivery/test_command.py tries hostile values).
@@ -16,6 +16,9 @@ from typing import List, Mapping, Optional, Sequence
 
 DEFAULT_ROOT = "/var/lib/ack-mig-hook"
 HEREDOC = "ACK_MIG_RUNNER_EOF"
+# SIGTERM -> SIGKILL on the node: apply's cleanup (start the clients again, label the node) needs seconds;
+# kept well inside the transports' own margin past the deadline (SSH 30 s, Cloud Assistant 60 s).
+DEFAULT_GRACE_S = 15
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 _PATH = re.compile(r"^/[A-Za-z0-9._/-]{1,200}\Z")
@@ -31,7 +34,7 @@ TEMPLATE = """#!/bin/sh
 # are a hex hash, checked paths, an integer and base64). The runner below is documented in the project.
 umask 077
 mkdir -p '{root}/incoming' '{root}/bundles' || exit 1
-exec {python} - '{digest}' '{root}' '{args}' '{deadline}' '{python}' '{instance}' '{names}' <<'""" + HEREDOC + """'
+exec {python} - '{digest}' '{root}' '{args}' '{deadline}' '{python}' '{instance}' '{names}' '{grace}' <<'""" + HEREDOC + """'
 {runner}
 """ + HEREDOC + "\n"
 
@@ -76,19 +79,23 @@ def encode_names(names: Mapping[str, str]) -> str:
 
 
 def render(digest: str, args: Sequence[str], deadline_s: int, instance_id: str = ACS_INSTANCE_ID,
-           names: Optional[Mapping[str, str]] = None, root: str = DEFAULT_ROOT, python: str = "python3") -> str:
+           names: Optional[Mapping[str, str]] = None, root: str = DEFAULT_ROOT, python: str = "python3",
+           grace_s: int = DEFAULT_GRACE_S) -> str:
     """The script for one node or, with ``instance_id`` left to Cloud Assistant, for a whole batch: the
-    runner adds ``--node-name`` from ``names`` for its own instance. ``args`` travel as base64 JSON."""
+    runner adds ``--node-name`` from ``names`` for its own instance. ``args`` travel as base64 JSON.
+    At ``deadline_s`` the runner sends SIGTERM to node_bootstrap's process group, ``grace_s`` later SIGKILL."""
     args_b64 = encode_args(args)
     _check(_B64, args_b64, "arguments")
     if not isinstance(deadline_s, int) or isinstance(deadline_s, bool) or not 1 <= deadline_s <= 86400:
         raise CommandError("refusing deadline %r in a node command" % (deadline_s,))
+    if not isinstance(grace_s, int) or isinstance(grace_s, bool) or not 1 <= grace_s <= 600:
+        raise CommandError("refusing grace %r in a node command" % (grace_s,))
     if instance_id != ACS_INSTANCE_ID:
         _check(_INSTANCE, instance_id, "instance id")
     return TEMPLATE.format(root=_check(_PATH, root, "directory"), python=_check(_PYTHON, python, "python"),
                            digest=_check(_HEX64, digest, "bundle hash"), args=args_b64,
                            deadline=deadline_s, instance=instance_id, names=encode_names(names or {}),
-                           runner=_RUNNER)
+                           grace=grace_s, runner=_RUNNER)
 
 
 def request_document(partition: Mapping[str, str]) -> dict:

@@ -1,7 +1,7 @@
 """The runner that every transport starts on the node. It is sent as text (never imported by the function)
 and runs on the node's system Python: Python 3.6+, standard library only.
 
-    python3 - HASH ROOT ARGS_B64 DEADLINE_S PYTHON INSTANCE_ID NAMES_Z  < node_runner.py
+    python3 - HASH ROOT ARGS_B64 DEADLINE_S PYTHON INSTANCE_ID NAMES_Z GRACE_S  < node_runner.py
 
 1. Makes sure the bundle ``ROOT/bundles/HASH`` is there: if not, it assembles the parts that SendFile or
    SFTP left in ``ROOT/incoming`` (``HASH.<i>of<n>``), checks the SHA-256 of the unpacked tar against
@@ -9,7 +9,10 @@ and runs on the node's system Python: Python 3.6+, standard library only.
    and two concurrent runs cannot corrupt each other. Missing parts -> exit 10, ``bundle-missing``: the
    transport then sends the parts and runs again. A warm cache costs nothing.
 2. Runs ``PYTHON -m node_bootstrap ARGS`` (ARGS is a base64 JSON list, so no argument is ever shell text)
-   with the bundle on PYTHONPATH and a deadline: past it the process is killed and the result says so.
+   with the bundle on PYTHONPATH, in its own session (process group), with a deadline. At the deadline the
+   whole group gets SIGTERM (apply's own handler then starts the stopped clients again and labels the node
+   ``failed``, reason ``interrupted``), GRACE_S seconds later SIGKILL; the pipes are read for a bounded
+   time only, so a grandchild that left the group and kept them open cannot hold the runner either.
    NAMES_Z (base64 zlib JSON instance id -> node name) gives ``--node-name`` for this instance, so one
    script serves a whole Cloud Assistant batch.
 3. Prints a few ``# `` lines of the node's stderr and, last, ONE JSON line: the node's own result, or one
@@ -20,12 +23,15 @@ import base64
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import zlib
 
 EXIT_BUNDLE_MISSING = 10
 EXIT_TIMEOUT = 124
+DEFAULT_GRACE_S = 15  # SIGTERM -> SIGKILL; apply's cleanup (start clients, label) fits well within it
+PIPE_DRAIN_S = 5  # after SIGKILL: how long to keep reading pipes a stray grandchild may still hold
 _PART = re.compile(r"^([0-9a-f]{64})\.([0-9]+)of([0-9]+)$")
 
 
@@ -132,8 +138,50 @@ def _Bytes(data):
     return io.BytesIO(data)
 
 
+def _signal_group(proc, signum):
+    try:
+        os.killpg(proc.pid, signum)  # the session leader's pid is its group id (start_new_session)
+    except OSError:  # the group is gone already
+        pass
+
+
+def _drain(proc, seconds):
+    """What the process wrote, reading for at most ``seconds``; (b"", b"") when the pipes stay open."""
+    try:
+        return proc.communicate(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        for pipe in (proc.stdout, proc.stderr):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        return b"", b""
+    except ValueError:  # pipes closed by an earlier drain
+        return b"", b""
+
+
+def stop_group(proc, grace):
+    """SIGTERM to the whole group, up to ``grace`` s for it to finish, then SIGKILL. Returns the output
+    and how it ended ("terminated" or "killed")."""
+    _signal_group(proc, signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=grace)
+        _signal_group(proc, signal.SIGKILL)  # the leader finished: leave no straggler of its group behind
+        return out, err, "terminated"
+    except subprocess.TimeoutExpired:
+        pass
+    _signal_group(proc, signal.SIGKILL)
+    out, err = _drain(proc, PIPE_DRAIN_S)
+    try:
+        proc.wait(timeout=PIPE_DRAIN_S)
+    except subprocess.TimeoutExpired:
+        pass
+    return out, err, "killed"
+
+
 def main(argv):
     digest, root, args_b64, deadline, python, instance_id, names_z = argv[1:8]
+    grace = float(argv[8]) if len(argv) > 8 else DEFAULT_GRACE_S
     args = json.loads(base64.b64decode(args_b64.encode("ascii")).decode("utf-8"))
     names = json.loads(zlib.decompress(base64.b64decode(names_z.encode("ascii"))).decode("utf-8"))
     if instance_id in names:
@@ -143,14 +191,34 @@ def main(argv):
     env["PYTHONPATH"] = target
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     proc = subprocess.Popen([python, "-m", "node_bootstrap"] + args, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=target)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=target,
+                            start_new_session=True)
     try:
         out, err = proc.communicate(timeout=float(deadline))
     except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        emit("node-timeout", "node_bootstrap did not finish within %s s and was stopped" % deadline,
-             EXIT_TIMEOUT)
+        if proc.poll() is not None:  # it finished; a grandchild in its group kept the pipes open
+            _signal_group(proc, signal.SIGKILL)
+            out, err = _drain(proc, PIPE_DRAIN_S)
+            how = ""
+        else:
+            out, err, how = stop_group(proc, grace)
+    else:
+        how = ""
+    if how:
+        said = [l for l in out.decode("utf-8", "replace").splitlines() if l.strip()]
+        try:
+            doc = json.loads(said[-1]) if said else None
+        except ValueError:
+            doc = None
+        own = doc.get("error") if isinstance(doc, dict) and isinstance(doc.get("error"), dict) else {}
+        message = "node_bootstrap did not finish within %s s: %s" % (
+            deadline, "stopped by SIGTERM" if how == "terminated" else
+            "killed (SIGKILL) %g s after SIGTERM" % grace)
+        if own.get("message"):
+            message += "; it reported: %s" % str(own["message"])[:200]
+        extra = {"node": {"outcome": doc.get("outcome"), "error": own, "labels": doc.get("labels")}} \
+            if isinstance(doc, dict) else {}
+        emit("node-timeout", message, EXIT_TIMEOUT, **extra)
     for line in err.decode("utf-8", "replace").splitlines()[-8:]:
         sys.stdout.write("# %s\n" % line[:300])
     lines = [l for l in out.decode("utf-8", "replace").splitlines() if l.strip()]

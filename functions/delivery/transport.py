@@ -8,7 +8,7 @@ node never hides the others. Each transport runs the same script (:mod:`.command
 from typing import Callable, Dict, List, Optional, Protocol, Sequence
 
 from .bundle import Bundle
-from .command import ACS_INSTANCE_ID, DEFAULT_ROOT, render
+from .command import ACS_INSTANCE_ID, DEFAULT_GRACE_S, DEFAULT_ROOT, render
 from .result import NodeResult, NodeTarget
 
 
@@ -22,15 +22,17 @@ class Transport(Protocol):
 class ScriptMaker:
     """Renders the node script for a target; shared by all transports so they run the same thing."""
 
-    def __init__(self, bundle: Bundle, deadline_s: int, root: str = DEFAULT_ROOT, python: str = "python3"):
+    def __init__(self, bundle: Bundle, deadline_s: int, root: str = DEFAULT_ROOT, python: str = "python3",
+                 grace_s: int = DEFAULT_GRACE_S):
         self.bundle, self.deadline_s, self.root, self.python = bundle, deadline_s, root, python
+        self.grace_s = grace_s  # node_bootstrap's SIGTERM -> SIGKILL on the node, after deadline_s
 
     def script(self, targets: Sequence[NodeTarget], instance_id: str = ACS_INSTANCE_ID) -> str:
         """One script for targets that share their arguments; ``instance_id`` is the node's own id for
         SSH and local, Cloud Assistant's per-instance parameter for a batch."""
         names = {t.instance_id: t.node_name for t in targets if t.node_name}
         return render(self.bundle.digest, targets[0].args, self.deadline_s, instance_id, names, self.root,
-                      self.python)
+                      self.python, self.grace_s)
 
 
 def run_push_run(target: NodeTarget, run: Callable[[NodeTarget], NodeResult],

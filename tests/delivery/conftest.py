@@ -22,6 +22,14 @@ args = sys.argv[1:]
 def opt(name, default=None):
     return args[args.index(name) + 1] if name in args else default
 doc = json.loads(base64.b64decode(opt("--request-b64")).decode())
+if opt("--fake-child"):  # a child of its own (a tool it started); --fake-escape: one that left the group
+    import os, subprocess
+    child = subprocess.Popen(["sleep", "60"], start_new_session=bool(opt("--fake-escape")))
+    with open(opt("--fake-child"), "w") as fh:
+        fh.write(str(child.pid))
+if opt("--fake-ignore-term"):  # a process that will not stop on SIGTERM: only SIGKILL ends it
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 time.sleep(float(opt("--fake-sleep", 0)))
 sys.stderr.write("fake node: working\\n")
 if opt("--fake-silent"):

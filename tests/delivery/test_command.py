@@ -16,7 +16,7 @@ SHELL = re.compile(
     r"\A#!/bin/sh\n(#[^\n]*\n)+umask 077\n"
     r"mkdir -p '(?P<root>/[A-Za-z0-9._/-]+)/incoming' '(?P=root)/bundles' \|\| exit 1\n"
     r"exec (?P<py>[A-Za-z0-9._/-]+) - '[0-9a-f]{64}' '(?P=root)' '(?P<args>[A-Za-z0-9+/=]*)' '[0-9]+' "
-    r"'(?P=py)' '(?P<iid>[A-Za-z0-9_-]+|\{\{ACS::InstanceId\}\})' '(?P<names>[A-Za-z0-9+/=]*)' "
+    r"'(?P=py)' '(?P<iid>[A-Za-z0-9_-]+|\{\{ACS::InstanceId\}\})' '(?P<names>[A-Za-z0-9+/=]*)' '[0-9]+' "
     r"<<'" + HEREDOC + r"'\n\Z")
 
 
@@ -66,6 +66,7 @@ def test_node_names_travel_compressed_and_each_node_finds_its_own():
 @pytest.mark.parametrize("kw", [
     {"root": "/var/lib/x'; id"}, {"root": "relative"}, {"root": "/var/../etc"}, {"python": "python3; id"},
     {"instance_id": "i-1'x"}, {"names": {"i-1": "Bad Name"}}, {"names": {"i 1": "ok"}}, {"deadline_s": 0},
+    {"grace_s": 0}, {"grace_s": "5; id"},
 ])
 def test_every_substitution_is_checked(kw):
     args = dict(digest=DIGEST, args=["--json"], deadline_s=60)

@@ -1,20 +1,47 @@
 """The node runner, run for real: bundle install from parts, the hash check, the cache, the deadline."""
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
+
+import pytest
 
 from functions.delivery.command import node_args, render
 from functions.delivery.local import LocalTransport
 from functions.delivery.result import parse_output
 from tests.delivery.conftest import node_dirs, targets
+from tests.node.conftest import holders  # noqa: F401  (fixture)
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 
-def run(maker, extra=(), instance="i-1", names=None):
-    args = node_args({"kind": "size", "value": "1g.5gb"}, extra)
-    script = render(maker.bundle.digest, args, maker.deadline_s, instance, names or {}, maker.root, maker.python)
-    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, timeout=60)
+def run(maker, extra=(), instance="i-1", names=None, grace_s=15, args=None, env=None, timeout=60):
+    args = args or node_args({"kind": "size", "value": "1g.5gb"}, extra)
+    script = render(maker.bundle.digest, args, maker.deadline_s, instance, names or {}, maker.root, maker.python,
+                    grace_s)
+    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, timeout=timeout, env=env)
     return proc.returncode, parse_output(proc.stdout.decode())
+
+
+def gone(pid):
+    """The process no longer runs (exited, or a zombie waiting for its reaper)."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+@pytest.fixture
+def strays():
+    """Pids a test's node started; killed afterwards whatever happened (never left running)."""
+    pids = []
+    yield pids
+    for pid in pids:
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def put_parts(maker, corrupt=False):
@@ -69,6 +96,87 @@ def test_the_node_deadline_stops_the_process(maker):
     maker.deadline_s = 1
     code, doc = run(maker, ["--fake-sleep", "20"])
     assert code == 124 and doc["error"]["code"] == "node-timeout"
+
+
+def test_the_deadline_stops_the_whole_process_group(maker, tmp_path, strays):
+    """node_bootstrap's own children (a tool it started) go with it: SIGTERM reaches the whole group."""
+    put_parts(maker)
+    maker.deadline_s = 1
+    pidfile = tmp_path / "child.pid"
+    started = time.monotonic()
+    code, doc = run(maker, ["--fake-sleep", "30", "--fake-child", str(pidfile)], grace_s=5)
+    strays.append(int(pidfile.read_text()))
+    assert code == 124 and doc["error"]["code"] == "node-timeout"
+    assert "stopped by SIGTERM" in doc["error"]["message"]
+    assert time.monotonic() - started < 5  # SIGTERM was enough: no wait for the grace period
+    deadline = time.monotonic() + 5
+    while not gone(strays[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(strays[0]), "the child node_bootstrap started outlived the deadline"
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(maker, tmp_path, strays):
+    put_parts(maker)
+    maker.deadline_s = 1
+    pidfile = tmp_path / "child.pid"
+    started = time.monotonic()
+    code, doc = run(maker, ["--fake-sleep", "30", "--fake-ignore-term", "1", "--fake-child", str(pidfile)],
+                    grace_s=2)
+    elapsed = time.monotonic() - started
+    strays.append(int(pidfile.read_text()))
+    assert code == 124 and "killed (SIGKILL) 2 s after SIGTERM" in doc["error"]["message"]
+    assert 3 <= elapsed < 20
+    assert gone(strays[0])
+
+
+def test_pipes_held_by_a_grandchild_that_left_the_group_do_not_hold_the_runner(maker, tmp_path, strays):
+    """A grandchild in a session of its own keeps the output pipe open for a minute: the runner reads for a
+    bounded time, then reports, instead of waiting for it."""
+    put_parts(maker)
+    maker.deadline_s = 1
+    pidfile = tmp_path / "child.pid"
+    started = time.monotonic()
+    try:
+        code, doc = run(maker, ["--fake-sleep", "30", "--fake-child", str(pidfile), "--fake-escape", "1"],
+                        grace_s=1, timeout=40)
+    finally:
+        if pidfile.exists():
+            strays.append(int(pidfile.read_text()))
+    assert code == 124 and doc["error"]["code"] == "node-timeout"
+    assert time.monotonic() - started < 25  # deadline 1 + grace 1 + drain 5 (+ start-up), not the child's 60
+
+
+def test_sigterm_at_the_deadline_runs_applys_cleanup_on_the_simulator(tmp_path, kube_api, holders):
+    """End to end through the runner with the real bundle: apply blocks waiting for a stuck GPU client
+    after stopping the others; the runner's SIGTERM at the deadline makes apply start the clients again
+    and label the node failed (interrupted), and the runner reports node-timeout with the node's reason."""
+    from functions.delivery import bundle as bundle_mod
+    from functions.delivery.transport import ScriptMaker
+    from tests.node.nodecli import Holder, Node, fake_devices
+
+    kube_api.add_node("node-a")
+    manifest = tmp_path / "manifests" / "nvidia-device-plugin.yml"
+    manifest.parent.mkdir()
+    manifest.write_text("kind: Pod\n")
+    node = Node(tmp_path, clients="systemd:dcgm-exporter,manifest:%s" % manifest)
+    node.use_kube(kube_api.write_kubeconfig(tmp_path / "kubelet.conf", node="node-a"))
+    (tmp_path / "units" / "dcgm-exporter").write_text("")  # active
+    pattern, gpus = fake_devices(tmp_path)
+    holders.append(Holder(tmp_path, "stuck-client", gpus))  # apply waits for it after stopping clients
+    maker = ScriptMaker(bundle_mod.build(), 5, str(tmp_path / "node-root"), sys.executable)
+    put_parts(maker)
+    args = ["--json"] + node.args("apply", "--sequence", "3g.20gb-3g.20gb", "--gpu-device-glob", pattern,
+                                  "--client-stop-timeout", "120")
+    code, doc = run(maker, args=args, grace_s=20, env=node.env(), timeout=60)
+    meta = kube_api.nodes["node-a"]["metadata"]
+    assert code == 124 and doc["error"]["code"] == "node-timeout", doc
+    assert "stopped by SIGTERM" in doc["error"]["message"]
+    assert "interrupted by SIGTERM" in doc["error"]["message"]  # the node's own reason travels along
+    assert manifest.read_text() == "kind: Pod\n" and (tmp_path / "units" / "dcgm-exporter").exists()
+    assert node.commands()[-1] == "systemctl start dcgm-exporter"
+    assert meta["labels"]["nvidia.com/mig.config.state"] == "failed"
+    assert meta["annotations"]["ack-mig-hook/mig-config-reason"] == "interrupted by SIGTERM"
+    assert json.loads((tmp_path / "var" / "stopped-clients.json").read_text()) == []
 
 
 def test_a_node_without_json_is_reported_with_its_stderr(maker):
