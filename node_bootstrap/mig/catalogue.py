@@ -70,6 +70,11 @@ class GpuModel(typing.NamedTuple):
     memory_slots: int
     compute_slices: int
     profiles: Tuple[Profile, ...]
+    # At most this many instances of "+me" (media extension) profiles together, 0: only each profile's own
+    # limit. The A30 has one JPEG decoder and one OFA in all (its 4g.24gb row in the MIG user guide's
+    # "Supported MIG Profiles" table), and each +me profile takes them: 1g.6gb+me and 2g.12gb+me exclude
+    # each other although each alone allows one instance.
+    media_instances: int = 0
 
     @property
     def name(self):
@@ -116,9 +121,9 @@ def _eight_slot_profiles(mem_gb, mib):
     )
 
 
-def _gpu(key, names, pci_ids, memory_mib, profiles, slots=8, compute=7):
-    # type: (str, Tuple[str, ...], Tuple[int, ...], int, Tuple[Profile, ...], int, int) -> GpuModel
-    return GpuModel(key, names, pci_ids, memory_mib, slots, compute, profiles)
+def _gpu(key, names, pci_ids, memory_mib, profiles, slots=8, compute=7, media=0):
+    # type: (str, Tuple[str, ...], Tuple[int, ...], int, Tuple[Profile, ...], int, int, int) -> GpuModel
+    return GpuModel(key, names, pci_ids, memory_mib, slots, compute, profiles, media)
 
 
 _A100_40GB = _eight_slot_profiles((5, 10, 10, 20, 20, 40), (4864, 9856, 9856, 19968, 19968, 40192))
@@ -147,7 +152,7 @@ GPUS = (
         81920,
         _80GB,
     ),
-    _gpu("A30", ("NVIDIA A30",), (0x20B7,), 24576, _A30, slots=4, compute=4),
+    _gpu("A30", ("NVIDIA A30",), (0x20B7,), 24576, _A30, slots=4, compute=4, media=1),
     _gpu(
         "H100-80GB",
         ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H800 PCIe"),

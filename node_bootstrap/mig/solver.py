@@ -6,7 +6,11 @@ order the user wrote the profiles in does not matter, and what the solver accept
 
 The hardware rules modelled (facts.md): each instance occupies ``size`` consecutive memory slots from one
 of its profile's allowed starts; instances never overlap; at most ``max_instances`` of a profile; the
-compute slices of all instances add up to at most the GPU's compute slices.
+compute slices of all instances add up to at most the GPU's compute slices; where the GPU has fewer media
+engines than its ``+me`` profiles together would take (the A30), at most ``media_instances`` of them.
+
+:func:`complete` places profiles around instances that already exist (a node keeps what it can), with
+the same rules.
 """
 
 import typing
@@ -99,6 +103,12 @@ def _describe(profiles):
     return " + ".join("%dx %s" % (n, name) if n > 1 else name for name, n in sorted(counts.items()))
 
 
+def is_media_extension(profile):
+    # type: (Profile) -> bool
+    """A "+me" profile (1g.6gb+me, 1g.5gb+me, ...): it takes the GPU's JPEG decoder and OFA."""
+    return "+me" in profile.name
+
+
 def check_budget(gpu, profiles):
     # type: (GpuModel, Sequence[Profile]) -> Optional[str]
     """The first counting rule the multiset breaks, as a message; None when all counts are within limits."""
@@ -107,6 +117,10 @@ def check_budget(gpu, profiles):
         if counts[profile] > profile.max_instances:
             return "%d x %s requested, but %s holds at most %d" % (
                 counts[profile], profile.name, gpu.key, profile.max_instances)
+    media = [p for p in profiles if is_media_extension(p)]
+    if gpu.media_instances and len(media) > gpu.media_instances:
+        return "%s requested, but %s holds at most %d +me instance%s in all (they share its one JPEG decoder " \
+               "and OFA)" % (_describe(media), gpu.key, gpu.media_instances, "" if gpu.media_instances == 1 else "s")
     compute = sum(p.compute_slices for p in profiles)
     if compute > gpu.compute_slices:
         return "%s needs %d compute slices, but %s has %d" % (_describe(profiles), compute, gpu.key,
@@ -118,13 +132,36 @@ def check_budget(gpu, profiles):
     return None
 
 
-def _search(gpu, profiles):
-    # type: (GpuModel, Sequence[Profile]) -> Optional[Layout]
-    """The placement search itself, for profiles already within the counting rules."""
+def _search(gpu, profiles, fixed=()):
+    # type: (GpuModel, Sequence[Profile], Sequence[Instance]) -> Optional[Layout]
+    """The placement search itself, for profiles already within the counting rules, around ``fixed``
+    instances (already placed; assumed not to overlap each other)."""
+    used = 0
+    for inst in fixed:
+        used |= _mask(inst.start, inst.size)
     chosen = []  # type: List[Instance]
-    if not _backtrack(_search_order(profiles), 0, 0, 0, chosen):
+    if not _backtrack(_search_order(profiles), 0, used, 0, chosen):
         return None
-    return Layout(gpu, tuple(sorted(chosen, key=lambda i: (i.start, i.profile.id))))
+    return Layout(gpu, tuple(sorted(list(fixed) + chosen, key=lambda i: (i.start, i.profile.id))))
+
+
+def complete(gpu, fixed, profiles):
+    # type: (GpuModel, Sequence[Instance], Sequence[Profile]) -> Optional[Layout]
+    """A layout holding the ``fixed`` instances where they are plus ``profiles`` placed around them, or
+    None when the counting rules (over both together) or the free slots do not allow it.
+
+    ``fixed`` are instances that exist already: they stay at their start whether or not the solver would
+    have chosen it, and must not overlap each other or leave the GPU's memory slots.
+    """
+    used = 0
+    for inst in fixed:
+        bits = _mask(inst.start, inst.size)
+        if used & bits or inst.start < 0 or inst.start + inst.size > gpu.memory_slots:
+            return None
+        used |= bits
+    if check_budget(gpu, [i.profile for i in fixed] + list(profiles)) is not None:
+        return None
+    return _search(gpu, profiles, fixed)
 
 
 def try_place(gpu, profiles):

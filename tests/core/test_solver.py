@@ -6,9 +6,12 @@ from collections import Counter
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from node_bootstrap.mig import GPUS, Placement, PlacementError, Profile, find_gpu, place, try_place
+from node_bootstrap.mig import (GPUS, KIND_SEQUENCE, Instance, Placement, PlacementError, PartitionSpec, Profile,
+                                find_gpu, place, plan, try_place)
+from node_bootstrap.mig.solver import complete
 
 A100 = find_gpu("NVIDIA A100-SXM4-40GB")
+A30 = find_gpu("NVIDIA A30")
 
 
 def brute_force_layouts(gpu, profiles):
@@ -28,6 +31,8 @@ def brute_force_layouts(gpu, profiles):
         if sum(p.compute_slices for p, _, _ in chosen) > gpu.compute_slices:
             return False
         counts = Counter(p for p, _, _ in chosen)
+        if gpu.key == "A30" and sum(n for p, n in counts.items() if p.name.endswith("+me")) > 1:
+            return False  # one JPEG decoder and one OFA on the whole A30 (MIG user guide's A30 table)
         return all(counts[p] <= p.max_instances for p in counts)
 
     for r in range(0, gpu.memory_slots + 1):
@@ -131,3 +136,31 @@ def test_every_returned_layout_obeys_the_hardware_rules(case):
     assert layout.compute_used <= gpu.compute_slices
     assert layout.memory_used <= gpu.memory_slots
     assert list(layout.instances) == sorted(layout.instances, key=lambda i: (i.start, i.profile.id))
+
+
+def test_a30_holds_one_media_extension_instance_in_all():
+    me1, me2, plain = A30.profile_by_name("1g.6gb+me"), A30.profile_by_name("2g.12gb+me"), A30.profile_by_name("1g.6gb")
+    assert try_place(A30, [me1, plain, plain]) is not None and try_place(A30, [me2, plain]) is not None
+    with pytest.raises(PlacementError) as err:
+        place(A30, [me1, me2])
+    assert str(err.value) == ("1g.6gb+me + 2g.12gb+me requested, but A30 holds at most 1 +me instance in all (they "
+                              "share its one JPEG decoder and OFA)")
+    # the one call the function's decisions and the node both make, ids as in a pool label
+    with pytest.raises(PlacementError, match="at most 1 \\+me instance"):
+        plan(PartitionSpec(KIND_SEQUENCE, "21-6"), A30)
+    # other GPUs have one +me profile with a limit of one: nothing more to say there
+    assert A100.media_instances == 0
+
+
+def test_complete_keeps_fixed_instances_where_they_are():
+    p = A100.profile_by_name
+    # the solver alone puts 3g+2g+1g as 3g at 0, 2g at 4, 1g at 6; an existing 2g at 2 stays there
+    fixed = [Instance(p("2g.10gb"), 2)]
+    layout = complete(A100, fixed, [p("1g.5gb"), p("3g.20gb")])
+    assert [(i.profile.name, i.start) for i in layout.instances] == [("1g.5gb", 0), ("2g.10gb", 2), ("3g.20gb", 4)]
+    assert complete(A100, fixed, [p("3g.20gb"), p("3g.20gb")]) is None  # the 2g sits in the first 3g's slots
+    assert complete(A100, [Instance(p("3g.20gb"), 0), Instance(p("2g.10gb"), 2)], []) is None  # overlapping
+    assert complete(A100, [Instance(p("1g.5gb+me"), 3)], [p("1g.5gb+me")]) is None  # counts include the fixed
+    assert complete(A30, [Instance(A30.profile_by_name("1g.6gb+me"), 3)],
+                    [A30.profile_by_name("2g.12gb+me")]) is None  # and so does the A30's media rule
+    assert complete(A100, [], [p("3g.20gb"), p("4g.20gb")]) == place(A100, [p("3g.20gb"), p("4g.20gb")])
