@@ -9,10 +9,15 @@ key search in ~/.ssh: only the key configured.
 Per node: connect (connect, banner and auth timeouts; refused or reset connections are retried with
 backoff, 3 attempts), one exec of the node script; only when the node
 reports ``bundle-missing`` an SFTP upload of the bundle (one file, atomically renamed) and a second exec.
-The command's deadline closes the channel. Nodes run concurrently (default 32 at once).
+Nothing waits unbounded: the session and SFTP channels open with a timeout, every read and write has
+one, and a per-node watchdog closes the connection at the node's deadline (the runner's deadline plus
+``grace_s``), which also ends the waits paramiko has no timeout for (the answer to an exec or subsystem
+request); such a node ends ``node-timeout`` and never holds up the others. Nodes run concurrently
+(default 32 at once).
 """
 
 import io
+import logging
 import os
 import random
 import socket
@@ -25,6 +30,9 @@ import paramiko
 
 from .result import NodeResult, NodeTarget, parse_output
 from .transport import ScriptMaker, run_push_run
+
+
+log = logging.getLogger(__name__)
 
 
 class SshError(ValueError):
@@ -47,6 +55,31 @@ def load_key(text: str = "", path: str = "") -> paramiko.PKey:
         except (paramiko.SSHException, ValueError):
             continue
     raise SshError("the SSH private key is not an unencrypted Ed25519, ECDSA or RSA key")
+
+
+class _Watchdog:
+    """Closes a node's SSH client at the node's deadline. Closing the transport wakes every paramiko wait
+    (an unanswered exec or subsystem request, a read, a write, a handshake) with an error; ``fired`` tells
+    the caller that the deadline, not the node, ended it, and ``fired_step`` where it was stuck."""
+
+    def __init__(self, seconds: float):
+        self.client: Optional[paramiko.SSHClient] = None
+        self.step = "starting"
+        self.fired = False
+        self.fired_step = ""
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired_step = self.step
+        self.fired = True
+        client = self.client
+        if client is not None:
+            client.close()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
@@ -81,8 +114,9 @@ class SshTransport:
         self.connect_attempts, self.retry_sleep = max(1, connect_attempts), retry_sleep
         self._lock = threading.Lock()
 
-    def _connect(self, target: NodeTarget) -> paramiko.SSHClient:
+    def _connect(self, target: NodeTarget, watch: "_Watchdog") -> paramiko.SSHClient:
         client = paramiko.SSHClient()
+        watch.client = client  # from now on the watchdog can close it, mid-handshake included
         if os.path.isfile(self.known_hosts):
             client.load_host_keys(self.known_hosts)
         client.set_missing_host_key_policy(_AcceptNewPolicy(self.known_hosts, self._lock)
@@ -98,28 +132,28 @@ class SshTransport:
             raise
         return client
 
-    def _exec(self, client: paramiko.SSHClient, target: NodeTarget) -> NodeResult:
+    def _exec(self, client: paramiko.SSHClient, target: NodeTarget, watch: "_Watchdog") -> NodeResult:
         script = self.maker.script([target], target.instance_id)
+        watch.step = "opening a session"
         channel = client.get_transport().open_session(timeout=self.connect_timeout_s)
-        channel.settimeout(1.0)
-        limit = self.maker.deadline_s + self.grace_s
-        deadline = time.monotonic() + limit
+        channel.settimeout(1.0)  # every read and write below returns within a second
         out, err = bytearray(), bytearray()
         try:
+            # paramiko waits for the answer to an exec request without a timeout of its own: the watchdog
+            # closing the transport at the node's deadline is what ends this wait on a stalled server.
+            watch.step = "waiting for the exec request to be answered"
             channel.exec_command(script)
-            while True:
+            watch.step = "reading the node's output"
+            while not watch.fired:
                 if channel.recv_ready():
                     out += channel.recv(65536)
                 elif channel.recv_stderr_ready():
                     err += channel.recv_stderr(65536)
                 elif channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
                     break
-                elif time.monotonic() > deadline:
-                    return NodeResult(target.instance_id, self.name, error="execution-timeout",
-                                      message="no answer within %gs; channel closed" % limit)
                 else:
                     time.sleep(0.02)
-            code = channel.recv_exit_status()
+            code = channel.recv_exit_status() if not watch.fired else -1
         finally:
             channel.close()
         doc = parse_output(out.decode("utf-8", "replace"))
@@ -129,40 +163,72 @@ class SshTransport:
                               message=(tail[-1] if tail else "exit %d, no output" % code)[:300])
         return NodeResult(target.instance_id, self.name, code, doc)
 
-    def _push(self, client: paramiko.SSHClient, target: NodeTarget) -> Optional[NodeResult]:
+    def _push(self, client: paramiko.SSHClient, target: NodeTarget, watch: "_Watchdog") -> Optional[NodeResult]:
         bundle = self.maker.bundle
         name = bundle.part_names(len(bundle.packed) + 1)[0]  # one part: SFTP has no size limit
         incoming = "%s/incoming" % self.maker.root
         try:
-            with client.open_sftp() as sftp:
+            # open_sftp() would wait for the subsystem without any timeout: open the channel ourselves
+            # (bounded), give every SFTP read and write a timeout, and leave the subsystem request to the
+            # watchdog, as for exec.
+            watch.step = "opening the SFTP channel"
+            channel = client.get_transport().open_session(timeout=self.connect_timeout_s)
+            channel.settimeout(self.connect_timeout_s)
+            watch.step = "waiting for the SFTP subsystem"
+            channel.invoke_subsystem("sftp")
+            watch.step = "uploading the bundle by SFTP"
+            with paramiko.SFTPClient(channel) as sftp:
                 tmp = "%s/.%s.%d.tmp" % (incoming, name, threading.get_ident())
                 sftp.putfo(io.BytesIO(bundle.packed), tmp, confirm=True)
                 sftp.posix_rename(tmp, "%s/%s" % (incoming, name))
-        except (OSError, paramiko.SSHException) as exc:
+        except (OSError, paramiko.SSHException, EOFError) as exc:
             return NodeResult(target.instance_id, self.name, error="bundle-missing",
-                              message="SFTP upload failed: %s" % exc)
+                              message="SFTP upload failed: %s" % (exc or type(exc).__name__))
         return None
 
-    def _connect_retrying(self, target: NodeTarget) -> paramiko.SSHClient:
+    def _connect_retrying(self, target: NodeTarget, watch: "_Watchdog") -> paramiko.SSHClient:
         """Connection errors (refused, reset, timeout) are retried with backoff; a host key or
         authentication failure is not: retrying cannot change the answer."""
         for attempt in range(self.connect_attempts):
+            if watch.fired:  # the deadline passed during the backoff: no new connection
+                raise socket.timeout("node deadline reached")
+            watch.step = "connecting (attempt %d)" % (attempt + 1)
             try:
-                return self._connect(target)
+                return self._connect(target, watch)
             except (OSError, socket.timeout, EOFError):
-                if attempt + 1 == self.connect_attempts:
+                if attempt + 1 == self.connect_attempts or watch.fired:
                     raise
                 self.retry_sleep(random.uniform(0, min(4.0, 0.5 * (2 ** attempt))))
             except paramiko.SSHException as exc:
                 if isinstance(exc, (paramiko.AuthenticationException, paramiko.BadHostKeyException)) \
-                        or "known_hosts" in str(exc) or attempt + 1 == self.connect_attempts:
+                        or "known_hosts" in str(exc) or attempt + 1 == self.connect_attempts or watch.fired:
                     raise
                 self.retry_sleep(random.uniform(0, min(4.0, 0.5 * (2 ** attempt))))
         raise AssertionError("unreachable")
 
     def _one(self, target: NodeTarget) -> NodeResult:
+        """One node, never longer than its deadline (the runner's deadline plus ``grace_s``): a watchdog
+        closes the connection then, whatever step paramiko is waiting in, and the node ends node-timeout."""
+        limit = self.maker.deadline_s + self.grace_s
+        watch = _Watchdog(limit)
         try:
-            client = self._connect_retrying(target)
+            result = self._one_bounded(target, watch)
+        except Exception as exc:  # noqa: BLE001 - whatever a closed transport raises, mid-step
+            if not watch.fired:
+                raise
+            result = None
+            log.debug("node %s: %s after the watchdog closed the connection", target.instance_id,
+                      type(exc).__name__)
+        finally:
+            watch.cancel()
+        if watch.fired:
+            return NodeResult(target.instance_id, self.name, error="node-timeout",
+                              message="no answer within %gs (%s); connection closed" % (limit, watch.fired_step))
+        return result
+
+    def _one_bounded(self, target: NodeTarget, watch: "_Watchdog") -> NodeResult:
+        try:
+            client = self._connect_retrying(target, watch)
         except paramiko.BadHostKeyException:
             return NodeResult(target.instance_id, self.name, error="host-key-rejected",
                               message="%s presented a host key that differs from known_hosts" % target.address)
@@ -179,7 +245,8 @@ class SshTransport:
             return NodeResult(target.instance_id, self.name, error="connect-failed",
                               message="%s:%d: %s" % (target.address, self.port, exc))
         try:
-            return run_push_run(target, lambda t: self._exec(client, t), lambda t: self._push(client, t))
+            return run_push_run(target, lambda t: self._exec(client, t, watch),
+                                lambda t: self._push(client, t, watch))
         except (OSError, paramiko.SSHException, EOFError) as exc:
             return NodeResult(target.instance_id, self.name, error="connect-failed", message=str(exc)[:200])
         finally:

@@ -2,6 +2,7 @@
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -11,6 +12,7 @@ from functions.delivery.transport import ScriptMaker
 from functions.settings import DeliverySettings
 from tests.delivery.conftest import SECRET, node_dirs, targets
 from tests.support.sshd import _keypair
+from tests.support.stall_ssh_server import StallSshServer
 
 pytestmark = pytest.mark.ssh
 
@@ -27,7 +29,8 @@ def test_nodes_are_partitioned_and_a_warm_node_costs_one_exec(sshd, maker, monke
     calls = []
     for name in ("_exec", "_push"):
         real = getattr(transport, name)
-        monkeypatch.setattr(transport, name, lambda c, t, real=real, name=name: calls.append(name) or real(c, t))
+        monkeypatch.setattr(transport, name,
+                            lambda c, t, w, real=real, name=name: calls.append(name) or real(c, t, w))
     again = transport.run(targets(4))
     assert all(r.result["outcome"] == "success" for r in again)
     assert calls == ["_exec"] * 4  # the cache is warm: no upload, one exec per node
@@ -84,7 +87,8 @@ def test_a_hung_node_gets_its_channel_closed(sshd, fake_bundle, tmp_path):
     hang.chmod(0o755)
     maker = ScriptMaker(fake_bundle, 1, str(tmp_path / "root"), str(hang))
     result = make(sshd, maker, grace_s=0.5).run(targets(1))[0]
-    assert result.error == "execution-timeout" and "channel closed" in result.message
+    assert result.error == "node-timeout" and "connection closed" in result.message
+    assert "reading the node's output" in result.message
 
 
 def test_the_node_deadline_is_reported_by_the_node(sshd, fake_bundle, tmp_path):
@@ -115,3 +119,34 @@ def test_the_private_key_never_appears_in_results(sshd, maker):
     body = sshd.client_key_text.split("\n")[1]
     assert body not in repr(results) and SECRET not in repr(results)
     assert os.path.exists(sshd.known_hosts)
+
+
+@pytest.mark.parametrize("stall, step", [("exec", "waiting for the exec request to be answered"),
+                                         ("sftp", "waiting for the SFTP subsystem")])
+def test_a_server_that_stalls_after_login_ends_node_timeout_and_the_others_finish(sshd, maker, tmp_path, stall,
+                                                                                   step):
+    """A real SSH server (paramiko) on 127.0.0.3, same port as the real sshd, lets the client in and then
+    never answers the exec request (or, after a bundle-missing answer, the SFTP subsystem request).
+    That node ends node-timeout at its deadline; two nodes of the same event on the real sshd finish."""
+    with open(sshd.authorized_keys, encoding="utf-8") as fh:
+        pub = fh.readline()
+    server = StallSshServer(str(tmp_path), "127.0.0.3", sshd.port, pub, stall=stall).start()
+    try:
+        known = tmp_path / "known_hosts"
+        with open(sshd.known_hosts, encoding="utf-8") as fh:
+            known.write_text(fh.read() + server.known_hosts_line + "\n")
+        maker.deadline_s = 2
+        transport = make(sshd, maker, str(known), grace_s=1)
+        good = targets(2)
+        stuck = targets(1, prefix="i-stall", address="127.0.0.3")
+        started = time.monotonic()
+        results = {r.instance_id: r for r in transport.run(good + stuck)}
+        elapsed = time.monotonic() - started
+    finally:
+        server.stop()
+    hung = results["i-stall0000"]
+    assert hung.error == "node-timeout" and step in hung.message, hung
+    assert outcome(hung).outcome == "failed" and outcome(hung).code == "node-timeout"
+    assert [outcome(results[t.instance_id]).outcome for t in good] == ["partitioned"] * 2
+    assert 3 <= elapsed < 15  # the node's deadline (2 s + 1 s grace), not forever
+    assert server.events[0] == "exec" and (stall == "exec" or "subsystem:sftp" in server.events)

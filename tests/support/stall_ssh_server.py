@@ -1,0 +1,113 @@
+"""A real SSH server (paramiko's server side) on a loopback address that lets a client in and then stalls.
+
+It speaks real SSH: key exchange with its own Ed25519 host key, public-key authentication of one
+authorized key, then one of two faults:
+
+- ``stall="exec"``: the exec request is never answered (the handler blocks, so the server's transport
+  sends nothing more), as a node whose sshd hangs after login would;
+- ``stall="sftp"``: exec requests answer like a node without the bundle (the runner's ``bundle-missing``
+  JSON line, exit 10), so the client goes on to SFTP, and the ``sftp`` subsystem request is never answered.
+
+Nothing is ever run. ``known_hosts_line`` is the host key as a client's known_hosts lists it. Listen on
+another loopback address (127.0.0.3, ...) with the real sshd's port, so one transport (one port) reaches
+both. ``stop()`` releases every stalled handler and closes the sockets.
+"""
+
+import json
+import os
+import socket
+import threading
+from typing import List
+
+import paramiko
+
+from tests.support.sshd import _keypair
+
+BUNDLE_MISSING = {"outcome": "failed", "changes": 0, "bundle": "missing",
+                  "error": {"code": "bundle-missing", "message": "bundle is not on this node"}}
+
+
+class _Server(paramiko.ServerInterface):
+    def __init__(self, owner: "StallSshServer"):
+        self.owner = owner
+
+    def get_allowed_auths(self, username):
+        return "publickey"
+
+    def check_auth_publickey(self, username, key):
+        if key.get_name() == self.owner.authorized.get_name() and \
+                key.get_base64() == self.owner.authorized.get_base64():
+            return paramiko.AUTH_SUCCESSFUL
+        return paramiko.AUTH_FAILED
+
+    def check_channel_request(self, kind, chanid):
+        return paramiko.OPEN_SUCCEEDED if kind == "session" else paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_exec_request(self, channel, command):
+        self.owner.events.append("exec")
+        if self.owner.stall == "exec":
+            self.owner.release.wait()  # never answered while the server runs
+            return False
+        threading.Thread(target=self._bundle_missing, args=(channel,), daemon=True).start()
+        return True
+
+    @staticmethod
+    def _bundle_missing(channel):
+        channel.sendall((json.dumps(BUNDLE_MISSING) + "\n").encode())
+        channel.send_exit_status(10)
+        channel.close()
+
+    def check_channel_subsystem_request(self, channel, name):
+        self.owner.events.append("subsystem:%s" % name)
+        self.owner.release.wait()  # the sftp subsystem never starts
+        return False
+
+
+class StallSshServer:
+    def __init__(self, workdir: str, address: str, port: int, authorized_pub: str, stall: str = "exec"):
+        if stall not in ("exec", "sftp"):
+            raise ValueError("stall must be exec or sftp")
+        self.address, self.port, self.stall = address, port, stall
+        key_path = os.path.join(workdir, "stall_host_%s" % address.replace(".", "_"))
+        _keypair(key_path)
+        self.host_key = paramiko.Ed25519Key.from_private_key_file(key_path)
+        kind, blob = authorized_pub.split()[:2]
+        self.authorized = paramiko.PKey.from_type_string(kind, __import__("base64").b64decode(blob))
+        self.known_hosts_line = "[%s]:%d %s %s" % (address, port, self.host_key.get_name(),
+                                                   self.host_key.get_base64())
+        self.release = threading.Event()
+        self.events: List[str] = []
+        self._transports: List[paramiko.Transport] = []
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((address, port))
+        self._sock.listen(16)
+        self._sock.settimeout(0.2)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def start(self) -> "StallSshServer":
+        self._thread.start()
+        return self
+
+    def _serve(self):
+        while not self.release.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            transport = paramiko.Transport(conn)
+            transport.add_server_key(self.host_key)
+            self._transports.append(transport)
+            try:
+                transport.start_server(server=_Server(self))
+            except (paramiko.SSHException, EOFError, OSError):
+                transport.close()
+
+    def stop(self) -> None:
+        self.release.set()
+        for transport in self._transports:
+            transport.close()
+        self._sock.close()
+        self._thread.join(5)
