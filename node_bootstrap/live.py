@@ -118,6 +118,7 @@ def effective_model(gpu):
         memory_slots=max(slots, catalogue.memory_slots if catalogue is not None else 0),
         compute_slices=max(compute, catalogue.compute_slices if catalogue is not None else 0),
         profiles=tuple(sorted(profiles, key=lambda p: (p.compute_slices, p.memory_slices, p.id))),
+        media_instances=catalogue.media_instances if catalogue is not None else 0,
     )
     return model, "nvml"
 

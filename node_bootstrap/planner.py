@@ -1,18 +1,24 @@
 """Desired versus live: what ``apply`` must change on each GPU. Pure: no NVML, no files.
 
-The desired state of a GPU is: MIG mode enabled (current and pending), one GPU instance per planned
-instance at exactly the solver's placement, and in each of them one compute instance spanning it. A GPU
-instance that already sits at a planned placement with the planned profile is kept; a kept one whose
-compute instances are not exactly one full-size instance gets them replaced; every other GPU instance
-is destroyed. ``plan`` prints these actions, ``apply`` executes them: the same function decides both.
+The desired state of a GPU is: MIG mode enabled (current and pending), exactly the requested multiset of
+GPU instances, and in each of them one compute instance spanning it. Instances that exist already are
+kept wherever they sit, as long as the rest of the request can be placed around them: of all sets of
+existing instances that can be completed to the request, the plan keeps a largest one (ties: the one
+needing fewest compute instance changes, then the lowest starts) and places the rest in the free slots.
+Only where no existing instance fits does it build the solver's own layout. A kept GPU instance whose
+compute instances are not exactly one full-size instance gets them replaced; every other GPU instance is
+destroyed. ``plan`` prints these actions, ``apply`` executes them: the same function decides both.
 """
 
+import itertools
 import typing
+from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import NotMigCapable
 from .live import LiveGi, LiveGpu, effective_model, mode_name
-from .mig import GpuModel, Instance, Layout, PartitionSpec, plan as solve, render
+from .mig import GpuModel, Instance, Layout, PartitionSpec, Profile, plan as solve, render
+from .mig.solver import complete
 
 
 class GpuPlan(typing.NamedTuple):
@@ -20,7 +26,8 @@ class GpuPlan(typing.NamedTuple):
     name: str
     model: GpuModel
     profiles_source: str  # "nvml" or "catalogue"
-    layout: Layout  # the desired instances
+    layout: Layout  # the request as the solver places it on an empty GPU: the node label's sequence
+    target: Layout  # the instances the GPU should hold: the kept ones where they are, the rest around them
     enable_mig: bool  # MIG mode must be set (disabled, or a pending change away from enabled)
     keep: Tuple[LiveGi, ...]
     destroy_cis: Tuple[Tuple[int, int], ...]  # (gi id, ci id), stale ones first
@@ -69,33 +76,74 @@ def _full_ci_ok(gi, slices):
     return len(gi.cis) == 1 and gi.cis[0].slices == slices
 
 
+def _keepable(model, gis, wanted):
+    # type: (GpuModel, Sequence[LiveGi], Counter) -> List[Tuple[LiveGi, Instance]]
+    """Existing GPU instances of a requested profile, whole (their size is the profile's), as Instances."""
+    out = []
+    for gi in sorted(gis, key=lambda g: (g.start, g.id)):
+        profile = model.profile_by_id(gi.profile_id)
+        if profile is not None and wanted[profile] and gi.size == profile.memory_slices:
+            out.append((gi, Instance(profile, gi.start)))
+    return out
+
+
+def choose_keep(model, gis, wanted):
+    # type: (GpuModel, Sequence[LiveGi], Sequence[Profile]) -> Tuple[Tuple[LiveGi, ...], Layout]
+    """The existing GPU instances to keep and the layout they complete to (kept ones at their starts).
+
+    Tries sets of existing instances from the largest down: a set qualifies when its profiles are part of
+    the request and :func:`complete` places the rest of the request around it. Among the largest
+    qualifying sets, the one whose compute instances need no change most often wins, then the one with
+    the lowest (start, id) list. The empty set always qualifies when the request fits the GPU at all.
+    At most 8 instances exist on a GPU (one per memory slot), so at most 256 sets are tried.
+    """
+    need = Counter(wanted)
+    cands = _keepable(model, gis, need)
+    for size in range(min(len(cands), len(wanted)), -1, -1):
+        best = None  # type: Optional[Tuple[Tuple[int, Tuple[Tuple[int, int], ...]], Tuple[LiveGi, ...], Layout]]
+        for subset in itertools.combinations(cands, size):
+            kept = Counter(inst.profile for _, inst in subset)
+            if any(kept[p] > need[p] for p in kept):
+                continue
+            rest = [p for p in wanted if p in need]  # a copy in request order
+            for p in kept.elements():
+                rest.remove(p)
+            layout = complete(model, [inst for _, inst in subset], rest)
+            if layout is None:
+                continue
+            ok_cis = sum(1 for gi, inst in subset if _full_ci_ok(gi, inst.profile.compute_slices))
+            rank = (-ok_cis, tuple((gi.start, gi.id) for gi, _ in subset))
+            if best is None or rank < best[0]:
+                best = (rank, tuple(gi for gi, _ in subset), layout)
+        if best is not None:
+            return best[1], best[2]
+    raise AssertionError("the request was placed on an empty GPU, so keeping nothing must complete")
+
+
 def plan_gpu(gpu, spec):
     # type: (LiveGpu, PartitionSpec) -> GpuPlan
     model, source = model_for(gpu)
     layout = solve(spec, model)  # MigInputError: bad label for this GPU
-    wanted = {}  # type: Dict[Tuple[int, int], Instance]
-    for inst in layout.instances:
-        wanted[(inst.profile.id, inst.start)] = inst
+    kept, target = choose_keep(model, gpu.gis, [i.profile for i in layout.instances])
+    kept_ids = set(gi.id for gi in kept)
     keep = []  # type: List[LiveGi]
     destroy_cis = []  # type: List[Tuple[int, int]]
     destroy_gis = []  # type: List[int]
     create_cis = []  # type: List[Tuple[int, int]]
-    matched = set()
     for gi in sorted(gpu.gis, key=lambda g: (g.start, g.id)):
-        inst = wanted.get((gi.profile_id, gi.start))
-        if inst is not None and (gi.profile_id, gi.start) not in matched and gi.size == inst.size:
-            matched.add((gi.profile_id, gi.start))
+        if gi.id in kept_ids:
             keep.append(gi)
-            if not _full_ci_ok(gi, inst.profile.compute_slices):
+            slices = model.profile_by_id(gi.profile_id).compute_slices  # type: ignore[union-attr]
+            if not _full_ci_ok(gi, slices):
                 destroy_cis.extend((gi.id, ci.id) for ci in gi.cis)
-                create_cis.append((gi.id, inst.profile.compute_slices))
+                create_cis.append((gi.id, slices))
         else:
             destroy_cis.extend((gi.id, ci.id) for ci in gi.cis)
             destroy_gis.append(gi.id)
-    create = tuple(inst for key, inst in sorted(wanted.items(), key=lambda kv: (kv[0][1], kv[0][0]))
-                   if key not in matched)
+    existing = set((gi.profile_id, gi.start) for gi in kept)
+    create = tuple(inst for inst in target.instances if (inst.profile.id, inst.start) not in existing)
     return GpuPlan(
-        index=gpu.index, name=gpu.name, model=model, profiles_source=source, layout=layout,
+        index=gpu.index, name=gpu.name, model=model, profiles_source=source, layout=layout, target=target,
         enable_mig=not gpu.mig_enabled, keep=tuple(keep), destroy_cis=tuple(destroy_cis),
         destroy_gis=tuple(destroy_gis), create=create, create_cis=tuple(create_cis), pids=gpu.pids,
         pids_unreadable=gpu.pids_unreadable,
@@ -141,7 +189,7 @@ def plan_json(plan, gpu):
         "create_compute_instances": [{"gpu_instance_id": g} for g, _ in plan.create_cis],
         "processes": list(plan.pids),
         "mutating_calls": plan.action_count,
-        "diagram": render(plan.layout, "GPU %d %s (planned)" % (plan.index, plan.name)),
+        "diagram": render(plan.target, "GPU %d %s (planned)" % (plan.index, plan.name)),
     }
 
 
