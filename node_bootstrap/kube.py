@@ -9,7 +9,7 @@ with a cluster credential (taint removal). What it does:
   Relative paths are relative to the kubeconfig's directory, as kubectl does.
 * :class:`KubeClient` talks HTTPS with TLS verified against that CA (never unverified), authenticating
   with the client certificate and/or the bearer token. ``get_node``, ``patch_node`` (merge patch or JSON
-  patch), ``list_pods`` and ``delete_pod``; ``request`` for anything else.
+  patch), ``list_pods``, ``delete_pod`` and ``create_event``; ``request`` for anything else.
 * Errors are :class:`KubeError` with the HTTP status (None for transport errors) and the API server's
   message. Credentials never appear in messages, logs or return values.
 
@@ -305,3 +305,10 @@ class KubeClient(object):
         # type: (str, str) -> Any
         return self.request("DELETE", "/api/v1/namespaces/%s/pods/%s" % (quote(namespace, safe=""),
                                                                           quote(name, safe="")))
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def create_event(self, namespace, event):
+        # type: (str, dict) -> dict
+        """POST a core v1 Event (the kubelet's own ``system:node`` rules allow events create)."""
+        return self.request("POST", "/api/v1/namespaces/%s/events" % quote(namespace, safe=""), event)

@@ -7,6 +7,8 @@
   that are ready).
 * annotation ``ack-mig-hook/mig-config-reason``: why it failed or needs a reboot (removed otherwise).
 
+``disable`` removes all three once MIG mode is off (:meth:`NodeLabeler.clear`).
+
 A kubelet may change its own labels but never its taints (NodeRestriction): nothing here touches them.
 Labelling is best effort: an unreachable API server never blocks the GPUs (at boot it may not be up);
 the error is reported in the result instead.
@@ -49,6 +51,10 @@ def state_patch(state, sequence_value=None, reason=None):
     return {"metadata": {"labels": labels, "annotations": annotations}}
 
 
+CLEAR_PATCH = {"metadata": {"labels": {STATE_LABEL: None, SEQUENCE_LABEL: None},
+                             "annotations": {REASON_ANNOTATION: None}}}
+
+
 class NodeLabeler(object):
     """Writes states; remembers the last one written and the last error (None when all went through)."""
 
@@ -59,6 +65,7 @@ class NodeLabeler(object):
         self.log = log
         self.written = []  # type: list
         self.error = None  # type: Optional[str]
+        self.last_state = None  # type: Optional[str]  # the last state asked for, written or not
 
     @property
     def enabled(self):
@@ -67,11 +74,21 @@ class NodeLabeler(object):
 
     def set(self, state, sequence_value=None, reason=None):
         # type: (str, Optional[str], Optional[str]) -> bool
+        return self._patch(state, state_patch(state, sequence_value, reason))
+
+    def clear(self):
+        # type: () -> bool
+        """Remove every label and annotation this tool writes (MIG turned off): state "cleared"."""
+        return self._patch("cleared", CLEAR_PATCH)
+
+    def _patch(self, state, patch):
+        # type: (str, dict) -> bool
+        self.last_state = state
         if not self.enabled:
             return False
         assert self.client is not None and self.node_name is not None
         try:
-            self.client.merge_patch_node(self.node_name, state_patch(state, sequence_value, reason))
+            self.client.merge_patch_node(self.node_name, patch)
         except KubeError as exc:
             self.error = "labelling node %s %s failed: %s" % (self.node_name, state, exc)
             self.log(self.error)

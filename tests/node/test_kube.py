@@ -151,3 +151,32 @@ def test_kubeyaml_reads_kubectl_style_sequences_at_key_indent():
     text = ("apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: QUJD # ca\n"
             "    server: 'https://1.2.3.4:6443'\n  name: \"k\"\ncontexts: []\npreferences: {}\n")
     assert kubeyaml.loads(text) == yaml.safe_load(text)
+
+
+@pytest.mark.kube
+def test_node_credential_writes_an_event_about_its_node_that_describe_node_finds(kube_api, tmp_path):
+    from node_bootstrap.events import node_event
+
+    kube_api.add_node("node-a")
+    node = KubeClient(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "k.conf", node="node-a")))
+    event = node_event("node-a", "MigPartitioned", "MIG layout 3g.20gb-3g.20gb is in place", False, 1700000000.5)
+    created = node.create_event("default", event)
+    assert created["metadata"]["namespace"] == "default"
+    assert kube_api.requests[-1].user == "system:node:node-a" and kube_api.requests[-1].status == 201
+    with pytest.raises(KubeError) as err:  # the same name again: AlreadyExists
+        node.create_event("default", event)
+    assert err.value.status == 409
+    with pytest.raises(KubeError) as err:  # a Node's event outside "default" fails the API's validation
+        node.create_event("kube-system", dict(event, metadata={"name": "x.1"}))
+    assert err.value.status == 422 and "does not match event.namespace" in str(err.value)
+    with pytest.raises(KubeError) as err:  # system:node may write events, never read them
+        node.request("GET", "/api/v1/events")
+    assert err.value.status == 403
+    # what `kubectl describe node` asks for: kind, name, namespace "" and the kubelet's uid (the name)
+    admin = KubeClient(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "a.conf", token="cluster-admin-token")))
+    found = admin.request("GET", "/api/v1/events", query={
+        "fieldSelector": "involvedObject.kind=Node,involvedObject.name=node-a,involvedObject.namespace=,"
+                         "involvedObject.uid=node-a"})["items"]
+    assert [(e["reason"], e["type"], e["source"]["component"]) for e in found] == [
+        ("MigPartitioned", "Normal", "ack-mig-hook")]
+    assert found[0]["firstTimestamp"] == "2023-11-14T22:13:20Z" and found[0]["count"] == 1

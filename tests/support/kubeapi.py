@@ -8,11 +8,24 @@ its taints. It holds Node and Pod objects in memory and records every request.
 
 Served:
 
-* ``GET /api/v1/nodes/{name}``
+* ``GET /api/v1/nodes`` (``labelSelector``) and ``GET /api/v1/nodes/{name}``
 * ``PATCH /api/v1/nodes/{name}`` with ``application/merge-patch+json``, ``application/json-patch+json``
   or ``application/strategic-merge-patch+json`` (treated as a merge patch)
 * ``GET /api/v1/pods`` and ``GET /api/v1/namespaces/{ns}/pods`` with ``fieldSelector=spec.nodeName=X``
   and ``labelSelector=k=v[,k=v]``; ``DELETE /api/v1/namespaces/{ns}/pods/{name}``
+* ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction`` (policy/v1 Eviction) with the API server's
+  rules (https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/): 200 and the pod is
+  deleted; 429 "Cannot evict pod as it would violate the pod's disruption budget." while the one
+  PodDisruptionBudget selecting the pod allows no disruption (healthy selected pods - ``minAvailable``
+  < 1, healthy = Running and not terminating, as the disruption controller counts); 500 when more than
+  one budget selects the pod; 404 for a pod that is not there. With ``graceful_evictions`` the pod stays,
+  terminating (``deletionTimestamp``), until :meth:`KubeApiServer.finish_termination`.
+  Cordon is ``spec.unschedulable`` through the node PATCH above.
+* ``POST /api/v1/namespaces/{ns}/events`` (core v1 Events, with the API server's legacy validation: an
+  event about a cluster-scoped object such as a Node lives in ``default``; a name taken is 409) and
+  ``GET /api/v1/events`` / ``GET /api/v1/namespaces/{ns}/events`` with ``fieldSelector`` on
+  ``involvedObject.*`` and ``reason``. A node credential may create events (the ``system:node`` rules
+  allow events create/update/patch and NodeRestriction does not look at events) but not read them.
 
 Use it through :func:`kube_api_server` (a context manager) or the ``kube_api`` pytest fixture that
 ``tests/support/fixtures`` style conftests can re-export::
@@ -203,6 +216,9 @@ class KubeApiServer:
         self.tokens = dict(tokens or {})  # token -> user name
         self.nodes = {}  # type: Dict[str, dict]
         self.pods = {}  # type: Dict[typing.Tuple[str, str], dict]
+        self.pdbs = {}  # type: Dict[typing.Tuple[str, str], dict]
+        self.graceful_evictions = False
+        self.events = {}  # type: Dict[typing.Tuple[str, str], dict]
         self.requests = []  # type: List[Recorded]
         self.lock = threading.Lock()
         # Called after every successful PATCH of a node (name, new object): lets a test play the
@@ -264,14 +280,50 @@ class KubeApiServer:
             status["capacity"] = dict(capacity)
             status["allocatable"] = dict(capacity)
 
-    def add_pod(self, namespace, name, node_name, labels=None):
-        # type: (str, str, str, Optional[dict]) -> dict
+    def add_pod(self, namespace, name, node_name, labels=None, gpus=0, owner_kind=None, annotations=None,
+                phase="Running"):
+        # type: (str, str, str, Optional[dict], int, Optional[str], Optional[dict], str) -> dict
+        """``gpus``: the container's ``nvidia.com/gpu`` limit; ``owner_kind``: e.g. DaemonSet, ReplicaSet."""
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
                "spec": {"nodeName": node_name}}
+        if gpus or owner_kind or annotations or phase != "Running":
+            pod["spec"]["containers"] = [{"name": "main", "resources": {
+                "limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}]
+            pod["status"] = {"phase": phase}
+            if owner_kind:
+                pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind,
+                                                       "name": name + "-owner", "controller": True}]
+            if annotations:
+                pod["metadata"]["annotations"] = dict(annotations)
         with self.lock:
             self.pods[(namespace, name)] = pod
         return pod
+
+    def add_pdb(self, namespace, name, match_labels, min_available):
+        # type: (str, str, dict, int) -> dict
+        pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+               "metadata": {"name": name, "namespace": namespace},
+               "spec": {"selector": {"matchLabels": dict(match_labels)}, "minAvailable": min_available}}
+        with self.lock:
+            self.pdbs[(namespace, name)] = pdb
+        return pdb
+
+    def finish_termination(self, namespace, name):
+        # type: (str, str) -> None
+        """The kubelet has stopped a terminating pod: it leaves the API."""
+        with self.lock:
+            self.pods.pop((namespace, name), None)
+
+    def _disruptions_allowed(self, pdb):
+        # type: (dict) -> int
+        selector = pdb["spec"]["selector"].get("matchLabels") or {}
+        healthy = sum(1 for (ns, _), p in self.pods.items()
+                      if ns == pdb["metadata"]["namespace"]
+                      and all(p["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())
+                      and (p.get("status") or {}).get("phase", "Running") == "Running"
+                      and not p["metadata"].get("deletionTimestamp"))
+        return healthy - int(pdb["spec"]["minAvailable"])
 
     # --- credentials ----------------------------------------------------------------------------
 
@@ -354,6 +406,13 @@ def _selector_match(labels, selector):
     return True
 
 
+def _field(obj, path):
+    """The value a field selector such as ``involvedObject.name`` compares with ("" when absent)."""
+    for part in path.strip().split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return "" if obj is None else str(obj)
+
+
 def _handler_for(api):
     # type: (KubeApiServer) -> type
 
@@ -382,7 +441,8 @@ def _handler_for(api):
 
         def _status(self, code, message, record):
             reason = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
-                      415: "UnsupportedMediaType", 422: "Invalid"}.get(code, "InternalError")
+                      405: "MethodNotAllowed", 409: "AlreadyExists", 415: "UnsupportedMediaType",
+                      422: "Invalid", 429: "TooManyRequests"}.get(code, "InternalError")
             self._reply(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
                                "reason": reason, "code": code}, record)
 
@@ -405,6 +465,16 @@ def _handler_for(api):
                 return self._status(api.fail[method], "injected failure", record)
             segs = [unquote(s) for s in parts.path.strip("/").split("/")]
             query = parse_qs(parts.query)
+            if segs[:3] == ["api", "v1", "nodes"] and len(segs) == 3 and method == "GET":
+                labels = (query.get("labelSelector") or [""])[0]
+                with api.lock:
+                    items = [copy.deepcopy(n) for _, n in sorted(api.nodes.items())
+                             if _selector_match(n["metadata"].get("labels", {}), labels)]
+                return self._reply(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
+                                         "items": items}, record)
+            if (segs[:3] == ["api", "v1", "namespaces"] and len(segs) == 7 and segs[4] == "pods"
+                    and segs[6] == "eviction" and method == "POST"):
+                return self._evict(segs[3], segs[5], record)
             if segs[:3] == ["api", "v1", "nodes"] and len(segs) == 4:
                 return self._node(method, segs[3], ctype, body, raw, user, record)
             if segs[:2] == ["api", "v1"] and method == "GET" and (
@@ -418,7 +488,73 @@ def _handler_for(api):
                 if pod is None:
                     return self._status(404, 'pods "%s" not found' % segs[5], record)
                 return self._reply(200, pod, record)
+            if segs[:2] == ["api", "v1"] and (segs[2:] == ["events"] or (
+                    len(segs) == 5 and segs[2] == "namespaces" and segs[4] == "events")):
+                return self._events(method, segs[3] if len(segs) == 5 else None, query, body, user, record)
             return self._status(404, "the server could not find the requested resource", record)
+
+        def _events(self, method, namespace, query, body, user, record):
+            if method == "GET":
+                if user.startswith("system:node:"):  # system:node may write events, never read them
+                    return self._status(403, 'events is forbidden: User "%s" cannot list resource "events"'
+                                        % user, record)
+                terms = [t.partition("=") for t in (query.get("fieldSelector") or [""])[0].split(",") if t]
+                with api.lock:
+                    items = [copy.deepcopy(e) for (ns, _), e in sorted(api.events.items())
+                             if (namespace is None or ns == namespace)
+                             and all(_field(e, k) == v for k, _, v in terms)]
+                return self._reply(200, {"kind": "EventList", "apiVersion": "v1", "items": items}, record)
+            if method != "POST" or namespace is None:
+                return self._status(405, "method not allowed", record)
+            if not isinstance(body, dict):
+                return self._status(400, "body is not a JSON object", record)
+            meta = body.get("metadata") or {}
+            if meta.get("namespace") not in (None, "", namespace):
+                return self._status(400, "the namespace of the provided object does not match the namespace "
+                                         "sent on the request", record)
+            name = meta.get("name")
+            if not name:
+                return self._status(422, "metadata.name: Required value: name or generateName is required", record)
+            involved = body.get("involvedObject") or {}
+            # legacyValidateEvent (pkg/apis/core/validation/events.go): an event without eventTime about a
+            # cluster-scoped object must live in "default"; otherwise in the object's own namespace.
+            if not body.get("eventTime") and (involved.get("namespace") or "default") != namespace:
+                return self._status(422, "involvedObject.namespace: Invalid value: %r: does not match "
+                                         "event.namespace" % (involved.get("namespace") or ""), record)
+            event = copy.deepcopy(body)
+            with api.lock:  # (replies take the lock too: answer outside it)
+                taken = (namespace, name) in api.events
+                if not taken:
+                    event.setdefault("metadata", {}).update(namespace=namespace, resourceVersion="1",
+                                                            uid="event-%d" % (len(api.events) + 1))
+                    api.events[(namespace, name)] = event
+            if taken:
+                return self._status(409, 'events "%s" already exists' % name, record)
+            return self._reply(201, event, record)
+
+        def _evict(self, namespace, name, record):
+            with api.lock:
+                pod = api.pods.get((namespace, name))
+                if pod is None:
+                    return self._status(404, 'pods "%s" not found' % name, record)
+                labels = pod["metadata"].get("labels", {})
+                budgets = [b for (ns, _), b in sorted(api.pdbs.items()) if ns == namespace and all(
+                    labels.get(k) == v for k, v in (b["spec"]["selector"].get("matchLabels") or {}).items())]
+                if len(budgets) > 1:
+                    refused = (500, "This pod has more than one PodDisruptionBudget, which the eviction "
+                                    "subresource does not support.")
+                elif budgets and api._disruptions_allowed(budgets[0]) < 1:
+                    refused = (429, "Cannot evict pod as it would violate the pod's disruption budget.")
+                else:
+                    refused = None
+                    if api.graceful_evictions:
+                        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                    else:
+                        del api.pods[(namespace, name)]
+            if refused is not None:
+                return self._status(refused[0], refused[1], record)
+            return self._reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200},
+                               record)
 
         def _list_pods(self, namespace, query, record):
             field = (query.get("fieldSelector") or [""])[0]
