@@ -3,12 +3,14 @@
 Every line has ``time`` (UTC, ISO 8601), ``level``, ``message``, ``request_id`` and ``trigger``, plus
 ``instance_id`` where a line is about one instance, plus any extra fields. Credentials never appear:
 values of fields whose name says secret/token/password/key are masked, and every known secret value
-(the settings' credentials, the SSH key) is replaced wherever it occurs, in any field, before the line is
-written. FC sends stdout to the function's log store.
+(the settings' credentials, and values read at run time such as the SSH key from KMS, see
+:func:`register_secret`) is replaced wherever it occurs, in any field, before the line is written. FC
+sends stdout to the function's log store.
 """
 
 import json
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterable, Optional, TextIO
@@ -48,15 +50,52 @@ def _with_encodings(secrets: Iterable[str]) -> set:
     return found
 
 
+_RUNTIME_SECRETS: list = []  # values learnt while running (a key read from KMS), longest first
+_RUNTIME_LOCK = threading.Lock()
+
+
+def _forms(secrets: Iterable[str]) -> list:
+    # Longest first, so a secret that contains another is masked whole. Short values are ignored:
+    # masking "1" everywhere would garble the log without protecting anything.
+    return sorted(_with_encodings(s for s in secrets if s and len(s) >= 4), key=len, reverse=True)
+
+
+def register_secret(value: str) -> None:
+    """A secret learnt at run time (functions.secrets): masked from now on in every logger's lines and in
+    everything :func:`redact_text` cleans, for the life of the process. A multi-line secret (a PEM key)
+    is also masked line by line, so a fragment quoted in an error cannot leak a whole line of it."""
+    if not value:
+        return
+    parts = [value] + [line.strip() for line in value.splitlines() if len(line.strip()) >= 16]
+    with _RUNTIME_LOCK:
+        merged = set(_RUNTIME_SECRETS) | set(_forms(parts))
+        _RUNTIME_SECRETS[:] = sorted(merged, key=len, reverse=True)
+
+
+def _mask(text: str, forms: Iterable[str]) -> str:
+    for secret in forms:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every known secret masked: ``secrets`` (the settings' credentials) and every value
+    registered at run time. The handler's result and every command-line output go through this, the
+    same cleaning as the log lines."""
+    text = _mask(text, _forms(secrets))
+    with _RUNTIME_LOCK:
+        runtime = list(_RUNTIME_SECRETS)
+    return _mask(text, runtime)
+
+
 class JsonLogger:
     """A small structured logger. ``bind()`` returns a child with more context fields."""
 
     def __init__(self, level: str = "INFO", secrets: Iterable[str] = (), stream: Optional[TextIO] = None,
                  **context: Any) -> None:
         self.level = LEVELS.get(str(level).upper(), 20)
-        # Longest first, so a secret that contains another is masked whole. Short values are ignored:
-        # masking "1" everywhere would garble the log without protecting anything.
-        self._secrets = sorted(_with_encodings(s for s in secrets if s and len(s) >= 4), key=len, reverse=True)
+        self._secrets = _forms(secrets)
         self._stream = stream
         self.context = {k: v for k, v in context.items() if v is not None}
 
@@ -68,10 +107,10 @@ class JsonLogger:
         return child
 
     def redact(self, text: str) -> str:
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, MASK)
-        return text
+        text = _mask(text, self._secrets)
+        with _RUNTIME_LOCK:
+            runtime = list(_RUNTIME_SECRETS)
+        return _mask(text, runtime)
 
     def log(self, level: str, message: str, **fields: Any) -> None:
         if LEVELS.get(level, 20) < self.level:

@@ -19,6 +19,17 @@ INDEX_PY = '''"""Function Compute entry point (Handler: index.handler). Built by
 from functions.handler import handler  # noqa: F401
 '''
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The function's runtime dependencies (pyproject.toml [project] dependencies, which a test keeps equal)
+# and the top-level module each one installs: a --deps folder without one of them would build a package
+# that fails on its first real event (the KMS SDK, for instance, only on the first ssh event).
+DEPENDENCIES = (
+    ("aliyun-python-sdk-core>=2.15,<3", "aliyunsdkcore"),
+    ("alibabacloud-cs20151215>=5,<8", "alibabacloud_cs20151215"),
+    ("alibabacloud-kms20160120>=3,<4", "alibabacloud_kms20160120"),
+    ("paramiko>=3.4,<6", "paramiko"),
+    ("nvidia-ml-py>=12.535,<14", "pynvml"),
+    ("pydantic>=2.6,<3", "pydantic"),
+)
 PACKAGES = ("functions", "node_bootstrap")
 _SKIP_DIRS = ("__pycache__",)
 
@@ -34,6 +45,11 @@ def _walk(base: str, top: str):
 
 
 KNOWN_HOSTS_NAME = "known_hosts"  # FC unpacks the package under /code: ACK_MIG_SSH_KNOWN_HOSTS=/code/known_hosts
+
+
+def missing_dependencies(deps_dir: str) -> list:
+    """The requirements of DEPENDENCIES whose module is not in ``deps_dir`` (pynvml is always packaged)."""
+    return [req for req, module in DEPENDENCIES if module != "pynvml" and not (os.path.isdir(os.path.join(deps_dir, module)) or os.path.isfile(os.path.join(deps_dir, module + ".py")))]
 
 
 def build(out_path: str, deps_dir: str = "", root: str = ROOT, known_hosts: str = "") -> list:
@@ -77,9 +93,20 @@ def main(argv=None) -> int:
     parser.add_argument("--deps", default="", metavar="DIR", help="a pip --target directory to include")
     parser.add_argument("--known-hosts", default="", metavar="FILE",
                         help="the nodes' host keys for the ssh transport, packaged as /code/known_hosts")
+    parser.add_argument("--requirements", action="store_true",
+                        help="print the runtime requirements, one a line (for pip install --target DIR)")
     args = parser.parse_args(argv)
+    if args.requirements:
+        print("\n".join(req for req, _ in DEPENDENCIES))
+        return 0
     if args.deps and not os.path.isdir(args.deps):
         print("error: --deps %s is not a directory" % args.deps, file=sys.stderr)
+        return 2
+    lacking = missing_dependencies(args.deps) if args.deps else []
+    if lacking:
+        print("error: --deps %s lacks %s; install them there: python -m pip install --target %s "
+              "$(python -m functions.package --requirements) ..." % (args.deps, ", ".join(lacking), args.deps),
+              file=sys.stderr)
         return 2
     if args.known_hosts and not os.path.isfile(args.known_hosts):
         print("error: --known-hosts %s is not a file" % args.known_hosts, file=sys.stderr)

@@ -215,8 +215,11 @@ ESS_ENDPOINT = _var("ACK_MIG_ESS_ENDPOINT", "", "override of the Auto Scaling AP
 SSH_USER = _var("ACK_MIG_SSH_USER", "root", "SSH transport: login user", "delivery")
 SSH_PORT = _var("ACK_MIG_SSH_PORT", "22", "SSH transport: port", "delivery")
 SSH_KEY_FILE = _var("ACK_MIG_SSH_KEY_FILE", "", "SSH transport: private key file", "delivery")
-SSH_PRIVATE_KEY = _var("ACK_MIG_SSH_PRIVATE_KEY", "", "SSH transport: private key text (secret, never "
-                       "logged); wins over the key file", "delivery")
+SSH_KEY_SECRET = _var("ACK_MIG_SSH_KEY_SECRET", "", "SSH transport: name of the KMS Secrets Manager secret "
+                      "that holds the private key (read at run time, cached for the instance's life, never "
+                      "logged); wins over the key file", "delivery")
+KMS_ENDPOINT = _var("ACK_MIG_KMS_ENDPOINT", "", "override of the KMS endpoint (default: the SDK's, "
+                    "kms.<region>.aliyuncs.com); `http://127.0.0.1:PORT` for tests", "delivery")
 SSH_KNOWN_HOSTS = _var("ACK_MIG_SSH_KNOWN_HOSTS", "", "SSH transport: known_hosts file", "delivery")
 SSH_HOST_KEY_POLICY = _var("ACK_MIG_SSH_HOST_KEY_POLICY", "verify", "SSH transport: verify (known hosts "
                            "only) or accept-new", "delivery")
@@ -247,7 +250,8 @@ class DeliverySettings:
     ssh_user: str = "root"
     ssh_port: int = 22
     ssh_key_file: str = ""
-    ssh_private_key: str = field(default="", repr=False)
+    ssh_key_secret: str = ""  # a secret's name, not a secret: the value lives in KMS
+    kms_endpoint: Optional[Endpoint] = None
     ssh_known_hosts: str = ""
     ssh_host_key_policy: str = "verify"
     ssh_concurrency: int = 32
@@ -258,7 +262,8 @@ class DeliverySettings:
     lifecycle_heartbeat_s: int = 240
 
     def secrets(self) -> Tuple[str, ...]:
-        return (self.ssh_private_key,) if self.ssh_private_key else ()
+        # The SSH key is never held here: functions.secrets registers it with the redactor when read.
+        return ()
 
 
 def _startup_taint(env: Mapping[str, str]) -> str:
@@ -277,7 +282,8 @@ def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
         ssh_user=_get(env, SSH_USER) or "root",
         ssh_port=parse_int(env, SSH_PORT, 22, 1, 65535),
         ssh_key_file=_get(env, SSH_KEY_FILE),
-        ssh_private_key=(env.get(SSH_PRIVATE_KEY) or ""),
+        ssh_key_secret=_get(env, SSH_KEY_SECRET),
+        kms_endpoint=parse_endpoint(env, KMS_ENDPOINT),
         ssh_known_hosts=_get(env, SSH_KNOWN_HOSTS),
         ssh_host_key_policy=parse_choice(env, SSH_HOST_KEY_POLICY, "verify", HOST_KEY_POLICIES),
         ssh_concurrency=parse_int(env, SSH_CONCURRENCY, 32, 1, 1024),

@@ -176,9 +176,9 @@ def make_transport(settings: Settings, sim_state_dir: Optional[str] = None, root
         maker.python = python or sys.executable
         return LocalTransport(maker, sim_state_dir=sim_state_dir)
     if d.transport == "ssh":
-        from .ssh import SshTransport, load_key
+        from .ssh import SshTransport, key_from_settings
 
-        return SshTransport(maker, load_key(d.ssh_private_key, d.ssh_key_file), d.ssh_known_hosts, d.ssh_user,
+        return SshTransport(maker, key_from_settings(settings), d.ssh_known_hosts, d.ssh_user,
                             d.ssh_port, d.ssh_host_key_policy, d.ssh_concurrency, settings.api_timeout_s)
     from .cloud_assistant import CloudAssistantTransport
     from .rpc import ECS_VERSION, Backoff, RpcClient

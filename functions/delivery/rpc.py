@@ -10,6 +10,7 @@ content never reach a log.
 import json
 import logging
 import random
+import re
 import threading
 import time
 from collections import Counter
@@ -35,12 +36,57 @@ ESS_VERSION = "2014-08-28"
 _RETRYABLE_CODES = ("Throttling", "ServiceUnavailable", "InternalError", "Unavailable")
 
 
+# A SignatureDoesNotMatch answer quotes the service's "string to sign": the whole canonical request, with
+# the AccessKeyId and the STS SecurityToken in it (percent-encoded). It is cut off here, so no ApiError,
+# log line or result ever carries it.
+_STRING_TO_SIGN = re.compile(r"\s*\S*\s*string\s*to\s*sign\b.*", re.IGNORECASE | re.DOTALL)
+
+
+def clean_message(message: str) -> str:
+    """A service's error message without any string to sign it quotes, on one line, at most 200 chars."""
+    text = _STRING_TO_SIGN.sub(" (the server's string to sign is withheld)", str(message or ""))
+    return " ".join(text.split())[:200]
+
+
 class ApiError(RuntimeError):
     """A cloud API call failed for good. ``code`` is the service's error code (or SDK.HttpError)."""
 
     def __init__(self, action: str, code: str, message: str, retryable: bool = False):
-        super().__init__("%s failed: %s: %s" % (action, code, message[:200]))
+        super().__init__("%s failed: %s: %s" % (action, code, clean_message(message)))
         self.action, self.code, self.retryable = action, code, retryable
+
+
+_REGIONAL_DATA: Optional[Any] = None
+_REGIONAL_LOCK = threading.Lock()
+
+
+def resolve_endpoint(product: str, region: str, override: Optional[Endpoint] = None) -> Endpoint:
+    """The endpoint of an RPC product (``ecs``, ``ess``, ``kms``...) in ``region``, as the official SDKs
+    resolve it: an override wins; then the endpoint data aliyun-python-sdk-core ships
+    (``aliyunsdkcore/data/endpoints.json``, read by its ``LocalConfigRegionalEndpointResolver``), which
+    sends several regions to a central endpoint (ESS: ``ess.aliyuncs.com`` for cn-beijing, cn-hangzhou,
+    cn-shanghai, ...); then the Tea SDKs' regional rule ``<product>.<region>.aliyuncs.com``
+    (``alibabacloud_endpoint_util``). No location-service lookup: that would be a network call of its own.
+    """
+    if override is not None:
+        return override
+    if not region:
+        raise ApiError(product, "NoRegion", "no region: set ACK_MIG_REGION (FC sets FC_REGION)")
+    global _REGIONAL_DATA
+    with _REGIONAL_LOCK:
+        if _REGIONAL_DATA is None:
+            from aliyunsdkcore.endpoint.local_config_regional_endpoint_resolver import \
+                LocalConfigRegionalEndpointResolver
+
+            _REGIONAL_DATA = LocalConfigRegionalEndpointResolver()
+    from aliyunsdkcore.endpoint.resolver_endpoint_request import ResolveEndpointRequest
+
+    host = _REGIONAL_DATA.resolve(ResolveEndpointRequest(region, product, None, None))
+    if not host:
+        from alibabacloud_endpoint_util.client import Client as EndpointRules
+
+        host = EndpointRules.get_endpoint_rules(product, region, "regional", "")
+    return Endpoint(host, "https")
 
 
 def retryable(exc: Exception) -> bool:
@@ -80,7 +126,7 @@ class RpcClient:
             raise ApiError(product, "NoCredentials", "no access key: set ALIBABA_CLOUD_ACCESS_KEY_ID/SECRET "
                            "(the function role sets them)")
         self.product, self.version, self.region = product, version, region
-        self.endpoint = endpoint or Endpoint("%s.%s.aliyuncs.com" % (product, region), "https")
+        self.endpoint = resolve_endpoint(product, region, endpoint)
         if credentials.security_token:
             cred: Any = StsTokenCredential(credentials.access_key_id, credentials.access_key_secret,
                                            credentials.security_token)

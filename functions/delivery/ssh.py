@@ -3,8 +3,8 @@
 Security defaults: host keys are verified against a configured known_hosts and an unknown or changed key
 is refused (paramiko ``RejectPolicy``). ``accept-new`` must be chosen explicitly; it accepts a host seen
 for the first time and records its key in the known_hosts file, but still refuses a changed key. The
-private key comes from a file or from a secret (the text itself); neither is ever logged. No agent, no
-key search in ~/.ssh: only the key configured.
+private key comes from a file or from a KMS Secrets Manager secret (functions.secrets); neither is ever
+logged. No agent, no key search in ~/.ssh: only the key configured.
 
 Per node: connect (connect, banner and auth timeouts; refused or reset connections are retried with
 backoff, 3 attempts), one exec of the node script; only when the node
@@ -42,7 +42,8 @@ class SshError(ValueError):
 def load_key(text: str = "", path: str = "") -> paramiko.PKey:
     """The private key from its text (a secret) or a file; one line naming what is wrong otherwise."""
     if not text and not path:
-        raise SshError("the SSH transport needs a private key: set ACK_MIG_SSH_PRIVATE_KEY or ACK_MIG_SSH_KEY_FILE")
+        raise SshError("the SSH transport needs a private key: set ACK_MIG_SSH_KEY_SECRET (a KMS secret's "
+                       "name) or ACK_MIG_SSH_KEY_FILE")
     if path and not text:
         try:
             with open(path, encoding="utf-8") as fh:
@@ -55,6 +56,26 @@ def load_key(text: str = "", path: str = "") -> paramiko.PKey:
         except (paramiko.SSHException, ValueError):
             continue
     raise SshError("the SSH private key is not an unencrypted Ed25519, ECDSA or RSA key")
+
+
+def key_from_settings(settings) -> paramiko.PKey:
+    """The key of ``functions.settings.Settings``: the KMS secret named by ACK_MIG_SSH_KEY_SECRET (read
+    once per instance, see functions.secrets) or else ACK_MIG_SSH_KEY_FILE."""
+    d = settings.delivery
+    text = ""
+    if d.ssh_key_secret:
+        from ..secrets import SecretError, get_secret
+
+        try:
+            text = get_secret(d.ssh_key_secret, settings.region, settings.credentials, d.kms_endpoint,
+                              settings.api_timeout_s)
+        except SecretError as exc:
+            if exc.retryable:  # KMS throttled or unreachable: FC retries the event, nothing was touched
+                from ..errors import RetryLater
+
+                raise RetryLater(str(exc)) from None
+            raise SshError(str(exc)) from None
+    return load_key(text, "" if text else d.ssh_key_file)
 
 
 class _Watchdog:

@@ -55,14 +55,28 @@ def test_environment_names_are_settings_names():
     assert {"ACK_MIG_CLUSTER_ID", "ACK_MIG_REGION"} <= names
 
 
+# FC 3.0 (API 2023-03-30) EventBridgeTriggerConfig as its SDK model defines it (alibabacloud_fc20230330
+# 4.8.3, models/_event_bridge_trigger_config.py, _event_sink_config.py, _delivery_option.py,
+# _run_options.py): the only keys a trigger may carry. DeliveryOption has no "mode"; RunOptions'
+# batchWindow is documented as unsupported in the event-driven mode, so it is not used.
+TRIGGER_KEYS = {"asyncInvocationType", "eventRuleFilterPattern", "eventSinkConfig", "eventSourceConfig",
+                "runOptions", "triggerEnable"}
+DELIVERY_OPTION_KEYS = {"concurrency", "eventSchema"}
+RUN_OPTION_KEYS = {"batchWindow", "deadLetterQueue", "errorsTolerance", "mode", "retryStrategy"}
+
+
 def _patterns():
     out = []
     for trigger in resources("ALIYUN::FC3::Trigger").values():
         props = trigger["Properties"]
         if props["TriggerType"] == "eventbridge":
             config = props["TriggerConfig"]
-            assert config["asyncInvocationType"] is True  # async: a raised retry is retried by FC
-            assert config["runOptions"]["batchWindow"]["CountBasedWindow"] == 1  # one event per call
+            assert set(config) <= TRIGGER_KEYS, set(config) - TRIGGER_KEYS
+            # FC 3.0: false = asynchronous (FC queues the event; a long run is not re-pushed while running).
+            assert config["asyncInvocationType"] is False
+            assert set(config["eventSinkConfig"]["deliveryOption"]) <= DELIVERY_OPTION_KEYS
+            run = config["runOptions"]
+            assert set(run) <= RUN_OPTION_KEYS and run["mode"] == "event-driven" and "batchWindow" not in run
             out.append(json.loads(config["eventRuleFilterPattern"]))
     return out
 
@@ -113,32 +127,134 @@ def test_timer_trigger():
     assert config["enable"] is True and config["payload"] == ""  # empty payload: every labelled pool
 
 
-def _code_actions():
-    """RAM actions the code calls: CS SDK methods and the RPC calls of delivery."""
-    actions = set()
+def _code_texts():
     for folder, _, files in os.walk(os.path.join(ROOT, "functions")):
-        for name in files:
-            if not name.endswith(".py"):
-                continue
-            text = open(os.path.join(folder, name)).read()
-            for method in re.findall(r"\.(describe_cluster_[a-z_]+?)(?:_with_options)?\(", text):
-                actions.add("cs:" + "".join(part.capitalize() for part in method.split("_")))
-            for product, action in re.findall(r"\.(ecs|ess)\.call\(\s*\"([A-Za-z]+)\"", text):
-                actions.add("%s:%s" % (product, action))
+        for name in sorted(files):
+            if name.endswith(".py"):
+                yield os.path.join(folder, name), open(os.path.join(folder, name)).read()
+
+
+def _sdk_methods():
+    """Tea SDK method -> RAM action, from the SDK clients the code uses (every ``*_with_options`` method)."""
+    from alibabacloud_cs20151215.client import Client as CsClient
+    from alibabacloud_kms20160120.client import Client as KmsClient
+
+    out = {}
+    for product, client in (("cs", CsClient), ("kms", KmsClient)):
+        for attr in dir(client):
+            if attr.endswith("_with_options") and not attr.endswith("_async"):
+                method = attr[:-len("_with_options")]
+                out[method] = "%s:%s" % (product, "".join(p.capitalize() for p in method.split("_")))
+    return out
+
+
+def _code_actions():
+    """RAM actions the code calls: Tea SDK methods (CS, KMS) and every RPC ``<client>.call("Action", ...)``
+    of functions/, whose product is the client attribute's name (``ecs`` or ``ess``). A call whose product
+    cannot be told fails the test rather than being left out."""
+    methods = _sdk_methods()
+    actions = set()
+    for path, text in _code_texts():
+        for method in re.findall(r"\.([a-z_]+?)_with_options\(", text):
+            if method in methods:
+                actions.add(methods[method])
+        for receiver, action in re.findall(r"(\w+)\.call\(\s*\"([A-Za-z]+)\"", text):
+            assert receiver in ("ecs", "ess"), "%s: %s.call(%r): which product?" % (path, receiver, action)
+            actions.add("%s:%s" % (receiver, action))
     return actions
 
 
-def test_policy_lists_exactly_the_actions_the_code_calls():
+def _runs_code(action):
+    """The Cloud Assistant actions that put and run something on an instance."""
+    return action in ("ecs:RunCommand", "ecs:SendFile", "ecs:InvokeCommand")
+
+
+def _sub(text):
+    return {"Fn::Sub": text}
+
+
+REGION_ACCOUNT = "${ALIYUN::Region}:${ALIYUN::TenantId}"
+# Actions RAM authorizes only on "all resources", or for which no resource-level permission could be
+# confirmed (docs/security.md says which): granted on '*', each with a comment in template.yml.
+STAR_ACTIONS = {"ess:CompleteLifecycleAction", "ess:RecordLifecycleActionHeartbeat", "ess:DescribeLifecycleHooks",
+                "ecs:DescribeCloudAssistantStatus", "ecs:DescribeInvocationResults", "ecs:DescribeSendFileResults"}
+
+
+def _expected_grant(action):
+    """(resource, condition) the least-privilege policy gives ``action``, from what the code sends it."""
+    product = action.split(":")[0]
+    if product == "cs":  # every CS call names the configured cluster
+        return _sub("acs:cs:%s:cluster/${ClusterId}" % REGION_ACCOUNT), None
+    if _runs_code(action):  # InstanceId.N: instances of this cluster only (ACK's node tag)
+        return (_sub("acs:ecs:%s:instance/*" % REGION_ACCOUNT),
+                {"StringEquals": {"acs:ResourceTag/ack.aliyun.com": {"Ref": "ClusterId"}}})
+    if action == "ess:DescribeScalingInstances":  # ScalingGroupId of a pool: unknown until the pool exists
+        return _sub("acs:ess:%s:scalinggroup/*" % REGION_ACCOUNT), None
+    if action == "kms:GetSecretValue":  # SecretName = ACK_MIG_SSH_KEY_SECRET = the SshKeySecretName parameter
+        return _sub("acs:kms:%s:secret/${SshKeySecretName}" % REGION_ACCOUNT), None
+    if action == "log:PostLogStoreLogs":  # FC writes the function's logs with its role: the configured store
+        return _sub("acs:log:%s:project/${LogProject}/logstore/${LogStore}" % REGION_ACCOUNT), None
+    assert action in STAR_ACTIONS, "%s: no least-privilege resource known; add one here and in template.yml" % action
+    return "*", None
+
+
+def _statements():
     (role,) = resources("ALIYUN::RAM::Role").values()
-    statements = [s for p in role["Properties"]["Policies"] for s in p["PolicyDocument"]["Statement"]]
+    return [s for p in role["Properties"]["Policies"] for s in p["PolicyDocument"]["Statement"]]
+
+
+def test_policy_lists_exactly_the_actions_the_code_calls():
+    statements = _statements()
     listed = {a for s in statements for a in s["Action"]}
     assert all("*" not in a for a in listed)
     assert all(s["Effect"] == "Allow" for s in statements)
     code = _code_actions()
-    assert {"cs:DescribeClusterNodePools", "cs:DescribeClusterNodes"} <= code
+    assert {"cs:DescribeClusterNodePools", "cs:DescribeClusterNodes", "ecs:RunCommand", "ecs:SendFile",
+            "kms:GetSecretValue", "ess:CompleteLifecycleAction"} <= code
     assert listed - {"log:PostLogStoreLogs"} == code
+    (role,) = resources("ALIYUN::RAM::Role").values()
     trust = role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]
     assert trust["Principal"]["Service"] == ["fc.aliyuncs.com"]
+
+
+def test_every_grant_is_as_narrow_as_the_code_allows():
+    """Each action's resources (and condition) are exactly the ones derived from what the code sends it:
+    a wider resource, a missing tag condition or an extra resource fails here."""
+    for statement in _statements():
+        for action in statement["Action"]:
+            resource, condition = _expected_grant(action)
+            assert statement["Resource"] == [resource], (action, statement["Resource"])
+            assert statement.get("Condition") == condition, (action, statement.get("Condition"))
+    # Nothing that can run code is ever granted on '*' or without the cluster's tag.
+    for statement in _statements():
+        if any(_runs_code(a) for a in statement["Action"]):
+            assert "*" not in statement["Resource"] and statement["Condition"]
+
+
+def test_every_star_resource_says_why_in_a_comment():
+    lines = open(TEMPLATE).read().splitlines()
+    for n, line in enumerate(lines):
+        if line.strip() == "- '*'":
+            start = n
+            while not lines[start].lstrip().startswith("- Effect:"):
+                start -= 1
+            comment = []
+            k = start - 1
+            while lines[k].lstrip().startswith("#"):
+                comment.insert(0, lines[k])
+                k -= 1
+            assert "'*'" in "".join(comment), "the '*' at line %d has no comment saying why" % (n + 1)
+
+
+def test_kms_grant_is_the_configured_secret_and_no_key_is_in_the_template():
+    doc = load()
+    env = function()["EnvironmentVariables"]
+    assert env["ACK_MIG_SSH_KEY_SECRET"] == {"Ref": "SshKeySecretName"}
+    assert "SshKeySecretName" in doc["Parameters"] and "SshPrivateKey" not in doc["Parameters"]
+    assert not any("PRIVATE_KEY" in name for name in env)
+    from functions import secrets
+
+    assert secrets.SECRET_ACTION == "kms:GetSecretValue"
 
 
 def test_package_resolves_the_templates_handler(tmp_path):
@@ -177,13 +293,26 @@ def test_vpc_is_optional_and_wired_to_the_function():
                    "SecurityGroupId": {"Ref": "SecurityGroupId"}}
 
 
-def test_ssh_settings_come_from_parameters_and_the_key_is_never_echoed():
-    doc = load()
+def test_ssh_settings_come_from_parameters():
     env = function()["EnvironmentVariables"]
-    assert env["ACK_MIG_SSH_PRIVATE_KEY"] == {"Ref": "SshPrivateKey"}
     assert env["ACK_MIG_SSH_KNOWN_HOSTS"] == {"Ref": "SshKnownHosts"}
-    assert doc["Parameters"]["SshPrivateKey"]["NoEcho"] is True
     assert "ACK_MIG_SSH_HOST_KEY_POLICY" not in env  # host keys stay verified (the default)
+
+
+def test_package_dependencies_are_the_projects(tmp_path):
+    """package.DEPENDENCIES (checked in every --deps folder) is pyproject's runtime list, the KMS SDK in it;
+    a --deps folder without one of them is refused with one line."""
+    text = open(os.path.join(ROOT, "pyproject.toml")).read()
+    block = text[text.index("dependencies = ["):]
+    listed = re.findall(r'"([^"]+)"', block[:block.index("]")])
+    assert sorted(req for req, _ in package.DEPENDENCIES) == sorted(listed)
+    assert any(req.startswith("alibabacloud-kms20160120") for req in listed)
+    deps = tmp_path / "deps"
+    (deps / "paramiko").mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-m", "functions.package", "--out", str(tmp_path / "x.zip"), "--deps",
+                           str(deps)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "alibabacloud-kms20160120" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
 
 
 def test_package_carries_a_known_hosts_file(tmp_path):

@@ -74,12 +74,19 @@ class Fault(NamedTuple):
     retry_after: Optional[int]
 
 
+def canonical_request(method: str, path: str, query: Dict[str, str], headers: Dict[str, str], signed: List[str],
+                      payload_hash: str) -> str:
+    """The V3 canonical request: method, path, sorted percent-encoded query, the signed headers (lower-case
+    name:trimmed value, one per line), their names joined by ';', and the payload's SHA-256 hex."""
+    canonical_query = "&".join("%s=%s" % (quote(k, safe="~"), quote(query[k], safe="~")) for k in sorted(query))
+    canonical_headers = "".join("%s:%s\n" % (name, headers.get(name, "").strip()) for name in signed)
+    return "\n".join([method, path, canonical_query, canonical_headers, ";".join(signed), payload_hash])
+
+
 def acs3_signature(method: str, path: str, query: Dict[str, str], headers: Dict[str, str], signed: List[str],
                    payload_hash: str, secret: str) -> str:
     """ACS3-HMAC-SHA256 as Alibaba Cloud documents the V3 signature."""
-    canonical_query = "&".join("%s=%s" % (k, quote(query[k], safe="~")) for k in sorted(query))
-    canonical_headers = "".join("%s:%s\n" % (name, headers.get(name, "").strip()) for name in signed)
-    canonical = "\n".join([method, path, canonical_query, canonical_headers, ";".join(signed), payload_hash])
+    canonical = canonical_request(method, path, query, headers, signed, payload_hash)
     to_sign = "%s\n%s" % (ALGORITHM, hashlib.sha256(canonical.encode("utf-8")).hexdigest())
     return hmac.new(secret.encode("utf-8"), to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
 

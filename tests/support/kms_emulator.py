@@ -1,0 +1,211 @@
+"""A loopback emulator of KMS Secrets Manager's ``GetSecretValue`` (API 2016-01-20), for the real
+``alibabacloud_kms20160120`` SDK to talk to over HTTP on 127.0.0.1 (``ACK_MIG_KMS_ENDPOINT=<endpoint>``).
+
+How that SDK signs (checked in its source, alibabacloud_kms20160120 3.3.1 on alibabacloud_tea_openapi
+0.4.6): ``Client.call_api`` sends every request through ``do_request``, signed ``ACS3-HMAC-SHA256`` (the
+V3 signature, verified here with tests/support/cs_emulator.py ``acs3_signature``), unless the config asks
+for ``signature_version='v4'``; then it goes through the ``alibabacloud_gateway_pop`` plug-in, signed
+``ACS4-HMAC-SHA256``: the same canonical request, string to sign ``ACS4-HMAC-SHA256\n<hex sha256 of
+it>``, HMAC-SHA256 with a key derived ``"aliyun_v4" + secret`` -> date (YYYYMMDD) -> region -> product
+(``Kms``) -> ``"aliyun_v4_request"`` and ``Credential=<ak>/<date>/<region>/Kms/aliyun_v4_request``
+(alibabacloud_gateway_pop/client.py: get_signingkey, get_signature, get_authorization). Both are
+recomputed here, independently, from what arrives on the wire.
+
+The action is RPC style: ``POST /`` with ``x-acs-action: GetSecretValue``, ``x-acs-version: 2016-01-20``,
+``SecretName`` (a name or the secret's ARN) and ``VersionStage`` (default ``ACSCurrent``) in the query.
+Answer fields as the API reference names them: ``SecretName``, ``VersionId``, ``SecretData``,
+``SecretDataType`` (``text`` or ``binary``), ``VersionStages``, ``CreateTime``, ``RequestId``. An unknown
+secret is ``404 Forbidden.ResourceNotFound``; a wrong signature ``400 SignatureDoesNotMatch``.
+"""
+
+import hashlib
+import hmac
+import json
+import threading
+import uuid
+from collections import Counter, deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Deque, Dict, List, Optional, Tuple
+from urllib.parse import parse_qsl, urlsplit
+
+from tests.support.cs_emulator import ALGORITHM as ACS3, acs3_signature, canonical_request
+
+VERSION = "2016-01-20"
+ALGORITHM = "ACS4-HMAC-SHA256"
+PRODUCT = "Kms"
+SIGN_PREFIX = "aliyun_v4"
+
+
+def signing_key(secret: str, date: str, region: str, product: str = PRODUCT) -> bytes:
+    key = hmac.new((SIGN_PREFIX + secret).encode(), date.encode(), hashlib.sha256).digest()
+    for part in (region, product, SIGN_PREFIX + "_request"):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    return key
+
+
+def acs4_signature(canonical: str, key: bytes) -> str:
+    to_sign = "%s\n%s" % (ALGORITHM, hashlib.sha256(canonical.encode("utf-8")).hexdigest())
+    return hmac.new(key, to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+class KmsEmulator:
+    def __init__(self, access_key_id: str = "LTAItestkey", secret: str = "test-secret-value",
+                 token: Optional[str] = "sts-token-value", region: str = "cn-test-1",
+                 account: str = "1234567890123456") -> None:
+        self.access_key_id, self.secret, self.token = access_key_id, secret, token
+        self.region, self.account = region, account
+        self.secrets: Dict[str, Tuple[str, str]] = {}  # name -> (data, type)
+        self.calls: Counter = Counter()
+        self.requests: List[Dict[str, str]] = []
+        self.rejected: List[str] = []
+        self.algorithms: List[str] = []  # the signature scheme of each accepted request
+        self._faults: Dict[str, Deque[Tuple[int, str]]] = {}
+        self._nonces: set = set()
+        self._lock = threading.Lock()
+        self._server: Optional[ThreadingHTTPServer] = None
+
+    def put_secret(self, name: str, data: str, data_type: str = "text") -> None:
+        self.secrets[name] = (data, data_type)
+
+    def fail_next(self, action: str, status: int, code: str, times: int = 1) -> None:
+        self._faults.setdefault(action, deque()).extend([(status, code)] * times)
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None, "start() the emulator first"
+        return "http://127.0.0.1:%d" % self._server.server_address[1]
+
+    def start(self) -> "KmsEmulator":
+        emulator = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self._serve("POST")
+
+            def do_GET(self) -> None:
+                self._serve("GET")
+
+            def _serve(self, method: str) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                status, payload = emulator.handle(method, self.path, headers, body)
+                data = json.dumps(payload).encode("utf-8")
+                try:
+                    self.send_response(status)
+                    self.send_header("content-type", "application/json;charset=utf-8")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> "KmsEmulator":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # ---- requests ----
+
+    @staticmethod
+    def _error(status: int, code: str, message: str) -> Tuple[int, Dict[str, Any]]:
+        return status, {"Code": code, "Message": message, "RequestId": str(uuid.uuid4()).upper()}
+
+    def handle(self, method: str, raw_path: str, headers: Dict[str, str], body: bytes) -> Tuple[int, Dict[str, Any]]:
+        split = urlsplit(raw_path)
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        action = headers.get("x-acs-action", "")
+        with self._lock:
+            self.calls[action] += 1
+            self.requests.append(dict(query, Action=action))
+        problem = self._verify(method, split.path, query, headers, body)
+        if problem is not None:
+            with self._lock:
+                self.rejected.append(problem)
+            code, _, message = problem.partition(": ")
+            return self._error(404 if code.endswith("NotFound") else 400, code, message)
+        with self._lock:
+            fault = self._faults[action].popleft() if self._faults.get(action) else None
+        if fault is not None:
+            return self._error(fault[0], fault[1], "injected %s" % fault[1])
+        if action != "GetSecretValue":
+            return self._error(400, "InvalidAction.NotFound", "this emulator serves GetSecretValue only")
+        return self._get_secret_value(query)
+
+    def _verify(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str],
+                body: bytes) -> Optional[str]:
+        if method != "POST" or path != "/":
+            return "InvalidAction.NotFound: %s %s" % (method, path)
+        if headers.get("x-acs-version") != VERSION:
+            return "InvalidVersion: x-acs-version %r" % headers.get("x-acs-version")
+        nonce = headers.get("x-acs-signature-nonce")
+        with self._lock:
+            if not nonce or nonce in self._nonces:
+                return "SignatureNonceUsed: nonce missing or repeated"
+            self._nonces.add(nonce)
+        date = headers.get("x-acs-date", "")
+        if len(date) < 10:
+            return "MissingDate: no x-acs-date"
+        payload_hash = hashlib.sha256(body).hexdigest()
+        if headers.get("x-acs-content-sha256") != payload_hash:
+            return "InvalidContentSha256: x-acs-content-sha256 is not the body's hash"
+        if self.token is not None and headers.get("x-acs-security-token") != self.token:
+            return "InvalidSecurityToken: wrong or missing x-acs-security-token"
+        auth = headers.get("authorization", "")
+        algorithm = auth.split(" ", 1)[0]
+        if algorithm not in (ACS3, ALGORITHM):
+            return "IncompleteSignature: Authorization is neither %s nor %s" % (ACS3, ALGORITHM)
+        fields = dict(part.strip().split("=", 1) for part in auth[len(algorithm) + 1:].split(",") if "=" in part)
+        scope = fields.get("Credential", "").split("/")
+        if scope[0] != self.access_key_id:
+            return "InvalidAccessKeyId.NotFound: unknown access key"
+        day = date[:10].replace("-", "")
+        if algorithm == ALGORITHM and scope[1:] != [day, self.region, PRODUCT, SIGN_PREFIX + "_request"]:
+            return "IncompleteSignature: credential scope %s is not %s/%s/%s" % ("/".join(scope[1:]), day,
+                                                                               self.region, PRODUCT)
+        signed = fields.get("SignedHeaders", "").split(";")
+        for required in ("host", "x-acs-action", "x-acs-content-sha256", "x-acs-date", "x-acs-signature-nonce",
+                         "x-acs-version"):
+            if required not in signed:
+                return "IncompleteSignature: %s is not signed" % required
+        if algorithm == ACS3:
+            expected = acs3_signature(method, path, query, headers, signed, payload_hash, self.secret)
+        else:
+            canonical = canonical_request(method, path, query, headers, signed, payload_hash)
+            expected = acs4_signature(canonical, signing_key(self.secret, day, self.region))
+        if not hmac.compare_digest(expected, fields.get("Signature", "")):
+            return "SignatureDoesNotMatch: the signature does not match"
+        self.algorithms.append(algorithm)
+        return None
+
+    def _get_secret_value(self, query: Dict[str, str]) -> Tuple[int, Dict[str, Any]]:
+        name = query.get("SecretName", "")
+        if not name:
+            return self._error(400, "MissingParameter", "SecretName is mandatory for this action")
+        prefix = "acs:kms:%s:%s:secret/" % (self.region, self.account)
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+        stage = query.get("VersionStage") or "ACSCurrent"
+        if name not in self.secrets or stage != "ACSCurrent":
+            return self._error(404, "Forbidden.ResourceNotFound", "the secret or version does not exist")
+        data, data_type = self.secrets[name]
+        return 200, {"RequestId": str(uuid.uuid4()), "SecretName": name, "VersionId": "v1",
+                     "CreateTime": "2026-01-01T00:00:00Z", "SecretData": data, "SecretDataType": data_type,
+                     "VersionStages": {"VersionStage": ["ACSCurrent"]}}
