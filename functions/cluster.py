@@ -5,7 +5,12 @@
 
       {"cluster_id": "c-...",
        "nodepools": [<items of DescribeClusterNodePools body.nodepools>],
-       "nodes": [<items of DescribeClusterNodes body.nodes>]}
+       "nodes": [<items of DescribeClusterNodes body.nodes>],
+       "scaling_instances": {"<scaling group id>": ["<instance id>", ...]},
+       "lifecycle_hooks": {"<lifecycle hook id>": "<scaling group id>"}}
+
+  The last two are Auto Scaling's facts (functions.membership); a snapshot without them knows no scaling
+  group members and no lifecycle hooks.
 
 * ``functions.cs_lookup.CsLookup`` asks the ACK API through ``alibabacloud-cs20151215`` (imported only
   when an event needs it).
@@ -15,9 +20,10 @@ functions below, so a snapshot and a live answer are read identically.
 """
 
 import json
-from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Set
 
 from .errors import BadInventory
+from .membership import SnapshotMembership
 from .model import Node, NodePool, Taint
 
 
@@ -77,12 +83,18 @@ def node_from_api(item: Mapping[str, Any]) -> Node:
 
 
 class InventoryLookup:
-    """A cluster snapshot (the ``--inventory`` file). Read once; answers like the API would."""
+    """A cluster snapshot (the ``--inventory`` file). Read once; answers like the APIs would: the ACK
+    API (a ClusterLookup) and Auto Scaling (a functions.membership.Membership)."""
 
-    def __init__(self, cluster_id: str, pools: List[NodePool], nodes: List[Node]) -> None:
+    def __init__(self, cluster_id: str, pools: List[NodePool], nodes: List[Node],
+                 membership: Optional[SnapshotMembership] = None) -> None:
         self.cluster_id = cluster_id
         self._pools = pools
         self._nodes = nodes
+        self._membership = membership or SnapshotMembership()
+        # What the Kubernetes API would answer: {"<node name>": {"labels", "annotations", "unschedulable"}};
+        # None when the snapshot has none (then no applied layout is known).
+        self.kube_nodes: Optional[Dict[str, Any]] = None
 
     @classmethod
     def from_file(cls, path: str) -> "InventoryLookup":
@@ -120,7 +132,11 @@ class InventoryLookup:
                 except ValueError as exc:
                     raise BadInventory("%s: %s[%d]: %s" % (where, key, index, str(exc).splitlines()[0])) \
                         from None
-        return cls(cluster_id, pools, nodes)
+        lookup = cls(cluster_id, pools, nodes, SnapshotMembership.from_dict(data, where))
+        from .kube_client import snapshot_kube_nodes  # the Kubernetes side (functions/rollout.py)
+
+        lookup.kube_nodes = snapshot_kube_nodes(data.get("kube_nodes"), where)
+        return lookup
 
     def nodepools(self, cluster_id: str) -> List[NodePool]:
         return list(self._pools) if cluster_id == self.cluster_id else []
@@ -133,3 +149,9 @@ class InventoryLookup:
         return [n for n in self._nodes
                 if (nodepool_id is None or n.nodepool_id == nodepool_id)
                 and (not wanted or n.instance_id in wanted)]
+
+    def scaling_members(self, scaling_group_id: str, instance_ids: Sequence[str]) -> Set[str]:
+        return self._membership.scaling_members(scaling_group_id, instance_ids)
+
+    def lifecycle_hook_group(self, lifecycle_hook_id: str, scaling_group_id: str) -> Optional[str]:
+        return self._membership.lifecycle_hook_group(lifecycle_hook_id, scaling_group_id)

@@ -23,7 +23,7 @@ from .envelope import (ACTIONTRAIL_TYPES, ECS_STATE_CHANGE, HANDLED_TYPES, KIND_
                        LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST, MANUAL_FIELDS, SCALE_OUT_TYPES, Envelope,
                        read_envelope, shown as _shown)
 from .errors import BadEvent, SkipEvent
-from .model import LifecycleHook, Request, Trigger
+from .model import InvalidTarget, LifecycleHook, Request, Trigger
 
 __all__ = ["HANDLED_TYPES", "LIFECYCLE_TEST", "NODEPOOL_OPERATIONS", "parse_envelope", "parse_event"]
 
@@ -54,7 +54,9 @@ def _check_id(value: Any, what: str, example: str) -> Optional[str]:
 
 
 def _instance_ids(value: Any) -> List[str]:
-    """A list, a comma-separated string or a JSON list string, each an ECS instance id (i-...)."""
+    """A list, a comma-separated string or a JSON list string of ECS instance ids (i-...). An item that is
+    not an id is kept as it is shown in messages (quoted, cut short; never an id): ``_split_ids`` makes it
+    a target of its own that fails alone, so one bad item does not cost the others."""
     if value is None or value == "":
         return []
     if isinstance(value, str):
@@ -64,18 +66,25 @@ def _instance_ids(value: Any) -> List[str]:
                 value = json.loads(text)
             except ValueError:
                 raise ValueError("instance ids %s are not a JSON list" % _shown(text)) from None
+            except RecursionError:
+                raise ValueError("instance ids are nested too deeply; expected a flat list of i-... ids") from None
         else:
             value = [v.strip() for v in text.split(",") if v.strip()]
     if not isinstance(value, list):
         raise ValueError("instance ids must be a list of i-... ids, got %s" % type(value).__name__)
     out = []
     for item in value:
-        if not isinstance(item, str) or not _INSTANCE_ID.match(item.strip()):
-            raise ValueError("%s is not an ECS instance id; expected i- followed by letters and digits"
-                             % _shown(item))
-        if item.strip() not in out:
-            out.append(item.strip())
+        text = item.strip() if isinstance(item, str) and _INSTANCE_ID.match(item.strip()) else _shown(item)
+        if text not in out:
+            out.append(text)
     return out
+
+
+def _split_ids(ids: List[str]) -> Dict[str, Any]:
+    """Request fields: the valid ids, and each invalid one as an InvalidTarget with the accepted form."""
+    return {"instance_ids": [i for i in ids if _INSTANCE_ID.match(i)],
+            "invalid_targets": [InvalidTarget(target=i, reason="%s is not an ECS instance id; expected i- followed "
+                                              "by letters and digits" % i) for i in ids if not _INSTANCE_ID.match(i)]}
 
 
 # ---- stage 1 models: the envelopes functions.envelope recognised ----
@@ -216,22 +225,29 @@ class EcsStatePayload(BaseModel):
 # ---- helpers ----
 
 
-def _maybe_json(value: Any) -> Any:
+def _maybe_json(value: Any, where: str = "") -> Any:
+    """A JSON object or list sent as text, decoded; any other text as it is. Text nested deeper than the
+    decoder can follow is bad input (BadEvent naming ``where``; a ValueError inside a model validator)."""
     if isinstance(value, str) and value.strip()[:1] in ("{", "["):
         try:
             return json.loads(value)
         except ValueError:
             return value
+        except RecursionError:
+            message = "JSON text nested too deeply; send it flat (at most a few levels)"
+            if where:
+                raise BadEvent("event field %s: %s" % (where, message)) from None
+            raise ValueError(message) from None
     return value
 
 
-def _flatten_content(data: Any) -> Dict[str, Any]:
+def _flatten_content(data: Any, where: str = "data") -> Dict[str, Any]:
     """``data`` with a nested ``content`` object (MNS and CloudMonitor layout) merged over it."""
-    data = _maybe_json(data)
+    data = _maybe_json(data, where)
     if not isinstance(data, dict):
         return {}
     merged = dict(data)
-    content = _maybe_json(data.get("content"))
+    content = _maybe_json(data.get("content"), where + ".content" if where != "content" else "content")
     if isinstance(content, dict):
         merged.update(content)
     return merged
@@ -286,7 +302,7 @@ def _from_manual(raw: Mapping[str, Any], trigger: Trigger, event_type: str, even
                  ) -> Request:
     payload = _validate(ManualPayload, raw, "payload", "accepted: {%s}" % ", ".join(MANUAL_FIELDS))
     return Request(trigger=trigger, event_type=event_type, event_id=event_id, cluster_id=payload.cluster_id,
-                   nodepool_id=payload.nodepool_id, instance_ids=payload.instance_ids, dry_run=payload.dry_run)
+                   nodepool_id=payload.nodepool_id, dry_run=payload.dry_run, **_split_ids(payload.instance_ids))
 
 
 def _from_timer(timer: TimerEvent) -> Request:
@@ -294,7 +310,7 @@ def _from_timer(timer: TimerEvent) -> Request:
     # labelled pool of the configured cluster.
     payload: Any = {}
     if timer.payload and timer.payload.strip():
-        payload = _maybe_json(timer.payload)
+        payload = _maybe_json(timer.payload, "timer.payload")
         if not isinstance(payload, dict):
             raise BadEvent("event field timer.payload: the trigger message must be empty or a JSON object "
                            "{%s}" % ", ".join(MANUAL_FIELDS))
@@ -312,7 +328,7 @@ def _lifecycle(ess: EssPayload, event_type: str, where: str) -> LifecycleHook:
 
 
 def _from_mns(raw: Mapping[str, Any]) -> Request:
-    ess = _validate(EssPayload, _flatten_content(raw), "content")
+    ess = _validate(EssPayload, _flatten_content(raw, "content"), "content")
     event_type = "ess:LifecycleHook:MNS"
     transition = (ess.lifecycle_transition or "").upper()
     if transition and transition != "SCALE_OUT":
@@ -322,8 +338,8 @@ def _from_mns(raw: Mapping[str, Any]) -> Request:
     return Request(trigger=Trigger.LIFECYCLE_HOOK, event_type=event_type,
                    event_id=_pick(raw.get("content") if isinstance(raw.get("content"), dict) else {},
                                   "requestId"),
-                   region=_pick(raw, "regionId"), scaling_group_id=ess.group(), instance_ids=ess.instance_ids,
-                   lifecycle=hook)
+                   region=_pick(raw, "regionId"), scaling_group_id=ess.group(), lifecycle=hook,
+                   **_split_ids(ess.instance_ids))
 
 
 def _from_cloudevent(event: CloudEvent) -> Request:
@@ -333,11 +349,11 @@ def _from_cloudevent(event: CloudEvent) -> Request:
         ess = _validate(EssPayload, _flatten_content(event.data), "data")
         if etype == LIFECYCLE_SCALE_OUT:
             return Request(trigger=Trigger.LIFECYCLE_HOOK, scaling_group_id=ess.group(),
-                           instance_ids=ess.instance_ids, lifecycle=_lifecycle(ess, etype, "data"), **common)
+                           lifecycle=_lifecycle(ess, etype, "data"), **_split_ids(ess.instance_ids), **common)
         if not ess.group() and not ess.instance_ids:
             raise BadEvent("event field data.scalingGroupId: missing, and no instanceIds either; %s needs "
                            "one of them" % etype)
-        return Request(trigger=Trigger.SCALE_OUT, scaling_group_id=ess.group(), instance_ids=ess.instance_ids,
+        return Request(trigger=Trigger.SCALE_OUT, scaling_group_id=ess.group(), **_split_ids(ess.instance_ids),
                        **common)
     if etype in ACTIONTRAIL_TYPES:
         return _from_actiontrail(event, common)
@@ -347,7 +363,7 @@ def _from_cloudevent(event: CloudEvent) -> Request:
             raise SkipEvent("instance %s changed to %s; only Running matters" % (state.resourceId,
                                                                                   state.state[:20]),
                             Trigger.INSTANCE_RUNNING.value, etype)
-        return Request(trigger=Trigger.INSTANCE_RUNNING, instance_ids=[state.resourceId], **common)
+        return Request(trigger=Trigger.INSTANCE_RUNNING, **_split_ids([state.resourceId]), **common)
     # functions.envelope lets only HANDLED_TYPES through (the test notification ends there): unreachable
     # unless the two lists drift apart, and then a skip is the safe end.
     raise SkipEvent("event type %s is not handled; handled: %s" % (_shown(etype), ", ".join(HANDLED_TYPES)),
@@ -355,7 +371,7 @@ def _from_cloudevent(event: CloudEvent) -> Request:
 
 
 def _from_actiontrail(event: CloudEvent, common: Dict[str, Any]) -> Request:
-    trail = _validate(ActionTrailPayload, _maybe_json(event.data), "data")
+    trail = _validate(ActionTrailPayload, _maybe_json(event.data, "data"), "data")
     etype = event.type
     if trail.eventName not in NODEPOOL_OPERATIONS:
         raise SkipEvent("ACK operation %s does not add nodes or change a pool; handled: %s"
@@ -365,7 +381,7 @@ def _from_actiontrail(event: CloudEvent, common: Dict[str, Any]) -> Request:
         raise SkipEvent("ACK operation %s failed (%s); nothing changed" % (trail.eventName, trail.errorCode[:60]),
                         Trigger.NODEPOOL_OPERATION.value, etype)
     params = trail.requestParameters
-    response = _maybe_json(trail.responseElements)
+    response = _maybe_json(trail.responseElements, "data.responseElements")
     response = response if isinstance(response, dict) else {}
     # ROA path parameters and body fields are recorded under several spellings; none is documented.
     cluster = _pick(params, "ClusterId", "clusterId", "cluster_id") or _pick(response, "cluster_id", "ClusterId")

@@ -26,9 +26,18 @@ class LifecycleHook(_Model):
     default_result: Optional[str] = None  # CONTINUE | ABANDON, what ESS does on timeout
 
 
+class InvalidTarget(_Model):
+    """A target the event named that failed validation (e.g. not an ECS instance id): it gets its own
+    ``error`` decision while the rest of the event goes on. ``target`` is the value as shown (quoted, cut)."""
+
+    target: str
+    reason: str
+
+
 class Request(_Model):
     """One normalized request, whatever the source. Empty ``instance_ids`` means: every node of the pool(s)
-    (``nodepool_id`` / ``scaling_group_id``), or with neither, every pool that carries a partition label."""
+    (``nodepool_id`` / ``scaling_group_id``), or with neither, every pool that carries a partition label,
+    unless ``invalid_targets`` holds what the event named instead."""
 
     trigger: Trigger
     event_type: str  # the source's own type, e.g. ess:ScalingActivity:ScaleOutSuccess
@@ -38,6 +47,7 @@ class Request(_Model):
     nodepool_id: Optional[str] = None
     scaling_group_id: Optional[str] = None
     instance_ids: List[str] = Field(default_factory=list)
+    invalid_targets: List[InvalidTarget] = Field(default_factory=list)
     lifecycle: Optional[LifecycleHook] = None
     dry_run: bool = False
 
@@ -77,7 +87,8 @@ class Node(_Model):
 ACTION_PARTITION = "partition"
 ACTION_SKIP = "skip"
 ACTION_ERROR = "error"
-Action = Literal["partition", "skip", "error"]
+ACTION_DEFER = "defer"  # a running node that waits for a later wave of its pool's rollout (functions/rollout.py)
+Action = Literal["partition", "skip", "error", "defer"]
 
 
 class PartitionLabel(_Model):

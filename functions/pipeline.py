@@ -12,10 +12,10 @@ import os
 import time
 import uuid
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from .envelope import read_envelope
-from .errors import ConfigurationError, EventOutcome, SkipEvent
+from .errors import BadInventory, ConfigurationError, EventOutcome, SkipEvent
 from .logs import JsonLogger, stdlib_logs_into
 from .result import HandlerResult, Trigger
 from .settings import Settings, SettingsError, load_settings
@@ -23,9 +23,11 @@ from .settings import Settings, SettingsError, load_settings
 if TYPE_CHECKING:  # the pydantic side loads only for events that pass stage 1 (see run_event)
     from .cluster import ClusterLookup
     from .executor import Executor
-    from .model import Node, NodePool, Request
+    from .membership import Membership
+    from .model import Decision, Node, NodePool, Request
 
 Target = Tuple[str, Optional["Node"], Optional["NodePool"]]
+TargetOrDecision = Union[Target, "Decision"]
 InventoryArg = Union[None, str, "os.PathLike[str]", "ClusterLookup"]
 
 
@@ -64,10 +66,40 @@ def _cluster_id(request: "Request", settings: Settings, lookup: "ClusterLookup")
     return cluster
 
 
-def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str) -> List[Target]:
-    """Which instances the event concerns, each with its node (None until it is one) and its pool."""
-    from .decide import has_partition_label
+def _membership(lookup: "ClusterLookup", settings: Settings) -> "Membership":
+    """Who answers "is this instance / hook of that scaling group": the snapshot when the lookup is one
+    (it knows Auto Scaling's facts too), else Auto Scaling itself."""
+    if hasattr(lookup, "scaling_members") and hasattr(lookup, "lifecycle_hook_group"):
+        return lookup  # type: ignore[return-value]
+    from .membership import EssMembership
 
+    return EssMembership.from_settings(settings)
+
+
+def _target_problem(instance_id: str, node: Optional["Node"]) -> Optional[str]:
+    """Why a target cannot go into a node command, checked by the command's own rules (a node name or
+    instance id from the API that fails them would otherwise fail the whole batch), or None."""
+    from .delivery.command import CommandError, encode_names
+
+    try:
+        # A node that has not joined yet has no name: a stand-in that passes, so its id alone is checked.
+        encode_names({instance_id: node.node_name if node is not None and node.node_name else "x"})
+    except CommandError as exc:
+        return "%s; this target is left out, the others go on" % exc
+    return None
+
+
+def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str,
+                    membership: Optional[Callable[[], "Membership"]] = None) -> List[TargetOrDecision]:
+    """Which instances the event concerns, each with its node (None until it is one) and its pool, in the
+    order the event named them; a target already decided here (it failed validation, or Auto Scaling does
+    not confirm it) comes as its Decision. ``membership`` gives the Auto Scaling check (built on first use)."""
+    from .decide import has_partition_label
+    from .model import ACTION_ERROR, ACTION_SKIP, Decision
+
+    ask = membership or (lambda: _membership(lookup, load_settings()))
+    invalid: List[TargetOrDecision] = [Decision(instance_id=t.target, action=ACTION_ERROR, reason=t.reason)
+                                       for t in request.invalid_targets]
     nodes_by_id = {}
     if request.instance_ids:
         nodes_by_id = {n.instance_id: n for n in lookup.nodes(cluster, instance_ids=request.instance_ids)}
@@ -76,6 +108,8 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str) -
             raise SkipEvent("%s %s not a node of cluster %s" % (", ".join(request.instance_ids),
                                                                "is" if len(request.instance_ids) == 1 else "are",
                                                                cluster), request.trigger.value, request.event_type)
+    elif invalid and not (request.nodepool_id or request.scaling_group_id):
+        return invalid  # the event named only targets that fail validation: not "every labelled pool"
     pools = lookup.nodepools(cluster)
     by_id = {p.nodepool_id: p for p in pools}
     by_group = {p.scaling_group_id: p for p in pools if p.scaling_group_id}
@@ -91,21 +125,42 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str) -
     if request.lifecycle is not None and (named is None or not has_partition_label(named)):
         raise SkipEvent("lifecycle hook %s is not for a node pool with a partition label; left for its owner"
                         % request.lifecycle.lifecycle_hook_id, request.trigger.value, request.event_type)
+    if request.lifecycle is not None and named is not None:
+        # The event's hook id and group travel side by side with nothing tying them: Auto Scaling must say
+        # the hook is this group's, or answering it could continue or abandon someone else's instances.
+        hook = request.lifecycle.lifecycle_hook_id
+        group = named.scaling_group_id or ""
+        owner = ask().lifecycle_hook_group(hook, group) if group else None
+        if not group or owner != group:
+            raise SkipEvent("lifecycle hook %s is not a hook of scaling group %s (Auto Scaling %s); left "
+                            "unanswered" % (hook, group or "(none: pool %s has none)" % named.nodepool_id,
+                                            "knows no such hook" if owner is None else "says it is %s's" % owner),
+                            request.trigger.value, request.event_type)
 
     if request.instance_ids:
         # Only Auto Scaling names instances that are not nodes yet (its own new instances, of the pool's
-        # scaling group). Any other source must name nodes of this cluster: a manual payload naming some
-        # other instance next to a pool id must not get a root command on that instance.
+        # scaling group), and only once Auto Scaling confirms that. Any other source must name nodes of this
+        # cluster: a manual payload naming some other instance next to a pool id must not get a root command.
         from_scaling_group = request.trigger in (Trigger.SCALE_OUT, Trigger.LIFECYCLE_HOOK)
-        targets = []
+        unknown = [i for i in request.instance_ids if i not in nodes_by_id]
+        group = named.scaling_group_id if named is not None else None
+        confirmed = ask().scaling_members(group, unknown) if from_scaling_group and unknown and group else set()
+        targets: List[TargetOrDecision] = []
         for instance_id in request.instance_ids:
             node = nodes_by_id.get(instance_id)
             if node is not None:
                 pool = by_id.get(node.nodepool_id or "") if node.nodepool_id else named
+            elif from_scaling_group and named is not None and instance_id not in confirmed:
+                targets.append(Decision(instance_id=instance_id, nodepool_id=named.nodepool_id, action=ACTION_SKIP,
+                                        reason="instance is not a node of cluster %s and Auto Scaling does not list "
+                                               "it in scaling group %s%s" % (
+                                                   cluster, group or "(none)", "" if group else
+                                                   " (node pool %s has no scaling group)" % named.nodepool_id)))
+                continue
             else:
                 pool = named if from_scaling_group else None
             targets.append((instance_id, node, pool))
-        return targets
+        return targets + invalid
 
     if named is not None:
         if not has_partition_label(named):
@@ -121,7 +176,29 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str) -
     targets = []
     for pool in chosen:
         targets.extend((n.instance_id, n, pool) for n in lookup.nodes(cluster, nodepool_id=pool.nodepool_id))
-    return targets
+    return targets + invalid
+
+
+def decide_targets(targets: Sequence[TargetOrDecision], cluster: str) -> List["Decision"]:
+    """A Decision for each target: the ones resolve_targets already decided as they are; every other one
+    checked against the node command's rules (alone: one bad name never fails the batch), then decided."""
+    from .decide import decide_instance
+    from .model import ACTION_ERROR, Decision
+
+    out = []
+    for target in targets:
+        if isinstance(target, Decision):
+            out.append(target)
+            continue
+        instance_id, node, pool = target
+        problem = _target_problem(instance_id, node)
+        if problem is not None:
+            out.append(Decision(instance_id=instance_id, node_name=node.node_name if node else None,
+                                nodepool_id=(node.nodepool_id if node else None) or (pool.nodepool_id if pool else None),
+                                action=ACTION_ERROR, reason=problem))
+            continue
+        out.append(decide_instance(instance_id, node, pool, cluster))
+    return out
 
 
 def _summary(decisions: Sequence[Any]) -> str:
@@ -133,10 +210,11 @@ def _summary(decisions: Sequence[Any]) -> str:
 
 def run_event(raw: Any, settings: Optional[Settings] = None, inventory: InventoryArg = None,
               executor: Optional["Executor"] = None, context: Any = None, dry_run: bool = False,
-              logger: Optional[JsonLogger] = None) -> HandlerResult:
+              logger: Optional[JsonLogger] = None, kube: Any = None) -> HandlerResult:
     """Run one event end to end and return how it ended. Never raises for an outcome (skip, bad event,
     configuration, transient cloud failure are all results); raises only for ``BadInventory`` (a bad
-    ``--inventory`` file, the caller's input) and for bugs.
+    ``--inventory`` file, the caller's input). Anything unexpected (a bug, input deep enough to exhaust
+    the recursion limit) ends the event as ``error`` with one line naming the stage: never a traceback.
 
     ``raw``: the FC event (bytes), or str / decoded JSON. ``inventory``: a snapshot path or any
     ClusterLookup; None asks the ACK API. ``executor``: overrides ``make_executor`` (a dry run always uses
@@ -154,9 +232,9 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     log = logger or make_logger(settings, context)
     request: Optional["Request"] = None
     bridge = ExitStack()
+    stage = "reading the event"
     try:
         envelope = read_envelope(raw)  # stage 1, stdlib: ends irrelevant events before pydantic loads
-        from .decide import decide_all
         from .executor import DryRunExecutor, make_executor
         from .intake import parse_envelope
 
@@ -166,17 +244,38 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         # context and go through the same redaction.
         bridge.enter_context(stdlib_logs_into(log))
         effective_dry_run = bool(dry_run or settings.dry_run or request.dry_run)
+        stage = "looking up the cluster"
         lookup = _lookup(inventory, settings)
         cluster = _cluster_id(request, settings, lookup)
         request = request.model_copy(update={"cluster_id": cluster, "dry_run": effective_dry_run,
                                              "region": request.region or settings.region or None})
         log = log.bind(cluster_id=cluster)
-        decisions = decide_all(resolve_targets(request, lookup, cluster), cluster)
+        membership: List["Membership"] = []  # built on first use: most events never ask Auto Scaling
+
+        def ask() -> "Membership":
+            if not membership:
+                membership.append(_membership(lookup, settings))
+            return membership[0]
+
+        stage = "deciding"
+        targets = resolve_targets(request, lookup, cluster, ask)
+        decisions = decide_targets(targets, cluster)
+        # Running nodes of a reconcile are rolled in waves (functions/rollout.py); ``kube`` overrides the
+        # Kubernetes view (tests, the demo), else the snapshot's kube_nodes or the live API server.
+        from .rollout import kube_view, prepare
+
+        decisions, rollout = prepare(request, targets, decisions,
+                                     kube if kube is not None else kube_view(inventory, lookup, settings, cluster),
+                                     settings)
         for d in decisions:
             log.info("decision", instance_id=d.instance_id, node_name=d.node_name, nodepool_id=d.nodepool_id,
                      action=d.action, reason=d.reason, sequence=d.plan.sequence if d.plan else None)
+        stage = "running the nodes"
         chosen = DryRunExecutor() if effective_dry_run else (executor or make_executor(settings, False))
+        if rollout is not None:  # the same swap as a dry run: the rollout wraps whichever executor it is
+            chosen = rollout.executor(chosen, effective_dry_run)
         nodes = chosen.execute(request, decisions)
+        stage = "reporting"
         for n in nodes:
             log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
                      reason=n.get("reason"))
@@ -196,6 +295,22 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                dry_run=bool(request.dry_run) if request is not None else False,
                                nodes=exc.nodes)
         log = log.bind(trigger=trigger)
+    except BadInventory:
+        raise  # the caller's --inventory file: the command line reports it (exit 2)
+    except Exception as exc:  # noqa: BLE001 - a bug or hostile input must end as one error line, not a traceback
+        first = (str(exc).strip().splitlines() or [""])[0][:160]
+        reason = "internal error while %s: %s%s; the event was not completed" % (
+            stage, type(exc).__name__, ": " + first if first else "")
+        frame = exc.__traceback__
+        while frame is not None and frame.tb_next is not None:
+            frame = frame.tb_next
+        where = "%s:%d" % (os.path.basename(frame.tb_frame.f_code.co_filename), frame.tb_lineno) if frame else None
+        log.error("internal error", stage=stage, error=type(exc).__name__, where=where)
+        result = HandlerResult(trigger=request.trigger.value if request is not None else Trigger.UNKNOWN.value,
+                               event_type=request.event_type if request is not None else None,
+                               event_id=request.event_id if request is not None else None, outcome="error",
+                               reason=reason, cluster_id=request.cluster_id if request is not None else None,
+                               dry_run=bool(request.dry_run) if request is not None else False)
     finally:
         bridge.close()
     level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]

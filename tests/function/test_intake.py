@@ -130,8 +130,8 @@ def test_manual_payload():
 @pytest.mark.parametrize("payload, field", [
     ({"cluster_id": CLUSTER, "nodepool": "np-1"}, "payload.nodepool"),
     ({"cluster_id": "c 1; rm -rf /"}, "payload.cluster_id"),
-    ({"instance_ids": ["$(reboot)"]}, "payload.instance_ids"),
-    ({"instance_ids": "i-abc,not-an-id"}, "payload.instance_ids"),
+    ({"instance_ids": {"a": "i-abc"}}, "payload.instance_ids"),
+    ({"instance_ids": "[i-abc"}, "payload.instance_ids"),
     ({"dry_run": "yes"}, "payload.dry_run"),
 ])
 def test_manual_payload_errors_name_the_field(payload, field):
@@ -139,6 +139,16 @@ def test_manual_payload_errors_name_the_field(payload, field):
         parse_event(json.dumps(payload))
     assert ("event field %s" % field) in info.value.reason
     assert "\n" not in info.value.reason and info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("ids", [["$(reboot)", "i-abc"], "i-abc,not-an-id"])
+def test_an_id_that_fails_validation_is_a_target_of_its_own(ids):
+    """One bad item no longer fails the whole event: it becomes an invalid target (its own error
+    decision, functions.pipeline), the valid ids stay."""
+    r = parse_event(json.dumps({"instance_ids": ids}))
+    assert r.instance_ids == ["i-abc"]
+    (bad,) = r.invalid_targets
+    assert bad.target in ("'$(reboot)'", "'not-an-id'") and "not an ECS instance id" in bad.reason
 
 
 def test_lifecycle_without_token_names_the_field():

@@ -119,14 +119,68 @@ def test_dry_run_from_any_source_swaps_the_executor():
         assert [n["outcome"] for n in result.nodes] == ["dry-run", "dry-run"]
 
 
-def test_instance_unknown_to_the_cluster_is_decided_from_the_pool_config():
+MIG_GROUP = "asg-2ze4x7c1mig8a100q9wz"
+HOOK = "ash-2ze6hook0mig1a100w3e"
+NEW = "i-2zebrandnew0000a1b2"
+
+
+def _snapshot(**changes):
+    inv = json.load(open(INVENTORY))
+    for key, value in changes.items():
+        if value is None:
+            inv.pop(key, None)
+        else:
+            inv[key] = value
+    return InventoryLookup.from_dict(inv)
+
+
+def _lifecycle_for(*instance_ids, group=MIG_GROUP):
     event = event_json("ess_lifecycle_scale_out.json")
-    event["data"]["instanceIds"] = ["i-2zebrandnew0000a1b2"]
-    result = run_event(json.dumps(event).encode(), settings(), inventory=INVENTORY, executor=Recorder(),
-                       logger=quiet())
+    event["data"]["instanceIds"] = list(instance_ids)
+    event["data"]["scalingGroupId"] = group
+    return json.dumps(event)
+
+
+def test_instance_unknown_to_the_cluster_is_decided_from_the_pool_config_once_auto_scaling_lists_it():
+    lookup = _snapshot(scaling_instances={MIG_GROUP: [NEW]})
+    result = run_event(_lifecycle_for(NEW), settings(), inventory=lookup, executor=Recorder(), logger=quiet())
     (d,) = result.decisions
     assert d.action == "partition" and d.node_name is None and d.nodepool_id == MIG_POOL
     assert d.plan.gpu == "NVIDIA A100-SXM4-40GB"
+
+
+@pytest.mark.parametrize("members", [{}, {"asg-2ze9gn7pass3h1xk0tb": [NEW]}, None],
+                         ids=["listed-nowhere", "listed-in-another-group", "snapshot-without-the-key"])
+def test_an_instance_auto_scaling_does_not_list_in_the_pool_group_gets_no_command(members):
+    """The confused deputy: an event may put any instance id next to a pool's scaling group. An instance
+    that is not a node yet is targeted only when Auto Scaling lists it in that group."""
+    for raw in (_lifecycle_for(NEW, "i-2zeb7c1mig0a100x1k4d"),
+                json.dumps(dict(event_json("ess_scale_out_success.json"),
+                                data={"scalingGroupId": MIG_GROUP, "instanceIds": [NEW, "i-2zeb7c1mig0a100x1k4d"]}))):
+        recorder = Recorder()
+        result = run_event(raw, settings(), inventory=_snapshot(scaling_instances=members), executor=recorder,
+                           logger=quiet())
+        assert result.outcome == "done", result.reason
+        by_id = {d.instance_id: d for d in result.decisions}
+        assert by_id[NEW].action == "skip" and MIG_GROUP in by_id[NEW].reason
+        assert "Auto Scaling does not list it" in by_id[NEW].reason
+        assert by_id["i-2zeb7c1mig0a100x1k4d"].action == "partition"  # a node of the pool: its own pool
+        (_, decisions), = recorder.calls
+        assert [d.instance_id for d in decisions if d.action == "partition"] == ["i-2zeb7c1mig0a100x1k4d"]
+
+
+@pytest.mark.parametrize("hooks, says", [
+    ({HOOK: "asg-2ze9gn7pass3h1xk0tb"}, "says it is asg-2ze9gn7pass3h1xk0tb's"),
+    ({}, "knows no such hook"),
+    (None, "knows no such hook"),
+], ids=["hook-of-another-group", "unknown-hook", "snapshot-without-the-key"])
+def test_a_lifecycle_hook_auto_scaling_does_not_give_to_the_group_is_never_answered(hooks, says):
+    recorder = Recorder()
+    result = run_event(_lifecycle_for("i-2zeb7c1mig0a100x3q2h"), settings(), inventory=_snapshot(lifecycle_hooks=hooks),
+                       executor=recorder, logger=quiet())
+    assert result.outcome == "skip" and HOOK in result.reason and MIG_GROUP in result.reason
+    assert says in result.reason and "left unanswered" in result.reason
+    assert recorder.calls == []  # the executor, which answers hooks, never saw it
 
 
 def test_lifecycle_hooks_that_are_not_ours_are_never_answered():
@@ -250,3 +304,120 @@ def test_instance_outside_the_cluster_is_skipped_after_one_lookup():
     result = run_event(json.dumps(event), settings(), inventory=lookup, executor=Recorder(), logger=quiet())
     assert result.outcome == "skip" and "not a node of cluster" in result.reason
     assert Counting.pool_calls == 0
+
+
+# ---- nothing escapes run_event: hostile depth and bugs end as one error line ----
+
+DEEP_OBJECT = '{"a":' * 2000 + "1" + "}" * 2000  # 2,000 levels: past the JSON decoder's recursion limit
+DEEP_LIST = "[" * 2000 + "]" * 2000
+
+
+def _deep_events():
+    scale_out = event_json("ess_scale_out_success.json")
+    scale_out["data"]["content"] = DEEP_OBJECT
+    trail = event_json("actiontrail_api_scale_nodepool.json")
+    trail["data"]["requestParameters"] = DEEP_OBJECT
+    return {
+        "data.content": scale_out,
+        "timer.payload": {"triggerTime": "2026-11-29T01:00:00Z", "triggerName": "reconcile", "payload": DEEP_OBJECT},
+        "data.requestParameters": trail,
+        "payload.instance_ids": {"instance_ids": DEEP_LIST},
+    }
+
+
+@pytest.mark.parametrize("field", sorted(_deep_events()))
+def test_a_2000_level_nested_json_string_ends_as_one_error_line(field):
+    recorder = Recorder()
+    result = run_event(json.dumps(_deep_events()[field]), settings(), inventory=INVENTORY, executor=recorder,
+                       logger=quiet())
+    assert result.outcome == "error" and field in result.reason and "nested too deeply" in result.reason
+    assert "\n" not in result.reason and recorder.calls == []
+
+
+def test_an_unexpected_exception_anywhere_ends_as_one_error_line_naming_the_stage(capsys):
+    class Broken(InventoryLookup):
+        def nodes(self, *a, **kw):
+            raise RecursionError("maximum recursion depth exceeded\nwith a second line")
+
+    lookup = Broken.from_dict(json.load(open(INVENTORY)))
+    result = run_event(event_bytes("fc_timer.json"), settings(), inventory=lookup, executor=Recorder(),
+                       logger=JsonLogger("INFO"))
+    assert result.outcome == "error" and result.reason.startswith("internal error while deciding: RecursionError")
+    assert "\n" not in result.reason and "second line" not in result.reason
+    printed = capsys.readouterr().out
+    assert "Traceback" not in printed
+    last = json.loads(printed.splitlines()[-1])
+    assert last["message"] == "event error" and last["level"] == "ERROR"
+
+    class BrokenExecutor:
+        def execute(self, request, decisions):
+            raise KeyError("gpus")
+
+    result = run_event(event_bytes("fc_timer.json"), settings(), inventory=INVENTORY, executor=BrokenExecutor(),
+                       logger=quiet())
+    assert result.outcome == "error" and result.reason.startswith("internal error while running the nodes: KeyError")
+
+
+def test_the_handler_and_the_cli_return_the_error_instead_of_a_traceback(tmp_path, monkeypatch):
+    from functions.handler import handler
+
+    raw = json.dumps(_deep_events()["timer.payload"])
+    monkeypatch.setenv("ACK_MIG_CLUSTER_ID", CLUSTER)
+    monkeypatch.setenv("ACK_MIG_LOG_LEVEL", "ERROR")
+    out = json.loads(handler(raw.encode(), None))
+    assert out["outcome"] == "error" and "nested too deeply" in out["reason"]
+    import subprocess
+    import sys
+
+    from tests.function.conftest import ROOT
+
+    event = tmp_path / "deep.json"
+    event.write_text(json.dumps(_deep_events()["data.content"]))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
+    proc = subprocess.run([sys.executable, "-m", "functions.cli", "invoke", "--event", str(event), "--inventory",
+                           INVENTORY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("ack-mig-hook: error: event field data.content") and "nested too deeply" in line
+
+
+# ---- one bad target fails alone ----
+
+def test_an_instance_id_that_fails_validation_gets_its_own_error_and_the_rest_goes_on():
+    recorder = Recorder()
+    payload = {"nodepool_id": MIG_POOL, "instance_ids": ["i-2zeb7c1mig0a100x1k4d", "$(reboot)", 7,
+                                                         "i-2zeb7c1mig0a100x2m8f"]}
+    result = run_event(json.dumps(payload), settings(), inventory=INVENTORY, executor=recorder, logger=quiet())
+    assert result.outcome == "done", result.reason
+    actions = [(d.instance_id, d.action) for d in result.decisions]
+    assert actions == [("i-2zeb7c1mig0a100x1k4d", "partition"), ("i-2zeb7c1mig0a100x2m8f", "partition"),
+                       ("'$(reboot)'", "error"), ("'7'", "error")]
+    assert all("not an ECS instance id" in d.reason for d in result.decisions if d.action == "error")
+    (_, decisions), = recorder.calls
+    assert [d.instance_id for d in decisions if d.action == "partition"] == ["i-2zeb7c1mig0a100x1k4d",
+                                                                            "i-2zeb7c1mig0a100x2m8f"]
+    # Only bad ids and no pool: their errors, not "every labelled pool".
+    alone = run_event(json.dumps({"instance_ids": ["not-an-id"]}), settings(), inventory=INVENTORY,
+                      executor=Recorder(), logger=quiet())
+    assert [(d.instance_id, d.action) for d in alone.decisions] == [("'not-an-id'", "error")]
+
+
+@pytest.mark.parametrize("field, value, what", [
+    ("node_name", "Bad Name; reboot", "node name"),
+    ("node_name", "cn-beijing.192.168.12.47\n", "node name"),
+    ("instance_id", "i-2zeb7c1mig0a100x2m8f;id", "instance id"),
+])
+def test_a_node_the_api_lists_with_a_bad_name_or_id_fails_alone(field, value, what):
+    """The node command checks every name and id it carries and refuses the whole batch for one bad one;
+    so each target is checked alone first, and only that one gets an error."""
+    inv = json.load(open(INVENTORY))
+    (node,) = [n for n in inv["nodes"] if n["instance_id"] == "i-2zeb7c1mig0a100x2m8f"]
+    node[field] = value
+    recorder = Recorder()
+    result = run_event(event_bytes("fc_timer.json"), settings(), inventory=InventoryLookup.from_dict(inv),
+                       executor=recorder, logger=quiet())
+    assert result.outcome == "done", result.reason
+    bad = [d for d in result.decisions if d.action == "error" and what in d.reason]
+    assert len(bad) == 1 and "\n" not in bad[0].reason and "the others go on" in bad[0].reason
+    (_, decisions), = recorder.calls
+    assert "i-2zeb7c1mig0a100x1k4d" in [d.instance_id for d in decisions if d.action == "partition"]
