@@ -4,17 +4,19 @@ Imported by the node bootstrap (Python 3.6, stdlib only) and by the Function Com
 validated the same way before a node is touched and on the node itself.
 """
 
-from .catalogue import GPUS, GpuModel, Placement, Profile, find_gpu, find_gpu_or_none, known_gpus
+from .catalogue import (GPUS, MEMORY_CONFIRMED, GpuModel, Placement, Profile, find_gpu, find_gpu_or_none, has_no_mig,
+                        known_gpus, suffix_of)
 from .diagram import render, render_all
-from .errors import LabelError, MigInputError, PlacementError, UnknownGpuError
+from .errors import GpuWithoutMigError, LabelError, MigInputError, PlacementError, UnknownGpuError
 from .labels import (KIND_SEQUENCE, KIND_SIZE, PARTITION_LABELS, SEQUENCE_LABEL, SIZE_LABEL, PartitionRequest,
                      PartitionSpec, parse, resolve_profile, spec_from_args, spec_from_labels)
 from .solver import Instance, Layout, check_budget, fill, place, plan, try_place
 
 __all__ = [
-    "GPUS", "GpuModel", "Placement", "Profile", "find_gpu", "find_gpu_or_none", "known_gpus",
+    "GPUS", "MEMORY_CONFIRMED", "GpuModel", "Placement", "Profile", "find_gpu", "find_gpu_or_none", "has_no_mig",
+    "known_gpus", "suffix_of",
     "render", "render_all",
-    "LabelError", "MigInputError", "PlacementError", "UnknownGpuError",
+    "GpuWithoutMigError", "LabelError", "MigInputError", "PlacementError", "UnknownGpuError",
     "KIND_SEQUENCE", "KIND_SIZE", "PARTITION_LABELS", "SEQUENCE_LABEL", "SIZE_LABEL", "PartitionRequest",
     "PartitionSpec", "parse", "resolve_profile", "spec_from_args", "spec_from_labels",
     "Instance", "Layout", "check_budget", "fill", "place", "plan", "try_place",

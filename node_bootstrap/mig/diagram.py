@@ -19,9 +19,11 @@ def render(layout, title=None):
            layout.compute_used, gpu.compute_slices, layout.memory_used, gpu.memory_slots)
     ]
     width = max([len("slot")] + [len(i.profile.name) for i in layout.instances])
-    lines.append("  %-*s  %s" % (width, "slot", " ".join(str(s) for s in range(gpu.memory_slots))))
+    cell = len(str(gpu.memory_slots - 1))  # 12-slot GPUs (RTX PRO 6000) number their slots up to 11
+    lines.append("  %-*s  %s" % (width, "slot", " ".join("%*d" % (cell, s) for s in range(gpu.memory_slots))))
     for inst in layout.instances:
-        cells = [_USED if inst.start <= s < inst.start + inst.size else _FREE for s in range(gpu.memory_slots)]
+        cells = ["%*s" % (cell, _USED if inst.start <= s < inst.start + inst.size else _FREE)
+                 for s in range(gpu.memory_slots)]
         lines.append("  %-*s  %s   start %d size %d" % (width, inst.profile.name, " ".join(cells),
                                                        inst.start, inst.size))
     if not layout.instances:

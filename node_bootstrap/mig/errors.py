@@ -19,3 +19,7 @@ class LabelError(MigInputError):
 
 class PlacementError(MigInputError):
     """The profiles parse, but the GPU cannot hold them all at once."""
+
+
+class GpuWithoutMigError(UnknownGpuError):
+    """The GPU is known, but has no MIG at all (A10, L20, T4, V100...)."""

@@ -10,8 +10,12 @@ Rules (also in the README):
 * A comma anywhere is refused with the hyphen form; an empty item (``1g.5gb--2g.10gb``, a trailing
   hyphen) is refused with its position.
 * An unknown name or id is refused with the list of valid profiles of that GPU.
-* ``+me`` profiles are accepted by name (``1g.5gb+me``) or id (``20``). Kubernetes label values cannot
-  hold ``+``, so in a node pool label use the id.
+* Variant profiles (``+me``, ``+me.all``, ``+gfx``, ``-me``) are accepted by name or id. Kubernetes label
+  values cannot hold ``+``, so a label writes ``+`` as ``.``, as mig-parted's config names do:
+  ``1g.5gb.me`` is ``1g.5gb+me``, ``1g.24gb.me.all`` is ``1g.24gb+me.all``, ``1g.24gb.gfx`` is
+  ``1g.24gb+gfx`` (the node's ``nvidia_mig_sequence`` label is written the same way). ``-me`` needs no
+  change: in a sequence, an item ``me`` belongs to the profile before it (``1g.24gb-me-2g.48gb`` is
+  ``1g.24gb-me`` and ``2g.48gb``), since no profile is called ``me``.
 * A pool that carries both labels is refused: which one wins would be a guess.
 """
 
@@ -30,6 +34,9 @@ PARTITION_LABELS = (SIZE_LABEL, SEQUENCE_LABEL)
 MAX_VALUE_LENGTH = 256
 
 _ID = re.compile(r"^[0-9]{1,3}\Z")  # ASCII digits only: str.isdigit() also accepts other scripts' digits
+# The label-safe spelling of a "+" variant: "<n>g.<m>gb" then ".me", ".me.all" or ".gfx".
+_DOTTED = re.compile(r"^([0-9]+g\.[0-9]+gb)\.(me\.all|me|gfx)\Z")
+_NO_ME = "me"  # the item a sequence split leaves of a "-me" suffix
 
 KIND_SIZE = "size"
 KIND_SEQUENCE = "sequence"
@@ -88,13 +95,22 @@ def _split(kind, value):
         if not item:
             raise LabelError("empty item at position %d of gpu-partition-%s %s; write profiles separated by "
                              "single hyphens, e.g. 1g.5gb-2g.10gb" % (position, kind, _shown(value)))
-    return items
+    merged = []  # type: List[str]
+    for item in items:
+        if item.lower() == _NO_ME and merged:
+            merged[-1] = "%s-%s" % (merged[-1], item)  # "1g.24gb-me": the profile without media engines
+        else:
+            merged.append(item)
+    return merged
 
 
 def resolve_profile(gpu, item):
     # type: (GpuModel, str) -> Profile
     """One profile by name (any case) or NVML id, or a LabelError listing the valid ones."""
     text = item.strip().lower()
+    dotted = _DOTTED.match(text)
+    if dotted:
+        text = "%s+%s" % dotted.groups()
     profile = None  # type: Optional[Profile]
     if _ID.match(text):
         profile = gpu.profile_by_id(int(text))

@@ -2,10 +2,12 @@
 
 import pytest
 
-from node_bootstrap.mig import GPUS, UnknownGpuError, find_gpu, find_gpu_or_none
+from node_bootstrap.mig import (GPUS, GpuWithoutMigError, UnknownGpuError, find_gpu, find_gpu_or_none, has_no_mig,
+                                suffix_of)
+from node_bootstrap.mig.catalogue import NVML_PROFILE_COUNT
 
 EXPECTED_KEYS = {"A100-SXM4-40GB", "A100-PCIE-40GB", "A100-80GB", "A30", "H100-80GB", "H100-NVL",
-                 "H100-96GB", "H200", "B200"}
+                 "H100-96GB", "H200", "B200", "GH200-144GB", "GB200", "B300", "GB300", "RTX-PRO-6000"}
 
 
 def test_every_gpu_of_the_facts_is_there():
@@ -30,12 +32,55 @@ def test_find_gpu_accepts_every_documented_form(text, key):
     assert find_gpu(text).key == key
 
 
-@pytest.mark.parametrize("text", ["", "Tesla V100", "0x1db610de", "0x20b01234", "0xzz"])
+@pytest.mark.parametrize("text", ["", "Banana GPU 9000", "A100", "0x20b01234", "0xzz", "0x1234"])
 def test_unknown_gpu_lists_known_ones(text):
     with pytest.raises(UnknownGpuError) as err:
         find_gpu(text)
+    assert not isinstance(err.value, GpuWithoutMigError)
     assert "known GPUs:" in str(err.value)
     assert "H200" in str(err.value)
+
+
+@pytest.mark.parametrize("text,shown", [
+    ("A10", "A10"), ("NVIDIA A10", "NVIDIA A10"), ("NVIDIA-A10", "NVIDIA-A10"), ("L20", "L20"),
+    ("NVIDIA L20", "NVIDIA L20"), ("T4", "T4"), ("Tesla T4", "Tesla T4"), ("V100", "V100"),
+    ("Tesla V100-SXM2-16GB", "Tesla V100-SXM2-16GB"), ("0x1db610de", "Tesla V100-PCIE-32GB"),
+    ("0x223610de", "NVIDIA A10"), ("0x26BA", "NVIDIA L20"), ("0x1EB8", "Tesla T4"),
+])
+def test_a_known_gpu_without_mig_is_refused_as_such(text, shown):
+    with pytest.raises(GpuWithoutMigError) as err:
+        find_gpu(text)
+    msg = str(err.value)
+    assert msg.startswith("%s has no MIG" % shown) and "unknown GPU" not in msg and "\n" not in msg
+    assert has_no_mig(text)
+
+
+@pytest.mark.parametrize("text", ["A100-SXM4-40GB", "NVIDIA H20", "0x233510de", "NVIDIA A100 80GB PCIe", "", "zz"])
+def test_mig_gpus_and_unknown_names_are_not_called_without_mig(text):
+    assert not has_no_mig(text)
+
+
+@pytest.mark.parametrize("text,name", [
+    ("NVIDIA H20", "NVIDIA H20"), ("NVIDIA-H20", "NVIDIA H20"), ("0x232910de", "NVIDIA H20"),
+    ("NVIDIA GH200 480GB", "NVIDIA GH200 480GB"), ("NVIDIA H800", "NVIDIA H800"), ("0x2324", "NVIDIA H800"),
+    ("NVIDIA H800 NVL", "NVIDIA H800 NVL"), ("0x233a10de", "NVIDIA H800 NVL"), ("NVIDIA H200 NVL", "NVIDIA H200 NVL"),
+    ("NVIDIA A800-SXM4-80GB", "NVIDIA A800-SXM4-80GB"), ("0x20f310de", "NVIDIA A800-SXM4-80GB"),
+    ("A100-80GB", "NVIDIA A100-SXM4-80GB"),  # a key gives the model's first product
+    ("H100-96GB", "NVIDIA H100 96GB"),  # the key is also that product's name in ACK's hyphenated form
+])
+def test_an_alias_keeps_the_name_it_was_given(text, name):
+    gpu = find_gpu(text)
+    assert gpu.name == name
+    assert name in gpu.product_names and gpu.profiles == find_gpu(gpu.key).profiles
+
+
+@pytest.mark.parametrize("pci,key", [
+    (0x2324, "H100-80GB"), (0x233A, "H100-NVL"), (0x2348, "GH200-144GB"), (0x2941, "GB200"), (0x31C2, "GB300"),
+    (0x3182, "B300"), (0x2BB5, "RTX-PRO-6000"), (0x20B6, "H100-96GB"), (0x233D, "H100-96GB"), (0x2329, "H100-96GB"),
+])
+def test_newer_gpus_by_pci_id(pci, key):
+    assert find_gpu("0x%04x10de" % pci).key == key
+    assert find_gpu_or_none(None, (pci << 16) | 0x10DE).key == key
 
 
 def test_live_lookup_prefers_pci_id():
@@ -93,3 +138,55 @@ def test_h200_entry_matches_a_real_h200():
         assert row["instances"] == p.max_instances
         assert row["memory_mib"] == p.memory_mib
         assert [tuple(x) for x in row["placements"]] == [tuple(x) for x in p.placements]
+
+
+# The slice class of each NVML_GPU_INSTANCE_PROFILE_* index (nvml.h; go-nvlib's NewMigProfile maps them
+# the same way) and the name suffix it carries.
+_INDEX_SLICES = {0: 1, 1: 2, 2: 3, 3: 4, 4: 7, 5: 8, 6: 6, 7: 1, 8: 2, 9: 1, 10: 1, 11: 2, 12: 4, 13: 1, 14: 2,
+                 15: 1, 16: 2, 17: 3}
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=lambda g: g.key)
+def test_every_profile_records_its_nvml_index_and_the_index_matches_its_name(gpu):
+    assert len({p.nvml_index for p in gpu.profiles}) == len(gpu.profiles)
+    for p in gpu.profiles:
+        assert 0 <= p.nvml_index < NVML_PROFILE_COUNT
+        assert _INDEX_SLICES[p.nvml_index] == p.compute_slices, p.name
+        base = "%dg.%dgb" % (p.compute_slices, int(p.name.split(".")[1].split("gb")[0]))
+        assert p.name == base + suffix_of(p), p.name
+
+
+def test_a30_memory_matches_a_real_a30():
+    """A public capture of an A30 on driver 535.183.01: nvidia-smi's MIG devices table shows 5952 MiB for
+    a 1g.6gb and 11968 MiB for a 2g.12gb; mig -lgip shows 5.81 / 11.69 / 23.44 GiB; -lgipp shows the
+    placements {0,1,2,3}:1, {0,2}:2 and {0}:4 (the old 5836 / 11672 / 23456 MiB were not what NVML says)."""
+    gpu = find_gpu("NVIDIA A30")
+    table = {p.id: (p.name, p.max_instances, p.memory_mib, [(x.start, x.size) for x in p.placements])
+             for p in gpu.profiles}
+    assert table == {
+        14: ("1g.6gb", 4, 5952, [(0, 1), (1, 1), (2, 1), (3, 1)]),
+        21: ("1g.6gb+me", 1, 5952, [(0, 1), (1, 1), (2, 1), (3, 1)]),
+        5: ("2g.12gb", 2, 11968, [(0, 2), (2, 2)]),
+        6: ("2g.12gb+me", 1, 11968, [(0, 2), (2, 2)]),
+        0: ("4g.24gb", 1, 24000, [(0, 4)]),
+    }
+    for p in gpu.profiles:  # the GiB column, as nvidia-smi rounds it
+        assert "%.2f" % (p.memory_mib / 1024.0) in ("5.81", "11.69", "23.44")
+
+
+def test_rtx_pro_6000_matches_a_real_one():
+    """nvidia-smi mig -lgip / -lgipp on an RTX PRO 6000 Blackwell Server Edition (a public capture): ids,
+    counts and placements on its 12-unit grid; the names and counts are also the MIG user guide's table."""
+    gpu = find_gpu("NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    assert (gpu.memory_slots, gpu.compute_slices) == (12, 4)
+    rows = {p.name: (p.id, p.max_instances, p.placements[0].size, [x.start for x in p.placements])
+            for p in gpu.profiles}
+    one, two = [0, 3, 6, 9], [0, 6]
+    assert rows == {
+        "1g.24gb": (14, 4, 3, one), "1g.24gb+me": (21, 1, 3, one), "1g.24gb+gfx": (47, 4, 3, one),
+        "1g.24gb+me.all": (65, 1, 3, one), "1g.24gb-me": (67, 4, 3, one),
+        "2g.48gb": (5, 2, 6, two), "2g.48gb+gfx": (35, 2, 6, two), "2g.48gb+me.all": (64, 1, 6, two),
+        "2g.48gb-me": (66, 2, 6, two), "4g.96gb": (0, 1, 12, [0]), "4g.96gb+gfx": (32, 1, 12, [0]),
+    }
+    assert {p.name: "%.2f" % (p.memory_mib / 1024.0) for p in gpu.profiles if "+" not in p.name and "-" not in p.name} \
+        == {"1g.24gb": "23.62", "2g.48gb": "47.38", "4g.96gb": "95.12"}

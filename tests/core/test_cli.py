@@ -41,6 +41,30 @@ def test_plan_json_for_every_gpu_form(gpu):
     ]
 
 
+@pytest.mark.parametrize("gpu,name", [("NVIDIA H20", "NVIDIA H20"), ("NVIDIA-H20", "NVIDIA H20"),
+                                      ("0x232910de", "NVIDIA H20"), ("NVIDIA H800", "NVIDIA H800")])
+def test_an_alias_prints_the_name_it_was_given(gpu, name):
+    rc, out, err = cli("plan", "--gpu", gpu, "--size", "9")
+    assert rc == 0, err
+    assert out.splitlines()[0].startswith(name + ": 2 instances")
+    assert "GH200" not in out
+    rc, out, err = cli("plan", "--gpu", gpu, "--size", "9", "--json")
+    assert json.loads(out)["gpu"] == name
+    rc, out, err = cli("profiles", "--gpu", gpu)
+    assert out.startswith(name + " (")
+
+
+def test_plan_on_a_twelve_slot_gpu_with_label_safe_variant_names():
+    rc, out, err = cli("plan", "--gpu", "0x2bb510de", "--sequence", "1g.24gb-me-2g.48gb.gfx-1g.24gb.me.all")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == ("NVIDIA RTX PRO 6000 Blackwell Server Edition: 3 instances, compute 4/4 slices, "
+                        "memory 12/12 slots")
+    width = len("1g.24gb+me.all")  # the longest name sets the first column
+    assert lines[1] == "  %-*s  %s" % (width, "slot", " ".join("%2d" % s for s in range(12)))
+    assert lines[2] == "  %-*s  %s   start 0 size 6" % (width, "2g.48gb+gfx", " ".join([" #"] * 6 + [" ."] * 6))
+
+
 def test_plan_text_shows_the_diagram():
     rc, out, _ = cli("plan", "--gpu", "NVIDIA H200", "--size", "3g.71gb")
     assert rc == 0
@@ -49,7 +73,11 @@ def test_plan_text_shows_the_diagram():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["plan", "--gpu", "Tesla V100", "--size", "19"], "unknown GPU"),
+    (["plan", "--gpu", "Banana 9000", "--size", "19"], "unknown GPU 'Banana 9000'"),
+    (["plan", "--gpu", "Tesla V100", "--size", "19"], "Tesla V100 has no MIG"),
+    (["plan", "--gpu", "A10", "--size", "19"], "A10 has no MIG"),
+    (["profiles", "--gpu", "NVIDIA L20"], "NVIDIA L20 has no MIG"),
+    (["plan", "--gpu", "T4", "--size", "19"], "T4 has no MIG"),
     (["plan", "--gpu", "NVIDIA H200", "--sequence", "1g.18gb,2g.35gb"], "1g.18gb-2g.35gb"),
     (["plan", "--gpu", "NVIDIA H200", "--sequence", "9-9-9"], "holds at most 2"),
     (["plan", "--gpu", "NVIDIA H200", "--size", "1g.5gb"], "valid profiles: 1g.18gb (19)"),

@@ -125,3 +125,33 @@ def test_ids_mean_the_same_profile_class_on_every_eight_slot_gpu():
             continue
         names = [resolved.name for resolved in parse(PartitionSpec("sequence", "19-14-9"), gpu).profiles]
         assert [n.split(".")[0] for n in names] == ["1g", "2g", "3g"]
+
+
+RTX = find_gpu("NVIDIA RTX PRO 6000 Blackwell Server Edition")
+
+
+@pytest.mark.parametrize("value,names", [
+    ("1g.24gb-me", ["1g.24gb-me"]),
+    ("1g.24gb-me-2g.48gb", ["1g.24gb-me", "2g.48gb"]),
+    ("2g.48gb-ME-1g.24gb-me-1g.24gb", ["2g.48gb-me", "1g.24gb-me", "1g.24gb"]),
+    ("1g.24gb.gfx-1g.24gb+gfx", ["1g.24gb+gfx", "1g.24gb+gfx"]),
+    ("1g.24gb.me.all-1g.24gb-me", ["1g.24gb+me.all", "1g.24gb-me"]),
+    ("2g.48gb.me.all-2g.48gb-me", ["2g.48gb+me.all", "2g.48gb-me"]),
+    ("1g.24gb.me", ["1g.24gb+me"]),
+    ("4g.96gb.GFX", ["4g.96gb+gfx"]),
+])
+def test_variant_names_in_their_label_safe_spelling(value, names):
+    """Kubernetes label values hold no "+": "." stands for it, as in mig-parted's config names, and a
+    "-me" suffix survives the hyphen split because no profile is called "me"."""
+    assert [p.name for p in parse(PartitionSpec("sequence", value), RTX).profiles] == names
+
+
+def test_a_lone_me_item_is_still_an_unknown_profile():
+    with pytest.raises(LabelError, match="unknown profile 'me'"):
+        parse(PartitionSpec("sequence", "me-19"), A100)
+    with pytest.raises(LabelError, match="unknown profile '1g.5gb-me'"):  # no -me profile on an A100
+        parse(PartitionSpec("sequence", "1g.5gb-me"), A100)
+
+
+def test_dotted_plus_me_on_an_a100_is_the_plus_me_profile():
+    assert plan(PartitionSpec("sequence", "1g.5gb.me-19"), A100) == plan(PartitionSpec("sequence", "20-19"), A100)
