@@ -286,17 +286,21 @@ def check_label(keys: Tuple[str, ...], value: str) -> LabelReport:
 
 @contextlib.contextmanager
 def handler_environment():
-    """The environment the handler reads, pointing at a loopback CS emulator holding the snapshot; dry
-    run, so no node is contacted. Restores the environment afterwards."""
+    """The environment the handler reads, pointing at a loopback CS emulator holding the snapshot and an
+    Auto Scaling emulator holding its scaling groups and hooks (the membership checks); dry run, so no
+    node is contacted. Restores the environment afterwards."""
     from tests.function.conftest import AK, SECRET, TOKEN
     from tests.support.cs_emulator import CsEmulator
+    from tests.support.rpc_emulator import Emulator
 
     saved = dict(os.environ)
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
         os.environ.pop(name, None)  # loopback traffic only
     try:
-        with CsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN).load_inventory(INVENTORY) as emu:
-            os.environ.update({"ACK_MIG_CS_ENDPOINT": emu.endpoint, "ACK_MIG_REGION": "cn-beijing",
+        with CsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN).load_inventory(INVENTORY) as emu, \
+                Emulator(AK, SECRET, TOKEN, "cn-beijing").load_inventory(INVENTORY) as ess:
+            os.environ.update({"ACK_MIG_CS_ENDPOINT": emu.endpoint, "ACK_MIG_ESS_ENDPOINT": ess.endpoint,
+                               "ACK_MIG_REGION": "cn-beijing",
                                "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
                                "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_CLUSTER_ID": emu.cluster_id,
                                "ACK_MIG_DRY_RUN": "true", "ACK_MIG_API_TIMEOUT_S": "2",

@@ -37,6 +37,8 @@ ECS_ACTIONS = {
 ESS_ACTIONS = {
     "CompleteLifecycleAction": ("LifecycleHookId", "LifecycleActionToken"),
     "RecordLifecycleActionHeartbeat": ("lifecycleHookId", "lifecycleActionToken"),
+    "DescribeScalingInstances": ("RegionId",),
+    "DescribeLifecycleHooks": ("RegionId",),
 }
 VERSIONS = {a: "2014-05-26" for a in ECS_ACTIONS}
 VERSIONS.update({a: "2014-08-28" for a in ESS_ACTIONS})
@@ -143,6 +145,9 @@ class Emulator:
         self.invocations: Dict[str, Dict[str, dict]] = {}
         self.sends: Dict[str, Dict[str, dict]] = {}
         self.lifecycle: List[Tuple[str, Dict[str, str]]] = []
+        # Auto Scaling's records: scaling group id -> its instance ids; lifecycle hook id -> its group.
+        self.scaling_instances: Dict[str, List[str]] = {}
+        self.lifecycle_hooks: Dict[str, str] = {}
         self.client_tokens: Dict[str, str] = {}
         self.nonces = set()
         self.rejected: List[str] = []
@@ -157,6 +162,12 @@ class Emulator:
         for iid in ids:
             self.nodes[iid] = factory(iid)
         return ids
+
+    def load_inventory(self, inventory: dict) -> "Emulator":
+        """Auto Scaling's records from a snapshot's ``scaling_instances`` and ``lifecycle_hooks`` keys."""
+        self.scaling_instances.update({g: list(ids) for g, ids in (inventory.get("scaling_instances") or {}).items()})
+        self.lifecycle_hooks.update(inventory.get("lifecycle_hooks") or {})
+        return self
 
     def fail_next(self, action: str, code: str, status: int, times: int = 1,
                   when: Optional[Callable[[Dict[str, str]], bool]] = None) -> None:
@@ -403,3 +414,42 @@ class Emulator:
     def _RecordLifecycleActionHeartbeat(self, params):
         self.lifecycle.append(("heartbeat", dict(params)))
         return {}
+
+    # Auto Scaling reads (ESS 2014-08-28 API reference): InstanceId.N with N 1..20, PageSize at most 50
+    # (the 2014 reference; the 2022 SDK allows 100), ids the group does not hold silently left out;
+    # DescribeLifecycleHooks with LifecycleHookId.N (N 1..50) ignores ScalingGroupId.
+
+    def _numbered(self, params, name):
+        return [v for k, v in sorted(params.items(), key=lambda kv: kv[0]) if k.startswith(name + ".")]
+
+    def _page(self, params, rows, outer, inner):
+        try:
+            size, page = int(params.get("PageSize") or 10), int(params.get("PageNumber") or 1)
+        except ValueError:
+            return self._error(400, "InvalidParameter", "PageSize and PageNumber are integers")
+        if not 1 <= size <= 50 or page < 1:
+            return self._error(400, "InvalidParameter.PageSize", "PageSize must be 1 to 50, PageNumber >= 1")
+        return {outer: {inner: rows[(page - 1) * size: page * size]}, "TotalCount": len(rows),
+                "PageNumber": page, "PageSize": size}
+
+    def _DescribeScalingInstances(self, params):
+        ids = self._numbered(params, "InstanceId")
+        if len(ids) > 20:
+            return self._error(400, "InvalidParameter", "InstanceId.N: N is 1 to 20")
+        group = params.get("ScalingGroupId")
+        rows = [{"InstanceId": iid, "ScalingGroupId": g, "LifecycleState": "InService", "HealthStatus": "Healthy",
+                 "CreationType": "AutoCreated"}
+                for g, members in sorted(self.scaling_instances.items()) if not group or g == group
+                for iid in members if not ids or iid in ids]
+        return self._page(params, rows, "ScalingInstances", "ScalingInstance")
+
+    def _DescribeLifecycleHooks(self, params):
+        ids = self._numbered(params, "LifecycleHookId")
+        if len(ids) > 50:
+            return self._error(400, "InvalidParameter", "LifecycleHookId.N: N is 1 to 50")
+        group = None if ids else params.get("ScalingGroupId")
+        rows = [{"LifecycleHookId": hook, "ScalingGroupId": g, "LifecycleTransition": "SCALE_OUT",
+                 "DefaultResult": "CONTINUE", "HeartbeatTimeout": 600, "LifecycleHookStatus": "Active"}
+                for hook, g in sorted(self.lifecycle_hooks.items())
+                if (not ids or hook in ids) and (not group or g == group)]
+        return self._page(params, rows, "LifecycleHooks", "LifecycleHook")
