@@ -390,3 +390,21 @@ def suffix_of(profile):
     # type: (Profile) -> str
     """The variant suffix of a profile ("+me", "+me.all", "-me", "+gfx"; "" for a plain one), by index."""
     return SUFFIX_BY_INDEX.get(profile.nvml_index, "")
+
+
+def all_media_conflict(gpu, profiles):
+    # type: (GpuModel, Iterable[Profile]) -> Optional[str]
+    """Why a "+me.all" instance cannot share the GPU with these profiles, or None.
+
+    nvml.h on NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME / 2_SLICE_ALL_ME: "Allocation of instance of this
+    profile prevents allocation of all but _NO_ME profiles": beside it only "-me" instances fit.
+    """
+    chosen = list(profiles)
+    owners = [p for p in chosen if suffix_of(p) == "+me.all"]
+    if not owners:
+        return None
+    others = sorted({p.name for p in chosen if p is not owners[0] and suffix_of(p) != "-me"})
+    if not others:
+        return None
+    return ("%s takes every media engine of %s, so only -me profiles can share the GPU with it, not %s"
+            % (owners[0].name, gpu.key, ", ".join(others)))

@@ -17,7 +17,7 @@ import typing
 from collections import Counter
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from .catalogue import GpuModel, Profile
+from .catalogue import GpuModel, Profile, all_media_conflict
 from .errors import PlacementError
 from .labels import PartitionSpec, parse
 
@@ -121,6 +121,9 @@ def check_budget(gpu, profiles):
     if gpu.media_instances and len(media) > gpu.media_instances:
         return "%s requested, but %s holds at most %d +me instance%s in all (they share its one JPEG decoder " \
                "and OFA)" % (_describe(media), gpu.key, gpu.media_instances, "" if gpu.media_instances == 1 else "s")
+    all_media = all_media_conflict(gpu, profiles)  # "+me.all" beside anything but "-me" (RTX PRO 6000)
+    if all_media is not None:
+        return all_media
     compute = sum(p.compute_slices for p in profiles)
     if compute > gpu.compute_slices:
         return "%s needs %d compute slices, but %s has %d" % (_describe(profiles), compute, gpu.key,

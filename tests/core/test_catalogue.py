@@ -190,3 +190,20 @@ def test_rtx_pro_6000_matches_a_real_one():
     }
     assert {p.name: "%.2f" % (p.memory_mib / 1024.0) for p in gpu.profiles if "+" not in p.name and "-" not in p.name} \
         == {"1g.24gb": "23.62", "2g.48gb": "47.38", "4g.96gb": "95.12"}
+
+
+@pytest.mark.parametrize("sequence,ok", [
+    ("65-67-67-67", True), ("64-66", True), ("1g.24gb+me.all", True),
+    ("65-14", False), ("65-47", False), ("64-5", False), ("64-67-14", False), ("65-21", False),
+])
+def test_me_all_shares_the_gpu_only_with_no_me_profiles(sequence, ok):
+    """nvml.h: allocating a +me.all instance "prevents allocation of all but _NO_ME profiles"."""
+    from node_bootstrap.mig import PartitionSpec, PlacementError, plan
+
+    rtx = find_gpu("RTX-PRO-6000")
+    if ok:
+        assert plan(PartitionSpec("sequence", sequence), rtx).instances
+    else:
+        with pytest.raises(PlacementError) as err:
+            plan(PartitionSpec("sequence", sequence), rtx)
+        assert ("only -me profiles" in str(err.value)) or ("+me instance" in str(err.value))
