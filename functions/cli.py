@@ -17,6 +17,8 @@ COMMANDS = {
     "plan": ("functions.cli_core", "place a partition label on a GPU model and show the layout"),
     "invoke": ("functions.invoke", "run the function's handler path on an event file"),
     "demo": ("functions.demo", "the bundled example end to end on simulated nodes"),
+    "deploy": ("functions.deploy.command", "build, upload and create or update the ROS stack, then wait for it"),
+    "undeploy": ("functions.deploy.command", "delete the ROS stack and wait until it is gone"),
 }
 
 

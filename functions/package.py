@@ -52,11 +52,27 @@ def missing_dependencies(deps_dir: str) -> list:
     return [req for req, module in DEPENDENCIES if module != "pynvml" and not (os.path.isdir(os.path.join(deps_dir, module)) or os.path.isfile(os.path.join(deps_dir, module + ".py")))]
 
 
+class _Zip(zipfile.ZipFile):
+    """Entries carry a fixed time and mode, so the same sources give the same bytes: deploy names the OSS
+    object by the package's hash, and an unchanged rebuild must not look like a new function version."""
+
+    def write(self, filename, arcname=None, compress_type=None, compresslevel=None):
+        with open(filename, "rb") as handle:
+            self.writestr(arcname or filename, handle.read())
+
+    def writestr(self, zinfo_or_arcname, data, compress_type=None, compresslevel=None):
+        if not isinstance(zinfo_or_arcname, zipfile.ZipInfo):
+            zinfo_or_arcname = zipfile.ZipInfo(zinfo_or_arcname, date_time=(1980, 1, 1, 0, 0, 0))
+            zinfo_or_arcname.compress_type = zipfile.ZIP_DEFLATED
+            zinfo_or_arcname.external_attr = 0o644 << 16
+        super().writestr(zinfo_or_arcname, data, compress_type, compresslevel)
+
+
 def build(out_path: str, deps_dir: str = "", root: str = ROOT, known_hosts: str = "") -> list:
     """Write the zip; return the archive names written."""
     names = []
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    with zipfile.ZipFile(out_path, "w", zipfile.ZIP_DEFLATED) as archive:
+    with _Zip(out_path, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(HANDLER.split(".")[0] + ".py", INDEX_PY)
         names.append(HANDLER.split(".")[0] + ".py")
         if known_hosts:  # the ssh transport's host keys: verified against this file, never learned

@@ -237,6 +237,12 @@ LIFECYCLE_HEARTBEAT_S = _var("ACK_MIG_LIFECYCLE_HEARTBEAT_S", "240", "seconds be
                              "heartbeats while nodes are partitioned (each extends the hook by 600 s)",
                              "delivery")
 
+# --- deploy (ack-mig-hook deploy, undeploy, doctor: run on an operator's machine, never in FC) ---
+ROS_ENDPOINT = _var("ACK_MIG_ROS_ENDPOINT", "", "deploy/doctor: override of the ROS API endpoint (default: "
+                    "the SDK's own for the region); `http://127.0.0.1:PORT` for tests", "deploy")
+OSS_ENDPOINT = _var("ACK_MIG_OSS_ENDPOINT", "", "deploy: override of the OSS endpoint, default "
+                    "oss-<region>.aliyuncs.com; `http://127.0.0.1:PORT` for tests", "deploy")
+
 TRANSPORTS = ("cloud-assistant", "ssh", "local")
 HOST_KEY_POLICIES = ("verify", "accept-new")
 LIFECYCLE_RESULTS = ("CONTINUE", "ABANDON", "ROLLBACK")

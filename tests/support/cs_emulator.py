@@ -92,6 +92,7 @@ def acs3_signature(method: str, path: str, query: Dict[str, str], headers: Dict[
 
 
 class CsEmulator:
+    version = VERSION  # the x-acs-version every request must carry (a subclass serves another product)
     ROUTES = (("clusters", "nodepools", "DescribeClusterNodePools"),
               ("clusters", "nodes", "DescribeClusterNodes"),
               ("k8s", "user_config", "DescribeClusterUserKubeconfig"))
@@ -241,7 +242,7 @@ class CsEmulator:
                 action: str) -> Optional[str]:
         if headers.get("x-acs-action") != action:
             return "InvalidAction: x-acs-action %r for %s" % (headers.get("x-acs-action"), action)
-        if headers.get("x-acs-version") != VERSION:
+        if headers.get("x-acs-version") != self.version:
             return "InvalidVersion: x-acs-version %r" % headers.get("x-acs-version")
         nonce = headers.get("x-acs-signature-nonce")
         if not nonce:

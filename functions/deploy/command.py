@@ -1,0 +1,210 @@
+"""``ack-mig-hook deploy`` and ``ack-mig-hook undeploy``: the whole stack in one command.
+
+deploy: check the settings (all missing ones reported at once) -> build the code package with its
+dependencies for FC and check it -> upload it to OSS under a name that carries its SHA-256 -> create or
+update the ROS stack from ``template.yml`` -> wait, printing the stack's events, until it is ready ->
+print what to do next. ``--dry-run`` builds and checks the package, has ROS validate the template and
+says what it would do, changing nothing.
+
+undeploy: delete the stack and wait until it is gone. What stays on nodes is listed in docs/deploy.md.
+"""
+
+import argparse
+import os
+import sys
+import tempfile
+from typing import Dict, List, Optional
+
+import yaml
+
+from .. import settings
+from ..package import ROOT
+
+TEMPLATE = os.path.join(ROOT, "template.yml")
+DEFAULT_STACK = "ack-mig-hook"
+OBJECT_PREFIX = "ack-mig-hook/"
+
+
+class UsageError(ValueError):
+    exit_code = 2
+
+
+def configure(parser, command):
+    parser.add_argument("--cluster-id", default=os.environ.get(settings.CLUSTER_ID, ""),
+                        help="the ACK cluster (c-...) whose node pools the function serves "
+                             "(default: $ACK_MIG_CLUSTER_ID)")
+    parser.add_argument("--region", default=os.environ.get(settings.REGION, ""),
+                        help="the cluster's region, e.g. cn-beijing (default: $ACK_MIG_REGION)")
+    parser.add_argument("--stack-name", default=DEFAULT_STACK, help="ROS stack name (default: %(default)s)")
+    parser.add_argument("--timeout", type=int, default=30, metavar="MINUTES",
+                        help="how long to wait for the stack (default: %(default)s)")
+    parser.add_argument("--poll", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
+    if command == "undeploy":
+        return
+    parser.add_argument("--bucket", default="",
+                        help="OSS bucket for the code package, created private if missing "
+                             "(default: ack-mig-hook-<cluster id>)")
+    parser.add_argument("--transport", choices=settings.TRANSPORTS[:2], default=None,
+                        help="how the bootstrap reaches nodes (template default: cloud-assistant)")
+    parser.add_argument("--log-project", default="", help="Simple Log Service project for the function's logs")
+    parser.add_argument("--log-store", default="", help="logstore in that project")
+    parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
+                        help="any other template.yml parameter (repeatable), e.g. DryRun=true")
+    parser.add_argument("--deps-dir", default="", metavar="DIR",
+                        help="use these already fetched dependencies (a pip --target folder for python3.10 "
+                             "on Linux x86_64) instead of fetching them")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="build and check the package, validate the template, say what would change; "
+                             "upload and change nothing")
+
+
+def _template_parameters() -> Dict[str, dict]:
+    with open(TEMPLATE, encoding="utf-8") as handle:
+        return yaml.safe_load(handle).get("Parameters") or {}
+
+
+def parameters(args, declared: Dict[str, dict], code_object: str) -> Dict[str, str]:
+    """The stack's parameter values; every problem in one error."""
+    problems: List[str] = [] if getattr(args, "region", "") else ["missing --region (or ACK_MIG_REGION)"]
+    values: Dict[str, str] = {}
+    for item in args.parameter:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            problems.append("--parameter %r is not KEY=VALUE" % item[:60])
+        elif key.strip() not in declared:
+            problems.append("template.yml has no parameter %r (it has %s)" % (key.strip()[:40], ", ".join(declared)))
+        else:
+            values[key.strip()] = value
+    named = {"ClusterId": args.cluster_id, "CodeBucket": args.bucket, "CodeObject": code_object,
+             "Transport": args.transport or "", "LogProject": args.log_project, "LogStore": args.log_store}
+    for key, value in named.items():
+        if value and key in declared:
+            values[key] = value
+    missing = [k for k, spec in declared.items() if "Default" not in (spec or {}) and not values.get(k)]
+    hints = {"ClusterId": "--cluster-id", "LogProject": "--log-project", "LogStore": "--log-store",
+             "CodeBucket": "--bucket"}
+    if missing:
+        problems.append("missing %s" % ", ".join("%s (%s)" % (k, hints.get(k, "--parameter %s=..." % k))
+                                                  for k in missing))
+    for key, value in values.items():
+        allowed = (declared[key] or {}).get("AllowedValues")
+        if allowed and value not in [str(a) for a in allowed]:
+            problems.append("%s=%r is not accepted; use one of %s" % (key, value[:40], ", ".join(map(str, allowed))))
+    if problems:
+        raise UsageError("; ".join(problems))
+    return values
+
+
+def _shown(values: Dict[str, str], declared: Dict[str, dict]) -> str:
+    return ", ".join("%s=%s" % (k, "****" if (declared.get(k) or {}).get("NoEcho") else v)
+                     for k, v in sorted(values.items()))
+
+
+def _common(args):
+    problems = []
+    if not args.region:
+        problems.append("--region (or ACK_MIG_REGION)")
+    if args.command == "deploy" and not args.cluster_id:
+        problems.append("--cluster-id (or ACK_MIG_CLUSTER_ID)")
+    if problems:
+        raise UsageError("missing %s" % " and ".join(problems))
+    from .credentials import resolve
+    from .stack import Stacks
+
+    keys = resolve()
+    stacks = Stacks(args.region, keys, settings.parse_endpoint(os.environ, settings.ROS_ENDPOINT))
+    return keys, stacks
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def run(args) -> int:
+    return undeploy(args) if args.command == "undeploy" else deploy(args)
+
+
+def deploy(args) -> int:
+    from . import build
+    from .stack import StackError
+    from .upload import upload
+
+    args.bucket = args.bucket or ("ack-mig-hook-%s" % args.cluster_id).lower()[:63]
+    declared = _template_parameters()
+    parameters(args, declared, OBJECT_PREFIX + "x.zip")  # bad input stops here, before any work
+    keys, stacks = _common(args)
+    with open(TEMPLATE, encoding="utf-8") as handle:
+        template = handle.read()
+    with tempfile.TemporaryDirectory(prefix="ack-mig-hook-deploy-") as work:
+        deps = args.deps_dir
+        if not deps:
+            deps = os.path.join(work, "deps")
+            _progress("fetching the function's dependencies for python%s on Linux x86_64 ..." % build.FC_PYTHON)
+            build.fetch(deps, build.runtime_requirements())
+        elif not os.path.isdir(deps):
+            raise UsageError("--deps-dir %s is not a folder" % deps)
+        zip_path = os.path.join(work, "ack-mig-hook.zip")
+        digest = build.build(zip_path, deps)
+        code_object = "%s%s.zip" % (OBJECT_PREFIX, digest[:16])
+        values = parameters(args, declared, code_object)
+        _progress("package: %d KB, sha256 %s" % (os.path.getsize(zip_path) // 1024, digest[:16]))
+        stacks.validate(template)
+        existing = stacks.find(args.stack_name)
+        action = "update stack %s (%s)" % (existing["StackId"], existing.get("Status")) if existing \
+            else "create stack %s" % args.stack_name
+        if args.dry_run:
+            print("dry run: would upload oss://%s/%s, then %s in %s with %s"
+                  % (args.bucket, code_object, action, args.region, _shown(values, declared)))
+            print("dry run: template.yml validated by ROS; nothing was uploaded or changed")
+            return 0
+        where = upload(keys, args.region, args.bucket, code_object, zip_path,
+                       settings.parse_endpoint(os.environ, settings.OSS_ENDPOINT))
+        _progress("uploaded %s" % where)
+    if existing:
+        if existing.get("Status", "").endswith("_IN_PROGRESS"):
+            raise StackError("stack %s is %s; wait for it to finish, then rerun"
+                             % (args.stack_name, existing["Status"]))
+        stack_id = existing["StackId"]
+        if not stacks.update(stack_id, template, values, args.timeout):
+            print("stack %s is already up to date (%s)" % (args.stack_name, stack_id))
+            return 0
+        _progress("updating stack %s ..." % args.stack_name)
+    else:
+        stack_id = stacks.create(args.stack_name, template, values, args.timeout)
+        _progress("creating stack %s (%s) ..." % (args.stack_name, stack_id))
+    final = stacks.wait(stack_id, args.timeout * 60, args.poll, _progress)
+    status = (final or {}).get("Status", "gone")
+    if not status.endswith("_COMPLETE") or "ROLLBACK" in status:
+        print("ack-mig-hook: error: stack %s ended %s: %s" % (args.stack_name, status,
+                                                              " ".join(str((final or {}).get("StatusReason", "")).split())[:300]),
+              file=sys.stderr)
+        return 1
+    print("stack %s: %s (%s)" % (args.stack_name, status, stack_id))
+    print(NEXT_STEPS % {"cluster": args.cluster_id, "region": args.region})
+    return 0
+
+
+NEXT_STEPS = """next:
+  1. label a GPU node pool (ACK console > Node Pools > Edit > Node Labels), e.g.
+     ack.aliyun.com/gpu-partition-size=1g.5gb
+  2. check the function sees it:  ack-mig-hook doctor --cluster-id %(cluster)s --region %(region)s
+  3. watch the nodes:  kubectl get nodes -L nvidia.com/mig.config.state,aliyun.accelerator/nvidia_mig_sequence"""
+
+
+def undeploy(args) -> int:
+    _keys, stacks = _common(args)
+    existing = stacks.find(args.stack_name)
+    if not existing:
+        print("no stack %s in %s: nothing to remove" % (args.stack_name, args.region))
+        return 0
+    stacks.delete(existing["StackId"])
+    _progress("deleting stack %s (%s) ..." % (args.stack_name, existing["StackId"]))
+    final = stacks.wait(existing["StackId"], args.timeout * 60, args.poll, _progress)
+    if final is not None and final.get("Status") != "DELETE_COMPLETE":
+        print("ack-mig-hook: error: stack %s ended %s: %s" % (args.stack_name, final.get("Status"),
+                                                              final.get("StatusReason", "")), file=sys.stderr)
+        return 1
+    print("stack %s deleted; the OSS bucket and what runs on nodes stay: see docs/deploy.md (Uninstall)"
+          % args.stack_name)
+    return 0
+

@@ -1,0 +1,163 @@
+"""The ROS stack that holds the function: find, validate, create or update, delete, and wait with progress.
+
+A thin adapter over the official ``alibabacloud-ros20190910`` SDK (RPC API 2019-09-10). The endpoint is
+the SDK's own for the region (it maps most regions to ``ros.aliyuncs.com``) unless
+``ACK_MIG_ROS_ENDPOINT`` overrides it. Every wait has a deadline.
+"""
+
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from ..settings import Endpoint
+from .credentials import Keys
+
+# ROS answers an UpdateStack whose template and parameters are unchanged with this code ("Update the
+# completely same stack ... is not supported"): for us that is "nothing to do", not a failure.
+UNCHANGED_CODE = "NotSupported"
+PAGE_SIZE = 50  # ListStacks' maximum
+
+
+class StackError(RuntimeError):
+    exit_code = 1
+
+
+def _code(exc: BaseException) -> str:
+    return str(getattr(exc, "code", "") or type(exc).__name__)
+
+
+def _message(exc: BaseException) -> str:
+    text = str(getattr(exc, "message", "") or exc)
+    return " ".join(text.split())[:300]
+
+
+class Stacks:
+    def __init__(self, region: str, keys: Keys, endpoint: Optional[Endpoint] = None, timeout_s: int = 30,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+        from alibabacloud_ros20190910.client import Client
+        from alibabacloud_tea_openapi import utils_models as openapi_models
+        from darabonba.runtime import RuntimeOptions
+
+        config = openapi_models.Config(
+            access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
+            security_token=keys.security_token, region_id=region,
+            endpoint=endpoint.host if endpoint else None, protocol=endpoint.protocol if endpoint else "https",
+            read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+        self._client = Client(config)
+        self._runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000,
+                                       autoretry=True, max_attempts=3)
+        self.region = region
+        self._sleep, self._clock = sleep, clock
+
+    def _call(self, action: str, fn: Callable[[], Any]) -> Dict[str, Any]:
+        try:
+            response = fn()
+        except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+            raise StackError("ROS %s failed: %s: %s" % (action, _code(exc), _message(exc))) from None
+        return response.body.to_map() if response.body is not None else {}
+
+    # ---- reads ----
+
+    def find(self, name: str) -> Optional[Dict[str, Any]]:
+        """The live stack of that name (deleted stacks are not listed), or None."""
+        from alibabacloud_ros20190910 import models
+
+        for page in range(1, 21):
+            body = self._call("ListStacks", lambda: self._client.list_stacks_with_options(models.ListStacksRequest(
+                region_id=self.region, stack_name=[name], page_size=PAGE_SIZE, page_number=page), self._runtime))
+            stacks = body.get("Stacks") or []
+            for stack in stacks:
+                if stack.get("StackName") == name:
+                    return stack
+            if len(stacks) < PAGE_SIZE:
+                return None
+        return None
+
+    def get(self, stack_id: str) -> Optional[Dict[str, Any]]:
+        from alibabacloud_ros20190910 import models
+
+        try:
+            response = self._client.get_stack_with_options(
+                models.GetStackRequest(region_id=self.region, stack_id=stack_id), self._runtime)
+        except Exception as exc:
+            if _code(exc) == "StackNotFound":
+                return None
+            raise StackError("ROS GetStack failed: %s: %s" % (_code(exc), _message(exc))) from None
+        return response.body.to_map() if response.body is not None else {}
+
+    def events(self, stack_id: str) -> List[Dict[str, Any]]:
+        from alibabacloud_ros20190910 import models
+
+        body = self._call("ListStackEvents", lambda: self._client.list_stack_events_with_options(
+            models.ListStackEventsRequest(region_id=self.region, stack_id=stack_id, page_size=50), self._runtime))
+        return list(body.get("Events") or [])
+
+    def validate(self, template: str) -> List[str]:
+        """ROS's own check of the template (read-only); returns the parameter names it declares."""
+        from alibabacloud_ros20190910 import models
+
+        body = self._call("ValidateTemplate", lambda: self._client.validate_template_with_options(
+            models.ValidateTemplateRequest(region_id=self.region, template_body=template), self._runtime))
+        return [p.get("ParameterKey") for p in body.get("Parameters") or []]
+
+    # ---- changes ----
+
+    @staticmethod
+    def _parameters(values: Dict[str, str]) -> list:
+        from alibabacloud_ros20190910 import models
+
+        return [models.CreateStackRequestParameters(parameter_key=k, parameter_value=v)
+                for k, v in sorted(values.items())]
+
+    def create(self, name: str, template: str, values: Dict[str, str], timeout_min: int) -> str:
+        from alibabacloud_ros20190910 import models
+
+        request = models.CreateStackRequest(region_id=self.region, stack_name=name, template_body=template,
+                                            parameters=self._parameters(values), timeout_in_minutes=timeout_min)
+        return self._call("CreateStack", lambda: self._client.create_stack_with_options(
+            request, self._runtime))["StackId"]
+
+    def update(self, stack_id: str, template: str, values: Dict[str, str], timeout_min: int) -> bool:
+        """Start an update; False when ROS says nothing changed."""
+        from alibabacloud_ros20190910 import models
+
+        params = [models.UpdateStackRequestParameters(parameter_key=k, parameter_value=v)
+                  for k, v in sorted(values.items())]
+        request = models.UpdateStackRequest(region_id=self.region, stack_id=stack_id, template_body=template,
+                                            parameters=params, timeout_in_minutes=timeout_min)
+        try:
+            self._client.update_stack_with_options(request, self._runtime)
+        except Exception as exc:
+            if _code(exc) == UNCHANGED_CODE and "same" in _message(exc).lower():
+                return False
+            raise StackError("ROS UpdateStack failed: %s: %s" % (_code(exc), _message(exc))) from None
+        return True
+
+    def delete(self, stack_id: str) -> None:
+        from alibabacloud_ros20190910 import models
+
+        self._call("DeleteStack", lambda: self._client.delete_stack_with_options(
+            models.DeleteStackRequest(region_id=self.region, stack_id=stack_id), self._runtime))
+
+    def wait(self, stack_id: str, deadline_s: float, poll_s: float,
+             progress: Callable[[str], None]) -> Optional[Dict[str, Any]]:
+        """Poll until the stack leaves ``*_IN_PROGRESS`` (or is gone, for a delete); report each new event.
+        Returns the final stack, None once deleted. Raises StackError at the deadline."""
+        end = self._clock() + deadline_s
+        seen = set()
+        while True:
+            stack = self.get(stack_id)
+            try:
+                fresh = [e for e in reversed(self.events(stack_id)) if e.get("EventId") not in seen]
+            except StackError:
+                fresh = []  # progress is a courtesy; the stack's status decides
+            for event in fresh:
+                seen.add(event.get("EventId"))
+                reason = " ".join(str(event.get("StatusReason") or "").split())[:160]
+                progress("  %s %s%s" % (event.get("Status", "?"), event.get("LogicalResourceId", "?"),
+                                         (": " + reason) if reason else ""))
+            if stack is None or not str(stack.get("Status", "")).endswith("_IN_PROGRESS"):
+                return stack
+            if self._clock() >= end:
+                raise StackError("stack %s still %s after %d s; watch it in the ROS console or rerun to keep "
+                                 "waiting" % (stack_id, stack.get("Status"), deadline_s))
+            self._sleep(poll_s)

@@ -1,0 +1,197 @@
+"""``ack-mig-hook deploy`` / ``undeploy`` with the real ROS and OSS SDKs against loopback emulators that
+recompute their signatures (tests/support/ros_emulator.py, oss_emulator.py)."""
+
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from functions import cli
+from functions.deploy import build
+from tests.support.oss_emulator import OssEmulator
+from tests.support.ros_emulator import RosEmulator
+
+KEY, SECRET, TOKEN = "LTAIdeploykey", "deploy-secret-value-9f2c", "deploy-sts-token-4e1a"
+CLUSTER = "c0123456789abcdef"
+
+
+def make_deps(folder, tag="py3-none-any", leave_out=()):
+    """A pip --target folder as pip writes it: one dist-info (METADATA, WHEEL with its tags) per
+    runtime requirement, and a top-level module."""
+    os.makedirs(folder, exist_ok=True)
+    for requirement in build.runtime_requirements():
+        name = build._name(requirement)
+        if name in leave_out:
+            continue
+        info = os.path.join(folder, "%s-1.0.dist-info" % name.replace("-", "_"))
+        os.makedirs(info, exist_ok=True)
+        with open(os.path.join(info, "METADATA"), "w") as handle:
+            handle.write("Metadata-Version: 2.1\nName: %s\nVersion: 1.0\n" % name)
+        with open(os.path.join(info, "WHEEL"), "w") as handle:
+            handle.write("Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: %s\n" % tag)
+        module = os.path.join(folder, name.replace("-", "_"))
+        os.makedirs(module, exist_ok=True)
+        with open(os.path.join(module, "__init__.py"), "w") as handle:
+            handle.write("VERSION = %r\n" % folder)
+    return folder
+
+
+@pytest.fixture
+def cloud(monkeypatch, tmp_path):
+    ros = RosEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN, steps=2).start()
+    oss = OssEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN).start()
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aliyun profile of the machine running the tests
+    monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")  # never ask 100.100.100.200
+    for name in ("ALIBABA_CLOUD_PROFILE", "ALIBABA_CLOUD_CREDENTIALS_FILE", "ALIBABA_CLOUD_ROLE_ARN",
+                 "ALIBABA_CLOUD_OIDC_TOKEN_FILE", "ACK_MIG_CLUSTER_ID", "ACK_MIG_REGION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", KEY)
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", SECRET)
+    monkeypatch.setenv("ALIBABA_CLOUD_SECURITY_TOKEN", TOKEN)
+    monkeypatch.setenv("ACK_MIG_ROS_ENDPOINT", ros.endpoint)
+    monkeypatch.setenv("ACK_MIG_OSS_ENDPOINT", oss.endpoint)
+    yield ros, oss
+    ros.stop()
+    oss.stop()
+    assert not ros.rejected and not oss.rejected, (ros.rejected, oss.rejected)
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def deploy_args(deps, *extra):
+    return ("deploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--log-project", "p",
+            "--log-store", "s", "--deps-dir", deps, "--poll", "0") + extra
+
+
+def test_deploy_uploads_the_package_creates_the_stack_and_waits(cloud, capsys, tmp_path):
+    ros, oss = cloud
+    code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
+    assert code == 0, err
+    (stack,) = ros.stacks.values()
+    assert stack["Status"] == "CREATE_COMPLETE" and stack["StackName"] == "ack-mig-hook"
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
+    assert params["ClusterId"] == CLUSTER and params["CodeBucket"] == "ack-mig-hook-%s" % CLUSTER
+    # The object the stack points at is the one uploaded, named by the package's own hash.
+    data = oss.buckets[params["CodeBucket"]][params["CodeObject"]]
+    names = zipfile.ZipFile(io.BytesIO(data)).namelist()
+    assert "index.py" in names and "functions/handler.py" in names and "pydantic/__init__.py" in names
+    import hashlib
+
+    assert hashlib.sha256(data).hexdigest()[:16] in params["CodeObject"]
+    assert stack["_template"] == open(os.path.join(os.path.dirname(cli.__file__), "..", "template.yml")).read()
+    assert "CREATE_IN_PROGRESS" in err and "CREATE_COMPLETE" in err  # progress from the stack's events
+    assert "CREATE_COMPLETE" in out and "kubectl get nodes" in out and "doctor" in out
+    assert ros.calls("ValidateTemplate") == 1 and ros.calls("GetStack") >= 2
+    for text in (out, err, json.dumps(ros.bodies), json.dumps([r.query for r in ros.requests])):
+        assert SECRET not in text and TOKEN not in text
+
+
+def test_rerun_without_change_is_a_no_op_and_a_code_change_updates(cloud, capsys, tmp_path):
+    ros, oss = cloud
+    deps = make_deps(str(tmp_path / "deps"))
+    assert run(capsys, *deploy_args(deps))[0] == 0
+    code, out, _ = run(capsys, *deploy_args(deps))
+    assert code == 0 and "already up to date" in out
+    assert ros.calls("UpdateStack") == 1 and ros.calls("CreateStack") == 1
+    (stack,) = ros.stacks.values()
+    assert stack["Status"] == "CREATE_COMPLETE"
+    # New dependency content -> a new package hash -> a new CodeObject -> ROS updates the function.
+    deps2 = make_deps(str(tmp_path / "deps2"))
+    code, out, err = run(capsys, *deploy_args(deps2))
+    assert code == 0, err
+    assert stack["Status"] == "UPDATE_COMPLETE" and "UPDATE_COMPLETE" in out
+    assert len(oss.buckets["ack-mig-hook-%s" % CLUSTER]) == 2
+
+
+def test_dry_run_validates_and_changes_nothing(cloud, capsys, tmp_path):
+    ros, oss = cloud
+    code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--dry-run",
+                                              "--parameter", "DryRun=true"))
+    assert code == 0, err
+    assert "would upload oss://ack-mig-hook-%s/ack-mig-hook/" % CLUSTER in out
+    assert "create stack ack-mig-hook" in out and "DryRun=true" in out
+    assert not ros.stacks and not oss.requests
+    assert {r.action for r in ros.requests} == {"ValidateTemplate", "ListStacks"}
+
+
+def test_a_failed_stack_is_one_error_line_with_the_reason(cloud, capsys, tmp_path):
+    ros, _ = cloud
+    ros.fail_with = "Resource Function: the bucket is in another region"
+    code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
+    assert code == 1
+    assert "CREATE_FAILED" in err and "another region" in err.splitlines()[-1]
+    assert "Traceback" not in err
+
+
+def test_bad_input_is_reported_at_once_and_calls_nothing(cloud, capsys, tmp_path):
+    ros, oss = cloud
+    code, out, err = run(capsys, "deploy", "--parameter", "NoSuch=1", "--parameter", "DryRun=maybe",
+                         "--deps-dir", str(tmp_path))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    for part in ("--region", "NoSuch", "DryRun='maybe'", "ClusterId (--cluster-id)", "LogProject (--log-project)"):
+        assert part in err
+    assert not ros.requests and not oss.requests
+
+
+def test_a_package_missing_a_dependency_or_built_for_another_platform_stops_the_deploy(cloud, capsys, tmp_path):
+    ros, oss = cloud
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "a"), leave_out=("pydantic",))))
+    assert code == 1 and "would lack pydantic" in err
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "b"), tag="cp311-cp311-win_amd64")))
+    assert code == 1 and "another Python or platform" in err and "cp311-cp311-win_amd64" in err
+    assert not ros.stacks and not oss.requests
+
+
+def test_wheel_tags_fc_can_load():
+    assert build._fits_fc("cp310-cp310-manylinux_2_17_x86_64")
+    assert build._fits_fc("cp37-abi3-manylinux2014_x86_64") and build._fits_fc("py2.py3-none-any")
+    assert not build._fits_fc("cp310-cp310-manylinux_2_17_aarch64")
+    assert not build._fits_fc("cp312-cp312-manylinux_2_17_x86_64")
+    assert not build._fits_fc("cp310-cp310-macosx_11_0_arm64")
+
+
+def test_deploy_only_dependencies_stay_out_of_the_function_package():
+    names = {build._name(r) for r in build.runtime_requirements()}
+    assert "pydantic" in names and "alibabacloud-cs20151215" in names
+    assert not names & {"oss2", "alibabacloud-ros20190910", "pyyaml", "pytest"}
+
+
+def test_undeploy_deletes_and_waits_then_finds_nothing(cloud, capsys, tmp_path):
+    ros, _ = cloud
+    assert run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))[0] == 0
+    code, out, err = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0")
+    assert code == 0 and "deleted" in out
+    (stack,) = ros.stacks.values()
+    assert stack["Status"] == "DELETE_COMPLETE"
+    code, out, _ = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0")
+    assert code == 0 and "nothing to remove" in out
+
+
+def test_credentials_come_from_the_aliyun_cli_profile(cloud, tmp_path):
+    # alibabacloud_credentials reads the environment when it is imported, so this runs the command as a
+    # user does: a fresh process with its own environment.
+    ros, _ = cloud
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALIBABA_CLOUD_ACCESS_KEY")
+           and k != "ALIBABA_CLOUD_SECURITY_TOKEN"}
+    command = [sys.executable, "-m", "functions.cli", "undeploy", "--region", "cn-beijing"]
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    # Without any source: one line that says where credentials can come from.
+    done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "aliyun configure" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not ros.requests
+    # The `aliyun` CLI's profile file (StsToken mode) is picked up, and its keys sign the calls.
+    os.makedirs(tmp_path / ".aliyun")
+    (tmp_path / ".aliyun" / "config.json").write_text(json.dumps({"current": "default", "profiles": [
+        {"name": "default", "mode": "StsToken", "access_key_id": KEY, "access_key_secret": SECRET,
+         "sts_token": TOKEN, "region_id": "cn-beijing"}]}))
+    done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "nothing to remove" in done.stdout and ros.calls("ListStacks") == 1 and not ros.rejected

@@ -1,0 +1,238 @@
+"""A loopback emulator of Resource Orchestration Service (ROS, RPC API 2019-09-10) for the real
+``alibabacloud-ros20190910`` SDK, so ``ack-mig-hook deploy`` and ``undeploy`` run their own SDK calls,
+signing included, against 127.0.0.1 (point them here with ``ACK_MIG_ROS_ENDPOINT``).
+
+The SDK sends RPC actions as ``POST /`` with the parameters in the query string (lists flattened as
+``Parameters.1.ParameterKey``) and ``TemplateBody`` in a form body, signed ACS3-HMAC-SHA256; the
+signature and the headers are checked by :class:`CsEmulator`'s verifier, which this class extends.
+
+Semantics kept from the ROS API reference, inconvenient ones included:
+
+* ``CreateStack`` answers at once with ``StackId``; the stack is ``CREATE_IN_PROGRESS`` for
+  ``steps`` ``GetStack`` calls, then ``CREATE_COMPLETE`` (or ``CREATE_FAILED`` with ``StatusReason`` and,
+  unless DisableRollback, ``ROLLBACK_COMPLETE``-like ``CREATE_ROLLBACK_COMPLETE``, when ``fail_with``
+  is set). A second stack of the same name is ``StackExists``. A parameter the template does not declare,
+  or a declared one without default left out, is ``StackValidationFailed``.
+* ``UpdateStack`` on a stack whose template and parameters are unchanged is refused with
+  ``NotSupported`` ("Update the completely same stack ... is not supported"); during ``*_IN_PROGRESS`` it
+  is ``StackOperationConflict``... (the code names vary by doc version; callers must treat any refusal as
+  such, and the "same stack" case by its code).
+* ``ListStacks`` pages (``PageSize`` 1..50) and leaves out deleted stacks; ``GetStack`` of a deleted or
+  unknown stack is a 404 ``StackNotFound``.
+* ``DeleteStack`` starts ``DELETE_IN_PROGRESS``; after ``steps`` polls the stack is gone.
+* ``ValidateTemplate`` parses the body and lists its parameters (read-only: ``deploy --dry-run`` uses it).
+"""
+
+import json
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
+from urllib.parse import parse_qsl, urlsplit
+
+import yaml
+
+from tests.support.cs_emulator import CsEmulator, Recorded
+
+Answer = Tuple[int, Dict[str, Any], Dict[str, str]]
+ACTIONS = ("CreateStack", "UpdateStack", "DeleteStack", "GetStack", "ListStacks", "ListStackEvents",
+           "ValidateTemplate")
+
+
+def _flat_list(query: Dict[str, str], name: str) -> List[Dict[str, str]]:
+    """``Parameters.1.ParameterKey=a&Parameters.1.ParameterValue=b`` -> [{"ParameterKey": "a", ...}]."""
+    items: Dict[int, Dict[str, str]] = {}
+    for key, value in query.items():
+        parts = key.split(".")
+        if parts[0] == name and len(parts) == 3 and parts[1].isdigit():
+            items.setdefault(int(parts[1]), {})[parts[2]] = value
+    return [items[i] for i in sorted(items)]
+
+
+class RosEmulator(CsEmulator):
+    version = "2019-09-10"
+
+    def __init__(self, steps: int = 2, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.steps = steps  # GetStack polls a stack stays *_IN_PROGRESS
+        self.stacks: Dict[str, Dict[str, Any]] = {}
+        self.fail_with: Optional[str] = None  # next create/update ends *_FAILED with this reason
+        self.bodies: List[Dict[str, str]] = []
+
+    # The base class routes ROA paths; RPC has one path and names the action in a header.
+    def handle(self, method: str, raw_path: str, headers: Dict[str, str], body: bytes) -> Answer:
+        split = urlsplit(raw_path)
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        action = headers.get("x-acs-action", "")
+        with self._lock:
+            index = len(self.requests)
+            self.requests.append(Recorded(action or "?", method, split.path, query, 0))
+        answer = self._rpc(method, split.path, query, headers, body, action)
+        with self._lock:
+            self.requests[index] = self.requests[index]._replace(status=answer[0])
+        return answer
+
+    def _rpc(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes,
+             action: str) -> Answer:
+        if method != "POST" or path != "/" or action not in ACTIONS:
+            return self._error(404, "InvalidAction.NotFound", "no such API: %s %s %s" % (method, path, action))
+        problem = self._verify(method, path, query, headers, body, action)
+        if problem is not None:
+            with self._lock:
+                self.rejected.append("%s: %s" % (action, problem))
+            return self._error(400, problem.split(":")[0], problem)
+        with self._lock:
+            fault = self._faults[action].popleft() if self._faults.get(action) else None
+        if fault is not None:
+            return self._error(fault.status, fault.code, "injected %s" % fault.code)
+        form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True)) if body else {}
+        with self._lock:
+            self.bodies.append(form)
+            return getattr(self, "_" + action)(query, form)
+
+    # ---- helpers ----
+
+    @staticmethod
+    def _template_parameters(text: str) -> Dict[str, Any]:
+        doc = yaml.safe_load(text)
+        if not isinstance(doc, dict) or "ROSTemplateFormatVersion" not in doc:
+            raise ValueError("the template has no ROSTemplateFormatVersion")
+        return doc.get("Parameters") or {}
+
+    def _check_parameters(self, template: str, given: List[Dict[str, str]]) -> Optional[Answer]:
+        try:
+            declared = self._template_parameters(template)
+        except (ValueError, yaml.YAMLError) as exc:
+            return self._error(400, "InvalidTemplate", str(exc).splitlines()[0])
+        names = {p.get("ParameterKey") for p in given}
+        unknown = sorted(n for n in names if n not in declared)
+        if unknown:
+            return self._error(400, "StackValidationFailed", "Parameters %s are not defined" % unknown)
+        missing = sorted(n for n, spec in declared.items() if "Default" not in (spec or {}) and n not in names)
+        if missing:
+            return self._error(400, "StackValidationFailed", "Parameters %s must be given" % missing)
+        for p in given:
+            allowed = (declared[p["ParameterKey"]] or {}).get("AllowedValues")
+            if allowed and p.get("ParameterValue") not in [str(a) for a in allowed]:
+                return self._error(400, "StackValidationFailed", "Parameter %s must be one of %s"
+                                   % (p["ParameterKey"], allowed))
+        return None
+
+    def _start(self, stack: Dict[str, Any], operation: str) -> None:
+        stack["Status"] = operation + "_IN_PROGRESS"
+        stack["_polls"] = 0
+        stack["_fail"] = self.fail_with
+        self.fail_with = None
+        stack["_events"].append({"EventId": uuid.uuid4().hex, "LogicalResourceId": stack["StackName"],
+                                 "Status": stack["Status"], "StatusReason": "%s started" % operation.lower()})
+
+    def _advance(self, stack: Dict[str, Any]) -> None:
+        status = stack["Status"]
+        if not status.endswith("_IN_PROGRESS"):
+            return
+        stack["_polls"] += 1
+        if stack["_polls"] < self.steps:
+            return
+        operation = status[: -len("_IN_PROGRESS")]
+        if operation == "DELETE":
+            stack["Status"] = "DELETE_COMPLETE"
+        elif stack["_fail"]:
+            stack["Status"], stack["StatusReason"] = operation + "_FAILED", stack["_fail"]
+        else:
+            stack["Status"], stack["StatusReason"] = operation + "_COMPLETE", "Stack %s completed successfully" \
+                % operation.title()
+        stack["_events"].append({"EventId": uuid.uuid4().hex, "LogicalResourceId": stack["StackName"],
+                                 "Status": stack["Status"], "StatusReason": stack.get("StatusReason", "")})
+
+    def _stack(self, query: Dict[str, str]) -> Optional[Dict[str, Any]]:
+        stack = self.stacks.get(query.get("StackId", ""))
+        return None if stack is None or stack["Status"] == "DELETE_COMPLETE" else stack
+
+    @staticmethod
+    def _public(stack: Dict[str, Any]) -> Dict[str, Any]:
+        return {k: v for k, v in stack.items() if not k.startswith("_")}
+
+    # ---- actions ----
+
+    def _ValidateTemplate(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        try:
+            declared = self._template_parameters(form.get("TemplateBody", ""))
+        except (ValueError, yaml.YAMLError) as exc:
+            return self._error(400, "InvalidTemplate", str(exc).splitlines()[0])
+        return 200, {"RequestId": uuid.uuid4().hex, "Parameters": [
+            {"ParameterKey": k, "Type": (v or {}).get("Type", "String")} for k, v in declared.items()]}, {}
+
+    def _CreateStack(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        name = query.get("StackName", "")
+        if any(s["StackName"] == name and s["Status"] != "DELETE_COMPLETE" for s in self.stacks.values()):
+            return self._error(409, "StackExists", "The Stack (%s) already exists" % name)
+        params = _flat_list(query, "Parameters")
+        refused = self._check_parameters(form.get("TemplateBody", ""), params)
+        if refused:
+            return refused
+        stack_id = str(uuid.uuid4())
+        stack = {"StackId": stack_id, "StackName": name, "RegionId": query.get("RegionId", ""),
+                 "Parameters": params, "TimeoutInMinutes": int(query.get("TimeoutInMinutes", "60")),
+                 "Outputs": [{"OutputKey": "FunctionName", "OutputValue": next(
+                     (p["ParameterValue"] for p in params if p["ParameterKey"] == "FunctionName"), "ack-mig-hook")}],
+                 "_template": form.get("TemplateBody", ""), "_events": []}
+        self.stacks[stack_id] = stack
+        self._start(stack, "CREATE")
+        return 200, {"RequestId": uuid.uuid4().hex, "StackId": stack_id}, {}
+
+    def _UpdateStack(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        stack = self._stack(query)
+        if stack is None:
+            return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
+        if stack["Status"].endswith("_IN_PROGRESS"):
+            return self._error(409, "StackOperationConflict", "stack is %s" % stack["Status"])
+        params = _flat_list(query, "Parameters")
+        template = form.get("TemplateBody", "")
+        refused = self._check_parameters(template, params)
+        if refused:
+            return refused
+        if template == stack["_template"] and params == stack["Parameters"]:
+            return self._error(400, "NotSupported", "Update the completely same stack (%s) is not supported"
+                               % stack["StackName"])
+        stack["Parameters"], stack["_template"] = params, template
+        self._start(stack, "UPDATE")
+        return 200, {"RequestId": uuid.uuid4().hex, "StackId": stack["StackId"]}, {}
+
+    def _DeleteStack(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        stack = self._stack(query)
+        if stack is None:
+            return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
+        self._start(stack, "DELETE")
+        return 200, {"RequestId": uuid.uuid4().hex}, {}
+
+    def _GetStack(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        stack = self._stack(query)
+        if stack is not None:
+            self._advance(stack)
+        if stack is None or stack["Status"] == "DELETE_COMPLETE":
+            return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
+        return 200, dict(self._public(stack), RequestId=uuid.uuid4().hex), {}
+
+    def _ListStacks(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        names = [v for k, v in sorted(query.items()) if k.startswith("StackName.")]
+        try:
+            size, number = int(query.get("PageSize", "10")), int(query.get("PageNumber", "1"))
+        except ValueError:
+            return self._error(400, "InvalidParameter", "PageSize and PageNumber must be numbers")
+        if not 1 <= size <= 50 or number < 1:
+            return self._error(400, "InvalidParameter", "PageSize must be 1..50")
+        live = [s for s in self.stacks.values() if s["Status"] != "DELETE_COMPLETE"
+                and (not names or s["StackName"] in names)]
+        page = live[(number - 1) * size: number * size]
+        return 200, {"RequestId": uuid.uuid4().hex, "TotalCount": len(live), "PageNumber": number,
+                     "PageSize": size, "Stacks": [
+                         {k: s[k] for k in ("StackId", "StackName", "Status", "RegionId")} for s in page]}, {}
+
+    def _ListStackEvents(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        stack = self.stacks.get(query.get("StackId", ""))
+        if stack is None:
+            return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
+        events = list(reversed(stack["_events"]))  # newest first, as the API lists them
+        return 200, {"RequestId": uuid.uuid4().hex, "TotalCount": len(events), "Events": events[:50]}, {}
+
+
+def dump(stack: Dict[str, Any]) -> str:
+    return json.dumps(RosEmulator._public(stack), sort_keys=True)
