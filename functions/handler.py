@@ -9,6 +9,7 @@ package puts an ``index.py`` at its root that re-exports this function (``functi
 import json
 from typing import Any
 
+from .logs import redact_text
 from .pipeline import run_event
 from .settings import SettingsError, load_settings
 
@@ -24,6 +25,9 @@ def handler(event: Any, context: Any) -> str:
     except SettingsError:
         settings = None  # run_event reports the bad setting as an error result, and logs nothing secret
     result = run_event(event, settings, context=context)
+    # The result is returned to the caller and kept by FC's async invocation records: it gets the same
+    # cleaning as the log lines (the credentials, and any secret read at run time such as the SSH key).
+    secrets = settings.secrets() if settings is not None else ()
     if result.outcome == "retry":
-        raise RetryInvocation(result.reason)
-    return json.dumps(result.to_json())
+        raise RetryInvocation(redact_text(result.reason, secrets))
+    return redact_text(json.dumps(result.to_json()), secrets)

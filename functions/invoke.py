@@ -68,12 +68,13 @@ def run(args):
     logger = JsonLogger("DEBUG" if settings.log_level == "DEBUG" else "OFF", settings.secrets(),
                         stream=sys.stderr, request_id="cli")
     result = run_event(raw, settings, inventory=lookup, dry_run=args.dry_run, logger=logger)
+    # Everything printed goes through the log lines' redaction (credentials, secrets read at run time).
     if args.json:
-        print(json.dumps(result.to_json(), indent=2))
+        print(logger.redact(json.dumps(result.to_json(), indent=2)))
     else:
-        print(_text(result))
+        print(logger.redact(_text(result)))
     if result.outcome == "error":
-        print("ack-mig-hook: error: %s" % result.reason, file=sys.stderr)
+        print("ack-mig-hook: error: %s" % logger.redact(result.reason), file=sys.stderr)
         return 2
     if result.outcome == "retry":
         return 1

@@ -42,9 +42,16 @@ _RETRYABLE_CODES = ("Throttling", "ServiceUnavailable", "InternalError", "Unavai
 _STRING_TO_SIGN = re.compile(r"\s*\S*\s*string\s*to\s*sign\b.*", re.IGNORECASE | re.DOTALL)
 
 
+# A connection error's text quotes the request URL, whose query string holds the SecurityToken and the
+# signature: the query is cut off too.
+_URL_QUERY = re.compile(r"\?[^\s'\")]*")
+
+
 def clean_message(message: str) -> str:
-    """A service's error message without any string to sign it quotes, on one line, at most 200 chars."""
+    """A service's error message without any string to sign or request query string it quotes, on one
+    line, at most 200 chars."""
     text = _STRING_TO_SIGN.sub(" (the server's string to sign is withheld)", str(message or ""))
+    text = _URL_QUERY.sub("?(query withheld)", text)
     return " ".join(text.split())[:200]
 
 

@@ -50,10 +50,11 @@ def test_region_and_credentials_sources():
 
 def test_credentials_never_in_repr():
     s = load_settings({"ALIBABA_CLOUD_ACCESS_KEY_ID": "AKID-visible?", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "SEKRIT",
-                       "ALIBABA_CLOUD_SECURITY_TOKEN": "TOKEN123", "ACK_MIG_SSH_PRIVATE_KEY": "-----KEY-----"})
+                       "ALIBABA_CLOUD_SECURITY_TOKEN": "TOKEN123", "ACK_MIG_SSH_KEY_SECRET": "ack-mig/ssh-key"})
     text = repr(s) + str(s)
-    for secret in ("AKID-visible?", "SEKRIT", "TOKEN123", "-----KEY-----"):
+    for secret in ("AKID-visible?", "SEKRIT", "TOKEN123"):
         assert secret not in text
+    assert s.delivery.ssh_key_secret == "ack-mig/ssh-key"  # a name, not the key: the key lives in KMS
     assert repr(Credentials("a", "b", "c")) == "Credentials(<redacted>)"
 
 
@@ -97,8 +98,7 @@ def test_log_lines_are_json_with_context_and_masking():
 def test_known_secret_never_reaches_logs_or_results(emulator, monkeypatch, capsys):
     """Put real-looking credentials in the environment, run events through the SDK path, and search every
     byte of output for them."""
-    env = cloud_env(emulator, ACK_MIG_SSH_PRIVATE_KEY="-----BEGIN OPENSSH PRIVATE KEY-----xyzzy",
-                    ACK_MIG_LOG_LEVEL="DEBUG")
+    env = cloud_env(emulator, ACK_MIG_LOG_LEVEL="DEBUG")
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     outputs = []
@@ -111,7 +111,7 @@ def test_known_secret_never_reaches_logs_or_results(emulator, monkeypatch, capsy
     everything = "\n".join(outputs) + captured.out + captured.err
     assert emulator.rejected == [] and len(emulator.requests) >= 6
     assert '"outcome": "error"' in outputs[-1]
-    for secret in (SECRET, TOKEN, "-----BEGIN OPENSSH PRIVATE KEY-----xyzzy", "8f2c6d1e-7b3a-4c5d-9e0f-1a2b3c4d5e6f"):
+    for secret in (SECRET, TOKEN, "8f2c6d1e-7b3a-4c5d-9e0f-1a2b3c4d5e6f"):
         assert secret not in everything
     assert AK not in captured.out  # the key id is kept out of logs as well
 
@@ -187,3 +187,153 @@ def test_secrets_are_masked_in_their_json_and_url_encoded_forms_too():
     text = out.getvalue()
     assert "b3BlbnNzaC1rZXktdjEAAAAA" not in text and "CAIS%2B%2Fabc" not in text and "CAIS+/abc" not in text
     assert text.count("***") >= 2 and all(json.loads(line) for line in text.splitlines())
+
+
+# ---- secrets that are really used: the SSH key from KMS over a real sshd, the access key in a signed call ----
+
+def _key_fragments(key_text):
+    """The key as a whole and every base64 line of it: none may show anywhere."""
+    return [key_text] + [line for line in key_text.splitlines() if len(line) >= 16 and "PRIVATE KEY" not in line]
+
+
+@pytest.fixture
+def kms():
+    from functions import secrets
+    from tests.support.kms_emulator import KmsEmulator
+
+    secrets.forget_all()
+    with KmsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN, region="cn-beijing") as emu:
+        yield emu
+    secrets.forget_all()
+
+
+@pytest.mark.ssh
+def test_ssh_key_from_kms_connects_then_fails_mid_run_and_never_leaks(kms, tmp_path, caplog):
+    """The key is read from the KMS emulator (the real alibabacloud_kms20160120 SDK, its signature checked),
+    logs in to the real sshd on loopback and runs a node; a second node is cut off mid-run by its deadline.
+    The key text is nowhere in the results, the log lines, the stdlib logs (paramiko included) or the
+    command line's output; KMS is asked once for both runs (cached for the instance's life)."""
+    import logging
+    import sys
+
+    from functions.delivery.result import outcome
+    from functions.delivery.ssh import SshTransport, key_from_settings
+    from functions.delivery.transport import ScriptMaker
+    from functions.logs import redact_text, stdlib_logs_into
+    from tests.delivery.conftest import FAKE_MAIN, targets
+    from tests.support.sshd import SSHD, Sshd
+
+    if not os.path.exists(SSHD):
+        pytest.skip("OpenSSH sshd is not installed (make test installs openssh-server)")
+    from functions.delivery import bundle as bundle_mod
+
+    (tmp_path / "sshd").mkdir()
+    server = Sshd(str(tmp_path / "sshd")).start()
+    try:
+        kms.put_secret("ack-mig/ssh-key", server.client_key_text)
+        settings = load_settings({"ACK_MIG_REGION": "cn-beijing", "ALIBABA_CLOUD_ACCESS_KEY_ID": AK,
+                                  "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET, "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN,
+                                  "ACK_MIG_TRANSPORT": "ssh", "ACK_MIG_SSH_KEY_SECRET": "ack-mig/ssh-key",
+                                  "ACK_MIG_KMS_ENDPOINT": kms.endpoint, "ACK_MIG_SSH_KNOWN_HOSTS": server.known_hosts,
+                                  "ACK_MIG_SSH_PORT": str(server.port), "ACK_MIG_LOG_LEVEL": "DEBUG"})
+        fake = bundle_mod.pack([("node_bootstrap/__init__.py", b""), ("node_bootstrap/__main__.py", FAKE_MAIN)])
+        maker = ScriptMaker(fake, 2, str(tmp_path / "node-root"), sys.executable)
+        stream = io.StringIO()
+        logger = JsonLogger("DEBUG", settings.secrets(), stream=stream, request_id="r-key")
+        caplog.set_level(logging.DEBUG)  # paramiko's own DEBUG lines too
+        with stdlib_logs_into(logger):
+            first = SshTransport(maker, key_from_settings(settings), server.known_hosts, port=server.port,
+                                 grace_s=1.0).run(targets(1))
+            logger.info("first run", nodes=[r.__dict__ for r in first])
+            # Mid-run: the node outlives its 2 s deadline (+1 s grace); the watchdog closes the connection.
+            second = SshTransport(maker, key_from_settings(settings), server.known_hosts, port=server.port,
+                                  grace_s=1.0).run(targets(1, extra=("--fake-sleep", "20"), prefix="i-late"))
+            logger.error("second run", nodes=[r.__dict__ for r in second])
+            # Whatever quotes the key is masked, in logs and in what the handler and CLI print.
+            logger.warning("a careless message: %s" % server.client_key_text)
+        assert outcome(first[0]).outcome == "partitioned"
+        # Cut off at its deadline, by the node runner (exit 124) or the transport's watchdog, whichever first.
+        late = second[0]
+        assert outcome(late).outcome != "partitioned" and (late.exit_code == 124 or late.error == "node-timeout")
+        assert "node-timeout" in repr(late)
+        assert kms.calls["GetSecretValue"] == 1 and kms.rejected == [] and kms.algorithms == ["ACS3-HMAC-SHA256"]
+        everything = stream.getvalue() + caplog.text + repr(first) + repr(second) + \
+            redact_text(json.dumps({"reason": server.client_key_text}))
+        for fragment in _key_fragments(server.client_key_text):
+            assert fragment not in everything
+        assert "a careless message: ***" in stream.getvalue()
+    finally:
+        server.stop()
+
+
+def test_a_kms_failure_is_one_line_naming_the_secret_and_throttling_asks_for_a_retry(kms):
+    from functions.delivery.ssh import SshError, key_from_settings
+    from functions.errors import RetryLater
+
+    env = {"ACK_MIG_REGION": "cn-beijing", "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
+           "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_TRANSPORT": "ssh", "ACK_MIG_SSH_KEY_SECRET": "missing",
+           "ACK_MIG_KMS_ENDPOINT": kms.endpoint}
+    with pytest.raises(SshError) as info:
+        key_from_settings(load_settings(env))
+    text = str(info.value)
+    assert "'missing'" in text and "Forbidden.ResourceNotFound" in text and "\n" not in text
+    kms.fail_next("GetSecretValue", 503, "ServiceUnavailable")
+    with pytest.raises(RetryLater):
+        key_from_settings(load_settings(env))
+    # A wrong secret is refused by the emulator's signature check, and the error carries no credential.
+    with pytest.raises(SshError) as info:
+        key_from_settings(load_settings(dict(env, ALIBABA_CLOUD_ACCESS_KEY_SECRET="not-the-secret")))
+    assert "SignatureDoesNotMatch" in str(info.value)
+    assert kms.rejected and all(s not in str(info.value) for s in (SECRET, TOKEN, "not-the-secret"))
+
+
+def test_access_key_in_a_signed_call_that_errors_never_leaks(caplog):
+    """A real signed RPC call (aliyun-python-sdk-core against the loopback emulator) that the service
+    refuses, twice: a wrong AccessKey secret, and a SignatureDoesNotMatch whose answer quotes the server's
+    string to sign (AccessKeyId and SecurityToken inside). Neither the ApiError nor a log line carries
+    the secret, the token or the string to sign."""
+    import logging
+
+    from functions.delivery.rpc import ECS_VERSION, ApiError, Backoff, RpcClient
+    from functions.settings import Endpoint
+    from tests.support.rpc_emulator import Emulator, string_to_sign
+
+    class QuotingEmulator(Emulator):  # answers as the service does when the strings to sign differ
+        def _verify(self, method, params, action):
+            signed = {k: v for k, v in params.items() if k != "Signature"}
+            signed["Extra"] = "x"  # a proxy that added a parameter: the strings differ
+            return self._error(400, "SignatureDoesNotMatch", "Specified signature is not matched with our "
+                               "calculation. server string to sign is:%s" % string_to_sign(method, signed))
+
+    caplog.set_level(logging.DEBUG)
+    # With a wrong secret the SDK reports InvalidAccessKeySecret when it recognises its own string to sign
+    # in the answer, else the service's SignatureDoesNotMatch with the string quoted: either is fine.
+    for emulator_class, secret, codes in ((Emulator, "wrong-secret-value", ("InvalidAccessKeySecret",
+                                                                            "SignatureDoesNotMatch")),
+                                          (QuotingEmulator, SECRET, ("SignatureDoesNotMatch",))):
+        with emulator_class(access_key_id=AK, secret=SECRET, token=TOKEN) as emu:
+            client = RpcClient("ecs", ECS_VERSION, emu.region, Credentials(AK, secret, TOKEN),
+                               Endpoint(emu.endpoint.split("://", 1)[1], "http"), 2, Backoff(1))
+            with pytest.raises(ApiError) as info:
+                client.call("DescribeCloudAssistantStatus", {"RegionId": emu.region})
+            stream = io.StringIO()
+            JsonLogger("DEBUG", [SECRET, TOKEN, secret], stream=stream).error("call failed", error=str(info.value))
+            text = str(info.value) + stream.getvalue() + caplog.text
+            assert info.value.code in codes and emu.calls["DescribeCloudAssistantStatus"] == 1
+            for leak in (SECRET, TOKEN, secret, "string to sign is:", "POST&", "SecurityToken%3D"):
+                assert leak not in text, leak
+
+
+def test_a_connection_error_never_carries_the_request_url_query():
+    """The core SDK's connection error quotes the URL, SecurityToken and Signature in its query."""
+    from functions.delivery.rpc import ECS_VERSION, ApiError, Backoff, RpcClient
+    from functions.settings import Endpoint
+    from tests.support.sshd import _free_port
+
+    client = RpcClient("ecs", ECS_VERSION, "cn-beijing", Credentials(AK, SECRET, TOKEN),
+                       Endpoint("127.0.0.1:%d" % _free_port(), "http"), 1, Backoff(1))
+    with pytest.raises(ApiError) as info:
+        client.call("DescribeCloudAssistantStatus", {"RegionId": "cn-beijing"})
+    text = str(info.value)
+    assert info.value.code in ("SDK.HttpError", "SDK.ServerUnreachable") and "query withheld" in text
+    assert TOKEN not in text and "SecurityToken" not in text and "Signature=" not in text
