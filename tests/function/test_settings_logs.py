@@ -337,3 +337,48 @@ def test_a_connection_error_never_carries_the_request_url_query():
     text = str(info.value)
     assert info.value.code in ("SDK.HttpError", "SDK.ServerUnreachable") and "query withheld" in text
     assert TOKEN not in text and "SecurityToken" not in text and "Signature=" not in text
+
+
+def test_handler_result_and_cli_output_are_redacted_like_logs(tmp_path, monkeypatch, capsys):
+    """A secret quoted back in a result (here: a bad event that carries it) is masked in the handler's
+    returned JSON and in everything the invoke command prints, as it is in the log lines."""
+    import argparse
+
+    from functions import invoke
+    from functions.logs import register_secret
+
+    learnt = "LEARNT-AT-RUN-TIME-0123456789"  # e.g. the SSH key read from KMS
+    register_secret(learnt)
+    event = json.dumps({"cluster_id": "c-1", "nodepool_id": "np %s" % learnt}).encode()
+    result = handler(event, None)
+    assert json.loads(result)["outcome"] == "error" and "***" in result and learnt not in result
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", AK)
+    monkeypatch.setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", SECRET)
+    path = tmp_path / "event.json"
+    for value in (learnt, SECRET):
+        path.write_bytes(json.dumps({"cluster_id": "c-1", "nodepool_id": "np %s" % value[:30]}).encode())
+        for as_json in (True, False):
+            code = invoke.run(argparse.Namespace(event=str(path), inventory=None, dry_run=True, json=as_json))
+            out = capsys.readouterr()
+            assert code == 2 and "***" in out.out + out.err
+            assert value[:30] not in out.out + out.err
+
+
+@pytest.mark.parametrize("product, region, host", [
+    ("ess", "cn-beijing", "ess.aliyuncs.com"),  # the SDK's central endpoint for these regions
+    ("ess", "cn-hangzhou", "ess.aliyuncs.com"),
+    ("ess", "ap-southeast-1", "ess.aliyuncs.com"),
+    ("ess", "us-east-1", "ess.aliyuncs.com"),
+    ("ess", "cn-zhangjiakou", "ess.cn-zhangjiakou.aliyuncs.com"),
+    ("ess", "cn-wulanchabu", "ess.cn-wulanchabu.aliyuncs.com"),  # not in the SDK's data: the regional rule
+    ("ecs", "eu-central-1", "ecs.eu-central-1.aliyuncs.com"),
+    ("kms", "cn-beijing", "kms.cn-beijing.aliyuncs.com"),
+])
+def test_endpoints_are_resolved_the_sdk_way(product, region, host):
+    from functions.delivery.rpc import RpcClient, resolve_endpoint
+    from functions.settings import Endpoint
+
+    assert resolve_endpoint(product, region) == Endpoint(host, "https")
+    assert resolve_endpoint(product, region, Endpoint("127.0.0.1:1", "http")) == Endpoint("127.0.0.1:1", "http")
+    client = RpcClient(product, "2014-08-28", region, Credentials(AK, SECRET, TOKEN))
+    assert client.endpoint.host == host  # the client itself uses the one resolver
