@@ -2,7 +2,10 @@
 (real Tea SDK), the real node bundle delivered by Cloud Assistant (real core SDK, RPC emulator) to shell
 nodes that unpack and run node_bootstrap on the simulated driver, the startup taint lifted on a local
 HTTPS Kubernetes API with the kubeconfig DescribeClusterUserKubeconfig returned, and the lifecycle hook
-answered on the ESS emulator."""
+answered on the ESS emulator (which also holds Auto Scaling's records: the membership checks ask it).
+
+Each shell node keeps its own simulated GPUs, state directory and lock between runs, under its own
+directory, so a duplicate event meets nodes that really are partitioned already."""
 
 import json
 import os
@@ -32,12 +35,16 @@ def cloud(tmp_path, kube_api):  # noqa: F811
             kube_api.add_node(node["node_name"], taints=[TAINT])
     with CsEmulator("LTAIe2e", SECRET, TOKEN) as cs, Emulator("LTAIe2e", SECRET, TOKEN, "cn-beijing") as rpc:
         cs.load_inventory(inventory)
+        rpc.load_inventory(inventory)
         with open(admin) as fh:
             cs.kubeconfig = fh.read()
         for node in inventory["nodes"]:
             rpc.nodes[node["instance_id"]] = ShellNode(str(tmp_path / node["instance_id"]), DEFAULT_ROOT)
-        node_args = "--backend sim:A100-SXM4-40GB:8 --no-label --clients= --device-plugin-restart none " \
-                    "--lock-file %s --state-dir %s" % (tmp_path / "node.lock", tmp_path / "state")
+        # One script serves the whole batch, so the paths cannot name the node: they are relative to the
+        # directory the runner starts node_bootstrap in (<node root>/bundles/<digest>), which a ShellNode
+        # keeps under its own filesystem. The simulated GPUs thus persist per node, from one event to the next.
+        node_args = "--backend sim:A100-SXM4-40GB:8 --sim-state ../../sim-gpus.json --no-label --clients= " \
+                    "--device-plugin-restart none --lock-file ../../node.lock --state-dir ../../state"
         env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAIe2e", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
                "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_REGION": "cn-beijing", "ACK_MIG_CLUSTER_ID": cs.cluster_id,
                "ACK_MIG_CS_ENDPOINT": cs.endpoint, "ACK_MIG_ECS_ENDPOINT": rpc.endpoint,
@@ -51,7 +58,7 @@ def event(name):
         return fh.read()
 
 
-def test_a_scale_out_event_partitions_the_nodes_and_lifts_their_taints(cloud, kube_api):  # noqa: F811
+def test_a_scale_out_event_partitions_the_nodes_and_lifts_their_taints(cloud, kube_api, tmp_path):  # noqa: F811
     cs, rpc, settings = cloud
     result = run_event(event("examples/event.json"), settings)
     assert result.outcome == "done", result.reason
@@ -63,11 +70,15 @@ def test_a_scale_out_event_partitions_the_nodes_and_lifts_their_taints(cloud, ku
     assert cs.kubeconfig_requests and cs.kubeconfig_requests[0].get("PrivateIpAddress") in ("true", "True")
     assert rpc.rejected == [] and cs.rejected == []
     assert rpc.calls["RunCommand"] == 2 and rpc.calls["SendFile"] >= 1  # cold nodes: run, send, run
+    assert all(n["changes"] > 0 for n in nodes.values())
+    for iid in nodes:  # each node's simulated GPUs live in its own directory
+        assert (tmp_path / iid / DEFAULT_ROOT.lstrip("/") / "sim-gpus.json").is_file()
     sent = rpc.calls["SendFile"]
-    again = run_event(event("examples/event.json"), settings)  # a duplicate: converges, sends nothing
-    assert {n["outcome"] for n in again.nodes} == {"partitioned"} or {n["outcome"] for n in again.nodes} == {
-        "unchanged"}
-    assert rpc.calls["SendFile"] == sent and rpc.calls["RunCommand"] == 3
+    again = run_event(event("examples/event.json"), settings)  # a duplicate: the nodes are right already
+    assert again.outcome == "done", again.reason
+    assert {n["instance_id"]: (n["outcome"], n["changes"]) for n in again.nodes} == {
+        iid: ("unchanged", 0) for iid in nodes}
+    assert rpc.calls["SendFile"] == sent and rpc.calls["RunCommand"] == 3  # warm bundle: one run, no send
 
 
 def test_a_lifecycle_hook_event_is_answered_after_the_node_is_done(cloud):
