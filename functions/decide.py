@@ -12,7 +12,7 @@ from typing import Iterable, List, Optional
 from node_bootstrap.mig import (GPUS, PARTITION_LABELS, MigInputError, PartitionSpec, find_gpu, parse, plan,
                                 spec_from_labels)
 
-from .families import Capability, capability
+from .families import BELIEVED, Capability, capability
 from .model import (ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision, Node, NodePool, PartitionLabel, Plan,
                     PlannedInstance)
 
@@ -86,7 +86,7 @@ def decide_instance(instance_id: str, node: Optional[Node], pool: Optional[NodeP
     try:
         spec = spec_from_labels(pool.labels)
     except MigInputError as exc:
-        return error(str(exc))
+        return error("pool %s: %s" % (_pool_name(pool), exc))
     if spec is None:
         return skip("node pool %s has no partition label (%s)" % (_pool_name(pool), " or ".join(PARTITION_LABELS)))
     partition = PartitionLabel(kind=spec.kind, value=spec.value)
@@ -100,7 +100,10 @@ def decide_instance(instance_id: str, node: Optional[Node], pool: Optional[NodeP
         try:
             layout = plan(spec, find_gpu(cap.gpu_model))
         except MigInputError as exc:
-            return error(str(exc), spec)
+            believed = (" (the GPU model is believed from the instance family %s)" % cap.family
+                        if cap.status == BELIEVED else "")
+            return error("pool %s asks for %s=%s, which does not fit its %s GPUs%s: %s"
+                         % (_pool_name(pool), spec.kind, _text(spec.value), cap.gpu_model, believed, exc), spec)
         the_plan = Plan(gpu=layout.gpu.name, gpus=cap.gpus, partition=partition, sequence=layout.sequence,
                         instances=[PlannedInstance(**i.to_dict()) for i in layout.instances])
         count = "%d x " % cap.gpus if cap.gpus else "each "
@@ -111,7 +114,7 @@ def decide_instance(instance_id: str, node: Optional[Node], pool: Optional[NodeP
     # The GPU model is not known up front: check what can be checked, let the node's NVML answer decide.
     problem = _syntax_error(spec)
     if problem is not None:
-        return error(problem, spec)
+        return error("pool %s asks for %s=%s: %s" % (_pool_name(pool), spec.kind, _text(spec.value), problem), spec)
     why = cap.reason if cap is not None else (
         "instance type not known yet (the pool allows %s); the node's NVML check decides"
         % (", ".join(pool.instance_types) or "any type"))

@@ -26,8 +26,14 @@ def node(itype="ecs.ebmgn7.26xlarge", state="running", pid="np-a"):
     ("ecs.gn6v-c8g1.2xlarge", "gn6v", False),  # Volta: no MIG
     ("ecs.ebmgn6e.24xlarge", "ebmgn6e", False),
     ("ecs.vgn7i-vws-m4.xlarge", "vgn7i", False),  # vGPU
-    ("ecs.ebmgn7e.32xlarge", "ebmgn7e", None),  # not confirmed: the node decides
-    ("ecs.ebmgn8v.48xlarge", "ebmgn8v", None),
+    ("ecs.ebmgn7e.32xlarge", "ebmgn7e", True),  # 8 x 80GB bare metal, MIG per the ECS docs
+    ("ecs.ebmgn8v.48xlarge", "ebmgn8v", True),  # 8 x 96GB bare metal (believed H20)
+    ("ecs.ebmgn7ex.32xlarge", "ebmgn7ex", None),  # GPU memory not known: the node decides
+    ("ecs.gn7s-c16g1.4xlarge", "gn7s", False),  # A30 has MIG, but passthrough
+    ("ecs.gn8v.6xlarge", "gn8v", False),
+    ("ecs.gn8is.2xlarge", "gn8is", False),  # L20: no MIG
+    ("ecs.ebmgn7ix.32xlarge", "ebmgn7ix", False),  # A10: no MIG
+    ("ecs.ebmgn9x.48xlarge", "ebmgn9x", None),  # not in the table: the node decides
     ("ecs.g7.2xlarge", "g7", False),
 ])
 def test_family_table(itype, family, mig):
@@ -85,13 +91,75 @@ def test_passthrough_instance_in_a_labelled_pool_is_skipped():
 
 
 def test_unknown_gpu_family_goes_to_the_node_after_a_syntax_check():
-    d = decide_instance("i-abc", node("ecs.ebmgn8v.48xlarge"), pool({SEQUENCE_LABEL: "3g.71gb-4g.71gb"}))
+    d = decide_instance("i-abc", node("ecs.ebmgn9x.48xlarge"), pool({SEQUENCE_LABEL: "3g.71gb-4g.71gb"}))
     assert d.action == "partition" and d.plan is None and d.partition.value == "3g.71gb-4g.71gb"
     assert "NVML" in d.reason
-    bad = decide_instance("i-abc", node("ecs.ebmgn8v.48xlarge"), pool({SEQUENCE_LABEL: "3g.71gb--4g.71gb"}))
+    bad = decide_instance("i-abc", node("ecs.ebmgn9x.48xlarge"), pool({SEQUENCE_LABEL: "3g.71gb--4g.71gb"}))
     assert bad.action == "error" and "empty item" in bad.reason
-    unknown = decide_instance("i-abc", node("ecs.ebmgn8v.48xlarge"), pool({SEQUENCE_LABEL: "5g.99gb"}))
-    assert unknown.action == "error"
+    assert bad.reason.startswith("pool np-a (gpu) asks for sequence=3g.71gb--4g.71gb: ")
+    unknown = decide_instance("i-abc", node("ecs.ebmgn9x.48xlarge"), pool({SEQUENCE_LABEL: "5g.99gb"}))
+    assert unknown.action == "error" and "np-a (gpu)" in unknown.reason
+
+
+# Every family of facts.md's "ECS GPU families", with its GPU, count, MIG verdict and confirmed/believed.
+FAMILY_TABLE = [
+    ("ecs.ebmgn7.26xlarge", "NVIDIA A100-SXM4-40GB", 8, True, "confirmed"),
+    ("ecs.ebmgn7e.32xlarge", "NVIDIA A100-SXM4-80GB", 8, True, "believed"),
+    ("ecs.gn7e-c16g1.4xlarge", "NVIDIA A100-SXM4-80GB", None, False, "believed"),
+    ("ecs.gn7-c13g1.13xlarge", "NVIDIA A100-SXM4-40GB", None, False, "confirmed"),
+    ("ecs.gn7s-c8g1.2xlarge", "NVIDIA A30", None, False, "confirmed"),
+    ("ecs.gn7i-c8g1.2xlarge", "NVIDIA A10", None, False, "confirmed"),
+    ("ecs.ebmgn7i.32xlarge", "NVIDIA A10", None, False, "confirmed"),
+    ("ecs.ebmgn7ix.32xlarge", "NVIDIA A10", None, False, "confirmed"),
+    ("ecs.gn8is.2xlarge", "NVIDIA L20", None, False, "confirmed"),
+    ("ecs.ebmgn8is.32xlarge", "NVIDIA L20", None, False, "confirmed"),
+    ("ecs.ebmgn8ia.32xlarge", "NVIDIA L20", None, False, "confirmed"),
+    ("ecs.gn8v.6xlarge", "NVIDIA H20", None, False, "believed"),
+    ("ecs.ebmgn8v.48xlarge", "NVIDIA H20", 8, True, "believed"),
+    ("ecs.ebmgn7ex.32xlarge", None, None, None, "believed"),
+]
+
+
+@pytest.mark.parametrize("itype,gpu,count,mig,status", FAMILY_TABLE)
+def test_every_family_of_the_facts_has_its_gpu_and_count(itype, gpu, count, mig, status):
+    cap = capability(itype)
+    assert (cap.gpu_model, cap.gpus, cap.mig, cap.status) == (gpu, count, mig, status)
+    if status == "believed":
+        assert "believed" in cap.reason
+
+
+@pytest.mark.parametrize("itype", ["ecs.gn7i-c8g1.2xlarge", "ecs.ebmgn7ix.32xlarge", "ecs.gn8is.2xlarge",
+                                   "ecs.ebmgn8ia.32xlarge", "ecs.gn6i-c4g1.xlarge", "ecs.gn6v-c8g1.2xlarge"])
+def test_a_family_whose_gpu_has_no_mig_is_a_skip_that_says_so(itype):
+    d = decide_instance("i-abc", node(itype), pool({SEQUENCE_LABEL: "9-9"}, types=(itype,)))
+    assert d.action == "skip" and "has no MIG" in d.reason and d.plan is None
+
+
+def test_a_40gb_label_on_an_ebmgn7e_pool_is_an_error_before_any_node_is_touched():
+    labels = {SEQUENCE_LABEL: "1g.5gb-2g.10gb"}
+    d = decide_instance("i-new", None, pool(labels, types=("ecs.ebmgn7e.32xlarge",)))
+    assert d.action == "error" and d.plan is None and d.partition.value == "1g.5gb-2g.10gb"
+    assert d.reason.startswith("pool np-a (gpu) asks for sequence=1g.5gb-2g.10gb, which does not fit its "
+                               "NVIDIA A100-SXM4-80GB GPUs (the GPU model is believed from the instance family "
+                               "ebmgn7e): unknown profile '1g.5gb' for A100-80GB")
+    ok = decide_instance("i-new", None, pool({SEQUENCE_LABEL: "1g.10gb-2g.20gb"}, types=("ecs.ebmgn7e.32xlarge",)))
+    assert ok.action == "partition" and ok.plan.gpu == "NVIDIA A100-SXM4-80GB" and ok.plan.gpus == 8
+
+
+def test_an_ebmgn8v_pool_plans_on_the_96gb_profiles():
+    d = decide_instance("i-abc", node("ecs.ebmgn8v.48xlarge"), pool({SIZE_LABEL: "3g.48gb"}))
+    assert d.action == "partition" and d.plan.gpu == "NVIDIA H20" and d.plan.gpus == 8
+    assert d.plan.sequence == "3g.48gb-3g.48gb"
+    bad = decide_instance("i-abc", node("ecs.ebmgn8v.48xlarge"), pool({SIZE_LABEL: "3g.71gb"}))
+    assert bad.action == "error" and "NVIDIA H20 GPUs" in bad.reason
+
+
+def test_every_error_decision_names_its_pool():
+    cases = [{SEQUENCE_LABEL: "1g.5gb,2g.10gb"}, {SEQUENCE_LABEL: "3g.20gb-3g.20gb-3g.20gb"},
+             {SIZE_LABEL: "1g.5gb", SEQUENCE_LABEL: "9-9"}, {SEQUENCE_LABEL: "1g.18gb"}]
+    for labels in cases:
+        d = decide_instance("i-abc", node(), pool(labels, name="train pool"))
+        assert d.action == "error" and d.reason.startswith("pool np-a ('train pool')")
 
 
 def test_instance_not_yet_a_node_is_decided_from_the_pool():
@@ -99,7 +167,7 @@ def test_instance_not_yet_a_node_is_decided_from_the_pool():
     assert d.action == "partition" and d.plan.gpu == "NVIDIA A100-SXM4-40GB"
     assert d.node_name is None and d.nodepool_id == "np-a"
     mixed = decide_instance("i-new", None, pool({SEQUENCE_LABEL: "9-9"},
-                                                types=("ecs.ebmgn7.26xlarge", "ecs.ebmgn8v.48xlarge")))
+                                                types=("ecs.ebmgn7.26xlarge", "ecs.ebmgn9x.48xlarge")))
     assert mixed.action == "partition" and mixed.plan is None  # the node decides
     skipped = decide_instance("i-new", None, pool({SEQUENCE_LABEL: "9-9"}, types=("ecs.gn7-c13g1.13xlarge",)))
     assert skipped.action == "skip"

@@ -182,10 +182,10 @@ def _lookup_with_labels(keys: Tuple[str, ...], value: str) -> InventoryLookup:
     target["kubernetes_config"]["labels"] = [{"key": k, "value": value} for k in keys]
     open_pool = copy.deepcopy(target)
     open_pool["nodepool_info"].update(nodepool_id=OPEN_POOL, name="gpu-open-family")
-    open_pool["scaling_group"].update(scaling_group_id="asg-fuzz-open", instance_types=["ecs.ebmgn7e.32xlarge"])
+    open_pool["scaling_group"].update(scaling_group_id="asg-fuzz-open", instance_types=["ecs.ebmgn7ex.32xlarge"])
     pools.append(open_pool)
     data["nodes"].append({"instance_id": OPEN_INSTANCE, "nodepool_id": OPEN_POOL,
-                          "instance_type": "ecs.ebmgn7e.32xlarge", "node_name": "cn-beijing.192.168.20.9",
+                          "instance_type": "ecs.ebmgn7ex.32xlarge", "node_name": "cn-beijing.192.168.20.9",
                           "ip_address": ["192.168.20.9"], "state": "running"})
     return InventoryLookup.from_dict(data)
 
