@@ -2,7 +2,8 @@
 
 It decodes the bytes, unwraps a list of one, recognises which envelope the event came in (an EventBridge
 CloudEvent, the ESS lifecycle hook notification in its MNS form, an FC timer event, or the manual
-payload) and ends what is clearly not ours as a ``SkipEvent`` right here: an ESS lifecycle *test*
+payload; an MNS message may come Base64-encoded and inside the FC MNS trigger's JSON wrapper) and ends what
+is clearly not ours as a ``SkipEvent`` right here: an ESS lifecycle *test*
 notification, a CloudEvent type we do not handle, an unrecognised shape. Only events that may mean work go
 on to stage 2 (``functions.intake``: pydantic models of each source's payload), so an irrelevant event
 never loads pydantic, the cloud SDKs or paramiko: an FC cold start on it costs a bare interpreter.
@@ -54,6 +55,45 @@ def shown(value: Any) -> str:
     return repr(text[:40] + ("..." if len(text) > 40 else ""))
 
 
+# The FC MNS topic trigger with notifyContentFormat JSON wraps each message in these fields (the message
+# body in "Message"); with STREAM the event is the body itself. Publishers, ESS among them, may send the
+# body Base64-encoded (MNS SDKs encode by default), so a body is JSON text or Base64 of JSON text.
+MNS_WRAPPER_FIELDS = ("TopicOwner", "TopicName", "SubscriptionName", "MessageId", "MessageMD5", "PublishTime")
+
+
+def _json_object_or_base64(text: str, what: str) -> Dict[str, Any]:
+    """``text`` as a JSON object, or as Base64 of one (one level of encoding, no more)."""
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise BadEvent("%s is nested too deeply to be JSON we accept; send a JSON object" % what) from None
+    except ValueError:
+        value = None
+        import base64
+        import binascii
+
+        try:
+            decoded = base64.b64decode("".join(text.split()), validate=True).decode("utf-8")
+            value = json.loads(decoded)
+        except (binascii.Error, UnicodeDecodeError, ValueError, RecursionError):
+            raise BadEvent("%s is neither JSON nor Base64-encoded JSON; send a JSON object" % what) from None
+    if not isinstance(value, dict):
+        raise BadEvent("%s is a JSON %s; send a JSON object" % (what, type(value).__name__))
+    return value
+
+
+def _unwrap_mns(body: Dict[str, Any]) -> Dict[str, Any]:
+    """The message inside an FC MNS trigger's JSON wrapper; any other event unchanged."""
+    if "Message" not in body or not any(k in body for k in MNS_WRAPPER_FIELDS):
+        return body
+    message = body["Message"]
+    if isinstance(message, dict):
+        return message
+    if not isinstance(message, str) or not message.strip():
+        raise BadEvent("event field Message (MNS trigger) is empty or not text; expected the message body")
+    return _json_object_or_base64(message, "event field Message (MNS trigger)")
+
+
 def _decode(raw: Any) -> Dict[str, Any]:
     if isinstance(raw, (bytes, bytearray)):
         if len(raw) > MAX_EVENT_BYTES:
@@ -70,7 +110,11 @@ def _decode(raw: Any) -> Dict[str, Any]:
         except ValueError as exc:
             msg = getattr(exc, "msg", "invalid JSON")
             where = " at line %d column %d" % (exc.lineno, exc.colno) if hasattr(exc, "lineno") else ""
-            raise BadEvent("event is not JSON (%s%s); send a JSON object" % (msg, where)) from None
+            stripped = raw.strip()
+            if stripped[:1] in ("{", "[", '"') or not _looks_base64(stripped):
+                raise BadEvent("event is not JSON (%s%s); send a JSON object" % (msg, where)) from None
+            # An MNS trigger in STREAM format hands over the message body as it was published: Base64.
+            raw = _json_object_or_base64(stripped, "event")
         except RecursionError:
             raise BadEvent("event is nested too deeply to be JSON we accept; send a JSON object") from None
     if isinstance(raw, list):
@@ -83,9 +127,15 @@ def _decode(raw: Any) -> Dict[str, Any]:
     return raw
 
 
+def _looks_base64(text: str) -> bool:
+    import re
+
+    return len(text) >= 8 and re.fullmatch(r"[A-Za-z0-9+/\s]+={0,2}", text) is not None
+
+
 def read_envelope(raw: Any) -> Envelope:
     """Raw event (bytes, str or decoded JSON) -> Envelope, or SkipEvent / BadEvent."""
-    body = _decode(raw)
+    body = _unwrap_mns(_decode(raw))
     if "specversion" in body or ("type" in body and "source" in body and "data" in body):
         etype = body.get("type")
         if not isinstance(etype, str):

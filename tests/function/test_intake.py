@@ -70,6 +70,55 @@ def test_mns_lifecycle_notification():
     assert r.scaling_group_id == ASG and r.instance_ids == ["i-2zeb7c1mig0a100x3q2h"]
 
 
+def _same_lifecycle_request(r):
+    plain = parse_event(event_bytes("mns_lifecycle_scale_out.json"))
+    assert r.trigger == Trigger.LIFECYCLE_HOOK and r.event_type == plain.event_type
+    assert r.lifecycle == plain.lifecycle and r.instance_ids == plain.instance_ids
+    assert r.scaling_group_id == plain.scaling_group_id
+
+
+def test_mns_message_in_the_fc_topic_trigger_json_wrapper_base64_encoded():
+    """FC's MNS topic trigger (notifyContentFormat JSON) wraps the message; ESS's body comes Base64-encoded."""
+    wrapper = event_json("mns_topic_json_base64_lifecycle_scale_out.json")
+    assert wrapper["Message"][:1] != "{"  # the sample really carries Base64
+    _same_lifecycle_request(parse_event(event_bytes("mns_topic_json_base64_lifecycle_scale_out.json")))
+    # The same wrapper around the plain JSON text, and around an already decoded object.
+    body = event_json("mns_lifecycle_scale_out.json")
+    for message in (json.dumps(body), body):
+        _same_lifecycle_request(parse_event(json.dumps(dict(wrapper, Message=message))))
+
+
+def test_mns_message_body_alone_base64_encoded():
+    """notifyContentFormat STREAM: the event is the published body itself, here Base64 text (with the
+    line breaks some encoders add)."""
+    import base64
+
+    raw = base64.encodebytes(event_bytes("mns_lifecycle_scale_out.json"))
+    assert b"\n" in raw.strip() and not raw.startswith(b"{")
+    _same_lifecycle_request(parse_event(raw))
+
+
+@pytest.mark.parametrize("message, fragment", [
+    ("not json, not base64!", "neither JSON nor Base64"),
+    ("bm90IGpzb24=", "neither JSON nor Base64"),  # Base64 of "not json"
+    ("WzEsIDJd", "is a JSON list"),  # Base64 of "[1, 2]"
+    ("", "empty or not text"),
+    (17, "empty or not text"),
+])
+def test_a_bad_mns_message_is_one_line_naming_it(message, fragment):
+    wrapper = event_json("mns_topic_json_base64_lifecycle_scale_out.json")
+    with pytest.raises(BadEvent) as info:
+        parse_event(json.dumps(dict(wrapper, Message=message)))
+    assert fragment in str(info.value) and "Message" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_text_that_is_neither_json_nor_base64_stays_a_json_error():
+    with pytest.raises(BadEvent, match="not JSON"):
+        parse_event(b"{not json")
+    with pytest.raises(BadEvent, match="neither JSON nor Base64"):
+        parse_event(b"hello world")  # could have been Base64: the message says both
+
+
 def test_mns_scale_in_transition_is_skipped():
     event = event_json("mns_lifecycle_scale_out.json")
     event["content"]["lifecycleTransition"] = "SCALE_IN"
