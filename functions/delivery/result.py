@@ -94,7 +94,7 @@ def parse_output(text: str) -> Optional[Dict[str, Any]]:
         return None
     try:
         value = json.loads(lines[-1])
-    except ValueError:
+    except (ValueError, RecursionError):  # nested too deeply: this node gave no result, the batch goes on
         return None
     return value if isinstance(value, dict) else None
 

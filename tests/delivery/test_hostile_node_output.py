@@ -1,0 +1,44 @@
+"""A node's output is input too: whatever a node prints (here a result line nested 2,000 levels deep, past
+the JSON decoder's recursion limit) ends that node alone as ``failed`` with a one-line reason; the other
+node of the same Cloud Assistant batch is still partitioned, and nothing escapes ``run_event``."""
+
+import json
+import os
+
+import pytest
+
+from functions.cluster import InventoryLookup
+from functions.delivery.cloud_assistant import CloudAssistantTransport
+from functions.delivery.executor import DeliveryExecutor
+from functions.logs import JsonLogger
+from functions.pipeline import run_event
+from functions.settings import load_settings
+from tests.support.rpc_emulator import Run, SimNode
+
+pytestmark = pytest.mark.cloud_assistant
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INVENTORY = os.path.join(ROOT, "examples", "inventory.json")
+GOOD, HOSTILE = "i-2zeb7c1mig0a100x1k4d", "i-2zeb7c1mig0a100x2m8f"
+
+
+class DeepOutputNode(SimNode):
+    """Prints a last line that is valid JSON nested deeper than Python's recursion limit."""
+
+    def run(self, script, timeout_s):
+        return Run(0, "# node log\n" + '{"a":' * 2000 + "1" + "}" * 2000 + "\n", "", 0.0)
+
+
+def test_a_node_printing_deeply_nested_json_fails_alone(emulator, ecs, maker):
+    emulator.nodes.update({GOOD: SimNode(), HOSTILE: DeepOutputNode()})
+    inventory = InventoryLookup.from_file(INVENTORY)
+    settings = load_settings({"ACK_MIG_CLUSTER_ID": inventory.cluster_id, "ACK_MIG_STARTUP_TAINT": "none"})
+    transport = CloudAssistantTransport(ecs, maker, agent_wait_s=0.3, poll_s=0.02, poll_max_s=0.05)
+    with open(os.path.join(ROOT, "examples", "event.json"), "rb") as fh:  # scale-out of GOOD and HOSTILE
+        raw = fh.read()
+    result = run_event(raw, settings, inventory=inventory, executor=DeliveryExecutor.from_settings(settings, transport),
+                       logger=JsonLogger("OFF"))
+    assert result.outcome == "done", result.reason
+    nodes = {n["instance_id"]: n for n in result.nodes}
+    assert nodes[GOOD]["outcome"] == "partitioned"
+    assert nodes[HOSTILE]["outcome"] == "failed" and "\n" not in nodes[HOSTILE]["reason"]
+    json.dumps(result.to_json())
