@@ -103,13 +103,12 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str,
     nodes_by_id = {}
     if request.instance_ids:
         nodes_by_id = {n.instance_id: n for n in lookup.nodes(cluster, instance_ids=request.instance_ids)}
-        if not nodes_by_id and not (request.nodepool_id or request.scaling_group_id or request.lifecycle):
+        if not nodes_by_id and not (request.nodepool_id or request.scaling_group_id or request.lifecycle
+                                    or invalid):
             # e.g. any ECS instance of the account reaching Running: one API call, then done with it.
             raise SkipEvent("%s %s not a node of cluster %s" % (", ".join(request.instance_ids),
                                                                "is" if len(request.instance_ids) == 1 else "are",
                                                                cluster), request.trigger.value, request.event_type)
-    elif invalid and not (request.nodepool_id or request.scaling_group_id):
-        return invalid  # the event named only targets that fail validation: not "every labelled pool"
     pools = lookup.nodepools(cluster)
     by_id = {p.nodepool_id: p for p in pools}
     by_group = {p.scaling_group_id: p for p in pools if p.scaling_group_id}
@@ -137,20 +136,22 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str,
                                             "knows no such hook" if owner is None else "says it is %s's" % owner),
                             request.trigger.value, request.event_type)
 
-    if request.instance_ids:
+    if request.instance_ids or invalid:  # the event named its targets (even if all of them are invalid)
         # Only Auto Scaling names instances that are not nodes yet (its own new instances, of the pool's
         # scaling group), and only once Auto Scaling confirms that. Any other source must name nodes of this
         # cluster: a manual payload naming some other instance next to a pool id must not get a root command.
         from_scaling_group = request.trigger in (Trigger.SCALE_OUT, Trigger.LIFECYCLE_HOOK)
         unknown = [i for i in request.instance_ids if i not in nodes_by_id]
         group = named.scaling_group_id if named is not None else None
-        confirmed = ask().scaling_members(group, unknown) if from_scaling_group and unknown and group else set()
+        # A pool without a partition label skips its instances anyway: Auto Scaling need not be asked then.
+        check = from_scaling_group and named is not None and has_partition_label(named)
+        confirmed = ask().scaling_members(group, unknown) if check and unknown and group else set()
         targets: List[TargetOrDecision] = []
         for instance_id in request.instance_ids:
             node = nodes_by_id.get(instance_id)
             if node is not None:
                 pool = by_id.get(node.nodepool_id or "") if node.nodepool_id else named
-            elif from_scaling_group and named is not None and instance_id not in confirmed:
+            elif check and named is not None and instance_id not in confirmed:
                 targets.append(Decision(instance_id=instance_id, nodepool_id=named.nodepool_id, action=ACTION_SKIP,
                                         reason="instance is not a node of cluster %s and Auto Scaling does not list "
                                                "it in scaling group %s%s" % (

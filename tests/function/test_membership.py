@@ -135,3 +135,12 @@ def test_run_event_leaves_a_foreign_hook_unanswered(emulator, ess):
     assert result.outcome == "skip" and "says it is %s's" % OTHER in result.reason
     assert ess.calls["DescribeLifecycleHooks"] == 1
     assert ess.calls["CompleteLifecycleAction"] == 0 and ess.lifecycle == []
+
+
+def test_a_pool_without_a_partition_label_needs_no_membership_answer(emulator, ess):
+    settings = load_settings(cloud_env(emulator, ACK_MIG_ESS_ENDPOINT=ess.endpoint))
+    event = event_json("ess_scale_out_success.json")
+    event["data"] = {"scalingGroupId": "asg-2ze1cpu6g7b0n3m5ka", "instanceIds": ["i-brandnewcpu01"]}
+    result = run_event(json.dumps(event), settings, dry_run=True, logger=JsonLogger("OFF"))
+    (d,) = result.decisions
+    assert d.action == "skip" and "no partition label" in d.reason and ess.calls == {}

@@ -397,10 +397,15 @@ def test_an_instance_id_that_fails_validation_gets_its_own_error_and_the_rest_go
     (_, decisions), = recorder.calls
     assert [d.instance_id for d in decisions if d.action == "partition"] == ["i-2zeb7c1mig0a100x1k4d",
                                                                             "i-2zeb7c1mig0a100x2m8f"]
-    # Only bad ids and no pool: their errors, not "every labelled pool".
-    alone = run_event(json.dumps({"instance_ids": ["not-an-id"]}), settings(), inventory=INVENTORY,
+    # Only bad ids, with or without a pool: their errors, never "every node of the pool / labelled pool".
+    for payload in ({"instance_ids": ["not-an-id"]}, {"nodepool_id": MIG_POOL, "instance_ids": ["not-an-id"]}):
+        alone = run_event(json.dumps(payload), settings(), inventory=INVENTORY, executor=Recorder(), logger=quiet())
+        assert alone.outcome == "done" and [(d.instance_id, d.action) for d in alone.decisions] == [
+            ("'not-an-id'", "error")]
+    # An instance outside the cluster next to a bad id: a skip for the one, the error for the other.
+    mixed = run_event(json.dumps({"instance_ids": ["i-notinthecluster1", "x"]}), settings(), inventory=INVENTORY,
                       executor=Recorder(), logger=quiet())
-    assert [(d.instance_id, d.action) for d in alone.decisions] == [("'not-an-id'", "error")]
+    assert [(d.instance_id, d.action) for d in mixed.decisions] == [("i-notinthecluster1", "skip"), ("'x'", "error")]
 
 
 @pytest.mark.parametrize("field, value, what", [
