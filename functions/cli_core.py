@@ -2,7 +2,7 @@
 
 import json
 
-from node_bootstrap.mig import find_gpu, plan, render, spec_from_args
+from node_bootstrap.mig import MEMORY_CONFIRMED, find_gpu, plan, render, spec_from_args
 
 
 def configure(parser, command):
@@ -23,13 +23,16 @@ def run(args):
         else:
             print("%s (%s): %d memory slots, %d compute slices, %d MiB"
                   % (gpu.name, gpu.key, gpu.memory_slots, gpu.compute_slices, gpu.memory_mib))
-            print("  %-12s %4s %8s %7s %9s %4s  %s" % ("profile", "id", "compute", "memory", "MiB", "max",
-                                                     "starts (size)"))
+            width = max(len(p.name) for p in gpu.profiles)  # "1g.24gb+me.all" is longer than most
+            print("  %-*s %4s %8s %7s %9s %4s  %s" % (width, "profile", "id", "compute", "memory", "MiB", "max",
+                                                    "starts (size)"))
             for p in gpu.profiles:
                 starts = ",".join(str(x.start) for x in p.placements)
-                print("  %-12s %4d %8d %7d %9d %4d  %s (%d)" % (p.name, p.id, p.compute_slices,
-                                                             p.memory_slices, p.memory_mib, p.max_instances,
-                                                             starts, p.placements[0].size))
+                print("  %-*s %4d %8d %7d %9d %4d  %s (%d)" % (width, p.name, p.id, p.compute_slices,
+                                                            p.memory_slices, p.memory_mib, p.max_instances,
+                                                            starts, p.placements[0].size))
+            if gpu.key not in MEMORY_CONFIRMED:
+                print("  MiB: estimated, not read from a real GPU of this model; a node uses what its driver reports")
         return 0
     layout = plan(spec_from_args(args.size, args.sequence), gpu)
     if args.json:

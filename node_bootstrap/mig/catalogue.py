@@ -260,8 +260,8 @@ _ENTRIES = (
            97887, _RTX_PRO_6000, slots=12, compute=4, media=1),
 )
 
-# Models whose profile memory figures come from a real NVML or nvidia-smi answer; the others are the
-# profile names' GB figures times 1024 (or the guide's, for the older entries), to be read as estimates.
+# Models whose profile memory figures come from a real NVML or nvidia-smi answer; the others are GB
+# figures times 1024 (the profile names', or the guide's for the older entries), to be read as estimates.
 MEMORY_CONFIRMED = frozenset(["A30", "H200", "RTX-PRO-6000"])
 
 

@@ -55,12 +55,12 @@ def test_an_alias_prints_the_name_it_was_given(gpu, name):
 
 
 def test_plan_on_a_twelve_slot_gpu_with_label_safe_variant_names():
-    rc, out, err = cli("plan", "--gpu", "0x2bb510de", "--sequence", "1g.24gb-me-2g.48gb.gfx-1g.24gb.me.all")
+    rc, out, err = cli("plan", "--gpu", "0x2bb510de", "--sequence", "1g.24gb-me-2g.48gb.gfx-1g.24gb.gfx")
     assert rc == 0, err
     lines = out.splitlines()
     assert lines[0] == ("NVIDIA RTX PRO 6000 Blackwell Server Edition: 3 instances, compute 4/4 slices, "
                         "memory 12/12 slots")
-    width = len("1g.24gb+me.all")  # the longest name sets the first column
+    width = len("2g.48gb+gfx")  # the longest name sets the first column
     assert lines[1] == "  %-*s  %s" % (width, "slot", " ".join("%2d" % s for s in range(12)))
     assert lines[2] == "  %-*s  %s   start 0 size 6" % (width, "2g.48gb+gfx", " ".join([" #"] * 6 + [" ."] * 6))
 
@@ -93,3 +93,16 @@ def test_bad_input_exits_2_with_one_line(args, needle):
     assert len(lines) == 1, err
     assert needle in lines[0]
     assert "Traceback" not in err
+
+
+def test_profiles_text_fits_long_variant_names_and_marks_estimated_memory():
+    rc, out, _ = cli("profiles", "--gpu", "NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    assert rc == 0
+    rows = out.splitlines()[2:]
+    width = len("1g.24gb+me.all")  # the longest name: every row keeps its id in the same column
+    assert [(row[2:2 + width].rstrip(), row[2 + width:].split()[0]) for row in rows][:5] == [
+        ("1g.24gb", "14"), ("1g.24gb+me", "21"), ("1g.24gb+gfx", "47"), ("1g.24gb+me.all", "65"), ("1g.24gb-me", "67")]
+    assert "estimated" not in out  # read from a real RTX PRO 6000
+    rc, out, _ = cli("profiles", "--gpu", "NVIDIA GB200")
+    assert rc == 0 and out.splitlines()[-1] == ("  MiB: estimated, not read from a real GPU of this model; a node "
+                                                "uses what its driver reports")
