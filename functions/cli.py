@@ -19,6 +19,7 @@ COMMANDS = {
     "demo": ("functions.demo", "the bundled example end to end on simulated nodes"),
     "deploy": ("functions.deploy.command", "build, upload and create or update the ROS stack, then wait for it"),
     "undeploy": ("functions.deploy.command", "delete the ROS stack and wait until it is gone"),
+    "doctor": ("functions.deploy.doctor", "read-only preflight: what is ready and what is missing, line by line"),
 }
 
 

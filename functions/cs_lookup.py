@@ -135,10 +135,11 @@ class CsLookup:
                 return out
         return out
 
-    def user_kubeconfig(self, cluster_id: str, minutes: int = 15) -> str:
+    def user_kubeconfig(self, cluster_id: str, minutes: int = 15, private: bool = True) -> str:
         """A short-lived kubeconfig of the cluster with its private API endpoint (delivery lifts startup
-        taints with it; the kubelet's own credentials may not touch taints)."""
-        request = cs_models.DescribeClusterUserKubeconfigRequest(private_ip_address=True,
+        taints with it; the kubelet's own credentials may not touch taints). ``private=False``: the public
+        endpoint, for ``doctor`` on an operator's machine outside the VPC."""
+        request = cs_models.DescribeClusterUserKubeconfigRequest(private_ip_address=private,
                                                                  temporary_duration_minutes=minutes)
         response = self._call("DescribeClusterUserKubeconfig",
                               lambda: self._client.describe_cluster_user_kubeconfig_with_options(

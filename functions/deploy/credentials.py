@@ -7,6 +7,7 @@ asks the instance metadata service; ``ALIBABA_CLOUD_ECS_METADATA_DISABLED=true``
 always do: they never leave loopback).
 """
 
+import os
 from typing import Any, NamedTuple, Optional
 
 
@@ -27,6 +28,12 @@ class Keys(NamedTuple):
 
 
 def resolve() -> Keys:
+    # The environment first, read now: alibabacloud_credentials reads it once, when it is imported, so a
+    # long-lived process (or a test run) would otherwise keep the first keys it saw.
+    env_id = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID", "").strip()
+    env_secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "").strip()
+    if env_id and env_secret:
+        return Keys(env_id, env_secret, os.environ.get("ALIBABA_CLOUD_SECURITY_TOKEN", "").strip() or None)
     from alibabacloud_credentials.client import Client
 
     try:

@@ -91,6 +91,13 @@ class Stacks:
             models.ListStackEventsRequest(region_id=self.region, stack_id=stack_id, page_size=50), self._runtime))
         return list(body.get("Events") or [])
 
+    def resources(self, stack_id: str) -> List[Dict[str, Any]]:
+        from alibabacloud_ros20190910 import models
+
+        body = self._call("ListStackResources", lambda: self._client.list_stack_resources_with_options(
+            models.ListStackResourcesRequest(region_id=self.region, stack_id=stack_id), self._runtime))
+        return list(body.get("Resources") or [])
+
     def validate(self, template: str) -> List[str]:
         """ROS's own check of the template (read-only); returns the parameter names it declares."""
         from alibabacloud_ros20190910 import models

@@ -219,6 +219,8 @@ class KubeApiServer:
         self.pdbs = {}  # type: Dict[typing.Tuple[str, str], dict]
         self.graceful_evictions = False
         self.events = {}  # type: Dict[typing.Tuple[str, str], dict]
+        # Other objects served as they are on GET (path -> object), e.g. a ClusterRole or a list of bindings.
+        self.read_only = {}  # type: Dict[str, dict]
         self.requests = []  # type: List[Recorded]
         self.lock = threading.Lock()
         # Called after every successful PATCH of a node (name, new object): lets a test play the
@@ -491,6 +493,10 @@ def _handler_for(api):
             if segs[:2] == ["api", "v1"] and (segs[2:] == ["events"] or (
                     len(segs) == 5 and segs[2] == "namespaces" and segs[4] == "events")):
                 return self._events(method, segs[3] if len(segs) == 5 else None, query, body, user, record)
+            if method == "GET" and "/" + "/".join(segs) in api.read_only:  # e.g. RBAC objects for doctor
+                with api.lock:
+                    obj = copy.deepcopy(api.read_only["/" + "/".join(segs)])
+                return self._reply(200, obj, record)
             return self._status(404, "the server could not find the requested resource", record)
 
         def _events(self, method, namespace, query, body, user, record):

@@ -34,7 +34,7 @@ from tests.support.cs_emulator import CsEmulator, Recorded
 
 Answer = Tuple[int, Dict[str, Any], Dict[str, str]]
 ACTIONS = ("CreateStack", "UpdateStack", "DeleteStack", "GetStack", "ListStacks", "ListStackEvents",
-           "ValidateTemplate")
+           "ValidateTemplate", "ListStackResources")
 
 
 def _flat_list(query: Dict[str, str], name: str) -> List[Dict[str, str]]:
@@ -225,6 +225,20 @@ class RosEmulator(CsEmulator):
         return 200, {"RequestId": uuid.uuid4().hex, "TotalCount": len(live), "PageNumber": number,
                      "PageSize": size, "Stacks": [
                          {k: s[k] for k in ("StackId", "StackName", "Status", "RegionId")} for s in page]}, {}
+
+    def _ListStackResources(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        stack = self._stack(query)
+        if stack is None:
+            return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
+        try:
+            resources = (yaml.safe_load(stack["_template"]) or {}).get("Resources") or {}
+        except yaml.YAMLError:
+            resources = {}
+        status = stack["Status"]  # every resource follows its stack here
+        return 200, {"RequestId": uuid.uuid4().hex, "Resources": [
+            {"LogicalResourceId": name, "ResourceType": (spec or {}).get("Type"), "Status": status,
+             "PhysicalResourceId": uuid.uuid4().hex[:12], "StatusReason": ""}
+            for name, spec in sorted(resources.items())]}, {}
 
     def _ListStackEvents(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
         stack = self.stacks.get(query.get("StackId", ""))

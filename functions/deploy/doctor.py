@@ -1,0 +1,283 @@
+"""``ack-mig-hook doctor``: a read-only preflight that says, line by line, what is ready and what is missing.
+
+Checks, each one line (``ok``, ``warn`` or ``PROBLEM``) with what to do about it:
+
+* credentials: the standard chain finds some;
+* cluster and pools: every labelled pool's label read by the same parser, solver and family table the
+  function uses (an unfit label or a family without MIG shows here, before any node is touched);
+* deployment: the ROS stack, the function and its triggers (EventBridge rules for Auto Scaling and the
+  ActionTrail-recorded ACK operations, the timer) created;
+* nodes: the Cloud Assistant agent of each node in a labelled pool is online and new enough for the
+  built-in parameters (Linux agent >= 2.2.3.309, RunCommand docs);
+* Kubernetes: the ``ack-mig-hook`` ClusterRole holds every rule of ``deploy/rbac.yaml`` and is bound;
+  the NVIDIA device plugin runs with ``--mig-strategy=mixed``; NVIDIA GPU Operator's mig-manager is
+  absent (nodes it manages are refused as ``conflict``).
+
+Nothing is changed. Exit 0 when nothing is a PROBLEM, 1 otherwise, 2 for bad input.
+"""
+
+import json
+import os
+import sys
+from typing import Any, Dict, List, NamedTuple, Optional
+
+from .. import settings
+from ..package import ROOT
+
+RBAC_FILE = os.path.join(ROOT, "deploy", "rbac.yaml")
+ROLE_NAME = "ack-mig-hook"
+AGENT_MIN = (2, 2, 3, 309)  # RunCommand: built-in parameters such as {{ACS::InstanceId}} need it on Linux
+MIG_MANAGER_LABEL = "nvidia.com/mig.config"
+TRIGGER_TYPE = "ALIYUN::FC3::Trigger"
+
+
+class Check(NamedTuple):
+    status: str  # ok, warn, PROBLEM
+    area: str
+    text: str
+
+
+def configure(parser, command):
+    parser.add_argument("--cluster-id", default=os.environ.get(settings.CLUSTER_ID, ""),
+                        help="the ACK cluster (c-...) (default: $ACK_MIG_CLUSTER_ID)")
+    parser.add_argument("--region", default=os.environ.get(settings.REGION, ""),
+                        help="the cluster's region (default: $ACK_MIG_REGION)")
+    parser.add_argument("--stack-name", default="ack-mig-hook", help="ROS stack name (default: %(default)s)")
+    parser.add_argument("--kubeconfig", default="", metavar="FILE",
+                        help="kubeconfig for the Kubernetes checks (default: a 15-minute one from ACK, "
+                             "public endpoint)")
+    parser.add_argument("--json", action="store_true", help="print the checks as JSON")
+
+
+def _version(text: str) -> Optional[tuple]:
+    try:
+        return tuple(int(p) for p in text.strip().split("."))
+    except ValueError:
+        return None
+
+
+# ---- the checks, each from facts already fetched (pure), so tests can read them one by one ----
+
+def pool_checks(cluster_id: str, pools: List[Any]) -> List[Check]:
+    from ..decide import decide_instance, has_partition_label
+    from ..model import Node
+
+    labelled = [p for p in pools if has_partition_label(p)]
+    out = [Check("ok" if labelled else "warn", "cluster", "%d node pools, %d with a partition label%s" % (
+        len(pools), len(labelled), "" if labelled else
+        ": label a GPU pool ack.aliyun.com/gpu-partition-size or -sequence to use the hook"))]
+    rank = {"ok": 0, "warn": 1, "PROBLEM": 2}
+    for pool in labelled:
+        # Each allowed instance type judged on its own (as a node of that type would be), so a pool mixing
+        # types shows what each one gets; the worst verdict is the pool's.
+        samples = [Node(instance_id="(new)", instance_type=t, nodepool_id=pool.nodepool_id)
+                   for t in pool.instance_types] or [None]
+        verdicts = [decide_instance("(new instance)", node, pool, cluster_id) for node in samples]
+        statuses = [{"partition": "ok", "skip": "warn", "error": "PROBLEM"}.get(v.action, "warn") for v in verdicts]
+        text = "; ".join(dict.fromkeys("%s: %s" % (node.instance_type if node else "any instance type", v.reason)
+                                       for node, v in zip(samples, verdicts)))
+        out.append(Check(max(statuses, key=rank.get), "pool %s" % (pool.name or pool.nodepool_id), text))
+    return out
+
+
+def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]], name: str) -> List[Check]:
+    if stack is None:
+        return [Check("PROBLEM", "stack", "no ROS stack %s in this region: run ack-mig-hook deploy" % name)]
+    status = str(stack.get("Status", ""))
+    good = status in ("CREATE_COMPLETE", "UPDATE_COMPLETE")
+    out = [Check("ok" if good else "PROBLEM", "stack", "%s %s%s" % (name, status, "" if good else ": %s" % " ".join(
+        str(stack.get("StatusReason", "")).split())[:200]))]
+    triggers = [r for r in resources if r.get("ResourceType") == TRIGGER_TYPE]
+    if not triggers:
+        out.append(Check("PROBLEM", "triggers", "the stack has no FC trigger: no event reaches the function"))
+    for r in triggers:
+        done = str(r.get("Status", "")).endswith("_COMPLETE")
+        out.append(Check("ok" if done else "PROBLEM", "trigger %s" % r.get("LogicalResourceId"),
+                         "%s%s" % (r.get("Status"), "" if done else ": " + str(r.get("StatusReason", ""))[:160])))
+    return out
+
+
+def agent_checks(rows: List[Dict[str, Any]], node_names: Dict[str, str]) -> List[Check]:
+    if not node_names:
+        return [Check("warn", "agents", "no nodes in labelled pools yet: nothing to check")]
+    by_id = {r.get("InstanceId"): r for r in rows}
+    offline, old = [], []
+    for iid in sorted(node_names):
+        row = by_id.get(iid) or {}
+        if str(row.get("CloudAssistantStatus", "")).lower() != "true":
+            offline.append(node_names[iid] or iid)
+            continue
+        version = _version(str(row.get("CloudAssistantVersion", "")))
+        if version is None or version < AGENT_MIN:
+            old.append("%s (%s)" % (node_names[iid] or iid, row.get("CloudAssistantVersion") or "version unknown"))
+    out = []
+    if offline:
+        out.append(Check("PROBLEM", "agents", "Cloud Assistant not running on %s: start the agent, or use the "
+                                              "ssh transport" % ", ".join(offline)))
+    if old:
+        out.append(Check("warn", "agents", "Cloud Assistant older than %s on %s: update the agent"
+                         % (".".join(map(str, AGENT_MIN)), ", ".join(old))))
+    if not offline and not old:
+        out.append(Check("ok", "agents", "Cloud Assistant online and >= %s on all %d nodes of labelled pools"
+                         % (".".join(map(str, AGENT_MIN)), len(node_names))))
+    return out
+
+
+def _wanted_rules() -> List[Dict[str, Any]]:
+    import yaml
+
+    with open(RBAC_FILE, encoding="utf-8") as handle:
+        for doc in yaml.safe_load_all(handle):
+            if doc and doc.get("kind") == "ClusterRole":
+                return doc.get("rules") or []
+    return []
+
+
+def _grants(rules: List[Dict[str, Any]], group: str, resource: str, verb: str) -> bool:
+    return any(group in r.get("apiGroups", []) and (resource in r.get("resources", []) or "*" in r.get("resources", []))
+               and (verb in r.get("verbs", []) or "*" in r.get("verbs", [])) for r in rules)
+
+
+def rbac_checks(role: Optional[Dict[str, Any]], bindings: List[Dict[str, Any]]) -> List[Check]:
+    if role is None:
+        return [Check("PROBLEM", "rbac", "no ClusterRole %s: kubectl apply -f deploy/rbac.yaml (or deploy with "
+                                         "the template's RBAC parameter)" % ROLE_NAME)]
+    have = role.get("rules") or []
+    lacking = ["%s %s%s" % (verb, resource, "" if not group else "." + group)
+               for rule in _wanted_rules() for group in rule.get("apiGroups", [""])
+               for resource in rule.get("resources", []) for verb in rule.get("verbs", [])
+               if not _grants(have, group, resource, verb)]
+    out = [Check("PROBLEM" if lacking else "ok", "rbac", "ClusterRole %s lacks %s" % (ROLE_NAME, ", ".join(lacking))
+                 if lacking else "ClusterRole %s has every rule of deploy/rbac.yaml" % ROLE_NAME)]
+    bound = [b for b in bindings if (b.get("roleRef") or {}).get("name") == ROLE_NAME]
+    subjects = ["%s %s" % (s.get("kind"), s.get("name")) for b in bound for s in b.get("subjects") or []]
+    out.append(Check("ok" if subjects else "PROBLEM", "rbac", "bound to %s" % ", ".join(subjects) if subjects
+                     else "ClusterRole %s is bound to nobody: bind it to the function's RAM role" % ROLE_NAME))
+    return out
+
+
+def _pod_args(pod: Dict[str, Any]) -> List[str]:
+    out = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        out += [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+        out += ["--mig-strategy=%s" % e.get("value") for e in c.get("env") or [] if e.get("name") == "MIG_STRATEGY"]
+    return out
+
+
+def cluster_checks(nodes: List[Dict[str, Any]], pods: List[Dict[str, Any]]) -> List[Check]:
+    plugins = [p for p in pods if (p.get("metadata") or {}).get("name", "").startswith("nvidia-device-plugin")]
+    out = []
+    if not plugins:
+        out.append(Check("warn", "device plugin", "no nvidia-device-plugin pod in kube-system (no GPU node yet?)"))
+    else:
+        mixed = [p for p in plugins if any(a in ("--mig-strategy=mixed",) for a in _pod_args(p))]
+        others = sorted(p["metadata"]["name"] for p in plugins if p not in mixed)
+        out.append(Check("ok" if not others else "PROBLEM", "device plugin",
+                         "--mig-strategy=mixed on all %d pods" % len(plugins) if not others else
+                         "not --mig-strategy=mixed on %s: nvidia.com/mig-<profile> resources will not show"
+                         % ", ".join(others)))
+    managed = sorted(n["metadata"]["name"] for n in nodes if MIG_MANAGER_LABEL in (n["metadata"].get("labels") or {}))
+    manager_pods = [p for p in pods if "mig-manager" in (p.get("metadata") or {}).get("name", "")]
+    if managed or manager_pods:
+        out.append(Check("warn", "mig-manager", "NVIDIA mig-manager is present (%d nodes labelled %s): the hook "
+                                                "refuses those nodes as conflict; see docs/operations.md"
+                         % (len(managed), MIG_MANAGER_LABEL)))
+    else:
+        out.append(Check("ok", "mig-manager", "absent: the hook alone partitions GPUs"))
+    return out
+
+
+# ---- gathering (the only part that talks to the cloud) ----
+
+def _gather(args) -> List[Check]:
+    from ..cs_lookup import CsLookup
+    from .credentials import resolve
+    from .stack import Stacks
+
+    keys = resolve()
+    checks = [Check("ok", "credentials", "access key %s****" % keys.access_key_id[:6])]
+    env = dict(os.environ, ALIBABA_CLOUD_ACCESS_KEY_ID=keys.access_key_id,
+               ALIBABA_CLOUD_ACCESS_KEY_SECRET=keys.access_key_secret,
+               ALIBABA_CLOUD_SECURITY_TOKEN=keys.security_token or "", ACK_MIG_REGION=args.region)
+    config = settings.load_settings(env)
+    cs = CsLookup(config)
+    pools = cs.nodepools(args.cluster_id)
+    checks += pool_checks(args.cluster_id, pools)
+    stacks = Stacks(args.region, keys, settings.parse_endpoint(os.environ, settings.ROS_ENDPOINT))
+    stack = stacks.find(args.stack_name)
+    checks += stack_checks(stacks.get(stack["StackId"]) if stack else None,
+                           stacks.resources(stack["StackId"]) if stack else [], args.stack_name)
+    from ..decide import has_partition_label
+
+    names = {}
+    for pool in pools:
+        if has_partition_label(pool):
+            names.update({n.instance_id: n.node_name or "" for n in cs.nodes(args.cluster_id, pool.nodepool_id)})
+    checks += agent_checks(_agent_rows(config, sorted(names)), names)
+    checks += _kube_checks(args, config)
+    return checks
+
+
+def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
+    from ..delivery.rpc import ECS_VERSION, RpcClient
+
+    client = RpcClient("ecs", ECS_VERSION, config.region, config.credentials, config.delivery.ecs_endpoint)
+    rows: List[Dict[str, Any]] = []
+    for start in range(0, len(instance_ids), 50):
+        batch = instance_ids[start:start + 50]
+        params = {"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(batch)}
+        params["MaxResults"] = "50"
+        body = client.call("DescribeCloudAssistantStatus", params)
+        rows += ((body.get("InstanceCloudAssistantStatusSet") or {}).get("InstanceCloudAssistantStatus") or [])
+    return rows
+
+
+def _kube_checks(args, config) -> List[Check]:
+    from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig
+
+    try:
+        if args.kubeconfig:
+            client = KubeClient(load_kubeconfig(args.kubeconfig))
+        else:
+            from ..cs_lookup import CsLookup
+            from ..kube_client import client_from_kubeconfig_text
+
+            client = client_from_kubeconfig_text(CsLookup(config).user_kubeconfig(args.cluster_id, private=False))
+        role = _get(client, "/apis/rbac.authorization.k8s.io/v1/clusterroles/" + ROLE_NAME)
+        bindings = (_get(client, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings") or {}).get("items") or []
+        nodes = (client.request("GET", "/api/v1/nodes") or {}).get("items") or []
+        pods = (client.request("GET", "/api/v1/namespaces/kube-system/pods") or {}).get("items") or []
+    except KubeError as exc:
+        return [Check("PROBLEM", "kubernetes", "cannot read the cluster's API: %s" % str(exc).splitlines()[0][:200])]
+    return rbac_checks(role, bindings) + cluster_checks(nodes, pods)
+
+
+def _get(client, path: str) -> Optional[Dict[str, Any]]:
+    from node_bootstrap.kube import KubeError
+
+    try:
+        return client.request("GET", path)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def run(args) -> int:
+    missing = [flag for flag, value in (("--cluster-id", args.cluster_id), ("--region", args.region)) if not value]
+    if missing:
+        print("ack-mig-hook: error: missing %s (or ACK_MIG_CLUSTER_ID / ACK_MIG_REGION)" % " and ".join(missing),
+              file=sys.stderr)
+        return 2
+    checks = _gather(args)
+    problems = sum(c.status == "PROBLEM" for c in checks)
+    warnings = sum(c.status == "warn" for c in checks)
+    if args.json:
+        print(json.dumps({"cluster_id": args.cluster_id, "region": args.region,
+                          "checks": [c._asdict() for c in checks], "problems": problems}, indent=2))
+    else:
+        print("ack-mig-hook doctor: cluster %s in %s" % (args.cluster_id, args.region))
+        for c in checks:
+            print("%-8s %-22s %s" % (c.status, c.area, c.text))
+        print("%d ok, %d warnings, %d problems" % (len(checks) - problems - warnings, warnings, problems))
+    return 1 if problems else 0
