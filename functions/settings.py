@@ -173,6 +173,7 @@ class Settings:
     account_id: str = ""
     function_name: str = ""
     delivery: "DeliverySettings" = field(default_factory=lambda: DeliverySettings())
+    rollout: "RolloutSettings" = field(default_factory=lambda: RolloutSettings())
 
     def secrets(self) -> Tuple[str, ...]:
         """Every secret value these settings hold, for the log redactor."""
@@ -197,6 +198,7 @@ def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = No
         account_id=_get(env, FC_ACCOUNT_ID),
         function_name=_get(env, FC_FUNCTION_NAME),
         delivery=delivery_from_env(env),
+        rollout=rollout_from_env(env),
     )
 
 
@@ -299,4 +301,43 @@ def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
         startup_taint=_startup_taint(env),
         node_args=_get(env, NODE_ARGS),
         lifecycle_heartbeat_s=parse_int(env, LIFECYCLE_HEARTBEAT_S, 240, 1, 3600),
+    )
+
+
+# --- rollout of running nodes (functions/rollout.py); documented in docs/operations.md ---
+MAX_UNAVAILABLE = _var("ACK_MIG_MAX_UNAVAILABLE", "1", "running nodes of one pool disrupted at once by a "
+                       "repartition: a count (2) or a percentage of the pool's nodes (25%); a pool label "
+                       "ack-mig-hook/max-unavailable (a count) overrides it", "rollout")
+DRAIN_TIMEOUT_S = _var("ACK_MIG_DRAIN_TIMEOUT_S", "900", "how long evicting a node's GPU pods may take "
+                       "(PodDisruptionBudget refusals are retried meanwhile) before the node ends "
+                       "drain-timeout and the pool's rollout stops, seconds", "rollout")
+CAPACITY_TIMEOUT_S = _var("ACK_MIG_CAPACITY_TIMEOUT_S", "300", "how long to wait after a node's apply for "
+                          "its new nvidia.com/mig-* capacity to show, seconds", "rollout")
+ON_LABEL_REMOVAL = _var("ACK_MIG_ON_LABEL_REMOVAL", "keep", "a pool whose partition label is removed: keep "
+                        "(partitioned nodes keep their layout) or disable (roll them to MIG off)", "rollout")
+
+LABEL_REMOVAL_CHOICES = ("keep", "disable")
+
+
+@dataclass(frozen=True)
+class RolloutSettings:
+    max_unavailable: str = "1"
+    drain_timeout_s: int = 900
+    capacity_timeout_s: int = 300
+    on_label_removal: str = "keep"
+
+
+def rollout_from_env(env: Mapping[str, str]) -> RolloutSettings:
+    import re
+
+    text = _get(env, MAX_UNAVAILABLE) or "1"
+    m = re.match(r"^([0-9]{1,4})(%?)\Z", text)
+    if not m or int(m.group(1)) < 1 or (m.group(2) and int(m.group(1)) > 100):
+        raise SettingsError("%s=%r is not accepted; use a count >= 1 (e.g. 2) or a percentage 1%%..100%% "
+                            "(e.g. 25%%)" % (MAX_UNAVAILABLE, text[:20]))
+    return RolloutSettings(
+        max_unavailable=text,
+        drain_timeout_s=parse_int(env, DRAIN_TIMEOUT_S, 900, 1, 86400),
+        capacity_timeout_s=parse_int(env, CAPACITY_TIMEOUT_S, 300, 1, 86400),
+        on_label_removal=parse_choice(env, ON_LABEL_REMOVAL, "keep", LABEL_REMOVAL_CHOICES),
     )

@@ -1,0 +1,266 @@
+"""Rolling repartition of running nodes: which node needs work, which ones this wave takes, which wait.
+
+Pure: the Kubernetes side of each node comes in as :class:`KubeNode` (labels, annotations, cordon,
+allocatable), nothing is looked up here. The rollout executor (``functions.rollout``) carries the plan
+out and records each node's progress in the node annotation :data:`PROGRESS_ANNOTATION`, which is also
+what the next invocation plans from: the function holds no state of its own.
+
+A running node needs work when its applied layout (node label :data:`APPLIED_LABEL`, compared as a
+multiset of profiles with the core's own label parser) differs from the pool's label, or its
+:data:`STATE_LABEL` is not ``success``. Per pool at most ``max-unavailable`` nodes are disrupted at once:
+nodes already in progress keep their slot, the free slots go to the waiting nodes in name order, the rest
+are deferred. A node that ended ``drain-timeout`` or ``failed`` for the current target stops the pool's
+rollout until someone looks (the reason says how to resume).
+"""
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+
+from node_bootstrap.mig import (GPUS, GpuModel, MigInputError, PartitionSpec, find_gpu_or_none, parse, plan)
+
+APPLIED_LABEL = "aliyun.accelerator/nvidia_mig_sequence"  # written by node_bootstrap (nodelabels.py)
+STATE_LABEL = "nvidia.com/mig.config.state"
+REASON_ANNOTATION = "ack-mig-hook/mig-config-reason"
+GPU_NAME_LABEL = "aliyun.accelerator/nvidia_name"  # ACK GPU node label (facts.md: writer U)
+GPU_COUNT_LABEL = "aliyun.accelerator/nvidia_count"
+MAX_UNAVAILABLE_LABEL = "ack-mig-hook/max-unavailable"  # pool label: a count (label values cannot hold %)
+PROGRESS_ANNOTATION = "ack-mig-hook/rollout"
+TARGET_OFF = "mig=off"  # the target of a roll to MIG off (ACK_MIG_ON_LABEL_REMOVAL=disable)
+
+# Steps, in order. ACTIVE: the node is disrupted (cordoned by this rollout, or on its way back).
+CORDONED, DRAINED, APPLYING, APPLIED, DONE = "cordoned", "drained", "applying", "applied", "done"
+DRAIN_TIMEOUT, FAILED = "drain-timeout", "failed"
+ACTIVE_STEPS = (CORDONED, DRAINED, APPLYING, APPLIED)
+STOP_STEPS = (DRAIN_TIMEOUT, FAILED)
+
+_COUNT = re.compile(r"^[0-9]{1,4}\Z")
+_PERCENT = re.compile(r"^([0-9]{1,3})%\Z")
+
+
+class RolloutInputError(ValueError):
+    """A max-unavailable value that cannot be used. One line naming the value and the accepted form."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One node's rollout record (the JSON in :data:`PROGRESS_ANNOTATION`)."""
+
+    target: str
+    step: str
+    cordoned: bool = False  # this rollout cordoned the node (so it uncordons it); False: someone else did
+    since: float = 0.0  # wall-clock time the drain started (the drain deadline spans invocations)
+    reason: str = ""
+
+    def to_annotation(self) -> str:
+        return json.dumps({"target": self.target, "step": self.step, "cordoned": self.cordoned,
+                           "since": round(self.since, 3), "reason": self.reason}, sort_keys=True)
+
+    @classmethod
+    def from_annotation(cls, text: Optional[str]) -> Optional["Progress"]:
+        """None for no record or one that does not read (a hand-edited annotation starts over)."""
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            return cls(target=str(data["target"]), step=str(data["step"]), cordoned=bool(data.get("cordoned")),
+                       since=float(data.get("since") or 0.0), reason=str(data.get("reason") or ""))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class KubeNode:
+    """What the Kubernetes API says about one node (or the snapshot's ``kube_nodes`` entry)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    unschedulable: bool = False
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_object(cls, obj: Mapping) -> "KubeNode":
+        """From a v1 Node object as the API returns it."""
+        meta = obj.get("metadata") or {}
+        return cls(name=str(meta.get("name") or ""), labels=dict(meta.get("labels") or {}),
+                   annotations=dict(meta.get("annotations") or {}),
+                   unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+                   allocatable=dict((obj.get("status") or {}).get("allocatable") or {}))
+
+    @property
+    def progress(self) -> Optional[Progress]:
+        return Progress.from_annotation(self.annotations.get(PROGRESS_ANNOTATION))
+
+    def mig_allocatable(self) -> Dict[str, int]:
+        """The ``nvidia.com/mig-*`` resources the device plugin publishes (mixed strategy), by name."""
+        out = {}
+        for key, value in self.allocatable.items():
+            if key.startswith("nvidia.com/mig-"):
+                try:
+                    out[key] = int(str(value))
+                except ValueError:
+                    continue
+        return out
+
+
+def target_of(spec: Optional[PartitionSpec]) -> str:
+    return "%s=%s" % (spec.kind, spec.value.strip()) if spec is not None else TARGET_OFF
+
+
+def _gpu_candidates(gpu_model: Optional[str], node: KubeNode) -> List[GpuModel]:
+    """The GPU model when known (instance type, else the node's ACK GPU label), else every catalogue GPU."""
+    known = find_gpu_or_none(gpu_model) if gpu_model else None
+    if known is None and node.labels.get(GPU_NAME_LABEL):
+        known = find_gpu_or_none(node.labels[GPU_NAME_LABEL])
+    return [known] if known is not None else list(GPUS)
+
+
+def _applied_profiles(value: str, gpu: GpuModel) -> Counter:
+    # The node label value is the normalized sequence with "+" written "." (label values cannot hold "+",
+    # node_bootstrap/nodelabels.py), or the ids form when the names do not fit 63 characters.
+    items = [i[:-3] + "+me" if i.endswith(".me") else i for i in value.split("-")]
+    request = parse(PartitionSpec("sequence", "-".join(items)), gpu)
+    return Counter(p.id for p in request.profiles)
+
+
+def layout_matches(spec: PartitionSpec, applied: str, gpu_model: Optional[str], node: KubeNode) -> bool:
+    """Whether the applied label holds the layout the pool asks for, on some GPU model it can be."""
+    for gpu in _gpu_candidates(gpu_model, node):
+        try:
+            wanted = Counter(i.profile.id for i in plan(spec, gpu).instances)
+            if _applied_profiles(applied, gpu) == wanted:
+                return True
+        except MigInputError:
+            continue
+    return False
+
+
+def work_needed(spec: Optional[PartitionSpec], node: Optional[KubeNode], gpu_model: Optional[str]) -> str:
+    """Why the node needs work ("" when it is already right). ``spec`` None: the target is MIG off.
+    A node Kubernetes does not know (or a snapshot without ``kube_nodes``) was never partitioned."""
+    if node is None:
+        return "no applied layout known (never partitioned)"
+    state = node.labels.get(STATE_LABEL)
+    applied = node.labels.get(APPLIED_LABEL)
+    if spec is None:
+        if applied or state:
+            return "MIG is on (%s=%s); the pool asks for MIG off" % (STATE_LABEL, state or "-")
+        return ""
+    if not applied:
+        return "no applied layout (%s %s)" % (STATE_LABEL, state or "not set")
+    if not layout_matches(spec, applied, gpu_model, node):
+        return "applied layout %s differs from %s" % (applied, target_of(spec))
+    if state != "success":
+        return "%s is %s, not success" % (STATE_LABEL, state or "not set")
+    return ""
+
+
+def max_unavailable(setting: str, pool_label: Optional[str], pool_size: int) -> int:
+    """Nodes one wave may disrupt: the pool label (a count) wins over the setting (count or percentage
+    of the pool's nodes, rounded down). At least 1, so a rollout always moves."""
+    if pool_label is not None:
+        text = pool_label.strip()
+        if not _COUNT.match(text) or int(text) < 1:
+            raise RolloutInputError("pool label %s=%r is not a count; use a whole number >= 1 (label values "
+                                    "cannot hold %%; use the setting ACK_MIG_MAX_UNAVAILABLE for a percentage)"
+                                    % (MAX_UNAVAILABLE_LABEL, pool_label[:20]))
+        return int(text)
+    text = setting.strip()
+    m = _PERCENT.match(text)
+    if m and 1 <= int(m.group(1)) <= 100:
+        return max(1, pool_size * int(m.group(1)) // 100)
+    if _COUNT.match(text) and int(text) >= 1:
+        return int(text)
+    raise RolloutInputError("ACK_MIG_MAX_UNAVAILABLE=%r is not accepted; use a count >= 1 (e.g. 2) or a "
+                            "percentage 1%%..100%% (e.g. 25%%)" % text[:20])
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One running node of a pool, as the planner sees it."""
+
+    instance_id: str
+    node_name: str
+    kube: Optional[KubeNode]
+    why: str  # work_needed(); "" when the node is right
+
+
+@dataclass(frozen=True)
+class Step:
+    """The planner's word on one node: ``skip`` (right already), ``wave`` (disrupted now; ``resume`` is
+    the step it continues from, "" for a fresh start) or ``defer`` (waits), with the reason."""
+
+    action: str
+    reason: str
+    resume: str = ""
+
+
+def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: int) -> Dict[str, Step]:
+    """Steps for every candidate of one pool, keyed by instance id. ``pool``: how reasons name the pool."""
+    nodes = sorted(candidates, key=lambda c: (c.node_name, c.instance_id))
+    rollout = "rollout of pool %s to %s" % (pool, target)
+    steps: Dict[str, Step] = {}
+    in_progress, waiting, stopped = [], [], []
+    for c in nodes:
+        progress = c.kube.progress if c.kube is not None else None
+        if progress is not None and progress.step in ACTIVE_STEPS:
+            in_progress.append((c, progress))  # whatever its target: it is disrupted, bring it back first
+        elif progress is not None and progress.target == target and progress.step in STOP_STEPS:
+            stopped.append((c, progress))
+        elif progress is not None and progress.target == target and progress.step == DONE:
+            steps[c.instance_id] = Step("skip", "%s: this node is done%s" % (
+                rollout, "" if not c.why else " (%s; the node's own report decides)" % c.why))
+        elif c.why:
+            waiting.append(c)
+        else:
+            steps[c.instance_id] = Step("skip", "already in the requested layout (%s)" % target)
+    slots = max(0, limit - len(in_progress))
+    takes = [] if stopped else waiting[:slots]
+    wave = [c.node_name for c, _ in in_progress] + [c.node_name for c in takes]
+    wave_text = "%s (max-unavailable %d)" % (", ".join(wave) or "no node", limit)
+    for c, progress in in_progress:
+        resume = progress.step if progress.target == target else CORDONED
+        steps[c.instance_id] = Step("wave", "%s, wave %s: resuming after step %s" % (rollout, wave_text, resume),
+                                    resume=resume)
+    for c in takes:
+        steps[c.instance_id] = Step("wave", "%s, wave %s: %s; cordon, drain GPU pods, apply, wait for the new "
+                                            "capacity, uncordon" % (rollout, wave_text, c.why))
+    if stopped:
+        first, progress = stopped[0]
+        why = ("%s stopped: node %s ended %s (%s); fix the cause, then remove its annotation %s to resume"
+               % (rollout, first.node_name, progress.step, progress.reason or "no reason recorded",
+                  PROGRESS_ANNOTATION))
+        for c, _ in stopped:
+            steps[c.instance_id] = Step("defer", why)
+        for c in waiting:
+            steps[c.instance_id] = Step("defer", why)
+        return steps
+    rest = waiting[slots:]
+    for position, c in enumerate(rest, 1):
+        steps[c.instance_id] = Step("defer", "%s: wave %s; this node waits for a later wave (%d of %d waiting): %s"
+                                    % (rollout, wave_text, position, len(rest), c.why))
+    return steps
+
+
+def expected_capacity(profile_names: Iterable[str], gpus: Optional[int]) -> Tuple[Dict[str, int], bool]:
+    """The ``nvidia.com/mig-<profile>`` resources a layout should publish: counts when the GPU count is
+    known (exact), else just the names with count 1 (at least one of each)."""
+    per_gpu = Counter(profile_names)
+    if gpus:
+        return {"nvidia.com/mig-%s" % name: n * gpus for name, n in per_gpu.items()}, True
+    return {"nvidia.com/mig-%s" % name: 1 for name in per_gpu}, False
+
+
+def capacity_shows(node: KubeNode, expected: Mapping[str, int], exact: bool) -> bool:
+    have = node.mig_allocatable()
+    if not expected:  # MIG off: no MIG resource left
+        return not any(have.values())
+    if exact:
+        return all(have.get(k, 0) == v for k, v in expected.items()) and \
+            not any(n for k, n in have.items() if k not in expected)
+    return all(have.get(k, 0) >= 1 for k in expected)

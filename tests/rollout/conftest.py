@@ -1,0 +1,135 @@
+"""A labelled pool of running A100 nodes, the local TLS Kubernetes API holding their Node objects and
+pods, and a transport that plays each node: it answers like node_bootstrap apply and, as the node's
+labeller and the device plugin would, writes the node's labels and publishes the new MIG capacity."""
+
+import json
+
+import pytest
+
+from functions.cluster import InventoryLookup
+from functions.delivery.executor import DeliveryExecutor
+from functions.delivery.result import NodeResult
+from functions.kube_client import LiveKube
+from functions.logs import JsonLogger
+from functions.pipeline import run_event
+from functions.settings import load_settings
+from node_bootstrap.kube import KubeClient, load_kubeconfig
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+
+CLUSTER = "c-rollout"
+POOL = "np-mig"
+OLD, NEW = "1g.5gb-1g.5gb-1g.5gb-1g.5gb-1g.5gb-1g.5gb-1g.5gb", "3g.20gb-3g.20gb"
+NAMES = ["node-a", "node-b", "node-c"]
+TIMER = json.dumps({"cluster_id": CLUSTER})  # the manual payload: every labelled pool, as the timer does
+
+
+def snapshot(value=NEW, pool_labels=None, names=NAMES, kube_nodes=None):
+    labels = [{"key": "ack.aliyun.com/gpu-partition-sequence", "value": value}] if value is not None else []
+    labels += [{"key": k, "value": v} for k, v in (pool_labels or {}).items()]
+    data = {"cluster_id": CLUSTER,
+            "nodepools": [{"nodepool_info": {"nodepool_id": POOL, "name": "gpu"},
+                           "kubernetes_config": {"labels": labels},
+                           "scaling_group": {"scaling_group_id": "asg-1", "instance_types": ["ecs.ebmgn7.26xlarge"]}}],
+            "nodes": [{"instance_id": "i-%s" % n, "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge",
+                       "nodepool_id": POOL, "state": "running", "ip_address": ["10.0.0.%d" % i]}
+                      for i, n in enumerate(names, 1)]}
+    if kube_nodes is not None:
+        data["kube_nodes"] = kube_nodes
+    return data
+
+
+def capacity(sequence):
+    out = {"nvidia.com/gpu": "0"}
+    for name in sequence.split("-"):
+        key = "nvidia.com/mig-%s" % name
+        out[key] = str(int(out.get(key, "0")) + 8)
+    return out
+
+
+def node_labels(sequence=OLD, state="success"):
+    labels = {"nvidia.com/mig.config.state": state, "aliyun.accelerator/nvidia_count": "8"}
+    if sequence:
+        labels["aliyun.accelerator/nvidia_mig_sequence"] = sequence
+    return labels
+
+
+class PlayedNodes:
+    """The Transport: each target 'applies' by labelling its Node and publishing capacity, like
+    node_bootstrap and the device plugin on a real node. ``fail`` names nodes that answer gpu-busy."""
+
+    name = "played"
+
+    def __init__(self, api):
+        self.api, self.seen, self.fail = api, [], set()
+
+    def run(self, targets):
+        out = []
+        for t in targets:
+            self.seen.append(t.node_name)
+            if t.node_name in self.fail:
+                out.append(NodeResult(t.instance_id, self.name, 4, {"outcome": "failed", "error": {
+                    "code": "gpu-busy", "message": "GPU 0 is used by pid 4242"}}))
+                continue
+            request = json.loads(__import__("base64").b64decode(t.args[-1]))
+            sequence = request["partition"]["value"]
+            with self.api.lock:
+                meta = self.api.nodes[t.node_name]["metadata"]
+                meta["labels"].update(node_labels(sequence))
+            self.api.set_capacity(t.node_name, capacity(sequence))
+            out.append(NodeResult(t.instance_id, self.name, 0, {"outcome": "success", "changes": 16,
+                                                               "sequence": sequence, "gpus": []}))
+        return out
+
+
+class Cluster:
+    def __init__(self, api, tmp_path):
+        self.api = api
+        cfg = load_kubeconfig(api.write_kubeconfig(tmp_path / "admin.conf", cert=api.admin_cert()))
+        self.kube = LiveKube(KubeClient(cfg))
+        self.transport = PlayedNodes(api)
+        self.now = [1000.0]
+        self.sleeps = []
+        self.on_sleep = None
+        self.settings_env = {"ACK_MIG_STARTUP_TAINT": "none"}
+
+    def add_nodes(self, names=NAMES, sequence=OLD, state="success", unschedulable=()):
+        for n in names:
+            self.api.add_node(n, labels=node_labels(sequence, state), capacity=capacity(sequence) if sequence else {})
+            if n in unschedulable:
+                self.api.nodes[n]["spec"]["unschedulable"] = True
+
+    def clock(self):
+        return self.now[0]
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        self.now[0] += seconds
+        if self.on_sleep is not None:
+            self.on_sleep(len(self.sleeps))
+
+    def run(self, inventory=None, dry_run=False, kube=None, **env):
+        settings = load_settings(dict(self.settings_env, **env))
+        executor = DeliveryExecutor.from_settings(settings, transport=self.transport)
+        lookup = InventoryLookup.from_dict(inventory or snapshot())
+        return run_event(TIMER, settings, inventory=lookup, executor=executor, dry_run=dry_run,
+                         logger=JsonLogger("OFF"), kube=kube or self.kube)
+
+    def annotation(self, name):
+        text = self.api.nodes[name]["metadata"].get("annotations", {}).get("ack-mig-hook/rollout")
+        return json.loads(text) if text else None
+
+    def unschedulable(self, name):
+        return bool(self.api.nodes[name].get("spec", {}).get("unschedulable"))
+
+    def events(self, reason=None):
+        return [e for e in self.api.events.values() if reason is None or e["reason"] == reason]
+
+
+@pytest.fixture
+def cluster(kube_api, tmp_path, monkeypatch):  # noqa: F811
+    from functions import rollout
+
+    c = Cluster(kube_api, tmp_path)
+    monkeypatch.setattr(rollout, "clock", c.clock)  # the rollout runs on the test's time
+    monkeypatch.setattr(rollout, "sleep", c.sleep)
+    return c

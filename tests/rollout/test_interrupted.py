@@ -1,0 +1,146 @@
+"""The function killed at any point of a rollout: the next invocation continues from the node annotation,
+never repeats a finished node, and leaves no node cordoned or half-done. Every mutating call (node patch,
+eviction, event, the apply on the node) is a kill point in turn."""
+
+import pytest
+
+from tests.rollout.conftest import NEW
+
+
+class Killed(BaseException):
+    """What FC's timeout or an OOM kill looks like to the code: nothing catches it, nothing cleans up."""
+
+
+class Killer:
+    """Counts mutating calls through the Kubernetes view and the transport; raises Killed after call k."""
+
+    def __init__(self, kube, transport, k):
+        self.kube, self.transport, self.k, self.calls = kube, transport, k, []
+        self.name = transport.name
+
+    def _count(self, what):
+        self.calls.append(what)
+        if len(self.calls) == self.k:
+            raise Killed(what)
+
+    def __getattr__(self, name):  # reads go straight through
+        return getattr(self.kube, name)
+
+    def patch_node(self, name, patch):
+        out = self.kube.patch_node(name, patch)
+        self._count("patch %s %s" % (name, sorted(patch.get("spec", {}).items())))
+        return out
+
+    def evict(self, namespace, name):
+        self.kube.evict(namespace, name)
+        self._count("evict %s" % name)
+
+    def create_event(self, event):
+        self.kube.create_event(event)
+        self._count("event %s" % event["reason"])
+
+    def run(self, targets):
+        out = self.transport.run(targets)
+        self._count("apply %s" % ",".join(t.node_name for t in targets))
+        return out
+
+
+class MemoryApi:
+    """The same cluster held by functions.kube_client.MemoryKube (the snapshot/demo backend), shaped like
+    the TLS server for PlayedNodes: the kill matrix runs ~40 invocations, at ~45 ms per TLS request on this
+    machine that alone would take half a minute. The TLS server covers the key kill points below."""
+
+    def __init__(self, kube):
+        import threading
+
+        self.kube, self.nodes, self.pods, self.lock = kube, kube.nodes, kube.pods, threading.Lock()
+
+    def set_capacity(self, name, cap):
+        self.nodes[name].setdefault("status", {})["allocatable"] = dict(cap)
+
+
+def memory_cluster(tmp_path, monkeypatch):
+    from functions import rollout
+    from functions.kube_client import MemoryKube
+    from tests.rollout.conftest import NAMES, OLD, Cluster, PlayedNodes, capacity, node_labels
+
+    kube = MemoryKube({n: {"metadata": {"name": n, "labels": node_labels(), "annotations": {}}, "spec": {},
+                           "status": {"allocatable": capacity(OLD)}} for n in NAMES})
+    kube.add_pod("team", "train-0", "node-a", gpus=1)
+    c = Cluster.__new__(Cluster)
+    c.api, c.kube = MemoryApi(kube), kube
+    c.transport = PlayedNodes(c.api)
+    c.now, c.sleeps, c.on_sleep, c.settings_env = [1000.0], [], None, {"ACK_MIG_STARTUP_TAINT": "none"}
+    monkeypatch.setattr(rollout, "clock", c.clock)
+    monkeypatch.setattr(rollout, "sleep", c.sleep)
+    return c
+
+
+def run_killed(c, k):
+    played = c.transport
+    killer = Killer(c.kube, played, k)
+    c.transport = killer
+    try:
+        c.run(kube=killer)
+    except Killed:
+        return killer.calls[-1], played
+    finally:
+        c.transport = played
+    return None, played
+
+
+def check_resumed(c, where, played):
+    again = c.run()
+    a = next(n for n in again.nodes if n["node_name"] == "node-a")
+    finished = where in ("patch node-a [('unschedulable', None)]", "event MigRolloutDone")
+    assert a["outcome"] == ("skipped" if finished else "partitioned"), (where, a)
+    assert c.annotation("node-a")["step"] == "done", where
+    assert not c.unschedulable("node-a"), where
+    assert c.api.nodes["node-a"]["metadata"]["labels"]["aliyun.accelerator/nvidia_mig_sequence"] == NEW
+    assert ("team", "train-0") not in c.api.pods
+    # the apply is sent again only when the kill fell between sending it and recording it
+    applies = played.seen.count("node-a")
+    assert applies == (2 if where.startswith("apply") else 1), (where, played.seen)
+    assert "node-c" not in played.seen, where
+    # a finished node is never taken again: the next wave is node-b
+    if not finished:
+        assert "node-b" not in played.seen, where
+        c.run()
+    assert played.seen.count("node-a") == applies and played.seen[-1] == "node-b", where
+
+
+def test_killed_after_every_mutating_call_the_next_run_finishes_the_node_once(tmp_path, monkeypatch):
+    points = []
+    for k in range(1, 100):
+        c = memory_cluster(tmp_path, monkeypatch)
+        where, played = run_killed(c, k)
+        if where is None:  # the whole first wave ran: every call has been a kill point
+            break
+        points.append(where)
+        check_resumed(c, where, played)
+    steps = " | ".join(points)
+    for expected in ("event MigRolloutDeferred", "[('unschedulable', True)]", "event MigRolloutCordon",
+                     "evict train-0", "event MigRolloutDrain", "apply node-a", "[('unschedulable', None)]",
+                     "event MigRolloutDone"):
+        assert expected in steps, (expected, steps)
+    assert len(points) >= 12
+
+
+@pytest.mark.parametrize("where", ["[('unschedulable', True)]", "evict train-0", "apply node-a"])
+def test_killed_against_the_tls_api_server(cluster, where):
+    cluster.add_nodes()
+    cluster.api.add_pod("team", "train-0", "node-a", gpus=1)
+    probe = Killer(cluster.kube, cluster.transport, 10 ** 6)
+    cluster.transport = probe
+    cluster.run(kube=probe)
+    k = next(i for i, call in enumerate(probe.calls, 1) if where in call)
+    cluster.api.nodes.clear()
+    cluster.api.pods.clear()
+    cluster.api.events.clear()
+    cluster.transport = probe.transport
+    cluster.transport.seen.clear()
+    cluster.add_nodes()
+    cluster.api.add_pod("team", "train-0", "node-a", gpus=1)
+    killed_at, played = run_killed(cluster, k)
+    assert where in killed_at
+    check_resumed(cluster, killed_at, played)

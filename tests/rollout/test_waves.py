@@ -1,0 +1,201 @@
+"""Rolling repartition of running nodes against the local TLS Kubernetes API: waves, defer, skip,
+cordon/drain/apply/capacity/uncordon, PodDisruptionBudgets, drain timeout, someone else's cordon."""
+
+import pytest
+
+from tests.rollout.conftest import NAMES, NEW, OLD, POOL, capacity, node_labels, snapshot
+
+
+def actions(result):
+    return {d.node_name: d.action for d in result.decisions}
+
+
+def outcomes(result):
+    return {n["node_name"]: n["outcome"] for n in result.nodes}
+
+
+def test_dry_run_shows_the_whole_plan_and_touches_nothing(cluster):
+    cluster.add_nodes()
+    cluster.api.add_pod("team", "train-0", "node-a", gpus=1)
+    before = len([r for r in cluster.api.requests if r.method != "GET"])
+    result = cluster.run(dry_run=True)
+    assert actions(result) == {"node-a": "partition", "node-b": "defer", "node-c": "defer"}
+    by = {d.node_name: d for d in result.decisions}
+    assert "rollout of pool %s (gpu) to sequence=%s" % (POOL, NEW) in by["node-b"].reason
+    assert "wave node-a (max-unavailable 1)" in by["node-b"].reason and "1 of 2 waiting" in by["node-b"].reason
+    assert "applied layout %s differs" % OLD in by["node-a"].reason
+    node_a = next(n for n in result.nodes if n["node_name"] == "node-a")
+    assert node_a["outcome"] == "dry-run" and "would cordon, evict team/train-0" in node_a["reason"]
+    assert outcomes(result)["node-b"] == "deferred"
+    assert [r for r in cluster.api.requests if r.method != "GET"][before:] == [] and cluster.transport.seen == []
+
+
+def test_one_wave_per_invocation_until_every_node_is_right_then_nothing_is_sent(cluster):
+    cluster.add_nodes()
+    first = cluster.run()
+    assert outcomes(first) == {"node-a": "partitioned", "node-b": "deferred", "node-c": "deferred"}
+    assert cluster.transport.seen == ["node-a"]
+    assert cluster.annotation("node-a")["step"] == "done" and not cluster.unschedulable("node-a")
+    assert cluster.api.nodes["node-a"]["metadata"]["labels"]["aliyun.accelerator/nvidia_mig_sequence"] == NEW
+    assert "new capacity shows (nvidia.com/mig-3g.20gb=16)" in first.nodes[0]["reason"]
+    # the cordon and the uncordon really went to the API server, each with its step recorded
+    patches = [r.body for r in cluster.api.requests if r.method == "PATCH" and r.path.endswith("/node-a")]
+    assert patches[0]["spec"] == {"unschedulable": True} and '"step": "cordoned"' in str(patches[0])
+    assert patches[-1]["spec"] == {"unschedulable": None} and '"step": "done"' in str(patches[-1])
+    assert {e["involvedObject"]["name"] for e in cluster.events("MigRolloutDeferred")} == {"node-b", "node-c"}
+    assert cluster.events("MigRolloutCordon")[0]["involvedObject"]["name"] == "node-a"
+    cluster.run()
+    cluster.run()
+    assert cluster.transport.seen == NAMES
+    last = cluster.run()
+    assert actions(last) == {n: "skip" for n in NAMES} and cluster.transport.seen == NAMES
+    assert all("done" in d.reason for d in last.decisions)
+
+
+def test_only_gpu_pods_are_evicted_daemonset_mirror_and_cpu_pods_stay(cluster):
+    cluster.add_nodes(["node-a"])
+    api = cluster.api
+    api.add_pod("team", "train", "node-a", gpus=2, owner_kind="ReplicaSet")
+    api.add_pod("kube-system", "dcgm-exporter", "node-a", gpus=1, owner_kind="DaemonSet")
+    api.add_pod("kube-system", "nvidia-device-plugin-node-a", "node-a", gpus=1,
+                annotations={"kubernetes.io/config.mirror": "abc"})
+    api.add_pod("team", "web", "node-a", gpus=0, owner_kind="ReplicaSet")
+    api.add_pod("team", "done-job", "node-a", gpus=1, phase="Succeeded")
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert outcomes(result) == {"node-a": "partitioned"}
+    evictions = [r.path for r in api.requests if r.path.endswith("/eviction")]
+    assert evictions == ["/api/v1/namespaces/team/pods/train/eviction"]
+    assert set(api.pods) == {("kube-system", "dcgm-exporter"), ("kube-system", "nvidia-device-plugin-node-a"),
+                             ("team", "web"), ("team", "done-job")}
+    lists = [r.query for r in api.requests if r.path == "/api/v1/pods"]
+    assert lists and all("fieldSelector=spec.nodeName%3Dnode-a" in q for q in lists)
+
+
+def test_a_pdb_refuses_with_429_then_allows_once_a_replacement_runs(cluster):
+    cluster.add_nodes()
+    api = cluster.api
+    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1)
+    api.add_pdb("team", "infer", {"app": "infer"}, min_available=1)
+
+    def replacement_scheduled(n):  # the ReplicaSet's new replica comes up on another node
+        if n == 2:
+            api.add_pod("team", "infer-1", "node-c", labels={"app": "infer"}, gpus=1)
+
+    cluster.on_sleep = replacement_scheduled
+    result = cluster.run()
+    assert outcomes(result)["node-a"] == "partitioned"
+    statuses = [r.status for r in api.requests if r.path.endswith("/infer-0/eviction")]
+    assert statuses[:2] == [429, 429] and statuses[-1] == 200
+    assert ("team", "infer-0") not in api.pods and ("team", "infer-1") in api.pods
+    waits = [e["message"] for e in cluster.events("MigRolloutDrain")]
+    assert any("waiting on PodDisruptionBudget" in m and "disruption budget" in m for m in waits)
+
+
+def test_drain_timeout_uncordons_keeps_the_old_layout_and_stops_the_pool(cluster):
+    cluster.add_nodes()
+    api = cluster.api
+    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1)
+    api.add_pdb("team", "infer", {"app": "infer"}, min_available=1)  # never satisfied
+    result = cluster.run(ACK_MIG_DRAIN_TIMEOUT_S="30")
+    node = result.nodes[0]
+    assert node["outcome"] == "drain-timeout" and "disruption budget" in node["reason"]
+    assert cluster.transport.seen == [] and not cluster.unschedulable("node-a")
+    assert api.nodes["node-a"]["metadata"]["labels"]["aliyun.accelerator/nvidia_mig_sequence"] == OLD
+    assert cluster.annotation("node-a")["step"] == "drain-timeout"
+    assert 30 <= sum(cluster.sleeps) <= 34  # waited the drain timeout, polling, no longer
+    assert cluster.events("MigRolloutDrainTimeout")[0]["type"] == "Warning"
+    again = cluster.run(ACK_MIG_DRAIN_TIMEOUT_S="30")
+    assert set(actions(again).values()) == {"defer"} and cluster.transport.seen == []
+    assert all("stopped: node node-a ended drain-timeout" in d.reason and "remove its annotation" in d.reason
+               for d in again.decisions)
+
+
+def test_a_node_cordoned_by_someone_else_stays_cordoned(cluster):
+    cluster.add_nodes(["node-a"], unschedulable=("node-a",))
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert outcomes(result) == {"node-a": "partitioned"}
+    assert cluster.unschedulable("node-a") and cluster.annotation("node-a")["cordoned"] is False
+    assert "stays cordoned" in cluster.events("MigRolloutCordon")[0]["message"]
+
+
+def test_a_failed_apply_uncordons_and_stops_the_pool(cluster):
+    cluster.add_nodes()
+    cluster.transport.fail = {"node-a"}
+    result = cluster.run()
+    assert outcomes(result)["node-a"] == "failed" and "gpu-busy" in result.nodes[0]["reason"]
+    assert not cluster.unschedulable("node-a") and cluster.annotation("node-a")["step"] == "failed"
+    assert set(actions(cluster.run()).values()) == {"defer"}
+
+
+@pytest.mark.parametrize("env,pool_labels,wave", [
+    ({}, {}, 1),
+    ({"ACK_MIG_MAX_UNAVAILABLE": "2"}, {}, 2),
+    ({"ACK_MIG_MAX_UNAVAILABLE": "67%"}, {}, 2),  # 67% of 3 nodes, rounded down
+    ({"ACK_MIG_MAX_UNAVAILABLE": "10%"}, {}, 1),  # never less than one
+    ({"ACK_MIG_MAX_UNAVAILABLE": "1"}, {"ack-mig-hook/max-unavailable": "3"}, 3),  # the pool label wins
+])
+def test_max_unavailable_setting_and_pool_label(cluster, env, pool_labels, wave):
+    cluster.add_nodes()
+    result = cluster.run(inventory=snapshot(pool_labels=pool_labels), dry_run=True, **env)
+    assert list(actions(result).values()).count("partition") == wave
+
+
+def test_a_bad_pool_max_unavailable_label_is_an_error_naming_the_form(cluster):
+    cluster.add_nodes()
+    result = cluster.run(inventory=snapshot(pool_labels={"ack-mig-hook/max-unavailable": "25pct"}), dry_run=True)
+    assert set(actions(result).values()) == {"error"}
+    assert "ack-mig-hook/max-unavailable='25pct' is not a count" in result.decisions[0].reason
+
+
+def test_applied_layout_is_compared_in_normalized_form_and_state_must_be_success(cluster):
+    cluster.add_nodes(["node-a"], sequence="3g.20gb-3g.20gb")  # the pool writes ids, another order
+    cluster.add_nodes(["node-b"], sequence=NEW, state="failed")
+    cluster.add_nodes(["node-c"], sequence=None, state="pending")
+    result = cluster.run(inventory=snapshot(value=" 9-3G.20GB "), dry_run=True, ACK_MIG_MAX_UNAVAILABLE="3")
+    assert actions(result) == {"node-a": "skip", "node-b": "partition", "node-c": "partition"}
+    by = {d.node_name: d.reason for d in result.decisions}
+    assert "already in the requested layout" in by["node-a"]
+    assert "nvidia.com/mig.config.state is failed, not success" in by["node-b"]
+    assert "no applied layout" in by["node-c"]
+
+
+def test_a_snapshot_without_kube_nodes_knows_no_layouts_and_applies_as_before():
+    from functions.cluster import InventoryLookup
+    from functions.logs import JsonLogger
+    from functions.pipeline import run_event
+    from functions.settings import load_settings
+    from tests.rollout.conftest import TIMER
+
+    data = snapshot()
+    result = run_event(TIMER, load_settings({}), inventory=InventoryLookup.from_dict(data), dry_run=True,
+                       logger=JsonLogger("OFF"))
+    assert set(actions(result).values()) == {"partition"}
+    kube_nodes = {n: {"labels": node_labels(), "annotations": {}, "unschedulable": False} for n in NAMES}
+    kube_nodes["node-b"]["labels"] = node_labels(NEW)
+    result = run_event(TIMER, load_settings({}), inventory=InventoryLookup.from_dict(dict(data, kube_nodes=kube_nodes)),
+                       dry_run=True, logger=JsonLogger("OFF"))
+    assert actions(result) == {"node-a": "partition", "node-b": "skip", "node-c": "defer"}
+    assert "would cordon, evict no GPU pod" in result.nodes[0]["reason"]
+
+
+def test_bad_kube_nodes_in_a_snapshot_is_one_line_naming_the_form():
+    from functions.cluster import InventoryLookup
+    from functions.errors import BadInventory
+
+    with pytest.raises(BadInventory, match=r"kube_nodes\['node-a'\].labels must map text to text"):
+        InventoryLookup.from_dict(dict(snapshot(), kube_nodes={"node-a": {"labels": ["x"]}}))
+
+
+def test_capacity_that_never_shows_fails_the_node_uncordoned(cluster):
+    cluster.add_nodes(["node-a"])
+    real_run = cluster.transport.run
+
+    def no_device_plugin(targets):
+        out = real_run(targets)
+        cluster.api.set_capacity("node-a", capacity(OLD))  # the plugin still shows the old layout
+        return out
+
+    cluster.transport.run = no_device_plugin
+    result = cluster.run(inventory=snapshot(names=["node-a"]), ACK_MIG_CAPACITY_TIMEOUT_S="10")
+    assert result.nodes[0]["outcome"] == "failed" and "capacity-timeout" in result.nodes[0]["reason"]
+    assert not cluster.unschedulable("node-a")
