@@ -35,9 +35,14 @@ def no_proxy(monkeypatch):
 
 @pytest.fixture
 def emulator(inventory_dict, no_proxy):
+    """The CS emulator with the snapshot; ``emu.ess`` is an Auto Scaling emulator with the snapshot's
+    scaling groups and hooks (the membership checks ask it), so no test reaches a real endpoint."""
     from tests.support.cs_emulator import CsEmulator
+    from tests.support.rpc_emulator import Emulator
 
-    with CsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN).load_inventory(inventory_dict) as emu:
+    with CsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN).load_inventory(inventory_dict) as emu, \
+            Emulator(AK, SECRET, TOKEN, "cn-beijing").load_inventory(inventory_dict) as ess:
+        emu.ess = ess
         yield emu
 
 
@@ -46,5 +51,7 @@ def cloud_env(emu, **extra):
            "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
            "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_CLUSTER_ID": emu.cluster_id,
            "ACK_MIG_API_TIMEOUT_S": "2"}
+    if getattr(emu, "ess", None) is not None:
+        env["ACK_MIG_ESS_ENDPOINT"] = emu.ess.endpoint
     env.update(extra)
     return env
