@@ -199,3 +199,30 @@ def test_capacity_that_never_shows_fails_the_node_uncordoned(cluster):
     result = cluster.run(inventory=snapshot(names=["node-a"]), ACK_MIG_CAPACITY_TIMEOUT_S="10")
     assert result.nodes[0]["outcome"] == "failed" and "capacity-timeout" in result.nodes[0]["reason"]
     assert not cluster.unschedulable("node-a")
+
+
+def _rbac(method, path):
+    parts = path.strip("/").split("/")[2:]  # after api/v1
+    if parts[0] == "namespaces":
+        parts = parts[2:]
+    verb = {"GET": "get" if len(parts) % 2 == 0 else "list", "PATCH": "patch", "POST": "create"}[method]
+    resource = parts[0] + ("/" + parts[2] if len(parts) == 3 else "")
+    return resource, "create" if method == "POST" else verb
+
+
+def test_deploy_rbac_yaml_grants_exactly_the_calls_a_rollout_makes(cluster):
+    import os
+
+    import yaml
+
+    cluster.add_nodes()
+    cluster.api.add_pod("team", "train-0", "node-a", gpus=1)
+    cluster.run()
+    used = {_rbac(r.method, r.path) for r in cluster.api.requests}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "deploy", "rbac.yaml")) as fh:
+        role = next(d for d in yaml.safe_load_all(fh) if d["kind"] == "ClusterRole")
+    granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+    assert used <= granted, used - granted
+    # every rule is needed: the rollout (and the taint removal, which gets and patches nodes) use them all
+    assert granted - used <= {("nodes", "get")}, granted - used
