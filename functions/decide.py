@@ -102,7 +102,7 @@ def decide_instance(instance_id: str, node: Optional[Node], pool: Optional[NodeP
         except MigInputError as exc:
             believed = (" (the GPU model is believed from the instance family %s)" % cap.family
                         if cap.status == BELIEVED else "")
-            return error("pool %s asks for %s=%s, which does not fit its %s GPUs%s: %s"
+            return error("pool %s asks for %s=%s on %s GPUs%s: %s"
                          % (_pool_name(pool), spec.kind, _text(spec.value), cap.gpu_model, believed, exc), spec)
         the_plan = Plan(gpu=layout.gpu.name, gpus=cap.gpus, partition=partition, sequence=layout.sequence,
                         instances=[PlannedInstance(**i.to_dict()) for i in layout.instances])

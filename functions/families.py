@@ -117,9 +117,9 @@ def _known(instance_type: str, row: Family) -> Capability:
         return verdict(False, "%s has %s%s, which has no MIG" % (instance_type, gpus, believed))
     find_gpu(row.gpu_model)  # every MIG row names a catalogue GPU (a test holds the table to it)
     if not row.bare_metal:
-        return verdict(False, "%s has %s%s, which has MIG, but is a GPU passthrough instance type: ACK's MIG guide "
-                       "supports MIG only on ECS bare metal instances (ecs.ebmgn7.*), not on passthrough ones "
-                       "(ecs.gn7.*)" % (instance_type, gpus, believed))
+        return verdict(False, "%s is a GPU passthrough instance type: ACK's MIG guide supports MIG only on ECS "
+                       "bare metal instances (ecs.ebmgn7.*), not on passthrough ones (ecs.gn7.*), although its %s%s "
+                       "has MIG" % (instance_type, gpus, believed))
     return verdict(True, "%s is ECS bare metal with %s%s: MIG capable" % (instance_type, gpus, believed))
 
 

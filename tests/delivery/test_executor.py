@@ -196,7 +196,8 @@ def test_make_demo_shows_partitioned_simulated_nodes(capsys):
     # The dry-run reconcile shows the other decisions: passthrough skipped, the comma label refused.
     reconcile = text.split("dry-run reconcile")[1]
     assert "skip      ecs.gn7-c13g1.13xlarge is a GPU passthrough instance type" in reconcile
-    assert "error     commas are not accepted" in reconcile
+    assert "error     pool np9c4f7a0d3e6b9c2f5a8d1e4b7c0f3a92 (gpu-mig-typo) asks for sequence=1g.5gb,2g.10gb" \
+        in reconcile and "commas are not accepted" in reconcile  # an error names its pool (issue 12)
 
 
 @pytest.mark.parametrize("env,match", [
