@@ -78,7 +78,8 @@ class CsLookup:
         config = openapi_models.Config(
             access_key_id=creds.access_key_id, access_key_secret=creds.access_key_secret,
             security_token=creds.security_token or None, region_id=settings.region or None,
-            endpoint=endpoint.host if endpoint else "cs.%s.aliyuncs.com" % settings.region,
+            # No override: the CS SDK resolves the endpoint itself (its endpoint map, else cs.<region>...).
+            endpoint=endpoint.host if endpoint else None,
             protocol=endpoint.protocol if endpoint else "https",
             read_timeout=settings.api_timeout_s * 1000, connect_timeout=settings.api_timeout_s * 1000)
         self._client = CsClient(config)

@@ -382,3 +382,13 @@ def test_endpoints_are_resolved_the_sdk_way(product, region, host):
     assert resolve_endpoint(product, region, Endpoint("127.0.0.1:1", "http")) == Endpoint("127.0.0.1:1", "http")
     client = RpcClient(product, "2014-08-28", region, Credentials(AK, SECRET, TOKEN))
     assert client.endpoint.host == host  # the client itself uses the one resolver
+
+
+def test_the_cs_endpoint_is_the_cs_sdks_own():
+    """No override: the CS Tea SDK resolves it (its endpoint map sends e.g. cn-wuhan to cs.aliyuncs.com)."""
+    from functions.cs_lookup import CsLookup
+
+    env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET}
+    hosts = {region: CsLookup(load_settings(dict(env, ACK_MIG_REGION=region)))._client._endpoint  # noqa: SLF001
+             for region in ("cn-beijing", "cn-wuhan")}
+    assert hosts == {"cn-beijing": "cs.cn-beijing.aliyuncs.com", "cn-wuhan": "cs.aliyuncs.com"}
