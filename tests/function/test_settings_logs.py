@@ -358,7 +358,10 @@ def test_handler_result_and_cli_output_are_redacted_like_logs(tmp_path, monkeypa
     for value in (learnt, SECRET):
         path.write_bytes(json.dumps({"cluster_id": "c-1", "nodepool_id": "np %s" % value[:30]}).encode())
         for as_json in (True, False):
-            code = invoke.run(argparse.Namespace(event=str(path), inventory=None, dry_run=True, json=as_json))
+            parser = argparse.ArgumentParser()
+            invoke.configure(parser, "invoke")  # the command's own options, whatever they are now
+            args = parser.parse_args(["--event", str(path), "--dry-run"] + (["--json"] if as_json else []))
+            code = invoke.run(args)
             out = capsys.readouterr()
             assert code == 2 and "***" in out.out + out.err
             assert value[:30] not in out.out + out.err
