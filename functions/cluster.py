@@ -7,10 +7,12 @@
        "nodepools": [<items of DescribeClusterNodePools body.nodepools>],
        "nodes": [<items of DescribeClusterNodes body.nodes>],
        "scaling_instances": {"<scaling group id>": ["<instance id>", ...]},
-       "lifecycle_hooks": {"<lifecycle hook id>": "<scaling group id>"}}
+       "lifecycle_hooks": {"<lifecycle hook id>": "<scaling group id>"},
+       "kube_nodes": {"<node name>": {"labels": {...}, "annotations": {...}, "unschedulable": false}}}
 
-  The last two are Auto Scaling's facts (functions.membership); a snapshot without them knows no scaling
-  group members and no lifecycle hooks.
+  ``scaling_instances`` and ``lifecycle_hooks`` are Auto Scaling's facts (functions.membership); a
+  snapshot without them knows no scaling group members and no lifecycle hooks. ``kube_nodes`` is the
+  Kubernetes side (functions.kube_client, for functions.rollout). docs/function.md describes every key.
 
 * ``functions.cs_lookup.CsLookup`` asks the ACK API through ``alibabacloud-cs20151215`` (imported only
   when an event needs it).

@@ -194,9 +194,9 @@ def decide_targets(targets: Sequence[TargetOrDecision], cluster: str) -> List["D
         instance_id, node, pool = target
         problem = _target_problem(instance_id, node)
         if problem is not None:
+            pool_id = (node.nodepool_id if node else None) or (pool.nodepool_id if pool else None)
             out.append(Decision(instance_id=instance_id, node_name=node.node_name if node else None,
-                                nodepool_id=(node.nodepool_id if node else None) or (pool.nodepool_id if pool else None),
-                                action=ACTION_ERROR, reason=problem))
+                                nodepool_id=pool_id, action=ACTION_ERROR, reason=problem))
             continue
         out.append(decide_instance(instance_id, node, pool, cluster))
     return out
