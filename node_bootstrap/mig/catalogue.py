@@ -245,8 +245,9 @@ _ENTRIES = (
                          ("NVIDIA H800 PCIe", (0x2322,)), ("NVIDIA H800", (0x2324,))),
            81559, _80GB),
     _entry("H100-NVL", (("NVIDIA H100 NVL", (0x2321,)), ("NVIDIA H800 NVL", (0x233A,))), 95830, _94GB),
-    _entry("H100-96GB", (("NVIDIA GH200 480GB", (0x2342,)), ("NVIDIA H20", (0x2329,)),
-                         ("NVIDIA H100 96GB", (0x233D,)), ("NVIDIA PG506-96GB", (0x20B6,))),
+    # The key "H100-96GB" is also ACK's hyphenated form of "NVIDIA H100 96GB": that product comes first.
+    _entry("H100-96GB", (("NVIDIA H100 96GB", (0x233D,)), ("NVIDIA GH200 480GB", (0x2342,)),
+                         ("NVIDIA H20", (0x2329,)), ("NVIDIA PG506-96GB", (0x20B6,))),
            97871, _96GB),
     _entry("H200", (("NVIDIA H200", (0x2335,)), ("NVIDIA H200 NVL", (0x233B,))), 143771, _H200),
     _entry("GH200-144GB", (("NVIDIA GH200 144G HBM3e", (0x2348,)),), 144 * 1024, _GH200_144GB),
@@ -307,9 +308,10 @@ def _build_index():
     # type: () -> Dict[str, GpuModel]
     index = {}  # type: Dict[str, GpuModel]
     for entry in _ENTRIES:
-        index[_norm_name(entry.key)] = _VARIANTS[(entry.key, 0)]
         for i, (name, _) in enumerate(entry.products):
             index[_norm_name(name)] = _VARIANTS[(entry.key, i)]
+    for entry in _ENTRIES:  # a key always gives the model's first product (a simulator stores the key)
+        index[_norm_name(entry.key)] = _VARIANTS[(entry.key, 0)]
     return index
 
 

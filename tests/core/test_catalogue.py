@@ -74,6 +74,12 @@ def test_an_alias_keeps_the_name_it_was_given(text, name):
     assert name in gpu.product_names and gpu.profiles == find_gpu(gpu.key).profiles
 
 
+@pytest.mark.parametrize("gpu", GPUS, ids=lambda g: g.key)
+def test_a_key_gives_the_models_first_product(gpu):
+    assert find_gpu(gpu.key) is gpu
+    assert find_gpu(gpu.name) is gpu
+
+
 @pytest.mark.parametrize("pci,key", [
     (0x2324, "H100-80GB"), (0x233A, "H100-NVL"), (0x2348, "GH200-144GB"), (0x2941, "GB200"), (0x31C2, "GB300"),
     (0x3182, "B300"), (0x2BB5, "RTX-PRO-6000"), (0x20B6, "H100-96GB"), (0x233D, "H100-96GB"), (0x2329, "H100-96GB"),
