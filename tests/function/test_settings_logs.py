@@ -360,7 +360,8 @@ def test_handler_result_and_cli_output_are_redacted_like_logs(tmp_path, monkeypa
         for as_json in (True, False):
             parser = argparse.ArgumentParser()
             invoke.configure(parser, "invoke")  # the command's own options, whatever they are now
-            args = parser.parse_args(["--event", str(path), "--dry-run"] + (["--json"] if as_json else []))
+            region = ["--region", "cn-beijing"] if "--region" in parser._option_string_actions else []  # noqa
+            args = parser.parse_args(["--event", str(path), "--dry-run"] + region + (["--json"] if as_json else []))
             code = invoke.run(args)
             out = capsys.readouterr()
             assert code == 2 and "***" in out.out + out.err
