@@ -15,8 +15,10 @@ from typing import List, Optional
 COMMANDS = {
     "profiles": ("functions.cli_core", "list the MIG profiles of a GPU model"),
     "plan": ("functions.cli_core", "place a partition label on a GPU model and show the layout"),
-    "invoke": ("functions.invoke", "run the function's handler path on an event file"),
+    "invoke": ("functions.invoke", "run the function's pipeline locally on an event file (not the deployed "
+                                   "function)"),
     "demo": ("functions.demo", "the bundled example end to end on simulated nodes"),
+    "convert": ("functions.convert_cli", "NVIDIA mig-parted configs to pool label values and back"),
     "deploy": ("functions.deploy.command", "build, upload and create or update the ROS stack, then wait for it"),
     "undeploy": ("functions.deploy.command", "delete the ROS stack and wait until it is gone"),
     "doctor": ("functions.deploy.doctor", "read-only preflight: what is ready and what is missing, line by line"),
@@ -28,8 +30,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, "ack-mig-hook: error: %s (see --help)\n" % message)
 
 
+def _version():
+    from importlib import metadata
+
+    try:
+        return metadata.version("ack-mig-hook")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def _build(argv):
     parser = _Parser(prog="ack-mig-hook", description="NVIDIA MIG partitions for ACK node pools.")
+    parser.add_argument("--version", action="version", version="ack-mig-hook %s" % _version())
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     name = next((a for a in argv if not a.startswith("-")), None)
     for cmd, (module, help_text) in COMMANDS.items():

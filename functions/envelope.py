@@ -108,7 +108,9 @@ def _decode(raw: Any) -> Dict[str, Any]:
         try:
             raw = json.loads(raw)
         except ValueError as exc:
+            # json's own messages can end in "at" ("Invalid control character at"): one "at" is enough.
             msg = getattr(exc, "msg", "invalid JSON")
+            msg = msg[:-3] if msg.endswith(" at") else msg
             where = " at line %d column %d" % (exc.lineno, exc.colno) if hasattr(exc, "lineno") else ""
             stripped = raw.strip()
             if stripped[:1] in ("{", "[", '"') or not _looks_base64(stripped):

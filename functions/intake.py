@@ -258,6 +258,13 @@ def _field_error(exc: ValidationError, where: str, hint: str = "") -> BadEvent:
     loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
     field = "%s.%s" % (where, loc) if loc else where
     msg = str(err.get("msg", "invalid")).replace("Value error, ", "")
+    if err.get("type") == "extra_forbidden" and loc:
+        # A typo in a hand-written payload: name the field as the user wrote it, and the nearest accepted one.
+        import difflib
+
+        written = str(err["loc"][-1])
+        close = difflib.get_close_matches(written, re.findall(r"[a-z_]+", hint), n=1)
+        msg = "unknown field%s" % (" (did you mean %r?)" % close[0] if close else "")
     return BadEvent("event field %s: %s%s" % (field, msg, ("; " + hint) if hint else ""))
 
 

@@ -1,9 +1,11 @@
-"""``ack-mig-hook invoke --event FILE [--inventory FILE] [--dry-run] [--json]``: the FC handler's path
-(``functions.pipeline.run_event``) on an event file, from a shell.
+"""``ack-mig-hook invoke --event FILE [--inventory FILE] [--dry-run] [--json] [--strict]``: the FC
+handler's path (``functions.pipeline.run_event``) on an event file, run locally from a shell (not the
+deployed function).
 
 With ``--inventory`` the cluster comes from a snapshot file and no credentials are needed. Exit codes:
 0 the event ended done or skip; 2 the event, inventory or configuration is wrong (one line on stderr);
-1 a transient cloud failure (retry) or a node that failed.
+1 a transient cloud failure (retry) or a node that failed; 3 with ``--strict``, when any decision ended
+``error`` or any node ``failed`` (for CI).
 """
 
 import json
@@ -16,8 +18,20 @@ class EventFileError(ValueError):
     """The --event file cannot be read. One line; exit code 2."""
 
 
+HELP = ("run the function's pipeline locally on an event file, as FC would run it (this does not call "
+        "the deployed function)")
+STRICT_EXIT = 3
+
+
 def configure(parser, command):
+    parser.description = HELP
     parser.add_argument("--event", required=True, metavar="FILE", help="event JSON file ('-' for stdin)")
+    parser.add_argument("--region", default="", help="region of the cluster (default: the event's region, "
+                        "else $ACK_MIG_REGION)")
+    parser.add_argument("--cluster-id", default="", help="the cluster the function serves (default: "
+                        "$ACK_MIG_CLUSTER_ID, else the event's)")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit %d when any decision ends error or any node failed (for CI)" % STRICT_EXIT)
     parser.add_argument("--inventory", metavar="FILE",
                         help="cluster snapshot {cluster_id, nodepools, nodes} in the CS API's shapes; "
                              "without it the ACK API is asked (credentials needed)")
@@ -35,26 +49,93 @@ def _read_event(path):
         raise EventFileError("cannot read event file %s: %s" % (path, exc.strerror or exc)) from None
 
 
+def _grouped(rows):
+    """(key, names) in first-seen order: a reason shared by many nodes is printed once, with its nodes."""
+    groups = {}
+    for key, name in rows:
+        groups.setdefault(key, []).append(name)
+    return groups.items()
+
+
 def _text(result):
     lines = ["%s: %s%s (%s)" % (result.trigger, result.outcome, " [dry run]" if result.dry_run else "",
                                 result.reason)]
+    rows = []
     for d in result.decisions:
-        where = d.node_name or d.instance_id
-        lines.append("  %-9s %-22s %-28s %s" % (d.action, d.instance_id, where if where != d.instance_id else "-",
-                                                d.reason))
-    for n in result.nodes or []:
-        lines.append("  node %s: %s (%s)" % (n.get("instance_id"), n.get("outcome"), n.get("reason")))
+        where = d.node_name if d.node_name and d.node_name != d.instance_id else ""
+        rows.append(((d.action, d.reason), d.instance_id + (" (%s)" % where if where else "")))
+    for (action, reason), names in _grouped(rows):
+        if len(names) == 1:
+            lines.append("  %-9s %s: %s" % (action, names[0], reason))
+        else:
+            lines.append("  %-9s %d instances: %s" % (action, len(names), ", ".join(names)))
+            lines.append("  %-9s   %s" % ("", reason))
+    nodes = [((n.get("outcome"), n.get("reason")), n.get("instance_id")) for n in result.nodes or []]
+    for (outcome, reason), names in _grouped(nodes):
+        lines.append("  node %s: %s (%s)" % (", ".join(names), outcome, reason))
     return "\n".join(lines)
+
+
+def _event_region(raw):
+    """The region a CloudEvent (``aliyunregionid``) or an MNS message (``regionId``) carries, if any."""
+    try:
+        doc = json.loads(raw)
+    except (ValueError, RecursionError):
+        return ""
+    if not isinstance(doc, dict):
+        return ""
+    value = doc.get("aliyunregionid") or doc.get("regionId") or ""
+    return value if isinstance(value, str) and len(value) < 64 else ""
+
+
+def _reaches_the_cluster(raw):
+    """Whether the event passes stage 1 (an event skipped there, or refused as bad, needs no cloud)."""
+    from .envelope import read_envelope
+    from .errors import EventOutcome
+
+    try:
+        read_envelope(raw)
+    except (EventOutcome, ValueError, RecursionError):
+        return False
+    return True
+
+
+def _settings(args, raw):
+    """Settings from the environment with the command line's --region/--cluster-id (else the event's
+    region); every missing setting reported at once."""
+    import os
+
+    from . import settings as names
+    from .settings import SettingsError, load_settings
+
+    env = dict(os.environ)
+    if args.region:
+        env[names.REGION] = args.region
+    elif not (env.get(names.REGION) or env.get(names.FC_REGION)) and _event_region(raw):
+        env[names.REGION] = _event_region(raw)
+    if args.cluster_id:
+        env[names.CLUSTER_ID] = args.cluster_id
+    settings = load_settings(env)
+    if not args.inventory and _reaches_the_cluster(raw):
+        missing = []
+        if not settings.region and settings.cs_endpoint is None:
+            missing.append("a region (--region, ACK_MIG_REGION, or the event's aliyunregionid)")
+        if settings.credentials is None:
+            missing.append("credentials (ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET)")
+        if missing:
+            raise SettingsError("missing %s; or use --inventory FILE to run on a cluster snapshot without "
+                                "the cloud" % " and ".join(missing))
+    return settings
 
 
 def run(args):
     from .logs import JsonLogger
     from .pipeline import run_event
-    from .settings import SettingsError, load_settings
+    from .settings import SettingsError
 
     try:
         raw = _read_event(args.event)
-        settings = load_settings()
+        settings = _settings(args, raw)
         lookup = None
         if args.inventory:
             from .cluster import InventoryLookup
@@ -76,6 +157,9 @@ def run(args):
     if result.outcome == "error":
         print("ack-mig-hook: error: %s" % logger.redact(result.reason), file=sys.stderr)
         return 2
+    if args.strict and (any(d.action == "error" for d in result.decisions)
+                        or any(n.get("outcome") == "failed" for n in result.nodes or [])):
+        return STRICT_EXIT
     if result.outcome == "retry":
         return 1
     if any(n.get("outcome") == "failed" for n in result.nodes or []):

@@ -1,0 +1,97 @@
+"""The function's command line explains itself: --version, help on every option, invoke's settings,
+--strict, reasons printed once, and one-line errors that name what the user wrote."""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from importlib import metadata
+
+import pytest
+
+from functions import cli, invoke
+from tests.function.conftest import EVENTS, INVENTORY, ROOT
+
+
+def run(*args, env=None):
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
+    clean.update(env or {})
+    return subprocess.run([sys.executable, "-m", "functions.cli", *args], cwd=ROOT, env=clean,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_version_is_the_installed_one():
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == "ack-mig-hook %s" % metadata.version("ack-mig-hook")
+
+
+@pytest.mark.parametrize("command", sorted(cli.COMMANDS))
+def test_every_option_of_every_command_has_help(command):
+    parser = cli._build([command])
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    undocumented = [a.option_strings or a.dest for a in sub._actions
+                    if a.help is None and not isinstance(a, argparse._HelpAction)]
+    assert undocumented == []
+    assert sub.description
+
+
+def test_invoke_says_it_runs_locally():
+    proc = run("invoke", "--help")
+    assert "locally" in proc.stdout and "not call the deployed function" in proc.stdout.replace("\n", " ") \
+        .replace("  ", " ") or "deployed function" in proc.stdout
+
+
+def test_invoke_reports_every_missing_setting_at_once(tmp_path):
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"cluster_id": "c-1", "dry_run": True}))
+    proc = run("invoke", "--event", str(event))
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "a region (--region" in proc.stderr and "credentials (ALIBABA_CLOUD_ACCESS_KEY_ID" in proc.stderr
+    # --region satisfies one of them; the other is still named.
+    proc = run("invoke", "--event", str(event), "--region", "cn-beijing")
+    assert proc.returncode == 2 and "region" not in proc.stderr and "credentials" in proc.stderr
+
+
+def test_the_event_carries_the_region():
+    with open(os.path.join(ROOT, "examples", "event.json"), "rb") as handle:
+        raw = handle.read()
+    assert invoke._event_region(raw) == json.loads(raw)["aliyunregionid"] == "cn-beijing"
+    assert invoke._event_region(b'{"regionId": "cn-hangzhou", "content": {}}') == "cn-hangzhou"
+    assert invoke._event_region(b"[1]") == "" and invoke._event_region(b"{not json") == ""
+
+
+def test_strict_exits_3_on_an_error_decision_and_0_without():
+    args = ("invoke", "--inventory", INVENTORY, "--dry-run", "--strict")
+    proc = run(*args, "--event", os.path.join(ROOT, "examples", "event-reconcile.json"))
+    assert proc.returncode == invoke.STRICT_EXIT == 3, proc.stderr
+    assert "error" in proc.stdout and "gpu-mig-typo" in proc.stdout
+    proc = run(*args, "--event", os.path.join(ROOT, "examples", "event.json"))
+    assert proc.returncode == 0, proc.stderr
+    # Without --strict the same error decision is not a failed command (the event itself was done).
+    proc = run("invoke", "--inventory", INVENTORY, "--dry-run", "--event",
+               os.path.join(ROOT, "examples", "event-reconcile.json"))
+    assert proc.returncode == 0
+
+
+def test_a_manual_payload_typo_names_the_field_written_and_the_nearest_accepted(tmp_path):
+    event = tmp_path / "typo.json"
+    event.write_text(json.dumps({"cluster_id": "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b", "nodepool_idd": "np1"}))
+    proc = run("invoke", "--event", str(event), "--inventory", INVENTORY)
+    assert proc.returncode == 2
+    assert "event field payload.nodepool_idd: unknown field (did you mean 'nodepool_id'?)" in proc.stderr
+
+
+def test_json_syntax_errors_say_at_once(tmp_path):
+    event = tmp_path / "ctl.json"
+    event.write_bytes(b'{"a": "x\x01y"}')
+    proc = run("invoke", "--event", str(event), "--inventory", INVENTORY)
+    assert proc.returncode == 2 and "character at line 1 column 9" in proc.stderr and "at at" not in proc.stderr
+
+
+def test_timer_event_in_text_prints_a_shared_reason_once():
+    proc = run("invoke", "--event", os.path.join(EVENTS, "fc_timer.json"), "--inventory", INVENTORY, "--dry-run",
+               env={"ACK_MIG_CLUSTER_ID": "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"})
+    assert proc.returncode == 0, proc.stderr
+    assert "partition 3 instances: i-2zeb7c1mig0a100x1k4d" in proc.stdout
+    assert proc.stdout.count("gets 3g.20gb-3g.20gb") == 1
