@@ -168,6 +168,13 @@ def _code_actions():
     return actions
 
 
+def _keeps_commands():
+    """Whether any RunCommand of the code keeps its command (``"KeepCommand": True``)."""
+    texts = [text for _, text in _code_texts() if '"RunCommand"' in text]
+    assert texts and all('"KeepCommand": False' in t for t in texts) or any('"KeepCommand": True' in t for t in texts)
+    return any('"KeepCommand": True' in t for t in texts)
+
+
 def _runs_code(action):
     """The Cloud Assistant actions that put and run something on an instance."""
     return action in ("ecs:RunCommand", "ecs:SendFile", "ecs:InvokeCommand")
@@ -190,6 +197,8 @@ def _expected_grant(action):
     if product == "cs":  # every CS call names the configured cluster
         return _sub("acs:cs:%s:cluster/${ClusterId}" % REGION_ACCOUNT), None
     if _runs_code(action):  # InstanceId.N: instances of this cluster only (ACK's node tag)
+        # RunCommand with KeepCommand=true also creates a command (RAM resource command/*): needed only then.
+        assert not _keeps_commands(), "KeepCommand is used: RunCommand also needs command/* (update both)"
         return (_sub("acs:ecs:%s:instance/*" % REGION_ACCOUNT),
                 {"StringEquals": {"acs:ResourceTag/ack.aliyun.com": {"Ref": "ClusterId"}}})
     if action == "ess:DescribeScalingInstances":  # ScalingGroupId of a pool: unknown until the pool exists
