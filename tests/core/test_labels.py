@@ -155,3 +155,16 @@ def test_a_lone_me_item_is_still_an_unknown_profile():
 
 def test_dotted_plus_me_on_an_a100_is_the_plus_me_profile():
     assert plan(PartitionSpec("sequence", "1g.5gb.me-19"), A100) == plan(PartitionSpec("sequence", "20-19"), A100)
+
+
+@pytest.mark.parametrize("gpu", GPUS, ids=lambda g: g.key)
+def test_every_profile_reads_back_from_the_nodes_label_value(gpu):
+    """The node writes aliyun.accelerator/nvidia_mig_sequence with "+" as "."; a pool label copied from it
+    must mean the same profiles, on every GPU and for every variant suffix."""
+    from node_bootstrap.nodelabels import _VALUE, sequence_label_value
+
+    for p in gpu.profiles:
+        value = sequence_label_value(p.name)
+        assert _VALUE.match(value), value
+        assert parse(PartitionSpec("sequence", value), gpu).profiles == (p,)
+        assert parse(PartitionSpec("sequence", "%s-%s" % (value, value)), gpu).profiles == (p, p)
