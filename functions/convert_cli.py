@@ -1,0 +1,66 @@
+"""``ack-mig-hook convert``: mig-parted configs to pool labels and back (the core is functions.convert).
+
+    ack-mig-hook convert --from-mig-parted FILE [--config NAME] [--gpu GPU] [--json]
+    ack-mig-hook convert --to-mig-parted VALUE [--size] --gpu GPU [--config NAME]
+
+Exit codes: 0 converted; 1 a config was refused (the reason is printed); 2 bad input (one line).
+"""
+
+import json
+import sys
+
+from node_bootstrap.mig import PartitionSpec, find_gpu
+
+from .convert import (ConvertError, from_mig_parted, render_mig_parted, render_results,
+                      to_mig_parted)
+
+
+def configure(parser, command):
+    way = parser.add_mutually_exclusive_group(required=True)
+    way.add_argument("--from-mig-parted", metavar="FILE", help="a mig-parted config (YAML or JSON; '-' for stdin)")
+    way.add_argument("--to-mig-parted", metavar="VALUE", help="a partition label value to turn into a mig-parted config")
+    parser.add_argument("--config", metavar="NAME", help="the mig-parted config to convert (default: all) / to name")
+    parser.add_argument("--gpu", help="GPU model (NVML name, ACK's form or PCI id): checks the layout fits and "
+                                      "writes +me profiles as ids; required with --to-mig-parted")
+    parser.add_argument("--size", action="store_true",
+                        help="with --to-mig-parted: VALUE is a gpu-partition-size value (default: a sequence)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _load(path):
+    try:
+        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConvertError("cannot read %s: %s" % (path, getattr(exc, "strerror", None) or exc)) from None
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        import yaml
+    except ImportError:  # PyYAML is not a runtime dependency of the function
+        raise ConvertError("%s is not JSON and PyYAML is not installed to read YAML (pip install pyyaml)"
+                           % path) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConvertError("%s is not YAML: %s" % (path, " ".join(str(exc).split())[:160])) from None
+
+
+def run(args):
+    gpu = find_gpu(args.gpu) if args.gpu else None
+    if args.to_mig_parted is not None:
+        if gpu is None:
+            raise ConvertError("--to-mig-parted needs --gpu: the layout and profile names depend on the GPU model")
+        doc = to_mig_parted(PartitionSpec("size" if args.size else "sequence", args.to_mig_parted), gpu, args.config)
+        if args.json:
+            print(json.dumps(doc, indent=2))
+        else:
+            print(render_mig_parted(doc), end="")
+        return 0
+    results = from_mig_parted(_load(args.from_mig_parted), args.config, gpu)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        print("\n".join(render_results(results)))
+    return 1 if any(r.reason for r in results) else 0

@@ -1,0 +1,115 @@
+"""``ack-mig-hook convert``: mig-parted configs (the GPU Operator's format) to pool labels and back."""
+
+import json
+
+import pytest
+
+from functions.cli import main
+from functions.convert import ConvertError, from_mig_parted, render_mig_parted, to_mig_parted
+from node_bootstrap.mig import PartitionSpec, find_gpu, plan
+
+A100 = find_gpu("NVIDIA A100-SXM4-40GB")
+
+# Shapes from NVIDIA's mig-parted examples: all-balanced per device filter, a per-GPU custom config.
+DOC = {"version": "v1", "mig-configs": {
+    "all-disabled": [{"devices": "all", "mig-enabled": False}],
+    "all-enabled": [{"devices": "all", "mig-enabled": True, "mig-devices": {}}],
+    "all-1g.5gb": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}],
+    "all-1g.5gb.me": [{"devices": "all", "mig-enabled": True, "mig-devices": {"1g.5gb+me": 1}}],
+    "all-balanced": [
+        {"device-filter": ["0x20B010DE", "0x20B110DE"], "devices": "all", "mig-enabled": True,
+         "mig-devices": {"1g.5gb": 2, "2g.10gb": 1, "3g.20gb": 1}},
+        {"device-filter": "0x20B510DE", "devices": "all", "mig-enabled": True,
+         "mig-devices": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}],
+    "halves": [{"devices": [0, 1, 2, 3], "mig-enabled": True, "mig-devices": {"3g.20gb": 2}},
+               {"devices": [4, 5, 6, 7], "mig-enabled": True, "mig-devices": {"3g.20gb": 2}}],
+    "custom-config": [{"devices": [0, 1, 2, 3], "mig-enabled": False},
+                      {"devices": [4], "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}],
+    "some-gpus": [{"devices": [0, 1], "mig-enabled": True, "mig-devices": {"1g.5gb": 7}}],
+    "too-big": [{"devices": "all", "mig-enabled": True, "mig-devices": {"7g.40gb": 1, "1g.5gb": 1}}],
+}}
+
+
+def by_config(results):
+    return {(r.config, r.device_filter): (r.value or None, r.reason or None) for r in results}
+
+
+def test_every_config_converts_or_is_refused_with_the_reason():
+    got = by_config(from_mig_parted(DOC))
+    assert got[("all-1g.5gb", ())] == ("-".join(["1g.5gb"] * 7), None)
+    assert got[("all-balanced", ("0x20b010de", "0x20b110de"))] == ("3g.20gb-2g.10gb-1g.5gb-1g.5gb", None)
+    assert got[("all-balanced", ("0x20b510de",))][0] == "3g.40gb-2g.20gb-1g.10gb-1g.10gb"  # A100 80GB
+    assert got[("halves", ())] == ("3g.20gb-3g.20gb", None)  # the same layout on every GPU: one label
+    assert "different layouts" in got[("custom-config", ())][1] and "[4]" in got[("custom-config", ())][1]
+    assert "devices [0, 1] only" in got[("some-gpus", ())][1]
+    assert "remove the pool's partition label" in got[("all-disabled", ())][1]
+    assert "no instances" in got[("all-enabled", ())][1]
+    assert "give --gpu" in got[("all-1g.5gb.me", ())][1]
+    # no GPU known (no --gpu, no device filter): the syntax converts, the node's solver will judge the fit
+    assert got[("too-big", ())] == ("7g.40gb-1g.5gb", None)
+
+
+def test_a_device_filter_of_one_catalogue_gpu_checks_the_fit_there():
+    doc = {"mig-configs": {"x": [{"device-filter": "0x20B010DE", "devices": "all", "mig-enabled": True,
+                                  "mig-devices": {"7g.40gb": 1, "1g.5gb": 1}}]}}
+    (r,) = from_mig_parted(doc)
+    assert r.reason.startswith("on A100-SXM4-40GB: ") and "compute slices" in r.reason
+
+
+def test_a_known_gpu_checks_the_layout_and_writes_me_profiles_as_ids():
+    got = by_config(from_mig_parted(DOC, gpu=A100))
+    assert got[("all-1g.5gb.me", ())] == ("20", None)  # NVML id of 1g.5gb+me: label values cannot hold "+"
+    assert "needs 8 compute slices" in got[("too-big", ())][1]
+
+
+def test_every_converted_value_is_accepted_by_the_labels_parser_on_its_gpu():
+    for r in from_mig_parted(DOC, gpu=A100):
+        if not r.reason and not r.device_filter:
+            assert plan(PartitionSpec("sequence", r.value), A100).instances
+
+
+def test_to_mig_parted_and_back_is_the_same_layout():
+    doc = to_mig_parted(PartitionSpec("sequence", "9-2g.10gb-1G.5GB"), A100)
+    assert doc["mig-configs"] == {"ack-3g.20gb-2g.10gb-1g.5gb": [
+        {"devices": "all", "mig-enabled": True, "mig-devices": {"3g.20gb": 1, "2g.10gb": 1, "1g.5gb": 1}}]}
+    (back,) = from_mig_parted(doc, gpu=A100)
+    assert back.value == "3g.20gb-2g.10gb-1g.5gb"
+    size = to_mig_parted(PartitionSpec("size", "1g.5gb"), A100, "mine")
+    assert size["mig-configs"]["mine"][0]["mig-devices"] == {"1g.5gb": 7}
+
+
+def test_rendered_yaml_reads_back_as_the_same_document():
+    yaml = pytest.importorskip("yaml")
+    doc = to_mig_parted(PartitionSpec("sequence", "1g.5gb+me-3g.20gb"), A100, "odd: name #1")
+    assert yaml.safe_load(render_mig_parted(doc)) == doc
+
+
+@pytest.mark.parametrize("doc, fragment", [
+    ({"mig-configs": []}, "not a mig-parted config"),
+    ({"version": "v2", "mig-configs": {}}, "version 'v2' is not supported"),
+])
+def test_not_a_config_is_one_error(doc, fragment):
+    with pytest.raises(ConvertError, match=fragment):
+        from_mig_parted(doc)
+
+
+def test_cli(tmp_path, capsys):
+    path = tmp_path / "config.yaml"
+    path.write_text(json.dumps(DOC))
+    assert main(["convert", "--from-mig-parted", str(path), "--config", "all-balanced"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == ("all-balanced [device-filter 0x20b010de,0x20b110de]: "
+                      "ack.aliyun.com/gpu-partition-sequence=3g.20gb-2g.10gb-1g.5gb-1g.5gb")
+    assert main(["convert", "--from-mig-parted", str(path), "--config", "custom-config"]) == 1
+    assert "refused: its entries give GPUs" in capsys.readouterr().out
+    assert main(["convert", "--from-mig-parted", str(path), "--config", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["ack-mig-hook: error: no config 'nope'; the file has: all-1g.5gb, all-1g.5gb.me, "
+                   "all-balanced, all-disabled, all-enabled, custom-config, halves, some-gpus, too-big"]
+    assert main(["convert", "--to-mig-parted", "3g.20gb-3g.20gb", "--gpu", "A100-SXM4-40GB", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mig-configs"]["ack-3g.20gb-3g.20gb"][0]["mig-devices"] == {
+        "3g.20gb": 2}
+    assert main(["convert", "--to-mig-parted", "3g.20gb"]) == 2
+    assert "needs --gpu" in capsys.readouterr().err
+    assert main(["convert", "--from-mig-parted", str(tmp_path / "missing.yaml")]) == 2
+    assert "cannot read" in capsys.readouterr().err
