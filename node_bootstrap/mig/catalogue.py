@@ -280,8 +280,9 @@ _VARIANTS = {(e.key, i): _model(e, i) for e in _ENTRIES for i in range(len(e.pro
 GPUS = tuple(_VARIANTS[(e.key, 0)] for e in _ENTRIES)
 
 # GPUs that have no MIG at all, so "A10" is refused as such rather than as an unknown name. The
-# pattern is matched against the normalized name (vendor and "tesla" dropped, hyphens for spaces); PCI
-# ids are those of the same products (T4 and V100 ids as NVML reports them on ECS gn6i / gn6v).
+# pattern is matched against the normalized name (vendor and "tesla" dropped, hyphens for spaces). The
+# PCI ids are the products' entries in the public PCI ID registry, as remembered, not checked against a
+# device here: believed. A wrong one could only call a GPU outside every MIG filter "without MIG".
 _NO_MIG_NAMES = re.compile(
     r"^(?:a2|a10g?|a16|a40|l4|l20|l40s?|t4|p4|p40|p100|v100s?|k80|m60|rtx-?a[0-9]{4}|rtx-[0-9]{4}(?:-ada)?)"
     r"(?:-.*)?\Z")
