@@ -2,14 +2,25 @@
 
 Flow for a list of nodes:
 
-1. ``DescribeCloudAssistantStatus`` (100 instances a call) until every agent answers ``true`` or the
-   agent wait runs out; nodes whose agent never came up end ``agent-not-ready`` and are not run.
+1. ``DescribeCloudAssistantStatus`` (pages of 50 instances) until every agent answers ``true`` or the
+   agent wait runs out; nodes whose agent never came up end ``agent-not-ready``, instances the service
+   does not know (released, another region) ``instance-gone``; neither is run. The answer also gives
+   each agent's version (``CloudAssistantVersion``).
 2. Nodes that share their arguments share one script; ``RunCommand`` takes up to 100 instances, with
-   ``{{ACS::InstanceId}}`` telling each node who it is. All batches are submitted before any is polled.
-3. ``DescribeInvocationResults`` once per batch per poll (paged by 50) at a steady interval (growing
-   only after a minute, and API errors back off in :mod:`.rpc`), until every instance of the batch is
-   final; the node's JSON result is the last line of the base64 Output.
-4. Nodes that answer ``bundle-missing`` get the bundle by ``SendFile`` (one call per part per 50 instances,
+   the built-in parameter ``{{ACS::InstanceId}}`` telling each node who it is. That parameter needs a
+   Linux agent >= 2.2.3.309 ("Use custom parameters in Cloud Assistant commands"); a node with an older
+   (or unreported) agent gets a script of its own with its instance id written in, one RunCommand each.
+3. Every batch is submitted (16 calls in flight) before any is polled; then ONE loop polls every open
+   invocation per round (``DescribeInvocationResults``, pages of 50) at a steady interval (growing only
+   after a minute; API errors back off in :mod:`.rpc`), until every instance is final. So 10,000 nodes
+   take one node run plus the submit round trips, not a node run per round of batches.
+4. RunCommand and SendFile refuse a WHOLE call when one instance cannot run it (released: 404
+   ``InvalidInstance.NotFound``; not Running: 400 ``InvalidInstanceStatus``; no agent: 400
+   ``InvalidInstance.NoClient``, ECS API reference). Then the agent status of that batch is asked again:
+   instances it no longer lists end ``instance-gone``, those not ``true`` ``agent-unavailable``, and the
+   rest is submitted again. When the status shows nothing wrong the batch is halved until the refused
+   instance stands alone (at most log2(100) = 7 extra calls per bad instance).
+5. Nodes that answer ``bundle-missing`` get the bundle by ``SendFile`` (one call per part per 50 instances,
    each part <= 32 KB base64), and are run once more. A warm node therefore costs one RunCommand.
 
 Every instance ends with exactly one :class:`~.result.NodeResult`; API failures after retries fail the
@@ -17,10 +28,11 @@ nodes of that batch, never the others.
 """
 
 import base64
+import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .result import NodeResult, NodeTarget, parse_output
 from .rpc import ApiError, RpcClient
@@ -28,11 +40,14 @@ from .transport import ScriptMaker
 
 RUN_BATCH = 100  # RunCommand and DescribeCloudAssistantStatus take at most 100 instances
 SEND_BATCH = 50  # SendFile takes at most 50
-PAGE = 50  # DescribeInvocationResults PageSize maximum
+PAGE = 50  # DescribeInvocationResults PageSize maximum; DescribeCloudAssistantStatus 1-50 in current docs
+CALLS_IN_FLIGHT = 16  # concurrent API calls while submitting and per poll round
 RUNCOMMAND_LIMIT = 24 * 1024  # CommandContent, base64, KeepCommand=false
 SLOW_AFTER_S = 60.0  # result polls keep their first interval this long, then back off
+# {{ACS::InstanceId}} and other built-in parameters: Linux agent 2.2.3.309 or later.
+PARAMETER_AGENT = (2, 2, 3, 309)
 FINAL = {"Success", "Failed", "Error", "Timeout", "Cancelled", "Terminated", "Aborted", "Invalid", "Stopped"}
-ERRORS = {  # Cloud Assistant ErrorCode -> our transport error code
+ERRORS = {  # Cloud Assistant ErrorCode (per instance, in the results) -> our transport error code
     "ClientNotRunning": "agent-not-ready", "ClientNotResponse": "agent-not-ready",
     "ClientIsUpgrading": "agent-not-ready", "ClientNeedUpgrade": "agent-not-ready",
     "DeliveryTimeout": "delivery-timeout", "ExecutionTimeout": "execution-timeout",
@@ -40,10 +55,33 @@ ERRORS = {  # Cloud Assistant ErrorCode -> our transport error code
     "InstanceNotRunning": "instance-not-running", "ExecutionInterrupted": "execution-interrupted",
     "ExecutionException": "execution-error",
 }
+# Errors with which RunCommand / SendFile refuse a whole call because of one instance (InvokeCommand's
+# documented codes), and what a lone refused instance is reported as.
+WHOLE_CALL = {"InvalidInstance.NotFound": "instance-gone", "InvalidInstanceId.NotFound": "instance-gone",
+              "InvalidInstanceStatus": "agent-unavailable", "IncorrectInstanceStatus": "agent-unavailable",
+              "InvalidInstance.NotRunning": "agent-unavailable", "InvalidInstance.NoClient": "agent-unavailable"}
+_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 
 
 def _chunks(items, size):
     return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def agent_version(text) -> Optional[tuple]:
+    """``"2.2.3.309"`` -> ``(2, 2, 3, 309)``; None when the agent did not report one (null, odd text)."""
+    text = str(text or "").strip()
+    return tuple(int(p) for p in text.split(".")) if _VERSION.match(text) else None
+
+
+def refused_whole_call(exc: ApiError) -> bool:
+    """The call was refused because of (some of) its instances, not because of the request itself."""
+    return exc.code in WHOLE_CALL
+
+
+class Batch(NamedTuple):
+    targets: List[NodeTarget]
+    script: str
+    parameters: bool  # the script uses {{ACS::InstanceId}} (EnableParameter=true)
 
 
 class CloudAssistantTransport:
@@ -51,11 +89,15 @@ class CloudAssistantTransport:
 
     def __init__(self, ecs: RpcClient, maker: ScriptMaker, agent_wait_s: float = 120.0,
                  poll_s: float = 1.0, poll_max_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, calls_in_flight: int = CALLS_IN_FLIGHT):
         self.ecs, self.maker = ecs, maker
+        self.calls_in_flight = max(1, calls_in_flight)
         self.agent_wait_s, self.poll_s, self.poll_max_s = agent_wait_s, poll_s, poll_max_s
         self.clock, self.sleep = clock, sleep
         self.largest_request = 0  # bytes of the largest CommandContent / Content sent (benchmarks read it)
+        self.versions: Dict[str, Optional[tuple]] = {}  # instance id -> agent version, from the status
+        # ("submit"|"poll", invoke id) and ("round", "") markers, in order (tests and benchmarks read it)
+        self.trace: List[Tuple[str, str]] = []
 
     # ---- the interface ----
 
@@ -76,24 +118,42 @@ class CloudAssistantTransport:
 
     # ---- agents ----
 
+    def _status_pages(self, ids: Sequence[str]) -> List[object]:
+        """One answer per page of ``ids``: {iid: row} for the ids the service listed, or the ApiError."""
+        pages = _chunks(sorted(ids), PAGE)
+        if not pages:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(pages))) as pool:
+            return list(zip(pages, pool.map(self._agent_status, pages)))
+
     def _wait_for_agents(self, targets: List[NodeTarget], results: Dict[str, NodeResult]) -> List[NodeTarget]:
         pending = {t.instance_id: t for t in targets}
+        unknown: Dict[str, int] = {}  # instance id -> answers in a row that did not list it
         deadline = self.clock() + self.agent_wait_s
         interval = self.poll_s
         while pending:
-            # Pages of 50: DescribeCloudAssistantStatus documents PageSize 1-50, so a larger query could be
-            # answered in part, and the rest would look like agents that never start.
-            batches = _chunks(sorted(pending), PAGE)
-            with ThreadPoolExecutor(max_workers=min(16, len(batches))) as pool:
-                answers = list(pool.map(self._agent_status, batches))
-            for batch, answer in zip(batches, answers):
+            for batch, answer in self._status_pages(pending):
                 if isinstance(answer, ApiError):
                     for iid in batch:
                         results[iid] = NodeResult(iid, self.name, error="api-error", message=str(answer))
                         pending.pop(iid)
                     continue
-                for iid in answer:
-                    pending.pop(iid, None)
+                for iid in batch:
+                    row = answer.get(iid)
+                    if row is None:
+                        # Not listed twice in a row: the instance does not exist (any more). Once could be
+                        # a brand-new instance the service has not caught up with.
+                        unknown[iid] = unknown.get(iid, 0) + 1
+                        if unknown[iid] >= 2:
+                            results[iid] = NodeResult(iid, self.name, error="instance-gone", message=(
+                                "DescribeCloudAssistantStatus does not know the instance: released, or not "
+                                "in region %s" % self.ecs.region))
+                            pending.pop(iid)
+                        continue
+                    unknown.pop(iid, None)
+                    if str(row.get("CloudAssistantStatus")).lower() == "true":
+                        self.versions[iid] = agent_version(row.get("CloudAssistantVersion"))
+                        pending.pop(iid)
             if not pending or self.clock() >= deadline:
                 break
             self.sleep(interval)
@@ -104,7 +164,7 @@ class CloudAssistantTransport:
         return [t for t in targets if t.instance_id not in results]
 
     def _agent_status(self, batch: List[str]):
-        """The ids of ``batch`` whose agent is running, or the ApiError that stopped the call."""
+        """{instance id: status row} for the ids of ``batch`` the service lists, or the ApiError."""
         params = {"RegionId": self.ecs.region, "PageSize": PAGE}
         params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(batch)})
         try:
@@ -112,66 +172,156 @@ class CloudAssistantTransport:
         except ApiError as exc:
             return exc
         rows = (body.get("InstanceCloudAssistantStatusSet") or {}).get("InstanceCloudAssistantStatus") or []
-        return [row.get("InstanceId") for row in rows if str(row.get("CloudAssistantStatus")).lower() == "true"]
+        return {row.get("InstanceId"): row for row in rows if isinstance(row, dict)}
+
+    # ---- whole-call refusals ----
+
+    def _isolating(self, ids: List[str], call: Callable[[List[str]], object], depth: int = 0):
+        """``call(ids)``; when the API refuses the whole call because of some instances, find them (agent
+        status again, else halve the batch) and call again without them. Returns ``(done, failed)``:
+        [(ids, value)] for the calls that went through, {iid: NodeResult} for the instances left out."""
+        try:
+            return [(ids, call(ids))], {}
+        except ApiError as exc:
+            if not refused_whole_call(exc):
+                raise
+            refusal = exc
+        failed: Dict[str, NodeResult] = {}
+        if depth == 0:  # once per refused batch: the status shows stopped, released and agentless instances
+            for page, answer in self._status_pages(ids):
+                if isinstance(answer, ApiError):
+                    continue  # no better knowledge: halving below still finds the refused instance
+                for iid in page:
+                    row = answer.get(iid)
+                    if row is None:
+                        failed[iid] = NodeResult(iid, self.name, error="instance-gone", message=(
+                            "%s: the instance no longer exists (%s)" % (refusal.action, refusal.code)))
+                    elif str(row.get("CloudAssistantStatus")).lower() != "true":
+                        failed[iid] = NodeResult(iid, self.name, error="agent-unavailable", message=(
+                            "%s: the instance is not running or its Cloud Assistant agent is gone (%s)"
+                            % (refusal.action, refusal.code)))
+        rest = [iid for iid in ids if iid not in failed]
+        if failed:
+            if not rest:
+                return [], failed
+            done, more = self._isolating(rest, call, depth + 1)
+            failed.update(more)
+            return done, failed
+        if len(ids) == 1:
+            code = WHOLE_CALL.get(refusal.code, "api-error")
+            return [], {ids[0]: NodeResult(ids[0], self.name, error=code, message=str(refusal))}
+        half = len(ids) // 2
+        done: list = []
+        for part in (ids[:half], ids[half:]):
+            got, more = self._isolating(part, call, depth + 1)
+            done.extend(got)
+            failed.update(more)
+        return done, failed
 
     # ---- run ----
 
-    def _run_all(self, targets: Sequence[NodeTarget]) -> Dict[str, NodeResult]:
+    def _batches(self, targets: Sequence[NodeTarget]) -> List[Batch]:
         groups: Dict[tuple, List[NodeTarget]] = {}
         for t in targets:
             groups.setdefault(tuple(t.args), []).append(t)
-        batches = [b for group in groups.values() for b in _chunks(group, RUN_BATCH)]
+        batches = []
+        for group in groups.values():
+            shared = [t for t in group if (self.versions.get(t.instance_id) or ()) >= PARAMETER_AGENT]
+            for chunk in _chunks(shared, RUN_BATCH):
+                batches.append(Batch(chunk, self.maker.script(chunk), True))
+            for t in group:  # an older agent would run "{{ACS::InstanceId}}" literally: its own id, written in
+                if (self.versions.get(t.instance_id) or ()) < PARAMETER_AGENT:
+                    batches.append(Batch([t], self.maker.script([t], t.instance_id), False))
+        return batches
+
+    def _run_all(self, targets: Sequence[NodeTarget]) -> Dict[str, NodeResult]:
+        batches = self._batches(targets)
         if not batches:
             return {}
-        # Submit everything first, then poll each batch: the wall time is one node run, not one per batch.
-        with ThreadPoolExecutor(max_workers=min(16, len(batches))) as pool:
-            return {iid: res for part in pool.map(self._run_batch, batches) for iid, res in part.items()}
+        results: Dict[str, NodeResult] = {}
+        invocations: List[Tuple[str, List[NodeTarget]]] = []
+        # Every batch is submitted before any is polled: a node's run starts as soon as its batch is in.
+        with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(batches))) as pool:
+            for submitted, failed in pool.map(self._submit, batches):
+                invocations.extend(submitted)
+                results.update(failed)
+        results.update(self._poll_all(invocations))
+        return results
 
-    def _run_batch(self, batch: List[NodeTarget]) -> Dict[str, NodeResult]:
-        content = base64.b64encode(self.maker.script(batch).encode("utf-8")).decode("ascii")
+    def _submit(self, batch: Batch):
+        """RunCommand for one batch: ([(invoke id, targets)], {iid: failure})."""
+        content = base64.b64encode(batch.script.encode("utf-8")).decode("ascii")
         self.largest_request = max(self.largest_request, len(content))
         if len(content) > RUNCOMMAND_LIMIT:  # cannot happen with our script; refuse rather than truncate
-            return self._fail(batch, "api-error", "command content is %d bytes, over RunCommand's limit"
-                              % len(content))
-        params = {"RegionId": self.ecs.region, "Type": "RunShellScript", "CommandContent": content,
-                  "ContentEncoding": "Base64", "Timeout": self.maker.deadline_s + 60, "KeepCommand": False,
-                  "EnableParameter": True, "Name": "ack-mig-hook", "ClientToken": uuid.uuid4().hex}
-        params.update({"InstanceId.%d" % (i + 1): t.instance_id for i, t in enumerate(batch)})
-        try:
-            invoke_id = self.ecs.call("RunCommand", params)["InvokeId"]
-        except (ApiError, KeyError) as exc:
-            return self._fail(batch, "api-error", str(exc))
-        return self._poll(invoke_id, batch)
+            return [], self._fail(batch.targets, "api-error", "command content is %d bytes, over RunCommand's "
+                                  "limit" % len(content))
+        by_id = {t.instance_id: t for t in batch.targets}
 
-    def _poll(self, invoke_id: str, batch: List[NodeTarget]) -> Dict[str, NodeResult]:
+        def run_command(ids: List[str]) -> str:
+            params = {"RegionId": self.ecs.region, "Type": "RunShellScript", "CommandContent": content,
+                      "ContentEncoding": "Base64", "Timeout": self.maker.deadline_s + 60, "KeepCommand": False,
+                      "EnableParameter": batch.parameters, "Name": "ack-mig-hook", "ClientToken": uuid.uuid4().hex}
+            params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(ids)})
+            invoke_id = self.ecs.call("RunCommand", params).get("InvokeId")
+            if not invoke_id:
+                raise ApiError("RunCommand", "SDK.Unexpected", "no InvokeId in the answer")
+            self.trace.append(("submit", invoke_id))
+            return invoke_id
+
+        try:
+            done, failed = self._isolating(list(by_id), run_command)
+        except ApiError as exc:
+            return [], self._fail(batch.targets, "api-error", str(exc))
+        return [(invoke_id, [by_id[i] for i in ids]) for ids, invoke_id in done], failed
+
+    def _poll_all(self, invocations: List[Tuple[str, List[NodeTarget]]]) -> Dict[str, NodeResult]:
+        """One loop for every open invocation: each round reads all of them (16 calls in flight)."""
         done: Dict[str, NodeResult] = {}
-        wanted = {t.instance_id for t in batch}
+        open_: Dict[str, set] = {invoke_id: {t.instance_id for t in batch} for invoke_id, batch in invocations}
+        members = {invoke_id: batch for invoke_id, batch in invocations}
         started = self.clock()
         deadline = started + self.maker.deadline_s + 120
         interval = self.poll_s
-        while True:
-            self.sleep(interval)
-            try:
-                rows = self._results(invoke_id)
-            except ApiError as exc:
-                if self.clock() < deadline and exc.retryable:
-                    continue
-                done.update(self._fail([t for t in batch if t.instance_id not in done], "api-error", str(exc)))
-                return done
-            for row in rows:
-                iid = row.get("InstanceId")
-                if iid in wanted and iid not in done and row.get("InvocationStatus") in FINAL:
-                    done[iid] = self._result(row)
-            if wanted <= set(done):
-                return done
-            if self.clock() >= deadline:
-                done.update(self._fail([t for t in batch if t.instance_id not in done], "execution-timeout",
-                                       "no final result from Cloud Assistant in time"))
-                return done
-            # A steady beat while a normal run lasts (a result is seen at most one interval late); past a
-            # minute the node is slow anyway, and the interval grows to spare the API.
-            if self.clock() - started > SLOW_AFTER_S:
-                interval = min(interval * 1.5, self.poll_max_s)
+        if not open_:
+            return done
+        with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(open_))) as pool:
+            while open_:
+                self.sleep(interval)
+                ids = list(open_)
+                self.trace.append(("round", ""))
+                for invoke_id, answer in zip(ids, pool.map(self._results_or_error, ids)):
+                    wanted = open_[invoke_id]
+                    if isinstance(answer, ApiError):
+                        if answer.retryable and self.clock() < deadline:
+                            continue  # the next round asks again
+                        done.update(self._fail([t for t in members[invoke_id] if t.instance_id in wanted],
+                                               "api-error", str(answer)))
+                        del open_[invoke_id]
+                        continue
+                    for row in answer:
+                        iid = row.get("InstanceId")
+                        if iid in wanted and row.get("InvocationStatus") in FINAL:
+                            done[iid] = self._result(row)
+                            wanted.discard(iid)
+                    if not wanted:
+                        del open_[invoke_id]
+                if open_ and self.clock() >= deadline:
+                    for invoke_id, wanted in open_.items():
+                        done.update(self._fail([t for t in members[invoke_id] if t.instance_id in wanted],
+                                               "execution-timeout", "no final result from Cloud Assistant in time"))
+                    break
+                # A steady beat while a normal run lasts (a result is seen at most one interval late); past a
+                # minute the node is slow anyway, and the interval grows to spare the API.
+                if self.clock() - started > SLOW_AFTER_S:
+                    interval = min(interval * 1.5, self.poll_max_s)
+        return done
+
+    def _results_or_error(self, invoke_id: str):
+        self.trace.append(("poll", invoke_id))
+        try:
+            return self._results(invoke_id)
+        except ApiError as exc:
+            return exc
 
     def _results(self, invoke_id: str) -> List[dict]:
         rows: List[dict] = []
@@ -217,21 +367,33 @@ class CloudAssistantTransport:
         def send(job):
             name, content, batch = job
             self.largest_request = max(self.largest_request, len(content))
-            params = {"RegionId": self.ecs.region, "Name": name, "TargetDir": incoming, "Content": content,
-                      "ContentType": "Base64", "FileMode": "0600", "Overwrite": True,
-                      "Timeout": 120}
-            params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(batch)})
+
+            def send_file(ids: List[str]) -> str:
+                params = {"RegionId": self.ecs.region, "Name": name, "TargetDir": incoming, "Content": content,
+                          "ContentType": "Base64", "FileMode": "0600", "Overwrite": True, "Timeout": 120}
+                params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(ids)})
+                invoke_id = self.ecs.call("SendFile", params).get("InvokeId")
+                if not invoke_id:
+                    raise ApiError("SendFile", "SDK.Unexpected", "no InvokeId in the answer")
+                return invoke_id
+
             try:
-                invoke_id = self.ecs.call("SendFile", params)["InvokeId"]
-                return self._wait_sent(invoke_id, batch)
-            except (ApiError, KeyError) as exc:
+                done, refused = self._isolating(list(batch), send_file)
+                bad = {iid: res for iid, res in refused.items()}
+                for ids, invoke_id in done:
+                    bad.update({iid: why for iid, why in self._wait_sent(invoke_id, ids).items()})
+                return bad
+            except ApiError as exc:
                 return {iid: "api-error: %s" % exc for iid in batch}
 
-        with ThreadPoolExecutor(max_workers=min(16, len(jobs))) as pool:
+        with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(jobs))) as pool:
             for bad in pool.map(send, jobs):
                 for iid, why in bad.items():
-                    failed.setdefault(iid, NodeResult(iid, self.name, error="bundle-missing",
-                                                      message="SendFile: %s" % why))
+                    if isinstance(why, NodeResult):  # refused: the instance itself is gone or unavailable
+                        failed[iid] = why
+                    else:
+                        failed.setdefault(iid, NodeResult(iid, self.name, error="bundle-missing",
+                                                          message="SendFile: %s" % why))
         return failed
 
     def _wait_sent(self, invoke_id: str, batch: List[str]) -> Dict[str, str]:

@@ -169,3 +169,114 @@ def test_a_slow_answer_times_out_and_the_retry_is_the_same_invocation(emulator, 
     results = transport(ecs, maker).run(targets(2, prefix="i-emu"))
     assert set(outcomes(results).values()) == {"partitioned"}
     assert ecs.calls["RunCommand"] == 2 and len(emulator.invocations) == 1
+
+
+def test_every_batch_is_submitted_before_any_is_polled_then_one_loop_polls_them_all(emulator, ecs, maker):
+    """300 nodes, 3 batches, only 2 calls in flight: a worker that submits and then polls its own batch
+    would poll batch 1 before batch 3 is in. Here every RunCommand reaches the API before the first
+    DescribeInvocationResults, and each poll round reads every open invocation."""
+    emulator.add_nodes(300, lambda iid: SimNode(duration_s=0.3))
+    t = transport(ecs, maker, calls_in_flight=2)
+    results = t.run(targets(300, prefix="i-emu"))
+    assert set(outcomes(results).values()) == {"partitioned"}
+    order = [action for action, _ in emulator.requests]
+    first_poll = order.index("DescribeInvocationResults")
+    assert order.count("RunCommand") == 3 and max(i for i, a in enumerate(order) if a == "RunCommand") < first_poll
+    assert [kind for kind, _ in t.trace[:3]] == ["submit"] * 3 and {k for k, _ in t.trace[3:]} == {"poll", "round"}
+    rounds = []
+    for kind, invoke_id in t.trace[3:]:
+        if kind == "round":
+            rounds.append(set())
+        else:
+            rounds[-1].add(invoke_id)
+    # one loop: the first round reads all three; each round reads every invocation still open, and a
+    # finished one is never read again
+    assert rounds[0] == {i for k, i in t.trace[:3]} and all(b <= a for a, b in zip(rounds, rounds[1:]))
+    assert emulator.calls["DescribeCloudAssistantStatus"] == 6  # pages of 50, all agents up at once
+    polls = {}
+    for action, params in emulator.requests:
+        if action == "DescribeInvocationResults":
+            assert params["PageSize"] == "50"
+            if params["PageNumber"] == "1":
+                polls[params["InvokeId"]] = polls.get(params["InvokeId"], 0) + 1
+    assert len(polls) == 3 and sum(polls.values()) == sum(len(r) for r in rounds)
+    assert emulator.calls["DescribeInvocationResults"] == 2 * sum(polls.values())  # 100 rows = 2 pages each
+
+
+def test_a_whole_call_refusal_reports_the_bad_instances_and_runs_the_rest(emulator, ecs, maker):
+    """RunCommand refuses the whole call when one instance is stopped, released or lost its agent after
+    the agent check. The status is asked again, those instances are reported, the rest run."""
+    emulator.reject_unrunnable = True
+    ids = emulator.add_nodes(120)
+    emulator.nodes[ids[5]].lost_after = 1  # stopped after its agent answered "true"
+    emulator.nodes[ids[50]].lost_after, emulator.nodes[ids[50]].lost_as = 1, "agent-gone"
+    emulator.nodes[ids[110]].lost_after, emulator.nodes[ids[110]].lost_as = 1, "released"
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(120, prefix="i-emu"))}
+    assert results[ids[5]].error == "agent-unavailable" and results[ids[50]].error == "agent-unavailable"
+    assert results[ids[110]].error == "instance-gone"
+    assert "InvalidInstanceStatus" in results[ids[5]].message or "InvalidInstance" in results[ids[5]].message
+    good = [iid for iid in ids if iid not in (ids[5], ids[50], ids[110])]
+    assert {outcome(results[iid]).outcome for iid in good} == {"partitioned"}
+    # 2 refused + 2 resubmitted; the status: 3 pages first, then 2 + 1 pages for the refused batches
+    assert emulator.calls["RunCommand"] == 4 and emulator.calls["DescribeCloudAssistantStatus"] == 6
+    sent = [p for a, p in emulator.requests if a == "RunCommand"]
+    assert sorted(len([k for k in p if k.startswith("InstanceId.")]) for p in sent) == [19, 20, 98, 100]
+
+
+def test_a_refusal_the_status_cannot_explain_is_found_by_halving(emulator, ecs, maker):
+    emulator.reject_unrunnable = True
+    ids = emulator.add_nodes(100)
+    bad = ids[37]
+    emulator.fail_next("RunCommand", "InvalidInstanceStatus", 400, times=20,
+                       when=lambda params: bad in params.values())
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(100, prefix="i-emu"))}
+    assert results[bad].error == "agent-unavailable" and "InvalidInstanceStatus" in results[bad].message
+    assert {outcome(r).outcome for iid, r in results.items() if iid != bad} == {"partitioned"}
+    assert emulator.calls["RunCommand"] <= 1 + 2 * 7  # halving 100 down to 1: at most 7 levels
+
+
+def test_sendfile_refusing_a_whole_call_fails_only_the_bad_instance(emulator, ecs, fake_bundle):
+    emulator.reject_unrunnable = True
+    ids = emulator.add_nodes(4, lambda iid: SimNode(bundle=False))
+    node = emulator.nodes[ids[2]]
+    first_run = node.run
+
+    def run_then_stop(script, timeout_s):  # the instance stops right after its first (bundle-missing) run
+        answer = first_run(script, timeout_s)
+        node.lost_after = 0
+        return answer
+
+    node.run = run_then_stop
+    maker = ScriptMaker(fake_bundle, 30, DEFAULT_ROOT, sys.executable)
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(4, prefix="i-emu"))}
+    assert results[ids[2]].error == "agent-unavailable" and "SendFile" in results[ids[2]].message
+    assert {outcome(results[i]).outcome for i in ids if i != ids[2]} == {"partitioned"}
+    parts = len(fake_bundle.chunks())
+    assert emulator.calls["SendFile"] == 2 * parts  # each part: refused once, then sent to the other three
+
+
+def test_an_old_agent_runs_a_script_with_its_own_id_instead_of_the_builtin_parameter(emulator, ecs, fake_bundle,
+                                                                                      tmp_path):
+    """{{ACS::InstanceId}} needs Linux agent 2.2.3.309; an older agent (the emulator answers it
+    ClientNeedUpgrade) gets a script with its instance id written in, and picks its own node name."""
+    ids = emulator.add_nodes(3, lambda iid: ShellNode(str(tmp_path / iid), DEFAULT_ROOT))
+    emulator.nodes[ids[1]].agent_version = "2.2.3.256"
+    maker = ScriptMaker(fake_bundle, 30, DEFAULT_ROOT, sys.executable)
+    t = transport(ecs, maker)
+    results = {r.instance_id: r for r in t.run(targets(3, prefix="i-emu"))}
+    assert [outcome(results[i]).outcome for i in ids] == ["partitioned"] * 3
+    assert results[ids[1]].result["node_name"] == "cn-test.10.0.0.1"
+    assert t.versions[ids[1]] == (2, 2, 3, 256) and t.versions[ids[0]] == (2, 5, 3, 0)
+    old = [p for a, p in emulator.requests if a == "RunCommand" and p.get("InstanceId.1") == ids[1]]
+    assert old and all(p["EnableParameter"] == "false" and "InstanceId.2" not in p for p in old)
+    script = base64.b64decode(old[0]["CommandContent"]).decode()
+    assert "{{ACS::InstanceId}}" not in script and "'%s'" % ids[1] in script
+
+
+def test_an_instance_the_status_does_not_know_is_gone_without_waiting_out_the_agent_wait(emulator, ecs, maker):
+    ids = emulator.add_nodes(2)
+    results = {r.instance_id: r for r in transport(ecs, maker, agent_wait_s=30).run(
+        targets(2, prefix="i-emu") + targets(1, prefix="i-released"))}
+    assert results["i-released0000"].error == "instance-gone"
+    assert {outcome(results[i]).outcome for i in ids} == {"partitioned"}
+    assert emulator.calls["DescribeCloudAssistantStatus"] == 2  # two rounds (one page each), not 30 s

@@ -10,7 +10,14 @@ Nodes are models (:class:`SimNode`): an agent that is or becomes ready, a script
 time and returns a configured result, or (:class:`ShellNode`) one that really runs the script in a
 subprocess against its own directory, so the bundle cache path is exercised for real. Faults: per-action
 error queues (Throttling, 5xx), a per-call latency, late answers (``slow_next``), an agent that is not
-ready, an instance released mid-run, execution timeouts. ``calls`` counts requests per action.
+ready, an instance released mid-run, execution timeouts, an instance stopped or released between the
+agent check and the command (``lost_after``), an old agent (``agent_version``), and, with
+``reject_unrunnable``, RunCommand/SendFile refusing the WHOLE call when one instance cannot run it, as
+the ECS API reference documents for InvokeCommand: 404 ``InvalidInstance.NotFound`` ("The specified
+instances does not exist."), 400 ``InvalidInstanceStatus`` (the instance must be Running), 400
+``InvalidInstance.NoClient`` (no Cloud Assistant client). ``calls`` counts requests per action.
+A SimNode's run is decided when the command arrives and revealed by DescribeInvocationResults once its
+``duration_s`` has passed (no thread per node, so 10,000 nodes fit in one process).
 """
 
 import base64
@@ -73,9 +80,18 @@ class SimNode:
     """A node model. ``result`` is the node's JSON (printed as the last output line); ``bundle`` False
     makes the first run answer ``bundle-missing`` until a SendFile delivers the parts."""
 
+    instant = True  # the run is a pure function of the node: decided at once, revealed after duration_s
+
     def __init__(self, agent_ready=True, ready_after=0, duration_s=0.0, result=None, exit_code=0,
-                 bundle=True, timeout=False, released=False):
+                 bundle=True, timeout=False, released=False, agent_version="2.5.3.0", lost_after=None,
+                 lost_as="stopped"):
         self.agent_ready, self.ready_after = agent_ready, ready_after
+        # DescribeCloudAssistantStatus's CloudAssistantVersion ("" = null: agent not installed or not running)
+        self.agent_version = agent_version
+        # after this many agent-status answers the instance is "stopped", "released" or its agent is gone
+        # ("agent-gone"): the race between the agent check and the command that makes RunCommand refuse a
+        # whole call
+        self.lost_after, self.lost_as = lost_after, lost_as
         self.duration_s, self.exit_code, self.bundle = duration_s, exit_code, bundle
         self.result = result if result is not None else {"outcome": "success", "changes": 1, "gpus": [],
                                                           "sequence": "1g.5gb"}
@@ -84,8 +100,15 @@ class SimNode:
         self.status_queries = 0
 
     def is_ready(self) -> bool:
+        running = self.state() == "running"
         self.status_queries += 1
-        return self.agent_ready and self.status_queries > self.ready_after
+        return self.agent_ready and self.status_queries > self.ready_after and running
+
+    def state(self) -> str:
+        """running, stopped, agent-gone or released (then unknown to every API)."""
+        if self.lost_after is not None and self.status_queries >= self.lost_after:
+            return self.lost_as
+        return "released" if getattr(self, "gone", False) else "running"
 
     def run(self, script: str, timeout_s: int) -> Run:
         if self.released:
@@ -105,6 +128,8 @@ class SimNode:
 class ShellNode(SimNode):
     """Runs the command for real: ``sh -c`` in a subprocess, with the node's directory ``node_root``
     mapped under ``fs`` (its own filesystem), so each emulated node has its own bundle cache."""
+
+    instant = False
 
     def __init__(self, fs: str, node_root: str, **kw):
         super().__init__(**kw)
@@ -151,6 +176,7 @@ class Emulator:
         self.client_tokens: Dict[str, str] = {}
         self.nonces = set()
         self.rejected: List[str] = []
+        self.reject_unrunnable = False  # the fault: RunCommand/SendFile refuse a whole call (see above)
         self._lock = threading.Lock()
         self._server: Optional[ThreadingHTTPServer] = None
 
@@ -312,8 +338,15 @@ class Emulator:
             return self._error(400, "InvalidParam.PageSize", "PageSize must be 1 to 50")
         if len(ids) > int(params.get("PageSize", 10)):
             return self._error(400, "InvalidParam.InstanceId", "more instance ids than PageSize")
-        rows = [{"InstanceId": iid, "CloudAssistantStatus": "true" if iid in self.nodes and
-                 self.nodes[iid].is_ready() else "false", "CloudAssistantVersion": "2.5.3.0"} for iid in ids]
+        # An id the service does not know (never existed, released) gets no row: the call filters by id.
+        rows = []
+        for iid in ids:
+            node = self.nodes.get(iid)
+            if node is None or node.state() == "released":
+                continue
+            ready = node.is_ready()
+            rows.append({"InstanceId": iid, "CloudAssistantStatus": "true" if ready else "false",
+                         "CloudAssistantVersion": node.agent_version if ready else "", "OSType": "Linux"})
         return {"InstanceCloudAssistantStatusSet": {"InstanceCloudAssistantStatus": rows},
                 "TotalCount": len(rows), "PageNumber": 1, "PageSize": len(rows)}
 
@@ -325,6 +358,9 @@ class Emulator:
             return self._error(400, "InvalidParameter", "expected Base64 RunShellScript")
         if params.get("KeepCommand", "false") != "false" or len(params["CommandContent"]) > RUNCOMMAND_LIMIT:
             return self._error(400, "InvalidCommandContent.LengthLimitExceed", "content over 24 KB")
+        refused = self._unrunnable(ids)
+        if refused:
+            return refused
         token = params.get("ClientToken")
         with self._lock:
             if token and token in self.client_tokens:  # idempotent retry: the same invocation
@@ -344,30 +380,80 @@ class Emulator:
         for iid in ids:
             node = self.nodes.get(iid)
             text = script.replace("{{ACS::InstanceId}}", iid) if params.get("EnableParameter") == "true" else script
-            threading.Thread(target=self._execute, args=(results[iid], node, text, timeout_s), daemon=True).start()
+            parameters = params.get("EnableParameter") == "true"
+            if node is None or node.instant:
+                self._decide(results[iid], node, text, timeout_s, parameters)
+            else:
+                threading.Thread(target=self._execute, args=(results[iid], node, text, timeout_s, parameters),
+                                 daemon=True).start()
         return {"InvokeId": invoke_id, "CommandId": "c-emu"}
 
-    def _execute(self, row, node, script, timeout_s):
-        if node is None:
-            row.update(InvocationStatus="Failed", ErrorCode="InstanceNotExists",
-                       ErrorInfo="the specified instance does not exists")
+    def _unrunnable(self, ids):
+        """With ``reject_unrunnable``: the error that refuses the whole call when one instance cannot run
+        it (InvokeCommand's documented codes), else None."""
+        if not self.reject_unrunnable:
+            return None
+        for iid in ids:
+            node = self.nodes.get(iid)
+            if node is None or node.state() == "released":
+                return self._error(404, "InvalidInstance.NotFound", "The specified instances does not exist.")
+            if node.state() == "stopped":
+                return self._error(400, "InvalidInstanceStatus",
+                                   "The specified instance's status can not execute this operation")
+            if not node.agent_ready or node.state() == "agent-gone":
+                return self._error(400, "InvalidInstance.NoClient",
+                                   "The specified instances have no cloud assistant client installed.")
+        return None
+
+    def _early_failure(self, node, parameters=False):
+        if node is None or node.state() == "released":
+            return {"InvocationStatus": "Failed", "ErrorCode": "InstanceNotExists",
+                    "ErrorInfo": "the specified instance does not exists"}
+        if node.state() == "stopped":
+            return {"InvocationStatus": "Failed", "ErrorCode": "InstanceNotRunning",
+                    "ErrorInfo": "the instance is not running when create task"}
+        if not (node.agent_ready and node.status_queries > node.ready_after) or node.state() == "agent-gone":
+            return {"InvocationStatus": "Failed", "ErrorCode": "ClientNotRunning",
+                    "ErrorInfo": "the aliyun service is not running on the instance"}
+        version = tuple(int(p) for p in node.agent_version.split(".")) if node.agent_version else ()
+        if parameters and version < (2, 2, 3, 309):
+            # Parameters ({{ACS::InstanceId}}) need Linux agent 2.2.3.309 ("Use custom parameters in Cloud
+            # Assistant commands"); RunCommand documents ClientNeedUpgrade for features an agent lacks.
+            return {"InvocationStatus": "Failed", "ErrorCode": "ClientNeedUpgrade",
+                    "ErrorInfo": "the aliyun service in the instance need upgrade"}
+        return None
+
+    def _decide(self, row, node, script, timeout_s, parameters=False):
+        """An instant node: its final row now, shown by DescribeInvocationResults after its duration."""
+        failure = self._early_failure(node, parameters)
+        if failure:
+            row.update(failure)
             return
-        if not (node.agent_ready and node.status_queries > node.ready_after):
-            row.update(InvocationStatus="Failed", ErrorCode="ClientNotRunning",
-                       ErrorInfo="the aliyun service is not running on the instance")
+        row.update(InvocationStatus="Running")
+        run = node.run(script, timeout_s)
+        row["_reveal"] = (time.monotonic() + (run.duration_s or 0.0), self._final(run))
+
+    def _execute(self, row, node, script, timeout_s, parameters=False):
+        failure = self._early_failure(node, parameters)
+        if failure:
+            row.update(failure)
             return
         row.update(InvocationStatus="Running")
         run = node.run(script, timeout_s)
         if run.duration_s:
             time.sleep(run.duration_s)
+        row.update(self._final(run))
+
+    @staticmethod
+    def _final(run):
         output = run.output.encode("utf-8")[-24 * 1024:]
         status = {"": "Success", "ExitCodeNonzero": "Failed", "ExecutionTimeout": "Timeout",
                   "InstanceReleased": "Error"}.get(run.error_code, "Error")
         info = {"ExitCodeNonzero": "the command execution exit code is not zero",
                 "ExecutionTimeout": "the command execution has been timeout",
                 "InstanceReleased": "the instance has released when create task"}.get(run.error_code, "")
-        row.update(Output=base64.b64encode(output).decode(), ExitCode=run.exit_code, ErrorCode=run.error_code,
-                   ErrorInfo=info, InvokeRecordStatus="Finished", InvocationStatus=status)
+        return dict(Output=base64.b64encode(output).decode(), ExitCode=run.exit_code, ErrorCode=run.error_code,
+                    ErrorInfo=info, InvokeRecordStatus="Finished", InvocationStatus=status)
 
     def _DescribeInvocationResults(self, params):
         rows = list((self.invocations.get(params.get("InvokeId")) or {}).values())
@@ -375,7 +461,15 @@ class Emulator:
         if size > 50:
             return self._error(403, "InvalidParam.PageSize", "PageSize at most 50")
         page = int(params.get("PageNumber") or 1)
-        chunk = [dict(r) for r in rows[(page - 1) * size: page * size]]
+        now = time.monotonic()
+        chunk = []
+        for row in rows[(page - 1) * size: page * size]:
+            reveal = row.get("_reveal")
+            if reveal and reveal[0] <= now:
+                with self._lock:
+                    if row.pop("_reveal", None):
+                        row.update(reveal[1])
+            chunk.append({k: v for k, v in row.items() if k != "_reveal"})
         return {"Invocation": {"InvocationResults": {"InvocationResult": chunk}, "TotalCount": len(rows),
                                "PageNumber": page, "PageSize": size}}
 
@@ -385,12 +479,15 @@ class Emulator:
             return self._error(403, "InstanceIds.ExceedLimit", "1 to 50 instances")
         if len(params["Content"]) > SENDFILE_LIMIT or params.get("ContentType") != "Base64":
             return self._error(400, "InvalidParameter", "Base64 content up to 32 KB")
+        refused = self._unrunnable(ids)
+        if refused:
+            return refused
         data = base64.b64decode(params["Content"])
         invoke_id = "f-" + uuid.uuid4().hex[:16]
         rows = {}
         for iid in ids:
             node = self.nodes.get(iid)
-            if node is None or node.released:
+            if node is None or node.released or node.state() != "running":
                 rows[iid] = {"InstanceId": iid, "InvocationStatus": "Failed", "ErrorCode": "InstanceReleased",
                              "ErrorInfo": "released"}
                 continue
