@@ -49,7 +49,11 @@ KNOWN_HOSTS_NAME = "known_hosts"  # FC unpacks the package under /code: ACK_MIG_
 
 def missing_dependencies(deps_dir: str) -> list:
     """The requirements of DEPENDENCIES whose module is not in ``deps_dir`` (pynvml is always packaged)."""
-    return [req for req, module in DEPENDENCIES if module != "pynvml" and not (os.path.isdir(os.path.join(deps_dir, module)) or os.path.isfile(os.path.join(deps_dir, module + ".py")))]
+    def present(module: str) -> bool:
+        base = os.path.join(deps_dir, module)
+        return os.path.isdir(base) or os.path.isfile(base + ".py")
+
+    return [req for req, module in DEPENDENCIES if module != "pynvml" and not present(module)]
 
 
 class _Zip(zipfile.ZipFile):

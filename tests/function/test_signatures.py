@@ -43,9 +43,10 @@ def test_kms_emulator_checks_both_signatures_the_kms_sdk_can_send():
     with KmsEmulator() as kms:
         kms.put_secret("s", "value")
         for version, algorithm in ((None, "ACS3-HMAC-SHA256"), ("v4", "ACS4-HMAC-SHA256")):
-            answer = _kms_client(kms, kms.secret, version).get_secret_value(models.GetSecretValueRequest(secret_name="s"))
+            request = models.GetSecretValueRequest(secret_name="s")
+            answer = _kms_client(kms, kms.secret, version).get_secret_value(request)
             assert answer.body.secret_data == "value" and kms.algorithms[-1] == algorithm
             with pytest.raises(Exception) as info:
-                _kms_client(kms, "wrong-secret", version).get_secret_value(models.GetSecretValueRequest(secret_name="s"))
+                _kms_client(kms, "wrong-secret", version).get_secret_value(request)
             assert "SignatureDoesNotMatch" in str(info.value)
         assert kms.rejected == ["SignatureDoesNotMatch: the signature does not match"] * 2
