@@ -64,6 +64,10 @@ HUGE = st.one_of(
     st.integers(min_value=1, max_value=200_000).map(lambda n: "x" * n),
     st.integers(min_value=1, max_value=5000).map(lambda n: ["i-%020d" % i for i in range(n)]),
     st.integers(min_value=1, max_value=400).map(lambda n: json.loads("[" * n + "]" * n)),  # deep nesting
+    # JSON *text* nested past the decoder's recursion limit, for the fields read as JSON text (data,
+    # data.content, a timer payload, requestParameters, instance ids): one error line, never a traceback.
+    st.integers(min_value=900, max_value=3000).map(lambda n: "[" * n + "]" * n),
+    st.integers(min_value=900, max_value=3000).map(lambda n: '{"a":' * n + "1" + "}" * n),
 )
 
 
