@@ -25,10 +25,11 @@ if TYPE_CHECKING:  # the SDK loads only when an event needs Auto Scaling (see Es
     from .delivery.rpc import RpcClient
     from .settings import Settings
 
-# DescribeScalingInstances takes InstanceId.N with N from 1 to 20 (API reference, 2014-08-28).
+# DescribeScalingInstances takes InstanceId.N with N from 1 to 20, and ignores ids that are not in the
+# group without an error (API reference 2014-08-28, help.aliyun.com document 25942; RegionId required).
 IDS_PER_CALL = 20
-# PageSize: at most 50 for both actions in the 2014-08-28 reference (the 2022 SDK allows 100 for instances;
-# 50 is accepted by both).
+# PageSize: DescribeLifecycleHooks allows at most 50; DescribeScalingInstances 50 in older editions of the
+# reference and 100 in the current one. 50 is accepted by every edition.
 PAGE_SIZE = 50
 MAX_PAGES = 100  # stops a server that never ends its pages
 
