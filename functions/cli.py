@@ -18,6 +18,7 @@ COMMANDS = {
     "invoke": ("functions.invoke", "run the function's pipeline locally on an event file (not the deployed "
                                    "function)"),
     "demo": ("functions.demo", "the bundled example end to end on simulated nodes"),
+    "status": ("functions.status", "the fleet per pool: layout, pending, failed, deferred, MIG resources"),
     "convert": ("functions.convert_cli", "NVIDIA mig-parted configs to pool label values and back"),
     "deploy": ("functions.deploy.command", "build, upload and create or update the ROS stack, then wait for it"),
     "undeploy": ("functions.deploy.command", "delete the ROS stack and wait until it is gone"),

@@ -1,0 +1,166 @@
+"""``ack-mig-hook status [--inventory FILE] [--json] [--nodes]``: the fleet, per pool and per node.
+
+It asks the same questions the timer asks, through the same path (``functions.pipeline.run_event`` with
+a dry run of every labelled pool), so what it calls pending, deferred or in layout is exactly what the
+next reconcile will do. The ACK API (or the snapshot's ``nodepools``/``nodes``) gives the pools and their
+nodes; the Kubernetes API (or the snapshot's ``kube_nodes``) gives each node's applied layout, its
+``nvidia.com/mig.config.state``, its rollout progress and its allocatable ``nvidia.com/mig-*`` resources.
+
+Per pool: the label, node count, nodes in the requested layout, pending (this wave, or new nodes),
+failed (with the node's own reason), deferred, and the allocatable MIG resources summed over its nodes.
+"""
+
+import json
+import sys
+from typing import Any, Dict, List, Optional
+
+from . import rollout_plan as rp
+
+FAILED_STATES = ("failed",)
+
+
+def _failure(kube: Optional[rp.KubeNode]) -> Optional[str]:
+    """Why a node is failed, from what it says itself (the state label and reason annotation, or the
+    rollout's own record), or None."""
+    if kube is None:
+        return None
+    progress = kube.progress
+    if progress is not None and progress.step in rp.STOP_STEPS:
+        return "%s: %s" % (progress.step, progress.reason or "no reason recorded")
+    if kube.labels.get(rp.STATE_LABEL) in FAILED_STATES:
+        return kube.annotations.get(rp.REASON_ANNOTATION) or "%s=failed" % rp.STATE_LABEL
+    return None
+
+
+def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.KubeNode]]) -> Dict[str, Any]:
+    """Pure: the dry-run result of a reconcile, the pools, and the Kubernetes nodes -> the status."""
+    by_pool: Dict[str, Dict[str, Any]] = {}
+    names = {p.nodepool_id: p for p in pools}
+    for d in result.decisions:
+        pool_id = d.nodepool_id or "(no pool)"
+        pool = names.get(pool_id)
+        entry = by_pool.setdefault(pool_id, {
+            "nodepool_id": pool_id, "name": pool.name if pool else None,
+            "label": ("%s=%s" % (d.partition.kind, d.partition.value)) if d.partition else None,
+            "max_unavailable": (pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool else None),
+            "nodes": 0, "in_layout": 0, "pending": 0, "deferred": 0, "failed": [], "allocatable": {},
+            "node_list": []})
+        if entry["label"] is None and d.partition is not None:
+            entry["label"] = "%s=%s" % (d.partition.kind, d.partition.value)
+        kube = (kube_nodes or {}).get(d.node_name or "")
+        why_failed = _failure(kube)
+        if d.action == "error":
+            why_failed = why_failed or d.reason
+        if why_failed:
+            state = "failed"
+            entry["failed"].append({"node": d.node_name or d.instance_id, "reason": why_failed})
+        elif d.action == "skip" and d.partition is not None:
+            state = "in-layout"
+            entry["in_layout"] += 1
+        elif d.action == "defer":
+            state = "deferred"
+            entry["deferred"] += 1
+        elif d.action == "partition":
+            state = "pending"
+            entry["pending"] += 1
+        else:
+            state = "skipped"
+        entry["nodes"] += 1
+        for key, count in (kube.mig_allocatable() if kube else {}).items():
+            entry["allocatable"][key] = entry["allocatable"].get(key, 0) + count
+        entry["node_list"].append({
+            "node": d.node_name, "instance_id": d.instance_id, "status": state, "action": d.action,
+            "applied": kube.labels.get(rp.APPLIED_LABEL) if kube else None,
+            "mig_state": kube.labels.get(rp.STATE_LABEL) if kube else None,
+            "rollout_step": kube.progress.step if kube and kube.progress else None,
+            "cordoned": kube.unschedulable if kube else None, "reason": why_failed or d.reason})
+    return {"cluster_id": result.cluster_id, "outcome": result.outcome, "reason": result.reason,
+            "kubernetes": kube_nodes is not None, "pools": [by_pool[k] for k in sorted(by_pool)]}
+
+
+def render(status: Dict[str, Any], nodes: bool) -> str:
+    lines = ["cluster %s%s" % (status["cluster_id"], "" if status["kubernetes"] else
+                               " (no Kubernetes view: applied layouts unknown, every node counts as pending)")]
+    if status["outcome"] != "done":
+        lines.append("  %s: %s" % (status["outcome"], status["reason"]))
+    for p in status["pools"]:
+        name = "%s (%s)" % (p["nodepool_id"], p["name"]) if p["name"] else p["nodepool_id"]
+        lines.append("pool %s: %s" % (name, p["label"] or "no partition label"))
+        lines.append("  nodes %d: in layout %d, pending %d, failed %d, deferred %d" % (
+            p["nodes"], p["in_layout"], p["pending"], len(p["failed"]), p["deferred"]))
+        if p["allocatable"]:
+            lines.append("  allocatable: %s" % ", ".join("%s=%d" % kv for kv in sorted(p["allocatable"].items())))
+        for f in p["failed"]:
+            lines.append("  failed %s: %s" % (f["node"], f["reason"]))
+        if nodes:
+            for n in p["node_list"]:
+                lines.append("    %-28s %-10s applied=%s state=%s%s  %s" % (
+                    n["node"] or n["instance_id"], n["status"], n["applied"] or "-", n["mig_state"] or "-",
+                    " cordoned" if n["cordoned"] else "", n["reason"]))
+    return "\n".join(lines)
+
+
+def configure(parser, command):
+    parser.add_argument("--inventory", metavar="FILE",
+                        help="cluster snapshot {cluster_id, nodepools, nodes, kube_nodes}; without it the ACK "
+                             "and Kubernetes APIs are asked (credentials needed)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--nodes", action="store_true", help="one line per node as well")
+
+
+def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, Any]:
+    from .logs import JsonLogger
+    from .pipeline import run_event
+    from .rollout import kube_view
+
+    cluster = getattr(lookup, "cluster_id", None) or settings.cluster_id
+    if not cluster:
+        from .settings import SettingsError
+
+        raise SettingsError("status needs a cluster: give --inventory FILE or set ACK_MIG_CLUSTER_ID")
+    if lookup is None:  # the live cluster: the ACK API for pools and nodes, the API server for the rest
+        from .cs_lookup import CsLookup
+
+        kube = kube if kube is not None else kube_view(None, None, settings, cluster)
+        lookup = CsLookup(settings)
+    elif kube is None:
+        kube = kube_view(lookup, lookup, settings, cluster)
+    result = run_event(json.dumps({"cluster_id": cluster}), settings, inventory=lookup, dry_run=True,
+                       logger=JsonLogger("OFF"), kube=kube)
+    pools = lookup.nodepools(cluster) if lookup is not None else []
+    known = None
+    if kube is not None:
+        from node_bootstrap.kube import KubeError
+
+        from .kube_client import kube_nodes_by_name
+
+        try:
+            known = kube_nodes_by_name(kube)
+        except KubeError:
+            known = None
+    return summarize(result, pools, known)
+
+
+def run(args):
+    from .errors import BadInventory
+    from .settings import SettingsError, load_settings
+
+    try:
+        settings = load_settings()
+        lookup = None
+        if args.inventory:
+            from .cluster import InventoryLookup
+
+            lookup = InventoryLookup.from_file(args.inventory)
+        status = collect(settings, lookup)
+    except (BadInventory, SettingsError) as exc:
+        print("ack-mig-hook: error: %s" % exc, file=sys.stderr)
+        return 2
+    if args.json:
+        if not args.nodes:
+            for p in status["pools"]:
+                p.pop("node_list")
+        print(json.dumps(status, indent=2))
+    else:
+        print(render(status, args.nodes))
+    return 0 if status["outcome"] in ("done", "skip") else 1
