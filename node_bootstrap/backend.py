@@ -8,12 +8,11 @@ signals on a node, state transitions in the simulator.
 
 import os
 import re
-import signal
 import tempfile
-import time
 import typing
 from typing import Any, Callable, List, Optional, Tuple
 
+from . import processkill
 from .errors import BadInput, NodeFailure
 from .mig import MigInputError, find_gpu
 from .runner import run
@@ -86,29 +85,15 @@ def reset_gpus(backend, runner=run):
     return reset
 
 
-def kill_process(backend, grace=10.0):
-    # type: (Backend, float) -> Callable[[int], bool]
+def kill_process(backend, grace=10.0, log=None):
+    # type: (Backend, float, Optional[Callable[[str], None]]) -> Callable[[int], bool]
     if backend.sim is not None:
         return backend.sim.kill
 
     def kill(pid):
         # type: (int) -> bool
-        """SIGTERM, then SIGKILL after ``grace`` seconds (only ever with --force)."""
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except OSError:
-            return False
-        deadline = time.time() + grace
-        while time.time() < deadline:
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                return True
-            time.sleep(0.2)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        return True
+        """SIGTERM, then SIGKILL after ``grace`` seconds (only ever with --force); the safety rules
+        (never PID <= 1, ourselves or our process group; the start time re-checked) are processkill's."""
+        return processkill.kill(pid, log or (lambda message: None), grace)
 
     return kill

@@ -1,7 +1,10 @@
 """Running ``python -m node_bootstrap`` as a real process, with recording stand-ins for host commands.
 
 ``systemctl`` and ``nvidia-smi`` on a temporary PATH are small shell scripts that append their argv to a
-log file (and keep systemd unit "active" state as files), so tests see exactly what would have run.
+log file (and keep systemd unit "active" state as files), so tests see exactly what would have run on
+the host: for a simulated node, nothing (``commands()`` stays empty). The simulated node's own systemd
+(``node_bootstrap.simhost.SimSystemd``, under ``<state>.host/systemd``) is what its clients and boot
+unit talk to: ``set_unit``, ``unit_active``, ``fail_systemctl`` and ``systemctl()`` reach it.
 """
 
 import json
@@ -58,6 +61,43 @@ class Node(object):
                 fh.write(text)
             os.chmod(path, 0o755)
         self.kube_args = ["--no-label"]  # type: List[str]
+        self.host = os.path.join(self.dir, "sim-state.host")  # simhost.host_root(self.state)
+
+    def _sim_systemd(self):
+        # type: () -> typing.Any
+        from node_bootstrap.simhost import SimSystemd
+
+        return SimSystemd(self.host)
+
+    def set_unit(self, unit, active=True):
+        # type: (str, bool) -> None
+        """A unit of the simulated node's systemd, active or not."""
+        systemd = self._sim_systemd()
+        state = systemd.load()
+        state["units"][unit] = "active" if active else "inactive"
+        systemd.save(state)
+
+    def unit_active(self, unit):
+        # type: (str) -> bool
+        return self._sim_systemd().load()["units"].get(unit) == "active"
+
+    def fail_systemctl(self, verb, message="Failed (injected)"):
+        # type: (str, str) -> None
+        systemd = self._sim_systemd()
+        state = systemd.load()
+        state["failing"][verb] = message
+        systemd.save(state)
+
+    def systemctl(self):
+        # type: () -> List[str]
+        """The simulated node's systemctl calls, as command lines."""
+        return [" ".join(argv) for argv in self._sim_systemd().calls()]
+
+    def clear_calls(self):
+        # type: () -> None
+        for path in (self.log, os.path.join(self.host, "systemd", "calls.log")):
+            if os.path.exists(path):
+                open(path, "w").close()
 
     def use_kube(self, kubeconfig, node_name=None):
         # type: (str, Optional[str]) -> None
@@ -69,8 +109,9 @@ class Node(object):
                     "--lock-file", os.path.join(self.dir, "apply.lock"),
                     "--state-dir", os.path.join(self.dir, "var"), "--clients", self.clients,
                     "--capacity-timeout", "0"] + self.kube_args
-        # the subcommand first, then these defaults, then the test's own options (the last one wins)
-        return list(extra[:1]) + defaults + list(extra[1:])
+        # these defaults before the subcommand (where every option is taken; a subcommand takes only its
+        # own), then the subcommand and the test's own options (given after it, they win)
+        return defaults + list(extra)
 
     def env(self, extra=None):
         # type: (Optional[Dict[str, str]]) -> Dict[str, str]

@@ -39,7 +39,9 @@ def test_unit_orders_before_kubelet_and_keeps_the_label_out_of_its_command_line(
     request = json.loads((root / "etc/ack-mig-hook/request.json").read_text())
     assert request == {"version": 1, "partition": {"kind": "sequence", "value": SEQ}}
     assert res.json["commands"] == [["systemctl", "--root", str(root), "enable", "ack-mig-hook.service"]]
-    assert node.commands() == ["systemctl --root %s enable ack-mig-hook.service" % root]
+    # a simulated node's systemd took it; the host's systemctl never ran
+    assert node.systemctl() == ["systemctl --root %s enable ack-mig-hook.service" % root]
+    assert node.commands() == []
 
 
 def test_installing_twice_changes_nothing_and_a_new_label_rewrites_only_the_request(tmp_path):
@@ -51,7 +53,7 @@ def test_installing_twice_changes_nothing_and_a_new_label_rewrites_only_the_requ
     again = _install(node, root)
     assert again.json["changed"] is False and again.json["commands"] == []
     assert (root / "etc/systemd/system/ack-mig-hook.service").stat().st_mtime_ns == mtime
-    assert len(node.commands()) == 1
+    assert len(node.systemctl()) == 1
     other = node.run("install-boot-unit", "--size", "1g.18gb", "--root", str(root))
     assert other.json["changed"] is True and _unit(root) == unit
     assert json.loads((root / "etc/ack-mig-hook/request.json").read_text())["partition"] == {
@@ -98,10 +100,10 @@ def test_apply_with_boot_unit_installs_it_once_and_a_rerun_changes_nothing(tmp_p
         "kind": "sequence", "value": SEQ}
     exec_line = [line for line in _unit(root).splitlines() if line.startswith("ExecStart=")][0]
     assert " apply " in exec_line and "--boot-unit" not in exec_line  # the unit never reinstalls itself
-    assert node.commands() == ["systemctl --root %s enable ack-mig-hook.service" % root]
+    assert node.systemctl() == ["systemctl --root %s enable ack-mig-hook.service" % root]
     again = node.run("apply", "--sequence", SEQ, "--boot-unit", "--boot-unit-root", str(root))
     assert again.json["changes"] == 0 and again.json["boot_unit"]["changed"] is False
-    assert len(node.commands()) == 1
+    assert len(node.systemctl()) == 1 and node.commands() == []
 
 
 def test_boot_unit_follows_reboot_required_but_not_failure(tmp_path):
@@ -118,13 +120,12 @@ def test_boot_unit_follows_reboot_required_but_not_failure(tmp_path):
 
 def test_a_failing_systemctl_is_reported_without_hiding_the_gpus(tmp_path):
     node = Node(tmp_path, gpu="H200", count=1)
-    res = node.run("apply", "--sequence", SEQ, "--boot-unit", "--boot-unit-root", str(tmp_path / "root"),
-                   env={"FAKE_SYSTEMCTL_ENABLE_RC": "1"})
+    node.fail_systemctl("enable")
+    res = node.run("apply", "--sequence", SEQ, "--boot-unit", "--boot-unit-root", str(tmp_path / "root"))
     assert res.rc == 0 and res.json["outcome"] == "success"
     assert res.json["boot_unit"]["installed"] is False
     assert res.json["boot_unit"]["error"].startswith("systemctl --root exited 1")
-    alone = node.run("install-boot-unit", "--sequence", SEQ, "--root", str(tmp_path / "other"),
-                     env={"FAKE_SYSTEMCTL_ENABLE_RC": "1"})
+    alone = node.run("install-boot-unit", "--sequence", SEQ, "--root", str(tmp_path / "other"))
     assert alone.rc == 1 and alone.json["error"]["code"] == "boot-unit-failed"
 
 

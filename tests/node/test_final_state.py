@@ -37,7 +37,7 @@ def test_a_signal_mid_apply_starts_the_clients_again_and_labels_the_node(tmp_pat
                                                                           message):
     manifest = _manifest(tmp_path)
     node, meta = _node(tmp_path, kube_api, clients="systemd:dcgm-exporter,manifest:%s" % manifest)
-    (tmp_path / "units" / "dcgm-exporter").write_text("")  # active
+    node.set_unit("dcgm-exporter")  # active
     pattern, gpus = fake_devices(tmp_path)
     holders.append(Holder(tmp_path, "stuck-client", gpus))  # apply waits for it after stopping clients
     proc = node.popen("apply", "--sequence", SEQ, "--gpu-device-glob", pattern, "--client-stop-timeout", "60")
@@ -45,7 +45,7 @@ def test_a_signal_mid_apply_starts_the_clients_again_and_labels_the_node(tmp_pat
     while manifest.exists() or meta()["labels"].get(STATE) != "pending":
         assert proc.poll() is None and time.time() < deadline, "apply never reached the client wait"
         time.sleep(0.05)
-    assert not (tmp_path / "units" / "dcgm-exporter").exists()  # stopped: now blocked in the wait
+    assert not node.unit_active("dcgm-exporter")  # stopped: now blocked in the wait
     sent = time.time()
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
@@ -54,8 +54,8 @@ def test_a_signal_mid_apply_starts_the_clients_again_and_labels_the_node(tmp_pat
     assert res.rc == 1, err
     assert res.json["outcome"] == "failed" and res.json["error"] == {"code": "interrupted", "message": message}
     assert "Traceback" not in err
-    assert manifest.read_text() == "kind: Pod\n" and (tmp_path / "units" / "dcgm-exporter").exists()
-    assert node.commands()[-1] == "systemctl start dcgm-exporter"
+    assert manifest.read_text() == "kind: Pod\n" and node.unit_active("dcgm-exporter")
+    assert node.systemctl()[-1] == "systemctl start dcgm-exporter"
     assert json.loads((tmp_path / "var" / "stopped-clients.json").read_text()) == []
     assert meta()["labels"][STATE] == "failed" and meta()["annotations"][REASON] == message
     assert res.json["labels"]["states"] == ["pending", "failed"]

@@ -70,12 +70,17 @@ def test_a_simulated_node_ignores_this_machines_device_files_unless_asked(tmp_pa
     assert node.run("apply", "--sequence", "9", "--gpu-device-glob", pattern, "--client-stop-timeout", "0.5").rc == 4
 
 
-def test_a_mode_left_pending_says_what_the_driver_answered(tmp_path):
+@pytest.mark.parametrize("fault, said", [
+    # a client apply does not know still holds the GPU: nvmlDeviceSetMigMode answers IN_USE
+    ("reset-fails", "(activation: In use by another client, NVML error 19) and GPU reset is disabled"),
+    # passthrough: no reset exposed, the driver answers RESET_REQUIRED
+    ("passthrough", "(activation: GPU requires restart, NVML error 16) and the GPUs are passed through to a VM"),
+])
+def test_a_mode_left_pending_says_what_the_driver_answered(tmp_path, fault, said):
     node = Node(tmp_path)
-    res = node.run("apply", "--sequence", SEQ, "--no-reset")
+    res = node.run("apply", "--sequence", SEQ, "--no-reset", "--sim-fault", fault)
     assert res.rc == 5
-    assert "MIG mode is pending on GPU 0, 1 (activation: GPU requires restart, NVML error 16) and GPU reset is " \
-           "disabled" in res.json["error"]["message"]
+    assert "MIG mode is pending on GPU 0, 1 " + said in res.json["error"]["message"]
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")

@@ -110,28 +110,29 @@ def test_clients_are_stopped_around_a_change_and_only_then(tmp_path):
     manifest.write_text("kind: Pod\n")
     node = Node(tmp_path, count=1,
                 clients="systemd:dcgm-exporter,systemd:nvidia-dcgm,manifest:%s" % manifest)
-    (tmp_path / "units" / "dcgm-exporter").write_text("")  # active; nvidia-dcgm is not
+    node.set_unit("dcgm-exporter")  # active; nvidia-dcgm is not
     res = node.run("apply", "--sequence", SEQ)
     assert res.rc == 0, res.stderr
-    assert node.commands() == [
+    assert node.commands() == []  # a simulated node's units are its own: the host's systemctl never runs
+    assert node.systemctl() == [
         "systemctl is-active --quiet dcgm-exporter", "systemctl stop dcgm-exporter",
         "systemctl is-active --quiet nvidia-dcgm",
         "systemctl start dcgm-exporter",
     ]
     assert manifest.read_text() == "kind: Pod\n"
     assert "stopped manifest:%s" % manifest in res.stderr and "started manifest:%s" % manifest in res.stderr
-    assert (tmp_path / "units" / "dcgm-exporter").exists()
-    open(node.log, "w").close()
+    assert node.unit_active("dcgm-exporter")
+    node.clear_calls()
     assert node.run("apply", "--sequence", SEQ).json["changes"] == 0
-    assert node.commands() == []  # already right: nobody is disturbed
+    assert node.systemctl() == [] and node.commands() == []  # already right: nobody is disturbed
 
 
 def test_clients_come_back_even_when_apply_fails(tmp_path):
     node = Node(tmp_path, count=1, clients="systemd:dcgm-exporter")
-    (tmp_path / "units" / "dcgm-exporter").write_text("")
+    node.set_unit("dcgm-exporter")
     res = node.run("apply", "--sequence", SEQ, "--sim-fault", "insufficient-resources")
     assert res.rc == 1
-    assert node.commands()[-1] == "systemctl start dcgm-exporter"
+    assert node.systemctl()[-1] == "systemctl start dcgm-exporter" and node.unit_active("dcgm-exporter")
 
 
 def test_bad_client_spec_is_bad_input(tmp_path):
