@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # function's dependencies (pydantic, cloud SDKs, paramiko).
 NODE_VENV := .venv-node
 
-.PHONY: demo test install dev node-env sshd vermin bench clean
+.PHONY: demo test install dev node-env sshd vermin bench clean ros-schemas
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,18 @@ $(NODE_VENV)/.installed: pyproject.toml
 
 node-env: $(NODE_VENV)/.installed
 
+# template.yml is checked against the ROS resource schemas Alibaba Cloud publishes in its ros-cdk packages
+# (tests/support/ros_schema.py reads them offline): the wheels alone, pinned, no dependencies.
+ROS_CDK := .cache/ros-cdk
+ROS_CDK_VERSION := 1.15.0
+$(ROS_CDK)/.done: Makefile $(BIN)/.installed
+	mkdir -p $(ROS_CDK)
+	$(BIN)/python -m pip download -q --no-deps -d $(ROS_CDK) ros-cdk-fc3==$(ROS_CDK_VERSION) \
+	  ros-cdk-ram==$(ROS_CDK_VERSION) ros-cdk-cs==$(ROS_CDK_VERSION)
+	touch $@
+
+ros-schemas: $(ROS_CDK)/.done
+
 # The SSH transport is tested against a real OpenSSH server on loopback.
 sshd:
 	@test -x /usr/sbin/sshd || command -v sshd >/dev/null 2>&1 || { \
@@ -43,7 +55,7 @@ vermin: dev
 demo: install
 	$(BIN)/ack-mig-hook demo
 
-test: dev node-env sshd vermin
+test: dev node-env sshd vermin ros-schemas
 	$(NODE_VENV)/bin/python tests/node_import_check.py
 	$(BIN)/python -m pytest
 
@@ -51,4 +63,4 @@ bench: dev sshd
 	$(BIN)/python bench/run.py --quick
 
 clean:
-	rm -rf $(VENV) $(NODE_VENV) .pytest_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(NODE_VENV) .pytest_cache .hypothesis *.egg-info .cache

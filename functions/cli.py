@@ -7,7 +7,6 @@ its type and message (set ACK_MIG_HOOK_DEBUG=1 for the traceback).
 
 import argparse
 import importlib
-import os
 import sys
 from typing import List, Optional
 
@@ -69,7 +68,9 @@ def main(argv=None):
     except Exception as exc:  # the last line of defence: no traceback reaches a user
         from node_bootstrap.mig import MigInputError
 
-        if os.environ.get("ACK_MIG_HOOK_DEBUG"):
+        from .settings import DEBUG, env_text
+
+        if env_text(DEBUG):
             raise
         if isinstance(exc, MigInputError) or getattr(exc, "exit_code", None) == 2:
             print("ack-mig-hook: error: %s" % exc, file=sys.stderr)

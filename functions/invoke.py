@@ -103,12 +103,10 @@ def _reaches_the_cluster(raw):
 def _settings(args, raw):
     """Settings from the environment with the command line's --region/--cluster-id (else the event's
     region); every missing setting reported at once."""
-    import os
-
     from . import settings as names
     from .settings import SettingsError, load_settings
 
-    env = dict(os.environ)
+    env = names.environment()
     if args.region:
         env[names.REGION] = args.region
     elif not (env.get(names.REGION) or env.get(names.FC_REGION)) and _event_region(raw):

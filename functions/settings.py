@@ -202,6 +202,19 @@ def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = No
     )
 
 
+def environment() -> Dict[str, str]:
+    """A copy of the process environment: the one place outside load_settings that reads it (the command
+    line's defaults and the operator commands' credential chain)."""
+    return dict(os.environ)
+
+
+def env_text(name: str) -> str:
+    """One documented variable's value, stripped ("" when unset)."""
+    if name not in documented():
+        raise KeyError("%s is not a documented setting (functions/settings.py owns every name)" % name)
+    return _get(os.environ, name)
+
+
 def documented() -> Dict[str, EnvVar]:
     return {v.name: v for v in ENV_VARS}
 

@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 import tempfile
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import yaml
 
@@ -30,10 +30,10 @@ class UsageError(ValueError):
 
 
 def configure(parser, command):
-    parser.add_argument("--cluster-id", default=os.environ.get(settings.CLUSTER_ID, ""),
+    parser.add_argument("--cluster-id", default=settings.env_text(settings.CLUSTER_ID),
                         help="the ACK cluster (c-...) whose node pools the function serves "
                              "(default: $ACK_MIG_CLUSTER_ID)")
-    parser.add_argument("--region", default=os.environ.get(settings.REGION, ""),
+    parser.add_argument("--region", default=settings.env_text(settings.REGION),
                         help="the cluster's region, e.g. cn-beijing (default: $ACK_MIG_REGION)")
     parser.add_argument("--stack-name", default=DEFAULT_STACK, help="ROS stack name (default: %(default)s)")
     parser.add_argument("--timeout", type=int, default=30, metavar="MINUTES",
@@ -112,7 +112,7 @@ def _common(args):
     from .stack import Stacks
 
     keys = resolve()
-    stacks = Stacks(args.region, keys, settings.parse_endpoint(os.environ, settings.ROS_ENDPOINT))
+    stacks = Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT))
     return keys, stacks
 
 
@@ -158,7 +158,7 @@ def deploy(args) -> int:
             print("dry run: template.yml validated by ROS; nothing was uploaded or changed")
             return 0
         where = upload(keys, args.region, args.bucket, code_object, zip_path,
-                       settings.parse_endpoint(os.environ, settings.OSS_ENDPOINT))
+                       settings.parse_endpoint(settings.environment(), settings.OSS_ENDPOINT))
         _progress("uploaded %s" % where)
     if existing:
         if existing.get("Status", "").endswith("_IN_PROGRESS"):

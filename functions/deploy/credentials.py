@@ -7,7 +7,6 @@ asks the instance metadata service; ``ALIBABA_CLOUD_ECS_METADATA_DISABLED=true``
 always do: they never leave loopback).
 """
 
-import os
 from typing import Any, NamedTuple, Optional
 
 
@@ -30,10 +29,11 @@ class Keys(NamedTuple):
 def resolve() -> Keys:
     # The environment first, read now: alibabacloud_credentials reads it once, when it is imported, so a
     # long-lived process (or a test run) would otherwise keep the first keys it saw.
-    env_id = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID", "").strip()
-    env_secret = os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "").strip()
+    from ..settings import ACCESS_KEY_ID, ACCESS_KEY_SECRET, SECURITY_TOKEN, env_text
+
+    env_id, env_secret = env_text(ACCESS_KEY_ID), env_text(ACCESS_KEY_SECRET)
     if env_id and env_secret:
-        return Keys(env_id, env_secret, os.environ.get("ALIBABA_CLOUD_SECURITY_TOKEN", "").strip() or None)
+        return Keys(env_id, env_secret, env_text(SECURITY_TOKEN) or None)
     from alibabacloud_credentials.client import Client
 
     try:

@@ -38,9 +38,9 @@ class Check(NamedTuple):
 
 
 def configure(parser, command):
-    parser.add_argument("--cluster-id", default=os.environ.get(settings.CLUSTER_ID, ""),
+    parser.add_argument("--cluster-id", default=settings.env_text(settings.CLUSTER_ID),
                         help="the ACK cluster (c-...) (default: $ACK_MIG_CLUSTER_ID)")
-    parser.add_argument("--region", default=os.environ.get(settings.REGION, ""),
+    parser.add_argument("--region", default=settings.env_text(settings.REGION),
                         help="the cluster's region (default: $ACK_MIG_REGION)")
     parser.add_argument("--stack-name", default="ack-mig-hook", help="ROS stack name (default: %(default)s)")
     parser.add_argument("--kubeconfig", default="", metavar="FILE",
@@ -196,14 +196,14 @@ def _gather(args) -> List[Check]:
 
     keys = resolve()
     checks = [Check("ok", "credentials", "access key %s****" % keys.access_key_id[:6])]
-    env = dict(os.environ, ALIBABA_CLOUD_ACCESS_KEY_ID=keys.access_key_id,
+    env = dict(settings.environment(), ALIBABA_CLOUD_ACCESS_KEY_ID=keys.access_key_id,
                ALIBABA_CLOUD_ACCESS_KEY_SECRET=keys.access_key_secret,
                ALIBABA_CLOUD_SECURITY_TOKEN=keys.security_token or "", ACK_MIG_REGION=args.region)
     config = settings.load_settings(env)
     cs = CsLookup(config)
     pools = cs.nodepools(args.cluster_id)
     checks += pool_checks(args.cluster_id, pools)
-    stacks = Stacks(args.region, keys, settings.parse_endpoint(os.environ, settings.ROS_ENDPOINT))
+    stacks = Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT))
     stack = stacks.find(args.stack_name)
     checks += stack_checks(stacks.get(stack["StackId"]) if stack else None,
                            stacks.resources(stack["StackId"]) if stack else [], args.stack_name)

@@ -1,0 +1,151 @@
+"""``ack-mig-hook doctor``: every check against the loopback emulators (ACK, ECS Cloud Assistant, ROS)
+and the local TLS Kubernetes API server, with the real SDKs; and each check's verdict on its own."""
+
+import json
+import os
+
+import pytest
+import yaml
+
+from functions import cli
+from functions.deploy import doctor
+from tests.function.conftest import AK, ROOT, SECRET, TOKEN
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+from tests.support.ros_emulator import RosEmulator
+from tests.support.rpc_emulator import Emulator, SimNode
+
+pytestmark = pytest.mark.timeout(120)
+CLUSTER_ROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/ack-mig-hook"
+BINDINGS = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+
+
+def rbac_role():
+    with open(doctor.RBAC_FILE) as handle:
+        return next(d for d in yaml.safe_load_all(handle) if d and d.get("kind") == "ClusterRole")
+
+
+def plugin_pod(name, strategy):
+    return {"metadata": {"name": name, "namespace": "kube-system"},
+            "spec": {"containers": [{"name": "plugin", "command": ["nvidia-device-plugin"],
+                                     "args": ["--mig-strategy=%s" % strategy, "--fail-on-init-error=true"]}]}}
+
+
+@pytest.fixture
+def cloud(emulator, monkeypatch, tmp_path, kube_api):  # noqa: F811
+    ecs = Emulator(access_key_id=AK, secret=SECRET, token=TOKEN)
+    ecs.nodes["i-2zeb7c1mig0a100x1k4d"] = SimNode(agent_version="2.5.3.0")
+    ecs.nodes["i-2zeb7c1mig0a100x2m8f"] = SimNode(agent_version="2.1.3.200")  # too old for built-in params
+    ecs.nodes["i-2zeb7c1mig0a100x3q2h"] = SimNode(agent_version="2.5.3.0")
+    ecs.nodes["i-2ze8typo0a100x1c4v7"] = SimNode(agent_ready=False)
+    ecs.start()
+    ros = RosEmulator(access_key_id=AK, secret=SECRET, token=TOKEN).start()
+    with open(os.path.join(ROOT, "template.yml")) as handle:
+        template = handle.read()
+    ros.stacks["st-1"] = {"StackId": "st-1", "StackName": "ack-mig-hook", "Status": "CREATE_COMPLETE",
+                          "RegionId": "cn-beijing", "Parameters": [], "_template": template, "_events": []}
+    kube_api.read_only[CLUSTER_ROLE] = rbac_role()
+    kube_api.read_only[BINDINGS] = {"items": [{"metadata": {"name": "ack-mig-hook"}, "roleRef": {
+        "kind": "ClusterRole", "name": "ack-mig-hook"}, "subjects": [{"kind": "User", "name": "2765xxxx-role"}]}]}
+    kube_api.add_pod("kube-system", "nvidia-device-plugin-node-a", "node-a")
+    kube_api.pods[("kube-system", "nvidia-device-plugin-node-a")].update(plugin_pod("nvidia-device-plugin-node-a",
+                                                                                   "mixed"))
+    kube_api.add_node("node-a", labels={"aliyun.accelerator/nvidia_count": "8"})
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
+    for name, value in {"ACK_MIG_CS_ENDPOINT": emulator.endpoint, "ACK_MIG_ECS_ENDPOINT": ecs.endpoint,
+                        "ACK_MIG_ROS_ENDPOINT": ros.endpoint, "ALIBABA_CLOUD_ACCESS_KEY_ID": AK,
+                        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET, "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN,
+                        "ALIBABA_CLOUD_ECS_METADATA_DISABLED": "true", "HOME": str(tmp_path),
+                        "ACK_MIG_API_TIMEOUT_S": "5"}.items():
+        monkeypatch.setenv(name, value)
+    yield emulator, ecs, ros, kube_api, str(kubeconfig)
+    ecs.stop()
+    ros.stop()
+    assert not emulator.rejected and not ros.rejected
+
+
+def doctor_run(capsys, emulator, kubeconfig, *extra):
+    code = cli.main(["doctor", "--cluster-id", emulator.cluster_id, "--region", "cn-beijing",
+                     "--kubeconfig", kubeconfig] + list(extra))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_doctor_reports_each_area_line_by_line(cloud, capsys):
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    code, out, err = doctor_run(capsys, emulator, kubeconfig, "--json")
+    assert code == 1, err  # the typo pool and the stopped agent are problems
+    report = json.loads(out)
+    lines = {(c["area"], c["status"]): c["text"] for c in report["checks"]}
+    assert ("credentials", "ok") in lines
+    assert "3g.20gb" in lines[("pool gpu-mig-a100", "ok")]
+    assert "hyphen" in lines[("pool gpu-mig-typo", "PROBLEM")].lower() or "," in lines[("pool gpu-mig-typo",
+                                                                                            "PROBLEM")]
+    assert ("pool gpu-passthrough", "warn") in lines  # passthrough: skipped, with ACK's reason
+    assert "ack-mig-hook CREATE_COMPLETE" in lines[("stack", "ok")]
+    assert any(area.startswith("trigger ") and status == "ok" for area, status in lines)
+    assert "i-2ze8typo0a100x1c4v7" not in json.dumps(report) or "192.168.16.23" in json.dumps(report)
+    assert "192.168.12.47" in lines[("agents", "warn")] and "2.1.3.200" in lines[("agents", "warn")]
+    assert "192.168.16.23" in lines[("agents", "PROBLEM")]
+    assert "every rule" in lines[("rbac", "ok")] or "bound to" in lines[("rbac", "ok")]
+    assert "mixed on all 1" in lines[("device plugin", "ok")]
+    assert ("mig-manager", "ok") in lines
+    assert report["problems"] == sum(c["status"] == "PROBLEM" for c in report["checks"])
+    # Read-only: nothing but reads reached any server.
+    assert {r.action for r in ros.requests} <= {"ListStacks", "GetStack", "ListStackResources"}
+    assert all(r.method == "GET" for r in kube.requests)
+    assert set(ecs.calls) == {"DescribeCloudAssistantStatus"}
+
+
+def test_doctor_text_output_and_what_changes_with_the_cluster(cloud, capsys):
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    kube.read_only.pop(CLUSTER_ROLE)
+    kube.add_node("node-b", labels={"nvidia.com/mig.config": "all-1g.5gb"})
+    kube.pods[("kube-system", "nvidia-device-plugin-node-a")].update(plugin_pod("nvidia-device-plugin-node-a",
+                                                                               "single"))
+    code, out, err = doctor_run(capsys, emulator, kubeconfig)
+    assert code == 1
+    assert out.splitlines()[0] == "ack-mig-hook doctor: cluster %s in cn-beijing" % emulator.cluster_id
+    assert any(line.startswith("PROBLEM") and "no ClusterRole ack-mig-hook" in line for line in out.splitlines())
+    assert any(line.startswith("PROBLEM") and "nvidia-device-plugin-node-a" in line for line in out.splitlines())
+    assert any(line.startswith("warn") and "mig-manager" in line and "1 nodes" in line for line in out.splitlines())
+    assert out.splitlines()[-1].endswith("problems") and SECRET not in out + err and TOKEN not in out + err
+
+
+def test_missing_settings_exit_2_before_any_call(cloud, capsys, monkeypatch):
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    monkeypatch.delenv("ACK_MIG_CLUSTER_ID", raising=False)
+    monkeypatch.delenv("ACK_MIG_REGION", raising=False)
+    code = cli.main(["doctor"])
+    _, err = capsys.readouterr()
+    assert code == 2 and "--cluster-id and --region" in err
+    assert not ros.requests and not emulator.requests
+
+
+# ---- each check's verdict from its facts ----
+
+def test_rbac_check_names_each_missing_rule():
+    role = rbac_role()
+    wanted = [(v, r) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]]
+    assert ("create", "pods/eviction") in wanted and ("patch", "nodes") in wanted
+    trimmed = {"rules": [dict(rule, verbs=[v for v in rule["verbs"] if v != "patch"]) for rule in role["rules"]]}
+    checks = doctor.rbac_checks(trimmed, [])
+    assert checks[0].status == "PROBLEM" and "patch nodes" in checks[0].text
+    assert checks[1].status == "PROBLEM" and "bound to nobody" in checks[1].text
+    assert doctor.rbac_checks(role, [{"roleRef": {"name": "ack-mig-hook"}, "subjects": [
+        {"kind": "User", "name": "u"}]}])[0].status == "ok"
+
+
+def test_agent_check_version_order_is_numeric():
+    rows = [{"InstanceId": "a", "CloudAssistantStatus": "true", "CloudAssistantVersion": "2.2.3.1000"},
+            {"InstanceId": "b", "CloudAssistantStatus": "true", "CloudAssistantVersion": "2.2.3.309"},
+            {"InstanceId": "c", "CloudAssistantStatus": "true", "CloudAssistantVersion": "2.2.10.1"}]
+    assert [c.status for c in doctor.agent_checks(rows, {"a": "", "b": "", "c": ""})] == ["ok"]
+    rows[1]["CloudAssistantVersion"] = "2.2.3.308"
+    (check,) = doctor.agent_checks(rows, {"a": "", "b": "", "c": ""})
+    assert check.status == "warn" and "b (2.2.3.308)" in check.text
+
+
+def test_stack_check_failed_stack_and_missing_triggers():
+    checks = doctor.stack_checks({"Status": "ROLLBACK_COMPLETE", "StatusReason": "Function: no bucket"}, [], "s")
+    assert [c.status for c in checks] == ["PROBLEM", "PROBLEM"] and "no bucket" in checks[0].text
+    assert doctor.stack_checks(None, [], "s")[0].text.endswith("run ack-mig-hook deploy")
