@@ -6,6 +6,8 @@ Benchmarks print numbers; they never fail on a number (``met`` says which target
 
   cold start     bench/cold_start.py     fresh processes: handler on an ESS test event vs ``import pydantic``
   fan-out        bench/fanout.py         200 nodes over Cloud Assistant (emulator), 64 over SSH (real sshd)
+  fan-out 10k    bench/fanout_10k.py     10,000 nodes over Cloud Assistant (emulator, 50 ms a call); the
+                                         function's side in a child process, for its peak RSS
   node mutations bench/node_mutations.py mutating NVML calls on simulated 8-GPU nodes
   payload        bench/payload.py        largest Cloud Assistant request content, on the wire
   fuzz           bench/fuzz.py           raw events and hostile labels through the function path
@@ -23,6 +25,7 @@ import _path  # noqa: F401
 
 import cold_start
 import fanout
+import fanout_10k
 import fuzz
 import node_mutations
 import payload
@@ -34,6 +37,8 @@ TARGETS = [
     ("fanout_cloud_assistant_ratio_late_phase", "<=", 1.15),
     ("fanout_cloud_assistant_runcommand_calls", "<=", 2),
     ("fanout_cloud_assistant_per_instance_polls", "<=", 0),
+    ("fanout_cloud_assistant_10k_ratio", "<=", 1.3),
+    ("fanout_cloud_assistant_10k_rss_mb", "<=", 256),
     ("fanout_ssh_ratio", "<=", 1.25),
     ("noop_mutations", "<=", 0),
     ("fresh_extra_mutations", "<=", 0),
@@ -71,7 +76,8 @@ def run(quick=False, fuzz_examples=0, progress=lambda text: None):
     steps = [("cold start", lambda: cold_start.measure(runs=5 if quick else 15)),
              ("node mutations", node_mutations.measure),
              ("payload", payload.measure),
-             ("fan-out", lambda: fanout.measure(quick=quick))]
+             ("fan-out", lambda: fanout.measure(quick=quick)),
+             ("fan-out 10k", fanout_10k.measure)]
     if fuzz_examples:
         steps.append(("fuzz", lambda: fuzz.measure(fuzz_examples)))
     for name, step in steps:  # one after another: the fan-out numbers need the cores to themselves
@@ -92,7 +98,8 @@ def _summary(results):
             ok = results["met"][name]
             lines.append("%-45s %-12s %-10s %s" % (name, results[name], "%s %s" % (op, target),
                                                   "ok" if ok else "NOT MET"))
-    for name in ("cold_start_skip_ms", "fanout_cloud_assistant_wall_s", "fanout_ssh_wall_s",
+    for name in ("cold_start_skip_ms", "fanout_cloud_assistant_wall_s", "fanout_cloud_assistant_10k_wall_s",
+                 "fanout_cloud_assistant_10k_calls", "fanout_ssh_wall_s",
                  "fanout_ssh_node_cpu_ms_per_node", "fanout_ssh_cpu_floor_s", "payload_bytes_max"):
         if name in results:
             lines.append("%-45s %s" % (name, results[name]))

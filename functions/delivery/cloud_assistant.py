@@ -285,14 +285,19 @@ class CloudAssistantTransport:
         if not open_:
             return done
         with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(open_))) as pool:
+            beat = self.clock()
             while open_:
-                self.sleep(interval)
+                # A fixed beat, not a pause after each round: a round that took a while (thousands of nodes)
+                # does not push the next one later, so a result is still seen at most one interval late.
+                beat += interval
+                self.sleep(max(0.0, beat - self.clock()))
                 ids = list(open_)
+                last = self.clock() >= deadline  # the last round reads every page of what is still open
                 self.trace.append(("round", ""))
-                for invoke_id, answer in zip(ids, pool.map(self._results_or_error, ids)):
+                for invoke_id, answer in zip(ids, pool.map(lambda i: self._results_or_error(i, last), ids)):
                     wanted = open_[invoke_id]
                     if isinstance(answer, ApiError):
-                        if answer.retryable and self.clock() < deadline:
+                        if answer.retryable and not last:
                             continue  # the next round asks again
                         done.update(self._fail([t for t in members[invoke_id] if t.instance_id in wanted],
                                                "api-error", str(answer)))
@@ -305,7 +310,7 @@ class CloudAssistantTransport:
                             wanted.discard(iid)
                     if not wanted:
                         del open_[invoke_id]
-                if open_ and self.clock() >= deadline:
+                if open_ and last:
                     for invoke_id, wanted in open_.items():
                         done.update(self._fail([t for t in members[invoke_id] if t.instance_id in wanted],
                                                "execution-timeout", "no final result from Cloud Assistant in time"))
@@ -316,14 +321,17 @@ class CloudAssistantTransport:
                     interval = min(interval * 1.5, self.poll_max_s)
         return done
 
-    def _results_or_error(self, invoke_id: str):
+    def _results_or_error(self, invoke_id: str, whole: bool = False):
         self.trace.append(("poll", invoke_id))
         try:
-            return self._results(invoke_id)
+            return self._results(invoke_id, whole)
         except ApiError as exc:
             return exc
 
-    def _results(self, invoke_id: str) -> List[dict]:
+    def _results(self, invoke_id: str, whole: bool = False) -> List[dict]:
+        """The invocation's rows, page by page. Unless ``whole``, a page with an instance still running
+        ends the read: the invocation is not done, and its later pages are read in a later round (half
+        the calls per round for a batch of 100 while its nodes run)."""
         rows: List[dict] = []
         page = 1
         while True:
@@ -334,6 +342,8 @@ class CloudAssistantTransport:
             got = (inv.get("InvocationResults") or {}).get("InvocationResult") or []
             rows.extend(got)
             if not got or len(rows) >= int(inv.get("TotalCount") or 0):
+                return rows
+            if not whole and any(row.get("InvocationStatus") not in FINAL for row in got):
                 return rows
             page += 1
 
