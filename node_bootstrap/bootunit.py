@@ -13,6 +13,7 @@ import sys
 import typing
 from typing import Callable, List, Optional, Tuple
 
+from .errors import BadInput
 from .mig import PartitionSpec
 from .request import request_document
 from .runner import last_line
@@ -50,8 +51,23 @@ def _quote(arg, exec_line=True):
     return '"%s"' % (quoted.replace("$", "$$") if exec_line else quoted)
 
 
+def check_values(values, what="boot unit option"):
+    # type: (List[str], str) -> None
+    """Refuse control characters in anything written into the unit.
+
+    systemd reads a unit line by line; a newline inside a quoted value still ends the line, so a
+    ``--kubeconfig`` of "x\nExecStart=/bin/sh ..." would add a command of its own. No escaping makes a
+    control character safe in every systemd version, and no path or unit name needs one."""
+    for value in values:
+        bad = [c for c in value if ord(c) < 0x20 or ord(c) == 0x7f]
+        if bad:
+            raise BadInput("%s %r holds a control character (%r); use a value without newlines, tabs or other "
+                           "control characters" % (what, value[:60], bad[0]))
+
+
 def render_unit(python, package_dir, request_path, extra_args):
     # type: (str, str, str, List[str]) -> str
+    check_values([python, package_dir, request_path] + list(extra_args))
     argv = [python, "-m", "node_bootstrap", "apply", "--request-file", request_path, "--json",
             "--device-plugin-restart", "none", "--capacity-timeout", "0",
             "--lock-timeout", str(LOCK_TIMEOUT_S)] + list(extra_args)
@@ -60,7 +76,12 @@ def render_unit(python, package_dir, request_path, extra_args):
         "[Unit]",
         "Description=Re-apply the NVIDIA MIG layout of this node pool (ack-mig-hook)",
         "# Instances never survive a reboot: recreate them before anything uses the GPUs.",
-        "After=systemd-modules-load.service nvidia-persistenced.service network-online.target",
+        # After= only orders units that are part of the boot: absent ones are ignored, present ones run
+        # first. The fabric manager must have trained NVSwitch systems and persistenced must hold the
+        # GPUs initialised before MIG mode is set (NVIDIA's nvidia-mig-manager.service does the same:
+        # After=nvidia-persistenced.service nvidia-fabricmanager.service).
+        "After=systemd-modules-load.service nvidia-persistenced.service nvidia-fabricmanager.service "
+        "network-online.target",
         "Wants=network-online.target",
         "Before=kubelet.service containerd.service docker.service dcgm-exporter.service nvidia-dcgm.service",
         "",

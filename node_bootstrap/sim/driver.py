@@ -4,10 +4,9 @@ Modelled after what the NVIDIA driver answers (facts.md):
 
 * a GPU instance sits at one of its profile's allowed placements, never overlapping another; at most
   ``max_instances`` of a profile; compute slices add up to at most the GPU's;
-* destroying a GPU instance that still has compute instances (or processes) is IN_USE; so is changing
-  MIG mode while processes run or instances exist;
-* Ampere (A100, A30) keeps a new MIG mode pending until a GPU reset (as when a client such as
-  nvidia-persistenced holds the GPU); Hopper and later switch at once;
+* destroying a GPU instance that still has compute instances (or processes) is IN_USE;
+* ``nvmlDeviceSetMigMode`` itself answers SUCCESS whenever the arguments are valid and reports the
+  activation through ``activationStatus`` (see :func:`set_mig_mode` for the sources);
 * nothing survives a reboot: instances are gone; Ampere comes back in the pending (InfoROM) mode,
   Hopper and later come back with MIG disabled.
 """
@@ -113,20 +112,44 @@ def processes_on(processes, index, gi=None, ci=None):
     return [p for p in processes if p.gpu == index and (gi is None or p.gi == gi) and (ci is None or p.ci == ci)]
 
 
-def set_mig_mode(state, index, mode, processes):
-    # type: (State, int, int, List[Process]) -> int
-    """Returns the activation status: SUCCESS, or RESET_REQUIRED while the new mode is pending."""
+def set_mig_mode(state, index, mode, processes, held=False, passthrough=False):
+    # type: (State, int, int, List[Process], bool, bool) -> int
+    """``nvmlDeviceSetMigMode``: the new mode always becomes pending; returns the activation status.
+
+    nvml.h (NVIDIA go-nvml gen/nvml/nvml.h, nvmlDeviceSetMigMode): the call's own return codes are
+    SUCCESS, UNINITIALIZED, INVALID_ARGUMENT, NO_PERMISSION and NOT_SUPPORTED; "This API may unbind or
+    reset the device to activate the requested mode"; "On certain platforms like pass-through
+    virtualization, where reset functionality may not be exposed directly, VM reboot is required.
+    activationStatus would return NVML_ERROR_RESET_REQUIRED for such cases"; "if device unbind fails
+    because the device isn't idle, NVML_ERROR_IN_USE would be returned. The caller of this API is
+    expected to idle the device and retry setting the mode." nvidia-smi prints that case as "Warning: MIG
+    mode is in pending enable state for GPU ...: In use by another client". mig-parted
+    (pkg/mig/mode/nvml.go, cmd/nvidia-mig-parted/apply/mode.go) likewise ignores the status and only
+    compares current with pending afterwards, resetting the GPUs when they differ.
+
+    So, for every generation (the header makes no Ampere/Hopper distinction inside the call):
+
+    * the mode asked for is already current: SUCCESS, nothing to activate;
+    * something holds the GPU (``processes``, or ``held``: a client such as DCGM): pending, IN_USE;
+    * passed through to a VM (``passthrough``): pending, RESET_REQUIRED (a reboot activates it);
+    * idle on bare metal: the driver resets the GPU inside the call: current at once, SUCCESS.
+
+    Ampere and Hopper differ at a reboot (:func:`reboot`), not here.
+    """
     gpu = gpu_of(state, index)
     if mode not in (0, 1):
         raise SimError(ERROR_INVALID_ARGUMENT, "mode must be 0 or 1")
-    if processes_on(processes, index):
-        raise SimError(ERROR_IN_USE, "processes are running on the GPU")
     if mode == 0 and gpu["gis"]:
         raise SimError(ERROR_IN_USE, "GPU instances exist")
-    if is_ampere(model_of(state)):
-        gpu["mig_pending"] = mode
-        return SUCCESS if gpu["mig_current"] == mode else ERROR_RESET_REQUIRED
-    gpu["mig_current"] = gpu["mig_pending"] = mode
+    gpu["mig_pending"] = mode
+    if gpu["mig_current"] == mode:
+        return SUCCESS
+    if held or processes_on(processes, index):
+        return ERROR_IN_USE
+    if passthrough:
+        return ERROR_RESET_REQUIRED
+    gpu["mig_current"] = mode
+    gpu["gis"] = []  # the reset that activated the mode leaves no instance behind
     return SUCCESS
 
 
@@ -213,6 +236,13 @@ def reset(state, indices, processes):
 
 def reboot(state):
     # type: (State) -> None
+    """A node reboot. MIG user guide, Deployment Considerations: "On NVIDIA Ampere architecture GPUs,
+    similar to ECC mode, MIG mode setting is persistent across reboots until the user toggles the setting
+    explicitly", so a pending mode becomes current. Hopper and later do not keep it (issue 10 of this
+    project and the GPU operator's vGPU notes, NVIDIA/gpu-operator#2603: "neither the MIG mode nor the
+    SR-IOV VFs survive a node reboot"): they come back with MIG disabled. GPU and compute instances
+    never survive a reboot (mig-parted README: the tool alone "does not ensure that MIG device
+    configurations will persist across node reboots"; its systemd service re-applies them at boot)."""
     ampere = is_ampere(model_of(state))
     for gpu in state["gpus"]:
         gpu["gis"] = []

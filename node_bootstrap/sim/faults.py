@@ -9,7 +9,8 @@ from typing import Iterable, Optional
 
 KINDS = {
     "processes": "a compute process (pid 4242) runs on GPU 0",
-    "reset-fails": "nvidia-smi -r fails (a client holds the GPU)",
+    "reset-fails": "a GPU client apply does not stop holds the GPUs: a MIG mode change stays pending (activation "
+                   "IN_USE) and nvidia-smi -r fails",
     "crash-after:N": "the process is killed (SIGKILL) after N mutating calls, leaving partial state",
     "insufficient-resources": "creating a GPU instance answers INSUFFICIENT_RESOURCES",
     "not-mig-capable": "the GPUs answer NOT_SUPPORTED to MIG calls",

@@ -127,9 +127,19 @@ class SimNvmlLibrary(object):
             return True
         return False
 
-    def reset(self, indices):
-        # type: (List[int]) -> Tuple[int, str]
-        """What ``nvidia-smi -r -i <indices>`` does: (exit code, output)."""
+    def bus_index(self, gpu):
+        # type: (Any) -> int
+        """A GPU named by index or by the PCI bus id :meth:`_pci_info` gives it ("00000000:10:00.0")."""
+        if isinstance(gpu, int):
+            return gpu
+        try:
+            return int(str(gpu).split(":")[-2], 16) - 0x10
+        except (IndexError, ValueError):
+            raise SimError(driver.ERROR_INVALID_ARGUMENT, "no GPU %r" % (gpu,))
+
+    def reset(self, gpus):
+        # type: (List[Any]) -> Tuple[int, str]
+        """What ``nvidia-smi -r -i <bus ids>`` does: (exit code, output)."""
         if self.faults.passthrough:
             return 3, "GPU reset is not supported in this (passthrough) configuration; reboot the node"
         if self.faults.reset_fails:
@@ -138,8 +148,10 @@ class SimNvmlLibrary(object):
             # The real driver refuses while any process has the GPU open, and nvmlInit opens them all.
             return 255, "Unable to reset GPU: it is in use by another client (this process has NVML initialised)"
         try:
+            indices = [self.bus_index(g) for g in gpus]
+            processes = self.processes()  # before the write lock (see _set_mig_mode)
             with self.store.transaction() as state:
-                driver.reset(state, list(indices), self.processes())
+                driver.reset(state, indices, processes)
         except SimError as exc:
             return 255, "Unable to reset GPU: %s" % exc
         self._count_mutation()
@@ -281,8 +293,12 @@ class SimNvmlLibrary(object):
 
     def _set_mig_mode(self, dev, mode, activation):
         index = _decode(dev)[0]
+        processes = self.processes()  # read before the write lock: a second flock of ours would deadlock
         with self.store.transaction() as state:
-            status = driver.set_mig_mode(state, index, mode, self.processes())
+            # reset-fails stands for a GPU client apply does not know (DCGM, a monitoring agent): it holds
+            # the GPU, so the mode stays pending with IN_USE, as the real driver answers (driver.py).
+            status = driver.set_mig_mode(state, index, mode, processes, held=self.faults.reset_fails,
+                                         passthrough=self.faults.passthrough)
         _put_uint(activation, status)
 
     # --- GPU instances --------------------------------------------------------------------------
@@ -337,8 +353,9 @@ class SimNvmlLibrary(object):
 
     def _destroy_gi(self, gi_handle):
         index, gi_id, _ = _decode(gi_handle)
+        processes = self.processes()  # before the write lock (see _set_mig_mode)
         with self.store.transaction() as state:
-            driver.destroy_gpu_instance(state, index, gi_id, self.processes())
+            driver.destroy_gpu_instance(state, index, gi_id, processes)
 
     def _gpu_instances(self, dev, profile_id, array, count):
         index, gpu, model = self._gpu(dev)
@@ -394,8 +411,9 @@ class SimNvmlLibrary(object):
 
     def _destroy_ci(self, ci_handle):
         index, gi_id, ci_id = _decode(ci_handle)
+        processes = self.processes()  # before the write lock (see _set_mig_mode)
         with self.store.transaction() as state:
-            driver.destroy_compute_instance(state, index, gi_id, ci_id, self.processes())
+            driver.destroy_compute_instance(state, index, gi_id, ci_id, processes)
 
     def _compute_instances(self, gi_handle, ci_profile_id, array, count):
         index, gi_id, _ = _decode(gi_handle)

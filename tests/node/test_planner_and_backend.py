@@ -164,7 +164,7 @@ def test_simulator_enforces_the_drivers_rules_through_pynvml(sim):
     with NvmlWriter(pynvml) as w:
         with pytest.raises(pynvml.NVMLError_NotSupported):
             w.create_gpu_instance(0, 9, 0, 4)  # MIG disabled
-        assert w.set_mig_mode(0, True) == pynvml.NVML_ERROR_RESET_REQUIRED  # Ampere: pending
+        assert w.set_mig_mode(0, True) == pynvml.NVML_SUCCESS  # idle bare metal: activated inside the call
         assert w.released(lib.reset, [0])[0] == 0
         w.create_gpu_instance(0, 9, 0, 4)
         with pytest.raises(pynvml.NVMLError_InvalidArgument):
@@ -187,9 +187,10 @@ def test_simulator_enforces_the_drivers_rules_through_pynvml(sim):
 
 
 def test_a_reset_needs_this_process_to_let_go_of_nvml(sim):
-    lib = sim("A100-SXM4-40GB", 2)
+    lib = sim("A100-SXM4-40GB", 2, faults=["processes"])
     with NvmlWriter(pynvml) as w:
-        w.set_mig_mode(0, True)
+        assert w.set_mig_mode(0, True) == pynvml.NVML_ERROR_IN_USE  # a process held GPU 0: pending
+        lib.kill(4242)
         rc, output = lib.reset([0])  # as the driver would: our own open NVML holds the GPU
         assert rc != 0 and "in use" in output and w.read_gpu(0).mig_current == 0
         assert w.released(lib.reset, [0]) == (0, "GPU reset successful")

@@ -1,7 +1,8 @@
 """A simulated node never touches this machine: the README's simulator commands, and apply with every
 host option left at its default, run with a recording ``systemctl``/``nvidia-smi`` first on PATH and a
 Python audit hook that records every file the process writes, creates, moves or removes and every
-program it starts. Zero host commands, and nothing written outside the test's own directory."""
+program it starts. Zero host commands, and nothing written outside the test's own directory.
+The documented commands are those of README.md and docs/*.md."""
 
 import json
 import os
@@ -69,25 +70,31 @@ def _check(node, audit, tmp_path):
     assert node.commands() == []  # the recording systemctl/nvidia-smi on PATH never ran
 
 
-def _readme_sim_blocks():
-    with open(os.path.join(ROOT, "README.md")) as fh:
-        text = fh.read()
-    blocks = re.findall(r"```(?:sh|bash|shell)\n(.*?)```", text, re.S)
-    return [b for b in blocks if "--backend sim:" in b and "<GPU>" not in b]
+def _doc_sim_blocks():
+    """Every shell block in README.md and docs/*.md that runs a simulated node (not a usage line)."""
+    import glob
+
+    found = []
+    for path in [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md"))):
+        with open(path) as fh:
+            text = fh.read()
+        blocks = re.findall(r"```(?:sh|bash|shell)\n(.*?)```", text, re.S)
+        found += [(os.path.relpath(path, ROOT), b) for b in blocks if "--backend sim:" in b and "<GPU>" not in b]
+    return found
 
 
-def test_the_readmes_simulator_commands_touch_nothing_on_the_host(tmp_path):
-    blocks = _readme_sim_blocks()
-    assert blocks, "README.md shows no runnable --backend sim command block"
+def test_the_documented_simulator_commands_touch_nothing_on_the_host(tmp_path):
+    blocks = _doc_sim_blocks()
+    assert any(where == "README.md" for where, _ in blocks), "README.md shows no runnable --backend sim block"
     node, env, audit = _harness(tmp_path)
-    work = tmp_path / "work"
-    work.mkdir()
-    for block in blocks:
-        # the README's /tmp paths become this test's own directory; everything else runs as written
+    for n, (where, block) in enumerate(blocks):
+        work = tmp_path / ("work%d" % n)
+        work.mkdir()
+        # the docs' /tmp paths become this test's own directory; everything else runs as written
         script = "set -e\n" + block.replace("/tmp/", str(work) + "/")
         proc = subprocess.run(["bash", "-c", script], cwd=str(work), env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.returncode == 0, (where, proc.stderr[-2000:])
     _check(node, audit, tmp_path)
 
 
