@@ -4,6 +4,7 @@ through the same script, bundle cache and result parsing as the remote transport
 the real path."""
 
 import os
+import signal
 import subprocess
 import tempfile
 import threading
@@ -31,12 +32,22 @@ class LocalTransport:
 
     def _run(self, target: NodeTarget) -> NodeResult:
         script = self.maker.script([self._args(target)], target.instance_id)
+        # The runner stops node_bootstrap itself at the deadline (SIGTERM to its group, SIGKILL after the
+        # grace); this limit is the backstop past that, and it ends the whole session, runner included.
+        limit = self.maker.deadline_s + self.maker.grace_s + 15
+        proc = subprocess.Popen(["/bin/sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True,
-                                  timeout=self.maker.deadline_s + 30, stdin=subprocess.DEVNULL)
+            stdout, stderr = proc.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
-            return NodeResult(target.instance_id, self.name, error="execution-timeout",
-                              message="the node script did not finish in time")
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.communicate()
+            return NodeResult(target.instance_id, self.name, error="node-timeout",
+                              message="the node script did not finish within %gs" % limit)
+        proc = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
         out = proc.stdout.decode("utf-8", "replace")
         doc = parse_output(out)
         if doc is None:

@@ -39,9 +39,10 @@ class NodeTarget(NamedTuple):
 @dataclass
 class NodeResult:
     """What one transport got back from one node. ``error`` is a transport-level code when the node's own
-    result is missing (``agent-not-ready``, ``delivery-timeout``, ``execution-timeout``,
-    ``instance-released``, ``host-key-rejected``, ``auth-failed``, ``connect-failed``, ``bundle-missing``,
-    ``api-error``...), ``None`` when ``result`` holds the node's JSON."""
+    result is missing (``agent-not-ready``, ``agent-unavailable``, ``instance-gone``, ``delivery-timeout``,
+    ``execution-timeout``, ``node-timeout``, ``instance-released``, ``host-key-rejected``, ``auth-failed``,
+    ``connect-failed``, ``bundle-missing``, ``api-error``...), ``None`` when ``result`` holds the node's
+    JSON. None of these is a node verdict (see NODE_VERDICTS)."""
 
     instance_id: str
     transport: str
