@@ -126,6 +126,9 @@ class Decision(_Model):
     partition: Optional[PartitionLabel] = None
     instance_type: Optional[str] = None
     ip_address: Optional[str] = None
+    # ``partition`` that turns MIG off (``node_bootstrap disable``): a pool whose label was removed, with
+    # ACK_MIG_ON_LABEL_REMOVAL=disable (functions/rollout.py); ``partition`` and ``plan`` are None then.
+    disable: bool = False
 
     def to_json(self) -> Dict[str, Any]:
         return self.model_dump(mode="json")

@@ -259,15 +259,23 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             return membership[0]
 
         stage = "deciding"
-        targets = resolve_targets(request, lookup, cluster, ask)
-        decisions = decide_targets(targets, cluster)
         # Running nodes of a reconcile are rolled in waves (functions/rollout.py); ``kube`` overrides the
         # Kubernetes view (tests, the demo), else the snapshot's kube_nodes or the live API server.
-        from .rollout import kube_view, prepare
+        from .rollout import kube_view, prepare, removal_targets
 
-        decisions, rollout = prepare(request, targets, decisions,
-                                     kube if kube is not None else kube_view(inventory, lookup, settings, cluster),
-                                     settings)
+        view = kube if kube is not None else kube_view(inventory, lookup, settings, cluster)
+        try:
+            targets = resolve_targets(request, lookup, cluster, ask)
+        except SkipEvent:
+            # no labelled pool (left): a pool whose label was removed may still have nodes with MIG
+            targets = removal_targets(request, lookup, cluster, view, ())
+            if not targets:
+                raise
+        else:
+            targets = targets + removal_targets(request, lookup, cluster, view,
+                                                [t[0] for t in targets if isinstance(t, tuple)])
+        decisions = decide_targets(targets, cluster)
+        decisions, rollout = prepare(request, targets, decisions, view, settings)
         for d in decisions:
             log.info("decision", instance_id=d.instance_id, node_name=d.node_name, nodepool_id=d.nodepool_id,
                      action=d.action, reason=d.reason, sequence=d.plan.sequence if d.plan else None)

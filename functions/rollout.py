@@ -66,6 +66,8 @@ def _gpus(d: Decision, kube: Optional[rp.KubeNode]) -> Optional[int]:
 
 
 def _expected(d: Decision, kube: Optional[rp.KubeNode]) -> Tuple[Dict[str, int], bool]:
+    if d.disable:  # MIG off: no nvidia.com/mig-* resource left
+        return {}, True
     if d.plan is None:  # the GPU model is the node's to say: any of the label's profiles showing will do
         names = [] if d.partition is None else [i.strip().lower() for i in d.partition.value.split("-")]
         return {"nvidia.com/mig-%s" % n: 1 for n in names if not n.isdigit()}, False
@@ -84,9 +86,28 @@ class Rollout:
         return RolloutExecutor(inner, self, clock, sleep, on_result)
 
 
+def _has_label(pool: Any) -> bool:
+    from .decide import has_partition_label
+
+    return has_partition_label(pool)
+
+
+def _mig_on(node: Optional[rp.KubeNode]) -> bool:
+    """The node shows MIG this hook set up (its labels), or a roll to MIG off is under way on it."""
+    if node is None:
+        return False
+    progress = node.progress
+    return bool(rp.work_needed(None, node, None)) or (
+        progress is not None and progress.target == rp.TARGET_OFF and progress.step in rp.ACTIVE_STEPS)
+
+
 def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kube: Any,
             settings: Any) -> Tuple[List[Decision], Optional[Rollout]]:
-    """The decisions with the rollout applied, and the Rollout (None when this event rolls nothing)."""
+    """The decisions with the rollout applied, and the Rollout (None when this event rolls nothing).
+
+    A node of a pool without a partition label that still has MIG (the label was removed) keeps its
+    layout (``skip``, the reason says how to turn MIG off) or, with ACK_MIG_ON_LABEL_REMOVAL=disable,
+    is rolled to MIG off in waves like a repartition (``node_bootstrap disable``)."""
     if kube is None or request.trigger not in ROLLOUT_TRIGGERS:
         return decisions, None
     pools = {}
@@ -94,7 +115,9 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kub
         if isinstance(t, tuple) and t[2] is not None:
             pools[t[0]] = t[2]
     running = [d for d in decisions if d.action == ACTION_PARTITION and d.node_name]
-    if not running:
+    unlabelled = [d for d in decisions if d.action == ACTION_SKIP and d.node_name and d.instance_id in pools
+                  and not _has_label(pools[d.instance_id])]
+    if not running and not unlabelled:
         return decisions, None
     try:
         known = rp_nodes(kube)
@@ -102,18 +125,32 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kub
         # Without the Kubernetes API a running node cannot be drained: it waits rather than fail gpu-busy.
         why = ("the Kubernetes API did not answer (%s); running nodes are repartitioned only through it "
                "(RBAC: deploy/rbac.yaml)" % str(exc)[:160])
-        return [d.model_copy(update=dict(action=ACTION_DEFER, reason=why)) if d in running else d for d in decisions], None
+        return [d.model_copy(update=dict(action=ACTION_DEFER, reason=why)) if d in running else d
+                for d in decisions], None
+    changed: Dict[str, Decision] = {}
     by_pool: Dict[str, List[Decision]] = {}
     for d in running:
         if d.node_name in known:  # a node Kubernetes does not know yet is new: applied as before
             by_pool.setdefault(d.nodepool_id or "", []).append(d)
-    changed: Dict[str, Decision] = {}
+    for d in unlabelled:
+        node = known.get(d.node_name or "")
+        if not _mig_on(node):
+            continue
+        if settings.rollout.on_label_removal == "disable":
+            off = d.model_copy(update=dict(action=ACTION_PARTITION, disable=True, partition=None, plan=None))
+            by_pool.setdefault(d.nodepool_id or "", []).append(off)
+        else:
+            changed[d.instance_id] = d.model_copy(update=dict(reason=(
+                "%s; this node keeps its MIG layout (%s). To turn MIG off: set ACK_MIG_ON_LABEL_REMOVAL=disable "
+                "on the function (the pool's nodes then roll to MIG off like a repartition), or run "
+                "`python3 -m node_bootstrap disable` on the node" % (
+                    d.reason, node.labels.get(rp.APPLIED_LABEL) or node.labels.get(rp.STATE_LABEL) or "-"))))
     waves: Dict[str, WaveNode] = {}
     for pool_id, members in sorted(by_pool.items()):
         pool = pools.get(members[0].instance_id)
         label = pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool is not None else None
         name = "%s (%s)" % (pool_id, pool.name) if pool is not None and pool.name else pool_id
-        target = rp.target_of(_spec(members[0]))
+        target = rp.TARGET_OFF if members[0].disable else rp.target_of(_spec(members[0]))
         try:
             limit = rp.max_unavailable(settings.rollout.max_unavailable, label, len(members))
         except rp.RolloutInputError as exc:
@@ -137,6 +174,29 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kub
                                                 known[d.node_name].progress)
     out = [changed.get(d.instance_id, d) for d in decisions]
     return out, Rollout(kube, waves, settings)
+
+
+def removal_targets(request: Any, lookup: Any, cluster: str, kube: Any, taken: Sequence[str]) -> List[tuple]:
+    """Nodes with MIG in pools that no longer carry a partition label (the pipeline's targets skip such
+    pools): ``(instance id, node, pool)`` for the timer, a manual run, or a modification of that pool."""
+    if kube is None or request.trigger not in ROLLOUT_TRIGGERS or request.instance_ids:
+        return []
+    try:
+        known = rp_nodes(kube)
+    except KubeError as exc:
+        log.warning("pools without a partition label not checked for MIG nodes: %s", exc)
+        return []
+    with_mig = {name for name, node in known.items() if _mig_on(node)}
+    if not with_mig:
+        return []
+    out = []
+    for pool in lookup.nodepools(cluster):
+        if _has_label(pool) or (request.nodepool_id and pool.nodepool_id != request.nodepool_id):
+            continue
+        for node in lookup.nodes(cluster, nodepool_id=pool.nodepool_id):
+            if node.node_name in with_mig and node.instance_id not in taken:
+                out.append((node.instance_id, node, pool))
+    return out
 
 
 def rp_nodes(kube: Any) -> Dict[str, rp.KubeNode]:
@@ -347,7 +407,8 @@ class DryRunRolloutExecutor:
                 kube_node = rp_nodes(kube).get(d.node_name)
                 cordon = ("resume after step %s" % w.resume if w.resume else
                           "leave the cordon someone else set" if kube_node and kube_node.unschedulable else "cordon")
-                what = d.plan.sequence if d.plan else "%s=%s" % (d.partition.kind, d.partition.value)
+                what = ("MIG off (node_bootstrap disable)" if d.disable else d.plan.sequence if d.plan
+                        else "%s=%s" % (d.partition.kind, d.partition.value))
                 results[d.instance_id] = {
                     "instance_id": d.instance_id, "node_name": d.node_name, "outcome": "dry-run",
                     "reason": "dry run: would %s, %s (PodDisruptionBudgets respected), apply %s, wait for %s, "

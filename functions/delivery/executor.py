@@ -82,6 +82,9 @@ class DeliveryExecutor:
             names[d.instance_id] = d.node_name or ""
             if d.action == ACTION_SKIP:
                 outcomes[d.instance_id] = Outcome(d.instance_id, d.node_name or "", SKIPPED, d.reason)
+            elif d.action == ACTION_PARTITION and getattr(d, "disable", False):  # MIG off (functions/rollout.py)
+                args = ["--json"] + list(self.extra_args) + ["disable"]
+                targets.append(NodeTarget(d.instance_id, d.node_name or "", d.ip_address or "", tuple(args)))
             elif d.action == ACTION_ERROR or d.partition is None:
                 outcomes[d.instance_id] = Outcome(d.instance_id, d.node_name or "", FAILED, d.reason)
             elif d.action == ACTION_PARTITION:

@@ -70,6 +70,14 @@ class PlayedNodes:
                 out.append(NodeResult(t.instance_id, self.name, 4, {"outcome": "failed", "error": {
                     "code": "gpu-busy", "message": "GPU 0 is used by pid 4242"}}))
                 continue
+            if t.args[-1] == "disable":  # node_bootstrap disable: MIG off, its labels cleared, whole GPUs back
+                with self.api.lock:
+                    labels = self.api.nodes[t.node_name]["metadata"]["labels"]
+                    labels.pop("nvidia.com/mig.config.state", None)
+                    labels.pop("aliyun.accelerator/nvidia_mig_sequence", None)
+                self.api.set_capacity(t.node_name, {"nvidia.com/gpu": "8"})
+                out.append(NodeResult(t.instance_id, self.name, 0, {"outcome": "success", "changes": 9, "gpus": []}))
+                continue
             request = json.loads(__import__("base64").b64decode(t.args[-1]))
             sequence = request["partition"]["value"]
             with self.api.lock:
@@ -107,11 +115,11 @@ class Cluster:
         if self.on_sleep is not None:
             self.on_sleep(len(self.sleeps))
 
-    def run(self, inventory=None, dry_run=False, kube=None, **env):
+    def run(self, inventory=None, dry_run=False, kube=None, event=None, **env):
         settings = load_settings(dict(self.settings_env, **env))
         executor = DeliveryExecutor.from_settings(settings, transport=self.transport)
         lookup = InventoryLookup.from_dict(inventory or snapshot())
-        return run_event(TIMER, settings, inventory=lookup, executor=executor, dry_run=dry_run,
+        return run_event(event or TIMER, settings, inventory=lookup, executor=executor, dry_run=dry_run,
                          logger=JsonLogger("OFF"), kube=kube or self.kube)
 
     def annotation(self, name):

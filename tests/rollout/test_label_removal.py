@@ -1,0 +1,62 @@
+"""A pool's partition label removed: its nodes keep their MIG layout (skip, with how to turn MIG off), or
+with ACK_MIG_ON_LABEL_REMOVAL=disable they roll to MIG off in waves (node_bootstrap disable)."""
+
+import json
+
+from tests.rollout.conftest import CLUSTER, NAMES, POOL, snapshot
+
+UNLABELLED = snapshot(value=None)
+POOL_EVENT = json.dumps({"cluster_id": CLUSTER, "nodepool_id": POOL})  # e.g. after ModifyClusterNodePool
+
+
+def test_by_default_the_nodes_keep_their_layout_and_nothing_is_sent(cluster):
+    cluster.add_nodes()
+    for event in (None, POOL_EVENT):
+        result = cluster.run(inventory=UNLABELLED, event=event)
+        assert result.outcome == "done" and {d.action for d in result.decisions} == {"skip"}
+        reason = result.decisions[0].reason
+        assert "has no partition label" in reason and "keeps its MIG layout (1g.5gb" in reason
+        assert "ACK_MIG_ON_LABEL_REMOVAL=disable" in reason and "python3 -m node_bootstrap disable" in reason
+    assert cluster.transport.seen == [] and not [r for r in cluster.api.requests if r.method == "PATCH"]
+
+
+def test_disable_rolls_the_pool_to_mig_off_wave_by_wave(cluster):
+    cluster.add_nodes()
+    first = cluster.run(inventory=UNLABELLED, ACK_MIG_ON_LABEL_REMOVAL="disable")
+    assert [d.action for d in first.decisions] == ["partition", "defer", "defer"]
+    assert first.decisions[0].disable and "rollout of pool %s (gpu) to mig=off" % POOL in first.decisions[0].reason
+    a = first.nodes[0]
+    assert a["outcome"] == "partitioned" and "new capacity shows (none)" in a["reason"]
+    assert cluster.annotation("node-a")["target"] == "mig=off" and not cluster.unschedulable("node-a")
+    sent = [r for r in cluster.api.requests if r.method == "PATCH" and r.path.endswith("node-a")]
+    assert sent[0].body["spec"] == {"unschedulable": True}
+    cluster.run(inventory=UNLABELLED, ACK_MIG_ON_LABEL_REMOVAL="disable", event=POOL_EVENT)
+    cluster.run(inventory=UNLABELLED, ACK_MIG_ON_LABEL_REMOVAL="disable")
+    assert cluster.transport.seen == NAMES
+    last = cluster.run(inventory=UNLABELLED, ACK_MIG_ON_LABEL_REMOVAL="disable")
+    assert last.outcome == "skip" and cluster.transport.seen == NAMES  # nothing with MIG left: nothing to do
+
+
+def test_the_node_command_is_node_bootstrap_disable(cluster):
+    cluster.add_nodes(["node-a"])
+    args = []
+    real = cluster.transport.run
+    cluster.transport.run = lambda targets: args.extend(t.args for t in targets) or real(targets)
+    cluster.run(inventory=snapshot(value=None, names=["node-a"]), ACK_MIG_ON_LABEL_REMOVAL="disable")
+    assert args == [("--json", "disable")]
+
+
+def test_dry_run_shows_the_roll_to_mig_off(cluster):
+    cluster.add_nodes()
+    result = cluster.run(inventory=UNLABELLED, dry_run=True, ACK_MIG_ON_LABEL_REMOVAL="disable")
+    assert result.nodes[0]["reason"].startswith("dry run: would cordon, evict no GPU pod")
+    assert "apply MIG off (node_bootstrap disable)" in result.nodes[0]["reason"]
+    assert cluster.transport.seen == []
+
+
+def test_without_nodes_that_have_mig_an_unlabelled_cluster_is_still_skipped(cluster):
+    cluster.add_nodes(sequence=None, state=None)
+    for n in NAMES:
+        cluster.api.nodes[n]["metadata"]["labels"].pop("nvidia.com/mig.config.state", None)
+    result = cluster.run(inventory=UNLABELLED)
+    assert result.outcome == "skip" and "carries a partition label" in result.reason
