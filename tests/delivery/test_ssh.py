@@ -122,7 +122,7 @@ def test_the_private_key_never_appears_in_results(sshd, maker):
 
 
 @pytest.mark.parametrize("stall, step", [("exec", "waiting for the exec request to be answered"),
-                                         ("sftp", "waiting for the SFTP subsystem")])
+                                         ("sftp", "waiting for the SFTP subsystem")], ids=["exec", "sftp"])
 def test_a_server_that_stalls_after_login_ends_node_timeout_and_the_others_finish(sshd, maker, tmp_path, stall,
                                                                                    step):
     """A real SSH server (paramiko) on 127.0.0.3, same port as the real sshd, lets the client in and then
