@@ -8,6 +8,14 @@ directory by the same runner Cloud Assistant and SSH use, and ``node_bootstrap``
 duplicate delivery would, and every node comes back ``unchanged`` with nothing sent twice. Last, a
 dry-run reconcile of every labelled pool shows the other decisions: a passthrough pool skipped with the
 guide's reason and a pool whose label is refused with the parser's message.
+
+Then a label change rolled across a running pool (``examples/inventory-rollout.json``: three A100 nodes
+partitioned 7 x 1g.5gb, the pool's label now 3g.20gb-3g.20gb): the Kubernetes side is held in memory
+(``functions.kube_client.MemoryKube``, the same eviction rule as the API server), the nodes are the same
+simulated ones, and a stand-in for the device plugin publishes each node's new ``nvidia.com/mig-*``
+capacity from the node's own result. The first invocation takes one node (max-unavailable 1), defers the
+next, skips the one already right, and its drain waits on a PodDisruptionBudget until the workload's
+replacement runs elsewhere; the second invocation takes the deferred node; the third finds all done.
 """
 
 import json
@@ -66,12 +74,92 @@ def _gpu_lines(gpus):
     return out
 
 
-def _run_once(raw, settings, inventory, executor):
+def _run_once(raw, settings, inventory, executor, kube=None):
     from .logs import JsonLogger
     from .pipeline import run_event
 
     quiet = JsonLogger("OFF", stream=sys.stderr)
-    return run_event(raw, settings, inventory=inventory, executor=executor, logger=quiet)
+    return run_event(raw, settings, inventory=inventory, executor=executor, logger=quiet, kube=kube)
+
+
+class _DevicePlugin:
+    """Wraps the transport: once a node reports success, does what node_bootstrap's labeller and the
+    device plugin do on a real node (the demo's node runs with --no-label): the node's labels and its
+    allocatable nvidia.com/mig-<profile> resources, from the node's own result."""
+
+    name = "local"
+
+    def __init__(self, inner, kube, names):
+        self.inner, self.kube, self.names = inner, kube, names
+
+    def run(self, targets):
+        results = self.inner.run(targets)
+        for res in results:
+            doc = res.result or {}
+            name = self.names.get(res.instance_id)
+            if doc.get("outcome") != "success" or name not in self.kube.nodes:
+                continue
+            allocatable = {}
+            for gpu in doc.get("gpus") or []:
+                for inst in gpu.get("instances") or []:
+                    key = "nvidia.com/mig-%s" % inst.get("profile")
+                    allocatable[key] = str(int(allocatable.get(key, "0")) + 1)
+            for key in self.kube.nodes[name].get("status", {}).get("allocatable", {}):
+                if key.startswith("nvidia.com/mig-") and key not in allocatable:
+                    allocatable[key] = None  # the old layout's resources are gone (merge patch: null deletes)
+            self.kube.patch_node(name, {"metadata": {"labels": {
+                "nvidia.com/mig.config.state": "success",
+                "aliyun.accelerator/nvidia_mig_sequence": str(doc.get("sequence") or "").replace("+", ".")}},
+                "status": {"allocatable": allocatable}})
+        return results
+
+
+def _rollout(settings, tmp, transport):
+    """Three invocations of a reconcile over the rollout example; returns their results."""
+    from . import rollout
+    from .cluster import InventoryLookup
+    from .delivery.executor import DeliveryExecutor
+    from .kube_client import MemoryKube
+
+    lookup = InventoryLookup.from_file(os.path.join(EXAMPLES, "inventory-rollout.json"))
+    kube = MemoryKube.from_snapshot(lookup.kube_nodes or {})
+    first, second, right = sorted(kube.nodes)[:3]
+    kube.add_pod("team", "infer-0", first, labels={"app": "infer"}, gpus=1, owner="ReplicaSet")
+    kube.add_pod("kube-system", "dcgm-exporter-x1", first, gpus=1, owner="DaemonSet")  # stays
+    kube.add_pdb("team", "infer", {"app": "infer"}, min_available=1)
+
+    def replacement(namespace, name):  # the ReplicaSet's new replica starts on a schedulable node
+        if ("team", "infer-1") not in kube.pods:
+            kube.add_pod("team", "infer-1", right, labels={"app": "infer"}, gpus=1, owner="ReplicaSet")
+
+    kube.on_evict_refused = replacement
+    names = {n.instance_id: n.node_name for n in lookup.nodes(lookup.cluster_id)}
+    executor = DeliveryExecutor.from_settings(settings, transport=_DevicePlugin(transport, kube, names))
+    now = [0.0]
+    saved = rollout.clock, rollout.sleep
+    rollout.clock, rollout.sleep = (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))  # no real waits
+    try:
+        event = json.dumps({"cluster_id": lookup.cluster_id})
+        runs = [_run_once(event, settings, lookup, executor, kube) for _ in range(3)]
+    finally:
+        rollout.clock, rollout.sleep = saved
+    return runs, kube
+
+
+def _print_rollout(runs, kube):
+    print()
+    print("label change rolled across pool gpu-mig-a100 (examples/inventory-rollout.json, "
+          "1g.5gb x 7 -> 3g.20gb-3g.20gb, max-unavailable 1):")
+    for number, result in enumerate(runs, 1):
+        print("  invocation %d: %s" % (number, result.reason))
+        for n in result.nodes or []:
+            if n.get("outcome") == "skipped":
+                continue
+            print("    %-26s %-12s %s" % (n.get("node_name") or n["instance_id"], n["outcome"], n["reason"][:150]))
+    drains = [e["message"] for e in kube.events if e["reason"] == "MigRolloutDrain"]
+    print("  Node events: %s" % "; ".join(sorted({e["reason"] for e in kube.events})))
+    for message in drains:
+        print("    MigRolloutDrain: %s" % message[:140])
 
 
 def run(args):
@@ -89,10 +177,14 @@ def run(args):
         again = _run_once(raw, settings, args.inventory, executor)
         with open(os.path.join(EXAMPLES, "event-reconcile.json"), "rb") as fh:
             reconcile = _run_once(fh.read(), settings, args.inventory, executor)  # the event asks for a dry run
+        runs, kube = _rollout(settings, tmp, transport)
     nodes = first.nodes or []
+    rolled = [[{"node_name": n.get("node_name"), "outcome": n["outcome"], "reason": n["reason"]}
+               for n in r.nodes or []] for r in runs]
     if args.json:
         print(json.dumps({"nodes": [{"instance_id": n["instance_id"], "outcome": n["outcome"],
-                                     "reason": n["reason"], "gpus": n.get("gpus") or []} for n in nodes]}))
+                                     "reason": n["reason"], "gpus": n.get("gpus") or []} for n in nodes],
+                          "rollout": rolled}))
         return 0 if first.outcome == "done" else 1
     print("event %s (%s): %s, %s" % (first.event_type, first.trigger, first.outcome, first.reason))
     for d in first.decisions:
@@ -110,4 +202,5 @@ def run(args):
           % (reconcile.outcome, reconcile.reason))
     for d in reconcile.decisions:
         print("  decision %-22s %-9s %s" % (d.instance_id, d.action, d.reason))
+    _print_rollout(runs, kube)
     return 0 if first.outcome == "done" and all(n["outcome"] != "failed" for n in nodes) else 1
