@@ -126,6 +126,20 @@ def _settings(args, raw):
     return settings
 
 
+class Progress:
+    """``done/total`` with counts per outcome on stderr as nodes finish (stdout keeps the result)."""
+
+    def __init__(self, stream):
+        self.stream, self.counts, self.done = stream, {}, 0
+
+    def __call__(self, node, total):
+        self.done += 1
+        outcome = str(node.get("outcome"))
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+        print("ack-mig-hook: %d/%d nodes (%s)" % (self.done, total, ", ".join(
+            "%d %s" % (n, k) for k, n in sorted(self.counts.items()))), file=self.stream, flush=True)
+
+
 def run(args):
     from .logs import JsonLogger
     from .pipeline import run_event
@@ -146,7 +160,8 @@ def run(args):
     # stderr, `--json | jq` still works) only with ACK_MIG_LOG_LEVEL=DEBUG.
     logger = JsonLogger("DEBUG" if settings.log_level == "DEBUG" else "OFF", settings.secrets(),
                         stream=sys.stderr, request_id="cli")
-    result = run_event(raw, settings, inventory=lookup, dry_run=args.dry_run, logger=logger)
+    result = run_event(raw, settings, inventory=lookup, dry_run=args.dry_run, logger=logger,
+                       progress=Progress(sys.stderr))
     # Everything printed goes through the log lines' redaction (credentials, secrets read at run time).
     if args.json:
         print(logger.redact(json.dumps(result.to_json(), indent=2)))

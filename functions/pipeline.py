@@ -211,7 +211,8 @@ def _summary(decisions: Sequence[Any]) -> str:
 
 def run_event(raw: Any, settings: Optional[Settings] = None, inventory: InventoryArg = None,
               executor: Optional["Executor"] = None, context: Any = None, dry_run: bool = False,
-              logger: Optional[JsonLogger] = None, kube: Any = None) -> HandlerResult:
+              logger: Optional[JsonLogger] = None, kube: Any = None,
+              progress: Optional[Callable[[dict, int], None]] = None) -> HandlerResult:
     """Run one event end to end and return how it ended. Never raises for an outcome (skip, bad event,
     configuration, transient cloud failure are all results); raises only for ``BadInventory`` (a bad
     ``--inventory`` file, the caller's input). Anything unexpected (a bug, input deep enough to exhaust
@@ -281,13 +282,25 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                      action=d.action, reason=d.reason, sequence=d.plan.sequence if d.plan else None)
         stage = "running the nodes"
         chosen = DryRunExecutor() if effective_dry_run else (executor or make_executor(settings, False))
+        reported: set = set()
+        total = sum(1 for d in decisions if d.action in ("partition", "defer"))
+
+        def finished(n: dict) -> None:
+            """One JSON log line per node as it finishes (a rollout reports each one when it ends), and the
+            caller's ``progress(node result, total)`` (the command line's done/total on stderr)."""
+            reported.add(n.get("instance_id"))
+            log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
+                     reason=n.get("reason"))
+            if progress is not None and n.get("outcome") not in ("skipped", "dry-run"):
+                progress(n, total)
+
         if rollout is not None:  # the same swap as a dry run: the rollout wraps whichever executor it is
-            chosen = rollout.executor(chosen, effective_dry_run)
+            chosen = rollout.executor(chosen, effective_dry_run, on_result=finished)
         nodes = chosen.execute(request, decisions)
         stage = "reporting"
         for n in nodes:
-            log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
-                     reason=n.get("reason"))
+            if n.get("instance_id") not in reported:
+                finished(n)
         result = HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
                                event_id=request.event_id, outcome="done", reason=_summary(decisions),
                                cluster_id=cluster, dry_run=effective_dry_run, decisions=decisions, nodes=nodes)

@@ -226,3 +226,42 @@ def test_deploy_rbac_yaml_grants_exactly_the_calls_a_rollout_makes(cluster):
     assert used <= granted, used - granted
     # every rule is needed: the rollout (and the taint removal, which gets and patches nodes) use them all
     assert granted - used <= {("nodes", "get")}, granted - used
+
+
+def test_progress_as_nodes_finish_and_one_log_line_per_node(cluster):
+    import io
+    import json
+
+    from functions.cluster import InventoryLookup
+    from functions.delivery.executor import DeliveryExecutor
+    from functions.invoke import Progress
+    from functions.logs import JsonLogger
+    from functions.pipeline import run_event
+    from functions.settings import load_settings
+    from tests.rollout.conftest import TIMER
+
+    cluster.add_nodes()
+    stream, err = io.StringIO(), io.StringIO()
+    seen = []
+
+    def progress(node, total):
+        # called as the node ends: its final record is already on the API server
+        record = cluster.annotation(node["node_name"])
+        seen.append((node["node_name"], node["outcome"], total, record and record["step"]))
+        if len(seen) == 1:  # node-a is reported while node-b, in the same wave, is still on its way
+            seen.append(("node-b then", cluster.annotation("node-b")["step"]))
+
+    printer = Progress(err)
+    settings = load_settings({"ACK_MIG_STARTUP_TAINT": "none", "ACK_MIG_MAX_UNAVAILABLE": "2"})
+    run_event(TIMER, settings, inventory=InventoryLookup.from_dict(snapshot()), logger=JsonLogger("INFO", stream=stream),
+              executor=DeliveryExecutor.from_settings(settings, transport=cluster.transport), kube=cluster.kube,
+              progress=lambda n, t: (progress(n, t), printer(n, t)))
+    assert seen == [("node-a", "partitioned", 3, "done"), ("node-b then", "applied"),
+                    ("node-b", "partitioned", 3, "done"),
+                    ("node-c", "deferred", 3, None)]
+    assert err.getvalue().splitlines() == ["ack-mig-hook: 1/3 nodes (1 partitioned)",
+                                           "ack-mig-hook: 2/3 nodes (2 partitioned)",
+                                           "ack-mig-hook: 3/3 nodes (1 deferred, 2 partitioned)"]
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    results = [line["instance_id"] for line in lines if line["message"] == "node result"]
+    assert results == ["i-node-a", "i-node-b", "i-node-c"]
