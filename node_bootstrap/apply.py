@@ -8,22 +8,26 @@ the host: clients, GPU resets, the device plugin and capacity wait, node labels 
 import argparse
 import os
 import socket
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .backend import Backend, kill_process, reset_gpus
 from .clients import ClientControl, parse_clients
-from .commands import as_failure, gpus_json, install_boot_unit, request_spec, stderr_log
+from .bootunit import check_values
+from .commands import as_failure, boot_args, gpus_json, install_boot_unit, request_spec, stderr_log
 from .deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
 from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure, Terminated
+from .events import record_final_state
 from .holders import DEFAULT_DEVICE_GLOB, wait_released
 from .kube import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
 from .lock import NodeLock
+from .migmanager import refuse_if_mig_manager
 from .mig import MigInputError, PartitionSpec
 from .nodelabels import NodeLabeler, sequence_label_value
 from .nvml import NvmlUnavailable, NvmlWriter
 from .planner import GpuPlan, node_sequence
 from .reconcile import Host, reconcile
-from .runner import run
+from .rebootguard import RebootGuard, kernel_boot_id
+from .simhost import SimNodeClient, host_runner, sim_node_client
 
 STATE_BY_OUTCOME = {"success": "success", "failed": "failed", "reboot-required": "rebooting"}
 
@@ -32,6 +36,9 @@ def _labeler(args, log):
     # type: (argparse.Namespace, Any) -> NodeLabeler
     if args.no_label:
         return NodeLabeler(None, None, log)
+    stand_in = sim_node_client(args)
+    if stand_in is not None:  # a simulated node without --kubeconfig: its own node object, never the cluster's
+        return NodeLabeler(stand_in, args.node_name or "simulated-node", log)  # type: ignore[arg-type]
     try:
         config = load_kubeconfig(args.kubeconfig)
         client = KubeClient(config)
@@ -68,8 +75,8 @@ def _sequence_value(plans):
 def _after_success(args, labeler, plans, changes, log):
     # type: (argparse.Namespace, NodeLabeler, List[GpuPlan], int, Any) -> Dict[str, Any]
     """Device plugin restart and capacity wait; returns the capacity report ({} when not checked)."""
-    if not labeler.enabled:
-        return {}
+    if not labeler.enabled or isinstance(labeler.client, SimNodeClient):
+        return {}  # a simulated node's stand-in has no pods and no capacity to wait for
     client, node = labeler.client, labeler.node_name
     assert client is not None and node is not None
     if changes and args.device_plugin_restart == "pod-delete":
@@ -117,6 +124,13 @@ def _boot_unit(args, backend, spec):
     return install_boot_unit(args, spec, args.boot_unit_root)
 
 
+def _boot_id(backend):
+    # type: (Backend) -> Optional[str]
+    if backend.sim is not None:
+        return "sim-boot-%d" % backend.sim.store.load().get("boots", 0)
+    return kernel_boot_id()
+
+
 class _Apply(object):
     """One apply: what exists so far (clients, NVML writer, resets), so that every way out, an exception,
     SIGTERM or SIGINT included, ends in :meth:`fail`: clients started again, a final label, a result."""
@@ -130,7 +144,7 @@ class _Apply(object):
         self.spec = None  # type: Optional[PartitionSpec]
         self.control = None  # type: Optional[ClientControl]
         self.writer = None  # type: Optional[NvmlWriter]
-        self.resets = []  # type: List[List[int]]
+        self.resets = []  # type: List[List[Any]]
         self.failed = False
 
     def _problems(self, problems):
@@ -148,6 +162,11 @@ class _Apply(object):
         if self.args.boot_unit and self.spec is not None and "boot_unit" not in self.result:
             self.result["boot_unit"] = _boot_unit(self.args, self.backend, self.spec)
 
+    def _guard(self):
+        # type: () -> RebootGuard
+        assert self.spec is not None
+        return RebootGuard(self.args.state_dir, _boot_id(self.backend), self.spec.to_dict())
+
     def run_locked(self):
         # type: () -> None
         args, backend, log = self.args, self.backend, self.log
@@ -155,12 +174,12 @@ class _Apply(object):
         control = self.control
         reset = reset_gpus(backend)
 
-        def counted_reset(indices):
-            # type: (List[int]) -> Tuple[int, str]
-            self.resets.append(indices)  # a GPU reset changes the GPU: it counts like a mutating call
-            return reset(indices)
+        def counted_reset(gpus):
+            # type: (List[Any]) -> Tuple[int, str]
+            self.resets.append(gpus)  # a GPU reset changes the GPU: it counts like a mutating call
+            return reset(gpus)
 
-        host = Host(control.stop, control.start, counted_reset, kill_process(backend), log,
+        host = Host(control.stop, control.start, counted_reset, kill_process(backend, log=log), log,
                     _release_wait(args, backend, log))
         writer = NvmlWriter(backend.nv)
         with writer:
@@ -176,6 +195,7 @@ class _Apply(object):
                 capacity = _after_success(args, self.labeler, report.plans, self.result["changes"], log)
                 if capacity:
                     self.result["capacity"] = capacity
+                self._guard().clear()
                 self.labeler.set("success", _sequence_value(report.plans))
             except BaseException as exc:  # noqa: B036 - SIGTERM and SIGINT too: every path ends in a final label
                 self.fail(exc, label=True)
@@ -187,6 +207,8 @@ class _Apply(object):
             return
         self.failed = True
         failure = _failure(exc, self.backend)
+        if self.spec is not None:
+            failure = self._guard().review(failure)  # a reboot that did not help is not asked for again
         self.result.update(outcome=failure.outcome, error={"code": failure.code, "message": failure.message})
         self.exit_code = failure.exit_code
         if self.writer is not None:
@@ -211,17 +233,39 @@ def cmd_apply(args, backend):
     log = stderr_log(args)
     # The labeler first: every failure after it, a bad request included, can be written on the node.
     apply = _Apply(args, backend, _labeler(args, log), log)
-    try:
+
+    def prepare():
+        # type: () -> None
         apply.spec = request_spec(args)
-        apply.control = ClientControl(parse_clients(args.clients), run, args.state_dir, log)
+        if args.boot_unit:  # refused before any change, not after the GPUs were partitioned
+            check_values(boot_args(args))
+
+    return run_job(apply, prepare)
+
+
+def run_job(job, prepare):
+    # type: (_Apply, Callable[[], None]) -> Tuple[Dict[str, Any], int]
+    """The frame of every command that changes GPUs (apply, disable): a node NVIDIA's mig-manager is in
+    charge of is refused, ``prepare`` reads the request, then ``job.run_locked`` under the node lock. Every
+    way out ends in ``job.fail``, the labels' summary and an Event for the final state."""
+    args, log = job.args, job.log
+    try:
+        # First: on mig-manager's node not even a bad request may write our (its) state label.
+        refuse_if_mig_manager(job.labeler.client, job.labeler.node_name, log)
+        prepare()
+        job.control = ClientControl(parse_clients(args.clients), host_runner(args), args.state_dir, log)
         with NodeLock(args.lock_file, args.lock_timeout):
             try:
-                apply.run_locked()
+                job.run_locked()
             except BaseException as exc:  # noqa: B036 - NVML unavailable, or an interrupt while failing
-                apply.fail(exc, label=True)
-    except BaseException as exc:  # noqa: B036 - before the lock: bad input, lock timeout, interrupted waiting
+                job.fail(exc, label=True)
+    except BaseException as exc:  # noqa: B036 - before the lock: conflict, bad input, lock timeout, interrupted
         # A bad request is a verdict on this node's request: say so on the node. A lock timeout or an
         # interrupt while waiting says nothing about the node; the apply holding the lock labels it.
-        apply.fail(exc, label=isinstance(exc, BadInput) or isinstance(exc, MigInputError))
-    apply.result["labels"] = apply.labeler.summary()
-    return apply.result, apply.exit_code
+        # A conflict leaves mig-manager's labels alone.
+        job.fail(exc, label=isinstance(exc, BadInput) or isinstance(exc, MigInputError))
+    job.result["labels"] = job.labeler.summary()
+    event = record_final_state(job.labeler, job.result)
+    if event is not None:
+        job.result["event"] = event
+    return job.result, job.exit_code

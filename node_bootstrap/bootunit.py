@@ -5,7 +5,8 @@ so the unit runs a full ``apply`` (mode and instances) from a request file. The 
 that JSON file, never in the unit's command line. At boot the kubelet is not running yet: the unit
 skips the device plugin restart and the capacity wait (the plugin enumerates fresh when it starts).
 
-Installing twice with the same request changes nothing (no rewrite, no daemon-reload).
+Installing twice with the same request changes nothing (no rewrite, no daemon-reload). :func:`uninstall`
+disables and removes the unit and its request file; with nothing left to remove it runs no command.
 """
 
 import os
@@ -141,3 +142,40 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
             if code != 0:
                 errors.append("%s exited %d: %s" % (" ".join(argv[:2]), code, last_line(output)))
     return BootUnitResult(on_disk_unit, on_disk_request, changed, commands, errors)
+
+
+def uninstall(root="/", runner=None):
+    # type: (str, Optional[Callable[[List[str]], Tuple[int, str]]]) -> BootUnitResult
+    """Disable the unit, remove it and its request file under ``root``; ``changed`` when anything was there.
+
+    The files go even when ``systemctl disable`` fails (reported in ``errors``): a unit file that is gone
+    can no longer run at boot, while a dangling wants-link is only ignored by systemd.
+    """
+    on_disk_request = os.path.join(root, CONFIG_DIR.lstrip("/"), REQUEST_NAME)
+    on_disk_unit = os.path.join(root, UNIT_DIR.lstrip("/"), UNIT_NAME)
+    present = [p for p in (on_disk_unit, on_disk_request) if os.path.lexists(p)]
+    commands = []  # type: List[List[str]]
+    errors = []  # type: List[str]
+
+    def call(argv):
+        # type: (List[str]) -> None
+        if runner is None:
+            return
+        commands.append(argv)
+        code, output = runner(argv)
+        if code != 0:
+            errors.append("%s exited %d: %s" % (" ".join(argv[:2]), code, last_line(output)))
+
+    live = os.path.abspath(root) == "/"
+    if os.path.lexists(on_disk_unit):  # the wants-links of WantedBy= first, while the unit file still says which
+        call(["systemctl", "disable", UNIT_NAME] if live else
+             ["systemctl", "--root", os.path.abspath(root), "disable", UNIT_NAME])
+    for path in present:
+        os.remove(path)
+    try:
+        os.rmdir(os.path.dirname(on_disk_request))  # only when empty: someone else's files stay
+    except OSError:
+        pass
+    if present and live:
+        call(["systemctl", "daemon-reload"])
+    return BootUnitResult(on_disk_unit, on_disk_request, bool(present), commands, errors)

@@ -1,18 +1,21 @@
-"""``python3 -m node_bootstrap``: status, plan, apply, install-boot-unit (and sim-reboot for the simulator).
+"""``python3 -m node_bootstrap``: status, plan, apply, disable, install-boot-unit, uninstall-boot-unit (and
+sim-reboot for the simulator).
 
 With ``--json`` the last line of stdout is one JSON object; logs go to stderr. Exit codes: 0 success,
-2 bad input, 3 GPU not MIG-capable, 4 GPU busy, 5 reboot required, 1 anything else. Every error is
-caught here and shown as one line: the user never sees a traceback.
+2 bad input, 3 GPU not MIG-capable, 4 GPU busy, 5 reboot required, 6 conflict (NVIDIA's mig-manager is in
+charge of the node), 1 anything else. Every error is caught here and shown as one line: the user never
+sees a traceback.
 
-This module parses, dispatches and prints; the commands are in :mod:`node_bootstrap.commands` and
-:mod:`node_bootstrap.apply`.
+This module parses and dispatches; the commands are in :mod:`node_bootstrap.commands`,
+:mod:`node_bootstrap.apply` and :mod:`node_bootstrap.disable`, the text output in
+:mod:`node_bootstrap.textout`.
 """
 
 import argparse
 import json
 import signal
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import __version__
 from .apply import cmd_apply
@@ -21,11 +24,14 @@ from .clients import DEFAULT_CLIENTS
 from .commands import (DEFAULT_CLIENT_STOP_TIMEOUT, DEFAULT_STATE_DIR, cmd_install_boot_unit, cmd_plan,
                        cmd_sim_reboot, cmd_status)
 from .deviceplugin import METHODS
+from .disable import cmd_disable, cmd_uninstall_boot_unit
 from .errors import BadInput, NodeFailure, Terminated
 from .holders import DEFAULT_DEVICE_GLOB
 from .kube import DEFAULT_KUBELET_KUBECONFIG
 from .lock import DEFAULT_LOCK_FILE
 from .mig import MigInputError
+from .simhost import resolve_defaults
+from .textout import READ_ONLY, human
 
 
 class _Parser(argparse.ArgumentParser):
@@ -33,43 +39,84 @@ class _Parser(argparse.ArgumentParser):
         raise BadInput("%s; see --help" % message)
 
 
-def _add_common(parser, suppress):
-    # type: (argparse.ArgumentParser, bool) -> None
-    """Global options; on subcommands with SUPPRESS defaults so that they work before or after it."""
+# Which option groups each command takes: a command's --help lists only what applies to it. The parser
+# before the command takes every option (delivery puts its options there: python3 -m node_bootstrap
+# --json --clients ... apply ...), so an option meant for one command may come before it too.
+GROUPS = ("node", "faults", "kube", "change", "plugin")
+COMMAND_GROUPS = {
+    "status": ("node", "faults"),
+    "plan": ("node", "faults"),
+    "apply": GROUPS,
+    "disable": GROUPS,
+    "install-boot-unit": ("node", "kube", "change"),  # the options the unit repeats at boot
+    "uninstall-boot-unit": ("node",),
+    "sim-reboot": ("node",),
+}
+
+
+def _add_options(parser, suppress, groups=GROUPS):
+    # type: (argparse.ArgumentParser, bool, Sequence[str]) -> None
+    """The options of ``groups``; on a command with SUPPRESS defaults, so that they work before or after it."""
 
     def d(value):
         # type: (Any) -> Any
         return argparse.SUPPRESS if suppress else value
 
-    g = parser.add_argument_group("global options")
-    g.add_argument("--backend", default=d("nvml"), help="nvml (default) or sim:<GPU>:<count>")
+    g = parser.add_argument_group("node options")
+    g.add_argument("--backend", default=d("nvml"), help="nvml (the driver, default) or sim:<GPU>:<count>")
     g.add_argument("--sim-state", default=d(None), metavar="PATH", help="simulated node state file")
-    g.add_argument("--sim-fault", action="append", default=d([]), metavar="KIND", help="inject a simulator fault")
+    if "faults" in groups:
+        g.add_argument("--sim-fault", action="append", default=d([]), metavar="KIND",
+                       help="inject a simulator fault (repeatable; see docs/node.md)")
     g.add_argument("--json", action="store_true", default=d(False), help="last stdout line is a JSON result")
-    g.add_argument("--no-label", action="store_true", default=d(False),
-                   help="no Kubernetes API calls: no labels, no capacity wait, no pod restarts")
-    g.add_argument("--kubeconfig", default=d(DEFAULT_KUBELET_KUBECONFIG), metavar="PATH")
-    g.add_argument("--node-name", default=d(None), metavar="NAME")
-    g.add_argument("--lock-file", default=d(DEFAULT_LOCK_FILE), metavar="PATH")
-    g.add_argument("--lock-timeout", type=float, default=d(900.0), metavar="SECONDS")
-    g.add_argument("--force", action="store_true", default=d(False), help="kill compute processes in the way")
-    g.add_argument("--no-reset", action="store_true", default=d(False),
-                   help="never reset a GPU: a pending MIG mode ends in reboot-required")
-    g.add_argument("--state-dir", default=d(DEFAULT_STATE_DIR), metavar="PATH")
-    g.add_argument("--clients", default=d(",".join(DEFAULT_CLIENTS)), metavar="LIST",
-                   help="GPU clients to stop around changes: systemd:UNIT,manifest:/path (empty: none)")
-    g.add_argument("--client-stop-timeout", type=float, default=d(DEFAULT_CLIENT_STOP_TIMEOUT), metavar="SECONDS",
-                   help="after stopping clients, wait this long for every other holder of a GPU device file to "
-                        "let go, else fail gpu-busy naming them (0: do not check)")
-    g.add_argument("--gpu-device-glob", default=d(None), metavar="PATTERN",
-                   help="the device files that mean 'holds the GPU' (default %s; none on a simulated node)"
-                        % DEFAULT_DEVICE_GLOB.replace("%", "%%"))
-    g.add_argument("--device-plugin-restart", choices=METHODS, default=d("manifest"))
-    g.add_argument("--device-plugin-namespace", default=d("kube-system"))
-    g.add_argument("--device-plugin-selector", default=d("app.kubernetes.io/name=nvidia-device-plugin"))
-    g.add_argument("--capacity-timeout", type=float, default=d(180.0), metavar="SECONDS",
-                   help="wait this long for nvidia.com/mig-* capacity after apply (0: do not wait)")
-    g.add_argument("--capacity-interval", type=float, default=d(3.0), metavar="SECONDS")
+    if "kube" in groups:
+        g = parser.add_argument_group("Kubernetes (the kubelet's credential)")
+        g.add_argument("--no-label", action="store_true", default=d(False),
+                       help="no Kubernetes API calls: no labels, no events, no capacity wait, no pod restarts")
+        # Host paths default to None: simhost.resolve_defaults fills in the real path, or one under a simulated
+        # node's own directory (a sim node never touches this machine unless a path is named explicitly).
+        g.add_argument("--kubeconfig", default=d(None), metavar="PATH",
+                       help="default %s (a simulated node: labels go to <state>.host/node-labels.json)"
+                            % DEFAULT_KUBELET_KUBECONFIG)
+        g.add_argument("--node-name", default=d(None), metavar="NAME",
+                       help="this node's name in Kubernetes (default: from the kubelet certificate, else the "
+                            "hostname)")
+    if "change" in groups:
+        g = parser.add_argument_group("changing the GPUs")
+        g.add_argument("--lock-file", default=d(None), metavar="PATH",
+                       help="one change at a time per node (default %s)" % DEFAULT_LOCK_FILE)
+        g.add_argument("--lock-timeout", type=float, default=d(900.0), metavar="SECONDS",
+                       help="wait this long for another run holding the lock (default 900)")
+        g.add_argument("--force", action="store_true", default=d(False), help="kill compute processes in the way")
+        g.add_argument("--no-reset", action="store_true", default=d(False),
+                       help="never reset a GPU: a pending MIG mode ends in reboot-required")
+        g.add_argument("--state-dir", default=d(None), metavar="PATH",
+                       help="where stopped clients are recorded (default %s)" % DEFAULT_STATE_DIR)
+        g.add_argument("--clients", default=d(None), metavar="LIST",
+                       help="GPU clients to stop around changes: systemd:UNIT,manifest:/path (empty: none; "
+                            "default %s)" % ",".join(DEFAULT_CLIENTS))
+        g.add_argument("--client-stop-timeout", type=float, default=d(DEFAULT_CLIENT_STOP_TIMEOUT),
+                       metavar="SECONDS",
+                       help="after stopping clients, wait this long for every other holder of a GPU device file "
+                            "to let go, else fail gpu-busy naming them (0: do not check)")
+        g.add_argument("--gpu-device-glob", default=d(None), metavar="PATTERN",
+                       help="the device files that mean 'holds the GPU' (default %s; none on a simulated node)"
+                            % DEFAULT_DEVICE_GLOB.replace("%", "%%"))
+    if "plugin" in groups:
+        g = parser.add_argument_group("device plugin")
+        g.add_argument("--device-plugin-restart", choices=METHODS, default=d("manifest"),
+                       help="how the plugin re-enumerates after a change: manifest (a static pod among "
+                            "--clients, default), pod-delete (a DaemonSet's pod), none")
+        g.add_argument("--device-plugin-namespace", default=d("kube-system"), metavar="NAMESPACE",
+                       help="with pod-delete: the plugin's namespace (default kube-system)")
+        g.add_argument("--device-plugin-selector", default=d("app.kubernetes.io/name=nvidia-device-plugin"),
+                       metavar="SELECTOR", help="with pod-delete: the plugin pods' label selector (default "
+                                                "app.kubernetes.io/name=nvidia-device-plugin)")
+        g.add_argument("--capacity-timeout", type=float, default=d(180.0), metavar="SECONDS",
+                       help="wait this long for the node's nvidia.com/mig-* resources to match (after "
+                            "disable: to be gone) (0: do not wait)")
+        g.add_argument("--capacity-interval", type=float, default=d(3.0), metavar="SECONDS",
+                       help="how often to look during that wait (default 3)")
 
 
 def _add_request(parser):
@@ -81,81 +128,54 @@ def _add_request(parser):
     g.add_argument("--request-file", metavar="PATH", help="a file holding that JSON document")
 
 
+_ROOT_HELP = "the boot unit under this root (image builds, tests; default /, a simulated node's own)"
+
+
 def build_parser():
     # type: () -> argparse.ArgumentParser
     parser = _Parser(prog="python3 -m node_bootstrap", description="NVIDIA MIG partitions on this node.")
-    parser.add_argument("--version", action="version", version="node_bootstrap %s" % __version__)
-    _add_common(parser, suppress=False)
+    parser.add_argument("--version", action="version", version="node_bootstrap %s" % __version__,
+                        help="print the version and exit")
+    _add_options(parser, suppress=False)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name, text, request in (
-            ("status", "read-only: GPUs, MIG mode, instances, profiles, diagrams", False),
+            ("status", "read-only: GPUs, MIG mode, instances, profiles, processes, diagrams", False),
             ("plan", "read-only: what apply would change", True),
             ("apply", "bring the GPUs to the partition, label the node", True),
+            ("disable", "turn MIG off: destroy every instance, MIG mode off, remove the boot unit, clear the "
+                        "labels", False),
             ("install-boot-unit", "install the systemd unit that re-applies at boot", True),
+            ("uninstall-boot-unit", "remove that systemd unit (the GPUs keep their layout until a reboot)", False),
             ("sim-reboot", "simulator only: reboot the simulated node", False)):
         sp = sub.add_parser(name, help=text, description=text)
-        _add_common(sp, suppress=True)
+        _add_options(sp, suppress=True, groups=COMMAND_GROUPS[name])
         if request:
             _add_request(sp)
-        if name == "install-boot-unit":
-            sp.add_argument("--root", default="/", metavar="DIR", help="install under this root (image builds, tests)")
+        if name in ("install-boot-unit", "uninstall-boot-unit", "disable"):
+            sp.add_argument("--root", default=None, metavar="DIR", help=_ROOT_HELP)
         if name == "apply":
             sp.add_argument("--boot-unit", action="store_true",
                             help="after success or reboot-required, install the boot unit for this partition "
                                  "(what delivery does, so the layout survives reboots)")
-            sp.add_argument("--boot-unit-root", default="/", metavar="DIR", help="with --boot-unit: install under DIR")
+            sp.add_argument("--boot-unit-root", default=None, metavar="DIR",
+                            help="with --boot-unit: install under DIR (default /, a simulated node's own)")
     return parser
 
 
-COMMANDS = {"status": cmd_status, "plan": cmd_plan, "apply": cmd_apply, "sim-reboot": cmd_sim_reboot}
+COMMANDS = {"status": cmd_status, "plan": cmd_plan, "apply": cmd_apply, "disable": cmd_disable,
+            "sim-reboot": cmd_sim_reboot}
+FILE_COMMANDS = {"install-boot-unit": cmd_install_boot_unit, "uninstall-boot-unit": cmd_uninstall_boot_unit}
 
 
 # --- output -------------------------------------------------------------------------------------
-
-def _human(result):
-    # type: (Dict[str, Any]) -> str
-    lines = []
-    command = result.get("command")
-    if "outcome" in result:
-        line = "%s: %s" % (command or "node_bootstrap", result["outcome"])
-        if "changes" in result:
-            line += ", %d change%s" % (result["changes"], "" if result["changes"] == 1 else "s")
-        if result.get("sequence"):
-            line += ", sequence %s" % result["sequence"]
-        lines.append(line)
-    if result.get("error"):
-        lines.append("error (%s): %s" % (result["error"]["code"], result["error"]["message"]))
-    for gpu in result.get("gpus", []):
-        if command == "plan":
-            what = "no change" if gpu["converged"] else "%d mutating call%s%s" % (
-                gpu["mutating_calls"], "" if gpu["mutating_calls"] == 1 else "s",
-                ", enable MIG mode" if gpu["mode_change"] else "")
-            lines.append("GPU %d %s: keep %d, destroy %d, create %d (%s)" % (
-                gpu["index"], gpu["name"], len(gpu["keep"]), len(gpu["destroy"]), len(gpu["create"]), what))
-        else:
-            mode = gpu["mig_mode"]
-            lines.append("GPU %d %s: MIG %s%s" % (gpu["index"], gpu["name"], mode["current"] or "unknown",
-                                                  " (pending %s)" % mode["pending"]
-                                                  if mode["pending"] != mode["current"] else ""))
-        if gpu.get("diagram"):
-            lines.append(gpu["diagram"])
-        for note in gpu.get("notes", []):
-            lines.append("  note: %s" % note)
-    if command == "install-boot-unit":
-        lines.append("%s %s (request %s)" % ("installed" if result["changed"] else "unchanged", result["unit"],
-                                             result["request"]))
-    if result.get("labels", {}).get("error"):
-        lines.append("labels: %s" % result["labels"]["error"])
-    return "\n".join(lines)
-
 
 def _emit(result, as_json):
     # type: (Dict[str, Any], bool) -> None
     if as_json:
         sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     else:
-        text = _human(result)
+        text = human(result)
         if text:
             sys.stdout.write(text + "\n")
     sys.stdout.flush()
@@ -178,14 +198,15 @@ def main(argv=None):
     except ValueError:  # not the main thread (main called from a library): the caller owns signals
         pass
     as_json = "--json" in argv
-    command = next((a for a in argv if a in COMMANDS or a == "install-boot-unit"), None)
+    command = next((a for a in argv if a in COMMANDS or a in FILE_COMMANDS), None)
     try:
         args = build_parser().parse_args(argv)
         as_json = args.json
-        if args.command == "install-boot-unit":
+        resolve_defaults(args)
+        if args.command in FILE_COMMANDS:  # the boot unit's files only: no NVML
             if args.backend != "nvml" or args.sim_fault:
                 open_backend(args.backend, args.sim_state, None)  # validate the option only
-            result, code = cmd_install_boot_unit(args, None)
+            result, code = FILE_COMMANDS[args.command](args, None)
         else:
             backend = open_backend(args.backend, args.sim_state, args.sim_fault)
             result, code = COMMANDS[args.command](args, backend)
@@ -194,6 +215,9 @@ def main(argv=None):
         result = {"command": command, "outcome": failure.outcome, "changes": 0,
                   "error": {"code": failure.code, "message": failure.message}}
         code = failure.exit_code
+        if command in READ_ONLY:  # nothing was attempted, so nothing failed: it could not be done
+            result.update(outcome="error")
+            del result["changes"]
     except (KeyboardInterrupt, Terminated) as exc:
         message = "interrupted by SIGTERM" if isinstance(exc, Terminated) else "interrupted (SIGINT)"
         result = {"command": command, "outcome": "failed", "changes": 0,

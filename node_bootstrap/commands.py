@@ -18,10 +18,10 @@ from .live import LiveGpu, effective_model, gpu_json
 from .mig import MigInputError, PartitionSpec
 from .nvml import NvmlReader, NvmlUnavailable
 from .planner import node_sequence, plan_json, plan_node
+from .reconcile import _busy as busy_plans, _busy_message as busy_message
 from .request import spec_from_options
-from .runner import run
+from .simhost import DEFAULT_STATE_DIR, host_runner  # noqa: F401 - DEFAULT_STATE_DIR re-exported for the CLI
 
-DEFAULT_STATE_DIR = "/var/lib/ack-mig-hook"
 DEFAULT_CLIENT_STOP_TIMEOUT = 60.0
 
 
@@ -91,19 +91,25 @@ def cmd_plan(args, backend):
     spec = request_spec(args)
     gpus, _ = read_gpus(backend)
     plans = plan_node(gpus, spec)
-    return {
+    result = {
         "command": "plan", "backend": backend.name, "sequence": node_sequence(plans),
         "converged": all(p.converged for p in plans),
         "mutating_calls": sum(p.action_count for p in plans),
         "gpus": [plan_json(p, g) for p, g in zip(plans, gpus)],
-    }, 0
+    }  # type: Dict[str, Any]
+    busy = busy_plans(plans)
+    if busy:  # apply's own rule and words: what it would answer, said before anyone runs it
+        result["warnings"] = ["apply will be refused as gpu-busy: %s" % busy_message(busy)]
+    return result, 0
 
 
 def boot_args(args):
     # type: (argparse.Namespace) -> List[str]
     """The global options the boot unit repeats (all plain option values, never label text)."""
-    out = ["--backend", args.backend, "--kubeconfig", args.kubeconfig, "--lock-file", args.lock_file,
-           "--state-dir", args.state_dir, "--clients", args.clients]
+    out = ["--backend", args.backend, "--lock-file", args.lock_file, "--state-dir", args.state_dir,
+           "--clients", args.clients]
+    if not getattr(args, "sim_labels", False):  # a simulated node's labels go to its own stand-in
+        out += ["--kubeconfig", args.kubeconfig]
     if args.sim_state:
         out += ["--sim-state", os.path.abspath(args.sim_state)]
     if args.node_name:
@@ -122,7 +128,7 @@ def install_boot_unit(args, spec, root):
     # type: (argparse.Namespace, PartitionSpec, str) -> Dict[str, Any]
     """Install (or confirm) the boot unit; a failure is reported in the result, never raised."""
     try:
-        installed = bootunit.install(spec, root=root, extra_args=boot_args(args), runner=run)
+        installed = bootunit.install(spec, root=root, extra_args=boot_args(args), runner=host_runner(args))
     except (IOError, OSError) as exc:
         return {"installed": False, "error": "boot unit not written: %s" % exc}
     out = {"installed": not installed.errors, "unit": installed.unit_path, "request": installed.request_path,
@@ -138,7 +144,7 @@ def cmd_install_boot_unit(args, backend):
     parse_clients(args.clients)
     if args.backend.startswith("sim:") and os.path.abspath(args.root) == "/":
         raise BadInput("a simulated node's boot unit goes under --root DIR, never into this machine's /etc")
-    result = bootunit.install(spec, root=args.root, extra_args=boot_args(args), runner=run)
+    result = bootunit.install(spec, root=args.root, extra_args=boot_args(args), runner=host_runner(args))
     out = {"command": "install-boot-unit", "outcome": OUTCOME_SUCCESS, "unit": result.unit_path,
            "request": result.request_path, "changed": result.changed, "commands": result.commands}
     if result.errors:

@@ -1,12 +1,13 @@
 """Why a node command stopped: one class per exit code, each with a stable ``code`` for the JSON result.
 
-Exit codes: 0 success, 2 bad input, 3 GPU not MIG-capable, 4 GPU busy, 5 reboot required, 1 anything
-else. Messages are one line; they never hold credentials.
+Exit codes: 0 success, 2 bad input, 3 GPU not MIG-capable, 4 GPU busy, 5 reboot required, 6 another MIG
+manager is in charge of the node, 1 anything else. Messages are one line; they never hold credentials.
 """
 
 OUTCOME_SUCCESS = "success"
 OUTCOME_FAILED = "failed"
 OUTCOME_REBOOT = "reboot-required"
+OUTCOME_CONFLICT = "conflict"
 
 
 class NodeFailure(Exception):
@@ -45,6 +46,15 @@ class RebootRequired(NodeFailure):
     exit_code = 5
     code = "reboot-required"
     outcome = OUTCOME_REBOOT
+
+
+class Conflict(NodeFailure):
+    """Another MIG manager (NVIDIA GPU Operator's mig-manager) is in charge: refused before any change,
+    and no label of ours is written (``nvidia.com/mig.config.state`` is that manager's label too)."""
+
+    exit_code = 6
+    code = "conflict"
+    outcome = OUTCOME_CONFLICT
 
 
 class Terminated(BaseException):

@@ -85,6 +85,8 @@ def record_final_state(labeler, result, clock=time.time):
     outcome = result.get("outcome", "")
     if not labeler.enabled or not (outcome == "conflict" or labeler.last_state in FINAL_STATES):
         return None
+    if getattr(labeler.client, "create_event", None) is None:
+        return None  # a simulated node's label stand-in: no API server to hold events
     reason = reason_for(result.get("command") or "apply", outcome)
     event = node_event(labeler.node_name, reason, message_for(result), outcome != "success", clock())
     try:

@@ -89,8 +89,8 @@ def _busy_message(plans):
     return "; ".join(parts) + "; stop them, or rerun with --force to kill them"
 
 
-def _handle_processes(writer, plans, spec, host, force):
-    # type: (NvmlWriter, List[GpuPlan], PartitionSpec, Host, bool) -> List[GpuPlan]
+def _handle_processes(writer, plans, spec, host, force, replan=plan_node):
+    # type: (NvmlWriter, List[GpuPlan], PartitionSpec, Host, bool, Callable[..., List[GpuPlan]]) -> List[GpuPlan]
     busy = _busy(plans)
     if not busy:
         return plans
@@ -103,7 +103,7 @@ def _handle_processes(writer, plans, spec, host, force):
         for pid in plan.pids:
             host.log("killing compute process %d on GPU %d (--force)" % (pid, plan.index))
             host.kill(pid)
-    plans = plan_node(writer.read_all(), spec)
+    plans = replan(writer.read_all(), spec)  # (disable plans MIG off with its own planner)
     still = [p for p in plans if not p.converged and p.pids]  # an unreadable list was accepted above
     if still:
         raise GpuBusy(_busy_message(still).split("; stop them")[0] + " even after killing; giving up")
@@ -131,16 +131,25 @@ def _activation_text(writer, activation, pending):
     return " (activation: %s)" % "; ".join(parts) if parts else ""
 
 
-def _set_modes(writer, plans, host, allow_reset):
-    # type: (NvmlWriter, List[GpuPlan], Host, bool) -> int
-    """Enable MIG where needed; reset GPUs whose mode stays pending. Returns the number of resets."""
+def _set_modes(writer, plans, host, allow_reset, enable=True):
+    # type: (NvmlWriter, List[Any], Host, bool, bool) -> int
+    """Enable MIG (``disable``: MIG off, plans with ``disable_mig``) where needed; reset GPUs whose mode
+    stays pending. Returns the number of resets."""
     activation = {}  # type: Dict[int, int]
-    for plan in plans:
-        if plan.enable_mig:
-            host.log("GPU %d: enabling MIG mode" % plan.index)
-            activation[plan.index] = _step(writer, "GPU %d: enabling MIG mode" % plan.index, writer.set_mig_mode,
-                                           plan.index, True)
-    pending = [g.index for g in (writer.read_gpu(p.index) for p in plans if p.enable_mig) if not g.mig_enabled]
+    word = "enabling" if enable else "disabling"
+    todo = [p for p in plans if (p.enable_mig if enable else p.disable_mig)]
+    for plan in todo:
+        host.log("GPU %d: %s MIG mode" % (plan.index, word))
+        activation[plan.index] = _step(writer, "GPU %d: %s MIG mode" % (plan.index, word), writer.set_mig_mode,
+                                       plan.index, enable)
+    # nvmlDeviceSetMigMode answers SUCCESS and reports activation separately: the mode is pending while a
+    # client held the GPU (activation IN_USE) or where no reset is exposed (passthrough, RESET_REQUIRED).
+    # Like mig-parted, what counts is current versus pending read back afterwards, not the status.
+    target = 1 if enable else 0
+    read = [g for g in (writer.read_gpu(p.index) for p in todo)
+            if not (g.mig_current == target and g.mig_pending == target)]
+    pending = [g.index for g in read]
+    bus_ids = [g.bus_id or g.index for g in read]  # the index only where NVML gave no PCI info
     if not pending:
         return 0
     names = ", ".join(str(i) for i in pending) + _activation_text(writer, activation, pending)

@@ -1,0 +1,124 @@
+"""The text a person reads (without ``--json``): the same facts as the JSON result, shorter. Pure.
+
+GPUs whose lines, diagram and notes are the same apart from their index are printed once, as a range
+(``GPU 0-7 NVIDIA A100-SXM4-40GB: ...``): an 8-GPU node reads like one GPU, and a GPU that differs
+stands out. Read-only commands (status, plan) report an error as ``error``, never ``failed``.
+"""
+
+import re
+from typing import Any, Dict, List, Tuple
+
+READ_ONLY = ("status", "plan", "sim-reboot")
+_TITLE = re.compile(r"^GPU [0-9]+ ")
+
+
+def index_ranges(indices):
+    # type: (List[int]) -> str
+    """[0, 1, 2, 3, 5] -> "0-3, 5"."""
+    parts = []  # type: List[str]
+    run = []  # type: List[int]
+    for index in sorted(indices) + [None]:  # type: ignore[operator]
+        if run and (index is None or index != run[-1] + 1):
+            parts.append(str(run[0]) if len(run) == 1 else "%d-%d" % (run[0], run[-1]))
+            run = []
+        if index is not None:
+            run.append(index)
+    return ", ".join(parts)
+
+
+def _plural(count, word, plural=None):
+    # type: (int, str, str) -> str
+    return "%d %s" % (count, word if count == 1 else (plural or word + "s"))
+
+
+def mode_on(gpu):
+    # type: (Dict[str, Any]) -> bool
+    return "enabled" in ((gpu.get("mig_mode") or {}).get("current"), (gpu.get("mig_mode") or {}).get("pending"))
+
+
+def _gpu_text(command, gpu):
+    # type: (str, Dict[str, Any]) -> Tuple[str, Tuple[str, ...]]
+    """(the GPU's line without "GPU <index> ", the lines under it with the diagram's index blanked)."""
+    if command == "plan":
+        what = "no change" if gpu["converged"] else "%s%s" % (
+            _plural(gpu["mutating_calls"], "mutating call"), ", enable MIG mode" if gpu["mode_change"] else "")
+        head = "%s: keep %d, destroy %d, create %d (%s)" % (gpu["name"], len(gpu["keep"]), len(gpu["destroy"]),
+                                                            len(gpu["create"]), what)
+    else:
+        mode = gpu["mig_mode"]
+        head = "%s: MIG %s%s" % (gpu["name"], mode["current"] or "unknown",
+                                 " (pending %s)" % mode["pending"] if mode["pending"] != mode["current"] else "")
+    body = []  # type: List[str]
+    # An empty diagram of a GPU with MIG off says nothing the MIG line does not (plan's is the planned one)
+    if gpu.get("diagram") and (command == "plan" or gpu.get("instances") or mode_on(gpu)):
+        body.append(_TITLE.sub("GPU {} ", gpu["diagram"], count=1))
+    if gpu.get("processes"):
+        pids = gpu["processes"]
+        body.append("  compute process%s on the GPU: %s" % ("es" if len(pids) > 1 else "",
+                                                           ", ".join(str(p) for p in pids)))
+    for note in gpu.get("notes", []):
+        body.append("  note: %s" % note)
+    return head, tuple(body)
+
+
+def gpu_lines(command, gpus):
+    # type: (str, List[Dict[str, Any]]) -> List[str]
+    groups = []  # type: List[Tuple[List[int], Tuple[str, Tuple[str, ...]]]]
+    for gpu in gpus:
+        key = _gpu_text(command, gpu)
+        for indices, seen in groups:
+            if seen == key:
+                indices.append(gpu["index"])
+                break
+        else:
+            groups.append(([gpu["index"]], key))
+    lines = []  # type: List[str]
+    for indices, (head, body) in groups:
+        label = index_ranges(indices)
+        lines.append("GPU %s %s" % (label, head))
+        lines.extend(line.replace("GPU {} ", "GPU %s " % label, 1) for line in body)
+    return lines
+
+
+def _boot_unit_line(command, result):
+    # type: (str, Dict[str, Any]) -> List[str]
+    if command == "install-boot-unit":
+        return ["%s %s (request %s)" % ("installed" if result["changed"] else "unchanged", result["unit"],
+                                        result["request"])]
+    if command == "uninstall-boot-unit":
+        return ["removed %s" % result["unit"] if result["removed"] else "no boot unit at %s" % result["unit"]]
+    unit = result.get("boot_unit")
+    if command == "disable" and isinstance(unit, dict):
+        if unit.get("error") or unit.get("skipped"):
+            return ["boot unit: %s" % (unit.get("error") or unit.get("skipped"))]
+        return ["boot unit %s" % ("removed: %s" % unit["unit"] if unit.get("removed") else "not installed")]
+    return []
+
+
+def human(result):
+    # type: (Dict[str, Any]) -> str
+    lines = []  # type: List[str]
+    command = result.get("command") or "node_bootstrap"
+    if "outcome" in result:
+        outcome = result["outcome"]
+        if command in READ_ONLY and outcome == "failed":
+            outcome = "error"
+        line = "%s: %s" % (command, outcome)
+        if "changes" in result and command not in READ_ONLY:
+            line += ", %s" % _plural(result["changes"], "change")
+        if result.get("sequence"):
+            line += ", sequence %s" % result["sequence"]
+        lines.append(line)
+    if result.get("error"):
+        lines.append("error (%s): %s" % (result["error"]["code"], result["error"]["message"]))
+    for warning in result.get("warnings", []):
+        lines.append("warning: %s" % warning)
+    lines.extend(gpu_lines(command, result.get("gpus", [])))
+    lines.extend(_boot_unit_line(command, result))
+    for problem in result.get("client_problems", []):
+        lines.append("clients: %s" % problem)
+    if result.get("labels", {}).get("error"):
+        lines.append("labels: %s" % result["labels"]["error"])
+    if (result.get("event") or {}).get("error"):
+        lines.append("event: %s" % result["event"]["error"])
+    return "\n".join(lines)
