@@ -158,3 +158,23 @@ def test_ampere_in_a_vm_reboots_once_and_the_boot_unit_finishes_the_job(tmp_path
     assert res.json["changes"] == 4  # the mode came back current from the InfoROM: instances only
     assert _states(node)[-1] == "success"
     assert not os.path.exists(os.path.join(str(tmp_path), "var", "reboot-requested.json"))  # cleared
+
+
+def test_the_reboot_guard_only_turns_a_second_boots_same_request_into_a_failure(tmp_path):
+    from node_bootstrap.errors import GpuBusy, RebootRequired
+    from node_bootstrap.rebootguard import RebootGuard, kernel_boot_id
+
+    request = {"kind": "sequence", "value": "9-9"}
+    pending = RebootRequired("MIG mode is pending on GPU 0 and the GPUs are passed through to a VM")
+    first = RebootGuard(str(tmp_path), "boot-a", request)
+    assert first.review(pending) is pending
+    assert first.review(pending) is pending  # the same boot again: no reboot happened yet
+    assert RebootGuard(str(tmp_path), "boot-b", {"kind": "size", "value": "19"}).review(pending) is pending
+    again = RebootGuard(str(tmp_path), "boot-c", {"kind": "size", "value": "19"}).review(pending)
+    assert again.code == "reboot-ineffective" and again.exit_code == 1 and again.outcome == "failed"
+    busy = GpuBusy("pid 7")
+    assert RebootGuard(str(tmp_path), "boot-d", {"kind": "size", "value": "19"}).review(busy) is busy
+    RebootGuard(str(tmp_path), "boot-d", request).clear()
+    assert RebootGuard(str(tmp_path), "boot-e", request).review(pending) is pending  # cleared: ask once more
+    assert RebootGuard(str(tmp_path / "x"), None, request).review(pending) is pending  # no boot id: no guard
+    assert kernel_boot_id() and kernel_boot_id() == kernel_boot_id()  # Linux: one id per boot
