@@ -29,7 +29,10 @@ class Host(typing.NamedTuple):
 
     stop_clients: Callable[[], List[Any]]
     start_clients: Callable[[List[Any]], List[str]]
-    reset_gpus: Callable[[List[int]], Tuple[int, str]]  # nvidia-smi -r -i ...: (exit code, output)
+    # nvidia-smi -r -i <PCI bus ids>: (exit code, output). Bus ids, not indices: an index is NVML's
+    # enumeration order, which CUDA_VISIBLE_DEVICES-style settings and driver versions can reorder, while
+    # the bus id names one device for good (mig-parted resets by bus id too: util/device.go).
+    reset_gpus: Callable[[List[Any]], Tuple[int, str]]
     kill: Callable[[int], bool]
     log: Callable[[str], None]
     # After the clients are stopped: return once nothing else holds the GPUs, or raise GpuBusy naming
@@ -158,7 +161,7 @@ def _set_modes(writer, plans, host, allow_reset, enable=True):
         why = "the GPUs are passed through to a VM" if passthrough else "GPU reset is disabled (--no-reset)"
         raise RebootRequired("MIG mode is pending on GPU %s and %s: reboot the node to apply it" % (names, why))
     host.log("GPU %s: MIG mode pending, resetting (nvidia-smi -r)" % names)
-    rc, output = writer.released(host.reset_gpus, pending)  # our own NVML handle would block the reset
+    rc, output = writer.released(host.reset_gpus, bus_ids)  # our own NVML handle would block the reset
     if rc != 0:
         last = [line for line in output.splitlines() if line.strip()]
         raise RebootRequired("MIG mode is pending on GPU %s and the GPU reset failed (exit %d: %s): reboot the node"
