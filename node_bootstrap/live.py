@@ -55,6 +55,9 @@ class LiveGpu(typing.NamedTuple):
     # Why the compute process list could not be read ("" when it was): then ``pids`` says nothing, and
     # apply must not take an empty list for an idle GPU.
     pids_unreadable: str = ""
+    # Why no call could list the processes at all: "pynvml" (this pynvml has none of the calls) or
+    # "driver" (the driver lacks what pynvml calls); "" otherwise. Apply refuses then, whatever --force says.
+    pids_missing: str = ""
 
     @property
     def mig_capable(self):

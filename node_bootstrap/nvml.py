@@ -3,29 +3,69 @@
 :class:`NvmlReader` only reads (``status`` and ``plan`` get nothing else, so they cannot change a GPU).
 Every read tolerates the answers a real node gives: NOT_SUPPORTED (MIG disabled, GPU not MIG-capable),
 NO_PERMISSION (not root), FUNCTION_NOT_FOUND (older driver) and pynvml builds lacking a function or a
-newer signature; what could not be read is noted on the GPU instead of failing the command.
+newer signature; what could not be read is noted on the GPU instead of failing the command. The one
+exception is a GPU instance or compute instance profile that cannot be read while MIG mode is on: its
+instances would be invisible (never destroyed, in the way of every create), so that is an error.
+
+Profiles are enumerated the way nvml.h documents for ``nvmlDeviceGetGpuInstanceProfileInfo`` and
+``nvmlGpuInstanceGetComputeInstanceProfileInfo``: "invoking it on profile values starting from 0, until the
+API returns NVML_ERROR_INVALID_ARGUMENT" (NOT_SUPPORTED on the way only means this GPU lacks that index).
+So a driver newer than this pynvml still shows every instance.
 
 :class:`NvmlWriter` adds the five mutating calls, each counted in ``changes`` (attempts, successful or
-not), for ``apply`` alone.
+not), for ``apply`` alone, and :meth:`NvmlWriter.missing_entry_points`, which apply asks before the first.
 """
 
 import ctypes
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .errors import NodeFailure
 from .live import LiveCi, LiveGi, LiveGpu, LiveProfile
 from .mig import Placement
 
-# NVML_GPU_INSTANCE_PROFILE_* indices worth asking about (0..9 cover every MIG GPU we know; the
-# graphics and no-ME variants after them are not what a partition label names).
-GI_PROFILE_INDICES = tuple(range(10))
+# A stop for a driver that never answers INVALID_ARGUMENT: nvml.h's NVML_GPU_INSTANCE_PROFILE_COUNT is
+# 0x12 and NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x9 today (pynvml 13.615 defines both).
+MAX_PROFILE_INDEX = 64
 # NVML_COMPUTE_INSTANCE_PROFILE_* index for a compute instance spanning a whole GPU instance of N slices.
 FULL_CI_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
-CI_PROFILE_INDICES = (0, 1, 2, 3, 4, 5, 6, 7)
 _ARRAY = 64
+
+# The compute process list, newest first; pynvml 13 maps the unversioned name to _v3 and raises
+# NVMLLibraryMismatchError (not an NVMLError) when the driver lacks _v3.
+PROCESS_CALLS = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
+                 "nvmlDeviceGetComputeRunningProcesses")
+
+# What each kind of change calls, beyond the reads every command makes: pynvml functions and the
+# driver's entry points of the same names. nvmlDeviceCreateGpuInstanceWithPlacement first appears in
+# CUDA 11.2's nvml.h (R460), nvmlDeviceGetGpuInstancePossiblePlacements_v2 in CUDA 11.4's (R470)
+# (NVIDIA/go-nvml's header history): placing instances deliberately needs R470 or newer.
+ENTRY_POINTS = {
+    "mode": ("nvmlDeviceSetMigMode",),
+    "destroy_cis": ("nvmlDeviceGetGpuInstanceById", "nvmlGpuInstanceGetComputeInstances",
+                    "nvmlComputeInstanceDestroy"),
+    "destroy_gis": ("nvmlDeviceGetGpuInstanceById", "nvmlGpuInstanceDestroy"),
+    "create": ("nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlGpuInstanceGetInfo",
+               "nvmlDeviceGetGpuInstanceById", "nvmlGpuInstanceCreateComputeInstance"),
+    "create_cis": ("nvmlDeviceGetGpuInstanceById", "nvmlGpuInstanceCreateComputeInstance"),
+}
+_WHY = {"mode": "setting MIG mode", "destroy_cis": "destroying compute instances",
+        "destroy_gis": "destroying GPU instances", "create": "creating GPU instances at a placement (R470+)",
+        "create_cis": "creating compute instances"}
 
 
 class NvmlUnavailable(Exception):
     """pynvml or the NVML library cannot be loaded or initialised."""
+
+
+class _NeverRaised(Exception):
+    """Stands in for pynvml's NVMLLibraryMismatchError where an older pynvml has none."""
+
+
+class NvmlReadError(NodeFailure):
+    """A read that must not fail did (a profile unreadable while MIG is on), or pynvml and the driver do
+    not match: no plan can be trusted, so every command stops with this reason."""
+
+    code = "nvml-unreadable"
 
 
 def _code(exc):
@@ -40,6 +80,7 @@ class NvmlReader(object):
         # type: (Any) -> None
         self.nv = pynvml_module
         self._open = False
+        self._v1_only = False  # the driver rejected the v2 profile structs' version: ask v1 from then on
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -109,6 +150,20 @@ class NvmlReader(object):
 
     def read_gpu(self, index):
         # type: (int) -> LiveGpu
+        try:
+            return self._read_gpu(index)
+        except self._mismatch_error() as exc:
+            raise NvmlReadError("pynvml and the driver's NVML library do not match (%s); install the "
+                                "nvidia-ml-py release for this driver" % " ".join(str(exc).split())[:300],
+                                code="nvml-library-mismatch")
+
+    def _mismatch_error(self):
+        # type: () -> Any
+        """pynvml's NVMLLibraryMismatchError (pynvml 11.5+), or a class nothing raises."""
+        return getattr(self.nv, "NVMLLibraryMismatchError", _NeverRaised)
+
+    def _read_gpu(self, index):
+        # type: (int) -> LiveGpu
         nv = self.nv
         notes = []  # type: List[str]
         dev = self.handle(index)
@@ -128,12 +183,12 @@ class NvmlReader(object):
             # A real H200 (driver 580) answers profile and placement queries with MIG mode off, so
             # `plan` can use the driver's own table before the first apply; a driver that says
             # NOT_SUPPORTED there leaves the profiles empty and the catalogue fills in.
-            profiles = self._profiles(dev, notes)
+            profiles = self._profiles(dev, notes, index if current == 1 else None)
         if current == 1:  # instances exist only while MIG mode is on
-            gis = self._gpu_instances(dev, profiles, notes)
-        pids, pids_unreadable = self._pids(dev, notes)
+            gis = self._gpu_instances(dev, profiles, notes, index)
+        pids, pids_unreadable, pids_missing = self._pids(dev, notes)
         return LiveGpu(index, name, int(pci.pciDeviceId) if pci is not None else None, bus_id, uuid,
-                       current, pending, profiles, gis, pids, tuple(notes), pids_unreadable)
+                       current, pending, profiles, gis, pids, tuple(notes), pids_unreadable, pids_missing)
 
     def _profile_info(self, dev, nvml_index):
         # type: (Any, int) -> Tuple[Any, str]
@@ -147,18 +202,34 @@ class NvmlReader(object):
         """Profile info calls: the v2 struct where pynvml and the driver have it, else the v1 one.
 
         pynvml 11.5+ takes a ``version`` argument (v2 = the ``...V`` entry point, with names); older
-        pynvml has no such argument and calls the v1 entry point; older drivers lack the ``V`` one.
+        pynvml has no such argument and calls the v1 entry point; older drivers lack the ``V`` one. The
+        ``V`` call answers INVALID_ARGUMENT for a struct version it does not know (nvml.h: "If ... info->version
+        are invalid"), which is also how the end of the profiles is told: so on INVALID_ARGUMENT the v1
+        call decides; if it answers, v1 is used from then on.
         """
         nv = self.nv
-        for version in (2, 1):
+        if not self._v1_only:
             try:
-                return call(*(args + (version,)))
+                return call(*(args + (2,)))
             except nv.NVMLError as exc:
-                if not self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH"):
+                if not self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+                                "NVML_ERROR_INVALID_ARGUMENT"):
                     raise
+                if self._is(exc, "NVML_ERROR_INVALID_ARGUMENT"):
+                    try:
+                        info = call(*(args + (1,)))  # INVALID_ARGUMENT again: really past the last index
+                    except nv.NVMLError as exc1:
+                        if self._is(exc1, "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                            raise exc  # no v1 to ask: the V call's answer stands
+                        raise
+                    self._v1_only = True
+                    return info
             except TypeError:  # pynvml before the version argument
-                break
-        return call(*args)
+                return call(*args)
+        try:
+            return call(*(args + (1,)))
+        except TypeError:
+            return call(*args)
 
     @staticmethod
     def _listed(ctype, call, *args):
@@ -176,18 +247,31 @@ class NvmlReader(object):
                              dev, profile_id)
         return tuple(Placement(int(p.start), int(p.size)) for p in found)
 
-    def _profiles(self, dev, notes):
-        # type: (Any, List[str]) -> Tuple[LiveProfile, ...]
+    def _profiles(self, dev, notes, mig_on_index=None):
+        # type: (Any, List[str], Optional[int]) -> Tuple[LiveProfile, ...]
+        """Every GPU instance profile the driver offers. ``mig_on_index``: the GPU's index when MIG mode
+        is on; then a profile that cannot be read is an error (its instances would go unseen)."""
         nv = self.nv
         found = []  # type: List[LiveProfile]
-        for nvml_index in GI_PROFILE_INDICES:
+        for nvml_index in range(MAX_PROFILE_INDEX):
             try:
                 info, name = self._profile_info(dev, nvml_index)
             except nv.NVMLError as exc:
-                if not self._is(exc, "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT"):
-                    notes.append("profile index %d: %s" % (nvml_index, self.error_text(exc)))
-                continue  # NOT_SUPPORTED: this GPU lacks the profile
+                if self._is(exc, "NVML_ERROR_INVALID_ARGUMENT"):
+                    break  # past the last profile index this driver knows
+                if self._is(exc, "NVML_ERROR_NOT_SUPPORTED"):
+                    continue  # this GPU lacks the profile (or, on older drivers, MIG mode is off)
+                what = "GPU instance profile index %d: %s" % (nvml_index, self.error_text(exc))
+                if mig_on_index is not None:
+                    raise NvmlReadError("GPU %d: %s while MIG mode is on, so its instances of that profile "
+                                        "cannot be seen" % (mig_on_index, what))
+                notes.append(what)
+                continue
             except AttributeError:
+                if mig_on_index is not None:
+                    raise NvmlReadError("GPU %d: this pynvml has no nvmlDeviceGetGpuInstanceProfileInfo, so "
+                                        "its GPU instances cannot be seen; install nvidia-ml-py 11.450 or newer"
+                                        % mig_on_index, code="pynvml-too-old")
                 notes.append("profile info: unavailable in this pynvml")
                 break
             placements = self._try(notes, "placements of profile %d" % info.id, self._placements, dev, info.id) or ()
@@ -199,18 +283,28 @@ class NvmlReader(object):
         # type: (Any, int) -> List[Any]
         return self._listed(self.nv.c_nvmlGpuInstance_t, self.nv.nvmlDeviceGetGpuInstances, dev, profile_id)
 
-    def _gpu_instances(self, dev, profiles, notes):
-        # type: (Any, Tuple[LiveProfile, ...], List[str]) -> Tuple[LiveGi, ...]
+    def _must(self, index, what, call, *args):
+        # type: (int, str, Callable[..., Any], Any) -> Any
+        """A read that must succeed while MIG mode is on: else NvmlReadError naming GPU, call and answer."""
+        try:
+            return call(*args)
+        except self.nv.NVMLError as exc:
+            raise NvmlReadError("GPU %d: %s failed while MIG mode is on: %s" % (index, what, self.error_text(exc)))
+        except AttributeError as exc:
+            raise NvmlReadError("GPU %d: %s is not in this pynvml (%s); install a newer nvidia-ml-py"
+                                % (index, what, exc), code="pynvml-too-old")
+
+    def _gpu_instances(self, dev, profiles, notes, index):
+        # type: (Any, Tuple[LiveProfile, ...], List[str], int) -> Tuple[LiveGi, ...]
         nv = self.nv
         ids = sorted(set(p.id for p in profiles))
         gis = []  # type: List[LiveGi]
         for profile_id in ids:
-            handles = self._try(notes, "GPU instances of profile %d" % profile_id, self.gi_handles, dev, profile_id)
+            handles = self._must(index, "listing GPU instances of profile %d" % profile_id, self.gi_handles, dev,
+                                 profile_id)
             for handle in handles or []:
-                info = self._try(notes, "GPU instance info", nv.nvmlGpuInstanceGetInfo, handle)
-                if info is None:
-                    continue
-                cis = self._compute_instances(handle, notes)
+                info = self._must(index, "GPU instance info", nv.nvmlGpuInstanceGetInfo, handle)
+                cis = self._compute_instances(handle, notes, index)
                 gis.append(LiveGi(int(info.id), int(info.profileId), int(info.placement.start),
                                   int(info.placement.size), cis))
         return tuple(sorted(gis, key=lambda g: (g.start, g.id)))
@@ -238,47 +332,64 @@ class NvmlReader(object):
         nv._nvmlCheckReturn(fn(ci_handle, ctypes.byref(info)))
         return info
 
-    def _compute_instances(self, gi_handle, notes):
-        # type: (Any, List[str]) -> Tuple[LiveCi, ...]
+    def ci_profiles(self, gi_handle, index=None):
+        # type: (Any, Optional[int]) -> List[Any]
+        """The compute instance profiles a GPU instance offers, by index until INVALID_ARGUMENT (nvml.h).
+        ``index``: the GPU's, to name in the error when a profile answers anything but NOT_SUPPORTED."""
         nv = self.nv
-        cis = []  # type: List[LiveCi]
-        for ci_index in CI_PROFILE_INDICES:
+        found = []
+        for ci_index in range(MAX_PROFILE_INDEX):
             try:
-                profile = self.ci_profile(gi_handle, ci_index)
-            except nv.NVMLError:
-                continue  # this GPU instance does not offer that CI profile
+                found.append(self.ci_profile(gi_handle, ci_index))
+            except nv.NVMLError as exc:
+                if self._is(exc, "NVML_ERROR_INVALID_ARGUMENT"):
+                    break
+                if self._is(exc, "NVML_ERROR_NOT_SUPPORTED"):
+                    continue  # this GPU instance does not offer that CI profile
+                raise NvmlReadError("GPU %s: compute instance profile index %d: %s while MIG mode is on, so "
+                                    "compute instances of that profile cannot be seen"
+                                    % ("?" if index is None else index, ci_index, self.error_text(exc)))
             except AttributeError:
-                notes.append("compute instance profiles: unavailable in this pynvml")
-                break
-            handles = self._try(notes, "compute instances", self.ci_handles, gi_handle, profile.id)
+                raise NvmlReadError("this pynvml has no nvmlGpuInstanceGetComputeInstanceProfileInfo, so compute "
+                                    "instances cannot be seen; install nvidia-ml-py 11.450 or newer",
+                                    code="pynvml-too-old")
+        return found
+
+    def _compute_instances(self, gi_handle, notes, index):
+        # type: (Any, List[str], int) -> Tuple[LiveCi, ...]
+        cis = []  # type: List[LiveCi]
+        for profile in self.ci_profiles(gi_handle, index):
+            handles = self._must(index, "listing compute instances of profile %d" % profile.id, self.ci_handles,
+                                 gi_handle, profile.id)
             for handle in handles or []:
-                info = self._try(notes, "compute instance info", self._ci_info, handle)
-                if info is not None:
-                    cis.append(LiveCi(int(info.id), int(info.profileId), int(profile.sliceCount)))
+                info = self._must(index, "compute instance info", self._ci_info, handle)
+                cis.append(LiveCi(int(info.id), int(info.profileId), int(profile.sliceCount)))
         return tuple(sorted(cis))
 
     def _pids(self, dev, notes):
-        # type: (Any, List[str]) -> Tuple[Tuple[int, ...], str]
-        """(compute process ids, "") or ((), why the list could not be read)."""
+        # type: (Any, List[str]) -> Tuple[Tuple[int, ...], str, str]
+        """(compute process ids, "", "") or ((), why the list could not be read, "pynvml"/"driver"/"")."""
         nv = self.nv
-        procs = None
-        for name in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2",
-                     "nvmlDeviceGetComputeRunningProcesses"):
+        gaps = []  # type: List[str]
+        in_pynvml = False
+        for name in PROCESS_CALLS:
             fn = getattr(nv, name, None)
             if fn is None:
+                gaps.append("%s is not in this pynvml" % name)
                 continue
+            in_pynvml = True
             try:
-                procs = fn(dev)
-                break
+                return tuple(sorted(set(int(p.pid) for p in fn(dev)))), "", ""
             except nv.NVMLError as exc:
                 if self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                    gaps.append("%s is not in the driver" % name)
                     continue
                 notes.append("compute processes: %s" % self.error_text(exc))
-                return (), notes[-1]
-        if procs is None:
-            notes.append("compute processes: unavailable in this pynvml")
-            return (), notes[-1]
-        return tuple(sorted(set(int(p.pid) for p in procs))), ""
+                return (), notes[-1], ""
+            except self._mismatch_error():
+                gaps.append("%s raised NVMLLibraryMismatchError (the driver lacks the version pynvml calls)" % name)
+        notes.append("compute processes: no process-list call works: %s" % "; ".join(gaps))
+        return (), notes[-1], "driver" if in_pynvml else "pynvml"
 
     def passthrough(self, index):
         # type: (int) -> bool
@@ -302,6 +413,61 @@ class NvmlWriter(NvmlReader):
     def _gi_handle(self, index, gi_id):
         # type: (int, int) -> Any
         return self.nv.nvmlDeviceGetGpuInstanceById(self.handle(index), gi_id)
+
+    def _in_driver(self, name):
+        # type: (str) -> Optional[bool]
+        """Whether the loaded NVML library exports ``name`` (a symbol lookup, no call); None when this
+        pynvml has no way to ask."""
+        lookup = getattr(self.nv, "_nvmlGetFunctionPointer", None)
+        if lookup is None:
+            return None
+        try:
+            lookup(name)
+        except self.nv.NVMLError as exc:
+            if self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                return False
+            raise
+        return True
+
+    def missing_entry_points(self, plans, gpus):
+        # type: (Sequence[Any], Sequence[LiveGpu]) -> Optional[NodeFailure]
+        """Why these plans cannot be carried out with this pynvml and driver, before anything changes:
+        a pynvml function or driver entry point a planned change needs, or a process list no call can
+        read (apply must know whether the GPU is in use). None when everything is there."""
+        needed = {}  # type: Dict[str, str]
+        by_index = dict((g.index, g) for g in gpus)
+        for plan in plans:
+            if plan.converged:
+                continue
+            gpu = by_index.get(plan.index)
+            if gpu is not None and gpu.pids_missing == "pynvml":
+                return NodeFailure("this pynvml has none of %s, which apply needs to see whether GPU %d is in "
+                                   "use; install nvidia-ml-py 11.450 or newer (nothing was changed)"
+                                   % (", ".join(PROCESS_CALLS), plan.index), code="pynvml-too-old")
+            if gpu is not None and gpu.pids_missing == "driver":
+                return NodeFailure("GPU %d: %s; install the nvidia-ml-py release that matches the driver, or a "
+                                   "newer driver (nothing was changed)" % (plan.index, gpu.pids_unreadable),
+                                   code="driver-too-old")
+            kinds = [("mode", plan.enable_mig), ("destroy_cis", plan.destroy_cis), ("destroy_gis", plan.destroy_gis),
+                     ("create", plan.create), ("create_cis", plan.create_cis)]
+            for kind, todo in kinds:
+                if todo:
+                    for name in ENTRY_POINTS[kind]:
+                        needed.setdefault(name, _WHY[kind])
+        names = sorted(needed)
+        lacking = [n for n in names if not callable(getattr(self.nv, n, None))]
+        if lacking:
+            return NodeFailure("this pynvml lacks %s, needed for %s; install a newer nvidia-ml-py (nothing was "
+                               "changed)" % (", ".join(lacking), "; ".join(sorted(set(needed[n] for n in lacking)))),
+                               code="pynvml-too-old")
+        absent = [n for n in names if self._in_driver(n) is False]
+        if absent:
+            return NodeFailure("the NVIDIA driver %s lacks %s, needed for %s; MIG placement needs driver R470 or "
+                               "newer (nothing was changed)" % (self.driver_version() or "(version unknown)",
+                                                                ", ".join(absent),
+                                                                "; ".join(sorted(set(needed[n] for n in absent)))),
+                               code="driver-too-old")
+        return None
 
     def released(self, call, *args):
         # type: (Callable[..., Any], Any) -> Any
@@ -338,11 +504,7 @@ class NvmlWriter(NvmlReader):
         # type: (int, int, int) -> None
         gi = self._gi_handle(index, gi_id)
         handle = None
-        for ci_index in CI_PROFILE_INDICES:
-            try:
-                profile = self.ci_profile(gi, ci_index)
-            except self.nv.NVMLError:
-                continue
+        for profile in self.ci_profiles(gi, index):
             for candidate in self.ci_handles(gi, profile.id):
                 if int(self._ci_info(candidate).id) == ci_id:
                     handle = candidate

@@ -201,6 +201,11 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None)
     initial = plan_node(gpus, spec)
     if all(p.converged for p in initial):
         return ApplyReport(initial, gpus, initial, 0, [])
+    # Every pynvml function and driver entry point the plan needs, checked before anything changes: an
+    # old driver would otherwise take the MIG mode change and then fail on the first placement.
+    missing = writer.missing_entry_points(initial, gpus)
+    if missing is not None:
+        raise missing
     busy = _busy(initial)
     if busy and not force:
         raise GpuBusy(_busy_message(busy))  # refused before anything changed

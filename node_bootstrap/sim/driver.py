@@ -15,6 +15,7 @@ import typing
 from typing import Any, Dict, List, Optional
 
 from ..mig import GpuModel, Profile, find_gpu
+from ..mig.solver import is_media_extension
 
 SUCCESS = 0
 ERROR_INVALID_ARGUMENT = 2
@@ -164,6 +165,12 @@ def create_gpu_instance(state, index, profile_id, start, size):
     same = [gi for gi in gpu["gis"] if gi["profile_id"] == profile_id]
     if len(same) >= profile.max_instances:
         raise SimError(ERROR_INSUFFICIENT_RESOURCES, "at most %d x %s" % (profile.max_instances, profile.name))
+    if model.media_instances and is_media_extension(profile):
+        # MIG user guide, A30 table: each +me profile has 1 JPEG / 1 OFA, and so has the whole GPU (4g.24gb):
+        # a second +me instance finds no media engines left.
+        media = [gi for gi in gpu["gis"] if is_media_extension(profile_by_id(model, gi["profile_id"]))]
+        if len(media) >= model.media_instances:
+            raise SimError(ERROR_INSUFFICIENT_RESOURCES, "the media engines belong to GPU instance %d" % media[0]["id"])
     for gi in gpu["gis"]:
         if start < gi["start"] + gi["size"] and gi["start"] < start + size:
             raise SimError(ERROR_INSUFFICIENT_RESOURCES, "placement overlaps GPU instance %d" % gi["id"])

@@ -16,7 +16,12 @@ KINDS = {
     "not-mig-capable": "the GPUs answer NOT_SUPPORTED to MIG calls",
     "no-permission": "mutating calls and the process list answer NO_PERMISSION (not root)",
     "processes-unreadable": "the process list answers NO_PERMISSION (mutating calls still work)",
-    "old-driver": "the driver lacks the newer entry points (profile info V, placements _v2, processes _v3)",
+    "old-driver": "a driver before R470: no placement calls (query and create), no profile info V, no "
+                  "processes _v3, no compute instance info _v2",
+    "no-process-list": "the driver lacks the _v3 and _v2 process lists (pynvml's unversioned call then raises "
+                       "NVMLLibraryMismatchError)",
+    "profiles-need-mig": "GPU instance profile and placement queries answer NOT_SUPPORTED while MIG mode is off "
+                         "(older Ampere drivers)",
     "passthrough": "the GPUs are passed through to a VM: no GPU reset, a pending mode needs a reboot",
 }
 
@@ -38,6 +43,8 @@ class Faults(typing.NamedTuple):
     no_permission: bool = False
     processes_unreadable: bool = False
     old_driver: bool = False
+    no_process_list: bool = False
+    profiles_need_mig: bool = False
     passthrough: bool = False
 
 

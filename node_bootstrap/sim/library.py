@@ -89,9 +89,17 @@ class SimNvmlLibrary(object):
         self._functions = {}  # type: Dict[str, Any]
         self._define()
         if self.faults.old_driver:
+            # An R450 driver (the first with MIG): no create-at-placement (CUDA 11.2's nvml.h, R460) and no
+            # placement query _v2 (CUDA 11.4's, R470; NVIDIA/go-nvml's header history), none of the later
+            # versioned entry points.
             for name in ("nvmlDeviceGetGpuInstanceProfileInfoV", "nvmlGpuInstanceGetComputeInstanceProfileInfoV",
-                         "nvmlDeviceGetGpuInstancePossiblePlacements_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
-                         "nvmlComputeInstanceGetInfo_v2"):
+                         "nvmlDeviceGetGpuInstancePossiblePlacements_v2", "nvmlDeviceCreateGpuInstanceWithPlacement",
+                         "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlComputeInstanceGetInfo_v2"):
+                self._functions.pop(name, None)
+        if self.faults.no_process_list:
+            # Older than the _v2 process list as well: pynvml 13's unversioned call goes to _v3 and raises
+            # NVMLLibraryMismatchError (pynvml.throwOnVersionMismatch).
+            for name in ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"):
                 self._functions.pop(name, None)
 
     def __getattr__(self, name):
@@ -212,7 +220,9 @@ class SimNvmlLibrary(object):
         self._fn("nvmlInitWithFlags", (U,), lambda flags: self._init())
         self._fn("nvmlInit_v2", (), lambda: self._init())
         self._fn("nvmlShutdown", (), self._shutdown)
-        self._fn("nvmlSystemGetDriverVersion", (P, U), lambda buf, size: _put_str(buf, size, "550.163.01-sim"))
+        # old-driver: R450, the first branch with MIG, from before both placement calls
+        version = "450.248.02-sim" if self.faults.old_driver else "550.163.01-sim"
+        self._fn("nvmlSystemGetDriverVersion", (P, U), lambda buf, size: _put_str(buf, size, version))
         self._fn("nvmlDeviceGetCount_v2", (P,), lambda out: _put_uint(out, self.store.load()["count"]))
         self._fn("nvmlDeviceGetHandleByIndex_v2", (U, P), self._handle_by_index)
         self._fn("nvmlDeviceGetName", (P, P, U),
@@ -303,16 +313,30 @@ class SimNvmlLibrary(object):
 
     # --- GPU instances --------------------------------------------------------------------------
 
+    def _profiles_need_mig(self, gpu):
+        # type: (Dict[str, Any]) -> None
+        """The profiles-need-mig fault: nvml.h on nvmlDeviceGetGpuInstanceProfileInfoV, NOT_SUPPORTED "If
+        device doesn't have MIG mode enabled or profile isn't supported", as older Ampere drivers answer."""
+        if self.faults.profiles_need_mig and gpu["mig_current"] != 1:
+            raise SimError(driver.ERROR_NOT_SUPPORTED, "MIG mode is disabled")
+
     def _gi_profile(self, dev, nvml_index, out, version):
-        _, _, model = self._gpu(dev)
+        _, gpu, model = self._gpu(dev)
+        # nvml.h: enumerate "by invoking it on profile values starting from 0, until the API returns
+        # NVML_ERROR_INVALID_ARGUMENT"; this driver knows the indices of the header pynvml was made from.
+        if nvml_index >= self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT:
+            raise SimError(driver.ERROR_INVALID_ARGUMENT, "no profile index %d" % nvml_index)
+        if version == 2 and self._nv.c_nvmlGpuInstanceProfileInfo_v2_t.from_address(out).version != \
+                self._nv.nvmlGpuInstanceProfileInfo_v2:
+            # nvml.h, nvmlDeviceGetGpuInstanceProfileInfoV: INVALID_ARGUMENT "If ... info->version are invalid".
+            raise SimError(driver.ERROR_INVALID_ARGUMENT, "struct version mismatch")
+        self._profiles_need_mig(gpu)
         # A real H200 (driver 580) answers profile and placement queries with MIG mode disabled
         # (scripts/nvml_readonly_probe.py showed it); only instance calls need MIG on.
         profile = driver.profile_by_index(model, nvml_index)
         struct = self._nv.c_nvmlGpuInstanceProfileInfo_v2_t if version == 2 else self._nv.c_nvmlGpuInstanceProfileInfo_t
         info = struct.from_address(out)
         if version == 2:
-            if info.version != self._nv.nvmlGpuInstanceProfileInfo_v2:
-                raise SimError(25, "struct version mismatch")  # NVML_ERROR_ARGUMENT_VERSION_MISMATCH
             info.name = ("MIG " + profile.name).encode()
         info.id = profile.id
         info.isP2pSupported = 0
@@ -327,7 +351,8 @@ class SimNvmlLibrary(object):
         info.memorySizeMB = profile.memory_mib
 
     def _placements(self, dev, profile_id, array, count):
-        _, _, model = self._gpu(dev)
+        _, gpu, model = self._gpu(dev)
+        self._profiles_need_mig(gpu)
         profile = driver.profile_by_id(model, profile_id)
         if not array:
             _put_uint(count, len(profile.placements))
@@ -391,6 +416,13 @@ class SimNvmlLibrary(object):
         state = self.store.load()
         gi = driver.gi_of(driver.gpu_of(state, index), gi_id)
         profiles = driver.ci_profiles(driver.model_of(state), gi)
+        # nvml.h, nvmlGpuInstanceGetComputeInstanceProfileInfo(V): enumerate from 0 "until the API returns
+        # NVML_ERROR_INVALID_ARGUMENT"; INVALID_ARGUMENT also "If ... info->version are invalid".
+        if ci_index >= self._nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT:
+            raise SimError(driver.ERROR_INVALID_ARGUMENT, "no compute instance profile index %d" % ci_index)
+        if version == 2 and self._nv.c_nvmlComputeInstanceProfileInfo_v2_t.from_address(out).version != \
+                self._nv.nvmlComputeInstanceProfileInfo_v2:
+            raise SimError(driver.ERROR_INVALID_ARGUMENT, "struct version mismatch")
         if ci_index not in profiles or engine != 0:
             raise SimError(driver.ERROR_NOT_SUPPORTED, "CI profile not supported")
         struct = (self._nv.c_nvmlComputeInstanceProfileInfo_v2_t if version == 2

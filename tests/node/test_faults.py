@@ -110,15 +110,17 @@ def test_real_reset_path_runs_nvidia_smi_and_a_failure_means_reboot(tmp_path):
     assert after.rc == 0 and after.json["changes"] == 12  # mode survived the reboot (Ampere): no reset
 
 
-def test_old_driver_without_newer_entry_points_still_applies(tmp_path):
+def test_old_driver_reads_but_apply_is_refused_before_anything_changes(tmp_path):
+    # without the R470 placement calls nothing can be created where the plan says: refused up front,
+    # not after MIG mode was enabled (tests/node/test_refuse_early.py has the rest)
     node = Node(tmp_path, count=1)
-    res = node.run("apply", "--sequence", SEQ, "--sim-fault", "old-driver")
-    assert res.rc == 0, res.stderr
-    assert node.layout() == [(9, 0, 1), (14, 4, 1), (19, 6, 1)]
     status = node.run("status", "--sim-fault", "old-driver").json["gpus"][0]
     assert status["profiles_source"] == "nvml"
     assert any("placements" in n for n in status["notes"])  # placements came from the catalogue
-    assert node.run("apply", "--sequence", SEQ, "--sim-fault", "old-driver").json["changes"] == 0
+    before = open(node.state).read()
+    res = node.run("apply", "--sequence", SEQ, "--sim-fault", "old-driver")
+    assert res.rc == 1 and res.json["error"]["code"] == "driver-too-old" and res.json["changes"] == 0
+    assert open(node.state).read() == before
 
 
 @pytest.mark.parametrize("argv, fragment", [
