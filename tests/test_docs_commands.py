@@ -1,0 +1,224 @@
+"""Every shell command the docs show must work as written.
+
+The fenced shell blocks (```sh, ```bash, ```shell, ```console) of README.md and docs/*.md are read;
+the commands that run offline are run, and must exit 0, or N when the line ends with a comment
+``# exit N``:
+
+- ``ack-mig-hook plan | profiles | convert``, ``ack-mig-hook status --inventory ...``,
+  ``ack-mig-hook invoke ... --inventory ...`` (with or without ``--dry-run``);
+- ``python3 -m node_bootstrap ... --backend sim:...`` and the other commands of a block that works on a
+  simulated node (``cat`` of the simulated host's files).
+
+Each block runs in order in its own shell session from the repository root (so ``examples/...`` and
+``.venv/bin/...`` resolve as a reader's would), with ``.venv/bin`` first on PATH. ``/tmp/`` in a command
+is a fresh temporary directory per block, so simulated node state never lands in the real /tmp and two
+blocks never share a node. No credentials are in the environment and every cloud endpoint points at a
+closed loopback port: a command that would reach a cloud API fails fast instead of leaving the machine.
+
+Every other ``ack-mig-hook`` or ``node_bootstrap`` command shown (deploy, doctor, undeploy, a real-GPU
+node command) cannot run here, so each of its options is checked against that command's ``--help``.
+"""
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VENV_BIN = os.path.join(ROOT, ".venv", "bin")
+SHELL_LANGS = ("sh", "bash", "shell", "console")
+FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[A-Za-z0-9_-]*)[ \t]*$")
+ASSIGNMENTS = re.compile(r"""^\s*(?:[A-Za-z_][A-Za-z0-9_]*=(?:"[^"]*"|'[^']*'|[^\s;"']*)\s*;?\s*)+$""")
+EXPECT_EXIT = re.compile(r"#\s*exit\s+(\d+)\b")
+# Anything that needs a cloud account, a cluster, a real GPU or minutes: shown, never run here.
+NEVER_RUN = re.compile(r"\b(aliyun|kubectl|ossutil|make|curl|ssh|systemctl|nvidia-smi|pip)\b"
+                       r"|ack-mig-hook\s+(deploy|undeploy|doctor|demo)\b")
+OFFLINE = [
+    re.compile(r"ack-mig-hook\s+(plan|profiles|convert)\b"),
+    re.compile(r"ack-mig-hook\s+status\b.*--inventory\b"),
+    re.compile(r"ack-mig-hook\s+invoke\b.*--inventory\b"),
+    re.compile(r"-m\s+node_bootstrap\b.*--backend[ =]sim:"),
+]
+KINDS = {k: re.compile(r"ack-mig-hook\s+%s\b" % k) for k in ("plan", "profiles", "convert", "status", "invoke")}
+KINDS["node_bootstrap"] = re.compile(r"-m\s+node_bootstrap\b")
+CLI_WORD = re.compile(r"(?:^|[\s|;&(])(?:\S*/)?(ack-mig-hook|python3?\s+-m\s+node_bootstrap)\s+(.*)$")
+
+
+def doc_files():
+    docs = os.path.join(ROOT, "docs")
+    names = sorted(n for n in os.listdir(docs) if n.endswith(".md")) if os.path.isdir(docs) else []
+    return ["README.md"] + ["docs/%s" % n for n in names]
+
+
+def shell_blocks(path):
+    """(language, first line number, [lines]) of each fenced shell block, its indentation removed."""
+    blocks, lines = [], open(os.path.join(ROOT, path), encoding="utf-8").read().splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m or not m.group("lang"):
+            i += 1
+            continue
+        indent, lang, start, body = m.group("indent"), m.group("lang").lower(), i + 1, []
+        i += 1
+        while i < len(lines) and lines[i].strip() != "```":
+            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
+            i += 1
+        i += 1
+        if lang in SHELL_LANGS:
+            blocks.append((lang, start + 1, body))
+    return blocks
+
+
+def logical_lines(lang, body):
+    """The command lines of a block, continuation lines joined; in a console block only the lines after
+    a ``$ `` prompt are commands (the rest is output)."""
+    out, current, in_command = [], None, lang != "console"
+    for line in body:
+        if current is not None:
+            current += "\n" + line
+            if not line.rstrip().endswith("\\"):
+                out.append(current)
+                current = None
+            continue
+        if lang == "console":
+            in_command = line.startswith("$ ")
+            if not in_command:
+                continue
+            line = line[2:]
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line.rstrip().endswith("\\"):
+            current = line
+        else:
+            out.append(line)
+    if current is not None:
+        out.append(current)
+    return out
+
+
+def is_offline(command, prelude):
+    text = "\n".join(prelude + [command])
+    if NEVER_RUN.search(command):
+        return False
+    if any(p.search(command) for p in OFFLINE):
+        return True
+    # `B="--backend sim:..."` set earlier in the block, then `python3 -m node_bootstrap ... $B`
+    if re.search(r"-m\s+node_bootstrap\b", command) and re.search(r"--backend[ =]sim:", text):
+        return True
+    # the simulated host's files, read after a sim command of the same block
+    return command.startswith("cat /tmp/") and re.search(r"--backend[ =]sim:", text) is not None
+
+
+def collect():
+    """(file, block line, [(command, prelude, expected exit)]) per block, and the commands not run."""
+    runnable, shown = [], []
+    for path in doc_files():
+        for lang, line_no, body in shell_blocks(path):
+            prelude, cmds = [], []
+            for cmd in logical_lines(lang, body):
+                if ASSIGNMENTS.match(cmd):
+                    prelude.append(cmd)
+                    continue
+                m = EXPECT_EXIT.search(cmd)
+                if is_offline(cmd, prelude):
+                    cmds.append((cmd, list(prelude), int(m.group(1)) if m else 0))
+                else:
+                    shown.append(("%s:%d" % (path, line_no), cmd, list(prelude)))
+            if cmds:
+                runnable.append(("%s:%d" % (path, line_no), cmds))
+    return runnable, shown
+
+
+RUNNABLE, SHOWN = collect()
+
+
+def offline_env(tmp):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_", "ALICLOUD_", "FC_"))}
+    closed = "http://127.0.0.1:9"  # discard port: nothing listens, a stray call fails at once
+    env.update(PATH=VENV_BIN + os.pathsep + env.get("PATH", ""), HOME=str(tmp), TMPDIR=str(tmp),
+               ACK_MIG_CS_ENDPOINT=closed, ACK_MIG_ECS_ENDPOINT=closed, ACK_MIG_ESS_ENDPOINT=closed,
+               ACK_MIG_KMS_ENDPOINT=closed, ACK_MIG_ROS_ENDPOINT=closed, ACK_MIG_OSS_ENDPOINT=closed,
+               ACK_MIG_API_TIMEOUT_S="2", ACK_MIG_API_MAX_ATTEMPTS="1", PYTHONDONTWRITEBYTECODE="1")
+    return env
+
+
+def in_tmp(text, tmp):
+    return text.replace("/tmp/", str(tmp) + "/")
+
+
+def test_the_docs_show_enough_offline_commands_to_mean_something():
+    total = sum(len(cmds) for _, cmds in RUNNABLE)
+    readme = sum(len(cmds) for where, cmds in RUNNABLE if where.startswith("README.md:"))
+    kinds = {k for _, cmds in RUNNABLE for c, _, _ in cmds for k, pattern in KINDS.items() if pattern.search(c)}
+    assert total >= 15, "only %d offline commands found in the docs" % total
+    assert readme >= 3, "the README's quick start shows only %d commands that run offline" % readme
+    assert kinds == set(KINDS), "no offline example of %s in the docs" % ", ".join(sorted(set(KINDS) - kinds))
+
+
+@pytest.mark.parametrize("where,cmds", RUNNABLE, ids=[w for w, _ in RUNNABLE])
+def test_every_offline_command_in_the_docs_works_as_written(where, cmds, tmp_path):
+    env, failures = offline_env(tmp_path), []
+    for cmd, prelude, expected in cmds:
+        script = "set -o pipefail\n" + "\n".join(in_tmp(p, tmp_path) for p in prelude) + "\n" + in_tmp(cmd, tmp_path)
+        proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              timeout=60)
+        if proc.returncode != expected:
+            failures.append("%s\n  exit %d, expected %d\n  stderr: %s" % (
+                cmd, proc.returncode, expected, proc.stderr.strip()[-600:]))
+        elif "Traceback (most recent call last)" in proc.stderr:
+            failures.append("%s\n  printed a traceback:\n%s" % (cmd, proc.stderr[-600:]))
+    assert not failures, "%s:\n" % where + "\n".join(failures)
+
+
+def _help_options(words):
+    """The long options ``<command> --help`` lists, for an ack-mig-hook or node_bootstrap command."""
+    if words[0] == "ack-mig-hook":
+        argv = [os.path.join(VENV_BIN, "ack-mig-hook")] + words[1:] + ["--help"]
+    else:
+        argv = [sys.executable, "-m", "node_bootstrap"] + words[1:] + ["--help"]
+    proc = subprocess.run(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True, timeout=60)
+    assert proc.returncode == 0, "%s --help: %s" % (" ".join(words), proc.stdout[-300:])
+    return set(re.findall(r"(--[a-z][a-z0-9-]*)", proc.stdout))
+
+
+def shown_cli_commands():
+    """(where, program words, options) of each ack-mig-hook / node_bootstrap command not run here."""
+    found = []
+    for where, cmd, _ in SHOWN:
+        for segment in re.split(r"\|\||&&|[|;]", cmd.replace("\\\n", " ")):
+            m = CLI_WORD.search(segment.split("#", 1)[0])
+            if not m:
+                continue
+            try:
+                args = shlex.split(m.group(2))
+            except ValueError:
+                continue
+            program = "ack-mig-hook" if m.group(1) == "ack-mig-hook" else "node_bootstrap"
+            sub = next((a for a in args if not a.startswith("-") and not a.startswith("$")), None)
+            if sub is None or not re.match(r"^[a-z][a-z-]*$", sub):
+                continue
+            opts = sorted({a.split("=", 1)[0] for a in args if a.startswith("--")})
+            found.append((where, [program, sub], opts))
+    return found
+
+
+def test_commands_that_need_a_cloud_account_use_real_options():
+    shown = shown_cli_commands()
+    assert any(w[1] == "deploy" for _, w, _ in shown), "the docs show no ack-mig-hook deploy command"
+    assert any(w[1] == "doctor" for _, w, _ in shown), "the docs show no ack-mig-hook doctor command"
+    cache, wrong = {}, []
+    for where, words, opts in shown:
+        key = tuple(words)
+        if key not in cache:
+            cache[key] = _help_options(words)
+        unknown = [o for o in opts if o not in cache[key]]
+        if unknown:
+            wrong.append("%s: %s %s: unknown %s" % (where, words[0], words[1], ", ".join(unknown)))
+    assert not wrong, "\n".join(wrong)
