@@ -48,8 +48,9 @@ def gpu_pods(pods: List[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
 
 
 class Pass(NamedTuple):
-    """One eviction pass over a node: pods left (still there or terminating), evicted now, refused by a
-    budget (429, with the API server's message), and other errors (pod name -> message)."""
+    """One eviction pass over a node: pods left (listed at the start of the pass, still there or
+    terminating, evicted now or not), evicted now, refused by a budget (429, with the API server's
+    message), and other errors (pod name -> message)."""
 
     remaining: int
     evicted: List[str]
@@ -59,7 +60,7 @@ class Pass(NamedTuple):
 
 def evict_pass(kube: Any, node_name: str) -> Pass:
     pods = gpu_pods(kube.list_pods(node_name))
-    evicted, refused, errors = [], {}, {}
+    evicted, refused, errors, gone = [], {}, {}, 0
     for pod in pods:
         meta = pod.get("metadata") or {}
         if meta.get("deletionTimestamp"):
@@ -70,10 +71,11 @@ def evict_pass(kube: Any, node_name: str) -> Pass:
             evicted.append(name)
         except KubeError as exc:
             if exc.status == 404:  # gone between the list and the eviction
-                evicted.append(name)
+                gone += 1
             elif exc.status == 429:
                 refused[name] = str(exc)
             else:
                 errors[name] = str(exc)
-    left = len(pods) - len(evicted)
-    return Pass(left, evicted, refused, errors)
+    # An evicted pod terminates gracefully (terminationGracePeriodSeconds) and holds its GPU until it is
+    # gone: the node is drained only when a list no longer shows it, never on the eviction's answer.
+    return Pass(len(pods) - gone, evicted, refused, errors)

@@ -212,6 +212,7 @@ def _event(kube: Any, node: str, reason: str, message: str, warning: bool = Fals
     digest = hashlib.sha256(("%s\n%s\n%s" % (node, reason, message)).encode("utf-8")).hexdigest()[:16]
     event = {"apiVersion": "v1", "kind": "Event",
              "metadata": {"name": "%s.%s" % (node, digest), "namespace": "default"},
+             # the node's name as its uid, as the kubelet's own Node events (kubectl describe node finds both)
              "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
              "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
              "source": {"component": "ack-mig-hook"}, "reportingComponent": "ack-mig-hook",

@@ -265,3 +265,20 @@ def test_progress_as_nodes_finish_and_one_log_line_per_node(cluster):
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     results = [line["instance_id"] for line in lines if line["message"] == "node result"]
     assert results == ["i-node-a", "i-node-b", "i-node-c"]
+
+
+def test_an_evicted_pod_that_terminates_gracefully_is_waited_for_not_evicted_again(cluster):
+    cluster.add_nodes(["node-a"])
+    api = cluster.api
+    api.graceful_evictions = True  # the pod stays, terminating, until its kubelet has stopped it
+    api.add_pod("team", "train", "node-a", gpus=1)
+
+    def kubelet_stops_it(n):
+        if n == 3:
+            api.finish_termination("team", "train")
+            assert cluster.transport.seen == []  # nothing applied while the pod still ran
+
+    cluster.on_sleep = kubelet_stops_it
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert result.nodes[0]["outcome"] == "partitioned" and len(cluster.sleeps) == 3
+    assert [r.status for r in api.requests if r.path.endswith("/eviction")] == [200]
