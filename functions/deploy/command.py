@@ -11,6 +11,7 @@ undeploy: delete the stack and wait until it is gone. What stays on nodes is lis
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 from typing import Dict, List
@@ -18,7 +19,7 @@ from typing import Dict, List
 import yaml
 
 from .. import settings
-from ..package import ROOT
+from ..package import KNOWN_HOSTS_NAME, ROOT
 
 TEMPLATE = os.path.join(ROOT, "template.yml")
 DEFAULT_STACK = "ack-mig-hook"
@@ -50,6 +51,9 @@ def configure(parser, command):
     parser.add_argument("--log-store", default="", help="logstore in that project")
     parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
                         help="any other template.yml parameter (repeatable), e.g. DryRun=true")
+    parser.add_argument("--known-hosts", default="", metavar="FILE",
+                        help="ssh transport: the nodes' host keys (known_hosts format), packaged as "
+                             "/code/known_hosts and set as the SshKnownHosts parameter")
     parser.add_argument("--deps-dir", default="", metavar="DIR",
                         help="use these already fetched dependencies (a pip --target folder for python3.10 "
                              "on Linux x86_64) instead of fetching them")
@@ -75,8 +79,11 @@ def parameters(args, declared: Dict[str, dict], code_object: str) -> Dict[str, s
             problems.append("template.yml has no parameter %r (it has %s)" % (key.strip()[:40], ", ".join(declared)))
         else:
             values[key.strip()] = value
+    if getattr(args, "known_hosts", "") and not os.path.isfile(args.known_hosts):
+        problems.append("--known-hosts %s is not a file" % args.known_hosts)
     named = {"ClusterId": args.cluster_id, "CodeBucket": args.bucket, "CodeObject": code_object,
-             "Transport": args.transport or "", "LogProject": args.log_project, "LogStore": args.log_store}
+             "Transport": args.transport or "", "LogProject": args.log_project, "LogStore": args.log_store,
+             "SshKnownHosts": "/code/" + KNOWN_HOSTS_NAME if getattr(args, "known_hosts", "") else ""}
     for key, value in named.items():
         if value and key in declared:
             values[key] = value
@@ -87,12 +94,34 @@ def parameters(args, declared: Dict[str, dict], code_object: str) -> Dict[str, s
         problems.append("missing %s" % ", ".join("%s (%s)" % (k, hints.get(k, "--parameter %s=..." % k))
                                                   for k in missing))
     for key, value in values.items():
-        allowed = (declared[key] or {}).get("AllowedValues")
-        if allowed and value not in [str(a) for a in allowed]:
-            problems.append("%s=%r is not accepted; use one of %s" % (key, value[:40], ", ".join(map(str, allowed))))
+        problem = _constraint_problem(key, value, declared[key] or {})
+        if problem:
+            problems.append(problem)
     if problems:
         raise UsageError("; ".join(problems))
     return values
+
+
+def _constraint_problem(key: str, value: str, spec: dict) -> str:
+    """The template's own constraints (AllowedValues, AllowedPattern, Number MinValue/MaxValue), checked
+    before any work so a wrong value is one line rather than a failed stack."""
+    allowed = spec.get("AllowedValues")
+    if allowed and value not in [str(a) for a in allowed]:
+        return "%s=%r is not accepted; use one of %s" % (key, value[:40], ", ".join(map(str, allowed)))
+    pattern = spec.get("AllowedPattern")
+    if pattern and not re.fullmatch(pattern, value):
+        return "%s=%r is not accepted; %s" % (key, value[:40], " ".join(str(spec.get("Description", "")).split())[:160]
+                                              or "it must match %s" % pattern)
+    if spec.get("Type") == "Number":
+        low, high = spec.get("MinValue"), spec.get("MaxValue")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if number is None or (low is not None and number < low) or (high is not None and number > high):
+            return "%s=%r is not accepted; use a number %s..%s" % (key, value[:40], "" if low is None else low,
+                                                                  "" if high is None else high)
+    return ""
 
 
 def _shown(values: Dict[str, str], declared: Dict[str, dict]) -> str:
@@ -144,7 +173,7 @@ def deploy(args) -> int:
         elif not os.path.isdir(deps):
             raise UsageError("--deps-dir %s is not a folder" % deps)
         zip_path = os.path.join(work, "ack-mig-hook.zip")
-        digest = build.build(zip_path, deps)
+        digest = build.build(zip_path, deps, known_hosts=args.known_hosts)
         code_object = "%s%s.zip" % (OBJECT_PREFIX, digest[:16])
         values = parameters(args, declared, code_object)
         _progress("package: %d KB, sha256 %s" % (os.path.getsize(zip_path) // 1024, digest[:16]))

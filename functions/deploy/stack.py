@@ -124,13 +124,16 @@ class Stacks:
             request, self._runtime))["StackId"]
 
     def update(self, stack_id: str, template: str, values: Dict[str, str], timeout_min: int) -> bool:
-        """Start an update; False when ROS says nothing changed."""
+        """Start an update; False when ROS says nothing changed. Parameters not in ``values`` keep the
+        stack's current values (UsePreviousParameters; without it ROS resets them to the template's
+        defaults, so an upgrade would silently undo e.g. DryRun=true or a tuned timeout)."""
         from alibabacloud_ros20190910 import models
 
         params = [models.UpdateStackRequestParameters(parameter_key=k, parameter_value=v)
                   for k, v in sorted(values.items())]
         request = models.UpdateStackRequest(region_id=self.region, stack_id=stack_id, template_body=template,
-                                            parameters=params, timeout_in_minutes=timeout_min)
+                                            parameters=params, timeout_in_minutes=timeout_min,
+                                            use_previous_parameters=True)
         try:
             self._client.update_stack_with_options(request, self._runtime)
         except Exception as exc:

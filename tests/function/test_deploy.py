@@ -195,3 +195,51 @@ def test_credentials_come_from_the_aliyun_cli_profile(cloud, tmp_path):
     done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "nothing to remove" in done.stdout and ros.calls("ListStacks") == 1 and not ros.rejected
+
+
+def test_dry_run_first_then_live_with_one_parameter_update(cloud, capsys, tmp_path):
+    """docs/deploy.md's path: deploy with DryRun=true, upgrade (rerun without the parameter: the stack keeps
+    it, UsePreviousParameters), then one update with DryRun=false goes live; nothing else changes."""
+    ros, _ = cloud
+    deps = make_deps(str(tmp_path / "deps"))
+
+    def values():
+        (stack,) = ros.stacks.values()
+        return {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
+
+    assert run(capsys, *deploy_args(deps, "--parameter", "DryRun=true", "--parameter", "DrainTimeoutS=1200"))[0] == 0
+    assert values()["DryRun"] == "true"
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps2"))))  # a new package: an upgrade
+    assert code == 0, err
+    assert values()["DryRun"] == "true" and values()["DrainTimeoutS"] == "1200"
+    assert ros.calls("UpdateStack") == 1
+    code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps2")), "--parameter", "DryRun=false"))
+    assert code == 0, err
+    assert values()["DryRun"] == "false" and values()["DrainTimeoutS"] == "1200"
+    (stack,) = ros.stacks.values()
+    assert stack["Status"] == "UPDATE_COMPLETE" and ros.calls("UpdateStack") == 2
+
+
+def test_a_parameter_outside_the_templates_range_is_refused_before_any_call(cloud, capsys, tmp_path):
+    ros, oss = cloud
+    code, _, err = run(capsys, *deploy_args(str(tmp_path), "--parameter", "NodeTimeoutS=5", "--parameter",
+                                            "MaxUnavailable=0", "--parameter", "StartupTaint=oops"))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "NodeTimeoutS='5'" in err and "10..14400" in err and "MaxUnavailable='0'" in err and "StartupTaint" in err
+    assert not ros.requests and not oss.requests
+
+
+def test_ssh_deploy_packages_known_hosts_and_points_the_function_at_it(cloud, capsys, tmp_path):
+    ros, oss = cloud
+    known = tmp_path / "known_hosts"
+    known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBWkVjqQx\n")
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--transport", "ssh",
+                                            "--known-hosts", str(known), "--parameter", "SshKeySecretName=mig-key"))
+    assert code == 0, err
+    (stack,) = ros.stacks.values()
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
+    assert params["SshKnownHosts"] == "/code/known_hosts" and params["Transport"] == "ssh"
+    data = oss.buckets[params["CodeBucket"]][params["CodeObject"]]
+    assert zipfile.ZipFile(io.BytesIO(data)).read("known_hosts") == known.read_bytes()
+    code, _, err = run(capsys, *deploy_args(str(tmp_path), "--known-hosts", str(tmp_path / "nope")))
+    assert code == 2 and "--known-hosts" in err and len(err.strip().splitlines()) == 1

@@ -43,9 +43,60 @@ def test_ros_template_with_fc3_function():
     from functions.delivery.cloud_assistant import CloudAssistantTransport
 
     agent_wait = inspect.signature(CloudAssistantTransport).parameters["agent_wait_s"].default
-    node_timeout = int(props["EnvironmentVariables"]["ACK_MIG_NODE_TIMEOUT_S"])
-    assert props["Timeout"] >= agent_wait + node_timeout + 300
+    # One invocation may carry a whole rollout wave too: drain, partition, wait for the new capacity.
+    for values in ({}, {"NodeTimeoutS": "10", "DrainTimeoutS": "1", "CapacityTimeoutS": "1"}, _maxima()):
+        env = settings.load_settings(environment(values))
+        timeout = resolve(props["Timeout"], values)
+        assert timeout >= (agent_wait + env.delivery.node_timeout_s + env.rollout.drain_timeout_s
+                           + env.rollout.capacity_timeout_s + 300), values
+        assert timeout <= FC_MAX_TIMEOUT_S, values
+    assert resolve(props["Timeout"], {}) == 600 + 900 + 300 + 420
     assert props["Role"] == {"Fn::GetAtt": ["FunctionRole", "Arn"]}
+
+
+# FC 3.0 CreateFunction: timeout 1..86400 seconds.
+FC_MAX_TIMEOUT_S = 86400
+PSEUDO = {"ALIYUN::Region": "cn-beijing", "ALIYUN::TenantId": "1234567890"}
+
+
+def parameter_values(values=None):
+    """Every parameter's value as ROS would resolve it: the given ones, else the template's default
+    (the ones without a default get a placeholder)."""
+    out = {}
+    for name, spec in load()["Parameters"].items():
+        out[name] = str(spec.get("Default", "<%s>" % name))
+    out.update(values or {})
+    return out
+
+
+def resolve(value, values=None):
+    """The template's intrinsic functions that the function's properties use, evaluated the way ROS
+    documents them: Ref, Fn::Sub (``${Name}``), Fn::Calculate (``{n}`` replaced by the n-th number, integer
+    arithmetic). Anything else fails the test rather than being guessed."""
+    params = parameter_values(values)
+    if isinstance(value, dict) and len(value) == 1:
+        (fn, arg), = value.items()
+        if fn == "Ref":
+            return PSEUDO[arg] if arg in PSEUDO else params[arg]
+        if fn == "Fn::Sub":
+            return re.sub(r"\$\{([\w:]+)\}", lambda m: str(resolve({"Ref": m.group(1)}, values)), arg)
+        if fn == "Fn::Calculate":
+            expression, _digits, numbers = arg
+            numbers = [int(resolve(n, values)) for n in numbers]
+            text = re.sub(r"\{(\d+)\}", lambda m: str(numbers[int(m.group(1))]), expression)
+            assert re.fullmatch(r"[0-9+*() -]+", text), text
+            return eval(text)  # digits and + - * ( ) only, checked above
+        raise AssertionError("intrinsic %s not modelled here" % fn)
+    return value
+
+
+def environment(values=None):
+    """The function's environment variables with the stack's parameters resolved."""
+    return {k: str(resolve(v, values)) for k, v in function()["EnvironmentVariables"].items()}
+
+
+def _maxima():
+    return {name: str(spec["MaxValue"]) for name, spec in load()["Parameters"].items() if "MaxValue" in spec}
 
 
 def test_environment_names_are_settings_names():
@@ -340,3 +391,168 @@ def test_package_carries_a_known_hosts_file(tmp_path):
                               "--known-hosts", str(tmp_path / "nope")], cwd=ROOT, capture_output=True, text=True,
                              timeout=60)
     assert missing.returncode == 2 and missing.stderr.strip().startswith("error: --known-hosts")
+
+
+# ---- parameters: the settings a user tunes, wired into the function's environment ----
+
+def _fed_by():
+    """parameter -> the environment variable it sets (a plain Ref, or Fn::Sub of the one parameter)."""
+    declared = load()["Parameters"]
+    out = {}
+    for env_name, value in function()["EnvironmentVariables"].items():
+        ref = value.get("Ref") if isinstance(value, dict) else None
+        if isinstance(value, dict) and "Fn::Sub" in value:
+            m = re.fullmatch(r"\$\{(\w+)\}", value["Fn::Sub"])
+            ref = m.group(1) if m else None
+        if ref in declared:
+            out[ref] = env_name
+    return out
+
+
+def test_every_tunable_setting_is_a_parameter_and_no_environment_value_is_a_literal():
+    """A hand edit of the function's environment is undone by the next UpdateStack; a parameter is kept
+    (deploy passes UsePreviousParameters). So every value the function reads comes from a parameter or
+    a pseudo parameter, never a literal in the template."""
+    for name, value in function()["EnvironmentVariables"].items():
+        assert isinstance(value, dict), "%s is a literal %r: make it a parameter" % (name, value)
+    fed = _fed_by()
+    for env_name in ("ACK_MIG_NODE_ARGS", "ACK_MIG_STARTUP_TAINT", "ACK_MIG_LOG_LEVEL", "ACK_MIG_NODE_TIMEOUT_S",
+                     "ACK_MIG_TRANSPORT", "ACK_MIG_DRY_RUN", "ACK_MIG_MAX_UNAVAILABLE", "ACK_MIG_DRAIN_TIMEOUT_S",
+                     "ACK_MIG_ON_LABEL_REMOVAL", "ACK_MIG_CAPACITY_TIMEOUT_S", "ACK_MIG_LIFECYCLE_FAILURE_RESULT"):
+        assert env_name in fed.values(), env_name
+
+
+def test_every_parameter_says_what_it_does():
+    for name, spec in load()["Parameters"].items():
+        assert len(str(spec.get("Description", ""))) >= 15, name
+    for name, env_name in _fed_by().items():  # and names the setting it becomes
+        assert env_name in load()["Parameters"][name]["Description"] or env_name in (
+            "ACK_MIG_CLUSTER_ID", "ACK_MIG_SSH_KEY_SECRET", "ACK_MIG_SSH_KNOWN_HOSTS"), (name, env_name)
+
+
+def test_template_defaults_are_the_settings_defaults():
+    """Deployed with its defaults, the function runs with the same settings as an unset environment: the
+    template and functions/settings.py cannot drift apart."""
+    base = {"ACK_MIG_CLUSTER_ID": "<ClusterId>", "ACK_MIG_REGION": "cn-beijing"}
+    assert settings.load_settings(environment()) == settings.load_settings(base)
+
+
+def _accepted(env_name, value):
+    """Whether the function accepts ``value`` for ``env_name``: functions/settings.py's parser, and for the
+    startup taint the delivery's taint parser (which the executor runs on it before any node is touched)."""
+    from functions.delivery.taint import parse_taint
+
+    try:
+        loaded = settings.load_settings({env_name: value})
+        if env_name == settings.STARTUP_TAINT and loaded.delivery.startup_taint:
+            parse_taint(loaded.delivery.startup_taint)
+    except ValueError:
+        return False
+    return True
+
+
+# Narrower in the template than in settings, and why: the function's Timeout is their sum + 420 s and FC
+# caps it at 86400 s (test_ros_template_with_fc3_function checks the sum at the maxima).
+NARROWER_MAXIMA = {"NodeTimeoutS", "DrainTimeoutS", "CapacityTimeoutS"}
+
+
+def test_parameter_constraints_agree_with_what_settings_accepts():
+    """Each allowed value parses, and a value just outside is refused by functions/settings.py too: ROS
+    never accepts a value the function would then fail on, and never refuses one that it could use."""
+    declared = load()["Parameters"]
+    fed = _fed_by()
+    checked = set()
+    for name, spec in declared.items():
+        env_name = fed.get(name)
+        if env_name is None:
+            continue
+        if "AllowedValues" in spec:
+            for value in spec["AllowedValues"]:
+                assert _accepted(env_name, str(value)), (name, value)
+            assert not _accepted(env_name, "bogus"), name
+            checked.add(name)
+        if spec.get("Type") == "Number":
+            low, high = spec["MinValue"], spec["MaxValue"]
+            assert _accepted(env_name, str(low)) and _accepted(env_name, str(high)), name
+            assert not _accepted(env_name, str(low - 1)), name
+            assert (not _accepted(env_name, str(high + 1))) or name in NARROWER_MAXIMA, name
+            assert _accepted(env_name, str(spec["Default"])), name
+            checked.add(name)
+        if "AllowedPattern" in spec:
+            checked.add(name)
+    assert {"LogLevel", "Transport", "DryRun", "OnLabelRemoval", "LifecycleFailureResult", "NodeTimeoutS",
+            "DrainTimeoutS", "CapacityTimeoutS", "MaxUnavailable", "StartupTaint"} <= checked
+
+
+def test_max_unavailable_pattern_agrees_with_settings():
+    pattern = load()["Parameters"]["MaxUnavailable"]["AllowedPattern"]
+    samples = [str(n) for n in range(0, 10002)] + ["%d%%" % n for n in range(0, 102)] + [
+        "01", "007%", "-1", "1.5", "25 %", "%", "1%%", "2x"]
+    for value in samples:
+        if re.fullmatch(pattern, value):
+            assert _accepted(settings.MAX_UNAVAILABLE, value), value
+    for inside in ("1", "9999", "1%", "100%", "25%"):
+        assert re.fullmatch(pattern, inside), inside
+    for outside in ("0", "10000", "0%", "101%", "-1", "1.5"):
+        assert not re.fullmatch(pattern, outside) and not _accepted(settings.MAX_UNAVAILABLE, outside), outside
+
+
+def test_startup_taint_pattern_is_the_taint_parsers_form():
+    spec = load()["Parameters"]["StartupTaint"]
+    samples = [spec["Default"], "none", "a:NoExecute", "k=v:PreferNoSchedule", "k=:NoSchedule",
+               "example.com/gpu=x:NoSchedule", "k=v", "k=v:Sometimes", ":NoSchedule", "-k:NoSchedule",
+               "k=v w:NoSchedule", "k=v:NoSchedule; rm -rf /", "k" * 253 + ":NoSchedule", "k" * 254 + ":NoSchedule",
+               "k=" + "v" * 63 + ":NoSchedule", "k=" + "v" * 64 + ":NoSchedule"]
+    for value in samples:
+        assert bool(re.fullmatch(spec["AllowedPattern"], value)) == _accepted(settings.STARTUP_TAINT, value), value
+    assert re.fullmatch(spec["AllowedPattern"], spec["Default"])
+
+
+def test_every_environment_value_parses_at_the_parameters_extremes():
+    """The function starts with any combination the template lets through (settings load, taint parses)."""
+    for values in ({}, _maxima(), {name: str(spec["MinValue"]) for name, spec in load()["Parameters"].items()
+                                   if "MinValue" in spec}):
+        loaded = settings.load_settings(environment(values))
+        assert loaded.delivery.node_timeout_s == int(parameter_values(values)["NodeTimeoutS"])
+
+
+# ---- Kubernetes RBAC in the same stack (ClusterRbac) ----
+
+def _cluster_role_document():
+    with open(os.path.join(ROOT, "deploy", "rbac.yaml")) as handle:
+        (role,) = [d for d in yaml.safe_load_all(handle) if d and d.get("kind") == "ClusterRole"]
+    return role
+
+
+def test_rbac_stack_applies_the_cluster_role_of_deploy_rbac_yaml():
+    (app,) = resources("ALIYUN::CS::ClusterApplication").values()
+    assert yaml.safe_load(app["Properties"]["YamlContent"]) == _cluster_role_document()
+    assert app["Properties"]["ClusterId"] == {"Ref": "ClusterId"}
+    # The deployer's own RBAC applies it: no cluster-admin role for the deployer as a side effect.
+    assert app["Properties"]["RolePolicy"] == "None" and app["Properties"]["CreationMode"] == "Apply"
+
+
+def test_rbac_stack_binds_that_role_to_the_functions_ram_role_behind_a_parameter():
+    doc = load()
+    (name, grant), = resources("ALIYUN::CS::GrantPermissions").items()
+    (app_name, app), = resources("ALIYUN::CS::ClusterApplication").items()
+    props = grant["Properties"]
+    assert props["UserId"] == {"Fn::GetAtt": ["FunctionRole", "RoleId"]}
+    (permission,) = props["Permissions"]
+    assert permission == {"ClusterId": {"Ref": "ClusterId"}, "RoleType": "cluster",
+                          "RoleName": _cluster_role_document()["metadata"]["name"], "IsCustom": True,
+                          "IsRamRole": True}
+    assert grant["DependsOn"] == app_name  # the role exists before it is bound
+    assert grant["Condition"] == app["Condition"] == "CreateRbac"
+    assert doc["Conditions"]["CreateRbac"] == {"Fn::Equals": ["true", {"Ref": "ClusterRbac"}]}
+    assert doc["Parameters"]["ClusterRbac"]["Default"] == "true"
+    assert doc["Parameters"]["ClusterRbac"]["AllowedValues"] == ["true", "false"]
+
+
+# ---- docs/deploy.md lists every parameter ----
+
+def test_every_parameter_is_documented_in_deploy_md():
+    text = open(os.path.join(ROOT, "docs", "deploy.md")).read()
+    rows = set(re.findall(r"^\| `(\w+)` \|", text, re.M))
+    assert set(load()["Parameters"]) <= rows, set(load()["Parameters"]) - rows
+    assert rows <= set(load()["Parameters"]), rows - set(load()["Parameters"])

@@ -20,10 +20,14 @@ Semantics kept from the ROS API reference, inconvenient ones included:
 * ``ListStacks`` pages (``PageSize`` 1..50) and leaves out deleted stacks; ``GetStack`` of a deleted or
   unknown stack is a 404 ``StackNotFound``.
 * ``DeleteStack`` starts ``DELETE_IN_PROGRESS``; after ``steps`` polls the stack is gone.
+* ``UpdateStack`` with ``UsePreviousParameters=true`` keeps the stack's earlier value of every declared
+  parameter the request leaves out; without it, a left-out parameter takes the template's default.
+  ``AllowedValues``, ``AllowedPattern`` and a Number's ``MinValue``/``MaxValue`` are enforced.
 * ``ValidateTemplate`` parses the body and lists its parameters (read-only: ``deploy --dry-run`` uses it).
 """
 
 import json
+import re
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, urlsplit
@@ -110,10 +114,26 @@ class RosEmulator(CsEmulator):
         if missing:
             return self._error(400, "StackValidationFailed", "Parameters %s must be given" % missing)
         for p in given:
-            allowed = (declared[p["ParameterKey"]] or {}).get("AllowedValues")
-            if allowed and p.get("ParameterValue") not in [str(a) for a in allowed]:
+            spec = declared[p["ParameterKey"]] or {}
+            value = p.get("ParameterValue", "")
+            allowed = spec.get("AllowedValues")
+            if allowed and value not in [str(a) for a in allowed]:
                 return self._error(400, "StackValidationFailed", "Parameter %s must be one of %s"
                                    % (p["ParameterKey"], allowed))
+            # ROS template parameter constraints (ROS user guide, "Parameters"): AllowedPattern for a String,
+            # MinValue/MaxValue for a Number.
+            if spec.get("AllowedPattern") and not re.fullmatch(spec["AllowedPattern"], value):
+                return self._error(400, "StackValidationFailed", "Parameter %s must match pattern %s"
+                                   % (p["ParameterKey"], spec["AllowedPattern"]))
+            if spec.get("Type") == "Number":
+                try:
+                    number = float(value)
+                except ValueError:
+                    return self._error(400, "StackValidationFailed", "Parameter %s must be a number"
+                                       % p["ParameterKey"])
+                if not spec.get("MinValue", number) <= number <= spec.get("MaxValue", number):
+                    return self._error(400, "StackValidationFailed", "Parameter %s must be within %s..%s"
+                                       % (p["ParameterKey"], spec.get("MinValue"), spec.get("MaxValue")))
         return None
 
     def _start(self, stack: Dict[str, Any], operation: str) -> None:
@@ -186,10 +206,22 @@ class RosEmulator(CsEmulator):
             return self._error(409, "StackOperationConflict", "stack is %s" % stack["Status"])
         params = _flat_list(query, "Parameters")
         template = form.get("TemplateBody", "")
+        if query.get("UsePreviousParameters", "").lower() == "true":
+            # UpdateStack reference: a declared parameter left out keeps the value the stack was given before
+            # (else, as without UsePreviousParameters, the template's default).
+            try:
+                declared = self._template_parameters(template)
+            except (ValueError, yaml.YAMLError):
+                declared = {}
+            named = {p.get("ParameterKey") for p in params}
+            params = params + [p for p in stack["Parameters"]
+                               if p.get("ParameterKey") in declared and p.get("ParameterKey") not in named]
+            params.sort(key=lambda p: p.get("ParameterKey", ""))
         refused = self._check_parameters(template, params)
         if refused:
             return refused
-        if template == stack["_template"] and params == stack["Parameters"]:
+        if template == stack["_template"] and sorted(params, key=lambda p: p.get("ParameterKey", "")) == \
+                sorted(stack["Parameters"], key=lambda p: p.get("ParameterKey", "")):
             return self._error(400, "NotSupported", "Update the completely same stack (%s) is not supported"
                                % stack["StackName"])
         stack["Parameters"], stack["_template"] = params, template
