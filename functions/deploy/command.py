@@ -110,8 +110,7 @@ def _constraint_problem(key: str, value: str, spec: dict) -> str:
         return "%s=%r is not accepted; use one of %s" % (key, value[:40], ", ".join(map(str, allowed)))
     pattern = spec.get("AllowedPattern")
     if pattern and not re.fullmatch(pattern, value):
-        return "%s=%r is not accepted; %s" % (key, value[:40], " ".join(str(spec.get("Description", "")).split())[:160]
-                                              or "it must match %s" % pattern)
+        return "%s=%r is not accepted; it must match %s (docs/deploy.md, Parameters)" % (key, value[:40], pattern)
     if spec.get("Type") == "Number":
         low, high = spec.get("MinValue"), spec.get("MaxValue")
         try:
