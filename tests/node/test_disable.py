@@ -243,3 +243,24 @@ def test_a_lock_timeout_writes_no_event_and_no_label(tmp_path, kube_api):
     assert res.rc == 1 and res.json["error"]["code"] == "locked"
     assert kube_api.events == {} and STATE not in kube_api.nodes[name]["metadata"]["labels"]
     assert "event" not in res.json and json.loads(json.dumps(res.json["labels"]))["states"] == []
+
+
+@pytest.mark.parametrize("command", ["disable", "uninstall-boot-unit"])
+def test_on_a_simulated_node_with_defaults_nothing_reaches_this_machine(tmp_path, command):
+    import subprocess
+    import sys
+
+    from tests.node.test_sim_host import _check, _harness
+
+    node, env, audit = _harness(tmp_path)
+    base = [sys.executable, "-m", "node_bootstrap", "--backend", "sim:A100-SXM4-40GB:1", "--sim-state",
+            str(tmp_path / "n.json"), "--json"]
+    for argv in (["apply", "--sequence", "9-9", "--boot-unit"], [command]):
+        proc = subprocess.run(base + argv, cwd=str(tmp_path), env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    unit = result["unit"] if command == "uninstall-boot-unit" else result["boot_unit"]["unit"]
+    assert unit == str(tmp_path / "n.host" / "etc" / "systemd" / "system" / "ack-mig-hook.service")
+    assert not os.path.exists(unit)
+    _check(node, audit, tmp_path)
