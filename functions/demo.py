@@ -184,7 +184,9 @@ def run(args):
     if args.json:
         print(json.dumps({"nodes": [{"instance_id": n["instance_id"], "outcome": n["outcome"],
                                      "reason": n["reason"], "gpus": n.get("gpus") or []} for n in nodes],
-                          "rollout": rolled}))
+                          "rollout": rolled,
+                          "events": [{"node": e["involvedObject"]["name"], "reason": e["reason"],
+                                      "message": e["message"]} for e in kube.events]}))
         return 0 if first.outcome == "done" else 1
     print("event %s (%s): %s, %s" % (first.event_type, first.trigger, first.outcome, first.reason))
     for d in first.decisions:
