@@ -8,7 +8,7 @@ stands out. Read-only commands (status, plan) report an error as ``error``, neve
 import re
 from typing import Any, Dict, List, Tuple
 
-READ_ONLY = ("status", "plan", "sim-reboot")
+READ_ONLY = ("status", "plan")
 _TITLE = re.compile(r"^GPU [0-9]+ ")
 
 
