@@ -112,14 +112,13 @@ def _constraint_problem(key: str, value: str, spec: dict) -> str:
     if pattern and not re.fullmatch(pattern, value):
         return "%s=%r is not accepted; it must match %s (docs/deploy.md, Parameters)" % (key, value[:40], pattern)
     if spec.get("Type") == "Number":
+        # Every Number parameter of template.yml is a count of seconds that functions/settings.py reads as a
+        # whole number; ROS's Number would also let 600.5 through, so the deploy refuses it here.
         low, high = spec.get("MinValue"), spec.get("MaxValue")
-        try:
-            number = float(value)
-        except ValueError:
-            number = None
+        number = int(value) if re.fullmatch(r"-?[0-9]{1,9}", value.strip()) else None
         if number is None or (low is not None and number < low) or (high is not None and number > high):
-            return "%s=%r is not accepted; use a number %s..%s" % (key, value[:40], "" if low is None else low,
-                                                                  "" if high is None else high)
+            return "%s=%r is not accepted; use a whole number %s..%s" % (
+                key, value[:40], "" if low is None else low, "" if high is None else high)
     return ""
 
 

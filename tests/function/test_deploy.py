@@ -226,6 +226,9 @@ def test_a_parameter_outside_the_templates_range_is_refused_before_any_call(clou
                                             "MaxUnavailable=0", "--parameter", "StartupTaint=oops"))
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "NodeTimeoutS='5'" in err and "10..14400" in err and "MaxUnavailable='0'" in err and "StartupTaint" in err
+    # ROS's Number takes 600.5; the function reads whole seconds, so deploy refuses it.
+    code, _, err = run(capsys, *deploy_args(str(tmp_path), "--parameter", "DrainTimeoutS=600.5"))
+    assert code == 2 and "DrainTimeoutS='600.5'" in err and "whole number" in err
     assert not ros.requests and not oss.requests
 
 

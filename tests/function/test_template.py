@@ -473,6 +473,9 @@ def test_parameter_constraints_agree_with_what_settings_accepts():
             checked.add(name)
         if spec.get("Type") == "Number":
             low, high = spec["MinValue"], spec["MaxValue"]
+            # whole seconds, as settings reads them (deploy refuses a fraction that ROS's Number would take)
+            assert all(type(spec[k]) is int for k in ("MinValue", "MaxValue", "Default")), name
+            assert not _accepted(env_name, "%d.5" % low), name
             assert _accepted(env_name, str(low)) and _accepted(env_name, str(high)), name
             assert not _accepted(env_name, str(low - 1)), name
             assert (not _accepted(env_name, str(high + 1))) or name in NARROWER_MAXIMA, name
