@@ -123,7 +123,7 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kub
         known = rp_nodes(kube)
     except KubeError as exc:
         # Without the Kubernetes API a running node cannot be drained: it waits rather than fail gpu-busy.
-        why = ("the Kubernetes API did not answer (%s); running nodes are repartitioned only through it "
+        why = ("the Kubernetes API cannot be used (%s); running nodes are repartitioned only through it "
                "(RBAC: deploy/rbac.yaml)" % str(exc)[:160])
         return [d.model_copy(update=dict(action=ACTION_DEFER, reason=why)) if d in running else d
                 for d in decisions], None
