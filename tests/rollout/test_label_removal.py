@@ -60,3 +60,23 @@ def test_without_nodes_that_have_mig_an_unlabelled_cluster_is_still_skipped(clus
         cluster.api.nodes[n]["metadata"]["labels"].pop("nvidia.com/mig.config.state", None)
     result = cluster.run(inventory=UNLABELLED)
     assert result.outcome == "skip" and "carries a partition label" in result.reason
+
+
+def test_the_modify_nodepool_event_plans_the_rollout_of_that_pool():
+    """The ActionTrail record of ModifyClusterNodePool (the console's label edit) over the rollout example."""
+    import os
+
+    from functions.logs import JsonLogger
+    from functions.pipeline import run_event
+    from functions.settings import load_settings
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    event = json.load(open(os.path.join(root, "tests", "events", "actiontrail_console_create_nodepool.json")))
+    event["data"]["eventName"] = "ModifyClusterNodePool"
+    event["data"]["requestParameters"]["NodepoolId"] = "np8d3c1b6e2f4a4c1e9a7b2d5f0c8e3a61"
+    result = run_event(json.dumps(event), load_settings({}), logger=JsonLogger("OFF"), dry_run=True,
+                       inventory=os.path.join(root, "examples", "inventory-rollout.json"))
+    assert result.trigger == "nodepool-operation" and result.outcome == "done"
+    assert [(d.node_name, d.action) for d in result.decisions] == [
+        ("cn-beijing.192.168.12.31", "partition"), ("cn-beijing.192.168.12.47", "defer"),
+        ("cn-beijing.192.168.12.58", "skip")]  # only the modified pool: the retired one is not touched
