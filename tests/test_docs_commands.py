@@ -100,7 +100,10 @@ def logical_lines(lang, body):
     return out
 
 
-def is_offline(command, prelude):
+def is_offline(command, prelude, block):
+    """Whether ``command`` (with the block's variable assignments before it) runs offline. ``block`` is
+    the whole block's text: a line that writes or reads a simulated node's files runs when the block
+    works on a simulated node, even before the sim command itself."""
     text = "\n".join(prelude + [command])
     if NEVER_RUN.search(command):
         return False
@@ -109,8 +112,9 @@ def is_offline(command, prelude):
     # `B="--backend sim:..."` set earlier in the block, then `python3 -m node_bootstrap ... $B`
     if re.search(r"-m\s+node_bootstrap\b", command) and re.search(r"--backend[ =]sim:", text):
         return True
-    # the simulated host's files, read after a sim command of the same block
-    return command.startswith("cat /tmp/") and re.search(r"--backend[ =]sim:", text) is not None
+    # a simulated node's files, written or read around the sim commands of the same block
+    return (re.match(r"(cat|echo|printf)\s", command) is not None and "/tmp/" in command
+            and re.search(r"--backend[ =]sim:", block) is not None)
 
 
 def collect():
@@ -118,13 +122,13 @@ def collect():
     runnable, shown = [], []
     for path in doc_files():
         for lang, line_no, body in shell_blocks(path):
-            prelude, cmds = [], []
-            for cmd in logical_lines(lang, body):
+            prelude, cmds, lines = [], [], logical_lines(lang, body)
+            for cmd in lines:
                 if ASSIGNMENTS.match(cmd):
                     prelude.append(cmd)
                     continue
                 m = EXPECT_EXIT.search(cmd)
-                if is_offline(cmd, prelude):
+                if is_offline(cmd, prelude, "\n".join(lines)):
                     cmds.append((cmd, list(prelude), int(m.group(1)) if m else 0))
                 else:
                     shown.append(("%s:%d" % (path, line_no), cmd, list(prelude)))
