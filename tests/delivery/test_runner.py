@@ -189,3 +189,29 @@ def test_sigterm_at_the_deadline_runs_applys_cleanup_on_the_simulator(tmp_path, 
     assert meta["labels"]["nvidia.com/mig.config.state"] == "failed"
     assert meta["annotations"]["ack-mig-hook/mig-config-reason"] == "interrupted by SIGTERM"
     assert json.loads((tmp_path / "var" / "stopped-clients.json").read_text()) == []
+
+
+def test_a_node_without_json_is_reported_with_its_stderr(maker):
+    put_parts(maker)
+    code, doc = run(maker, ["--fake-silent", "1"])
+    assert code == 1 and doc["error"]["code"] == "no-result" and "fake node: working" in doc["error"]["message"]
+
+
+def test_the_local_transport_pushes_once_then_never_again(maker, monkeypatch):
+    transport = LocalTransport(maker)
+    pushes = []
+    real = transport._push
+    monkeypatch.setattr(transport, "_push", lambda t: pushes.append(t.instance_id) or real(t))
+    first = transport.run(targets(1))
+    assert [r.result["outcome"] for r in first] == ["success"] and pushes == ["i-t0000"]
+    second = transport.run(targets(3))
+    assert all(r.result["outcome"] == "success" for r in second) and pushes == ["i-t0000"]
+    assert all(r.attempts == 1 for r in second)
+
+
+def test_the_runner_is_python36_syntax():
+    # vermin runs in CI for node code; this keeps the runner (sent as text) honest too
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "functions", "delivery", "node_runner.py")
+    vermin = os.path.join(os.path.dirname(sys.executable), "vermin")
+    out = subprocess.run([vermin, "--no-tips", "--violations", "-t=3.6-", path], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
