@@ -88,18 +88,25 @@ class _Watchdog:
         self.step = "starting"
         self.fired = False
         self.fired_step = ""
+        self._done = False
+        self._lock = threading.Lock()
         self._timer = threading.Timer(seconds, self._fire)
         self._timer.daemon = True
         self._timer.start()
 
     def _fire(self) -> None:
-        self.fired_step = self.step
-        self.fired = True
+        with self._lock:
+            if self._done:  # the node finished just in time: its result stands
+                return
+            self.fired_step = self.step
+            self.fired = True
         client = self.client
         if client is not None:
             client.close()
 
     def cancel(self) -> None:
+        with self._lock:
+            self._done = True
         self._timer.cancel()
 
 
@@ -241,7 +248,7 @@ class SshTransport:
             log.debug("node %s: %s after the watchdog closed the connection", target.instance_id,
                       type(exc).__name__)
         finally:
-            watch.cancel()
+            watch.cancel()  # from here on the watchdog can no longer fire
         if watch.fired:
             return NodeResult(target.instance_id, self.name, error="node-timeout",
                               message="no answer within %gs (%s); connection closed" % (limit, watch.fired_step))
