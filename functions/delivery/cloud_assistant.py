@@ -8,8 +8,8 @@ Flow for a list of nodes:
    each agent's version (``CloudAssistantVersion``).
 2. Nodes that share their arguments share one script; ``RunCommand`` takes up to 100 instances, with
    the built-in parameter ``{{ACS::InstanceId}}`` telling each node who it is. That parameter needs a
-   Linux agent >= 2.2.3.309 ("Use custom parameters in Cloud Assistant commands"); a node with an older
-   (or unreported) agent gets a script of its own with its instance id written in, one RunCommand each.
+   Linux agent >= 2.2.3.309 ("Use custom parameters in Cloud Assistant commands"); a node whose agent
+   reports an older version gets a script of its own with its instance id written in, one RunCommand each.
 3. Every batch is submitted (16 calls in flight) before any is polled; then ONE loop polls every open
    invocation per round (``DescribeInvocationResults``, pages of 50) at a steady interval (growing only
    after a minute; API errors back off in :mod:`.rpc`), until every instance is final. So 10,000 nodes
@@ -226,13 +226,20 @@ class CloudAssistantTransport:
             groups.setdefault(tuple(t.args), []).append(t)
         batches = []
         for group in groups.values():
-            shared = [t for t in group if (self.versions.get(t.instance_id) or ()) >= PARAMETER_AGENT]
+            shared = [t for t in group if not self._old_agent(t.instance_id)]
             for chunk in _chunks(shared, RUN_BATCH):
                 batches.append(Batch(chunk, self.maker.script(chunk), True))
-            for t in group:  # an older agent would run "{{ACS::InstanceId}}" literally: its own id, written in
-                if (self.versions.get(t.instance_id) or ()) < PARAMETER_AGENT:
+            for t in group:  # an older agent cannot fill in "{{ACS::InstanceId}}": its own id, written in
+                if self._old_agent(t.instance_id):
                     batches.append(Batch([t], self.maker.script([t], t.instance_id), False))
         return batches
+
+    def _old_agent(self, instance_id: str) -> bool:
+        """The agent reported a version older than built-in parameters need. No version at all counts as
+        current (the field is documented): a batch of 100 is not split into 100 calls on a guess, and an
+        agent that is in fact too old answers ClientNeedUpgrade, which that node alone reports."""
+        version = self.versions.get(instance_id)
+        return version is not None and version < PARAMETER_AGENT
 
     def _run_all(self, targets: Sequence[NodeTarget]) -> Dict[str, NodeResult]:
         batches = self._batches(targets)

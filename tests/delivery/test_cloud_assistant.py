@@ -286,3 +286,23 @@ def test_an_instance_the_status_does_not_know_is_gone_without_waiting_out_the_ag
     assert results["i-released0000"].error == "instance-gone"
     assert {outcome(results[i]).outcome for i in ids} == {"partitioned"}
     assert emulator.calls["DescribeCloudAssistantStatus"] == 2  # two rounds (one page each), not 30 s
+
+
+def test_an_agent_without_a_version_shares_the_batch_and_fails_alone_if_it_is_too_old(emulator, ecs, maker):
+    """No CloudAssistantVersion is taken as current (no 100 calls on a guess); an agent that is in fact too
+    old answers ClientNeedUpgrade for its own instance only."""
+    ids = emulator.add_nodes(3)
+    rows = emulator._DescribeCloudAssistantStatus
+
+    def without_versions(params):  # the service leaves the field out
+        answer = rows(params)
+        for row in answer["InstanceCloudAssistantStatusSet"]["InstanceCloudAssistantStatus"]:
+            row.pop("CloudAssistantVersion", None)
+        return answer
+
+    emulator._DescribeCloudAssistantStatus = without_versions
+    emulator.nodes[ids[2]].agent_version = "2.2.0.106"
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(3, prefix="i-emu"))}
+    assert emulator.calls["RunCommand"] == 1
+    assert [outcome(results[i]).outcome for i in ids[:2]] == ["partitioned"] * 2
+    assert results[ids[2]].error == "agent-not-ready" and "ClientNeedUpgrade" in results[ids[2]].message
