@@ -226,3 +226,33 @@ def test_commands_that_need_a_cloud_account_use_real_options():
         if unknown:
             wrong.append("%s: %s %s: unknown %s" % (where, words[0], words[1], ", ".join(unknown)))
     assert not wrong, "\n".join(wrong)
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _anchors(path):
+    """GitHub's heading anchors of a markdown file: lower case, punctuation dropped, spaces to hyphens."""
+    text = open(path, encoding="utf-8").read()
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)  # a '#' comment in a code block is no heading
+    return {re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            for m in re.finditer(r"^#{1,6}\s+(.+?)\s*#*\s*$", text, re.M)}
+
+
+def test_every_link_between_the_docs_leads_somewhere():
+    broken, checked = [], 0
+    for path in doc_files():
+        full = os.path.join(ROOT, path)
+        text = re.sub(r"^```.*?^```", "", open(full, encoding="utf-8").read(), flags=re.S | re.M)
+        for target in LINK.findall(text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto: not checked offline
+            checked += 1
+            name, _, anchor = target.partition("#")
+            dest = os.path.normpath(os.path.join(os.path.dirname(full), name)) if name else full
+            if not os.path.exists(dest):
+                broken.append("%s: %s (no such file)" % (path, target))
+            elif anchor and dest.endswith(".md") and anchor not in _anchors(dest):
+                broken.append("%s: %s (no such heading)" % (path, target))
+    assert checked >= 20, "only %d links between the docs: the README's map of the docs is missing" % checked
+    assert not broken, "\n".join(broken)
