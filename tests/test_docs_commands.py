@@ -73,25 +73,35 @@ def shell_blocks(path):
     return blocks
 
 
+def _open(text):
+    """Whether ``text`` ends inside a quoted string or after a line continuation."""
+    if text.rstrip().endswith("\\"):
+        return True
+    try:
+        shlex.split(text, comments=True)
+    except ValueError:
+        return True
+    return False
+
+
 def logical_lines(lang, body):
-    """The command lines of a block, continuation lines joined; in a console block only the lines after
-    a ``$ `` prompt are commands (the rest is output)."""
-    out, current, in_command = [], None, lang != "console"
+    """The command lines of a block, continuation lines and multi-line quoted strings joined; in a
+    console block only the lines after a ``$ `` prompt are commands (the rest is output)."""
+    out, current = [], None
     for line in body:
         if current is not None:
             current += "\n" + line
-            if not line.rstrip().endswith("\\"):
+            if not _open(current):
                 out.append(current)
                 current = None
             continue
         if lang == "console":
-            in_command = line.startswith("$ ")
-            if not in_command:
+            if not line.startswith("$ "):
                 continue
             line = line[2:]
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        if line.rstrip().endswith("\\"):
+        if _open(line):
             current = line
         else:
             out.append(line)
