@@ -19,7 +19,7 @@ Flow for a list of nodes:
    ``InvalidInstance.NoClient``, ECS API reference). Then the agent status of that batch is asked again:
    instances it no longer lists end ``instance-gone``, those not ``true`` ``agent-unavailable``, and the
    rest is submitted again. When the status shows nothing wrong the batch is halved until the refused
-   instance stands alone (at most log2(100) = 7 extra calls per bad instance).
+   instance stands alone (about 7 extra calls per bad instance, at most 30 per batch).
 5. Nodes that answer ``bundle-missing`` get the bundle by ``SendFile`` (one call per part per 50 instances,
    each part <= 32 KB base64), and are run once more. A warm node therefore costs one RunCommand.
 
@@ -60,6 +60,9 @@ ERRORS = {  # Cloud Assistant ErrorCode (per instance, in the results) -> our tr
 WHOLE_CALL = {"InvalidInstance.NotFound": "instance-gone", "InvalidInstanceId.NotFound": "instance-gone",
               "InvalidInstanceStatus": "agent-unavailable", "IncorrectInstanceStatus": "agent-unavailable",
               "InvalidInstance.NotRunning": "agent-unavailable", "InvalidInstance.NoClient": "agent-unavailable"}
+# Extra calls one refused batch may cost while its bad instances are searched for: a few bad instances in
+# 100 take about 7 each; a refusal of every instance (status fine, API refusing) must not cost 2 x 100.
+ISOLATION_CALLS = 30
 _VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
 
 
@@ -176,10 +179,18 @@ class CloudAssistantTransport:
 
     # ---- whole-call refusals ----
 
-    def _isolating(self, ids: List[str], call: Callable[[List[str]], object], depth: int = 0):
+    def _isolating(self, ids: List[str], call: Callable[[List[str]], object], depth: int = 0,
+                   budget: Optional[List[int]] = None):
         """``call(ids)``; when the API refuses the whole call because of some instances, find them (agent
         status again, else halve the batch) and call again without them. Returns ``(done, failed)``:
         [(ids, value)] for the calls that went through, {iid: NodeResult} for the instances left out."""
+        if budget is None:
+            budget = [ISOLATION_CALLS]
+        elif budget[0] <= 0:  # refused again and again: not one bad instance; stop calling, report them all
+            return [], {iid: NodeResult(iid, self.name, error="api-error", message=(
+                "left out after %d calls refused because of their instances" % ISOLATION_CALLS)) for iid in ids}
+        else:
+            budget[0] -= 1
         try:
             return [(ids, call(ids))], {}
         except ApiError as exc:
@@ -204,7 +215,7 @@ class CloudAssistantTransport:
         if failed:
             if not rest:
                 return [], failed
-            done, more = self._isolating(rest, call, depth + 1)
+            done, more = self._isolating(rest, call, depth + 1, budget)
             failed.update(more)
             return done, failed
         if len(ids) == 1:
@@ -213,7 +224,7 @@ class CloudAssistantTransport:
         half = len(ids) // 2
         done: list = []
         for part in (ids[:half], ids[half:]):
-            got, more = self._isolating(part, call, depth + 1)
+            got, more = self._isolating(part, call, depth + 1, budget)
             done.extend(got)
             failed.update(more)
         return done, failed

@@ -306,3 +306,12 @@ def test_an_agent_without_a_version_shares_the_batch_and_fails_alone_if_it_is_to
     assert emulator.calls["RunCommand"] == 1
     assert [outcome(results[i]).outcome for i in ids[:2]] == ["partitioned"] * 2
     assert results[ids[2]].error == "agent-not-ready" and "ClientNeedUpgrade" in results[ids[2]].message
+
+
+def test_a_batch_refused_whatever_is_left_out_costs_a_bounded_number_of_calls(emulator, ecs, maker):
+    ids = emulator.add_nodes(100)
+    emulator.fail_next("RunCommand", "InvalidInstanceStatus", 400, times=1000)  # every call, every subset
+    results = transport(ecs, maker).run(targets(100, prefix="i-emu"))
+    assert len(results) == len(ids) and all(outcome(r).outcome == "failed" for r in results)
+    assert {r.error for r in results} <= {"agent-unavailable", "api-error"}
+    assert emulator.calls["RunCommand"] == 1 + 30  # not 2 x 100 - 1 by halving down to every instance
