@@ -259,14 +259,15 @@ class RolloutExecutor:
                 cordon: bool = False, cordoned: Optional[bool] = None) -> None:
         old = w.progress
         since = old.since if old is not None and old.target == w.target and step != rp.CORDONED else self.clock()
-        w.progress = rp.Progress(w.target, step, old.cordoned if cordoned is None and old else bool(cordoned),
-                                 since, reason)
-        patch: Dict[str, Any] = {"metadata": {"annotations": {rp.PROGRESS_ANNOTATION: w.progress.to_annotation()}}}
+        progress = rp.Progress(w.target, step, old.cordoned if cordoned is None and old else bool(cordoned),
+                               since, reason)
+        patch: Dict[str, Any] = {"metadata": {"annotations": {rp.PROGRESS_ANNOTATION: progress.to_annotation()}}}
         if cordon:
             patch["spec"] = {"unschedulable": True}
-        if uncordon and w.progress.cordoned:  # a node someone else cordoned stays cordoned
+        if uncordon and progress.cordoned:  # a node someone else cordoned stays cordoned
             patch["spec"] = {"unschedulable": None}
         self.kube.patch_node(w.decision.node_name, patch)  # one merge patch: the step and the cordon together
+        w.progress = progress  # only once the API server has it
 
     def _finish(self, w: WaveNode, outcome: str, step: str, reason: str, base: Optional[dict] = None) -> None:
         try:
@@ -291,9 +292,21 @@ class RolloutExecutor:
                 w.result = {"instance_id": w.decision.instance_id, "node_name": w.decision.node_name,
                             "outcome": FAILED, "reason": "cannot cordon: %s" % exc, "gpus": None}
                 self.on_result(w.result)
-        self._drain([w for w in wave if w.result is None and w.progress.step == rp.CORDONED])
-        self._apply(request, [w for w in wave if w.result is None and w.progress.step in (rp.DRAINED, rp.APPLYING)])
-        self._capacity([w for w in wave if w.result is None and w.progress.step == rp.APPLIED])
+        try:
+            self._drain([w for w in wave if w.result is None and w.progress.step == rp.CORDONED])
+            self._apply(request, [w for w in wave if w.result is None
+                                  and w.progress.step in (rp.DRAINED, rp.APPLYING)])
+            self._capacity([w for w in wave if w.result is None and w.progress.step == rp.APPLIED])
+        except KubeError as exc:
+            # The API server went away mid-wave: what is recorded stands (the node stays cordoned if it was),
+            # and the next invocation resumes each node from its annotation.
+            for w in wave:
+                if w.result is None:
+                    w.result = {"instance_id": w.decision.instance_id, "node_name": w.decision.node_name,
+                                "outcome": FAILED, "gpus": None,
+                                "reason": "the Kubernetes API failed after step %s (%s); the next invocation "
+                                          "resumes this node" % (w.progress.step if w.progress else "-", exc)}
+                    self.on_result(w.result)
 
     def _start(self, w: WaveNode) -> None:
         name = w.decision.node_name

@@ -282,3 +282,22 @@ def test_an_evicted_pod_that_terminates_gracefully_is_waited_for_not_evicted_aga
     result = cluster.run(inventory=snapshot(names=["node-a"]))
     assert result.nodes[0]["outcome"] == "partitioned" and len(cluster.sleeps) == 3
     assert [r.status for r in api.requests if r.path.endswith("/eviction")] == [200]
+
+
+def test_the_api_server_failing_mid_wave_leaves_a_state_the_next_run_resumes(cluster):
+    cluster.add_nodes(["node-a"])
+    cluster.api.add_pod("team", "train", "node-a", gpus=1)
+
+    def outage(n):
+        cluster.api.fail = {"PATCH": 503} if n == 1 else {}
+
+    cluster.on_sleep = outage  # after the first eviction pass, the API server refuses every change
+    first = cluster.run(inventory=snapshot(names=["node-a"]))
+    node = first.nodes[0]
+    assert first.outcome == "done" and node["outcome"] == "failed"
+    assert "the Kubernetes API failed after step cordoned" in node["reason"] and "HTTP 503" in node["reason"]
+    assert cluster.unschedulable("node-a") and cluster.transport.seen == []  # nothing applied meanwhile
+    cluster.api.fail = {}
+    cluster.on_sleep = None
+    again = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert again.nodes[0]["outcome"] == "partitioned" and not cluster.unschedulable("node-a")
