@@ -195,7 +195,11 @@ class CloudAssistantTransport:
             return [(ids, call(ids))], {}
         except ApiError as exc:
             if not refused_whole_call(exc):
-                raise
+                if depth == 0:
+                    raise
+                # a part of a refused batch hit another error: only that part fails; the parts already
+                # submitted are running and keep their invocations
+                return [], {iid: NodeResult(iid, self.name, error="api-error", message=str(exc)) for iid in ids}
             refusal = exc
         failed: Dict[str, NodeResult] = {}
         if depth == 0:  # once per refused batch: the status shows stopped, released and agentless instances

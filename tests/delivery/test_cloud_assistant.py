@@ -315,3 +315,15 @@ def test_a_batch_refused_whatever_is_left_out_costs_a_bounded_number_of_calls(em
     assert len(results) == len(ids) and all(outcome(r).outcome == "failed" for r in results)
     assert {r.error for r in results} <= {"agent-unavailable", "api-error"}
     assert emulator.calls["RunCommand"] == 1 + 30  # not 2 x 100 - 1 by halving down to every instance
+
+
+def test_another_error_while_a_refused_batch_is_searched_fails_only_that_part(emulator, ecs, maker):
+    emulator.reject_unrunnable = True
+    ids = emulator.add_nodes(100)
+    emulator.nodes[ids[10]].lost_after = 1  # stopped after the agent check: the first call is refused
+    # the resubmit of the other 99 then fails for good (a 5xx through every retry)
+    emulator.fail_next("RunCommand", "InternalError", 500, times=4, when=lambda p: "InstanceId.99" in p
+                       and "InstanceId.100" not in p)
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(100, prefix="i-emu"))}
+    assert results[ids[10]].error == "agent-unavailable"
+    assert {results[i].error for i in ids if i != ids[10]} == {"api-error"}
