@@ -266,3 +266,29 @@ def test_every_link_between_the_docs_leads_somewhere():
                 broken.append("%s: %s (no such heading)" % (path, target))
     assert checked >= 20, "only %d links between the docs: the README's map of the docs is missing" % checked
     assert not broken, "\n".join(broken)
+
+
+def _codes_in_the_code():
+    """Every outcome and failure code a person can meet, read from the sources: node_bootstrap's error
+    codes, delivery's transport codes and Cloud Assistant's mapping, the node outcomes, the rollout's."""
+    import glob
+
+    found = set()
+    sources = glob.glob(os.path.join(ROOT, "node_bootstrap", "**", "*.py"), recursive=True) + \
+        glob.glob(os.path.join(ROOT, "functions", "**", "*.py"), recursive=True)
+    for path in sources:
+        text = open(path, encoding="utf-8").read()
+        found.update(re.findall(r"\b(?:code|error)\s*=\s*\"([a-z][a-z-]+)\"", text))
+        found.update(re.findall(r"\"[A-Z][a-z]+[A-Z][A-Za-z.]*\":\s*\"([a-z]+(?:-[a-z]+)+)\"", text))  # service code -> ours
+        for names, values in re.findall(r"^([A-Z_]+(?:, [A-Z_]+)*) = (\"[a-z-]+\"(?:, \"[a-z-]+\")*)$", text, re.M):
+            if any(k in names for k in ("PARTITIONED", "UNCHANGED", "REBOOT", "DEFERRED", "DRAIN", "APPLYING")):
+                found.update(re.findall(r"\"([a-z-]+)\"", values))
+    return found - {"failed"}  # the outcome itself; its codes are the rows
+
+
+def test_troubleshooting_explains_every_outcome_and_code():
+    codes = _codes_in_the_code()
+    assert {"gpu-busy", "agent-not-ready", "partitioned", "drain-timeout", "conflict"} <= codes, codes
+    doc = open(os.path.join(ROOT, "docs", "troubleshooting.md"), encoding="utf-8").read()
+    missing = sorted(c for c in codes if "`%s`" % c not in doc)
+    assert missing == [], "docs/troubleshooting.md does not explain %s" % ", ".join(missing)
