@@ -216,3 +216,15 @@ def test_simulator_enforces_maximum_counts(sim):
 def test_size_spec_fills_per_live_model():
     plan = plan_gpu(gpu(current=0, pending=0), PartitionSpec(KIND_SIZE, "2g.10gb"))
     assert [i.start for i in plan.create] == [0, 2, 4]
+
+
+def test_live_a30_profiles_keep_the_one_media_extension_rule():
+    # The driver's own profile table replaces the catalogue's, but not the GPU's media engine count.
+    a30 = find_gpu("NVIDIA A30")
+    live = [LiveProfile(p.nvml_index, p.id, "MIG " + p.name, p.compute_slices, p.max_instances, p.memory_mib,
+                        p.placements) for p in a30.profiles]
+    g = gpu(profiles=live, name="NVIDIA A30", pci=(0x20B7 << 16) | 0x10DE)
+    assert effective_model(g)[0].media_instances == 1
+    with pytest.raises(PlacementError, match=r"at most 1 \+me instance in all"):
+        plan_gpu(g, seq("21-6"))
+    assert sorted(i.profile.id for i in plan_gpu(g, seq("21-5")).create) == [5, 21]
