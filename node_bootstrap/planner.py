@@ -95,7 +95,8 @@ def choose_keep(model, gis, wanted):
     the request and :func:`complete` places the rest of the request around it. Among the largest
     qualifying sets, the one whose compute instances need no change most often wins, then the one with
     the lowest (start, id) list. The empty set always qualifies when the request fits the GPU at all.
-    At most 8 instances exist on a GPU (one per memory slot), so at most 256 sets are tried.
+    Instances take at least one compute slice each and a GPU has at most 7, so at most 2^7 = 128 sets are
+    tried, each a small placement search.
     """
     need = Counter(wanted)
     cands = _keepable(model, gis, need)
@@ -105,7 +106,7 @@ def choose_keep(model, gis, wanted):
             kept = Counter(inst.profile for _, inst in subset)
             if any(kept[p] > need[p] for p in kept):
                 continue
-            rest = [p for p in wanted if p in need]  # a copy in request order
+            rest = list(wanted)
             for p in kept.elements():
                 rest.remove(p)
             layout = complete(model, [inst for _, inst in subset], rest)
