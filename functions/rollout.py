@@ -19,6 +19,7 @@ as never partitioned and is applied as before.
 import hashlib
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -74,11 +75,21 @@ def _expected(d: Decision, kube: Optional[rp.KubeNode]) -> Tuple[Dict[str, int],
     return rp.expected_capacity([i.profile for i in d.plan.instances], _gpus(d, kube))
 
 
+def run_lease_s(settings: Any) -> float:
+    """The longest one invocation can work on a wave: node apply + drain + capacity wait + the margin for
+    submits, polls and events. template.yml sets the function's Timeout by the same sum, so a record whose
+    lease has run out belongs to a run FC has ended."""
+    return (settings.delivery.node_timeout_s + settings.rollout.drain_timeout_s
+            + settings.rollout.capacity_timeout_s + 420)
+
+
 class Rollout:
     """The rollout part of one event: the wave nodes, the deferred ones, and the Kubernetes view."""
 
-    def __init__(self, kube: Any, waves: Dict[str, WaveNode], settings: Any) -> None:
+    def __init__(self, kube: Any, waves: Dict[str, WaveNode], settings: Any, owner: str = "",
+                 expires: float = 0.0) -> None:
         self.kube, self.waves, self.settings = kube, waves, settings
+        self.owner, self.expires = owner, expires
 
     def executor(self, inner: Any, dry_run: bool, on_result: Optional[Callable[[dict], None]] = None) -> Any:
         if dry_run:
@@ -146,6 +157,7 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kub
                 "`python3 -m node_bootstrap disable` on the node" % (
                     d.reason, node.labels.get(rp.APPLIED_LABEL) or node.labels.get(rp.STATE_LABEL) or "-"))))
     waves: Dict[str, WaveNode] = {}
+    owner, now = uuid.uuid4().hex[:12], clock()
     for pool_id, members in sorted(by_pool.items()):
         pool = pools.get(members[0].instance_id)
         label = pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool is not None else None
@@ -160,7 +172,7 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kub
         candidates = [rp.Candidate(d.instance_id, d.node_name or "", known[d.node_name],
                                    rp.work_needed(_spec(d), known[d.node_name], d.plan.gpu if d.plan else None))
                       for d in members]
-        steps = rp.plan_pool(name, target, candidates, limit)
+        steps = rp.plan_pool(name, target, candidates, limit, me=owner, now=now)
         for d in members:
             step = steps[d.instance_id]
             if step.action == "skip":
@@ -173,7 +185,7 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kub
                 waves[d.instance_id] = WaveNode(changed[d.instance_id], target, step.resume, expected, exact,
                                                 known[d.node_name].progress)
     out = [changed.get(d.instance_id, d) for d in decisions]
-    return out, Rollout(kube, waves, settings)
+    return out, Rollout(kube, waves, settings, owner, now + run_lease_s(settings))
 
 
 def removal_targets(request: Any, lookup: Any, cluster: str, kube: Any, taken: Sequence[str]) -> List[tuple]:
@@ -256,11 +268,12 @@ class RolloutExecutor:
     # ---- steps; each one records itself in the node annotation before the next begins ----
 
     def _record(self, w: WaveNode, step: str, reason: str = "", uncordon: bool = False,
-                cordon: bool = False, cordoned: Optional[bool] = None) -> None:
+                cordon: bool = False, cordoned: Optional[bool] = None, fresh: bool = False) -> None:
         old = w.progress
-        since = old.since if old is not None and old.target == w.target and step != rp.CORDONED else self.clock()
+        keep = old is not None and old.target == w.target and step != rp.CORDONED and not fresh
+        since = old.since if keep else self.clock()
         progress = rp.Progress(w.target, step, old.cordoned if cordoned is None and old else bool(cordoned),
-                               since, reason)
+                               since, reason, self.rollout.owner, self.rollout.expires)
         patch: Dict[str, Any] = {"metadata": {"annotations": {rp.PROGRESS_ANNOTATION: progress.to_annotation()}}}
         if cordon:
             patch["spec"] = {"unschedulable": True}
@@ -311,6 +324,11 @@ class RolloutExecutor:
     def _start(self, w: WaveNode) -> None:
         name = w.decision.node_name
         if w.resume and w.progress is not None and w.progress.target == w.target:
+            if w.progress.owner != self.rollout.owner:
+                # Taken over from an invocation that ended without finishing (its lease ran out, so its drain
+                # deadline is long past): this run records itself as the owner and drains with its own deadline.
+                self._record(w, w.progress.step, "resumed from invocation %s" % (w.progress.owner or "-"),
+                             fresh=True)
             return  # resuming: the annotation says where
         if w.progress is not None and w.progress.step in rp.ACTIVE_STEPS:
             # disrupted for an older target: drain again (new pods may have come) and apply the new one

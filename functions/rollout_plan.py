@@ -55,10 +55,19 @@ class Progress:
     cordoned: bool = False  # this rollout cordoned the node (so it uncordons it); False: someone else did
     since: float = 0.0  # wall-clock time the drain started (the drain deadline spans invocations)
     reason: str = ""
+    # The invocation working on the node and the wall-clock time by which it is over (its start plus the
+    # longest a run can take): until then no other invocation touches the node, since FC may run the timer
+    # and an event, or a retried event, at the same time; after it, the record is a killed run's to resume.
+    owner: str = ""
+    expires: float = 0.0
 
     def to_annotation(self) -> str:
         return json.dumps({"target": self.target, "step": self.step, "cordoned": self.cordoned,
-                           "since": round(self.since, 3), "reason": self.reason}, sort_keys=True)
+                           "since": round(self.since, 3), "reason": self.reason, "owner": self.owner,
+                           "expires": round(self.expires, 3)}, sort_keys=True)
+
+    def held_by_another(self, me: str, now: float) -> bool:
+        return bool(self.owner) and self.owner != me and now < self.expires
 
     @classmethod
     def from_annotation(cls, text: Optional[str]) -> Optional["Progress"]:
@@ -68,7 +77,8 @@ class Progress:
         try:
             data = json.loads(text)
             return cls(target=str(data["target"]), step=str(data["step"]), cordoned=bool(data.get("cordoned")),
-                       since=float(data.get("since") or 0.0), reason=str(data.get("reason") or ""))
+                       since=float(data.get("since") or 0.0), reason=str(data.get("reason") or ""),
+                       owner=str(data.get("owner") or ""), expires=float(data.get("expires") or 0.0))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -200,8 +210,10 @@ class Step:
     resume: str = ""
 
 
-def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: int) -> Dict[str, Step]:
-    """Steps for every candidate of one pool, keyed by instance id. ``pool``: how reasons name the pool."""
+def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: int, me: str = "",
+              now: float = 0.0) -> Dict[str, Step]:
+    """Steps for every candidate of one pool, keyed by instance id. ``pool``: how reasons name the pool;
+    ``me``/``now``: this invocation and the time, to leave alone a node another live invocation holds."""
     nodes = sorted(candidates, key=lambda c: (c.node_name, c.instance_id))
     rollout = "rollout of pool %s to %s" % (pool, target)
     steps: Dict[str, Step] = {}
@@ -224,6 +236,13 @@ def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: in
     wave = [c.node_name for c, _ in in_progress] + [c.node_name for c in takes]
     wave_text = "%s (max-unavailable %d)" % (", ".join(wave) or "no node", limit)
     for c, progress in in_progress:
+        if progress.held_by_another(me, now):  # it keeps its slot; its own invocation finishes it
+            steps[c.instance_id] = Step("defer", "%s, wave %s: invocation %s is at step %s on this node; it is "
+                                                 "left to that run (resumed from here after %d s if that run "
+                                                 "ends without finishing it)"
+                                        % (rollout, wave_text, progress.owner, progress.step,
+                                           max(0, int(progress.expires - now))))
+            continue
         resume = progress.step if progress.target == target else CORDONED
         steps[c.instance_id] = Step("wave", "%s, wave %s: resuming after step %s" % (rollout, wave_text, resume),
                                     resume=resume)

@@ -90,6 +90,18 @@ def run_killed(c, k):
 
 
 def check_resumed(c, where, played):
+    record = c.annotation("node-a")
+    if record is not None and record["step"] in ("cordoned", "drained", "applying", "applied"):
+        # The killed run's record holds the node until that run's deadline (FC could still be running it,
+        # or a second invocation overlap it): another invocation before then leaves node-a alone...
+        sent = played.seen.count("node-a")
+        early = c.run()
+        a = next(n for n in early.nodes if n["node_name"] == "node-a")
+        assert a["outcome"] == "deferred" and "left to that run" in a["reason"], (where, a)
+        assert played.seen.count("node-a") == sent and c.annotation("node-a") == record, where
+        assert "node-b" not in played.seen, where  # node-a still takes the pool's one slot
+        # ...and once the deadline has passed (FC ends a run at its timeout), the next one resumes it.
+        c.now[0] = record["expires"] + 1
     again = c.run()
     a = next(n for n in again.nodes if n["node_name"] == "node-a")
     finished = where in ("patch node-a [('unschedulable', None)]", "event MigRolloutDone")

@@ -299,5 +299,41 @@ def test_the_api_server_failing_mid_wave_leaves_a_state_the_next_run_resumes(clu
     assert cluster.unschedulable("node-a") and cluster.transport.seen == []  # nothing applied meanwhile
     cluster.api.fail = {}
     cluster.on_sleep = None
+    # The failed run could not release its record: until its deadline another run leaves the node be
+    # (it cannot tell that run from one still working), then resumes it.
+    early = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert early.nodes[0]["outcome"] == "deferred" and "left to that run" in early.nodes[0]["reason"]
+    assert cluster.transport.seen == []
+    cluster.now[0] = cluster.annotation("node-a")["expires"] + 1
     again = cluster.run(inventory=snapshot(names=["node-a"]))
     assert again.nodes[0]["outcome"] == "partitioned" and not cluster.unschedulable("node-a")
+
+
+def test_an_overlapping_invocation_leaves_the_node_another_run_holds(cluster):
+    """FC may run the timer and an event (or a retried event) at once: while the first run waits on a
+    PodDisruptionBudget, a second one must neither touch node-a nor take node-b into the wave."""
+    cluster.add_nodes()
+    api = cluster.api
+    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1)
+    api.add_pdb("team", "infer", {"app": "infer"}, min_available=1)
+    seen = {}
+
+    def second_invocation(n):
+        if n == 1:  # the first run is between eviction attempts on node-a
+            cluster.on_sleep = None
+            before = len(api.requests)
+            seen["result"] = cluster.run()
+            seen["writes"] = [r for r in api.requests[before:] if r.method in ("PATCH", "POST", "DELETE")
+                              and not r.path.endswith("/events")]
+            api.add_pod("team", "infer-1", "node-c", labels={"app": "infer"}, gpus=1)  # the PDB now allows
+
+    cluster.on_sleep = second_invocation
+    first = cluster.run()
+    second = outcomes(seen["result"])
+    assert second["node-a"] == "deferred" and second["node-b"] == "deferred"
+    held = next(n for n in seen["result"].nodes if n["node_name"] == "node-a")["reason"]
+    assert "left to that run" in held and "at step cordoned" in held
+    assert seen["writes"] == []  # no cordon, eviction or annotation from the second run
+    assert outcomes(first)["node-a"] == "partitioned" and cluster.transport.seen == ["node-a"]
+    record = cluster.annotation("node-a")
+    assert record["step"] == "done" and not cluster.unschedulable("node-a")
