@@ -31,7 +31,8 @@ def configure(parser, command):
     parser.add_argument("--cluster-id", default="", help="the cluster the function serves (default: "
                         "$ACK_MIG_CLUSTER_ID, else the event's)")
     parser.add_argument("--strict", action="store_true",
-                        help="exit %d when any decision ends error or any node failed (for CI)" % STRICT_EXIT)
+                        help="exit %d when any decision ends error or any node failed or is in conflict "
+                             "(for CI)" % STRICT_EXIT)
     parser.add_argument("--inventory", metavar="FILE",
                         help="cluster snapshot {cluster_id, nodepools, nodes} in the CS API's shapes; "
                              "without it the ACK API is asked (credentials needed)")
@@ -171,7 +172,7 @@ def run(args):
         print("ack-mig-hook: error: %s" % logger.redact(result.reason), file=sys.stderr)
         return 2
     if args.strict and (any(d.action == "error" for d in result.decisions)
-                        or any(n.get("outcome") == "failed" for n in result.nodes or [])):
+                        or any(n.get("outcome") in ("failed", "conflict") for n in result.nodes or [])):
         return STRICT_EXIT
     if result.outcome == "retry":
         return 1

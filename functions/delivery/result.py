@@ -14,7 +14,11 @@ UNCHANGED = "unchanged"
 SKIPPED = "skipped"
 FAILED = "failed"
 REBOOT_REQUIRED = "reboot-required"
-OUTCOMES = (PARTITIONED, UNCHANGED, SKIPPED, FAILED, REBOOT_REQUIRED)
+# Another MIG manager (NVIDIA GPU Operator's mig-manager) is in charge of the node: nothing was changed.
+# Not a failure of the node's GPUs, so never a reason to ABANDON a lifecycle hook; the startup taint stays
+# until someone chooses one manager (docs/operations.md).
+CONFLICT = "conflict"
+OUTCOMES = (PARTITIONED, UNCHANGED, SKIPPED, FAILED, REBOOT_REQUIRED, CONFLICT)
 
 # Failure codes that are the node's own verdict on its GPUs: only these may make a lifecycle hook give up
 # on its instances (ABANDON). Everything else (the agent not up yet, no address, a refused host key, an
@@ -24,6 +28,7 @@ NODE_VERDICTS = ("not-mig-capable", "gpu-busy", "insufficient-resources", "verif
 
 # Exit codes of the node CLI and of node_runner.py.
 NODE_EXIT_REASONS = {2: "bad input", 3: "GPU not MIG-capable", 4: "GPU busy", 5: "reboot required",
+                     6: "another MIG manager is in charge",
                      10: "bundle missing", 124: "node timeout"}
 
 
@@ -123,6 +128,10 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
     elif node_outcome == "reboot-required" or res.exit_code == 5:
         base.outcome = REBOOT_REQUIRED
         base.reason = error.get("message") or "MIG mode is pending until the node reboots"
+    elif node_outcome == CONFLICT or res.exit_code == 6:
+        base.outcome, base.code = CONFLICT, CONFLICT
+        base.reason = "conflict: %s" % (error.get("message") or NODE_EXIT_REASONS[6])
+        return base
     else:
         code = error.get("code") or NODE_EXIT_REASONS.get(res.exit_code or 1, "exit %s" % res.exit_code)
         base.code = str(error.get("code") or "")

@@ -74,3 +74,14 @@ def test_a_busy_node_and_an_unreachable_one_continue(emulator, ecs, maker):
     outcomes, sent = answer(emulator, ecs, maker, {GOOD: SimNode(agent_ready=False), OTHER: busy()})
     assert outcomes == {GOOD: "failed", OTHER: "failed"}
     assert sent == "CONTINUE"
+
+
+def test_a_busy_node_and_one_run_by_another_mig_manager_continue(emulator, ecs, maker):
+    # A node NVIDIA's mig-manager runs answers `conflict` (exit 6), its own outcome: nothing was changed and
+    # nothing is wrong with its GPUs, so it is no reason to release the instances.
+    conflict = SimNode(result={"outcome": "conflict", "changes": 0, "gpus": [], "error": {
+        "code": "conflict", "message": "node label nvidia.com/mig.config is set: NVIDIA mig-manager is in charge"}},
+        exit_code=6)
+    outcomes, sent = answer(emulator, ecs, maker, {GOOD: conflict, OTHER: busy()})
+    assert outcomes == {GOOD: "conflict", OTHER: "failed"}
+    assert sent == "CONTINUE"

@@ -1,7 +1,7 @@
 import pytest
 
-from functions.delivery.result import FAILED, PARTITIONED, REBOOT_REQUIRED, UNCHANGED, NodeResult, outcome, \
-    parse_output
+from functions.delivery.result import CONFLICT, FAILED, PARTITIONED, REBOOT_REQUIRED, UNCHANGED, NodeResult, \
+    outcome, parse_output
 
 
 @pytest.mark.parametrize("exit_code,doc,want,reason", [
@@ -12,6 +12,9 @@ from functions.delivery.result import FAILED, PARTITIONED, REBOOT_REQUIRED, UNCH
     (4, {"outcome": "failed", "error": {"code": "gpu-busy", "message": "GPU 0 has processes"}}, FAILED,
      "gpu-busy: GPU 0 has processes"),
     (3, {"outcome": "failed"}, FAILED, "GPU not MIG-capable"),
+    (6, {"outcome": "conflict", "error": {"code": "conflict", "message": "nvidia.com/mig.config is set"}}, CONFLICT,
+     "conflict: nvidia.com/mig.config is set"),
+    (6, {"outcome": "failed"}, CONFLICT, "another MIG manager is in charge"),
     (1, {"outcome": "success", "changes": 1}, FAILED, "exit 1"),  # a success with a bad exit is not trusted
     (0, {"outcome": "success", "changes": 2, "boot_unit": {"installed": False, "error": "systemctl enable\nexited 1"}},
      PARTITIONED, "2 changes; boot unit not installed: systemctl enable exited 1"),
