@@ -292,3 +292,15 @@ def test_troubleshooting_explains_every_outcome_and_code():
     doc = open(os.path.join(ROOT, "docs", "troubleshooting.md"), encoding="utf-8").read()
     missing = sorted(c for c in codes if "`%s`" % c not in doc)
     assert missing == [], "docs/troubleshooting.md does not explain %s" % ", ".join(missing)
+
+
+def test_the_readme_stays_an_introduction():
+    """At most 300 lines, and no development history: that belongs in CHANGELOG.md and git."""
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    assert len(text.splitlines()) <= 300
+    history = [m.group(0) for m in re.finditer(
+        r"\btests?/\S+\.py::\w+|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b|\b[Nn]ew in (this|the)\b"
+        r"|\bat commit\b", text)]
+    assert history == [], "history in the README: %s" % history
+    for section in ("How it compares", "Quick start", "Deploy", "Check that it worked", "Documentation"):
+        assert re.search(r"^## %s" % re.escape(section), text, re.M), "README lacks the section %s" % section
