@@ -67,8 +67,9 @@ def _template_parameters() -> Dict[str, dict]:
         return yaml.safe_load(handle).get("Parameters") or {}
 
 
-def parameters(args, declared: Dict[str, dict], code_object: str) -> Dict[str, str]:
-    """The stack's parameter values; every problem in one error."""
+def parameters(args, declared: Dict[str, dict], code_object: str, require: bool = True) -> Dict[str, str]:
+    """The stack's parameter values; every problem in one error. ``require``: every parameter without a
+    default must be given (a new stack); an update keeps the stack's previous values (UsePreviousParameters)."""
     problems: List[str] = [] if getattr(args, "region", "") else ["missing --region (or ACK_MIG_REGION)"]
     values: Dict[str, str] = {}
     for item in args.parameter:
@@ -87,7 +88,8 @@ def parameters(args, declared: Dict[str, dict], code_object: str) -> Dict[str, s
     for key, value in named.items():
         if value and key in declared:
             values[key] = value
-    missing = [k for k, spec in declared.items() if "Default" not in (spec or {}) and not values.get(k)]
+    missing = [k for k, spec in declared.items() if "Default" not in (spec or {}) and not values.get(k)
+               and require]
     hints = {"ClusterId": "--cluster-id", "LogProject": "--log-project", "LogStore": "--log-store",
              "CodeBucket": "--bucket"}
     if missing:
@@ -158,8 +160,12 @@ def deploy(args) -> int:
 
     args.bucket = args.bucket or ("ack-mig-hook-%s" % args.cluster_id).lower()[:63]
     declared = _template_parameters()
-    parameters(args, declared, OBJECT_PREFIX + "x.zip")  # bad input stops here, before any work
+    # Bad input stops here, before any work. Without a region no stack can be looked up, so everything a
+    # new stack needs is reported too.
+    parameters(args, declared, OBJECT_PREFIX + "x.zip", require=not args.region)
     keys, stacks = _common(args)
+    existing = stacks.find(args.stack_name)
+    parameters(args, declared, OBJECT_PREFIX + "x.zip", require=not existing)
     with open(TEMPLATE, encoding="utf-8") as handle:
         template = handle.read()
     with tempfile.TemporaryDirectory(prefix="ack-mig-hook-deploy-") as work:
@@ -173,10 +179,9 @@ def deploy(args) -> int:
         zip_path = os.path.join(work, "ack-mig-hook.zip")
         digest = build.build(zip_path, deps, known_hosts=args.known_hosts)
         code_object = "%s%s.zip" % (OBJECT_PREFIX, digest[:16])
-        values = parameters(args, declared, code_object)
+        values = parameters(args, declared, code_object, require=not existing)
         _progress("package: %d KB, sha256 %s" % (os.path.getsize(zip_path) // 1024, digest[:16]))
         stacks.validate(template)
-        existing = stacks.find(args.stack_name)
         action = "update stack %s (%s)" % (existing["StackId"], existing.get("Status")) if existing \
             else "create stack %s" % args.stack_name
         if args.dry_run:

@@ -140,8 +140,8 @@ def _grants(rules: List[Dict[str, Any]], group: str, resource: str, verb: str) -
 
 def rbac_checks(role: Optional[Dict[str, Any]], bindings: List[Dict[str, Any]]) -> List[Check]:
     if role is None:
-        return [Check("PROBLEM", "rbac", "no ClusterRole %s: kubectl apply -f deploy/rbac.yaml (or deploy with "
-                                         "the template's RBAC parameter)" % ROLE_NAME)]
+        return [Check("PROBLEM", "rbac", "no ClusterRole %s: deploy with --parameter ClusterRbac=true (the "
+                                         "default), or kubectl apply -f deploy/rbac.yaml" % ROLE_NAME)]
     have = role.get("rules") or []
     lacking = ["%s %s%s" % (verb, resource, "" if not group else "." + group)
                for rule in _wanted_rules() for group in rule.get("apiGroups", [""])

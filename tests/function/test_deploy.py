@@ -246,3 +246,20 @@ def test_ssh_deploy_packages_known_hosts_and_points_the_function_at_it(cloud, ca
     assert zipfile.ZipFile(io.BytesIO(data)).read("known_hosts") == known.read_bytes()
     code, _, err = run(capsys, *deploy_args(str(tmp_path), "--known-hosts", str(tmp_path / "nope")))
     assert code == 2 and "--known-hosts" in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_upgrade_keeps_the_stacks_previous_values(cloud, capsys, tmp_path):
+    ros, _ = cloud
+    assert run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--parameter", "LogLevel=DEBUG"))[0] == 0
+    # A new package later: the log settings are not given again, and the stack keeps them.
+    code, out, err = run(capsys, "deploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--deps-dir",
+                         make_deps(str(tmp_path / "deps2")), "--poll", "0")
+    assert code == 0, err
+    (stack,) = ros.stacks.values()
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
+    assert stack["Status"] == "UPDATE_COMPLETE" and params["LogProject"] == "p" and params["LogStore"] == "s"
+    assert params["LogLevel"] == "DEBUG"
+    # Creating a stack still needs them, named at once.
+    code, _, err = run(capsys, "deploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--deps-dir",
+                       make_deps(str(tmp_path / "deps3")), "--stack-name", "other")
+    assert code == 2 and "LogProject (--log-project), LogStore (--log-store)" in err
