@@ -60,7 +60,7 @@ def open_backend(spec, sim_state=None, faults=None):
         sim_state = os.path.join(tempfile.mkdtemp(prefix="ack-mig-sim-"), "state.json")
     store = SimStore(sim_state)
     try:
-        state = store.init(new_state(model.key, count))
+        state = store.init(new_state(model.key, count, model.name))
     except SimStateError as exc:
         raise BadInput(str(exc))
     if state.get("gpu") != model.key or state.get("count") != count:

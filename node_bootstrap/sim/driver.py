@@ -50,20 +50,25 @@ class Process(typing.NamedTuple):
     ci: Optional[int]
 
 
-def new_state(gpu_key, count):
-    # type: (str, int) -> State
-    return {
+def new_state(gpu_key, count, gpu_name=""):
+    # type: (str, int, str) -> State
+    state = {
         "version": 1,
         "gpu": gpu_key,
         "count": count,
         "boots": 0,
         "gpus": [{"mig_current": 0, "mig_pending": 0, "gis": []} for _ in range(count)],
-    }
+    }  # type: State
+    if gpu_name:
+        # The product the node was asked to be (an alias such as "NVIDIA H20" shares its catalogue entry,
+        # "gpu", with other products): nvmlDeviceGetName answers this name, as the real GPU would.
+        state["gpu_name"] = gpu_name
+    return state
 
 
 def model_of(state):
     # type: (State) -> GpuModel
-    return find_gpu(state["gpu"])
+    return find_gpu(state.get("gpu_name") or state["gpu"])
 
 
 def is_ampere(model):
