@@ -33,7 +33,7 @@ def _child(endpoint: str, access_key_id: str, secret: str, token: str, region: s
     from functions.delivery import bundle as bundle_mod
     from functions.delivery.cloud_assistant import CALLS_IN_FLIGHT, CloudAssistantTransport
     from functions.delivery.command import node_args
-    from functions.delivery.result import NodeTarget, outcome
+    from functions.delivery.outcome import NodeTarget, outcome
     from functions.delivery.rpc import ECS_VERSION, Backoff, RpcClient
     from functions.delivery.transport import ScriptMaker
     from functions.settings import Credentials, DeliverySettings, Endpoint

@@ -12,7 +12,7 @@
 
   ``scaling_instances`` and ``lifecycle_hooks`` are Auto Scaling's facts (functions.membership); a
   snapshot without them knows no scaling group members and no lifecycle hooks. ``kube_nodes`` is the
-  Kubernetes side (functions.kube_client, for functions.rollout). docs/function.md describes every key.
+  Kubernetes side (functions.rollout.kube, for functions.rollout.run). docs/function.md describes every key.
 
 * ``functions.cs_lookup.CsLookup`` asks the ACK API through ``alibabacloud-cs20151215`` (imported only
   when an event needs it).
@@ -24,9 +24,9 @@ functions below, so a snapshot and a live answer are read identically.
 import json
 from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Set
 
-from .errors import BadInventory
-from .membership import SnapshotMembership
-from .model import Node, NodePool, Taint
+from functions.errors import BadInventory
+from functions.membership import SnapshotMembership
+from functions.model import Node, NodePool, Taint
 
 
 class ClusterLookup(Protocol):
@@ -135,7 +135,7 @@ class InventoryLookup:
                     raise BadInventory("%s: %s[%d]: %s" % (where, key, index, str(exc).splitlines()[0])) \
                         from None
         lookup = cls(cluster_id, pools, nodes, SnapshotMembership.from_dict(data, where))
-        from .kube_client import snapshot_kube_nodes  # the Kubernetes side (functions/rollout.py)
+        from functions.rollout.kube import snapshot_kube_nodes  # the Kubernetes side (functions/rollout/run.py)
 
         lookup.kube_nodes = snapshot_kube_nodes(data.get("kube_nodes"), where)
         return lookup

@@ -20,10 +20,10 @@ from alibabacloud_tea_openapi import utils_models as openapi_models
 from alibabacloud_tea_openapi.exceptions import AlibabaCloudException, ThrottlingException
 from darabonba.runtime import RuntimeOptions
 
-from .cluster import node_from_api, nodepool_from_api
-from .errors import ConfigurationError, RetryLater
-from .model import Node, NodePool
-from .settings import Settings
+from functions.cluster import node_from_api, nodepool_from_api
+from functions.errors import ConfigurationError, RetryLater
+from functions.model import Node, NodePool
+from functions.settings import Settings
 
 PAGE_SIZE = 100  # the API's maximum
 MAX_PAGES = 200  # 20 000 nodes: far beyond any cluster; stops a server that never ends its pages

@@ -12,8 +12,8 @@ from typing import Iterable, List, Optional
 from node_bootstrap.mig import (GPUS, PARTITION_LABELS, MigInputError, PartitionSpec, find_gpu, parse, plan,
                                 spec_from_labels)
 
-from .families import BELIEVED, Capability, capability
-from .model import (ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision, Node, NodePool, PartitionLabel, Plan,
+from functions.families import BELIEVED, Capability, capability
+from functions.model import (ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision, Node, NodePool, PartitionLabel, Plan,
                     PlannedInstance)
 
 # ACK node states after which partitioning makes no sense.

@@ -12,7 +12,7 @@ never loads pydantic, the cloud SDKs or paramiko: an FC cold start on it costs a
 import json
 from typing import Any, Dict, NamedTuple
 
-from .errors import BadEvent, SkipEvent
+from functions.errors import BadEvent, SkipEvent
 
 # ---- event types, by what they mean for us ----
 SCALE_OUT_TYPES = (

@@ -19,11 +19,11 @@ from typing import Any, Dict, List, Mapping, Optional
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .envelope import (ACTIONTRAIL_TYPES, ECS_STATE_CHANGE, HANDLED_TYPES, KIND_CLOUDEVENT, KIND_MNS, KIND_TIMER,
+from functions.envelope import (ACTIONTRAIL_TYPES, ECS_STATE_CHANGE, HANDLED_TYPES, KIND_CLOUDEVENT, KIND_MNS, KIND_TIMER,
                        LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST, MANUAL_FIELDS, SCALE_OUT_TYPES, Envelope,
                        read_envelope, shown as _shown)
-from .errors import BadEvent, SkipEvent
-from .model import InvalidTarget, LifecycleHook, Request, Trigger
+from functions.errors import BadEvent, SkipEvent
+from functions.model import InvalidTarget, LifecycleHook, Request, Trigger
 
 __all__ = ["HANDLED_TYPES", "LIFECYCLE_TEST", "NODEPOOL_OPERATIONS", "parse_envelope", "parse_event"]
 

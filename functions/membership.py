@@ -19,11 +19,11 @@ Two sources answer the same two questions:
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Set
 
-from .errors import BadInventory, ConfigurationError, RetryLater
+from functions.errors import BadInventory, ConfigurationError, RetryLater
 
 if TYPE_CHECKING:  # the SDK loads only when an event needs Auto Scaling (see EssMembership.from_settings)
-    from .delivery.rpc import RpcClient
-    from .settings import Settings
+    from functions.delivery.rpc import RpcClient
+    from functions.settings import Settings
 
 # DescribeScalingInstances takes InstanceId.N with N from 1 to 20, and ignores ids that are not in the
 # group without an error (API reference 2014-08-28, help.aliyun.com document 25942; RegionId required).
@@ -100,7 +100,7 @@ class EssMembership:
 
     @classmethod
     def from_settings(cls, settings: "Settings") -> "EssMembership":
-        from .delivery.rpc import ESS_VERSION, ApiError, Backoff, RpcClient
+        from functions.delivery.rpc import ESS_VERSION, ApiError, Backoff, RpcClient
 
         try:
             ess = RpcClient("ess", ESS_VERSION, settings.region, settings.credentials, settings.delivery.ess_endpoint,
@@ -113,7 +113,7 @@ class EssMembership:
     def _pages(fetch: Callable[[Dict[str, Any]], Dict[str, Any]], outer: str, inner: str
                ) -> List[Mapping[str, Any]]:
         """Every page of one query; ``fetch`` makes the call with PageSize and PageNumber added."""
-        from .delivery.rpc import ApiError
+        from functions.delivery.rpc import ApiError
 
         out: List[Mapping[str, Any]] = []
         for page in range(1, MAX_PAGES + 1):

@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .result import HandlerResult, Trigger  # noqa: F401  re-exported: the whole vocabulary is read from here
+from functions.event_result import HandlerResult, Trigger  # noqa: F401  re-exported: the whole vocabulary is read from here
 
 
 class _Model(BaseModel):
@@ -87,7 +87,7 @@ class Node(_Model):
 ACTION_PARTITION = "partition"
 ACTION_SKIP = "skip"
 ACTION_ERROR = "error"
-ACTION_DEFER = "defer"  # a running node that waits for a later wave of its pool's rollout (functions/rollout.py)
+ACTION_DEFER = "defer"  # a running node that waits for a later wave of its pool's rollout (functions/rollout/run.py)
 Action = Literal["partition", "skip", "error", "defer"]
 
 
@@ -127,7 +127,7 @@ class Decision(_Model):
     instance_type: Optional[str] = None
     ip_address: Optional[str] = None
     # ``partition`` that turns MIG off (``node_bootstrap disable``): a pool whose label was removed, with
-    # ACK_MIG_ON_LABEL_REMOVAL=disable (functions/rollout.py); ``partition`` and ``plan`` are None then.
+    # ACK_MIG_ON_LABEL_REMOVAL=disable (functions/rollout/run.py); ``partition`` and ``plan`` are None then.
     disable: bool = False
 
     def to_json(self) -> Dict[str, Any]:

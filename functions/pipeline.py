@@ -14,17 +14,17 @@ import uuid
 from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union
 
-from .envelope import read_envelope
-from .errors import BadInventory, ConfigurationError, EventOutcome, SkipEvent
-from .logs import JsonLogger, stdlib_logs_into
-from .result import HandlerResult, Trigger
-from .settings import Settings, SettingsError, load_settings
+from functions.envelope import read_envelope
+from functions.errors import BadInventory, ConfigurationError, EventOutcome, SkipEvent
+from functions.logs import JsonLogger, stdlib_logs_into
+from functions.event_result import HandlerResult, Trigger
+from functions.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:  # the pydantic side loads only for events that pass stage 1 (see run_event)
-    from .cluster import ClusterLookup
-    from .executor import Executor
-    from .membership import Membership
-    from .model import Decision, Node, NodePool, Request
+    from functions.cluster import ClusterLookup
+    from functions.point_of_change import Executor
+    from functions.membership import Membership
+    from functions.model import Decision, Node, NodePool, Request
 
 Target = Tuple[str, Optional["Node"], Optional["NodePool"]]
 TargetOrDecision = Union[Target, "Decision"]
@@ -38,10 +38,10 @@ def make_logger(settings: Settings, context: Any = None, **fields: Any) -> JsonL
 
 
 def _lookup(inventory: InventoryArg, settings: Settings) -> "ClusterLookup":
-    from .cluster import InventoryLookup
+    from functions.cluster import InventoryLookup
 
     if inventory is None:
-        from .cs_lookup import CsLookup  # the SDK loads here, only for events that reach the cluster
+        from functions.cs_lookup import CsLookup  # the SDK loads here, only for events that reach the cluster
 
         return CsLookup(settings)
     if isinstance(inventory, (str, os.PathLike)):
@@ -71,7 +71,7 @@ def _membership(lookup: "ClusterLookup", settings: Settings) -> "Membership":
     (it knows Auto Scaling's facts too), else Auto Scaling itself."""
     if hasattr(lookup, "scaling_members") and hasattr(lookup, "lifecycle_hook_group"):
         return lookup  # type: ignore[return-value]
-    from .membership import EssMembership
+    from functions.membership import EssMembership
 
     return EssMembership.from_settings(settings)
 
@@ -79,7 +79,7 @@ def _membership(lookup: "ClusterLookup", settings: Settings) -> "Membership":
 def _target_problem(instance_id: str, node: Optional["Node"]) -> Optional[str]:
     """Why a target cannot go into a node command, checked by the command's own rules (a node name or
     instance id from the API that fails them would otherwise fail the whole batch), or None."""
-    from .delivery.command import CommandError, encode_names
+    from functions.delivery.command import CommandError, encode_names
 
     try:
         # A node that has not joined yet has no name: a stand-in that passes, so its id alone is checked.
@@ -94,8 +94,8 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str,
     """Which instances the event concerns, each with its node (None until it is one) and its pool, in the
     order the event named them; a target already decided here (it failed validation, or Auto Scaling does
     not confirm it) comes as its Decision. ``membership`` gives the Auto Scaling check (built on first use)."""
-    from .decide import has_partition_label
-    from .model import ACTION_ERROR, ACTION_SKIP, Decision
+    from functions.decide import has_partition_label
+    from functions.model import ACTION_ERROR, ACTION_SKIP, Decision
 
     ask = membership or (lambda: _membership(lookup, load_settings()))
     invalid: List[TargetOrDecision] = [Decision(instance_id=t.target, action=ACTION_ERROR, reason=t.reason)
@@ -183,8 +183,8 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str,
 def decide_targets(targets: Sequence[TargetOrDecision], cluster: str) -> List["Decision"]:
     """A Decision for each target: the ones resolve_targets already decided as they are; every other one
     checked against the node command's rules (alone: one bad name never fails the batch), then decided."""
-    from .decide import decide_instance
-    from .model import ACTION_ERROR, Decision
+    from functions.decide import decide_instance
+    from functions.model import ACTION_ERROR, Decision
 
     out = []
     for target in targets:
@@ -237,8 +237,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     stage = "reading the event"
     try:
         envelope = read_envelope(raw)  # stage 1, stdlib: ends irrelevant events before pydantic loads
-        from .executor import DryRunExecutor, make_executor
-        from .intake import parse_envelope
+        from functions.point_of_change import DryRunExecutor, make_executor
+        from functions.intake import parse_envelope
 
         request = parse_envelope(envelope)
         log = log.bind(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id)
@@ -260,9 +260,9 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             return membership[0]
 
         stage = "deciding"
-        # Running nodes of a reconcile are rolled in waves (functions/rollout.py); ``kube`` overrides the
+        # Running nodes of a reconcile are rolled in waves (functions/rollout/run.py); ``kube`` overrides the
         # Kubernetes view (tests, the demo), else the snapshot's kube_nodes or the live API server.
-        from .rollout import kube_view, prepare, removal_targets
+        from functions.rollout.run import kube_view, prepare, removal_targets
 
         view = kube if kube is not None else kube_view(inventory, lookup, settings, cluster)
         try:

@@ -15,8 +15,8 @@ that); a secret encrypted with a customer master key also needs ``kms:Decrypt`` 
 import threading
 from typing import Dict, Optional, Tuple
 
-from .logs import register_secret
-from .settings import Credentials, Endpoint
+from functions.logs import register_secret
+from functions.settings import Credentials, Endpoint
 
 SECRET_ACTION = "kms:GetSecretValue"  # what template.yml must grant, on the secret's ARN only
 _CACHE: Dict[Tuple[str, str, str], str] = {}
@@ -27,7 +27,7 @@ class SecretError(RuntimeError):
     """A secret could not be read. One line naming the secret and the reason; never the value."""
 
     def __init__(self, name: str, code: str, message: str, retryable: bool = False):
-        from .delivery.rpc import clean_message
+        from functions.delivery.rpc import clean_message
 
         super().__init__("cannot read secret %r from KMS: %s: %s" % (name, code, clean_message(message)))
         self.code, self.retryable = code, retryable

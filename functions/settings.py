@@ -317,7 +317,7 @@ def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
     )
 
 
-# --- rollout of running nodes (functions/rollout.py); documented in docs/operations.md ---
+# --- rollout of running nodes (functions/rollout/run.py); documented in docs/operations.md ---
 MAX_UNAVAILABLE = _var("ACK_MIG_MAX_UNAVAILABLE", "1", "running nodes of one pool disrupted at once by a "
                        "repartition: a count (2) or a percentage of the pool's nodes (25%); a pool label "
                        "ack-mig-hook/max-unavailable (a count) overrides it", "rollout")

@@ -23,7 +23,7 @@ Flow for a list of nodes:
 5. Nodes that answer ``bundle-missing`` get the bundle by ``SendFile`` (one call per part per 50 instances,
    each part <= 32 KB base64), and are run once more. A warm node therefore costs one RunCommand.
 
-Every instance ends with exactly one :class:`~.result.NodeResult`; API failures after retries fail the
+Every instance ends with exactly one :class:`~.outcome.NodeResult`; API failures after retries fail the
 nodes of that batch, never the others.
 """
 
@@ -34,9 +34,9 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .result import NodeResult, NodeTarget, parse_output
-from .rpc import ApiError, RpcClient
-from .transport import ScriptMaker
+from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
+from functions.delivery.rpc import ApiError, RpcClient
+from functions.delivery.transport import ScriptMaker
 
 RUN_BATCH = 100  # RunCommand and DescribeCloudAssistantStatus take at most 100 instances
 SEND_BATCH = 50  # SendFile takes at most 50

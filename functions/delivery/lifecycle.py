@@ -16,8 +16,8 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence
 
-from .result import Outcome
-from .rpc import ApiError, RpcClient
+from functions.delivery.outcome import Outcome
+from functions.delivery.rpc import ApiError, RpcClient
 
 log = logging.getLogger(__name__)
 

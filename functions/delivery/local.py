@@ -11,8 +11,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence
 
-from .result import NodeResult, NodeTarget, parse_output
-from .transport import ScriptMaker, run_push_run
+from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
+from functions.delivery.transport import ScriptMaker, run_push_run
 
 
 class LocalTransport:

@@ -21,7 +21,7 @@ from aliyunsdkcore.auth.credentials import AccessKeyCredential, StsTokenCredenti
 from aliyunsdkcore.client import AcsClient
 from aliyunsdkcore.request import CommonRequest
 
-from ..settings import Credentials, Endpoint
+from functions.settings import Credentials, Endpoint
 
 log = logging.getLogger(__name__)
 # The core SDK logs every request's parameters at DEBUG, the STS SecurityToken among them, and its HTTP

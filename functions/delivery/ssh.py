@@ -28,8 +28,8 @@ from typing import Callable, List, Optional, Sequence
 
 import paramiko
 
-from .result import NodeResult, NodeTarget, parse_output
-from .transport import ScriptMaker, run_push_run
+from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
+from functions.delivery.transport import ScriptMaker, run_push_run
 
 
 log = logging.getLogger(__name__)
@@ -64,14 +64,14 @@ def key_from_settings(settings) -> paramiko.PKey:
     d = settings.delivery
     text = ""
     if d.ssh_key_secret:
-        from ..secrets import SecretError, get_secret
+        from functions.secrets import SecretError, get_secret
 
         try:
             text = get_secret(d.ssh_key_secret, settings.region, settings.credentials, d.kms_endpoint,
                               settings.api_timeout_s)
         except SecretError as exc:
             if exc.retryable:  # KMS throttled or unreachable: FC retries the event, nothing was touched
-                from ..errors import RetryLater
+                from functions.errors import RetryLater
 
                 raise RetryLater(str(exc)) from None
             raise SshError(str(exc)) from None

@@ -98,7 +98,7 @@ def cs_kubeconfig(settings, cluster_id: str) -> Callable[[], str]:
     with the function side's CS client and its retry rules (functions.cs_lookup)."""
 
     def fetch() -> str:
-        from ..cs_lookup import CsLookup
+        from functions.cs_lookup import CsLookup
 
         return CsLookup(settings).user_kubeconfig(cluster_id)
 

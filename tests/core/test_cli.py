@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def cli(*args):
-    proc = subprocess.run([sys.executable, "-m", "functions.cli"] + list(args), cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "functions.commands.main"] + list(args), cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     return proc.returncode, proc.stdout, proc.stderr
 

@@ -8,7 +8,7 @@ import pytest
 
 from functions.delivery import bundle as bundle_mod
 from functions.delivery.command import node_args
-from functions.delivery.result import NodeTarget
+from functions.delivery.outcome import NodeTarget
 from functions.delivery.rpc import ECS_VERSION, ESS_VERSION, Backoff, RpcClient
 from functions.delivery.transport import ScriptMaker
 from functions.settings import Credentials, Endpoint

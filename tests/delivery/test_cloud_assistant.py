@@ -8,7 +8,7 @@ import pytest
 
 from functions.delivery.cloud_assistant import CloudAssistantTransport
 from functions.delivery.command import DEFAULT_ROOT
-from functions.delivery.result import outcome
+from functions.delivery.outcome import outcome
 from functions.delivery.rpc import ApiError
 from functions.delivery.transport import ScriptMaker
 from tests.delivery.conftest import SECRET, TOKEN, rpc, targets

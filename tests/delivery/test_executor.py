@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from functions.delivery.executor import DeliveryExecutor
+from functions.delivery.node_executor import DeliveryExecutor
 from functions.delivery.lifecycle import Lifecycle
 from functions.delivery.local import LocalTransport
 from functions.delivery.taint import TaintError, TaintRemover, parse_taint
@@ -78,7 +78,7 @@ class Unreachable:
         self.error = error
 
     def run(self, targets):
-        from functions.delivery.result import NodeResult
+        from functions.delivery.outcome import NodeResult
 
         return [NodeResult(t.instance_id, self.name, error=self.error, message="not reached") for t in targets]
 
@@ -182,7 +182,7 @@ def test_a_bad_startup_taint_is_one_line(text):
 
 
 def test_make_demo_shows_partitioned_simulated_nodes(capsys):
-    from functions.cli import main
+    from functions.commands.main import main
 
     assert main(["demo", "--json"]) == 0
     nodes = json.loads(capsys.readouterr().out)["nodes"]

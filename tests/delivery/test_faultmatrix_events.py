@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from functions.delivery import bundle
-from functions.delivery.executor import DeliveryExecutor
+from functions.delivery.node_executor import DeliveryExecutor
 from functions.delivery.local import LocalTransport
 from functions.delivery.transport import ScriptMaker
 from functions.logs import JsonLogger

@@ -9,7 +9,7 @@ import pytest
 
 from functions.cluster import InventoryLookup
 from functions.delivery.cloud_assistant import CloudAssistantTransport
-from functions.delivery.executor import DeliveryExecutor
+from functions.delivery.node_executor import DeliveryExecutor
 from functions.logs import JsonLogger
 from functions.pipeline import run_event
 from functions.settings import load_settings

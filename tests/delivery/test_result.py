@@ -1,6 +1,6 @@
 import pytest
 
-from functions.delivery.result import CONFLICT, FAILED, PARTITIONED, REBOOT_REQUIRED, UNCHANGED, NodeResult, \
+from functions.delivery.outcome import CONFLICT, FAILED, PARTITIONED, REBOOT_REQUIRED, UNCHANGED, NodeResult, \
     outcome, parse_output
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from functions.delivery.command import node_args, render
 from functions.delivery.local import LocalTransport
-from functions.delivery.result import parse_output
+from functions.delivery.outcome import parse_output
 from tests.delivery.conftest import node_dirs, targets
 from tests.node.conftest import holders  # noqa: F401  (fixture)
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)

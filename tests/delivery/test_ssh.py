@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from functions.delivery.result import outcome
+from functions.delivery.outcome import outcome
 from functions.delivery.ssh import SshError, SshTransport, load_key
 from functions.delivery.transport import ScriptMaker
 from functions.settings import DeliverySettings

@@ -10,14 +10,15 @@ from importlib import metadata
 
 import pytest
 
-from functions import cli, invoke
+from functions.commands import invoke
+from functions.commands import main as cli
 from tests.function.conftest import EVENTS, INVENTORY, ROOT
 
 
 def run(*args, env=None):
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
     clean.update(env or {})
-    return subprocess.run([sys.executable, "-m", "functions.cli", *args], cwd=ROOT, env=clean,
+    return subprocess.run([sys.executable, "-m", "functions.commands.main", *args], cwd=ROOT, env=clean,
                           capture_output=True, text=True, timeout=60)
 
 

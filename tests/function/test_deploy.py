@@ -10,8 +10,8 @@ import zipfile
 
 import pytest
 
-from functions import cli
-from functions.deploy import build
+from functions.commands import main as cli
+from functions.stack import build
 from tests.support.oss_emulator import OssEmulator
 from tests.support.ros_emulator import RosEmulator
 
@@ -181,7 +181,7 @@ def test_credentials_come_from_the_aliyun_cli_profile(cloud, tmp_path):
     ros, _ = cloud
     env = {k: v for k, v in os.environ.items() if not k.startswith("ALIBABA_CLOUD_ACCESS_KEY")
            and k != "ALIBABA_CLOUD_SECURITY_TOKEN"}
-    command = [sys.executable, "-m", "functions.cli", "undeploy", "--region", "cn-beijing"]
+    command = [sys.executable, "-m", "functions.commands.main", "undeploy", "--region", "cn-beijing"]
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     # Without any source: one line that says where credentials can come from.
     done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=60)

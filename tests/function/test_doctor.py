@@ -7,8 +7,8 @@ import os
 import pytest
 import yaml
 
-from functions import cli
-from functions.deploy import doctor
+from functions.commands import main as cli
+from functions.commands import doctor
 from tests.function.conftest import AK, ROOT, SECRET, TOKEN
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 from tests.support.ros_emulator import RosEmulator

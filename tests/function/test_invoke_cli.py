@@ -16,7 +16,7 @@ CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
 def cli(*args, env=None, stdin=None):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "functions.cli", "invoke", *args], cwd=ROOT, env=full_env,
+    return subprocess.run([sys.executable, "-m", "functions.commands.main", "invoke", *args], cwd=ROOT, env=full_env,
                           input=stdin, capture_output=True, text=True, timeout=60)
 
 

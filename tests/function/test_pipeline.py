@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from functions import executor as executor_mod
+from functions import point_of_change as executor_mod
 from functions.cluster import InventoryLookup
 from functions.errors import BadInventory
-from functions.executor import DryRunExecutor, UnavailableExecutor, make_executor
+from functions.point_of_change import DryRunExecutor, UnavailableExecutor, make_executor
 from functions.logs import JsonLogger
 from functions.pipeline import run_event
 from functions.settings import load_settings
@@ -375,7 +375,7 @@ def test_the_handler_and_the_cli_return_the_error_instead_of_a_traceback(tmp_pat
     event = tmp_path / "deep.json"
     event.write_text(json.dumps(_deep_events()["data.content"]))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
-    proc = subprocess.run([sys.executable, "-m", "functions.cli", "invoke", "--event", str(event), "--inventory",
+    proc = subprocess.run([sys.executable, "-m", "functions.commands.main", "invoke", "--event", str(event), "--inventory",
                            INVENTORY], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr + proc.stdout
     (line,) = proc.stderr.strip().splitlines()

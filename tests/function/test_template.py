@@ -9,7 +9,8 @@ import zipfile
 
 import yaml
 
-from functions import package, settings
+from functions import settings
+from functions.stack import code_package
 from functions.intake import HANDLED_TYPES, NODEPOOL_OPERATIONS
 from tests.function.conftest import EVENTS, ROOT
 
@@ -35,7 +36,7 @@ def test_ros_template_with_fc3_function():
     assert doc["ROSTemplateFormatVersion"] == "2015-09-01" and "Transform" not in doc
     props = function()
     assert props["Runtime"] == "python3.10"
-    assert props["Handler"] == package.HANDLER == "index.handler"
+    assert props["Handler"] == code_package.HANDLER == "index.handler"
     # The function must outlive its slowest node: agent wait (the transport's default) + the node's own
     # timeout + a few minutes for the bundle round, submits and polls. FC 3.0 allows up to 86400 s.
     import inspect
@@ -179,13 +180,16 @@ def test_timer_trigger():
 
 
 def _code_texts():
-    """The function's code. functions/deploy is left out: it runs on the operator's machine with the
-    operator's credentials (deploy, undeploy, doctor), never with the function's role."""
+    """The function's code. The operator-side parts are left out (functions/stack and the deploy, undeploy
+    and doctor commands): they run on the operator's machine with the operator's credentials, never with
+    the function's role."""
+    operator_side = ("functions/commands/deploy.py", "functions/commands/doctor.py")
     for folder, _, files in os.walk(os.path.join(ROOT, "functions")):
-        if os.path.relpath(folder, ROOT).replace(os.sep, "/").startswith("functions/deploy"):
+        if os.path.relpath(folder, ROOT).replace(os.sep, "/").startswith("functions/stack"):
             continue
         for name in sorted(files):
-            if name.endswith(".py"):
+            rel = os.path.relpath(os.path.join(folder, name), ROOT).replace(os.sep, "/")
+            if name.endswith(".py") and rel not in operator_side:
                 yield os.path.join(folder, name), open(os.path.join(folder, name)).read()
 
 
@@ -324,7 +328,7 @@ def test_kms_grant_is_the_configured_secret_and_no_key_is_in_the_template():
 def test_package_resolves_the_templates_handler(tmp_path):
     """Build the zip, unpack it, and import the handler the way FC does: <file>.<function> from the root."""
     out = tmp_path / "pkg.zip"
-    names = package.build(str(out))
+    names = code_package.build(str(out))
     assert "index.py" in names and "functions/handler.py" in names and "node_bootstrap/mig/solver.py" in names
     assert "pynvml.py" in names  # delivery builds the node bundle from it inside FC
     assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
@@ -364,16 +368,16 @@ def test_ssh_settings_come_from_parameters():
 
 
 def test_package_dependencies_are_the_projects(tmp_path):
-    """package.DEPENDENCIES (checked in every --deps folder) is pyproject's runtime list, the KMS SDK in it;
+    """code_package.DEPENDENCIES (checked in every --deps folder) is pyproject's runtime list, the KMS SDK in it;
     a --deps folder without one of them is refused with one line."""
     text = open(os.path.join(ROOT, "pyproject.toml")).read()
     block = text[text.index("dependencies = ["):]
     listed = re.findall(r'"([^"]+)"', block[:block.index("]")])
-    assert sorted(req for req, _ in package.DEPENDENCIES) == sorted(listed)
+    assert sorted(req for req, _ in code_package.DEPENDENCIES) == sorted(listed)
     assert any(req.startswith("alibabacloud-kms20160120") for req in listed)
     deps = tmp_path / "deps"
     (deps / "paramiko").mkdir(parents=True)
-    proc = subprocess.run([sys.executable, "-m", "functions.package", "--out", str(tmp_path / "x.zip"), "--deps",
+    proc = subprocess.run([sys.executable, "-m", "functions.commands.package", "--out", str(tmp_path / "x.zip"), "--deps",
                            str(deps)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "alibabacloud-kms20160120" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
@@ -383,11 +387,11 @@ def test_package_carries_a_known_hosts_file(tmp_path):
     known = tmp_path / "known"
     known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBWkVjqQx\n")
     out = tmp_path / "pkg.zip"
-    names = package.build(str(out), known_hosts=str(known))
-    assert package.KNOWN_HOSTS_NAME in names
+    names = code_package.build(str(out), known_hosts=str(known))
+    assert code_package.KNOWN_HOSTS_NAME in names
     with zipfile.ZipFile(out) as archive:
         assert archive.read("known_hosts") == known.read_bytes()
-    missing = subprocess.run([sys.executable, "-m", "functions.package", "--out", str(tmp_path / "x.zip"),
+    missing = subprocess.run([sys.executable, "-m", "functions.commands.package", "--out", str(tmp_path / "x.zip"),
                               "--known-hosts", str(tmp_path / "nope")], cwd=ROOT, capture_output=True, text=True,
                              timeout=60)
     assert missing.returncode == 2 and missing.stderr.strip().startswith("error: --known-hosts")

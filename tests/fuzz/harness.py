@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from functions.cluster import InventoryLookup
 from functions.delivery import bundle as bundle_mod
 from functions.delivery.command import encode_args, encode_names
-from functions.delivery.executor import DeliveryExecutor
-from functions.delivery.result import NodeResult
+from functions.delivery.node_executor import DeliveryExecutor
+from functions.delivery.outcome import NodeResult
 from functions.delivery.transport import ScriptMaker
 from functions.logs import JsonLogger
 from functions.pipeline import run_event

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from functions.cluster import InventoryLookup
-from functions.delivery.executor import DeliveryExecutor
-from functions.delivery.result import NodeResult
-from functions.kube_client import LiveKube
+from functions.delivery.node_executor import DeliveryExecutor
+from functions.delivery.outcome import NodeResult
+from functions.rollout.kube import LiveKube
 from functions.logs import JsonLogger
 from functions.pipeline import run_event
 from functions.settings import load_settings
@@ -135,7 +135,7 @@ class Cluster:
 
 @pytest.fixture
 def cluster(kube_api, tmp_path, monkeypatch):  # noqa: F811
-    from functions import rollout
+    from functions.rollout import run as rollout
 
     c = Cluster(kube_api, tmp_path)
     monkeypatch.setattr(rollout, "clock", c.clock)  # the rollout runs on the test's time

@@ -3,7 +3,7 @@ PodDisruptionBudget, and a last invocation that finds every node done."""
 
 import json
 
-from functions.cli import main
+from functions.commands.main import main
 
 
 def test_demo_rolls_the_example_pool(capsys):

@@ -6,7 +6,7 @@ import json
 from functions.logs import JsonLogger
 from functions.pipeline import run_event
 from functions.settings import load_settings
-from functions.status import collect
+from functions.commands.status import collect
 from tests.function.conftest import cloud_env, emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
 from tests.rollout.conftest import capacity, node_labels
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)

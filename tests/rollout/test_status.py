@@ -3,10 +3,10 @@ deferred and allocatable MIG resources; from a snapshot with kube_nodes and from
 
 import json
 
-from functions.cli import main
+from functions.commands.main import main
 from functions.cluster import InventoryLookup
 from functions.settings import load_settings
-from functions.status import collect
+from functions.commands.status import collect
 from tests.rollout.conftest import NEW, OLD, capacity, node_labels, snapshot
 
 

@@ -233,8 +233,8 @@ def test_progress_as_nodes_finish_and_one_log_line_per_node(cluster):
     import json
 
     from functions.cluster import InventoryLookup
-    from functions.delivery.executor import DeliveryExecutor
-    from functions.invoke import Progress
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.commands.invoke import Progress
     from functions.logs import JsonLogger
     from functions.pipeline import run_event
     from functions.settings import load_settings

@@ -18,8 +18,8 @@ from typing import Dict, List
 
 import yaml
 
-from .. import settings
-from ..package import KNOWN_HOSTS_NAME, ROOT
+from functions import settings
+from functions.stack.code_package import KNOWN_HOSTS_NAME, ROOT
 
 TEMPLATE = os.path.join(ROOT, "template.yml")
 DEFAULT_STACK = "ack-mig-hook"
@@ -137,8 +137,8 @@ def _common(args):
         problems.append("--cluster-id (or ACK_MIG_CLUSTER_ID)")
     if problems:
         raise UsageError("missing %s" % " and ".join(problems))
-    from .credentials import resolve
-    from .stack import Stacks
+    from functions.stack.credentials import resolve
+    from functions.stack.ros import Stacks
 
     keys = resolve()
     stacks = Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT))
@@ -154,9 +154,9 @@ def run(args) -> int:
 
 
 def deploy(args) -> int:
-    from . import build
-    from .stack import StackError
-    from .upload import upload
+    from functions.stack import build
+    from functions.stack.ros import StackError
+    from functions.stack.upload import upload
 
     args.bucket = args.bucket or ("ack-mig-hook-%s" % args.cluster_id).lower()[:63]
     declared = _template_parameters()

@@ -1,4 +1,4 @@
-"""The delivery executor: decisions in, one outcome per node out (``functions.executor`` loads it).
+"""The delivery executor: decisions in, one outcome per node out (``functions.point_of_change`` loads it).
 
 For one request: ``skip`` decisions become ``skipped`` and ``error`` decisions ``failed`` without
 touching their node; ``partition`` decisions go to the configured transport in one call (so Cloud
@@ -16,13 +16,13 @@ import sys
 from contextlib import nullcontext
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..errors import ConfigurationError, RetryLater
-from ..model import ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP
-from ..settings import Settings
-from . import bundle as bundle_mod
-from .command import DEFAULT_ROOT, node_args
-from .result import FAILED, PARTITIONED, SKIPPED, UNCHANGED, NodeTarget, Outcome, outcome
-from .transport import ScriptMaker, Transport
+from functions.errors import ConfigurationError, RetryLater
+from functions.model import ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP
+from functions.settings import Settings
+from functions.delivery import bundle as bundle_mod
+from functions.delivery.command import DEFAULT_ROOT, node_args
+from functions.delivery.outcome import FAILED, PARTITIONED, SKIPPED, UNCHANGED, NodeTarget, Outcome, outcome
+from functions.delivery.transport import ScriptMaker, Transport
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class DeliveryExecutor:
     def from_settings(cls, settings: Settings, transport: Optional[Transport] = None) -> "DeliveryExecutor":
         """Everything checked now, so a wrong setting ends the event as one ``error`` line (nothing has
         been touched yet) instead of a failure halfway through the nodes."""
-        from .taint import parse_taint
+        from functions.delivery.taint import parse_taint
 
         d = settings.delivery
         try:
@@ -56,15 +56,15 @@ class DeliveryExecutor:
             raise ConfigurationError("delivery: %s" % exc) from None
 
         def lifecycle():
-            from .lifecycle import Lifecycle
-            from .rpc import ESS_VERSION, Backoff, RpcClient
+            from functions.delivery.lifecycle import Lifecycle
+            from functions.delivery.rpc import ESS_VERSION, Backoff, RpcClient
 
             ess = RpcClient("ess", ESS_VERSION, settings.region, settings.credentials, d.ess_endpoint,
                             settings.api_timeout_s, Backoff(settings.api_max_attempts + 2))
             return Lifecycle(ess, d.lifecycle_failure_result, heartbeat_s=d.lifecycle_heartbeat_s)
 
         def taints(cluster_id):
-            from .taint import TaintRemover, cs_kubeconfig, parse_taint
+            from functions.delivery.taint import TaintRemover, cs_kubeconfig, parse_taint
 
             if not d.startup_taint or not cluster_id:
                 return None
@@ -82,7 +82,7 @@ class DeliveryExecutor:
             names[d.instance_id] = d.node_name or ""
             if d.action == ACTION_SKIP:
                 outcomes[d.instance_id] = Outcome(d.instance_id, d.node_name or "", SKIPPED, d.reason)
-            elif d.action == ACTION_PARTITION and getattr(d, "disable", False):  # MIG off (functions/rollout.py)
+            elif d.action == ACTION_PARTITION and getattr(d, "disable", False):  # MIG off (functions/rollout/run.py)
                 args = ["--json"] + list(self.extra_args) + ["disable"]
                 targets.append(NodeTarget(d.instance_id, d.node_name or "", d.ip_address or "", tuple(args)))
             elif d.action == ACTION_ERROR or d.partition is None:
@@ -122,7 +122,7 @@ class DeliveryExecutor:
 
     @staticmethod
     def _answer(lifecycle, hook, outcomes: Dict[str, Outcome], order: Sequence[str]) -> None:
-        from .rpc import ApiError
+        from functions.delivery.rpc import ApiError
 
         try:
             sent = lifecycle.complete(hook, list(outcomes.values()))
@@ -174,17 +174,17 @@ def make_transport(settings: Settings, sim_state_dir: Optional[str] = None, root
     d = settings.delivery
     maker = ScriptMaker(bundle_mod.build(), d.node_timeout_s, root or DEFAULT_ROOT, python or "python3")
     if d.transport == "local":
-        from .local import LocalTransport
+        from functions.delivery.local import LocalTransport
 
         maker.python = python or sys.executable
         return LocalTransport(maker, sim_state_dir=sim_state_dir)
     if d.transport == "ssh":
-        from .ssh import SshTransport, key_from_settings
+        from functions.delivery.ssh import SshTransport, key_from_settings
 
         return SshTransport(maker, key_from_settings(settings), d.ssh_known_hosts, d.ssh_user,
                             d.ssh_port, d.ssh_host_key_policy, d.ssh_concurrency, settings.api_timeout_s)
-    from .cloud_assistant import CloudAssistantTransport
-    from .rpc import ECS_VERSION, Backoff, RpcClient
+    from functions.delivery.cloud_assistant import CloudAssistantTransport
+    from functions.delivery.rpc import ECS_VERSION, Backoff, RpcClient
 
     ecs = RpcClient("ecs", ECS_VERSION, settings.region, settings.credentials, d.ecs_endpoint,
                     settings.api_timeout_s, Backoff(settings.api_max_attempts + 2))

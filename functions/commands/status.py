@@ -14,7 +14,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional
 
-from . import rollout_plan as rp
+from functions.rollout import waves as rp
 
 FAILED_STATES = ("failed",)
 
@@ -109,17 +109,17 @@ def configure(parser, command):
 
 
 def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, Any]:
-    from .logs import JsonLogger
-    from .pipeline import run_event
-    from .rollout import kube_view
+    from functions.logs import JsonLogger
+    from functions.pipeline import run_event
+    from functions.rollout.run import kube_view
 
     cluster = getattr(lookup, "cluster_id", None) or settings.cluster_id
     if not cluster:
-        from .settings import SettingsError
+        from functions.settings import SettingsError
 
         raise SettingsError("status needs a cluster: give --inventory FILE or set ACK_MIG_CLUSTER_ID")
     if lookup is None:  # the live cluster: the ACK API for pools and nodes, the API server for the rest
-        from .cs_lookup import CsLookup
+        from functions.cs_lookup import CsLookup
 
         kube = kube if kube is not None else kube_view(None, None, settings, cluster)
         lookup = CsLookup(settings)
@@ -132,7 +132,7 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
     if kube is not None:
         from node_bootstrap.kube import KubeError
 
-        from .kube_client import kube_nodes_by_name
+        from functions.rollout.kube import kube_nodes_by_name
 
         try:
             known = kube_nodes_by_name(kube)
@@ -142,14 +142,14 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
 
 
 def run(args):
-    from .errors import BadInventory
-    from .settings import SettingsError, load_settings
+    from functions.errors import BadInventory
+    from functions.settings import SettingsError, load_settings
 
     try:
         settings = load_settings()
         lookup = None
         if args.inventory:
-            from .cluster import InventoryLookup
+            from functions.cluster import InventoryLookup
 
             lookup = InventoryLookup.from_file(args.inventory)
         status = collect(settings, lookup)

@@ -20,8 +20,8 @@ from urllib.parse import quote
 
 from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig
 
-from .errors import BadInventory
-from .rollout_plan import KubeNode
+from functions.errors import BadInventory
+from functions.rollout.waves import KubeNode
 
 EVENT_NAMESPACE = "default"  # Node events live in "default", as the kubelet's own do
 
@@ -68,7 +68,7 @@ class LiveKube:
 
     @classmethod
     def from_settings(cls, settings: Any, cluster_id: str) -> "LiveKube":
-        from .delivery.taint import cs_kubeconfig
+        from functions.delivery.taint import cs_kubeconfig
 
         fetch = cs_kubeconfig(settings, cluster_id)
         return cls(lambda: client_from_kubeconfig_text(fetch()))

@@ -8,8 +8,8 @@ the SDK's own for the region (it maps most regions to ``ros.aliyuncs.com``) unle
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from ..settings import Endpoint
-from .credentials import Keys
+from functions.settings import Endpoint
+from functions.stack.credentials import Keys
 
 # ROS answers an UpdateStack whose template and parameters are unchanged with this code ("Update the
 # completely same stack ... is not supported"): for us that is "nothing to do", not a failure.

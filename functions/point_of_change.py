@@ -11,8 +11,8 @@ when no decision says ``partition``: a lifecycle hook must be answered whatever 
 import importlib
 from typing import Any, Dict, List, Optional, Protocol, Sequence
 
-from .model import ACTION_PARTITION, Decision, Request
-from .settings import Settings
+from functions.model import ACTION_PARTITION, Decision, Request
+from functions.settings import Settings
 
 NodeResult = Dict[str, Any]
 
@@ -53,7 +53,7 @@ class UnavailableExecutor:
                 for d in decisions if d.action == ACTION_PARTITION]
 
 
-DELIVERY_MODULE = "functions.delivery.executor"
+DELIVERY_MODULE = "functions.delivery.node_executor"
 
 
 def make_executor(settings: Settings, dry_run: bool) -> Executor:

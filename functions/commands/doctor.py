@@ -21,8 +21,8 @@ import os
 import sys
 from typing import Any, Dict, List, NamedTuple, Optional
 
-from .. import settings
-from ..package import ROOT
+from functions import settings
+from functions.stack.code_package import ROOT
 
 RBAC_FILE = os.path.join(ROOT, "deploy", "rbac.yaml")
 ROLE_NAME = "ack-mig-hook"
@@ -59,8 +59,8 @@ def _version(text: str) -> Optional[tuple]:
 # ---- the checks, each from facts already fetched (pure), so tests can read them one by one ----
 
 def pool_checks(cluster_id: str, pools: List[Any]) -> List[Check]:
-    from ..decide import decide_instance, has_partition_label
-    from ..model import Node
+    from functions.decide import decide_instance, has_partition_label
+    from functions.model import Node
 
     labelled = [p for p in pools if has_partition_label(p)]
     out = [Check("ok" if labelled else "warn", "cluster", "%d node pools, %d with a partition label%s" % (
@@ -190,9 +190,9 @@ def cluster_checks(nodes: List[Dict[str, Any]], pods: List[Dict[str, Any]]) -> L
 # ---- gathering (the only part that talks to the cloud) ----
 
 def _gather(args) -> List[Check]:
-    from ..cs_lookup import CsLookup
-    from .credentials import resolve
-    from .stack import Stacks
+    from functions.cs_lookup import CsLookup
+    from functions.stack.credentials import resolve
+    from functions.stack.ros import Stacks
 
     keys = resolve()
     checks = [Check("ok", "credentials", "access key %s****" % keys.access_key_id[:6])]
@@ -207,7 +207,7 @@ def _gather(args) -> List[Check]:
     stack = stacks.find(args.stack_name)
     checks += stack_checks(stacks.get(stack["StackId"]) if stack else None,
                            stacks.resources(stack["StackId"]) if stack else [], args.stack_name)
-    from ..decide import has_partition_label
+    from functions.decide import has_partition_label
 
     names = {}
     for pool in pools:
@@ -219,7 +219,7 @@ def _gather(args) -> List[Check]:
 
 
 def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
-    from ..delivery.rpc import ECS_VERSION, RpcClient
+    from functions.delivery.rpc import ECS_VERSION, RpcClient
 
     client = RpcClient("ecs", ECS_VERSION, config.region, config.credentials, config.delivery.ecs_endpoint)
     rows: List[Dict[str, Any]] = []
@@ -239,8 +239,8 @@ def _kube_checks(args, config) -> List[Check]:
         if args.kubeconfig:
             client = KubeClient(load_kubeconfig(args.kubeconfig))
         else:
-            from ..cs_lookup import CsLookup
-            from ..kube_client import client_from_kubeconfig_text
+            from functions.cs_lookup import CsLookup
+            from functions.rollout.kube import client_from_kubeconfig_text
 
             client = client_from_kubeconfig_text(CsLookup(config).user_kubeconfig(args.cluster_id, private=False))
         role = _get(client, "/apis/rbac.authorization.k8s.io/v1/clusterroles/" + ROLE_NAME)

@@ -1,12 +1,12 @@
 """Rolling repartition of running nodes: from the decisions to a plan, and the executors that carry it out.
 
 :func:`prepare` takes the pipeline's decisions and, for the events that reconcile running nodes (the
-timer, a node pool modification, a manual run), asks the Kubernetes side (``functions.kube_client``) what
+timer, a node pool modification, a manual run), asks the Kubernetes side (``functions.rollout.kube``) what
 each running node has applied. It turns each ``partition`` decision of such a node into ``skip`` (already
 right: nothing is sent), a wave node (kept ``partition``) or ``defer`` (beyond ``max-unavailable``), with
-reasons that name the rollout and the wave (``functions.rollout_plan`` decides, purely).
+reasons that name the rollout and the wave (``functions.rollout.waves`` decides, purely).
 
-The returned :class:`Rollout` swaps the executor, as a dry run swaps it (``functions.executor``): a real
+The returned :class:`Rollout` swaps the executor, as a dry run swaps it (``functions.point_of_change``): a real
 run gets :class:`RolloutExecutor` (cordon, drain, apply through the delivery executor, wait for capacity,
 uncordon, every step recorded in the node annotation before the next begins, so a function killed at
 any point continues on the next invocation without repeating a finished node), a dry run gets
@@ -27,10 +27,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from node_bootstrap.kube import KubeError
 from node_bootstrap.mig import PartitionSpec
 
-from . import rollout_plan as rp
-from .drain import evict_pass, gpu_pods
-from .model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision
-from .result import Trigger
+from functions.rollout import waves as rp
+from functions.rollout.drain import evict_pass, gpu_pods
+from functions.model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision
+from functions.event_result import Trigger
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class Rollout:
 
 
 def _has_label(pool: Any) -> bool:
-    from .decide import has_partition_label
+    from functions.decide import has_partition_label
 
     return has_partition_label(pool)
 
@@ -212,7 +212,7 @@ def removal_targets(request: Any, lookup: Any, cluster: str, kube: Any, taken: S
 
 
 def rp_nodes(kube: Any) -> Dict[str, rp.KubeNode]:
-    from .kube_client import kube_nodes_by_name
+    from functions.rollout.kube import kube_nodes_by_name
 
     return kube_nodes_by_name(kube)
 
@@ -457,9 +457,9 @@ def kube_view(inventory: Any, lookup: Any, settings: Any, cluster_id: str) -> An
         nodes = getattr(lookup, "kube_nodes", None)
         if nodes is None:
             return None
-        from .kube_client import MemoryKube
+        from functions.rollout.kube import MemoryKube
 
         return MemoryKube.from_snapshot(nodes)
-    from .kube_client import LiveKube
+    from functions.rollout.kube import LiveKube
 
     return LiveKube.from_settings(settings, cluster_id)

@@ -1,7 +1,7 @@
 """Rolling repartition of running nodes: which node needs work, which ones this wave takes, which wait.
 
 Pure: the Kubernetes side of each node comes in as :class:`KubeNode` (labels, annotations, cordon,
-allocatable), nothing is looked up here. The rollout executor (``functions.rollout``) carries the plan
+allocatable), nothing is looked up here. The rollout executor (``functions.rollout.run``) carries the plan
 out and records each node's progress in the node annotation :data:`PROGRESS_ANNOTATION`, which is also
 what the next invocation plans from: the function holds no state of its own.
 

@@ -15,7 +15,7 @@ import sys
 from importlib import metadata
 from typing import Dict, List, Tuple
 
-from .. import package
+from functions.stack import code_package
 
 PROJECT = "ack-mig-hook"
 FC_PYTHON = "3.10"
@@ -108,7 +108,7 @@ def build(out_path: str, deps_dir: str, known_hosts: str = "") -> str:
     if wrong:
         raise BuildError("built for another Python or platform than FC's python%s on Linux x86_64: %s"
                          % (FC_PYTHON, "; ".join(wrong)))
-    package.build(out_path, deps_dir, known_hosts=known_hosts)
+    code_package.build(out_path, deps_dir, known_hosts=known_hosts)
     digest = hashlib.sha256()
     with open(out_path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

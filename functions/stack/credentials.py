@@ -29,7 +29,7 @@ class Keys(NamedTuple):
 def resolve() -> Keys:
     # The environment first, read now: alibabacloud_credentials reads it once, when it is imported, so a
     # long-lived process (or a test run) would otherwise keep the first keys it saw.
-    from ..settings import ACCESS_KEY_ID, ACCESS_KEY_SECRET, SECURITY_TOKEN, env_text
+    from functions.settings import ACCESS_KEY_ID, ACCESS_KEY_SECRET, SECURITY_TOKEN, env_text
 
     env_id, env_secret = env_text(ACCESS_KEY_ID), env_text(ACCESS_KEY_SECRET)
     if env_id and env_secret:

@@ -11,7 +11,7 @@ With ``--inventory`` the cluster comes from a snapshot file and no credentials a
 import json
 import sys
 
-from .errors import BadInventory
+from functions.errors import BadInventory
 
 
 class EventFileError(ValueError):
@@ -91,8 +91,8 @@ def _event_region(raw):
 
 def _reaches_the_cluster(raw):
     """Whether the event passes stage 1 (an event skipped there, or refused as bad, needs no cloud)."""
-    from .envelope import read_envelope
-    from .errors import EventOutcome
+    from functions.envelope import read_envelope
+    from functions.errors import EventOutcome
 
     try:
         read_envelope(raw)
@@ -104,8 +104,8 @@ def _reaches_the_cluster(raw):
 def _settings(args, raw):
     """Settings from the environment with the command line's --region/--cluster-id (else the event's
     region); every missing setting reported at once."""
-    from . import settings as names
-    from .settings import SettingsError, load_settings
+    from functions import settings as names
+    from functions.settings import SettingsError, load_settings
 
     env = names.environment()
     if args.region:
@@ -142,16 +142,16 @@ class Progress:
 
 
 def run(args):
-    from .logs import JsonLogger
-    from .pipeline import run_event
-    from .settings import SettingsError
+    from functions.logs import JsonLogger
+    from functions.pipeline import run_event
+    from functions.settings import SettingsError
 
     try:
         raw = _read_event(args.event)
         settings = _settings(args, raw)
         lookup = None
         if args.inventory:
-            from .cluster import InventoryLookup
+            from functions.cluster import InventoryLookup
 
             lookup = InventoryLookup.from_file(args.inventory)
     except (EventFileError, BadInventory, SettingsError) as exc:

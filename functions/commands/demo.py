@@ -11,7 +11,7 @@ guide's reason and a pool whose label is refused with the parser's message.
 
 Then a label change rolled across a running pool (``examples/inventory-rollout.json``: three A100 nodes
 partitioned 7 x 1g.5gb, the pool's label now 3g.20gb-3g.20gb): the Kubernetes side is held in memory
-(``functions.kube_client.MemoryKube``, the same eviction rule as the API server), the nodes are the same
+(``functions.rollout.kube.MemoryKube``, the same eviction rule as the API server), the nodes are the same
 simulated ones, and a stand-in for the device plugin publishes each node's new ``nvidia.com/mig-*``
 capacity from the node's own result. The first invocation takes one node (max-unavailable 1), defers the
 next, skips the one already right, and its drain waits on a PodDisruptionBudget until the workload's
@@ -23,7 +23,8 @@ import os
 import sys
 import tempfile
 
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+# functions/commands/demo.py -> the source tree's examples/ folder
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 SIM_BACKEND = "sim:A100-SXM4-40GB:8"  # ecs.ebmgn7.26xlarge: 8 x A100 SXM4 40GB
 
 
@@ -43,7 +44,7 @@ def argparse_suppress():
 def _settings(tmp):
     """Local transport, simulated 8-GPU nodes, and everything the node would touch kept inside ``tmp``:
     no node labels (no cluster), no device plugin or GPU clients to stop, its own lock and state."""
-    from .settings import load_settings
+    from functions.settings import load_settings
 
     node_args = ("--backend %s --no-label --clients= --device-plugin-restart none --lock-file %s "
                  "--state-dir %s" % (SIM_BACKEND, os.path.join(tmp, "node.lock"), os.path.join(tmp, "state")))
@@ -75,8 +76,8 @@ def _gpu_lines(gpus):
 
 
 def _run_once(raw, settings, inventory, executor, kube=None):
-    from .logs import JsonLogger
-    from .pipeline import run_event
+    from functions.logs import JsonLogger
+    from functions.pipeline import run_event
 
     quiet = JsonLogger("OFF", stream=sys.stderr)
     return run_event(raw, settings, inventory=inventory, executor=executor, logger=quiet, kube=kube)
@@ -116,10 +117,10 @@ class _DevicePlugin:
 
 def _rollout(settings, tmp, transport):
     """Three invocations of a reconcile over the rollout example; returns their results."""
-    from . import rollout
-    from .cluster import InventoryLookup
-    from .delivery.executor import DeliveryExecutor
-    from .kube_client import MemoryKube
+    from functions.rollout import run as rollout
+    from functions.cluster import InventoryLookup
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.rollout.kube import MemoryKube
 
     lookup = InventoryLookup.from_file(os.path.join(EXAMPLES, "inventory-rollout.json"))
     kube = MemoryKube.from_snapshot(lookup.kube_nodes or {})
@@ -163,7 +164,7 @@ def _print_rollout(runs, kube):
 
 
 def run(args):
-    from .delivery.executor import DeliveryExecutor, make_transport
+    from functions.delivery.node_executor import DeliveryExecutor, make_transport
 
     with open(args.event, "rb") as fh:
         raw = fh.read()

@@ -1,4 +1,4 @@
-"""Build the Function Compute code package: ``python -m functions.package --out dist/ack-mig-hook.zip``.
+"""The Function Compute code package: a zip of the sources (``python -m functions.commands.package`` writes one).
 
 FC 3.0 resolves a Python handler as ``<file>.<function>`` with the file at the root of the package
 (``index.handler`` -> ``index.py``, function ``handler``), which is the only form its documentation gives.
@@ -8,17 +8,16 @@ So the zip carries an ``index.py`` at its root that re-exports ``functions.handl
 their contents are added at the root too, where FC's Python finds them.
 """
 
-import argparse
 import os
-import sys
 import zipfile
 
 HANDLER = "index.handler"  # what template.yml must say
-INDEX_PY = '''"""Function Compute entry point (Handler: index.handler). Built by functions/package.py."""
+INDEX_PY = '''"""Function Compute entry point (Handler: index.handler). Built by functions/stack/code_package.py."""
 
 from functions.handler import handler  # noqa: F401
 '''
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# functions/stack/code_package.py -> the source tree's root
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The function's runtime dependencies (pyproject.toml [project] dependencies, which a test keeps equal)
 # and the top-level module each one installs: a --deps folder without one of them would build a package
 # that fails on its first real event (the KMS SDK, for instance, only on the first ssh event).
@@ -105,36 +104,3 @@ def build(out_path: str, deps_dir: str = "", root: str = ROOT, known_hosts: str 
                     archive.write(full, top)
                     names.append(top)
     return names
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m functions.package", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(ROOT, "dist", "ack-mig-hook.zip"))
-    parser.add_argument("--deps", default="", metavar="DIR", help="a pip --target directory to include")
-    parser.add_argument("--known-hosts", default="", metavar="FILE",
-                        help="the nodes' host keys for the ssh transport, packaged as /code/known_hosts")
-    parser.add_argument("--requirements", action="store_true",
-                        help="print the runtime requirements, one a line (for pip install --target DIR)")
-    args = parser.parse_args(argv)
-    if args.requirements:
-        print("\n".join(req for req, _ in DEPENDENCIES))
-        return 0
-    if args.deps and not os.path.isdir(args.deps):
-        print("error: --deps %s is not a directory" % args.deps, file=sys.stderr)
-        return 2
-    lacking = missing_dependencies(args.deps) if args.deps else []
-    if lacking:
-        print("error: --deps %s lacks %s; install them there: python -m pip install --target %s "
-              "$(python -m functions.package --requirements) ..." % (args.deps, ", ".join(lacking), args.deps),
-              file=sys.stderr)
-        return 2
-    if args.known_hosts and not os.path.isfile(args.known_hosts):
-        print("error: --known-hosts %s is not a file" % args.known_hosts, file=sys.stderr)
-        return 2
-    names = build(args.out, args.deps, known_hosts=args.known_hosts)
-    print("%s: %d files, handler %s" % (args.out, len(names), HANDLER))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

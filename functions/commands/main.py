@@ -12,16 +12,16 @@ from typing import List, Optional
 
 # subcommand -> (module, help). Each module exposes configure(parser) and run(args) -> int.
 COMMANDS = {
-    "profiles": ("functions.cli_core", "list the MIG profiles of a GPU model"),
-    "plan": ("functions.cli_core", "place a partition label on a GPU model and show the layout"),
-    "invoke": ("functions.invoke", "run the function's pipeline locally on an event file (not the deployed "
+    "profiles": ("functions.commands.plan", "list the MIG profiles of a GPU model"),
+    "plan": ("functions.commands.plan", "place a partition label on a GPU model and show the layout"),
+    "invoke": ("functions.commands.invoke", "run the function's pipeline locally on an event file (not the deployed "
                                    "function)"),
-    "demo": ("functions.demo", "the bundled example end to end on simulated nodes"),
-    "status": ("functions.status", "the fleet per pool: layout, pending, failed, deferred, MIG resources"),
-    "convert": ("functions.convert_cli", "NVIDIA mig-parted configs to pool label values and back"),
-    "deploy": ("functions.deploy.command", "build, upload and create or update the ROS stack, then wait for it"),
-    "undeploy": ("functions.deploy.command", "delete the ROS stack and wait until it is gone"),
-    "doctor": ("functions.deploy.doctor", "read-only preflight: what is ready and what is missing, line by line"),
+    "demo": ("functions.commands.demo", "the bundled example end to end on simulated nodes"),
+    "status": ("functions.commands.status", "the fleet per pool: layout, pending, failed, deferred, MIG resources"),
+    "convert": ("functions.commands.convert", "NVIDIA mig-parted configs to pool label values and back"),
+    "deploy": ("functions.commands.deploy", "build, upload and create or update the ROS stack, then wait for it"),
+    "undeploy": ("functions.commands.deploy", "delete the ROS stack and wait until it is gone"),
+    "doctor": ("functions.commands.doctor", "read-only preflight: what is ready and what is missing, line by line"),
 }
 
 
@@ -68,7 +68,7 @@ def main(argv=None):
     except Exception as exc:  # the last line of defence: no traceback reaches a user
         from node_bootstrap.mig import MigInputError
 
-        from .settings import DEBUG, env_text
+        from functions.settings import DEBUG, env_text
 
         if env_text(DEBUG):
             raise

@@ -6,8 +6,8 @@ import base64
 import hashlib
 from typing import Optional
 
-from ..settings import Endpoint
-from .credentials import Keys
+from functions.settings import Endpoint
+from functions.stack.credentials import Keys
 
 
 class UploadError(RuntimeError):
