@@ -1,0 +1,119 @@
+"""The code's layout, read with ``ast``: imports go one way (commands -> handler -> pipeline -> the rest ->
+node_bootstrap), the pure core imports nothing that does I/O, and no two modules share a file name.
+
+An import is every ``import``/``from ... import`` anywhere in a module (also inside functions: the lazy
+imports count), resolved to an absolute module name, plus every string constant that names one of the
+project's modules (``importlib.import_module("functions.delivery.node_executor")`` is an import too).
+"""
+
+import ast
+import os
+from collections import Counter
+from typing import Dict, Set
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Computation only: no files, sockets, processes, clocks or environment behind any of these.
+COMPUTE_STDLIB = {"collections", "dataclasses", "enum", "functools", "itertools", "json", "math", "re", "typing"}
+# The pure core: catalogue, label parsing, solver, the rollout's wave planning, the mig-parted converter,
+# the per-instance decision and the instance-family table, and the typed vocabulary they share.
+PURE_PACKAGES = ("node_bootstrap.mig",)
+PURE_MODULES = {"functions.rollout.waves", "functions.migparted", "functions.decide", "functions.families",
+                "functions.model", "functions.event_result", "functions.errors"}
+PURE_THIRD_PARTY = {"pydantic"}  # the vocabulary's types (functions.model): validation, no I/O
+
+# Higher rank imports lower, never the other way: the command line sits on the FC entry point's pipeline.
+RANKS = (("functions.commands", 3), ("functions.handler", 2), ("functions.pipeline", 1))
+
+
+def _modules() -> Dict[str, str]:
+    out = {}
+    for top in ("functions", "node_bootstrap"):
+        for folder, dirs, files in os.walk(os.path.join(ROOT, top)):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    module = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                    out[module[:-len(".__init__")] if module.endswith(".__init__") else module] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(module: str) -> Set[str]:
+    path = MODULES[module]
+    package = module if path.endswith("__init__.py") else module.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = base + "." + node.module if node.module else base
+            found.add(base)
+            # ``from functions.rollout import waves`` imports the module functions.rollout.waves
+            found.update(base + "." + a.name for a in node.names if base + "." + a.name in MODULES)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in MODULES:
+            found.add(node.value)
+    return found
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def _rank(name: str) -> int:
+    return next((rank for package, rank in RANKS if _within(name, package)), 0)
+
+
+def test_imports_only_go_down():
+    def upward(m, i):  # commands may use each other (main dispatches to the rest)
+        return _rank(i) > 0 and _rank(i) >= _rank(m) and not _rank(i) == _rank(m) == 3
+
+    wrong = ["%s imports %s" % (m, i) for m in MODULES if _within(m, "functions") for i in _imports(m) if upward(m, i)]
+    assert wrong == []
+
+
+def test_nothing_outside_the_command_package_imports_it():
+    wrong = ["%s imports %s" % (m, i) for m in MODULES if not _within(m, "functions.commands")
+             for i in _imports(m) if _within(i, "functions.commands")]
+    assert wrong == []
+
+
+def test_node_bootstrap_never_imports_the_function():
+    wrong = ["%s imports %s" % (m, i) for m in MODULES if _within(m, "node_bootstrap")
+             for i in _imports(m) if _within(i, "functions")]
+    assert wrong == []
+
+
+def _pure(name: str) -> bool:
+    return name in PURE_MODULES or any(_within(name, p) for p in PURE_PACKAGES)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if _pure(m)))
+def test_the_pure_core_imports_no_io(module):
+    allowed = COMPUTE_STDLIB | PURE_THIRD_PARTY
+    wrong = sorted(i for i in _imports(module) if not _pure(i) and i.split(".")[0] not in allowed)
+    assert wrong == [], "%s may import only the pure core and %s" % (module, sorted(allowed))
+
+
+def test_no_two_function_modules_share_a_file_name():
+    names = Counter(os.path.basename(p) for m, p in MODULES.items()
+                    if _within(m, "functions") and not p.endswith("__init__.py"))
+    assert sorted(n for n, count in names.items() if count > 1) == []
+
+
+def test_the_rules_see_what_they_forbid():
+    """The checks above find real imports: the command line imports the pipeline, the pipeline the
+    delivery executor by name (a string), and the rollout's run its pure wave planning."""
+    assert "functions.pipeline" in _imports("functions.commands.invoke")
+    assert "functions.delivery.node_executor" in _imports("functions.point_of_change")
+    assert "functions.rollout.waves" in _imports("functions.rollout.run")
+    assert "subprocess" in _imports("functions.stack.build") and not _pure("functions.stack.build")
+    assert _rank("functions.commands.main") > _rank("functions.handler") > _rank("functions.pipeline") > 0
