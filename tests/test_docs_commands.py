@@ -202,10 +202,22 @@ def _help_options(words):
     return set(re.findall(r"(--[a-z][a-z0-9-]*)", proc.stdout))
 
 
+def inline_commands():
+    """Commands written inline in the prose (`ack-mig-hook ...`, `python3 -m node_bootstrap ...`)."""
+    found = []
+    for path in doc_files():
+        text = re.sub(r"^[ \t]*```.*?^[ \t]*```", "", open(os.path.join(ROOT, path), encoding="utf-8").read(),
+                      flags=re.S | re.M)
+        for span in re.findall(r"`([^`\n]+)`", text):
+            if re.match(r"(\.venv/bin/)?ack-mig-hook [a-z]|python3? -m node_bootstrap [a-z-]+ ", span):
+                found.append((path, span, []))
+    return found
+
+
 def shown_cli_commands():
     """(where, program words, options) of each ack-mig-hook / node_bootstrap command not run here."""
     found = []
-    for where, cmd, _ in SHOWN:
+    for where, cmd, _ in SHOWN + inline_commands():
         for segment in re.split(r"\|\||&&|[|;]", cmd.replace("\\\n", " ")):
             m = CLI_WORD.search(segment.split("#", 1)[0])
             if not m:
