@@ -67,7 +67,7 @@ def _add_options(parser, suppress, groups=GROUPS):
     g.add_argument("--sim-state", default=d(None), metavar="PATH", help="simulated node state file")
     if "faults" in groups:
         g.add_argument("--sim-fault", action="append", default=d([]), metavar="KIND",
-                       help="inject a simulator fault (repeatable; see docs/node.md)")
+                       help="inject a simulator fault (repeatable; the kinds are listed in docs/simulator.md, Faults)")
     g.add_argument("--json", action="store_true", default=d(False), help="last stdout line is a JSON result")
     if "kube" in groups:
         g = parser.add_argument_group("Kubernetes (the kubelet's credential)")
