@@ -16,10 +16,12 @@ both. ``stop()`` releases every stalled handler and closes the sockets.
 import json
 import os
 import socket
+import struct
 import threading
-from typing import List
+from typing import Dict, List, Tuple
 
 import paramiko
+from paramiko.common import cMSG_CHANNEL_SUCCESS
 
 from tests.support.sshd import _keypair
 
@@ -48,11 +50,16 @@ class _Server(paramiko.ServerInterface):
         if self.owner.stall == "exec":
             self.owner.release.wait()  # never answered while the server runs
             return False
-        threading.Thread(target=self._bundle_missing, args=(channel,), daemon=True).start()
+        answered = self.owner.answered.setdefault((id(channel.transport), channel.remote_chanid), threading.Event())
+        threading.Thread(target=self._bundle_missing, args=(channel, answered), daemon=True).start()
         return True
 
     @staticmethod
-    def _bundle_missing(channel):
+    def _bundle_missing(channel, answered):
+        # paramiko sends the request's SUCCESS only after this handler returns (channel.py, _handle_request):
+        # output and close sent before it make the client's exec_command fail with "Channel closed.", which a
+        # real sshd never does. So wait until the answer is out (bounded, like every wait here).
+        answered.wait(5)
         channel.sendall((json.dumps(BUNDLE_MISSING) + "\n").encode())
         channel.send_exit_status(10)
         channel.close()
@@ -77,6 +84,7 @@ class StallSshServer:
                                                    self.host_key.get_base64())
         self.release = threading.Event()
         self.events: List[str] = []
+        self.answered: Dict[Tuple[int, int], threading.Event] = {}  # (transport, channel) -> answered
         self._transports: List[paramiko.Transport] = []
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -98,12 +106,27 @@ class StallSshServer:
             except OSError:
                 return
             transport = paramiko.Transport(conn)
+            self._note_answers(transport)
             transport.add_server_key(self.host_key)
             self._transports.append(transport)
             try:
                 transport.start_server(server=_Server(self))
             except (paramiko.SSHException, EOFError, OSError):
                 transport.close()
+
+    def _note_answers(self, transport: paramiko.Transport) -> None:
+        """Set the channel's event once the server has sent SUCCESS for its request (RFC 4254 5.4:
+        byte SSH_MSG_CHANNEL_SUCCESS, uint32 recipient channel)."""
+        send = transport._send_user_message
+
+        def sent(message):
+            send(message)
+            data = message.asbytes()
+            if data[:1] == cMSG_CHANNEL_SUCCESS:
+                key = (id(transport), struct.unpack(">I", data[1:5])[0])
+                self.answered.setdefault(key, threading.Event()).set()
+
+        transport._send_user_message = sent
 
     def stop(self) -> None:
         self.release.set()
