@@ -86,7 +86,8 @@ def test_deploy_uploads_the_package_creates_the_stack_and_waits(cloud, capsys, t
     import hashlib
 
     assert hashlib.sha256(data).hexdigest()[:16] in params["CodeObject"]
-    assert stack["_template"] == open(os.path.join(os.path.dirname(cli.__file__), "..", "template.yml")).read()
+    template = os.path.join(os.path.dirname(cli.__file__), "..", "..", "template.yml")  # functions/commands/
+    assert stack["_template"] == open(template).read()
     assert "CREATE_IN_PROGRESS" in err and "CREATE_COMPLETE" in err  # progress from the stack's events
     assert "CREATE_COMPLETE" in out and "kubectl get nodes" in out and "doctor" in out
     assert ros.calls("ValidateTemplate") == 1 and ros.calls("GetStack") >= 2
