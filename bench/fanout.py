@@ -30,7 +30,7 @@ import _path  # noqa: F401
 
 from functions.delivery import bundle as bundle_mod
 from functions.delivery.cloud_assistant import CloudAssistantTransport
-from functions.delivery.command import node_args
+from functions.delivery.node_script import node_args
 from functions.delivery.outcome import NodeTarget, outcome
 from functions.delivery.rpc import ECS_VERSION, Backoff, RpcClient
 from functions.delivery.ssh import SshTransport, load_key

@@ -32,7 +32,7 @@ def _child(endpoint: str, access_key_id: str, secret: str, token: str, region: s
     """The function's side, in its own process: one transport run over ``nodes`` targets."""
     from functions.delivery import bundle as bundle_mod
     from functions.delivery.cloud_assistant import CALLS_IN_FLIGHT, CloudAssistantTransport
-    from functions.delivery.command import node_args
+    from functions.delivery.node_script import node_args
     from functions.delivery.outcome import NodeTarget, outcome
     from functions.delivery.rpc import ECS_VERSION, Backoff, RpcClient
     from functions.delivery.transport import ScriptMaker

@@ -79,7 +79,7 @@ def _membership(lookup: "ClusterLookup", settings: Settings) -> "Membership":
 def _target_problem(instance_id: str, node: Optional["Node"]) -> Optional[str]:
     """Why a target cannot go into a node command, checked by the command's own rules (a node name or
     instance id from the API that fails them would otherwise fail the whole batch), or None."""
-    from functions.delivery.command import CommandError, encode_names
+    from functions.delivery.node_script import CommandError, encode_names
 
     try:
         # A node that has not joined yet has no name: a stand-in that passes, so its id alone is checked.

@@ -20,7 +20,7 @@ from functions.errors import ConfigurationError, RetryLater
 from functions.model import ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP
 from functions.settings import Settings
 from functions.delivery import bundle as bundle_mod
-from functions.delivery.command import DEFAULT_ROOT, node_args
+from functions.delivery.node_script import DEFAULT_ROOT, node_args
 from functions.delivery.outcome import FAILED, PARTITIONED, SKIPPED, UNCHANGED, NodeTarget, Outcome, outcome
 from functions.delivery.transport import ScriptMaker, Transport
 

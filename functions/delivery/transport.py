@@ -1,14 +1,14 @@
 """The interface every transport implements (pyinfra's connector idea: one interface, one result type).
 
 ``run(targets)`` returns exactly one :class:`~.outcome.NodeResult` per target, in any order; a failing
-node never hides the others. Each transport runs the same script (:mod:`.command`) and, when a node says
+node never hides the others. Each transport runs the same script (:mod:`.node_script`) and, when a node says
 ``bundle-missing``, sends the bundle parts and runs once more: a warm node costs one run, a cold one two.
 """
 
 from typing import Callable, Dict, List, Optional, Protocol, Sequence
 
 from functions.delivery.bundle import Bundle
-from functions.delivery.command import ACS_INSTANCE_ID, DEFAULT_GRACE_S, DEFAULT_ROOT, render
+from functions.delivery.node_script import ACS_INSTANCE_ID, DEFAULT_GRACE_S, DEFAULT_ROOT, render
 from functions.delivery.outcome import NodeResult, NodeTarget
 
 

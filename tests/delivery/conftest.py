@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from functions.delivery import bundle as bundle_mod
-from functions.delivery.command import node_args
+from functions.delivery.node_script import node_args
 from functions.delivery.outcome import NodeTarget
 from functions.delivery.rpc import ECS_VERSION, ESS_VERSION, Backoff, RpcClient
 from functions.delivery.transport import ScriptMaker

@@ -5,7 +5,7 @@ import tarfile
 
 from functions.delivery import bundle
 from functions.delivery.cloud_assistant import RUNCOMMAND_LIMIT
-from functions.delivery.command import node_args, render
+from functions.delivery.node_script import node_args, render
 
 
 def test_the_bundle_is_reproducible_and_holds_node_bootstrap_and_pynvml():

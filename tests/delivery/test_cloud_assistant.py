@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from functions.delivery.cloud_assistant import CloudAssistantTransport
-from functions.delivery.command import DEFAULT_ROOT
+from functions.delivery.node_script import DEFAULT_ROOT
 from functions.delivery.outcome import outcome
 from functions.delivery.rpc import ApiError
 from functions.delivery.transport import ScriptMaker

@@ -8,7 +8,7 @@ import zlib
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from functions.delivery.command import HEREDOC, CommandError, node_args, render
+from functions.delivery.node_script import HEREDOC, CommandError, node_args, render
 
 DIGEST = "ab" * 32
 # The shell part of the script (everything before the runner's heredoc body), with its variable fields.

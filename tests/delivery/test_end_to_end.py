@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from functions.delivery.command import DEFAULT_ROOT
+from functions.delivery.node_script import DEFAULT_ROOT
 from functions.pipeline import run_event
 from functions.settings import load_settings
 from tests.delivery.conftest import SECRET, TOKEN

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from functions.delivery.command import node_args, render
+from functions.delivery.node_script import node_args, render
 from functions.delivery.local import LocalTransport
 from functions.delivery.outcome import parse_output
 from tests.delivery.conftest import node_dirs, targets

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from functions.cluster import InventoryLookup
 from functions.delivery import bundle as bundle_mod
-from functions.delivery.command import encode_args, encode_names
+from functions.delivery.node_script import encode_args, encode_names
 from functions.delivery.node_executor import DeliveryExecutor
 from functions.delivery.outcome import NodeResult
 from functions.delivery.transport import ScriptMaker
