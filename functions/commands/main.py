@@ -61,10 +61,19 @@ def main(argv=None):
         return 2
     module = importlib.import_module(COMMANDS[args.command][0])
     try:
-        return module.run(args)
+        code = module.run(args)
+        sys.stdout.flush()  # piped output is buffered: a closed pipe shows here, not at interpreter exit
+        return code
     except KeyboardInterrupt:
         print("ack-mig-hook: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`... | head`): nothing more to say, and nothing must be written to the closed
+        # pipe at exit either (Python's docs on SIGPIPE), so stdout points at /dev/null from here on.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
     except Exception as exc:  # the last line of defence: no traceback reaches a user
         from node_bootstrap.mig import MigInputError
 

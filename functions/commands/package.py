@@ -1,41 +1,67 @@
 """Build the Function Compute code package: ``python -m functions.commands.package --out dist/ack-mig-hook.zip``.
 
-What goes in the zip, and why, is :mod:`functions.stack.code_package`; this is its command line.
+What goes in the zip, and why, is :mod:`functions.stack.code_package`. The function's dependencies come
+from ``--deps DIR`` (a ``pip install --target`` folder) or are fetched for FC's python3.10 on Linux x86_64;
+either way :mod:`functions.stack.build` checks them, so a package never silently lacks one. Only
+``--sources-only`` (for looking inside, never for FC) builds a zip without them.
 """
 
 import argparse
 import os
 import sys
+import tempfile
 
-from functions.stack.code_package import DEPENDENCIES, HANDLER, ROOT, build, missing_dependencies
+from functions.stack import build as deps
+from functions.stack.code_package import HANDLER, ROOT, build
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m functions.commands.package", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(ROOT, "dist", "ack-mig-hook.zip"))
-    parser.add_argument("--deps", default="", metavar="DIR", help="a pip --target directory to include")
+    parser.add_argument("--out", default=os.path.join(ROOT, "dist", "ack-mig-hook.zip"), help="the zip to write")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--deps", default="", metavar="DIR",
+                        help="a pip --target folder of the dependencies for python3.10 on Linux x86_64 "
+                             "(default: fetch them)")
+    source.add_argument("--sources-only", action="store_true",
+                        help="leave the dependencies out: the zip cannot run in FC (for inspection only)")
     parser.add_argument("--known-hosts", default="", metavar="FILE",
                         help="the nodes' host keys for the ssh transport, packaged as /code/known_hosts")
     parser.add_argument("--requirements", action="store_true",
                         help="print the runtime requirements, one a line (for pip install --target DIR)")
     args = parser.parse_args(argv)
     if args.requirements:
-        print("\n".join(req for req, _ in DEPENDENCIES))
+        print("\n".join(deps.runtime_requirements()))
         return 0
+    problems = []
     if args.deps and not os.path.isdir(args.deps):
-        print("error: --deps %s is not a directory" % args.deps, file=sys.stderr)
-        return 2
-    lacking = missing_dependencies(args.deps) if args.deps else []
-    if lacking:
-        print("error: --deps %s lacks %s; install them there: python -m pip install --target %s "
-              "$(python -m functions.commands.package --requirements) ..." % (args.deps, ", ".join(lacking), args.deps),
-              file=sys.stderr)
-        return 2
+        problems.append("--deps %s is not a directory" % args.deps)
     if args.known_hosts and not os.path.isfile(args.known_hosts):
-        print("error: --known-hosts %s is not a file" % args.known_hosts, file=sys.stderr)
+        problems.append("--known-hosts %s is not a file" % args.known_hosts)
+    if problems:
+        print("error: %s" % "; ".join(problems), file=sys.stderr)
         return 2
-    names = build(args.out, args.deps, known_hosts=args.known_hosts)
-    print("%s: %d files, handler %s" % (args.out, len(names), HANDLER))
+    try:
+        if args.sources_only:
+            names = build(args.out, "", known_hosts=args.known_hosts)
+        elif args.deps:
+            return _checked(args, args.deps)
+        else:
+            with tempfile.TemporaryDirectory(prefix="ack-mig-hook-deps-") as folder:
+                print("fetching the function's dependencies for python%s on Linux x86_64 ..." % deps.FC_PYTHON,
+                      file=sys.stderr)
+                deps.fetch(folder, deps.runtime_requirements())
+                return _checked(args, folder)
+    except deps.BuildError as exc:
+        print("error: %s" % exc, file=sys.stderr)
+        return 2
+    print("%s: %d files, handler %s (sources only: it cannot run in FC)" % (args.out, len(names), HANDLER))
+    return 0
+
+
+def _checked(args, folder: str) -> int:
+    digest = deps.build(args.out, folder, known_hosts=args.known_hosts)  # raises BuildError, naming what lacks
+    print("%s: handler %s, dependencies checked for python%s on Linux x86_64, sha256 %s"
+          % (args.out, HANDLER, deps.FC_PYTHON, digest[:16]))
     return 0
 
 

@@ -12,12 +12,10 @@ import os
 import re
 import subprocess
 import sys
-from importlib import metadata
 from typing import Dict, List, Tuple
 
 from functions.stack import code_package
 
-PROJECT = "ack-mig-hook"
 FC_PYTHON = "3.10"
 FC_TAGS_PYTHON = ("cp310", "py3", "py310", "py30")
 FC_PLATFORMS = ("any", "linux_x86_64")  # plus manylinux*_x86_64
@@ -32,14 +30,9 @@ def _norm(name: str) -> str:
 
 
 def runtime_requirements() -> List[str]:
-    """The project's own dependencies, extras left out (``deploy``/``dev`` never reach FC)."""
-    out = []
-    for req in metadata.requires(PROJECT) or []:
-        requirement, _, marker = req.partition(";")
-        if "extra" in marker.replace(" ", ""):
-            continue
-        out.append(requirement.strip())
-    return out
+    """The function's runtime dependencies (code_package.DEPENDENCIES, which a test keeps equal to
+    pyproject.toml's): never the ``deploy`` or ``dev`` extras."""
+    return [requirement for requirement, _module in code_package.DEPENDENCIES]
 
 
 def _name(requirement: str) -> str:
@@ -103,8 +96,8 @@ def build(out_path: str, deps_dir: str, known_hosts: str = "") -> str:
     is a new object and ROS sees the function's Code change)."""
     missing, wrong = check(deps_dir, runtime_requirements())
     if missing:
-        raise BuildError("the code package would lack %s: fetch them with --deps-dir left empty, or "
-                         "`pip install --target DIR` them for python%s" % (", ".join(missing), FC_PYTHON))
+        raise BuildError("the code package would lack %s: leave out the dependency folder to have them fetched, "
+                         "or `pip install --target DIR` them for python%s" % (", ".join(missing), FC_PYTHON))
     if wrong:
         raise BuildError("built for another Python or platform than FC's python%s on Linux x86_64: %s"
                          % (FC_PYTHON, "; ".join(wrong)))

@@ -19,8 +19,9 @@ from functions.handler import handler  # noqa: F401
 # functions/stack/code_package.py -> the source tree's root
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The function's runtime dependencies (pyproject.toml [project] dependencies, which a test keeps equal)
-# and the top-level module each one installs: a --deps folder without one of them would build a package
-# that fails on its first real event (the KMS SDK, for instance, only on the first ssh event).
+# and the top-level module each one installs: functions.stack.build checks a --deps folder holds each of
+# them, built for FC; without one the package would fail on its first real event (the KMS SDK, for
+# instance, only on the first ssh event).
 DEPENDENCIES = (
     ("aliyun-python-sdk-core>=2.15,<3", "aliyunsdkcore"),
     ("alibabacloud-cs20151215>=5,<8", "alibabacloud_cs20151215"),
@@ -44,15 +45,6 @@ def _walk(base: str, top: str):
 
 
 KNOWN_HOSTS_NAME = "known_hosts"  # FC unpacks the package under /code: ACK_MIG_SSH_KNOWN_HOSTS=/code/known_hosts
-
-
-def missing_dependencies(deps_dir: str) -> list:
-    """The requirements of DEPENDENCIES whose module is not in ``deps_dir`` (pynvml is always packaged)."""
-    def present(module: str) -> bool:
-        base = os.path.join(deps_dir, module)
-        return os.path.isdir(base) or os.path.isfile(base + ".py")
-
-    return [req for req, module in DEPENDENCIES if module != "pynvml" and not present(module)]
 
 
 class _Zip(zipfile.ZipFile):

@@ -96,3 +96,12 @@ def test_timer_event_in_text_prints_a_shared_reason_once():
     assert proc.returncode == 0, proc.stderr
     assert "partition 3 instances: i-2zeb7c1mig0a100x1k4d" in proc.stdout
     assert proc.stdout.count("gets 3g.20gb-3g.20gb") == 1
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    # `ack-mig-hook ... | head -1`: the pipe closes before the command writes.
+    proc = subprocess.Popen([sys.executable, "-m", "functions.commands.main", "profiles", "--gpu", "A100-SXM4-40GB"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == ""

@@ -264,3 +264,25 @@ def test_an_upgrade_keeps_the_stacks_previous_values(cloud, capsys, tmp_path):
     code, _, err = run(capsys, "deploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--deps-dir",
                        make_deps(str(tmp_path / "deps3")), "--stack-name", "other")
     assert code == 2 and "LogProject (--log-project), LogStore (--log-store)" in err
+
+
+def test_the_package_command_never_builds_a_package_without_its_dependencies(tmp_path):
+    """Without --deps it fetches them for FC (here pip is offline, so it fails in one line and writes
+    nothing); with a --deps folder it checks it; only --sources-only leaves them out, and says so."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(tmp_path), PIP_CONFIG_FILE=os.devnull)
+    out = tmp_path / "pkg.zip"
+    command = [sys.executable, "-m", "functions.commands.package", "--out", str(out)]
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "pip could not fetch" in done.stderr and not out.exists()
+    assert done.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in done.stderr
+    done = subprocess.run(command + ["--deps", make_deps(str(tmp_path / "deps"), leave_out=("pydantic",))],
+                          cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "would lack pydantic" in done.stderr and not out.exists()
+    done = subprocess.run(command + ["--deps", make_deps(str(tmp_path / "deps2"))], cwd=root, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "dependencies checked" in done.stdout
+    assert "pydantic/__init__.py" in zipfile.ZipFile(out).namelist()
+    done = subprocess.run(command + ["--sources-only"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "cannot run in FC" in done.stdout
+    assert "pydantic/__init__.py" not in zipfile.ZipFile(out).namelist()
