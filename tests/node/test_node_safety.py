@@ -17,10 +17,6 @@ from node_bootstrap.errors import BadInput, RebootRequired
 from node_bootstrap.mig import PartitionSpec
 from node_bootstrap.nvml import NvmlWriter
 from node_bootstrap.reconcile import Host, reconcile
-from node_bootstrap.sim.driver import new_state
-from node_bootstrap.sim.faults import parse_faults
-from node_bootstrap.sim.library import SimNvmlLibrary
-from node_bootstrap.sim.store import SimStore
 from tests.node.nodecli import Node
 
 STATE = "nvidia.com/mig.config.state"
@@ -167,18 +163,6 @@ def test_the_unit_orders_after_the_fabric_manager_and_persistenced():
 
 
 # --- GPU resets by PCI bus id ---------------------------------------------------------------------
-
-@pytest.fixture
-def sim(tmp_path):
-    def make(gpu_key, count, faults=()):
-        store = SimStore(str(tmp_path / "state.json"))
-        store.init(new_state(gpu_key, count))
-        lib = SimNvmlLibrary(store, parse_faults(faults))
-        lib.install()
-        return lib
-    yield make
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
 
 
 def test_a_pending_mode_is_reset_by_pci_bus_id(sim):

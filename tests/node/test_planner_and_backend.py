@@ -11,10 +11,6 @@ from node_bootstrap.live import LiveCi, LiveGi, LiveGpu, LiveProfile, effective_
 from node_bootstrap.mig import KIND_SEQUENCE, KIND_SIZE, PartitionSpec, Placement, PlacementError, find_gpu
 from node_bootstrap.nvml import NvmlReader, NvmlWriter
 from node_bootstrap.planner import plan_gpu
-from node_bootstrap.sim.driver import new_state
-from node_bootstrap.sim.faults import parse_faults
-from node_bootstrap.sim.library import SimNvmlLibrary
-from node_bootstrap.sim.store import SimStore
 
 A100 = "NVIDIA A100-SXM4-40GB"
 A100_PCI = (0x20B0 << 16) | 0x10DE
@@ -83,18 +79,6 @@ def test_without_live_profiles_the_catalogue_is_used():
 
 
 # --- the backend against the simulated library ----------------------------------------------------
-
-@pytest.fixture
-def sim(tmp_path):
-    def make(gpu_key="A100-SXM4-40GB", count=1, faults=()):
-        store = SimStore(str(tmp_path / "state.json"))
-        store.init(new_state(gpu_key, count))
-        lib = SimNvmlLibrary(store, parse_faults(faults))
-        lib.install()
-        return lib
-    yield make
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
 
 
 def test_reader_has_no_mutating_methods():

@@ -12,26 +12,10 @@ from node_bootstrap.mig import KIND_SEQUENCE, PartitionSpec
 from node_bootstrap.nvml import NvmlReader, NvmlWriter
 from node_bootstrap.planner import plan_node
 from node_bootstrap.reconcile import Host, reconcile
-from node_bootstrap.sim.driver import new_state
-from node_bootstrap.sim.faults import parse_faults
-from node_bootstrap.sim.library import SimNvmlLibrary
-from node_bootstrap.sim.store import SimStore
 from tests.node.nodecli import Node
 
 SEQ = "1g.5gb-2g.10gb-3g.20gb"
 
-
-@pytest.fixture
-def sim(tmp_path):
-    def make(gpu_key="A100-SXM4-40GB", count=1, faults=()):
-        store = SimStore(str(tmp_path / "state.json"))
-        store.init(new_state(gpu_key, count))
-        lib = SimNvmlLibrary(store, parse_faults(faults))
-        lib.install()
-        return lib
-    yield make
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
 
 
 def pynvml_without(*names, **replace):

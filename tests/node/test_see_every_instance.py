@@ -15,29 +15,10 @@ from node_bootstrap.errors import NodeFailure
 from node_bootstrap.live import effective_model
 from node_bootstrap.mig import find_gpu
 from node_bootstrap.nvml import NvmlReader
-from node_bootstrap.sim.driver import new_state
-from node_bootstrap.sim.faults import parse_faults
-from node_bootstrap.sim.library import SimNvmlLibrary
-from node_bootstrap.sim.store import SimStore
 from tests.node.nodecli import Node
 
 RTX = find_gpu("RTX-PRO-6000")
 
-
-@pytest.fixture
-def sim(tmp_path):
-    def make(gpu_key="A100-SXM4-40GB", count=1, faults=(), mig=False):
-        store = SimStore(str(tmp_path / "state.json"))
-        state = new_state(gpu_key, count)
-        for gpu in state["gpus"]:
-            gpu["mig_current"] = gpu["mig_pending"] = int(mig)
-        store.init(state)
-        lib = SimNvmlLibrary(store, parse_faults(faults))
-        lib.install()
-        return lib
-    yield make
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
 
 
 def with_profile_info(replacement):

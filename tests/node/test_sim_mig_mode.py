@@ -13,25 +13,10 @@ import pytest
 
 from node_bootstrap.sim import driver
 from node_bootstrap.sim.driver import Process, new_state
-from node_bootstrap.sim.faults import parse_faults
-from node_bootstrap.sim.library import SimNvmlLibrary
-from node_bootstrap.sim.store import SimStore
 from tests.node.nodecli import Node, parse
 
 STATE = "nvidia.com/mig.config.state"
 
-
-@pytest.fixture
-def sim(tmp_path):
-    def make(gpu_key, count=1, faults=()):
-        store = SimStore(str(tmp_path / "state.json"))
-        store.init(new_state(gpu_key, count))
-        lib = SimNvmlLibrary(store, parse_faults(faults))
-        lib.install()
-        return lib
-    yield make
-    pynvml.nvmlLib = None
-    pynvml._nvmlGetFunctionPointer_cache.clear()
 
 
 def _set(index, mode):
