@@ -167,11 +167,12 @@ class _Apply(object):
         assert self.spec is not None
         return RebootGuard(self.args.state_dir, _boot_id(self.backend), self.spec.to_dict())
 
-    def run_locked(self):
-        # type: () -> None
+    def _host(self):
+        # type: () -> Host
+        """What reconcile (and disable) may do to the node beyond NVML: stop and start the GPU's clients,
+        reset GPUs (each reset counted as a change), kill processes, wait until the GPUs are let go."""
         args, backend, log = self.args, self.backend, self.log
-        assert self.spec is not None and self.control is not None
-        control = self.control
+        assert self.control is not None
         reset = reset_gpus(backend)
 
         def counted_reset(gpus):
@@ -179,8 +180,14 @@ class _Apply(object):
             self.resets.append(gpus)  # a GPU reset changes the GPU: it counts like a mutating call
             return reset(gpus)
 
-        host = Host(control.stop, control.start, counted_reset, kill_process(backend, log=log), log,
+        return Host(self.control.stop, self.control.start, counted_reset, kill_process(backend, log=log), log,
                     _release_wait(args, backend, log))
+
+    def run_locked(self):
+        # type: () -> None
+        args, backend, log, control = self.args, self.backend, self.log, self.control
+        assert self.spec is not None and control is not None
+        host = self._host()
         writer = NvmlWriter(backend.nv)
         with writer:
             self.writer = writer

@@ -27,8 +27,8 @@ import typing
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import bootunit
-from .apply import _Apply, _labeler, _release_wait, run_job
-from .backend import Backend, kill_process, reset_gpus
+from .apply import _Apply, _labeler, run_job
+from .backend import Backend
 from .commands import gpus_json, stderr_log
 from .deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
 from .errors import OUTCOME_SUCCESS, BadInput, GpuBusy, NodeFailure
@@ -178,18 +178,9 @@ class _Disable(_Apply):
 
     def run_locked(self):
         # type: () -> None
-        args, backend, log = self.args, self.backend, self.log
-        assert self.control is not None
-        control = self.control
-        reset = reset_gpus(backend)
-
-        def counted_reset(gpus):
-            # type: (List[Any]) -> Tuple[int, str]
-            self.resets.append(gpus)  # a GPU reset changes the GPU: it counts like a mutating call
-            return reset(gpus)
-
-        host = Host(control.stop, control.start, counted_reset, kill_process(backend, log=log), log,
-                    _release_wait(args, backend, log))
+        args, backend, control = self.args, self.backend, self.control
+        assert control is not None
+        host = self._host()
         writer = NvmlWriter(backend.nv)
         with writer:
             self.writer = writer
