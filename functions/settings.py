@@ -202,6 +202,14 @@ def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = No
     )
 
 
+def longest_run_s(settings: "Settings") -> int:
+    """The longest one invocation can work: a node's apply + a drain + the capacity wait + 420 s for agent
+    waits, submits, polls and events. template.yml sets the function's Timeout by the same sum; a rollout
+    record is held for this long, and the cluster credential asked for must outlive it."""
+    return (settings.delivery.node_timeout_s + settings.rollout.drain_timeout_s
+            + settings.rollout.capacity_timeout_s + 420)
+
+
 def environment() -> Dict[str, str]:
     """A copy of the process environment: the one place outside load_settings that reads it (the command
     line's defaults and the operator commands' credential chain)."""

@@ -16,16 +16,10 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 from .kube import KubeClient, KubeError
+from .mig.resources import RESOURCE_PREFIX, resource_name  # noqa: F401  (RESOURCE_PREFIX: disable)
 from .planner import GpuPlan
 
 METHODS = ("manifest", "pod-delete", "none")
-RESOURCE_PREFIX = "nvidia.com/mig-"
-
-
-def resource_name(profile_name):
-    # type: (str) -> str
-    # "+" is not allowed in a resource name; NVIDIA's plugin writes the +me profiles with a dot.
-    return RESOURCE_PREFIX + profile_name.replace("+", ".")
 
 
 def expected_capacity(plans):

@@ -93,13 +93,13 @@ class TaintRemover:
         raise KubeError("the taints of %s kept changing; try again" % node_name, 409)
 
 
-def cs_kubeconfig(settings, cluster_id: str) -> Callable[[], str]:
-    """A provider of the cluster's kubeconfig (private endpoint, valid 15 minutes) through the CS API,
-    with the function side's CS client and its retry rules (functions.cs_lookup)."""
+def cs_kubeconfig(settings, cluster_id: str, minutes: int = 15) -> Callable[[], str]:
+    """A provider of the cluster's kubeconfig (private endpoint, valid ``minutes``: ACK accepts 15..4320)
+    through the CS API, with the function side's CS client and its retry rules (functions.cs_lookup)."""
 
     def fetch() -> str:
         from functions.cs_lookup import CsLookup
 
-        return CsLookup(settings).user_kubeconfig(cluster_id)
+        return CsLookup(settings).user_kubeconfig(cluster_id, minutes=minutes)
 
     return fetch

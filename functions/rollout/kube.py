@@ -69,8 +69,12 @@ class LiveKube:
     @classmethod
     def from_settings(cls, settings: Any, cluster_id: str) -> "LiveKube":
         from functions.delivery.taint import cs_kubeconfig
+        from functions.settings import longest_run_s
 
-        fetch = cs_kubeconfig(settings, cluster_id)
+        # One client serves the whole invocation (a drain alone may take ACK_MIG_DRAIN_TIMEOUT_S): the
+        # credential must outlive the longest run, not ACK's 15-minute default.
+        minutes = min(4320, max(15, -(-longest_run_s(settings) // 60) + 5))
+        fetch = cs_kubeconfig(settings, cluster_id, minutes)
         return cls(lambda: client_from_kubeconfig_text(fetch()))
 
     def client(self) -> KubeClient:

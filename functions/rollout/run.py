@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from functions.settings import longest_run_s
 from node_bootstrap.kube import KubeError
-from node_bootstrap.mig import PartitionSpec
+from node_bootstrap.mig import MigInputError, PartitionSpec, label_items, resource_name
 
 from functions.rollout import waves as rp
 from functions.rollout.drain import evict_pass, gpu_pods
@@ -70,17 +71,18 @@ def _expected(d: Decision, kube: Optional[rp.KubeNode]) -> Tuple[Dict[str, int],
     if d.disable:  # MIG off: no nvidia.com/mig-* resource left
         return {}, True
     if d.plan is None:  # the GPU model is the node's to say: any of the label's profiles showing will do
-        names = [] if d.partition is None else [i.strip().lower() for i in d.partition.value.split("-")]
-        return {"nvidia.com/mig-%s" % n: 1 for n in names if not n.isdigit()}, False
+        try:
+            items = [] if d.partition is None else label_items(d.partition.kind, d.partition.value)
+        except MigInputError:
+            items = []
+        return {resource_name(i.lower()): 1 for i in items if not i.isdigit()}, False
     return rp.expected_capacity([i.profile for i in d.plan.instances], _gpus(d, kube))
 
 
 def run_lease_s(settings: Any) -> float:
-    """The longest one invocation can work on a wave: node apply + drain + capacity wait + the margin for
-    submits, polls and events. template.yml sets the function's Timeout by the same sum, so a record whose
-    lease has run out belongs to a run FC has ended."""
-    return (settings.delivery.node_timeout_s + settings.rollout.drain_timeout_s
-            + settings.rollout.capacity_timeout_s + 420)
+    """How long a record holds its node: the longest one invocation can run (functions.settings), so a
+    record whose lease has run out belongs to a run FC has ended."""
+    return longest_run_s(settings)
 
 
 class Rollout:

@@ -19,7 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Tuple
 
-from node_bootstrap.mig import (GPUS, GpuModel, MigInputError, PartitionSpec, find_gpu_or_none, parse, plan)
+from node_bootstrap.mig import (GPUS, GpuModel, MigInputError, PartitionSpec, find_gpu_or_none, parse, plan,
+                                resource_name)
 
 APPLIED_LABEL = "aliyun.accelerator/nvidia_mig_sequence"  # written by node_bootstrap (nodelabels.py)
 STATE_LABEL = "nvidia.com/mig.config.state"
@@ -132,9 +133,9 @@ def _gpu_candidates(gpu_model: Optional[str], node: KubeNode) -> List[GpuModel]:
 
 def _applied_profiles(value: str, gpu: GpuModel) -> Counter:
     # The node label value is the normalized sequence with "+" written "." (label values cannot hold "+",
-    # node_bootstrap/nodelabels.py), or the ids form when the names do not fit 63 characters.
-    items = [i[:-3] + "+me" if i.endswith(".me") else i for i in value.split("-")]
-    request = parse(PartitionSpec("sequence", "-".join(items)), gpu)
+    # node_bootstrap/nodelabels.py), or the ids form when the names do not fit 63 characters: the label
+    # parser reads both, dotted variants included.
+    request = parse(PartitionSpec("sequence", value), gpu)
     return Counter(p.id for p in request.profiles)
 
 
@@ -271,8 +272,8 @@ def expected_capacity(profile_names: Iterable[str], gpus: Optional[int]) -> Tupl
     known (exact), else just the names with count 1 (at least one of each)."""
     per_gpu = Counter(profile_names)
     if gpus:
-        return {"nvidia.com/mig-%s" % name: n * gpus for name, n in per_gpu.items()}, True
-    return {"nvidia.com/mig-%s" % name: 1 for name in per_gpu}, False
+        return {resource_name(name): n * gpus for name, n in per_gpu.items()}, True
+    return {resource_name(name): 1 for name in per_gpu}, False
 
 
 def capacity_shows(node: KubeNode, expected: Mapping[str, int], exact: bool) -> bool:

@@ -9,7 +9,8 @@ from .catalogue import (GPUS, MEMORY_CONFIRMED, GpuModel, Placement, Profile, fi
 from .diagram import render, render_all
 from .errors import GpuWithoutMigError, LabelError, MigInputError, PlacementError, UnknownGpuError
 from .labels import (KIND_SEQUENCE, KIND_SIZE, PARTITION_LABELS, SEQUENCE_LABEL, SIZE_LABEL, PartitionRequest,
-                     PartitionSpec, parse, resolve_profile, spec_from_args, spec_from_labels)
+                     PartitionSpec, label_items, parse, resolve_profile, spec_from_args, spec_from_labels)
+from .resources import RESOURCE_PREFIX, resource_name
 from .solver import Instance, Layout, check_budget, fill, place, plan, try_place
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "render", "render_all",
     "GpuWithoutMigError", "LabelError", "MigInputError", "PlacementError", "UnknownGpuError",
     "KIND_SEQUENCE", "KIND_SIZE", "PARTITION_LABELS", "SEQUENCE_LABEL", "SIZE_LABEL", "PartitionRequest",
-    "PartitionSpec", "parse", "resolve_profile", "spec_from_args", "spec_from_labels",
+    "PartitionSpec", "label_items", "parse", "resolve_profile", "spec_from_args", "spec_from_labels",
+    "RESOURCE_PREFIX", "resource_name",
     "Instance", "Layout", "check_budget", "fill", "place", "plan", "try_place",
 ]

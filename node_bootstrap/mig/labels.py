@@ -104,6 +104,13 @@ def _split(kind, value):
     return merged
 
 
+def label_items(kind, value):
+    # type: (str, str) -> List[str]
+    """The items of a partition label value, as the parser reads them ("1g.24gb-me" stays one item);
+    LabelError for a value that cannot be read at all."""
+    return _split(kind, value)
+
+
 def resolve_profile(gpu, item):
     # type: (GpuModel, str) -> Profile
     """One profile by name (any case) or NVML id, or a LabelError listing the valid ones."""

@@ -27,6 +27,9 @@ def test_live_reconcile_and_status_through_the_cluster_credential(emulator, kube
     assert by[A].action == "partition" and "rollout of pool" in by[A].reason
     assert by[B].action == "skip" and "already in the requested layout" in by[B].reason
     assert emulator.kubeconfig_requests and emulator.kubeconfig_requests[0]["PrivateIpAddress"].lower() == "true"
+    # One client serves the whole invocation: the credential must outlive the longest run (600 + 900 + 300
+    # + 420 s by default = 37 minutes), not ACK's 15-minute default.
+    assert int(emulator.kubeconfig_requests[0]["TemporaryDurationMinutes"]) >= 37
     assert [r.path for r in kube_api.requests][:1] == ["/api/v1/nodes"]
     assert not [r for r in kube_api.requests if r.method != "GET"]  # a dry run reads only
     status = collect(settings)

@@ -337,3 +337,19 @@ def test_an_overlapping_invocation_leaves_the_node_another_run_holds(cluster):
     assert outcomes(first)["node-a"] == "partitioned" and cluster.transport.seen == ["node-a"]
     record = cluster.annotation("node-a")
     assert record["step"] == "done" and not cluster.unschedulable("node-a")
+
+
+def test_the_capacity_a_layout_must_publish_uses_the_device_plugins_names():
+    # The plugin cannot publish "+" in a resource name: a +me instance shows as nvidia.com/mig-1g.5gb.me. A
+    # rollout that waited for "nvidia.com/mig-1g.5gb+me" would time out on every such layout.
+    from functions.rollout import run as rollout_run
+    from functions.rollout.waves import expected_capacity
+    from functions.model import Decision, PartitionLabel
+
+    assert expected_capacity(["1g.5gb+me", "3g.20gb", "1g.5gb"], 8) == (
+        {"nvidia.com/mig-1g.5gb.me": 8, "nvidia.com/mig-3g.20gb": 8, "nvidia.com/mig-1g.5gb": 8}, True)
+    # A GPU the function cannot name: every profile the label lists, as the plugin would name it.
+    d = Decision(instance_id="i-1", node_name="n", action="partition", reason="r",
+                 partition=PartitionLabel(kind="sequence", value="1g.24gb-me-1g.12gb.me-14"))
+    assert rollout_run._expected(d, None) == ({"nvidia.com/mig-1g.24gb-me": 1, "nvidia.com/mig-1g.12gb.me": 1},
+                                              False)
