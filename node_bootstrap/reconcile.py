@@ -166,7 +166,10 @@ def _set_modes(writer, plans, host, allow_reset, enable=True):
         last = [line for line in output.splitlines() if line.strip()]
         raise RebootRequired("MIG mode is pending on GPU %s and the GPU reset failed (exit %d: %s): reboot the node"
                              " to apply it" % (names, rc, last[-1].strip()[:200] if last else "no output"))
-    still = [i for i in pending if not writer.read_gpu(i).mig_enabled]
+    # Read back as above: the mode each GPU was set to, current and pending (disable sets 0, where the old
+    # "MIG enabled" test called every successfully reset GPU still pending).
+    after = (writer.read_gpu(i) for i in pending)
+    still = [g.index for g in after if not (g.mig_current == target and g.mig_pending == target)]
     if still:
         raise RebootRequired("MIG mode is still pending on GPU %s after a reset: reboot the node to apply it"
                              % ", ".join(str(i) for i in still))

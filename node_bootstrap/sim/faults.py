@@ -11,6 +11,8 @@ KINDS = {
     "processes": "a compute process (pid 4242) runs on GPU 0",
     "reset-fails": "a GPU client apply does not stop holds the GPUs: a MIG mode change stays pending (activation "
                    "IN_USE) and nvidia-smi -r fails",
+    "held-at-set": "a GPU client holds the GPUs while the MIG mode is set (pending, activation IN_USE) and has "
+                   "let go by the reset, so nvidia-smi -r applies the mode",
     "crash-after:N": "the process is killed (SIGKILL) after N mutating calls, leaving partial state",
     "insufficient-resources": "creating a GPU instance answers INSUFFICIENT_RESOURCES",
     "not-mig-capable": "the GPUs answer NOT_SUPPORTED to MIG calls",
@@ -37,6 +39,7 @@ class FaultError(ValueError):
 class Faults(typing.NamedTuple):
     processes: bool = False
     reset_fails: bool = False
+    held_at_set: bool = False
     crash_after: Optional[int] = None
     insufficient_resources: bool = False
     not_mig_capable: bool = False

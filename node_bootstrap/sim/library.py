@@ -307,7 +307,9 @@ class SimNvmlLibrary(object):
         with self.store.transaction() as state:
             # reset-fails stands for a GPU client apply does not know (DCGM, a monitoring agent): it holds
             # the GPU, so the mode stays pending with IN_USE, as the real driver answers (driver.py).
-            status = driver.set_mig_mode(state, index, mode, processes, held=self.faults.reset_fails,
+            # held-at-set: the same client, gone by the time of the reset (the reset then applies the mode).
+            status = driver.set_mig_mode(state, index, mode, processes,
+                                         held=self.faults.reset_fails or self.faults.held_at_set,
                                          passthrough=self.faults.passthrough)
         _put_uint(activation, status)
 

@@ -264,3 +264,13 @@ def test_on_a_simulated_node_with_defaults_nothing_reaches_this_machine(tmp_path
     assert unit == str(tmp_path / "n.host" / "etc" / "systemd" / "system" / "ack-mig-hook.service")
     assert not os.path.exists(unit)
     _check(node, audit, tmp_path)
+
+
+def test_a_mode_off_left_pending_by_a_client_is_applied_by_the_reset_and_succeeds(tmp_path):
+    # A client holds the GPUs while the mode is set (pending, IN_USE) and lets go before the reset: the reset
+    # turns MIG off, and disable reads back "off" for every GPU; success, not a reboot request.
+    node, root = _partitioned(tmp_path)
+    res = node.run("--sim-fault", "held-at-set", "disable", "--root", str(root))
+    assert res.rc == 0 and res.json["outcome"] == "success", (res.stderr, res.json)
+    assert _off(node) == [(0, 0, []), (0, 0, [])]
+    assert res.json["changes"] == 2 * 7 + 1  # the instances and modes, and the one reset of both GPUs
