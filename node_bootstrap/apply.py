@@ -6,7 +6,6 @@ the host: clients, GPU resets, the device plugin and capacity wait, node labels 
 """
 
 import argparse
-import os
 import socket
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -27,7 +26,7 @@ from .nvml import NvmlUnavailable, NvmlWriter
 from .planner import GpuPlan, node_sequence
 from .reconcile import Host, reconcile
 from .rebootguard import RebootGuard, kernel_boot_id
-from .simhost import SimNodeClient, host_runner, sim_node_client
+from .simhost import SimNodeClient, host_runner, is_host_root, sim_node_client
 
 STATE_BY_OUTCOME = {"success": "success", "failed": "failed", "reboot-required": "rebooting"}
 
@@ -118,7 +117,7 @@ def _failure(exc, backend):
 
 def _boot_unit(args, backend, spec):
     # type: (argparse.Namespace, Backend, PartitionSpec) -> Dict[str, Any]
-    if backend.sim is not None and os.path.abspath(args.boot_unit_root) == "/":
+    if backend.sim is not None and is_host_root(args.boot_unit_root):
         # A simulated node must never install a unit into this machine's real systemd.
         return {"installed": False, "skipped": "simulated node: give --boot-unit-root DIR to install one there"}
     return install_boot_unit(args, spec, args.boot_unit_root)

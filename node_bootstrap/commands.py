@@ -20,7 +20,7 @@ from .nvml import NvmlReader, NvmlUnavailable
 from .planner import node_sequence, plan_json, plan_node
 from .reconcile import _busy as busy_plans, _busy_message as busy_message
 from .request import spec_from_options
-from .simhost import DEFAULT_STATE_DIR, host_runner  # noqa: F401 - DEFAULT_STATE_DIR re-exported for the CLI
+from .simhost import DEFAULT_STATE_DIR, host_runner, is_host_root, is_sim  # noqa: F401 - DEFAULT_STATE_DIR re-exported for the CLI
 
 DEFAULT_CLIENT_STOP_TIMEOUT = 60.0
 
@@ -142,7 +142,7 @@ def cmd_install_boot_unit(args, backend):
     # type: (argparse.Namespace, Optional[Backend]) -> Tuple[Dict[str, Any], int]
     spec = request_spec(args)
     parse_clients(args.clients)
-    if args.backend.startswith("sim:") and os.path.abspath(args.root) == "/":
+    if is_sim(args) and is_host_root(args.root):
         raise BadInput("a simulated node's boot unit goes under --root DIR, never into this machine's /etc")
     result = bootunit.install(spec, root=args.root, extra_args=boot_args(args), runner=host_runner(args))
     out = {"command": "install-boot-unit", "outcome": OUTCOME_SUCCESS, "unit": result.unit_path,

@@ -21,7 +21,6 @@ changes anything (``changes`` 0) and runs no systemctl command.
 """
 
 import argparse
-import os
 import time
 import typing
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -36,7 +35,7 @@ from .kube import KubeError
 from .live import MIG_DISABLED, LiveGpu
 from .nvml import NvmlWriter
 from .reconcile import Host, _busy, _busy_message, _converge_instances, _handle_processes, _set_modes
-from .simhost import host_runner, is_sim
+from .simhost import host_runner, is_host_root, is_sim
 
 
 class OffPlan(typing.NamedTuple):
@@ -228,7 +227,7 @@ class _Disable(_Apply):
 def remove_boot_unit(args, log):
     # type: (argparse.Namespace, Callable[[str], None]) -> Dict[str, Any]
     """Remove the boot unit under ``--root``; a problem is reported in the result, never raised."""
-    if is_sim(args) and os.path.abspath(args.root) == "/":
+    if is_sim(args) and is_host_root(args.root):
         # A simulated node must never remove this machine's real unit.
         return {"removed": False, "skipped": "simulated node: its boot unit is under --root DIR"}
     try:
@@ -254,7 +253,7 @@ def cmd_disable(args, backend):
 def cmd_uninstall_boot_unit(args, backend):
     # type: (argparse.Namespace, Optional[Backend]) -> Tuple[Dict[str, Any], int]
     """Only the boot unit: the GPUs keep their layout until the next reboot (instances never survive one)."""
-    if is_sim(args) and args.root == "/":
+    if is_sim(args) and is_host_root(args.root):
         raise BadInput("a simulated node's boot unit is under --root DIR, never in this machine's /etc")
     result = bootunit.uninstall(root=args.root, runner=host_runner(args))
     out = {"command": "uninstall-boot-unit", "outcome": OUTCOME_SUCCESS, "unit": result.unit_path,

@@ -43,6 +43,13 @@ def is_sim(args):
     return str(getattr(args, "backend", "") or "").startswith("sim:")
 
 
+def is_host_root(path):
+    # type: (Optional[str]) -> bool
+    """Whether ``path`` is this machine's own file system root, however it is written (``/``, ``//``,
+    ``/./``, ``/tmp/..``, a link to ``/``): a simulated node's files must never go there."""
+    return path is not None and os.path.realpath(path) == "/"
+
+
 def host_root(sim_state):
     # type: (str) -> str
     """``/tmp/node.json`` -> ``/tmp/node.host``: the simulated node's own file system root."""

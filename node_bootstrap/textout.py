@@ -82,6 +82,8 @@ def gpu_lines(command, gpus):
 
 def _boot_unit_line(command, result):
     # type: (str, Dict[str, Any]) -> List[str]
+    if command in ("install-boot-unit", "uninstall-boot-unit") and "unit" not in result:
+        return []  # the command was refused before it got to the unit: its error says why
     if command == "install-boot-unit":
         return ["%s %s (request %s)" % ("installed" if result["changed"] else "unchanged", result["unit"],
                                         result["request"])]

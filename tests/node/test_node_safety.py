@@ -204,3 +204,23 @@ def test_processkill_refusal_has_no_race_with_a_vanished_pid():
     proc.wait()
     time.sleep(0.05)
     assert processkill.kill(proc.pid, lambda m: None, grace=0.1) is False  # gone: nothing to signal
+
+
+@pytest.mark.parametrize("root", ["/", "//", "/./", "/tmp/..", "link"])
+def test_a_simulated_node_never_treats_this_machines_root_as_its_own(tmp_path, root):
+    # However "/" is written (or a link to it), a simulated node's boot unit is never installed into, or
+    # removed from, this machine's real /etc.
+    if root == "link":
+        os.symlink("/", str(tmp_path / "to-root"))
+        root = str(tmp_path / "to-root")
+    state = str(tmp_path / "state.json")
+    base = [sys.executable, "-m", "node_bootstrap", "--backend", "sim:A100-SXM4-40GB:1", "--sim-state", state]
+    for command in (["uninstall-boot-unit", "--root", root],
+                    ["install-boot-unit", "--size", "3g.20gb", "--root", root]):
+        done = subprocess.run(base + command, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "this machine's /etc" in done.stderr, (root, done.stderr)
+    done = subprocess.run(base + ["--json", "apply", "--size", "3g.20gb", "--boot-unit", "--boot-unit-root", root],
+                          capture_output=True, text=True, timeout=60)
+    result = json.loads(done.stdout)
+    assert result["outcome"] == "success" and result["boot_unit"]["installed"] is False
+    assert "simulated node" in result["boot_unit"]["skipped"]
