@@ -214,7 +214,10 @@ class _Apply(object):
         self.failed = True
         failure = _failure(exc, self.backend)
         if self.spec is not None:
-            failure = self._guard().review(failure)  # a reboot that did not help is not asked for again
+            try:
+                failure = self._guard().review(failure)  # a reboot that did not help is not asked for again
+            except Exception:  # noqa: BLE001 - the guard is advice (the boot id read can fail); the label is not
+                pass
         self.result.update(outcome=failure.outcome, error={"code": failure.code, "message": failure.message})
         self.exit_code = failure.exit_code
         if self.writer is not None:

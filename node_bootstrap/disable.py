@@ -34,6 +34,7 @@ from .errors import OUTCOME_SUCCESS, BadInput, GpuBusy, NodeFailure
 from .kube import KubeError
 from .live import MIG_DISABLED, LiveGpu
 from .nvml import NvmlWriter
+from .rebootguard import RebootGuard
 from .reconcile import Host, _busy, _busy_message, _converge_instances, _handle_processes, _set_modes
 from .simhost import host_runner, is_host_root, is_sim
 
@@ -195,6 +196,9 @@ class _Disable(_Apply):
                 resources = self._after_off(self.result["changes"])
                 if resources:
                     self.result["resources"] = resources
+                # An earlier apply's reboot request is moot once MIG is off: a later apply of the same layout
+                # that needs a reboot must be asked for, not called ineffective.
+                RebootGuard(args.state_dir, None, {}).clear()
                 self.labeler.clear()
             except BaseException as exc:  # noqa: B036 - SIGTERM and SIGINT too: every path ends in a final label
                 self.fail(exc, label=True)

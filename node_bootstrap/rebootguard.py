@@ -77,6 +77,8 @@ class RebootGuard(object):
             tmp = self.path + ".tmp"
             with open(tmp, "w") as fh:
                 json.dump(record, fh)
+                fh.flush()
+                os.fsync(fh.fileno())  # written just before the node reboots: it must survive that
             os.rename(tmp, self.path)
         except (IOError, OSError):
             pass  # without the record the guard cannot help next time; the outcome itself stands

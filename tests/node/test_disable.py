@@ -274,3 +274,17 @@ def test_a_mode_off_left_pending_by_a_client_is_applied_by_the_reset_and_succeed
     assert res.rc == 0 and res.json["outcome"] == "success", (res.stderr, res.json)
     assert _off(node) == [(0, 0, []), (0, 0, [])]
     assert res.json["changes"] == 2 * 7 + 1  # the instances and modes, and the one reset of both GPUs
+
+
+def test_disable_forgets_an_earlier_reboot_request(tmp_path):
+    # apply asked for a reboot (the record the reboot guard keeps); MIG is then turned off instead. A later
+    # apply of that layout that needs a reboot must ask for one, not call it ineffective.
+    from node_bootstrap.rebootguard import RECORD
+
+    node, root = _partitioned(tmp_path, count=1)
+    record = os.path.join(node.dir, "var", RECORD)
+    os.makedirs(os.path.dirname(record), exist_ok=True)
+    with open(record, "w") as fh:
+        json.dump({"boot_id": "an-earlier-boot", "request": {"kind": "sequence", "value": "x"}}, fh)
+    assert node.run("disable", "--root", str(root)).rc == 0
+    assert not os.path.exists(record)
