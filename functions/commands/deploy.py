@@ -166,6 +166,17 @@ def deploy(args) -> int:
     keys, stacks = _common(args)
     existing = stacks.find(args.stack_name)
     parameters(args, declared, OBJECT_PREFIX + "x.zip", require=not existing)
+    if existing:  # a stack that cannot take an update stops here, before anything is built or uploaded
+        if existing.get("Status", "").endswith("_IN_PROGRESS"):
+            raise StackError("stack %s is %s; wait for it to finish, then rerun"
+                             % (args.stack_name, existing["Status"]))
+        if existing.get("Status", "").startswith("CREATE_") and existing["Status"] != "CREATE_COMPLETE":
+            # Its creation failed (and was rolled back): nothing to update. ROS keeps the name taken.
+            raise StackError("stack %s is %s: its creation failed; remove it with `ack-mig-hook undeploy "
+                             "--region %s%s`, then deploy again" % (
+                                 args.stack_name, existing["Status"], args.region,
+                                 "" if args.stack_name == DEFAULT_STACK else " --stack-name %s" % args.stack_name))
+
     with open(TEMPLATE, encoding="utf-8") as handle:
         template = handle.read()
     with tempfile.TemporaryDirectory(prefix="ack-mig-hook-deploy-") as work:
@@ -193,9 +204,6 @@ def deploy(args) -> int:
                        settings.parse_endpoint(settings.environment(), settings.OSS_ENDPOINT))
         _progress("uploaded %s" % where)
     if existing:
-        if existing.get("Status", "").endswith("_IN_PROGRESS"):
-            raise StackError("stack %s is %s; wait for it to finish, then rerun"
-                             % (args.stack_name, existing["Status"]))
         stack_id = existing["StackId"]
         if not stacks.update(stack_id, template, values, args.timeout):
             print("stack %s is already up to date (%s)" % (args.stack_name, stack_id))

@@ -128,8 +128,16 @@ def test_a_failed_stack_is_one_error_line_with_the_reason(cloud, capsys, tmp_pat
     ros.fail_with = "Resource Function: the bucket is in another region"
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
     assert code == 1
-    assert "CREATE_FAILED" in err and "another region" in err.splitlines()[-1]
-    assert "Traceback" not in err
+    # ROS rolls a failed create back by default: the events show the failure, the stack ends rolled back.
+    assert "CREATE_FAILED" in err and "CREATE_ROLLBACK_COMPLETE" in err.splitlines()[-1]
+    assert "another region" in err.splitlines()[-1] and "Traceback" not in err
+    # Nothing to update in a stack whose creation failed: the next deploy says how to start over.
+    code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
+    assert code == 1 and "its creation failed" in err and "ack-mig-hook undeploy --region cn-beijing" in err
+    assert ros.calls("UpdateStack") == 0
+    assert run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0")[0] == 0
+    code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
+    assert code == 0 and "CREATE_COMPLETE" in out, err
 
 
 def test_bad_input_is_reported_at_once_and_calls_nothing(cloud, capsys, tmp_path):

@@ -243,7 +243,9 @@ class KubeApiServer:
         self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]
         self.url = "https://127.0.0.1:%d" % self.port
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # A short poll: stop() (every test's teardown) otherwise waits up to 0.5 s for the loop to notice.
+        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
 
     def _write(self, name, data):
         # type: (str, bytes) -> str

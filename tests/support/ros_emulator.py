@@ -9,9 +9,10 @@ signature and the headers are checked by :class:`CsEmulator`'s verifier, which t
 Semantics kept from the ROS API reference, inconvenient ones included:
 
 * ``CreateStack`` answers at once with ``StackId``; the stack is ``CREATE_IN_PROGRESS`` for
-  ``steps`` ``GetStack`` calls, then ``CREATE_COMPLETE`` (or ``CREATE_FAILED`` with ``StatusReason`` and,
-  unless DisableRollback, ``ROLLBACK_COMPLETE``-like ``CREATE_ROLLBACK_COMPLETE``, when ``fail_with``
-  is set). A second stack of the same name is ``StackExists``. A parameter the template does not declare,
+  ``steps`` ``GetStack`` calls, then ``CREATE_COMPLETE``. When ``fail_with`` is set the operation fails
+  with that ``StatusReason`` and, as ROS does by default (``DisableRollback`` false), is rolled back:
+  a create ends ``CREATE_ROLLBACK_COMPLETE``, an update ``ROLLBACK_COMPLETE``; with ``DisableRollback``
+  true they end ``CREATE_FAILED`` / ``UPDATE_FAILED``. A failed create keeps the stack (and its name). A second stack of the same name is ``StackExists``. A parameter the template does not declare,
   or a declared one without default left out, is ``StackValidationFailed``.
 * ``UpdateStack`` on a stack whose template and parameters are unchanged is refused with
   ``NotSupported`` ("Update the completely same stack ... is not supported"); during ``*_IN_PROGRESS`` it
@@ -136,11 +137,12 @@ class RosEmulator(CsEmulator):
                                        % (p["ParameterKey"], spec.get("MinValue"), spec.get("MaxValue")))
         return None
 
-    def _start(self, stack: Dict[str, Any], operation: str) -> None:
+    def _start(self, stack: Dict[str, Any], operation: str, query: Optional[Dict[str, str]] = None) -> None:
         stack["Status"] = operation + "_IN_PROGRESS"
         stack["_polls"] = 0
         stack["_fail"] = self.fail_with
         self.fail_with = None
+        stack["_no_rollback"] = (query or {}).get("DisableRollback", "false").lower() == "true"
         stack["_events"].append({"EventId": uuid.uuid4().hex, "LogicalResourceId": stack["StackName"],
                                  "Status": stack["Status"], "StatusReason": "%s started" % operation.lower()})
 
@@ -154,8 +156,13 @@ class RosEmulator(CsEmulator):
         operation = status[: -len("_IN_PROGRESS")]
         if operation == "DELETE":
             stack["Status"] = "DELETE_COMPLETE"
-        elif stack["_fail"]:
+        elif stack["_fail"] and stack["_no_rollback"]:
             stack["Status"], stack["StatusReason"] = operation + "_FAILED", stack["_fail"]
+        elif stack["_fail"]:
+            stack["_events"].append({"EventId": uuid.uuid4().hex, "LogicalResourceId": stack["StackName"],
+                                     "Status": operation + "_FAILED", "StatusReason": stack["_fail"]})
+            stack["Status"] = "CREATE_ROLLBACK_COMPLETE" if operation == "CREATE" else "ROLLBACK_COMPLETE"
+            stack["StatusReason"] = stack["_fail"]
         else:
             stack["Status"], stack["StatusReason"] = operation + "_COMPLETE", "Stack %s completed successfully" \
                 % operation.title()
@@ -195,7 +202,7 @@ class RosEmulator(CsEmulator):
                      (p["ParameterValue"] for p in params if p["ParameterKey"] == "FunctionName"), "ack-mig-hook")}],
                  "_template": form.get("TemplateBody", ""), "_events": []}
         self.stacks[stack_id] = stack
-        self._start(stack, "CREATE")
+        self._start(stack, "CREATE", query)
         return 200, {"RequestId": uuid.uuid4().hex, "StackId": stack_id}, {}
 
     def _UpdateStack(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
@@ -225,7 +232,7 @@ class RosEmulator(CsEmulator):
             return self._error(400, "NotSupported", "Update the completely same stack (%s) is not supported"
                                % stack["StackName"])
         stack["Parameters"], stack["_template"] = params, template
-        self._start(stack, "UPDATE")
+        self._start(stack, "UPDATE", query)
         return 200, {"RequestId": uuid.uuid4().hex, "StackId": stack["StackId"]}, {}
 
     def _DeleteStack(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
