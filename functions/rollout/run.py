@@ -52,6 +52,7 @@ class WaveNode:
     expected: Dict[str, int]
     exact: bool
     progress: Optional[rp.Progress] = None
+    cordoned: bool = False  # spec.unschedulable when the wave was planned (someone else's cordon, or ours)
     result: Optional[dict] = None  # the node's final result (set once it ends, this invocation)
     applied: Optional[dict] = None  # the delivery executor's answer when it applied this invocation
 
@@ -185,7 +186,7 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kub
                 changed[d.instance_id] = d.model_copy(update=dict(reason=step.reason))
                 expected, exact = _expected(d, known[d.node_name])
                 waves[d.instance_id] = WaveNode(changed[d.instance_id], target, step.resume, expected, exact,
-                                                known[d.node_name].progress)
+                                                known[d.node_name].progress, known[d.node_name].unschedulable)
     out = [changed.get(d.instance_id, d) for d in decisions]
     return out, Rollout(kube, waves, settings, owner, now + run_lease_s(settings))
 
@@ -438,9 +439,9 @@ class DryRunRolloutExecutor:
                     evict = "evict %s" % (", ".join(pods) if pods else "no GPU pod")
                 except KubeError as exc:
                     evict = "evict the GPU pods (cannot list them now: %s)" % exc
-                kube_node = rp_nodes(kube).get(d.node_name)
+                # the node as the wave was planned from it (one listing per event, not one per wave node)
                 cordon = ("resume after step %s" % w.resume if w.resume else
-                          "leave the cordon someone else set" if kube_node and kube_node.unschedulable else "cordon")
+                          "leave the cordon someone else set" if w.cordoned else "cordon")
                 what = ("MIG off (node_bootstrap disable)" if d.disable else d.plan.sequence if d.plan
                         else "%s=%s" % (d.partition.kind, d.partition.value))
                 results[d.instance_id] = {

@@ -18,8 +18,12 @@ def test_dry_run_shows_the_whole_plan_and_touches_nothing(cluster):
     cluster.add_nodes()
     cluster.api.add_pod("team", "train-0", "node-a", gpus=1)
     before = len([r for r in cluster.api.requests if r.method != "GET"])
+    first_request = len(cluster.api.requests)
     result = cluster.run(dry_run=True)
     assert actions(result) == {"node-a": "partition", "node-b": "defer", "node-c": "defer"}
+    # The plan reads the nodes' list a fixed number of times, not once more per wave node.
+    lists = [r for r in cluster.api.requests[first_request:] if r.method == "GET" and r.path == "/api/v1/nodes"]
+    assert len(lists) <= 2
     by = {d.node_name: d for d in result.decisions}
     assert "rollout of pool %s (gpu) to sequence=%s" % (POOL, NEW) in by["node-b"].reason
     assert "wave node-a (max-unavailable 1)" in by["node-b"].reason and "1 of 2 waiting" in by["node-b"].reason
