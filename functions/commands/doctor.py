@@ -22,11 +22,13 @@ import sys
 from typing import Any, Dict, List, NamedTuple, Optional
 
 from functions import settings
+from functions.delivery.cloud_assistant import PAGE, PARAMETER_AGENT, agent_version
 from functions.stack.code_package import ROOT
 
 RBAC_FILE = os.path.join(ROOT, "deploy", "rbac.yaml")
 ROLE_NAME = "ack-mig-hook"
-AGENT_MIN = (2, 2, 3, 309)  # RunCommand: built-in parameters such as {{ACS::InstanceId}} need it on Linux
+# RunCommand's built-in parameters such as {{ACS::InstanceId}} need this Linux agent: the transport's rule.
+AGENT_MIN = PARAMETER_AGENT
 MIG_MANAGER_LABEL = "nvidia.com/mig.config"
 TRIGGER_TYPE = "ALIYUN::FC3::Trigger"
 
@@ -48,12 +50,6 @@ def configure(parser, command):
                              "public endpoint)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
 
-
-def _version(text: str) -> Optional[tuple]:
-    try:
-        return tuple(int(p) for p in text.strip().split("."))
-    except ValueError:
-        return None
 
 
 # ---- the checks, each from facts already fetched (pure), so tests can read them one by one ----
@@ -107,7 +103,7 @@ def agent_checks(rows: List[Dict[str, Any]], node_names: Dict[str, str]) -> List
         if str(row.get("CloudAssistantStatus", "")).lower() != "true":
             offline.append(node_names[iid] or iid)
             continue
-        version = _version(str(row.get("CloudAssistantVersion", "")))
+        version = agent_version(row.get("CloudAssistantVersion"))
         if version is None or version < AGENT_MIN:
             old.append("%s (%s)" % (node_names[iid] or iid, row.get("CloudAssistantVersion") or "version unknown"))
     out = []
@@ -223,10 +219,10 @@ def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
 
     client = RpcClient("ecs", ECS_VERSION, config.region, config.credentials, config.delivery.ecs_endpoint)
     rows: List[Dict[str, Any]] = []
-    for start in range(0, len(instance_ids), 50):
-        batch = instance_ids[start:start + 50]
-        params = {"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(batch)}
-        params["MaxResults"] = "50"
+    for start in range(0, len(instance_ids), PAGE):  # the request the transport sends (cloud_assistant.py)
+        batch = instance_ids[start:start + PAGE]
+        params: Dict[str, Any] = {"RegionId": config.region, "PageSize": PAGE}
+        params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(batch)})
         body = client.call("DescribeCloudAssistantStatus", params)
         rows += ((body.get("InstanceCloudAssistantStatusSet") or {}).get("InstanceCloudAssistantStatus") or [])
     return rows
