@@ -93,6 +93,11 @@ def turn_off(writer, host, force=False, allow_reset=True, before_change=None):
     plans = plan_off(gpus)
     if all(p.converged for p in plans):
         return OffReport(plans, gpus, 0, [])
+    # As apply: every entry point needed, and a readable process list (a GPU whose processes no call can
+    # read is refused whatever --force says), checked before anything changes.
+    missing = writer.missing_entry_points(plans, gpus)
+    if missing is not None:
+        raise missing
     busy = _busy(plans)
     if busy and not force:
         raise GpuBusy(_busy_message(busy))  # refused before anything changed

@@ -441,14 +441,16 @@ class NvmlWriter(NvmlReader):
                 continue
             gpu = by_index.get(plan.index)
             if gpu is not None and gpu.pids_missing == "pynvml":
-                return NodeFailure("this pynvml has none of %s, which apply needs to see whether GPU %d is in "
+                return NodeFailure("this pynvml has none of %s, which are needed to see whether GPU %d is in "
                                    "use; install nvidia-ml-py 11.450 or newer (nothing was changed)"
                                    % (", ".join(PROCESS_CALLS), plan.index), code="pynvml-too-old")
             if gpu is not None and gpu.pids_missing == "driver":
                 return NodeFailure("GPU %d: %s; install the nvidia-ml-py release that matches the driver, or a "
                                    "newer driver (nothing was changed)" % (plan.index, gpu.pids_unreadable),
                                    code="driver-too-old")
-            kinds = [("mode", plan.enable_mig), ("destroy_cis", plan.destroy_cis), ("destroy_gis", plan.destroy_gis),
+            # disable's plans turn the mode off (disable_mig): the same mode entry point
+            mode = plan.enable_mig or getattr(plan, "disable_mig", False)
+            kinds = [("mode", mode), ("destroy_cis", plan.destroy_cis), ("destroy_gis", plan.destroy_gis),
                      ("create", plan.create), ("create_cis", plan.create_cis)]
             for kind, todo in kinds:
                 if todo:

@@ -147,3 +147,15 @@ def test_the_node_refuses_two_media_extension_instances_on_an_a30(tmp_path):
     assert res.rc == 2 and res.json["error"]["code"] == "bad-input"
     assert res.json["error"]["message"] == ("1g.6gb+me + 2g.12gb+me requested, but A30 holds at most 1 +me "
                                             "instance in all (they share its one JPEG decoder and OFA)")
+
+
+def test_disable_refuses_a_gpu_whose_processes_no_call_can_read_even_with_force(tmp_path):
+    # Turning MIG off destroys instances that processes may be using: as apply, disable must see the
+    # process list, whatever --force says, and changes nothing when it cannot.
+    node = Node(tmp_path, count=1)
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    before = open(node.state).read()
+    res = node.run("disable", "--sim-fault", "no-process-list", "--force")
+    assert res.rc == 1 and res.json["error"]["code"] == "driver-too-old", res.stderr
+    assert "nvmlDeviceGetComputeRunningProcesses_v2 is not in the driver" in res.json["error"]["message"]
+    assert open(node.state).read() == before
