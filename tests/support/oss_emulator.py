@@ -142,11 +142,11 @@ class OssEmulator:
                     return self._error(400, "InvalidDigest", "The Content-MD5 you specified is not valid.")
                 objects[key] = body
                 return 200, b"", {"etag": '"%s"' % hashlib.md5(body).hexdigest().upper()}
+            if verb == "DELETE":  # OSS DeleteObject answers 204 whether or not the object was there
+                objects.pop(key, None)
+                return 204, b"", {}
             if key not in objects:
                 return self._error(404, "NoSuchKey", "The specified key does not exist.")
-            if verb == "DELETE":
-                del objects[key]
-                return 204, b"", {}
             data = objects[key]
             return 200, data, {"etag": '"%s"' % hashlib.md5(data).hexdigest().upper(),
                                "content-type": "application/octet-stream",
