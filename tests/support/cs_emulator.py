@@ -29,14 +29,13 @@ test credentials (use the same access key, secret and token in both).
 
 import hashlib
 import hmac
-import json
 import threading
 import time
 import uuid
 from collections import deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Deque, Dict, List, NamedTuple, Optional, Tuple
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from tests.support.loopback import Answer as LoopAnswer, LoopbackServer, json_answer
 
 VERSION = "2015-12-15"
 ALGORITHM = "ACS3-HMAC-SHA256"
@@ -91,7 +90,7 @@ def acs3_signature(method: str, path: str, query: Dict[str, str], headers: Dict[
     return hmac.new(secret.encode("utf-8"), to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-class CsEmulator:
+class CsEmulator(LoopbackServer):
     version = VERSION  # the x-acs-version every request must carry (a subclass serves another product)
     ROUTES = (("clusters", "nodepools", "DescribeClusterNodePools"),
               ("clusters", "nodes", "DescribeClusterNodes"),
@@ -112,7 +111,6 @@ class CsEmulator:
         self._slow: Dict[str, Deque[float]] = {}
         self._nonces: set = set()
         self._lock = threading.Lock()
-        self._server: Optional[ThreadingHTTPServer] = None
 
     # ---- set-up ----
 
@@ -136,59 +134,9 @@ class CsEmulator:
     def calls(self, action: str) -> int:
         return sum(1 for r in self.requests if r.action == action)
 
-    @property
-    def endpoint(self) -> str:
-        assert self._server is not None, "start() the emulator first"
-        return "http://127.0.0.1:%d" % self._server.server_address[1]
-
-    def start(self) -> "CsEmulator":
-        emulator = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_GET(self) -> None:
-                self._serve("GET")
-
-            def do_POST(self) -> None:
-                self._serve("POST")
-
-            def _serve(self, method: str) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                status, payload, extra = emulator.handle(method, self.path, headers, body)
-                data = json.dumps(payload).encode("utf-8")
-                try:
-                    self.send_response(status)
-                    self.send_header("content-type", "application/json;charset=utf-8")
-                    self.send_header("content-length", str(len(data)))
-                    for k, v in extra.items():
-                        self.send_header(k, v)
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (a timeout test): nothing to answer
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> "CsEmulator":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+    def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> LoopAnswer:
+        status, payload, extra = self.handle(method, path, headers, body)
+        return json_answer(status, payload, extra)
 
     # ---- requests ----
 

@@ -20,15 +20,14 @@ secret is ``404 Forbidden.ResourceNotFound``; a wrong signature ``400 SignatureD
 
 import hashlib
 import hmac
-import json
 import threading
 import uuid
 from collections import Counter, deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Deque, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, urlsplit
 
 from tests.support.cs_emulator import ALGORITHM as ACS3, acs3_signature, canonical_request
+from tests.support.loopback import Answer as LoopAnswer, LoopbackServer, json_answer
 
 VERSION = "2016-01-20"
 ALGORITHM = "ACS4-HMAC-SHA256"
@@ -48,7 +47,7 @@ def acs4_signature(canonical: str, key: bytes) -> str:
     return hmac.new(key, to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-class KmsEmulator:
+class KmsEmulator(LoopbackServer):
     def __init__(self, access_key_id: str = "LTAItestkey", secret: str = "test-secret-value",
                  token: Optional[str] = "sts-token-value", region: str = "cn-test-1",
                  account: str = "1234567890123456") -> None:
@@ -62,7 +61,6 @@ class KmsEmulator:
         self._faults: Dict[str, Deque[Tuple[int, str]]] = {}
         self._nonces: set = set()
         self._lock = threading.Lock()
-        self._server: Optional[ThreadingHTTPServer] = None
 
     def put_secret(self, name: str, data: str, data_type: str = "text") -> None:
         self.secrets[name] = (data, data_type)
@@ -70,57 +68,8 @@ class KmsEmulator:
     def fail_next(self, action: str, status: int, code: str, times: int = 1) -> None:
         self._faults.setdefault(action, deque()).extend([(status, code)] * times)
 
-    @property
-    def endpoint(self) -> str:
-        assert self._server is not None, "start() the emulator first"
-        return "http://127.0.0.1:%d" % self._server.server_address[1]
-
-    def start(self) -> "KmsEmulator":
-        emulator = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                self._serve("POST")
-
-            def do_GET(self) -> None:
-                self._serve("GET")
-
-            def _serve(self, method: str) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                status, payload = emulator.handle(method, self.path, headers, body)
-                data = json.dumps(payload).encode("utf-8")
-                try:
-                    self.send_response(status)
-                    self.send_header("content-type", "application/json;charset=utf-8")
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> "KmsEmulator":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+    def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> LoopAnswer:
+        return json_answer(*self.handle(method, path, headers, body))
 
     # ---- requests ----
 

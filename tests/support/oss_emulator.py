@@ -18,9 +18,9 @@ import hmac
 import threading
 import uuid
 from email.utils import formatdate
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, List, Optional, Set, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
+from tests.support.loopback import Answer as LoopAnswer, LoopbackServer
 
 # Sub-resources that take part in the signature (OSS "CanonicalizedResource"); others are left out.
 SIGNED_SUBRESOURCES = {"acl", "bucketInfo", "location", "uploads", "partNumber", "uploadId", "versionId",
@@ -35,7 +35,7 @@ def oss_v1_signature(secret: str, verb: str, headers: Dict[str, str], resource: 
     return base64.b64encode(digest).decode("ascii")
 
 
-class OssEmulator:
+class OssEmulator(LoopbackServer):
     def __init__(self, access_key_id: str = "LTAItestkey", secret: str = "test-secret-value",
                  token: Optional[str] = "sts-token-value", region: str = "cn-beijing") -> None:
         self.access_key_id, self.secret, self.token, self.region = access_key_id, secret, token, region
@@ -44,54 +44,10 @@ class OssEmulator:
         self.requests: List[Tuple[str, str]] = []
         self.rejected: List[str] = []
         self._lock = threading.Lock()
-        self._server: Optional[ThreadingHTTPServer] = None
 
-    @property
-    def endpoint(self) -> str:
-        assert self._server is not None, "start() the emulator first"
-        return "http://127.0.0.1:%d" % self._server.server_address[1]
-
-    def start(self) -> "OssEmulator":
-        emulator = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def _serve(self) -> None:
-                length = int(self.headers.get("content-length") or 0)
-                body = self.rfile.read(length) if length else b""
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                status, data, extra = emulator.handle(self.command, self.path, headers, body)
-                self.send_response(status)
-                for k, v in extra.items():
-                    self.send_header(k, v)
-                self.send_header("x-oss-request-id", uuid.uuid4().hex.upper()[:24])
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
-
-            do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = _serve
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> "OssEmulator":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+    def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> LoopAnswer:
+        status, data, extra = self.handle(method, path, headers, body)
+        return status, data, dict(extra, **{"x-oss-request-id": uuid.uuid4().hex.upper()[:24]})
 
     @staticmethod
     def _error(status: int, code: str, message: str) -> Tuple[int, bytes, Dict[str, str]]:

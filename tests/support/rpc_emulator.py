@@ -30,9 +30,9 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, quote, urlsplit
+from tests.support.loopback import Answer as LoopAnswer, LoopbackServer, json_answer
 
 ECS_ACTIONS = {
     "DescribeCloudAssistantStatus": ("RegionId",),
@@ -157,7 +157,7 @@ class ShellNode(SimNode):
             fh.write(data)
 
 
-class Emulator:
+class Emulator(LoopbackServer):
     def __init__(self, access_key_id="LTAItestkey", secret="test-secret-value", token="sts-token-value",
                  region="cn-test-1", latency_s=0.0):
         self.access_key_id, self.secret, self.token, self.region = access_key_id, secret, token, region
@@ -178,7 +178,6 @@ class Emulator:
         self.rejected: List[str] = []
         self.reject_unrunnable = False  # the fault: RunCommand/SendFile refuse a whole call (see above)
         self._lock = threading.Lock()
-        self._server: Optional[ThreadingHTTPServer] = None
 
     # ---- configuration ----
 
@@ -215,55 +214,11 @@ class Emulator:
                     return fault
         return None
 
-    @property
-    def endpoint(self) -> str:
-        return "http://127.0.0.1:%d" % self._server.server_address[1]
-
-    # ---- server ----
-
-    def start(self) -> "Emulator":
-        emu = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length).decode("utf-8")
-                self._handle("POST", body)
-
-            def do_GET(self):
-                self._handle("GET", "")
-
-            def _handle(self, method, body):
-                query = urlsplit(self.path).query
-                params = dict(parse_qsl(query, keep_blank_values=True))
-                params.update(dict(parse_qsl(body, keep_blank_values=True)))
-                status, answer = emu.handle(method, params)
-                data = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        # A short poll: stop() (every test's teardown) otherwise waits up to 0.5 s for the loop to notice.
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server:
-            self._server.shutdown()
-            self._server.server_close()
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
+    def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> LoopAnswer:
+        # RPC: the parameters in the query string and, for POST, the form body (the core SDK uses both).
+        params = dict(parse_qsl(urlsplit(path).query, keep_blank_values=True))
+        params.update(dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True)))
+        return json_answer(*self.handle(method, params))
 
     # ---- requests ----
 

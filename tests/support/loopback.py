@@ -1,0 +1,77 @@
+"""The HTTP plumbing every loopback emulator shares: a threaded server on 127.0.0.1 at an ephemeral
+port, started and stopped by the test (or ``with``), never listening anywhere else.
+
+A subclass answers each request in :meth:`LoopbackServer.respond` with ``(status, body bytes,
+headers)``; :func:`json_answer` builds that from a JSON document. What a product's API does (paths,
+signatures, errors) stays in its own emulator module.
+"""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, Optional, Tuple
+
+Answer = Tuple[int, bytes, Dict[str, str]]
+
+
+def json_answer(status: int, payload: Any, headers: Optional[Dict[str, str]] = None) -> Answer:
+    data = json.dumps(payload).encode("utf-8")
+    return status, data, dict({"content-type": "application/json;charset=utf-8"}, **(headers or {}))
+
+
+class LoopbackServer:
+    _server: Optional[ThreadingHTTPServer] = None
+
+    def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> Answer:
+        """One request: ``headers`` with lower-case names, ``path`` with its query string."""
+        raise NotImplementedError
+
+    @property
+    def endpoint(self) -> str:
+        assert self._server is not None, "start() the emulator first"
+        return "http://127.0.0.1:%d" % self._server.server_address[1]
+
+    def start(self):
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass  # keep test output clean
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else b""
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                status, data, extra = owner.respond(self.command, self.path, headers, body)
+                try:
+                    self.send_response(status)
+                    for name, value in extra.items():
+                        self.send_header(name, value)
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (a timeout test): nothing to answer
+
+            do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _serve
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        # A short poll: stop() (every test's teardown) otherwise waits up to 0.5 s for the loop to notice.
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
