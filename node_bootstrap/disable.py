@@ -30,12 +30,12 @@ from .apply import _Apply, _labeler, run_job
 from .backend import Backend
 from .commands import gpus_json, stderr_log
 from .deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
-from .errors import OUTCOME_SUCCESS, BadInput, GpuBusy, NodeFailure
+from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure
 from .kube import KubeError
 from .live import MIG_DISABLED, LiveGpu
 from .nvml import NvmlWriter
 from .rebootguard import RebootGuard
-from .reconcile import Host, _busy, _busy_message, _converge_instances, _handle_processes, _set_modes
+from .reconcile import Host, _converge_instances, _handle_processes, _set_modes, before_first_change
 from .simhost import host_runner, is_host_root, is_sim
 
 
@@ -93,16 +93,7 @@ def turn_off(writer, host, force=False, allow_reset=True, before_change=None):
     plans = plan_off(gpus)
     if all(p.converged for p in plans):
         return OffReport(plans, gpus, 0, [])
-    # As apply: every entry point needed, and a readable process list (a GPU whose processes no call can
-    # read is refused whatever --force says), checked before anything changes.
-    missing = writer.missing_entry_points(plans, gpus)
-    if missing is not None:
-        raise missing
-    busy = _busy(plans)
-    if busy and not force:
-        raise GpuBusy(_busy_message(busy))  # refused before anything changed
-    if before_change is not None:
-        before_change()
+    before_first_change(writer, plans, gpus, force, before_change)  # the checks apply makes, in its order
     plans = _handle_processes(writer, plans, None, host, force, replan=plan_off)
     stopped = host.stop_clients()
     resets = 0

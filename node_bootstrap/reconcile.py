@@ -15,7 +15,7 @@ Every step re-reads NVML, so a run killed anywhere is repaired by the next one.
 """
 
 import typing
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .errors import GpuBusy, NodeFailure, RebootRequired
 from .live import LiveGpu
@@ -196,6 +196,22 @@ def _converge_instances(writer, plans, host):
                   writer.create_full_compute_instance, i, gi_id, inst.profile.compute_slices)
 
 
+def before_first_change(writer, plans, gpus, force, on_change=None):
+    # type: (NvmlWriter, List[Any], List[Any], bool, Optional[Callable[[], None]]) -> None
+    """What apply and disable check before anything changes, in this order: every pynvml function and
+    driver entry point the plans need, and a readable process list (an old driver would otherwise take
+    the MIG mode change and then fail on the first placement); then no busy GPU unless ``force``. Then
+    ``on_change`` runs (the caller labels the node pending, or removes its boot unit)."""
+    missing = writer.missing_entry_points(plans, gpus)
+    if missing is not None:
+        raise missing
+    busy = _busy(plans)
+    if busy and not force:
+        raise GpuBusy(_busy_message(busy))  # refused before anything changed
+    if on_change is not None:
+        on_change()
+
+
 def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None):
     # type: (NvmlWriter, PartitionSpec, Host, bool, bool, Callable[[List[GpuPlan]], None]) -> ApplyReport
     """Bring the node to ``spec``. ``on_change`` runs once, before the first mutating step, and only if
@@ -204,16 +220,7 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None)
     initial = plan_node(gpus, spec)
     if all(p.converged for p in initial):
         return ApplyReport(initial, gpus, initial, 0, [])
-    # Every pynvml function and driver entry point the plan needs, checked before anything changes: an
-    # old driver would otherwise take the MIG mode change and then fail on the first placement.
-    missing = writer.missing_entry_points(initial, gpus)
-    if missing is not None:
-        raise missing
-    busy = _busy(initial)
-    if busy and not force:
-        raise GpuBusy(_busy_message(busy))  # refused before anything changed
-    if on_change is not None:
-        on_change(initial)
+    before_first_change(writer, initial, gpus, force, on_change and (lambda: on_change(initial)))
     plans = _handle_processes(writer, initial, spec, host, force)
     stopped = host.stop_clients()
     problems = []  # type: List[str]
