@@ -145,8 +145,14 @@ def cmd_install_boot_unit(args, backend):
     if is_sim(args) and is_host_root(args.root):
         raise BadInput("a simulated node's boot unit goes under --root DIR, never into this machine's /etc")
     result = bootunit.install(spec, root=args.root, extra_args=boot_args(args), runner=host_runner(args))
-    out = {"command": "install-boot-unit", "outcome": OUTCOME_SUCCESS, "unit": result.unit_path,
-           "request": result.request_path, "changed": result.changed, "commands": result.commands}
+    return boot_unit_outcome("install-boot-unit", result, "changed")
+
+
+def boot_unit_outcome(command, result, changed_key):
+    # type: (str, Any, str) -> Tuple[Dict[str, Any], int]
+    """The result of install-boot-unit / uninstall-boot-unit (``changed_key``: how each names a change)."""
+    out = {"command": command, "outcome": OUTCOME_SUCCESS, "unit": result.unit_path,
+           "request": result.request_path, changed_key: result.changed, "commands": result.commands}
     if result.errors:
         out.update(outcome="failed", error={"code": "boot-unit-failed", "message": "; ".join(result.errors)})
         return out, 1

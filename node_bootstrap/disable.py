@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from . import bootunit
 from .apply import _Apply, _labeler, run_job
 from .backend import Backend
-from .commands import gpus_json, stderr_log
+from .commands import boot_unit_outcome, gpus_json, stderr_log
 from .deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
 from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure
 from .kube import KubeError
@@ -255,10 +255,5 @@ def cmd_uninstall_boot_unit(args, backend):
     """Only the boot unit: the GPUs keep their layout until the next reboot (instances never survive one)."""
     if is_sim(args) and is_host_root(args.root):
         raise BadInput("a simulated node's boot unit is under --root DIR, never in this machine's /etc")
-    result = bootunit.uninstall(root=args.root, runner=host_runner(args))
-    out = {"command": "uninstall-boot-unit", "outcome": OUTCOME_SUCCESS, "unit": result.unit_path,
-           "request": result.request_path, "removed": result.changed, "commands": result.commands}
-    if result.errors:
-        out.update(outcome="failed", error={"code": "boot-unit-failed", "message": "; ".join(result.errors)})
-        return out, 1
-    return out, 0
+    return boot_unit_outcome("uninstall-boot-unit", bootunit.uninstall(root=args.root, runner=host_runner(args)),
+                             "removed")
