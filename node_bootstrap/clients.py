@@ -7,7 +7,6 @@ What was stopped is recorded in ``<state-dir>/stopped-clients.json`` before it i
 killed in between leaves a note the next run acts on: it starts those clients again at its end.
 """
 
-import json
 import os
 import re
 import shutil
@@ -15,6 +14,7 @@ import typing
 from typing import Callable, List, Tuple
 
 from .errors import BadInput
+from .jsonfile import read_json, write_json
 
 DEFAULT_CLIENTS = ("manifest:/etc/kubernetes/manifests/nvidia-device-plugin.yml", "systemd:dcgm-exporter",
                    "systemd:nvidia-dcgm")
@@ -65,21 +65,13 @@ class ClientControl(object):
     def _load(self):
         # type: () -> List[Client]
         try:
-            with open(self.record) as fh:
-                return [Client(k, t) for k, t in json.load(fh)]
-        except (IOError, OSError, ValueError, TypeError):
+            return [Client(k, t) for k, t in read_json(self.record) or []]
+        except (ValueError, TypeError):  # not a list of pairs: nothing we recorded
             return []
 
     def _save(self, stopped):
         # type: (List[Client]) -> None
-        if not os.path.isdir(self.state_dir):
-            os.makedirs(self.state_dir)
-        tmp = self.record + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump([[c.kind, c.target] for c in stopped], fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.rename(tmp, self.record)
+        write_json(self.record, [[c.kind, c.target] for c in stopped])
 
     def leftovers(self):
         # type: () -> List[Client]

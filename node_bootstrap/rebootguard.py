@@ -16,11 +16,11 @@ The boot id is the kernel's (``/proc/sys/kernel/random/boot_id``, new at every b
 node's is its reboot counter.
 """
 
-import json
 import os
 from typing import Any, Dict, Optional
 
 from .errors import OUTCOME_REBOOT, NodeFailure
+from .jsonfile import read_json, write_json
 
 RECORD = "reboot-requested.json"
 BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
@@ -44,11 +44,7 @@ class RebootGuard(object):
 
     def _load(self):
         # type: () -> Optional[Dict[str, Any]]
-        try:
-            with open(self.path) as fh:
-                record = json.load(fh)
-        except (IOError, OSError, ValueError):
-            return None
+        record = read_json(self.path)
         return record if isinstance(record, dict) else None
 
     def review(self, failure):
@@ -71,15 +67,7 @@ class RebootGuard(object):
     def _save(self, record):
         # type: (Dict[str, Any]) -> None
         try:
-            directory = os.path.dirname(self.path)
-            if not os.path.isdir(directory):
-                os.makedirs(directory)
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as fh:
-                json.dump(record, fh)
-                fh.flush()
-                os.fsync(fh.fileno())  # written just before the node reboots: it must survive that
-            os.rename(tmp, self.path)
+            write_json(self.path, record)  # fsynced: written just before the node reboots, it must survive that
         except (IOError, OSError):
             pass  # without the record the guard cannot help next time; the outcome itself stands
 

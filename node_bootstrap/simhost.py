@@ -30,6 +30,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .clients import DEFAULT_CLIENTS
+from .jsonfile import read_json, write_json
 from .kube import DEFAULT_KUBELET_KUBECONFIG
 from .lock import DEFAULT_LOCK_FILE
 from .runner import run
@@ -123,11 +124,7 @@ class SimSystemd(object):
 
     def load(self):
         # type: () -> Dict[str, Any]
-        try:
-            with open(self.state_path) as fh:
-                state = json.load(fh)
-        except (IOError, OSError, ValueError):
-            state = None
+        state = read_json(self.state_path)
         if not isinstance(state, dict):
             state = {}
         state.setdefault("units", {})
@@ -136,12 +133,7 @@ class SimSystemd(object):
 
     def save(self, state):
         # type: (Dict[str, Any]) -> None
-        if not os.path.isdir(self.dir):
-            os.makedirs(self.dir)
-        tmp = self.state_path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(state, fh, indent=1, sort_keys=True)
-        os.rename(tmp, self.state_path)
+        write_json(self.state_path, state, indent=1, sort_keys=True)
 
     def calls(self):
         # type: () -> List[List[str]]
@@ -187,11 +179,7 @@ class SimNodeLabels(object):
 
     def load(self):
         # type: () -> Dict[str, Any]
-        try:
-            with open(self.path) as fh:
-                doc = json.load(fh)
-        except (IOError, OSError, ValueError):
-            doc = None
+        doc = read_json(self.path)
         if not isinstance(doc, dict):
             doc = {"labels": {}, "annotations": {}, "history": []}
         return doc
@@ -208,13 +196,7 @@ class SimNodeLabels(object):
                 else:
                     doc[field][key] = value
         doc["history"].append({"time": round(time.time(), 3), "labels": dict(meta.get("labels") or {})})
-        directory = os.path.dirname(self.path)
-        if not os.path.isdir(directory):
-            os.makedirs(directory)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(doc, fh, indent=1, sort_keys=True)
-        os.rename(tmp, self.path)
+        write_json(self.path, doc, indent=1, sort_keys=True)
 
 
 class SimNodeClient(SimNodeLabels):
