@@ -236,7 +236,7 @@ def _kube_checks(args, config) -> List[Check]:
             client = KubeClient(load_kubeconfig(args.kubeconfig))
         else:
             from functions.cs_lookup import CsLookup
-            from functions.rollout.kube import client_from_kubeconfig_text
+            from functions.delivery.taint import client_from_kubeconfig_text
 
             client = client_from_kubeconfig_text(CsLookup(config).user_kubeconfig(args.cluster_id, private=False))
         role = _get(client, "/apis/rbac.authorization.k8s.io/v1/clusterroles/" + ROLE_NAME)

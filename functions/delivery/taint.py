@@ -41,6 +41,20 @@ def parse_taint(text: str) -> Taint:
     return Taint(m.group(1), m.group(2), m.group(3))
 
 
+def client_from_kubeconfig_text(text: str) -> KubeClient:
+    """A client from kubeconfig text (ACK's, with the cluster CA): the text sits in a private temp file only
+    while it is read."""
+    fd, path = tempfile.mkstemp(prefix="ack-mig-kubeconfig-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return KubeClient(load_kubeconfig(path))
+    except KubeError as exc:  # the temporary file's name means nothing to a reader (and differs per run)
+        raise KubeError(str(exc).replace(path, "(the cluster kubeconfig)"), exc.status) from None
+    finally:
+        os.unlink(path)
+
+
 class TaintRemover:
     def __init__(self, taint: Taint, kubeconfig_text: Callable[[], str],
                  sleep: Callable[[float], None] = time.sleep):
@@ -50,13 +64,7 @@ class TaintRemover:
 
     def client(self) -> KubeClient:
         if self._client is None:
-            fd, path = tempfile.mkstemp(prefix="ack-mig-kubeconfig-")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(self._kubeconfig_text())
-                self._client = KubeClient(load_kubeconfig(path))
-            finally:
-                os.unlink(path)
+            self._client = client_from_kubeconfig_text(self._kubeconfig_text())
         return self._client
 
     def remove(self, node_name: str) -> str:

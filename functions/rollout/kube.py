@@ -13,12 +13,10 @@ Errors are ``node_bootstrap.kube.KubeError`` with the HTTP status (None: no answ
 """
 
 import copy
-import os
-import tempfile
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 from urllib.parse import quote
 
-from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig
+from node_bootstrap.kube import KubeClient, KubeError
 
 from functions.errors import BadInventory
 from functions.rollout.waves import KubeNode
@@ -46,19 +44,6 @@ class KubeNodes(Protocol):
         ...
 
 
-def client_from_kubeconfig_text(text: str) -> KubeClient:
-    """The taint remover's way: the kubeconfig sits in a private temp file only while it is read."""
-    fd, path = tempfile.mkstemp(prefix="ack-mig-kubeconfig-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        return KubeClient(load_kubeconfig(path))
-    except KubeError as exc:  # the temporary file's name means nothing to a reader (and differs per run)
-        raise KubeError(str(exc).replace(path, "(the cluster kubeconfig)"), exc.status) from None
-    finally:
-        os.unlink(path)
-
-
 class LiveKube:
     """The API server. ``client`` is a KubeClient or a provider of one (connected on first use)."""
 
@@ -68,7 +53,7 @@ class LiveKube:
 
     @classmethod
     def from_settings(cls, settings: Any, cluster_id: str) -> "LiveKube":
-        from functions.delivery.taint import cs_kubeconfig
+        from functions.delivery.taint import client_from_kubeconfig_text, cs_kubeconfig
         from functions.settings import longest_run_s
 
         # One client serves the whole invocation (a drain alone may take ACK_MIG_DRAIN_TIMEOUT_S): the
