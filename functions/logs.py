@@ -83,7 +83,11 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` with every known secret masked: ``secrets`` (the settings' credentials) and every value
     registered at run time. The handler's result and every command-line output go through this, the
     same cleaning as the log lines."""
-    text = _mask(text, _forms(secrets))
+    return _mask_runtime(_mask(text, _forms(secrets)))
+
+
+def _mask_runtime(text: str) -> str:
+    """Mask the values registered at run time (a secret read from KMS, say)."""
     with _RUNTIME_LOCK:
         runtime = list(_RUNTIME_SECRETS)
     return _mask(text, runtime)
@@ -107,10 +111,7 @@ class JsonLogger:
         return child
 
     def redact(self, text: str) -> str:
-        text = _mask(text, self._secrets)
-        with _RUNTIME_LOCK:
-            runtime = list(_RUNTIME_SECRETS)
-        return _mask(text, runtime)
+        return _mask_runtime(_mask(text, self._secrets))
 
     def log(self, level: str, message: str, **fields: Any) -> None:
         if LEVELS.get(level, 20) < self.level:
