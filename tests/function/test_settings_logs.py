@@ -296,6 +296,38 @@ def test_a_kms_failure_is_one_line_naming_the_secret_and_throttling_asks_for_a_r
     assert kms.rejected and all(s not in str(info.value) for s in (SECRET, TOKEN, "not-the-secret"))
 
 
+@pytest.mark.parametrize("how", ["reset", "close", "stall"])
+def test_a_kms_connection_that_fails_without_an_answer_asks_for_a_retry_like_a_5xx(kms, how):
+    """KMS accepts the request and then the connection fails with no API code at all: reset by the peer,
+    closed before any status line, or silent past the read timeout (ACK_MIG_API_TIMEOUT_S=1). That is
+    the same transient failure as a 503 (FC retries the event: RetryLater, nothing touched), never the
+    permanent error a missing secret is; the next attempt reads the key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from functions.delivery.ssh import key_from_settings
+    from functions.errors import RetryLater
+
+    private = ed25519.Ed25519PrivateKey.generate()
+    key = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption()).decode()
+    public = private.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    kms.put_secret("ack-mig/ssh-key", key)
+    env = {"ACK_MIG_REGION": "cn-beijing", "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
+           "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_TRANSPORT": "ssh", "ACK_MIG_SSH_KEY_SECRET": "ack-mig/ssh-key",
+           "ACK_MIG_KMS_ENDPOINT": kms.endpoint, "ACK_MIG_API_TIMEOUT_S": "1"}
+    kms.drop_next("GetSecretValue", how)
+    with pytest.raises(RetryLater) as info:
+        key_from_settings(load_settings(env))
+    text = str(info.value)
+    assert "'ack-mig/ssh-key'" in text and "\n" not in text
+    assert all(s not in text for s in [SECRET, TOKEN] + _key_fragments(key))
+    assert kms.dropped == [how] and kms.calls["GetSecretValue"] == 1  # the request arrived; its answer did not
+    # The failed read cached nothing: the retried event asks KMS again and logs in with the key.
+    assert "ssh-ed25519 %s" % key_from_settings(load_settings(env)).get_base64() == public.decode()
+    assert kms.calls["GetSecretValue"] == 2 and kms.rejected == []
+
+
 def test_access_key_in_a_signed_call_that_errors_never_leaks(caplog):
     """A real signed RPC call (aliyun-python-sdk-core against the loopback emulator) that the service
     refuses, twice: a wrong AccessKey secret, and a SignatureDoesNotMatch whose answer quotes the server's

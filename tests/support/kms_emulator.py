@@ -16,10 +16,20 @@ The action is RPC style: ``POST /`` with ``x-acs-action: GetSecretValue``, ``x-a
 Answer fields as the API reference names them: ``SecretName``, ``VersionId``, ``SecretData``,
 ``SecretDataType`` (``text`` or ``binary``), ``VersionStages``, ``CreateTime``, ``RequestId``. An unknown
 secret is ``404 Forbidden.ResourceNotFound``; a wrong signature ``400 SignatureDoesNotMatch``.
+
+Faults: :meth:`KmsEmulator.fail_next` answers with an API error (a status and a code); :meth:`KmsEmulator.drop_next`
+answers nothing at all, the way a network failure looks to the SDK: ``reset`` aborts the TCP connection
+(SO_LINGER 0, so the kernel sends RST: "connection reset by peer"), ``close`` closes it cleanly before
+any status line (the SDK's HTTP client reports the server disconnected), ``stall`` keeps it open and
+silent past the client's read timeout. Each request is read whole first, so the emulator has counted it
+(``calls``) and the SDK has sent it: what fails is the answer, as when a load balancer or NAT drops an
+established connection.
 """
 
 import hashlib
 import hmac
+import socket
+import struct
 import threading
 import uuid
 from collections import Counter, deque
@@ -33,6 +43,7 @@ VERSION = "2016-01-20"
 ALGORITHM = "ACS4-HMAC-SHA256"
 PRODUCT = "Kms"
 SIGN_PREFIX = "aliyun_v4"
+DROPS = ("reset", "close", "stall")
 
 
 def signing_key(secret: str, date: str, region: str, product: str = PRODUCT) -> bytes:
@@ -58,7 +69,10 @@ class KmsEmulator(LoopbackServer):
         self.requests: List[Dict[str, str]] = []
         self.rejected: List[str] = []
         self.algorithms: List[str] = []  # the signature scheme of each accepted request
+        self.dropped: List[str] = []  # how each dropped request was dropped
         self._faults: Dict[str, Deque[Tuple[int, str]]] = {}
+        self._drops: Dict[str, Deque[str]] = {}
+        self._release = threading.Event()  # ends a stalled answer (stop())
         self._nonces: set = set()
         self._lock = threading.Lock()
 
@@ -68,8 +82,50 @@ class KmsEmulator(LoopbackServer):
     def fail_next(self, action: str, status: int, code: str, times: int = 1) -> None:
         self._faults.setdefault(action, deque()).extend([(status, code)] * times)
 
+    def drop_next(self, action: str, how: str = "reset", times: int = 1) -> None:
+        """The next ``times`` requests for ``action`` get no answer: ``reset``, ``close`` or ``stall``
+        (see the module's docstring)."""
+        if how not in DROPS:
+            raise ValueError("how must be one of %s" % ", ".join(DROPS))
+        self._drops.setdefault(action, deque()).extend([how] * times)
+
     def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> LoopAnswer:
         return json_answer(*self.handle(method, path, headers, body))
+
+    def start(self):
+        super().start()
+        # The shared loopback server always answers; a dropped connection needs the socket itself, so the
+        # handler class is extended here, before any request arrives.
+        owner, base = self, self._server.RequestHandlerClass
+
+        class DroppingHandler(base):  # type: ignore[misc, valid-type]
+            def _serve(self) -> None:
+                action = self.headers.get("x-acs-action", "")
+                with owner._lock:
+                    how = owner._drops[action].popleft() if owner._drops.get(action) else None
+                if how is None:
+                    return base._serve(self)
+                length = int(self.headers.get("content-length") or 0)
+                if length:
+                    self.rfile.read(length)
+                with owner._lock:
+                    owner.calls[action] += 1
+                    owner.dropped.append(how)
+                self.close_connection = True
+                if how == "stall":
+                    owner._release.wait(60)  # bounded: stop() releases it at once
+                elif how == "reset":
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.connection.close()
+
+            do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _serve
+
+        self._server.RequestHandlerClass = DroppingHandler
+        return self
+
+    def stop(self) -> None:
+        self._release.set()
+        super().stop()
 
     # ---- requests ----
 
