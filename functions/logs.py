@@ -2,7 +2,8 @@
 
 Every line has ``time`` (UTC, ISO 8601), ``level``, ``message``, ``request_id`` and ``trigger``, plus
 ``instance_id`` where a line is about one instance, plus any extra fields. Credentials never appear:
-values of fields whose name says secret/token/password/key are masked, and every known secret value
+values of fields whose name says they hold one are masked, at any depth (an HTTP header dict is the
+typical carrier: ``Authorization``, ``Cookie``, ``x-acs-security-token``), and every known secret value
 (the settings' credentials, and values read at run time such as the SSH key from KMS, see
 :func:`register_secret`) is replaced wherever it occurs, in any field, before the line is written. FC
 sends stdout to the function's log store.
@@ -17,12 +18,18 @@ from typing import Any, Dict, Iterable, Optional, TextIO
 
 LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "OFF": 100}
 MASK = "***"
-_SECRET_NAMES = ("secret", "token", "password", "private_key", "access_key", "authorization", "credential")
+# Matched inside the name, compared without case, "-" or "_" (Authorization, Proxy-Authorization,
+# x-acs-security-token, SecurityToken, AccessKeyId, private-key and privateKey are all caught).
+_SECRET_NAMES = ("secret", "token", "password", "passwd", "passphrase", "privatekey", "accesskey", "apikey",
+                 "authorization", "credential", "cookie")
+# Matched at the end only: a request's Signature (an OSS presigned URL's is a bearer credential), but not
+# SignatureNonce / SignatureMethod / SignatureVersion, which say nothing secret.
+_SECRET_ENDINGS = ("signature",)
 
 
 def _secret_name(name: str) -> bool:
-    lowered = name.lower()
-    return any(part in lowered for part in _SECRET_NAMES)
+    folded = name.lower().replace("-", "").replace("_", "")
+    return any(part in folded for part in _SECRET_NAMES) or folded.endswith(_SECRET_ENDINGS)
 
 
 def _mask_fields(value: Any) -> Any:

@@ -104,6 +104,49 @@ def test_log_lines_are_json_with_context_and_masking():
     assert json.loads(lines[1])["message"] == "multi\nline"  # one physical line, escaped
 
 
+# Header and field names that carry a credential, as HTTP clients, the Alibaba Cloud SDKs and OSS spell them.
+# Each is matched by one entry of the redactor's list (folded: no case, "-" or "_"), so dropping an entry
+# fails its case here.
+_SECRET_FIELDS = [
+    ("Authorization", "ACS3-HMAC-SHA256 Credential=LTAIexample,SignedHeaders=host,Signature=5d2f0c"),
+    ("proxy-authorization", "Basic dXNlcjpwYXNzd29yZA=="),
+    ("x-acs-security-token", "CAIS8gF1q6Ft5B2yfSjIr5bx"),
+    ("SecurityToken", "CAIS8gF1q6Ft5B2yfSjIr5by"),
+    ("Cookie", "SESSIONID=9b1d0c7e4a"),
+    ("Set-Cookie", "login_ticket=a81f33; HttpOnly"),
+    ("client_secret", "cs-0b5e7a1f"),
+    ("password", "correct-horse"),
+    ("db_passwd", "battery-staple"),
+    ("key_passphrase", "open sesame"),
+    ("privateKey", "-----BEGIN PRIVATE KEY-----"),
+    ("AccessKeyId", "LTAI5tExampleKeyId"),
+    ("x-api-key", "ak-7781-live"),
+    ("credentials", {"id": "LTAI5t", "value": "s3cr3t-in-a-dict"}),
+    ("Signature", "q0M9x1Zk2k%2BdJq1s%3D"),  # an OSS presigned URL's signature is a bearer credential
+]
+# Named alike, but nothing secret: a log reader needs these, so they stay as they are.
+_PLAIN_FIELDS = {"x-acs-date": "2026-11-29T01:31:42Z", "x-acs-signature-nonce": "1f0e7a2b", "host": "kms.local",
+                 "x-acs-action": "GetSecretValue", "SignatureMethod": "HMAC-SHA1", "content-type": "application/json"}
+
+
+@pytest.mark.parametrize("name, value", _SECRET_FIELDS, ids=[n for n, _ in _SECRET_FIELDS])
+def test_a_log_field_named_for_a_secret_is_masked_wherever_it_sits(name, value):
+    """The value was never registered as a secret: only its field's name can hide it. A header dict as an
+    HTTP client holds it, at the top of a line and inside a list of requests; what a log reader gets is
+    *** for that header and every other header intact."""
+    out = io.StringIO()
+    log = JsonLogger("INFO", stream=out, request_id="r-1")
+    headers = dict(_PLAIN_FIELDS, **{name: value})
+    log.warning("call refused", headers=headers, attempts=[{"status": 403, "headers": headers}])
+    log.warning("refused again", **{name: value})
+    first, second = [json.loads(line) for line in out.getvalue().splitlines()]
+    for seen in (first["headers"], first["attempts"][0]["headers"]):
+        assert seen == dict(_PLAIN_FIELDS, **{name: "***"})
+    assert second[name] == "***" and first["attempts"][0]["status"] == 403
+    leaked = value if isinstance(value, str) else value["value"]
+    assert leaked not in out.getvalue()
+
+
 def test_known_secret_never_reaches_logs_or_results(emulator, monkeypatch, capsys):
     """Put real-looking credentials in the environment, run events through the SDK path, and search every
     byte of output for them."""
