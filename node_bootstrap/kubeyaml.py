@@ -12,7 +12,13 @@ from typing import Any, List, Tuple
 
 _Line = Tuple[int, str, int]  # indentation, text, 1-based line number
 
-_INT = re.compile(r"^[-+]?[0-9]+\Z")
+# Plain integers as YAML 1.1 resolves them (PyYAML's int resolver; go-yaml's ParseInt(s, 0) reads these
+# the same): decimal without a leading zero, or octal with one. Other runs of digits (08, 09, 0189) are no
+# int in YAML 1.1: PyYAML loads them, and writes them unquoted, as text, so they are text here too (a
+# kubeconfig value is a string unless YAML makes it something else). Underscores, 0x, 0b and base 60 are
+# not read as numbers: no kubeconfig field is one.
+_DECIMAL = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)\Z")
+_OCTAL = re.compile(r"^[-+]?0[0-7]+\Z")
 
 
 def _strip_comment(text):
@@ -65,8 +71,10 @@ def _scalar(text, number):
         return True
     if text in ("false", "False", "FALSE"):
         return False
-    if _INT.match(text):
+    if _DECIMAL.match(text):
         return int(text)
+    if _OCTAL.match(text):
+        return int(text, 8)
     return text
 
 

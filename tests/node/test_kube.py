@@ -4,7 +4,7 @@ import base64
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from node_bootstrap import kubeyaml
@@ -130,7 +130,10 @@ def test_repr_of_a_kubeconfig_hides_secrets(kube_api, tmp_path):
     assert "s3cret" not in repr(cfg) and "PRIVATE" not in repr(cfg)
 
 
-_text = st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=20)
+# Runs of digits as text too: PyYAML quotes those that YAML reads as numbers (010) and writes the rest
+# plain (08), which a reader must then keep as text.
+_text = st.one_of(st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=20),
+                  st.from_regex(r"\A[-+]?[0-9]{1,4}\Z"))
 _scalar = st.one_of(_text, st.integers(-5, 10 ** 6), st.booleans(), st.none())
 _key = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz-_./0123456789"), min_size=1, max_size=12)
 # Kubeconfig-shaped documents: mappings of scalars, mappings, and lists of mappings (or of scalars).
@@ -142,9 +145,31 @@ _doc = st.recursive(_scalar, lambda inner: st.one_of(st.lists(st.dictionaries(_k
 
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(_key, _doc, min_size=1, max_size=4))
+@example({"0": "08"})  # PyYAML writes "'0': 08": 08 is no int in YAML 1.1, so it is the text "08"
 def test_kubeyaml_reads_what_pyyaml_writes(doc):
     text = yaml.safe_dump(doc, default_flow_style=False, indent=2)
     assert kubeyaml.loads(text) == yaml.safe_load(text)
+
+
+@pytest.mark.parametrize("plain", ["0", "-0", "+7", "42", "-13", "08", "09", "0189", "-08", "010", "-010", "00",
+                                   "007"])
+def test_kubeyaml_reads_plain_numbers_as_yaml_does(plain):
+    """Written by hand, unquoted: an int only where YAML 1.1 makes one (decimal, or octal with a leading
+    zero), text otherwise, as PyYAML reads it."""
+    text = "a: %s\nb:\n- %s\n" % (plain, plain)
+    assert kubeyaml.loads(text) == yaml.safe_load(text)
+
+
+@pytest.mark.kube
+def test_a_token_written_as_digits_authenticates_as_text(kube_api, tmp_path):
+    """A bearer token of digits with a leading zero, written unquoted the way PyYAML writes it: the node
+    sends it exactly as written (not as a number, nor a crash) and the API server accepts it."""
+    kube_api.tokens["0800123"] = "admin"
+    path = kube_api.write_kubeconfig(tmp_path / "k.conf", token="0800123")
+    assert "token: 0800123\n" in open(path).read()
+    kube_api.add_node("node-a")
+    assert KubeClient(load_kubeconfig(path)).get_node("node-a")["metadata"]["name"] == "node-a"
+    assert kube_api.requests[-1].user == "token:admin"
 
 
 def test_kubeyaml_reads_kubectl_style_sequences_at_key_indent():
