@@ -62,5 +62,11 @@ test: dev node-env sshd vermin ros-schemas
 bench: dev sshd
 	$(BIN)/python bench/run.py --quick
 
+# The property tests alone, with fresh random examples and ten times as many (Hypothesis profile "wide",
+# tests/conftest.py); `make test` draws fixed ones. Not part of `make test`.
+.PHONY: fuzz
+fuzz: dev node-env sshd
+	$(BIN)/python -m pytest -q -m hypothesis --hypothesis-profile=wide
+
 clean:
 	rm -rf $(VENV) $(NODE_VENV) .pytest_cache .hypothesis *.egg-info .cache
