@@ -93,6 +93,7 @@ class KmsEmulator(LoopbackServer):
         return json_answer(*self.handle(method, path, headers, body))
 
     def start(self):
+        self._release.clear()
         super().start()
         # The shared loopback server always answers; a dropped connection needs the socket itself, so the
         # handler class is extended here, before any request arrives.
