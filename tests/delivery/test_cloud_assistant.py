@@ -59,13 +59,16 @@ def test_150_warm_nodes_take_two_runcommands_and_polls_per_batch(emulator, ecs, 
     results = t.run(targets(150, prefix="i-emu"))
     assert set(outcomes(results).values()) == {"partitioned"}
     assert emulator.calls["RunCommand"] == 2 and emulator.calls["SendFile"] == 0
-    assert emulator.calls["DescribeCloudAssistantStatus"] == 3  # pages of at most 50 instances
-    # each poll reads its whole batch in pages of 50: never one call per instance
+    assert emulator.calls["DescribeCloudAssistantStatus"] == 2  # 100 instances per call, no PageSize
+    assert all("PageSize" not in p and "MaxResults" not in p for a, p in emulator.requests
+               if a == "DescribeCloudAssistantStatus")
+    # each poll reads its whole batch in pages of 50 (MaxResults + NextToken): never one call per instance
     reads = {}
     for action, params in emulator.requests:
         if action == "DescribeInvocationResults":
-            assert "InstanceId" not in params and params["PageSize"] == "50"
-            reads.setdefault(params["InvokeId"], []).append(int(params["PageNumber"]))
+            assert "InstanceId" not in params and params["MaxResults"] == "50"
+            assert "PageSize" not in params and "PageNumber" not in params  # deprecated (ECS SDK model)
+            reads.setdefault(params["InvokeId"], []).append(2 if "NextToken" in params else 1)
     assert len(reads) == 2
     for pages in sorted(reads.values(), key=len):
         # every round starts at page 1; page 2 is read only when page 1 is all final (the batch may be
@@ -195,16 +198,16 @@ def test_every_batch_is_submitted_before_any_is_polled_then_one_loop_polls_them_
     # one loop: the first round reads all three; each round reads every invocation still open, and a
     # finished one is never read again
     assert rounds[0] == {i for k, i in t.trace[:3]} and all(b <= a for a, b in zip(rounds, rounds[1:]))
-    assert emulator.calls["DescribeCloudAssistantStatus"] == 6  # pages of 50, all agents up at once
+    assert emulator.calls["DescribeCloudAssistantStatus"] == 3  # 100 ids per call, all agents up at once
     polls = {}
     for action, params in emulator.requests:
         if action == "DescribeInvocationResults":
-            assert params["PageSize"] == "50"
-            if params["PageNumber"] == "1":
+            assert params["MaxResults"] == "50"
+            if "NextToken" not in params:
                 polls[params["InvokeId"]] = polls.get(params["InvokeId"], 0) + 1
     assert len(polls) == 3 and sum(polls.values()) == sum(len(r) for r in rounds)
     # page 2 is read only in a round where page 1 was all final: at least once per batch, never more than page 1
-    pages2 = sum(1 for a, p in emulator.requests if a == "DescribeInvocationResults" and p["PageNumber"] == "2")
+    pages2 = sum(1 for a, p in emulator.requests if a == "DescribeInvocationResults" and "NextToken" in p)
     assert 3 <= pages2 <= sum(polls.values())
     assert emulator.calls["DescribeInvocationResults"] == sum(polls.values()) + pages2
 
@@ -223,8 +226,8 @@ def test_a_whole_call_refusal_reports_the_bad_instances_and_runs_the_rest(emulat
     assert "InvalidInstanceStatus" in results[ids[5]].message or "InvalidInstance" in results[ids[5]].message
     good = [iid for iid in ids if iid not in (ids[5], ids[50], ids[110])]
     assert {outcome(results[iid]).outcome for iid in good} == {"partitioned"}
-    # 2 refused + 2 resubmitted; the status: 3 pages first, then 2 + 1 pages for the refused batches
-    assert emulator.calls["RunCommand"] == 4 and emulator.calls["DescribeCloudAssistantStatus"] == 6
+    # 2 refused + 2 resubmitted; the status: 2 calls (100 + 20 ids) first, then 1 per refused batch
+    assert emulator.calls["RunCommand"] == 4 and emulator.calls["DescribeCloudAssistantStatus"] == 4
     sent = [p for a, p in emulator.requests if a == "RunCommand"]
     assert sorted(len([k for k in p if k.startswith("InstanceId.")]) for p in sent) == [19, 20, 98, 100]
 
