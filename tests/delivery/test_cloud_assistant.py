@@ -330,3 +330,63 @@ def test_another_error_while_a_refused_batch_is_searched_fails_only_that_part(em
     results = {r.instance_id: r for r in transport(ecs, maker).run(targets(100, prefix="i-emu"))}
     assert results[ids[10]].error == "agent-unavailable"
     assert {results[i].error for i in ids if i != ids[10]} == {"api-error"}
+
+
+CLUSTER_TAG = ("ack.aliyun.com", "c-emulated")
+
+
+def test_an_instance_ram_refuses_fails_alone_and_the_rest_runs(emulator, ecs, maker):
+    """The role may run commands only on instances tagged with the cluster (template.yml's condition):
+    RAM refuses the WHOLE RunCommand with 403 Forbidden.RAM when one target lacks the tag. That instance
+    ends permission-denied on its own; the other nine are partitioned."""
+    emulator.ram_tag = CLUSTER_TAG
+    ids = emulator.add_nodes(10, lambda iid: SimNode(tags=dict([CLUSTER_TAG])))
+    emulator.nodes[ids[3]].tags = {}  # e.g. an instance attached to the pool from outside, never tagged
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(10, prefix="i-emu"))}
+    assert results[ids[3]].error == "permission-denied" and "Forbidden.RAM" in results[ids[3]].message
+    assert {outcome(results[i]).outcome for i in ids if i != ids[3]} == {"partitioned"}
+    refused = [ex for ex in emulator.exchanges if ex.action == "RunCommand" and ex.status == 403]
+    assert refused and all(ex.answer["Code"] == "Forbidden.RAM" for ex in refused)
+    assert emulator.calls["RunCommand"] <= 1 + 2 * 4  # halving 10 down to 1
+
+
+def test_sendfile_refused_by_ram_fails_only_that_instance(emulator, ecs, fake_bundle):
+    emulator.ram_tag = CLUSTER_TAG
+    ids = emulator.add_nodes(4, lambda iid: SimNode(bundle=False, tags=dict([CLUSTER_TAG])))
+    node = emulator.nodes[ids[1]]
+    first_run = node.run
+
+    def run_then_untag(script, timeout_s):  # its tag is removed right after its first (bundle-missing) run
+        answer = first_run(script, timeout_s)
+        node.tags = {}
+        return answer
+
+    node.run = run_then_untag
+    maker = ScriptMaker(fake_bundle, 30, DEFAULT_ROOT, sys.executable)
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(4, prefix="i-emu"))}
+    assert results[ids[1]].error == "permission-denied" and "SendFile" in results[ids[1]].message
+    assert {outcome(results[i]).outcome for i in ids if i != ids[1]} == {"partitioned"}
+
+
+@pytest.mark.parametrize("unknown_status", ["omit", "refuse"])
+def test_a_released_instance_in_the_status_call_is_gone_whichever_way_the_api_answers(emulator, ecs, maker,
+                                                                                      unknown_status):
+    """What DescribeCloudAssistantStatus answers for an unknown id is not documented: no row, or a refusal
+    of the whole call. Either way that instance ends instance-gone and the other 99 run."""
+    emulator.unknown_status = unknown_status
+    ids = emulator.add_nodes(99)
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(99, prefix="i-emu") +
+                                                                   targets(1, prefix="i-released"))}
+    assert results["i-released0000"].error == "instance-gone"
+    assert {outcome(results[i]).outcome for i in ids} == {"partitioned"}
+    assert emulator.calls["DescribeCloudAssistantStatus"] <= 2 + 2 * 7
+
+
+def test_results_are_read_by_next_token_and_a_foreign_token_is_refused(emulator, ecs, maker):
+    emulator.add_nodes(100, lambda iid: SimNode())
+    transport(ecs, maker).run(targets(100, prefix="i-emu"))
+    reads = [p for a, p in emulator.requests if a == "DescribeInvocationResults"]
+    assert any("NextToken" in p for p in reads) and all(p["MaxResults"] == "50" for p in reads)
+    with pytest.raises(ApiError, match="NextToken"):
+        ecs.call("DescribeInvocationResults", {"RegionId": ecs.region, "InvokeId": reads[0]["InvokeId"],
+                                               "MaxResults": 50, "NextToken": "not-a-token-we-issued"})

@@ -16,6 +16,8 @@ The action is RPC style: ``POST /`` with ``x-acs-action: GetSecretValue``, ``x-a
 Answer fields as the API reference names them: ``SecretName``, ``VersionId``, ``SecretData``,
 ``SecretDataType`` (``text`` or ``binary``), ``VersionStages``, ``CreateTime``, ``RequestId``. An unknown
 secret is ``404 Forbidden.ResourceNotFound``; a wrong signature ``400 SignatureDoesNotMatch``.
+``exchanges`` records every answer; tests/support/contract_plugin.py checks them against
+``alibabacloud_kms20160120/models/_get_secret_value_response_body.py`` after each test.
 """
 
 import hashlib
@@ -26,6 +28,7 @@ from collections import Counter, deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, urlsplit
 
+from tests.support import contract
 from tests.support.cs_emulator import ALGORITHM as ACS3, acs3_signature, canonical_request
 from tests.support.loopback import Answer as LoopAnswer, LoopbackServer, json_answer
 
@@ -61,6 +64,8 @@ class KmsEmulator(LoopbackServer):
         self._faults: Dict[str, Deque[Tuple[int, str]]] = {}
         self._nonces: set = set()
         self._lock = threading.Lock()
+        self.exchanges: List[contract.Exchange] = []
+        contract.register(self)
 
     def put_secret(self, name: str, data: str, data_type: str = "text") -> None:
         self.secrets[name] = (data, data_type)
@@ -69,7 +74,11 @@ class KmsEmulator(LoopbackServer):
         self._faults.setdefault(action, deque()).extend([(status, code)] * times)
 
     def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> LoopAnswer:
-        return json_answer(*self.handle(method, path, headers, body))
+        status, payload = self.handle(method, path, headers, body)
+        with self._lock:
+            self.exchanges.append(contract.Exchange("kms", VERSION, headers.get("x-acs-action", "?"), None,
+                                                    status, payload))
+        return json_answer(status, payload)
 
     # ---- requests ----
 
