@@ -76,3 +76,12 @@ def test_reads_are_recorded_and_checked_against_the_model():
     problems = {contract.check_read(*ECS, "DescribeInvocationResults", path) for path in reads} - {None}
     assert problems == {"DescribeInvocationResults: the product reads Invocation.InvocationResults."
                         "InvocationResult.[].Outptu, which is not in the SDK model"}
+
+
+def test_the_rpc_emulator_requires_what_the_models_require():
+    from tests.support.rpc_emulator import ECS_ACTIONS, ESS_ACTIONS
+
+    for (product, version), actions in ((ECS, ECS_ACTIONS), (ESS, ESS_ACTIONS)):
+        for name, required in actions.items():
+            model = {p.wire for p in contract.action(product, version, name).params.values() if p.required}
+            assert set(required) == model - {"InstanceId"}, name  # SendFile's InstanceId.N: its own 1..50 rule

@@ -75,14 +75,14 @@ ECS_ACTIONS = {
     "DescribeCloudAssistantStatus": ("RegionId",),
     "RunCommand": ("RegionId", "Type", "CommandContent"),
     "DescribeInvocationResults": ("RegionId",),
-    "SendFile": ("RegionId", "Name", "TargetDir", "Content"),
+    "SendFile": ("RegionId", "Name", "TargetDir", "Content"),  # InstanceId.N: 1..50 checked by the action
     "DescribeSendFileResults": ("RegionId",),
 }
 ESS_ACTIONS = {
     "CompleteLifecycleAction": ("LifecycleHookId", "LifecycleActionToken"),
     "RecordLifecycleActionHeartbeat": ("lifecycleHookId", "lifecycleActionToken"),
     "DescribeScalingInstances": ("RegionId",),
-    "DescribeLifecycleHooks": ("RegionId",),
+    "DescribeLifecycleHooks": (),  # nothing marked required in the 2022-02-22 model
 }
 VERSIONS = {a: "2014-05-26" for a in ECS_ACTIONS}
 VERSIONS.update({a: "2022-02-22" for a in ESS_ACTIONS})
