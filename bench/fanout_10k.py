@@ -7,7 +7,7 @@ node bundle) runs in a fresh child process, so its peak RSS (``ru_maxrss``) is t
 Every node is a ``SimNode`` whose script takes ``node_s`` = 3 s.
 
 Ideal = node script + one poll interval (a result is seen at most one interval late) + the round trips
-the transport cannot overlap: the first agent-status round (pages of 50) and the RunCommand submits
+the transport cannot overlap: the first agent-status round (100 ids a call) and the RunCommand submits
 (100 instances each), each ``ceil(calls / calls in flight) x latency``. Reported beside the ratio: the
 call counts per action, the order check (every RunCommand before the first result poll) and the peak RSS.
 
@@ -73,7 +73,7 @@ def measure(nodes: int = 10_000, latency_s: float = LATENCY_S, node_s: float = N
                 "fanout_cloud_assistant_10k_error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
     child = json.loads(proc.stdout.strip().splitlines()[-1])
     in_flight = child["calls_in_flight"]
-    status_first_round = math.ceil(nodes / 50)
+    status_first_round = math.ceil(nodes / 100)  # DescribeCloudAssistantStatus: 100 ids a call
     unoverlapped = (math.ceil(status_first_round / in_flight) + math.ceil(calls.get("RunCommand", 0) / in_flight)) \
         * latency_s
     ideal = node_s + child["poll_s"] + unoverlapped

@@ -21,6 +21,7 @@ from alibabacloud_tea_openapi.exceptions import AlibabaCloudException, Throttlin
 from darabonba.runtime import RuntimeOptions
 
 from functions.cluster import node_from_api, nodepool_from_api
+from functions.endpoints import resolve
 from functions.errors import ConfigurationError, RetryLater
 from functions.model import Node, NodePool
 from functions.settings import Settings
@@ -74,13 +75,11 @@ class CsLookup:
             raise ConfigurationError("no credentials: give the function a role (FC sets ALIBABA_CLOUD_ACCESS_KEY_"
                                      "ID/_SECRET/_SECURITY_TOKEN) or set them, or use --inventory")
         creds = settings.credentials
-        endpoint = settings.cs_endpoint
+        endpoint = resolve("cs", settings.region, settings.cs_endpoint)  # functions/endpoints.py
         config = openapi_models.Config(
             access_key_id=creds.access_key_id, access_key_secret=creds.access_key_secret,
             security_token=creds.security_token or None, region_id=settings.region or None,
-            # No override: the CS SDK resolves the endpoint itself (its endpoint map, else cs.<region>...).
-            endpoint=endpoint.host if endpoint else None,
-            protocol=endpoint.protocol if endpoint else "https",
+            endpoint=endpoint.host, protocol=endpoint.protocol,
             read_timeout=settings.api_timeout_s * 1000, connect_timeout=settings.api_timeout_s * 1000)
         self._client = CsClient(config)
         self._runtime = RuntimeOptions(read_timeout=settings.api_timeout_s * 1000,

@@ -13,8 +13,13 @@ Two sources answer the same two questions:
 * :class:`SnapshotMembership`: the ``--inventory`` snapshot's ``scaling_instances`` and
   ``lifecycle_hooks`` keys (functions.cluster reads them); a snapshot without them knows no members and
   no hooks, so an unlisted instance is skipped, never trusted.
-* :class:`EssMembership`: the Auto Scaling API (2014-08-28) through the same core-SDK RPC client that
-  delivery uses (``functions.delivery.rpc``, imported only when an event needs it).
+* :class:`EssMembership`: the Auto Scaling API (2022-02-22, the version of the official
+  ``alibabacloud_ess20220222`` models that tests/contract checks every request against) through the same
+  core-SDK RPC client that delivery uses (``functions.delivery.rpc``, imported only when an event needs it).
+
+Auto Scaling names the group of every instance it lists (``ScalingGroupId`` in each row): an instance
+counts as a member only when its own row names the group the event names. A row of another group, or
+one without a group, never counts, whatever the request asked for.
 """
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Set
@@ -25,11 +30,11 @@ if TYPE_CHECKING:  # the SDK loads only when an event needs Auto Scaling (see Es
     from functions.delivery.rpc import RpcClient
     from functions.settings import Settings
 
-# DescribeScalingInstances takes InstanceId.N with N from 1 to 20, and ignores ids that are not in the
-# group without an error (API reference 2014-08-28, help.aliyun.com document 25942; RegionId required).
+# DescribeScalingInstances takes InstanceIds.N (2022-02-22; InstanceId.N with N 1..20 in 2014-08-28, help.aliyun.com
+# document 25942) and ignores ids that are not in the group without an error (the SDK model's comment). 20 per
+# call: the documented limit of the older edition, which the current one does not state.
 IDS_PER_CALL = 20
-# PageSize: DescribeLifecycleHooks allows at most 50; DescribeScalingInstances 50 in older editions of the
-# reference and 100 in the current one. 50 is accepted by every edition.
+# PageSize: DescribeLifecycleHooks allows at most 50, DescribeScalingInstances 100 (ess20220222 models).
 PAGE_SIZE = 50
 MAX_PAGES = 100  # stops a server that never ends its pages
 
@@ -136,22 +141,22 @@ class EssMembership:
         for start in range(0, len(wanted), IDS_PER_CALL):
             chunk = wanted[start:start + IDS_PER_CALL]
             params: Dict[str, Any] = {"RegionId": self.ess.region, "ScalingGroupId": scaling_group_id}
-            params.update(("InstanceId.%d" % (n + 1), iid) for n, iid in enumerate(chunk))
+            params.update(("InstanceIds.%d" % (n + 1), iid) for n, iid in enumerate(chunk))
             pages = self._pages(lambda paging, asked=params: self.ess.call("DescribeScalingInstances",
                                                                           dict(asked, **paging)),
                                 "ScalingInstances", "ScalingInstance")
             for item in pages:
-                # Ids the group does not hold are left out of the answer (not an error): only what comes
-                # back, for this group and asked for, counts.
-                if item.get("ScalingGroupId", scaling_group_id) == scaling_group_id and item.get("InstanceId") in chunk:
+                # Ids the group does not hold are left out of the answer (not an error). Only a row that
+                # names this group itself, for an id asked for, counts: being listed is not enough.
+                if item.get("ScalingGroupId") == scaling_group_id and item.get("InstanceId") in chunk:
                     found.add(item["InstanceId"])
         return found
 
     def lifecycle_hook_group(self, lifecycle_hook_id: str, scaling_group_id: str) -> Optional[str]:
-        # With LifecycleHookId.N the service ignores ScalingGroupId (API reference): the group in the
+        # With LifecycleHookIds.N the service ignores ScalingGroupId (API reference): the group in the
         # answer is what decides. ScalingGroupId still goes along so RAM can match the group's ARN.
         params = {"RegionId": self.ess.region, "ScalingGroupId": scaling_group_id,
-                  "LifecycleHookId.1": lifecycle_hook_id}
+                  "LifecycleHookIds.1": lifecycle_hook_id}
         pages = self._pages(lambda paging: self.ess.call("DescribeLifecycleHooks", dict(params, **paging)),
                             "LifecycleHooks", "LifecycleHook")
         for item in pages:

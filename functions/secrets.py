@@ -37,11 +37,13 @@ def _client(region: str, credentials: Credentials, endpoint: Optional[Endpoint],
     from alibabacloud_kms20160120.client import Client
     from alibabacloud_tea_openapi import utils_models as openapi_models
 
-    # No endpoint: the SDK resolves it itself (its regional rule, kms.<region>.aliyuncs.com).
+    from functions.endpoints import resolve
+
+    endpoint = resolve("kms", region, endpoint)  # the override, else the KMS SDK's own kms.<region>.aliyuncs.com
     config = openapi_models.Config(
         access_key_id=credentials.access_key_id, access_key_secret=credentials.access_key_secret,
         security_token=credentials.security_token or None, region_id=region,
-        endpoint=endpoint.host if endpoint else None, protocol=endpoint.protocol if endpoint else "https",
+        endpoint=endpoint.host, protocol=endpoint.protocol,
         read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
     return Client(config)
 

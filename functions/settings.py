@@ -48,6 +48,9 @@ DRY_RUN = _var("ACK_MIG_DRY_RUN", "false", "true: decide and report, never touch
 LOG_LEVEL = _var("ACK_MIG_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
 CS_ENDPOINT = _var("ACK_MIG_CS_ENDPOINT", "", "override of the ACK (CS) API endpoint, default "
                    "cs.<region>.aliyuncs.com; `http://127.0.0.1:PORT` selects plain HTTP (tests, emulators)")
+API_NETWORK = _var("ACK_MIG_API_NETWORK", "public", "public or vpc: vpc sends the function's ECS, Auto Scaling, "
+                   "KMS and ACK API calls to their VPC endpoints (<product>-vpc.<region>.aliyuncs.com), for a "
+                   "function in a VPC without internet access; an ACK_MIG_*_ENDPOINT override still wins")
 API_TIMEOUT_S = _var("ACK_MIG_API_TIMEOUT_S", "10", "connect and read timeout of each cloud API call, seconds")
 API_MAX_ATTEMPTS = _var("ACK_MIG_API_MAX_ATTEMPTS", "3", "attempts per cloud API call on throttling or 5xx")
 ACCESS_KEY_ID = _var("ALIBABA_CLOUD_ACCESS_KEY_ID", "", "set by Function Compute from the function's role; "
@@ -167,6 +170,7 @@ class Settings:
     dry_run: bool = False
     log_level: str = "INFO"
     cs_endpoint: Optional[Endpoint] = None
+    api_network: str = "public"
     api_timeout_s: int = 10
     api_max_attempts: int = 3
     credentials: Optional[Credentials] = None
@@ -186,12 +190,14 @@ def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = No
     """Settings from ``environ`` (default ``os.environ``) and the FC ``context`` (credentials, region)."""
     env: Mapping[str, str] = os.environ if environ is None else environ
     region = _get(env, REGION) or _get(env, FC_REGION) or str(getattr(context, "region", "") or "")
-    return Settings(
+    network = parse_choice(env, API_NETWORK, "public", API_NETWORKS)
+    settings = Settings(
         cluster_id=_get(env, CLUSTER_ID),
         region=region,
         dry_run=parse_bool(env, DRY_RUN),
         log_level=parse_choice(env, LOG_LEVEL, "INFO", LOG_LEVELS, upper=True),
         cs_endpoint=parse_endpoint(env, CS_ENDPOINT),
+        api_network=network,
         api_timeout_s=parse_int(env, API_TIMEOUT_S, 10, 1, 300),
         api_max_attempts=parse_int(env, API_MAX_ATTEMPTS, 3, 1, 10),
         credentials=credentials_from(env, context),
@@ -200,6 +206,25 @@ def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = No
         delivery=delivery_from_env(env),
         rollout=rollout_from_env(env),
     )
+    return _on_network(settings) if network == "vpc" and region else settings
+
+
+API_NETWORKS = ("public", "vpc")
+
+
+def _on_network(settings: "Settings") -> "Settings":
+    """``vpc``: every API the function calls (ACK, ECS, Auto Scaling, KMS) without an override gets its VPC
+    endpoint (functions.endpoints), so each client needs no network setting of its own."""
+    from dataclasses import replace
+
+    from functions.endpoints import resolve
+
+    d = settings.delivery
+    return replace(
+        settings, cs_endpoint=resolve("cs", settings.region, settings.cs_endpoint, "vpc"),
+        delivery=replace(d, ecs_endpoint=resolve("ecs", settings.region, d.ecs_endpoint, "vpc"),
+                         ess_endpoint=resolve("ess", settings.region, d.ess_endpoint, "vpc"),
+                         kms_endpoint=resolve("kms", settings.region, d.kms_endpoint, "vpc")))
 
 
 def longest_run_s(settings: "Settings") -> int:

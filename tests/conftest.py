@@ -1,4 +1,5 @@
-"""Hypothesis profiles for the whole suite (property tests: tests/fuzz, core, delivery, node).
+"""Plugins every test runs under, and the Hypothesis profiles for the whole suite (property tests:
+tests/fuzz, core, delivery, node).
 
 ``ci``, the default and what ``make test`` runs: derandomized, so every property test draws the same
 examples on every run and machine (seeded from the test itself); a red build is the code, never the luck
@@ -10,6 +11,9 @@ next time. A case ``wide`` finds is pinned in its test with ``@example`` (docs/d
 """
 
 from hypothesis import HealthCheck, settings
+
+# Every API call a test makes through the loopback emulators is checked against the official SDK models.
+pytest_plugins = ("tests.support.contract_plugin",)
 
 WIDE_FACTOR = 10
 

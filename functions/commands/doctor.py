@@ -22,7 +22,7 @@ import sys
 from typing import Any, Dict, List, NamedTuple, Optional
 
 from functions import settings
-from functions.delivery.cloud_assistant import PAGE, PARAMETER_AGENT, agent_version
+from functions.delivery.cloud_assistant import PARAMETER_AGENT, RUN_BATCH, agent_version
 from functions.stack.code_package import ROOT
 
 RBAC_FILE = os.path.join(ROOT, "deploy", "rbac.yaml")
@@ -219,9 +219,9 @@ def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
 
     client = RpcClient("ecs", ECS_VERSION, config.region, config.credentials, config.delivery.ecs_endpoint)
     rows: List[Dict[str, Any]] = []
-    for start in range(0, len(instance_ids), PAGE):  # the request the transport sends (cloud_assistant.py)
-        batch = instance_ids[start:start + PAGE]
-        params: Dict[str, Any] = {"RegionId": config.region, "PageSize": PAGE}
+    for start in range(0, len(instance_ids), RUN_BATCH):  # the request the transport sends (cloud_assistant.py)
+        batch = instance_ids[start:start + RUN_BATCH]
+        params: Dict[str, Any] = {"RegionId": config.region}  # with InstanceId no paging parameter applies
         params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(batch)})
         body = client.call("DescribeCloudAssistantStatus", params)
         rows += ((body.get("InstanceCloudAssistantStatusSet") or {}).get("InstanceCloudAssistantStatus") or [])

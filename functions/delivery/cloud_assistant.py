@@ -2,24 +2,32 @@
 
 Flow for a list of nodes:
 
-1. ``DescribeCloudAssistantStatus`` (pages of 50 instances) until every agent answers ``true`` or the
+1. ``DescribeCloudAssistantStatus`` (100 ``InstanceId.N`` per call, the documented maximum; no PageSize or
+   MaxResults, which "do not take effect" with InstanceId) until every agent answers ``true`` or the
    agent wait runs out; nodes whose agent never came up end ``agent-not-ready``, instances the service
    does not know (released, another region) ``instance-gone``; neither is run. The answer also gives
-   each agent's version (``CloudAssistantVersion``).
+   each agent's version (``CloudAssistantVersion``). What the call answers for an unknown id is not
+   documented: an id it leaves out twice in a row is gone, and a call refused whole because of some ids
+   (``InvalidInstance.NotFound``, ``Forbidden.RAM``...) is halved like RunCommand below.
 2. Nodes that share their arguments share one script; ``RunCommand`` takes up to 100 instances, with
    the built-in parameter ``{{ACS::InstanceId}}`` telling each node who it is. That parameter needs a
    Linux agent >= 2.2.3.309 ("Use custom parameters in Cloud Assistant commands"); a node whose agent
    reports an older version gets a script of its own with its instance id written in, one RunCommand each.
 3. Every batch is submitted (16 calls in flight) before any is polled; then ONE loop polls every open
-   invocation per round (``DescribeInvocationResults``, pages of 50) at a steady interval (growing only
+   invocation per round (``DescribeInvocationResults``, ``MaxResults`` 50 and ``NextToken``: PageNumber and
+   PageSize "will soon be deprecated", ECS SDK model) at a steady interval (growing only
    after a minute; API errors back off in :mod:`.rpc`), until every instance is final. So 10,000 nodes
    take one node run plus the submit round trips, not a node run per round of batches.
 4. RunCommand and SendFile refuse a WHOLE call when one instance cannot run it (released: 404
    ``InvalidInstance.NotFound``; not Running: 400 ``InvalidInstanceStatus``; no agent: 400
-   ``InvalidInstance.NoClient``, ECS API reference). Then the agent status of that batch is asked again:
+   ``InvalidInstance.NoClient``, ECS API reference) or may not be touched (403 ``Forbidden.RAM``, or
+   ``NoPermission``: the role's policy allows RunCommand/SendFile only on instances tagged with the
+   cluster, and RAM authorizes every instance a call names). Then the agent status of that batch is asked again:
    instances it no longer lists end ``instance-gone``, those not ``true`` ``agent-unavailable``, and the
-   rest is submitted again. When the status shows nothing wrong the batch is halved until the refused
-   instance stands alone (about 7 extra calls per bad instance, at most 30 per batch).
+   rest is submitted again. When the status shows nothing wrong (a permission refusal never shows there)
+   the batch is halved until the refused instance stands alone (about 7 extra calls per bad instance, at
+   most 30 per batch); it ends with its own outcome (``permission-denied``, ``instance-gone``...) and
+   the rest runs.
 5. Nodes that answer ``bundle-missing`` get the bundle by ``SendFile`` (one call per part per 50 instances,
    each part <= 32 KB base64), and are run once more. A warm node therefore costs one RunCommand.
 
@@ -40,7 +48,7 @@ from functions.delivery.transport import ScriptMaker
 
 RUN_BATCH = 100  # RunCommand and DescribeCloudAssistantStatus take at most 100 instances
 SEND_BATCH = 50  # SendFile takes at most 50
-PAGE = 50  # DescribeInvocationResults PageSize maximum; DescribeCloudAssistantStatus 1-50 in current docs
+RESULTS_PAGE = 50  # DescribeInvocationResults MaxResults maximum (ECS SDK model)
 CALLS_IN_FLIGHT = 16  # concurrent API calls while submitting and per poll round
 RUNCOMMAND_LIMIT = 24 * 1024  # CommandContent, base64, KeepCommand=false
 SLOW_AFTER_S = 60.0  # result polls keep their first interval this long, then back off
@@ -59,7 +67,11 @@ ERRORS = {  # Cloud Assistant ErrorCode (per instance, in the results) -> our tr
 # documented codes), and what a lone refused instance is reported as.
 WHOLE_CALL = {"InvalidInstance.NotFound": "instance-gone", "InvalidInstanceId.NotFound": "instance-gone",
               "InvalidInstanceStatus": "agent-unavailable", "IncorrectInstanceStatus": "agent-unavailable",
-              "InvalidInstance.NotRunning": "agent-unavailable", "InvalidInstance.NoClient": "agent-unavailable"}
+              "InvalidInstance.NotRunning": "agent-unavailable", "InvalidInstance.NoClient": "agent-unavailable",
+              # RAM refuses a call that names one instance the role may not touch: ECS answers 403
+              # Forbidden.RAM ("User not authorized to operate on the specified resource", ECS announcement
+              # of the authentication change for its APIs); NoPermission is the platform's generic code.
+              "Forbidden.RAM": "permission-denied", "NoPermission": "permission-denied"}
 # Extra calls one refused batch may cost while its bad instances are searched for: a few bad instances in
 # 100 take about 7 each; a refusal of every instance (status fine, API refusing) must not cost 2 x 100.
 ISOLATION_CALLS = 30
@@ -122,8 +134,9 @@ class CloudAssistantTransport:
     # ---- agents ----
 
     def _status_pages(self, ids: Sequence[str]) -> List[object]:
-        """One answer per page of ``ids``: {iid: row} for the ids the service listed, or the ApiError."""
-        pages = _chunks(sorted(ids), PAGE)
+        """One answer per batch of ``ids``: {iid: row} for the ids the service listed, or the ApiError. A
+        lone instance the call was refused for has the row ``{"refused": ApiError}``."""
+        pages = _chunks(sorted(ids), RUN_BATCH)
         if not pages:
             return []
         with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(pages))) as pool:
@@ -143,6 +156,13 @@ class CloudAssistantTransport:
                     continue
                 for iid in batch:
                     row = answer.get(iid)
+                    if row is not None and "refused" in row:
+                        refusal = row["refused"]
+                        results[iid] = NodeResult(iid, self.name, error=WHOLE_CALL.get(refusal.code, "api-error"),
+                                                  message="DescribeCloudAssistantStatus refused the instance: %s"
+                                                  % refusal)
+                        pending.pop(iid)
+                        continue
                     if row is None:
                         # Not listed twice in a row: the instance does not exist (any more). Once could be
                         # a brand-new instance the service has not caught up with.
@@ -166,14 +186,29 @@ class CloudAssistantTransport:
                                       "agent did not report running within %gs" % self.agent_wait_s)
         return [t for t in targets if t.instance_id not in results]
 
-    def _agent_status(self, batch: List[str]):
-        """{instance id: status row} for the ids of ``batch`` the service lists, or the ApiError."""
-        params = {"RegionId": self.ecs.region, "PageSize": PAGE}
+    def _agent_status(self, batch: List[str], budget: Optional[List[int]] = None):
+        """{instance id: status row} for the ids of ``batch`` the service lists, or the ApiError. A call
+        refused whole because of some of its instances is halved (at most ISOLATION_CALLS extra calls);
+        a lone refused instance gets the row ``{"refused": ApiError}``."""
+        params = {"RegionId": self.ecs.region}  # with InstanceId, paging parameters do not take effect
         params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(batch)})
         try:
             body = self.ecs.call("DescribeCloudAssistantStatus", params)
         except ApiError as exc:
-            return exc
+            budget = [ISOLATION_CALLS] if budget is None else budget
+            if not refused_whole_call(exc) or budget[0] <= 0:
+                return exc
+            if len(batch) == 1:
+                return {batch[0]: {"refused": exc}}
+            rows: Dict[str, object] = {}
+            half = len(batch) // 2
+            for part in (batch[:half], batch[half:]):
+                budget[0] -= 1
+                got = self._agent_status(part, budget)
+                if isinstance(got, ApiError):
+                    got = {iid: {"refused": got} for iid in part}
+                rows.update(got)
+            return rows
         rows = (body.get("InstanceCloudAssistantStatusSet") or {}).get("InstanceCloudAssistantStatus") or []
         return {row.get("InstanceId"): row for row in rows if isinstance(row, dict)}
 
@@ -208,6 +243,8 @@ class CloudAssistantTransport:
                     continue  # no better knowledge: halving below still finds the refused instance
                 for iid in page:
                     row = answer.get(iid)
+                    if row is not None and "refused" in row:
+                        continue  # the status call was refused for it too: halving below finds out
                     if row is None:
                         failed[iid] = NodeResult(iid, self.name, error="instance-gone", message=(
                             "%s: the instance no longer exists (%s)" % (refusal.action, refusal.code)))
@@ -351,23 +388,28 @@ class CloudAssistantTransport:
             return exc
 
     def _results(self, invoke_id: str, whole: bool = False) -> List[dict]:
-        """The invocation's rows, page by page. Unless ``whole``, a page with an instance still running
-        ends the read: the invocation is not done, and its later pages are read in a later round (half
-        the calls per round for a batch of 100 while its nodes run)."""
+        """The invocation's rows, page by page (``MaxResults`` + ``NextToken``; the last page has none).
+        Unless ``whole``, a page with an instance still running ends the read: the invocation is not done,
+        and its later pages are read in a later round, from the first page again (half the calls per
+        round for a batch of 100 while its nodes run, and no token kept across rounds)."""
         rows: List[dict] = []
-        page = 1
-        while True:
-            body = self.ecs.call("DescribeInvocationResults", {
-                "RegionId": self.ecs.region, "InvokeId": invoke_id, "PageSize": PAGE, "PageNumber": page,
-                "ContentEncoding": "Base64"})
+        token = ""
+        for _ in range(RUN_BATCH // RESULTS_PAGE + 2):  # a batch has at most 100 rows: 2 pages, then stop
+            params = {"RegionId": self.ecs.region, "InvokeId": invoke_id, "MaxResults": RESULTS_PAGE,
+                      "ContentEncoding": "Base64"}
+            if token:
+                params["NextToken"] = token
+            body = self.ecs.call("DescribeInvocationResults", params)
             inv = body.get("Invocation") or {}
-            got = (inv.get("InvocationResults") or {}).get("InvocationResult") or []
+            got = [row for row in (inv.get("InvocationResults") or {}).get("InvocationResult") or []
+                   if isinstance(row, dict)]
             rows.extend(got)
-            if not got or len(rows) >= int(inv.get("TotalCount") or 0):
+            token = str(inv.get("NextToken") or "")
+            if not got or not token:
                 return rows
             if not whole and any(row.get("InvocationStatus") not in FINAL for row in got):
                 return rows
-            page += 1
+        return rows
 
     def _result(self, row: dict) -> NodeResult:
         iid = row.get("InstanceId")

@@ -1,4 +1,4 @@
-"""Answers ESS lifecycle hooks (Auto Scaling API 2014-08-28).
+"""Answers ESS lifecycle hooks (Auto Scaling API 2022-02-22, functions.delivery.rpc.ESS_VERSION).
 
 While nodes are being partitioned, a background thread calls ``RecordLifecycleActionHeartbeat`` every
 ``heartbeat_s`` so a long run extends the hook instead of letting it time out silently (ESS allows 20

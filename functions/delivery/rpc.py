@@ -1,5 +1,8 @@
 """Calls to Alibaba Cloud RPC APIs (ECS, Auto Scaling) through the real ``aliyun-python-sdk-core``:
 ``AcsClient`` + ``CommonRequest``, HMAC-SHA1 signed, STS credentials (the token goes in SecurityToken).
+Versions are the ones of the official Tea SDKs' models (ECS 2014-05-26 ``alibabacloud_ecs20140526``, Auto
+Scaling 2022-02-22 ``alibabacloud_ess20220222``); tests/contract checks every request the test suite sends
+against those models (parameter names, list encodings, value types, required and deprecated parameters).
 
 Retries are ours, not the SDK's (its retry table does not cover these APIs): throttling, 5xx and
 connection errors are retried with bounded, jittered exponential backoff; anything else is raised at once
@@ -32,7 +35,7 @@ for _name in ("aliyunsdkcore", "aliyunsdkcore.client", "aliyunsdkcore.http.http_
     logging.getLogger(_name).setLevel(logging.CRITICAL)
 
 ECS_VERSION = "2014-05-26"
-ESS_VERSION = "2014-08-28"
+ESS_VERSION = "2022-02-22"  # the current Auto Scaling API (2014-08-28 is the legacy one)
 _RETRYABLE_CODES = ("Throttling", "ServiceUnavailable", "InternalError", "Unavailable")
 
 
@@ -63,37 +66,17 @@ class ApiError(RuntimeError):
         self.action, self.code, self.retryable = action, code, retryable
 
 
-_REGIONAL_DATA: Optional[Any] = None
-_REGIONAL_LOCK = threading.Lock()
+def resolve_endpoint(product: str, region: str, override: Optional[Endpoint] = None,
+                     network: str = "public") -> Endpoint:
+    """The endpoint of an RPC product (``ecs``, ``ess``...) in ``region``: :func:`functions.endpoints.resolve`
+    (an override, else the VPC endpoint or the one the product's Tea SDK resolves), as an :class:`ApiError`
+    when it cannot be named. No location-service lookup: that would be a network call of its own."""
+    from functions.endpoints import EndpointError, resolve
 
-
-def resolve_endpoint(product: str, region: str, override: Optional[Endpoint] = None) -> Endpoint:
-    """The endpoint of an RPC product (``ecs``, ``ess``, ``kms``...) in ``region``, as the official SDKs
-    resolve it: an override wins; then the endpoint data aliyun-python-sdk-core ships
-    (``aliyunsdkcore/data/endpoints.json``, read by its ``LocalConfigRegionalEndpointResolver``), which
-    sends several regions to a central endpoint (ESS: ``ess.aliyuncs.com`` for cn-beijing, cn-hangzhou,
-    cn-shanghai, ...); then the Tea SDKs' regional rule ``<product>.<region>.aliyuncs.com``
-    (``alibabacloud_endpoint_util``). No location-service lookup: that would be a network call of its own.
-    """
-    if override is not None:
-        return override
-    if not region:
-        raise ApiError(product, "NoRegion", "no region: set ACK_MIG_REGION (FC sets FC_REGION)")
-    global _REGIONAL_DATA
-    with _REGIONAL_LOCK:
-        if _REGIONAL_DATA is None:
-            from aliyunsdkcore.endpoint.local_config_regional_endpoint_resolver import \
-                LocalConfigRegionalEndpointResolver
-
-            _REGIONAL_DATA = LocalConfigRegionalEndpointResolver()
-    from aliyunsdkcore.endpoint.resolver_endpoint_request import ResolveEndpointRequest
-
-    host = _REGIONAL_DATA.resolve(ResolveEndpointRequest(region, product, None, None))
-    if not host:
-        from alibabacloud_endpoint_util.client import Client as EndpointRules
-
-        host = EndpointRules.get_endpoint_rules(product, region, "regional", "")
-    return Endpoint(host, "https")
+    try:
+        return resolve(product, region, override, network)
+    except EndpointError as exc:
+        raise ApiError(product, "NoRegion" if not region else "BadEndpoint", str(exc)) from None
 
 
 def retryable(exc: Exception) -> bool:

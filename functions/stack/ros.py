@@ -8,6 +8,7 @@ the SDK's own for the region (it maps most regions to ``ros.aliyuncs.com``) unle
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from functions.endpoints import resolve
 from functions.settings import Endpoint
 from functions.stack.credentials import Keys
 
@@ -37,10 +38,11 @@ class Stacks:
         from alibabacloud_tea_openapi import utils_models as openapi_models
         from darabonba.runtime import RuntimeOptions
 
+        endpoint = resolve("ros", region, endpoint)  # the override, else the ROS SDK's (functions/endpoints.py)
         config = openapi_models.Config(
             access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
             security_token=keys.security_token, region_id=region,
-            endpoint=endpoint.host if endpoint else None, protocol=endpoint.protocol if endpoint else "https",
+            endpoint=endpoint.host, protocol=endpoint.protocol,
             read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
         self._client = Client(config)
         self._runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000,

@@ -6,6 +6,7 @@ import base64
 import hashlib
 from typing import Optional
 
+from functions.endpoints import resolve, url_of
 from functions.settings import Endpoint
 from functions.stack.credentials import Keys
 
@@ -25,7 +26,7 @@ def upload(keys: Keys, region: str, bucket: str, key: str, path: str, endpoint: 
     """Returns ``oss://bucket/key``."""
     import oss2
 
-    url = "%s://%s" % (endpoint.protocol, endpoint.host) if endpoint else "https://oss-%s.aliyuncs.com" % region
+    url = url_of(resolve("oss", region, endpoint))  # the override, else oss-<region>.aliyuncs.com
     auth = oss2.StsAuth(keys.access_key_id, keys.access_key_secret, keys.security_token) if keys.security_token \
         else oss2.Auth(keys.access_key_id, keys.access_key_secret)
     client = oss2.Bucket(auth, url, bucket, connect_timeout=timeout_s)

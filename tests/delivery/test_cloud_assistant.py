@@ -59,13 +59,16 @@ def test_150_warm_nodes_take_two_runcommands_and_polls_per_batch(emulator, ecs, 
     results = t.run(targets(150, prefix="i-emu"))
     assert set(outcomes(results).values()) == {"partitioned"}
     assert emulator.calls["RunCommand"] == 2 and emulator.calls["SendFile"] == 0
-    assert emulator.calls["DescribeCloudAssistantStatus"] == 3  # pages of at most 50 instances
-    # each poll reads its whole batch in pages of 50: never one call per instance
+    assert emulator.calls["DescribeCloudAssistantStatus"] == 2  # 100 instances per call, no PageSize
+    assert all("PageSize" not in p and "MaxResults" not in p for a, p in emulator.requests
+               if a == "DescribeCloudAssistantStatus")
+    # each poll reads its whole batch in pages of 50 (MaxResults + NextToken): never one call per instance
     reads = {}
     for action, params in emulator.requests:
         if action == "DescribeInvocationResults":
-            assert "InstanceId" not in params and params["PageSize"] == "50"
-            reads.setdefault(params["InvokeId"], []).append(int(params["PageNumber"]))
+            assert "InstanceId" not in params and params["MaxResults"] == "50"
+            assert "PageSize" not in params and "PageNumber" not in params  # deprecated (ECS SDK model)
+            reads.setdefault(params["InvokeId"], []).append(2 if "NextToken" in params else 1)
     assert len(reads) == 2
     for pages in sorted(reads.values(), key=len):
         # every round starts at page 1; page 2 is read only when page 1 is all final (the batch may be
@@ -195,16 +198,16 @@ def test_every_batch_is_submitted_before_any_is_polled_then_one_loop_polls_them_
     # one loop: the first round reads all three; each round reads every invocation still open, and a
     # finished one is never read again
     assert rounds[0] == {i for k, i in t.trace[:3]} and all(b <= a for a, b in zip(rounds, rounds[1:]))
-    assert emulator.calls["DescribeCloudAssistantStatus"] == 6  # pages of 50, all agents up at once
+    assert emulator.calls["DescribeCloudAssistantStatus"] == 3  # 100 ids per call, all agents up at once
     polls = {}
     for action, params in emulator.requests:
         if action == "DescribeInvocationResults":
-            assert params["PageSize"] == "50"
-            if params["PageNumber"] == "1":
+            assert params["MaxResults"] == "50"
+            if "NextToken" not in params:
                 polls[params["InvokeId"]] = polls.get(params["InvokeId"], 0) + 1
     assert len(polls) == 3 and sum(polls.values()) == sum(len(r) for r in rounds)
     # page 2 is read only in a round where page 1 was all final: at least once per batch, never more than page 1
-    pages2 = sum(1 for a, p in emulator.requests if a == "DescribeInvocationResults" and p["PageNumber"] == "2")
+    pages2 = sum(1 for a, p in emulator.requests if a == "DescribeInvocationResults" and "NextToken" in p)
     assert 3 <= pages2 <= sum(polls.values())
     assert emulator.calls["DescribeInvocationResults"] == sum(polls.values()) + pages2
 
@@ -223,8 +226,8 @@ def test_a_whole_call_refusal_reports_the_bad_instances_and_runs_the_rest(emulat
     assert "InvalidInstanceStatus" in results[ids[5]].message or "InvalidInstance" in results[ids[5]].message
     good = [iid for iid in ids if iid not in (ids[5], ids[50], ids[110])]
     assert {outcome(results[iid]).outcome for iid in good} == {"partitioned"}
-    # 2 refused + 2 resubmitted; the status: 3 pages first, then 2 + 1 pages for the refused batches
-    assert emulator.calls["RunCommand"] == 4 and emulator.calls["DescribeCloudAssistantStatus"] == 6
+    # 2 refused + 2 resubmitted; the status: 2 calls (100 + 20 ids) first, then 1 per refused batch
+    assert emulator.calls["RunCommand"] == 4 and emulator.calls["DescribeCloudAssistantStatus"] == 4
     sent = [p for a, p in emulator.requests if a == "RunCommand"]
     assert sorted(len([k for k in p if k.startswith("InstanceId.")]) for p in sent) == [19, 20, 98, 100]
 
@@ -327,3 +330,63 @@ def test_another_error_while_a_refused_batch_is_searched_fails_only_that_part(em
     results = {r.instance_id: r for r in transport(ecs, maker).run(targets(100, prefix="i-emu"))}
     assert results[ids[10]].error == "agent-unavailable"
     assert {results[i].error for i in ids if i != ids[10]} == {"api-error"}
+
+
+CLUSTER_TAG = ("ack.aliyun.com", "c-emulated")
+
+
+def test_an_instance_ram_refuses_fails_alone_and_the_rest_runs(emulator, ecs, maker):
+    """The role may run commands only on instances tagged with the cluster (template.yml's condition):
+    RAM refuses the WHOLE RunCommand with 403 Forbidden.RAM when one target lacks the tag. That instance
+    ends permission-denied on its own; the other nine are partitioned."""
+    emulator.ram_tag = CLUSTER_TAG
+    ids = emulator.add_nodes(10, lambda iid: SimNode(tags=dict([CLUSTER_TAG])))
+    emulator.nodes[ids[3]].tags = {}  # e.g. an instance attached to the pool from outside, never tagged
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(10, prefix="i-emu"))}
+    assert results[ids[3]].error == "permission-denied" and "Forbidden.RAM" in results[ids[3]].message
+    assert {outcome(results[i]).outcome for i in ids if i != ids[3]} == {"partitioned"}
+    refused = [ex for ex in emulator.exchanges if ex.action == "RunCommand" and ex.status == 403]
+    assert refused and all(ex.answer["Code"] == "Forbidden.RAM" for ex in refused)
+    assert emulator.calls["RunCommand"] <= 1 + 2 * 4  # halving 10 down to 1
+
+
+def test_sendfile_refused_by_ram_fails_only_that_instance(emulator, ecs, fake_bundle):
+    emulator.ram_tag = CLUSTER_TAG
+    ids = emulator.add_nodes(4, lambda iid: SimNode(bundle=False, tags=dict([CLUSTER_TAG])))
+    node = emulator.nodes[ids[1]]
+    first_run = node.run
+
+    def run_then_untag(script, timeout_s):  # its tag is removed right after its first (bundle-missing) run
+        answer = first_run(script, timeout_s)
+        node.tags = {}
+        return answer
+
+    node.run = run_then_untag
+    maker = ScriptMaker(fake_bundle, 30, DEFAULT_ROOT, sys.executable)
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(4, prefix="i-emu"))}
+    assert results[ids[1]].error == "permission-denied" and "SendFile" in results[ids[1]].message
+    assert {outcome(results[i]).outcome for i in ids if i != ids[1]} == {"partitioned"}
+
+
+@pytest.mark.parametrize("unknown_status", ["omit", "refuse"])
+def test_a_released_instance_in_the_status_call_is_gone_whichever_way_the_api_answers(emulator, ecs, maker,
+                                                                                      unknown_status):
+    """What DescribeCloudAssistantStatus answers for an unknown id is not documented: no row, or a refusal
+    of the whole call. Either way that instance ends instance-gone and the other 99 run."""
+    emulator.unknown_status = unknown_status
+    ids = emulator.add_nodes(99)
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(99, prefix="i-emu") +
+                                                                   targets(1, prefix="i-released"))}
+    assert results["i-released0000"].error == "instance-gone"
+    assert {outcome(results[i]).outcome for i in ids} == {"partitioned"}
+    assert emulator.calls["DescribeCloudAssistantStatus"] <= 2 + 2 * 7
+
+
+def test_results_are_read_by_next_token_and_a_foreign_token_is_refused(emulator, ecs, maker):
+    emulator.add_nodes(100, lambda iid: SimNode())
+    transport(ecs, maker).run(targets(100, prefix="i-emu"))
+    reads = [p for a, p in emulator.requests if a == "DescribeInvocationResults"]
+    assert any("NextToken" in p for p in reads) and all(p["MaxResults"] == "50" for p in reads)
+    with pytest.raises(ApiError, match="NextToken"):
+        ecs.call("DescribeInvocationResults", {"RegionId": ecs.region, "InvokeId": reads[0]["InvokeId"],
+                                               "MaxResults": 50, "NextToken": "not-a-token-we-issued"})

@@ -65,7 +65,7 @@ def test_the_lifecycle_hook_is_answered(emulator, maker, extra, failure, want):
     (kind, params), = emulator.lifecycle
     assert kind == "complete" and params["LifecycleActionResult"] == want
     assert params["LifecycleHookId"] == "ash-1" and params["LifecycleActionToken"] == "tok-1"
-    assert params["Version"] == "2014-08-28" and emulator.rejected == []
+    assert params["Version"] == "2022-02-22" and emulator.rejected == []  # Auto Scaling's current API
 
 
 class Unreachable:

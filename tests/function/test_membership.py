@@ -46,9 +46,9 @@ def test_members_in_calls_of_at_most_20_ids_and_unknown_ids_left_out(ess):
     calls = requests(ess, "DescribeScalingInstances")
     assert len(calls) == 3 and ess.rejected == []  # 41 ids: 20 + 20 + 1, each call signed and accepted
     for params in calls:
-        ids = [k for k in params if k.startswith("InstanceId.")]
+        ids = [k for k in params if k.startswith("InstanceIds.")]
         assert 1 <= len(ids) <= 20 and params["ScalingGroupId"] == GROUP and params["RegionId"] == "cn-beijing"
-        assert params["PageSize"] == "50" and params["PageNumber"] == "1" and params["Version"] == "2014-08-28"
+        assert params["PageSize"] == "50" and params["PageNumber"] == "1" and params["Version"] == "2022-02-22"
 
 
 def test_members_follow_the_pages(ess, monkeypatch):
@@ -65,19 +65,31 @@ def test_the_lifecycle_hooks_group_comes_from_auto_scaling(ess):
     assert members.lifecycle_hook_group("ash-other", GROUP) == OTHER
     assert members.lifecycle_hook_group("ash-nosuchhook", GROUP) is None
     params = requests(ess, "DescribeLifecycleHooks")[0]
-    assert params["LifecycleHookId.1"] == HOOK and ess.rejected == []
+    assert params["LifecycleHookIds.1"] == HOOK and ess.rejected == []
 
 
 def test_the_emulator_enforces_the_documented_limits_and_the_signature(ess):
     ess_client = client(ess, attempts=1)
     params = {"RegionId": "cn-beijing", "ScalingGroupId": GROUP}
-    params.update(("InstanceId.%d" % n, "i-member%03d" % n) for n in range(1, 22))
+    params.update(("InstanceIds.%d" % n, "i-member%03d" % n) for n in range(1, 22))
     with pytest.raises(ApiError, match="InvalidParameter"):
         ess_client.call("DescribeScalingInstances", params)
     with pytest.raises(ApiError, match="PageSize"):
         ess_client.call("DescribeLifecycleHooks", {"RegionId": "cn-beijing", "PageSize": 51})
     with pytest.raises(ConfigurationError, match="SignatureDoesNotMatch"):
         EssMembership(client(ess, secret="not-the-secret")).scaling_members(GROUP, ["i-member001"])
+
+
+def test_an_instance_auto_scaling_lists_under_another_group_is_not_a_member(ess):
+    """Each row of DescribeScalingInstances names its own group. Even an answer that lists other groups'
+    instances (the emulator's ``list_other_groups`` fault) never makes them members of the asked group:
+    being listed is not membership (issue 20, the confused deputy across the account's groups)."""
+    ess.list_other_groups = True
+    found = EssMembership(client(ess)).scaling_members(GROUP, ["i-member001", "i-elsewhere001", "i-unknown9"])
+    listed = {row["InstanceId"]: row["ScalingGroupId"] for ex in ess.exchanges
+              for row in ex.answer.get("ScalingInstances", [])}
+    assert listed == {"i-member001": GROUP, "i-elsewhere001": OTHER}  # Auto Scaling did list it, under OTHER
+    assert found == {"i-member001"}
 
 
 def test_failures_retry_the_event_or_end_it_never_trust_the_instance(ess):
@@ -125,6 +137,14 @@ def test_run_event_asks_auto_scaling_only_for_instances_that_are_not_nodes(emula
     assert by_id["i-elsewhere001"].action == "skip" and GROUP in by_id["i-elsewhere001"].reason
     assert [n["instance_id"] for n in mixed.nodes] == ["i-member007"]
     assert ess.calls["DescribeScalingInstances"] == 1 and ess.rejected == []
+    # The same when Auto Scaling's answer lists the other instance under its own (other) group.
+    ess.list_other_groups = True
+    again = run_event(_scale_out("i-member007", "i-elsewhere001"), settings, dry_run=True,
+                      logger=JsonLogger("OFF"))
+    assert {d.instance_id: d.action for d in again.decisions} == {"i-member007": "partition",
+                                                                   "i-elsewhere001": "skip"}
+    assert any(row.get("ScalingGroupId") == OTHER for ex in ess.exchanges
+               for row in ex.answer.get("ScalingInstances", []))
 
 
 def test_run_event_leaves_a_foreign_hook_unanswered(emulator, ess):

@@ -20,7 +20,10 @@ headers, payload hash) with the test's secret, written independently of the SDK.
 
 Faults: ``fail_next(action, status, code, times, retry_after)`` queues error answers (429 Throttling,
 503 ServiceUnavailable, 500 InternalError ...), ``latency_s`` delays every answer, ``slow_next(action,
-seconds)`` one. ``requests`` records every request (action, method, path, query, status).
+seconds)`` one. ``requests`` records every request (action, method, path, query, status); ``exchanges``
+every answer, which tests/support/contract_plugin.py checks against the SDK's response models
+(``alibabacloud_cs20151215/models/_describe_cluster_nodes_response_body.py`` ...) after each test: an
+answer field the SDK model does not have would be dropped by its ``from_map`` on the real path.
 
 Runs as its own ``ThreadingHTTPServer`` on an ephemeral port, so the ECS/ESS RPC emulator
 (tests/support/rpc_emulator.py) runs beside it in the same test: two servers, two endpoints, one set of
@@ -35,6 +38,7 @@ import uuid
 from collections import deque
 from typing import Any, Deque, Dict, List, NamedTuple, Optional, Tuple
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from tests.support import contract
 from tests.support.loopback import Answer as LoopAnswer, LoopbackServer, json_answer
 
 VERSION = "2015-12-15"
@@ -111,6 +115,8 @@ class CsEmulator(LoopbackServer):
         self._slow: Dict[str, Deque[float]] = {}
         self._nonces: set = set()
         self._lock = threading.Lock()
+        self.exchanges: List[contract.Exchange] = []
+        contract.register(self)
 
     # ---- set-up ----
 
@@ -136,6 +142,10 @@ class CsEmulator(LoopbackServer):
 
     def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> LoopAnswer:
         status, payload, extra = self.handle(method, path, headers, body)
+        version = headers.get("x-acs-version", "")
+        with self._lock:
+            self.exchanges.append(contract.Exchange(contract.BY_VERSION.get(version, "?"), version,
+                                                    headers.get("x-acs-action", "?"), None, status, payload))
         return json_answer(status, payload, extra)
 
     # ---- requests ----

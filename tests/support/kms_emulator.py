@@ -24,6 +24,8 @@ any status line (the SDK's HTTP client reports the server disconnected), ``stall
 silent past the client's read timeout. Each request is read whole first, so the emulator has counted it
 (``calls``) and the SDK has sent it: what fails is the answer, as when a load balancer or NAT drops an
 established connection.
+``exchanges`` records every answer; tests/support/contract_plugin.py checks them against
+``alibabacloud_kms20160120/models/_get_secret_value_response_body.py`` after each test.
 """
 
 import hashlib
@@ -36,6 +38,7 @@ from collections import Counter, deque
 from typing import Any, Deque, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, urlsplit
 
+from tests.support import contract
 from tests.support.cs_emulator import ALGORITHM as ACS3, acs3_signature, canonical_request
 from tests.support.loopback import Answer as LoopAnswer, LoopbackServer, json_answer
 
@@ -75,6 +78,8 @@ class KmsEmulator(LoopbackServer):
         self._release = threading.Event()  # ends a stalled answer (stop())
         self._nonces: set = set()
         self._lock = threading.Lock()
+        self.exchanges: List[contract.Exchange] = []
+        contract.register(self)
 
     def put_secret(self, name: str, data: str, data_type: str = "text") -> None:
         self.secrets[name] = (data, data_type)
@@ -90,7 +95,11 @@ class KmsEmulator(LoopbackServer):
         self._drops.setdefault(action, deque()).extend([how] * times)
 
     def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> LoopAnswer:
-        return json_answer(*self.handle(method, path, headers, body))
+        status, payload = self.handle(method, path, headers, body)
+        with self._lock:
+            self.exchanges.append(contract.Exchange("kms", VERSION, headers.get("x-acs-action", "?"), None,
+                                                    status, payload))
+        return json_answer(status, payload)
 
     def start(self):
         self._release.clear()

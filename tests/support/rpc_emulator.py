@@ -1,21 +1,56 @@
 """A loopback emulator of the ECS (Cloud Assistant) and Auto Scaling RPC APIs, for the real
-``aliyun-python-sdk-core`` to talk to over HTTP on 127.0.0.1.
+``aliyun-python-sdk-core`` (what the product uses) and the official Tea SDKs (``alibabacloud_ecs20140526``,
+``alibabacloud_ess20220222``: tests/contract) to talk to over HTTP on 127.0.0.1.
 
-Each request is checked the way the service would: the HMAC-SHA1 ``Signature`` is recomputed from the
-parameters with the test's AccessKey secret, ``SecurityToken`` must be the STS token, ``Version`` must be
-the product's (ECS 2014-05-26, ESS 2014-08-28), a ``SignatureNonce`` may not repeat, and each action's
-required parameters must be present. Answers use the documented field names.
+Each rule it enforces, and where it comes from:
+
+* Signatures. Version 1 (the core SDK's ``CommonRequest``): ``Signature`` HMAC-SHA1 over the sorted,
+  percent-encoded parameters ("Request signatures" of the ECS API reference; :func:`rpc_signature`, written
+  independently of the SDK), ``SignatureMethod`` HMAC-SHA1, ``SignatureVersion`` 1.0, ``Format`` JSON, a
+  ``SignatureNonce`` that never repeats, ``SecurityToken`` the STS token. Version 3 (the Tea SDKs' default,
+  ``alibabacloud_tea_openapi`` ``Client.call_api`` -> ``do_request``): ``Authorization: ACS3-HMAC-SHA256``
+  recomputed with tests/support/cs_emulator.py ``acs3_signature``, ``x-acs-action`` / ``x-acs-version`` /
+  ``x-acs-signature-nonce`` / ``x-acs-security-token`` headers, parameters in the query string.
+* Versions: ECS 2014-05-26, Auto Scaling 2022-02-22 (``Params(version=...)`` in each Tea client method).
+* Required parameters: those the SDK request models mark "This parameter is required." (e.g.
+  ``RunCommandRequest``: RegionId, Type, CommandContent). Booleans are accepted as the SDKs send them:
+  ``true``/``false`` (CommonRequest) and ``True``/``False`` (Tea, ``str(bool)``); anything else is a 400.
+* RunCommand: 1..100 ``InstanceId.N``; Base64 ``CommandContent`` <= 24 KB with ``KeepCommand`` false, 18 KB
+  when kept (ECS "RunCommand" reference, facts.md). SendFile: 1..50 instances, ``Content`` <= 32 KB Base64.
+  With ``reject_unrunnable`` they refuse the WHOLE call when one instance cannot run it, as the reference
+  documents for InvokeCommand/RunCommand: 404 ``InvalidInstance.NotFound`` ("The specified instances does
+  not exist."), 400 ``InvalidInstanceStatus`` (the instance must be Running), 400 ``InvalidInstance.NoClient``.
+  With ``ram_tag = (key, value)`` they refuse the whole call with 403 ``Forbidden.RAM`` "User not authorized
+  to operate on the specified resource, or this API doesn't support RAM." (the code and text of ECS's
+  "Announcement of changes to the authentication mechanism for ECS query API operations", with an
+  ``AccessDeniedDetail``) when one instance lacks the tag: the role's policy grants RunCommand/SendFile only
+  on instances tagged ``acs:ResourceTag/ack.aliyun.com = <cluster id>`` (template.yml, docs/security.md), and
+  RAM authorizes a request on every resource it names.
+* DescribeCloudAssistantStatus: up to 100 ``InstanceId.N`` ("最多可指定100个实例ID", ECS reference 2679924);
+  with InstanceId, PageSize/MaxResults "does not take effect" (same reference, and the SDK model's
+  comments), so they are ignored here, never used to refuse. Paging without ids by MaxResults (<= 50) and
+  NextToken. What it answers for an id it does not know (released, never existed) is NOT documented:
+  ``unknown_status`` "omit" (default: no row, as a filter by id would) or "refuse" (404
+  ``InvalidInstance.NotFound`` for the whole call, as RunCommand does) lets tests cover both.
+* DescribeInvocationResults: ``MaxResults`` <= 50 (default 10) with ``NextToken``, the paging the SDK
+  model recommends; ``PageNumber``/``PageSize`` (<= 50) still answered, marked "will soon be deprecated".
+  A NextToken this emulator did not issue is refused (400; the code is ours, the API's is not documented).
+* Auto Scaling 2022-02-22: ``DescribeScalingInstances`` takes ``InstanceIds.N`` (at most 20 here, the
+  2014-08-28 reference's limit; ids the group does not hold are "ignored ... and no error is returned", SDK
+  model comment), ``PageSize`` <= 100 (SDK model), lists bare (``ScalingInstances: [...]``, the 2022 response
+  model); each row names its ``ScalingGroupId``. ``DescribeLifecycleHooks`` takes ``LifecycleHookIds.N``
+  (N <= 50), ``PageSize`` <= 50 (SDK model), and ignores ScalingGroupId when ids are given.
+  ``RecordLifecycleActionHeartbeat`` takes the lower-case ``lifecycleHookId`` / ``lifecycleActionToken``
+  the SDK model names.
 
 Nodes are models (:class:`SimNode`): an agent that is or becomes ready, a script that takes a configured
 time and returns a configured result, or (:class:`ShellNode`) one that really runs the script in a
 subprocess against its own directory, so the bundle cache path is exercised for real. Faults: per-action
 error queues (Throttling, 5xx), a per-call latency, late answers (``slow_next``), an agent that is not
 ready, an instance released mid-run, execution timeouts, an instance stopped or released between the
-agent check and the command (``lost_after``), an old agent (``agent_version``), and, with
-``reject_unrunnable``, RunCommand/SendFile refusing the WHOLE call when one instance cannot run it, as
-the ECS API reference documents for InvokeCommand: 404 ``InvalidInstance.NotFound`` ("The specified
-instances does not exist."), 400 ``InvalidInstanceStatus`` (the instance must be Running), 400
-``InvalidInstance.NoClient`` (no Cloud Assistant client). ``calls`` counts requests per action.
+agent check and the command (``lost_after``), an old agent (``agent_version``), the whole-call refusals
+above. ``calls`` counts requests per action; ``exchanges`` records every request that came over the wire
+with its answer, which tests/support/contract_plugin.py checks against the SDK models after each test.
 A SimNode's run is decided when the command arrives and revealed by DescribeInvocationResults once its
 ``duration_s`` has passed (no thread per node, so 10,000 nodes fit in one process).
 """
@@ -30,27 +65,43 @@ import threading
 import time
 import uuid
 from collections import Counter, deque
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 from urllib.parse import parse_qsl, quote, urlsplit
+from tests.support import contract
+from tests.support.cs_emulator import ALGORITHM as ACS3, acs3_signature
 from tests.support.loopback import Answer as LoopAnswer, LoopbackServer, json_answer
 
 ECS_ACTIONS = {
     "DescribeCloudAssistantStatus": ("RegionId",),
     "RunCommand": ("RegionId", "Type", "CommandContent"),
     "DescribeInvocationResults": ("RegionId",),
-    "SendFile": ("RegionId", "Name", "TargetDir", "Content"),
+    "SendFile": ("RegionId", "Name", "TargetDir", "Content"),  # InstanceId.N: 1..50 checked by the action
     "DescribeSendFileResults": ("RegionId",),
 }
 ESS_ACTIONS = {
     "CompleteLifecycleAction": ("LifecycleHookId", "LifecycleActionToken"),
     "RecordLifecycleActionHeartbeat": ("lifecycleHookId", "lifecycleActionToken"),
     "DescribeScalingInstances": ("RegionId",),
-    "DescribeLifecycleHooks": ("RegionId",),
+    "DescribeLifecycleHooks": (),  # nothing marked required in the 2022-02-22 model
 }
 VERSIONS = {a: "2014-05-26" for a in ECS_ACTIONS}
-VERSIONS.update({a: "2014-08-28" for a in ESS_ACTIONS})
+VERSIONS.update({a: "2022-02-22" for a in ESS_ACTIONS})
+PRODUCTS = {a: "ecs" for a in ECS_ACTIONS}
+PRODUCTS.update({a: "ess" for a in ESS_ACTIONS})
 RUNCOMMAND_LIMIT = 24 * 1024
+RUNCOMMAND_KEPT_LIMIT = 18 * 1024
 SENDFILE_LIMIT = 32 * 1024
+TRUE, FALSE = ("true", "True"), ("false", "False")  # CommonRequest sends lower case, the Tea SDKs str(bool)
+# ECS "Announcement of changes to the authentication mechanism for ECS query API operations" (2025)
+FORBIDDEN_RAM = "User not authorized to operate on the specified resource, or this API doesn't support RAM."
+
+
+def flag(params: Dict[str, str], name: str, default: bool = False) -> Optional[bool]:
+    """A boolean parameter as either SDK sends it; None when it is neither (the caller answers 400)."""
+    value = params.get(name)
+    if value is None or value == "":
+        return default
+    return True if value in TRUE else False if value in FALSE else None
 
 
 def _enc(text: str) -> str:
@@ -84,7 +135,9 @@ class SimNode:
 
     def __init__(self, agent_ready=True, ready_after=0, duration_s=0.0, result=None, exit_code=0,
                  bundle=True, timeout=False, released=False, agent_version="2.5.3.0", lost_after=None,
-                 lost_as="stopped"):
+                 lost_as="stopped", tags=None):
+        # ECS tags of the instance (RAM's acs:ResourceTag condition reads them; see Emulator.ram_tag)
+        self.tags: Dict[str, str] = dict(tags or {})
         self.agent_ready, self.ready_after = agent_ready, ready_after
         # DescribeCloudAssistantStatus's CloudAssistantVersion ("" = null: agent not installed or not running)
         self.agent_version = agent_version
@@ -177,7 +230,16 @@ class Emulator(LoopbackServer):
         self.nonces = set()
         self.rejected: List[str] = []
         self.reject_unrunnable = False  # the fault: RunCommand/SendFile refuse a whole call (see above)
+        # (tag key, value) the role's RAM policy requires on RunCommand/SendFile targets; None: no condition
+        self.ram_tag: Optional[Tuple[str, str]] = None
+        # The fault: DescribeScalingInstances lists the asked ids whatever their group (as DescribeLifecycleHooks
+        # ignores ScalingGroupId when ids are given); each row still names its own group.
+        self.list_other_groups = False
+        self.unknown_status = "omit"  # DescribeCloudAssistantStatus for an unknown id: "omit" or "refuse"
+        self.exchanges: List[contract.Exchange] = []
+        self.tokens: Dict[str, Tuple[str, int]] = {}  # NextToken issued -> (what it pages, offset)
         self._lock = threading.Lock()
+        contract.register(self)
 
     # ---- configuration ----
 
@@ -216,23 +278,35 @@ class Emulator(LoopbackServer):
 
     def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> LoopAnswer:
         # RPC: the parameters in the query string and, for POST, the form body (the core SDK uses both).
-        params = dict(parse_qsl(urlsplit(path).query, keep_blank_values=True))
+        split = urlsplit(path)
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        params = dict(query)
         params.update(dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True)))
-        return json_answer(*self.handle(method, params))
+        v3 = headers.get("authorization", "").startswith(ACS3 + " ")
+        if v3:  # the Tea SDKs: action and version in headers, signed ACS3-HMAC-SHA256
+            params.update(Action=headers.get("x-acs-action", ""), Version=headers.get("x-acs-version", ""))
+        status, answer = self.handle(method, params, (split.path, query, headers, body) if v3 else None)
+        action = params.get("Action", "")
+        if action in VERSIONS:
+            with self._lock:
+                self.exchanges.append(contract.Exchange(PRODUCTS[action], params.get("Version", ""), action,
+                                               {k: v for k, v in params.items()}, status, answer))
+        return json_answer(status, answer)
 
     # ---- requests ----
 
     def _error(self, status, code, message):
         return status, {"Code": code, "Message": message, "RequestId": uuid.uuid4().hex}
 
-    def handle(self, method: str, params: Dict[str, str]):
+    def handle(self, method: str, params: Dict[str, str], v3=None):
+        """One request; ``v3`` is (path, query, headers, body) of an ACS3-signed one, None for version 1."""
         action = params.get("Action", "")
         with self._lock:
             self.calls[action] += 1
             self.requests.append((action, dict(params)))
         if self.latency_s:
             time.sleep(self.latency_s)
-        bad = self._verify(method, params, action)
+        bad = self._verify(method, params, action, v3) if v3 else self._verify(method, params, action)
         if bad:
             self.rejected.append(bad[1]["Code"])
             return bad
@@ -250,11 +324,46 @@ class Emulator(LoopbackServer):
         answer["RequestId"] = uuid.uuid4().hex
         return 200, answer
 
-    def _verify(self, method, params, action):
+    def _verify(self, method, params, action, v3=None):
         if action not in VERSIONS:
             return self._error(400, "InvalidAction.NotFound", "unknown action %s" % action)
         if params.get("Version") != VERSIONS[action]:
             return self._error(400, "InvalidVersion", "%s needs Version %s" % (action, VERSIONS[action]))
+        bad = self._verify_v3(method, v3) if v3 else self._verify_v1(method, params)
+        if bad:
+            return bad
+        required = ECS_ACTIONS.get(action) or ESS_ACTIONS.get(action)
+        missing = [k for k in required if not params.get(k)]
+        if missing:
+            return self._error(400, "MissingParameter", "%s requires %s" % (action, ", ".join(missing)))
+        return None
+
+    def _verify_v3(self, method, v3):
+        """The V3 signature as the Tea SDKs send it (same checks as tests/support/cs_emulator.py)."""
+        path, query, headers, body = v3
+        nonce = headers.get("x-acs-signature-nonce")
+        with self._lock:
+            if not nonce or nonce in self.nonces:
+                return self._error(400, "SignatureNonceUsed", "nonce missing or reused")
+            self.nonces.add(nonce)
+        payload_hash = hashlib.sha256(body).hexdigest()
+        if headers.get("x-acs-content-sha256") != payload_hash or not headers.get("x-acs-date"):
+            return self._error(400, "InvalidParameter", "x-acs-content-sha256 or x-acs-date")
+        if self.token and headers.get("x-acs-security-token") != self.token:
+            return self._error(400, "InvalidSecurityToken.Mismatch", "bad x-acs-security-token")
+        auth = headers.get("authorization", "")
+        fields = dict(part.strip().split("=", 1) for part in auth[len(ACS3) + 1:].split(",") if "=" in part)
+        if fields.get("Credential") != self.access_key_id:
+            return self._error(404, "InvalidAccessKeyId.NotFound", "unknown AccessKeyId")
+        signed = fields.get("SignedHeaders", "").split(";")
+        if not {"host", "x-acs-action", "x-acs-version", "x-acs-signature-nonce"} <= set(signed):
+            return self._error(400, "IncompleteSignature", "required headers are not signed")
+        expected = acs3_signature(method, path, query, headers, signed, payload_hash, self.secret)
+        if not hmac.compare_digest(expected, fields.get("Signature", "")):
+            return self._error(400, "SignatureDoesNotMatch", "Specified signature is not matched with our calculation.")
+        return None
+
+    def _verify_v1(self, method, params):
         for key, want in (("SignatureMethod", "HMAC-SHA1"), ("SignatureVersion", "1.0"), ("Format", "JSON")):
             if params.get(key) != want:
                 return self._error(400, "InvalidParameter", "%s must be %s" % (key, want))
@@ -272,10 +381,6 @@ class Emulator(LoopbackServer):
             # The service's own wording: the SDK parses the string to sign out of it.
             return self._error(400, "SignatureDoesNotMatch", "Specified signature is not matched with our "
                                "calculation. server string to sign is:%s" % string_to_sign(method, signed))
-        required = ECS_ACTIONS.get(action) or ESS_ACTIONS.get(action)
-        missing = [k for k in required if not params.get(k)]
-        if missing:
-            return self._error(400, "MissingParameter", "%s requires %s" % (action, ", ".join(missing)))
         return None
 
     def _instance_ids(self, params):
@@ -289,22 +394,50 @@ class Emulator(LoopbackServer):
         ids = self._instance_ids(params)
         if len(ids) > 100:
             return self._error(403, "InstanceIds.ExceedLimit", "at most 100")
-        # Current references give PageSize 1-50 for this action: be the strict server here.
-        if not 1 <= int(params.get("PageSize", 10)) <= 50:
-            return self._error(400, "InvalidParam.PageSize", "PageSize must be 1 to 50")
-        if len(ids) > int(params.get("PageSize", 10)):
-            return self._error(400, "InvalidParam.InstanceId", "more instance ids than PageSize")
-        # An id the service does not know (never existed, released) gets no row: the call filters by id.
+        if self.unknown_status == "refuse" and any(self.nodes.get(i) is None or self.nodes[i].state() == "released"
+                                                   for i in ids):
+            return self._error(404, "InvalidInstance.NotFound", "The specified instances does not exist.")
+        # With InstanceId, PageSize/MaxResults do not take effect (reference); an unknown id gets no row.
         rows = []
-        for iid in ids:
+        for iid in ids if ids else sorted(self.nodes):
             node = self.nodes.get(iid)
             if node is None or node.state() == "released":
                 continue
             ready = node.is_ready()
             rows.append({"InstanceId": iid, "CloudAssistantStatus": "true" if ready else "false",
                          "CloudAssistantVersion": node.agent_version if ready else "", "OSType": "Linux"})
-        return {"InstanceCloudAssistantStatusSet": {"InstanceCloudAssistantStatus": rows},
-                "TotalCount": len(rows), "PageNumber": 1, "PageSize": len(rows)}
+        if ids:
+            return {"InstanceCloudAssistantStatusSet": {"InstanceCloudAssistantStatus": rows},
+                    "TotalCount": len(rows), "NextToken": ""}
+        chunk, token, error = self._token_page(params, "status", rows)
+        if error:
+            return error
+        # "If you specify MaxResults or NextToken ... the TotalCount response parameter is invalid": left out.
+        return {"InstanceCloudAssistantStatusSet": {"InstanceCloudAssistantStatus": chunk}, "NextToken": token}
+
+    def _token_page(self, params, what, rows, limit=50):
+        """(rows of this page, NextToken or "", None) by MaxResults/NextToken, or (None, None, error answer)."""
+        try:
+            size = int(params.get("MaxResults") or 10)
+        except ValueError:
+            return None, None, self._error(400, "InvalidParam.MaxResults", "MaxResults is an integer")
+        if not 1 <= size <= limit:
+            return None, None, self._error(400, "InvalidParam.MaxResults", "MaxResults must be 1 to %d" % limit)
+        start = 0
+        if params.get("NextToken"):
+            with self._lock:
+                issued = self.tokens.get(params["NextToken"])
+            if issued is None or issued[0] != what:
+                return None, None, self._error(400, "InvalidParam.NextToken", "the NextToken was not issued "
+                                               "for this query")
+            start = issued[1]
+        chunk = rows[start:start + size]
+        token = ""
+        if start + size < len(rows):
+            token = base64.b64encode(uuid.uuid4().bytes).decode()
+            with self._lock:
+                self.tokens[token] = (what, start + size)
+        return chunk, token, None
 
     def _RunCommand(self, params):
         ids = self._instance_ids(params)
@@ -312,8 +445,11 @@ class Emulator(LoopbackServer):
             return self._error(403, "InstanceIds.ExceedLimit", "1 to 100 instances")
         if params.get("ContentEncoding") != "Base64" or params.get("Type") != "RunShellScript":
             return self._error(400, "InvalidParameter", "expected Base64 RunShellScript")
-        if params.get("KeepCommand", "false") != "false" or len(params["CommandContent"]) > RUNCOMMAND_LIMIT:
-            return self._error(400, "InvalidCommandContent.LengthLimitExceed", "content over 24 KB")
+        keep, parameters = flag(params, "KeepCommand"), flag(params, "EnableParameter")
+        if keep is None or parameters is None:
+            return self._error(400, "InvalidParameter", "KeepCommand and EnableParameter are booleans")
+        if len(params["CommandContent"]) > (RUNCOMMAND_KEPT_LIMIT if keep else RUNCOMMAND_LIMIT):
+            return self._error(400, "InvalidCommandContent.LengthLimitExceed", "content over the limit")
         refused = self._unrunnable(ids)
         if refused:
             return refused
@@ -335,8 +471,7 @@ class Emulator(LoopbackServer):
                 self.client_tokens[token] = invoke_id
         for iid in ids:
             node = self.nodes.get(iid)
-            text = script.replace("{{ACS::InstanceId}}", iid) if params.get("EnableParameter") == "true" else script
-            parameters = params.get("EnableParameter") == "true"
+            text = script.replace("{{ACS::InstanceId}}", iid) if parameters else script
             if node is None or node.instant:
                 self._decide(results[iid], node, text, timeout_s, parameters)
             else:
@@ -344,9 +479,19 @@ class Emulator(LoopbackServer):
                                  daemon=True).start()
         return {"InvokeId": invoke_id, "CommandId": "c-emu"}
 
-    def _unrunnable(self, ids):
-        """With ``reject_unrunnable``: the error that refuses the whole call when one instance cannot run
-        it (InvokeCommand's documented codes), else None."""
+    def _unrunnable(self, ids, action="RunCommand"):
+        """The error that refuses the whole call because of one instance, else None: RAM's refusal of an
+        instance without the required tag (``ram_tag``), then, with ``reject_unrunnable``, InvokeCommand's
+        documented codes for an instance that cannot run it."""
+        if self.ram_tag is not None:
+            key, value = self.ram_tag
+            for iid in ids:
+                node = self.nodes.get(iid)
+                if node is not None and node.tags.get(key) != value:
+                    answer = self._error(403, "Forbidden.RAM", FORBIDDEN_RAM)
+                    answer[1]["AccessDeniedDetail"] = {"AuthAction": "ecs:" + action, "NoPermissionType": "ImplicitDeny",
+                                                       "PolicyType": "AccountLevelIdentityBasedPolicy"}
+                    return answer
         if not self.reject_unrunnable:
             return None
         for iid in ids:
@@ -412,22 +557,34 @@ class Emulator(LoopbackServer):
                     ErrorInfo=info, InvokeRecordStatus="Finished", InvocationStatus=status)
 
     def _DescribeInvocationResults(self, params):
-        rows = list((self.invocations.get(params.get("InvokeId")) or {}).values())
-        size = int(params.get("PageSize") or 10)
-        if size > 50:
-            return self._error(403, "InvalidParam.PageSize", "PageSize at most 50")
-        page = int(params.get("PageNumber") or 1)
+        invocation = self.invocations.get(params.get("InvokeId")) or {}
+        rows = list(invocation.values())
+        legacy = "PageNumber" in params or "PageSize" in params
+        if legacy and not ("MaxResults" in params or "NextToken" in params):
+            size = int(params.get("PageSize") or 10)
+            if not 1 <= size <= 50:
+                return self._error(403, "InvalidParam.PageSize", "PageSize at most 50")
+            page = int(params.get("PageNumber") or 1)
+            chunk, token = rows[(page - 1) * size: page * size], None
+        else:
+            chunk, token, error = self._token_page(params, "results:%s" % params.get("InvokeId"), rows)
+            if error:
+                return error
         now = time.monotonic()
-        chunk = []
-        for row in rows[(page - 1) * size: page * size]:
+        out = []
+        for row in chunk:
             reveal = row.get("_reveal")
             if reveal and reveal[0] <= now:
                 with self._lock:
                     if row.pop("_reveal", None):
                         row.update(reveal[1])
-            chunk.append({k: v for k, v in row.items() if k != "_reveal"})
-        return {"Invocation": {"InvocationResults": {"InvocationResult": chunk}, "TotalCount": len(rows),
-                               "PageNumber": page, "PageSize": size}}
+            out.append({k: v for k, v in row.items() if k != "_reveal"})
+        answer = {"InvocationResults": {"InvocationResult": out}, "TotalCount": len(rows)}
+        if token is None:
+            answer.update(PageNumber=page, PageSize=size)
+        else:
+            answer.update(NextToken=token)
+        return {"Invocation": answer}
 
     def _SendFile(self, params):
         ids = self._instance_ids(params)
@@ -435,7 +592,9 @@ class Emulator(LoopbackServer):
             return self._error(403, "InstanceIds.ExceedLimit", "1 to 50 instances")
         if len(params["Content"]) > SENDFILE_LIMIT or params.get("ContentType") != "Base64":
             return self._error(400, "InvalidParameter", "Base64 content up to 32 KB")
-        refused = self._unrunnable(ids)
+        if flag(params, "Overwrite") is None:
+            return self._error(400, "InvalidParameter", "Overwrite is a boolean")
+        refused = self._unrunnable(ids, "SendFile")
         if refused:
             return refused
         data = base64.b64decode(params["Content"])
@@ -468,41 +627,43 @@ class Emulator(LoopbackServer):
         self.lifecycle.append(("heartbeat", dict(params)))
         return {}
 
-    # Auto Scaling reads (ESS 2014-08-28 API reference): InstanceId.N with N 1..20, PageSize at most 50
-    # (the 2014 reference; the 2022 SDK allows 100), ids the group does not hold silently left out;
-    # DescribeLifecycleHooks with LifecycleHookId.N (N 1..50) ignores ScalingGroupId.
+    # Auto Scaling reads, 2022-02-22 (see the module docstring for each rule's source).
 
     def _numbered(self, params, name):
-        return [v for k, v in sorted(params.items(), key=lambda kv: kv[0]) if k.startswith(name + ".")]
+        found, n = [], 1
+        while "%s.%d" % (name, n) in params:
+            found.append(params["%s.%d" % (name, n)])
+            n += 1
+        return found
 
-    def _page(self, params, rows, outer, inner):
+    def _page(self, params, rows, outer, limit):
         try:
             size, page = int(params.get("PageSize") or 10), int(params.get("PageNumber") or 1)
         except ValueError:
             return self._error(400, "InvalidParameter", "PageSize and PageNumber are integers")
-        if not 1 <= size <= 50 or page < 1:
-            return self._error(400, "InvalidParameter.PageSize", "PageSize must be 1 to 50, PageNumber >= 1")
-        return {outer: {inner: rows[(page - 1) * size: page * size]}, "TotalCount": len(rows),
-                "PageNumber": page, "PageSize": size}
+        if not 1 <= size <= limit or page < 1:
+            return self._error(400, "InvalidParameter.PageSize", "PageSize must be 1 to %d, PageNumber >= 1" % limit)
+        return {outer: rows[(page - 1) * size: page * size], "TotalCount": len(rows), "PageNumber": page,
+                "PageSize": size}
 
     def _DescribeScalingInstances(self, params):
-        ids = self._numbered(params, "InstanceId")
+        ids = self._numbered(params, "InstanceIds")
         if len(ids) > 20:
-            return self._error(400, "InvalidParameter", "InstanceId.N: N is 1 to 20")
-        group = params.get("ScalingGroupId")
+            return self._error(400, "InvalidParameter", "InstanceIds.N: N is 1 to 20")
+        group = None if self.list_other_groups else params.get("ScalingGroupId")
         rows = [{"InstanceId": iid, "ScalingGroupId": g, "LifecycleState": "InService", "HealthStatus": "Healthy",
                  "CreationType": "AutoCreated"}
                 for g, members in sorted(self.scaling_instances.items()) if not group or g == group
                 for iid in members if not ids or iid in ids]
-        return self._page(params, rows, "ScalingInstances", "ScalingInstance")
+        return self._page(params, rows, "ScalingInstances", 100)
 
     def _DescribeLifecycleHooks(self, params):
-        ids = self._numbered(params, "LifecycleHookId")
+        ids = self._numbered(params, "LifecycleHookIds")
         if len(ids) > 50:
-            return self._error(400, "InvalidParameter", "LifecycleHookId.N: N is 1 to 50")
+            return self._error(400, "InvalidParameter", "LifecycleHookIds.N: N is 1 to 50")
         group = None if ids else params.get("ScalingGroupId")
         rows = [{"LifecycleHookId": hook, "ScalingGroupId": g, "LifecycleTransition": "SCALE_OUT",
                  "DefaultResult": "CONTINUE", "HeartbeatTimeout": 600, "LifecycleHookStatus": "Active"}
                 for hook, g in sorted(self.lifecycle_hooks.items())
                 if (not ids or hook in ids) and (not group or g == group)]
-        return self._page(params, rows, "LifecycleHooks", "LifecycleHook")
+        return self._page(params, rows, "LifecycleHooks", 50)
