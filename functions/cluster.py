@@ -68,7 +68,18 @@ def nodepool_from_api(item: Mapping[str, Any]) -> NodePool:
     if not isinstance(types, list):
         raise ValueError("scaling_group.instance_types must be a list")
     return NodePool(nodepool_id=pool_id, name=_text(info.get("name")), labels=labels, taints=taints,
-                    instance_types=[str(t) for t in types], scaling_group_id=_text(group.get("scaling_group_id")))
+                    instance_types=[str(t) for t in types], scaling_group_id=_text(group.get("scaling_group_id")),
+                    auto_scaling=_dict(item, "auto_scaling").get("enable") is True, tags=_tags(group))
+
+
+def _tags(group: Mapping[str, Any]) -> Dict[str, str]:
+    """``scaling_group.tags`` ([{"key", "value"}], cs20151215 ``Tag``) as a dict in the API's order."""
+    tags: Dict[str, str] = {}
+    for tag in group.get("tags") or []:
+        if not isinstance(tag, dict) or not isinstance(tag.get("key"), str):
+            raise ValueError("scaling_group.tags items must be {\"key\": ..., \"value\": ...}")
+        tags[tag["key"]] = "" if tag.get("value") is None else str(tag["value"])
+    return tags
 
 
 def node_from_api(item: Mapping[str, Any]) -> Node:

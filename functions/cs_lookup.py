@@ -12,7 +12,7 @@ cannot fix it.
 
 import logging
 import time
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from alibabacloud_cs20151215 import models as cs_models
 from alibabacloud_cs20151215.client import Client as CsClient
@@ -145,3 +145,21 @@ class CsLookup:
                               lambda: self._client.describe_cluster_user_kubeconfig_with_options(
                                   cluster_id, request, {}, self._runtime))
         return response.body.config
+
+    def set_nodepool_tags(self, cluster_id: str, nodepool_id: str, tags: Sequence[Tuple[str, str]]) -> None:
+        """ModifyClusterNodePool (``PUT /clusters/{ClusterId}/nodepools/{NodepoolId}``) with the pool's whole
+        ``scaling_group.tags`` list and nothing else (functions/autoscaler_sync.py decides the list). The same
+        list twice is the same request, so a retry after a timeout is safe."""
+        group = _TagsOnly(tags=[cs_models.Tag(key=k, value=v) for k, v in tags])
+        request = cs_models.ModifyClusterNodePoolRequest(scaling_group=group)
+        self._call("ModifyClusterNodePool", lambda: self._client.modify_cluster_node_pool_with_options(
+            cluster_id, nodepool_id, request, {}, self._runtime))
+
+
+class _TagsOnly(cs_models.ModifyClusterNodePoolRequestScalingGroup):
+    """The scaling group part of a ModifyClusterNodePool body holding ``tags`` alone. The SDK model's own
+    ``to_map`` also writes ``data_disks``, ``disk_init``, ``instance_patterns`` and ``spot_price_limit`` as
+    empty lists whatever was set; this request says only what it means to change."""
+
+    def to_map(self) -> dict:
+        return {"tags": [t.to_map() for t in self.tags or []]}

@@ -40,6 +40,8 @@ class HandlerResult:
     dry_run: bool = False
     decisions: List[Any] = field(default_factory=list)  # functions.model.Decision
     nodes: Optional[List[Dict[str, Any]]] = None  # executor results, one per node; None when not executed
+    # The autoscaler tags per pool (functions/autoscaler_sync.py); None when the event does not concern them.
+    pool_tags: Optional[List[Dict[str, Any]]] = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -53,4 +55,6 @@ class HandlerResult:
         }
         if self.nodes is not None:
             out["nodes"] = self.nodes
+        if self.pool_tags is not None:
+            out["pool_tags"] = self.pool_tags
         return out

@@ -68,6 +68,11 @@ class NodePool(_Model):
     taints: List[Taint] = Field(default_factory=list)
     instance_types: List[str] = Field(default_factory=list)
     scaling_group_id: Optional[str] = None
+    # ``auto_scaling.enable``: the cluster-autoscaler may grow the pool (functions/autoscaler_tags.py).
+    auto_scaling: bool = False
+    # ``scaling_group.tags``, in the API's order: the ECS tags of the pool's instances, where ACK's autoscaler
+    # reads node-template resources (docs/operations.md "Autoscaling MIG pools").
+    tags: Dict[str, str] = Field(default_factory=dict)
 
 
 class Node(_Model):

@@ -202,6 +202,15 @@ def decide_targets(targets: Sequence[TargetOrDecision], cluster: str) -> List["D
     return out
 
 
+def _autoscaler_tags(request: "Request", lookup: "ClusterLookup", cluster: str, settings: Settings, dry_run: bool,
+                     log: JsonLogger) -> Optional[List[dict]]:
+    """The node pool tags ACK's cluster-autoscaler reads, brought in line with each pool's layout before the
+    nodes are decided (a pool whose label was removed has no targets, but its tags must still go)."""
+    from functions.autoscaler_sync import sync_pool_tags
+
+    return sync_pool_tags(request, lookup, cluster, settings, dry_run, log)
+
+
 def _summary(decisions: Sequence[Any]) -> str:
     counts = {}
     for d in decisions:
@@ -233,6 +242,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             return HandlerResult(trigger=Trigger.UNKNOWN.value, outcome="error", reason=str(exc))
     log = logger or make_logger(settings, context)
     request: Optional["Request"] = None
+    pool_tags: Optional[List[dict]] = None  # the autoscaler step's entries (functions/autoscaler_sync.py)
     bridge = ExitStack()
     stage = "reading the event"
     try:
@@ -252,6 +262,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         request = request.model_copy(update={"cluster_id": cluster, "dry_run": effective_dry_run,
                                              "region": request.region or settings.region or None})
         log = log.bind(cluster_id=cluster)
+        stage = "syncing the autoscaler tags"
+        pool_tags = _autoscaler_tags(request, lookup, cluster, settings, effective_dry_run, log)
         membership: List["Membership"] = []  # built on first use: most events never ask Auto Scaling
 
         def ask() -> "Membership":
@@ -303,7 +315,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                 finished(n)
         result = HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
                                event_id=request.event_id, outcome="done", reason=_summary(decisions),
-                               cluster_id=cluster, dry_run=effective_dry_run, decisions=decisions, nodes=nodes)
+                               cluster_id=cluster, dry_run=effective_dry_run, decisions=decisions, nodes=nodes,
+                               pool_tags=pool_tags)
     except EventOutcome as exc:
         trigger = request.trigger.value if request is not None else exc.trigger
         event_type = request.event_type if request is not None else exc.event_type or None
@@ -315,7 +328,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                outcome=exc.outcome, reason=exc.reason,  # type: ignore[arg-type]
                                cluster_id=request.cluster_id if request is not None else None,
                                dry_run=bool(request.dry_run) if request is not None else False,
-                               nodes=exc.nodes)
+                               nodes=exc.nodes, pool_tags=pool_tags)
         log = log.bind(trigger=trigger)
     except BadInventory:
         raise  # the caller's --inventory file: the command line reports it (exit 2)
@@ -332,7 +345,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                event_type=request.event_type if request is not None else None,
                                event_id=request.event_id if request is not None else None, outcome="error",
                                reason=reason, cluster_id=request.cluster_id if request is not None else None,
-                               dry_run=bool(request.dry_run) if request is not None else False)
+                               dry_run=bool(request.dry_run) if request is not None else False, pool_tags=pool_tags)
     finally:
         bridge.close()
     level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]

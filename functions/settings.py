@@ -58,6 +58,10 @@ ACCESS_KEY_ID = _var("ALIBABA_CLOUD_ACCESS_KEY_ID", "", "set by Function Compute
 ACCESS_KEY_SECRET = _var("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "", "secret of the above; never logged")
 SECURITY_TOKEN = _var("ALIBABA_CLOUD_SECURITY_TOKEN", "", "STS token of the above; never logged")
 DEBUG = _var("ACK_MIG_HOOK_DEBUG", "", "command line only: show the traceback of an internal error")
+AUTOSCALER_TAGS = _var("ACK_MIG_AUTOSCALER_TAGS", "auto", "the node pool tags that tell ACK's cluster-autoscaler "
+                       "the MIG resources of a new node: auto (labelled pools with auto scaling enabled), on "
+                       "(every labelled pool) or off (never written)")
+AUTOSCALER_TAG_MODES = ("auto", "on", "off")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -176,6 +180,7 @@ class Settings:
     credentials: Optional[Credentials] = None
     account_id: str = ""
     function_name: str = ""
+    autoscaler_tags: str = "auto"  # ACK_MIG_AUTOSCALER_TAGS (functions/autoscaler_tags.py)
     delivery: "DeliverySettings" = field(default_factory=lambda: DeliverySettings())
     rollout: "RolloutSettings" = field(default_factory=lambda: RolloutSettings())
 
@@ -203,6 +208,7 @@ def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = No
         credentials=credentials_from(env, context),
         account_id=_get(env, FC_ACCOUNT_ID),
         function_name=_get(env, FC_FUNCTION_NAME),
+        autoscaler_tags=parse_choice(env, AUTOSCALER_TAGS, "auto", AUTOSCALER_TAG_MODES),
         delivery=delivery_from_env(env),
         rollout=rollout_from_env(env),
     )

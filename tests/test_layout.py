@@ -18,10 +18,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Computation only: no files, sockets, processes, clocks or environment behind any of these.
 COMPUTE_STDLIB = {"collections", "dataclasses", "enum", "functools", "itertools", "json", "math", "re", "typing"}
 # The pure core: catalogue, label parsing, solver, the rollout's wave planning, the mig-parted converter,
-# the per-instance decision and the instance-family table, and the typed vocabulary they share.
+# the per-instance decision, the instance-family table, the autoscaler tag diff, and the typed vocabulary
+# they share.
 PURE_PACKAGES = ("node_bootstrap.mig",)
 PURE_MODULES = {"functions.rollout.waves", "functions.migparted", "functions.decide", "functions.families",
-                "functions.model", "functions.event_result", "functions.errors"}
+                "functions.model", "functions.event_result", "functions.errors", "functions.autoscaler_tags"}
 PURE_THIRD_PARTY = {"pydantic"}  # the vocabulary's types (functions.model): validation, no I/O
 
 # Higher rank imports lower, never the other way: the command line sits on the FC entry point's pipeline.

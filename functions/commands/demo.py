@@ -16,6 +16,13 @@ simulated ones, and a stand-in for the device plugin publishes each node's new `
 capacity from the node's own result. The first invocation takes one node (max-unavailable 1), defers the
 next, skips the one already right, and its drain waits on a PodDisruptionBudget until the workload's
 replacement runs elsewhere; the second invocation takes the deferred node; the third finds all done.
+
+Last, an autoscaling pool at zero nodes (``examples/inventory-autoscaling.json``) gets the node pool tags
+that tell ACK's cluster-autoscaler its MIG resources: an ACK node pool operation
+(``examples/event-nodepool-modified.json``) writes them, the ActionTrail event of that very write finds the
+pool in sync and writes nothing, and a dry-run reconcile does nothing either. The snapshot stands in for
+the ACK API here; its ``set_nodepool_tags`` replaces the pool's whole tag list, as ModifyClusterNodePool
+does (the CS emulator of the tests models the same).
 """
 
 import json
@@ -163,6 +170,39 @@ def _print_rollout(runs, kube):
         print("    MigRolloutDrain: %s" % message[:140])
 
 
+def _autoscaler(settings, reconcile_raw):
+    """The autoscaler tags of an autoscaling pool: written once, then in sync (see the module docstring)."""
+    from functions.cluster import InventoryLookup
+
+    class WritableSnapshot(InventoryLookup):
+        def set_nodepool_tags(self, cluster_id, nodepool_id, tags):
+            self.writes.append({"nodepool_id": nodepool_id, "tags": [list(t) for t in tags]})
+            self._pools = [p.model_copy(update={"tags": dict(tags)}) if p.nodepool_id == nodepool_id else p
+                           for p in self._pools]
+
+    lookup = WritableSnapshot.from_file(os.path.join(EXAMPLES, "inventory-autoscaling.json"))
+    lookup.writes = []
+    with open(os.path.join(EXAMPLES, "event-nodepool-modified.json"), "rb") as fh:
+        modified = fh.read()
+    runs = [("node pool operation (ModifyClusterNodePool)", _run_once(modified, settings, lookup, None)),
+            ("the ActionTrail event of that write", _run_once(modified, settings, lookup, None)),
+            ("dry-run reconcile", _run_once(reconcile_raw, settings, lookup, None))]
+    return runs, lookup.writes
+
+
+def _print_autoscaler(runs, writes):
+    print()
+    print("autoscaling pool at zero nodes (examples/inventory-autoscaling.json): the node pool tags ACK's "
+          "cluster-autoscaler reads")
+    for title, result in runs:
+        for e in result.pool_tags or []:
+            what = ", ".join("set %s=%s" % kv for kv in e["set"].items()) or "nothing to change"
+            print("  %s: %s %s; %s" % (title, e["name"], "in sync" if e["in_sync"] else "not in sync", what))
+            print("    %s" % e["reason"][:170])
+    print("  ModifyClusterNodePool writes: %d, %s" % (len(writes), "; ".join(
+        "%s: %s" % (w["nodepool_id"], ", ".join("%s=%s" % tuple(t) for t in w["tags"])) for w in writes)))
+
+
 def run(args):
     from functions.delivery.node_executor import DeliveryExecutor, make_transport
 
@@ -177,8 +217,10 @@ def run(args):
         first = _run_once(raw, settings, args.inventory, executor)
         again = _run_once(raw, settings, args.inventory, executor)
         with open(os.path.join(EXAMPLES, "event-reconcile.json"), "rb") as fh:
-            reconcile = _run_once(fh.read(), settings, args.inventory, executor)  # the event asks for a dry run
+            reconcile_raw = fh.read()
+        reconcile = _run_once(reconcile_raw, settings, args.inventory, executor)  # the event asks for a dry run
         runs, kube = _rollout(settings, tmp, transport)
+        tag_runs, tag_writes = _autoscaler(settings, reconcile_raw)
     nodes = first.nodes or []
     rolled = [[{"node_name": n.get("node_name"), "outcome": n["outcome"], "reason": n["reason"]}
                for n in r.nodes or []] for r in runs]
@@ -187,7 +229,9 @@ def run(args):
                                      "reason": n["reason"], "gpus": n.get("gpus") or []} for n in nodes],
                           "rollout": rolled,
                           "events": [{"node": e["involvedObject"]["name"], "reason": e["reason"],
-                                      "message": e["message"]} for e in kube.events]}))
+                                      "message": e["message"]} for e in kube.events],
+                          "autoscaler": {"runs": [{"run": title, "pool_tags": r.pool_tags} for title, r in tag_runs],
+                                         "writes": tag_writes}}))
         return 0 if first.outcome == "done" else 1
     print("event %s (%s): %s, %s" % (first.event_type, first.trigger, first.outcome, first.reason))
     for d in first.decisions:
@@ -206,4 +250,5 @@ def run(args):
     for d in reconcile.decisions:
         print("  decision %-22s %-9s %s" % (d.instance_id, d.action, d.reason))
     _print_rollout(runs, kube)
+    _print_autoscaler(tag_runs, tag_writes)
     return 0 if first.outcome == "done" and all(n["outcome"] != "failed" for n in nodes) else 1

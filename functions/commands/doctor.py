@@ -5,6 +5,8 @@ Checks, each one line (``ok``, ``warn`` or ``PROBLEM``) with what to do about it
 * credentials: the standard chain finds some;
 * cluster and pools: every labelled pool's label read by the same parser, solver and family table the
   function uses (an unfit label or a family without MIG shows here, before any node is touched);
+* autoscaler: every labelled pool with auto scaling has the node pool tags that make ACK's
+  cluster-autoscaler see its MIG resources (functions/autoscaler_tags.py), or why it cannot have them;
 * deployment: the ROS stack, the function and its triggers (EventBridge rules for Auto Scaling and the
   ActionTrail-recorded ACK operations, the timer) created;
 * nodes: the Cloud Assistant agent of each node in a labelled pool is online and new enough for the
@@ -73,6 +75,40 @@ def pool_checks(cluster_id: str, pools: List[Any]) -> List[Check]:
         text = "; ".join(dict.fromkeys("%s: %s" % (node.instance_type if node else "any instance type", v.reason)
                                        for node, v in zip(samples, verdicts)))
         out.append(Check(max(statuses, key=rank.get), "pool %s" % (pool.name or pool.nodepool_id), text))
+    return out
+
+
+def autoscaler_checks(pools: List[Any], mode: str) -> List[Check]:
+    """Each labelled pool with auto scaling: does its template node advertise the layout's MIG resources?
+    A pool that cannot be tagged (20-tag budget, key length, unknown GPU count) is a warning, not a
+    problem: the function partitions its nodes all the same, but pods asking for MIG do not scale it out."""
+    from functions.autoscaler_tags import MODE_OFF, MODE_ON, TEMPLATE_RESOURCE, plan_pool
+    from functions.decide import has_partition_label
+
+    out = []
+    for pool in pools:
+        if not (pool.auto_scaling and has_partition_label(pool)):
+            continue
+        area = "autoscaler %s" % (pool.name or pool.nodepool_id)
+        decided = plan_pool(pool, MODE_ON)
+        if decided is None:
+            continue
+        want = ", ".join("%s=%s" % (k[len(TEMPLATE_RESOURCE):], v) for k, v in sorted(decided.set.items()))
+        if decided.in_sync:
+            out.append(Check("ok", area, decided.reason))
+        elif mode == MODE_OFF:
+            out.append(Check("warn", area, "auto scaling is on but ACK_MIG_AUTOSCALER_TAGS=off: the autoscaler's "
+                             "template does not advertise the layout (%s), so pods asking for MIG resources do not "
+                             "scale this pool out" % (want or decided.reason)))
+        elif decided.write is None:
+            out.append(Check("warn", area, "%s; pods asking for MIG resources do not scale this pool out"
+                             % decided.reason))
+        else:
+            gone = ", ".join(k[len(TEMPLATE_RESOURCE):] for k in decided.remove)
+            out.append(Check("warn", area, "the tags differ from the layout (to set: %s%s): the next event or "
+                             "reconcile writes them; if this stays, read the function's 'pool tags' log lines "
+                             "(ACK may refuse keys over 64 characters)" % (want or "none",
+                                                                          "; to remove: %s" % gone if gone else "")))
     return out
 
 
@@ -199,6 +235,7 @@ def _gather(args) -> List[Check]:
     cs = CsLookup(config)
     pools = cs.nodepools(args.cluster_id)
     checks += pool_checks(args.cluster_id, pools)
+    checks += autoscaler_checks(pools, config.autoscaler_tags)
     stacks = Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT))
     stack = stacks.find(args.stack_name)
     checks += stack_checks(stacks.get(stack["StackId"]) if stack else None,

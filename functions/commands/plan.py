@@ -1,13 +1,31 @@
-"""``ack-mig-hook profiles`` and ``ack-mig-hook plan``: the MIG core on the command line."""
+"""``ack-mig-hook profiles`` and ``ack-mig-hook plan``: the MIG core on the command line.
+
+``plan --instance-type`` takes the GPU model and count from the ECS family table (functions/families.py)
+and adds what one node of that type advertises (``nvidia.com/mig-*``) and the node pool tags that tell
+ACK's cluster-autoscaler so (functions/autoscaler_tags.py).
+"""
 
 import json
 
-from node_bootstrap.mig import MEMORY_CONFIRMED, find_gpu, plan, render, spec_from_args
+from node_bootstrap.mig import MEMORY_CONFIRMED, find_gpu, layout_resources, plan, render, spec_from_args
+
+
+class InstanceTypeError(ValueError):
+    """``--instance-type`` names no ECS type whose GPUs and their count the family table knows. Exit 2."""
+
+    exit_code = 2
 
 
 def configure(parser, command):
-    parser.add_argument("--gpu", required=True,
-                        help="NVML product name ('NVIDIA A100-SXM4-40GB'), ACK's hyphenated form, or PCI id")
+    gpu_help = "NVML product name ('NVIDIA A100-SXM4-40GB'), ACK's hyphenated form, or PCI id"
+    if command == "plan":
+        which = parser.add_mutually_exclusive_group(required=True)
+        which.add_argument("--gpu", help=gpu_help)
+        which.add_argument("--instance-type", metavar="TYPE",
+                           help="an ECS instance type (ecs.ebmgn7.26xlarge): its GPU model and count from the "
+                                "family table; adds the node's MIG resources and the autoscaler tags")
+    else:
+        parser.add_argument("--gpu", required=True, help=gpu_help)
     if command == "plan":
         group = parser.add_mutually_exclusive_group(required=True)
         group.add_argument("--size", metavar="VALUE", help="one profile name or id: as many as fit")
@@ -15,7 +33,44 @@ def configure(parser, command):
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
+def _instance_type(text):
+    """(GPU model, GPUs per node) of an ECS instance type, or InstanceTypeError naming why not."""
+    from functions.families import capability
+
+    cap = capability(text)
+    if cap.mig is not True:
+        raise InstanceTypeError("%s; --instance-type takes an ECS bare metal type with MIG GPUs, e.g. "
+                                "ecs.ebmgn7.26xlarge" % cap.reason)
+    if not cap.gpus or not cap.gpu_model:
+        raise InstanceTypeError("the family table does not know how many GPUs %s has; use --gpu for the layout "
+                                "of one GPU" % text.strip()[:60])
+    return find_gpu(cap.gpu_model), cap.gpus
+
+
+def _node(args, layout, gpus):
+    from functions.autoscaler_tags import autoscaler_tags
+
+    resources = layout_resources(layout, gpus)
+    tags = autoscaler_tags(resources)
+    if args.json:
+        out = layout.to_dict()
+        out.update({"instance_type": args.instance_type.strip().lower(), "gpus": gpus, "node_resources": resources,
+                    "autoscaler_tags": tags})
+        print(json.dumps(out, indent=2))
+        return 0
+    print(render(layout))
+    print("node %s: %d x %s" % (args.instance_type.strip().lower(), gpus, layout.gpu.name))
+    print("  node resources: %s" % ", ".join("%s=%d" % kv for kv in resources.items()))
+    print("  autoscaler tags (the node pool's scaling_group.tags, ACK_MIG_AUTOSCALER_TAGS):")
+    for key, value in tags.items():
+        print("    %s: %s" % (key, value))
+    return 0
+
+
 def run(args):
+    if getattr(args, "instance_type", None):
+        gpu, gpus = _instance_type(args.instance_type)
+        return _node(args, plan(spec_from_args(args.size, args.sequence), gpu), gpus)
     gpu = find_gpu(args.gpu)
     if args.command == "profiles":
         if args.json:

@@ -32,7 +32,8 @@ def _failure(kube: Optional[rp.KubeNode]) -> Optional[str]:
     return None
 
 
-def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.KubeNode]]) -> Dict[str, Any]:
+def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.KubeNode]],
+              autoscaler_mode: str = "auto") -> Dict[str, Any]:
     """Pure: the dry-run result of a reconcile, the pools, and the Kubernetes nodes -> the status."""
     by_pool: Dict[str, Dict[str, Any]] = {}
     names = {p.nodepool_id: p for p in pools}
@@ -74,8 +75,51 @@ def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.K
             "mig_state": kube.labels.get(rp.STATE_LABEL) if kube else None,
             "rollout_step": kube.progress.step if kube and kube.progress else None,
             "cordoned": kube.unschedulable if kube else None, "reason": why_failed or d.reason})
+    _add_autoscaler(by_pool, pools, autoscaler_mode)
     return {"cluster_id": result.cluster_id, "outcome": result.outcome, "reason": result.reason,
             "kubernetes": kube_nodes is not None, "pools": [by_pool[k] for k in sorted(by_pool)]}
+
+
+def _add_autoscaler(by_pool: Dict[str, Dict[str, Any]], pools: List[Any], mode: str) -> None:
+    """Each pool's ``autoscaler``: whether the cluster-autoscaler's template node advertises the layout's MIG
+    resources (functions/autoscaler_tags.py). A labelled pool without nodes (an autoscaling pool at zero)
+    gets an entry of its own: its template is what scales it out."""
+    from node_bootstrap.mig import MigInputError, spec_from_labels
+
+    from functions.autoscaler_tags import is_ours, template_status
+    from functions.decide import has_partition_label
+
+    for pool in pools:
+        entry = by_pool.get(pool.nodepool_id)
+        if entry is None:
+            if not has_partition_label(pool) and not any(is_ours(k) for k in pool.tags):
+                continue
+            try:
+                spec = spec_from_labels(pool.labels)
+            except MigInputError:
+                spec = None
+            entry = by_pool[pool.nodepool_id] = {
+                "nodepool_id": pool.nodepool_id, "name": pool.name,
+                "label": "%s=%s" % (spec.kind, spec.value) if spec else None,
+                "max_unavailable": pool.labels.get(rp.MAX_UNAVAILABLE_LABEL), "nodes": 0, "in_layout": 0,
+                "pending": 0, "deferred": 0, "failed": [], "allocatable": {}, "node_list": []}
+        entry["autoscaler"] = template_status(pool, mode)
+
+
+def _autoscaler_line(a: Optional[Dict[str, Any]]) -> Optional[str]:
+    if not a or (not a["auto_scaling"] and not a["advertised"]):
+        return None
+    scaling = "auto scaling %s" % ("on" if a["auto_scaling"] else "off")
+    want = ", ".join("%s=%d" % kv for kv in (a["expected"] or {}).items()) or "no MIG resource"
+    if a["advertises"]:
+        return "  autoscaler: %s; its template advertises %s" % (scaling, want)
+    have = ", ".join("%s=%s" % kv for kv in a["advertised"].items()) or "none"
+    if a["expected"] is None:
+        return "  autoscaler: %s; tags say %s; %s" % (scaling, have, a["reason"])
+    who = ("the next event or reconcile writes them" if a["managed"]
+           else "ACK_MIG_AUTOSCALER_TAGS leaves this pool's tags alone")
+    return "  autoscaler: %s; its template does NOT advertise the layout (expected %s, tags say %s): %s" % (
+        scaling, want, have, who)
 
 
 def render(status: Dict[str, Any], nodes: bool) -> str:
@@ -88,6 +132,8 @@ def render(status: Dict[str, Any], nodes: bool) -> str:
         lines.append("pool %s: %s" % (name, p["label"] or "no partition label"))
         lines.append("  nodes %d: in layout %d, pending %d, failed %d, deferred %d" % (
             p["nodes"], p["in_layout"], p["pending"], len(p["failed"]), p["deferred"]))
+        if _autoscaler_line(p.get("autoscaler")):
+            lines.append(_autoscaler_line(p["autoscaler"]))
         if p["allocatable"]:
             lines.append("  allocatable: %s" % ", ".join("%s=%d" % kv for kv in sorted(p["allocatable"].items())))
         for f in p["failed"]:
@@ -138,7 +184,7 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
             known = kube_nodes_by_name(kube)
         except KubeError:
             known = None
-    return summarize(result, pools, known)
+    return summarize(result, pools, known, settings.autoscaler_tags)
 
 
 def run(args):

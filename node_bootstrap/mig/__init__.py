@@ -10,7 +10,7 @@ from .diagram import render, render_all
 from .errors import GpuWithoutMigError, LabelError, MigInputError, PlacementError, UnknownGpuError
 from .labels import (KIND_SEQUENCE, KIND_SIZE, PARTITION_LABELS, SEQUENCE_LABEL, SIZE_LABEL, PartitionRequest,
                      PartitionSpec, label_items, parse, resolve_profile, spec_from_args, spec_from_labels)
-from .resources import RESOURCE_PREFIX, resource_name
+from .resources import RESOURCE_PREFIX, layout_resources, node_resources, resource_name
 from .solver import Instance, Layout, check_budget, fill, place, plan, try_place
 
 __all__ = [
@@ -20,6 +20,6 @@ __all__ = [
     "GpuWithoutMigError", "LabelError", "MigInputError", "PlacementError", "UnknownGpuError",
     "KIND_SEQUENCE", "KIND_SIZE", "PARTITION_LABELS", "SEQUENCE_LABEL", "SIZE_LABEL", "PartitionRequest",
     "PartitionSpec", "label_items", "parse", "resolve_profile", "spec_from_args", "spec_from_labels",
-    "RESOURCE_PREFIX", "resource_name",
+    "RESOURCE_PREFIX", "layout_resources", "node_resources", "resource_name",
     "Instance", "Layout", "check_budget", "fill", "place", "plan", "try_place",
 ]

@@ -10,6 +10,12 @@ Endpoints, with the paths and query names the SDK sends (alibabacloud_cs20151215
   "page_size", "total_count"}}`` (the SDK's model names the paging object ``page``)
 * ``GET /k8s/{cluster_id}/user_config`` (DescribeClusterUserKubeconfig; ``PrivateIpAddress``,
   ``TemporaryDurationMinutes``) -> ``{"config": <kubeconfig yaml>}``; set ``emulator.kubeconfig``.
+* ``GET /clusters/{cluster_id}/nodepools/{nodepool_id}`` (DescribeClusterNodePoolDetail) -> the pool, in
+  the shape of a DescribeClusterNodePools item.
+* ``PUT /clusters/{cluster_id}/nodepools/{nodepool_id}`` (ModifyClusterNodePool) -> ``{"task_id": "T-..."}``;
+  only ``scaling_group.tags`` is modelled (see :meth:`CsEmulator._ModifyClusterNodePool` for its rules and
+  their sources); a body that asks to change anything else is refused, so a test never relies on a change
+  the emulator does not make. ``modified`` records each accepted body.
 
 Every request is checked as the service would: ``x-acs-action`` names the route's action,
 ``x-acs-version`` is 2015-12-15, the ``x-acs-signature-nonce`` never repeats, ``x-acs-content-sha256``
@@ -99,6 +105,13 @@ class CsEmulator(LoopbackServer):
     ROUTES = (("clusters", "nodepools", "DescribeClusterNodePools"),
               ("clusters", "nodes", "DescribeClusterNodes"),
               ("k8s", "user_config", "DescribeClusterUserKubeconfig"))
+    # /clusters/{id}/nodepools/{nodepool id}, by method (the SDK's pathname and method for each action)
+    POOL_ROUTES = {"GET": "DescribeClusterNodePoolDetail", "PUT": "ModifyClusterNodePool"}
+    # ModifyClusterNodePoolRequest's top-level fields and the tag rules (alibabacloud_cs20151215
+    # models/_modify_cluster_node_pool_request.py; the scaling group's 20-tag budget is ESS's,
+    # ess20220222 ModifyScalingConfiguration, which the autoscaler reads: unconfirmed that ACK applies it).
+    REQUEST_FIELDS = {"auto_scaling", "concurrency", "eflo_node_group", "kubernetes_config", "management",
+                      "nodepool_info", "scaling_group", "tee_config", "update_nodes"}
 
     def __init__(self, access_key_id: str = "LTAItestkey", secret: str = "test-secret-value",
                  token: Optional[str] = "sts-token-value", cluster_id: str = "c-emulated") -> None:
@@ -111,6 +124,9 @@ class CsEmulator(LoopbackServer):
         self.requests: List[Recorded] = []
         self.rejected: List[str] = []
         self.kubeconfig_requests: List[Dict[str, str]] = []
+        self.modified: List[Dict[str, Any]] = []  # accepted ModifyClusterNodePool bodies, with the pool id
+        self.tag_key_limit = 128  # the node pool API's; set 64 to answer as ESS would (unconfirmed for ACK)
+        self.max_tags = 20
         self._faults: Dict[str, Deque[Fault]] = {}
         self._slow: Dict[str, Deque[float]] = {}
         self._nonces: set = set()
@@ -153,29 +169,33 @@ class CsEmulator(LoopbackServer):
     def _error(self, status: int, code: str, message: str) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
         return status, {"code": code, "message": message, "requestId": str(uuid.uuid4()).upper()}, {}
 
-    def _route(self, path: str) -> Tuple[Optional[str], Optional[str]]:
+    def _route(self, path: str, method: str = "GET") -> Tuple[Optional[str], Optional[str], Optional[str]]:
+        """(action, cluster id, node pool id or None), or Nones for a path no action serves."""
         parts = [unquote(p) for p in path.strip("/").split("/")]
         for prefix, leaf, action in self.ROUTES:
-            if len(parts) == 3 and parts[0] == prefix and parts[2] == leaf:
-                return action, parts[1]
-        return None, None
+            if len(parts) == 3 and parts[0] == prefix and parts[2] == leaf and method == "GET":
+                return action, parts[1], None
+        if len(parts) == 4 and parts[0] == "clusters" and parts[2] == "nodepools" and method in self.POOL_ROUTES:
+            return self.POOL_ROUTES[method], parts[1], parts[3]
+        return None, None, None
 
     def handle(self, method: str, raw_path: str, headers: Dict[str, str], body: bytes
                ) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
         split = urlsplit(raw_path)
         query = dict(parse_qsl(split.query, keep_blank_values=True))
-        action, cluster = self._route(split.path)
+        action, cluster, pool_id = self._route(split.path, method)
         with self._lock:  # recorded on arrival (status 0 until answered), so a slow answer counts at once
             index = len(self.requests)
             self.requests.append(Recorded(action or "?", method, split.path, query, 0))
-        status, payload, extra = self._dispatch(method, split.path, query, headers, body, action, cluster)
+        status, payload, extra = self._dispatch(method, split.path, query, headers, body, action, cluster, pool_id)
         with self._lock:
             self.requests[index] = self.requests[index]._replace(status=status)
         return status, payload, extra
 
     def _dispatch(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes,
-                  action: Optional[str], cluster: Optional[str]) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
-        if action is None or method != "GET":
+                  action: Optional[str], cluster: Optional[str], pool_id: Optional[str] = None
+                  ) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+        if action is None:
             return self._error(404, "InvalidAction.NotFound", "no such API: %s %s" % (method, path))
         problem = self._verify(method, path, query, headers, body, action)
         if problem is not None:
@@ -194,6 +214,8 @@ class CsEmulator(LoopbackServer):
             return status, payload, extra
         if cluster != self.cluster_id:
             return self._error(404, "ErrorClusterNotFound", "cluster %s not found" % cluster)
+        if pool_id is not None:
+            return getattr(self, "_" + action)(pool_id, body)
         return getattr(self, "_" + action)(query)
 
     def _verify(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes,
@@ -266,3 +288,77 @@ class CsEmulator(LoopbackServer):
         if minutes is not None and (not minutes.isdigit() or not 15 <= int(minutes) <= 4320):
             return self._error(400, "InvalidParameter", "TemporaryDurationMinutes must be 15..4320")
         return 200, {"config": self.kubeconfig, "expiration": "2099-01-01T00:00:00Z"}, {}
+
+    def pool(self, nodepool_id: str) -> Optional[Dict[str, Any]]:
+        return next((p for p in self.nodepools if (p.get("nodepool_info") or {}).get("nodepool_id") == nodepool_id),
+                    None)
+
+    def pool_tags(self, nodepool_id: str) -> List[Tuple[str, str]]:
+        """A pool's ``scaling_group.tags`` as (key, value) pairs, in order."""
+        pool = self.pool(nodepool_id) or {}
+        return [(t.get("key"), t.get("value")) for t in (pool.get("scaling_group") or {}).get("tags") or []]
+
+    def _DescribeClusterNodePoolDetail(self, nodepool_id: str, body: bytes
+                                       ) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+        pool = self.pool(nodepool_id)
+        if pool is None:
+            return self._error(404, "ErrorNodePoolNotFound", "node pool %s not found" % nodepool_id)
+        return 200, pool, {}
+
+    def _ModifyClusterNodePool(self, nodepool_id: str, body: bytes) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+        """``scaling_group.tags``, as this emulator models them (sources per rule):
+
+        * a non-empty list becomes the pool's whole tag list (replace): keys left out are gone. ACK's own
+          clients send the whole list on every change (the Terraform provider's node pool update, and the
+          console edits the list as a whole); no API doc page that says "merge" or "replace" was found, so
+          this is the model, and the hook's writes work the same under either (it always sends every key).
+        * an empty list leaves the tags as they are: the SDK writes ``"tags": []`` into every scaling group
+          it sends (``ModifyClusterNodePoolRequestScalingGroup.to_map``), so the API cannot take an empty
+          list to mean "remove every tag" without every other scaling group change wiping them. The other
+          lists the SDK always sends empty (``data_disks``, ``disk_init``, ``instance_patterns``,
+          ``spot_price_limit``) are taken the same way.
+        * keys: required, unique, at most ``tag_key_limit`` characters (128, the SDK model's doc); keys and
+          values must not start with ``aliyun`` or ``acs:`` nor contain ``http://`` / ``https://`` (same doc).
+        * at most ``max_tags`` (20: ESS's limit for a scaling configuration; unconfirmed for ACK).
+        Refusals are 400 ``InvalidParameter`` (ACK's own error code for these is not documented).
+        """
+        import json as _json
+
+        pool = self.pool(nodepool_id)
+        if pool is None:
+            return self._error(404, "ErrorNodePoolNotFound", "node pool %s not found" % nodepool_id)
+        try:
+            doc = _json.loads(body.decode("utf-8") or "{}")
+        except ValueError:
+            return self._error(400, "InvalidParameter", "the body is not JSON")
+        unknown = set(doc) - self.REQUEST_FIELDS
+        if not isinstance(doc, dict) or unknown:
+            return self._error(400, "InvalidParameter", "unknown fields %s" % sorted(unknown))
+        group = doc.get("scaling_group") or {}
+        asked = {k for k, v in doc.items() if v not in (None, {}, []) and k != "scaling_group"}
+        asked |= {"scaling_group.%s" % k for k, v in group.items() if v not in (None, [], {}) and k != "tags"}
+        if asked:
+            return self._error(400, "EmulatorNotModelled", "only scaling_group.tags is modelled, got %s"
+                               % sorted(asked))
+        tags = group.get("tags") or []
+        keys = [t.get("key") for t in tags if isinstance(t, dict)]
+        for tag in tags:
+            key, value = tag.get("key") if isinstance(tag, dict) else None, (tag or {}).get("value") or ""
+            if not isinstance(key, str) or not key:
+                return self._error(400, "InvalidParameter", "a tag has no key")
+            if len(key) > self.tag_key_limit:
+                return self._error(400, "InvalidParameter", "tag key %s is longer than %d characters"
+                                   % (key[:40], self.tag_key_limit))
+            for text in (key, value):
+                if text.lower().startswith(("aliyun", "acs:")) or "http://" in text or "https://" in text:
+                    return self._error(400, "InvalidParameter", "tag %s uses a reserved prefix or a URL" % key[:40])
+        if len(set(keys)) != len(keys):
+            return self._error(400, "InvalidParameter", "duplicate tag keys")
+        if len(tags) > self.max_tags:
+            return self._error(400, "InvalidParameter", "%d tags; at most %d" % (len(tags), self.max_tags))
+        with self._lock:
+            if tags:
+                pool.setdefault("scaling_group", {})["tags"] = [{"key": t["key"], "value": t.get("value") or ""}
+                                                                for t in tags]
+            self.modified.append({"nodepool_id": nodepool_id, "body": doc})
+        return 200, {"task_id": "T-%s" % uuid.uuid4().hex[:18], "nodepool_id": nodepool_id}, {}
