@@ -40,3 +40,66 @@ def pytest_collection_modifyitems(config, items):
         # The attribute @given reads its settings from (Hypothesis' own pytest plugin sets it the same way).
         current = test._hypothesis_internal_use_settings
         test._hypothesis_internal_use_settings = settings(current, max_examples=current.max_examples * WIDE_FACTOR)
+
+
+# ---- loopback only ----
+# The tests talk to loopback emulators and servers alone; nothing may reach another address, not even by
+# mistake (a default endpoint left in a test, an SDK's fallback host). Every socket this process opens goes
+# through these guards: a connection to, or a name lookup of, anything but loopback fails the call at once
+# with a message naming the address, instead of leaving the machine. Child processes (sshd, pip) are not
+# covered: they are started by the tests with loopback addresses only.
+import ipaddress  # noqa: E402
+import socket  # noqa: E402
+
+_LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost")
+
+
+def _loopback(host) -> bool:
+    if host is None or host == "":
+        return True  # a wildcard bind or the local host's own sockets
+    if isinstance(host, bytes):
+        host = host.decode("ascii", "replace")
+    host = str(host).strip("[]").lower()
+    if host in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+class NonLoopbackTraffic(OSError):
+    """A test tried to reach an address outside loopback."""
+
+
+_real_getaddrinfo = socket.getaddrinfo
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+
+
+def _guarded_getaddrinfo(host, *args, **kwargs):
+    if not _loopback(host):
+        raise NonLoopbackTraffic("tests reach loopback only: name lookup of %r refused (tests/conftest.py)" % (host,))
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+def _check_address(sock, address):
+    if sock.family in (socket.AF_INET, socket.AF_INET6) and isinstance(address, tuple) and \
+            not _loopback(address[0]):
+        raise NonLoopbackTraffic("tests reach loopback only: connection to %r refused (tests/conftest.py)"
+                                 % (address[0],))
+
+
+def _guarded_connect(self, address):
+    _check_address(self, address)
+    return _real_connect(self, address)
+
+
+def _guarded_connect_ex(self, address):
+    _check_address(self, address)
+    return _real_connect_ex(self, address)
+
+
+socket.getaddrinfo = _guarded_getaddrinfo
+socket.socket.connect = _guarded_connect
+socket.socket.connect_ex = _guarded_connect_ex
