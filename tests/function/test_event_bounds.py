@@ -218,3 +218,19 @@ def test_a_result_that_fits_is_returned_in_full():
         Decision(instance_id="i-1", action="error", reason="why")], nodes=[{"instance_id": "i-1", "outcome": "x"}])
     doc = result.to_json()
     assert "grouped" not in doc and doc["decisions"][0]["reason"] == "why" and doc["nodes"] == result.nodes
+
+
+def test_a_context_value_is_cut_before_it_is_repeated_on_every_line():
+    """Whatever path binds a long value (intake refuses long event fields; this is the logger's own
+    bound), each line carries at most MAX_CONTEXT_CHARS of it."""
+    import io
+
+    from functions.logs import MAX_CONTEXT_CHARS
+
+    stream = io.StringIO()
+    log = JsonLogger("INFO", stream=stream, request_id="r" * 100_000).bind(event_type="t" * 250_000)
+    log.info("one")
+    log.info("two", instance_id="i-1")
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert len(lines) == 2 and all(len(json.dumps(line)) < 3 * MAX_CONTEXT_CHARS for line in lines)
+    assert lines[1]["event_type"].startswith("t" * MAX_CONTEXT_CHARS) and "(250000 characters)" in lines[1]["event_type"]
