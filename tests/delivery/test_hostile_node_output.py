@@ -18,7 +18,8 @@ from functions.delivery.node_executor import DeliveryExecutor
 from functions.logs import JsonLogger
 from functions.pipeline import run_event
 from functions.settings import load_settings
-from tests.support.flood_nodes import local_config, measure, ssh_config
+from tests.delivery.conftest import rpc
+from tests.support.flood_nodes import local_config, measure, node_bundle, ssh_config, write_standin
 from tests.support.rpc_emulator import Run, SimNode
 from tests.support.sshd import sshd  # noqa: F401  (fixture)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -66,3 +67,27 @@ def test_nodes_streaming_endless_output_end_output_too_large_and_the_function_st
     assert nodes["i-good0"]["outcome"] == nodes["i-good1"]["outcome"] == "partitioned", nodes
     assert report["peak_rss_mb"] < PEAK_RSS_MB, report
     assert report["wall_s"] < 15, report  # cut off at the cap, not at the node's deadline
+
+
+@pytest.mark.cloud_assistant
+def test_a_streaming_node_under_a_lifecycle_hook_fails_alone_and_the_hook_is_still_answered(emulator, tmp_path):
+    """The executor's view (local transport, the ESS emulator): the streaming node is failed
+    output-too-large, the good one partitioned, and the hook answered CONTINUE (not the node's verdict on
+    its GPUs, so never ABANDON)."""
+    from functions.delivery.lifecycle import Lifecycle
+    from functions.delivery.local import LocalTransport
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.delivery.transport import ScriptMaker
+    from tests.delivery.test_executor import decision, request
+
+    maker = ScriptMaker(node_bundle(), 20, str(tmp_path / "root"), write_standin(str(tmp_path / "python")),
+                        grace_s=1)
+    life = Lifecycle(rpc(emulator, "ess"), "ABANDON", heartbeat_s=600)
+    nodes = DeliveryExecutor(LocalTransport(maker), lifecycle=lambda: life).execute(
+        request(hook=True), [decision("i-good0"), decision("i-flood-out0")])
+    by_id = {n["instance_id"]: n for n in nodes}
+    assert by_id["i-good0"]["outcome"] == "partitioned"
+    assert by_id["i-flood-out0"]["outcome"] == "failed" and by_id["i-flood-out0"]["reason"].startswith(
+        "output-too-large: the node wrote more than 1048576 bytes")
+    assert emulator.lifecycle[-1][0] == "complete"
+    assert emulator.lifecycle[-1][1]["LifecycleActionResult"] == "CONTINUE"

@@ -50,18 +50,23 @@ def write_standin(path: str) -> str:
     return path
 
 
+def node_bundle():
+    """The bundle the good nodes run: the product's packing of :data:`NODE_MAIN` as node_bootstrap."""
+    from functions.delivery import bundle as bundle_mod
+
+    return bundle_mod.pack([("node_bootstrap/__init__.py", b""), ("node_bootstrap/__main__.py", NODE_MAIN)])
+
+
 def _peak_rss_mb() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)  # KiB on Linux
 
 
 def _run(config: Dict[str, Any]) -> Dict[str, Any]:
-    from functions.delivery import bundle as bundle_mod
     from functions.delivery.node_script import node_args
     from functions.delivery.outcome import NodeTarget, outcome
     from functions.delivery.transport import ScriptMaker
 
-    bundle = bundle_mod.pack([("node_bootstrap/__init__.py", b""), ("node_bootstrap/__main__.py", NODE_MAIN)])
-    maker = ScriptMaker(bundle, int(config["deadline_s"]), config["root"], config["python"], grace_s=1)
+    maker = ScriptMaker(node_bundle(), int(config["deadline_s"]), config["root"], config["python"], grace_s=1)
     args = tuple(node_args({"kind": "sequence", "value": "3g.20gb-3g.20gb"}))
     targets = [NodeTarget(iid, "cn-test.%s" % iid, config.get("address", "127.0.0.1"), args)
                for iid in config["targets"]]
