@@ -10,6 +10,7 @@ Benchmarks print numbers; they never fail on a number (``met`` says which target
                                          function's side in a child process, for its peak RSS
   node mutations bench/node_mutations.py mutating NVML calls on simulated 8-GPU nodes
   payload        bench/payload.py        largest Cloud Assistant request content, on the wire
+  endless output bench/endless_output.py nodes that never stop writing (real sshd, local): peak RSS
   fuzz           bench/fuzz.py           raw events and hostile labels through the function path
 """
 
@@ -24,6 +25,7 @@ import time
 import _path  # noqa: F401
 
 import cold_start
+import endless_output
 import fanout
 import fanout_10k
 import fuzz
@@ -43,6 +45,8 @@ TARGETS = [
     ("noop_mutations", "<=", 0),
     ("fresh_extra_mutations", "<=", 0),
     ("payload_fits", "==", True),
+    ("endless_output_ssh_rss_mb", "<=", 200),
+    ("endless_output_local_rss_mb", "<=", 200),
     ("fuzz_events_crashes", "<=", 0),
     ("fuzz_handler_crashes", "<=", 0),
     ("fuzz_labels_crashes", "<=", 0),
@@ -76,6 +80,7 @@ def run(quick=False, fuzz_examples=0, progress=lambda text: None):
     steps = [("cold start", lambda: cold_start.measure(runs=5 if quick else 15)),
              ("node mutations", node_mutations.measure),
              ("payload", payload.measure),
+             ("endless output", endless_output.measure),
              ("fan-out", lambda: fanout.measure(quick=quick)),
              ("fan-out 10k", fanout_10k.measure)]
     if fuzz_examples:

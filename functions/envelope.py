@@ -31,6 +31,14 @@ HANDLED_TYPES = SCALE_OUT_TYPES + (LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST) + ACTION
 MANUAL_FIELDS = ("cluster_id", "nodepool_id", "instance_ids", "dry_run")
 
 MAX_EVENT_BYTES = 256 * 1024  # FC's async payload limit is 128 KB; anything far beyond is not an event
+# Auto Scaling adds or removes at most 1,000 ECS or ECI instances in one scaling activity (Auto Scaling,
+# "Limits", quota table: https://www.alibabacloud.com/help/en/auto-scaling/product-overview/limits; the
+# zh-tw page of Jun 30, 2024 gives the row's value, 1000). No event of ours is about more instances than
+# one activity: functions.intake refuses an event naming more, whole, before any API call.
+MAX_INSTANCE_IDS = 1000
+# Any string field of an event that the function keeps (ids, types, trigger names, tokens, regions) is at
+# most this long; functions.intake refuses a longer one. These values enter every log line of the event.
+MAX_TEXT = 512
 
 KIND_CLOUDEVENT = "cloudevent"
 KIND_MNS = "mns"

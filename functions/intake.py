@@ -15,13 +15,13 @@ comma-separated string or a JSON string. When no instance ids come, the pool's n
 
 import json
 import re
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Annotated, Any, Dict, List, Mapping, Optional
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from functions.envelope import (ACTIONTRAIL_TYPES, ECS_STATE_CHANGE, HANDLED_TYPES, KIND_CLOUDEVENT, KIND_MNS, KIND_TIMER,
-                       LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST, MANUAL_FIELDS, SCALE_OUT_TYPES, Envelope,
-                       read_envelope, shown as _shown)
+                       LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST, MANUAL_FIELDS, MAX_INSTANCE_IDS, MAX_TEXT,
+                       SCALE_OUT_TYPES, Envelope, read_envelope, shown as _shown)
 from functions.errors import BadEvent, SkipEvent
 from functions.model import InvalidTarget, LifecycleHook, Request, Trigger
 
@@ -42,6 +42,18 @@ _RESOURCE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}\Z")
 
 def _aliases(*names: str) -> AliasChoices:
     return AliasChoices(*names)
+
+
+def _bounded(value: Any) -> Any:
+    """A string field's value, refused when longer than MAX_TEXT: event ids, types and trigger names are
+    copied into every log line and the result, so one huge field would cost its size many times over."""
+    if isinstance(value, str) and len(value) > MAX_TEXT:
+        raise ValueError("text of %d characters; event fields are at most %d" % (len(value), MAX_TEXT))
+    return value
+
+
+# A string field of an event, at most MAX_TEXT characters (longer: BadEvent naming the field).
+Text = Annotated[str, BeforeValidator(_bounded)]
 
 
 def _check_id(value: Any, what: str, example: str) -> Optional[str]:
@@ -72,12 +84,14 @@ def _instance_ids(value: Any) -> List[str]:
             value = [v.strip() for v in text.split(",") if v.strip()]
     if not isinstance(value, list):
         raise ValueError("instance ids must be a list of i-... ids, got %s" % type(value).__name__)
-    out = []
+    if len(value) > MAX_INSTANCE_IDS:
+        raise ValueError("%d instance ids; an event names at most %d (the most instances Auto Scaling adds in "
+                         "one scaling activity): send them in several events" % (len(value), MAX_INSTANCE_IDS))
+    out: Dict[str, None] = {}  # insertion-ordered: de-duplication in one pass, first occurrence kept
     for item in value:
         text = item.strip() if isinstance(item, str) and _INSTANCE_ID.match(item.strip()) else _shown(item)
-        if text not in out:
-            out.append(text)
-    return out
+        out.setdefault(text, None)
+    return list(out)
 
 
 def _split_ids(ids: List[str]) -> Dict[str, Any]:
@@ -94,14 +108,14 @@ class CloudEvent(BaseModel):
     """EventBridge's CloudEvents 1.0 envelope with Alibaba Cloud's extension attributes."""
 
     model_config = ConfigDict(extra="allow")
-    id: str
-    source: str
-    type: str
-    specversion: str
-    subject: Optional[str] = None
-    time: Optional[str] = None
-    aliyunregionid: Optional[str] = None
-    aliyunaccountid: Optional[str] = None
+    id: Text
+    source: Text
+    type: Text
+    specversion: Text
+    subject: Optional[Text] = None
+    time: Optional[Text] = None
+    aliyunregionid: Optional[Text] = None
+    aliyunaccountid: Optional[Text] = None
     data: Any = None
 
 
@@ -111,9 +125,9 @@ class TimerEvent(BaseModel):
     either one is enough to recognise the event."""
 
     model_config = ConfigDict(extra="allow")
-    triggerTime: Optional[str] = None
-    triggerName: str = "timer"
-    payload: Optional[str] = None
+    triggerTime: Optional[Text] = None
+    triggerName: Text = "timer"
+    payload: Optional[str] = None  # the manual payload as text: its own fields are checked (bounded) in turn
 
 
 class ManualPayload(BaseModel):
@@ -179,9 +193,9 @@ class EssPayload(BaseModel):
     def _text(cls, v: Any, info: Any) -> Optional[str]:
         if v is None:
             return None
-        if not isinstance(v, str) or len(v) > 512:
-            raise ValueError("%s must be text of at most 512 characters" % info.field_name)
-        return v
+        if not isinstance(v, str):
+            raise ValueError("%s must be text of at most %d characters" % (info.field_name, MAX_TEXT))
+        return _bounded(v)
 
     def group(self) -> Optional[str]:
         """The scaling group id, or the one an ARN (acs:ess:...:scalinggroup/asg-...) names."""
@@ -196,11 +210,11 @@ class ActionTrailPayload(BaseModel):
     """An ActionTrail record of an ACK API call or console operation."""
 
     model_config = ConfigDict(extra="ignore")
-    eventName: str
-    eventType: Optional[str] = None
-    serviceName: Optional[str] = None
-    acsRegion: Optional[str] = None
-    errorCode: Optional[str] = None
+    eventName: Text
+    eventType: Optional[Text] = None
+    serviceName: Optional[Text] = None
+    acsRegion: Optional[Text] = None
+    errorCode: Optional[Text] = None
     requestParameters: Dict[str, Any] = Field(default_factory=dict)
     responseElements: Any = None
 
@@ -212,9 +226,9 @@ class ActionTrailPayload(BaseModel):
 
 class EcsStatePayload(BaseModel):
     model_config = ConfigDict(extra="ignore")
-    resourceId: str
-    state: str
-    resourceType: Optional[str] = None
+    resourceId: Text
+    state: Text
+    resourceType: Optional[Text] = None
 
     @field_validator("resourceId")
     @classmethod
@@ -275,10 +289,14 @@ def _validate(model: Any, data: Any, where: str, hint: str = "") -> Any:
         raise _field_error(exc, where, hint) from None
 
 
-def _pick(mapping: Mapping[str, Any], *names: str) -> Optional[str]:
+def _pick(mapping: Mapping[str, Any], *names: str, where: str = "") -> Optional[str]:
+    """The first of ``names`` that holds text; text longer than MAX_TEXT is a BadEvent naming ``where``."""
     for name in names:
         value = mapping.get(name)
         if isinstance(value, str) and value:
+            if len(value) > MAX_TEXT:
+                raise BadEvent("event field %s%s: text of %d characters; event fields are at most %d"
+                               % (where + "." if where else "", name, len(value), MAX_TEXT))
             return value
     return None
 
@@ -344,7 +362,7 @@ def _from_mns(raw: Mapping[str, Any]) -> Request:
     hook = _lifecycle(ess, event_type, "content")
     return Request(trigger=Trigger.LIFECYCLE_HOOK, event_type=event_type,
                    event_id=_pick(raw.get("content") if isinstance(raw.get("content"), dict) else {},
-                                  "requestId"),
+                                  "requestId", where="content"),
                    region=_pick(raw, "regionId"), scaling_group_id=ess.group(), lifecycle=hook,
                    **_split_ids(ess.instance_ids))
 
@@ -391,9 +409,11 @@ def _from_actiontrail(event: CloudEvent, common: Dict[str, Any]) -> Request:
     response = _maybe_json(trail.responseElements, "data.responseElements")
     response = response if isinstance(response, dict) else {}
     # ROA path parameters and body fields are recorded under several spellings; none is documented.
-    cluster = _pick(params, "ClusterId", "clusterId", "cluster_id") or _pick(response, "cluster_id", "ClusterId")
-    pool = (_pick(params, "NodepoolId", "nodepoolId", "nodepool_id", "NodePoolId")
-            or _pick(response, "nodepool_id", "NodepoolId", "nodepoolId"))
+    req, resp = "data.requestParameters", "data.responseElements"
+    cluster = (_pick(params, "ClusterId", "clusterId", "cluster_id", where=req)
+               or _pick(response, "cluster_id", "ClusterId", where=resp))
+    pool = (_pick(params, "NodepoolId", "nodepoolId", "nodepool_id", "NodePoolId", where=req)
+            or _pick(response, "nodepool_id", "NodepoolId", "nodepoolId", where=resp))
     try:
         cluster = _check_id(cluster, "cluster id", "c-...")
         pool = _check_id(pool, "node pool id", "np-...")

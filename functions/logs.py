@@ -18,6 +18,10 @@ from typing import Any, Dict, Iterable, Optional, TextIO
 
 LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "OFF": 100}
 MASK = "***"
+# A context value (request id, trigger, event type and id, cluster) is repeated on every line of an
+# event: cut to this many characters. Intake already refuses longer event fields
+# (functions.envelope.MAX_TEXT); this keeps any other path from repeating a huge value.
+MAX_CONTEXT_CHARS = 512
 # Matched inside the name, compared without case, "-" or "_" (Authorization, Proxy-Authorization,
 # x-acs-security-token, SecurityToken, AccessKeyId, private-key and privateKey are all caught).
 _SECRET_NAMES = ("secret", "token", "password", "passwd", "passphrase", "privatekey", "accesskey", "apikey",
@@ -100,6 +104,12 @@ def _mask_runtime(text: str) -> str:
     return _mask(text, runtime)
 
 
+def _context_value(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_CONTEXT_CHARS:
+        return value[:MAX_CONTEXT_CHARS] + "...(%d characters)" % len(value)
+    return value
+
+
 class JsonLogger:
     """A small structured logger. ``bind()`` returns a child with more context fields."""
 
@@ -108,13 +118,13 @@ class JsonLogger:
         self.level = LEVELS.get(str(level).upper(), 20)
         self._secrets = _forms(secrets)
         self._stream = stream
-        self.context = {k: v for k, v in context.items() if v is not None}
+        self.context = {k: _context_value(v) for k, v in context.items() if v is not None}
 
     def bind(self, **context: Any) -> "JsonLogger":
         child = JsonLogger.__new__(JsonLogger)
         child.level, child._secrets, child._stream = self.level, self._secrets, self._stream
         child.context = dict(self.context)
-        child.context.update({k: v for k, v in context.items() if v is not None})
+        child.context.update({k: _context_value(v) for k, v in context.items() if v is not None})
         return child
 
     def redact(self, text: str) -> str:

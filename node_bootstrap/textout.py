@@ -12,6 +12,36 @@ READ_ONLY = ("status", "plan")
 _TITLE = re.compile(r"^GPU [0-9]+ ")
 
 
+def printable(text):
+    # type: (Any) -> str
+    """``text`` with every non-printable character (``str.isprintable``: ESC and the other controls, bidi
+    overrides, line separators) written as ``\\n``, ``\\xNN``, ``\\uNNNN``...: a GPU name from the
+    driver, a label or an API server's error must not drive the terminal. The same rule as
+    ``functions/textsafe.py``; node code cannot import ``functions`` (it runs alone on the node's system
+    Python, tests/test_layout.py pins it), hence this copy."""
+    text = text if isinstance(text, str) else str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _SHORT.get(c) or ("\\x%02x" % ord(c) if ord(c) < 0x100 else
+                                                             "\\u%04x" % ord(c) if ord(c) < 0x10000 else
+                                                             "\\U%08x" % ord(c)) for c in text)
+
+
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _printable_data(value, key=""):
+    # type: (Any, str) -> Any
+    """Every string of a result made printable; a diagram (several lines of its own) line by line."""
+    if isinstance(value, str):
+        return "\n".join(printable(l) for l in value.split("\n")) if key == "diagram" else printable(value)
+    if isinstance(value, dict):
+        return dict((printable(k) if isinstance(k, str) else k, _printable_data(v, str(k))) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [_printable_data(v) for v in value]
+    return value
+
+
 def index_ranges(indices):
     # type: (List[int]) -> str
     """[0, 1, 2, 3, 5] -> "0-3, 5"."""
@@ -100,6 +130,7 @@ def _boot_unit_line(command, result):
 def human(result):
     # type: (Dict[str, Any]) -> str
     lines = []  # type: List[str]
+    result = _printable_data(result)  # names, labels and errors come from the driver and the cluster
     command = result.get("command") or "node_bootstrap"
     if "outcome" in result:
         outcome = result["outcome"]

@@ -309,8 +309,10 @@ def run(args) -> int:
         print(json.dumps({"cluster_id": args.cluster_id, "region": args.region,
                           "checks": [c._asdict() for c in checks], "problems": problems}, indent=2))
     else:
-        print("ack-mig-hook doctor: cluster %s in %s" % (args.cluster_id, args.region))
-        for c in checks:
-            print("%-8s %-22s %s" % (c.status, c.area, c.text))
+        from functions.textsafe import escape
+
+        print("ack-mig-hook doctor: cluster %s in %s" % (escape(args.cluster_id), escape(args.region)))
+        for c in checks:  # a check's text quotes what the cloud and the cluster answered: no terminal escapes
+            print("%-8s %-22s %s" % (c.status, c.area, escape(c.text)))
         print("%d ok, %d warnings, %d problems" % (len(checks) - problems - warnings, warnings, problems))
     return 1 if problems else 0

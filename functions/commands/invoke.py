@@ -59,19 +59,23 @@ def _grouped(rows):
 
 
 def _text(result):
+    from functions.textsafe import escape
+
+    # Reasons, ids and node names come from the event, the cluster and the nodes: no terminal escapes.
     lines = ["%s: %s%s (%s)" % (result.trigger, result.outcome, " [dry run]" if result.dry_run else "",
-                                result.reason)]
+                                escape(result.reason))]
     rows = []
     for d in result.decisions:
         where = d.node_name if d.node_name and d.node_name != d.instance_id else ""
-        rows.append(((d.action, d.reason), d.instance_id + (" (%s)" % where if where else "")))
+        rows.append(((d.action, escape(d.reason)), escape(d.instance_id + (" (%s)" % where if where else ""))))
     for (action, reason), names in _grouped(rows):
         if len(names) == 1:
             lines.append("  %-9s %s: %s" % (action, names[0], reason))
         else:
             lines.append("  %-9s %d instances: %s" % (action, len(names), ", ".join(names)))
             lines.append("  %-9s   %s" % ("", reason))
-    nodes = [((n.get("outcome"), n.get("reason")), n.get("instance_id")) for n in result.nodes or []]
+    nodes = [((escape(n.get("outcome")), escape(n.get("reason"))), escape(n.get("instance_id")))
+             for n in result.nodes or []]
     for (outcome, reason), names in _grouped(nodes):
         lines.append("  node %s: %s (%s)" % (", ".join(names), outcome, reason))
     return "\n".join(lines)
@@ -155,7 +159,9 @@ def run(args):
 
             lookup = InventoryLookup.from_file(args.inventory)
     except (EventFileError, BadInventory, SettingsError) as exc:
-        print("ack-mig-hook: error: %s" % exc, file=sys.stderr)
+        from functions.textsafe import escape  # the message may quote the file or an API's answer
+
+        print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
         return 2
     # The result goes to stdout. The JSON log lines would bury it, so the command line shows them (on
     # stderr, `--json | jq` still works) only with ACK_MIG_LOG_LEVEL=DEBUG.
@@ -169,7 +175,9 @@ def run(args):
     else:
         print(logger.redact(_text(result)))
     if result.outcome == "error":
-        print("ack-mig-hook: error: %s" % logger.redact(result.reason), file=sys.stderr)
+        from functions.textsafe import escape
+
+        print("ack-mig-hook: error: %s" % escape(logger.redact(result.reason)), file=sys.stderr)
         return 2
     if args.strict and (any(d.action == "error" for d in result.decisions)
                         or any(n.get("outcome") in ("failed", "conflict") for n in result.nodes or [])):

@@ -81,10 +81,12 @@ def main(argv=None):
 
         if env_text(DEBUG):
             raise
+        from functions.textsafe import escape  # an error may quote what a server answered
+
         if isinstance(exc, MigInputError) or getattr(exc, "exit_code", None) == 2:
-            print("ack-mig-hook: error: %s" % exc, file=sys.stderr)
+            print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
             return 2
-        print("ack-mig-hook: internal error: %s: %s" % (type(exc).__name__, exc), file=sys.stderr)
+        print("ack-mig-hook: internal error: %s: %s" % (type(exc).__name__, escape(exc)), file=sys.stderr)
         return 1
 
 

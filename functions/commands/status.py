@@ -123,6 +123,9 @@ def _autoscaler_line(a: Optional[Dict[str, Any]]) -> Optional[str]:
 
 
 def render(status: Dict[str, Any], nodes: bool) -> str:
+    from functions.textsafe import escape_data
+
+    status = escape_data(status)  # node names, reasons and labels come from the cluster: no terminal escapes
     lines = ["cluster %s%s" % (status["cluster_id"], "" if status["kubernetes"] else
                                " (no Kubernetes view: applied layouts unknown, every node counts as pending)")]
     if status["outcome"] != "done":
@@ -200,7 +203,9 @@ def run(args):
             lookup = InventoryLookup.from_file(args.inventory)
         status = collect(settings, lookup)
     except (BadInventory, SettingsError) as exc:
-        print("ack-mig-hook: error: %s" % exc, file=sys.stderr)
+        from functions.textsafe import escape  # the message may quote the file or an API's answer
+
+        print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
         return 2
     if args.json:
         if not args.nodes:

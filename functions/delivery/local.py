@@ -1,18 +1,21 @@
 """Local transport: runs the node script in a subprocess on this machine. Used by ``ack-mig-hook demo``
 (with the simulated NVML backend) and by a node that runs the hook on itself at first boot. It goes
 through the same script, bundle cache and result parsing as the remote transports, so the demo exercises
-the real path."""
+the real path. Its output is read with the same bound as SSH's (64 KB tails, 1 MB in all, then the script's
+session is killed and the node ends ``output-too-large``)."""
 
 import os
+import selectors
 import signal
 import subprocess
 import tempfile
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence
 
 from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
-from functions.delivery.transport import ScriptMaker, run_push_run
+from functions.delivery.transport import OutputTail, ScriptMaker, run_push_run
 
 
 class LocalTransport:
@@ -37,21 +40,26 @@ class LocalTransport:
         limit = self.maker.deadline_s + self.maker.grace_s + 15
         proc = subprocess.Popen(["/bin/sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        output = OutputTail()
         try:
-            stdout, stderr = proc.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.communicate()
+            finished = _read_bounded(proc, output, limit)
+        finally:
+            if proc.poll() is None:  # the deadline passed or the node wrote too much: end the whole session
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+        if output.over:
+            return output.too_large(target.instance_id, self.name, "the node script was killed")
+        if not finished:
             return NodeResult(target.instance_id, self.name, error="node-timeout",
                               message="the node script did not finish within %gs" % limit)
-        proc = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-        out = proc.stdout.decode("utf-8", "replace")
-        doc = parse_output(out)
+        doc = parse_output(output.stdout())
         if doc is None:
-            err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+            err = output.stderr().strip().splitlines()
             return NodeResult(target.instance_id, self.name, proc.returncode, error="no-result",
                               message=(err[-1] if err else "exit %d" % proc.returncode)[:300])
         return NodeResult(target.instance_id, self.name, proc.returncode, doc)
@@ -74,3 +82,27 @@ class LocalTransport:
     def run(self, targets: Sequence[NodeTarget]) -> List[NodeResult]:
         with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(targets) or 1))) as pool:
             return list(pool.map(lambda t: run_push_run(t, self._run, self._push), targets))
+
+
+def _read_bounded(proc: subprocess.Popen, output: OutputTail, limit_s: float) -> bool:
+    """Read the script's stdout and stderr into ``output`` until both close (True), the deadline passes or
+    the script writes more than the cap (False). ``communicate`` would keep everything it wrote."""
+    deadline = time.monotonic() + limit_s
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ, False)
+        selector.register(proc.stderr, selectors.EVENT_READ, True)
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            for key, _ in selector.select(min(remaining, 1.0)):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    selector.unregister(key.fileobj)
+                elif output.add(data, stderr=key.data):
+                    return False
+    try:
+        proc.wait(max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:  # the pipes closed but the script still runs
+        return False
+    return True

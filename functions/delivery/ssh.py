@@ -12,8 +12,15 @@ reports ``bundle-missing`` an SFTP upload of the bundle (one file, atomically re
 Nothing waits unbounded: the session and SFTP channels open with a timeout, every read and write has
 one, and a per-node watchdog closes the connection at the node's deadline (the runner's deadline plus
 ``grace_s``), which also ends the waits paramiko has no timeout for (the answer to an exec or subsystem
-request); such a node ends ``node-timeout`` and never holds up the others. Nodes run concurrently
-(default 32 at once).
+request); such a node ends ``node-timeout`` and never holds up the others, whether it stalls before
+login (key exchange, authentication) or after it. Nodes run concurrently (default 32 at once) on daemon
+threads, and ``run`` waits for each at most its limit plus ``JOIN_SLACK_S``: a node whose worker still
+does not return is reported ``node-timeout`` and left behind, never waited for.
+
+What a node sends back is bounded too (functions.delivery.transport.OutputTail): the last 64 KB of its
+stdout and of its stderr are kept, and a node that writes more than 1 MB in all has its channel closed
+and ends ``output-too-large``; an SFTP server answering the upload with more than that is cut off the
+same way. One node streaming without end costs the function nothing more than any other node.
 """
 
 import io
@@ -23,16 +30,22 @@ import random
 import socket
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, List, Optional, Sequence
+from collections import deque
+from typing import Callable, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 import paramiko
 
 from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
-from functions.delivery.transport import ScriptMaker, run_push_run
+from functions.delivery.transport import OUTPUT_CAP_BYTES, OutputTail, ScriptMaker, run_push_run
 
 
 log = logging.getLogger(__name__)
+
+# How long past a node's own limit (deadline + grace, which the watchdog enforces) ``run`` waits for its
+# worker before it reports the node node-timeout and moves on without it: closing the connection wakes
+# every paramiko wait within a second or two, so only a broken watchdog or a paramiko wait nobody can
+# wake would need this. The worker is then left behind (a daemon thread), never waited for.
+JOIN_SLACK_S = 10.0
 
 
 class SshError(ValueError):
@@ -110,6 +123,30 @@ class _Watchdog:
         self._timer.cancel()
 
 
+class _TooMuchAnswer(paramiko.SSHException):
+    """The SFTP server sent more than a bundle upload's answers could ever be."""
+
+
+class _CountedChannel:
+    """The SFTP channel with a cap on what it may receive. paramiko's SFTP client reads a packet of
+    whatever length the server announces (up to 16 MB) into memory; an upload's answers (status, handle,
+    attributes) are a few bytes each, so more than OUTPUT_CAP_BYTES in all means a hostile server."""
+
+    def __init__(self, channel: paramiko.Channel):
+        self._channel, self._received = channel, 0
+
+    def recv(self, n: int) -> bytes:
+        data = self._channel.recv(n)
+        self._received += len(data)
+        if self._received > OUTPUT_CAP_BYTES:
+            self._channel.close()
+            raise _TooMuchAnswer("the SFTP server sent more than %d bytes" % OUTPUT_CAP_BYTES)
+        return data
+
+    def __getattr__(self, name: str):  # send, close, get_name, get_transport: the channel's own
+        return getattr(self._channel, name)
+
+
 class _AcceptNewPolicy(paramiko.MissingHostKeyPolicy):
     """ssh's ``StrictHostKeyChecking=accept-new``: trust a first-seen host and record its key."""
 
@@ -145,6 +182,8 @@ class SshTransport:
     def _connect(self, target: NodeTarget, watch: "_Watchdog") -> paramiko.SSHClient:
         client = paramiko.SSHClient()
         watch.client = client  # from now on the watchdog can close it, mid-handshake included
+        if watch.fired:  # it fired just before it had the client to close: do not start a handshake
+            raise socket.timeout("node deadline reached")
         if os.path.isfile(self.known_hosts):
             client.load_host_keys(self.known_hosts)
         client.set_missing_host_key_policy(_AcceptNewPolicy(self.known_hosts, self._lock)
@@ -165,28 +204,30 @@ class SshTransport:
         watch.step = "opening a session"
         channel = client.get_transport().open_session(timeout=self.connect_timeout_s)
         channel.settimeout(1.0)  # every read and write below returns within a second
-        out, err = bytearray(), bytearray()
+        output = OutputTail()  # a bounded tail: a node streaming without end cannot grow the function
         try:
             # paramiko waits for the answer to an exec request without a timeout of its own: the watchdog
             # closing the transport at the node's deadline is what ends this wait on a stalled server.
             watch.step = "waiting for the exec request to be answered"
             channel.exec_command(script)
             watch.step = "reading the node's output"
-            while not watch.fired:
+            while not watch.fired and not output.over:
                 if channel.recv_ready():
-                    out += channel.recv(65536)
+                    output.add(channel.recv(65536))
                 elif channel.recv_stderr_ready():
-                    err += channel.recv_stderr(65536)
+                    output.add(channel.recv_stderr(65536), stderr=True)
                 elif channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
                     break
                 else:
                     time.sleep(0.02)
+            if output.over:  # closed below, before the node has said anything more
+                return output.too_large(target.instance_id, self.name, "the SSH channel was closed")
             code = channel.recv_exit_status() if not watch.fired else -1
         finally:
             channel.close()
-        doc = parse_output(out.decode("utf-8", "replace"))
+        doc = parse_output(output.stdout())
         if doc is None:
-            tail = err.decode("utf-8", "replace").strip().splitlines()
+            tail = output.stderr().strip().splitlines()
             return NodeResult(target.instance_id, self.name, code, error="no-result",
                               message=(tail[-1] if tail else "exit %d, no output" % code)[:300])
         return NodeResult(target.instance_id, self.name, code, doc)
@@ -205,10 +246,12 @@ class SshTransport:
             watch.step = "waiting for the SFTP subsystem"
             channel.invoke_subsystem("sftp")
             watch.step = "uploading the bundle by SFTP"
-            with paramiko.SFTPClient(channel) as sftp:
+            with paramiko.SFTPClient(_CountedChannel(channel)) as sftp:
                 tmp = "%s/.%s.%d.tmp" % (incoming, name, threading.get_ident())
                 sftp.putfo(io.BytesIO(bundle.packed), tmp, confirm=True)
                 sftp.posix_rename(tmp, "%s/%s" % (incoming, name))
+        except _TooMuchAnswer:
+            return OutputTail().too_large(target.instance_id, self.name, "the SFTP channel was closed")
         except (OSError, paramiko.SSHException, EOFError) as exc:
             return NodeResult(target.instance_id, self.name, error="bundle-missing",
                               message="SFTP upload failed: %s" % (exc or type(exc).__name__))
@@ -284,5 +327,66 @@ class SshTransport:
         no_address = [NodeResult(t.instance_id, self.name, error="connect-failed", message="no IP address known")
                       for t in targets if not t.address]
         reachable = [t for t in targets if t.address]
-        with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(reachable) or 1))) as pool:
-            return no_address + list(pool.map(self._one, reachable))
+        limit = self.maker.deadline_s + self.grace_s + JOIN_SLACK_S
+        return no_address + _bounded_map(self._one, reachable, self.concurrency, limit, self._abandoned)
+
+    def _abandoned(self, target: NodeTarget, seconds: float) -> NodeResult:
+        log.warning("node %s: its SSH worker did not return within %gs; left behind", target.instance_id, seconds)
+        return NodeResult(target.instance_id, self.name, error="node-timeout",
+                          message="no answer within %gs and the connection could not be closed; the node was "
+                                  "left behind" % seconds)
+
+
+Outcome = Union[NodeResult, BaseException]
+
+
+def _bounded_map(one: Callable[[NodeTarget], NodeResult], targets: Sequence[NodeTarget], concurrency: int,
+                 limit_s: float, abandon: Callable[[NodeTarget, float], NodeResult]) -> List[NodeResult]:
+    """``[one(t) for t in targets]``, ``concurrency`` at a time on daemon threads, in order. A call still
+    running ``limit_s`` after it started gets ``abandon(target, limit_s)`` instead, and a new worker
+    takes its place: the caller never waits on a stuck node longer than its own bound (a thread pool's
+    shutdown would wait forever), and the process can still exit. An exception of ``one`` is raised here
+    once every node is done, as ``map`` would."""
+    queue: Deque[Tuple[int, NodeTarget]] = deque(enumerate(targets))
+    running: Dict[int, float] = {}  # in flight: index -> when it started (at most the workers' number)
+    results: Dict[int, Outcome] = {}
+    changed = threading.Condition()
+
+    def work() -> None:
+        while True:
+            with changed:
+                if not queue:
+                    return
+                index, target = queue.popleft()
+                running[index] = time.monotonic()
+            try:
+                outcome: Outcome = one(target)
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                outcome = exc
+            with changed:
+                if running.pop(index, None) is None:  # abandoned meanwhile: its node-timeout stands,
+                    return  # and a replacement worker already took this one's place
+                results[index] = outcome
+                changed.notify_all()
+
+    def spawn() -> None:
+        threading.Thread(target=work, name="ssh-node", daemon=True).start()
+
+    for _ in range(max(1, min(concurrency, len(targets)))):
+        spawn()
+    with changed:
+        while len(results) < len(targets):
+            now = time.monotonic()
+            for index, began in list(running.items()):
+                if now - began > limit_s:
+                    del running[index]
+                    results[index] = abandon(targets[index], limit_s)
+                    spawn()  # the stuck worker no longer counts: the queue keeps its concurrency
+            changed.wait(max(0.05, min([began + limit_s - now for began in running.values()] + [1.0])))
+    out: List[NodeResult] = []
+    for index in range(len(targets)):
+        outcome = results[index]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        out.append(outcome)
+    return out

@@ -51,3 +51,44 @@ def run_push_run(target: NodeTarget, run: Callable[[NodeTarget], NodeResult],
 
 def by_id(results: Sequence[NodeResult]) -> Dict[str, NodeResult]:
     return {r.instance_id: r for r in results}
+
+
+# What a node may write back. The runner prints a few "# " lines and one JSON result (Cloud Assistant keeps
+# at most 24 KB of output, so it stays far below these); a node that writes more is broken or hostile, and
+# buffering it whole would grow the function without limit (one streaming node once took it to 2.9 GB).
+OUTPUT_TAIL_BYTES = 64 * 1024  # kept of stdout and of stderr each: the result line is the last one
+OUTPUT_CAP_BYTES = 1024 * 1024  # stdout and stderr together; past it the channel or process is closed
+OUTPUT_TOO_LARGE = "output-too-large"
+
+
+class OutputTail:
+    """The last ``tail`` bytes of a node's stdout and of its stderr, and how much it wrote in all:
+    memory stays bounded whatever the node sends, and ``add`` says when the node passed ``cap``."""
+
+    def __init__(self, tail: int = OUTPUT_TAIL_BYTES, cap: int = OUTPUT_CAP_BYTES):
+        self.tail, self.cap, self.total = tail, cap, 0
+        self._out, self._err = bytearray(), bytearray()
+
+    def add(self, data: bytes, stderr: bool = False) -> bool:
+        """Keep ``data``'s tail; True once the node wrote more than ``cap`` bytes in all."""
+        self.total += len(data)
+        buf = self._err if stderr else self._out
+        buf += data[-self.tail:]
+        if len(buf) > self.tail:
+            del buf[:len(buf) - self.tail]
+        return self.over
+
+    @property
+    def over(self) -> bool:
+        return self.total > self.cap
+
+    def stdout(self) -> str:
+        return self._out.decode("utf-8", "replace")
+
+    def stderr(self) -> str:
+        return self._err.decode("utf-8", "replace")
+
+    def too_large(self, instance_id: str, transport: str, how: str) -> NodeResult:
+        return NodeResult(instance_id, transport, error=OUTPUT_TOO_LARGE,
+                          message="the node wrote more than %d bytes (stdout and stderr); %s and its output "
+                                  "dropped" % (self.cap, how))

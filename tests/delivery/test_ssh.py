@@ -122,13 +122,19 @@ def test_the_private_key_never_appears_in_results(sshd, maker):
     assert os.path.exists(sshd.known_hosts)
 
 
-@pytest.mark.parametrize("stall, step", [("exec", "waiting for the exec request to be answered"),
-                                         ("sftp", "waiting for the SFTP subsystem")], ids=["exec", "sftp"])
-def test_a_server_that_stalls_after_login_ends_node_timeout_and_the_others_finish(sshd, maker, tmp_path, stall,
-                                                                                   step):
-    """A real SSH server (paramiko) on 127.0.0.3, same port as the real sshd, lets the client in and then
-    never answers the exec request (or, after a bundle-missing answer, the SFTP subsystem request).
-    That node ends node-timeout at its deadline; two nodes of the same event on the real sshd finish."""
+STALLS = [("kex", "connecting (attempt 1)"), ("auth", "connecting (attempt 1)"),
+          ("exec", "waiting for the exec request to be answered"), ("sftp", "waiting for the SFTP subsystem")]
+
+
+@pytest.mark.timeout(60)  # a hang here is a bug: name it within a minute, not at the suite's 300 s
+@pytest.mark.parametrize("stall, step", STALLS, ids=[s for s, _ in STALLS])
+def test_a_server_that_stalls_before_or_after_login_ends_node_timeout_and_the_others_finish(sshd, maker, tmp_path,
+                                                                                              stall, step):
+    """A real SSH server (paramiko) on 127.0.0.3, same port as the real sshd, accepts the connection and
+    then never answers: key exchange (after its identification string), authentication, the exec request
+    (after login), or, after a bundle-missing answer, the SFTP subsystem request. paramiko's own timeouts
+    are set far beyond the test (60 s), so only the watchdog can end the wait: that node ends node-timeout
+    at its deadline, naming the step; two nodes of the same event on the real sshd finish."""
     with open(sshd.authorized_keys, encoding="utf-8") as fh:
         pub = fh.readline()
     server = StallSshServer(str(tmp_path), "127.0.0.3", sshd.port, pub, stall=stall).start()
@@ -137,7 +143,7 @@ def test_a_server_that_stalls_after_login_ends_node_timeout_and_the_others_finis
         with open(sshd.known_hosts, encoding="utf-8") as fh:
             known.write_text(fh.read() + server.known_hosts_line + "\n")
         maker.deadline_s = 2
-        transport = make(sshd, maker, str(known), grace_s=1)
+        transport = make(sshd, maker, str(known), grace_s=1, connect_timeout_s=60)
         good = targets(2)
         stuck = targets(1, prefix="i-stall", address="127.0.0.3")
         started = time.monotonic()
@@ -149,5 +155,35 @@ def test_a_server_that_stalls_after_login_ends_node_timeout_and_the_others_finis
     assert hung.error == "node-timeout" and step in hung.message, hung
     assert outcome(hung).outcome == "failed" and outcome(hung).code == "node-timeout"
     assert [outcome(results[t.instance_id]).outcome for t in good] == ["partitioned"] * 2
-    assert 3 <= elapsed < 15  # the node's deadline (2 s + 1 s grace), not forever
-    assert server.events[0] == "exec" and (stall == "exec" or "subsystem:sftp" in server.events)
+    assert 3 <= elapsed < 15  # the node's deadline (2 s + 1 s grace), not paramiko's 60 s, not forever
+    assert server.events[0] == stall if stall != "sftp" else server.events[:2] == ["exec", "subsystem:sftp"]
+
+
+@pytest.mark.timeout(60)
+def test_a_node_whose_worker_never_returns_is_left_behind_at_its_bound(sshd, maker, monkeypatch):
+    """Should a paramiko wait ever be one the watchdog cannot wake (or the watchdog be broken), run() still
+    returns at the node's bound (deadline + grace + JOIN_SLACK_S) with that node node-timeout, finishes
+    every other node (more nodes than workers: the stuck worker is replaced), and keeps the order."""
+    from functions.delivery import ssh
+
+    monkeypatch.setattr(ssh, "JOIN_SLACK_S", 1.0)
+    maker.deadline_s = 4  # room for a cold node (exec, SFTP upload, exec) on a loaded machine
+    transport = make(sshd, maker, grace_s=1, concurrency=2)
+    real, release = transport._one, __import__("threading").Event()
+
+    def one(target):
+        if target.instance_id == "i-t0001":
+            release.wait(60)  # stuck where nothing can wake it
+        return real(target)
+
+    monkeypatch.setattr(transport, "_one", one)
+    started = time.monotonic()
+    try:
+        results = transport.run(targets(5))
+    finally:
+        release.set()
+    elapsed = time.monotonic() - started
+    assert [r.instance_id for r in results] == ["i-t%04d" % n for n in range(5)]
+    assert results[1].error == "node-timeout" and "left behind" in results[1].message
+    assert [outcome(r).outcome for i, r in enumerate(results) if i != 1] == ["partitioned"] * 4, results
+    assert 6 <= elapsed < 25  # the stuck node's bound: 4 s + 1 s grace + 1 s slack, not its 60 s

@@ -1,8 +1,12 @@
 """A real SSH server (paramiko's server side) on a loopback address that lets a client in and then stalls.
 
 It speaks real SSH: key exchange with its own Ed25519 host key, public-key authentication of one
-authorized key, then one of two faults:
+authorized key, then one of four faults, two before login and two after:
 
+- ``stall="kex"``: the TCP connection is accepted and the identification string sent (RFC 4253 4.2), then
+  nothing more: the client's KEXINIT is never answered, so key exchange never completes;
+- ``stall="auth"``: key exchange completes, then the public-key authentication request is never answered
+  (the server's handler blocks, so its transport sends nothing more);
 - ``stall="exec"``: the exec request is never answered (the handler blocks, so the server's transport
   sends nothing more), as a node whose sshd hangs after login would;
 - ``stall="sftp"``: exec requests answer like a node without the bundle (the runner's ``bundle-missing``
@@ -25,6 +29,9 @@ from paramiko.common import cMSG_CHANNEL_SUCCESS
 
 from tests.support.sshd import _keypair
 
+STALLS = ("kex", "auth", "exec", "sftp")
+# What the kex stall sends before it falls silent: an identification string like OpenSSH's.
+IDENTIFICATION = b"SSH-2.0-OpenSSH_9.6p1 stall\r\n"
 BUNDLE_MISSING = {"outcome": "failed", "changes": 0, "bundle": "missing",
                   "error": {"code": "bundle-missing", "message": "bundle is not on this node"}}
 
@@ -37,6 +44,10 @@ class _Server(paramiko.ServerInterface):
         return "publickey"
 
     def check_auth_publickey(self, username, key):
+        if self.owner.stall == "auth":
+            self.owner.events.append("auth")
+            self.owner.release.wait()  # never answered while the server runs
+            return paramiko.AUTH_FAILED
         if key.get_name() == self.owner.authorized.get_name() and \
                 key.get_base64() == self.owner.authorized.get_base64():
             return paramiko.AUTH_SUCCESSFUL
@@ -72,8 +83,8 @@ class _Server(paramiko.ServerInterface):
 
 class StallSshServer:
     def __init__(self, workdir: str, address: str, port: int, authorized_pub: str, stall: str = "exec"):
-        if stall not in ("exec", "sftp"):
-            raise ValueError("stall must be exec or sftp")
+        if stall not in STALLS:
+            raise ValueError("stall must be one of %s" % ", ".join(STALLS))
         self.address, self.port, self.stall = address, port, stall
         key_path = os.path.join(workdir, "stall_host_%s" % address.replace(".", "_"))
         _keypair(key_path)
@@ -86,6 +97,7 @@ class StallSshServer:
         self.events: List[str] = []
         self.answered: Dict[Tuple[int, int], threading.Event] = {}  # (transport, channel) -> answered
         self._transports: List[paramiko.Transport] = []
+        self._silent: List[socket.socket] = []  # the kex stall's connections, held open and never answered
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind((address, port))
@@ -105,6 +117,11 @@ class StallSshServer:
                 continue
             except OSError:
                 return
+            if self.stall == "kex":
+                self.events.append("kex")
+                conn.sendall(IDENTIFICATION)
+                self._silent.append(conn)
+                continue
             transport = paramiko.Transport(conn)
             self._note_answers(transport)
             transport.add_server_key(self.host_key)
@@ -132,5 +149,7 @@ class StallSshServer:
         self.release.set()
         for transport in self._transports:
             transport.close()
+        for conn in self._silent:
+            conn.close()
         self._sock.close()
         self._thread.join(5)

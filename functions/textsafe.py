@@ -1,0 +1,48 @@
+"""Text from the cluster or the cloud, made safe for an operator's terminal.
+
+A node writes its own annotations and labels, an API error carries whatever the server put in it: printed
+as they are, an ESC sequence can erase the line and print "all nodes healthy" in green, move the cursor,
+set the window title or the clipboard (OSC 52), and a bidi override can reverse what the eye reads. Every
+human-readable output of the command line (status, invoke, doctor, demo, the last-resort error line)
+passes such data through :func:`escape` (one value) or :func:`escape_data` (a whole structure before it is
+rendered). JSON output needs nothing: ``json.dumps`` already writes control characters as ``\\uXXXX``.
+
+The rule is Python's own ``str.isprintable``: control characters (C0, DEL, C1), format characters (bidi
+overrides, zero-width), line and paragraph separators, surrogates, private-use and unassigned code points
+are written as ``\\n``, ``\\r``, ``\\t``, ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``; everything else,
+non-ASCII letters included, stays.
+The node tool has its own copy of this rule (``node_bootstrap/textout.py``): node code cannot import
+``functions`` (it runs alone on the node's system Python, tests/test_layout.py pins the import direction).
+"""
+
+from typing import Any
+
+
+def escape(text: Any) -> str:
+    """``text`` (made a string) with every non-printable character written as a visible escape."""
+    text = text if isinstance(text, str) else str(text)
+    if text.isprintable():  # the common case costs one scan
+        return text
+    return "".join(c if c.isprintable() else _code(c) for c in text)
+
+
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _code(c: str) -> str:
+    n = ord(c)
+    return _SHORT.get(c) or ("\\x%02x" % n if n < 0x100 else "\\u%04x" % n if n < 0x10000 else "\\U%08x" % n)
+
+
+def escape_data(value: Any) -> Any:
+    """A copy of ``value`` (dicts, lists, tuples of strings and scalars) with every string, keys included,
+    escaped: for a structure that is rendered into lines afterwards, so no field can start a line of its
+    own or carry a terminal sequence. Other values are returned as they are."""
+    if isinstance(value, str):
+        return escape(value)
+    if isinstance(value, dict):
+        return {escape_data(k): escape_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(escape_data(v) for v in value) if not hasattr(value, "_fields") else \
+            type(value)(*(escape_data(v) for v in value))
+    return value
