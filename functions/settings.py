@@ -265,6 +265,9 @@ ROS_ENDPOINT = _var("ACK_MIG_ROS_ENDPOINT", "", "deploy/doctor: override of the 
                     "the SDK's own for the region); `http://127.0.0.1:PORT` for tests", "deploy")
 OSS_ENDPOINT = _var("ACK_MIG_OSS_ENDPOINT", "", "deploy: override of the OSS endpoint, default "
                     "oss-<region>.aliyuncs.com; `http://127.0.0.1:PORT` for tests", "deploy")
+STS_ENDPOINT = _var("ACK_MIG_STS_ENDPOINT", "", "deploy: override of the STS endpoint that tells the caller's "
+                    "account id (default: the SDK's own for the region); `http://127.0.0.1:PORT` for tests",
+                    "deploy")
 
 TRANSPORTS = ("cloud-assistant", "ssh", "local")
 HOST_KEY_POLICIES = ("verify", "accept-new")
