@@ -199,7 +199,7 @@ def deploy(args) -> int:
         if not deps:
             deps = os.path.join(work, "deps")
             _progress("fetching the function's dependencies for python%s on Linux x86_64 ..." % build.FC_PYTHON)
-            build.fetch(deps, build.runtime_requirements())
+            build.fetch(deps)
         elif not os.path.isdir(deps):
             raise UsageError("--deps-dir %s is not a folder" % deps)
         zip_path = os.path.join(work, "ack-mig-hook.zip")

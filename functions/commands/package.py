@@ -49,7 +49,7 @@ def main(argv=None) -> int:
             with tempfile.TemporaryDirectory(prefix="ack-mig-hook-deps-") as folder:
                 print("fetching the function's dependencies for python%s on Linux x86_64 ..." % deps.FC_PYTHON,
                       file=sys.stderr)
-                deps.fetch(folder, deps.runtime_requirements())
+                deps.fetch(folder)
                 return _checked(args, folder)
     except deps.BuildError as exc:
         print("error: %s" % exc, file=sys.stderr)
