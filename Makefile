@@ -60,7 +60,7 @@ test: dev node-env sshd vermin ros-schemas
 	$(BIN)/python -m pytest
 
 # The code package's dependency lock (functions/stack/requirements-fc.txt): resolved on a CPython 3.10 (FC's
-# runtime; FC_PYTHON_BIN=/path/to/python3.10 if it is not on PATH or in pyenv), pinned by SHA-256.
+# runtime; ACK_MIG_FC_PYTHON=/path/to/python3.10 if it is not on PATH or in pyenv), pinned by SHA-256.
 lock: dev
 	$(BIN)/python -m functions.stack.lock
 

@@ -58,7 +58,7 @@ def _modules(root):
 def test_the_real_package_imports_everything_the_handler_needs_on_python310(tmp_path):
     python310 = lock.find_python310()
     assert python310, ("no CPython 3.10 here (FC's runtime): install one (pyenv install 3.10) or set "
-                       "FC_PYTHON_BIN; without it only the wheel tags can be checked")
+                       "ACK_MIG_FC_PYTHON; without it only the wheel tags can be checked")
     out = tmp_path / "ack-mig-hook.zip"
     built = subprocess.run([sys.executable, "-m", "functions.commands.package", "--out", str(out)], cwd=ROOT,
                            capture_output=True, text=True, timeout=1400)

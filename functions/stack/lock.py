@@ -118,10 +118,12 @@ def split(lock: Lock, folder: str) -> Dict[str, str]:
 # ---- refresh (make lock): the only part that reaches the package index ----
 
 def find_python310() -> Optional[str]:
-    """A CPython 3.10 to resolve with: $FC_PYTHON_BIN, python3.10 on PATH, or a pyenv 3.10."""
-    candidates = [os.environ.get("FC_PYTHON_BIN", ""), shutil.which("python3.10") or ""]
-    root = os.environ.get("PYENV_ROOT", os.path.expanduser("~/.pyenv"))
-    candidates += sorted(glob.glob(os.path.join(root, "versions", "3.10*", "bin", "python3.10")), reverse=True)
+    """A CPython 3.10 to resolve with: ``ACK_MIG_FC_PYTHON``, python3.10 on PATH, or a pyenv 3.10 (~/.pyenv)."""
+    from functions.settings import FC_PYTHON as FC_PYTHON_SETTING, env_text
+
+    candidates = [env_text(FC_PYTHON_SETTING), shutil.which("python3.10") or ""]
+    candidates += sorted(glob.glob(os.path.join(os.path.expanduser("~/.pyenv"), "versions", "3.10*", "bin",
+                                                "python3.10")), reverse=True)
     for candidate in filter(None, candidates):
         try:
             done = subprocess.run([candidate, "-c", "import sys, pip; print('%d.%d' % sys.version_info[:2])"],
@@ -191,7 +193,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     python310 = find_python310()
     if python310 is None:
         print("error: the lock is resolved on CPython 3.10 (FC's runtime) and none was found: install one "
-              "(e.g. `pyenv install 3.10`) or set FC_PYTHON_BIN=/path/to/python3.10", file=sys.stderr)
+              "(e.g. `pyenv install 3.10`) or set ACK_MIG_FC_PYTHON=/path/to/python3.10", file=sys.stderr)
         return 2
     requirements = [r for r, _module in code_package.DEPENDENCIES]
     try:
