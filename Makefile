@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # function's dependencies (pydantic, cloud SDKs, paramiko).
 NODE_VENV := .venv-node
 
-.PHONY: demo test install dev node-env sshd vermin bench clean ros-schemas
+.PHONY: demo test install dev node-env sshd vermin bench clean ros-schemas lock package-check
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,15 @@ demo: install
 test: dev node-env sshd vermin ros-schemas
 	$(NODE_VENV)/bin/python tests/node_import_check.py
 	$(BIN)/python -m pytest
+
+# The code package's dependency lock (functions/stack/requirements-fc.txt): resolved on a CPython 3.10 (FC's
+# runtime; ACK_MIG_FC_PYTHON=/path/to/python3.10 if it is not on PATH or in pyenv), pinned by SHA-256.
+lock: dev
+	$(BIN)/python -m functions.stack.lock
+
+# The real package from the real index, imported by python3.10 (minutes: kept out of `make test`, run by CI).
+package-check: dev
+	$(BIN)/python -m pytest checks -q -p no:cacheprovider
 
 bench: dev sshd
 	$(BIN)/python bench/run.py --quick

@@ -296,6 +296,11 @@ ROS_ENDPOINT = _var("ACK_MIG_ROS_ENDPOINT", "", "deploy/doctor: override of the 
                     "the SDK's own for the region); `http://127.0.0.1:PORT` for tests", "deploy")
 OSS_ENDPOINT = _var("ACK_MIG_OSS_ENDPOINT", "", "deploy: override of the OSS endpoint, default "
                     "oss-<region>.aliyuncs.com; `http://127.0.0.1:PORT` for tests", "deploy")
+FC_PYTHON = _var("ACK_MIG_FC_PYTHON", "", "make lock / make package-check: a CPython 3.10 (FC's runtime) to resolve "
+                 "and import with, when python3.10 is neither on PATH nor in ~/.pyenv", "deploy")
+STS_ENDPOINT = _var("ACK_MIG_STS_ENDPOINT", "", "deploy: override of the STS endpoint that tells the caller's "
+                    "account id (default: the SDK's own for the region); `http://127.0.0.1:PORT` for tests",
+                    "deploy")
 
 TRANSPORTS = ("cloud-assistant", "ssh", "local")
 HOST_KEY_POLICIES = ("verify", "accept-new")

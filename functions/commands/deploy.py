@@ -43,8 +43,8 @@ def configure(parser, command):
     if command == "undeploy":
         return
     parser.add_argument("--bucket", default="",
-                        help="OSS bucket for the code package, created private if missing "
-                             "(default: ack-mig-hook-<cluster id>)")
+                        help="OSS bucket for the code package, created private if missing; an existing one "
+                             "must be yours and private (default: ack-mig-hook-<account id>-<region>)")
     parser.add_argument("--transport", choices=settings.TRANSPORTS[:2], default=None,
                         help="how the bootstrap reaches nodes (template default: cloud-assistant)")
     parser.add_argument("--log-project", default="", help="Simple Log Service project for the function's logs")
@@ -145,6 +145,20 @@ def _common(args):
     return keys, stacks
 
 
+def default_bucket(account: str, region: str) -> str:
+    """The code bucket when --bucket is not given: one per account and region (FC reads the package from
+    the stack's region). Bucket names are global, so the name carries the account id: another account
+    cannot create it by guessing the cluster id, and one that does anyway fails the owner check of
+    :mod:`functions.stack.upload`. 13 + 16 + 1 + region <= 63 characters, OSS's limit."""
+    return ("ack-mig-hook-%s-%s" % (account, region)).lower()[:63].rstrip("-")
+
+
+def _account(keys, region: str) -> str:
+    from functions.stack.credentials import account_id
+
+    return account_id(keys, region, settings.parse_endpoint(settings.environment(), settings.STS_ENDPOINT))
+
+
 def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -156,14 +170,15 @@ def run(args) -> int:
 def deploy(args) -> int:
     from functions.stack import build
     from functions.stack.ros import StackError
-    from functions.stack.upload import upload
+    from functions.stack.upload import crc64, upload
 
-    args.bucket = args.bucket or ("ack-mig-hook-%s" % args.cluster_id).lower()[:63]
     declared = _template_parameters()
     # Bad input stops here, before any work. Without a region no stack can be looked up, so everything a
     # new stack needs is reported too.
     parameters(args, declared, OBJECT_PREFIX + "x.zip", require=not args.region)
     keys, stacks = _common(args)
+    account = _account(keys, args.region)
+    args.bucket = args.bucket or default_bucket(account, args.region)
     existing = stacks.find(args.stack_name)
     parameters(args, declared, OBJECT_PREFIX + "x.zip", require=not existing)
     if existing:  # a stack that cannot take an update stops here, before anything is built or uploaded
@@ -184,13 +199,16 @@ def deploy(args) -> int:
         if not deps:
             deps = os.path.join(work, "deps")
             _progress("fetching the function's dependencies for python%s on Linux x86_64 ..." % build.FC_PYTHON)
-            build.fetch(deps, build.runtime_requirements())
+            build.fetch(deps)
         elif not os.path.isdir(deps):
             raise UsageError("--deps-dir %s is not a folder" % deps)
         zip_path = os.path.join(work, "ack-mig-hook.zip")
         digest = build.build(zip_path, deps, known_hosts=args.known_hosts)
         code_object = "%s%s.zip" % (OBJECT_PREFIX, digest[:16])
         values = parameters(args, declared, code_object, require=not existing)
+        with open(zip_path, "rb") as handle:
+            checksum = crc64(handle.read())
+        values["CodeChecksum"] = checksum  # FC refuses a package whose CRC-64 is not this one
         _progress("package: %d KB, sha256 %s" % (os.path.getsize(zip_path) // 1024, digest[:16]))
         stacks.validate(template)
         action = "update stack %s (%s)" % (existing["StackId"], existing.get("Status")) if existing \
@@ -200,9 +218,9 @@ def deploy(args) -> int:
                   % (args.bucket, code_object, action, args.region, _shown(values, declared)))
             print("dry run: template.yml validated by ROS; nothing was uploaded or changed")
             return 0
-        where = upload(keys, args.region, args.bucket, code_object, zip_path,
-                       settings.parse_endpoint(settings.environment(), settings.OSS_ENDPOINT))
-        _progress("uploaded %s" % where)
+        uploaded = upload(keys, args.region, args.bucket, code_object, zip_path, account,
+                          settings.parse_endpoint(settings.environment(), settings.OSS_ENDPOINT))
+        _progress("uploaded %s (CRC-64 %s)" % (uploaded.where, uploaded.crc64))
     if existing:
         stack_id = existing["StackId"]
         if not stacks.update(stack_id, template, values, args.timeout):

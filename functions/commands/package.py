@@ -1,9 +1,10 @@
 """Build the Function Compute code package: ``python -m functions.commands.package --out dist/ack-mig-hook.zip``.
 
 What goes in the zip, and why, is :mod:`functions.stack.code_package`. The function's dependencies come
-from ``--deps DIR`` (a ``pip install --target`` folder) or are fetched for FC's python3.10 on Linux x86_64;
-either way :mod:`functions.stack.build` checks them, so a package never silently lacks one. Only
-``--sources-only`` (for looking inside, never for FC) builds a zip without them.
+from ``--deps DIR`` (a ``pip install --target`` folder) or are fetched for FC's python3.10 on Linux x86_64
+as the lock pins them (:mod:`functions.stack.lock`, by SHA-256); either way :mod:`functions.stack.build`
+checks them, so a package never silently lacks one. Only ``--sources-only`` (for looking inside, never for
+FC) builds a zip without them.
 """
 
 import argparse
@@ -49,7 +50,7 @@ def main(argv=None) -> int:
             with tempfile.TemporaryDirectory(prefix="ack-mig-hook-deps-") as folder:
                 print("fetching the function's dependencies for python%s on Linux x86_64 ..." % deps.FC_PYTHON,
                       file=sys.stderr)
-                deps.fetch(folder, deps.runtime_requirements())
+                deps.fetch(folder)
                 return _checked(args, folder)
     except deps.BuildError as exc:
         print("error: %s" % exc, file=sys.stderr)

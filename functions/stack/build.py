@@ -1,10 +1,15 @@
 """The function's code package with its dependencies for FC's python3.10 on Linux x86_64, checked.
 
-``pip install --target`` with ``--platform manylinux2014_x86_64 --python-version 3.10 --only-binary=:all:``
-fetches the runtime dependencies (never the ``deploy`` or ``dev`` extras) as FC will import them. The check
-then reads each installed distribution's ``*.dist-info`` (``WHEEL`` tags) so a missing dependency or a
-wheel built for another Python or platform stops the deploy with the names, instead of a function that
-cannot import pydantic at its first event.
+The dependencies are the pins of :mod:`functions.stack.lock` (``requirements-fc.txt``), fetched with
+``pip download --require-hashes``: a file whose SHA-256 is not the locked one stops the build. Wheels are
+fetched for ``manylinux2014_x86_64`` / cp310 (``--only-binary=:all: --platform ...``); the distributions
+PyPI has only as source archives (marked ``# sdist`` in the lock) are fetched as such, by hash too, and
+turned into wheels with ``pip wheel``; each must come out pure Python (``py3-none-any``), which FC's
+python3.10 loads whatever built it. Then ``pip install --no-index --target`` puts them all in one folder,
+never the ``deploy`` or ``dev`` extras. The check then reads each installed distribution's ``*.dist-info``
+(``WHEEL`` tags) so a missing dependency or a wheel built for another Python or platform stops the deploy
+with the names, instead of a function that cannot import pydantic at its first event. Every failure names
+the distribution and the way out: ``--deps-dir`` with a folder prepared elsewhere.
 """
 
 import hashlib
@@ -12,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from typing import Dict, List, Tuple
 
 from functions.stack import code_package
@@ -77,18 +83,78 @@ def check(deps_dir: str, requirements: List[str]) -> Tuple[List[str], List[str]]
     return missing, wrong
 
 
-def fetch(deps_dir: str, requirements: List[str]) -> None:
-    command = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--target",
-               deps_dir, "--platform", "manylinux2014_x86_64", "--implementation", "cp", "--python-version",
-               FC_PYTHON, "--only-binary=:all:", "--upgrade"] + requirements
+DEPS_DIR_HINT = ("or fetch them elsewhere (`pip install --target DIR --platform manylinux2014_x86_64 --python-version "
+                 "3.10 --only-binary=:all:` on a machine that reaches the index) and pass --deps-dir DIR")
+
+
+def _pip(args: List[str], what: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "pip", "--disable-pip-version-check"] + args
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+        return subprocess.run(command, capture_output=True, text=True, timeout=900)
     except subprocess.TimeoutExpired:
-        raise BuildError("pip did not finish fetching the function's dependencies in 900 s") from None
+        raise BuildError("pip did not finish %s in 900 s; %s" % (what, DEPS_DIR_HINT)) from None
+
+
+def _pip_failure(done: subprocess.CompletedProcess, what: str) -> BuildError:
+    """One line: the distribution pip names (not found, or not the locked hash), pip's reason, the way out."""
+    text = done.stderr + done.stdout
+    named = re.findall(r"(?:found for|satisfies the requirement) ([A-Za-z0-9._-]+)", text)
+    named += re.findall(r"^\s+([A-Za-z0-9._-]+)==\S+ from ", text, re.M)  # the hash-mismatch listing
+    lines = [l for l in text.strip().splitlines() if l.strip() and not l.startswith("WARNING: Location")]
+    reason = "the file does not have the locked SHA-256" if "DO NOT MATCH THE HASHES" in text \
+        else (lines or ["pip failed"])[-1].strip()[:200]
+    return BuildError("pip could not %s%s for python%s on Linux x86_64: %s; refresh the lock (make lock) %s"
+                      % (what, " " + ", ".join(sorted(set(named))) if named else "", FC_PYTHON, reason,
+                         DEPS_DIR_HINT))
+
+
+def fetch(deps_dir: str, lock_path: str = "") -> None:
+    """Install the locked dependencies into ``deps_dir`` (see the module's docstring)."""
+    from functions.stack import lock
+
+    try:
+        pins = lock.read(lock_path or lock.LOCK)
+    except (OSError, lock.LockError) as exc:
+        raise BuildError("cannot read the dependency lock: %s" % exc) from None
+    with tempfile.TemporaryDirectory(prefix="ack-mig-hook-fetch-") as work:
+        files = lock.split(pins, work)
+        wheels, sdists = os.path.join(work, "wheels"), os.path.join(work, "sdists")
+        if "wheel" in files:
+            done = _pip(["download", "--quiet", "--no-deps", "--require-hashes", "--only-binary=:all:", "-d", wheels]
+                        + lock.FC_TARGET + ["-r", files["wheel"]], "fetching the wheels")
+            if done.returncode != 0:
+                raise _pip_failure(done, "fetch")
+        if "sdist" in files:
+            # --no-binary names them: with :all: pip would also build the build environment's setuptools from source.
+            names = ",".join(p.name for p in pins.pins if p.sdist)
+            done = _pip(["download", "--quiet", "--no-deps", "--require-hashes", "--no-binary=%s" % names, "-d",
+                         sdists, "-r", files["sdist"]], "fetching the source archives")
+            if done.returncode != 0:
+                raise _pip_failure(done, "fetch")
+            for archive in sorted(os.listdir(sdists)):
+                _wheel_from_source(os.path.join(sdists, archive), wheels)
+        built = sorted(os.path.join(wheels, f) for f in os.listdir(wheels)) if os.path.isdir(wheels) else []
+        done = _pip(["install", "--quiet", "--no-deps", "--no-index", "--only-binary=:all:", "--target", deps_dir]
+                    + lock.FC_TARGET + built, "installing the dependencies")
+        if done.returncode != 0:
+            raise _pip_failure(done, "install")
+
+
+def _wheel_from_source(archive: str, out: str) -> None:
+    """``pip wheel`` one locked source archive into ``out``; the wheel must be pure Python (``*-none-any``):
+    only then does the machine that built it not matter to FC's python3.10."""
+    before = set(os.listdir(out)) if os.path.isdir(out) else set()
+    name = os.path.basename(archive)
+    done = _pip(["wheel", "--quiet", "--no-deps", "--wheel-dir", out, archive], "building %s" % name)
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["pip failed"])[-1]
-        raise BuildError("pip could not fetch the function's dependencies for python%s on Linux x86_64: %s"
-                         % (FC_PYTHON, last[:300]))
+        raise BuildError("%s is published only as source and did not build into a wheel: %s; %s"
+                         % (name, ((done.stderr.strip().splitlines() or ["pip wheel failed"])[-1])[:200],
+                            DEPS_DIR_HINT))
+    for wheel in sorted(set(os.listdir(out)) - before):
+        tags = wheel[:-len(".whl")].split("-")[-3:]
+        if tags[1:] != ["none", "any"] or not _fits_fc("-".join(tags)):
+            raise BuildError("%s is published only as source and built %s, not a pure-Python wheel FC's python%s "
+                             "can load; %s" % (name, wheel, FC_PYTHON, DEPS_DIR_HINT))
 
 
 def build(out_path: str, deps_dir: str, known_hosts: str = "") -> str:

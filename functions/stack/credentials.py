@@ -44,3 +44,34 @@ def resolve() -> Keys:
             "ALIBABA_CLOUD_ACCESS_KEY_SECRET, run `aliyun configure`, or run on an instance with a RAM role"
             % (str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__)) from None
     return Keys(credential.access_key_id, credential.access_key_secret, credential.security_token or None)
+
+
+class AccountUnknown(RuntimeError):
+    exit_code = 1
+
+
+def account_id(keys: Keys, region: str, endpoint: Optional[Any] = None, timeout_s: int = 30) -> str:
+    """The Alibaba Cloud account (UID) the keys act for, from STS ``GetCallerIdentity`` (official
+    ``alibabacloud-sts20150401`` SDK; any identity may call it, no RAM grant is needed). ``deploy`` names
+    its default bucket after it and checks that an existing bucket is owned by it."""
+    from alibabacloud_sts20150401.client import Client
+    from alibabacloud_tea_openapi import utils_models as openapi_models
+    from darabonba.runtime import RuntimeOptions
+
+    config = openapi_models.Config(
+        access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
+        security_token=keys.security_token, region_id=region,
+        endpoint=endpoint.host if endpoint else None, protocol=endpoint.protocol if endpoint else "https",
+        read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+    runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+    try:
+        body = Client(config).get_caller_identity_with_options(runtime).body
+    except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+        code = getattr(exc, "code", "") or type(exc).__name__
+        message = " ".join(str(getattr(exc, "message", "") or "").split())[:200]
+        raise AccountUnknown("STS GetCallerIdentity failed (the account id names and guards the code bucket): "
+                             "%s%s" % (code, ": " + message if message else "")) from None
+    account = str(getattr(body, "account_id", "") or "")
+    if not account.isdigit():
+        raise AccountUnknown("STS GetCallerIdentity named no account id (got %r)" % account[:40])
+    return account

@@ -6,6 +6,7 @@ the SDK's own for the region (it maps most regions to ``ros.aliyuncs.com``) unle
 """
 
 import time
+import uuid
 from typing import Any, Callable, Dict, List, Optional
 
 from functions.endpoints import resolve
@@ -20,6 +21,27 @@ PAGE_SIZE = 50  # ListStacks' maximum
 
 class StackError(RuntimeError):
     exit_code = 1
+
+
+def client_token() -> str:
+    """One per CreateStack / UpdateStack call, reused by the SDK's own retries of that call (they resend the
+    same request): a retry after a lost answer is the same operation to ROS, not a second stack or an
+    ``UpdateStack`` refused as a conflict with the one already running. Never derived from the request's
+    content: ROS would answer a later deploy of the same template and parameters with the first, long gone,
+    result. Format (ros20190910 model): <= 64 letters, digits, ``-``, ``_``."""
+    return uuid.uuid4().hex
+
+
+ATTEMPTS = 3
+# Answers that say "try again" (ROS common error codes); a network failure or a read timeout reaches us as
+# darabonba's UnretryableException wrapping a RetryError (it retries only with Config.retry_options).
+TRANSIENT_CODES = {"Throttling", "Throttling.User", "Throttling.Api", "ServiceUnavailable", "InternalError"}
+
+
+def _transient(exc: BaseException) -> bool:
+    if _code(exc) in TRANSIENT_CODES:
+        return True
+    return type(getattr(exc, "inner_exception", None)).__name__ == "RetryError"
 
 
 def _code(exc: BaseException) -> str:
@@ -45,14 +67,28 @@ class Stacks:
             endpoint=endpoint.host, protocol=endpoint.protocol,
             read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
         self._client = Client(config)
-        self._runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000,
-                                       autoretry=True, max_attempts=3)
+        # The Tea SDK (tea-openapi 0.4) retries only through Config.retry_options, not RuntimeOptions'
+        # autoretry: the retries of transient failures are ours (_attempt), each reusing its request.
+        self._runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
         self.region = region
         self._sleep, self._clock = sleep, clock
 
+    def _attempt(self, fn: Callable[[], Any]) -> Any:
+        """``fn()``, again after a transient failure (a lost connection, a read timeout, throttling, a 5xx), at
+        most ATTEMPTS times with a growing pause. ``fn`` sends the same request object each time, so a
+        CreateStack or UpdateStack retried carries the same ClientToken and ROS treats it as one operation."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return fn()
+            except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+                if attempt == ATTEMPTS or not _transient(exc):
+                    raise
+                self._sleep(float(attempt))
+        raise AssertionError("unreachable")
+
     def _call(self, action: str, fn: Callable[[], Any]) -> Dict[str, Any]:
         try:
-            response = fn()
+            response = self._attempt(fn)
         except Exception as exc:  # the SDK's exception types vary by version; code and message are common
             raise StackError("ROS %s failed: %s: %s" % (action, _code(exc), _message(exc))) from None
         return response.body.to_map() if response.body is not None else {}
@@ -121,7 +157,8 @@ class Stacks:
         from alibabacloud_ros20190910 import models
 
         request = models.CreateStackRequest(region_id=self.region, stack_name=name, template_body=template,
-                                            parameters=self._parameters(values), timeout_in_minutes=timeout_min)
+                                            parameters=self._parameters(values), timeout_in_minutes=timeout_min,
+                                            client_token=client_token())
         return self._call("CreateStack", lambda: self._client.create_stack_with_options(
             request, self._runtime))["StackId"]
 
@@ -135,9 +172,9 @@ class Stacks:
                   for k, v in sorted(values.items())]
         request = models.UpdateStackRequest(region_id=self.region, stack_id=stack_id, template_body=template,
                                             parameters=params, timeout_in_minutes=timeout_min,
-                                            use_previous_parameters=True)
+                                            use_previous_parameters=True, client_token=client_token())
         try:
-            self._client.update_stack_with_options(request, self._runtime)
+            self._attempt(lambda: self._client.update_stack_with_options(request, self._runtime))
         except Exception as exc:
             if _code(exc) == UNCHANGED_CODE and "same" in _message(exc).lower():
                 return False

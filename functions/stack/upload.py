@@ -1,18 +1,52 @@
-"""The code package to OSS: make sure the bucket exists (private), then put the object with its MD5 so
-OSS refuses a corrupted upload (``InvalidDigest``). Official ``oss2`` SDK; endpoint
-``oss-<region>.aliyuncs.com`` (OSS's documented public endpoint form) unless ``ACK_MIG_OSS_ENDPOINT``."""
+"""The code package to OSS, signed with OSS V4 (``OSS4-HMAC-SHA256``), on a bucket proven to be ours.
+
+* **V4 only.** OSS no longer accepts V1 signatures from accounts created after 2025-03-01 nor on buckets
+  created after 2025-09-01 (OSS "Guidelines for upgrading V1 signatures to V4 signatures"); ``deploy``
+  creates its bucket, so V1 would fail on exactly the accounts that try it first. oss2's
+  ``ProviderAuthV4`` signs with the bucket's region in the scope, so the region is given to the bucket.
+* **A bucket we own, private.** Bucket names are global: anyone can create ``ack-mig-hook-...`` first. An
+  existing bucket is used only when ``GetBucketInfo`` names the caller's account (STS
+  ``GetCallerIdentity``, :func:`functions.stack.credentials.account_id`) as its owner and its ACL is
+  ``private``; otherwise the deploy stops in one line saying which and what to do. A bucket that is
+  missing is created private.
+* **What was uploaded is what FC gets.** The object is put with its MD5 (OSS refuses a corrupted body,
+  ``InvalidDigest``) and oss2 compares the CRC-64 OSS computed (``x-oss-hash-crc64ecma``) with its own. The
+  same CRC-64 goes to the stack as the function's ``Code.Checksum``: FC 3.0 checks the package it
+  fetches against it (FC API 2023-03-30, ``InputCodeLocation.checksum``), so an object replaced between
+  upload and stack update is refused instead of deployed.
+
+Endpoint ``oss-<region>.aliyuncs.com`` (OSS's documented public endpoint form) unless
+``ACK_MIG_OSS_ENDPOINT`` overrides it.
+"""
 
 import base64
 import hashlib
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from functions.endpoints import resolve, url_of
 from functions.settings import Endpoint
 from functions.stack.credentials import Keys
 
+PRIVATE = "private"
+
 
 class UploadError(RuntimeError):
     exit_code = 1
+
+
+class Uploaded(NamedTuple):
+    where: str  # oss://bucket/key
+    crc64: str  # CRC-64/ECMA-182 of the package, decimal: FC's Code.Checksum
+
+
+def crc64(data: bytes) -> str:
+    """The package's CRC-64 the way OSS (``x-oss-hash-crc64ecma``) and FC's ``checksum`` write it: a decimal
+    string (oss2's own ``Crc64``; Alibaba's FC deploy tool devsapp/fc3 uses the same ``crc64-ecma182``)."""
+    from oss2.utils import Crc64
+
+    digest = Crc64()
+    digest.update(data)
+    return str(digest.crc)
 
 
 def _describe(exc: BaseException) -> str:
@@ -21,33 +55,57 @@ def _describe(exc: BaseException) -> str:
     return "%s%s" % (code, ": " + message if message else "")
 
 
-def upload(keys: Keys, region: str, bucket: str, key: str, path: str, endpoint: Optional[Endpoint] = None,
-           timeout_s: int = 60) -> str:
-    """Returns ``oss://bucket/key``."""
+def bucket_problem(bucket: str, owner: str, acl: str, account: str) -> str:
+    """Why an existing bucket cannot hold the code (one line, with the way out), or ''."""
+    if owner != account:
+        return ("OSS bucket %s belongs to account %s, not to yours (%s): bucket names are global, so choose one "
+                "of your own with --bucket NAME" % (bucket, owner or "?", account))
+    if acl != PRIVATE:
+        return ("OSS bucket %s has ACL %s: anyone could read or replace the function's code there; make it "
+                "private (OSS console > bucket > Permissions > ACL, or `ossutil set-acl oss://%s private -b`) "
+                "or choose another with --bucket NAME" % (bucket, acl or "?", bucket))
+    return ""
+
+
+def upload(keys: Keys, region: str, bucket: str, key: str, path: str, account: str,
+           endpoint: Optional[Endpoint] = None, timeout_s: int = 60) -> Uploaded:
     import oss2
+    from oss2.credentials import StaticCredentialsProvider
 
     url = url_of(resolve("oss", region, endpoint))  # the override, else oss-<region>.aliyuncs.com
-    auth = oss2.StsAuth(keys.access_key_id, keys.access_key_secret, keys.security_token) if keys.security_token \
-        else oss2.Auth(keys.access_key_id, keys.access_key_secret)
-    client = oss2.Bucket(auth, url, bucket, connect_timeout=timeout_s)
+    auth = oss2.ProviderAuthV4(StaticCredentialsProvider(keys.access_key_id, keys.access_key_secret,
+                                                         keys.security_token or ""))
+    client = oss2.Bucket(auth, url, bucket, connect_timeout=timeout_s, region=region)
     try:
-        client.get_bucket_info()
-    except oss2.exceptions.NoSuchBucket:
         try:
-            client.create_bucket(oss2.BUCKET_ACL_PRIVATE)
-        except oss2.exceptions.OssError as exc:
-            hint = " (bucket names are global: choose another with --bucket)" \
-                if getattr(exc, "code", "") == "BucketAlreadyExists" else ""
-            raise UploadError("cannot create OSS bucket %s: %s%s" % (bucket, _describe(exc), hint)) from None
+            info = client.get_bucket_info()
+        except oss2.exceptions.NoSuchBucket:
+            try:
+                client.create_bucket(oss2.BUCKET_ACL_PRIVATE)
+            except oss2.exceptions.OssError as exc:
+                hint = " (bucket names are global: choose another with --bucket NAME)" \
+                    if getattr(exc, "code", "") == "BucketAlreadyExists" else ""
+                raise UploadError("cannot create OSS bucket %s: %s%s" % (bucket, _describe(exc), hint)) from None
+            info = client.get_bucket_info()  # and check what was created, like any other bucket
+    except oss2.exceptions.AccessDenied as exc:
+        raise UploadError("cannot read OSS bucket %s: %s (a bucket of another account answers so: choose your "
+                          "own with --bucket NAME)" % (bucket, _describe(exc))) from None
+    except oss2.exceptions.RequestError as exc:  # (an OssError too: caught first)
+        raise UploadError("cannot reach OSS at %s: %s" % (url, type(exc).__name__)) from None
     except oss2.exceptions.OssError as exc:
         raise UploadError("cannot read OSS bucket %s: %s" % (bucket, _describe(exc))) from None
-    except oss2.exceptions.RequestError as exc:
-        raise UploadError("cannot reach OSS at %s: %s" % (url, type(exc).__name__)) from None
+    problem = bucket_problem(bucket, str(getattr(info.owner, "id", "") or ""),
+                             str(getattr(info.acl, "grant", "") or ""), account)
+    if problem:
+        raise UploadError(problem)
     with open(path, "rb") as handle:
         data = handle.read()
     md5 = base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
     try:
         client.put_object(key, data, headers={"Content-MD5": md5, "Content-Type": "application/zip"})
-    except (oss2.exceptions.OssError, oss2.exceptions.RequestError) as exc:
+    except oss2.exceptions.InconsistentError as exc:  # the CRC-64 OSS stored is not the one sent
+        raise UploadError("OSS stored oss://%s/%s with another CRC-64 than the package's: %s"
+                          % (bucket, key, str(exc)[:200])) from None
+    except oss2.exceptions.OssError as exc:  # RequestError included
         raise UploadError("cannot upload %s to oss://%s/%s: %s" % (path, bucket, key, _describe(exc))) from None
-    return "oss://%s/%s" % (bucket, key)
+    return Uploaded("oss://%s/%s" % (bucket, key), crc64(data))

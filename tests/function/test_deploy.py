@@ -12,11 +12,14 @@ import pytest
 
 from functions.commands import main as cli
 from functions.stack import build
-from tests.support.oss_emulator import OssEmulator
+from tests.support.oss_emulator import OssEmulator, crc64_ecma
 from tests.support.ros_emulator import RosEmulator
+from tests.support.sts_emulator import StsEmulator
 
 KEY, SECRET, TOKEN = "LTAIdeploykey", "deploy-secret-value-9f2c", "deploy-sts-token-4e1a"
 CLUSTER = "c0123456789abcdef"
+ACCOUNT = "1357924680135792"
+BUCKET = "ack-mig-hook-%s-cn-beijing" % ACCOUNT  # the default: the caller's account id and the region
 
 
 def make_deps(folder, tag="py3-none-any", leave_out=()):
@@ -43,7 +46,9 @@ def make_deps(folder, tag="py3-none-any", leave_out=()):
 @pytest.fixture
 def cloud(monkeypatch, tmp_path):
     ros = RosEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN, steps=2).start()
-    oss = OssEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN).start()
+    oss = OssEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN, account_id=ACCOUNT).start()
+    sts = StsEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN, account_id=ACCOUNT).start()
+    ros.code_store = lambda bucket, key: oss.buckets.get(bucket, {}).get(key)  # FC's Code.Checksum check
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aliyun profile of the machine running the tests
     monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")  # never ask 100.100.100.200
     for name in ("ALIBABA_CLOUD_PROFILE", "ALIBABA_CLOUD_CREDENTIALS_FILE", "ALIBABA_CLOUD_ROLE_ARN",
@@ -54,10 +59,12 @@ def cloud(monkeypatch, tmp_path):
     monkeypatch.setenv("ALIBABA_CLOUD_SECURITY_TOKEN", TOKEN)
     monkeypatch.setenv("ACK_MIG_ROS_ENDPOINT", ros.endpoint)
     monkeypatch.setenv("ACK_MIG_OSS_ENDPOINT", oss.endpoint)
+    monkeypatch.setenv("ACK_MIG_STS_ENDPOINT", sts.endpoint)
     yield ros, oss
     ros.stop()
     oss.stop()
-    assert not ros.rejected and not oss.rejected, (ros.rejected, oss.rejected)
+    sts.stop()
+    assert not ros.rejected and not oss.rejected and not sts.rejected, (ros.rejected, oss.rejected, sts.rejected)
 
 
 def run(capsys, *argv):
@@ -78,7 +85,7 @@ def test_deploy_uploads_the_package_creates_the_stack_and_waits(cloud, capsys, t
     (stack,) = ros.stacks.values()
     assert stack["Status"] == "CREATE_COMPLETE" and stack["StackName"] == "ack-mig-hook"
     params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
-    assert params["ClusterId"] == CLUSTER and params["CodeBucket"] == "ack-mig-hook-%s" % CLUSTER
+    assert params["ClusterId"] == CLUSTER and params["CodeBucket"] == BUCKET
     # The object the stack points at is the one uploaded, named by the package's own hash.
     data = oss.buckets[params["CodeBucket"]][params["CodeObject"]]
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
@@ -109,7 +116,7 @@ def test_rerun_without_change_is_a_no_op_and_a_code_change_updates(cloud, capsys
     code, out, err = run(capsys, *deploy_args(deps2))
     assert code == 0, err
     assert stack["Status"] == "UPDATE_COMPLETE" and "UPDATE_COMPLETE" in out
-    assert len(oss.buckets["ack-mig-hook-%s" % CLUSTER]) == 2
+    assert len(oss.buckets[BUCKET]) == 2
 
 
 def test_dry_run_validates_and_changes_nothing(cloud, capsys, tmp_path):
@@ -117,7 +124,7 @@ def test_dry_run_validates_and_changes_nothing(cloud, capsys, tmp_path):
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--dry-run",
                                               "--parameter", "DryRun=true"))
     assert code == 0, err
-    assert "would upload oss://ack-mig-hook-%s/ack-mig-hook/" % CLUSTER in out
+    assert "would upload oss://%s/ack-mig-hook/" % BUCKET in out
     assert "create stack ack-mig-hook" in out and "DryRun=true" in out
     assert not ros.stacks and not oss.requests
     assert {r.action for r in ros.requests} == {"ValidateTemplate", "ListStacks"}

@@ -149,17 +149,11 @@ def test_rule_filters_agree_with_intake():
 
 
 def test_sample_events_match_a_rule():
-    """Every sample CloudEvent the function handles would be routed to it by one of the rules."""
-    patterns = _patterns()
+    """Every sample CloudEvent the function handles would be routed to it by one of the rules (matched the way
+    EventBridge documents it: tests/support/eventbridge_pattern.py)."""
+    from tests.support.eventbridge_pattern import matches
 
-    def matches(pattern, event):
-        for key, allowed in pattern.items():
-            if isinstance(allowed, dict):
-                if not isinstance(event.get(key), dict) or not matches(allowed, event[key]):
-                    return False
-            elif event.get(key) not in allowed:
-                return False
-        return True
+    patterns = _patterns()
 
     for name in os.listdir(EVENTS):
         event = json.load(open(os.path.join(EVENTS, name)))
@@ -242,8 +236,11 @@ def _sub(text):
 REGION_ACCOUNT = "${ALIYUN::Region}:${ALIYUN::TenantId}"
 # Actions RAM authorizes only on "all resources", or for which no resource-level permission could be
 # confirmed (docs/security.md says which): granted on '*', each with a comment in template.yml.
-STAR_ACTIONS = {"ess:CompleteLifecycleAction", "ess:RecordLifecycleActionHeartbeat", "ess:DescribeLifecycleHooks",
-                "ecs:DescribeCloudAssistantStatus", "ecs:DescribeInvocationResults", "ecs:DescribeSendFileResults"}
+STAR_ACTIONS = {"ess:CompleteLifecycleAction", "ess:RecordLifecycleActionHeartbeat", "ess:DescribeLifecycleHooks"}
+# Cloud Assistant reads: RAM authorizes them on this region's and account's instances (and, for
+# DescribeInvocationResults, its commands) per the ECS Cloud Assistant RAM policy samples and the API
+# reference; no tag condition, as they name an invocation, not an instance.
+INSTANCE_READS = {"ecs:DescribeCloudAssistantStatus", "ecs:DescribeSendFileResults"}
 
 
 def _expected_grant(action):
@@ -256,6 +253,10 @@ def _expected_grant(action):
         assert not _keeps_commands(), "KeepCommand is used: RunCommand also needs command/* (update both)"
         return (_sub("acs:ecs:%s:instance/*" % REGION_ACCOUNT),
                 {"StringEquals": {"acs:ResourceTag/ack.aliyun.com": {"Ref": "ClusterId"}}})
+    if action in INSTANCE_READS:
+        return _sub("acs:ecs:%s:instance/*" % REGION_ACCOUNT), None
+    if action == "ecs:DescribeInvocationResults":
+        return [_sub("acs:ecs:%s:instance/*" % REGION_ACCOUNT), _sub("acs:ecs:%s:command/*" % REGION_ACCOUNT)], None
     if action == "ess:DescribeScalingInstances":  # ScalingGroupId of a pool: unknown until the pool exists
         return _sub("acs:ess:%s:scalinggroup/*" % REGION_ACCOUNT), None
     if action == "kms:GetSecretValue":  # SecretName = ACK_MIG_SSH_KEY_SECRET = the SshKeySecretName parameter
@@ -291,7 +292,8 @@ def test_every_grant_is_as_narrow_as_the_code_allows():
     for statement in _statements():
         for action in statement["Action"]:
             resource, condition = _expected_grant(action)
-            assert statement["Resource"] == [resource], (action, statement["Resource"])
+            assert statement["Resource"] == (resource if isinstance(resource, list) else [resource]), \
+                (action, statement["Resource"])
             assert statement.get("Condition") == condition, (action, statement.get("Condition"))
     # Nothing that can run code is ever granted on '*' or without the cluster's tag.
     for statement in _statements():
@@ -525,32 +527,71 @@ def test_every_environment_value_parses_at_the_parameters_extremes():
 
 # ---- Kubernetes RBAC in the same stack (ClusterRbac) ----
 
-def _cluster_role_document():
+def _rbac_documents():
     with open(os.path.join(ROOT, "deploy", "rbac.yaml")) as handle:
-        (role,) = [d for d in yaml.safe_load_all(handle) if d and d.get("kind") == "ClusterRole"]
+        return [d for d in yaml.safe_load_all(handle) if d]
+
+
+def _cluster_role_document():
+    (role,) = [d for d in _rbac_documents() if d.get("kind") == "ClusterRole"]
     return role
 
 
+def _applications():
+    return {yaml.safe_load(r["Properties"]["YamlContent"])["metadata"]["name"]: (name, r)
+            for name, r in resources("ALIYUN::CS::ClusterApplication").items()}
+
+
 def test_rbac_stack_applies_the_cluster_role_of_deploy_rbac_yaml():
-    (app,) = resources("ALIYUN::CS::ClusterApplication").values()
+    apps = _applications()
+    name, app = apps["ack-mig-hook"]
     assert yaml.safe_load(app["Properties"]["YamlContent"]) == _cluster_role_document()
     assert app["Properties"]["ClusterId"] == {"Ref": "ClusterId"}
     # The deployer's own RBAC applies it: no cluster-admin role for the deployer as a side effect.
-    assert app["Properties"]["RolePolicy"] == "None" and app["Properties"]["CreationMode"] == "Apply"
+    for _, app in apps.values():
+        assert app["Properties"]["RolePolicy"] == "None" and app["Properties"]["CreationMode"] == "Apply"
+
+
+def test_events_are_granted_only_in_the_namespace_the_function_writes_them_to():
+    """No cluster-wide events create: deploy/rbac.yaml has a Role and RoleBinding in default; the stack
+    applies the same rules as a ClusterRole bound at namespace level in default (ACK binds ClusterRoles)."""
+    import inspect
+
+    from functions.rollout import run
+
+    docs = _rbac_documents()
+    cluster_rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
+    assert not any("events" in r["resources"] for r in cluster_rules)
+    (role,) = [d for d in docs if d["kind"] == "Role"]
+    (binding,) = [d for d in docs if d["kind"] == "RoleBinding"]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "default"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    # The function writes its Node Events in that namespace.
+    assert '"namespace": "default"' in inspect.getsource(run._event)
+    # The stack: the Role's rules as the ClusterRole ack-mig-hook-events, bound at namespace level only.
+    _, app = _applications()[role["metadata"]["name"]]
+    applied = yaml.safe_load(app["Properties"]["YamlContent"])
+    assert applied["kind"] == "ClusterRole" and applied["rules"] == role["rules"]
+    (grant,) = resources("ALIYUN::CS::GrantPermissions").values()
+    scoped = [p for p in grant["Properties"]["Permissions"] if p["RoleName"] == role["metadata"]["name"]]
+    assert scoped == [{"ClusterId": {"Ref": "ClusterId"}, "RoleType": "namespace", "Namespace": "default",
+                       "RoleName": role["metadata"]["name"], "IsCustom": True, "IsRamRole": True}]
 
 
 def test_rbac_stack_binds_that_role_to_the_functions_ram_role_behind_a_parameter():
     doc = load()
     (name, grant), = resources("ALIYUN::CS::GrantPermissions").items()
-    (app_name, app), = resources("ALIYUN::CS::ClusterApplication").items()
+    apps = _applications()
     props = grant["Properties"]
     assert props["UserId"] == {"Fn::GetAtt": ["FunctionRole", "RoleId"]}
-    (permission,) = props["Permissions"]
-    assert permission == {"ClusterId": {"Ref": "ClusterId"}, "RoleType": "cluster",
-                          "RoleName": _cluster_role_document()["metadata"]["name"], "IsCustom": True,
-                          "IsRamRole": True}
-    assert grant["DependsOn"] == app_name  # the role exists before it is bound
-    assert grant["Condition"] == app["Condition"] == "CreateRbac"
+    cluster = [p for p in props["Permissions"] if p["RoleType"] == "cluster"]
+    assert cluster == [{"ClusterId": {"Ref": "ClusterId"}, "RoleType": "cluster",
+                        "RoleName": _cluster_role_document()["metadata"]["name"], "IsCustom": True,
+                        "IsRamRole": True}]
+    assert sorted(grant["DependsOn"]) == sorted(n for n, _ in apps.values())  # the roles exist before they are bound
+    assert all(grant["Condition"] == app["Condition"] == "CreateRbac" for _, app in apps.values())
     assert doc["Conditions"]["CreateRbac"] == {"Fn::Equals": ["true", {"Ref": "ClusterRbac"}]}
     assert doc["Parameters"]["ClusterRbac"]["Default"] == "true"
     assert doc["Parameters"]["ClusterRbac"]["AllowedValues"] == ["true", "false"]

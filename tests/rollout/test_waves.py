@@ -225,8 +225,12 @@ def test_deploy_rbac_yaml_grants_exactly_the_calls_a_rollout_makes(cluster):
     used = {_rbac(r.method, r.path) for r in cluster.api.requests}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, "deploy", "rbac.yaml")) as fh:
-        role = next(d for d in yaml.safe_load_all(fh) if d["kind"] == "ClusterRole")
-    granted = {(res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]}
+        roles = [d for d in yaml.safe_load_all(fh) if d and d["kind"] in ("ClusterRole", "Role")]
+    # events create is a Role in default (not cluster-wide): every Event is written there
+    assert all(p.startswith("/api/v1/namespaces/default/") for r in cluster.api.requests for p in [r.path]
+               if p.split("?")[0].endswith("/events"))
+    granted = {(res, verb) for role in roles for rule in role["rules"] for res in rule["resources"]
+               for verb in rule["verbs"]}
     assert used <= granted, used - granted
     # every rule is needed: the rollout (and the taint removal, which gets and patches nodes) use them all
     assert granted - used <= {("nodes", "get")}, granted - used

@@ -1,46 +1,134 @@
 """A loopback emulator of the OSS object API for the real ``oss2`` SDK (``ack-mig-hook deploy`` uploads
 the code package with it; point it here with ``ACK_MIG_OSS_ENDPOINT=http://127.0.0.1:PORT``).
 
-oss2 addresses an IP endpoint path-style (``/<bucket>/<key>``), which is what this server takes. Each
-request's ``Authorization: OSS <AccessKeyId>:<Signature>`` is recomputed here as OSS documents the header
-signature (V1): HMAC-SHA1 over ``VERB\\nContent-MD5\\nContent-Type\\nDate\\n`` + the ``x-oss-`` headers
-(lower-case, sorted, ``name:value\\n``) + the canonical resource (``/bucket/key`` plus the signed
-sub-resources, sorted). The STS token must come as ``x-oss-security-token``. A ``Content-MD5`` that does
-not match the body is ``InvalidDigest``, as OSS answers. Errors are OSS's XML with ``x-oss-request-id``.
+oss2 addresses an IP endpoint path-style (``/<bucket>/<key>``), which is what this server takes. Every rule
+below names its source; a rule we could not confirm is marked so.
 
-Operations: ``GET /<bucket>?bucketInfo``, ``PUT /<bucket>`` (create; ``BucketAlreadyExists`` when
-another account owns the name: set ``foreign_buckets``), ``PUT/HEAD/GET/DELETE /<bucket>/<key>``.
+Authentication, as OSS serves an account created after 2025-03-01 (or a bucket created after 2025-09-01):
+
+* **V1 is refused.** "From March 1, 2025, the V1 signature algorithm of OSS is no longer available to new
+  customers with new UIDs. From September 1, 2025 ... no longer available for new buckets" (OSS, "Guidelines
+  for upgrading V1 signatures to V4 signatures"); the answer is a 403 with EC ``0002-00000080`` (OSS error
+  center, 0002-00000080: "OSS returns a 403 error when you call an API operation signed with a V1
+  signature"). ``accept_v1 = True`` models an old account that still may use it.
+* **V4 is recomputed here**, written from OSS "Include a V4 signature in the header (recommended)", not from
+  the SDK: ``Authorization: OSS4-HMAC-SHA256 Credential=<AccessKeyId>/<SignDate>/<SignRegion>/oss/
+  aliyun_v4_request[, AdditionalHeaders=<h1;h2>], Signature=<hex>``. Canonical request = method, the
+  canonical URI (``/<bucket>/<key>``, ``/<bucket>/`` for a bucket, URI-encoded, ``/`` kept), the canonical
+  query (names and values URI-encoded, sorted, ``name`` alone when the value is empty), the canonical
+  headers (lower-case ``name:value`` lines of every ``x-oss-*`` header, ``content-type``, ``content-md5``
+  and the additional headers, sorted), the additional header names, and the hashed payload, joined by
+  newlines. String to sign = ``OSS4-HMAC-SHA256``, ``x-oss-date``, the scope and the SHA-256 of the
+  canonical request. Signing key = HMAC-SHA256 chain from ``"aliyun_v4" + secret`` over the date, the
+  region, ``oss`` and ``aliyun_v4_request``.
+* The Credential must end ``/oss/aliyun_v4_request`` (EC 0002-00000213) and carry the bucket's region, the
+  region id without ``oss-`` (EC 0002-00000226, 0002-00000228: "the region in the signature does not match
+  the bucket's actual region"); ``x-oss-content-sha256`` must be ``UNSIGNED-PAYLOAD`` (EC 0002-00000214);
+  the sign date is the date of ``x-oss-date``, which may be at most 15 minutes from the server's clock (the
+  15-minute rule of the OSS signature docs, ``RequestTimeTooSkewed``). The HTTP status and ``Code`` of the
+  0002-002xx answers are not given on those pages (unconfirmed): 403 ``SignatureDoesNotMatch`` /
+  ``AccessDenied`` here.
+* The STS token comes as ``x-oss-security-token`` (an ``x-oss-`` header, so it is signed).
+
+Data:
+
+* ``PutObject`` with a ``Content-MD5`` that does not match the body is ``InvalidDigest`` (OSS PutObject
+  reference). OSS answers every upload with ``x-oss-hash-crc64ecma``, the object's CRC-64/ECMA-182 in
+  decimal (OSS "data verification"; the same CRC-64 oss2's ``Crc64`` computes: reflected polynomial
+  0x42F0E1EBA9EA3693, all-ones initial value and final XOR, check value 0x995DC9BBDF1939FA for
+  ``123456789``), written here independently of oss2.
+* Buckets have an owner and an ACL: ``GetBucketInfo`` (``GET /<bucket>?bucketInfo``) answers
+  ``Bucket/Owner/ID`` and ``Bucket/AccessControlList/Grant`` (OSS GetBucketInfo reference; oss2's parser reads
+  the same paths). ``PUT /<bucket>`` creates one owned by ``account_id``; a name another account holds
+  (``foreign_buckets[name] = (owner, acl, readable)``) is ``BucketAlreadyExists`` (409), and its
+  ``GetBucketInfo`` is 403 ``AccessDenied`` unless its owner's bucket policy lets anyone read it
+  (``readable``), as OSS authorizes a request on another account's bucket only through that policy.
+
+Errors are OSS's XML with ``x-oss-request-id`` (and ``EC`` where a page names one).
 """
 
 import base64
+import calendar
 import hashlib
 import hmac
+import re
 import threading
+import time
 import uuid
 from email.utils import formatdate
-from typing import Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 from urllib.parse import parse_qsl, unquote, urlsplit
+
 from tests.support.loopback import Answer as LoopAnswer, LoopbackServer
 
-# Sub-resources that take part in the signature (OSS "CanonicalizedResource"); others are left out.
-SIGNED_SUBRESOURCES = {"acl", "bucketInfo", "location", "uploads", "partNumber", "uploadId", "versionId",
-                       "versioning", "stat", "tagging", "security-token"}
+ALGORITHM = "OSS4-HMAC-SHA256"
+SKEW_S = 15 * 60
+_ERR = Tuple[int, bytes, Dict[str, str]]
 
 
-def oss_v1_signature(secret: str, verb: str, headers: Dict[str, str], resource: str) -> str:
-    oss_headers = "".join("%s:%s\n" % (k, headers[k].strip()) for k in sorted(headers) if k.startswith("x-oss-"))
-    to_sign = "\n".join([verb, headers.get("content-md5", ""), headers.get("content-type", ""),
-                         headers.get("date", "")]) + "\n" + oss_headers + resource
-    digest = hmac.new(secret.encode("utf-8"), to_sign.encode("utf-8"), hashlib.sha1).digest()
-    return base64.b64encode(digest).decode("ascii")
+def _crc64_table() -> List[int]:
+    poly = 0xC96C5795D7870F42  # 0x42F0E1EBA9EA3693, bit-reversed
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC64 = _crc64_table()
+
+
+def crc64_ecma(data: bytes) -> int:
+    """CRC-64/ECMA-182 as OSS writes ``x-oss-hash-crc64ecma`` (reflected, init and xorout all ones)."""
+    crc = 0xFFFFFFFFFFFFFFFF
+    for byte in data:
+        crc = _CRC64[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFFFFFFFFFF
+
+
+def uri_encode(text: str, keep_slash: bool) -> str:
+    """RFC 3986 unreserved characters kept, everything else %XX of its UTF-8 bytes (V4 doc)."""
+    out = []
+    for byte in text.encode("utf-8"):
+        c = chr(byte)
+        if c.isascii() and (c.isalnum() or c in "-_.~") or (keep_slash and c == "/"):
+            out.append(c)
+        else:
+            out.append("%%%02X" % byte)
+    return "".join(out)
+
+
+def v4_signature(secret: str, method: str, bucket: str, key: str, query: Dict[str, str],
+                 headers: Dict[str, str], additional: List[str], date_time: str, region: str) -> str:
+    uri = uri_encode("/%s/%s" % (bucket, key) if bucket else "/", keep_slash=True)
+    pairs = sorted((uri_encode(k, False), uri_encode(v, False)) for k, v in query.items())
+    canonical_query = "&".join("%s=%s" % (k, v) if v else k for k, v in pairs)
+    signed = sorted(k for k in headers if k.startswith("x-oss-") or k in ("content-type", "content-md5")
+                    or k in additional)
+    canonical_headers = "".join("%s:%s\n" % (k, headers[k].strip()) for k in signed)
+    canonical = "\n".join([method, uri, canonical_query, canonical_headers, ";".join(sorted(additional)),
+                           headers.get("x-oss-content-sha256", "")])
+    scope = "%s/%s/oss/aliyun_v4_request" % (date_time[:8], region)
+    to_sign = "\n".join([ALGORITHM, date_time, scope, hashlib.sha256(canonical.encode("utf-8")).hexdigest()])
+    signing = ("aliyun_v4" + secret).encode("utf-8")
+    for part in (date_time[:8], region, "oss", "aliyun_v4_request"):
+        signing = hmac.new(signing, part.encode("utf-8"), hashlib.sha256).digest()
+    return hmac.new(signing, to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 class OssEmulator(LoopbackServer):
     def __init__(self, access_key_id: str = "LTAItestkey", secret: str = "test-secret-value",
-                 token: Optional[str] = "sts-token-value", region: str = "cn-beijing") -> None:
+                 token: Optional[str] = "sts-token-value", region: str = "cn-beijing",
+                 account_id: str = "1234567890123456", clock: Callable[[], float] = time.time) -> None:
         self.access_key_id, self.secret, self.token, self.region = access_key_id, secret, token, region
+        self.account_id, self.clock = account_id, clock
+        self.accept_v1 = False
         self.buckets: Dict[str, Dict[str, bytes]] = {}
-        self.foreign_buckets: Set[str] = set()
+        self.acls: Dict[str, str] = {}
+        self.foreign_buckets: Dict[str, Tuple[str, str, bool]] = {}
+        self.corrupt_crc: Set[str] = set()  # object keys whose answer names another CRC-64 (a broken store)
         self.requests: List[Tuple[str, str]] = []
         self.rejected: List[str] = []
         self._lock = threading.Lock()
@@ -50,32 +138,56 @@ class OssEmulator(LoopbackServer):
         return status, data, dict(extra, **{"x-oss-request-id": uuid.uuid4().hex.upper()[:24]})
 
     @staticmethod
-    def _error(status: int, code: str, message: str) -> Tuple[int, bytes, Dict[str, str]]:
+    def _error(status: int, code: str, message: str, ec: str = "") -> _ERR:
         xml = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s</Code><Message>%s</Message>"
-               "<RequestId>%s</RequestId><HostId>127.0.0.1</HostId></Error>" % (code, message, uuid.uuid4().hex))
+               "<RequestId>%s</RequestId><HostId>127.0.0.1</HostId>%s</Error>"
+               % (code, message, uuid.uuid4().hex, "<EC>%s</EC>" % ec if ec else ""))
         return status, xml.encode("utf-8"), {"content-type": "application/xml"}
 
     def _verify(self, verb: str, headers: Dict[str, str], bucket: str, key: str,
-                query: Dict[str, str]) -> Optional[str]:
+                query: Dict[str, str]) -> Optional[Tuple[int, str, str, str]]:
+        """None, or (status, code, EC, message)."""
         auth = headers.get("authorization", "")
-        if not auth.startswith("OSS ") or ":" not in auth:
-            return "AccessDenied: no OSS signature"
-        key_id, _, signature = auth[4:].rpartition(":")
+        if auth.startswith("OSS ") and not self.accept_v1:
+            return 403, "AccessDenied", "0002-00000080", "V1 signatures are no longer accepted; use V4"
+        if auth.startswith("OSS "):
+            return 403, "AccessDenied", "", "this emulator checks V4 signatures only"
+        if not auth.startswith(ALGORITHM + " "):
+            return 403, "AccessDenied", "0002-00000202", "the Authorization header is not %s" % ALGORITHM
+        fields = {}
+        for part in auth[len(ALGORITHM) + 1:].split(","):
+            name, sep, value = part.strip().partition("=")
+            if not sep:
+                return 403, "AccessDenied", "0002-00000203", "malformed Authorization field %r" % part[:40]
+            fields[name] = value
+        if "Credential" not in fields or "Signature" not in fields:
+            return 403, "AccessDenied", "0002-00000205", "Credential and Signature are required"
+        credential = fields["Credential"].split("/")
+        if len(credential) != 5 or credential[3:] != ["oss", "aliyun_v4_request"]:
+            return 403, "AccessDenied", "0002-00000213", "Credential must be <id>/<date>/<region>/oss/aliyun_v4_request"
+        key_id, sign_date, sign_region = credential[:3]
         if key_id != self.access_key_id:
-            return "InvalidAccessKeyId: unknown access key"
+            return 403, "InvalidAccessKeyId", "", "unknown access key"
+        if sign_region != self.region:
+            return 403, "SignatureDoesNotMatch", "0002-00000228", \
+                "the region in the signature (%s) is not the bucket's (%s)" % (sign_region, self.region)
+        if headers.get("x-oss-content-sha256") != "UNSIGNED-PAYLOAD":
+            return 403, "SignatureDoesNotMatch", "0002-00000214", "x-oss-content-sha256 must be UNSIGNED-PAYLOAD"
+        date_time = headers.get("x-oss-date", "")
+        if not re.fullmatch(r"\d{8}T\d{6}Z", date_time) or date_time[:8] != sign_date:
+            return 403, "AccessDenied", "", "x-oss-date is missing or not the Credential's date"
+        when = calendar.timegm(time.strptime(date_time, "%Y%m%dT%H%M%SZ"))
+        if abs(when - self.clock()) > SKEW_S:
+            return 403, "RequestTimeTooSkewed", "", "x-oss-date is more than 15 minutes from the server's time"
         if self.token is not None and headers.get("x-oss-security-token") != self.token:
-            return "InvalidSecurityToken: wrong or missing x-oss-security-token"
-        sub = sorted(k for k in query if k in SIGNED_SUBRESOURCES)
-        resource = "/%s/%s" % (bucket, key) if bucket else "/"
-        if sub:
-            resource += "?" + "&".join(k if query[k] == "" else "%s=%s" % (k, query[k]) for k in sub)
-        expected = oss_v1_signature(self.secret, verb, headers, resource)
-        if not hmac.compare_digest(expected, signature):
-            return "SignatureDoesNotMatch: the request signature does not match"
+            return 403, "InvalidSecurityToken", "", "wrong or missing x-oss-security-token"
+        additional = [h.strip().lower() for h in fields.get("AdditionalHeaders", "").split(";") if h.strip()]
+        expected = v4_signature(self.secret, verb, bucket, key, query, headers, additional, date_time, sign_region)
+        if not hmac.compare_digest(expected, fields["Signature"]):
+            return 403, "SignatureDoesNotMatch", "", "the request signature does not match"
         return None
 
-    def handle(self, verb: str, raw_path: str, headers: Dict[str, str], body: bytes
-               ) -> Tuple[int, bytes, Dict[str, str]]:
+    def handle(self, verb: str, raw_path: str, headers: Dict[str, str], body: bytes) -> _ERR:
         split = urlsplit(raw_path)
         query = dict(parse_qsl(split.query, keep_blank_values=True))
         bucket, _, key = unquote(split.path).lstrip("/").partition("/")
@@ -83,12 +195,15 @@ class OssEmulator(LoopbackServer):
             self.requests.append((verb, split.path + ("?" + split.query if split.query else "")))
         problem = self._verify(verb, headers, bucket, key, query)
         if problem:
+            status, code, ec, message = problem
             with self._lock:
-                self.rejected.append(problem)
-            return self._error(403, problem.split(":")[0], problem)
+                self.rejected.append("%s%s: %s" % (code, " " + ec if ec else "", message))
+            return self._error(status, code, message, ec)
         with self._lock:
             if not key:
-                return self._bucket(verb, bucket, query)
+                return self._bucket(verb, bucket, query, headers)
+            if bucket in self.foreign_buckets:  # another account's: only its bucket policy could let us in
+                return self._error(403, "AccessDenied", "You have no right to access this object.")
             objects = self.buckets.get(bucket)
             if objects is None:
                 return self._error(404, "NoSuchBucket", "The specified bucket does not exist.")
@@ -97,7 +212,9 @@ class OssEmulator(LoopbackServer):
                 if md5 and md5 != base64.b64encode(hashlib.md5(body).digest()).decode("ascii"):
                     return self._error(400, "InvalidDigest", "The Content-MD5 you specified is not valid.")
                 objects[key] = body
-                return 200, b"", {"etag": '"%s"' % hashlib.md5(body).hexdigest().upper()}
+                crc = crc64_ecma(body) ^ (1 if key in self.corrupt_crc else 0)
+                return 200, b"", {"etag": '"%s"' % hashlib.md5(body).hexdigest().upper(),
+                                  "x-oss-hash-crc64ecma": str(crc)}
             if verb == "DELETE":  # OSS DeleteObject answers 204 whether or not the object was there
                 objects.pop(key, None)
                 return 204, b"", {}
@@ -106,22 +223,33 @@ class OssEmulator(LoopbackServer):
             data = objects[key]
             return 200, data, {"etag": '"%s"' % hashlib.md5(data).hexdigest().upper(),
                                "content-type": "application/octet-stream",
+                               "x-oss-hash-crc64ecma": str(crc64_ecma(data)),
                                "last-modified": formatdate(usegmt=True)}
 
-    def _bucket(self, verb: str, bucket: str, query: Dict[str, str]) -> Tuple[int, bytes, Dict[str, str]]:
+    def _bucket(self, verb: str, bucket: str, query: Dict[str, str], headers: Dict[str, str]) -> _ERR:
+        foreign = self.foreign_buckets.get(bucket)
         if verb == "PUT":
-            if bucket in self.foreign_buckets:
+            if foreign:
                 return self._error(409, "BucketAlreadyExists", "The requested bucket name is not available.")
-            self.buckets.setdefault(bucket, {})
+            if bucket not in self.buckets:
+                self.buckets[bucket] = {}
+                self.acls[bucket] = headers.get("x-oss-acl", "private")  # PutBucket: x-oss-acl, default private
             return 200, b"", {}
         if verb == "GET" and "bucketInfo" in query:
-            if bucket not in self.buckets:
+            if foreign:
+                owner, acl, readable = foreign
+                if not readable:
+                    return self._error(403, "AccessDenied", "You have no right to access this bucket.")
+            elif bucket in self.buckets:
+                owner, acl = self.account_id, self.acls.get(bucket, "private")
+            else:
                 return self._error(404, "NoSuchBucket", "The specified bucket does not exist.")
             xml = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<BucketInfo><Bucket><Name>%s</Name>"
                    "<Location>oss-%s</Location><CreationDate>2026-01-01T00:00:00.000Z</CreationDate>"
                    "<StorageClass>Standard</StorageClass><ExtranetEndpoint>oss-%s.aliyuncs.com</ExtranetEndpoint>"
                    "<IntranetEndpoint>oss-%s-internal.aliyuncs.com</IntranetEndpoint>"
-                   "<Owner><ID>1</ID><DisplayName>1</DisplayName></Owner><AccessControlList><Grant>private</Grant>"
-                   "</AccessControlList></Bucket></BucketInfo>" % (bucket, self.region, self.region, self.region))
+                   "<Owner><ID>%s</ID><DisplayName>%s</DisplayName></Owner><AccessControlList><Grant>%s</Grant>"
+                   "</AccessControlList></Bucket></BucketInfo>"
+                   % (bucket, self.region, self.region, self.region, owner, owner, acl))
             return 200, xml.encode("utf-8"), {"content-type": "application/xml"}
         return self._error(400, "NotImplemented", "this emulator serves bucketInfo and create only")

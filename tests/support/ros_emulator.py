@@ -25,12 +25,25 @@ Semantics kept from the ROS API reference, inconvenient ones included:
   parameter the request leaves out; without it, a left-out parameter takes the template's default.
   ``AllowedValues``, ``AllowedPattern`` and a Number's ``MinValue``/``MaxValue`` are enforced.
 * ``ValidateTemplate`` parses the body and lists its parameters (read-only: ``deploy --dry-run`` uses it).
+* ``ClientToken`` on ``CreateStack`` / ``UpdateStack``: "Ensures request idempotency. Must be client-generated
+  and globally unique. Maximum length: 64 characters. Can contain letters, digits, hyphens (-) and
+  underscores (_)" (ros20190910 SDK model, ``CreateStackRequest.client_token``; "How to ensure idempotence",
+  help.aliyun.com/document_detail/134212). A request that repeats a token already answered gets that first
+  answer again (the same ``StackId``) and changes nothing; a malformed token is refused (HTTP status and code
+  of that refusal: unconfirmed, 400 ``InvalidParameter`` here). ``answer_late_next(action, seconds)`` serves
+  a request and then answers it late, as a lost answer looks to a client that times out and retries.
+* Function Compute's code check, as the stack's ``ALIYUN::FC3::Function`` applies it: with ``Code.Checksum``
+  set, "Function Compute checks whether the checksum of the code package is the same as that provided" (FC
+  API 2023-03-30, ``InputCodeLocation.checksum``, the CRC-64 OSS reports). When ``code_store(bucket, key)``
+  is given (the OSS emulator's objects), a create or update whose package in OSS has another CRC-64 fails
+  and is rolled back like any resource failure (FC's error text: unconfirmed).
 """
 
 import json
 import re
+import time
 import uuid
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
@@ -61,6 +74,14 @@ class RosEmulator(CsEmulator):
         self.stacks: Dict[str, Dict[str, Any]] = {}
         self.fail_with: Optional[str] = None  # next create/update ends *_FAILED with this reason
         self.bodies: List[Dict[str, str]] = []
+        self.code_store: Optional[Callable[[str, str], Optional[bytes]]] = None  # (bucket, key) -> the object
+        self.before_complete: Optional[Callable[[Dict[str, Any]], None]] = None  # runs as FC fetches the code
+        self._tokens: Dict[Tuple[str, str], Answer] = {}
+        self._late: Dict[str, List[float]] = {}
+
+    def answer_late_next(self, action: str, seconds: float) -> None:
+        with self._lock:
+            self._late.setdefault(action, []).append(seconds)
 
     # The base class routes ROA paths; RPC has one path and names the action in a header.
     def handle(self, method: str, raw_path: str, headers: Dict[str, str], body: bytes) -> Answer:
@@ -73,6 +94,9 @@ class RosEmulator(CsEmulator):
         answer = self._rpc(method, split.path, query, headers, body, action)
         with self._lock:
             self.requests[index] = self.requests[index]._replace(status=answer[0])
+            late = self._late[action].pop(0) if self._late.get(action) else 0.0
+        if late:
+            time.sleep(late)  # served already: the client may give up and retry meanwhile
         return answer
 
     def _rpc(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes,
@@ -91,7 +115,16 @@ class RosEmulator(CsEmulator):
         form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True)) if body else {}
         with self._lock:
             self.bodies.append(form)
-            return getattr(self, "_" + action)(query, form)
+            token = query.get("ClientToken") if action in ("CreateStack", "UpdateStack") else None
+            if token is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", token):
+                return self._error(400, "InvalidParameter", "ClientToken %r is not 1..64 letters, digits, - or _"
+                                   % token[:80])
+            if token and (action, token) in self._tokens:  # a retry of a request already served
+                return self._tokens[(action, token)]
+            answer = getattr(self, "_" + action)(query, form)
+            if token and answer[0] == 200:
+                self._tokens[(action, token)] = answer
+            return answer
 
     # ---- helpers ----
 
@@ -154,6 +187,8 @@ class RosEmulator(CsEmulator):
         if stack["_polls"] < self.steps:
             return
         operation = status[: -len("_IN_PROGRESS")]
+        if operation in ("CREATE", "UPDATE") and not stack["_fail"]:
+            stack["_fail"] = self._code_check(stack)
         if operation == "DELETE":
             stack["Status"] = "DELETE_COMPLETE"
         elif stack["_fail"] and stack["_no_rollback"]:
@@ -168,6 +203,32 @@ class RosEmulator(CsEmulator):
                 % operation.title()
         stack["_events"].append({"EventId": uuid.uuid4().hex, "LogicalResourceId": stack["StackName"],
                                  "Status": stack["Status"], "StatusReason": stack.get("StatusReason", "")})
+
+    def _code_check(self, stack: Dict[str, Any]) -> Optional[str]:
+        """FC's checksum check of the function's package (see the module's docstring); None when it passes."""
+        if self.code_store is None:
+            return None
+        if self.before_complete is not None:
+            self.before_complete(stack)
+        try:
+            resources = (yaml.safe_load(stack["_template"]) or {}).get("Resources") or {}
+        except yaml.YAMLError:
+            return None
+        functions = [r for r in resources.values() if (r or {}).get("Type") == "ALIYUN::FC3::Function"]
+        values = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack["Parameters"]}
+        checksum = values.get("CodeChecksum", "")
+        if not functions or "Checksum" not in ((functions[0].get("Properties") or {}).get("Code") or {}) \
+                or not checksum:
+            return None
+        from tests.support.oss_emulator import crc64_ecma
+
+        data = self.code_store(values.get("CodeBucket", ""), values.get("CodeObject", ""))
+        if data is None:
+            return "Resource Function: the code package oss://%s/%s does not exist" % (
+                values.get("CodeBucket"), values.get("CodeObject"))
+        if str(crc64_ecma(data)) != checksum:
+            return "Resource Function: the checksum of the code package (%d) is not %s" % (crc64_ecma(data), checksum)
+        return None
 
     def _stack(self, query: Dict[str, str]) -> Optional[Dict[str, Any]]:
         stack = self.stacks.get(query.get("StackId", ""))

@@ -1,0 +1,171 @@
+"""The code package's dependencies: one lock (functions/stack/requirements-fc.txt) that agrees with
+pyproject.toml, consumed with ``pip --require-hashes``; distributions published only as source archives
+built into pure-Python wheels. The fetch runs the real pip against a local package folder (``--no-index
+--find-links``), so it needs no network: a wheel and a source archive whose in-tree build backend (PEP 517
+``backend-path``, no build requirements) builds offline."""
+
+import hashlib
+import io
+import os
+import re
+import tarfile
+import zipfile
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from functions.stack import build, code_package, lock
+from tests.function.conftest import ROOT
+
+
+def _pyproject_dependencies():
+    text = open(os.path.join(ROOT, "pyproject.toml")).read()
+    block = text[text.index("dependencies = ["):]
+    return re.findall(r'"([^"]+)"', block[:block.index("]")])
+
+
+def test_the_lock_agrees_with_pyproject_and_pins_every_file_by_hash():
+    """Change a runtime dependency in pyproject.toml without `make lock` and this fails."""
+    locked = lock.read()
+    assert sorted(locked.requirements) == sorted(_pyproject_dependencies()), "run `make lock`"
+    assert sorted(locked.requirements) == sorted(r for r, _ in code_package.DEPENDENCIES)
+    pins = {canonicalize_name(p.name): p for p in locked.pins}
+    assert len(pins) == len(locked.pins), "a distribution is pinned twice"
+    for text in locked.requirements:  # every direct dependency is pinned inside its range
+        requirement = Requirement(text)
+        pin = pins.get(canonicalize_name(requirement.name))
+        assert pin is not None, "%s is not in the lock: run `make lock`" % requirement.name
+        assert requirement.specifier.contains(pin.version, prereleases=True), (text, pin.version)
+    # The distributions the facts name as source-only are built, not fetched as wheels.
+    sdists = {canonicalize_name(p.name) for p in locked.pins if p.sdist}
+    assert {"alibabacloud-endpoint-util", "alibabacloud-tea-xml"} <= sdists
+    # And what each wheel needs at run time is there too (pydantic's compiled core, paramiko's crypto).
+    assert {"pydantic-core", "cryptography", "bcrypt", "pynacl", "alibabacloud-tea-openapi"} <= set(pins)
+
+
+def test_a_line_that_is_not_a_hashed_pin_is_refused(tmp_path):
+    bad = tmp_path / "lock.txt"
+    bad.write_text("# resolved from pyproject.toml [project] dependencies:\n#   x>=1\nx==1.0\n")
+    with pytest.raises(lock.LockError, match="--hash=sha256"):
+        lock.read(str(bad))
+    good = tmp_path / "good.txt"
+    pins = [lock.Pin("x", "1.0", "a" * 64, False), lock.Pin("y-src", "2.0", "b" * 64, True)]
+    good.write_text(lock.render(lock.Lock(["x>=1", "y-src"], pins)))
+    assert lock.read(str(good)) == lock.Lock(["x>=1", "y-src"], pins)
+
+
+# ---- the fetch, offline ----
+
+BACKEND = '''
+import os, zipfile, hashlib, base64
+
+def _tag():
+    return open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "TAG")).read().strip()
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    name = "fakesrc-1.0-%s.whl" % _tag()
+    files = {"fakesrc/__init__.py": b"BUILT = True\\n",
+             "fakesrc-1.0.dist-info/METADATA": b"Metadata-Version: 2.1\\nName: fakesrc\\nVersion: 1.0\\n",
+             "fakesrc-1.0.dist-info/WHEEL": ("Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\n"
+                                             "Tag: %s\\n" % _tag()).encode()}
+    record = "".join("%s,sha256=%s,%d\\n" % (k, base64.urlsafe_b64encode(hashlib.sha256(v).digest())
+                                             .rstrip(b"=").decode(), len(v)) for k, v in files.items())
+    files["fakesrc-1.0.dist-info/RECORD"] = (record + "fakesrc-1.0.dist-info/RECORD,,\\n").encode()
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as z:
+        for k, v in files.items():
+            z.writestr(k, v)
+    return name
+'''
+
+
+def _wheel(folder, name="fakewheel", version="1.0"):
+    path = os.path.join(folder, "%s-%s-py3-none-any.whl" % (name, version))
+    files = {"%s/__init__.py" % name: b"WHEEL = True\n",
+             "%s-%s.dist-info/METADATA" % (name, version): ("Metadata-Version: 2.1\nName: %s\nVersion: %s\n"
+                                                             % (name, version)).encode(),
+             "%s-%s.dist-info/WHEEL" % (name, version): b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files["%s-%s.dist-info/RECORD" % (name, version)] = b""
+    with zipfile.ZipFile(path, "w") as archive:
+        for k, v in files.items():
+            archive.writestr(k, v)
+    return path
+
+
+def _sdist(folder, tag="py3-none-any"):
+    path = os.path.join(folder, "fakesrc-1.0.tar.gz")
+    members = {"fakesrc-1.0/PKG-INFO": b"Metadata-Version: 2.1\nName: fakesrc\nVersion: 1.0\n",
+               "fakesrc-1.0/pyproject.toml": b'[build-system]\nrequires = []\nbuild-backend = "backend"\n'
+                                             b'backend-path = ["."]\n',
+               "fakesrc-1.0/backend.py": BACKEND.encode(), "fakesrc-1.0/TAG": tag.encode()}
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def _sha(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+@pytest.fixture
+def index(tmp_path, monkeypatch):
+    """A package folder pip reads instead of the index (and no pip configuration of this machine)."""
+    folder = tmp_path / "index"
+    folder.mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(folder))
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    return str(folder)
+
+
+def _lock(tmp_path, pins):
+    path = tmp_path / "requirements-fc.txt"
+    path.write_text(lock.render(lock.Lock(["fakewheel", "fakesrc"], pins)))
+    return str(path)
+
+
+def test_locked_wheels_and_a_source_only_distribution_built_into_a_pure_wheel(index, tmp_path):
+    wheel, sdist = _wheel(index), _sdist(index)
+    path = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", _sha(wheel), False),
+                            lock.Pin("fakesrc", "1.0", _sha(sdist), True)])
+    deps = tmp_path / "deps"
+    build.fetch(str(deps), path)
+    have = build.installed(str(deps))
+    assert have["fakewheel"] == ["py3-none-any"] and have["fakesrc"] == ["py3-none-any"]
+    assert (deps / "fakesrc" / "__init__.py").read_text() == "BUILT = True\n"
+    assert build.check(str(deps), ["fakewheel", "fakesrc"]) == ([], [])
+
+
+def test_a_file_that_is_not_the_locked_one_stops_the_build_naming_it(index, tmp_path):
+    wheel, sdist = _wheel(index), _sdist(index)
+    path = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", "0" * 64, False),
+                            lock.Pin("fakesrc", "1.0", _sha(sdist), True)])
+    with pytest.raises(build.BuildError) as failed:
+        build.fetch(str(tmp_path / "deps"), path)
+    message = str(failed.value)
+    assert "fakewheel" in message and "SHA-256" in message and "--deps-dir" in message
+    assert "\n" not in message and not (tmp_path / "deps").exists()
+
+
+def test_a_locked_distribution_missing_from_the_index_is_named(index, tmp_path):
+    sdist = _sdist(index)
+    path = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", "1" * 64, False),
+                            lock.Pin("fakesrc", "1.0", _sha(sdist), True)])
+    with pytest.raises(build.BuildError) as failed:
+        build.fetch(str(tmp_path / "deps"), path)
+    assert "fakewheel" in str(failed.value) and "--deps-dir" in str(failed.value)
+
+
+def test_a_source_archive_that_builds_a_platform_wheel_is_refused(index, tmp_path):
+    """Built on this machine, a compiled wheel would be for its Python, not FC's python3.10."""
+    wheel, sdist = _wheel(index), _sdist(index, tag="cp311-cp311-linux_x86_64")
+    path = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", _sha(wheel), False),
+                            lock.Pin("fakesrc", "1.0", _sha(sdist), True)])
+    with pytest.raises(build.BuildError) as failed:
+        build.fetch(str(tmp_path / "deps"), path)
+    message = str(failed.value)
+    assert "fakesrc-1.0.tar.gz" in message and "cp311-cp311-linux_x86_64" in message and "pure-Python" in message
+    assert "--deps-dir" in message
