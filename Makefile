@@ -68,6 +68,13 @@ lock: dev
 package-check: dev
 	$(BIN)/python -m pytest checks -q -p no:cacheprovider
 
+# Deliberate bugs planted one at a time in a throwaway copy, each against its subsystem's tests
+# (scripts/mutants.py); prints the catch rate. Not part of `make test`: it runs the subsystems' tests once
+# per mutant (tens of minutes).
+.PHONY: mutation
+mutation: dev node-env sshd
+	$(BIN)/python scripts/mutation.py
+
 bench: dev sshd
 	$(BIN)/python bench/run.py --quick
 

@@ -1,0 +1,70 @@
+"""The deliberate bugs ``make mutation`` plants (scripts/mutation.py), one at a time, each in the security-
+or safety-critical code it names, with the subsystem tests that must catch it.
+
+Each is a realistic slip: a condition loosened, a limit dropped, a check reduced to half of itself. When a
+bug is fixed, add the mutant that would bring it back (docs/development.md, "Mutation tests"): ``find`` is
+a piece of the current source that occurs exactly once in ``file``, ``replace`` the buggy version, and
+``tests`` the test files of that subsystem (never the whole suite: the point is that the subsystem's own
+tests catch it).
+"""
+
+from typing import NamedTuple, Tuple
+
+
+class Mutant(NamedTuple):
+    id: str
+    file: str
+    edits: Tuple[Tuple[str, str], ...]  # (find, replace) pairs, applied in order; each find occurs once
+    tests: Tuple[str, ...]
+    why: str
+
+
+def mutant(id: str, file: str, find: str, replace: str, tests: Tuple[str, ...], why: str) -> Mutant:
+    """The usual mutant: one piece of source replaced."""
+    return Mutant(id, file, ((find, replace),), tests, why)
+
+
+MUTANTS = (
+    # ---- membership: the confused deputy across the account's scaling groups (issue 20 item 1) ----
+    mutant("membership-any-listed-row", "functions/membership.py",
+           'if item.get("ScalingGroupId") == scaling_group_id and item.get("InstanceId") in chunk:',
+           'if item.get("InstanceId") in chunk:',
+           ("tests/function/test_membership.py",),
+           "an instance Auto Scaling lists under another group counts as a member of the event's group"),
+    # ---- intake: bounded events (issue 16 point 8, issue 20 item 7) ----
+    mutant("intake-no-text-cap", "functions/intake.py",
+           "    if isinstance(value, str) and len(value) > MAX_TEXT:\n        raise ValueError(",
+           "    if False:\n        raise ValueError(",
+           ("tests/function/test_event_bounds.py", "tests/function/test_intake.py"),
+           "event string fields longer than 512 characters are accepted and copied into every log line"),
+    # ---- redaction (issue 20 item 2) ----
+    mutant("logs-authorization-not-secret", "functions/logs.py",
+           '"apikey",\n                 "authorization", "credential", "cookie")',
+           '"apikey",\n                 "credential", "cookie")',
+           ("tests/function/test_settings_logs.py",),
+           "an Authorization header in a logged dict is printed in clear"),
+    # ---- KMS read retries connection failures (issue 20 item 6) ----
+    mutant("kms-connection-failure-final", "functions/secrets.py",
+           "(isinstance(status, int) and status >= 500) or not getattr(exc, \"code\", None)",
+           "(isinstance(status, int) and status >= 500)",
+           ("tests/function/test_settings_logs.py", "tests/delivery/test_ssh.py"),
+           "a connection reset while reading the SSH key from KMS fails the event instead of retrying"),
+    # ---- delivery: one bad instance never fails its batch ----
+    mutant("cloud-assistant-no-halving", "functions/delivery/cloud_assistant.py",
+           "        if len(ids) == 1:\n            code = WHOLE_CALL.get(refusal.code, \"api-error\")",
+           "        if True:\n            code = WHOLE_CALL.get(refusal.code, \"api-error\")",
+           ("tests/delivery/test_cloud_assistant.py",),
+           "a batch refused because of one instance fails every instance of it"),
+    mutant("lifecycle-any-verdict-abandons", "functions/delivery/lifecycle.py",
+           "if outcomes and all(o.node_verdict for o in outcomes):",
+           "if outcomes and any(o.node_verdict for o in outcomes):",
+           ("tests/delivery/test_lifecycle_verdict.py",),
+           "one node's own failure abandons the lifecycle hook for all its instances"),
+    # ---- SSH: the watchdog covers the handshake (issue 20 item 3) ----
+    Mutant("ssh-watchdog-after-handshake", "functions/delivery/ssh.py", (
+        ("        watch.client = client  # from now on the watchdog can close it, mid-handshake included\n", ""),
+        ("            client.close()\n            raise\n        return client\n",
+         "            client.close()\n            raise\n        watch.client = client\n        return client\n")),
+           ("tests/delivery/test_ssh.py",),
+           "a server that stalls in key exchange or authentication holds the node past its deadline"),
+)
