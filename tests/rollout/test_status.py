@@ -43,7 +43,7 @@ def test_status_counts_deferred_nodes_and_a_stopped_rollout_from_the_api_server(
     (pool,) = status["pools"]
     assert (pool["nodes"], pool["in_layout"], pool["pending"], pool["deferred"], pool["failed"]) == (3, 0, 1, 2, [])
     assert pool["allocatable"] == {"nvidia.com/mig-1g.5gb": 168}
-    cluster.api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1)
+    cluster.api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
     cluster.api.add_pdb("team", "infer", {"app": "infer"}, min_available=1)
     cluster.run(ACK_MIG_DRAIN_TIMEOUT_S="5")
     (pool,) = collect(settings, InventoryLookup.from_dict(snapshot()), kube=cluster.kube)["pools"]
