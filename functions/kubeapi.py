@@ -265,10 +265,11 @@ class KubeApi:
         status_obj = decoded if isinstance(decoded, dict) and decoded.get("kind") == "Status" else {}
         message = status_obj.get("message") or ("Too many requests" if status == 429 else "(no message)")
         details = status_obj.get("details") or {}
-        causes = [str(c.get("type") or c.get("reason") or "") for c in details.get("causes") or []
-                  if isinstance(c, dict)]
-        return ApiError("%s %s: HTTP %d %s" % (method, path, status, message), status,
-                        str(status_obj.get("reason") or ""), causes, _retry_after(headers))
+        causes = [c for c in details.get("causes") or [] if isinstance(c, dict)]
+        said = "; ".join(str(c.get("message")) for c in causes if c.get("message"))
+        return ApiError("%s %s: HTTP %d %s%s" % (method, path, status, message, " (%s)" % said if said else ""),
+                        status, str(status_obj.get("reason") or ""),
+                        [str(c.get("type") or c.get("reason") or "") for c in causes], _retry_after(headers))
 
     @staticmethod
     def _transient(error: ApiError, retry_500: bool) -> bool:

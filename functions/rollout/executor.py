@@ -178,7 +178,7 @@ class RolloutExecutor:
         for _ in range(CAS_ATTEMPTS):
             node = self._read(w)
             p = node.progress
-            if p is not None and p.held_by_another(me, self.clock()):
+            if p is not None and p.step in rp.ACTIVE_STEPS and p.held_by_another(me, self.clock()):
                 return self._end(w, DEFERRED, "invocation %s took this node (step %s) after this run planned it; "
                                               "it is left to that run" % (p.owner, p.step))
             if p is not None and p.target == w.target and p.step in rp.STOP_STEPS:
@@ -290,7 +290,10 @@ class RolloutExecutor:
                 self._leave(w, lost)
         if not ready:
             return
-        answers = {r["instance_id"]: r for r in self.inner.execute(request, [w.decision for w in ready])}
+        # A lifecycle hook holds new instances, never a running node, and the inner executor has answered it
+        # already with the other nodes: the wave's apply must not answer it a second time.
+        plain = request.model_copy(update={"lifecycle": None}) if getattr(request, "lifecycle", None) else request
+        answers = {r["instance_id"]: r for r in self.inner.execute(plain, [w.decision for w in ready])}
         for w in ready:
             r = answers.get(w.decision.instance_id) or {"outcome": FAILED, "reason": "no result from delivery"}
             try:

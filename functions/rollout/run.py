@@ -180,7 +180,10 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
         node = known.get(d.node_name or "")
         if not rp.mig_on(node):
             continue
-        if settings.rollout.on_label_removal == "disable":
+        path, why = rp.entry_path(node, taint)
+        if path == rp.CONFLICT:  # never disabled, whatever the setting
+            changed[d.instance_id] = d.model_copy(update=dict(reason="%s; %s" % (d.reason, why)))
+        elif settings.rollout.on_label_removal == "disable":
             off = d.model_copy(update=dict(action=ACTION_PARTITION, disable=True, partition=None, plan=None))
             paths[d.instance_id] = "a node with MIG in a pool without a partition label"
             by_pool.setdefault(d.nodepool_id or "", []).append(off)

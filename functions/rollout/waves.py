@@ -172,8 +172,8 @@ def entry_path(node: Optional[KubeNode], startup_taint: str = "") -> Tuple[str, 
 
 def mig_on(node: Optional[KubeNode]) -> bool:
     """MIG this hook set up: its applied-layout label, or a roll to MIG off under way (never mig-manager's
-    state label alone: a node it runs is not ours to turn off)."""
-    if node is None or MIG_MANAGER_LABEL in node.labels:
+    state label alone: that node is not ours to turn off)."""
+    if node is None:
         return False
     progress = node.progress
     return bool(node.labels.get(APPLIED_LABEL)) or (

@@ -23,14 +23,18 @@ NAMES = ["node-a", "node-b", "node-c"]
 TIMER = json.dumps({"cluster_id": CLUSTER})  # the manual payload: every labelled pool, as the timer does
 
 
-def snapshot(value=NEW, pool_labels=None, names=NAMES, kube_nodes=None):
+def instance_id(name):
+    return "i-%s" % name
+
+
+def snapshot(value=NEW, pool_labels=None, names=NAMES, kube_nodes=None, ids=instance_id):
     labels = [{"key": "ack.aliyun.com/gpu-partition-sequence", "value": value}] if value is not None else []
     labels += [{"key": k, "value": v} for k, v in (pool_labels or {}).items()]
     data = {"cluster_id": CLUSTER,
             "nodepools": [{"nodepool_info": {"nodepool_id": POOL, "name": "gpu"},
                            "kubernetes_config": {"labels": labels},
                            "scaling_group": {"scaling_group_id": "asg-1", "instance_types": ["ecs.ebmgn7.26xlarge"]}}],
-            "nodes": [{"instance_id": "i-%s" % n, "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge",
+            "nodes": [{"instance_id": ids(n), "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge",
                        "nodepool_id": POOL, "state": "running", "ip_address": ["10.0.0.%d" % i]}
                       for i, n in enumerate(names, 1)]}
     if kube_nodes is not None:

@@ -39,11 +39,12 @@ Eviction (``POST .../pods/{name}/eviction``, ``pkg/registry/core/pod/storage/evi
     (``kubeselect.disruptions_allowed``).
   * With ``graceful_evictions`` an evicted pod stays, terminating (``deletionTimestamp``), until
     :meth:`KubeApiServer.finish_termination` (its kubelet stopped it).
-Throttling
+Throttling and outages
   * :meth:`KubeApiServer.throttle` makes the next matching requests answer as API Priority and Fairness
     (and max-in-flight) do: 429, ``Retry-After`` header, a ``text/plain`` body ``Too many requests, please
     try again later.`` (``staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go``
-    ``tooManyRequests``). ``fail`` (``{"PATCH": 503}``) answers every request of a method with that status.
+    ``tooManyRequests``). :meth:`KubeApiServer.break_next` fails the next matching requests with a 5xx or
+    a dropped connection; ``fail`` (``{"PATCH": 503}``) answers every request of a method with that status.
 A node's own credential (``system:node:<name>``), as the Node authorizer and NodeRestriction limit it
   (``plugin/pkg/auth/authorizer/node/node_authorizer.go``, ``plugin/pkg/admission/noderestriction``):
   * its own Node only: get, patch and update it (never its taints); list nodes only with
@@ -476,8 +477,15 @@ class KubeApiServer:
         with self.lock:
             self._throttles.append([times, retry_after, method, path])
 
+    def break_next(self, times=1, status=503, method=None, path=None):
+        # type: (int, Optional[int], Optional[str], Optional[str]) -> None
+        """The next ``times`` matching requests fail: with ``status`` (a Status body, as an overloaded or
+        restarting API server answers), or, with ``status=None``, the connection is closed unanswered."""
+        with self.lock:
+            self._throttles.append([times, ("break", status), method, path])
+
     def _throttled(self, method, path):
-        # type: (str, str) -> Optional[int]
+        # type: (str, str) -> Any
         with self.lock:
             for entry in self._throttles:
                 if entry[0] > 0 and entry[2] in (None, method) and (entry[3] is None or path.startswith(entry[3])):
@@ -628,10 +636,17 @@ def _handler_for(api):
                               self.connection_number)
             if user is None:
                 return self._refuse(Refused(401, "Unauthorized"), record)
-            retry_after = api._throttled(method, record.path)
-            if retry_after is not None:
+            injected = api._throttled(method, record.path)
+            if isinstance(injected, tuple) and injected[1] is None:  # the connection drops, no answer
+                with api.lock:
+                    api.requests.append(record._replace(status=0))
+                self.close_connection = True
+                return None
+            if isinstance(injected, tuple):
+                return self._refuse(Refused(injected[1], "injected failure"), record)
+            if injected is not None:
                 return self._send(429, THROTTLED_TEXT.encode(), "text/plain; charset=utf-8", record,
-                                  {"Retry-After": str(retry_after), "X-Content-Type-Options": "nosniff"})
+                                  {"Retry-After": str(injected), "X-Content-Type-Options": "nosniff"})
             if method in api.fail:
                 return self._refuse(Refused(api.fail[method], "injected failure"), record)
             try:
