@@ -95,9 +95,10 @@ class RolloutExecutor:
             results[r["instance_id"]] = r
         for d in decisions:
             if d.action == ACTION_DEFER:
+                # No Event per waiting node: the wait is the pool's (a later wave, a stopped rollout, another
+                # invocation's node), told once in the result and by `status`; 10,000 nodes would otherwise
+                # mean 10,000 Events per invocation. A node deferred for a cause of its own gets one below.
                 results[d.instance_id] = _deferred(d)
-                if d.node_name:
-                    event(self.kube, d.node_name, "MigRolloutDeferred", self.rollout.notes.get(d.instance_id, d.reason))
         wave = [waves[d.instance_id] for d in decisions if d.instance_id in waves]
         if wave:
             self._run_wave(request, wave)
@@ -201,8 +202,10 @@ class RolloutExecutor:
                 if not checked_pods:  # before any cordon: a pod the rules keep defers the node untouched
                     kept = dr.refused(self.kube.list_pods(name), self.rules)
                     if kept:
-                        return self._end(w, DEFERRED, "not drained: %s; the node is left uncordoned and the "
-                                                      "pool's rollout waits on it" % dr.refusal_text(kept))
+                        why = ("not drained: %s; the node is left uncordoned and the pool's rollout waits on it"
+                               % dr.refusal_text(kept))
+                        event(self.kube, name, "MigRolloutDeferred", why, warning=True)
+                        return self._end(w, DEFERRED, why)
                     checked_pods = True
                 progress = rp.Progress(w.target, rp.CORDONED, not node.unschedulable, self.clock(), "", me,
                                        self.rollout.expires)

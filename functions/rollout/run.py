@@ -92,15 +92,13 @@ def run_lease_s(settings: Any) -> float:
 
 
 class Rollout:
-    """The rollout part of one event: the wave nodes, the deferred ones (``notes``: what their Node
-    Event says, the same text every invocation so it is written once), and the Kubernetes backend
-    (None when the API server did not answer: nothing is written)."""
+    """The rollout part of one event: the wave nodes and the Kubernetes backend (None when the API server
+    did not answer: nothing is written)."""
 
     def __init__(self, kube: Any, waves: Dict[str, WaveNode], settings: Any, owner: str = "",
-                 expires: float = 0.0, notes: Optional[Dict[str, str]] = None) -> None:
+                 expires: float = 0.0) -> None:
         self.kube, self.waves, self.settings = kube, waves, settings
         self.owner, self.expires = owner, expires
-        self.notes = notes or {}
 
     def executor(self, inner: Any, dry_run: bool, on_result: Optional[Callable[[dict], None]] = None) -> Any:
         from functions.rollout.executor import DryRunRolloutExecutor, RolloutExecutor
@@ -194,18 +192,17 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
                 "`python3 -m node_bootstrap disable` on the node" % (
                     d.reason, node.labels.get(rp.APPLIED_LABEL) or node.labels.get(rp.STATE_LABEL) or "-"))))
     waves: Dict[str, WaveNode] = {}
-    notes: Dict[str, str] = {}
     owner, now = uuid.uuid4().hex[:12], clock()
     for pool_id, members in sorted(by_pool.items()):
         _plan_pool(pool_id, members, pools, known, pool_nodes.get(pool_id, []), paths, settings, owner, now,
-                   changed, waves, notes)
+                   changed, waves)
     out = [changed.get(d.instance_id, d) for d in decisions]
-    return out, Rollout(view.backend, waves, settings, owner, now + run_lease_s(settings), notes)
+    return out, Rollout(view.backend, waves, settings, owner, now + run_lease_s(settings))
 
 
 def _plan_pool(pool_id: str, members: List[Decision], pools: Dict[str, Any], known: Dict[str, Any],
                labelled: List[rp.KubeNode], paths: Dict[str, str], settings: Any, owner: str, now: float,
-               changed: Dict[str, Decision], waves: Dict[str, WaveNode], notes: Dict[str, str]) -> None:
+               changed: Dict[str, Decision], waves: Dict[str, WaveNode]) -> None:
     """One pool's rollout: the members (this event's running nodes of it) planned with the pool's other
     nodes as bystanders (their records take slots and can stop the rollout)."""
     pool = pools.get(members[0].instance_id)
@@ -233,21 +230,12 @@ def _plan_pool(pool_id: str, members: List[Decision], pools: Dict[str, Any], kno
         reason = "%s, so through the rollout: %s" % (paths[d.instance_id], step.reason)
         if step.action == "defer":
             changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_DEFER, reason=reason))
-            notes[d.instance_id] = _note(step.reason, name, target)
             continue
         changed[d.instance_id] = d.model_copy(update=dict(reason=reason))
         expected, exact = _expected(d, node)
         waves[d.instance_id] = WaveNode(changed[d.instance_id], target, step.resume, expected, exact, node.progress,
                                         node.unschedulable, _spec(d), d.plan.gpu if d.plan else None,
                                         node.resource_version)
-
-
-def _note(reason: str, pool: str, target: str) -> str:
-    """A deferred node's Event text: stable while the cause is (the wave's place changes every invocation,
-    an Event per change would pile up one per node per wave)."""
-    if "waits for a later wave" in reason:
-        return "rollout of pool %s to %s: this node waits for a later wave" % (pool, target)
-    return reason
 
 
 def removal_targets(request: Any, lookup: Any, cluster: str, view: Any, taken: Sequence[str]) -> List[tuple]:

@@ -91,6 +91,8 @@ def test_a_pod_without_a_controller_defers_the_node_untouched_and_is_named(clust
     assert not cluster.unschedulable("node-a") and cluster.annotation("node-a") is None
     assert cluster.transport.seen == [] and not [r for r in cluster.api.requests if r.path.endswith("/eviction")]
     assert {("team", "notebook"), ("team", "cache")} <= set(cluster.api.pods)
+    (told,) = cluster.events("MigRolloutDeferred")  # a cause of its own: an Event on the node
+    assert told["type"] == "Warning" and "team/notebook" in told["message"]
     forced = cluster.run(inventory=ONE, ACK_MIG_DRAIN_FORCE="true", ACK_MIG_DRAIN_EMPTYDIR="any")
     assert forced.nodes[0]["outcome"] == "partitioned" and not {("team", "notebook"), ("team", "cache")} & set(
         cluster.api.pods)

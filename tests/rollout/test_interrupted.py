@@ -145,11 +145,11 @@ def test_killed_after_every_mutating_call_the_next_run_finishes_the_node_once(tm
         points.append(where)
         check_resumed(c, where, played)
     steps = " | ".join(points)
-    for expected in ("event MigRolloutDeferred", "[('unschedulable', True)]", "event MigRolloutCordon",
+    for expected in ("[('unschedulable', True)]", "event MigRolloutCordon",
                      "evict train-0", "event MigRolloutDrain", "apply node-a", "[('unschedulable', None)]",
                      "event MigRolloutDone"):
         assert expected in steps, (expected, steps)
-    assert len(points) >= 12
+    assert len(points) >= 10  # cordon, its event, eviction, its event, drained, applying, apply, applied, done, event
 
 
 @pytest.mark.parametrize("where", ["[('unschedulable', True)]", "evict train-0", "apply node-a"])

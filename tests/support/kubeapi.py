@@ -257,6 +257,12 @@ class Refused(Exception):
             429: "TooManyRequests", 503: "ServiceUnavailable"}.get(status, "InternalError")
 
 
+class Serialized(typing.NamedTuple):
+    """An answer already written out as JSON (a list page, serialized under the lock)."""
+
+    text: str
+
+
 def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -609,7 +615,8 @@ def _handler_for(api):
                 api.requests.append(record._replace(status=status))
 
         def _reply(self, status, obj, record):
-            self._send(status, json.dumps(obj).encode(), "application/json", record)
+            text = obj.text if isinstance(obj, Serialized) else json.dumps(obj)
+            self._send(status, text.encode(), "application/json", record)
 
         def _refuse(self, refused, record):
             status = {"kind": "Status", "apiVersion": "v1", "metadata": refused.meta, "status": "Failure",
@@ -708,13 +715,13 @@ def _handler_for(api):
                     meta["continue"] = _token(snap_id, page[-1]["metadata"]["name"])
                     if not query.get("labelSelector") and not query.get("fieldSelector"):
                         meta["remainingItemCount"] = len(rest) - limit
-                body = json.loads(json.dumps(page))  # the objects as they were; the store moves on
-            for item in body:
-                item.pop("apiVersion", None)
-                item.pop("kind", None)
+                # Written out now, under the lock: the objects as they are at this moment (list items carry
+                # no kind or apiVersion); 10,000 Nodes are not copied, only serialized page by page.
+                text = json.dumps({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": [
+                    {k: v for k, v in item.items() if k not in ("apiVersion", "kind")} for item in page]})
             if api.on_list_page is not None:
                 api.on_list_page(path, bool(token))
-            return {"kind": kind, "apiVersion": "v1", "metadata": meta, "items": body}
+            return Serialized(text)
 
         def _list_nodes(self, query, user):
             fields = kubeselect.parse_fields((query.get("fieldSelector") or [""])[0], NODE_FIELDS)
