@@ -346,7 +346,7 @@ DRAIN_EMPTYDIR = _var("ACK_MIG_DRAIN_EMPTYDIR", "memory", "GPU pods with emptyDi
 KUBE_MAX_ATTEMPTS = _var("ACK_MIG_KUBE_MAX_ATTEMPTS", "5", "attempts per Kubernetes API call on no answer, "
                          "throttling (429, Retry-After honoured) or 5xx, within the invocation's time", "rollout")
 KUBECONFIG = _var("ACK_MIG_KUBECONFIG", "", "command line only (--kubeconfig): the operator's kubeconfig for "
-                  "the Kubernetes side instead of a short-lived one from ACK", "rollout")
+                  "the Kubernetes side instead of a short-lived one from ACK")
 
 LABEL_REMOVAL_CHOICES = ("keep", "disable")
 EMPTYDIR_CHOICES = ("memory", "any", "none")
