@@ -110,7 +110,8 @@ def _node(i: int, pool: int, shared: dict) -> dict:
                        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
                        "nodeInfo": {"machineID": "%032x" % i, "systemUUID": "%032x" % (i * 31), "bootID": "%032x" % i,
                                     "kernelVersion": "5.10.134-16.3.al8.x86_64", "osImage": "Alibaba Cloud Linux 3",
-                                    "containerRuntimeVersion": "containerd://1.6.28", "kubeletVersion": "v1.30.1-aliyun",
+                                    "containerRuntimeVersion": "containerd://1.6.28",
+                                    "kubeletVersion": "v1.30.1-aliyun",
                                     "kubeProxyVersion": "v1.30.1-aliyun", "operatingSystem": "linux",
                                     "architecture": "amd64"}}}
 

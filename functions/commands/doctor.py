@@ -253,7 +253,10 @@ def _kube_checks(args, config) -> List[Check]:
         else:
             from functions.cs_lookup import CsLookup
 
-            client = ClusterCredential(lambda: CsLookup(config).user_kubeconfig(args.cluster_id, private=False)).client()
+            def ack_kubeconfig() -> str:
+                return CsLookup(config).user_kubeconfig(args.cluster_id, private=False)
+
+            client = ClusterCredential(ack_kubeconfig).client()
         role = _get(client, "/apis/rbac.authorization.k8s.io/v1/clusterroles/" + ROLE_NAME)
         bindings = client.list_all("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings") if role is not None \
             else []

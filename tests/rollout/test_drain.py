@@ -74,7 +74,8 @@ def test_gpu_pods_without_nvidia_resources_are_drained_too(cluster):
     api.add_pod("team", "web", "node-a", owner_kind="ReplicaSet")
     result = cluster.run(inventory=ONE)
     assert result.nodes[0]["outcome"] == "partitioned"
-    assert sorted(r.path.split("/")[-2] for r in api.requests if r.path.endswith("/eviction")) == ["dra", "share", "shm"]
+    evicted = sorted(r.path.split("/")[-2] for r in api.requests if r.path.endswith("/eviction"))
+    assert evicted == ["dra", "share", "shm"]
     assert set(api.pods) == {("team", "web")}
 
 
@@ -83,7 +84,8 @@ def test_a_pod_without_a_controller_defers_the_node_untouched_and_is_named(clust
     cluster.api.add_pod("team", "notebook", "node-a", gpus=1)  # nothing would recreate it
     cluster.api.add_pod("team", "cache", "node-a", gpus=1, volumes=[SCRATCH], owner_kind="ReplicaSet")
     dry = cluster.run(inventory=ONE, dry_run=True)
-    assert dry.nodes[0]["outcome"] == "deferred" and "pod team/notebook declares no controller" in dry.nodes[0]["reason"]
+    assert dry.nodes[0]["outcome"] == "deferred"
+    assert "pod team/notebook declares no controller" in dry.nodes[0]["reason"]
     result = cluster.run(inventory=ONE)
     node = result.nodes[0]
     assert node["outcome"] == "deferred" and "pod team/notebook declares no controller" in node["reason"]

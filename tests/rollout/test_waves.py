@@ -330,7 +330,8 @@ def test_an_overlapping_invocation_leaves_the_node_another_run_holds(cluster):
             seen["result"] = cluster.run()
             seen["writes"] = [r for r in api.requests[before:] if r.method in ("PATCH", "POST", "DELETE")
                               and not r.path.endswith("/events")]
-            api.add_pod("team", "infer-1", "node-c", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")  # the PDB now allows
+            # the PDB now allows
+            api.add_pod("team", "infer-1", "node-c", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
 
     cluster.on_sleep = second_invocation
     first = cluster.run()

@@ -407,15 +407,14 @@ class KubeApiServer:
     def add_pod(self, namespace, name, node_name, labels=None, gpus=0, owner_kind=None, annotations=None,
                 phase="Running", resources=None, init_resources=None, volumes=None, resource_claims=None,
                 controller=True):
-        # type: (str, str, str, Optional[dict], int, Optional[str], Optional[dict], str, Optional[dict], Optional[dict], Optional[list], Optional[list], bool) -> dict
         """``gpus``: the container's ``nvidia.com/gpu`` limit; ``resources``: other limits (e.g.
         ``{"aliyun.com/gpu-mem": "8"}``); ``init_resources``: an init container's; ``owner_kind``: e.g.
         DaemonSet, ReplicaSet (the controller reference unless ``controller=False``)."""
         limits = dict(resources or {})
         if gpus:
             limits["nvidia.com/gpu"] = str(gpus)
-        spec = {"nodeName": node_name,
-                "containers": [{"name": "main", "resources": {"limits": limits} if limits else {}}]}  # type: Dict[str, Any]
+        container = {"name": "main", "resources": {"limits": limits} if limits else {}}
+        spec = {"nodeName": node_name, "containers": [container]}  # type: Dict[str, Any]
         if init_resources:
             spec["initContainers"] = [{"name": "init", "resources": {"limits": dict(init_resources)}}]
         if volumes:
@@ -790,7 +789,8 @@ def _handler_for(api):
                                        "application/apply-patch+yaml")
             except PatchError as exc:
                 raise Refused(422, str(exc))
-            if node_user is not None and (updated.get("spec") or {}).get("taints") != (current.get("spec") or {}).get("taints"):
+            taints_before = (current.get("spec") or {}).get("taints")
+            if node_user is not None and (updated.get("spec") or {}).get("taints") != taints_before:
                 # NodeRestriction: the kubelet may label its own node but never touch its taints.
                 raise Refused(403, 'node "%s" is not allowed to modify taints' % name)
             with api.lock:
