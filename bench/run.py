@@ -8,6 +8,9 @@ Benchmarks print numbers; they never fail on a number (``met`` says which target
   fan-out        bench/fanout.py         200 nodes over Cloud Assistant (emulator), 64 over SSH (real sshd)
   fan-out 10k    bench/fanout_10k.py     10,000 nodes over Cloud Assistant (emulator, 50 ms a call); the
                                          function's side in a child process, for its peak RSS
+  rollout 10k    bench/rollout_10k.py    a timer event over 10,000 realistic Nodes (test API server in its own
+                                         process): the function's peak RSS and Kubernetes requests, and
+                                         ``status``'s peak RSS
   node mutations bench/node_mutations.py mutating NVML calls on simulated 8-GPU nodes
   payload        bench/payload.py        largest Cloud Assistant request content, on the wire
   endless output bench/endless_output.py nodes that never stop writing (real sshd, local): peak RSS
@@ -31,6 +34,7 @@ import fanout_10k
 import fuzz
 import node_mutations
 import payload
+import rollout_10k
 
 # (field, comparison, target): what README.md (Performance) calls the targets.
 TARGETS = [
@@ -42,6 +46,8 @@ TARGETS = [
     ("fanout_cloud_assistant_10k_ratio", "<=", 1.3),
     ("fanout_cloud_assistant_10k_rss_mb", "<=", 256),
     ("fanout_ssh_ratio", "<=", 1.25),
+    ("rollout_10k_rss_mb", "<=", 192),
+    ("rollout_10k_status_rss_mb", "<=", 256),
     ("noop_mutations", "<=", 0),
     ("fresh_extra_mutations", "<=", 0),
     ("payload_fits", "==", True),
@@ -82,7 +88,8 @@ def run(quick=False, fuzz_examples=0, progress=lambda text: None):
              ("payload", payload.measure),
              ("endless output", endless_output.measure),
              ("fan-out", lambda: fanout.measure(quick=quick)),
-             ("fan-out 10k", fanout_10k.measure)]
+             ("fan-out 10k", fanout_10k.measure),
+             ("rollout 10k", rollout_10k.measure)]
     if fuzz_examples:
         steps.append(("fuzz", lambda: fuzz.measure(fuzz_examples)))
     for name, step in steps:  # one after another: the fan-out numbers need the cores to themselves
@@ -104,7 +111,8 @@ def _summary(results):
             lines.append("%-45s %-12s %-10s %s" % (name, results[name], "%s %s" % (op, target),
                                                   "ok" if ok else "NOT MET"))
     for name in ("cold_start_skip_ms", "fanout_cloud_assistant_wall_s", "fanout_cloud_assistant_10k_wall_s",
-                 "fanout_cloud_assistant_10k_calls", "fanout_ssh_wall_s",
+                 "fanout_cloud_assistant_10k_calls", "rollout_10k_kube_requests", "rollout_10k_wall_s",
+                 "fanout_ssh_wall_s",
                  "fanout_ssh_node_cpu_ms_per_node", "fanout_ssh_cpu_floor_s", "payload_bytes_max"):
         if name in results:
             lines.append("%-45s %s" % (name, results[name]))

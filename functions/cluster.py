@@ -12,7 +12,8 @@
 
   ``scaling_instances`` and ``lifecycle_hooks`` are Auto Scaling's facts (functions.membership); a
   snapshot without them knows no scaling group members and no lifecycle hooks. ``kube_nodes`` is the
-  Kubernetes side (functions.rollout.kube, for functions.rollout.run). docs/function.md describes every key.
+  Kubernetes side (``functions.rollout.kube.MemoryKube`` serves it to the rollout), checked here by
+  :func:`snapshot_kube_nodes`. docs/function.md describes every key.
 
 * ``functions.cs_lookup.CsLookup`` asks the ACK API through ``alibabacloud-cs20151215`` (imported only
   when an event needs it).
@@ -95,6 +96,27 @@ def node_from_api(item: Mapping[str, Any]) -> Node:
                 ip_address=_text(ip))
 
 
+def snapshot_kube_nodes(data: Any, where: str = "inventory") -> Optional[Dict[str, dict]]:
+    """Check the snapshot's ``kube_nodes``: ``{"<node name>": {"labels": {...}, "annotations": {...},
+    "unschedulable": false}}`` (``allocatable`` optional). None when the snapshot has none."""
+    if data is None:
+        return None
+    form = '{"<node name>": {"labels": {...}, "annotations": {...}, "unschedulable": false}}'
+    if not isinstance(data, dict):
+        raise BadInventory("%s: kube_nodes must be an object %s" % (where, form))
+    for name, entry in data.items():
+        if not isinstance(entry, dict):
+            raise BadInventory("%s: kube_nodes[%r] must be an object %s" % (where, name[:60], form))
+        for key in ("labels", "annotations", "allocatable"):
+            value = entry.get(key, {})
+            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, (str, int))
+                                                      for k, v in value.items()):
+                raise BadInventory("%s: kube_nodes[%r].%s must map text to text" % (where, name[:60], key))
+        if not isinstance(entry.get("unschedulable", False), bool):
+            raise BadInventory("%s: kube_nodes[%r].unschedulable must be true or false" % (where, name[:60]))
+    return data
+
+
 class InventoryLookup:
     """A cluster snapshot (the ``--inventory`` file). Read once; answers like the APIs would: the ACK
     API (a ClusterLookup) and Auto Scaling (a functions.membership.Membership)."""
@@ -146,8 +168,6 @@ class InventoryLookup:
                     raise BadInventory("%s: %s[%d]: %s" % (where, key, index, str(exc).splitlines()[0])) \
                         from None
         lookup = cls(cluster_id, pools, nodes, SnapshotMembership.from_dict(data, where))
-        from functions.rollout.kube import snapshot_kube_nodes  # the Kubernetes side (functions/rollout/run.py)
-
         lookup.kube_nodes = snapshot_kube_nodes(data.get("kube_nodes"), where)
         return lookup
 

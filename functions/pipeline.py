@@ -150,7 +150,9 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str,
         for instance_id in request.instance_ids:
             node = nodes_by_id.get(instance_id)
             if node is not None:
-                pool = by_id.get(node.nodepool_id or "") if node.nodepool_id else named
+                # A node's pool is its own: one in no pool (a dedicated cluster's master, an old worker) is
+                # skipped, whatever pool or scaling group the event names.
+                pool = by_id.get(node.nodepool_id) if node.nodepool_id else None
             elif check and named is not None and instance_id not in confirmed:
                 targets.append(Decision(instance_id=instance_id, nodepool_id=named.nodepool_id, action=ACTION_SKIP,
                                         reason="instance is not a node of cluster %s and Auto Scaling does not list "
@@ -272,11 +274,16 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             return membership[0]
 
         stage = "deciding"
-        # Running nodes of a reconcile are rolled in waves (functions/rollout/run.py); ``kube`` overrides the
-        # Kubernetes view (tests, the demo), else the snapshot's kube_nodes or the live API server.
+        # Running nodes change only through the rollout, whatever the event (functions/rollout/run.py);
+        # ``kube`` overrides the Kubernetes side (tests, the demo, status: a backend or a NodeView), else the
+        # operator's --kubeconfig, the snapshot's kube_nodes or the live API server.
+        from functions.rollout.kube import NodeView
         from functions.rollout.run import kube_view, prepare, removal_targets
 
-        view = kube if kube is not None else kube_view(inventory, lookup, settings, cluster)
+        if kube is None:
+            view = kube_view(inventory, lookup, settings, cluster)
+        else:
+            view = kube if isinstance(kube, NodeView) else NodeView(kube)
         try:
             targets = resolve_targets(request, lookup, cluster, ask)
         except SkipEvent:

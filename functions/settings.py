@@ -372,8 +372,20 @@ CAPACITY_TIMEOUT_S = _var("ACK_MIG_CAPACITY_TIMEOUT_S", "300", "how long to wait
                           "its new nvidia.com/mig-* capacity to show, seconds", "rollout")
 ON_LABEL_REMOVAL = _var("ACK_MIG_ON_LABEL_REMOVAL", "keep", "a pool whose partition label is removed: keep "
                         "(partitioned nodes keep their layout) or disable (roll them to MIG off)", "rollout")
+DRAIN_FORCE = _var("ACK_MIG_DRAIN_FORCE", "false", "true: also evict GPU pods that declare no controller (as "
+                   "kubectl drain --force; such a pod is gone for good); false: such a pod defers its node, "
+                   "named in the reason", "rollout")
+DRAIN_EMPTYDIR = _var("ACK_MIG_DRAIN_EMPTYDIR", "memory", "GPU pods with emptyDir volumes: memory (evict when "
+                      "every emptyDir is medium Memory, e.g. /dev/shm; a disk-backed one defers the node), any "
+                      "(evict whatever emptyDir, as kubectl drain --delete-emptydir-data) or none (any emptyDir "
+                      "defers the node, kubectl drain's default)", "rollout")
+KUBE_MAX_ATTEMPTS = _var("ACK_MIG_KUBE_MAX_ATTEMPTS", "5", "attempts per Kubernetes API call on no answer, "
+                         "throttling (429, Retry-After honoured) or 5xx, within the invocation's time", "rollout")
+KUBECONFIG = _var("ACK_MIG_KUBECONFIG", "", "command line only (--kubeconfig): the operator's kubeconfig for "
+                  "the Kubernetes side instead of a short-lived one from ACK")
 
 LABEL_REMOVAL_CHOICES = ("keep", "disable")
+EMPTYDIR_CHOICES = ("memory", "any", "none")
 
 
 @dataclass(frozen=True)
@@ -382,6 +394,10 @@ class RolloutSettings:
     drain_timeout_s: int = 900
     capacity_timeout_s: int = 300
     on_label_removal: str = "keep"
+    drain_force: bool = False
+    drain_emptydir: str = "memory"
+    kube_max_attempts: int = 5
+    kubeconfig: str = ""  # a file path (the command line's --kubeconfig); "" asks ACK for a credential
 
 
 def rollout_from_env(env: Mapping[str, str]) -> RolloutSettings:
@@ -397,4 +413,8 @@ def rollout_from_env(env: Mapping[str, str]) -> RolloutSettings:
         drain_timeout_s=parse_int(env, DRAIN_TIMEOUT_S, 900, 1, 86400),
         capacity_timeout_s=parse_int(env, CAPACITY_TIMEOUT_S, 300, 1, 86400),
         on_label_removal=parse_choice(env, ON_LABEL_REMOVAL, "keep", LABEL_REMOVAL_CHOICES),
+        drain_force=parse_bool(env, DRAIN_FORCE),
+        drain_emptydir=parse_choice(env, DRAIN_EMPTYDIR, "memory", EMPTYDIR_CHOICES),
+        kube_max_attempts=parse_int(env, KUBE_MAX_ATTEMPTS, 5, 1, 10),
+        kubeconfig=_get(env, KUBECONFIG),
     )

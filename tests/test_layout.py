@@ -118,3 +118,30 @@ def test_the_rules_see_what_they_forbid():
     assert "functions.rollout.waves" in _imports("functions.rollout.run")
     assert "subprocess" in _imports("functions.stack.build") and not _pure("functions.stack.build")
     assert _rank("functions.commands.main") > _rank("functions.handler") > _rank("functions.pipeline") > 0
+
+
+def _cycles():
+    """Import circles among the function's modules (lazy imports count: they are still a dependency)."""
+    graph = {m: {i for i in _imports(m) if i in MODULES and _within(i, "functions") and i != m}
+             for m in MODULES if _within(m, "functions")}
+    found, state = [], {}
+
+    def visit(module, path):
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                found.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    return found
+
+
+def test_no_import_circles_among_the_functions_modules():
+    """Kubernetes access sits below what uses it (functions.kubeapi): cluster -> rollout.kube ->
+    delivery.taint -> cs_lookup -> cluster was such a circle."""
+    assert [" -> ".join(c) for c in _cycles()] == []

@@ -265,21 +265,40 @@ def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
     return rows
 
 
+def _node_facts(node: Dict[str, Any]) -> Dict[str, Any]:
+    """What cluster_checks reads of a Node (a page of 500 realistic Nodes is ~9 MB; this is bytes)."""
+    meta = node.get("metadata") or {}
+    return {"metadata": {"name": meta.get("name"), "labels": {k: v for k, v in (meta.get("labels") or {}).items()
+                                                              if k == MIG_MANAGER_LABEL}}}
+
+
+def _pod_facts(pod: Dict[str, Any]) -> Dict[str, Any]:
+    containers = [{"command": c.get("command") or [], "args": c.get("args") or [],
+                   "env": [e for e in c.get("env") or [] if e.get("name") == "MIG_STRATEGY"]}
+                  for c in (pod.get("spec") or {}).get("containers") or []]
+    return {"metadata": {"name": (pod.get("metadata") or {}).get("name", "")}, "spec": {"containers": containers}}
+
+
 def _kube_checks(args, config) -> List[Check]:
-    from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig
+    from node_bootstrap.kube import KubeError
+
+    from functions.kubeapi import ClusterCredential, KubeApi
 
     try:
         if args.kubeconfig:
-            client = KubeClient(load_kubeconfig(args.kubeconfig))
+            client = KubeApi.from_file(args.kubeconfig)
         else:
             from functions.cs_lookup import CsLookup
-            from functions.delivery.taint import client_from_kubeconfig_text
 
-            client = client_from_kubeconfig_text(CsLookup(config).user_kubeconfig(args.cluster_id, private=False))
+            def ack_kubeconfig() -> str:
+                return CsLookup(config).user_kubeconfig(args.cluster_id, private=False)
+
+            client = ClusterCredential(ack_kubeconfig).client()
         role = _get(client, "/apis/rbac.authorization.k8s.io/v1/clusterroles/" + ROLE_NAME)
-        bindings = (_get(client, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings") or {}).get("items") or []
-        nodes = (client.request("GET", "/api/v1/nodes") or {}).get("items") or []
-        pods = (client.request("GET", "/api/v1/namespaces/kube-system/pods") or {}).get("items") or []
+        bindings = client.list_all("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings") if role is not None \
+            else []
+        nodes = client.list_all("/api/v1/nodes", reduce=_node_facts)
+        pods = client.list_all("/api/v1/namespaces/kube-system/pods", reduce=_pod_facts)
     except KubeError as exc:
         return [Check("PROBLEM", "kubernetes", "cannot read the cluster's API: %s" % str(exc).splitlines()[0][:200])]
     return rbac_checks(role, bindings) + cluster_checks(nodes, pods)
@@ -289,7 +308,7 @@ def _get(client, path: str) -> Optional[Dict[str, Any]]:
     from node_bootstrap.kube import KubeError
 
     try:
-        return client.request("GET", path)
+        return client.get(path)
     except KubeError as exc:
         if exc.status == 404:
             return None

@@ -1,8 +1,10 @@
-"""``ack-mig-hook invoke --event FILE [--inventory FILE] [--dry-run] [--json] [--strict]``: the FC
-handler's path (``functions.pipeline.run_event``) on an event file, run locally from a shell (not the
+"""``ack-mig-hook invoke --event FILE [--inventory FILE] [--kubeconfig FILE] [--dry-run] [--json] [--strict]``:
+the FC handler's path (``functions.pipeline.run_event``) on an event file, run locally from a shell (not the
 deployed function).
 
-With ``--inventory`` the cluster comes from a snapshot file and no credentials are needed. Exit codes:
+With ``--inventory`` the cluster comes from a snapshot file and no credentials are needed. With
+``--kubeconfig`` the Kubernetes side (applied layouts, the rollout, taint removal) uses the operator's own
+credential instead of the snapshot's ``kube_nodes`` or a short-lived one from ACK. Exit codes:
 0 the event ended done or skip; 2 the event, inventory or configuration is wrong (one line on stderr);
 1 a transient cloud failure (retry) or a node that failed; 3 with ``--strict``, when any decision ended
 ``error`` or any node ``failed`` (for CI).
@@ -36,6 +38,9 @@ def configure(parser, command):
     parser.add_argument("--inventory", metavar="FILE",
                         help="cluster snapshot {cluster_id, nodepools, nodes} in the CS API's shapes; "
                              "without it the ACK API is asked (credentials needed)")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="your kubeconfig for the Kubernetes side (the ACK side from --inventory or the ACK "
+                             "API); default: the snapshot's kube_nodes, else a short-lived one from ACK")
     parser.add_argument("--dry-run", action="store_true", help="decide and report; touch no node")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -118,6 +123,10 @@ def _settings(args, raw):
         env[names.REGION] = _event_region(raw)
     if args.cluster_id:
         env[names.CLUSTER_ID] = args.cluster_id
+    if getattr(args, "kubeconfig", None):
+        from functions.commands.status import checked_kubeconfig
+
+        env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
     settings = load_settings(env)
     if not args.inventory and _reaches_the_cluster(raw):
         missing = []

@@ -1,9 +1,11 @@
-"""``ack-mig-hook status [--inventory FILE] [--json] [--nodes]``: the fleet, per pool and per node.
+"""``ack-mig-hook status [--inventory FILE] [--kubeconfig FILE] [--json] [--nodes]``: the fleet, per pool
+and per node.
 
 It asks the same questions the timer asks, through the same path (``functions.pipeline.run_event`` with
 a dry run of every labelled pool), so what it calls pending, deferred or in layout is exactly what the
 next reconcile will do. The ACK API (or the snapshot's ``nodepools``/``nodes``) gives the pools and their
-nodes; the Kubernetes API (or the snapshot's ``kube_nodes``) gives each node's applied layout, its
+nodes; the Kubernetes API (the operator's ``--kubeconfig``, ACK's short-lived credential, or the
+snapshot's ``kube_nodes``) gives each node's applied layout, its
 ``nvidia.com/mig.config.state``, its rollout progress and its allocatable ``nvidia.com/mig-*`` resources.
 
 Per pool: the label, node count, nodes in the requested layout, pending (this wave, or new nodes),
@@ -153,13 +155,32 @@ def configure(parser, command):
     parser.add_argument("--inventory", metavar="FILE",
                         help="cluster snapshot {cluster_id, nodepools, nodes, kube_nodes}; without it the ACK "
                              "and Kubernetes APIs are asked (credentials needed)")
+    parser.add_argument("--kubeconfig", metavar="FILE",
+                        help="your kubeconfig for the Kubernetes side (the ACK side from --inventory or the ACK "
+                             "API); default: the snapshot's kube_nodes, else a short-lived one from ACK")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--nodes", action="store_true", help="one line per node as well")
 
 
+def checked_kubeconfig(path: str) -> str:
+    """The --kubeconfig file, read once now so that a wrong one is one line (exit 2), not a deferred fleet."""
+    from node_bootstrap.kube import KubeError, load_kubeconfig
+
+    from functions.settings import SettingsError
+
+    try:
+        load_kubeconfig(path)
+    except KubeError as exc:
+        raise SettingsError("--kubeconfig: %s" % exc) from None
+    return path
+
+
 def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, Any]:
+    from node_bootstrap.kube import KubeError
+
     from functions.logs import JsonLogger
     from functions.pipeline import run_event
+    from functions.rollout.kube import NodeView
     from functions.rollout.run import kube_view
 
     cluster = getattr(lookup, "cluster_id", None) or settings.cluster_id
@@ -167,24 +188,22 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
         from functions.settings import SettingsError
 
         raise SettingsError("status needs a cluster: give --inventory FILE or set ACK_MIG_CLUSTER_ID")
-    if lookup is None:  # the live cluster: the ACK API for pools and nodes, the API server for the rest
+    if kube is not None:
+        view = kube if isinstance(kube, NodeView) else NodeView(kube)
+    else:  # --kubeconfig, else the snapshot's kube_nodes, else the live API server through ACK's credential
+        view = kube_view(lookup, lookup, settings, cluster)
+    if lookup is None:  # the live cluster: the ACK API for pools and nodes
         from functions.cs_lookup import CsLookup
 
-        kube = kube if kube is not None else kube_view(None, None, settings, cluster)
         lookup = CsLookup(settings)
-    elif kube is None:
-        kube = kube_view(lookup, lookup, settings, cluster)
     result = run_event(json.dumps({"cluster_id": cluster}), settings, inventory=lookup, dry_run=True,
-                       logger=JsonLogger("OFF"), kube=kube)
+                       logger=JsonLogger("OFF"), kube=view)
     pools = lookup.nodepools(cluster) if lookup is not None else []
     known = None
-    if kube is not None:
-        from node_bootstrap.kube import KubeError
-
-        from functions.rollout.kube import kube_nodes_by_name
-
-        try:
-            known = kube_nodes_by_name(kube)
+    if view is not None:
+        try:  # the nodes the dry run already read (one listing per event), and any it did not need
+            view.named([d.node_name for d in result.decisions if d.node_name])
+            known = view.known()
         except KubeError:
             known = None
     return summarize(result, pools, known, settings.autoscaler_tags)
@@ -192,10 +211,14 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
 
 def run(args):
     from functions.errors import BadInventory
+    from functions import settings as names
     from functions.settings import SettingsError, load_settings
 
     try:
-        settings = load_settings()
+        env = names.environment()
+        if args.kubeconfig:
+            env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
+        settings = load_settings(env)
         lookup = None
         if args.inventory:
             from functions.cluster import InventoryLookup

@@ -1,23 +1,22 @@
 """Lifts the startup taint from a node once it is partitioned, so no pod lands on an unpartitioned node.
 
 The kubelet cannot do this itself (NodeRestriction forbids a node to change its own taints), so this
-uses a cluster credential: a short-lived kubeconfig from ACK's ``DescribeClusterUserKubeconfig`` with the
-private endpoint, and the project's stdlib Kubernetes client (``node_bootstrap.kube``) with TLS verified
-against the cluster CA. The kubeconfig is written to a private temp file only for the time it is read.
+uses a cluster credential (:func:`cs_kubeconfig`: a short-lived kubeconfig from ACK's
+``DescribeClusterUserKubeconfig`` with the private endpoint, or the operator's own with ``--kubeconfig``)
+and the function's Kubernetes client (``functions.kubeapi``: TLS verified against the cluster CA, no
+answer, 429 and 5xx retried with backoff).
 
 Removal is a JSON patch guarded by a ``test`` of the whole taint entry at its index, so a concurrent change of
 the node's taints is never overwritten: on a conflict the node is read again (at most 3 times).
-A node without the taint is fine (a duplicate event, or a pool without startup taints). No answer, 429
-and 5xx are retried twice with backoff.
+A node without the taint is fine (a duplicate event, or a pool without startup taints).
 """
 
-import os
 import re
-import tempfile
 import time
 from typing import Callable, NamedTuple, Optional
 
-from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig
+from functions.kubeapi import ClusterCredential, KubeApi
+from node_bootstrap.kube import KubeError
 
 _TAINT = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_./]{0,252})(?:=([-A-Za-z0-9_.]{0,63}))?:"
                     r"(NoSchedule|PreferNoSchedule|NoExecute)\Z")
@@ -41,45 +40,22 @@ def parse_taint(text: str) -> Taint:
     return Taint(m.group(1), m.group(2), m.group(3))
 
 
-def client_from_kubeconfig_text(text: str) -> KubeClient:
-    """A client from kubeconfig text (ACK's, with the cluster CA): the text sits in a private temp file only
-    while it is read."""
-    fd, path = tempfile.mkstemp(prefix="ack-mig-kubeconfig-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        return KubeClient(load_kubeconfig(path))
-    except KubeError as exc:  # the temporary file's name means nothing to a reader (and differs per run)
-        raise KubeError(str(exc).replace(path, "(the cluster kubeconfig)"), exc.status) from None
-    finally:
-        os.unlink(path)
-
-
 class TaintRemover:
-    def __init__(self, taint: Taint, kubeconfig_text: Callable[[], str],
-                 sleep: Callable[[float], None] = time.sleep):
-        self.taint, self.sleep = taint, sleep
-        self._kubeconfig_text = kubeconfig_text
-        self._client: Optional[KubeClient] = None
+    """``kubeconfig``: a :class:`functions.kubeapi.ClusterCredential` (what :func:`cs_kubeconfig` gives) or
+    any provider of kubeconfig text."""
 
-    def client(self) -> KubeClient:
+    def __init__(self, taint: Taint, kubeconfig: Callable[[], str], sleep: Callable[[float], None] = time.sleep):
+        self.taint, self.sleep = taint, sleep
+        self._credential = kubeconfig if isinstance(kubeconfig, ClusterCredential) else ClusterCredential(kubeconfig)
+        self._client: Optional[KubeApi] = None
+
+    def client(self) -> KubeApi:
         if self._client is None:
-            self._client = client_from_kubeconfig_text(self._kubeconfig_text())
+            self._client = self._credential.client(sleep=self.sleep)
         return self._client
 
     def remove(self, node_name: str) -> str:
         """``removed`` or ``absent``; raises KubeError when it cannot."""
-        for attempt in range(3):
-            try:
-                return self._remove(node_name)
-            except KubeError as exc:
-                # no answer, 429 or 5xx: the API server is busy or restarting; anything else is final
-                if attempt == 2 or not (exc.status is None or exc.status == 429 or exc.status >= 500):
-                    raise
-                self.sleep(min(2.0, 0.25 * (2 ** attempt)))
-        raise AssertionError("unreachable")
-
-    def _remove(self, node_name: str) -> str:
         client = self.client()
         for _ in range(3):
             node = client.get_node(node_name)
@@ -101,13 +77,19 @@ class TaintRemover:
         raise KubeError("the taints of %s kept changing; try again" % node_name, 409)
 
 
-def cs_kubeconfig(settings, cluster_id: str, minutes: int = 15) -> Callable[[], str]:
-    """A provider of the cluster's kubeconfig (private endpoint, valid ``minutes``: ACK accepts 15..4320)
+def cs_kubeconfig(settings, cluster_id: str, minutes: int = 15) -> ClusterCredential:
+    """The function's cluster credential: the operator's kubeconfig file when the command line gave one
+    (``ACK_MIG_KUBECONFIG``), else ACK's (private endpoint, valid ``minutes``: ACK accepts 15..4320)
     through the CS API, with the function side's CS client and its retry rules (functions.cs_lookup)."""
+    from functions.settings import longest_run_s
+
+    options = dict(attempts=settings.rollout.kube_max_attempts, deadline_s=float(longest_run_s(settings)))
+    if settings.rollout.kubeconfig:
+        return ClusterCredential(path=settings.rollout.kubeconfig, **options)
 
     def fetch() -> str:
         from functions.cs_lookup import CsLookup
 
         return CsLookup(settings).user_kubeconfig(cluster_id, minutes=minutes)
 
-    return fetch
+    return ClusterCredential(fetch, **options)

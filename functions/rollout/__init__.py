@@ -1,3 +1,4 @@
-"""Rolling repartition of running nodes: ``waves`` (pure: which node needs work, which ones this wave
-takes), ``run`` (the executors that carry a wave out), ``drain`` (which pods must move, one eviction pass)
-and ``kube`` (the function's view of the Kubernetes API, live or in memory)."""
+"""Rolling repartition of running nodes: ``waves`` (pure: which path a node takes, which node needs work,
+which ones this wave takes), ``run`` (from the decisions to a plan), ``executor`` (carrying a wave out, or
+saying what it would do), ``drain`` (which pods must move, which keep a node, one eviction pass) and
+``kube`` (the event's view of the nodes, over the live client ``functions.kubeapi`` or in memory)."""

@@ -1,81 +1,175 @@
-"""Which pods a repartition must move off a node, and one eviction pass over them.
+"""Which pods a repartition must move off a node, which it must not, and one eviction pass over them.
 
-Only pods that use the node's GPUs are evicted (a container or init container asking for ``nvidia.com/gpu``
-or ``nvidia.com/mig-*``): the MIG change needs the GPUs free, nothing else. Left alone, as ``kubectl drain``
-leaves them: DaemonSet pods (their controller would put them straight back) and mirror pods (static pods,
-annotation ``kubernetes.io/config.mirror``: the API cannot delete them), and pods already finished
-(phase Succeeded/Failed hold no GPU).
+Like ``kubectl drain`` (``k8s.io/kubectl/pkg/drain/filters.go``), for the GPUs only: the MIG change
+needs the node's GPUs free, nothing else.
 
-Eviction goes through the Eviction API (``pods/eviction``, policy/v1), so PodDisruptionBudgets are
-respected: the API server answers 429 while a budget allows no disruption; that pod is tried again on the
-next pass, until the drain deadline. A pod already terminating (``deletionTimestamp``) is waited for, not
-evicted again.
+* **Moved** (evicted through the Eviction API, policy/v1, so PodDisruptionBudgets are respected): pods that
+  use the node's GPUs, i.e. a container or init container that asks (limits or requests) for an
+  ``nvidia.com/*`` resource (whole GPUs, MIG instances) or an ``aliyun.com/gpu*`` one (ACK GPU sharing:
+  ``aliyun.com/gpu-mem``, ``aliyun.com/gpu-core.percentage``), and pods with resource claims
+  (``spec.resourceClaims``: Dynamic Resource Allocation, whose devices the pod spec does not name).
+* **Left**, as ``kubectl drain`` leaves them: DaemonSet pods, known by their controller reference (an
+  owner reference with ``controller: true`` and kind DaemonSet; the controller would put them straight
+  back, and the node side stops the GPU clients it knows), mirror pods (static pods, annotation
+  ``kubernetes.io/config.mirror``: the API cannot delete them), finished pods (Succeeded/Failed hold no GPU)
+  and pods that use no GPU.
+* **Refused** (the node is deferred, the pods named, nothing evicted), unless a setting allows them:
+  a pod without a controller (``ACK_MIG_DRAIN_FORCE=true``, as ``kubectl drain --force``: nothing would
+  recreate it, it is gone for good), and a pod with emptyDir data (``ACK_MIG_DRAIN_EMPTYDIR``). The default
+  ``memory`` evicts a pod whose emptyDir volumes are all ``medium: Memory``: GPU pods mount ``/dev/shm``
+  that way for NCCL and data loaders, the content is the processes' scratch and lives exactly as long as
+  the pod, so refusing it (kubectl's default) would stop nearly every GPU rollout and protect nothing. A
+  disk-backed emptyDir may hold what its owner expects to find after a container restart (checkpoints,
+  caches), so it refuses by default; ``any`` evicts it (``--delete-emptydir-data``), ``none`` refuses memory
+  ones too.
+
+A PodDisruptionBudget's 429 is tried again on the next pass, until the drain deadline; an API server that
+throttles (429 without the budget cause, after the client's own retries) likewise, reported as throttling.
+A pod already terminating (``deletionTimestamp``) is waited for, not evicted again: the node is drained
+only when a list no longer shows any GPU pod, never on an eviction's answer.
 """
 
-from typing import Any, Dict, List, Mapping, NamedTuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Tuple
 
 from node_bootstrap.kube import KubeError
 
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+GPU_RESOURCE_PREFIXES = ("nvidia.com/", "aliyun.com/gpu")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+EVICT, WAIT, LEAVE, REFUSE = "evict", "wait", "leave", "refuse"
+
+
+class Rules(NamedTuple):
+    """The settings ``ACK_MIG_DRAIN_FORCE`` and ``ACK_MIG_DRAIN_EMPTYDIR``."""
+
+    force: bool = False
+    emptydir: str = "memory"  # memory, any, none
+
+    @classmethod
+    def from_settings(cls, rollout: Any) -> "Rules":
+        return cls(bool(getattr(rollout, "drain_force", False)), str(getattr(rollout, "drain_emptydir", "memory")))
 
 
 def _asks_for_gpu(container: Mapping[str, Any]) -> bool:
     resources = container.get("resources") or {}
-    for section in ("limits", "requests"):
-        for name in (resources.get(section) or {}):
-            if name.startswith(GPU_RESOURCE_PREFIXES):
-                return True
-    return False
+    return any(name.startswith(GPU_RESOURCE_PREFIXES)
+               for section in ("limits", "requests") for name in (resources.get(section) or {}))
 
 
-def gpu_pods(pods: List[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
-    """The pods an eviction pass must move (see the module docstring for what is left)."""
-    chosen = []
+def uses_gpu(pod: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    containers = list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
+    return bool(spec.get("resourceClaims")) or any(_asks_for_gpu(c) for c in containers)
+
+
+def _controller(meta: Mapping[str, Any]) -> Mapping[str, Any]:
+    """metav1.GetControllerOf: the owner reference with ``controller: true``, or {}."""
+    return next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller") is True), {})
+
+
+def _emptydir_problem(pod: Mapping[str, Any], rules: Rules) -> str:
+    volumes = [v for v in (pod.get("spec") or {}).get("volumes") or [] if isinstance(v.get("emptyDir"), dict)]
+    if not volumes or rules.emptydir == "any":
+        return ""
+    disk = [v.get("name") for v in volumes if v["emptyDir"].get("medium") != "Memory"]
+    if disk:
+        return ("its emptyDir %s holds data on the node's disk (ACK_MIG_DRAIN_EMPTYDIR=any evicts it, as kubectl "
+                "drain --delete-emptydir-data)" % ", ".join(str(n) for n in disk))
+    if rules.emptydir == "none":
+        return ("it has emptyDir %s (ACK_MIG_DRAIN_EMPTYDIR=memory or any evicts it)"
+                % ", ".join(str(v.get("name")) for v in volumes))
+    return ""
+
+
+def verdict(pod: Mapping[str, Any], rules: Rules) -> Tuple[str, str]:
+    """What a drain does with one pod of the node: (EVICT | WAIT | LEAVE | REFUSE, why)."""
+    meta = pod.get("metadata") or {}
+    if not uses_gpu(pod):
+        return LEAVE, "uses no GPU"
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return LEAVE, "finished"
+    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+        return LEAVE, "a mirror (static) pod"
+    controller = _controller(meta)
+    if controller.get("kind") == "DaemonSet":
+        return LEAVE, "a DaemonSet pod"
+    if meta.get("deletionTimestamp"):
+        return WAIT, "terminating"
+    if not controller and not rules.force:
+        return REFUSE, "declares no controller (ACK_MIG_DRAIN_FORCE=true evicts it, as kubectl drain --force)"
+    problem = _emptydir_problem(pod, rules)
+    if problem:
+        return REFUSE, problem
+    return EVICT, "uses the GPUs"
+
+
+def _name(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return "%s/%s" % (meta.get("namespace"), meta.get("name"))
+
+
+def gpu_pods(pods: List[Mapping[str, Any]], rules: Rules = Rules()) -> List[Mapping[str, Any]]:
+    """The pods a drain moves now (see the module docstring for what it leaves or refuses)."""
+    return [p for p in pods if verdict(p, rules)[0] == EVICT]
+
+
+def refused(pods: List[Mapping[str, Any]], rules: Rules) -> Dict[str, str]:
+    """The pods the rules keep from being evicted (pod -> why): such a node is not drained."""
+    out = {}
     for pod in pods:
-        meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
-            continue
-        if any(ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or []):
-            continue
-        containers = list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
-        if any(_asks_for_gpu(c) for c in containers):
-            chosen.append(pod)
-    return chosen
+        kind, why = verdict(pod, rules)
+        if kind == REFUSE:
+            out[_name(pod)] = why
+    return out
+
+
+def refusal_text(pods: Mapping[str, str]) -> str:
+    return "; ".join("pod %s %s" % kv for kv in sorted(pods.items()))
 
 
 class Pass(NamedTuple):
-    """One eviction pass over a node: pods left (listed at the start of the pass, still there or
-    terminating, evicted now or not), evicted now, refused by a budget (429, with the API server's
-    message), and other errors (pod name -> message)."""
+    """One eviction pass over a node: GPU pods left (listed at the start of the pass, still there or
+    terminating, evicted now or not, or refused by the rules), evicted now, refused by a budget (429 with
+    the DisruptionBudget cause, the API server's message), turned away by throttling, kept by the rules,
+    and other errors (pod name -> message)."""
 
     remaining: int
     evicted: List[str]
-    refused: Dict[str, str]
+    budget: Dict[str, str]
+    throttled: Dict[str, str]
+    kept: Dict[str, str]
     errors: Dict[str, str]
 
 
-def evict_pass(kube: Any, node_name: str) -> Pass:
-    pods = gpu_pods(kube.list_pods(node_name))
-    evicted, refused, errors, gone = [], {}, {}, 0
-    for pod in pods:
+def evict_pass(kube: Any, node_name: str, rules: Rules = Rules()) -> Pass:
+    """One pod list of the node, then one eviction per pod to move."""
+    listed = kube.list_pods(node_name)
+    evicted: List[str] = []
+    budget: Dict[str, str] = {}
+    throttled: Dict[str, str] = {}
+    errors: Dict[str, str] = {}
+    kept = refused(listed, rules)
+    remaining, gone = 0, 0
+    for pod in listed:
+        kind, _ = verdict(pod, rules)
+        if kind == LEAVE:
+            continue
+        remaining += 1
+        if kind != EVICT:
+            continue  # terminating: wait for it; refused: kept, named above
         meta = pod.get("metadata") or {}
-        if meta.get("deletionTimestamp"):
-            continue  # already going: wait for it
-        name = "%s/%s" % (meta.get("namespace"), meta.get("name"))
+        name = _name(pod)
         try:
             kube.evict(str(meta.get("namespace")), str(meta.get("name")))
             evicted.append(name)
         except KubeError as exc:
             if exc.status == 404:  # gone between the list and the eviction
                 gone += 1
+            elif exc.status == 429 and getattr(exc, "throttled", False):
+                throttled[name] = "the API server is throttling (429 Too Many Requests); tried again next pass"
             elif exc.status == 429:
-                refused[name] = str(exc)
+                budget[name] = str(exc)
             else:
                 errors[name] = str(exc)
     # An evicted pod terminates gracefully (terminationGracePeriodSeconds) and holds its GPU until it is
     # gone: the node is drained only when a list no longer shows it, never on the eviction's answer.
-    return Pass(len(pods) - gone, evicted, refused, errors)
+    return Pass(remaining - gone, evicted, budget, throttled, kept, errors)

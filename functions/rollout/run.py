@@ -1,43 +1,45 @@
-"""Rolling repartition of running nodes: from the decisions to a plan, and the executors that carry it out.
+"""Rolling repartition of running nodes: from the decisions to a plan.
 
-:func:`prepare` takes the pipeline's decisions and, for the events that reconcile running nodes (the
-timer, a node pool modification, a manual run), asks the Kubernetes side (``functions.rollout.kube``) what
-each running node has applied. It turns each ``partition`` decision of such a node into ``skip`` (already
-right: nothing is sent), a wave node (kept ``partition``) or ``defer`` (beyond ``max-unavailable``), with
-reasons that name the rollout and the wave (``functions.rollout.waves`` decides, purely).
+:func:`prepare` takes the pipeline's decisions, whatever the event (the timer, a node pool modification,
+a manual run, but also an Auto Scaling scale-out or lifecycle hook, an ECS state change or an MNS message
+that names instances), and asks the Kubernetes side (:class:`functions.rollout.kube.NodeView`) which
+path each ``partition`` target takes (``functions.rollout.waves.entry_path``):
 
-The returned :class:`Rollout` swaps the executor, as a dry run swaps it (``functions.point_of_change``): a real
-run gets :class:`RolloutExecutor` (cordon, drain, apply through the delivery executor, wait for capacity,
-uncordon, every step recorded in the node annotation before the next begins, so a function killed at
-any point continues on the next invocation without repeating a finished node), a dry run gets
-:class:`DryRunRolloutExecutor` (reads only, says what each wave node would go through).
+* a node NVIDIA's mig-manager runs: ``skip`` with the reason ``conflict`` (never cordoned, drained,
+  partitioned or disabled);
+* a node that has just joined (no state label, ``pending``, the startup taint) or is not a Kubernetes
+  node yet: partitioned directly, as a scale-out does, the reason saying so;
+* a running node this hook partitioned: through the rollout of its pool, planned from every node of the
+  pool (``functions.rollout.waves`` decides, purely): ``skip`` (already right: nothing is sent), a wave
+  node (kept ``partition``) or ``defer`` (beyond ``max-unavailable``, held by another invocation, or the
+  pool's rollout stopped), with reasons that name the rollout and the wave.
 
-Without a Kubernetes view (a snapshot without ``kube_nodes``) nothing changes: every running node counts
-as never partitioned and is applied as before.
+The returned :class:`Rollout` swaps the executor, as a dry run swaps it (``functions.point_of_change``):
+``functions.rollout.executor`` carries the wave out (a real run) or says what it would do (a dry run).
+
+Without a Kubernetes view (a snapshot without ``kube_nodes``) nothing changes: every node counts as
+never partitioned and is applied as before. Without an answer from the API server, every target that
+is a node is deferred: it cannot be told from a running one.
 """
 
-import hashlib
 import logging
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from functions.settings import longest_run_s
 from node_bootstrap.kube import KubeError
 from node_bootstrap.mig import MigInputError, PartitionSpec, label_items, resource_name
 
-from functions.rollout import waves as rp
-from functions.rollout.drain import evict_pass, gpu_pods
-from functions.model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision
 from functions.event_result import Trigger
+from functions.model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision
+from functions.rollout import waves as rp
+from functions.settings import longest_run_s
 
 log = logging.getLogger(__name__)
 
+# The events that reconcile whole pools: they also look for MIG nodes in pools whose label was removed.
 ROLLOUT_TRIGGERS = (Trigger.TIMER, Trigger.NODEPOOL_OPERATION, Trigger.MANUAL)
-DEFERRED, DRAIN_TIMEOUT, FAILED = "deferred", "drain-timeout", "failed"
-POLL_S = 2.0
 # Wall clock (the drain deadline is stored in the node annotation and spans invocations) and the wait
 # between polls; module attributes so a test can run the rollout on its own time.
 clock: Callable[[], float] = time.time
@@ -53,6 +55,9 @@ class WaveNode:
     exact: bool
     progress: Optional[rp.Progress] = None
     cordoned: bool = False  # spec.unschedulable when the wave was planned (someone else's cordon, or ours)
+    spec: Optional[PartitionSpec] = None  # the layout asked for (None: MIG off)
+    gpu_model: Optional[str] = None
+    rv: str = ""  # the Node's resourceVersion as last read or written: the next write's precondition
     result: Optional[dict] = None  # the node's final result (set once it ends, this invocation)
     applied: Optional[dict] = None  # the delivery executor's answer when it applied this invocation
 
@@ -87,7 +92,8 @@ def run_lease_s(settings: Any) -> float:
 
 
 class Rollout:
-    """The rollout part of one event: the wave nodes, the deferred ones, and the Kubernetes view."""
+    """The rollout part of one event: the wave nodes and the Kubernetes backend (None when the API server
+    did not answer: nothing is written)."""
 
     def __init__(self, kube: Any, waves: Dict[str, WaveNode], settings: Any, owner: str = "",
                  expires: float = 0.0) -> None:
@@ -95,6 +101,8 @@ class Rollout:
         self.owner, self.expires = owner, expires
 
     def executor(self, inner: Any, dry_run: bool, on_result: Optional[Callable[[dict], None]] = None) -> Any:
+        from functions.rollout.executor import DryRunRolloutExecutor, RolloutExecutor
+
         if dry_run:
             return DryRunRolloutExecutor(inner, self)
         return RolloutExecutor(inner, self, clock, sleep, on_result)
@@ -106,52 +114,76 @@ def _has_label(pool: Any) -> bool:
     return has_partition_label(pool)
 
 
-def _mig_on(node: Optional[rp.KubeNode]) -> bool:
-    """The node shows MIG this hook set up (its labels), or a roll to MIG off is under way on it."""
-    if node is None:
-        return False
-    progress = node.progress
-    return bool(rp.work_needed(None, node, None)) or (
-        progress is not None and progress.target == rp.TARGET_OFF and progress.step in rp.ACTIVE_STEPS)
+def startup_taint(settings: Any) -> str:
+    """``key:Effect`` of the startup taint ("" when taint removal is off)."""
+    from functions.delivery.taint import TaintError, parse_taint
+
+    try:
+        taint = parse_taint(settings.delivery.startup_taint) if settings.delivery.startup_taint else None
+    except TaintError:
+        return ""
+    return "%s:%s" % (taint.key, taint.effect) if taint else ""
 
 
-def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kube: Any,
+def _pool_name(pool: Any, pool_id: str) -> str:
+    return "%s (%s)" % (pool_id, pool.name) if pool is not None and pool.name else pool_id
+
+
+def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], view: Any,
             settings: Any) -> Tuple[List[Decision], Optional[Rollout]]:
-    """The decisions with the rollout applied, and the Rollout (None when this event rolls nothing).
+    """The decisions with each node's path applied, and the Rollout (None when nothing changed).
 
     A node of a pool without a partition label that still has MIG (the label was removed) keeps its
     layout (``skip``, the reason says how to turn MIG off) or, with ACK_MIG_ON_LABEL_REMOVAL=disable,
     is rolled to MIG off in waves like a repartition (``node_bootstrap disable``)."""
-    if kube is None or request.trigger not in ROLLOUT_TRIGGERS:
+    if view is None:
         return decisions, None
-    pools = {}
-    for t in targets:
-        if isinstance(t, tuple) and t[2] is not None:
-            pools[t[0]] = t[2]
-    running = [d for d in decisions if d.action == ACTION_PARTITION and d.node_name]
+    pools = {t[0]: t[2] for t in targets if isinstance(t, tuple) and t[2] is not None}
+    partitions = [d for d in decisions if d.action == ACTION_PARTITION and d.node_name]
     unlabelled = [d for d in decisions if d.action == ACTION_SKIP and d.node_name and d.instance_id in pools
                   and not _has_label(pools[d.instance_id])]
-    if not running and not unlabelled:
+    if not partitions and not unlabelled:
         return decisions, None
+    taint = startup_taint(settings)
     try:
-        known = rp_nodes(kube)
+        if request.instance_ids:  # a few named nodes: read each, list a pool only when it has a running one
+            known = view.named([d.node_name for d in partitions + unlabelled])
+            rolling = {d.nodepool_id for d in partitions
+                       if rp.entry_path(known.get(d.node_name or ""), taint)[0] == rp.ROLLOUT}
+            pool_nodes = view.pool_nodes(rolling)
+        else:  # whole pools: one paged list of their nodes, by the pool label
+            pool_nodes = view.pool_nodes({d.nodepool_id for d in partitions + unlabelled if d.nodepool_id})
+            known = view.named([d.node_name for d in partitions + unlabelled])
     except KubeError as exc:
-        # Without the Kubernetes API a running node cannot be drained: it waits rather than fail gpu-busy.
-        why = ("the Kubernetes API cannot be used (%s); running nodes are repartitioned only through it "
-               "(RBAC: deploy/rbac.yaml)" % str(exc)[:160])
-        return [d.model_copy(update=dict(action=ACTION_DEFER, reason=why)) if d in running else d
-                for d in decisions], None
+        # Without the Kubernetes API a running node cannot be told from a new one, nor drained: it waits.
+        why = ("the Kubernetes API cannot be used (%s); a node is partitioned only once the API server says it "
+               "is new, running nodes only through the rollout (RBAC: deploy/rbac.yaml)" % str(exc)[:160])
+        out = [d.model_copy(update=dict(action=ACTION_DEFER, reason=why)) if d in partitions else d
+               for d in decisions]
+        return out, Rollout(None, {}, settings)
     changed: Dict[str, Decision] = {}
+    paths: Dict[str, str] = {}
     by_pool: Dict[str, List[Decision]] = {}
-    for d in running:
-        if d.node_name in known:  # a node Kubernetes does not know yet is new: applied as before
+    for d in partitions:
+        path, why = rp.entry_path(known.get(d.node_name or ""), taint)
+        if path == rp.CONFLICT:
+            changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_SKIP, reason=why))
+        elif path == rp.NEW:
+            changed[d.instance_id] = d.model_copy(update=dict(reason="%s; %s, so partitioned directly"
+                                                                     % (d.reason, why)))
+        else:
+            paths[d.instance_id] = why
             by_pool.setdefault(d.nodepool_id or "", []).append(d)
     for d in unlabelled:
         node = known.get(d.node_name or "")
-        if not _mig_on(node):
+        if not rp.mig_on(node):
             continue
-        if settings.rollout.on_label_removal == "disable":
+        path, why = rp.entry_path(node, taint)
+        if path == rp.CONFLICT:  # never disabled, whatever the setting
+            changed[d.instance_id] = d.model_copy(update=dict(reason="%s; %s" % (d.reason, why)))
+        elif settings.rollout.on_label_removal == "disable":
             off = d.model_copy(update=dict(action=ACTION_PARTITION, disable=True, partition=None, plan=None))
+            paths[d.instance_id] = "a node with MIG in a pool without a partition label"
             by_pool.setdefault(d.nodepool_id or "", []).append(off)
         else:
             changed[d.instance_id] = d.model_copy(update=dict(reason=(
@@ -162,51 +194,68 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], kub
     waves: Dict[str, WaveNode] = {}
     owner, now = uuid.uuid4().hex[:12], clock()
     for pool_id, members in sorted(by_pool.items()):
-        pool = pools.get(members[0].instance_id)
-        label = pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool is not None else None
-        name = "%s (%s)" % (pool_id, pool.name) if pool is not None and pool.name else pool_id
-        target = rp.TARGET_OFF if members[0].disable else rp.target_of(_spec(members[0]))
-        try:
-            limit = rp.max_unavailable(settings.rollout.max_unavailable, label, len(members))
-        except rp.RolloutInputError as exc:
-            for d in members:
-                changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_ERROR, reason=str(exc)))
-            continue
-        candidates = [rp.Candidate(d.instance_id, d.node_name or "", known[d.node_name],
-                                   rp.work_needed(_spec(d), known[d.node_name], d.plan.gpu if d.plan else None))
-                      for d in members]
-        steps = rp.plan_pool(name, target, candidates, limit, me=owner, now=now)
-        for d in members:
-            step = steps[d.instance_id]
-            if step.action == "skip":
-                changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_SKIP, reason=step.reason))
-            elif step.action == "defer":
-                changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_DEFER, reason=step.reason))
-            else:
-                changed[d.instance_id] = d.model_copy(update=dict(reason=step.reason))
-                expected, exact = _expected(d, known[d.node_name])
-                waves[d.instance_id] = WaveNode(changed[d.instance_id], target, step.resume, expected, exact,
-                                                known[d.node_name].progress, known[d.node_name].unschedulable)
+        _plan_pool(pool_id, members, pools, known, pool_nodes.get(pool_id, []), paths, settings, owner, now,
+                   changed, waves)
     out = [changed.get(d.instance_id, d) for d in decisions]
-    return out, Rollout(kube, waves, settings, owner, now + run_lease_s(settings))
+    return out, Rollout(view.backend, waves, settings, owner, now + run_lease_s(settings))
 
 
-def removal_targets(request: Any, lookup: Any, cluster: str, kube: Any, taken: Sequence[str]) -> List[tuple]:
+def _plan_pool(pool_id: str, members: List[Decision], pools: Dict[str, Any], known: Dict[str, Any],
+               labelled: List[rp.KubeNode], paths: Dict[str, str], settings: Any, owner: str, now: float,
+               changed: Dict[str, Decision], waves: Dict[str, WaveNode]) -> None:
+    """One pool's rollout: the members (this event's running nodes of it) planned with the pool's other
+    nodes as bystanders (their records take slots and can stop the rollout)."""
+    pool = pools.get(members[0].instance_id)
+    label = pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool is not None else None
+    name = _pool_name(pool, pool_id)
+    target = rp.TARGET_OFF if members[0].disable else rp.target_of(_spec(members[0]))
+    mine = {d.node_name for d in members}
+    bystanders = [n for n in labelled if n.name not in mine]
+    try:
+        limit = rp.max_unavailable(settings.rollout.max_unavailable, label, len(members) + len(bystanders))
+    except rp.RolloutInputError as exc:
+        for d in members:
+            changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_ERROR, reason=str(exc)))
+        return
+    candidates = [rp.Candidate(d.instance_id, d.node_name or "", known[d.node_name],
+                               rp.work_needed(_spec(d), known[d.node_name], d.plan.gpu if d.plan else None))
+                  for d in members]
+    steps = rp.plan_pool(name, target, candidates, limit, me=owner, now=now, bystanders=bystanders)
+    for d in members:
+        step = steps[d.instance_id]
+        node = known[d.node_name]
+        if step.action == "skip":
+            changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_SKIP, reason=step.reason))
+            continue
+        reason = "%s, so through the rollout: %s" % (paths[d.instance_id], step.reason)
+        if step.action == "defer":
+            changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_DEFER, reason=reason))
+            continue
+        changed[d.instance_id] = d.model_copy(update=dict(reason=reason))
+        expected, exact = _expected(d, node)
+        waves[d.instance_id] = WaveNode(changed[d.instance_id], target, step.resume, expected, exact, node.progress,
+                                        node.unschedulable, _spec(d), d.plan.gpu if d.plan else None,
+                                        node.resource_version)
+
+
+def removal_targets(request: Any, lookup: Any, cluster: str, view: Any, taken: Sequence[str]) -> List[tuple]:
     """Nodes with MIG in pools that no longer carry a partition label (the pipeline's targets skip such
     pools): ``(instance id, node, pool)`` for the timer, a manual run, or a modification of that pool."""
-    if kube is None or request.trigger not in ROLLOUT_TRIGGERS or request.instance_ids:
+    if view is None or request.trigger not in ROLLOUT_TRIGGERS or request.instance_ids:
+        return []
+    pools = [p for p in lookup.nodepools(cluster) if not _has_label(p)
+             and (not request.nodepool_id or p.nodepool_id == request.nodepool_id)]
+    if not pools:
         return []
     try:
-        known = rp_nodes(kube)
+        labelled = view.pool_nodes([p.nodepool_id for p in pools])
     except KubeError as exc:
         log.warning("pools without a partition label not checked for MIG nodes: %s", exc)
         return []
-    with_mig = {name for name, node in known.items() if _mig_on(node)}
-    if not with_mig:
-        return []
     out = []
-    for pool in lookup.nodepools(cluster):
-        if _has_label(pool) or (request.nodepool_id and pool.nodepool_id != request.nodepool_id):
+    for pool in pools:
+        with_mig = {n.name for n in labelled.get(pool.nodepool_id, []) if rp.mig_on(n)}
+        if not with_mig:
             continue
         for node in lookup.nodes(cluster, nodepool_id=pool.nodepool_id):
             if node.node_name in with_mig and node.instance_id not in taken:
@@ -214,255 +263,19 @@ def removal_targets(request: Any, lookup: Any, cluster: str, kube: Any, taken: S
     return out
 
 
-def rp_nodes(kube: Any) -> Dict[str, rp.KubeNode]:
-    from functions.rollout.kube import kube_nodes_by_name
-
-    return kube_nodes_by_name(kube)
-
-
-def _event(kube: Any, node: str, reason: str, message: str, warning: bool = False) -> None:
-    """A core v1 Event on the Node, so ``kubectl describe node`` tells the story. The name is derived
-    from the content: the same event again (a rerun, a defer every 30 minutes) is a 409, not a pile."""
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    digest = hashlib.sha256(("%s\n%s\n%s" % (node, reason, message)).encode("utf-8")).hexdigest()[:16]
-    event = {"apiVersion": "v1", "kind": "Event",
-             "metadata": {"name": "%s.%s" % (node, digest), "namespace": "default"},
-             # the node's name as its uid, as the kubelet's own Node events (kubectl describe node finds both)
-             "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
-             "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
-             "source": {"component": "ack-mig-hook"}, "reportingComponent": "ack-mig-hook",
-             "firstTimestamp": now, "lastTimestamp": now, "count": 1}
-    try:
-        kube.create_event(event)
-    except KubeError as exc:  # events are a courtesy: never fail a rollout step for one
-        if exc.status != 409:
-            log.warning("event %s on %s not written: %s", reason, node, exc)
-
-
-class RolloutExecutor:
-    """Carries out the wave: cordon, drain, apply (the inner executor), capacity, uncordon."""
-
-    def __init__(self, inner: Any, rollout: Rollout, clock: Callable[[], float],
-                 sleep: Callable[[float], None], on_result: Optional[Callable[[dict], None]] = None) -> None:
-        self.inner, self.rollout, self.kube = inner, rollout, rollout.kube
-        self.clock, self.sleep = clock, sleep
-        self.on_result = on_result or (lambda result: None)
-        self.settings = rollout.settings.rollout
-
-    def execute(self, request: Any, decisions: Sequence[Decision]) -> List[dict]:
-        waves = self.rollout.waves
-        results: Dict[str, dict] = {}
-        others = [d for d in decisions if d.instance_id not in waves and d.action != ACTION_DEFER]
-        for r in self.inner.execute(request, others):
-            results[r["instance_id"]] = r
-        for d in decisions:
-            if d.action == ACTION_DEFER:
-                results[d.instance_id] = {"instance_id": d.instance_id, "node_name": d.node_name,
-                                          "outcome": DEFERRED, "reason": d.reason, "gpus": None}
-                if d.node_name:
-                    _event(self.kube, d.node_name, "MigRolloutDeferred", d.reason)
-        wave = [waves[d.instance_id] for d in decisions if d.instance_id in waves]
-        if wave:
-            self._run_wave(request, wave)
-            for w in wave:
-                results[w.decision.instance_id] = w.result or {}
-        return [results[d.instance_id] for d in decisions if d.instance_id in results]
-
-    # ---- steps; each one records itself in the node annotation before the next begins ----
-
-    def _record(self, w: WaveNode, step: str, reason: str = "", uncordon: bool = False,
-                cordon: bool = False, cordoned: Optional[bool] = None, fresh: bool = False) -> None:
-        old = w.progress
-        keep = old is not None and old.target == w.target and step != rp.CORDONED and not fresh
-        since = old.since if keep else self.clock()
-        progress = rp.Progress(w.target, step, old.cordoned if cordoned is None and old else bool(cordoned),
-                               since, reason, self.rollout.owner, self.rollout.expires)
-        patch: Dict[str, Any] = {"metadata": {"annotations": {rp.PROGRESS_ANNOTATION: progress.to_annotation()}}}
-        if cordon:
-            patch["spec"] = {"unschedulable": True}
-        if uncordon and progress.cordoned:  # a node someone else cordoned stays cordoned
-            patch["spec"] = {"unschedulable": None}
-        self.kube.patch_node(w.decision.node_name, patch)  # one merge patch: the step and the cordon together
-        w.progress = progress  # only once the API server has it
-
-    def _finish(self, w: WaveNode, outcome: str, step: str, reason: str, base: Optional[dict] = None) -> None:
-        try:
-            self._record(w, step, reason, uncordon=True)
-        except KubeError as exc:
-            reason = "%s; the node could not be uncordoned or recorded: %s" % (reason, exc)
-        w.result = dict(base or {}, instance_id=w.decision.instance_id, node_name=w.decision.node_name,
-                        outcome=outcome, reason=reason)
-        w.result.setdefault("gpus", None)
-        if outcome != "partitioned" and outcome != "unchanged":
-            _event(self.kube, w.decision.node_name, "MigRollout%s" % ("DrainTimeout" if step == rp.DRAIN_TIMEOUT
-                                                                    else "Failed"), reason, warning=True)
-        else:
-            _event(self.kube, w.decision.node_name, "MigRolloutDone", reason)
-        self.on_result(w.result)
-
-    def _run_wave(self, request: Any, wave: List[WaveNode]) -> None:
-        for w in wave:
-            try:
-                self._start(w)
-            except KubeError as exc:
-                w.result = {"instance_id": w.decision.instance_id, "node_name": w.decision.node_name,
-                            "outcome": FAILED, "reason": "cannot cordon: %s" % exc, "gpus": None}
-                self.on_result(w.result)
-        try:
-            self._drain([w for w in wave if w.result is None and w.progress.step == rp.CORDONED])
-            self._apply(request, [w for w in wave if w.result is None
-                                  and w.progress.step in (rp.DRAINED, rp.APPLYING)])
-            self._capacity([w for w in wave if w.result is None and w.progress.step == rp.APPLIED])
-        except KubeError as exc:
-            # The API server went away mid-wave: what is recorded stands (the node stays cordoned if it was),
-            # and the next invocation resumes each node from its annotation.
-            for w in wave:
-                if w.result is None:
-                    w.result = {"instance_id": w.decision.instance_id, "node_name": w.decision.node_name,
-                                "outcome": FAILED, "gpus": None,
-                                "reason": "the Kubernetes API failed after step %s (%s); the next invocation "
-                                          "resumes this node" % (w.progress.step if w.progress else "-", exc)}
-                    self.on_result(w.result)
-
-    def _start(self, w: WaveNode) -> None:
-        name = w.decision.node_name
-        if w.resume and w.progress is not None and w.progress.target == w.target:
-            if w.progress.owner != self.rollout.owner:
-                # Taken over from an invocation that ended without finishing (its lease ran out, so its drain
-                # deadline is long past): this run records itself as the owner and drains with its own deadline.
-                self._record(w, w.progress.step, "resumed from invocation %s" % (w.progress.owner or "-"),
-                             fresh=True)
-            return  # resuming: the annotation says where
-        if w.progress is not None and w.progress.step in rp.ACTIVE_STEPS:
-            # disrupted for an older target: drain again (new pods may have come) and apply the new one
-            self._record(w, rp.CORDONED, "target changed to %s" % w.target, cordoned=w.progress.cordoned)
-            return
-        node = self.kube.get_node(name)
-        already = bool((node.get("spec") or {}).get("unschedulable"))
-        self._record(w, rp.CORDONED, cordon=True, cordoned=not already)
-        _event(self.kube, name, "MigRolloutCordon", "%s: %s" % (
-            "already cordoned by someone else; it stays cordoned" if already else "cordoned", w.decision.reason))
-
-    def _drain(self, wave: List[WaveNode]) -> None:
-        told: Dict[str, str] = {}
-        pending = list(wave)
-        while pending:
-            still = []
-            for w in pending:
-                name = w.decision.node_name
-                try:
-                    one = evict_pass(self.kube, name)
-                except KubeError as exc:
-                    one = None
-                    failure = "cannot list or evict pods: %s" % exc
-                if one is not None and one.evicted:
-                    _event(self.kube, name, "MigRolloutDrain", "evicted %s" % ", ".join(one.evicted))
-                if one is not None and one.remaining == 0:
-                    self._record(w, rp.DRAINED)
-                    continue
-                waited = self.clock() - w.progress.since
-                if one is not None:
-                    failure = "; ".join("%s: %s" % kv for kv in sorted({**one.refused, **one.errors}.items())) \
-                        or "%d pod(s) still terminating" % one.remaining
-                    if one.refused and told.get(name) != failure:
-                        told[name] = failure
-                        _event(self.kube, name, "MigRolloutDrain", "waiting on PodDisruptionBudget: %s" % failure)
-                if waited >= self.settings.drain_timeout_s:
-                    self._finish(w, DRAIN_TIMEOUT, rp.DRAIN_TIMEOUT,
-                                 "drain-timeout after %ds, node back on its old layout and uncordoned: %s"
-                                 % (self.settings.drain_timeout_s, failure))
-                    continue
-                still.append(w)
-            pending = still
-            if pending:
-                self.sleep(POLL_S)
-
-    def _apply(self, request: Any, wave: List[WaveNode]) -> None:
-        if not wave:
-            return
-        for w in wave:
-            self._record(w, rp.APPLYING)
-        answers = {r["instance_id"]: r for r in self.inner.execute(request, [w.decision for w in wave])}
-        for w in wave:
-            r = answers.get(w.decision.instance_id) or {"outcome": FAILED, "reason": "no result from delivery"}
-            if r.get("outcome") in ("partitioned", "unchanged"):
-                self._record(w, rp.APPLIED)
-                w.applied = r
-            else:
-                self._finish(w, FAILED, rp.FAILED, "apply: %s" % r.get("reason"), base=r)
-
-    def _capacity(self, wave: List[WaveNode]) -> None:
-        deadline = self.clock() + self.settings.capacity_timeout_s
-        pending = list(wave)
-        while pending:
-            still = []
-            for w in pending:
-                node = rp.KubeNode.from_object(self.kube.get_node(w.decision.node_name))
-                base = w.applied or {"outcome": "partitioned",
-                                                        "reason": "applied in an earlier invocation"}
-                if rp.capacity_shows(node, w.expected, w.exact):
-                    self._finish(w, base.get("outcome") or "partitioned", rp.DONE,
-                                 "%s; new capacity shows (%s)" % (base.get("reason"), ", ".join(
-                                     "%s=%s" % kv for kv in sorted(node.mig_allocatable().items())) or "none"),
-                                 base=base)
-                elif self.clock() >= deadline:
-                    self._finish(w, FAILED, rp.FAILED, "capacity-timeout: after %ds the node shows %s, expected %s"
-                                 % (self.settings.capacity_timeout_s, node.mig_allocatable() or "no MIG resources",
-                                    w.expected), base=base)
-                else:
-                    still.append(w)
-            pending = still
-            if pending:
-                self.sleep(POLL_S)
-
-
-class DryRunRolloutExecutor:
-    """Reads only: each wave node's result says what it would go through (pods it would evict, whether
-    it stays cordoned); deferred nodes are reported with their reason; the rest goes to the inner dry run."""
-
-    def __init__(self, inner: Any, rollout: Rollout) -> None:
-        self.inner, self.rollout = inner, rollout
-
-    def execute(self, request: Any, decisions: Sequence[Decision]) -> List[dict]:
-        waves, kube = self.rollout.waves, self.rollout.kube
-        results = {r["instance_id"]: r for r in self.inner.execute(
-            request, [d for d in decisions if d.instance_id not in waves])}
-        for d in decisions:
-            if d.action == ACTION_DEFER:
-                results[d.instance_id] = {"instance_id": d.instance_id, "node_name": d.node_name,
-                                          "outcome": DEFERRED, "reason": d.reason, "gpus": None}
-            elif d.instance_id in waves:
-                w = waves[d.instance_id]
-                try:
-                    pods = ["%s/%s" % (p["metadata"].get("namespace"), p["metadata"].get("name"))
-                            for p in gpu_pods(kube.list_pods(d.node_name))]
-                    evict = "evict %s" % (", ".join(pods) if pods else "no GPU pod")
-                except KubeError as exc:
-                    evict = "evict the GPU pods (cannot list them now: %s)" % exc
-                # the node as the wave was planned from it (one listing per event, not one per wave node)
-                cordon = ("resume after step %s" % w.resume if w.resume else
-                          "leave the cordon someone else set" if w.cordoned else "cordon")
-                what = ("MIG off (node_bootstrap disable)" if d.disable else d.plan.sequence if d.plan
-                        else "%s=%s" % (d.partition.kind, d.partition.value))
-                results[d.instance_id] = {
-                    "instance_id": d.instance_id, "node_name": d.node_name, "outcome": "dry-run",
-                    "reason": "dry run: would %s, %s (PodDisruptionBudgets respected), apply %s, wait for %s, "
-                              "uncordon" % (cordon, evict, what, ", ".join(sorted(w.expected)) or "no MIG resources"),
-                    "gpus": d.plan.gpus if d.plan else None}
-        return [results[d.instance_id] for d in decisions if d.instance_id in results]
-
-
 def kube_view(inventory: Any, lookup: Any, settings: Any, cluster_id: str) -> Any:
-    """The Kubernetes side for an event: the snapshot's ``kube_nodes`` (None when it has none: nothing is
-    rolled), or, when the ACK API is asked (no inventory), the live API server through the cluster
-    credential (connected only if the event has running nodes to plan)."""
-    if inventory is not None:
+    """The Kubernetes side for an event, as a NodeView: the operator's kubeconfig (``--kubeconfig``,
+    whatever gives the ACK side), else the snapshot's ``kube_nodes`` (None when it has none: nothing is
+    rolled), else, when the ACK API is asked, the live API server through the cluster credential
+    (connected only once the event has nodes to look at)."""
+    from functions.rollout.kube import MemoryKube, NodeView
+
+    if inventory is not None and not settings.rollout.kubeconfig:
         nodes = getattr(lookup, "kube_nodes", None)
-        if nodes is None:
-            return None
-        from functions.rollout.kube import MemoryKube
+        return None if nodes is None else NodeView(MemoryKube.from_snapshot(nodes))
+    from functions.delivery.taint import cs_kubeconfig
 
-        return MemoryKube.from_snapshot(nodes)
-    from functions.rollout.kube import LiveKube
-
-    return LiveKube.from_settings(settings, cluster_id)
+    # One client serves the whole invocation (a drain alone may take ACK_MIG_DRAIN_TIMEOUT_S): the
+    # credential must outlive the longest run, not ACK's 15-minute default.
+    minutes = min(4320, max(15, -(-longest_run_s(settings) // 60) + 5))
+    return NodeView(cs_kubeconfig(settings, cluster_id, minutes).client())

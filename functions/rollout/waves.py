@@ -5,19 +5,26 @@ allocatable), nothing is looked up here. The rollout executor (``functions.rollo
 out and records each node's progress in the node annotation :data:`PROGRESS_ANNOTATION`, which is also
 what the next invocation plans from: the function holds no state of its own.
 
+Which path a target takes (:func:`entry_path`), whatever event named it: a node that carries this hook's
+applied state (its :data:`STATE_LABEL` or :data:`APPLIED_LABEL`, or a rollout record) is a running node
+and changes only through the rollout; a node that has just joined (no state label, ``pending``, or still
+carrying the startup taint) is partitioned directly; a node NVIDIA's mig-manager runs
+(:data:`MIG_MANAGER_LABEL`) is never touched.
+
 A running node needs work when its applied layout (node label :data:`APPLIED_LABEL`, compared as a
 multiset of profiles with the core's own label parser) differs from the pool's label, or its
 :data:`STATE_LABEL` is not ``success``. Per pool at most ``max-unavailable`` nodes are disrupted at once:
-nodes already in progress keep their slot, the free slots go to the waiting nodes in name order, the rest
-are deferred. A node that ended ``drain-timeout`` or ``failed`` for the current target stops the pool's
-rollout until someone looks (the reason says how to resume).
+nodes already in progress keep their slot (also those of the pool that this event does not act on: the
+``bystanders``), the free slots go to the waiting nodes in name order, the rest are deferred. A node that
+ended ``drain-timeout`` or ``failed`` for the current target stops the pool's rollout until someone looks
+(the reason says how to resume).
 """
 
 import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from node_bootstrap.mig import (GPUS, GpuModel, MigInputError, PartitionSpec, find_gpu_or_none, parse, plan,
                                 resource_name)
@@ -29,6 +36,13 @@ GPU_NAME_LABEL = "aliyun.accelerator/nvidia_name"  # ACK GPU node label (facts.m
 GPU_COUNT_LABEL = "aliyun.accelerator/nvidia_count"
 MAX_UNAVAILABLE_LABEL = "ack-mig-hook/max-unavailable"  # pool label: a count (label values cannot hold %)
 PROGRESS_ANNOTATION = "ack-mig-hook/rollout"
+MIG_MANAGER_LABEL = "nvidia.com/mig.config"  # NVIDIA GPU Operator's mig-manager is in charge of this node
+POOL_LABEL = "alibabacloud.com/nodepool-id"  # ACK labels every node of a pool with the pool's id (ACK docs)
+# What the function reads of a Node; the rest (managedFields, images, conditions, ...) is dropped as the
+# list arrives, so 10,000 Nodes fit the function's memory.
+KEPT_LABELS = ("nvidia.com/", "aliyun.accelerator/", "ack-mig-hook/", POOL_LABEL)
+KEPT_ANNOTATIONS = ("ack-mig-hook/",)
+KEPT_RESOURCES = ("nvidia.com/", "aliyun.com/")
 TARGET_OFF = "mig=off"  # the target of a roll to MIG off (ACK_MIG_ON_LABEL_REMOVAL=disable)
 
 # Steps, in order. ACTIVE: the node is disrupted (cordoned by this rollout, or on its way back).
@@ -84,24 +98,36 @@ class Progress:
             return None
 
 
+def _kept(items: Optional[Mapping], prefixes: Tuple[str, ...]) -> Dict[str, str]:
+    return {k: v for k, v in (items or {}).items() if k.startswith(prefixes)}
+
+
 @dataclass(frozen=True)
 class KubeNode:
-    """What the Kubernetes API says about one node (or the snapshot's ``kube_nodes`` entry)."""
+    """What the Kubernetes API says about one node (or the snapshot's ``kube_nodes`` entry): only the
+    labels, annotations and resources the function reads (:data:`KEPT_LABELS` ...), the cordon, the taints
+    (``key:effect``) and the ``resourceVersion`` a compare-and-swap write carries."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     unschedulable: bool = False
     allocatable: Mapping[str, str] = field(default_factory=dict)
+    taints: Tuple[str, ...] = ()
+    resource_version: str = ""
 
     @classmethod
     def from_object(cls, obj: Mapping) -> "KubeNode":
         """From a v1 Node object as the API returns it."""
         meta = obj.get("metadata") or {}
-        return cls(name=str(meta.get("name") or ""), labels=dict(meta.get("labels") or {}),
-                   annotations=dict(meta.get("annotations") or {}),
-                   unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
-                   allocatable=dict((obj.get("status") or {}).get("allocatable") or {}))
+        spec = obj.get("spec") or {}
+        return cls(name=str(meta.get("name") or ""), labels=_kept(meta.get("labels"), KEPT_LABELS),
+                   annotations=_kept(meta.get("annotations"), KEPT_ANNOTATIONS),
+                   unschedulable=bool(spec.get("unschedulable")),
+                   allocatable=_kept((obj.get("status") or {}).get("allocatable"), KEPT_RESOURCES),
+                   taints=tuple("%s:%s" % (t.get("key"), t.get("effect")) for t in spec.get("taints") or []
+                                if isinstance(t, dict)),
+                   resource_version=str(meta.get("resourceVersion") or ""))
 
     @property
     def progress(self) -> Optional[Progress]:
@@ -117,6 +143,41 @@ class KubeNode:
                 except ValueError:
                     continue
         return out
+
+
+NEW, ROLLOUT, CONFLICT = "new", "rollout", "conflict"
+
+
+def entry_path(node: Optional[KubeNode], startup_taint: str = "") -> Tuple[str, str]:
+    """Which way a target goes, and why: :data:`CONFLICT` (mig-manager's node: never touched),
+    :data:`NEW` (not a Kubernetes node yet, or just joined: partitioned directly) or :data:`ROLLOUT` (a
+    running node this hook partitioned: only through the rollout). ``startup_taint``: ``key:Effect`` of
+    the taint new nodes carry ("" when the pool uses none)."""
+    if node is None:
+        return NEW, "not a Kubernetes node yet"
+    if MIG_MANAGER_LABEL in node.labels:
+        return CONFLICT, ("conflict: the node carries %s=%s, NVIDIA mig-manager's; this hook never cordons, "
+                          "drains or partitions it" % (MIG_MANAGER_LABEL, node.labels[MIG_MANAGER_LABEL] or '""'))
+    if node.progress is not None:
+        return ROLLOUT, "a running node with a rollout record (%s)" % PROGRESS_ANNOTATION
+    if startup_taint and startup_taint in node.taints:
+        return NEW, "a new node: it still carries the startup taint %s" % startup_taint
+    state = node.labels.get(STATE_LABEL)
+    if not state and not node.labels.get(APPLIED_LABEL):
+        return NEW, "a new node: no %s yet" % STATE_LABEL
+    if state == "pending":
+        return NEW, "a new node: %s=pending (its first apply)" % STATE_LABEL
+    return ROLLOUT, "a running node (%s=%s)" % (STATE_LABEL, state or "-")
+
+
+def mig_on(node: Optional[KubeNode]) -> bool:
+    """MIG this hook set up: its applied-layout label, or a roll to MIG off under way (never mig-manager's
+    state label alone: that node is not ours to turn off)."""
+    if node is None:
+        return False
+    progress = node.progress
+    return bool(node.labels.get(APPLIED_LABEL)) or (
+        progress is not None and progress.target == TARGET_OFF and progress.step in ACTIVE_STEPS)
 
 
 def target_of(spec: Optional[PartitionSpec]) -> str:
@@ -159,8 +220,8 @@ def work_needed(spec: Optional[PartitionSpec], node: Optional[KubeNode], gpu_mod
     state = node.labels.get(STATE_LABEL)
     applied = node.labels.get(APPLIED_LABEL)
     if spec is None:
-        if applied or state:
-            return "MIG is on (%s=%s); the pool asks for MIG off" % (STATE_LABEL, state or "-")
+        if applied:
+            return "MIG is on (%s=%s); the pool asks for MIG off" % (APPLIED_LABEL, applied)
         return ""
     if not applied:
         return "no applied layout (%s %s)" % (STATE_LABEL, state or "not set")
@@ -212,13 +273,22 @@ class Step:
 
 
 def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: int, me: str = "",
-              now: float = 0.0) -> Dict[str, Step]:
+              now: float = 0.0, bystanders: Sequence[KubeNode] = ()) -> Dict[str, Step]:
     """Steps for every candidate of one pool, keyed by instance id. ``pool``: how reasons name the pool;
-    ``me``/``now``: this invocation and the time, to leave alone a node another live invocation holds."""
+    ``me``/``now``: this invocation and the time, to leave alone a node another live invocation holds.
+    ``bystanders``: the pool's other nodes, which this event does not act on: one in progress still takes
+    a slot, one that stopped the rollout still stops it."""
     nodes = sorted(candidates, key=lambda c: (c.node_name, c.instance_id))
     rollout = "rollout of pool %s to %s" % (pool, target)
     steps: Dict[str, Step] = {}
     in_progress, waiting, stopped = [], [], []
+    others_busy, others_stopped = [], []
+    for b in sorted(bystanders, key=lambda n: n.name):
+        progress = b.progress
+        if progress is not None and progress.step in ACTIVE_STEPS:
+            others_busy.append(b.name)
+        elif progress is not None and progress.target == target and progress.step in STOP_STEPS:
+            others_stopped.append((b.name, progress))
     for c in nodes:
         progress = c.kube.progress if c.kube is not None else None
         if progress is not None and progress.step in ACTIVE_STEPS:
@@ -232,9 +302,9 @@ def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: in
             waiting.append(c)
         else:
             steps[c.instance_id] = Step("skip", "already in the requested layout (%s)" % target)
-    slots = max(0, limit - len(in_progress))
-    takes = [] if stopped else waiting[:slots]
-    wave = [c.node_name for c, _ in in_progress] + [c.node_name for c in takes]
+    slots = max(0, limit - len(in_progress) - len(others_busy))
+    takes = [] if stopped or others_stopped else waiting[:slots]
+    wave = sorted([c.node_name for c, _ in in_progress] + others_busy) + [c.node_name for c in takes]
     wave_text = "%s (max-unavailable %d)" % (", ".join(wave) or "no node", limit)
     for c, progress in in_progress:
         if progress.held_by_another(me, now):  # it keeps its slot; its own invocation finishes it
@@ -250,10 +320,10 @@ def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: in
     for c in takes:
         steps[c.instance_id] = Step("wave", "%s, wave %s: %s; cordon, drain GPU pods, apply, wait for the new "
                                             "capacity, uncordon" % (rollout, wave_text, c.why))
-    if stopped:
-        first, progress = stopped[0]
+    if stopped or others_stopped:
+        first, progress = min([(c.node_name, p) for c, p in stopped] + others_stopped, key=lambda np: np[0])
         why = ("%s stopped: node %s ended %s (%s); fix the cause, then remove its annotation %s to resume"
-               % (rollout, first.node_name, progress.step, progress.reason or "no reason recorded",
+               % (rollout, first, progress.step, progress.reason or "no reason recorded",
                   PROGRESS_ANNOTATION))
         for c, _ in stopped:
             steps[c.instance_id] = Step("defer", why)

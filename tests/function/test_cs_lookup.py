@@ -102,8 +102,12 @@ def test_slow_answer_times_out_and_is_retried(emulator):
 
 
 def test_full_event_through_the_api(emulator):
+    from functions.rollout.kube import MemoryKube
+
+    # The Kubernetes side knows neither instance as a Node yet (new nodes: partitioned directly; a running
+    # node would go through the rollout, tests/rollout).
     result = run_event(event_bytes("ess_scale_out_success.json"), load_settings(cloud_env(emulator)),
-                       dry_run=True, logger=JsonLogger("OFF"))
+                       dry_run=True, logger=JsonLogger("OFF"), kube=MemoryKube())
     assert result.outcome == "done" and [d.action for d in result.decisions] == ["partition", "partition"]
     first = emulator.requests[0]  # the nodes first: an instance outside the cluster ends there
     assert first.action == "DescribeClusterNodes"

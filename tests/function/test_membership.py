@@ -124,10 +124,13 @@ def _scale_out(*ids):
 
 
 def test_run_event_asks_auto_scaling_only_for_instances_that_are_not_nodes(emulator, ess):
+    from functions.rollout.kube import MemoryKube
+
     settings = load_settings(cloud_env(emulator, ACK_MIG_ESS_ENDPOINT=ess.endpoint))
-    # Both named instances are nodes the ACK API lists: Auto Scaling is not asked at all.
+    # Both named instances are nodes the ACK API lists: Auto Scaling is not asked at all. (Kubernetes, an
+    # empty MemoryKube here, knows them as new nodes: partitioned directly.)
     known = run_event(_scale_out("i-2zeb7c1mig0a100x1k4d", "i-2zeb7c1mig0a100x2m8f"), settings, dry_run=True,
-                      logger=JsonLogger("OFF"))
+                      logger=JsonLogger("OFF"), kube=MemoryKube())
     assert [d.action for d in known.decisions] == ["partition", "partition"] and ess.calls == {}
     # A new instance: partitioned when Auto Scaling lists it in the pool's group, skipped otherwise.
     mixed = run_event(_scale_out("i-member007", "i-elsewhere001"), settings, dry_run=True,

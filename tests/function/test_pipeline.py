@@ -211,6 +211,28 @@ def test_a_manual_payload_cannot_target_an_instance_outside_the_cluster():
     assert [d.instance_id for d in decisions if d.action == "partition"] == ["i-2zeb7c1mig0a100x1k4d"]
 
 
+@pytest.mark.parametrize("maker", ["scale-out", "lifecycle", "manual"])
+def test_a_node_in_no_pool_is_skipped_whatever_pool_the_event_names(maker):
+    """A node ACK lists without a pool (a dedicated cluster's master, an old worker) never takes the pool
+    the event names: skip, with the reason, and no command reaches it."""
+    inv = json.load(open(INVENTORY))
+    node = next(n for n in inv["nodes"] if n["instance_id"] == "i-2zeb7c1mig0a100x1k4d")
+    node["nodepool_id"] = ""
+    ids = ["i-2zeb7c1mig0a100x1k4d", "i-2zeb7c1mig0a100x2m8f"]
+    raw = {"scale-out": json.dumps(dict(event_json("ess_scale_out_success.json"),
+                                        data={"scalingGroupId": MIG_GROUP, "instanceIds": ids})),
+           "lifecycle": _lifecycle_for(*ids),
+           "manual": json.dumps({"cluster_id": CLUSTER, "nodepool_id": MIG_POOL, "instance_ids": ids})}[maker]
+    recorder = Recorder()
+    result = run_event(raw, settings(), inventory=InventoryLookup.from_dict(inv), executor=recorder, logger=quiet())
+    by_id = {d.instance_id: d for d in result.decisions}
+    assert by_id[ids[0]].action == "skip" and "in no node pool of cluster" in by_id[ids[0]].reason
+    assert by_id[ids[0]].nodepool_id is None
+    assert by_id[ids[1]].action == "partition"  # its neighbour, in the pool, is not held back
+    (_, decisions), = recorder.calls
+    assert [d.instance_id for d in decisions if d.action == "partition"] == [ids[1]]
+
+
 def test_scale_out_of_an_unlabelled_pool_ends_without_listing_nodes():
     class Counting(InventoryLookup):
         node_calls = 0

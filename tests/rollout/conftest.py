@@ -9,11 +9,11 @@ import pytest
 from functions.cluster import InventoryLookup
 from functions.delivery.node_executor import DeliveryExecutor
 from functions.delivery.outcome import NodeResult
-from functions.rollout.kube import LiveKube
+from functions.kubeapi import KubeApi
 from functions.logs import JsonLogger
 from functions.pipeline import run_event
 from functions.settings import load_settings
-from node_bootstrap.kube import KubeClient, load_kubeconfig
+from node_bootstrap.kube import load_kubeconfig
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 CLUSTER = "c-rollout"
@@ -23,14 +23,18 @@ NAMES = ["node-a", "node-b", "node-c"]
 TIMER = json.dumps({"cluster_id": CLUSTER})  # the manual payload: every labelled pool, as the timer does
 
 
-def snapshot(value=NEW, pool_labels=None, names=NAMES, kube_nodes=None):
+def instance_id(name):
+    return "i-%s" % name
+
+
+def snapshot(value=NEW, pool_labels=None, names=NAMES, kube_nodes=None, ids=instance_id):
     labels = [{"key": "ack.aliyun.com/gpu-partition-sequence", "value": value}] if value is not None else []
     labels += [{"key": k, "value": v} for k, v in (pool_labels or {}).items()]
     data = {"cluster_id": CLUSTER,
             "nodepools": [{"nodepool_info": {"nodepool_id": POOL, "name": "gpu"},
                            "kubernetes_config": {"labels": labels},
                            "scaling_group": {"scaling_group_id": "asg-1", "instance_types": ["ecs.ebmgn7.26xlarge"]}}],
-            "nodes": [{"instance_id": "i-%s" % n, "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge",
+            "nodes": [{"instance_id": ids(n), "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge",
                        "nodepool_id": POOL, "state": "running", "ip_address": ["10.0.0.%d" % i]}
                       for i, n in enumerate(names, 1)]}
     if kube_nodes is not None:
@@ -46,8 +50,10 @@ def capacity(sequence):
     return out
 
 
-def node_labels(sequence=OLD, state="success"):
-    labels = {"nvidia.com/mig.config.state": state, "aliyun.accelerator/nvidia_count": "8"}
+def node_labels(sequence=OLD, state="success", pool=POOL):
+    labels = {"aliyun.accelerator/nvidia_count": "8", "alibabacloud.com/nodepool-id": pool}
+    if state:
+        labels["nvidia.com/mig.config.state"] = state
     if sequence:
         labels["aliyun.accelerator/nvidia_mig_sequence"] = sequence
     return labels
@@ -71,18 +77,14 @@ class PlayedNodes:
                     "code": "gpu-busy", "message": "GPU 0 is used by pid 4242"}}))
                 continue
             if t.args[-1] == "disable":  # node_bootstrap disable: MIG off, its labels cleared, whole GPUs back
-                with self.api.lock:
-                    labels = self.api.nodes[t.node_name]["metadata"]["labels"]
-                    labels.pop("nvidia.com/mig.config.state", None)
-                    labels.pop("aliyun.accelerator/nvidia_mig_sequence", None)
+                self.api.label_node(t.node_name, {"nvidia.com/mig.config.state": None,
+                                                  "aliyun.accelerator/nvidia_mig_sequence": None})
                 self.api.set_capacity(t.node_name, {"nvidia.com/gpu": "8"})
                 out.append(NodeResult(t.instance_id, self.name, 0, {"outcome": "success", "changes": 9, "gpus": []}))
                 continue
             request = json.loads(__import__("base64").b64decode(t.args[-1]))
             sequence = request["partition"]["value"]
-            with self.api.lock:
-                meta = self.api.nodes[t.node_name]["metadata"]
-                meta["labels"].update(node_labels(sequence))
+            self.api.label_node(t.node_name, node_labels(sequence))  # the node's own label patch
             self.api.set_capacity(t.node_name, capacity(sequence))
             out.append(NodeResult(t.instance_id, self.name, 0, {"outcome": "success", "changes": 16,
                                                                "sequence": sequence, "gpus": []}))
@@ -92,19 +94,24 @@ class PlayedNodes:
 class Cluster:
     def __init__(self, api, tmp_path):
         self.api = api
-        cfg = load_kubeconfig(api.write_kubeconfig(tmp_path / "admin.conf", cert=api.admin_cert()))
-        self.kube = LiveKube(KubeClient(cfg))
+        self.config = load_kubeconfig(api.write_kubeconfig(tmp_path / "admin.conf", cert=api.admin_cert()))
+        self.retry_sleeps = []  # the client's own backoff, apart from the rollout's polling
+        # Pages of 2: every listing of the 3-node pool takes two pages (a list read only to its first page
+        # would leave node-c out of every test here).
+        self.kube = self.client()
         self.transport = PlayedNodes(api)
         self.now = [1000.0]
         self.sleeps = []
         self.on_sleep = None
         self.settings_env = {"ACK_MIG_STARTUP_TAINT": "none"}
 
-    def add_nodes(self, names=NAMES, sequence=OLD, state="success", unschedulable=()):
+    def client(self, **options):
+        return KubeApi(self.config, page=2, sleep=self.retry_sleeps.append, **options)
+
+    def add_nodes(self, names=NAMES, sequence=OLD, state="success", unschedulable=(), taints=None):
         for n in names:
-            self.api.add_node(n, labels=node_labels(sequence, state), capacity=capacity(sequence) if sequence else {})
-            if n in unschedulable:
-                self.api.nodes[n]["spec"]["unschedulable"] = True
+            self.api.add_node(n, labels=node_labels(sequence, state), capacity=capacity(sequence) if sequence else {},
+                              unschedulable=n in unschedulable, taints=taints)
 
     def clock(self):
         return self.now[0]

@@ -80,3 +80,37 @@ def test_the_modify_nodepool_event_plans_the_rollout_of_that_pool():
     assert [(d.node_name, d.action) for d in result.decisions] == [
         ("cn-beijing.192.168.12.31", "partition"), ("cn-beijing.192.168.12.47", "defer"),
         ("cn-beijing.192.168.12.58", "skip")]  # only the modified pool: the retired one is not touched
+
+
+def test_a_node_mig_manager_runs_is_never_cordoned_drained_or_disabled(cluster):
+    """NVIDIA mig-manager writes nvidia.com/mig.config.state itself: that is not MIG this hook set up. Its
+    node is left alone when the label is removed with disable; ours next to it rolls to MIG off."""
+    cluster.add_nodes(["node-a", "node-b"])
+    cluster.api.label_node("node-a", {"nvidia.com/mig.config": "all-balanced",
+                                      "aliyun.accelerator/nvidia_mig_sequence": None})  # mig-manager's node
+    cluster.api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet")
+    result = cluster.run(inventory=snapshot(value=None, names=["node-a", "node-b"]),
+                         ACK_MIG_ON_LABEL_REMOVAL="disable", ACK_MIG_MAX_UNAVAILABLE="2")
+    by = {d.node_name: d for d in result.decisions}
+    assert by["node-b"].action == "partition" and by["node-b"].disable
+    assert "node-a" not in by  # no MIG of this hook's on it: not even a target
+    assert cluster.transport.seen == ["node-b"]
+    assert not [r for r in cluster.api.requests if r.method in ("PATCH", "POST") and "node-a" in r.path]
+    assert ("team", "train") in cluster.api.pods and not cluster.unschedulable("node-a")
+
+
+def test_a_mig_manager_node_in_a_labelled_pool_is_skipped_as_conflict(cluster):
+    """Even with this hook's own applied label on it: the node carries nvidia.com/mig.config."""
+    cluster.add_nodes(["node-a", "node-b"])
+    cluster.api.label_node("node-a", {"nvidia.com/mig.config": "custom"})
+    for event in (None, json.dumps({"cluster_id": CLUSTER, "nodepool_id": POOL, "instance_ids": []})):
+        result = cluster.run(inventory=snapshot(names=["node-a", "node-b"]), event=event, ACK_MIG_MAX_UNAVAILABLE="2")
+        by = {d.node_name: d for d in result.decisions}
+        assert by["node-a"].action == "skip" and by["node-a"].reason.startswith(
+            "conflict: the node carries nvidia.com/mig.config=custom, NVIDIA mig-manager's")
+    assert cluster.transport.seen == ["node-b"]
+    assert not [r for r in cluster.api.requests if r.method == "PATCH" and r.path.endswith("/node-a")]
+    off = cluster.run(inventory=snapshot(value=None, names=["node-a", "node-b"]), ACK_MIG_ON_LABEL_REMOVAL="disable")
+    a = next(d for d in off.decisions if d.node_name == "node-a")
+    assert a.action == "skip" and not a.disable and "conflict: the node carries nvidia.com/mig.config" in a.reason
+    assert not [r for r in cluster.api.requests if r.method == "PATCH" and r.path.endswith("/node-a")]

@@ -43,7 +43,7 @@ def test_status_counts_deferred_nodes_and_a_stopped_rollout_from_the_api_server(
     (pool,) = status["pools"]
     assert (pool["nodes"], pool["in_layout"], pool["pending"], pool["deferred"], pool["failed"]) == (3, 0, 1, 2, [])
     assert pool["allocatable"] == {"nvidia.com/mig-1g.5gb": 168}
-    cluster.api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1)
+    cluster.api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
     cluster.api.add_pdb("team", "infer", {"app": "infer"}, min_available=1)
     cluster.run(ACK_MIG_DRAIN_TIMEOUT_S="5")
     (pool,) = collect(settings, InventoryLookup.from_dict(snapshot()), kube=cluster.kube)["pools"]
@@ -61,3 +61,38 @@ def test_status_bad_inventory_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == ("ack-mig-hook: error: %s: kube_nodes must be an object "
                                                '{"<node name>": {"labels": {...}, "annotations": {...}, '
                                                '"unschedulable": false}}' % path)
+
+
+def test_status_and_invoke_use_the_operators_kubeconfig_for_the_kubernetes_side(cluster, tmp_path, capsys):
+    """--inventory for the ACK side, --kubeconfig for the Kubernetes side: the snapshot's kube_nodes (here
+    none) give way to the live API server, through the operator's own credential."""
+    cluster.add_nodes()
+    cluster.api.label_node("node-a", {"aliyun.accelerator/nvidia_mig_sequence": NEW})
+    cluster.api.set_capacity("node-a", capacity(NEW))
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps(snapshot()))
+    kubeconfig = cluster.api.write_kubeconfig(tmp_path / "mine.conf", cert=cluster.api.admin_cert(), user="me")
+    assert main(["status", "--inventory", str(inventory), "--kubeconfig", kubeconfig, "--json"]) == 0
+    (pool,) = json.loads(capsys.readouterr().out)["pools"]
+    assert (pool["in_layout"], pool["pending"], pool["deferred"]) == (1, 1, 1)
+    assert pool["allocatable"] == {"nvidia.com/mig-3g.20gb": 16, "nvidia.com/mig-1g.5gb": 112}
+    assert {r.user for r in cluster.api.requests} == {"kubernetes-admin"}
+    event = tmp_path / "reconcile.json"
+    event.write_text(json.dumps({"cluster_id": "c-rollout", "dry_run": True}))
+    before = len(cluster.api.requests)
+    assert main(["invoke", "--event", str(event), "--inventory", str(inventory), "--kubeconfig", kubeconfig,
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    actions = {d["node_name"]: d["action"] for d in result["decisions"]}
+    assert actions == {"node-a": "skip", "node-b": "partition", "node-c": "defer"}
+    assert len(cluster.api.requests) > before  # asked the API server, not a snapshot
+
+
+def test_a_kubeconfig_that_cannot_be_read_is_one_line(tmp_path, capsys):
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps(snapshot()))
+    for argv in (["status", "--inventory", str(inventory)], ["invoke", "--event", str(inventory), "--inventory",
+                                                               str(inventory)]):
+        assert main(argv + ["--kubeconfig", str(tmp_path / "missing.conf")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ack-mig-hook: error: --kubeconfig: cannot read kubeconfig")

@@ -16,7 +16,7 @@ def outcomes(result):
 
 def test_dry_run_shows_the_whole_plan_and_touches_nothing(cluster):
     cluster.add_nodes()
-    cluster.api.add_pod("team", "train-0", "node-a", gpus=1)
+    cluster.api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
     before = len([r for r in cluster.api.requests if r.method != "GET"])
     first_request = len(cluster.api.requests)
     result = cluster.run(dry_run=True)
@@ -46,7 +46,8 @@ def test_one_wave_per_invocation_until_every_node_is_right_then_nothing_is_sent(
     patches = [r.body for r in cluster.api.requests if r.method == "PATCH" and r.path.endswith("/node-a")]
     assert patches[0]["spec"] == {"unschedulable": True} and '"step": "cordoned"' in str(patches[0])
     assert patches[-1]["spec"] == {"unschedulable": None} and '"step": "done"' in str(patches[-1])
-    assert {e["involvedObject"]["name"] for e in cluster.events("MigRolloutDeferred")} == {"node-b", "node-c"}
+    # waiting for a later wave is the pool's state, not each node's: no Event per waiting node per invocation
+    assert cluster.events("MigRolloutDeferred") == []
     assert cluster.events("MigRolloutCordon")[0]["involvedObject"]["name"] == "node-a"
     cluster.run()
     cluster.run()
@@ -78,18 +79,18 @@ def test_only_gpu_pods_are_evicted_daemonset_mirror_and_cpu_pods_stay(cluster):
 def test_a_pdb_refuses_with_429_then_allows_once_a_replacement_runs(cluster):
     cluster.add_nodes()
     api = cluster.api
-    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1)
+    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
     api.add_pdb("team", "infer", {"app": "infer"}, min_available=1)
 
     def replacement_scheduled(n):  # the ReplicaSet's new replica comes up on another node
         if n == 2:
-            api.add_pod("team", "infer-1", "node-c", labels={"app": "infer"}, gpus=1)
+            api.add_pod("team", "infer-1", "node-c", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
 
     cluster.on_sleep = replacement_scheduled
     result = cluster.run()
     assert outcomes(result)["node-a"] == "partitioned"
     statuses = [r.status for r in api.requests if r.path.endswith("/infer-0/eviction")]
-    assert statuses[:2] == [429, 429] and statuses[-1] == 200
+    assert statuses[:2] == [429, 429] and statuses[-1] == 201  # policy/v1 Eviction: 201 Created when granted
     assert ("team", "infer-0") not in api.pods and ("team", "infer-1") in api.pods
     waits = [e["message"] for e in cluster.events("MigRolloutDrain")]
     assert any("waiting on PodDisruptionBudget" in m and "disruption budget" in m for m in waits)
@@ -98,7 +99,7 @@ def test_a_pdb_refuses_with_429_then_allows_once_a_replacement_runs(cluster):
 def test_drain_timeout_uncordons_keeps_the_old_layout_and_stops_the_pool(cluster):
     cluster.add_nodes()
     api = cluster.api
-    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1)
+    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
     api.add_pdb("team", "infer", {"app": "infer"}, min_available=1)  # never satisfied
     result = cluster.run(ACK_MIG_DRAIN_TIMEOUT_S="30")
     node = result.nodes[0]
@@ -160,7 +161,7 @@ def test_applied_layout_is_compared_in_normalized_form_and_state_must_be_success
     by = {d.node_name: d.reason for d in result.decisions}
     assert "already in the requested layout" in by["node-a"]
     assert "nvidia.com/mig.config.state is failed, not success" in by["node-b"]
-    assert "no applied layout" in by["node-c"]
+    assert "a new node: nvidia.com/mig.config.state=pending (its first apply), so partitioned directly" in by["node-c"]
 
 
 def test_a_snapshot_without_kube_nodes_knows_no_layouts_and_applies_as_before():
@@ -220,7 +221,7 @@ def test_deploy_rbac_yaml_grants_exactly_the_calls_a_rollout_makes(cluster):
     import yaml
 
     cluster.add_nodes()
-    cluster.api.add_pod("team", "train-0", "node-a", gpus=1)
+    cluster.api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
     cluster.run()
     used = {_rbac(r.method, r.path) for r in cluster.api.requests}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -279,7 +280,7 @@ def test_an_evicted_pod_that_terminates_gracefully_is_waited_for_not_evicted_aga
     cluster.add_nodes(["node-a"])
     api = cluster.api
     api.graceful_evictions = True  # the pod stays, terminating, until its kubelet has stopped it
-    api.add_pod("team", "train", "node-a", gpus=1)
+    api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet")
 
     def kubelet_stops_it(n):
         if n == 3:
@@ -289,12 +290,12 @@ def test_an_evicted_pod_that_terminates_gracefully_is_waited_for_not_evicted_aga
     cluster.on_sleep = kubelet_stops_it
     result = cluster.run(inventory=snapshot(names=["node-a"]))
     assert result.nodes[0]["outcome"] == "partitioned" and len(cluster.sleeps) == 3
-    assert [r.status for r in api.requests if r.path.endswith("/eviction")] == [200]
+    assert [r.status for r in api.requests if r.path.endswith("/eviction")] == [201]
 
 
 def test_the_api_server_failing_mid_wave_leaves_a_state_the_next_run_resumes(cluster):
     cluster.add_nodes(["node-a"])
-    cluster.api.add_pod("team", "train", "node-a", gpus=1)
+    cluster.api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet")
 
     def outage(n):
         cluster.api.fail = {"PATCH": 503} if n == 1 else {}
@@ -322,7 +323,7 @@ def test_an_overlapping_invocation_leaves_the_node_another_run_holds(cluster):
     PodDisruptionBudget, a second one must neither touch node-a nor take node-b into the wave."""
     cluster.add_nodes()
     api = cluster.api
-    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1)
+    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
     api.add_pdb("team", "infer", {"app": "infer"}, min_available=1)
     seen = {}
 
@@ -333,7 +334,8 @@ def test_an_overlapping_invocation_leaves_the_node_another_run_holds(cluster):
             seen["result"] = cluster.run()
             seen["writes"] = [r for r in api.requests[before:] if r.method in ("PATCH", "POST", "DELETE")
                               and not r.path.endswith("/events")]
-            api.add_pod("team", "infer-1", "node-c", labels={"app": "infer"}, gpus=1)  # the PDB now allows
+            # the PDB now allows
+            api.add_pod("team", "infer-1", "node-c", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
 
     cluster.on_sleep = second_invocation
     first = cluster.run()

@@ -1,34 +1,61 @@
-"""A real local Kubernetes API server for tests: HTTPS on 127.0.0.1 with client-certificate auth.
+"""A real local Kubernetes API server for tests: HTTPS on 127.0.0.1 with client-certificate auth, and the
+semantics of the real kube-apiserver wherever the hook depends on them.
 
-Not a mock of our client: it speaks HTTP over TLS on a real socket, with certificates made here (a CA, a
-server certificate for 127.0.0.1, client certificates), requires a client certificate signed by that CA
-(or, when ``tokens`` are given, accepts a bearer token instead), and enforces the part of NodeRestriction
-that matters to us: a node credential (``system:node:<name>``) may change only its own Node, and never
-its taints. It holds Node and Pod objects in memory and records every request.
+Not a mock of our client: it speaks HTTP/1.1 over TLS on a real socket (keep-alive included), with
+certificates made here (a CA, a server certificate for 127.0.0.1, client certificates), requires a client
+certificate signed by that CA (or, when ``tokens`` are given, accepts a bearer token instead), holds
+Node, Pod, PodDisruptionBudget and Event objects in memory and records every request. A double kinder than
+the real server hides bugs, so each rule below names its upstream source (kubernetes/kubernetes unless
+said otherwise); the selector and budget arithmetic lives in ``tests/support/kubeselect.py``.
 
-Served:
+Objects and concurrency
+  * Every object carries ``metadata.resourceVersion``, one cluster-wide counter bumped by every write, as
+    etcd's revision is (``staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go``; clients must treat it
+    as opaque). A list carries the counter at the time it was built.
+  * ``PATCH`` (merge, strategic-merge treated as merge: only maps are patched here, JSON patch) and ``PUT``
+    of a Node are optimistic: when the object the patch or body produces carries a ``resourceVersion``
+    other than the current one, the answer is 409 Conflict ``Operation cannot be fulfilled on nodes "X":
+    the object has been modified; please apply your changes to the latest version and try again``; without
+    one a merge patch always applies and a Node update is unconditional
+    (``registry/generic/registry/store.go`` Update, ``AllowUnconditionalUpdate`` of the node strategy).
+Lists (``GET /api/v1/nodes``, ``/api/v1/pods``, ``/api/v1/namespaces/{ns}/pods``)
+  * ``labelSelector`` in the full set-based syntax; ``fieldSelector`` on the fields the resource indexes
+    (anything else: 400 ``field label not supported``).
+  * ``limit`` and ``continue``: a page holds at most ``limit`` items, and ``metadata.continue`` names the
+    rest of the same consistent snapshot. :meth:`KubeApiServer.compact` plays etcd's compaction: every
+    outstanding token then answers 410 Gone, reason ``Expired``, with a token for an inconsistent
+    remainder in ``metadata.continue`` (etcd3 ``store.go`` ``compactedContinue``). Only the 64 newest
+    snapshots are kept; older tokens expire the same way. ``resourceVersion=0`` is accepted (served from
+    the watch cache upstream; here the current state).
+Eviction (``POST .../pods/{name}/eviction``, ``pkg/registry/core/pod/storage/eviction.go``)
+  * A Pending, Succeeded, Failed or terminating pod is deleted without looking at budgets.
+  * Budgets of the pod's namespace whose selector selects it (empty or invalid selectors select nothing):
+    several -> 500 ``This pod has more than one PodDisruptionBudget, which the eviction subresource does not
+    support.``; one that the controller has not processed yet (``add_pdb(..., processed=False)``) -> 429
+    with the cause ``DisruptionBudget`` and ``Retry-After: 10``; one that allows no disruption -> 429 with
+    the cause ``DisruptionBudget`` (``The disruption budget X needs N healthy pods and has M currently``)
+    and no Retry-After; otherwise the pod is deleted and the answer is 201 Created with a Status.
+  * ``minAvailable``/``maxUnavailable``, integers or percentages, as the disruption controller counts
+    (``kubeselect.disruptions_allowed``).
+  * With ``graceful_evictions`` an evicted pod stays, terminating (``deletionTimestamp``), until
+    :meth:`KubeApiServer.finish_termination` (its kubelet stopped it).
+Throttling and outages
+  * :meth:`KubeApiServer.throttle` makes the next matching requests answer as API Priority and Fairness
+    (and max-in-flight) do: 429, ``Retry-After`` header, a ``text/plain`` body ``Too many requests, please
+    try again later.`` (``staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go``
+    ``tooManyRequests``). :meth:`KubeApiServer.break_next` fails the next matching requests with a 5xx or
+    a dropped connection; ``fail`` (``{"PATCH": 503}``) answers every request of a method with that status.
+A node's own credential (``system:node:<name>``), as the Node authorizer and NodeRestriction limit it
+  (``plugin/pkg/auth/authorizer/node/node_authorizer.go``, ``plugin/pkg/admission/noderestriction``):
+  * its own Node only: get, patch and update it (never its taints); list nodes only with
+    ``fieldSelector=metadata.name=<itself>`` (AuthorizeNodeWithSelectors);
+  * pods: list only with ``fieldSelector=spec.nodeName=<itself>``; get, delete and evict only pods bound
+    to it;
+  * events: create, never read.
+Events (``POST``/``GET`` ``.../events``): the legacy validation (an event without ``eventTime`` about a
+cluster-scoped object lives in ``default``), a name taken is 409.
 
-* ``GET /api/v1/nodes`` (``labelSelector``) and ``GET /api/v1/nodes/{name}``
-* ``PATCH /api/v1/nodes/{name}`` with ``application/merge-patch+json``, ``application/json-patch+json``
-  or ``application/strategic-merge-patch+json`` (treated as a merge patch)
-* ``GET /api/v1/pods`` and ``GET /api/v1/namespaces/{ns}/pods`` with ``fieldSelector=spec.nodeName=X``
-  and ``labelSelector=k=v[,k=v]``; ``DELETE /api/v1/namespaces/{ns}/pods/{name}``
-* ``POST /api/v1/namespaces/{ns}/pods/{name}/eviction`` (policy/v1 Eviction) with the API server's
-  rules (https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/): 200 and the pod is
-  deleted; 429 "Cannot evict pod as it would violate the pod's disruption budget." while the one
-  PodDisruptionBudget selecting the pod allows no disruption (healthy selected pods - ``minAvailable``
-  < 1, healthy = Running and not terminating, as the disruption controller counts); 500 when more than
-  one budget selects the pod; 404 for a pod that is not there. With ``graceful_evictions`` the pod stays,
-  terminating (``deletionTimestamp``), until :meth:`KubeApiServer.finish_termination`.
-  Cordon is ``spec.unschedulable`` through the node PATCH above.
-* ``POST /api/v1/namespaces/{ns}/events`` (core v1 Events, with the API server's legacy validation: an
-  event about a cluster-scoped object such as a Node lives in ``default``; a name taken is 409) and
-  ``GET /api/v1/events`` / ``GET /api/v1/namespaces/{ns}/events`` with ``fieldSelector`` on
-  ``involvedObject.*`` and ``reason``. A node credential may create events (the ``system:node`` rules
-  allow events create/update/patch and NodeRestriction does not look at events) but not read them.
-
-Use it through :func:`kube_api_server` (a context manager) or the ``kube_api`` pytest fixture that
-``tests/support/fixtures`` style conftests can re-export::
+Use it through :func:`kube_api_server` (a context manager) or the ``kube_api`` pytest fixture::
 
     from tests.support.kubeapi import kube_api  # noqa: F401  (in a conftest.py)
 
@@ -43,6 +70,7 @@ Use it through :func:`kube_api_server` (a context manager) or the ``kube_api`` p
 import base64
 import copy
 import datetime
+import itertools
 import json
 import os
 import ssl
@@ -50,7 +78,7 @@ import tempfile
 import threading
 import typing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
@@ -59,9 +87,17 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tests.support import kubeselect
+
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+SNAPSHOTS_KEPT = 64
+NODE_FIELDS = ("metadata.name", "spec.unschedulable")  # pkg/registry/core/node/strategy.go NodeToSelectableFields
+POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
+              "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP",
+              "status.nominatedNodeName")  # pkg/registry/core/pod/strategy.go ToSelectableFields
+THROTTLED_TEXT = "Too many requests, please try again later.\n"
 
 
 class Recorded(typing.NamedTuple):
@@ -72,6 +108,7 @@ class Recorded(typing.NamedTuple):
     body: Optional[object]  # parsed JSON, or None
     user: str  # the authenticated user: a certificate CN or "token:<name>"
     status: int
+    connection: int = 0  # which TLS connection carried it (the same number: a kept-alive connection)
 
 
 class Cert(typing.NamedTuple):
@@ -206,6 +243,42 @@ def _json_patch(doc, ops):
     return doc
 
 
+
+class Refused(Exception):
+    """An answer other than success: status, message, Status reason, details, extra headers."""
+
+    def __init__(self, status, message, reason=None, details=None, headers=None, meta=None):
+        super(Refused, self).__init__(message)
+        self.status, self.message, self.details, self.headers = status, message, details, headers or {}
+        self.meta = meta or {}
+        self.reason = reason if reason is not None else {
+            400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
+            409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
+            429: "TooManyRequests", 503: "ServiceUnavailable"}.get(status, "InternalError")
+
+
+class Serialized(typing.NamedTuple):
+    """An answer already written out as JSON (a list page, serialized under the lock)."""
+
+    text: str
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _token(snapshot, after):
+    return base64.urlsafe_b64encode(json.dumps({"s": snapshot, "a": after}).encode()).decode().rstrip("=")
+
+
+def _untoken(text):
+    try:
+        data = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode())
+        return int(data["s"]), str(data["a"])
+    except (ValueError, KeyError, TypeError):
+        raise Refused(400, "continue key is not valid: illegal base64 data")
+
+
 class KubeApiServer:
     """The server's state and its HTTPS listener. Create with :func:`kube_api_server`."""
 
@@ -215,17 +288,24 @@ class KubeApiServer:
         self.ca = CertificateAuthority()
         self.tokens = dict(tokens or {})  # token -> user name
         self.nodes = {}  # type: Dict[str, dict]
-        self.pods = {}  # type: Dict[typing.Tuple[str, str], dict]
-        self.pdbs = {}  # type: Dict[typing.Tuple[str, str], dict]
+        self.pods = {}  # type: Dict[Tuple[str, str], dict]
+        self.pdbs = {}  # type: Dict[Tuple[str, str], dict]
         self.graceful_evictions = False
-        self.events = {}  # type: Dict[typing.Tuple[str, str], dict]
+        self.events = {}  # type: Dict[Tuple[str, str], dict]
         # Other objects served as they are on GET (path -> object), e.g. a ClusterRole or a list of bindings.
         self.read_only = {}  # type: Dict[str, dict]
         self.requests = []  # type: List[Recorded]
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.rv = 1  # the cluster-wide resourceVersion counter
+        self._snapshots = {}  # type: Dict[int, Tuple[str, List[dict]]]  (list rv, items by name)
+        self._snapshot_ids = itertools.count(1)
+        self._connections = itertools.count(1)
+        self._throttles = []  # type: List[list]  [remaining, retry_after, method or None, path prefix or None]
         # Called after every successful PATCH of a node (name, new object): lets a test play the
         # device plugin, e.g. publish capacity once the labels say success.
         self.on_node_patch = None  # type: Optional[Callable[[str, dict], None]]
+        # Called after each list page is built (path, whether it continued a list): a test can compact.
+        self.on_list_page = None  # type: Optional[Callable[[str, int], None]]
         # Status to answer with instead of serving, e.g. {"GET": 503}: outage tests.
         self.fail = {}  # type: Dict[str, int]
         self._server_cert = self.ca.issue("127.0.0.1", server_ip="127.0.0.1")
@@ -262,53 +342,115 @@ class KubeApiServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    # --- objects --------------------------------------------------------------------------------
+    # --- objects: every write stores a new dict with the next resourceVersion --------------------
 
-    def add_node(self, name, labels=None, annotations=None, taints=None, capacity=None):
-        # type: (str, Optional[dict], Optional[dict], Optional[list], Optional[dict]) -> dict
-        node = {
+    def _stamp(self, obj):
+        # type: (dict) -> dict
+        with self.lock:
+            self.rv += 1
+            obj.setdefault("metadata", {})["resourceVersion"] = str(self.rv)
+        return obj
+
+    def put_node(self, node):
+        # type: (dict) -> dict
+        """Store a whole Node object as given (a new resourceVersion)."""
+        node = self._stamp(copy.deepcopy(node))
+        node["metadata"].setdefault("uid", "node-uid-%s" % node["metadata"]["name"])
+        with self.lock:
+            self.nodes[node["metadata"]["name"]] = node
+        return node
+
+    def add_node(self, name, labels=None, annotations=None, taints=None, capacity=None, unschedulable=False):
+        # type: (str, Optional[dict], Optional[dict], Optional[list], Optional[dict], bool) -> dict
+        spec = {}  # type: Dict[str, Any]
+        if taints:
+            spec["taints"] = list(taints)
+        if unschedulable:
+            spec["unschedulable"] = True
+        return self.put_node({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {}),
-                         "resourceVersion": "1"},
-            "spec": {"taints": list(taints)} if taints else {},
-            "status": {"capacity": dict(capacity or {}), "allocatable": dict(capacity or {})},
-        }
+                         "creationTimestamp": _now()},
+            "spec": spec,
+            "status": {"capacity": dict(capacity or {}), "allocatable": dict(capacity or {})}})
+
+    def update_node(self, name, change):
+        # type: (str, Callable[[dict], None]) -> dict
+        """A write by another party (the node's kubelet, the device plugin, a person): ``change`` edits a
+        copy, which is stored with the next resourceVersion."""
         with self.lock:
-            self.nodes[name] = node
-        return node
+            node = copy.deepcopy(self.nodes[name])
+            change(node)
+            self.nodes[name] = self._stamp(node)
+            return self.nodes[name]
+
+    def label_node(self, name, labels):
+        # type: (str, dict) -> dict
+        """What the node's own label patch does (None deletes a label)."""
+        def change(node):
+            target = node["metadata"].setdefault("labels", {})
+            for key, value in labels.items():
+                if value is None:
+                    target.pop(key, None)
+                else:
+                    target[key] = value
+        return self.update_node(name, change)
 
     def set_capacity(self, name, capacity):
         # type: (str, dict) -> None
-        with self.lock:
-            status = self.nodes[name].setdefault("status", {})
+        def change(node):
+            status = node.setdefault("status", {})
             status["capacity"] = dict(capacity)
             status["allocatable"] = dict(capacity)
+        self.update_node(name, change)
 
     def add_pod(self, namespace, name, node_name, labels=None, gpus=0, owner_kind=None, annotations=None,
-                phase="Running"):
-        # type: (str, str, str, Optional[dict], int, Optional[str], Optional[dict], str) -> dict
-        """``gpus``: the container's ``nvidia.com/gpu`` limit; ``owner_kind``: e.g. DaemonSet, ReplicaSet."""
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": name, "namespace": namespace, "labels": dict(labels or {})},
-               "spec": {"nodeName": node_name}}
-        if gpus or owner_kind or annotations or phase != "Running":
-            pod["spec"]["containers"] = [{"name": "main", "resources": {
-                "limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}]
-            pod["status"] = {"phase": phase}
-            if owner_kind:
-                pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind,
-                                                       "name": name + "-owner", "controller": True}]
-            if annotations:
-                pod["metadata"]["annotations"] = dict(annotations)
+                phase="Running", resources=None, init_resources=None, volumes=None, resource_claims=None,
+                controller=True):
+        """``gpus``: the container's ``nvidia.com/gpu`` limit; ``resources``: other limits (e.g.
+        ``{"aliyun.com/gpu-mem": "8"}``); ``init_resources``: an init container's; ``owner_kind``: e.g.
+        DaemonSet, ReplicaSet (the controller reference unless ``controller=False``)."""
+        limits = dict(resources or {})
+        if gpus:
+            limits["nvidia.com/gpu"] = str(gpus)
+        container = {"name": "main", "resources": {"limits": limits} if limits else {}}
+        spec = {"nodeName": node_name, "containers": [container]}  # type: Dict[str, Any]
+        if init_resources:
+            spec["initContainers"] = [{"name": "init", "resources": {"limits": dict(init_resources)}}]
+        if volumes:
+            spec["volumes"] = list(volumes)
+        if resource_claims:
+            spec["resourceClaims"] = list(resource_claims)
+        meta = {"name": name, "namespace": namespace, "labels": dict(labels or {}), "uid": "pod-uid-%s" % name,
+                "creationTimestamp": _now()}  # type: Dict[str, Any]
+        if owner_kind:
+            meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner_kind, "name": name + "-owner",
+                                        "uid": "owner-uid", "controller": controller}]
+        if annotations:
+            meta["annotations"] = dict(annotations)
+        pod = self._stamp({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+                           "status": {"phase": phase}})
         with self.lock:
             self.pods[(namespace, name)] = pod
         return pod
 
-    def add_pdb(self, namespace, name, match_labels, min_available):
-        # type: (str, str, dict, int) -> dict
-        pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-               "metadata": {"name": name, "namespace": namespace},
-               "spec": {"selector": {"matchLabels": dict(match_labels)}, "minAvailable": min_available}}
+    def add_pdb(self, namespace, name, match_labels=None, min_available=None, max_unavailable=None,
+                match_expressions=None, processed=True):
+        # type: (str, str, Optional[dict], Any, Any, Optional[list], bool) -> dict
+        """A PodDisruptionBudget; ``processed=False``: the disruption controller has not seen it yet."""
+        selector = {}  # type: Dict[str, Any]
+        if match_labels is not None:
+            selector["matchLabels"] = dict(match_labels)
+        if match_expressions is not None:
+            selector["matchExpressions"] = list(match_expressions)
+        spec = {"selector": selector}  # type: Dict[str, Any]
+        if min_available is not None:
+            spec["minAvailable"] = min_available
+        if max_unavailable is not None:
+            spec["maxUnavailable"] = max_unavailable
+        pdb = self._stamp({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                           "metadata": {"name": name, "namespace": namespace, "generation": 1}, "spec": spec,
+                           "status": {"observedGeneration": 1 if processed else 0}})
         with self.lock:
             self.pdbs[(namespace, name)] = pdb
         return pdb
@@ -318,16 +460,44 @@ class KubeApiServer:
         """The kubelet has stopped a terminating pod: it leaves the API."""
         with self.lock:
             self.pods.pop((namespace, name), None)
+            self.rv += 1
 
-    def _disruptions_allowed(self, pdb):
-        # type: (dict) -> int
-        selector = pdb["spec"]["selector"].get("matchLabels") or {}
-        healthy = sum(1 for (ns, _), p in self.pods.items()
-                      if ns == pdb["metadata"]["namespace"]
-                      and all(p["metadata"].get("labels", {}).get(k) == v for k, v in selector.items())
-                      and (p.get("status") or {}).get("phase", "Running") == "Running"
-                      and not p["metadata"].get("deletionTimestamp"))
-        return healthy - int(pdb["spec"]["minAvailable"])
+    def budget_status(self, namespace, name):
+        # type: (str, str) -> Dict[str, int]
+        """What the disruption controller would write in the budget's status now."""
+        with self.lock:
+            pdb = self.pdbs[(namespace, name)]
+            selected = [p for (ns, _), p in sorted(self.pods.items())
+                        if ns == namespace and kubeselect.pdb_selects(pdb, p["metadata"].get("labels") or {})]
+            return kubeselect.disruptions_allowed(pdb, selected)
+
+    def compact(self):
+        """etcd compaction: every continue token handed out so far expires (410 Expired)."""
+        with self.lock:
+            self._snapshots.clear()
+
+    def throttle(self, times=1, retry_after=1, method=None, path=None):
+        # type: (int, int, Optional[str], Optional[str]) -> None
+        """The next ``times`` requests (of ``method``, under ``path``) are turned away as APF does."""
+        with self.lock:
+            self._throttles.append([times, retry_after, method, path])
+
+    def break_next(self, times=1, status=503, method=None, path=None):
+        # type: (int, Optional[int], Optional[str], Optional[str]) -> None
+        """The next ``times`` matching requests fail: with ``status`` (a Status body, as an overloaded or
+        restarting API server answers), or, with ``status=None``, the connection is closed unanswered."""
+        with self.lock:
+            self._throttles.append([times, ("break", status), method, path])
+
+    def _throttled(self, method, path):
+        # type: (str, str) -> Any
+        with self.lock:
+            for entry in self._throttles:
+                if entry[0] > 0 and entry[2] in (None, method) and (entry[3] is None or path.startswith(entry[3])):
+                    entry[0] -= 1
+                    return entry[1]
+        return None
+
 
     # --- credentials ----------------------------------------------------------------------------
 
@@ -400,21 +570,15 @@ def _cn(peercert):
     return None
 
 
-def _selector_match(labels, selector):
-    if not selector:
-        return True
-    for term in selector.split(","):
-        key, _, value = term.partition("=")
-        if labels.get(key.strip()) != value.strip():
-            return False
-    return True
+def _conflict(kind, name):
+    return Refused(409, 'Operation cannot be fulfilled on %s "%s": the object has been modified; please apply '
+                        'your changes to the latest version and try again' % (kind, name),
+                   details={"name": name, "kind": kind})
 
 
-def _field(obj, path):
-    """The value a field selector such as ``involvedObject.name`` compares with ("" when absent)."""
-    for part in path.strip().split("."):
-        obj = obj.get(part) if isinstance(obj, dict) else None
-    return "" if obj is None else str(obj)
+def _node_of(user):
+    # type: (str) -> Optional[str]
+    return user[len("system:node:"):] if user.startswith("system:node:") else None
 
 
 def _handler_for(api):
@@ -422,6 +586,11 @@ def _handler_for(api):
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = 60  # an idle kept-alive connection is closed after this long
+
+        def setup(self):
+            BaseHTTPRequestHandler.setup(self)
+            self.connection_number = next(api._connections)
 
         def log_message(self, fmt, *args):  # keep test output clean
             pass
@@ -433,22 +602,29 @@ def _handler_for(api):
                 return "token:%s" % name if name else None
             return _cn(self.connection.getpeercert())
 
-        def _reply(self, status, obj, record):
-            body = json.dumps(obj).encode()
+        def _send(self, status, body, content_type, record, headers=None):
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
             self.end_headers()
             self.wfile.write(body)
             with api.lock:
                 api.requests.append(record._replace(status=status))
 
-        def _status(self, code, message, record):
-            reason = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
-                      405: "MethodNotAllowed", 409: "AlreadyExists", 415: "UnsupportedMediaType",
-                      422: "Invalid", 429: "TooManyRequests"}.get(code, "InternalError")
-            self._reply(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-                               "reason": reason, "code": code}, record)
+        def _reply(self, status, obj, record):
+            text = obj.text if isinstance(obj, Serialized) else json.dumps(obj)
+            self._send(status, text.encode(), "application/json", record)
+
+        def _refuse(self, refused, record):
+            status = {"kind": "Status", "apiVersion": "v1", "metadata": refused.meta, "status": "Failure",
+                      "message": refused.message, "code": refused.status}
+            if refused.reason:
+                status["reason"] = refused.reason
+            if refused.details is not None:
+                status["details"] = refused.details
+            self._send(refused.status, json.dumps(status).encode(), "application/json", record, refused.headers)
 
         def _handle(self, method):
             parts = urlsplit(self.path)
@@ -462,136 +638,144 @@ def _handler_for(api):
                 except ValueError:
                     body = None
             user = self._user()
-            record = Recorded(method, unquote(parts.path), parts.query, ctype, body, user or "", 0)
+            record = Recorded(method, unquote(parts.path), parts.query, ctype, body, user or "", 0,
+                              self.connection_number)
             if user is None:
-                return self._status(401, "Unauthorized", record)
-            if method in api.fail:
-                return self._status(api.fail[method], "injected failure", record)
-            segs = [unquote(s) for s in parts.path.strip("/").split("/")]
-            query = parse_qs(parts.query)
-            if segs[:3] == ["api", "v1", "nodes"] and len(segs) == 3 and method == "GET":
-                labels = (query.get("labelSelector") or [""])[0]
+                return self._refuse(Refused(401, "Unauthorized"), record)
+            injected = api._throttled(method, record.path)
+            if isinstance(injected, tuple) and injected[1] is None:  # the connection drops, no answer
                 with api.lock:
-                    items = [copy.deepcopy(n) for _, n in sorted(api.nodes.items())
-                             if _selector_match(n["metadata"].get("labels", {}), labels)]
-                return self._reply(200, {"kind": "NodeList", "apiVersion": "v1", "metadata": {},
-                                         "items": items}, record)
+                    api.requests.append(record._replace(status=0))
+                self.close_connection = True
+                return None
+            if isinstance(injected, tuple):
+                return self._refuse(Refused(injected[1], "injected failure"), record)
+            if injected is not None:
+                return self._send(429, THROTTLED_TEXT.encode(), "text/plain; charset=utf-8", record,
+                                  {"Retry-After": str(injected), "X-Content-Type-Options": "nosniff"})
+            if method in api.fail:
+                return self._refuse(Refused(api.fail[method], "injected failure"), record)
+            try:
+                status, obj = self._route(method, [unquote(s) for s in parts.path.strip("/").split("/")],
+                                          parse_qs(parts.query), ctype, body, raw, user)
+            except Refused as refused:
+                return self._refuse(refused, record)
+            except kubeselect.SelectorError as exc:
+                return self._refuse(Refused(400, str(exc)), record)
+            return self._reply(status, obj, record)
+
+        def _route(self, method, segs, query, ctype, body, raw, user):
+            if segs[:3] == ["api", "v1", "nodes"] and len(segs) == 3 and method == "GET":
+                return 200, self._list_nodes(query, user)
+            if segs[:3] == ["api", "v1", "nodes"] and len(segs) == 4:
+                return self._node(method, segs[3], ctype, body, raw, user)
             if (segs[:3] == ["api", "v1", "namespaces"] and len(segs) == 7 and segs[4] == "pods"
                     and segs[6] == "eviction" and method == "POST"):
-                return self._evict(segs[3], segs[5], record)
-            if segs[:3] == ["api", "v1", "nodes"] and len(segs) == 4:
-                return self._node(method, segs[3], ctype, body, raw, user, record)
+                return self._evict(segs[3], segs[5], body, user)
             if segs[:2] == ["api", "v1"] and method == "GET" and (
                     segs[2:] == ["pods"] or (len(segs) == 5 and segs[2] == "namespaces" and segs[4] == "pods")):
-                namespace = segs[3] if len(segs) == 5 else None
-                return self._list_pods(namespace, query, record)
-            if (segs[:3] == ["api", "v1", "namespaces"] and len(segs) == 6 and segs[4] == "pods"
-                    and method == "DELETE"):
-                with api.lock:
-                    pod = api.pods.pop((segs[3], segs[5]), None)
-                if pod is None:
-                    return self._status(404, 'pods "%s" not found' % segs[5], record)
-                return self._reply(200, pod, record)
+                return 200, self._list_pods(segs[3] if len(segs) == 5 else None, query, user)
+            if segs[:3] == ["api", "v1", "namespaces"] and len(segs) == 6 and segs[4] == "pods":
+                return self._pod(method, segs[3], segs[5], user)
             if segs[:2] == ["api", "v1"] and (segs[2:] == ["events"] or (
                     len(segs) == 5 and segs[2] == "namespaces" and segs[4] == "events")):
-                return self._events(method, segs[3] if len(segs) == 5 else None, query, body, user, record)
+                return self._events(method, segs[3] if len(segs) == 5 else None, query, body, user)
             if method == "GET" and "/" + "/".join(segs) in api.read_only:  # e.g. RBAC objects for doctor
                 with api.lock:
-                    obj = copy.deepcopy(api.read_only["/" + "/".join(segs)])
-                return self._reply(200, obj, record)
-            return self._status(404, "the server could not find the requested resource", record)
+                    return 200, copy.deepcopy(api.read_only["/" + "/".join(segs)])
+            raise Refused(404, "the server could not find the requested resource")
 
-        def _events(self, method, namespace, query, body, user, record):
-            if method == "GET":
-                if user.startswith("system:node:"):  # system:node may write events, never read them
-                    return self._status(403, 'events is forbidden: User "%s" cannot list resource "events"'
-                                        % user, record)
-                terms = [t.partition("=") for t in (query.get("fieldSelector") or [""])[0].split(",") if t]
-                with api.lock:
-                    items = [copy.deepcopy(e) for (ns, _), e in sorted(api.events.items())
-                             if (namespace is None or ns == namespace)
-                             and all(_field(e, k) == v for k, _, v in terms)]
-                return self._reply(200, {"kind": "EventList", "apiVersion": "v1", "items": items}, record)
-            if method != "POST" or namespace is None:
-                return self._status(405, "method not allowed", record)
-            if not isinstance(body, dict):
-                return self._status(400, "body is not a JSON object", record)
-            meta = body.get("metadata") or {}
-            if meta.get("namespace") not in (None, "", namespace):
-                return self._status(400, "the namespace of the provided object does not match the namespace "
-                                         "sent on the request", record)
-            name = meta.get("name")
-            if not name:
-                return self._status(422, "metadata.name: Required value: name or generateName is required", record)
-            involved = body.get("involvedObject") or {}
-            # legacyValidateEvent (pkg/apis/core/validation/events.go): an event without eventTime about a
-            # cluster-scoped object must live in "default"; otherwise in the object's own namespace.
-            if not body.get("eventTime") and (involved.get("namespace") or "default") != namespace:
-                return self._status(422, "involvedObject.namespace: Invalid value: %r: does not match "
-                                         "event.namespace" % (involved.get("namespace") or ""), record)
-            event = copy.deepcopy(body)
-            with api.lock:  # (replies take the lock too: answer outside it)
-                taken = (namespace, name) in api.events
-                if not taken:
-                    event.setdefault("metadata", {}).update(namespace=namespace, resourceVersion="1",
-                                                            uid="event-%d" % (len(api.events) + 1))
-                    api.events[(namespace, name)] = event
-            if taken:
-                return self._status(409, 'events "%s" already exists' % name, record)
-            return self._reply(201, event, record)
+        # ---- lists ----
 
-        def _evict(self, namespace, name, record):
+        def _page(self, kind, path, items, query):
+            """One page of a list: a new consistent snapshot for a first page, the snapshot a continue
+            token names for the next ones (410 Expired once compacted away)."""
+            limit_text = (query.get("limit") or ["0"])[0]
+            limit = int(limit_text) if limit_text.isdigit() else 0
+            token = (query.get("continue") or [""])[0]
             with api.lock:
-                pod = api.pods.get((namespace, name))
-                if pod is None:
-                    return self._status(404, 'pods "%s" not found' % name, record)
-                labels = pod["metadata"].get("labels", {})
-                budgets = [b for (ns, _), b in sorted(api.pdbs.items()) if ns == namespace and all(
-                    labels.get(k) == v for k, v in (b["spec"]["selector"].get("matchLabels") or {}).items())]
-                if len(budgets) > 1:
-                    refused = (500, "This pod has more than one PodDisruptionBudget, which the eviction "
-                                    "subresource does not support.")
-                elif budgets and api._disruptions_allowed(budgets[0]) < 1:
-                    refused = (429, "Cannot evict pod as it would violate the pod's disruption budget.")
+                if token:
+                    snap_id, after = _untoken(token)
+                    if snap_id not in api._snapshots:
+                        fresh = next(api._snapshot_ids)
+                        api._snapshots[fresh] = (str(api.rv), items)
+                        raise _expired(_token(fresh, after))
+                    list_rv, snapshot = api._snapshots[snap_id]
                 else:
-                    refused = None
-                    if api.graceful_evictions:
-                        pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-                    else:
-                        del api.pods[(namespace, name)]
-            if refused is not None:
-                return self._status(refused[0], refused[1], record)
-            return self._reply(200, {"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200},
-                               record)
+                    snap_id, after = next(api._snapshot_ids), ""
+                    list_rv, snapshot = str(api.rv), items
+                    api._snapshots[snap_id] = (list_rv, snapshot)
+                    for old in sorted(api._snapshots)[:-SNAPSHOTS_KEPT]:
+                        del api._snapshots[old]
+                rest = [o for o in snapshot if o["metadata"]["name"] > after] if after else snapshot
+                page = rest[:limit] if limit else rest
+                meta = {"resourceVersion": list_rv}  # type: Dict[str, Any]
+                if limit and len(rest) > limit:
+                    meta["continue"] = _token(snap_id, page[-1]["metadata"]["name"])
+                    if not query.get("labelSelector") and not query.get("fieldSelector"):
+                        meta["remainingItemCount"] = len(rest) - limit
+                # Written out now, under the lock: the objects as they are at this moment (list items carry
+                # no kind or apiVersion); 10,000 Nodes are not copied, only serialized page by page.
+                text = json.dumps({"kind": kind, "apiVersion": "v1", "metadata": meta, "items": [
+                    {k: v for k, v in item.items() if k not in ("apiVersion", "kind")} for item in page]})
+            if api.on_list_page is not None:
+                api.on_list_page(path, bool(token))
+            return Serialized(text)
 
-        def _list_pods(self, namespace, query, record):
-            field = (query.get("fieldSelector") or [""])[0]
-            labels = (query.get("labelSelector") or [""])[0]
-            node = field[len("spec.nodeName="):] if field.startswith("spec.nodeName=") else None
+        def _list_nodes(self, query, user):
+            fields = kubeselect.parse_fields((query.get("fieldSelector") or [""])[0], NODE_FIELDS)
+            labels = kubeselect.parse_labels((query.get("labelSelector") or [""])[0])
+            node = _node_of(user)
+            if node is not None and ("metadata.name", "=", node) not in fields:
+                raise Refused(403, 'nodes is forbidden: User "%s" cannot list resource "nodes" in API group "" '
+                                   "at the cluster scope: node '%s' cannot read all nodes, only its own Node "
+                                   "object" % (user, node))
             with api.lock:
-                items = [copy.deepcopy(p) for (ns, _), p in sorted(api.pods.items())
-                         if (namespace is None or ns == namespace)
-                         and (node is None or p["spec"].get("nodeName") == node)
-                         and _selector_match(p["metadata"].get("labels", {}), labels)]
-            return self._reply(200, {"kind": "PodList", "apiVersion": "v1", "items": items}, record)
+                items = [n for _, n in sorted(api.nodes.items())
+                         if all(r(n["metadata"].get("labels") or {}) for r in labels)
+                         and kubeselect.fields_match(fields, n)]
+            return self._page("NodeList", "/api/v1/nodes", items, query)
 
-        def _node(self, method, name, ctype, body, raw, user, record):
-            node_user = user.startswith("system:node:")
-            if node_user and user != "system:node:%s" % name:
-                return self._status(403, 'nodes "%s" is forbidden: User "%s" cannot %s node' %
-                                    (name, user, method.lower()), record)
+        def _list_pods(self, namespace, query, user):
+            fields = kubeselect.parse_fields((query.get("fieldSelector") or [""])[0], POD_FIELDS)
+            labels = kubeselect.parse_labels((query.get("labelSelector") or [""])[0])
+            node = _node_of(user)
+            if node is not None and ("spec.nodeName", "=", node) not in fields:
+                raise Refused(403, 'pods is forbidden: User "%s" cannot list resource "pods" in API group "" at '
+                                   "the cluster scope: can only list/watch pods with spec.nodeName field "
+                                   "selector" % user)
+            with api.lock:
+                items = [p for (ns, _), p in sorted(api.pods.items())
+                         if (namespace is None or ns == namespace)
+                         and all(r(p["metadata"].get("labels") or {}) for r in labels)
+                         and kubeselect.fields_match(fields, p)]
+            return self._page("PodList", "/api/v1/pods", items, query)
+
+        # ---- nodes ----
+
+        def _node(self, method, name, ctype, body, raw, user):
+            node_user = _node_of(user)
+            if node_user is not None and node_user != name:
+                raise Refused(403, 'nodes "%s" is forbidden: User "%s" cannot %s resource "nodes" in API group '
+                                   '"" at the cluster scope: node \'%s\' cannot read \'%s\', only its own Node '
+                                   "object" % (name, user, method.lower(), node_user, name))
             with api.lock:
                 current = api.nodes.get(name)
             if current is None:
-                return self._status(404, 'nodes "%s" not found' % name, record)
+                raise Refused(404, 'nodes "%s" not found' % name, details={"name": name, "kind": "nodes"})
             if method == "GET":
-                return self._reply(200, current, record)
-            if method != "PATCH":
-                return self._status(405, "method not allowed", record)
+                return 200, current
+            if method not in ("PATCH", "PUT"):
+                raise Refused(405, "method not allowed")
             if body is None and raw:
-                return self._status(400, "body is not JSON", record)
+                raise Refused(400, "body is not JSON")
             try:
-                if ctype in (MERGE_PATCH, STRATEGIC_PATCH):
+                if method == "PUT":
+                    if not isinstance(body, dict) or (body.get("metadata") or {}).get("name") != name:
+                        raise PatchError("the name of the object (%s) does not match the name on the URL"
+                                         % ((body or {}).get("metadata") or {}).get("name"))
+                    updated = copy.deepcopy(body)
+                elif ctype in (MERGE_PATCH, STRATEGIC_PATCH):
                     if not isinstance(body, dict):
                         raise PatchError("merge patch must be an object")
                     updated = _merge(current, body)
@@ -600,18 +784,131 @@ def _handler_for(api):
                         raise PatchError("JSON patch must be a list")
                     updated = _json_patch(current, body)
                 else:
-                    return self._status(415, "unsupported media type %r" % ctype, record)
+                    raise Refused(415, "the body of the request was in an unknown format - accepted media types "
+                                       "include: application/json-patch+json, application/merge-patch+json, "
+                                       "application/apply-patch+yaml")
             except PatchError as exc:
-                return self._status(422, str(exc), record)
-            if node_user and updated.get("spec", {}).get("taints") != current.get("spec", {}).get("taints"):
+                raise Refused(422, str(exc))
+            taints_before = (current.get("spec") or {}).get("taints")
+            if node_user is not None and (updated.get("spec") or {}).get("taints") != taints_before:
                 # NodeRestriction: the kubelet may label its own node but never touch its taints.
-                return self._status(403, 'node "%s" is not allowed to modify taints' % name, record)
-            updated["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
+                raise Refused(403, 'node "%s" is not allowed to modify taints' % name)
             with api.lock:
-                api.nodes[name] = updated
+                current = api.nodes.get(name)
+                if current is None:
+                    raise Refused(404, 'nodes "%s" not found' % name)
+                wanted = (updated.get("metadata") or {}).get("resourceVersion")
+                if wanted and wanted != current["metadata"]["resourceVersion"]:
+                    raise _conflict("nodes", name)
+                api.nodes[name] = stored = api._stamp(updated)
             if api.on_node_patch is not None:
-                api.on_node_patch(name, updated)
-            return self._reply(200, updated, record)
+                api.on_node_patch(name, stored)
+            return 200, stored
+
+        # ---- pods and evictions ----
+
+        def _pod(self, method, namespace, name, user):
+            with api.lock:
+                pod = api.pods.get((namespace, name))
+            node_user = _node_of(user)
+            if pod is None:
+                raise Refused(404, 'pods "%s" not found' % name, details={"name": name, "kind": "pods"})
+            if node_user is not None and pod["spec"].get("nodeName") != node_user:
+                raise Refused(403, 'pods "%s" is forbidden: node "%s" can only %s pods with spec.nodeName set to '
+                                   "itself" % (name, node_user, "delete" if method == "DELETE" else "get"))
+            if method == "GET":
+                return 200, pod
+            if method != "DELETE":
+                raise Refused(405, "method not allowed")
+            with api.lock:
+                api.pods.pop((namespace, name), None)
+                api.rv += 1
+            return 200, pod
+
+        def _evict(self, namespace, name, body, user):
+            if not isinstance(body, dict) or (body.get("metadata") or {}).get("name") != name:
+                raise Refused(400, "name in URL does not match name in Eviction object")
+            with api.lock:
+                pod = api.pods.get((namespace, name))
+                if pod is None:
+                    raise Refused(404, 'pods "%s" not found' % name, details={"name": name, "kind": "pods"})
+                node_user = _node_of(user)
+                if node_user is not None and pod["spec"].get("nodeName") != node_user:
+                    raise Refused(403, 'pods "%s" is forbidden: node "%s" can only evict pods with spec.nodeName '
+                                       "set to itself" % (name, node_user))
+                phase = (pod.get("status") or {}).get("phase", "Running")
+                ignore = phase in ("Pending", "Succeeded", "Failed") or bool(pod["metadata"].get("deletionTimestamp"))
+                if not ignore:
+                    labels = pod["metadata"].get("labels") or {}
+                    budgets = [b for (ns, _), b in sorted(api.pdbs.items())
+                               if ns == namespace and kubeselect.pdb_selects(b, labels)]
+                    if len(budgets) > 1:
+                        raise Refused(500, "This pod has more than one PodDisruptionBudget, which the eviction "
+                                           "subresource does not support.", reason="")
+                    if budgets:
+                        pdb = budgets[0]
+                        pdb_name = pdb["metadata"]["name"]
+                        if pdb["status"].get("observedGeneration", 0) < pdb["metadata"].get("generation", 1):
+                            raise Refused(429, "Cannot evict pod as it would violate the pod's disruption budget.",
+                                          details={"causes": [{"reason": "DisruptionBudget", "type": "DisruptionBudget",
+                                                               "message": "The disruption budget %s is still being "
+                                                                          "processed by the server." % pdb_name}],
+                                                   "retryAfterSeconds": 10}, headers={"Retry-After": "10"})
+                        status = api.budget_status(namespace, pdb_name)
+                        if status["disruptionsAllowed"] < 1:
+                            raise Refused(429, "Cannot evict pod as it would violate the pod's disruption budget.",
+                                          details={"causes": [{"reason": "DisruptionBudget", "type": "DisruptionBudget",
+                                                               "message": "The disruption budget %s needs %d healthy "
+                                                                          "pods and has %d currently" % (
+                                                                              pdb_name, status["desiredHealthy"],
+                                                                              status["currentHealthy"])}]})
+                if api.graceful_evictions and phase not in ("Succeeded", "Failed"):
+                    if not pod["metadata"].get("deletionTimestamp"):
+                        terminating = copy.deepcopy(pod)
+                        terminating["metadata"]["deletionTimestamp"] = _now()
+                        api.pods[(namespace, name)] = api._stamp(terminating)
+                else:
+                    del api.pods[(namespace, name)]
+                    api.rv += 1
+            return 201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+        # ---- events ----
+
+        def _events(self, method, namespace, query, body, user):
+            if method == "GET":
+                if _node_of(user) is not None:  # system:node may write events, never read them
+                    raise Refused(403, 'events is forbidden: User "%s" cannot list resource "events"' % user)
+                terms = [t.partition("=") for t in (query.get("fieldSelector") or [""])[0].split(",") if t]
+                with api.lock:
+                    items = [copy.deepcopy(e) for (ns, _), e in sorted(api.events.items())
+                             if (namespace is None or ns == namespace)
+                             and all(kubeselect._field_value(e, k.strip()) == v for k, _, v in terms)]
+                return 200, {"kind": "EventList", "apiVersion": "v1", "metadata": {"resourceVersion": str(api.rv)},
+                             "items": items}
+            if method != "POST" or namespace is None:
+                raise Refused(405, "method not allowed")
+            if not isinstance(body, dict):
+                raise Refused(400, "body is not a JSON object")
+            meta = body.get("metadata") or {}
+            if meta.get("namespace") not in (None, "", namespace):
+                raise Refused(400, "the namespace of the provided object does not match the namespace sent on "
+                                   "the request")
+            name = meta.get("name")
+            if not name:
+                raise Refused(422, "metadata.name: Required value: name or generateName is required")
+            involved = body.get("involvedObject") or {}
+            # legacyValidateEvent (pkg/apis/core/validation/events.go): an event without eventTime about a
+            # cluster-scoped object must live in "default"; otherwise in the object's own namespace.
+            if not body.get("eventTime") and (involved.get("namespace") or "default") != namespace:
+                raise Refused(422, "involvedObject.namespace: Invalid value: %r: does not match event.namespace"
+                              % (involved.get("namespace") or ""))
+            event = copy.deepcopy(body)
+            with api.lock:
+                if (namespace, name) in api.events:
+                    raise Refused(409, 'events "%s" already exists' % name, reason="AlreadyExists")
+                event.setdefault("metadata", {}).update(namespace=namespace, uid="event-%d" % (len(api.events) + 1))
+                api.events[(namespace, name)] = api._stamp(event)
+            return 201, event
 
         def do_GET(self):
             self._handle("GET")
@@ -629,6 +926,15 @@ def _handler_for(api):
             self._handle("POST")
 
     return Handler
+
+
+def _expired(token):
+    return Refused(410, "The provided continue parameter is too old to display a consistent list result. You can "
+                        "start a new list without the continue parameter, or use the continue token in this "
+                        "response to retrieve the remainder of the results. Continuing with the provided token "
+                        "results in an inconsistent list - objects that were created, modified, or deleted between "
+                        "the time the first chunk was returned and now may show up in the list.",
+                   reason="Expired", meta={"continue": token})
 
 
 class kube_api_server:

@@ -1,0 +1,356 @@
+"""The function's one way to the Kubernetes API server: every call of the rollout, the startup-taint
+removal, ``status`` and ``doctor`` goes through :class:`KubeApi`.
+
+* **TLS and credentials** from a kubeconfig (``node_bootstrap.kube.load_kubeconfig``: the cluster CA, a
+  client certificate and/or a bearer token), never unverified. A kubeconfig's text (ACK's
+  ``DescribeClusterUserKubeconfig`` answer) sits in a private temp file only while it is read.
+* **Keep-alive**: one HTTPS connection per thread, reused for every call; a connection the server closed
+  is reopened on the next call.
+* **Retries**: no answer (connection refused or reset, timeout), 429 and 5xx are tried again, at most
+  ``attempts`` times in all, with exponential backoff and jitter, waiting at least what ``Retry-After``
+  asks, and never past the deadline this client was given (the invocation's). The API server's answers
+  that are not transient are never retried: an eviction refused by a PodDisruptionBudget (429 whose
+  Status names the cause ``DisruptionBudget``: ``registry/core/pod/storage/eviction.go``), an eviction's
+  500 (the documented answer for a pod under several budgets), 4xx.
+* **Lists page** with ``limit`` and ``continue``; each page is reduced (``reduce``) as it arrives, so
+  10,000 Nodes never sit in memory whole; an expired continue token (410 ``Expired``, etcd compacted the
+  list's revision) starts the list over. Pod lists of a node ask ``resourceVersion=0`` (served from the
+  API server's watch cache: one node's pods, not a read through etcd of every pod in the cluster).
+
+Errors are :class:`ApiError` (a ``node_bootstrap.kube.KubeError``) with the HTTP status (None: no answer),
+the Status ``reason`` and ``details.causes``. Messages never hold credentials.
+"""
+
+import http.client
+import json
+import os
+import random
+import shutil
+import socket
+import ssl
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from urllib.parse import quote, urlencode, urlsplit
+
+from node_bootstrap.kube import KubeConfig, KubeError, load_kubeconfig
+
+PAGE = 500  # items per list page: a 17 KB Node makes a page ~9 MB on the wire
+MAX_PAGES = 1000
+LIST_RESTARTS = 3  # a list whose continue token expires this often in a row gives up
+RETRY_AFTER_MAX_S = 30.0
+BACKOFF_S, BACKOFF_MAX_S = 0.25, 8.0
+DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"  # policy/v1 DisruptionBudgetCause
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
+
+class ApiError(KubeError):
+    """A failed call: ``status`` (None when no answer came), the Status ``reason`` and cause types, and
+    the ``Retry-After`` the server asked for (seconds, None when none)."""
+
+    def __init__(self, message: str, status: Optional[int] = None, reason: str = "",
+                 causes: Sequence[str] = (), retry_after: Optional[float] = None, final: bool = False) -> None:
+        super().__init__(message, status)
+        self.reason, self.causes, self.retry_after = reason, tuple(causes), retry_after
+        self.final = final  # no answer that another attempt cannot change (TLS does not verify)
+
+    @property
+    def budget(self) -> bool:
+        """An eviction refused by a PodDisruptionBudget (or one the controller has not processed yet)."""
+        return self.status == 429 and DISRUPTION_BUDGET_CAUSE in self.causes
+
+    @property
+    def throttled(self) -> bool:
+        """API Priority and Fairness (or max-in-flight) turned the call away: try later."""
+        return self.status == 429 and not self.budget
+
+
+def config_from_text(text: str) -> KubeConfig:
+    """A kubeconfig's text (ACK's, with the cluster CA) read through a private temp file."""
+    fd, path = tempfile.mkstemp(prefix="ack-mig-kubeconfig-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return load_kubeconfig(path)
+    except KubeError as exc:  # the temporary file's name means nothing to a reader (and differs per run)
+        raise KubeError(str(exc).replace(path, "(the cluster kubeconfig)"), exc.status) from None
+    finally:
+        os.unlink(path)
+
+
+def _tls(config: KubeConfig) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(cadata=config.ca_pem.decode("ascii") if config.ca_pem else None)
+    except (ssl.SSLError, ValueError, UnicodeDecodeError) as exc:
+        raise KubeError("the cluster CA certificate does not load: %s" % exc) from None
+    if config.cert_pem is not None:
+        if config.key_pem is None:
+            raise KubeError("kubeconfig has a client certificate but no client key")
+        # load_cert_chain reads files only: a private directory, removed at once.
+        folder = tempfile.mkdtemp(prefix="ack-mig-client-")
+        try:
+            paths = []
+            for name, data in (("client.crt", config.cert_pem), ("client.key", config.key_pem)):
+                path = os.path.join(folder, name)
+                with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
+                    fh.write(data)
+                paths.append(path)
+            context.load_cert_chain(paths[0], paths[1])
+        except ssl.SSLError as exc:
+            raise KubeError("the client certificate or key does not load: %s" % exc.reason) from None
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return context
+
+
+def _retry_after(headers: Any) -> Optional[float]:
+    text = (headers.get("Retry-After") or "").strip() if headers is not None else ""
+    return float(text) if text.isdigit() else None
+
+
+class ClusterCredential:
+    """Where the function's cluster credential comes from: the operator's kubeconfig file (``--kubeconfig``)
+    or the text of a short-lived one from ACK (``text()``, fetched on first use). Calling it gives the
+    kubeconfig's text; :meth:`config` the resolved settings (a file's relative paths resolved against its
+    folder, as kubectl does). ``attempts``/``deadline_s``: what a client built from it retries within."""
+
+    def __init__(self, text: Optional[Callable[[], str]] = None, path: str = "", attempts: int = 5,
+                 deadline_s: Optional[float] = None) -> None:
+        self.text, self.path, self.attempts, self.deadline_s = text, path, attempts, deadline_s
+
+    def __call__(self) -> str:
+        if self.path:
+            with open(self.path, encoding="utf-8") as fh:
+                return fh.read()
+        assert self.text is not None
+        return self.text()
+
+    def config(self) -> KubeConfig:
+        return load_kubeconfig(self.path) if self.path else config_from_text(self())
+
+    def client(self, **options: Any) -> "KubeApi":
+        options.setdefault("attempts", self.attempts)
+        options.setdefault("deadline_s", self.deadline_s)
+        return KubeApi(self.config, **options)
+
+
+ConfigSource = Union[KubeConfig, Callable[[], KubeConfig]]
+
+
+class KubeApi:
+    """HTTPS calls to one API server, with the retries, keep-alive and paging above.
+
+    ``config``: a KubeConfig, or a provider of one (called on the first call: an event that never needs
+    the API server never fetches a credential). ``deadline_s``: seconds from now after which no retry is
+    started (the invocation's end). ``sleep``/``clock``/``jitter``: injectable for tests."""
+
+    def __init__(self, config: ConfigSource, timeout: float = 15.0, deadline_s: Optional[float] = None,
+                 attempts: int = 5, page: int = PAGE, sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic, jitter: Callable[[], float] = random.random) -> None:
+        self._config: Optional[KubeConfig] = config if isinstance(config, KubeConfig) else None
+        self._provider = None if self._config is not None else config
+        self.timeout, self.attempts, self.page = timeout, max(1, attempts), page
+        self.sleep, self.clock, self.jitter = sleep, clock, jitter
+        self.deadline = clock() + deadline_s if deadline_s is not None else None
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._context: Optional[ssl.SSLContext] = None
+        self.requests = 0  # HTTP requests sent (the benchmarks read it)
+        self.retried = 0  # of those, retries
+
+    @classmethod
+    def from_file(cls, path: str, **options: Any) -> "KubeApi":
+        return cls(load_kubeconfig(path), **options)
+
+    @classmethod
+    def from_text(cls, text: Callable[[], str], **options: Any) -> "KubeApi":
+        """A client whose kubeconfig text comes from ``text()`` on the first call (ACK's, fetched late)."""
+        return cls(lambda: config_from_text(text()), **options)
+
+    # ---- one call ----
+
+    def config(self) -> KubeConfig:
+        with self._lock:
+            if self._config is None:
+                assert self._provider is not None
+                self._config = self._provider()
+            if self._context is None:
+                self._context = _tls(self._config)
+            return self._config
+
+    def _connection(self) -> http.client.HTTPSConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            config = self.config()
+            parts = urlsplit(config.server)
+            conn = http.client.HTTPSConnection(parts.hostname or "", parts.port or 443, timeout=self.timeout,
+                                               context=self._context)
+            self._local.conn = conn
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        self._drop()
+
+    def _once(self, method: str, path: str, payload: Optional[bytes], content_type: str,
+              query: Optional[Dict[str, str]]) -> Tuple[int, Any, bytes]:
+        config = self.config()
+        url = urlsplit(config.server).path.rstrip("/") + path
+        if query:
+            url += "?" + urlencode(sorted(query.items()))
+        headers = {"Accept": "application/json", "User-Agent": "ack-mig-hook"}
+        if payload is not None:
+            headers["Content-Type"] = content_type
+        if config.token:
+            headers["Authorization"] = "Bearer " + config.token
+        self.requests += 1
+        try:
+            conn = self._connection()
+            conn.request(method, url, body=payload, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+        except ssl.SSLCertVerificationError as exc:
+            self._drop()
+            raise ApiError("TLS with %s failed: %s" % (config.server, exc.verify_message or exc.reason),
+                           final=True) from None
+        except ssl.SSLError as exc:  # e.g. the server dropped the connection mid-handshake: transient
+            self._drop()
+            raise ApiError("TLS with %s failed: %s" % (config.server, exc.reason or exc)) from None
+        except (socket.timeout, OSError, http.client.HTTPException) as exc:
+            self._drop()  # a half-read answer or a closed socket: the next attempt opens a new connection
+            raise ApiError("cannot reach %s: %s" % (config.server, exc.__class__.__name__ if not str(exc)
+                                                    else exc)) from None
+        if response.will_close:
+            self._drop()
+        return response.status, response.headers, data
+
+    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
+                query: Optional[Dict[str, str]] = None, retry_500: bool = True) -> Any:
+        """One API call, retried as the module docstring says; the decoded JSON answer or ApiError."""
+        payload = json.dumps(body).encode("utf-8") if body is not None else None
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                status, headers, data = self._once(method, path, payload, content_type, query)
+            except ApiError as exc:
+                if exc.final:
+                    raise  # a CA or certificate that does not match: retrying cannot help
+                error = exc
+            else:
+                try:
+                    decoded = json.loads(data.decode("utf-8")) if data else None
+                except (ValueError, UnicodeDecodeError):
+                    decoded = None  # e.g. the text/plain 429 of max-in-flight / APF
+                if status < 400:
+                    return decoded
+                error = self._error(method, path, status, decoded, headers)
+                if not self._transient(error, retry_500):
+                    raise error
+            delay = self._delay(attempt, error.retry_after)
+            if attempt >= self.attempts or (self.deadline is not None and self.clock() + delay > self.deadline):
+                raise error
+            self.retried += 1
+            self.sleep(delay)
+
+    @staticmethod
+    def _error(method: str, path: str, status: int, decoded: Any, headers: Any) -> ApiError:
+        status_obj = decoded if isinstance(decoded, dict) and decoded.get("kind") == "Status" else {}
+        message = status_obj.get("message") or ("Too many requests" if status == 429 else "(no message)")
+        details = status_obj.get("details") or {}
+        causes = [c for c in details.get("causes") or [] if isinstance(c, dict)]
+        said = "; ".join(str(c.get("message")) for c in causes if c.get("message"))
+        return ApiError("%s %s: HTTP %d %s%s" % (method, path, status, message, " (%s)" % said if said else ""),
+                        status, str(status_obj.get("reason") or ""),
+                        [str(c.get("type") or c.get("reason") or "") for c in causes], _retry_after(headers))
+
+    @staticmethod
+    def _transient(error: ApiError, retry_500: bool) -> bool:
+        if error.status == 429:
+            return not error.budget
+        if error.status == 500:
+            return retry_500
+        return error.status in (502, 503, 504)
+
+    def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
+        backoff = min(BACKOFF_MAX_S, BACKOFF_S * (2 ** (attempt - 1))) * (0.5 + self.jitter() / 2)
+        return max(backoff, min(retry_after or 0.0, RETRY_AFTER_MAX_S))
+
+    # ---- lists ----
+
+    def list_all(self, path: str, query: Optional[Dict[str, str]] = None,
+                 reduce: Callable[[dict], Any] = lambda item: item) -> List[Any]:
+        """Every item of a list, page by page, each reduced as its page arrives."""
+        for _ in range(LIST_RESTARTS + 1):
+            out: List[Any] = []
+            params = dict(query or {}, limit=str(self.page))
+            try:
+                for _page in range(MAX_PAGES):
+                    answer = self.request("GET", path, query=params) or {}
+                    items = answer.pop("items", None) or []
+                    out.extend(reduce(item) for item in items)
+                    del items  # the page's objects go now, before the next page arrives
+                    token = (answer.get("metadata") or {}).get("continue")
+                    if not token:
+                        return out
+                    params = dict(query or {}, limit=str(self.page), **{"continue": token})
+                raise ApiError("GET %s: more than %d pages; stopped" % (path, MAX_PAGES))
+            except ApiError as exc:
+                if exc.status != 410:
+                    raise
+                last = exc  # the list's snapshot was compacted away: start over for a consistent one
+        raise ApiError("GET %s: the list kept expiring (410) %d times; try again" % (path, LIST_RESTARTS + 1),
+                       last.status)
+
+    def list_nodes(self, label_selector: Optional[str] = None,
+                   reduce: Callable[[dict], Any] = lambda item: item) -> List[Any]:
+        return self.list_all("/api/v1/nodes", {"labelSelector": label_selector} if label_selector else None, reduce)
+
+    def list_pods(self, node_name: Optional[str] = None, namespace: Optional[str] = None,
+                  label_selector: Optional[str] = None) -> List[dict]:
+        """The pods of one node (or namespace): one call, from the watch cache (``resourceVersion=0``)."""
+        path = "/api/v1/pods" if namespace is None else "/api/v1/namespaces/%s/pods" % quote(namespace, safe="")
+        query = {"resourceVersion": "0"}
+        if node_name:
+            query["fieldSelector"] = "spec.nodeName=" + node_name
+        if label_selector:
+            query["labelSelector"] = label_selector
+        return list((self.request("GET", path, query=query) or {}).get("items") or [])
+
+    # ---- nodes, pods, events ----
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)
+
+    def get_node(self, name: str) -> dict:
+        return self.request("GET", "/api/v1/nodes/" + quote(name, safe=""))
+
+    def patch_node(self, name: str, patch: dict) -> dict:
+        """A merge patch (RFC 7386). With ``metadata.resourceVersion`` in it, the API server applies it only
+        to that version of the Node (409 Conflict otherwise): the rollout's compare-and-swap."""
+        return self.request("PATCH", "/api/v1/nodes/" + quote(name, safe=""), patch, MERGE_PATCH)
+
+    def json_patch_node(self, name: str, operations: List[dict]) -> dict:
+        return self.request("PATCH", "/api/v1/nodes/" + quote(name, safe=""), operations, JSON_PATCH)
+
+    def evict(self, namespace: str, name: str) -> None:
+        """policy/v1 Eviction; raises ApiError (``budget`` when a PodDisruptionBudget refuses)."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        self.request("POST", "/api/v1/namespaces/%s/pods/%s/eviction" % (quote(namespace, safe=""),
+                                                                         quote(name, safe="")), body, retry_500=False)
+
+    def create_event(self, event: dict) -> None:
+        namespace = (event.get("metadata") or {}).get("namespace") or "default"
+        self.request("POST", "/api/v1/namespaces/%s/events" % quote(namespace, safe=""), event)
+
+
+def selectors_in(key: str, values: Iterable[str]) -> str:
+    """A set-based label selector ``key in (a,b)`` (labels.Parse syntax)."""
+    return "%s in (%s)" % (key, ",".join(sorted(set(values))))

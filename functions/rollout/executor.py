@@ -1,0 +1,381 @@
+"""Carrying out one wave of a rollout (:class:`RolloutExecutor`), or saying what it would do
+(:class:`DryRunRolloutExecutor`). ``functions.rollout.run`` plans; this module acts.
+
+Each wave node: claim, cordon, drain, apply (the delivery executor), wait for the new capacity, uncordon,
+every step recorded in the node annotation ``ack-mig-hook/rollout`` before the next begins, so a
+function killed at any point continues on the next invocation without repeating a finished node.
+
+**The lease is a compare-and-swap.** Every write of the record (the claim, each step, the end) is a
+merge patch that carries the Node's ``metadata.resourceVersion`` as this run last read or wrote it; the
+API server applies it only to that version (409 Conflict otherwise). The claim re-reads the node rather
+than trust the event's first listing: a node another live invocation now holds is deferred, one it
+finished meanwhile is skipped, one whose holder's lease ran out is taken over at its recorded step. A 409
+on a later write re-reads the node: while the record is still this run's (the node's own labels or
+status changed), the write is tried again on the new version; once it names another invocation, this run
+leaves the node to it. Two invocations that list the same nodes at once thus apply each node once.
+
+Transient API errors are retried by the client (``functions.kubeapi``); a capacity read that still fails
+is polled again until the capacity deadline, a pod list until the drain deadline.
+"""
+
+import hashlib
+import logging
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from node_bootstrap.kube import KubeError
+
+from functions.model import ACTION_DEFER, Decision
+from functions.rollout import drain as dr
+from functions.rollout import waves as rp
+
+log = logging.getLogger(__name__)
+
+DEFERRED, DRAIN_TIMEOUT, FAILED, SKIPPED = "deferred", "drain-timeout", "failed", "skipped"
+POLL_S = 2.0
+CAS_ATTEMPTS = 5  # writes in a row that may meet a newer version of the node before the step gives up
+
+
+class LeaseLost(Exception):
+    """Another invocation's record replaced this run's: the node is left to it."""
+
+    def __init__(self, node: str, progress: Optional[rp.Progress]) -> None:
+        super().__init__(node)
+        self.progress = progress
+
+    def why(self) -> str:
+        p = self.progress
+        return ("another invocation (%s) took this node over at step %s; it is left to that run"
+                % (p.owner or "-", p.step) if p is not None else "its rollout record was removed meanwhile; the "
+                "node is left as it is (the next invocation plans it again)")
+
+
+def event(kube: Any, node: str, reason: str, message: str, warning: bool = False) -> None:
+    """A core v1 Event on the Node, so ``kubectl describe node`` tells the story. The name is derived
+    from the content: the same event again (a rerun, a defer every 30 minutes) is a 409, not a pile."""
+    if kube is None:
+        return
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    digest = hashlib.sha256(("%s\n%s\n%s" % (node, reason, message)).encode("utf-8")).hexdigest()[:16]
+    body = {"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "%s.%s" % (node, digest), "namespace": "default"},
+            # the node's name as its uid, as the kubelet's own Node events (kubectl describe node finds both)
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+            "reason": reason, "message": message[:1024], "type": "Warning" if warning else "Normal",
+            "source": {"component": "ack-mig-hook"}, "reportingComponent": "ack-mig-hook",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+    try:
+        kube.create_event(body)
+    except KubeError as exc:  # events are a courtesy: never fail a rollout step for one
+        if exc.status != 409:
+            log.warning("event %s on %s not written: %s", reason, node, exc)
+
+
+def _deferred(d: Decision) -> dict:
+    return {"instance_id": d.instance_id, "node_name": d.node_name, "outcome": DEFERRED, "reason": d.reason,
+            "gpus": None}
+
+
+class RolloutExecutor:
+    """Carries out the wave: claim and cordon, drain, apply (the inner executor), capacity, uncordon."""
+
+    def __init__(self, inner: Any, rollout: Any, clock: Callable[[], float], sleep: Callable[[float], None],
+                 on_result: Optional[Callable[[dict], None]] = None) -> None:
+        self.inner, self.rollout, self.kube = inner, rollout, rollout.kube
+        self.clock, self.sleep = clock, sleep
+        self.on_result = on_result or (lambda result: None)
+        self.settings = rollout.settings.rollout
+        self.rules = dr.Rules.from_settings(self.settings)
+
+    def execute(self, request: Any, decisions: Sequence[Decision]) -> List[dict]:
+        waves = self.rollout.waves
+        results: Dict[str, dict] = {}
+        others = [d for d in decisions if d.instance_id not in waves and d.action != ACTION_DEFER]
+        for r in self.inner.execute(request, others):
+            results[r["instance_id"]] = r
+        for d in decisions:
+            if d.action == ACTION_DEFER:
+                # No Event per waiting node: the wait is the pool's (a later wave, a stopped rollout, another
+                # invocation's node), told once in the result and by `status`; 10,000 nodes would otherwise
+                # mean 10,000 Events per invocation. A node deferred for a cause of its own gets one below.
+                results[d.instance_id] = _deferred(d)
+        wave = [waves[d.instance_id] for d in decisions if d.instance_id in waves]
+        if wave:
+            self._run_wave(request, wave)
+            for w in wave:
+                results[w.decision.instance_id] = w.result or {}
+        return [results[d.instance_id] for d in decisions if d.instance_id in results]
+
+    # ---- results ----
+
+    def _end(self, w: Any, outcome: str, reason: str, base: Optional[dict] = None) -> None:
+        w.result = dict(base or {}, instance_id=w.decision.instance_id, node_name=w.decision.node_name,
+                        outcome=outcome, reason=reason)
+        w.result.setdefault("gpus", None)
+        self.on_result(w.result)
+
+    def _leave(self, w: Any, lost: LeaseLost) -> None:
+        self._end(w, DEFERRED, lost.why())
+
+    # ---- reads and compare-and-swap writes ----
+
+    def _read(self, w: Any) -> rp.KubeNode:
+        node = rp.KubeNode.from_object(self.kube.get_node(w.decision.node_name))
+        w.rv = node.resource_version
+        return node
+
+    def _patch(self, w: Any, progress: rp.Progress, spec: Optional[dict]) -> None:
+        """One write of the record on the version last seen (409 propagates)."""
+        patch: Dict[str, Any] = {"metadata": {"resourceVersion": w.rv,
+                                              "annotations": {rp.PROGRESS_ANNOTATION: progress.to_annotation()}}}
+        if spec:
+            patch["spec"] = spec
+        answer = self.kube.patch_node(w.decision.node_name, patch)  # one merge patch: the step and the cordon
+        w.rv = str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "")
+        w.progress = progress  # only once the API server has it
+
+    def _write(self, w: Any, progress: rp.Progress, spec: Optional[dict] = None) -> None:
+        for _ in range(CAS_ATTEMPTS):
+            try:
+                return self._patch(w, progress, spec)
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+            current = self._read(w).progress  # a newer version: is the record still this run's?
+            if current is None or current.owner != self.rollout.owner:
+                raise LeaseLost(w.decision.node_name, current)
+        raise KubeError("node %s changed under %d writes in a row; the next invocation resumes it"
+                        % (w.decision.node_name, CAS_ATTEMPTS), 409)
+
+    def _record(self, w: Any, step: str, reason: str = "", uncordon: bool = False) -> None:
+        old = w.progress
+        keep = old is not None and old.target == w.target
+        progress = rp.Progress(w.target, step, old.cordoned if old else False, old.since if keep else self.clock(),
+                               reason, self.rollout.owner, self.rollout.expires)
+        # a node someone else cordoned stays cordoned
+        self._write(w, progress, {"unschedulable": None} if uncordon and progress.cordoned else None)
+
+    def _finish(self, w: Any, outcome: str, step: str, reason: str, base: Optional[dict] = None) -> None:
+        try:
+            self._record(w, step, reason, uncordon=True)
+        except LeaseLost as lost:
+            return self._leave(w, lost)
+        except KubeError as exc:
+            reason = "%s; the node could not be uncordoned or recorded: %s" % (reason, exc)
+        name = w.decision.node_name
+        if outcome not in ("partitioned", "unchanged"):
+            event(self.kube, name, "MigRollout%s" % ("DrainTimeout" if step == rp.DRAIN_TIMEOUT else "Failed"),
+                  reason, warning=True)
+        else:
+            event(self.kube, name, "MigRolloutDone", reason)
+        self._end(w, outcome, reason, base)
+
+    # ---- the claim ----
+
+    def _claim(self, w: Any) -> None:
+        """Re-read the node and take it (module docstring), or end it deferred/skipped with the reason."""
+        name, me = w.decision.node_name, self.rollout.owner
+        checked_pods = False
+        for _ in range(CAS_ATTEMPTS):
+            node = self._read(w)
+            p = node.progress
+            if p is not None and p.step in rp.ACTIVE_STEPS and p.held_by_another(me, self.clock()):
+                return self._end(w, DEFERRED, "invocation %s took this node (step %s) after this run planned it; "
+                                              "it is left to that run" % (p.owner, p.step))
+            if p is not None and p.target == w.target and p.step in rp.STOP_STEPS:
+                return self._end(w, DEFERRED, "the rollout stopped meanwhile: this node ended %s (%s)"
+                                 % (p.step, p.reason or "no reason recorded"))
+            if p is not None and p.target == w.target and p.step == rp.DONE:
+                return self._end(w, SKIPPED, "another invocation finished this node meanwhile")
+            if p is not None and p.step in rp.ACTIVE_STEPS:
+                same = p.target == w.target
+                # Taken over from an invocation that ended without finishing (its lease ran out, so its drain
+                # deadline is long past): this run records itself as the owner and drains with its own deadline;
+                # a node disrupted for an older target is drained again (new pods may have come).
+                progress = rp.Progress(w.target, p.step if same else rp.CORDONED, p.cordoned, self.clock(),
+                                       "resumed from invocation %s" % (p.owner or "-") if same
+                                       else "target changed to %s" % w.target, me, self.rollout.expires)
+                spec = None
+            else:
+                if not rp.work_needed(w.spec, node, w.gpu_model):
+                    return self._end(w, SKIPPED, "already in the requested layout (%s) when claimed" % w.target)
+                if not checked_pods:  # before any cordon: a pod the rules keep defers the node untouched
+                    kept = dr.refused(self.kube.list_pods(name), self.rules)
+                    if kept:
+                        why = ("not drained: %s; the node is left uncordoned and the pool's rollout waits on it"
+                               % dr.refusal_text(kept))
+                        event(self.kube, name, "MigRolloutDeferred", why, warning=True)
+                        return self._end(w, DEFERRED, why)
+                    checked_pods = True
+                progress = rp.Progress(w.target, rp.CORDONED, not node.unschedulable, self.clock(), "", me,
+                                       self.rollout.expires)
+                spec = {"unschedulable": True}
+            try:
+                self._patch(w, progress, spec)
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+                continue  # another writer came first: read again and decide again
+            if spec:
+                event(self.kube, name, "MigRolloutCordon", "%s: %s" % (
+                    "already cordoned by someone else; it stays cordoned" if node.unschedulable else "cordoned",
+                    w.decision.reason))
+            return None
+        return self._end(w, DEFERRED, "the node kept changing while this run claimed it; the next invocation "
+                                      "tries again")
+
+    # ---- the wave ----
+
+    def _run_wave(self, request: Any, wave: List[Any]) -> None:
+        for w in wave:
+            try:
+                self._claim(w)
+            except KubeError as exc:
+                self._end(w, FAILED, "cannot claim or cordon: %s" % exc)
+        try:
+            self._drain([w for w in wave if w.result is None and w.progress.step == rp.CORDONED])
+            self._apply(request, [w for w in wave if w.result is None
+                                  and w.progress.step in (rp.DRAINED, rp.APPLYING)])
+            self._capacity([w for w in wave if w.result is None and w.progress.step == rp.APPLIED])
+        except KubeError as exc:
+            # The API server went away mid-wave: what is recorded stands (the node stays cordoned if it was),
+            # and the next invocation resumes each node from its annotation.
+            for w in wave:
+                if w.result is None:
+                    self._end(w, FAILED, "the Kubernetes API failed after step %s (%s); the next invocation "
+                                         "resumes this node" % (w.progress.step if w.progress else "-", exc))
+
+    def _drain(self, wave: List[Any]) -> None:
+        told: Dict[str, str] = {}
+        pending = list(wave)
+        while pending:
+            still = []
+            for w in pending:
+                name = w.decision.node_name
+                try:
+                    one: Optional[dr.Pass] = dr.evict_pass(self.kube, name, self.rules)
+                except KubeError as exc:
+                    one, failure = None, "cannot list or evict pods: %s" % exc
+                if one is not None and one.evicted:
+                    event(self.kube, name, "MigRolloutDrain", "evicted %s" % ", ".join(one.evicted))
+                try:
+                    if one is not None and one.remaining == 0:
+                        self._record(w, rp.DRAINED)
+                        continue
+                    if one is not None:
+                        failure = "; ".join(["%s: %s" % kv for kv in sorted({**one.budget, **one.errors}.items())]
+                                            + ["%s: %s" % kv for kv in sorted(one.throttled.items())]
+                                            + ([dr.refusal_text(one.kept)] if one.kept else [])) \
+                            or "%d pod(s) still terminating" % one.remaining
+                        if one.budget and told.get(name) != failure:
+                            told[name] = failure
+                            event(self.kube, name, "MigRolloutDrain", "waiting on PodDisruptionBudget: %s" % failure)
+                    if self.clock() - w.progress.since >= self.settings.drain_timeout_s:
+                        self._finish(w, DRAIN_TIMEOUT, rp.DRAIN_TIMEOUT,
+                                     "drain-timeout after %ds, node back on its old layout and uncordoned: %s"
+                                     % (self.settings.drain_timeout_s, failure))
+                        continue
+                except LeaseLost as lost:
+                    self._leave(w, lost)
+                    continue
+                still.append(w)
+            pending = still
+            if pending:
+                self.sleep(POLL_S)
+
+    def _apply(self, request: Any, wave: List[Any]) -> None:
+        ready = []
+        for w in wave:
+            try:
+                self._record(w, rp.APPLYING)
+                ready.append(w)
+            except LeaseLost as lost:
+                self._leave(w, lost)
+        if not ready:
+            return
+        # A lifecycle hook holds new instances, never a running node, and the inner executor has answered it
+        # already with the other nodes: the wave's apply must not answer it a second time.
+        plain = request.model_copy(update={"lifecycle": None}) if getattr(request, "lifecycle", None) else request
+        answers = {r["instance_id"]: r for r in self.inner.execute(plain, [w.decision for w in ready])}
+        for w in ready:
+            r = answers.get(w.decision.instance_id) or {"outcome": FAILED, "reason": "no result from delivery"}
+            try:
+                if r.get("outcome") in ("partitioned", "unchanged"):
+                    self._record(w, rp.APPLIED)
+                    w.applied = r
+                else:
+                    self._finish(w, FAILED, rp.FAILED, "apply: %s" % r.get("reason"), base=r)
+            except LeaseLost as lost:
+                self._leave(w, lost)
+
+    def _capacity(self, wave: List[Any]) -> None:
+        deadline = self.clock() + self.settings.capacity_timeout_s  # its own deadline, not the drain's
+        pending = list(wave)
+        while pending:
+            still = []
+            for w in pending:
+                base = w.applied or {"outcome": "partitioned", "reason": "applied in an earlier invocation"}
+                try:
+                    node: Optional[rp.KubeNode] = self._read(w)
+                    trouble = ""
+                except KubeError as exc:  # one failed read is no verdict: read again on the next poll
+                    node, trouble = None, "; the last read failed: %s" % exc
+                if node is not None and rp.capacity_shows(node, w.expected, w.exact):
+                    self._finish(w, base.get("outcome") or "partitioned", rp.DONE,
+                                 "%s; new capacity shows (%s)" % (base.get("reason"), ", ".join(
+                                     "%s=%s" % kv for kv in sorted(node.mig_allocatable().items())) or "none"),
+                                 base=base)
+                elif self.clock() >= deadline:
+                    self._finish(w, FAILED, rp.FAILED, "capacity-timeout: after %ds the node shows %s, expected %s%s"
+                                 % (self.settings.capacity_timeout_s,
+                                    (node.mig_allocatable() if node else None) or "no MIG resources", w.expected,
+                                    trouble), base=base)
+                else:
+                    still.append(w)
+            pending = still
+            if pending:
+                self.sleep(POLL_S)
+
+
+class DryRunRolloutExecutor:
+    """Reads only: each wave node's result says what it would go through (pods it would evict, pods that
+    would defer it, whether it stays cordoned); deferred nodes are reported with their reason; the rest
+    goes to the inner dry run."""
+
+    def __init__(self, inner: Any, rollout: Any) -> None:
+        self.inner, self.rollout = inner, rollout
+        self.rules = dr.Rules.from_settings(rollout.settings.rollout)
+
+    def execute(self, request: Any, decisions: Sequence[Decision]) -> List[dict]:
+        waves, kube = self.rollout.waves, self.rollout.kube
+        results = {r["instance_id"]: r for r in self.inner.execute(
+            request, [d for d in decisions if d.instance_id not in waves and d.action != ACTION_DEFER])}
+        for d in decisions:
+            if d.action == ACTION_DEFER:
+                results[d.instance_id] = _deferred(d)
+            elif d.instance_id in waves:
+                results[d.instance_id] = self._one(d, waves[d.instance_id], kube)
+        return [results[d.instance_id] for d in decisions if d.instance_id in results]
+
+    def _one(self, d: Decision, w: Any, kube: Any) -> dict:
+        kept: Dict[str, str] = {}
+        try:
+            pods = kube.list_pods(d.node_name)
+            names = ["%s/%s" % (p["metadata"].get("namespace"), p["metadata"].get("name"))
+                     for p in dr.gpu_pods(pods, self.rules)]
+            kept = dr.refused(pods, self.rules)
+            evict = "evict %s" % (", ".join(names) if names else "no GPU pod")
+        except KubeError as exc:
+            evict = "evict the GPU pods (cannot list them now: %s)" % exc
+        base = {"instance_id": d.instance_id, "node_name": d.node_name, "gpus": d.plan.gpus if d.plan else None}
+        if kept and not w.resume:
+            return dict(base, outcome=DEFERRED, reason="dry run: would defer, not drained: %s"
+                                                       % dr.refusal_text(kept))
+        # the node as the wave was planned from it (one listing per event, not one per wave node)
+        cordon = ("resume after step %s" % w.resume if w.resume else
+                  "leave the cordon someone else set" if w.cordoned else "cordon")
+        what = ("MIG off (node_bootstrap disable)" if d.disable else d.plan.sequence if d.plan
+                else "%s=%s" % (d.partition.kind, d.partition.value))
+        return dict(base, outcome="dry-run",
+                    reason="dry run: would %s, %s (PodDisruptionBudgets respected), apply %s, wait for %s, uncordon"
+                           % (cordon, evict, what, ", ".join(sorted(w.expected)) or "no MIG resources"))

@@ -1,0 +1,122 @@
+"""Overlapping invocations (the timer and an event, a retried event, a run that outlasts the timer) against
+the TLS API server, which refuses a write on a stale resourceVersion with 409 as kube-apiserver does: the
+per-node lease is a compare-and-swap, so each node is applied exactly once."""
+
+import threading
+
+from tests.rollout.conftest import NAMES, NEW, snapshot
+
+
+class Gate:
+    """A Kubernetes backend that runs ``after_list`` once its node listing is complete, and ``after_get``
+    after a node read (name, answer): a place to hold one invocation while another one moves."""
+
+    def __init__(self, backend, after_list=None, after_get=None):
+        self.backend, self.after_list, self.after_get = backend, after_list, after_get
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def list_nodes(self, *args, **kwargs):
+        out = self.backend.list_nodes(*args, **kwargs)
+        if self.after_list is not None:
+            self.after_list()
+        return out
+
+    def get_node(self, name):
+        out = self.backend.get_node(name)
+        if self.after_get is not None:
+            self.after_get(name, out)
+        return out
+
+
+def outcomes(result):
+    return {n["node_name"]: n["outcome"] for n in result.nodes}
+
+
+def test_two_invocations_that_both_list_before_either_claims_apply_each_node_once(cluster):
+    cluster.add_nodes()
+    for n in NAMES:
+        cluster.api.add_pod("team", "train-%s" % n, n, gpus=1, owner_kind="ReplicaSet")
+    both_listed = threading.Barrier(2, timeout=30)
+    results, errors = {}, []
+
+    def invocation(key):
+        try:
+            gate = Gate(cluster.client(), after_list=both_listed.wait)
+            results[key] = cluster.run(kube=gate, ACK_MIG_MAX_UNAVAILABLE="3")
+        except BaseException as exc:  # noqa: BLE001 - reported below by name, never a hang
+            errors.append(exc)
+            both_listed.abort()
+
+    threads = [threading.Thread(target=invocation, args=(k,), daemon=True) for k in ("timer", "event")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    assert sorted(cluster.transport.seen) == NAMES  # each node applied exactly once
+    for n in NAMES:
+        ends = sorted((node["outcome"], node["reason"]) for r in results.values() for node in r.nodes
+                      if node["node_name"] == n)
+        assert [o for o, _ in ends] in (["deferred", "partitioned"], ["partitioned", "skipped"]), (n, ends)
+        loser = next(reason for o, reason in ends if o != "partitioned")
+        assert "took this node" in loser or "finished this node meanwhile" in loser, loser
+        assert cluster.annotation(n)["step"] == "done" and not cluster.unschedulable(n)
+
+
+def test_a_claim_on_a_node_another_run_took_meanwhile_is_refused_by_its_version(cluster):
+    """Run A reads node-a to claim it; before A writes, run B (which listed after A) claims and finishes
+    it. A's claim carries the version it read: 409, A reads again and finds the node done."""
+    cluster.add_nodes(["node-a"])
+    inventory = snapshot(names=["node-a"])
+    other = {}
+
+    def b_runs_now(name, answer):
+        if not other:
+            other["b"] = cluster.run(inventory=inventory)
+
+    a = cluster.run(inventory=inventory, kube=Gate(cluster.client(), after_get=b_runs_now))
+    assert outcomes(other["b"]) == {"node-a": "partitioned"}
+    assert outcomes(a) == {"node-a": "skipped"} and "finished this node meanwhile" in a.nodes[0]["reason"]
+    assert cluster.transport.seen == ["node-a"]
+    conflicts = [r for r in cluster.api.requests if r.method == "PATCH" and r.status == 409]
+    assert conflicts and conflicts[0].body["metadata"]["resourceVersion"]  # the claim carried its version
+
+
+def test_every_progress_write_carries_the_version_and_a_change_by_the_node_is_retried(cluster):
+    """The node's own label patch during the apply moves the resourceVersion: the next record write gets
+    409, reads again, finds the record still this run's, and writes again."""
+    cluster.add_nodes(["node-a"])
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert outcomes(result) == {"node-a": "partitioned"}
+    patches = [r for r in cluster.api.requests if r.method == "PATCH"]
+    assert all(r.body["metadata"].get("resourceVersion") for r in patches)
+    statuses = [r.status for r in patches]
+    assert 409 in statuses and statuses[-1] == 200
+    assert cluster.api.nodes["node-a"]["metadata"]["labels"]["aliyun.accelerator/nvidia_mig_sequence"] == NEW
+
+
+def test_a_run_whose_lease_ran_out_leaves_the_node_to_the_run_that_took_it_over(cluster):
+    """Run A waits on a PodDisruptionBudget past its own lease; run B takes node-a over and finishes it.
+    A's next record write meets B's version: A leaves the node, nothing is applied twice."""
+    cluster.add_nodes(["node-a"])
+    api = cluster.api
+    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
+    api.add_pdb("team", "infer", {"app": "infer"}, min_available=1)
+    inventory = snapshot(names=["node-a"])
+    seen = {}
+
+    def a_is_stuck(n):
+        if n == 1:
+            cluster.on_sleep = None
+            cluster.now[0] = cluster.annotation("node-a")["expires"] + 1  # A's lease has run out
+            api.add_pod("team", "infer-1", "node-c", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
+            seen["b"] = cluster.run(inventory=inventory)
+
+    cluster.on_sleep = a_is_stuck
+    a = cluster.run(inventory=inventory)
+    assert outcomes(seen["b"]) == {"node-a": "partitioned"}
+    assert outcomes(a) == {"node-a": "deferred"} and "took this node over" in a.nodes[0]["reason"]
+    assert cluster.transport.seen == ["node-a"] and cluster.annotation("node-a")["step"] == "done"
+    assert not cluster.unschedulable("node-a")

@@ -1,0 +1,127 @@
+"""The drain, like kubectl drain for the GPUs (k8s.io/kubectl/pkg/drain/filters.go): which pods move,
+which stay, which keep the node from being drained, and what the settings change. Against the TLS API
+server, and the rules one pod at a time."""
+
+import pytest
+
+from functions.rollout import drain as dr
+from tests.rollout.conftest import snapshot
+
+ONE = snapshot(names=["node-a"])
+
+
+def pod(containers=None, init=None, owner="ReplicaSet", controller=True, volumes=None, claims=None,
+        phase="Running", annotations=None, terminating=False):
+    meta = {"name": "p", "namespace": "team", "annotations": dict(annotations or {})}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner, "name": "o", "controller": controller}]
+    if terminating:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    spec = {"containers": [{"name": "c", "resources": {"limits": limits}} for limits in containers or [{}]]}
+    if init:
+        spec["initContainers"] = [{"name": "i", "resources": {"requests": init}}]
+    if volumes:
+        spec["volumes"] = volumes
+    if claims:
+        spec["resourceClaims"] = claims
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+GPU = [{"nvidia.com/gpu": "1"}]
+SHM = {"name": "dshm", "emptyDir": {"medium": "Memory"}}
+SCRATCH = {"name": "scratch", "emptyDir": {}}
+
+
+@pytest.mark.parametrize("p, kind", [
+    (pod(GPU), dr.EVICT),
+    (pod([{"nvidia.com/mig-1g.5gb": "1"}]), dr.EVICT),
+    (pod([{"aliyun.com/gpu-mem": "8"}]), dr.EVICT),  # ACK GPU sharing asks no nvidia.com resource
+    (pod([{"aliyun.com/gpu-core.percentage": "30"}]), dr.EVICT),
+    (pod([{"cpu": "1"}], init={"nvidia.com/gpu": "1"}), dr.EVICT),  # an init container's request counts
+    (pod([{"cpu": "1"}], claims=[{"name": "gpu", "resourceClaimName": "a100"}]), dr.EVICT),  # DRA
+    (pod([{"cpu": "1"}]), dr.LEAVE),
+    (pod(GPU, owner="DaemonSet"), dr.LEAVE),
+    (pod(GPU, owner="DaemonSet", controller=False), dr.REFUSE),  # a DaemonSet owner that is not the controller
+    (pod(GPU, annotations={"kubernetes.io/config.mirror": "x"}), dr.LEAVE),
+    (pod(GPU, phase="Succeeded"), dr.LEAVE),
+    (pod(GPU, terminating=True), dr.WAIT),
+    (pod(GPU, owner=None), dr.REFUSE),
+    (pod(GPU, volumes=[SHM]), dr.EVICT),
+    (pod(GPU, volumes=[SHM, SCRATCH]), dr.REFUSE),
+])
+def test_what_a_drain_does_with_each_pod_by_default(p, kind):
+    assert dr.verdict(p, dr.Rules())[0] == kind
+
+
+def test_the_settings_allow_what_kubectl_drains_flags_allow():
+    bare, scratch, shm = pod(GPU, owner=None), pod(GPU, volumes=[SCRATCH]), pod(GPU, volumes=[SHM])
+    assert "ACK_MIG_DRAIN_FORCE=true" in dr.verdict(bare, dr.Rules())[1]
+    assert dr.verdict(bare, dr.Rules(force=True))[0] == dr.EVICT
+    assert "ACK_MIG_DRAIN_EMPTYDIR=any" in dr.verdict(scratch, dr.Rules())[1]
+    assert dr.verdict(scratch, dr.Rules(emptydir="any"))[0] == dr.EVICT
+    assert dr.verdict(shm, dr.Rules(emptydir="none"))[0] == dr.REFUSE
+
+
+def test_gpu_pods_without_nvidia_resources_are_drained_too(cluster):
+    """A GPU-sharing pod and a DRA pod hold the GPUs without asking for nvidia.com/*: left running they
+    would make the node refuse gpu-busy and stop the pool's rollout."""
+    cluster.add_nodes(["node-a"])
+    api = cluster.api
+    api.add_pod("team", "share", "node-a", resources={"aliyun.com/gpu-mem": "8"}, owner_kind="ReplicaSet")
+    api.add_pod("team", "dra", "node-a", resource_claims=[{"name": "gpu", "resourceClaimName": "c"}],
+                owner_kind="ReplicaSet")
+    api.add_pod("team", "shm", "node-a", gpus=1, volumes=[SHM], owner_kind="ReplicaSet")
+    api.add_pod("team", "web", "node-a", owner_kind="ReplicaSet")
+    result = cluster.run(inventory=ONE)
+    assert result.nodes[0]["outcome"] == "partitioned"
+    evicted = sorted(r.path.split("/")[-2] for r in api.requests if r.path.endswith("/eviction"))
+    assert evicted == ["dra", "share", "shm"]
+    assert set(api.pods) == {("team", "web")}
+
+
+def test_a_pod_without_a_controller_defers_the_node_untouched_and_is_named(cluster):
+    cluster.add_nodes(["node-a"])
+    cluster.api.add_pod("team", "notebook", "node-a", gpus=1)  # nothing would recreate it
+    cluster.api.add_pod("team", "cache", "node-a", gpus=1, volumes=[SCRATCH], owner_kind="ReplicaSet")
+    dry = cluster.run(inventory=ONE, dry_run=True)
+    assert dry.nodes[0]["outcome"] == "deferred"
+    assert "pod team/notebook declares no controller" in dry.nodes[0]["reason"]
+    result = cluster.run(inventory=ONE)
+    node = result.nodes[0]
+    assert node["outcome"] == "deferred" and "pod team/notebook declares no controller" in node["reason"]
+    assert "pod team/cache its emptyDir scratch holds data on the node's disk" in node["reason"]
+    assert not cluster.unschedulable("node-a") and cluster.annotation("node-a") is None
+    assert cluster.transport.seen == [] and not [r for r in cluster.api.requests if r.path.endswith("/eviction")]
+    assert {("team", "notebook"), ("team", "cache")} <= set(cluster.api.pods)
+    (told,) = cluster.events("MigRolloutDeferred")  # a cause of its own: an Event on the node
+    assert told["type"] == "Warning" and "team/notebook" in told["message"]
+    forced = cluster.run(inventory=ONE, ACK_MIG_DRAIN_FORCE="true", ACK_MIG_DRAIN_EMPTYDIR="any")
+    assert forced.nodes[0]["outcome"] == "partitioned" and not {("team", "notebook"), ("team", "cache")} & set(
+        cluster.api.pods)
+
+
+def test_a_pod_without_a_controller_that_arrives_after_the_cordon_waits_until_the_drain_timeout(cluster):
+    cluster.add_nodes(["node-a"])
+    cluster.api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet")
+    real_evict = cluster.kube.evict
+
+    def evict_and_a_bare_pod_lands(namespace, name):  # bound by name, past the scheduler and the cordon
+        real_evict(namespace, name)
+        if ("team", "bare") not in cluster.api.pods:
+            cluster.api.add_pod("team", "bare", "node-a", gpus=1)
+
+    cluster.kube.evict = evict_and_a_bare_pod_lands
+    result = cluster.run(inventory=ONE, ACK_MIG_DRAIN_TIMEOUT_S="10")
+    node = result.nodes[0]
+    assert node["outcome"] == "drain-timeout" and "pod team/bare declares no controller" in node["reason"]
+    assert cluster.transport.seen == [] and not cluster.unschedulable("node-a")
+
+
+def test_a_throttled_eviction_is_reported_as_throttling_not_as_a_budget(cluster):
+    cluster.add_nodes(["node-a"])
+    cluster.api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet")
+    cluster.api.throttle(times=100, retry_after=1, method="POST", path="/api/v1/namespaces/team/pods")
+    result = cluster.run(inventory=ONE, ACK_MIG_DRAIN_TIMEOUT_S="4", ACK_MIG_KUBE_MAX_ATTEMPTS="2")
+    reason = result.nodes[0]["reason"]
+    assert result.nodes[0]["outcome"] == "drain-timeout" and "throttling (429 Too Many Requests)" in reason
+    assert "disruption budget" not in reason and not cluster.events("MigRolloutDrain")

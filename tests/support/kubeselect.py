@@ -1,0 +1,196 @@
+"""The Kubernetes rules the test API server (``tests/support/kubeapi.py``) decides with, each as upstream
+has it: label selectors in their string form and their object form, field selectors, and what a
+PodDisruptionBudget allows. Pure functions; the server holds the objects.
+
+Sources (kubernetes/kubernetes):
+
+* ``staging/src/k8s.io/apimachinery/pkg/labels/selector.go`` (``Parse``): a selector string is terms
+  joined by ``,`` (AND); a term is ``key``, ``!key``, ``key=value``, ``key==value``, ``key!=value``,
+  ``key in (v1,v2)`` or ``key notin (v1,v2)``. ``!=`` and ``notin`` also match objects without the key.
+  The empty string selects everything.
+* ``staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/helpers.go`` (``LabelSelectorAsSelector``): the
+  object form ``{"matchLabels": {...}, "matchExpressions": [{"key", "operator": In|NotIn|Exists|
+  DoesNotExist, "values"}]}``; an unknown operator is an invalid selector. For a PodDisruptionBudget an
+  empty or missing selector selects nothing, and an invalid one matches no pod
+  (``pkg/registry/core/pod/storage/eviction.go`` ``getPodDisruptionBudgets``).
+* ``pkg/controller/disruption/disruption.go`` (``getExpectedPodCount``, ``countHealthyPods``,
+  ``updatePdbStatus``): ``minAvailable`` as an integer is the desired healthy count over the selected pods;
+  as a percentage, and ``maxUnavailable`` in either form, are scaled on the expected count (the owning
+  controllers' replicas; here: the selected pods, which is what they are when every replica exists),
+  rounding up; ``disruptionsAllowed = max(0, currentHealthy - desiredHealthy)``; healthy = Ready (a
+  Running pod without conditions counts as Ready here) and not terminating.
+"""
+
+import math
+import re
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+_KEY = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,252}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
+_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?\Z")
+
+
+class SelectorError(ValueError):
+    """An unparsable selector: the API server answers 400 BadRequest."""
+
+
+Requirement = Callable[[Mapping[str, str]], bool]
+
+
+def _split_terms(text: str) -> List[str]:
+    terms, depth, start = [], 0, 0
+    for pos, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            terms.append(text[start:pos])
+            start = pos + 1
+    terms.append(text[start:])
+    return [t.strip() for t in terms]
+
+
+def _check_key(key: str, text: str) -> str:
+    if not _KEY.match(key):
+        raise SelectorError("unable to parse requirement: invalid label key %r in %r" % (key, text))
+    return key
+
+
+def _values(inner: str, text: str) -> Tuple[str, ...]:
+    values = tuple(v.strip() for v in inner.split(",")) if inner.strip() else ()
+    for v in values:
+        if not _VALUE.match(v):
+            raise SelectorError("unable to parse requirement: invalid label value %r in %r" % (v, text))
+    return values
+
+
+def parse_labels(text: str) -> List[Requirement]:
+    """labels.Parse: the requirements of a selector string (all must hold)."""
+    out: List[Requirement] = []
+    if not text or not text.strip():
+        return out
+    for term in _split_terms(text):
+        if not term:
+            raise SelectorError("found '', expected: identifier in %r" % text)
+        m = re.match(r"^(\S+?)\s+(in|notin)\s*\((.*)\)\Z", term)
+        if m:
+            key, op, values = _check_key(m.group(1), text), m.group(2), _values(m.group(3), text)
+            if op == "in":
+                if not values:
+                    raise SelectorError("for 'in', 'notin' operators, values set can't be empty: %r" % text)
+                out.append(lambda labels, k=key, vs=values: k in labels and labels[k] in vs)
+            else:
+                out.append(lambda labels, k=key, vs=values: k not in labels or labels[k] not in vs)
+            continue
+        m = re.match(r"^([^=!\s]+)\s*(==|=|!=)\s*(\S*)\Z", term)
+        if m:
+            key, op, value = _check_key(m.group(1), text), m.group(2), _values(m.group(3), text)
+            value_text = value[0] if value else ""
+            if op == "!=":
+                out.append(lambda labels, k=key, v=value_text: labels.get(k) != v)
+            else:
+                out.append(lambda labels, k=key, v=value_text: k in labels and labels[k] == v)
+            continue
+        if term.startswith("!"):
+            key = _check_key(term[1:].strip(), text)
+            out.append(lambda labels, k=key: k not in labels)
+            continue
+        key = _check_key(term, text)
+        out.append(lambda labels, k=key: k in labels)
+    return out
+
+
+def labels_match(text: str, labels: Mapping[str, str]) -> bool:
+    return all(r(labels) for r in parse_labels(text))
+
+
+def selector_object(selector: Optional[Mapping[str, Any]]) -> Optional[List[Requirement]]:
+    """LabelSelectorAsSelector; None for an invalid one. ``[]`` is the empty selector."""
+    if not selector:
+        return []
+    out: List[Requirement] = []
+    for key, value in (selector.get("matchLabels") or {}).items():
+        out.append(lambda labels, k=key, v=str(value): k in labels and labels[k] == v)
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr.get("key"), expr.get("operator"), tuple(str(v) for v in expr.get("values") or ())
+        if op == "In" and values:
+            out.append(lambda labels, k=key, vs=values: k in labels and labels[k] in vs)
+        elif op == "NotIn" and values:
+            out.append(lambda labels, k=key, vs=values: k not in labels or labels[k] not in vs)
+        elif op == "Exists" and not values:
+            out.append(lambda labels, k=key: k in labels)
+        elif op == "DoesNotExist" and not values:
+            out.append(lambda labels, k=key: k not in labels)
+        else:
+            return None  # the API validation refuses it; the eviction path treats it as matching nothing
+    return out
+
+
+def pdb_selects(pdb: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A budget's selector, as the eviction subresource applies it: empty or invalid selects nothing."""
+    requirements = selector_object((pdb.get("spec") or {}).get("selector"))
+    if not requirements:
+        return False
+    return all(r(labels) for r in requirements)
+
+
+def parse_fields(text: str, supported: Tuple[str, ...]) -> List[Tuple[str, str, str]]:
+    """fields.ParseSelector terms ``(field, op, value)`` with ``=``, ``==`` or ``!=``; a field the resource
+    does not index is refused as the API server does: 400 'field label not supported'."""
+    out = []
+    for term in [t for t in (text or "").split(",") if t.strip()]:
+        m = re.match(r"^([^=!]+)(==|=|!=)(.*)\Z", term.strip())
+        if not m:
+            raise SelectorError("invalid selector: %r; can't understand %r" % (text, term))
+        field, op, value = m.group(1).strip(), m.group(2), m.group(3).strip()
+        if field not in supported:
+            raise SelectorError('field label not supported: %s' % field)
+        out.append((field, "!=" if op == "!=" else "=", value))
+    return out
+
+
+def _field_value(obj: Mapping[str, Any], path: str) -> str:
+    node: Any = obj
+    for part in path.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return "" if node is None else str(node)
+
+
+def fields_match(terms: List[Tuple[str, str, str]], obj: Mapping[str, Any]) -> bool:
+    return all((_field_value(obj, f) == v) == (op == "=") for f, op, v in terms)
+
+
+def _scaled(value: Any, total: int) -> int:
+    """intstr.GetScaledValueFromIntOrPercent with roundUp=true."""
+    if isinstance(value, int):
+        return value
+    text = str(value)
+    if not text.endswith("%") or not text[:-1].isdigit():
+        raise ValueError("invalid value for IntOrString: invalid value %r" % text)
+    return int(math.ceil(int(text[:-1]) * total / 100.0))
+
+
+def pod_healthy(pod: Mapping[str, Any]) -> bool:
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return False
+    conditions = status.get("conditions")
+    if conditions is not None:
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return status.get("phase", "Running") == "Running"
+
+
+def disruptions_allowed(pdb: Mapping[str, Any], selected: List[Mapping[str, Any]]) -> Dict[str, int]:
+    """The status the disruption controller writes: expectedPods, desiredHealthy, currentHealthy,
+    disruptionsAllowed."""
+    spec = pdb.get("spec") or {}
+    expected = len(selected)
+    if spec.get("maxUnavailable") is not None:
+        desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
+    elif spec.get("minAvailable") is not None:
+        desired = _scaled(spec["minAvailable"], expected)
+    else:
+        desired = 0  # neither set: getExpectedPodCount leaves desiredHealthy at zero
+    healthy = sum(1 for p in selected if pod_healthy(p))
+    return {"expectedPods": expected, "desiredHealthy": desired, "currentHealthy": healthy,
+            "disruptionsAllowed": max(0, healthy - desired)}
