@@ -3,7 +3,7 @@
 SSH: the real OpenSSH sshd on 127.0.0.1 (``tests/support/sshd.py``), 24 streaming nodes (8 on stdout
 without a line break, 8 on stderr, 8 endless lines) among 8 good ones, all at once (the transport's
 default concurrency is 32). Local: 6 streaming nodes and 2 good ones. The function's side runs in a
-fresh child process (``tests/support/flood_nodes.py``), whose ``ru_maxrss`` is the number: before the
+fresh child process (``tests/support/flood_nodes.py``), whose peak RSS (``VmHWM``) is the number: before the
 bound a single streaming node took the SSH transport to 377 MB in 4 s and the local one to 6 GB in
 17 s (this machine, measured). Target: under 200 MB (FC gives the function 512 MB).
 

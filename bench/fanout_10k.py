@@ -3,7 +3,7 @@
 The emulator (``tests/support/rpc_emulator.py``, signatures and limits enforced, ``latency_s`` = 50 ms
 added to every API call) runs in this process; the function side (the real core SDK and
 :class:`~functions.delivery.cloud_assistant.CloudAssistantTransport` with its product defaults, the real
-node bundle) runs in a fresh child process, so its peak RSS (``ru_maxrss``) is the function's alone.
+node bundle) runs in a fresh child process, so its peak RSS (``VmHWM``, tests/support/peak_rss.py) is the function's alone.
 Every node is a ``SimNode`` whose script takes ``node_s`` = 3 s.
 
 Ideal = node script + one poll interval (a result is seen at most one interval late) + the round trips
@@ -17,12 +17,13 @@ call counts per action, the order check (every RunCommand before the first resul
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import time
 
 import _path  # noqa: F401
+
+from tests.support.peak_rss import peak_rss_mb  # noqa: E402  (the child's own peak, not its parent's)
 
 LATENCY_S = 0.05
 NODE_S = 3.0
@@ -50,7 +51,7 @@ def _child(endpoint: str, access_key_id: str, secret: str, token: str, region: s
     kinds = [kind for kind, _ in transport.trace]
     first_poll = kinds.index("poll") if "poll" in kinds else len(kinds)
     return {"wall_s": wall, "ok": sum(1 for r in results if outcome(r).outcome == "partitioned"),
-            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+            "rss_mb": peak_rss_mb(),
             "submits": kinds.count("submit"), "submits_before_first_poll": kinds[:first_poll].count("submit"),
             "poll_rounds": kinds.count("round"), "poll_s": transport.poll_s,
             "calls_in_flight": CALLS_IN_FLIGHT}

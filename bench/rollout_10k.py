@@ -11,7 +11,7 @@ Three processes, so each number is one process's own:
   (``ACK_MIG_KUBECONFIG``, what ``--kubeconfig`` sets) to that server. Nine pools are in layout; one pool's
   label changed, so its first node is cordoned, drained (one GPU pod evicted), applied (a transport that
   labels the node over the API, as node_bootstrap does), waits for its capacity and is uncordoned; its
-  other 999 nodes are deferred. Reported: ``rollout_10k_rss_mb`` (peak RSS, ``ru_maxrss``; FC gives the
+  other 999 nodes are deferred. Reported: ``rollout_10k_rss_mb`` (peak RSS, ``VmHWM``; FC gives the
   function 512 MB, target <= 192) and ``rollout_10k_kube_requests``.
 * ``ack-mig-hook status --inventory ... --kubeconfig ...`` over the same cluster:
   ``rollout_10k_status_rss_mb`` (target <= 256).
@@ -21,13 +21,14 @@ Three processes, so each number is one process's own:
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 
 import _path  # noqa: F401
+
+from tests.support.peak_rss import peak_rss_mb  # noqa: E402  (the child's own peak, not its parent's)
 
 CLUSTER = "c-bench10k"
 POOLS = 10
@@ -210,7 +211,7 @@ def _function(inventory_path: str, kubeconfig: str) -> dict:
     return {"wall_s": time.perf_counter() - started, "outcome": result.outcome, "decisions": counts,
             "nodes": {o: sum(1 for n in result.nodes if n.get("outcome") == o)
                       for o in sorted({n.get("outcome") for n in result.nodes})},
-            "requests": counted["requests"], "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+            "requests": counted["requests"], "rss_mb": peak_rss_mb()}
 
 
 def _status(inventory_path: str, kubeconfig: str) -> dict:
@@ -225,7 +226,7 @@ def _status(inventory_path: str, kubeconfig: str) -> dict:
         code = main(["status", "--inventory", inventory_path, "--kubeconfig", kubeconfig, "--json"])
     pools = json.loads(out.getvalue())["pools"]
     return {"code": code, "in_layout": sum(p["in_layout"] for p in pools),
-            "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
+            "rss_mb": peak_rss_mb()}
 
 
 def _child(kind: str, *args: str) -> dict:

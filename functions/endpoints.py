@@ -25,9 +25,15 @@ from a VPC in the same region (OSS "Regions and endpoints").
 Standard library only: :mod:`functions.settings` uses it on a cold start.
 """
 
-from typing import Dict, Optional
+from typing import Dict, NamedTuple, Optional
 
-from functions.settings import Endpoint
+
+class Endpoint(NamedTuple):
+    """An API endpoint as the Tea / core SDKs take it: a host[:port] and a protocol."""
+
+    host: str
+    protocol: str  # "https" or "http"
+
 
 PRODUCTS = ("ecs", "ess", "kms", "cs", "ros", "oss")
 NETWORKS = ("public", "vpc")

@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
+from functions.endpoints import Endpoint, resolve  # stdlib only; Endpoint is re-exported from here
+
 
 class SettingsError(ValueError):
     """An environment variable has a value that cannot be used. One line; exit code 2."""
@@ -105,13 +107,6 @@ def parse_choice(env: Mapping[str, str], name: str, default: str, choices: Tuple
     if text not in choices:
         raise SettingsError("%s=%r is not accepted; use one of %s" % (name, text[:20], ", ".join(choices)))
     return text
-
-
-class Endpoint(NamedTuple):
-    """An API endpoint override as the Tea / core SDKs take it: a host[:port] and a protocol."""
-
-    host: str
-    protocol: str  # "https" or "http"
 
 
 def parse_endpoint(env: Mapping[str, str], name: str) -> Optional[Endpoint]:
@@ -222,8 +217,6 @@ def _on_network(settings: "Settings") -> "Settings":
     """``vpc``: every API the function calls (ACK, ECS, Auto Scaling, KMS) without an override gets its VPC
     endpoint (functions.endpoints), so each client needs no network setting of its own."""
     from dataclasses import replace
-
-    from functions.endpoints import resolve
 
     d = settings.delivery
     return replace(

@@ -557,7 +557,7 @@ def test_events_are_granted_only_in_the_namespace_the_function_writes_them_to():
     applies the same rules as a ClusterRole bound at namespace level in default (ACK binds ClusterRoles)."""
     import inspect
 
-    from functions.rollout import run
+    from functions.rollout import executor
 
     docs = _rbac_documents()
     cluster_rules = [r for d in docs if d["kind"] == "ClusterRole" for r in d["rules"]]
@@ -569,7 +569,7 @@ def test_events_are_granted_only_in_the_namespace_the_function_writes_them_to():
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}
     # The function writes its Node Events in that namespace.
-    assert '"namespace": "default"' in inspect.getsource(run._event)
+    assert '"namespace": "default"' in inspect.getsource(executor.event)
     # The stack: the Role's rules as the ClusterRole ack-mig-hook-events, bound at namespace level only.
     _, app = _applications()[role["metadata"]["name"]]
     applied = yaml.safe_load(app["Properties"]["YamlContent"])

@@ -9,7 +9,7 @@ stand-in that answers success (:data:`NODE_MAIN`).
 
 ``python -m tests.support.flood_nodes CONFIG.json`` runs one transport over the configured targets in a
 fresh process (its address space limited to ``memory_limit_mb``, 2 GB unless set) and prints one JSON
-line: each node's error code or outcome, the wall time, and the process's peak RSS (``ru_maxrss``, the
+line: each node's error code or outcome, the wall time, and the process's peak RSS (``VmHWM``, the
 high-water mark of its resident memory) before and after the run. A fresh process, so the measurement
 is the transport's alone (bench/endless_output.py, and a small sample in
 tests/delivery/test_hostile_node_output.py).
@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 from typing import Any, Dict, List, Sequence
+
+from tests.support.peak_rss import peak_rss_mb
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -58,7 +60,7 @@ def node_bundle():
 
 
 def _peak_rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)  # KiB on Linux
+    return peak_rss_mb()  # the child's own, not its parent's (tests/support/peak_rss.py)
 
 
 def _run(config: Dict[str, Any]) -> Dict[str, Any]:
