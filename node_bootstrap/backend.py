@@ -85,15 +85,24 @@ def reset_gpus(backend, runner=run):
     return reset
 
 
-def kill_process(backend, grace=10.0, log=None):
-    # type: (Backend, float, Optional[Callable[[str], None]]) -> Callable[[int], bool]
+def process_ops(backend):
+    # type: (Backend) -> processkill.ProcessOps
+    """What --force uses to see and end processes: the kernel's (``/proc``, signals), or for a simulated
+    node its driver's simulated processes (never a process of this machine, whatever its PID)."""
     if backend.sim is not None:
-        return backend.sim.kill
+        sim = backend.sim
+        return processkill.ProcessOps(sim.start_time, sim.signal, lambda pid: None if pid > 1 else
+                                      "PID %d is not a process that --force may signal" % pid)
+    return processkill.HOST_OPS
 
-    def kill(pid):
-        # type: (int) -> bool
-        """SIGTERM, then SIGKILL after ``grace`` seconds (only ever with --force); the safety rules
-        (never PID <= 1, ourselves or our process group; the start time re-checked) are processkill's."""
-        return processkill.kill(pid, log or (lambda message: None), grace)
 
-    return kill
+def end_processes(backend, log, grace=10.0):
+    # type: (Backend, Callable[[str], None], float) -> Callable[[processkill.Targets, Callable[[int], bool]], List[int]]
+    """``--force``: SIGTERM, one grace period for all, then SIGKILL (processkill.end_all, with its rules)."""
+    ops = process_ops(backend)
+
+    def end(targets, still_listed):
+        # type: (processkill.Targets, Callable[[int], bool]) -> List[int]
+        return processkill.end_all(targets, still_listed, log, grace, ops)
+
+    return end

@@ -3,7 +3,8 @@ sim-reboot for the simulator).
 
 With ``--json`` the last line of stdout is one JSON object; logs go to stderr. Exit codes: 0 success,
 2 bad input, 3 GPU not MIG-capable, 4 GPU busy, 5 reboot required, 6 conflict (NVIDIA's mig-manager is in
-charge of the node), 1 anything else. Every error is caught here and shown as one line: the user never
+charge of the node), 7 destroy required (``apply --no-destroy`` on a node that needs more than new
+instances), 1 anything else. Every error is caught here and shown as one line: the user never
 sees a traceback.
 
 This module parses and dispatches; the commands are in :mod:`node_bootstrap.commands`,
@@ -160,6 +161,9 @@ def build_parser():
                                  "(what delivery does, so the layout survives reboots)")
             sp.add_argument("--boot-unit-root", default=None, metavar="DIR",
                             help="with --boot-unit: install under DIR (default /, a simulated node's own)")
+            sp.add_argument("--no-destroy", action="store_true",
+                            help="only add instances: refuse (destroy-required, exit 7) before any change where an "
+                                 "existing instance would be destroyed, the MIG mode changed or a GPU reset")
     return parser
 
 

@@ -17,8 +17,8 @@ from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure
 from .live import LiveGpu, effective_model, gpu_json
 from .mig import MigInputError, PartitionSpec
 from .nvml import NvmlReader, NvmlUnavailable
-from .planner import node_sequence, plan_json, plan_node
-from .reconcile import _busy as busy_plans, _busy_message as busy_message
+from .planner import busy, mixed_layouts, node_sequence, plan_json, plan_node
+from .reconcile import busy_message
 from .request import spec_from_options
 from .simhost import DEFAULT_STATE_DIR, host_runner, is_host_root, is_sim  # noqa: F401 - DEFAULT_STATE_DIR re-exported for the CLI
 
@@ -97,9 +97,15 @@ def cmd_plan(args, backend):
         "mutating_calls": sum(p.action_count for p in plans),
         "gpus": [plan_json(p, g) for p, g in zip(plans, gpus)],
     }  # type: Dict[str, Any]
-    busy = busy_plans(plans)
-    if busy:  # apply's own rule and words: what it would answer, said before anyone runs it
-        result["warnings"] = ["apply will be refused as gpu-busy: %s" % busy_message(busy)]
+    warnings = []
+    mixed = mixed_layouts(plans)
+    if mixed is not None:  # apply's own rules and words: what it would answer, said before anyone runs it
+        warnings.append("apply will be refused as %s: %s" % (mixed.code, mixed.message))
+    found = busy([p for p in plans if not p.converged])
+    if found:
+        warnings.append("apply will be refused as gpu-busy: %s" % busy_message(found, gpus))
+    if warnings:
+        result["warnings"] = warnings
     return result, 0
 
 

@@ -1,4 +1,4 @@
-"""``--force``: end a compute process NVML named, and nothing else.
+"""``--force``: end the compute processes NVML named, and nothing else.
 
 A PID from NVML is a number read a moment ago. Before any signal it must still be the process NVML
 meant, and never one whose death takes this node down or takes us with it:
@@ -6,14 +6,19 @@ meant, and never one whose death takes this node down or takes us with it:
 * never PID 0 or 1 (``kill(0)`` signals our own process group, ``kill(-1)`` everything, PID 1 is init),
   never this process, and never a member of this process's group (our own parent shell, systemd's
   cgroup of the boot unit, a container's init): a GPU process of ours would be a bug, not a target;
-* SIGTERM first; SIGKILL only after ``grace`` seconds, and only if ``/proc/<pid>/stat`` still shows the
-  same start time: a PID freed meanwhile and reused by a new process is left alone.
+* its start time (``/proc/<pid>/stat``) is taken as NVML lists it; before each signal NVML is asked
+  again and the start time compared: a PID NVML no longer lists, or one freed and reused meanwhile, is
+  left alone;
+* SIGTERM to all of them first, one ``grace`` period for all together, then SIGKILL to those still
+  there (checked again the same way): a long list never stretches to one grace per process, during
+  which a later PID of the list could be reused.
 """
 
 import os
 import signal
 import time
-from typing import Callable, Optional
+import typing
+from typing import Callable, List, Optional, Tuple
 
 PROC = "/proc"
 
@@ -57,28 +62,72 @@ def refusal(pid, own_pid=None, own_group=None, group_of=os.getpgid):
 
 def kill(pid, log, grace=10.0, proc=PROC, send=os.kill, sleep=time.sleep, clock=time.time):
     # type: (int, Callable[[str], None], float, str, Callable[[int, int], None], Callable[[float], None], Callable[[], float]) -> bool
-    """SIGTERM, then SIGKILL after ``grace`` seconds if the very same process is still there.
-    Returns True when the process is gone (or was sent SIGKILL), False when it was refused or not found."""
-    why = refusal(pid)
+    """One process, its start time taken now: :func:`end_all` for a PID known to be meant. Returns True when
+    it was signalled, False when it was refused or not found."""
+    started = start_time(pid, proc)
+    if started is None:
+        return False  # gone (or never there): nothing to signal
+    ops = ProcessOps(lambda p: start_time(p, proc), send, refusal, sleep, clock)
+    return bool(end_all([(pid, started)], lambda p: True, log, grace, ops))
+
+Targets = List[Tuple[int, Optional[int]]]  # (pid, its start time when NVML listed it)
+
+
+class ProcessOps(typing.NamedTuple):
+    """What ending processes takes from the host: the kernel's, or a simulated node's (its driver's)."""
+
+    start_time: Callable[[int], Optional[int]]
+    send: Callable[[int, int], None]  # os.kill
+    refusal: Callable[[int], Optional[str]]
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.time
+
+
+HOST_OPS = ProcessOps(start_time, os.kill, refusal)
+
+
+def _ours(pid, started, still_listed, log, ops):
+    # type: (int, Optional[int], Callable[[int], bool], Callable[[str], None], ProcessOps) -> bool
+    """Whether ``pid`` is still the process NVML listed: not refused, listed again, same start time."""
+    why = ops.refusal(pid)
     if why:
         log("not killing %d: %s" % (pid, why))
         return False
-    started = start_time(pid, proc)
-    if started is None:
+    if not still_listed(pid):
+        log("compute process %d is gone (NVML no longer lists it)" % pid)
         return False
-    try:
-        send(pid, signal.SIGTERM)
-    except OSError:
+    now = ops.start_time(pid)
+    if started is None or now != started:
+        log("not killing %d: it is not the process NVML listed (%s)"
+            % (pid, "gone" if now is None else "its start time changed" if started is not None
+               else "its start time was unknown when listed"))
         return False
-    deadline = clock() + grace
-    while clock() < deadline:
-        if start_time(pid, proc) != started:
-            return True  # gone (or gone and its PID reused: either way not ours to kill any more)
-        sleep(0.2)
-    if start_time(pid, proc) != started:
-        return True
-    try:
-        send(pid, signal.SIGKILL)
-    except OSError:
-        pass
     return True
+
+
+def end_all(targets, still_listed, log, grace=10.0, ops=HOST_OPS):
+    # type: (Targets, Callable[[int], bool], Callable[[str], None], float, ProcessOps) -> List[int]
+    """End ``targets`` ((pid, start time when NVML listed it)): SIGTERM to each one still ours, one grace
+    period for all, SIGKILL to those still ours then. Returns the pids signalled."""
+    termed = []  # type: List[Tuple[int, Optional[int]]]
+    for pid, started in targets:
+        if not _ours(pid, started, still_listed, log, ops):
+            continue
+        try:
+            ops.send(pid, signal.SIGTERM)
+        except OSError:
+            continue  # gone since: nothing to end
+        termed.append((pid, started))
+    deadline = ops.clock() + grace
+    left = list(termed)
+    while left and ops.clock() < deadline:
+        left = [(pid, started) for pid, started in left if ops.start_time(pid) == started]
+        if left:
+            ops.sleep(0.2)
+    for pid, started in left:
+        if ops.start_time(pid) == started and _ours(pid, started, still_listed, log, ops):
+            try:
+                ops.send(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    return [pid for pid, _ in termed]
