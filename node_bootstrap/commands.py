@@ -81,6 +81,9 @@ def cmd_status(args, backend):
             "profiles_source": source,
             "profiles": [p.to_dict() for p in model.profiles] if model is not None else [],
             "processes": list(gpu.pids), "notes": list(gpu.notes),
+            # each process with the instance it runs in (null off MIG, or where NVML did not say)
+            "compute_processes": [{"pid": p.pid, "gpu_instance_id": p.gi, "compute_instance_id": p.ci}
+                                  for p in sorted(gpu.processes)],
         })
         out.append(item)
     return {"command": "status", "backend": backend.name, "driver_version": driver, "gpus": out}, 0
