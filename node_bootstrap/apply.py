@@ -264,8 +264,9 @@ class _Apply(object):
                 self._problems(["could not start the stopped clients: %s" % " ".join(str(exc2).split())[:200]])
         if failure.outcome == "reboot-required":
             self._install_boot_unit()
-        if label and not isinstance(failure, DestroyRequired):
-            # A refused "destroy nothing" changed nothing: the labels still describe the node's layout.
+        if label and not (isinstance(failure, DestroyRequired) and self.labeler.last_state is None):
+            # A "destroy nothing" refused before any change changed nothing: the labels still describe the
+            # node's layout. (Refused later, after "pending", the label must end in a final state.)
             self.labeler.set(STATE_BY_OUTCOME[failure.outcome], reason=failure.message)
 
 

@@ -340,6 +340,8 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None,
         todo = [p for p in plans if not p.converged]
         resets = _set_modes(writer, todo, host, allow_reset)
         plans = plan_node(writer.read_all(), spec)
+        if not allow_destroy:
+            refuse_destroy(plans)  # the node changed since the first read: still nothing may be destroyed
         _converge_instances(writer, [p for p in plans if not p.converged], host)
         gpus = writer.read_all()
         plans = plan_node(gpus, spec)
