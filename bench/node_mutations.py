@@ -20,11 +20,11 @@ from collections import Counter
 
 import _path  # noqa: F401
 
-from node_bootstrap.backend import end_processes, open_backend
+from node_bootstrap.commands.backend import end_processes, open_backend
 from node_bootstrap.mig import PartitionSpec, find_gpu, plan
-from node_bootstrap.nvml import NvmlWriter
-from node_bootstrap.reconcile import Host, reconcile
-from node_bootstrap.sim.library import MUTATING
+from node_bootstrap.driver.nvml import NvmlWriter
+from node_bootstrap.commands.reconcile import Host, reconcile
+from node_bootstrap.driver.sim.library import MUTATING
 
 SCENARIOS = [  # (GPU, count, label kind, label value)
     ("A100-SXM4-40GB", 8, "sequence", "3g.20gb-3g.20gb"),

@@ -229,7 +229,7 @@ def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
 
 
 def _kube_checks(args, config) -> List[Check]:
-    from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig
+    from node_bootstrap.kube.client import KubeClient, KubeError, load_kubeconfig
 
     try:
         if args.kubeconfig:
@@ -249,7 +249,7 @@ def _kube_checks(args, config) -> List[Check]:
 
 
 def _get(client, path: str) -> Optional[Dict[str, Any]]:
-    from node_bootstrap.kube import KubeError
+    from node_bootstrap.kube.client import KubeError
 
     try:
         return client.request("GET", path)

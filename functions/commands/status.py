@@ -130,7 +130,7 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
     pools = lookup.nodepools(cluster) if lookup is not None else []
     known = None
     if kube is not None:
-        from node_bootstrap.kube import KubeError
+        from node_bootstrap.kube.client import KubeError
 
         from functions.rollout.kube import kube_nodes_by_name
 

@@ -17,7 +17,7 @@ import tempfile
 import time
 from typing import Callable, NamedTuple, Optional
 
-from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig
+from node_bootstrap.kube.client import KubeClient, KubeError, load_kubeconfig
 
 _TAINT = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_./]{0,252})(?:=([-A-Za-z0-9_.]{0,63}))?:"
                     r"(NoSchedule|PreferNoSchedule|NoExecute)\Z")

@@ -14,7 +14,7 @@ evicted again.
 
 from typing import Any, Dict, List, Mapping, NamedTuple
 
-from node_bootstrap.kube import KubeError
+from node_bootstrap.kube.client import KubeError
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"

@@ -16,7 +16,7 @@ import copy
 from typing import Any, Callable, Dict, List, Mapping, Optional, Protocol, Tuple
 from urllib.parse import quote
 
-from node_bootstrap.kube import KubeClient, KubeError
+from node_bootstrap.kube.client import KubeClient, KubeError
 
 from functions.errors import BadInventory
 from functions.rollout.waves import KubeNode

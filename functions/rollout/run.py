@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from functions.settings import longest_run_s
-from node_bootstrap.kube import KubeError
+from node_bootstrap.kube.client import KubeError
 from node_bootstrap.mig import MigInputError, PartitionSpec, label_items, resource_name
 
 from functions.rollout import waves as rp

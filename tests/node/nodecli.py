@@ -3,7 +3,7 @@
 ``systemctl`` and ``nvidia-smi`` on a temporary PATH are small shell scripts that append their argv to a
 log file (and keep systemd unit "active" state as files), so tests see exactly what would have run on
 the host: for a simulated node, nothing (``commands()`` stays empty). The simulated node's own systemd
-(``node_bootstrap.simhost.SimSystemd``, under ``<state>.host/systemd``) is what its clients and boot
+(``node_bootstrap.commands.simhost.SimSystemd``, under ``<state>.host/systemd``) is what its clients and boot
 unit talk to: ``set_unit``, ``unit_active``, ``fail_systemctl`` and ``systemctl()`` reach it.
 """
 
@@ -65,7 +65,7 @@ class Node(object):
 
     def _sim_systemd(self):
         # type: () -> typing.Any
-        from node_bootstrap.simhost import SimSystemd
+        from node_bootstrap.commands.simhost import SimSystemd
 
         return SimSystemd(self.host)
 
@@ -238,8 +238,8 @@ def lay_out(node, gpus, models=None, pending=None):
     list leaves that GPU with MIG off. ``models``: a catalogue key per GPU where the node mixes models.
     ``pending``: per GPU, a pending mode to leave behind (a mode set but not yet activated)."""
     from node_bootstrap.mig import find_gpu
-    from node_bootstrap.nvml import FULL_CI_INDEX
-    from node_bootstrap.sim import driver
+    from node_bootstrap.driver.nvml import FULL_CI_INDEX
+    from node_bootstrap.driver.sim import driver
 
     state = driver.new_state(node.gpu, len(gpus))
     for index, layout in enumerate(gpus):

@@ -7,11 +7,11 @@ import signal
 import pynvml
 import pytest
 
-from node_bootstrap import processkill
+from node_bootstrap.host import processkill
 from node_bootstrap.mig import PartitionSpec
-from node_bootstrap.nvml import NvmlReader, NvmlWriter
-from node_bootstrap.reconcile import Host, reconcile
-from node_bootstrap.sim.faults import process_on_pid
+from node_bootstrap.driver.nvml import NvmlReader, NvmlWriter
+from node_bootstrap.commands.reconcile import Host, reconcile
+from node_bootstrap.driver.sim.faults import process_on_pid
 from tests.node.nodecli import Node, gi_id, lay_out
 
 SERVED = [("3g.20gb", 0)]  # one instance, serving a workload (fault process-on:0:0)

@@ -296,7 +296,7 @@ def test_a_mode_off_left_pending_by_a_client_is_applied_by_the_reset_and_succeed
 def test_disable_forgets_an_earlier_reboot_request(tmp_path):
     # apply asked for a reboot (the record the reboot guard keeps); MIG is then turned off instead. A later
     # apply of that layout that needs a reboot must ask for one, not call it ineffective.
-    from node_bootstrap.rebootguard import RECORD
+    from node_bootstrap.host.rebootguard import RECORD
 
     node, root = _partitioned(tmp_path, count=1)
     record = os.path.join(node.dir, "var", RECORD)

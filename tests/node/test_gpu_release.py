@@ -108,7 +108,7 @@ def test_a_container_holding_its_own_device_node_for_the_gpu_counts(tmp_path, ho
 def _caps(tmp_path, node, index, start):
     """Fake capability device files of the GPU instance at ``start`` (its access and its compute
     instance's), numbered as the simulated driver's mig-minors table numbers them (sim.driver.mig_minors)."""
-    from node_bootstrap.sim.driver import mig_minors
+    from node_bootstrap.driver.sim.driver import mig_minors
 
     gi = gi_id(node, index, start)
     table = dict(line.split() for line in mig_minors(node.count).splitlines())

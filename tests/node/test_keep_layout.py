@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from node_bootstrap.live import LiveCi, LiveGi, LiveGpu
+from node_bootstrap.driver.live import LiveCi, LiveGi, LiveGpu
 from node_bootstrap.mig import KIND_SEQUENCE, KIND_SIZE, PartitionSpec, find_gpu
-from node_bootstrap.planner import plan_gpu
+from node_bootstrap.commands.planner import plan_gpu
 from tests.node.nodecli import Node
 
 A100 = find_gpu("NVIDIA A100-SXM4-40GB")

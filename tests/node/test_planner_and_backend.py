@@ -7,10 +7,10 @@ import pynvml
 import pytest
 
 from node_bootstrap.errors import NotMigCapable
-from node_bootstrap.live import LiveCi, LiveGi, LiveGpu, LiveProfile, effective_model
+from node_bootstrap.driver.live import LiveCi, LiveGi, LiveGpu, LiveProfile, effective_model
 from node_bootstrap.mig import KIND_SEQUENCE, KIND_SIZE, PartitionSpec, Placement, PlacementError, find_gpu
-from node_bootstrap.nvml import NvmlReader, NvmlWriter
-from node_bootstrap.planner import plan_gpu
+from node_bootstrap.driver.nvml import NvmlReader, NvmlWriter
+from node_bootstrap.commands.planner import plan_gpu
 
 A100 = "NVIDIA A100-SXM4-40GB"
 A100_PCI = (0x20B0 << 16) | 0x10DE

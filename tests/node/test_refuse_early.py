@@ -9,9 +9,9 @@ import pytest
 
 from node_bootstrap.errors import NodeFailure
 from node_bootstrap.mig import KIND_SEQUENCE, PartitionSpec
-from node_bootstrap.nvml import NvmlReader, NvmlWriter
-from node_bootstrap.planner import plan_node
-from node_bootstrap.reconcile import Host, reconcile
+from node_bootstrap.driver.nvml import NvmlReader, NvmlWriter
+from node_bootstrap.commands.planner import plan_node
+from node_bootstrap.commands.reconcile import Host, reconcile
 from tests.node.nodecli import Node
 
 SEQ = "1g.5gb-2g.10gb-3g.20gb"

@@ -1,7 +1,7 @@
 """The simulated driver answers as real drivers do where the node's behaviour depends on it: profile indices
 as a captured R580 driver, GPU instance ids as real A100, H100 and A30 captures, compute instance profile
 indices of nvml.h, PCI ids of the PCI ID registry, compute processes in their instances (issue 18, point 2).
-Each expectation names its source; node_bootstrap/sim/driver.py cites the same."""
+Each expectation names its source; node_bootstrap/driver/sim/driver.py cites the same."""
 
 import json
 import os
@@ -10,9 +10,9 @@ import pynvml
 import pytest
 
 from node_bootstrap.mig import find_gpu
-from node_bootstrap.nvml import NvmlReader, NvmlWriter
-from node_bootstrap.sim import driver
-from node_bootstrap.sim.faults import process_on_pid
+from node_bootstrap.driver.nvml import NvmlReader, NvmlWriter
+from node_bootstrap.driver.sim import driver
+from node_bootstrap.driver.sim.faults import process_on_pid
 
 PROBE = os.path.join(os.path.dirname(os.path.dirname(__file__)), "core", "data", "h200_nvml_probe.json")
 

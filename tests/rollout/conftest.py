@@ -13,7 +13,7 @@ from functions.rollout.kube import LiveKube
 from functions.logs import JsonLogger
 from functions.pipeline import run_event
 from functions.settings import load_settings
-from node_bootstrap.kube import KubeClient, load_kubeconfig
+from node_bootstrap.kube.client import KubeClient, load_kubeconfig
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 CLUSTER = "c-rollout"

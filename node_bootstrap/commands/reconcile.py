@@ -21,10 +21,10 @@ Every step re-reads NVML, so a run killed anywhere is repaired by the next one.
 import typing
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .errors import DestroyRequired, GpuBusy, NodeFailure, RebootRequired
-from .live import LiveGpu
-from .mig import PartitionSpec
-from .nvml import NvmlWriter
+from ..errors import DestroyRequired, GpuBusy, NodeFailure, RebootRequired
+from ..driver.live import LiveGpu
+from ..mig import PartitionSpec
+from ..driver.nvml import NvmlWriter
 from .planner import GpuPlan, blockers, busy, mixed_layouts, needs_idle, plan_node
 
 # (pid, its start time when NVML listed it) of each process --force ends

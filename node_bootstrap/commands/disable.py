@@ -25,16 +25,16 @@ import time
 import typing
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import bootunit
+from ..host import bootunit
 from .apply import _Apply, _labeler, run_job
 from .backend import Backend
-from .commands import boot_unit_outcome, gpus_json, stderr_log
-from .deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
-from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure
-from .kube import KubeError
-from .live import MIG_DISABLED, LiveGpu, LiveProcess
-from .nvml import NvmlWriter
-from .rebootguard import RebootGuard
+from .common import boot_unit_outcome, gpus_json, stderr_log
+from ..kube.deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
+from ..errors import OUTCOME_SUCCESS, BadInput, NodeFailure
+from ..kube.client import KubeError
+from ..driver.live import MIG_DISABLED, LiveGpu, LiveProcess
+from ..driver.nvml import NvmlWriter
+from ..host.rebootguard import RebootGuard
 from .reconcile import Host, _converge_instances, _handle_processes, _set_modes, before_first_change, release_scope
 from .simhost import host_runner, is_host_root, is_sim
 

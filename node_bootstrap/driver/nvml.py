@@ -22,9 +22,9 @@ not), for ``apply`` alone, and :meth:`NvmlWriter.missing_entry_points`, which ap
 import ctypes
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .errors import NodeFailure
+from ..errors import NodeFailure
 from .live import LiveCi, LiveGi, LiveGpu, LiveProcess, LiveProfile
-from .mig import Placement
+from ..mig import Placement
 
 # A stop for a driver that never answers INVALID_ARGUMENT.
 MAX_PROFILE_INDEX = 64

@@ -1,8 +1,8 @@
 """Choosing the NVML backend and wiring what apply does outside NVML, for a real node or the simulator.
 
 ``--backend nvml`` loads the real ``libnvidia-ml.so.1`` through pynvml; ``--backend sim:<GPU>:<count>``
-installs the simulated library (``node_bootstrap.sim``) into pynvml instead. Either way the same
-:mod:`node_bootstrap.nvml` code runs. GPU resets and process kills differ: ``nvidia-smi -r`` and
+installs the simulated library (``node_bootstrap.driver.sim``) into pynvml instead. Either way the same
+:mod:`node_bootstrap.driver.nvml` code runs. GPU resets and process kills differ: ``nvidia-smi -r`` and
 signals on a node, state transitions in the simulator.
 """
 
@@ -12,14 +12,14 @@ import tempfile
 import typing
 from typing import Any, Callable, List, Optional, Tuple
 
-from . import processkill
-from .errors import BadInput, NodeFailure
-from .mig import MigInputError, find_gpu
-from .runner import run
-from .sim.driver import new_state
-from .sim.faults import FaultError, parse_faults
-from .sim.library import SimNvmlLibrary
-from .sim.store import SimStateError, SimStore
+from ..host import processkill
+from ..errors import BadInput, NodeFailure
+from ..mig import MigInputError, find_gpu
+from ..host.runner import run
+from ..driver.sim.driver import new_state
+from ..driver.sim.faults import FaultError, parse_faults
+from ..driver.sim.library import SimNvmlLibrary
+from ..driver.sim.store import SimStateError, SimStore
 
 _SIM = re.compile(r"^sim:(?P<gpu>[^:]+):(?P<count>[0-9]{1,2})\Z")
 MAX_SIM_GPUS = 16

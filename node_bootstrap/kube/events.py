@@ -13,7 +13,7 @@ result says whether the Event was written.
 import time
 from typing import Any, Callable, Dict, Optional
 
-from .kube import KubeError
+from .client import KubeError
 
 NAMESPACE = "default"
 COMPONENT = "ack-mig-hook"

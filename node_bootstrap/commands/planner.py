@@ -15,10 +15,10 @@ import typing
 from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .errors import BadInput, NotMigCapable
-from .live import LiveGi, LiveGpu, LiveProcess, effective_model, mode_name
-from .mig import GpuModel, Instance, Layout, PartitionSpec, Profile, plan as solve, render
-from .mig.solver import complete
+from ..errors import BadInput, NotMigCapable
+from ..driver.live import LiveGi, LiveGpu, LiveProcess, effective_model, mode_name
+from ..mig import GpuModel, Instance, Layout, PartitionSpec, Profile, plan as solve, render
+from ..mig.solver import complete
 
 
 class GpuPlan(typing.NamedTuple):

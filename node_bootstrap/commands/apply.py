@@ -1,7 +1,7 @@
 """``apply``: bring every GPU to the partition, with the node lock held, and end every way out (an error,
 SIGTERM, SIGINT) in a final node label, clients started again and a result document.
 
-The reconcile itself (assert, then apply) is :mod:`node_bootstrap.reconcile`; this module wires it to
+The reconcile itself (assert, then apply) is :mod:`node_bootstrap.commands.reconcile`; this module wires it to
 the host: clients, GPU resets, the device plugin and capacity wait, node labels and the boot unit.
 """
 
@@ -11,24 +11,24 @@ import socket
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .backend import Backend, end_processes, process_ops, reset_gpus
-from .clients import ClientControl, parse_clients
-from .bootunit import check_values
-from .commands import as_failure, boot_args, gpus_json, install_boot_unit, stderr_log
-from .deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
-from .errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, NodeFailure, Terminated
-from .events import record_final_state
-from .holders import DEFAULT_DEVICE_GLOB, MIG_MINORS, scope_paths, wait_released
-from .kube import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
-from .lock import NodeLock
-from .migmanager import refuse_if_mig_manager
-from .mig import MigInputError, PartitionSpec
-from .nodelabels import NodeLabeler, sequence_label_value
-from .nvml import NvmlUnavailable, NvmlWriter
+from ..host.clients import ClientControl, parse_clients
+from ..host.bootunit import check_values
+from .common import as_failure, boot_args, gpus_json, install_boot_unit, stderr_log
+from ..kube.deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
+from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, NodeFailure, Terminated
+from ..kube.events import record_final_state
+from ..host.holders import DEFAULT_DEVICE_GLOB, MIG_MINORS, scope_paths, wait_released
+from ..kube.client import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
+from ..host.lock import NodeLock
+from ..kube.migmanager import refuse_if_mig_manager
+from ..mig import MigInputError, PartitionSpec
+from ..kube.nodelabels import NodeLabeler, sequence_label_value
+from ..driver.nvml import NvmlUnavailable, NvmlWriter
 from .planner import GpuPlan, node_sequence
 from .reconcile import Host, ReleaseScope, reconcile
-from .rebootguard import RebootGuard, kernel_boot_id
-from .request import request_from_options
-from .sim.driver import mig_minors
+from ..host.rebootguard import RebootGuard, kernel_boot_id
+from ..request import request_from_options
+from ..driver.sim.driver import mig_minors
 from .simhost import SimNodeClient, host_root, host_runner, is_host_root, sim_node_client, under
 
 STATE_BY_OUTCOME = {"success": "success", "failed": "failed", "reboot-required": "rebooting"}

@@ -35,7 +35,7 @@ import time
 import typing
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from .errors import GpuBusy
+from ..errors import GpuBusy
 
 DEFAULT_DEVICE_GLOB = "/dev/nvidia[0-9]*"
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"

@@ -8,7 +8,7 @@ MIG mode is disabled, when NVML answers NOT_SUPPORTED to profile queries).
 import typing
 from typing import Dict, List, Optional, Tuple
 
-from .mig import GpuModel, Instance, Layout, Placement, Profile, find_gpu_or_none, render
+from ..mig import GpuModel, Instance, Layout, Placement, Profile, find_gpu_or_none, render
 
 MIG_DISABLED = 0
 MIG_ENABLED = 1

@@ -2,7 +2,7 @@
 every command shares (the partition from the options, NVML reads, result documents).
 
 Each command takes the parsed options and a backend and returns ``(result document, exit code)``;
-:mod:`node_bootstrap.cli` parses, dispatches and prints. ``apply`` lives in :mod:`node_bootstrap.apply`.
+:mod:`node_bootstrap.commands.cli` parses, dispatches and prints. ``apply`` lives in :mod:`node_bootstrap.commands.apply`.
 """
 
 import argparse
@@ -10,16 +10,16 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import bootunit
+from ..host import bootunit
 from .backend import Backend
-from .clients import parse_clients
-from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure
-from .live import LiveGpu, effective_model, gpu_json
-from .mig import MigInputError, PartitionSpec
-from .nvml import NvmlReader, NvmlUnavailable
+from ..host.clients import parse_clients
+from ..errors import OUTCOME_SUCCESS, BadInput, NodeFailure
+from ..driver.live import LiveGpu, effective_model, gpu_json
+from ..mig import MigInputError, PartitionSpec
+from ..driver.nvml import NvmlReader, NvmlUnavailable
 from .planner import busy, mixed_layouts, node_sequence, plan_json, plan_node
 from .reconcile import busy_message
-from .request import spec_from_options
+from ..request import spec_from_options
 from .simhost import DEFAULT_STATE_DIR, host_runner, is_host_root, is_sim  # noqa: F401 - DEFAULT_STATE_DIR re-exported for the CLI
 
 DEFAULT_CLIENT_STOP_TIMEOUT = 60.0

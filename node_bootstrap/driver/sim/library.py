@@ -5,7 +5,7 @@ pynvml keeps the loaded library in ``pynvml.nvmlLib`` and looks every entry poin
 :meth:`SimNvmlLibrary.install` puts this object there before ``nvmlInit``: each attribute is a ctypes
 C function pointer (CFUNCTYPE) with the NVML signature, pynvml passes its real structs by reference, and
 this module fills them in through their addresses, as ``libnvidia-ml.so`` would. The one NVML backend
-(``node_bootstrap.nvml``) then runs unchanged on a real GPU and here.
+(``node_bootstrap.driver.nvml``) then runs unchanged on a real GPU and here.
 
 Handles are opaque integers that encode (GPU, GPU instance, compute instance); nothing dereferences them.
 A missing attribute is what an older driver looks like (pynvml raises FUNCTION_NOT_FOUND).

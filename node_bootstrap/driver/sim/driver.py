@@ -16,8 +16,8 @@ Modelled after what the NVIDIA driver answers (facts.md, and the sources named a
 import typing
 from typing import Any, Dict, List, Optional
 
-from ..mig import GpuModel, Profile, find_gpu
-from ..mig.solver import is_media_extension
+from ...mig import GpuModel, Profile, find_gpu
+from ...mig.solver import is_media_extension
 
 SUCCESS = 0
 ERROR_INVALID_ARGUMENT = 2
