@@ -25,7 +25,7 @@ from ..errors import DestroyRequired, GpuBusy, NodeFailure, RebootRequired
 from ..driver.live import LiveGpu
 from ..mig import PartitionSpec
 from ..driver.nvml import NvmlWriter
-from .planner import GpuPlan, blockers, busy, mixed_layouts, needs_idle, plan_node
+from .planner import GpuPlan, blockers, busy, mixed_layouts, plan_node
 
 # (pid, its start time when NVML listed it) of each process --force ends
 Targets = List[Tuple[int, Optional[int]]]
