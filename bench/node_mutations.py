@@ -20,11 +20,11 @@ from collections import Counter
 
 import _path  # noqa: F401
 
-from node_bootstrap.backend import open_backend
+from node_bootstrap.commands.backend import end_processes, open_backend
 from node_bootstrap.mig import PartitionSpec, find_gpu, plan
-from node_bootstrap.nvml import NvmlWriter
-from node_bootstrap.reconcile import Host, reconcile
-from node_bootstrap.sim.library import MUTATING
+from node_bootstrap.driver.nvml import NvmlWriter
+from node_bootstrap.commands.reconcile import Host, reconcile
+from node_bootstrap.driver.sim.library import MUTATING
 
 SCENARIOS = [  # (GPU, count, label kind, label value)
     ("A100-SXM4-40GB", 8, "sequence", "3g.20gb-3g.20gb"),
@@ -59,7 +59,7 @@ def _apply(gpu, count, state, spec):
         return backend.sim.reset(indices)
 
     host = Host(stop_clients=lambda: [], start_clients=lambda stopped: [], reset_gpus=reset,
-                kill=backend.sim.kill, log=lambda line: None)
+                end_processes=end_processes(backend, lambda line: None), log=lambda line: None)
     writer = NvmlWriter(backend.nv)
     with writer:
         report = reconcile(writer, spec, host)

@@ -11,7 +11,7 @@ The rule is Python's own ``str.isprintable``: control characters (C0, DEL, C1), 
 overrides, zero-width), line and paragraph separators, surrogates, private-use and unassigned code points
 are written as ``\\n``, ``\\r``, ``\\t``, ``\\xNN``, ``\\uNNNN`` or ``\\UNNNNNNNN``; everything else,
 non-ASCII letters included, stays.
-The node tool has its own copy of this rule (``node_bootstrap/textout.py``): node code cannot import
+The node tool has its own copy of this rule (``node_bootstrap/commands/textout.py``): node code cannot import
 ``functions`` (it runs alone on the node's system Python, tests/test_layout.py pins the import direction).
 """
 

@@ -1,8 +1,8 @@
-"""``python3 -m node_bootstrap ...``: see :mod:`node_bootstrap.cli`."""
+"""``python3 -m node_bootstrap ...``: see :mod:`node_bootstrap.commands.cli`."""
 
 import sys
 
-from .cli import main
+from .commands.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,8 @@
 """Why a node command stopped: one class per exit code, each with a stable ``code`` for the JSON result.
 
 Exit codes: 0 success, 2 bad input, 3 GPU not MIG-capable, 4 GPU busy, 5 reboot required, 6 another MIG
-manager is in charge of the node, 1 anything else. Messages are one line; they never hold credentials.
+manager is in charge of the node, 7 the request said "destroy nothing" and the layout needs more than new
+instances, 1 anything else. Messages are one line; they never hold credentials.
 """
 
 OUTCOME_SUCCESS = "success"
@@ -55,6 +56,16 @@ class Conflict(NodeFailure):
     exit_code = 6
     code = "conflict"
     outcome = OUTCOME_CONFLICT
+
+
+class DestroyRequired(NodeFailure):
+    """A "destroy nothing" request (``apply --no-destroy``, ``"destroy": false`` in the request document)
+    on a node whose real placements need an existing instance destroyed, a MIG mode change or a GPU reset:
+    refused before any change. The node's labels are left as they were (its layout is unchanged, and the
+    labels still describe it); the caller repartitions the node the drained way instead."""
+
+    exit_code = 7
+    code = "destroy-required"
 
 
 class Terminated(BaseException):

@@ -93,6 +93,47 @@ def test_node_bootstrap_never_imports_the_function():
     assert wrong == []
 
 
+# node_bootstrap's parts (docs/development.md): what each may import of node_bootstrap besides itself. The
+# commands may import every part; nothing but the package's __main__ imports the commands.
+NODE_SHARED = ("node_bootstrap.errors", "node_bootstrap.request")
+NODE_PARTS = {
+    "node_bootstrap.mig": (),
+    "node_bootstrap.errors": (),
+    "node_bootstrap.request": ("node_bootstrap.mig", "node_bootstrap.errors"),
+    "node_bootstrap.driver": ("node_bootstrap.mig", "node_bootstrap.errors"),
+    "node_bootstrap.host": ("node_bootstrap.mig",) + NODE_SHARED,
+    "node_bootstrap.kube": ("node_bootstrap.mig", "node_bootstrap.errors"),
+}
+
+
+def _node_part(name: str) -> str:
+    for part in list(NODE_PARTS) + ["node_bootstrap.commands"]:
+        if _within(name, part):
+            return part
+    return "node_bootstrap"  # the package itself (__init__, __main__)
+
+
+@pytest.mark.parametrize("part", sorted(NODE_PARTS))
+def test_each_part_of_the_node_imports_only_what_it_may(part):
+    allowed = NODE_PARTS[part] + (part,)
+    wrong = sorted("%s imports %s" % (m, i) for m in MODULES if _within(m, part) for i in _imports(m)
+                   if _within(i, "node_bootstrap") and i != "node_bootstrap" and not any(_within(i, a) for a in allowed))
+    assert wrong == []
+
+
+def test_only_the_package_entry_point_imports_the_node_commands():
+    wrong = sorted("%s imports %s" % (m, i) for m in MODULES if m != "node_bootstrap.__main__"
+                   and not _within(m, "node_bootstrap.commands") for i in _imports(m) if _within(i, "node_bootstrap.commands"))
+    assert wrong == []
+
+
+def test_every_node_module_belongs_to_a_part():
+    """No module sits beside the parts: a reader sees the parts from the tree."""
+    loose = sorted(m for m in MODULES if _within(m, "node_bootstrap") and _node_part(m) == "node_bootstrap"
+                   and m not in ("node_bootstrap", "node_bootstrap.__main__"))
+    assert loose == []
+
+
 def _pure(name: str) -> bool:
     return name in PURE_MODULES or any(_within(name, p) for p in PURE_PACKAGES)
 
@@ -118,6 +159,11 @@ def test_the_rules_see_what_they_forbid():
     assert "functions.rollout.waves" in _imports("functions.rollout.run")
     assert "subprocess" in _imports("functions.stack.build") and not _pure("functions.stack.build")
     assert _rank("functions.commands.main") > _rank("functions.handler") > _rank("functions.pipeline") > 0
+    # and the node's: the commands use every part, the host's boot unit the request document
+    assert {"node_bootstrap.driver.nvml", "node_bootstrap.host.clients", "node_bootstrap.kube.events"} <= \
+        _imports("node_bootstrap.commands.apply")
+    assert "node_bootstrap.request" in _imports("node_bootstrap.host.bootunit")
+    assert "node_bootstrap.commands.cli" in _imports("node_bootstrap.__main__")
 
 
 def _cycles():

@@ -305,7 +305,7 @@ def _kube_checks(args, config) -> List[Check]:
 
 
 def _get(client, path: str) -> Optional[Dict[str, Any]]:
-    from node_bootstrap.kube import KubeError
+    from node_bootstrap.kube.client import KubeError
 
     try:
         return client.get(path)

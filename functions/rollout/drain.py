@@ -31,7 +31,7 @@ only when a list no longer shows any GPU pod, never on an eviction's answer.
 
 from typing import Any, Dict, List, Mapping, NamedTuple, Tuple
 
-from node_bootstrap.kube import KubeError
+from node_bootstrap.kube.client import KubeError
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "aliyun.com/gpu")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"

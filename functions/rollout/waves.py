@@ -194,7 +194,7 @@ def _gpu_candidates(gpu_model: Optional[str], node: KubeNode) -> List[GpuModel]:
 
 def _applied_profiles(value: str, gpu: GpuModel) -> Counter:
     # The node label value is the normalized sequence with "+" written "." (label values cannot hold "+",
-    # node_bootstrap/nodelabels.py), or the ids form when the names do not fit 63 characters: the label
+    # node_bootstrap/kube/nodelabels.py), or the ids form when the names do not fit 63 characters: the label
     # parser reads both, dotted variants included.
     request = parse(PartitionSpec("sequence", value), gpu)
     return Counter(p.id for p in request.profiles)

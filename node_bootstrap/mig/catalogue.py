@@ -75,6 +75,10 @@ class Profile(typing.NamedTuple):
     memory_mib: int
     max_instances: int
     placements: Tuple[Placement, ...]
+    # The NVIDIA driver branch that first offers this profile (MIG user guide, "Supported MIG Profiles"
+    # notes); 0: every driver that supports the GPU at all. Only the catalogue knows it: a profile the
+    # driver lists itself is one it offers.
+    min_driver: int = 0
 
     def to_dict(self):
         # type: () -> dict
@@ -142,20 +146,31 @@ def _gib(*sizes):
     return tuple(gb * 1024 for gb in sizes)
 
 
-def _eight_slot_profiles(mem_gb, mib):
-    # type: (Tuple[int, int, int, int, int, int], Tuple[int, ...]) -> Tuple[Profile, ...]
+# Driver branches (MIG user guide, "Supported MIG Profiles" notes: "The 1g.6gb+me profile is only
+# available starting with R470 drivers", "The 2g.12gb+me profile is only available starting with R525
+# drivers", and for the A100 1g.5gb+me R470 and 1g.10gb R525). They match nvml.h's history (NVIDIA
+# go-nvml): NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1 (index 7) first appears in CUDA 11.4's header (R470),
+# 2_SLICE_REV1 and 1_SLICE_REV2 (indices 8, 9) in CUDA 12.0's (R525). Hopper and later GPUs need newer
+# drivers than these to run at all, so their profiles carry none.
+R470, R525 = 470, 525
+
+
+def _eight_slot_profiles(mem_gb, mib, ampere=False):
+    # type: (Tuple[int, int, int, int, int, int], Tuple[int, ...], bool) -> Tuple[Profile, ...]
     """Profiles of an 8-memory-slot, 7-compute-slice GPU (A100, H100, H200, B200 classes).
 
     ``mem_gb`` / ``mib`` give, in order, the 1g, 1g double-memory, 2g, 3g, 4g and 7g sizes: every such
     GPU shares ids, NVML indices and placements (MIG user guide tables; ``nvidia-smi mig -lgipp`` in the
-    guide's "Getting Started"), only the memory differs.
+    guide's "Getting Started"), only the memory differs. ``ampere``: the A100, whose ``+me`` and
+    double-memory 1g profiles came with later drivers than the GPU itself.
     """
     g1, g1d, g2, g3, g4, g7 = mem_gb
     m1, m1d, m2, m3, m4, m7 = mib
+    me, double = (R470, R525) if ampere else (0, 0)
     return (
         Profile("1g.%dgb" % g1, 19, NVML_PROFILE_1_SLICE, 1, 1, m1, 7, _starts(range(7), 1)),
-        Profile("1g.%dgb+me" % g1, 20, NVML_PROFILE_1_SLICE_REV1, 1, 1, m1, 1, _starts(range(7), 1)),
-        Profile("1g.%dgb" % g1d, 15, NVML_PROFILE_1_SLICE_REV2, 1, 2, m1d, 4, _starts((0, 2, 4, 6), 2)),
+        Profile("1g.%dgb+me" % g1, 20, NVML_PROFILE_1_SLICE_REV1, 1, 1, m1, 1, _starts(range(7), 1), me),
+        Profile("1g.%dgb" % g1d, 15, NVML_PROFILE_1_SLICE_REV2, 1, 2, m1d, 4, _starts((0, 2, 4, 6), 2), double),
         Profile("2g.%dgb" % g2, 14, NVML_PROFILE_2_SLICE, 2, 2, m2, 3, _starts((0, 2, 4), 2)),
         Profile("3g.%dgb" % g3, 9, NVML_PROFILE_3_SLICE, 3, 4, m3, 2, _starts((0, 4), 4)),
         Profile("4g.%dgb" % g4, 5, NVML_PROFILE_4_SLICE, 4, 4, m4, 1, _starts((0,), 4)),
@@ -169,7 +184,8 @@ def _named(gb):
     return _eight_slot_profiles(gb, _gib(*gb))
 
 
-_A100_40GB = _eight_slot_profiles((5, 10, 10, 20, 20, 40), (4864, 9856, 9856, 19968, 19968, 40192))
+_A100_40GB = _eight_slot_profiles((5, 10, 10, 20, 20, 40), (4864, 9856, 9856, 19968, 19968, 40192), ampere=True)
+_A100_80GB = _eight_slot_profiles((10, 20, 20, 40, 40, 80), (9984, 20096, 20096, 40448, 40448, 80896), ampere=True)
 _80GB = _eight_slot_profiles((10, 20, 20, 40, 40, 80), (9984, 20096, 20096, 40448, 40448, 80896))
 _94GB = _eight_slot_profiles((12, 24, 24, 47, 47, 94), (11264, 22784, 22784, 46080, 46080, 93184))
 _96GB = _eight_slot_profiles((12, 24, 24, 48, 48, 96), (11520, 23296, 23296, 47104, 47104, 95232))
@@ -186,9 +202,9 @@ _GB300 = _named((35, 70, 70, 139, 139, 278))
 # MIG devices table's exact 5952 MiB and 11968 MiB.
 _A30 = (
     Profile("1g.6gb", 14, NVML_PROFILE_1_SLICE, 1, 1, 5952, 4, _starts(range(4), 1)),
-    Profile("1g.6gb+me", 21, NVML_PROFILE_1_SLICE_REV1, 1, 1, 5952, 1, _starts(range(4), 1)),
+    Profile("1g.6gb+me", 21, NVML_PROFILE_1_SLICE_REV1, 1, 1, 5952, 1, _starts(range(4), 1), R470),
     Profile("2g.12gb", 5, NVML_PROFILE_2_SLICE, 2, 2, 11968, 2, _starts((0, 2), 2)),
-    Profile("2g.12gb+me", 6, NVML_PROFILE_2_SLICE_REV1, 2, 2, 11968, 1, _starts((0, 2), 2)),
+    Profile("2g.12gb+me", 6, NVML_PROFILE_2_SLICE_REV1, 2, 2, 11968, 1, _starts((0, 2), 2), R525),
     Profile("4g.24gb", 0, NVML_PROFILE_4_SLICE, 4, 4, 24000, 1, _starts((0,), 4)),
 )
 
@@ -231,7 +247,8 @@ def _entry(key, products, memory_mib, profiles, slots=8, compute=7, media=0):
     return _Entry(key, products, memory_mib, profiles, slots, compute, media)
 
 
-# PCI ids: those in mig-parted's device filters, with the product its comments name. Product names are
+# PCI ids: those in mig-parted's device filters, with the product its comments name; the two RTX PRO 6000
+# Workstation editions from the PCI ID registry (go-nvlib's pci.ids: 2bb1, 2bb4). Product names are
 # NVML's nvmlDeviceGetName answers where seen; docs/gpus.md marks the ones that are believed.
 _ENTRIES = (
     _entry("A100-SXM4-40GB", (("NVIDIA A100-SXM4-40GB", (0x20B0,)),), 40960, _A100_40GB),
@@ -239,7 +256,7 @@ _ENTRIES = (
            40960, _A100_40GB),
     _entry("A100-80GB", (("NVIDIA A100-SXM4-80GB", (0x20B2,)), ("NVIDIA A100 80GB PCIe", (0x20B5,)),
                          ("NVIDIA A800-SXM4-80GB", (0x20F3,)), ("NVIDIA A800 80GB PCIe", (0x20F5,))),
-           81920, _80GB),
+           81920, _A100_80GB),
     _entry("A30", (("NVIDIA A30", (0x20B7,)),), 24576, _A30, slots=4, compute=4, media=1),
     _entry("H100-80GB", (("NVIDIA H100 80GB HBM3", (0x2330,)), ("NVIDIA H100 PCIe", (0x2331,)),
                          ("NVIDIA H800 PCIe", (0x2322,)), ("NVIDIA H800", (0x2324,))),
@@ -256,8 +273,8 @@ _ENTRIES = (
     _entry("B300", (("NVIDIA B300 SXM6 AC", (0x3182,)),), 269 * 1024, _B300),
     _entry("GB300", (("NVIDIA GB300", (0x31C2,)),), 278 * 1024, _GB300),
     _entry("RTX-PRO-6000", (("NVIDIA RTX PRO 6000 Blackwell Server Edition", (0x2BB5,)),
-                            ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", ()),
-                            ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", ())),
+                            ("NVIDIA RTX PRO 6000 Blackwell Workstation Edition", (0x2BB1,)),
+                            ("NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition", (0x2BB4,))),
            97887, _RTX_PRO_6000, slots=12, compute=4, media=1),
 )
 
@@ -268,9 +285,11 @@ MEMORY_CONFIRMED = frozenset(["A30", "H200", "RTX-PRO-6000"])
 
 def _model(entry, first):
     # type: (_Entry, int) -> GpuModel
-    """The model with product ``first`` named first: how a lookup keeps the name it was given."""
+    """The model with product ``first`` named first, its PCI ids first too: how a lookup keeps the product it
+    was given (an NVIDIA H20 answers 0x2329, the H20's id in the PCI ID registry, not the H100 96GB's)."""
     names = [entry.products[first][0]] + [n for i, (n, _) in enumerate(entry.products) if i != first]
-    pci = tuple(pid for _, ids in entry.products for pid in ids)
+    order = [first] + [i for i in range(len(entry.products)) if i != first]
+    pci = tuple(pid for i in order for pid in entry.products[i][1])
     return GpuModel(entry.key, tuple(names), pci, entry.memory_mib, entry.memory_slots, entry.compute_slices,
                     entry.profiles, entry.media_instances)
 

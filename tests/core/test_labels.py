@@ -161,7 +161,7 @@ def test_dotted_plus_me_on_an_a100_is_the_plus_me_profile():
 def test_every_profile_reads_back_from_the_nodes_label_value(gpu):
     """The node writes aliyun.accelerator/nvidia_mig_sequence with "+" as "."; a pool label copied from it
     must mean the same profiles, on every GPU and for every variant suffix."""
-    from node_bootstrap.nodelabels import _VALUE, sequence_label_value
+    from node_bootstrap.kube.nodelabels import _VALUE, sequence_label_value
 
     for p in gpu.profiles:
         value = sequence_label_value(p.name)

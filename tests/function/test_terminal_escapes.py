@@ -14,7 +14,7 @@ from functions.commands import doctor
 from functions.commands.main import main
 from functions.event_result import HandlerResult
 from functions.textsafe import escape, escape_data
-from node_bootstrap.textout import human, printable
+from node_bootstrap.commands.textout import human, printable
 from tests.function.conftest import event_json
 from tests.rollout.conftest import NEW, OLD, capacity, node_labels, snapshot
 

@@ -1,10 +1,10 @@
 import pynvml
 import pytest
 
-from node_bootstrap.sim.driver import new_state
-from node_bootstrap.sim.faults import parse_faults
-from node_bootstrap.sim.library import SimNvmlLibrary
-from node_bootstrap.sim.store import SimStore
+from node_bootstrap.driver.sim.driver import new_state
+from node_bootstrap.driver.sim.faults import parse_faults
+from node_bootstrap.driver.sim.library import SimNvmlLibrary
+from node_bootstrap.driver.sim.store import SimStore
 from tests.support.kubeapi import kube_api  # noqa: F401  (the local HTTPS API server fixture)
 
 

@@ -3,7 +3,7 @@
 ``systemctl`` and ``nvidia-smi`` on a temporary PATH are small shell scripts that append their argv to a
 log file (and keep systemd unit "active" state as files), so tests see exactly what would have run on
 the host: for a simulated node, nothing (``commands()`` stays empty). The simulated node's own systemd
-(``node_bootstrap.simhost.SimSystemd``, under ``<state>.host/systemd``) is what its clients and boot
+(``node_bootstrap.commands.simhost.SimSystemd``, under ``<state>.host/systemd``) is what its clients and boot
 unit talk to: ``set_unit``, ``unit_active``, ``fail_systemctl`` and ``systemctl()`` reach it.
 """
 
@@ -65,7 +65,7 @@ class Node(object):
 
     def _sim_systemd(self):
         # type: () -> typing.Any
-        from node_bootstrap.simhost import SimSystemd
+        from node_bootstrap.commands.simhost import SimSystemd
 
         return SimSystemd(self.host)
 
@@ -229,3 +229,36 @@ def fake_devices(tmp_path, count=2):
     for path in paths + [os.path.join(dev, "nvidiactl")]:
         open(path, "w").close()
     return os.path.join(dev, "nvidia[0-9]*"), paths
+
+
+def lay_out(node, gpus, models=None, pending=None):
+    """Write ``node``'s state file (docs/simulator.md, version 1) with the simulated driver's own calls, so
+    that it holds what the driver could have made (ids by placement, every rule checked): ``gpus`` lists,
+    per GPU, (profile name, start) pairs, each instance with one compute instance spanning it; an empty
+    list leaves that GPU with MIG off. ``models``: a catalogue key per GPU where the node mixes models.
+    ``pending``: per GPU, a pending mode to leave behind (a mode set but not yet activated)."""
+    from node_bootstrap.mig import find_gpu
+    from node_bootstrap.driver.nvml import FULL_CI_INDEX
+    from node_bootstrap.driver.sim import driver
+
+    state = driver.new_state(node.gpu, len(gpus))
+    for index, layout in enumerate(gpus):
+        if models and models[index] != node.gpu:
+            state["gpus"][index]["gpu"] = models[index]
+        if layout:
+            driver.set_mig_mode(state, index, 1, [])
+        model = find_gpu((models or [node.gpu] * len(gpus))[index])
+        for name, start in layout:
+            profile = model.profile_by_name(name)
+            gi = driver.create_gpu_instance(state, index, profile.id, start, profile.memory_slices)
+            driver.create_compute_instance(state, index, gi, FULL_CI_INDEX[profile.compute_slices])
+        if pending is not None and pending[index] is not None:
+            state["gpus"][index]["mig_pending"] = pending[index]
+    with open(node.state, "w") as fh:
+        json.dump(state, fh)
+    return state
+
+
+def gi_id(node, index, start):
+    """The id of the GPU instance placed at ``start`` on GPU ``index`` of ``node``."""
+    return next(gi["id"] for gi in node.sim()["gpus"][index]["gis"] if gi["start"] == start)

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from node_bootstrap import bootunit
+from node_bootstrap.host import bootunit
 from tests.node.nodecli import Node
 
 SEQ = "3g.71gb-2g.35gb-1g.18gb"

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from node_bootstrap.cli import COMMAND_GROUPS, build_parser
-from node_bootstrap.textout import index_ranges
+from node_bootstrap.commands.cli import COMMAND_GROUPS, build_parser
+from node_bootstrap.commands.textout import index_ranges
 from tests.node.nodecli import Node
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.node.nodecli import Node
+from tests.node.nodecli import Node, lay_out
 
 STATE = "nvidia.com/mig.config.state"
 SEQUENCE = "aliyun.accelerator/nvidia_mig_sequence"
@@ -93,6 +93,23 @@ def test_a_pending_mode_off_that_no_reset_applies_asks_for_a_reboot_that_does_no
     again = node.run("disable", "--root", str(root))
     assert again.rc == 0 and again.json["changes"] == 0
     assert _off(node) == [(0, 0, [])]
+
+
+@pytest.mark.parametrize("gpu", ["A100-SXM4-40GB", "H200"])
+def test_disable_sets_a_gpu_back_whose_mode_is_pending_enable(tmp_path, gpu):
+    """Current disabled, pending enabled (a mode set while a client held the GPU, never activated): MIG is
+    not off, since the next reset or (Ampere) reboot would turn it on. disable sets it back to disabled;
+    GPU 1 is off in both and is left alone (issue 20, item 8)."""
+    node = Node(tmp_path, gpu=gpu, count=2)
+    lay_out(node, [[], []], pending=[1, None])
+    assert node.run("status").json["gpus"][0]["mig_mode"] == {"current": "disabled", "pending": "enabled"}
+    res = node.run("disable")
+    assert res.rc == 0 and res.json["outcome"] == "success", res.stderr
+    assert res.json["changes"] == 1  # one nvmlDeviceSetMigMode, on GPU 0 only
+    assert _off(node) == [(0, 0, [])] * 2
+    assert [g["mig_mode"] for g in res.json["gpus"]] == [{"current": "disabled", "pending": "disabled"}] * 2
+    assert node.run("sim-reboot").rc == 0 and _off(node) == [(0, 0, [])] * 2  # nothing turns MIG on after a boot
+    assert node.run("disable").json["changes"] == 0
 
 
 def test_a_gpu_that_is_not_mig_capable_is_already_off(tmp_path):
@@ -279,7 +296,7 @@ def test_a_mode_off_left_pending_by_a_client_is_applied_by_the_reset_and_succeed
 def test_disable_forgets_an_earlier_reboot_request(tmp_path):
     # apply asked for a reboot (the record the reboot guard keeps); MIG is then turned off instead. A later
     # apply of that layout that needs a reboot must ask for one, not call it ineffective.
-    from node_bootstrap.rebootguard import RECORD
+    from node_bootstrap.host.rebootguard import RECORD
 
     node, root = _partitioned(tmp_path, count=1)
     record = os.path.join(node.dir, "var", RECORD)

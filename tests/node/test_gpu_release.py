@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.node.nodecli import Holder, Node, fake_devices
+from tests.node.nodecli import Holder, Node, fake_devices, gi_id, lay_out
 
 SEQ = "3g.20gb-3g.20gb"
 
@@ -62,12 +62,13 @@ def test_a_holder_that_never_lets_go_is_named_and_nothing_changes(tmp_path, hold
 
 
 def test_a_simulated_node_ignores_this_machines_device_files_unless_asked(tmp_path, holders):
-    """Without --gpu-device-glob a sim node must not look at /dev here; asked, it checks the given files."""
-    node = Node(tmp_path, count=1)
+    """Without --gpu-device-glob a sim node must not look at /dev here; asked, it checks the given files
+    (both runs change the MIG mode, the change a holder of the GPU's file is in the way of)."""
     pattern, gpus = fake_devices(tmp_path, count=1)
     holders.append(Holder(tmp_path, "someone", gpus))
-    assert node.run("apply", "--sequence", SEQ, "--client-stop-timeout", "0.5").rc == 0
-    assert node.run("apply", "--sequence", "9", "--gpu-device-glob", pattern, "--client-stop-timeout", "0.5").rc == 4
+    assert Node(tmp_path / "a", count=1).run("apply", "--sequence", SEQ, "--client-stop-timeout", "0.5").rc == 0
+    assert Node(tmp_path / "b", count=1).run("apply", "--sequence", SEQ, "--gpu-device-glob", pattern,
+                                             "--client-stop-timeout", "0.5").rc == 4
 
 
 @pytest.mark.parametrize("fault, said", [
@@ -100,3 +101,66 @@ def test_a_container_holding_its_own_device_node_for_the_gpu_counts(tmp_path, ho
                    "--client-stop-timeout", "0.5")
     assert res.rc == 4 and "pid %d (in-a-pod) holds %s" % (holder.pid, tmp_path / "ctr" / "nvidia0") in \
         res.json["error"]["message"]
+
+
+# --- only what changes: the GPU whose mode changes, the instances to destroy ----------------------
+
+def _caps(tmp_path, node, index, start):
+    """Fake capability device files of the GPU instance at ``start`` (its access and its compute
+    instance's), numbered as the simulated driver's mig-minors table numbers them (sim.driver.mig_minors)."""
+    from node_bootstrap.driver.sim.driver import mig_minors
+
+    gi = gi_id(node, index, start)
+    table = dict(line.split() for line in mig_minors(node.count).splitlines())
+    caps = tmp_path / "dev" / "nvidia-caps"
+    caps.mkdir(exist_ok=True)
+    paths = []
+    for name in ("gpu%d/gi%d/access" % (index, gi), "gpu%d/gi%d/ci0/access" % (index, gi)):
+        path = caps / ("nvidia-cap%s" % table[name])
+        path.write_text("")
+        paths.append(str(path))
+    return paths
+
+
+def test_a_user_of_a_gpu_that_only_gets_new_instances_is_not_waited_for(tmp_path, holders):
+    """A workload (or a DaemonSet apply does not know) holds GPU 0, which keeps its instance and gets a new
+    one: nothing of it is in the way. GPU 1 changes its MIG mode: its holder is."""
+    node = Node(tmp_path, count=2)
+    lay_out(node, [[("3g.20gb", 0)], []])
+    pattern, gpus = fake_devices(tmp_path)
+    worker = Holder(tmp_path, "inference", gpus[:1])
+    holders.append(worker)
+    res = node.run("apply", "--sequence", SEQ, "--gpu-device-glob", pattern, "--client-stop-timeout", "1")
+    assert res.rc == 0, res.stderr
+    assert "waiting" not in res.stderr and "inference" not in res.stderr
+    node2 = Node(tmp_path / "other", count=2)
+    lay_out(node2, [[("3g.20gb", 0)], []])
+    monitor = Holder(tmp_path, "gpu-monitor", gpus[1:])
+    holders.append(monitor)
+    res = node2.run("apply", "--sequence", SEQ, "--gpu-device-glob", pattern, "--client-stop-timeout", "1")
+    assert res.rc == 4 and res.json["error"]["code"] == "gpu-busy", res.stderr
+    message = res.json["error"]["message"]
+    assert "pid %d (gpu-monitor) holds %s" % (monitor.pid, gpus[1]) in message
+    assert "inference" not in message  # GPU 0's file does not matter: GPU 0 keeps its mode
+    assert node2.sim()["gpus"][1]["mig_pending"] == 0
+
+
+def test_the_capability_files_of_an_instance_to_destroy_are_waited_for_and_a_kept_ones_are_not(tmp_path, holders):
+    node = Node(tmp_path, count=1)
+    lay_out(node, [[("3g.20gb", 0), ("2g.10gb", 4), ("1g.5gb", 6)]])
+    pattern, gpus = fake_devices(tmp_path, count=1)
+    kept = _caps(tmp_path, node, 0, 0)
+    doomed = _caps(tmp_path, node, 0, 4)
+    holders.append(Holder(tmp_path, "on-kept", kept + gpus))  # its GPU's file too, as every CUDA process
+    blocker = Holder(tmp_path, "on-doomed", doomed[1:])
+    holders.append(blocker)
+    before = open(node.state).read()
+    res = node.run("apply", "--sequence", SEQ, "--gpu-device-glob", pattern, "--client-stop-timeout", "1")
+    assert res.rc == 4, res.stderr
+    message = res.json["error"]["message"]
+    assert "pid %d (on-doomed) holds %s" % (blocker.pid, doomed[1]) in message and "on-kept" not in message
+    assert open(node.state).read() == before
+    blocker.stop()
+    res = node.run("apply", "--sequence", SEQ, "--gpu-device-glob", pattern, "--client-stop-timeout", "1")
+    assert res.rc == 0, res.stderr  # the one on the kept instance (and on the GPU's file) goes on
+    assert node.layout(0) == [(9, 0, 1), (9, 4, 1)]

@@ -7,8 +7,8 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from node_bootstrap import kubeyaml
-from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
+from node_bootstrap.kube import kubeyaml
+from node_bootstrap.kube.client import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
 
 
 @pytest.mark.kube
@@ -180,7 +180,7 @@ def test_kubeyaml_reads_kubectl_style_sequences_at_key_indent():
 
 @pytest.mark.kube
 def test_node_credential_writes_an_event_about_its_node_that_describe_node_finds(kube_api, tmp_path):
-    from node_bootstrap.events import node_event
+    from node_bootstrap.kube.events import node_event
 
     kube_api.add_node("node-a")
     node = KubeClient(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "k.conf", node="node-a")))

@@ -4,7 +4,7 @@ real kube-apiserver with --client-ca-file refuses it, whether or not bearer toke
 
 import pytest
 
-from node_bootstrap.kube import KubeClient, KubeError, load_kubeconfig
+from node_bootstrap.kube.client import KubeClient, KubeError, load_kubeconfig
 from tests.support.kubeapi import CertificateAuthority, kube_api_server
 
 pytestmark = pytest.mark.kube

@@ -12,11 +12,11 @@ import time
 import pynvml
 import pytest
 
-from node_bootstrap import bootunit, processkill
+from node_bootstrap.host import bootunit, processkill
 from node_bootstrap.errors import BadInput, RebootRequired
 from node_bootstrap.mig import PartitionSpec
-from node_bootstrap.nvml import NvmlWriter
-from node_bootstrap.reconcile import Host, reconcile
+from node_bootstrap.driver.nvml import NvmlWriter
+from node_bootstrap.commands.reconcile import Host, reconcile
 from tests.node.nodecli import Node
 
 STATE = "nvidia.com/mig.config.state"
@@ -191,7 +191,7 @@ def test_the_simulated_reset_takes_bus_ids_as_nvidia_smi_does(sim):
 
 
 def test_nvidia_smi_gets_the_bus_ids(tmp_path):
-    from node_bootstrap.backend import Backend, reset_gpus
+    from node_bootstrap.commands.backend import Backend, reset_gpus
 
     calls = []
     reset = reset_gpus(Backend("nvml", pynvml, None), runner=lambda argv, timeout: (calls.append(argv), (0, ""))[1])

@@ -7,10 +7,10 @@ import pynvml
 import pytest
 
 from node_bootstrap.errors import NotMigCapable
-from node_bootstrap.live import LiveCi, LiveGi, LiveGpu, LiveProfile, effective_model
+from node_bootstrap.driver.live import LiveCi, LiveGi, LiveGpu, LiveProfile, effective_model
 from node_bootstrap.mig import KIND_SEQUENCE, KIND_SIZE, PartitionSpec, Placement, PlacementError, find_gpu
-from node_bootstrap.nvml import NvmlReader, NvmlWriter
-from node_bootstrap.planner import plan_gpu
+from node_bootstrap.driver.nvml import NvmlReader, NvmlWriter
+from node_bootstrap.commands.planner import plan_gpu
 
 A100 = "NVIDIA A100-SXM4-40GB"
 A100_PCI = (0x20B0 << 16) | 0x10DE
@@ -150,23 +150,24 @@ def test_simulator_enforces_the_drivers_rules_through_pynvml(sim):
             w.create_gpu_instance(0, 9, 0, 4)  # MIG disabled
         assert w.set_mig_mode(0, True) == pynvml.NVML_SUCCESS  # idle bare metal: activated inside the call
         assert w.released(lib.reset, [0])[0] == 0
-        w.create_gpu_instance(0, 9, 0, 4)
+        low = w.create_gpu_instance(0, 9, 0, 4)
         with pytest.raises(pynvml.NVMLError_InvalidArgument):
             w.create_gpu_instance(0, 9, 2, 4)  # not an allowed start
         with pytest.raises(pynvml.NVMLError_InsufficientResources):
             w.create_gpu_instance(0, 14, 2, 2)  # overlaps the 3g at 0-3
         with pytest.raises(pynvml.NVMLError_InsufficientResources):
             w.create_gpu_instance(0, 5, 0, 4)  # overlaps as well
-        w.create_gpu_instance(0, 9, 4, 4)
+        high = w.create_gpu_instance(0, 9, 4, 4)
+        assert (low, high) == (2, 1)  # ids by placement, the upper half first, as real A100s answer
         with pytest.raises(pynvml.NVMLError_InsufficientResources):
             w.create_gpu_instance(0, 19, 6, 1)  # slot 6 belongs to the 3g.20gb at 4-7
-        w.create_full_compute_instance(0, 1, 3)
+        w.create_full_compute_instance(0, low, 3)
         with pytest.raises(pynvml.NVMLError_InUse):
-            w.destroy_gpu_instance(0, 1)  # compute instance still there
+            w.destroy_gpu_instance(0, low)  # compute instance still there
         with pytest.raises(pynvml.NVMLError_InUse):
             w.set_mig_mode(0, False)  # instances exist
-        w.destroy_compute_instance(0, 1, 0)
-        w.destroy_gpu_instance(0, 1)
+        w.destroy_compute_instance(0, low, 0)
+        w.destroy_gpu_instance(0, low)
         assert [x.start for x in w.read_gpu(0).gis] == [4]
 
 

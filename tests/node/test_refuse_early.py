@@ -9,9 +9,9 @@ import pytest
 
 from node_bootstrap.errors import NodeFailure
 from node_bootstrap.mig import KIND_SEQUENCE, PartitionSpec
-from node_bootstrap.nvml import NvmlReader, NvmlWriter
-from node_bootstrap.planner import plan_node
-from node_bootstrap.reconcile import Host, reconcile
+from node_bootstrap.driver.nvml import NvmlReader, NvmlWriter
+from node_bootstrap.commands.planner import plan_node
+from node_bootstrap.commands.reconcile import Host, reconcile
 from tests.node.nodecli import Node
 
 SEQ = "1g.5gb-2g.10gb-3g.20gb"
@@ -60,7 +60,9 @@ def test_an_old_driver_is_refused_before_mig_mode_is_touched(tmp_path, kube_api)
     res = node.run("apply", "--sequence", SEQ, "--sim-fault", "old-driver")
     assert res.rc == 1 and res.json["error"]["code"] == "driver-too-old", res.stderr
     message = res.json["error"]["message"]
-    assert "450.248.02-sim lacks nvmlDeviceCreateGpuInstanceWithPlacement" in message and "R470" in message
+    # CUDA 11.2's nvml.h (R460) has the call: R460 is the minimum to name, not R470
+    assert "450.248.02-sim lacks nvmlDeviceCreateGpuInstanceWithPlacement" in message and "R460 or newer" in message
+    assert "R470" not in message
     assert "\n" not in message and "Traceback" not in res.stderr
     assert res.json["changes"] == 0 and open(node.state).read() == before  # MIG mode still off
     assert res.json["labels"]["states"] == ["failed"]  # never "pending" first
@@ -159,3 +161,40 @@ def test_disable_refuses_a_gpu_whose_processes_no_call_can_read_even_with_force(
     assert res.rc == 1 and res.json["error"]["code"] == "driver-too-old", res.stderr
     assert "nvmlDeviceGetComputeRunningProcesses_v2 is not in the driver" in res.json["error"]["message"]
     assert open(node.state).read() == before
+
+
+# --- profiles the driver does not offer yet (the MIG user guide's driver notes) ----------------------
+
+@pytest.mark.parametrize("gpu, sequence, needs", [
+    ("A30", "2g.12gb.me-2g.12gb", "2g.12gb+me (R525)"),  # "only available starting with R525 drivers"
+    ("A100-SXM4-40GB", "1g.10gb-3g.20gb", "1g.10gb (R525)"),
+])
+def test_a_profile_newer_than_the_driver_is_refused_before_mig_mode_is_touched(tmp_path, gpu, sequence, needs):
+    """An R470 driver that answers profile queries NOT_SUPPORTED while MIG is off: the plan comes from the
+    catalogue, which offers the profile; without the gate MIG would be enabled (maybe with a reset) and the
+    replan would not find the profile, leaving the GPU MIG-on and empty."""
+    node = Node(tmp_path, gpu=gpu, count=1)
+    faults = ["--sim-fault", "profiles-need-mig", "--sim-fault", "driver:470.256.02"]
+    assert node.run("status", *faults).json["gpus"][0]["profiles_source"] == "catalogue"
+    before = open(node.state).read()
+    res = node.run("apply", "--sequence", sequence, *faults)
+    assert res.rc == 1 and res.json["error"]["code"] == "driver-too-old", res.stderr
+    message = res.json["error"]["message"]
+    assert "the NVIDIA driver 470.256.02 (R470) does not offer GPU 0" in message and needs in message
+    assert res.json["changes"] == 0 and open(node.state).read() == before  # MIG mode still off
+    # the driver branch the guide names does it
+    ok = node.run("apply", "--sequence", sequence, "--sim-fault", "profiles-need-mig", "--sim-fault",
+                  "driver:525.147.05")
+    assert ok.rc == 0, ok.stderr
+
+
+def test_a_driver_that_lists_its_profiles_with_mig_off_has_the_last_word(tmp_path):
+    """Where the driver answers profile queries with MIG off, its table is the plan's: an R470 driver does
+    not know index 8 (2_SLICE_REV1, CUDA 12.0's nvml.h), so 2g.12gb+me is an unknown profile, refused as
+    bad input before any change."""
+    node = Node(tmp_path, gpu="A30", count=1)
+    status = node.run("status", "--sim-fault", "driver:470.256.02").json["gpus"][0]
+    assert status["profiles_source"] == "nvml"
+    assert [p["name"] for p in status["profiles"]] == ["1g.6gb", "1g.6gb+me", "2g.12gb", "4g.24gb"]
+    res = node.run("apply", "--sequence", "2g.12gb.me-2g.12gb", "--sim-fault", "driver:470.256.02")
+    assert res.rc == 2 and "unknown profile" in res.json["error"]["message"], res.stderr

@@ -12,9 +12,9 @@ import pynvml
 import pytest
 
 from node_bootstrap.errors import NodeFailure
-from node_bootstrap.live import effective_model
+from node_bootstrap.driver.live import effective_model
 from node_bootstrap.mig import find_gpu
-from node_bootstrap.nvml import NvmlReader
+from node_bootstrap.driver.nvml import NvmlReader
 from tests.node.nodecli import Node
 
 RTX = find_gpu("RTX-PRO-6000")

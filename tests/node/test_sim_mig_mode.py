@@ -11,8 +11,8 @@ import subprocess
 import pynvml
 import pytest
 
-from node_bootstrap.sim import driver
-from node_bootstrap.sim.driver import Process, new_state
+from node_bootstrap.driver.sim import driver
+from node_bootstrap.driver.sim.driver import Process, new_state
 from tests.node.nodecli import Node, parse
 
 STATE = "nvidia.com/mig.config.state"
@@ -147,7 +147,7 @@ def test_ampere_in_a_vm_reboots_once_and_the_boot_unit_finishes_the_job(tmp_path
 
 def test_the_reboot_guard_only_turns_a_second_boots_same_request_into_a_failure(tmp_path):
     from node_bootstrap.errors import GpuBusy, RebootRequired
-    from node_bootstrap.rebootguard import RebootGuard, kernel_boot_id
+    from node_bootstrap.host.rebootguard import RebootGuard, kernel_boot_id
 
     request = {"kind": "sequence", "value": "9-9"}
     pending = RebootRequired("MIG mode is pending on GPU 0 and the GPUs are passed through to a VM")

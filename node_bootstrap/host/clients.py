@@ -13,7 +13,7 @@ import shutil
 import typing
 from typing import Callable, List, Tuple
 
-from .errors import BadInput
+from ..errors import BadInput
 from .jsonfile import read_json, write_json
 
 DEFAULT_CLIENTS = ("manifest:/etc/kubernetes/manifests/nvidia-device-plugin.yml", "systemd:dcgm-exporter",

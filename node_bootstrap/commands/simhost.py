@@ -29,11 +29,11 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .clients import DEFAULT_CLIENTS
-from .jsonfile import read_json, write_json
-from .kube import DEFAULT_KUBELET_KUBECONFIG
-from .lock import DEFAULT_LOCK_FILE
-from .runner import run
+from ..host.clients import DEFAULT_CLIENTS
+from ..host.jsonfile import read_json, write_json
+from ..kube.client import DEFAULT_KUBELET_KUBECONFIG
+from ..host.lock import DEFAULT_LOCK_FILE
+from ..host.runner import run
 
 DEFAULT_STATE_DIR = "/var/lib/ack-mig-hook"
 LABELS_FILE = "node-labels.json"

@@ -1,12 +1,16 @@
 """``apply``: bring every GPU to the plan, assert-then-apply, and nothing more.
 
-1. Read the live state and plan (pure, :mod:`planner`). A node already right ends here: 0 changes.
-2. Refuse while compute processes run on a GPU that needs changes (their PIDs named), or while NVML
-   will not list them (an unreadable list is no proof of an idle GPU), unless ``force``: then the
-   listed ones are killed first.
-3. Stop the GPU's clients and wait until no other process holds a GPU device file (a stop only starts
-   a client going); set MIG mode where needed; a mode left pending needs a GPU reset
-   (``nvidia-smi -r``) where allowed, or else a reboot (RebootRequired).
+1. Read the live state and plan (pure, :mod:`planner`). A request that gives GPUs of two models different
+   layouts is refused (the node label names one). A node already right ends here: 0 changes.
+2. Refuse, before anything changes: a plan that would destroy an instance or change the MIG mode when
+   the caller said "destroy nothing" (DestroyRequired); a driver without what the plan needs; compute
+   processes in the way (:func:`planner.blockers`: on an instance the plan destroys, or on a GPU whose
+   mode changes), or an unreadable process list where something must be idle, unless ``force``: then
+   exactly those processes are ended first. Processes in kept instances never stop a create beside them.
+3. Stop the GPU's clients and wait until no other process holds the device files of what changes (a
+   GPU whose mode changes, the capability files of instances to destroy); set MIG mode where needed; a
+   mode left pending needs a GPU reset (``nvidia-smi -r``) where allowed, or else a reboot
+   (RebootRequired).
 4. Plan again from a fresh read (a reset clears instances), then destroy stale compute instances,
    then GPU instances, create GPU instances at the solver's placements and their compute instances.
 5. Read back and plan once more: anything left to do is a failure. Start the clients again, always.
@@ -17,11 +21,28 @@ Every step re-reads NVML, so a run killed anywhere is repaired by the next one.
 import typing
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .errors import GpuBusy, NodeFailure, RebootRequired
-from .live import LiveGpu
-from .mig import PartitionSpec
-from .nvml import NvmlWriter
-from .planner import GpuPlan, plan_node
+from ..errors import DestroyRequired, GpuBusy, NodeFailure, RebootRequired
+from ..driver.live import LiveGpu
+from ..mig import PartitionSpec
+from ..driver.nvml import NvmlWriter
+from .planner import GpuPlan, blockers, busy, mixed_layouts, plan_node
+
+# (pid, its start time when NVML listed it) of each process --force ends
+Targets = List[Tuple[int, Optional[int]]]
+
+
+class ReleaseScope(typing.NamedTuple):
+    """What must be let go of before the first change (the device files that matter, resolved by the host):
+    GPUs whose MIG mode changes, as (index, minor number), and GPU instances to destroy, as (index, minor,
+    GPU instance id, its compute instance ids). Empty for a change that only creates instances."""
+
+    gpus: Tuple[Tuple[int, Optional[int]], ...] = ()
+    instances: Tuple[Tuple[int, Optional[int], int, Tuple[int, ...]], ...] = ()
+
+    @property
+    def empty(self):
+        # type: () -> bool
+        return not (self.gpus or self.instances)
 
 
 class Host(typing.NamedTuple):
@@ -33,11 +54,14 @@ class Host(typing.NamedTuple):
     # enumeration order, which CUDA_VISIBLE_DEVICES-style settings and driver versions can reorder, while
     # the bus id names one device for good (mig-parted resets by bus id too: util/device.go).
     reset_gpus: Callable[[List[Any]], Tuple[int, str]]
-    kill: Callable[[int], bool]
+    # --force: end these processes (processkill.end_all); the callable says whether NVML still lists a pid
+    end_processes: Callable[[Targets, Callable[[int], bool]], Any]
     log: Callable[[str], None]
-    # After the clients are stopped: return once nothing else holds the GPUs, or raise GpuBusy naming
-    # the holders (holders.wait_released). A no-op where nothing can be checked (a simulated node).
-    wait_released: Callable[[], None] = lambda: None
+    # After the clients are stopped: return once nothing else holds the device files of the scope, or
+    # raise GpuBusy naming the holders (holders.wait_released). A no-op where nothing can be checked.
+    wait_released: Callable[[ReleaseScope], None] = lambda scope: None
+    # A process's start time (/proc/<pid>/stat), taken as NVML lists it (NvmlReader's stamp)
+    start_time: Callable[[int], Optional[int]] = lambda pid: None
 
 
 class ApplyReport(typing.NamedTuple):
@@ -72,45 +96,121 @@ def _step(writer, what, call, *args):
         raise _nvml_failure(writer, exc, what)
 
 
-def _busy(plans):
-    # type: (Sequence[GpuPlan]) -> List[GpuPlan]
-    """GPUs that need changes and run compute processes, or whose process list NVML would not give."""
-    return [p for p in plans if not p.converged and (p.pids or p.pids_unreadable)]
-
-
-def _busy_message(plans):
-    # type: (Sequence[GpuPlan]) -> str
+def busy_message(plans, gpus=None):
+    # type: (Sequence[Any], Optional[Sequence[LiveGpu]]) -> str
+    """Which processes are in the way of which change, one clause per GPU."""
+    by_index = dict((g.index, g) for g in gpus or ())
     parts = []
     for p in plans:
-        if p.pids:
-            parts.append("GPU %d runs compute process%s %s" % (p.index, "es" if len(p.pids) > 1 else "",
-                                                             ", ".join(str(x) for x in p.pids)))
+        found = blockers(p)
+        if found:
+            pids = ", ".join(str(x) for x in sorted(set(proc.pid for proc in found)))
+            plural = "es" if len(set(proc.pid for proc in found)) > 1 else ""
+            if p.enable_mig or getattr(p, "disable_mig", False):
+                why = "and its MIG mode must change"
+            else:
+                gis = sorted(set(proc.gi for proc in found if proc.gi is not None))
+                where = _instances_text(by_index.get(p.index), gis)
+                why = ("in %s, which the plan destroys" % where if gis else "")
+                if any(proc.gi is None for proc in found):
+                    why = (why + "; " if why else "") + "in an instance NVML did not name, while the plan destroys"
+            parts.append("GPU %d runs compute process%s %s %s" % (p.index, plural, pids, why))
         else:
             parts.append("GPU %d may be in use: its process list is unreadable (%s)" % (p.index, p.pids_unreadable))
-    if any(p.pids_unreadable for p in plans):
+    if any(p.pids_unreadable and not blockers(p) for p in plans):
         return "; ".join(parts) + "; stop its clients, or rerun with --force to change it anyway"
     return "; ".join(parts) + "; stop them, or rerun with --force to kill them"
 
 
+def _instances_text(gpu, gi_ids):
+    # type: (Optional[LiveGpu], List[int]) -> str
+    """"GPU instance 3 (placed at 4)" for the message: the id NVML gives and where the instance sits."""
+    starts = dict((gi.id, gi.start) for gi in (gpu.gis if gpu is not None else ()))
+    return ", ".join("GPU instance %d%s" % (g, " (placed at %d)" % starts[g] if g in starts else "") for g in gi_ids)
+
+
+def _still_listed(writer, index):
+    # type: (NvmlWriter, int) -> Callable[[int], bool]
+    """Whether NVML lists ``pid`` on GPU ``index`` right now (asked again before each signal of --force)."""
+    def listed(pid):
+        # type: (int) -> bool
+        processes = writer.processes(index)
+        return processes is None or any(p.pid == pid for p in processes)  # unreadable: no proof it is gone
+
+    return listed
+
+
 def _handle_processes(writer, plans, spec, host, force, replan=plan_node):
-    # type: (NvmlWriter, List[GpuPlan], PartitionSpec, Host, bool, Callable[..., List[GpuPlan]]) -> List[GpuPlan]
-    busy = _busy(plans)
-    if not busy:
+    # type: (NvmlWriter, List[Any], PartitionSpec, Host, bool, Callable[..., List[Any]]) -> List[Any]
+    """Refuse while processes are in the way; with ``force`` end exactly those (the processes in kept
+    instances go on), each re-listed by NVML and checked against the start time taken when NVML listed it,
+    all sent SIGTERM first and given one grace period together."""
+    found = busy(plans)
+    if not found:
         return plans
     if not force:
-        raise GpuBusy(_busy_message(busy))
-    for plan in busy:
+        raise GpuBusy(busy_message(found))
+    for plan in found:
         if plan.pids_unreadable:
             host.log("GPU %d: process list unreadable (%s); changing it anyway (--force)"
                      % (plan.index, plan.pids_unreadable))
-        for pid in plan.pids:
-            host.log("killing compute process %d on GPU %d (--force)" % (pid, plan.index))
-            host.kill(pid)
+        targets = blockers(plan)
+        for proc in targets:
+            host.log("killing compute process %d on GPU %d (--force)" % (proc.pid, plan.index))
+        if targets:
+            host.end_processes([(proc.pid, proc.started) for proc in targets], _still_listed(writer, plan.index))
     plans = replan(writer.read_all(), spec)  # (disable plans MIG off with its own planner)
-    still = [p for p in plans if not p.converged and p.pids]  # an unreadable list was accepted above
+    still = [p for p in plans if blockers(p)]  # an unreadable list was accepted above
     if still:
-        raise GpuBusy(_busy_message(still).split("; stop them")[0] + " even after killing; giving up")
+        raise GpuBusy(busy_message(still).split("; stop them")[0] + " even after killing; giving up")
     return plans
+
+
+def release_scope(plans, gpus):
+    # type: (Sequence[Any], Sequence[LiveGpu]) -> ReleaseScope
+    """The device files that matter before the first change: a GPU's own (``/dev/nvidia<minor>``) where its
+    MIG mode changes (a holder keeps the mode pending and refuses the reset), the capability files of the
+    instances to destroy (a holder there makes the destroy answer IN_USE). A kept instance, or a GPU that
+    only gets new instances, is nobody's business: its users go on."""
+    minors = dict((g.index, g.minor) for g in gpus)
+    gis_by_gpu = dict((g.index, g.gis) for g in gpus)
+    mode = []
+    instances = []
+    for plan in plans:
+        if plan.converged:
+            continue
+        minor = minors.get(plan.index)
+        if plan.enable_mig or getattr(plan, "disable_mig", False):
+            mode.append((plan.index, minor))
+        doomed = set(plan.destroy_gis) | set(gi for gi, _ in plan.destroy_cis)
+        for gi in gis_by_gpu.get(plan.index, ()):
+            if gi.id in doomed:
+                instances.append((plan.index, minor, gi.id, tuple(ci.id for ci in gi.cis)))
+    return ReleaseScope(tuple(mode), tuple(instances))
+
+
+def refuse_destroy(plans):
+    # type: (Sequence[GpuPlan]) -> None
+    """With "destroy nothing" (``apply --no-destroy``, a request with ``"destroy": false``): refuse, before
+    anything changes, a plan that would destroy an existing instance (GPU or compute), change a MIG mode
+    or (after one) reset a GPU. The caller falls back to a drained rollout."""
+    parts = []
+    for p in plans:
+        what = []
+        if p.enable_mig:
+            what.append("a MIG mode change")
+        if p.destroy_gis:
+            what.append("destroying GPU instance%s %s" % ("s" if len(p.destroy_gis) > 1 else "",
+                                                          ", ".join(str(g) for g in p.destroy_gis)))
+        rebuilt = sorted(set(gi for gi, _ in p.destroy_cis) - set(p.destroy_gis))
+        if rebuilt:
+            what.append("replacing the compute instances of GPU instance%s %s" % ("s" if len(rebuilt) > 1 else "",
+                                                                                 ", ".join(str(g) for g in rebuilt)))
+        if what:
+            parts.append("GPU %d needs %s" % (p.index, " and ".join(what)))
+    if parts:
+        raise DestroyRequired("the layout cannot be reached by only adding instances: %s; nothing was changed "
+                              "(apply without --no-destroy, on a drained node, to change it)" % "; ".join(parts))
 
 
 def _activation_text(writer, activation, pending):
@@ -199,40 +299,49 @@ def _converge_instances(writer, plans, host):
 def before_first_change(writer, plans, gpus, force, on_change=None):
     # type: (NvmlWriter, List[Any], List[Any], bool, Optional[Callable[[], None]]) -> None
     """What apply and disable check before anything changes, in this order: every pynvml function and
-    driver entry point the plans need, and a readable process list (an old driver would otherwise take
-    the MIG mode change and then fail on the first placement); then no busy GPU unless ``force``. Then
-    ``on_change`` runs (the caller labels the node pending, or removes its boot unit)."""
+    driver entry point the plans need, a readable process list (an old driver would otherwise take the
+    MIG mode change and then fail on the first placement) and a driver that offers every profile to
+    create; then no process in the way unless ``force``. Then ``on_change`` runs (the caller labels the
+    node pending, or removes its boot unit)."""
     missing = writer.missing_entry_points(plans, gpus)
     if missing is not None:
         raise missing
-    busy = _busy(plans)
-    if busy and not force:
-        raise GpuBusy(_busy_message(busy))  # refused before anything changed
+    found = busy([p for p in plans if not p.converged])
+    if found and not force:
+        raise GpuBusy(busy_message(found, gpus))  # refused before anything changed
     if on_change is not None:
         on_change()
 
 
-def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None):
-    # type: (NvmlWriter, PartitionSpec, Host, bool, bool, Callable[[List[GpuPlan]], None]) -> ApplyReport
+def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None, allow_destroy=True):
+    # type: (NvmlWriter, PartitionSpec, Host, bool, bool, Callable[[List[GpuPlan]], None], bool) -> ApplyReport
     """Bring the node to ``spec``. ``on_change`` runs once, before the first mutating step, and only if
-    something will change (the caller labels the node pending there)."""
+    something will change (the caller labels the node pending there). ``allow_destroy`` False: refuse
+    (DestroyRequired) where more than adding instances is needed."""
     gpus = writer.read_all()
     initial = plan_node(gpus, spec)
+    mixed = mixed_layouts(initial)
+    if mixed is not None:
+        raise mixed
     if all(p.converged for p in initial):
         return ApplyReport(initial, gpus, initial, 0, [])
+    if not allow_destroy:
+        refuse_destroy(initial)
     before_first_change(writer, initial, gpus, force, on_change and (lambda: on_change(initial)))
     plans = _handle_processes(writer, initial, spec, host, force)
     stopped = host.stop_clients()
     problems = []  # type: List[str]
     resets = 0
     try:
-        # Always before the first mutating call, not only before a mode change: DCGM holds instances
-        # (destroying them answers IN_USE), and a static-pod plugin whose manifest returns before the
-        # old pod is gone is not restarted, so it would never re-enumerate.
-        host.wait_released()
+        # Before the first mutating call: whoever holds the device files of what changes (a GPU whose
+        # mode changes, an instance to destroy) is waited for, and named if it does not let go. Users of
+        # kept instances are not: creating beside them needs nothing of theirs.
+        host.wait_released(release_scope(plans, gpus))
         todo = [p for p in plans if not p.converged]
         resets = _set_modes(writer, todo, host, allow_reset)
         plans = plan_node(writer.read_all(), spec)
+        if not allow_destroy:
+            refuse_destroy(plans)  # the node changed since the first read: still nothing may be destroyed
         _converge_instances(writer, [p for p in plans if not p.converged], host)
         gpus = writer.read_all()
         plans = plan_node(gpus, spec)

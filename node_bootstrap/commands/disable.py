@@ -25,17 +25,17 @@ import time
 import typing
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from . import bootunit
+from ..host import bootunit
 from .apply import _Apply, _labeler, run_job
 from .backend import Backend
-from .commands import boot_unit_outcome, gpus_json, stderr_log
-from .deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
-from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure
-from .kube import KubeError
-from .live import MIG_DISABLED, LiveGpu
-from .nvml import NvmlWriter
-from .rebootguard import RebootGuard
-from .reconcile import Host, _converge_instances, _handle_processes, _set_modes, before_first_change
+from .common import boot_unit_outcome, gpus_json, stderr_log
+from ..kube.deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
+from ..errors import OUTCOME_SUCCESS, BadInput, NodeFailure
+from ..kube.client import KubeError
+from ..driver.live import MIG_DISABLED, LiveGpu, LiveProcess
+from ..driver.nvml import NvmlWriter
+from ..host.rebootguard import RebootGuard
+from .reconcile import Host, _converge_instances, _handle_processes, _set_modes, before_first_change, release_scope
 from .simhost import host_runner, is_host_root, is_sim
 
 
@@ -49,6 +49,7 @@ class OffPlan(typing.NamedTuple):
     disable_mig: bool  # current or pending MIG mode is not "disabled"
     pids: Tuple[int, ...]
     pids_unreadable: str = ""
+    processes: Tuple[LiveProcess, ...] = ()
     enable_mig = False
     create = ()  # type: Tuple[Any, ...]
     create_cis = ()  # type: Tuple[Tuple[int, int], ...]
@@ -75,7 +76,7 @@ def plan_off(gpus, _spec=None):
             destroy_cis=tuple((gi.id, ci.id) for gi in gpu.gis for ci in gi.cis),
             destroy_gis=tuple(gi.id for gi in gpu.gis),
             disable_mig=capable and (gpu.mig_current != MIG_DISABLED or gpu.mig_pending != MIG_DISABLED),
-            pids=gpu.pids, pids_unreadable=gpu.pids_unreadable))
+            pids=gpu.pids, pids_unreadable=gpu.pids_unreadable, processes=gpu.processes))
     return plans
 
 
@@ -98,7 +99,7 @@ def turn_off(writer, host, force=False, allow_reset=True, before_change=None):
     stopped = host.stop_clients()
     resets = 0
     try:
-        host.wait_released()
+        host.wait_released(release_scope(plans, gpus))
         _converge_instances(writer, [p for p in plans if not p.converged], host)
         resets = _set_modes(writer, [p for p in plan_off(writer.read_all()) if not p.converged], host,
                             allow_reset, enable=False)
@@ -177,7 +178,7 @@ class _Disable(_Apply):
         args, backend, control = self.args, self.backend, self.control
         assert control is not None
         host = self._host()
-        writer = NvmlWriter(backend.nv)
+        writer = NvmlWriter(backend.nv, stamp=host.start_time)
         with writer:
             self.writer = writer
             try:

@@ -3,12 +3,13 @@ sim-reboot for the simulator).
 
 With ``--json`` the last line of stdout is one JSON object; logs go to stderr. Exit codes: 0 success,
 2 bad input, 3 GPU not MIG-capable, 4 GPU busy, 5 reboot required, 6 conflict (NVIDIA's mig-manager is in
-charge of the node), 1 anything else. Every error is caught here and shown as one line: the user never
+charge of the node), 7 destroy required (``apply --no-destroy`` on a node that needs more than new
+instances), 1 anything else. Every error is caught here and shown as one line: the user never
 sees a traceback.
 
-This module parses and dispatches; the commands are in :mod:`node_bootstrap.commands`,
-:mod:`node_bootstrap.apply` and :mod:`node_bootstrap.disable`, the text output in
-:mod:`node_bootstrap.textout`.
+This module parses and dispatches; the commands are in :mod:`node_bootstrap.commands.common`,
+:mod:`node_bootstrap.commands.apply` and :mod:`node_bootstrap.commands.disable`, the text output in
+:mod:`node_bootstrap.commands.textout`.
 """
 
 import argparse
@@ -17,19 +18,19 @@ import signal
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import __version__
+from .. import __version__
 from .apply import cmd_apply
 from .backend import open_backend
-from .clients import DEFAULT_CLIENTS
-from .commands import (DEFAULT_CLIENT_STOP_TIMEOUT, DEFAULT_STATE_DIR, cmd_install_boot_unit, cmd_plan,
+from ..host.clients import DEFAULT_CLIENTS
+from .common import (DEFAULT_CLIENT_STOP_TIMEOUT, DEFAULT_STATE_DIR, cmd_install_boot_unit, cmd_plan,
                        cmd_sim_reboot, cmd_status)
-from .deviceplugin import METHODS
+from ..kube.deviceplugin import METHODS
 from .disable import cmd_disable, cmd_uninstall_boot_unit
-from .errors import BadInput, NodeFailure, Terminated
-from .holders import DEFAULT_DEVICE_GLOB
-from .kube import DEFAULT_KUBELET_KUBECONFIG
-from .lock import DEFAULT_LOCK_FILE
-from .mig import MigInputError
+from ..errors import BadInput, NodeFailure, Terminated
+from ..host.holders import DEFAULT_DEVICE_GLOB
+from ..kube.client import DEFAULT_KUBELET_KUBECONFIG
+from ..host.lock import DEFAULT_LOCK_FILE
+from ..mig import MigInputError
 from .simhost import resolve_defaults
 from .textout import READ_ONLY, human
 
@@ -160,6 +161,9 @@ def build_parser():
                                  "(what delivery does, so the layout survives reboots)")
             sp.add_argument("--boot-unit-root", default=None, metavar="DIR",
                             help="with --boot-unit: install under DIR (default /, a simulated node's own)")
+            sp.add_argument("--no-destroy", action="store_true",
+                            help="only add instances: refuse (destroy-required, exit 7) before any change where an "
+                                 "existing instance would be destroyed, the MIG mode changed or a GPU reset")
     return parser
 
 

@@ -7,10 +7,13 @@ newer signature; what could not be read is noted on the GPU instead of failing t
 exception is a GPU instance or compute instance profile that cannot be read while MIG mode is on: its
 instances would be invisible (never destroyed, in the way of every create), so that is an error.
 
-Profiles are enumerated the way nvml.h documents for ``nvmlDeviceGetGpuInstanceProfileInfo`` and
-``nvmlGpuInstanceGetComputeInstanceProfileInfo``: "invoking it on profile values starting from 0, until the
-API returns NVML_ERROR_INVALID_ARGUMENT" (NOT_SUPPORTED on the way only means this GPU lacks that index).
-So a driver newer than this pynvml still shows every instance.
+Profiles are enumerated the way NVIDIA's own walkers do (mig-parted ``internal/nvlib/mig``, go-nvlib
+``VisitMigProfiles``): every index below the profile count, skipping INVALID_ARGUMENT and NOT_SUPPORTED,
+since a real R580 driver answers an index the header defines (17) with INVALID_ARGUMENT and a later driver
+may leave such a gap before indices it does know. Past the count, nvml.h's rule for
+``nvmlDeviceGetGpuInstanceProfileInfo`` ("invoking it on profile values starting from 0, until the API
+returns NVML_ERROR_INVALID_ARGUMENT") decides, so a driver newer than this pynvml still shows every
+instance. Compute instance profiles are enumerated the same way.
 
 :class:`NvmlWriter` adds the five mutating calls, each counted in ``changes`` (attempts, successful or
 not), for ``apply`` alone, and :meth:`NvmlWriter.missing_entry_points`, which apply asks before the first.
@@ -19,13 +22,18 @@ not), for ``apply`` alone, and :meth:`NvmlWriter.missing_entry_points`, which ap
 import ctypes
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .errors import NodeFailure
-from .live import LiveCi, LiveGi, LiveGpu, LiveProfile
-from .mig import Placement
+from ..errors import NodeFailure
+from .live import LiveCi, LiveGi, LiveGpu, LiveProcess, LiveProfile
+from ..mig import Placement
 
-# A stop for a driver that never answers INVALID_ARGUMENT: nvml.h's NVML_GPU_INSTANCE_PROFILE_COUNT is
-# 0x12 and NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x9 today (pynvml 13.615 defines both).
+# A stop for a driver that never answers INVALID_ARGUMENT.
 MAX_PROFILE_INDEX = 64
+# The profile counts of today's nvml.h (NVIDIA go-nvml gen/nvml/nvml.h): NVML_GPU_INSTANCE_PROFILE_COUNT
+# 0x12, NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x9 (pynvml 13.615 defines the same); an older pynvml's smaller
+# counts never shorten the scan.
+GI_PROFILE_COUNT = 0x12
+CI_PROFILE_COUNT = 0x9
+NO_INSTANCE = 0xFFFFFFFF  # nvmlProcessInfo_t's gpuInstanceId / computeInstanceId off MIG
 # NVML_COMPUTE_INSTANCE_PROFILE_* index for a compute instance spanning a whole GPU instance of N slices.
 FULL_CI_INDEX = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 _ARRAY = 64
@@ -38,7 +46,8 @@ PROCESS_CALLS = ("nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComput
 # What each kind of change calls, beyond the reads every command makes: pynvml functions and the
 # driver's entry points of the same names. nvmlDeviceCreateGpuInstanceWithPlacement first appears in
 # CUDA 11.2's nvml.h (R460), nvmlDeviceGetGpuInstancePossiblePlacements_v2 in CUDA 11.4's (R470)
-# (NVIDIA/go-nvml's header history): placing instances deliberately needs R470 or newer.
+# (NVIDIA/go-nvml's header history): creating at a placement needs R460; the placement query is only a
+# read (the catalogue's placements stand in where the driver lacks it), so R470 is not required.
 ENTRY_POINTS = {
     "mode": ("nvmlDeviceSetMigMode",),
     "destroy_cis": ("nvmlDeviceGetGpuInstanceById", "nvmlGpuInstanceGetComputeInstances",
@@ -49,7 +58,7 @@ ENTRY_POINTS = {
     "create_cis": ("nvmlDeviceGetGpuInstanceById", "nvmlGpuInstanceCreateComputeInstance"),
 }
 _WHY = {"mode": "setting MIG mode", "destroy_cis": "destroying compute instances",
-        "destroy_gis": "destroying GPU instances", "create": "creating GPU instances at a placement (R470+)",
+        "destroy_gis": "destroying GPU instances", "create": "creating GPU instances at a placement (R460+)",
         "create_cis": "creating compute instances"}
 
 
@@ -73,12 +82,27 @@ def _code(exc):
     return getattr(exc, "value", None)
 
 
-class NvmlReader(object):
-    """Read-only NVML access. Use as a context manager (nvmlInit / nvmlShutdown)."""
+def driver_branch(version):
+    # type: (Optional[str]) -> Optional[int]
+    """"535.183.01" -> 535; None when there is no readable version."""
+    try:
+        return int(str(version).split(".")[0])
+    except ValueError:
+        return None
 
-    def __init__(self, pynvml_module):
-        # type: (Any) -> None
+
+class NvmlReader(object):
+    """Read-only NVML access. Use as a context manager (nvmlInit / nvmlShutdown).
+
+    ``stamp(pid)``, when given, is called for each compute process right after NVML listed it and returns
+    its start time (``/proc/<pid>/stat``): recorded then, a later signal can tell the process NVML meant
+    from another that got its PID in between.
+    """
+
+    def __init__(self, pynvml_module, stamp=None):
+        # type: (Any, Optional[Callable[[int], Optional[int]]]) -> None
         self.nv = pynvml_module
+        self.stamp = stamp
         self._open = False
         self._v1_only = False  # the driver rejected the v2 profile structs' version: ask v1 from then on
 
@@ -186,9 +210,12 @@ class NvmlReader(object):
             profiles = self._profiles(dev, notes, index if current == 1 else None)
         if current == 1:  # instances exist only while MIG mode is on
             gis = self._gpu_instances(dev, profiles, notes, index)
-        pids, pids_unreadable, pids_missing = self._pids(dev, notes)
+        processes, pids_unreadable, pids_missing = self._processes(dev, notes)
+        minor = self._try(notes, "minor number", nv.nvmlDeviceGetMinorNumber, dev)
+        pids = tuple(sorted(set(p.pid for p in processes)))
         return LiveGpu(index, name, int(pci.pciDeviceId) if pci is not None else None, bus_id, uuid,
-                       current, pending, profiles, gis, pids, tuple(notes), pids_unreadable, pids_missing)
+                       current, pending, profiles, gis, pids, tuple(notes), pids_unreadable, pids_missing,
+                       processes, int(minor) if minor is not None else None)
 
     def _profile_info(self, dev, nvml_index):
         # type: (Any, int) -> Tuple[Any, str]
@@ -253,12 +280,15 @@ class NvmlReader(object):
         is on; then a profile that cannot be read is an error (its instances would go unseen)."""
         nv = self.nv
         found = []  # type: List[LiveProfile]
+        known = max(GI_PROFILE_COUNT, int(getattr(nv, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0)))
         for nvml_index in range(MAX_PROFILE_INDEX):
             try:
                 info, name = self._profile_info(dev, nvml_index)
             except nv.NVMLError as exc:
                 if self._is(exc, "NVML_ERROR_INVALID_ARGUMENT"):
-                    break  # past the last profile index this driver knows
+                    if nvml_index < known:
+                        continue  # a gap this driver does not know (R580: 17); later ones may answer
+                    break  # past the header's count: nvml.h's end of the profiles
                 if self._is(exc, "NVML_ERROR_NOT_SUPPORTED"):
                     continue  # this GPU lacks the profile (or, on older drivers, MIG mode is off)
                 what = "GPU instance profile index %d: %s" % (nvml_index, self.error_text(exc))
@@ -302,9 +332,12 @@ class NvmlReader(object):
         for profile_id in ids:
             handles = self._must(index, "listing GPU instances of profile %d" % profile_id, self.gi_handles, dev,
                                  profile_id)
+            offered = None  # type: Optional[List[Any]]  # the same for every instance of one profile
             for handle in handles or []:
                 info = self._must(index, "GPU instance info", nv.nvmlGpuInstanceGetInfo, handle)
-                cis = self._compute_instances(handle, notes, index)
+                if offered is None:
+                    offered = self.ci_profiles(handle, index)
+                cis = self._compute_instances(handle, notes, index, offered)
                 gis.append(LiveGi(int(info.id), int(info.profileId), int(info.placement.start),
                                   int(info.placement.size), cis))
         return tuple(sorted(gis, key=lambda g: (g.start, g.id)))
@@ -334,15 +367,19 @@ class NvmlReader(object):
 
     def ci_profiles(self, gi_handle, index=None):
         # type: (Any, Optional[int]) -> List[Any]
-        """The compute instance profiles a GPU instance offers, by index until INVALID_ARGUMENT (nvml.h).
+        """The compute instance profiles a GPU instance offers, every index to the count, then until
+        INVALID_ARGUMENT (nvml.h).
         ``index``: the GPU's, to name in the error when a profile answers anything but NOT_SUPPORTED."""
         nv = self.nv
         found = []
+        known = max(CI_PROFILE_COUNT, int(getattr(nv, "NVML_COMPUTE_INSTANCE_PROFILE_COUNT", 0)))
         for ci_index in range(MAX_PROFILE_INDEX):
             try:
                 found.append(self.ci_profile(gi_handle, ci_index))
             except nv.NVMLError as exc:
                 if self._is(exc, "NVML_ERROR_INVALID_ARGUMENT"):
+                    if ci_index < known:
+                        continue  # unknown to this driver (an R580 and index 8): keep scanning to the count
                     break
                 if self._is(exc, "NVML_ERROR_NOT_SUPPORTED"):
                     continue  # this GPU instance does not offer that CI profile
@@ -355,10 +392,10 @@ class NvmlReader(object):
                                     code="pynvml-too-old")
         return found
 
-    def _compute_instances(self, gi_handle, notes, index):
-        # type: (Any, List[str], int) -> Tuple[LiveCi, ...]
+    def _compute_instances(self, gi_handle, notes, index, offered=None):
+        # type: (Any, List[str], int, Optional[List[Any]]) -> Tuple[LiveCi, ...]
         cis = []  # type: List[LiveCi]
-        for profile in self.ci_profiles(gi_handle, index):
+        for profile in offered if offered is not None else self.ci_profiles(gi_handle, index):
             handles = self._must(index, "listing compute instances of profile %d" % profile.id, self.ci_handles,
                                  gi_handle, profile.id)
             for handle in handles or []:
@@ -366,9 +403,14 @@ class NvmlReader(object):
                 cis.append(LiveCi(int(info.id), int(info.profileId), int(profile.sliceCount)))
         return tuple(sorted(cis))
 
-    def _pids(self, dev, notes):
-        # type: (Any, List[str]) -> Tuple[Tuple[int, ...], str, str]
-        """(compute process ids, "", "") or ((), why the list could not be read, "pynvml"/"driver"/"")."""
+    def _processes(self, dev, notes):
+        # type: (Any, List[str]) -> Tuple[Tuple[LiveProcess, ...], str, str]
+        """(compute processes, "", "") or ((), why the list could not be read, "pynvml"/"driver"/"").
+
+        On a MIG-enabled GPU the device handle gives the processes of every instance, each with its GPU
+        and compute instance ids (nvml.h, nvmlDeviceGetComputeRunningProcesses: "In MIG mode, if device
+        handle is provided, the API returns aggregate information, only if the caller has appropriate
+        privileges"; a non-root caller gets NO_PERMISSION, an unreadable list)."""
         nv = self.nv
         gaps = []  # type: List[str]
         in_pynvml = False
@@ -379,7 +421,7 @@ class NvmlReader(object):
                 continue
             in_pynvml = True
             try:
-                return tuple(sorted(set(int(p.pid) for p in fn(dev)))), "", ""
+                listed = fn(dev)
             except nv.NVMLError as exc:
                 if self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND"):
                     gaps.append("%s is not in the driver" % name)
@@ -388,8 +430,25 @@ class NvmlReader(object):
                 return (), notes[-1], ""
             except self._mismatch_error():
                 gaps.append("%s raised NVMLLibraryMismatchError (the driver lacks the version pynvml calls)" % name)
+                continue
+            return tuple(self._process(p) for p in listed), "", ""
         notes.append("compute processes: no process-list call works: %s" % "; ".join(gaps))
         return (), notes[-1], "driver" if in_pynvml else "pynvml"
+
+    def _process(self, info):
+        # type: (Any) -> LiveProcess
+        pid = int(info.pid)
+        gi, ci = getattr(info, "gpuInstanceId", None), getattr(info, "computeInstanceId", None)
+        gi = None if gi is None or int(gi) == NO_INSTANCE else int(gi)
+        ci = None if ci is None or int(ci) == NO_INSTANCE or gi is None else int(ci)
+        started = self.stamp(pid) if self.stamp is not None else None
+        return LiveProcess(pid, gi, ci, started)
+
+    def processes(self, index):
+        # type: (int) -> Optional[Tuple[LiveProcess, ...]]
+        """The GPU's compute processes listed again (before each signal of --force); None if unreadable."""
+        listed, unreadable, _ = self._processes(self.handle(index), [])
+        return None if unreadable else listed
 
     def passthrough(self, index):
         # type: (int) -> bool
@@ -405,9 +464,9 @@ class NvmlReader(object):
 class NvmlWriter(NvmlReader):
     """Read access plus the mutating calls, counted in ``changes``."""
 
-    def __init__(self, pynvml_module):
-        # type: (Any) -> None
-        super(NvmlWriter, self).__init__(pynvml_module)
+    def __init__(self, pynvml_module, stamp=None):
+        # type: (Any, Optional[Callable[[int], Optional[int]]]) -> None
+        super(NvmlWriter, self).__init__(pynvml_module, stamp)
         self.changes = 0
 
     def _gi_handle(self, index, gi_id):
@@ -464,12 +523,33 @@ class NvmlWriter(NvmlReader):
                                code="pynvml-too-old")
         absent = [n for n in names if self._in_driver(n) is False]
         if absent:
-            return NodeFailure("the NVIDIA driver %s lacks %s, needed for %s; MIG placement needs driver R470 or "
-                               "newer (nothing was changed)" % (self.driver_version() or "(version unknown)",
-                                                                ", ".join(absent),
-                                                                "; ".join(sorted(set(needed[n] for n in absent)))),
+            return NodeFailure("the NVIDIA driver %s lacks %s, needed for %s; creating MIG instances at a "
+                               "placement needs driver R460 or newer (nothing was changed)"
+                               % (self.driver_version() or "(version unknown)", ", ".join(absent),
+                                  "; ".join(sorted(set(needed[n] for n in absent)))),
                                code="driver-too-old")
-        return None
+        return self.profiles_too_new(plans)
+
+    def profiles_too_new(self, plans):
+        # type: (Sequence[Any]) -> Optional[NodeFailure]
+        """Profiles the plans create that this driver does not offer yet (the catalogue's ``min_driver``,
+        from the MIG user guide), or None. Only a plan made from the catalogue can name one: a profile the
+        driver listed itself is one it offers. Where the driver answers profile queries NOT_SUPPORTED while
+        MIG is off, this is the only check before MIG mode is set and the GPU possibly reset."""
+        branch = driver_branch(self.driver_version())
+        if branch is None:
+            return None  # nothing to compare with; the driver's own answers decide later
+        too_new = []  # type: List[str]
+        for plan in plans:
+            names = sorted(set("%s (R%d)" % (i.profile.name, i.profile.min_driver) for i in plan.create
+                               if i.profile.min_driver > branch))
+            if names:
+                too_new.append("GPU %d (%s): %s" % (plan.index, plan.name, ", ".join(names)))
+        if not too_new:
+            return None
+        return NodeFailure("the NVIDIA driver %s (R%d) does not offer %s; these profiles need the driver branch "
+                           "named (MIG user guide); install a newer driver or choose other profiles (nothing was "
+                           "changed)" % (self.driver_version(), branch, "; ".join(too_new)), code="driver-too-old")
 
     def released(self, call, *args):
         # type: (Callable[..., Any], Any) -> Any

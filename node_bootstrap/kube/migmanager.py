@@ -13,8 +13,8 @@ answers) nothing can be known: the run goes on and says so in its log.
 
 from typing import Any, Callable, Optional
 
-from .errors import Conflict
-from .kube import KubeError
+from ..errors import Conflict
+from .client import KubeError
 
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 

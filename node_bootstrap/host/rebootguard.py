@@ -19,7 +19,7 @@ node's is its reboot counter.
 import os
 from typing import Any, Dict, Optional
 
-from .errors import OUTCOME_REBOOT, NodeFailure
+from ..errors import OUTCOME_REBOOT, NodeFailure
 from .jsonfile import read_json, write_json
 
 RECORD = "reboot-requested.json"

@@ -1,8 +1,8 @@
 """Choosing the NVML backend and wiring what apply does outside NVML, for a real node or the simulator.
 
 ``--backend nvml`` loads the real ``libnvidia-ml.so.1`` through pynvml; ``--backend sim:<GPU>:<count>``
-installs the simulated library (``node_bootstrap.sim``) into pynvml instead. Either way the same
-:mod:`node_bootstrap.nvml` code runs. GPU resets and process kills differ: ``nvidia-smi -r`` and
+installs the simulated library (``node_bootstrap.driver.sim``) into pynvml instead. Either way the same
+:mod:`node_bootstrap.driver.nvml` code runs. GPU resets and process kills differ: ``nvidia-smi -r`` and
 signals on a node, state transitions in the simulator.
 """
 
@@ -12,14 +12,14 @@ import tempfile
 import typing
 from typing import Any, Callable, List, Optional, Tuple
 
-from . import processkill
-from .errors import BadInput, NodeFailure
-from .mig import MigInputError, find_gpu
-from .runner import run
-from .sim.driver import new_state
-from .sim.faults import FaultError, parse_faults
-from .sim.library import SimNvmlLibrary
-from .sim.store import SimStateError, SimStore
+from ..host import processkill
+from ..errors import BadInput, NodeFailure
+from ..mig import MigInputError, find_gpu
+from ..host.runner import run
+from ..driver.sim.driver import new_state
+from ..driver.sim.faults import FaultError, parse_faults
+from ..driver.sim.library import SimNvmlLibrary
+from ..driver.sim.store import SimStateError, SimStore
 
 _SIM = re.compile(r"^sim:(?P<gpu>[^:]+):(?P<count>[0-9]{1,2})\Z")
 MAX_SIM_GPUS = 16
@@ -85,15 +85,24 @@ def reset_gpus(backend, runner=run):
     return reset
 
 
-def kill_process(backend, grace=10.0, log=None):
-    # type: (Backend, float, Optional[Callable[[str], None]]) -> Callable[[int], bool]
+def process_ops(backend):
+    # type: (Backend) -> processkill.ProcessOps
+    """What --force uses to see and end processes: the kernel's (``/proc``, signals), or for a simulated
+    node its driver's simulated processes (never a process of this machine, whatever its PID)."""
     if backend.sim is not None:
-        return backend.sim.kill
+        sim = backend.sim
+        return processkill.ProcessOps(sim.start_time, sim.signal, lambda pid: None if pid > 1 else
+                                      "PID %d is not a process that --force may signal" % pid)
+    return processkill.HOST_OPS
 
-    def kill(pid):
-        # type: (int) -> bool
-        """SIGTERM, then SIGKILL after ``grace`` seconds (only ever with --force); the safety rules
-        (never PID <= 1, ourselves or our process group; the start time re-checked) are processkill's."""
-        return processkill.kill(pid, log or (lambda message: None), grace)
 
-    return kill
+def end_processes(backend, log, grace=10.0):
+    # type: (Backend, Callable[[str], None], float) -> Callable[[processkill.Targets, Callable[[int], bool]], List[int]]
+    """``--force``: SIGTERM, one grace period for all, then SIGKILL (processkill.end_all, with its rules)."""
+    ops = process_ops(backend)
+
+    def end(targets, still_listed):
+        # type: (processkill.Targets, Callable[[int], bool]) -> List[int]
+        return processkill.end_all(targets, still_listed, log, grace, ops)
+
+    return end

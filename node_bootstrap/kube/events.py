@@ -13,7 +13,7 @@ result says whether the Event was written.
 import time
 from typing import Any, Callable, Dict, Optional
 
-from .kube import KubeError
+from .client import KubeError
 
 NAMESPACE = "default"
 COMPONENT = "ack-mig-hook"
@@ -29,7 +29,15 @@ REASONS = {
     ("disable", "reboot-required"): "MigRebootRequired",
 }
 CONFLICT_REASON = "MigConflict"
+# A "destroy nothing" apply refused: not a failure of the node (nothing changed, the labels stand), the
+# step after which the rollout repartitions it the drained way.
+DESTROY_REQUIRED_REASON = "MigDestroyRequired"
 FINAL_STATES = ("success", "failed", "rebooting", "cleared")
+
+
+def _destroy_required(result):
+    # type: (Dict[str, Any]) -> bool
+    return (result.get("error") or {}).get("code") == "destroy-required"
 
 
 def reason_for(command, outcome):
@@ -79,16 +87,19 @@ def record_final_state(labeler, result, clock=time.time):
     """Write the Event for a run's final state; returns what happened (None: no Event is due).
 
     Due when the run reached a verdict on the node: it wrote (or tried to write) a final state label,
-    or it was refused because another MIG manager is in charge. A run that only waited for the node lock
+    or it was refused because another MIG manager is in charge, or because it was told to destroy nothing
+    and could not (a Normal Event: nothing changed). A run that only waited for the node lock
     or was interrupted before it says nothing about the node, and writes nothing.
     """
     outcome = result.get("outcome", "")
-    if not labeler.enabled or not (outcome == "conflict" or labeler.last_state in FINAL_STATES):
+    refused = _destroy_required(result)
+    if not labeler.enabled or not (outcome == "conflict" or refused or labeler.last_state in FINAL_STATES):
         return None
     if getattr(labeler.client, "create_event", None) is None:
         return None  # a simulated node's label stand-in: no API server to hold events
-    reason = reason_for(result.get("command") or "apply", outcome)
-    event = node_event(labeler.node_name, reason, message_for(result), outcome != "success", clock())
+    reason = DESTROY_REQUIRED_REASON if refused else reason_for(result.get("command") or "apply", outcome)
+    event = node_event(labeler.node_name, reason, message_for(result), outcome != "success" and not refused,
+                       clock())
     try:
         labeler.client.create_event(NAMESPACE, event)
     except KubeError as exc:

@@ -15,10 +15,10 @@ import typing
 from collections import Counter
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .errors import NotMigCapable
-from .live import LiveGi, LiveGpu, effective_model, mode_name
-from .mig import GpuModel, Instance, Layout, PartitionSpec, Profile, plan as solve, render
-from .mig.solver import complete
+from ..errors import BadInput, NotMigCapable
+from ..driver.live import LiveGi, LiveGpu, LiveProcess, effective_model, mode_name
+from ..mig import GpuModel, Instance, Layout, PartitionSpec, Profile, plan as solve, render
+from ..mig.solver import complete
 
 
 class GpuPlan(typing.NamedTuple):
@@ -36,6 +36,7 @@ class GpuPlan(typing.NamedTuple):
     create_cis: Tuple[Tuple[int, int], ...]  # (gi id, slices) of kept GPU instances needing a full CI
     pids: Tuple[int, ...]
     pids_unreadable: str = ""  # why NVML would not list the GPU's compute processes ("" when it did)
+    processes: Tuple[LiveProcess, ...] = ()  # the same processes, with the instance each one runs in
 
     @property
     def converged(self):
@@ -147,7 +148,7 @@ def plan_gpu(gpu, spec):
         index=gpu.index, name=gpu.name, model=model, profiles_source=source, layout=layout, target=target,
         enable_mig=not gpu.mig_enabled, keep=tuple(keep), destroy_cis=tuple(destroy_cis),
         destroy_gis=tuple(destroy_gis), create=create, create_cis=tuple(create_cis), pids=gpu.pids,
-        pids_unreadable=gpu.pids_unreadable,
+        pids_unreadable=gpu.pids_unreadable, processes=gpu.processes,
     )
 
 
@@ -160,9 +161,69 @@ def plan_node(gpus, spec):
 
 def node_sequence(plans):
     # type: (Sequence[GpuPlan]) -> str
-    """The normalized sequence the node gets labelled with (every GPU gets the same label's layout)."""
+    """The normalized sequence the node gets labelled with: the one layout every GPU gets (see
+    :func:`mixed_layouts`; several only where that check was not made)."""
     sequences = sorted(set(p.layout.sequence for p in plans))
     return sequences[0] if len(sequences) == 1 else "+".join(sequences)
+
+
+def mixed_layouts(plans):
+    # type: (Sequence[GpuPlan]) -> Optional[BadInput]
+    """Why the node label could not name one layout for every GPU, or None.
+
+    A node with two GPU models can get different layouts from one request (``--size 1g.10gb``: four on an
+    A100 40GB, seven on an A100 80GB). ``aliyun.accelerator/nvidia_mig_sequence`` names one layout for the
+    node, so such a request is refused before anything changes (exit 2, label ``failed`` with this reason),
+    rather than labelled with the layout of one GPU. The same names on every GPU pass, whatever the models.
+    """
+    by_layout = {}  # type: Dict[str, List[GpuPlan]]
+    for plan in plans:
+        by_layout.setdefault(plan.layout.sequence, []).append(plan)
+    if len(by_layout) < 2:
+        return None
+    parts = []
+    for sequence, group in sorted(by_layout.items(), key=lambda kv: kv[1][0].index):
+        indices = ", ".join(str(p.index) for p in group)
+        names = sorted(set(p.name for p in group))
+        parts.append("GPU %s (%s) %s" % (indices, ", ".join(names), sequence))
+    return BadInput("this request gives the GPUs of this node different layouts (%s), and the node label names one "
+                    "layout for every GPU: use a sequence every GPU model here holds, or one GPU model per node"
+                    % "; ".join(parts), code="mixed-layouts")
+
+
+def needs_idle(plan):
+    # type: (typing.Any) -> bool
+    """Whether carrying out the plan takes anything from a running process: a MIG mode change (and the GPU
+    reset that may follow) needs the whole GPU, a destroy its instance. Creating in free slots takes
+    nothing from the instances that stay."""
+    return bool(plan.enable_mig or getattr(plan, "disable_mig", False) or plan.destroy_gis or plan.destroy_cis)
+
+
+def blockers(plan):
+    # type: (typing.Any) -> Tuple[LiveProcess, ...]
+    """The compute processes in the way of ``plan`` (a GpuPlan, or disable's OffPlan).
+
+    A MIG mode change blocks on every process of the GPU (nvmlDeviceSetMigMode's activation answers IN_USE,
+    ``nvidia-smi -r`` refuses); a destroy on the processes in the instance it destroys (nvmlGpuInstanceDestroy
+    and nvmlComputeInstanceDestroy answer IN_USE). A process whose instance NVML did not name blocks any
+    destroy. Processes in kept instances never block: creating beside them needs nothing of theirs."""
+    processes = tuple(getattr(plan, "processes", ()))
+    if plan.enable_mig or getattr(plan, "disable_mig", False):
+        return processes
+    doomed_gis = set(plan.destroy_gis)
+    doomed_cis = set(plan.destroy_cis)
+    rebuilt = set(gi for gi, _ in doomed_cis)
+    if not (doomed_gis or doomed_cis):
+        return ()
+    return tuple(p for p in processes if p.gi is None or p.gi in doomed_gis
+                 or (p.gi in rebuilt and (p.ci is None or (p.gi, p.ci) in doomed_cis)))
+
+
+def busy(plans):
+    # type: (Sequence[typing.Any]) -> List[typing.Any]
+    """Plans that cannot go ahead while processes run: some are in the way (:func:`blockers`), or NVML would
+    not list them while the plan needs something idle (an unreadable list is no proof of an idle GPU)."""
+    return [p for p in plans if blockers(p) or (p.pids_unreadable and needs_idle(p))]
 
 
 def plan_json(plan, gpu):
@@ -189,14 +250,8 @@ def plan_json(plan, gpu):
         "create": [i.to_dict() for i in plan.create],
         "create_compute_instances": [{"gpu_instance_id": g} for g, _ in plan.create_cis],
         "processes": list(plan.pids),
+        "blocking_processes": [p.pid for p in blockers(plan)],
         "mutating_calls": plan.action_count,
         "diagram": render(plan.target, "GPU %d %s (planned)" % (plan.index, plan.name)),
     }
 
-
-def first_busy(plans):
-    # type: (Sequence[GpuPlan]) -> Optional[GpuPlan]
-    for plan in plans:
-        if not plan.converged and plan.pids:
-            return plan
-    return None

@@ -13,17 +13,18 @@ Then the node's ``status.capacity`` must show ``nvidia.com/mig-<profile>`` with 
 """
 
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .kube import KubeClient, KubeError
-from .mig.resources import RESOURCE_PREFIX, resource_name  # noqa: F401  (RESOURCE_PREFIX: disable)
-from .planner import GpuPlan
+from .client import KubeClient, KubeError
+from ..mig.resources import RESOURCE_PREFIX, resource_name  # noqa: F401  (RESOURCE_PREFIX: disable)
 
 METHODS = ("manifest", "pod-delete", "none")
 
 
 def expected_capacity(plans):
-    # type: (Sequence[GpuPlan]) -> Dict[str, int]
+    # type: (Sequence[Any]) -> Dict[str, int]
+    """The MIG resources the plans' layouts give (``plans``: commands.planner.GpuPlan, anything with a
+    ``layout``; not imported: the Kubernetes side never imports the commands)."""
     counts = {}  # type: Dict[str, int]
     for plan in plans:
         for inst in plan.layout.instances:

@@ -14,9 +14,9 @@ import sys
 import typing
 from typing import Callable, List, Optional, Tuple
 
-from .errors import BadInput
-from .mig import PartitionSpec
-from .request import request_document
+from ..errors import BadInput
+from ..mig import PartitionSpec
+from ..request import request_document
 from .runner import last_line
 
 UNIT_NAME = "ack-mig-hook.service"

@@ -1,32 +1,35 @@
 """``apply``: bring every GPU to the partition, with the node lock held, and end every way out (an error,
 SIGTERM, SIGINT) in a final node label, clients started again and a result document.
 
-The reconcile itself (assert, then apply) is :mod:`node_bootstrap.reconcile`; this module wires it to
+The reconcile itself (assert, then apply) is :mod:`node_bootstrap.commands.reconcile`; this module wires it to
 the host: clients, GPU resets, the device plugin and capacity wait, node labels and the boot unit.
 """
 
 import argparse
+import os
 import socket
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .backend import Backend, kill_process, reset_gpus
-from .clients import ClientControl, parse_clients
-from .bootunit import check_values
-from .commands import as_failure, boot_args, gpus_json, install_boot_unit, request_spec, stderr_log
-from .deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
-from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure, Terminated
-from .events import record_final_state
-from .holders import DEFAULT_DEVICE_GLOB, wait_released
-from .kube import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
-from .lock import NodeLock
-from .migmanager import refuse_if_mig_manager
-from .mig import MigInputError, PartitionSpec
-from .nodelabels import NodeLabeler, sequence_label_value
-from .nvml import NvmlUnavailable, NvmlWriter
+from .backend import Backend, end_processes, process_ops, reset_gpus
+from ..host.clients import ClientControl, parse_clients
+from ..host.bootunit import check_values
+from .common import as_failure, boot_args, gpus_json, install_boot_unit, stderr_log
+from ..kube.deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
+from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, NodeFailure, Terminated
+from ..kube.events import record_final_state
+from ..host.holders import DEFAULT_DEVICE_GLOB, MIG_MINORS, scope_paths, wait_released
+from ..kube.client import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
+from ..host.lock import NodeLock
+from ..kube.migmanager import refuse_if_mig_manager
+from ..mig import MigInputError, PartitionSpec
+from ..kube.nodelabels import NodeLabeler, sequence_label_value
+from ..driver.nvml import NvmlUnavailable, NvmlWriter
 from .planner import GpuPlan, node_sequence
-from .reconcile import Host, reconcile
-from .rebootguard import RebootGuard, kernel_boot_id
-from .simhost import SimNodeClient, host_runner, is_host_root, sim_node_client
+from .reconcile import Host, ReleaseScope, reconcile
+from ..host.rebootguard import RebootGuard, kernel_boot_id
+from ..request import request_from_options
+from ..driver.sim.driver import mig_minors
+from .simhost import SimNodeClient, host_root, host_runner, is_host_root, sim_node_client, under
 
 STATE_BY_OUTCOME = {"success": "success", "failed": "failed", "reboot-required": "rebooting"}
 
@@ -50,25 +53,51 @@ def _labeler(args, log):
     return NodeLabeler(client, name, log)
 
 
+def _mig_minors_text(args, backend):
+    # type: (argparse.Namespace, Backend) -> str
+    """The driver's capability table: a real node's /proc file, or the one a simulated node's driver
+    publishes under its host directory (written from :func:`sim.driver.mig_minors`, as at module load)."""
+    path = MIG_MINORS
+    if backend.sim is not None:
+        path = under(host_root(args.sim_state), MIG_MINORS)
+        if not os.path.exists(path):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as fh:
+                fh.write(mig_minors(backend.sim.store.load()["count"]))
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except (IOError, OSError):
+        return ""  # no MIG capabilities published: no capability file to wait for
+
+
 def _release_wait(args, backend, log):
     # type: (argparse.Namespace, Backend, Any) -> Any
     # A simulated node has no device files of its own: look at this machine's only when asked to.
     pattern = args.gpu_device_glob or (DEFAULT_DEVICE_GLOB if backend.sim is None else None)
 
-    def wait():
-        # type: () -> None
-        if pattern and args.client_stop_timeout > 0:
-            waited = wait_released(pattern, args.client_stop_timeout, log)
-            if waited >= 0.5:
-                log("the GPUs were released after %.1fs" % waited)
+    def wait(scope):
+        # type: (ReleaseScope) -> None
+        if not pattern or args.client_stop_timeout <= 0 or scope.empty:
+            return
+        paths = scope_paths(pattern, [minor for _, minor in scope.gpus],
+                            [(minor, gi, cis) for _, minor, gi, cis in scope.instances],
+                            _mig_minors_text(args, backend) if scope.instances else "")
+        if not paths:
+            return
+        waited = wait_released(paths, args.client_stop_timeout, log)
+        if waited >= 0.5:
+            log("the GPUs were released after %.1fs" % waited)
 
     return wait
 
 
 def _sequence_value(plans):
     # type: (List[GpuPlan]) -> str
-    ids = "-".join(str(i.profile.id) for i in plans[0].layout.instances) if plans else ""
-    return sequence_label_value(node_sequence(plans), ids)
+    """The sequence label's value: the one layout every GPU holds (reconcile refused a request that gives
+    GPUs different ones); its ids form only where every GPU's ids agree too."""
+    ids = set("-".join(str(i.profile.id) for i in p.layout.instances) for p in plans)
+    return sequence_label_value(node_sequence(plans), ids.pop() if len(ids) == 1 else "")
 
 
 def _after_success(args, labeler, plans, changes, log):
@@ -141,6 +170,7 @@ class _Apply(object):
                        "sequence": None}  # type: Dict[str, Any]
         self.exit_code = 0
         self.spec = None  # type: Optional[PartitionSpec]
+        self.allow_destroy = True  # False: a "destroy nothing" request (--no-destroy, "destroy": false)
         self.control = None  # type: Optional[ClientControl]
         self.writer = None  # type: Optional[NvmlWriter]
         self.resets = []  # type: List[List[Any]]
@@ -179,20 +209,21 @@ class _Apply(object):
             self.resets.append(gpus)  # a GPU reset changes the GPU: it counts like a mutating call
             return reset(gpus)
 
-        return Host(self.control.stop, self.control.start, counted_reset, kill_process(backend, log=log), log,
-                    _release_wait(args, backend, log))
+        return Host(self.control.stop, self.control.start, counted_reset, end_processes(backend, log), log,
+                    _release_wait(args, backend, log), process_ops(backend).start_time)
 
     def run_locked(self):
         # type: () -> None
         args, backend, log, control = self.args, self.backend, self.log, self.control
         assert self.spec is not None and control is not None
         host = self._host()
-        writer = NvmlWriter(backend.nv)
+        writer = NvmlWriter(backend.nv, stamp=host.start_time)  # start times taken as NVML lists processes
         with writer:
             self.writer = writer
             try:
                 report = reconcile(writer, self.spec, host, force=args.force, allow_reset=not args.no_reset,
-                                   on_change=lambda plans: self.labeler.set("pending"))
+                                   on_change=lambda plans: self.labeler.set("pending"),
+                                   allow_destroy=self.allow_destroy)
                 self.result["changes"] = writer.changes + len(self.resets)
                 self.result["sequence"] = node_sequence(report.plans)
                 self.result["gpus"] = gpus_json(report.gpus)
@@ -233,7 +264,9 @@ class _Apply(object):
                 self._problems(["could not start the stopped clients: %s" % " ".join(str(exc2).split())[:200]])
         if failure.outcome == "reboot-required":
             self._install_boot_unit()
-        if label:
+        if label and not (isinstance(failure, DestroyRequired) and self.labeler.last_state is None):
+            # A "destroy nothing" refused before any change changed nothing: the labels still describe the
+            # node's layout. (Refused later, after "pending", the label must end in a final state.)
             self.labeler.set(STATE_BY_OUTCOME[failure.outcome], reason=failure.message)
 
 
@@ -245,7 +278,9 @@ def cmd_apply(args, backend):
 
     def prepare():
         # type: () -> None
-        apply.spec = request_spec(args)
+        request = request_from_options(args.size, args.sequence, args.request_b64, args.request_file)
+        apply.spec = request.spec
+        apply.allow_destroy = request.destroy and not args.no_destroy
         if args.boot_unit:  # refused before any change, not after the GPUs were partitioned
             check_values(boot_args(args))
 

@@ -17,7 +17,7 @@ the error is reported in the result instead.
 import re
 from typing import Callable, Optional
 
-from .kube import KubeClient, KubeError
+from .client import KubeClient, KubeError
 
 STATE_LABEL = "nvidia.com/mig.config.state"
 SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"

@@ -8,7 +8,7 @@ MIG mode is disabled, when NVML answers NOT_SUPPORTED to profile queries).
 import typing
 from typing import Dict, List, Optional, Tuple
 
-from .mig import GpuModel, Instance, Layout, Placement, Profile, find_gpu_or_none, render
+from ..mig import GpuModel, Instance, Layout, Placement, Profile, find_gpu_or_none, render
 
 MIG_DISABLED = 0
 MIG_ENABLED = 1
@@ -26,6 +26,18 @@ class LiveGi(typing.NamedTuple):
     start: int
     size: int
     cis: Tuple[LiveCi, ...]
+
+
+class LiveProcess(typing.NamedTuple):
+    """A compute process as NVML lists it on a GPU (nvmlProcessInfo_t, v2 and later: "If MIG is enabled,
+    stores a valid GPU instance ID. gpuInstanceId is set to 0xFFFFFFFF otherwise", and the same for the
+    compute instance). ``gi``/``ci`` None: not on a MIG instance, or a list without the ids (the v1
+    struct of an old pynvml): then nobody can tell which instance it uses."""
+
+    pid: int
+    gi: Optional[int]
+    ci: Optional[int]
+    started: Optional[int] = None  # its start time (/proc/<pid>/stat), read as NVML listed it
 
 
 class LiveProfile(typing.NamedTuple):
@@ -58,6 +70,8 @@ class LiveGpu(typing.NamedTuple):
     # Why no call could list the processes at all: "pynvml" (this pynvml has none of the calls) or
     # "driver" (the driver lacks what pynvml calls); "" otherwise. Apply refuses then, whatever --force says.
     pids_missing: str = ""
+    processes: Tuple[LiveProcess, ...] = ()  # the same processes with their instances (``pids`` is their ids)
+    minor: Optional[int] = None  # nvmlDeviceGetMinorNumber: the GPU is /dev/nvidia<minor> (None: unknown)
 
     @property
     def mig_capable(self):

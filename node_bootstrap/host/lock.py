@@ -8,7 +8,7 @@ import os
 import time
 from typing import Optional
 
-from .errors import NodeFailure
+from ..errors import NodeFailure
 
 DEFAULT_LOCK_FILE = "/run/ack-mig-hook.lock" if os.path.isdir("/run") else "/var/run/ack-mig-hook.lock"
 

@@ -2,7 +2,7 @@
 every command shares (the partition from the options, NVML reads, result documents).
 
 Each command takes the parsed options and a backend and returns ``(result document, exit code)``;
-:mod:`node_bootstrap.cli` parses, dispatches and prints. ``apply`` lives in :mod:`node_bootstrap.apply`.
+:mod:`node_bootstrap.commands.cli` parses, dispatches and prints. ``apply`` lives in :mod:`node_bootstrap.commands.apply`.
 """
 
 import argparse
@@ -10,16 +10,16 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from . import bootunit
+from ..host import bootunit
 from .backend import Backend
-from .clients import parse_clients
-from .errors import OUTCOME_SUCCESS, BadInput, NodeFailure
-from .live import LiveGpu, effective_model, gpu_json
-from .mig import MigInputError, PartitionSpec
-from .nvml import NvmlReader, NvmlUnavailable
-from .planner import node_sequence, plan_json, plan_node
-from .reconcile import _busy as busy_plans, _busy_message as busy_message
-from .request import spec_from_options
+from ..host.clients import parse_clients
+from ..errors import OUTCOME_SUCCESS, BadInput, NodeFailure
+from ..driver.live import LiveGpu, effective_model, gpu_json
+from ..mig import MigInputError, PartitionSpec
+from ..driver.nvml import NvmlReader, NvmlUnavailable
+from .planner import busy, mixed_layouts, node_sequence, plan_json, plan_node
+from .reconcile import busy_message
+from ..request import spec_from_options
 from .simhost import DEFAULT_STATE_DIR, host_runner, is_host_root, is_sim  # noqa: F401 - DEFAULT_STATE_DIR re-exported for the CLI
 
 DEFAULT_CLIENT_STOP_TIMEOUT = 60.0
@@ -81,6 +81,9 @@ def cmd_status(args, backend):
             "profiles_source": source,
             "profiles": [p.to_dict() for p in model.profiles] if model is not None else [],
             "processes": list(gpu.pids), "notes": list(gpu.notes),
+            # each process with the instance it runs in (null off MIG, or where NVML did not say)
+            "compute_processes": [{"pid": p.pid, "gpu_instance_id": p.gi, "compute_instance_id": p.ci}
+                                  for p in sorted(gpu.processes)],
         })
         out.append(item)
     return {"command": "status", "backend": backend.name, "driver_version": driver, "gpus": out}, 0
@@ -97,9 +100,15 @@ def cmd_plan(args, backend):
         "mutating_calls": sum(p.action_count for p in plans),
         "gpus": [plan_json(p, g) for p, g in zip(plans, gpus)],
     }  # type: Dict[str, Any]
-    busy = busy_plans(plans)
-    if busy:  # apply's own rule and words: what it would answer, said before anyone runs it
-        result["warnings"] = ["apply will be refused as gpu-busy: %s" % busy_message(busy)]
+    warnings = []
+    mixed = mixed_layouts(plans)
+    if mixed is not None:  # apply's own rules and words: what it would answer, said before anyone runs it
+        warnings.append("apply will be refused as %s: %s" % (mixed.code, mixed.message))
+    found = busy([p for p in plans if not p.converged])
+    if found:
+        warnings.append("apply will be refused as gpu-busy: %s" % busy_message(found, gpus))
+    if warnings:
+        result["warnings"] = warnings
     return result, 0
 
 

@@ -9,6 +9,10 @@ from typing import Iterable, Optional
 
 KINDS = {
     "processes": "a compute process (pid 4242) runs on GPU 0",
+    "process-on:GPU:START": "a compute process runs in the GPU instance placed at START on GPU GPU (pid "
+                            "5000 + 10 x GPU + START; repeatable)",
+    "driver:VERSION": "the driver answers this version (e.g. 470.256.02) and knows only the profile indices "
+                      "and profiles of its branch",
     "reset-fails": "a GPU client apply does not stop holds the GPUs: a MIG mode change stays pending (activation "
                    "IN_USE) and nvidia-smi -r fails",
     "held-at-set": "a GPU client holds the GPUs while the MIG mode is set (pending, activation IN_USE) and has "
@@ -30,6 +34,14 @@ KINDS = {
 SIM_PID = 4242
 
 _COUNT = re.compile(r"^[0-9]{1,4}\Z")  # ASCII digits only
+_PROCESS_ON = re.compile(r"^process-on:([0-9]{1,2}):([0-9]{1,2})\Z")
+_DRIVER = re.compile(r"^driver:([0-9]{3})\.[0-9]{1,3}(\.[0-9]{1,3})?\Z")
+
+
+def process_on_pid(gpu, start):
+    # type: (int, int) -> int
+    """The pid of the process ``process-on:<gpu>:<start>`` puts on the node."""
+    return 5000 + 10 * gpu + start
 
 
 class FaultError(ValueError):
@@ -49,20 +61,35 @@ class Faults(typing.NamedTuple):
     no_process_list: bool = False
     profiles_need_mig: bool = False
     passthrough: bool = False
+    process_on: typing.Tuple[typing.Tuple[int, int], ...] = ()  # (gpu index, placement start)
+    driver: str = ""  # the driver version to answer ("" : the default one)
 
 
 def parse_faults(items):
     # type: (Iterable[str]) -> Faults
     values = {}  # type: typing.Dict[str, typing.Any]
+    process_on = []  # type: typing.List[typing.Tuple[int, int]]
     for raw in items:
         item = raw.strip()
+        if item.startswith("process-on:"):
+            match = _PROCESS_ON.match(item)
+            if not match:
+                raise FaultError("process-on takes a GPU index and a placement start, e.g. process-on:0:4")
+            process_on.append((int(match.group(1)), int(match.group(2))))
+            continue
+        if item.startswith("driver:"):
+            if not _DRIVER.match(item):
+                raise FaultError("driver takes an NVIDIA driver version, e.g. driver:470.256.02")
+            values["driver"] = item[len("driver:"):]
+            continue
         if item.startswith("crash-after:"):
             count = item[len("crash-after:"):]
             if not _COUNT.match(count):
                 raise FaultError("crash-after takes a whole number of mutating calls, e.g. crash-after:3")
             values["crash_after"] = int(count)
             continue
-        if item not in KINDS or item == "crash-after:N":
+        if item not in KINDS or ":" in item:
             raise FaultError("unknown --sim-fault %r; known: %s" % (item[:40], ", ".join(sorted(KINDS))))
         values[item.replace("-", "_")] = True
+    values["process_on"] = tuple(process_on)
     return Faults(**values)

@@ -5,13 +5,14 @@ pynvml keeps the loaded library in ``pynvml.nvmlLib`` and looks every entry poin
 :meth:`SimNvmlLibrary.install` puts this object there before ``nvmlInit``: each attribute is a ctypes
 C function pointer (CFUNCTYPE) with the NVML signature, pynvml passes its real structs by reference, and
 this module fills them in through their addresses, as ``libnvidia-ml.so`` would. The one NVML backend
-(``node_bootstrap.nvml``) then runs unchanged on a real GPU and here.
+(``node_bootstrap.driver.nvml``) then runs unchanged on a real GPU and here.
 
 Handles are opaque integers that encode (GPU, GPU instance, compute instance); nothing dereferences them.
 A missing attribute is what an older driver looks like (pynvml raises FUNCTION_NOT_FOUND).
 """
 
 import ctypes
+import errno
 import os
 import signal
 from ctypes import CFUNCTYPE, c_int, c_uint, c_void_p
@@ -19,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from . import driver
 from .driver import Process, SimError
-from .faults import SIM_PID, Faults
+from .faults import SIM_PID, Faults, process_on_pid
 from .store import SimStore
 
 _DEV = 0x10000  # device handle = _DEV * (index + 1); + 0x100 * (gi + 1) for a GI; + (ci + 1) for a CI
@@ -87,6 +88,10 @@ class SimNvmlLibrary(object):
         self._killed = set()  # type: set
         self._strings = {}  # type: Dict[int, Any]
         self._functions = {}  # type: Dict[str, Any]
+        # old-driver: R450, the first branch with MIG, from before both placement calls
+        self.driver_version = ("450.248.02-sim" if self.faults.old_driver
+                               else self.faults.driver or driver.DEFAULT_DRIVER)
+        self.branch = driver.driver_branch(self.driver_version)
         self._define()
         if self.faults.old_driver:
             # An R450 driver (the first with MIG): no create-at-placement (CUDA 11.2's nvml.h, R460) and no
@@ -119,21 +124,53 @@ class SimNvmlLibrary(object):
 
     def processes(self):
         # type: () -> List[Process]
-        if not self.faults.processes or SIM_PID in self._killed:
+        """The compute processes the faults put on the node, as the driver would list them now.
+
+        ``processes``: pid 4242 on GPU 0, inside its first GPU instance that has a compute instance (or on
+        the GPU itself while it has none). ``process-on:<gpu>:<start>``: a process inside the compute
+        instance of the GPU instance placed at that start, listed only while one is there (a process runs in
+        a compute instance; without one there is nothing for it to run in). A process killed with
+        :meth:`signal` is gone for the rest of this command."""
+        wanted = self.faults.processes or self.faults.process_on
+        if not wanted:
             return []
         state = self.store.load()
-        gis = state["gpus"][0]["gis"] if state["gpus"] else []
-        for gi in gis:
-            if gi["cis"]:
-                return [Process(SIM_PID, 0, gi["id"], gi["cis"][0]["id"])]
-        return [Process(SIM_PID, 0, None, None)]
+        out = []  # type: List[Process]
+        if self.faults.processes and SIM_PID not in self._killed and state["gpus"]:
+            gis = [gi for gi in state["gpus"][0]["gis"] if gi["cis"]]
+            out.append(Process(SIM_PID, 0, gis[0]["id"], gis[0]["cis"][0]["id"]) if gis
+                       else Process(SIM_PID, 0, None, None))
+        for index, start in self.faults.process_on:
+            pid = process_on_pid(index, start)
+            if pid in self._killed or not 0 <= index < len(state["gpus"]):
+                continue
+            gpu = state["gpus"][index]
+            for gi in gpu["gis"] if gpu["mig_current"] == 1 else []:
+                if gi["start"] == start and gi["cis"]:
+                    out.append(Process(pid, index, gi["id"], gi["cis"][0]["id"]))
+        return out
+
+    def start_time(self, pid):
+        # type: (int) -> Optional[int]
+        """/proc/<pid>/stat's start time of a simulated process (a fixed number per pid), None when gone."""
+        return 100000 + pid if any(p.pid == pid for p in self.processes()) else None
+
+    def signal(self, pid, sig):
+        # type: (int, int) -> None
+        """``os.kill`` for a simulated process: SIGTERM or SIGKILL ends it at once; ESRCH when it is not
+        there, as the kernel answers."""
+        if not any(p.pid == pid for p in self.processes()):
+            raise OSError(errno.ESRCH, "No such process")
+        if sig in (signal.SIGTERM, signal.SIGKILL):
+            self._killed.add(pid)
 
     def kill(self, pid):
         # type: (int) -> bool
-        if pid == SIM_PID and self.faults.processes and pid not in self._killed:
-            self._killed.add(pid)
-            return True
-        return False
+        try:
+            self.signal(pid, signal.SIGTERM)
+        except OSError:
+            return False
+        return True
 
     def bus_index(self, gpu):
         # type: (Any) -> int
@@ -220,9 +257,7 @@ class SimNvmlLibrary(object):
         self._fn("nvmlInitWithFlags", (U,), lambda flags: self._init())
         self._fn("nvmlInit_v2", (), lambda: self._init())
         self._fn("nvmlShutdown", (), self._shutdown)
-        # old-driver: R450, the first branch with MIG, from before both placement calls
-        version = "450.248.02-sim" if self.faults.old_driver else "550.163.01-sim"
-        self._fn("nvmlSystemGetDriverVersion", (P, U), lambda buf, size: _put_str(buf, size, version))
+        self._fn("nvmlSystemGetDriverVersion", (P, U), lambda buf, size: _put_str(buf, size, self.driver_version))
         self._fn("nvmlDeviceGetCount_v2", (P,), lambda out: _put_uint(out, self.store.load()["count"]))
         self._fn("nvmlDeviceGetHandleByIndex_v2", (U, P), self._handle_by_index)
         self._fn("nvmlDeviceGetName", (P, P, U),
@@ -230,6 +265,8 @@ class SimNvmlLibrary(object):
         self._fn("nvmlDeviceGetUUID", (P, P, U), lambda dev, buf, size: _put_str(
             buf, size, "GPU-5151%04x-0000-4000-8000-%012x" % (_decode(dev)[0], _decode(dev)[0])))
         self._fn("nvmlDeviceGetPciInfo_v3", (P, P), self._pci_info)
+        # The GPU's /dev/nvidia<minor>: here the index (a real node usually numbers them alike).
+        self._fn("nvmlDeviceGetMinorNumber", (P, P), lambda dev, out: _put_uint(out, self._gpu(dev)[0]))
         self._fn("nvmlDeviceGetVirtualizationMode", (P, P), lambda dev, out: _put_uint(
             out, nv.NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH if self.faults.passthrough
             else nv.NVML_GPU_VIRTUALIZATION_MODE_NONE))
@@ -270,13 +307,13 @@ class SimNvmlLibrary(object):
         state = self.store.load()
         if not 0 <= index < state["count"]:
             raise SimError(driver.ERROR_INVALID_ARGUMENT, "no GPU %d" % index)
-        return driver.model_of(state)
+        return driver.model_of(state, index)
 
     def _gpu(self, dev):
         # type: (int) -> Tuple[int, Dict[str, Any], Any]
         index = _decode(dev)[0]
         state = self.store.load()
-        return index, driver.gpu_of(state, index), driver.model_of(state)
+        return index, driver.gpu_of(state, index), driver.model_of(state, index)
 
     # --- device ---------------------------------------------------------------------------------
 
@@ -291,6 +328,7 @@ class SimNvmlLibrary(object):
         info = self._nv.nvmlPciInfo_t.from_address(out)
         bus = 0x10 + index
         info.domain, info.bus, info.device = 0, bus, 0
+        # The product's own id (the catalogue lists the named product's ids first): pci.ids, e.g. H20 2329.
         info.pciDeviceId = (model.pci_device_ids[0] << 16) | 0x10DE
         info.pciSubSystemId = 0x147E10DE
         info.busId = ("00000000:%02X:00.0" % bus).encode()
@@ -324,9 +362,9 @@ class SimNvmlLibrary(object):
 
     def _gi_profile(self, dev, nvml_index, out, version):
         _, gpu, model = self._gpu(dev)
-        # nvml.h: enumerate "by invoking it on profile values starting from 0, until the API returns
-        # NVML_ERROR_INVALID_ARGUMENT"; this driver knows the indices of the header pynvml was made from.
-        if nvml_index >= self._nv.NVML_GPU_INSTANCE_PROFILE_COUNT:
+        # The indices this driver branch knows (driver.gi_index_count: a real R580 answers 17 with
+        # INVALID_ARGUMENT), whatever header pynvml was made from.
+        if nvml_index >= driver.gi_index_count(self.branch):
             raise SimError(driver.ERROR_INVALID_ARGUMENT, "no profile index %d" % nvml_index)
         if version == 2 and self._nv.c_nvmlGpuInstanceProfileInfo_v2_t.from_address(out).version != \
                 self._nv.nvmlGpuInstanceProfileInfo_v2:
@@ -335,7 +373,7 @@ class SimNvmlLibrary(object):
         self._profiles_need_mig(gpu)
         # A real H200 (driver 580) answers profile and placement queries with MIG mode disabled
         # (scripts/nvml_readonly_probe.py showed it); only instance calls need MIG on.
-        profile = driver.profile_by_index(model, nvml_index)
+        profile = driver.profile_by_index(model, nvml_index, self.branch)
         struct = self._nv.c_nvmlGpuInstanceProfileInfo_v2_t if version == 2 else self._nv.c_nvmlGpuInstanceProfileInfo_t
         info = struct.from_address(out)
         if version == 2:
@@ -417,10 +455,10 @@ class SimNvmlLibrary(object):
         index, gi_id, _ = _decode(gi_handle)
         state = self.store.load()
         gi = driver.gi_of(driver.gpu_of(state, index), gi_id)
-        profiles = driver.ci_profiles(driver.model_of(state), gi)
-        # nvml.h, nvmlGpuInstanceGetComputeInstanceProfileInfo(V): enumerate from 0 "until the API returns
-        # NVML_ERROR_INVALID_ARGUMENT"; INVALID_ARGUMENT also "If ... info->version are invalid".
-        if ci_index >= self._nv.NVML_COMPUTE_INSTANCE_PROFILE_COUNT:
+        profiles = driver.ci_profiles(driver.model_of(state, index), gi, self.branch)
+        # nvml.h, nvmlGpuInstanceGetComputeInstanceProfileInfo(V): INVALID_ARGUMENT for an index past what
+        # this driver branch knows (driver.ci_index_count), and "If ... info->version are invalid".
+        if ci_index >= driver.ci_index_count(self.branch):
             raise SimError(driver.ERROR_INVALID_ARGUMENT, "no compute instance profile index %d" % ci_index)
         if version == 2 and self._nv.c_nvmlComputeInstanceProfileInfo_v2_t.from_address(out).version != \
                 self._nv.nvmlComputeInstanceProfileInfo_v2:

@@ -84,8 +84,10 @@ def _gpu_text(command, gpu):
         body.append(_TITLE.sub("GPU {} ", gpu["diagram"], count=1))
     if gpu.get("processes"):
         pids = gpu["processes"]
-        body.append("  compute process%s on the GPU: %s" % ("es" if len(pids) > 1 else "",
-                                                           ", ".join(str(p) for p in pids)))
+        where = dict((p["pid"], p["gpu_instance_id"]) for p in gpu.get("compute_processes", ()))
+        body.append("  compute process%s on the GPU: %s" % (
+            "es" if len(pids) > 1 else "",
+            ", ".join(str(p) + (" (GPU instance %d)" % where[p] if where.get(p) is not None else "") for p in pids)))
     for note in gpu.get("notes", []):
         body.append("  note: %s" % note)
     return head, tuple(body)
