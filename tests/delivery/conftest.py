@@ -27,6 +27,10 @@ if opt("--fake-child"):  # a child of its own (a tool it started); --fake-escape
     child = subprocess.Popen(["sleep", "60"], start_new_session=bool(opt("--fake-escape")))
     with open(opt("--fake-child"), "w") as fh:
         fh.write(str(child.pid))
+if opt("--fake-pid"):  # its own pid, so a test can see it ended
+    import os
+    with open(opt("--fake-pid"), "w") as fh:
+        fh.write(str(os.getpid()))
 if opt("--fake-ignore-term"):  # a process that will not stop on SIGTERM: only SIGKILL ends it
     import signal
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

@@ -119,15 +119,16 @@ def test_the_deadline_stops_the_whole_process_group(maker, tmp_path, strays):
 def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(maker, tmp_path, strays):
     put_parts(maker)
     maker.deadline_s = 1
-    pidfile = tmp_path / "child.pid"
+    pidfile, own = tmp_path / "child.pid", tmp_path / "node.pid"
     started = time.monotonic()
-    code, doc = run(maker, ["--fake-sleep", "30", "--fake-ignore-term", "1", "--fake-child", str(pidfile)],
-                    grace_s=2)
+    code, doc = run(maker, ["--fake-sleep", "30", "--fake-ignore-term", "1", "--fake-child", str(pidfile),
+                            "--fake-pid", str(own)], grace_s=2)
     elapsed = time.monotonic() - started
-    strays.append(int(pidfile.read_text()))
+    strays.extend([int(pidfile.read_text()), int(own.read_text())])
     assert code == 124 and "killed (SIGKILL) 2 s after SIGTERM" in doc["error"]["message"]
     assert 3 <= elapsed < 20
-    assert gone(strays[0])
+    # the node process itself, which ignored SIGTERM, is gone too: only SIGKILL could end it
+    assert gone(strays[0]) and gone(strays[1]), "a node process outlived its deadline and grace"
 
 
 def test_pipes_held_by_a_grandchild_that_left_the_group_do_not_hold_the_runner(maker, tmp_path, strays):
