@@ -14,6 +14,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional
 
+from functions.commands import common
 from functions.rollout import waves as rp
 
 FAILED_STATES = ("failed",)
@@ -153,6 +154,8 @@ def configure(parser, command):
     parser.add_argument("--inventory", metavar="FILE",
                         help="cluster snapshot {cluster_id, nodepools, nodes, kube_nodes}; without it the ACK "
                              "and Kubernetes APIs are asked (credentials needed)")
+    common.add_cloud_options(parser, kubeconfig_help="kubeconfig for the Kubernetes API (default: the one ACK "
+                                                     "issues for the cluster, as the deployed function uses)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--nodes", action="store_true", help="one line per node as well")
 
@@ -166,7 +169,8 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
     if not cluster:
         from functions.settings import SettingsError
 
-        raise SettingsError("status needs a cluster: give --inventory FILE or set ACK_MIG_CLUSTER_ID")
+        raise SettingsError("status needs a cluster: give --cluster-id ID (or ACK_MIG_CLUSTER_ID), or --inventory "
+                            "FILE")
     if lookup is None:  # the live cluster: the ACK API for pools and nodes, the API server for the rest
         from functions.cs_lookup import CsLookup
 
@@ -191,18 +195,24 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
 
 
 def run(args):
+    from node_bootstrap.kube import KubeError
+
+    from functions.commands.invoke import kube_from
     from functions.errors import BadInventory
     from functions.settings import SettingsError, load_settings
 
     try:
-        settings = load_settings()
         lookup = None
         if args.inventory:
             from functions.cluster import InventoryLookup
 
             lookup = InventoryLookup.from_file(args.inventory)
-        status = collect(settings, lookup)
-    except (BadInventory, SettingsError) as exc:
+            settings = load_settings(common.environment_with(None, args.region, args.cluster_id))
+        else:
+            common.require(args, "cluster_id", "region")
+            settings = load_settings(common.environment_with(common.keys(args), args.region, args.cluster_id))
+        status = collect(settings, lookup, kube_from(args))
+    except (BadInventory, SettingsError, KubeError) as exc:
         from functions.textsafe import escape  # the message may quote the file or an API's answer
 
         print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
