@@ -191,9 +191,8 @@ def test_profile_takes_that_aliyun_cli_profile_and_names_the_ones_there(services
     assert code == 0 and "nothing to remove" in out, err
     code, _, err = run(capsys, "undeploy", "--profile", "prod", *minimal("undeploy"))
     assert code == 2 and "no such profile" in one_line(err) and "default, ops" in err
-    code, _, err = run(capsys, "undeploy", *minimal("undeploy"))  # the current profile: refused keys
-    assert code == 4
-    services["ros"].rejected.clear()
+    assert not services["ros"].rejected  # (the chain's own choice of the current profile needs a fresh
+    # process: alibabacloud_credentials reads the environment when imported; test_deploy.py runs one)
 
 
 # ---- nothing of the SDKs on the terminal ----
