@@ -282,10 +282,14 @@ def _gather(args) -> List[Check]:
     stack = stacks.find(args.stack_name)
     detail = stacks.get(stack["StackId"]) if stack else None
     checks += stack_checks(detail, stacks.resources(stack["StackId"]) if stack else [], args.stack_name)
-    network = cluster_network.read(keys, args.region, args.cluster_id, config.cs_endpoint)
     params = {str(p.get("ParameterKey")): str(p.get("ParameterValue") or "") for p in (detail or {}).get("Parameters")
               or []}
-    checks += network_checks(network, params, detail is not None)
+    try:
+        network = cluster_network.read(keys, args.region, args.cluster_id, config.cs_endpoint)
+        checks += network_checks(network, params, detail is not None)
+    except cluster_network.ClusterUnreadable as exc:  # the other checks still say what they found
+        checks.append(Check("PROBLEM", "network", "cannot read the cluster's network (%s); doctor needs "
+                            "cs:DescribeClusterDetail on the cluster" % exc))
     from functions.decide import has_partition_label
 
     names = {}

@@ -194,3 +194,12 @@ def test_network_check_verdicts():
     no_endpoint = doctor.network_checks(network(intranet_endpoint=""), good, True)[0]
     assert no_endpoint.status == "PROBLEM" and "no private API endpoint" in no_endpoint.text
     assert len(doctor.network_checks(network(), {}, False)) == 1  # no stack: the stack check says deploy
+
+
+def test_a_network_that_cannot_be_read_is_one_problem_among_the_checks(cloud, capsys):
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    emulator.fail_next("DescribeClusterDetail", 403, "Forbidden.RAM")
+    code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
+    lines = {(c["area"], c["status"]): c["text"] for c in json.loads(out)["checks"]}
+    assert code == 1 and "Forbidden.RAM" in lines[("network", "PROBLEM")]
+    assert "cs:DescribeClusterDetail" in lines[("network", "PROBLEM")] and ("mig-manager", "ok") in lines
