@@ -208,7 +208,7 @@ class _Refusing(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("command", CLOUD_COMMANDS)
+@pytest.mark.parametrize("command", ("undeploy", "invoke"))  # main() quiets the SDKs for every command
 def test_a_failing_credential_provider_leaves_one_line_on_the_terminal(services, command, tmp_path):
     """alibabacloud_credentials logs each failed provider with a traceback through its own StreamHandler
     ("Refresh credentials failed ..."); the command line shows one line and nothing else."""

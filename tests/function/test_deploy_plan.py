@@ -106,7 +106,7 @@ def test_the_emulators_plan_answers_fit_the_ros_sdk_models(cloud, capsys, tmp_pa
 def test_a_change_set_that_ros_cannot_compute_is_one_line_and_is_deleted(cloud, capsys, tmp_path):
     ros, _ = cloud
     assert run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))[0] == 0
-    ros.fail_next("GetChangeSet", 500, "InternalError", times=3)
+    ros.fail_next("GetChangeSet", 400, "InvalidParameter")  # not transient: no retry
     code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps2")), "--dry-run"))
     assert code == 1 and err.strip().splitlines()[-1].startswith("ack-mig-hook: error: ROS GetChangeSet failed")
     assert not ros.change_sets  # deleted all the same
