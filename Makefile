@@ -35,7 +35,7 @@ ROS_CDK_VERSION := 1.15.0
 $(ROS_CDK)/.done: Makefile $(BIN)/.installed
 	mkdir -p $(ROS_CDK)
 	$(BIN)/python -m pip download -q --no-deps -d $(ROS_CDK) ros-cdk-fc3==$(ROS_CDK_VERSION) \
-	  ros-cdk-ram==$(ROS_CDK_VERSION) ros-cdk-cs==$(ROS_CDK_VERSION)
+	  ros-cdk-ram==$(ROS_CDK_VERSION) ros-cdk-cs==$(ROS_CDK_VERSION) ros-cdk-sls==$(ROS_CDK_VERSION)
 	touch $@
 
 ros-schemas: $(ROS_CDK)/.done

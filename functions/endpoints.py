@@ -108,6 +108,13 @@ def sdk_regions(product: str) -> tuple:
     return tuple(sorted(_SDK_MAPS.get(product, {})))
 
 
+def known_regions() -> tuple:
+    """Every region id the official SDKs' endpoint maps name (the ROS map lists the public regions; the
+    others add the regions where a product differs from its rule): the command line's ``--region`` must be
+    one of them, so a typo (``beijing``) stops before any call instead of naming a host that does not exist."""
+    return tuple(sorted({region for table in _SDK_MAPS.values() for region in table}))
+
+
 def host(product: str, region: str, network: str = "public") -> str:
     """The host of ``product`` in ``region`` on ``network`` (``public`` or ``vpc``), without override."""
     if product not in PRODUCTS:

@@ -40,7 +40,7 @@ def _var(name: str, default: str, doc: str, section: str = "function") -> str:
 
 
 # --- function (event intake, cluster lookup, decisions) ---
-CLUSTER_ID = _var("ACK_MIG_CLUSTER_ID", "", "ACK cluster id (c-...) used when the event does not name one")
+CLUSTER_ID = _var("ACK_MIG_CLUSTER_ID", "", "ACK cluster id (c and 32 hex digits) used when the event does not name one")
 REGION = _var("ACK_MIG_REGION", "", "region id, e.g. cn-beijing; falls back to FC_REGION")
 FC_REGION = _var("FC_REGION", "", "set by Function Compute: the function's region")
 FC_ACCOUNT_ID = _var("FC_ACCOUNT_ID", "", "set by Function Compute: the account id (logged, never required)")

@@ -9,11 +9,18 @@ the commands that run offline are run, and must exit 0, or N when the line ends 
 - ``python3 -m node_bootstrap ... --backend sim:...`` and the other commands of a block that works on a
   simulated node (``cat`` of the simulated host's files).
 
+- ``ack-mig-hook deploy | undeploy | doctor ... # exit 2``: bad input, refused before any call.
+
 Each block runs in order in its own shell session from the repository root (so ``examples/...`` and
-``.venv/bin/...`` resolve as a reader's would), with ``.venv/bin`` first on PATH. ``/tmp/`` in a command
-is a fresh temporary directory per block, so simulated node state never lands in the real /tmp and two
-blocks never share a node. No credentials are in the environment and every cloud endpoint points at a
-closed loopback port: a command that would reach a cloud API fails fast instead of leaving the machine.
+``.venv/bin/...`` resolve as a reader's would). PATH is a reader's after ``make install``: ``ack-mig-hook``
+is found, and ``python3`` is the machine's own (without pynvml), so a simulator command must name the
+interpreter that works, ``.venv/bin/python``. ``/tmp/`` in a command is a fresh temporary directory per
+block, so simulated node state never lands in the real /tmp and two blocks never share a node. No
+credentials are in the environment and every cloud endpoint points at a closed loopback port: a command
+that would reach a cloud API fails fast instead of leaving the machine.
+
+In a ``console`` block, the lines after a ``$ `` command are its sample output: when a sample is shown it
+must be the whole of what the terminal shows, stderr and stdout in the order they are written.
 
 Every other ``ack-mig-hook`` or ``node_bootstrap`` command shown (deploy, doctor, undeploy, a real-GPU
 node command) cannot run here, so each of its options is checked against that command's ``--help``.
@@ -24,6 +31,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -42,7 +50,10 @@ OFFLINE = [
     re.compile(r"ack-mig-hook\s+invoke\b.*--inventory\b"),
     re.compile(r"-m\s+node_bootstrap\b.*--backend[ =]sim:"),
 ]
-KINDS = {k: re.compile(r"ack-mig-hook\s+%s\b" % k) for k in ("plan", "profiles", "convert", "status", "invoke")}
+# Cloud commands given bad input: refused before any call, so they run here too.
+BAD_INPUT = re.compile(r"ack-mig-hook\s+(deploy|undeploy|doctor)\b.*#\s*exit\s+2\b")
+KINDS = {k: re.compile(r"ack-mig-hook\s+%s\b" % k)
+         for k in ("plan", "profiles", "convert", "status", "invoke", "deploy")}
 KINDS["node_bootstrap"] = re.compile(r"-m\s+node_bootstrap\b")
 CLI_WORD = re.compile(r"(?:^|[\s|;&(])(?:\S*/)?(ack-mig-hook|python3?\s+-m\s+node_bootstrap)\s+(.*)$")
 
@@ -87,16 +98,24 @@ def _open(text):
 def logical_lines(lang, body):
     """The command lines of a block, continuation lines and multi-line quoted strings joined; in a
     console block only the lines after a ``$ `` prompt are commands (the rest is output)."""
+    return [cmd for cmd, _ in commands_with_output(lang, body)]
+
+
+def commands_with_output(lang, body):
+    """(command, sample output lines or None) of a block: in a console block, the lines up to the next
+    ``$ `` prompt are the command's sample output (None when there are none)."""
     out, current = [], None
     for line in body:
         if current is not None:
             current += "\n" + line
             if not _open(current):
-                out.append(current)
+                out.append([current, None])
                 current = None
             continue
         if lang == "console":
             if not line.startswith("$ "):
+                if out and line.strip():
+                    out[-1][1] = (out[-1][1] or []) + [line]
                 continue
             line = line[2:]
         if not line.strip() or line.lstrip().startswith("#"):
@@ -104,10 +123,10 @@ def logical_lines(lang, body):
         if _open(line):
             current = line
         else:
-            out.append(line)
+            out.append([line, None])
     if current is not None:
-        out.append(current)
-    return out
+        out.append([current, None])
+    return [(cmd, sample) for cmd, sample in out]
 
 
 def is_offline(command, prelude, block):
@@ -115,6 +134,8 @@ def is_offline(command, prelude, block):
     the whole block's text: a line that writes or reads a simulated node's files runs when the block
     works on a simulated node, even before the sim command itself."""
     text = "\n".join(prelude + [command])
+    if BAD_INPUT.search(command):
+        return True
     if NEVER_RUN.search(command):
         return False
     if any(p.search(command) for p in OFFLINE):
@@ -128,18 +149,20 @@ def is_offline(command, prelude, block):
 
 
 def collect():
-    """(file, block line, [(command, prelude, expected exit)]) per block, and the commands not run."""
+    """(file, block line, [(command, prelude, expected exit, sample output)]) per block, and the commands
+    not run."""
     runnable, shown = [], []
     for path in doc_files():
         for lang, line_no, body in shell_blocks(path):
-            prelude, cmds, lines = [], [], logical_lines(lang, body)
-            for cmd in lines:
+            prelude, cmds, pairs = [], [], commands_with_output(lang, body)
+            lines = [cmd for cmd, _ in pairs]
+            for cmd, sample in pairs:
                 if ASSIGNMENTS.match(cmd):
                     prelude.append(cmd)
                     continue
                 m = EXPECT_EXIT.search(cmd)
                 if is_offline(cmd, prelude, "\n".join(lines)):
-                    cmds.append((cmd, list(prelude), int(m.group(1)) if m else 0))
+                    cmds.append((cmd, list(prelude), int(m.group(1)) if m else 0, sample))
                 else:
                     shown.append(("%s:%d" % (path, line_no), cmd, list(prelude)))
             if cmds:
@@ -150,14 +173,29 @@ def collect():
 RUNNABLE, SHOWN = collect()
 
 
+def _reader_path():
+    """PATH as a reader has it after ``make install``: ``ack-mig-hook`` resolves (a folder holding only it),
+    the interpreters are the machine's own (no virtual environment of the test run on it)."""
+    shim = tempfile.mkdtemp(prefix="docs-path-")
+    os.symlink(os.path.join(VENV_BIN, "ack-mig-hook"), os.path.join(shim, "ack-mig-hook"))
+    keep = [p for p in os.environ.get("PATH", "").split(os.pathsep)
+            if p and not re.search(r"[/\\]\.venv(-node)?[/\\](bin|Scripts)$", p) and p != VENV_BIN]
+    return os.pathsep.join([shim] + keep)
+
+
+READER_PATH = _reader_path()
+
+
 def offline_env(tmp):
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_", "ALICLOUD_", "FC_"))}
+           if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_", "ALICLOUD_", "FC_", "VIRTUAL_ENV", "PYTHON"))}
     closed = "http://127.0.0.1:9"  # discard port: nothing listens, a stray call fails at once
-    env.update(PATH=VENV_BIN + os.pathsep + env.get("PATH", ""), HOME=str(tmp), TMPDIR=str(tmp),
+    env.update(PATH=READER_PATH, HOME=str(tmp), TMPDIR=str(tmp),
                ACK_MIG_CS_ENDPOINT=closed, ACK_MIG_ECS_ENDPOINT=closed, ACK_MIG_ESS_ENDPOINT=closed,
                ACK_MIG_KMS_ENDPOINT=closed, ACK_MIG_ROS_ENDPOINT=closed, ACK_MIG_OSS_ENDPOINT=closed,
-               ACK_MIG_API_TIMEOUT_S="2", ACK_MIG_API_MAX_ATTEMPTS="1", PYTHONDONTWRITEBYTECODE="1")
+               ACK_MIG_STS_ENDPOINT=closed, ACK_MIG_API_TIMEOUT_S="2", ACK_MIG_API_MAX_ATTEMPTS="1",
+               ALIBABA_CLOUD_ECS_METADATA_DISABLED="true", PYTHONDONTWRITEBYTECODE="1",
+               PYTHONUNBUFFERED="1")  # stderr and stdout reach the pipe in the order they are written
     return env
 
 
@@ -168,7 +206,7 @@ def in_tmp(text, tmp):
 def test_the_docs_show_enough_offline_commands_to_mean_something():
     total = sum(len(cmds) for _, cmds in RUNNABLE)
     readme = sum(len(cmds) for where, cmds in RUNNABLE if where.startswith("README.md:"))
-    kinds = {k for _, cmds in RUNNABLE for c, _, _ in cmds for k, pattern in KINDS.items() if pattern.search(c)}
+    kinds = {k for _, cmds in RUNNABLE for c, _, _, _ in cmds for k, pattern in KINDS.items() if pattern.search(c)}
     assert total >= 15, "only %d offline commands found in the docs" % total
     assert readme >= 3, "the README's quick start shows only %d commands that run offline" % readme
     assert kinds == set(KINDS), "no offline example of %s in the docs" % ", ".join(sorted(set(KINDS) - kinds))
@@ -177,17 +215,34 @@ def test_the_docs_show_enough_offline_commands_to_mean_something():
 @pytest.mark.parametrize("where,cmds", RUNNABLE, ids=[w for w, _ in RUNNABLE])
 def test_every_offline_command_in_the_docs_works_as_written(where, cmds, tmp_path):
     env, failures = offline_env(tmp_path), []
-    for cmd, prelude, expected in cmds:
+    for cmd, prelude, expected, sample in cmds:
         script = "set -o pipefail\n" + "\n".join(in_tmp(p, tmp_path) for p in prelude) + "\n" + in_tmp(cmd, tmp_path)
         proc = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True,
                               timeout=60)
+        shown = proc.stdout.replace(str(tmp_path) + "/", "/tmp/")
         if proc.returncode != expected:
-            failures.append("%s\n  exit %d, expected %d\n  stderr: %s" % (
-                cmd, proc.returncode, expected, proc.stderr.strip()[-600:]))
-        elif "Traceback (most recent call last)" in proc.stderr:
-            failures.append("%s\n  printed a traceback:\n%s" % (cmd, proc.stderr[-600:]))
+            failures.append("%s\n  exit %d, expected %d\n  output: %s" % (
+                cmd, proc.returncode, expected, shown.strip()[-600:]))
+        elif "Traceback (most recent call last)" in shown:
+            failures.append("%s\n  printed a traceback:\n%s" % (cmd, shown[-600:]))
+        elif sample is not None and [l.rstrip() for l in shown.splitlines()] != [l.rstrip() for l in sample]:
+            failures.append("%s\n  the sample output is not what the terminal shows:\n%s" % (cmd, shown[-1500:]))
     assert not failures, "%s:\n" % where + "\n".join(failures)
+
+
+def test_sample_outputs_are_compared():
+    compared = [cmd for _, cmds in RUNNABLE for cmd, _, _, sample in cmds if sample is not None]
+    assert len(compared) >= 6, compared
+    assert any("node_bootstrap" in c for c in compared) and any("ack-mig-hook" in c for c in compared)
+
+
+def test_simulator_commands_name_the_interpreter_that_works():
+    """``python3`` is the machine's own Python, which lacks pynvml: a simulator command says
+    ``.venv/bin/python``. (On a real node ``python3`` is right: the node tool runs on its system Python.)"""
+    wrong = ["%s: %s" % (where, cmd) for where, cmds in RUNNABLE for cmd, _, _, _ in cmds
+             if re.search(r"(^|[\s;&|(])python3? -m node_bootstrap\b", cmd)]
+    assert wrong == []
 
 
 def _help_options(words):
@@ -313,6 +368,22 @@ def test_the_readme_stays_an_introduction():
     history = [m.group(0) for m in re.finditer(
         r"\btests?/\S+\.py::\w+|\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b|\b[Nn]ew in (this|the)\b"
         r"|\bat commit\b", text)]
+    history = [h for h in history if not re.fullmatch(r"c[0-9a-f]{32}", h)]  # an ACK cluster id, not a commit
     assert history == [], "history in the README: %s" % history
     for section in ("How it compares", "Quick start", "Deploy", "Check that it worked", "Documentation"):
         assert re.search(r"^## %s" % re.escape(section), text, re.M), "README lacks the section %s" % section
+
+
+def test_the_docs_show_real_cluster_ids():
+    """ACK cluster ids are ``c`` and 32 lower-case hex digits: an example in the docs has that form, unless
+    it shows the refusal of a wrong one (``# exit 2``)."""
+    from functions.commands.common import CLUSTER_ID
+
+    wrong = []
+    for path in doc_files():
+        for number, line in enumerate(open(os.path.join(ROOT, path), encoding="utf-8"), 1):
+            for value in re.findall(r"--cluster-id[ =]([^\s`\\]+)", line):
+                if not CLUSTER_ID.match(value.strip("\"'")) and not EXPECT_EXIT.search(line) \
+                        and not value.startswith(("$", "ID", "<")):
+                    wrong.append("%s:%d: %s" % (path, number, value))
+    assert wrong == []

@@ -1,70 +1,102 @@
-"""``ack-mig-hook deploy`` and ``ack-mig-hook undeploy``: the whole stack in one command.
+"""``ack-mig-hook deploy``: the whole stack in one command (``undeploy`` lives in functions/commands/undeploy.py).
 
-deploy: check the settings (all missing ones reported at once) -> build the code package with its
-dependencies for FC and check it -> upload it to OSS under a name that carries its SHA-256 -> create or
-update the ROS stack from ``template.yml`` -> wait, printing the stack's events, until it is ready ->
-print what to do next. ``--dry-run`` builds and checks the package, has ROS validate the template and
-says what it would do, changing nothing.
+check the settings (all missing ones reported at once) -> read the cluster's network from ACK (the function
+joins its VPC to reach the API server's private endpoint, unless ``--parameter VpcId=...`` says otherwise)
+-> build the code package with its dependencies for FC and check it -> upload it to OSS under a name that
+carries its SHA-256 (skipped when that object already holds it) -> create or update the ROS stack from
+``template.yml`` -> wait, printing this operation's events, until it is ready -> print what to do next.
 
-undeploy: delete the stack and wait until it is gone. What stays on nodes is listed in docs/deploy.md.
+``--dry-run`` builds and checks the package and asks ROS what it would do (PreviewStack for a new stack, a
+change set computed and deleted for an existing one, functions/stack/change_plan.py): the resources it would add,
+modify or remove and the parameters that would change; it uploads and changes nothing. ``--json`` prints the
+result (or the plan) as one JSON document on stdout; progress stays on stderr.
 """
 
 import argparse
+import json
 import os
 import re
 import sys
 import tempfile
-from typing import Dict, List
+from typing import Any, Dict, List, Optional
 
 import yaml
 
 from functions import settings
+from functions.commands import common
 from functions.stack.code_package import KNOWN_HOSTS_NAME, ROOT
+from functions.stack.exit_codes import EXIT_CONFLICT
 
 TEMPLATE = os.path.join(ROOT, "template.yml")
 DEFAULT_STACK = "ack-mig-hook"
 OBJECT_PREFIX = "ack-mig-hook/"
+UsageError = common.UsageError
+# Simple Log Service names ("Limits" of projects and logstores): 3-63 characters, lower-case letters, digits
+# and hyphens (a logstore also underscores), starting and ending with a lower-case letter or a digit.
+LOG_PROJECT = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]\Z")
+LOG_STORE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]\Z")
 
 
-class UsageError(ValueError):
-    exit_code = 2
+def _named(pattern: "re.Pattern", what: str, form: str):
+    def parse(text: str) -> str:
+        if text and not pattern.match(text):
+            raise argparse.ArgumentTypeError("%r is not a %s; use %s" % (text[:80], what, form))
+        return text
+    parse.__name__ = what
+    return parse
+
+
+def add_stack_options(parser: argparse.ArgumentParser) -> None:
+    """The options deploy and undeploy share besides the cloud ones."""
+    parser.add_argument("--stack-name", type=common.stack_name, default=DEFAULT_STACK,
+                        help="ROS stack name (default: %(default)s)")
+    parser.add_argument("--timeout", type=common.whole_number(10, 1440, "minutes"), default=30, metavar="MINUTES",
+                        help="how long to wait for the stack, 10..1440 (ROS's TimeoutInMinutes) (default: "
+                             "%(default)s)")
+    parser.add_argument("--poll", type=common.number(0, 60, "seconds"), default=5.0, metavar="SECONDS",
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
 
 
 def configure(parser, command):
-    parser.add_argument("--cluster-id", default=settings.env_text(settings.CLUSTER_ID),
-                        help="the ACK cluster (c-...) whose node pools the function serves "
-                             "(default: $ACK_MIG_CLUSTER_ID)")
-    parser.add_argument("--region", default=settings.env_text(settings.REGION),
-                        help="the cluster's region, e.g. cn-beijing (default: $ACK_MIG_REGION)")
-    parser.add_argument("--stack-name", default=DEFAULT_STACK, help="ROS stack name (default: %(default)s)")
-    parser.add_argument("--timeout", type=int, default=30, metavar="MINUTES",
-                        help="how long to wait for the stack (default: %(default)s)")
-    parser.add_argument("--poll", type=float, default=5.0, metavar="SECONDS", help=argparse.SUPPRESS)
-    if command == "undeploy":
-        return
-    parser.add_argument("--bucket", default="",
+    common.add_cloud_options(parser, cluster_help="the ACK cluster whose node pools the function serves, c "
+                                                  "followed by 32 hex digits (default: $ACK_MIG_CLUSTER_ID)",
+                             kubeconfig=False)
+    add_stack_options(parser)
+    parser.add_argument("--bucket", type=common.bucket, default="",
                         help="OSS bucket for the code package, created private if missing; an existing one "
                              "must be yours and private (default: ack-mig-hook-<account id>-<region>)")
     parser.add_argument("--transport", choices=settings.TRANSPORTS[:2], default=None,
                         help="how the bootstrap reaches nodes (template default: cloud-assistant)")
-    parser.add_argument("--log-project", default="", help="Simple Log Service project for the function's logs")
-    parser.add_argument("--log-store", default="", help="logstore in that project")
+    parser.add_argument("--log-project", type=_named(LOG_PROJECT, "Simple Log Service project name",
+                                                     "3-63 lower-case letters, digits and hyphens"),
+                        default="", help="Simple Log Service project for the function's logs")
+    parser.add_argument("--log-store", type=_named(LOG_STORE, "logstore name",
+                                                   "3-63 lower-case letters, digits, hyphens and underscores"),
+                        default="", help="logstore in that project")
     parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
-                        help="any other template.yml parameter (repeatable), e.g. DryRun=true")
-    parser.add_argument("--known-hosts", default="", metavar="FILE",
+                        help="any other template.yml parameter (repeatable), e.g. DryRun=true; VpcId, VSwitchId "
+                             "and SecurityGroupId replace the ones read from the cluster")
+    parser.add_argument("--known-hosts", type=common.existing_file, default="", metavar="FILE",
                         help="ssh transport: the nodes' host keys (known_hosts format), packaged as "
                              "/code/known_hosts and set as the SshKnownHosts parameter")
     parser.add_argument("--deps-dir", default="", metavar="DIR",
                         help="use these already fetched dependencies (a pip --target folder for python3.10 "
                              "on Linux x86_64) instead of fetching them")
     parser.add_argument("--dry-run", action="store_true",
-                        help="build and check the package, validate the template, say what would change; "
-                             "upload and change nothing")
+                        help="build and check the package and show ROS's plan: the resources the stack would "
+                             "add, modify or remove and the parameters that would change; upload and change "
+                             "nothing")
 
 
 def _template_parameters() -> Dict[str, dict]:
     with open(TEMPLATE, encoding="utf-8") as handle:
         return yaml.safe_load(handle).get("Parameters") or {}
+
+
+def given_parameters(args) -> Dict[str, str]:
+    """The ``--parameter KEY=VALUE`` pairs as given (checked by :func:`parameters`)."""
+    return {k.strip(): v for k, sep, v in (item.partition("=") for item in args.parameter) if sep and k.strip()}
 
 
 def parameters(args, declared: Dict[str, dict], code_object: str, require: bool = True) -> Dict[str, str]:
@@ -80,8 +112,8 @@ def parameters(args, declared: Dict[str, dict], code_object: str, require: bool 
             problems.append("template.yml has no parameter %r (it has %s)" % (key.strip()[:40], ", ".join(declared)))
         else:
             values[key.strip()] = value
-    if getattr(args, "known_hosts", "") and not os.path.isfile(args.known_hosts):
-        problems.append("--known-hosts %s is not a file" % args.known_hosts)
+    if getattr(args, "deps_dir", "") and not os.path.isdir(args.deps_dir):
+        problems.append("--deps-dir %s is not a folder" % args.deps_dir)
     named = {"ClusterId": args.cluster_id, "CodeBucket": args.bucket, "CodeObject": code_object,
              "Transport": args.transport or "", "LogProject": args.log_project, "LogStore": args.log_store,
              "SshKnownHosts": "/code/" + KNOWN_HOSTS_NAME if getattr(args, "known_hosts", "") else ""}
@@ -124,25 +156,10 @@ def _constraint_problem(key: str, value: str, spec: dict) -> str:
     return ""
 
 
-def _shown(values: Dict[str, str], declared: Dict[str, dict]) -> str:
-    return ", ".join("%s=%s" % (k, "****" if (declared.get(k) or {}).get("NoEcho") else v)
-                     for k, v in sorted(values.items()))
-
-
-def _common(args):
-    problems = []
-    if not args.region:
-        problems.append("--region (or ACK_MIG_REGION)")
-    if args.command == "deploy" and not args.cluster_id:
-        problems.append("--cluster-id (or ACK_MIG_CLUSTER_ID)")
-    if problems:
-        raise UsageError("missing %s" % " and ".join(problems))
-    from functions.stack.credentials import resolve
+def stacks_for(args, found_keys):
     from functions.stack.ros import Stacks
 
-    keys = resolve()
-    stacks = Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT))
-    return keys, stacks
+    return Stacks(args.region, found_keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT))
 
 
 def default_bucket(account: str, region: str) -> str:
@@ -153,44 +170,74 @@ def default_bucket(account: str, region: str) -> str:
     return ("ack-mig-hook-%s-%s" % (account, region)).lower()[:63].rstrip("-")
 
 
-def _account(keys, region: str) -> str:
+def _account(found_keys, region: str) -> str:
     from functions.stack.credentials import account_id
 
-    return account_id(keys, region, settings.parse_endpoint(settings.environment(), settings.STS_ENDPOINT))
+    return account_id(found_keys, region, settings.parse_endpoint(settings.environment(), settings.STS_ENDPOINT))
 
 
-def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+def progress(line: str) -> None:
+    from functions.textsafe import escape
+
+    print(escape(line), file=sys.stderr, flush=True)
 
 
 def run(args) -> int:
-    return undeploy(args) if args.command == "undeploy" else deploy(args)
+    return deploy(args)
+
+
+def _stack_parameters(stacks, existing: Optional[Dict[str, Any]]) -> Dict[str, str]:
+    if not existing:
+        return {}
+    stack = stacks.get(existing["StackId"]) or {}
+    return {str(p.get("ParameterKey")): str(p.get("ParameterValue") or "") for p in stack.get("Parameters") or []}
+
+
+def network_values(args, network, previous: Dict[str, str]) -> Dict[str, Any]:
+    """Pure: which VPC parameters to send and why. ``--parameter`` for any of them wins (the operator owns
+    all three then); a stack that already has a VPC keeps it (UsePreviousParameters); else the cluster's."""
+    from functions.stack.cluster_network import VPC_PARAMETERS
+
+    given = {k: v for k, v in given_parameters(args).items() if k in VPC_PARAMETERS}
+    if given:
+        return {"source": "--parameter", "values": {}, "why": "as given: %s" % ", ".join(
+            "%s=%s" % kv for kv in sorted(given.items()))}
+    if all(previous.get(k) for k in VPC_PARAMETERS):
+        return {"source": "stack", "values": {}, "why": "the stack's VPC %s (vSwitch %s, security group %s) is kept"
+                % tuple(previous[k] for k in VPC_PARAMETERS)}
+    derived = network.parameters()
+    if not derived:
+        return {"source": "none", "values": {}, "why": "ACK names no VPC, vSwitch and security group for cluster %s:"
+                " the function runs outside a VPC and cannot reach the API server's private endpoint (startup "
+                "taints stay, rollouts cannot run); give --parameter VpcId=... VSwitchId=... SecurityGroupId=..."
+                % network.cluster_id}
+    return {"source": "cluster", "values": derived, "why": "the function joins the cluster's VPC %s (vSwitch %s, "
+            "security group %s) to reach the API server at %s" % (
+                derived["VpcId"], derived["VSwitchId"], derived["SecurityGroupId"],
+                network.intranet_endpoint or "its private endpoint")}
 
 
 def deploy(args) -> int:
-    from functions.stack import build
+    from functions.stack import build, cluster_network
     from functions.stack.ros import StackError
-    from functions.stack.upload import crc64, upload
+    from functions.stack.upload import crc64, inspect, upload
 
     declared = _template_parameters()
     # Bad input stops here, before any work. Without a region no stack can be looked up, so everything a
     # new stack needs is reported too.
     parameters(args, declared, OBJECT_PREFIX + "x.zip", require=not args.region)
-    keys, stacks = _common(args)
-    account = _account(keys, args.region)
+    common.require(args, "region", "cluster_id")
+    found_keys = common.keys(args)
+    stacks = stacks_for(args, found_keys)
+    account = _account(found_keys, args.region)
     args.bucket = args.bucket or default_bucket(account, args.region)
     existing = stacks.find(args.stack_name)
     parameters(args, declared, OBJECT_PREFIX + "x.zip", require=not existing)
-    if existing:  # a stack that cannot take an update stops here, before anything is built or uploaded
-        if existing.get("Status", "").endswith("_IN_PROGRESS"):
-            raise StackError("stack %s is %s; wait for it to finish, then rerun"
-                             % (args.stack_name, existing["Status"]))
-        if existing.get("Status", "").startswith("CREATE_") and existing["Status"] != "CREATE_COMPLETE":
-            # Its creation failed (and was rolled back): nothing to update. ROS keeps the name taken.
-            raise StackError("stack %s is %s: its creation failed; remove it with `ack-mig-hook undeploy "
-                             "--region %s%s`, then deploy again" % (
-                                 args.stack_name, existing["Status"], args.region,
-                                 "" if args.stack_name == DEFAULT_STACK else " --stack-name %s" % args.stack_name))
+    _refuse_unchangeable(args, existing)
+    network = cluster_network.read(found_keys, args.region, args.cluster_id,
+                                   settings.parse_endpoint(settings.environment(), settings.CS_ENDPOINT))
+    route = network_values(args, network, _stack_parameters(stacks, existing))
+    progress("network: %s" % route["why"])
 
     with open(TEMPLATE, encoding="utf-8") as handle:
         template = handle.read()
@@ -198,48 +245,107 @@ def deploy(args) -> int:
         deps = args.deps_dir
         if not deps:
             deps = os.path.join(work, "deps")
-            _progress("fetching the function's dependencies for python%s on Linux x86_64 ..." % build.FC_PYTHON)
+            progress("fetching the function's dependencies for python%s on Linux x86_64 ..." % build.FC_PYTHON)
             build.fetch(deps)
-        elif not os.path.isdir(deps):
-            raise UsageError("--deps-dir %s is not a folder" % deps)
         zip_path = os.path.join(work, "ack-mig-hook.zip")
         digest = build.build(zip_path, deps, known_hosts=args.known_hosts)
         code_object = "%s%s.zip" % (OBJECT_PREFIX, digest[:16])
         values = parameters(args, declared, code_object, require=not existing)
+        values.update(route["values"])
         with open(zip_path, "rb") as handle:
             checksum = crc64(handle.read())
         values["CodeChecksum"] = checksum  # FC refuses a package whose CRC-64 is not this one
-        _progress("package: %d KB, sha256 %s" % (os.path.getsize(zip_path) // 1024, digest[:16]))
+        size_kb = os.path.getsize(zip_path) // 1024
+        progress("package: %d KB, sha256 %s" % (size_kb, digest[:16]))
         stacks.validate(template)
-        action = "update stack %s (%s)" % (existing["StackId"], existing.get("Status")) if existing \
-            else "create stack %s" % args.stack_name
+        oss = settings.parse_endpoint(settings.environment(), settings.OSS_ENDPOINT)
+        package = {"object": "oss://%s/%s" % (args.bucket, code_object), "sha256": digest, "crc64": checksum,
+                   "size_kb": size_kb}
         if args.dry_run:
-            print("dry run: would upload oss://%s/%s, then %s in %s with %s"
-                  % (args.bucket, code_object, action, args.region, _shown(values, declared)))
-            print("dry run: template.yml validated by ROS; nothing was uploaded or changed")
-            return 0
-        uploaded = upload(keys, args.region, args.bucket, code_object, zip_path, account,
-                          settings.parse_endpoint(settings.environment(), settings.OSS_ENDPOINT))
-        _progress("uploaded %s (CRC-64 %s)" % (uploaded.where, uploaded.crc64))
+            stored = inspect(found_keys, args.region, args.bucket, code_object, zip_path, account, oss)
+            package.update(uploaded=False, would_upload=not stored.object_present,
+                           bucket_exists=stored.bucket_exists)
+            return _show_plan(args, stacks, existing, template, values, declared, package, route)
+        uploaded = upload(found_keys, args.region, args.bucket, code_object, zip_path, account, oss)
+        package["uploaded"] = uploaded.uploaded
+        progress("uploaded %s (CRC-64 %s)" % (uploaded.where, uploaded.crc64) if uploaded.uploaded else
+                 "package already in %s (CRC-64 %s): not uploaded again" % (uploaded.where, uploaded.crc64))
+    result = {"stack": args.stack_name, "region": args.region, "cluster_id": args.cluster_id, "package": package,
+              "network": route, "dry_run": False}
     if existing:
         stack_id = existing["StackId"]
+        before = stacks.event_ids(stack_id)
         if not stacks.update(stack_id, template, values, args.timeout):
-            print("stack %s is already up to date (%s)" % (args.stack_name, stack_id))
+            result.update(stack_id=stack_id, operation="none", status=existing.get("Status"))
+            _print(args, result, "stack %s is already up to date (%s)" % (args.stack_name, stack_id))
             return 0
-        _progress("updating stack %s ..." % args.stack_name)
+        result["operation"] = "update"
+        progress("updating stack %s (%s) ..." % (args.stack_name, stack_id))
     else:
+        before = set()
         stack_id = stacks.create(args.stack_name, template, values, args.timeout)
-        _progress("creating stack %s (%s) ..." % (args.stack_name, stack_id))
-    final = stacks.wait(stack_id, args.timeout * 60, args.poll, _progress)
+        result["operation"] = "create"
+        progress("creating stack %s (%s) ..." % (args.stack_name, stack_id))
+    final = stacks.wait(stack_id, args.timeout * 60, args.poll, progress, before)
     status = (final or {}).get("Status", "gone")
+    result.update(stack_id=stack_id, status=status)
     if not status.endswith("_COMPLETE") or "ROLLBACK" in status:
-        print("ack-mig-hook: error: stack %s ended %s: %s" % (args.stack_name, status,
-                                                              " ".join(str((final or {}).get("StatusReason", "")).split())[:300]),
-              file=sys.stderr)
-        return 1
-    print("stack %s: %s (%s)" % (args.stack_name, status, stack_id))
-    print(NEXT_STEPS % {"cluster": args.cluster_id, "region": args.region})
+        reason = " ".join(str((final or {}).get("StatusReason", "")).split())[:300]
+        result["reason"] = reason
+        if args.json:
+            print(json.dumps(result, indent=2))
+        raise StackError("stack %s ended %s: %s" % (args.stack_name, status, reason))
+    _print(args, result, "stack %s: %s (%s)\n%s" % (args.stack_name, status, stack_id,
+                                                    NEXT_STEPS % {"cluster": args.cluster_id, "region": args.region}))
     return 0
+
+
+def _refuse_unchangeable(args, existing: Optional[Dict[str, Any]]) -> None:
+    """A stack that cannot take an update stops here, before anything is built or uploaded (exit 6)."""
+    from functions.stack.ros import StackError
+
+    if not existing:
+        return
+    status = str(existing.get("Status", ""))
+    if status.endswith("_IN_PROGRESS"):
+        raise StackError("stack %s is %s; wait for it to finish, then rerun" % (args.stack_name, status),
+                         exit_code=EXIT_CONFLICT)
+    if status.startswith("CREATE_") and status != "CREATE_COMPLETE":
+        # Its creation failed (and was rolled back): nothing to update. ROS keeps the name taken.
+        raise StackError("stack %s is %s: its creation failed; remove it with `ack-mig-hook undeploy --region %s%s "
+                         "--yes`, then deploy again" % (
+                             args.stack_name, status, args.region,
+                             "" if args.stack_name == DEFAULT_STACK else " --stack-name %s" % args.stack_name),
+                         exit_code=EXIT_CONFLICT)
+
+
+def _show_plan(args, stacks, existing, template: str, values: Dict[str, str], declared: Dict[str, dict],
+               package: Dict[str, Any], route: Dict[str, Any]) -> int:
+    from functions.stack import change_plan as plans
+    from functions.textsafe import escape
+
+    found = plans.compute(stacks, existing, args.stack_name, template, values, declared, args.timeout, args.poll)
+    if args.json:
+        print(json.dumps({"stack": args.stack_name, "region": args.region, "cluster_id": args.cluster_id,
+                          "operation": found.operation, "plan": found.to_json(), "package": package,
+                          "network": route, "dry_run": True}, indent=2))
+        return 0
+    lines = plans.render(found, args.region)
+    lines.append("  package: %s %s (%d KB)" % (
+        "would upload" if package["would_upload"] else "already uploaded:", package["object"], package["size_kb"]))
+    if not package["bucket_exists"]:
+        lines.append("  bucket: %s would be created, private" % args.bucket)
+    lines.append("  network: %s" % route["why"])
+    lines.append("dry run: nothing was uploaded or changed (template.yml validated by ROS)")
+    print("\n".join(escape(line) for line in lines))
+    return 0
+
+
+def _print(args, result: Dict[str, Any], text: str) -> None:
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(text)
 
 
 NEXT_STEPS = """next:
@@ -247,22 +353,3 @@ NEXT_STEPS = """next:
      ack.aliyun.com/gpu-partition-size=1g.5gb
   2. check the function sees it:  ack-mig-hook doctor --cluster-id %(cluster)s --region %(region)s
   3. watch the nodes:  kubectl get nodes -L nvidia.com/mig.config.state,aliyun.accelerator/nvidia_mig_sequence"""
-
-
-def undeploy(args) -> int:
-    _keys, stacks = _common(args)
-    existing = stacks.find(args.stack_name)
-    if not existing:
-        print("no stack %s in %s: nothing to remove" % (args.stack_name, args.region))
-        return 0
-    stacks.delete(existing["StackId"])
-    _progress("deleting stack %s (%s) ..." % (args.stack_name, existing["StackId"]))
-    final = stacks.wait(existing["StackId"], args.timeout * 60, args.poll, _progress)
-    if final is not None and final.get("Status") != "DELETE_COMPLETE":
-        print("ack-mig-hook: error: stack %s ended %s: %s" % (args.stack_name, final.get("Status"),
-                                                              final.get("StatusReason", "")), file=sys.stderr)
-        return 1
-    print("stack %s deleted; the OSS bucket and what runs on nodes stay: see docs/deploy.md (Uninstall)"
-          % args.stack_name)
-    return 0
-

@@ -9,21 +9,28 @@ Checks, each one line (``ok``, ``warn`` or ``PROBLEM``) with what to do about it
   cluster-autoscaler see its MIG resources (functions/autoscaler_tags.py), or why it cannot have them;
 * deployment: the ROS stack, the function and its triggers (EventBridge rules for Auto Scaling and the
   ActionTrail-recorded ACK operations, the timer) created;
+* network: the function reaches the API server the way it will (the private endpoint that
+  ``DescribeClusterUserKubeconfig`` names): ACK names one; the stack puts the function in the cluster's VPC
+  (``VpcId``/``VSwitchId``/``SecurityGroupId``, read from ``DescribeClusterDetail``); its vSwitch is one of the
+  cluster's and its security group the cluster's own, or else what to make sure of (the vSwitch's VPC and
+  the security group's outbound rules are not read here);
 * nodes: the Cloud Assistant agent of each node in a labelled pool is online and new enough for the
   built-in parameters (Linux agent >= 2.2.3.309, RunCommand docs);
 * Kubernetes: the ``ack-mig-hook`` ClusterRole holds every rule of ``deploy/rbac.yaml`` and is bound;
   the NVIDIA device plugin runs with ``--mig-strategy=mixed``; NVIDIA GPU Operator's mig-manager is
   absent (nodes it manages are refused as ``conflict``).
 
-Nothing is changed. Exit 0 when nothing is a PROBLEM, 1 otherwise, 2 for bad input.
+Nothing is changed. Exit 0 when nothing is a PROBLEM, 1 otherwise; bad input and refused credentials end
+with the codes of docs/cli.md (2, 4, 5) before any check is printed.
 """
 
 import json
 import os
-import sys
 from typing import Any, Dict, List, NamedTuple, Optional
+from urllib.parse import urlsplit
 
 from functions import settings
+from functions.commands import common
 from functions.delivery.cloud_assistant import PARAMETER_AGENT, RUN_BATCH, agent_version
 from functions.stack.code_package import ROOT
 
@@ -42,16 +49,11 @@ class Check(NamedTuple):
 
 
 def configure(parser, command):
-    parser.add_argument("--cluster-id", default=settings.env_text(settings.CLUSTER_ID),
-                        help="the ACK cluster (c-...) (default: $ACK_MIG_CLUSTER_ID)")
-    parser.add_argument("--region", default=settings.env_text(settings.REGION),
-                        help="the cluster's region (default: $ACK_MIG_REGION)")
-    parser.add_argument("--stack-name", default="ack-mig-hook", help="ROS stack name (default: %(default)s)")
-    parser.add_argument("--kubeconfig", default="", metavar="FILE",
-                        help="kubeconfig for the Kubernetes checks (default: a 15-minute one from ACK, "
-                             "public endpoint)")
+    common.add_cloud_options(parser, kubeconfig_help="kubeconfig for the Kubernetes checks (default: a 15-minute "
+                                                     "one that ACK issues for the cluster's public endpoint)")
+    parser.add_argument("--stack-name", type=common.stack_name, default="ack-mig-hook",
+                        help="ROS stack name (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
-
 
 
 # ---- the checks, each from facts already fetched (pure), so tests can read them one by one ----
@@ -126,6 +128,49 @@ def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]
         done = str(r.get("Status", "")).endswith("_COMPLETE")
         out.append(Check("ok" if done else "PROBLEM", "trigger %s" % r.get("LogicalResourceId"),
                          "%s%s" % (r.get("Status"), "" if done else ": " + str(r.get("StatusReason", ""))[:160])))
+    return out
+
+
+def network_checks(network: Any, params: Dict[str, str], stack_found: bool) -> List[Check]:
+    """How the function reaches the API server: ``network`` from DescribeClusterDetail
+    (functions/stack/cluster_network.py), ``params`` the stack's parameters (GetStack)."""
+    endpoint = network.intranet_endpoint
+    where = urlsplit(endpoint).netloc or endpoint
+    if endpoint:
+        out = [Check("ok", "api endpoint", "the API server's private endpoint is %s" % endpoint)]
+    else:
+        out = [Check("PROBLEM", "api endpoint", "ACK names no private API endpoint for cluster %s (no "
+                     "intranet_api_server_endpoint in DescribeClusterDetail's master_url): the function cannot reach "
+                     "the API server; check the cluster's API server in the ACK console" % network.cluster_id)]
+    if not stack_found:
+        return out  # the stack check says to deploy
+    vpc, vswitch, group = (params.get(k, "") for k in ("VpcId", "VSwitchId", "SecurityGroupId"))
+    fix = ("run `ack-mig-hook deploy` (it puts the function in the cluster's VPC) or deploy with --parameter "
+           "VpcId=%s --parameter VSwitchId=%s --parameter SecurityGroupId=%s" % (
+               network.vpc_id or "...", (network.vswitch_ids or ("...",))[0], network.security_group_id or "..."))
+    if not vpc:
+        return out + [Check("PROBLEM", "network", "the function is not in a VPC (the stack's VpcId is empty): it "
+                            "cannot reach %s to lift startup taints or run rollouts; %s" % (where or "the API server",
+                                                                                          fix))]
+    if network.vpc_id and vpc != network.vpc_id:
+        return out + [Check("PROBLEM", "network", "the function is in VPC %s, the cluster in %s: it cannot reach %s; %s"
+                            % (vpc, network.vpc_id, where or "the API server", fix))]
+    if not vswitch or not group:
+        return out + [Check("PROBLEM", "network", "the stack's VpcId is set but %s empty: %s" % (
+            " and ".join(k for k, v in (("VSwitchId", vswitch), ("SecurityGroupId", group)) if not v), fix))]
+    out.append(Check("ok", "network", "the function runs in the cluster's VPC %s" % vpc))
+    if vswitch in network.vswitch_ids:
+        out.append(Check("ok", "network", "vSwitch %s is one of the cluster's" % vswitch))
+    else:
+        out.append(Check("warn", "network", "vSwitch %s is not one of the cluster's control-plane vSwitches (%s): make "
+                         "sure it is in VPC %s, in a zone Function Compute supports" % (
+                             vswitch, ", ".join(network.vswitch_ids) or "none listed", vpc)))
+    if group == network.security_group_id:
+        out.append(Check("ok", "network", "security group %s is the cluster's own: the function reaches the API "
+                         "server as a node does" % group))
+    else:
+        out.append(Check("warn", "network", "security group %s is not the cluster's (%s): make sure its outbound rules "
+                         "allow TCP to %s" % (group, network.security_group_id or "?", where or "the API server")))
     return out
 
 
@@ -223,23 +268,28 @@ def cluster_checks(nodes: List[Dict[str, Any]], pods: List[Dict[str, Any]]) -> L
 
 def _gather(args) -> List[Check]:
     from functions.cs_lookup import CsLookup
-    from functions.stack.credentials import resolve
+    from functions.stack import cluster_network
     from functions.stack.ros import Stacks
 
-    keys = resolve()
+    keys = common.keys(args)
     checks = [Check("ok", "credentials", "access key %s****" % keys.access_key_id[:6])]
-    env = dict(settings.environment(), ALIBABA_CLOUD_ACCESS_KEY_ID=keys.access_key_id,
-               ALIBABA_CLOUD_ACCESS_KEY_SECRET=keys.access_key_secret,
-               ALIBABA_CLOUD_SECURITY_TOKEN=keys.security_token or "", ACK_MIG_REGION=args.region)
-    config = settings.load_settings(env)
+    config = settings.load_settings(common.environment_with(keys, args.region))
     cs = CsLookup(config)
     pools = cs.nodepools(args.cluster_id)
     checks += pool_checks(args.cluster_id, pools)
     checks += autoscaler_checks(pools, config.autoscaler_tags)
     stacks = Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT))
     stack = stacks.find(args.stack_name)
-    checks += stack_checks(stacks.get(stack["StackId"]) if stack else None,
-                           stacks.resources(stack["StackId"]) if stack else [], args.stack_name)
+    detail = stacks.get(stack["StackId"]) if stack else None
+    checks += stack_checks(detail, stacks.resources(stack["StackId"]) if stack else [], args.stack_name)
+    params = {str(p.get("ParameterKey")): str(p.get("ParameterValue") or "") for p in (detail or {}).get("Parameters")
+              or []}
+    try:
+        network = cluster_network.read(keys, args.region, args.cluster_id, config.cs_endpoint)
+        checks += network_checks(network, params, detail is not None)
+    except cluster_network.ClusterUnreadable as exc:  # the other checks still say what they found
+        checks.append(Check("PROBLEM", "network", "cannot read the cluster's network (%s); doctor needs "
+                            "cs:DescribeClusterDetail on the cluster" % exc))
     from functions.decide import has_partition_label
 
     names = {}
@@ -316,11 +366,7 @@ def _get(client, path: str) -> Optional[Dict[str, Any]]:
 
 
 def run(args) -> int:
-    missing = [flag for flag, value in (("--cluster-id", args.cluster_id), ("--region", args.region)) if not value]
-    if missing:
-        print("ack-mig-hook: error: missing %s (or ACK_MIG_CLUSTER_ID / ACK_MIG_REGION)" % " and ".join(missing),
-              file=sys.stderr)
-        return 2
+    common.require(args, "cluster_id", "region")
     checks = _gather(args)
     problems = sum(c.status == "PROBLEM" for c in checks)
     warnings = sum(c.status == "warn" for c in checks)

@@ -2,17 +2,20 @@
 the FC handler's path (``functions.pipeline.run_event``) on an event file, run locally from a shell (not the
 deployed function).
 
-With ``--inventory`` the cluster comes from a snapshot file and no credentials are needed. With
-``--kubeconfig`` the Kubernetes side (applied layouts, the rollout, taint removal) uses the operator's own
-credential instead of the snapshot's ``kube_nodes`` or a short-lived one from ACK. Exit codes:
-0 the event ended done or skip; 2 the event, inventory or configuration is wrong (one line on stderr);
-1 a transient cloud failure (retry) or a node that failed; 3 with ``--strict``, when any decision ended
-``error`` or any node ``failed`` (for CI).
+With ``--inventory`` the cluster comes from a snapshot file and no credentials are needed; without it the
+credentials come from the chain every cloud command uses (functions/commands/common.py: the environment,
+``--profile``, the instance role). With ``--kubeconfig`` the Kubernetes side (applied layouts, the rollout,
+taint removal) uses the operator's own credential instead of the snapshot's ``kube_nodes`` or a short-lived
+one from ACK. Exit codes: 0 the event ended done or skip; 2 the event, inventory or
+configuration is wrong (one line on stderr); 4 / 5 a cloud API refused the credentials / the action; 1 a
+transient cloud failure (retry) or a node that failed; 3 with ``--strict``, when any decision ended
+``error`` or any node ``failed`` (for CI). An error is printed once: on stderr.
 """
 
 import json
 import sys
 
+from functions.commands import common
 from functions.errors import BadInventory
 
 
@@ -28,19 +31,18 @@ STRICT_EXIT = 3
 def configure(parser, command):
     parser.description = HELP
     parser.add_argument("--event", required=True, metavar="FILE", help="event JSON file ('-' for stdin)")
-    parser.add_argument("--region", default="", help="region of the cluster (default: the event's region, "
-                        "else $ACK_MIG_REGION)")
-    parser.add_argument("--cluster-id", default="", help="the cluster the function serves (default: "
-                        "$ACK_MIG_CLUSTER_ID, else the event's)")
+    common.add_cloud_options(
+        parser, cluster_help="the cluster the function serves (default: $ACK_MIG_CLUSTER_ID, else the event's)",
+        region_help="region of the cluster (default: $ACK_MIG_REGION, else the event's region)",
+        kubeconfig_help="your kubeconfig for the Kubernetes side (the ACK side from --inventory or the ACK API); "
+                        "default: the snapshot's kube_nodes, else a short-lived one ACK issues for the cluster's "
+                        "private endpoint, as the deployed function uses")
     parser.add_argument("--strict", action="store_true",
                         help="exit %d when any decision ends error or any node failed or is in conflict "
                              "(for CI)" % STRICT_EXIT)
     parser.add_argument("--inventory", metavar="FILE",
                         help="cluster snapshot {cluster_id, nodepools, nodes} in the CS API's shapes; "
                              "without it the ACK API is asked (credentials needed)")
-    parser.add_argument("--kubeconfig", metavar="FILE",
-                        help="your kubeconfig for the Kubernetes side (the ACK side from --inventory or the ACK "
-                             "API); default: the snapshot's kube_nodes, else a short-lived one from ACK")
     parser.add_argument("--dry-run", action="store_true", help="decide and report; touch no node")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -63,12 +65,12 @@ def _grouped(rows):
     return groups.items()
 
 
-def _text(result):
+def _text(result, with_reason=True):
     from functions.textsafe import escape
 
     # Reasons, ids and node names come from the event, the cluster and the nodes: no terminal escapes.
-    lines = ["%s: %s%s (%s)" % (result.trigger, result.outcome, " [dry run]" if result.dry_run else "",
-                                escape(result.reason))]
+    lines = ["%s: %s%s%s" % (result.trigger, result.outcome, " [dry run]" if result.dry_run else "",
+                             " (%s)" % escape(result.reason) if with_reason else "")]
     rows = []
     for d in result.decisions:
         where = d.node_name if d.node_name and d.node_name != d.instance_id else ""
@@ -112,31 +114,32 @@ def _reaches_the_cluster(raw):
 
 def _settings(args, raw):
     """Settings from the environment with the command line's --region/--cluster-id (else the event's
-    region); every missing setting reported at once."""
+    region) and the credentials of the shared chain; every missing setting reported at once."""
     from functions import settings as names
     from functions.settings import SettingsError, load_settings
+    from functions.stack.credentials import CredentialsMissing
 
-    env = names.environment()
-    if args.region:
-        env[names.REGION] = args.region
-    elif not (env.get(names.REGION) or env.get(names.FC_REGION)) and _event_region(raw):
+    needs_cloud = not args.inventory and _reaches_the_cluster(raw)
+    found, missing = None, []
+    if needs_cloud:
+        try:
+            found = common.keys(args)
+        except CredentialsMissing:
+            missing.append("credentials (ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET, an aliyun "
+                           "CLI profile (--profile NAME) or an instance role)")
+    env = common.environment_with(found, args.region, args.cluster_id)
+    if not (env.get(names.REGION) or env.get(names.FC_REGION)) and _event_region(raw):
         env[names.REGION] = _event_region(raw)
-    if args.cluster_id:
-        env[names.CLUSTER_ID] = args.cluster_id
     if getattr(args, "kubeconfig", None):
         from functions.commands.status import checked_kubeconfig
 
         env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
     settings = load_settings(env)
-    if not args.inventory and _reaches_the_cluster(raw):
-        missing = []
-        if not settings.region and settings.cs_endpoint is None:
-            missing.append("a region (--region, ACK_MIG_REGION, or the event's aliyunregionid)")
-        if settings.credentials is None:
-            missing.append("credentials (ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET)")
-        if missing:
-            raise SettingsError("missing %s; or use --inventory FILE to run on a cluster snapshot without "
-                                "the cloud" % " and ".join(missing))
+    if needs_cloud and not settings.region and settings.cs_endpoint is None:
+        missing.insert(0, "a region (--region, ACK_MIG_REGION, or the event's aliyunregionid)")
+    if missing:
+        raise SettingsError("missing %s; or use --inventory FILE to run on a cluster snapshot without "
+                            "the cloud" % " and ".join(missing))
     return settings
 
 
@@ -159,6 +162,8 @@ def run(args):
     from functions.pipeline import run_event
     from functions.settings import SettingsError
 
+    from node_bootstrap.kube import KubeError
+
     try:
         raw = _read_event(args.event)
         settings = _settings(args, raw)
@@ -167,7 +172,7 @@ def run(args):
             from functions.cluster import InventoryLookup
 
             lookup = InventoryLookup.from_file(args.inventory)
-    except (EventFileError, BadInventory, SettingsError) as exc:
+    except (EventFileError, BadInventory, SettingsError, KubeError) as exc:
         from functions.textsafe import escape  # the message may quote the file or an API's answer
 
         print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
@@ -178,16 +183,20 @@ def run(args):
                         stream=sys.stderr, request_id="cli")
     result = run_event(raw, settings, inventory=lookup, dry_run=args.dry_run, logger=logger,
                        progress=Progress(sys.stderr))
+    failed = result.outcome == "error"
     # Everything printed goes through the log lines' redaction (credentials, secrets read at run time).
     if args.json:
         print(logger.redact(json.dumps(result.to_json(), indent=2)))
-    else:
-        print(logger.redact(_text(result)))
-    if result.outcome == "error":
+    elif not failed or result.decisions or result.nodes:  # an error alone is said once, on stderr
+        print(logger.redact(_text(result, with_reason=not failed)))
+    if failed:
+        from functions.stack.exit_codes import EXIT_USAGE, explain
         from functions.textsafe import escape
 
-        print("ack-mig-hook: error: %s" % escape(logger.redact(result.reason)), file=sys.stderr)
-        return 2
+        # A CS refusal of the credentials or of the action is 4 or 5, with what to do (docs/cli.md).
+        code, text = explain(" ".join(logger.redact(result.reason).split()), EXIT_USAGE)
+        print("ack-mig-hook: error: %s" % escape(text), file=sys.stderr)
+        return code
     if args.strict and (any(d.action == "error" for d in result.decisions)
                         or any(n.get("outcome") in ("failed", "conflict") for n in result.nodes or [])):
         return STRICT_EXIT

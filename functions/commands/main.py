@@ -1,8 +1,10 @@
 """The ``ack-mig-hook`` command line. Each subcommand lives in its own module and is imported only when
 it runs, so ``plan`` never loads the cloud SDKs and a bad argument costs nothing.
 
-Every user-facing failure is one line on stderr: bad input exits 2, anything unexpected exits 1 with
-its type and message (set ACK_MIG_HOOK_DEBUG=1 for the traceback).
+Every user-facing failure is one line on stderr, printed once, with the exit code of its cause
+(:mod:`functions.stack.exit_codes`, docs/cli.md "Exit codes"): bad input exits 2, refused credentials 4, a
+missing RAM permission 5, a cloud state that stops the command 6. Only a bug is an "internal error" (exit 70,
+its type and message; set ACK_MIG_HOOK_DEBUG=1 for the traceback). No SDK log line reaches the terminal.
 """
 
 import argparse
@@ -19,8 +21,10 @@ COMMANDS = {
     "demo": ("functions.commands.demo", "the bundled example end to end on simulated nodes"),
     "status": ("functions.commands.status", "the fleet per pool: layout, pending, failed, deferred, MIG resources"),
     "convert": ("functions.commands.convert", "NVIDIA mig-parted configs to pool label values and back"),
-    "deploy": ("functions.commands.deploy", "build, upload and create or update the ROS stack, then wait for it"),
-    "undeploy": ("functions.commands.deploy", "delete the ROS stack and wait until it is gone"),
+    "deploy": ("functions.commands.deploy", "build, upload and create or update the ROS stack, then wait for it; "
+                                            "--dry-run shows ROS's plan"),
+    "undeploy": ("functions.commands.undeploy", "delete the ROS stack (after a confirmation) and wait until it is "
+                                                "gone"),
     "doctor": ("functions.commands.doctor", "read-only preflight: what is ready and what is missing, line by line"),
 }
 
@@ -51,11 +55,50 @@ def _build(argv):
     return parser
 
 
+def explained(exc):
+    """(exit code, message) of a user-facing error (one with ``exit_code``), the code refined when its
+    message quotes a credential or permission refusal of a cloud API (a CS lookup's ``ConfigurationError``
+    quotes ``SignatureDoesNotMatch``, say); (None, message) for anything else: a bug."""
+    from node_bootstrap.mig import MigInputError
+
+    from functions.stack.exit_codes import CloudError, explain
+
+    text = " ".join(str(exc).split())
+    if isinstance(exc, MigInputError):
+        return 2, text
+    code = getattr(exc, "exit_code", None)
+    if not isinstance(code, int):
+        return None, text
+    if isinstance(exc, CloudError):  # it chose its code (and hint) from the service's own error code
+        return code, text
+    return explain(text, code)
+
+
+def report(exc):
+    # type: (BaseException) -> int
+    """Print one error line for ``exc`` and return its exit code (70 and its type for a bug)."""
+    from functions.stack.exit_codes import EXIT_INTERNAL
+    from functions.textsafe import escape  # an error may quote what a server answered
+
+    code, text = explained(exc)
+    if code is None:
+        print("ack-mig-hook: internal error: %s: %s" % (type(exc).__name__, escape(exc)), file=sys.stderr)
+        return EXIT_INTERNAL
+    print("ack-mig-hook: error: %s" % escape(text), file=sys.stderr)
+    return code
+
+
 def main(argv=None):
     # type: (Optional[List[str]]) -> int
     argv = list(sys.argv[1:] if argv is None else argv)
+    from functions.commands.common import quiet_sdk_logs
+
+    quiet_sdk_logs()
     parser = _build(argv)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a bad argument already reported in one line
+        return exc.code if isinstance(exc.code, int) else 2
     if not args.command:
         parser.print_help()
         return 2
@@ -75,19 +118,11 @@ def main(argv=None):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
     except Exception as exc:  # the last line of defence: no traceback reaches a user
-        from node_bootstrap.mig import MigInputError
-
         from functions.settings import DEBUG, env_text
 
-        if env_text(DEBUG):
+        if env_text(DEBUG) and explained(exc)[0] is None:
             raise
-        from functions.textsafe import escape  # an error may quote what a server answered
-
-        if isinstance(exc, MigInputError) or getattr(exc, "exit_code", None) == 2:
-            print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
-            return 2
-        print("ack-mig-hook: internal error: %s: %s" % (type(exc).__name__, escape(exc)), file=sys.stderr)
-        return 1
+        return report(exc)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import json
 import sys
 from typing import Any, Dict, List, Optional
 
+from functions.commands import common
 from functions.rollout import waves as rp
 
 FAILED_STATES = ("failed",)
@@ -155,9 +156,9 @@ def configure(parser, command):
     parser.add_argument("--inventory", metavar="FILE",
                         help="cluster snapshot {cluster_id, nodepools, nodes, kube_nodes}; without it the ACK "
                              "and Kubernetes APIs are asked (credentials needed)")
-    parser.add_argument("--kubeconfig", metavar="FILE",
-                        help="your kubeconfig for the Kubernetes side (the ACK side from --inventory or the ACK "
-                             "API); default: the snapshot's kube_nodes, else a short-lived one from ACK")
+    common.add_cloud_options(parser, kubeconfig_help="your kubeconfig for the Kubernetes side (the ACK side from "
+                                                     "--inventory or the ACK API); default: the snapshot's "
+                                                     "kube_nodes, else a short-lived one ACK issues for the cluster")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--nodes", action="store_true", help="one line per node as well")
 
@@ -187,7 +188,8 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
     if not cluster:
         from functions.settings import SettingsError
 
-        raise SettingsError("status needs a cluster: give --inventory FILE or set ACK_MIG_CLUSTER_ID")
+        raise SettingsError("status needs a cluster: give --cluster-id ID (or ACK_MIG_CLUSTER_ID), or --inventory "
+                            "FILE")
     if kube is not None:
         view = kube if isinstance(kube, NodeView) else NodeView(kube)
     else:  # --kubeconfig, else the snapshot's kube_nodes, else the live API server through ACK's credential
@@ -210,22 +212,27 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
 
 
 def run(args):
+    from node_bootstrap.kube import KubeError
+
     from functions.errors import BadInventory
     from functions import settings as names
     from functions.settings import SettingsError, load_settings
 
     try:
-        env = names.environment()
-        if args.kubeconfig:
-            env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
-        settings = load_settings(env)
         lookup = None
         if args.inventory:
             from functions.cluster import InventoryLookup
 
             lookup = InventoryLookup.from_file(args.inventory)
+            env = common.environment_with(None, args.region, args.cluster_id)
+        else:
+            common.require(args, "cluster_id", "region")
+            env = common.environment_with(common.keys(args), args.region, args.cluster_id)
+        if args.kubeconfig:
+            env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
+        settings = load_settings(env)
         status = collect(settings, lookup)
-    except (BadInventory, SettingsError) as exc:
+    except (BadInventory, SettingsError, KubeError) as exc:
         from functions.textsafe import escape  # the message may quote the file or an API's answer
 
         print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)

@@ -1,8 +1,10 @@
-"""The ROS stack that holds the function: find, validate, create or update, delete, and wait with progress.
+"""The ROS stack that holds the function: find, validate, create or update, delete, and wait with progress;
+preview a new stack and compute (then delete) a change set for an existing one, for ``deploy --dry-run``.
 
 A thin adapter over the official ``alibabacloud-ros20190910`` SDK (RPC API 2019-09-10). The endpoint is
 the SDK's own for the region (it maps most regions to ``ros.aliyuncs.com``) unless
-``ACK_MIG_ROS_ENDPOINT`` overrides it. Every wait has a deadline.
+``ACK_MIG_ROS_ENDPOINT`` overrides it. Every wait has a deadline. A refusal is a :class:`StackError` whose
+exit code follows the service's error code (:mod:`functions.stack.exit_codes`).
 """
 
 import time
@@ -12,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 from functions.endpoints import resolve
 from functions.settings import Endpoint
 from functions.stack.credentials import Keys
+from functions.stack.exit_codes import CloudError
 
 # ROS answers an UpdateStack whose template and parameters are unchanged with this code ("Update the
 # completely same stack ... is not supported"): for us that is "nothing to do", not a failure.
@@ -19,8 +22,8 @@ UNCHANGED_CODE = "NotSupported"
 PAGE_SIZE = 50  # ListStacks' maximum
 
 
-class StackError(RuntimeError):
-    exit_code = 1
+class StackError(CloudError):
+    pass
 
 
 def client_token() -> str:
@@ -90,7 +93,7 @@ class Stacks:
         try:
             response = self._attempt(fn)
         except Exception as exc:  # the SDK's exception types vary by version; code and message are common
-            raise StackError("ROS %s failed: %s: %s" % (action, _code(exc), _message(exc))) from None
+            raise StackError("ROS %s failed: %s: %s" % (action, _code(exc), _message(exc)), _code(exc)) from None
         return response.body.to_map() if response.body is not None else {}
 
     # ---- reads ----
@@ -119,7 +122,7 @@ class Stacks:
         except Exception as exc:
             if _code(exc) == "StackNotFound":
                 return None
-            raise StackError("ROS GetStack failed: %s: %s" % (_code(exc), _message(exc))) from None
+            raise StackError("ROS GetStack failed: %s: %s" % (_code(exc), _message(exc)), _code(exc)) from None
         return response.body.to_map() if response.body is not None else {}
 
     def events(self, stack_id: str) -> List[Dict[str, Any]]:
@@ -135,6 +138,14 @@ class Stacks:
         body = self._call("ListStackResources", lambda: self._client.list_stack_resources_with_options(
             models.ListStackResourcesRequest(region_id=self.region, stack_id=stack_id), self._runtime))
         return list(body.get("Resources") or [])
+
+    def event_ids(self, stack_id: str) -> set:
+        """The ids of the events the stack has now: :meth:`wait` leaves them out, so an update or a delete
+        shows its own events, not the stack's history (ListStackEvents lists the newest first)."""
+        try:
+            return {e.get("EventId") for e in self.events(stack_id)}
+        except StackError:
+            return set()
 
     def validate(self, template: str) -> List[str]:
         """ROS's own check of the template (read-only); returns the parameter names it declares."""
@@ -178,8 +189,63 @@ class Stacks:
         except Exception as exc:
             if _code(exc) == UNCHANGED_CODE and "same" in _message(exc).lower():
                 return False
-            raise StackError("ROS UpdateStack failed: %s: %s" % (_code(exc), _message(exc))) from None
+            raise StackError("ROS UpdateStack failed: %s: %s" % (_code(exc), _message(exc)), _code(exc)) from None
         return True
+
+    # ---- plans (deploy --dry-run): read-only for the stack ----
+
+    def preview(self, name: str, template: str, values: Dict[str, str], timeout_min: int) -> Dict[str, Any]:
+        """PreviewStack of a stack not created yet: ``{"Parameters": [...], "Resources": [{"LogicalResourceId",
+        "ResourceType", "Action": "Add", ...}]}`` (ros20190910 ``PreviewStackResponseBodyStack``)."""
+        from alibabacloud_ros20190910 import models
+
+        params = [models.PreviewStackRequestParameters(parameter_key=k, parameter_value=v)
+                  for k, v in sorted(values.items())]
+        request = models.PreviewStackRequest(region_id=self.region, stack_name=name, template_body=template,
+                                             parameters=params, timeout_in_minutes=timeout_min,
+                                             client_token=client_token())
+        return self._call("PreviewStack", lambda: self._client.preview_stack_with_options(
+            request, self._runtime)).get("Stack") or {}
+
+    def create_change_set(self, stack_id: str, name: str, template: str, values: Dict[str, str],
+                          timeout_min: int) -> str:
+        """CreateChangeSet of type UPDATE with UsePreviousParameters, as :meth:`update` would send it;
+        returns the change set's id. Nothing changes until it is executed, and it never is here."""
+        from alibabacloud_ros20190910 import models
+
+        params = [models.CreateChangeSetRequestParameters(parameter_key=k, parameter_value=v)
+                  for k, v in sorted(values.items())]
+        request = models.CreateChangeSetRequest(
+            region_id=self.region, stack_id=stack_id, change_set_name=name, change_set_type="UPDATE",
+            template_body=template, parameters=params, timeout_in_minutes=timeout_min,
+            use_previous_parameters=True, client_token=client_token())
+        return self._call("CreateChangeSet", lambda: self._client.create_change_set_with_options(
+            request, self._runtime))["ChangeSetId"]
+
+    def change_set(self, change_set_id: str) -> Dict[str, Any]:
+        from alibabacloud_ros20190910 import models
+
+        return self._call("GetChangeSet", lambda: self._client.get_change_set_with_options(
+            models.GetChangeSetRequest(region_id=self.region, change_set_id=change_set_id), self._runtime))
+
+    def delete_change_set(self, change_set_id: str) -> None:
+        from alibabacloud_ros20190910 import models
+
+        self._call("DeleteChangeSet", lambda: self._client.delete_change_set_with_options(
+            models.DeleteChangeSetRequest(region_id=self.region, change_set_id=change_set_id), self._runtime))
+
+    def wait_change_set(self, change_set_id: str, deadline_s: float, poll_s: float) -> Dict[str, Any]:
+        """GetChangeSet until it leaves ``CREATE_PENDING`` / ``CREATE_IN_PROGRESS`` (ListChangeSets reference:
+        CREATE_PENDING, CREATE_IN_PROGRESS, CREATE_COMPLETE, CREATE_FAILED, ...). Raises at the deadline."""
+        end = self._clock() + deadline_s
+        while True:
+            found = self.change_set(change_set_id)
+            if found.get("Status") not in ("CREATE_PENDING", "CREATE_IN_PROGRESS"):
+                return found
+            if self._clock() >= end:
+                raise StackError("ROS change set %s still %s after %d s; rerun later" % (
+                    change_set_id, found.get("Status"), deadline_s))
+            self._sleep(poll_s)
 
     def delete(self, stack_id: str) -> None:
         from alibabacloud_ros20190910 import models
@@ -188,11 +254,12 @@ class Stacks:
             models.DeleteStackRequest(region_id=self.region, stack_id=stack_id), self._runtime))
 
     def wait(self, stack_id: str, deadline_s: float, poll_s: float,
-             progress: Callable[[str], None]) -> Optional[Dict[str, Any]]:
-        """Poll until the stack leaves ``*_IN_PROGRESS`` (or is gone, for a delete); report each new event.
-        Returns the final stack, None once deleted. Raises StackError at the deadline."""
+             progress: Callable[[str], None], before: Optional[set] = None) -> Optional[Dict[str, Any]]:
+        """Poll until the stack leaves ``*_IN_PROGRESS`` (or is gone, for a delete); report each new event,
+        leaving out ``before`` (:meth:`event_ids` taken before the operation started). Returns the final
+        stack, None once deleted. Raises StackError at the deadline."""
         end = self._clock() + deadline_s
-        seen = set()
+        seen = set(before or ())
         while True:
             stack = self.get(stack_id)
             try:

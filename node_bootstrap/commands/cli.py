@@ -32,7 +32,7 @@ from ..kube.client import DEFAULT_KUBELET_KUBECONFIG
 from ..host.lock import DEFAULT_LOCK_FILE
 from ..mig import MigInputError
 from .simhost import resolve_defaults
-from .textout import READ_ONLY, human
+from .textout import READ_ONLY, error_line, human
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,6 +53,21 @@ COMMAND_GROUPS = {
     "uninstall-boot-unit": ("node",),
     "sim-reboot": ("node",),
 }
+
+
+def _seconds(low, high):
+    # type: (float, float) -> Any
+    """An argparse type: a number of seconds in [low, high], or one line naming the accepted range."""
+    def parse(text):
+        # type: (str) -> float
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError("%r is not a number of seconds; use %g..%g" % (text[:20], low, high))
+        if not low <= value <= high:  # NaN fails both comparisons, so it is refused here too
+            raise argparse.ArgumentTypeError("%s is out of range; use %g..%g seconds" % (text[:20], low, high))
+        return value
+    return parse
 
 
 def _add_options(parser, suppress, groups=GROUPS):
@@ -86,7 +101,7 @@ def _add_options(parser, suppress, groups=GROUPS):
         g = parser.add_argument_group("changing the GPUs")
         g.add_argument("--lock-file", default=d(None), metavar="PATH",
                        help="one change at a time per node (default %s)" % DEFAULT_LOCK_FILE)
-        g.add_argument("--lock-timeout", type=float, default=d(900.0), metavar="SECONDS",
+        g.add_argument("--lock-timeout", type=_seconds(0, 86400), default=d(900.0), metavar="SECONDS",
                        help="wait this long for another run holding the lock (default 900)")
         g.add_argument("--force", action="store_true", default=d(False), help="kill compute processes in the way")
         g.add_argument("--no-reset", action="store_true", default=d(False),
@@ -96,7 +111,7 @@ def _add_options(parser, suppress, groups=GROUPS):
         g.add_argument("--clients", default=d(None), metavar="LIST",
                        help="GPU clients to stop around changes: systemd:UNIT,manifest:/path (empty: none; "
                             "default %s)" % ",".join(DEFAULT_CLIENTS))
-        g.add_argument("--client-stop-timeout", type=float, default=d(DEFAULT_CLIENT_STOP_TIMEOUT),
+        g.add_argument("--client-stop-timeout", type=_seconds(0, 3600), default=d(DEFAULT_CLIENT_STOP_TIMEOUT),
                        metavar="SECONDS",
                        help="after stopping clients, wait this long for every other holder of a GPU device file "
                             "to let go, else fail gpu-busy naming them (0: do not check)")
@@ -113,10 +128,10 @@ def _add_options(parser, suppress, groups=GROUPS):
         g.add_argument("--device-plugin-selector", default=d("app.kubernetes.io/name=nvidia-device-plugin"),
                        metavar="SELECTOR", help="with pod-delete: the plugin pods' label selector (default "
                                                 "app.kubernetes.io/name=nvidia-device-plugin)")
-        g.add_argument("--capacity-timeout", type=float, default=d(180.0), metavar="SECONDS",
+        g.add_argument("--capacity-timeout", type=_seconds(0, 3600), default=d(180.0), metavar="SECONDS",
                        help="wait this long for the node's nvidia.com/mig-* resources to match (after "
                             "disable: to be gone) (0: do not wait)")
-        g.add_argument("--capacity-interval", type=float, default=d(3.0), metavar="SECONDS",
+        g.add_argument("--capacity-interval", type=_seconds(0.1, 600), default=d(3.0), metavar="SECONDS",
                        help="how often to look during that wait (default 3)")
 
 
@@ -233,6 +248,6 @@ def main(argv=None):
                   "error": {"code": "internal-error", "message": message}}
         code = 1
     if result.get("error"):
-        sys.stderr.write("node_bootstrap: error: %s\n" % result["error"]["message"])
+        sys.stderr.write(error_line(result) + "\n")
     _emit(result, as_json)
     return code

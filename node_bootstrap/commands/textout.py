@@ -129,6 +129,12 @@ def _boot_unit_line(command, result):
     return []
 
 
+def error_line(result):
+    # type: (Dict[str, Any]) -> str
+    """The one line (stderr) that says a command's error; the text summary names only its code."""
+    return "node_bootstrap: error: %s" % printable(str(result["error"]["message"]))
+
+
 def human(result):
     # type: (Dict[str, Any]) -> str
     lines = []  # type: List[str]
@@ -139,13 +145,14 @@ def human(result):
         if command in READ_ONLY and outcome == "failed":
             outcome = "error"
         line = "%s: %s" % (command, outcome)
+        code = (result.get("error") or {}).get("code")
+        if code and code != outcome:  # the message itself is on stderr (cli.py): said once; its code here
+            line += " (%s)" % code
         if "changes" in result and command not in READ_ONLY:
             line += ", %s" % _plural(result["changes"], "change")
         if result.get("sequence"):
             line += ", sequence %s" % result["sequence"]
         lines.append(line)
-    if result.get("error"):
-        lines.append("error (%s): %s" % (result["error"]["code"], result["error"]["message"]))
     for warning in result.get("warnings", []):
         lines.append("warning: %s" % warning)
     lines.extend(gpu_lines(command, result.get("gpus", [])))

@@ -4,6 +4,7 @@ recompute their signatures (tests/support/ros_emulator.py, oss_emulator.py)."""
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import zipfile
@@ -12,12 +13,13 @@ import pytest
 
 from functions.commands import main as cli
 from functions.stack import build
+from tests.support.cs_emulator import CsEmulator
 from tests.support.oss_emulator import OssEmulator, crc64_ecma
 from tests.support.ros_emulator import RosEmulator
 from tests.support.sts_emulator import StsEmulator
 
 KEY, SECRET, TOKEN = "LTAIdeploykey", "deploy-secret-value-9f2c", "deploy-sts-token-4e1a"
-CLUSTER = "c0123456789abcdef"
+CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
 ACCOUNT = "1357924680135792"
 BUCKET = "ack-mig-hook-%s-cn-beijing" % ACCOUNT  # the default: the caller's account id and the region
 
@@ -48,6 +50,8 @@ def cloud(monkeypatch, tmp_path):
     ros = RosEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN, steps=2).start()
     oss = OssEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN, account_id=ACCOUNT).start()
     sts = StsEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN, account_id=ACCOUNT).start()
+    cs = CsEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN, cluster_id=CLUSTER).start()
+    ros.ack = cs  # the cluster's ACK API, for the tests that change what it answers
     ros.code_store = lambda bucket, key: oss.buckets.get(bucket, {}).get(key)  # FC's Code.Checksum check
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aliyun profile of the machine running the tests
     monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")  # never ask 100.100.100.200
@@ -60,11 +64,14 @@ def cloud(monkeypatch, tmp_path):
     monkeypatch.setenv("ACK_MIG_ROS_ENDPOINT", ros.endpoint)
     monkeypatch.setenv("ACK_MIG_OSS_ENDPOINT", oss.endpoint)
     monkeypatch.setenv("ACK_MIG_STS_ENDPOINT", sts.endpoint)
+    monkeypatch.setenv("ACK_MIG_CS_ENDPOINT", cs.endpoint)
     yield ros, oss
     ros.stop()
     oss.stop()
     sts.stop()
-    assert not ros.rejected and not oss.rejected and not sts.rejected, (ros.rejected, oss.rejected, sts.rejected)
+    cs.stop()
+    assert not ros.rejected and not oss.rejected and not sts.rejected and not cs.rejected, (
+        ros.rejected, oss.rejected, sts.rejected, cs.rejected)
 
 
 def run(capsys, *argv):
@@ -74,8 +81,8 @@ def run(capsys, *argv):
 
 
 def deploy_args(deps, *extra):
-    return ("deploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--log-project", "p",
-            "--log-store", "s", "--deps-dir", deps, "--poll", "0") + extra
+    return ("deploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--log-project", "my-sls-project",
+            "--log-store", "ack-mig-hook", "--deps-dir", deps, "--poll", "0") + extra
 
 
 def test_deploy_uploads_the_package_creates_the_stack_and_waits(cloud, capsys, tmp_path):
@@ -125,9 +132,11 @@ def test_dry_run_validates_and_changes_nothing(cloud, capsys, tmp_path):
                                               "--parameter", "DryRun=true"))
     assert code == 0, err
     assert "would upload oss://%s/ack-mig-hook/" % BUCKET in out
-    assert "create stack ack-mig-hook" in out and "DryRun=true" in out
-    assert not ros.stacks and not oss.requests
-    assert {r.action for r in ros.requests} == {"ValidateTemplate", "ListStacks"}
+    assert "plan: create stack ack-mig-hook in cn-beijing, from ROS PreviewStack" in out
+    assert re.search(r"^    DryRun +true \(default false\)$", out, re.M), out
+    assert not ros.stacks and not ros.change_sets and not oss.buckets
+    assert {r.action for r in ros.requests} == {"ValidateTemplate", "ListStacks", "PreviewStack"}
+    assert {verb for verb, _ in oss.requests} <= {"GET", "HEAD"}  # read-only: the bucket is looked at
 
 
 def test_a_failed_stack_is_one_error_line_with_the_reason(cloud, capsys, tmp_path):
@@ -140,9 +149,9 @@ def test_a_failed_stack_is_one_error_line_with_the_reason(cloud, capsys, tmp_pat
     assert "another region" in err.splitlines()[-1] and "Traceback" not in err
     # Nothing to update in a stack whose creation failed: the next deploy says how to start over.
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
-    assert code == 1 and "its creation failed" in err and "ack-mig-hook undeploy --region cn-beijing" in err
+    assert code == 6 and "its creation failed" in err and "ack-mig-hook undeploy --region cn-beijing" in err
     assert ros.calls("UpdateStack") == 0
-    assert run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0")[0] == 0
+    assert run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0", "--yes")[0] == 0
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
     assert code == 0 and "CREATE_COMPLETE" in out, err
 
@@ -183,11 +192,11 @@ def test_deploy_only_dependencies_stay_out_of_the_function_package():
 def test_undeploy_deletes_and_waits_then_finds_nothing(cloud, capsys, tmp_path):
     ros, _ = cloud
     assert run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))[0] == 0
-    code, out, err = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0")
+    code, out, err = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0", "--yes")
     assert code == 0 and "deleted" in out
     (stack,) = ros.stacks.values()
     assert stack["Status"] == "DELETE_COMPLETE"
-    code, out, _ = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0")
+    code, out, _ = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0", "--yes")
     assert code == 0 and "nothing to remove" in out
 
 
@@ -273,7 +282,7 @@ def test_an_upgrade_keeps_the_stacks_previous_values(cloud, capsys, tmp_path):
     assert code == 0, err
     (stack,) = ros.stacks.values()
     params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
-    assert stack["Status"] == "UPDATE_COMPLETE" and params["LogProject"] == "p" and params["LogStore"] == "s"
+    assert stack["Status"] == "UPDATE_COMPLETE" and params["LogProject"] == "my-sls-project" and params["LogStore"] == "ack-mig-hook"
     assert params["LogLevel"] == "DEBUG"
     # Creating a stack still needs them, named at once.
     code, _, err = run(capsys, "deploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--deps-dir",

@@ -117,7 +117,7 @@ def test_missing_settings_exit_2_before_any_call(cloud, capsys, monkeypatch):
     monkeypatch.delenv("ACK_MIG_REGION", raising=False)
     code = cli.main(["doctor"])
     _, err = capsys.readouterr()
-    assert code == 2 and "--cluster-id and --region" in err
+    assert code == 2 and "--cluster-id (or ACK_MIG_CLUSTER_ID) and --region (or ACK_MIG_REGION)" in err
     assert not ros.requests and not emulator.requests
 
 
@@ -149,3 +149,57 @@ def test_stack_check_failed_stack_and_missing_triggers():
     checks = doctor.stack_checks({"Status": "ROLLBACK_COMPLETE", "StatusReason": "Function: no bucket"}, [], "s")
     assert [c.status for c in checks] == ["PROBLEM", "PROBLEM"] and "no bucket" in checks[0].text
     assert doctor.stack_checks(None, [], "s")[0].text.endswith("run ack-mig-hook deploy")
+
+
+# ---- the way to the API server ----
+
+def test_doctor_checks_how_the_function_reaches_the_api_server(cloud, capsys):
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
+    lines = {(c["area"], c["status"]): c["text"] for c in json.loads(out)["checks"]}
+    assert lines[("api endpoint", "ok")].endswith("https://192.168.0.251:6443")
+    problem = lines[("network", "PROBLEM")]  # the stack was deployed without the VPC parameters
+    assert "not in a VPC" in problem and "192.168.0.251:6443" in problem and "ack-mig-hook deploy" in problem
+    assert "VpcId=vpc-2ze0cluster0vpc0a1b2" in problem and "SecurityGroupId=sg-2ze0cluster0nodes0e5f6" in problem
+    # Deployed into the cluster's network: every network line is ok.
+    ros.stacks["st-1"]["Parameters"] = [{"ParameterKey": k, "ParameterValue": v} for k, v in (
+        ("VpcId", "vpc-2ze0cluster0vpc0a1b2"), ("VSwitchId", "vsw-2ze0control0plane0c3d4"),
+        ("SecurityGroupId", "sg-2ze0cluster0nodes0e5f6"))]
+    code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
+    network = [c for c in json.loads(out)["checks"] if c["area"] == "network"]
+    assert [c["status"] for c in network] == ["ok", "ok", "ok"] and "cluster's own" in network[2]["text"]
+    assert emulator.calls("DescribeClusterDetail") == 2
+
+
+def network(**changes):
+    from functions.stack.cluster_network import ClusterNetwork
+
+    base = dict(cluster_id="c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b", name="", state="running", vpc_id="vpc-1",
+                vswitch_ids=("vsw-a", "vsw-b"), security_group_id="sg-1", intranet_endpoint="https://10.0.0.5:6443",
+                public_endpoint="")
+    base.update(changes)
+    return ClusterNetwork(**base)
+
+
+def test_network_check_verdicts():
+    good = {"VpcId": "vpc-1", "VSwitchId": "vsw-b", "SecurityGroupId": "sg-1"}
+    assert [c.status for c in doctor.network_checks(network(), good, True)] == ["ok"] * 4
+    other_vpc = doctor.network_checks(network(), dict(good, VpcId="vpc-9"), True)[-1]
+    assert other_vpc.status == "PROBLEM" and "VPC vpc-9, the cluster in vpc-1" in other_vpc.text
+    missing = doctor.network_checks(network(), dict(good, SecurityGroupId=""), True)[-1]
+    assert missing.status == "PROBLEM" and "SecurityGroupId empty" in missing.text
+    checks = doctor.network_checks(network(), dict(good, VSwitchId="vsw-z", SecurityGroupId="sg-9"), True)
+    assert [c.status for c in checks] == ["ok", "ok", "warn", "warn"]
+    assert "in VPC vpc-1" in checks[2].text and "allow TCP to 10.0.0.5:6443" in checks[3].text
+    no_endpoint = doctor.network_checks(network(intranet_endpoint=""), good, True)[0]
+    assert no_endpoint.status == "PROBLEM" and "no private API endpoint" in no_endpoint.text
+    assert len(doctor.network_checks(network(), {}, False)) == 1  # no stack: the stack check says deploy
+
+
+def test_a_network_that_cannot_be_read_is_one_problem_among_the_checks(cloud, capsys):
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    emulator.fail_next("DescribeClusterDetail", 403, "Forbidden.RAM")
+    code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
+    lines = {(c["area"], c["status"]): c["text"] for c in json.loads(out)["checks"]}
+    assert code == 1 and "Forbidden.RAM" in lines[("network", "PROBLEM")]
+    assert "cs:DescribeClusterDetail" in lines[("network", "PROBLEM")] and ("mig-manager", "ok") in lines

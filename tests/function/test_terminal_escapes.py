@@ -14,7 +14,7 @@ from functions.commands import doctor
 from functions.commands.main import main
 from functions.event_result import HandlerResult
 from functions.textsafe import escape, escape_data
-from node_bootstrap.commands.textout import human, printable
+from node_bootstrap.commands.textout import error_line, human, printable
 from tests.function.conftest import event_json
 from tests.rollout.conftest import NEW, OLD, capacity, node_labels, snapshot
 
@@ -90,7 +90,7 @@ def test_invoke_text_escapes_node_results_and_decisions(capsys):
 def test_doctor_text_escapes_what_the_cluster_answered(monkeypatch, capsys):
     checks = [doctor.Check("PROBLEM", "device plugin", "pod %s runs --mig-strategy=single" % ERASE_GREEN)]
     monkeypatch.setattr(doctor, "_gather", lambda args: checks)
-    assert main(["doctor", "--cluster-id", "c-1", "--region", "cn-beijing"]) == 1
+    assert main(["doctor", "--cluster-id", "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b", "--region", "cn-beijing"]) == 1
     out = capsys.readouterr().out
     assert _clean(out) and "pod \\r\\x1b[2K\\x1b[32mall nodes healthy" in out
 
@@ -102,7 +102,7 @@ def test_the_last_resort_error_line_escapes_the_message(monkeypatch, capsys):
         raise RuntimeError("server said " + OSC52)
 
     monkeypatch.setattr(status, "run", boom)
-    assert main(["status"]) == 1
+    assert main(["status"]) == 70  # a bug: docs/cli.md, exit codes
     err = capsys.readouterr().err
     assert _clean(err) and err.startswith("ack-mig-hook: internal error: RuntimeError: server said \\x1b]52;")
 
@@ -118,6 +118,8 @@ def test_the_node_tool_text_mode_escapes_driver_and_cluster_text():
                         "instances": [1], "diagram": "GPU 0 NVIDIA\x1b[5m\n  | 3g |\n  | 3g |", "notes": []}]}
     text = human(result)
     assert _clean(text), repr(text)
-    assert "error (labels): \\r\\x1b[2K\\x1b[32mall nodes healthy\\x1b[0m" in text
+    assert text.splitlines()[0] == "status: success (labels), sequence 3g.20gb\\x1b[31m"
+    line = error_line(result)  # the error itself: once, on stderr
+    assert _clean(line) and line == "node_bootstrap: error: \\r\\x1b[2K\\x1b[32mall nodes healthy\\x1b[0m"
     assert "warning: \\x1b]52;c;" in text and "labels: gpu-busy \\u202eevil" in text
     assert "GPU 0 NVIDIA\\x1b]0;title\\x07: MIG enabled" in text and "  | 3g |" in text.splitlines()

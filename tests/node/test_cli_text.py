@@ -113,8 +113,11 @@ def test_read_only_commands_never_say_failed(tmp_path, argv):
     node = Node(tmp_path, count=1)
     rc, out, err = _text(node, *argv)
     assert rc in (2, 3)
-    assert out.splitlines()[0] == "plan: error"
+    assert out.splitlines()[0] == "plan: error (%s)" % node.run(*argv).json["error"]["code"]
     assert "failed" not in (out + err).lower()
+    # the error is said once: its words on stderr, only its code in the summary
+    message = node.run(*argv).json["error"]["message"]
+    assert err.count(message) == 1 and message not in out
     res = node.run(*argv)
     assert res.json["outcome"] == "error" and "changes" not in res.json
 
@@ -130,3 +133,19 @@ def test_disable_text_says_what_it_did(tmp_path):
     rc, out, _ = _text(node, "uninstall-boot-unit", "--root", str(root))
     assert rc == 0 and out.splitlines() == ["uninstall-boot-unit: success", "no boot unit at %s"
                                             % (root / "etc/systemd/system/ack-mig-hook.service")]
+
+
+@pytest.mark.parametrize("option, value, accepted", [
+    ("--lock-timeout", "-5", "0..86400 seconds"), ("--lock-timeout", "nan", "0..86400 seconds"),
+    ("--client-stop-timeout", "soon", "0..3600"), ("--capacity-interval", "0", "0.1..600 seconds")])
+def test_a_number_out_of_its_range_is_refused_in_one_line_before_anything_changes(tmp_path, option, value,
+                                                                                   accepted):
+    node = Node(tmp_path, count=1)
+    assert node.run("apply", "--sequence", "9").rc == 0
+    with open(node.state) as fh:
+        before = fh.read()
+    rc, out, err = _text(node, "apply", "--sequence", "9-9", option, value)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert rc == 2 and len(lines) == 1 and option in lines[0] and accepted in lines[0], err
+    with open(node.state) as fh:
+        assert fh.read() == before  # nothing was touched

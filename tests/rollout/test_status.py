@@ -95,4 +95,11 @@ def test_a_kubeconfig_that_cannot_be_read_is_one_line(tmp_path, capsys):
                                                                str(inventory)]):
         assert main(argv + ["--kubeconfig", str(tmp_path / "missing.conf")]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("ack-mig-hook: error: --kubeconfig: cannot read kubeconfig")
+        assert len(err) == 1 and err[0].startswith("ack-mig-hook: error: argument --kubeconfig: ") \
+            and "missing.conf is not a file" in err[0]
+        garbage = tmp_path / "garbage.conf"
+        garbage.write_text("clusters: [\n")
+        assert main(argv + ["--kubeconfig", str(garbage)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ack-mig-hook: error: --kubeconfig: kubeconfig ") \
+            and "garbage.conf does not parse" in err[0]

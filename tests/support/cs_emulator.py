@@ -3,6 +3,13 @@ over HTTP on 127.0.0.1 (point it here with ``ACK_MIG_CS_ENDPOINT=<emulator.endpo
 
 Endpoints, with the paths and query names the SDK sends (alibabacloud_cs20151215/client.py):
 
+* ``GET /clusters/{cluster_id}`` (DescribeClusterDetail) -> the cluster's detail in the fields of the SDK's
+  ``DescribeClusterDetailResponseBody``: ``cluster_id``, ``name``, ``region_id``, ``state``, ``cluster_type``,
+  ``profile``, ``vpc_id``, ``vswitch_ids`` (the control plane's vSwitches), the deprecated ``vswitch_id``,
+  ``security_group_id`` and ``master_url``, a JSON text with ``api_server_endpoint`` and
+  ``intranet_api_server_endpoint`` (the API reference's example; terraform-provider-alicloud parses the same
+  keys). Set ``emulator.detail`` to change any of them (``detail["master_url"]`` is built from
+  ``intranet_endpoint`` / ``public_endpoint`` unless given).
 * ``GET /clusters/{cluster_id}/nodepools`` (DescribeClusterNodePools; ``NodepoolName`` filter)
   -> ``{"nodepools": [...]}``
 * ``GET /clusters/{cluster_id}/nodes`` (DescribeClusterNodes; ``nodepool_id``, ``instanceIds`` comma-joined,
@@ -125,6 +132,13 @@ class CsEmulator(LoopbackServer):
         self.rejected: List[str] = []
         self.kubeconfig_requests: List[Dict[str, str]] = []
         self.modified: List[Dict[str, Any]] = []  # accepted ModifyClusterNodePool bodies, with the pool id
+        self.detail: Dict[str, Any] = {
+            "name": "gpu-cluster", "region_id": "cn-beijing", "state": "running",
+            "cluster_type": "ManagedKubernetes", "profile": "Default", "vpc_id": "vpc-2ze0cluster0vpc0a1b2",
+            "vswitch_ids": ["vsw-2ze0control0plane0c3d4"], "vswitch_id": "vsw-2ze0control0plane0c3d4",
+            "security_group_id": "sg-2ze0cluster0nodes0e5f6"}
+        self.intranet_endpoint = "https://192.168.0.251:6443"
+        self.public_endpoint = ""
         self.tag_key_limit = 128  # the node pool API's; set 64 to answer as ESS would (unconfirmed for ACK)
         self.max_tags = 20
         self._faults: Dict[str, Deque[Fault]] = {}
@@ -172,6 +186,8 @@ class CsEmulator(LoopbackServer):
     def _route(self, path: str, method: str = "GET") -> Tuple[Optional[str], Optional[str], Optional[str]]:
         """(action, cluster id, node pool id or None), or Nones for a path no action serves."""
         parts = [unquote(p) for p in path.strip("/").split("/")]
+        if len(parts) == 2 and parts[0] == "clusters" and method == "GET":
+            return "DescribeClusterDetail", parts[1], None
         for prefix, leaf, action in self.ROUTES:
             if len(parts) == 3 and parts[0] == prefix and parts[2] == leaf and method == "GET":
                 return action, parts[1], None
@@ -255,6 +271,14 @@ class CsEmulator(LoopbackServer):
         return None
 
     # ---- actions ----
+
+    def _DescribeClusterDetail(self, query: Dict[str, str]) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
+        import json as _json
+
+        endpoints = {"api_server_endpoint": self.public_endpoint,
+                     "intranet_api_server_endpoint": self.intranet_endpoint}
+        body = dict({"cluster_id": self.cluster_id, "master_url": _json.dumps(endpoints)}, **self.detail)
+        return 200, body, {}
 
     def _DescribeClusterNodePools(self, query: Dict[str, str]) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
         name = query.get("NodepoolName")

@@ -32,6 +32,31 @@ Semantics kept from the ROS API reference, inconvenient ones included:
   answer again (the same ``StackId``) and changes nothing; a malformed token is refused (HTTP status and code
   of that refusal: unconfirmed, 400 ``InvalidParameter`` here). ``answer_late_next(action, seconds)`` serves
   a request and then answers it late, as a lost answer looks to a client that times out and retries.
+* ``GetStack`` lists every parameter the stack has, the template's defaults included, and ROS's pseudo
+  parameters (``ALIYUN::Region``, ``ALIYUN::StackId`` ...), as the GetStack reference's sample answer does;
+  a ``NoEcho`` parameter's value is ``****``.
+* Events: an operation records one event per resource it touches (``CREATE_IN_PROGRESS`` /
+  ``CREATE_COMPLETE`` of each resource of a create, the modified, added and removed ones of an update,
+  every resource of a delete) besides the stack's own, so a client that lists the whole history sees the
+  earlier operations' events too (ListStackEvents: newest first, a page of at most 50).
+* ``PreviewStack`` (a new stack, by ``StackName``): the parameters as for CreateStack (unknown, missing and
+  out-of-constraint ones refused the same way) and ``Stack.Resources``: every resource the template would
+  create (a resource whose ``Condition`` is false is left out), ``Action: Add``, with its resolved
+  ``Properties`` (ros20190910 ``PreviewStackResponseBodyStackResources``). Nothing is created.
+* Change sets (CreateChangeSet reference; "Data structures" of change sets): ``CreateChangeSet`` of type
+  ``UPDATE`` needs a ``StackId`` of a stack in a state that can be updated (the states the ROS console's
+  "Update a stack" lists: CREATE_COMPLETE, UPDATE_COMPLETE, UPDATE_FAILED, ROLLBACK_COMPLETE,
+  ROLLBACK_FAILED, ...; a stack in progress is refused with ``StackOperationConflict``, another with
+  ``StackValidationFailed``: the codes are unconfirmed); its name must be unique among the stack's change sets
+  (1..255 letters, digits, ``-``, ``_``, starting with a letter or digit); "A stack can contain up to 20
+  change sets" (refused past that, code unconfirmed); ``UsePreviousParameters`` as for UpdateStack. It is
+  ``CREATE_IN_PROGRESS`` for ``steps`` GetChangeSet calls, then ``CREATE_COMPLETE`` with ``ExecutionStatus``
+  ``AVAILABLE`` and its ``Changes`` computed from the two templates and parameter sets
+  (tests/support/ros_template.py): ``Add`` / ``Remove`` / ``Modify`` per resource, ``Details`` naming each
+  changed property and the parameter that caused it (``ParameterReference``) or ``DirectModification``. A
+  change set with nothing to change completes with ``Changes: []`` (unconfirmed: ROS might fail it instead).
+  Nothing of the stack changes. ``DeleteChangeSet`` removes it; while it is still being created it is refused
+  (``ChangeSetOperationConflict``, unconfirmed), and an unknown id is ``ChangeSetNotFound`` (404).
 * Function Compute's code check, as the stack's ``ALIYUN::FC3::Function`` applies it: with ``Code.Checksum``
   set, "Function Compute checks whether the checksum of the code package is the same as that provided" (FC
   API 2023-03-30, ``InputCodeLocation.checksum``, the CRC-64 OSS reports). When ``code_store(bucket, key)``
@@ -48,11 +73,19 @@ from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 
+from tests.support import ros_template
 from tests.support.cs_emulator import CsEmulator, Recorded
 
 Answer = Tuple[int, Dict[str, Any], Dict[str, str]]
 ACTIONS = ("CreateStack", "UpdateStack", "DeleteStack", "GetStack", "ListStacks", "ListStackEvents",
-           "ValidateTemplate", "ListStackResources")
+           "ValidateTemplate", "ListStackResources", "PreviewStack", "CreateChangeSet", "GetChangeSet",
+           "DeleteChangeSet")
+UPDATABLE = ("CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_FAILED", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED",
+             "IMPORT_CREATE_COMPLETE", "IMPORT_UPDATE_COMPLETE", "IMPORT_UPDATE_FAILED",
+             "IMPORT_UPDATE_ROLLBACK_COMPLETE", "IMPORT_UPDATE_ROLLBACK_FAILED", "CHECK_FAILED", "CHECK_COMPLETE")
+CHANGE_SET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,254}")
+MAX_CHANGE_SETS = 20
+ACCOUNT = "1357924680135792"
 
 
 def _flat_list(query: Dict[str, str], name: str) -> List[Dict[str, str]]:
@@ -78,6 +111,7 @@ class RosEmulator(CsEmulator):
         self.before_complete: Optional[Callable[[Dict[str, Any]], None]] = None  # runs as FC fetches the code
         self._tokens: Dict[Tuple[str, str], Answer] = {}
         self._late: Dict[str, List[float]] = {}
+        self.change_sets: Dict[str, Dict[str, Any]] = {}  # id -> change set (deleted ones are removed)
 
     def answer_late_next(self, action: str, seconds: float) -> None:
         with self._lock:
@@ -115,7 +149,8 @@ class RosEmulator(CsEmulator):
         form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True)) if body else {}
         with self._lock:
             self.bodies.append(form)
-            token = query.get("ClientToken") if action in ("CreateStack", "UpdateStack") else None
+            token = query.get("ClientToken") if action in ("CreateStack", "UpdateStack", "CreateChangeSet",
+                                                           "PreviewStack") else None
             if token is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", token):
                 return self._error(400, "InvalidParameter", "ClientToken %r is not 1..64 letters, digits, - or _"
                                    % token[:80])
@@ -170,14 +205,44 @@ class RosEmulator(CsEmulator):
                                        % (p["ParameterKey"], spec.get("MinValue"), spec.get("MaxValue")))
         return None
 
-    def _start(self, stack: Dict[str, Any], operation: str, query: Optional[Dict[str, str]] = None) -> None:
+    def _resources_of(self, stack: Dict[str, Any], template: Optional[str] = None,
+                      given: Optional[List[Dict[str, str]]] = None) -> Tuple[Dict[str, Any], Dict[str, str], Any]:
+        """(resources, parameter values, context) of the stack, or of ``template``/``given`` for it."""
+        try:
+            doc = ros_template.load(template if template is not None else stack["_template"])
+        except (ValueError, yaml.YAMLError):
+            return {}, {}, None
+        values = ros_template.values(doc, {p["ParameterKey"]: p.get("ParameterValue", "")
+                                           for p in (given if given is not None else stack["Parameters"])})
+        ctx = ros_template.Context(doc, values, self._pseudo(stack))
+        return ros_template.resources(doc, ctx), values, ctx
+
+    def _pseudo(self, stack: Dict[str, Any]) -> Dict[str, str]:
+        return {"ALIYUN::Region": stack.get("RegionId", ""), "ALIYUN::StackName": stack.get("StackName", ""),
+                "ALIYUN::StackId": stack.get("StackId", ""), "ALIYUN::AccountId": ACCOUNT,
+                "ALIYUN::TenantId": ACCOUNT}
+
+    def _event(self, stack: Dict[str, Any], resource: str, status: str, reason: str = "",
+               kind: Optional[str] = None) -> None:
+        stack["_events"].append({"EventId": uuid.uuid4().hex, "LogicalResourceId": resource, "Status": status,
+                                 "StatusReason": reason, "ResourceType": kind or "ALIYUN::ROS::Stack",
+                                 "StackId": stack["StackId"], "StackName": stack["StackName"],
+                                 "PhysicalResourceId": stack.get("_physical", {}).get(resource, "")})
+
+    def _start(self, stack: Dict[str, Any], operation: str, query: Optional[Dict[str, str]] = None,
+               touched: Optional[Dict[str, str]] = None) -> None:
+        """``touched``: logical id -> type of the resources this operation works on (default: all of them)."""
         stack["Status"] = operation + "_IN_PROGRESS"
         stack["_polls"] = 0
         stack["_fail"] = self.fail_with
         self.fail_with = None
         stack["_no_rollback"] = (query or {}).get("DisableRollback", "false").lower() == "true"
-        stack["_events"].append({"EventId": uuid.uuid4().hex, "LogicalResourceId": stack["StackName"],
-                                 "Status": stack["Status"], "StatusReason": "%s started" % operation.lower()})
+        if touched is None:
+            touched = {k: v["Type"] for k, v in self._resources_of(stack)[0].items()}
+        stack["_touched"] = touched
+        self._event(stack, stack["StackName"], stack["Status"], "%s started" % operation.lower())
+        for name, kind in sorted(touched.items()):
+            self._event(stack, name, operation + "_IN_PROGRESS", "", kind)
 
     def _advance(self, stack: Dict[str, Any]) -> None:
         status = stack["Status"]
@@ -189,20 +254,22 @@ class RosEmulator(CsEmulator):
         operation = status[: -len("_IN_PROGRESS")]
         if operation in ("CREATE", "UPDATE") and not stack["_fail"]:
             stack["_fail"] = self._code_check(stack)
+        if not stack["_fail"]:
+            for name, kind in sorted(stack.get("_touched", {}).items()):
+                stack.setdefault("_physical", {}).setdefault(name, uuid.uuid4().hex[:20])
+                self._event(stack, name, operation + "_COMPLETE", "state changed", kind)
         if operation == "DELETE":
             stack["Status"] = "DELETE_COMPLETE"
         elif stack["_fail"] and stack["_no_rollback"]:
             stack["Status"], stack["StatusReason"] = operation + "_FAILED", stack["_fail"]
         elif stack["_fail"]:
-            stack["_events"].append({"EventId": uuid.uuid4().hex, "LogicalResourceId": stack["StackName"],
-                                     "Status": operation + "_FAILED", "StatusReason": stack["_fail"]})
+            self._event(stack, stack["StackName"], operation + "_FAILED", stack["_fail"])
             stack["Status"] = "CREATE_ROLLBACK_COMPLETE" if operation == "CREATE" else "ROLLBACK_COMPLETE"
             stack["StatusReason"] = stack["_fail"]
         else:
             stack["Status"], stack["StatusReason"] = operation + "_COMPLETE", "Stack %s completed successfully" \
                 % operation.title()
-        stack["_events"].append({"EventId": uuid.uuid4().hex, "LogicalResourceId": stack["StackName"],
-                                 "Status": stack["Status"], "StatusReason": stack.get("StatusReason", "")})
+        self._event(stack, stack["StackName"], stack["Status"], stack.get("StatusReason", ""))
 
     def _code_check(self, stack: Dict[str, Any]) -> Optional[str]:
         """FC's checksum check of the function's package (see the module's docstring); None when it passes."""
@@ -292,8 +359,10 @@ class RosEmulator(CsEmulator):
                 sorted(stack["Parameters"], key=lambda p: p.get("ParameterKey", "")):
             return self._error(400, "NotSupported", "Update the completely same stack (%s) is not supported"
                                % stack["StackName"])
+        touched = {c["ResourceChange"]["LogicalResourceId"]: c["ResourceChange"]["ResourceType"]
+                   for c in self._changes(stack, template, params)}
         stack["Parameters"], stack["_template"] = params, template
-        self._start(stack, "UPDATE", query)
+        self._start(stack, "UPDATE", query, touched)
         return 200, {"RequestId": uuid.uuid4().hex, "StackId": stack["StackId"]}, {}
 
     def _DeleteStack(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
@@ -309,7 +378,7 @@ class RosEmulator(CsEmulator):
             self._advance(stack)
         if stack is None or stack["Status"] == "DELETE_COMPLETE":
             return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
-        return 200, dict(self._public(stack), RequestId=uuid.uuid4().hex), {}
+        return 200, dict(self._public(stack), Parameters=self._listed_parameters(stack), RequestId=uuid.uuid4().hex), {}
 
     def _ListStacks(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
         names = [v for k, v in sorted(query.items()) if k.startswith("StackName.")]
@@ -346,6 +415,117 @@ class RosEmulator(CsEmulator):
             return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
         events = list(reversed(stack["_events"]))  # newest first, as the API lists them
         return 200, {"RequestId": uuid.uuid4().hex, "TotalCount": len(events), "Events": events[:50]}, {}
+
+
+    # ---- plans: PreviewStack and change sets ----
+
+    def _listed_parameters(self, stack: Dict[str, Any], given: Optional[List[Dict[str, str]]] = None,
+                           template: Optional[str] = None) -> List[Dict[str, str]]:
+        """Every parameter as GetStack lists it: declared ones with defaults, pseudo ones, NoEcho as ****."""
+        try:
+            doc = ros_template.load(template if template is not None else stack["_template"])
+        except (ValueError, yaml.YAMLError):
+            return list(given if given is not None else stack["Parameters"])
+        declared = doc.get("Parameters") or {}
+        values = ros_template.values(doc, {p["ParameterKey"]: p.get("ParameterValue", "")
+                                           for p in (given if given is not None else stack["Parameters"])})
+        listed = [{"ParameterKey": k, "ParameterValue": "****" if (declared.get(k) or {}).get("NoEcho") else v}
+                  for k, v in sorted(values.items())]
+        return listed + [{"ParameterKey": k, "ParameterValue": v} for k, v in sorted(self._pseudo(stack).items())]
+
+    def _changes(self, stack: Dict[str, Any], template: str, params: List[Dict[str, str]]) -> List[Dict[str, Any]]:
+        old, old_values, old_ctx = self._resources_of(stack)
+        new, new_values, new_ctx = self._resources_of(stack, template, params)
+        return ros_template.changes(old, new, old_values, new_values,
+                                    (old_ctx.conditions if old_ctx else {}, new_ctx.conditions if new_ctx else {}),
+                                    {}, stack.get("_physical", {}))
+
+    def _PreviewStack(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        name = query.get("StackName", "")
+        if not name or query.get("StackId"):  # "You must and can specify only one of StackName and StackId"
+            return self._error(400, "InvalidParameter", "give StackName (and not StackId) to preview a new stack")
+        params = _flat_list(query, "Parameters")
+        template = form.get("TemplateBody", "")
+        refused = self._check_parameters(template, params)
+        if refused:
+            return refused
+        shell = {"StackName": name, "StackId": "", "RegionId": query.get("RegionId", ""), "Parameters": params,
+                 "_template": template}
+        resources, _values, _ctx = self._resources_of(shell)
+        return 200, {"RequestId": uuid.uuid4().hex, "Stack": {
+            "StackName": name, "RegionId": query.get("RegionId", ""), "DisableRollback": False,
+            "TimeoutInMinutes": int(query.get("TimeoutInMinutes", "60")),
+            "Parameters": self._listed_parameters(shell),
+            "Resources": [{"LogicalResourceId": k, "ResourceType": v["Type"], "Action": "Add",
+                           "Properties": v["Properties"], "Description": v["Description"], "RequiredBy": []}
+                          for k, v in sorted(resources.items())]}}, {}
+
+    def _CreateChangeSet(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        if query.get("ChangeSetType", "UPDATE") != "UPDATE":
+            return self._error(400, "EmulatorNotModelled", "only ChangeSetType UPDATE is modelled")
+        name = query.get("ChangeSetName", "")
+        if not CHANGE_SET_NAME.fullmatch(name):
+            return self._error(400, "InvalidParameter", "ChangeSetName %r is not 1..255 letters, digits, - or _, "
+                               "starting with a letter or digit" % name[:80])
+        stack = self._stack(query)
+        if stack is None:
+            return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
+        if stack["Status"].endswith("_IN_PROGRESS"):
+            return self._error(409, "StackOperationConflict", "stack is %s" % stack["Status"])
+        if stack["Status"] not in UPDATABLE:
+            return self._error(400, "StackValidationFailed", "a change set cannot be created for a stack in %s"
+                               % stack["Status"])
+        mine = [c for c in self.change_sets.values() if c["StackId"] == stack["StackId"]]
+        if any(c["ChangeSetName"] == name for c in mine):
+            return self._error(409, "ChangeSetExists", "The change set (%s) already exists" % name)
+        if len(mine) >= MAX_CHANGE_SETS:
+            return self._error(400, "LimitExceeded", "a stack can contain up to %d change sets" % MAX_CHANGE_SETS)
+        params = _flat_list(query, "Parameters")
+        template = form.get("TemplateBody", "") or stack["_template"]
+        if query.get("UsePreviousParameters", "").lower() == "true":  # as UpdateStack
+            try:
+                declared = self._template_parameters(template)
+            except (ValueError, yaml.YAMLError):
+                declared = {}
+            named = {p.get("ParameterKey") for p in params}
+            params = params + [p for p in stack["Parameters"]
+                               if p.get("ParameterKey") in declared and p.get("ParameterKey") not in named]
+        refused = self._check_parameters(template, params)
+        if refused:
+            return refused
+        change_set_id = str(uuid.uuid4())
+        self.change_sets[change_set_id] = {
+            "ChangeSetId": change_set_id, "ChangeSetName": name, "ChangeSetType": "UPDATE",
+            "StackId": stack["StackId"], "StackName": stack["StackName"], "RegionId": query.get("RegionId", ""),
+            "Status": "CREATE_IN_PROGRESS", "ExecutionStatus": "UNAVAILABLE", "DisableRollback": False,
+            "TimeoutInMinutes": int(query.get("TimeoutInMinutes", "60")), "CreateTime": "2026-01-01T00:00:00",
+            "Parameters": self._listed_parameters(stack, params, template),
+            "Changes": self._changes(stack, template, params), "_polls": 0}
+        return 200, {"RequestId": uuid.uuid4().hex, "ChangeSetId": change_set_id, "StackId": stack["StackId"]}, {}
+
+    def _GetChangeSet(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        found = self.change_sets.get(query.get("ChangeSetId", ""))
+        if found is None:
+            return self._error(404, "ChangeSetNotFound", "The ChangeSet (%s) could not be found"
+                               % query.get("ChangeSetId"))
+        if found["Status"] == "CREATE_IN_PROGRESS":
+            found["_polls"] += 1
+            if found["_polls"] >= self.steps:
+                found["Status"], found["ExecutionStatus"] = "CREATE_COMPLETE", "AVAILABLE"
+        answer = self._public(found)
+        if found["Status"] != "CREATE_COMPLETE":
+            answer.pop("Changes")  # computed once the change set is
+        return 200, dict(answer, RequestId=uuid.uuid4().hex), {}
+
+    def _DeleteChangeSet(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        found = self.change_sets.get(query.get("ChangeSetId", ""))
+        if found is None:
+            return self._error(404, "ChangeSetNotFound", "The ChangeSet (%s) could not be found"
+                               % query.get("ChangeSetId"))
+        if found["Status"] in ("CREATE_PENDING", "CREATE_IN_PROGRESS"):
+            return self._error(409, "ChangeSetOperationConflict", "the change set is %s" % found["Status"])
+        del self.change_sets[found["ChangeSetId"]]
+        return 200, {"RequestId": uuid.uuid4().hex}, {}
 
 
 def dump(stack: Dict[str, Any]) -> str:

@@ -1,0 +1,178 @@
+"""The contract every command that talks to the cloud shares (deploy, undeploy, doctor, invoke, status).
+
+* **The same flags, the same defaults** (:func:`add_cloud_options`): ``--cluster-id`` (default
+  ``$ACK_MIG_CLUSTER_ID``), ``--region`` (default ``$ACK_MIG_REGION``), ``--kubeconfig`` (default: none
+  given, the command asks ACK for a short-lived one where it needs the Kubernetes API) and ``--profile``
+  (an ``aliyun`` CLI profile; default: the standard chain).
+* **The same credentials** (:func:`keys`): the standard chain of :mod:`functions.stack.credentials`.
+* **Checked input**: each value is checked where argparse reads it (an environment default too), so a
+  bad one is one line naming the option, the value and the accepted form, exit 2, before any call.
+  Cluster ids are ACK's form: ``c`` and 32 lower-case hex digits (DescribeClusterDetail's examples:
+  ``c82e6987e2961451182edacd74faf****``, ``cbfa079eb225c44e7bce86c626f0c****``; ACK tags nodes
+  ``ack.aliyun.com=<that id>``). Regions are those the official SDKs' endpoint maps name
+  (:func:`functions.endpoints.known_regions`). Bucket names follow OSS's rules ("Bucket naming
+  conventions": 3-63 characters, lower-case letters, digits and hyphens, starting and ending with a letter
+  or a digit). ROS stack names: up to 255 letters, digits, ``-`` and ``_``, starting with a letter or digit
+  (ros20190910 ``CreateStackRequest.stack_name``).
+* **Quiet SDKs** (:func:`quiet_sdk_logs`): the credentials SDK logs every provider it tries, with
+  tracebacks, through Python's last-resort handler; nothing of it may reach the terminal.
+"""
+
+import argparse
+import difflib
+import logging
+import os
+import re
+from typing import Callable, Optional
+
+from functions import settings
+from functions.stack.exit_codes import EXIT_USAGE
+
+CLUSTER_ID = re.compile(r"^c[0-9a-f]{32}\Z")
+EXAMPLE_CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
+BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]\Z")
+STACK_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,254}\Z")
+# Loggers of the SDKs a command loads: alibabacloud_credentials logs as "credentials" (provider/refreshable.py,
+# ecs_ram_role.py ...); the Tea core and oss2 under their package names.
+SDK_LOGGERS = ("credentials", "alibabacloud_credentials", "alibabacloud_tea_openapi", "alibabacloud_tea_util",
+               "darabonba", "oss2", "urllib3", "aliyunsdkcore")
+
+
+class UsageError(ValueError):
+    """Bad input found after parsing (a combination of options, a missing setting). One line; exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
+def quiet_sdk_logs() -> None:
+    """No SDK log line reaches stderr (our own messages say what failed). ``disabled``, because
+    alibabacloud_credentials gives its logger a StreamHandler and level INFO when its modules are imported
+    (provider/refreshable.py, ecs_ram_role.py, oauth.py), which would undo a handler or level set before."""
+    for name in SDK_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.disabled = True
+        logger.propagate = False
+
+
+# ---- values, checked as argparse reads them (argparse.ArgumentTypeError -> one usage line, exit 2) ----
+
+def cluster_id(text: str) -> str:
+    value = (text or "").strip()
+    if value and not CLUSTER_ID.match(value):
+        raise argparse.ArgumentTypeError(
+            "%r is not an ACK cluster id; use c followed by 32 lower-case hex digits, e.g. %s (the ACK console's "
+            "cluster list, or `aliyun cs GET /clusters`)" % (value[:80], EXAMPLE_CLUSTER))
+    return value
+
+
+def region(text: str) -> str:
+    from functions.endpoints import known_regions
+
+    value = (text or "").strip()
+    if value and value not in known_regions():
+        near = difflib.get_close_matches(value.lower(), [r for r in known_regions() if "-" in r], n=1, cutoff=0.5)
+        if not near:
+            near = [r for r in known_regions() if r.endswith("-" + value.lower())][:1]
+        raise argparse.ArgumentTypeError("%r is not a region the Alibaba Cloud SDKs know; use a region id such as "
+                                         "cn-beijing or ap-southeast-1%s" % (
+                                             value[:40], " (did you mean %s?)" % near[0] if near else ""))
+    return value
+
+
+def bucket(text: str) -> str:
+    value = (text or "").strip()
+    if value and (not BUCKET.match(value) or "--" in value):
+        raise argparse.ArgumentTypeError(
+            "%r is not an OSS bucket name; use 3-63 lower-case letters, digits and hyphens, starting and ending "
+            "with a letter or a digit" % value[:80])
+    return value
+
+
+def stack_name(text: str) -> str:
+    value = (text or "").strip()
+    if not STACK_NAME.match(value):
+        raise argparse.ArgumentTypeError("%r is not a ROS stack name; use up to 255 letters, digits, - and _, "
+                                         "starting with a letter or a digit" % value[:80])
+    return value
+
+
+def existing_file(text: str) -> str:
+    if text and not os.path.isfile(text):
+        raise argparse.ArgumentTypeError("%s is not a file" % text[:200])
+    return text
+
+
+def whole_number(low: int, high: int, unit: str) -> Callable[[str], int]:
+    """A whole number in ``low..high`` (``--timeout -5`` is refused with the range)."""
+    def parse(text: str) -> int:
+        if not re.fullmatch(r"-?[0-9]{1,9}", (text or "").strip()) or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError("%r is not accepted; use a whole number of %s, %d..%d"
+                                             % (str(text)[:20], unit, low, high))
+        return int(text)
+    parse.__name__ = "whole number"
+    return parse
+
+
+def number(low: float, high: float, unit: str) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:  # NaN fails this too
+            raise argparse.ArgumentTypeError("%r is not accepted; use a number of %s, %g..%g"
+                                             % (str(text)[:20], unit, low, high))
+        return value
+    parse.__name__ = "number"
+    return parse
+
+
+# ---- the shared flags ----
+
+def add_cloud_options(parser: argparse.ArgumentParser, cluster_help: str = "", region_help: str = "",
+                      kubeconfig_help: str = "", kubeconfig: bool = True) -> None:
+    """``--cluster-id``, ``--region``, ``--kubeconfig`` and ``--profile``, the same in every command
+    (``kubeconfig=False``: a command that never reads the Kubernetes API, deploy, has no ``--kubeconfig``)."""
+    parser.add_argument("--cluster-id", type=cluster_id, default=settings.env_text(settings.CLUSTER_ID),
+                        metavar="ID", help=cluster_help or "the ACK cluster, c followed by 32 hex digits "
+                                                           "(default: $ACK_MIG_CLUSTER_ID)")
+    parser.add_argument("--region", type=region, default=settings.env_text(settings.REGION), metavar="REGION",
+                        help=region_help or "the cluster's region, e.g. cn-beijing (default: $ACK_MIG_REGION)")
+    if kubeconfig:
+        parser.add_argument("--kubeconfig", type=existing_file, default="", metavar="FILE",
+                            help=kubeconfig_help or "kubeconfig for the Kubernetes API (default: a 15-minute one "
+                                                    "that ACK issues for the cluster's public endpoint)")
+    parser.add_argument("--profile", default="", metavar="NAME",
+                        help="take the credentials from this aliyun CLI profile (~/.aliyun/config.json) (default: "
+                             "the ALIBABA_CLOUD_* environment, else the CLI's current profile, else the instance "
+                             "role)")
+
+
+def require(args: argparse.Namespace, *names: str) -> None:
+    """Every named option that is still empty, in one line (exit 2)."""
+    flags = {"cluster_id": "--cluster-id (or ACK_MIG_CLUSTER_ID)", "region": "--region (or ACK_MIG_REGION)"}
+    missing = [flags.get(n, "--" + n.replace("_", "-")) for n in names if not getattr(args, n, "")]
+    if missing:
+        raise UsageError("missing %s" % " and ".join(missing))
+
+
+def keys(args: argparse.Namespace):
+    """The credentials every cloud command signs with (functions.stack.credentials' chain, ``--profile``)."""
+    from functions.stack.credentials import resolve
+
+    return resolve(getattr(args, "profile", "") or "")
+
+
+def environment_with(found_keys, region_value: Optional[str] = None, cluster: Optional[str] = None) -> dict:
+    """The process environment with these keys (and region, cluster) in the ``ALIBABA_CLOUD_*`` names the
+    function's settings read: invoke, status and doctor build the function's own settings from it."""
+    env = settings.environment()
+    if found_keys is not None:
+        env.update({settings.ACCESS_KEY_ID: found_keys.access_key_id,
+                    settings.ACCESS_KEY_SECRET: found_keys.access_key_secret,
+                    settings.SECURITY_TOKEN: found_keys.security_token or ""})
+    if region_value:
+        env[settings.REGION] = region_value
+    if cluster:
+        env[settings.CLUSTER_ID] = cluster
+    return env

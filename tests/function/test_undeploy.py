@@ -1,0 +1,104 @@
+"""``ack-mig-hook undeploy``: it says what would go, asks before deleting (``--yes`` without a terminal),
+has a ``--dry-run``, warns of a rollout in progress (read from the nodes through a real TLS API server,
+tests/support/kubeapi.py), and prints JSON with ``--json``. ROS is the loopback emulator."""
+
+import io
+import json
+
+import pytest
+
+from functions.rollout import waves
+from tests.function.test_deploy import cloud, deploy_args, make_deps, run  # noqa: F401
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.timeout(180)
+UNDEPLOY = ("undeploy", "--region", "cn-beijing", "--poll", "0")
+
+
+class Terminal(io.StringIO):
+    """stdin as a person at a terminal: isatty() and the answer they type."""
+
+    def isatty(self):
+        return True
+
+
+@pytest.fixture
+def deployed(cloud, capsys, tmp_path):  # noqa: F811
+    ros, _ = cloud
+    assert run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))[0] == 0
+    (stack,) = ros.stacks.values()
+    return ros, stack
+
+
+def rollout_record(step):
+    return waves.Progress(target="sequence=3g.20gb-3g.20gb", step=step, cordoned=True, since=1.0).to_annotation()
+
+
+def test_without_a_terminal_it_needs_yes_and_deletes_nothing(deployed, capsys, monkeypatch):
+    ros, stack = deployed
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    code, out, err = run(capsys, *UNDEPLOY)
+    assert code == 2 and stack["Status"] == "CREATE_COMPLETE" and ros.calls("DeleteStack") == 0
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("ack-mig-hook: error: undeploy deletes stack ack-mig-hook") and "--yes" in line
+
+
+def test_on_a_terminal_it_asks_and_a_no_deletes_nothing(deployed, capsys, monkeypatch):
+    ros, stack = deployed
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    code, _, err = run(capsys, *UNDEPLOY)
+    assert code == 2 and "delete stack ack-mig-hook" in err and "[y/N]" in err and "not deleted" in err
+    assert ros.calls("DeleteStack") == 0
+    monkeypatch.setattr("sys.stdin", Terminal("y\n"))
+    code, out, err = run(capsys, *UNDEPLOY)
+    assert code == 0 and "deleted" in out and stack["Status"] == "DELETE_COMPLETE"
+
+
+def test_dry_run_lists_what_would_go_and_deletes_nothing(deployed, capsys):
+    ros, stack = deployed
+    code, out, err = run(capsys, *UNDEPLOY, "--dry-run")
+    assert code == 0 and out.startswith("dry run: would delete stack ack-mig-hook")
+    for name in ("Function ALIYUN::FC3::Function", "FunctionRole ALIYUN::RAM::Role", "ReconcileTimer"):
+        assert name in out
+    assert "OSS bucket" in out and ros.calls("DeleteStack") == 0 and stack["Status"] == "CREATE_COMPLETE"
+    assert "could not check for a rollout in progress" in err  # no kubeconfig, no cluster id
+
+
+def test_a_rollout_in_progress_is_named_before_deleting(deployed, capsys, kube_api, tmp_path):  # noqa: F811
+    ros, stack = deployed
+    kube_api.add_node("cn-beijing.192.168.12.31", annotations={waves.PROGRESS_ANNOTATION: rollout_record("drained")})
+    kube_api.add_node("cn-beijing.192.168.12.32", annotations={waves.PROGRESS_ANNOTATION: rollout_record("done")})
+    kube_api.add_node("cn-beijing.192.168.12.33")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
+    code, out, err = run(capsys, *UNDEPLOY, "--kubeconfig", str(kubeconfig), "--yes", "--json")
+    assert code == 0, err
+    assert "warning: a rollout is in progress on cn-beijing.192.168.12.31 (drained)" in err
+    assert "192.168.12.32" not in err  # a finished record is no rollout in progress
+    doc = json.loads(out)
+    assert doc["status"] == "deleted" and doc["rollout"]["active"] == [
+        {"node": "cn-beijing.192.168.12.31", "step": "drained", "target": "sequence=3g.20gb-3g.20gb"}]
+    assert {r["logical_id"] for r in doc["resources"]} >= {"Function", "FunctionRole", "EssTrigger"}
+    assert all(r.method == "GET" for r in kube_api.requests)
+
+
+def test_the_rollout_check_asks_ack_for_a_kubeconfig_when_the_cluster_is_known(deployed, capsys, kube_api,
+                                                                              tmp_path):  # noqa: F811
+    ros, _ = deployed
+    kube_api.add_node("cn-beijing.192.168.12.31", annotations={waves.PROGRESS_ANNOTATION: rollout_record("applying")})
+    path = kube_api.write_kubeconfig(tmp_path / "ack.conf", cert=kube_api.admin_cert(), inline=True)
+    ros.ack.kubeconfig = open(path).read()
+    code, out, err = run(capsys, *UNDEPLOY, "--cluster-id", ros.ack.cluster_id, "--dry-run")
+    assert code == 0 and "cn-beijing.192.168.12.31 (applying)" in err
+    assert ros.ack.kubeconfig_requests[-1].get("PrivateIpAddress") in ("false", "False")  # the public endpoint
+
+
+def test_an_unreachable_api_server_is_said_not_hidden(deployed, capsys, tmp_path):
+    ros, _ = deployed  # the CS emulator's default kubeconfig points at a port where nothing listens
+    code, out, err = run(capsys, *UNDEPLOY, "--cluster-id", ros.ack.cluster_id, "--dry-run")
+    assert code == 0 and "warning: could not check for a rollout in progress" in err and "Traceback" not in err
+
+
+def test_nothing_to_remove_is_json_too(cloud, capsys):  # noqa: F811
+    code, out, _ = run(capsys, *UNDEPLOY, "--json")
+    assert code == 0 and json.loads(out) == {"stack": "ack-mig-hook", "region": "cn-beijing", "dry_run": False,
+                                             "status": "absent"}
