@@ -259,7 +259,7 @@ def render(status: Dict[str, Any], nodes: bool) -> str:
             line(_autoscaler_line(p["autoscaler"]))
         if p["allocatable"]:
             line("  allocatable: %s" % ", ".join("%s=%d" % kv for kv in sorted(p["allocatable"].items())))
-        for f in p["failed"] if not nodes else ():  # --nodes: each node's own lines say it
+        for f in p["failed"]:
             line("  failed %s%s: %s" % (f["node"], _ago(f.get("since"), now), f["reason"]), "    ")
         skipped: Dict[str, int] = {}
         for n in p.get("node_list") or []:
