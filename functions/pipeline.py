@@ -259,6 +259,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             return HandlerResult(trigger=Trigger.UNKNOWN.value, outcome="error", reason=str(exc))
     log = logger or make_logger(settings, context)
     request: Optional["Request"] = None
+    waves: set = set()  # this event's rollout wave (instance ids) and whether it reconciles whole pools
+    whole_pools = False
     pool_tags: Optional[List[dict]] = None  # the autoscaler step's entries (functions/autoscaler_sync.py)
     bridge = ExitStack()
     stage = "reading the event"
@@ -294,7 +296,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         # ``kube`` overrides the Kubernetes side (tests, the demo, status: a backend or a NodeView), else the
         # operator's --kubeconfig, the snapshot's kube_nodes or the live API server.
         from functions.rollout.kube import NodeView
-        from functions.rollout.run import kube_view, prepare, removal_targets
+        from functions.rollout.run import ROLLOUT_TRIGGERS, kube_view, prepare, removal_targets
 
         if kube is None:
             view = kube_view(inventory, lookup, settings, cluster)
@@ -343,6 +345,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                event_id=request.event_id, outcome=outcome, reason=reason,
                                cluster_id=cluster, dry_run=effective_dry_run, decisions=decisions, nodes=nodes,
                                pool_tags=pool_tags)
+        waves = set(getattr(rollout, "waves", None) or ())
+        whole_pools = request.trigger in ROLLOUT_TRIGGERS and not request.instance_ids
     except EventOutcome as exc:
         trigger = request.trigger.value if request is not None else exc.trigger
         event_type = request.event_type if request is not None else exc.event_type or None
@@ -374,6 +378,10 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                dry_run=bool(request.dry_run) if request is not None else False, pool_tags=pool_tags)
     finally:
         bridge.close()
+    if request is not None and result.nodes:  # a webhook, when configured; never changes how the event ended
+        from functions.notify import after_event
+
+        after_event(result, settings, log, waves, whole_pools)
     level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]
     log.log(level, "event %s" % result.outcome, outcome=result.outcome, reason=result.reason,
             duration_ms=round((time.monotonic() - started) * 1000, 1))

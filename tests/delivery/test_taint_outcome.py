@@ -23,6 +23,7 @@ from functions.settings import load_settings
 from tests.delivery.conftest import SECRET, TOKEN
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 from tests.support.rpc_emulator import SimNode
+from tests.support.webhook import Webhook
 
 pytestmark = [pytest.mark.cloud_assistant, pytest.mark.kube]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -33,7 +34,7 @@ TAINT = {"key": "ack-mig-hook/partition-pending", "value": "true", "effect": "No
 DONE = {"outcome": "success", "changes": 16, "sequence": "3g.20gb-3g.20gb", "gpus": []}
 
 
-def run(emulator, ecs, maker, kube_api, tmp_path, event_file):  # noqa: F811
+def run(emulator, ecs, maker, kube_api, tmp_path, event_file, notify=""):  # noqa: F811
     with open(INVENTORY) as fh:
         inventory = json.load(fh)
     kubeconfig = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
@@ -42,7 +43,7 @@ def run(emulator, ecs, maker, kube_api, tmp_path, event_file):  # noqa: F811
         "ALIBABA_CLOUD_ACCESS_KEY_ID": emulator.access_key_id, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
         "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_ESS_ENDPOINT": emulator.endpoint,
         "ACK_MIG_KUBECONFIG": kubeconfig, "ACK_MIG_LIFECYCLE_FAILURE_RESULT": "ABANDON",
-        "ACK_MIG_LOG_LEVEL": "ERROR"})
+        "ACK_MIG_LOG_LEVEL": "ERROR", "ACK_MIG_NOTIFY_URL": notify})
     transport = CloudAssistantTransport(ecs, maker, agent_wait_s=0.3, poll_s=0.02, poll_max_s=0.05)
     with open(os.path.join(ROOT, *event_file.split("/"))) as fh:
         event = json.load(fh)
@@ -56,7 +57,11 @@ def test_a_refused_taint_fails_the_node_and_the_hook_still_continues(emulator, e
         kube_api.add_node(name, taints=[TAINT])  # just joined: the pool's startup taint, no state label
         emulator.nodes[iid] = SimNode(result=dict(DONE))
     kube_api.fail["PATCH"] = 403  # the function's ClusterRole lacks patch on nodes
-    result = run(emulator, ecs, maker, kube_api, tmp_path, "tests/events/ess_lifecycle_scale_out.json")
+    with Webhook() as hook:
+        result = run(emulator, ecs, maker, kube_api, tmp_path, "tests/events/ess_lifecycle_scale_out.json",
+                     hook.url())
+        (told,) = hook.lines()
+    assert told["kind"] == "node-failed" and told["text"].startswith("2 nodes failed (2 taint-not-removed)")
     assert result.outcome == "done", result.reason
     nodes = {n["instance_id"]: n for n in result.nodes}
     for iid in NAMES:
