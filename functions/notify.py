@@ -26,6 +26,8 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
+from functions.delivery.outcome import TAINT_NOT_REMOVED
+
 SCHEMA = "ack-mig-hook/notification/v1"
 MAX_NODES = 20  # nodes listed in one line (``count`` says how many there were)
 MAX_REASON = 300
@@ -78,16 +80,22 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
     for pool_id in sorted(pools):
         members = pools[pool_id]
         target = _target(members)
+        # A taint not lifted is settled after the wave (functions.delivery.outcome.settle): the rollout went on.
         stopped = [nodes[d.instance_id] for d in members if d.instance_id in waves
-                   and nodes.get(d.instance_id, {}).get("outcome") in STOPPED]
+                   and nodes.get(d.instance_id, {}).get("outcome") in STOPPED
+                   and nodes[d.instance_id].get("code") != TAINT_NOT_REMOVED]
         if stopped and pool_id:
             first = stopped[0]
+            reason = str(first.get("reason") or "")
+            # The executor's own words for a failure it could not record (the API server went away): the next
+            # run resumes the node by itself; any other stop waits for a person.
+            hint = "" if "next invocation resumes" in reason else \
+                "; fix the cause, then remove the node's annotation ack-mig-hook/rollout to resume"
             out.append(dict(head, kind="rollout-stopped", nodepool_id=pool_id, target=target, count=len(stopped),
                             nodes=[_node(n) for n in stopped[:MAX_NODES]],
-                            text=_cut("rollout of pool %s to %s stopped: node %s ended %s (%s); fix the cause, "
-                                      "then remove the node's annotation ack-mig-hook/rollout to resume"
+                            text=_cut("rollout of pool %s to %s stopped: node %s ended %s (%s)%s"
                                       % (pool_id, target or "-", first.get("node_name") or first.get("instance_id"),
-                                         first.get("outcome"), first.get("reason")), 600)))
+                                         first.get("outcome"), _cut(reason, 300), hint), 600)))
             continue
         finals = [nodes[d.instance_id].get("outcome") if d.instance_id in nodes
                   else ("skipped" if d.action == "skip" else d.action) for d in members]

@@ -1,5 +1,5 @@
-"""``ack-mig-hook status [--inventory FILE] [--kubeconfig FILE] [--json] [--nodes]``: the fleet, per pool
-and per node.
+"""``ack-mig-hook status [--inventory FILE] [--kubeconfig FILE] [--json] [--nodes] [--strict]``: the fleet,
+per pool and per node.
 
 It asks the same questions the timer asks, through the same path (``functions.pipeline.run_event`` with
 a dry run of every labelled pool), so what it calls pending, deferred or in layout is exactly what the
@@ -8,8 +8,12 @@ nodes; the Kubernetes API (the operator's ``--kubeconfig``, ACK's short-lived cr
 snapshot's ``kube_nodes``) gives each node's applied layout, its
 ``nvidia.com/mig.config.state``, its rollout progress and its allocatable ``nvidia.com/mig-*`` resources.
 
-Per pool: the label, node count, nodes in the requested layout, pending (this wave, or new nodes),
-failed (with the node's own reason), deferred, and the allocatable MIG resources summed over its nodes.
+Per pool: the label (the pool's own, whatever its nodes decided), node count, nodes in the requested
+layout, pending (this wave, or new nodes), failed (with the node's own reason and, from its rollout record,
+how long ago), deferred (with the age of what it waits on), skipped (with why), and the allocatable MIG
+resources summed over its nodes. The text fits :data:`WIDTH` columns (reasons wrap between words, long
+layouts are written ``7x1g.5gb``); ``--json`` keeps every value whole. A Kubernetes API that cannot be used
+is said on the first line and exits 1; ``--strict`` exits 3 when a node failed or the API cannot be used.
 """
 
 import json
@@ -321,12 +325,17 @@ class _Watched:
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self.failure is not None:
             raise self.failure
+        from functions.errors import EventOutcome
+
         try:
             return getattr(self.backend, method)(*args, **kwargs)
         except KubeError as exc:
             if exc.status != 404:
                 self.failure = exc
             raise
+        except EventOutcome as exc:  # ACK would not hand out the cluster credential (DescribeClusterUserKubeconfig)
+            self.failure = KubeError("no cluster credential from ACK: %s" % exc.reason, None)
+            raise self.failure from None
 
     def list_nodes(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("list_nodes", *args, **kwargs)

@@ -10,6 +10,7 @@ from functions.cluster import InventoryLookup
 from functions.settings import load_settings
 from functions.commands.status import collect
 from tests.rollout.conftest import NEW, OLD, capacity, node_labels, snapshot
+from tests.function.conftest import emulator as cs_emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 
@@ -247,3 +248,18 @@ def test_an_unreachable_kubernetes_api_is_said_and_exits_non_zero(kube_api, tmp_
     status = json.loads(capsys.readouterr().out)
     assert status["kubernetes"] is False and status["kubernetes_error"] and status["outcome"] == "retry"
     assert "deferred because the Kubernetes API cannot be used" in status["reason"]
+
+
+def test_a_cluster_credential_ack_refuses_is_said_like_an_unreachable_api(cs_emulator, capsys):  # noqa: F811
+    """No --inventory: the ACK API gives the pools, and ACK's DescribeClusterUserKubeconfig the credential;
+    RAM refuses the latter (403 Forbidden.RAM, the CS emulator's answer): the first line says so, exit 1."""
+    from functions.commands.status import exit_code, render
+    from tests.function.conftest import cloud_env
+
+    cs_emulator.fail_next("DescribeClusterUserKubeconfig", 403, "Forbidden.RAM", times=10)
+    status = collect(load_settings(dict(cloud_env(cs_emulator), ACK_MIG_API_MAX_ATTEMPTS="1")))
+    assert "no cluster credential from ACK" in status["kubernetes_error"] and "Forbidden.RAM" in \
+        status["kubernetes_error"]
+    assert " ".join(render(status, nodes=False).split()).startswith(
+        "cluster %s: the Kubernetes API cannot be used (no cluster credential from ACK" % cs_emulator.cluster_id)
+    assert exit_code(status, strict=False) == 1 and exit_code(status, strict=True) == 3
