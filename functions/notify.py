@@ -15,7 +15,8 @@ Kinds (``kind``), schema :data:`SCHEMA`:
   one line per event. A decision ``error`` (a label that does not parse) is not a node failure: every timer
   would repeat it; ``status`` and ``doctor`` show it.
 * ``rollout-stopped``: per pool, a node of this event's rollout wave ended ``failed`` or ``drain-timeout``:
-  the pool's rollout waits until someone removes that node's record.
+  the pool's rollout waits until someone removes that node's record (unless the reason says the next run
+  resumes it: the API server went away mid-wave). Such a ``failed`` node is also in ``node-failed``.
 * ``rollout-finished``: per pool, in an event that reconciles whole pools (the timer, a node pool operation, a
   manual run without instance ids), this event changed at least one of the pool's nodes and none is left to
   do (nothing deferred, failed or waiting): the pool holds its layout.

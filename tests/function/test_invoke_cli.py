@@ -149,8 +149,9 @@ def test_a_live_invoke_whose_startup_taint_is_refused_fails_the_nodes(kube_api, 
     assert proc.returncode == 1, proc.stderr
     nodes = json.loads(proc.stdout)["nodes"]
     assert [(n["outcome"], n["code"]) for n in nodes] == [("failed", "taint-not-removed")] * 2
-    # the GPUs were partitioned all the same (the two share one simulated machine: the second finds it done)
-    assert nodes[0]["changes"] > 0 and all(n["sequence"] == "3g.20gb-3g.20gb" for n in nodes)
+    # the GPUs were partitioned all the same (the two share one simulated machine: whichever comes second
+    # finds it done)
+    assert sum(n["changes"] for n in nodes) > 0 and all(n["sequence"] == "3g.20gb-3g.20gb" for n in nodes)
     proc = cli(*argv, "--strict", env=sim_env(tmp_path))  # the nodes are right now; the taint still stays
     assert proc.returncode == 3, proc.stderr
     assert "failed (taint-not-removed: the startup taint could not be lifted" in proc.stdout
