@@ -220,6 +220,21 @@ def _summary(decisions: Sequence[Any]) -> str:
     return ", ".join("%d %s" % (n, a) for a, n in sorted(counts.items())) or "no instances"
 
 
+def _without_kubernetes(decisions: Sequence[Any], rollout: Any) -> Tuple[str, str]:
+    """(outcome, reason) of an event that ran: ``done``, or ``retry`` when the Kubernetes API could not be
+    used (``functions.rollout.run.prepare`` then gives a Rollout without a backend and defers every node
+    it could not tell apart): the event did not do its work, FC retries it, and ``invoke``/``status`` exit
+    non-zero instead of reporting a quiet run with deferred nodes."""
+    summary = _summary(decisions)
+    if rollout is None or rollout.kube is not None:
+        return "done", summary
+    held = [d for d in decisions if d.action == "defer"]
+    if not held:
+        return "done", summary
+    return "retry", "%s; %d node%s deferred because %s" % (summary, len(held), "" if len(held) == 1 else "s",
+                                                          held[0].reason)
+
+
 def run_event(raw: Any, settings: Optional[Settings] = None, inventory: InventoryArg = None,
               executor: Optional["Executor"] = None, context: Any = None, dry_run: bool = False,
               logger: Optional[JsonLogger] = None, kube: Any = None,
@@ -244,6 +259,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             return HandlerResult(trigger=Trigger.UNKNOWN.value, outcome="error", reason=str(exc))
     log = logger or make_logger(settings, context)
     request: Optional["Request"] = None
+    waves: set = set()  # this event's rollout wave (instance ids) and whether it reconciles whole pools
+    whole_pools = False
     pool_tags: Optional[List[dict]] = None  # the autoscaler step's entries (functions/autoscaler_sync.py)
     bridge = ExitStack()
     stage = "reading the event"
@@ -251,6 +268,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         envelope = read_envelope(raw)  # stage 1, stdlib: ends irrelevant events before pydantic loads
         from functions.point_of_change import DryRunExecutor, make_executor
         from functions.intake import parse_envelope
+        from functions.delivery.outcome import settle
 
         request = parse_envelope(envelope)
         log = log.bind(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id)
@@ -278,7 +296,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         # ``kube`` overrides the Kubernetes side (tests, the demo, status: a backend or a NodeView), else the
         # operator's --kubeconfig, the snapshot's kube_nodes or the live API server.
         from functions.rollout.kube import NodeView
-        from functions.rollout.run import kube_view, prepare, removal_targets
+        from functions.rollout.run import ROLLOUT_TRIGGERS, kube_view, prepare, removal_targets
 
         if kube is None:
             view = kube_view(inventory, lookup, settings, cluster)
@@ -306,7 +324,9 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
 
         def finished(n: dict) -> None:
             """One JSON log line per node as it finishes (a rollout reports each one when it ends), and the
-            caller's ``progress(node result, total)`` (the command line's done/total on stderr)."""
+            caller's ``progress(node result, total)`` (the command line's done/total on stderr). A node's result
+            is settled first (a startup taint not lifted ends it failed), in place, so every copy agrees."""
+            settle(n)
             reported.add(n.get("instance_id"))
             log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
                      reason=n.get("reason"))
@@ -320,10 +340,13 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         for n in nodes:
             if n.get("instance_id") not in reported:
                 finished(n)
+        outcome, reason = _without_kubernetes(decisions, rollout)
         result = HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
-                               event_id=request.event_id, outcome="done", reason=_summary(decisions),
+                               event_id=request.event_id, outcome=outcome, reason=reason,
                                cluster_id=cluster, dry_run=effective_dry_run, decisions=decisions, nodes=nodes,
                                pool_tags=pool_tags)
+        waves = set(getattr(rollout, "waves", None) or ())
+        whole_pools = request.trigger in ROLLOUT_TRIGGERS and not request.instance_ids
     except EventOutcome as exc:
         trigger = request.trigger.value if request is not None else exc.trigger
         event_type = request.event_type if request is not None else exc.event_type or None
@@ -355,6 +378,10 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                dry_run=bool(request.dry_run) if request is not None else False, pool_tags=pool_tags)
     finally:
         bridge.close()
+    if request is not None and result.nodes:  # a webhook, when configured; never changes how the event ended
+        from functions.notify import after_event
+
+        after_event(result, settings, log, waves, whole_pools)
     level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]
     log.log(level, "event %s" % result.outcome, outcome=result.outcome, reason=result.reason,
             duration_ms=round((time.monotonic() - started) * 1000, 1))

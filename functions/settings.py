@@ -178,11 +178,13 @@ class Settings:
     autoscaler_tags: str = "auto"  # ACK_MIG_AUTOSCALER_TAGS (functions/autoscaler_tags.py)
     delivery: "DeliverySettings" = field(default_factory=lambda: DeliverySettings())
     rollout: "RolloutSettings" = field(default_factory=lambda: RolloutSettings())
+    notify: "NotifySettings" = field(default_factory=lambda: NotifySettings())
 
     def secrets(self) -> Tuple[str, ...]:
         """Every secret value these settings hold, for the log redactor."""
         found = list(self.credentials.secrets()) if self.credentials else []
         found.extend(self.delivery.secrets())
+        found.extend(self.notify.secrets())
         return tuple(found)
 
 
@@ -206,6 +208,7 @@ def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = No
         autoscaler_tags=parse_choice(env, AUTOSCALER_TAGS, "auto", AUTOSCALER_TAG_MODES),
         delivery=delivery_from_env(env),
         rollout=rollout_from_env(env),
+        notify=notify_from_env(env),
     )
     return _on_network(settings) if network == "vpc" and region else settings
 
@@ -411,3 +414,46 @@ def rollout_from_env(env: Mapping[str, str]) -> RolloutSettings:
         kube_max_attempts=parse_int(env, KUBE_MAX_ATTEMPTS, 5, 1, 10),
         kubeconfig=_get(env, KUBECONFIG),
     )
+
+
+# --- notifications (functions/notify.py); documented in docs/operations.md ---
+NOTIFY_URL = _var("ACK_MIG_NOTIFY_URL", "", "a webhook that receives one JSON line when a rollout finishes or "
+                  "stops, or a node fails (https://; http:// only to a loopback address). It may carry a token: "
+                  "never logged; prefer ACK_MIG_NOTIFY_URL_SECRET", "notify")
+NOTIFY_URL_SECRET = _var("ACK_MIG_NOTIFY_URL_SECRET", "", "name of the KMS Secrets Manager secret that holds the "
+                         "webhook URL (read when there is something to send, cached for the instance's life, "
+                         "never logged); wins over ACK_MIG_NOTIFY_URL", "notify")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # urlsplit's hostname: lower case, no brackets
+
+
+@dataclass(frozen=True)
+class NotifySettings:
+    url: str = field(default="", repr=False)  # may hold a token: kept out of repr, masked in every log line
+    url_secret: str = ""  # a secret's name, not a secret: the URL lives in KMS
+
+    def secrets(self) -> Tuple[str, ...]:
+        return (self.url,) if self.url else ()
+
+
+def check_notify_url(text: str, name: str = NOTIFY_URL) -> str:
+    """The webhook URL, checked; the message never quotes it (its path or query may be a token).
+    https:// only, so a token never crosses a network in clear text; http:// to a loopback host (tests)."""
+    from urllib.parse import urlsplit
+
+    url = text.strip()
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        parts.port  # a port that is not a number raises ValueError
+    except ValueError:
+        raise SettingsError("%s is not a URL; use https://host[:port]/path" % name) from None
+    if parts.scheme not in ("https", "http") or not host or any(c.isspace() for c in url):
+        raise SettingsError("%s is not a URL; use https://host[:port]/path" % name)
+    if parts.scheme == "http" and host not in LOOPBACK_HOSTS:
+        raise SettingsError("%s uses http://; use https:// (http:// only to a loopback address)" % name)
+    return url
+
+
+def notify_from_env(env: Mapping[str, str]) -> NotifySettings:
+    url = _get(env, NOTIFY_URL)
+    return NotifySettings(url=check_notify_url(url) if url else "", url_secret=_get(env, NOTIFY_URL_SECRET))

@@ -231,7 +231,7 @@ def run(args):
                           "events": [{"node": e["involvedObject"]["name"], "reason": e["reason"],
                                       "message": e["message"]} for e in kube.events],
                           "autoscaler": {"runs": [{"run": title, "pool_tags": r.pool_tags} for title, r in tag_runs],
-                                         "writes": tag_writes}}))
+                                         "writes": tag_writes}}, indent=2))
         return 0 if first.outcome == "done" else 1
     print("event %s (%s): %s, %s" % (first.event_type, first.trigger, first.outcome, first.reason))
     for d in first.decisions:

@@ -6,10 +6,12 @@ With ``--inventory`` the cluster comes from a snapshot file and no credentials a
 credentials come from the chain every cloud command uses (functions/commands/common.py: the environment,
 ``--profile``, the instance role). With ``--kubeconfig`` the Kubernetes side (applied layouts, the rollout,
 taint removal) uses the operator's own credential instead of the snapshot's ``kube_nodes`` or a short-lived
-one from ACK. Exit codes: 0 the event ended done or skip; 2 the event, inventory or
-configuration is wrong (one line on stderr); 4 / 5 a cloud API refused the credentials / the action; 1 a
-transient cloud failure (retry) or a node that failed; 3 with ``--strict``, when any decision ended
-``error`` or any node ``failed`` (for CI). An error is printed once: on stderr.
+one from ACK. Exit codes: 0 the event ended done or skip; 2 the event, inventory or configuration is wrong
+(one line on stderr); 4 / 5 a cloud API refused the credentials / the action; 1 a transient cloud failure
+(retry: a cloud API kept failing, or the Kubernetes API could not be used) or a node that failed (a startup
+taint that could not be lifted included: ``taint-not-removed``); 3 with ``--strict``, when any decision
+ended ``error``, any node ``failed`` or is in conflict, or the event must be retried (for CI). An error is
+printed once: on stderr.
 """
 
 import json
@@ -38,8 +40,8 @@ def configure(parser, command):
                         "default: the snapshot's kube_nodes, else a short-lived one ACK issues for the cluster's "
                         "private endpoint, as the deployed function uses")
     parser.add_argument("--strict", action="store_true",
-                        help="exit %d when any decision ends error or any node failed or is in conflict "
-                             "(for CI)" % STRICT_EXIT)
+                        help="exit %d when any decision ends error, any node failed or is in conflict, or "
+                             "the event must be retried (for CI)" % STRICT_EXIT)
     parser.add_argument("--inventory", metavar="FILE",
                         help="cluster snapshot {cluster_id, nodepools, nodes} in the CS API's shapes; "
                              "without it the ACK API is asked (credentials needed)")
@@ -197,7 +199,7 @@ def run(args):
         code, text = explain(" ".join(logger.redact(result.reason).split()), EXIT_USAGE)
         print("ack-mig-hook: error: %s" % escape(text), file=sys.stderr)
         return code
-    if args.strict and (any(d.action == "error" for d in result.decisions)
+    if args.strict and (result.outcome == "retry" or any(d.action == "error" for d in result.decisions)
                         or any(n.get("outcome") in ("failed", "conflict") for n in result.nodes or [])):
         return STRICT_EXIT
     if result.outcome == "retry":

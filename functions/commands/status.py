@@ -1,5 +1,5 @@
-"""``ack-mig-hook status [--inventory FILE] [--kubeconfig FILE] [--json] [--nodes]``: the fleet, per pool
-and per node.
+"""``ack-mig-hook status [--inventory FILE] [--kubeconfig FILE] [--json] [--nodes] [--strict]``: the fleet,
+per pool and per node.
 
 It asks the same questions the timer asks, through the same path (``functions.pipeline.run_event`` with
 a dry run of every labelled pool), so what it calls pending, deferred or in layout is exactly what the
@@ -8,18 +8,78 @@ nodes; the Kubernetes API (the operator's ``--kubeconfig``, ACK's short-lived cr
 snapshot's ``kube_nodes``) gives each node's applied layout, its
 ``nvidia.com/mig.config.state``, its rollout progress and its allocatable ``nvidia.com/mig-*`` resources.
 
-Per pool: the label, node count, nodes in the requested layout, pending (this wave, or new nodes),
-failed (with the node's own reason), deferred, and the allocatable MIG resources summed over its nodes.
+Per pool: the label (the pool's own, whatever its nodes decided), node count, nodes in the requested
+layout, pending (this wave, or new nodes), failed (with the node's own reason and, from its rollout record,
+how long ago), deferred (with the age of what it waits on), skipped (with why), and the allocatable MIG
+resources summed over its nodes. The text fits :data:`WIDTH` columns (reasons wrap between words, long
+layouts are written ``7x1g.5gb``); ``--json`` keeps every value whole. A Kubernetes API that cannot be used
+is said on the first line and exits 1; ``--strict`` exits 3 when a node failed or the API cannot be used.
 """
 
 import json
+import re
 import sys
+import time
+import textwrap
 from typing import Any, Dict, List, Optional
 
 from functions.commands import common
+from node_bootstrap.kube import KubeError
+
 from functions.rollout import waves as rp
 
 FAILED_STATES = ("failed",)
+STRICT_EXIT = 3
+WIDTH = 100  # every line of the text output fits this many columns
+# A profile name as the catalogue writes it (1g.5gb, 1g.10gb+me, 1g.24gb+me.all); a layout is several joined
+# by "-". Profiles with a hyphen of their own (1g.24gb-me) are left as they are: "-" would be ambiguous.
+_PROFILE = r"[1-9]g\.[0-9]+gb(?:[+.][a-z]+)*"
+_LAYOUT = re.compile(r"(?<![\w.+-])(%s(?:-%s)+)(?![\w.+-])" % (_PROFILE, _PROFILE))
+LONG_LAYOUT = 20  # characters: a layout longer than this is written with counted runs
+
+
+def abbreviate_layout(layout: str) -> str:
+    """``1g.5gb-1g.5gb-1g.5gb-2g.10gb`` -> ``3x1g.5gb-2g.10gb``: runs of the same profile counted, in order
+    (so the layout can be read back). Only for text; JSON keeps every value as it is."""
+    runs: List[List[Any]] = []
+    for part in layout.split("-"):
+        if runs and runs[-1][0] == part:
+            runs[-1][1] += 1
+        else:
+            runs.append([part, 1])
+    return "-".join(p if n == 1 else "%dx%s" % (n, p) for p, n in runs)
+
+
+def abbreviate(text: str) -> str:
+    """Every layout longer than LONG_LAYOUT characters in ``text``, abbreviated (:func:`abbreviate_layout`)."""
+    return _LAYOUT.sub(lambda m: abbreviate_layout(m.group(1)) if len(m.group(1)) > LONG_LAYOUT else m.group(1),
+                       text)
+
+
+def age(seconds: Optional[float]) -> str:
+    """``45s``, ``12m``, ``2h 5m``, ``3d 4h``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    s = max(0, int(seconds))
+    if s < 60:
+        return "%ds" % s
+    if s < 3600:
+        return "%dm" % (s // 60)
+    if s < 86400:
+        return "%dh %dm" % (s // 3600, s % 3600 // 60) if s % 3600 >= 60 else "%dh" % (s // 3600)
+    return "%dd %dh" % (s // 86400, s % 86400 // 3600) if s % 86400 >= 3600 else "%dd" % (s // 86400)
+
+
+def pool_label(pool: Any) -> Optional[str]:
+    """The pool's partition label as the pool carries it (``sequence=3g.20gb-3g.20gb``), whatever its nodes
+    decided (a passthrough pool's nodes are skipped, its label is still there); both labels when a pool
+    carries both (an error the decisions name)."""
+    from node_bootstrap.mig import KIND_SEQUENCE, KIND_SIZE, SEQUENCE_LABEL, SIZE_LABEL
+
+    found = ["%s=%s" % (kind, pool.labels[name]) for name, kind in ((SIZE_LABEL, KIND_SIZE),
+                                                                     (SEQUENCE_LABEL, KIND_SEQUENCE))
+             if name in pool.labels]
+    return ", ".join(found) or None
 
 
 def _failure(kube: Optional[rp.KubeNode]) -> Optional[str]:
@@ -35,32 +95,62 @@ def _failure(kube: Optional[rp.KubeNode]) -> Optional[str]:
     return None
 
 
+def _since(kube: Optional[rp.KubeNode]) -> Optional[float]:
+    """When the node's rollout record began (``since``, wall clock), or None without one."""
+    progress = kube.progress if kube is not None else None
+    return progress.since if progress is not None and progress.since > 0 else None
+
+
+def _rollout_times(entry: Dict[str, Any], members: List[Optional[rp.KubeNode]]) -> None:
+    """The pool's rollout start (the oldest record for its current target) and, when stopped, the oldest
+    stop: what a deferral's age counts from when the node has no record of its own."""
+    target = (entry["label"] or "").split(", ")[0]
+    records = [k.progress for k in members if k is not None and k.progress is not None
+               and k.progress.target == target and k.progress.since > 0]
+    entry["rollout_since"] = min((p.since for p in records), default=None)
+    entry["stopped_since"] = min((p.since for p in records if p.step in rp.STOP_STEPS), default=None)
+
+
+def _entry(pool_id: str, pool: Any) -> Dict[str, Any]:
+    return {"nodepool_id": pool_id, "name": pool.name if pool else None,
+            "label": pool_label(pool) if pool else None,
+            "max_unavailable": (pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool else None),
+            "nodes": 0, "in_layout": 0, "pending": 0, "deferred": 0, "skipped": 0, "unknown": 0, "failed": [], "allocatable": {},
+            "rollout_since": None, "stopped_since": None, "node_list": []}
+
+
 def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.KubeNode]],
-              autoscaler_mode: str = "auto") -> Dict[str, Any]:
-    """Pure: the dry-run result of a reconcile, the pools, and the Kubernetes nodes -> the status."""
+              autoscaler_mode: str = "auto", kube_error: Optional[str] = None,
+              now: Optional[float] = None) -> Dict[str, Any]:
+    """Pure: the dry-run result of a reconcile, the pools, and the Kubernetes nodes -> the status.
+    ``kube_error``: why the Kubernetes API could not be used (None: it answered, or there is no Kubernetes
+    side); ``now``: wall-clock time the ages count to (default: the time now)."""
+    now = time.time() if now is None else now
     by_pool: Dict[str, Dict[str, Any]] = {}
+    members: Dict[str, List[Optional[rp.KubeNode]]] = {}
     names = {p.nodepool_id: p for p in pools}
     for d in result.decisions:
         pool_id = d.nodepool_id or "(no pool)"
-        pool = names.get(pool_id)
-        entry = by_pool.setdefault(pool_id, {
-            "nodepool_id": pool_id, "name": pool.name if pool else None,
-            "label": ("%s=%s" % (d.partition.kind, d.partition.value)) if d.partition else None,
-            "max_unavailable": (pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool else None),
-            "nodes": 0, "in_layout": 0, "pending": 0, "deferred": 0, "failed": [], "allocatable": {},
-            "node_list": []})
-        if entry["label"] is None and d.partition is not None:
+        entry = by_pool.get(pool_id)
+        if entry is None:
+            entry = by_pool[pool_id] = _entry(pool_id, names.get(pool_id))
+        if entry["label"] is None and d.partition is not None:  # a pool the lookup did not list
             entry["label"] = "%s=%s" % (d.partition.kind, d.partition.value)
         kube = (kube_nodes or {}).get(d.node_name or "")
+        members.setdefault(pool_id, []).append(kube)
         why_failed = _failure(kube)
         if d.action == "error":
             why_failed = why_failed or d.reason
         if why_failed:
             state = "failed"
-            entry["failed"].append({"node": d.node_name or d.instance_id, "reason": why_failed})
+            entry["failed"].append({"node": d.node_name or d.instance_id, "reason": why_failed,
+                                    "since": _since(kube)})
         elif d.action == "skip" and d.partition is not None:
             state = "in-layout"
             entry["in_layout"] += 1
+        elif d.action == "defer" and kube_error:  # waiting only because the API server cannot be read
+            state = "unknown"
+            entry["unknown"] += 1
         elif d.action == "defer":
             state = "deferred"
             entry["deferred"] += 1
@@ -69,6 +159,7 @@ def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.K
             entry["pending"] += 1
         else:
             state = "skipped"
+            entry["skipped"] += 1
         entry["nodes"] += 1
         for key, count in (kube.mig_allocatable() if kube else {}).items():
             entry["allocatable"][key] = entry["allocatable"].get(key, 0) + count
@@ -77,18 +168,22 @@ def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.K
             "applied": kube.labels.get(rp.APPLIED_LABEL) if kube else None,
             "mig_state": kube.labels.get(rp.STATE_LABEL) if kube else None,
             "rollout_step": kube.progress.step if kube and kube.progress else None,
-            "cordoned": kube.unschedulable if kube else None, "reason": why_failed or d.reason})
+            "since": _since(kube), "cordoned": kube.unschedulable if kube else None, "reason": why_failed or d.reason})
+    for pool_id, entry in by_pool.items():
+        _rollout_times(entry, members.get(pool_id, []))
+        for n in entry["node_list"]:  # a deferral without a record of its own waits on the pool's rollout
+            if n["status"] == "deferred" and n["since"] is None:
+                n["since"] = entry["stopped_since"] or entry["rollout_since"]
     _add_autoscaler(by_pool, pools, autoscaler_mode)
     return {"cluster_id": result.cluster_id, "outcome": result.outcome, "reason": result.reason,
-            "kubernetes": kube_nodes is not None, "pools": [by_pool[k] for k in sorted(by_pool)]}
+            "kubernetes": kube_nodes is not None and kube_error is None, "kubernetes_error": kube_error,
+            "now": round(now, 3), "pools": [by_pool[k] for k in sorted(by_pool)]}
 
 
 def _add_autoscaler(by_pool: Dict[str, Dict[str, Any]], pools: List[Any], mode: str) -> None:
     """Each pool's ``autoscaler``: whether the cluster-autoscaler's template node advertises the layout's MIG
     resources (functions/autoscaler_tags.py). A labelled pool without nodes (an autoscaling pool at zero)
     gets an entry of its own: its template is what scales it out."""
-    from node_bootstrap.mig import MigInputError, spec_from_labels
-
     from functions.autoscaler_tags import is_ours, template_status
     from functions.decide import has_partition_label
 
@@ -97,15 +192,7 @@ def _add_autoscaler(by_pool: Dict[str, Dict[str, Any]], pools: List[Any], mode: 
         if entry is None:
             if not has_partition_label(pool) and not any(is_ours(k) for k in pool.tags):
                 continue
-            try:
-                spec = spec_from_labels(pool.labels)
-            except MigInputError:
-                spec = None
-            entry = by_pool[pool.nodepool_id] = {
-                "nodepool_id": pool.nodepool_id, "name": pool.name,
-                "label": "%s=%s" % (spec.kind, spec.value) if spec else None,
-                "max_unavailable": pool.labels.get(rp.MAX_UNAVAILABLE_LABEL), "nodes": 0, "in_layout": 0,
-                "pending": 0, "deferred": 0, "failed": [], "allocatable": {}, "node_list": []}
+            entry = by_pool[pool.nodepool_id] = _entry(pool.nodepool_id, pool)
         entry["autoscaler"] = template_status(pool, mode)
 
 
@@ -125,31 +212,77 @@ def _autoscaler_line(a: Optional[Dict[str, Any]]) -> Optional[str]:
         scaling, want, have, who)
 
 
+def _wrap(line: str, more: Optional[str] = None) -> List[str]:
+    """One logical line as lines of at most WIDTH columns, broken between words (never inside a layout at
+    its hyphens), continuation lines indented ``more`` (default: two more than the line's own indent)."""
+    text = abbreviate(line)
+    if len(text) <= WIDTH:
+        return [text]
+    indent = text[:len(text) - len(text.lstrip(" "))]
+    return textwrap.wrap(text.lstrip(" "), WIDTH, initial_indent=indent,
+                         subsequent_indent=more if more is not None else indent + "  ",
+                         break_on_hyphens=False, break_long_words=True) or [""]
+
+
+def _ago(since: Optional[float], now: float) -> str:
+    return "" if since is None else " %s ago" % age(now - since)
+
+
 def render(status: Dict[str, Any], nodes: bool) -> str:
     from functions.textsafe import escape_data
 
     status = escape_data(status)  # node names, reasons and labels come from the cluster: no terminal escapes
-    lines = ["cluster %s%s" % (status["cluster_id"], "" if status["kubernetes"] else
-                               " (no Kubernetes view: applied layouts unknown, every node counts as pending)")]
-    if status["outcome"] != "done":
-        lines.append("  %s: %s" % (status["outcome"], status["reason"]))
+    now = status.get("now") or time.time()
+    out: List[str] = []
+
+    def line(text: str, more: Optional[str] = None) -> None:
+        out.extend(_wrap(text, more))
+
+    if status.get("kubernetes_error"):
+        line("cluster %s: the Kubernetes API cannot be used (%s): applied layouts, rollouts and failures are "
+             "unknown, and running nodes wait until it answers; the function needs the cluster's VPC and the "
+             "RBAC of deploy/rbac.yaml (`ack-mig-hook doctor` checks both)" % (
+                 status["cluster_id"], status["kubernetes_error"]))
+    else:
+        line("cluster %s%s" % (status["cluster_id"], "" if status["kubernetes"] else
+                               " (no Kubernetes view: applied layouts unknown, every node counts as pending)"))
+    if status["outcome"] != "done" and not (status.get("kubernetes_error") and status["outcome"] == "retry"):
+        line("  %s: %s" % (status["outcome"], status["reason"]))
     for p in status["pools"]:
         name = "%s (%s)" % (p["nodepool_id"], p["name"]) if p["name"] else p["nodepool_id"]
-        lines.append("pool %s: %s" % (name, p["label"] or "no partition label"))
-        lines.append("  nodes %d: in layout %d, pending %d, failed %d, deferred %d" % (
-            p["nodes"], p["in_layout"], p["pending"], len(p["failed"]), p["deferred"]))
+        line("pool %s: %s" % (name, p["label"] or "no partition label"))
+        counts = "  nodes %d: in layout %d, pending %d, failed %d, deferred %d" % (
+            p["nodes"], p["in_layout"], p["pending"], len(p["failed"]), p["deferred"])
+        if p.get("skipped"):
+            counts += ", skipped %d" % p["skipped"]
+        if p.get("unknown"):
+            counts += ", unknown %d (the Kubernetes API cannot be used)" % p["unknown"]
+        if p.get("rollout_since") is not None and (p["deferred"] or p["pending"] or p["failed"]):
+            counts += "; rollout since%s" % _ago(p["rollout_since"], now)
+        line(counts)
         if _autoscaler_line(p.get("autoscaler")):
-            lines.append(_autoscaler_line(p["autoscaler"]))
+            line(_autoscaler_line(p["autoscaler"]))
         if p["allocatable"]:
-            lines.append("  allocatable: %s" % ", ".join("%s=%d" % kv for kv in sorted(p["allocatable"].items())))
+            line("  allocatable: %s" % ", ".join("%s=%d" % kv for kv in sorted(p["allocatable"].items())))
         for f in p["failed"]:
-            lines.append("  failed %s: %s" % (f["node"], f["reason"]))
-        if nodes:
-            for n in p["node_list"]:
-                lines.append("    %-28s %-10s applied=%s state=%s%s  %s" % (
-                    n["node"] or n["instance_id"], n["status"], n["applied"] or "-", n["mig_state"] or "-",
-                    " cordoned" if n["cordoned"] else "", n["reason"]))
-    return "\n".join(lines)
+            line("  failed %s%s: %s" % (f["node"], _ago(f.get("since"), now), f["reason"]), "    ")
+        skipped: Dict[str, int] = {}
+        for n in p.get("node_list") or []:
+            if n["status"] == "skipped":
+                skipped[n["reason"]] = skipped.get(n["reason"], 0) + 1
+        if not nodes:
+            for reason, count in list(skipped.items())[:3]:
+                line("  skipped %d: %s" % (count, reason), "    ")
+            if len(skipped) > 3:
+                line("  skipped: %d more reasons (--nodes shows each node)" % (len(skipped) - 3))
+            continue
+        for n in p.get("node_list") or []:
+            when = _ago(n.get("since"), now) if n["status"] in ("deferred", "failed") else ""
+            line("    %s  %s%s  applied %s  state %s%s" % (
+                n["node"] or n["instance_id"], n["status"], when, n["applied"] or "-", n["mig_state"] or "-",
+                "  cordoned" if n["cordoned"] else ""), "      ")
+            line("      %s" % n["reason"], "      ")
+    return "\n".join(out)
 
 
 def configure(parser, command):
@@ -161,6 +294,9 @@ def configure(parser, command):
                                                      "kube_nodes, else a short-lived one ACK issues for the cluster")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--nodes", action="store_true", help="one line per node as well")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit %d when any node failed or the Kubernetes API cannot be read (for CI and "
+                             "alerts)" % STRICT_EXIT)
 
 
 def checked_kubeconfig(path: str) -> str:
@@ -176,9 +312,40 @@ def checked_kubeconfig(path: str) -> str:
     return path
 
 
-def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, Any]:
-    from node_bootstrap.kube import KubeError
+class _Watched:
+    """The Kubernetes backend as ``status`` reads it: the first failure other than a 404 (no answer, 403,
+    5xx after the client's retries) is kept, to be reported, and answers every later call at once, so an
+    unreachable API server is waited out once, not once by the dry run and again by the status."""
 
+    def __init__(self, backend: Any) -> None:
+        self.backend, self.failure = backend, None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self.failure is not None:
+            raise self.failure
+        from functions.errors import EventOutcome
+
+        try:
+            return getattr(self.backend, method)(*args, **kwargs)
+        except KubeError as exc:
+            if exc.status != 404:
+                self.failure = exc
+            raise
+        except EventOutcome as exc:  # ACK would not hand out the cluster credential (DescribeClusterUserKubeconfig)
+            self.failure = KubeError("no cluster credential from ACK: %s" % exc.reason, None)
+            raise self.failure from None
+
+    def list_nodes(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("list_nodes", *args, **kwargs)
+
+    def get_node(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("get_node", *args, **kwargs)
+
+
+def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[float] = None) -> Dict[str, Any]:
     from functions.logs import JsonLogger
     from functions.pipeline import run_event
     from functions.rollout.kube import NodeView
@@ -194,6 +361,10 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
         view = kube if isinstance(kube, NodeView) else NodeView(kube)
     else:  # --kubeconfig, else the snapshot's kube_nodes, else the live API server through ACK's credential
         view = kube_view(lookup, lookup, settings, cluster)
+    watched = None
+    if view is not None:
+        watched = _Watched(view.backend)
+        view = NodeView(watched)
     if lookup is None:  # the live cluster: the ACK API for pools and nodes
         from functions.cs_lookup import CsLookup
 
@@ -208,7 +379,19 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None) -> Dict[str, An
             known = view.known()
         except KubeError:
             known = None
-    return summarize(result, pools, known, settings.autoscaler_tags)
+    failure = watched.failure if watched is not None else None
+    error = " ".join(str(failure).split())[:300] if failure is not None else None
+    return summarize(result, pools, None if error else known, settings.autoscaler_tags, error, now)
+
+
+def exit_code(status: Dict[str, Any], strict: bool) -> int:
+    """0; 1 when the reconcile did not end done/skip or the Kubernetes API cannot be used; with ``strict``,
+    3 when any node failed or the Kubernetes API cannot be used (nodes whose state cannot be known)."""
+    if strict and (status.get("kubernetes_error") or any(p["failed"] for p in status["pools"])):
+        return STRICT_EXIT
+    if status.get("kubernetes_error") or status["outcome"] not in ("done", "skip"):
+        return 1
+    return 0
 
 
 def run(args):
@@ -244,4 +427,4 @@ def run(args):
         print(json.dumps(status, indent=2))
     else:
         print(render(status, args.nodes))
-    return 0 if status["outcome"] in ("done", "skip") else 1
+    return exit_code(status, getattr(args, "strict", False))

@@ -5,6 +5,9 @@ touching their node; ``partition`` decisions go to the configured transport in o
 Assistant can batch them), with lifecycle heartbeats running meanwhile. Then the lifecycle hook, if any,
 is answered (the instances wait on it), and the startup taint is lifted from every node that ended
 ``partitioned`` or ``unchanged`` (an API server that does not answer is tried once, not once per node).
+A taint that could not be lifted is recorded on the node's outcome (``taint``); the pipeline then ends
+that node ``failed`` with the code ``taint-not-removed`` (``functions.delivery.outcome.settle``), after
+the hook was answered: it is never the node's verdict on its GPUs.
 
 Everything the executor talks to is built lazily from settings, so a request without a lifecycle hook
 never creates an ESS client and a pool without a startup taint never asks for a kubeconfig.
@@ -21,7 +24,8 @@ from functions.model import ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP
 from functions.settings import Settings
 from functions.delivery import bundle as bundle_mod
 from functions.delivery.node_script import DEFAULT_ROOT, node_args
-from functions.delivery.outcome import FAILED, PARTITIONED, SKIPPED, UNCHANGED, NodeTarget, Outcome, outcome
+from functions.delivery.outcome import (FAILED, NOT_REMOVED, PARTITIONED, SKIPPED, TAINT_NOT_JOINED, UNCHANGED,
+                                       NodeTarget, Outcome, outcome)
 from functions.delivery.transport import ScriptMaker, Transport
 
 log = logging.getLogger(__name__)
@@ -155,15 +159,15 @@ class DeliveryExecutor:
         unreachable = ""
         for o in done:
             if not o.node_name:
-                o.taint = "not removed: the node has not joined the cluster yet"
+                o.taint = TAINT_NOT_JOINED  # the expected case under a lifecycle hook: a later event lifts it
                 continue
             if unreachable:  # one unreachable API server is enough: do not wait out its timeouts per node
-                o.taint = "not removed: %s" % unreachable
+                o.taint = NOT_REMOVED + unreachable
                 continue
             try:
                 o.taint = remover.remove(o.node_name)
             except Exception as exc:  # noqa: BLE001 - one node's taint never hides the others' results
-                o.taint = "not removed: %s" % str(exc)[:200]
+                o.taint = NOT_REMOVED + str(exc)[:200]
                 log.warning("startup taint of %s not removed: %s", o.node_name, exc)
                 if getattr(exc, "status", 0) is None:  # no HTTP answer at all (KubeError without status)
                     unreachable = "the API server did not answer (%s)" % str(exc)[:120]

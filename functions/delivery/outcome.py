@@ -20,6 +20,16 @@ REBOOT_REQUIRED = "reboot-required"
 CONFLICT = "conflict"
 OUTCOMES = (PARTITIONED, UNCHANGED, SKIPPED, FAILED, REBOOT_REQUIRED, CONFLICT)
 
+# The startup taint of a partitioned or unchanged node (``Outcome.taint``): lifted, not there, left for a later
+# event because the instance is not a Kubernetes node yet (the expected case under a lifecycle hook), or
+# NOT_REMOVED followed by why (the API server refused or did not answer).
+TAINT_REMOVED, TAINT_ABSENT = "removed", "absent"
+TAINT_NOT_JOINED = "left for a later event: the node has not joined the cluster yet"
+NOT_REMOVED = "not removed: "
+# The code of a node whose GPUs are right but whose startup taint could not be lifted (:func:`settle`): no
+# pod lands on it, so it is not serving. About reaching the API server, never the node's verdict on its GPUs.
+TAINT_NOT_REMOVED = "taint-not-removed"
+
 # Failure codes that are the node's own verdict on its GPUs: only these may make a lifecycle hook give up
 # on its instances (ABANDON). Everything else (the agent not up yet, no address, a refused host key, an
 # API error, a timeout, no result) is about reaching the node, and an instance is not released for that.
@@ -72,7 +82,7 @@ class Outcome:
     changes: int = 0
     sequence: str = ""
     transport: str = ""
-    taint: str = ""  # removed, absent, or "not removed: why" (only for partitioned / unchanged nodes)
+    taint: str = ""  # TAINT_REMOVED, TAINT_ABSENT, TAINT_NOT_JOINED or NOT_REMOVED + why (partitioned/unchanged)
     code: str = ""  # for failed: the transport's or the node's error code
 
     @property
@@ -84,11 +94,31 @@ class Outcome:
         data = {"instance_id": self.instance_id, "node_name": self.node_name, "outcome": self.outcome,
                 "reason": self.reason, "gpus": self.gpus, "changes": self.changes, "sequence": self.sequence,
                 "transport": self.transport}
+        if self.code:
+            data["code"] = self.code
         if self.taint:
             data["taint"] = self.taint
-            if self.taint.startswith("not removed"):
+            if self.taint.startswith(NOT_REMOVED) or self.taint == TAINT_NOT_JOINED:
                 data["reason"] = "%s; startup taint %s" % (self.reason, self.taint)
         return data
+
+
+def settle(node: dict) -> dict:
+    """The event's last word on one node result (a dict as :meth:`Outcome.to_dict` or the rollout gives it),
+    changed in place and returned. A node whose GPUs are right but whose startup taint could not be lifted
+    ends ``failed`` with the code :data:`TAINT_NOT_REMOVED`: no pod can land on it, so reporting it as
+    ``partitioned`` would hide a node that does not serve. ``changes``, ``gpus`` and ``sequence`` still say
+    what the node did. The pipeline applies this once every executor is done, so a rollout's wave is not
+    stopped for it, and a lifecycle hook was answered before taints are lifted: this is never a reason to
+    ABANDON an instance (the code is not in NODE_VERDICTS)."""
+    taint = str(node.get("taint") or "")
+    if node.get("outcome") in (PARTITIONED, UNCHANGED) and taint.startswith(NOT_REMOVED):
+        done = str(node.get("reason") or "").split("; startup taint ", 1)[0]
+        node["reason"] = ("%s: the startup taint could not be lifted (%s); the GPUs are right (%s), but no pod "
+                          "lands on the node until it is: the next event or the timer lifts it"
+                          % (TAINT_NOT_REMOVED, taint[len(NOT_REMOVED):], done or node.get("outcome")))
+        node["outcome"], node["code"] = FAILED, TAINT_NOT_REMOVED
+    return node
 
 
 def parse_output(text: str) -> Optional[Dict[str, Any]]:

@@ -142,7 +142,9 @@ def test_an_unreadable_api_item_is_left_out_not_fatal(emulator, capsys):
     emulator.nodes.append({"node_name": "cn-beijing.192.168.99.99", "nodepool_id": pool})
     capsys.readouterr()
     after = run_event(event_bytes("fc_timer.json"), env, dry_run=True)
-    assert after.outcome == "done" and after.decisions == before.decisions
+    # The same outcome as without it (the emulator's kubeconfig cannot be used, so the running nodes wait and
+    # both runs end retry for that reason alone), the same decisions.
+    assert after.outcome == before.outcome != "error" and after.decisions == before.decisions
     warnings = [json.loads(line) for line in capsys.readouterr().out.splitlines()
                 if "ACK API node left out" in line]
     assert len(warnings) == 1 and warnings[0]["level"] == "WARNING"

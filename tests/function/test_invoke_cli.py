@@ -9,6 +9,7 @@ import pytest
 
 from functions.handler import handler
 from tests.function.conftest import EVENTS, INVENTORY, ROOT
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
 
@@ -118,3 +119,63 @@ def test_bad_setting_exits_2():
 def test_skip_exits_0():
     proc = cli("--event", os.path.join(EVENTS, "ess_lifecycle_test.json"), "--json")
     assert proc.returncode == 0 and json.loads(proc.stdout)["outcome"] == "skip"
+
+
+# ---- issue 19 point 2: a Kubernetes side that cannot be used is an error you see ----
+
+TAINT = {"key": "ack-mig-hook/partition-pending", "value": "true", "effect": "NoSchedule"}
+A100_NODES = ("cn-beijing.192.168.12.31", "cn-beijing.192.168.12.47")  # examples/event.json's two instances
+
+
+def sim_env(tmp_path):
+    """The local transport on simulated A100 nodes, everything the node touches inside ``tmp_path``."""
+    args = ("--backend sim:A100-SXM4-40GB:8 --sim-state %s --no-label --clients= --device-plugin-restart none "
+            "--lock-file %s --state-dir %s" % (tmp_path / "gpus.json", tmp_path / "node.lock", tmp_path / "state"))
+    return {"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": args, "ACK_MIG_NODE_TIMEOUT_S": "120"}
+
+
+@pytest.mark.kube
+def test_a_live_invoke_whose_startup_taint_is_refused_fails_the_nodes(kube_api, tmp_path):  # noqa: F811
+    """The scale-out partitions both nodes, then the API server refuses to lift the taint (403, a ClusterRole
+    without patch): each node ends failed (taint-not-removed), exit 1, and --strict exits 3 (it was
+    ``partitioned (... startup taint not removed ...)`` and exit 0)."""
+    for name in A100_NODES:
+        kube_api.add_node(name, taints=[TAINT])
+    kube_api.fail["PATCH"] = 403
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
+    argv = ("--event", os.path.join(ROOT, "examples", "event.json"), "--inventory", INVENTORY,
+            "--kubeconfig", kubeconfig)
+    proc = cli(*argv, "--json", env=sim_env(tmp_path))
+    assert proc.returncode == 1, proc.stderr
+    nodes = json.loads(proc.stdout)["nodes"]
+    assert [(n["outcome"], n["code"]) for n in nodes] == [("failed", "taint-not-removed")] * 2
+    # the GPUs were partitioned all the same (the two share one simulated machine: whichever comes second
+    # finds it done)
+    assert sum(n["changes"] for n in nodes) > 0 and all(n["sequence"] == "3g.20gb-3g.20gb" for n in nodes)
+    proc = cli(*argv, "--strict", env=sim_env(tmp_path))  # the nodes are right now; the taint still stays
+    assert proc.returncode == 3, proc.stderr
+    assert "failed (taint-not-removed: the startup taint could not be lifted" in proc.stdout
+    assert all(kube_api.nodes[name]["spec"]["taints"] == [TAINT] for name in A100_NODES)
+
+
+@pytest.mark.kube
+def test_an_unreachable_kubernetes_api_ends_the_event_retry_and_strict_counts_it(kube_api, tmp_path):  # noqa: F811
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    path = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
+    with open(path) as fh:
+        text = fh.read().replace("127.0.0.1:%d" % kube_api.port, "127.0.0.1:%d" % dead)
+    with open(path, "w") as fh:
+        fh.write(text)
+    argv = ("--event", os.path.join(ROOT, "examples", "event.json"), "--inventory", INVENTORY, "--kubeconfig", path,
+            "--dry-run")
+    env = {"ACK_MIG_KUBE_MAX_ATTEMPTS": "1"}
+    proc = cli(*argv, "--json", env=env)
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["outcome"] == "retry" and "2 nodes deferred because the Kubernetes API cannot be used" in \
+        result["reason"]
+    assert cli(*argv, "--strict", env=env).returncode == 3

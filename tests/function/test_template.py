@@ -259,8 +259,9 @@ def _expected_grant(action):
         return [_sub("acs:ecs:%s:instance/*" % REGION_ACCOUNT), _sub("acs:ecs:%s:command/*" % REGION_ACCOUNT)], None
     if action == "ess:DescribeScalingInstances":  # ScalingGroupId of a pool: unknown until the pool exists
         return _sub("acs:ess:%s:scalinggroup/*" % REGION_ACCOUNT), None
-    if action == "kms:GetSecretValue":  # SecretName = ACK_MIG_SSH_KEY_SECRET = the SshKeySecretName parameter
-        return _sub("acs:kms:%s:secret/${SshKeySecretName}" % REGION_ACCOUNT), None
+    if action == "kms:GetSecretValue":  # SecretName: ACK_MIG_SSH_KEY_SECRET and ACK_MIG_NOTIFY_URL_SECRET, each a parameter
+        return [_sub("acs:kms:%s:secret/${SshKeySecretName}" % REGION_ACCOUNT),
+                _sub("acs:kms:%s:secret/${NotifyUrlSecretName}" % REGION_ACCOUNT)], None
     if action == "log:PostLogStoreLogs":  # FC writes the function's logs with its role: the configured store
         return _sub("acs:log:%s:project/${LogProject}/logstore/${LogStore}" % REGION_ACCOUNT), None
     assert action in STAR_ACTIONS, "%s: no least-privilege resource known; add one here and in template.yml" % action
@@ -320,6 +321,8 @@ def test_kms_grant_is_the_configured_secret_and_no_key_is_in_the_template():
     doc = load()
     env = function()["EnvironmentVariables"]
     assert env["ACK_MIG_SSH_KEY_SECRET"] == {"Ref": "SshKeySecretName"}
+    assert env["ACK_MIG_NOTIFY_URL_SECRET"] == {"Ref": "NotifyUrlSecretName"}
+    assert "ACK_MIG_NOTIFY_URL" not in env  # the URL may hold a token: only through KMS in the deployed function
     assert "SshKeySecretName" in doc["Parameters"] and "SshPrivateKey" not in doc["Parameters"]
     assert not any("PRIVATE_KEY" in name for name in env)
     from functions import secrets

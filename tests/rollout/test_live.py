@@ -46,3 +46,6 @@ def test_an_api_server_that_does_not_answer_defers_running_nodes_with_the_reason
                and d.action != "error"]
     assert running and all(d.action == "defer" and "the Kubernetes API cannot be used" in d.reason
                            for d in running)
+    # Not a quiet run with deferred nodes: the event did not do its work, so it ends retry (FC retries it,
+    # invoke and status exit non-zero), the reason saying why.
+    assert result.outcome == "retry" and "deferred because the Kubernetes API cannot be used" in result.reason

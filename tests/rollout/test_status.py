@@ -3,11 +3,15 @@ deferred and allocatable MIG resources; from a snapshot with kube_nodes and from
 
 import json
 
+import pytest
+
 from functions.commands.main import main
 from functions.cluster import InventoryLookup
 from functions.settings import load_settings
 from functions.commands.status import collect
 from tests.rollout.conftest import NEW, OLD, capacity, node_labels, snapshot
+from tests.function.conftest import emulator as cs_emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 
 def kube_nodes():
@@ -22,17 +26,22 @@ def kube_nodes():
 def test_status_from_a_snapshot_text_and_json(tmp_path, capsys):
     path = tmp_path / "inventory.json"
     path.write_text(json.dumps(snapshot(kube_nodes=kube_nodes(), names=["node-a", "node-b", "node-c", "node-d"])))
-    assert main(["status", "--inventory", str(path), "--nodes"]) == 0
+    assert main(["status", "--inventory", str(path)]) == 0
     out = capsys.readouterr().out
     assert "pool np-mig (gpu): sequence=%s" % NEW in out
     # node-b: this wave; node-d: not a Kubernetes node yet (new, applied as before); node-c: failed
     assert "nodes 4: in layout 1, pending 2, failed 1, deferred 0" in out
-    assert "failed node-c: gpu-busy: GPU 3 is used by pid 77" in out
+    assert "failed node-c: gpu-busy: GPU 3 is used by pid 77" in out  # no rollout record: no age to tell
     assert "allocatable: nvidia.com/mig-1g.5gb=112, nvidia.com/mig-3g.20gb=16\n" in out  # not nvidia.com/gpu
+    assert main(["status", "--inventory", str(path), "--nodes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("    node-c  failed  applied -  state failed")
+    assert lines[at + 1] == "      gpu-busy: GPU 3 is used by pid 77"
+    assert "    node-b  pending  applied 7x1g.5gb  state success" in lines  # the 7-instance layout, counted
     assert main(["status", "--inventory", str(path), "--json"]) == 0
     (pool,) = json.loads(capsys.readouterr().out)["pools"]
     assert (pool["nodes"], pool["in_layout"], pool["pending"], pool["deferred"]) == (4, 1, 2, 0)
-    assert pool["failed"] == [{"node": "node-c", "reason": "gpu-busy: GPU 3 is used by pid 77"}]
+    assert pool["failed"] == [{"node": "node-c", "reason": "gpu-busy: GPU 3 is used by pid 77", "since": None}]
     assert "node_list" not in pool
 
 
@@ -103,3 +112,161 @@ def test_a_kubeconfig_that_cannot_be_read_is_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("ack-mig-hook: error: --kubeconfig: kubeconfig ") \
             and "garbage.conf does not parse" in err[0]
+
+
+# ---- issue 19 point 5: status you can act on ----
+
+ROOT = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.dirname(
+    __import__("os").path.abspath(__file__))))
+EXAMPLES = __import__("os").path.join(ROOT, "examples")
+
+
+def test_every_labelled_pool_shows_its_own_label_whatever_its_nodes_decided(capsys):
+    """The passthrough pool of the example is labelled sequence=3g.20gb-3g.20gb; its nodes are skipped (no
+    decision carries a partition), but the label is the pool's: doctor counts it labelled, so does status."""
+    from functions.decide import has_partition_label
+
+    inventory = __import__("os").path.join(EXAMPLES, "inventory.json")
+    assert main(["status", "--inventory", inventory]) == 0
+    out = capsys.readouterr().out
+    assert "pool np1a7e4c9b2d5f8a0c3e6b9d2f5a8c1e47 (gpu-passthrough): sequence=3g.20gb-3g.20gb" in out
+    assert "no partition label" not in out
+    assert "skipped 1: ecs.gn7-c13g1.13xlarge is a GPU passthrough instance type" in out  # why it does nothing
+    assert main(["status", "--inventory", inventory, "--json"]) == 0
+    shown = {p["nodepool_id"]: p["label"] for p in json.loads(capsys.readouterr().out)["pools"]}
+    lookup = InventoryLookup.from_file(inventory)
+    labelled = {p.nodepool_id: p.labels["ack.aliyun.com/gpu-partition-sequence"]
+                for p in lookup.nodepools(lookup.cluster_id) if has_partition_label(p)}
+    assert labelled and {k: v for k, v in shown.items() if k in labelled} == {
+        k: "sequence=%s" % v for k, v in labelled.items()}
+
+
+def test_long_layouts_are_written_as_counted_runs_only_in_text():
+    from functions.commands.status import abbreviate, abbreviate_layout
+
+    assert abbreviate_layout(OLD) == "7x1g.5gb"
+    assert abbreviate_layout("1g.5gb-1g.5gb-2g.10gb-1g.5gb") == "2x1g.5gb-2g.10gb-1g.5gb"  # order kept
+    assert abbreviate("applied layout %s differs from sequence=%s" % (OLD, NEW)) == \
+        "applied layout 7x1g.5gb differs from sequence=%s" % NEW  # a short layout stays as written
+    mixed = "1g.10gb+me-1g.10gb+me-1g.10gb+me-4g.40gb"
+    assert abbreviate("x=%s;" % mixed) == "x=3x1g.10gb+me-4g.40gb;"
+    odd = "1g.24gb-me-1g.24gb-me-1g.24gb-me-1g.24gb-me"  # a profile with a hyphen: ambiguous, left alone
+    assert abbreviate(odd) == odd
+
+
+LONG_NAMES = ["gpu-node-%s.cn-beijing.compute.internal.example-cluster-with-a-long-name" % c for c in "abc"]
+
+
+def long_layout_snapshot():
+    """A pool asking for seven 1g.5gb instances per GPU, with a long name, nodes with 70-character names, one
+    that stopped the rollout (drain-timeout) and one failed on the node with a long reason."""
+    a, b, c = LONG_NAMES
+    nodes = {n: {"labels": node_labels(NEW), "annotations": {}, "allocatable": capacity(NEW)} for n in LONG_NAMES}
+    nodes[a]["annotations"]["ack-mig-hook/rollout"] = json.dumps({
+        "target": "sequence=%s" % OLD, "step": "drain-timeout", "cordoned": False, "since": 1000.0,
+        "reason": "drain-timeout after 900s, node back on its old layout and uncordoned: team/infer-0: Cannot "
+                  "evict pod as it would violate the pod's disruption budget.", "owner": "x", "expires": 3000.0})
+    nodes[c]["labels"] = node_labels(NEW, "failed")
+    nodes[c]["annotations"]["ack-mig-hook/mig-config-reason"] = "gpu-busy: " + ", ".join(
+        "GPU %d is used by pid %d (/usr/bin/python3 -m vllm.entrypoints.openai.api_server)" % (i, 4000 + i)
+        for i in range(4))
+    data = snapshot(OLD, names=LONG_NAMES, kube_nodes=nodes, ids=lambda name: "i-2zelong%s" % name[9])
+    data["nodepools"][0]["nodepool_info"]["name"] = "gpu-a100-inference-pool-for-the-platform-team-" + "x" * 30
+    return data
+
+
+@pytest.mark.parametrize("source", ["inventory.json", "inventory-rollout.json", "inventory-autoscaling.json",
+                                    "long-layout"])
+@pytest.mark.parametrize("nodes", [False, True])
+def test_every_line_of_the_text_output_fits_100_columns(source, nodes, tmp_path, capsys):
+    if source == "long-layout":
+        path = tmp_path / "long.json"
+        path.write_text(json.dumps(long_layout_snapshot()))
+    else:
+        path = __import__("os").path.join(EXAMPLES, source)
+    main(["status", "--inventory", str(path)] + (["--nodes"] if nodes else []))
+    out = capsys.readouterr().out
+    too_long = [line for line in out.splitlines() if len(line) > 100]
+    assert out.strip() and too_long == []
+    if source == "long-layout":
+        assert "sequence=7x1g.5gb" in out and "1g.5gb-1g.5gb-1g.5gb" not in out
+        # wrapped between words: the reason is all there, each word whole
+        words = " ".join(line.strip() for line in out.splitlines())
+        assert "(/usr/bin/python3 -m vllm.entrypoints.openai.api_server)" in words
+
+
+def test_each_failure_and_deferral_says_how_long_ago(capsys):
+    """The rollout record's ``since``: when the stopped node's rollout began; the deferred nodes wait on
+    that stop since then. A node that failed on its own (state label) carries no time: none is shown."""
+    from functions.commands.status import render
+
+    lookup = InventoryLookup.from_dict(long_layout_snapshot())
+    a, b, c = LONG_NAMES
+    status = collect(load_settings({}), lookup, now=1000.0 + 2 * 3600 + 5 * 60)
+    (pool,) = status["pools"]
+    failed = {f["node"]: f for f in pool["failed"]}
+    assert failed[a]["since"] == 1000.0 and failed[c]["since"] is None
+    nodes = {n["node"]: n for n in pool["node_list"]}
+    assert nodes[b]["status"] == "deferred" and nodes[b]["since"] == 1000.0  # the stop it waits on
+    text = " ".join(render(status, nodes=False).split())  # as read, whatever the wrapping
+    assert "failed %s 2h 5m ago: drain-timeout: drain-timeout after 900s" % a in text
+    assert "failed %s: gpu-busy: GPU 0" % c in text
+    assert "deferred 1; rollout since 2h 5m ago" in text
+    text = " ".join(render(status, nodes=True).split())
+    assert "%s deferred 2h 5m ago applied 3g.20gb-3g.20gb" % b in text
+    assert json.loads(json.dumps(status))["now"] == status["now"]  # JSON carries the time the ages count to
+
+
+def test_strict_exits_3_when_a_node_failed(tmp_path, capsys):
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(snapshot(kube_nodes=kube_nodes())))
+    assert main(["status", "--inventory", str(path)]) == 0  # a failed node is news, not an error of status
+    assert main(["status", "--inventory", str(path), "--strict"]) == 3
+    healthy = {n: {"labels": node_labels(NEW), "allocatable": capacity(NEW)} for n in ("node-a", "node-b", "node-c")}
+    path.write_text(json.dumps(snapshot(kube_nodes=healthy)))
+    assert main(["status", "--inventory", str(path), "--strict"]) == 0
+    capsys.readouterr()
+
+
+def test_an_unreachable_kubernetes_api_is_said_and_exits_non_zero(kube_api, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """The API server does not answer (a closed port): status says so on its first line, counts nothing as
+    deferred quietly, exits 1 (3 with --strict), and the reconcile it ran ends ``retry``."""
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    config = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
+    text = open(config).read().replace("127.0.0.1:%d" % kube_api.port, "127.0.0.1:%d" % dead)
+    open(config, "w").write(text)
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps(snapshot()))
+    monkeypatch.setenv("ACK_MIG_KUBE_MAX_ATTEMPTS", "1")
+    assert main(["status", "--inventory", str(inventory), "--kubeconfig", config]) == 1
+    out = capsys.readouterr().out
+    first, text = out.splitlines()[0], " ".join(out.split())
+    assert first.startswith("cluster c-rollout: the Kubernetes API cannot be used (")
+    assert "running nodes wait until it answers" in text and "no Kubernetes view" not in text
+    assert "nodes 3: in layout 0, pending 0, failed 0, deferred 0, unknown 3 (the Kubernetes API" in text
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert main(["status", "--inventory", str(inventory), "--kubeconfig", config, "--strict"]) == 3
+    capsys.readouterr()
+    assert main(["status", "--inventory", str(inventory), "--kubeconfig", config, "--json"]) == 1
+    status = json.loads(capsys.readouterr().out)
+    assert status["kubernetes"] is False and status["kubernetes_error"] and status["outcome"] == "retry"
+    assert "deferred because the Kubernetes API cannot be used" in status["reason"]
+
+
+def test_a_cluster_credential_ack_refuses_is_said_like_an_unreachable_api(cs_emulator, capsys):  # noqa: F811
+    """No --inventory: the ACK API gives the pools, and ACK's DescribeClusterUserKubeconfig the credential;
+    RAM refuses the latter (403 Forbidden.RAM, the CS emulator's answer): the first line says so, exit 1."""
+    from functions.commands.status import exit_code, render
+    from tests.function.conftest import cloud_env
+
+    cs_emulator.fail_next("DescribeClusterUserKubeconfig", 403, "Forbidden.RAM", times=10)
+    status = collect(load_settings(dict(cloud_env(cs_emulator), ACK_MIG_API_MAX_ATTEMPTS="1")))
+    assert "no cluster credential from ACK" in status["kubernetes_error"] and "Forbidden.RAM" in \
+        status["kubernetes_error"]
+    assert " ".join(render(status, nodes=False).split()).startswith(
+        "cluster %s: the Kubernetes API cannot be used (no cluster credential from ACK" % cs_emulator.cluster_id)
+    assert exit_code(status, strict=False) == 1 and exit_code(status, strict=True) == 3

@@ -1,0 +1,23 @@
+"""Every command's ``--json`` is written the same way: ``json.dumps(..., indent=2)``, so a reader (or
+``diff``) sees the same shape from demo, status and invoke (``demo --json`` was one long line)."""
+
+import json
+import os
+
+import pytest
+
+from functions.commands.main import main
+from tests.function.conftest import INVENTORY, ROOT
+
+
+@pytest.mark.parametrize("argv", [
+    ["demo", "--json"],
+    ["status", "--inventory", INVENTORY, "--json"],
+    ["invoke", "--event", os.path.join(ROOT, "examples", "event.json"), "--inventory", INVENTORY, "--dry-run",
+     "--json"],
+])
+def test_json_is_indented_like_every_other_command(argv, capsys):
+    main(argv)
+    out = capsys.readouterr().out
+    assert out.startswith("{\n  \"")
+    assert out == json.dumps(json.loads(out), indent=2) + "\n"

@@ -1,0 +1,184 @@
+"""The notification webhook (functions/notify.py) against real loopback receivers (tests/support/webhook.py):
+what is sent, retries and their bounds, a webhook that is down or stalls, redirects, TLS, the URL from
+KMS, and that the URL (it may carry a token) never reaches a log line or an error message."""
+
+import io
+import json
+import os
+import socket
+import sys
+import time
+
+import pytest
+
+from functions.cluster import InventoryLookup
+from functions.logs import JsonLogger
+from functions.notify import SCHEMA, deliver
+from functions.pipeline import run_event
+from functions.settings import SettingsError, load_settings
+from tests.function.conftest import AK, INVENTORY, ROOT, SECRET, TOKEN
+from tests.support.webhook import Webhook
+
+TOKEN_PATH = "/hooks/T0KEN-abc123-secret-part"
+LINE = {"schema": SCHEMA, "kind": "node-failed", "count": 1, "nodes": [], "text": "1 node failed"}
+
+
+def logger():
+    stream = io.StringIO()
+    return JsonLogger("DEBUG", stream=stream, request_id="r-notify"), stream
+
+
+def closed_port():
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_line_is_one_json_object_posted_with_its_type():
+    log, _ = logger()
+    with Webhook() as hook:
+        assert deliver([LINE, dict(LINE, kind="rollout-finished")], hook.url(), log) == 2
+        first = hook.received[0]
+    assert first.method == "POST" and first.path == TOKEN_PATH
+    assert first.headers["Content-Type"] == "application/json" and first.body.endswith(b"}\n")
+    assert first.body.count(b"\n") == 1 and json.loads(first.body) == LINE
+
+
+def test_a_5xx_is_retried_with_its_retry_after_and_a_4xx_is_not():
+    log, stream = logger()
+    waits = []
+    with Webhook() as hook:
+        hook.answers = [503, 503]
+        hook.headers = {"Retry-After": "0"}
+        assert deliver([LINE], hook.url(), log, sleep=waits.append) == 1
+        assert len(hook.received) == 3 and waits == [0.0, 0.0]  # Retry-After: 0 honoured, not the backoff
+        hook.answers = [404]
+        assert deliver([LINE, LINE], hook.url(), log, sleep=waits.append) == 1  # refused once, next one sent
+        assert len(hook.received) == 5
+        hook.answers = [503, 503, 503]
+        hook.headers = {}
+        assert deliver([LINE, LINE], hook.url(), log, sleep=waits.append) == 0  # down: the rest is not tried
+        assert len(hook.received) == 8 and waits[-2:] == [0.5, 1.0]  # the backoff without Retry-After
+    logged = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(e["message"], e.get("status")) for e in logged] == [
+        ("notification not sent", 404), ("notification not sent", 503),
+        ("notifications left unsent: the webhook does not answer", None)]
+
+
+def test_a_webhook_that_is_down_or_stalls_ends_within_the_deadline_and_never_logs_the_url():
+    log, stream = logger()
+    url = "http://127.0.0.1:%d%s" % (closed_port(), TOKEN_PATH)
+    started = time.monotonic()
+    assert deliver([LINE, LINE], url, log, sleep=lambda s: None) == 0
+    assert time.monotonic() - started < 5
+    with Webhook() as hook:
+        hook.stall_s = 30  # accepts, reads the request, never answers in time
+        started = time.monotonic()
+        assert deliver([LINE], hook.url(), log, timeout_s=0.3, deadline_s=1.0, sleep=time.sleep) == 0
+        elapsed = time.monotonic() - started
+        tries = len(hook.received)
+    assert elapsed < 3 and 1 <= tries <= 3  # every attempt cut by the read timeout, all by the deadline
+    text = stream.getvalue()
+    assert "T0KEN" not in text and "secret-part" not in text and '"webhook_host": "127.0.0.1"' in text
+
+
+def test_a_redirect_is_not_followed():
+    """A POST that carries a token is never replayed to, nor shown to, another address."""
+    log, _ = logger()
+    with Webhook() as elsewhere, Webhook() as hook:
+        hook.answers = [302]
+        hook.headers = {"Location": elsewhere.url("/collect")}
+        assert deliver([LINE], hook.url(), log) == 0
+        assert len(hook.received) == 1 and elsewhere.received == []
+
+
+def test_https_with_a_trusted_certificate_and_an_untrusted_one(tmp_path, monkeypatch):
+    log, stream = logger()
+    with Webhook(tls_dir=str(tmp_path)) as hook:
+        assert deliver([LINE], hook.url(), log) == 0  # the throwaway CA is nobody's: refused, not retried
+        assert hook.received == [] and "SSLCertVerificationError" in stream.getvalue()
+        monkeypatch.setenv("SSL_CERT_FILE", hook.ca_file)  # OpenSSL's default verify paths read it
+        assert deliver([LINE], hook.url(), log) == 1
+        assert hook.lines() == [LINE]
+
+
+@pytest.mark.parametrize("url, fragment", [
+    ("http://hooks.example.com/T0KEN-abc", "uses http://; use https://"),
+    ("ftp://hooks.example.com/T0KEN-abc", "is not a URL"),
+    ("https://hooks.example.com:port/T0KEN-abc", "is not a URL"),
+    ("hooks.example.com/T0KEN-abc", "is not a URL"),
+])
+def test_a_wrong_url_is_one_line_that_never_quotes_it(url, fragment):
+    with pytest.raises(SettingsError) as info:
+        load_settings({"ACK_MIG_NOTIFY_URL": url})
+    assert fragment in str(info.value) and "T0KEN" not in str(info.value)
+    assert "ACK_MIG_NOTIFY_URL" in str(info.value)
+
+
+def test_the_url_is_a_secret_of_the_settings():
+    settings = load_settings({"ACK_MIG_NOTIFY_URL": "https://hooks.example.com" + TOKEN_PATH})
+    assert "T0KEN" not in repr(settings) and "https://hooks.example.com" + TOKEN_PATH in settings.secrets()
+
+
+def failing_event(tmp_path, env):
+    """The example scale-out with both nodes answering gpu-busy (the fake node of the delivery tests)."""
+    from functions.delivery.local import LocalTransport
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.delivery.transport import ScriptMaker
+    from functions.delivery import bundle as bundle_mod
+    from tests.delivery.conftest import FAKE_MAIN
+
+    fake = bundle_mod.pack([("node_bootstrap/__init__.py", b""), ("node_bootstrap/__main__.py", FAKE_MAIN)])
+    maker = ScriptMaker(fake, 30, str(tmp_path / "node-root"), sys.executable)
+    settings = load_settings(dict({"ACK_MIG_STARTUP_TAINT": "none"}, **env))
+    log, stream = logger()
+    with open(os.path.join(ROOT, "examples", "event.json"), "rb") as fh:
+        raw = fh.read()
+    result = run_event(raw, settings, inventory=InventoryLookup.from_file(INVENTORY), logger=log,
+                       executor=DeliveryExecutor(LocalTransport(maker), ["--fake-exit", "4"]))
+    return result, stream.getvalue()
+
+
+def test_an_event_ends_as_it_would_whether_the_webhook_answers_or_not(tmp_path):
+    down = "http://127.0.0.1:%d%s" % (closed_port(), TOKEN_PATH)
+    result, logged = failing_event(tmp_path, {"ACK_MIG_NOTIFY_URL": down})
+    assert result.outcome == "done" and [n["outcome"] for n in result.nodes] == ["failed", "failed"]
+    assert '"message": "notification not sent"' in logged and "T0KEN" not in logged
+    assert "T0KEN" not in json.dumps(result.to_json())
+    with Webhook() as hook:
+        told, _ = failing_event(tmp_path, {"ACK_MIG_NOTIFY_URL": hook.url()})
+        (line,) = hook.lines()
+    assert told.to_json() == dict(result.to_json(), event_id=told.event_id)
+    assert line["kind"] == "node-failed" and line["count"] == 2 and line["trigger"] == "scale-out"
+    assert [n["instance_id"] for n in line["nodes"]] == ["i-2zeb7c1mig0a100x1k4d", "i-2zeb7c1mig0a100x2m8f"]
+    assert line["text"] == ("2 nodes failed (2 gpu-busy): cn-beijing.192.168.12.31, cn-beijing.192.168.12.47")
+
+
+@pytest.fixture
+def kms():
+    from functions import secrets
+    from tests.support.kms_emulator import KmsEmulator
+
+    secrets.forget_all()
+    with KmsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN, region="cn-beijing") as emu:
+        yield emu
+    secrets.forget_all()
+
+
+def test_the_url_from_a_kms_secret_is_read_when_there_is_something_to_send(tmp_path, kms):
+    env = {"ACK_MIG_REGION": "cn-beijing", "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
+           "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_KMS_ENDPOINT": kms.endpoint,
+           "ACK_MIG_NOTIFY_URL_SECRET": "ack-mig/notify-url"}
+    with Webhook() as hook:
+        kms.put_secret("ack-mig/notify-url", hook.url())
+        result, logged = failing_event(tmp_path, env)
+        assert [line["kind"] for line in hook.lines()] == ["node-failed"]
+    assert kms.calls["GetSecretValue"] == 1 and kms.rejected == []
+    assert "T0KEN" not in logged and result.outcome == "done"
+    kms.put_secret("ack-mig/notify-url", "http://hooks.example.com/T0KEN-abc")  # not https: refused
+    from functions import secrets
+
+    secrets.forget_all()
+    result, logged = failing_event(tmp_path, env)
+    assert result.outcome == "done" and "T0KEN" not in logged
+    assert "the URL in secret 'ack-mig/notify-url' (ACK_MIG_NOTIFY_URL_SECRET) uses http://" in logged
