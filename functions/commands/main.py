@@ -22,6 +22,8 @@ COMMANDS = {
     "deploy": ("functions.commands.deploy", "build, upload and create or update the ROS stack, then wait for it"),
     "undeploy": ("functions.commands.deploy", "delete the ROS stack and wait until it is gone"),
     "doctor": ("functions.commands.doctor", "read-only preflight: what is ready and what is missing, line by line"),
+    "rollout": ("functions.commands.rollout", "pause or resume a node pool's rolling repartition (the pool label "
+                                              "ack-mig-hook/paused)"),
 }
 
 
