@@ -255,10 +255,14 @@ def longest_run_s(settings: "Settings") -> int:
 
 
 def invocation_s(settings: "Settings") -> int:
-    """How long one invocation may work: ``ACK_MIG_INVOCATION_TIMEOUT_S``, else the function's Timeout as
-    FC tells it, else one wave (:func:`longest_run_s`). A rollout starts a further wave only while the
-    wave's worst case plus the margin still fits; the cluster credential asked for must outlive it."""
-    return settings.rollout.invocation_timeout_s or settings.function_timeout_s or longest_run_s(settings)
+    """How long one invocation may work: ``ACK_MIG_INVOCATION_TIMEOUT_S`` (never past the function's
+    Timeout, which FC enforces), else the function's Timeout as FC tells it, else one wave
+    (:func:`longest_run_s`). A rollout starts a further wave only while the wave's worst case plus the
+    margin still fits; the cluster credential asked for must outlive it."""
+    setting, fc = settings.rollout.invocation_timeout_s, settings.function_timeout_s
+    if setting and fc:
+        return min(setting, fc)
+    return setting or fc or longest_run_s(settings)
 
 
 def environment() -> Dict[str, str]:
@@ -404,7 +408,8 @@ KUBE_MAX_ATTEMPTS = _var("ACK_MIG_KUBE_MAX_ATTEMPTS", "5", "attempts per Kuberne
 INVOCATION_TIMEOUT_S = _var("ACK_MIG_INVOCATION_TIMEOUT_S", "0", "how long one invocation may work, seconds: a "
                             "rollout starts a further wave while the wave's worst case (node + drain + capacity "
                             "timeouts, without the drain for nodes that only gain instances) plus 420 s still "
-                            "fits; 0: the function's Timeout as FC tells it, else one wave", "rollout")
+                            "fits; never past the function's Timeout; 0: the function's Timeout as FC tells it, "
+                            "else one wave", "rollout")
 KUBECONFIG = _var("ACK_MIG_KUBECONFIG", "", "command line only (--kubeconfig): the operator's kubeconfig for "
                   "the Kubernetes side instead of a short-lived one from ACK")
 

@@ -110,11 +110,13 @@ class RolloutExecutor:
                 # mean 10,000 Events per invocation. A node deferred for a cause of its own gets one below.
                 results[d.instance_id] = _deferred(d)
         wave = [waves[d.instance_id] for d in decisions if d.instance_id in waves]
+        number = 0
         while wave:
+            number += 1
             self._run_wave(request, wave)
             for w in wave:
                 iid = w.decision.instance_id
-                result = dict(w.result or {})
+                result = dict(w.result or {}, wave=number)  # which wave of this invocation took the node
                 if result.get("outcome") == DESTROY_REQUIRED:
                     self.refused[iid] = result.get("reason") or DESTROY_REQUIRED
                 elif iid in self.refused:  # the drained way, after the node refused to only add instances

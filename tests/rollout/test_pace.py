@@ -84,6 +84,9 @@ def test_the_function_timeout_from_fc_sets_the_invocations_time(cluster):
     assert settings_mod.invocation_s(load_settings({}, context)) == 7200
     assert settings_mod.invocation_s(load_settings({})) == LEASE
     assert settings_mod.invocation_s(load_settings({"ACK_MIG_INVOCATION_TIMEOUT_S": "900"}, context)) == 900
+    # never past what FC enforces
+    assert settings_mod.invocation_s(load_settings({"ACK_MIG_INVOCATION_TIMEOUT_S": "9000"}, context)) == 7200
+    assert settings_mod.invocation_s(load_settings({"ACK_MIG_INVOCATION_TIMEOUT_S": "9000"})) == 9000
     cluster.add_nodes()
     assert outcomes(cluster.run()) == {"node-a": "partitioned", "node-b": "deferred", "node-c": "deferred"}
 

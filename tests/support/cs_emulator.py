@@ -381,7 +381,8 @@ class CsEmulator(LoopbackServer):
             return self._error(400, "InvalidParameter", "unknown fields %s" % sorted(unknown))
         group = doc.get("scaling_group") or {}
         kube = doc.get("kubernetes_config") or {}
-        asked = {k for k, v in doc.items() if v not in (None, {}, []) and k not in ("scaling_group", "kubernetes_config")}
+        asked = {k for k, v in doc.items()
+                 if v not in (None, {}, []) and k not in ("scaling_group", "kubernetes_config")}
         asked |= {"scaling_group.%s" % k for k, v in group.items() if v not in (None, [], {}) and k != "tags"}
         asked |= {"kubernetes_config.%s" % k for k, v in kube.items() if v not in (None, [], {}) and k != "labels"}
         if asked:
