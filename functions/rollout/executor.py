@@ -131,9 +131,23 @@ class RolloutExecutor:
         rollout = self.rollout
         moved = {w.pool_id for w in last if (w.result or {}).get("outcome") != DEFERRED}
         pending = {iid for iid, r in results.items() if r.get("outcome") in (DEFERRED, DESTROY_REQUIRED)}
-        pools = sorted(p for p in moved if p in rollout.pools
-                       and any(d.instance_id in pending for d in rollout.pools[p].members))
-        if not pools or not rollout.time_for(False, self.clock())[0]:  # not even a wave without drain fits
+        refused = set(self.refused)
+        # Planned again only where the next wave could fit: its worst case as the last plan knows it (a pool
+        # whose waiting nodes all drain needs the drain time too), so no listing is spent on a wave that
+        # cannot start; the waiting nodes of the others are told why.
+        pools = []
+        for p in sorted(moved):
+            waiting = [d.instance_id for d in rollout.pools[p].members if d.instance_id in pending] \
+                if p in rollout.pools else []
+            if not waiting:
+                continue
+            fits, why = rollout.time_for(rollout.needs_drain(p, pending - refused), self.clock())
+            if fits:
+                pools.append(p)
+                continue
+            for iid in waiting:
+                results[iid] = dict(results[iid], reason="%s; %s" % (why, results[iid].get("reason")))
+        if not pools:
             return []
         finished = [iid for iid, r in results.items() if iid not in pending]
         try:

@@ -125,6 +125,7 @@ class Rollout:
         self.pools_now = pools_now
         self.deadline = deadline
         self.decided: Dict[str, Decision] = {}  # decisions made again by replan, by instance id
+        self.drains: Dict[str, Optional[bool]] = {}  # each member's path as last planned (Decision.drain)
 
     def executor(self, inner: Any, dry_run: bool, on_result: Optional[Callable[[dict], None]] = None) -> Any:
         from functions.rollout.executor import DryRunRolloutExecutor, RolloutExecutor
@@ -188,7 +189,14 @@ class Rollout:
         changed = {iid: d for iid, d in changed.items() if iid not in done}
         waves = {iid: w for iid, w in waves.items() if iid not in done}
         self.decided.update(changed)
+        self.drains.update({iid: d.drain for iid, d in changed.items()})
         return changed, waves
+
+    def needs_drain(self, pool_id: str, pending: Sequence[str]) -> bool:
+        """Whether the pool's next wave would drain, as far as the last plan knows: a waiting member planned
+        without drain needs only that much time (a node that refused is drained next)."""
+        waiting = [d.instance_id for d in self.pools[pool_id].members if d.instance_id in pending]
+        return not any(self.drains.get(iid) is False for iid in waiting)
 
 
 def _partition_labels(pool: Any) -> List[Tuple[str, str]]:
@@ -292,8 +300,10 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
         _plan_pool(pool_id, members, pool, known, pool_nodes.get(pool_id, []), paths, settings, owner, now,
                    changed, waves)
     out = [changed.get(d.instance_id, d) for d in decisions]
-    return out, Rollout(view.backend, waves, settings, owner, now + run_lease_s(settings), rolled, pools_now,
-                        now + invocation_s(settings))
+    rollout = Rollout(view.backend, waves, settings, owner, now + run_lease_s(settings), rolled, pools_now,
+                      now + invocation_s(settings))
+    rollout.drains = {iid: d.drain for iid, d in changed.items()}
+    return out, rollout
 
 
 def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str, Any],

@@ -114,6 +114,7 @@ def test_nodes_without_drain_take_no_slot_and_all_go_at_once():
         "i-e": ("wave", False)}
     assert "wave a (max-unavailable 1); without cordon or drain: c, d, e" in steps["i-b"].reason
     assert "apply without cordon or drain (the node is told to destroy nothing)" in steps["i-c"].reason
+    assert "applied layout differs; destroys: cordon, drain GPU pods, apply" in steps["i-a"].reason  # why drained
 
 
 def test_a_node_in_progress_without_drain_holds_no_slot_a_drained_one_does():
