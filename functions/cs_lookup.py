@@ -158,16 +158,20 @@ class CsLookup:
 
     def nodepool_labels(self, cluster_id: str, nodepool_id: str) -> Tuple[str, List[Tuple[str, Optional[str]]]]:
         """The pool's name and its ``kubernetes_config.labels`` as (key, value) pairs, in the API's order and
-        exactly as answered (a value the API leaves out stays None), from DescribeClusterNodePoolDetail
-        (``GET /clusters/{ClusterId}/nodepools/{NodepoolId}``)."""
-        response = self._call("DescribeClusterNodePoolDetail",
-                              lambda: self._client.describe_cluster_node_pool_detail_with_options(
-                                  cluster_id, nodepool_id, {}, self._runtime))
+        exactly as answered (a value the API leaves out stays None), from DescribeClusterNodePools (the call
+        the function makes anyway: no other grant). ConfigurationError when the cluster has no such pool."""
+        response = self._call("DescribeClusterNodePools", lambda: self._client.describe_cluster_node_pools_with_options(
+            cluster_id, cs_models.DescribeClusterNodePoolsRequest(), {}, self._runtime))
         body = response.body.to_map() if response.body is not None else {}
-        name = str((body.get("nodepool_info") or {}).get("name") or "")
-        labels = [(str(t["key"]), None if t.get("value") is None else str(t["value"]))
-                  for t in (body.get("kubernetes_config") or {}).get("labels") or [] if t and t.get("key")]
-        return name, labels
+        for pool in body.get("nodepools") or []:
+            info = (pool or {}).get("nodepool_info") or {}
+            if info.get("nodepool_id") != nodepool_id:
+                continue
+            labels = [(str(t["key"]), None if t.get("value") is None else str(t["value"]))
+                      for t in (pool.get("kubernetes_config") or {}).get("labels") or [] if t and t.get("key")]
+            return str(info.get("name") or ""), labels
+        raise ConfigurationError("cluster %s has no node pool %s (DescribeClusterNodePools lists %d)"
+                                 % (cluster_id, nodepool_id, len(body.get("nodepools") or [])))
 
     def set_nodepool_labels(self, cluster_id: str, nodepool_id: str,
                             labels: Sequence[Tuple[str, Optional[str]]]) -> None:

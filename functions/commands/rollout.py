@@ -2,7 +2,7 @@
 
 Runs on the operator's machine with their credentials (the standard chain, ``functions.stack.credentials``)
 and changes one thing: the node pool label ``ack-mig-hook/paused`` (``true`` pauses), through the ACK API
-(DescribeClusterNodePoolDetail, then ModifyClusterNodePool with the pool's whole ``kubernetes_config.labels``
+(DescribeClusterNodePools, then ModifyClusterNodePool with the pool's whole ``kubernetes_config.labels``
 list: every other label is written back exactly, key, value and place). The function reads the label at
 every plan and between waves (``functions.rollout.waves.paused``): a paused pool starts no new node, the
 nodes in progress finish and are uncordoned, the others are deferred with the reason ``paused``. Nothing

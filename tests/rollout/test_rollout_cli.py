@@ -82,7 +82,7 @@ def test_pause_and_resume_write_the_pools_labels_through_the_ack_api(cs, capsys)
     # the body says only what changes: the labels, no taints list (the SDK's model would send taints: []),
     # no update_nodes
     assert cs.modified == [{"nodepool_id": POOL, "body": {"kubernetes_config": {"labels": labels(cs)}}}]
-    assert [r.action for r in cs.requests[asked:]] == ["DescribeClusterNodePoolDetail", "ModifyClusterNodePool"]
+    assert [r.action for r in cs.requests[asked:]] == ["DescribeClusterNodePools", "ModifyClusterNodePool"]
     assert cs.pool(POOL)["kubernetes_config"]["taints"][0]["key"] == "ack-mig-hook/partition-pending"
     decisions = plan(cs)
     for name in ("cn-beijing.192.168.12.31", "cn-beijing.192.168.12.47"):
@@ -140,12 +140,13 @@ def test_bad_flags_are_one_line_and_nothing_is_asked(cs, capsys, args, needle):
     assert needle in err and cs.requests == []
 
 
-def test_an_unknown_pool_is_one_line_naming_the_api_answer(cs, capsys):
+def test_an_unknown_pool_is_one_line_naming_it(cs, capsys):
     code = cli.main(["rollout", "pause", "--pool", "np0000", "--cluster-id", cs.cluster_id, "--region",
                      "cn-beijing"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
-    assert "DescribeClusterNodePoolDetail failed: 404 ErrorNodePoolNotFound" in err and cs.modified == []
+    assert "cluster %s has no node pool np0000 (DescribeClusterNodePools lists 2)" % cs.cluster_id in err
+    assert cs.modified == []
 
 
 def test_the_pure_label_edits():
