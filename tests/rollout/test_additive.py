@@ -136,3 +136,55 @@ def test_a_node_in_progress_without_drain_is_resumed_and_takes_no_slot(cluster):
     assert json.loads(cluster.api.nodes["node-b"]["metadata"]["annotations"][PROGRESS_ANNOTATION])["drain"] is False
     assert dict(cluster.transport.requests)["node-b"].get("destroy") is False
     assert POOL in result.decisions[1].reason
+
+
+def test_killed_after_every_mutating_call_the_next_run_finishes_every_node_once_and_never_cordons(tmp_path,
+                                                                                                    monkeypatch):
+    """The kill matrix of test_interrupted.py for the path without drain: whatever call the function dies
+    after, the first run after its lease applies what is left (again only what was sent but not recorded),
+    and no node is ever cordoned or has a pod evicted."""
+    from functions.rollout import run as rollout
+    from functions.rollout.kube import MemoryKube
+    from tests.rollout.conftest import Cluster, PlayedNodes
+    from tests.rollout.test_interrupted import Killed, Killer, MemoryApi
+
+    points = []
+    for k in range(1, 100):
+        kube = MemoryKube({n: {"metadata": {"name": n, "labels": node_labels(SMALL), "annotations": {}}, "spec": {},
+                               "status": {"allocatable": capacity(SMALL)}} for n in NAMES})
+        for n in NAMES:
+            kube.add_pod("team", "infer-%s" % n, n, gpus=1, owner="ReplicaSet")
+        c = Cluster.__new__(Cluster)
+        c.api, c.kube = MemoryApi(kube), kube
+        c.transport = played = PlayedNodes(c.api)
+        c.now, c.sleeps, c.on_sleep, c.settings_env = [1000.0], [], None, {"ACK_MIG_STARTUP_TAINT": "none"}
+        monkeypatch.setattr(rollout, "clock", c.clock)
+        monkeypatch.setattr(rollout, "sleep", c.sleep)
+        killer = Killer(kube, played, k)
+        c.transport = killer
+        try:
+            c.run(inventory=snapshot(GROWN), kube=killer)
+            break  # the whole run went through: every call has been a kill point
+        except Killed:
+            where = killer.calls[-1]
+        finally:
+            c.transport = played
+        points.append(where)
+        # sent but not recorded as applied: the only nodes the next run sends the apply again
+        resent = [n for n in NAMES if n in played.seen and (c.annotation(n) or {}).get("step") == "applying"]
+        c.now[0] += 3 * 3600  # past the killed run's lease
+        c.run(inventory=snapshot(GROWN))
+        for n in NAMES:
+            assert c.annotation(n)["step"] == "done" and not c.unschedulable(n), (where, n)
+            assert c.api.nodes[n]["metadata"]["labels"]["aliyun.accelerator/nvidia_mig_sequence"] == GROWN
+        assert len(kube.pods) == 3, where  # nothing evicted
+        assert sorted(played.seen) == sorted(NAMES + resent), (where, played.seen)
+        assert not resent or any(call.startswith("apply") for call in killer.calls), (where, resent)
+        assert all(doc.get("destroy") is False for _, doc in played.requests), where
+        spec = [call for call in killer.calls if "unschedulable" in call]
+        assert spec == [], (where, spec)
+    steps = " | ".join(points)
+    for expected in ("event MigRolloutNoDrain", "apply node-a,node-b,node-c", "event MigRolloutDone"):
+        assert expected in steps, (expected, steps)
+    assert not any("unschedulable" in p and "True" in p for p in points)
+    assert len(points) == 16  # per node: claim, its event, applied, done, its event; and the one batch apply
