@@ -156,6 +156,45 @@ class CsLookup:
             cluster_id, nodepool_id, request, {}, self._runtime))
 
 
+    def nodepool_labels(self, cluster_id: str, nodepool_id: str) -> Tuple[str, List[Tuple[str, Optional[str]]]]:
+        """The pool's name and its ``kubernetes_config.labels`` as (key, value) pairs, in the API's order and
+        exactly as answered (a value the API leaves out stays None), from DescribeClusterNodePools (the call
+        the function makes anyway: no other grant). ConfigurationError when the cluster has no such pool."""
+        response = self._call("DescribeClusterNodePools", lambda: self._client.describe_cluster_node_pools_with_options(
+            cluster_id, cs_models.DescribeClusterNodePoolsRequest(), {}, self._runtime))
+        body = response.body.to_map() if response.body is not None else {}
+        for pool in body.get("nodepools") or []:
+            info = (pool or {}).get("nodepool_info") or {}
+            if info.get("nodepool_id") != nodepool_id:
+                continue
+            labels = [(str(t["key"]), None if t.get("value") is None else str(t["value"]))
+                      for t in (pool.get("kubernetes_config") or {}).get("labels") or [] if t and t.get("key")]
+            return str(info.get("name") or ""), labels
+        raise ConfigurationError("cluster %s has no node pool %s (DescribeClusterNodePools lists %d)"
+                                 % (cluster_id, nodepool_id, len(body.get("nodepools") or [])))
+
+    def set_nodepool_labels(self, cluster_id: str, nodepool_id: str,
+                            labels: Sequence[Tuple[str, Optional[str]]]) -> None:
+        """ModifyClusterNodePool with the pool's whole ``kubernetes_config.labels`` list and nothing else
+        (no taints: the SDK's own model would send ``taints: []`` beside them; no ``update_nodes``: the
+        running nodes' labels stay as they are). The caller read the list and changes one key in it; the
+        same list twice is the same request, so a retry after a timeout is safe."""
+        config = _LabelsOnly(labels=[cs_models.Tag(key=k, value=v) for k, v in labels])
+        request = cs_models.ModifyClusterNodePoolRequest(kubernetes_config=config)
+        self._call("ModifyClusterNodePool", lambda: self._client.modify_cluster_node_pool_with_options(
+            cluster_id, nodepool_id, request, {}, self._runtime))
+
+
+class _LabelsOnly(cs_models.ModifyClusterNodePoolRequestKubernetesConfig):
+    """The Kubernetes part of a ModifyClusterNodePool body holding ``labels`` alone. The SDK model's own
+    ``to_map`` also writes ``taints`` as an empty list whatever was set, which would say "no taints" to an
+    API that reads the list as the pool's whole set (the startup taint among them); this request says only
+    what it means to change."""
+
+    def to_map(self) -> dict:
+        return {"labels": [t.to_map() for t in self.labels or []]}
+
+
 class _TagsOnly(cs_models.ModifyClusterNodePoolRequestScalingGroup):
     """The scaling group part of a ModifyClusterNodePool body holding ``tags`` alone. The SDK model's own
     ``to_map`` also writes ``data_disks``, ``disk_init``, ``instance_patterns`` and ``spot_price_limit`` as

@@ -134,6 +134,10 @@ class Decision(_Model):
     # ``partition`` that turns MIG off (``node_bootstrap disable``): a pool whose label was removed, with
     # ACK_MIG_ON_LABEL_REMOVAL=disable (functions/rollout/run.py); ``partition`` and ``plan`` are None then.
     disable: bool = False
+    # A running node's path through the rollout (functions/rollout/waves.py change_path): True cordoned and
+    # drained first; False repartitioned without either, the node told to destroy nothing (the new layout
+    # keeps its instances and only adds some). None for every other decision.
+    drain: Optional[bool] = None
 
     def to_json(self) -> Dict[str, Any]:
         return self.model_dump(mode="json")

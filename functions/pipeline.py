@@ -313,7 +313,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             targets = targets + removal_targets(request, lookup, cluster, view,
                                                 [t[0] for t in targets if isinstance(t, tuple)])
         decisions = decide_targets(targets, cluster)
-        decisions, rollout = prepare(request, targets, decisions, view, settings)
+        decisions, rollout = prepare(request, targets, decisions, view, settings,
+                                     pools_now=lambda: lookup.nodepools(cluster))  # read again between waves
         for d in decisions:
             log.info("decision", instance_id=d.instance_id, node_name=d.node_name, nodepool_id=d.nodepool_id,
                      action=d.action, reason=d.reason, sequence=d.plan.sequence if d.plan else None)
@@ -336,6 +337,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         if rollout is not None:  # the same swap as a dry run: the rollout wraps whichever executor it is
             chosen = rollout.executor(chosen, effective_dry_run, on_result=finished)
         nodes = chosen.execute(request, decisions)
+        if rollout is not None:  # later waves of this invocation decided some nodes again
+            decisions = rollout.final(decisions)
         stage = "reporting"
         for n in nodes:
             if n.get("instance_id") not in reported:

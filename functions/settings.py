@@ -175,6 +175,7 @@ class Settings:
     credentials: Optional[Credentials] = None
     account_id: str = ""
     function_name: str = ""
+    function_timeout_s: int = 0  # the function's Timeout as FC tells it (context.function.timeout); 0 outside FC
     autoscaler_tags: str = "auto"  # ACK_MIG_AUTOSCALER_TAGS (functions/autoscaler_tags.py)
     delivery: "DeliverySettings" = field(default_factory=lambda: DeliverySettings())
     rollout: "RolloutSettings" = field(default_factory=lambda: RolloutSettings())
@@ -205,6 +206,7 @@ def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = No
         credentials=credentials_from(env, context),
         account_id=_get(env, FC_ACCOUNT_ID),
         function_name=_get(env, FC_FUNCTION_NAME),
+        function_timeout_s=_context_timeout(context),
         autoscaler_tags=parse_choice(env, AUTOSCALER_TAGS, "auto", AUTOSCALER_TAG_MODES),
         delivery=delivery_from_env(env),
         rollout=rollout_from_env(env),
@@ -229,12 +231,41 @@ def _on_network(settings: "Settings") -> "Settings":
                          kms_endpoint=resolve("kms", settings.region, d.kms_endpoint, "vpc")))
 
 
+def _context_timeout(context: Any) -> int:
+    """``context.function.timeout`` (seconds) of the FC Python runtime's context, 0 when there is none."""
+    value = getattr(getattr(context, "function", None), "timeout", None) if context is not None else None
+    try:
+        return max(0, int(value)) if value is not None else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+WAVE_MARGIN_S = 420  # agent waits, submits, polls and events around one wave's own timeouts
+
+
+def wave_s(settings: "Settings", drain: bool = True) -> int:
+    """The longest one rollout wave can take by the settings: a node's apply + (a drain) + the capacity
+    wait. A wave of nodes that change without drain needs no drain time."""
+    return (settings.delivery.node_timeout_s + (settings.rollout.drain_timeout_s if drain else 0)
+            + settings.rollout.capacity_timeout_s)
+
+
 def longest_run_s(settings: "Settings") -> int:
-    """The longest one invocation can work: a node's apply + a drain + the capacity wait + 420 s for agent
+    """The longest one wave can work: a node's apply + a drain + the capacity wait + 420 s for agent
     waits, submits, polls and events. template.yml sets the function's Timeout by the same sum; a rollout
-    record is held for this long, and the cluster credential asked for must outlive it."""
-    return (settings.delivery.node_timeout_s + settings.rollout.drain_timeout_s
-            + settings.rollout.capacity_timeout_s + 420)
+    record is held for this long after its wave starts."""
+    return wave_s(settings) + WAVE_MARGIN_S
+
+
+def invocation_s(settings: "Settings") -> int:
+    """How long one invocation may work: ``ACK_MIG_INVOCATION_TIMEOUT_S`` (never past the function's
+    Timeout, which FC enforces), else the function's Timeout as FC tells it, else one wave
+    (:func:`longest_run_s`). A rollout starts a further wave only while the wave's worst case plus the
+    margin still fits; the cluster credential asked for must outlive it."""
+    setting, fc = settings.rollout.invocation_timeout_s, settings.function_timeout_s
+    if setting and fc:
+        return min(setting, fc)
+    return setting or fc or longest_run_s(settings)
 
 
 def environment() -> Dict[str, str]:
@@ -377,6 +408,11 @@ DRAIN_EMPTYDIR = _var("ACK_MIG_DRAIN_EMPTYDIR", "memory", "GPU pods with emptyDi
                       "defers the node, kubectl drain's default)", "rollout")
 KUBE_MAX_ATTEMPTS = _var("ACK_MIG_KUBE_MAX_ATTEMPTS", "5", "attempts per Kubernetes API call on no answer, "
                          "throttling (429, Retry-After honoured) or 5xx, within the invocation's time", "rollout")
+INVOCATION_TIMEOUT_S = _var("ACK_MIG_INVOCATION_TIMEOUT_S", "0", "how long one invocation may work, seconds: a "
+                            "rollout starts a further wave while the wave's worst case (node + drain + capacity "
+                            "timeouts, without the drain for nodes that only gain instances) plus 420 s still "
+                            "fits; never past the function's Timeout; 0: the function's Timeout as FC tells it, "
+                            "else one wave", "rollout")
 KUBECONFIG = _var("ACK_MIG_KUBECONFIG", "", "command line only (--kubeconfig): the operator's kubeconfig for "
                   "the Kubernetes side instead of a short-lived one from ACK")
 
@@ -393,6 +429,7 @@ class RolloutSettings:
     drain_force: bool = False
     drain_emptydir: str = "memory"
     kube_max_attempts: int = 5
+    invocation_timeout_s: int = 0  # 0: the function's Timeout (Settings.function_timeout_s), else one wave
     kubeconfig: str = ""  # a file path (the command line's --kubeconfig); "" asks ACK for a credential
 
 
@@ -412,6 +449,7 @@ def rollout_from_env(env: Mapping[str, str]) -> RolloutSettings:
         drain_force=parse_bool(env, DRAIN_FORCE),
         drain_emptydir=parse_choice(env, DRAIN_EMPTYDIR, "memory", EMPTYDIR_CHOICES),
         kube_max_attempts=parse_int(env, KUBE_MAX_ATTEMPTS, 5, 1, 10),
+        invocation_timeout_s=parse_int(env, INVOCATION_TIMEOUT_S, 0, 0, 86400),
         kubeconfig=_get(env, KUBECONFIG),
     )
 

@@ -13,9 +13,16 @@ Then a label change rolled across a running pool (``examples/inventory-rollout.j
 partitioned 7 x 1g.5gb, the pool's label now 3g.20gb-3g.20gb): the Kubernetes side is held in memory
 (``functions.rollout.kube.MemoryKube``, the same eviction rule as the API server), the nodes are the same
 simulated ones, and a stand-in for the device plugin publishes each node's new ``nvidia.com/mig-*``
-capacity from the node's own result. The first invocation takes one node (max-unavailable 1), defers the
-next, skips the one already right, and its drain waits on a PodDisruptionBudget until the workload's
-replacement runs elsewhere; the second invocation takes the deferred node; the third finds all done.
+capacity from the node's own result. The invocation has two hours (``ACK_MIG_INVOCATION_TIMEOUT_S``): its
+first wave takes one node (max-unavailable 1) and skips the one already right, its drain waits on a
+PodDisruptionBudget until the workload's replacement runs elsewhere, and the next wave of the same
+invocation takes the other node; a second invocation finds all done.
+
+Then a label change that only adds instances (``examples/inventory-additive.json``: three A100 nodes
+partitioned 3g.20gb, now 3g.20gb-2g.10gb-1g.5gb): one invocation repartitions all three at once, without
+cordon or drain, each node told to destroy nothing, while their GPU pods keep running behind a
+PodDisruptionBudget that would refuse any eviction. (The simulated nodes are first partitioned 3g.20gb by
+the same node tool.)
 
 Last, an autoscaling pool at zero nodes (``examples/inventory-autoscaling.json``) gets the node pool tags
 that tell ACK's cluster-autoscaler its MIG resources: an ACK node pool operation
@@ -29,6 +36,8 @@ import json
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
+from dataclasses import replace
 
 # functions/commands/demo.py -> the source tree's examples/ folder
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
@@ -122,8 +131,11 @@ class _DevicePlugin:
         return results
 
 
+INVOCATION_S = "7200"  # the rollout's invocation time in the demo: several waves fit (docs/operations.md)
+
+
 def _rollout(settings, tmp, transport):
-    """Three invocations of a reconcile over the rollout example; returns their results."""
+    """Two invocations of a reconcile over the rollout example; returns their results."""
     from functions.rollout import run as rollout
     from functions.cluster import InventoryLookup
     from functions.delivery.node_executor import DeliveryExecutor
@@ -143,31 +155,88 @@ def _rollout(settings, tmp, transport):
     kube.on_evict_refused = replacement
     names = {n.instance_id: n.node_name for n in lookup.nodes(lookup.cluster_id)}
     executor = DeliveryExecutor.from_settings(settings, transport=_DevicePlugin(transport, kube, names))
+    timed = replace(settings, rollout=replace(settings.rollout, invocation_timeout_s=int(INVOCATION_S)))
+    with _fake_time():
+        event = json.dumps({"cluster_id": lookup.cluster_id})
+        runs = [_run_once(event, timed, lookup, executor, kube) for _ in range(2)]
+    return runs, kube
+
+
+@contextmanager
+def _fake_time():
+    """The rollout on a clock of its own: polls and waits cost no real time."""
+    from functions.rollout import run as rollout
+
     now = [0.0]
     saved = rollout.clock, rollout.sleep
-    rollout.clock, rollout.sleep = (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))  # no real waits
+    rollout.clock, rollout.sleep = (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))
     try:
-        event = json.dumps({"cluster_id": lookup.cluster_id})
-        runs = [_run_once(event, settings, lookup, executor, kube) for _ in range(3)]
+        yield
     finally:
         rollout.clock, rollout.sleep = saved
-    return runs, kube
+
+
+def _additive(settings, transport):
+    """One invocation over the additive example (its simulated nodes first partitioned 3g.20gb by the node
+    tool); returns the result, the Kubernetes side and the pods that served throughout."""
+    from functions.cluster import InventoryLookup
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.delivery.node_script import node_args
+    from functions.delivery.outcome import NodeTarget
+    from functions.rollout.kube import MemoryKube
+
+    lookup = InventoryLookup.from_file(os.path.join(EXAMPLES, "inventory-additive.json"))
+    nodes = lookup.nodes(lookup.cluster_id)
+    extra = tuple(settings.delivery.node_args.split())
+    before = [NodeTarget(n.instance_id, n.node_name, "", tuple(node_args({"kind": "sequence", "value": "3g.20gb"},
+                                                                         extra))) for n in nodes]
+    assert all((r.result or {}).get("outcome") == "success" for r in transport.run(before))
+    kube = MemoryKube.from_snapshot(lookup.kube_nodes or {})
+    for i, n in enumerate(sorted(kube.nodes)):
+        kube.add_pod("team", "infer-%d" % i, n, labels={"app": "infer"}, gpus=1, owner="ReplicaSet")
+    kube.add_pdb("team", "infer", {"app": "infer"}, min_available=3)  # no eviction would be allowed
+    names = {n.instance_id: n.node_name for n in nodes}
+    executor = DeliveryExecutor.from_settings(settings, transport=_DevicePlugin(transport, kube, names))
+    with _fake_time():
+        result = _run_once(json.dumps({"cluster_id": lookup.cluster_id}), settings, lookup, executor, kube)
+    return result, kube
 
 
 def _print_rollout(runs, kube):
     print()
-    print("label change rolled across pool gpu-mig-a100 (examples/inventory-rollout.json, "
-          "1g.5gb x 7 -> 3g.20gb-3g.20gb, max-unavailable 1):")
+    print("label change rolled across a pool (examples/inventory-rollout.json):")
+    print("  pool gpu-mig-a100, 1g.5gb x 7 -> 3g.20gb-3g.20gb, max-unavailable 1, invocation time %s s"
+          % INVOCATION_S)
     for number, result in enumerate(runs, 1):
         print("  invocation %d: %s" % (number, result.reason))
         for n in result.nodes or []:
             if n.get("outcome") == "skipped":
                 continue
-            print("    %-26s %-12s %s" % (n.get("node_name") or n["instance_id"], n["outcome"], n["reason"][:150]))
+            print("    %-26s %-12s %s%s" % (n.get("node_name") or n["instance_id"], n["outcome"],
+                                           "wave %d: " % n["wave"] if n.get("wave") else "", n["reason"][:140]))
     drains = [e["message"] for e in kube.events if e["reason"] == "MigRolloutDrain"]
     print("  Node events: %s" % "; ".join(sorted({e["reason"] for e in kube.events})))
     for message in drains:
         print("    MigRolloutDrain: %s" % message[:140])
+
+
+def _print_additive(result, kube):
+    print()
+    print("label change that only adds instances (examples/inventory-additive.json):")
+    print("  pool gpu-mig-a100-grow, 3g.20gb -> 3g.20gb-2g.10gb-1g.5gb, max-unavailable 1, no cordon, no drain")
+    print("  invocation: %s" % result.reason)
+    shows = set()
+    for d, n in zip(result.decisions, result.nodes or []):
+        first, _, rest = n["reason"].partition("; ")
+        shows.add(rest)
+        print("    %-26s %-12s wave %s, drain=%s, %s" % (n.get("node_name"), n["outcome"], n.get("wave"),
+                                                          str(d.drain).lower(), first))
+    for text in sorted(shows):
+        print("    each: %s" % text)
+    cordoned = sorted(n for n, node in kube.nodes.items() if (node.get("spec") or {}).get("unschedulable"))
+    print("  cordoned: %s; GPU pods still running: %s" % (", ".join(cordoned) or "none", ", ".join(
+        "%s/%s" % key for key in sorted(kube.pods))))
+    print("  Node events: %s" % "; ".join(sorted({e["reason"] for e in kube.events})))
 
 
 def _autoscaler(settings, reconcile_raw):
@@ -220,9 +289,10 @@ def run(args):
             reconcile_raw = fh.read()
         reconcile = _run_once(reconcile_raw, settings, args.inventory, executor)  # the event asks for a dry run
         runs, kube = _rollout(settings, tmp, transport)
+        grown, grown_kube = _additive(settings, transport)
         tag_runs, tag_writes = _autoscaler(settings, reconcile_raw)
     nodes = first.nodes or []
-    rolled = [[{"node_name": n.get("node_name"), "outcome": n["outcome"], "reason": n["reason"]}
+    rolled = [[{"node_name": n.get("node_name"), "outcome": n["outcome"], "reason": n["reason"], "wave": n.get("wave")}
                for n in r.nodes or []] for r in runs]
     if args.json:
         print(json.dumps({"nodes": [{"instance_id": n["instance_id"], "outcome": n["outcome"],
@@ -230,6 +300,15 @@ def run(args):
                           "rollout": rolled,
                           "events": [{"node": e["involvedObject"]["name"], "reason": e["reason"],
                                       "message": e["message"]} for e in kube.events],
+                          "additive": {"nodes": [{"node_name": n.get("node_name"), "outcome": n["outcome"],
+                                                  "reason": n["reason"], "wave": n.get("wave")}
+                                                 for n in grown.nodes or []],
+                                       "decisions": [d.to_json() for d in grown.decisions],
+                                       "cordoned": sorted(n for n, node in grown_kube.nodes.items()
+                                                          if (node.get("spec") or {}).get("unschedulable")),
+                                       "pods": ["%s/%s" % key for key in sorted(grown_kube.pods)],
+                                       "events": [{"node": e["involvedObject"]["name"], "reason": e["reason"]}
+                                                  for e in grown_kube.events]},
                           "autoscaler": {"runs": [{"run": title, "pool_tags": r.pool_tags} for title, r in tag_runs],
                                          "writes": tag_writes}}, indent=2))
         return 0 if first.outcome == "done" else 1
@@ -250,5 +329,6 @@ def run(args):
     for d in reconcile.decisions:
         print("  decision %-22s %-9s %s" % (d.instance_id, d.action, d.reason))
     _print_rollout(runs, kube)
+    _print_additive(grown, grown_kube)
     _print_autoscaler(tag_runs, tag_writes)
     return 0 if first.outcome == "done" and all(n["outcome"] != "failed" for n in nodes) else 1

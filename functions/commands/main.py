@@ -26,6 +26,8 @@ COMMANDS = {
     "undeploy": ("functions.commands.undeploy", "delete the ROS stack (after a confirmation) and wait until it is "
                                                 "gone"),
     "doctor": ("functions.commands.doctor", "read-only preflight: what is ready and what is missing, line by line"),
+    "rollout": ("functions.commands.rollout", "pause or resume a node pool's rolling repartition (the pool label "
+                                              "ack-mig-hook/paused)"),
 }
 
 

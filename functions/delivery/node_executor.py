@@ -92,7 +92,9 @@ class DeliveryExecutor:
             elif d.action == ACTION_ERROR or d.partition is None:
                 outcomes[d.instance_id] = Outcome(d.instance_id, d.node_name or "", FAILED, d.reason)
             elif d.action == ACTION_PARTITION:
-                args = node_args({"kind": d.partition.kind, "value": d.partition.value}, self.extra_args)
+                # A running node the rollout changes without drain is told to destroy nothing (Decision.drain).
+                args = node_args({"kind": d.partition.kind, "value": d.partition.value}, self.extra_args,
+                                 destroy=getattr(d, "drain", None) is not False)
                 targets.append(NodeTarget(d.instance_id, d.node_name or "", d.ip_address or "", tuple(args)))
         hook = getattr(request, "lifecycle", None)
         try:

@@ -98,18 +98,24 @@ def render(digest: str, args: Sequence[str], deadline_s: int, instance_id: str =
                            grace=grace_s, runner=_RUNNER)
 
 
-def request_document(partition: Mapping[str, str]) -> dict:
-    """The node request: ``{"version": 1, "partition": {"kind": "size"|"sequence", "value": ...}}``."""
+def request_document(partition: Mapping[str, str], destroy: bool = True) -> dict:
+    """The node request: ``{"version": 1, "partition": {"kind": "size"|"sequence", "value": ...}}``, with
+    ``"destroy": false`` for a "destroy nothing" apply (the node refuses, exit 7 ``destroy-required``,
+    where more than adding instances is needed; docs/node.md)."""
     kind, value = partition.get("kind"), partition.get("value")
     if kind not in ("size", "sequence") or not isinstance(value, str):
         raise CommandError("a node request needs partition kind size or sequence and a text value")
-    return {"version": 1, "partition": {"kind": kind, "value": value}}
+    doc: dict = {"version": 1, "partition": {"kind": kind, "value": value}}
+    if not destroy:
+        doc["destroy"] = False
+    return doc
 
 
-def node_args(partition: Mapping[str, str], extra: Sequence[str] = ()) -> List[str]:
+def node_args(partition: Mapping[str, str], extra: Sequence[str] = (), destroy: bool = True) -> List[str]:
     """node_bootstrap's command line for an apply: global options first, then the subcommand. The node
-    name is not here (it differs per node); the runner adds it, so a whole batch shares one script."""
-    doc = json.dumps(request_document(partition), sort_keys=True, separators=(",", ":"))
+    name is not here (it differs per node); the runner adds it, so a whole batch shares one script.
+    ``destroy`` False: the request asks the node to only add instances (the rollout's path without drain)."""
+    doc = json.dumps(request_document(partition, destroy), sort_keys=True, separators=(",", ":"))
     # --boot-unit: the same run installs the systemd unit that re-applies this partition at every boot.
     return ["--json"] + list(extra) + ["apply", "--boot-unit", "--request-b64",
                                        base64.b64encode(doc.encode("utf-8")).decode("ascii")]

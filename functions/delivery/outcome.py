@@ -18,7 +18,11 @@ REBOOT_REQUIRED = "reboot-required"
 # Not a failure of the node's GPUs, so never a reason to ABANDON a lifecycle hook; the startup taint stays
 # until someone chooses one manager (docs/operations.md).
 CONFLICT = "conflict"
-OUTCOMES = (PARTITIONED, UNCHANGED, SKIPPED, FAILED, REBOOT_REQUIRED, CONFLICT)
+# A "destroy nothing" apply (a running node the rollout changes without drain) that needs more than new
+# instances: the node refused before any change (node_bootstrap's destroy-required, exit 7). Not a failure:
+# the rollout takes the node the drained way next (functions/rollout/executor.py).
+DESTROY_REQUIRED = "destroy-required"
+OUTCOMES = (PARTITIONED, UNCHANGED, SKIPPED, FAILED, REBOOT_REQUIRED, CONFLICT, DESTROY_REQUIRED)
 
 # The startup taint of a partitioned or unchanged node (``Outcome.taint``): lifted, not there, left for a later
 # event because the instance is not a Kubernetes node yet (the expected case under a lifecycle hook), or
@@ -39,6 +43,7 @@ NODE_VERDICTS = ("not-mig-capable", "gpu-busy", "insufficient-resources", "verif
 # Exit codes of the node CLI and of node_runner.py.
 NODE_EXIT_REASONS = {2: "bad input", 3: "GPU not MIG-capable", 4: "GPU busy", 5: "reboot required",
                      6: "another MIG manager is in charge",
+                     7: "destroy required (adding instances alone cannot reach the layout)",
                      10: "bundle missing", 124: "node timeout"}
 
 
@@ -161,6 +166,10 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
     elif node_outcome == CONFLICT or res.exit_code == 6:
         base.outcome, base.code = CONFLICT, CONFLICT
         base.reason = "conflict: %s" % (error.get("message") or NODE_EXIT_REASONS[6])
+        return base
+    elif error.get("code") == DESTROY_REQUIRED or res.exit_code == 7:
+        base.outcome, base.code = DESTROY_REQUIRED, DESTROY_REQUIRED
+        base.reason = "destroy-required: %s" % (error.get("message") or NODE_EXIT_REASONS[7])
         return base
     else:
         code = error.get("code") or NODE_EXIT_REASONS.get(res.exit_code or 1, "exit %s" % res.exit_code)

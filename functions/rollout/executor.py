@@ -1,9 +1,16 @@
-"""Carrying out one wave of a rollout (:class:`RolloutExecutor`), or saying what it would do
+"""Carrying out the waves of a rollout (:class:`RolloutExecutor`), or saying what it would do
 (:class:`DryRunRolloutExecutor`). ``functions.rollout.run`` plans; this module acts.
 
 Each wave node: claim, cordon, drain, apply (the delivery executor), wait for the new capacity, uncordon,
 every step recorded in the node annotation ``ack-mig-hook/rollout`` before the next begins, so a
-function killed at any point continues on the next invocation without repeating a finished node.
+function killed at any point continues on the next invocation without repeating a finished node. A node
+that only gains instances (``drain`` False) skips the cordon and the drain, and its apply asks the node
+to destroy nothing: a node whose real placements need a destroy refuses (``destroy-required``), which is
+recorded so the next plan drains it.
+
+After a wave, the next one is planned from the nodes as they are then (``Rollout.replan``) and started
+while the invocation has time for its worst case; each wave's records carry a lease of their own. A pool
+whose last wave moved no node (each one deferred at its claim) waits for the next invocation.
 
 **The lease is a compare-and-swap.** Every write of the record (the claim, each step, the end) is a
 merge patch that carries the Node's ``metadata.resourceVersion`` as this run last read or wrote it; the
@@ -28,10 +35,12 @@ from node_bootstrap.kube import KubeError
 from functions.model import ACTION_DEFER, Decision
 from functions.rollout import drain as dr
 from functions.rollout import waves as rp
+from functions.settings import longest_run_s as run_lease
 
 log = logging.getLogger(__name__)
 
 DEFERRED, DRAIN_TIMEOUT, FAILED, SKIPPED = "deferred", "drain-timeout", "failed", "skipped"
+DESTROY_REQUIRED = rp.DESTROY_REQUIRED  # the node refused a destroy-nothing apply; the next plan drains it
 POLL_S = 2.0
 CAS_ATTEMPTS = 5  # writes in a row that may meet a newer version of the node before the step gives up
 
@@ -86,6 +95,7 @@ class RolloutExecutor:
         self.on_result = on_result or (lambda result: None)
         self.settings = rollout.settings.rollout
         self.rules = dr.Rules.from_settings(self.settings)
+        self.refused: Dict[str, str] = {}  # nodes that refused a destroy-nothing apply in this invocation: why
 
     def execute(self, request: Any, decisions: Sequence[Decision]) -> List[dict]:
         waves = self.rollout.waves
@@ -100,11 +110,72 @@ class RolloutExecutor:
                 # mean 10,000 Events per invocation. A node deferred for a cause of its own gets one below.
                 results[d.instance_id] = _deferred(d)
         wave = [waves[d.instance_id] for d in decisions if d.instance_id in waves]
-        if wave:
+        number = 0
+        while wave:
+            number += 1
             self._run_wave(request, wave)
             for w in wave:
-                results[w.decision.instance_id] = w.result or {}
+                iid = w.decision.instance_id
+                result = dict(w.result or {}, wave=number)  # which wave of this invocation took the node
+                if result.get("outcome") == DESTROY_REQUIRED:
+                    self.refused[iid] = result.get("reason") or DESTROY_REQUIRED
+                elif iid in self.refused:  # the drained way, after the node refused to only add instances
+                    result["reason"] = "%s; before that: %s" % (result.get("reason"), self.refused.pop(iid))
+                results[iid] = result
+            wave = self._next_wave(wave, results)
         return [results[d.instance_id] for d in decisions if d.instance_id in results]
+
+    def _next_wave(self, last: List[Any], results: Dict[str, dict]) -> List[Any]:
+        """The next wave, planned now, when the invocation has time for it; the results of the nodes it
+        does not take are updated (deferred with the new reason, or skipped). [] when there is none."""
+        rollout = self.rollout
+        moved = {w.pool_id for w in last if (w.result or {}).get("outcome") != DEFERRED}
+        pending = {iid for iid, r in results.items() if r.get("outcome") in (DEFERRED, DESTROY_REQUIRED)}
+        refused = set(self.refused)
+        # Planned again only where the next wave could fit: its worst case as the last plan knows it (a pool
+        # whose waiting nodes all drain needs the drain time too), so no listing is spent on a wave that
+        # cannot start; the waiting nodes of the others are told why.
+        pools = []
+        for p in sorted(moved):
+            waiting = [d.instance_id for d in rollout.pools[p].members if d.instance_id in pending] \
+                if p in rollout.pools else []
+            if not waiting:
+                continue
+            fits, why = rollout.time_for(rollout.needs_drain(p, pending - refused), self.clock())
+            if fits:
+                pools.append(p)
+                continue
+            for iid in waiting:
+                results[iid] = dict(results[iid], reason="%s; %s" % (why, results[iid].get("reason")))
+        if not pools:
+            return []
+        finished = [iid for iid, r in results.items() if iid not in pending]
+        try:
+            decided, waves = rollout.replan(pools, finished)
+        except Exception as exc:  # noqa: BLE001 - the ACK or Kubernetes API: this invocation stops here
+            log.warning("no further wave in this invocation: %s", exc)
+            return []
+        wave = [waves[iid] for iid in sorted(waves, key=lambda i: decided[i].node_name or i)]
+        fits, why = rollout.time_for(any(w.drain for w in wave), self.clock()) if wave else (True, "")
+        for iid, d in decided.items():
+            if iid in waves and fits:
+                continue  # its result comes from the wave
+            if d.action == "skip":
+                results[iid] = {"instance_id": iid, "node_name": d.node_name, "outcome": SKIPPED,
+                                "reason": d.reason, "gpus": None}
+                continue
+            reason = d.reason
+            if iid in waves:  # planned but not started: the next invocation plans it again
+                reason = "%s; %s" % (why, d.reason)
+                rollout.decided[iid] = d.model_copy(update=dict(action=ACTION_DEFER, reason=reason))
+            if iid in self.refused:  # the refusal stays the node's outcome, with what comes next
+                results[iid] = dict(results[iid], reason="%s; next: %s" % (self.refused[iid], reason))
+            else:
+                results[iid] = dict(_deferred(d), reason=reason)
+        if not fits:
+            return []
+        rollout.expires = self.clock() + run_lease(rollout.settings)  # each wave's records: a lease of their own
+        return wave
 
     # ---- results ----
 
@@ -112,7 +183,8 @@ class RolloutExecutor:
         w.result = dict(base or {}, instance_id=w.decision.instance_id, node_name=w.decision.node_name,
                         outcome=outcome, reason=reason)
         w.result.setdefault("gpus", None)
-        self.on_result(w.result)
+        if outcome not in (DEFERRED, DESTROY_REQUIRED):  # a later wave of this invocation may still take it:
+            self.on_result(w.result)  # the caller reports those with the final results
 
     def _leave(self, w: Any, lost: LeaseLost) -> None:
         self._end(w, DEFERRED, lost.why())
@@ -147,11 +219,13 @@ class RolloutExecutor:
         raise KubeError("node %s changed under %d writes in a row; the next invocation resumes it"
                         % (w.decision.node_name, CAS_ATTEMPTS), 409)
 
-    def _record(self, w: Any, step: str, reason: str = "", uncordon: bool = False) -> None:
+    def _record(self, w: Any, step: str, reason: str = "", uncordon: bool = False,
+                drain: Optional[bool] = None) -> None:
         old = w.progress
         keep = old is not None and old.target == w.target
         progress = rp.Progress(w.target, step, old.cordoned if old else False, old.since if keep else self.clock(),
-                               reason, self.rollout.owner, self.rollout.expires)
+                               reason, self.rollout.owner, self.rollout.expires,
+                               (old.drain if keep else w.drain) if drain is None else drain)
         # a node someone else cordoned stays cordoned
         self._write(w, progress, {"unschedulable": None} if uncordon and progress.cordoned else None)
 
@@ -187,15 +261,36 @@ class RolloutExecutor:
                                  % (p.step, p.reason or "no reason recorded"))
             if p is not None and p.target == w.target and p.step == rp.DONE:
                 return self._end(w, SKIPPED, "another invocation finished this node meanwhile")
+            if not w.drain and p is not None and p.target == w.target and p.step == rp.DESTROY_REQUIRED:
+                return self._end(w, DEFERRED, "the node refused to only add instances meanwhile (%s); the next plan "
+                                              "takes it the drained way" % (p.reason or p.step))
             if p is not None and p.step in rp.ACTIVE_STEPS:
                 same = p.target == w.target
                 # Taken over from an invocation that ended without finishing (its lease ran out, so its drain
                 # deadline is long past): this run records itself as the owner and drains with its own deadline;
-                # a node disrupted for an older target is drained again (new pods may have come).
-                progress = rp.Progress(w.target, p.step if same else rp.CORDONED, p.cordoned, self.clock(),
+                # a node disrupted for an older target starts over on the new target's path (drained again:
+                # new pods may have come), cordoned first when its old path had not cordoned it.
+                step = p.step if same else (rp.CORDONED if w.drain else rp.APPLYING)
+                cordon = step == rp.CORDONED and not node.unschedulable
+                progress = rp.Progress(w.target, step, p.cordoned or cordon, self.clock(),
                                        "resumed from invocation %s" % (p.owner or "-") if same
-                                       else "target changed to %s" % w.target, me, self.rollout.expires)
-                spec = None
+                                       else "target changed to %s" % w.target, me, self.rollout.expires,
+                                       p.drain if same else w.drain)
+                spec = {"unschedulable": True} if cordon else None
+            elif not w.drain:  # only new instances: no cordon, no drain; the apply tells the node to destroy nothing
+                if not rp.work_needed(w.spec, node, w.gpu_model):
+                    return self._end(w, SKIPPED, "already in the requested layout (%s) when claimed" % w.target)
+                progress = rp.Progress(w.target, rp.APPLYING, False, self.clock(), "", me, self.rollout.expires,
+                                       drain=False)
+                try:
+                    self._patch(w, progress, None)
+                except KubeError as exc:
+                    if exc.status != 409:
+                        raise
+                    continue
+                event(self.kube, name, "MigRolloutNoDrain", "not cordoned or drained, the node only gains instances "
+                                                            "(told to destroy nothing): %s" % w.decision.reason)
+                return None
             else:
                 if not rp.work_needed(w.spec, node, w.gpu_model):
                     return self._end(w, SKIPPED, "already in the requested layout (%s) when claimed" % w.target)
@@ -287,7 +382,8 @@ class RolloutExecutor:
         ready = []
         for w in wave:
             try:
-                self._record(w, rp.APPLYING)
+                if not (w.progress.step == rp.APPLYING and w.progress.owner == self.rollout.owner):
+                    self._record(w, rp.APPLYING)  # (a claim without drain recorded it already)
                 ready.append(w)
             except LeaseLost as lost:
                 self._leave(w, lost)
@@ -303,10 +399,21 @@ class RolloutExecutor:
                 if r.get("outcome") in ("partitioned", "unchanged"):
                     self._record(w, rp.APPLIED)
                     w.applied = r
+                elif r.get("outcome") == DESTROY_REQUIRED:
+                    self._fall_back(w, r)
                 else:
                     self._finish(w, FAILED, rp.FAILED, "apply: %s" % r.get("reason"), base=r)
             except LeaseLost as lost:
                 self._leave(w, lost)
+
+    def _fall_back(self, w: Any, r: dict) -> None:
+        """The node refused the destroy-nothing apply before any change: recorded so the next plan takes it
+        the drained way (the record is neither in progress nor a stop: the pool goes on)."""
+        why = ("%s; nothing was changed: the node goes the drained way (cordon, drain, apply) in a later wave"
+               % (r.get("reason") or DESTROY_REQUIRED))
+        self._record(w, rp.DESTROY_REQUIRED, (r.get("reason") or DESTROY_REQUIRED)[:300], uncordon=True, drain=True)
+        event(self.kube, w.decision.node_name, "MigRolloutDestroyRequired", why)
+        self._end(w, DESTROY_REQUIRED, why, base=r)
 
     def _capacity(self, wave: List[Any]) -> None:
         deadline = self.clock() + self.settings.capacity_timeout_s  # its own deadline, not the drain's
@@ -358,6 +465,16 @@ class DryRunRolloutExecutor:
         return [results[d.instance_id] for d in decisions if d.instance_id in results]
 
     def _one(self, d: Decision, w: Any, kube: Any) -> dict:
+        base = {"instance_id": d.instance_id, "node_name": d.node_name, "gpus": d.plan.gpus if d.plan else None}
+        what = ("MIG off (node_bootstrap disable)" if d.disable else d.plan.sequence if d.plan
+                else "%s=%s" % (d.partition.kind, d.partition.value))
+        wait = ", ".join(sorted(w.expected)) or "no MIG resources"
+        if not w.drain:  # no pod is evicted: nothing to list
+            return dict(base, outcome="dry-run",
+                        reason="dry run: would %sapply %s without cordon or drain (the node only gains instances and "
+                               "is told to destroy nothing; if its real placements need a destroy it refuses and "
+                               "goes the drained way in a later wave), wait for %s"
+                               % ("resume after step %s, " % w.resume if w.resume else "", what, wait))
         kept: Dict[str, str] = {}
         try:
             pods = kube.list_pods(d.node_name)
@@ -367,15 +484,12 @@ class DryRunRolloutExecutor:
             evict = "evict %s" % (", ".join(names) if names else "no GPU pod")
         except KubeError as exc:
             evict = "evict the GPU pods (cannot list them now: %s)" % exc
-        base = {"instance_id": d.instance_id, "node_name": d.node_name, "gpus": d.plan.gpus if d.plan else None}
         if kept and not w.resume:
             return dict(base, outcome=DEFERRED, reason="dry run: would defer, not drained: %s"
                                                        % dr.refusal_text(kept))
         # the node as the wave was planned from it (one listing per event, not one per wave node)
         cordon = ("resume after step %s" % w.resume if w.resume else
                   "leave the cordon someone else set" if w.cordoned else "cordon")
-        what = ("MIG off (node_bootstrap disable)" if d.disable else d.plan.sequence if d.plan
-                else "%s=%s" % (d.partition.kind, d.partition.value))
         return dict(base, outcome="dry-run",
                     reason="dry run: would %s, %s (PodDisruptionBudgets respected), apply %s, wait for %s, uncordon"
-                           % (cordon, evict, what, ", ".join(sorted(w.expected)) or "no MIG resources"))
+                           % (cordon, evict, what, wait))

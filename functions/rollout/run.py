@@ -14,8 +14,14 @@ path each ``partition`` target takes (``functions.rollout.waves.entry_path``):
   node (kept ``partition``) or ``defer`` (beyond ``max-unavailable``, held by another invocation, or the
   pool's rollout stopped), with reasons that name the rollout and the wave.
 
+A running node that only gains instances (``waves.change_path``) goes without cordon or drain and takes
+no slot of ``max-unavailable``: every such node of the pool is in the first wave. A pool labelled
+``ack-mig-hook/paused=true`` starts nothing new.
+
 The returned :class:`Rollout` swaps the executor, as a dry run swaps it (``functions.point_of_change``):
-``functions.rollout.executor`` carries the wave out (a real run) or says what it would do (a dry run).
+``functions.rollout.executor`` carries the waves out (a real run) or says what it would do (a dry run).
+A real run starts further waves while the invocation has time for one (:meth:`Rollout.replan` plans each
+from the nodes as they are then, and the pool's labels as the ACK API gives them then).
 
 Without a Kubernetes view (a snapshot without ``kube_nodes``) nothing changes: every node counts as
 never partitioned and is applied as before. Without an answer from the API server, every target that
@@ -34,7 +40,7 @@ from node_bootstrap.mig import MigInputError, PartitionSpec, label_items, resour
 from functions.event_result import Trigger
 from functions.model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision
 from functions.rollout import waves as rp
-from functions.settings import longest_run_s
+from functions.settings import WAVE_MARGIN_S, invocation_s, longest_run_s, wave_s
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +66,8 @@ class WaveNode:
     rv: str = ""  # the Node's resourceVersion as last read or written: the next write's precondition
     result: Optional[dict] = None  # the node's final result (set once it ends, this invocation)
     applied: Optional[dict] = None  # the delivery executor's answer when it applied this invocation
+    drain: bool = True  # False: no cordon, no drain, the node told to destroy nothing (waves.change_path)
+    pool_id: str = ""
 
 
 def _spec(d: Decision) -> Optional[PartitionSpec]:
@@ -91,14 +99,33 @@ def run_lease_s(settings: Any) -> float:
     return longest_run_s(settings)
 
 
+@dataclass
+class PoolRollout:
+    """What planning one pool's rollout again needs: its members (this event's running nodes of it, as
+    decided before the rollout), the pool as the event saw it, and why each member took the rollout."""
+
+    pool_id: str
+    members: List[Decision]
+    pool: Any
+    paths: Dict[str, str]
+
+
 class Rollout:
     """The rollout part of one event: the wave nodes and the Kubernetes backend (None when the API server
-    did not answer: nothing is written)."""
+    did not answer: nothing is written). ``pools``: each rolled pool, for :meth:`replan`; ``pools_now``:
+    the cluster's node pools as the ACK API gives them now (a pause or a label change between waves);
+    ``deadline``: when the invocation's time is up (its start plus ``functions.settings.invocation_s``)."""
 
     def __init__(self, kube: Any, waves: Dict[str, WaveNode], settings: Any, owner: str = "",
-                 expires: float = 0.0) -> None:
+                 expires: float = 0.0, pools: Optional[Dict[str, PoolRollout]] = None,
+                 pools_now: Optional[Callable[[], Sequence[Any]]] = None, deadline: float = 0.0) -> None:
         self.kube, self.waves, self.settings = kube, waves, settings
         self.owner, self.expires = owner, expires
+        self.pools = pools or {}
+        self.pools_now = pools_now
+        self.deadline = deadline
+        self.decided: Dict[str, Decision] = {}  # decisions made again by replan, by instance id
+        self.drains: Dict[str, Optional[bool]] = {}  # each member's path as last planned (Decision.drain)
 
     def executor(self, inner: Any, dry_run: bool, on_result: Optional[Callable[[dict], None]] = None) -> Any:
         from functions.rollout.executor import DryRunRolloutExecutor, RolloutExecutor
@@ -106,6 +133,77 @@ class Rollout:
         if dry_run:
             return DryRunRolloutExecutor(inner, self)
         return RolloutExecutor(inner, self, clock, sleep, on_result)
+
+    def final(self, decisions: Sequence[Decision]) -> List[Decision]:
+        """The event's decisions with those a later wave of this invocation made again (the result shows
+        what was done, not only the first plan)."""
+        return [self.decided.get(d.instance_id, d) for d in decisions]
+
+    def time_for(self, drain: bool, now: float) -> Tuple[bool, str]:
+        """Whether a further wave fits in what is left of the invocation: the wave's worst case by the
+        settings (no drain time for a wave that drains nothing) plus the margin. ``(fits, why not)``."""
+        needed = wave_s(self.settings, drain) + WAVE_MARGIN_S
+        left = self.deadline - now
+        if left > needed:  # (an invocation whose Timeout is one wave's, template.yml's default, runs one wave)
+            return True, ""
+        return False, ("this invocation has %d s left, less than a wave may take (%d s: node, %scapacity timeouts "
+                       "and %d s); the next invocation goes on" % (max(0, int(left)), needed,
+                                                                  "drain, " if drain else "", WAVE_MARGIN_S))
+
+    def replan(self, pool_ids: Sequence[str], finished: Sequence[str]) -> Tuple[Dict[str, Decision],
+                                                                               Dict[str, WaveNode]]:
+        """The next wave of these pools, planned from the nodes as the API server has them now: new
+        decisions for the members not ``finished`` in this invocation, and the wave nodes among them.
+        The pool's labels are read again (``pools_now``): a pause stops new nodes; a changed partition
+        label ends this invocation's waves of the pool (the event of that change rolls to it)."""
+        from functions.rollout.kube import NodeView
+
+        fresh = {p.nodepool_id: p for p in self.pools_now()} if self.pools_now is not None else None
+        owner, now = self.owner, clock()
+        changed: Dict[str, Decision] = {}
+        waves: Dict[str, WaveNode] = {}
+        view = NodeView(self.kube)
+        done = set(finished)
+        for pool_id in sorted(pool_ids):
+            plan = self.pools[pool_id]
+            pool = plan.pool if fresh is None else fresh.get(pool_id)
+            if _partition_labels(pool) != _partition_labels(plan.pool):
+                why = ("the pool's partition labels changed during this invocation (now %s); this invocation "
+                       "starts no further node of it, the event of that change rolls to the new layout"
+                       % (", ".join("%s=%s" % kv for kv in _partition_labels(pool)) or "none"))
+                for d in plan.members:
+                    changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_DEFER, reason=why))
+                continue
+            labelled = view.pool_nodes([pool_id]).get(pool_id, [])
+            known = view.named([d.node_name or "" for d in plan.members])
+            members = []
+            for d in plan.members:
+                if known.get(d.node_name or "") is None:
+                    changed[d.instance_id] = d.model_copy(update=dict(
+                        action=ACTION_DEFER, reason="the node is no longer a Kubernetes node; nothing is sent"))
+                else:
+                    members.append(d)
+            # Every member is planned, also those this invocation finished: their records (a stop) count.
+            _plan_pool(pool_id, members, pool, known, labelled, plan.paths, self.settings, owner, now,
+                       changed, waves, mine={d.node_name for d in plan.members})
+        changed = {iid: d for iid, d in changed.items() if iid not in done}
+        waves = {iid: w for iid, w in waves.items() if iid not in done}
+        self.decided.update(changed)
+        self.drains.update({iid: d.drain for iid, d in changed.items()})
+        return changed, waves
+
+    def needs_drain(self, pool_id: str, pending: Sequence[str]) -> bool:
+        """Whether the pool's next wave would drain, as far as the last plan knows: a waiting member planned
+        without drain needs only that much time (a node that refused is drained next)."""
+        waiting = [d.instance_id for d in self.pools[pool_id].members if d.instance_id in pending]
+        return not any(self.drains.get(iid) is False for iid in waiting)
+
+
+def _partition_labels(pool: Any) -> List[Tuple[str, str]]:
+    from node_bootstrap.mig import PARTITION_LABELS
+
+    labels = getattr(pool, "labels", None) or {}
+    return sorted((k, v) for k, v in labels.items() if k in PARTITION_LABELS)
 
 
 def _has_label(pool: Any) -> bool:
@@ -130,8 +228,10 @@ def _pool_name(pool: Any, pool_id: str) -> str:
 
 
 def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], view: Any,
-            settings: Any) -> Tuple[List[Decision], Optional[Rollout]]:
+            settings: Any, pools_now: Optional[Callable[[], Sequence[Any]]] = None
+            ) -> Tuple[List[Decision], Optional[Rollout]]:
     """The decisions with each node's path applied, and the Rollout (None when nothing changed).
+    ``pools_now``: the cluster's node pools from the ACK API, read again between waves.
 
     A node of a pool without a partition label that still has MIG (the label was removed) keeps its
     layout (``skip``, the reason says how to turn MIG off) or, with ACK_MIG_ON_LABEL_REMOVAL=disable,
@@ -193,23 +293,29 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
                     d.reason, node.labels.get(rp.APPLIED_LABEL) or node.labels.get(rp.STATE_LABEL) or "-"))))
     waves: Dict[str, WaveNode] = {}
     owner, now = uuid.uuid4().hex[:12], clock()
+    rolled: Dict[str, PoolRollout] = {}
     for pool_id, members in sorted(by_pool.items()):
-        _plan_pool(pool_id, members, pools, known, pool_nodes.get(pool_id, []), paths, settings, owner, now,
+        pool = pools.get(members[0].instance_id)
+        rolled[pool_id] = PoolRollout(pool_id, members, pool, {d.instance_id: paths[d.instance_id] for d in members})
+        _plan_pool(pool_id, members, pool, known, pool_nodes.get(pool_id, []), paths, settings, owner, now,
                    changed, waves)
     out = [changed.get(d.instance_id, d) for d in decisions]
-    return out, Rollout(view.backend, waves, settings, owner, now + run_lease_s(settings))
+    rollout = Rollout(view.backend, waves, settings, owner, now + run_lease_s(settings), rolled, pools_now,
+                      now + invocation_s(settings))
+    rollout.drains = {iid: d.drain for iid, d in changed.items()}
+    return out, rollout
 
 
-def _plan_pool(pool_id: str, members: List[Decision], pools: Dict[str, Any], known: Dict[str, Any],
+def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str, Any],
                labelled: List[rp.KubeNode], paths: Dict[str, str], settings: Any, owner: str, now: float,
-               changed: Dict[str, Decision], waves: Dict[str, WaveNode]) -> None:
+               changed: Dict[str, Decision], waves: Dict[str, WaveNode], mine: Optional[set] = None) -> None:
     """One pool's rollout: the members (this event's running nodes of it) planned with the pool's other
-    nodes as bystanders (their records take slots and can stop the rollout)."""
-    pool = pools.get(members[0].instance_id)
+    nodes as bystanders (their records take slots and can stop the rollout). ``mine``: the names that are
+    not bystanders (all the event's members, also those a later wave no longer plans)."""
     label = pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool is not None else None
     name = _pool_name(pool, pool_id)
     target = rp.TARGET_OFF if members[0].disable else rp.target_of(_spec(members[0]))
-    mine = {d.node_name for d in members}
+    mine = mine if mine is not None else {d.node_name for d in members}
     bystanders = [n for n in labelled if n.name not in mine]
     try:
         limit = rp.max_unavailable(settings.rollout.max_unavailable, label, len(members) + len(bystanders))
@@ -217,25 +323,29 @@ def _plan_pool(pool_id: str, members: List[Decision], pools: Dict[str, Any], kno
         for d in members:
             changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_ERROR, reason=str(exc)))
         return
-    candidates = [rp.Candidate(d.instance_id, d.node_name or "", known[d.node_name],
-                               rp.work_needed(_spec(d), known[d.node_name], d.plan.gpu if d.plan else None))
-                  for d in members]
-    steps = rp.plan_pool(name, target, candidates, limit, me=owner, now=now, bystanders=bystanders)
+    candidates = []
+    for d in members:
+        node, gpu = known[d.node_name], d.plan.gpu if d.plan else None
+        why = rp.work_needed(_spec(d), node, gpu)
+        drain, path = rp.change_path(_spec(d), node, gpu) if why else (True, "")
+        candidates.append(rp.Candidate(d.instance_id, d.node_name or "", node, why, drain, path))
+    steps = rp.plan_pool(name, target, candidates, limit, me=owner, now=now, bystanders=bystanders,
+                         paused=pool is not None and rp.paused(pool.labels))
     for d in members:
         step = steps[d.instance_id]
         node = known[d.node_name]
         if step.action == "skip":
-            changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_SKIP, reason=step.reason))
+            changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_SKIP, reason=step.reason, drain=None))
             continue
         reason = "%s, so through the rollout: %s" % (paths[d.instance_id], step.reason)
         if step.action == "defer":
-            changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_DEFER, reason=reason))
+            changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_DEFER, reason=reason, drain=step.drain))
             continue
-        changed[d.instance_id] = d.model_copy(update=dict(reason=reason))
+        changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_PARTITION, reason=reason, drain=step.drain))
         expected, exact = _expected(d, node)
         waves[d.instance_id] = WaveNode(changed[d.instance_id], target, step.resume, expected, exact, node.progress,
                                         node.unschedulable, _spec(d), d.plan.gpu if d.plan else None,
-                                        node.resource_version)
+                                        node.resource_version, drain=step.drain, pool_id=pool_id)
 
 
 def removal_targets(request: Any, lookup: Any, cluster: str, view: Any, taken: Sequence[str]) -> List[tuple]:
@@ -275,7 +385,9 @@ def kube_view(inventory: Any, lookup: Any, settings: Any, cluster_id: str) -> An
         return None if nodes is None else NodeView(MemoryKube.from_snapshot(nodes))
     from functions.delivery.taint import cs_kubeconfig
 
-    # One client serves the whole invocation (a drain alone may take ACK_MIG_DRAIN_TIMEOUT_S): the
-    # credential must outlive the longest run, not ACK's 15-minute default.
-    minutes = min(4320, max(15, -(-longest_run_s(settings) // 60) + 5))
-    return NodeView(cs_kubeconfig(settings, cluster_id, minutes).client())
+    # One client serves the whole invocation (a drain alone may take ACK_MIG_DRAIN_TIMEOUT_S, and a run may
+    # start several waves): the credential must outlive the invocation, not ACK's 15-minute default, and
+    # the client retries until the invocation's end.
+    budget = invocation_s(settings)
+    minutes = min(4320, max(15, -(-budget // 60) + 5))
+    return NodeView(cs_kubeconfig(settings, cluster_id, minutes).client(deadline_s=float(budget)))

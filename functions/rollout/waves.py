@@ -13,11 +13,15 @@ carrying the startup taint) is partitioned directly; a node NVIDIA's mig-manager
 
 A running node needs work when its applied layout (node label :data:`APPLIED_LABEL`, compared as a
 multiset of profiles with the core's own label parser) differs from the pool's label, or its
-:data:`STATE_LABEL` is not ``success``. Per pool at most ``max-unavailable`` nodes are disrupted at once:
-nodes already in progress keep their slot (also those of the pool that this event does not act on: the
-``bystanders``), the free slots go to the waiting nodes in name order, the rest are deferred. A node that
-ended ``drain-timeout`` or ``failed`` for the current target stops the pool's rollout until someone looks
-(the reason says how to resume).
+:data:`STATE_LABEL` is not ``success``. Which way it changes (:func:`change_path`): a change that keeps
+every instance the node holds and only adds instances (the applied layout placed as the solver places it,
+completed to the new one around it) goes without cordon or drain, and the node is told to destroy nothing;
+anything else is drained. Per pool at most ``max-unavailable`` nodes are disrupted (drained) at once: nodes
+already in progress keep their slot (also those of the pool that this event does not act on: the
+``bystanders``), the free slots go to the waiting nodes in name order, the rest are deferred. Nodes that
+change without drain lose no capacity: they take no slot and all go at once. A node that ended
+``drain-timeout`` or ``failed`` for the current target stops the pool's rollout until someone looks (the
+reason says how to resume); a pool labelled :data:`PAUSED_LABEL` ``=true`` starts nothing new.
 """
 
 import json
@@ -26,8 +30,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from node_bootstrap.mig import (GPUS, GpuModel, MigInputError, PartitionSpec, find_gpu_or_none, parse, plan,
-                                resource_name)
+from node_bootstrap.mig import (GPUS, GpuModel, Layout, MigInputError, PartitionSpec, find_gpu_or_none, parse,
+                                plan, resource_name)
+from node_bootstrap.mig.solver import complete
 
 APPLIED_LABEL = "aliyun.accelerator/nvidia_mig_sequence"  # written by node_bootstrap (nodelabels.py)
 STATE_LABEL = "nvidia.com/mig.config.state"
@@ -35,6 +40,7 @@ REASON_ANNOTATION = "ack-mig-hook/mig-config-reason"
 GPU_NAME_LABEL = "aliyun.accelerator/nvidia_name"  # ACK GPU node label (facts.md: writer U)
 GPU_COUNT_LABEL = "aliyun.accelerator/nvidia_count"
 MAX_UNAVAILABLE_LABEL = "ack-mig-hook/max-unavailable"  # pool label: a count (label values cannot hold %)
+PAUSED_LABEL = "ack-mig-hook/paused"  # pool label: "true" starts no new node (ack-mig-hook rollout pause)
 PROGRESS_ANNOTATION = "ack-mig-hook/rollout"
 MIG_MANAGER_LABEL = "nvidia.com/mig.config"  # NVIDIA GPU Operator's mig-manager is in charge of this node
 POOL_LABEL = "alibabacloud.com/nodepool-id"  # ACK labels every node of a pool with the pool's id (ACK docs)
@@ -48,6 +54,9 @@ TARGET_OFF = "mig=off"  # the target of a roll to MIG off (ACK_MIG_ON_LABEL_REMO
 # Steps, in order. ACTIVE: the node is disrupted (cordoned by this rollout, or on its way back).
 CORDONED, DRAINED, APPLYING, APPLIED, DONE = "cordoned", "drained", "applying", "applied", "done"
 DRAIN_TIMEOUT, FAILED = "drain-timeout", "failed"
+# The node refused a "destroy nothing" apply (node_bootstrap's destroy-required, exit 7): nothing changed,
+# and the next plan takes the node the drained way. Neither active nor a stop.
+DESTROY_REQUIRED = "destroy-required"
 ACTIVE_STEPS = (CORDONED, DRAINED, APPLYING, APPLIED)
 STOP_STEPS = (DRAIN_TIMEOUT, FAILED)
 
@@ -75,11 +84,14 @@ class Progress:
     # and an event, or a retried event, at the same time; after it, the record is a killed run's to resume.
     owner: str = ""
     expires: float = 0.0
+    # False: this node changes without cordon or drain (it only gains instances), so it takes no slot of
+    # max-unavailable. A record written before the field existed was drained.
+    drain: bool = True
 
     def to_annotation(self) -> str:
         return json.dumps({"target": self.target, "step": self.step, "cordoned": self.cordoned,
                            "since": round(self.since, 3), "reason": self.reason, "owner": self.owner,
-                           "expires": round(self.expires, 3)}, sort_keys=True)
+                           "expires": round(self.expires, 3), "drain": self.drain}, sort_keys=True)
 
     def held_by_another(self, me: str, now: float) -> bool:
         return bool(self.owner) and self.owner != me and now < self.expires
@@ -93,7 +105,8 @@ class Progress:
             data = json.loads(text)
             return cls(target=str(data["target"]), step=str(data["step"]), cordoned=bool(data.get("cordoned")),
                        since=float(data.get("since") or 0.0), reason=str(data.get("reason") or ""),
-                       owner=str(data.get("owner") or ""), expires=float(data.get("expires") or 0.0))
+                       owner=str(data.get("owner") or ""), expires=float(data.get("expires") or 0.0),
+                       drain=data.get("drain") is not False)
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -232,6 +245,83 @@ def work_needed(spec: Optional[PartitionSpec], node: Optional[KubeNode], gpu_mod
     return ""
 
 
+def _names(profiles: Counter) -> str:
+    return ", ".join("%s x%d" % (p.name, n) if n > 1 else p.name
+                     for p, n in sorted(profiles.items(), key=lambda pn: (-pn[0].memory_slices, pn[0].id)))
+
+
+def _starts(layout: Layout) -> str:
+    return ", ".join("%s at %d" % (i.profile.name, i.start) for i in layout.instances)
+
+
+def _only_adds(gpu: GpuModel, applied: str, spec: PartitionSpec) -> Tuple[bool, str]:
+    """Whether going from the applied layout to ``spec`` on this GPU model only adds instances, and what
+    it adds (or why not).
+
+    The node's instances are taken where the solver places the applied label on an empty GPU: where
+    ``node_bootstrap`` creates them and what its label names. A node that reached that layout by keeping
+    instances of an earlier one may hold them elsewhere; the node itself checks its real placements (it is
+    told to destroy nothing) and refuses when they need a destroy. MigInputError: a label that does not read
+    or place on this model."""
+    kept = plan(PartitionSpec("sequence", applied), gpu)
+    wanted = plan(spec, gpu)
+    have = Counter(i.profile for i in kept.instances)
+    want = Counter(i.profile for i in wanted.instances)
+    gone = have - want
+    if gone:
+        return False, "it removes %s" % _names(gone)
+    added = want - have
+    if not added:
+        return False, "it adds no instance"
+    if complete(gpu, list(kept.instances), list(added.elements())) is None:
+        return False, "%s cannot be placed beside the kept %s" % (_names(added), _starts(kept))
+    return True, "adds %s beside the kept %s" % (_names(added), _starts(kept))
+
+
+def change_path(spec: Optional[PartitionSpec], node: Optional[KubeNode], gpu_model: Optional[str]
+                ) -> Tuple[bool, str]:
+    """Which way a running node that needs work changes: ``(drain, why)``.
+
+    ``drain`` False: the new layout keeps every instance the node holds and only adds instances, on every
+    GPU model the node can be (its model when known), so it is repartitioned without cordon or drain and
+    loses no capacity. Everything else is drained: MIG off, an unknown or unsettled applied layout (state
+    not ``success``), a change that removes or moves an instance, and a node that refused a "destroy
+    nothing" apply for this target (record step :data:`DESTROY_REQUIRED`)."""
+    if spec is None:
+        return True, "MIG off destroys every instance"
+    if node is None:
+        return True, "no applied layout known"
+    progress = node.progress
+    if progress is not None and progress.target == target_of(spec) and progress.step == DESTROY_REQUIRED:
+        return True, "the node refused to only add instances (%s), so it is drained" % (
+            progress.reason or DESTROY_REQUIRED)
+    applied = node.labels.get(APPLIED_LABEL)
+    state = node.labels.get(STATE_LABEL)
+    if not applied:
+        return True, "no applied layout known"
+    if state != "success":
+        return True, "%s is %s, so the node's instances are not known for sure" % (STATE_LABEL, state or "not set")
+    verdicts = []
+    for gpu in _gpu_candidates(gpu_model, node):
+        try:
+            verdicts.append((gpu,) + _only_adds(gpu, applied, spec))
+        except MigInputError:
+            continue
+    if not verdicts:
+        return True, "the applied layout %s does not read on the node's GPU" % applied
+    refused = [(gpu, why) for gpu, ok, why in verdicts if not ok]
+    if refused:
+        gpu, why = refused[0]
+        return True, "%s -> %s is not only new instances on %s: %s" % (applied, target_of(spec), gpu.name, why)
+    return False, "%s -> %s only %s (%s)" % (applied, target_of(spec), verdicts[0][2],
+                                          ", ".join(sorted({gpu.name for gpu, _, _ in verdicts})))
+
+
+def paused(labels: Mapping[str, str]) -> bool:
+    """Whether the pool label :data:`PAUSED_LABEL` stops new waves (``true``, any case)."""
+    return (labels.get(PAUSED_LABEL) or "").strip().lower() == "true"
+
+
 def max_unavailable(setting: str, pool_label: Optional[str], pool_size: int) -> int:
     """Nodes one wave may disrupt: the pool label (a count) wins over the setting (count or percentage
     of the pool's nodes, rounded down). At least 1, so a rollout always moves."""
@@ -260,33 +350,39 @@ class Candidate:
     node_name: str
     kube: Optional[KubeNode]
     why: str  # work_needed(); "" when the node is right
+    drain: bool = True  # change_path(): False when the node only gains instances (no cordon, no drain, no slot)
+    path: str = ""  # why that path
 
 
 @dataclass(frozen=True)
 class Step:
     """The planner's word on one node: ``skip`` (right already), ``wave`` (disrupted now; ``resume`` is
-    the step it continues from, "" for a fresh start) or ``defer`` (waits), with the reason."""
+    the step it continues from, "" for a fresh start) or ``defer`` (waits), with the reason; ``drain``:
+    whether the node is (or will be) cordoned and drained."""
 
     action: str
     reason: str
     resume: str = ""
+    drain: bool = True
 
 
 def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: int, me: str = "",
-              now: float = 0.0, bystanders: Sequence[KubeNode] = ()) -> Dict[str, Step]:
+              now: float = 0.0, bystanders: Sequence[KubeNode] = (), paused: bool = False) -> Dict[str, Step]:
     """Steps for every candidate of one pool, keyed by instance id. ``pool``: how reasons name the pool;
     ``me``/``now``: this invocation and the time, to leave alone a node another live invocation holds.
     ``bystanders``: the pool's other nodes, which this event does not act on: one in progress still takes
-    a slot, one that stopped the rollout still stops it."""
+    a slot, one that stopped the rollout still stops it. ``paused``: the pool label :data:`PAUSED_LABEL`
+    is set: nodes in progress finish, nothing new starts."""
     nodes = sorted(candidates, key=lambda c: (c.node_name, c.instance_id))
     rollout = "rollout of pool %s to %s" % (pool, target)
     steps: Dict[str, Step] = {}
-    in_progress, waiting, stopped = [], [], []
+    in_progress, waiting, free, stopped = [], [], [], []
     others_busy, others_stopped = [], []
     for b in sorted(bystanders, key=lambda n: n.name):
         progress = b.progress
         if progress is not None and progress.step in ACTIVE_STEPS:
-            others_busy.append(b.name)
+            if progress.drain:  # a node changing without drain loses no capacity: it takes no slot
+                others_busy.append(b.name)
         elif progress is not None and progress.target == target and progress.step in STOP_STEPS:
             others_stopped.append((b.name, progress))
     for c in nodes:
@@ -299,36 +395,54 @@ def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: in
             steps[c.instance_id] = Step("skip", "%s: this node is done%s" % (
                 rollout, "" if not c.why else " (%s; the node's own report decides)" % c.why))
         elif c.why:
-            waiting.append(c)
+            (waiting if c.drain else free).append(c)
         else:
             steps[c.instance_id] = Step("skip", "already in the requested layout (%s)" % target)
-    slots = max(0, limit - len(in_progress) - len(others_busy))
-    takes = [] if stopped or others_stopped else waiting[:slots]
-    wave = sorted([c.node_name for c, _ in in_progress] + others_busy) + [c.node_name for c in takes]
-    wave_text = "%s (max-unavailable %d)" % (", ".join(wave) or "no node", limit)
+    drained = [(c, p) for c, p in in_progress if p.drain]
+    slots = max(0, limit - len(drained) - len(others_busy))
+    halted = bool(stopped or others_stopped or paused)
+    takes = [] if halted else waiting[:slots]
+    takes_free = [] if halted else free
+    wave = sorted([c.node_name for c, _ in drained] + others_busy) + [c.node_name for c in takes]
+    undrained = sorted([c.node_name for c, p in in_progress if not p.drain] + [c.node_name for c in takes_free])
+    wave_text = "%s (max-unavailable %d)%s" % (", ".join(wave) or "no node", limit, "; without cordon or drain: %s"
+                                               % ", ".join(undrained) if undrained else "")
     for c, progress in in_progress:
         if progress.held_by_another(me, now):  # it keeps its slot; its own invocation finishes it
             steps[c.instance_id] = Step("defer", "%s, wave %s: invocation %s is at step %s on this node; it is "
                                                  "left to that run (resumed from here after %d s if that run "
                                                  "ends without finishing it)"
                                         % (rollout, wave_text, progress.owner, progress.step,
-                                           max(0, int(progress.expires - now))))
+                                           max(0, int(progress.expires - now))), drain=progress.drain)
             continue
-        resume = progress.step if progress.target == target else CORDONED
+        same = progress.target == target
+        # A node in progress for an older target starts over on the new one's path (drained: drained again).
+        resume = progress.step if same else (CORDONED if c.drain else APPLYING)
         steps[c.instance_id] = Step("wave", "%s, wave %s: resuming after step %s" % (rollout, wave_text, resume),
-                                    resume=resume)
+                                    resume=resume, drain=progress.drain if same else c.drain)
     for c in takes:
-        steps[c.instance_id] = Step("wave", "%s, wave %s: %s; cordon, drain GPU pods, apply, wait for the new "
-                                            "capacity, uncordon" % (rollout, wave_text, c.why))
+        steps[c.instance_id] = Step("wave", "%s, wave %s: %s; %scordon, drain GPU pods, apply, wait for the new "
+                                            "capacity, uncordon" % (rollout, wave_text, c.why,
+                                                                   "%s: " % c.path if c.path else ""))
+    for c in takes_free:
+        steps[c.instance_id] = Step("wave", "%s, wave %s: %s; %s: apply without cordon or drain (the node is told "
+                                            "to destroy nothing), wait for the new capacity"
+                                    % (rollout, wave_text, c.why, c.path), drain=False)
     if stopped or others_stopped:
         first, progress = min([(c.node_name, p) for c, p in stopped] + others_stopped, key=lambda np: np[0])
         why = ("%s stopped: node %s ended %s (%s); fix the cause, then remove its annotation %s to resume"
                % (rollout, first, progress.step, progress.reason or "no reason recorded",
                   PROGRESS_ANNOTATION))
         for c, _ in stopped:
-            steps[c.instance_id] = Step("defer", why)
-        for c in waiting:
-            steps[c.instance_id] = Step("defer", why)
+            steps[c.instance_id] = Step("defer", why, drain=c.drain)
+        for c in waiting + free:
+            steps[c.instance_id] = Step("defer", why, drain=c.drain)
+        return steps
+    if paused:
+        why = ("paused: %s is paused by the pool label %s=true; nodes in progress finish, nothing new starts; "
+               "remove the label (ack-mig-hook rollout resume) to go on" % (rollout, PAUSED_LABEL))
+        for c in waiting + free:
+            steps[c.instance_id] = Step("defer", "%s: %s" % (why, c.why), drain=c.drain)
         return steps
     rest = waiting[slots:]
     for position, c in enumerate(rest, 1):

@@ -23,7 +23,8 @@ from tests.support.ros_emulator import RosEmulator
 from tests.support.sts_emulator import StsEmulator
 
 pytestmark = pytest.mark.timeout(180)
-CLOUD_COMMANDS = ("deploy", "undeploy", "doctor", "invoke", "status")
+CLOUD_COMMANDS = ("deploy", "undeploy", "doctor", "invoke", "status", "rollout")
+POOL = "np" + "1" * 32
 EVENT = os.path.join(ROOT, "examples", "event.json")
 
 
@@ -31,7 +32,7 @@ def minimal(command):
     """The arguments that make each command go as far as the cloud."""
     return {"deploy": ["--log-project", "my-sls-project", "--log-store", "ack-mig-hook", "--dry-run"],
             "undeploy": ["--yes", "--poll", "0"], "doctor": [], "status": [],
-            "invoke": ["--event", EVENT, "--dry-run"]}[command]
+            "invoke": ["--event", EVENT, "--dry-run"], "rollout": ["pause", "--pool", POOL]}[command]
 
 
 @pytest.fixture
@@ -88,9 +89,10 @@ def test_every_cloud_command_takes_the_same_cluster_region_and_profile_flags(com
     monkeypatch.setenv("ACK_MIG_REGION", "cn-shanghai")
     sub, options = _options(command)
     assert {"--cluster-id", "--region", "--profile"} <= options
-    # deploy never reads the Kubernetes API; every other cloud command can be given a kubeconfig
-    assert ("--kubeconfig" in options) == (command != "deploy")
-    args = sub.parse_args(["--event", EVENT] if command == "invoke" else [])
+    # deploy and rollout never read the Kubernetes API; every other cloud command can be given a kubeconfig
+    assert ("--kubeconfig" in options) == (command not in ("deploy", "rollout"))
+    args = sub.parse_args(["--event", EVENT] if command == "invoke" else minimal(command) if command == "rollout"
+                          else [])
     assert (args.cluster_id, args.region, args.profile) == (CLUSTER, "cn-shanghai", "")
 
 

@@ -67,11 +67,14 @@ class PlayedNodes:
 
     def __init__(self, api):
         self.api, self.seen, self.fail = api, [], set()
+        self.requests = []  # (node name, the request document node_bootstrap apply got)
 
     def run(self, targets):
         out = []
         for t in targets:
             self.seen.append(t.node_name)
+            if t.args[-1] != "disable":
+                self.requests.append((t.node_name, json.loads(__import__("base64").b64decode(t.args[-1]))))
             if t.node_name in self.fail:
                 out.append(NodeResult(t.instance_id, self.name, 4, {"outcome": "failed", "error": {
                     "code": "gpu-busy", "message": "GPU 0 is used by pid 4242"}}))
@@ -122,10 +125,10 @@ class Cluster:
         if self.on_sleep is not None:
             self.on_sleep(len(self.sleeps))
 
-    def run(self, inventory=None, dry_run=False, kube=None, event=None, **env):
+    def run(self, inventory=None, dry_run=False, kube=None, event=None, lookup=None, **env):
         settings = load_settings(dict(self.settings_env, **env))
         executor = DeliveryExecutor.from_settings(settings, transport=self.transport)
-        lookup = InventoryLookup.from_dict(inventory or snapshot())
+        lookup = lookup or InventoryLookup.from_dict(inventory or snapshot())
         return run_event(event or TIMER, settings, inventory=lookup, executor=executor, dry_run=dry_run,
                          logger=JsonLogger("OFF"), kube=kube or self.kube)
 

@@ -20,9 +20,10 @@ Endpoints, with the paths and query names the SDK sends (alibabacloud_cs20151215
 * ``GET /clusters/{cluster_id}/nodepools/{nodepool_id}`` (DescribeClusterNodePoolDetail) -> the pool, in
   the shape of a DescribeClusterNodePools item.
 * ``PUT /clusters/{cluster_id}/nodepools/{nodepool_id}`` (ModifyClusterNodePool) -> ``{"task_id": "T-..."}``;
-  only ``scaling_group.tags`` is modelled (see :meth:`CsEmulator._ModifyClusterNodePool` for its rules and
-  their sources); a body that asks to change anything else is refused, so a test never relies on a change
-  the emulator does not make. ``modified`` records each accepted body.
+  only ``scaling_group.tags`` and ``kubernetes_config.labels`` are modelled (see
+  :meth:`CsEmulator._ModifyClusterNodePool` for their rules and the sources); a body that asks to change
+  anything else is refused, so a test never relies on a change the emulator does not make. ``modified``
+  records each accepted body.
 
 Every request is checked as the service would: ``x-acs-action`` names the route's action,
 ``x-acs-version`` is 2015-12-15, the ``x-acs-signature-nonce`` never repeats, ``x-acs-content-sha256``
@@ -329,8 +330,52 @@ class CsEmulator(LoopbackServer):
             return self._error(404, "ErrorNodePoolNotFound", "node pool %s not found" % nodepool_id)
         return 200, pool, {}
 
+    max_labels = 20
+    label_key_limit = 64
+    label_value_limit = 128
+
+    def _label_problem(self, labels: List[Any]) -> Optional[str]:
+        """``kubernetes_config.labels`` as the cs20151215 SDK model documents them
+        (``ModifyClusterNodePoolRequestKubernetesConfig.labels``): "You can set up to 20 labels"; "Label keys
+        must be unique and can be up to 64 characters in length. Label values can be empty and can be up to
+        128 characters in length. Label keys and label values cannot start with ``aliyun``, ``acs:``,
+        ``https://``, or ``http://``". A refusal is 400 ``InvalidParameter`` (ACK's own code is not
+        documented)."""
+        keys = []
+        for label in labels:
+            if not isinstance(label, dict) or not isinstance(label.get("key"), str) or not label["key"]:
+                return "a label has no key"
+            key, value = label["key"], label.get("value")
+            if value is not None and not isinstance(value, str):
+                return "label %s has a value that is not text" % key[:40]
+            if len(key) > self.label_key_limit:
+                return "label key %s is longer than %d characters" % (key[:40], self.label_key_limit)
+            if value is not None and len(value) > self.label_value_limit:
+                return "the value of label %s is longer than %d characters" % (key[:40], self.label_value_limit)
+            for text in (key, value or ""):
+                if text.lower().startswith(("aliyun", "acs:", "https://", "http://")):
+                    return "label %s starts with a reserved prefix" % key[:40]
+            keys.append(key)
+        if len(set(keys)) != len(keys):
+            return "duplicate label keys"
+        if len(labels) > self.max_labels:
+            return "%d labels; at most %d" % (len(labels), self.max_labels)
+        return None
+
     def _ModifyClusterNodePool(self, nodepool_id: str, body: bytes) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
-        """``scaling_group.tags``, as this emulator models them (sources per rule):
+        """``scaling_group.tags`` and ``kubernetes_config.labels``, as this emulator models them (sources per
+        rule; the labels' own checks in :meth:`_label_problem`):
+
+        * ``kubernetes_config.labels`` follow the tags' model below: a non-empty list becomes the pool's
+          whole label list (replace; ACK's Terraform provider sends the whole list on every label change,
+          ``resource_alicloud_cs_kubernetes_node_pool.go`` ``setNodePoolLabels``; no API page saying merge or
+          replace was found), an empty one leaves them as they are (the SDK's
+          ``ModifyClusterNodePoolRequestKubernetesConfig.to_map`` writes ``"labels": []`` and ``"taints": []``
+          into every Kubernetes part it sends, so the API cannot take an empty list as "remove all"). Only the
+          pool's record changes: the running nodes' labels are the node pool's ``update_nodes`` business,
+          not modelled (a body asking for it is refused).
+
+        ``scaling_group.tags``:
 
         * a non-empty list becomes the pool's whole tag list (replace): keys left out are gone. ACK's own
           clients send the whole list on every change (the Terraform provider's node pool update, and the
@@ -359,11 +404,18 @@ class CsEmulator(LoopbackServer):
         if not isinstance(doc, dict) or unknown:
             return self._error(400, "InvalidParameter", "unknown fields %s" % sorted(unknown))
         group = doc.get("scaling_group") or {}
-        asked = {k for k, v in doc.items() if v not in (None, {}, []) and k != "scaling_group"}
+        kube = doc.get("kubernetes_config") or {}
+        asked = {k for k, v in doc.items()
+                 if v not in (None, {}, []) and k not in ("scaling_group", "kubernetes_config")}
         asked |= {"scaling_group.%s" % k for k, v in group.items() if v not in (None, [], {}) and k != "tags"}
+        asked |= {"kubernetes_config.%s" % k for k, v in kube.items() if v not in (None, [], {}) and k != "labels"}
         if asked:
-            return self._error(400, "EmulatorNotModelled", "only scaling_group.tags is modelled, got %s"
-                               % sorted(asked))
+            return self._error(400, "EmulatorNotModelled", "only scaling_group.tags and kubernetes_config.labels "
+                               "are modelled, got %s" % sorted(asked))
+        labels = kube.get("labels") or []
+        refused = self._label_problem(labels)
+        if refused:
+            return self._error(400, "InvalidParameter", refused)
         tags = group.get("tags") or []
         keys = [t.get("key") for t in tags if isinstance(t, dict)]
         for tag in tags:
@@ -384,5 +436,9 @@ class CsEmulator(LoopbackServer):
             if tags:
                 pool.setdefault("scaling_group", {})["tags"] = [{"key": t["key"], "value": t.get("value") or ""}
                                                                 for t in tags]
+            if labels:
+                pool.setdefault("kubernetes_config", {})["labels"] = [
+                    dict({"key": t["key"]}, **({"value": t["value"]} if t.get("value") is not None else {}))
+                    for t in labels]
             self.modified.append({"nodepool_id": nodepool_id, "body": doc})
         return 200, {"task_id": "T-%s" % uuid.uuid4().hex[:18], "nodepool_id": nodepool_id}, {}

@@ -1,0 +1,140 @@
+"""``ack-mig-hook rollout pause|resume --pool ID``: stop and restart a pool's rolling repartition.
+
+Runs on the operator's machine with their credentials and the flags every cloud command shares
+(``functions.commands.common``: ``--cluster-id``, ``--region``, ``--profile``, checked as they are read)
+and changes one thing: the node pool label ``ack-mig-hook/paused`` (``true`` pauses), through the ACK API
+(DescribeClusterNodePools, then ModifyClusterNodePool with the pool's whole ``kubernetes_config.labels``
+list: every other label is written back exactly, key, value and place). The function reads the label at
+every plan and between waves (``functions.rollout.waves.paused``): a paused pool starts no new node, the
+nodes in progress finish and are uncordoned, the others are deferred with the reason ``paused``. Nothing
+is written when the label already says so.
+
+ACK's label rules (the cs20151215 SDK model): at most 20 labels on a pool. A pause that would need a 21st
+is refused before anything is written. An empty label list cannot be sent (it would mean "no change"), so
+resuming a pool whose only label is the pause writes ``ack-mig-hook/paused=false`` instead.
+"""
+
+import json
+import re
+import sys
+from typing import List, Optional, Sequence, Tuple
+
+from functions.commands import common
+from functions.rollout.waves import PAUSED_LABEL
+
+Labels = List[Tuple[str, Optional[str]]]
+MAX_LABELS = 20  # cs20151215 ModifyClusterNodePoolRequestKubernetesConfig.labels: "up to 20 labels"
+POOL_ID = re.compile(r"^np[0-9a-f]{32}\Z")  # np + 32 hex digits (ROS DATASOURCE::CS::ClusterNodePools: npf63e2a53b0594ec4bceacc56741b****)
+EXAMPLE_POOL = "np1f6779297c4444a3a1cdd29be8e5a0b5"
+
+
+class RolloutInputError(ValueError):
+    """The pool cannot take the change asked for (e.g. no room for one more label). One line; exit code 2."""
+
+    exit_code = 2
+
+
+def pool_id(text: str) -> str:
+    import argparse
+
+    value = (text or "").strip()
+    if not POOL_ID.match(value):
+        raise argparse.ArgumentTypeError("%r is not an ACK node pool id; use np followed by 32 lower-case hex "
+                                         "digits, e.g. %s (`ack-mig-hook status` lists them)"
+                                         % (value[:80], EXAMPLE_POOL))
+    return value
+
+
+def configure(parser, command):
+    parser.add_argument("action", choices=("pause", "resume"),
+                        help="pause: no new node of the pool's rollout starts; resume: it goes on")
+    parser.add_argument("--pool", required=True, type=pool_id, metavar="ID", help="the node pool id (np...)")
+    common.add_cloud_options(parser, kubeconfig=False)
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+
+
+# ---- the labels (pure) ----
+
+def paused_labels(labels: Sequence[Tuple[str, Optional[str]]]) -> Tuple[Labels, bool]:
+    """The pool's labels with the pause set, and whether that changes them (the key keeps its place)."""
+    out: Labels = []
+    found = False
+    for key, value in labels:
+        if key == PAUSED_LABEL:
+            found = True
+            if value == "true":
+                return list(labels), False
+            value = "true"
+        out.append((key, value))
+    if not found:
+        out.append((PAUSED_LABEL, "true"))
+    return out, True
+
+
+def resumed_labels(labels: Sequence[Tuple[str, Optional[str]]]) -> Tuple[Labels, bool]:
+    """The pool's labels without the pause, and whether that changes them. The one left would be none at
+    all: ``paused=false`` instead (an empty list leaves a pool's labels as they are)."""
+    from functions.rollout.waves import paused
+
+    if not paused({k: v or "" for k, v in labels if k == PAUSED_LABEL}):
+        return list(labels), False
+    out = [(k, v) for k, v in labels if k != PAUSED_LABEL]
+    return (out or [(PAUSED_LABEL, "false")]), True
+
+
+# ---- the ACK API (the only part that talks to the cloud) ----
+
+def _lookup(args):
+    from functions.cs_lookup import CsLookup
+    from functions.settings import load_settings
+
+    return CsLookup(load_settings(common.environment_with(common.keys(args), args.region, args.cluster_id)))
+
+
+def change(cs, cluster_id: str, pool_id: str, action: str) -> dict:
+    """Read the pool's labels, write them back with the pause set or removed when that changes them."""
+    name, labels = cs.nodepool_labels(cluster_id, pool_id)
+    wanted, changed = (paused_labels if action == "pause" else resumed_labels)(labels)
+    if changed and len(wanted) > MAX_LABELS:
+        raise RolloutInputError("node pool %s has %d labels, the most ACK allows; pausing needs one more: remove a "
+                                "label, or stop the rollout by reverting the partition label" % (pool_id, len(labels)))
+    if changed:
+        cs.set_nodepool_labels(cluster_id, pool_id, wanted)
+    return {"cluster_id": cluster_id, "nodepool_id": pool_id, "name": name, "action": action, "changed": changed,
+            "paused": action == "pause", "labels": [{"key": k, "value": v} for k, v in wanted]}
+
+
+def _text(result: dict) -> str:
+    from functions.textsafe import escape
+
+    pool = "%s%s" % (result["nodepool_id"], " (%s)" % escape(result["name"]) if result["name"] else "")
+    others = sum(1 for label in result["labels"] if label["key"] != PAUSED_LABEL)
+    if result["action"] == "pause":
+        if not result["changed"]:
+            return "pool %s: already paused (%s=true); nothing written" % (pool, PAUSED_LABEL)
+        return ("pool %s: paused: label %s=true written, the %d other label%s kept; no new node of its rollout "
+                "starts, nodes in progress finish and are uncordoned" % (pool, PAUSED_LABEL, others,
+                                                                        "" if others == 1 else "s"))
+    if not result["changed"]:
+        return "pool %s: not paused; nothing written" % pool
+    return ("pool %s: resumed: label %s removed, the %d other label%s kept; the next invocation (the timer, "
+            "every 30 minutes) goes on with the rollout" % (pool, PAUSED_LABEL, others, "" if others == 1 else "s"))
+
+
+def run(args) -> int:
+    from functions.errors import EventOutcome, RetryLater
+    from functions.stack.credentials import CredentialsMissing
+    from functions.stack.exit_codes import EXIT_FAILED, EXIT_USAGE, explain
+    from functions.textsafe import escape
+
+    try:
+        common.require(args, "cluster_id", "region")
+        result = change(_lookup(args), args.cluster_id, args.pool, args.action)
+    except (common.UsageError, RolloutInputError, CredentialsMissing, EventOutcome) as exc:
+        # a refusal of the credentials or of the action is 4 or 5 with what to do, as in every command
+        default = EXIT_FAILED if isinstance(exc, RetryLater) else EXIT_USAGE
+        code, text = explain(" ".join(str(exc).split()), default)
+        print("ack-mig-hook: error: %s" % escape(text), file=sys.stderr)
+        return code
+    print(json.dumps(result, indent=2) if args.json else _text(result))
+    return 0
