@@ -51,7 +51,14 @@ def test_ros_template_with_fc3_function():
         assert timeout >= (agent_wait + env.delivery.node_timeout_s + env.rollout.drain_timeout_s
                            + env.rollout.capacity_timeout_s + 300), values
         assert timeout <= FC_MAX_TIMEOUT_S, values
-    assert resolve(props["Timeout"], {}) == 600 + 900 + 300 + 420
+    # Beyond one wave, the invocation keeps starting waves while it has time: InvocationTimeoutS, never less
+    # than one wave's worst case, and what the function is told as its own budget.
+    assert resolve(props["Timeout"], {}) == 14400
+    assert resolve(props["Timeout"], {"InvocationTimeoutS": "60"}) == 600 + 900 + 300 + 420
+    # FC tells the function its Timeout in the context (FC's Python "context": function.timeout), which
+    # is the budget the rollout spends wave by wave.
+    fc_context = type("Context", (), {"function": type("FunctionMeta", (), {"timeout": 14400})()})()
+    assert settings.invocation_s(settings.load_settings(environment({}), context=fc_context)) == 14400
     assert props["Role"] == {"Fn::GetAtt": ["FunctionRole", "Arn"]}
 
 
@@ -72,8 +79,8 @@ def parameter_values(values=None):
 
 def resolve(value, values=None):
     """The template's intrinsic functions that the function's properties use, evaluated the way ROS
-    documents them: Ref, Fn::Sub (``${Name}``), Fn::Calculate (``{n}`` replaced by the n-th number, integer
-    arithmetic). Anything else fails the test rather than being guessed."""
+    documents them: Ref, Fn::Sub (``${Name}``), Fn::Max (the largest of a list), Fn::Calculate (``{n}``
+    replaced by the n-th number, integer arithmetic). Anything else fails the test rather than being guessed."""
     params = parameter_values(values)
     if isinstance(value, dict) and len(value) == 1:
         (fn, arg), = value.items()
@@ -81,6 +88,8 @@ def resolve(value, values=None):
             return PSEUDO[arg] if arg in PSEUDO else params[arg]
         if fn == "Fn::Sub":
             return re.sub(r"\$\{([\w:]+)\}", lambda m: str(resolve({"Ref": m.group(1)}, values)), arg)
+        if fn == "Fn::Max":  # ROS "Fn::Max": the largest number of the list
+            return max(int(resolve(n, values)) for n in arg)
         if fn == "Fn::Calculate":
             expression, _digits, numbers = arg
             numbers = [int(resolve(n, values)) for n in numbers]
