@@ -3,7 +3,7 @@
 * :class:`InventoryLookup` reads a snapshot file in the CS API's own shapes, so everything up to delivery
   runs with no credentials::
 
-      {"cluster_id": "c-...",
+      {"cluster_id": "c...",
        "nodepools": [<items of DescribeClusterNodePools body.nodepools>],
        "nodes": [<items of DescribeClusterNodes body.nodes>],
        "scaling_instances": {"<scaling group id>": ["<instance id>", ...]},
@@ -151,7 +151,7 @@ class InventoryLookup:
             raise BadInventory("%s must be a JSON object {\"cluster_id\", \"nodepools\", \"nodes\"}" % where)
         cluster_id = data.get("cluster_id")
         if not isinstance(cluster_id, str) or not cluster_id:
-            raise BadInventory("%s: cluster_id is missing; expected {\"cluster_id\": \"c-...\", ...}" % where)
+            raise BadInventory("%s: cluster_id is missing; expected {\"cluster_id\": \"c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b\", ...}" % where)
         pools, nodes = [], []
         for key, convert, out in (("nodepools", nodepool_from_api, pools), ("nodes", node_from_api, nodes)):
             items = data.get(key, [])

@@ -112,7 +112,7 @@ def _decode(raw: Any) -> Dict[str, Any]:
             raise BadEvent("event is not UTF-8 text; send a JSON object") from None
     if isinstance(raw, str):
         if not raw.strip():
-            raise BadEvent("event is empty; send a JSON object, e.g. {\"cluster_id\": \"c-...\"}")
+            raise BadEvent("event is empty; send a JSON object, e.g. {\"cluster_id\": \"c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b\"}")
         try:
             raw = json.loads(raw)
         except ValueError as exc:

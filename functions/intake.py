@@ -144,7 +144,7 @@ class ManualPayload(BaseModel):
     @field_validator("cluster_id", "nodepool_id", mode="before")
     @classmethod
     def _resource(cls, v: Any, info: Any) -> Optional[str]:
-        return _check_id(v, info.field_name, "c-... / np-...")
+        return _check_id(v, info.field_name, "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b / np1f6779297c4444a3a1cdd29be8e5a0b5")
 
     @field_validator("dry_run", mode="before")
     @classmethod
@@ -415,8 +415,8 @@ def _from_actiontrail(event: CloudEvent, common: Dict[str, Any]) -> Request:
     pool = (_pick(params, "NodepoolId", "nodepoolId", "nodepool_id", "NodePoolId", where=req)
             or _pick(response, "nodepool_id", "NodepoolId", "nodepoolId", where=resp))
     try:
-        cluster = _check_id(cluster, "cluster id", "c-...")
-        pool = _check_id(pool, "node pool id", "np-...")
+        cluster = _check_id(cluster, "cluster id", "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b")
+        pool = _check_id(pool, "node pool id", "np1f6779297c4444a3a1cdd29be8e5a0b5")
     except ValueError as exc:
         raise BadEvent("event field data.requestParameters: %s" % exc) from None
     return Request(trigger=Trigger.NODEPOOL_OPERATION, cluster_id=cluster, nodepool_id=pool,

@@ -17,7 +17,8 @@ Checks, each one line (``ok``, ``warn`` or ``PROBLEM``) with what to do about it
 * nodes: the Cloud Assistant agent of each node in a labelled pool is online and new enough for the
   built-in parameters (Linux agent >= 2.2.3.309, RunCommand docs);
 * Kubernetes: the ``ack-mig-hook`` ClusterRole holds every rule of ``deploy/rbac.yaml`` and is bound;
-  the NVIDIA device plugin runs with ``--mig-strategy=mixed``; NVIDIA GPU Operator's mig-manager is
+  a RoleBinding in ``default`` grants ``events create`` through ``ack-mig-hook-events`` (the Role of
+  ``deploy/rbac.yaml``, or the stack's ClusterRole of that name bound at namespace level); the NVIDIA device plugin runs with ``--mig-strategy=mixed``; NVIDIA GPU Operator's mig-manager is
   absent (nodes it manages are refused as ``conflict``).
 
 Nothing is changed. Exit 0 when nothing is a PROBLEM, 1 otherwise; bad input and refused credentials end
@@ -36,6 +37,9 @@ from functions.stack.code_package import ROOT
 
 RBAC_FILE = os.path.join(ROOT, "deploy", "rbac.yaml")
 ROLE_NAME = "ack-mig-hook"
+EVENTS_ROLE = "ack-mig-hook-events"  # events create, in the namespace the function writes Events to only
+EVENTS_NAMESPACE = "default"
+RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 # RunCommand's built-in parameters such as {{ACS::InstanceId}} need this Linux agent: the transport's rule.
 AGENT_MIN = PARAMETER_AGENT
 MIG_MANAGER_LABEL = "nvidia.com/mig.config"
@@ -233,6 +237,23 @@ def rbac_checks(role: Optional[Dict[str, Any]], bindings: List[Dict[str, Any]]) 
     return out
 
 
+def events_checks(role: Optional[Dict[str, Any]], bindings: List[Dict[str, Any]]) -> List[Check]:
+    """Events are a courtesy (a rollout works without them), so a missing grant is a warning: without it
+    the function's Events (MigRolloutCordon, ...) are refused and ``kubectl describe node`` tells less."""
+    fix = ("deploy with --parameter ClusterRbac=true (the default), or kubectl apply -f deploy/rbac.yaml; without "
+           "it the function's Events are not written (rollouts still work)")
+    bound = [b for b in bindings if (b.get("roleRef") or {}).get("name") == EVENTS_ROLE]
+    if not bound:
+        return [Check("warn", "rbac", "no RoleBinding in %s binds %s: %s" % (EVENTS_NAMESPACE, EVENTS_ROLE, fix))]
+    if role is None or not _grants(role.get("rules") or [], "", "events", "create"):
+        kind = (bound[0].get("roleRef") or {}).get("kind") or "Role"
+        return [Check("warn", "rbac", "%s %s %s: %s" % (kind, EVENTS_ROLE, "does not exist" if role is None
+                                                        else "grants no events create", fix))]
+    subjects = ["%s %s" % (s.get("kind"), s.get("name")) for b in bound for s in b.get("subjects") or []]
+    return [Check("ok", "rbac", "events create in %s through %s, bound to %s"
+                  % (EVENTS_NAMESPACE, EVENTS_ROLE, ", ".join(subjects) or "nobody"))]
+
+
 def _pod_args(pod: Dict[str, Any]) -> List[str]:
     out = []
     for c in (pod.get("spec") or {}).get("containers") or []:
@@ -347,11 +368,29 @@ def _kube_checks(args, config) -> List[Check]:
         role = _get(client, "/apis/rbac.authorization.k8s.io/v1/clusterroles/" + ROLE_NAME)
         bindings = client.list_all("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings") if role is not None \
             else []
+        try:
+            events = events_checks(*_events_grant(client))
+        except KubeError as exc:  # a credential that may not read RBAC in default: say so, check the rest
+            events = [Check("warn", "rbac", "events grant in %s not checked: %s"
+                            % (EVENTS_NAMESPACE, str(exc).splitlines()[0][:160]))]
         nodes = client.list_all("/api/v1/nodes", reduce=_node_facts)
         pods = client.list_all("/api/v1/namespaces/kube-system/pods", reduce=_pod_facts)
     except KubeError as exc:
         return [Check("PROBLEM", "kubernetes", "cannot read the cluster's API: %s" % str(exc).splitlines()[0][:200])]
-    return rbac_checks(role, bindings) + cluster_checks(nodes, pods)
+    return rbac_checks(role, bindings) + events + cluster_checks(nodes, pods)
+
+
+def _events_grant(client) -> "tuple":
+    """The RoleBindings in default that bind ack-mig-hook-events, and the Role or ClusterRole they name."""
+    local = "%s/namespaces/%s" % (RBAC_API, EVENTS_NAMESPACE)
+    bindings = [b for b in (_get(client, local + "/rolebindings") or {}).get("items") or []
+                if (b.get("roleRef") or {}).get("name") == EVENTS_ROLE]
+    if not bindings:
+        return None, []
+    kind = (bindings[0].get("roleRef") or {}).get("kind")
+    path = ("%s/clusterroles/%s" % (RBAC_API, EVENTS_ROLE) if kind == "ClusterRole"
+            else "%s/roles/%s" % (local, EVENTS_ROLE))
+    return _get(client, path), bindings
 
 
 def _get(client, path: str) -> Optional[Dict[str, Any]]:

@@ -17,11 +17,18 @@ from tests.support.rpc_emulator import Emulator, SimNode
 pytestmark = pytest.mark.timeout(120)
 CLUSTER_ROLE = "/apis/rbac.authorization.k8s.io/v1/clusterroles/ack-mig-hook"
 BINDINGS = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+ROLE_BINDINGS = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/rolebindings"
+EVENTS_ROLE = "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles/ack-mig-hook-events"
 
 
 def rbac_role():
     with open(doctor.RBAC_FILE) as handle:
         return next(d for d in yaml.safe_load_all(handle) if d and d.get("kind") == "ClusterRole")
+
+
+def rbac_doc(kind):
+    with open(doctor.RBAC_FILE) as handle:
+        return next(d for d in yaml.safe_load_all(handle) if d and d.get("kind") == kind)
 
 
 def plugin_pod(name, strategy):
@@ -46,6 +53,8 @@ def cloud(emulator, monkeypatch, tmp_path, kube_api):  # noqa: F811
     kube_api.read_only[CLUSTER_ROLE] = rbac_role()
     kube_api.read_only[BINDINGS] = {"items": [{"metadata": {"name": "ack-mig-hook"}, "roleRef": {
         "kind": "ClusterRole", "name": "ack-mig-hook"}, "subjects": [{"kind": "User", "name": "2765xxxx-role"}]}]}
+    kube_api.read_only[ROLE_BINDINGS] = {"items": [rbac_doc("RoleBinding")]}  # deploy/rbac.yaml, as applied
+    kube_api.read_only[EVENTS_ROLE] = rbac_doc("Role")
     kube_api.add_pod("kube-system", "nvidia-device-plugin-node-a", "node-a")
     kube_api.pods[("kube-system", "nvidia-device-plugin-node-a")].update(plugin_pod("nvidia-device-plugin-node-a",
                                                                                    "mixed"))
@@ -86,7 +95,10 @@ def test_doctor_reports_each_area_line_by_line(cloud, capsys):
     assert "i-2ze8typo0a100x1c4v7" not in json.dumps(report) or "192.168.16.23" in json.dumps(report)
     assert "192.168.12.47" in lines[("agents", "warn")] and "2.1.3.200" in lines[("agents", "warn")]
     assert "192.168.16.23" in lines[("agents", "PROBLEM")]
-    assert "every rule" in lines[("rbac", "ok")] or "bound to" in lines[("rbac", "ok")]
+    rbac = [c["text"] for c in report["checks"] if c["area"] == "rbac"]
+    assert any("every rule" in text for text in rbac) and any("bound to User 2765xxxx-role" in text for text in rbac)
+    assert "events create in default through ack-mig-hook-events, bound to User ack-mig-hook-function-ram-role-id" \
+        in rbac
     assert "mixed on all 1" in lines[("device plugin", "ok")]
     assert ("mig-manager", "ok") in lines
     assert report["problems"] == sum(c["status"] == "PROBLEM" for c in report["checks"])
@@ -133,6 +145,22 @@ def test_rbac_check_names_each_missing_rule():
     assert checks[1].status == "PROBLEM" and "bound to nobody" in checks[1].text
     assert doctor.rbac_checks(role, [{"roleRef": {"name": "ack-mig-hook"}, "subjects": [
         {"kind": "User", "name": "u"}]}])[0].status == "ok"
+
+
+def test_events_check_finds_the_grant_in_default_whichever_way_it_was_made():
+    """deploy/rbac.yaml's Role and RoleBinding, or the stack's ClusterRole bound at namespace level: both
+    grant events create in default; anything less is a warning naming the way to fix it."""
+    role, binding = rbac_doc("Role"), rbac_doc("RoleBinding")
+    assert [c.status for c in doctor.events_checks(role, [binding])] == ["ok"]
+    as_cluster_role = dict(binding, roleRef=dict(binding["roleRef"], kind="ClusterRole"))
+    assert doctor.events_checks({"rules": role["rules"]}, [as_cluster_role])[0].status == "ok"
+    (missing,) = doctor.events_checks(None, [])
+    assert missing.status == "warn" and "no RoleBinding in default binds ack-mig-hook-events" in missing.text \
+        and "ClusterRbac=true" in missing.text
+    (gone,) = doctor.events_checks(None, [binding])
+    assert gone.status == "warn" and "Role ack-mig-hook-events does not exist" in gone.text
+    wrong = {"rules": [{"apiGroups": [""], "resources": ["events"], "verbs": ["list"]}]}
+    assert "grants no events create" in doctor.events_checks(wrong, [binding])[0].text
 
 
 def test_agent_check_version_order_is_numeric():
