@@ -30,7 +30,7 @@ import _path  # noqa: F401
 
 from tests.support.peak_rss import peak_rss_mb  # noqa: E402  (the child's own peak, not its parent's)
 
-CLUSTER = "c-bench10k"
+CLUSTER = "c0be4c10000000000000000000000000a"  # ACK's form: c and 32 hex digits (the CLI checks it)
 POOLS = 10
 NEW, OLD = "3g.20gb-3g.20gb", "1g.5gb-1g.5gb-1g.5gb-1g.5gb-1g.5gb-1g.5gb-1g.5gb"
 TYPE = "ecs.ebmgn7.26xlarge"
@@ -221,9 +221,11 @@ def _status(inventory_path: str, kubeconfig: str) -> dict:
     from functions.commands.main import main
 
     os.environ.update(ACK_MIG_CLUSTER_ID=CLUSTER, ACK_MIG_LOG_LEVEL="ERROR")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(["status", "--inventory", inventory_path, "--kubeconfig", kubeconfig, "--json"])
+    if not out.getvalue().strip():  # the command refused: say why rather than fail on empty JSON
+        raise SystemExit("status exited %s: %s" % (code, err.getvalue().strip()[-300:]))
     pools = json.loads(out.getvalue())["pools"]
     return {"code": code, "in_layout": sum(p["in_layout"] for p in pools),
             "rss_mb": peak_rss_mb()}

@@ -12,11 +12,15 @@ Ours: every key under ``.../node-template/resource/nvidia.com/mig-``. Every othe
 and is written back exactly as it was, in its place (ModifyClusterNodePool takes the pool's whole list).
 ``nvidia.com/gpu`` is not written (docs/operations.md says why).
 
-Removing: a stale key of ours is left out of the list written. When nothing at all would remain, the list
-written would be empty, which the API cannot tell from "no change" (the cs20151215 SDK sends
-``scaling_group.tags: []`` with every scaling group change, so an empty list must leave the tags alone);
-then the stale keys are written with the value ``0`` instead, and a key of ours whose value is ``0``
-advertises nothing: it counts as absent, so the pool is in sync and nothing is written again.
+Removing: a stale key of ours is written with the value ``0``, not left out of the list. Whether
+ModifyClusterNodePool replaces a pool's tag list or merges into it is not documented (docs/operations.md):
+a key left out would vanish under "replace" and stay, still advertising, under "merge". A ``0`` stops it
+advertising under either, and a key of ours whose value is ``0`` counts as absent, so the next diff finds
+the pool in sync and nothing is written again (no loop with the ActionTrail event of our own write). A
+key already at ``0`` that is not wanted is left out of the next list written (gone under "replace",
+still ``0`` under "merge": either way it advertises nothing). This also never sends an empty list, which
+the API cannot tell from "no change" (the cs20151215 SDK sends ``scaling_group.tags: []`` with every
+scaling group change).
 
 Limits checked before writing: at most :data:`MAX_TAGS` tags in all (an ESS scaling configuration's limit,
 where the autoscaler reads them) and keys of at most :data:`MAX_KEY_LENGTH` characters (the node pool API).
@@ -118,8 +122,8 @@ def wanted(pool: "NodePool", mode: str) -> Optional[Wanted]:
     our tags) or the mode is off."""
     if mode == MODE_OFF:
         return None
-    if not _labelled(pool):
-        return Wanted({}, "no partition label: our tags go") if any(is_ours(k) for k in pool.tags) else None
+    if not _labelled(pool):  # our tags go; ones already at 0 advertise nothing: none of ours left
+        return Wanted({}, "no partition label: our tags go") if advertised(pool.tags) else None
     if mode == MODE_AUTO and not pool.auto_scaling:
         return Wanted({}, "auto scaling is off (ACK_MIG_AUTOSCALER_TAGS=auto tags only pools with auto scaling)")
     resources, why = pool_resources(pool)
@@ -130,9 +134,8 @@ def wanted(pool: "NodePool", mode: str) -> Optional[Wanted]:
 
 class TagDiff(typing.NamedTuple):
     set: Dict[str, str]  # keys of ours to add or change, with their value
-    remove: List[str]  # keys of ours that stop advertising
+    remove: List[str]  # keys of ours that stop advertising (written as 0: see the module docstring)
     write: List[Tuple[str, str]]  # the pool's whole tag list after the change
-    zeroed: bool  # the stale keys are written as 0 (nothing else would remain)
 
     @property
     def in_sync(self) -> bool:
@@ -145,11 +148,9 @@ def diff(current: Mapping[str, str], want: Mapping[str, str]) -> TagDiff:
     have = advertised(current)
     to_set = {k: v for k, v in want.items() if current.get(k) != v}
     remove = sorted(k for k in have if k not in want)
-    write = [(k, v) for k, v in current.items() if not is_ours(k)] + sorted(want.items())
-    zeroed = not write and bool(remove)
-    if zeroed:
-        write = [(k, ZERO) for k in remove]
-    return TagDiff(to_set, remove, write, zeroed)
+    ours = dict(want, **{k: ZERO for k in remove})  # a stale key is zeroed, never just left out
+    write = [(k, v) for k, v in current.items() if not is_ours(k)] + sorted(ours.items())
+    return TagDiff(to_set, remove, write)
 
 
 def limits_problem(write: List[Tuple[str, str]]) -> Optional[str]:
@@ -203,8 +204,8 @@ def plan_pool(pool: "NodePool", mode: str) -> Optional[PoolTags]:
     problem = limits_problem(d.write)
     if problem is not None:
         return out(False, d, None, "the autoscaler tags cannot be written: %s" % problem)
-    zero = ("; nothing else would remain, so they are written as 0 (an empty list leaves a pool's tags "
-            "unchanged)") if d.zeroed else ""
+    zero = "; %s written as 0 (stops advertising whether the API replaces or merges the list)" % (
+        ", ".join(k[len(OURS):] for k in d.remove)) if d.remove else ""
     return out(False, d, d.write, "%s; the tags differ%s" % (want.reason, zero))
 
 

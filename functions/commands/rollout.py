@@ -10,8 +10,10 @@ nodes in progress finish and are uncordoned, the others are deferred with the re
 is written when the label already says so.
 
 ACK's label rules (the cs20151215 SDK model): at most 20 labels on a pool. A pause that would need a 21st
-is refused before anything is written. An empty label list cannot be sent (it would mean "no change"), so
-resuming a pool whose only label is the pause writes ``ack-mig-hook/paused=false`` instead.
+is refused before anything is written. Resuming writes ``ack-mig-hook/paused=false`` rather than leaving the
+label out: whether ModifyClusterNodePool replaces a pool's label list or merges into it is not documented,
+and a label left out would stay ``true`` under "merge" (``false`` works under both, and an empty list,
+which the API takes as "no change", is never sent).
 """
 
 import json
@@ -72,14 +74,12 @@ def paused_labels(labels: Sequence[Tuple[str, Optional[str]]]) -> Tuple[Labels, 
 
 
 def resumed_labels(labels: Sequence[Tuple[str, Optional[str]]]) -> Tuple[Labels, bool]:
-    """The pool's labels without the pause, and whether that changes them. The one left would be none at
-    all: ``paused=false`` instead (an empty list leaves a pool's labels as they are)."""
+    """The pool's labels with the pause set to ``false`` (in its place), and whether that changes them."""
     from functions.rollout.waves import paused
 
     if not paused({k: v or "" for k, v in labels if k == PAUSED_LABEL}):
         return list(labels), False
-    out = [(k, v) for k, v in labels if k != PAUSED_LABEL]
-    return (out or [(PAUSED_LABEL, "false")]), True
+    return [(k, "false" if k == PAUSED_LABEL else v) for k, v in labels], True
 
 
 # ---- the ACK API (the only part that talks to the cloud) ----
@@ -117,8 +117,9 @@ def _text(result: dict) -> str:
                                                                         "" if others == 1 else "s"))
     if not result["changed"]:
         return "pool %s: not paused; nothing written" % pool
-    return ("pool %s: resumed: label %s removed, the %d other label%s kept; the next invocation (the timer, "
-            "every 30 minutes) goes on with the rollout" % (pool, PAUSED_LABEL, others, "" if others == 1 else "s"))
+    return ("pool %s: resumed: label %s=false written, the %d other label%s kept; the next invocation (the "
+            "timer, every 30 minutes) goes on with the rollout" % (pool, PAUSED_LABEL, others,
+                                                                   "" if others == 1 else "s"))
 
 
 def run(args) -> int:

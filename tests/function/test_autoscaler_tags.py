@@ -50,7 +50,8 @@ def test_a_label_change_sets_the_new_key_removes_the_stale_one_and_keeps_every_o
     before = {"team": "ml", K3G: "16", "cost-center": "42", HUGEPAGES: "2Gi"}
     decided = plan_pool(pool(labels={SIZE: "1g.5gb"}, tags=before), "auto")
     assert decided.set == {K1G: "56"} and decided.remove == [K3G]
-    assert decided.write == [("team", "ml"), ("cost-center", "42"), (HUGEPAGES, "2Gi"), (K1G, "56")]
+    # the stale key is written as 0 (stops advertising whether the API replaces or merges the list)
+    assert decided.write == [("team", "ml"), ("cost-center", "42"), (HUGEPAGES, "2Gi"), (K1G, "56"), (K3G, "0")]
 
 
 def test_a_changed_count_is_a_set_and_an_equal_one_is_in_sync():
@@ -61,14 +62,15 @@ def test_a_changed_count_is_a_set_and_an_equal_one_is_in_sync():
 
 def test_label_removed_our_tags_go_and_foreign_ones_stay():
     decided = plan_pool(pool(labels={}, tags={"team": "ml", K3G: "16"}), "auto")
-    assert decided.remove == [K3G] and decided.set == {} and decided.write == [("team", "ml")]
+    assert decided.remove == [K3G] and decided.set == {} and decided.write == [("team", "ml"), (K3G, "0")]
+    # once it reads 0 the pool is none of ours any more: no entry, nothing written
+    assert plan_pool(pool(labels={}, tags=dict(decided.write)), "auto") is None
 
 
 def test_when_nothing_else_would_remain_the_stale_keys_are_written_as_zero_and_then_count_as_absent():
     decided = plan_pool(pool(labels={}, tags={K3G: "16"}), "auto")
     assert decided.remove == [K3G] and decided.write == [(K3G, "0")] and "written as 0" in decided.reason
-    after = plan_pool(pool(labels={}, tags=dict(decided.write)), "auto")
-    assert after.in_sync and after.write is None
+    assert plan_pool(pool(labels={}, tags=dict(decided.write)), "auto") is None  # a 0 advertises nothing
     # a zero tag of ours is dropped (not kept as a foreign tag) once something else is written
     again = plan_pool(pool(labels={SEQ: "3g.20gb-3g.20gb"}, tags={K1G: "0"}), "auto")
     assert again.write == [(K3G, "16")] and again.remove == []
@@ -84,7 +86,7 @@ def test_modes():
     assert plan_pool(manual, "auto").in_sync and "auto scaling is off" in plan_pool(manual, "auto").reason
     assert plan_pool(manual, "on").set == {K3G: "16"}
     # auto: a pool whose auto scaling was switched off loses our tags
-    assert plan_pool(pool(auto=False, tags={K3G: "16", "team": "ml"}), "auto").write == [("team", "ml")]
+    assert plan_pool(pool(auto=False, tags={K3G: "16", "team": "ml"}), "auto").write == [("team", "ml"), (K3G, "0")]
     assert wanted(pool(), "off") is None
 
 
@@ -145,4 +147,8 @@ def test_the_api_shapes_are_read_as_the_sdk_names_them():
 
 def test_diff_alone():
     d = diff({"a": "1", K1G: "56"}, {K3G: "16"})
-    assert d.set == {K3G: "16"} and d.remove == [K1G] and d.write == [("a", "1"), (K3G, "16")] and not d.zeroed
+    # the stale key is written as 0, not left out: it stops advertising whether the API replaces or merges
+    assert d.set == {K3G: "16"} and d.remove == [K1G] and d.write == [("a", "1"), (K1G, "0"), (K3G, "16")]
+    # written back, a 0 is absent: in sync, and the next write (if any) leaves it out
+    again = diff(dict(d.write), {K3G: "16"})
+    assert again.in_sync and again.write == [("a", "1"), (K3G, "16")]

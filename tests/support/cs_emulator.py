@@ -142,6 +142,10 @@ class CsEmulator(LoopbackServer):
         self.public_endpoint = ""
         self.tag_key_limit = 128  # the node pool API's; set 64 to answer as ESS would (unconfirmed for ACK)
         self.max_tags = 20
+        # How a non-empty tag or label list is taken: "replace" (the list becomes the pool's whole list) or
+        # "merge" (its keys are set, the others kept). Not documented either way (_ModifyClusterNodePool):
+        # the product's writes must come out right under both, so tests run both.
+        self.list_semantics = "replace"
         self._faults: Dict[str, Deque[Fault]] = {}
         self._slow: Dict[str, Deque[float]] = {}
         self._nonces: set = set()
@@ -362,6 +366,14 @@ class CsEmulator(LoopbackServer):
             return "%d labels; at most %d" % (len(labels), self.max_labels)
         return None
 
+    def _combined(self, current: List[Dict[str, Any]], sent: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+        """The pool's list after a write of ``sent``, under :attr:`list_semantics`."""
+        if self.list_semantics == "replace":
+            return sent
+        by_key = {item["key"]: item for item in sent}
+        kept = [by_key.pop(item["key"], item) for item in current]  # set in place, the others kept
+        return kept + [item for item in sent if item["key"] in by_key]
+
     def _ModifyClusterNodePool(self, nodepool_id: str, body: bytes) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
         """``scaling_group.tags`` and ``kubernetes_config.labels``, as this emulator models them (sources per
         rule; the labels' own checks in :meth:`_label_problem`):
@@ -380,7 +392,10 @@ class CsEmulator(LoopbackServer):
         * a non-empty list becomes the pool's whole tag list (replace): keys left out are gone. ACK's own
           clients send the whole list on every change (the Terraform provider's node pool update, and the
           console edits the list as a whole); no API doc page that says "merge" or "replace" was found, so
-          this is the model, and the hook's writes work the same under either (it always sends every key).
+          "replace" is the default model. ``list_semantics = "merge"`` models the other reading (keys sent
+          are set, keys left out kept), and the product's writes come out the same under both: it sends
+          every key it wants, writes a stale autoscaler key as ``0`` rather than leaving it out
+          (functions/autoscaler_tags.py), and resumes a pool with ``ack-mig-hook/paused=false``.
         * an empty list leaves the tags as they are: the SDK writes ``"tags": []`` into every scaling group
           it sends (``ModifyClusterNodePoolRequestScalingGroup.to_map``), so the API cannot take an empty
           list to mean "remove every tag" without every other scaling group change wiping them. The other
@@ -434,11 +449,13 @@ class CsEmulator(LoopbackServer):
             return self._error(400, "InvalidParameter", "%d tags; at most %d" % (len(tags), self.max_tags))
         with self._lock:
             if tags:
-                pool.setdefault("scaling_group", {})["tags"] = [{"key": t["key"], "value": t.get("value") or ""}
-                                                                for t in tags]
+                sent = [{"key": t["key"], "value": t.get("value") or ""} for t in tags]
+                group_now = pool.setdefault("scaling_group", {})
+                group_now["tags"] = self._combined(group_now.get("tags") or [], sent)
             if labels:
-                pool.setdefault("kubernetes_config", {})["labels"] = [
-                    dict({"key": t["key"]}, **({"value": t["value"]} if t.get("value") is not None else {}))
-                    for t in labels]
+                sent = [dict({"key": t["key"]}, **({"value": t["value"]} if t.get("value") is not None else {}))
+                        for t in labels]
+                kube_now = pool.setdefault("kubernetes_config", {})
+                kube_now["labels"] = self._combined(kube_now.get("labels") or [], sent)
             self.modified.append({"nodepool_id": nodepool_id, "body": doc})
         return 200, {"task_id": "T-%s" % uuid.uuid4().hex[:18], "nodepool_id": nodepool_id}, {}
