@@ -415,6 +415,10 @@ INVOCATION_TIMEOUT_S = _var("ACK_MIG_INVOCATION_TIMEOUT_S", "0", "how long one i
                             "else one wave", "rollout")
 KUBECONFIG = _var("ACK_MIG_KUBECONFIG", "", "command line only (--kubeconfig): the operator's kubeconfig for "
                   "the Kubernetes side instead of a short-lived one from ACK")
+KUBE_ENDPOINT = _var("ACK_MIG_KUBE_ENDPOINT", "private", "which API server endpoint the kubeconfig ACK issues "
+                     "names: private (the function, in the cluster's VPC) or public (the command line on an "
+                     "operator's machine: status and invoke set it, as doctor and undeploy ask ACK)")
+KUBE_ENDPOINTS = ("private", "public")
 
 LABEL_REMOVAL_CHOICES = ("keep", "disable")
 EMPTYDIR_CHOICES = ("memory", "any", "none")
@@ -431,6 +435,7 @@ class RolloutSettings:
     kube_max_attempts: int = 5
     invocation_timeout_s: int = 0  # 0: the function's Timeout (Settings.function_timeout_s), else one wave
     kubeconfig: str = ""  # a file path (the command line's --kubeconfig); "" asks ACK for a credential
+    kube_endpoint: str = "private"  # the endpoint ACK's kubeconfig names: private (in the VPC) or public
 
 
 def rollout_from_env(env: Mapping[str, str]) -> RolloutSettings:
@@ -451,6 +456,7 @@ def rollout_from_env(env: Mapping[str, str]) -> RolloutSettings:
         kube_max_attempts=parse_int(env, KUBE_MAX_ATTEMPTS, 5, 1, 10),
         invocation_timeout_s=parse_int(env, INVOCATION_TIMEOUT_S, 0, 0, 86400),
         kubeconfig=_get(env, KUBECONFIG),
+        kube_endpoint=parse_choice(env, KUBE_ENDPOINT, "private", KUBE_ENDPOINTS),
     )
 
 

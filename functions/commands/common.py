@@ -175,4 +175,7 @@ def environment_with(found_keys, region_value: Optional[str] = None, cluster: Op
         env[settings.REGION] = region_value
     if cluster:
         env[settings.CLUSTER_ID] = cluster
+    # On an operator's machine the API server's private endpoint is out of reach (it is the cluster VPC's):
+    # a kubeconfig from ACK names the public one, as doctor and undeploy ask for, unless the caller chose.
+    env.setdefault(settings.KUBE_ENDPOINT, "public")
     return env

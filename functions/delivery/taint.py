@@ -79,8 +79,10 @@ class TaintRemover:
 
 def cs_kubeconfig(settings, cluster_id: str, minutes: int = 15) -> ClusterCredential:
     """The function's cluster credential: the operator's kubeconfig file when the command line gave one
-    (``ACK_MIG_KUBECONFIG``), else ACK's (private endpoint, valid ``minutes``: ACK accepts 15..4320)
-    through the CS API, with the function side's CS client and its retry rules (functions.cs_lookup)."""
+    (``ACK_MIG_KUBECONFIG``), else ACK's (valid ``minutes``: ACK accepts 15..4320) through the CS API,
+    with the function side's CS client and its retry rules (functions.cs_lookup): for the private endpoint
+    the function reaches in the cluster's VPC, or the public one the command line asks for on an operator's
+    machine (``ACK_MIG_KUBE_ENDPOINT``)."""
     from functions.settings import longest_run_s
 
     options = dict(attempts=settings.rollout.kube_max_attempts, deadline_s=float(longest_run_s(settings)))
@@ -90,6 +92,7 @@ def cs_kubeconfig(settings, cluster_id: str, minutes: int = 15) -> ClusterCreden
     def fetch() -> str:
         from functions.cs_lookup import CsLookup
 
-        return CsLookup(settings).user_kubeconfig(cluster_id, minutes=minutes)
+        return CsLookup(settings).user_kubeconfig(cluster_id, minutes=minutes,
+                                                  private=settings.rollout.kube_endpoint != "public")
 
     return ClusterCredential(fetch, **options)

@@ -270,3 +270,20 @@ def test_a_cluster_credential_ack_refuses_is_said_like_an_unreachable_api(cs_emu
     assert " ".join(render(status, nodes=False).split()).startswith(
         "cluster %s: the Kubernetes API cannot be used (no cluster credential from ACK" % cs_emulator.cluster_id)
     assert exit_code(status, strict=False) == 1 and exit_code(status, strict=True) == 3
+
+
+def test_the_command_line_asks_ack_for_the_public_endpoint_and_the_function_for_the_private_one(
+        cs_emulator, capsys, monkeypatch):  # noqa: F811
+    """An operator's machine is outside the cluster's VPC: ``status`` (and ``invoke``) ask ACK for a
+    kubeconfig of the public endpoint, as doctor and undeploy do; the deployed function keeps the private
+    one it reaches from the VPC (DescribeClusterUserKubeconfig ``PrivateIpAddress``)."""
+    from tests.function.conftest import cloud_env
+
+    for name, value in dict(cloud_env(cs_emulator), ACK_MIG_API_MAX_ATTEMPTS="1", ACK_MIG_KUBE_MAX_ATTEMPTS="1",
+                            ALIBABA_CLOUD_ECS_METADATA_DISABLED="true").items():
+        monkeypatch.setenv(name, value)
+    main(["status", "--cluster-id", cs_emulator.cluster_id, "--region", "cn-beijing"])
+    capsys.readouterr()
+    assert [q.get("PrivateIpAddress", "").lower() for q in cs_emulator.kubeconfig_requests] == ["false"]
+    collect(load_settings(dict(cloud_env(cs_emulator), ACK_MIG_API_MAX_ATTEMPTS="1", ACK_MIG_KUBE_MAX_ATTEMPTS="1")))
+    assert [q.get("PrivateIpAddress", "").lower() for q in cs_emulator.kubeconfig_requests] == ["false", "true"]
