@@ -9,7 +9,7 @@ the commands that run offline are run, and must exit 0, or N when the line ends 
 - ``python3 -m node_bootstrap ... --backend sim:...`` and the other commands of a block that works on a
   simulated node (``cat`` of the simulated host's files).
 
-- ``ack-mig-hook deploy | undeploy | doctor ... # exit 2``: bad input, refused before any call.
+- ``ack-mig-hook deploy | undeploy | doctor | rollout ... # exit 2``: bad input, refused before any call.
 
 Each block runs in order in its own shell session from the repository root (so ``examples/...`` and
 ``.venv/bin/...`` resolve as a reader's would). PATH is a reader's after ``make install``: ``ack-mig-hook``
@@ -22,8 +22,8 @@ that would reach a cloud API fails fast instead of leaving the machine.
 In a ``console`` block, the lines after a ``$ `` command are its sample output: when a sample is shown it
 must be the whole of what the terminal shows, stderr and stdout in the order they are written.
 
-Every other ``ack-mig-hook`` or ``node_bootstrap`` command shown (deploy, doctor, undeploy, a real-GPU
-node command) cannot run here, so each of its options is checked against that command's ``--help``.
+Every other ``ack-mig-hook`` or ``node_bootstrap`` command shown (deploy, doctor, undeploy, rollout, a
+real-GPU node command) cannot run here, so each of its options is checked against that command's ``--help``.
 """
 
 import os
@@ -43,7 +43,7 @@ ASSIGNMENTS = re.compile(r"""^\s*(?:[A-Za-z_][A-Za-z0-9_]*=(?:"[^"]*"|'[^']*'|[^
 EXPECT_EXIT = re.compile(r"#\s*exit\s+(\d+)\b")
 # Anything that needs a cloud account, a cluster, a real GPU or minutes: shown, never run here.
 NEVER_RUN = re.compile(r"\b(aliyun|kubectl|ossutil|make|curl|ssh|systemctl|nvidia-smi|pip)\b"
-                       r"|ack-mig-hook\s+(deploy|undeploy|doctor|demo)\b")
+                       r"|ack-mig-hook\s+(deploy|undeploy|doctor|demo|rollout)\b")
 OFFLINE = [
     re.compile(r"ack-mig-hook\s+(plan|profiles|convert)\b"),
     re.compile(r"ack-mig-hook\s+status\b.*--inventory\b"),
@@ -51,9 +51,9 @@ OFFLINE = [
     re.compile(r"-m\s+node_bootstrap\b.*--backend[ =]sim:"),
 ]
 # Cloud commands given bad input: refused before any call, so they run here too.
-BAD_INPUT = re.compile(r"ack-mig-hook\s+(deploy|undeploy|doctor)\b.*#\s*exit\s+2\b")
+BAD_INPUT = re.compile(r"ack-mig-hook\s+(deploy|undeploy|doctor|rollout)\b.*#\s*exit\s+2\b")
 KINDS = {k: re.compile(r"ack-mig-hook\s+%s\b" % k)
-         for k in ("plan", "profiles", "convert", "status", "invoke", "deploy")}
+         for k in ("plan", "profiles", "convert", "status", "invoke", "deploy", "undeploy", "doctor", "rollout")}
 KINDS["node_bootstrap"] = re.compile(r"-m\s+node_bootstrap\b")
 CLI_WORD = re.compile(r"(?:^|[\s|;&(])(?:\S*/)?(ack-mig-hook|python3?\s+-m\s+node_bootstrap)\s+(.*)$")
 
