@@ -185,6 +185,13 @@ def run(args):
                         stream=sys.stderr, request_id="cli")
     result = run_event(raw, settings, inventory=lookup, dry_run=args.dry_run, logger=logger,
                        progress=Progress(sys.stderr))
+    applied = [d.node_name for d in result.decisions if d.action == "partition" and d.node_name]
+    if applied and lookup is not None and lookup.kube_nodes is None and not args.kubeconfig and not result.dry_run:
+        # Without a Kubernetes view nothing tells a running node from a new one (the deployed function always
+        # has one): the operator learns what this run could not do.
+        print("ack-mig-hook: warning: %s has no kube_nodes and no --kubeconfig was given, so %d node(s) were "
+              "applied directly, as new nodes are, not rolled (cordon, drain, waves); give --kubeconfig FILE "
+              "when they may be running" % (args.inventory, len(applied)), file=sys.stderr)
     failed = result.outcome == "error"
     # Everything printed goes through the log lines' redaction (credentials, secrets read at run time).
     if args.json:

@@ -179,3 +179,21 @@ def test_an_unreachable_kubernetes_api_ends_the_event_retry_and_strict_counts_it
     assert result["outcome"] == "retry" and "2 nodes deferred because the Kubernetes API cannot be used" in \
         result["reason"]
     assert cli(*argv, "--strict", env=env).returncode == 3
+
+
+def test_a_real_run_on_a_snapshot_without_a_kubernetes_view_says_what_it_cannot_do(tmp_path, capsys, monkeypatch):
+    """A snapshot without kube_nodes and no --kubeconfig cannot tell running nodes from new ones: a real run
+    that applies nodes says on stderr that they were applied, not rolled; a dry run does not."""
+    from functions.commands.main import main
+    from functions.point_of_change import DryRunExecutor
+
+    # a real run, whose point of change is the dry-run executor: nothing leaves this machine
+    monkeypatch.setattr("functions.point_of_change.make_executor", lambda settings, dry_run: DryRunExecutor())
+    monkeypatch.setenv("ACK_MIG_STARTUP_TAINT", "none")
+    event = os.path.join(ROOT, "examples", "event.json")  # a scale-out naming two nodes of a labelled pool
+    main(["invoke", "--event", event, "--inventory", INVENTORY])
+    err = capsys.readouterr().err
+    assert "warning: %s has no kube_nodes and no --kubeconfig was given, so 2 node(s) were applied directly" \
+        % INVENTORY in err and "not rolled" in err
+    main(["invoke", "--event", event, "--inventory", INVENTORY, "--dry-run"])
+    assert "warning" not in capsys.readouterr().err
