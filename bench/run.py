@@ -36,7 +36,7 @@ import node_mutations
 import payload
 import rollout_10k
 
-# (field, comparison, target): what README.md (Performance) calls the targets.
+# (field, comparison, target): what docs/performance.md calls the targets.
 TARGETS = [
     ("cold_start_ratio", "<=", 1.5),
     ("fanout_cloud_assistant_ratio", "<=", 1.15),
@@ -116,7 +116,7 @@ def _summary(results):
                  "fanout_ssh_node_cpu_ms_per_node", "fanout_ssh_cpu_floor_s", "payload_bytes_max"):
         if name in results:
             lines.append("%-45s %s" % (name, results[name]))
-    lines.append("total %.1f s (see README.md, Performance, for what limits a target that is not met)"
+    lines.append("total %.1f s (see docs/performance.md for what limits a target that is not met)"
                  % results["total_s"])
     return "\n".join(lines)
 
