@@ -145,4 +145,9 @@ MUTANTS = (
            "    refused = []",
            ("tests/rollout/test_change_path.py",),
            "a change that moves or removes served instances goes without drain"),
+    mutant("egress-accept-before-drop", "functions/stack/egress.py",
+           "key=lambda r: (_priority(r), not _drop(r))",
+           "key=lambda r: (_priority(r), _drop(r))",
+           ("tests/function/test_egress.py",),
+           "doctor says ok for a group whose drop rule of the same priority blocks the API server"),
 )

@@ -12,8 +12,9 @@ Checks, each one line (``ok``, ``warn`` or ``PROBLEM``) with what to do about it
 * network: the function reaches the API server the way it will (the private endpoint that
   ``DescribeClusterUserKubeconfig`` names): ACK names one; the stack puts the function in the cluster's VPC
   (``VpcId``/``VSwitchId``/``SecurityGroupId``, read from ``DescribeClusterDetail``); its vSwitch is one of the
-  cluster's and its security group the cluster's own, or else what to make sure of (the vSwitch's VPC and
-  the security group's outbound rules are not read here);
+  cluster's (else what to make sure of: the vSwitch's VPC is not read here); its security group's outbound
+  rules let TCP reach the endpoint (``DescribeSecurityGroups`` for the group's type,
+  ``DescribeSecurityGroupAttribute`` for its egress rules, judged by functions/stack/egress.py);
 * nodes: the Cloud Assistant agent of each node in a labelled pool is online and new enough for the
   built-in parameters (Linux agent >= 2.2.3.309, RunCommand docs);
 * Kubernetes: the ``ack-mig-hook`` ClusterRole holds every rule of ``deploy/rbac.yaml`` and is bound;
@@ -44,6 +45,9 @@ RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 AGENT_MIN = PARAMETER_AGENT
 MIG_MANAGER_LABEL = "nvidia.com/mig.config"
 TRIGGER_TYPE = "ALIYUN::FC3::Trigger"
+# DescribeSecurityGroupAttribute pages rules by MaxResults (at most 1000, SDK model); an ENI's groups hold at
+# most 1000 rules in all (ECS limits), so two pages are always enough: the bound is the loop's deadline.
+RULE_PAGE, RULE_PAGES = 1000, 3
 
 
 class Check(NamedTuple):
@@ -135,9 +139,11 @@ def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]
     return out
 
 
-def network_checks(network: Any, params: Dict[str, str], stack_found: bool) -> List[Check]:
+def network_checks(network: Any, params: Dict[str, str], stack_found: bool, egress: Any = None) -> List[Check]:
     """How the function reaches the API server: ``network`` from DescribeClusterDetail
-    (functions/stack/cluster_network.py), ``params`` the stack's parameters (GetStack)."""
+    (functions/stack/cluster_network.py), ``params`` the stack's parameters (GetStack), ``egress`` the
+    verdict of the stack's security group on TCP to the endpoint (functions/stack/egress.py), or the text of
+    why it could not be read, or None when it was not asked."""
     endpoint = network.intranet_endpoint
     where = urlsplit(endpoint).netloc or endpoint
     if endpoint:
@@ -169,13 +175,29 @@ def network_checks(network: Any, params: Dict[str, str], stack_found: bool) -> L
         out.append(Check("warn", "network", "vSwitch %s is not one of the cluster's control-plane vSwitches (%s): make "
                          "sure it is in VPC %s, in a zone Function Compute supports" % (
                              vswitch, ", ".join(network.vswitch_ids) or "none listed", vpc)))
-    if group == network.security_group_id:
-        out.append(Check("ok", "network", "security group %s is the cluster's own: the function reaches the API "
-                         "server as a node does" % group))
-    else:
-        out.append(Check("warn", "network", "security group %s is not the cluster's (%s): make sure its outbound rules "
-                         "allow TCP to %s" % (group, network.security_group_id or "?", where or "the API server")))
+    out.append(_egress_check(group, network.security_group_id, where, egress))
     return out
+
+
+def _egress_check(group: str, cluster_group: str, where: str, egress: Any) -> Check:
+    from functions.stack.egress import ALLOW, DENY
+
+    own = "the cluster's own" if group == cluster_group else "not the cluster's (%s)" % (cluster_group or "?")
+    target = "TCP to %s" % (where or "the API server")
+    if egress is None or isinstance(egress, str):
+        why = ": %s" % egress if egress else ""
+        return Check("warn", "network", "security group %s is %s; its outbound rules were not read%s: make sure they "
+                     "allow %s" % (group, own, why, target))
+    if egress.outcome == ALLOW:
+        return Check("ok", "network", "security group %s (%s) allows %s: %s" % (group, own, target, egress.reason))
+    if egress.outcome == DENY:
+        host, _, port = where.rpartition(":") if ":" in where else (where, "", "443")
+        return Check("PROBLEM", "network", "security group %s (%s) blocks %s: %s; the function cannot lift taints or "
+                     "run rollouts until an outbound rule accepts it (ECS AuthorizeSecurityGroupEgress: IpProtocol "
+                     "TCP, PortRange %s/%s, DestCidrIp %s/32, a Priority before the rule that drops it)" % (
+                         group, own, target, egress.reason, port, port, host))
+    return Check("warn", "network", "security group %s (%s): cannot tell whether it allows %s: %s" % (
+        group, own, target, egress.reason))
 
 
 def agent_checks(rows: List[Dict[str, Any]], node_names: Dict[str, str]) -> List[Check]:
@@ -307,7 +329,8 @@ def _gather(args) -> List[Check]:
               or []}
     try:
         network = cluster_network.read(keys, args.region, args.cluster_id, config.cs_endpoint)
-        checks += network_checks(network, params, detail is not None)
+        checks += network_checks(network, params, detail is not None,
+                                 _egress(config, params.get("SecurityGroupId", ""), network.intranet_endpoint))
     except cluster_network.ClusterUnreadable as exc:  # the other checks still say what they found
         checks.append(Check("PROBLEM", "network", "cannot read the cluster's network (%s); doctor needs "
                             "cs:DescribeClusterDetail on the cluster" % exc))
@@ -320,6 +343,38 @@ def _gather(args) -> List[Check]:
     checks += agent_checks(_agent_rows(config, sorted(names)), names)
     checks += _kube_checks(args, config)
     return checks
+
+
+def _egress(config, group: str, endpoint: str) -> Any:
+    """The group's verdict on TCP to the endpoint, the text of why it could not be read, or None."""
+    from functions.delivery.rpc import ECS_VERSION, ApiError, RpcClient
+    from functions.stack.egress import egress_verdict
+
+    where = urlsplit(endpoint)
+    if not group or not where.hostname:
+        return None
+    client = RpcClient("ecs", ECS_VERSION, config.region, config.credentials, config.delivery.ecs_endpoint)
+    try:
+        found = client.call("DescribeSecurityGroups", {"RegionId": config.region, "SecurityGroupId": group})
+        rows = (found.get("SecurityGroups") or {}).get("SecurityGroup") or []
+        if not rows:
+            return "ECS lists no security group %s in %s" % (group, config.region)
+        rules: List[Dict[str, Any]] = []
+        token = ""
+        for _ in range(RULE_PAGES):
+            params = {"RegionId": config.region, "SecurityGroupId": group, "Direction": "egress",
+                      "MaxResults": RULE_PAGE}
+            if token:
+                params["NextToken"] = token
+            page = client.call("DescribeSecurityGroupAttribute", params)
+            rules += (page.get("Permissions") or {}).get("Permission") or []
+            token = page.get("NextToken") or ""
+            if not token:
+                break
+    except ApiError as exc:
+        return "%s (doctor needs ecs:DescribeSecurityGroups and ecs:DescribeSecurityGroupAttribute)" % exc.code
+    return egress_verdict(str(rows[0].get("SecurityGroupType") or "normal"), rules, where.hostname,
+                          where.port or 443)
 
 
 def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:

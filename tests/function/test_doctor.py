@@ -193,10 +193,47 @@ def test_doctor_checks_how_the_function_reaches_the_api_server(cloud, capsys):
     ros.stacks["st-1"]["Parameters"] = [{"ParameterKey": k, "ParameterValue": v} for k, v in (
         ("VpcId", "vpc-2ze0cluster0vpc0a1b2"), ("VSwitchId", "vsw-2ze0control0plane0c3d4"),
         ("SecurityGroupId", "sg-2ze0cluster0nodes0e5f6"))]
+    ecs.security_groups["sg-2ze0cluster0nodes0e5f6"] = {"SecurityGroupType": "normal", "Permissions": [
+        {"Direction": "ingress", "Policy": "Drop", "Priority": "1", "IpProtocol": "ALL", "PortRange": "-1/-1",
+         "SourceCidrIp": "0.0.0.0/0"}]}
     code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
     network = [c for c in json.loads(out)["checks"] if c["area"] == "network"]
     assert [c["status"] for c in network] == ["ok", "ok", "ok"] and "cluster's own" in network[2]["text"]
+    assert "allows TCP to 192.168.0.251:6443" in network[2]["text"] and "basic group" in network[2]["text"]
     assert emulator.calls("DescribeClusterDetail") == 2
+    asked = [p for a, p in ecs.requests if a == "DescribeSecurityGroupAttribute"]
+    assert asked and all(p["Direction"] == "egress" and p["SecurityGroupId"] == "sg-2ze0cluster0nodes0e5f6"
+                         for p in asked)
+
+
+def test_doctor_reads_the_security_groups_outbound_rules_across_pages(cloud, capsys):
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    ros.stacks["st-1"]["Parameters"] = [{"ParameterKey": k, "ParameterValue": v} for k, v in (
+        ("VpcId", "vpc-2ze0cluster0vpc0a1b2"), ("VSwitchId", "vsw-2ze0control0plane0c3d4"),
+        ("SecurityGroupId", "sg-2ze0own0group0f00d"))]
+    # An enterprise group (outbound denied by default) whose one Accept for the API server is on the
+    # second page of 1000 rules, behind rules for other ports: it is found, and TCP 6443 is allowed.
+    filler = [{"Direction": "egress", "Policy": "Accept", "Priority": "1", "IpProtocol": "TCP",
+               "PortRange": "%d/%d" % (p, p), "DestCidrIp": "0.0.0.0/0"} for p in range(7000, 8000)]
+    ecs.security_groups["sg-2ze0own0group0f00d"] = {"SecurityGroupType": "enterprise", "Permissions": filler + [
+        {"Direction": "egress", "Policy": "Accept", "Priority": "10", "IpProtocol": "TCP", "PortRange": "6443/6443",
+         "DestCidrIp": "192.168.0.0/16", "SecurityGroupRuleId": "sgr-api"}]}
+    code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
+    line = [c for c in json.loads(out)["checks"] if c["area"] == "network"][-1]
+    assert line["status"] == "ok" and "sgr-api" in line["text"] and "not the cluster's" in line["text"]
+    assert ecs.calls["DescribeSecurityGroupAttribute"] == 2
+    # The same group without that rule: outbound TCP to the endpoint is denied, a PROBLEM that says the fix.
+    ecs.security_groups["sg-2ze0own0group0f00d"]["Permissions"] = filler
+    code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
+    line = [c for c in json.loads(out)["checks"] if c["area"] == "network"][-1]
+    assert code == 1 and line["status"] == "PROBLEM" and "enterprise group denies" in line["text"]
+    assert "DestCidrIp 192.168.0.251/32" in line["text"] and "PortRange 6443/6443" in line["text"]
+    # Rules that cannot be read: a warning that names the grant, not a PROBLEM and not a guess.
+    ecs.fail_next("DescribeSecurityGroupAttribute", "Forbidden.RAM", 403)
+    code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
+    line = [c for c in json.loads(out)["checks"] if c["area"] == "network"][-1]
+    assert line["status"] == "warn" and "Forbidden.RAM" in line["text"]
+    assert "ecs:DescribeSecurityGroupAttribute" in line["text"]
 
 
 def network(**changes):
@@ -210,8 +247,13 @@ def network(**changes):
 
 
 def test_network_check_verdicts():
+    from functions.stack.egress import ALLOW, Verdict
+
     good = {"VpcId": "vpc-1", "VSwitchId": "vsw-b", "SecurityGroupId": "sg-1"}
-    assert [c.status for c in doctor.network_checks(network(), good, True)] == ["ok"] * 4
+    allowed = Verdict(ALLOW, "no rule matches and a basic group allows outbound traffic by default")
+    assert [c.status for c in doctor.network_checks(network(), good, True, allowed)] == ["ok"] * 4
+    unread = doctor.network_checks(network(), good, True)[-1]
+    assert unread.status == "warn" and "not read" in unread.text and "the cluster's own" in unread.text
     other_vpc = doctor.network_checks(network(), dict(good, VpcId="vpc-9"), True)[-1]
     assert other_vpc.status == "PROBLEM" and "VPC vpc-9, the cluster in vpc-1" in other_vpc.text
     missing = doctor.network_checks(network(), dict(good, SecurityGroupId=""), True)[-1]

@@ -35,6 +35,12 @@ Each rule it enforces, and where it comes from:
 * DescribeInvocationResults: ``MaxResults`` <= 50 (default 10) with ``NextToken``, the paging the SDK
   model recommends; ``PageNumber``/``PageSize`` (<= 50) still answered, marked "will soon be deprecated".
   A NextToken this emulator did not issue is refused (400; the code is ours, the API's is not documented).
+* Security groups (``doctor``'s outbound check): ``DescribeSecurityGroups`` filtered by ``SecurityGroupId``
+  (an id it does not hold lists nothing, as a filter does) with ``SecurityGroupType`` ``normal``/``enterprise``
+  and ``VpcId``; ``DescribeSecurityGroupAttribute`` answers 404 ``InvalidSecurityGroupId.NotFound`` ("The
+  specified SecurityGroupId does not exist.", ECS error code of the security group APIs) for an unknown group,
+  filters ``Permissions.Permission`` by ``Direction`` (egress, ingress, all: default all) and pages them by
+  ``MaxResults`` (10..1000, default 500) and ``NextToken``, every limit from the SDK request model's comments.
 * Auto Scaling 2022-02-22: ``DescribeScalingInstances`` takes ``InstanceIds.N`` (at most 20 here, the
   2014-08-28 reference's limit; ids the group does not hold are "ignored ... and no error is returned", SDK
   model comment), ``PageSize`` <= 100 (SDK model), lists bare (``ScalingInstances: [...]``, the 2022 response
@@ -77,6 +83,8 @@ ECS_ACTIONS = {
     "DescribeInvocationResults": ("RegionId",),
     "SendFile": ("RegionId", "Name", "TargetDir", "Content"),  # InstanceId.N: 1..50 checked by the action
     "DescribeSendFileResults": ("RegionId",),
+    "DescribeSecurityGroups": ("RegionId",),
+    "DescribeSecurityGroupAttribute": ("RegionId", "SecurityGroupId"),
 }
 ESS_ACTIONS = {
     "CompleteLifecycleAction": ("LifecycleHookId", "LifecycleActionToken"),
@@ -235,6 +243,9 @@ class Emulator(LoopbackServer):
         # The fault: DescribeScalingInstances lists the asked ids whatever their group (as DescribeLifecycleHooks
         # ignores ScalingGroupId when ids are given); each row still names its own group.
         self.list_other_groups = False
+        # security group id -> {"SecurityGroupType": "normal"|"enterprise", "VpcId": ..., "Permissions": [rows
+        # as DescribeSecurityGroupAttribute lists them, each with its Direction]}
+        self.security_groups: Dict[str, dict] = {}
         self.unknown_status = "omit"  # DescribeCloudAssistantStatus for an unknown id: "omit" or "refuse"
         self.exchanges: List[contract.Exchange] = []
         self.tokens: Dict[str, Tuple[str, int]] = {}  # NextToken issued -> (what it pages, offset)
@@ -415,14 +426,15 @@ class Emulator(LoopbackServer):
         # "If you specify MaxResults or NextToken ... the TotalCount response parameter is invalid": left out.
         return {"InstanceCloudAssistantStatusSet": {"InstanceCloudAssistantStatus": chunk}, "NextToken": token}
 
-    def _token_page(self, params, what, rows, limit=50):
+    def _token_page(self, params, what, rows, limit=50, default=10, least=1):
         """(rows of this page, NextToken or "", None) by MaxResults/NextToken, or (None, None, error answer)."""
         try:
-            size = int(params.get("MaxResults") or 10)
+            size = int(params.get("MaxResults") or default)
         except ValueError:
             return None, None, self._error(400, "InvalidParam.MaxResults", "MaxResults is an integer")
-        if not 1 <= size <= limit:
-            return None, None, self._error(400, "InvalidParam.MaxResults", "MaxResults must be 1 to %d" % limit)
+        if not least <= size <= limit:
+            return None, None, self._error(400, "InvalidParam.MaxResults", "MaxResults must be %d to %d" % (
+                least, limit))
         start = 0
         if params.get("NextToken"):
             with self._lock:
@@ -438,6 +450,29 @@ class Emulator(LoopbackServer):
             with self._lock:
                 self.tokens[token] = (what, start + size)
         return chunk, token, None
+
+    def _DescribeSecurityGroups(self, params):
+        wanted = params.get("SecurityGroupId")
+        rows = [{"SecurityGroupId": gid, "SecurityGroupType": g.get("SecurityGroupType", "normal"),
+                 "VpcId": g.get("VpcId", ""), "SecurityGroupName": gid}
+                for gid, g in sorted(self.security_groups.items()) if not wanted or gid == wanted]
+        return {"SecurityGroups": {"SecurityGroup": rows}, "TotalCount": len(rows), "RegionId": params["RegionId"],
+                "NextToken": ""}
+
+    def _DescribeSecurityGroupAttribute(self, params):
+        gid = params["SecurityGroupId"]
+        group = self.security_groups.get(gid)
+        if group is None:
+            return self._error(404, "InvalidSecurityGroupId.NotFound", "The specified SecurityGroupId does not exist.")
+        direction = (params.get("Direction") or "all").lower()
+        if direction not in ("egress", "ingress", "all"):
+            return self._error(400, "InvalidParam.Direction", "Direction is egress, ingress or all")
+        rows = [r for r in group.get("Permissions", []) if direction == "all" or r.get("Direction") == direction]
+        chunk, token, error = self._token_page(params, "rules:" + gid, rows, limit=1000, default=500, least=10)
+        if error:
+            return error
+        return {"SecurityGroupId": gid, "RegionId": params["RegionId"], "VpcId": group.get("VpcId", ""),
+                "InnerAccessPolicy": "Accept", "Permissions": {"Permission": chunk}, "NextToken": token}
 
     def _RunCommand(self, params):
         ids = self._instance_ids(params)
