@@ -55,3 +55,15 @@ def cloud_env(emu, **extra):
         env["ACK_MIG_ESS_ENDPOINT"] = emu.ess.endpoint
     env.update(extra)
     return env
+
+
+@pytest.fixture
+def kms():
+    """A KMS emulator in cn-beijing that knows the test credentials, with the secrets cache empty around it."""
+    from functions import secrets
+    from tests.support.kms_emulator import KmsEmulator
+
+    secrets.forget_all()
+    with KmsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN, region="cn-beijing") as emu:
+        yield emu
+    secrets.forget_all()

@@ -154,17 +154,6 @@ def test_an_event_ends_as_it_would_whether_the_webhook_answers_or_not(tmp_path):
     assert line["text"] == ("2 nodes failed (2 gpu-busy): cn-beijing.192.168.12.31, cn-beijing.192.168.12.47")
 
 
-@pytest.fixture
-def kms():
-    from functions import secrets
-    from tests.support.kms_emulator import KmsEmulator
-
-    secrets.forget_all()
-    with KmsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN, region="cn-beijing") as emu:
-        yield emu
-    secrets.forget_all()
-
-
 def test_the_url_from_a_kms_secret_is_read_when_there_is_something_to_send(tmp_path, kms):
     env = {"ACK_MIG_REGION": "cn-beijing", "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
            "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_KMS_ENDPOINT": kms.endpoint,

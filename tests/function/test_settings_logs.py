@@ -263,17 +263,6 @@ def _key_fragments(key_text):
     return [key_text] + [line for line in key_text.splitlines() if len(line) >= 16 and "PRIVATE KEY" not in line]
 
 
-@pytest.fixture
-def kms():
-    from functions import secrets
-    from tests.support.kms_emulator import KmsEmulator
-
-    secrets.forget_all()
-    with KmsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN, region="cn-beijing") as emu:
-        yield emu
-    secrets.forget_all()
-
-
 @pytest.mark.ssh
 def test_ssh_key_from_kms_connects_then_fails_mid_run_and_never_leaks(kms, tmp_path, caplog):
     """The key is read from the KMS emulator (the real alibabacloud_kms20160120 SDK, its signature checked),

@@ -50,7 +50,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from typing import Any, Deque, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Deque, Dict, List, NamedTuple, Optional, Tuple
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 from tests.support import contract
 from tests.support.loopback import Answer as LoopAnswer, LoopbackServer, json_answer
@@ -213,16 +213,46 @@ class CsEmulator(LoopbackServer):
             self.requests[index] = self.requests[index]._replace(status=status)
         return status, payload, extra
 
+    def handle_rpc(self, method: str, raw_path: str, headers: Dict[str, str], body: bytes,
+                   answer: Callable[..., Tuple[int, Dict[str, Any], Dict[str, str]]]
+                   ) -> Tuple[Tuple[int, Dict[str, Any], Dict[str, str]], str]:
+        """An RPC-style request (one path, the action in ``x-acs-action``: ROS, STS), recorded on arrival as
+        :meth:`handle` records a ROA one, answered by ``answer(method, path, query, headers, body, action)``."""
+        split = urlsplit(raw_path)
+        query = dict(parse_qsl(split.query, keep_blank_values=True))
+        action = headers.get("x-acs-action", "")
+        with self._lock:
+            index = len(self.requests)
+            self.requests.append(Recorded(action or "?", method, split.path, query, 0))
+        result = answer(method, split.path, query, headers, body, action)
+        with self._lock:
+            self.requests[index] = self.requests[index]._replace(status=result[0])
+        return result, action
+
+    def _refused(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes,
+                 action: str) -> Optional[Tuple[int, Dict[str, Any], Dict[str, str]]]:
+        """The 400 answer when the request fails :meth:`_verify` (the refusal recorded), else None."""
+        problem = self._verify(method, path, query, headers, body, action)
+        if problem is None:
+            return None
+        with self._lock:
+            self.rejected.append("%s: %s" % (action, problem))
+        return self._error(400, problem.split(":")[0], problem)
+
+    def _injected(self, action: str) -> Optional[Tuple[int, Dict[str, Any], Dict[str, str]]]:
+        """The next fault queued for ``action`` (:meth:`fail_next`) as its answer, else None."""
+        with self._lock:
+            fault = self._faults[action].popleft() if self._faults.get(action) else None
+        return None if fault is None else self._error(fault.status, fault.code, "injected %s" % fault.code)
+
     def _dispatch(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes,
                   action: Optional[str], cluster: Optional[str], pool_id: Optional[str] = None
                   ) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
         if action is None:
             return self._error(404, "InvalidAction.NotFound", "no such API: %s %s" % (method, path))
-        problem = self._verify(method, path, query, headers, body, action)
-        if problem is not None:
-            with self._lock:
-                self.rejected.append("%s: %s" % (action, problem))
-            return self._error(400, problem.split(":")[0], problem)
+        refused = self._refused(method, path, query, headers, body, action)
+        if refused is not None:
+            return refused
         with self._lock:
             delay = self.latency_s + (self._slow[action].popleft() if self._slow.get(action) else 0.0)
             fault = self._faults[action].popleft() if self._faults.get(action) else None

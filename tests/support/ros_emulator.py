@@ -69,12 +69,12 @@ import re
 import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl
 
 import yaml
 
 from tests.support import ros_template
-from tests.support.cs_emulator import CsEmulator, Recorded
+from tests.support.cs_emulator import CsEmulator
 
 Answer = Tuple[int, Dict[str, Any], Dict[str, str]]
 ACTIONS = ("CreateStack", "UpdateStack", "DeleteStack", "GetStack", "ListStacks", "ListStackEvents",
@@ -119,15 +119,8 @@ class RosEmulator(CsEmulator):
 
     # The base class routes ROA paths; RPC has one path and names the action in a header.
     def handle(self, method: str, raw_path: str, headers: Dict[str, str], body: bytes) -> Answer:
-        split = urlsplit(raw_path)
-        query = dict(parse_qsl(split.query, keep_blank_values=True))
-        action = headers.get("x-acs-action", "")
+        answer, action = self.handle_rpc(method, raw_path, headers, body, self._rpc)
         with self._lock:
-            index = len(self.requests)
-            self.requests.append(Recorded(action or "?", method, split.path, query, 0))
-        answer = self._rpc(method, split.path, query, headers, body, action)
-        with self._lock:
-            self.requests[index] = self.requests[index]._replace(status=answer[0])
             late = self._late[action].pop(0) if self._late.get(action) else 0.0
         if late:
             time.sleep(late)  # served already: the client may give up and retry meanwhile
@@ -137,15 +130,9 @@ class RosEmulator(CsEmulator):
              action: str) -> Answer:
         if method != "POST" or path != "/" or action not in ACTIONS:
             return self._error(404, "InvalidAction.NotFound", "no such API: %s %s %s" % (method, path, action))
-        problem = self._verify(method, path, query, headers, body, action)
-        if problem is not None:
-            with self._lock:
-                self.rejected.append("%s: %s" % (action, problem))
-            return self._error(400, problem.split(":")[0], problem)
-        with self._lock:
-            fault = self._faults[action].popleft() if self._faults.get(action) else None
-        if fault is not None:
-            return self._error(fault.status, fault.code, "injected %s" % fault.code)
+        refused = self._refused(method, path, query, headers, body, action) or self._injected(action)
+        if refused is not None:
+            return refused
         form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True)) if body else {}
         with self._lock:
             self.bodies.append(form)
@@ -169,6 +156,20 @@ class RosEmulator(CsEmulator):
         if not isinstance(doc, dict) or "ROSTemplateFormatVersion" not in doc:
             raise ValueError("the template has no ROSTemplateFormatVersion")
         return doc.get("Parameters") or {}
+
+    def _with_previous(self, query: Dict[str, str], params: List[Dict[str, Any]], template: str,
+                       stack: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """With ``UsePreviousParameters=true``, UpdateStack reference: a declared parameter left out keeps the
+        value the stack was given before (else, as without it, the template's default)."""
+        if query.get("UsePreviousParameters", "").lower() != "true":
+            return params
+        try:
+            declared = self._template_parameters(template)
+        except (ValueError, yaml.YAMLError):
+            declared = {}
+        named = {p.get("ParameterKey") for p in params}
+        return params + [p for p in stack["Parameters"]
+                         if p.get("ParameterKey") in declared and p.get("ParameterKey") not in named]
 
     def _check_parameters(self, template: str, given: List[Dict[str, str]]) -> Optional[Answer]:
         try:
@@ -342,16 +343,7 @@ class RosEmulator(CsEmulator):
         params = _flat_list(query, "Parameters")
         template = form.get("TemplateBody", "")
         if query.get("UsePreviousParameters", "").lower() == "true":
-            # UpdateStack reference: a declared parameter left out keeps the value the stack was given before
-            # (else, as without UsePreviousParameters, the template's default).
-            try:
-                declared = self._template_parameters(template)
-            except (ValueError, yaml.YAMLError):
-                declared = {}
-            named = {p.get("ParameterKey") for p in params}
-            params = params + [p for p in stack["Parameters"]
-                               if p.get("ParameterKey") in declared and p.get("ParameterKey") not in named]
-            params.sort(key=lambda p: p.get("ParameterKey", ""))
+            params = sorted(self._with_previous(query, params, template, stack), key=lambda p: p.get("ParameterKey", ""))
         refused = self._check_parameters(template, params)
         if refused:
             return refused
@@ -482,14 +474,7 @@ class RosEmulator(CsEmulator):
             return self._error(400, "LimitExceeded", "a stack can contain up to %d change sets" % MAX_CHANGE_SETS)
         params = _flat_list(query, "Parameters")
         template = form.get("TemplateBody", "") or stack["_template"]
-        if query.get("UsePreviousParameters", "").lower() == "true":  # as UpdateStack
-            try:
-                declared = self._template_parameters(template)
-            except (ValueError, yaml.YAMLError):
-                declared = {}
-            named = {p.get("ParameterKey") for p in params}
-            params = params + [p for p in stack["Parameters"]
-                               if p.get("ParameterKey") in declared and p.get("ParameterKey") not in named]
+        params = self._with_previous(query, params, template, stack)  # as UpdateStack
         refused = self._check_parameters(template, params)
         if refused:
             return refused

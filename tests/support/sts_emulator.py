@@ -12,9 +12,8 @@ emulator checks only the signature.
 
 import uuid
 from typing import Any, Dict
-from urllib.parse import parse_qsl, urlsplit
 
-from tests.support.cs_emulator import CsEmulator, Recorded
+from tests.support.cs_emulator import CsEmulator
 
 Answer = Any
 
@@ -27,30 +26,15 @@ class StsEmulator(CsEmulator):
         self.account_id = account_id
 
     def handle(self, method: str, raw_path: str, headers: Dict[str, str], body: bytes) -> Answer:
-        split = urlsplit(raw_path)
-        query = dict(parse_qsl(split.query, keep_blank_values=True))
-        action = headers.get("x-acs-action", "")
-        with self._lock:
-            index = len(self.requests)
-            self.requests.append(Recorded(action or "?", method, split.path, query, 0))
-        answer = self._answer(method, split.path, query, headers, body, action)
-        with self._lock:
-            self.requests[index] = self.requests[index]._replace(status=answer[0])
-        return answer
+        return self.handle_rpc(method, raw_path, headers, body, self._answer)[0]
 
     def _answer(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes,
                 action: str) -> Answer:
         if method != "POST" or path != "/" or action != "GetCallerIdentity":
             return self._error(404, "InvalidAction.NotFound", "no such API: %s %s %s" % (method, path, action))
-        problem = self._verify(method, path, query, headers, body, action)
-        if problem is not None:
-            with self._lock:
-                self.rejected.append("%s: %s" % (action, problem))
-            return self._error(400, problem.split(":")[0], problem)
-        with self._lock:
-            fault = self._faults[action].popleft() if self._faults.get(action) else None
-        if fault is not None:
-            return self._error(fault.status, fault.code, "injected %s" % fault.code)
+        refused = self._refused(method, path, query, headers, body, action) or self._injected(action)
+        if refused is not None:
+            return refused
         principal = "30%014d" % (int(self.account_id) % 10 ** 14)
         return 200, {"RequestId": str(uuid.uuid4()).upper(), "AccountId": self.account_id,
                      "IdentityType": "RAMUser", "PrincipalId": principal, "UserId": principal,
