@@ -55,9 +55,11 @@ vermin: dev
 demo: install
 	$(BIN)/ack-mig-hook demo
 
+# Two workers: most of a test's time is spent waiting (servers, deadlines, subprocesses), about half the wall
+# time is CPU, so two workers halve the run on a 2-core machine. Every test owns its ports and directories.
 test: dev node-env sshd vermin ros-schemas
 	$(NODE_VENV)/bin/python tests/node_import_check.py
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 # The code package's dependency lock (functions/stack/requirements-fc.txt): resolved on a CPython 3.10 (FC's
 # runtime; ACK_MIG_FC_PYTHON=/path/to/python3.10 if it is not on PATH or in pyenv), pinned by SHA-256.
