@@ -45,8 +45,8 @@ RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 AGENT_MIN = PARAMETER_AGENT
 MIG_MANAGER_LABEL = "nvidia.com/mig.config"
 TRIGGER_TYPE = "ALIYUN::FC3::Trigger"
-# DescribeSecurityGroupAttribute pages rules by MaxResults (at most 1000, SDK model); an ENI's groups hold at
-# most 1000 rules in all (ECS limits), so two pages are always enough: the bound is the loop's deadline.
+# DescribeSecurityGroupAttribute pages rules by MaxResults (at most 1000, SDK model); the groups of one network
+# interface hold at most 1000 rules in all (ECS limits), so one page is the rule and three a generous bound.
 RULE_PAGE, RULE_PAGES = 1000, 3
 
 
@@ -371,6 +371,8 @@ def _egress(config, group: str, endpoint: str) -> Any:
             token = page.get("NextToken") or ""
             if not token:
                 break
+        else:  # never judged on part of the rules: a later page could hold the deciding one
+            return "more than %d outbound rules listed" % (RULE_PAGE * RULE_PAGES)
     except ApiError as exc:
         return "%s (doctor needs ecs:DescribeSecurityGroups and ecs:DescribeSecurityGroupAttribute)" % exc.code
     return egress_verdict(str(rows[0].get("SecurityGroupType") or "normal"), rules, where.hostname,

@@ -228,6 +228,11 @@ def test_doctor_reads_the_security_groups_outbound_rules_across_pages(cloud, cap
     line = [c for c in json.loads(out)["checks"] if c["area"] == "network"][-1]
     assert code == 1 and line["status"] == "PROBLEM" and "enterprise group denies" in line["text"]
     assert "DestCidrIp 192.168.0.251/32" in line["text"] and "PortRange 6443/6443" in line["text"]
+    # More rules than doctor pages through: never judged on part of them.
+    ecs.security_groups["sg-2ze0own0group0f00d"]["Permissions"] = filler * 3 + filler[:1]
+    code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
+    line = [c for c in json.loads(out)["checks"] if c["area"] == "network"][-1]
+    assert line["status"] == "warn" and "more than 3000 outbound rules" in line["text"]
     # Rules that cannot be read: a warning that names the grant, not a PROBLEM and not a guess.
     ecs.fail_next("DescribeSecurityGroupAttribute", "Forbidden.RAM", 403)
     code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
