@@ -12,6 +12,7 @@ Standard library only, so importing settings costs nothing on a cold start.
 """
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
@@ -293,6 +294,8 @@ ECS_ENDPOINT = _var("ACK_MIG_ECS_ENDPOINT", "", "override of the ECS API endpoin
                     "`http://127.0.0.1:PORT` for tests", "delivery")
 ESS_ENDPOINT = _var("ACK_MIG_ESS_ENDPOINT", "", "override of the Auto Scaling API endpoint "
                     "(CompleteLifecycleAction); `http://127.0.0.1:PORT` for tests", "delivery")
+NODE_ROOT = _var("ACK_MIG_NODE_ROOT", "/var/lib/ack-mig-hook", "directory on the node that keeps the bootstrap's "
+                 "bundle cache and file parts: an absolute path of letters, digits and . _ / -", "delivery")
 SSH_USER = _var("ACK_MIG_SSH_USER", "root", "SSH transport: login user", "delivery")
 SSH_PORT = _var("ACK_MIG_SSH_PORT", "22", "SSH transport: port", "delivery")
 SSH_KEY_FILE = _var("ACK_MIG_SSH_KEY_FILE", "", "SSH transport: private key file", "delivery")
@@ -352,6 +355,7 @@ class DeliverySettings:
     startup_taint: str = "ack-mig-hook/partition-pending=true:NoSchedule"
     node_args: str = ""
     lifecycle_heartbeat_s: int = 240
+    node_root: str = "/var/lib/ack-mig-hook"
 
     def secrets(self) -> Tuple[str, ...]:
         # The SSH key is never held here: functions.secrets registers it with the redactor when read.
@@ -385,7 +389,19 @@ def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
         startup_taint=_startup_taint(env),
         node_args=_get(env, NODE_ARGS),
         lifecycle_heartbeat_s=parse_int(env, LIFECYCLE_HEARTBEAT_S, 240, 1, 3600),
+        node_root=_node_root(env),
     )
+
+
+_NODE_ROOT = re.compile(r"^/[A-Za-z0-9._/-]{1,200}\Z")  # what the node script accepts (delivery/node_script.py)
+
+
+def _node_root(env: Mapping[str, str]) -> str:
+    text = _get(env, NODE_ROOT) or "/var/lib/ack-mig-hook"
+    if not _NODE_ROOT.match(text) or "/../" in text + "/":
+        raise SettingsError("%s=%r is not a directory the node script takes; use an absolute path of letters, "
+                            "digits and . _ / - (default /var/lib/ack-mig-hook)" % (NODE_ROOT, text[:60]))
+    return text
 
 
 # --- rollout of running nodes (functions/rollout/run.py); documented in docs/operations.md ---

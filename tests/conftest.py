@@ -103,3 +103,22 @@ def _guarded_connect_ex(self, address):
 socket.getaddrinfo = _guarded_getaddrinfo
 socket.socket.connect = _guarded_connect
 socket.socket.connect_ex = _guarded_connect_ex
+
+
+# ---- the host untouched ----
+# Nodes are simulated: every test gives the node its own directories under tmp_path. The paths a real node
+# uses (the bundle cache, the node lock) must not appear on the machine that runs the tests; a test that
+# runs the node script without its own ACK_MIG_NODE_ROOT or --lock-file would create them here.
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+HOST_PATHS = ("/var/lib/ack-mig-hook", "/run/ack-mig-hook.lock")
+
+
+@pytest.fixture(autouse=True)
+def _host_untouched():
+    before = [p for p in HOST_PATHS if os.path.lexists(p)]
+    yield
+    created = [p for p in HOST_PATHS if os.path.lexists(p) and p not in before]
+    assert not created, "this test created %s on the host: give the node its own directories" % ", ".join(created)

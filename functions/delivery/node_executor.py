@@ -23,7 +23,7 @@ from functions.errors import ConfigurationError, RetryLater
 from functions.model import ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP
 from functions.settings import Settings
 from functions.delivery import bundle as bundle_mod
-from functions.delivery.node_script import DEFAULT_ROOT, node_args
+from functions.delivery.node_script import node_args
 from functions.delivery.outcome import (FAILED, NOT_REMOVED, PARTITIONED, SKIPPED, TAINT_NOT_JOINED, UNCHANGED,
                                        NodeTarget, Outcome, outcome)
 from functions.delivery.transport import ScriptMaker, Transport
@@ -178,7 +178,7 @@ class DeliveryExecutor:
 def make_transport(settings: Settings, sim_state_dir: Optional[str] = None, root: Optional[str] = None,
                    python: Optional[str] = None) -> Transport:
     d = settings.delivery
-    maker = ScriptMaker(bundle_mod.build(), d.node_timeout_s, root or DEFAULT_ROOT, python or "python3")
+    maker = ScriptMaker(bundle_mod.build(), d.node_timeout_s, root or d.node_root, python or "python3")
     if d.transport == "local":
         from functions.delivery.local import LocalTransport
 

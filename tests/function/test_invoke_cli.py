@@ -131,7 +131,8 @@ def sim_env(tmp_path):
     """The local transport on simulated A100 nodes, everything the node touches inside ``tmp_path``."""
     args = ("--backend sim:A100-SXM4-40GB:8 --sim-state %s --no-label --clients= --device-plugin-restart none "
             "--lock-file %s --state-dir %s" % (tmp_path / "gpus.json", tmp_path / "node.lock", tmp_path / "state"))
-    return {"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": args, "ACK_MIG_NODE_TIMEOUT_S": "120"}
+    return {"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": args, "ACK_MIG_NODE_TIMEOUT_S": "120",
+            "ACK_MIG_NODE_ROOT": str(tmp_path / "node-root")}
 
 
 @pytest.mark.kube

@@ -22,11 +22,27 @@ from tests.function.conftest import AK, ROOT, SECRET, TOKEN, cloud_env, event_by
     ({"ACK_MIG_CS_ENDPOINT": "http://a/b"}, "not an endpoint"),
     ({"ACK_MIG_TRANSPORT": "pigeon"}, "cloud-assistant, ssh, local"),
     ({"ALIBABA_CLOUD_ACCESS_KEY_ID": "AK"}, "set both"),
+    ({"ACK_MIG_NODE_ROOT": "var/lib/x"}, "absolute path"),
+    ({"ACK_MIG_NODE_ROOT": "/var/lib/x'; rm -rf /"}, "absolute path"),
+    ({"ACK_MIG_NODE_ROOT": "/var/lib/../../etc"}, "absolute path"),
 ])
 def test_bad_settings_are_one_line(env, fragment):
     with pytest.raises(SettingsError) as info:
         load_settings(env)
     assert fragment in str(info.value) and "\n" not in str(info.value) and info.value.exit_code == 2
+
+
+def test_the_node_directory_defaults_to_the_documented_one_and_reaches_the_script():
+    from functions.delivery.node_executor import make_transport
+    from functions.delivery.node_script import DEFAULT_ROOT
+    from functions.delivery.transport import NodeTarget
+
+    assert load_settings({}).delivery.node_root == DEFAULT_ROOT == "/var/lib/ack-mig-hook"
+    settings = load_settings({"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ROOT": "/srv/mig-hook"})
+    target = NodeTarget("i-1", "node-1", "127.0.0.1", ("--size", "1g.5gb"))
+    script = make_transport(settings).maker.script([target], "i-1")
+    assert "mkdir -p '/srv/mig-hook/incoming' '/srv/mig-hook/bundles'" in script
+    assert DEFAULT_ROOT not in script
 
 
 def test_region_and_credentials_sources():
