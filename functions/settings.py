@@ -12,11 +12,12 @@ Standard library only, so importing settings costs nothing on a cold start.
 """
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from functions.endpoints import Endpoint, resolve  # stdlib only; Endpoint is re-exported from here
+# stdlib only: the node script owns its directory's default and the paths it accepts
+from functions.delivery.node_script import DEFAULT_ROOT as DEFAULT_NODE_ROOT, is_node_directory
 
 
 class SettingsError(ValueError):
@@ -294,7 +295,7 @@ ECS_ENDPOINT = _var("ACK_MIG_ECS_ENDPOINT", "", "override of the ECS API endpoin
                     "`http://127.0.0.1:PORT` for tests", "delivery")
 ESS_ENDPOINT = _var("ACK_MIG_ESS_ENDPOINT", "", "override of the Auto Scaling API endpoint "
                     "(CompleteLifecycleAction); `http://127.0.0.1:PORT` for tests", "delivery")
-NODE_ROOT = _var("ACK_MIG_NODE_ROOT", "/var/lib/ack-mig-hook", "directory on the node that keeps the bootstrap's "
+NODE_ROOT = _var("ACK_MIG_NODE_ROOT", DEFAULT_NODE_ROOT, "directory on the node that keeps the bootstrap's "
                  "bundle cache and file parts: an absolute path of letters, digits and . _ / -", "delivery")
 SSH_USER = _var("ACK_MIG_SSH_USER", "root", "SSH transport: login user", "delivery")
 SSH_PORT = _var("ACK_MIG_SSH_PORT", "22", "SSH transport: port", "delivery")
@@ -355,7 +356,7 @@ class DeliverySettings:
     startup_taint: str = "ack-mig-hook/partition-pending=true:NoSchedule"
     node_args: str = ""
     lifecycle_heartbeat_s: int = 240
-    node_root: str = "/var/lib/ack-mig-hook"
+    node_root: str = DEFAULT_NODE_ROOT
 
     def secrets(self) -> Tuple[str, ...]:
         # The SSH key is never held here: functions.secrets registers it with the redactor when read.
@@ -393,14 +394,11 @@ def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
     )
 
 
-_NODE_ROOT = re.compile(r"^/[A-Za-z0-9._/-]{1,200}\Z")  # what the node script accepts (delivery/node_script.py)
-
-
 def _node_root(env: Mapping[str, str]) -> str:
-    text = _get(env, NODE_ROOT) or "/var/lib/ack-mig-hook"
-    if not _NODE_ROOT.match(text) or "/../" in text + "/":
+    text = _get(env, NODE_ROOT) or DEFAULT_NODE_ROOT
+    if not is_node_directory(text):
         raise SettingsError("%s=%r is not a directory the node script takes; use an absolute path of letters, "
-                            "digits and . _ / - (default /var/lib/ack-mig-hook)" % (NODE_ROOT, text[:60]))
+                            "digits and . _ / - (default %s)" % (NODE_ROOT, text[:60], DEFAULT_NODE_ROOT))
     return text
 
 

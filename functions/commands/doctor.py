@@ -175,15 +175,21 @@ def network_checks(network: Any, params: Dict[str, str], stack_found: bool, egre
         out.append(Check("warn", "network", "vSwitch %s is not one of the cluster's control-plane vSwitches (%s): make "
                          "sure it is in VPC %s, in a zone Function Compute supports" % (
                              vswitch, ", ".join(network.vswitch_ids) or "none listed", vpc)))
-    out.append(_egress_check(group, network.security_group_id, where, egress))
+    out.append(_egress_check(group, network.security_group_id, endpoint, egress))
     return out
 
 
-def _egress_check(group: str, cluster_group: str, where: str, egress: Any) -> Check:
+def _api_address(endpoint: str) -> "tuple":
+    """(host, port) of the API server's endpoint URL; ("", 443) when it names none."""
+    split = urlsplit(endpoint)
+    return split.hostname or "", split.port or 443
+
+
+def _egress_check(group: str, cluster_group: str, endpoint: str, egress: Any) -> Check:
     from functions.stack.egress import ALLOW, DENY
 
     own = "the cluster's own" if group == cluster_group else "not the cluster's (%s)" % (cluster_group or "?")
-    target = "TCP to %s" % (where or "the API server")
+    target = "TCP to %s" % (urlsplit(endpoint).netloc or endpoint or "the API server")
     if egress is None or isinstance(egress, str):
         why = ": %s" % egress if egress else ""
         return Check("warn", "network", "security group %s is %s; its outbound rules were not read%s: make sure they "
@@ -191,7 +197,7 @@ def _egress_check(group: str, cluster_group: str, where: str, egress: Any) -> Ch
     if egress.outcome == ALLOW:
         return Check("ok", "network", "security group %s (%s) allows %s: %s" % (group, own, target, egress.reason))
     if egress.outcome == DENY:
-        host, _, port = where.rpartition(":") if ":" in where else (where, "", "443")
+        host, port = _api_address(endpoint)
         return Check("PROBLEM", "network", "security group %s (%s) blocks %s: %s; the function cannot lift taints or "
                      "run rollouts until an outbound rule accepts it (ECS AuthorizeSecurityGroupEgress: IpProtocol "
                      "TCP, PortRange %s/%s, DestCidrIp %s/32, a Priority before the rule that drops it)" % (
@@ -350,8 +356,8 @@ def _egress(config, group: str, endpoint: str) -> Any:
     from functions.delivery.rpc import ECS_VERSION, ApiError, RpcClient
     from functions.stack.egress import egress_verdict
 
-    where = urlsplit(endpoint)
-    if not group or not where.hostname:
+    host, port = _api_address(endpoint)
+    if not group or not host:
         return None
     client = RpcClient("ecs", ECS_VERSION, config.region, config.credentials, config.delivery.ecs_endpoint)
     try:
@@ -375,8 +381,7 @@ def _egress(config, group: str, endpoint: str) -> Any:
             return "more than %d outbound rules listed" % (RULE_PAGE * RULE_PAGES)
     except ApiError as exc:
         return "%s (doctor needs ecs:DescribeSecurityGroups and ecs:DescribeSecurityGroupAttribute)" % exc.code
-    return egress_verdict(str(rows[0].get("SecurityGroupType") or "normal"), rules, where.hostname,
-                          where.port or 443)
+    return egress_verdict(str(rows[0].get("SecurityGroupType") or "normal"), rules, host, port)
 
 
 def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:

@@ -58,9 +58,18 @@ _RUNNER = _runner_source()
 
 
 def _check(pattern, value, what):
-    if not isinstance(value, str) or not pattern.match(value) or ".." in value.split("/"):
+    if not _fits(pattern, value):
         raise CommandError("refusing %s %r in a node command" % (what, str(value)[:40]))
     return value
+
+
+def _fits(pattern, value) -> bool:
+    return isinstance(value, str) and bool(pattern.match(value)) and ".." not in value.split("/")
+
+
+def is_node_directory(path: str) -> bool:
+    """Whether the script takes ``path`` as the node's directory (ACK_MIG_NODE_ROOT is checked with this)."""
+    return _fits(_PATH, path)
 
 
 def encode_args(args: Sequence[str]) -> str:

@@ -40,7 +40,8 @@ Each rule it enforces, and where it comes from:
   and ``VpcId``; ``DescribeSecurityGroupAttribute`` answers 404 ``InvalidSecurityGroupId.NotFound`` ("The
   specified SecurityGroupId does not exist.", ECS error code of the security group APIs) for an unknown group,
   filters ``Permissions.Permission`` by ``Direction`` (egress, ingress, all: default all) and pages them by
-  ``MaxResults`` (10..1000, default 500) and ``NextToken``, every limit from the SDK request model's comments.
+  ``MaxResults`` (10..1000, default 500) and ``NextToken``, every limit from the SDK request model's comments;
+  another ``Direction`` is refused (400; the code is ours, the API's is not documented).
 * Auto Scaling 2022-02-22: ``DescribeScalingInstances`` takes ``InstanceIds.N`` (at most 20 here, the
   2014-08-28 reference's limit; ids the group does not hold are "ignored ... and no error is returned", SDK
   model comment), ``PageSize`` <= 100 (SDK model), lists bare (``ScalingInstances: [...]``, the 2022 response
