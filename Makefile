@@ -61,10 +61,10 @@ test: dev node-env sshd vermin ros-schemas
 	$(NODE_VENV)/bin/python tests/node_import_check.py
 	$(BIN)/python -m pytest -n 2
 
-# The code package's dependency lock (functions/stack/requirements-fc.txt): resolved on a CPython 3.10 (FC's
+# The code package's dependency lock (functions/commands/stack/requirements-fc.txt): resolved on a CPython 3.10 (FC's
 # runtime; ACK_MIG_FC_PYTHON=/path/to/python3.10 if it is not on PATH or in pyenv), pinned by SHA-256.
 lock: dev
-	$(BIN)/python -m functions.stack.lock
+	$(BIN)/python -m functions.commands.stack.lock
 
 # The real package from the real index, imported by python3.10 (minutes: kept out of `make test`, run by CI).
 package-check: dev

@@ -32,10 +32,10 @@ from functions.delivery import bundle as bundle_mod
 from functions.delivery.cloud_assistant import CloudAssistantTransport
 from functions.delivery.node_script import node_args
 from functions.delivery.outcome import NodeTarget, outcome
-from functions.delivery.rpc import ECS_VERSION, Backoff, RpcClient
+from functions.cloud.rpc import ECS_VERSION, Backoff, RpcClient
 from functions.delivery.ssh import SshTransport, load_key
 from functions.delivery.transport import ScriptMaker
-from functions.settings import Credentials, DeliverySettings, Endpoint
+from functions.base.settings import Credentials, DeliverySettings, Endpoint
 from tests.support.rpc_emulator import Emulator, SimNode
 from tests.support.sshd import SSHD, Sshd
 

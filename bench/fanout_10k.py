@@ -35,9 +35,9 @@ def _child(endpoint: str, access_key_id: str, secret: str, token: str, region: s
     from functions.delivery.cloud_assistant import CALLS_IN_FLIGHT, CloudAssistantTransport
     from functions.delivery.node_script import node_args
     from functions.delivery.outcome import NodeTarget, outcome
-    from functions.delivery.rpc import ECS_VERSION, Backoff, RpcClient
+    from functions.cloud.rpc import ECS_VERSION, Backoff, RpcClient
     from functions.delivery.transport import ScriptMaker
-    from functions.settings import Credentials, DeliverySettings, Endpoint
+    from functions.base.settings import Credentials, DeliverySettings, Endpoint
 
     ecs = RpcClient("ecs", ECS_VERSION, region, Credentials(access_key_id, secret, token),
                     Endpoint(endpoint.split("://", 1)[1], "http"), 10, Backoff(5))

@@ -6,7 +6,7 @@ Three processes, so each number is one process's own:
   evictions) in its own process, holding 10,000 realistic Nodes of ~17 KB each on the wire (managedFields,
   50 images, conditions, addresses, nodeInfo, ~30 labels), in 10 pools of 1,000. It plays the device
   plugin too: a node whose labels say ``success`` publishes the layout's ``nvidia.com/mig-*`` resources.
-* the **function**: ``functions.pipeline.run_event`` on the FC timer event, the ACK side from a snapshot
+* the **function**: ``functions.pipeline.event.run_event`` on the FC timer event, the ACK side from a snapshot
   (``--inventory``: 10 pools, 10,000 nodes), the Kubernetes side through a kubeconfig
   (``ACK_MIG_KUBECONFIG``, what ``--kubeconfig`` sets) to that server. Nine pools are in layout; one pool's
   label changed, so its first node is cordoned, drained (one GPU pod evicted), applied (a transport that
@@ -162,7 +162,7 @@ class _LabellingTransport:
     name = "bench"
 
     def __init__(self, kubeconfig: str) -> None:
-        from functions.kubeapi import KubeApi
+        from functions.kube.client import KubeApi
 
         self.kube = KubeApi.from_file(kubeconfig)
         self.kube.bench_node = True  # the node's own requests: not counted as the function's
@@ -181,12 +181,12 @@ class _LabellingTransport:
 
 def _function(inventory_path: str, kubeconfig: str) -> dict:
     """The function's side, in its own process: one timer event."""
-    from functions import kubeapi
-    from functions.cluster import InventoryLookup
+    from functions.kube import client as kubeapi
+    from functions.cloud.cluster import InventoryLookup
     from functions.delivery.node_executor import DeliveryExecutor
-    from functions.logs import JsonLogger
-    from functions.pipeline import run_event
-    from functions.settings import load_settings
+    from functions.base.logs import JsonLogger
+    from functions.pipeline.event import run_event
+    from functions.base.settings import load_settings
 
     counted = {"requests": 0}
     once = kubeapi.KubeApi._once

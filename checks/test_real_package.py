@@ -5,7 +5,7 @@ downloads and builds for a minute or more, and needs the network to the index an
 It builds with ``python -m functions.commands.package`` (the locked, hash-checked dependencies; the
 source-only ones built into wheels), unpacks the zip, and in a ``python3.10 -S`` that sees only the package
 and the standard library imports every function module the handler may load (the operator-side
-``functions.stack`` and ``functions.commands`` excepted), every node module and the SDK clients, then runs
+``functions.commands.stack`` and ``functions.commands`` excepted), every node module and the SDK clients, then runs
 the handler on a sample event the way FC calls it.
 """
 
@@ -17,7 +17,7 @@ import zipfile
 
 import pytest
 
-from functions.stack import code_package, lock
+from functions.commands.stack import code_package, lock
 
 ROOT = code_package.ROOT
 SAMPLE = os.path.join(ROOT, "tests", "events", "ess_lifecycle_test.json")
@@ -46,7 +46,7 @@ def _modules(root):
         for folder, dirs, files in os.walk(os.path.join(root, top)):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             rel = os.path.relpath(folder, root).replace(os.sep, ".")
-            if rel.startswith(("functions.stack", "functions.commands")):
+            if rel.startswith(("functions.commands.stack", "functions.commands")):
                 continue  # the operator's side: deploy, doctor, the CLI (yaml, ROS, OSS SDKs) never run in FC
             for name in sorted(files):
                 if name.endswith(".py") and name != "__main__.py":

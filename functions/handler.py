@@ -3,15 +3,15 @@
 Kept light on purpose: importing this module loads pydantic and the function's own modules, never the
 cloud SDKs or paramiko (they load when an event reaches the cluster or a node), so an irrelevant event
 is answered at the cost of a pydantic import. FC's handler setting is ``index.handler``: the deployment
-package puts an ``index.py`` at its root that re-exports this function (``functions/stack/code_package.py``).
+package puts an ``index.py`` at its root that re-exports this function (``functions/commands/stack/code_package.py``).
 """
 
 import json
 from typing import Any
 
-from functions.logs import redact_text
-from functions.pipeline import run_event
-from functions.settings import SettingsError, load_settings
+from functions.base.logs import redact_text
+from functions.pipeline.event import run_event
+from functions.base.settings import SettingsError, load_settings
 
 
 class RetryInvocation(RuntimeError):

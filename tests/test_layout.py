@@ -21,12 +21,12 @@ COMPUTE_STDLIB = {"collections", "dataclasses", "enum", "functools", "itertools"
 # the per-instance decision, the instance-family table, the autoscaler tag diff, and the typed vocabulary
 # they share.
 PURE_PACKAGES = ("node_bootstrap.mig",)
-PURE_MODULES = {"functions.rollout.waves", "functions.migparted", "functions.decide", "functions.families",
-                "functions.model", "functions.event_result", "functions.errors", "functions.autoscaler_tags"}
-PURE_THIRD_PARTY = {"pydantic"}  # the vocabulary's types (functions.model): validation, no I/O
+PURE_MODULES = {"functions.decision.waves", "functions.decision.migparted", "functions.decision.decide", "functions.decision.families",
+                "functions.base.model", "functions.base.event_result", "functions.base.errors", "functions.decision.autoscaler_tags"}
+PURE_THIRD_PARTY = {"pydantic"}  # the vocabulary's types (functions.base.model): validation, no I/O
 
 # Higher rank imports lower, never the other way: the command line sits on the FC entry point's pipeline.
-RANKS = (("functions.commands", 3), ("functions.handler", 2), ("functions.pipeline", 1))
+RANKS = (("functions.commands", 3), ("functions.handler", 2), ("functions.pipeline.event", 1))
 
 
 def _modules() -> Dict[str, str]:
@@ -58,7 +58,7 @@ def _imports(module: str) -> Set[str]:
                 base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
                 base = base + "." + node.module if node.module else base
             found.add(base)
-            # ``from functions.rollout import waves`` imports the module functions.rollout.waves
+            # ``from functions.decision import waves`` imports the module functions.decision.waves
             found.update(base + "." + a.name for a in node.names if base + "." + a.name in MODULES)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in MODULES:
             found.add(node.value)
@@ -154,11 +154,11 @@ def test_no_two_function_modules_share_a_file_name():
 def test_the_rules_see_what_they_forbid():
     """The checks above find real imports: the command line imports the pipeline, the pipeline the
     delivery executor by name (a string), and the rollout's run its pure wave planning."""
-    assert "functions.pipeline" in _imports("functions.commands.invoke")
-    assert "functions.delivery.node_executor" in _imports("functions.point_of_change")
-    assert "functions.rollout.waves" in _imports("functions.rollout.run")
-    assert "subprocess" in _imports("functions.stack.build") and not _pure("functions.stack.build")
-    assert _rank("functions.commands.main") > _rank("functions.handler") > _rank("functions.pipeline") > 0
+    assert "functions.pipeline.event" in _imports("functions.commands.invoke")
+    assert "functions.delivery.node_executor" in _imports("functions.pipeline.point_of_change")
+    assert "functions.decision.waves" in _imports("functions.rollout.run")
+    assert "subprocess" in _imports("functions.commands.stack.build") and not _pure("functions.commands.stack.build")
+    assert _rank("functions.commands.main") > _rank("functions.handler") > _rank("functions.pipeline.event") > 0
     # and the node's: the commands use every part, the host's boot unit the request document
     assert {"node_bootstrap.driver.nvml", "node_bootstrap.host.clients", "node_bootstrap.kube.events"} <= \
         _imports("node_bootstrap.commands.apply")
@@ -188,6 +188,6 @@ def _cycles():
 
 
 def test_no_import_circles_among_the_functions_modules():
-    """Kubernetes access sits below what uses it (functions.kubeapi): cluster -> rollout.kube ->
+    """Kubernetes access sits below what uses it (functions.kube.client): cluster -> rollout.kube ->
     delivery.taint -> cs_lookup -> cluster was such a circle."""
     assert [" -> ".join(c) for c in _cycles()] == []

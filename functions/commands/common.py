@@ -4,13 +4,13 @@
   ``$ACK_MIG_CLUSTER_ID``), ``--region`` (default ``$ACK_MIG_REGION``), ``--kubeconfig`` (default: none
   given, the command asks ACK for a short-lived one where it needs the Kubernetes API) and ``--profile``
   (an ``aliyun`` CLI profile; default: the standard chain).
-* **The same credentials** (:func:`keys`): the standard chain of :mod:`functions.stack.credentials`.
+* **The same credentials** (:func:`keys`): the standard chain of :mod:`functions.commands.stack.credentials`.
 * **Checked input**: each value is checked where argparse reads it (an environment default too), so a
   bad one is one line naming the option, the value and the accepted form, exit 2, before any call.
   Cluster ids are ACK's form: ``c`` and 32 lower-case hex digits (DescribeClusterDetail's examples:
   ``c82e6987e2961451182edacd74faf****``, ``cbfa079eb225c44e7bce86c626f0c****``; ACK tags nodes
   ``ack.aliyun.com=<that id>``). Regions are those the official SDKs' endpoint maps name
-  (:func:`functions.endpoints.known_regions`). Bucket names follow OSS's rules ("Bucket naming
+  (:func:`functions.cloud.endpoints.known_regions`). Bucket names follow OSS's rules ("Bucket naming
   conventions": 3-63 characters, lower-case letters, digits and hyphens, starting and ending with a letter
   or a digit). ROS stack names: up to 255 letters, digits, ``-`` and ``_``, starting with a letter or digit
   (ros20190910 ``CreateStackRequest.stack_name``).
@@ -25,8 +25,8 @@ import os
 import re
 from typing import Callable, Optional
 
-from functions import settings
-from functions.stack.exit_codes import EXIT_USAGE
+from functions.base import settings
+from functions.commands.stack.exit_codes import EXIT_USAGE
 
 CLUSTER_ID = re.compile(r"^c[0-9a-f]{32}\Z")
 EXAMPLE_CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
@@ -66,7 +66,7 @@ def cluster_id(text: str) -> str:
 
 
 def region(text: str) -> str:
-    from functions.endpoints import known_regions
+    from functions.cloud.endpoints import known_regions
 
     value = (text or "").strip()
     if value and value not in known_regions():
@@ -157,8 +157,8 @@ def require(args: argparse.Namespace, *names: str) -> None:
 
 
 def keys(args: argparse.Namespace):
-    """The credentials every cloud command signs with (functions.stack.credentials' chain, ``--profile``)."""
-    from functions.stack.credentials import resolve
+    """The credentials every cloud command signs with (functions.commands.stack.credentials' chain, ``--profile``)."""
+    from functions.commands.stack.credentials import resolve
 
     return resolve(getattr(args, "profile", "") or "")
 

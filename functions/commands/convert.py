@@ -1,4 +1,4 @@
-"""``ack-mig-hook convert``: mig-parted configs to pool labels and back (the core is functions.migparted).
+"""``ack-mig-hook convert``: mig-parted configs to pool labels and back (the core is functions.decision.migparted).
 
     ack-mig-hook convert --from-mig-parted FILE [--config NAME] [--gpu GPU] [--json]
     ack-mig-hook convert --to-mig-parted VALUE [--size] --gpu GPU [--config NAME]
@@ -11,7 +11,7 @@ import sys
 
 from node_bootstrap.mig import PartitionSpec, find_gpu
 
-from functions.migparted import (ConvertError, from_mig_parted, render_mig_parted, render_results,
+from functions.decision.migparted import (ConvertError, from_mig_parted, render_mig_parted, render_results,
                       to_mig_parted)
 
 

@@ -1,7 +1,7 @@
 """``ack-mig-hook demo [--json]``: the bundled example, end to end, on simulated nodes.
 
 The example scale-out event (``examples/event.json``) and cluster snapshot (``examples/inventory.json``)
-go through the real handler path (``functions.pipeline.run_event``: intake, lookup, decisions) into the
+go through the real handler path (``functions.pipeline.event.run_event``: intake, lookup, decisions) into the
 delivery executor with the local transport: the node bundle is built, unpacked into a temporary node
 directory by the same runner Cloud Assistant and SSH use, and ``node_bootstrap`` partitions simulated
 8-GPU nodes (the simulated NVML driver, one state file per node). Then the same event runs again, as a
@@ -11,7 +11,7 @@ guide's reason and a pool whose label is refused with the parser's message.
 
 Then a label change rolled across a running pool (``examples/inventory-rollout.json``: three A100 nodes
 partitioned 7 x 1g.5gb, the pool's label now 3g.20gb-3g.20gb): the Kubernetes side is held in memory
-(``functions.rollout.kube.MemoryKube``, the same eviction rule as the API server), the nodes are the same
+(``functions.kube.nodes.MemoryKube``, the same eviction rule as the API server), the nodes are the same
 simulated ones, and a stand-in for the device plugin publishes each node's new ``nvidia.com/mig-*``
 capacity from the node's own result. The invocation has two hours (``ACK_MIG_INVOCATION_TIMEOUT_S``): its
 first wave takes one node (max-unavailable 1) and skips the one already right, its drain waits on a
@@ -60,7 +60,7 @@ def argparse_suppress():
 def _settings(tmp):
     """Local transport, simulated 8-GPU nodes, and everything the node would touch kept inside ``tmp``:
     no node labels (no cluster), no device plugin or GPU clients to stop, its own lock and state."""
-    from functions.settings import load_settings
+    from functions.base.settings import load_settings
 
     node_args = ("--backend %s --no-label --clients= --device-plugin-restart none --lock-file %s "
                  "--state-dir %s" % (SIM_BACKEND, os.path.join(tmp, "node.lock"), os.path.join(tmp, "state")))
@@ -92,8 +92,8 @@ def _gpu_lines(gpus):
 
 
 def _run_once(raw, settings, inventory, executor, kube=None):
-    from functions.logs import JsonLogger
-    from functions.pipeline import run_event
+    from functions.base.logs import JsonLogger
+    from functions.pipeline.event import run_event
 
     quiet = JsonLogger("OFF", stream=sys.stderr)
     return run_event(raw, settings, inventory=inventory, executor=executor, logger=quiet, kube=kube)
@@ -137,9 +137,9 @@ INVOCATION_S = "7200"  # the rollout's invocation time in the demo: several wave
 def _rollout(settings, tmp, transport):
     """Two invocations of a reconcile over the rollout example; returns their results."""
     from functions.rollout import run as rollout
-    from functions.cluster import InventoryLookup
+    from functions.cloud.cluster import InventoryLookup
     from functions.delivery.node_executor import DeliveryExecutor
-    from functions.rollout.kube import MemoryKube
+    from functions.kube.nodes import MemoryKube
 
     lookup = InventoryLookup.from_file(os.path.join(EXAMPLES, "inventory-rollout.json"))
     kube = MemoryKube.from_snapshot(lookup.kube_nodes or {})
@@ -179,11 +179,11 @@ def _fake_time():
 def _additive(settings, transport):
     """One invocation over the additive example (its simulated nodes first partitioned 3g.20gb by the node
     tool); returns the result, the Kubernetes side and the pods that served throughout."""
-    from functions.cluster import InventoryLookup
+    from functions.cloud.cluster import InventoryLookup
     from functions.delivery.node_executor import DeliveryExecutor
     from functions.delivery.node_script import node_args
     from functions.delivery.outcome import NodeTarget
-    from functions.rollout.kube import MemoryKube
+    from functions.kube.nodes import MemoryKube
 
     lookup = InventoryLookup.from_file(os.path.join(EXAMPLES, "inventory-additive.json"))
     nodes = lookup.nodes(lookup.cluster_id)
@@ -241,7 +241,7 @@ def _print_additive(result, kube):
 
 def _autoscaler(settings, reconcile_raw):
     """The autoscaler tags of an autoscaling pool: written once, then in sync (see the module docstring)."""
-    from functions.cluster import InventoryLookup
+    from functions.cloud.cluster import InventoryLookup
 
     class WritableSnapshot(InventoryLookup):
         def set_nodepool_tags(self, cluster_id, nodepool_id, tags):

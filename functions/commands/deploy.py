@@ -7,7 +7,7 @@ carries its SHA-256 (skipped when that object already holds it) -> create or upd
 ``template.yml`` -> wait, printing this operation's events, until it is ready -> print what to do next.
 
 ``--dry-run`` builds and checks the package and asks ROS what it would do (PreviewStack for a new stack, a
-change set computed and deleted for an existing one, functions/stack/change_plan.py): the resources it would add,
+change set computed and deleted for an existing one, functions/commands/stack/change_plan.py): the resources it would add,
 modify or remove and the parameters that would change; it uploads and changes nothing. ``--json`` prints the
 result (or the plan) as one JSON document on stdout; progress stays on stderr.
 """
@@ -22,10 +22,10 @@ from typing import Any, Dict, List, Optional
 
 import yaml
 
-from functions import settings
+from functions.base import settings
 from functions.commands import common
-from functions.stack.code_package import KNOWN_HOSTS_NAME, ROOT
-from functions.stack.exit_codes import EXIT_CONFLICT
+from functions.commands.stack.code_package import KNOWN_HOSTS_NAME, ROOT
+from functions.commands.stack.exit_codes import EXIT_CONFLICT
 
 TEMPLATE = os.path.join(ROOT, "template.yml")
 DEFAULT_STACK = "ack-mig-hook"
@@ -146,7 +146,7 @@ def _constraint_problem(key: str, value: str, spec: dict) -> str:
     if pattern and not re.fullmatch(pattern, value):
         return "%s=%r is not accepted; it must match %s (docs/deploy.md, Parameters)" % (key, value[:40], pattern)
     if spec.get("Type") == "Number":
-        # Every Number parameter of template.yml is a count of seconds that functions/settings.py reads as a
+        # Every Number parameter of template.yml is a count of seconds that functions/base/settings.py reads as a
         # whole number; ROS's Number would also let 600.5 through, so the deploy refuses it here.
         low, high = spec.get("MinValue"), spec.get("MaxValue")
         number = int(value) if re.fullmatch(r"-?[0-9]{1,9}", value.strip()) else None
@@ -157,7 +157,7 @@ def _constraint_problem(key: str, value: str, spec: dict) -> str:
 
 
 def stacks_for(args, found_keys):
-    from functions.stack.ros import Stacks
+    from functions.commands.stack.ros import Stacks
 
     return Stacks(args.region, found_keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT))
 
@@ -166,18 +166,18 @@ def default_bucket(account: str, region: str) -> str:
     """The code bucket when --bucket is not given: one per account and region (FC reads the package from
     the stack's region). Bucket names are global, so the name carries the account id: another account
     cannot create it by guessing the cluster id, and one that does anyway fails the owner check of
-    :mod:`functions.stack.upload`. 13 + 16 + 1 + region <= 63 characters, OSS's limit."""
+    :mod:`functions.commands.stack.upload`. 13 + 16 + 1 + region <= 63 characters, OSS's limit."""
     return ("ack-mig-hook-%s-%s" % (account, region)).lower()[:63].rstrip("-")
 
 
 def _account(found_keys, region: str) -> str:
-    from functions.stack.credentials import account_id
+    from functions.commands.stack.credentials import account_id
 
     return account_id(found_keys, region, settings.parse_endpoint(settings.environment(), settings.STS_ENDPOINT))
 
 
 def progress(line: str) -> None:
-    from functions.textsafe import escape
+    from functions.base.textsafe import escape
 
     print(escape(line), file=sys.stderr, flush=True)
 
@@ -196,7 +196,7 @@ def _stack_parameters(stacks, existing: Optional[Dict[str, Any]]) -> Dict[str, s
 def network_values(args, network, previous: Dict[str, str]) -> Dict[str, Any]:
     """Pure: which VPC parameters to send and why. ``--parameter`` for any of them wins (the operator owns
     all three then); a stack that already has a VPC keeps it (UsePreviousParameters); else the cluster's."""
-    from functions.stack.cluster_network import VPC_PARAMETERS
+    from functions.commands.stack.cluster_network import VPC_PARAMETERS
 
     given = {k: v for k, v in given_parameters(args).items() if k in VPC_PARAMETERS}
     if given:
@@ -218,9 +218,9 @@ def network_values(args, network, previous: Dict[str, str]) -> Dict[str, Any]:
 
 
 def deploy(args) -> int:
-    from functions.stack import build, cluster_network
-    from functions.stack.ros import StackError
-    from functions.stack.upload import crc64, inspect, upload
+    from functions.commands.stack import build, cluster_network
+    from functions.commands.stack.ros import StackError
+    from functions.commands.stack.upload import crc64, inspect, upload
 
     declared = _template_parameters()
     # Bad input stops here, before any work. Without a region no stack can be looked up, so everything a
@@ -302,7 +302,7 @@ def deploy(args) -> int:
 
 def _refuse_unchangeable(args, existing: Optional[Dict[str, Any]]) -> None:
     """A stack that cannot take an update stops here, before anything is built or uploaded (exit 6)."""
-    from functions.stack.ros import StackError
+    from functions.commands.stack.ros import StackError
 
     if not existing:
         return
@@ -321,8 +321,8 @@ def _refuse_unchangeable(args, existing: Optional[Dict[str, Any]]) -> None:
 
 def _show_plan(args, stacks, existing, template: str, values: Dict[str, str], declared: Dict[str, dict],
                package: Dict[str, Any], route: Dict[str, Any]) -> int:
-    from functions.stack import change_plan as plans
-    from functions.textsafe import escape
+    from functions.commands.stack import change_plan as plans
+    from functions.base.textsafe import escape
 
     found = plans.compute(stacks, existing, args.stack_name, template, values, declared, args.timeout, args.poll)
     if args.json:

@@ -6,7 +6,7 @@ Checks, each one line (``ok``, ``warn`` or ``PROBLEM``) with what to do about it
 * cluster and pools: every labelled pool's label read by the same parser, solver and family table the
   function uses (an unfit label or a family without MIG shows here, before any node is touched);
 * autoscaler: every labelled pool with auto scaling has the node pool tags that make ACK's
-  cluster-autoscaler see its MIG resources (functions/autoscaler_tags.py), or why it cannot have them;
+  cluster-autoscaler see its MIG resources (functions/decision/autoscaler_tags.py), or why it cannot have them;
 * deployment: the ROS stack, the function and its triggers (EventBridge rules for Auto Scaling and the
   ActionTrail-recorded ACK operations, the timer) created;
 * network: the function reaches the API server the way it will (the private endpoint that
@@ -14,7 +14,7 @@ Checks, each one line (``ok``, ``warn`` or ``PROBLEM``) with what to do about it
   (``VpcId``/``VSwitchId``/``SecurityGroupId``, read from ``DescribeClusterDetail``); its vSwitch is one of the
   cluster's (else what to make sure of: the vSwitch's VPC is not read here); its security group's outbound
   rules let TCP reach the endpoint (``DescribeSecurityGroups`` for the group's type,
-  ``DescribeSecurityGroupAttribute`` for its egress rules, judged by functions/stack/egress.py);
+  ``DescribeSecurityGroupAttribute`` for its egress rules, judged by functions/commands/stack/egress.py);
 * nodes: the Cloud Assistant agent of each node in a labelled pool is online and new enough for the
   built-in parameters (Linux agent >= 2.2.3.309, RunCommand docs);
 * Kubernetes: the ``ack-mig-hook`` ClusterRole holds every rule of ``deploy/rbac.yaml`` and is bound;
@@ -31,10 +31,10 @@ import os
 from typing import Any, Dict, List, NamedTuple, Optional
 from urllib.parse import urlsplit
 
-from functions import settings
+from functions.base import settings
 from functions.commands import common
 from functions.delivery.cloud_assistant import PARAMETER_AGENT, RUN_BATCH, agent_version
-from functions.stack.code_package import ROOT
+from functions.commands.stack.code_package import ROOT
 
 RBAC_FILE = os.path.join(ROOT, "deploy", "rbac.yaml")
 ROLE_NAME = "ack-mig-hook"
@@ -67,8 +67,8 @@ def configure(parser, command):
 # ---- the checks, each from facts already fetched (pure), so tests can read them one by one ----
 
 def pool_checks(cluster_id: str, pools: List[Any]) -> List[Check]:
-    from functions.decide import decide_instance, has_partition_label
-    from functions.model import Node
+    from functions.decision.decide import decide_instance, has_partition_label
+    from functions.base.model import Node
 
     labelled = [p for p in pools if has_partition_label(p)]
     out = [Check("ok" if labelled else "warn", "cluster", "%d node pools, %d with a partition label%s" % (
@@ -92,8 +92,8 @@ def autoscaler_checks(pools: List[Any], mode: str) -> List[Check]:
     """Each labelled pool with auto scaling: does its template node advertise the layout's MIG resources?
     A pool that cannot be tagged (20-tag budget, key length, unknown GPU count) is a warning, not a
     problem: the function partitions its nodes all the same, but pods asking for MIG do not scale it out."""
-    from functions.autoscaler_tags import MODE_OFF, MODE_ON, TEMPLATE_RESOURCE, plan_pool
-    from functions.decide import has_partition_label
+    from functions.decision.autoscaler_tags import MODE_OFF, MODE_ON, TEMPLATE_RESOURCE, plan_pool
+    from functions.decision.decide import has_partition_label
 
     out = []
     for pool in pools:
@@ -141,8 +141,8 @@ def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]
 
 def network_checks(network: Any, params: Dict[str, str], stack_found: bool, egress: Any = None) -> List[Check]:
     """How the function reaches the API server: ``network`` from DescribeClusterDetail
-    (functions/stack/cluster_network.py), ``params`` the stack's parameters (GetStack), ``egress`` the
-    verdict of the stack's security group on TCP to the endpoint (functions/stack/egress.py), or the text of
+    (functions/commands/stack/cluster_network.py), ``params`` the stack's parameters (GetStack), ``egress`` the
+    verdict of the stack's security group on TCP to the endpoint (functions/commands/stack/egress.py), or the text of
     why it could not be read, or None when it was not asked."""
     endpoint = network.intranet_endpoint
     where = urlsplit(endpoint).netloc or endpoint
@@ -186,7 +186,7 @@ def _api_address(endpoint: str) -> "tuple":
 
 
 def _egress_check(group: str, cluster_group: str, endpoint: str, egress: Any) -> Check:
-    from functions.stack.egress import ALLOW, DENY
+    from functions.commands.stack.egress import ALLOW, DENY
 
     own = "the cluster's own" if group == cluster_group else "not the cluster's (%s)" % (cluster_group or "?")
     target = "TCP to %s" % (urlsplit(endpoint).netloc or endpoint or "the API server")
@@ -316,9 +316,9 @@ def cluster_checks(nodes: List[Dict[str, Any]], pods: List[Dict[str, Any]]) -> L
 # ---- gathering (the only part that talks to the cloud) ----
 
 def _gather(args) -> List[Check]:
-    from functions.cs_lookup import CsLookup
-    from functions.stack import cluster_network
-    from functions.stack.ros import Stacks
+    from functions.cloud.cs_lookup import CsLookup
+    from functions.commands.stack import cluster_network
+    from functions.commands.stack.ros import Stacks
 
     keys = common.keys(args)
     checks = [Check("ok", "credentials", "access key %s****" % keys.access_key_id[:6])]
@@ -340,7 +340,7 @@ def _gather(args) -> List[Check]:
     except cluster_network.ClusterUnreadable as exc:  # the other checks still say what they found
         checks.append(Check("PROBLEM", "network", "cannot read the cluster's network (%s); doctor needs "
                             "cs:DescribeClusterDetail on the cluster" % exc))
-    from functions.decide import has_partition_label
+    from functions.decision.decide import has_partition_label
 
     names = {}
     for pool in pools:
@@ -353,8 +353,8 @@ def _gather(args) -> List[Check]:
 
 def _egress(config, group: str, endpoint: str) -> Any:
     """The group's verdict on TCP to the endpoint, the text of why it could not be read, or None."""
-    from functions.delivery.rpc import ECS_VERSION, ApiError, RpcClient
-    from functions.stack.egress import egress_verdict
+    from functions.cloud.rpc import ECS_VERSION, ApiError, RpcClient
+    from functions.commands.stack.egress import egress_verdict
 
     host, port = _api_address(endpoint)
     if not group or not host:
@@ -385,7 +385,7 @@ def _egress(config, group: str, endpoint: str) -> Any:
 
 
 def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
-    from functions.delivery.rpc import ECS_VERSION, RpcClient
+    from functions.cloud.rpc import ECS_VERSION, RpcClient
 
     client = RpcClient("ecs", ECS_VERSION, config.region, config.credentials, config.delivery.ecs_endpoint)
     rows: List[Dict[str, Any]] = []
@@ -415,13 +415,13 @@ def _pod_facts(pod: Dict[str, Any]) -> Dict[str, Any]:
 def _kube_checks(args, config) -> List[Check]:
     from node_bootstrap.kube import KubeError
 
-    from functions.kubeapi import ClusterCredential, KubeApi
+    from functions.kube.client import ClusterCredential, KubeApi
 
     try:
         if args.kubeconfig:
             client = KubeApi.from_file(args.kubeconfig)
         else:
-            from functions.cs_lookup import CsLookup
+            from functions.cloud.cs_lookup import CsLookup
 
             def ack_kubeconfig() -> str:
                 return CsLookup(config).user_kubeconfig(args.cluster_id, private=False)
@@ -475,7 +475,7 @@ def run(args) -> int:
         print(json.dumps({"cluster_id": args.cluster_id, "region": args.region,
                           "checks": [c._asdict() for c in checks], "problems": problems}, indent=2))
     else:
-        from functions.textsafe import escape
+        from functions.base.textsafe import escape
 
         print("ack-mig-hook doctor: cluster %s in %s" % (escape(args.cluster_id), escape(args.region)))
         for c in checks:  # a check's text quotes what the cloud and the cluster answered: no terminal escapes

@@ -1,5 +1,5 @@
 """``ack-mig-hook invoke --event FILE [--inventory FILE] [--kubeconfig FILE] [--dry-run] [--json] [--strict]``:
-the FC handler's path (``functions.pipeline.run_event``) on an event file, run locally from a shell (not the
+the FC handler's path (``functions.pipeline.event.run_event``) on an event file, run locally from a shell (not the
 deployed function).
 
 With ``--inventory`` the cluster comes from a snapshot file and no credentials are needed; without it the
@@ -18,7 +18,7 @@ import json
 import sys
 
 from functions.commands import common
-from functions.errors import BadInventory
+from functions.base.errors import BadInventory
 
 
 class EventFileError(ValueError):
@@ -68,7 +68,7 @@ def _grouped(rows):
 
 
 def _text(result, with_reason=True):
-    from functions.textsafe import escape
+    from functions.base.textsafe import escape
 
     # Reasons, ids and node names come from the event, the cluster and the nodes: no terminal escapes.
     lines = ["%s: %s%s%s" % (result.trigger, result.outcome, " [dry run]" if result.dry_run else "",
@@ -104,8 +104,8 @@ def _event_region(raw):
 
 def _reaches_the_cluster(raw):
     """Whether the event passes stage 1 (an event skipped there, or refused as bad, needs no cloud)."""
-    from functions.envelope import read_envelope
-    from functions.errors import EventOutcome
+    from functions.pipeline.envelope import read_envelope
+    from functions.base.errors import EventOutcome
 
     try:
         read_envelope(raw)
@@ -117,9 +117,9 @@ def _reaches_the_cluster(raw):
 def _settings(args, raw):
     """Settings from the environment with the command line's --region/--cluster-id (else the event's
     region) and the credentials of the shared chain; every missing setting reported at once."""
-    from functions import settings as names
-    from functions.settings import SettingsError, load_settings
-    from functions.stack.credentials import CredentialsMissing
+    from functions.base import settings as names
+    from functions.base.settings import SettingsError, load_settings
+    from functions.commands.stack.credentials import CredentialsMissing
 
     needs_cloud = not args.inventory and _reaches_the_cluster(raw)
     found, missing = None, []
@@ -160,9 +160,9 @@ class Progress:
 
 
 def run(args):
-    from functions.logs import JsonLogger
-    from functions.pipeline import run_event
-    from functions.settings import SettingsError
+    from functions.base.logs import JsonLogger
+    from functions.pipeline.event import run_event
+    from functions.base.settings import SettingsError
 
     from node_bootstrap.kube import KubeError
 
@@ -171,11 +171,11 @@ def run(args):
         settings = _settings(args, raw)
         lookup = None
         if args.inventory:
-            from functions.cluster import InventoryLookup
+            from functions.cloud.cluster import InventoryLookup
 
             lookup = InventoryLookup.from_file(args.inventory)
     except (EventFileError, BadInventory, SettingsError, KubeError) as exc:
-        from functions.textsafe import escape  # the message may quote the file or an API's answer
+        from functions.base.textsafe import escape  # the message may quote the file or an API's answer
 
         print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
         return 2
@@ -199,8 +199,8 @@ def run(args):
     elif not failed or result.decisions or result.nodes:  # an error alone is said once, on stderr
         print(logger.redact(_text(result, with_reason=not failed)))
     if failed:
-        from functions.stack.exit_codes import EXIT_USAGE, explain
-        from functions.textsafe import escape
+        from functions.commands.stack.exit_codes import EXIT_USAGE, explain
+        from functions.base.textsafe import escape
 
         # A CS refusal of the credentials or of the action is 4 or 5, with what to do (docs/cli.md).
         code, text = explain(" ".join(logger.redact(result.reason).split()), EXIT_USAGE)

@@ -2,7 +2,7 @@
 it runs, so ``plan`` never loads the cloud SDKs and a bad argument costs nothing.
 
 Every user-facing failure is one line on stderr, printed once, with the exit code of its cause
-(:mod:`functions.stack.exit_codes`, docs/cli.md "Exit codes"): bad input exits 2, refused credentials 4, a
+(:mod:`functions.commands.stack.exit_codes`, docs/cli.md "Exit codes"): bad input exits 2, refused credentials 4, a
 missing RAM permission 5, a cloud state that stops the command 6. Only a bug is an "internal error" (exit 70,
 its type and message; set ACK_MIG_HOOK_DEBUG=1 for the traceback). No SDK log line reaches the terminal.
 """
@@ -63,7 +63,7 @@ def explained(exc):
     quotes ``SignatureDoesNotMatch``, say); (None, message) for anything else: a bug."""
     from node_bootstrap.mig import MigInputError
 
-    from functions.stack.exit_codes import CloudError, explain
+    from functions.commands.stack.exit_codes import CloudError, explain
 
     text = " ".join(str(exc).split())
     if isinstance(exc, MigInputError):
@@ -79,8 +79,8 @@ def explained(exc):
 def report(exc):
     # type: (BaseException) -> int
     """Print one error line for ``exc`` and return its exit code (70 and its type for a bug)."""
-    from functions.stack.exit_codes import EXIT_INTERNAL
-    from functions.textsafe import escape  # an error may quote what a server answered
+    from functions.commands.stack.exit_codes import EXIT_INTERNAL
+    from functions.base.textsafe import escape  # an error may quote what a server answered
 
     code, text = explained(exc)
     if code is None:
@@ -120,7 +120,7 @@ def main(argv=None):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
     except Exception as exc:  # the last line of defence: no traceback reaches a user
-        from functions.settings import DEBUG, env_text
+        from functions.base.settings import DEBUG, env_text
 
         if env_text(DEBUG) and explained(exc)[0] is None:
             raise

@@ -1,8 +1,8 @@
 """Build the Function Compute code package: ``python -m functions.commands.package --out dist/ack-mig-hook.zip``.
 
-What goes in the zip, and why, is :mod:`functions.stack.code_package`. The function's dependencies come
+What goes in the zip, and why, is :mod:`functions.commands.stack.code_package`. The function's dependencies come
 from ``--deps DIR`` (a ``pip install --target`` folder) or are fetched for FC's python3.10 on Linux x86_64
-as the lock pins them (:mod:`functions.stack.lock`, by SHA-256); either way :mod:`functions.stack.build`
+as the lock pins them (:mod:`functions.commands.stack.lock`, by SHA-256); either way :mod:`functions.commands.stack.build`
 checks them, so a package never silently lacks one. Only ``--sources-only`` (for looking inside, never for
 FC) builds a zip without them.
 """
@@ -12,8 +12,8 @@ import os
 import sys
 import tempfile
 
-from functions.stack import build as deps
-from functions.stack.code_package import HANDLER, ROOT, build
+from functions.commands.stack import build as deps
+from functions.commands.stack.code_package import HANDLER, ROOT, build
 
 
 def main(argv=None) -> int:

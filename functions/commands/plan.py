@@ -1,8 +1,8 @@
 """``ack-mig-hook profiles`` and ``ack-mig-hook plan``: the MIG core on the command line.
 
-``plan --instance-type`` takes the GPU model and count from the ECS family table (functions/families.py)
+``plan --instance-type`` takes the GPU model and count from the ECS family table (functions/decision/families.py)
 and adds what one node of that type advertises (``nvidia.com/mig-*``) and the node pool tags that tell
-ACK's cluster-autoscaler so (functions/autoscaler_tags.py).
+ACK's cluster-autoscaler so (functions/decision/autoscaler_tags.py).
 """
 
 import json
@@ -35,7 +35,7 @@ def configure(parser, command):
 
 def _instance_type(text):
     """(GPU model, GPUs per node) of an ECS instance type, or InstanceTypeError naming why not."""
-    from functions.families import capability
+    from functions.decision.families import capability
 
     cap = capability(text)
     if cap.mig is not True:
@@ -48,7 +48,7 @@ def _instance_type(text):
 
 
 def _node(args, layout, gpus):
-    from functions.autoscaler_tags import autoscaler_tags
+    from functions.decision.autoscaler_tags import autoscaler_tags
 
     resources = layout_resources(layout, gpus)
     tags = autoscaler_tags(resources)

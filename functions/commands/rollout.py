@@ -5,7 +5,7 @@ Runs on the operator's machine with their credentials and the flags every cloud 
 and changes one thing: the node pool label ``ack-mig-hook/paused`` (``true`` pauses), through the ACK API
 (DescribeClusterNodePools, then ModifyClusterNodePool with the pool's whole ``kubernetes_config.labels``
 list: every other label is written back exactly, key, value and place). The function reads the label at
-every plan and between waves (``functions.rollout.waves.paused``): a paused pool starts no new node, the
+every plan and between waves (``functions.decision.waves.paused``): a paused pool starts no new node, the
 nodes in progress finish and are uncordoned, the others are deferred with the reason ``paused``. Nothing
 is written when the label already says so.
 
@@ -22,7 +22,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from functions.commands import common
-from functions.rollout.waves import PAUSED_LABEL
+from functions.decision.waves import PAUSED_LABEL
 
 Labels = List[Tuple[str, Optional[str]]]
 MAX_LABELS = 20  # cs20151215 ModifyClusterNodePoolRequestKubernetesConfig.labels: "up to 20 labels"
@@ -75,7 +75,7 @@ def paused_labels(labels: Sequence[Tuple[str, Optional[str]]]) -> Tuple[Labels, 
 
 def resumed_labels(labels: Sequence[Tuple[str, Optional[str]]]) -> Tuple[Labels, bool]:
     """The pool's labels with the pause set to ``false`` (in its place), and whether that changes them."""
-    from functions.rollout.waves import paused
+    from functions.decision.waves import paused
 
     if not paused({k: v or "" for k, v in labels if k == PAUSED_LABEL}):
         return list(labels), False
@@ -85,8 +85,8 @@ def resumed_labels(labels: Sequence[Tuple[str, Optional[str]]]) -> Tuple[Labels,
 # ---- the ACK API (the only part that talks to the cloud) ----
 
 def _lookup(args):
-    from functions.cs_lookup import CsLookup
-    from functions.settings import load_settings
+    from functions.cloud.cs_lookup import CsLookup
+    from functions.base.settings import load_settings
 
     return CsLookup(load_settings(common.environment_with(common.keys(args), args.region, args.cluster_id)))
 
@@ -105,7 +105,7 @@ def change(cs, cluster_id: str, pool_id: str, action: str) -> dict:
 
 
 def _text(result: dict) -> str:
-    from functions.textsafe import escape
+    from functions.base.textsafe import escape
 
     pool = "%s%s" % (result["nodepool_id"], " (%s)" % escape(result["name"]) if result["name"] else "")
     others = sum(1 for label in result["labels"] if label["key"] != PAUSED_LABEL)
@@ -123,10 +123,10 @@ def _text(result: dict) -> str:
 
 
 def run(args) -> int:
-    from functions.errors import EventOutcome, RetryLater
-    from functions.stack.credentials import CredentialsMissing
-    from functions.stack.exit_codes import EXIT_FAILED, EXIT_USAGE, explain
-    from functions.textsafe import escape
+    from functions.base.errors import EventOutcome, RetryLater
+    from functions.commands.stack.credentials import CredentialsMissing
+    from functions.commands.stack.exit_codes import EXIT_FAILED, EXIT_USAGE, explain
+    from functions.base.textsafe import escape
 
     try:
         common.require(args, "cluster_id", "region")

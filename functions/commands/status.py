@@ -1,7 +1,7 @@
 """``ack-mig-hook status [--inventory FILE] [--kubeconfig FILE] [--json] [--nodes] [--strict]``: the fleet,
 per pool and per node.
 
-It asks the same questions the timer asks, through the same path (``functions.pipeline.run_event`` with
+It asks the same questions the timer asks, through the same path (``functions.pipeline.event.run_event`` with
 a dry run of every labelled pool), so what it calls pending, deferred or in layout is exactly what the
 next reconcile will do. The ACK API (or the snapshot's ``nodepools``/``nodes``) gives the pools and their
 nodes; the Kubernetes API (the operator's ``--kubeconfig``, ACK's short-lived credential, or the
@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 from functions.commands import common
 from node_bootstrap.kube import KubeError
 
-from functions.rollout import waves as rp
+from functions.decision import waves as rp
 
 FAILED_STATES = ("failed",)
 STRICT_EXIT = 3
@@ -182,10 +182,10 @@ def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.K
 
 def _add_autoscaler(by_pool: Dict[str, Dict[str, Any]], pools: List[Any], mode: str) -> None:
     """Each pool's ``autoscaler``: whether the cluster-autoscaler's template node advertises the layout's MIG
-    resources (functions/autoscaler_tags.py). A labelled pool without nodes (an autoscaling pool at zero)
+    resources (functions/decision/autoscaler_tags.py). A labelled pool without nodes (an autoscaling pool at zero)
     gets an entry of its own: its template is what scales it out."""
-    from functions.autoscaler_tags import is_ours, template_status
-    from functions.decide import has_partition_label
+    from functions.decision.autoscaler_tags import is_ours, template_status
+    from functions.decision.decide import has_partition_label
 
     for pool in pools:
         entry = by_pool.get(pool.nodepool_id)
@@ -229,7 +229,7 @@ def _ago(since: Optional[float], now: float) -> str:
 
 
 def render(status: Dict[str, Any], nodes: bool) -> str:
-    from functions.textsafe import escape_data
+    from functions.base.textsafe import escape_data
 
     status = escape_data(status)  # node names, reasons and labels come from the cluster: no terminal escapes
     now = status.get("now") or time.time()
@@ -303,7 +303,7 @@ def checked_kubeconfig(path: str) -> str:
     """The --kubeconfig file, read once now so that a wrong one is one line (exit 2), not a deferred fleet."""
     from node_bootstrap.kube import KubeError, load_kubeconfig
 
-    from functions.settings import SettingsError
+    from functions.base.settings import SettingsError
 
     try:
         load_kubeconfig(path)
@@ -326,7 +326,7 @@ class _Watched:
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         if self.failure is not None:
             raise self.failure
-        from functions.errors import EventOutcome
+        from functions.base.errors import EventOutcome
 
         try:
             return getattr(self.backend, method)(*args, **kwargs)
@@ -346,14 +346,14 @@ class _Watched:
 
 
 def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[float] = None) -> Dict[str, Any]:
-    from functions.logs import JsonLogger
-    from functions.pipeline import run_event
-    from functions.rollout.kube import NodeView
+    from functions.base.logs import JsonLogger
+    from functions.pipeline.event import run_event
+    from functions.kube.nodes import NodeView
     from functions.rollout.run import kube_view
 
     cluster = getattr(lookup, "cluster_id", None) or settings.cluster_id
     if not cluster:
-        from functions.settings import SettingsError
+        from functions.base.settings import SettingsError
 
         raise SettingsError("status needs a cluster: give --cluster-id ID (or ACK_MIG_CLUSTER_ID), or --inventory "
                             "FILE")
@@ -366,7 +366,7 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[f
         watched = _Watched(view.backend)
         view = NodeView(watched)
     if lookup is None:  # the live cluster: the ACK API for pools and nodes
-        from functions.cs_lookup import CsLookup
+        from functions.cloud.cs_lookup import CsLookup
 
         lookup = CsLookup(settings)
     result = run_event(json.dumps({"cluster_id": cluster}), settings, inventory=lookup, dry_run=True,
@@ -397,14 +397,14 @@ def exit_code(status: Dict[str, Any], strict: bool) -> int:
 def run(args):
     from node_bootstrap.kube import KubeError
 
-    from functions.errors import BadInventory
-    from functions import settings as names
-    from functions.settings import SettingsError, load_settings
+    from functions.base.errors import BadInventory
+    from functions.base import settings as names
+    from functions.base.settings import SettingsError, load_settings
 
     try:
         lookup = None
         if args.inventory:
-            from functions.cluster import InventoryLookup
+            from functions.cloud.cluster import InventoryLookup
 
             lookup = InventoryLookup.from_file(args.inventory)
             env = common.environment_with(None, args.region, args.cluster_id)
@@ -416,7 +416,7 @@ def run(args):
         settings = load_settings(env)
         status = collect(settings, lookup)
     except (BadInventory, SettingsError, KubeError) as exc:
-        from functions.textsafe import escape  # the message may quote the file or an API's answer
+        from functions.base.textsafe import escape  # the message may quote the file or an API's answer
 
         print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
         return 2

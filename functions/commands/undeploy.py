@@ -41,8 +41,8 @@ def configure(parser, command):
 
 
 def active_rollouts(nodes: List[Dict[str, Any]]) -> List[Dict[str, str]]:
-    """Pure: the nodes whose rollout record is in an active step (functions/rollout/waves.py's)."""
-    from functions.rollout import waves
+    """Pure: the nodes whose rollout record is in an active step (functions/decision/waves.py's)."""
+    from functions.decision import waves
 
     out = []
     for node in nodes:
@@ -62,14 +62,14 @@ def _slim(node: Dict[str, Any]) -> Dict[str, Any]:
 def check_rollout(args, found_keys) -> RolloutCheck:
     from node_bootstrap.kube import KubeError
 
-    from functions.kubeapi import KubeApi  # the one Kubernetes client: paged lists, retries
+    from functions.kube.client import KubeApi  # the one Kubernetes client: paged lists, retries
 
     try:
         if args.kubeconfig:
             client = KubeApi.from_file(args.kubeconfig)
         elif args.cluster_id:
-            from functions.cs_lookup import CsLookup
-            from functions.settings import load_settings
+            from functions.cloud.cs_lookup import CsLookup
+            from functions.base.settings import load_settings
 
             config = load_settings(common.environment_with(found_keys, args.region, args.cluster_id))
             text = CsLookup(config).user_kubeconfig(args.cluster_id, private=False)
@@ -97,7 +97,7 @@ def _confirm(args, what: str) -> None:
 
 
 def run(args) -> int:
-    from functions.textsafe import escape
+    from functions.base.textsafe import escape
 
     common.require(args, "region")
     found_keys = common.keys(args)
@@ -133,7 +133,7 @@ def run(args) -> int:
     progress("deleting stack %s (%s) ..." % (args.stack_name, stack_id))
     final = stacks.wait(stack_id, args.timeout * 60, args.poll, progress, before)
     if final is not None and final.get("Status") != "DELETE_COMPLETE":
-        from functions.stack.ros import StackError
+        from functions.commands.stack.ros import StackError
 
         result["status"] = final.get("Status")
         if args.json:

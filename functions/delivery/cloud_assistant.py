@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
-from functions.delivery.rpc import ApiError, RpcClient
+from functions.cloud.rpc import ApiError, RpcClient
 from functions.delivery.transport import ScriptMaker
 
 RUN_BATCH = 100  # RunCommand and DescribeCloudAssistantStatus take at most 100 instances

@@ -1,4 +1,4 @@
-"""Answers ESS lifecycle hooks (Auto Scaling API 2022-02-22, functions.delivery.rpc.ESS_VERSION).
+"""Answers ESS lifecycle hooks (Auto Scaling API 2022-02-22, functions.cloud.rpc.ESS_VERSION).
 
 While nodes are being partitioned, a background thread calls ``RecordLifecycleActionHeartbeat`` every
 ``heartbeat_s`` so a long run extends the hook instead of letting it time out silently (ESS allows 20
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Iterator, Optional, Sequence
 
 from functions.delivery.outcome import Outcome
-from functions.delivery.rpc import ApiError, RpcClient
+from functions.cloud.rpc import ApiError, RpcClient
 
 log = logging.getLogger(__name__)
 

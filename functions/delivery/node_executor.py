@@ -1,4 +1,4 @@
-"""The delivery executor: decisions in, one outcome per node out (``functions.point_of_change`` loads it).
+"""The delivery executor: decisions in, one outcome per node out (``functions.pipeline.point_of_change`` loads it).
 
 For one request: ``skip`` decisions become ``skipped`` and ``error`` decisions ``failed`` without
 touching their node; ``partition`` decisions go to the configured transport in one call (so Cloud
@@ -19,9 +19,9 @@ import sys
 from contextlib import nullcontext
 from typing import Callable, Dict, List, Optional, Sequence
 
-from functions.errors import ConfigurationError, RetryLater
-from functions.model import ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP
-from functions.settings import Settings
+from functions.base.errors import ConfigurationError, RetryLater
+from functions.base.model import ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP
+from functions.base.settings import Settings
 from functions.delivery import bundle as bundle_mod
 from functions.delivery.node_script import node_args
 from functions.delivery.outcome import (FAILED, NOT_REMOVED, PARTITIONED, SKIPPED, TAINT_NOT_JOINED, UNCHANGED,
@@ -47,7 +47,7 @@ class DeliveryExecutor:
     def from_settings(cls, settings: Settings, transport: Optional[Transport] = None) -> "DeliveryExecutor":
         """Everything checked now, so a wrong setting ends the event as one ``error`` line (nothing has
         been touched yet) instead of a failure halfway through the nodes."""
-        from functions.delivery.taint import parse_taint
+        from functions.kube.taint import parse_taint
 
         d = settings.delivery
         try:
@@ -61,14 +61,14 @@ class DeliveryExecutor:
 
         def lifecycle():
             from functions.delivery.lifecycle import Lifecycle
-            from functions.delivery.rpc import ESS_VERSION, Backoff, RpcClient
+            from functions.cloud.rpc import ESS_VERSION, Backoff, RpcClient
 
             ess = RpcClient("ess", ESS_VERSION, settings.region, settings.credentials, d.ess_endpoint,
                             settings.api_timeout_s, Backoff(settings.api_max_attempts + 2))
             return Lifecycle(ess, d.lifecycle_failure_result, heartbeat_s=d.lifecycle_heartbeat_s)
 
         def taints(cluster_id):
-            from functions.delivery.taint import TaintRemover, cs_kubeconfig, parse_taint
+            from functions.kube.taint import TaintRemover, cs_kubeconfig, parse_taint
 
             if not d.startup_taint or not cluster_id:
                 return None
@@ -128,7 +128,7 @@ class DeliveryExecutor:
 
     @staticmethod
     def _answer(lifecycle, hook, outcomes: Dict[str, Outcome], order: Sequence[str]) -> None:
-        from functions.delivery.rpc import ApiError
+        from functions.cloud.rpc import ApiError
 
         try:
             sent = lifecycle.complete(hook, list(outcomes.values()))
@@ -190,7 +190,7 @@ def make_transport(settings: Settings, sim_state_dir: Optional[str] = None, root
         return SshTransport(maker, key_from_settings(settings), d.ssh_known_hosts, d.ssh_user,
                             d.ssh_port, d.ssh_host_key_policy, d.ssh_concurrency, settings.api_timeout_s)
     from functions.delivery.cloud_assistant import CloudAssistantTransport
-    from functions.delivery.rpc import ECS_VERSION, Backoff, RpcClient
+    from functions.cloud.rpc import ECS_VERSION, Backoff, RpcClient
 
     ecs = RpcClient("ecs", ECS_VERSION, settings.region, settings.credentials, d.ecs_endpoint,
                     settings.api_timeout_s, Backoff(settings.api_max_attempts + 2))

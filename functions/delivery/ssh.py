@@ -3,7 +3,7 @@
 Security defaults: host keys are verified against a configured known_hosts and an unknown or changed key
 is refused (paramiko ``RejectPolicy``). ``accept-new`` must be chosen explicitly; it accepts a host seen
 for the first time and records its key in the known_hosts file, but still refuses a changed key. The
-private key comes from a file or from a KMS Secrets Manager secret (functions.secrets); neither is ever
+private key comes from a file or from a KMS Secrets Manager secret (functions.cloud.secrets); neither is ever
 logged. No agent, no key search in ~/.ssh: only the key configured.
 
 Per node: connect (connect, banner and auth timeouts; refused or reset connections are retried with
@@ -72,19 +72,19 @@ def load_key(text: str = "", path: str = "") -> paramiko.PKey:
 
 
 def key_from_settings(settings) -> paramiko.PKey:
-    """The key of ``functions.settings.Settings``: the KMS secret named by ACK_MIG_SSH_KEY_SECRET (read
-    once per instance, see functions.secrets) or else ACK_MIG_SSH_KEY_FILE."""
+    """The key of ``functions.base.settings.Settings``: the KMS secret named by ACK_MIG_SSH_KEY_SECRET (read
+    once per instance, see functions.cloud.secrets) or else ACK_MIG_SSH_KEY_FILE."""
     d = settings.delivery
     text = ""
     if d.ssh_key_secret:
-        from functions.secrets import SecretError, get_secret
+        from functions.cloud.secrets import SecretError, get_secret
 
         try:
             text = get_secret(d.ssh_key_secret, settings.region, settings.credentials, d.kms_endpoint,
                               settings.api_timeout_s)
         except SecretError as exc:
             if exc.retryable:  # KMS throttled or unreachable: FC retries the event, nothing was touched
-                from functions.errors import RetryLater
+                from functions.base.errors import RetryLater
 
                 raise RetryLater(str(exc)) from None
             raise SshError(str(exc)) from None

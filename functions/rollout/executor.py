@@ -21,7 +21,7 @@ on a later write re-reads the node: while the record is still this run's (the no
 status changed), the write is tried again on the new version; once it names another invocation, this run
 leaves the node to it. Two invocations that list the same nodes at once thus apply each node once.
 
-Transient API errors are retried by the client (``functions.kubeapi``); a capacity read that still fails
+Transient API errors are retried by the client (``functions.kube.client``); a capacity read that still fails
 is polled again until the capacity deadline, a pod list until the drain deadline.
 """
 
@@ -32,10 +32,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from node_bootstrap.kube import KubeError
 
-from functions.model import ACTION_DEFER, Decision
+from functions.base.model import ACTION_DEFER, Decision
 from functions.rollout import drain as dr
-from functions.rollout import waves as rp
-from functions.settings import longest_run_s as run_lease
+from functions.decision import waves as rp
+from functions.base.settings import longest_run_s as run_lease
 
 log = logging.getLogger(__name__)
 

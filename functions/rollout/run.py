@@ -2,15 +2,15 @@
 
 :func:`prepare` takes the pipeline's decisions, whatever the event (the timer, a node pool modification,
 a manual run, but also an Auto Scaling scale-out or lifecycle hook, an ECS state change or an MNS message
-that names instances), and asks the Kubernetes side (:class:`functions.rollout.kube.NodeView`) which
-path each ``partition`` target takes (``functions.rollout.waves.entry_path``):
+that names instances), and asks the Kubernetes side (:class:`functions.kube.nodes.NodeView`) which
+path each ``partition`` target takes (``functions.decision.waves.entry_path``):
 
 * a node NVIDIA's mig-manager runs: ``skip`` with the reason ``conflict`` (never cordoned, drained,
   partitioned or disabled);
 * a node that has just joined (no state label, ``pending``, the startup taint) or is not a Kubernetes
   node yet: partitioned directly, as a scale-out does, the reason saying so;
 * a running node this hook partitioned: through the rollout of its pool, planned from every node of the
-  pool (``functions.rollout.waves`` decides, purely): ``skip`` (already right: nothing is sent), a wave
+  pool (``functions.decision.waves`` decides, purely): ``skip`` (already right: nothing is sent), a wave
   node (kept ``partition``) or ``defer`` (beyond ``max-unavailable``, held by another invocation, or the
   pool's rollout stopped), with reasons that name the rollout and the wave.
 
@@ -18,7 +18,7 @@ A running node that only gains instances (``waves.change_path``) goes without co
 no slot of ``max-unavailable``: every such node of the pool is in the first wave. A pool labelled
 ``ack-mig-hook/paused=true`` starts nothing new.
 
-The returned :class:`Rollout` swaps the executor, as a dry run swaps it (``functions.point_of_change``):
+The returned :class:`Rollout` swaps the executor, as a dry run swaps it (``functions.pipeline.point_of_change``):
 ``functions.rollout.executor`` carries the waves out (a real run) or says what it would do (a dry run).
 A real run starts further waves while the invocation has time for one (:meth:`Rollout.replan` plans each
 from the nodes as they are then, and the pool's labels as the ACK API gives them then).
@@ -37,10 +37,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from node_bootstrap.kube import KubeError
 from node_bootstrap.mig import MigInputError, PartitionSpec, label_items, resource_name
 
-from functions.event_result import Trigger
-from functions.model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision
-from functions.rollout import waves as rp
-from functions.settings import WAVE_MARGIN_S, invocation_s, longest_run_s, wave_s
+from functions.base.event_result import Trigger
+from functions.base.model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision
+from functions.decision import waves as rp
+from functions.base.settings import WAVE_MARGIN_S, invocation_s, longest_run_s, wave_s
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ def _expected(d: Decision, kube: Optional[rp.KubeNode]) -> Tuple[Dict[str, int],
 
 
 def run_lease_s(settings: Any) -> float:
-    """How long a record holds its node: the longest one invocation can run (functions.settings), so a
+    """How long a record holds its node: the longest one invocation can run (functions.base.settings), so a
     record whose lease has run out belongs to a run FC has ended."""
     return longest_run_s(settings)
 
@@ -114,7 +114,7 @@ class Rollout:
     """The rollout part of one event: the wave nodes and the Kubernetes backend (None when the API server
     did not answer: nothing is written). ``pools``: each rolled pool, for :meth:`replan`; ``pools_now``:
     the cluster's node pools as the ACK API gives them now (a pause or a label change between waves);
-    ``deadline``: when the invocation's time is up (its start plus ``functions.settings.invocation_s``)."""
+    ``deadline``: when the invocation's time is up (its start plus ``functions.base.settings.invocation_s``)."""
 
     def __init__(self, kube: Any, waves: Dict[str, WaveNode], settings: Any, owner: str = "",
                  expires: float = 0.0, pools: Optional[Dict[str, PoolRollout]] = None,
@@ -156,7 +156,7 @@ class Rollout:
         decisions for the members not ``finished`` in this invocation, and the wave nodes among them.
         The pool's labels are read again (``pools_now``): a pause stops new nodes; a changed partition
         label ends this invocation's waves of the pool (the event of that change rolls to it)."""
-        from functions.rollout.kube import NodeView
+        from functions.kube.nodes import NodeView
 
         fresh = {p.nodepool_id: p for p in self.pools_now()} if self.pools_now is not None else None
         owner, now = self.owner, clock()
@@ -207,14 +207,14 @@ def _partition_labels(pool: Any) -> List[Tuple[str, str]]:
 
 
 def _has_label(pool: Any) -> bool:
-    from functions.decide import has_partition_label
+    from functions.decision.decide import has_partition_label
 
     return has_partition_label(pool)
 
 
 def startup_taint(settings: Any) -> str:
     """``key:Effect`` of the startup taint ("" when taint removal is off)."""
-    from functions.delivery.taint import TaintError, parse_taint
+    from functions.kube.taint import TaintError, parse_taint
 
     try:
         taint = parse_taint(settings.delivery.startup_taint) if settings.delivery.startup_taint else None
@@ -378,12 +378,12 @@ def kube_view(inventory: Any, lookup: Any, settings: Any, cluster_id: str) -> An
     whatever gives the ACK side), else the snapshot's ``kube_nodes`` (None when it has none: nothing is
     rolled), else, when the ACK API is asked, the live API server through the cluster credential
     (connected only once the event has nodes to look at)."""
-    from functions.rollout.kube import MemoryKube, NodeView
+    from functions.kube.nodes import MemoryKube, NodeView
 
     if inventory is not None and not settings.rollout.kubeconfig:
         nodes = getattr(lookup, "kube_nodes", None)
         return None if nodes is None else NodeView(MemoryKube.from_snapshot(nodes))
-    from functions.delivery.taint import cs_kubeconfig
+    from functions.kube.taint import cs_kubeconfig
 
     # One client serves the whole invocation (a drain alone may take ACK_MIG_DRAIN_TIMEOUT_S, and a run may
     # start several waves): the credential must outlive the invocation, not ACK's 15-minute default, and

@@ -17,7 +17,7 @@ def printable(text):
     """``text`` with every non-printable character (``str.isprintable``: ESC and the other controls, bidi
     overrides, line separators) written as ``\\n``, ``\\xNN``, ``\\uNNNN``...: a GPU name from the
     driver, a label or an API server's error must not drive the terminal. The same rule as
-    ``functions/textsafe.py``; node code cannot import ``functions`` (it runs alone on the node's system
+    ``functions/base/textsafe.py``; node code cannot import ``functions`` (it runs alone on the node's system
     Python, tests/test_layout.py pins it), hence this copy."""
     text = text if isinstance(text, str) else str(text)
     if text.isprintable():

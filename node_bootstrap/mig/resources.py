@@ -1,6 +1,6 @@
 """The Kubernetes extended resources the NVIDIA device plugin publishes for MIG instances (strategy
 ``mixed``): ``nvidia.com/mig-<profile>``. Pure: the node's capacity wait, the function's rollout and the
-autoscaler's node template (``functions/autoscaler_tags.py``) all compute what a layout should publish
+autoscaler's node template (``functions/decision/autoscaler_tags.py``) all compute what a layout should publish
 from here, so they agree on every profile name and count."""
 
 from collections import Counter

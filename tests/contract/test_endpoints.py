@@ -1,4 +1,4 @@
-"""Endpoints as the official SDKs resolve them (functions/endpoints.py), for every region any of them lists.
+"""Endpoints as the official SDKs resolve them (functions/cloud/endpoints.py), for every region any of them lists.
 
 The reference is the SDKs themselves, not a copy: each Tea client (alibabacloud_ecs20140526,
 alibabacloud_ess20220222, alibabacloud_kms20160120, alibabacloud_cs20151215, alibabacloud_ros20190910) is
@@ -12,9 +12,9 @@ import os
 
 import pytest
 
-from functions import endpoints
-from functions.delivery.rpc import ECS_VERSION, RpcClient, resolve_endpoint
-from functions.settings import Credentials, Endpoint, load_settings
+from functions.cloud import endpoints
+from functions.cloud.rpc import ECS_VERSION, RpcClient, resolve_endpoint
+from functions.base.settings import Credentials, Endpoint, load_settings
 
 SDKS = {"ecs": "alibabacloud_ecs20140526", "ess": "alibabacloud_ess20220222", "kms": "alibabacloud_kms20160120",
         "cs": "alibabacloud_cs20151215", "ros": "alibabacloud_ros20190910"}
@@ -75,7 +75,7 @@ def test_oss_follows_the_documented_form():
 
 
 def test_the_network_setting_moves_every_function_api_to_its_vpc_endpoint_and_overrides_still_win():
-    from functions.cs_lookup import CsLookup
+    from functions.cloud.cs_lookup import CsLookup
 
     env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "ak", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "sk",
            "ACK_MIG_REGION": "cn-beijing", "ACK_MIG_API_NETWORK": "vpc",
@@ -91,7 +91,7 @@ def test_the_network_setting_moves_every_function_api_to_its_vpc_endpoint_and_ov
 
 
 def test_a_bad_network_or_a_missing_region_is_one_line():
-    from functions.settings import SettingsError
+    from functions.base.settings import SettingsError
 
     with pytest.raises(SettingsError, match="ACK_MIG_API_NETWORK.*public, vpc"):
         load_settings({"ACK_MIG_API_NETWORK": "intranet"})

@@ -3,7 +3,7 @@ rows, so a catalogue or family change that the page does not follow fails here."
 
 import os
 
-from functions.families import KNOWN_FAMILIES, capability
+from functions.decision.families import KNOWN_FAMILIES, capability
 from node_bootstrap.mig import GPUS, MEMORY_CONFIRMED
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "gpus.md")

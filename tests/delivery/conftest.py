@@ -9,9 +9,9 @@ import pytest
 from functions.delivery import bundle as bundle_mod
 from functions.delivery.node_script import node_args
 from functions.delivery.outcome import NodeTarget
-from functions.delivery.rpc import ECS_VERSION, ESS_VERSION, Backoff, RpcClient
+from functions.cloud.rpc import ECS_VERSION, ESS_VERSION, Backoff, RpcClient
 from functions.delivery.transport import ScriptMaker
-from functions.settings import Credentials, Endpoint
+from functions.base.settings import Credentials, Endpoint
 from tests.support.rpc_emulator import Emulator
 from tests.support.sshd import sshd  # noqa: F401  (fixture)
 

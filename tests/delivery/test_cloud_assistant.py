@@ -9,7 +9,7 @@ import pytest
 from functions.delivery.cloud_assistant import CloudAssistantTransport
 from functions.delivery.node_script import DEFAULT_ROOT
 from functions.delivery.outcome import outcome
-from functions.delivery.rpc import ApiError
+from functions.cloud.rpc import ApiError
 from functions.delivery.transport import ScriptMaker
 from tests.delivery.conftest import SECRET, TOKEN, rpc, targets
 from tests.support.rpc_emulator import ShellNode, SimNode, rpc_signature

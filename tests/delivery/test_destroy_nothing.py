@@ -10,7 +10,7 @@ import pytest
 from functions.delivery.node_executor import DeliveryExecutor
 from functions.delivery.node_script import node_args
 from functions.delivery.outcome import DESTROY_REQUIRED, NodeResult, outcome
-from functions.model import Decision, PartitionLabel, Request, Trigger
+from functions.base.model import Decision, PartitionLabel, Request, Trigger
 
 
 def request_of(args):

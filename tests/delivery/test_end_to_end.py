@@ -13,8 +13,8 @@ import os
 import pytest
 
 from functions.delivery.node_script import DEFAULT_ROOT
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 from tests.delivery.conftest import SECRET, TOKEN
 from tests.support.cs_emulator import CsEmulator
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)

@@ -9,8 +9,8 @@ import pytest
 from functions.delivery.node_executor import DeliveryExecutor
 from functions.delivery.lifecycle import Lifecycle
 from functions.delivery.local import LocalTransport
-from functions.delivery.taint import TaintError, TaintRemover, parse_taint
-from functions.model import Decision, LifecycleHook, PartitionLabel, Request, Trigger
+from functions.kube.taint import TaintError, TaintRemover, parse_taint
+from functions.base.model import Decision, LifecycleHook, PartitionLabel, Request, Trigger
 from tests.delivery.conftest import rpc
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
@@ -207,8 +207,8 @@ def test_make_demo_shows_partitioned_simulated_nodes(capsys):
     ({"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": "--backend 'unclosed"}, "quotation"),
 ])
 def test_a_wrong_delivery_setting_is_one_error_line_before_any_node(env, match):
-    from functions.errors import ConfigurationError
-    from functions.settings import load_settings
+    from functions.base.errors import ConfigurationError
+    from functions.base.settings import load_settings
 
     with pytest.raises(ConfigurationError, match=match):
         DeliveryExecutor.from_settings(load_settings(env))
@@ -216,7 +216,7 @@ def test_a_wrong_delivery_setting_is_one_error_line_before_any_node(env, match):
 
 @pytest.mark.cloud_assistant
 def test_a_hook_that_cannot_be_answered_retries_the_event(emulator, maker):
-    from functions.errors import RetryLater
+    from functions.base.errors import RetryLater
 
     emulator.fail_next("CompleteLifecycleAction", "ServiceUnavailable", 503, times=10)
     life = Lifecycle(rpc(emulator, "ess", attempts=2), heartbeat_s=600)

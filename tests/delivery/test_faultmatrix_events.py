@@ -13,9 +13,9 @@ from functions.delivery import bundle
 from functions.delivery.node_executor import DeliveryExecutor
 from functions.delivery.local import LocalTransport
 from functions.delivery.transport import ScriptMaker
-from functions.logs import JsonLogger
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.base.logs import JsonLogger
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 INVENTORY = os.path.join(ROOT, "examples", "inventory.json")

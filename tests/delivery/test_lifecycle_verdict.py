@@ -11,12 +11,12 @@ import os
 
 import pytest
 
-from functions.cluster import InventoryLookup
+from functions.cloud.cluster import InventoryLookup
 from functions.delivery.cloud_assistant import CloudAssistantTransport
 from functions.delivery.node_executor import DeliveryExecutor
-from functions.logs import JsonLogger
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.base.logs import JsonLogger
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 from tests.delivery.conftest import SECRET, TOKEN
 from tests.support.rpc_emulator import SimNode
 

@@ -9,7 +9,7 @@ import pytest
 from functions.delivery.outcome import outcome
 from functions.delivery.ssh import SshError, SshTransport, load_key
 from functions.delivery.transport import ScriptMaker
-from functions.settings import DeliverySettings
+from functions.base.settings import DeliverySettings
 from tests.delivery.conftest import SECRET, node_dirs, targets
 from tests.support.sshd import _keypair
 from tests.support.stall_ssh_server import StallSshServer

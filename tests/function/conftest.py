@@ -60,7 +60,7 @@ def cloud_env(emu, **extra):
 @pytest.fixture
 def kms():
     """A KMS emulator in cn-beijing that knows the test credentials, with the secrets cache empty around it."""
-    from functions import secrets
+    from functions.cloud import secrets
     from tests.support.kms_emulator import KmsEmulator
 
     secrets.forget_all()

@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from functions.autoscaler_tags import MODE_ON
+from functions.decision.autoscaler_tags import MODE_ON
 from functions.commands.doctor import autoscaler_checks
-from functions.cs_lookup import CsLookup
-from functions.logs import JsonLogger
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.cloud.cs_lookup import CsLookup
+from functions.base.logs import JsonLogger
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 from tests.function.conftest import cloud_env, event_json
 from tests.function.test_template import _code_actions, _expected_grant, _statements, _sub, REGION_ACCOUNT
 
@@ -133,7 +133,7 @@ def test_the_emulator_leaves_tags_alone_on_an_empty_list_as_the_stock_sdk_reques
     ([("t%02d" % i, "v") for i in range(21)], "21 tags; at most 20"),
 ])
 def test_the_emulator_refuses_what_the_sdk_model_documents(cs, tags, needle):
-    from functions.errors import ConfigurationError
+    from functions.base.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match=needle):
         CsLookup(load_settings(cloud_env(cs)), sleep=lambda s: None).set_nodepool_tags(cs.cluster_id, POOL, tags)

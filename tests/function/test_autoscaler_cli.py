@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from functions.cluster import InventoryLookup
+from functions.cloud.cluster import InventoryLookup
 from functions.commands.doctor import autoscaler_checks
 from functions.commands.main import main
 from tests.function.conftest import INVENTORY, ROOT

@@ -1,14 +1,14 @@
-"""The autoscaler tag decision (functions/autoscaler_tags.py), pure: what a pool should carry, the diff
+"""The autoscaler tag decision (functions/decision/autoscaler_tags.py), pure: what a pool should carry, the diff
 against what it has (set, remove, foreign tags kept), the limits, and the modes."""
 
 import pytest
 
-from functions.autoscaler_tags import (ESS_KEY_LENGTH, MAX_KEY_LENGTH, MAX_TAGS, OURS, autoscaler_tags, diff,
+from functions.decision.autoscaler_tags import (ESS_KEY_LENGTH, MAX_KEY_LENGTH, MAX_TAGS, OURS, autoscaler_tags, diff,
                                        limits_problem, plan_pool, template_status, wanted)
-from functions.cluster import InventoryLookup, nodepool_from_api
-from functions.errors import BadInventory
-from functions.model import NodePool
-from functions.rollout.waves import expected_capacity
+from functions.cloud.cluster import InventoryLookup, nodepool_from_api
+from functions.base.errors import BadInventory
+from functions.base.model import NodePool
+from functions.decision.waves import expected_capacity
 
 SEQ = "ack.aliyun.com/gpu-partition-sequence"
 SIZE = "ack.aliyun.com/gpu-partition-size"

@@ -1,7 +1,7 @@
 """One contract for every command that talks to the cloud (deploy, undeploy, doctor, invoke, status): the same
 flags with the same defaults, the same credential chain, input checked before any call, one error line per
 failure with the exit code of its cause, no SDK log line on the terminal (functions/commands/common.py,
-functions/stack/exit_codes.py, docs/cli.md "Exit codes"). The SDKs talk to loopback emulators."""
+functions/commands/stack/exit_codes.py, docs/cli.md "Exit codes"). The SDKs talk to loopback emulators."""
 
 import http.server
 import json
@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from functions.commands import main as cli
-from functions.stack import exit_codes as errors
+from functions.commands.stack import exit_codes as errors
 from tests.function.conftest import EVENTS, ROOT
 from tests.function.test_deploy import ACCOUNT, CLUSTER, KEY, SECRET, TOKEN, make_deps
 from tests.support.cs_emulator import CsEmulator

@@ -25,14 +25,14 @@ def test_handler_import_and_ess_test_event_stay_light():
                "out = handler(open(%r, 'rb').read(), None)\n"
                "assert '\"outcome\": \"skip\"' in out, out" % os.path.join(EVENTS, "ess_lifecycle_test.json"))
     assert loaded_after(snippet) == []
-    # Stage 1 (functions.envelope) ends the test notification before any pydantic model is needed.
+    # Stage 1 (functions.pipeline.envelope) ends the test notification before any pydantic model is needed.
     assert loaded_after(snippet, heavy=("pydantic", "pydantic_core")) == []
 
 
 def test_relevant_event_does_load_pydantic():
     """The probe above can see pydantic: a scale-out event (stage 2) loads it."""
-    snippet = ("from functions.pipeline import run_event\n"
-               "from functions.logs import JsonLogger\n"
+    snippet = ("from functions.pipeline.event import run_event\n"
+               "from functions.base.logs import JsonLogger\n"
                "run_event(open(%r, 'rb').read(), None, inventory=%r, dry_run=True, logger=JsonLogger('OFF'))"
                % (os.path.join(EVENTS, "ess_scale_out_success.json"), INVENTORY))
     assert "pydantic" in loaded_after(snippet, heavy=("pydantic",))
@@ -46,8 +46,8 @@ def test_irrelevant_events_stay_light():
 
 
 def test_snapshot_dry_run_needs_no_sdk():
-    snippet = ("from functions.pipeline import run_event\n"
-               "from functions.logs import JsonLogger\n"
+    snippet = ("from functions.pipeline.event import run_event\n"
+               "from functions.base.logs import JsonLogger\n"
                "r = run_event(open(%r, 'rb').read(), None, inventory=%r, dry_run=True, logger=JsonLogger('OFF'))\n"
                "assert r.outcome == 'done', r" % (os.path.join(EVENTS, "ess_scale_out_success.json"), INVENTORY))
     assert loaded_after(snippet) == []

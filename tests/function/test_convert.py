@@ -5,7 +5,7 @@ import json
 import pytest
 
 from functions.commands.main import main
-from functions.migparted import ConvertError, from_mig_parted, render_mig_parted, to_mig_parted
+from functions.decision.migparted import ConvertError, from_mig_parted, render_mig_parted, to_mig_parted
 from node_bootstrap.mig import PartitionSpec, find_gpu, plan
 
 A100 = find_gpu("NVIDIA A100-SXM4-40GB")

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from functions.cs_lookup import CsLookup
-from functions.errors import ConfigurationError, RetryLater
+from functions.cloud.cs_lookup import CsLookup
+from functions.base.errors import ConfigurationError, RetryLater
 from functions.handler import RetryInvocation, handler
-from functions.logs import JsonLogger
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.base.logs import JsonLogger
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 from tests.function.conftest import AK, SECRET, TOKEN, cloud_env, event_bytes
 from tests.support.cs_emulator import CsEmulator
 
@@ -102,7 +102,7 @@ def test_slow_answer_times_out_and_is_retried(emulator):
 
 
 def test_full_event_through_the_api(emulator):
-    from functions.rollout.kube import MemoryKube
+    from functions.kube.nodes import MemoryKube
 
     # The Kubernetes side knows neither instance as a Node yet (new nodes: partitioned directly; a running
     # node would go through the rollout, tests/rollout).

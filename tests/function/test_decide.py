@@ -2,9 +2,9 @@
 
 import pytest
 
-from functions.decide import decide_instance
-from functions.families import capability, family_of
-from functions.model import Node, NodePool
+from functions.decision.decide import decide_instance
+from functions.decision.families import capability, family_of
+from functions.base.model import Node, NodePool
 from node_bootstrap.mig import SEQUENCE_LABEL, SIZE_LABEL, find_gpu, plan, PartitionSpec
 
 

@@ -12,7 +12,7 @@ import zipfile
 import pytest
 
 from functions.commands import main as cli
-from functions.stack import build
+from functions.commands.stack import build
 from tests.support.cs_emulator import CsEmulator
 from tests.support.oss_emulator import OssEmulator, crc64_ecma
 from tests.support.ros_emulator import RosEmulator

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from functions.stack import upload as upload_module
-from functions.stack.credentials import Keys
+from functions.commands.stack import upload as upload_module
+from functions.commands.stack.credentials import Keys
 from tests.function.test_deploy import (ACCOUNT, BUCKET, KEY, SECRET, TOKEN, cloud, deploy_args,  # noqa: F401
                                         make_deps, run)
 from tests.support.oss_emulator import OssEmulator, crc64_ecma
@@ -131,8 +131,8 @@ def test_a_package_replaced_after_the_upload_is_never_deployed(cloud, capsys, tm
 def test_a_create_whose_answer_was_lost_is_retried_as_the_same_stack(cloud):
     """The SDK retries a call that timed out with the same request; with a ClientToken ROS answers the retry
     with the first result. Without one the retry would meet its own stack: StackExists."""
-    from functions.settings import parse_endpoint
-    from functions.stack.ros import Stacks
+    from functions.base.settings import parse_endpoint
+    from functions.commands.stack.ros import Stacks
 
     ros, _ = cloud
     stacks = Stacks("cn-beijing", Keys(KEY, SECRET, TOKEN), parse_endpoint({"E": ros.endpoint}, "E"), timeout_s=1)

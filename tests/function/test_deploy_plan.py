@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from functions.commands import deploy as deploy_command
-from functions.stack import change_plan as plans
-from functions.stack.cluster_network import ClusterNetwork, from_detail
+from functions.commands.stack import change_plan as plans
+from functions.commands.stack.cluster_network import ClusterNetwork, from_detail
 from tests.function.test_deploy import BUCKET, CLUSTER, cloud, deploy_args, make_deps, run  # noqa: F401
 from tests.support import contract
 

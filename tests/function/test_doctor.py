@@ -242,7 +242,7 @@ def test_doctor_reads_the_security_groups_outbound_rules_across_pages(cloud, cap
 
 
 def network(**changes):
-    from functions.stack.cluster_network import ClusterNetwork
+    from functions.commands.stack.cluster_network import ClusterNetwork
 
     base = dict(cluster_id="c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b", name="", state="running", vpc_id="vpc-1",
                 vswitch_ids=("vsw-a", "vsw-b"), security_group_id="sg-1", intranet_endpoint="https://10.0.0.5:6443",
@@ -252,7 +252,7 @@ def network(**changes):
 
 
 def test_network_check_verdicts():
-    from functions.stack.egress import ALLOW, Verdict
+    from functions.commands.stack.egress import ALLOW, Verdict
 
     good = {"VpcId": "vpc-1", "VSwitchId": "vsw-b", "SecurityGroupId": "sg-1"}
     allowed = Verdict(ALLOW, "no rule matches and a basic group allows outbound traffic by default")

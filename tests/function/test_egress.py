@@ -1,9 +1,9 @@
-"""functions/stack/egress.py: ECS's outbound rule order (priority, drop before accept at one priority, first
+"""functions/commands/stack/egress.py: ECS's outbound rule order (priority, drop before accept at one priority, first
 match decides, the group type's default), judged on the rows DescribeSecurityGroupAttribute returns."""
 
 from hypothesis import given, strategies as st
 
-from functions.stack.egress import ALLOW, DENY, UNKNOWN, egress_verdict
+from functions.commands.stack.egress import ALLOW, DENY, UNKNOWN, egress_verdict
 
 HOST, PORT = "192.168.0.251", 6443
 

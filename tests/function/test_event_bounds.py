@@ -1,5 +1,5 @@
 """An event costs about its size, never far more: at most MAX_INSTANCE_IDS instance ids (Auto Scaling's own
-limit on one scaling activity, functions/envelope.py cites it), refused whole in one line before any API
+limit on one scaling activity, functions/pipeline/envelope.py cites it), refused whole in one line before any API
 call; every string field we keep at most MAX_TEXT characters (they enter every log line and the result);
 duplicates removed in one pass; the result at most MAX_RESULT_BYTES, repeated reasons grouped."""
 
@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from functions.envelope import MAX_INSTANCE_IDS, MAX_TEXT
-from functions.errors import BadEvent, SkipEvent
-from functions.intake import parse_event
-from functions.logs import JsonLogger
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.pipeline.envelope import MAX_INSTANCE_IDS, MAX_TEXT
+from functions.base.errors import BadEvent, SkipEvent
+from functions.pipeline.intake import parse_event
+from functions.base.logs import JsonLogger
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 from tests.function.conftest import cloud_env, event_json
 
 
@@ -163,8 +163,8 @@ def _total_ids(doc):
 
 
 def test_a_pool_of_two_thousand_nodes_gives_a_grouped_result_within_the_bound():
-    from functions.cluster import InventoryLookup
-    from functions.event_result import MAX_RESULT_BYTES
+    from functions.cloud.cluster import InventoryLookup
+    from functions.base.event_result import MAX_RESULT_BYTES
 
     lookup = InventoryLookup.from_dict(_pool_of(2000))
     settings = load_settings({"ACK_MIG_CLUSTER_ID": CLUSTER, "ACK_MIG_MAX_UNAVAILABLE": "100%"})
@@ -187,8 +187,8 @@ def test_a_pool_of_two_thousand_nodes_gives_a_grouped_result_within_the_bound():
 def test_no_result_grows_past_the_bound(shape):
     """Hostile shapes for grouping: every reason different and long (nothing to group), one group of
     6,000 ids, reasons of characters JSON writes as 6 bytes each."""
-    from functions.event_result import MAX_RESULT_BYTES, HandlerResult
-    from functions.model import Decision
+    from functions.base.event_result import MAX_RESULT_BYTES, HandlerResult
+    from functions.base.model import Decision
 
     n = 6000 if shape == "one-reason-many-ids" else 1000
     def reason(k):
@@ -211,8 +211,8 @@ def test_no_result_grows_past_the_bound(shape):
 
 
 def test_a_result_that_fits_is_returned_in_full():
-    from functions.event_result import HandlerResult
-    from functions.model import Decision
+    from functions.base.event_result import HandlerResult
+    from functions.base.model import Decision
 
     result = HandlerResult(trigger="manual", outcome="done", reason="1 error", decisions=[
         Decision(instance_id="i-1", action="error", reason="why")], nodes=[{"instance_id": "i-1", "outcome": "x"}])
@@ -225,7 +225,7 @@ def test_a_context_value_is_cut_before_it_is_repeated_on_every_line():
     bound), each line carries at most MAX_CONTEXT_CHARS of it."""
     import io
 
-    from functions.logs import MAX_CONTEXT_CHARS
+    from functions.base.logs import MAX_CONTEXT_CHARS
 
     stream = io.StringIO()
     log = JsonLogger("INFO", stream=stream, request_id="r" * 100_000).bind(event_type="t" * 250_000)

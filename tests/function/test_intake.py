@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from functions.errors import BadEvent, SkipEvent
-from functions.intake import HANDLED_TYPES, parse_event
-from functions.model import Trigger
+from functions.base.errors import BadEvent, SkipEvent
+from functions.pipeline.intake import HANDLED_TYPES, parse_event
+from functions.base.model import Trigger
 from tests.function.conftest import event_bytes, event_json
 
 ASG = "asg-2ze4x7c1mig8a100q9wz"
@@ -193,7 +193,7 @@ def test_manual_payload_errors_name_the_field(payload, field):
 @pytest.mark.parametrize("ids", [["$(reboot)", "i-abc"], "i-abc,not-an-id"])
 def test_an_id_that_fails_validation_is_a_target_of_its_own(ids):
     """One bad item no longer fails the whole event: it becomes an invalid target (its own error
-    decision, functions.pipeline), the valid ids stay."""
+    decision, functions.pipeline.event), the valid ids stay."""
     r = parse_event(json.dumps({"instance_ids": ids}))
     assert r.instance_ids == ["i-abc"]
     (bad,) = r.invalid_targets

@@ -52,7 +52,7 @@ def test_text_output_shows_every_decision():
 
 def test_handler_and_cli_give_the_same_decisions(monkeypatch, capsys):
     """One code path: the FC handler's JSON equals the CLI's for the same event and snapshot."""
-    import functions.pipeline as pipeline
+    import functions.pipeline.event as pipeline
 
     original = pipeline.run_event
     monkeypatch.setattr("functions.handler.run_event",
@@ -186,10 +186,10 @@ def test_a_real_run_on_a_snapshot_without_a_kubernetes_view_says_what_it_cannot_
     """A snapshot without kube_nodes and no --kubeconfig cannot tell running nodes from new ones: a real run
     that applies nodes says on stderr that they were applied, not rolled; a dry run does not."""
     from functions.commands.main import main
-    from functions.point_of_change import DryRunExecutor
+    from functions.pipeline.point_of_change import DryRunExecutor
 
     # a real run, whose point of change is the dry-run executor: nothing leaves this machine
-    monkeypatch.setattr("functions.point_of_change.make_executor", lambda settings, dry_run: DryRunExecutor())
+    monkeypatch.setattr("functions.pipeline.point_of_change.make_executor", lambda settings, dry_run: DryRunExecutor())
     monkeypatch.setenv("ACK_MIG_STARTUP_TAINT", "none")
     event = os.path.join(ROOT, "examples", "event.json")  # a scale-out naming two nodes of a labelled pool
     main(["invoke", "--event", event, "--inventory", INVENTORY])

@@ -10,9 +10,9 @@ import re
 
 import yaml
 
-from functions.logs import JsonLogger
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.base.logs import JsonLogger
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 from tests.function.conftest import EVENTS, ROOT
 
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"

@@ -1,4 +1,4 @@
-"""Auto Scaling membership (functions.membership) with the real core SDK against the loopback ESS
+"""Auto Scaling membership (functions.cloud.membership) with the real core SDK against the loopback ESS
 emulator: the signed calls, their limits and paging, the answers, the failures; and run_event asking it
 when the cluster comes from the ACK API (CS emulator) instead of a snapshot."""
 
@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from functions import membership as membership_mod
-from functions.delivery.rpc import ESS_VERSION, ApiError, Backoff, RpcClient
-from functions.errors import BadInventory, ConfigurationError, RetryLater
-from functions.logs import JsonLogger
-from functions.membership import EssMembership, SnapshotMembership
-from functions.pipeline import run_event
-from functions.settings import Credentials, Endpoint, load_settings
+from functions.cloud import membership as membership_mod
+from functions.cloud.rpc import ESS_VERSION, ApiError, Backoff, RpcClient
+from functions.base.errors import BadInventory, ConfigurationError, RetryLater
+from functions.base.logs import JsonLogger
+from functions.cloud.membership import EssMembership, SnapshotMembership
+from functions.pipeline.event import run_event
+from functions.base.settings import Credentials, Endpoint, load_settings
 from tests.function.conftest import AK, SECRET, TOKEN, cloud_env, event_json
 from tests.support.rpc_emulator import Emulator
 
@@ -124,7 +124,7 @@ def _scale_out(*ids):
 
 
 def test_run_event_asks_auto_scaling_only_for_instances_that_are_not_nodes(emulator, ess):
-    from functions.rollout.kube import MemoryKube
+    from functions.kube.nodes import MemoryKube
 
     settings = load_settings(cloud_env(emulator, ACK_MIG_ESS_ENDPOINT=ess.endpoint))
     # Both named instances are nodes the ACK API lists: Auto Scaling is not asked at all. (Kubernetes, an

@@ -1,4 +1,4 @@
-"""The notification webhook (functions/notify.py) against real loopback receivers (tests/support/webhook.py):
+"""The notification webhook (functions/pipeline/notify.py) against real loopback receivers (tests/support/webhook.py):
 what is sent, retries and their bounds, a webhook that is down or stalls, redirects, TLS, the URL from
 KMS, and that the URL (it may carry a token) never reaches a log line or an error message."""
 
@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from functions.cluster import InventoryLookup
-from functions.logs import JsonLogger
-from functions.notify import SCHEMA, deliver
-from functions.pipeline import run_event
-from functions.settings import SettingsError, load_settings
+from functions.cloud.cluster import InventoryLookup
+from functions.base.logs import JsonLogger
+from functions.pipeline.notify import SCHEMA, deliver
+from functions.pipeline.event import run_event
+from functions.base.settings import SettingsError, load_settings
 from tests.function.conftest import AK, INVENTORY, ROOT, SECRET, TOKEN
 from tests.support.webhook import Webhook
 
@@ -165,7 +165,7 @@ def test_the_url_from_a_kms_secret_is_read_when_there_is_something_to_send(tmp_p
     assert kms.calls["GetSecretValue"] == 1 and kms.rejected == []
     assert "T0KEN" not in logged and result.outcome == "done"
     kms.put_secret("ack-mig/notify-url", "http://hooks.example.com/T0KEN-abc")  # not https: refused
-    from functions import secrets
+    from functions.cloud import secrets
 
     secrets.forget_all()
     result, logged = failing_event(tmp_path, env)

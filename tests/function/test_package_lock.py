@@ -1,4 +1,4 @@
-"""The code package's dependencies: one lock (functions/stack/requirements-fc.txt) that agrees with
+"""The code package's dependencies: one lock (functions/commands/stack/requirements-fc.txt) that agrees with
 pyproject.toml, consumed with ``pip --require-hashes``; distributions published only as source archives
 built into pure-Python wheels. The fetch runs the real pip against a local package folder (``--no-index
 --find-links``), so it needs no network: a wheel and a source archive whose in-tree build backend (PEP 517
@@ -15,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from functions.stack import build, code_package, lock
+from functions.commands.stack import build, code_package, lock
 from tests.function.conftest import ROOT
 
 

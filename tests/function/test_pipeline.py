@@ -5,13 +5,13 @@ import os
 
 import pytest
 
-from functions import point_of_change as executor_mod
-from functions.cluster import InventoryLookup
-from functions.errors import BadInventory
-from functions.point_of_change import DryRunExecutor, UnavailableExecutor, make_executor
-from functions.logs import JsonLogger
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.pipeline import point_of_change as executor_mod
+from functions.cloud.cluster import InventoryLookup
+from functions.base.errors import BadInventory
+from functions.pipeline.point_of_change import DryRunExecutor, UnavailableExecutor, make_executor
+from functions.base.logs import JsonLogger
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 from tests.function.conftest import EVENTS, INVENTORY, event_bytes, event_json
 
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"

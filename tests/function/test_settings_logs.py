@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from functions import settings as settings_mod
+from functions.base import settings as settings_mod
 from functions.handler import handler
-from functions.logs import JsonLogger
-from functions.settings import Credentials, SettingsError, load_settings
+from functions.base.logs import JsonLogger
+from functions.base.settings import Credentials, SettingsError, load_settings
 from tests.function.conftest import AK, ROOT, SECRET, TOKEN, cloud_env, event_bytes
 
 
@@ -80,7 +80,7 @@ def test_no_other_module_reads_the_environment():
         for name in files:
             path = os.path.join(folder, name)
             rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
-            if not name.endswith(".py") or rel == "functions/settings.py":
+            if not name.endswith(".py") or rel == "functions/base/settings.py":
                 continue
             if rel == "functions/delivery/node_runner.py":
                 continue  # runs on the node (sent as text, never imported here): the node's environment
@@ -235,7 +235,7 @@ def test_delivery_stdlib_logs_become_json_lines_with_the_event_context():
     lines with the request id and trigger, and a known secret inside one is masked."""
     import logging
 
-    from functions.pipeline import run_event
+    from functions.pipeline.event import run_event
     from tests.function.conftest import INVENTORY
 
     class LoggingExecutor:
@@ -291,7 +291,7 @@ def test_ssh_key_from_kms_connects_then_fails_mid_run_and_never_leaks(kms, tmp_p
     from functions.delivery.outcome import outcome
     from functions.delivery.ssh import SshTransport, key_from_settings
     from functions.delivery.transport import ScriptMaker
-    from functions.logs import redact_text, stdlib_logs_into
+    from functions.base.logs import redact_text, stdlib_logs_into
     from tests.delivery.conftest import FAKE_MAIN, targets
     from tests.support.sshd import SSHD, Sshd
 
@@ -340,7 +340,7 @@ def test_ssh_key_from_kms_connects_then_fails_mid_run_and_never_leaks(kms, tmp_p
 
 def test_a_kms_failure_is_one_line_naming_the_secret_and_throttling_asks_for_a_retry(kms):
     from functions.delivery.ssh import SshError, key_from_settings
-    from functions.errors import RetryLater
+    from functions.base.errors import RetryLater
 
     env = {"ACK_MIG_REGION": "cn-beijing", "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
            "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_TRANSPORT": "ssh", "ACK_MIG_SSH_KEY_SECRET": "missing",
@@ -369,7 +369,7 @@ def test_a_kms_connection_that_fails_without_an_answer_asks_for_a_retry_like_a_5
     from cryptography.hazmat.primitives.asymmetric import ed25519
 
     from functions.delivery.ssh import key_from_settings
-    from functions.errors import RetryLater
+    from functions.base.errors import RetryLater
 
     private = ed25519.Ed25519PrivateKey.generate()
     key = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
@@ -398,8 +398,8 @@ def test_access_key_in_a_signed_call_that_errors_never_leaks(caplog):
     the secret, the token or the string to sign."""
     import logging
 
-    from functions.delivery.rpc import ECS_VERSION, ApiError, Backoff, RpcClient
-    from functions.settings import Endpoint
+    from functions.cloud.rpc import ECS_VERSION, ApiError, Backoff, RpcClient
+    from functions.base.settings import Endpoint
     from tests.support.rpc_emulator import Emulator, string_to_sign
 
     class QuotingEmulator(Emulator):  # answers as the service does when the strings to sign differ
@@ -430,8 +430,8 @@ def test_access_key_in_a_signed_call_that_errors_never_leaks(caplog):
 
 def test_a_connection_error_never_carries_the_request_url_query():
     """The core SDK's connection error quotes the URL, SecurityToken and Signature in its query."""
-    from functions.delivery.rpc import ECS_VERSION, ApiError, Backoff, RpcClient
-    from functions.settings import Endpoint
+    from functions.cloud.rpc import ECS_VERSION, ApiError, Backoff, RpcClient
+    from functions.base.settings import Endpoint
     from tests.support.sshd import _free_port
 
     client = RpcClient("ecs", ECS_VERSION, "cn-beijing", Credentials(AK, SECRET, TOKEN),
@@ -449,7 +449,7 @@ def test_handler_result_and_cli_output_are_redacted_like_logs(tmp_path, monkeypa
     import argparse
 
     from functions.commands import invoke
-    from functions.logs import register_secret
+    from functions.base.logs import register_secret
 
     learnt = "LEARNT-AT-RUN-TIME-0123456789"  # e.g. the SSH key read from KMS
     register_secret(learnt)
@@ -483,8 +483,8 @@ def test_handler_result_and_cli_output_are_redacted_like_logs(tmp_path, monkeypa
     ("kms", "cn-beijing", "kms.cn-beijing.aliyuncs.com"),
 ])
 def test_endpoints_are_resolved_the_sdk_way(product, region, host):
-    from functions.delivery.rpc import RpcClient, resolve_endpoint
-    from functions.settings import Endpoint
+    from functions.cloud.rpc import RpcClient, resolve_endpoint
+    from functions.base.settings import Endpoint
 
     assert resolve_endpoint(product, region) == Endpoint(host, "https")
     assert resolve_endpoint(product, region, Endpoint("127.0.0.1:1", "http")) == Endpoint("127.0.0.1:1", "http")
@@ -494,7 +494,7 @@ def test_endpoints_are_resolved_the_sdk_way(product, region, host):
 
 def test_the_cs_endpoint_is_the_cs_sdks_own():
     """No override: the CS Tea SDK resolves it (its endpoint map sends e.g. cn-wuhan to cs.aliyuncs.com)."""
-    from functions.cs_lookup import CsLookup
+    from functions.cloud.cs_lookup import CsLookup
 
     env = {"ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET}
     hosts = {region: CsLookup(load_settings(dict(env, ACK_MIG_REGION=region)))._client._endpoint  # noqa: SLF001

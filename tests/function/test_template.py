@@ -9,9 +9,9 @@ import zipfile
 
 import yaml
 
-from functions import settings
-from functions.stack import code_package
-from functions.intake import HANDLED_TYPES, NODEPOOL_OPERATIONS
+from functions.base import settings
+from functions.commands.stack import code_package
+from functions.pipeline.intake import HANDLED_TYPES, NODEPOOL_OPERATIONS
 from tests.function.conftest import EVENTS, ROOT
 
 TEMPLATE = os.path.join(ROOT, "template.yml")
@@ -183,12 +183,12 @@ def test_timer_trigger():
 
 
 def _code_texts():
-    """The function's code. The operator-side parts are left out (functions/stack and the deploy, undeploy
+    """The function's code. The operator-side parts are left out (functions/commands/stack and the deploy, undeploy
     and doctor commands): they run on the operator's machine with the operator's credentials, never with
     the function's role."""
     operator_side = ("functions/commands/deploy.py", "functions/commands/doctor.py")
     for folder, _, files in os.walk(os.path.join(ROOT, "functions")):
-        if os.path.relpath(folder, ROOT).replace(os.sep, "/").startswith("functions/stack"):
+        if os.path.relpath(folder, ROOT).replace(os.sep, "/").startswith("functions/commands/stack"):
             continue
         for name in sorted(files):
             rel = os.path.relpath(os.path.join(folder, name), ROOT).replace(os.sep, "/")
@@ -334,7 +334,7 @@ def test_kms_grant_is_the_configured_secret_and_no_key_is_in_the_template():
     assert "ACK_MIG_NOTIFY_URL" not in env  # the URL may hold a token: only through KMS in the deployed function
     assert "SshKeySecretName" in doc["Parameters"] and "SshPrivateKey" not in doc["Parameters"]
     assert not any("PRIVATE_KEY" in name for name in env)
-    from functions import secrets
+    from functions.cloud import secrets
 
     assert secrets.SECRET_ACTION == "kms:GetSecretValue"
 
@@ -450,15 +450,15 @@ def test_every_parameter_says_what_it_does():
 
 def test_template_defaults_are_the_settings_defaults():
     """Deployed with its defaults, the function runs with the same settings as an unset environment: the
-    template and functions/settings.py cannot drift apart."""
+    template and functions/base/settings.py cannot drift apart."""
     base = {"ACK_MIG_CLUSTER_ID": "<ClusterId>", "ACK_MIG_REGION": "cn-beijing"}
     assert settings.load_settings(environment()) == settings.load_settings(base)
 
 
 def _accepted(env_name, value):
-    """Whether the function accepts ``value`` for ``env_name``: functions/settings.py's parser, and for the
+    """Whether the function accepts ``value`` for ``env_name``: functions/base/settings.py's parser, and for the
     startup taint the delivery's taint parser (which the executor runs on it before any node is touched)."""
-    from functions.delivery.taint import parse_taint
+    from functions.kube.taint import parse_taint
 
     try:
         loaded = settings.load_settings({env_name: value})
@@ -475,7 +475,7 @@ NARROWER_MAXIMA = {"NodeTimeoutS", "DrainTimeoutS", "CapacityTimeoutS"}
 
 
 def test_parameter_constraints_agree_with_what_settings_accepts():
-    """Each allowed value parses, and a value just outside is refused by functions/settings.py too: ROS
+    """Each allowed value parses, and a value just outside is refused by functions/base/settings.py too: ROS
     never accepts a value the function would then fail on, and never refuses one that it could use."""
     declared = load()["Parameters"]
     fed = _fed_by()

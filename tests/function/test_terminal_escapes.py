@@ -12,8 +12,8 @@ import pytest
 
 from functions.commands import doctor
 from functions.commands.main import main
-from functions.event_result import HandlerResult
-from functions.textsafe import escape, escape_data
+from functions.base.event_result import HandlerResult
+from functions.base.textsafe import escape, escape_data
 from node_bootstrap.commands.textout import error_line, human, printable
 from tests.function.conftest import event_json
 from tests.rollout.conftest import NEW, OLD, capacity, node_labels, snapshot
@@ -77,7 +77,7 @@ def test_invoke_escapes_what_an_event_carries_into_the_reason(tmp_path, capsys, 
 
 def test_invoke_text_escapes_node_results_and_decisions(capsys):
     from functions.commands.invoke import _text
-    from functions.model import Decision
+    from functions.base.model import Decision
 
     result = HandlerResult(trigger="manual", outcome="done", reason="1 partition", decisions=[
         Decision(instance_id="i-abc", node_name="node\x1b[8m", action="error", reason=OSC52)],

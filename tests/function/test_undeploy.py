@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from functions.rollout import waves
+from functions.decision import waves
 from tests.function.test_deploy import cloud, deploy_args, make_deps, run  # noqa: F401
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 

@@ -17,15 +17,15 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from hypothesis import strategies as st
 
-from functions.cluster import InventoryLookup
+from functions.cloud.cluster import InventoryLookup
 from functions.delivery import bundle as bundle_mod
 from functions.delivery.node_script import encode_args, encode_names
 from functions.delivery.node_executor import DeliveryExecutor
 from functions.delivery.outcome import NodeResult
 from functions.delivery.transport import ScriptMaker
-from functions.logs import JsonLogger
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.base.logs import JsonLogger
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 from node_bootstrap.mig import GPUS, MigInputError, PARTITION_LABELS, PartitionSpec, find_gpu, parse, plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from functions.cluster import InventoryLookup
+from functions.cloud.cluster import InventoryLookup
 from functions.delivery.node_executor import DeliveryExecutor
 from functions.delivery.outcome import NodeResult
-from functions.kubeapi import KubeApi
-from functions.logs import JsonLogger
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.kube.client import KubeApi
+from functions.base.logs import JsonLogger
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 from node_bootstrap.kube import load_kubeconfig
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 

@@ -122,7 +122,7 @@ def test_a_node_in_progress_without_drain_is_resumed_and_takes_no_slot(cluster):
     still without cordon, while the pool's drained wave goes on beside it."""
     import json
 
-    from functions.rollout.waves import PROGRESS_ANNOTATION, Progress
+    from functions.decision.waves import PROGRESS_ANNOTATION, Progress
 
     cluster.add_nodes(["node-a"], sequence=SEVEN)
     cluster.add_nodes(["node-b"], sequence=SMALL)
@@ -144,7 +144,7 @@ def test_killed_after_every_mutating_call_the_next_run_finishes_every_node_once_
     after, the first run after its lease applies what is left (again only what was sent but not recorded),
     and no node is ever cordoned or has a pod evicted."""
     from functions.rollout import run as rollout
-    from functions.rollout.kube import MemoryKube
+    from functions.kube.nodes import MemoryKube
     from tests.rollout.conftest import Cluster, PlayedNodes
     from tests.rollout.test_interrupted import Killed, Killer, MemoryApi
 

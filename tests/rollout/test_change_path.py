@@ -1,4 +1,4 @@
-"""The pure rule that picks a running node's path (functions/rollout/waves.py change_path, plan_pool): a
+"""The pure rule that picks a running node's path (functions/decision/waves.py change_path, plan_pool): a
 label change that keeps every instance the node holds and only adds instances goes without cordon or drain
 and takes no slot of max-unavailable; everything else keeps today's drained waves. Over several GPU models,
 with the layouts the solver places (node_bootstrap/mig)."""
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from functions.rollout import waves as rp
+from functions.decision import waves as rp
 from node_bootstrap.mig import PartitionSpec
 
 A100, A30, H200 = "NVIDIA A100-SXM4-40GB", "NVIDIA A30", "NVIDIA H200"

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from functions.delivery.node_executor import make_transport
-from functions.settings import load_settings
+from functions.base.settings import load_settings
 from tests.rollout.conftest import capacity, instance_id, node_labels, snapshot
 
 BACKEND = "sim:A100-SXM4-40GB:8"  # ecs.ebmgn7.26xlarge

@@ -4,7 +4,7 @@ import os
 
 import yaml
 
-from functions import settings
+from functions.base import settings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -46,7 +46,7 @@ class Killer:
 
 
 class MemoryApi:
-    """The same cluster held by functions.rollout.kube.MemoryKube (the snapshot/demo backend), shaped like
+    """The same cluster held by functions.kube.nodes.MemoryKube (the snapshot/demo backend), shaped like
     the TLS server for PlayedNodes: the kill matrix runs ~40 invocations, at ~45 ms per TLS request on this
     machine that alone would take half a minute. The TLS server covers the key kill points below."""
 
@@ -75,7 +75,7 @@ class MemoryApi:
 
 def memory_cluster(tmp_path, monkeypatch):
     from functions.rollout import run as rollout
-    from functions.rollout.kube import MemoryKube
+    from functions.kube.nodes import MemoryKube
     from tests.rollout.conftest import NAMES, OLD, Cluster, PlayedNodes, capacity, node_labels
 
     kube = MemoryKube({n: {"metadata": {"name": n, "labels": node_labels(), "annotations": {}}, "spec": {},

@@ -1,9 +1,9 @@
-"""The function's Kubernetes client (functions/kubeapi.py) against the TLS test API server: retries that
+"""The function's Kubernetes client (functions/kube/client.py) against the TLS test API server: retries that
 are bounded and honour Retry-After, budgets told from throttling, kept-alive connections, paging."""
 
 import pytest
 
-from functions.kubeapi import ApiError, KubeApi
+from functions.kube.client import ApiError, KubeApi
 from node_bootstrap.kube import load_kubeconfig
 from tests.support.kubeapi import CertificateAuthority
 

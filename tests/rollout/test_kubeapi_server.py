@@ -3,7 +3,7 @@ source is in tests/support/kubeapi.py and kubeselect.py): seen through a client 
 
 import pytest
 
-from functions.kubeapi import ApiError, KubeApi
+from functions.kube.client import ApiError, KubeApi
 from node_bootstrap.kube import load_kubeconfig
 from tests.support import kubeselect
 

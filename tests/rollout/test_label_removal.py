@@ -66,9 +66,9 @@ def test_the_modify_nodepool_event_plans_the_rollout_of_that_pool():
     """The ActionTrail record of ModifyClusterNodePool (the console's label edit) over the rollout example."""
     import os
 
-    from functions.logs import JsonLogger
-    from functions.pipeline import run_event
-    from functions.settings import load_settings
+    from functions.base.logs import JsonLogger
+    from functions.pipeline.event import run_event
+    from functions.base.settings import load_settings
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     event = json.load(open(os.path.join(root, "tests", "events", "actiontrail_console_create_nodepool.json")))

@@ -3,9 +3,9 @@ through the kubeconfig ACK hands out (DescribeClusterUserKubeconfig) to the loca
 
 import json
 
-from functions.logs import JsonLogger
-from functions.pipeline import run_event
-from functions.settings import load_settings
+from functions.base.logs import JsonLogger
+from functions.pipeline.event import run_event
+from functions.base.settings import load_settings
 from functions.commands.status import collect
 from tests.function.conftest import cloud_env, emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
 from tests.rollout.conftest import capacity, node_labels

@@ -3,8 +3,8 @@ local TLS Kubernetes API: one invocation starts wave after wave while its time a
 worst case, each wave with a lease of its own; it stops when the time is up; a pool label
 ``ack-mig-hook/paused=true`` stops new waves (also one set while a wave runs), and removing it resumes."""
 
-from functions.cluster import InventoryLookup
-from functions.settings import load_settings, longest_run_s
+from functions.cloud.cluster import InventoryLookup
+from functions.base.settings import load_settings, longest_run_s
 from tests.rollout.conftest import NAMES, NEW, snapshot
 
 LEASE = longest_run_s(load_settings({}))  # 600 + 900 + 300 + 420 s: how long one wave's records hold a node
@@ -78,7 +78,7 @@ def test_the_function_timeout_from_fc_sets_the_invocations_time(cluster):
     default (one wave's worst case) runs one wave."""
     from types import SimpleNamespace
 
-    from functions import settings as settings_mod
+    from functions.base import settings as settings_mod
 
     context = SimpleNamespace(function=SimpleNamespace(timeout=7200))
     assert settings_mod.invocation_s(load_settings({}, context)) == 7200
@@ -106,7 +106,7 @@ class PausableSnapshot(InventoryLookup):
 def test_a_paused_pool_starts_nothing_its_node_in_progress_finishes_and_resume_goes_on(cluster):
     import json
 
-    from functions.rollout.waves import PROGRESS_ANNOTATION, Progress
+    from functions.decision.waves import PROGRESS_ANNOTATION, Progress
 
     cluster.add_nodes()
     # node-b was cordoned and drained by a run that was killed (its lease is over)

@@ -11,7 +11,7 @@ import pytest
 
 from functions.commands import main as cli
 from functions.commands.rollout import paused_labels, resumed_labels
-from functions.rollout.kube import MemoryKube
+from functions.kube.nodes import MemoryKube
 from tests.function.conftest import AK, ROOT, SECRET, TOKEN
 
 ROLLOUT = os.path.join(ROOT, "examples", "inventory-rollout.json")
@@ -57,9 +57,9 @@ def labels(cs):
 
 def plan(cs):
     """The function's dry-run reconcile against the emulator, the Kubernetes side from the snapshot."""
-    from functions.logs import JsonLogger
-    from functions.pipeline import run_event
-    from functions.settings import load_settings
+    from functions.base.logs import JsonLogger
+    from functions.pipeline.event import run_event
+    from functions.base.settings import load_settings
 
     settings = load_settings({"ACK_MIG_CS_ENDPOINT": cs.endpoint, "ACK_MIG_REGION": "cn-beijing",
                               "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
@@ -119,9 +119,9 @@ def test_the_label_list_cannot_be_sent_empty_nor_past_twenty(cs, capsys):
 
 
 def test_the_emulator_refuses_what_ack_documents_as_refused(cs):
-    from functions.cs_lookup import CsLookup
-    from functions.errors import ConfigurationError
-    from functions.settings import load_settings
+    from functions.cloud.cs_lookup import CsLookup
+    from functions.base.errors import ConfigurationError
+    from functions.base.settings import load_settings
 
     lookup = CsLookup(load_settings(dict(os.environ, ACK_MIG_REGION="cn-beijing")))
     for bad, why in ((["x"] * 2, "duplicate label keys"), (["k" * 65], "longer than 64"),

@@ -6,8 +6,8 @@ import json
 import pytest
 
 from functions.commands.main import main
-from functions.cluster import InventoryLookup
-from functions.settings import load_settings
+from functions.cloud.cluster import InventoryLookup
+from functions.base.settings import load_settings
 from functions.commands.status import collect
 from tests.rollout.conftest import NEW, OLD, capacity, node_labels, snapshot
 from tests.function.conftest import emulator as cs_emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
@@ -124,7 +124,7 @@ EXAMPLES = __import__("os").path.join(ROOT, "examples")
 def test_every_labelled_pool_shows_its_own_label_whatever_its_nodes_decided(capsys):
     """The passthrough pool of the example is labelled sequence=3g.20gb-3g.20gb; its nodes are skipped (no
     decision carries a partition), but the label is the pool's: doctor counts it labelled, so does status."""
-    from functions.decide import has_partition_label
+    from functions.decision.decide import has_partition_label
 
     inventory = __import__("os").path.join(EXAMPLES, "inventory.json")
     assert main(["status", "--inventory", inventory]) == 0

@@ -165,10 +165,10 @@ def test_applied_layout_is_compared_in_normalized_form_and_state_must_be_success
 
 
 def test_a_snapshot_without_kube_nodes_knows_no_layouts_and_applies_as_before():
-    from functions.cluster import InventoryLookup
-    from functions.logs import JsonLogger
-    from functions.pipeline import run_event
-    from functions.settings import load_settings
+    from functions.cloud.cluster import InventoryLookup
+    from functions.base.logs import JsonLogger
+    from functions.pipeline.event import run_event
+    from functions.base.settings import load_settings
     from tests.rollout.conftest import TIMER
 
     data = snapshot()
@@ -184,8 +184,8 @@ def test_a_snapshot_without_kube_nodes_knows_no_layouts_and_applies_as_before():
 
 
 def test_bad_kube_nodes_in_a_snapshot_is_one_line_naming_the_form():
-    from functions.cluster import InventoryLookup
-    from functions.errors import BadInventory
+    from functions.cloud.cluster import InventoryLookup
+    from functions.base.errors import BadInventory
 
     with pytest.raises(BadInventory, match=r"kube_nodes\['node-a'\].labels must map text to text"):
         InventoryLookup.from_dict(dict(snapshot(), kube_nodes={"node-a": {"labels": ["x"]}}))
@@ -241,12 +241,12 @@ def test_progress_as_nodes_finish_and_one_log_line_per_node(cluster):
     import io
     import json
 
-    from functions.cluster import InventoryLookup
+    from functions.cloud.cluster import InventoryLookup
     from functions.delivery.node_executor import DeliveryExecutor
     from functions.commands.invoke import Progress
-    from functions.logs import JsonLogger
-    from functions.pipeline import run_event
-    from functions.settings import load_settings
+    from functions.base.logs import JsonLogger
+    from functions.pipeline.event import run_event
+    from functions.base.settings import load_settings
     from tests.rollout.conftest import TIMER
 
     cluster.add_nodes()
@@ -353,8 +353,8 @@ def test_the_capacity_a_layout_must_publish_uses_the_device_plugins_names():
     # The plugin cannot publish "+" in a resource name: a +me instance shows as nvidia.com/mig-1g.5gb.me. A
     # rollout that waited for "nvidia.com/mig-1g.5gb+me" would time out on every such layout.
     from functions.rollout import run as rollout_run
-    from functions.rollout.waves import expected_capacity
-    from functions.model import Decision, PartitionLabel
+    from functions.decision.waves import expected_capacity
+    from functions.base.model import Decision, PartitionLabel
 
     assert expected_capacity(["1g.5gb+me", "3g.20gb", "1g.5gb"], 8) == (
         {"nvidia.com/mig-1g.5gb.me": 8, "nvidia.com/mig-3g.20gb": 8, "nvidia.com/mig-1g.5gb": 8}, True)

@@ -1,7 +1,7 @@
 """The official SDK models as the judge of what the product sends and reads, and of what the emulators answer.
 
 The product calls ECS and Auto Scaling through ``aliyunsdkcore``'s ``CommonRequest`` with hand-written
-parameter names (functions/delivery/rpc.py), so nothing but a test ties those names to the API. The
+parameter names (functions/cloud/rpc.py), so nothing but a test ties those names to the API. The
 reference here is Alibaba's own generated code, read at run time (never copied):
 
 * requests: the Tea client's ``<action>_with_options`` method (e.g. ``alibabacloud_ecs20140526/client.py``

@@ -22,7 +22,7 @@ def api_contract(request, monkeypatch):
     contract.new_exchanges()  # what earlier tests left is theirs
     reads = []
     try:
-        from functions.delivery.rpc import RpcClient
+        from functions.cloud.rpc import RpcClient
     except ImportError:  # pragma: no cover - the function's dependencies are always in .venv
         RpcClient = None
     if RpcClient is not None:

@@ -425,7 +425,7 @@ class CsEmulator(LoopbackServer):
           "replace" is the default model. ``list_semantics = "merge"`` models the other reading (keys sent
           are set, keys left out kept), and the product's writes come out the same under both: it sends
           every key it wants, writes a stale autoscaler key as ``0`` rather than leaving it out
-          (functions/autoscaler_tags.py), and resumes a pool with ``ack-mig-hook/paused=false``.
+          (functions/decision/autoscaler_tags.py), and resumes a pool with ``ack-mig-hook/paused=false``.
         * an empty list leaves the tags as they are: the SDK writes ``"tags": []`` into every scaling group
           it sends (``ModifyClusterNodePoolRequestScalingGroup.to_map``), so the API cannot take an empty
           list to mean "remove every tag" without every other scaling group change wiping them. The other

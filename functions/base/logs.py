@@ -1,0 +1,189 @@
+"""Logs: one JSON object per line, the shape Simple Log Service indexes field by field.
+
+Every line has ``time`` (UTC, ISO 8601), ``level``, ``message``, ``request_id`` and ``trigger``, plus
+``instance_id`` where a line is about one instance, plus any extra fields. Credentials never appear:
+values of fields whose name says they hold one are masked, at any depth (an HTTP header dict is the
+typical carrier: ``Authorization``, ``Cookie``, ``x-acs-security-token``), and every known secret value
+(the settings' credentials, and values read at run time such as the SSH key from KMS, see
+:func:`register_secret`) is replaced wherever it occurs, in any field, before the line is written. FC
+sends stdout to the function's log store.
+"""
+
+import json
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Dict, Iterable, Optional, TextIO
+
+LEVELS = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "OFF": 100}
+MASK = "***"
+# A context value (request id, trigger, event type and id, cluster) is repeated on every line of an
+# event: cut to this many characters. Intake already refuses longer event fields
+# (functions.pipeline.envelope.MAX_TEXT); this keeps any other path from repeating a huge value.
+MAX_CONTEXT_CHARS = 512
+# Matched inside the name, compared without case, "-" or "_" (Authorization, Proxy-Authorization,
+# x-acs-security-token, SecurityToken, AccessKeyId, private-key and privateKey are all caught).
+_SECRET_NAMES = ("secret", "token", "password", "passwd", "passphrase", "privatekey", "accesskey", "apikey",
+                 "authorization", "credential", "cookie")
+# Matched at the end only: a request's Signature (an OSS presigned URL's is a bearer credential), but not
+# SignatureNonce / SignatureMethod / SignatureVersion, which say nothing secret.
+_SECRET_ENDINGS = ("signature",)
+
+
+def _secret_name(name: str) -> bool:
+    folded = name.lower().replace("-", "").replace("_", "")
+    return any(part in folded for part in _SECRET_NAMES) or folded.endswith(_SECRET_ENDINGS)
+
+
+def _mask_fields(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: (MASK if _secret_name(str(k)) and v not in (None, "") else _mask_fields(v))
+                for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_mask_fields(v) for v in value]
+    return value
+
+
+def _with_encodings(secrets: Iterable[str]) -> set:
+    """Each secret as written and as it shows up inside a JSON line (a multi-line SSH key's newlines become
+    \\n) or inside a URL or string-to-sign (an STS token, percent-encoded): masking the raw form alone
+    would miss those."""
+    found = set()
+    for secret in secrets:
+        found.add(secret)
+        found.add(json.dumps(secret, ensure_ascii=False)[1:-1])
+        if any(not (c.isalnum() or c in "-_.~") for c in secret):
+            from urllib.parse import quote  # only for secrets that encode differently
+
+            found.add(quote(secret, safe=""))
+            found.add(quote(secret, safe="").replace("%7E", "~"))
+    return found
+
+
+_RUNTIME_SECRETS: list = []  # values learnt while running (a key read from KMS), longest first
+_RUNTIME_LOCK = threading.Lock()
+
+
+def _forms(secrets: Iterable[str]) -> list:
+    # Longest first, so a secret that contains another is masked whole. Short values are ignored:
+    # masking "1" everywhere would garble the log without protecting anything.
+    return sorted(_with_encodings(s for s in secrets if s and len(s) >= 4), key=len, reverse=True)
+
+
+def register_secret(value: str) -> None:
+    """A secret learnt at run time (functions.cloud.secrets): masked from now on in every logger's lines and in
+    everything :func:`redact_text` cleans, for the life of the process. A multi-line secret (a PEM key)
+    is also masked line by line, so a fragment quoted in an error cannot leak a whole line of it."""
+    if not value:
+        return
+    parts = [value] + [line.strip() for line in value.splitlines() if len(line.strip()) >= 16]
+    with _RUNTIME_LOCK:
+        merged = set(_RUNTIME_SECRETS) | set(_forms(parts))
+        _RUNTIME_SECRETS[:] = sorted(merged, key=len, reverse=True)
+
+
+def _mask(text: str, forms: Iterable[str]) -> str:
+    for secret in forms:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    return text
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every known secret masked: ``secrets`` (the settings' credentials) and every value
+    registered at run time. The handler's result and every command-line output go through this, the
+    same cleaning as the log lines."""
+    return _mask_runtime(_mask(text, _forms(secrets)))
+
+
+def _mask_runtime(text: str) -> str:
+    """Mask the values registered at run time (a secret read from KMS, say)."""
+    with _RUNTIME_LOCK:
+        runtime = list(_RUNTIME_SECRETS)
+    return _mask(text, runtime)
+
+
+def _context_value(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > MAX_CONTEXT_CHARS:
+        return value[:MAX_CONTEXT_CHARS] + "...(%d characters)" % len(value)
+    return value
+
+
+class JsonLogger:
+    """A small structured logger. ``bind()`` returns a child with more context fields."""
+
+    def __init__(self, level: str = "INFO", secrets: Iterable[str] = (), stream: Optional[TextIO] = None,
+                 **context: Any) -> None:
+        self.level = LEVELS.get(str(level).upper(), 20)
+        self._secrets = _forms(secrets)
+        self._stream = stream
+        self.context = {k: _context_value(v) for k, v in context.items() if v is not None}
+
+    def bind(self, **context: Any) -> "JsonLogger":
+        child = JsonLogger.__new__(JsonLogger)
+        child.level, child._secrets, child._stream = self.level, self._secrets, self._stream
+        child.context = dict(self.context)
+        child.context.update({k: _context_value(v) for k, v in context.items() if v is not None})
+        return child
+
+    def redact(self, text: str) -> str:
+        return _mask_runtime(_mask(text, self._secrets))
+
+    def log(self, level: str, message: str, **fields: Any) -> None:
+        if LEVELS.get(level, 20) < self.level:
+            return
+        now = time.time()
+        record: Dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + ".%03dZ" % int((now % 1) * 1000),
+            "level": level,
+            "message": message,
+        }
+        record.update(self.context)
+        record.update({k: v for k, v in fields.items() if v is not None})
+        line = self.redact(json.dumps(_mask_fields(record), default=str, ensure_ascii=False))
+        stream = self._stream or sys.stdout
+        stream.write(line + "\n")
+        stream.flush()
+
+    def debug(self, message: str, **fields: Any) -> None:
+        self.log("DEBUG", message, **fields)
+
+    def info(self, message: str, **fields: Any) -> None:
+        self.log("INFO", message, **fields)
+
+    def warning(self, message: str, **fields: Any) -> None:
+        self.log("WARNING", message, **fields)
+
+    def error(self, message: str, **fields: Any) -> None:
+        self.log("ERROR", message, **fields)
+
+
+@contextmanager
+def stdlib_logs_into(logger: JsonLogger, name: str = "functions"):
+    """Route the standard ``logging`` records of ``name`` (delivery's modules log that way) into
+    ``logger`` for the duration of a block, so they too become one redacted JSON line with the event's
+    request id and trigger, and do not also reach FC's own root handler in another format."""
+    import logging  # here, not at the top: an event skipped in stage 1 never needs it
+
+    class _Bridge(logging.Handler):
+        def emit(self, record: "logging.LogRecord") -> None:
+            try:
+                message = record.getMessage()
+            except Exception:  # noqa: BLE001 - a bad format string must not lose the line
+                message = str(record.msg)
+            level = record.levelname if record.levelname in LEVELS else "INFO"
+            logger.log(level, message, logger=record.name)
+
+    target = logging.getLogger(name)
+    bridge = _Bridge()
+    saved = (target.level, target.propagate)
+    target.addHandler(bridge)
+    target.setLevel(logging.DEBUG)
+    target.propagate = False
+    try:
+        yield
+    finally:
+        target.removeHandler(bridge)
+        target.setLevel(saved[0])
+        target.propagate = saved[1]

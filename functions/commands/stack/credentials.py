@@ -1,0 +1,121 @@
+"""The standard Alibaba Cloud credential chain, the way the official SDKs and the ``aliyun`` CLI find it.
+
+Order (``alibabacloud_credentials``' default provider): the ``ALIBABA_CLOUD_ACCESS_KEY_ID`` /
+``_SECRET`` / ``_SECURITY_TOKEN`` environment, OIDC role (ACK RRSA), the ``aliyun`` CLI profile
+(``~/.aliyun/config.json``: ``ALIBABA_CLOUD_PROFILE``, else its ``current`` one), ``~/.alibabacloud/credentials``,
+then the ECS instance role. The last step asks the instance metadata service;
+``ALIBABA_CLOUD_ECS_METADATA_DISABLED=true`` turns it off (the tests always do: they never leave loopback).
+
+``profile``: the one ``aliyun`` CLI profile of that name and nothing else (``--profile``, like the ``aliyun``
+CLI's own option): a name that is not in the file is an error, never a silent fall back to other keys.
+
+Every command that talks to the cloud (deploy, undeploy, doctor, invoke, status) resolves its keys here.
+"""
+
+import os
+from typing import Any, NamedTuple, Optional
+
+from functions.commands.stack.exit_codes import CloudError
+
+
+class CredentialsMissing(ValueError):
+    exit_code = 2
+
+
+class Keys(NamedTuple):
+    access_key_id: str
+    access_key_secret: str
+    security_token: Optional[str]
+
+    def __repr__(self) -> str:  # never the secret parts
+        return "Keys(access_key_id=%r, ...)" % self.access_key_id
+
+    def secrets(self) -> tuple:
+        return tuple(s for s in (self.access_key_secret, self.security_token) if s)
+
+
+def cli_profile_file() -> str:
+    """The ``aliyun`` CLI's profile file of the user running the command (``~`` resolved now, not when the
+    credentials SDK was imported)."""
+    return os.path.join(os.path.expanduser("~"), ".aliyun", "config.json")
+
+
+def resolve(profile: str = "") -> Keys:
+    """The keys the command signs with; :class:`CredentialsMissing` (one line, what to do) when none."""
+    if profile:
+        return _from_profile(profile)
+    # The environment first, read now: alibabacloud_credentials reads it once, when it is imported, so a
+    # long-lived process (or a test run) would otherwise keep the first keys it saw.
+    from functions.base.settings import ACCESS_KEY_ID, ACCESS_KEY_SECRET, SECURITY_TOKEN, env_text
+
+    env_id, env_secret = env_text(ACCESS_KEY_ID), env_text(ACCESS_KEY_SECRET)
+    if env_id and env_secret:
+        return Keys(env_id, env_secret, env_text(SECURITY_TOKEN) or None)
+    if env_id or env_secret:
+        raise CredentialsMissing("only one of ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET is "
+                                 "set: set both, or neither to use the aliyun CLI profile or the instance role")
+    from alibabacloud_credentials.client import Client
+
+    try:
+        credential: Any = Client().get_credential()
+    except Exception:  # the chain raises one CredentialException type, but providers add others
+        # Its message lists every provider's failure on one huge line; what helps is where keys can come from.
+        raise CredentialsMissing(
+            "no Alibaba Cloud credentials found: set ALIBABA_CLOUD_ACCESS_KEY_ID and ALIBABA_CLOUD_ACCESS_KEY_SECRET, "
+            "run `aliyun configure` (or pass --profile NAME), or run on an instance with a RAM role") from None
+    return Keys(credential.access_key_id, credential.access_key_secret, credential.security_token or None)
+
+
+def _from_profile(name: str) -> Keys:
+    import json
+
+    path = cli_profile_file()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            names = [str(p.get("name")) for p in (json.load(handle).get("profiles") or []) if isinstance(p, dict)]
+    except (OSError, ValueError, AttributeError):
+        raise CredentialsMissing("--profile %s: cannot read the aliyun CLI profiles in %s; run `aliyun configure "
+                                 "--profile %s`" % (name[:64], path, name[:64])) from None
+    if name not in names:
+        raise CredentialsMissing("--profile %s: no such profile in %s (it has %s); run `aliyun configure --profile "
+                                 "%s`" % (name[:64], path, ", ".join(names[:10]) or "none", name[:64]))
+    from alibabacloud_credentials.provider import CLIProfileCredentialsProvider
+
+    try:
+        credential: Any = CLIProfileCredentialsProvider(profile_name=name, profile_file=path).get_credentials()
+    except Exception as exc:  # a profile mode that needs a call (RamRoleArn, EcsRamRole) that failed
+        raise CredentialsMissing("--profile %s gave no credentials: %s" % (
+            name[:64], " ".join(str(exc).split())[:200] or type(exc).__name__)) from None
+    return Keys(credential.get_access_key_id(), credential.get_access_key_secret(),
+                credential.get_security_token() or None)
+
+
+class AccountUnknown(CloudError):
+    pass
+
+
+def account_id(keys: Keys, region: str, endpoint: Optional[Any] = None, timeout_s: int = 30) -> str:
+    """The Alibaba Cloud account (UID) the keys act for, from STS ``GetCallerIdentity`` (official
+    ``alibabacloud-sts20150401`` SDK; any identity may call it, no RAM grant is needed). ``deploy`` names
+    its default bucket after it and checks that an existing bucket is owned by it."""
+    from alibabacloud_sts20150401.client import Client
+    from alibabacloud_tea_openapi import utils_models as openapi_models
+    from darabonba.runtime import RuntimeOptions
+
+    config = openapi_models.Config(
+        access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
+        security_token=keys.security_token, region_id=region,
+        endpoint=endpoint.host if endpoint else None, protocol=endpoint.protocol if endpoint else "https",
+        read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+    runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+    try:
+        body = Client(config).get_caller_identity_with_options(runtime).body
+    except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+        code = getattr(exc, "code", "") or type(exc).__name__
+        message = " ".join(str(getattr(exc, "message", "") or "").split())[:200]
+        raise AccountUnknown("STS GetCallerIdentity failed (the account id names and guards the code bucket): "
+                             "%s%s" % (code, ": " + message if message else ""), code=str(code)) from None
+    account = str(getattr(body, "account_id", "") or "")
+    if not account.isdigit():
+        raise AccountUnknown("STS GetCallerIdentity named no account id (got %r)" % account[:40])
+    return account

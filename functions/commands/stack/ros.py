@@ -1,0 +1,279 @@
+"""The ROS stack that holds the function: find, validate, create or update, delete, and wait with progress;
+preview a new stack and compute (then delete) a change set for an existing one, for ``deploy --dry-run``.
+
+A thin adapter over the official ``alibabacloud-ros20190910`` SDK (RPC API 2019-09-10). The endpoint is
+the SDK's own for the region (it maps most regions to ``ros.aliyuncs.com``) unless
+``ACK_MIG_ROS_ENDPOINT`` overrides it. Every wait has a deadline. A refusal is a :class:`StackError` whose
+exit code follows the service's error code (:mod:`functions.commands.stack.exit_codes`).
+"""
+
+import time
+import uuid
+from typing import Any, Callable, Dict, List, Optional
+
+from functions.cloud.endpoints import resolve
+from functions.base.settings import Endpoint
+from functions.commands.stack.credentials import Keys
+from functions.commands.stack.exit_codes import CloudError
+
+# ROS answers an UpdateStack whose template and parameters are unchanged with this code ("Update the
+# completely same stack ... is not supported"): for us that is "nothing to do", not a failure.
+UNCHANGED_CODE = "NotSupported"
+PAGE_SIZE = 50  # ListStacks' maximum
+
+
+class StackError(CloudError):
+    pass
+
+
+def client_token() -> str:
+    """One per CreateStack / UpdateStack call, reused by the SDK's own retries of that call (they resend the
+    same request): a retry after a lost answer is the same operation to ROS, not a second stack or an
+    ``UpdateStack`` refused as a conflict with the one already running. Never derived from the request's
+    content: ROS would answer a later deploy of the same template and parameters with the first, long gone,
+    result. Format (ros20190910 model): <= 64 letters, digits, ``-``, ``_``."""
+    return uuid.uuid4().hex
+
+
+ATTEMPTS = 3
+# Answers that say "try again" (ROS common error codes); a network failure or a read timeout reaches us as
+# darabonba's UnretryableException wrapping a RetryError (it retries only with Config.retry_options).
+TRANSIENT_CODES = {"Throttling", "Throttling.User", "Throttling.Api", "ServiceUnavailable", "InternalError"}
+
+
+def _transient(exc: BaseException) -> bool:
+    if _code(exc) in TRANSIENT_CODES:
+        return True
+    return type(getattr(exc, "inner_exception", None)).__name__ == "RetryError"
+
+
+def _code(exc: BaseException) -> str:
+    return str(getattr(exc, "code", "") or type(exc).__name__)
+
+
+def _message(exc: BaseException) -> str:
+    text = str(getattr(exc, "message", "") or exc)
+    return " ".join(text.split())[:300]
+
+
+class Stacks:
+    def __init__(self, region: str, keys: Keys, endpoint: Optional[Endpoint] = None, timeout_s: int = 30,
+                 sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
+        from alibabacloud_ros20190910.client import Client
+        from alibabacloud_tea_openapi import utils_models as openapi_models
+        from darabonba.runtime import RuntimeOptions
+
+        endpoint = resolve("ros", region, endpoint)  # the override, else the ROS SDK's (functions/cloud/endpoints.py)
+        config = openapi_models.Config(
+            access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
+            security_token=keys.security_token, region_id=region,
+            endpoint=endpoint.host, protocol=endpoint.protocol,
+            read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+        self._client = Client(config)
+        # The Tea SDK (tea-openapi 0.4) retries only through Config.retry_options, not RuntimeOptions'
+        # autoretry: the retries of transient failures are ours (_attempt), each reusing its request.
+        self._runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+        self.region = region
+        self._sleep, self._clock = sleep, clock
+
+    def _attempt(self, fn: Callable[[], Any]) -> Any:
+        """``fn()``, again after a transient failure (a lost connection, a read timeout, throttling, a 5xx), at
+        most ATTEMPTS times with a growing pause. ``fn`` sends the same request object each time, so a
+        CreateStack or UpdateStack retried carries the same ClientToken and ROS treats it as one operation."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return fn()
+            except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+                if attempt == ATTEMPTS or not _transient(exc):
+                    raise
+                self._sleep(float(attempt))
+        raise AssertionError("unreachable")
+
+    def _call(self, action: str, fn: Callable[[], Any]) -> Dict[str, Any]:
+        try:
+            response = self._attempt(fn)
+        except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+            raise StackError("ROS %s failed: %s: %s" % (action, _code(exc), _message(exc)), _code(exc)) from None
+        return response.body.to_map() if response.body is not None else {}
+
+    # ---- reads ----
+
+    def find(self, name: str) -> Optional[Dict[str, Any]]:
+        """The live stack of that name (deleted stacks are not listed), or None."""
+        from alibabacloud_ros20190910 import models
+
+        for page in range(1, 21):
+            body = self._call("ListStacks", lambda: self._client.list_stacks_with_options(models.ListStacksRequest(
+                region_id=self.region, stack_name=[name], page_size=PAGE_SIZE, page_number=page), self._runtime))
+            stacks = body.get("Stacks") or []
+            for stack in stacks:
+                if stack.get("StackName") == name:
+                    return stack
+            if len(stacks) < PAGE_SIZE:
+                return None
+        return None
+
+    def get(self, stack_id: str) -> Optional[Dict[str, Any]]:
+        from alibabacloud_ros20190910 import models
+
+        try:
+            response = self._client.get_stack_with_options(
+                models.GetStackRequest(region_id=self.region, stack_id=stack_id), self._runtime)
+        except Exception as exc:
+            if _code(exc) == "StackNotFound":
+                return None
+            raise StackError("ROS GetStack failed: %s: %s" % (_code(exc), _message(exc)), _code(exc)) from None
+        return response.body.to_map() if response.body is not None else {}
+
+    def events(self, stack_id: str) -> List[Dict[str, Any]]:
+        from alibabacloud_ros20190910 import models
+
+        body = self._call("ListStackEvents", lambda: self._client.list_stack_events_with_options(
+            models.ListStackEventsRequest(region_id=self.region, stack_id=stack_id, page_size=50), self._runtime))
+        return list(body.get("Events") or [])
+
+    def resources(self, stack_id: str) -> List[Dict[str, Any]]:
+        from alibabacloud_ros20190910 import models
+
+        body = self._call("ListStackResources", lambda: self._client.list_stack_resources_with_options(
+            models.ListStackResourcesRequest(region_id=self.region, stack_id=stack_id), self._runtime))
+        return list(body.get("Resources") or [])
+
+    def event_ids(self, stack_id: str) -> set:
+        """The ids of the events the stack has now: :meth:`wait` leaves them out, so an update or a delete
+        shows its own events, not the stack's history (ListStackEvents lists the newest first)."""
+        try:
+            return {e.get("EventId") for e in self.events(stack_id)}
+        except StackError:
+            return set()
+
+    def validate(self, template: str) -> List[str]:
+        """ROS's own check of the template (read-only); returns the parameter names it declares."""
+        from alibabacloud_ros20190910 import models
+
+        body = self._call("ValidateTemplate", lambda: self._client.validate_template_with_options(
+            models.ValidateTemplateRequest(region_id=self.region, template_body=template), self._runtime))
+        return [p.get("ParameterKey") for p in body.get("Parameters") or []]
+
+    # ---- changes ----
+
+    @staticmethod
+    def _parameters(values: Dict[str, str]) -> list:
+        from alibabacloud_ros20190910 import models
+
+        return [models.CreateStackRequestParameters(parameter_key=k, parameter_value=v)
+                for k, v in sorted(values.items())]
+
+    def create(self, name: str, template: str, values: Dict[str, str], timeout_min: int) -> str:
+        from alibabacloud_ros20190910 import models
+
+        request = models.CreateStackRequest(region_id=self.region, stack_name=name, template_body=template,
+                                            parameters=self._parameters(values), timeout_in_minutes=timeout_min,
+                                            client_token=client_token())
+        return self._call("CreateStack", lambda: self._client.create_stack_with_options(
+            request, self._runtime))["StackId"]
+
+    def update(self, stack_id: str, template: str, values: Dict[str, str], timeout_min: int) -> bool:
+        """Start an update; False when ROS says nothing changed. Parameters not in ``values`` keep the
+        stack's current values (UsePreviousParameters; without it ROS resets them to the template's
+        defaults, so an upgrade would silently undo e.g. DryRun=true or a tuned timeout)."""
+        from alibabacloud_ros20190910 import models
+
+        params = [models.UpdateStackRequestParameters(parameter_key=k, parameter_value=v)
+                  for k, v in sorted(values.items())]
+        request = models.UpdateStackRequest(region_id=self.region, stack_id=stack_id, template_body=template,
+                                            parameters=params, timeout_in_minutes=timeout_min,
+                                            use_previous_parameters=True, client_token=client_token())
+        try:
+            self._attempt(lambda: self._client.update_stack_with_options(request, self._runtime))
+        except Exception as exc:
+            if _code(exc) == UNCHANGED_CODE and "same" in _message(exc).lower():
+                return False
+            raise StackError("ROS UpdateStack failed: %s: %s" % (_code(exc), _message(exc)), _code(exc)) from None
+        return True
+
+    # ---- plans (deploy --dry-run): read-only for the stack ----
+
+    def preview(self, name: str, template: str, values: Dict[str, str], timeout_min: int) -> Dict[str, Any]:
+        """PreviewStack of a stack not created yet: ``{"Parameters": [...], "Resources": [{"LogicalResourceId",
+        "ResourceType", "Action": "Add", ...}]}`` (ros20190910 ``PreviewStackResponseBodyStack``)."""
+        from alibabacloud_ros20190910 import models
+
+        params = [models.PreviewStackRequestParameters(parameter_key=k, parameter_value=v)
+                  for k, v in sorted(values.items())]
+        request = models.PreviewStackRequest(region_id=self.region, stack_name=name, template_body=template,
+                                             parameters=params, timeout_in_minutes=timeout_min,
+                                             client_token=client_token())
+        return self._call("PreviewStack", lambda: self._client.preview_stack_with_options(
+            request, self._runtime)).get("Stack") or {}
+
+    def create_change_set(self, stack_id: str, name: str, template: str, values: Dict[str, str],
+                          timeout_min: int) -> str:
+        """CreateChangeSet of type UPDATE with UsePreviousParameters, as :meth:`update` would send it;
+        returns the change set's id. Nothing changes until it is executed, and it never is here."""
+        from alibabacloud_ros20190910 import models
+
+        params = [models.CreateChangeSetRequestParameters(parameter_key=k, parameter_value=v)
+                  for k, v in sorted(values.items())]
+        request = models.CreateChangeSetRequest(
+            region_id=self.region, stack_id=stack_id, change_set_name=name, change_set_type="UPDATE",
+            template_body=template, parameters=params, timeout_in_minutes=timeout_min,
+            use_previous_parameters=True, client_token=client_token())
+        return self._call("CreateChangeSet", lambda: self._client.create_change_set_with_options(
+            request, self._runtime))["ChangeSetId"]
+
+    def change_set(self, change_set_id: str) -> Dict[str, Any]:
+        from alibabacloud_ros20190910 import models
+
+        return self._call("GetChangeSet", lambda: self._client.get_change_set_with_options(
+            models.GetChangeSetRequest(region_id=self.region, change_set_id=change_set_id), self._runtime))
+
+    def delete_change_set(self, change_set_id: str) -> None:
+        from alibabacloud_ros20190910 import models
+
+        self._call("DeleteChangeSet", lambda: self._client.delete_change_set_with_options(
+            models.DeleteChangeSetRequest(region_id=self.region, change_set_id=change_set_id), self._runtime))
+
+    def wait_change_set(self, change_set_id: str, deadline_s: float, poll_s: float) -> Dict[str, Any]:
+        """GetChangeSet until it leaves ``CREATE_PENDING`` / ``CREATE_IN_PROGRESS`` (ListChangeSets reference:
+        CREATE_PENDING, CREATE_IN_PROGRESS, CREATE_COMPLETE, CREATE_FAILED, ...). Raises at the deadline."""
+        end = self._clock() + deadline_s
+        while True:
+            found = self.change_set(change_set_id)
+            if found.get("Status") not in ("CREATE_PENDING", "CREATE_IN_PROGRESS"):
+                return found
+            if self._clock() >= end:
+                raise StackError("ROS change set %s still %s after %d s; rerun later" % (
+                    change_set_id, found.get("Status"), deadline_s))
+            self._sleep(poll_s)
+
+    def delete(self, stack_id: str) -> None:
+        from alibabacloud_ros20190910 import models
+
+        self._call("DeleteStack", lambda: self._client.delete_stack_with_options(
+            models.DeleteStackRequest(region_id=self.region, stack_id=stack_id), self._runtime))
+
+    def wait(self, stack_id: str, deadline_s: float, poll_s: float,
+             progress: Callable[[str], None], before: Optional[set] = None) -> Optional[Dict[str, Any]]:
+        """Poll until the stack leaves ``*_IN_PROGRESS`` (or is gone, for a delete); report each new event,
+        leaving out ``before`` (:meth:`event_ids` taken before the operation started). Returns the final
+        stack, None once deleted. Raises StackError at the deadline."""
+        end = self._clock() + deadline_s
+        seen = set(before or ())
+        while True:
+            stack = self.get(stack_id)
+            try:
+                fresh = [e for e in reversed(self.events(stack_id)) if e.get("EventId") not in seen]
+            except StackError:
+                fresh = []  # progress is a courtesy; the stack's status decides
+            for event in fresh:
+                seen.add(event.get("EventId"))
+                reason = " ".join(str(event.get("StatusReason") or "").split())[:160]
+                progress("  %s %s%s" % (event.get("Status", "?"), event.get("LogicalResourceId", "?"),
+                                         (": " + reason) if reason else ""))
+            if stack is None or not str(stack.get("Status", "")).endswith("_IN_PROGRESS"):
+                return stack
+            if self._clock() >= end:
+                raise StackError("stack %s still %s after %d s; watch it in the ROS console or rerun to keep "
+                                 "waiting" % (stack_id, stack.get("Status"), deadline_s))
+            self._sleep(poll_s)

@@ -1,0 +1,61 @@
+"""The pipeline's autoscaler step: bring the node pool tags ACK's cluster-autoscaler reads in line with each
+pool's layout (functions/decision/autoscaler_tags.py decides, purely; this module asks and writes).
+
+Runs for the events that may change what a pool should advertise or that reconcile everything: the timer,
+a manual run, and ACK node pool operations (a label changed, auto scaling switched on, a pool created).
+Each pool of the event gets one entry in the result's ``pool_tags``; nothing is written for a pool already
+in sync, so the ActionTrail event our own ModifyClusterNodePool causes finds every pool in sync and ends
+there. A pool whose tags cannot be written (limits, the API refuses, the API keeps failing) gets its
+reason in its entry and a warning line; the event and its nodes go on.
+"""
+
+from typing import Any, Dict, List, Optional
+
+from functions.decision.autoscaler_tags import MODE_OFF, plan_pool
+from functions.base.errors import EventOutcome
+from functions.base.event_result import Trigger
+
+TAG_TRIGGERS = (Trigger.TIMER, Trigger.MANUAL, Trigger.NODEPOOL_OPERATION)
+
+
+def sync_pool_tags(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
+                   log: Any) -> Optional[List[Dict[str, Any]]]:
+    """One entry per pool of the event that is labelled or carries tags of ours; None for an event this
+    step does not concern. Raises only what listing the pools raises (the event cannot go on without
+    them either)."""
+    if request.trigger not in TAG_TRIGGERS:
+        return None
+    mode = settings.autoscaler_tags
+    if mode == MODE_OFF:
+        return []
+    pools = lookup.nodepools(cluster)
+    if request.nodepool_id or request.scaling_group_id:
+        pools = [p for p in pools if p.nodepool_id == request.nodepool_id
+                 or (request.scaling_group_id and p.scaling_group_id == request.scaling_group_id)]
+    writer = getattr(lookup, "set_nodepool_tags", None)  # a snapshot (--inventory) cannot be written
+    out: List[Dict[str, Any]] = []
+    for pool in pools:
+        decided = plan_pool(pool, mode)
+        if decided is None:
+            continue
+        written, reason = False, decided.reason
+        if decided.write is not None:
+            if dry_run:
+                reason += "; dry run: not written"
+            elif writer is None:
+                reason += "; a cluster snapshot: not written"
+            else:
+                try:
+                    writer(cluster, pool.nodepool_id, decided.write)
+                    written = True
+                    reason += "; written (ModifyClusterNodePool)"
+                except EventOutcome as exc:  # refused (ConfigurationError) or kept failing (RetryLater)
+                    reason = ("the autoscaler tags were not written: %s; the next event or reconcile tries again, "
+                              "partitioning goes on" % exc.reason)
+        entry = decided.to_json(written=written, reason=reason)
+        trouble = not decided.in_sync and not written and not dry_run and writer is not None
+        (log.warning if trouble else log.info)("pool tags", nodepool_id=pool.nodepool_id, in_sync=decided.in_sync,
+                                               written=written, set=entry["set"], remove=entry["remove"],
+                                               reason=reason)
+        out.append(entry)
+    return out

@@ -1,0 +1,263 @@
+"""Notifications: one JSON line to a webhook when a rollout finishes or stops, or a node fails.
+
+:func:`notifications` computes them from an event's final result alone (pure); :func:`deliver` POSTs each
+line to the webhook with a deadline and bounded retries and never raises: a webhook that is down is
+logged, and the event ends exactly as it would have without one. :func:`after_event` is the pipeline's one
+call: it does nothing unless a URL is configured (``ACK_MIG_NOTIFY_URL``, or the KMS secret named by
+``ACK_MIG_NOTIFY_URL_SECRET``, read only when there is something to send) and the event was not a dry run.
+
+The URL may carry a token (Slack, DingTalk and Feishu webhooks do): it is registered with the log redactor
+before any request, and a log line names the webhook only by its host.
+
+Kinds (``kind``), schema :data:`SCHEMA`:
+
+* ``node-failed``: nodes this event ran that ended ``failed`` (a taint that could not be lifted included);
+  one line per event. A decision ``error`` (a label that does not parse) is not a node failure: every timer
+  would repeat it; ``status`` and ``doctor`` show it.
+* ``rollout-stopped``: per pool, a node of this event's rollout wave ended ``failed`` or ``drain-timeout``:
+  the pool's rollout waits until someone removes that node's record (unless the reason says the next run
+  resumes it: the API server went away mid-wave). Such a ``failed`` node is also in ``node-failed``.
+* ``rollout-finished``: per pool, in an event that reconciles whole pools (the timer, a node pool operation, a
+  manual run without instance ids), this event changed at least one of the pool's nodes and none is left to
+  do (nothing deferred, failed or waiting): the pool holds its layout.
+"""
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+from functions.delivery.outcome import TAINT_NOT_REMOVED
+
+SCHEMA = "ack-mig-hook/notification/v1"
+MAX_NODES = 20  # nodes listed in one line (``count`` says how many there were)
+MAX_REASON = 300
+ATTEMPTS = 3  # per line: the first try and two retries
+TIMEOUT_S = 5.0  # connect and read, per attempt
+DEADLINE_S = 20.0  # for all the lines of one event: an invocation never waits long on a webhook
+DONE = ("partitioned", "unchanged", "skipped")
+STOPPED = ("failed", "drain-timeout")
+
+
+def _cut(text: Any, limit: int = MAX_REASON) -> str:
+    text = " ".join(str(text if text is not None else "").split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _node(n: Dict[str, Any]) -> Dict[str, Any]:
+    out = {"instance_id": n.get("instance_id"), "node_name": n.get("node_name") or None,
+           "outcome": n.get("outcome"), "reason": _cut(n.get("reason"))}
+    if n.get("code"):
+        out["code"] = n["code"]
+    return out
+
+
+def _target(decisions: Sequence[Any]) -> Optional[str]:
+    for d in decisions:
+        if getattr(d, "disable", False):
+            return "mig=off"
+        if d.partition is not None:
+            return "%s=%s" % (d.partition.kind, d.partition.value)
+    return None
+
+
+def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool = False,
+                  now: Optional[float] = None) -> List[Dict[str, Any]]:
+    """The lines an event's final result calls for (module docstring), in a stable order. ``wave_ids``: the
+    instances of this event's rollout wave; ``whole_pools``: whether the event reconciled whole pools."""
+    if getattr(result, "dry_run", False) or not result.nodes:
+        return []
+    waves = set(wave_ids)
+    stamp = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc)
+    head = {"schema": SCHEMA, "time": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), "cluster_id": result.cluster_id,
+            "trigger": result.trigger, "event_id": result.event_id}
+    nodes = {n.get("instance_id"): n for n in result.nodes}
+    decisions = {d.instance_id: d for d in result.decisions}
+    pools: Dict[str, List[Any]] = {}
+    for d in result.decisions:
+        pools.setdefault(d.nodepool_id or "", []).append(d)
+    out: List[Dict[str, Any]] = []
+
+    for pool_id in sorted(pools):
+        members = pools[pool_id]
+        target = _target(members)
+        # A taint not lifted is settled after the wave (functions.delivery.outcome.settle): the rollout went on.
+        stopped = [nodes[d.instance_id] for d in members if d.instance_id in waves
+                   and nodes.get(d.instance_id, {}).get("outcome") in STOPPED
+                   and nodes[d.instance_id].get("code") != TAINT_NOT_REMOVED]
+        if stopped and pool_id:
+            first = stopped[0]
+            reason = str(first.get("reason") or "")
+            # The executor's own words for a failure it could not record (the API server went away): the next
+            # run resumes the node by itself; any other stop waits for a person.
+            hint = "" if "next invocation resumes" in reason else \
+                "; fix the cause, then remove the node's annotation ack-mig-hook/rollout to resume"
+            out.append(dict(head, kind="rollout-stopped", nodepool_id=pool_id, target=target, count=len(stopped),
+                            nodes=[_node(n) for n in stopped[:MAX_NODES]],
+                            text=_cut("rollout of pool %s to %s stopped: node %s ended %s (%s)%s"
+                                      % (pool_id, target or "-", first.get("node_name") or first.get("instance_id"),
+                                         first.get("outcome"), _cut(reason, 300), hint), 600)))
+            continue
+        finals = [nodes[d.instance_id].get("outcome") if d.instance_id in nodes
+                  else ("skipped" if d.action == "skip" else d.action) for d in members]
+        moved = [nodes[d.instance_id] for d in members if d.instance_id in nodes
+                 and nodes[d.instance_id].get("outcome") in ("partitioned", "unchanged")
+                 and (d.instance_id in waves or nodes[d.instance_id].get("outcome") == "partitioned")]
+        if whole_pools and pool_id and moved and all(f in DONE for f in finals):
+            out.append(dict(head, kind="rollout-finished", nodepool_id=pool_id, target=target, count=len(moved),
+                            nodes=[_node(n) for n in moved[:MAX_NODES]],
+                            text=_cut("pool %s holds %s on every node: this run changed %d node%s"
+                                      % (pool_id, target or "its layout", len(moved), "" if len(moved) == 1 else "s"),
+                                      600)))
+
+    failed = [n for n in result.nodes if n.get("outcome") == "failed"
+              and getattr(decisions.get(n.get("instance_id")), "action", None) != "error"]
+    if failed:
+        codes: Dict[str, int] = {}
+        for n in failed:
+            key = n.get("code") or str(n.get("reason") or "").split(":", 1)[0][:40] or "failed"
+            codes[key] = codes.get(key, 0) + 1
+        out.append(dict(head, kind="node-failed", count=len(failed), nodes=[_node(n) for n in failed[:MAX_NODES]],
+                        text=_cut("%d node%s failed (%s): %s" % (
+                            len(failed), "" if len(failed) == 1 else "s",
+                            ", ".join("%d %s" % (c, k) for k, c in sorted(codes.items())),
+                            ", ".join(str(n.get("node_name") or n.get("instance_id")) for n in failed[:5])
+                            + (", ..." if len(failed) > 5 else "")), 600)))
+    return out
+
+
+# ---- delivery ----
+
+def _opener():
+    """urllib without redirects: a POST is never replayed to, nor its token shown to, another address."""
+    import urllib.request
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102 - urllib's hook
+            return None
+
+    return urllib.request.build_opener(NoRedirect())
+
+
+def _host(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    return urlsplit(url).hostname or "?"
+
+
+def _retry_after(headers: Any) -> Optional[float]:
+    try:
+        value = float((headers or {}).get("Retry-After") or "")
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def _retryable(status: Optional[int]) -> bool:
+    return status is None or status >= 500 or status in (408, 429)
+
+
+def _post(opener: Any, url: str, body: bytes, attempts: int, timeout_s: float, end: float,
+          clock: Callable[[], float], sleep: Callable[[float], None]):
+    """(HTTP status or None for no answer, the error's type name) of the last attempt at one line."""
+    import http.client
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    status: Optional[int] = None
+    error = ""
+    for attempt in range(attempts):
+        left = end - clock()
+        if left <= 0:
+            return status, error or "deadline"
+        wait: Optional[float] = None
+        try:
+            request = urllib.request.Request(url, data=body, method="POST", headers={
+                "Content-Type": "application/json", "User-Agent": "ack-mig-hook"})
+            with opener.open(request, timeout=min(timeout_s, left)) as answer:
+                status, error = answer.status, ""
+                answer.read(65536)
+        except urllib.error.HTTPError as exc:  # an answer that is not 2xx (a redirect included)
+            status, error, wait = exc.code, "", _retry_after(exc.headers)
+            exc.close()
+        except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or exc
+            status, error = None, type(reason).__name__
+            if isinstance(reason, ssl.SSLError):  # a certificate that does not verify will not next time
+                return status, error
+        if not _retryable(status):
+            return status, error  # accepted, or refused: the same line would be refused again
+        if attempt + 1 < attempts:
+            sleep(max(0.0, min(wait if wait is not None else 0.5 * 2 ** attempt, end - clock())))
+    return status, error
+
+
+def deliver(lines: Sequence[Dict[str, Any]], url: str, log: Any, attempts: int = ATTEMPTS,
+            timeout_s: float = TIMEOUT_S, deadline_s: float = DEADLINE_S,
+            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> int:
+    """POST each line (``application/json``, one JSON object and a newline); returns how many a 2xx
+    accepted. No answer, 408, 429 and 5xx are retried (``Retry-After`` honoured) up to ``attempts`` within
+    ``deadline_s`` for all lines; another answer (a 4xx, a redirect) is not. Once a line gets no 2xx after
+    its retries for lack of an answer, the rest are not tried (the webhook is down). Never raises."""
+    from urllib.parse import urlsplit
+
+    from functions.base.logs import register_secret
+
+    register_secret(url)  # masked in every log line, result and command-line output from here on
+    parts = urlsplit(url)
+    token = parts.path + ("?" + parts.query if parts.query else "")
+    if len(token) >= 16:  # a path or query long enough to be a token is masked on its own as well
+        register_secret(token)
+    host, opener, end, sent = _host(url), _opener(), clock() + deadline_s, 0
+    for number, line in enumerate(lines):
+        body = (json.dumps(line, sort_keys=True) + "\n").encode("utf-8")
+        status, error = _post(opener, url, body, attempts, timeout_s, end, clock, sleep)
+        if status is not None and 200 <= status < 300:
+            sent += 1
+            continue
+        log.warning("notification not sent", kind=line.get("kind"), webhook_host=host, status=status,
+                    error=error or None)
+        if _retryable(status):  # still failing after its retries: the webhook is down, stop here
+            if number + 1 < len(lines):
+                log.warning("notifications left unsent: the webhook does not answer", webhook_host=host,
+                            left=len(lines) - number - 1)
+            break
+    return sent
+
+
+def webhook_url(settings: Any) -> str:
+    """The configured URL: the KMS secret's value when a secret is named, else ACK_MIG_NOTIFY_URL ("" when
+    neither). Raises SecretError or SettingsError (neither quotes the URL)."""
+    notify = settings.notify
+    if notify.url_secret:
+        from functions.cloud.secrets import get_secret
+        from functions.base.settings import NOTIFY_URL_SECRET, check_notify_url
+
+        value = get_secret(notify.url_secret, settings.region, settings.credentials, settings.delivery.kms_endpoint,
+                           settings.api_timeout_s)
+        return check_notify_url(value, "the URL in secret %r (%s)" % (notify.url_secret, NOTIFY_URL_SECRET))
+    return notify.url
+
+
+def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = (),
+                whole_pools: bool = False) -> int:
+    """The pipeline's call once an event has its final result: the lines it calls for, sent. Returns how
+    many were accepted; never raises (a bug here must not change how the event ended)."""
+    if settings is None or not (settings.notify.url or settings.notify.url_secret):
+        return 0
+    try:
+        lines = notifications(result, wave_ids, whole_pools)
+        if not lines:
+            return 0
+        try:
+            url = webhook_url(settings)
+        except (ValueError, RuntimeError) as exc:  # SettingsError (no usable URL; never quoted), SecretError (KMS)
+            log.warning("notifications not sent", reason=str(exc), count=len(lines))
+            return 0
+        sent = deliver(lines, url, log)
+        log.info("notifications", sent=sent, kinds=[line["kind"] for line in lines], webhook_host=_host(url))
+        return sent
+    except Exception as exc:  # noqa: BLE001 - never fail an event for its notification
+        log.error("notification internal error", error=type(exc).__name__)
+        return 0
