@@ -25,8 +25,21 @@ PURE_MODULES = {"functions.decision.waves", "functions.decision.migparted", "fun
                 "functions.base.model", "functions.base.event_result", "functions.base.errors", "functions.decision.autoscaler_tags"}
 PURE_THIRD_PARTY = {"pydantic"}  # the vocabulary's types (functions.base.model): validation, no I/O
 
-# Higher rank imports lower, never the other way: the command line sits on the FC entry point's pipeline.
-RANKS = (("functions.commands", 3), ("functions.handler", 2), ("functions.pipeline.event", 1))
+# The function's parts (docs/development.md), highest first: a part imports its own modules and those of
+# parts of a lower rank, never one of its own rank or above, except the pairs in SIDEWAYS. The command line
+# sits on the FC entry point, which sits on the pipeline.
+FUNCTION_PARTS = {
+    "functions.commands": 6, "functions.handler": 5, "functions.pipeline": 4,
+    "functions.rollout": 3, "functions.delivery": 3,
+    "functions.kube": 2, "functions.cloud": 2, "functions.decision": 1,
+    "functions.base": 0,
+}
+# Same-rank imports that are allowed, and why: Kubernetes access asks ACK's API for the cluster credential
+# (the startup taint removal builds its client with functions.cloud.cs_lookup).
+SIDEWAYS = {("functions.kube", "functions.cloud")}
+TOP_LEVEL = {"__init__.py", "handler.py"}  # beside the parts' folders
+MAX_PARTS = 8
+RANKS = tuple(FUNCTION_PARTS.items())
 
 
 def _modules() -> Dict[str, str]:
@@ -73,12 +86,31 @@ def _rank(name: str) -> int:
     return next((rank for package, rank in RANKS if _within(name, package)), 0)
 
 
-def test_imports_only_go_down():
-    def upward(m, i):  # commands may use each other (main dispatches to the rest)
-        return _rank(i) > 0 and _rank(i) >= _rank(m) and not _rank(i) == _rank(m) == 3
+def _part(name: str) -> str:
+    return next((part for part in FUNCTION_PARTS if _within(name, part)), "")
 
-    wrong = ["%s imports %s" % (m, i) for m in MODULES if _within(m, "functions") for i in _imports(m) if upward(m, i)]
+
+def test_imports_only_go_down():
+    def wrong_way(m, i):
+        mine, theirs = _part(m), _part(i)
+        if not theirs or not mine or mine == theirs:
+            return False  # the package itself, or within one part
+        return FUNCTION_PARTS[theirs] >= FUNCTION_PARTS[mine] and (mine, theirs) not in SIDEWAYS
+
+    wrong = sorted("%s imports %s" % (m, i) for m in MODULES if _within(m, "functions") for i in _imports(m)
+                   if wrong_way(m, i))
     assert wrong == []
+
+
+def test_every_function_module_belongs_to_a_part():
+    """No module sits beside the parts but the FC entry point: a reader sees the parts from the tree."""
+    loose = sorted(m for m in MODULES if _within(m, "functions") and m != "functions" and not _part(m))
+    assert loose == []
+    top = sorted(os.listdir(os.path.join(ROOT, "functions")))
+    folders = [n for n in top if os.path.isdir(os.path.join(ROOT, "functions", n)) and n != "__pycache__"]
+    files = [n for n in top if n.endswith(".py")]
+    assert set(files) == TOP_LEVEL and len(folders) <= MAX_PARTS
+    assert sorted("functions." + f for f in folders) == sorted(p for p in FUNCTION_PARTS if p != "functions.handler")
 
 
 def test_nothing_outside_the_command_package_imports_it():
@@ -158,7 +190,13 @@ def test_the_rules_see_what_they_forbid():
     assert "functions.delivery.node_executor" in _imports("functions.pipeline.point_of_change")
     assert "functions.decision.waves" in _imports("functions.rollout.run")
     assert "subprocess" in _imports("functions.commands.stack.build") and not _pure("functions.commands.stack.build")
-    assert _rank("functions.commands.main") > _rank("functions.handler") > _rank("functions.pipeline.event") > 0
+    assert _rank("functions.commands.main") > _rank("functions.handler") > _rank("functions.pipeline.event") > \
+        _rank("functions.rollout.run") > _rank("functions.kube.nodes") > _rank("functions.decision.waves") > \
+        _rank("functions.base.settings") == 0
+    # a sideways pair is a real import, and the base imports nothing else of the function
+    assert "functions.cloud.cs_lookup" in _imports("functions.kube.taint")
+    assert [i for m in MODULES if _part(m) == "functions.base" for i in _imports(m)
+            if _part(i) not in ("", "functions.base")] == []
     # and the node's: the commands use every part, the host's boot unit the request document
     assert {"node_bootstrap.driver.nvml", "node_bootstrap.host.clients", "node_bootstrap.kube.events"} <= \
         _imports("node_bootstrap.commands.apply")

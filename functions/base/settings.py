@@ -12,12 +12,23 @@ Standard library only, so importing settings costs nothing on a cold start.
 """
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
-from functions.cloud.endpoints import Endpoint, resolve  # stdlib only; Endpoint is re-exported from here
-# stdlib only: the node script owns its directory's default and the paths it accepts
-from functions.delivery.node_script import DEFAULT_ROOT as DEFAULT_NODE_ROOT, is_node_directory
+from functions.base.endpoints import Endpoint, resolve  # stdlib only; Endpoint is re-exported from here
+
+# The node's directory (bundle cache, file parts): its default and the paths the node script takes. One rule,
+# here at the bottom, so ACK_MIG_NODE_ROOT is checked on load exactly as functions.delivery.node_script checks
+# the directory it writes into the script.
+DEFAULT_NODE_ROOT = "/var/lib/ack-mig-hook"
+_NODE_PATH = re.compile(r"^/[A-Za-z0-9._/-]{1,200}\Z")
+
+
+def is_node_directory(path: str) -> bool:
+    """Whether the node script takes ``path`` as the node's directory: absolute, letters, digits and . _ / -,
+    no ``..`` part."""
+    return isinstance(path, str) and bool(_NODE_PATH.match(path)) and ".." not in path.split("/")
 
 
 class SettingsError(ValueError):
@@ -222,7 +233,7 @@ API_NETWORKS = ("public", "vpc")
 
 def _on_network(settings: "Settings") -> "Settings":
     """``vpc``: every API the function calls (ACK, ECS, Auto Scaling, KMS) without an override gets its VPC
-    endpoint (functions.cloud.endpoints), so each client needs no network setting of its own."""
+    endpoint (functions.base.endpoints), so each client needs no network setting of its own."""
     from dataclasses import replace
 
     d = settings.delivery

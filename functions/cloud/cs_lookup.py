@@ -21,7 +21,7 @@ from alibabacloud_tea_openapi.exceptions import AlibabaCloudException, Throttlin
 from darabonba.runtime import RuntimeOptions
 
 from functions.cloud.cluster import node_from_api, nodepool_from_api
-from functions.cloud.endpoints import resolve
+from functions.base.endpoints import resolve
 from functions.base.errors import ConfigurationError, RetryLater
 from functions.base.model import Node, NodePool
 from functions.base.settings import Settings
@@ -75,7 +75,7 @@ class CsLookup:
             raise ConfigurationError("no credentials: give the function a role (FC sets ALIBABA_CLOUD_ACCESS_KEY_"
                                      "ID/_SECRET/_SECURITY_TOKEN) or set them, or use --inventory")
         creds = settings.credentials
-        endpoint = resolve("cs", settings.region, settings.cs_endpoint)  # functions/cloud/endpoints.py
+        endpoint = resolve("cs", settings.region, settings.cs_endpoint)  # functions/base/endpoints.py
         config = openapi_models.Config(
             access_key_id=creds.access_key_id, access_key_secret=creds.access_key_secret,
             security_token=creds.security_token or None, region_id=settings.region or None,

@@ -68,10 +68,10 @@ class ApiError(RuntimeError):
 
 def resolve_endpoint(product: str, region: str, override: Optional[Endpoint] = None,
                      network: str = "public") -> Endpoint:
-    """The endpoint of an RPC product (``ecs``, ``ess``...) in ``region``: :func:`functions.cloud.endpoints.resolve`
+    """The endpoint of an RPC product (``ecs``, ``ess``...) in ``region``: :func:`functions.base.endpoints.resolve`
     (an override, else the VPC endpoint or the one the product's Tea SDK resolves), as an :class:`ApiError`
     when it cannot be named. No location-service lookup: that would be a network call of its own."""
-    from functions.cloud.endpoints import EndpointError, resolve
+    from functions.base.endpoints import EndpointError, resolve
 
     try:
         return resolve(product, region, override, network)

@@ -37,7 +37,7 @@ def _client(region: str, credentials: Credentials, endpoint: Optional[Endpoint],
     from alibabacloud_kms20160120.client import Client
     from alibabacloud_tea_openapi import utils_models as openapi_models
 
-    from functions.cloud.endpoints import resolve
+    from functions.base.endpoints import resolve
 
     endpoint = resolve("kms", region, endpoint)  # the override, else the KMS SDK's own kms.<region>.aliyuncs.com
     config = openapi_models.Config(

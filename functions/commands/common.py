@@ -10,7 +10,7 @@
   Cluster ids are ACK's form: ``c`` and 32 lower-case hex digits (DescribeClusterDetail's examples:
   ``c82e6987e2961451182edacd74faf****``, ``cbfa079eb225c44e7bce86c626f0c****``; ACK tags nodes
   ``ack.aliyun.com=<that id>``). Regions are those the official SDKs' endpoint maps name
-  (:func:`functions.cloud.endpoints.known_regions`). Bucket names follow OSS's rules ("Bucket naming
+  (:func:`functions.base.endpoints.known_regions`). Bucket names follow OSS's rules ("Bucket naming
   conventions": 3-63 characters, lower-case letters, digits and hyphens, starting and ending with a letter
   or a digit). ROS stack names: up to 255 letters, digits, ``-`` and ``_``, starting with a letter or digit
   (ros20190910 ``CreateStackRequest.stack_name``).
@@ -66,7 +66,7 @@ def cluster_id(text: str) -> str:
 
 
 def region(text: str) -> str:
-    from functions.cloud.endpoints import known_regions
+    from functions.base.endpoints import known_regions
 
     value = (text or "").strip()
     if value and value not in known_regions():

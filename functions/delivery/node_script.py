@@ -14,14 +14,14 @@ import re
 import zlib
 from typing import List, Mapping, Optional, Sequence
 
-DEFAULT_ROOT = "/var/lib/ack-mig-hook"
+from functions.base.settings import DEFAULT_NODE_ROOT as DEFAULT_ROOT, is_node_directory  # the one directory rule
+
 HEREDOC = "ACK_MIG_RUNNER_EOF"
 # SIGTERM -> SIGKILL on the node: apply's cleanup (start the clients again, label the node) needs seconds;
 # kept well inside the transports' own margin past the deadline (SSH 30 s, Cloud Assistant 60 s).
 DEFAULT_GRACE_S = 15
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
-_PATH = re.compile(r"^/[A-Za-z0-9._/-]{1,200}\Z")
 _PYTHON = re.compile(r"^(python3(\.[0-9]{1,2})?|/[A-Za-z0-9._/-]{1,200})\Z")
 _B64 = re.compile(r"^[A-Za-z0-9+/]*={0,2}\Z")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
@@ -67,11 +67,6 @@ def _fits(pattern, value) -> bool:
     return isinstance(value, str) and bool(pattern.match(value)) and ".." not in value.split("/")
 
 
-def is_node_directory(path: str) -> bool:
-    """Whether the script takes ``path`` as the node's directory (ACK_MIG_NODE_ROOT is checked with this)."""
-    return _fits(_PATH, path)
-
-
 def encode_args(args: Sequence[str]) -> str:
     if not all(isinstance(a, str) for a in args):
         raise CommandError("node arguments must be text")
@@ -101,7 +96,9 @@ def render(digest: str, args: Sequence[str], deadline_s: int, instance_id: str =
         raise CommandError("refusing grace %r in a node command" % (grace_s,))
     if instance_id != ACS_INSTANCE_ID:
         _check(_INSTANCE, instance_id, "instance id")
-    return TEMPLATE.format(root=_check(_PATH, root, "directory"), python=_check(_PYTHON, python, "python"),
+    if not is_node_directory(root):
+        raise CommandError("refusing directory %r in a node command" % str(root)[:40])
+    return TEMPLATE.format(root=root, python=_check(_PYTHON, python, "python"),
                            digest=_check(_HEX64, digest, "bundle hash"), args=args_b64,
                            deadline=deadline_s, instance=instance_id, names=encode_names(names or {}),
                            grace=grace_s, runner=_RUNNER)

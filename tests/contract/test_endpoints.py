@@ -1,4 +1,4 @@
-"""Endpoints as the official SDKs resolve them (functions/cloud/endpoints.py), for every region any of them lists.
+"""Endpoints as the official SDKs resolve them (functions/base/endpoints.py), for every region any of them lists.
 
 The reference is the SDKs themselves, not a copy: each Tea client (alibabacloud_ecs20140526,
 alibabacloud_ess20220222, alibabacloud_kms20160120, alibabacloud_cs20151215, alibabacloud_ros20190910) is
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from functions.cloud import endpoints
+from functions.base import endpoints
 from functions.cloud.rpc import ECS_VERSION, RpcClient, resolve_endpoint
 from functions.base.settings import Credentials, Endpoint, load_settings
 

@@ -79,7 +79,7 @@ def read(keys: Keys, region: str, cluster_id: str, endpoint: Optional[Endpoint] 
     from alibabacloud_tea_openapi import utils_models as openapi_models
     from darabonba.runtime import RuntimeOptions
 
-    from functions.cloud.endpoints import resolve
+    from functions.base.endpoints import resolve
 
     where = resolve("cs", region, endpoint)
     config = openapi_models.Config(

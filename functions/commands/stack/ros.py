@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional
 
-from functions.cloud.endpoints import resolve
+from functions.base.endpoints import resolve
 from functions.base.settings import Endpoint
 from functions.commands.stack.credentials import Keys
 from functions.commands.stack.exit_codes import CloudError
@@ -63,7 +63,7 @@ class Stacks:
         from alibabacloud_tea_openapi import utils_models as openapi_models
         from darabonba.runtime import RuntimeOptions
 
-        endpoint = resolve("ros", region, endpoint)  # the override, else the ROS SDK's (functions/cloud/endpoints.py)
+        endpoint = resolve("ros", region, endpoint)  # the override, else the ROS SDK's (functions/base/endpoints.py)
         config = openapi_models.Config(
             access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
             security_token=keys.security_token, region_id=region,

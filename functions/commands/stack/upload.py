@@ -26,7 +26,7 @@ import base64
 import hashlib
 from typing import NamedTuple, Optional
 
-from functions.cloud.endpoints import resolve, url_of
+from functions.base.endpoints import resolve, url_of
 from functions.base.settings import Endpoint
 from functions.commands.stack.credentials import Keys
 from functions.commands.stack.exit_codes import EXIT_CONFLICT, CloudError
