@@ -1,8 +1,10 @@
 """Every environment variable the function reads, in one place, and the typed settings built from them.
 
 Nothing else in ``functions/`` reads ``os.environ``: code asks :func:`load_settings` (or receives a
-:class:`Settings`). ``ENV_VARS`` lists every name with its default and meaning; README.md documents
-the same table and a test checks that the two agree.
+:class:`Settings`). ``ENV_VARS`` lists every name with its default, the part that reads it (function, delivery,
+deploy, rollout, notify) and its meaning; docs/function.md's table is generated from it (``python -m
+functions.base.settings``) and a test keeps the two equal. Each part reads its own section through the
+:class:`Settings` it is given (``settings.delivery``, ``settings.rollout``, ``settings.notify``).
 
 Values are checked here, so a wrong setting is one line naming the variable and the accepted form
 (:class:`SettingsError`, exit code 2) instead of a failure deep inside an SDK.
@@ -53,29 +55,44 @@ def _var(name: str, default: str, doc: str, section: str = "function") -> str:
 
 
 # --- function (event intake, cluster lookup, decisions) ---
-CLUSTER_ID = _var("ACK_MIG_CLUSTER_ID", "", "ACK cluster id (c and 32 hex digits) used when the event does not name one")
-REGION = _var("ACK_MIG_REGION", "", "region id, e.g. cn-beijing; falls back to FC_REGION")
+CLUSTER_ID = _var("ACK_MIG_CLUSTER_ID", "", "ACK cluster id (c and 32 hex digits) used when the event "
+                                            "does not name one")
+REGION = _var("ACK_MIG_REGION", "", "region id, e.g. cn-beijing; falls back to `FC_REGION`")
 FC_REGION = _var("FC_REGION", "", "set by Function Compute: the function's region")
-FC_ACCOUNT_ID = _var("FC_ACCOUNT_ID", "", "set by Function Compute: the account id (logged, never required)")
+FC_ACCOUNT_ID = _var("FC_ACCOUNT_ID", "", "set by Function Compute: the account id (logged, never "
+                                          "required)")
 FC_FUNCTION_NAME = _var("FC_FUNCTION_NAME", "", "set by Function Compute: the function name (logged)")
-DRY_RUN = _var("ACK_MIG_DRY_RUN", "false", "true: decide and report, never touch a node (an event or "
-               "--dry-run can also ask for it; any one of them is enough)")
-LOG_LEVEL = _var("ACK_MIG_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR")
-CS_ENDPOINT = _var("ACK_MIG_CS_ENDPOINT", "", "override of the ACK (CS) API endpoint, default "
-                   "cs.<region>.aliyuncs.com; `http://127.0.0.1:PORT` selects plain HTTP (tests, emulators)")
-API_NETWORK = _var("ACK_MIG_API_NETWORK", "public", "public or vpc: vpc sends the function's ECS, Auto Scaling, "
-                   "KMS and ACK API calls to their VPC endpoints (<product>-vpc.<region>.aliyuncs.com), for a "
-                   "function in a VPC without internet access; an ACK_MIG_*_ENDPOINT override still wins")
-API_TIMEOUT_S = _var("ACK_MIG_API_TIMEOUT_S", "10", "connect and read timeout of each cloud API call, seconds")
-API_MAX_ATTEMPTS = _var("ACK_MIG_API_MAX_ATTEMPTS", "3", "attempts per cloud API call on throttling or 5xx")
-ACCESS_KEY_ID = _var("ALIBABA_CLOUD_ACCESS_KEY_ID", "", "set by Function Compute from the function's role; "
-                     "the FC context's credentials win when present")
+DRY_RUN = _var("ACK_MIG_DRY_RUN", "false", "`true`: decide and report, never touch a node (an event's "
+                                           '`"dry_run": true` or `--dry-run` also asks for it; any one is'
+                                           " enough)")
+LOG_LEVEL = _var("ACK_MIG_LOG_LEVEL", "INFO", "`DEBUG`, `INFO`, `WARNING` or `ERROR`")
+CS_ENDPOINT = _var("ACK_MIG_CS_ENDPOINT", "", "override of the ACK (CS) API endpoint (default: the CS Tea"
+                                              " SDK's for the region, `cs.<region>.aliyuncs.com`); "
+                                              "`http://127.0.0.1:PORT` selects plain HTTP (tests, "
+                                              "emulators)")
+API_NETWORK = _var("ACK_MIG_API_NETWORK", "public", "`public` or `vpc`: `vpc` sends the function's ECS, "
+                                                    "Auto Scaling, KMS and ACK API calls to their VPC "
+                                                    "endpoints (`<product>-vpc.<region>.aliyuncs.com`), "
+                                                    "for a function in a VPC without internet access; an "
+                                                    "`ACK_MIG_*_ENDPOINT` override still wins "
+                                                    "([delivery.md](delivery.md#api-endpoints))")
+API_TIMEOUT_S = _var("ACK_MIG_API_TIMEOUT_S", "10", "connect and read timeout of each cloud API call, "
+                                                    "seconds")
+API_MAX_ATTEMPTS = _var("ACK_MIG_API_MAX_ATTEMPTS", "3", "attempts per cloud API call on throttling, 5xx "
+                                                         "or a timeout")
+ACCESS_KEY_ID = _var("ALIBABA_CLOUD_ACCESS_KEY_ID", "", "set by Function Compute from the function's "
+                                                        "role; the FC context's credentials win when "
+                                                        "present")
 ACCESS_KEY_SECRET = _var("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "", "secret of the above; never logged")
 SECURITY_TOKEN = _var("ALIBABA_CLOUD_SECURITY_TOKEN", "", "STS token of the above; never logged")
 DEBUG = _var("ACK_MIG_HOOK_DEBUG", "", "command line only: show the traceback of an internal error")
-AUTOSCALER_TAGS = _var("ACK_MIG_AUTOSCALER_TAGS", "auto", "the node pool tags that tell ACK's cluster-autoscaler "
-                       "the MIG resources of a new node: auto (labelled pools with auto scaling enabled), on "
-                       "(every labelled pool) or off (never written)")
+AUTOSCALER_TAGS = _var("ACK_MIG_AUTOSCALER_TAGS", "auto", "the node pool tags that tell ACK's "
+                                                          "cluster-autoscaler the MIG resources of a new "
+                                                          "node ([operations.md](operations.md#autoscalin"
+                                                          "g-mig-pools)): `auto` (labelled pools with "
+                                                          "auto scaling enabled), `on` (every labelled "
+                                                          "pool) or `off` (never written; pools keep the "
+                                                          "tags they have)")
 AUTOSCALER_TAG_MODES = ("auto", "on", "off")
 
 _TRUE = ("1", "true", "yes", "on")
@@ -298,50 +315,73 @@ def documented() -> Dict[str, EnvVar]:
     return {v.name: v for v in ENV_VARS}
 
 
+TABLE_HEAD = "| variable | default | part | meaning |\n| --- | --- | --- | --- |\n"
+
+
+def markdown_table() -> str:
+    """docs/function.md's configuration table, generated from ``ENV_VARS`` (``python -m
+    functions.base.settings`` prints it; a test keeps the page equal to it): one table for every part."""
+    return TABLE_HEAD + "".join("| `%s` |%s| %s | %s |\n" % (v.name, " `%s` " % v.default if v.default else " ",
+                                                              v.section, v.doc) for v in ENV_VARS)
+
+
 # --- delivery (functions/delivery) ---
 # Delivery settings: names, defaults and parsing of everything that reaches a node.
-TRANSPORT = _var("ACK_MIG_TRANSPORT", "cloud-assistant", "how the bootstrap reaches a node: cloud-assistant, "
-                 "ssh or local", "delivery")
-ECS_ENDPOINT = _var("ACK_MIG_ECS_ENDPOINT", "", "override of the ECS API endpoint (Cloud Assistant); "
-                    "`http://127.0.0.1:PORT` for tests", "delivery")
-ESS_ENDPOINT = _var("ACK_MIG_ESS_ENDPOINT", "", "override of the Auto Scaling API endpoint "
-                    "(CompleteLifecycleAction); `http://127.0.0.1:PORT` for tests", "delivery")
-NODE_ROOT = _var("ACK_MIG_NODE_ROOT", DEFAULT_NODE_ROOT, "directory on the node that keeps the bootstrap's "
-                 "bundle cache and file parts: an absolute path of letters, digits and . _ / -", "delivery")
+TRANSPORT = _var("ACK_MIG_TRANSPORT", "cloud-assistant", "how the bootstrap reaches a node: "
+                                                         "`cloud-assistant`, `ssh` or `local`", "delivery")
+ECS_ENDPOINT = _var("ACK_MIG_ECS_ENDPOINT", "", "override of the ECS API endpoint (Cloud Assistant; "
+                                                "default: the ECS Tea SDK's, `ecs.<region>.aliyuncs.com`)", "delivery")
+ESS_ENDPOINT = _var("ACK_MIG_ESS_ENDPOINT", "", "override of the Auto Scaling API endpoint (membership, "
+                                                "lifecycle hook answers; default: the ESS Tea SDK's, "
+                                                "`ess.aliyuncs.com` for the central regions, else "
+                                                "`ess.<region>.aliyuncs.com`)", "delivery")
+NODE_ROOT = _var("ACK_MIG_NODE_ROOT", DEFAULT_NODE_ROOT, "directory on the node that keeps the "
+                                                         "bootstrap's bundle cache and file parts (an "
+                                                         "absolute path of letters, digits and `. _ / "
+                                                         "-`); the node tool's own state stays where "
+                                                         "`--state-dir` in `ACK_MIG_NODE_ARGS` puts it", "delivery")
 SSH_USER = _var("ACK_MIG_SSH_USER", "root", "SSH transport: login user", "delivery")
 SSH_PORT = _var("ACK_MIG_SSH_PORT", "22", "SSH transport: port", "delivery")
 SSH_KEY_FILE = _var("ACK_MIG_SSH_KEY_FILE", "", "SSH transport: private key file", "delivery")
-SSH_KEY_SECRET = _var("ACK_MIG_SSH_KEY_SECRET", "", "SSH transport: name of the KMS Secrets Manager secret "
-                      "that holds the private key (read at run time, cached for the instance's life, never "
-                      "logged); wins over the key file", "delivery")
+SSH_KEY_SECRET = _var("ACK_MIG_SSH_KEY_SECRET", "", "SSH transport: name of the KMS Secrets Manager "
+                                                    "secret holding the private key (read at run time, "
+                                                    "cached for the instance's life, never logged); wins "
+                                                    "over the key file", "delivery")
 KMS_ENDPOINT = _var("ACK_MIG_KMS_ENDPOINT", "", "override of the KMS endpoint (default: the SDK's, "
-                    "kms.<region>.aliyuncs.com); `http://127.0.0.1:PORT` for tests", "delivery")
-SSH_KNOWN_HOSTS = _var("ACK_MIG_SSH_KNOWN_HOSTS", "", "SSH transport: known_hosts file", "delivery")
-SSH_HOST_KEY_POLICY = _var("ACK_MIG_SSH_HOST_KEY_POLICY", "verify", "SSH transport: verify (known hosts "
-                           "only) or accept-new", "delivery")
+                                                "`kms.<region>.aliyuncs.com`)", "delivery")
+SSH_KNOWN_HOSTS = _var("ACK_MIG_SSH_KNOWN_HOSTS", "", "SSH transport: known_hosts file (required with "
+                                                      "`verify`)", "delivery")
+SSH_HOST_KEY_POLICY = _var("ACK_MIG_SSH_HOST_KEY_POLICY", "verify", "SSH transport: `verify` (known hosts "
+                                                                    "only) or `accept-new`", "delivery")
 SSH_CONCURRENCY = _var("ACK_MIG_SSH_CONCURRENCY", "32", "SSH transport: nodes handled at once", "delivery")
-NODE_TIMEOUT_S = _var("ACK_MIG_NODE_TIMEOUT_S", "600", "time one node may take to partition, seconds",
+NODE_TIMEOUT_S = _var("ACK_MIG_NODE_TIMEOUT_S", "600", "time one node may take to partition, seconds; the"
+                                                       " runner stops node_bootstrap past it",
                       "delivery")
-LIFECYCLE_FAILURE_RESULT = _var("ACK_MIG_LIFECYCLE_FAILURE_RESULT", "ABANDON", "lifecycle hook answer when "
-                                "a node fails: CONTINUE, ABANDON or ROLLBACK", "delivery")
+LIFECYCLE_FAILURE_RESULT = _var("ACK_MIG_LIFECYCLE_FAILURE_RESULT", "ABANDON",
+                                "lifecycle hook answer when every node under it failed by its own verdict: "
+                                "`CONTINUE`, `ABANDON` or `ROLLBACK`", "delivery")
 STARTUP_TAINT = _var("ACK_MIG_STARTUP_TAINT", "ack-mig-hook/partition-pending=true:NoSchedule",
-                     "taint the pool puts on new nodes; removed once the node is partitioned (`none`: "
-                     "never touch taints)", "delivery")
-NODE_ARGS = _var("ACK_MIG_NODE_ARGS", "", "extra node_bootstrap arguments (e.g. the demo's simulated "
-                 "backend)", "delivery")
+                     "the taint the pool puts on new nodes, lifted once a node is partitioned; `none`: "
+                     "never touch taints", "delivery")
+NODE_ARGS = _var("ACK_MIG_NODE_ARGS", "", "extra node_bootstrap arguments, split like a shell command "
+                                          "line (e.g. the demo's `--backend sim:A100-SXM4-40GB:8 "
+                                          "--no-label`); they travel in base64", "delivery")
 LIFECYCLE_HEARTBEAT_S = _var("ACK_MIG_LIFECYCLE_HEARTBEAT_S", "240", "seconds between lifecycle hook "
-                             "heartbeats while nodes are partitioned (each extends the hook by 600 s)",
+                                                                     "heartbeats while nodes run (each extends"
+                                                                     " the hook by 600 s)",
                              "delivery")
 
 # --- deploy (ack-mig-hook deploy, undeploy, doctor: run on an operator's machine, never in FC) ---
-ROS_ENDPOINT = _var("ACK_MIG_ROS_ENDPOINT", "", "deploy/doctor: override of the ROS API endpoint (default: "
-                    "the SDK's own for the region); `http://127.0.0.1:PORT` for tests", "deploy")
-OSS_ENDPOINT = _var("ACK_MIG_OSS_ENDPOINT", "", "deploy: override of the OSS endpoint, default "
-                    "oss-<region>.aliyuncs.com; `http://127.0.0.1:PORT` for tests", "deploy")
-FC_PYTHON = _var("ACK_MIG_FC_PYTHON", "", "make lock / make package-check: a CPython 3.10 (FC's runtime) to resolve "
-                 "and import with, when python3.10 is neither on PATH nor in ~/.pyenv", "deploy")
-STS_ENDPOINT = _var("ACK_MIG_STS_ENDPOINT", "", "deploy: override of the STS endpoint that tells the caller's "
-                    "account id (default: the SDK's own for the region); `http://127.0.0.1:PORT` for tests",
+ROS_ENDPOINT = _var("ACK_MIG_ROS_ENDPOINT", "", "`deploy`/`doctor`: override of the ROS API endpoint "
+                                                "(default: the SDK's own for the region)", "deploy")
+OSS_ENDPOINT = _var("ACK_MIG_OSS_ENDPOINT", "", "`deploy`: override of the OSS endpoint (default "
+                                                "`oss-<region>.aliyuncs.com`)", "deploy")
+FC_PYTHON = _var("ACK_MIG_FC_PYTHON", "", "`make lock` / `make package-check`: a CPython 3.10 (FC's "
+                                          "runtime) when `python3.10` is neither on PATH nor in "
+                                          "`~/.pyenv`", "deploy")
+STS_ENDPOINT = _var("ACK_MIG_STS_ENDPOINT", "", "`deploy`: override of the STS endpoint that tells the "
+                                                "caller's account id (default: the SDK's own for the "
+                                                "region)",
                     "deploy")
 
 TRANSPORTS = ("cloud-assistant", "ssh", "local")
@@ -415,34 +455,54 @@ def _node_root(env: Mapping[str, str]) -> str:
 
 # --- rollout of running nodes (functions/rollout/run.py); documented in docs/operations.md ---
 MAX_UNAVAILABLE = _var("ACK_MIG_MAX_UNAVAILABLE", "1", "running nodes of one pool disrupted at once by a "
-                       "repartition: a count (2) or a percentage of the pool's nodes (25%); a pool label "
-                       "ack-mig-hook/max-unavailable (a count) overrides it", "rollout")
+                                                       "repartition: a count (`2`) or a percentage of the"
+                                                       " pool's nodes (`25%`); the pool label "
+                                                       "`ack-mig-hook/max-unavailable` (a count) "
+                                                       "overrides it", "rollout")
 DRAIN_TIMEOUT_S = _var("ACK_MIG_DRAIN_TIMEOUT_S", "900", "how long evicting a node's GPU pods may take "
-                       "(PodDisruptionBudget refusals are retried meanwhile) before the node ends "
-                       "drain-timeout and the pool's rollout stops, seconds", "rollout")
-CAPACITY_TIMEOUT_S = _var("ACK_MIG_CAPACITY_TIMEOUT_S", "300", "how long to wait after a node's apply for "
-                          "its new nvidia.com/mig-* capacity to show, seconds", "rollout")
-ON_LABEL_REMOVAL = _var("ACK_MIG_ON_LABEL_REMOVAL", "keep", "a pool whose partition label is removed: keep "
-                        "(partitioned nodes keep their layout) or disable (roll them to MIG off)", "rollout")
-DRAIN_FORCE = _var("ACK_MIG_DRAIN_FORCE", "false", "true: also evict GPU pods that declare no controller (as "
-                   "kubectl drain --force; such a pod is gone for good); false: such a pod defers its node, "
-                   "named in the reason", "rollout")
-DRAIN_EMPTYDIR = _var("ACK_MIG_DRAIN_EMPTYDIR", "memory", "GPU pods with emptyDir volumes: memory (evict when "
-                      "every emptyDir is medium Memory, e.g. /dev/shm; a disk-backed one defers the node), any "
-                      "(evict whatever emptyDir, as kubectl drain --delete-emptydir-data) or none (any emptyDir "
-                      "defers the node, kubectl drain's default)", "rollout")
-KUBE_MAX_ATTEMPTS = _var("ACK_MIG_KUBE_MAX_ATTEMPTS", "5", "attempts per Kubernetes API call on no answer, "
-                         "throttling (429, Retry-After honoured) or 5xx, within the invocation's time", "rollout")
-INVOCATION_TIMEOUT_S = _var("ACK_MIG_INVOCATION_TIMEOUT_S", "0", "how long one invocation may work, seconds: a "
-                            "rollout starts a further wave while the wave's worst case (node + drain + capacity "
-                            "timeouts, without the drain for nodes that only gain instances) plus 420 s still "
-                            "fits; never past the function's Timeout; 0: the function's Timeout as FC tells it, "
-                            "else one wave", "rollout")
-KUBECONFIG = _var("ACK_MIG_KUBECONFIG", "", "command line only (--kubeconfig): the operator's kubeconfig for "
-                  "the Kubernetes side instead of a short-lived one from ACK")
-KUBE_ENDPOINT = _var("ACK_MIG_KUBE_ENDPOINT", "private", "which API server endpoint the kubeconfig ACK issues "
-                     "names: private (the function, in the cluster's VPC) or public (the command line on an "
-                     "operator's machine: status and invoke set it, as doctor and undeploy ask ACK)")
+                                                         "(PodDisruptionBudget refusals are retried "
+                                                         "meanwhile) before the node ends `drain-timeout`"
+                                                         " and the pool's rollout stops, seconds", "rollout")
+CAPACITY_TIMEOUT_S = _var("ACK_MIG_CAPACITY_TIMEOUT_S", "300", "how long to wait after a node's apply for"
+                                                               " its new `nvidia.com/mig-*` capacity to "
+                                                               "show, seconds", "rollout")
+ON_LABEL_REMOVAL = _var("ACK_MIG_ON_LABEL_REMOVAL", "keep", "a pool whose partition label is removed: "
+                                                            "`keep` (partitioned nodes keep their layout)"
+                                                            " or `disable` (roll them to MIG off)", "rollout")
+DRAIN_FORCE = _var("ACK_MIG_DRAIN_FORCE", "false", "`true`: also evict GPU pods that declare no "
+                                                   "controller (as `kubectl drain --force`: such a pod is"
+                                                   " gone for good); `false`: such a pod defers its node,"
+                                                   " named in the reason", "rollout")
+DRAIN_EMPTYDIR = _var("ACK_MIG_DRAIN_EMPTYDIR", "memory", "GPU pods with emptyDir volumes: `memory` "
+                                                          "(evicted when every emptyDir is `medium: "
+                                                          "Memory`, e.g. `/dev/shm`; a disk-backed one "
+                                                          "defers the node), `any` (as `kubectl drain "
+                                                          "--delete-emptydir-data`) or `none` (any "
+                                                          "emptyDir defers the node)", "rollout")
+KUBE_MAX_ATTEMPTS = _var("ACK_MIG_KUBE_MAX_ATTEMPTS", "5", "attempts per Kubernetes API call on no "
+                                                           "answer, throttling (429, `Retry-After` "
+                                                           "honoured) or 5xx, within the invocation's "
+                                                           "time", "rollout")
+INVOCATION_TIMEOUT_S = _var("ACK_MIG_INVOCATION_TIMEOUT_S", "0", "how long one invocation may work, "
+                                                                 "seconds: a rollout starts a further wave"
+                                                                 " while that wave's worst case (node + "
+                                                                 "drain + capacity timeouts, no drain time"
+                                                                 " for nodes that only gain instances) "
+                                                                 "plus 420 s still fits; never past the "
+                                                                 "function's Timeout; `0`: the function's "
+                                                                 "Timeout as FC tells it "
+                                                                 "(`context.function.timeout`), else one "
+                                                                 "wave ([operations.md](operations.md#pace"
+                                                                 "-several-waves-per-invocation))", "rollout")
+KUBECONFIG = _var("ACK_MIG_KUBECONFIG", "", "command line only (`--kubeconfig` of `invoke` and `status`):"
+                                            " the operator's kubeconfig for the Kubernetes side instead "
+                                            "of a short-lived one from ACK")
+KUBE_ENDPOINT = _var("ACK_MIG_KUBE_ENDPOINT", "private", "which API server endpoint the kubeconfig ACK "
+                                                         "issues names: `private` (the function, in the "
+                                                         "cluster's VPC) or `public` (what the command "
+                                                         "line sets on an operator's machine for `status`"
+                                                         " and `invoke`, as `doctor` and `undeploy` ask "
+                                                         "ACK)")
 KUBE_ENDPOINTS = ("private", "public")
 
 LABEL_REMOVAL_CHOICES = ("keep", "disable")
@@ -486,12 +546,18 @@ def rollout_from_env(env: Mapping[str, str]) -> RolloutSettings:
 
 
 # --- notifications (functions/pipeline/notify.py); documented in docs/operations.md ---
-NOTIFY_URL = _var("ACK_MIG_NOTIFY_URL", "", "a webhook that receives one JSON line when a rollout finishes or "
-                  "stops, or a node fails (https://; http:// only to a loopback address). It may carry a token: "
-                  "never logged; prefer ACK_MIG_NOTIFY_URL_SECRET", "notify")
-NOTIFY_URL_SECRET = _var("ACK_MIG_NOTIFY_URL_SECRET", "", "name of the KMS Secrets Manager secret that holds the "
-                         "webhook URL (read when there is something to send, cached for the instance's life, "
-                         "never logged); wins over ACK_MIG_NOTIFY_URL", "notify")
+NOTIFY_URL = _var("ACK_MIG_NOTIFY_URL", "", "a webhook that gets one JSON line when a rollout finishes or"
+                                            " stops, or a node fails "
+                                            "([operations.md](operations.md#notifications)); `https://` "
+                                            "only (`http://` to a loopback address, for tests); it may "
+                                            "carry a token: never logged, kept out of results; prefer "
+                                            "`ACK_MIG_NOTIFY_URL_SECRET`", "notify")
+NOTIFY_URL_SECRET = _var("ACK_MIG_NOTIFY_URL_SECRET", "", "name of the KMS Secrets Manager secret that "
+                                                          "holds the webhook URL (read only when there is"
+                                                          " something to send, cached for the instance's "
+                                                          "life, never logged); wins over "
+                                                          "`ACK_MIG_NOTIFY_URL`; the template's "
+                                                          "`NotifyUrlSecretName`", "notify")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")  # urlsplit's hostname: lower case, no brackets
 
 
@@ -526,3 +592,7 @@ def check_notify_url(text: str, name: str = NOTIFY_URL) -> str:
 def notify_from_env(env: Mapping[str, str]) -> NotifySettings:
     url = _get(env, NOTIFY_URL)
     return NotifySettings(url=check_notify_url(url) if url else "", url_secret=_get(env, NOTIFY_URL_SECRET))
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")
