@@ -55,9 +55,27 @@ vermin: dev
 demo: install
 	$(BIN)/ack-mig-hook demo
 
+# The test control plane of the kube_real tests (tests/controlplane: etcd, the real kube-apiserver and the
+# disruption controller in one Go program), built once per Kubernetes version into .cache (minutes the first
+# time). Without a Go toolchain those tests are skipped, one line in pytest's summary says so; under CI
+# (CI=true) a missing Go fails the run.
+GO ?= $(shell command -v go 2>/dev/null || { test -x /usr/local/go/bin/go && echo /usr/local/go/bin/go; })
+K8S_VERSION := $(shell awk '$$1 == "k8s.io/kubernetes" && NF == 2 {print $$2}' tests/controlplane/go.mod)
+CONTROLPLANE := .cache/controlplane/$(K8S_VERSION)/controlplane
+$(CONTROLPLANE): tests/controlplane/go.mod tests/controlplane/go.sum $(wildcard tests/controlplane/*.go)
+	@echo "building the test control plane (Kubernetes $(K8S_VERSION)): minutes the first time"
+	mkdir -p $(@D)
+	cd tests/controlplane && nice $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/$@.tmp .
+	mv $@.tmp $@
+
+.PHONY: controlplane
+controlplane:
+	@if [ -n "$(GO)" ]; then $(MAKE) --no-print-directory $(CONTROLPLANE); \
+	elif [ "$$CI" = true ]; then echo "CI=true but no Go toolchain: the kube_real tests cannot run" >&2; exit 1; fi
+
 # Two workers: most of a test's time is spent waiting (servers, deadlines, subprocesses), about half the wall
 # time is CPU, so two workers halve the run on a 2-core machine. Every test owns its ports and directories.
-test: dev node-env sshd vermin ros-schemas
+test: dev node-env sshd vermin ros-schemas controlplane
 	$(NODE_VENV)/bin/python tests/node_import_check.py
 	$(BIN)/python -m pytest -n 2
 
