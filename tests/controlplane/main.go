@@ -12,6 +12,9 @@
 // themselves. Every port is on 127.0.0.1, chosen free at start; when everything is ready the program writes
 // <dir>/state.json (ports, CA file, tokens) in one rename, which is what tests/kube_real/conftest.py waits for.
 // It stops on SIGTERM/SIGINT or when its stdin closes (the test process that started it has gone).
+//
+// `controlplane drain-verdicts` is another program in the same binary (one build, one cache): kubectl
+// drain's pod filters as an oracle (drain.go).
 package main
 
 import (
@@ -77,7 +80,19 @@ type state struct {
 	Versions    map[string]string `json:"versions"`
 }
 
+// Other uses of this binary: `controlplane <name>` (drain.go: drain-verdicts).
+var subcommands = map[string]func() error{}
+
 func main() {
+	if len(os.Args) > 1 {
+		if sub, ok := subcommands[os.Args[1]]; ok {
+			if err := sub(); err != nil {
+				fmt.Fprintln(os.Stderr, "controlplane "+os.Args[1]+":", err)
+				os.Exit(1)
+			}
+			return
+		}
+	}
 	dir := flag.String("dir", "", "state directory (created; state.json is written there when ready)")
 	logLevel := flag.Int("v", 0, "kube-apiserver log verbosity")
 	flag.Parse()
