@@ -35,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def pytest_collection_modifyitems(config, items):
     if MISSING and os.environ.get("CI") != "true":
         for item in items:
-            if str(item.path).startswith(HERE + os.sep):
+            if str(item.path).startswith(HERE + os.sep) and item.get_closest_marker("kube_real"):
                 item.add_marker(pytest.mark.skip(reason=MISSING))
 
 
@@ -60,6 +60,19 @@ def control_plane(tmp_path_factory):
         yield plane
     finally:
         controlplane.stop_process(plane.process)
+
+
+@pytest.fixture(params=["double", pytest.param("real", marks=pytest.mark.kube_real)])
+def world(request, tmp_path):
+    """The scenario's API server: the project's double, then the real one (tests/kube_real/worlds.py)."""
+    from tests.kube_real.worlds import DoubleWorld, RealWorld
+
+    made = DoubleWorld(tmp_path) if request.param == "double" else \
+        RealWorld(request.getfixturevalue("control_plane"), tmp_path)
+    try:
+        yield made
+    finally:
+        made.close()
 
 
 @pytest.fixture

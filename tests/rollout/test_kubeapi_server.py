@@ -112,15 +112,16 @@ def test_a_granted_eviction_is_201_and_pending_or_terminating_pods_skip_the_budg
     ({"max_unavailable": 0}, 3, 0),
 ])
 def test_budgets_count_as_the_disruption_controller(kube_api, spec, pods, allowed):
-    for n in range(pods):
-        kube_api.add_pod("team", "p%d" % n, "node-a", labels={"app": "x"})
+    for n in range(pods):  # a scaled budget counts controllers' replicas: pods without one would allow none
+        kube_api.add_pod("team", "p%d" % n, "node-a", labels={"app": "x"}, owner_kind="ReplicaSet")
     kube_api.add_pdb("team", "b", {"app": "x"}, **spec)
     assert kube_api.budget_status("team", "b")["disruptionsAllowed"] == allowed
 
 
 def test_budget_selectors_expressions_empty_and_several(kube_api, admin):
     kube_api.add_pod("team", "p", "node-a", labels={"app": "x", "tier": "gpu"}, owner_kind="ReplicaSet")
-    kube_api.add_pdb("team", "empty", {}, min_available=9)  # an empty selector selects nothing
+    kube_api.add_pdb("team", "empty", {}, min_available=9)
+    kube_api.pdbs[("team", "empty")]["spec"].pop("selector")  # no selector selects nothing ({} selects all)
     kube_api.add_pdb("team", "other-ns", {"app": "x"}, min_available=9)
     kube_api.pdbs[("elsewhere", "other-ns")] = kube_api.pdbs.pop(("team", "other-ns"))
     kube_api.add_pdb("team", "expr", match_expressions=[{"key": "tier", "operator": "In", "values": ["gpu"]}],

@@ -29,14 +29,19 @@ Lists (``GET /api/v1/nodes``, ``/api/v1/pods``, ``/api/v1/namespaces/{ns}/pods``
     the watch cache upstream; here the current state).
 Eviction (``POST .../pods/{name}/eviction``, ``pkg/registry/core/pod/storage/eviction.go``)
   * A Pending, Succeeded, Failed or terminating pod is deleted without looking at budgets.
-  * Budgets of the pod's namespace whose selector selects it (empty or invalid selectors select nothing):
+  * Budgets of the pod's namespace whose selector selects it (``{}`` selects every pod, as policy/v1 has it;
+    a missing or invalid selector none):
     several -> 500 ``This pod has more than one PodDisruptionBudget, which the eviction subresource does not
     support.``; one that the controller has not processed yet (``add_pdb(..., processed=False)``) -> 429
     with the cause ``DisruptionBudget`` and ``Retry-After: 10``; one that allows no disruption -> 429 with
     the cause ``DisruptionBudget`` (``The disruption budget X needs N healthy pods and has M currently``)
     and no Retry-After; otherwise the pod is deleted and the answer is 201 Created with a Status.
   * ``minAvailable``/``maxUnavailable``, integers or percentages, as the disruption controller counts
-    (``kubeselect.disruptions_allowed``).
+    (``kubeselect.disruptions_allowed``: a scaled budget counts controllers' replicas, so pods without a
+    controller allow nothing, and one over a DaemonSet's pods never computes: 429 'still being processed'),
+    and the refusal's message as the eviction picks it.
+  * A pod that is not Ready is deleted without spending the budget while the budget is met
+    (currentHealthy >= desiredHealthy > 0), or always with ``unhealthyPodEvictionPolicy: AlwaysAllow``.
   * With ``graceful_evictions`` an evicted pod stays, terminating (``deletionTimestamp``), until
     :meth:`KubeApiServer.finish_termination` (its kubelet stopped it).
 Throttling and outages
@@ -848,20 +853,30 @@ def _handler_for(api):
                     if budgets:
                         pdb = budgets[0]
                         pdb_name = pdb["metadata"]["name"]
-                        if pdb["status"].get("observedGeneration", 0) < pdb["metadata"].get("generation", 1):
+                        status = api.budget_status(namespace, pdb_name)
+                        if not kubeselect.pod_ready(pod) and (
+                                pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
+                                or status["currentHealthy"] >= status["desiredHealthy"] > 0):
+                            budgets = []  # an unready pod while the budget is met: deleted, nothing spent
+                    if budgets:
+                        # A budget whose sync fails (failSafe) never records an observedGeneration: taken here
+                        # as one that never computed, the usual case (a DaemonSet's pods under a scaled budget).
+                        if pdb["status"].get("observedGeneration", 0) < pdb["metadata"].get("generation", 1) or \
+                                status["syncFailed"]:
                             raise Refused(429, "Cannot evict pod as it would violate the pod's disruption budget.",
                                           details={"causes": [{"reason": "DisruptionBudget", "type": "DisruptionBudget",
                                                                "message": "The disruption budget %s is still being "
                                                                           "processed by the server." % pdb_name}],
                                                    "retryAfterSeconds": 10}, headers={"Retry-After": "10"})
-                        status = api.budget_status(namespace, pdb_name)
                         if status["disruptionsAllowed"] < 1:
+                            if status["currentHealthy"] <= status["desiredHealthy"]:
+                                why = "The disruption budget %s needs %d healthy pods and has %d currently" % (
+                                    pdb_name, status["desiredHealthy"], status["currentHealthy"])
+                            else:
+                                why = "The disruption budget %s does not allow evicting pods currently" % pdb_name
                             raise Refused(429, "Cannot evict pod as it would violate the pod's disruption budget.",
                                           details={"causes": [{"reason": "DisruptionBudget", "type": "DisruptionBudget",
-                                                               "message": "The disruption budget %s needs %d healthy "
-                                                                          "pods and has %d currently" % (
-                                                                              pdb_name, status["desiredHealthy"],
-                                                                              status["currentHealthy"])}]})
+                                                               "message": why}]})
                 if api.graceful_evictions and phase not in ("Succeeded", "Failed"):
                     if not pod["metadata"].get("deletionTimestamp"):
                         terminating = copy.deepcopy(pod)

@@ -10,15 +10,18 @@ Sources (kubernetes/kubernetes):
   The empty string selects everything.
 * ``staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/helpers.go`` (``LabelSelectorAsSelector``): the
   object form ``{"matchLabels": {...}, "matchExpressions": [{"key", "operator": In|NotIn|Exists|
-  DoesNotExist, "values"}]}``; an unknown operator is an invalid selector. For a PodDisruptionBudget an
-  empty or missing selector selects nothing, and an invalid one matches no pod
-  (``pkg/registry/core/pod/storage/eviction.go`` ``getPodDisruptionBudgets``).
+  DoesNotExist, "values"}]}``; an unknown operator is an invalid selector. For a policy/v1
+  PodDisruptionBudget the empty selector ``{}`` selects every pod of its namespace, a missing one
+  (``LabelSelectorAsSelector(nil)``) none, and an invalid one matches no pod, for the eviction subresource
+  (``pkg/registry/core/pod/storage/eviction.go`` ``getPodDisruptionBudgets``) and the disruption
+  controller alike (checked against the real kube-apiserver: tests/kube_real).
 * ``pkg/controller/disruption/disruption.go`` (``getExpectedPodCount``, ``countHealthyPods``,
   ``updatePdbStatus``): ``minAvailable`` as an integer is the desired healthy count over the selected pods;
   as a percentage, and ``maxUnavailable`` in either form, are scaled on the expected count (the owning
-  controllers' replicas; here: the selected pods, which is what they are when every replica exists),
-  rounding up; ``disruptionsAllowed = max(0, currentHealthy - desiredHealthy)``; healthy = Ready (a
-  Running pod without conditions counts as Ready here) and not terminating.
+  controllers' replicas; here: each controller's selected pods, which is what they are when every replica
+  exists; a pod without a controller adds none, a DaemonSet or Job has no scale and fails the sync),
+  rounding up; ``disruptionsAllowed = max(0, currentHealthy - desiredHealthy)``, 0 when no pod is
+  expected; healthy = Ready (a Running pod without conditions counts as Ready here) and not terminating.
 """
 
 import math
@@ -127,9 +130,13 @@ def selector_object(selector: Optional[Mapping[str, Any]]) -> Optional[List[Requ
 
 
 def pdb_selects(pdb: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A budget's selector, as the eviction subresource applies it: empty or invalid selects nothing."""
-    requirements = selector_object((pdb.get("spec") or {}).get("selector"))
-    if not requirements:
+    """A budget's selector, as the eviction subresource applies it: ``{}`` selects every pod (policy/v1),
+    a missing or invalid one none."""
+    selector = (pdb.get("spec") or {}).get("selector")
+    if selector is None:
+        return False
+    requirements = selector_object(selector)
+    if requirements is None:
         return False
     return all(r(labels) for r in requirements)
 
@@ -170,21 +177,55 @@ def _scaled(value: Any, total: int) -> int:
     return int(math.ceil(int(text[:-1]) * total / 100.0))
 
 
-def pod_healthy(pod: Mapping[str, Any]) -> bool:
-    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    if meta.get("deletionTimestamp"):
-        return False
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    """podutil.IsPodReady; a Running pod without conditions counts as Ready here."""
+    status = pod.get("status") or {}
     conditions = status.get("conditions")
     if conditions is not None:
         return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
     return status.get("phase", "Running") == "Running"
 
 
-def disruptions_allowed(pdb: Mapping[str, Any], selected: List[Mapping[str, Any]]) -> Dict[str, int]:
+def pod_healthy(pod: Mapping[str, Any]) -> bool:
+    return not (pod.get("metadata") or {}).get("deletionTimestamp") and pod_ready(pod)
+
+
+# Controllers whose replicas the disruption controller reads (its finders, and the scale subresource).
+SCALABLE = ("ReplicaSet", "ReplicationController", "StatefulSet", "Deployment")
+NO_SCALE = {"DaemonSet": "daemonsets.apps", "Job": "jobs.batch", "CronJob": "cronjobs.batch"}
+
+
+def _controller(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return next((r for r in (pod.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller") is True),
+                {})
+
+
+def disruptions_allowed(pdb: Mapping[str, Any], selected: List[Mapping[str, Any]]) -> Dict[str, Any]:
     """The status the disruption controller writes: expectedPods, desiredHealthy, currentHealthy,
-    disruptionsAllowed."""
+    disruptionsAllowed, and ``syncFailed`` (the SyncFailed condition's message, "" when it computed).
+
+    An integer minAvailable counts the selected pods. maxUnavailable and a percentage minAvailable are
+    scaled on the controllers' replicas (``getExpectedScale``), here each controller's selected pods: a pod
+    without a controller adds nothing (an 'unmanaged pod'), a controller without a scale subresource (a
+    DaemonSet, a Job) fails the sync, which allows nothing. No expected pod allows nothing either
+    (``updatePdbStatus``)."""
     spec = pdb.get("spec") or {}
+    scaled = spec.get("maxUnavailable") is not None or str(spec.get("minAvailable", "")).endswith("%")
     expected = len(selected)
+    if scaled:
+        replicas = {}  # type: Dict[Any, int]
+        for pod in selected:
+            ref = _controller(pod)
+            if not ref:
+                continue
+            kind = str(ref.get("kind") or "")
+            if kind not in SCALABLE:
+                failed = "%s does not implement the scale subresource" % NO_SCALE.get(kind, kind.lower() + "s")
+                return {"expectedPods": 0, "desiredHealthy": 0, "currentHealthy": 0, "disruptionsAllowed": 0,
+                        "syncFailed": failed}
+            key = ref.get("uid") or (kind, ref.get("name"))
+            replicas[key] = replicas.get(key, 0) + 1
+        expected = sum(replicas.values())
     if spec.get("maxUnavailable") is not None:
         desired = max(0, expected - _scaled(spec["maxUnavailable"], expected))
     elif spec.get("minAvailable") is not None:
@@ -192,5 +233,6 @@ def disruptions_allowed(pdb: Mapping[str, Any], selected: List[Mapping[str, Any]
     else:
         desired = 0  # neither set: getExpectedPodCount leaves desiredHealthy at zero
     healthy = sum(1 for p in selected if pod_healthy(p))
+    allowed = healthy - desired if expected > 0 else 0
     return {"expectedPods": expected, "desiredHealthy": desired, "currentHealthy": healthy,
-            "disruptionsAllowed": max(0, healthy - desired)}
+            "disruptionsAllowed": max(0, allowed), "syncFailed": ""}
