@@ -128,7 +128,7 @@ def test_drain_passes_until_the_node_is_empty(world):
         for ended in world.kubelets(ns):
             replaced += 1
             world.add_pod(ns, "train-new-%d" % replaced, elsewhere, labels={"app": "train"}, gpus=1,
-                          owner_name="train")
+                          owner_name="train", replacement=True)
         world.settle()
     assert passes == [(3, 1, 2, []), (2, 1, 1, []), (1, 1, 0, []), (0, 0, 0, [])], passes
     assert sorted(n for n, p in world.pods(ns).items() if p["spec"].get("nodeName") == node) == \

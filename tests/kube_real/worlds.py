@@ -85,7 +85,8 @@ class DoubleWorld(World):
 
     def add_pod(self, ns: str, name: str, node: Optional[str], labels: Optional[dict] = None, gpus: int = 0,
                 owner_kind: Optional[str] = "ReplicaSet", owner_name: str = "", phase: str = "Running",
-                volumes: Optional[list] = None, annotations: Optional[dict] = None, ready: bool = True) -> None:
+                volumes: Optional[list] = None, annotations: Optional[dict] = None, ready: bool = True,
+                replacement: bool = False) -> None:
         pod = self.api.add_pod(ns, name, node, labels=labels, gpus=gpus, owner_kind=owner_kind, phase=phase,
                                volumes=volumes, annotations=annotations)
         if not ready:
@@ -189,16 +190,18 @@ class RealWorld(World):
 
     def add_pod(self, ns: str, name: str, node: Optional[str], labels: Optional[dict] = None, gpus: int = 0,
                 owner_kind: Optional[str] = "ReplicaSet", owner_name: str = "", phase: str = "Running",
-                volumes: Optional[list] = None, annotations: Optional[dict] = None, ready: bool = True) -> None:
+                volumes: Optional[list] = None, annotations: Optional[dict] = None, ready: bool = True,
+                replacement: bool = False) -> None:
         """A pod; ``owner_kind`` ReplicaSet: one ReplicaSet per ``owner_name`` (default: the pod's own),
-        whose replicas count its pods, as a real ReplicaSet's would."""
+        whose replicas count its pods, as a real ReplicaSet's would; a ``replacement`` (the ReplicaSet
+        recreating an evicted replica) leaves the replicas as they are."""
         labels = dict(labels or {})
         owner = None
         if owner_kind:
             owner_name = owner_name or name + "-owner"
             obj = self._owner(ns, owner_kind, owner_name, labels or {"owner": owner_name})
             owner = self.cp.owner(obj)
-            if owner_kind == "ReplicaSet":
+            if owner_kind == "ReplicaSet" and not replacement:
                 replicas = (obj["spec"].get("replicas") or 0) + 1
                 obj["spec"]["replicas"] = replicas
                 self.cp.admin.ok("PATCH", "/apis/apps/v1/namespaces/%s/replicasets/%s" % (ns, owner_name),

@@ -1,0 +1,111 @@
+"""The rollout end to end on the real kube-apiserver with the hook's credential (deploy/rbac.yaml):
+cordon, drain through the Eviction API under PodDisruptionBudgets the real disruption controller
+computes, apply, capacity, uncordon, every step recorded in the node annotation."""
+
+import pytest
+
+from tests.kube_real.rollout_harness import SEQUENCE, Harness
+from tests.rollout.conftest import NEW
+
+pytestmark = pytest.mark.kube_real
+
+
+def outcomes(result):
+    return {n["node_name"]: n["outcome"] for n in result.nodes}
+
+
+@pytest.fixture
+def real_world(control_plane, tmp_path):
+    from tests.kube_real.worlds import RealWorld
+
+    return RealWorld(control_plane, tmp_path)
+
+
+def test_a_small_pool_rolls_one_wave_per_invocation(real_world, monkeypatch):
+    h = Harness(real_world, monkeypatch, 3)
+    h.add_pods("train")
+    first = h.run()
+    assert list(outcomes(first).values()).count("partitioned") == 1, first.nodes
+    done = next(n for n, o in outcomes(first).items() if o == "partitioned")
+    node = real_world.node(done)
+    assert node["metadata"]["labels"][SEQUENCE] == NEW and not node["spec"].get("unschedulable")
+    assert h.annotation(done)["step"] == "done" and h.gpu_pods_on(done) == []
+    for _ in range(3):
+        h.run()
+    assert h.transport.seen == h.names or sorted(h.transport.seen) == h.names
+    assert all(h.annotation(n)["step"] == "done" for n in h.names)
+
+
+def test_a_wave_of_twenty_nodes_under_budgets_never_disrupts_more_than_they_allow(real_world, monkeypatch):
+    """20 nodes, five at a time; a training job with a GPU pod on every node under maxUnavailable 2 (its
+    ReplicaSet's 20 replicas, as the real disruption controller counts them), an inference service with two
+    pods on each of four nodes under minAvailable 6, a DaemonSet GPU pod and a CPU pod on every node."""
+    h = Harness(real_world, monkeypatch, 20)
+    h.add_pods("train")
+    h.add_pods("infer", per_node=2, nodes=h.names[:4])
+    h.add_pods("web", gpus=0)
+    for node in h.names:
+        real_world.add_pod(h.ns, "plugin-" + node, node, labels={"app": "plugin"}, gpus=1, owner_kind="DaemonSet",
+                           owner_name="plugin")
+    real_world.add_pdb(h.ns, "train", {"app": "train"}, max_unavailable=2)
+    real_world.add_pdb(h.ns, "infer", {"app": "infer"}, min_available=6)
+    disrupted = []
+
+    def count_terminating():
+        pods = real_world.pods(h.ns).values()
+        for app in ("train", "infer"):
+            ending = [p for p in pods if p["metadata"]["labels"].get("app") == app and p["metadata"].get("deletionTimestamp")]
+            disrupted.append((app, len(ending)))
+
+    h.before_kubelets = count_terminating
+    results = []
+    for _ in range(8):
+        result = h.run(pool_labels={"ack-mig-hook/max-unavailable": "5"})
+        results.append(outcomes(result))
+        if all((h.annotation(n) or {}).get("step") == "done" for n in h.names):
+            break
+    assert all(h.annotation(n)["step"] == "done" for n in h.names), results
+    assert len(results) == 4 and all(list(r.values()).count("partitioned") == 5 for r in results), results
+    assert sorted(h.transport.seen) == h.names
+    for name in h.names:
+        node = real_world.node(name)
+        assert node["metadata"]["labels"][SEQUENCE] == NEW and not node["spec"].get("unschedulable")
+        # what a drain leaves: the DaemonSet pod and the CPU pod
+        assert h.gpu_pods_on(name) == sorted(["plugin-" + name, "web-%s-0" % name])
+    assert max(n for app, n in disrupted if app == "train") == 2  # the budget was used, never overdrawn
+    assert max(n for app, n in disrupted if app == "infer") == 2  # 8 pods, 6 must stay
+    waits = [e for n in h.names for e in real_world.events(n) if "waiting on PodDisruptionBudget" in e["message"]]
+    assert waits, "no drain had to wait for a budget: the test proves less than it says"
+
+
+def test_a_node_deleted_mid_drain_fails_alone_and_the_pool_goes_on(real_world, monkeypatch):
+    """The Node object disappears while its drain waits on a budget (a scale-in, kubectl delete node); the
+    pod garbage collector then deletes its pods. The wave's node ends failed, naming the 404; nothing else
+    is touched; the next invocation goes on with the pool."""
+    h = Harness(real_world, monkeypatch, 3)
+    victim = h.names[0]
+    h.add_pods("train", nodes=[victim])
+    real_world.add_pdb(h.ns, "train", {"app": "train"}, min_available=1)  # its only pod: the drain waits
+
+    def delete_node(n):
+        if n == 2:
+            real_world.delete_node(victim)
+            for name in h.gpu_pods_on(victim):  # the pod GC: pods bound to a node that is gone
+                real_world.cp.finish(h.ns, name)
+    h.on_sleep = delete_node
+    first = h.run()
+    by = {n["node_name"]: n for n in first.nodes}
+    assert by[victim]["outcome"] == "failed", by[victim]
+    assert "not found" in by[victim]["reason"] and "404" in by[victim]["reason"], by[victim]
+    assert [o for n, o in outcomes(first).items() if n != victim] == ["deferred", "deferred"]
+    assert all(not real_world.node(n)["spec"].get("unschedulable") for n in h.names[1:])
+    assert h.transport.seen == []
+    h.on_sleep = None
+    h.transport.gone.add(victim)
+    later = [h.run() for _ in range(3)]
+    assert all(h.annotation(n)["step"] == "done" for n in h.names[1:])
+    # While ACK still lists the instance as running, the rollout sees a node Kubernetes does not know and
+    # partitions it directly, as it does a new node (no pod can be bound to it any more).
+    victim_decision = next(d for d in later[0].decisions if d.node_name == victim)
+    assert "not a Kubernetes node yet" in victim_decision.reason, victim_decision.reason
+    assert h.transport.seen.count(victim) >= 1
