@@ -109,3 +109,37 @@ def test_a_node_deleted_mid_drain_fails_alone_and_the_pool_goes_on(real_world, m
     victim_decision = next(d for d in later[0].decisions if d.node_name == victim)
     assert "not a Kubernetes node yet" in victim_decision.reason, victim_decision.reason
     assert h.transport.seen.count(victim) >= 1
+
+
+def test_two_invocations_that_both_list_before_either_claims_apply_each_node_once(real_world, monkeypatch):
+    """tests/rollout/test_concurrency.py's race on the real server: the per-node lease is a merge patch
+    carrying the Node's resourceVersion, so one of two runs that listed the same nodes loses each claim
+    with a 409 and every node is applied exactly once."""
+    import threading
+
+    from tests.rollout.test_concurrency import Gate
+
+    h = Harness(real_world, monkeypatch, 3)
+    h.add_pods("train")
+    both_listed = threading.Barrier(2, timeout=30)
+    results, errors = {}, []
+
+    def invocation(key):
+        try:
+            results[key] = h.run(kube=Gate(real_world.client(), after_list=both_listed.wait),
+                                 ACK_MIG_MAX_UNAVAILABLE="3")
+        except BaseException as exc:  # noqa: BLE001 - reported below by name, never a hang
+            errors.append(exc)
+            both_listed.abort()
+
+    threads = [threading.Thread(target=invocation, args=(k,), daemon=True) for k in ("timer", "event")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    assert sorted(h.transport.seen) == h.names  # each node applied exactly once
+    for n in h.names:
+        ends = sorted(node["outcome"] for r in results.values() for node in r.nodes if node["node_name"] == n)
+        assert ends in (["deferred", "partitioned"], ["partitioned", "skipped"]), (n, ends)
+        assert h.annotation(n)["step"] == "done" and not real_world.node(n)["spec"].get("unschedulable")
