@@ -94,7 +94,7 @@ def populations():
     out = []
     for n in range(POPULATIONS):
         daemonsets = {}
-        pods = [_pod(rng, i, daemonsets) for i in range(rng.randint(1, 24))]
+        pods = [_pod(rng, i, daemonsets) for i in range(rng.randint(1, 16))]
         out.append({"id": str(n), "pods": pods, "daemonsets": list(daemonsets.values()),
                     "options": [{"force": f, "deleteEmptyDirData": e} for f, e in OPTIONS]})
     return out

@@ -121,7 +121,7 @@ def test_each_permission_taken_away_shows_a_403_on_its_call(control_plane, tmp_p
     world.add_pdb(h.ns, "train", {"app": "train"}, min_available=0)
     seen = []
     kube = _recording(world.client(token=rest.token), seen)
-    result = h.run(kube=kube)
+    result = h.run(kube=kube, ACK_MIG_DRAIN_TIMEOUT_S="20")  # a refused eviction waits out the drain
     # The startup taint's removal, with the same credential (a node that joined with the taint).
     tainted = world.unique("new")
     world.add_node(tainted, taints=[{"key": "ack-mig-hook/unpartitioned", "value": "true", "effect": "NoSchedule"}])
