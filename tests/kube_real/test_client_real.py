@@ -123,9 +123,11 @@ def test_one_drain_pass_over_a_node(control_plane, ns, hook):
     one = dr.evict_pass(hook, node)
     assert one.remaining == 3 and len(one.evicted) == 1 and len(one.budget) == 2
     assert all("needs 2 healthy pods and has 2 currently" in m for m in one.budget.values())
-    # The evicted pod terminates (no kubelet here to end it): the next pass waits for it, evicts nothing.
+    # The evicted pod terminates (no kubelet here to end it): the next pass waits for it and evicts nothing
+    # new. (Its pod list asks resourceVersion=0, the watch cache, which may not show the pod terminating
+    # yet: then it is evicted again, a 201 that changes nothing. The double's lists are never behind.)
     again = dr.evict_pass(hook, node)
-    assert again.remaining == 3 and again.evicted == [] and len(again.budget) == 2
+    assert again.remaining == 3 and set(again.evicted) <= set(one.evicted) and len(again.budget) == 2
 
 
 def test_the_startup_taint_is_removed_by_a_guarded_json_patch(control_plane, tmp_path):
