@@ -19,7 +19,7 @@ from typing import Dict, FrozenSet, Mapping, Optional
 
 from node_bootstrap.mig.catalogue import GPUS
 
-from .model import Bounds
+from .vocabulary import Bounds
 
 LAYOUT_LABEL = "ack-mig-hook/layout"
 PROFILES_LABEL = "ack-mig-hook/layout-profiles"

@@ -5,7 +5,7 @@ Pure (no I/O). See ``plan``.
 
 from typing import Optional, Sequence
 
-from .model import Bounds, GpuSupply, Plan, PodDemand
+from .vocabulary import Bounds, GpuSupply, Plan, PodDemand
 
 
 def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bounds,
