@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from functions.decision.layout import WHOLE_GPU, Plan, PodDemand, bounds_from_labels, plan
-from functions.decision.layout.matching import Place, demand_of, split_pending
+from functions.decision.layout.matching import Place, demand_of, pod_key, split_pending
 from functions.kube.supply import holds_gpus, pool_supply
 
 POOL_LABEL = "alibabacloud.com/nodepool-id"  # ACK labels every node of a pool with its id (functions/decision/waves.py)
@@ -44,6 +44,7 @@ def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[M
     if bounds is None:
         raise NotAutoPool("pool %s is not an auto pool; label it ack-mig-hook/layout=auto to let the hook choose "
                           "its layouts from the pods that wait" % pool_id)
+    pending = sorted(pending, key=pod_key)  # the same advice whatever order the list came in
     by_pool, not_counted = split_pending(pending, {pool_id: places_of(pool_labels, pool_taints, pool_id, nodes)})
     waiting = by_pool[pool_id]
     running = [d for name, pods in sorted(pods_by_node.items()) for pod in pods if holds_gpus(pod)
