@@ -305,16 +305,19 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         if d.pending:
             pending[d.profile] += max(int(d.count), 0)
     idle = Counter(i.profile.name for g in gpus for i in g.state if not i.in_use)
+    # Phase one plans on the GPUs that serve pods already (or that a carried target is filling): their idle
+    # instances count first, and only the surplus among them may go. Idle instances on GPUs nothing uses
+    # count only in phase two: a pod bound to one of those would take one more GPU into use, while room
+    # beside running pods may hold it.
+    first = [g for g in gpus if g.used or g.carried]
+    idle_first = Counter(i.profile.name for g in first for i in g.state if not i.in_use)
     offered = {p.name for g in gpus for p in g.model.profiles}
     need, unserved = {}, Counter()  # type: Dict[str, int], Counter
     notes = []  # type: List[str]
     for name in sorted(set(pending) | {n for n, _ in bounds.headroom}):
         if name == WHOLE_GPU:
             continue
-        wanted = pending[name] + bounds.headroom_of(name) - idle[name]
-        if wanted <= 0:
-            continue
-        if not bounds.allows(name) or name not in offered:
+        if pending[name] + bounds.headroom_of(name) - idle[name] > 0 and (not bounds.allows(name) or name not in offered):
             short = max(0, pending[name] - idle[name])
             if short:
                 unserved[name] += short
@@ -323,10 +326,12 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
                     "no GPU of the pool has this profile" if bounds.allows(name) else
                     "not among the profiles the pool allows (ack-mig-hook/layout-profiles)"))
             continue
-        need[name] = wanted
-    surplus = Counter({n: idle[n] - pending[n] - bounds.headroom_of(n) for n in idle
-                       if idle[n] > pending[n] + bounds.headroom_of(n)})
-    ledger = _Ledger(demand, idle)
+        wanted = pending[name] + bounds.headroom_of(name) - idle_first[name]
+        if wanted > 0 and bounds.allows(name) and name in offered:
+            need[name] = wanted
+    surplus = Counter({n: idle_first[n] - pending[n] - bounds.headroom_of(n) for n in idle_first
+                       if idle_first[n] > pending[n] + bounds.headroom_of(n)})
+    ledger = _Ledger(demand, idle_first)
     served = {}  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
 
     def add(gpu: _Gpu, placement: Tuple[Tuple[str, int], ...]) -> None:
@@ -377,11 +382,27 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     def wanting() -> bool:
         return any(v > 0 for v in need.values())
 
-    used = sorted((g for g in gpus if g.used), key=lambda g: (-g.compute_in_use, g.sort_key))
-    idle_only = sorted((g for g in gpus if not g.used and g.state), key=lambda g: (-len(g.state), g.sort_key))
-    empty = [g for g in gpus if not g.state]
-    for step, group in ((fill, used), (repartition, used), (fill, idle_only), (fill, empty),
-                        (repartition, idle_only)):
+    used = sorted(first, key=lambda g: (-g.compute_in_use, g.sort_key))
+    for step in (fill, repartition):
+        for gpu in used:
+            if not wanting():
+                break
+            step(gpu)
+    # Phase two: the idle instances on GPUs nothing uses take what is left, then those GPUs and empty ones.
+    rest = [g for g in gpus if not (g.used or g.carried)]
+    idle_rest = Counter(i.profile.name for g in rest for i in g.state if not i.in_use)
+    surplus = Counter()
+    for name in sorted(set(need) | set(idle_rest)):
+        left = max(need.get(name, 0), 0)
+        covered = min(left, idle_rest[name])
+        if covered:
+            need[name] -= covered
+            ledger.take(name, covered)
+        if idle_rest[name] > left:
+            surplus[name] = idle_rest[name] - left
+    idle_only = sorted((g for g in rest if g.state), key=lambda g: (-len(g.state), g.sort_key))
+    empty = [g for g in rest if not g.state]
+    for step, group in ((fill, idle_only), (fill, empty), (repartition, idle_only)):
         for gpu in group:
             if not wanting():
                 break
