@@ -7,6 +7,9 @@ Per node (a Node object of the API and the pods bound to it):
   ``nvidia.com/mig.config.state=success`` (``node_bootstrap/kube/nodelabels.py``, docs/node.md), and it is
   never a layout some GPU lacks. The placements are the ones the node's own solver chooses for that sequence
   (``node_bootstrap.mig.solver.plan``, the one call the node uses);
+* after a per-GPU apply (request version 2) the node writes what each GPU holds in the annotation
+  ``ack-mig-hook/gpu-layouts`` (``{"<index>": [["1g.10gb", 0], ...]}``) and no sequence label when the GPUs
+  differ: that annotation, when present, is read instead of placing the sequence;
 * what is in use: the MIG resources the node's pods (bound, not finished) ask for. Kubernetes does not say
   which instance the device plugin gave a pod, so the first instances of that profile (GPU by GPU, slot by
   slot) are marked: the planner keeps them; the node checks every instance itself before it destroys one
@@ -16,6 +19,7 @@ A node whose layout is being changed (state ``pending``/``rebooting``) is ``busy
 with no applied layout (no state, or ``failed``) has MIG off as far as the hook knows: left alone too.
 """
 
+import json
 from collections import Counter
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
@@ -30,6 +34,7 @@ GPU_NAME_LABEL = "aliyun.accelerator/nvidia_name"  # ACK's GPU node labels (fact
 GPU_COUNT_LABEL = "aliyun.accelerator/nvidia_count"
 STATE_LABEL = "nvidia.com/mig.config.state"  # node_bootstrap/kube/nodelabels.py
 SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"
+LAYOUTS_ANNOTATION = "ack-mig-hook/gpu-layouts"  # node_bootstrap/kube/nodelabels.py
 IN_FLIGHT = ("pending", "rebooting")
 FINISHED = ("Succeeded", "Failed")
 
@@ -52,13 +57,20 @@ def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> T
     nvml_name = labels[GPU_NAME_LABEL]
     if state in IN_FLIGHT:
         return [GpuSupply(name, i, nvml_name, busy=True) for i in range(count)], []
-    if state != "success" or not sequence:
+    annotated = (meta.get("annotations") or {}).get(LAYOUTS_ANNOTATION)
+    if state != "success" or not (sequence or annotated):
         return [GpuSupply(name, i, nvml_name, mig=False) for i in range(count)], []
-    try:
-        layout = place_label(PartitionSpec("sequence", sequence), model)
-    except MigInputError as exc:
-        return [], ["node %s: %s=%s cannot be read on %s (%s): left out" % (name, SEQUENCE_LABEL, sequence,
-                                                                          model.key, str(exc).splitlines()[0])]
+    if annotated:
+        per_gpu = _annotated(annotated, count)
+        if per_gpu is None:
+            return [], ["node %s: annotation %s cannot be read: left out" % (name, LAYOUTS_ANNOTATION)]
+    else:
+        try:
+            layout = place_label(PartitionSpec("sequence", sequence), model)
+        except MigInputError as exc:
+            return [], ["node %s: %s=%s cannot be read on %s (%s): left out" % (name, SEQUENCE_LABEL, sequence,
+                                                                              model.key, str(exc).splitlines()[0])]
+        per_gpu = [[(i.profile.name, i.start) for i in layout.instances]] * count
     used = Counter()  # type: Counter
     whole = 0
     for pod in pods:
@@ -72,16 +84,26 @@ def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> T
     gpus = []
     for index in range(count):
         instances = []
-        for inst in layout.instances:
-            taken = used[inst.profile.name] > 0
+        for profile, start in per_gpu[index]:
+            taken = used[profile] > 0
             if taken:
-                used[inst.profile.name] -= 1
-            instances.append(Instance(inst.profile.name, inst.start, taken))
+                used[profile] -= 1
+            instances.append(Instance(profile, start, taken))
         gpus.append(GpuSupply(name, index, nvml_name, tuple(instances), busy=index < whole))
     for profile, left in sorted(used.items()):
         if left > 0:
-            notes.append("node %s: pods use %d more %s than its layout %s holds" % (name, left, profile, sequence))
+            notes.append("node %s: pods use %d more %s than its GPUs hold" % (name, left, profile))
     return gpus, notes
+
+
+def _annotated(text: str, count: int):
+    """Per GPU index 0..count-1, the (profile, start) pairs of the layouts annotation; None when unreadable."""
+    try:
+        data = json.loads(text)
+        out = [[(str(p), int(s)) for p, s in data[str(i)]] for i in range(count)]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return out
 
 
 def pool_supply(nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]]

@@ -143,3 +143,13 @@ def test_supply_leaves_nodes_in_flight_or_without_a_layout_alone():
     assert gpus == [] and "count 'x' unknown" in notes[0]
     gpus, notes = node_supply(node(sequence="9g.99gb"), [])
     assert gpus == [] and "cannot be read" in notes[0]
+
+
+def test_supply_reads_the_per_gpu_layouts_the_node_wrote():
+    n = node(sequence=None)
+    n["metadata"]["annotations"] = {"ack-mig-hook/gpu-layouts": '{"0":[["7g.80gb",0]],"1":[["1g.10gb",0],["3g.40gb",4]]}'}
+    gpus, notes = node_supply(n, [pod("r", phase="Running", node="n1", limits={"nvidia.com/mig-3g.40gb": "1"})])
+    assert notes == [] and [[(i.profile, i.start, i.in_use) for i in g.instances] for g in gpus] == [
+        [("7g.80gb", 0, False)], [("1g.10gb", 0, False), ("3g.40gb", 4, True)]]
+    n["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"] = '{"0": []}'  # GPU 1 missing
+    assert node_supply(n, [])[0] == [] and "cannot be read" in node_supply(n, [])[1][0]
