@@ -102,7 +102,13 @@ def gather(args) -> Dict[str, Any]:
         pending = [p for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
         by_node = {name: [p for p in pods if (p.get("spec") or {}).get("nodeName") == name] for name in sorted(names)}
     taints = [t.model_dump(exclude_none=True) for t in pool.taints]
-    return advise(pool.nodepool_id, pool.labels, taints, nodes, by_node, pending)
+    advice = advise(pool.nodepool_id, pool.labels, taints, nodes, by_node, pending)
+    from functions.decision.autoscaler_tags import MODE_ON, plan_pool
+
+    # What the autoscaler step would write for this pool (the same decision; advise writes nothing).
+    tags = plan_pool(pool, MODE_ON, tuple(tuple(x) for x in advice["plan"]["new_node"]))
+    advice["autoscaler_tags"] = tags.to_json() if tags is not None else None
+    return advice
 
 
 def _counts(counts: Dict[str, int]) -> str:
@@ -136,6 +142,13 @@ def render(advice: Dict[str, Any]) -> str:
     if p["unserved"]:
         lines.append("unserved: %s; a new node's GPUs would get %s" % (_counts(p["unserved"]), _layout(p["new_node"])))
     lines.extend("  note: " + u for u in p["unplaced"])
+    tags = advice.get("autoscaler_tags")
+    if tags:
+        change = ", ".join("%s=%s" % (k.rsplit("/", 1)[-1], v) for k, v in tags["set"].items())
+        lines.append("autoscaler tags: %s" % ("in sync" if tags["in_sync"] else "would set %s%s" % (
+            change or "nothing", "; zero " + ", ".join(k.rsplit("/", 1)[-1] for k in tags["remove"])
+            if tags["remove"] else "")))
+        lines.append("  " + tags["reason"])
     lines.append("nothing was changed (advise only reads)")
     return "\n".join(lines)
 

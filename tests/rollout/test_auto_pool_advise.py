@@ -114,6 +114,19 @@ def test_demand_beyond_the_pool_names_a_new_node_layout(auto_pool, tmp_path, cap
     assert advice["plan"]["unserved"]["3g.40gb"] == 3
     # a new node's GPUs bring every profile left unserved (the 1g.10gb pods lost n1 to the larger demand)
     assert {p for p, _ in advice["plan"]["new_node"]} == set(advice["plan"]["unserved"]) == {"1g.10gb", "3g.40gb"}
+    # ... and the pool's node-template tags would say so: ecs.ebmgn7e.32xlarge has 8 A100 80GB
+    tags = advice["autoscaler_tags"]
+    per_gpu = {p: sum(1 for q, _ in advice["plan"]["new_node"] if q == p) for p in ("1g.10gb", "3g.40gb")}
+    assert tags["set"] == {"k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-%s" % p: str(8 * n)
+                           for p, n in per_gpu.items()}
+    assert not tags["in_sync"]
+
+
+def test_when_the_pool_serves_everything_no_mig_resource_is_advertised(auto_pool, tmp_path, capsys):
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    advice = json.loads(advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")[1])
+    assert advice["plan"]["new_node"] == [] and advice["autoscaler_tags"]["set"] == {}
+    assert "no new node is needed" in advice["autoscaler_tags"]["reason"]
 
 
 @pytest.mark.parametrize("labels, message", [
