@@ -108,6 +108,7 @@ def gather(args) -> Dict[str, Any]:
     # What the autoscaler step would write for this pool (the same decision; advise writes nothing).
     tags = plan_pool(pool, MODE_ON, tuple(tuple(x) for x in advice["plan"]["new_node"]))
     advice["autoscaler_tags"] = tags.to_json() if tags is not None else None
+    advice["name"] = pool.name
     return advice
 
 
@@ -121,8 +122,8 @@ def _layout(pairs) -> str:
 
 def render(advice: Dict[str, Any]) -> str:
     b = advice["bounds"]
-    lines = ["pool %s (auto; profiles: %s; headroom: %s)" % (
-        advice["pool"], ", ".join(b["profiles"]) if b["profiles"] is not None else "any the GPU has",
+    lines = ["pool %s%s (auto; profiles: %s; headroom: %s)" % (
+        advice["pool"], " %s" % advice["name"] if advice.get("name") else "", ", ".join(b["profiles"]) if b["profiles"] is not None else "any the GPU has",
         _counts(b["headroom"]))]
     d = advice["demand"]
     lines.append("demand: pending %s; in use %s" % (_counts(d["pending"]), _counts(d["in_use"])))
