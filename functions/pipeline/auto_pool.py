@@ -7,7 +7,7 @@ Pending pods.
 """
 
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from functions.decision.layout import WHOLE_GPU, Plan, PodDemand, bounds_from_labels, plan
 from functions.decision.layout.matching import Place, demand_of, pod_key, split_pending
@@ -40,6 +40,12 @@ def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[M
            nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
            pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None) -> Dict[str, Any]:
     """The advice for one pool as a JSON-ready dict; raises NotAutoPool or bounds.LayoutLabelError."""
+    return _advise(pool_id, pool_labels, pool_taints, nodes, pods_by_node, pending, previous)[0]
+
+
+def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
+            nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
+            pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None) -> Tuple[Dict[str, Any], Plan]:
     bounds = bounds_from_labels(pool_labels)
     if bounds is None:
         raise NotAutoPool("pool %s is not an auto pool; label it ack-mig-hook/layout=auto to let the hook choose "
@@ -74,4 +80,97 @@ def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[M
                  "new_node": [list(x) for x in result.new_node], "reasons": list(result.reasons),
                  "unplaced": list(result.unplaced) + notes},
         "whole_gpu_pending": _counts(waiting).get(WHOLE_GPU, 0),
-    }
+    }, result
+
+
+# ---- the auto pool timer (template.yml AutoPoolTimer) ----
+
+PAUSED_LABEL = "ack-mig-hook/paused"  # functions/decision/waves.py: a paused pool starts nothing new
+
+
+def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
+    """A Kubernetes client that lists pods (functions.kube.client.KubeApi): the one given, else the live API
+    server through the cluster credential; None when there is none (a snapshot without --kubeconfig)."""
+    if kube is not None:
+        backend = getattr(kube, "backend", kube)
+        return backend if hasattr(backend, "list_all") else None
+    from functions.rollout.run import kube_view
+
+    view = kube_view(None, lookup, settings, cluster)
+    backend = getattr(view, "backend", None)
+    return backend if hasattr(backend, "list_all") else None
+
+
+def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
+             log: Any) -> Any:
+    """One tick: one paged list of Pending pods; when a MIG pod waits, each auto pool is planned (advise's
+    answer), its changes delivered as per-GPU node requests (no drain: nothing in use is destroyed) and its
+    node-template tags set to the new-node layout. Ends done (something planned) or skip (nothing to do)."""
+    from functions.base.event_result import HandlerResult
+    from functions.base.model import Decision
+    from functions.decision.layout import LAYOUT_LABEL, LayoutLabelError
+    from functions.decision.layout.matching import is_unschedulable, pod_asks
+    from functions.delivery.node_script import per_gpu_partition
+    from functions.kube.demand import pending_pods, pods_on
+    from functions.pipeline.autoscaler_sync import sync_pool_tags
+    from functions.pipeline.point_of_change import DryRunExecutor, make_executor
+
+    def end(outcome: str, reason: str, decisions=(), nodes=None, tags=None) -> HandlerResult:
+        return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
+                             outcome=outcome, reason=reason, cluster_id=cluster, dry_run=dry_run,
+                             decisions=list(decisions), nodes=nodes, pool_tags=tags)
+
+    pools = [p for p in lookup.nodepools(cluster) if LAYOUT_LABEL in p.labels
+             and (not request.nodepool_id or p.nodepool_id == request.nodepool_id)]
+    if not pools:
+        return end("skip", "no node pool carries %s=auto" % LAYOUT_LABEL)
+    api = _api_of(kube, lookup, settings, cluster)
+    if api is None:
+        return end("skip", "auto pools need the Kubernetes API (pods are read there): none is configured")
+    pending = pending_pods(api)
+    if not any(is_unschedulable(p) and pod_asks(p) for p in pending):
+        return end("skip", "no MIG pod waits: the auto pools stay as they are")
+    decisions: List[Any] = []
+    new_nodes: Dict[str, Any] = {}
+    for pool in pools:
+        if (pool.labels.get(PAUSED_LABEL) or "").lower() == "true":
+            log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
+            continue
+        nodes = api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id))
+        names = [(n.get("metadata") or {}).get("name") or "" for n in nodes]
+        try:
+            advice, result = _advise(pool.nodepool_id, pool.labels,
+                                     [t.model_dump(exclude_none=True) for t in pool.taints], nodes,
+                                     pods_on(api, names), pending)
+        except (LayoutLabelError, NotAutoPool) as exc:
+            log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=str(exc))
+            continue
+        new_nodes[pool.nodepool_id] = result.new_node
+        members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
+        for line in result.reasons:
+            log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason=line)
+        for name in sorted({t.node for t in result.changes}):
+            node = members.get(name)
+            targets = [t for t in result.changes if t.node == name]
+            why = "; ".join(t.reason for t in targets)
+            if node is None:
+                log.warning("auto pool", nodepool_id=pool.nodepool_id, node_name=name,
+                            reason="ACK does not list node %s in the pool: not changed" % name)
+                continue
+            decisions.append(Decision(instance_id=node.instance_id, node_name=name, nodepool_id=pool.nodepool_id,
+                                      action="partition", reason=why, ip_address=node.ip_address,
+                                      gpu_layouts=per_gpu_partition(targets)))
+    tags = sync_pool_tags(request.model_copy(update={"trigger": _timer()}), lookup, cluster, settings, dry_run, log,
+                          new_nodes=new_nodes)
+    if not decisions:
+        return end("done", "MIG pods wait; no GPU of the auto pools changes (see the pool tags for a new node)",
+                   tags=tags)
+    chosen = DryRunExecutor() if dry_run else (executor or make_executor(settings, False))
+    nodes_done = chosen.execute(request, decisions)
+    return end("done", "%d node(s) of the auto pools get per-GPU layouts" % len(decisions), decisions, nodes_done, tags)
+
+
+def _timer() -> Any:
+    from functions.base.event_result import Trigger
+
+    return Trigger.TIMER
