@@ -96,6 +96,8 @@ def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
         return backend if hasattr(backend, "list_all") else None
     from functions.rollout.run import kube_view
 
+    if hasattr(lookup, "kube_nodes") and not settings.rollout.kubeconfig:
+        return None  # a snapshot (--inventory) without --kubeconfig: no pods to read
     view = kube_view(None, lookup, settings, cluster)
     backend = getattr(view, "backend", None)
     return backend if hasattr(backend, "list_all") else None

@@ -150,3 +150,22 @@ def test_a_pool_that_is_not_auto_says_how_to_turn_it_on(tmp_path, capsys):
 def test_no_kubernetes_source_is_one_line(tmp_path, capsys):
     code, _, err = advise(capsys, "--inventory", inventory(tmp_path))
     assert code == 2 and "give --kubeconfig FILE" in err
+
+
+def test_invoke_dry_run_shows_the_same_decisions_as_advise(auto_pool, tmp_path, capsys):
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    path = inventory(tmp_path)
+    data = json.loads(open(path).read())
+    data["nodes"] = [{"instance_id": "i-2zeauto000000000n%d" % i, "node_name": "n%d" % i, "nodepool_id": POOL_ID,
+                      "state": "running", "ip_address": ["127.0.0.1"]} for i in (1, 2)]
+    open(path, "w").write(json.dumps(data))
+    advice = json.loads(advise(capsys, "--inventory", path, "--kubeconfig", kubeconfig, "--json")[1])
+    event = tmp_path / "tick.json"
+    event.write_text(json.dumps({"auto_pools": True}))
+    code = main(["invoke", "--event", str(event), "--inventory", path, "--kubeconfig", kubeconfig, "--dry-run",
+                 "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["outcome"] == "done" and result["dry_run"]
+    assert [d["reason"] for d in result["decisions"]] == advice["plan"]["reasons"][:advice["plan"]["changes"]]
+    assert all(n["outcome"] == "dry-run" for n in result["nodes"])
+    assert {r.method for r in auto_pool.requests} == {"GET"}
