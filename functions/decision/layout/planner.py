@@ -23,6 +23,12 @@ How it decides, in order:
 3. What is left is ``unserved``; ``new_node`` is the one per-GPU layout that serves it with the fewest GPUs
    on the pool's model (for the autoscaler's node template).
 
+Limits: a pod that asks for several instances gets them on one node when one node holds them, as idle
+instances or added beside what its GPUs hold; one that needs a repartition for that is planned like the
+rest, and its instances may then land on different nodes (it stays pending; the plan reports nothing
+unserved for it). A pod asking for whole GPUs (``nvidia.com/gpu``) is served only by free GPUs whose MIG
+is off: the planner never turns MIG on or off (that takes a GPU reset).
+
 No flapping: nothing changes without a pod or headroom to serve, and ``previous`` (the last plan) keeps a
 target that is still being applied as the GPU's state, so the pods it was made for are not planned twice.
 """
@@ -43,10 +49,16 @@ _NEW = "new"  # created by this plan
 
 
 class _Inst:
-    __slots__ = ("profile", "start", "in_use", "origin")
+    __slots__ = ("profile", "start", "in_use", "origin", "reserved")
 
     def __init__(self, profile: Profile, start: int, in_use: bool, origin: str):
         self.profile, self.start, self.in_use, self.origin = profile, start, in_use, origin
+        self.reserved = False  # kept for a pending pod that needs several instances on one node
+
+    @property
+    def held(self) -> bool:
+        """Not free to count as idle supply or to destroy: a pod holds it or one is planned onto it."""
+        return self.in_use or self.reserved
 
     @property
     def mask(self) -> int:
@@ -283,6 +295,66 @@ def _carry(gpu: _Gpu, target) -> None:
         gpu.state, gpu.carried = state, target.reason
 
 
+def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
+    """Pending pods that ask for several instances: the scheduler needs them all on one node, so they are
+    served node by node before the rest (which may spread over the pool): idle instances of one node if it
+    has enough, else instances added on one node's GPUs beside what they hold (no destroy). The instances
+    they get are reserved: the rest of the plan neither counts nor destroys them. A pod neither way serves
+    is left to the rest of the plan. Returns (the pods handled, the instances created per GPU with the
+    pod they are for)."""
+    handled, served = set(), {}  # type: set, Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
+    nodes = OrderedDict()  # type: Dict[str, List[_Gpu]]
+    for g in sorted(gpus, key=lambda g: (-sum(x.compute_in_use for x in gpus if x.supply.node == g.supply.node),
+                                          g.sort_key)):
+        nodes.setdefault(g.supply.node, []).append(g)
+    for pod in sorted((d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU),
+                      key=lambda d: (-d.count, d.key)):
+        handled.add(pod.key)
+        free = None
+        for members in nodes.values():
+            idle = [i for g in members for i in g.state if not i.held and i.profile.name == pod.profile]
+            if len(idle) >= pod.count:
+                free = idle[:pod.count]
+                break
+        if free is not None:
+            for inst in free:
+                inst.reserved = True
+            continue
+        placed = None
+        for members in nodes.values() if bounds.allows(pod.profile) else ():
+            trial, left = [], pod.count
+            for g in members:
+                if left <= 0:
+                    break
+                idle = [i for i in g.state if not i.held and i.profile.name == pod.profile]
+                take = min(left, len(idle))
+                trial.append((g, idle[:take], ()))
+                left -= take
+                if left > 0:
+                    more = _best(g.model, g.state, {pod.profile: left}, bounds)
+                    if more:
+                        trial[-1] = (g, idle[:take], more)
+                        left -= len(more)
+            if left <= 0:
+                placed = trial
+                break
+        if placed is None:
+            # No node holds them by adding alone: the pod joins the rest of the demand, where repartitions
+            # may make the room (on one node or not: see the module's limits).
+            handled.discard(pod.key)
+            continue
+        for g, idle, more in placed:
+            for inst in idle:
+                inst.reserved = True
+            for name, start in more:
+                inst = _Inst(g.model.profile_by_name(name), start, False, _NEW)
+                inst.reserved = True
+                g.state.append(inst)
+            if more:
+                served.setdefault(g.sort_key, []).append((pod.profile, [pod] * len(more), 0))
+    return handled, served
+
+
 def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bounds,
          previous: Optional[Plan] = None) -> Plan:
     """Per-GPU targets for an auto pool (see the module's text for how it decides)."""
@@ -300,20 +372,21 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         for gpu in gpus:
             _carry(gpu, earlier.get(gpu.sort_key))
 
-    pending = Counter()  # type: Counter
+    unserved, notes = Counter(), []  # type: Counter, List[str]
+    multi = _serve_multi(gpus, demand, bounds)  # pods asking several instances of one node
+    pending = Counter()
     for d in demand:
-        if d.pending:
+        if d.pending and d.key not in multi[0]:
             pending[d.profile] += max(int(d.count), 0)
-    idle = Counter(i.profile.name for g in gpus for i in g.state if not i.in_use)
+    idle = Counter(i.profile.name for g in gpus for i in g.state if not i.held)
     # Phase one plans on the GPUs that serve pods already (or that a carried target is filling): their idle
     # instances count first, and only the surplus among them may go. Idle instances on GPUs nothing uses
     # count only in phase two: a pod bound to one of those would take one more GPU into use, while room
     # beside running pods may hold it.
     first = [g for g in gpus if g.used or g.carried]
-    idle_first = Counter(i.profile.name for g in first for i in g.state if not i.in_use)
+    idle_first = Counter(i.profile.name for g in first for i in g.state if not i.held)
     offered = {p.name for g in gpus for p in g.model.profiles}
-    need, unserved = {}, Counter()  # type: Dict[str, int], Counter
-    notes = []  # type: List[str]
+    need = {}  # type: Dict[str, int]
     for name in sorted(set(pending) | {n for n, _ in bounds.headroom}):
         if name == WHOLE_GPU:
             continue
@@ -331,8 +404,8 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             need[name] = wanted
     surplus = Counter({n: idle_first[n] - pending[n] - bounds.headroom_of(n) for n in idle_first
                        if idle_first[n] > pending[n] + bounds.headroom_of(n)})
-    ledger = _Ledger(demand, idle_first)
-    served = {}  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
+    ledger = _Ledger([d for d in demand if d.key not in multi[0]], idle_first)
+    served = multi[1]  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
 
     def add(gpu: _Gpu, placement: Tuple[Tuple[str, int], ...]) -> None:
         for name, start in placement:
@@ -352,7 +425,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         spare = Counter(surplus)
         removable = []
         for inst in sorted(gpu.state, key=lambda i: (-i.profile.memory_slices, i.start)):
-            if not inst.in_use and inst.origin != _NEW and spare[inst.profile.name] > 0:
+            if not inst.held and inst.origin != _NEW and spare[inst.profile.name] > 0:
                 spare[inst.profile.name] -= 1
                 removable.append(inst)
         if not removable:
@@ -390,7 +463,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             step(gpu)
     # Phase two: the idle instances on GPUs nothing uses take what is left, then those GPUs and empty ones.
     rest = [g for g in gpus if not (g.used or g.carried)]
-    idle_rest = Counter(i.profile.name for g in rest for i in g.state if not i.in_use)
+    idle_rest = Counter(i.profile.name for g in rest for i in g.state if not i.held)
     surplus = Counter()
     for name in sorted(set(need) | set(idle_rest)):
         left = max(need.get(name, 0), 0)
