@@ -303,12 +303,17 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
     is left to the rest of the plan. Returns (the pods handled, the instances created per GPU with the
     pod they are for)."""
     handled, served = set(), {}  # type: set, Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
+    multi = sorted((d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU),
+                   key=lambda d: (-d.count, d.key))
+    if not multi:
+        return handled, served
+    busy = Counter()  # type: Counter
+    for g in gpus:
+        busy[g.supply.node] += g.compute_in_use
     nodes = OrderedDict()  # type: Dict[str, List[_Gpu]]
-    for g in sorted(gpus, key=lambda g: (-sum(x.compute_in_use for x in gpus if x.supply.node == g.supply.node),
-                                          g.sort_key)):
+    for g in sorted(gpus, key=lambda g: (-busy[g.supply.node], g.sort_key)):  # the busiest nodes first
         nodes.setdefault(g.supply.node, []).append(g)
-    for pod in sorted((d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU),
-                      key=lambda d: (-d.count, d.key)):
+    for pod in multi:
         handled.add(pod.key)
         free = None
         for members in nodes.values():
