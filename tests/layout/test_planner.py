@@ -169,3 +169,10 @@ def test_a_multi_instance_pod_uses_one_nodes_idle_instances_and_adds_only_what_i
     assert len(target(result, "a", 0).create) == 1 and target(result, "b", 0).change == CHANGE_NONE
     both = [GpuSupply("a", 0, A80, (Instance("1g.10gb", 0, False), Instance("1g.10gb", 1, False)))]
     assert plan(both, [PodDemand("x/two", "job x/two", "1g.10gb", count=2)], Bounds()).changes == ()
+
+
+def test_a_previous_target_whose_pods_are_gone_is_dropped_not_carried():
+    supply = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, False),))]
+    first = plan(supply, pods(3, "2g.20gb"), Bounds())
+    assert first.changes
+    assert plan(supply, [], Bounds(), previous=first).changes == ()

@@ -273,10 +273,13 @@ def _read(supply: GpuSupply) -> Tuple[Optional[_Gpu], str]:
     return _Gpu(supply, model, actual), ""
 
 
-def _carry(gpu: _Gpu, target) -> None:
+def _carry(gpu: _Gpu, target, asked) -> None:
     """Take a previous target that is still being applied as the GPU's state, when it still holds: every
-    instance in use now is in it, at the same start, and it is placeable."""
+    instance in use now is in it, at the same start, it is placeable, and what it creates is still asked
+    for (pods deleted meanwhile leave nothing to serve: the target is dropped, not carried out)."""
     if target is None or target.change == CHANGE_NONE:
+        return
+    if not any(name in asked for name, _ in target.create):
         return
     wanted = {(n, s) for n, s in target.layout}
     now = {(i.profile.name, i.start): i for i in gpu.actual}
@@ -374,8 +377,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             whole_free += 1
     if previous is not None:
         earlier = {(t.node, t.index): t for t in previous.targets}
+        asked = {d.profile for d in demand if d.pending} | {n for n, k in bounds.headroom if k > 0}
         for gpu in gpus:
-            _carry(gpu, earlier.get(gpu.sort_key))
+            _carry(gpu, earlier.get(gpu.sort_key), asked)
 
     unserved, notes = Counter(), []  # type: Counter, List[str]
     multi = _serve_multi(gpus, demand, bounds)  # pods asking several instances of one node
