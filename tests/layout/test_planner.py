@@ -176,3 +176,20 @@ def test_a_previous_target_whose_pods_are_gone_is_dropped_not_carried():
     first = plan(supply, pods(3, "2g.20gb"), Bounds())
     assert first.changes
     assert plan(supply, [], Bounds(), previous=first).changes == ()
+
+
+def test_reasons_stay_one_printable_line_whatever_the_names():
+    supply = [GpuSupply("a\nb", 0, A80, ())]
+    demand = [PodDemand("ns/x", "deployment ns/\x1b[31mred\r\nEvil: yes" + "y" * 500, "2g.20gb")]
+    (reason,) = plan(supply, demand, Bounds()).reasons
+    assert reason.isprintable() and len(reason) <= 400
+    assert "\\x1b" in reason and "\\n" in reason
+
+
+def test_a_gpu_listed_twice_is_left_alone_and_said_so():
+    one = GpuSupply("a", 0, A80, ())
+    other = GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, True),))
+    result = plan([one, other], pods(1, "2g.20gb"), Bounds())
+    assert len(result.targets) == 1 and result.targets[0].change == CHANGE_NONE
+    assert result.unplaced == ("node a GPU 0 appears more than once in the supply; left as it is",)
+    assert dict(result.unserved) == {"2g.20gb": 1}

@@ -232,6 +232,16 @@ class _Ledger:
         return pods, n - len(pods)
 
 
+MAX_REASON = 400
+
+
+def _one_line(text: str) -> str:
+    """A reason as one printable line of bounded length: names come from Kubernetes objects, and a reason
+    is shown as it is (advise, Events): control characters are written escaped, never raw."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return out if len(out) <= MAX_REASON else out[:MAX_REASON - 3] + "..."
+
+
 def _served_text(served: List[Tuple[str, List[PodDemand], int]]) -> str:
     owners = OrderedDict()  # type: Dict[str, set]
     headroom = OrderedDict()  # type: Dict[str, int]
@@ -367,7 +377,13 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
          previous: Optional[Plan] = None) -> Plan:
     """Per-GPU targets for an auto pool (see the module's text for how it decides)."""
     gpus, unplaced, whole_free = [], [], 0
+    twice = {k for k, n in Counter((s.node, s.index) for s in supply).items() if n > 1}
     for s in sorted(supply, key=lambda g: (g.node, g.index)):
+        if (s.node, s.index) in twice:  # two answers for one GPU: neither is trusted
+            why = "node %s GPU %d appears more than once in the supply; left as it is" % (s.node, s.index)
+            if why not in unplaced:
+                unplaced.append(why)
+            continue
         gpu, why = _read(s)
         if gpu is not None:
             gpus.append(gpu)
@@ -504,7 +520,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
 
     targets, reasons = [], []
     readable = {g.sort_key: g for g in gpus}
-    for s in sorted(supply, key=lambda g: (g.node, g.index)):
+    for s in sorted({(s.node, s.index): s for s in reversed(supply)}.values(), key=lambda g: (g.node, g.index)):
         gpu = readable.get((s.node, s.index))
         if gpu is None:
             targets.append(GpuTarget(s.node, s.index, tuple(sorted(((i.profile, i.start) for i in s.instances),
@@ -515,8 +531,8 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         if target.reason:
             reasons.append(target.reason)
     new_node = _new_node(gpus, unserved, bounds, supply)
-    return Plan(tuple(targets), tuple(sorted(unserved.items())), new_node, tuple(reasons + notes),
-                tuple(unplaced))
+    return Plan(tuple(targets), tuple(sorted(unserved.items())), new_node,
+                tuple(reasons + [_one_line(n) for n in notes]), tuple(_one_line(u) for u in unplaced))
 
 
 def _target(gpu: _Gpu, served, unplaced: List[str]) -> GpuTarget:
@@ -540,7 +556,8 @@ def _target(gpu: _Gpu, served, unplaced: List[str]) -> GpuTarget:
         new = [i for i in gpu.state if (i.profile.name, i.start) in set(create)]
         after = ("+ " + _describe(new, marks=False)) if change == CHANGE_ADD and gpu.actual else \
             _describe(gpu.state, marks=False)
-        reason = "node %s GPU %d: %s -> %s for %s" % (s.node, s.index, before, after, _served_text(served))
+        reason = _one_line("node %s GPU %d: %s -> %s for %s" % (s.node, s.index, before, after,
+                                                               _served_text(served)))
     return GpuTarget(s.node, s.index, layout, change, reason, create, destroy)
 
 
