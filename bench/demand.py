@@ -9,7 +9,8 @@ up to 32 GPUs, also solved at 1,000 where HiGHS proves it, else its bound; above
 the best single static layout chosen with hindsight (None when no one layout holds every profile the pods
 ask for, e.g. 7g beside anything), the best static pool chosen with hindsight (GPUs may differ but never
 change: the integer program over each profile's peak; the savings are against it, the stronger baseline)
-and ACK's four sequences (None when a sequence lacks a profile the pods ask for), pods evicted (in-use instances destroyed: must be 0),
+and ACK's four sequences (the GPUs for the pods whose profile a sequence has, and the share of pods it
+cannot serve at all), pods evicted (in-use instances destroyed: must be 0),
 instances destroyed (churn), plans that changed a GPU with demand unchanged (flaps: must be 0), planner
 time. The pool has more GPUs than needed (twice the size, plus 8) so the planner's own choice shows; pods
 pending after a plan are a failure (``unserved_pod_steps``).
@@ -131,8 +132,12 @@ def replay(family: str, model_key: str, size: int, seed: int = 1, steps: int = d
             statics.append((need, layout))
     best_static = min(statics) if statics else (None, ())
     static_pool, _ = demand_bound.min_gpus(gpu, dict(peaks_by_profile))
-    ack = {label: demand_bound.static_gpus(layout, peaks_by_profile)
-           for label, layout in demand_bound.ack_sequences(gpu)}
+    ack, ack_lost = {}, {}
+    arrived = Counter(names[e.klass] for e in events)
+    for label, layout in demand_bound.ack_sequences(gpu):
+        held = {n for n, _ in layout}
+        ack[label] = demand_bound.static_gpus(layout, {n: k for n, k in peaks_by_profile.items() if n in held})
+        ack_lost[label] = round(100.0 * sum(k for n, k in arrived.items() if n not in held) / max(1, len(events)), 1)
     optimum = max(opt) if opt else 0
     return {
         "family": family, "model": model_key, "pool": size, "pods": len(events),
@@ -144,7 +149,8 @@ def replay(family: str, model_key: str, size: int, seed: int = 1, steps: int = d
         "static_pool_gpus": static_pool,
         "saving_vs_static_pct": round(100.0 * (static_pool - planner_peak) / static_pool, 1)
         if static_pool else None,
-        "ack_sequences_gpus": {k: v for k, v in ack.items()},  # None: the sequence lacks a profile the pods ask
+        # ACK's sequences: GPUs for the pods whose profile the sequence has, and the share of pods it cannot serve
+        "ack_sequences_gpus": ack, "ack_sequences_unservable_pct": ack_lost,
         "evicted": totals["evicted"], "destroyed": totals["destroyed"], "created": totals["created"],
         "flaps": totals["flaps"], "unserved_pod_steps": totals["unserved_pod_steps"],
         "plan_ms_max": round(1000 * max(times), 1), "plan_ms_cold": round(cold_ms, 1), "plan_ms_mean": round(1000 * sum(times) / len(times), 1),
@@ -196,20 +202,21 @@ def measure(quick: bool = False) -> dict:
 
 
 def _table(result: dict) -> str:
-    head = "%-9s %-9s %5s %6s %5s %5s %6s %6s %6s %6s %-22s %5s %6s %5s %8s" % (
+    head = "%-9s %-9s %5s %6s %5s %5s %6s %6s %6s %6s %-34s %5s %6s %5s %8s" % (
         "family", "model", "pool", "pods", "plan", "opt", "gap%", "layout", "static", "save%",
-        "ACK 7x1g/3x2g/2x3g/4g",
+        "ACK 7x1g/3x2g+1g/2x3g/4g+3x1g",
         "evict", "destr", "flaps", "ms max")
     lines = [head]
     for r in result["demand_runs"]:
-        ack = "/".join("-" if v is None else str(v) for v in r["ack_sequences_gpus"].values())
-        lines.append("%-9s %-9s %5d %6d %5d %5s %6.1f %6s %6s %6s %-22s %5d %6d %5d %8.1f" % (
+        ack = "/".join("%s(%d%%)" % (v, r["ack_sequences_unservable_pct"][k]) for k, v in r["ack_sequences_gpus"].items())
+        lines.append("%-9s %-9s %5d %6d %5d %5s %6.1f %6s %6s %6s %-34s %5d %6d %5d %8.1f" % (
             r["family"], r["model"], r["pool"], r["pods"], r["planner_gpus"],
             ("%d" if r["optimum_exact"] else "%d*") % r["optimum_gpus"], r["gap_pct"],
             "-" if r["best_static_gpus"] is None else r["best_static_gpus"], r["static_pool_gpus"],
             r["saving_vs_static_pct"], ack, r["evicted"], r["destroyed"], r["flaps"], r["plan_ms_max"]))
     lines.append("opt: integer-program optimum (* its bound, not proven within HiGHS' time limit); layout: best "
-                 "single static layout (- none holds every profile); static: best static pool; save%: vs static")
+                 "single static layout (- none holds every profile); static: best static pool; save%: vs static; "
+                 "ACK: GPUs for the pods each sequence can serve (share of pods it cannot)")
     return "\n".join(lines)
 
 

@@ -148,3 +148,48 @@ def test_reasons_name_every_owner():
     demand = pods(2, "2g.20gb") + pods(1, "2g.20gb", owner="job batch/eval", prefix="batch/eval")
     (reason,) = plan(supply, demand, Bounds()).reasons
     assert reason == "node a GPU 0: empty -> 3x 2g.20gb for 1 pending pod of job batch/eval, 2 of deployment llm/serve"
+
+
+def test_a_pod_asking_for_several_instances_gets_them_on_one_node():
+    # node a has room for one 1g.10gb beside its running pods (slot 6), node b for many: the pod's two go to b
+    supply = [GpuSupply("a", 0, A80, (Instance("3g.40gb", 0, True), Instance("2g.20gb", 4, True))),
+              GpuSupply("b", 0, A80, ())]
+    result = plan(supply, [PodDemand("x/two", "job x/two", "1g.10gb", count=2)], Bounds())
+    assert target(result, "a", 0).change == CHANGE_NONE
+    assert [n for n, _ in target(result, "b", 0).create] == ["1g.10gb", "1g.10gb"]
+    # a single-instance pod still takes the room beside the running ones
+    single = plan(supply, pods(1, "1g.10gb"), Bounds())
+    assert target(single, "a", 0).create == (("1g.10gb", 6),)
+
+
+def test_a_multi_instance_pod_uses_one_nodes_idle_instances_and_adds_only_what_is_missing():
+    supply = [GpuSupply("a", 0, A80, (Instance("1g.10gb", 0, False),)),
+              GpuSupply("b", 0, A80, (Instance("1g.10gb", 0, False),))]
+    result = plan(supply, [PodDemand("x/two", "job x/two", "1g.10gb", count=2)], Bounds())
+    assert len(target(result, "a", 0).create) == 1 and target(result, "b", 0).change == CHANGE_NONE
+    both = [GpuSupply("a", 0, A80, (Instance("1g.10gb", 0, False), Instance("1g.10gb", 1, False)))]
+    assert plan(both, [PodDemand("x/two", "job x/two", "1g.10gb", count=2)], Bounds()).changes == ()
+
+
+def test_a_previous_target_whose_pods_are_gone_is_dropped_not_carried():
+    supply = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, False),))]
+    first = plan(supply, pods(3, "2g.20gb"), Bounds())
+    assert first.changes
+    assert plan(supply, [], Bounds(), previous=first).changes == ()
+
+
+def test_reasons_stay_one_printable_line_whatever_the_names():
+    supply = [GpuSupply("a\nb", 0, A80, ())]
+    demand = [PodDemand("ns/x", "deployment ns/\x1b[31mred\r\nEvil: yes" + "y" * 500, "2g.20gb")]
+    (reason,) = plan(supply, demand, Bounds()).reasons
+    assert reason.isprintable() and len(reason) <= 400
+    assert "\\x1b" in reason and "\\n" in reason
+
+
+def test_a_gpu_listed_twice_is_left_alone_and_said_so():
+    one = GpuSupply("a", 0, A80, ())
+    other = GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, True),))
+    result = plan([one, other], pods(1, "2g.20gb"), Bounds())
+    assert len(result.targets) == 1 and result.targets[0].change == CHANGE_NONE
+    assert result.unplaced == ("node a GPU 0 appears more than once in the supply; left as it is",)
+    assert dict(result.unserved) == {"2g.20gb": 1}

@@ -23,6 +23,12 @@ How it decides, in order:
 3. What is left is ``unserved``; ``new_node`` is the one per-GPU layout that serves it with the fewest GPUs
    on the pool's model (for the autoscaler's node template).
 
+Limits: a pod that asks for several instances gets them on one node when one node holds them, as idle
+instances or added beside what its GPUs hold; one that needs a repartition for that is planned like the
+rest, and its instances may then land on different nodes (it stays pending; the plan reports nothing
+unserved for it). A pod asking for whole GPUs (``nvidia.com/gpu``) is served only by free GPUs whose MIG
+is off: the planner never turns MIG on or off (that takes a GPU reset).
+
 No flapping: nothing changes without a pod or headroom to serve, and ``previous`` (the last plan) keeps a
 target that is still being applied as the GPU's state, so the pods it was made for are not planned twice.
 """
@@ -43,10 +49,16 @@ _NEW = "new"  # created by this plan
 
 
 class _Inst:
-    __slots__ = ("profile", "start", "in_use", "origin")
+    __slots__ = ("profile", "start", "in_use", "origin", "reserved")
 
     def __init__(self, profile: Profile, start: int, in_use: bool, origin: str):
         self.profile, self.start, self.in_use, self.origin = profile, start, in_use, origin
+        self.reserved = False  # kept for a pending pod that needs several instances on one node
+
+    @property
+    def held(self) -> bool:
+        """Not free to count as idle supply or to destroy: a pod holds it or one is planned onto it."""
+        return self.in_use or self.reserved
 
     @property
     def mask(self) -> int:
@@ -220,6 +232,16 @@ class _Ledger:
         return pods, n - len(pods)
 
 
+MAX_REASON = 400
+
+
+def _one_line(text: str) -> str:
+    """A reason as one printable line of bounded length: names come from Kubernetes objects, and a reason
+    is shown as it is (advise, Events): control characters are written escaped, never raw."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return out if len(out) <= MAX_REASON else out[:MAX_REASON - 3] + "..."
+
+
 def _served_text(served: List[Tuple[str, List[PodDemand], int]]) -> str:
     owners = OrderedDict()  # type: Dict[str, set]
     headroom = OrderedDict()  # type: Dict[str, int]
@@ -261,10 +283,13 @@ def _read(supply: GpuSupply) -> Tuple[Optional[_Gpu], str]:
     return _Gpu(supply, model, actual), ""
 
 
-def _carry(gpu: _Gpu, target) -> None:
+def _carry(gpu: _Gpu, target, asked) -> None:
     """Take a previous target that is still being applied as the GPU's state, when it still holds: every
-    instance in use now is in it, at the same start, and it is placeable."""
+    instance in use now is in it, at the same start, it is placeable, and what it creates is still asked
+    for (pods deleted meanwhile leave nothing to serve: the target is dropped, not carried out)."""
     if target is None or target.change == CHANGE_NONE:
+        return
+    if not any(name in asked for name, _ in target.create):
         return
     wanted = {(n, s) for n, s in target.layout}
     now = {(i.profile.name, i.start): i for i in gpu.actual}
@@ -283,11 +308,82 @@ def _carry(gpu: _Gpu, target) -> None:
         gpu.state, gpu.carried = state, target.reason
 
 
+def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
+    """Pending pods that ask for several instances: the scheduler needs them all on one node, so they are
+    served node by node before the rest (which may spread over the pool): idle instances of one node if it
+    has enough, else instances added on one node's GPUs beside what they hold (no destroy). The instances
+    they get are reserved: the rest of the plan neither counts nor destroys them. A pod neither way serves
+    is left to the rest of the plan. Returns (the pods handled, the instances created per GPU with the
+    pod they are for)."""
+    handled, served = set(), {}  # type: set, Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
+    multi = sorted((d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU),
+                   key=lambda d: (-d.count, d.key))
+    if not multi:
+        return handled, served
+    busy = Counter()  # type: Counter
+    for g in gpus:
+        busy[g.supply.node] += g.compute_in_use
+    nodes = OrderedDict()  # type: Dict[str, List[_Gpu]]
+    for g in sorted(gpus, key=lambda g: (-busy[g.supply.node], g.sort_key)):  # the busiest nodes first
+        nodes.setdefault(g.supply.node, []).append(g)
+    for pod in multi:
+        handled.add(pod.key)
+        free = None
+        for members in nodes.values():
+            idle = [i for g in members for i in g.state if not i.held and i.profile.name == pod.profile]
+            if len(idle) >= pod.count:
+                free = idle[:pod.count]
+                break
+        if free is not None:
+            for inst in free:
+                inst.reserved = True
+            continue
+        placed = None
+        for members in nodes.values() if bounds.allows(pod.profile) else ():
+            trial, left = [], pod.count
+            for g in members:
+                if left <= 0:
+                    break
+                idle = [i for i in g.state if not i.held and i.profile.name == pod.profile]
+                take = min(left, len(idle))
+                trial.append((g, idle[:take], ()))
+                left -= take
+                if left > 0:
+                    more = _best(g.model, g.state, {pod.profile: left}, bounds)
+                    if more:
+                        trial[-1] = (g, idle[:take], more)
+                        left -= len(more)
+            if left <= 0:
+                placed = trial
+                break
+        if placed is None:
+            # No node holds them by adding alone: the pod joins the rest of the demand, where repartitions
+            # may make the room (on one node or not: see the module's limits).
+            handled.discard(pod.key)
+            continue
+        for g, idle, more in placed:
+            for inst in idle:
+                inst.reserved = True
+            for name, start in more:
+                inst = _Inst(g.model.profile_by_name(name), start, False, _NEW)
+                inst.reserved = True
+                g.state.append(inst)
+            if more:
+                served.setdefault(g.sort_key, []).append((pod.profile, [pod] * len(more), 0))
+    return handled, served
+
+
 def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bounds,
          previous: Optional[Plan] = None) -> Plan:
     """Per-GPU targets for an auto pool (see the module's text for how it decides)."""
     gpus, unplaced, whole_free = [], [], 0
+    twice = {k for k, n in Counter((s.node, s.index) for s in supply).items() if n > 1}
     for s in sorted(supply, key=lambda g: (g.node, g.index)):
+        if (s.node, s.index) in twice:  # two answers for one GPU: neither is trusted
+            why = "node %s GPU %d appears more than once in the supply; left as it is" % (s.node, s.index)
+            if why not in unplaced:
+                unplaced.append(why)
+            continue
         gpu, why = _read(s)
         if gpu is not None:
             gpus.append(gpu)
@@ -297,23 +393,25 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             whole_free += 1
     if previous is not None:
         earlier = {(t.node, t.index): t for t in previous.targets}
+        asked = {d.profile for d in demand if d.pending} | {n for n, k in bounds.headroom if k > 0}
         for gpu in gpus:
-            _carry(gpu, earlier.get(gpu.sort_key))
+            _carry(gpu, earlier.get(gpu.sort_key), asked)
 
-    pending = Counter()  # type: Counter
+    unserved, notes = Counter(), []  # type: Counter, List[str]
+    multi = _serve_multi(gpus, demand, bounds)  # pods asking several instances of one node
+    pending = Counter()
     for d in demand:
-        if d.pending:
+        if d.pending and d.key not in multi[0]:
             pending[d.profile] += max(int(d.count), 0)
-    idle = Counter(i.profile.name for g in gpus for i in g.state if not i.in_use)
+    idle = Counter(i.profile.name for g in gpus for i in g.state if not i.held)
     # Phase one plans on the GPUs that serve pods already (or that a carried target is filling): their idle
     # instances count first, and only the surplus among them may go. Idle instances on GPUs nothing uses
     # count only in phase two: a pod bound to one of those would take one more GPU into use, while room
     # beside running pods may hold it.
     first = [g for g in gpus if g.used or g.carried]
-    idle_first = Counter(i.profile.name for g in first for i in g.state if not i.in_use)
+    idle_first = Counter(i.profile.name for g in first for i in g.state if not i.held)
     offered = {p.name for g in gpus for p in g.model.profiles}
-    need, unserved = {}, Counter()  # type: Dict[str, int], Counter
-    notes = []  # type: List[str]
+    need = {}  # type: Dict[str, int]
     for name in sorted(set(pending) | {n for n, _ in bounds.headroom}):
         if name == WHOLE_GPU:
             continue
@@ -331,8 +429,8 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             need[name] = wanted
     surplus = Counter({n: idle_first[n] - pending[n] - bounds.headroom_of(n) for n in idle_first
                        if idle_first[n] > pending[n] + bounds.headroom_of(n)})
-    ledger = _Ledger(demand, idle_first)
-    served = {}  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
+    ledger = _Ledger([d for d in demand if d.key not in multi[0]], idle_first)
+    served = multi[1]  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
 
     def add(gpu: _Gpu, placement: Tuple[Tuple[str, int], ...]) -> None:
         for name, start in placement:
@@ -352,7 +450,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         spare = Counter(surplus)
         removable = []
         for inst in sorted(gpu.state, key=lambda i: (-i.profile.memory_slices, i.start)):
-            if not inst.in_use and inst.origin != _NEW and spare[inst.profile.name] > 0:
+            if not inst.held and inst.origin != _NEW and spare[inst.profile.name] > 0:
                 spare[inst.profile.name] -= 1
                 removable.append(inst)
         if not removable:
@@ -390,7 +488,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             step(gpu)
     # Phase two: the idle instances on GPUs nothing uses take what is left, then those GPUs and empty ones.
     rest = [g for g in gpus if not (g.used or g.carried)]
-    idle_rest = Counter(i.profile.name for g in rest for i in g.state if not i.in_use)
+    idle_rest = Counter(i.profile.name for g in rest for i in g.state if not i.held)
     surplus = Counter()
     for name in sorted(set(need) | set(idle_rest)):
         left = max(need.get(name, 0), 0)
@@ -422,7 +520,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
 
     targets, reasons = [], []
     readable = {g.sort_key: g for g in gpus}
-    for s in sorted(supply, key=lambda g: (g.node, g.index)):
+    for s in sorted({(s.node, s.index): s for s in reversed(supply)}.values(), key=lambda g: (g.node, g.index)):
         gpu = readable.get((s.node, s.index))
         if gpu is None:
             targets.append(GpuTarget(s.node, s.index, tuple(sorted(((i.profile, i.start) for i in s.instances),
@@ -433,8 +531,8 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         if target.reason:
             reasons.append(target.reason)
     new_node = _new_node(gpus, unserved, bounds, supply)
-    return Plan(tuple(targets), tuple(sorted(unserved.items())), new_node, tuple(reasons + notes),
-                tuple(unplaced))
+    return Plan(tuple(targets), tuple(sorted(unserved.items())), new_node,
+                tuple(reasons + [_one_line(n) for n in notes]), tuple(_one_line(u) for u in unplaced))
 
 
 def _target(gpu: _Gpu, served, unplaced: List[str]) -> GpuTarget:
@@ -458,7 +556,8 @@ def _target(gpu: _Gpu, served, unplaced: List[str]) -> GpuTarget:
         new = [i for i in gpu.state if (i.profile.name, i.start) in set(create)]
         after = ("+ " + _describe(new, marks=False)) if change == CHANGE_ADD and gpu.actual else \
             _describe(gpu.state, marks=False)
-        reason = "node %s GPU %d: %s -> %s for %s" % (s.node, s.index, before, after, _served_text(served))
+        reason = _one_line("node %s GPU %d: %s -> %s for %s" % (s.node, s.index, before, after,
+                                                               _served_text(served)))
     return GpuTarget(s.node, s.index, layout, change, reason, create, destroy)
 
 
