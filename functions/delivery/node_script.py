@@ -109,9 +109,11 @@ PER_GPU = "per-gpu"
 
 def per_gpu_partition(targets: Sequence[Any]) -> dict:
     """The partition of a per-GPU request from one node's planned targets (functions.decision.layout.GpuTarget):
-    every GPU with a change, its whole target layout. ``destroy`` is only needed where a target repartitions."""
+    every GPU's whole target layout, changed or not, because the node's boot unit re-applies this request after
+    a reboot (instances never survive one) and a GPU left out would come back empty. The node leaves a GPU whose
+    layout it already holds as it is, and one with MIG off (its target is empty) untouched."""
     return {"kind": PER_GPU, "gpus": [{"index": t.index, "layout": [{"profile": p, "start": s} for p, s in t.layout]}
-                                      for t in sorted(targets, key=lambda t: t.index) if t.change != "none"]}
+                                      for t in sorted(targets, key=lambda t: t.index)]}
 
 
 def request_document(partition: Mapping[str, Any], destroy: bool = True) -> dict:

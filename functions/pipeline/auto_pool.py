@@ -153,8 +153,8 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
             log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason=line)
         for name in sorted({t.node for t in result.changes}):
             node = members.get(name)
-            targets = [t for t in result.changes if t.node == name]
-            why = "; ".join(t.reason for t in targets)
+            targets = [t for t in result.targets if t.node == name]  # every GPU: the boot unit re-applies it
+            why = "; ".join(t.reason for t in targets if t.reason)
             if node is None:
                 log.warning("auto pool", nodepool_id=pool.nodepool_id, node_name=name,
                             reason="ACK does not list node %s in the pool: not changed" % name)
@@ -162,8 +162,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
             decisions.append(Decision(instance_id=node.instance_id, node_name=name, nodepool_id=pool.nodepool_id,
                                       action="partition", reason=why, ip_address=node.ip_address,
                                       gpu_layouts=per_gpu_partition(targets)))
-    tags = sync_pool_tags(request.model_copy(update={"trigger": _timer()}), lookup, cluster, settings, dry_run, log,
-                          new_nodes=new_nodes)
+    tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=new_nodes)
     if not decisions:
         return end("done", "MIG pods wait; no GPU of the auto pools changes (see the pool tags for a new node)",
                    tags=tags)
@@ -171,8 +170,3 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     nodes_done = chosen.execute(request, decisions)
     return end("done", "%d node(s) of the auto pools get per-GPU layouts" % len(decisions), decisions, nodes_done, tags)
 
-
-def _timer() -> Any:
-    from functions.base.event_result import Trigger
-
-    return Trigger.TIMER

@@ -237,6 +237,9 @@ class _Apply(object):
                 self.result["changes"] = writer.changes + len(self.resets)
                 self.result["sequence"] = node_sequence(report.plans)
                 self.result["gpus"] = gpus_json(report.gpus)
+                left = [{"gpu": p.index, "why": p.left} for p in report.initial_plans if p.left]
+                if left:  # a per-GPU request (version 2) left these GPUs as they were: the function reports why
+                    self.result["left"] = left
                 self._install_boot_unit()
                 self._problems(report.client_problems + control.start(control.leftovers()))
                 capacity = _after_success(args, self.labeler, report.plans, self.result["changes"], log)

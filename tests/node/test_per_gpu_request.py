@@ -44,6 +44,15 @@ def test_a_gpu_that_turned_busy_is_left_as_it_is_and_the_others_change(tmp_path)
     assert node.layout(0) == before0  # nothing destroyed, nothing killed
     assert "killing" not in res.stderr and process_on_pid(0, 4) == 5004
     assert node.layout(1) == [(9, 0, 1), (9, 4, 1)]
+    assert res.json["left"] == [{"gpu": 0, "why": "busy: a process runs in an instance the layout frees"}]
+
+
+def test_a_gpu_with_mig_off_is_not_turned_on(tmp_path):
+    node = Node(tmp_path, count=2)
+    lay_out(node, [[], [("7g.40gb", 0)]])  # GPU 0: MIG off
+    res = node.run("apply", "--request-b64", _b64(per_gpu((0, []), (1, [("7g.40gb", 0)]))))
+    assert res.rc == 0 and res.json["changes"] == 0, res.stderr
+    assert node.sim()["gpus"][0]["mig_current"] == 0 and res.json["left"] == [{"gpu": 0, "why": "MIG mode is off"}]
 
 
 def test_a_gpu_not_listed_is_untouched(tmp_path):
