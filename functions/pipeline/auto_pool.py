@@ -85,6 +85,34 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
 
 # ---- the auto pool timer (template.yml AutoPoolTimer) ----
 
+STATE_LABEL = "nvidia.com/mig.config.state"  # node_bootstrap/kube/nodelabels.py
+
+
+def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapping[str, Any],
+                 new_node: Sequence[Any], log: Any) -> List[Any]:
+    """A node of the pool the hook never partitioned (no state label: the autoscaler just brought it for
+    the tags' promise) gets the new-node layout on every GPU as an ordinary sequence request: it turns MIG on,
+    which only a node with nothing running may (the node refuses with gpu-busy otherwise). Nothing unserved:
+    it is left with whole GPUs."""
+    from functions.base.model import Decision, PartitionLabel
+
+    if not new_node:
+        return []
+    sequence = "-".join(profile for profile, _ in new_node)
+    out = []
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        name = meta.get("name") or ""
+        if STATE_LABEL in (meta.get("labels") or {}) or name not in members:
+            continue
+        log.info("auto pool", nodepool_id=pool_id, node_name=name, reason="a new node: its GPUs get " + sequence)
+        out.append(Decision(instance_id=members[name].instance_id, node_name=name, nodepool_id=pool_id,
+                            action="partition", ip_address=members[name].ip_address,
+                            partition=PartitionLabel(kind="sequence", value=sequence),
+                            reason="new node of auto pool %s: each GPU gets %s for the pods the pool cannot serve"
+                                   % (pool_id, sequence)))
+    return out
+
 PAUSED_LABEL = "ack-mig-hook/paused"  # functions/decision/waves.py: a paused pool starts nothing new
 
 
@@ -151,6 +179,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
         members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
         for line in result.reasons:
             log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason=line)
+        decisions.extend(_fresh_nodes(pool.nodepool_id, nodes, members, result.new_node, log))
         for name in sorted({t.node for t in result.changes}):
             node = members.get(name)
             targets = [t for t in result.targets if t.node == name]  # every GPU: the boot unit re-applies it

@@ -30,7 +30,12 @@ TICK = json.dumps({"triggerTime": "2026-12-04T00:00:00Z", "triggerName": "auto-p
                    "payload": '{"auto_pools": true}'})
 
 
-def lookup():
+FRESH = "i-2zeauto0a100x80g02"
+
+
+def lookup(fresh=False):
+    extra = [{"instance_id": FRESH, "node_name": "gpu-new", "nodepool_id": POOL, "state": "running",
+              "instance_type": "ecs.ebmgn7e.32xlarge", "ip_address": ["127.0.0.1"]}] if fresh else []
     return InventoryLookup.from_dict({
         "cluster_id": CLUSTER,
         "nodepools": [{"nodepool_info": {"nodepool_id": POOL, "name": "llm-auto"},
@@ -38,7 +43,7 @@ def lookup():
                        "auto_scaling": {"enable": True},
                        "scaling_group": {"scaling_group_id": "asg-auto", "instance_types": ["ecs.ebmgn7e.32xlarge"]}}],
         "nodes": [{"instance_id": INSTANCE, "node_name": "gpu-a", "nodepool_id": POOL, "state": "running",
-                   "instance_type": "ecs.ebmgn7e.32xlarge", "ip_address": ["127.0.0.1"]}]})
+                   "instance_type": "ecs.ebmgn7e.32xlarge", "ip_address": ["127.0.0.1"]}] + extra})
 
 
 def waiting(api, name, profile):
@@ -116,3 +121,23 @@ def test_a_tick_with_nothing_pending_lists_pods_once_and_ends(pool):
     result = run_event(TICK, settings, inventory=lookup(), executor=executor, kube=api)
     assert result.outcome == "skip" and "no MIG pod waits" in result.reason
     assert [r.path for r in server.requests] == ["/api/v1/pods"]
+
+
+def test_a_node_the_autoscaler_brought_gets_the_new_node_layout(pool):
+    """The tags promised the autoscaler a node with the missing profiles: the node it brings (no state label,
+    MIG off) gets that layout on the next tick, MIG turned on, while the pool's other node changes per GPU."""
+    server, api, settings, executor, state_file = pool
+    server.add_node("gpu-new", labels={"alibabacloud.com/nodepool-id": POOL,
+                                       "aliyun.accelerator/nvidia_name": "NVIDIA A100-SXM4-80GB",
+                                       "aliyun.accelerator/nvidia_count": "1"})
+    fresh = state_file.parent / ("%s.json" % FRESH)
+    fresh.write_text(json.dumps(driver.new_state(MODEL.key, 1)))  # MIG off, as a new node boots
+    for i in range(4):
+        waiting(server, "big-%d" % i, "3g.40gb")
+    result = run_event(TICK, settings, inventory=lookup(fresh=True), executor=executor, kube=api)
+    assert result.outcome == "done", result.reason
+    assert sorted(n["outcome"] for n in result.nodes) == ["partitioned", "partitioned"], result.nodes
+    assert held(state_file) == [("3g.40gb", 0), ("3g.40gb", 4)]
+    assert json.loads(fresh.read_text())["gpus"][0]["mig_current"] == 1 and held(fresh) == [("3g.40gb", 0),
+                                                                                           ("3g.40gb", 4)]
+    assert not any("eviction" in r.path for r in server.requests)
