@@ -153,6 +153,8 @@ def wanted(pool: "NodePool", mode: str, new_node: Optional[Tuple[Tuple[str, int]
     our tags) or the mode is off. ``new_node``: an auto pool's planned new-node layout (None: not planned)."""
     if mode == MODE_OFF:
         return None
+    if AUTO_LAYOUT_LABEL in pool.labels and new_node is None:
+        return None  # an auto pool's tags follow its plan: only the auto pool step (which plans) writes them
     if new_node is not None and pool.labels.get(AUTO_LAYOUT_LABEL):
         if mode == MODE_AUTO and not pool.auto_scaling:
             return Wanted({}, "auto scaling is off (ACK_MIG_AUTOSCALER_TAGS=auto tags only pools with auto scaling)")
