@@ -191,11 +191,17 @@ def split_pending(pods: Sequence[Mapping[str, Any]], pools: Mapping[str, Sequenc
             continue
         reasons = []
         for name in sorted(pools):
-            misses = [why_not(pod, place.labels, place.taints) for place in pools[name]]
-            if misses and not all(misses):
-                by_pool[name].extend(demand_of(pod))
-                break
-            reasons.append("%s: %s" % (name, misses[0] if misses else "no nodes"))
+            first = ""
+            for place in pools[name]:  # stops at the first place that takes it: most pods fit the first node
+                miss = why_not(pod, place.labels, place.taints)
+                if not miss:
+                    break
+                first = first or miss
+            else:
+                reasons.append("%s: %s" % (name, first or "no nodes"))
+                continue
+            by_pool[name].extend(demand_of(pod))
+            break
         else:
             unmatched.append((pod_key(pod), "; ".join(reasons) or "no auto pool"))
     return by_pool, unmatched
