@@ -113,6 +113,7 @@ def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapp
                                    % (pool_id, sequence)))
     return out
 
+
 PAUSED_LABEL = "ack-mig-hook/paused"  # functions/decision/waves.py: a paused pool starts nothing new
 
 
@@ -136,14 +137,10 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     """One tick: one paged list of Pending pods; when a MIG pod waits, each auto pool is planned (advise's
     answer), its changes delivered as per-GPU node requests (no drain: nothing in use is destroyed) and its
     node-template tags set to the new-node layout. Ends done (something planned) or skip (nothing to do)."""
+    from node_bootstrap.kube import KubeError
+
     from functions.base.event_result import HandlerResult
-    from functions.base.model import Decision
-    from functions.decision.layout import LAYOUT_LABEL, LayoutLabelError
-    from functions.decision.layout.matching import is_unschedulable, pod_asks
-    from functions.delivery.node_script import per_gpu_partition
-    from functions.kube.demand import pending_pods, pods_on
-    from functions.pipeline.autoscaler_sync import sync_pool_tags
-    from functions.pipeline.point_of_change import DryRunExecutor, make_executor
+    from functions.decision.layout import LAYOUT_LABEL
 
     def end(outcome: str, reason: str, decisions=(), nodes=None, tags=None) -> HandlerResult:
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
@@ -157,6 +154,23 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     api = _api_of(kube, lookup, settings, cluster)
     if api is None:
         return end("skip", "auto pools need the Kubernetes API (pods are read there): none is configured")
+    try:
+        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end)
+    except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
+        return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
+                   % " ".join(str(exc).split())[:200])
+
+
+def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
+          pools: List[Any], log: Any, end: Any) -> Any:
+    from functions.base.model import Decision
+    from functions.decision.layout import LayoutLabelError
+    from functions.decision.layout.matching import is_unschedulable, pod_asks
+    from functions.delivery.node_script import per_gpu_partition
+    from functions.kube.demand import pending_pods, pods_on
+    from functions.pipeline.autoscaler_sync import sync_pool_tags
+    from functions.pipeline.point_of_change import DryRunExecutor, make_executor
+
     pending = pending_pods(api)
     if not any(is_unschedulable(p) and pod_asks(p) for p in pending):
         return end("skip", "no MIG pod waits: the auto pools stay as they are")

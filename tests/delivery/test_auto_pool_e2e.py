@@ -141,3 +141,13 @@ def test_a_node_the_autoscaler_brought_gets_the_new_node_layout(pool):
     assert json.loads(fresh.read_text())["gpus"][0]["mig_current"] == 1 and held(fresh) == [("3g.40gb", 0),
                                                                                            ("3g.40gb", 4)]
     assert not any("eviction" in r.path for r in server.requests)
+
+
+def test_an_api_server_that_does_not_answer_ends_the_tick_for_a_retry(pool):
+    server, api, settings, executor, state_file = pool
+    waiting(server, "small-0", "1g.10gb")
+    server.fail = {"GET": 403}
+    before = state_file.read_text()
+    result = run_event(TICK, settings, inventory=lookup(), executor=executor, kube=api)
+    assert result.outcome == "retry" and "Kubernetes API could not be read" in result.reason
+    assert state_file.read_text() == before
