@@ -18,8 +18,10 @@ How it decides, in order:
    c. GPUs whose instances are all idle: add into free slots;
    d. empty GPUs: add;
    e. GPUs whose instances are all idle: repartition.
-   A GPU that is busy (a whole-GPU pod or non-MIG process), has MIG off, or whose model or instances the
-   catalogue cannot read is left as it is.
+   Steps a and b count the idle instances of those GPUs only; the idle instances of GPUs nothing uses
+   count before step c (a pod bound to one of those takes one more GPU into use, while room beside
+   running pods may hold it). A GPU that is busy (a whole-GPU pod or non-MIG process), has MIG off, is
+   listed twice, or whose model or instances the catalogue cannot read is left as it is.
 3. What is left is ``unserved``; ``new_node`` is the one per-GPU layout that serves it with the fewest GPUs
    on the pool's model (for the autoscaler's node template).
 
@@ -446,7 +448,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             add(gpu, placement)
 
     def repartition(gpu: _Gpu) -> None:
-        # Only surplus idle instances that exist (or were carried) may go; what the plan creates stays.
+        # Only surplus idle instances that exist may go; what this plan (or a carried one) creates stays.
         spare = Counter(surplus)
         removable = []
         for inst in sorted(gpu.state, key=lambda i: (-i.profile.memory_slices, i.start)):
