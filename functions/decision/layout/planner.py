@@ -406,12 +406,13 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         if d.pending and d.key not in multi[0]:
             pending[d.profile] += max(int(d.count), 0)
     idle = Counter(i.profile.name for g in gpus for i in g.state if not i.held)
-    # Phase one plans on the GPUs that serve pods already (or that a carried target is filling): their idle
+    # Phase one plans on the GPUs that serve pods already: their idle
     # instances count first, and only the surplus among them may go. Idle instances on GPUs nothing uses
     # count only in phase two: a pod bound to one of those would take one more GPU into use, while room
     # beside running pods may hold it.
-    first = [g for g in gpus if g.used or g.carried]
-    rest = [g for g in gpus if not (g.used or g.carried)]
+    # (a carried target counts where its GPU stands now: the same as once it is applied)
+    first = [g for g in gpus if g.used]
+    rest = [g for g in gpus if not g.used]
     idle_first = Counter(i.profile.name for g in first for i in g.state if not i.held)
     idle_rest = Counter(i.profile.name for g in rest for i in g.state if not i.held)
     offered = {p.name for g in gpus for p in g.model.profiles}
