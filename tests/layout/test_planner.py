@@ -193,3 +193,14 @@ def test_a_gpu_listed_twice_is_left_alone_and_said_so():
     assert len(result.targets) == 1 and result.targets[0].change == CHANGE_NONE
     assert result.unplaced == ("node a GPU 0 appears more than once in the supply; left as it is",)
     assert dict(result.unserved) == {"2g.20gb": 1}
+
+
+def test_headroom_kept_on_an_idle_gpu_does_not_move_when_room_opens_beside_running_pods():
+    headroom = Bounds(headroom={"1g.10gb": 2})
+    supply = [GpuSupply("a", 0, A80, (Instance("3g.40gb", 0, True),)),
+              GpuSupply("b", 0, A80, (Instance("1g.10gb", 0, False), Instance("1g.10gb", 1, False)))]
+    assert plan(supply, [], headroom).changes == ()
+    # a pending pod goes beside the running one; the headroom on b stays as it is
+    result = plan(supply, pods(1, "1g.10gb"), headroom)
+    assert target(result, "b", 0).change == CHANGE_NONE
+    assert len(target(result, "a", 0).create) == 1

@@ -5,7 +5,7 @@ created outside the allowed profiles, nothing changed when the demand has not ch
 
 from collections import Counter
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from functions.decision.layout import (CHANGE_NONE, WHOLE_GPU, Bounds, GpuSupply, Instance, PodDemand, plan)
@@ -90,6 +90,12 @@ def test_every_plan_is_placeable_keeps_used_instances_and_stays_in_bounds(supply
 
 @settings(max_examples=60)
 @given(pools(), demands, bounds)
+# found by the wide profile: a carried target on a GPU nothing uses yet must count as such GPUs do
+@example(supply=[GpuSupply("node-2", 0, "NVIDIA A100-SXM4-40GB", ()),
+                 GpuSupply("node-2", 1, "NVIDIA A100-SXM4-40GB", (Instance("1g.5gb", 0, False), Instance("1g.5gb", 1, False),
+                                                                  Instance("1g.10gb", 2, False)))],
+         demand=[PodDemand("ns/p0", "deployment a/x", "1g.10gb"), PodDemand("ns/p1", "deployment a/x", "1g.10gb", 2)],
+         limits=Bounds())
 def test_unchanged_demand_changes_nothing_once_applied_and_a_plan_is_deterministic(supply, demand, limits):
     result = plan(supply, demand, limits)
     assert plan(supply, demand, limits) == result

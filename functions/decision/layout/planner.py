@@ -18,8 +18,10 @@ How it decides, in order:
    c. GPUs whose instances are all idle: add into free slots;
    d. empty GPUs: add;
    e. GPUs whose instances are all idle: repartition.
-   A GPU that is busy (a whole-GPU pod or non-MIG process), has MIG off, or whose model or instances the
-   catalogue cannot read is left as it is.
+   Steps a and b count the idle instances of those GPUs only; the idle instances of GPUs nothing uses
+   count before step c (a pod bound to one of those takes one more GPU into use, while room beside
+   running pods may hold it). A GPU that is busy (a whole-GPU pod or non-MIG process), has MIG off, is
+   listed twice, or whose model or instances the catalogue cannot read is left as it is.
 3. What is left is ``unserved``; ``new_node`` is the one per-GPU layout that serves it with the fewest GPUs
    on the pool's model (for the autoscaler's node template).
 
@@ -404,12 +406,15 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         if d.pending and d.key not in multi[0]:
             pending[d.profile] += max(int(d.count), 0)
     idle = Counter(i.profile.name for g in gpus for i in g.state if not i.held)
-    # Phase one plans on the GPUs that serve pods already (or that a carried target is filling): their idle
+    # Phase one plans on the GPUs that serve pods already: their idle
     # instances count first, and only the surplus among them may go. Idle instances on GPUs nothing uses
     # count only in phase two: a pod bound to one of those would take one more GPU into use, while room
     # beside running pods may hold it.
-    first = [g for g in gpus if g.used or g.carried]
+    # (a carried target counts where its GPU stands now: the same as once it is applied)
+    first = [g for g in gpus if g.used]
+    rest = [g for g in gpus if not g.used]
     idle_first = Counter(i.profile.name for g in first for i in g.state if not i.held)
+    idle_rest = Counter(i.profile.name for g in rest for i in g.state if not i.held)
     offered = {p.name for g in gpus for p in g.model.profiles}
     need = {}  # type: Dict[str, int]
     for name in sorted(set(pending) | {n for n, _ in bounds.headroom}):
@@ -424,11 +429,15 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
                     "no GPU of the pool has this profile" if bounds.allows(name) else
                     "not among the profiles the pool allows (ack-mig-hook/layout-profiles)"))
             continue
-        wanted = pending[name] + bounds.headroom_of(name) - idle_first[name]
+        # Pods go beside running ones; headroom is any idle instance, wherever it is: only what the idle
+        # instances of both kinds of GPU leave short of it is added here (or headroom would move about).
+        spare_first = max(0, idle_first[name] - pending[name])
+        gap = max(0, bounds.headroom_of(name) - spare_first - idle_rest[name])
+        wanted = max(0, pending[name] - idle_first[name]) + gap
         if wanted > 0 and bounds.allows(name) and name in offered:
             need[name] = wanted
-    surplus = Counter({n: idle_first[n] - pending[n] - bounds.headroom_of(n) for n in idle_first
-                       if idle_first[n] > pending[n] + bounds.headroom_of(n)})
+    surplus = Counter({n: idle_first[n] - pending[n] - max(0, bounds.headroom_of(n) - idle_rest[n])
+                       for n in idle_first if idle_first[n] > pending[n] + max(0, bounds.headroom_of(n) - idle_rest[n])})
     ledger = _Ledger([d for d in demand if d.key not in multi[0]], idle_first)
     served = multi[1]  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
 
@@ -446,7 +455,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             add(gpu, placement)
 
     def repartition(gpu: _Gpu) -> None:
-        # Only surplus idle instances that exist (or were carried) may go; what the plan creates stays.
+        # Only surplus idle instances that exist may go; what this plan (or a carried one) creates stays.
         spare = Counter(surplus)
         removable = []
         for inst in sorted(gpu.state, key=lambda i: (-i.profile.memory_slices, i.start)):
@@ -487,17 +496,17 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
                 break
             step(gpu)
     # Phase two: the idle instances on GPUs nothing uses take what is left, then those GPUs and empty ones.
-    rest = [g for g in gpus if not (g.used or g.carried)]
-    idle_rest = Counter(i.profile.name for g in rest for i in g.state if not i.held)
+    # What is still short, counted afresh over every GPU: pending + headroom - idle (what phase one made
+    # counts as idle: it waits for its pods).
+    now_idle = Counter(i.profile.name for g in gpus for i in g.state if not i.held)
     surplus = Counter()
     for name in sorted(set(need) | set(idle_rest)):
-        left = max(need.get(name, 0), 0)
-        covered = min(left, idle_rest[name])
-        if covered:
-            need[name] -= covered
-            ledger.take(name, covered)
-        if idle_rest[name] > left:
-            surplus[name] = idle_rest[name] - left
+        if name in need:
+            need[name] = pending[name] + bounds.headroom_of(name) - now_idle[name]
+        ledger.take(name, idle_rest[name])  # pods left over bind to these first
+        spare = idle_rest[name] - max(0, pending[name] + bounds.headroom_of(name) - (now_idle[name] - idle_rest[name]))
+        if spare > 0:
+            surplus[name] = spare
     idle_only = sorted((g for g in rest if g.state), key=lambda g: (-len(g.state), g.sort_key))
     empty = [g for g in rest if not g.state]
     for step, group in ((fill, idle_only), (fill, empty), (repartition, idle_only)):
