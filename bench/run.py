@@ -15,6 +15,7 @@ Benchmarks print numbers; they never fail on a number (``met`` says which target
   payload        bench/payload.py        largest Cloud Assistant request content, on the wire
   endless output bench/endless_output.py nodes that never stop writing (real sshd, local): peak RSS
   fuzz           bench/fuzz.py           raw events and hostile labels through the function path
+  demand         bench/demand.py         the auto pool planner over a day of pod traces vs the optimum (HiGHS)
 """
 
 import argparse
@@ -28,6 +29,7 @@ import time
 import _path  # noqa: F401
 
 import cold_start
+import demand
 import endless_output
 import fanout
 import fanout_10k
@@ -57,6 +59,12 @@ TARGETS = [
     ("fuzz_handler_crashes", "<=", 0),
     ("fuzz_labels_crashes", "<=", 0),
     ("fuzz_labels_reached_delivery_unvalidated", "<=", 0),
+    ("demand_evicted", "<=", 0),
+    ("demand_flaps", "<=", 0),
+    ("demand_small_gap_max_pct", "<=", 0),
+    ("demand_1000_gap_max_pct", "<=", 3),
+    ("demand_mixed_saving_min_pct", ">=", 25),
+    ("demand_plan_1000_ms_max", "<=", 1000),
 ]
 
 
@@ -66,7 +74,7 @@ def _met(results):
         value = results.get(name)
         if value is None:
             continue
-        met[name] = value == target if op == "==" else value <= target
+        met[name] = value == target if op == "==" else value >= target if op == ">=" else value <= target
     return met
 
 
@@ -89,7 +97,8 @@ def run(quick=False, fuzz_examples=0, progress=lambda text: None):
              ("endless output", endless_output.measure),
              ("fan-out", lambda: fanout.measure(quick=quick)),
              ("fan-out 10k", fanout_10k.measure),
-             ("rollout 10k", rollout_10k.measure)]
+             ("rollout 10k", rollout_10k.measure),
+             ("demand", lambda: demand.measure(quick=quick))]
     if fuzz_examples:
         steps.append(("fuzz", lambda: fuzz.measure(fuzz_examples)))
     for name, step in steps:  # one after another: the fan-out numbers need the cores to themselves

@@ -48,12 +48,13 @@ OFFLINE = [
     re.compile(r"ack-mig-hook\s+(plan|profiles|convert)\b"),
     re.compile(r"ack-mig-hook\s+status\b.*--inventory\b"),
     re.compile(r"ack-mig-hook\s+invoke\b.*--inventory\b"),
+    re.compile(r"ack-mig-hook\s+advise\b.*--inventory\b"),
     re.compile(r"-m\s+node_bootstrap\b.*--backend[ =]sim:"),
 ]
 # Cloud commands given bad input: refused before any call, so they run here too.
 BAD_INPUT = re.compile(r"ack-mig-hook\s+(deploy|undeploy|doctor|rollout)\b.*#\s*exit\s+2\b")
 KINDS = {k: re.compile(r"ack-mig-hook\s+%s\b" % k)
-         for k in ("plan", "profiles", "convert", "status", "invoke", "deploy", "undeploy", "doctor", "rollout")}
+         for k in ("plan", "profiles", "convert", "status", "invoke", "advise", "deploy", "undeploy", "doctor", "rollout")}
 KINDS["node_bootstrap"] = re.compile(r"-m\s+node_bootstrap\b")
 CLI_WORD = re.compile(r"(?:^|[\s|;&(])(?:\S*/)?(ack-mig-hook|python3?\s+-m\s+node_bootstrap)\s+(.*)$")
 

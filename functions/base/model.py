@@ -50,6 +50,9 @@ class Request(_Model):
     invalid_targets: List[InvalidTarget] = Field(default_factory=list)
     lifecycle: Optional[LifecycleHook] = None
     dry_run: bool = False
+    # The auto pool timer (template.yml AutoPoolTimer, payload {"auto_pools": true}): re-plan every pool labelled
+    # ack-mig-hook/layout=auto (functions/pipeline/auto_pool.py) and nothing else.
+    auto_pools: bool = False
 
 
 # ---- the cluster as the lookup sees it (converted from the CS API's own shapes) ----
@@ -138,6 +141,10 @@ class Decision(_Model):
     # drained first; False repartitioned without either, the node told to destroy nothing (the new layout
     # keeps its instances and only adds some). None for every other decision.
     drain: Optional[bool] = None
+    # An auto pool's per-GPU targets for this node (functions/pipeline/auto_pool.py): the node request's
+    # version 2 partition, {"kind": "per-gpu", "gpus": [{"index", "layout": [{"profile", "start"}]}]}; ``partition``
+    # and ``plan`` are None then. Nothing in use is destroyed on that path, so it needs no drain.
+    gpu_layouts: Optional[Dict[str, Any]] = None
 
     def to_json(self) -> Dict[str, Any]:
         return self.model_dump(mode="json")

@@ -19,6 +19,7 @@ COMMANDS = {
     "invoke": ("functions.commands.invoke", "run the function's pipeline locally on an event file (not the deployed "
                                    "function)"),
     "demo": ("functions.commands.demo", "the bundled example end to end on simulated nodes"),
+    "advise": ("functions.commands.advise", "an auto pool's demand, per-GPU plan and reasons; changes nothing"),
     "status": ("functions.commands.status", "the fleet per pool: layout, pending, failed, deferred, MIG resources"),
     "convert": ("functions.commands.convert", "NVIDIA mig-parted configs to pool label values and back"),
     "deploy": ("functions.commands.deploy", "build, upload and create or update the ROS stack, then wait for it; "

@@ -28,6 +28,8 @@ from node_bootstrap.kube import KubeError
 
 from functions.decision import waves as rp
 
+GPU_LAYOUTS = "ack-mig-hook/gpu-layouts"
+
 FAILED_STATES = ("failed",)
 STRICT_EXIT = 3
 WIDTH = 100  # every line of the text output fits this many columns
@@ -119,6 +121,18 @@ def _entry(pool_id: str, pool: Any) -> Dict[str, Any]:
             "rollout_since": None, "stopped_since": None, "node_list": []}
 
 
+def gpu_layouts(kube: Optional[rp.KubeNode]) -> Optional[Dict[str, str]]:
+    """Per GPU index, what the node said it holds after its last success (annotation ack-mig-hook/gpu-layouts,
+    node_bootstrap/kube/nodelabels.py), as "profile@start ..."; None when it has not said (or unreadable)."""
+    text = (kube.annotations.get(GPU_LAYOUTS) if kube else None) or ""
+    try:
+        data = json.loads(text) if text else None
+        return {str(i): " ".join("%s@%d" % (str(p), int(st)) for p, st in pairs) or "(empty)"
+                for i, pairs in sorted(data.items(), key=lambda kv: int(kv[0]))} if isinstance(data, dict) else None
+    except (ValueError, TypeError):
+        return None
+
+
 def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.KubeNode]],
               autoscaler_mode: str = "auto", kube_error: Optional[str] = None,
               now: Optional[float] = None) -> Dict[str, Any]:
@@ -168,7 +182,8 @@ def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.K
             "applied": kube.labels.get(rp.APPLIED_LABEL) if kube else None,
             "mig_state": kube.labels.get(rp.STATE_LABEL) if kube else None,
             "rollout_step": kube.progress.step if kube and kube.progress else None,
-            "since": _since(kube), "cordoned": kube.unschedulable if kube else None, "reason": why_failed or d.reason})
+            "since": _since(kube), "cordoned": kube.unschedulable if kube else None, "reason": why_failed or d.reason,
+            "gpus": gpu_layouts(kube)})
     for pool_id, entry in by_pool.items():
         _rollout_times(entry, members.get(pool_id, []))
         for n in entry["node_list"]:  # a deferral without a record of its own waits on the pool's rollout
@@ -282,6 +297,8 @@ def render(status: Dict[str, Any], nodes: bool) -> str:
                 n["node"] or n["instance_id"], n["status"], when, n["applied"] or "-", n["mig_state"] or "-",
                 "  cordoned" if n["cordoned"] else ""), "      ")
             line("      %s" % n["reason"], "      ")
+            for index, layout in (n.get("gpus") or {}).items():
+                line("      GPU %s: %s" % (index, layout), "        ")
     return "\n".join(out)
 
 

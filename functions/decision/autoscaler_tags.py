@@ -31,8 +31,9 @@ known, so it is not checked here: a refusal from the API is reported for that po
 import typing
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
-from node_bootstrap.mig import (PARTITION_LABELS, RESOURCE_PREFIX, MigInputError, find_gpu, node_resources,
-                                spec_from_labels)
+from node_bootstrap.mig import (PARTITION_LABELS, RESOURCE_PREFIX, MigInputError, find_gpu, layout_resources,
+                                node_resources, spec_from_labels)
+from node_bootstrap.mig.solver import Instance as SolverInstance, Layout
 
 from functions.decision.families import capability
 
@@ -117,11 +118,48 @@ def pool_resources(pool: "NodePool") -> Tuple[Optional[Dict[str, int]], str]:
     return common, "%s on %s: a new node advertises %s%s" % (label, types, shown, differ)
 
 
-def wanted(pool: "NodePool", mode: str) -> Optional[Wanted]:
+AUTO_LAYOUT_LABEL = "ack-mig-hook/layout"  # functions/decision/layout/bounds.py LAYOUT_LABEL
+
+
+def auto_pool_resources(pool: "NodePool", new_node: Tuple[Tuple[str, int], ...]
+                        ) -> Tuple[Optional[Dict[str, int]], str]:
+    """An auto pool (``ack-mig-hook/layout=auto``): a new node's GPUs each get ``new_node``, the per-GPU
+    layout the planner chose for the demand the existing GPUs cannot serve (functions.decision.layout
+    ``Plan.new_node``); () when nothing waits: then no MIG resource is advertised (nothing to scale out for)."""
+    if not new_node:
+        return {}, "auto pool: every waiting MIG pod fits the pool's GPUs, no new node is needed"
+    if not pool.instance_types:
+        return None, "the pool lists no instance type, so the GPUs of a new node are not known"
+    each: List[Dict[str, int]] = []
+    shown = "-".join(name for name, _ in new_node)
+    for instance_type in pool.instance_types:
+        cap = capability(instance_type)
+        if cap.mig is not True or not cap.gpus or not cap.gpu_model:
+            return None, cap.reason or "the family table does not know the GPUs of %s" % instance_type
+        model = find_gpu(cap.gpu_model)
+        profiles = [model.profile_by_name(name) for name, _ in new_node]
+        if any(p is None for p in profiles):
+            return None, "the layout %s does not fit %s (%s)" % (shown, instance_type, model.key)
+        layout = Layout(model, tuple(SolverInstance(p, start) for p, (_, start) in zip(profiles, new_node)))
+        each.append(layout_resources(layout, cap.gpus))
+    common = {name: min(r.get(name, 0) for r in each) for name in sorted(set().union(*each))}
+    common = {name: n for name, n in common.items() if n > 0}
+    return common, "auto pool: a new node's GPUs would get %s for the demand the pool cannot serve: %s" % (
+        shown, ", ".join("%s=%d" % kv for kv in common.items()))
+
+
+def wanted(pool: "NodePool", mode: str, new_node: Optional[Tuple[Tuple[str, int], ...]] = None) -> Optional[Wanted]:
     """Our tags ``pool`` should carry under ``mode``; None when the pool is none of ours (no label, none of
-    our tags) or the mode is off."""
+    our tags) or the mode is off. ``new_node``: an auto pool's planned new-node layout (None: not planned)."""
     if mode == MODE_OFF:
         return None
+    if AUTO_LAYOUT_LABEL in pool.labels and new_node is None:
+        return None  # an auto pool's tags follow its plan: only the auto pool step (which plans) writes them
+    if new_node is not None and pool.labels.get(AUTO_LAYOUT_LABEL):
+        if mode == MODE_AUTO and not pool.auto_scaling:
+            return Wanted({}, "auto scaling is off (ACK_MIG_AUTOSCALER_TAGS=auto tags only pools with auto scaling)")
+        resources, why = auto_pool_resources(pool, new_node)
+        return Wanted(autoscaler_tags(resources) if resources is not None else None, why)
     if not _labelled(pool):  # our tags go; ones already at 0 advertise nothing: none of ours left
         return Wanted({}, "no partition label: our tags go") if advertised(pool.tags) else None
     if mode == MODE_AUTO and not pool.auto_scaling:
@@ -185,9 +223,11 @@ class PoolTags(typing.NamedTuple):
                 "remove": list(self.remove), "written": written, "reason": self.reason if reason is None else reason}
 
 
-def plan_pool(pool: "NodePool", mode: str) -> Optional[PoolTags]:
-    """The tags decision for one pool under ``mode``; None for a pool that is none of ours."""
-    want = wanted(pool, mode)
+def plan_pool(pool: "NodePool", mode: str, new_node: Optional[Tuple[Tuple[str, int], ...]] = None
+              ) -> Optional[PoolTags]:
+    """The tags decision for one pool under ``mode``; None for a pool that is none of ours. ``new_node``: for
+    an auto pool, the planner's new-node layout (see :func:`auto_pool_resources`)."""
+    want = wanted(pool, mode, new_node)
     if want is None:
         return None
 

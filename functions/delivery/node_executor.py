@@ -89,6 +89,9 @@ class DeliveryExecutor:
             elif d.action == ACTION_PARTITION and getattr(d, "disable", False):  # MIG off (functions/rollout/run.py)
                 args = ["--json"] + list(self.extra_args) + ["disable"]
                 targets.append(NodeTarget(d.instance_id, d.node_name or "", d.ip_address or "", tuple(args)))
+            elif d.action == ACTION_PARTITION and getattr(d, "gpu_layouts", None):  # an auto pool's per-GPU targets
+                args = node_args(d.gpu_layouts, self.extra_args)
+                targets.append(NodeTarget(d.instance_id, d.node_name or "", d.ip_address or "", tuple(args)))
             elif d.action == ACTION_ERROR or d.partition is None:
                 outcomes[d.instance_id] = Outcome(d.instance_id, d.node_name or "", FAILED, d.reason)
             elif d.action == ACTION_PARTITION:

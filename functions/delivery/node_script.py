@@ -12,7 +12,7 @@ import json
 import os
 import re
 import zlib
-from typing import List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 from functions.base.settings import DEFAULT_NODE_ROOT as DEFAULT_ROOT, is_node_directory  # the one directory rule
 
@@ -104,11 +104,30 @@ def render(digest: str, args: Sequence[str], deadline_s: int, instance_id: str =
                            grace=grace_s, runner=_RUNNER)
 
 
-def request_document(partition: Mapping[str, str], destroy: bool = True) -> dict:
+PER_GPU = "per-gpu"
+
+
+def per_gpu_partition(targets: Sequence[Any]) -> dict:
+    """The partition of a per-GPU request from one node's planned targets (functions.decision.layout.GpuTarget):
+    every GPU's whole target layout, changed or not, because the node's boot unit re-applies this request after
+    a reboot (instances never survive one) and a GPU left out would come back empty. The node leaves a GPU whose
+    layout it already holds as it is, and one with MIG off (its target is empty) untouched."""
+    return {"kind": PER_GPU, "gpus": [{"index": t.index, "layout": [{"profile": p, "start": s} for p, s in t.layout]}
+                                      for t in sorted(targets, key=lambda t: t.index)]}
+
+
+def request_document(partition: Mapping[str, Any], destroy: bool = True) -> dict:
     """The node request: ``{"version": 1, "partition": {"kind": "size"|"sequence", "value": ...}}``, with
     ``"destroy": false`` for a "destroy nothing" apply (the node refuses, exit 7 ``destroy-required``,
     where more than adding instances is needed; docs/node.md)."""
     kind, value = partition.get("kind"), partition.get("value")
+    if kind == PER_GPU:  # version 2: an auto pool's per-GPU targets (node_bootstrap/request.py)
+        doc = {"version": 2, "kind": PER_GPU, "gpus": list(partition.get("gpus") or ())}
+        if not doc["gpus"]:
+            raise CommandError("a per-GPU node request needs at least one GPU layout")
+        if not destroy:
+            doc["destroy"] = False
+        return doc
     if kind not in ("size", "sequence") or not isinstance(value, str):
         raise CommandError("a node request needs partition kind size or sequence and a text value")
     doc: dict = {"version": 1, "partition": {"kind": kind, "value": value}}
@@ -117,7 +136,7 @@ def request_document(partition: Mapping[str, str], destroy: bool = True) -> dict
     return doc
 
 
-def node_args(partition: Mapping[str, str], extra: Sequence[str] = (), destroy: bool = True) -> List[str]:
+def node_args(partition: Mapping[str, Any], extra: Sequence[str] = (), destroy: bool = True) -> List[str]:
     """node_bootstrap's command line for an apply: global options first, then the subcommand. The node
     name is not here (it differs per node); the runner adds it, so a whole batch shares one script.
     ``destroy`` False: the request asks the node to only add instances (the rollout's path without drain)."""

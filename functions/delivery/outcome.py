@@ -176,6 +176,10 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
         base.code = str(error.get("code") or "")
         base.reason = "%s: %s" % (code, error.get("message") or "node_bootstrap failed (exit %s)" % res.exit_code)
         return base
+    left = [g for g in doc.get("left") or [] if isinstance(g, dict) and g.get("why") != "not in the request"]
+    if left:  # an auto pool's per-GPU request left these GPUs as they were (node_bootstrap/commands/planner.py)
+        base.reason = "%s; left as they were: %s" % (base.reason, ", ".join(
+            "GPU %s (%s)" % (g.get("gpu"), " ".join(str(g.get("why")).split())[:80]) for g in left[:16]))
     boot = doc.get("boot_unit") if isinstance(doc.get("boot_unit"), dict) else {}
     if boot.get("error"):  # the GPUs are right, but a reboot would lose them: say so
         base.reason = "%s; boot unit not installed: %s" % (base.reason, " ".join(str(boot["error"]).split())[:200])

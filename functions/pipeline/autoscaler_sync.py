@@ -9,7 +9,7 @@ there. A pool whose tags cannot be written (limits, the API refuses, the API kee
 reason in its entry and a warning line; the event and its nodes go on.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from functions.decision.autoscaler_tags import MODE_OFF, plan_pool
 from functions.base.errors import EventOutcome
@@ -19,10 +19,11 @@ TAG_TRIGGERS = (Trigger.TIMER, Trigger.MANUAL, Trigger.NODEPOOL_OPERATION)
 
 
 def sync_pool_tags(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
-                   log: Any) -> Optional[List[Dict[str, Any]]]:
+                   log: Any, new_nodes: Optional[Mapping[str, Any]] = None) -> Optional[List[Dict[str, Any]]]:
     """One entry per pool of the event that is labelled or carries tags of ours; None for an event this
     step does not concern. Raises only what listing the pools raises (the event cannot go on without
-    them either)."""
+    them either). ``new_nodes``: per auto pool id, the planner's new-node layout (``Plan.new_node``):
+    such a pool's tags name it (functions/decision/autoscaler_tags.py auto_pool_resources)."""
     if request.trigger not in TAG_TRIGGERS:
         return None
     mode = settings.autoscaler_tags
@@ -35,7 +36,7 @@ def sync_pool_tags(request: Any, lookup: Any, cluster: str, settings: Any, dry_r
     writer = getattr(lookup, "set_nodepool_tags", None)  # a snapshot (--inventory) cannot be written
     out: List[Dict[str, Any]] = []
     for pool in pools:
-        decided = plan_pool(pool, mode)
+        decided = plan_pool(pool, mode, (new_nodes or {}).get(pool.nodepool_id))
         if decided is None:
             continue
         written, reason = False, decided.reason

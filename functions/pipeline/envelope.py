@@ -28,7 +28,7 @@ ECS_STATE_CHANGE = "ecs:Instance:StateChange"
 HANDLED_TYPES = SCALE_OUT_TYPES + (LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST) + ACTIONTRAIL_TYPES + (ECS_STATE_CHANGE,)
 
 # The manual payload's fields (functions.pipeline.intake.ManualPayload checks the same names and their types).
-MANUAL_FIELDS = ("cluster_id", "nodepool_id", "instance_ids", "dry_run")
+MANUAL_FIELDS = ("cluster_id", "nodepool_id", "instance_ids", "dry_run", "auto_pools")
 
 MAX_EVENT_BYTES = 256 * 1024  # FC's async payload limit is 128 KB; anything far beyond is not an event
 # Auto Scaling adds or removes at most 1,000 ECS or ECI instances in one scaling activity (Auto Scaling,

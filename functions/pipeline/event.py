@@ -235,6 +235,14 @@ def _without_kubernetes(decisions: Sequence[Any], rollout: Any) -> Tuple[str, st
                                                           held[0].reason)
 
 
+class _Finished(Exception):
+    """A step that ends the event with its own result (the auto pool timer), carried out of the try."""
+
+    def __init__(self, result: HandlerResult) -> None:
+        super().__init__("finished")
+        self.result = result
+
+
 def run_event(raw: Any, settings: Optional[Settings] = None, inventory: InventoryArg = None,
               executor: Optional["Executor"] = None, context: Any = None, dry_run: bool = False,
               logger: Optional[JsonLogger] = None, kube: Any = None,
@@ -282,6 +290,11 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         request = request.model_copy(update={"cluster_id": cluster, "dry_run": effective_dry_run,
                                              "region": request.region or settings.region or None})
         log = log.bind(cluster_id=cluster)
+        if request.auto_pools:  # the auto pool timer: its own step, nothing else (functions/pipeline/auto_pool.py)
+            from functions.pipeline.auto_pool import run_tick
+
+            stage = "planning the auto pools"
+            raise _Finished(run_tick(request, lookup, cluster, settings, effective_dry_run, executor, kube, log))
         stage = "syncing the autoscaler tags"
         pool_tags = _autoscaler_tags(request, lookup, cluster, settings, effective_dry_run, log)
         membership: List["Membership"] = []  # built on first use: most events never ask Auto Scaling
@@ -350,6 +363,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                pool_tags=pool_tags)
         waves = set(getattr(rollout, "waves", None) or ())
         whole_pools = request.trigger in ROLLOUT_TRIGGERS and not request.instance_ids
+    except _Finished as finished_early:
+        result = finished_early.result
     except EventOutcome as exc:
         trigger = request.trigger.value if request is not None else exc.trigger
         event_type = request.event_type if request is not None else exc.event_type or None

@@ -138,6 +138,7 @@ class ManualPayload(BaseModel):
     nodepool_id: Optional[str] = None
     instance_ids: List[str] = Field(default_factory=list)
     dry_run: bool = False
+    auto_pools: bool = False  # the auto pool timer: re-plan the auto pools only (functions/pipeline/auto_pool.py)
 
     _ids = field_validator("instance_ids", mode="before")(lambda cls, v: _instance_ids(v))
 
@@ -146,11 +147,11 @@ class ManualPayload(BaseModel):
     def _resource(cls, v: Any, info: Any) -> Optional[str]:
         return _check_id(v, info.field_name, "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b / np1f6779297c4444a3a1cdd29be8e5a0b5")
 
-    @field_validator("dry_run", mode="before")
+    @field_validator("dry_run", "auto_pools", mode="before")
     @classmethod
-    def _strict_bool(cls, v: Any) -> Any:
+    def _strict_bool(cls, v: Any, info: Any) -> Any:
         if not isinstance(v, bool):
-            raise ValueError("dry_run must be true or false, got %s" % _shown(v))
+            raise ValueError("%s must be true or false, got %s" % (info.field_name, _shown(v)))
         return v
 
 
@@ -327,7 +328,8 @@ def _from_manual(raw: Mapping[str, Any], trigger: Trigger, event_type: str, even
                  ) -> Request:
     payload = _validate(ManualPayload, raw, "payload", "accepted: {%s}" % ", ".join(MANUAL_FIELDS))
     return Request(trigger=trigger, event_type=event_type, event_id=event_id, cluster_id=payload.cluster_id,
-                   nodepool_id=payload.nodepool_id, dry_run=payload.dry_run, **_split_ids(payload.instance_ids))
+                   nodepool_id=payload.nodepool_id, dry_run=payload.dry_run, auto_pools=payload.auto_pools,
+                   **_split_ids(payload.instance_ids))
 
 
 def _from_timer(timer: TimerEvent) -> Request:

@@ -33,6 +33,12 @@ class DryRunExecutor:
         for d in decisions:
             if d.action != ACTION_PARTITION:
                 continue
+            if d.gpu_layouts:  # an auto pool's per-GPU targets (functions/pipeline/auto_pool.py)
+                results.append({"instance_id": d.instance_id, "outcome": "dry-run", "gpus": None,
+                                "reason": "dry run: would give %s" % "; ".join(
+                                    "GPU %d %s" % (g["index"], "-".join(i["profile"] for i in g["layout"]))
+                                    for g in d.gpu_layouts["gpus"])})
+                continue
             if d.plan is not None:
                 what, gpus = d.plan.sequence, d.plan.gpus
             else:  # GPU model known only on the node: report the label as written

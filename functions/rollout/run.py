@@ -348,12 +348,15 @@ def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str
                                         node.resource_version, drain=step.drain, pool_id=pool_id)
 
 
+AUTO_LAYOUT_LABEL = "ack-mig-hook/layout"  # an auto pool has no partition label by design (docs/auto-pools.md)
+
+
 def removal_targets(request: Any, lookup: Any, cluster: str, view: Any, taken: Sequence[str]) -> List[tuple]:
     """Nodes with MIG in pools that no longer carry a partition label (the pipeline's targets skip such
     pools): ``(instance id, node, pool)`` for the timer, a manual run, or a modification of that pool."""
     if view is None or request.trigger not in ROLLOUT_TRIGGERS or request.instance_ids:
         return []
-    pools = [p for p in lookup.nodepools(cluster) if not _has_label(p)
+    pools = [p for p in lookup.nodepools(cluster) if not _has_label(p) and AUTO_LAYOUT_LABEL not in p.labels
              and (not request.nodepool_id or p.nodepool_id == request.nodepool_id)]
     if not pools:
         return []

@@ -6,6 +6,7 @@ the host: clients, GPU resets, the device plugin and capacity wait, node labels 
 """
 
 import argparse
+import json
 import os
 import socket
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -93,11 +94,20 @@ def _release_wait(args, backend, log):
 
 
 def _sequence_value(plans):
-    # type: (List[GpuPlan]) -> str
+    # type: (List[GpuPlan]) -> Optional[str]
     """The sequence label's value: the one layout every GPU holds (reconcile refused a request that gives
     GPUs different ones); its ids form only where every GPU's ids agree too."""
+    if len(set(p.layout.sequence for p in plans)) > 1:
+        return None  # a per-GPU request (version 2): no one sequence; the layouts annotation says it per GPU
     ids = set("-".join(str(i.profile.id) for i in p.layout.instances) for p in plans)
     return sequence_label_value(node_sequence(plans), ids.pop() if len(ids) == 1 else "")
+
+
+def _layouts_value(plans):
+    # type: (List[GpuPlan]) -> str
+    """The layouts annotation: what each GPU holds after apply (a GPU left as it is: what it had)."""
+    return json.dumps({str(p.index): [[i.profile.name, i.start] for i in p.target.instances] for p in plans},
+                      sort_keys=True, separators=(",", ":"))
 
 
 def _after_success(args, labeler, plans, changes, log):
@@ -227,13 +237,16 @@ class _Apply(object):
                 self.result["changes"] = writer.changes + len(self.resets)
                 self.result["sequence"] = node_sequence(report.plans)
                 self.result["gpus"] = gpus_json(report.gpus)
+                left = [{"gpu": p.index, "why": p.left} for p in report.initial_plans if p.left]
+                if left:  # a per-GPU request (version 2) left these GPUs as they were: the function reports why
+                    self.result["left"] = left
                 self._install_boot_unit()
                 self._problems(report.client_problems + control.start(control.leftovers()))
                 capacity = _after_success(args, self.labeler, report.plans, self.result["changes"], log)
                 if capacity:
                     self.result["capacity"] = capacity
                 self._guard().clear()
-                self.labeler.set("success", _sequence_value(report.plans))
+                self.labeler.set("success", _sequence_value(report.plans), layouts=_layouts_value(report.plans))
             except BaseException as exc:  # noqa: B036 - SIGTERM and SIGINT too: every path ends in a final label
                 self.fail(exc, label=True)
 

@@ -18,7 +18,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ..errors import BadInput, NotMigCapable
 from ..driver.live import LiveGi, LiveGpu, LiveProcess, effective_model, mode_name
 from ..mig import GpuModel, Instance, Layout, PartitionSpec, Profile, plan as solve, render
-from ..mig.solver import complete
+from ..mig.solver import check_budget, complete
+from ..request import GpuLayouts
 
 
 class GpuPlan(typing.NamedTuple):
@@ -37,6 +38,7 @@ class GpuPlan(typing.NamedTuple):
     pids: Tuple[int, ...]
     pids_unreadable: str = ""  # why NVML would not list the GPU's compute processes ("" when it did)
     processes: Tuple[LiveProcess, ...] = ()  # the same processes, with the instance each one runs in
+    left: str = ""  # a per-GPU request (version 2) left this GPU as it is: why (busy, MIG off, not listed)
 
     @property
     def converged(self):
@@ -153,10 +155,86 @@ def plan_gpu(gpu, spec):
 
 
 def plan_node(gpus, spec):
-    # type: (Sequence[LiveGpu], PartitionSpec) -> List[GpuPlan]
+    # type: (Sequence[LiveGpu], typing.Any) -> List[GpuPlan]
     if not gpus:
         raise NotMigCapable("NVML reports no GPUs on this node")
+    if isinstance(spec, GpuLayouts):
+        missing = sorted(set(i for i, _ in spec.gpus) - set(g.index for g in gpus))
+        if missing:
+            raise BadInput("the request names GPU %s, which this node does not have (GPUs %s)"
+                           % (", ".join(str(i) for i in missing), ", ".join(str(g.index) for g in gpus)))
+        return [plan_gpu_layout(gpu, spec.layout_of(gpu.index)) for gpu in gpus]
     return [plan_gpu(gpu, spec) for gpu in gpus]
+
+
+def _as_is(gpu, model, source, why):
+    # type: (LiveGpu, GpuModel, str, str) -> GpuPlan
+    """A plan that changes nothing on the GPU (its instances kept as they are, whatever their compute ones)."""
+    current = tuple(sorted((Instance(model.profile_by_id(gi.profile_id), gi.start) for gi in gpu.gis
+                            if model.profile_by_id(gi.profile_id) is not None), key=lambda i: i.start))
+    layout = Layout(model, current)
+    return GpuPlan(index=gpu.index, name=gpu.name, model=model, profiles_source=source, layout=layout, target=layout,
+                   enable_mig=False, keep=tuple(gpu.gis), destroy_cis=(), destroy_gis=(), create=(), create_cis=(),
+                   pids=gpu.pids, pids_unreadable=gpu.pids_unreadable, processes=gpu.processes, left=why)
+
+
+def _exact_layout(gpu, model, pairs):
+    # type: (LiveGpu, GpuModel, Sequence[Tuple[str, int]]) -> Layout
+    """The per-GPU layout as asked, checked with the catalogue's placements and the counting rules."""
+    instances, used = [], 0
+    for name, start in pairs:
+        profile = model.profile_by_name(name)
+        if profile is None:
+            raise BadInput("GPU %d (%s) has no profile %s; its profiles: %s" % (
+                gpu.index, model.key, name[:32], ", ".join(p.name for p in model.profiles)))
+        if start not in [p.start for p in profile.placements]:
+            raise BadInput("GPU %d: %s cannot start at slot %d; its starts: %s" % (
+                gpu.index, name, start, ",".join(str(p.start) for p in profile.placements)))
+        bits = ((1 << profile.memory_slices) - 1) << start
+        if used & bits:
+            raise BadInput("GPU %d: %s at slot %d overlaps another instance of the request" % (gpu.index, name, start))
+        used |= bits
+        instances.append(Instance(profile, start))
+    reason = check_budget(model, [i.profile for i in instances])
+    if reason is not None:
+        raise BadInput("GPU %d: %s" % (gpu.index, reason))
+    return Layout(model, tuple(instances))
+
+
+def plan_gpu_layout(gpu, pairs):
+    # type: (LiveGpu, Optional[Sequence[Tuple[str, int]]]) -> GpuPlan
+    """A version 2 (per-GPU) plan: keep the instances the layout names where they are, destroy only the
+    others, create the missing ones. Left as it is: a GPU the request does not list, one with MIG off (turning
+    it on may need a reset: never part of an auto pool's change), and one where a process runs in an instance
+    the layout leaves out (it turned busy after the plan was made: the next plan sees it)."""
+    model, source = model_for(gpu)
+    if pairs is None:
+        return _as_is(gpu, model, source, "not in the request")
+    target = _exact_layout(gpu, model, pairs)
+    if not gpu.mig_enabled:
+        return _as_is(gpu, model, source, "MIG mode is off")
+    wanted = set((i.profile.id, i.start) for i in target.instances)
+    keep = tuple(gi for gi in gpu.gis if (gi.profile_id, gi.start) in wanted
+                 and gi.size == model.profile_by_id(gi.profile_id).memory_slices)  # type: ignore[union-attr]
+    kept = set((gi.profile_id, gi.start) for gi in keep)
+    doomed = tuple(gi for gi in gpu.gis if gi not in keep)
+    busy_in = [p for p in gpu.processes if p.gi is None or p.gi in set(gi.id for gi in doomed)]
+    if doomed and (busy_in or gpu.pids_unreadable):
+        return _as_is(gpu, model, source, "busy: a process runs in an instance the layout frees")
+    destroy_cis, create_cis = [], []  # type: List[Tuple[int, int]], List[Tuple[int, int]]
+    for gi in sorted(gpu.gis, key=lambda g: (g.start, g.id)):
+        slices = model.profile_by_id(gi.profile_id).compute_slices if model.profile_by_id(gi.profile_id) else 0
+        if gi in keep and not _full_ci_ok(gi, slices):
+            destroy_cis.extend((gi.id, ci.id) for ci in gi.cis)
+            create_cis.append((gi.id, slices))
+        elif gi not in keep:
+            destroy_cis.extend((gi.id, ci.id) for ci in gi.cis)
+    create = tuple(i for i in target.instances if (i.profile.id, i.start) not in kept)
+    return GpuPlan(index=gpu.index, name=gpu.name, model=model, profiles_source=source, layout=target, target=target,
+                   enable_mig=False, keep=keep, destroy_cis=tuple(destroy_cis),
+                   destroy_gis=tuple(gi.id for gi in sorted(doomed, key=lambda g: (g.start, g.id))), create=create,
+                   create_cis=tuple(create_cis), pids=gpu.pids, pids_unreadable=gpu.pids_unreadable,
+                   processes=gpu.processes)
 
 
 def node_sequence(plans):

@@ -25,6 +25,7 @@ from ..errors import DestroyRequired, GpuBusy, NodeFailure, RebootRequired
 from ..driver.live import LiveGpu
 from ..mig import PartitionSpec
 from ..driver.nvml import NvmlWriter
+from ..request import GpuLayouts
 from .planner import GpuPlan, blockers, busy, mixed_layouts, plan_node
 
 # (pid, its start time when NVML listed it) of each process --force ends
@@ -320,7 +321,7 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None,
     (DestroyRequired) where more than adding instances is needed."""
     gpus = writer.read_all()
     initial = plan_node(gpus, spec)
-    mixed = mixed_layouts(initial)
+    mixed = None if isinstance(spec, GpuLayouts) else mixed_layouts(initial)  # per GPU: layouts differ by design
     if mixed is not None:
         raise mixed
     if all(p.converged for p in initial):

@@ -22,6 +22,9 @@ from .client import KubeClient, KubeError
 STATE_LABEL = "nvidia.com/mig.config.state"
 SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"
 REASON_ANNOTATION = "ack-mig-hook/mig-config-reason"
+# On success, what every GPU holds: {"<index>": [["1g.10gb", 0], ...]} (JSON). The function's auto pool supply
+# reads it (functions/kube/supply.py): a per-GPU layout (request version 2) has no one sequence to label.
+LAYOUTS_ANNOTATION = "ack-mig-hook/gpu-layouts"
 STATES = ("pending", "success", "failed", "rebooting")
 
 _VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
@@ -38,8 +41,8 @@ def sequence_label_value(sequence, ids=""):
     return value[:63].strip("-_.")
 
 
-def state_patch(state, sequence_value=None, reason=None):
-    # type: (str, Optional[str], Optional[str]) -> dict
+def state_patch(state, sequence_value=None, reason=None, layouts=None):
+    # type: (str, Optional[str], Optional[str], Optional[str]) -> dict
     if state not in STATES:
         raise ValueError("unknown state %r" % state)
     labels = {STATE_LABEL: state}  # type: dict
@@ -48,11 +51,13 @@ def state_patch(state, sequence_value=None, reason=None):
     else:
         labels[SEQUENCE_LABEL] = None
     annotations = {REASON_ANNOTATION: " ".join(reason.split())[:1024] if reason else None}
+    if state == "success":
+        annotations[LAYOUTS_ANNOTATION] = layouts
     return {"metadata": {"labels": labels, "annotations": annotations}}
 
 
 CLEAR_PATCH = {"metadata": {"labels": {STATE_LABEL: None, SEQUENCE_LABEL: None},
-                             "annotations": {REASON_ANNOTATION: None}}}
+                             "annotations": {REASON_ANNOTATION: None, LAYOUTS_ANNOTATION: None}}}
 
 
 class NodeLabeler(object):
@@ -72,9 +77,9 @@ class NodeLabeler(object):
         # type: () -> bool
         return self.client is not None and bool(self.node_name)
 
-    def set(self, state, sequence_value=None, reason=None):
-        # type: (str, Optional[str], Optional[str]) -> bool
-        return self._patch(state, state_patch(state, sequence_value, reason))
+    def set(self, state, sequence_value=None, reason=None, layouts=None):
+        # type: (str, Optional[str], Optional[str], Optional[str]) -> bool
+        return self._patch(state, state_patch(state, sequence_value, reason, layouts))
 
     def clear(self):
         # type: () -> bool

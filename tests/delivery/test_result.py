@@ -20,6 +20,11 @@ from functions.delivery.outcome import CONFLICT, FAILED, PARTITIONED, REBOOT_REQ
      PARTITIONED, "2 changes; boot unit not installed: systemctl enable exited 1"),
     (0, {"outcome": "success", "changes": 0, "boot_unit": {"installed": True, "changed": False}}, UNCHANGED,
      "already partitioned as requested"),
+    # an auto pool's per-GPU request: the GPUs the node left as they were, and why (a GPU not listed is no news)
+    (0, {"outcome": "success", "changes": 4, "left": [{"gpu": 0, "why": "busy: a process runs in an instance the "
+                                                                       "layout frees"},
+                                                      {"gpu": 1, "why": "not in the request"}]},
+     PARTITIONED, "4 changes; left as they were: GPU 0 (busy: a process runs in an instance the layout frees)"),
 ])
 def test_node_results_map_to_exactly_one_outcome(exit_code, doc, want, reason):
     got = outcome(NodeResult("i-1", "local", exit_code, doc), "node-a")

@@ -54,7 +54,8 @@ def run(emu, raw, dry_run=False, **env):
 
 
 def entry(result, nodepool_id=POOL):
-    (found,) = [e for e in result.pool_tags if e["nodepool_id"] == nodepool_id]
+    entries = result if isinstance(result, list) else result.pool_tags
+    (found,) = [e for e in entries if e["nodepool_id"] == nodepool_id]
     return found
 
 
@@ -213,3 +214,28 @@ def test_the_snapshot_cannot_be_written(inventory_dict, tmp_path):
     result = run_event(modify_event(inventory_dict["cluster_id"]), load_settings({}), inventory=str(path),
                        logger=JsonLogger("OFF"), dry_run=True)
     assert entry(result)["set"] == {K3G: "16"} and not entry(result)["written"]
+
+
+def test_an_auto_pools_tags_name_the_planned_new_node_layout(cs):
+    """An auto pool (issue 27): the tags follow the planner's new-node layout, written through the real SDK;
+    when nothing is left unserved the MIG keys stop advertising (written as 0)."""
+    from functions.base.event_result import Trigger
+    from functions.base.model import Request
+    from functions.pipeline.autoscaler_sync import sync_pool_tags
+
+    pool = cs.pool(POOL)
+    labels = pool["kubernetes_config"]["labels"]
+    labels[:] = [kv for kv in labels if kv["key"] != SEQ] + [{"key": "ack-mig-hook/layout", "value": "auto"}]
+    settings = load_settings(cloud_env(cs))
+    lookup = CsLookup(settings)
+    request = Request(trigger=Trigger.TIMER, event_type="timer:auto", cluster_id=cs.cluster_id)
+    layout = (("3g.20gb", 0), ("2g.10gb", 4), ("1g.5gb", 6))
+    written = entry(sync_pool_tags(request, lookup, cs.cluster_id, settings, False, JsonLogger("OFF"),
+                                   new_nodes={POOL: layout}))
+    assert written["written"] and "3g.20gb-2g.10gb-1g.5gb" in written["reason"]
+    k2g = K1G.replace("1g.5gb", "2g.10gb")
+    assert dict(cs.pool_tags(POOL))[K3G] == "8" and dict(cs.pool_tags(POOL))[k2g] == "8"  # 8 GPUs a node
+    cleared = entry(sync_pool_tags(request, lookup, cs.cluster_id, settings, False, JsonLogger("OFF"),
+                                   new_nodes={POOL: ()}))
+    assert cleared["written"] and sorted(cleared["remove"]) == sorted([K1G, k2g, K3G])
+    assert {k: v for k, v in cs.pool_tags(POOL) if k.startswith("k8s.io/")} == {K1G: "0", k2g: "0", K3G: "0"}

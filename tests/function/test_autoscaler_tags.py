@@ -152,3 +152,15 @@ def test_diff_alone():
     # written back, a 0 is absent: in sync, and the next write (if any) leaves it out
     again = diff(dict(d.write), {K3G: "16"})
     assert again.in_sync and again.write == [("a", "1"), (K3G, "16")]
+
+
+def test_an_auto_pools_tags_are_left_to_its_own_step():
+    """An auto pool's tags follow its plan (functions/pipeline/auto_pool.py): an event that does not plan it (the
+    reconcile timer, a pool operation) leaves them, never zeroes them as a pool without partition label."""
+    key = OURS + "3g.20gb"
+    auto = pool(labels={"ack-mig-hook/layout": "auto"}, tags={key: "16"})
+    assert plan_pool(auto, "on") is None
+    planned = plan_pool(auto, "on", (("3g.20gb", 0), ("3g.20gb", 4)))
+    assert planned.in_sync and planned.set == {}  # 8 A100 40GB x two 3g.20gb: as tagged
+    emptied = plan_pool(auto, "on", ())
+    assert emptied.remove == [key] and emptied.write == [(key, "0")]

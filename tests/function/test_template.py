@@ -175,11 +175,25 @@ def test_sample_events_match_a_rule():
 
 
 def test_timer_trigger():
-    timers = [r["Properties"] for r in resources("ALIYUN::FC3::Trigger").values()
-              if r["Properties"]["TriggerType"] == "timer"]
-    assert len(timers) == 1
-    config = timers[0]["TriggerConfig"]
+    timers = {r["Properties"]["TriggerName"]: r["Properties"] for r in resources("ALIYUN::FC3::Trigger").values()
+              if r["Properties"]["TriggerType"] == "timer"}
+    assert sorted(timers) == ["auto-pools", "reconcile"]
+    config = timers["reconcile"]["TriggerConfig"]
     assert config["enable"] is True and config["payload"] == ""  # empty payload: every labelled pool
+
+
+def test_the_auto_pool_timer_reaches_its_step_every_minute():
+    """Its payload is what the intake turns into an auto pool tick (functions/pipeline/auto_pool.py)."""
+    from functions.pipeline.envelope import read_envelope
+    from functions.pipeline.intake import parse_envelope
+
+    config = {r["Properties"]["TriggerName"]: r["Properties"] for r in resources("ALIYUN::FC3::Trigger").values()
+              }["auto-pools"]["TriggerConfig"]
+    assert config["cronExpression"] == {"Ref": "AutoPoolSchedule"} and config["enable"] is True
+    assert load()["Parameters"]["AutoPoolSchedule"]["Default"] == "@every 1m"
+    event = {"triggerTime": "2026-12-04T00:00:00Z", "triggerName": "auto-pools", "payload": config["payload"]}
+    request = parse_envelope(read_envelope(json.dumps(event).encode()))
+    assert request.auto_pools and request.trigger.value == "timer"
 
 
 def _code_texts():

@@ -114,3 +114,14 @@ def test_a_mig_manager_node_in_a_labelled_pool_is_skipped_as_conflict(cluster):
     a = next(d for d in off.decisions if d.node_name == "node-a")
     assert a.action == "skip" and not a.disable and "conflict: the node carries nvidia.com/mig.config" in a.reason
     assert not [r for r in cluster.api.requests if r.method == "PATCH" and r.path.endswith("/node-a")]
+
+
+def test_an_auto_pool_is_not_a_pool_whose_label_was_removed(cluster):
+    """An auto pool (ack-mig-hook/layout=auto) carries no partition label by design: even with disable, its
+    MIG nodes are never rolled to MIG off nor reported as a removed label (functions/pipeline/auto_pool.py
+    plans them)."""
+    cluster.add_nodes()
+    auto = snapshot(value=None, pool_labels={"ack-mig-hook/layout": "auto"})
+    result = cluster.run(inventory=auto, ACK_MIG_ON_LABEL_REMOVAL="disable")
+    assert result.outcome == "skip" and result.decisions == []
+    assert cluster.transport.seen == [] and not [r for r in cluster.api.requests if r.method == "PATCH"]

@@ -287,3 +287,22 @@ def test_the_command_line_asks_ack_for_the_public_endpoint_and_the_function_for_
     assert [q.get("PrivateIpAddress", "").lower() for q in cs_emulator.kubeconfig_requests] == ["false"]
     collect(load_settings(dict(cloud_env(cs_emulator), ACK_MIG_API_MAX_ATTEMPTS="1", ACK_MIG_KUBE_MAX_ATTEMPTS="1")))
     assert [q.get("PrivateIpAddress", "").lower() for q in cs_emulator.kubeconfig_requests] == ["false", "true"]
+
+
+def test_status_nodes_show_what_each_gpu_holds(tmp_path, capsys):
+    """The node's per-GPU layouts annotation (written on every success, and the only record after an auto
+    pool's per-GPU apply) is shown per GPU under the node; an unreadable one is left out, never a traceback."""
+    nodes = kube_nodes()
+    nodes["node-a"]["annotations"] = {"ack-mig-hook/gpu-layouts": '{"1":[["2g.10gb",0]],"0":[["3g.20gb",0],'
+                                                                  '["1g.5gb",4]]}'}
+    nodes["node-b"]["annotations"] = {"ack-mig-hook/gpu-layouts": "{not json"}
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(snapshot(kube_nodes=nodes, names=["node-a", "node-b", "node-c", "node-d"])))
+    assert main(["status", "--inventory", str(path), "--nodes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, text in enumerate(lines) if text.startswith("    node-a  "))
+    assert lines[at + 2:at + 4] == ["      GPU 0: 3g.20gb@0 1g.5gb@4", "      GPU 1: 2g.10gb@0"]
+    assert main(["status", "--inventory", str(path), "--json", "--nodes"]) == 0
+    (pool,) = json.loads(capsys.readouterr().out)["pools"]
+    by_node = {n["node"]: n["gpus"] for n in pool["node_list"]}
+    assert by_node["node-a"] == {"0": "3g.20gb@0 1g.5gb@4", "1": "2g.10gb@0"} and by_node["node-b"] is None

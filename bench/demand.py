@@ -1,0 +1,236 @@
+"""Demand benchmark: the auto pool planner (functions/decision/layout) replayed over a day of pod arrivals
+and departures, against the exact optimum / lower bound and static layouts.
+
+  python bench/demand.py [--quick] [--json]
+
+Per run (trace family x GPU model x pool size): the planner's GPUs (the peak number of GPUs holding a
+running pod), the optimum (max over steps of the integer program's optimum for the pods alive then; exact
+up to 32 GPUs, also solved at 1,000 where HiGHS proves it, else its bound; above 32 GPUs every 4th step),
+the best single static layout chosen with hindsight (None when no one layout holds every profile the pods
+ask for, e.g. 7g beside anything), the best static pool chosen with hindsight (GPUs may differ but never
+change: the integer program over each profile's peak; the savings are against it, the stronger baseline)
+and ACK's four sequences (the GPUs for the pods whose profile a sequence has, and the share of pods it
+cannot serve at all), pods evicted (in-use instances destroyed: must be 0),
+instances destroyed (churn), plans that changed a GPU with demand unchanged (flaps: must be 0), planner
+time. The pool has more GPUs than needed (twice the size, plus 8) so the planner's own choice shows; pods
+pending after a plan are a failure (``unserved_pod_steps``).
+
+The scheduler model: a pending pod binds to an idle instance of its profile, on the GPU with the most
+compute in use first (a bin-packing scheduler, kube-scheduler's MostAllocated scoring), in pod order.
+"""
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter, defaultdict
+from typing import Dict, List
+
+import _path  # noqa: F401
+
+import demand_bound
+import demand_traces
+from functions.decision.layout import Bounds, GpuSupply, Instance, PodDemand, plan, planner
+from node_bootstrap.mig.catalogue import find_gpu
+
+MODELS = {"A100-40GB": "NVIDIA A100-SXM4-40GB", "A100-80GB": "NVIDIA A100-SXM4-80GB",
+          "H100-80GB": "NVIDIA H100 80GB HBM3"}
+GPUS_PER_NODE = 8
+EXACT_UP_TO = 32
+
+
+class Pool:
+    """The simulated pool: instances per GPU and which pod holds each."""
+
+    def __init__(self, model: str, gpus: int):
+        self.model = model
+        self.gpus = [(("n%04d" % (g // GPUS_PER_NODE)), g % GPUS_PER_NODE) for g in range(gpus)]
+        self.inst = {g: {} for g in self.gpus}  # gpu -> {(profile, start): pod key or None}
+
+    def supply(self) -> List[GpuSupply]:
+        return [GpuSupply(node, idx, self.model,
+                          tuple(Instance(p, s, holder is not None) for (p, s), holder in sorted(self.inst[(node, idx)].items())))
+                for node, idx in self.gpus]
+
+    def apply(self, result) -> Dict[str, int]:
+        evicted = destroyed = created = 0
+        for t in result.targets:
+            if t.change == "none":
+                continue
+            held = self.inst[(t.node, t.index)]
+            for key in t.destroy:
+                if held.get(key) is not None:
+                    evicted += 1  # a pod's instance destroyed: never expected
+                held.pop(key, None)
+                destroyed += 1
+            for key in t.create:
+                held[key] = None
+                created += 1
+            assert sorted(held) == sorted(t.layout), (t, sorted(held))
+        return {"evicted": evicted, "destroyed": destroyed, "created": created}
+
+    def in_use_gpus(self) -> int:
+        return sum(1 for g in self.gpus if any(v is not None for v in self.inst[g].values()))
+
+
+def replay(family: str, model_key: str, size: int, seed: int = 1, steps: int = demand_traces.STEPS) -> dict:
+    gpu = find_gpu(MODELS[model_key])
+    names = {k: gpu.profile_by_id(i).name for k, i in demand_traces.CLASS_IDS.items()}
+    events = demand_traces.trace(family, size, seed, steps)
+    pool = Pool(MODELS[model_key], 2 * size + 8)
+    arrivals, leaving = defaultdict(list), defaultdict(list)
+    for e in events:
+        arrivals[e.arrive].append(e)
+        leaving[e.leave].append(e)
+    bound_to = {}  # pod key -> (gpu, (profile, start))
+    pending = {}  # pod key -> PodEvent
+    bounds = Bounds(profiles=frozenset(names.values()))
+    totals = Counter()
+    times, opt, lp, peaks_by_profile = [], [], [], Counter()
+    planner_peak, cold_ms = 0, 0.0
+    exact = True
+    previous = None
+    for step in range(steps):
+        for e in leaving[step]:
+            if e.key in bound_to:
+                g, key = bound_to.pop(e.key)
+                pool.inst[g][key] = None
+            pending.pop(e.key, None)
+        for e in arrivals[step]:
+            if e.leave > step:
+                pending[e.key] = e
+        alive = Counter(names[e.klass] for e in events if e.arrive <= step < e.leave)
+        for n, k in alive.items():
+            peaks_by_profile[n] = max(peaks_by_profile[n], k)
+        demand = [PodDemand(k, e.owner, names[e.klass]) for k, e in sorted(pending.items())]
+        supply = pool.supply()
+        cold = step == steps // 2
+        if cold:  # once mid-day: the planner's placement caches emptied, as in a fresh function instance
+            planner._candidates.cache_clear()
+            planner._choose.cache_clear()
+        t0 = time.perf_counter()
+        result = plan(supply, demand, bounds, previous)
+        times.append(time.perf_counter() - t0)
+        if cold:
+            cold_ms = 1000 * times[-1]
+        totals.update(pool.apply(result))
+        # unchanged demand and the plan applied: a second plan must change nothing
+        again = plan(pool.supply(), demand, bounds, result)
+        totals["flaps"] += len(again.changes)
+        previous = result
+        _bind(pool, pending, names, bound_to)
+        totals["unserved_pod_steps"] += len(pending)
+        planner_peak = max(planner_peak, pool.in_use_gpus())
+        if size <= EXACT_UP_TO or step % 4 == 0 or step == steps - 1:
+            value, proven = demand_bound.min_gpus(gpu, dict(alive))
+            opt.append(value or 0)
+            exact = exact and proven
+    statics = []
+    for layout in demand_bound.static_layouts(gpu, sorted(set(names.values()) & set(peaks_by_profile))):
+        need = demand_bound.static_gpus(layout, peaks_by_profile)
+        if need is not None:
+            statics.append((need, layout))
+    best_static = min(statics) if statics else (None, ())
+    static_pool, _ = demand_bound.min_gpus(gpu, dict(peaks_by_profile))
+    ack, ack_lost = {}, {}
+    arrived = Counter(names[e.klass] for e in events)
+    for label, layout in demand_bound.ack_sequences(gpu):
+        held = {n for n, _ in layout}
+        ack[label] = demand_bound.static_gpus(layout, {n: k for n, k in peaks_by_profile.items() if n in held})
+        ack_lost[label] = round(100.0 * sum(k for n, k in arrived.items() if n not in held) / max(1, len(events)), 1)
+    optimum = max(opt) if opt else 0
+    return {
+        "family": family, "model": model_key, "pool": size, "pods": len(events),
+        "planner_gpus": planner_peak, "optimum_gpus": optimum, "optimum_exact": exact,
+        "optimum_sampled": size > EXACT_UP_TO,
+        "gap_pct": round(100.0 * (planner_peak - optimum) / optimum, 2) if optimum else 0.0,
+        "best_static_gpus": best_static[0], "best_static_layout": "-".join(
+            "%dx%s" % (k, n) for n, k in best_static[1]),
+        "static_pool_gpus": static_pool,
+        "saving_vs_static_pct": round(100.0 * (static_pool - planner_peak) / static_pool, 1)
+        if static_pool else None,
+        # ACK's sequences: GPUs for the pods whose profile the sequence has, and the share of pods it cannot serve
+        "ack_sequences_gpus": ack, "ack_sequences_unservable_pct": ack_lost,
+        "evicted": totals["evicted"], "destroyed": totals["destroyed"], "created": totals["created"],
+        "flaps": totals["flaps"], "unserved_pod_steps": totals["unserved_pod_steps"],
+        "plan_ms_max": round(1000 * max(times), 1), "plan_ms_cold": round(cold_ms, 1), "plan_ms_mean": round(1000 * sum(times) / len(times), 1),
+    }
+
+
+def _bind(pool: Pool, pending: dict, names: dict, bound_to: dict) -> None:
+    used = {g: sum(int(p.split("g.")[0]) for (p, _), h in pool.inst[g].items() if h is not None) for g in pool.gpus}
+    free = defaultdict(list)
+    for g in pool.gpus:
+        for (p, s), holder in pool.inst[g].items():
+            if holder is None:
+                free[p].append((-used[g], g, s))
+    for p in free:
+        free[p].sort()
+        free[p].reverse()  # pop() takes the most used GPU first
+    for key in sorted(pending):
+        p = names[pending[key].klass]
+        if free[p]:
+            _, g, s = free[p].pop()
+            pool.inst[g][(p, s)] = key
+            bound_to[key] = (g, (p, s))
+            del pending[key]
+
+
+RUNS_QUICK = [(f, m, n) for f in demand_traces.FAMILIES for m in ("A100-80GB",) for n in (8, 32)] + \
+    [("mixed", "A100-40GB", 16), ("diurnal", "H100-80GB", 16), ("mixed", "A100-80GB", 1000)]
+RUNS_FULL = [(f, m, n) for f in demand_traces.FAMILIES for m in MODELS for n in (8, 16, 32, 128)] + \
+    [(f, m, 1000) for f in demand_traces.FAMILIES for m in ("A100-80GB",)]
+
+
+def measure(quick: bool = False) -> dict:
+    runs = [replay(*r) for r in (RUNS_QUICK if quick else RUNS_FULL)]
+    small = [r for r in runs if r["pool"] <= EXACT_UP_TO]
+    large = [r for r in runs if r["pool"] >= 1000]
+    mixed = [r for r in runs if r["family"] in ("mixed", "diurnal") and r["saving_vs_static_pct"] is not None]
+    return {
+        "demand_runs": runs,
+        "demand_small_pools_at_optimum": sum(1 for r in small if r["planner_gpus"] <= r["optimum_gpus"]),
+        "demand_small_pools": len(small),
+        "demand_small_gap_max_pct": max((r["gap_pct"] for r in small), default=0.0),
+        "demand_1000_gap_max_pct": max((r["gap_pct"] for r in large), default=0.0),
+        "demand_mixed_saving_min_pct": min((r["saving_vs_static_pct"] for r in mixed), default=None),
+        "demand_evicted": sum(r["evicted"] for r in runs),
+        "demand_flaps": sum(r["flaps"] for r in runs),
+        "demand_plan_1000_ms_max": max((r["plan_ms_max"] for r in large), default=None),
+        "demand_plan_1000_ms_cold": max((r["plan_ms_cold"] for r in large), default=None),
+    }
+
+
+def _table(result: dict) -> str:
+    head = "%-9s %-9s %5s %6s %5s %5s %6s %6s %6s %6s %-34s %5s %6s %5s %8s" % (
+        "family", "model", "pool", "pods", "plan", "opt", "gap%", "layout", "static", "save%",
+        "ACK 7x1g/3x2g+1g/2x3g/4g+3x1g",
+        "evict", "destr", "flaps", "ms max")
+    lines = [head]
+    for r in result["demand_runs"]:
+        ack = "/".join("%s(%d%%)" % (v, r["ack_sequences_unservable_pct"][k]) for k, v in r["ack_sequences_gpus"].items())
+        lines.append("%-9s %-9s %5d %6d %5d %5s %6.1f %6s %6s %6s %-34s %5d %6d %5d %8.1f" % (
+            r["family"], r["model"], r["pool"], r["pods"], r["planner_gpus"],
+            ("%d" if r["optimum_exact"] else "%d*") % r["optimum_gpus"], r["gap_pct"],
+            "-" if r["best_static_gpus"] is None else r["best_static_gpus"], r["static_pool_gpus"],
+            r["saving_vs_static_pct"], ack, r["evicted"], r["destroyed"], r["flaps"], r["plan_ms_max"]))
+    lines.append("opt: integer-program optimum (* its bound, not proven within HiGHS' time limit); layout: best "
+                 "single static layout (- none holds every profile); static: best static pool; save%: vs static; "
+                 "ACK: GPUs for the pods each sequence can serve (share of pods it cannot)")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    result = measure(args.quick)
+    if not args.json:
+        print(_table(result))
+    print(json.dumps({k: v for k, v in result.items() if args.json or k != "demand_runs"}, indent=None))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

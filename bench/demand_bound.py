@@ -1,0 +1,136 @@
+"""The benchmark's yardsticks, independent of the planner: the exact optimum / lower bound of GPUs for a
+demand (an integer program over whole-GPU configurations, solved by HiGHS through ``highspy``) and the
+static layouts (the best single layout with hindsight, ACK's four fixed sequences).
+
+The configurations are enumerated here from the catalogue's placements by a separate search (not the
+planner's), and each one is confirmed by the project's solver (``solver.try_place``).
+
+The integer program (the cutting-stock form, Gilmore and Gomory): minimize sum_c x_c subject to
+sum_c a[c][p] x_c >= d_p for every profile p, x_c >= 0 integer, where a[c][p] is how many instances of p
+configuration c holds. Its optimum is the fewest GPUs that hold the demand if every pod could be placed
+afresh: a lower bound for any planner that never moves a running pod.
+"""
+
+import contextlib
+import functools
+import os
+from collections import Counter
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import _path  # noqa: F401
+
+from node_bootstrap.mig.catalogue import GpuModel
+from node_bootstrap.mig.solver import check_budget, try_place
+
+Config = Tuple[Tuple[str, int], ...]  # (profile name, count), sorted
+
+
+@functools.lru_cache(maxsize=64)
+def configurations(gpu: GpuModel, names: Tuple[str, ...]) -> Tuple[Config, ...]:
+    """Every maximal multiset of ``names`` one GPU holds (nothing else of ``names`` fits beside it)."""
+    profiles = [gpu.profile_by_name(n) for n in names]
+    found = set()
+
+    def visit(slot, used, chosen):
+        if slot == gpu.memory_slots:
+            if chosen and check_budget(gpu, chosen) is None:
+                found.add(tuple(sorted(Counter(p.name for p in chosen).items())))
+            return
+        visit(slot + 1, used, chosen)
+        for p in profiles:
+            for pl in p.placements:
+                bits = ((1 << pl.size) - 1) << pl.start
+                if pl.start == slot and not used & bits:
+                    visit(slot + 1, used | bits, chosen + [p])
+
+    visit(0, 0, [])
+    maximal = [c for c in found if not any(_dominates(o, c) for o in found if o != c)]
+    for c in maximal:  # the project's own solver must agree that each one is placeable
+        assert try_place(gpu, [gpu.profile_by_name(n) for n, k in c for _ in range(k)]) is not None, c
+    return tuple(sorted(maximal))
+
+
+def _dominates(a: Config, b: Config) -> bool:
+    da, db = dict(a), dict(b)
+    return all(da.get(n, 0) >= k for n, k in db.items()) and da != db
+
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """HiGHS prints its banner on the C stdout when a model object is made: keep --json output clean."""
+    fd = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(fd, 1)
+        os.close(fd)
+
+
+_SOLVER = None
+
+
+def _highs():
+    global _SOLVER
+    if _SOLVER is None:
+        import highspy
+        with _quiet_stdout():
+            _SOLVER = highspy.Highs()
+        _SOLVER.setOptionValue("output_flag", False)
+        _SOLVER.setOptionValue("time_limit", 10.0)
+    _SOLVER.clearModel()
+    return _SOLVER
+
+
+def min_gpus(gpu: GpuModel, demand: Dict[str, int], integral: bool = True) -> Tuple[Optional[float], bool]:
+    """(fewest GPUs that hold ``demand``, proven optimal). ``integral=False``: the LP relaxation's value
+    rounded up (a lower bound). (None, False) when some profile fits no configuration."""
+    names = tuple(sorted(n for n, k in demand.items() if k > 0))
+    if not names:
+        return 0, True
+    configs = configurations(gpu, names)
+    if any(all(dict(c).get(n, 0) == 0 for c in configs) for n in names):
+        return None, False
+    import highspy
+    h = _highs()
+    kind = highspy.HighsVarType.kInteger if integral else highspy.HighsVarType.kContinuous
+    x = [h.addVariable(lb=0, type=kind) for _ in configs]
+    for n in names:
+        h.addConstr(sum(dict(c).get(n, 0) * v for c, v in zip(configs, x) if dict(c).get(n, 0)) >= demand[n])
+    h.minimize(sum(x))
+    status = h.getModelStatus()
+    value = h.getInfo().objective_function_value
+    if integral:
+        optimal = status == highspy.HighsModelStatus.kOptimal
+        bound = h.getInfo().mip_dual_bound
+        return (round(value) if optimal else -(-bound // 1)), optimal
+    return -(-round(value, 6) // 1), False
+
+
+def static_layouts(gpu: GpuModel, names: Sequence[str]) -> List[Config]:
+    """Every maximal single layout of the profiles in the trace."""
+    return list(configurations(gpu, tuple(sorted(names))))
+
+
+def ack_sequences(gpu: GpuModel) -> List[Tuple[str, Config]]:
+    """ACK's four fixed sequences (its MIG node pool guide: 19x7, 14-14-14-19, 9-9, 5-19-19-19), by id."""
+    out = []
+    for label, ids in (("7x1g", (19,) * 7), ("3x2g+1g", (14, 14, 14, 19)), ("2x3g", (9, 9)),
+                       ("4g+3x1g", (5, 19, 19, 19))):
+        out.append((label, tuple(sorted(Counter(gpu.profile_by_id(i).name for i in ids).items()))))
+    return out
+
+
+def static_gpus(layout: Config, peaks: Dict[str, int]) -> Optional[int]:
+    """GPUs a pool of identical ``layout`` GPUs needs to hold ``peaks`` (each profile's peak of alive pods:
+    instances are the same on every GPU, so only the counts matter); None when it lacks a profile."""
+    have = dict(layout)
+    need = 0
+    for n, k in peaks.items():
+        if k <= 0:
+            continue
+        if not have.get(n):
+            return None
+        need = max(need, -(-k // have[n]))
+    return need

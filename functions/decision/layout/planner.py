@@ -1,0 +1,597 @@
+"""The auto pool's planner: per-GPU target layouts from what the GPUs hold and what the pods wait for.
+
+Pure and deterministic (no I/O, no clock): the same supply, demand and bounds give the same plan. The MIG
+rules are the project's own (``node_bootstrap/mig``): placements and profiles from the catalogue, the
+counting rules (instances per profile, compute slices, media engines) from ``solver.check_budget``; every
+target layout is checked against both before it is returned.
+
+How it decides, in order:
+
+1. What is needed: per profile, the pending pods' instances plus the pool's headroom, less the idle
+   instances that exist already (the scheduler will bind the pods to those: no change needed). An idle
+   instance beyond pending + headroom is *surplus*: the only kind ever destroyed.
+2. Who gives it, GPU by GPU, each time the choice that serves the most compute slices of what is needed
+   (ties: the placement that leaves the most room), in this order, so the pool uses the fewest GPUs and
+   drains nothing:
+   a. GPUs with an instance in use: add into free slots (``add``: every existing instance stays);
+   b. the same GPUs: destroy surplus idle instances to make room (``repartition``; in-use ones stay);
+   c. GPUs whose instances are all idle: add into free slots;
+   d. empty GPUs: add;
+   e. GPUs whose instances are all idle: repartition.
+   Steps a and b count the idle instances of those GPUs only; the idle instances of GPUs nothing uses
+   count before step c (a pod bound to one of those takes one more GPU into use, while room beside
+   running pods may hold it). A GPU that is busy (a whole-GPU pod or non-MIG process), has MIG off, is
+   listed twice, or whose model or instances the catalogue cannot read is left as it is.
+3. What is left is ``unserved``; ``new_node`` is the one per-GPU layout that serves it with the fewest GPUs
+   on the pool's model (for the autoscaler's node template).
+
+Limits: a pod that asks for several instances gets them on one node when one node holds them, as idle
+instances or added beside what its GPUs hold; one that needs a repartition for that is planned like the
+rest, and its instances may then land on different nodes (it stays pending; the plan reports nothing
+unserved for it). A pod asking for whole GPUs (``nvidia.com/gpu``) is served only by free GPUs whose MIG
+is off: the planner never turns MIG on or off (that takes a GPU reset).
+
+No flapping: nothing changes without a pod or headroom to serve, and ``previous`` (the last plan) keeps a
+target that is still being applied as the GPU's state, so the pods it was made for are not planned twice.
+"""
+
+import functools
+from collections import Counter, OrderedDict
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from node_bootstrap.mig.catalogue import GPUS, GpuModel, Profile, find_gpu_or_none
+from node_bootstrap.mig.solver import check_budget
+
+from .vocabulary import (CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU, Bounds, GpuSupply, GpuTarget, Plan,
+                         PodDemand)
+
+# Where an instance of a GPU's working state comes from.
+_ACTUAL = "actual"  # exists now
+_NEW = "new"  # created by this plan
+
+
+class _Inst:
+    __slots__ = ("profile", "start", "in_use", "origin", "reserved")
+
+    def __init__(self, profile: Profile, start: int, in_use: bool, origin: str):
+        self.profile, self.start, self.in_use, self.origin = profile, start, in_use, origin
+        self.reserved = False  # kept for a pending pod that needs several instances on one node
+
+    @property
+    def held(self) -> bool:
+        """Not free to count as idle supply or to destroy: a pod holds it or one is planned onto it."""
+        return self.in_use or self.reserved
+
+    @property
+    def mask(self) -> int:
+        return _mask(self.start, self.profile.memory_slices)
+
+
+class _Gpu:
+    """One usable GPU while planning: what it holds now (``actual``) and what it should hold (``state``)."""
+
+    def __init__(self, supply: GpuSupply, model: GpuModel, actual: List[_Inst]):
+        self.supply, self.model = supply, model
+        self.actual = actual
+        self.state = list(actual)
+        self.carried = ""  # the previous plan's reason when its target is still being applied
+
+    @property
+    def used(self) -> bool:
+        return any(i.in_use for i in self.state)
+
+    @property
+    def compute_in_use(self) -> int:
+        return sum(i.profile.compute_slices for i in self.state if i.in_use)
+
+    @property
+    def sort_key(self):
+        return (self.supply.node, self.supply.index)
+
+
+def _mask(start: int, size: int) -> int:
+    return ((1 << size) - 1) << start
+
+
+def _placeable(model: GpuModel, instances: Sequence[Tuple[Profile, int]]) -> bool:
+    """The catalogue's placements, no overlap, and the solver's counting rules."""
+    used = 0
+    for profile, start in instances:
+        if all(p.start != start for p in profile.placements):
+            return False
+        bits = _mask(start, profile.memory_slices)
+        if used & bits:
+            return False
+        used |= bits
+    return check_budget(model, [p for p, _ in instances]) is None
+
+
+def _value(profile: Profile) -> int:
+    # What serving one instance is worth: compute slices first (the scarce part: 7 per GPU), memory slots next.
+    return profile.compute_slices * 16 + profile.memory_slices
+
+
+def _leftover_score(model: GpuModel, free: int, profiles: Tuple[Profile, ...]) -> Tuple[int, int]:
+    """How useful the free slots left are: the biggest instance that still fits, then how many placements do."""
+    biggest, count = 0, 0
+    for p in profiles:
+        for pl in p.placements:
+            if free & _mask(pl.start, pl.size) == _mask(pl.start, pl.size):
+                count += 1
+                biggest = max(biggest, p.memory_slices)
+    return biggest, count
+
+
+# The caches below are keyed by the model's key (hashing a whole GpuModel, profiles and placements, on every
+# call costs more than the answer); every product of one key shares its profiles.
+_MODELS = {g.key: g for g in GPUS}
+
+
+@functools.lru_cache(maxsize=4096)
+def _candidates(key: str, free: int, fixed: Tuple[Tuple[str, int], ...], wanted: Tuple[str, ...]
+                ) -> Tuple[Tuple[Tuple[Tuple[str, int], ...], Tuple[Tuple[str, int], ...]], ...]:
+    """Every multiset of ``wanted`` profiles that fits the ``free`` slots beside the ``fixed`` instances
+    (profile counts), each with the placement that leaves the most useful room: ((name, count)...,
+    (name, start)...). Cached: GPUs in the same state ask the same question (a pure function of its
+    arguments, so the cache cannot change an answer)."""
+    model = _MODELS[key]
+    profiles = [model.profile_by_name(n) for n in wanted]
+    fixed_profiles = [model.profile_by_name(n) for n, c in fixed for _ in range(c)]
+    compute_left = model.compute_slices - sum(p.compute_slices for p in fixed_profiles)
+    by_start = {}  # type: Dict[int, List[Profile]]
+    for p in profiles:
+        for pl in p.placements:
+            by_start.setdefault(pl.start, []).append(p)
+    all_profiles = tuple(model.profiles)
+    best = {}  # type: Dict[Tuple[Tuple[str, int], ...], Tuple[Tuple[int, int], Tuple[Tuple[str, int], ...]]]
+    chosen = []  # type: List[Tuple[Profile, int]]
+
+    def visit(slot: int, used: int, compute: int) -> None:
+        if slot >= model.memory_slots:
+            if not chosen:
+                return
+            counts = tuple(sorted(Counter(p.name for p, _ in chosen).items()))
+            score = _leftover_score(model, free & ~used, all_profiles)
+            known = best.get(counts)
+            if known is None or score > known[0]:
+                best[counts] = (score, tuple(sorted((p.name, s) for p, s in chosen)))
+            return
+        visit(slot + 1, used, compute)
+        for p in by_start.get(slot, ()):
+            bits = _mask(slot, p.memory_slices)
+            if free & bits == bits and not used & bits and p.compute_slices <= compute:
+                chosen.append((p, slot))
+                visit(slot + 1, used | bits, compute - p.compute_slices)
+                chosen.pop()
+
+    visit(0, 0, compute_left)
+    out = []
+    for counts, (_, placement) in sorted(best.items()):
+        together = fixed_profiles + [model.profile_by_name(n) for n, c in counts for _ in range(c)]
+        if check_budget(model, together) is None:
+            out.append((counts, placement))
+    return tuple(out)
+
+
+def _best(model: GpuModel, state: Sequence[_Inst], need: Dict[str, int], bounds: Bounds
+          ) -> Tuple[Tuple[str, int], ...]:
+    """The instances to add beside ``state`` that serve the most of ``need``: (name, start) pairs."""
+    wanted = tuple(sorted(n for n, c in need.items() if c > 0 and bounds.allows(n) and model.profile_by_name(n)))
+    if not wanted:
+        return ()
+    used = 0
+    for inst in state:
+        used |= inst.mask
+    free = ((1 << model.memory_slots) - 1) & ~used
+    if not free:
+        return ()
+    fixed = tuple(sorted(Counter(i.profile.name for i in state).items()))
+    capped = tuple(min(need[n], 16) for n in wanted)  # no GPU holds more than 16 instances of one profile
+    return _choose(model.key, free, fixed, wanted, capped)
+
+
+@functools.lru_cache(maxsize=16384)
+def _choose(key: str, free: int, fixed: Tuple[Tuple[str, int], ...], wanted: Tuple[str, ...],
+            capped: Tuple[int, ...]) -> Tuple[Tuple[str, int], ...]:
+    model = _MODELS[key]
+    cap = dict(zip(wanted, capped))
+    best_key, best_placement = None, ()
+    for counts, placement in _candidates(key, free, fixed, wanted):
+        if any(c > cap[n] for n, c in counts):
+            continue  # a smaller multiset serves the same and is a candidate too
+        key = (sum(_value(model.profile_by_name(n)) * c for n, c in counts), -len(placement))
+        if best_key is None or key > best_key:
+            best_key, best_placement = key, placement
+    return best_placement
+
+
+def _describe(instances: Sequence[_Inst], marks: bool) -> str:
+    if not instances:
+        return "empty"
+    parts = []  # type: List[str]
+    groups = OrderedDict()  # type: Dict[Tuple[str, str], int]
+    for i in sorted(instances, key=lambda x: (not x.in_use, -x.profile.memory_slices, x.profile.name, x.start)):
+        tag = ("in use" if i.in_use else "idle") if marks else ""
+        groups[(i.profile.name, tag)] = groups.get((i.profile.name, tag), 0) + 1
+    for (name, tag), n in groups.items():
+        parts.append(("%dx %s" % (n, name) if n > 1 else name) + (" " + tag if tag else ""))
+    return " + ".join(parts)
+
+
+class _Ledger:
+    """Who each new instance is for: pending pods' instances first (by pod key), then headroom."""
+
+    def __init__(self, demand: Sequence[PodDemand], idle: Counter):
+        self.queue = {}  # type: Dict[str, List[PodDemand]]
+        for pod in sorted((d for d in demand if d.pending and d.profile != WHOLE_GPU), key=lambda d: d.key):
+            self.queue.setdefault(pod.profile, []).extend([pod] * max(int(pod.count), 0))
+        for name, n in idle.items():  # existing idle instances take the first pods
+            self.queue[name] = self.queue.get(name, [])[n:]
+
+    def take(self, name: str, n: int) -> Tuple[List[PodDemand], int]:
+        queue = self.queue.get(name, [])
+        pods, self.queue[name] = queue[:n], queue[n:]
+        return pods, n - len(pods)
+
+
+MAX_REASON = 400
+
+
+def _one_line(text: str) -> str:
+    """A reason as one printable line of bounded length: names come from Kubernetes objects, and a reason
+    is shown as it is (advise, Events): control characters are written escaped, never raw."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return out if len(out) <= MAX_REASON else out[:MAX_REASON - 3] + "..."
+
+
+def _served_text(served: List[Tuple[str, List[PodDemand], int]]) -> str:
+    owners = OrderedDict()  # type: Dict[str, set]
+    headroom = OrderedDict()  # type: Dict[str, int]
+    for name, pods, extra in served:
+        for pod in pods:
+            owners.setdefault(pod.owner or pod.key, set()).add(pod.key)
+        if extra:
+            headroom[name] = headroom.get(name, 0) + extra
+    parts = []
+    for i, (owner, keys) in enumerate(owners.items()):
+        n = len(keys)
+        parts.append(("%d pending pod%s of %s" if i == 0 else "%d of %s")
+                     % ((n, "" if n == 1 else "s", owner) if i == 0 else (n, owner)))
+    if headroom:
+        parts.append("headroom " + ", ".join("%dx %s" % (n, name) for name, n in headroom.items()))
+    return ", ".join(parts) if parts else "nothing"
+
+
+def _read(supply: GpuSupply) -> Tuple[Optional[_Gpu], str]:
+    """A usable GPU, or None and why not (empty reason: left alone by rule, e.g. busy)."""
+    if supply.busy:
+        return None, ""
+    if not supply.mig:
+        return None, ""
+    model = find_gpu_or_none(name=supply.model)
+    if model is None:
+        return None, "node %s GPU %d: GPU model %r is not in the catalogue; left as it is" % (
+            supply.node, supply.index, supply.model[:80])
+    actual = []
+    for inst in supply.instances:
+        profile = model.profile_by_name(inst.profile)
+        if profile is None:
+            return None, "node %s GPU %d: %s has no profile %r; left as it is" % (
+                supply.node, supply.index, model.key, inst.profile[:40])
+        actual.append(_Inst(profile, int(inst.start), bool(inst.in_use), _ACTUAL))
+    if not _placeable(model, [(i.profile, i.start) for i in actual]):
+        return None, "node %s GPU %d: its instances break %s's placement rules; left as it is" % (
+            supply.node, supply.index, model.key)
+    return _Gpu(supply, model, actual), ""
+
+
+def _carry(gpu: _Gpu, target, asked) -> None:
+    """Take a previous target that is still being applied as the GPU's state, when it still holds: every
+    instance in use now is in it, at the same start, it is placeable, and what it creates is still asked
+    for (pods deleted meanwhile leave nothing to serve: the target is dropped, not carried out)."""
+    if target is None or target.change == CHANGE_NONE:
+        return
+    if not any(name in asked for name, _ in target.create):
+        return
+    wanted = {(n, s) for n, s in target.layout}
+    now = {(i.profile.name, i.start): i for i in gpu.actual}
+    if set(now) == wanted:
+        return  # reached: the GPU is as the plan wanted
+    if any(i.in_use and (i.profile.name, i.start) not in wanted for i in gpu.actual):
+        return  # a pod took an instance the target destroys: plan afresh
+    state = []
+    for name, start in sorted(wanted, key=lambda x: x[1]):
+        profile = gpu.model.profile_by_name(name)
+        if profile is None:
+            return
+        kept = now.get((name, start))
+        state.append(kept if kept is not None else _Inst(profile, start, False, _NEW))
+    if _placeable(gpu.model, [(i.profile, i.start) for i in state]):
+        gpu.state, gpu.carried = state, target.reason
+
+
+def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
+    """Pending pods that ask for several instances: the scheduler needs them all on one node, so they are
+    served node by node before the rest (which may spread over the pool): idle instances of one node if it
+    has enough, else instances added on one node's GPUs beside what they hold (no destroy). The instances
+    they get are reserved: the rest of the plan neither counts nor destroys them. A pod neither way serves
+    is left to the rest of the plan. Returns (the pods handled, the instances created per GPU with the
+    pod they are for)."""
+    handled, served = set(), {}  # type: set, Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
+    multi = sorted((d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU),
+                   key=lambda d: (-d.count, d.key))
+    if not multi:
+        return handled, served
+    busy = Counter()  # type: Counter
+    for g in gpus:
+        busy[g.supply.node] += g.compute_in_use
+    nodes = OrderedDict()  # type: Dict[str, List[_Gpu]]
+    for g in sorted(gpus, key=lambda g: (-busy[g.supply.node], g.sort_key)):  # the busiest nodes first
+        nodes.setdefault(g.supply.node, []).append(g)
+    for pod in multi:
+        handled.add(pod.key)
+        free = None
+        for members in nodes.values():
+            idle = [i for g in members for i in g.state if not i.held and i.profile.name == pod.profile]
+            if len(idle) >= pod.count:
+                free = idle[:pod.count]
+                break
+        if free is not None:
+            for inst in free:
+                inst.reserved = True
+            continue
+        placed = None
+        for members in nodes.values() if bounds.allows(pod.profile) else ():
+            trial, left = [], pod.count
+            for g in members:
+                if left <= 0:
+                    break
+                idle = [i for i in g.state if not i.held and i.profile.name == pod.profile]
+                take = min(left, len(idle))
+                trial.append((g, idle[:take], ()))
+                left -= take
+                if left > 0:
+                    more = _best(g.model, g.state, {pod.profile: left}, bounds)
+                    if more:
+                        trial[-1] = (g, idle[:take], more)
+                        left -= len(more)
+            if left <= 0:
+                placed = trial
+                break
+        if placed is None:
+            # No node holds them by adding alone: the pod joins the rest of the demand, where repartitions
+            # may make the room (on one node or not: see the module's limits).
+            handled.discard(pod.key)
+            continue
+        for g, idle, more in placed:
+            for inst in idle:
+                inst.reserved = True
+            for name, start in more:
+                inst = _Inst(g.model.profile_by_name(name), start, False, _NEW)
+                inst.reserved = True
+                g.state.append(inst)
+            if more:
+                served.setdefault(g.sort_key, []).append((pod.profile, [pod] * len(more), 0))
+    return handled, served
+
+
+def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bounds,
+         previous: Optional[Plan] = None) -> Plan:
+    """Per-GPU targets for an auto pool (see the module's text for how it decides)."""
+    gpus, unplaced, whole_free = [], [], 0
+    twice = {k for k, n in Counter((s.node, s.index) for s in supply).items() if n > 1}
+    for s in sorted(supply, key=lambda g: (g.node, g.index)):
+        if (s.node, s.index) in twice:  # two answers for one GPU: neither is trusted
+            why = "node %s GPU %d appears more than once in the supply; left as it is" % (s.node, s.index)
+            if why not in unplaced:
+                unplaced.append(why)
+            continue
+        gpu, why = _read(s)
+        if gpu is not None:
+            gpus.append(gpu)
+        elif why:
+            unplaced.append(why)
+        elif not s.mig and not s.busy:
+            whole_free += 1
+    if previous is not None:
+        earlier = {(t.node, t.index): t for t in previous.targets}
+        asked = {d.profile for d in demand if d.pending} | {n for n, k in bounds.headroom if k > 0}
+        for gpu in gpus:
+            _carry(gpu, earlier.get(gpu.sort_key), asked)
+
+    unserved, notes = Counter(), []  # type: Counter, List[str]
+    multi = _serve_multi(gpus, demand, bounds)  # pods asking several instances of one node
+    pending = Counter()
+    for d in demand:
+        if d.pending and d.key not in multi[0]:
+            pending[d.profile] += max(int(d.count), 0)
+    idle = Counter(i.profile.name for g in gpus for i in g.state if not i.held)
+    # Phase one plans on the GPUs that serve pods already: their idle
+    # instances count first, and only the surplus among them may go. Idle instances on GPUs nothing uses
+    # count only in phase two: a pod bound to one of those would take one more GPU into use, while room
+    # beside running pods may hold it.
+    # (a carried target counts where its GPU stands now: the same as once it is applied)
+    first = [g for g in gpus if g.used]
+    rest = [g for g in gpus if not g.used]
+    idle_first = Counter(i.profile.name for g in first for i in g.state if not i.held)
+    idle_rest = Counter(i.profile.name for g in rest for i in g.state if not i.held)
+    offered = {p.name for g in gpus for p in g.model.profiles}
+    need = {}  # type: Dict[str, int]
+    for name in sorted(set(pending) | {n for n, _ in bounds.headroom}):
+        if name == WHOLE_GPU:
+            continue
+        if pending[name] + bounds.headroom_of(name) - idle[name] > 0 and (not bounds.allows(name) or name not in offered):
+            short = max(0, pending[name] - idle[name])
+            if short:
+                unserved[name] += short
+                notes.append("%d pending %s instance%s: %s" % (
+                    short, name, "" if short == 1 else "s",
+                    "no GPU of the pool has this profile" if bounds.allows(name) else
+                    "not among the profiles the pool allows (ack-mig-hook/layout-profiles)"))
+            continue
+        # Pods go beside running ones; headroom is any idle instance, wherever it is: only what the idle
+        # instances of both kinds of GPU leave short of it is added here (or headroom would move about).
+        spare_first = max(0, idle_first[name] - pending[name])
+        gap = max(0, bounds.headroom_of(name) - spare_first - idle_rest[name])
+        wanted = max(0, pending[name] - idle_first[name]) + gap
+        if wanted > 0 and bounds.allows(name) and name in offered:
+            need[name] = wanted
+    surplus = Counter({n: idle_first[n] - pending[n] - max(0, bounds.headroom_of(n) - idle_rest[n])
+                       for n in idle_first if idle_first[n] > pending[n] + max(0, bounds.headroom_of(n) - idle_rest[n])})
+    ledger = _Ledger([d for d in demand if d.key not in multi[0]], idle_first)
+    served = multi[1]  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
+
+    def add(gpu: _Gpu, placement: Tuple[Tuple[str, int], ...]) -> None:
+        for name, start in placement:
+            gpu.state.append(_Inst(gpu.model.profile_by_name(name), start, False, _NEW))
+        for name, n in Counter(n for n, _ in placement).items():
+            need[name] -= n
+            pods, extra = ledger.take(name, n)
+            served.setdefault(gpu.sort_key, []).append((name, pods, extra))
+
+    def fill(gpu: _Gpu) -> None:
+        placement = _best(gpu.model, gpu.state, need, bounds)
+        if placement:
+            add(gpu, placement)
+
+    def repartition(gpu: _Gpu) -> None:
+        # Only surplus idle instances that exist may go; what this plan (or a carried one) creates stays.
+        spare = Counter(surplus)
+        removable = []
+        for inst in sorted(gpu.state, key=lambda i: (-i.profile.memory_slices, i.start)):
+            if not inst.held and inst.origin != _NEW and spare[inst.profile.name] > 0:
+                spare[inst.profile.name] -= 1
+                removable.append(inst)
+        if not removable:
+            return
+        kept = [i for i in gpu.state if i not in removable]
+        placement = _best(gpu.model, kept, need, bounds)
+        if not placement:
+            return
+        new = [(gpu.model.profile_by_name(n), s) for n, s in placement]
+        taken = 0
+        for p, s in new:
+            taken |= _mask(s, p.memory_slices)
+        back = []
+        for inst in removable:  # destroy only what the new instances need the room of
+            trial = [(i.profile, i.start) for i in kept + back] + new + [(inst.profile, inst.start)]
+            if not inst.mask & taken and _placeable(gpu.model, trial):
+                back.append(inst)
+        gone = [i for i in removable if i not in back]
+        if not gone:
+            add(gpu, placement)  # it all fits beside them after all
+            return
+        for inst in gone:
+            surplus[inst.profile.name] -= 1
+        gpu.state = kept + back
+        add(gpu, placement)
+
+    def wanting() -> bool:
+        return any(v > 0 for v in need.values())
+
+    used = sorted(first, key=lambda g: (-g.compute_in_use, g.sort_key))
+    for step in (fill, repartition):
+        for gpu in used:
+            if not wanting():
+                break
+            step(gpu)
+    # Phase two: the idle instances on GPUs nothing uses take what is left, then those GPUs and empty ones.
+    # What is still short, counted afresh over every GPU: pending + headroom - idle (what phase one made
+    # counts as idle: it waits for its pods).
+    now_idle = Counter(i.profile.name for g in gpus for i in g.state if not i.held)
+    surplus = Counter()
+    for name in sorted(set(need) | set(idle_rest)):
+        if name in need:
+            need[name] = pending[name] + bounds.headroom_of(name) - now_idle[name]
+        ledger.take(name, idle_rest[name])  # pods left over bind to these first
+        spare = idle_rest[name] - max(0, pending[name] + bounds.headroom_of(name) - (now_idle[name] - idle_rest[name]))
+        if spare > 0:
+            surplus[name] = spare
+    idle_only = sorted((g for g in rest if g.state), key=lambda g: (-len(g.state), g.sort_key))
+    empty = [g for g in rest if not g.state]
+    for step, group in ((fill, idle_only), (fill, empty), (repartition, idle_only)):
+        for gpu in group:
+            if not wanting():
+                break
+            step(gpu)
+
+    for name in sorted(need):
+        short = len(ledger.queue.get(name, ()))  # pods' instances no new instance was found for
+        if short > 0:
+            unserved[name] += short
+            notes.append("%d pending %s instance%s beyond what the pool's GPUs can hold" % (
+                short, name, "" if short == 1 else "s"))
+    if pending[WHOLE_GPU] > whole_free:
+        short = pending[WHOLE_GPU] - whole_free
+        unserved[WHOLE_GPU] += short
+        notes.append("%d pending whole-GPU request%s beyond the pool's free GPUs with MIG off (the planner "
+                     "never turns MIG off)" % (short, "" if short == 1 else "s"))
+
+    targets, reasons = [], []
+    readable = {g.sort_key: g for g in gpus}
+    for s in sorted({(s.node, s.index): s for s in reversed(supply)}.values(), key=lambda g: (g.node, g.index)):
+        gpu = readable.get((s.node, s.index))
+        if gpu is None:
+            targets.append(GpuTarget(s.node, s.index, tuple(sorted(((i.profile, i.start) for i in s.instances),
+                                                                   key=lambda x: x[1])), CHANGE_NONE, ""))
+            continue
+        target = _target(gpu, served.get(gpu.sort_key, []), unplaced)
+        targets.append(target)
+        if target.reason:
+            reasons.append(target.reason)
+    new_node = _new_node(gpus, unserved, bounds, supply)
+    return Plan(tuple(targets), tuple(sorted(unserved.items())), new_node,
+                tuple(reasons + [_one_line(n) for n in notes]), tuple(_one_line(u) for u in unplaced))
+
+
+def _target(gpu: _Gpu, served, unplaced: List[str]) -> GpuTarget:
+    s = gpu.supply
+    layout = tuple(sorted(((i.profile.name, i.start) for i in gpu.state), key=lambda x: (x[1], x[0])))
+    now = {(i.profile.name, i.start) for i in gpu.actual}
+    create = tuple(sorted({x for x in layout} - now, key=lambda x: x[1]))
+    destroy = tuple(sorted(now - set(layout), key=lambda x: x[1]))
+    if not create and not destroy:
+        return GpuTarget(s.node, s.index, layout, CHANGE_NONE, "")
+    if not _placeable(gpu.model, [(gpu.model.profile_by_name(n), st) for n, st in layout]) or \
+            any(i.in_use and (i.profile.name, i.start) not in set(layout) for i in gpu.actual):
+        # Never expected (every step keeps these rules); one GPU's slip must not reach its node.
+        unplaced.append("node %s GPU %d: the planned layout broke a rule and was dropped" % (s.node, s.index))
+        return GpuTarget(s.node, s.index, tuple(sorted((n, st) for n, st in now)), CHANGE_NONE, "")
+    change = CHANGE_REPARTITION if destroy else CHANGE_ADD
+    if gpu.carried and not served:
+        reason = gpu.carried
+    else:
+        before = _describe(gpu.actual, marks=True)
+        new = [i for i in gpu.state if (i.profile.name, i.start) in set(create)]
+        after = ("+ " + _describe(new, marks=False)) if change == CHANGE_ADD and gpu.actual else \
+            _describe(gpu.state, marks=False)
+        reason = _one_line("node %s GPU %d: %s -> %s for %s" % (s.node, s.index, before, after,
+                                                               _served_text(served)))
+    return GpuTarget(s.node, s.index, layout, change, reason, create, destroy)
+
+
+def _new_node(gpus: List[_Gpu], unserved: Counter, bounds: Bounds, supply: Sequence[GpuSupply]
+              ) -> Tuple[Tuple[str, int], ...]:
+    """The one per-GPU layout that serves the unserved instances with the fewest GPUs of a new node."""
+    if not any(n > 0 for name, n in unserved.items() if name != WHOLE_GPU):
+        return ()
+    model = find_gpu_or_none(name=bounds.model) if bounds.model else None
+    if model is None:
+        names = Counter(s.model for s in supply if find_gpu_or_none(name=s.model) is not None)
+        if not names:
+            return ()
+        model = find_gpu_or_none(name=sorted(names.items(), key=lambda x: (-x[1], x[0]))[0][0])
+    wanted = tuple(sorted(n for n, c in unserved.items() if c > 0 and n != WHOLE_GPU and bounds.allows(n)
+                          and model.profile_by_name(n)))
+    if not wanted:
+        return ()
+    best_key, best = None, ()
+    for counts, placement in _candidates(model.key, (1 << model.memory_slots) - 1, (), wanted):
+        have = dict(counts)
+        covered = [n for n in wanted if have.get(n)]
+        gpus_needed = max(-(-unserved[n] // have[n]) for n in covered)
+        key = (len(covered), -gpus_needed, sum(_value(model.profile_by_name(n)) * c for n, c in counts))
+        if best_key is None or key > best_key:
+            best_key, best = key, placement
+    return tuple(sorted(best, key=lambda x: (x[1], x[0])))
+

@@ -1,0 +1,215 @@
+"""One auto pool's advice: its demand, supply and plan, from what the Kubernetes API holds. Changes nothing.
+
+``advise`` (the CLI), the timer tick and ``invoke --dry-run`` read the same :func:`advise` answer, so they
+show the same decisions. The inputs are plain API objects so a snapshot (``--inventory``) and the live API
+give the same answer: the pool (labels, taints), its Node objects, the pods bound to them, and the cluster's
+Pending pods.
+"""
+
+from collections import Counter
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from functions.decision.layout import WHOLE_GPU, Plan, PodDemand, bounds_from_labels, plan
+from functions.decision.layout.matching import Place, demand_of, pod_key, split_pending
+from functions.kube.supply import holds_gpus, pool_supply
+
+POOL_LABEL = "alibabacloud.com/nodepool-id"  # ACK labels every node of a pool with its id (functions/decision/waves.py)
+
+
+class NotAutoPool(ValueError):
+    """The pool does not carry ``ack-mig-hook/layout=auto``: one line saying how to turn it on."""
+
+
+def places_of(pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]], pool_id: str,
+              nodes: Sequence[Mapping[str, Any]]) -> List[Place]:
+    """Where a pod of the pool could land: each node as it is, and a new node from the pool's template."""
+    places = [Place((n.get("metadata") or {}).get("labels") or {}, (n.get("spec") or {}).get("taints") or ())
+              for n in nodes]
+    places.append(Place(dict(pool_labels, **{POOL_LABEL: pool_id}), pool_taints))
+    return places
+
+
+def _counts(demand: Sequence[PodDemand]) -> Dict[str, int]:
+    total = Counter()  # type: Counter
+    for d in demand:
+        total[d.profile] += d.count
+    return dict(sorted(total.items()))
+
+
+def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
+           nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
+           pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None) -> Dict[str, Any]:
+    """The advice for one pool as a JSON-ready dict; raises NotAutoPool or bounds.LayoutLabelError."""
+    return _advise(pool_id, pool_labels, pool_taints, nodes, pods_by_node, pending, previous)[0]
+
+
+def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
+            nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
+            pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None) -> Tuple[Dict[str, Any], Plan]:
+    bounds = bounds_from_labels(pool_labels)
+    if bounds is None:
+        raise NotAutoPool("pool %s is not an auto pool; label it ack-mig-hook/layout=auto to let the hook choose "
+                          "its layouts from the pods that wait" % pool_id)
+    pending = sorted(pending, key=pod_key)  # the same advice whatever order the list came in
+    by_pool, not_counted = split_pending(pending, {pool_id: places_of(pool_labels, pool_taints, pool_id, nodes)})
+    waiting = by_pool[pool_id]
+    running = [d for name, pods in sorted(pods_by_node.items()) for pod in pods if holds_gpus(pod)
+               for d in demand_of(pod, pending=False, node=name)]
+    supply, notes = pool_supply(nodes, pods_by_node)
+    result = plan(supply, waiting + running, bounds, previous)
+    gpus = []
+    by_gpu = {(t.node, t.index): t for t in result.targets}
+    for g in supply:
+        target = by_gpu.get((g.node, g.index))
+        gpus.append({"node": g.node, "gpu": g.index, "model": g.model, "mig": g.mig, "busy": g.busy,
+                     "instances": [{"profile": i.profile, "start": i.start, "in_use": i.in_use} for i in g.instances],
+                     "change": target.change if target else "none",
+                     "target": [list(x) for x in target.layout] if target else [],
+                     "create": [list(x) for x in target.create] if target else [],
+                     "destroy": [list(x) for x in target.destroy] if target else []})
+    return {
+        "pool": pool_id,
+        "bounds": {"profiles": sorted(bounds.profiles) if bounds.profiles is not None else None,
+                   "headroom": dict(bounds.headroom)},
+        "demand": {"pending": _counts(waiting), "in_use": _counts(running),
+                   "pods": [{"pod": d.key, "owner": d.owner, "profile": d.profile, "count": d.count}
+                            for d in waiting],
+                   "not_counted": [{"pod": key, "why": why} for key, why in not_counted]},
+        "gpus": gpus,
+        "plan": {"changes": len(result.changes), "unserved": dict(result.unserved),
+                 "new_node": [list(x) for x in result.new_node], "reasons": list(result.reasons),
+                 "unplaced": list(result.unplaced) + notes},
+        "whole_gpu_pending": _counts(waiting).get(WHOLE_GPU, 0),
+    }, result
+
+
+# ---- the auto pool timer (template.yml AutoPoolTimer) ----
+
+STATE_LABEL = "nvidia.com/mig.config.state"  # node_bootstrap/kube/nodelabels.py
+
+
+def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapping[str, Any],
+                 new_node: Sequence[Any], log: Any) -> List[Any]:
+    """A node of the pool the hook never partitioned (no state label: the autoscaler just brought it for
+    the tags' promise) gets the new-node layout on every GPU as an ordinary sequence request: it turns MIG on,
+    which only a node with nothing running may (the node refuses with gpu-busy otherwise). Nothing unserved:
+    it is left with whole GPUs."""
+    from functions.base.model import Decision, PartitionLabel
+
+    if not new_node:
+        return []
+    sequence = "-".join(profile for profile, _ in new_node)
+    out = []
+    for node in nodes:
+        meta = node.get("metadata") or {}
+        name = meta.get("name") or ""
+        if STATE_LABEL in (meta.get("labels") or {}) or name not in members:
+            continue
+        log.info("auto pool", nodepool_id=pool_id, node_name=name, reason="a new node: its GPUs get " + sequence)
+        out.append(Decision(instance_id=members[name].instance_id, node_name=name, nodepool_id=pool_id,
+                            action="partition", ip_address=members[name].ip_address,
+                            partition=PartitionLabel(kind="sequence", value=sequence),
+                            reason="new node of auto pool %s: each GPU gets %s for the pods the pool cannot serve"
+                                   % (pool_id, sequence)))
+    return out
+
+
+PAUSED_LABEL = "ack-mig-hook/paused"  # functions/decision/waves.py: a paused pool starts nothing new
+
+
+def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
+    """A Kubernetes client that lists pods (functions.kube.client.KubeApi): the one given, else the live API
+    server through the cluster credential; None when there is none (a snapshot without --kubeconfig)."""
+    if kube is not None:
+        backend = getattr(kube, "backend", kube)
+        return backend if hasattr(backend, "list_all") else None
+    from functions.rollout.run import kube_view
+
+    if hasattr(lookup, "kube_nodes") and not settings.rollout.kubeconfig:
+        return None  # a snapshot (--inventory) without --kubeconfig: no pods to read
+    view = kube_view(None, lookup, settings, cluster)
+    backend = getattr(view, "backend", None)
+    return backend if hasattr(backend, "list_all") else None
+
+
+def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
+             log: Any) -> Any:
+    """One tick: one paged list of Pending pods; when a MIG pod waits, each auto pool is planned (advise's
+    answer), its changes delivered as per-GPU node requests (no drain: nothing in use is destroyed) and its
+    node-template tags set to the new-node layout. Ends done (something planned) or skip (nothing to do)."""
+    from node_bootstrap.kube import KubeError
+
+    from functions.base.event_result import HandlerResult
+    from functions.decision.layout import LAYOUT_LABEL
+
+    def end(outcome: str, reason: str, decisions=(), nodes=None, tags=None) -> HandlerResult:
+        return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
+                             outcome=outcome, reason=reason, cluster_id=cluster, dry_run=dry_run,
+                             decisions=list(decisions), nodes=nodes, pool_tags=tags)
+
+    pools = [p for p in lookup.nodepools(cluster) if LAYOUT_LABEL in p.labels
+             and (not request.nodepool_id or p.nodepool_id == request.nodepool_id)]
+    if not pools:
+        return end("skip", "no node pool carries %s=auto" % LAYOUT_LABEL)
+    api = _api_of(kube, lookup, settings, cluster)
+    if api is None:
+        return end("skip", "auto pools need the Kubernetes API (pods are read there): none is configured")
+    try:
+        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end)
+    except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
+        return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
+                   % " ".join(str(exc).split())[:200])
+
+
+def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
+          pools: List[Any], log: Any, end: Any) -> Any:
+    from functions.base.model import Decision
+    from functions.decision.layout import LayoutLabelError
+    from functions.decision.layout.matching import is_unschedulable, pod_asks
+    from functions.delivery.node_script import per_gpu_partition
+    from functions.kube.demand import pending_pods, pods_on
+    from functions.pipeline.autoscaler_sync import sync_pool_tags
+    from functions.pipeline.point_of_change import DryRunExecutor, make_executor
+
+    pending = pending_pods(api)
+    if not any(is_unschedulable(p) and pod_asks(p) for p in pending):
+        return end("skip", "no MIG pod waits: the auto pools stay as they are")
+    decisions: List[Any] = []
+    new_nodes: Dict[str, Any] = {}
+    for pool in pools:
+        if (pool.labels.get(PAUSED_LABEL) or "").lower() == "true":
+            log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
+            continue
+        nodes = api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id))
+        names = [(n.get("metadata") or {}).get("name") or "" for n in nodes]
+        try:
+            advice, result = _advise(pool.nodepool_id, pool.labels,
+                                     [t.model_dump(exclude_none=True) for t in pool.taints], nodes,
+                                     pods_on(api, names), pending)
+        except (LayoutLabelError, NotAutoPool) as exc:
+            log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=str(exc))
+            continue
+        new_nodes[pool.nodepool_id] = result.new_node
+        members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
+        for line in result.reasons:
+            log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason=line)
+        decisions.extend(_fresh_nodes(pool.nodepool_id, nodes, members, result.new_node, log))
+        for name in sorted({t.node for t in result.changes}):
+            node = members.get(name)
+            targets = [t for t in result.targets if t.node == name]  # every GPU: the boot unit re-applies it
+            why = "; ".join(t.reason for t in targets if t.reason)
+            if node is None:
+                log.warning("auto pool", nodepool_id=pool.nodepool_id, node_name=name,
+                            reason="ACK does not list node %s in the pool: not changed" % name)
+                continue
+            decisions.append(Decision(instance_id=node.instance_id, node_name=name, nodepool_id=pool.nodepool_id,
+                                      action="partition", reason=why, ip_address=node.ip_address,
+                                      gpu_layouts=per_gpu_partition(targets)))
+    tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=new_nodes)
+    if not decisions:
+        return end("done", "MIG pods wait; no GPU of the auto pools changes (see the pool tags for a new node)",
+                   tags=tags)
+    chosen = DryRunExecutor() if dry_run else (executor or make_executor(settings, False))
+    nodes_done = chosen.execute(request, decisions)
+    return end("done", "%d node(s) of the auto pools get per-GPU layouts" % len(decisions), decisions, nodes_done, tags)
+

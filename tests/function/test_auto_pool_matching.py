@@ -1,0 +1,155 @@
+"""Auto pools, demand and supply (issue 27): which waiting pods a pool could take, and what its GPUs hold.
+
+Pod and Node objects are the API's JSON as the scheduler reads them; each rule's upstream source is cited in
+functions/decision/layout/matching.py.
+"""
+
+import pytest
+
+from functions.decision.layout.matching import (Place, demand_of, is_unschedulable, owner_of, pod_asks,
+                                                profile_of_resource, split_pending, why_not)
+from functions.kube.supply import node_supply
+
+POOL = {"alibabacloud.com/nodepool-id": "np-auto", "gpu": "a100", "zone": "b"}
+TAINT = {"key": "nvidia.com/gpu", "value": "mig", "effect": "NoSchedule"}
+
+
+def pod(name="p", limits=None, selector=None, affinity=None, tolerations=None, phase="Pending",
+        scheduled=("False", "Unschedulable"), node="", owner=None, labels=None, init=None):
+    spec = {"containers": [{"name": "c", "resources": {"limits": dict(limits or {"nvidia.com/mig-1g.10gb": "1"})}}]}
+    if init:
+        spec["initContainers"] = [{"name": "i", "resources": {"limits": dict(init)}}]
+    if selector:
+        spec["nodeSelector"] = selector
+    if affinity is not None:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": affinity}}
+    if tolerations is not None:
+        spec["tolerations"] = tolerations
+    if node:
+        spec["nodeName"] = node
+    meta = {"name": name, "namespace": "llm", "labels": dict(labels or {})}
+    if owner:
+        meta["ownerReferences"] = [dict(owner, controller=True)]
+    conditions = [{"type": "PodScheduled", "status": scheduled[0], "reason": scheduled[1]}] if scheduled else []
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase, "conditions": conditions}}
+
+
+TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+
+
+def test_resource_names_map_back_to_catalogue_profiles():
+    assert profile_of_resource("nvidia.com/mig-1g.10gb") == "1g.10gb"
+    assert profile_of_resource("nvidia.com/mig-1g.10gb.me") == "1g.10gb+me"
+    assert profile_of_resource("nvidia.com/mig-1g.12gb.me.all") == "1g.12gb+me.all"
+    assert profile_of_resource("nvidia.com/gpu") == "gpu"
+    assert profile_of_resource("cpu") is None
+
+
+def test_asks_sum_containers_and_take_the_larger_init_container():
+    p = pod(limits={"nvidia.com/mig-2g.20gb": "1", "cpu": "2"}, init={"nvidia.com/mig-2g.20gb": "3"})
+    p["spec"]["containers"].append({"name": "d", "resources": {"requests": {"nvidia.com/mig-2g.20gb": "1",
+                                                                             "nvidia.com/mig-1g.10gb": "2"}}})
+    assert pod_asks(p) == {"1g.10gb": 2, "2g.20gb": 3}
+
+
+def test_only_unschedulable_pending_pods_are_demand():
+    assert is_unschedulable(pod())
+    assert not is_unschedulable(pod(scheduled=None))  # not tried yet
+    assert not is_unschedulable(pod(scheduled=("False", "SchedulingGated")))
+    assert not is_unschedulable(pod(node="n1"))  # bound: waiting for its kubelet, not for capacity
+    assert not is_unschedulable(pod(phase="Running"))
+
+
+@pytest.mark.parametrize("spec, fits", [
+    (dict(selector={"gpu": "a100"}), True),
+    (dict(selector={"gpu": "h100"}), False),
+    (dict(affinity={"nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "In",
+                                                                 "values": ["h100", "a100"]}]}]}), True),
+    (dict(affinity={"nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "NotIn",
+                                                                 "values": ["a100"]}]}]}), False),
+    (dict(affinity={"nodeSelectorTerms": [{"matchExpressions": [{"key": "spot", "operator": "NotIn",
+                                                                 "values": ["true"]}]}]}), True),  # absent key
+    (dict(affinity={"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Exists"}]}]}), True),
+    (dict(affinity={"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "DoesNotExist"}]}]}),
+     False),
+    # terms are ORed: the second one fits
+    (dict(affinity={"nodeSelectorTerms": [{"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["x"]}]},
+                                          {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["b"]}]}]}),
+     True),
+    (dict(affinity={"nodeSelectorTerms": [{}]}), False),  # an empty term matches nothing
+    (dict(affinity={"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                            "values": ["n1"]}]}]}), False),
+])
+def test_node_selector_and_required_affinity(spec, fits):
+    assert (why_not(pod(tolerations=TOLERATE, **spec), POOL, [TAINT]) == "") is fits
+
+
+@pytest.mark.parametrize("tolerations, fits", [
+    ([], False),
+    ([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "mig", "effect": "NoSchedule"}], True),
+    ([{"key": "nvidia.com/gpu", "value": "mig"}], True),  # Equal is the default, an empty effect matches all
+    ([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "other"}], False),
+    ([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}], False),
+    ([{"operator": "Exists"}], True),  # empty key + Exists tolerates everything
+])
+def test_tolerations_against_blocking_taints(tolerations, fits):
+    assert (why_not(pod(tolerations=tolerations), POOL, [TAINT]) == "") is fits
+    # PreferNoSchedule never blocks
+    assert why_not(pod(tolerations=tolerations), POOL, [dict(TAINT, effect="PreferNoSchedule")]) == ""
+
+
+def test_split_counts_what_a_pool_takes_and_reports_the_rest():
+    pods = [pod("a", tolerations=TOLERATE, selector={"gpu": "a100"},
+                owner={"kind": "ReplicaSet", "name": "serve-7d9f"}, labels={"pod-template-hash": "7d9f"}),
+            pod("b", selector={"gpu": "a100"}),  # no toleration
+            pod("c", tolerations=TOLERATE, limits={"cpu": "1"}),  # asks for no GPU: ignored
+            pod("d", tolerations=TOLERATE, phase="Running", node="n1")]
+    by_pool, unmatched = split_pending(pods, {"np-auto": [Place(POOL, [TAINT])]})
+    assert [(d.key, d.owner, d.profile) for d in by_pool["np-auto"]] == [("llm/a", "deployment llm/serve",
+                                                                         "1g.10gb")]
+    assert unmatched == [("llm/b", "np-auto: taint nvidia.com/gpu=mig:NoSchedule not tolerated")]
+
+
+def test_owner_is_the_controller():
+    assert owner_of(pod(owner={"kind": "StatefulSet", "name": "db"})) == "statefulset llm/db"
+    assert owner_of(pod("solo")) == "pod llm/solo"
+    assert [d.count for d in demand_of(pod(limits={"nvidia.com/mig-3g.40gb": "2"}))] == [2]
+
+
+def node(name="n1", sequence="2g.20gb-2g.20gb-3g.40gb", state="success", count="2"):
+    labels = {"aliyun.accelerator/nvidia_name": "NVIDIA A100-SXM4-80GB", "aliyun.accelerator/nvidia_count": count}
+    if state:
+        labels["nvidia.com/mig.config.state"] = state
+    if sequence:
+        labels["aliyun.accelerator/nvidia_mig_sequence"] = sequence
+    return {"metadata": {"name": name, "labels": labels}}
+
+
+def test_supply_places_the_applied_sequence_and_marks_what_pods_use():
+    # The label is the normalized sequence (start order) the node wrote; placements are the node solver's.
+    running = [pod("r1", phase="Running", node="n1", limits={"nvidia.com/mig-2g.20gb": "3"}),
+               pod("done", phase="Succeeded", node="n1", limits={"nvidia.com/mig-3g.40gb": "1"})]
+    gpus, notes = node_supply(node(), running)
+    assert notes == []
+    assert [(g.index, [(i.profile, i.start, i.in_use) for i in g.instances]) for g in gpus] == [
+        (0, [("2g.20gb", 0, True), ("2g.20gb", 2, True), ("3g.40gb", 4, False)]),
+        (1, [("2g.20gb", 0, True), ("2g.20gb", 2, False), ("3g.40gb", 4, False)])]
+
+
+def test_supply_leaves_nodes_in_flight_or_without_a_layout_alone():
+    assert all(g.busy for g in node_supply(node(state="pending"), [])[0])
+    assert not any(g.mig for g in node_supply(node(state=None, sequence=None), [])[0])
+    gpus, notes = node_supply(node(count="x"), [])
+    assert gpus == [] and "count 'x' unknown" in notes[0]
+    gpus, notes = node_supply(node(sequence="9g.99gb"), [])
+    assert gpus == [] and "cannot be read" in notes[0]
+
+
+def test_supply_reads_the_per_gpu_layouts_the_node_wrote():
+    n = node(sequence=None)
+    n["metadata"]["annotations"] = {"ack-mig-hook/gpu-layouts": '{"0":[["7g.80gb",0]],"1":[["1g.10gb",0],["3g.40gb",4]]}'}
+    gpus, notes = node_supply(n, [pod("r", phase="Running", node="n1", limits={"nvidia.com/mig-3g.40gb": "1"})])
+    assert notes == [] and [[(i.profile, i.start, i.in_use) for i in g.instances] for g in gpus] == [
+        [("7g.80gb", 0, False)], [("1g.10gb", 0, False), ("3g.40gb", 4, True)]]
+    n["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"] = '{"0": []}'  # GPU 1 missing
+    assert node_supply(n, [])[0] == [] and "cannot be read" in node_supply(n, [])[1][0]

@@ -1,0 +1,206 @@
+"""The auto pool planner on small, readable pools: what it changes, what it never touches, and its reasons.
+
+GPU models and profile names are the catalogue's (node_bootstrap/mig/catalogue.py); an A100 80GB takes
+1g.10gb at starts 0-6, 1g.20gb and 2g.20gb at even starts, 3g.40gb at 0 and 4, 4g.40gb and 7g.80gb at 0.
+"""
+
+from functions.decision.layout import (CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU, Bounds, GpuSupply,
+                                       Instance, Plan, PodDemand, plan)
+
+A80 = "NVIDIA A100-SXM4-80GB"
+A40 = "NVIDIA A100-SXM4-40GB"
+
+
+def pods(n, profile, owner="deployment llm/serve", prefix="llm/serve", count=1):
+    return [PodDemand("%s-%d" % (prefix, i), owner, profile, count) for i in range(n)]
+
+
+def target(result: Plan, node, index):
+    return next(t for t in result.targets if (t.node, t.index) == (node, index))
+
+
+def test_the_issues_example_an_idle_7g_becomes_three_2g_for_three_pods():
+    supply = [GpuSupply("X", 3, A80, (Instance("7g.80gb", 0, False),))]
+    result = plan(supply, pods(3, "2g.20gb"), Bounds())
+    t = target(result, "X", 3)
+    assert t.change == CHANGE_REPARTITION
+    assert t.layout == (("2g.20gb", 0), ("2g.20gb", 2), ("2g.20gb", 4))
+    assert t.destroy == (("7g.80gb", 0),) and len(t.create) == 3
+    assert result.reasons == ("node X GPU 3: 7g.80gb idle -> 3x 2g.20gb for 3 pending pods of deployment llm/serve",)
+    assert result.unserved == () and result.new_node == ()
+
+
+def test_nothing_pending_changes_nothing():
+    supply = [GpuSupply("a", 0, A80, (Instance("3g.40gb", 0, True), Instance("1g.10gb", 4, False))),
+              GpuSupply("a", 1, A80, ())]
+    result = plan(supply, [PodDemand("x/run", "pod x/run", "3g.40gb", pending=False, node="a")], Bounds())
+    assert [t.change for t in result.targets] == [CHANGE_NONE, CHANGE_NONE]
+    assert result.reasons == () and result.changes == ()
+    assert target(result, "a", 0).layout == (("3g.40gb", 0), ("1g.10gb", 4))
+
+
+def test_an_idle_instance_that_exists_serves_a_pending_pod_without_a_change():
+    supply = [GpuSupply("a", 0, A80, (Instance("2g.20gb", 0, False),)), GpuSupply("a", 1, A80, ())]
+    assert plan(supply, pods(1, "2g.20gb"), Bounds()).changes == ()
+
+
+def test_adding_beside_a_used_gpu_comes_before_an_empty_gpu():
+    supply = [GpuSupply("a", 0, A80, ()), GpuSupply("b", 0, A80, (Instance("3g.40gb", 0, True),))]
+    result = plan(supply, pods(2, "1g.10gb"), Bounds())
+    t = target(result, "b", 0)
+    assert t.change == CHANGE_ADD and t.destroy == ()
+    assert ("3g.40gb", 0) in t.layout and sorted(n for n, _ in t.create) == ["1g.10gb", "1g.10gb"]
+    assert target(result, "a", 0).change == CHANGE_NONE
+    assert result.reasons[0].startswith("node b GPU 0: 3g.40gb in use -> + 2x 1g.10gb for 2 pending pods")
+
+
+def test_a_repartition_destroys_only_surplus_idle_instances_never_one_in_use():
+    supply = [GpuSupply("a", 0, A80, (Instance("3g.40gb", 0, True), Instance("3g.40gb", 4, False)))]
+    result = plan(supply, pods(2, "2g.20gb"), Bounds())
+    t = target(result, "a", 0)
+    assert t.change == CHANGE_REPARTITION
+    assert t.destroy == (("3g.40gb", 4),) and ("3g.40gb", 0) in t.layout
+    # 2g.20gb starts at 0, 2 or 4 only: beside the 3g.40gb at 0 one fits, the other pod waits for a new node
+    assert t.create == (("2g.20gb", 4),)
+    assert result.unserved == (("2g.20gb", 1),)
+
+
+def test_an_idle_instance_that_a_pending_pod_needs_is_never_destroyed():
+    # the idle 3g.40gb is what the pending 3g pod will get: it is not surplus, so the 2g pods go elsewhere
+    supply = [GpuSupply("a", 0, A80, (Instance("3g.40gb", 0, True), Instance("3g.40gb", 4, False))),
+              GpuSupply("b", 0, A80, ())]
+    demand = pods(1, "3g.40gb", prefix="t/job") + pods(2, "2g.20gb")
+    result = plan(supply, demand, Bounds())
+    assert target(result, "a", 0).change == CHANGE_NONE
+    assert target(result, "b", 0).change == CHANGE_ADD
+
+
+def test_headroom_is_kept_and_explained():
+    supply = [GpuSupply("a", 0, A80, ())]
+    result = plan(supply, [], Bounds(headroom={"1g.10gb": 2}))
+    t = target(result, "a", 0)
+    assert [n for n, _ in t.create] == ["1g.10gb", "1g.10gb"]
+    assert result.reasons == ("node a GPU 0: empty -> 2x 1g.10gb for headroom 2x 1g.10gb",)
+    # once there, it stays
+    applied = [GpuSupply("a", 0, A80, tuple(Instance(n, s, False) for n, s in t.layout))]
+    assert plan(applied, [], Bounds(headroom={"1g.10gb": 2})).changes == ()
+
+
+def test_the_allowed_profiles_bound_what_is_created():
+    supply = [GpuSupply("a", 0, A80, ())]
+    result = plan(supply, pods(1, "4g.40gb") + pods(1, "1g.10gb", prefix="s/s"), Bounds(profiles={"1g.10gb"}))
+    assert [n for n, _ in target(result, "a", 0).create] == ["1g.10gb"]
+    assert result.unserved == (("4g.40gb", 1),)
+    assert any("4g.40gb" in r and "ack-mig-hook/layout-profiles" in r for r in result.reasons)
+
+
+def test_demand_beyond_the_pool_names_a_new_nodes_layout():
+    supply = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, True),))]
+    result = plan(supply, pods(5, "2g.20gb") + pods(2, "1g.10gb", prefix="s/s"), Bounds())
+    assert result.changes == ()
+    assert result.unserved == (("1g.10gb", 2), ("2g.20gb", 5))
+    # 3x 2g.20gb + 1x 1g.10gb per GPU: two GPUs of a new node serve all of it
+    assert sorted(n for n, _ in result.new_node) == ["1g.10gb", "2g.20gb", "2g.20gb", "2g.20gb"]
+    assert any("beyond what the pool's GPUs can hold" in r for r in result.reasons)
+
+
+def test_busy_gpus_gpus_without_mig_and_unknown_models_are_left_alone():
+    supply = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, False),), busy=True),
+              GpuSupply("a", 1, A80, (), mig=False),
+              GpuSupply("a", 2, "NVIDIA A10", ()),
+              GpuSupply("a", 3, A80, (Instance("9g.99gb", 0, False),))]
+    result = plan(supply, pods(2, "2g.20gb") + pods(2, WHOLE_GPU, prefix="w/w"), Bounds())
+    assert result.changes == ()
+    assert dict(result.unserved) == {"2g.20gb": 2, WHOLE_GPU: 1}  # one free GPU with MIG off serves one
+    assert len(result.unplaced) == 2 and all("left as it is" in line for line in result.unplaced)
+
+
+def test_models_that_name_a_profile_differently_serve_only_their_own_names():
+    # "1g.10gb" on an A100 40GB is its double-memory 1g (2 slots); a 2g.20gb pod cannot use that GPU
+    supply = [GpuSupply("a", 0, A40, ())]
+    result = plan(supply, pods(1, "2g.20gb") + pods(1, "1g.10gb", prefix="s/s"), Bounds())
+    t = target(result, "a", 0)
+    assert [n for n, _ in t.create] == ["1g.10gb"] and t.create[0][1] % 2 == 0
+    assert dict(result.unserved) == {"2g.20gb": 1}
+
+
+def test_a_target_still_being_applied_is_carried_not_planned_again():
+    supply = [GpuSupply("a", 0, A80, ()), GpuSupply("a", 1, A80, ())]
+    demand = pods(3, "2g.20gb")
+    first = plan(supply, demand, Bounds())
+    again = plan(supply, demand, Bounds(), previous=first)  # the rollout has not reached the node yet
+    assert again.targets == first.targets and again.reasons == first.reasons
+    # without the previous plan the same pods would be planned again, on the same GPU (deterministic)
+    assert plan(supply, demand, Bounds()) == first
+
+
+def test_a_carried_target_that_a_pod_overtook_is_planned_afresh():
+    supply = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, False),))]
+    first = plan(supply, pods(3, "2g.20gb"), Bounds())
+    assert target(first, "a", 0).change == CHANGE_REPARTITION
+    taken = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, True),))]  # a 7g pod got it meanwhile
+    again = plan(taken, pods(3, "2g.20gb"), Bounds(), previous=first)
+    assert again.changes == () and dict(again.unserved) == {"2g.20gb": 3}
+
+
+def test_reasons_name_every_owner():
+    supply = [GpuSupply("a", 0, A80, ())]
+    demand = pods(2, "2g.20gb") + pods(1, "2g.20gb", owner="job batch/eval", prefix="batch/eval")
+    (reason,) = plan(supply, demand, Bounds()).reasons
+    assert reason == "node a GPU 0: empty -> 3x 2g.20gb for 1 pending pod of job batch/eval, 2 of deployment llm/serve"
+
+
+def test_a_pod_asking_for_several_instances_gets_them_on_one_node():
+    # node a has room for one 1g.10gb beside its running pods (slot 6), node b for many: the pod's two go to b
+    supply = [GpuSupply("a", 0, A80, (Instance("3g.40gb", 0, True), Instance("2g.20gb", 4, True))),
+              GpuSupply("b", 0, A80, ())]
+    result = plan(supply, [PodDemand("x/two", "job x/two", "1g.10gb", count=2)], Bounds())
+    assert target(result, "a", 0).change == CHANGE_NONE
+    assert [n for n, _ in target(result, "b", 0).create] == ["1g.10gb", "1g.10gb"]
+    # a single-instance pod still takes the room beside the running ones
+    single = plan(supply, pods(1, "1g.10gb"), Bounds())
+    assert target(single, "a", 0).create == (("1g.10gb", 6),)
+
+
+def test_a_multi_instance_pod_uses_one_nodes_idle_instances_and_adds_only_what_is_missing():
+    supply = [GpuSupply("a", 0, A80, (Instance("1g.10gb", 0, False),)),
+              GpuSupply("b", 0, A80, (Instance("1g.10gb", 0, False),))]
+    result = plan(supply, [PodDemand("x/two", "job x/two", "1g.10gb", count=2)], Bounds())
+    assert len(target(result, "a", 0).create) == 1 and target(result, "b", 0).change == CHANGE_NONE
+    both = [GpuSupply("a", 0, A80, (Instance("1g.10gb", 0, False), Instance("1g.10gb", 1, False)))]
+    assert plan(both, [PodDemand("x/two", "job x/two", "1g.10gb", count=2)], Bounds()).changes == ()
+
+
+def test_a_previous_target_whose_pods_are_gone_is_dropped_not_carried():
+    supply = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, False),))]
+    first = plan(supply, pods(3, "2g.20gb"), Bounds())
+    assert first.changes
+    assert plan(supply, [], Bounds(), previous=first).changes == ()
+
+
+def test_reasons_stay_one_printable_line_whatever_the_names():
+    supply = [GpuSupply("a\nb", 0, A80, ())]
+    demand = [PodDemand("ns/x", "deployment ns/\x1b[31mred\r\nEvil: yes" + "y" * 500, "2g.20gb")]
+    (reason,) = plan(supply, demand, Bounds()).reasons
+    assert reason.isprintable() and len(reason) <= 400
+    assert "\\x1b" in reason and "\\n" in reason
+
+
+def test_a_gpu_listed_twice_is_left_alone_and_said_so():
+    one = GpuSupply("a", 0, A80, ())
+    other = GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, True),))
+    result = plan([one, other], pods(1, "2g.20gb"), Bounds())
+    assert len(result.targets) == 1 and result.targets[0].change == CHANGE_NONE
+    assert result.unplaced == ("node a GPU 0 appears more than once in the supply; left as it is",)
+    assert dict(result.unserved) == {"2g.20gb": 1}
+
+
+def test_headroom_kept_on_an_idle_gpu_does_not_move_when_room_opens_beside_running_pods():
+    headroom = Bounds(headroom={"1g.10gb": 2})
+    supply = [GpuSupply("a", 0, A80, (Instance("3g.40gb", 0, True),)),
+              GpuSupply("b", 0, A80, (Instance("1g.10gb", 0, False), Instance("1g.10gb", 1, False)))]
+    assert plan(supply, [], headroom).changes == ()
+    # a pending pod goes beside the running one; the headroom on b stays as it is
+    result = plan(supply, pods(1, "1g.10gb"), headroom)
+    assert target(result, "b", 0).change == CHANGE_NONE
+    assert len(target(result, "a", 0).create) == 1

@@ -1,0 +1,114 @@
+"""A per-GPU request (version 2, auto pools, issue 27): each listed GPU gets its own layout; apply destroys
+only the instances a layout leaves out, leaves a GPU as it is when a process runs in one of those, and labels
+the node with what each GPU holds (the layouts annotation; no one sequence when they differ)."""
+
+import base64
+import json
+
+import pytest
+
+from node_bootstrap.errors import BadInput
+from node_bootstrap.request import GpuLayouts, request_document, request_from_document
+from node_bootstrap.driver.sim.faults import process_on_pid
+from tests.node.nodecli import Node, gi_id, lay_out
+
+
+def _b64(doc):
+    return base64.b64encode(json.dumps(doc).encode()).decode()
+
+
+def per_gpu(*gpus, destroy=True):
+    return {"version": 2, "kind": "per-gpu", "destroy": destroy,
+            "gpus": [{"index": i, "layout": [{"profile": p, "start": s} for p, s in pairs]} for i, pairs in gpus]}
+
+
+def test_each_gpu_gets_its_own_layout_and_kept_instances_keep_their_ids(tmp_path):
+    node = Node(tmp_path, count=2)  # A100-SXM4-40GB
+    lay_out(node, [[("3g.20gb", 0)], [("7g.40gb", 0)]])
+    kept = gi_id(node, 0, 0)
+    doc = per_gpu((0, [("3g.20gb", 0), ("1g.5gb", 4), ("1g.5gb", 5)]), (1, [("2g.10gb", 0), ("2g.10gb", 2)]))
+    res = node.run("apply", "--request-b64", _b64(doc))
+    assert res.rc == 0 and res.json["outcome"] == "success", res.stderr
+    assert node.layout(0) == [(9, 0, 1), (19, 4, 1), (19, 5, 1)] and gi_id(node, 0, 0) == kept
+    assert node.layout(1) == [(14, 0, 1), (14, 2, 1)]  # the idle 7g.40gb was repartitioned
+
+
+def test_a_gpu_that_turned_busy_is_left_as_it_is_and_the_others_change(tmp_path):
+    node = Node(tmp_path, count=2)
+    lay_out(node, [[("3g.20gb", 0), ("3g.20gb", 4)], [("7g.40gb", 0)]])
+    before0 = node.layout(0)
+    # the plan frees GPU 0's 3g.20gb at 4 for two 2g.10gb, but a process started in it since
+    doc = per_gpu((0, [("3g.20gb", 0), ("2g.10gb", 4)]), (1, [("3g.20gb", 0), ("3g.20gb", 4)]))
+    res = node.run("apply", "--request-b64", _b64(doc), "--sim-fault", "process-on:0:4")
+    assert res.rc == 0, res.stderr
+    assert node.layout(0) == before0  # nothing destroyed, nothing killed
+    assert "killing" not in res.stderr and process_on_pid(0, 4) == 5004
+    assert node.layout(1) == [(9, 0, 1), (9, 4, 1)]
+    assert res.json["left"] == [{"gpu": 0, "why": "busy: a process runs in an instance the layout frees"}]
+
+
+def test_a_gpu_with_mig_off_is_not_turned_on(tmp_path):
+    node = Node(tmp_path, count=2)
+    lay_out(node, [[], [("7g.40gb", 0)]])  # GPU 0: MIG off
+    res = node.run("apply", "--request-b64", _b64(per_gpu((0, []), (1, [("7g.40gb", 0)]))))
+    assert res.rc == 0 and res.json["changes"] == 0, res.stderr
+    assert node.sim()["gpus"][0]["mig_current"] == 0 and res.json["left"] == [{"gpu": 0, "why": "MIG mode is off"}]
+
+
+def test_a_gpu_not_listed_is_untouched(tmp_path):
+    node = Node(tmp_path, count=2)
+    lay_out(node, [[("7g.40gb", 0)], [("7g.40gb", 0)]])
+    res = node.run("apply", "--request-b64", _b64(per_gpu((1, [("4g.20gb", 0), ("3g.20gb", 4)]))))
+    assert res.rc == 0, res.stderr
+    assert node.layout(0) == [(0, 0, 1)] and node.layout(1) == [(5, 0, 1), (9, 4, 1)]
+
+
+@pytest.mark.parametrize("doc, fragment", [
+    (per_gpu((0, [("2g.10gb", 1)])), "cannot start at slot 1"),
+    (per_gpu((0, [("3g.20gb", 0), ("4g.20gb", 0)])), "overlaps"),
+    (per_gpu((0, [("9g.99gb", 0)])), "has no profile 9g.99gb"),
+    (per_gpu((5, [("1g.5gb", 0)])), "names GPU 5, which this node does not have"),
+])
+def test_a_bad_layout_is_refused_before_any_change(tmp_path, doc, fragment):
+    node = Node(tmp_path, count=2)
+    lay_out(node, [[("7g.40gb", 0)], [("7g.40gb", 0)]])
+    before = open(node.state).read()
+    res = node.run("apply", "--request-b64", _b64(doc))
+    assert res.rc == 2 and fragment in res.json["error"]["message"], res.stderr
+    assert open(node.state).read() == before
+
+
+@pytest.mark.parametrize("doc", [
+    {"version": 2, "kind": "sequence", "gpus": []},
+    {"version": 2, "kind": "per-gpu", "gpus": [{"index": 0, "layout": [{"profile": "1g.5gb", "start": "0"}]}]},
+    {"version": 2, "kind": "per-gpu", "gpus": [{"index": 0, "layout": []}, {"index": 0, "layout": []}]},
+    {"version": 3},
+])
+def test_document_shape_errors_are_one_line(doc):
+    with pytest.raises(BadInput) as caught:
+        request_from_document(doc, "--request-b64")
+    assert "\n" not in str(caught.value) and "--request-b64" in str(caught.value)
+
+
+def test_the_boot_unit_document_round_trips():
+    request = request_from_document(per_gpu((1, [("1g.5gb", 6), ("3g.20gb", 0)])), "x")
+    assert isinstance(request.spec, GpuLayouts) and request.spec.layout_of(1) == (("3g.20gb", 0), ("1g.5gb", 6))
+    again = request_from_document(json.loads(request_document(request.spec)), "boot")
+    assert again.spec == request.spec
+
+
+@pytest.mark.kube
+def test_the_node_says_what_each_gpu_holds(tmp_path, kube_api):
+    node = Node(tmp_path, count=2)
+    kube_api.add_node("node-a", labels={"nvidia.com/mig.config.state": "success",
+                                        "aliyun.accelerator/nvidia_mig_sequence": "7g.40gb"})
+    node.use_kube(kube_api.write_kubeconfig(tmp_path / "kubelet.conf", node="node-a"))
+    lay_out(node, [[("7g.40gb", 0)], [("7g.40gb", 0)]])
+    res = node.run("apply", "--request-b64", _b64(per_gpu((1, [("4g.20gb", 0), ("3g.20gb", 4)]))),
+                   "--capacity-timeout", "0")
+    assert res.rc == 0, res.stderr
+    meta = kube_api.nodes["node-a"]["metadata"]
+    assert meta["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert "aliyun.accelerator/nvidia_mig_sequence" not in meta["labels"]  # no one sequence names both GPUs
+    assert json.loads(meta["annotations"]["ack-mig-hook/gpu-layouts"]) == {
+        "0": [["7g.40gb", 0]], "1": [["4g.20gb", 0], ["3g.20gb", 4]]}

@@ -1,0 +1,171 @@
+"""``ack-mig-hook advise`` on an auto pool (issue 27): the live Kubernetes API (the TLS test server) and a
+snapshot give the same advice; it reads one paged list of Pending pods, never writes; bad labels are one line."""
+
+import json
+
+import pytest
+
+from functions.commands.main import main
+
+POOL_ID = "np0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
+A100_80 = "NVIDIA A100-SXM4-80GB"
+TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+
+
+def pool(labels=None):
+    labels = {"ack-mig-hook/layout": "auto", **(labels or {})}
+    return {"nodepool_info": {"nodepool_id": POOL_ID, "name": "llm-auto"},
+            "kubernetes_config": {"labels": [{"key": k, "value": v} for k, v in labels.items()],
+                                  "taints": [{"key": "nvidia.com/gpu", "value": "mig", "effect": "NoSchedule"}]},
+            "scaling_group": {"scaling_group_id": "asg-auto", "instance_types": ["ecs.ebmgn7e.32xlarge"]}}
+
+
+def inventory(tmp_path, labels=None, kubernetes=None):
+    data = {"cluster_id": CLUSTER, "nodepools": [pool(labels)], "nodes": []}
+    if kubernetes is not None:
+        data["kubernetes"] = kubernetes
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def gpu_node(api, name, sequence):
+    api.add_node(name, labels={"alibabacloud.com/nodepool-id": POOL_ID, "aliyun.accelerator/nvidia_name": A100_80,
+                               "aliyun.accelerator/nvidia_count": "1", "nvidia.com/mig.config.state": "success",
+                               "aliyun.accelerator/nvidia_mig_sequence": sequence},
+                 taints=[{"key": "nvidia.com/gpu", "value": "mig", "effect": "NoSchedule"}])
+
+
+def waiting(api, name, profile, count=1, owner="serve", tolerations=TOLERATE):
+    """A pod the scheduler marked Unschedulable (status as kube-scheduler writes it)."""
+    pod = api.add_pod("llm", name, "", phase="Pending", owner_kind="ReplicaSet",
+                      labels={"pod-template-hash": "7d9f"}, resources={"nvidia.com/mig-" + profile: str(count)})
+    with api.lock:
+        pod["metadata"]["ownerReferences"][0]["name"] = owner + "-7d9f"
+        pod["spec"]["tolerations"] = list(tolerations)
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/mig-" + profile}]
+
+
+@pytest.fixture
+def auto_pool(kube_api):
+    # n1: one idle 7g.80gb; n2: 2g.20gb (in use) + 2g.20gb + 3g.40gb
+    gpu_node(kube_api, "n1", "7g.80gb")
+    gpu_node(kube_api, "n2", "2g.20gb-2g.20gb-3g.40gb")
+    kube_api.add_pod("llm", "running", "n2", resources={"nvidia.com/mig-2g.20gb": "1"})
+    for i in range(3):
+        waiting(kube_api, "small-%d" % i, "1g.10gb")
+    waiting(kube_api, "mid", "2g.20gb", owner="mid")
+    waiting(kube_api, "stray", "1g.10gb", owner="stray", tolerations=[])  # the pool's taint keeps it out
+    return kube_api
+
+
+def advise(capsys, *argv):
+    code = main(["advise", "--pool", "llm-auto", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_live_advice_serves_the_waiting_pods_without_touching_anything_in_use(auto_pool, tmp_path, capsys):
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")
+    assert code == 0, err
+    advice = json.loads(out)
+    assert advice["demand"]["pending"] == {"1g.10gb": 3, "2g.20gb": 1}
+    assert advice["demand"]["in_use"] == {"2g.20gb": 1}
+    assert advice["demand"]["not_counted"][0]["pod"] == "llm/stray"
+    assert {p["owner"] for p in advice["demand"]["pods"]} == {"deployment llm/serve", "deployment llm/mid"}
+    # The idle 2g.20gb on n2 serves "mid" as it is; the 1g pods need new instances: every in-use one stays.
+    created = sum(len(g["create"]) for g in advice["gpus"])
+    assert created >= 1 and advice["plan"]["changes"] == len(advice["plan"]["reasons"]) - len(advice["plan"]["unserved"])
+    for g in advice["gpus"]:
+        kept = {(i["profile"], i["start"]) for i in g["instances"] if i["in_use"]}
+        assert kept <= {tuple(x) for x in g["target"]} or g["change"] == "none"
+    assert any("llm/serve" in r for r in advice["plan"]["reasons"])
+    assert advice["plan"]["unserved"] == {}
+    # Reads only, and the pending pods in one list (a page at most, status.phase=Pending).
+    assert {r.method for r in auto_pool.requests} == {"GET"}
+    pod_lists = sorted(r.query for r in auto_pool.requests if r.path == "/api/v1/pods")
+    assert [q for q in pod_lists if "status.phase%3DPending" in q] == ["fieldSelector=status.phase%3DPending&limit=500"]
+    assert len([q for q in pod_lists if "spec.nodeName" in q]) == 2  # one per node of the pool
+
+
+def test_snapshot_gives_the_same_advice_as_the_live_api(auto_pool, tmp_path, capsys):
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    live = json.loads(advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")[1])
+    items = [dict(n, kind="Node") for n in auto_pool.nodes.values()] + [dict(p, kind="Pod")
+                                                                          for p in auto_pool.pods.values()]
+    code, out, err = advise(capsys, "--inventory", inventory(tmp_path, kubernetes={"kind": "List", "items": items}),
+                            "--json")
+    assert code == 0, err
+    assert json.loads(out) == live
+    code, text, _ = advise(capsys, "--inventory", inventory(tmp_path, kubernetes={"kind": "List", "items": items}))
+    assert "pending 1g.10gb x3, 2g.20gb x1" in text and "not counted: llm/stray" in text
+    assert "nothing was changed" in text
+
+
+def test_demand_beyond_the_pool_names_a_new_node_layout(auto_pool, tmp_path, capsys):
+    for i in range(6):
+        waiting(auto_pool, "big-%d" % i, "3g.40gb", owner="train")
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    advice = json.loads(advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")[1])
+    # n1's idle 7g.80gb can become two 3g.40gb, n2's idle 3g.40gb serves one (its 2g.20gb in use stays): 3 left
+    assert advice["plan"]["unserved"]["3g.40gb"] == 3
+    # a new node's GPUs bring every profile left unserved (the 1g.10gb pods lost n1 to the larger demand)
+    assert {p for p, _ in advice["plan"]["new_node"]} == set(advice["plan"]["unserved"]) == {"1g.10gb", "3g.40gb"}
+    # ... and the pool's node-template tags would say so: ecs.ebmgn7e.32xlarge has 8 A100 80GB
+    tags = advice["autoscaler_tags"]
+    per_gpu = {p: sum(1 for q, _ in advice["plan"]["new_node"] if q == p) for p in ("1g.10gb", "3g.40gb")}
+    assert tags["set"] == {"k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-%s" % p: str(8 * n)
+                           for p, n in per_gpu.items()}
+    assert not tags["in_sync"]
+
+
+def test_when_the_pool_serves_everything_no_mig_resource_is_advertised(auto_pool, tmp_path, capsys):
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    advice = json.loads(advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")[1])
+    assert advice["plan"]["new_node"] == [] and advice["autoscaler_tags"]["set"] == {}
+    assert "no new node is needed" in advice["autoscaler_tags"]["reason"]
+
+
+@pytest.mark.parametrize("labels, message", [
+    ({"ack-mig-hook/layout": "yes"}, "ack-mig-hook/layout='yes' is not accepted"),
+    ({"ack-mig-hook/layout-headroom": "1g.10gb-x"}, "ack-mig-hook/layout-headroom"),
+])
+def test_bad_labels_are_one_line_and_exit_2(tmp_path, capsys, labels, message):
+    code, out, err = advise(capsys, "--inventory", inventory(tmp_path, labels, {"items": []}))
+    assert code == 2 and out == "" and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_pool_that_is_not_auto_says_how_to_turn_it_on(tmp_path, capsys):
+    path = inventory(tmp_path, None, {"items": []})
+    data = json.loads(open(path).read())
+    data["nodepools"][0]["kubernetes_config"]["labels"] = []
+    open(path, "w").write(json.dumps(data))
+    code, _, err = advise(capsys, "--inventory", path)
+    assert code == 2 and "label it ack-mig-hook/layout=auto" in err
+
+
+def test_no_kubernetes_source_is_one_line(tmp_path, capsys):
+    code, _, err = advise(capsys, "--inventory", inventory(tmp_path))
+    assert code == 2 and "give --kubeconfig FILE" in err
+
+
+def test_invoke_dry_run_shows_the_same_decisions_as_advise(auto_pool, tmp_path, capsys):
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    path = inventory(tmp_path)
+    data = json.loads(open(path).read())
+    data["nodes"] = [{"instance_id": "i-2zeauto000000000n%d" % i, "node_name": "n%d" % i, "nodepool_id": POOL_ID,
+                      "state": "running", "ip_address": ["127.0.0.1"]} for i in (1, 2)]
+    open(path, "w").write(json.dumps(data))
+    advice = json.loads(advise(capsys, "--inventory", path, "--kubeconfig", kubeconfig, "--json")[1])
+    event = tmp_path / "tick.json"
+    event.write_text(json.dumps({"auto_pools": True}))
+    code = main(["invoke", "--event", str(event), "--inventory", path, "--kubeconfig", kubeconfig, "--dry-run",
+                 "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["outcome"] == "done" and result["dry_run"]
+    assert [d["reason"] for d in result["decisions"]] == advice["plan"]["reasons"][:advice["plan"]["changes"]]
+    assert all(n["outcome"] == "dry-run" for n in result["nodes"])
+    assert {r.method for r in auto_pool.requests} == {"GET"}
