@@ -204,3 +204,12 @@ def test_headroom_kept_on_an_idle_gpu_does_not_move_when_room_opens_beside_runni
     result = plan(supply, pods(1, "1g.10gb"), headroom)
     assert target(result, "b", 0).change == CHANGE_NONE
     assert len(target(result, "a", 0).create) == 1
+
+
+def test_a_new_node_gets_the_layout_of_the_model_the_pool_brings():
+    # the pool's existing GPUs are A100 40GB, but its instance type brings H100 80GB: its profile names
+    supply = [GpuSupply("a", 0, A40, (Instance("7g.40gb", 0, True),))]
+    result = plan(supply, pods(2, "3g.40gb"), Bounds(model="NVIDIA H100 80GB HBM3"))
+    assert result.unserved == (("3g.40gb", 2),)
+    assert result.new_node == (("3g.40gb", 0), ("3g.40gb", 4))
+    assert plan(supply, pods(2, "3g.40gb"), Bounds()).new_node == ()  # an A100 40GB has no 3g.40gb

@@ -90,12 +90,22 @@ def test_every_plan_is_placeable_keeps_used_instances_and_stays_in_bounds(supply
 
 @settings(max_examples=60)
 @given(pools(), demands, bounds)
-# found by the wide profile: a carried target on a GPU nothing uses yet must count as such GPUs do
+# found by the wide profile: a carried target on a GPU nothing uses yet must count as such GPUs do; a pod
+# asking for several instances must not take those made for single-instance pods beside running ones
 @example(supply=[GpuSupply("node-2", 0, "NVIDIA A100-SXM4-40GB", ()),
                  GpuSupply("node-2", 1, "NVIDIA A100-SXM4-40GB", (Instance("1g.5gb", 0, False), Instance("1g.5gb", 1, False),
                                                                   Instance("1g.10gb", 2, False)))],
          demand=[PodDemand("ns/p0", "deployment a/x", "1g.10gb"), PodDemand("ns/p1", "deployment a/x", "1g.10gb", 2)],
          limits=Bounds())
+@example(supply=[GpuSupply("node-0", 0, "NVIDIA A100-SXM4-40GB", (Instance("1g.5gb", 0, True),)),
+                 GpuSupply("node-1", 0, "NVIDIA A100-SXM4-80GB", (Instance("1g.10gb", 0, False),
+                                                                  Instance("1g.10gb", 1, False)))],
+         demand=[PodDemand("ns/p0", "deployment a/x", "1g.10gb"), PodDemand("ns/p1", "deployment a/x", "1g.10gb", 2)],
+         limits=Bounds())
+@example(supply=[GpuSupply("node-0", 0, "NVIDIA A100-SXM4-80GB", (Instance("3g.40gb", 0, False), Instance("1g.10gb", 4, True))),
+                 GpuSupply("node-1", 0, "NVIDIA A100-SXM4-80GB", (Instance("1g.10gb", 0, False), Instance("1g.10gb", 1, False),
+                                                                  Instance("1g.10gb", 2, True)))],
+         demand=[PodDemand("ns/p0", "deployment a/x", "2g.20gb", 2)], limits=Bounds())
 def test_unchanged_demand_changes_nothing_once_applied_and_a_plan_is_deterministic(supply, demand, limits):
     result = plan(supply, demand, limits)
     assert plan(supply, demand, limits) == result

@@ -310,14 +310,36 @@ def _carry(gpu: _Gpu, target, asked) -> None:
         gpu.state, gpu.carried = state, target.reason
 
 
+def _on_used(members: List[_Gpu], inst: _Inst) -> int:
+    """1 when the instance sits on a GPU that serves a pod, else 0."""
+    return int(next(g.used for g in members if any(x is inst for x in g.state)))
+
+
+def _in_the_way(model: GpuModel, kept: List[_Inst], spare: List[_Inst], new: Tuple[Tuple[str, int], ...]
+                ) -> List[_Inst]:
+    """Of the ``spare`` idle instances, those the ``new`` ones need the room of (the others stay)."""
+    placed = [(model.profile_by_name(n), st) for n, st in new]
+    taken = 0
+    for p, st in placed:
+        taken |= _mask(st, p.memory_slices)
+    back = []  # type: List[_Inst]
+    for inst in spare:
+        trial = [(i.profile, i.start) for i in kept + back] + placed + [(inst.profile, inst.start)]
+        if not inst.mask & taken and _placeable(model, trial):
+            back.append(inst)
+    return [i for i in spare if i not in back]
+
+
 def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
     """Pending pods that ask for several instances: the scheduler needs them all on one node, so they are
     served node by node before the rest (which may spread over the pool): idle instances of one node if it
-    has enough, else instances added on one node's GPUs beside what they hold (no destroy). The instances
-    they get are reserved: the rest of the plan neither counts nor destroys them. A pod neither way serves
-    is left to the rest of the plan. Returns (the pods handled, the instances created per GPU with the
+    has enough, else instances added on one node's GPUs beside what they hold, else the same after
+    destroying idle instances of profiles nothing asks for. The instances they get are reserved: the rest
+    of the plan neither counts nor destroys them. A pod none of these serves is left to the rest of the
+    plan. Returns (the pods handled, the instances created per GPU with the
     pod they are for)."""
     handled, served = set(), {}  # type: set, Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
+    asked = {d.profile for d in demand if d.pending} | {n for n, k in bounds.headroom if k > 0}
     multi = sorted((d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU),
                    key=lambda d: (-d.count, d.key))
     if not multi:
@@ -330,40 +352,52 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
         nodes.setdefault(g.supply.node, []).append(g)
     for pod in multi:
         handled.add(pod.key)
-        free = None
+        # Idle instances of GPUs nothing uses are taken first, and the node that needs fewest of the others:
+        # the rest of the plan counts the idle instances beside running pods first, so taking those would
+        # make it add more there, and again after each apply (a flap).
+        free, fewest = None, None
         for members in nodes.values():
-            idle = [i for g in members for i in g.state if not i.held and i.profile.name == pod.profile]
-            if len(idle) >= pod.count:
-                free = idle[:pod.count]
-                break
+            idle = sorted((i for g in members for i in g.state if not i.held and i.profile.name == pod.profile),
+                          key=lambda i, m=members: _on_used(m, i))[:pod.count]
+            if len(idle) == pod.count:
+                cost = sum(_on_used(members, i) for i in idle)
+                if fewest is None or cost < fewest:
+                    free, fewest = idle, cost
         if free is not None:
             for inst in free:
                 inst.reserved = True
             continue
         placed = None
-        for members in nodes.values() if bounds.allows(pod.profile) else ():
-            trial, left = [], pod.count
-            for g in members:
-                if left <= 0:
-                    break
-                idle = [i for i in g.state if not i.held and i.profile.name == pod.profile]
-                take = min(left, len(idle))
-                trial.append((g, idle[:take], ()))
-                left -= take
-                if left > 0:
-                    more = _best(g.model, g.state, {pod.profile: left}, bounds)
-                    if more:
-                        trial[-1] = (g, idle[:take], more)
+        for destroy in (False, True):  # adding alone first; then destroying idle instances nothing asks for
+            for members in nodes.values() if bounds.allows(pod.profile) and placed is None else ():
+                trial, left = [], pod.count
+                for g in members:
+                    if left <= 0:
+                        break
+                    idle = [i for i in g.state if not i.held and i.profile.name == pod.profile][:left]
+                    left -= len(idle)
+                    more, gone = (), []  # type: Tuple[Tuple[str, int], ...], List[_Inst]
+                    if left > 0:
+                        more = _best(g.model, g.state, {pod.profile: left}, bounds)
+                        if destroy and len(more) < left:
+                            spare = [i for i in g.state if not i.held and i.origin != _NEW
+                                     and i.profile.name not in asked and i not in idle]
+                            kept = [i for i in g.state if i not in spare]
+                            wider = _best(g.model, kept, {pod.profile: left}, bounds)
+                            if len(wider) > len(more):
+                                more, gone = wider, _in_the_way(g.model, kept, spare, wider)
                         left -= len(more)
-            if left <= 0:
-                placed = trial
-                break
+                    trial.append((g, idle, more, gone))
+                if left <= 0:
+                    placed = trial
+                    break
         if placed is None:
-            # No node holds them by adding alone: the pod joins the rest of the demand, where repartitions
-            # may make the room (on one node or not: see the module's limits).
+            # No node holds them: the pod joins the rest of the demand (on one node or not: see the
+            # module's limits).
             handled.discard(pod.key)
             continue
-        for g, idle, more in placed:
+        for g, idle, more, gone in placed:
+            g.state = [i for i in g.state if i not in gone]
             for inst in idle:
                 inst.reserved = True
             for name, start in more:
