@@ -1,0 +1,62 @@
+"""A whole-call deadline for a blocking socket: when it passes, the socket is shut down, whatever it is doing.
+
+A socket timeout (``timeout=`` of urllib, http.client, requests, paramiko) bounds each ``recv`` alone and
+restarts at every byte received: a peer that sends one byte a second holds such a call for as long as it
+likes. :class:`Guard` adds the bound that matters, the whole call: a timer that, at the deadline, shuts the
+socket down in both directions (``shutdown(2)``: a ``recv`` blocked in another thread returns at once with
+end of file or an error), so the call ends in the library's own "connection closed" error and the caller
+reports it as a timeout with :attr:`Guard.fired`.
+
+``socket.socket.shutdown`` is called on the plain socket even for a TLS one: ``SSLSocket.shutdown`` would
+first try to unwrap TLS, which the peer we are cutting off may never answer.
+"""
+
+import socket
+import threading
+import time
+from typing import Any, List, Optional
+
+
+class Guard:
+    """``with Guard(deadline_s) as guard: guard.watch(sock); ...``: every watched socket is shut down once
+    ``deadline_s`` has passed since the guard started; ``guard.fired`` says whether it had to."""
+
+    def __init__(self, deadline_s: float) -> None:
+        self.deadline_s = max(0.0, float(deadline_s))
+        self.end = time.monotonic() + self.deadline_s
+        self.fired = False
+        self._socks: List[Any] = []
+        self._lock = threading.Lock()
+        self._timer: Optional[threading.Timer] = None
+
+    def left(self) -> float:
+        return max(0.0, self.end - time.monotonic())
+
+    def watch(self, sock: Any) -> Any:
+        """Shut ``sock`` down at the deadline (at once when it has passed); returns it."""
+        with self._lock:
+            self._socks.append(sock)
+            late = self.fired or time.monotonic() >= self.end
+        if late:
+            self._fire()
+        return sock
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            socks = list(self._socks)
+        for sock in socks:
+            try:
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+            except (OSError, TypeError, ValueError):
+                pass  # closed already, or not a socket any more: nothing left to cut
+
+    def __enter__(self) -> "Guard":
+        self._timer = threading.Timer(self.left(), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
