@@ -83,6 +83,17 @@ MUTANTS = (
            "if p.gi in doomed_gis",
            ("tests/node/test_planner_blockers.py",),
            "a process NVML lists without a GPU instance no longer blocks a destroy"),
+    mutant("upload-skipped-on-crc64", "functions/commands/stack/upload.py",
+           "    if not (head.server_crc is not None and str(head.server_crc) == checksum\n"
+           "            and hmac.compare_digest(stored.lower(), digest)):\n        return False\n",
+           "    return head.server_crc is not None and str(head.server_crc) == checksum\n",
+           ("tests/function/test_package_integrity.py",),
+           "an object with the package's CRC-64 but other bytes is taken for the package and not replaced"),
+    mutant("runner-trusts-cached-bundle", "functions/delivery/node_runner.py",
+           "    if not verified(target, digest):  # what runs is what was checked",
+           "    if False:  # what runs is what was checked",
+           ("tests/delivery/test_node_directory.py",),
+           "a bundle altered in the node's cache after it was installed is run as root"),
     # ---- the node: change only what must change, and never less than asked ----
     mutant("planner-keeps-nothing", "node_bootstrap/commands/planner.py",
            "    for size in range(min(len(cands), len(wanted)), -1, -1):",
