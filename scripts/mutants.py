@@ -94,6 +94,11 @@ MUTANTS = (
            "    if False:  # what runs is what was checked",
            ("tests/delivery/test_node_directory.py",),
            "a bundle altered in the node's cache after it was installed is run as root"),
+    mutant("egress-source-ignored", "functions/commands/stack/egress.py",
+           "    source = _source(rule, vswitch)\n",
+           "    source = True\n",
+           ("tests/function/test_egress_source.py",),
+           "doctor takes an outbound rule for other source addresses or ports as deciding the function's traffic"),
     # ---- the node: change only what must change, and never less than asked ----
     mutant("planner-keeps-nothing", "node_bootstrap/commands/planner.py",
            "    for size in range(min(len(cands), len(wanted)), -1, -1):",
