@@ -1,0 +1,33 @@
+"""Every outbound wait has a whole-call deadline (issue 30 item 3): a peer that drips one byte a second
+(tests/support/drip.py) never resets it, as it resets a socket timeout. One test per client."""
+
+import time
+
+import pytest
+
+from functions.kube.client import ApiError, KubeApi
+from node_bootstrap.kube import KubeConfig
+from tests.support.drip import Drip
+
+# A TLS record header announcing a 16 KB handshake record, then a byte a second: the TLS handshake reads on.
+TLS_DRIP = b"\x16\x03\x03\x40\x00" + b"\x02" * 16384
+
+
+@pytest.fixture(scope="module")
+def ca_pem():
+    from tests.support.kubeapi import CertificateAuthority
+
+    return CertificateAuthority("drip-test-ca").pem
+
+
+def test_the_kubernetes_client_ends_an_attempt_at_its_timeout_whatever_the_peer_drips(ca_pem):
+    with Drip(payload=TLS_DRIP, read_first=False, life_s=15) as drip:
+        api = KubeApi(KubeConfig("https://127.0.0.1:%d" % drip.port, ca_pem, None, None, "t0ken", None),
+                      timeout=2.0, attempts=1)
+        started = time.monotonic()
+        with pytest.raises(ApiError) as info:
+            api.request("GET", "/api/v1/nodes")
+        elapsed = time.monotonic() - started
+        assert drip.sent >= 1
+    assert 1.8 < elapsed < 3.5, elapsed
+    assert "no complete answer" in str(info.value) and "within 2s" in str(info.value)
