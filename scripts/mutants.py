@@ -99,6 +99,11 @@ MUTANTS = (
            "    source = True\n",
            ("tests/function/test_egress_source.py",),
            "doctor takes an outbound rule for other source addresses or ports as deciding the function's traffic"),
+    mutant("rpc-per-read-timeout-only", "functions/cloud/rpc.py",
+           "            guard = Guard(self.timeout_s)",
+           "            guard = Guard(3600)",
+           ("tests/function/test_whole_call_deadlines.py",),
+           "an ECS/ESS call to a peer that drips a byte a second outlives its timeout"),
     # ---- the node: change only what must change, and never less than asked ----
     mutant("planner-keeps-nothing", "node_bootstrap/commands/planner.py",
            "    for size in range(min(len(cands), len(wanted)), -1, -1):",

@@ -16,6 +16,10 @@ import threading
 import time
 from typing import Any, List, Optional
 
+_current = threading.local()  # the Guard of the call this thread is making (see :func:`urllib3_guarded`)
+_patched: set = set()
+_patch_lock = threading.Lock()
+
 
 class Guard:
     """``with Guard(deadline_s) as guard: guard.watch(sock); ...``: every watched socket is shut down once
@@ -52,11 +56,46 @@ class Guard:
                 pass  # closed already, or not a socket any more: nothing left to cut
 
     def __enter__(self) -> "Guard":
+        self._outer = getattr(_current, "guard", None)
+        _current.guard = self
         self._timer = threading.Timer(self.left(), self._fire)
         self._timer.daemon = True
         self._timer.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        _current.guard = self._outer
         if self._timer is not None:
             self._timer.cancel()
+
+
+def urllib3_guarded(urllib3: Any) -> None:
+    """Let a :class:`Guard` reach the sockets of an SDK that calls through ``urllib3`` (the cloud SDKs do,
+    some through a vendored copy: pass that package). Once per package: a new connection is watched as it is
+    made (``urllib3.util.connection.create_connection``, which ``HTTPConnection._new_conn`` calls), a kept
+    one as the pool hands it out (``HTTPConnectionPool._get_conn``), by the guard of the calling thread, if
+    any. Without a guard in the thread nothing changes."""
+    with _patch_lock:
+        if id(urllib3) in _patched:
+            return
+        _patched.add(id(urllib3))
+        module = urllib3.util.connection
+        create = module.create_connection
+
+        def create_connection(*args: Any, **kwargs: Any) -> Any:
+            sock = create(*args, **kwargs)
+            guard = getattr(_current, "guard", None)
+            return guard.watch(sock) if guard is not None else sock
+
+        module.create_connection = create_connection
+        pool = urllib3.connectionpool.HTTPConnectionPool
+        get_conn = pool._get_conn
+
+        def _get_conn(self: Any, *args: Any, **kwargs: Any) -> Any:
+            conn = get_conn(self, *args, **kwargs)
+            guard = getattr(_current, "guard", None)
+            if guard is not None and getattr(conn, "sock", None) is not None:
+                guard.watch(conn.sock)
+            return conn
+
+        pool._get_conn = _get_conn

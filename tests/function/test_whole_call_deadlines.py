@@ -31,3 +31,22 @@ def test_the_kubernetes_client_ends_an_attempt_at_its_timeout_whatever_the_peer_
         assert drip.sent >= 1
     assert 1.8 < elapsed < 3.5, elapsed
     assert "no complete answer" in str(info.value) and "within 2s" in str(info.value)
+
+
+def test_the_cloud_rpc_client_ends_an_attempt_at_its_timeout_whatever_the_peer_drips():
+    """ECS and Auto Scaling (functions/cloud/rpc.py, aliyun-python-sdk-core through its vendored urllib3):
+    the SDK's read timeout restarts at every byte; the attempt's Guard does not."""
+    from functions.base.settings import Credentials, Endpoint
+    from functions.cloud.rpc import ECS_VERSION, ApiError as RpcError, Backoff, RpcClient
+
+    with Drip(life_s=15) as drip:
+        client = RpcClient("ecs", ECS_VERSION, "cn-test", Credentials("LTAIdrip", "drip-secret", "drip-token"),
+                           Endpoint("127.0.0.1:%d" % drip.port, "http"), timeout_s=2,
+                           backoff=Backoff(2, sleep=lambda s: None))
+        started = time.monotonic()
+        with pytest.raises(RpcError) as info:
+            client.call("DescribeRegions", {"RegionId": "cn-test"})
+        elapsed = time.monotonic() - started
+        assert drip.accepted == 2 and drip.sent >= 2  # each attempt was dripped to, each was cut
+    assert 3.6 < elapsed < 6.5, elapsed  # two attempts of 2 s, not the drip's 15 s
+    assert "no complete answer within 2s" in str(info.value) and "drip-secret" not in str(info.value)
