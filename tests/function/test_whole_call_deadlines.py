@@ -50,3 +50,58 @@ def test_the_cloud_rpc_client_ends_an_attempt_at_its_timeout_whatever_the_peer_d
         assert drip.accepted == 2 and drip.sent >= 2  # each attempt was dripped to, each was cut
     assert 3.6 < elapsed < 6.5, elapsed  # two attempts of 2 s, not the drip's 15 s
     assert "no complete answer within 2s" in str(info.value) and "drip-secret" not in str(info.value)
+
+
+def test_the_oss_upload_ends_each_call_at_its_timeout_whatever_the_peer_drips(tmp_path):
+    """``deploy``'s OSS calls (functions/commands/stack/upload.py, oss2 through requests)."""
+    from functions.base.settings import Endpoint
+    from functions.commands.stack.credentials import Keys
+    from functions.commands.stack.upload import UploadError, upload
+
+    package = tmp_path / "pkg.zip"
+    package.write_bytes(b"PK\x03\x04 package")
+    with Drip(life_s=15) as drip:
+        started = time.monotonic()
+        with pytest.raises(UploadError) as info:
+            upload(Keys("LTAIdrip", "drip-secret", "drip-token"), "cn-test", "bucket-x", "o.zip", str(package),
+                   "1234", Endpoint("127.0.0.1:%d" % drip.port, "http"), timeout_s=2)
+        elapsed = time.monotonic() - started
+        assert drip.sent >= 1
+    assert 1.8 < elapsed < 3.5, elapsed
+    assert "no complete answer to get_bucket_info within 2s" in str(info.value)
+
+
+def test_the_kms_secret_read_ends_at_its_timeout_whatever_the_peer_drips():
+    from functions.base.settings import Credentials, Endpoint
+    from functions.cloud.secrets import SecretError, forget_all, get_secret
+
+    forget_all()
+    with Drip(life_s=15) as drip:
+        started = time.monotonic()
+        with pytest.raises(SecretError) as info:
+            get_secret("ssh-key", "cn-test", Credentials("LTAIdrip", "drip-secret", "drip-token"),
+                       Endpoint("127.0.0.1:%d" % drip.port, "http"), 2)
+        elapsed = time.monotonic() - started
+        assert drip.sent >= 1
+    assert 1.8 < elapsed < 3.5, elapsed
+    assert info.value.retryable and "no complete answer within 2s" in str(info.value)
+
+
+def test_the_ack_api_lookup_ends_each_attempt_at_its_timeout_whatever_the_peer_drips():
+    """ACK (functions/cloud/cs_lookup.py, the Tea SDK through requests): two attempts, each cut at 2 s."""
+    from functions.base.errors import RetryLater
+    from functions.base.settings import load_settings
+    from functions.cloud.cs_lookup import CsLookup
+
+    with Drip(life_s=15) as drip:
+        settings = load_settings({"ACK_MIG_REGION": "cn-test", "ACK_MIG_CS_ENDPOINT": drip.url,
+                                  "ACK_MIG_API_TIMEOUT_S": "2", "ACK_MIG_API_MAX_ATTEMPTS": "2",
+                                  "ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAIdrip", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "s3c",
+                                  "ALIBABA_CLOUD_SECURITY_TOKEN": "tok"})
+        started = time.monotonic()
+        with pytest.raises(RetryLater) as info:
+            CsLookup(settings, sleep=lambda s: None).nodepools("c" + "0" * 32)
+        elapsed = time.monotonic() - started
+        assert drip.accepted == 2 and drip.sent >= 2
+    assert 3.6 < elapsed < 6.5, elapsed
+    assert "failed 2 times" in str(info.value)

@@ -159,6 +159,39 @@ def policy_problem(bucket: str, key: str, policy: str, account: str, region: str
     return ""
 
 
+class _Bounded:
+    """An oss2 Bucket whose every call ends within its bound, whatever OSS (or what answers in its place)
+    does: oss2's timeout covers each socket read and restarts at every byte, a Guard covers the call. A
+    PutObject's bound grows with the body, at 64 KB/s at least."""
+
+    def __init__(self, bucket, timeout_s: int, url: str) -> None:
+        import urllib3  # oss2 calls through requests: let each call's Guard reach its sockets
+
+        from functions.base.deadline import urllib3_guarded
+
+        urllib3_guarded(urllib3)
+        self._bucket, self._timeout_s, self._url = bucket, timeout_s, url
+
+    def __getattr__(self, name: str):
+        from functions.base.deadline import Guard
+
+        method = getattr(self._bucket, name)
+
+        def bounded(*args, **kwargs):
+            body = args[1] if name == "put_object" and len(args) > 1 else b""
+            limit = self._timeout_s + len(body) // 65536
+            guard = Guard(limit)
+            try:
+                with guard:
+                    return method(*args, **kwargs)
+            except Exception:
+                if guard.fired:
+                    raise UploadError("OSS at %s gave no complete answer to %s within %ds" % (self._url, name, limit)) \
+                        from None
+                raise
+        return bounded
+
+
 def _client(keys: Keys, region: str, bucket: str, endpoint: Optional[Endpoint], timeout_s: int):
     import oss2
     from oss2.credentials import StaticCredentialsProvider
@@ -166,7 +199,7 @@ def _client(keys: Keys, region: str, bucket: str, endpoint: Optional[Endpoint], 
     url = url_of(resolve("oss", region, endpoint))  # the override, else oss-<region>.aliyuncs.com
     auth = oss2.ProviderAuthV4(StaticCredentialsProvider(keys.access_key_id, keys.access_key_secret,
                                                          keys.security_token or ""))
-    return oss2.Bucket(auth, url, bucket, connect_timeout=timeout_s, region=region), url
+    return _Bounded(oss2.Bucket(auth, url, bucket, connect_timeout=timeout_s, region=region), timeout_s, url), url
 
 
 def _refused(what: str, exc: BaseException, default_exit: Optional[int] = None) -> UploadError:
