@@ -9,6 +9,11 @@ reports it as a timeout with :attr:`Guard.fired`.
 
 ``socket.socket.shutdown`` is called on the plain socket even for a TLS one: ``SSLSocket.shutdown`` would
 first try to unwrap TLS, which the peer we are cutting off may never answer.
+
+Watch the socket a connection ends up with, after ``connect()``: wrapping a socket in TLS makes a NEW socket
+object and detaches the old one (``SSLContext.wrap_socket``), so a socket watched before the wrap can no
+longer be shut down. The TLS handshake inside ``connect()`` is bounded by Python's own handshake timeout
+(the socket timeout, for the whole handshake: ``_ssl.c`` "The handshake operation timed out").
 """
 
 import socket
@@ -71,23 +76,28 @@ class Guard:
 
 def urllib3_guarded(urllib3: Any) -> None:
     """Let a :class:`Guard` reach the sockets of an SDK that calls through ``urllib3`` (the cloud SDKs do,
-    some through a vendored copy: pass that package). Once per package: a new connection is watched as it is
-    made (``urllib3.util.connection.create_connection``, which ``HTTPConnection._new_conn`` calls), a kept
-    one as the pool hands it out (``HTTPConnectionPool._get_conn``), by the guard of the calling thread, if
-    any. Without a guard in the thread nothing changes."""
+    some through a vendored copy: pass that package). Once per package: a connection's socket is watched
+    once ``connect()`` made it (TLS included: the socket it ends up with), and a kept one as the pool hands
+    it out (``HTTPConnectionPool._get_conn``), by the guard of the calling thread, if any. Without a guard in
+    the thread nothing changes."""
     with _patch_lock:
         if id(urllib3) in _patched:
             return
         _patched.add(id(urllib3))
-        module = urllib3.util.connection
-        create = module.create_connection
+        for cls in (urllib3.connection.HTTPConnection, urllib3.connection.HTTPSConnection):
+            if "connect" not in vars(cls):
+                continue  # inherits the wrapped one
 
-        def create_connection(*args: Any, **kwargs: Any) -> Any:
-            sock = create(*args, **kwargs)
-            guard = getattr(_current, "guard", None)
-            return guard.watch(sock) if guard is not None else sock
+            def wrap(connect: Any) -> Any:
+                def guarded_connect(self: Any, *args: Any, **kwargs: Any) -> Any:
+                    answer = connect(self, *args, **kwargs)
+                    guard = getattr(_current, "guard", None)
+                    if guard is not None and getattr(self, "sock", None) is not None:
+                        guard.watch(self.sock)
+                    return answer
+                return guarded_connect
 
-        module.create_connection = create_connection
+            cls.connect = wrap(vars(cls)["connect"])
         pool = urllib3.connectionpool.HTTPConnectionPool
         get_conn = pool._get_conn
 

@@ -218,10 +218,9 @@ class KubeApi:
         try:
             with guard:
                 conn = self._connection()
-                if conn.sock is not None:  # a kept-alive connection
-                    guard.watch(conn.sock)
-                # a new one: http.client opens it through this attribute (HTTPConnection.connect)
-                conn._create_connection = lambda *a, **k: guard.watch(socket.create_connection(*a, **k))
+                if conn.sock is None:  # a new one: its TLS socket, once made (the handshake has its own bound)
+                    conn.connect()
+                guard.watch(conn.sock)
                 conn.request(method, url, body=payload, headers=headers)
                 response = conn.getresponse()
                 data = response.read()

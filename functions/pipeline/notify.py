@@ -134,7 +134,6 @@ def _opener(guard: Any = None):
     from connect (TLS handshake included) to the last byte of the answer: a socket timeout alone restarts at
     every byte, so a peer that drips one byte a second would hold the call (issue 30)."""
     import http.client
-    import socket
     import urllib.request
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -146,10 +145,10 @@ def _opener(guard: Any = None):
 
     def guarded(base):
         class Connection(base):
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, **kwargs)
-                # http.client opens every connection through this attribute (HTTPConnection.connect)
-                self._create_connection = lambda *a, **k: guard.watch(socket.create_connection(*a, **k))
+            def connect(self) -> None:
+                super().connect()
+                # the socket it ends up with: TLS wraps the first one into a new object (base/deadline.py)
+                guard.watch(self.sock)
         return Connection
 
     class Http(urllib.request.HTTPHandler):

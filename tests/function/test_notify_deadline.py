@@ -47,3 +47,27 @@ def test_a_prompt_answer_is_still_sent_under_the_guard():
     with Webhook() as hook:
         assert deliver([LINE], hook.url(), log, timeout_s=2.0, deadline_s=3.0) == 1
         assert json.loads(hook.received[0].body) == LINE
+
+
+def test_an_https_webhook_that_drips_inside_tls_is_cut_at_the_deadline(tmp_path, monkeypatch):
+    """TLS wraps the connection's first socket into a new one: the guard must watch the one it ends up with."""
+    import ssl
+
+    from tests.support.kubeapi import CertificateAuthority
+
+    ca = CertificateAuthority("drip-webhook-ca")
+    cert = ca.issue("127.0.0.1", server_ip="127.0.0.1")
+    for name, data in (("ca.crt", ca.pem), ("server.crt", cert.cert_pem), ("server.key", cert.key_pem)):
+        (tmp_path / name).write_bytes(data)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(tmp_path / "server.crt"), str(tmp_path / "server.key"))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.crt"))  # OpenSSL's default verify paths read it
+    log, stream = logger()
+    with Drip(life_s=15, interval_s=0.25, tls=context) as drip:
+        started = time.monotonic()
+        sent = deliver([LINE], "https://127.0.0.1:%d/hook" % drip.port, log, attempts=1, timeout_s=10.0,
+                       deadline_s=1.0)
+        elapsed = time.monotonic() - started
+        assert drip.sent >= 1
+    assert sent == 0 and 0.8 < elapsed < 4, elapsed
+    assert json.loads(stream.getvalue().splitlines()[0])["error"] == "timeout"

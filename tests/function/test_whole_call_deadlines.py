@@ -11,19 +11,27 @@ from functions.kube.client import ApiError, KubeApi
 from node_bootstrap.kube import KubeConfig
 from tests.support.drip import Drip
 
-# A TLS record header announcing a 16 KB handshake record, then a byte a second: the TLS handshake reads on.
-TLS_DRIP = b"\x16\x03\x03\x40\x00" + b"\x02" * 16384
-
-
 @pytest.fixture(scope="module")
-def ca_pem():
+def tls(tmp_path_factory):
+    """A CA and a server certificate for 127.0.0.1 (tests.support.kubeapi.CertificateAuthority)."""
+    import ssl
+
     from tests.support.kubeapi import CertificateAuthority
 
-    return CertificateAuthority("drip-test-ca").pem
+    ca = CertificateAuthority("drip-test-ca")
+    cert = ca.issue("127.0.0.1", server_ip="127.0.0.1")
+    folder = tmp_path_factory.mktemp("drip-tls")
+    (folder / "server.crt").write_bytes(cert.cert_pem)
+    (folder / "server.key").write_bytes(cert.key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(folder / "server.crt"), str(folder / "server.key"))
+    return ca.pem, context
 
 
-def test_the_kubernetes_client_ends_an_attempt_at_its_timeout_whatever_the_peer_drips(ca_pem):
-    with Drip(payload=TLS_DRIP, read_first=False, life_s=15, interval_s=0.25) as drip:
+def test_the_kubernetes_client_ends_an_attempt_at_its_timeout_whatever_the_peer_drips(tls):
+    """TLS completes at once; then the answer drips inside it (the handshake has a bound of its own)."""
+    ca_pem, context = tls
+    with Drip(life_s=15, interval_s=0.25, tls=context) as drip:
         api = KubeApi(KubeConfig("https://127.0.0.1:%d" % drip.port, ca_pem, None, None, "t0ken", None),
                       timeout=1.0, attempts=1)
         started = time.monotonic()
@@ -107,3 +115,26 @@ def test_the_ack_api_lookup_ends_each_attempt_at_its_timeout_whatever_the_peer_d
         assert drip.accepted == 2 and drip.sent >= 2
     assert 1.8 < elapsed < 5, elapsed
     assert "failed 2 times" in str(info.value)
+
+
+def test_an_sdk_call_over_https_is_cut_inside_tls(tmp_path, tls, monkeypatch):
+    """urllib3 wraps the connection's first socket into a TLS one (a new object): the guard watches the one
+    the connection ends up with. oss2 through requests, trusting the test CA (REQUESTS_CA_BUNDLE)."""
+    from functions.base.settings import Endpoint
+    from functions.commands.stack.credentials import Keys
+    from functions.commands.stack.upload import UploadError, upload
+
+    ca_pem, context = tls
+    (tmp_path / "ca.crt").write_bytes(ca_pem)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "ca.crt"))
+    package = tmp_path / "pkg.zip"
+    package.write_bytes(b"PK\x03\x04 package")
+    with Drip(life_s=15, interval_s=0.25, tls=context) as drip:
+        started = time.monotonic()
+        with pytest.raises(UploadError) as info:
+            upload(Keys("LTAIdrip", "drip-secret", "drip-token"), "cn-test", "bucket-x", "o.zip", str(package),
+                   "1234", Endpoint("127.0.0.1:%d" % drip.port, "https"), timeout_s=1)
+        elapsed = time.monotonic() - started
+        assert drip.sent >= 1  # TLS was up and the answer was dripping
+    assert 0.8 < elapsed < 4, elapsed
+    assert "no complete answer to get_bucket_info within 1s" in str(info.value)

@@ -22,8 +22,11 @@ HTTP_PAYLOAD = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-L
 
 class Drip:
     def __init__(self, payload: bytes = HTTP_PAYLOAD, interval_s: float = 1.0, life_s: float = 20.0,
-                 read_first: bool = True) -> None:
+                 read_first: bool = True, tls=None) -> None:
+        """``tls``: an ``ssl.SSLContext`` for the server side: the handshake completes at full speed, then
+        the answer drips inside TLS (an HTTPS client's handshake has a bound of its own)."""
         self.payload, self.interval_s, self.life_s, self.read_first = payload, interval_s, life_s, read_first
+        self.tls = tls
         self.accepted = 0
         self.sent = 0  # bytes dripped, all connections together
         self._stop = threading.Event()
@@ -53,6 +56,9 @@ class Drip:
     def _serve(self, conn: socket.socket) -> None:
         end = time.monotonic() + self.life_s
         try:
+            if self.tls is not None:
+                conn.settimeout(5.0)
+                conn = self.tls.wrap_socket(conn, server_side=True)
             if self.read_first:  # the request (or the client's banner): whatever comes first
                 conn.settimeout(min(self.life_s, 5.0))
                 try:
