@@ -93,7 +93,11 @@ def main(argv: "List[str] | None" = None) -> int:
         for m in chosen:
             print("%-40s %s\n%40s %s\n%40s tests: %s" % (m.id, m.file, "", m.why, "", " ".join(m.tests)))
         return 0
-    copy = tempfile.mkdtemp(prefix="ack-mig-mutation-")
+    # Not under /tmp: the node runner refuses a node directory below a world-writable one, and the copy's
+    # tests keep their node directories inside it (tests/conftest.py). The repository's .pytest-tmp is 0700.
+    private = os.path.join(ROOT, ".pytest-tmp")
+    os.makedirs(private, mode=0o700, exist_ok=True)
+    copy = tempfile.mkdtemp(prefix="ack-mig-mutation-", dir=private)
     try:
         _copy_tree(copy)
         tests = sorted({t for m in chosen for t in m.tests})

@@ -122,3 +122,17 @@ def _host_untouched():
     yield
     created = [p for p in HOST_PATHS if os.path.lexists(p) and p not in before]
     assert not created, "this test created %s on the host: give the node its own directories" % ", ".join(created)
+
+
+# ---- a temporary directory the node runner trusts ----
+# The node runner refuses a node directory with a group- or world-writable directory above it (sshd's
+# StrictModes rule, functions/delivery/node_runner.py), and /tmp is world-writable: every temporary file of
+# the tests (tmp_path, tempfile, and the subprocesses they start, through TMPDIR) lives under the
+# repository's own .pytest-tmp instead (mode 0700; pytest still makes pytest-of-<user>/pytest-<n> there and
+# keeps the last three). A checkout inside a directory others can write to fails the runner tests, naming it.
+import tempfile  # noqa: E402
+
+_TEMPROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest-tmp")
+os.makedirs(_TEMPROOT, mode=0o700, exist_ok=True)
+os.environ["TMPDIR"] = _TEMPROOT
+tempfile.tempdir = None  # computed again from TMPDIR

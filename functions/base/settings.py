@@ -27,10 +27,32 @@ DEFAULT_NODE_ROOT = "/var/lib/ack-mig-hook"
 _NODE_PATH = re.compile(r"^/[A-Za-z0-9._/-]{1,200}\Z")
 
 
+# Places any local user can write to (sticky world-writable on common Linux images: /tmp, /var/tmp, /dev/shm,
+# /run/lock and its /var/lock link, /run/shm on older Debian), or that are not disk directories at all
+# (/dev, /proc, /sys). A bundle cached there could have been put there by someone else before root's first
+# run: the node runner refuses such a directory by its owner and modes (sshd's StrictModes rule); the
+# function refuses these by name before any node is contacted.
+SHARED_PLACES = ("/tmp", "/var/tmp", "/dev", "/run/shm", "/run/lock", "/var/lock", "/proc", "/sys")
+
+
+def node_directory_problem(path: str) -> str:
+    """Why the node script would not take ``path`` as the node's directory ("" when it would): absolute,
+    letters, digits and . _ / -, no ``.`` or ``..`` part nor empty one, and not in a shared place."""
+    if not (isinstance(path, str) and _NODE_PATH.match(path)):
+        return "not an absolute path of letters, digits and . _ / -"
+    parts = path.rstrip("/").split("/")[1:]
+    if any(p in ("", ".", "..") for p in parts):
+        return "not an absolute path without . or .. parts or repeated /"
+    clean = "/" + "/".join(parts)
+    for place in SHARED_PLACES:
+        if clean == place or clean.startswith(place + "/"):
+            return "inside %s, which other users can write to (or which is no disk directory)" % place
+    return ""
+
+
 def is_node_directory(path: str) -> bool:
-    """Whether the node script takes ``path`` as the node's directory: absolute, letters, digits and . _ / -,
-    no ``..`` part."""
-    return isinstance(path, str) and bool(_NODE_PATH.match(path)) and ".." not in path.split("/")
+    """Whether the node script takes ``path`` as the node's directory (:func:`node_directory_problem`)."""
+    return not node_directory_problem(path)
 
 
 class SettingsError(ValueError):
@@ -447,9 +469,11 @@ def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
 
 def _node_root(env: Mapping[str, str]) -> str:
     text = _get(env, NODE_ROOT) or DEFAULT_NODE_ROOT
-    if not is_node_directory(text):
-        raise SettingsError("%s=%r is not a directory the node script takes; use an absolute path of letters, "
-                            "digits and . _ / - (default %s)" % (NODE_ROOT, text[:60], DEFAULT_NODE_ROOT))
+    problem = node_directory_problem(text)
+    if problem:
+        raise SettingsError("%s=%r is refused: %s; use an absolute path of letters, digits and . _ / - "
+                            "outside %s, owned by root and writable by root alone on the node (default %s)"
+                            % (NODE_ROOT, text[:60], problem, ", ".join(SHARED_PLACES), DEFAULT_NODE_ROOT))
     return text
 
 

@@ -21,6 +21,7 @@ from alibabacloud_tea_openapi.exceptions import AlibabaCloudException, Throttlin
 from darabonba.runtime import RuntimeOptions
 
 from functions.cloud.cluster import node_from_api, nodepool_from_api
+from functions.base.deadline import Guard, urllib3_guarded
 from functions.base.endpoints import resolve
 from functions.base.errors import ConfigurationError, RetryLater
 from functions.base.model import Node, NodePool
@@ -85,15 +86,23 @@ class CsLookup:
         self._runtime = RuntimeOptions(read_timeout=settings.api_timeout_s * 1000,
                                        connect_timeout=settings.api_timeout_s * 1000)
         self._attempts = settings.api_max_attempts
+        self._timeout_s = settings.api_timeout_s
         self._sleep = sleep
+        import urllib3  # the Tea SDK calls through requests: let each attempt's Guard reach its sockets
+
+        urllib3_guarded(urllib3)
         self.calls = 0  # API calls made, for the log and the benchmarks
 
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
         for attempt in range(1, self._attempts + 1):
             self.calls += 1
+            guard = Guard(self._timeout_s)  # the whole attempt: the SDK's read timeout restarts at every byte
             try:
-                return fn()
+                with guard:
+                    return fn()
             except Exception as exc:  # the SDK raises several unrelated types; sorted out below
+                if guard.fired:  # cut at the attempt's bound: transient, like a read timeout
+                    exc = TimeoutError("no complete answer within %ds" % self._timeout_s)
                 if not _transient(exc):
                     raise ConfigurationError("%s failed: %s: %s" % (what, _describe(exc),
                                                                    str(getattr(exc, "message", "")

@@ -24,6 +24,7 @@ from aliyunsdkcore.auth.credentials import AccessKeyCredential, StsTokenCredenti
 from aliyunsdkcore.client import AcsClient
 from aliyunsdkcore.request import CommonRequest
 
+from functions.base.deadline import Guard, urllib3_guarded
 from functions.base.settings import Credentials, Endpoint
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,11 @@ class RpcClient:
         # auto_retry=False: retrying is decided here, where throttling and 5xx are known to be safe to retry.
         self._client = AcsClient(region_id=region, credential=cred, auto_retry=False, timeout=timeout_s,
                                  connect_timeout=min(timeout_s, 5), pool_size=64)
+        self.timeout_s = timeout_s
+        # the core SDK calls through its own vendored urllib3: let each attempt's Guard reach its sockets
+        from aliyunsdkcore.vendored.requests.packages import urllib3
+
+        urllib3_guarded(urllib3)
         self.backoff = backoff or Backoff()
         self.calls: Counter = Counter()  # per action, attempts included (benchmarks read it)
         self._lock = threading.Lock()
@@ -140,10 +146,14 @@ class RpcClient:
         for attempt in range(self.backoff.attempts):
             with self._lock:
                 self.calls[action] += 1
+            guard = Guard(self.timeout_s)  # the whole attempt: the SDK's timeout restarts at every byte read
             try:
-                body = self._client.do_action_with_exception(request)
+                with guard:
+                    body = self._client.do_action_with_exception(request)
                 return json.loads(body.decode("utf-8") if isinstance(body, bytes) else body)
             except Exception as exc:  # the SDK also raises plain errors on odd answers (IndexError...)
+                if guard.fired and not isinstance(exc, ServerException):  # cut at the attempt's bound
+                    exc = ClientException("SDK.HttpError", "no complete answer within %ds (whole-call bound)" % self.timeout_s)
                 if not isinstance(exc, (ServerException, ClientException)):
                     raise ApiError(action, "SDK.Unexpected", "%s: %s" % (type(exc).__name__, exc)) from None
                 code = exc.get_error_code() or type(exc).__name__

@@ -62,12 +62,21 @@ def get_secret(name: str, region: str, credentials: Optional[Credentials], endpo
     from alibabacloud_kms20160120 import models as kms_models
     from darabonba.runtime import RuntimeOptions
 
+    import urllib3  # the Tea SDK calls through requests: let the call's Guard reach its sockets
+
+    from functions.base.deadline import Guard, urllib3_guarded
+
+    urllib3_guarded(urllib3)
+    guard = Guard(timeout_s)  # the whole call: the SDK's read timeout restarts at every byte read
     try:
         client = _client(region, credentials, endpoint, timeout_s)
-        answer = client.get_secret_value_with_options(
-            kms_models.GetSecretValueRequest(secret_name=name, version_stage="ACSCurrent"),
-            RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000, autoretry=False))
+        with guard:
+            answer = client.get_secret_value_with_options(
+                kms_models.GetSecretValueRequest(secret_name=name, version_stage="ACSCurrent"),
+                RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000, autoretry=False))
     except Exception as exc:  # noqa: BLE001 - the Tea SDKs raise their own exception types, and plain ones
+        if guard.fired:
+            raise SecretError(name, "Timeout", "no complete answer within %ds" % timeout_s, True) from None
         code = str(getattr(exc, "code", "") or type(exc).__name__)
         status = getattr(exc, "statusCode", None) or (getattr(exc, "data", None) or {}).get("statusCode", 0)
         message = str(getattr(exc, "message", "") or "")

@@ -272,12 +272,30 @@ def _print_autoscaler(runs, writes):
         "%s: %s" % (w["nodepool_id"], ", ".join("%s=%s" % tuple(t) for t in w["tags"])) for w in writes)))
 
 
+def _private_base() -> str:
+    """Where the simulated nodes' directories may live: the node runner refuses a node directory below one
+    that others can write to (its StrictModes rule), so /tmp will not do. The temporary directory when its
+    whole path passes that rule (TMPDIR), else ~/.cache/ack-mig-hook (made 0700)."""
+    from functions.delivery.node_runner import unsafe
+
+    def trusted(path: str) -> bool:
+        real = os.path.realpath(path)
+        parts = [p for p in real.split("/") if p]
+        return all(not unsafe("/" + "/".join(parts[:i]), os.geteuid()) for i in range(len(parts) + 1))
+
+    if trusted(tempfile.gettempdir()):
+        return tempfile.gettempdir()
+    base = os.path.join(os.path.expanduser("~"), ".cache", "ack-mig-hook")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    return base
+
+
 def run(args):
     from functions.delivery.node_executor import DeliveryExecutor, make_transport
 
     with open(args.event, "rb") as fh:
         raw = fh.read()
-    with tempfile.TemporaryDirectory(prefix="ack-mig-demo-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ack-mig-demo-", dir=_private_base()) as tmp:
         settings = _settings(tmp)
         transport = make_transport(settings, sim_state_dir=os.path.join(tmp, "nodes"),
                                    root=os.path.join(tmp, "node-root"), python=sys.executable)

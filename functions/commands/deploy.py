@@ -66,6 +66,10 @@ def configure(parser, command):
     parser.add_argument("--bucket", type=common.bucket, default="",
                         help="OSS bucket for the code package, created private if missing; an existing one "
                              "must be yours and private (default: ack-mig-hook-<account id>-<region>)")
+    parser.add_argument("--force", action="store_true",
+                        help="use a code bucket of yours even when its ACL is not private or its policy lets "
+                             "others write there (printed as a warning); never another account's bucket "
+                             "nor one in another region")
     parser.add_argument("--transport", choices=settings.TRANSPORTS[:2], default=None,
                         help="how the bootstrap reaches nodes (template default: cloud-assistant)")
     parser.add_argument("--log-project", type=_named(LOG_PROJECT, "Simple Log Service project name",
@@ -262,12 +266,18 @@ def deploy(args) -> int:
         package = {"object": "oss://%s/%s" % (args.bucket, code_object), "sha256": digest, "crc64": checksum,
                    "size_kb": size_kb}
         if args.dry_run:
-            stored = inspect(found_keys, args.region, args.bucket, code_object, zip_path, account, oss)
+            stored = inspect(found_keys, args.region, args.bucket, code_object, zip_path, account, oss,
+                             allow_shared=args.force)
+            for warning in stored.warnings:
+                progress("warning (--force): %s" % warning)
             package.update(uploaded=False, would_upload=not stored.object_present,
-                           bucket_exists=stored.bucket_exists)
+                           bucket_exists=stored.bucket_exists, bucket_warnings=list(stored.warnings))
             return _show_plan(args, stacks, existing, template, values, declared, package, route)
-        uploaded = upload(found_keys, args.region, args.bucket, code_object, zip_path, account, oss)
-        package["uploaded"] = uploaded.uploaded
+        uploaded = upload(found_keys, args.region, args.bucket, code_object, zip_path, account, oss,
+                          allow_shared=args.force)
+        for warning in uploaded.warnings:
+            progress("warning (--force): %s" % warning)
+        package.update(uploaded=uploaded.uploaded, bucket_warnings=list(uploaded.warnings))
         progress("uploaded %s (CRC-64 %s)" % (uploaded.where, uploaded.crc64) if uploaded.uploaded else
                  "package already in %s (CRC-64 %s): not uploaded again" % (uploaded.where, uploaded.crc64))
     result = {"stack": args.stack_name, "region": args.region, "cluster_id": args.cluster_id, "package": package,

@@ -14,7 +14,7 @@ import re
 import zlib
 from typing import Any, List, Mapping, Optional, Sequence
 
-from functions.base.settings import DEFAULT_NODE_ROOT as DEFAULT_ROOT, is_node_directory  # the one directory rule
+from functions.base.settings import DEFAULT_NODE_ROOT as DEFAULT_ROOT, node_directory_problem  # the one directory rule
 
 HEREDOC = "ACK_MIG_RUNNER_EOF"
 # SIGTERM -> SIGKILL on the node: apply's cleanup (start the clients again, label the node) needs seconds;
@@ -33,7 +33,6 @@ TEMPLATE = """#!/bin/sh
 # ack-mig-hook: partition this node's GPUs with node_bootstrap (fixed template; the only substitutions
 # are a hex hash, checked paths, an integer and base64). The runner below is documented in the project.
 umask 077
-mkdir -p '{root}/incoming' '{root}/bundles' || exit 1
 exec {python} - '{digest}' '{root}' '{args}' '{deadline}' '{python}' '{instance}' '{names}' '{grace}' <<'""" + HEREDOC + """'
 {runner}
 """ + HEREDOC + "\n"
@@ -96,8 +95,9 @@ def render(digest: str, args: Sequence[str], deadline_s: int, instance_id: str =
         raise CommandError("refusing grace %r in a node command" % (grace_s,))
     if instance_id != ACS_INSTANCE_ID:
         _check(_INSTANCE, instance_id, "instance id")
-    if not is_node_directory(root):
-        raise CommandError("refusing directory %r in a node command" % str(root)[:40])
+    problem = node_directory_problem(root)
+    if problem:
+        raise CommandError("refusing directory %r in a node command: %s" % (str(root)[:40], problem))
     return TEMPLATE.format(root=root, python=_check(_PYTHON, python, "python"),
                            digest=_check(_HEX64, digest, "bundle hash"), args=args_b64,
                            deadline=deadline_s, instance=instance_id, names=encode_names(names or {}),

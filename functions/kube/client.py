@@ -34,6 +34,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
+from functions.base.deadline import Guard
 from node_bootstrap.kube import KubeConfig, KubeError, load_kubeconfig
 
 PAGE = 500  # items per list page: a 17 KB Node makes a page ~9 MB on the wire
@@ -211,25 +212,36 @@ class KubeApi:
         if config.token:
             headers["Authorization"] = "Bearer " + config.token
         self.requests += 1
+        # ``timeout`` bounds each socket operation and restarts at every byte; the guard bounds the whole
+        # attempt (connect, TLS, send, the last byte of the answer), whatever the peer does (issue 30).
+        guard = Guard(self.timeout)
         try:
-            conn = self._connection()
-            conn.request(method, url, body=payload, headers=headers)
-            response = conn.getresponse()
-            data = response.read()
-        except ssl.SSLCertVerificationError as exc:
+            with guard:
+                conn = self._connection()
+                if conn.sock is None:  # a new one: its TLS socket, once made (the handshake has its own bound)
+                    conn.connect()
+                guard.watch(conn.sock)
+                conn.request(method, url, body=payload, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+        except (OSError, http.client.HTTPException) as exc:
             self._drop()
-            raise ApiError("TLS with %s failed: %s" % (config.server, exc.verify_message or exc.reason),
-                           final=True) from None
-        except ssl.SSLError as exc:  # e.g. the server dropped the connection mid-handshake: transient
-            self._drop()
-            raise ApiError("TLS with %s failed: %s" % (config.server, exc.reason or exc)) from None
-        except (socket.timeout, OSError, http.client.HTTPException) as exc:
-            self._drop()  # a half-read answer or a closed socket: the next attempt opens a new connection
-            raise ApiError("cannot reach %s: %s" % (config.server, exc.__class__.__name__ if not str(exc)
-                                                    else exc)) from None
+            if guard.fired:  # cut at the deadline: a timeout, whatever error the cut socket raised
+                raise ApiError("no complete answer from %s within %gs" % (config.server, self.timeout)) from None
+            raise self._unreached(config, exc) from None
         if response.will_close:
             self._drop()
         return response.status, response.headers, data
+
+    @staticmethod
+    def _unreached(config: KubeConfig, exc: BaseException) -> "ApiError":
+        """The ApiError for a call that got no complete answer (the connection is dropped already)."""
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            return ApiError("TLS with %s failed: %s" % (config.server, exc.verify_message or exc.reason), final=True)
+        if isinstance(exc, ssl.SSLError):  # e.g. the server dropped the connection mid-handshake: transient
+            return ApiError("TLS with %s failed: %s" % (config.server, exc.reason or exc))
+        # a half-read answer or a closed socket: the next attempt opens a new connection
+        return ApiError("cannot reach %s: %s" % (config.server, exc.__class__.__name__ if not str(exc) else exc))
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                 query: Optional[Dict[str, str]] = None, retry_500: bool = True) -> Any:

@@ -33,7 +33,7 @@ SCHEMA = "ack-mig-hook/notification/v1"
 MAX_NODES = 20  # nodes listed in one line (``count`` says how many there were)
 MAX_REASON = 300
 ATTEMPTS = 3  # per line: the first try and two retries
-TIMEOUT_S = 5.0  # connect and read, per attempt
+TIMEOUT_S = 5.0  # one whole attempt: connect, send, read the answer (never past DEADLINE_S)
 DEADLINE_S = 20.0  # for all the lines of one event: an invocation never waits long on a webhook
 DONE = ("partitioned", "unchanged", "skipped")
 STOPPED = ("failed", "drain-timeout")
@@ -128,15 +128,38 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
 
 # ---- delivery ----
 
-def _opener():
-    """urllib without redirects: a POST is never replayed to, nor its token shown to, another address."""
+def _opener(guard: Any = None):
+    """urllib without redirects: a POST is never replayed to, nor its token shown to, another address. With
+    ``guard`` (a :class:`functions.base.deadline.Guard`), every socket it opens is cut at the guard's deadline,
+    from connect (TLS handshake included) to the last byte of the answer: a socket timeout alone restarts at
+    every byte, so a peer that drips one byte a second would hold the call (issue 30)."""
+    import http.client
     import urllib.request
 
     class NoRedirect(urllib.request.HTTPRedirectHandler):
         def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102 - urllib's hook
             return None
 
-    return urllib.request.build_opener(NoRedirect())
+    if guard is None:
+        return urllib.request.build_opener(NoRedirect())
+
+    def guarded(base):
+        class Connection(base):
+            def connect(self) -> None:
+                super().connect()
+                # the socket it ends up with: TLS wraps the first one into a new object (base/deadline.py)
+                guard.watch(self.sock)
+        return Connection
+
+    class Http(urllib.request.HTTPHandler):
+        def http_open(self, req):  # noqa: D102 - urllib's hook
+            return self.do_open(guarded(http.client.HTTPConnection), req)
+
+    class Https(urllib.request.HTTPSHandler):
+        def https_open(self, req):  # noqa: D102 - urllib's hook
+            return self.do_open(guarded(http.client.HTTPSConnection), req, context=self._context)
+
+    return urllib.request.build_opener(NoRedirect(), Http(), Https())
 
 
 def _host(url: str) -> str:
@@ -157,13 +180,17 @@ def _retryable(status: Optional[int]) -> bool:
     return status is None or status >= 500 or status in (408, 429)
 
 
-def _post(opener: Any, url: str, body: bytes, attempts: int, timeout_s: float, end: float,
+def _post(url: str, body: bytes, attempts: int, timeout_s: float, end: float,
           clock: Callable[[], float], sleep: Callable[[float], None]):
-    """(HTTP status or None for no answer, the error's type name) of the last attempt at one line."""
+    """(HTTP status or None for no answer, the error's type name) of the last attempt at one line. Each
+    attempt, from connect to the last byte read, ends within ``timeout_s`` and before ``end`` (a
+    :class:`~functions.base.deadline.Guard` cuts its socket), whatever the peer does."""
     import http.client
     import ssl
     import urllib.error
     import urllib.request
+
+    from functions.base.deadline import Guard
 
     status: Optional[int] = None
     error = ""
@@ -172,10 +199,12 @@ def _post(opener: Any, url: str, body: bytes, attempts: int, timeout_s: float, e
         if left <= 0:
             return status, error or "deadline"
         wait: Optional[float] = None
+        budget = min(timeout_s, left)  # never past the deadline of all the lines (a per-attempt timeout may be longer)
+        guard = Guard(budget)
         try:
             request = urllib.request.Request(url, data=body, method="POST", headers={
                 "Content-Type": "application/json", "User-Agent": "ack-mig-hook"})
-            with opener.open(request, timeout=min(timeout_s, left)) as answer:
+            with guard, _opener(guard).open(request, timeout=budget) as answer:
                 status, error = answer.status, ""
                 answer.read(65536)
         except urllib.error.HTTPError as exc:  # an answer that is not 2xx (a redirect included)
@@ -184,7 +213,9 @@ def _post(opener: Any, url: str, body: bytes, attempts: int, timeout_s: float, e
         except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
             status, error = None, type(reason).__name__
-            if isinstance(reason, ssl.SSLError):  # a certificate that does not verify will not next time
+            if guard.fired:  # cut at the attempt's deadline: a timeout, whatever error the cut socket raised
+                error = "timeout"
+            elif isinstance(reason, ssl.SSLError):  # a certificate that does not verify will not next time
                 return status, error
         if not _retryable(status):
             return status, error  # accepted, or refused: the same line would be refused again
@@ -209,10 +240,10 @@ def deliver(lines: Sequence[Dict[str, Any]], url: str, log: Any, attempts: int =
     token = parts.path + ("?" + parts.query if parts.query else "")
     if len(token) >= 16:  # a path or query long enough to be a token is masked on its own as well
         register_secret(token)
-    host, opener, end, sent = _host(url), _opener(), clock() + deadline_s, 0
+    host, end, sent = _host(url), clock() + deadline_s, 0
     for number, line in enumerate(lines):
         body = (json.dumps(line, sort_keys=True) + "\n").encode("utf-8")
-        status, error = _post(opener, url, body, attempts, timeout_s, end, clock, sleep)
+        status, error = _post(url, body, attempts, timeout_s, end, clock, sleep)
         if status is not None and 200 <= status < 300:
             sent += 1
             continue

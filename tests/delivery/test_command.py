@@ -14,8 +14,7 @@ DIGEST = "ab" * 32
 # The shell part of the script (everything before the runner's heredoc body), with its variable fields.
 SHELL = re.compile(
     r"\A#!/bin/sh\n(#[^\n]*\n)+umask 077\n"
-    r"mkdir -p '(?P<root>/[A-Za-z0-9._/-]+)/incoming' '(?P=root)/bundles' \|\| exit 1\n"
-    r"exec (?P<py>[A-Za-z0-9._/-]+) - '[0-9a-f]{64}' '(?P=root)' '(?P<args>[A-Za-z0-9+/=]*)' '[0-9]+' "
+    r"exec (?P<py>[A-Za-z0-9._/-]+) - '[0-9a-f]{64}' '(?P<root>/[A-Za-z0-9._/-]+)' '(?P<args>[A-Za-z0-9+/=]*)' '[0-9]+' "
     r"'(?P=py)' '(?P<iid>[A-Za-z0-9_-]+|\{\{ACS::InstanceId\}\})' '(?P<names>[A-Za-z0-9+/=]*)' '[0-9]+' "
     r"<<'" + HEREDOC + r"'\n\Z")
 

@@ -44,6 +44,22 @@ Data:
   ``GetBucketInfo`` is 403 ``AccessDenied`` unless its owner's bucket policy lets anyone read it
   (``readable``), as OSS authorizes a request on another account's bucket only through that policy.
 
+* **Object metadata**: ``x-oss-meta-*`` headers of a ``PutObject`` are kept with the object and answered,
+  names lower-cased, by ``HeadObject`` and ``GetObject`` (OSS "Manage object metadata": user metadata is
+  sent as ``x-oss-meta-*`` headers and returned the same way; OSS stores the names in lower case).
+* **Region**: each bucket is in a region (``bucket_regions``, default the emulator's); ``GetBucketInfo``
+  answers ``Location`` ``oss-<region>`` (OSS GetBucketInfo reference). A request signed for another
+  region is refused 403 ``AccessDenied`` naming the bucket's own endpoint in ``<Endpoint>`` ("The bucket you
+  are attempting to access must be addressed using the specified endpoint", the answer ossutil users report
+  for a bucket addressed through the wrong region; unconfirmed on an OSS reference page).
+* **GetBucketAcl** (``GET /<bucket>?acl``): ``AccessControlPolicy/Owner/ID`` and
+  ``AccessControlPolicy/AccessControlList/Grant`` (OSS GetBucketAcl reference; oss2's
+  ``parse_get_bucket_acl`` reads ``AccessControlList/Grant``).
+* **GetBucketPolicy** (``GET /<bucket>?policy``): the policy document as JSON text (``policies``), or 404
+  ``NoSuchBucketPolicy`` when the bucket has none (OSS GetBucketPolicy reference; oss2's
+  ``NoSuchBucketPolicy``). The document's form is OSS's ``{"Version": "1", "Statement": [{"Effect",
+  "Action", "Principal", "Resource"}]}`` (OSS "Authorization syntax and elements").
+
 Errors are OSS's XML with ``x-oss-request-id`` (and ``EC`` where a page names one).
 """
 
@@ -51,6 +67,7 @@ import base64
 import calendar
 import hashlib
 import hmac
+import json
 import re
 import threading
 import time
@@ -126,7 +143,10 @@ class OssEmulator(LoopbackServer):
         self.account_id, self.clock = account_id, clock
         self.accept_v1 = False
         self.buckets: Dict[str, Dict[str, bytes]] = {}
+        self.meta: Dict[Tuple[str, str], Dict[str, str]] = {}  # (bucket, key) -> x-oss-meta-* headers
         self.acls: Dict[str, str] = {}
+        self.bucket_regions: Dict[str, str] = {}  # bucket -> region (default: the emulator's)
+        self.policies: Dict[str, object] = {}  # bucket -> its policy document (GetBucketPolicy)
         self.foreign_buckets: Dict[str, Tuple[str, str, bool]] = {}
         self.corrupt_crc: Set[str] = set()  # object keys whose answer names another CRC-64 (a broken store)
         self.requests: List[Tuple[str, str]] = []
@@ -138,10 +158,10 @@ class OssEmulator(LoopbackServer):
         return status, data, dict(extra, **{"x-oss-request-id": uuid.uuid4().hex.upper()[:24]})
 
     @staticmethod
-    def _error(status: int, code: str, message: str, ec: str = "") -> _ERR:
+    def _error(status: int, code: str, message: str, ec: str = "", extra: str = "") -> _ERR:
         xml = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s</Code><Message>%s</Message>"
-               "<RequestId>%s</RequestId><HostId>127.0.0.1</HostId>%s</Error>"
-               % (code, message, uuid.uuid4().hex, "<EC>%s</EC>" % ec if ec else ""))
+               "<RequestId>%s</RequestId><HostId>127.0.0.1</HostId>%s%s</Error>"
+               % (code, message, uuid.uuid4().hex, extra, "<EC>%s</EC>" % ec if ec else ""))
         return status, xml.encode("utf-8"), {"content-type": "application/xml"}
 
     def _verify(self, verb: str, headers: Dict[str, str], bucket: str, key: str,
@@ -168,7 +188,7 @@ class OssEmulator(LoopbackServer):
         key_id, sign_date, sign_region = credential[:3]
         if key_id != self.access_key_id:
             return 403, "InvalidAccessKeyId", "", "unknown access key"
-        if sign_region != self.region:
+        if sign_region != self.region and sign_region != self.bucket_regions.get(bucket):
             return 403, "SignatureDoesNotMatch", "0002-00000228", \
                 "the region in the signature (%s) is not the bucket's (%s)" % (sign_region, self.region)
         if headers.get("x-oss-content-sha256") != "UNSIGNED-PAYLOAD":
@@ -199,6 +219,11 @@ class OssEmulator(LoopbackServer):
             with self._lock:
                 self.rejected.append("%s%s: %s" % (code, " " + ec if ec else "", message))
             return self._error(status, code, message, ec)
+        home = self.bucket_regions.get(bucket, self.region)
+        if bucket and home != self.region and (bucket in self.buckets or bucket in self.foreign_buckets):
+            return self._error(403, "AccessDenied", "The bucket you are attempting to access must be addressed "
+                               "using the specified endpoint. Please send all future requests to this endpoint.",
+                               extra="<Bucket>%s</Bucket><Endpoint>oss-%s.aliyuncs.com</Endpoint>" % (bucket, home))
         with self._lock:
             if not key:
                 return self._bucket(verb, bucket, query, headers)
@@ -212,6 +237,7 @@ class OssEmulator(LoopbackServer):
                 if md5 and md5 != base64.b64encode(hashlib.md5(body).digest()).decode("ascii"):
                     return self._error(400, "InvalidDigest", "The Content-MD5 you specified is not valid.")
                 objects[key] = body
+                self.meta[(bucket, key)] = {k: v for k, v in headers.items() if k.startswith("x-oss-meta-")}
                 crc = crc64_ecma(body) ^ (1 if key in self.corrupt_crc else 0)
                 return 200, b"", {"etag": '"%s"' % hashlib.md5(body).hexdigest().upper(),
                                   "x-oss-hash-crc64ecma": str(crc)}
@@ -221,7 +247,8 @@ class OssEmulator(LoopbackServer):
             if key not in objects:
                 return self._error(404, "NoSuchKey", "The specified key does not exist.")
             data = objects[key]
-            return 200, data, {"etag": '"%s"' % hashlib.md5(data).hexdigest().upper(),
+            return 200, data, {**self.meta.get((bucket, key), {}),
+                               "etag": '"%s"' % hashlib.md5(data).hexdigest().upper(),
                                "content-type": "application/octet-stream",
                                "x-oss-hash-crc64ecma": str(crc64_ecma(data)),
                                "last-modified": formatdate(usegmt=True)}
@@ -235,6 +262,19 @@ class OssEmulator(LoopbackServer):
                 self.buckets[bucket] = {}
                 self.acls[bucket] = headers.get("x-oss-acl", "private")  # PutBucket: x-oss-acl, default private
             return 200, b"", {}
+        if verb == "GET" and ("acl" in query or "policy" in query):
+            if foreign:
+                return self._error(403, "AccessDenied", "You have no right to access this bucket.")
+            if bucket not in self.buckets:
+                return self._error(404, "NoSuchBucket", "The specified bucket does not exist.")
+            if "policy" in query:
+                if bucket not in self.policies:
+                    return self._error(404, "NoSuchBucketPolicy", "The bucket policy does not exist.")
+                return 200, json.dumps(self.policies[bucket]).encode("utf-8"), {"content-type": "application/json"}
+            xml = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<AccessControlPolicy><Owner><ID>%s</ID>"
+                   "<DisplayName>%s</DisplayName></Owner><AccessControlList><Grant>%s</Grant></AccessControlList>"
+                   "</AccessControlPolicy>" % (self.account_id, self.account_id, self.acls.get(bucket, "private")))
+            return 200, xml.encode("utf-8"), {"content-type": "application/xml"}
         if verb == "GET" and "bucketInfo" in query:
             if foreign:
                 owner, acl, readable = foreign
@@ -250,6 +290,6 @@ class OssEmulator(LoopbackServer):
                    "<IntranetEndpoint>oss-%s-internal.aliyuncs.com</IntranetEndpoint>"
                    "<Owner><ID>%s</ID><DisplayName>%s</DisplayName></Owner><AccessControlList><Grant>%s</Grant>"
                    "</AccessControlList></Bucket></BucketInfo>"
-                   % (bucket, self.region, self.region, self.region, owner, owner, acl))
+                   % (bucket, *([self.bucket_regions.get(bucket, self.region)] * 3), owner, owner, acl))
             return 200, xml.encode("utf-8"), {"content-type": "application/xml"}
         return self._error(400, "NotImplemented", "this emulator serves bucketInfo and create only")

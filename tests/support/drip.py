@@ -1,0 +1,98 @@
+"""A slow peer on loopback: accepts TCP connections and answers one byte a second, for as long as it lives.
+
+What any peer on the network can do to a client whose timeouts are per read (a socket timeout restarts at
+every byte received): it never stalls long enough to trip a read timeout, yet never finishes. Every client
+of the function must end such a call at its own whole-call deadline (issue 30 item 3). The answer it drips
+is ``payload`` (by default the start of an HTTP/1.1 200 answer whose body never completes; an SSH test
+gives an SSH identification line instead).
+
+Bounded life: every connection is closed after ``life_s`` seconds and :meth:`stop` (or leaving ``with``)
+closes the listener and every connection, so a client that does not enforce its deadline still ends and a
+failing test does not hang the suite.
+"""
+
+import socket
+import threading
+import time
+from typing import List
+
+HTTP_PAYLOAD = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+                + b"{" + b" " * 99999)
+
+
+class Drip:
+    def __init__(self, payload: bytes = HTTP_PAYLOAD, interval_s: float = 1.0, life_s: float = 20.0,
+                 read_first: bool = True, tls=None) -> None:
+        """``tls``: an ``ssl.SSLContext`` for the server side: the handshake completes at full speed, then
+        the answer drips inside TLS (an HTTPS client's handshake has a bound of its own)."""
+        self.payload, self.interval_s, self.life_s, self.read_first = payload, interval_s, life_s, read_first
+        self.tls = tls
+        self.accepted = 0
+        self.sent = 0  # bytes dripped, all connections together
+        self._stop = threading.Event()
+        self._conns: List[socket.socket] = []
+        self._lock = threading.Lock()
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.listener.settimeout(0.1)
+        self.port = self.listener.getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        return "http://127.0.0.1:%d" % self.port
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except (socket.timeout, OSError):
+                continue
+            with self._lock:
+                self.accepted += 1
+                self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        end = time.monotonic() + self.life_s
+        try:
+            if self.tls is not None:
+                conn.settimeout(5.0)
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            if self.read_first:  # the request (or the client's banner): whatever comes first
+                conn.settimeout(min(self.life_s, 5.0))
+                try:
+                    conn.recv(65536)
+                except socket.timeout:
+                    pass
+            for byte in self.payload:
+                if self._stop.is_set() or time.monotonic() >= end:
+                    break
+                conn.sendall(bytes([byte]))
+                with self._lock:
+                    self.sent += 1
+                self._stop.wait(self.interval_s)
+        except OSError:
+            pass  # the client gave up: what the test wants
+        finally:
+            conn.close()
+
+    def start(self) -> "Drip":
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.listener.close()
+        with self._lock:
+            for conn in self._conns:
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+
+    def __enter__(self) -> "Drip":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
