@@ -20,8 +20,6 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional
 
-import yaml
-
 from functions.base import settings
 from functions.commands import common
 from functions.commands.stack.code_package import KNOWN_HOSTS_NAME, ROOT
@@ -90,6 +88,8 @@ def configure(parser, command):
 
 
 def _template_parameters() -> Dict[str, dict]:
+    import yaml  # the deploy extra: imported where it is used, so `deploy --help` works without it
+
     with open(TEMPLATE, encoding="utf-8") as handle:
         return yaml.safe_load(handle).get("Parameters") or {}
 

@@ -18,6 +18,7 @@ import json
 import sys
 
 from functions.commands import common
+from functions.commands.terminal import error_lines
 from functions.base.errors import BadInventory
 
 
@@ -177,7 +178,7 @@ def run(args):
     except (EventFileError, BadInventory, SettingsError, KubeError) as exc:
         from functions.base.textsafe import escape  # the message may quote the file or an API's answer
 
-        print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
+        print("\n".join(error_lines(escape(exc))), file=sys.stderr)
         return 2
     # The result goes to stdout. The JSON log lines would bury it, so the command line shows them (on
     # stderr, `--json | jq` still works) only with ACK_MIG_LOG_LEVEL=DEBUG.
@@ -204,7 +205,7 @@ def run(args):
 
         # A CS refusal of the credentials or of the action is 4 or 5, with what to do (docs/cli.md).
         code, text = explain(" ".join(logger.redact(result.reason).split()), EXIT_USAGE)
-        print("ack-mig-hook: error: %s" % escape(text), file=sys.stderr)
+        print("\n".join(error_lines(escape(text))), file=sys.stderr)
         return code
     if args.strict and (result.outcome == "retry" or any(d.action == "error" for d in result.decisions)
                         or any(n.get("outcome") in ("failed", "conflict") for n in result.nodes or [])):

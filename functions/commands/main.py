@@ -31,9 +31,32 @@ COMMANDS = {
 }
 
 
+# Modules of the ``deploy`` extra (pyproject.toml): a command that needs one and runs without it says so in
+# one line, exit 2, and its --help still works.
+EXTRA_MODULES = ("yaml", "alibabacloud_ros20190910", "alibabacloud_credentials", "alibabacloud_sts20150401", "oss2")
+INSTALL_EXTRA = "pip install 'ack-mig-hook[deploy]'"
+
+
+def missing_extra(exc):
+    # type: (BaseException) -> Optional[str]
+    """The extra's module ``exc`` says is missing, or None for any other import failure (a bug)."""
+    name = getattr(exc, "name", None) or ""
+    root = name.split(".")[0]
+    return root if isinstance(exc, ImportError) and root in EXTRA_MODULES else None
+
+
+def _needs_extra(command, module):
+    # type: (str, str) -> int
+    print("ack-mig-hook: error: %s needs the deploy extra (module %s is missing); install it with: %s"
+          % (command, module, INSTALL_EXTRA), file=sys.stderr)
+    return 2
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's default prints usage on two lines; keep it to one
-        self.exit(2, "ack-mig-hook: error: %s (see --help)\n" % message)
+        from functions.commands.terminal import error_lines
+
+        self.exit(2, "\n".join(error_lines("%s; see --help" % message)) + "\n")
 
 
 def _version():
@@ -53,7 +76,14 @@ def _build(argv):
     for cmd, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(cmd, help=help_text, description=help_text)
         if cmd == name:  # only the chosen command's module is imported
-            importlib.import_module(module).configure(p, cmd)
+            try:
+                importlib.import_module(module).configure(p, cmd)
+            except ImportError as exc:
+                if not missing_extra(exc):
+                    raise
+                # --help still answers; running it says which extra to install
+                p.description = "%s (needs the deploy extra: %s)" % (help_text, INSTALL_EXTRA)
+                p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 
@@ -82,11 +112,13 @@ def report(exc):
     from functions.commands.stack.exit_codes import EXIT_INTERNAL
     from functions.base.textsafe import escape  # an error may quote what a server answered
 
+    from functions.commands.terminal import error_lines
+
     code, text = explained(exc)
     if code is None:
         print("ack-mig-hook: internal error: %s: %s" % (type(exc).__name__, escape(exc)), file=sys.stderr)
         return EXIT_INTERNAL
-    print("ack-mig-hook: error: %s" % escape(text), file=sys.stderr)
+    print("\n".join(error_lines(escape(text))), file=sys.stderr)
     return code
 
 
@@ -101,10 +133,15 @@ def main(argv=None):
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad argument already reported in one line
         return exc.code if isinstance(exc.code, int) else 2
-    if not args.command:
-        parser.print_help()
+    if not args.command:  # a usage error: the help goes where errors go, as kubectl's does for no verb
+        parser.print_help(sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        module = importlib.import_module(COMMANDS[args.command][0])
+    except ImportError as exc:
+        if not missing_extra(exc):
+            raise
+        return _needs_extra(args.command, missing_extra(exc))
     try:
         code = module.run(args)
         sys.stdout.flush()  # piped output is buffered: a closed pipe shows here, not at interpreter exit
@@ -120,6 +157,8 @@ def main(argv=None):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
     except Exception as exc:  # the last line of defence: no traceback reaches a user
+        if missing_extra(exc):  # an extra's module imported where the command needs it
+            return _needs_extra(args.command, missing_extra(exc))
         from functions.base.settings import DEBUG, env_text
 
         if env_text(DEBUG) and explained(exc)[0] is None:

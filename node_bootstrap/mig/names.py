@@ -14,7 +14,7 @@ from .errors import GpuWithoutMigError, UnknownGpuError
 GPUS_BY_KEY = {g.key: g.name for g in GPUS}
 
 # The short names docs and error hints offer: one per model family people order by.
-EXAMPLES = "A100-40GB, A100-80GB, A30, H100-80GB, H100-NVL, H800, H20, H200, B200"
+EXAMPLES = "A100-80GB, H100-80GB, H800, H20, H200"
 
 
 class AmbiguousGpuError(UnknownGpuError):
@@ -71,7 +71,7 @@ def resolve_gpu(text):
         shown_choices = ", ".join(m.key if m.name == GPUS_BY_KEY[m.key] else "%s (%s)" % (m.key, m.name) for m in found)
         raise AmbiguousGpuError("GPU %s fits %d models with different layouts; name one: %s"
                                 % (shown, len(choices), shown_choices), choices)
-    raise UnknownGpuError("unknown GPU %s; use a model name such as %s, an NVML name or a PCI id"
+    raise UnknownGpuError("unknown GPU %s; use a model such as %s, an NVML name or a PCI id"
                           % (shown, EXAMPLES))
 
 

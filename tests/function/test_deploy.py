@@ -17,6 +17,7 @@ from tests.support.cs_emulator import CsEmulator
 from tests.support.oss_emulator import OssEmulator, crc64_ecma
 from tests.support.ros_emulator import RosEmulator
 from tests.support.sts_emulator import StsEmulator
+from tests.support.cli_errors import error_text, is_one_error
 
 KEY, SECRET, TOKEN = "LTAIdeploykey", "deploy-secret-value-9f2c", "deploy-sts-token-4e1a"
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
@@ -160,7 +161,7 @@ def test_bad_input_is_reported_at_once_and_calls_nothing(cloud, capsys, tmp_path
     ros, oss = cloud
     code, out, err = run(capsys, "deploy", "--parameter", "NoSuch=1", "--parameter", "DryRun=maybe",
                          "--deps-dir", str(tmp_path))
-    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert code == 2 and is_one_error(err)
     for part in ("--region", "NoSuch", "DryRun='maybe'", "ClusterId (--cluster-id)", "LogProject (--log-project)"):
         assert part in err
     assert not ros.requests and not oss.requests
@@ -211,7 +212,7 @@ def test_credentials_come_from_the_aliyun_cli_profile(cloud, tmp_path):
     # Without any source: one line that says where credentials can come from.
     done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "aliyun configure" in done.stderr, done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and not ros.requests
+    assert is_one_error(done.stderr) and not ros.requests
     # The `aliyun` CLI's profile file (StsToken mode) is picked up, and its keys sign the calls.
     os.makedirs(tmp_path / ".aliyun")
     (tmp_path / ".aliyun" / "config.json").write_text(json.dumps({"current": "default", "profiles": [
@@ -249,7 +250,7 @@ def test_a_parameter_outside_the_templates_range_is_refused_before_any_call(clou
     ros, oss = cloud
     code, _, err = run(capsys, *deploy_args(str(tmp_path), "--parameter", "NodeTimeoutS=5", "--parameter",
                                             "MaxUnavailable=0", "--parameter", "StartupTaint=oops"))
-    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert code == 2 and is_one_error(err)
     assert "NodeTimeoutS='5'" in err and "10..14400" in err and "MaxUnavailable='0'" in err and "StartupTaint" in err
     # ROS's Number takes 600.5; the function reads whole seconds, so deploy refuses it.
     code, _, err = run(capsys, *deploy_args(str(tmp_path), "--parameter", "DrainTimeoutS=600.5"))
@@ -270,7 +271,7 @@ def test_ssh_deploy_packages_known_hosts_and_points_the_function_at_it(cloud, ca
     data = oss.buckets[params["CodeBucket"]][params["CodeObject"]]
     assert zipfile.ZipFile(io.BytesIO(data)).read("known_hosts") == known.read_bytes()
     code, _, err = run(capsys, *deploy_args(str(tmp_path), "--known-hosts", str(tmp_path / "nope")))
-    assert code == 2 and "--known-hosts" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "--known-hosts" in err and is_one_error(err)
 
 
 def test_an_upgrade_keeps_the_stacks_previous_values(cloud, capsys, tmp_path):

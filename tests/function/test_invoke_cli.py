@@ -10,6 +10,7 @@ import pytest
 from functions.handler import handler
 from tests.function.conftest import EVENTS, INVENTORY, ROOT
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+from tests.support.cli_errors import error_text, is_one_error
 
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
 
@@ -70,8 +71,7 @@ def test_handler_and_cli_give_the_same_decisions(monkeypatch, capsys):
 def assert_one_error_line(proc, fragment):
     """Bad input: exit 2, one line on stderr naming the problem, never a traceback."""
     assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ack-mig-hook: error: ") and fragment in lines[0], proc.stderr
+    assert fragment in error_text(proc.stderr), proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
@@ -113,7 +113,7 @@ def test_bad_setting_exits_2():
     proc = cli("--event", os.path.join(EVENTS, "manual.json"), "--inventory", INVENTORY,
                env={"ACK_MIG_API_MAX_ATTEMPTS": "many"})
     assert proc.returncode == 2 and "ACK_MIG_API_MAX_ATTEMPTS" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
+    assert is_one_error(proc.stderr)
 
 
 def test_skip_exits_0():

@@ -1,0 +1,109 @@
+"""What the command line prints, fitted to the reader: the terminal's width on a TTY, 80 columns otherwise
+(as kubectl and helm assume for a pipe), error lines of at most 160 characters with the rest as an indented
+hint, long lists summarised by outcome unless ``--verbose``, and a note when a wait outlasts 2 seconds.
+
+``--json`` output never passes through here: it is complete and unwrapped.
+"""
+
+import shutil
+import sys
+import textwrap
+import threading
+from collections import Counter
+from typing import List, Optional, Sequence, TextIO, Tuple
+
+PIPE_WIDTH = 80  # not a terminal: what a pager, a CI log or an email shows without wrapping
+ERROR_LINE = 160  # the issue's limit for one error line; the rest goes to an indented hint
+WAIT_NOTE_AFTER = 2.0  # seconds before a wait says what it waits for (on a terminal only)
+SUMMARY_AFTER = 20  # a list longer than this is summarised by outcome unless --verbose
+
+
+def width(stream: Optional[TextIO] = None) -> int:
+    """Columns to fit: the terminal's (COLUMNS wins, as shutil reads it) on a TTY, else 80."""
+    stream = stream or sys.stdout
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if not tty:
+        return PIPE_WIDTH
+    return max(40, shutil.get_terminal_size((PIPE_WIDTH, 24)).columns)
+
+
+def fit(line: str, columns: Optional[int] = None) -> str:
+    """One line cut to ``columns`` with an ellipsis: tables keep their rows one per line."""
+    columns = columns or width()
+    return line if len(line) <= columns else line[:columns - 3] + "..."
+
+
+def wrap(text: str, columns: Optional[int] = None, indent: str = "") -> List[str]:
+    """Prose wrapped at word boundaries, continuation lines indented by ``indent`` plus two spaces."""
+    columns = columns or width()
+    return textwrap.wrap(text, width=columns, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=True, break_on_hyphens=False) or [indent]
+
+
+def error_lines(text: str, prefix: str = "ack-mig-hook: error: ") -> List[str]:
+    """An error as one line of at most 160 characters, then an indented hint where the message is longer.
+
+    Messages here say the problem, then ``; `` and the accepted form or the fix: a long one keeps the problem
+    on the error line (the last ``; `` that leaves it short enough) and the rest becomes the hint, wrapped to
+    the terminal. A problem longer than the line is cut at a word, its remainder leading the hint."""
+    line = prefix + " ".join(text.split())
+    if len(line) <= ERROR_LINE:
+        return [line]
+    cut = line.rfind("; ", 0, ERROR_LINE + 1)
+    if cut > len(prefix):
+        head, rest = line[:cut], line[cut + 2:]
+    else:
+        cut = line.rfind(" ", len(prefix), ERROR_LINE - 3)
+        cut = cut if cut > len(prefix) else ERROR_LINE - 3
+        head, rest = line[:cut] + "...", "..." + line[cut:].lstrip()
+    return [head] + wrap("hint: " + rest, min(width(sys.stderr), ERROR_LINE), indent="  ")
+
+
+def summarise(items: Sequence[Tuple[str, str]], verbose: bool, columns: Optional[int] = None,
+              limit: int = SUMMARY_AFTER) -> List[str]:
+    """Lines for (outcome, line) pairs: every line when ``verbose`` or few; otherwise the count per outcome,
+    the lines of outcomes that need a look (anything but ok/done/skip) up to ``limit``, and how to see all."""
+    columns = columns or width()
+    if verbose or len(items) <= limit:
+        return [fit(line, columns) for _, line in items]
+    counts = Counter(outcome for outcome, _ in items)
+    out = ["%d items: %s" % (len(items), ", ".join("%d %s" % (n, o) for o, n in sorted(counts.items())))]
+    notable = [line for outcome, line in items if outcome not in ("ok", "done", "skip", "applied")]
+    out += [fit("  " + line, columns) for line in notable[:limit]]
+    if len(notable) > limit:
+        out.append("  ... %d more not shown" % (len(notable) - limit))
+    out.append("(--verbose prints every line)")
+    return out
+
+
+class Waiting:
+    """``with Waiting("connecting to 1.2.3.4:6443", 15):`` prints what it waits for after 2 s on a terminal
+    (nothing on a pipe, nothing for a wait that ends sooner) and its deadline, so a slow network shows."""
+
+    def __init__(self, what: str, timeout: float, stream: Optional[TextIO] = None,
+                 after: float = WAIT_NOTE_AFTER, tty: Optional[bool] = None):
+        self.what, self.timeout, self.after = what, timeout, after
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self._done = threading.Event()
+        self._thread = None  # type: Optional[threading.Thread]
+
+    def _note(self) -> None:
+        if not self._done.wait(self.after):
+            print("ack-mig-hook: waiting for %s (gives up after %gs)" % (self.what, self.timeout),
+                  file=self.stream, flush=True)
+
+    def __enter__(self):
+        if self.tty:
+            self._thread = threading.Thread(target=self._note, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(1)
+        return False
