@@ -91,9 +91,11 @@ def test_deploy_uploads_the_package_creates_the_stack_and_waits(cloud, capsys, t
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
     assert code == 0, err
     (stack,) = ros.stacks.values()
-    assert stack["Status"] == "CREATE_COMPLETE" and stack["StackName"] == "ack-mig-hook"
+    assert stack["Status"] == "CREATE_COMPLETE" and stack["StackName"] == "ack-mig-hook-" + CLUSTER
     params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
     assert params["ClusterId"] == CLUSTER and params["CodeBucket"] == BUCKET
+    # A second cluster in this region gets its own function and RAM role (<FunctionName>-role), never this one.
+    assert params["FunctionName"] == "ack-mig-hook-" + CLUSTER
     # The object the stack points at is the one uploaded, named by the package's own hash.
     data = oss.buckets[params["CodeBucket"]][params["CodeObject"]]
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
@@ -133,7 +135,7 @@ def test_dry_run_validates_and_changes_nothing(cloud, capsys, tmp_path):
                                               "--parameter", "DryRun=true"))
     assert code == 0, err
     assert "would upload oss://%s/ack-mig-hook/" % BUCKET in out
-    assert "plan: create stack ack-mig-hook in cn-beijing, from ROS PreviewStack" in out
+    assert "plan: create stack ack-mig-hook-%s in cn-beijing, from ROS PreviewStack" % CLUSTER in out
     assert re.search(r"^    DryRun +true \(default false\)$", out, re.M), out
     assert not ros.stacks and not ros.change_sets and not oss.buckets
     assert {r.action for r in ros.requests} == {"ValidateTemplate", "ListStacks", "PreviewStack"}
@@ -152,7 +154,7 @@ def test_a_failed_stack_is_one_error_line_with_the_reason(cloud, capsys, tmp_pat
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
     assert code == 6 and "its creation failed" in err and "ack-mig-hook undeploy --region cn-beijing" in err
     assert ros.calls("UpdateStack") == 0
-    assert run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0", "--yes")[0] == 0
+    assert run(capsys, "undeploy", "--region", "cn-beijing", "--cluster-id", CLUSTER, "--poll", "0", "--yes")[0] == 0
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
     assert code == 0 and "CREATE_COMPLETE" in out, err
 
@@ -193,11 +195,11 @@ def test_deploy_only_dependencies_stay_out_of_the_function_package():
 def test_undeploy_deletes_and_waits_then_finds_nothing(cloud, capsys, tmp_path):
     ros, _ = cloud
     assert run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))[0] == 0
-    code, out, err = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0", "--yes")
+    code, out, err = run(capsys, "undeploy", "--region", "cn-beijing", "--cluster-id", CLUSTER, "--poll", "0", "--yes")
     assert code == 0 and "deleted" in out
     (stack,) = ros.stacks.values()
     assert stack["Status"] == "DELETE_COMPLETE"
-    code, out, _ = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0", "--yes")
+    code, out, _ = run(capsys, "undeploy", "--region", "cn-beijing", "--cluster-id", CLUSTER, "--poll", "0", "--yes")
     assert code == 0 and "nothing to remove" in out
 
 
