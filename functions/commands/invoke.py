@@ -18,7 +18,7 @@ import json
 import sys
 
 from functions.commands import common
-from functions.commands.terminal import error_lines
+from functions.commands.terminal import error_lines, fail
 from functions.base.errors import BadInventory
 
 
@@ -178,8 +178,7 @@ def run(args):
     except (EventFileError, BadInventory, SettingsError, KubeError) as exc:
         from functions.base.textsafe import escape  # the message may quote the file or an API's answer
 
-        print("\n".join(error_lines(escape(exc))), file=sys.stderr)
-        return 2
+        return fail(escape(exc), 2, getattr(args, "json", False))
     # The result goes to stdout. The JSON log lines would bury it, so the command line shows them (on
     # stderr, `--json | jq` still works) only with ACK_MIG_LOG_LEVEL=DEBUG.
     logger = JsonLogger("DEBUG" if settings.log_level == "DEBUG" else "OFF", settings.secrets(),

@@ -158,12 +158,31 @@ def main(argv=None):
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
     except Exception as exc:  # the last line of defence: no traceback reaches a user
         if missing_extra(exc):  # an extra's module imported where the command needs it
-            return _needs_extra(args.command, missing_extra(exc))
+            return _json_error(args, _needs_extra(args.command, missing_extra(exc)), exc)
         from functions.base.settings import DEBUG, env_text
 
         if env_text(DEBUG) and explained(exc)[0] is None:
             raise
-        return report(exc)
+        return _json_error(args, report(exc), exc)
+
+
+def _json_error(args, code, exc):
+    # type: (argparse.Namespace, int, BaseException) -> int
+    """With --json, stdout is JSON even when the command fails: an error object with the stderr line's text
+    (printed already by report or _needs_extra), as kubectl -o json does."""
+    if getattr(args, "json", False):
+        import json
+
+        from functions.base.textsafe import escape
+
+        code_known, text = explained(exc)
+        if missing_extra(exc):
+            text = "%s needs the deploy extra; install it with: %s" % (args.command, INSTALL_EXTRA)
+        elif code_known is None:
+            text = "internal error: %s: %s" % (type(exc).__name__, text)
+        print(json.dumps({"error": escape(text), "exit_code": code}))
+        sys.stdout.flush()
+    return code
 
 
 if __name__ == "__main__":

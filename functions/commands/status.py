@@ -24,7 +24,7 @@ import textwrap
 from typing import Any, Dict, List, Optional
 
 from functions.commands import common
-from functions.commands.terminal import error_lines
+from functions.commands.terminal import fail
 from node_bootstrap.kube import KubeError
 
 from functions.decision import waves as rp
@@ -419,8 +419,7 @@ def run(args):
     except (BadInventory, SettingsError, KubeError) as exc:
         from functions.base.textsafe import escape  # the message may quote the file or an API's answer
 
-        print("\n".join(error_lines(escape(exc))), file=sys.stderr)
-        return 2
+        return fail(escape(exc), 2, args.json)
     if args.json:
         if not args.nodes:
             for p in status["pools"]:

@@ -107,3 +107,15 @@ class Waiting:
         if self._thread is not None:
             self._thread.join(1)
         return False
+
+
+def fail(text: str, code: int, as_json: bool = False) -> int:
+    """Say an error (error_lines, on stderr) and return ``code``; with ``--json`` stdout gets the same text
+    as an error object too, as kubectl -o json does, so a script reading stdout never parses plain text."""
+    print("\n".join(error_lines(text)), file=sys.stderr)
+    if as_json:
+        import json
+
+        print(json.dumps({"error": " ".join(text.split()), "exit_code": code}))
+        sys.stdout.flush()
+    return code

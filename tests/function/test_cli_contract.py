@@ -180,6 +180,18 @@ def test_no_credentials_is_exit_2_in_every_command(services, command):
     assert done.stdout == "" and calls(services) == 0
 
 
+@pytest.mark.parametrize("command", CLOUD_COMMANDS)
+def test_json_is_json_even_when_the_command_fails(services, command):
+    """--json: stdout is one JSON error object (the stderr line's text and the exit code), never plain text."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALIBABA_CLOUD_ACCESS_KEY")
+           and k != "ALIBABA_CLOUD_SECURITY_TOKEN"}
+    done = subprocess.run([sys.executable, "-m", "functions.commands.main", command, *minimal(command), "--json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "credentials" in one_line(done.stderr), done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["exit_code"] == 2 and "credentials" in answer["error"] and calls(services) == 0
+
+
 # ---- credentials: --profile ----
 
 def test_profile_takes_that_aliyun_cli_profile_and_names_the_ones_there(services, capsys, monkeypatch, tmp_path):
