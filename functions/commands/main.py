@@ -122,6 +122,31 @@ def report(exc):
     return code
 
 
+# Commands whose stdout is for machines whatever the flags: convert writes mig-parted YAML and label lines.
+MACHINE_OUTPUT = ("convert",)
+
+
+class _human_output:
+    """Human stdout fitted to the terminal (terminal.Fitted) for the command's run; --json stays whole."""
+
+    def __init__(self, args):
+        self.fit = not getattr(args, "json", False) and args.command not in MACHINE_OUTPUT
+        self.saved = None
+
+    def __enter__(self):
+        if self.fit:
+            from functions.commands.terminal import Fitted
+
+            self.saved, sys.stdout = sys.stdout, Fitted(sys.stdout)
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            fitted, sys.stdout = sys.stdout, self.saved
+            fitted.flush()
+        return False
+
+
 def main(argv=None):
     # type: (Optional[List[str]]) -> int
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -143,7 +168,8 @@ def main(argv=None):
             raise
         return _needs_extra(args.command, missing_extra(exc))
     try:
-        code = module.run(args)
+        with _human_output(args):
+            code = module.run(args)
         sys.stdout.flush()  # piped output is buffered: a closed pipe shows here, not at interpreter exit
         return code
     except KeyboardInterrupt:

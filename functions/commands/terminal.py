@@ -119,3 +119,41 @@ def fail(text: str, code: int, as_json: bool = False) -> int:
         print(json.dumps({"error": " ".join(text.split()), "exit_code": code}))
         sys.stdout.flush()
     return code
+
+
+class Fitted:
+    """stdout for human output: every line longer than the width is wrapped at words, the continuation
+    indented under the line's own indentation plus four spaces, so nothing runs past the terminal's edge
+    (or 80 columns in a pipe). Machine output (``--json``, ``convert``'s YAML) never goes through it."""
+
+    def __init__(self, stream: TextIO, columns: Optional[int] = None):
+        self.stream, self.columns, self._pending = stream, columns or width(stream), ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self.stream.write("\n".join(self.fit_line(line)) + "\n")
+        return len(text)
+
+    def fit_line(self, line: str) -> List[str]:
+        if len(line) <= self.columns:
+            return [line]
+        indent = line[:len(line) - len(line.lstrip(" "))]
+        return textwrap.wrap(line, width=self.columns, subsequent_indent=indent + "    ", drop_whitespace=True,
+                             break_long_words=True, break_on_hyphens=False) or [line[:self.columns]]
+
+    def flush(self) -> None:
+        if self._pending:
+            self.stream.write("\n".join(self.fit_line(self._pending)))
+            self._pending = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def __getattr__(self, name):  # encoding, errors, buffer...: the real stream's
+        return getattr(self.stream, name)
