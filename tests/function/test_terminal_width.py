@@ -1,11 +1,12 @@
-"""Output that fits: every command's human output, run as a user runs it with stdout a pipe, fits 80
-columns (what terminal.width assumes off a terminal); --json stays whole and unwrapped; error lines keep
-to 160 characters with the rest as an indented hint. The commands are the offline ones of the docs plus
-the demo (about 10 s, the slowest here); cloud commands' text goes through the same main."""
+"""Output that fits: every command's human output, run as a user runs it on an 80-column terminal (a real
+pseudo-terminal, COLUMNS=80), fits; --json stays whole and unwrapped; error lines keep to 160 characters
+with the rest as an indented hint. The commands are the offline ones of the docs plus the demo (about
+10 s, the slowest here); cloud commands' text goes through the same main."""
 
 import io
 import json
 import os
+import pty
 import subprocess
 import sys
 
@@ -30,18 +31,39 @@ HUMAN = [
 
 
 def cli(argv):
-    env = dict(os.environ, COLUMNS="200")  # a pipe is 80 columns whatever COLUMNS says (not a terminal)
-    return subprocess.run([sys.executable, "-m", "functions.commands.main"] + argv, cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "functions.commands.main"] + argv, cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
+
+
+def on_terminal(argv, columns=80):
+    """(exit code, what the terminal shows on stdout, stderr) with stdout a pseudo-terminal of ``columns``."""
+    master, slave = pty.openpty()
+    env = dict(os.environ, COLUMNS=str(columns))  # shutil.get_terminal_size reads COLUMNS first
+    proc = subprocess.Popen([sys.executable, "-m", "functions.commands.main"] + argv, cwd=ROOT, env=env,
+                            stdout=slave, stderr=subprocess.PIPE, text=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    err = proc.stderr.read()
+    proc.wait(timeout=120)
+    return proc.returncode, b"".join(chunks).decode().replace("\r\n", "\n"), err
 
 
 @pytest.mark.parametrize("argv", HUMAN, ids=lambda a: " ".join(a[:2]))
 def test_human_output_fits_80_columns(argv):
-    done = cli(argv)
-    assert done.returncode == 0, done.stderr
-    wide = [line for line in (done.stdout + done.stderr).splitlines() if len(line) > 80]
+    code, out, err = on_terminal(argv)
+    assert code == 0, err
+    wide = [line for line in out.splitlines() if len(line) > 80]
     assert wide == [], wide[:3]
-    assert done.stdout.strip()
+    assert out.strip()
 
 
 def test_json_is_not_wrapped():
