@@ -67,6 +67,8 @@ API_NETWORK = _var("ACK_MIG_API_NETWORK", "public", "public or vpc: vpc sends th
                    "KMS and ACK API calls to their VPC endpoints (<product>-vpc.<region>.aliyuncs.com), for a "
                    "function in a VPC without internet access; an ACK_MIG_*_ENDPOINT override still wins")
 API_TIMEOUT_S = _var("ACK_MIG_API_TIMEOUT_S", "10", "connect and read timeout of each cloud API call, seconds")
+CONNECT_TIMEOUT_S = _var("ACK_MIG_CONNECT_TIMEOUT_S", "10", "command line: how long invoke tries to "
+                         "connect to the --kubeconfig API server before they give up naming it, seconds (1..15)")
 API_MAX_ATTEMPTS = _var("ACK_MIG_API_MAX_ATTEMPTS", "3", "attempts per cloud API call on throttling or 5xx")
 ACCESS_KEY_ID = _var("ALIBABA_CLOUD_ACCESS_KEY_ID", "", "set by Function Compute from the function's role; "
                      "the FC context's credentials win when present")

@@ -134,9 +134,12 @@ def _settings(args, raw):
     if not (env.get(names.REGION) or env.get(names.FC_REGION)) and _event_region(raw):
         env[names.REGION] = _event_region(raw)
     if getattr(args, "kubeconfig", None):
-        from functions.commands.status import checked_kubeconfig
+        from node_bootstrap.kube import load_kubeconfig
+
+        from functions.commands.status import checked_kubeconfig, reachable
 
         env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
+        reachable(load_kubeconfig(args.kubeconfig).server)  # before any decision: fail before acting
     settings = load_settings(env)
     if needs_cloud and not settings.region and settings.cs_endpoint is None:
         missing.insert(0, "a region (--region, ACK_MIG_REGION, or the event's aliyunregionid)")

@@ -1,21 +1,19 @@
 """What the command line prints, fitted to the reader: the terminal's width on a TTY, 80 columns otherwise
 (as kubectl and helm assume for a pipe), error lines of at most 160 characters with the rest as an indented
-hint, long lists summarised by outcome unless ``--verbose``, and a note when a wait outlasts 2 seconds.
+hint, and a note when a wait outlasts 2 seconds.
 
-``--json`` output never passes through here: it is complete and unwrapped.
+``--json`` output is never wrapped: it is complete, and an error object where a command fails (fail).
 """
 
 import shutil
 import sys
 import textwrap
 import threading
-from collections import Counter
-from typing import List, Optional, Sequence, TextIO, Tuple
+from typing import List, Optional, TextIO
 
 PIPE_WIDTH = 80  # not a terminal: what a pager, a CI log or an email shows without wrapping
-ERROR_LINE = 160  # the issue's limit for one error line; the rest goes to an indented hint
+ERROR_LINE = 160  # the longest error line; the rest; the rest goes to an indented hint
 WAIT_NOTE_AFTER = 2.0  # seconds before a wait says what it waits for (on a terminal only)
-SUMMARY_AFTER = 20  # a list longer than this is summarised by outcome unless --verbose
 
 
 def width(stream: Optional[TextIO] = None) -> int:
@@ -60,23 +58,6 @@ def error_lines(text: str, prefix: str = "ack-mig-hook: error: ") -> List[str]:
         cut = cut if cut > len(prefix) else ERROR_LINE - 3
         head, rest = line[:cut] + "...", "..." + line[cut:].lstrip()
     return [head] + wrap("hint: " + rest, min(width(sys.stderr), ERROR_LINE), indent="  ")
-
-
-def summarise(items: Sequence[Tuple[str, str]], verbose: bool, columns: Optional[int] = None,
-              limit: int = SUMMARY_AFTER) -> List[str]:
-    """Lines for (outcome, line) pairs: every line when ``verbose`` or few; otherwise the count per outcome,
-    the lines of outcomes that need a look (anything but ok/done/skip) up to ``limit``, and how to see all."""
-    columns = columns or width()
-    if verbose or len(items) <= limit:
-        return [fit(line, columns) for _, line in items]
-    counts = Counter(outcome for outcome, _ in items)
-    out = ["%d items: %s" % (len(items), ", ".join("%d %s" % (n, o) for o, n in sorted(counts.items())))]
-    notable = [line for outcome, line in items if outcome not in ("ok", "done", "skip", "applied")]
-    out += [fit("  " + line, columns) for line in notable[:limit]]
-    if len(notable) > limit:
-        out.append("  ... %d more not shown" % (len(notable) - limit))
-    out.append("(--verbose prints every line)")
-    return out
 
 
 class Waiting:
