@@ -12,7 +12,7 @@ import threading
 from typing import List, Optional, TextIO
 
 PIPE_WIDTH = 80  # not a terminal: what a pager, a CI log or an email shows without wrapping
-ERROR_LINE = 160  # the longest error line; the rest; the rest goes to an indented hint
+ERROR_LINE = 160  # the longest error line; the rest goes to an indented hint
 WAIT_NOTE_AFTER = 2.0  # seconds before a wait says what it waits for (on a terminal only)
 
 
