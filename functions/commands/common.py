@@ -90,10 +90,46 @@ def bucket(text: str) -> str:
 
 def stack_name(text: str) -> str:
     value = (text or "").strip()
-    if not STACK_NAME.match(value):
+    if value and not STACK_NAME.match(value):  # empty: the default, ack-mig-hook-<cluster id> (stack_of)
         raise argparse.ArgumentTypeError("%r is not a ROS stack name; use up to 255 letters, digits, - and _, "
                                          "starting with a letter or a digit" % value[:80])
     return value
+
+
+LEGACY_NAME = "ack-mig-hook"  # the one default before names carried the cluster: older stacks have it
+
+
+def default_name(cluster: str) -> str:
+    """The default stack and function name: ``ack-mig-hook-<cluster id>``, so two clusters deployed in one
+    region and account never share a stack, a function or its RAM role (``<name>-role``). The longest
+    (``ack-mig-hook-`` + 33 + ``-role``, 51) fits FC 3.0's function names and RAM's role names (64 each)."""
+    return "%s-%s" % (LEGACY_NAME, cluster) if cluster else LEGACY_NAME
+
+
+def stack_of(args: argparse.Namespace) -> str:
+    """``--stack-name`` as given, else the cluster's default name (set on ``args`` so every line uses it)."""
+    args.stack_name = args.stack_name or default_name(getattr(args, "cluster_id", "") or "")
+    return args.stack_name
+
+
+def find_stack(stacks, args: argparse.Namespace):
+    """The stack undeploy and doctor act on: ``--stack-name`` as given; else the cluster's default name, and
+    a stack of the old default name (``ack-mig-hook``) only when its ClusterId parameter is this cluster, so
+    an older deployment is still found and another cluster's never is. Sets ``args.stack_name``."""
+    if args.stack_name:
+        return stacks.find(args.stack_name)
+    cluster = getattr(args, "cluster_id", "") or ""
+    args.stack_name = default_name(cluster)
+    found = stacks.find(args.stack_name)
+    if found or not cluster:
+        return found
+    legacy = stacks.find(LEGACY_NAME)
+    params = {p.get("ParameterKey"): p.get("ParameterValue") for p in
+              ((stacks.get(legacy["StackId"]) or {}).get("Parameters") or [] if legacy else [])}
+    if legacy and params.get("ClusterId") == cluster:
+        args.stack_name = LEGACY_NAME
+        return legacy
+    return None
 
 
 def existing_file(text: str) -> str:

@@ -36,11 +36,7 @@ def _load(path):
         return json.loads(text)
     except ValueError:
         pass
-    try:
-        import yaml
-    except ImportError:  # PyYAML is not a runtime dependency of the function
-        raise ConvertError("%s is not JSON and PyYAML is not installed to read YAML (pip install pyyaml)"
-                           % path) from None
+    import yaml  # the deploy extra (PyYAML is no runtime dependency of the function): main names the install
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -20,15 +20,12 @@ import sys
 import tempfile
 from typing import Any, Dict, List, Optional
 
-import yaml
-
 from functions.base import settings
 from functions.commands import common
 from functions.commands.stack.code_package import KNOWN_HOSTS_NAME, ROOT
 from functions.commands.stack.exit_codes import EXIT_CONFLICT
 
 TEMPLATE = os.path.join(ROOT, "template.yml")
-DEFAULT_STACK = "ack-mig-hook"
 OBJECT_PREFIX = "ack-mig-hook/"
 UsageError = common.UsageError
 # Simple Log Service names ("Limits" of projects and logstores): 3-63 characters, lower-case letters, digits
@@ -48,8 +45,9 @@ def _named(pattern: "re.Pattern", what: str, form: str):
 
 def add_stack_options(parser: argparse.ArgumentParser) -> None:
     """The options deploy and undeploy share besides the cloud ones."""
-    parser.add_argument("--stack-name", type=common.stack_name, default=DEFAULT_STACK,
-                        help="ROS stack name (default: %(default)s)")
+    parser.add_argument("--stack-name", type=common.stack_name, default="",
+                        help="ROS stack name (default: ack-mig-hook-<cluster id>; a stack deployed before "
+                             "names carried the cluster is ack-mig-hook)")
     parser.add_argument("--timeout", type=common.whole_number(10, 1440, "minutes"), default=30, metavar="MINUTES",
                         help="how long to wait for the stack, 10..1440 (ROS's TimeoutInMinutes) (default: "
                              "%(default)s)")
@@ -94,6 +92,8 @@ def configure(parser, command):
 
 
 def _template_parameters() -> Dict[str, dict]:
+    import yaml  # the deploy extra: imported where it is used, so `deploy --help` works without it
+
     with open(TEMPLATE, encoding="utf-8") as handle:
         return yaml.safe_load(handle).get("Parameters") or {}
 
@@ -124,6 +124,8 @@ def parameters(args, declared: Dict[str, dict], code_object: str, require: bool 
     for key, value in named.items():
         if value and key in declared:
             values[key] = value
+    if require and "FunctionName" in declared and "FunctionName" not in values and args.cluster_id:
+        values["FunctionName"] = common.default_name(args.cluster_id)  # a new stack: never another cluster's
     missing = [k for k, spec in declared.items() if "Default" not in (spec or {}) and not values.get(k)
                and require]
     hints = {"ClusterId": "--cluster-id", "LogProject": "--log-project", "LogStore": "--log-store",
@@ -187,6 +189,7 @@ def progress(line: str) -> None:
 
 
 def run(args) -> int:
+    common.stack_of(args)
     return deploy(args)
 
 
@@ -325,7 +328,8 @@ def _refuse_unchangeable(args, existing: Optional[Dict[str, Any]]) -> None:
         raise StackError("stack %s is %s: its creation failed; remove it with `ack-mig-hook undeploy --region %s%s "
                          "--yes`, then deploy again" % (
                              args.stack_name, status, args.region,
-                             "" if args.stack_name == DEFAULT_STACK else " --stack-name %s" % args.stack_name),
+                             " --cluster-id %s" % args.cluster_id if args.stack_name == common.default_name(
+                                 args.cluster_id) else " --stack-name %s" % args.stack_name),
                          exit_code=EXIT_CONFLICT)
 
 

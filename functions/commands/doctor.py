@@ -59,8 +59,8 @@ class Check(NamedTuple):
 def configure(parser, command):
     common.add_cloud_options(parser, kubeconfig_help="kubeconfig for the Kubernetes checks (default: a 15-minute "
                                                      "one that ACK issues for the cluster's public endpoint)")
-    parser.add_argument("--stack-name", type=common.stack_name, default="ack-mig-hook",
-                        help="ROS stack name (default: %(default)s)")
+    parser.add_argument("--stack-name", type=common.stack_name, default="",
+                        help="ROS stack name (default: ack-mig-hook-<cluster id>)")
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
 
 
@@ -328,7 +328,7 @@ def _gather(args) -> List[Check]:
     checks += pool_checks(args.cluster_id, pools)
     checks += autoscaler_checks(pools, config.autoscaler_tags)
     stacks = Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT))
-    stack = stacks.find(args.stack_name)
+    stack = common.find_stack(stacks, args)
     detail = stacks.get(stack["StackId"]) if stack else None
     checks += stack_checks(detail, stacks.resources(stack["StackId"]) if stack else [], args.stack_name)
     params = {str(p.get("ParameterKey")): str(p.get("ParameterValue") or "") for p in (detail or {}).get("Parameters")

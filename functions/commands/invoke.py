@@ -18,6 +18,7 @@ import json
 import sys
 
 from functions.commands import common
+from functions.commands.terminal import error_lines, fail
 from functions.base.errors import BadInventory
 
 
@@ -133,9 +134,12 @@ def _settings(args, raw):
     if not (env.get(names.REGION) or env.get(names.FC_REGION)) and _event_region(raw):
         env[names.REGION] = _event_region(raw)
     if getattr(args, "kubeconfig", None):
-        from functions.commands.status import checked_kubeconfig
+        from node_bootstrap.kube import load_kubeconfig
+
+        from functions.commands.status import checked_kubeconfig, reachable
 
         env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
+        reachable(load_kubeconfig(args.kubeconfig).server)  # before any decision: fail before acting
     settings = load_settings(env)
     if needs_cloud and not settings.region and settings.cs_endpoint is None:
         missing.insert(0, "a region (--region, ACK_MIG_REGION, or the event's aliyunregionid)")
@@ -177,8 +181,7 @@ def run(args):
     except (EventFileError, BadInventory, SettingsError, KubeError) as exc:
         from functions.base.textsafe import escape  # the message may quote the file or an API's answer
 
-        print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
-        return 2
+        return fail(escape(exc), 2, getattr(args, "json", False))
     # The result goes to stdout. The JSON log lines would bury it, so the command line shows them (on
     # stderr, `--json | jq` still works) only with ACK_MIG_LOG_LEVEL=DEBUG.
     logger = JsonLogger("DEBUG" if settings.log_level == "DEBUG" else "OFF", settings.secrets(),
@@ -204,7 +207,7 @@ def run(args):
 
         # A CS refusal of the credentials or of the action is 4 or 5, with what to do (docs/cli.md).
         code, text = explain(" ".join(logger.redact(result.reason).split()), EXIT_USAGE)
-        print("ack-mig-hook: error: %s" % escape(text), file=sys.stderr)
+        print("\n".join(error_lines(escape(text))), file=sys.stderr)
         return code
     if args.strict and (result.outcome == "retry" or any(d.action == "error" for d in result.decisions)
                         or any(n.get("outcome") in ("failed", "conflict") for n in result.nodes or [])):

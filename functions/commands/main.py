@@ -32,9 +32,32 @@ COMMANDS = {
 }
 
 
+# Modules of the ``deploy`` extra (pyproject.toml): a command that needs one and runs without it says so in
+# one line, exit 2, and its --help still works.
+EXTRA_MODULES = ("yaml", "alibabacloud_ros20190910", "alibabacloud_credentials", "alibabacloud_sts20150401", "oss2")
+INSTALL_EXTRA = "pip install 'ack-mig-hook[deploy]'"
+
+
+def missing_extra(exc):
+    # type: (BaseException) -> Optional[str]
+    """The extra's module ``exc`` says is missing, or None for any other import failure (a bug)."""
+    name = getattr(exc, "name", None) or ""
+    root = name.split(".")[0]
+    return root if isinstance(exc, ImportError) and root in EXTRA_MODULES else None
+
+
+def _needs_extra(command, module):
+    # type: (str, str) -> int
+    print("ack-mig-hook: error: %s needs the deploy extra (module %s is missing); install it with: %s"
+          % (command, module, INSTALL_EXTRA), file=sys.stderr)
+    return 2
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's default prints usage on two lines; keep it to one
-        self.exit(2, "ack-mig-hook: error: %s (see --help)\n" % message)
+        from functions.commands.terminal import error_lines
+
+        self.exit(2, "\n".join(error_lines("%s; see --help" % message)) + "\n")
 
 
 def _version():
@@ -54,7 +77,14 @@ def _build(argv):
     for cmd, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(cmd, help=help_text, description=help_text)
         if cmd == name:  # only the chosen command's module is imported
-            importlib.import_module(module).configure(p, cmd)
+            try:
+                importlib.import_module(module).configure(p, cmd)
+            except ImportError as exc:
+                if not missing_extra(exc):
+                    raise
+                # --help still answers; running it says which extra to install
+                p.description = "%s (needs the deploy extra: %s)" % (help_text, INSTALL_EXTRA)
+                p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 
@@ -83,12 +113,42 @@ def report(exc):
     from functions.commands.stack.exit_codes import EXIT_INTERNAL
     from functions.base.textsafe import escape  # an error may quote what a server answered
 
+    from functions.commands.terminal import error_lines
+
     code, text = explained(exc)
     if code is None:
         print("ack-mig-hook: internal error: %s: %s" % (type(exc).__name__, escape(exc)), file=sys.stderr)
         return EXIT_INTERNAL
-    print("ack-mig-hook: error: %s" % escape(text), file=sys.stderr)
+    print("\n".join(error_lines(escape(text))), file=sys.stderr)
     return code
+
+
+# Commands whose stdout is for machines whatever the flags: convert writes mig-parted YAML and label lines.
+MACHINE_OUTPUT = ("convert",)
+
+
+class _human_output:
+    """Human stdout on a terminal fitted to its width (terminal.Fitted) for the command's run; --json stays
+    whole. A pipe keeps the lines as they are for now: scripts and the tests read them whole (see the
+    changelog: wrapping piped text at 80 columns waits for those readers to match wrapped text)."""
+
+    def __init__(self, args):
+        self.fit = (not getattr(args, "json", False) and args.command not in MACHINE_OUTPUT
+                    and sys.stdout.isatty())
+        self.saved = None
+
+    def __enter__(self):
+        if self.fit:
+            from functions.commands.terminal import Fitted
+
+            self.saved, sys.stdout = sys.stdout, Fitted(sys.stdout)
+        return self
+
+    def __exit__(self, *exc):
+        if self.saved is not None:
+            fitted, sys.stdout = sys.stdout, self.saved
+            fitted.flush()
+        return False
 
 
 def main(argv=None):
@@ -102,12 +162,18 @@ def main(argv=None):
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad argument already reported in one line
         return exc.code if isinstance(exc.code, int) else 2
-    if not args.command:
-        parser.print_help()
+    if not args.command:  # a usage error: the help goes where errors go, as kubectl's does for no verb
+        parser.print_help(sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[args.command][0])
     try:
-        code = module.run(args)
+        module = importlib.import_module(COMMANDS[args.command][0])
+    except ImportError as exc:
+        if not missing_extra(exc):
+            raise
+        return _needs_extra(args.command, missing_extra(exc))
+    try:
+        with _human_output(args):
+            code = module.run(args)
         sys.stdout.flush()  # piped output is buffered: a closed pipe shows here, not at interpreter exit
         return code
     except KeyboardInterrupt:
@@ -121,11 +187,32 @@ def main(argv=None):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
     except Exception as exc:  # the last line of defence: no traceback reaches a user
+        if missing_extra(exc):  # an extra's module imported where the command needs it
+            return _json_error(args, _needs_extra(args.command, missing_extra(exc)), exc)
         from functions.base.settings import DEBUG, env_text
 
         if env_text(DEBUG) and explained(exc)[0] is None:
             raise
-        return report(exc)
+        return _json_error(args, report(exc), exc)
+
+
+def _json_error(args, code, exc):
+    # type: (argparse.Namespace, int, BaseException) -> int
+    """With --json, stdout is JSON even when the command fails: an error object with the stderr line's text
+    (printed already by report or _needs_extra), as kubectl -o json does."""
+    if getattr(args, "json", False):
+        import json
+
+        from functions.base.textsafe import escape
+
+        code_known, text = explained(exc)
+        if missing_extra(exc):
+            text = "%s needs the deploy extra; install it with: %s" % (args.command, INSTALL_EXTRA)
+        elif code_known is None:
+            text = "internal error: %s: %s" % (type(exc).__name__, text)
+        print(json.dumps({"error": escape(text), "exit_code": code}))
+        sys.stdout.flush()
+    return code
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ ACK's cluster-autoscaler so (functions/decision/autoscaler_tags.py).
 
 import json
 
-from node_bootstrap.mig import MEMORY_CONFIRMED, find_gpu, layout_resources, plan, render, spec_from_args
+from node_bootstrap.mig import (MEMORY_CONFIRMED, SEQUENCE_LABEL, SIZE_LABEL, find_gpu, layout_resources, parse, plan,
+                                render, resolve_gpu, spec_from_args)
 
 
 class InstanceTypeError(ValueError):
@@ -17,7 +18,8 @@ class InstanceTypeError(ValueError):
 
 
 def configure(parser, command):
-    gpu_help = "NVML product name ('NVIDIA A100-SXM4-40GB'), ACK's hyphenated form, or PCI id"
+    gpu_help = ("a model as people say it (A100-80GB, H100-80GB, H800, A800, H20, H200; case-insensitive, a name "
+                "that fits several models lists them), an NVML product name, ACK's hyphenated form, or a PCI id")
     if command == "plan":
         which = parser.add_mutually_exclusive_group(required=True)
         which.add_argument("--gpu", help=gpu_help)
@@ -47,7 +49,7 @@ def _instance_type(text):
     return find_gpu(cap.gpu_model), cap.gpus
 
 
-def _node(args, layout, gpus):
+def _node(args, spec, layout, gpus):
     from functions.decision.autoscaler_tags import autoscaler_tags
 
     resources = layout_resources(layout, gpus)
@@ -55,10 +57,11 @@ def _node(args, layout, gpus):
     if args.json:
         out = layout.to_dict()
         out.update({"instance_type": args.instance_type.strip().lower(), "gpus": gpus, "node_resources": resources,
-                    "autoscaler_tags": tags})
+                    "autoscaler_tags": tags, "label": label_line(spec, layout.gpu)})
         print(json.dumps(out, indent=2))
         return 0
     print(render(layout))
+    print("pool label: %s" % label_line(spec, layout.gpu))
     print("node %s: %d x %s" % (args.instance_type.strip().lower(), gpus, layout.gpu.name))
     print("  node resources: %s" % ", ".join("%s=%d" % kv for kv in resources.items()))
     print("  autoscaler tags (the node pool's scaling_group.tags, ACK_MIG_AUTOSCALER_TAGS):")
@@ -70,8 +73,9 @@ def _node(args, layout, gpus):
 def run(args):
     if getattr(args, "instance_type", None):
         gpu, gpus = _instance_type(args.instance_type)
-        return _node(args, plan(spec_from_args(args.size, args.sequence), gpu), gpus)
-    gpu = find_gpu(args.gpu)
+        spec = spec_from_args(args.size, args.sequence)
+        return _node(args, spec, plan(spec, gpu), gpus)
+    gpu = resolve_gpu(args.gpu)
     if args.command == "profiles":
         if args.json:
             print(json.dumps([p.to_dict() for p in gpu.profiles], indent=2))
@@ -89,9 +93,22 @@ def run(args):
             if gpu.key not in MEMORY_CONFIRMED:
                 print("  MiB: estimated, not read from a real GPU of this model; a node uses what its driver reports")
         return 0
-    layout = plan(spec_from_args(args.size, args.sequence), gpu)
+    spec = spec_from_args(args.size, args.sequence)
+    layout = plan(spec, gpu)
+    label = label_line(spec, gpu)
     if args.json:
-        print(json.dumps(layout.to_dict(), indent=2))
+        out = layout.to_dict()
+        out["label"] = label
+        print(json.dumps(out, indent=2))
     else:
         print(render(layout))
+        print("pool label: %s" % label)
     return 0
+
+
+def label_line(spec, gpu):
+    """The node pool label that asks for this layout, as a label can hold it: Kubernetes label values take
+    no ``+``, so ``1g.10gb+me`` is written ``1g.10gb.me`` (node_bootstrap/mig/labels.py reads it back)."""
+    request = parse(spec, gpu)
+    value = "-".join(p.name.replace("+", ".") for p in request.profiles)
+    return "%s=%s" % (SIZE_LABEL if request.fill else SEQUENCE_LABEL, value)

@@ -22,6 +22,7 @@ import sys
 from typing import List, Optional, Sequence, Tuple
 
 from functions.commands import common
+from functions.commands.terminal import fail
 from functions.decision.waves import PAUSED_LABEL
 
 Labels = List[Tuple[str, Optional[str]]]
@@ -135,7 +136,6 @@ def run(args) -> int:
         # a refusal of the credentials or of the action is 4 or 5 with what to do, as in every command
         default = EXIT_FAILED if isinstance(exc, RetryLater) else EXIT_USAGE
         code, text = explain(" ".join(str(exc).split()), default)
-        print("ack-mig-hook: error: %s" % escape(text), file=sys.stderr)
-        return code
+        return fail(escape(text), code, args.json)
     print(json.dumps(result, indent=2) if args.json else _text(result))
     return 0

@@ -24,6 +24,7 @@ import textwrap
 from typing import Any, Dict, List, Optional
 
 from functions.commands import common
+from functions.commands.terminal import fail
 from node_bootstrap.kube import KubeError
 
 from functions.decision import waves as rp
@@ -329,6 +330,31 @@ def checked_kubeconfig(path: str) -> str:
     return path
 
 
+def reachable(server: str) -> None:
+    """Connect to the API server once, within ACK_MIG_CONNECT_TIMEOUT_S (default 10 s, at most 15), before
+    anything is decided: an unreachable one is one line naming it at once, not a minute of retries later.
+    On a terminal, a connection that takes over 2 s says what it waits for (terminal.Waiting)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from functions.base.settings import CONNECT_TIMEOUT_S, SettingsError, environment, parse_int
+    from functions.commands.terminal import Waiting
+
+    timeout = parse_int(environment(), CONNECT_TIMEOUT_S, 10, 1, 15)
+    split = urlsplit(server)
+    host, port = split.hostname or "", split.port or 443
+    where = "%s:%d" % (host, port)
+    try:
+        with Waiting("the API server at %s" % where, timeout):
+            socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        reason = "no answer within %ds" % timeout if isinstance(exc, socket.timeout) else (
+            exc.strerror or str(exc))
+        raise SettingsError("cannot connect to the API server at %s (%s); check that this machine reaches it "
+                            "(the cluster's public endpoint, a VPN), or pass another --kubeconfig; "
+                            "ACK_MIG_CONNECT_TIMEOUT_S sets the wait" % (where, reason)) from None
+
+
 class _Watched:
     """The Kubernetes backend as ``status`` reads it: the first failure other than a 404 (no answer, 403,
     5xx after the client's retries) is kept, to be reported, and answers every later call at once, so an
@@ -435,8 +461,7 @@ def run(args):
     except (BadInventory, SettingsError, KubeError) as exc:
         from functions.base.textsafe import escape  # the message may quote the file or an API's answer
 
-        print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
-        return 2
+        return fail(escape(exc), 2, args.json)
     if args.json:
         if not args.nodes:
             for p in status["pools"]:

@@ -102,7 +102,7 @@ def run(args) -> int:
     common.require(args, "region")
     found_keys = common.keys(args)
     stacks = stacks_for(args, found_keys)
-    existing = stacks.find(args.stack_name)
+    existing = common.find_stack(stacks, args)
     result: Dict[str, Any] = {"stack": args.stack_name, "region": args.region, "dry_run": args.dry_run}
     if not existing:
         result["status"] = "absent"

@@ -10,6 +10,7 @@ from .diagram import render, render_all
 from .errors import GpuWithoutMigError, LabelError, MigInputError, PlacementError, UnknownGpuError
 from .labels import (KIND_SEQUENCE, KIND_SIZE, PARTITION_LABELS, SEQUENCE_LABEL, SIZE_LABEL, PartitionRequest,
                      PartitionSpec, label_items, parse, resolve_profile, spec_from_args, spec_from_labels)
+from .names import AmbiguousGpuError, resolve_gpu
 from .resources import RESOURCE_PREFIX, layout_resources, node_resources, resource_name
 from .solver import Instance, Layout, check_budget, fill, place, plan, try_place
 
@@ -20,6 +21,7 @@ __all__ = [
     "GpuWithoutMigError", "LabelError", "MigInputError", "PlacementError", "UnknownGpuError",
     "KIND_SEQUENCE", "KIND_SIZE", "PARTITION_LABELS", "SEQUENCE_LABEL", "SIZE_LABEL", "PartitionRequest",
     "PartitionSpec", "label_items", "parse", "resolve_profile", "spec_from_args", "spec_from_labels",
+    "AmbiguousGpuError", "resolve_gpu",
     "RESOURCE_PREFIX", "layout_resources", "node_resources", "resource_name",
     "Instance", "Layout", "check_budget", "fill", "place", "plan", "try_place",
 ]

@@ -21,6 +21,7 @@ from tests.support.cs_emulator import CsEmulator
 from tests.support.oss_emulator import OssEmulator
 from tests.support.ros_emulator import RosEmulator
 from tests.support.sts_emulator import StsEmulator
+from tests.support.cli_errors import error_text
 
 pytestmark = pytest.mark.timeout(180)
 CLOUD_COMMANDS = ("deploy", "undeploy", "doctor", "invoke", "status", "rollout")
@@ -65,10 +66,9 @@ def run(capsys, *argv):
 
 
 def one_line(err):
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("ack-mig-hook: error: "), err
-    assert "Traceback" not in err and "internal error" not in err, err
-    return lines[0]
+    """The error's text: one line of at most 160 characters, the rest an indented hint (error_text)."""
+    assert "internal error" not in err, err
+    return error_text(err)
 
 
 def calls(services):
@@ -178,6 +178,18 @@ def test_no_credentials_is_exit_2_in_every_command(services, command):
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "credentials" in one_line(done.stderr), done.stderr
     assert done.stdout == "" and calls(services) == 0
+
+
+@pytest.mark.parametrize("command", CLOUD_COMMANDS)
+def test_json_is_json_even_when_the_command_fails(services, command):
+    """--json: stdout is one JSON error object (the stderr line's text and the exit code), never plain text."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALIBABA_CLOUD_ACCESS_KEY")
+           and k != "ALIBABA_CLOUD_SECURITY_TOKEN"}
+    done = subprocess.run([sys.executable, "-m", "functions.commands.main", command, *minimal(command), "--json"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "credentials" in one_line(done.stderr), done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["exit_code"] == 2 and "credentials" in answer["error"] and calls(services) == 0
 
 
 # ---- credentials: --profile ----

@@ -7,6 +7,7 @@ import pytest
 from functions.commands.main import main
 from functions.decision.migparted import ConvertError, from_mig_parted, render_mig_parted, to_mig_parted
 from node_bootstrap.mig import PartitionSpec, find_gpu, plan
+from tests.support.cli_errors import error_text
 
 A100 = find_gpu("NVIDIA A100-SXM4-40GB")
 
@@ -103,9 +104,10 @@ def test_cli(tmp_path, capsys):
     assert main(["convert", "--from-mig-parted", str(path), "--config", "custom-config"]) == 1
     assert "refused: its entries give GPUs" in capsys.readouterr().out
     assert main(["convert", "--from-mig-parted", str(path), "--config", "nope"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["ack-mig-hook: error: no config 'nope'; the file has: all-1g.5gb, all-1g.5gb.me, "
-                   "all-balanced, all-disabled, all-enabled, custom-config, halves, some-gpus, too-big"]
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "ack-mig-hook: error: no config 'nope'"  # the choices follow as a hint
+    assert error_text(err) == ("ack-mig-hook: error: no config 'nope'; the file has: all-1g.5gb, all-1g.5gb.me, "
+                               "all-balanced, all-disabled, all-enabled, custom-config, halves, some-gpus, too-big")
     assert main(["convert", "--to-mig-parted", "3g.20gb-3g.20gb", "--gpu", "A100-SXM4-40GB", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["mig-configs"]["ack-3g.20gb-3g.20gb"][0]["mig-devices"] == {
         "3g.20gb": 2}

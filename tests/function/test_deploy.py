@@ -17,6 +17,7 @@ from tests.support.cs_emulator import CsEmulator
 from tests.support.oss_emulator import OssEmulator, crc64_ecma
 from tests.support.ros_emulator import RosEmulator
 from tests.support.sts_emulator import StsEmulator
+from tests.support.cli_errors import error_text, is_one_error
 
 KEY, SECRET, TOKEN = "LTAIdeploykey", "deploy-secret-value-9f2c", "deploy-sts-token-4e1a"
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
@@ -90,9 +91,11 @@ def test_deploy_uploads_the_package_creates_the_stack_and_waits(cloud, capsys, t
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
     assert code == 0, err
     (stack,) = ros.stacks.values()
-    assert stack["Status"] == "CREATE_COMPLETE" and stack["StackName"] == "ack-mig-hook"
+    assert stack["Status"] == "CREATE_COMPLETE" and stack["StackName"] == "ack-mig-hook-" + CLUSTER
     params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
     assert params["ClusterId"] == CLUSTER and params["CodeBucket"] == BUCKET
+    # A second cluster in this region gets its own function and RAM role (<FunctionName>-role), never this one.
+    assert params["FunctionName"] == "ack-mig-hook-" + CLUSTER
     # The object the stack points at is the one uploaded, named by the package's own hash.
     data = oss.buckets[params["CodeBucket"]][params["CodeObject"]]
     names = zipfile.ZipFile(io.BytesIO(data)).namelist()
@@ -132,7 +135,7 @@ def test_dry_run_validates_and_changes_nothing(cloud, capsys, tmp_path):
                                               "--parameter", "DryRun=true"))
     assert code == 0, err
     assert "would upload oss://%s/ack-mig-hook/" % BUCKET in out
-    assert "plan: create stack ack-mig-hook in cn-beijing, from ROS PreviewStack" in out
+    assert "plan: create stack ack-mig-hook-%s in cn-beijing, from ROS PreviewStack" % CLUSTER in out
     assert re.search(r"^    DryRun +true \(default false\)$", out, re.M), out
     assert not ros.stacks and not ros.change_sets and not oss.buckets
     assert {r.action for r in ros.requests} == {"ValidateTemplate", "ListStacks", "PreviewStack"}
@@ -151,7 +154,7 @@ def test_a_failed_stack_is_one_error_line_with_the_reason(cloud, capsys, tmp_pat
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
     assert code == 6 and "its creation failed" in err and "ack-mig-hook undeploy --region cn-beijing" in err
     assert ros.calls("UpdateStack") == 0
-    assert run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0", "--yes")[0] == 0
+    assert run(capsys, "undeploy", "--region", "cn-beijing", "--cluster-id", CLUSTER, "--poll", "0", "--yes")[0] == 0
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
     assert code == 0 and "CREATE_COMPLETE" in out, err
 
@@ -160,7 +163,7 @@ def test_bad_input_is_reported_at_once_and_calls_nothing(cloud, capsys, tmp_path
     ros, oss = cloud
     code, out, err = run(capsys, "deploy", "--parameter", "NoSuch=1", "--parameter", "DryRun=maybe",
                          "--deps-dir", str(tmp_path))
-    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert code == 2 and is_one_error(err)
     for part in ("--region", "NoSuch", "DryRun='maybe'", "ClusterId (--cluster-id)", "LogProject (--log-project)"):
         assert part in err
     assert not ros.requests and not oss.requests
@@ -192,11 +195,11 @@ def test_deploy_only_dependencies_stay_out_of_the_function_package():
 def test_undeploy_deletes_and_waits_then_finds_nothing(cloud, capsys, tmp_path):
     ros, _ = cloud
     assert run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))[0] == 0
-    code, out, err = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0", "--yes")
+    code, out, err = run(capsys, "undeploy", "--region", "cn-beijing", "--cluster-id", CLUSTER, "--poll", "0", "--yes")
     assert code == 0 and "deleted" in out
     (stack,) = ros.stacks.values()
     assert stack["Status"] == "DELETE_COMPLETE"
-    code, out, _ = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0", "--yes")
+    code, out, _ = run(capsys, "undeploy", "--region", "cn-beijing", "--cluster-id", CLUSTER, "--poll", "0", "--yes")
     assert code == 0 and "nothing to remove" in out
 
 
@@ -211,7 +214,7 @@ def test_credentials_come_from_the_aliyun_cli_profile(cloud, tmp_path):
     # Without any source: one line that says where credentials can come from.
     done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "aliyun configure" in done.stderr, done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1 and not ros.requests
+    assert is_one_error(done.stderr) and not ros.requests
     # The `aliyun` CLI's profile file (StsToken mode) is picked up, and its keys sign the calls.
     os.makedirs(tmp_path / ".aliyun")
     (tmp_path / ".aliyun" / "config.json").write_text(json.dumps({"current": "default", "profiles": [
@@ -249,7 +252,7 @@ def test_a_parameter_outside_the_templates_range_is_refused_before_any_call(clou
     ros, oss = cloud
     code, _, err = run(capsys, *deploy_args(str(tmp_path), "--parameter", "NodeTimeoutS=5", "--parameter",
                                             "MaxUnavailable=0", "--parameter", "StartupTaint=oops"))
-    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert code == 2 and is_one_error(err)
     assert "NodeTimeoutS='5'" in err and "10..14400" in err and "MaxUnavailable='0'" in err and "StartupTaint" in err
     # ROS's Number takes 600.5; the function reads whole seconds, so deploy refuses it.
     code, _, err = run(capsys, *deploy_args(str(tmp_path), "--parameter", "DrainTimeoutS=600.5"))
@@ -270,7 +273,7 @@ def test_ssh_deploy_packages_known_hosts_and_points_the_function_at_it(cloud, ca
     data = oss.buckets[params["CodeBucket"]][params["CodeObject"]]
     assert zipfile.ZipFile(io.BytesIO(data)).read("known_hosts") == known.read_bytes()
     code, _, err = run(capsys, *deploy_args(str(tmp_path), "--known-hosts", str(tmp_path / "nope")))
-    assert code == 2 and "--known-hosts" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "--known-hosts" in err and is_one_error(err)
 
 
 def test_an_upgrade_keeps_the_stacks_previous_values(cloud, capsys, tmp_path):

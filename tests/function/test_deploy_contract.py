@@ -12,6 +12,7 @@ from functions.commands.stack.credentials import Keys
 from tests.function.test_deploy import (ACCOUNT, BUCKET, KEY, SECRET, TOKEN, cloud, deploy_args,  # noqa: F401
                                         make_deps, run)
 from tests.support.oss_emulator import OssEmulator, crc64_ecma
+from tests.support.cli_errors import error_text
 
 
 # ---- the OSS emulator is the service a new account meets ----
@@ -77,7 +78,7 @@ def test_a_bucket_of_another_account_is_refused_in_one_line(cloud, capsys, tmp_p
     oss.foreign_buckets[BUCKET] = ("9999999999999999", "private", True)
     code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
     assert code == 6 and len(err.strip().splitlines()) >= 1  # the cloud's state stops the deploy (docs/cli.md)
-    last = err.strip().splitlines()[-1]
+    last = error_text(err[err.index("ack-mig-hook: error:"):])  # after the progress lines: the error
     assert "belongs to account 9999999999999999" in last and ACCOUNT in last and "--bucket" in last
     oss.foreign_buckets["someone-elses"] = ("8888888888888888", "private", False)
     code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps2")), "--bucket", "someone-elses"))
@@ -123,7 +124,8 @@ def test_a_package_replaced_after_the_upload_is_never_deployed(cloud, capsys, tm
 
     ros.before_complete = swap
     code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
-    assert code == 1 and "CREATE_ROLLBACK_COMPLETE" in err.splitlines()[-1] and "checksum" in err.splitlines()[-1]
+    last = error_text(err[err.index("ack-mig-hook: error:"):])
+    assert code == 1 and "CREATE_ROLLBACK_COMPLETE" in last and "checksum" in last
 
 
 # ---- ROS: a retried call is the same operation ----

@@ -121,7 +121,7 @@ def test_an_update_and_a_delete_show_only_their_own_events(cloud, capsys, tmp_pa
     assert code == 0 and "UPDATE_COMPLETE Function" in err
     assert "CREATE_" not in err, err  # the create's events are history
     assert "UPDATE_IN_PROGRESS FunctionRole" not in err  # untouched resources are not listed
-    code, _, err = run(capsys, "undeploy", "--region", "cn-beijing", "--poll", "0", "--yes")
+    code, _, err = run(capsys, "undeploy", "--region", "cn-beijing", "--cluster-id", CLUSTER, "--poll", "0", "--yes")
     assert code == 0 and "DELETE_COMPLETE Function" in err
     assert "CREATE_" not in err and "UPDATE_" not in err, err
 

@@ -48,7 +48,7 @@ def cloud(emulator, monkeypatch, tmp_path, kube_api):  # noqa: F811
     ros = RosEmulator(access_key_id=AK, secret=SECRET, token=TOKEN).start()
     with open(os.path.join(ROOT, "template.yml")) as handle:
         template = handle.read()
-    ros.stacks["st-1"] = {"StackId": "st-1", "StackName": "ack-mig-hook", "Status": "CREATE_COMPLETE",
+    ros.stacks["st-1"] = {"StackId": "st-1", "StackName": "ack-mig-hook-" + emulator.cluster_id, "Status": "CREATE_COMPLETE",
                           "RegionId": "cn-beijing", "Parameters": [], "_template": template, "_events": []}
     kube_api.read_only[CLUSTER_ROLE] = rbac_role()
     kube_api.read_only[BINDINGS] = {"items": [{"metadata": {"name": "ack-mig-hook"}, "roleRef": {
@@ -90,7 +90,7 @@ def test_doctor_reports_each_area_line_by_line(cloud, capsys):
     assert "hyphen" in lines[("pool gpu-mig-typo", "PROBLEM")].lower() or "," in lines[("pool gpu-mig-typo",
                                                                                             "PROBLEM")]
     assert ("pool gpu-passthrough", "warn") in lines  # passthrough: skipped, with ACK's reason
-    assert "ack-mig-hook CREATE_COMPLETE" in lines[("stack", "ok")]
+    assert "ack-mig-hook-%s CREATE_COMPLETE" % emulator.cluster_id in lines[("stack", "ok")]
     assert any(area.startswith("trigger ") and status == "ok" for area, status in lines)
     assert "i-2ze8typo0a100x1c4v7" not in json.dumps(report) or "192.168.16.23" in json.dumps(report)
     assert "192.168.12.47" in lines[("agents", "warn")] and "2.1.3.200" in lines[("agents", "warn")]

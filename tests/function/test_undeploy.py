@@ -8,11 +8,13 @@ import json
 import pytest
 
 from functions.decision import waves
-from tests.function.test_deploy import cloud, deploy_args, make_deps, run  # noqa: F401
+from tests.function.test_deploy import CLUSTER, cloud, deploy_args, make_deps, run  # noqa: F401
+from tests.support.cli_errors import error_text
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.timeout(180)
-UNDEPLOY = ("undeploy", "--region", "cn-beijing", "--poll", "0")
+UNDEPLOY = ("undeploy", "--region", "cn-beijing", "--cluster-id", CLUSTER, "--poll", "0")
+STACK = "ack-mig-hook-" + CLUSTER  # the default name: the cluster's own
 
 
 class Terminal(io.StringIO):
@@ -39,8 +41,8 @@ def test_without_a_terminal_it_needs_yes_and_deletes_nothing(deployed, capsys, m
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     code, out, err = run(capsys, *UNDEPLOY)
     assert code == 2 and stack["Status"] == "CREATE_COMPLETE" and ros.calls("DeleteStack") == 0
-    line = err.strip().splitlines()[-1]
-    assert line.startswith("ack-mig-hook: error: undeploy deletes stack ack-mig-hook") and "--yes" in line
+    text = error_text(err[err.index("ack-mig-hook: error:"):])
+    assert text.startswith("ack-mig-hook: error: undeploy deletes stack " + STACK) and "--yes" in text
 
 
 def test_on_a_terminal_it_asks_and_a_no_deletes_nothing(deployed, capsys, monkeypatch):
@@ -100,5 +102,19 @@ def test_an_unreachable_api_server_is_said_not_hidden(deployed, capsys, tmp_path
 
 def test_nothing_to_remove_is_json_too(cloud, capsys):  # noqa: F811
     code, out, _ = run(capsys, *UNDEPLOY, "--json")
-    assert code == 0 and json.loads(out) == {"stack": "ack-mig-hook", "region": "cn-beijing", "dry_run": False,
+    assert code == 0 and json.loads(out) == {"stack": STACK, "region": "cn-beijing", "dry_run": False,
                                              "status": "absent"}
+
+
+def test_a_stack_of_the_old_default_name_is_found_only_for_its_own_cluster(cloud, capsys):  # noqa: F811
+    """Two clusters in one region never share a default name; a stack deployed when the default was plain
+    ack-mig-hook is still found by its own cluster (its ClusterId parameter), never by another."""
+    ros, _ = cloud
+    ros.stacks["st-old"] = {"StackId": "st-old", "StackName": "ack-mig-hook", "Status": "CREATE_COMPLETE",
+                            "RegionId": "cn-beijing", "_events": [], "_template": "",
+                            "Parameters": [{"ParameterKey": "ClusterId", "ParameterValue": CLUSTER}]}
+    other = "c" + "0" * 32
+    code, out, _ = run(capsys, "undeploy", "--region", "cn-beijing", "--cluster-id", other, "--json", "--dry-run")
+    assert code == 0 and json.loads(out)["status"] == "absent" and json.loads(out)["stack"] == "ack-mig-hook-" + other
+    code, out, _ = run(capsys, *UNDEPLOY, "--json", "--dry-run")
+    assert code == 0 and json.loads(out)["stack"] == "ack-mig-hook" and ros.calls("DeleteStack") == 0

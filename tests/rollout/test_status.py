@@ -12,6 +12,7 @@ from functions.commands.status import collect
 from tests.rollout.conftest import NEW, OLD, capacity, node_labels, snapshot
 from tests.function.conftest import emulator as cs_emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+from tests.support.cli_errors import error_text
 
 
 def kube_nodes():
@@ -67,9 +68,9 @@ def test_status_bad_inventory_is_one_line(tmp_path, capsys):
     path = tmp_path / "inventory.json"
     path.write_text(json.dumps(dict(snapshot(), kube_nodes=[])))
     assert main(["status", "--inventory", str(path)]) == 2
-    assert capsys.readouterr().err.strip() == ("ack-mig-hook: error: %s: kube_nodes must be an object "
-                                               '{"<node name>": {"labels": {...}, "annotations": {...}, '
-                                               '"unschedulable": false}}' % path)
+    assert error_text(capsys.readouterr().err) == (
+        "ack-mig-hook: error: %s: kube_nodes must be an object "
+        '{"<node name>": {"labels": {...}, "annotations": {...}, "unschedulable": false}}' % path)
 
 
 def test_status_and_invoke_use_the_operators_kubeconfig_for_the_kubernetes_side(cluster, tmp_path, capsys):
@@ -103,15 +104,13 @@ def test_a_kubeconfig_that_cannot_be_read_is_one_line(tmp_path, capsys):
     for argv in (["status", "--inventory", str(inventory)], ["invoke", "--event", str(inventory), "--inventory",
                                                                str(inventory)]):
         assert main(argv + ["--kubeconfig", str(tmp_path / "missing.conf")]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("ack-mig-hook: error: argument --kubeconfig: ") \
-            and "missing.conf is not a file" in err[0]
+        err = error_text(capsys.readouterr().err)
+        assert err.startswith("ack-mig-hook: error: argument --kubeconfig: ") and "missing.conf is not a file" in err
         garbage = tmp_path / "garbage.conf"
         garbage.write_text("clusters: [\n")
         assert main(argv + ["--kubeconfig", str(garbage)]) == 2
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("ack-mig-hook: error: --kubeconfig: kubeconfig ") \
-            and "garbage.conf does not parse" in err[0]
+        err = error_text(capsys.readouterr().err)
+        assert err.startswith("ack-mig-hook: error: --kubeconfig: kubeconfig ") and "garbage.conf does not parse" in err
 
 
 # ---- issue 19 point 5: status you can act on ----

@@ -1,0 +1,140 @@
+"""What the command line prints, fitted to the reader: the terminal's width on a TTY, 80 columns otherwise
+(as kubectl and helm assume for a pipe), error lines of at most 160 characters with the rest as an indented
+hint, and a note when a wait outlasts 2 seconds.
+
+``--json`` output is never wrapped: it is complete, and an error object where a command fails (fail).
+"""
+
+import shutil
+import sys
+import textwrap
+import threading
+from typing import List, Optional, TextIO
+
+PIPE_WIDTH = 80  # not a terminal: what a pager, a CI log or an email shows without wrapping
+ERROR_LINE = 160  # the longest error line; the rest goes to an indented hint
+WAIT_NOTE_AFTER = 2.0  # seconds before a wait says what it waits for (on a terminal only)
+
+
+def width(stream: Optional[TextIO] = None) -> int:
+    """Columns to fit: the terminal's (COLUMNS wins, as shutil reads it) on a TTY, else 80."""
+    stream = stream or sys.stdout
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if not tty:
+        return PIPE_WIDTH
+    return max(40, shutil.get_terminal_size((PIPE_WIDTH, 24)).columns)
+
+
+def fit(line: str, columns: Optional[int] = None) -> str:
+    """One line cut to ``columns`` with an ellipsis: tables keep their rows one per line."""
+    columns = columns or width()
+    return line if len(line) <= columns else line[:columns - 3] + "..."
+
+
+def wrap(text: str, columns: Optional[int] = None, indent: str = "") -> List[str]:
+    """Prose wrapped at word boundaries, continuation lines indented by ``indent`` plus two spaces."""
+    columns = columns or width()
+    return textwrap.wrap(text, width=columns, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=True, break_on_hyphens=False) or [indent]
+
+
+def error_lines(text: str, prefix: str = "ack-mig-hook: error: ") -> List[str]:
+    """An error as one line of at most 160 characters, then an indented hint where the message is longer.
+
+    Messages here say the problem, then ``; `` and the accepted form or the fix: a long one keeps the problem
+    on the error line (the last ``; `` that leaves it short enough) and the rest becomes the hint, wrapped to
+    the terminal. A problem longer than the line is cut at a word, its remainder leading the hint."""
+    line = prefix + " ".join(text.split())
+    if len(line) <= ERROR_LINE:
+        return [line]
+    cut = line.rfind("; ", 0, ERROR_LINE + 1)
+    if cut > len(prefix):
+        head, rest = line[:cut], line[cut + 2:]
+    else:
+        cut = line.rfind(" ", len(prefix), ERROR_LINE - 3)
+        cut = cut if cut > len(prefix) else ERROR_LINE - 3
+        head, rest = line[:cut] + "...", "..." + line[cut:].lstrip()
+    return [head] + wrap("hint: " + rest, min(width(sys.stderr), ERROR_LINE), indent="  ")
+
+
+class Waiting:
+    """``with Waiting("connecting to 1.2.3.4:6443", 15):`` prints what it waits for after 2 s on a terminal
+    (nothing on a pipe, nothing for a wait that ends sooner) and its deadline, so a slow network shows."""
+
+    def __init__(self, what: str, timeout: float, stream: Optional[TextIO] = None,
+                 after: float = WAIT_NOTE_AFTER, tty: Optional[bool] = None):
+        self.what, self.timeout, self.after = what, timeout, after
+        self.stream = stream or sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self._done = threading.Event()
+        self._thread = None  # type: Optional[threading.Thread]
+
+    def _note(self) -> None:
+        if not self._done.wait(self.after):
+            print("ack-mig-hook: waiting for %s (gives up after %gs)" % (self.what, self.timeout),
+                  file=self.stream, flush=True)
+
+    def __enter__(self):
+        if self.tty:
+            self._thread = threading.Thread(target=self._note, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(1)
+        return False
+
+
+def fail(text: str, code: int, as_json: bool = False) -> int:
+    """Say an error (error_lines, on stderr) and return ``code``; with ``--json`` stdout gets the same text
+    as an error object too, as kubectl -o json does, so a script reading stdout never parses plain text."""
+    print("\n".join(error_lines(text)), file=sys.stderr)
+    if as_json:
+        import json
+
+        print(json.dumps({"error": " ".join(text.split()), "exit_code": code}))
+        sys.stdout.flush()
+    return code
+
+
+class Fitted:
+    """stdout for human output: every line longer than the width is wrapped at words, the continuation
+    indented under the line's own indentation plus four spaces, so nothing runs past the terminal's edge
+    (or 80 columns in a pipe). Machine output (``--json``, ``convert``'s YAML) never goes through it."""
+
+    def __init__(self, stream: TextIO, columns: Optional[int] = None):
+        self.stream, self.columns, self._pending = stream, columns or width(stream), ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self.stream.write("\n".join(self.fit_line(line)) + "\n")
+        return len(text)
+
+    def fit_line(self, line: str) -> List[str]:
+        if len(line) <= self.columns:
+            return [line]
+        indent = line[:len(line) - len(line.lstrip(" "))]
+        return textwrap.wrap(line, width=self.columns, subsequent_indent=indent + "    ", drop_whitespace=True,
+                             break_long_words=True, break_on_hyphens=False) or [line[:self.columns]]
+
+    def flush(self) -> None:
+        if self._pending:
+            self.stream.write("\n".join(self.fit_line(self._pending)))
+            self._pending = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def __getattr__(self, name):  # encoding, errors, buffer...: the real stream's
+        return getattr(self.stream, name)
