@@ -65,7 +65,7 @@ def policy_actions():
 
 def test_the_page_lists_every_step():
     commands = [argv[0] for kind, argv in page_steps() if kind == "run"]
-    assert commands == ["plan", "deploy", "deploy", "doctor", "status", "undeploy", "undeploy"], commands
+    assert commands == ["plan", "deploy", "deploy", "doctor", "status", "undeploy", "undeploy", "advise"], commands
 
 
 def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, tmp_path):  # noqa: F811
