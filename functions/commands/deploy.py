@@ -13,6 +13,7 @@ result (or the plan) as one JSON document on stdout; progress stays on stderr.
 """
 
 import argparse
+import difflib
 import json
 import os
 import re
@@ -103,6 +104,16 @@ def given_parameters(args) -> Dict[str, str]:
     return {k.strip(): v for k, sep, v in (item.partition("=") for item in args.parameter) if sep and k.strip()}
 
 
+def _known(key: str, declared: Dict[str, dict]) -> str:
+    """What to say of an unknown parameter: the close names, else the first few (the template has dozens: the
+    whole list would push the other problems of the same error out of sight)."""
+    close = difflib.get_close_matches(key, list(declared), n=3, cutoff=0.6)
+    if close:
+        return "did you mean %s?" % " or ".join(close)
+    names = list(declared)
+    return "it has %s%s" % (", ".join(names[:5]), ", and %d more" % (len(names) - 5) if len(names) > 5 else "")
+
+
 def parameters(args, declared: Dict[str, dict], code_object: str, require: bool = True) -> Dict[str, str]:
     """The stack's parameter values; every problem in one error. ``require``: every parameter without a
     default must be given (a new stack); an update keeps the stack's previous values (UsePreviousParameters)."""
@@ -113,7 +124,7 @@ def parameters(args, declared: Dict[str, dict], code_object: str, require: bool 
         if not sep or not key.strip():
             problems.append("--parameter %r is not KEY=VALUE" % item[:60])
         elif key.strip() not in declared:
-            problems.append("template.yml has no parameter %r (it has %s)" % (key.strip()[:40], ", ".join(declared)))
+            problems.append("template.yml has no parameter %r (%s)" % (key.strip()[:40], _known(key.strip(), declared)))
         else:
             values[key.strip()] = value
     if getattr(args, "deps_dir", "") and not os.path.isdir(args.deps_dir):

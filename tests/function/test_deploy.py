@@ -164,8 +164,9 @@ def test_bad_input_is_reported_at_once_and_calls_nothing(cloud, capsys, tmp_path
     code, out, err = run(capsys, "deploy", "--parameter", "NoSuch=1", "--parameter", "DryRun=maybe",
                          "--deps-dir", str(tmp_path))
     assert code == 2 and is_one_error(err)
+    flat = " ".join(err.split())  # the hint is wrapped to the terminal: compare the words
     for part in ("--region", "NoSuch", "DryRun='maybe'", "ClusterId (--cluster-id)", "LogProject (--log-project)"):
-        assert part in err
+        assert part in flat
     assert not ros.requests and not oss.requests
 
 
@@ -313,3 +314,15 @@ def test_the_package_command_never_builds_a_package_without_its_dependencies(tmp
     done = subprocess.run(command + ["--sources-only"], cwd=root, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "cannot run in FC" in done.stdout
     assert "pydantic/__init__.py" not in zipfile.ZipFile(out).namelist()
+
+
+def test_an_unknown_parameter_names_the_close_ones_and_never_the_whole_list(cloud, capsys, tmp_path):
+    ros, oss = cloud
+    code, _, err = run(capsys, "deploy", "--region", "cn-beijing", "--parameter", "Transprt=ssh",
+                       "--deps-dir", str(tmp_path))
+    flat = " ".join(err.split())
+    assert code == 2 and "no parameter 'Transprt' (did you mean Transport?)" in flat
+    code, _, err = run(capsys, "deploy", "--region", "cn-beijing", "--parameter", "Zzz=1", "--deps-dir", str(tmp_path))
+    flat = " ".join(err.split())
+    assert code == 2 and "(it has FunctionName, ClusterId," in flat and "more)" in flat and "AutoPoolSchedule" not in flat
+    assert not ros.requests and not oss.requests
