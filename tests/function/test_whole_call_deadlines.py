@@ -138,3 +138,37 @@ def test_an_sdk_call_over_https_is_cut_inside_tls(tmp_path, tls, monkeypatch):
         assert drip.sent >= 1  # TLS was up and the answer was dripping
     assert 0.8 < elapsed < 4, elapsed
     assert "no complete answer to get_bucket_info within 1s" in str(info.value)
+
+
+def test_the_ros_stack_calls_end_each_attempt_at_their_timeout_whatever_the_peer_drips():
+    """deploy/undeploy/doctor's ROS client (functions/commands/stack/ros.py, the Tea SDK through requests):
+    three attempts, each cut at 1 s, then a StackError that says so."""
+    from functions.base.settings import Endpoint
+    from functions.commands.stack.credentials import Keys
+    from functions.commands.stack.ros import Stacks, StackError
+
+    with Drip(life_s=15, interval_s=0.25) as drip:
+        stacks = Stacks("cn-beijing", Keys("ak", "secret", None), Endpoint("127.0.0.1:%d" % drip.port, "http"),
+                        timeout_s=1, sleep=lambda s: None)
+        started = time.monotonic()
+        with pytest.raises(StackError) as info:
+            stacks.find("ack-mig-hook")
+        elapsed = time.monotonic() - started
+        assert drip.accepted == 3
+    assert 2.5 < elapsed < 7, elapsed
+    assert "ListStacks" in str(info.value) and "no complete answer within 1s" in str(info.value)
+
+
+def test_the_sts_account_lookup_ends_at_its_timeout_whatever_the_peer_drips():
+    from functions.base.settings import Endpoint
+    from functions.commands.stack.credentials import AccountUnknown, Keys, account_id
+
+    with Drip(life_s=15, interval_s=0.25) as drip:
+        started = time.monotonic()
+        with pytest.raises(AccountUnknown) as info:
+            account_id(Keys("ak", "secret", None), "cn-beijing", Endpoint("127.0.0.1:%d" % drip.port, "http"),
+                       timeout_s=1)
+        elapsed = time.monotonic() - started
+        assert drip.sent >= 1
+    assert 0.8 < elapsed < 4, elapsed
+    assert "no complete answer within 1s" in str(info.value)

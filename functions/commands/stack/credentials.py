@@ -15,6 +15,7 @@ Every command that talks to the cloud (deploy, undeploy, doctor, invoke, status)
 import os
 from typing import Any, NamedTuple, Optional
 
+from functions.base.deadline import Guard, urllib3_guarded
 from functions.commands.stack.exit_codes import CloudError
 
 
@@ -108,11 +109,18 @@ def account_id(keys: Keys, region: str, endpoint: Optional[Any] = None, timeout_
         endpoint=endpoint.host if endpoint else None, protocol=endpoint.protocol if endpoint else "https",
         read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
     runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+    import urllib3  # the Tea SDK calls through requests: the Guard reaches its sockets
+
+    urllib3_guarded(urllib3)
+    guard = Guard(timeout_s)  # the whole call: the SDK's read timeout restarts at every byte read
     try:
-        body = Client(config).get_caller_identity_with_options(runtime).body
+        with guard:
+            body = Client(config).get_caller_identity_with_options(runtime).body
     except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+        if guard.fired:
+            exc = TimeoutError("no complete answer within %ds" % timeout_s)
         code = getattr(exc, "code", "") or type(exc).__name__
-        message = " ".join(str(getattr(exc, "message", "") or "").split())[:200]
+        message = " ".join(str(getattr(exc, "message", "") or (exc if guard.fired else "")).split())[:200]
         raise AccountUnknown("STS GetCallerIdentity failed (the account id names and guards the code bucket): "
                              "%s%s" % (code, ": " + message if message else ""), code=str(code)) from None
     account = str(getattr(body, "account_id", "") or "")

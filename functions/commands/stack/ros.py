@@ -11,6 +11,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional
 
+from functions.base.deadline import Guard, urllib3_guarded
 from functions.base.endpoints import resolve
 from functions.base.settings import Endpoint
 from functions.commands.stack.credentials import Keys
@@ -75,17 +76,25 @@ class Stacks:
         self._runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
         self.region = region
         self._sleep, self._clock = sleep, clock
+        self._timeout_s = timeout_s
+        import urllib3  # the Tea SDK calls through requests: let each attempt's Guard reach its sockets
+
+        urllib3_guarded(urllib3)
 
     def _attempt(self, fn: Callable[[], Any]) -> Any:
         """``fn()``, again after a transient failure (a lost connection, a read timeout, throttling, a 5xx), at
         most ATTEMPTS times with a growing pause. ``fn`` sends the same request object each time, so a
         CreateStack or UpdateStack retried carries the same ClientToken and ROS treats it as one operation."""
         for attempt in range(1, ATTEMPTS + 1):
+            guard = Guard(self._timeout_s)  # the whole attempt: the SDK's read timeout restarts at every byte
             try:
-                return fn()
+                with guard:
+                    return fn()
             except Exception as exc:  # the SDK's exception types vary by version; code and message are common
-                if attempt == ATTEMPTS or not _transient(exc):
-                    raise
+                if guard.fired:  # cut at the attempt's bound: transient, like a read timeout
+                    exc = TimeoutError("no complete answer within %ds" % self._timeout_s)
+                if attempt == ATTEMPTS or not (guard.fired or _transient(exc)):
+                    raise exc from None
                 self._sleep(float(attempt))
         raise AssertionError("unreachable")
 
