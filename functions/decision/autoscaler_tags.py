@@ -52,6 +52,12 @@ ZERO = "0"
 MODE_AUTO, MODE_ON, MODE_OFF = "auto", "on", "off"  # ACK_MIG_AUTOSCALER_TAGS (functions/base/settings.py)
 
 
+
+def _ascii_digits(text: str) -> bool:
+    """``str.isdigit`` admits superscripts and other scripts' digits that ``int`` refuses or reads: a tag
+    value is a count only in ASCII digits (anything else is shown as it is)."""
+    return text.isascii() and text.isdigit()
+
 def tag_key(resource: str) -> str:
     """The node pool tag that gives the template node ``resource``."""
     return TEMPLATE_RESOURCE + resource
@@ -254,7 +260,8 @@ def template_status(pool: "NodePool", mode: str) -> Dict[str, Any]:
     want = wanted(pool, MODE_ON)  # what the template should say, whoever writes it
     expected = None if want is None or want.tags is None else {k[len(TEMPLATE_RESOURCE):]: int(v)
                                                                  for k, v in want.tags.items()}
-    shown = {k[len(TEMPLATE_RESOURCE):]: int(v) if v.strip().isdigit() else v for k, v in advertised(pool.tags).items()}
+    shown = {k[len(TEMPLATE_RESOURCE):]: int(v) if _ascii_digits(v.strip()) else v
+             for k, v in advertised(pool.tags).items()}
     managed = mode == MODE_ON or (mode == MODE_AUTO and pool.auto_scaling)
     return {"auto_scaling": pool.auto_scaling, "managed": managed and _labelled(pool),
             "advertises": bool(expected) and shown == expected, "expected": expected, "advertised": shown,

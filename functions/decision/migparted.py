@@ -90,7 +90,7 @@ def _layout(entry: Mapping[str, Any]) -> Tuple[bool, Tuple[Tuple[str, int], ...]
 
 def _sort_key(name: str) -> Tuple[int, str]:
     head = name.split("g.", 1)[0]
-    return (-int(head) if head.isdigit() else 0, name)
+    return (-int(head) if head.isascii() and head.isdigit() else 0, name)
 
 
 def _one(config: str, filters: Tuple[str, ...], entries: List[Mapping[str, Any]],

@@ -61,6 +61,9 @@ ACTIVE_STEPS = (CORDONED, DRAINED, APPLYING, APPLIED)
 STOP_STEPS = (DRAIN_TIMEOUT, FAILED)
 
 _COUNT = re.compile(r"^[0-9]{1,4}\Z")
+# A rollout record is a flat object of about 200 characters: anything much longer is not ours, and is not
+# parsed at all (a node annotation can hold up to 256 KiB that anyone with node patch rights writes).
+MAX_PROGRESS_TEXT = 4096
 _PERCENT = re.compile(r"^([0-9]{1,3})%\Z")
 
 
@@ -99,15 +102,15 @@ class Progress:
     @classmethod
     def from_annotation(cls, text: Optional[str]) -> Optional["Progress"]:
         """None for no record or one that does not read (a hand-edited annotation starts over)."""
-        if not text:
+        if not text or len(text) > MAX_PROGRESS_TEXT:
             return None
         try:
-            data = json.loads(text)
+            data = json.loads(text)  # nested 1,000 deep raises RecursionError, caught below
             return cls(target=str(data["target"]), step=str(data["step"]), cordoned=bool(data.get("cordoned")),
                        since=float(data.get("since") or 0.0), reason=str(data.get("reason") or ""),
                        owner=str(data.get("owner") or ""), expires=float(data.get("expires") or 0.0),
                        drain=data.get("drain") is not False)
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             return None
 
 

@@ -108,7 +108,7 @@ def _tls(config: KubeConfig) -> ssl.SSLContext:
 
 def _retry_after(headers: Any) -> Optional[float]:
     text = (headers.get("Retry-After") or "").strip() if headers is not None else ""
-    return float(text) if text.isdigit() else None
+    return float(text) if text.isascii() and text.isdigit() else None
 
 
 class ClusterCredential:

@@ -50,7 +50,7 @@ def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> T
     name, labels = str(meta.get("name") or ""), meta.get("labels") or {}
     model = find_gpu_or_none(labels.get(GPU_NAME_LABEL)) if labels.get(GPU_NAME_LABEL) else None
     count_text = str(labels.get(GPU_COUNT_LABEL) or "")
-    if model is None or not count_text.isdigit() or not 0 < int(count_text) <= 16:
+    if model is None or not (count_text.isascii() and count_text.isdigit()) or not 0 < int(count_text) <= 16:
         return [], ["node %s: GPU model %r or count %r unknown (labels %s, %s): left out"
                     % (name, labels.get(GPU_NAME_LABEL), count_text, GPU_NAME_LABEL, GPU_COUNT_LABEL)]
     count, state, sequence = int(count_text), labels.get(STATE_LABEL), labels.get(SEQUENCE_LABEL)

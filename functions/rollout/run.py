@@ -78,7 +78,7 @@ def _gpus(d: Decision, kube: Optional[rp.KubeNode]) -> Optional[int]:
     if d.plan is not None and d.plan.gpus:
         return d.plan.gpus
     text = (kube.labels.get(rp.GPU_COUNT_LABEL) if kube is not None else "") or ""
-    return int(text) if text.isdigit() and int(text) > 0 else None
+    return int(text) if text.isascii() and text.isdigit() and int(text) > 0 else None
 
 
 def _expected(d: Decision, kube: Optional[rp.KubeNode]) -> Tuple[Dict[str, int], bool]:
@@ -89,7 +89,7 @@ def _expected(d: Decision, kube: Optional[rp.KubeNode]) -> Tuple[Dict[str, int],
             items = [] if d.partition is None else label_items(d.partition.kind, d.partition.value)
         except MigInputError:
             items = []
-        return {resource_name(i.lower()): 1 for i in items if not i.isdigit()}, False
+        return {resource_name(i.lower()): 1 for i in items if not (i.isascii() and i.isdigit())}, False
     return rp.expected_capacity([i.profile for i in d.plan.instances], _gpus(d, kube))
 
 

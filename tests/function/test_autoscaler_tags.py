@@ -164,3 +164,10 @@ def test_an_auto_pools_tags_are_left_to_its_own_step():
     assert planned.in_sync and planned.set == {}  # 8 A100 40GB x two 3g.20gb: as tagged
     emptied = plan_pool(auto, "on", ())
     assert emptied.remove == [key] and emptied.write == [(key, "0")]
+
+
+def test_a_tag_value_in_other_digits_is_shown_as_it_is_never_read_as_a_count():
+    # "²".isdigit() is True and int("²") raises; "٣".isdigit() is True and int("٣") is 3: neither is a count
+    for odd in ("²", "1²", "٣"):
+        view = template_status(pool(tags={K3G: odd}), "auto")
+        assert view["advertised"] == {"nvidia.com/mig-3g.20gb": odd} and not view["advertises"]

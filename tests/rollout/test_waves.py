@@ -363,3 +363,21 @@ def test_the_capacity_a_layout_must_publish_uses_the_device_plugins_names():
                  partition=PartitionLabel(kind="sequence", value="1g.24gb-me-1g.12gb.me-14"))
     assert rollout_run._expected(d, None) == ({"nvidia.com/mig-1g.24gb-me": 1, "nvidia.com/mig-1g.12gb.me": 1},
                                               False)
+
+
+def test_a_hostile_rollout_record_reads_as_none_and_never_raises():
+    from functions.decision.waves import MAX_PROGRESS_TEXT, Progress
+
+    good = Progress("3g.20gb", "cordoned", owner="me", expires=5.0)
+    assert Progress.from_annotation(good.to_annotation()) == good
+    deep = "[" * 1000 + "]" * 1000  # json.loads raises RecursionError on this: every reconcile stopped once
+    for text in (deep, "[" * 1000, '{"target": ' * 600, "x" * (MAX_PROGRESS_TEXT + 1),
+                 '{"target": "3g.20gb", "step": "cordoned", "pad": "%s"}' % ("y" * MAX_PROGRESS_TEXT), "[1, 2]", "7"):
+        assert Progress.from_annotation(text) is None, text[:30]
+
+
+def test_retry_after_counts_only_ascii_seconds():
+    from functions.kube.client import _retry_after
+
+    assert _retry_after({"Retry-After": "7"}) == 7.0
+    assert [_retry_after({"Retry-After": v}) for v in ("²", "٣", "1.5", "-1", "")] == [None] * 5

@@ -68,7 +68,7 @@ def _fits_fc(tag: str) -> bool:
         if p in FC_TAGS_PYTHON:
             return True
         # A stable-ABI wheel (cp37-abi3) loads on that CPython and every later one.
-        return abi == "abi3" and p.startswith("cp3") and p[3:].isdigit() and int(p[3:]) <= 10
+        return abi == "abi3" and p.startswith("cp3") and p[3:].isascii() and p[3:].isdigit() and int(p[3:]) <= 10
 
     return (any(python_ok(p) for p in python.split("."))
             and (platform in FC_PLATFORMS or (platform.startswith("manylinux") and platform.endswith("_x86_64"))))

@@ -124,6 +124,6 @@ def account_id(keys: Keys, region: str, endpoint: Optional[Any] = None, timeout_
         raise AccountUnknown("STS GetCallerIdentity failed (the account id names and guards the code bucket): "
                              "%s%s" % (code, ": " + message if message else ""), code=str(code)) from None
     account = str(getattr(body, "account_id", "") or "")
-    if not account.isdigit():
+    if not (account.isascii() and account.isdigit()):
         raise AccountUnknown("STS GetCallerIdentity named no account id (got %r)" % account[:40])
     return account
