@@ -505,6 +505,10 @@ DRAIN_EMPTYDIR = _var("ACK_MIG_DRAIN_EMPTYDIR", "memory", "GPU pods with emptyDi
                                                           "defers the node), `any` (as `kubectl drain "
                                                           "--delete-emptydir-data`) or `none` (any "
                                                           "emptyDir defers the node)", "rollout")
+DRAIN_SKIP_WAIT_S = _var("ACK_MIG_DRAIN_SKIP_WAIT_S", "300", "a GPU pod terminating for longer than this "
+                         "is not waited for (as `kubectl drain --skip-wait-for-delete-timeout`: a pod stuck on "
+                         "a NotReady kubelet would hold the drain to its deadline), seconds; `0`: always wait",
+                         "rollout")
 KUBE_MAX_ATTEMPTS = _var("ACK_MIG_KUBE_MAX_ATTEMPTS", "5", "attempts per Kubernetes API call on no "
                                                            "answer, throttling (429, `Retry-After` "
                                                            "honoured) or 5xx, within the invocation's "
@@ -543,6 +547,7 @@ class RolloutSettings:
     on_label_removal: str = "keep"
     drain_force: bool = False
     drain_emptydir: str = "memory"
+    drain_skip_wait_s: int = 300  # 0: always wait for a terminating pod
     kube_max_attempts: int = 5
     invocation_timeout_s: int = 0  # 0: the function's Timeout (Settings.function_timeout_s), else one wave
     kubeconfig: str = ""  # a file path (the command line's --kubeconfig); "" asks ACK for a credential
@@ -564,6 +569,7 @@ def rollout_from_env(env: Mapping[str, str]) -> RolloutSettings:
         on_label_removal=parse_choice(env, ON_LABEL_REMOVAL, "keep", LABEL_REMOVAL_CHOICES),
         drain_force=parse_bool(env, DRAIN_FORCE),
         drain_emptydir=parse_choice(env, DRAIN_EMPTYDIR, "memory", EMPTYDIR_CHOICES),
+        drain_skip_wait_s=parse_int(env, DRAIN_SKIP_WAIT_S, 300, 0, 86400),
         kube_max_attempts=parse_int(env, KUBE_MAX_ATTEMPTS, 5, 1, 10),
         invocation_timeout_s=parse_int(env, INVOCATION_TIMEOUT_S, 0, 0, 86400),
         kubeconfig=_get(env, KUBECONFIG),

@@ -14,7 +14,7 @@ Kinds (``kind``), schema :data:`SCHEMA`:
 * ``node-failed``: nodes this event ran that ended ``failed`` (a taint that could not be lifted included);
   one line per event. A decision ``error`` (a label that does not parse) is not a node failure: every timer
   would repeat it; ``status`` and ``doctor`` show it.
-* ``rollout-stopped``: per pool, a node of this event's rollout wave ended ``failed`` or ``drain-timeout``:
+* ``rollout-stopped``: per pool, a node of this event's rollout wave ended ``failed``, ``drain-timeout`` or ``drain-refused``:
   the pool's rollout waits until someone removes that node's record (unless the reason says the next run
   resumes it: the API server went away mid-wave). Such a ``failed`` node is also in ``node-failed``.
 * ``rollout-finished``: per pool, in an event that reconciles whole pools (the timer, a node pool operation, a
@@ -36,7 +36,7 @@ ATTEMPTS = 3  # per line: the first try and two retries
 TIMEOUT_S = 5.0  # one whole attempt: connect, send, read the answer (never past DEADLINE_S)
 DEADLINE_S = 20.0  # for all the lines of one event: an invocation never waits long on a webhook
 DONE = ("partitioned", "unchanged", "skipped")
-STOPPED = ("failed", "drain-timeout")
+STOPPED = ("failed", "drain-timeout", "drain-refused")
 
 
 def _cut(text: Any, limit: int = MAX_REASON) -> str:

@@ -26,10 +26,17 @@ needs the node's GPUs free, nothing else.
 A PodDisruptionBudget's 429 is tried again on the next pass, until the drain deadline; an API server that
 throttles (429 without the budget cause, after the client's own retries) likewise, reported as throttling.
 A pod already terminating (``deletionTimestamp``) is waited for, not evicted again: the node is drained
-only when a list no longer shows any GPU pod, never on an eviction's answer.
+only when a list no longer shows any GPU pod, never on an eviction's answer; but one terminating for longer
+than ``ACK_MIG_DRAIN_SKIP_WAIT_S`` is left, as ``kubectl drain --skip-wait-for-delete-timeout`` leaves it
+(``k8s.io/kubectl/pkg/drain/filters.go`` ``skipDeletedFilter``: a pod whose kubelet is gone never finishes).
+An eviction answered 500 because several PodDisruptionBudgets select the pod (``eviction.go``: "This pod has
+more than one PodDisruptionBudget, which the eviction subresource does not support.") is final: kubectl
+drain stops on it with the API server's message, and so does the rollout (``Pass.refused_by_api``).
 """
 
-from typing import Any, Dict, List, Mapping, NamedTuple, Tuple
+import calendar
+import time
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from node_bootstrap.kube.client import KubeError
 
@@ -38,15 +45,29 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EVICT, WAIT, LEAVE, REFUSE = "evict", "wait", "leave", "refuse"
 
 
+MULTI_BUDGET = "more than one PodDisruptionBudget"  # eviction.go's 500 message
+
+
 class Rules(NamedTuple):
-    """The settings ``ACK_MIG_DRAIN_FORCE`` and ``ACK_MIG_DRAIN_EMPTYDIR``."""
+    """The settings ``ACK_MIG_DRAIN_FORCE``, ``ACK_MIG_DRAIN_EMPTYDIR`` and ``ACK_MIG_DRAIN_SKIP_WAIT_S``."""
 
     force: bool = False
     emptydir: str = "memory"  # memory, any, none
+    skip_wait_s: int = 0  # 0: wait for every terminating pod (kubectl's default; the setting's is 300)
 
     @classmethod
     def from_settings(cls, rollout: Any) -> "Rules":
-        return cls(bool(getattr(rollout, "drain_force", False)), str(getattr(rollout, "drain_emptydir", "memory")))
+        return cls(bool(getattr(rollout, "drain_force", False)), str(getattr(rollout, "drain_emptydir", "memory")),
+                   int(getattr(rollout, "drain_skip_wait_s", 0) or 0))
+
+
+def _deleted_at(meta: Mapping[str, Any]) -> Optional[float]:
+    """``metadata.deletionTimestamp`` (RFC 3339, UTC, as the API server writes it) as epoch seconds."""
+    text = str(meta.get("deletionTimestamp") or "")
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
 
 
 def _asks_for_gpu(container: Mapping[str, Any]) -> bool:
@@ -80,8 +101,9 @@ def _emptydir_problem(pod: Mapping[str, Any], rules: Rules) -> str:
     return ""
 
 
-def verdict(pod: Mapping[str, Any], rules: Rules) -> Tuple[str, str]:
-    """What a drain does with one pod of the node: (EVICT | WAIT | LEAVE | REFUSE, why)."""
+def verdict(pod: Mapping[str, Any], rules: Rules, now: Optional[float] = None) -> Tuple[str, str]:
+    """What a drain does with one pod of the node: (EVICT | WAIT | LEAVE | REFUSE, why). ``now`` (epoch
+    seconds) lets a pod terminating for longer than ``rules.skip_wait_s`` be left instead of waited for."""
     meta = pod.get("metadata") or {}
     if not uses_gpu(pod):
         return LEAVE, "uses no GPU"
@@ -93,6 +115,9 @@ def verdict(pod: Mapping[str, Any], rules: Rules) -> Tuple[str, str]:
     if controller.get("kind") == "DaemonSet":
         return LEAVE, "a DaemonSet pod"
     if meta.get("deletionTimestamp"):
+        since = _deleted_at(meta)
+        if rules.skip_wait_s and now is not None and since is not None and now - since > rules.skip_wait_s:
+            return LEAVE, "terminating for more than %ds: not waited for" % rules.skip_wait_s
         return WAIT, "terminating"
     if not controller and not rules.force:
         return REFUSE, "declares no controller (ACK_MIG_DRAIN_FORCE=true evicts it, as kubectl drain --force)"
@@ -138,11 +163,13 @@ class Pass(NamedTuple):
     throttled: Dict[str, str]
     kept: Dict[str, str]
     errors: Dict[str, str]
+    refused_by_api: Dict[str, str] = {}  # evictions the API server refuses for good (several budgets: 500)
 
 
-def evict_pass(kube: Any, node_name: str, rules: Rules = Rules()) -> Pass:
-    """One pod list of the node, then one eviction per pod to move."""
+def evict_pass(kube: Any, node_name: str, rules: Rules = Rules(), now: Optional[float] = None) -> Pass:
+    """One pod list of the node, then one eviction per pod to move. ``now``: see :func:`verdict`."""
     listed = kube.list_pods(node_name)
+    final: Dict[str, str] = {}
     evicted: List[str] = []
     budget: Dict[str, str] = {}
     throttled: Dict[str, str] = {}
@@ -150,7 +177,7 @@ def evict_pass(kube: Any, node_name: str, rules: Rules = Rules()) -> Pass:
     kept = refused(listed, rules)
     remaining, gone = 0, 0
     for pod in listed:
-        kind, _ = verdict(pod, rules)
+        kind, _ = verdict(pod, rules, now)
         if kind == LEAVE:
             continue
         remaining += 1
@@ -168,8 +195,10 @@ def evict_pass(kube: Any, node_name: str, rules: Rules = Rules()) -> Pass:
                 throttled[name] = "the API server is throttling (429 Too Many Requests); tried again next pass"
             elif exc.status == 429:
                 budget[name] = str(exc)
+            elif exc.status == 500 and MULTI_BUDGET in str(exc):
+                final[name] = str(exc)
             else:
                 errors[name] = str(exc)
     # An evicted pod terminates gracefully (terminationGracePeriodSeconds) and holds its GPU until it is
     # gone: the node is drained only when a list no longer shows it, never on the eviction's answer.
-    return Pass(remaining - gone, evicted, budget, throttled, kept, errors)
+    return Pass(remaining - gone, evicted, budget, throttled, kept, errors, final)

@@ -40,6 +40,7 @@ from functions.base.settings import longest_run_s as run_lease
 log = logging.getLogger(__name__)
 
 DEFERRED, DRAIN_TIMEOUT, FAILED, SKIPPED = "deferred", "drain-timeout", "failed", "skipped"
+DRAIN_REFUSED = "drain-refused"  # the API server refuses an eviction for good (a pod under several budgets)
 DESTROY_REQUIRED = rp.DESTROY_REQUIRED  # the node refused a destroy-nothing apply; the next plan drains it
 POLL_S = 2.0
 CAS_ATTEMPTS = 5  # writes in a row that may meet a newer version of the node before the step gives up
@@ -348,12 +349,18 @@ class RolloutExecutor:
             for w in pending:
                 name = w.decision.node_name
                 try:
-                    one: Optional[dr.Pass] = dr.evict_pass(self.kube, name, self.rules)
+                    one: Optional[dr.Pass] = dr.evict_pass(self.kube, name, self.rules, now=self.clock())
                 except KubeError as exc:
                     one, failure = None, "cannot list or evict pods: %s" % exc
                 if one is not None and one.evicted:
                     event(self.kube, name, "MigRolloutDrain", "evicted %s" % ", ".join(one.evicted))
                 try:
+                    if one is not None and one.refused_by_api:
+                        # kubectl drain stops on this answer: no later pass can change it (drain.py)
+                        self._finish(w, DRAIN_REFUSED, rp.FAILED,
+                                     "drain-refused, node back on its old layout and uncordoned: %s"
+                                     % "; ".join("%s: %s" % kv for kv in sorted(one.refused_by_api.items())))
+                        continue
                     if one is not None and one.remaining == 0:
                         self._record(w, rp.DRAINED)
                         continue

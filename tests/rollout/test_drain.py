@@ -2,6 +2,8 @@
 which stay, which keep the node from being drained, and what the settings change. Against the TLS API
 server, and the rules one pod at a time."""
 
+import time
+
 import pytest
 
 from functions.rollout import drain as dr
@@ -125,3 +127,37 @@ def test_a_throttled_eviction_is_reported_as_throttling_not_as_a_budget(cluster)
     reason = result.nodes[0]["reason"]
     assert result.nodes[0]["outcome"] == "drain-timeout" and "throttling (429 Too Many Requests)" in reason
     assert "disruption budget" not in reason and not cluster.events("MigRolloutDrain")
+
+
+def test_a_pod_terminating_past_the_skip_wait_setting_is_left_as_kubectl_leaves_it():
+    """kubectl drain --skip-wait-for-delete-timeout (k8s.io/kubectl/pkg/drain/filters.go skipDeletedFilter)."""
+    import calendar
+    import time as _time
+
+    deleted = calendar.timegm(_time.strptime("2026-01-01T00:00:00", "%Y-%m-%dT%H:%M:%S"))
+    stuck = pod(GPU, terminating=True)
+    rules = dr.Rules(skip_wait_s=300)
+    assert dr.verdict(stuck, rules, now=deleted + 299)[0] == dr.WAIT
+    assert dr.verdict(stuck, rules, now=deleted + 301) == (dr.LEAVE, "terminating for more than 300s: not waited for")
+    assert dr.verdict(stuck, dr.Rules(skip_wait_s=0), now=deleted + 10 ** 6)[0] == dr.WAIT  # 0: always wait
+    assert dr.verdict(stuck, rules)[0] == dr.WAIT  # no clock, no skip
+    odd = pod(GPU, terminating=True)
+    odd["metadata"]["deletionTimestamp"] = "yesterday"
+    assert dr.verdict(odd, rules, now=deleted + 10 ** 6)[0] == dr.WAIT  # an unreadable time is waited for
+
+
+def test_a_pod_under_two_budgets_ends_the_node_drain_refused_at_once(cluster):
+    """eviction.go answers 500 for a pod that several budgets select; kubectl drain stops on it, so does the
+    rollout: at once, not at the drain deadline, with the API server's message, the node uncordoned."""
+    cluster.add_nodes(["node-a"])
+    cluster.api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet", labels={"app": "train"})
+    cluster.api.add_pdb("team", "one", {"app": "train"}, max_unavailable=1)
+    cluster.api.add_pdb("team", "two", {"app": "train"}, max_unavailable=1)
+    started = time.monotonic()
+    result = cluster.run(inventory=ONE, ACK_MIG_DRAIN_TIMEOUT_S="600")
+    node = result.nodes[0]
+    assert node["outcome"] == "drain-refused", node
+    assert "more than one PodDisruptionBudget" in node["reason"] and "team/train" in node["reason"]
+    assert time.monotonic() - started < 60  # not the 600 s deadline
+    assert cluster.transport.seen == [] and not cluster.unschedulable("node-a")
+    assert ("team", "train") in cluster.api.pods
