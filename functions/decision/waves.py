@@ -47,7 +47,10 @@ POOL_LABEL = "alibabacloud.com/nodepool-id"  # ACK labels every node of a pool w
 # What the function reads of a Node; the rest (managedFields, images, conditions, ...) is dropped as the
 # list arrives, so 10,000 Nodes fit the function's memory.
 KEPT_LABELS = ("nvidia.com/", "aliyun.accelerator/", "ack-mig-hook/", POOL_LABEL)
-KEPT_ANNOTATIONS = ("ack-mig-hook/",)
+# The cluster-autoscaler's own opt-out (cluster-autoscaler FAQ, "How can I prevent Cluster Autoscaler from scaling
+# down a particular node?"; ACK documents the same key): set on a node while the hook works on it.
+SCALE_DOWN_DISABLED = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+KEPT_ANNOTATIONS = ("ack-mig-hook/", SCALE_DOWN_DISABLED)
 KEPT_RESOURCES = ("nvidia.com/", "aliyun.com/")
 TARGET_OFF = "mig=off"  # the target of a roll to MIG off (ACK_MIG_ON_LABEL_REMOVAL=disable)
 
@@ -90,11 +93,14 @@ class Progress:
     # False: this node changes without cordon or drain (it only gains instances), so it takes no slot of
     # max-unavailable. A record written before the field existed was drained.
     drain: bool = True
+    # This rollout set SCALE_DOWN_DISABLED (so it removes it when the node ends); False: someone else's, or none.
+    autoscaler: bool = False
 
     def to_annotation(self) -> str:
         return json.dumps({"target": self.target, "step": self.step, "cordoned": self.cordoned,
                            "since": round(self.since, 3), "reason": self.reason, "owner": self.owner,
-                           "expires": round(self.expires, 3), "drain": self.drain}, sort_keys=True)
+                           "expires": round(self.expires, 3), "drain": self.drain,
+                           "autoscaler": self.autoscaler}, sort_keys=True)
 
     def held_by_another(self, me: str, now: float) -> bool:
         return bool(self.owner) and self.owner != me and now < self.expires
@@ -109,9 +115,20 @@ class Progress:
             return cls(target=str(data["target"]), step=str(data["step"]), cordoned=bool(data.get("cordoned")),
                        since=float(data.get("since") or 0.0), reason=str(data.get("reason") or ""),
                        owner=str(data.get("owner") or ""), expires=float(data.get("expires") or 0.0),
-                       drain=data.get("drain") is not False)
+                       drain=data.get("drain") is not False, autoscaler=data.get("autoscaler") is True)
         except (ValueError, KeyError, TypeError, RecursionError):
             return None
+
+
+def _ready(conditions: object) -> Optional[bool]:
+    """The Ready condition as k8s.io/api core/v1 NodeCondition has it: status "True", "False" or "Unknown"
+    (the node controller sets Unknown when the kubelet stops posting)."""
+    if not isinstance(conditions, list):
+        return None
+    for c in conditions:
+        if isinstance(c, dict) and c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return None
 
 
 def _kept(items: Optional[Mapping], prefixes: Tuple[str, ...]) -> Dict[str, str]:
@@ -131,6 +148,9 @@ class KubeNode:
     allocatable: Mapping[str, str] = field(default_factory=dict)
     taints: Tuple[str, ...] = ()
     resource_version: str = ""
+    # The kubelet's Ready condition: False when it says False or Unknown (a node the hook must count as
+    # unavailable), None when the object carries no conditions (a snapshot, a node not yet reporting).
+    ready: Optional[bool] = None
 
     @classmethod
     def from_object(cls, obj: Mapping) -> "KubeNode":
@@ -143,7 +163,8 @@ class KubeNode:
                    allocatable=_kept((obj.get("status") or {}).get("allocatable"), KEPT_RESOURCES),
                    taints=tuple("%s:%s" % (t.get("key"), t.get("effect")) for t in spec.get("taints") or []
                                 if isinstance(t, dict)),
-                   resource_version=str(meta.get("resourceVersion") or ""))
+                   resource_version=str(meta.get("resourceVersion") or ""),
+                   ready=_ready((obj.get("status") or {}).get("conditions")))
 
     @property
     def progress(self) -> Optional[Progress]:

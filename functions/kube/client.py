@@ -362,6 +362,24 @@ class KubeApi:
         namespace = (event.get("metadata") or {}).get("namespace") or "default"
         self.request("POST", "/api/v1/namespaces/%s/events" % quote(namespace, safe=""), event)
 
+    # ---- leases (coordination.k8s.io/v1): a pool's disruption budget ----
+
+    @staticmethod
+    def _leases(namespace: str) -> str:
+        return "/apis/coordination.k8s.io/v1/namespaces/%s/leases" % quote(namespace, safe="")
+
+    def get_lease(self, namespace: str, name: str) -> dict:
+        return self.request("GET", "%s/%s" % (self._leases(namespace), quote(name, safe="")))
+
+    def create_lease(self, namespace: str, lease: dict) -> dict:
+        """409 AlreadyExists when another writer created it first."""
+        return self.request("POST", self._leases(namespace), lease)
+
+    def replace_lease(self, namespace: str, lease: dict) -> dict:
+        """A PUT carrying ``metadata.resourceVersion``: applied only to that version (409 Conflict otherwise)."""
+        name = quote(str((lease.get("metadata") or {}).get("name") or ""), safe="")
+        return self.request("PUT", "%s/%s" % (self._leases(namespace), name), lease)
+
 
 def selectors_in(key: str, values: Iterable[str]) -> str:
     """A set-based label selector ``key in (a,b)`` (labels.Parse syntax)."""

@@ -88,6 +88,7 @@ class MemoryKube:
         self.pods: Dict[Tuple[str, str], dict] = {}
         self.pdbs: List[dict] = []
         self.events: List[dict] = []
+        self.leases: Dict[Tuple[str, str], dict] = {}
         self.on_evict_refused: Optional[Callable[[str, str], None]] = None
         self.rv = 0
         for name, node in (nodes or {}).items():
@@ -187,6 +188,34 @@ class MemoryKube:
         if any(e["metadata"]["name"] == event["metadata"]["name"] for e in self.events):
             raise ApiError("events %r already exists" % event["metadata"]["name"], 409, "AlreadyExists")
         self.events.append(copy.deepcopy(event))
+
+
+    # Leases as kube-apiserver's generic registry stores them: create refuses a name that exists (409
+    # AlreadyExists), an update carrying a resourceVersion other than the stored one is refused (409 Conflict).
+    def get_lease(self, namespace: str, name: str) -> dict:
+        if (namespace, name) not in self.leases:
+            raise ApiError('leases.coordination.k8s.io "%s" not found' % name, 404, "NotFound")
+        return copy.deepcopy(self.leases[(namespace, name)])
+
+    def create_lease(self, namespace: str, lease: dict) -> dict:
+        name = lease["metadata"]["name"]
+        if (namespace, name) in self.leases:
+            raise ApiError('leases.coordination.k8s.io "%s" already exists' % name, 409, "AlreadyExists")
+        stored = self._stamp(copy.deepcopy(lease))
+        stored["metadata"]["namespace"] = namespace
+        self.leases[(namespace, name)] = stored
+        return copy.deepcopy(stored)
+
+    def replace_lease(self, namespace: str, lease: dict) -> dict:
+        current = self.get_lease(namespace, lease["metadata"]["name"])
+        wanted = lease["metadata"].get("resourceVersion")
+        if wanted and wanted != current["metadata"]["resourceVersion"]:
+            raise ApiError('Operation cannot be fulfilled on leases.coordination.k8s.io "%s": the object has been '
+                           "modified; please apply your changes to the latest version and try again"
+                           % lease["metadata"]["name"], 409, "Conflict")
+        stored = self._stamp(copy.deepcopy(lease))
+        self.leases[(namespace, lease["metadata"]["name"])] = stored
+        return copy.deepcopy(stored)
 
 
 class NodeView:

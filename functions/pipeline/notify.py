@@ -35,7 +35,7 @@ MAX_REASON = 300
 ATTEMPTS = 3  # per line: the first try and two retries
 TIMEOUT_S = 5.0  # one whole attempt: connect, send, read the answer (never past DEADLINE_S)
 DEADLINE_S = 20.0  # for all the lines of one event: an invocation never waits long on a webhook
-DONE = ("partitioned", "unchanged", "skipped")
+DONE = ("partitioned", "unchanged", "skipped", "gone")  # gone: deleted mid-rollout, nothing left to do
 STOPPED = ("failed", "drain-timeout", "drain-refused")
 
 

@@ -34,6 +34,7 @@ from node_bootstrap.kube import KubeError
 
 from functions.base.model import ACTION_DEFER, Decision
 from functions.rollout import drain as dr
+from functions.rollout.budget import PoolBudget
 from functions.decision import waves as rp
 from functions.base.settings import longest_run_s as run_lease
 
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 
 DEFERRED, DRAIN_TIMEOUT, FAILED, SKIPPED = "deferred", "drain-timeout", "failed", "skipped"
 DRAIN_REFUSED = "drain-refused"  # the API server refuses an eviction for good (a pod under several budgets)
+GONE = "gone"  # the Node was deleted (the autoscaler, a spot reclaim, a person) while the wave worked on it
 DESTROY_REQUIRED = rp.DESTROY_REQUIRED  # the node refused a destroy-nothing apply; the next plan drains it
 POLL_S = 2.0
 CAS_ATTEMPTS = 5  # writes in a row that may meet a newer version of the node before the step gives up
@@ -58,6 +60,10 @@ class LeaseLost(Exception):
         return ("another invocation (%s) took this node over at step %s; it is left to that run"
                 % (p.owner or "-", p.step) if p is not None else "its rollout record was removed meanwhile; the "
                 "node is left as it is (the next invocation plans it again)")
+
+
+class NodeGone(Exception):
+    """The Node object is no longer there (404): the node ends ``gone`` and the wave goes on."""
 
 
 def event(kube: Any, node: str, reason: str, message: str, warning: bool = False) -> None:
@@ -81,6 +87,15 @@ def event(kube: Any, node: str, reason: str, message: str, warning: bool = False
             log.warning("event %s on %s not written: %s", reason, node, exc)
 
 
+def _opt_out(node: rp.KubeNode, previous: Optional[rp.Progress]) -> tuple:
+    """Whether this rollout holds the autoscaler's scale-down opt-out on the node, and the annotation to
+    write: set when missing (a cordoned, drained node is empty, just what scale-down looks for); one already
+    there is someone else's unless this hook's earlier record says it set it."""
+    if rp.SCALE_DOWN_DISABLED in node.annotations:
+        return bool(previous and previous.autoscaler), None
+    return True, {rp.SCALE_DOWN_DISABLED: "true"}
+
+
 def _deferred(d: Decision) -> dict:
     return {"instance_id": d.instance_id, "node_name": d.node_name, "outcome": DEFERRED, "reason": d.reason,
             "gpus": None}
@@ -97,6 +112,8 @@ class RolloutExecutor:
         self.settings = rollout.settings.rollout
         self.rules = dr.Rules.from_settings(self.settings)
         self.refused: Dict[str, str] = {}  # nodes that refused a destroy-nothing apply in this invocation: why
+        self.budget = PoolBudget(self.kube, rollout.owner, clock)
+        self.slots: Dict[str, str] = {}  # node name -> pool id: the pool slots this run holds
 
     def execute(self, request: Any, decisions: Sequence[Decision]) -> List[dict]:
         waves = self.rollout.waves
@@ -181,6 +198,8 @@ class RolloutExecutor:
     # ---- results ----
 
     def _end(self, w: Any, outcome: str, reason: str, base: Optional[dict] = None) -> None:
+        if w.decision.node_name in self.slots:  # the pool's slot goes back as soon as the node ends
+            self.budget.release(self.slots.pop(w.decision.node_name), w.decision.node_name)
         w.result = dict(base or {}, instance_id=w.decision.instance_id, node_name=w.decision.node_name,
                         outcome=outcome, reason=reason)
         w.result.setdefault("gpus", None)
@@ -190,27 +209,48 @@ class RolloutExecutor:
     def _leave(self, w: Any, lost: LeaseLost) -> None:
         self._end(w, DEFERRED, lost.why())
 
+    def _gone(self, w: Any) -> None:
+        step = w.progress.step if w.progress is not None else "claim"
+        why = ("gone: the node was deleted during the rollout (at step %s); nothing more is done on it, its slot "
+               "is free and the wave goes on" % step)
+        event(self.kube, w.decision.node_name, "MigRolloutNodeGone", why, warning=True)
+        self._end(w, GONE, why)
+
     # ---- reads and compare-and-swap writes ----
 
     def _read(self, w: Any) -> rp.KubeNode:
-        node = rp.KubeNode.from_object(self.kube.get_node(w.decision.node_name))
+        try:
+            answer = self.kube.get_node(w.decision.node_name)
+        except KubeError as exc:
+            if exc.status == 404:
+                raise NodeGone(w.decision.node_name) from exc
+            raise
+        node = rp.KubeNode.from_object(answer)
         w.rv = node.resource_version
         return node
 
-    def _patch(self, w: Any, progress: rp.Progress, spec: Optional[dict]) -> None:
-        """One write of the record on the version last seen (409 propagates)."""
-        patch: Dict[str, Any] = {"metadata": {"resourceVersion": w.rv,
-                                              "annotations": {rp.PROGRESS_ANNOTATION: progress.to_annotation()}}}
+    def _patch(self, w: Any, progress: rp.Progress, spec: Optional[dict],
+               notes: Optional[Dict[str, Optional[str]]] = None) -> None:
+        """One write of the record on the version last seen (409 propagates); ``notes``: other annotations
+        set (None removes) in the same write."""
+        patch: Dict[str, Any] = {"metadata": {"resourceVersion": w.rv, "annotations": dict(
+            notes or {}, **{rp.PROGRESS_ANNOTATION: progress.to_annotation()})}}
         if spec:
             patch["spec"] = spec
-        answer = self.kube.patch_node(w.decision.node_name, patch)  # one merge patch: the step and the cordon
+        try:
+            answer = self.kube.patch_node(w.decision.node_name, patch)  # one merge patch: the step and the cordon
+        except KubeError as exc:
+            if exc.status == 404:
+                raise NodeGone(w.decision.node_name) from exc
+            raise
         w.rv = str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "")
         w.progress = progress  # only once the API server has it
 
-    def _write(self, w: Any, progress: rp.Progress, spec: Optional[dict] = None) -> None:
+    def _write(self, w: Any, progress: rp.Progress, spec: Optional[dict] = None,
+               notes: Optional[Dict[str, Optional[str]]] = None) -> None:
         for _ in range(CAS_ATTEMPTS):
             try:
-                return self._patch(w, progress, spec)
+                return self._patch(w, progress, spec, notes)
             except KubeError as exc:
                 if exc.status != 409:
                     raise
@@ -224,17 +264,23 @@ class RolloutExecutor:
                 drain: Optional[bool] = None) -> None:
         old = w.progress
         keep = old is not None and old.target == w.target
+        ours = bool(old and old.autoscaler)
         progress = rp.Progress(w.target, step, old.cordoned if old else False, old.since if keep else self.clock(),
                                reason, self.rollout.owner, self.rollout.expires,
-                               (old.drain if keep else w.drain) if drain is None else drain)
-        # a node someone else cordoned stays cordoned
-        self._write(w, progress, {"unschedulable": None} if uncordon and progress.cordoned else None)
+                               (old.drain if keep else w.drain) if drain is None else drain,
+                               autoscaler=ours and not uncordon)
+        # A node someone else cordoned stays cordoned; the autoscaler's opt-out goes when the node ends, when
+        # this hook set it (someone else's stays).
+        self._write(w, progress, {"unschedulable": None} if uncordon and progress.cordoned else None,
+                    {rp.SCALE_DOWN_DISABLED: None} if uncordon and ours else None)
 
     def _finish(self, w: Any, outcome: str, step: str, reason: str, base: Optional[dict] = None) -> None:
         try:
             self._record(w, step, reason, uncordon=True)
         except LeaseLost as lost:
             return self._leave(w, lost)
+        except NodeGone:
+            return self._gone(w)
         except KubeError as exc:
             reason = "%s; the node could not be uncordoned or recorded: %s" % (reason, exc)
         name = w.decision.node_name
@@ -273,18 +319,20 @@ class RolloutExecutor:
                 # new pods may have come), cordoned first when its old path had not cordoned it.
                 step = p.step if same else (rp.CORDONED if w.drain else rp.APPLYING)
                 cordon = step == rp.CORDONED and not node.unschedulable
+                ours, notes = _opt_out(node, p)
                 progress = rp.Progress(w.target, step, p.cordoned or cordon, self.clock(),
                                        "resumed from invocation %s" % (p.owner or "-") if same
                                        else "target changed to %s" % w.target, me, self.rollout.expires,
-                                       p.drain if same else w.drain)
+                                       p.drain if same else w.drain, autoscaler=ours)
                 spec = {"unschedulable": True} if cordon else None
             elif not w.drain:  # only new instances: no cordon, no drain; the apply tells the node to destroy nothing
                 if not rp.work_needed(w.spec, node, w.gpu_model):
                     return self._end(w, SKIPPED, "already in the requested layout (%s) when claimed" % w.target)
+                ours, notes = _opt_out(node, p)
                 progress = rp.Progress(w.target, rp.APPLYING, False, self.clock(), "", me, self.rollout.expires,
-                                       drain=False)
+                                       drain=False, autoscaler=ours)
                 try:
-                    self._patch(w, progress, None)
+                    self._patch(w, progress, None, notes)
                 except KubeError as exc:
                     if exc.status != 409:
                         raise
@@ -303,11 +351,15 @@ class RolloutExecutor:
                         event(self.kube, name, "MigRolloutDeferred", why, warning=True)
                         return self._end(w, DEFERRED, why)
                     checked_pods = True
+                why = self._take_slot(w)
+                if why:
+                    return self._end(w, DEFERRED, why)
+                ours, notes = _opt_out(node, p)
                 progress = rp.Progress(w.target, rp.CORDONED, not node.unschedulable, self.clock(), "", me,
-                                       self.rollout.expires)
+                                       self.rollout.expires, autoscaler=ours)
                 spec = {"unschedulable": True}
             try:
-                self._patch(w, progress, spec)
+                self._patch(w, progress, spec, notes)
             except KubeError as exc:
                 if exc.status != 409:
                     raise
@@ -320,12 +372,28 @@ class RolloutExecutor:
         return self._end(w, DEFERRED, "the node kept changing while this run claimed it; the next invocation "
                                       "tries again")
 
+    def _take_slot(self, w: Any) -> str:
+        """A slot of the pool's budget for this node before its cordon ("" when taken, else why it waits)."""
+        name = w.decision.node_name
+        try:
+            why = self.budget.take(w.pool_id, w.pool_name or w.pool_id, name, w.limit, self.rollout.expires,
+                                   lambda: self.rollout.paused_now(w.pool_id))
+        except KubeError as exc:
+            return ("the pool's disruption budget (a coordination.k8s.io Lease in namespace %s) cannot be used: %s; "
+                    "the node is left untouched (RBAC: deploy/rbac.yaml grants leases get, create, update)"
+                    % (self.budget.namespace, str(exc)[:200]))
+        if not why:
+            self.slots[name] = w.pool_id
+        return why
+
     # ---- the wave ----
 
     def _run_wave(self, request: Any, wave: List[Any]) -> None:
         for w in wave:
             try:
                 self._claim(w)
+            except NodeGone:
+                self._gone(w)
             except KubeError as exc:
                 self._end(w, FAILED, "cannot claim or cordon: %s" % exc)
         try:
@@ -380,6 +448,9 @@ class RolloutExecutor:
                 except LeaseLost as lost:
                     self._leave(w, lost)
                     continue
+                except NodeGone:
+                    self._gone(w)
+                    continue
                 still.append(w)
             pending = still
             if pending:
@@ -394,6 +465,8 @@ class RolloutExecutor:
                 ready.append(w)
             except LeaseLost as lost:
                 self._leave(w, lost)
+            except NodeGone:
+                self._gone(w)
         if not ready:
             return
         # A lifecycle hook holds new instances, never a running node, and the inner executor has answered it
@@ -412,6 +485,8 @@ class RolloutExecutor:
                     self._finish(w, FAILED, rp.FAILED, "apply: %s" % r.get("reason"), base=r)
             except LeaseLost as lost:
                 self._leave(w, lost)
+            except NodeGone:
+                self._gone(w)
 
     def _fall_back(self, w: Any, r: dict) -> None:
         """The node refused the destroy-nothing apply before any change: recorded so the next plan takes it
@@ -432,6 +507,9 @@ class RolloutExecutor:
                 try:
                     node: Optional[rp.KubeNode] = self._read(w)
                     trouble = ""
+                except NodeGone:
+                    self._gone(w)
+                    continue
                 except KubeError as exc:  # one failed read is no verdict: read again on the next poll
                     node, trouble = None, "; the last read failed: %s" % exc
                 if node is not None and rp.capacity_shows(node, w.expected, w.exact):

@@ -68,6 +68,8 @@ class WaveNode:
     applied: Optional[dict] = None  # the delivery executor's answer when it applied this invocation
     drain: bool = True  # False: no cordon, no drain, the node told to destroy nothing (waves.change_path)
     pool_id: str = ""
+    pool_name: str = ""  # how reasons name the pool: "np-1 (gpu)"
+    limit: int = 1  # the pool's max-unavailable when planned: the budget its slot is taken under
 
 
 def _spec(d: Decision) -> Optional[PartitionSpec]:
@@ -191,6 +193,21 @@ class Rollout:
         self.decided.update(changed)
         self.drains.update({iid: d.drain for iid, d in changed.items()})
         return changed, waves
+
+    def paused_now(self, pool_id: str) -> str:
+        """Why the pool is paused as the ACK API has it now ("" when it is not, or cannot be read again:
+        the planned pool's labels then stand)."""
+        pool = self.pools[pool_id].pool if pool_id in self.pools else None
+        if self.pools_now is not None:
+            try:
+                pool = {p.nodepool_id: p for p in self.pools_now()}.get(pool_id, pool)
+            except Exception as exc:  # noqa: BLE001 - the ACK API: the plan's view of the pause stands
+                log.warning("pool %s not read again before its slot: %s", pool_id, exc)
+        if pool is not None and rp.paused(pool.labels):
+            return ("paused: pool %s was paused (%s=true) after this invocation planned; this node was not "
+                    "started; remove the label (ack-mig-hook rollout resume) to go on"
+                    % (_pool_name(pool, pool_id), rp.PAUSED_LABEL))
+        return ""
 
     def needs_drain(self, pool_id: str, pending: Sequence[str]) -> bool:
         """Whether the pool's next wave would drain, as far as the last plan knows: a waiting member planned
@@ -345,7 +362,8 @@ def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str
         expected, exact = _expected(d, node)
         waves[d.instance_id] = WaveNode(changed[d.instance_id], target, step.resume, expected, exact, node.progress,
                                         node.unschedulable, _spec(d), d.plan.gpu if d.plan else None,
-                                        node.resource_version, drain=step.drain, pool_id=pool_id)
+                                        node.resource_version, drain=step.drain, pool_id=pool_id,
+                                        pool_name=name, limit=limit)
 
 
 AUTO_LAYOUT_LABEL = "ack-mig-hook/layout"  # an auto pool has no partition label by design (docs/auto-pools.md)

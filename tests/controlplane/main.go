@@ -63,7 +63,7 @@ import (
 // but system:authenticated: tests bind them to roles of their own (one RBAC rule removed, say).
 const (
 	hookUser   = "ack-mig-hook-function-ram-role-id"
-	spareUsers = 8
+	spareUsers = 16
 )
 
 type state struct {

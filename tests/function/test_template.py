@@ -578,7 +578,7 @@ def test_rbac_stack_applies_the_cluster_role_of_deploy_rbac_yaml():
         assert app["Properties"]["RolePolicy"] == "None" and app["Properties"]["CreationMode"] == "Apply"
 
 
-def test_events_are_granted_only_in_the_namespace_the_function_writes_them_to():
+def test_events_and_leases_are_granted_only_in_the_namespace_the_function_writes_them_to():
     """No cluster-wide events create: deploy/rbac.yaml has a Role and RoleBinding in default; the stack
     applies the same rules as a ClusterRole bound at namespace level in default (ACK binds ClusterRoles)."""
     import inspect
@@ -591,7 +591,13 @@ def test_events_are_granted_only_in_the_namespace_the_function_writes_them_to():
     (role,) = [d for d in docs if d["kind"] == "Role"]
     (binding,) = [d for d in docs if d["kind"] == "RoleBinding"]
     assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == "default"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+                             {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                              "verbs": ["get", "create", "update"]}]
+    assert not any("leases" in r["resources"] for r in cluster_rules)
+    # The pools' budget Leases live there too.
+    from functions.rollout.budget import PoolBudget
+    assert PoolBudget(None, "me", lambda: 0.0).namespace == "default"
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}
     # The function writes its Node Events in that namespace.

@@ -140,7 +140,7 @@ class ControlPlane:
 
     def spare_user(self) -> typing.Tuple[str, Rest]:
         """A user of the token file bound to nothing yet (a test binds it as it needs): name, client.
-        Each call hands out another; there are 8 per control plane."""
+        Each call hands out another; there are 16 per control plane."""
         if not self._spare:
             raise RuntimeError("no spare users left in this control plane (tests/controlplane spareUsers)")
         name, token = self._spare.pop(0)

@@ -43,6 +43,9 @@ CALLS = {
     ("pods", "list"): ("GET", "/api/v1/pods"),
     ("pods/eviction", "create"): ("POST", "/eviction"),
     ("events", "create"): ("POST", "/api/v1/namespaces/default/events"),
+    ("leases", "get"): ("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/"),
+    ("leases", "create"): ("POST", "/apis/coordination.k8s.io/v1/namespaces/default/leases"),
+    ("leases", "update"): ("PUT", "/apis/coordination.k8s.io/v1/namespaces/default/leases/"),
 }
 
 

@@ -20,7 +20,8 @@ class Gate:
     def list_nodes(self, *args, **kwargs):
         out = self.backend.list_nodes(*args, **kwargs)
         if self.after_list is not None:
-            self.after_list()
+            hook, self.after_list = self.after_list, None  # the planning listing only
+            hook()
         return out
 
     def get_node(self, name):

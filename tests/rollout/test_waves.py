@@ -207,10 +207,12 @@ def test_capacity_that_never_shows_fails_the_node_uncordoned(cluster):
 
 
 def _rbac(method, path):
-    parts = path.strip("/").split("/")[2:]  # after api/v1
+    parts = path.strip("/").split("/")
+    parts = parts[3:] if parts[0] == "apis" else parts[2:]  # after apis/<group>/<version> or api/v1
     if parts[0] == "namespaces":
         parts = parts[2:]
-    verb = {"GET": "get" if len(parts) % 2 == 0 else "list", "PATCH": "patch", "POST": "create"}[method]
+    verb = {"GET": "get" if len(parts) % 2 == 0 else "list", "PATCH": "patch", "POST": "create",
+            "PUT": "update"}[method]
     resource = parts[0] + ("/" + parts[2] if len(parts) == 3 else "")
     return resource, "create" if method == "POST" else verb
 
@@ -227,9 +229,10 @@ def test_deploy_rbac_yaml_grants_exactly_the_calls_a_rollout_makes(cluster):
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, "deploy", "rbac.yaml")) as fh:
         roles = [d for d in yaml.safe_load_all(fh) if d and d["kind"] in ("ClusterRole", "Role")]
-    # events create is a Role in default (not cluster-wide): every Event is written there
-    assert all(p.startswith("/api/v1/namespaces/default/") for r in cluster.api.requests for p in [r.path]
-               if p.split("?")[0].endswith("/events"))
+    # events and leases are a Role in default (not cluster-wide): every Event and pool Lease is written there
+    assert all(p.startswith(("/api/v1/namespaces/default/", "/apis/coordination.k8s.io/v1/namespaces/default/"))
+               for r in cluster.api.requests for p in [r.path] if "/events" in p or "/leases" in p)
+    assert {("leases", "get"), ("leases", "create"), ("leases", "update")} <= used
     granted = {(res, verb) for role in roles for rule in role["rules"] for res in rule["resources"]
                for verb in rule["verbs"]}
     assert used <= granted, used - granted

@@ -78,6 +78,7 @@ import datetime
 import itertools
 import json
 import os
+import socket
 import ssl
 import tempfile
 import threading
@@ -297,6 +298,7 @@ class KubeApiServer:
         self.pdbs = {}  # type: Dict[Tuple[str, str], dict]
         self.graceful_evictions = False
         self.events = {}  # type: Dict[Tuple[str, str], dict]
+        self.leases = {}  # type: Dict[Tuple[str, str], dict]  coordination.k8s.io/v1
         # Other objects served as they are on GET (path -> object), e.g. a ClusterRole or a list of bindings.
         self.read_only = {}  # type: Dict[str, dict]
         self.requests = []  # type: List[Recorded]
@@ -309,6 +311,9 @@ class KubeApiServer:
         # Called after every successful PATCH of a node (name, new object): lets a test play the
         # device plugin, e.g. publish capacity once the labels say success.
         self.on_node_patch = None  # type: Optional[Callable[[str, dict], None]]
+        # Called with the server's lock held right after a PATCH of a node is stored (name, new object): a
+        # test can check an invariant of all nodes at that exact instant, before any other write lands.
+        self.on_node_stored = None  # type: Optional[Callable[[str, dict], None]]
         # Called after each list page is built (path, whether it continued a list): a test can compact.
         self.on_list_page = None  # type: Optional[Callable[[str, int], None]]
         # Status to answer with instead of serving, e.g. {"GET": 503}: outage tests.
@@ -595,6 +600,10 @@ def _handler_for(api):
 
         def setup(self):
             BaseHTTPRequestHandler.setup(self)
+            # The headers and the body go out as two writes: without TCP_NODELAY, Nagle holds the body until
+            # the client's delayed ACK of the headers, 40 ms on every answer (kube-apiserver, a Go server,
+            # sets TCP_NODELAY on every connection, the Go net package's default).
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self.connection_number = next(api._connections)
 
         def log_message(self, fmt, *args):  # keep test output clean
@@ -608,6 +617,10 @@ def _handler_for(api):
             return _cn(self.connection.getpeercert())
 
         def _send(self, status, body, content_type, record, headers=None):
+            # Recorded before the answer goes out: a test that reads api.requests once its call returned
+            # sees the call.
+            with api.lock:
+                api.requests.append(record._replace(status=status))
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
@@ -615,8 +628,6 @@ def _handler_for(api):
                 self.send_header(key, value)
             self.end_headers()
             self.wfile.write(body)
-            with api.lock:
-                api.requests.append(record._replace(status=status))
 
         def _reply(self, status, obj, record):
             text = obj.text if isinstance(obj, Serialized) else json.dumps(obj)
@@ -685,6 +696,9 @@ def _handler_for(api):
             if segs[:2] == ["api", "v1"] and (segs[2:] == ["events"] or (
                     len(segs) == 5 and segs[2] == "namespaces" and segs[4] == "events")):
                 return self._events(method, segs[3] if len(segs) == 5 else None, query, body, user)
+            if segs[:5] == ["apis", "coordination.k8s.io", "v1", "namespaces", segs[4] if len(segs) > 4 else ""] \
+                    and len(segs) in (6, 7) and segs[5] == "leases":
+                return self._lease(method, segs[4], segs[6] if len(segs) == 7 else None, body, user)
             if method == "GET" and "/" + "/".join(segs) in api.read_only:  # e.g. RBAC objects for doctor
                 with api.lock:
                     return 200, copy.deepcopy(api.read_only["/" + "/".join(segs)])
@@ -806,6 +820,8 @@ def _handler_for(api):
                 if wanted and wanted != current["metadata"]["resourceVersion"]:
                     raise _conflict("nodes", name)
                 api.nodes[name] = stored = api._stamp(updated)
+                if api.on_node_stored is not None:
+                    api.on_node_stored(name, stored)
             if api.on_node_patch is not None:
                 api.on_node_patch(name, stored)
             return 200, stored
@@ -924,6 +940,56 @@ def _handler_for(api):
                 event.setdefault("metadata", {}).update(namespace=namespace, uid="event-%d" % (len(api.events) + 1))
                 api.events[(namespace, name)] = api._stamp(event)
             return 201, event
+
+        def _lease(self, method, namespace, name, body, user):
+            """coordination.k8s.io/v1 Leases as the generic registry (k8s.io/apiserver
+            pkg/registry/generic/registry/store.go) serves them: create of an existing name is 409 AlreadyExists,
+            an update whose metadata.resourceVersion is not the stored one is 409 Conflict, a missing one 404.
+            The Node authorizer gives a kubelet its own Lease in kube-node-lease only (plugin/pkg/auth/
+            authorizer/node/node_authorizer.go authorizeLease)."""
+            if _node_of(user) is not None and namespace != "kube-node-lease":
+                raise Refused(403, 'leases.coordination.k8s.io is forbidden: User "%s" cannot %s resource "leases" '
+                                   'in API group "coordination.k8s.io" in the namespace "%s"'
+                              % (user, method.lower(), namespace))
+            key = (namespace, name)
+            if method == "GET" and name is not None:
+                with api.lock:
+                    lease = api.leases.get(key)
+                if lease is None:
+                    raise Refused(404, 'leases.coordination.k8s.io "%s" not found' % name, reason="NotFound",
+                                  details={"name": name, "group": "coordination.k8s.io", "kind": "leases"})
+                return 200, copy.deepcopy(lease)
+            if method not in ("POST", "PUT") or not isinstance(body, dict):
+                raise Refused(405 if method not in ("POST", "PUT") else 400, "method not allowed or body not JSON")
+            meta = body.get("metadata") or {}
+            if method == "PUT" and meta.get("name") != name:
+                raise Refused(400, "the name of the object (%s) does not match the name on the URL (%s)"
+                              % (meta.get("name"), name))
+            key = (namespace, meta.get("name") or "")
+            if not key[1]:
+                raise Refused(422, "metadata.name: Required value: name or generateName is required")
+            duration = (body.get("spec") or {}).get("leaseDurationSeconds")
+            if duration is not None and (not isinstance(duration, int) or duration <= 0):
+                # pkg/apis/coordination/validation/validation.go ValidateLeaseSpec
+                raise Refused(422, "spec.leaseDurationSeconds: Invalid value: %r: must be greater than 0" % duration)
+            lease = copy.deepcopy(body)
+            with api.lock:
+                current = api.leases.get(key)
+                if method == "POST":
+                    if current is not None:
+                        raise Refused(409, 'leases.coordination.k8s.io "%s" already exists' % key[1],
+                                      reason="AlreadyExists")
+                    lease["metadata"]["uid"] = "lease-%d" % (len(api.leases) + 1)
+                else:
+                    if current is None:
+                        raise Refused(404, 'leases.coordination.k8s.io "%s" not found' % key[1], reason="NotFound")
+                    wanted = meta.get("resourceVersion")
+                    if wanted and wanted != current["metadata"]["resourceVersion"]:
+                        raise _conflict("leases.coordination.k8s.io", key[1])
+                    lease["metadata"]["uid"] = current["metadata"]["uid"]
+                lease["metadata"]["namespace"] = namespace
+                api.leases[key] = api._stamp(lease)
+                return (201 if method == "POST" else 200), copy.deepcopy(api.leases[key])
 
         def do_GET(self):
             self._handle("GET")

@@ -1,0 +1,125 @@
+"""A pool's disruption budget, counted from the cluster: which nodes of the pool are unavailable now, and
+whether one more may be disrupted. Pure: the Lease's slot table and the pool's nodes come in as values;
+``functions.rollout.budget`` reads and writes them with a compare-and-swap.
+
+Why a table of slots and not only the nodes: between the moment an invocation decides to take a node and
+the moment its cordon reaches the API server, the node looks untouched, so two invocations counting nodes
+alone would both see a free slot (issue 25: three events at once cordoned three nodes under
+``max-unavailable`` 1). The slot is written first, on one object per pool (a ``coordination.k8s.io/v1``
+Lease), by a write that the API server applies only to the version read; whoever writes second reads again
+and counts the first one's slot. The node-level signs stay counted too, so a slot lost with a crashed run
+(it expires with that run's lease) never hides a node that is still cordoned.
+
+Disrupted, whoever caused it (Kured, Karpenter and the cluster-autoscaler count the same way):
+
+* a live slot of the table (not expired), unless its holder has visibly ended the node (a release that did
+  not land: the node's record, written by the same holder, is no longer in progress and the node is
+  schedulable), and unless the node is gone from the pool;
+* a node in a drained rollout step (this hook's record, whatever invocation wrote it);
+* a cordoned node (``spec.unschedulable``: ours or anyone's);
+* a node whose kubelet is not Ready (Ready ``False`` or ``Unknown``).
+
+A node already counted may be taken without taking another slot: it is unavailable either way.
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, Mapping, Optional, Tuple
+
+from functions.decision.waves import ACTIVE_STEPS, KubeNode
+
+SLOTS_ANNOTATION = "ack-mig-hook/slots"
+LEASE_PREFIX = "ack-mig-hook-pool-"
+# A slot is about 60 characters; a table longer than this is not ours (anyone with lease update rights in
+# the namespace can write the annotation) and reads as empty: the node-level signs still count.
+MAX_SLOTS_TEXT = 65536
+_NAME_CHARS = re.compile(r"[^a-z0-9.-]+")
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One node's slot: the invocation that holds it and when that invocation's lease runs out."""
+
+    owner: str
+    expires: float
+
+
+def lease_name(pool_id: str) -> str:
+    """The pool's Lease: a DNS subdomain name (lower case, ``[a-z0-9.-]``, at most 253 characters).
+    ACK pool ids are ``np`` and hexadecimal digits, so the mapping is one to one for them."""
+    text = _NAME_CHARS.sub("-", pool_id.lower()).strip("-.") or "none"
+    return (LEASE_PREFIX + text)[:253].rstrip("-.")
+
+
+def read_slots(text: Optional[str]) -> Dict[str, Slot]:
+    """The table from the Lease annotation; {} for none, or for one that is not ours (too long, not JSON,
+    nested, wrong types)."""
+    if not text or len(text) > MAX_SLOTS_TEXT:
+        return {}
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out = {}
+    for name, slot in data.items():
+        if isinstance(slot, dict) and isinstance(slot.get("owner"), str):
+            try:
+                out[str(name)] = Slot(slot["owner"], float(slot.get("expires") or 0.0))
+            except (TypeError, ValueError):
+                continue
+    return out
+
+
+def write_slots(slots: Mapping[str, Slot]) -> str:
+    return json.dumps({n: {"owner": s.owner, "expires": round(s.expires, 3)} for n, s in sorted(slots.items())},
+                      sort_keys=True)
+
+
+def _ended_by_holder(node: KubeNode, slot: Slot) -> bool:
+    p = node.progress
+    return p is not None and p.owner == slot.owner and p.step not in ACTIVE_STEPS and not node.unschedulable
+
+
+def disrupted(nodes: Iterable[KubeNode], slots: Mapping[str, Slot], now: float) -> Dict[str, str]:
+    """The pool's unavailable nodes, by name, each with why (module docstring). ``nodes``: every node of
+    the pool as the API server has it now."""
+    by_name = {n.name: n for n in nodes}
+    out: Dict[str, str] = {}
+    for name, slot in sorted(slots.items()):
+        node = by_name.get(name)
+        if slot.expires <= now or node is None or _ended_by_holder(node, slot):
+            continue
+        out[name] = "held by invocation %s" % (slot.owner or "-")
+    for name, node in sorted(by_name.items()):
+        if name in out:
+            continue
+        p = node.progress
+        if p is not None and p.step in ACTIVE_STEPS and p.drain:
+            out[name] = "rollout step %s" % p.step
+        elif node.unschedulable:
+            out[name] = "cordoned"
+        elif node.ready is False:
+            out[name] = "NotReady"
+    return out
+
+
+def admit(name: str, counted: Mapping[str, str], limit: int, pool: str) -> Tuple[bool, str]:
+    """Whether node ``name`` may be disrupted now under ``max-unavailable`` ``limit``: ``(yes, why not)``."""
+    if name in counted:
+        return True, ""
+    if len(counted) < limit:
+        return True, ""
+    shown = sorted(counted.items())[:5]
+    more = len(counted) - len(shown)
+    return False, ("the disruption budget of pool %s is taken: %d node(s) unavailable, max-unavailable %d (%s%s); "
+                   "this node waits for a slot" % (pool, len(counted), limit,
+                                                   ", ".join("%s: %s" % kv for kv in shown),
+                                                   ", and %d more" % more if more else ""))
+
+
+def kept(slots: Mapping[str, Slot], counted: Mapping[str, str]) -> Dict[str, Slot]:
+    """The slots worth writing back: those that still count (expired, released and gone ones drop out)."""
+    return {name: slot for name, slot in slots.items() if name in counted and counted[name].startswith("held by")}

@@ -1,0 +1,244 @@
+"""The pool's disruption budget holds across invocations (issue 25): a slot of ``max-unavailable`` is taken
+on the pool's Lease by a compare-and-swap before a node is cordoned, and everything the cluster shows as
+unavailable counts (cordoned by anyone, NotReady, a rollout step of any invocation)."""
+
+import json
+import os
+import random
+import threading
+import time
+
+import pytest
+
+from functions.decision import budget as pb
+from functions.kube.client import KubeApi
+from functions.decision.waves import KubeNode, Progress
+from tests.rollout.conftest import CLUSTER, NEW, POOL, snapshot
+
+TWELVE = ["node-%02d" % i for i in range(12)]
+SEEDS = int(os.environ.get("ACK_MIG_TEST_BUDGET_SEEDS", "25"))  # (a quicker run while working on it)
+LEASE = ("default", "ack-mig-hook-pool-np-mig")
+
+
+def ids(name):
+    return "i-%s" % name.replace("-", "")  # an ECS instance id: i- and letters and digits
+
+
+def manual(names):
+    return json.dumps({"cluster_id": CLUSTER, "nodepool_id": POOL, "instance_ids": [ids(n) for n in names]})
+
+
+def outcomes(result):
+    return {n["node_name"]: n["outcome"] for n in result.nodes}
+
+
+def slots(api):
+    lease = api.leases.get(LEASE)
+    return pb.read_slots(lease["metadata"]["annotations"][pb.SLOTS_ANNOTATION]) if lease else {}
+
+
+# ---- the count, pure ----
+
+def _node(name, unschedulable=False, ready=None, step=None, owner="run-1", drain=True):
+    notes = {}
+    if step:
+        notes["ack-mig-hook/rollout"] = Progress("sequence=x", step, owner=owner, expires=2000.0,
+                                                 drain=drain).to_annotation()
+    return KubeNode(name, annotations=notes, unschedulable=unschedulable, ready=ready)
+
+
+def test_what_counts_as_disrupted_whoever_caused_it():
+    nodes = [_node("a", unschedulable=True), _node("b", ready=False), _node("c", step="drained"),
+             _node("d", step="applying", drain=False), _node("e"), _node("f", step="done")]
+    table = {"e": pb.Slot("run-2", 1500.0), "f": pb.Slot("run-1", 1500.0), "gone": pb.Slot("run-3", 1500.0),
+             "old": pb.Slot("run-4", 900.0)}
+    counted = pb.disrupted(nodes, table, now=1000.0)
+    # a: someone's cordon; b: NotReady; c: a drained step; e: a slot taken before its cordon landed
+    assert counted == {"a": "cordoned", "b": "NotReady", "c": "rollout step drained", "e": "held by invocation run-2"}
+    # d changes without drain (loses no capacity); f's holder ended it (a release that did not land); the
+    # slot of a node that is gone and an expired slot count for nothing
+    assert pb.admit("d", counted, 5, "np")[0] and not pb.admit("d", counted, 4, "np")[0]
+    ok, why = pb.admit("d", counted, 4, "np (gpu)")
+    assert "pool np (gpu) is taken: 4 node(s) unavailable, max-unavailable 4" in why and "b: NotReady" in why
+    assert pb.admit("a", counted, 1, "np") == (True, "")  # already unavailable: taking it adds nothing
+    assert pb.kept(table, counted) == {"e": table["e"]}
+
+
+@pytest.mark.parametrize("text", ["[" * 5000, "x" * (pb.MAX_SLOTS_TEXT + 1), "[]", '{"a": 3}',
+                                  '{"a": {"owner": 1}}', '{"a": {"owner": "r", "expires": "soon"}}', "not json"])
+def test_a_slot_table_that_is_not_ours_reads_as_empty(text):
+    assert pb.read_slots(text) == {}
+
+
+def test_lease_names_are_dns_subdomains():
+    assert pb.lease_name("np6a0f0b2c1d") == "ack-mig-hook-pool-np6a0f0b2c1d"
+    assert pb.lease_name("NP_1/x") == "ack-mig-hook-pool-np-1-x"
+    assert len(pb.lease_name("n" * 400)) == 253
+
+
+def test_node_ready_is_read_from_its_conditions():
+    def ready(status):
+        return KubeNode.from_object({"metadata": {"name": "n"}, "status": {"conditions": [
+            {"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": status}]}}).ready
+    assert (ready("True"), ready("False"), ready("Unknown")) == (True, False, False)
+    assert KubeNode.from_object({"metadata": {"name": "n"}}).ready is None
+
+
+# ---- against the test API server ----
+
+def _not_ready(api, name):
+    def change(node):
+        node.setdefault("status", {})["conditions"] = [{"type": "Ready", "status": "Unknown",
+                                                         "reason": "NodeStatusUnknown"}]
+    api.update_node(name, change)
+
+
+def test_a_notready_node_takes_the_only_slot(cluster):
+    cluster.add_nodes()
+    _not_ready(cluster.api, "node-c")
+    result = cluster.run(ACK_MIG_MAX_UNAVAILABLE="1")
+    assert set(outcomes(result).values()) == {"deferred"}, result.nodes
+    reason = dict((n["node_name"], n["reason"]) for n in result.nodes)["node-a"]
+    assert "node-c: NotReady" in reason and "max-unavailable 1" in reason
+    assert not any(cluster.unschedulable(n) for n in ("node-a", "node-b")) and cluster.transport.seen == []
+
+
+def test_the_slot_is_given_back_when_the_node_ends_and_the_lease_names_its_holder(cluster):
+    cluster.add_nodes()
+    result = cluster.run(ACK_MIG_MAX_UNAVAILABLE="3")
+    assert set(outcomes(result).values()) == {"partitioned"}
+    lease = cluster.api.leases[LEASE]
+    assert slots(cluster.api) == {}
+    assert lease["spec"]["holderIdentity"] and lease["spec"]["leaseDurationSeconds"] > 0
+    assert lease["spec"]["renewTime"].endswith("Z") and lease["metadata"]["annotations"][
+        "ack-mig-hook/nodepool-id"] == POOL
+    writes = [r for r in cluster.api.requests if r.method == "PUT" and "/leases/" in r.path]
+    assert writes and all(r.body["metadata"]["resourceVersion"] for r in writes)  # every write a CAS
+
+
+def test_a_pause_set_after_planning_is_read_before_the_slot(cluster):
+    from functions.cloud.cluster import InventoryLookup
+
+    cluster.add_nodes()
+    paused = InventoryLookup.from_dict(snapshot(pool_labels={"ack-mig-hook/paused": "true"}))
+    plain = InventoryLookup.from_dict(snapshot())
+    calls = []
+
+    class Switch:  # the ACK API: the pool as planned, then paused when read again
+        def __getattr__(self, name):
+            return getattr(plain, name)
+
+        def nodepools(self, *args, **kwargs):
+            calls.append(1)
+            return (plain if len(calls) == 1 else paused).nodepools(*args, **kwargs)
+
+    result = cluster.run(lookup=Switch(), ACK_MIG_MAX_UNAVAILABLE="3")
+    assert set(outcomes(result).values()) == {"deferred"}, result.nodes
+    assert all("paused" in n["reason"] and "resume" in n["reason"] for n in result.nodes)
+    assert cluster.transport.seen == [] and not any(cluster.unschedulable(n) for n in ("node-a", "node-b", "node-c"))
+
+
+def test_without_lease_rights_nothing_is_cordoned(cluster):
+    cluster.add_nodes(["node-a"])
+    cluster.api.fail = {"PUT": 403}  # (only the Lease is written with PUT)
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert outcomes(result) == {"node-a": "deferred"}
+    assert "deploy/rbac.yaml grants leases" in result.nodes[0]["reason"] and not cluster.unschedulable("node-a")
+
+
+class Jitter:
+    """A Kubernetes backend whose every call waits a seeded random moment first: other schedules of the
+    same invocations."""
+
+    def __init__(self, backend, rng):
+        self.backend, self.rng = backend, rng
+
+    def __getattr__(self, name):
+        real = getattr(self.backend, name)
+        if not callable(real):
+            return real
+
+        def call(*args, **kwargs):
+            time.sleep(self.rng.choice((0, 0, 0, 0.0002, 0.001)))
+            return real(*args, **kwargs)
+        return call
+
+
+def _overlapping(cluster, seed, limit):
+    """3 events at once and, a moment later, 8 more, each naming its own share of the twelve nodes (as a
+    scale-out, the timer and a manual run would), each running waves while it has nodes; repeated until every
+    node is done. Returns the most nodes the pool ever had disrupted, checked at every node write, and the
+    nodes applied."""
+    api, rng = cluster.api, random.Random(seed)
+    peak = [0]
+
+    def check(name, stored):  # with the server's lock held: the state right after this write
+        busy = 0
+        for node in api.nodes.values():
+            text = (node["metadata"].get("annotations") or {}).get("ack-mig-hook/rollout")
+            record = Progress.from_annotation(text)
+            busy += bool((node.get("spec") or {}).get("unschedulable")
+                         or (record is not None and record.step in ("cordoned", "drained", "applying", "applied")))
+        peak[0] = max(peak[0], busy)
+
+    api.on_node_stored = check
+    inventory = snapshot(names=TWELVE, ids=ids)
+    for _ in range(20):
+        todo = [n for n in TWELVE if (cluster.annotation(n) or {}).get("step") != "done"]
+        if not todo:
+            break
+        errors, threads = [], []
+
+        def run(names, seed_k):
+            try:
+                cluster.run(inventory=inventory, event=manual(names), ACK_MIG_MAX_UNAVAILABLE=str(limit),
+                            ACK_MIG_INVOCATION_TIMEOUT_S="86400", kube=Jitter(KubeApi(cluster.config, sleep=lambda s: None),
+                                                                                random.Random(seed_k)))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        for count in (3, 8):
+            rng.shuffle(todo)
+            for share in [todo[i::count] or todo[:1] for i in range(count)]:
+                threads.append(threading.Thread(target=run, args=(share, rng.random()), daemon=True))
+                threads[-1].start()
+            time.sleep(rng.choice((0, 0.001, 0.005)))
+        for t in threads:
+            t.join(120)
+        assert errors == [] and not any(t.is_alive() for t in threads)
+    return peak[0], list(cluster.transport.seen)
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_overlapping_invocations_never_disrupt_more_than_the_budget(kube_api, tmp_path, monkeypatch, limit):
+    """3 and then 8 invocations at once on a pool of 12, 25 seeded schedules for each budget (50 in all): the
+    pool never has more than max-unavailable nodes disrupted; every node ends partitioned, none twice."""
+    from functions.rollout import run as rollout
+    from tests.rollout.conftest import Cluster
+
+    violations, runs = [], 0
+    for seed in range(SEEDS):
+        cluster = Cluster(kube_api, tmp_path)
+        monkeypatch.setattr(rollout, "clock", cluster.clock)
+        monkeypatch.setattr(rollout, "sleep", cluster.sleep)
+        _reset(kube_api)
+        cluster.add_nodes(TWELVE)
+        peak, seen = _overlapping(cluster, seed * 10 + limit, limit)
+        runs += 1
+        if peak > limit:
+            violations.append((seed, peak))
+        assert sorted(seen) == TWELVE, (seed, sorted(seen))  # each node applied exactly once
+        assert all(cluster.annotation(n)["step"] == "done" and not cluster.unschedulable(n) for n in TWELVE)
+        assert slots(kube_api) == {}
+        assert all(kube_api.nodes[n]["metadata"]["labels"]["aliyun.accelerator/nvidia_mig_sequence"] == NEW
+                   for n in TWELVE)
+    assert runs == SEEDS and violations == []
+
+
+def _reset(api):
+    with api.lock:
+        api.nodes.clear()
+        api.pods.clear()
+        api.events.clear()
+        api.leases.clear()
+        api.requests.clear()
