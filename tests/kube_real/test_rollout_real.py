@@ -78,10 +78,11 @@ def test_a_wave_of_twenty_nodes_under_budgets_never_disrupts_more_than_they_allo
     assert waits, "no drain had to wait for a budget: the test proves less than it says"
 
 
-def test_a_node_deleted_mid_drain_fails_alone_and_the_pool_goes_on(real_world, monkeypatch):
+def test_a_node_deleted_mid_drain_ends_gone_and_the_pool_goes_on(real_world, monkeypatch):
     """The Node object disappears while its drain waits on a budget (a scale-in, kubectl delete node); the
-    pod garbage collector then deletes its pods. The wave's node ends failed, naming the 404; nothing else
-    is touched; the next invocation goes on with the pool."""
+    pod garbage collector then deletes its pods. The wave's node ends gone (an outcome, not an error: it
+    does not stop the pool's rollout) and frees its slot; nothing else is touched; the next invocation goes
+    on with the pool."""
     h = Harness(real_world, monkeypatch, 3)
     victim = h.names[0]
     h.add_pods("train", nodes=[victim])
@@ -95,8 +96,11 @@ def test_a_node_deleted_mid_drain_fails_alone_and_the_pool_goes_on(real_world, m
     h.on_sleep = delete_node
     first = h.run()
     by = {n["node_name"]: n for n in first.nodes}
-    assert by[victim]["outcome"] == "failed", by[victim]
-    assert "not found" in by[victim]["reason"] and "404" in by[victim]["reason"], by[victim]
+    assert by[victim]["outcome"] == "gone", by[victim]
+    assert "the node was deleted during the rollout" in by[victim]["reason"], by[victim]
+    lease = real_world.cp.admin.ok("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/"
+                                   "ack-mig-hook-pool-" + h.pool)
+    assert lease["metadata"]["annotations"]["ack-mig-hook/slots"] == "{}"  # the slot given back
     assert [o for n, o in outcomes(first).items() if n != victim] == ["deferred", "deferred"]
     assert all(not real_world.node(n)["spec"].get("unschedulable") for n in h.names[1:])
     assert h.transport.seen == []

@@ -35,6 +35,11 @@ class Killer:
         self.kube.evict(namespace, name)
         self._count("evict %s" % name)
 
+    def replace_lease(self, namespace, lease):  # a slot of the pool's budget taken or given back
+        out = self.kube.replace_lease(namespace, lease)
+        self._count("lease %s" % lease["metadata"]["annotations"]["ack-mig-hook/slots"])
+        return out
+
     def create_event(self, event):
         self.kube.create_event(event)
         self._count("event %s" % event["reason"])
@@ -118,10 +123,14 @@ def check_resumed(c, where, played):
         c.now[0] = record["expires"] + 1
     again = c.run()
     a = next(n for n in again.nodes if n["node_name"] == "node-a")
-    finished = where in ("patch node-a [('unschedulable', None)]", "event MigRolloutDone")
+    # (the slot goes back after the node's last record and Event: a kill there leaves a finished node)
+    finished = where in ("patch node-a [('unschedulable', None)]", "event MigRolloutDone", "lease {}")
     assert a["outcome"] == ("skipped" if finished else "partitioned"), (where, a)
     assert c.annotation("node-a")["step"] == "done", where
     assert not c.unschedulable("node-a"), where
+    # the autoscaler's opt-out, set with the cordon, goes with the uncordon whichever run finishes the node
+    notes = c.api.nodes["node-a"]["metadata"]["annotations"]
+    assert "cluster-autoscaler.kubernetes.io/scale-down-disabled" not in notes, where
     assert c.api.nodes["node-a"]["metadata"]["labels"]["aliyun.accelerator/nvidia_mig_sequence"] == NEW
     assert ("team", "train-0") not in c.api.pods
     # the apply is sent again only when the kill fell between sending it and recording it
@@ -145,7 +154,7 @@ def test_killed_after_every_mutating_call_the_next_run_finishes_the_node_once(tm
         points.append(where)
         check_resumed(c, where, played)
     steps = " | ".join(points)
-    for expected in ("[('unschedulable', True)]", "event MigRolloutCordon",
+    for expected in ('lease {"node-a"', "lease {}", "[('unschedulable', True)]", "event MigRolloutCordon",
                      "evict train-0", "event MigRolloutDrain", "apply node-a", "[('unschedulable', None)]",
                      "event MigRolloutDone"):
         assert expected in steps, (expected, steps)
@@ -163,6 +172,7 @@ def test_killed_against_the_tls_api_server(cluster, where):
     cluster.api.nodes.clear()
     cluster.api.pods.clear()
     cluster.api.events.clear()
+    cluster.api.leases.clear()
     cluster.transport = probe.transport
     cluster.transport.seen.clear()
     cluster.add_nodes()
