@@ -137,6 +137,19 @@ def gpu_pods(pods: List[Mapping[str, Any]], rules: Rules = Rules()) -> List[Mapp
     return [p for p in pods if verdict(p, rules)[0] == EVICT]
 
 
+def gpu_daemon_pods(pods: List[Mapping[str, Any]]) -> List[Tuple[str, str]]:
+    """(namespace, name) of the DaemonSet pods that hold a GPU or MIG device: a drain leaves them (as kubectl
+    does), but the apply destroys the instances they hold, so they are evicted after it and their DaemonSet
+    recreates them on the new instances (NVIDIA's mig-manager stops every GPU client for the same reason).
+    Terminating ones are on their way already."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if uses_gpu(pod) and _controller(meta).get("kind") == "DaemonSet" and not meta.get("deletionTimestamp"):
+            out.append((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
+    return sorted(out)
+
+
 def refused(pods: List[Mapping[str, Any]], rules: Rules) -> Dict[str, str]:
     """The pods the rules keep from being evicted (pod -> why): such a node is not drained."""
     out = {}

@@ -469,6 +469,8 @@ class RolloutExecutor:
                 self._gone(w)
         if not ready:
             return
+        for w in ready:  # before the instances are destroyed: who holds them (drained nodes only)
+            w.daemon_pods = self._daemon_pods(w) if w.drain and (w.progress is None or w.progress.drain) else []
         # A lifecycle hook holds new instances, never a running node, and the inner executor has answered it
         # already with the other nodes: the wave's apply must not answer it a second time.
         plain = request.model_copy(update={"lifecycle": None}) if getattr(request, "lifecycle", None) else request
@@ -478,7 +480,7 @@ class RolloutExecutor:
             try:
                 if r.get("outcome") in ("partitioned", "unchanged"):
                     self._record(w, rp.APPLIED)
-                    w.applied = r
+                    w.applied = dict(r, reason=self._restart(w, r))
                 elif r.get("outcome") == DESTROY_REQUIRED:
                     self._fall_back(w, r)
                 else:
@@ -487,6 +489,36 @@ class RolloutExecutor:
                 self._leave(w, lost)
             except NodeGone:
                 self._gone(w)
+
+    def _daemon_pods(self, w: Any) -> List[Any]:
+        try:
+            return dr.gpu_daemon_pods(self.kube.list_pods(w.decision.node_name))
+        except KubeError as exc:
+            log.warning("GPU DaemonSet pods of %s not listed before the apply: %s", w.decision.node_name, exc)
+            return []
+
+    def _restart(self, w: Any, r: dict) -> str:
+        """Evict the node's GPU DaemonSet pods after an apply that changed instances (their devices are gone;
+        their DaemonSet recreates them on the new ones): the apply's reason, with what was done."""
+        reason = str(r.get("reason") or "")
+        if r.get("outcome") != "partitioned" or not w.daemon_pods:
+            return reason
+        done, failed = [], []
+        for namespace, name in w.daemon_pods:
+            try:
+                self.kube.evict(namespace, name)
+                done.append("%s/%s" % (namespace, name))
+            except KubeError as exc:
+                if exc.status == 404:  # gone already
+                    done.append("%s/%s" % (namespace, name))
+                else:
+                    failed.append("%s/%s (%s)" % (namespace, name, str(exc)[:120]))
+        if done:
+            event(self.kube, w.decision.node_name, "MigRolloutRestartGpuDaemons",
+                  "evicted after the apply so their DaemonSets recreate them on the new instances: %s" % ", ".join(done))
+        return "%s; GPU DaemonSet pods restarted: %s%s" % (
+            reason, ", ".join(done) or "none", "; NOT restarted (delete them by hand): %s" % ", ".join(failed)
+            if failed else "")
 
     def _fall_back(self, w: Any, r: dict) -> None:
         """The node refused the destroy-nothing apply before any change: recorded so the next plan takes it
@@ -561,12 +593,17 @@ class DryRunRolloutExecutor:
                                "goes the drained way in a later wave), wait for %s"
                                % ("resume after step %s, " % w.resume if w.resume else "", what, wait))
         kept: Dict[str, str] = {}
+        what_after = ""
         try:
             pods = kube.list_pods(d.node_name)
             names = ["%s/%s" % (p["metadata"].get("namespace"), p["metadata"].get("name"))
                      for p in dr.gpu_pods(pods, self.rules)]
             kept = dr.refused(pods, self.rules)
             evict = "evict %s" % (", ".join(names) if names else "no GPU pod")
+            daemons = dr.gpu_daemon_pods(pods)
+            if daemons:
+                what_after = "; after the apply, restart the GPU DaemonSet pods %s" % ", ".join(
+                    "%s/%s" % p for p in daemons)
         except KubeError as exc:
             evict = "evict the GPU pods (cannot list them now: %s)" % exc
         if kept and not w.resume:
@@ -576,5 +613,5 @@ class DryRunRolloutExecutor:
         cordon = ("resume after step %s" % w.resume if w.resume else
                   "leave the cordon someone else set" if w.cordoned else "cordon")
         return dict(base, outcome="dry-run",
-                    reason="dry run: would %s, %s (PodDisruptionBudgets respected), apply %s, wait for %s, uncordon"
-                           % (cordon, evict, what, wait))
+                    reason="dry run: would %s, %s (PodDisruptionBudgets respected), apply %s, wait for %s, uncordon%s"
+                           % (cordon, evict, what, wait, what_after))

@@ -70,6 +70,7 @@ class WaveNode:
     pool_id: str = ""
     pool_name: str = ""  # how reasons name the pool: "np-1 (gpu)"
     limit: int = 1  # the pool's max-unavailable when planned: the budget its slot is taken under
+    daemon_pods: Optional[List[Tuple[str, str]]] = None  # GPU DaemonSet pods found before the apply
 
 
 def _spec(d: Decision) -> Optional[PartitionSpec]:

@@ -161,3 +161,33 @@ def test_a_pod_under_two_budgets_ends_the_node_drain_refused_at_once(cluster):
     assert time.monotonic() - started < 60  # not the 600 s deadline
     assert cluster.transport.seen == [] and not cluster.unschedulable("node-a")
     assert ("team", "train") in cluster.api.pods
+
+
+def test_gpu_daemonset_pods_are_restarted_after_the_apply_and_listed_by_a_dry_run(cluster):
+    """A DaemonSet pod holding a GPU is left by the drain (kubectl's rule) but would keep a destroyed
+    instance: it is evicted after the apply, so its DaemonSet recreates it on the new instances. A
+    DaemonSet pod without a GPU (the device plugin itself) is left alone."""
+    from tests.rollout.conftest import snapshot
+
+    cluster.add_nodes(["node-a"])
+    api = cluster.api
+    api.add_pod("gpu-system", "dcgm-exporter-a", "node-a", gpus=1, owner_kind="DaemonSet")
+    api.add_pod("kube-system", "device-plugin-a", "node-a", owner_kind="DaemonSet")
+    api.add_pod("team", "train-a", "node-a", gpus=1, owner_kind="ReplicaSet")
+    inventory = snapshot(names=["node-a"])
+    dry = cluster.run(inventory=inventory, dry_run=True)
+    assert "after the apply, restart the GPU DaemonSet pods gpu-system/dcgm-exporter-a" in dry.nodes[0]["reason"]
+    assert ("gpu-system", "dcgm-exporter-a") in api.pods
+    evicted_before_apply = []
+    real = cluster.transport.run
+
+    def apply(targets):
+        evicted_before_apply.append(("gpu-system", "dcgm-exporter-a") not in api.pods)
+        return real(targets)
+    cluster.transport.run = apply
+    result = cluster.run(inventory=inventory)
+    assert result.nodes[0]["outcome"] == "partitioned", result.nodes
+    assert "GPU DaemonSet pods restarted: gpu-system/dcgm-exporter-a" in result.nodes[0]["reason"]
+    assert evicted_before_apply == [False]  # the drain left it; the apply's restart took it
+    assert ("gpu-system", "dcgm-exporter-a") not in api.pods and ("kube-system", "device-plugin-a") in api.pods
+    assert [e["involvedObject"]["name"] for e in cluster.events("MigRolloutRestartGpuDaemons")] == ["node-a"]
