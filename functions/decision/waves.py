@@ -120,6 +120,20 @@ class Progress:
             return None
 
 
+_INSTANCE = re.compile(r"^i-[a-z0-9]{1,64}\Z")
+
+
+def instance_of(provider_id: object) -> str:
+    """The ECS instance id in a Node's ``spec.providerID``: ``<region>.<instance id>``, with or without the
+    ``alicloud://`` scheme, as the Alibaba Cloud cloud-controller-manager writes and parses it
+    (kubernetes/cloud-provider-alibaba-cloud ``NodeFromProviderID``). "" for any other form."""
+    text = str(provider_id or "")[:256]
+    if text.startswith("alicloud://"):
+        text = text[len("alicloud://"):]
+    parts = text.split(".")
+    return parts[1] if len(parts) == 2 and _INSTANCE.match(parts[1]) else ""
+
+
 def _ready(conditions: object) -> Optional[bool]:
     """The Ready condition as k8s.io/api core/v1 NodeCondition has it: status "True", "False" or "Unknown"
     (the node controller sets Unknown when the kubelet stops posting)."""
@@ -151,6 +165,7 @@ class KubeNode:
     # The kubelet's Ready condition: False when it says False or Unknown (a node the hook must count as
     # unavailable), None when the object carries no conditions (a snapshot, a node not yet reporting).
     ready: Optional[bool] = None
+    instance_id: str = ""  # the ECS instance behind the node, from spec.providerID ("" when it has none)
 
     @classmethod
     def from_object(cls, obj: Mapping) -> "KubeNode":
@@ -164,7 +179,8 @@ class KubeNode:
                    taints=tuple("%s:%s" % (t.get("key"), t.get("effect")) for t in spec.get("taints") or []
                                 if isinstance(t, dict)),
                    resource_version=str(meta.get("resourceVersion") or ""),
-                   ready=_ready((obj.get("status") or {}).get("conditions")))
+                   ready=_ready((obj.get("status") or {}).get("conditions")),
+                   instance_id=instance_of(spec.get("providerID")))
 
     @property
     def progress(self) -> Optional[Progress]:

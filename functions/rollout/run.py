@@ -257,6 +257,7 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
     if view is None:
         return decisions, None
     pools = {t[0]: t[2] for t in targets if isinstance(t, tuple) and t[2] is not None}
+    decisions = _named_by_instance(decisions, view)
     partitions = [d for d in decisions if d.action == ACTION_PARTITION and d.node_name]
     unlabelled = [d for d in decisions if d.action == ACTION_SKIP and d.node_name and d.instance_id in pools
                   and not _has_label(pools[d.instance_id])]
@@ -324,6 +325,34 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
     return out, rollout
 
 
+def _named_by_instance(decisions: List[Decision], view: Any) -> List[Decision]:
+    """A node ACK lists without a node name (it reports the name late) is matched to its Kubernetes Node by
+    instance id (``spec.providerID``), so a running node never skips the rollout; one no Node claims is not a
+    Kubernetes node yet, and its reason says so. Without the API server, such a node waits like the rest."""
+    unnamed = [d for d in decisions if d.action == ACTION_PARTITION and not d.node_name and d.nodepool_id]
+    if not unnamed:
+        return decisions
+    try:
+        listed = view.pool_nodes({d.nodepool_id for d in unnamed})
+    except KubeError as exc:
+        why = ("ACK gives no node name and the Kubernetes API cannot be used to find one by instance id (%s); "
+               "the node waits" % str(exc)[:160])
+        ids = {d.instance_id for d in unnamed}
+        return [d.model_copy(update=dict(action=ACTION_DEFER, reason=why)) if d.instance_id in ids and not d.node_name
+                else d for d in decisions]
+    by_instance = {n.instance_id: n.name for nodes in listed.values() for n in nodes if n.instance_id}
+    ids = {d.instance_id for d in unnamed}
+    out = []
+    for d in decisions:
+        if d.instance_id in ids and d.instance_id in by_instance and not d.node_name:
+            d = d.model_copy(update=dict(node_name=by_instance[d.instance_id]))
+        elif d.instance_id in ids and not d.node_name:
+            d = d.model_copy(update=dict(reason="%s; ACK gives no node name and no Kubernetes node has this instance "
+                                                "(spec.providerID): not a Kubernetes node yet" % d.reason))
+        out.append(d)
+    return out
+
+
 def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str, Any],
                labelled: List[rp.KubeNode], paths: Dict[str, str], settings: Any, owner: str, now: float,
                changed: Dict[str, Decision], waves: Dict[str, WaveNode], mine: Optional[set] = None) -> None:
@@ -338,8 +367,14 @@ def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str
     try:
         limit = rp.max_unavailable(settings.rollout.max_unavailable, label, len(members) + len(bystanders))
     except rp.RolloutInputError as exc:
+        # The pool's setting is wrong, not its nodes: reported once (on its first node), the others untouched
+        # and pointing there, so a pool of 500 nodes is one error, not 500.
+        first = min(members, key=lambda d: (d.node_name or "", d.instance_id))
         for d in members:
-            changed[d.instance_id] = d.model_copy(update=dict(action=ACTION_ERROR, reason=str(exc)))
+            changed[d.instance_id] = (
+                d.model_copy(update=dict(action=ACTION_ERROR, reason="pool %s: %s" % (name, exc))) if d is first else
+                d.model_copy(update=dict(action=ACTION_SKIP, reason="not rolled: pool %s has an invalid setting, "
+                                                                     "reported once on node %s" % (name, first.node_name))))
         return
     candidates = []
     for d in members:

@@ -242,3 +242,26 @@ def _reset(api):
         api.events.clear()
         api.leases.clear()
         api.requests.clear()
+
+
+def test_a_running_node_listed_without_a_name_is_matched_by_instance_id(cluster):
+    """ACK reports a node name late: the running node is found by its spec.providerID and goes through the
+    rollout (cordon, drain) instead of being partitioned in place; an instance no Node claims is new."""
+    cluster.add_nodes(["node-a", "node-b"])
+    cluster.api.update_node("node-a", lambda n: n["spec"].__setitem__("providerID", "cn-hangzhou.i-nodea"))
+    inventory = snapshot(names=["node-a", "node-b"], ids=lambda n: "i-%s" % n.replace("-", ""))
+    inventory["nodes"][0]["node_name"] = ""
+    inventory["nodes"].append(dict(inventory["nodes"][1], instance_id="i-fresh", node_name=""))
+    result = cluster.run(inventory=inventory, ACK_MIG_MAX_UNAVAILABLE="2", dry_run=True)
+    by = {d.instance_id: d for d in result.decisions}
+    assert by["i-nodea"].node_name == "node-a" and by["i-nodea"].action == "partition"
+    assert "through the rollout" in by["i-nodea"].reason
+    assert "no Kubernetes node has this instance (spec.providerID)" in by["i-fresh"].reason
+
+
+def test_provider_ids_as_the_cloud_controller_manager_writes_them():
+    from functions.decision.waves import instance_of
+
+    assert instance_of("cn-hangzhou.i-bp1abc") == "i-bp1abc"
+    assert instance_of("alicloud://cn-beijing.i-2ze0xyz") == "i-2ze0xyz"
+    assert [instance_of(v) for v in ("", None, "aws:///us-east-1a/i-0abc", "cn.i-ABC", "a.b.i-x", "cn.i-x;rm")] == [""] * 6
