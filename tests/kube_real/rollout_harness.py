@@ -26,6 +26,11 @@ def node_labels(pool: str, sequence: str = OLD) -> Dict[str, str]:
     return {"aliyun.accelerator/nvidia_count": "8", POOL_LABEL: pool, STATE: "success", SEQUENCE: sequence}
 
 
+def instance_id(name: str) -> str:
+    """An ECS-shaped instance id for a node name (i- and letters and digits): events may name it."""
+    return "i-" + name.replace("-", "")
+
+
 def snapshot(cluster: str, pool: str, names: List[str], value: str = NEW, pool_labels: Optional[dict] = None) -> dict:
     labels = [{"key": "ack.aliyun.com/gpu-partition-sequence", "value": value}]
     labels += [{"key": k, "value": v} for k, v in (pool_labels or {}).items()]
@@ -34,7 +39,7 @@ def snapshot(cluster: str, pool: str, names: List[str], value: str = NEW, pool_l
                            "kubernetes_config": {"labels": labels},
                            "scaling_group": {"scaling_group_id": "asg-" + pool,
                                              "instance_types": ["ecs.ebmgn7.26xlarge"]}}],
-            "nodes": [{"instance_id": "i-" + n, "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge",
+            "nodes": [{"instance_id": instance_id(n), "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge",
                        "nodepool_id": pool, "state": "running", "ip_address": ["10.0.%d.%d" % (i // 250, i % 250 + 1)]}
                       for i, n in enumerate(names)]}
 
@@ -125,11 +130,16 @@ class Harness:
             self.owners[new] = owner
         self.world.settle()
 
-    def run(self, kube: Any = None, pool_labels: Optional[dict] = None, **env: str) -> Any:
+    def run(self, kube: Any = None, pool_labels: Optional[dict] = None, names: Optional[List[str]] = None,
+            **env: str) -> Any:
+        """The timer's event (every node of the pool), or a manual run naming ``names``."""
         settings = load_settings(dict(self.env, **env))
         executor = DeliveryExecutor.from_settings(settings, transport=self.transport)
         lookup = InventoryLookup.from_dict(snapshot(self.cluster, self.pool, self.names, pool_labels=pool_labels))
-        return run_event(json.dumps({"cluster_id": self.cluster}), settings, inventory=lookup, executor=executor,
+        event = {"cluster_id": self.cluster}
+        if names is not None:
+            event.update(nodepool_id=self.pool, instance_ids=[instance_id(n) for n in names])
+        return run_event(json.dumps(event), settings, inventory=lookup, executor=executor,
                          logger=JsonLogger("OFF"), kube=kube if kube is not None else self.world.client())
 
     def annotation(self, name: str) -> Optional[dict]:
