@@ -261,3 +261,28 @@ def test_a_scaled_budget_over_daemonset_pods(world):
     assert err.budget, err
     assert str(err).endswith("(The disruption budget b is still being processed by the server.)"), err
     assert err.retry_after == 10
+
+
+def test_a_pool_lease_is_created_once_and_updated_only_at_its_version(world):
+    """The pool budget's Lease (functions/rollout/budget.py): a second create is 409 AlreadyExists, an update
+    carrying an older resourceVersion is 409 Conflict, a missing Lease is 404, a zero duration is 422; the
+    update at the current version applies and the MicroTime the hook writes is accepted as written."""
+    from functions.rollout.budget import _micro_time
+
+    kube, name = world.client(), world.unique("ack-mig-hook-pool-np")
+    assert _raises(kube.get_lease, "default", name).status == 404
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "default", "annotations": {"ack-mig-hook/slots": "{}"}},
+            "spec": {}}
+    first = kube.create_lease("default", body)
+    again = _raises(kube.create_lease, "default", body)
+    assert (again.status, again.reason) == (409, "AlreadyExists")
+    mine = dict(first, spec={"holderIdentity": "run-1", "leaseDurationSeconds": 60,
+                             "renewTime": _micro_time(1767225600.5)})
+    updated = kube.replace_lease("default", mine)
+    assert updated["spec"]["renewTime"] == "2026-01-01T00:00:00.500000Z"
+    stale = _raises(kube.replace_lease, "default", dict(mine, spec={"holderIdentity": "run-2"}))
+    assert (stale.status, stale.reason) == (409, "Conflict")
+    assert kube.get_lease("default", name)["spec"]["holderIdentity"] == "run-1"
+    zero = dict(updated, spec={"holderIdentity": "run-3", "leaseDurationSeconds": 0})
+    assert _raises(kube.replace_lease, "default", zero).status == 422
