@@ -1,6 +1,6 @@
 """A pool's disruption budget, counted from the cluster: which nodes of the pool are unavailable now, and
 whether one more may be disrupted. Pure: the Lease's slot table and the pool's nodes come in as values;
-``functions.rollout.budget`` reads and writes them with a compare-and-swap.
+``functions.rollout.pool_lease`` reads and writes them with a compare-and-swap.
 
 Why a table of slots and not only the nodes: between the moment an invocation decides to take a node and
 the moment its cordon reaches the API server, the node looks untouched, so two invocations counting nodes

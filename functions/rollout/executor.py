@@ -34,7 +34,7 @@ from node_bootstrap.kube import KubeError
 
 from functions.base.model import ACTION_DEFER, Decision
 from functions.rollout import drain as dr
-from functions.rollout.budget import PoolBudget
+from functions.rollout.pool_lease import PoolBudget
 from functions.decision import waves as rp
 from functions.base.settings import longest_run_s as run_lease
 

@@ -328,18 +328,21 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
 def _named_by_instance(decisions: List[Decision], view: Any) -> List[Decision]:
     """A node ACK lists without a node name (it reports the name late) is matched to its Kubernetes Node by
     instance id (``spec.providerID``), so a running node never skips the rollout; one no Node claims is not a
-    Kubernetes node yet, and its reason says so. Without the API server, such a node waits like the rest."""
+    Kubernetes node yet, and its reason says so, as when the API server cannot be asked: most such targets
+    are a scale-out's new instances, which an outage must not hold up."""
     unnamed = [d for d in decisions if d.action == ACTION_PARTITION and not d.node_name and d.nodepool_id]
     if not unnamed:
         return decisions
     try:
         listed = view.pool_nodes({d.nodepool_id for d in unnamed})
     except KubeError as exc:
-        why = ("ACK gives no node name and the Kubernetes API cannot be used to find one by instance id (%s); "
-               "the node waits" % str(exc)[:160])
+        # Most unnamed targets are a scale-out's new instances, which no API outage should hold up (they were
+        # partitioned directly before this check existed): they go on, and the reason reports the gap.
+        why = ("ACK gives no node name and the Kubernetes API could not be asked for one by instance id (%s); "
+               "treated as a new node" % str(exc)[:160])
         ids = {d.instance_id for d in unnamed}
-        return [d.model_copy(update=dict(action=ACTION_DEFER, reason=why)) if d.instance_id in ids and not d.node_name
-                else d for d in decisions]
+        return [d.model_copy(update=dict(reason="%s; %s" % (d.reason, why))) if d.instance_id in ids
+                and not d.node_name else d for d in decisions]
     by_instance = {n.instance_id: n.name for nodes in listed.values() for n in nodes if n.instance_id}
     ids = {d.instance_id for d in unnamed}
     out = []

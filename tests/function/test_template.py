@@ -596,7 +596,7 @@ def test_events_and_leases_are_granted_only_in_the_namespace_the_function_writes
                               "verbs": ["get", "create", "update"]}]
     assert not any("leases" in r["resources"] for r in cluster_rules)
     # The pools' budget Leases live there too.
-    from functions.rollout.budget import PoolBudget
+    from functions.rollout.pool_lease import PoolBudget
     assert PoolBudget(None, "me", lambda: 0.0).namespace == "default"
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}

@@ -285,6 +285,12 @@ def _untoken(text):
         raise Refused(400, "continue key is not valid: illegal base64 data")
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's listen backlog is 5: a sixth client connecting at once (overlapping invocations) has its
+    # SYN dropped and retransmits after a second. kube-apiserver (Go) listens with the system's somaxconn.
+    request_queue_size = 128
+
+
 class KubeApiServer:
     """The server's state and its HTTPS listener. Create with :func:`kube_api_server`."""
 
@@ -328,7 +334,7 @@ class KubeApiServer:
         # Certificates are optional at the TLS layer only when bearer tokens are allowed; the handler
         # then insists on one of the two.
         context.verify_mode = ssl.CERT_OPTIONAL if self.tokens else ssl.CERT_REQUIRED
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self.httpd = _Server(("127.0.0.1", 0), _handler_for(self))
         self.httpd.daemon_threads = True
         self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]

@@ -20,6 +20,12 @@ def json_answer(status: int, payload: Any, headers: Optional[Dict[str, str]] = N
     return status, data, dict({"content-type": "application/json;charset=utf-8"}, **(headers or {}))
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's listen backlog is 5: a sixth client connecting at once has its SYN dropped and
+    # retransmits after a second.
+    request_queue_size = 128
+
+
 class LoopbackServer:
     _server: Optional[ThreadingHTTPServer] = None
 
@@ -66,7 +72,7 @@ class LoopbackServer:
 
             do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _serve
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         # A short poll: stop() (every test's teardown) otherwise waits up to 0.5 s for the loop to notice.
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
