@@ -93,16 +93,29 @@ def _lookup(args):
 
 
 def change(cs, cluster_id: str, pool_id: str, action: str) -> dict:
-    """Read the pool's labels, write them back with the pause set or removed when that changes them."""
-    name, labels = cs.nodepool_labels(cluster_id, pool_id)
-    wanted, changed = (paused_labels if action == "pause" else resumed_labels)(labels)
-    if changed and len(wanted) > MAX_LABELS:
-        raise RolloutInputError("node pool %s has %d labels, the most ACK allows; pausing needs one more: remove a "
-                                "label, or stop the rollout by reverting the partition label" % (pool_id, len(labels)))
-    if changed:
-        cs.set_nodepool_labels(cluster_id, pool_id, wanted)
-    return {"cluster_id": cluster_id, "nodepool_id": pool_id, "name": name, "action": action, "changed": changed,
-            "paused": action == "pause", "labels": [{"key": k, "value": v} for k, v in wanted]}
+    """Read the pool's labels, write them back with the pause set or removed when that changes them; checked
+    (functions/cloud/checked_write.py): a label someone else writes meanwhile is kept, never undone."""
+    from functions.cloud.checked_write import checked_write
+
+    names = {}
+
+    def read():
+        names["name"], labels = cs.nodepool_labels(cluster_id, pool_id)
+        return labels
+
+    def changed(labels):
+        wanted, differs = (paused_labels if action == "pause" else resumed_labels)(labels)
+        if differs and len(wanted) > MAX_LABELS:
+            raise RolloutInputError("node pool %s has %d labels, the most ACK allows; pausing needs one more: remove "
+                                    "a label, or stop the rollout by reverting the partition label"
+                                    % (pool_id, len(labels)))
+        return wanted if differs else None
+
+    done = checked_write("the labels of node pool %s" % pool_id, read, changed,
+                         lambda labels: cs.set_nodepool_labels(cluster_id, pool_id, labels))
+    return {"cluster_id": cluster_id, "nodepool_id": pool_id, "name": names["name"], "action": action,
+            "changed": done.written, "paused": action == "pause",
+            "labels": [{"key": k, "value": v} for k, v in done.value]}
 
 
 def _text(result: dict) -> str:
@@ -126,7 +139,8 @@ def _text(result: dict) -> str:
 def run(args) -> int:
     from functions.base.errors import EventOutcome, RetryLater
     from functions.commands.stack.credentials import CredentialsMissing
-    from functions.commands.stack.exit_codes import EXIT_FAILED, EXIT_USAGE, explain
+    from functions.cloud.checked_write import ConcurrentChange
+    from functions.commands.stack.exit_codes import EXIT_CONFLICT, EXIT_FAILED, EXIT_USAGE, explain
     from functions.base.textsafe import escape
 
     try:
@@ -134,7 +148,8 @@ def run(args) -> int:
         result = change(_lookup(args), args.cluster_id, args.pool, args.action)
     except (common.UsageError, RolloutInputError, CredentialsMissing, EventOutcome) as exc:
         # a refusal of the credentials or of the action is 4 or 5 with what to do, as in every command
-        default = EXIT_FAILED if isinstance(exc, RetryLater) else EXIT_USAGE
+        default = EXIT_CONFLICT if isinstance(exc, ConcurrentChange) else \
+            EXIT_FAILED if isinstance(exc, RetryLater) else EXIT_USAGE
         code, text = explain(" ".join(str(exc).split()), default)
         return fail(escape(text), code, args.json)
     print(json.dumps(result, indent=2) if args.json else _text(result))

@@ -47,9 +47,10 @@ def sync_pool_tags(request: Any, lookup: Any, cluster: str, settings: Any, dry_r
                 reason += "; a cluster snapshot: not written"
             else:
                 try:
-                    writer(cluster, pool.nodepool_id, decided.write)
-                    written = True
-                    reason += "; written (ModifyClusterNodePool)"
+                    done = _checked(lookup, cluster, pool, mode, (new_nodes or {}).get(pool.nodepool_id), writer)
+                    written = done.written
+                    reason += ("; written (ModifyClusterNodePool)" if written
+                               else "; in sync when read again (someone else wrote them meanwhile): not written")
                 except EventOutcome as exc:  # refused (ConfigurationError) or kept failing (RetryLater)
                     reason = ("the autoscaler tags were not written: %s; the next event or reconcile tries again, "
                               "partitioning goes on" % exc.reason)
@@ -60,3 +61,24 @@ def sync_pool_tags(request: Any, lookup: Any, cluster: str, settings: Any, dry_r
                                                reason=reason)
         out.append(entry)
     return out
+
+
+def _checked(lookup: Any, cluster: str, pool: Any, mode: str, new_node: Any, writer: Any) -> Any:
+    """The pool's tags written as functions/cloud/checked_write.py writes a list: read again before the write
+    (a tag the console sets meanwhile is kept: the list is computed again from it) and read back after."""
+    from functions.base.errors import ConfigurationError
+    from functions.cloud.checked_write import checked_write
+
+    def read() -> Any:
+        fresh = next((p for p in lookup.nodepools(cluster) if p.nodepool_id == pool.nodepool_id), None)
+        if fresh is None:
+            raise ConfigurationError("node pool %s is gone from the cluster" % pool.nodepool_id)
+        return fresh
+
+    def change(current: Any) -> Any:
+        decided = plan_pool(current, mode, new_node)
+        return None if decided is None else decided.write
+
+    return checked_write("the autoscaler tags of node pool %s" % pool.nodepool_id, read, change,
+                         lambda tags: writer(cluster, pool.nodepool_id, tags),
+                         key=lambda current: list(current.tags.items()))

@@ -239,3 +239,35 @@ def test_an_auto_pools_tags_name_the_planned_new_node_layout(cs):
                                    new_nodes={POOL: ()}))
     assert cleared["written"] and sorted(cleared["remove"]) == sorted([K1G, k2g, K3G])
     assert {k: v for k, v in cs.pool_tags(POOL) if k.startswith("k8s.io/")} == {K1G: "0", k2g: "0", K3G: "0"}
+
+
+def test_a_tag_the_console_adds_between_the_read_and_the_write_is_kept(cs):
+    """ModifyClusterNodePool has no precondition: the tags are read again just before the write; a list that
+    moved is taken again, so the console's tag stands beside ours (functions/cloud/checked_write.py)."""
+    before = copy.deepcopy(cs.pool(POOL)["scaling_group"]["tags"])
+    run(cs, modify_event(cs.cluster_id))  # a first run finds where the sync reads: the read just before its write
+    actions = [r.action for r in cs.requests]
+    reread = actions[:actions.index("ModifyClusterNodePool")].count("DescribeClusterNodePools")
+    cs.pool(POOL)["scaling_group"]["tags"] = before
+    cs.requests.clear()
+    cs.modified.clear()
+
+    def console(action, count):  # the console writes after the sync computed its list, before it writes
+        if action == "DescribeClusterNodePools" and count == reread:
+            cs.pool(POOL)["scaling_group"]["tags"].append({"key": "cost-center", "value": "cv-42"})
+    cs.on_request = console
+    result, _ = run(cs, modify_event(cs.cluster_id))
+    assert entry(result)["written"]
+    assert cs.pool_tags(POOL) == [("team", "ml-platform"), ("cost-center", "cv-42"), (K3G, "16")]
+    assert cs.calls("ModifyClusterNodePool") == 1
+
+
+def test_tags_that_change_under_every_attempt_are_that_pools_plain_reason(cs):
+    def busy(action, count):
+        if action == "DescribeClusterNodePools" and count >= 2:
+            cs.pool(POOL)["scaling_group"]["tags"].append({"key": "busy-%d" % count, "value": "x"})
+    cs.on_request = busy
+    result, _ = run(cs, modify_event(cs.cluster_id))
+    mine = entry(result)
+    assert not mine["written"] and cs.calls("ModifyClusterNodePool") == 0
+    assert "changed under each of 3 attempts to write them" in mine["reason"] and result.outcome == "done"

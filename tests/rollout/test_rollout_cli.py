@@ -87,7 +87,9 @@ def test_pause_and_resume_write_the_pools_labels_through_the_ack_api(cs, capsys,
     # the body says only what changes: the labels, no taints list (the SDK's model would send taints: []),
     # no update_nodes
     assert cs.modified == [{"nodepool_id": POOL, "body": {"kubernetes_config": {"labels": labels(cs)}}}]
-    assert [r.action for r in cs.requests[asked:]] == ["DescribeClusterNodePools", "ModifyClusterNodePool"]
+    # read, read again just before the write (someone else's change meanwhile would be seen), write, read back
+    assert [r.action for r in cs.requests[asked:]] == ["DescribeClusterNodePools", "DescribeClusterNodePools",
+                                                       "ModifyClusterNodePool", "DescribeClusterNodePools"]
     assert cs.pool(POOL)["kubernetes_config"]["taints"][0]["key"] == "ack-mig-hook/partition-pending"
     decisions = plan(cs)
     for name in ("cn-beijing.192.168.12.31", "cn-beijing.192.168.12.47"):
@@ -161,3 +163,33 @@ def test_the_pure_label_edits():
     assert paused_labels([(PAUSED, "true")]) == ([(PAUSED, "true")], False)
     assert resumed_labels([("a", "1"), (PAUSED, "TRUE")]) == ([("a", "1"), (PAUSED, "false")], True)
     assert resumed_labels([("a", "1"), (PAUSED, "false")]) == ([("a", "1"), (PAUSED, "false")], False)
+
+
+def test_a_label_the_console_writes_between_the_read_and_the_write_is_kept(cs, capsys):
+    """ModifyClusterNodePool has no precondition: the list is read again just before the write, and a list
+    that moved is taken again, so the console's new label stands beside the pause."""
+    def console(action, count):
+        if action == "DescribeClusterNodePools" and count == 2:  # between the first read and the write
+            cs.pool(POOL)["kubernetes_config"]["labels"].append({"key": "console-note", "value": "added"})
+    cs.on_request = console
+    code, out, err = rollout(capsys, cs, "pause")
+    assert (code, err) == (0, "") and "paused" in out
+    keys = [x["key"] for x in labels(cs)]
+    assert "console-note" in keys and PAUSED in keys
+    assert len(cs.modified) == 1 and {"key": "console-note", "value": "added"} in cs.modified[0]["body"][
+        "kubernetes_config"]["labels"]
+
+
+def test_a_list_that_changes_under_every_attempt_is_a_plain_conflict_and_nothing_is_written(cs, capsys):
+    calls = []
+
+    def busy(action, count):
+        if action == "DescribeClusterNodePools":
+            calls.append(count)
+            cs.pool(POOL)["kubernetes_config"]["labels"].append({"key": "busy-%d" % count, "value": "x"})
+    cs.on_request = busy
+    code, out, err = rollout(capsys, cs, "pause")
+    assert code == 6 and out == "" and "Traceback" not in err  # exit_codes.EXIT_CONFLICT
+    line = err.strip().splitlines()[0]
+    assert "the labels of node pool %s changed under each of 3 attempts" % POOL in line
+    assert cs.modified == [] and len(calls) == 6  # read and read again, three times

@@ -151,6 +151,9 @@ class CsEmulator(LoopbackServer):
         self._nonces: set = set()
         self._lock = threading.Lock()
         self.exchanges: List[contract.Exchange] = []
+        # Called with (action, how many calls of it so far, this one included) as a call arrives, before it is
+        # answered: another client (the console, Terraform) acting between this tool's calls.
+        self.on_request: Optional[Callable[[str, int], None]] = None
         contract.register(self)
 
     # ---- set-up ----
@@ -208,6 +211,8 @@ class CsEmulator(LoopbackServer):
         with self._lock:  # recorded on arrival (status 0 until answered), so a slow answer counts at once
             index = len(self.requests)
             self.requests.append(Recorded(action or "?", method, split.path, query, 0))
+        if self.on_request is not None:
+            self.on_request(action or "?", self.calls(action or "?"))
         status, payload, extra = self._dispatch(method, split.path, query, headers, body, action, cluster, pool_id)
         with self._lock:
             self.requests[index] = self.requests[index]._replace(status=status)
