@@ -36,6 +36,12 @@ Eviction (``POST .../pods/{name}/eviction``, ``pkg/registry/core/pod/storage/evi
     with the cause ``DisruptionBudget`` and ``Retry-After: 10``; one that allows no disruption -> 429 with
     the cause ``DisruptionBudget`` (``The disruption budget X needs N healthy pods and has M currently``)
     and no Retry-After; otherwise the pod is deleted and the answer is 201 Created with a Status.
+  * The budget's status is the disruption controller's (``disruption_controller_step``: disruption.go
+    ``trySync``), stored on the object and served by ``GET /apis/policy/v1/.../poddisruptionbudgets``; an
+    eviction reads it, spends one disruption and records the pod in ``status.disruptedPods`` (eviction.go
+    ``checkAndDecrement``; more than 2,000 entries: 403). The next sync drops entries of pods gone or older
+    than 2 minutes and counts the rest as not healthy. ``disruption_controller_auto`` (default) syncs before
+    each eviction; off, evictions between two syncs see only the decrements.
   * ``minAvailable``/``maxUnavailable``, integers or percentages, as the disruption controller counts
     (``kubeselect.disruptions_allowed``: a scaled budget counts controllers' replicas, so pods without a
     controller allow nothing, and one over a DaemonSet's pods never computes: 429 'still being processed'),
@@ -73,6 +79,7 @@ Use it through :func:`kube_api_server` (a context manager) or the ``kube_api`` p
 """
 
 import base64
+import calendar
 import copy
 import datetime
 import itertools
@@ -82,6 +89,7 @@ import socket
 import ssl
 import tempfile
 import threading
+import time
 import typing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -104,6 +112,8 @@ POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.rest
               "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP",
               "status.nominatedNodeName")  # pkg/registry/core/pod/strategy.go ToSelectableFields
 THROTTLED_TEXT = "Too many requests, please try again later.\n"
+DELETION_TIMEOUT_S = 120  # pkg/controller/disruption/disruption.go DeletionTimeout
+MAX_DISRUPTED_PODS = 2000  # pkg/registry/core/pod/storage/eviction.go MaxDisruptedPodSize
 
 
 class Recorded(typing.NamedTuple):
@@ -273,6 +283,14 @@ def _now():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _epoch(text):
+    # type: (str) -> float
+    try:
+        return calendar.timegm(time.strptime(str(text)[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return 0.0
+
+
 def _token(snapshot, after):
     return base64.urlsafe_b64encode(json.dumps({"s": snapshot, "a": after}).encode()).decode().rstrip("=")
 
@@ -303,6 +321,13 @@ class KubeApiServer:
         self.pods = {}  # type: Dict[Tuple[str, str], dict]
         self.pdbs = {}  # type: Dict[Tuple[str, str], dict]
         self.graceful_evictions = False
+        # The disruption controller (pkg/controller/disruption) writes each budget's status; an eviction reads
+        # that stored status, spends one disruption and records the pod in status.disruptedPods
+        # (eviction.go checkAndDecrement). True: the controller has caught up with every change when a request
+        # arrives (a real one reacts within moments): its step runs before each eviction. False: it runs only
+        # when a test calls disruption_controller_step(), to show the evictions between two of its syncs.
+        self.disruption_controller_auto = True
+        self._unprocessed = set()  # type: set  budgets the controller has not reached (add_pdb processed=False)
         self.events = {}  # type: Dict[Tuple[str, str], dict]
         self.leases = {}  # type: Dict[Tuple[str, str], dict]  coordination.k8s.io/v1
         # Other objects served as they are on GET (path -> object), e.g. a ClusterRole or a list of bindings.
@@ -466,10 +491,63 @@ class KubeApiServer:
             spec["maxUnavailable"] = max_unavailable
         pdb = self._stamp({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                            "metadata": {"name": name, "namespace": namespace, "generation": 1}, "spec": spec,
-                           "status": {"observedGeneration": 1 if processed else 0}})
+                           "status": {"observedGeneration": 0, "disruptionsAllowed": 0, "currentHealthy": 0,
+                                      "desiredHealthy": 0, "expectedPods": 0}})
         with self.lock:
             self.pdbs[(namespace, name)] = pdb
-        return pdb
+            if not processed:
+                self._unprocessed.add((namespace, name))
+        self.disruption_controller_step()
+        return self.pdbs[(namespace, name)]
+
+    def disruption_controller_step(self, now=None):
+        # type: (Optional[float]) -> None
+        """One sync of every budget, as pkg/controller/disruption/disruption.go ``trySync`` does:
+        ``buildDisruptedPodMap`` keeps an entry of status.disruptedPods only for a pod still there, not
+        terminating, and evicted less than ``DeletionTimeout`` (2 minutes) ago; ``countHealthyPods`` counts
+        Ready pods that are neither terminating nor in that map; ``updatePdbStatus`` writes expectedPods,
+        desiredHealthy, currentHealthy, disruptionsAllowed and observedGeneration. A budget whose sync fails
+        (``failSafe``: a scaled budget over pods without a scale subresource) gets disruptionsAllowed 0 and the
+        condition DisruptionAllowed=False, reason SyncFailed, and its observedGeneration is not advanced."""
+        now = time.time() if now is None else now
+        with self.lock:
+            for key, pdb in list(self.pdbs.items()):
+                if key in self._unprocessed:
+                    continue
+                namespace = key[0]
+                selected = [p for (ns, _), p in sorted(self.pods.items())
+                            if ns == namespace and kubeselect.pdb_selects(pdb, p["metadata"].get("labels") or {})]
+                present = {p["metadata"]["name"]: p for p in selected}
+                kept = {}
+                for pod_name, when in ((pdb.get("status") or {}).get("disruptedPods") or {}).items():
+                    pod = present.get(pod_name)
+                    if pod is None or pod["metadata"].get("deletionTimestamp"):
+                        continue
+                    if _epoch(when) + DELETION_TIMEOUT_S < now:
+                        continue  # the eviction never led to a deletion: the pod counts again
+                    kept[pod_name] = when
+                counted = kubeselect.disruptions_allowed(pdb, selected, kept)
+                status = dict(pdb.get("status") or {})
+                status.update(expectedPods=counted["expectedPods"], desiredHealthy=counted["desiredHealthy"],
+                              currentHealthy=counted["currentHealthy"],
+                              disruptionsAllowed=counted["disruptionsAllowed"])
+                if kept:
+                    status["disruptedPods"] = kept
+                else:
+                    status.pop("disruptedPods", None)
+                if counted["syncFailed"]:
+                    status["conditions"] = [{"type": "DisruptionAllowed", "status": "False", "reason": "SyncFailed",
+                                             "message": counted["syncFailed"]}]
+                else:
+                    status["observedGeneration"] = pdb["metadata"].get("generation", 1)
+                    status["conditions"] = [{"type": "DisruptionAllowed",
+                                             "status": "True" if counted["disruptionsAllowed"] > 0 else "False",
+                                             "reason": "SufficientPods" if counted["disruptionsAllowed"] > 0
+                                             else "InsufficientPods"}]
+                if status != pdb.get("status"):
+                    updated = copy.deepcopy(pdb)
+                    updated["status"] = status
+                    self.pdbs[key] = self._stamp(updated)
 
     def finish_termination(self, namespace, name):
         # type: (str, str) -> None
@@ -702,6 +780,17 @@ def _handler_for(api):
             if segs[:2] == ["api", "v1"] and (segs[2:] == ["events"] or (
                     len(segs) == 5 and segs[2] == "namespaces" and segs[4] == "events")):
                 return self._events(method, segs[3] if len(segs) == 5 else None, query, body, user)
+            if segs[:4] == ["apis", "policy", "v1", "namespaces"] and len(segs) in (6, 7) \
+                    and segs[5] == "poddisruptionbudgets" and method == "GET":
+                with api.lock:
+                    if len(segs) == 7:
+                        pdb = api.pdbs.get((segs[4], segs[6]))
+                        if pdb is None:
+                            raise Refused(404, 'poddisruptionbudgets.policy "%s" not found' % segs[6], reason="NotFound")
+                        return 200, copy.deepcopy(pdb)
+                    return 200, {"kind": "PodDisruptionBudgetList", "apiVersion": "policy/v1",
+                                 "metadata": {"resourceVersion": str(api.rv)},
+                                 "items": [copy.deepcopy(b) for (ns, _), b in sorted(api.pdbs.items()) if ns == segs[4]]}
             if segs[:5] == ["apis", "coordination.k8s.io", "v1", "namespaces", segs[4] if len(segs) > 4 else ""] \
                     and len(segs) in (6, 7) and segs[5] == "leases":
                 return self._lease(method, segs[4], segs[6] if len(segs) == 7 else None, body, user)
@@ -873,32 +962,45 @@ def _handler_for(api):
                         raise Refused(500, "This pod has more than one PodDisruptionBudget, which the eviction "
                                            "subresource does not support.", reason="")
                     if budgets:
-                        pdb = budgets[0]
+                        if api.disruption_controller_auto:
+                            api.disruption_controller_step()
+                        pdb = api.pdbs[(namespace, budgets[0]["metadata"]["name"])]
                         pdb_name = pdb["metadata"]["name"]
-                        status = api.budget_status(namespace, pdb_name)
+                        status = pdb.get("status") or {}  # as the controller last wrote it, never counted here
+                        failed = any(c.get("reason") == "SyncFailed" for c in status.get("conditions") or [])
                         if not kubeselect.pod_ready(pod) and (
                                 pdb["spec"].get("unhealthyPodEvictionPolicy") == "AlwaysAllow"
-                                or status["currentHealthy"] >= status["desiredHealthy"] > 0):
+                                or status.get("currentHealthy", 0) >= status.get("desiredHealthy", 0) > 0):
                             budgets = []  # an unready pod while the budget is met: deleted, nothing spent
                     if budgets:
                         # A budget whose sync fails (failSafe) never records an observedGeneration: taken here
                         # as one that never computed, the usual case (a DaemonSet's pods under a scaled budget).
-                        if pdb["status"].get("observedGeneration", 0) < pdb["metadata"].get("generation", 1) or \
-                                status["syncFailed"]:
+                        if status.get("observedGeneration", 0) < pdb["metadata"].get("generation", 1) or failed:
                             raise Refused(429, "Cannot evict pod as it would violate the pod's disruption budget.",
                                           details={"causes": [{"reason": "DisruptionBudget", "type": "DisruptionBudget",
                                                                "message": "The disruption budget %s is still being "
                                                                           "processed by the server." % pdb_name}],
                                                    "retryAfterSeconds": 10}, headers={"Retry-After": "10"})
-                        if status["disruptionsAllowed"] < 1:
-                            if status["currentHealthy"] <= status["desiredHealthy"]:
+                        if status.get("disruptionsAllowed", 0) < 1:
+                            if status.get("currentHealthy", 0) <= status.get("desiredHealthy", 0):
                                 why = "The disruption budget %s needs %d healthy pods and has %d currently" % (
-                                    pdb_name, status["desiredHealthy"], status["currentHealthy"])
+                                    pdb_name, status.get("desiredHealthy", 0), status.get("currentHealthy", 0))
                             else:
                                 why = "The disruption budget %s does not allow evicting pods currently" % pdb_name
                             raise Refused(429, "Cannot evict pod as it would violate the pod's disruption budget.",
                                           details={"causes": [{"reason": "DisruptionBudget", "type": "DisruptionBudget",
                                                                "message": why}]})
+                        disrupted = dict(status.get("disruptedPods") or {})
+                        if len(disrupted) > MAX_DISRUPTED_PODS:
+                            raise Refused(403, "DisruptedPods map too big - too many evictions not confirmed by PDB "
+                                               "controller")
+                        # checkAndDecrement: one disruption spent, the pod recorded, until the controller's next
+                        # sync sees it go (the budget's own write: a new resourceVersion)
+                        disrupted[name] = _now()
+                        spent = copy.deepcopy(pdb)
+                        spent["status"] = dict(status, disruptionsAllowed=status["disruptionsAllowed"] - 1,
+                                               disruptedPods=disrupted)
+                        api.pdbs[(namespace, pdb_name)] = api._stamp(spent)
                 if api.graceful_evictions and phase not in ("Succeeded", "Failed"):
                     if not pod["metadata"].get("deletionTimestamp"):
                         terminating = copy.deepcopy(pod)

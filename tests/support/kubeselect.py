@@ -26,7 +26,7 @@ Sources (kubernetes/kubernetes):
 
 import math
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Container, Dict, List, Mapping, Optional, Tuple
 
 _KEY = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,252}/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 _VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?\Z")
@@ -200,7 +200,8 @@ def _controller(pod: Mapping[str, Any]) -> Mapping[str, Any]:
                 {})
 
 
-def disruptions_allowed(pdb: Mapping[str, Any], selected: List[Mapping[str, Any]]) -> Dict[str, Any]:
+def disruptions_allowed(pdb: Mapping[str, Any], selected: List[Mapping[str, Any]],
+                        disrupted: Container[str] = ()) -> Dict[str, Any]:
     """The status the disruption controller writes: expectedPods, desiredHealthy, currentHealthy,
     disruptionsAllowed, and ``syncFailed`` (the SyncFailed condition's message, "" when it computed).
 
@@ -208,7 +209,8 @@ def disruptions_allowed(pdb: Mapping[str, Any], selected: List[Mapping[str, Any]
     scaled on the controllers' replicas (``getExpectedScale``), here each controller's selected pods: a pod
     without a controller adds nothing (an 'unmanaged pod'), a controller without a scale subresource (a
     DaemonSet, a Job) fails the sync, which allows nothing. No expected pod allows nothing either
-    (``updatePdbStatus``)."""
+    (``updatePdbStatus``). ``disrupted``: names of pods an eviction recorded in ``status.disruptedPods`` that the
+    controller has not seen go yet: not healthy (``countHealthyPods``)."""
     spec = pdb.get("spec") or {}
     scaled = spec.get("maxUnavailable") is not None or str(spec.get("minAvailable", "")).endswith("%")
     expected = len(selected)
@@ -232,7 +234,7 @@ def disruptions_allowed(pdb: Mapping[str, Any], selected: List[Mapping[str, Any]
         desired = _scaled(spec["minAvailable"], expected)
     else:
         desired = 0  # neither set: getExpectedPodCount leaves desiredHealthy at zero
-    healthy = sum(1 for p in selected if pod_healthy(p))
+    healthy = sum(1 for p in selected if pod_healthy(p) and (p.get("metadata") or {}).get("name") not in disrupted)
     allowed = healthy - desired if expected > 0 else 0
     return {"expectedPods": expected, "desiredHealthy": desired, "currentHealthy": healthy,
             "disruptionsAllowed": max(0, allowed), "syncFailed": ""}
