@@ -35,7 +35,7 @@ class Endpoint(NamedTuple):
     protocol: str  # "https" or "http"
 
 
-PRODUCTS = ("ecs", "ess", "kms", "cs", "ros", "oss")
+PRODUCTS = ("ecs", "ess", "kms", "cs", "ros", "oss", "vpc")
 NETWORKS = ("public", "vpc")
 
 
@@ -45,8 +45,24 @@ def _table(groups: Dict[str, str]) -> Dict[str, str]:
 
 # Entries of each Tea client's ``_endpoint_map`` (client.py ``__init__``) that differ from
 # ``<product>.<region>.aliyuncs.com``: alibabacloud_ecs20140526 7.11, alibabacloud_ess20220222 1.13,
-# alibabacloud_cs20151215 7.2, alibabacloud_ros20190910 3.7; alibabacloud_kms20160120 has no map.
+# alibabacloud_cs20151215 7.2, alibabacloud_ros20190910 3.7, alibabacloud_vpc20160428 6.15 (doctor reads the
+# function's vSwitch); alibabacloud_kms20160120 has no map.
 _SDK_MAPS: Dict[str, Dict[str, str]] = {
+    "vpc": _table({
+        "vpc.aliyuncs.com": (
+            "cn-hangzhou cn-shanghai-finance-1 cn-shenzhen-finance-1 cn-north-2-gov-1 ap-northeast-2-pop "
+            "cn-beijing-finance-pop cn-beijing-gov-1 cn-beijing-nu16-b01 cn-fujian cn-haidian-cm12-c01 "
+            "cn-hangzhou-bj-b01 cn-hangzhou-finance cn-hangzhou-internal-prod-1 cn-hongkong-finance-pop "
+            "cn-shanghai-et2-b01 cn-shanghai-inner cn-shenzhen-inner cn-shenzhen-st4-d01 cn-shenzhen-su18-b01 "
+            "cn-wuhan cn-yushanfang cn-zhangbei cn-zhangbei-na61-b01 rus-west-1-pop"),
+        "vpc-nebula.cn-qingdao-nebula.aliyuncs.com": "cn-edge-1 cn-huhehaote-nebula-1 cn-qingdao-nebula cn-zhengzhou-nebula-1",
+        "vpc-pre.cn-hangzhou.aliyuncs.com": (
+            "cn-hangzhou-internal-test-1 cn-hangzhou-internal-test-3 cn-hangzhou-test-306 cn-shanghai-et15-b01 "
+            "cn-shanghai-internal-test-1"),
+        "vpc-inner-pre.cn-hangzhou.aliyuncs.com": "cn-hangzhou-internal-test-2",
+        "vpc.cn-zhangjiakou.aliyuncs.com": "cn-zhangjiakou-na62-a01",
+        "vpc-nebula.cn-shenzhen-cloudstone.aliyuncs.com": "eu-west-1-oxs",
+    }),
     "ecs": _table({
         "ecs-cn-hangzhou.aliyuncs.com": (
             "cn-hangzhou cn-shanghai-finance-1 cn-shenzhen-finance-1 cn-beijing-nu16-b01 cn-fujian "

@@ -398,6 +398,9 @@ LIFECYCLE_HEARTBEAT_S = _var("ACK_MIG_LIFECYCLE_HEARTBEAT_S", "240", "seconds be
 # --- deploy (ack-mig-hook deploy, undeploy, doctor: run on an operator's machine, never in FC) ---
 ROS_ENDPOINT = _var("ACK_MIG_ROS_ENDPOINT", "", "`deploy`/`doctor`: override of the ROS API endpoint "
                                                 "(default: the SDK's own for the region)", "deploy")
+VPC_ENDPOINT = _var("ACK_MIG_VPC_ENDPOINT", "", "`doctor`: override of the VPC API endpoint, where it reads the "
+                                                "function's vSwitch (default: the VPC Tea SDK's for the region)",
+                    "deploy")
 OSS_ENDPOINT = _var("ACK_MIG_OSS_ENDPOINT", "", "`deploy`: override of the OSS endpoint (default "
                                                 "`oss-<region>.aliyuncs.com`)", "deploy")
 FC_PYTHON = _var("ACK_MIG_FC_PYTHON", "", "`make lock` / `make package-check`: a CPython 3.10 (FC's "

@@ -37,6 +37,7 @@ for _name in ("aliyunsdkcore", "aliyunsdkcore.client", "aliyunsdkcore.http.http_
 
 ECS_VERSION = "2014-05-26"
 ESS_VERSION = "2022-02-22"  # the current Auto Scaling API (2014-08-28 is the legacy one)
+VPC_VERSION = "2016-04-28"  # doctor: DescribeVSwitchAttributes
 _RETRYABLE_CODES = ("Throttling", "ServiceUnavailable", "InternalError", "Unavailable")
 
 

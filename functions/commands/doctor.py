@@ -28,7 +28,7 @@ with the codes of docs/cli.md (2, 4, 5) before any check is printed.
 
 import json
 import os
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 from urllib.parse import urlsplit
 
 from functions.base import settings
@@ -336,7 +336,8 @@ def _gather(args) -> List[Check]:
     try:
         network = cluster_network.read(keys, args.region, args.cluster_id, config.cs_endpoint)
         checks += network_checks(network, params, detail is not None,
-                                 _egress(config, params.get("SecurityGroupId", ""), network.intranet_endpoint))
+                                 _egress(config, params.get("SecurityGroupId", ""), network.intranet_endpoint,
+                                         params.get("VSwitchId", "")))
     except cluster_network.ClusterUnreadable as exc:  # the other checks still say what they found
         checks.append(Check("PROBLEM", "network", "cannot read the cluster's network (%s); doctor needs "
                             "cs:DescribeClusterDetail on the cluster" % exc))
@@ -351,10 +352,33 @@ def _gather(args) -> List[Check]:
     return checks
 
 
-def _egress(config, group: str, endpoint: str) -> Any:
-    """The group's verdict on TCP to the endpoint, the text of why it could not be read, or None."""
+def _vswitch_cidr(config, vswitch: str) -> Tuple[str, str]:
+    """The function's vSwitch's IPv4 CIDR block (VPC DescribeVSwitchAttributes), or "" and why not: a rule
+    limited to source addresses is matched against it (functions/commands/stack/egress.py)."""
+    from functions.base import settings
+    from functions.cloud.rpc import VPC_VERSION, ApiError, RpcClient
+
+    if not vswitch:
+        return "", "the stack names no vSwitch"
+    endpoint = settings.parse_endpoint(settings.environment(), settings.VPC_ENDPOINT)
+    try:
+        body = RpcClient("vpc", VPC_VERSION, config.region, config.credentials, endpoint).call(
+            "DescribeVSwitchAttributes", {"RegionId": config.region, "VSwitchId": vswitch})
+    except ApiError as exc:
+        return "", "vSwitch %s not read: %s (doctor needs vpc:DescribeVSwitchAttributes)" % (vswitch, exc.code)
+    cidr = str(body.get("CidrBlock") or "")
+    if body.get("VSwitchId") != vswitch or not cidr:
+        # What the API answers for an id it does not hold is not documented: an answer that does not name the
+        # vSwitch, or names no block, is taken as "not found", never as a block.
+        return "", "VPC lists no vSwitch %s in %s" % (vswitch, config.region)
+    return cidr, ""
+
+
+def _egress(config, group: str, endpoint: str, vswitch: str = "") -> Any:
+    """The group's verdict on TCP to the endpoint (the vSwitch's CIDR read for rules limited by source), the
+    text of why it could not be read, or None."""
     from functions.cloud.rpc import ECS_VERSION, ApiError, RpcClient
-    from functions.commands.stack.egress import egress_verdict
+    from functions.commands.stack.egress import UNKNOWN, Verdict, egress_verdict
 
     host, port = _api_address(endpoint)
     if not group or not host:
@@ -381,7 +405,11 @@ def _egress(config, group: str, endpoint: str) -> Any:
             return "more than %d outbound rules listed" % (RULE_PAGE * RULE_PAGES)
     except ApiError as exc:
         return "%s (doctor needs ecs:DescribeSecurityGroups and ecs:DescribeSecurityGroupAttribute)" % exc.code
-    return egress_verdict(str(rows[0].get("SecurityGroupType") or "normal"), rules, host, port)
+    cidr, why = _vswitch_cidr(config, vswitch)
+    verdict = egress_verdict(str(rows[0].get("SecurityGroupType") or "normal"), rules, host, port, cidr)
+    if verdict.outcome == UNKNOWN and why:
+        return Verdict(UNKNOWN, "%s (%s)" % (verdict.reason, why))
+    return verdict
 
 
 def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:

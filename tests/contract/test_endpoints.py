@@ -17,7 +17,7 @@ from functions.cloud.rpc import ECS_VERSION, RpcClient, resolve_endpoint
 from functions.base.settings import Credentials, Endpoint, load_settings
 
 SDKS = {"ecs": "alibabacloud_ecs20140526", "ess": "alibabacloud_ess20220222", "kms": "alibabacloud_kms20160120",
-        "cs": "alibabacloud_cs20151215", "ros": "alibabacloud_ros20190910"}
+        "cs": "alibabacloud_cs20151215", "ros": "alibabacloud_ros20190910", "vpc": "alibabacloud_vpc20160428"}
 
 
 def _sdk_client(product, region):

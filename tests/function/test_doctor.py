@@ -61,6 +61,7 @@ def cloud(emulator, monkeypatch, tmp_path, kube_api):  # noqa: F811
     kube_api.add_node("node-a", labels={"aliyun.accelerator/nvidia_count": "8"})
     kubeconfig = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
     for name, value in {"ACK_MIG_CS_ENDPOINT": emulator.endpoint, "ACK_MIG_ECS_ENDPOINT": ecs.endpoint,
+                        "ACK_MIG_VPC_ENDPOINT": ecs.endpoint,
                         "ACK_MIG_ROS_ENDPOINT": ros.endpoint, "ALIBABA_CLOUD_ACCESS_KEY_ID": AK,
                         "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET, "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN,
                         "ALIBABA_CLOUD_ECS_METADATA_DISABLED": "true", "HOME": str(tmp_path),
@@ -239,6 +240,42 @@ def test_doctor_reads_the_security_groups_outbound_rules_across_pages(cloud, cap
     line = [c for c in json.loads(out)["checks"] if c["area"] == "network"][-1]
     assert line["status"] == "warn" and "Forbidden.RAM" in line["text"]
     assert "ecs:DescribeSecurityGroupAttribute" in line["text"]
+
+
+@pytest.mark.parametrize("unknown", ["refuse", "empty"])
+def test_doctor_reads_the_functions_vswitch_for_rules_limited_by_source(cloud, capsys, unknown):
+    """An outbound Drop limited to some source addresses, before the default Accept: whether it applies
+    depends on the function's vSwitch, which doctor reads (VPC DescribeVSwitchAttributes) instead of saying
+    unknown; a vSwitch VPC does not list (however it answers) or cannot be read leaves it unknown, saying why."""
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    ecs.unknown_vswitch = unknown
+    ros.stacks["st-1"]["Parameters"] = [{"ParameterKey": k, "ParameterValue": v} for k, v in (
+        ("VpcId", "vpc-2ze0cluster0vpc0a1b2"), ("VSwitchId", "vsw-2ze0control0plane0c3d4"),
+        ("SecurityGroupId", "sg-2ze0cluster0nodes0e5f6"))]
+    ecs.security_groups["sg-2ze0cluster0nodes0e5f6"] = {"SecurityGroupType": "normal", "Permissions": [
+        {"Direction": "egress", "Policy": "Drop", "Priority": "1", "IpProtocol": "TCP", "PortRange": "6443/6443",
+         "DestCidrIp": "192.168.0.0/16", "SourceCidrIp": "10.8.0.0/16", "SecurityGroupRuleId": "sgr-office"}]}
+
+    def egress_line():
+        code, out, _ = doctor_run(capsys, emulator, kubeconfig, "--json")
+        return [c for c in json.loads(out)["checks"] if c["area"] == "network"][-1]
+
+    ecs.vswitches["vsw-2ze0control0plane0c3d4"] = {"CidrBlock": "192.168.0.0/24", "VpcId": "vpc-2ze0cluster0vpc0a1b2"}
+    line = egress_line()  # the Drop's source is not the function's vSwitch: it does not apply
+    assert line["status"] == "ok" and "allows TCP to 192.168.0.251:6443" in line["text"], line
+    ecs.vswitches["vsw-2ze0control0plane0c3d4"]["CidrBlock"] = "10.8.3.0/24"
+    line = egress_line()  # inside the Drop's source: denied
+    assert line["status"] == "PROBLEM" and "sgr-office" in line["text"], line
+    asked = [p for a, p in ecs.requests if a == "DescribeVSwitchAttributes"]
+    assert asked and all(p["VSwitchId"] == "vsw-2ze0control0plane0c3d4" for p in asked)
+    del ecs.vswitches["vsw-2ze0control0plane0c3d4"]
+    line = egress_line()
+    assert line["status"] == "warn" and "vsw-2ze0control0plane0c3d4" in line["text"], line
+    assert ("InvalidVSwitchId.NotFound" if unknown == "refuse" else "VPC lists no vSwitch") in line["text"]
+    ecs.vswitches["vsw-2ze0control0plane0c3d4"] = {"CidrBlock": "10.8.3.0/24"}
+    ecs.fail_next("DescribeVSwitchAttributes", "Forbidden.RAM", 403)
+    line = egress_line()
+    assert line["status"] == "warn" and "vpc:DescribeVSwitchAttributes" in line["text"], line
 
 
 def network(**changes):

@@ -35,7 +35,8 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 # (product, version) -> the Tea SDK package whose models define that API version.
 SDKS = {("ecs", "2014-05-26"): "alibabacloud_ecs20140526", ("ess", "2022-02-22"): "alibabacloud_ess20220222",
         ("cs", "2015-12-15"): "alibabacloud_cs20151215", ("kms", "2016-01-20"): "alibabacloud_kms20160120",
-        ("ros", "2019-09-10"): "alibabacloud_ros20190910", ("sts", "2015-04-01"): "alibabacloud_sts20150401"}
+        ("ros", "2019-09-10"): "alibabacloud_ros20190910", ("sts", "2015-04-01"): "alibabacloud_sts20150401",
+        ("vpc", "2016-04-28"): "alibabacloud_vpc20160428"}
 BY_VERSION = {version: product for product, version in SDKS}
 COMMON = {"Action", "Version", "Format", "AccessKeyId", "SecurityToken", "SignatureMethod", "SignatureVersion",
           "SignatureNonce", "SignatureType", "Timestamp", "Signature"}

@@ -93,10 +93,13 @@ ESS_ACTIONS = {
     "DescribeScalingInstances": ("RegionId",),
     "DescribeLifecycleHooks": (),  # nothing marked required in the 2022-02-22 model
 }
+VPC_ACTIONS = {"DescribeVSwitchAttributes": ("VSwitchId",)}  # RegionId optional (2016-04-28 reference)
 VERSIONS = {a: "2014-05-26" for a in ECS_ACTIONS}
 VERSIONS.update({a: "2022-02-22" for a in ESS_ACTIONS})
+VERSIONS.update({a: "2016-04-28" for a in VPC_ACTIONS})
 PRODUCTS = {a: "ecs" for a in ECS_ACTIONS}
 PRODUCTS.update({a: "ess" for a in ESS_ACTIONS})
+PRODUCTS.update({a: "vpc" for a in VPC_ACTIONS})
 RUNCOMMAND_LIMIT = 24 * 1024
 RUNCOMMAND_KEPT_LIMIT = 18 * 1024
 SENDFILE_LIMIT = 32 * 1024
@@ -247,6 +250,12 @@ class Emulator(LoopbackServer):
         # security group id -> {"SecurityGroupType": "normal"|"enterprise", "VpcId": ..., "Permissions": [rows
         # as DescribeSecurityGroupAttribute lists them, each with its Direction]}
         self.security_groups: Dict[str, dict] = {}
+        # vSwitch id -> {"CidrBlock": ..., "VpcId": ...} (VPC DescribeVSwitchAttributes, doctor). What the API
+        # answers for an id it does not hold is not documented: "refuse" (404 InvalidVSwitchId.NotFound, the
+        # code the VPC and ECS references give for an unknown vSwitch elsewhere) or "empty" (200 naming
+        # nothing), so tests cover both.
+        self.vswitches: Dict[str, dict] = {}
+        self.unknown_vswitch = "refuse"
         self.unknown_status = "omit"  # DescribeCloudAssistantStatus for an unknown id: "omit" or "refuse"
         self.exchanges: List[contract.Exchange] = []
         self.tokens: Dict[str, Tuple[str, int]] = {}  # NextToken issued -> (what it pages, offset)
@@ -344,7 +353,7 @@ class Emulator(LoopbackServer):
         bad = self._verify_v3(method, v3) if v3 else self._verify_v1(method, params)
         if bad:
             return bad
-        required = ECS_ACTIONS.get(action) or ESS_ACTIONS.get(action)
+        required = ECS_ACTIONS.get(action) or ESS_ACTIONS.get(action) or VPC_ACTIONS.get(action) or ()
         missing = [k for k in required if not params.get(k)]
         if missing:
             return self._error(400, "MissingParameter", "%s requires %s" % (action, ", ".join(missing)))
@@ -459,6 +468,16 @@ class Emulator(LoopbackServer):
                 for gid, g in sorted(self.security_groups.items()) if not wanted or gid == wanted]
         return {"SecurityGroups": {"SecurityGroup": rows}, "TotalCount": len(rows), "RegionId": params["RegionId"],
                 "NextToken": ""}
+
+    def _DescribeVSwitchAttributes(self, params):
+        vsw = self.vswitches.get(params["VSwitchId"])
+        if vsw is None:
+            if self.unknown_vswitch == "refuse":
+                return self._error(404, "InvalidVSwitchId.NotFound", "The specified vSwitch does not exist.")
+            return {"RequestId": uuid.uuid4().hex}
+        return {"RequestId": uuid.uuid4().hex, "VSwitchId": params["VSwitchId"], "VpcId": vsw.get("VpcId", ""),
+                "CidrBlock": vsw["CidrBlock"], "Status": "Available", "ZoneId": vsw.get("ZoneId", "cn-test-1a"),
+                "AvailableIpAddressCount": 250, "IsDefault": False, "VSwitchName": params["VSwitchId"]}
 
     def _DescribeSecurityGroupAttribute(self, params):
         gid = params["SecurityGroupId"]
