@@ -455,7 +455,12 @@ def run(args):
             common.require(args, "cluster_id", "region")
             env = common.environment_with(common.keys(args), args.region, args.cluster_id)
         if args.kubeconfig:
+            from node_bootstrap.kube import load_kubeconfig
+
             env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
+            # one connection within ACK_MIG_CONNECT_TIMEOUT_S first: an unreachable API server is one line
+            # naming it, not a minute of the client's retries
+            reachable(load_kubeconfig(args.kubeconfig).server)
         settings = load_settings(env)
         status = collect(settings, lookup)
     except (BadInventory, SettingsError, KubeError) as exc:

@@ -182,6 +182,13 @@ def test_an_unreachable_kubernetes_api_is_named_before_anything_is_decided(kube_
     assert "cannot connect to the API server at 127.0.0.1:%d (Connection refused)" % dead in error_text(proc.stderr)
     proc = cli(*argv, "--json")
     assert proc.returncode == 2 and "127.0.0.1:%d" % dead in json.loads(proc.stdout)["error"]
+    # status as well (it was silent for over a minute of the client's retries)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "functions.commands.main", "status", "--inventory", INVENTORY,
+                           "--kubeconfig", path], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))})
+    assert proc.returncode == 2 and time.monotonic() - started < 10, proc.stderr
+    assert "cannot connect to the API server at 127.0.0.1:%d" % dead in error_text(proc.stderr)
 
 
 def test_a_real_run_on_a_snapshot_without_a_kubernetes_view_says_what_it_cannot_do(tmp_path, capsys, monkeypatch):
