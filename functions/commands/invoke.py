@@ -48,6 +48,8 @@ def configure(parser, command):
                              "without it the ACK API is asked (credentials needed)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report; touch no node")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--verbose", action="store_true",
+                        help="name every instance (by default a line names %d and counts the rest)" % NAMES_SHOWN)
 
 
 def _read_event(path):
@@ -68,7 +70,18 @@ def _grouped(rows):
     return groups.items()
 
 
-def _text(result, with_reason=True):
+NAMES_SHOWN = 5  # instances named per line of the human output without --verbose
+
+
+def _names(names, verbose):
+    """The instances of one line: all with --verbose, else the first few and how many more (a 2,000-node event
+    is a few lines, not one of 60,000 characters)."""
+    if verbose or len(names) <= NAMES_SHOWN:
+        return ", ".join(names)
+    return "%s and %d more (--verbose lists them)" % (", ".join(names[:NAMES_SHOWN]), len(names) - NAMES_SHOWN)
+
+
+def _text(result, with_reason=True, verbose=False):
     from functions.base.textsafe import escape
 
     # Reasons, ids and node names come from the event, the cluster and the nodes: no terminal escapes.
@@ -82,12 +95,13 @@ def _text(result, with_reason=True):
         if len(names) == 1:
             lines.append("  %-9s %s: %s" % (action, names[0], reason))
         else:
-            lines.append("  %-9s %d instances: %s" % (action, len(names), ", ".join(names)))
+            lines.append("  %-9s %d instances: %s" % (action, len(names), _names(names, verbose)))
             lines.append("  %-9s   %s" % ("", reason))
     nodes = [((escape(n.get("outcome")), escape(n.get("reason"))), escape(n.get("instance_id")))
              for n in result.nodes or []]
     for (outcome, reason), names in _grouped(nodes):
-        lines.append("  node %s: %s (%s)" % (", ".join(names), outcome, reason))
+        lines.append("  %s %s: %s (%s)" % ("node" if len(names) == 1 else "%d nodes" % len(names),
+                                          _names(names, verbose), outcome, reason))
     return "\n".join(lines)
 
 
@@ -200,7 +214,7 @@ def run(args):
     if args.json:
         print(logger.redact(json.dumps(result.to_json(), indent=2)))
     elif not failed or result.decisions or result.nodes:  # an error alone is said once, on stderr
-        print(logger.redact(_text(result, with_reason=not failed)))
+        print(logger.redact(_text(result, with_reason=not failed, verbose=getattr(args, "verbose", False))))
     if failed:
         from functions.commands.stack.exit_codes import EXIT_USAGE, explain
         from functions.base.textsafe import escape

@@ -388,7 +388,9 @@ class _Watched:
         return self._call("get_node", *args, **kwargs)
 
 
-def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[float] = None) -> Dict[str, Any]:
+def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[float] = None,
+            unreached: Any = None) -> Dict[str, Any]:
+    """``unreached``: the KubeError of an API server found unreachable already: no call is made to it."""
     from functions.base.logs import JsonLogger
     from functions.pipeline.event import run_event
     from functions.kube.nodes import NodeView
@@ -407,6 +409,7 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[f
     watched = None
     if view is not None:
         watched = _Watched(view.backend)
+        watched.failure = unreached
         view = NodeView(watched)
     if lookup is None:  # the live cluster: the ACK API for pools and nodes
         from functions.cloud.cs_lookup import CsLookup
@@ -454,15 +457,19 @@ def run(args):
         else:
             common.require(args, "cluster_id", "region")
             env = common.environment_with(common.keys(args), args.region, args.cluster_id)
+        unreached = None
         if args.kubeconfig:
             from node_bootstrap.kube import load_kubeconfig
 
             env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
-            # one connection within ACK_MIG_CONNECT_TIMEOUT_S first: an unreachable API server is one line
-            # naming it, not a minute of the client's retries
-            reachable(load_kubeconfig(args.kubeconfig).server)
+            # One connection within ACK_MIG_CONNECT_TIMEOUT_S first: an unreachable API server is said at once,
+            # naming it, not after a minute of the client's retries; the ACK side is still shown.
+            try:
+                reachable(load_kubeconfig(args.kubeconfig).server)
+            except SettingsError as exc:
+                unreached = KubeError(str(exc), None)
         settings = load_settings(env)
-        status = collect(settings, lookup)
+        status = collect(settings, lookup, unreached=unreached)
     except (BadInventory, SettingsError, KubeError) as exc:
         from functions.base.textsafe import escape  # the message may quote the file or an API's answer
 
