@@ -334,7 +334,10 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         stage = "running the nodes"
         chosen = DryRunExecutor() if effective_dry_run else (executor or make_executor(settings, False))
         reported: set = set()
-        total = sum(1 for d in decisions if d.action in ("partition", "defer"))
+        # Progress counts the nodes that will have a result; each is reported once it has one, whatever it
+        # is (a node found right when claimed ends skipped: it is done too, or progress would stop short).
+        counted = {d.instance_id for d in decisions if d.action in ("partition", "defer")}
+        total = len(counted)
 
         def finished(n: dict) -> None:
             """One JSON log line per node as it finishes (a rollout reports each one when it ends), and the
@@ -344,7 +347,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             reported.add(n.get("instance_id"))
             log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
                      reason=n.get("reason"))
-            if progress is not None and n.get("outcome") not in ("skipped", "dry-run"):
+            if progress is not None and n.get("instance_id") in counted and n.get("outcome") != "dry-run":
                 progress(n, total)
 
         if rollout is not None:  # the same swap as a dry run: the rollout wraps whichever executor it is

@@ -123,3 +123,29 @@ def test_a_run_whose_lease_ran_out_leaves_the_node_to_the_run_that_took_it_over(
     assert outcomes(a) == {"node-a": "deferred"} and "took this node over" in a.nodes[0]["reason"]
     assert cluster.transport.seen == ["node-a"] and cluster.annotation("node-a")["step"] == "done"
     assert not cluster.unschedulable("node-a")
+
+
+def test_progress_runs_to_the_total_when_a_node_is_found_done_at_its_claim(cluster):
+    """The command line's done/total counts every node that gets a result: one another run finished between
+    this run's plan and its claim ends skipped, and still counts (progress stopped at 1980/2000 before)."""
+    from functions.base.logs import JsonLogger
+    from functions.base.settings import load_settings
+    from functions.cloud.cluster import InventoryLookup
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.pipeline.event import run_event
+    from tests.rollout.conftest import TIMER
+
+    cluster.add_nodes(["node-a"])
+    inventory = snapshot(names=["node-a"])
+    other, seen = {}, []
+
+    def b_runs_now(name, answer):
+        if not other:
+            other["b"] = cluster.run(inventory=inventory)
+
+    settings = load_settings(dict(cluster.settings_env))
+    result = run_event(TIMER, settings, inventory=InventoryLookup.from_dict(inventory),
+                       executor=DeliveryExecutor.from_settings(settings, transport=cluster.transport),
+                       logger=JsonLogger("OFF"), kube=Gate(cluster.client(), after_get=b_runs_now),
+                       progress=lambda node, total: seen.append((node["outcome"], total)))
+    assert outcomes(result) == {"node-a": "skipped"} and seen == [("skipped", 1)]
