@@ -63,6 +63,10 @@ import (
 // but system:authenticated: tests bind them to roles of their own (one RBAC rule removed, say).
 const (
 	hookUser   = "ack-mig-hook-function-ram-role-id"
+	// A kubelet's identity (group system:nodes): the Node authorizer and NodeRestriction limit it to its own
+	// Node, as they limit node_bootstrap's kubelet credential on a real node.
+	nodeName = "kube-real-node"
+	nodeUser = "system:node:" + nodeName
 	spareUsers = 16
 )
 
@@ -74,6 +78,8 @@ type state struct {
 	HookToken   string            `json:"hook_token"`  // user hookUser, no group
 	HookUser    string            `json:"hook_user"`
 	SpareTokens map[string]string `json:"spare_tokens"` // user name -> token
+	NodeToken   string            `json:"node_token"`   // user nodeUser, group system:nodes
+	NodeName    string            `json:"node_name"`
 	Etcd        string            `json:"etcd"`         // http://127.0.0.1:<port>
 	Helper      string            `json:"helper"`       // http://127.0.0.1:<port> (POST /compact)
 	StartupSecs float64           `json:"startup_seconds"`
@@ -164,6 +170,8 @@ func run(dir string, verbosity int) error {
 		HookToken:   tokens[hookUser],
 		HookUser:    hookUser,
 		SpareTokens: map[string]string{},
+		NodeToken:   tokens[nodeUser],
+		NodeName:    nodeName,
 		Etcd:        etcdURL,
 		Helper:      helperURL,
 		StartupSecs: time.Since(started).Seconds(),
@@ -215,7 +223,9 @@ func startAPIServer(ctx context.Context, dir string, ln net.Listener, etcdURL st
 		"--tls-private-key-file=" + pki.serverKey,
 		"--token-auth-file=" + filepath.Join(dir, "tokens.csv"),
 		"--anonymous-auth=false",
-		"--authorization-mode=RBAC",
+		// Node first, as kubeadm and ACK configure it: a kubelet's requests are judged by the Node authorizer.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
 		"--service-account-issuer=https://kubernetes.default.svc",
 		"--service-account-key-file=" + pki.saKey,
 		"--service-account-signing-key-file=" + pki.saKey,
@@ -520,6 +530,7 @@ func writeTokens(dir string) (map[string]string, error) {
 	}
 	add("admin", "system:masters")
 	add(hookUser, "")
+	add(nodeUser, "system:nodes")
 	for i := 0; i < spareUsers; i++ {
 		add("spare-"+strconv.Itoa(i), "")
 	}

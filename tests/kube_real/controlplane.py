@@ -120,6 +120,9 @@ class ControlPlane:
         self.admin = Rest(self.server, self.ca_file, state["admin_token"])
         self.hook = Rest(self.server, self.ca_file, state["hook_token"])
         self.hook_user = state["hook_user"]
+        # a kubelet's credential (system:node:<node_name>, group system:nodes): Node authorizer, NodeRestriction
+        self.kubelet = Rest(self.server, self.ca_file, state["node_token"])
+        self.kubelet_node = state["node_name"]
         self._spare = sorted(state["spare_tokens"].items())
         self._names = 0
 

@@ -286,3 +286,26 @@ def test_a_pool_lease_is_created_once_and_updated_only_at_its_version(world):
     assert kube.get_lease("default", name)["spec"]["holderIdentity"] == "run-1"
     zero = dict(updated, spec={"holderIdentity": "run-3", "leaseDurationSeconds": 0})
     assert _raises(kube.replace_lease, "default", zero).status == 422
+
+
+def test_a_kubelet_credential_reaches_its_own_node_only(world):
+    """What node_bootstrap's kubelet credential may do on the node (it labels its own Node): the Node
+    authorizer and NodeRestriction (plugin/pkg/auth/authorizer/node, plugin/pkg/admission/noderestriction)
+    on the real server, tests/support/kubeapi.py's rules on the double."""
+    name, kubelet = world.kubelet()
+    other, ns = _gpu_node(world), world.namespace()
+    world.add_node(name, labels={"pool": "p"}, capacity={"nvidia.com/gpu": "8"})
+    world.add_pod(ns, "mine", name, labels={"app": "a"}, gpus=1)
+    world.add_pod(ns, "theirs", other, labels={"app": "a"}, gpus=1)
+    assert kubelet.get_node(name)["metadata"]["name"] == name
+    # its own labels: the MIG layout node_bootstrap writes
+    patched = kubelet.patch_node(name, {"metadata": {"labels": {"nvidia.com/mig.config.state": "success"}}})
+    assert patched["metadata"]["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert _raises(kubelet.patch_node, other, {"metadata": {"labels": {"x": "y"}}}).status == 403
+    taint = {"spec": {"taints": [{"key": "ack-mig-hook/x", "value": "y", "effect": "NoSchedule"}]}}
+    assert _raises(kubelet.patch_node, name, taint).status == 403  # NodeRestriction: taints are not the kubelet's
+    assert [p["metadata"]["name"] for p in kubelet.list_pods(name)] == ["mine"]
+    assert _raises(kubelet.list_pods, other).status == 403
+    # reading another Node, or every Node, is refused too (the authorizer's node selectors)
+    assert _raises(kubelet.get_node, other).status == 403
+    assert _raises(kubelet.list_nodes).status == 403

@@ -58,6 +58,12 @@ class DoubleWorld(World):
         self._names += 1
         return self._names
 
+    def kubelet(self) -> tuple:
+        """(node name, a client with that node's kubelet credential: system:node:<name>, group system:nodes)."""
+        name = "kube-real-node"
+        path = self.api.write_kubeconfig(self.tmp_path / ("node-%d.conf" % self._bump()), node=name)
+        return name, ClusterCredential(path=path, attempts=1).client(sleep=lambda s: None)
+
     def unique(self, prefix: str) -> str:
         return "%s-%d" % (prefix, self._bump())
 
@@ -141,6 +147,13 @@ class RealWorld(World):
         path = self.cp.kubeconfig(str(self.tmp_path / ("hook-%d.conf" % self._n)), token or self.cp.hook.token)
         options.setdefault("sleep", lambda s: None)
         return ClusterCredential(path=path, attempts=options.pop("attempts", 3)).client(**options)
+
+    def kubelet(self) -> tuple:
+        """(node name, a client with the control plane's kubelet token: the Node authorizer and NodeRestriction
+        judge it, as on a cluster)."""
+        self._n += 1
+        path = self.cp.kubeconfig(str(self.tmp_path / ("node-%d.conf" % self._n)), self.cp.kubelet.token)
+        return self.cp.kubelet_node, ClusterCredential(path=path, attempts=1).client(sleep=lambda s: None)
 
     def unique(self, prefix: str) -> str:
         return self.cp.unique(prefix)
