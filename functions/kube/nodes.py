@@ -6,7 +6,8 @@
 * :class:`MemoryKube`: the snapshot's ``kube_nodes`` (and, for the demo, pods and PodDisruptionBudgets)
   held in memory, with the API server's rules for what the rollout relies on: ``resourceVersion`` and 409
   on a stale one, the eviction rules of ``registry/core/pod/storage/eviction.go`` (Pending and terminating
-  pods without a budget check, an empty selector selects nothing, several budgets 500, a refusal 429
+  pods without a budget check, the empty selector selects every pod of the namespace and a missing one none,
+several budgets 500, a refusal 429
   with the ``DisruptionBudget`` cause). Dry runs and ``--inventory`` runs use it.
 
 :class:`NodeView` is what one event sees: the nodes listed once (paged and reduced to
@@ -60,8 +61,10 @@ def _label_terms(selector: str) -> List[Callable[[Mapping[str, str]], bool]]:
 
 
 def _pdb_selects(selector: Optional[Mapping[str, Any]], labels: Mapping[str, str]) -> bool:
-    """A budget's selector as the eviction subresource applies it: empty selects nothing."""
-    if not selector or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+    """A budget's selector as policy/v1 applies it: a missing one selects nothing, the empty one ``{}`` every
+    pod of the namespace (the PodDisruptionBudget API reference; checked on the real server by
+    tests/kube_real/test_double_agrees.py for the test double)."""
+    if selector is None:
         return False
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
         return False
