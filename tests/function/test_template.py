@@ -7,6 +7,7 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
 import yaml
 
 from functions.base import settings
@@ -636,3 +637,40 @@ def test_every_parameter_is_documented_in_deploy_md():
     rows = set(re.findall(r"^\| `(\w+)` \|", text, re.M))
     assert set(load()["Parameters"]) <= rows, set(load()["Parameters"]) - rows
     assert rows <= set(load()["Parameters"]), rows - set(load()["Parameters"])
+
+
+def _evaluate(node, params, conditions):
+    """Ref, Fn::If, Fn::Join, Fn::Not and Fn::Equals as ROS evaluates them: enough for the template's names."""
+    if isinstance(node, dict) and len(node) == 1:
+        (fn, arg), = node.items()
+        if fn == "Ref":
+            return params[arg]
+        if fn == "Fn::If":
+            name, yes, no = arg
+            return _evaluate(yes if _evaluate(conditions[name], params, conditions) else no, params, conditions)
+        if fn == "Fn::Join":
+            sep, items = arg
+            return sep.join(_evaluate(i, params, conditions) for i in items)
+        if fn == "Fn::Not":
+            return not _evaluate(arg[0] if isinstance(arg, list) else arg, params, conditions)
+        if fn == "Fn::Equals":
+            return _evaluate(arg[0], params, conditions) == _evaluate(arg[1], params, conditions)
+    return node
+
+
+@pytest.mark.parametrize("given", ["", "my-mig"])
+def test_the_templates_own_names_include_the_cluster_unless_one_is_given(given):
+    """A stack made from template.yml by hand (the ROS console) names its function and role after the cluster,
+    as `deploy` does (functions/commands/common.py default_name), so two clusters' stacks never collide."""
+    from functions.commands.common import default_name
+
+    doc = load()
+    cluster = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
+    params = {"FunctionName": given, "ClusterId": cluster}
+    name = _evaluate(doc["Resources"]["Function"]["Properties"]["FunctionName"], params, doc["Conditions"])
+    role = _evaluate(doc["Resources"]["FunctionRole"]["Properties"]["RoleName"], params, doc["Conditions"])
+    assert name == (given or default_name(cluster)) and role == name + "-role"
+    assert doc["Parameters"]["FunctionName"]["Default"] == ""
+    triggers = [r for r in doc["Resources"].values() if r["Type"] == "ALIYUN::FC3::Trigger"]
+    assert triggers and all(t["Properties"]["FunctionName"] == {"Fn::GetAtt": ["Function", "FunctionName"]}
+                            for t in triggers)
