@@ -254,7 +254,8 @@ def deploy(args) -> int:
     _refuse_unchangeable(args, existing)
     network = cluster_network.read(found_keys, args.region, args.cluster_id,
                                    settings.parse_endpoint(settings.environment(), settings.CS_ENDPOINT))
-    route = network_values(args, network, _stack_parameters(stacks, existing))
+    previous = _stack_parameters(stacks, existing)
+    route = network_values(args, network, previous)
     progress("network: %s" % route["why"])
 
     with open(TEMPLATE, encoding="utf-8") as handle:
@@ -270,6 +271,11 @@ def deploy(args) -> int:
         code_object = "%s%s.zip" % (OBJECT_PREFIX, digest[:16])
         values = parameters(args, declared, code_object, require=not existing)
         values.update(route["values"])
+        if existing and "FunctionName" not in values and "FunctionName" in previous:
+            # The stack keeps the name it has: the template's default changed (ack-mig-hook, now empty for
+            # ack-mig-hook-<ClusterId>), and UpdateStack gives a parameter never passed the new default, which
+            # would replace the function and its role under a new name.
+            values["FunctionName"] = previous["FunctionName"]
         with open(zip_path, "rb") as handle:
             checksum = crc64(handle.read())
         values["CodeChecksum"] = checksum  # FC refuses a package whose CRC-64 is not this one

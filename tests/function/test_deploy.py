@@ -326,3 +326,22 @@ def test_an_unknown_parameter_names_the_close_ones_and_never_the_whole_list(clou
     flat = " ".join(err.split())
     assert code == 2 and "(it has FunctionName, ClusterId," in flat and "more)" in flat and "AutoPoolSchedule" not in flat
     assert not ros.requests and not oss.requests
+
+
+def test_an_upgrade_of_a_stack_named_by_the_old_default_keeps_its_function_name(cloud, capsys, tmp_path):
+    """A stack created when the template's FunctionName default was ack-mig-hook, without the parameter: an
+    upgrade passes the name it has, so ROS does not give the new default (empty: ack-mig-hook-<ClusterId>) and
+    replace the function and its role under another name."""
+    ros, _ = cloud
+    assert run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))[0] == 0
+    (stack,) = ros.stacks.values()
+    # as a stack of the old template is: FunctionName never passed, its default ack-mig-hook
+    stack["Parameters"] = [p for p in stack["Parameters"] if p["ParameterKey"] != "FunctionName"]
+    stack["_template"] = stack["_template"].replace("    Default: ''\n", "    Default: ack-mig-hook\n", 1)
+    listed = {p["ParameterKey"]: p["ParameterValue"] for p in ros._listed_parameters(stack)}
+    assert listed["FunctionName"] == "ack-mig-hook"
+    code, _, err = run(capsys, "deploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--deps-dir",
+                       make_deps(str(tmp_path / "deps2")), "--poll", "0")
+    assert code == 0, err
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
+    assert stack["Status"] == "UPDATE_COMPLETE" and params["FunctionName"] == "ack-mig-hook"
