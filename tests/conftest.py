@@ -125,14 +125,9 @@ def _host_untouched():
 
 
 # ---- a temporary directory the node runner trusts ----
-# The node runner refuses a node directory with a group- or world-writable directory above it (sshd's
-# StrictModes rule, functions/delivery/node_runner.py), and /tmp is world-writable: every temporary file of
-# the tests (tmp_path, tempfile, and the subprocesses they start, through TMPDIR) lives under the
-# repository's own .pytest-tmp instead (mode 0700; pytest still makes pytest-of-<user>/pytest-<n> there and
-# keeps the last three). A checkout inside a directory others can write to fails the runner tests, naming it.
-import tempfile  # noqa: E402
+# /tmp is world-writable, and the node runner refuses a node directory under it (sshd's StrictModes rule):
+# the tests' temporary files live under the repository's .pytest-tmp (tests/support/temproot.py; pytest still
+# makes pytest-of-<user>/pytest-<n> there and keeps the last three).
+from tests.support.temproot import use_private_tmp  # noqa: E402
 
-_TEMPROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".pytest-tmp")
-os.makedirs(_TEMPROOT, mode=0o700, exist_ok=True)
-os.environ["TMPDIR"] = _TEMPROOT
-tempfile.tempdir = None  # computed again from TMPDIR
+use_private_tmp()

@@ -83,16 +83,20 @@ def _ended_by_holder(node: KubeNode, slot: Slot) -> bool:
     return p is not None and p.owner == slot.owner and p.step not in ACTIVE_STEPS and not node.unschedulable
 
 
+def live_slots(nodes: Iterable[KubeNode], slots: Mapping[str, Slot], now: float) -> Dict[str, Slot]:
+    """The slots that still count (module docstring): not expired, on a node of the pool its holder has not
+    visibly ended. What a slot table is written back as: expired, released and gone ones drop out."""
+    by_name = {n.name: n for n in nodes}
+    return {name: slot for name, slot in slots.items()
+            if slot.expires > now and name in by_name and not _ended_by_holder(by_name[name], slot)}
+
+
 def disrupted(nodes: Iterable[KubeNode], slots: Mapping[str, Slot], now: float) -> Dict[str, str]:
     """The pool's unavailable nodes, by name, each with why (module docstring). ``nodes``: every node of
     the pool as the API server has it now."""
     by_name = {n.name: n for n in nodes}
-    out: Dict[str, str] = {}
-    for name, slot in sorted(slots.items()):
-        node = by_name.get(name)
-        if slot.expires <= now or node is None or _ended_by_holder(node, slot):
-            continue
-        out[name] = "held by invocation %s" % (slot.owner or "-")
+    out = {name: "held by invocation %s" % (slot.owner or "-")
+           for name, slot in sorted(live_slots(by_name.values(), slots, now).items())}
     for name, node in sorted(by_name.items()):
         if name in out:
             continue
@@ -118,8 +122,3 @@ def admit(name: str, counted: Mapping[str, str], limit: int, pool: str) -> Tuple
                    "this node waits for a slot" % (pool, len(counted), limit,
                                                    ", ".join("%s: %s" % kv for kv in shown),
                                                    ", and %d more" % more if more else ""))
-
-
-def kept(slots: Mapping[str, Slot], counted: Mapping[str, str]) -> Dict[str, Slot]:
-    """The slots worth writing back: those that still count (expired, released and gone ones drop out)."""
-    return {name: slot for name, slot in slots.items() if name in counted and counted[name].startswith("held by")}

@@ -218,14 +218,17 @@ class RolloutExecutor:
 
     # ---- reads and compare-and-swap writes ----
 
-    def _read(self, w: Any) -> rp.KubeNode:
+    def _on_node(self, w: Any, call: Callable[..., Any], *args: Any) -> Any:
+        """``call(node name, *args)`` on the wave node's Node object; its 404 is :class:`NodeGone`."""
         try:
-            answer = self.kube.get_node(w.decision.node_name)
+            return call(w.decision.node_name, *args)
         except KubeError as exc:
             if exc.status == 404:
                 raise NodeGone(w.decision.node_name) from exc
             raise
-        node = rp.KubeNode.from_object(answer)
+
+    def _read(self, w: Any) -> rp.KubeNode:
+        node = rp.KubeNode.from_object(self._on_node(w, self.kube.get_node))
         w.rv = node.resource_version
         return node
 
@@ -237,12 +240,7 @@ class RolloutExecutor:
             notes or {}, **{rp.PROGRESS_ANNOTATION: progress.to_annotation()})}}
         if spec:
             patch["spec"] = spec
-        try:
-            answer = self.kube.patch_node(w.decision.node_name, patch)  # one merge patch: the step and the cordon
-        except KubeError as exc:
-            if exc.status == 404:
-                raise NodeGone(w.decision.node_name) from exc
-            raise
+        answer = self._on_node(w, self.kube.patch_node, patch)  # one merge patch: the step and the cordon
         w.rv = str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "")
         w.progress = progress  # only once the API server has it
 

@@ -91,7 +91,7 @@ class PoolBudget:
             ok, why = pb.admit(node, counted, limit, pool)
             if not ok:
                 return why
-            table = pb.kept(slots, counted)
+            table = pb.live_slots(nodes, slots, now)
             table[node] = pb.Slot(self.owner, expires)
             try:
                 self._write(lease, table, self.owner, expires)

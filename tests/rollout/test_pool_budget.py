@@ -61,7 +61,7 @@ def test_what_counts_as_disrupted_whoever_caused_it():
     ok, why = pb.admit("d", counted, 4, "np (gpu)")
     assert "pool np (gpu) is taken: 4 node(s) unavailable, max-unavailable 4" in why and "b: NotReady" in why
     assert pb.admit("a", counted, 1, "np") == (True, "")  # already unavailable: taking it adds nothing
-    assert pb.kept(table, counted) == {"e": table["e"]}
+    assert pb.live_slots(nodes, table, now=1000.0) == {"e": table["e"]}
 
 
 @pytest.mark.parametrize("text", ["[" * 5000, "x" * (pb.MAX_SLOTS_TEXT + 1), "[]", '{"a": 3}',
