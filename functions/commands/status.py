@@ -134,6 +134,64 @@ def gpu_layouts(kube: Optional[rp.KubeNode]) -> Optional[Dict[str, str]]:
         return None
 
 
+def _serves(pods: Optional[List[dict]]) -> Optional[Dict[str, int]]:
+    """The MIG instances the node's pods (bound, not finished) hold, by profile; None when not read."""
+    if pods is None:
+        return None
+    from functions.decision.layout.matching import pod_asks
+    from functions.kube.supply import holds_gpus
+
+    out: Dict[str, int] = {}
+    for pod in pods:
+        if holds_gpus(pod):
+            for profile, n in pod_asks(pod).items():
+                out[profile] = out.get(profile, 0) + n
+    return dict(sorted(out.items()))
+
+
+def auto_entry(pool: Any, nodes: List[rp.KubeNode], pods: Optional[Dict[str, List[dict]]]) -> Dict[str, Any]:
+    """Pure: an auto pool's status entry (the labelled pools' shape): its nodes as the API has them, each
+    one's per-GPU layout, its rollout step and what its pods use. ``pods``: by node name, None when the pods
+    were not read (a snapshot): "serves" is then unknown. A node is ``in-layout`` when its last change
+    succeeded, ``pending`` while one is under way, ``failed`` with its reason, ``skipped`` with MIG off
+    (the planner gives it a layout once something waits)."""
+    from functions.decision.layout import HEADROOM_LABEL, LAYOUT_LABEL, PROFILES_LABEL
+
+    entry = _entry(pool.nodepool_id, pool)
+    bounds = ", ".join("%s=%s" % (k.split("/")[-1], pool.labels[k]) for k in (PROFILES_LABEL, HEADROOM_LABEL)
+                       if k in pool.labels)
+    entry["label"] = "%s=%s%s" % (LAYOUT_LABEL, pool.labels.get(LAYOUT_LABEL), " (%s)" % bounds if bounds else "")
+    entry["auto"] = True
+    for kube in sorted(nodes, key=lambda k: k.name):
+        p, state = kube.progress, kube.labels.get(rp.STATE_LABEL)
+        failed = _failure(kube)
+        serves = _serves(None if pods is None else pods.get(kube.name, []))
+        if failed:
+            status, reason = "failed", failed
+            entry["failed"].append({"node": kube.name, "reason": failed, "since": _since(kube)})
+        elif (p is not None and p.step in rp.ACTIVE_STEPS) or state in ("pending", "rebooting"):
+            status, reason = "pending", "changing: %s" % (p.step if p is not None and p.step in rp.ACTIVE_STEPS
+                                                         else "%s=%s" % (rp.STATE_LABEL, state))
+            entry["pending"] += 1
+        elif state == "success":
+            status, reason = "in-layout", "the planner's last change is done" if p is not None else "MIG applied"
+            entry["in_layout"] += 1
+        else:
+            status, reason = "skipped", "MIG off: its GPUs get a layout once a MIG pod waits for them"
+            entry["skipped"] += 1
+        if serves is not None:
+            reason += "; serves %s" % (", ".join("%s x%d" % kv for kv in serves.items()) or "no MIG pod")
+        entry["nodes"] += 1
+        for key, count in kube.mig_allocatable().items():
+            entry["allocatable"][key] = entry["allocatable"].get(key, 0) + count
+        entry["node_list"].append({
+            "node": kube.name, "instance_id": kube.instance_id or None, "status": status, "action": None,
+            "applied": kube.labels.get(rp.APPLIED_LABEL) or ("per-GPU" if gpu_layouts(kube) else None),
+            "mig_state": state, "rollout_step": p.step if p is not None else None, "since": _since(kube),
+            "cordoned": kube.unschedulable, "reason": reason, "gpus": gpu_layouts(kube), "serves": serves})
+    return entry
+
+
 def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.KubeNode]],
               autoscaler_mode: str = "auto", kube_error: Optional[str] = None,
               now: Optional[float] = None) -> Dict[str, Any]:
@@ -425,9 +483,39 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[f
             known = view.known()
         except KubeError:
             known = None
+    auto = _auto_pools(view, watched, pools)
     failure = watched.failure if watched is not None else None
     error = " ".join(str(failure).split())[:300] if failure is not None else None
-    return summarize(result, pools, None if error else known, settings.autoscaler_tags, error, now)
+    status = summarize(result, pools, None if error else known, settings.autoscaler_tags, error, now)
+    if auto and not error:  # an auto pool's nodes carry no partition decision: shown from what the API holds
+        ids = {e["nodepool_id"] for e in auto}
+        status["pools"] = sorted([p for p in status["pools"] if p["nodepool_id"] not in ids] + auto,
+                                 key=lambda p: p["nodepool_id"])
+    return status
+
+
+def _auto_pools(view: Any, watched: Any, pools: List[Any]) -> List[Dict[str, Any]]:
+    """The auto pools' entries: their nodes (one paged list), and the pods on them when the API can list pods
+    (a live API server; a snapshot's kube_nodes has none). [] without a Kubernetes view."""
+    from functions.decision.layout import LAYOUT_LABEL
+
+    auto = [p for p in pools if LAYOUT_LABEL in p.labels]
+    if not auto or view is None:
+        return []
+    try:
+        listed = view.pool_nodes([p.nodepool_id for p in auto])
+    except KubeError:
+        return []  # the failure is recorded by the watched client and said on the first line
+    backend = getattr(watched, "backend", None)
+    pods = None
+    if hasattr(backend, "list_all"):
+        from functions.kube.demand import pods_on
+
+        try:
+            pods = pods_on(backend, [k.name for nodes in listed.values() for k in nodes])
+        except KubeError:
+            pods = None
+    return [auto_entry(p, listed.get(p.nodepool_id, []), pods) for p in auto]
 
 
 def exit_code(status: Dict[str, Any], strict: bool) -> int:

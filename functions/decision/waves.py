@@ -285,6 +285,45 @@ def work_needed(spec: Optional[PartitionSpec], node: Optional[KubeNode], gpu_mod
     return ""
 
 
+LAYOUTS_ANNOTATION = "ack-mig-hook/gpu-layouts"  # what each GPU holds, written by the node (nodelabels.py)
+PER_GPU_TARGET = "per-gpu="
+
+# An auto pool's per-GPU target: GPU index -> ((profile, start), ...), the whole layout of every GPU.
+GpuLayouts = Mapping[int, Tuple[Tuple[str, int], ...]]
+
+
+def per_gpu_target(layouts: GpuLayouts) -> str:
+    """The record's target for an auto pool's per-GPU change: each GPU's profiles in index order, ``/``
+    between GPUs (``per-gpu=3g.40gb-2g.20gb/7g.80gb``); "off" for a GPU left with MIG off. Equal layouts give
+    equal targets, so a rerun finds a node another invocation finished."""
+    return PER_GPU_TARGET + "/".join("-".join(p for p, _ in layouts[i]) or "off" for i in sorted(layouts))
+
+
+def held_layouts(node: Optional[KubeNode]) -> Optional[Dict[int, Tuple[Tuple[str, int], ...]]]:
+    """What the node said each GPU holds after its last per-GPU apply (None: no readable annotation)."""
+    text = node.annotations.get(LAYOUTS_ANNOTATION) if node is not None else None
+    if not text or len(text) > MAX_PROGRESS_TEXT:
+        return None
+    try:
+        data = json.loads(text)
+        return {int(k): tuple((str(p), int(s)) for p, s in v) for k, v in data.items()}
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        return None
+
+
+def layouts_needed(layouts: GpuLayouts, node: Optional[KubeNode]) -> str:
+    """Why the node needs its per-GPU change ("" when every planned GPU already holds its layout and the
+    last apply succeeded): the claim's check, so a node another run changed meanwhile is skipped."""
+    held = held_layouts(node)
+    if held is None:
+        return "no per-GPU layout recorded (annotation %s)" % LAYOUTS_ANNOTATION
+    differ = [i for i in sorted(layouts) if tuple(sorted(held.get(i, ()))) != tuple(sorted(layouts[i]))]
+    if differ:
+        return "GPU %s hold%s another layout" % (", ".join(map(str, differ)), "s" if len(differ) == 1 else "")
+    state = node.labels.get(STATE_LABEL) if node is not None else None
+    return "" if state == "success" else "%s is %s, not success" % (STATE_LABEL, state or "not set")
+
+
 def _names(profiles: Counter) -> str:
     return ", ".join("%s x%d" % (p.name, n) if n > 1 else p.name
                      for p, n in sorted(profiles.items(), key=lambda pn: (-pn[0].memory_slices, pn[0].id)))

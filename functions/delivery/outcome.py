@@ -89,6 +89,7 @@ class Outcome:
     transport: str = ""
     taint: str = ""  # TAINT_REMOVED, TAINT_ABSENT, TAINT_NOT_JOINED or NOT_REMOVED + why (partitioned/unchanged)
     code: str = ""  # for failed: the transport's or the node's error code
+    left: List[dict] = field(default_factory=list)  # a per-GPU request's GPUs the node left as they were
 
     @property
     def node_verdict(self) -> bool:
@@ -101,6 +102,8 @@ class Outcome:
                 "transport": self.transport}
         if self.code:
             data["code"] = self.code
+        if self.left:
+            data["left"] = self.left
         if self.taint:
             data["taint"] = self.taint
             if self.taint.startswith(NOT_REMOVED) or self.taint == TAINT_NOT_JOINED:
@@ -178,6 +181,7 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
         return base
     left = [g for g in doc.get("left") or [] if isinstance(g, dict) and g.get("why") != "not in the request"]
     if left:  # an auto pool's per-GPU request left these GPUs as they were (node_bootstrap/commands/planner.py)
+        base.left = [{"gpu": g.get("gpu"), "why": " ".join(str(g.get("why")).split())[:80]} for g in left[:16]]
         base.reason = "%s; left as they were: %s" % (base.reason, ", ".join(
             "GPU %s (%s)" % (g.get("gpu"), " ".join(str(g.get("why")).split())[:80]) for g in left[:16]))
     boot = doc.get("boot_unit") if isinstance(doc.get("boot_unit"), dict) else {}

@@ -133,10 +133,11 @@ def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
 
 
 def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
-             log: Any) -> Any:
+             log: Any, only: str = "") -> Any:
     """One tick: one paged list of Pending pods; when a MIG pod waits, each auto pool is planned (advise's
     answer), its changes delivered as per-GPU node requests (no drain: nothing in use is destroyed) and its
-    node-template tags set to the new-node layout. Ends done (something planned) or skip (nothing to do)."""
+    node-template tags set to the new-node layout. Ends done (something planned) or skip (nothing to do).
+    ``only``: the one pool an event named (event.py's AutoPoolNamed), else the request's pool or every one."""
     from node_bootstrap.kube import KubeError
 
     from functions.base.event_result import HandlerResult
@@ -147,8 +148,8 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
                              outcome=outcome, reason=reason, cluster_id=cluster, dry_run=dry_run,
                              decisions=list(decisions), nodes=nodes, pool_tags=tags)
 
-    pools = [p for p in lookup.nodepools(cluster) if LAYOUT_LABEL in p.labels
-             and (not request.nodepool_id or p.nodepool_id == request.nodepool_id)]
+    scope = only or request.nodepool_id
+    pools = [p for p in lookup.nodepools(cluster) if LAYOUT_LABEL in p.labels and (not scope or p.nodepool_id == scope)]
     if not pools:
         return end("skip", "no node pool carries %s=auto" % LAYOUT_LABEL)
     api = _api_of(kube, lookup, settings, cluster)
@@ -170,11 +171,14 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     from functions.kube.demand import pending_pods, pods_on
     from functions.pipeline.autoscaler_sync import sync_pool_tags
     from functions.pipeline.point_of_change import DryRunExecutor, make_executor
+    from functions.rollout.auto_waves import prepare_auto
 
     pending = pending_pods(api)
     if not any(is_unschedulable(p) and pod_asks(p) for p in pending):
         return end("skip", "no MIG pod waits: the auto pools stay as they are")
     decisions: List[Any] = []
+    changes: List[Any] = []  # (pool, decision, GpuTargets) per node whose GPUs change: through the rollout
+    sizes: Dict[str, int] = {}
     new_nodes: Dict[str, Any] = {}
     for pool in pools:
         if (pool.labels.get(PAUSED_LABEL) or "").lower() == "true":
@@ -191,6 +195,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             continue
         new_nodes[pool.nodepool_id] = result.new_node
         members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
+        sizes[pool.nodepool_id] = len(nodes)
         for line in result.reasons:
             log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason=line)
         decisions.extend(_fresh_nodes(pool.nodepool_id, nodes, members, result.new_node, log))
@@ -202,14 +207,19 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
                 log.warning("auto pool", nodepool_id=pool.nodepool_id, node_name=name,
                             reason="ACK does not list node %s in the pool: not changed" % name)
                 continue
-            decisions.append(Decision(instance_id=node.instance_id, node_name=name, nodepool_id=pool.nodepool_id,
-                                      action="partition", reason=why, ip_address=node.ip_address,
-                                      gpu_layouts=per_gpu_partition(targets)))
+            changes.append((pool, Decision(instance_id=node.instance_id, node_name=name, nodepool_id=pool.nodepool_id,
+                                           action="partition", reason=why, ip_address=node.ip_address,
+                                           gpu_layouts=per_gpu_partition(targets)), targets))
     tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=new_nodes)
-    if not decisions:
+    if not decisions and not changes:
         return end("done", "MIG pods wait; no GPU of the auto pools changes (see the pool tags for a new node)",
                    tags=tags)
-    chosen = DryRunExecutor() if dry_run else (executor or make_executor(settings, False))
-    nodes_done = chosen.execute(request, decisions)
+    # New nodes go straight to the node (nothing runs there yet: MIG is turned on, as a scale-out does); changed
+    # running nodes go through the rollout: claim, the pool's budget, pause, Events, record, capacity.
+    rolled, rollout = prepare_auto(changes, sizes, api, settings, pools_now=lambda: lookup.nodepools(cluster))
+    decisions.extend(rolled)
+    inner = DryRunExecutor() if dry_run else (executor or make_executor(settings, False))
+    nodes_done = rollout.executor(inner, dry_run).execute(request, decisions)
+    decisions = rollout.final(decisions)
     return end("done", "%d node(s) of the auto pools get per-GPU layouts" % len(decisions), decisions, nodes_done, tags)
 

@@ -89,12 +89,21 @@ def _target_problem(instance_id: str, node: Optional["Node"]) -> Optional[str]:
     return None
 
 
+class AutoPoolNamed(Exception):
+    """The event names an auto pool (its pool id or scaling group): its step plans it (functions/pipeline/auto_pool.py)."""
+
+    def __init__(self, pool_id: str) -> None:
+        super().__init__(pool_id)
+        self.pool_id = pool_id
+
+
 def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str,
                     membership: Optional[Callable[[], "Membership"]] = None) -> List[TargetOrDecision]:
     """Which instances the event concerns, each with its node (None until it is one) and its pool, in the
     order the event named them; a target already decided here (it failed validation, or Auto Scaling does
     not confirm it) comes as its Decision. ``membership`` gives the Auto Scaling check (built on first use)."""
     from functions.decision.decide import has_partition_label
+    from functions.decision.layout import LAYOUT_LABEL
     from functions.base.model import ACTION_ERROR, ACTION_SKIP, Decision
 
     ask = membership or (lambda: _membership(lookup, load_settings()))
@@ -121,6 +130,11 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str,
         raise SkipEvent("%s is not a node pool of cluster %s%s" % (
             what, cluster, "; its lifecycle hook is left for its owner" if request.lifecycle else ""),
             request.trigger.value, request.event_type)
+    if named is not None and request.lifecycle is None and LAYOUT_LABEL in named.labels:
+        # A node pool operation, a manual run or a scale-out of an auto pool: its step, not the labelled
+        # pipeline (an auto pool has no partition label by design). A lifecycle hook is installed for
+        # labelled pools only, and is left below as any unlabelled pool's.
+        raise AutoPoolNamed(named.nodepool_id)
     if request.lifecycle is not None and (named is None or not has_partition_label(named)):
         raise SkipEvent("lifecycle hook %s is not for a node pool with a partition label; left for its owner"
                         % request.lifecycle.lifecycle_hook_id, request.trigger.value, request.event_type)
@@ -317,6 +331,12 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             view = kube if isinstance(kube, NodeView) else NodeView(kube)
         try:
             targets = resolve_targets(request, lookup, cluster, ask)
+        except AutoPoolNamed as named:  # an event of an auto pool re-plans that pool now, as its timer would
+            from functions.pipeline.auto_pool import run_tick
+
+            stage = "planning the auto pools"
+            raise _Finished(run_tick(request, lookup, cluster, settings, effective_dry_run, executor, kube, log,
+                                     only=named.pool_id))
         except SkipEvent:
             # no labelled pool (left): a pool whose label was removed may still have nodes with MIG
             targets = removal_targets(request, lookup, cluster, view, ())

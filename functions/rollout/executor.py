@@ -101,6 +101,15 @@ def _deferred(d: Decision) -> dict:
             "gpus": None}
 
 
+def created_capacity(layouts: Any, created: Any, left: Any) -> tuple:
+    """An auto pool node's capacity to wait for after its per-GPU apply: at least one of each profile the
+    plan created on a GPU the node did not leave as it was (``left``: the node's list of such GPUs). Not exact:
+    the instances kept were there before and a busy GPU keeps what it had."""
+    skipped = {g.get("gpu") for g in left or () if isinstance(g, dict)}
+    names = {profile for index, profiles in (created or {}).items() if index not in skipped for profile in profiles}
+    return {rp.resource_name(p): 1 for p in sorted(names)}, False
+
+
 class RolloutExecutor:
     """Carries out the wave: claim and cordon, drain, apply (the inner executor), capacity, uncordon."""
 
@@ -316,6 +325,10 @@ class RolloutExecutor:
                 # a node disrupted for an older target starts over on the new target's path (drained again:
                 # new pods may have come), cordoned first when its old path had not cordoned it.
                 step = p.step if same else (rp.CORDONED if w.drain else rp.APPLYING)
+                if w.budgeted:  # a per-GPU change counts only through its slot (its record says no drain)
+                    why = self._take_slot(w)
+                    if why:
+                        return self._end(w, DEFERRED, why)
                 cordon = step == rp.CORDONED and not node.unschedulable
                 ours, notes = _opt_out(node, p)
                 progress = rp.Progress(w.target, step, p.cordoned or cordon, self.clock(),
@@ -324,8 +337,13 @@ class RolloutExecutor:
                                        p.drain if same else w.drain, autoscaler=ours)
                 spec = {"unschedulable": True} if cordon else None
             elif not w.drain:  # only new instances: no cordon, no drain; the apply tells the node to destroy nothing
-                if not rp.work_needed(w.spec, node, w.gpu_model):
+                if not (rp.work_needed(w.spec, node, w.gpu_model) if w.layouts is None
+                        else rp.layouts_needed(w.layouts, node)):
                     return self._end(w, SKIPPED, "already in the requested layout (%s) when claimed" % w.target)
+                if w.budgeted:  # an auto pool's per-GPU change: one of the pool's slots, as a drained node takes
+                    why = self._take_slot(w)
+                    if why:
+                        return self._end(w, DEFERRED, why)
                 ours, notes = _opt_out(node, p)
                 progress = rp.Progress(w.target, rp.APPLYING, False, self.clock(), "", me, self.rollout.expires,
                                        drain=False, autoscaler=ours)
@@ -335,8 +353,11 @@ class RolloutExecutor:
                     if exc.status != 409:
                         raise
                     continue
-                event(self.kube, name, "MigRolloutNoDrain", "not cordoned or drained, the node only gains instances "
-                                                            "(told to destroy nothing): %s" % w.decision.reason)
+                event(self.kube, name, "MigRolloutNoDrain", (
+                    "not cordoned or drained, per-GPU layouts of an auto pool (only idle instances are destroyed, a "
+                    "GPU in use is left as it is): %s" if w.layouts is not None else
+                    "not cordoned or drained, the node only gains instances (told to destroy nothing): %s")
+                    % w.decision.reason)
                 return None
             else:
                 if not rp.work_needed(w.spec, node, w.gpu_model):
@@ -475,8 +496,13 @@ class RolloutExecutor:
         answers = {r["instance_id"]: r for r in self.inner.execute(plain, [w.decision for w in ready])}
         for w in ready:
             r = answers.get(w.decision.instance_id) or {"outcome": FAILED, "reason": "no result from delivery"}
+            if w.layouts is not None:  # the capacity to wait for: what the GPUs the node changed now hold
+                w.expected, w.exact = created_capacity(w.layouts, w.created, r.get("left"))
             try:
-                if r.get("outcome") in ("partitioned", "unchanged"):
+                if r.get("outcome") in ("partitioned", "unchanged") and w.layouts is not None and not w.expected:
+                    self._finish(w, r.get("outcome") or "partitioned", rp.DONE, "%s; no new instance to wait for"
+                                 % r.get("reason"), base=r)
+                elif r.get("outcome") in ("partitioned", "unchanged"):
                     self._record(w, rp.APPLIED)
                     w.applied = dict(r, reason=self._restart(w, r))
                 elif r.get("outcome") == DESTROY_REQUIRED:
@@ -581,6 +607,14 @@ class DryRunRolloutExecutor:
 
     def _one(self, d: Decision, w: Any, kube: Any) -> dict:
         base = {"instance_id": d.instance_id, "node_name": d.node_name, "gpus": d.plan.gpus if d.plan else None}
+        if w.layouts is not None:  # an auto pool's per-GPU change (functions/rollout/auto_waves.py)
+            created = created_capacity(w.layouts, w.created, ())[0]
+            return dict(base, outcome="dry-run", reason=(
+                "dry run: would take a slot of pool %s's budget (max-unavailable %d), give %s without cordon or "
+                "drain (only idle instances destroyed; a GPU in use is left as it is), wait for %s"
+                % (w.pool_name or w.pool_id, w.limit, "; ".join(
+                    "GPU %d %s" % (i, "-".join(p for p, _ in w.layouts[i]) or "MIG off") for i in sorted(w.layouts)),
+                   ", ".join(sorted(created)) or "nothing new")))
         what = ("MIG off (node_bootstrap disable)" if d.disable else d.plan.sequence if d.plan
                 else "%s=%s" % (d.partition.kind, d.partition.value))
         wait = ", ".join(sorted(w.expected)) or "no MIG resources"

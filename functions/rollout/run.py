@@ -71,6 +71,11 @@ class WaveNode:
     pool_name: str = ""  # how reasons name the pool: "np-1 (gpu)"
     limit: int = 1  # the pool's max-unavailable when planned: the budget its slot is taken under
     daemon_pods: Optional[List[Tuple[str, str]]] = None  # GPU DaemonSet pods found before the apply
+    # An auto pool's per-GPU change (functions/rollout/auto_waves.py): every GPU's target layout. Without drain,
+    # but through the pool's budget (``budgeted``): the node's device plugin re-registers its resources.
+    layouts: Optional[rp.GpuLayouts] = None
+    created: Optional[Dict[int, Tuple[str, ...]]] = None  # per GPU, the profiles the plan creates there
+    budgeted: bool = False
 
 
 def _spec(d: Decision) -> Optional[PartitionSpec]:

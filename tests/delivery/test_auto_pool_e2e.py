@@ -74,10 +74,32 @@ def pool(kube_api, tmp_path):  # noqa: F811
                               "ACK_MIG_CLUSTER_ID": CLUSTER})
     transport = make_transport(settings, sim_state_dir=str(nodes), root=str(tmp_path / "node-root"),
                                python=sys.executable)
-    executor = DeliveryExecutor.from_settings(settings, transport=transport)
+    executor = DevicePlugin(DeliveryExecutor.from_settings(settings, transport=transport), kube_api, nodes)
     api = KubeApi(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "a.conf", cert=kube_api.admin_cert())))
     yield kube_api, api, settings, executor, nodes / ("%s.json" % INSTANCE)
     api.close()
+
+
+class DevicePlugin:
+    """What the NVIDIA device plugin (mixed strategy) does after an apply, which the simulated node cannot:
+    publish one ``nvidia.com/mig-<profile>`` per MIG instance the node's GPUs now hold, in the Node's
+    allocatable (the node runs with --no-label and no plugin restart here). Wraps the delivery executor."""
+
+    def __init__(self, inner, server, nodes):
+        self.inner, self.server, self.nodes = inner, server, nodes
+
+    def execute(self, request, decisions):
+        results = self.inner.execute(request, decisions)
+        for d in decisions:
+            state = self.nodes / ("%s.json" % d.instance_id)
+            if d.node_name and state.exists():
+                counts = {}
+                for gpu in json.loads(state.read_text())["gpus"]:
+                    for gi in gpu.get("gis") or ():
+                        key = "nvidia.com/mig-" + MODEL.profile_by_id(gi["profile_id"]).name
+                        counts[key] = counts.get(key, 0) + 1
+                self.server.set_capacity(d.node_name, {k: str(v) for k, v in counts.items()})
+        return results
 
 
 def held(state_file):
@@ -98,7 +120,14 @@ def test_pending_pods_of_three_profiles_get_instances_without_an_eviction(pool):
         and ("3g.40gb" in [p for p, _ in have]), have
     assert result.decisions[0].gpu_layouts["gpus"][0]["index"] == 0
     assert not any("eviction" in r.path for r in server.requests)
-    assert not any(r.method == "PATCH" for r in server.requests)  # no cordon, no drain: nothing ran there
+    assert not any("eviction" in r.path or "unschedulable" in json.dumps(r.body) for r in server.requests)
+    record = server.nodes["gpu-a"]["metadata"]["annotations"]["ack-mig-hook/rollout"]
+    assert '"step": "done"' in record and '"drain": false' in record  # through the rollout: claimed, recorded
+    assert "per-gpu=" in record and "new capacity shows" in node["reason"], node
+    reasons = sorted(e["reason"] for e in server.events.values())
+    assert reasons == ["MigRolloutDone", "MigRolloutNoDrain"], reasons
+    lease = server.leases[("default", "ack-mig-hook-pool-%s" % POOL)]
+    assert "gpu-a" not in lease["metadata"]["annotations"].get("ack-mig-hook/slots", "{}")  # slot given back
     assert result.pool_tags[0]["set"] == {}  # everything fits: no new node advertised
 
 

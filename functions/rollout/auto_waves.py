@@ -1,0 +1,96 @@
+"""An auto pool's per-GPU changes, carried by the rollout (issue 27 item 5).
+
+The auto pool step (``functions.pipeline.auto_pool``) plans per-GPU target layouts; this module turns each
+changed node into a wave node of the same :class:`~functions.rollout.executor.RolloutExecutor` a labelled
+pool's rollout uses, so the change gets what a rollout gets: the claim on the node's record (two ticks, or a
+tick and a pool event, never change one node twice), a slot of the pool's budget (the Lease of
+``functions.rollout.pool_lease``, shared with every other actor; ``max-unavailable`` of the pool), the pause
+read again just before the slot, Events on the Node, the record ``status`` reads, and the wait for the new
+capacity. What it does not get is the cordon and the drain: the node destroys only instances nothing uses
+(it checks each one itself) and leaves a GPU that turned busy as it is.
+
+Why a slot although nothing is drained: the node's device plugin re-registers its resources after the change,
+and the pool's budget is the one place where every actor (other invocations, a labelled rollout, NotReady
+nodes) sees what is in flux. A node already counted takes no second slot.
+
+A wave's nodes all try their claim; those beyond the budget wait (deferred, the reason names the budget), and
+the next wave of the same invocation offers them again with the plan unchanged, while the invocation has time.
+"""
+
+import dataclasses
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from functions.base.model import ACTION_ERROR, ACTION_SKIP, Decision
+from functions.base.settings import invocation_s
+from functions.decision import waves as rp
+from functions.rollout import run
+from functions.rollout.run import PoolRollout, Rollout, WaveNode
+
+
+class AutoRollout(Rollout):
+    """A :class:`Rollout` whose next wave offers the nodes still waiting again, as first planned: the
+    per-GPU plan was made for the demand of this tick, and the node re-checks every instance before it
+    destroys one, so the plan needs no second reading of the pool within the invocation."""
+
+    def __init__(self, *args: Any, planned: Optional[Dict[str, WaveNode]] = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.planned = dict(planned or {})
+
+    def replan(self, pool_ids: Sequence[str], finished: Sequence[str]) -> Tuple[Dict[str, Decision],
+                                                                               Dict[str, WaveNode]]:
+        done, pools = set(finished), set(pool_ids)
+        waves = {iid: dataclasses.replace(w, progress=None, rv="", result=None, applied=None, daemon_pods=None)
+                 for iid, w in self.planned.items() if w.pool_id in pools and iid not in done}
+        return {iid: w.decision for iid, w in waves.items()}, waves
+
+    def needs_drain(self, pool_id: str, pending: Sequence[str]) -> bool:
+        return False  # nothing of an auto pool's per-GPU change drains
+
+
+def created_by_gpu(targets: Sequence[Any]) -> Dict[int, Tuple[str, ...]]:
+    """Per GPU index, the profiles the plan creates (GpuTarget.create): what the capacity wait looks for."""
+    return {t.index: tuple(p for p, _ in t.create) for t in targets}
+
+
+def prepare_auto(changes: Sequence[Tuple[Any, Decision, Sequence[Any]]], pool_sizes: Dict[str, int], kube: Any,
+                 settings: Any, pools_now: Optional[Callable[[], Sequence[Any]]] = None
+                 ) -> Tuple[List[Decision], AutoRollout]:
+    """The per-GPU decisions as wave nodes: ``changes`` is ``(pool, decision, the node's GpuTargets)`` per
+    changed node, ``pool_sizes`` each pool's node count (its ``max-unavailable`` percentage is of that).
+    Returns the decisions (a pool whose ``max-unavailable`` label is wrong: one error on its first node, the
+    others skipped, as a labelled pool) and the rollout that carries them."""
+    owner, now = uuid.uuid4().hex[:12], run.clock()
+    expires = now + run.run_lease_s(settings)
+    waves: Dict[str, WaveNode] = {}
+    out: List[Decision] = []
+    pools: Dict[str, PoolRollout] = {}
+    by_pool: Dict[str, List[Tuple[Any, Decision, Sequence[Any]]]] = {}
+    for change in changes:
+        by_pool.setdefault(change[0].nodepool_id, []).append(change)
+    for pool_id, members in sorted(by_pool.items()):
+        pool = members[0][0]
+        name = "%s (%s)" % (pool_id, pool.name) if getattr(pool, "name", "") else pool_id
+        try:
+            limit = rp.max_unavailable(settings.rollout.max_unavailable, pool.labels.get(rp.MAX_UNAVAILABLE_LABEL),
+                                       pool_sizes.get(pool_id) or len(members))
+        except rp.RolloutInputError as exc:  # the pool's setting, not its nodes: said once
+            first = min(members, key=lambda m: m[1].node_name or "")[1]
+            for _, d, _ in members:
+                out.append(d.model_copy(update=dict(action=ACTION_ERROR, reason="pool %s: %s" % (name, exc)))
+                           if d is first else
+                           d.model_copy(update=dict(action=ACTION_SKIP, reason="not changed: pool %s has an invalid "
+                                                    "setting, reported once on node %s" % (name, first.node_name))))
+            continue
+        pools[pool_id] = PoolRollout(pool_id, [d for _, d, _ in members], pool, {})
+        for _, d, targets in members:
+            layouts = {t.index: tuple(t.layout) for t in targets}
+            d = d.model_copy(update=dict(drain=False))  # its reason stays advise's (the result names the budget)
+            waves[d.instance_id] = WaveNode(d, rp.per_gpu_target(layouts), "", {}, False, drain=False,
+                                            pool_id=pool_id, pool_name=name, limit=limit, layouts=layouts,
+                                            created=created_by_gpu(targets), budgeted=True)
+            out.append(d)
+    rollout = AutoRollout(kube, dict(waves), settings, owner, expires, pools, pools_now,
+                          now + invocation_s(settings), planned=waves)
+    rollout.drains = {iid: False for iid in waves}
+    return out, rollout
