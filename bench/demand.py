@@ -90,6 +90,8 @@ def replay(family: str, model_key: str, size: int, seed: int = 1, steps: int = d
     planner_peak, cold_ms = 0, 0.0
     exact = True
     previous = None
+    steps_solved = steps_at_opt = 0
+    step_over = []  # (step, GPUs over the step's exact optimum)
     for step in range(steps):
         for e in leaving[step]:
             if e.key in bound_to:
@@ -104,6 +106,10 @@ def replay(family: str, model_key: str, size: int, seed: int = 1, steps: int = d
             peaks_by_profile[n] = max(peaks_by_profile[n], k)
         demand = [PodDemand(k, e.owner, names[e.klass]) for k, e in sorted(pending.items())]
         supply = pool.supply()
+        if size <= EXACT_UP_TO and pending:  # the exact optimum of this step's problem (running pods stay)
+            held = [[key for key, holder in pool.inst[g].items() if holder is not None] for g in pool.gpus]
+            step_best, step_proven = demand_bound.step_optimum(
+                gpu, [h for h in held if h], sum(1 for h in held if not h), Counter(d.profile for d in demand))
         cold = step == steps // 2
         if cold:  # once mid-day: the planner's placement caches emptied, as in a fresh function instance
             planner._candidates.cache_clear()
@@ -121,6 +127,13 @@ def replay(family: str, model_key: str, size: int, seed: int = 1, steps: int = d
         _bind(pool, pending, names, bound_to)
         totals["unserved_pod_steps"] += len(pending)
         planner_peak = max(planner_peak, pool.in_use_gpus())
+        if size <= EXACT_UP_TO and demand:
+            steps_solved += 1
+            if step_best is not None and pool.in_use_gpus() <= step_best:
+                steps_at_opt += 1
+            elif step_best is not None:
+                step_over.append((step, pool.in_use_gpus() - step_best))
+            exact = exact and step_proven
         if size <= EXACT_UP_TO or step % 4 == 0 or step == steps - 1:
             value, proven = demand_bound.min_gpus(gpu, dict(alive))
             opt.append(value or 0)
@@ -143,6 +156,10 @@ def replay(family: str, model_key: str, size: int, seed: int = 1, steps: int = d
         "family": family, "model": model_key, "pool": size, "pods": len(events),
         "planner_gpus": planner_peak, "optimum_gpus": optimum, "optimum_exact": exact,
         "optimum_sampled": size > EXACT_UP_TO,
+        # the exact optimum of each step's own problem (running pods stay where they are): how often the planner
+        # reached it, and by how many GPUs it missed where it did not
+        "steps_solved": steps_solved, "steps_at_optimum": steps_at_opt, "step_over_max": max(
+            (o for _, o in step_over), default=0), "step_over": step_over[:10],
         "gap_pct": round(100.0 * (planner_peak - optimum) / optimum, 2) if optimum else 0.0,
         "best_static_gpus": best_static[0], "best_static_layout": "-".join(
             "%dx%s" % (k, n) for n, k in best_static[1]),

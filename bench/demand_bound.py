@@ -134,3 +134,73 @@ def static_gpus(layout: Config, peaks: Dict[str, int]) -> Optional[int]:
             return None
         need = max(need, -(-k // have[n]))
     return need
+
+
+def step_optimum(gpu: GpuModel, in_use: Sequence[Sequence[Tuple[str, int]]], spare: int,
+                 pending: Dict[str, int]) -> Tuple[Optional[int], bool]:
+    """The exact optimum of the problem the planner is given at one step: the fewest GPUs holding a pod once
+    the ``pending`` pods (count per profile) are placed, when every running pod stays where it is. ``in_use``:
+    per GPU that holds a running pod, its in-use instances ``(profile, start)`` (idle instances are free
+    space: they may be kept or destroyed); ``spare``: GPUs holding no running pod. (optimum, proven); (None,
+    False) when the pool cannot hold the pending pods.
+
+    Its own formulation (not the planner's search): a binary x[g, p, s] per GPU, profile and start of a
+    placement that overlaps nothing in use, y[g] per spare GPU (it holds a pod); per GPU and memory slice at
+    most one instance (a spare GPU's slices only when y[g]), the compute slices and each profile's
+    max_instances within the GPU's limits, every pending pod placed; minimize the spare GPUs used (the GPUs
+    in use count anyway). Spare GPUs are interchangeable: y is ordered, and only as many as pods wait are
+    offered. Each GPU of the answer is confirmed by the project's counting rules (``check_budget``)."""
+    wanted = {n: k for n, k in sorted(pending.items()) if k > 0}
+    if not wanted:
+        return len(in_use), True
+    import highspy
+    h = _highs()
+    profiles = {n: gpu.profile_by_name(n) for n in wanted}
+    spare = min(spare, sum(wanted.values()))
+    gpus = [tuple(g) for g in in_use] + [()] * spare
+    x = {}
+    y = {}
+    for gi, held in enumerate(gpus):
+        taken = 0
+        for name, start in held:
+            taken |= ((1 << gpu.profile_by_name(name).memory_slices) - 1) << start
+        if gi >= len(in_use):
+            y[gi] = h.addVariable(lb=0, ub=1, type=highspy.HighsVarType.kInteger)
+        for n, p in profiles.items():
+            for pl in p.placements:
+                bits = ((1 << pl.size) - 1) << pl.start
+                if not taken & bits:
+                    x[gi, n, pl.start, pl.size] = h.addVariable(lb=0, ub=1, type=highspy.HighsVarType.kInteger)
+        mine = [(k, v) for k, v in x.items() if k[0] == gi]
+        gate = y.get(gi)
+        for m in range(gpu.memory_slots):
+            cover = [v for (g, n, s, size), v in mine if s <= m < s + size]
+            if cover:
+                h.addConstr(sum(cover) - (gate if gate is not None else 0) <= (0 if gate is not None else 1))
+        used_compute = sum(gpu.profile_by_name(n).compute_slices for n, _ in held)
+        if mine:
+            h.addConstr(sum(profiles[n].compute_slices * v for (g, n, s, size), v in mine)
+                        <= gpu.compute_slices - used_compute)
+        for n, p in profiles.items():
+            same = [v for (g, pn, s, size), v in mine if pn == n]
+            if same:
+                h.addConstr(sum(same) <= p.max_instances - sum(1 for hn, _ in held if hn == n))
+    for n, k in wanted.items():
+        options = [v for (g, pn, s, size), v in x.items() if pn == n]
+        if not options:
+            return None, False
+        h.addConstr(sum(options) >= k)
+    order = sorted(y)
+    for a, b in zip(order, order[1:]):
+        h.addConstr(y[a] - y[b] >= 0)
+    h.minimize(sum(y.values()) if y else 0 * next(iter(x.values())))
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        return (None, False) if status == highspy.HighsModelStatus.kInfeasible else \
+            (len(in_use) + int(-(-h.getInfo().mip_dual_bound // 1)), False)
+    values = h.getSolution().col_value
+    for gi, held in enumerate(gpus):  # the project's counting rules agree with every GPU of the answer
+        chosen = [gpu.profile_by_name(n) for n, _ in held] + [
+            profiles[n] for (g, n, s, size), v in x.items() if g == gi and values[v.index] > 0.5]
+        assert check_budget(gpu, chosen) is None, (held, chosen)
+    return len(in_use) + sum(1 for v in y.values() if values[v.index] > 0.5), True
