@@ -131,3 +131,12 @@ def _host_untouched():
 from tests.support.temproot import use_private_tmp  # noqa: E402
 
 use_private_tmp()
+
+# Human output is fitted to COLUMNS when it is set, else to the terminal, else 80 columns (a pipe:
+# functions/commands/terminal.py). Tests read what a command says, whole: they run with wide columns. How the
+# text fits 80 columns, on a pipe and on a terminal, is tests/function/test_terminal_width.py's, which sets
+# its own COLUMNS (or none) for each run. Set per test, not for the session: pytest sizes its own report by
+# COLUMNS too.
+@pytest.fixture(autouse=True)
+def _wide_columns(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "1000")

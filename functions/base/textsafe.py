@@ -15,12 +15,20 @@ The node tool has its own copy of this rule (``node_bootstrap/commands/textout.p
 ``functions`` (it runs alone on the node's system Python, tests/test_layout.py pins the import direction).
 """
 
+import re
 from typing import Any
+
+# Where in CPython's own C source an error was raised, as ssl and socket errors say it ("certificate verify
+# failed (_ssl.c:1006)"): a file of the interpreter, nothing an operator can act on. Dropped from every text.
+_C_SOURCE = re.compile(r"\s*\((?:[A-Za-z0-9_]+/)*_?[A-Za-z0-9_]+\.c:[0-9]+\)")
 
 
 def escape(text: Any) -> str:
-    """``text`` (made a string) with every non-printable character written as a visible escape."""
+    """``text`` (made a string) with every non-printable character written as a visible escape, and
+    CPython's C source locations (``(_ssl.c:1006)``) left out."""
     text = text if isinstance(text, str) else str(text)
+    if ".c:" in text:
+        text = _C_SOURCE.sub("", text)
     if text.isprintable():  # the common case costs one scan
         return text
     return "".join(c if c.isprintable() else _code(c) for c in text)

@@ -128,13 +128,11 @@ MACHINE_OUTPUT = ("convert",)
 
 
 class _human_output:
-    """Human stdout on a terminal fitted to its width (terminal.Fitted) for the command's run; --json stays
-    whole. A pipe keeps the lines as they are for now: scripts and the tests read them whole (see the
-    changelog: wrapping piped text at 80 columns waits for those readers to match wrapped text)."""
+    """Human stdout fitted (terminal.Fitted) for the command's run: to the terminal's width, 80 columns in a
+    pipe, ``COLUMNS`` when set; --json and machine output stay whole (scripts read those)."""
 
     def __init__(self, args):
-        self.fit = (not getattr(args, "json", False) and args.command not in MACHINE_OUTPUT
-                    and sys.stdout.isatty())
+        self.fit = not getattr(args, "json", False) and args.command not in MACHINE_OUTPUT
         self.saved = None
 
     def __enter__(self):

@@ -11,7 +11,8 @@ snapshot's ``kube_nodes``) gives each node's applied layout, its
 Per pool: the label (the pool's own, whatever its nodes decided), node count, nodes in the requested
 layout, pending (this wave, or new nodes), failed (with the node's own reason and, from its rollout record,
 how long ago), deferred (with the age of what it waits on), skipped (with why), and the allocatable MIG
-resources summed over its nodes. The text fits :data:`WIDTH` columns (reasons wrap between words, long
+resources summed over its nodes. The text fits the terminal (80 columns in a pipe, at most :data:`WIDTH`;
+reasons wrap between words, long
 layouts are written ``7x1g.5gb``); ``--json`` keeps every value whole. A Kubernetes API that cannot be used
 is said on the first line and exits 1; ``--strict`` exits 3 when a node failed or the API cannot be used.
 """
@@ -33,7 +34,7 @@ GPU_LAYOUTS = "ack-mig-hook/gpu-layouts"
 
 FAILED_STATES = ("failed",)
 STRICT_EXIT = 3
-WIDTH = 100  # every line of the text output fits this many columns
+WIDTH = 100  # the widest the text gets, on a wide terminal (terminal.width() decides below that)
 # A profile name as the catalogue writes it (1g.5gb, 1g.10gb+me, 1g.24gb+me.all); a layout is several joined
 # by "-". Profiles with a hyphen of their own (1g.24gb-me) are left as they are: "-" would be ambiguous.
 _PROFILE = r"[1-9]g\.[0-9]+gb(?:[+.][a-z]+)*"
@@ -286,14 +287,14 @@ def _autoscaler_line(a: Optional[Dict[str, Any]]) -> Optional[str]:
         scaling, want, have, who)
 
 
-def _wrap(line: str, more: Optional[str] = None) -> List[str]:
-    """One logical line as lines of at most WIDTH columns, broken between words (never inside a layout at
+def _wrap(line: str, more: Optional[str] = None, columns: int = WIDTH) -> List[str]:
+    """One logical line as lines of at most ``columns``, broken between words (never inside a layout at
     its hyphens), continuation lines indented ``more`` (default: two more than the line's own indent)."""
     text = abbreviate(line)
-    if len(text) <= WIDTH:
+    if len(text) <= columns:
         return [text]
     indent = text[:len(text) - len(text.lstrip(" "))]
-    return textwrap.wrap(text.lstrip(" "), WIDTH, initial_indent=indent,
+    return textwrap.wrap(text.lstrip(" "), columns, initial_indent=indent,
                          subsequent_indent=more if more is not None else indent + "  ",
                          break_on_hyphens=False, break_long_words=True) or [""]
 
@@ -302,15 +303,18 @@ def _ago(since: Optional[float], now: float) -> str:
     return "" if since is None else " %s ago" % age(now - since)
 
 
-def render(status: Dict[str, Any], nodes: bool) -> str:
+def render(status: Dict[str, Any], nodes: bool, columns: Optional[int] = None) -> str:
+    """The text: ``columns`` wide (default: the terminal's, 80 in a pipe, at most :data:`WIDTH`)."""
     from functions.base.textsafe import escape_data
+    from functions.commands.terminal import width
 
     status = escape_data(status)  # node names, reasons and labels come from the cluster: no terminal escapes
     now = status.get("now") or time.time()
     out: List[str] = []
+    columns = columns or min(WIDTH, width())
 
     def line(text: str, more: Optional[str] = None) -> None:
-        out.extend(_wrap(text, more))
+        out.extend(_wrap(text, more, columns))
 
     if status.get("kubernetes_error"):
         line("cluster %s: the Kubernetes API cannot be used (%s): applied layouts, rollouts and failures are "

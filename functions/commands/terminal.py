@@ -11,14 +11,21 @@ import textwrap
 import threading
 from typing import List, Optional, TextIO
 
+from functions.base.settings import environment
+
+COLUMNS = "COLUMNS"  # the shell's own variable (POSIX), not one of ours: it is not in the settings table
 PIPE_WIDTH = 80  # not a terminal: what a pager, a CI log or an email shows without wrapping
 ERROR_LINE = 160  # the longest error line; the rest goes to an indented hint
 WAIT_NOTE_AFTER = 2.0  # seconds before a wait says what it waits for (on a terminal only)
 
 
 def width(stream: Optional[TextIO] = None) -> int:
-    """Columns to fit: the terminal's (COLUMNS wins, as shutil reads it) on a TTY, else 80."""
+    """Columns to fit: ``COLUMNS`` when set (the shell's variable: ``COLUMNS=200 ack-mig-hook status | less``
+    keeps longer lines), else the terminal's on a TTY, else 80 (a pipe, a CI log)."""
     stream = stream or sys.stdout
+    columns = environment().get(COLUMNS, "").strip()
+    if columns.isascii() and columns.isdigit() and 0 < len(columns) <= 5:
+        return max(40, int(columns))
     try:
         tty = stream.isatty()
     except (AttributeError, ValueError):

@@ -26,12 +26,18 @@ HUMAN = [
     ["invoke", "--event", os.path.join(EX, "event-reconcile.json"), "--inventory",
      os.path.join(EX, "inventory-rollout.json"), "--dry-run"],  # was 607 columns
     ["status", "--inventory", os.path.join(EX, "inventory.json")],
+    ["status", "--inventory", os.path.join(EX, "inventory-rollout.json"), "--nodes"],
+    ["advise", "--pool", "llm-auto", "--inventory", os.path.join(EX, "inventory-auto.json")],
     ["demo"],  # was 262 columns
 ]
 
 
-def cli(argv):
-    return subprocess.run([sys.executable, "-m", "functions.commands.main"] + argv, cwd=ROOT,
+def cli(argv, columns=None):
+    """Run with stdout a pipe; ``columns``: COLUMNS for the run (None: unset, as in most pipes)."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    return subprocess.run([sys.executable, "-m", "functions.commands.main"] + argv, cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
@@ -64,6 +70,24 @@ def test_human_output_fits_80_columns(argv):
     wide = [line for line in out.splitlines() if len(line) > 80]
     assert wide == [], wide[:3]
     assert out.strip()
+
+
+@pytest.mark.parametrize("argv", [a for a in HUMAN if a[0] != "demo"], ids=lambda a: " ".join(a[:2]))
+def test_piped_human_output_fits_80_columns(argv):
+    """A pipe (a pager, a CI log, grep) gets 80 columns, as kubectl and helm assume: every line fits, and the
+    words are all there (wrapped, not cut)."""
+    done = cli(argv)
+    assert done.returncode == 0, done.stderr
+    wide = [line for line in done.stdout.splitlines() if len(line) > 80]
+    assert wide == [] and done.stdout.strip(), wide[:3]
+
+
+def test_columns_widens_a_pipe_and_wrapping_keeps_every_word():
+    argv = HUMAN[5]  # the reconcile dry run: its reasons run long
+    narrow, wide = cli(argv), cli(argv, columns=400)
+    assert max(len(line) for line in wide.stdout.splitlines()) > 80
+    assert max(len(line) for line in narrow.stdout.splitlines()) <= 80
+    assert narrow.stdout.split() == wide.stdout.split()  # wrapped at spaces: the same words in the same order
 
 
 def test_json_is_not_wrapped():
