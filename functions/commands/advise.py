@@ -79,7 +79,9 @@ def gather(args) -> Dict[str, Any]:
         common.require(args, "cluster_id", "region")
         from functions.cloud.cs_lookup import CsLookup
 
-        lookup = CsLookup(load_settings(common.environment_with(common.keys(args), args.region, args.cluster_id)))
+        config = load_settings(common.environment_with(common.keys(args), args.region, args.cluster_id))
+        common.reach_cloud(config)
+        lookup = CsLookup(config)
         cluster = args.cluster_id
     pool = _pool(lookup.nodepools(cluster), args.pool)
     selected = lambda labels: (labels or {}).get(POOL_LABEL) == pool.nodepool_id  # noqa: E731
@@ -166,7 +168,8 @@ def run(args):
     try:
         advice = gather(args)
     except (AdviseError, BadInventory, SettingsError, KubeError, LayoutLabelError, NotAutoPool) as exc:
-        print("ack-mig-hook: error: %s" % escape(exc), file=sys.stderr)
-        return 2
+        from functions.commands.terminal import fail
+
+        return fail(escape(exc), 2, args.json)
     print(json.dumps(advice, indent=2) if args.json else render(escape_data(advice)))
     return 0

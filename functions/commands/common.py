@@ -215,3 +215,47 @@ def environment_with(found_keys, region_value: Optional[str] = None, cluster: Op
     # a kubeconfig from ACK names the public one, as doctor and undeploy ask for, unless the caller chose.
     env.setdefault(settings.KUBE_ENDPOINT, "public")
     return env
+
+
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")  # what the SDKs' HTTP clients honour
+
+
+def connect(what: str, host: str, port: int, fix: str) -> None:
+    """One TCP connection to ``host:port`` within ACK_MIG_CONNECT_TIMEOUT_S (default 10 s, at most 15) before
+    a command's first call: an unreachable service is one line naming it at once (``what`` at host:port, the
+    cause and ``fix``), not the SDK's retries a minute later. On a terminal, a connection that takes over 2 s
+    says what it waits for (terminal.Waiting). Raises settings.SettingsError (exit 2)."""
+    import socket
+
+    from functions.commands.terminal import Waiting
+
+    timeout = settings.parse_int(settings.environment(), settings.CONNECT_TIMEOUT_S, 10, 1, 15)
+    where = "%s:%d" % (host, port)
+    try:
+        with Waiting("%s at %s" % (what, where), timeout):
+            socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        reason = "no answer within %ds" % timeout if isinstance(exc, socket.timeout) else (
+            exc.strerror or str(exc))
+        raise settings.SettingsError("cannot connect to %s at %s (%s); %s; ACK_MIG_CONNECT_TIMEOUT_S sets the wait"
+                                     % (what, where, reason, fix)) from None
+
+
+def reach_cloud(config: "settings.Settings", product: str = "cs") -> None:
+    """Connect once to the endpoint the command's first cloud call goes to (``product``: cs, ros ...), as
+    resolved for every client (functions/base/endpoints.py, an ACK_MIG_<PRODUCT>_ENDPOINT override
+    included). Behind a proxy (HTTPS_PROXY, ALL_PROXY) the SDK connects through it: nothing is checked."""
+    from urllib.parse import urlsplit
+
+    from functions.base.endpoints import resolve, url_of
+
+    env = settings.environment()
+    if any(env.get(name) for name in PROXY_VARIABLES) or not (config.region or getattr(config, product + "_endpoint",
+                                                                                      None)):
+        return
+    endpoint = resolve(product, config.region, getattr(config, product + "_endpoint", None))
+    split = urlsplit(url_of(endpoint))
+    names = {"cs": "the ACK API", "ros": "the ROS API"}
+    connect(names.get(product, "the %s API" % product.upper()), split.hostname or "",
+            split.port or (443 if endpoint.protocol == "https" else 80),
+            "check this machine's internet access (or set HTTPS_PROXY)")

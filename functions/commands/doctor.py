@@ -323,6 +323,7 @@ def _gather(args) -> List[Check]:
     keys = common.keys(args)
     checks = [Check("ok", "credentials", "access key %s****" % keys.access_key_id[:6])]
     config = settings.load_settings(common.environment_with(keys, args.region))
+    common.reach_cloud(config)
     cs = CsLookup(config)
     pools = cs.nodepools(args.cluster_id)
     checks += pool_checks(args.cluster_id, pools)

@@ -118,12 +118,14 @@ def _event_region(raw):
 
 
 def _reaches_the_cluster(raw):
-    """Whether the event passes stage 1 (an event skipped there, or refused as bad, needs no cloud)."""
+    """Whether the event passes both stages of its reading (an event skipped there, or refused as bad, needs
+    no cloud)."""
     from functions.pipeline.envelope import read_envelope
+    from functions.pipeline.intake import parse_envelope
     from functions.base.errors import EventOutcome
 
-    try:
-        read_envelope(raw)
+    try:  # both stages: a payload refused as bad is reported without asking the cloud anything
+        parse_envelope(read_envelope(raw))
     except (EventOutcome, ValueError, RecursionError):
         return False
     return True
@@ -160,6 +162,8 @@ def _settings(args, raw):
     if missing:
         raise SettingsError("missing %s; or use --inventory FILE to run on a cluster snapshot without "
                             "the cloud" % " and ".join(missing))
+    if needs_cloud:
+        common.reach_cloud(settings)  # the ACK API, before anything is decided
     return settings
 
 

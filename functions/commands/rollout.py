@@ -89,7 +89,9 @@ def _lookup(args):
     from functions.cloud.cs_lookup import CsLookup
     from functions.base.settings import load_settings
 
-    return CsLookup(load_settings(common.environment_with(common.keys(args), args.region, args.cluster_id)))
+    config = load_settings(common.environment_with(common.keys(args), args.region, args.cluster_id))
+    common.reach_cloud(config)
+    return CsLookup(config)
 
 
 def change(cs, cluster_id: str, pool_id: str, action: str) -> dict:

@@ -393,28 +393,14 @@ def checked_kubeconfig(path: str) -> str:
 
 
 def reachable(server: str) -> None:
-    """Connect to the API server once, within ACK_MIG_CONNECT_TIMEOUT_S (default 10 s, at most 15), before
-    anything is decided: an unreachable one is one line naming it at once, not a minute of retries later.
-    On a terminal, a connection that takes over 2 s says what it waits for (terminal.Waiting)."""
-    import socket
+    """Connect to the API server once (common.connect: ACK_MIG_CONNECT_TIMEOUT_S, a note after 2 s on a
+    terminal) before anything is decided: an unreachable one is one line naming it at once."""
     from urllib.parse import urlsplit
 
-    from functions.base.settings import CONNECT_TIMEOUT_S, SettingsError, environment, parse_int
-    from functions.commands.terminal import Waiting
-
-    timeout = parse_int(environment(), CONNECT_TIMEOUT_S, 10, 1, 15)
     split = urlsplit(server)
-    host, port = split.hostname or "", split.port or 443
-    where = "%s:%d" % (host, port)
-    try:
-        with Waiting("the API server at %s" % where, timeout):
-            socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as exc:
-        reason = "no answer within %ds" % timeout if isinstance(exc, socket.timeout) else (
-            exc.strerror or str(exc))
-        raise SettingsError("cannot connect to the API server at %s (%s); check that this machine reaches it "
-                            "(the cluster's public endpoint, a VPN), or pass another --kubeconfig; "
-                            "ACK_MIG_CONNECT_TIMEOUT_S sets the wait" % (where, reason)) from None
+    common.connect("the API server", split.hostname or "", split.port or 443,
+                   "check that this machine reaches it (the cluster's public endpoint, a VPN), or pass another "
+                   "--kubeconfig")
 
 
 class _Watched:
@@ -561,6 +547,8 @@ def run(args):
             except SettingsError as exc:
                 unreached = KubeError(str(exc), None)
         settings = load_settings(env)
+        if lookup is None:
+            common.reach_cloud(settings)  # the ACK API, before the first call
         status = collect(settings, lookup, unreached=unreached)
     except (BadInventory, SettingsError, KubeError) as exc:
         from functions.base.textsafe import escape  # the message may quote the file or an API's answer
