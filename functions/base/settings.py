@@ -100,8 +100,9 @@ API_NETWORK = _var("ACK_MIG_API_NETWORK", "public", "`public` or `vpc`: `vpc` se
                                                     "([delivery.md](delivery.md#api-endpoints))")
 API_TIMEOUT_S = _var("ACK_MIG_API_TIMEOUT_S", "10", "connect and read timeout of each cloud API call, "
                                                     "seconds")
-CONNECT_TIMEOUT_S = _var("ACK_MIG_CONNECT_TIMEOUT_S", "10", "command line: how long `invoke` tries to connect to "
-                         "the `--kubeconfig` API server before it gives up naming it, seconds (1..15)")
+CONNECT_TIMEOUT_S = _var("ACK_MIG_CONNECT_TIMEOUT_S", "10", "command line: how long a command tries to connect to "
+                         "the ACK API and the `--kubeconfig` API server before its first call, giving up naming "
+                         "it, seconds (1..15)")
 API_MAX_ATTEMPTS = _var("ACK_MIG_API_MAX_ATTEMPTS", "3", "attempts per cloud API call on throttling, 5xx "
                                                          "or a timeout")
 ACCESS_KEY_ID = _var("ALIBABA_CLOUD_ACCESS_KEY_ID", "", "set by Function Compute from the function's "
