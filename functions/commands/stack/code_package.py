@@ -29,6 +29,7 @@ DEPENDENCIES = (
     ("paramiko>=3.4,<6", "paramiko"),
     ("nvidia-ml-py>=12.535,<14", "pynvml"),
     ("pydantic>=2.6,<3", "pydantic"),
+    ("highspy>=1.8,<1.12", "highspy"),
 )
 PACKAGES = ("functions", "node_bootstrap")
 _SKIP_DIRS = ("__pycache__",)

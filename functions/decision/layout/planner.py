@@ -42,6 +42,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from node_bootstrap.mig.catalogue import GPUS, GpuModel, Profile, find_gpu_or_none
 from node_bootstrap.mig.solver import check_budget
 
+from .exact import EXACT_GPUS, Step, available as exact_available, gpus_after_binding, solve as solve_exactly
 from .vocabulary import (CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU, Bounds, GpuSupply, GpuTarget, Plan,
                          PodDemand)
 
@@ -433,6 +434,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         for gpu in gpus:
             _carry(gpu, earlier.get(gpu.sort_key), asked)
 
+    before = {g.sort_key: list(g.state) for g in gpus}  # what the exact form starts from (exact.py)
     unserved, notes = Counter(), []  # type: Counter, List[str]
     multi = _serve_multi(gpus, demand, bounds)  # pods asking several instances of one node
     pending = Counter()
@@ -561,6 +563,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         notes.append("%d pending whole-GPU request%s beyond the pool's free GPUs with MIG off (the planner "
                      "never turns MIG off)" % (short, "" if short == 1 else "s"))
 
+    if not multi[0] and not unserved and any(pending[n] for n in pending if n != WHOLE_GPU):
+        served = _exact(gpus, before, demand, pending, bounds, served)
+
     targets, reasons = [], []
     readable = {g.sort_key: g for g in gpus}
     for s in sorted({(s.node, s.index): s for s in reversed(supply)}.values(), key=lambda g: (g.node, g.index)):
@@ -576,6 +581,53 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     new_node = _new_node(gpus, unserved, bounds, supply)
     return Plan(tuple(targets), tuple(sorted(unserved.items())), new_node,
                 tuple(reasons + [_one_line(n) for n in notes]), tuple(_one_line(u) for u in unplaced))
+
+
+def _exact(gpus: List[_Gpu], before: Dict[Tuple[str, int], List[_Inst]], demand: Sequence[PodDemand],
+           pending: Counter, bounds: Bounds, served):
+    """The step solved exactly (exact.py) where it is small enough and HiGHS is there: when its answer
+    leaves fewer GPUs holding pods than the search's (both bound as a bin-packing scheduler binds), the GPUs
+    take its states and ``served`` its pods; else everything stays as the search left it."""
+    if len(gpus) > EXACT_GPUS or not exact_available():
+        return served
+    waiting = [d.profile for d in sorted(demand, key=lambda d: d.key) if d.pending and d.profile != WHOLE_GPU
+               for _ in range(max(int(d.count), 0))]
+    steps = []
+    for g in gpus:
+        held = [i for i in before[g.sort_key] if i.held or i.origin == _NEW]  # in use, or a target in flight
+        idle = [i for i in before[g.sort_key] if not (i.held or i.origin == _NEW)]
+        steps.append((held, idle, Step(g.model, [(i.profile, i.start) for i in held],
+                                                  [(i.profile, i.start) for i in idle], any(i.in_use for i in held))))
+    allowed = sorted({p.name for g in gpus for p in g.model.profiles if bounds.allows(p.name)})
+    answer = solve_exactly([st for _, _, st in steps], {n: k for n, k in pending.items() if n != WHOLE_GPU},
+                              dict(bounds.headroom), allowed)
+    if answer is None:
+        return served
+    ours = gpus_after_binding(
+        [[(i.profile.name, i.profile.compute_slices, i.in_use) for i in g.state] for g in gpus], waiting)
+    states = []
+    for (held, idle, _), (kept, made, _) in zip(steps, answer):
+        states.append(held + [idle[ii] for ii in kept] + [_Inst(p, st, False, _NEW) for p, st in made])
+    theirs = gpus_after_binding(
+        [[(i.profile.name, i.profile.compute_slices, i.in_use) for i in st] for st in states], waiting)
+
+    def churn(new_states) -> int:  # instances created or destroyed against what the GPUs hold now
+        return sum(len({(i.profile.name, i.start) for i in st} ^ {(i.profile.name, i.start) for i in g.actual})
+                   for g, st in zip(gpus, new_states))
+
+    # Fewer GPUs wins; as many, less churn (so a plan applied and asked again with the same demand is left
+    # as it is, where the search, which counts idle instances on GPUs without pods last, would move them).
+    if (theirs, churn(states)) >= (ours, churn([g.state for g in gpus])):
+        return served
+    ledger = _Ledger([d for d in demand if d.pending], Counter())
+    out = {}  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
+    for g, state, (_, made, pods) in zip(gpus, states, answer):
+        g.state = state
+        made_by = Counter(p.name for p, _ in made)
+        for name in sorted(set(pods) | set(made_by)):
+            mine, _ = ledger.take(name, pods.get(name, 0))
+            out.setdefault(g.sort_key, []).append((name, mine, max(0, made_by[name] - len(mine))))
+    return out
 
 
 def _target(gpu: _Gpu, served, unplaced: List[str]) -> GpuTarget:
