@@ -80,6 +80,7 @@ def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, t
     monkeypatch.setenv("ACK_MIG_OSS_ENDPOINT", oss.endpoint)
     monkeypatch.setenv("ACK_MIG_STS_ENDPOINT", sts.endpoint)
     deps = make_deps(str(tmp_path / "deps"))
+    monkeypatch.setenv("COLUMNS", "80")  # as an 80-column terminal shows it (issue 28: output that fits)
     outputs = []
     try:
         for kind, step in page_steps():
@@ -101,7 +102,10 @@ def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, t
     finally:
         oss.stop()
         sts.stop()
-    by_step = {(argv[0], "--dry-run" in argv): out for argv, _, out, _ in outputs}
+    wide = [(argv[0], line) for argv, _, out, _ in outputs for line in out.splitlines() if len(line) > 80]
+    assert wide == [], wide[:3]  # every command of the page, the cloud ones included, fits 80 columns
+    # (what a command says, read with its wrapping undone)
+    by_step = {(argv[0], "--dry-run" in argv): " ".join(out.split()) for argv, _, out, _ in outputs}
     stack = "ack-mig-hook-" + emulator.cluster_id
     assert "pool label: ack.aliyun.com/gpu-partition-size=3g.20gb" in by_step[("plan", False)]
     assert "plan: create stack %s in cn-beijing, from ROS PreviewStack" % stack in by_step[("deploy", True)]
