@@ -98,6 +98,18 @@ def slots(api):
     return json.loads(lease["metadata"]["annotations"].get("ack-mig-hook/slots") or "{}") if lease else {}
 
 
+def one_node(cluster, transport=None, before=None, **kwargs):
+    """One auto node with an idle 7g.40gb, two 3g.20gb pods waiting, one tick: (transport, the node's result).
+    ``before(api)``: a change to the cluster before the tick."""
+    add_auto_nodes(cluster.api, NAMES[:1])
+    if before is not None:
+        before(cluster.api)
+    waiting(cluster.api, 2)
+    transport = transport or PerGpuNodes(cluster.api)
+    (node,) = tick(cluster, transport, **kwargs).nodes
+    return transport, node
+
+
 def test_each_changed_node_takes_the_pools_one_slot_in_turn_and_ends_recorded(cluster):
     api = cluster.api
     add_auto_nodes(api)
@@ -168,45 +180,33 @@ def test_a_pause_set_after_planning_stops_the_change_before_its_slot(cluster):
 
 
 def test_another_invocations_node_is_left_to_it(cluster):
-    api = cluster.api
-    add_auto_nodes(api, NAMES[:1])
     record = {"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "other-run",
               "expires": cluster.now[0] + 600, "drain": False}
 
     def held(node):
         node["metadata"]["annotations"]["ack-mig-hook/rollout"] = json.dumps(record)
-    api.update_node(NAMES[0], held)
-    waiting(api, 2)
-    transport = PerGpuNodes(api)
-    result = tick(cluster, transport)
-    (node,) = result.nodes
+    transport, node = one_node(cluster, before=lambda api: api.update_node(NAMES[0], held))
     assert node["outcome"] == "deferred" and "other-run" in node["reason"], node
     assert transport.requests == []
 
 
-def test_a_node_already_holding_the_plan_is_skipped_at_its_claim(cluster):
+def test_a_node_already_holding_the_plan_is_skipped_at_its_claim(cluster, monkeypatch):
     """Another run finished the same change between this tick's listing and its claim."""
-    api = cluster.api
-    add_auto_nodes(api, NAMES[:1])
-    waiting(api, 2)
-    transport = PerGpuNodes(api)
     from functions.rollout import executor as ex
 
     original = ex.RolloutExecutor._claim
 
     def claim(self, w):  # just before the claim: the node now holds the plan (another run applied it)
-        PerGpuNodes(api).run([type("T", (), {"args": ("--json", __import__("base64").b64encode(json.dumps(
-            {"version": 2, "kind": "per-gpu", "gpus": [{"index": 0, "layout": [
-                {"profile": p, "start": s} for p, s in w.layouts[0]]}]}).encode()).decode()),
-            "node_name": w.decision.node_name, "instance_id": w.decision.instance_id})()])
+        request = {"version": 2, "kind": "per-gpu",
+                   "gpus": [{"index": 0, "layout": [{"profile": p, "start": s} for p, s in w.layouts[0]]}]}
+        target = type("T", (), {"args": ("--json", __import__("base64").b64encode(json.dumps(request).encode())
+                                         .decode()), "node_name": w.decision.node_name,
+                                "instance_id": w.decision.instance_id})()
+        PerGpuNodes(cluster.api).run([target])
         return original(self, w)
 
-    ex.RolloutExecutor._claim = claim
-    try:
-        result = tick(cluster, transport)
-    finally:
-        ex.RolloutExecutor._claim = original
-    (node,) = result.nodes
+    monkeypatch.setattr(ex.RolloutExecutor, "_claim", claim)
+    transport, node = one_node(cluster)
     assert node["outcome"] == "skipped" and "already in the requested layout" in node["reason"], node
     assert transport.requests == []
 
@@ -227,11 +227,7 @@ def test_a_bad_max_unavailable_label_is_one_error_for_the_pool(cluster):
 
 def test_the_dry_run_names_the_budget_and_the_layouts_and_writes_nothing(cluster):
     api = cluster.api
-    add_auto_nodes(api, NAMES[:1])
-    waiting(api, 2)
-    transport = PerGpuNodes(api)
-    result = tick(cluster, transport, dry_run=True)
-    (node,) = result.nodes
+    _, node = one_node(cluster, dry_run=True)
     assert node["outcome"] == "dry-run", node
     assert "slot of pool %s (auto)'s budget" % POOL in node["reason"] and "GPU 0 3g.20gb-3g.20gb" in node["reason"]
     assert "wait for nvidia.com/mig-3g.20gb" in node["reason"]
@@ -276,40 +272,33 @@ def test_layouts_needed_reads_the_nodes_annotation():
     assert rp.per_gpu_target({1: (), 0: (("3g.20gb", 0), ("2g.10gb", 4))}) == "per-gpu=3g.20gb-2g.10gb/off"
 
 
-def _event(name, **changes):
+def scale_out(cluster, group, instance):
+    """Auto Scaling's scale-out event (tests/events/ess_scale_out_success.json) for ``group`` naming ``instance``,
+    through run_event, on one auto node with two pods waiting: (transport, result)."""
     from pathlib import Path
 
-    doc = json.loads((Path(__file__).resolve().parents[1] / "events" / name).read_text())
-    doc["data"].update(changes)
-    return json.dumps(doc)
+    add_auto_nodes(cluster.api, NAMES[:1])
+    waiting(cluster.api, 2)
+    doc = json.loads((Path(__file__).resolve().parents[1] / "events" / "ess_scale_out_success.json").read_text())
+    doc["data"].update(scalingGroupId=group, instanceIds=[instance])
+    transport = PerGpuNodes(cluster.api)
+    settings = load_settings(dict(cluster.settings_env))
+    result = run_event(json.dumps(doc), settings, inventory=inventory(names=NAMES[:1]),
+                       executor=DeliveryExecutor.from_settings(settings, transport=transport),
+                       logger=JsonLogger("OFF"), kube=cluster.kube)
+    return transport, result
 
 
 def test_a_scale_out_of_the_auto_pool_replans_it_at_once(cluster):
     """Item 6: the events the hook already receives re-plan an auto pool, not only its timer: Auto Scaling's
     scale-out of the pool's group (its new node is there now) runs the pool's step right away."""
-    api = cluster.api
-    add_auto_nodes(api, NAMES[:1])
-    waiting(api, 2)
-    transport = PerGpuNodes(api)
-    settings = load_settings(dict(cluster.settings_env))
-    result = run_event(_event("ess_scale_out_success.json", scalingGroupId="asg-1", instanceIds=["i-auto-a"]),
-                       settings, inventory=inventory(names=NAMES[:1]),
-                       executor=DeliveryExecutor.from_settings(settings, transport=transport),
-                       logger=JsonLogger("OFF"), kube=cluster.kube)
+    transport, result = scale_out(cluster, "asg-1", "i-auto-a")
     assert result.outcome == "done", result.reason
     assert [n for n, _ in transport.requests] == ["auto-a"] and result.nodes[0]["outcome"] == "partitioned"
 
 
 def test_an_event_of_another_pool_does_not_run_the_auto_step(cluster):
-    api = cluster.api
-    add_auto_nodes(api, NAMES[:1])
-    waiting(api, 2)
-    transport = PerGpuNodes(api)
-    settings = load_settings(dict(cluster.settings_env))
-    result = run_event(_event("ess_scale_out_success.json", scalingGroupId="asg-other", instanceIds=["i-x"]),
-                       settings, inventory=inventory(names=NAMES[:1]),
-                       executor=DeliveryExecutor.from_settings(settings, transport=transport),
-                       logger=JsonLogger("OFF"), kube=cluster.kube)
+    transport, result = scale_out(cluster, "asg-other", "i-x")
     assert result.outcome == "skip" and "not a node pool of cluster" in result.reason, result.reason
     assert transport.requests == []
 
