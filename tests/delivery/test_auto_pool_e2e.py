@@ -56,7 +56,7 @@ def waiting(api, name, profile):
 @pytest.fixture
 def pool(kube_api, tmp_path):  # noqa: F811
     kube_api.add_node("gpu-a", labels={"alibabacloud.com/nodepool-id": POOL,
-                                       "aliyun.accelerator/nvidia_name": "NVIDIA A100-SXM4-80GB",
+                                       "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB",
                                        "aliyun.accelerator/nvidia_count": "1", "nvidia.com/mig.config.state": "success",
                                        "aliyun.accelerator/nvidia_mig_sequence": "7g.80gb"})
     nodes = tmp_path / "nodes"
@@ -157,7 +157,7 @@ def test_a_node_the_autoscaler_brought_gets_the_new_node_layout(pool):
     MIG off) gets that layout on the next tick, MIG turned on, while the pool's other node changes per GPU."""
     server, api, settings, executor, state_file = pool
     server.add_node("gpu-new", labels={"alibabacloud.com/nodepool-id": POOL,
-                                       "aliyun.accelerator/nvidia_name": "NVIDIA A100-SXM4-80GB",
+                                       "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB",
                                        "aliyun.accelerator/nvidia_count": "1"})
     fresh = state_file.parent / ("%s.json" % FRESH)
     fresh.write_text(json.dumps(driver.new_state(MODEL.key, 1)))  # MIG off, as a new node boots

@@ -117,7 +117,7 @@ def test_owner_is_the_controller():
 
 
 def node(name="n1", sequence="2g.20gb-2g.20gb-3g.40gb", state="success", count="2"):
-    labels = {"aliyun.accelerator/nvidia_name": "NVIDIA A100-SXM4-80GB", "aliyun.accelerator/nvidia_count": count}
+    labels = {"aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB", "aliyun.accelerator/nvidia_count": count}
     if state:
         labels["nvidia.com/mig.config.state"] = state
     if sequence:

@@ -179,6 +179,18 @@ def test_a_stale_resource_version_is_409_and_the_current_one_applies(world):
         "labels"]["x"] == "y"
 
 
+@pytest.mark.parametrize("value", ["NVIDIA A100-SXM4-80GB", "x" * 64, "-edge"])
+def test_a_label_value_kubernetes_does_not_accept_is_422_and_changes_nothing(world, value):
+    """A label value is at most 63 characters, alphanumeric at both ends, "-_." inside: an NVML name with a
+    space (what nvmlDeviceGetName answers) cannot be a label value, on either server."""
+    name = _gpu_node(world)
+    kube = world.client()
+    err = _raises(kube.patch_node, name, {"metadata": {"labels": {"aliyun.accelerator/nvidia_name": value}}})
+    assert err.status == 422 and 'Node "%s" is invalid: metadata.labels: Invalid value: ' % name in str(err)
+    assert "aliyun.accelerator/nvidia_name" not in kube.get_node(name)["metadata"]["labels"]
+    assert kube.patch_node(name, {"metadata": {"labels": {"aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB"}}})
+
+
 def test_a_field_selector_on_an_unindexed_field_is_400(world):
     err = _raises(world.client().get, "/api/v1/pods?fieldSelector=spec.hostname%3Dx")
     assert err.status == 400 and "field label not supported: spec.hostname" in str(err)

@@ -9,7 +9,7 @@ from functions.commands.main import main
 
 POOL_ID = "np0a1b2c3d4e5f60718293a4b5c6d7e8f9"
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
-A100_80 = "NVIDIA A100-SXM4-80GB"
+A100_80 = "NVIDIA-A100-SXM4-80GB"  # as a label value holds it: no space (kube-apiserver refuses one)
 TOLERATE = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
 
 

@@ -73,7 +73,7 @@ class PerGpuNodes:
 def add_auto_nodes(api, names=NAMES):
     for n in names:
         api.add_node(n, labels={"alibabacloud.com/nodepool-id": POOL, "nvidia.com/mig.config.state": "success",
-                                "aliyun.accelerator/nvidia_name": "NVIDIA A100-SXM4-40GB",
+                                "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
                                 "aliyun.accelerator/nvidia_count": "1"},
                      annotations={"ack-mig-hook/gpu-layouts": SEVEN}, capacity={"nvidia.com/mig-7g.40gb": "1"})
 

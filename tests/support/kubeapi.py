@@ -85,6 +85,7 @@ import datetime
 import itertools
 import json
 import os
+import re
 import socket
 import ssl
 import tempfile
@@ -107,6 +108,11 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 SNAPSHOTS_KEPT = 64
+# apimachinery's validation of label keys and values (pkg/util/validation/validation.go: qualifiedNameFmt,
+# labelValueFmt, DNS-1123 subdomain for a key's prefix)
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?\Z")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z")
 NODE_FIELDS = ("metadata.name", "spec.unschedulable")  # pkg/registry/core/node/strategy.go NodeToSelectableFields
 POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",
               "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP",
@@ -385,6 +391,29 @@ class KubeApiServer:
 
     # --- objects: every write stores a new dict with the next resourceVersion --------------------
 
+    @staticmethod
+    def label_problem(labels):
+        # type: (Any) -> Optional[str]
+        """What kube-apiserver's validation (apimachinery ValidateLabels) says of ``metadata.labels``, word for
+        word, or None: a key is an optional DNS-1123 subdomain prefix and ``/`` and a name of at most 63
+        characters; a value is empty or at most 63 characters, alphanumeric at both ends, ``-_.`` inside
+        (no space: an NVML name such as "NVIDIA A100-SXM4-80GB" is no label value)."""
+        for key, value in sorted((labels or {}).items()):
+            prefix, _, name = key.rpartition("/")
+            if not _LABEL_NAME.match(name) or len(name) > 63 or (prefix and (len(prefix) > 253 or
+                                                                             not _DNS_SUBDOMAIN.match(prefix))):
+                return ("metadata.labels: Invalid value: %s: name part must consist of alphanumeric characters, "
+                        "'-', '_' or '.', and must start and end with an alphanumeric character"
+                        % json.dumps(key))
+            if not isinstance(value, str) or len(value) > 63:
+                return "metadata.labels: Invalid value: %s: must be no more than 63 characters" % json.dumps(value)
+            if not _LABEL_VALUE.match(value):
+                return ("metadata.labels: Invalid value: %s: a valid label must be an empty string or consist of "
+                        "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+                        "character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is "
+                        "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')" % json.dumps(value))
+        return None
+
     def _stamp(self, obj):
         # type: (dict) -> dict
         with self.lock:
@@ -394,7 +423,11 @@ class KubeApiServer:
 
     def put_node(self, node):
         # type: (dict) -> dict
-        """Store a whole Node object as given (a new resourceVersion)."""
+        """Store a whole Node object as given (a new resourceVersion). Labels the real server would refuse
+        are refused here too (a test cannot build a cluster that cannot exist)."""
+        problem = self.label_problem((node.get("metadata") or {}).get("labels"))
+        if problem:
+            raise ValueError('Node "%s" is invalid: %s' % ((node.get("metadata") or {}).get("name"), problem))
         node = self._stamp(copy.deepcopy(node))
         node["metadata"].setdefault("uid", "node-uid-%s" % node["metadata"]["name"])
         with self.lock:
@@ -903,6 +936,9 @@ def _handler_for(api):
                                        "application/apply-patch+yaml")
             except PatchError as exc:
                 raise Refused(422, str(exc))
+            problem = api.label_problem((updated.get("metadata") or {}).get("labels"))
+            if problem:
+                raise Refused(422, 'Node "%s" is invalid: %s' % (name, problem))
             taints_before = (current.get("spec") or {}).get("taints")
             if node_user is not None and (updated.get("spec") or {}).get("taints") != taints_before:
                 # NodeRestriction: the kubelet may label its own node but never touch its taints.
