@@ -66,7 +66,7 @@ def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int
     h.setOptionValue("output_flag", False)
     h.setOptionValue("time_limit", float(time_limit))
     h.setOptionValue("mip_rel_gap", 0.0)
-    binary, integer = highspy.HighsVarType.kInteger, highspy.HighsVarType.kInteger
+    integral = highspy.HighsVarType.kInteger  # binaries are integers bounded to [0, 1]
     names = sorted(set(wanted) | {n for n, k in headroom.items() if k > 0})
     empty_seen = 0
     offered = []  # the GPUs in the program (spare empty ones beyond the waiting pods are left out)
@@ -91,7 +91,7 @@ def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int
         slots: Dict[int, List[object]] = {}
         compute, count = [], {}  # type: List[Tuple[int, object]], Dict[str, List[object]]
         for ii, (profile, start) in enumerate(g.idle):
-            v = h.addVariable(lb=0, ub=1, type=binary)
+            v = h.addVariable(lb=0, ub=1, type=integral)
             keep[gi, ii] = v
             churn.append(1 - v)
             for m in range(start, start + profile.memory_slices):
@@ -108,7 +108,7 @@ def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int
                 bits = ((1 << pl.size) - 1) << pl.start
                 if taken & bits:
                     continue
-                v = h.addVariable(lb=0, ub=1, type=binary)
+                v = h.addVariable(lb=0, ub=1, type=integral)
                 new[gi, name, pl.start] = v
                 churn.append(v)
                 for m in range(pl.start, pl.start + pl.size):
@@ -126,7 +126,7 @@ def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int
             profile = model.profile_by_name(name)
             h.addConstr(sum(vs) <= profile.max_instances - sum(1 for p, _ in g.fixed if p.name == name))
         if not g.used:
-            gate[gi] = h.addVariable(lb=0, ub=1, type=binary)
+            gate[gi] = h.addVariable(lb=0, ub=1, type=integral)
             # An idle instance a waiting pod could bind to makes the GPU count: the scheduler may bind there
             # whatever the program intends (ties between GPUs without pods are the scheduler's to break).
             for ii, (profile, _) in enumerate(g.idle):
@@ -137,7 +137,7 @@ def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int
                 [v for (gg, n, _), v in new.items() if gg == gi and n == name]
             if not mine:
                 continue
-            u = h.addVariable(lb=0, ub=len(mine), type=integer)
+            u = h.addVariable(lb=0, ub=len(mine), type=integral)
             take[gi, name] = u
             h.addConstr(u - sum(mine) <= 0)
             if gi in gate:
