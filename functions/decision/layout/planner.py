@@ -1,6 +1,8 @@
 """The auto pool's planner: per-GPU target layouts from what the GPUs hold and what the pods wait for.
 
-Pure and deterministic (no I/O, no clock): the same supply, demand and bounds give the same plan. The MIG
+Pure and deterministic (no I/O, no clock): the same supply, demand and bounds give the same plan, but for
+one thing: on a small pool the step is also solved exactly (``exact.py``, HiGHS, step 4 below) within a time
+limit, and a solve that runs out of time leaves the search's plan. The MIG
 rules are the project's own (``node_bootstrap/mig``): placements and profiles from the catalogue, the
 counting rules (instances per profile, compute slices, media engines) from ``solver.check_budget``; every
 target layout is checked against both before it is returned.
@@ -24,6 +26,9 @@ How it decides, in order:
    listed twice, or whose model or instances the catalogue cannot read is left as it is.
 3. What is left is ``unserved``; ``new_node`` is the one per-GPU layout that serves it with the fewest GPUs
    on the pool's model (for the autoscaler's node template).
+4. When everything is served, no pod asks for several instances and the pool has at most
+   ``exact.EXACT_GPUS`` usable GPUs, the step is solved exactly too; its answer replaces the search's when
+   it leaves fewer GPUs holding pods once they bind, or as many with fewer instances changed.
 
 Limits: a pod that asks for several instances gets them on one node when one node holds them, as idle
 instances or added beside what its GPUs hold; one that needs a repartition for that is planned like the
