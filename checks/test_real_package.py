@@ -22,7 +22,7 @@ from functions.commands.stack import code_package, lock
 ROOT = code_package.ROOT
 SAMPLE = os.path.join(ROOT, "tests", "events", "ess_lifecycle_test.json")
 SDK_CLIENTS = ("alibabacloud_cs20151215.client", "alibabacloud_kms20160120.client", "aliyunsdkcore.client",
-               "paramiko", "pydantic", "pynvml")
+               "paramiko", "pydantic", "pynvml", "highspy")  # highspy: the auto pools' exact step
 
 PROBE = r'''
 import importlib, json, sys, traceback
