@@ -21,7 +21,7 @@ import dataclasses
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from functions.base.model import ACTION_ERROR, ACTION_SKIP, Decision
+from functions.base.model import Decision
 from functions.base.settings import invocation_s
 from functions.decision import waves as rp
 from functions.rollout import run
@@ -70,17 +70,11 @@ def prepare_auto(changes: Sequence[Tuple[Any, Decision, Sequence[Any]]], pool_si
         by_pool.setdefault(change[0].nodepool_id, []).append(change)
     for pool_id, members in sorted(by_pool.items()):
         pool = members[0][0]
-        name = "%s (%s)" % (pool_id, pool.name) if getattr(pool, "name", "") else pool_id
-        try:
-            limit = rp.max_unavailable(settings.rollout.max_unavailable, pool.labels.get(rp.MAX_UNAVAILABLE_LABEL),
-                                       pool_sizes.get(pool_id) or len(members))
-        except rp.RolloutInputError as exc:  # the pool's setting, not its nodes: said once
-            first = min(members, key=lambda m: m[1].node_name or "")[1]
-            for _, d, _ in members:
-                out.append(d.model_copy(update=dict(action=ACTION_ERROR, reason="pool %s: %s" % (name, exc)))
-                           if d is first else
-                           d.model_copy(update=dict(action=ACTION_SKIP, reason="not changed: pool %s has an invalid "
-                                                    "setting, reported once on node %s" % (name, first.node_name))))
+        name = run.pool_name(pool, pool_id)
+        limit, refused = run.pool_limit(settings, pool, name, [d for _, d, _ in members],
+                                        pool_sizes.get(pool_id) or len(members))
+        if limit is None:  # the pool's setting, not its nodes: said once
+            out.extend(refused[d.instance_id] for _, d, _ in members)
             continue
         pools[pool_id] = PoolRollout(pool_id, [d for _, d, _ in members], pool, {})
         for _, d, targets in members:

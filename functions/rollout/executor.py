@@ -101,13 +101,13 @@ def _deferred(d: Decision) -> dict:
             "gpus": None}
 
 
-def created_capacity(layouts: Any, created: Any, left: Any) -> tuple:
+def created_capacity(created: Any, left: Any) -> Dict[str, int]:
     """An auto pool node's capacity to wait for after its per-GPU apply: at least one of each profile the
-    plan created on a GPU the node did not leave as it was (``left``: the node's list of such GPUs). Not exact:
-    the instances kept were there before and a busy GPU keeps what it had."""
+    plan created on a GPU the node did not leave as it was (``left``: the node's list of such GPUs). Never
+    exact: the instances kept were there before and a busy GPU keeps what it had."""
     skipped = {g.get("gpu") for g in left or () if isinstance(g, dict)}
     names = {profile for index, profiles in (created or {}).items() if index not in skipped for profile in profiles}
-    return {rp.resource_name(p): 1 for p in sorted(names)}, False
+    return {rp.resource_name(p): 1 for p in sorted(names)}
 
 
 class RolloutExecutor:
@@ -497,7 +497,7 @@ class RolloutExecutor:
         for w in ready:
             r = answers.get(w.decision.instance_id) or {"outcome": FAILED, "reason": "no result from delivery"}
             if w.layouts is not None:  # the capacity to wait for: what the GPUs the node changed now hold
-                w.expected, w.exact = created_capacity(w.layouts, w.created, r.get("left"))
+                w.expected = created_capacity(w.created, r.get("left"))
             try:
                 if r.get("outcome") in ("partitioned", "unchanged") and w.layouts is not None and not w.expected:
                     self._finish(w, r.get("outcome") or "partitioned", rp.DONE, "%s; no new instance to wait for"
@@ -608,7 +608,7 @@ class DryRunRolloutExecutor:
     def _one(self, d: Decision, w: Any, kube: Any) -> dict:
         base = {"instance_id": d.instance_id, "node_name": d.node_name, "gpus": d.plan.gpus if d.plan else None}
         if w.layouts is not None:  # an auto pool's per-GPU change (functions/rollout/auto_waves.py)
-            created = created_capacity(w.layouts, w.created, ())[0]
+            created = created_capacity(w.created, ())
             return dict(base, outcome="dry-run", reason=(
                 "dry run: would take a slot of pool %s's budget (max-unavailable %d), give %s without cordon or "
                 "drain (only idle instances destroyed; a GPU in use is left as it is), wait for %s"

@@ -212,7 +212,7 @@ class Rollout:
         if pool is not None and rp.paused(pool.labels):
             return ("paused: pool %s was paused (%s=true) after this invocation planned; this node was not "
                     "started; remove the label (ack-mig-hook rollout resume) to go on"
-                    % (_pool_name(pool, pool_id), rp.PAUSED_LABEL))
+                    % (pool_name(pool, pool_id), rp.PAUSED_LABEL))
         return ""
 
     def needs_drain(self, pool_id: str, pending: Sequence[str]) -> bool:
@@ -246,7 +246,7 @@ def startup_taint(settings: Any) -> str:
     return "%s:%s" % (taint.key, taint.effect) if taint else ""
 
 
-def _pool_name(pool: Any, pool_id: str) -> str:
+def pool_name(pool: Any, pool_id: str) -> str:
     return "%s (%s)" % (pool_id, pool.name) if pool is not None and pool.name else pool_id
 
 
@@ -361,28 +361,36 @@ def _named_by_instance(decisions: List[Decision], view: Any) -> List[Decision]:
     return out
 
 
+def pool_limit(settings: Any, pool: Any, name: str, members: Sequence[Decision], size: int
+               ) -> Tuple[Optional[int], Dict[str, Decision]]:
+    """The pool's max-unavailable (its label, else the setting, of ``size`` nodes), or None and the members'
+    decisions when the pool's setting is wrong: the error reported once (on its first node), the others
+    untouched and pointing there, so a pool of 500 nodes is one error, not 500."""
+    label = pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool is not None else None
+    try:
+        return rp.max_unavailable(settings.rollout.max_unavailable, label, size), {}
+    except rp.RolloutInputError as exc:
+        first = min(members, key=lambda d: (d.node_name or "", d.instance_id))
+        return None, {d.instance_id: (
+            d.model_copy(update=dict(action=ACTION_ERROR, reason="pool %s: %s" % (name, exc))) if d is first else
+            d.model_copy(update=dict(action=ACTION_SKIP, reason="not rolled: pool %s has an invalid setting, "
+                                                                 "reported once on node %s" % (name, first.node_name))))
+            for d in members}
+
+
 def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str, Any],
                labelled: List[rp.KubeNode], paths: Dict[str, str], settings: Any, owner: str, now: float,
                changed: Dict[str, Decision], waves: Dict[str, WaveNode], mine: Optional[set] = None) -> None:
     """One pool's rollout: the members (this event's running nodes of it) planned with the pool's other
     nodes as bystanders (their records take slots and can stop the rollout). ``mine``: the names that are
     not bystanders (all the event's members, also those a later wave no longer plans)."""
-    label = pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool is not None else None
-    name = _pool_name(pool, pool_id)
+    name = pool_name(pool, pool_id)
     target = rp.TARGET_OFF if members[0].disable else rp.target_of(_spec(members[0]))
     mine = mine if mine is not None else {d.node_name for d in members}
     bystanders = [n for n in labelled if n.name not in mine]
-    try:
-        limit = rp.max_unavailable(settings.rollout.max_unavailable, label, len(members) + len(bystanders))
-    except rp.RolloutInputError as exc:
-        # The pool's setting is wrong, not its nodes: reported once (on its first node), the others untouched
-        # and pointing there, so a pool of 500 nodes is one error, not 500.
-        first = min(members, key=lambda d: (d.node_name or "", d.instance_id))
-        for d in members:
-            changed[d.instance_id] = (
-                d.model_copy(update=dict(action=ACTION_ERROR, reason="pool %s: %s" % (name, exc))) if d is first else
-                d.model_copy(update=dict(action=ACTION_SKIP, reason="not rolled: pool %s has an invalid setting, "
-                                                                     "reported once on node %s" % (name, first.node_name))))
+    limit, refused = pool_limit(settings, pool, name, members, len(members) + len(bystanders))
+    if limit is None:
+        changed.update(refused)
         return
     candidates = []
     for d in members:
