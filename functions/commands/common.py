@@ -241,21 +241,18 @@ def connect(what: str, host: str, port: int, fix: str) -> None:
                                      % (what, where, reason, fix)) from None
 
 
-def reach_cloud(config: "settings.Settings", product: str = "cs") -> None:
-    """Connect once to the endpoint the command's first cloud call goes to (``product``: cs, ros ...), as
-    resolved for every client (functions/base/endpoints.py, an ACK_MIG_<PRODUCT>_ENDPOINT override
-    included). Behind a proxy (HTTPS_PROXY, ALL_PROXY) the SDK connects through it: nothing is checked."""
+def reach_cloud(config: "settings.Settings") -> None:
+    """Connect once to the ACK API, where every command's first cloud call goes, at the endpoint every client
+    resolves (functions/base/endpoints.py, ACK_MIG_CS_ENDPOINT included). Behind a proxy (HTTPS_PROXY,
+    ALL_PROXY) the SDK connects through it: nothing is checked."""
     from urllib.parse import urlsplit
 
     from functions.base.endpoints import resolve, url_of
 
     env = settings.environment()
-    if any(env.get(name) for name in PROXY_VARIABLES) or not (config.region or getattr(config, product + "_endpoint",
-                                                                                      None)):
+    if any(env.get(name) for name in PROXY_VARIABLES) or not (config.region or config.cs_endpoint):
         return
-    endpoint = resolve(product, config.region, getattr(config, product + "_endpoint", None))
+    endpoint = resolve("cs", config.region, config.cs_endpoint)
     split = urlsplit(url_of(endpoint))
-    names = {"cs": "the ACK API", "ros": "the ROS API"}
-    connect(names.get(product, "the %s API" % product.upper()), split.hostname or "",
-            split.port or (443 if endpoint.protocol == "https" else 80),
+    connect("the ACK API", split.hostname or "", split.port or (443 if endpoint.protocol == "https" else 80),
             "check this machine's internet access (or set HTTPS_PROXY)")

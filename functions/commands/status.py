@@ -164,7 +164,7 @@ def auto_entry(pool: Any, nodes: List[rp.KubeNode], pods: Optional[Dict[str, Lis
     entry["label"] = "%s=%s%s" % (LAYOUT_LABEL, pool.labels.get(LAYOUT_LABEL), " (%s)" % bounds if bounds else "")
     entry["auto"] = True
     for kube in sorted(nodes, key=lambda k: k.name):
-        p, state = kube.progress, kube.labels.get(rp.STATE_LABEL)
+        p, state, layouts = kube.progress, kube.labels.get(rp.STATE_LABEL), gpu_layouts(kube)
         failed = _failure(kube)
         serves = _serves(None if pods is None else pods.get(kube.name, []))
         if failed:
@@ -187,9 +187,9 @@ def auto_entry(pool: Any, nodes: List[rp.KubeNode], pods: Optional[Dict[str, Lis
             entry["allocatable"][key] = entry["allocatable"].get(key, 0) + count
         entry["node_list"].append({
             "node": kube.name, "instance_id": kube.instance_id or None, "status": status, "action": None,
-            "applied": kube.labels.get(rp.APPLIED_LABEL) or ("per-GPU" if gpu_layouts(kube) else None),
+            "applied": kube.labels.get(rp.APPLIED_LABEL) or ("per-GPU" if layouts else None),
             "mig_state": state, "rollout_step": p.step if p is not None else None, "since": _since(kube),
-            "cordoned": kube.unschedulable, "reason": reason, "gpus": gpu_layouts(kube), "serves": serves})
+            "cordoned": kube.unschedulable, "reason": reason, "gpus": layouts, "serves": serves})
     return entry
 
 

@@ -608,21 +608,20 @@ def _exact(gpus: List[_Gpu], before: Dict[Tuple[str, int], List[_Inst]], demand:
                               dict(bounds.headroom), allowed)
     if answer is None:
         return served
-    ours = gpus_after_binding(
-        [[(i.profile.name, i.profile.compute_slices, i.in_use) for i in g.state] for g in gpus], waiting)
     states = []
     for (held, idle, _), (kept, made, _) in zip(steps, answer):
         states.append(held + [idle[ii] for ii in kept] + [_Inst(p, st, False, _NEW) for p, st in made])
-    theirs = gpus_after_binding(
-        [[(i.profile.name, i.profile.compute_slices, i.in_use) for i in st] for st in states], waiting)
 
-    def churn(new_states) -> int:  # instances created or destroyed against what the GPUs hold now
-        return sum(len({(i.profile.name, i.start) for i in st} ^ {(i.profile.name, i.start) for i in g.actual})
-                   for g, st in zip(gpus, new_states))
+    def score(new_states) -> Tuple[int, int]:
+        """(GPUs holding pods once the waiting pods bind, instances created or destroyed against now)."""
+        bound = gpus_after_binding([[(i.profile.name, i.profile.compute_slices, i.in_use) for i in st]
+                                    for st in new_states], waiting)
+        return bound, sum(len({(i.profile.name, i.start) for i in st} ^ {(i.profile.name, i.start) for i in g.actual})
+                          for g, st in zip(gpus, new_states))
 
     # Fewer GPUs wins; as many, less churn (so a plan applied and asked again with the same demand is left
     # as it is, where the search, which counts idle instances on GPUs without pods last, would move them).
-    if (theirs, churn(states)) >= (ours, churn([g.state for g in gpus])):
+    if score(states) >= score([g.state for g in gpus]):
         return served
     ledger = _Ledger([d for d in demand if d.pending], Counter())
     out = {}  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
