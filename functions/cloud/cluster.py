@@ -22,12 +22,16 @@ Both convert the API's snake_case maps (what the SDK's ``to_map()`` and the API 
 functions below, so a snapshot and a live answer are read identically.
 """
 
-import json
 from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Set
 
 from functions.base.errors import BadInventory
 from functions.cloud.membership import SnapshotMembership
 from functions.base.model import Node, NodePool, Taint
+from node_bootstrap.outside import OutsideDataError, loads
+
+# A snapshot of a large cluster (1,000 nodes with their Kubernetes view) is a few MB; it nests under 10 levels.
+MAX_INVENTORY_BYTES = 64 << 20
+MAX_INVENTORY_DEPTH = 16
 
 
 class ClusterLookup(Protocol):
@@ -138,11 +142,10 @@ class InventoryLookup:
                 raw = handle.read()
         except OSError as exc:
             raise BadInventory("cannot read inventory %s: %s" % (path, exc.strerror or exc)) from None
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise BadInventory("inventory %s is not JSON (%s); expected {\"cluster_id\", \"nodepools\", "
-                               "\"nodes\"}" % (path, getattr(exc, "msg", exc))) from None
+        try:  # the reader rule (node_bootstrap/outside.py): bounded size and depth, finite numbers
+            data = loads(raw, "inventory %s" % path, MAX_INVENTORY_BYTES, MAX_INVENTORY_DEPTH)
+        except OutsideDataError as exc:
+            raise BadInventory("%s; expected {\"cluster_id\", \"nodepools\", \"nodes\"}" % exc) from None
         return cls.from_dict(data, path)
 
     @classmethod

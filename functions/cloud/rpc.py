@@ -26,6 +26,7 @@ from aliyunsdkcore.request import CommonRequest
 
 from functions.base.deadline import Guard, urllib3_guarded
 from functions.base.settings import Credentials, Endpoint
+from node_bootstrap.outside import OutsideDataError, loads
 
 log = logging.getLogger(__name__)
 # The core SDK logs every request's parameters at DEBUG, the STS SecurityToken among them, and its HTTP
@@ -38,6 +39,8 @@ for _name in ("aliyunsdkcore", "aliyunsdkcore.client", "aliyunsdkcore.http.http_
 ECS_VERSION = "2014-05-26"
 ESS_VERSION = "2022-02-22"  # the current Auto Scaling API (2014-08-28 is the legacy one)
 VPC_VERSION = "2016-04-28"  # doctor: DescribeVSwitchAttributes
+# The largest answer of ours (100 invocation results with 24 KB of output each) is under 4 MB.
+MAX_ANSWER_BYTES = 16 << 20
 _RETRYABLE_CODES = ("Throttling", "ServiceUnavailable", "InternalError", "Unavailable")
 
 
@@ -151,7 +154,9 @@ class RpcClient:
             try:
                 with guard:
                     body = self._client.do_action_with_exception(request)
-                return json.loads(body.decode("utf-8") if isinstance(body, bytes) else body)
+                return loads(body, "the %s answer" % action, MAX_ANSWER_BYTES)  # the reader rule (outside.py)
+            except OutsideDataError as exc:  # not a transient fault: the same answer would come again
+                raise ApiError(action, "BadAnswer", str(exc)) from None
             except Exception as exc:  # the SDK also raises plain errors on odd answers (IndexError...)
                 if guard.fired and not isinstance(exc, ServerException):  # cut at the attempt's bound
                     exc = ClientException("SDK.HttpError", "no complete answer within %ds (whole-call bound)" % self.timeout_s)

@@ -27,10 +27,11 @@ from typing import Any, Dict, List, Optional
 from functions.commands import common
 from functions.commands.terminal import fail
 from node_bootstrap.kube import KubeError
+from node_bootstrap.kube.nodelabels import LAYOUTS_ANNOTATION as GPU_LAYOUTS, read_layouts
+from node_bootstrap.outside import OutsideDataError
 
 from functions.decision import waves as rp
 
-GPU_LAYOUTS = "ack-mig-hook/gpu-layouts"
 
 FAILED_STATES = ("failed",)
 STRICT_EXIT = 3
@@ -127,12 +128,13 @@ def gpu_layouts(kube: Optional[rp.KubeNode]) -> Optional[Dict[str, str]]:
     """Per GPU index, what the node said it holds after its last success (annotation ack-mig-hook/gpu-layouts,
     node_bootstrap/kube/nodelabels.py), as "profile@start ..."; None when it has not said (or unreadable)."""
     text = (kube.annotations.get(GPU_LAYOUTS) if kube else None) or ""
-    try:
-        data = json.loads(text) if text else None
-        return {str(i): " ".join("%s@%d" % (str(p), int(st)) for p, st in pairs) or "(empty)"
-                for i, pairs in sorted(data.items(), key=lambda kv: int(kv[0]))} if isinstance(data, dict) else None
-    except (ValueError, TypeError):
+    if not text:
         return None
+    try:
+        held = read_layouts(text)
+    except OutsideDataError:
+        return None
+    return {str(i): " ".join("%s@%d" % pair for pair in pairs) or "(empty)" for i, pairs in sorted(held.items())}
 
 
 def _serves(pods: Optional[List[dict]]) -> Optional[Dict[str, int]]:

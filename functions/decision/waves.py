@@ -32,7 +32,9 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from node_bootstrap.mig import (GPUS, GpuModel, Layout, MigInputError, PartitionSpec, find_gpu_or_none, parse,
                                 plan, resource_name)
+from node_bootstrap.kube.nodelabels import LAYOUTS_ANNOTATION, read_layouts  # what each GPU holds
 from node_bootstrap.mig.solver import complete
+from node_bootstrap.outside import OutsideDataError, loads, number
 
 APPLIED_LABEL = "aliyun.accelerator/nvidia_mig_sequence"  # written by node_bootstrap (nodelabels.py)
 STATE_LABEL = "nvidia.com/mig.config.state"
@@ -67,6 +69,8 @@ _COUNT = re.compile(r"^[0-9]{1,4}\Z")
 # A rollout record is a flat object of about 200 characters: anything much longer is not ours, and is not
 # parsed at all (a node annotation can hold up to 256 KiB that anyone with node patch rights writes).
 MAX_PROGRESS_TEXT = 4096
+# The latest wall-clock time a record may name (2100-01-01): a time beyond it is not one this hook wrote.
+MAX_EPOCH = 4102444800.0
 _PERCENT = re.compile(r"^([0-9]{1,3})%\Z")
 
 
@@ -108,15 +112,16 @@ class Progress:
     @classmethod
     def from_annotation(cls, text: Optional[str]) -> Optional["Progress"]:
         """None for no record or one that does not read (a hand-edited annotation starts over)."""
-        if not text or len(text) > MAX_PROGRESS_TEXT:
+        if not text:
             return None
-        try:
-            data = json.loads(text)  # nested 1,000 deep raises RecursionError, caught below
+        try:  # the reader rule (node_bootstrap/outside.py): bounded, finite, times within their range
+            data = loads(text, "annotation %s" % PROGRESS_ANNOTATION, max_bytes=MAX_PROGRESS_TEXT, max_depth=2)
             return cls(target=str(data["target"]), step=str(data["step"]), cordoned=bool(data.get("cordoned")),
-                       since=float(data.get("since") or 0.0), reason=str(data.get("reason") or ""),
-                       owner=str(data.get("owner") or ""), expires=float(data.get("expires") or 0.0),
+                       since=number(data.get("since"), "since", 0.0, MAX_EPOCH, default=0.0),
+                       reason=str(data.get("reason") or ""), owner=str(data.get("owner") or ""),
+                       expires=number(data.get("expires"), "expires", 0.0, MAX_EPOCH, default=0.0),
                        drain=data.get("drain") is not False, autoscaler=data.get("autoscaler") is True)
-        except (ValueError, KeyError, TypeError, RecursionError):
+        except (ValueError, KeyError, TypeError, AttributeError):  # OutsideDataError is a ValueError
             return None
 
 
@@ -285,7 +290,6 @@ def work_needed(spec: Optional[PartitionSpec], node: Optional[KubeNode], gpu_mod
     return ""
 
 
-LAYOUTS_ANNOTATION = "ack-mig-hook/gpu-layouts"  # what each GPU holds, written by the node (nodelabels.py)
 PER_GPU_TARGET = "per-gpu="
 
 # An auto pool's per-GPU target: GPU index -> ((profile, start), ...), the whole layout of every GPU.
@@ -302,12 +306,11 @@ def per_gpu_target(layouts: GpuLayouts) -> str:
 def held_layouts(node: Optional[KubeNode]) -> Optional[Dict[int, Tuple[Tuple[str, int], ...]]]:
     """What the node said each GPU holds after its last per-GPU apply (None: no readable annotation)."""
     text = node.annotations.get(LAYOUTS_ANNOTATION) if node is not None else None
-    if not text or len(text) > MAX_PROGRESS_TEXT:
+    if not text:
         return None
     try:
-        data = json.loads(text)
-        return {int(k): tuple((str(p), int(s)) for p, s in v) for k, v in data.items()}
-    except (ValueError, TypeError, AttributeError, RecursionError):
+        return read_layouts(text)
+    except OutsideDataError:
         return None
 
 

@@ -9,6 +9,8 @@ turns that into exactly one of ``partitioned``, ``unchanged``, ``skipped``, ``fa
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from node_bootstrap.outside import OutsideDataError, loads, whole
+
 PARTITIONED = "partitioned"
 UNCHANGED = "unchanged"
 SKIPPED = "skipped"
@@ -22,6 +24,10 @@ CONFLICT = "conflict"
 # instances: the node refused before any change (node_bootstrap's destroy-required, exit 7). Not a failure:
 # the rollout takes the node the drained way next (functions/rollout/executor.py).
 DESTROY_REQUIRED = "destroy-required"
+# A node's result line: Cloud Assistant keeps 24 KB of output; SSH could carry more, and nothing of ours is
+# near this. Changes per apply: 16 GPUs x (mode + 8 instances x 2) is under 300.
+MAX_RESULT_BYTES = 262144
+MAX_CHANGES = 100000
 OUTCOMES = (PARTITIONED, UNCHANGED, SKIPPED, FAILED, REBOOT_REQUIRED, CONFLICT, DESTROY_REQUIRED)
 
 # The startup taint of a partitioned or unchanged node (``Outcome.taint``): lifted, not there, left for a later
@@ -130,15 +136,15 @@ def settle(node: dict) -> dict:
 
 
 def parse_output(text: str) -> Optional[Dict[str, Any]]:
-    """The node's JSON result: the last non-empty line of its output, when it is a JSON object."""
-    import json
-
+    """The node's JSON result: the last non-empty line of its output, when it is a JSON object that passes
+    the reader rule (node_bootstrap/outside.py: bounded, finite numbers). Anything else: this node gave no
+    result, and the batch goes on."""
     lines = [line for line in (text or "").splitlines() if line.strip()]
     if not lines:
         return None
     try:
-        value = json.loads(lines[-1])
-    except (ValueError, RecursionError):  # nested too deeply: this node gave no result, the batch goes on
+        value = loads(lines[-1], "the node's result", max_bytes=MAX_RESULT_BYTES, max_depth=8)
+    except OutsideDataError:
         return None
     return value if isinstance(value, dict) else None
 
@@ -154,8 +160,8 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
     base.gpus = [g for g in doc.get("gpus") or [] if isinstance(g, dict)]
     base.sequence = str(doc.get("sequence") or "")
     try:
-        base.changes = int(doc.get("changes") or 0)
-    except (TypeError, ValueError):
+        base.changes = whole(doc.get("changes"), "changes", 0, MAX_CHANGES, default=0)
+    except OutsideDataError:
         base.changes = 0
     node_outcome = doc.get("outcome")
     error = doc.get("error") if isinstance(doc.get("error"), dict) else {}

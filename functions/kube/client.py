@@ -36,6 +36,8 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from functions.base.deadline import Guard
 from node_bootstrap.kube import KubeConfig, KubeError, load_kubeconfig
+from node_bootstrap.kube.client import MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH
+from node_bootstrap.outside import OutsideDataError, loads
 
 PAGE = 500  # items per list page: a 17 KB Node makes a page ~9 MB on the wire
 MAX_PAGES = 1000
@@ -258,8 +260,11 @@ class KubeApi:
                 error = exc
             else:
                 try:
-                    decoded = json.loads(data.decode("utf-8")) if data else None
-                except (ValueError, UnicodeDecodeError):
+                    decoded = loads(data, "the API server's answer", MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH) \
+                        if data else None
+                except OutsideDataError as exc:
+                    if status < 400:  # the reader rule (node_bootstrap/outside.py): this call fails, alone
+                        raise ApiError("%s %s: %s" % (method, path, exc), status, final=True) from None
                     decoded = None  # e.g. the text/plain 429 of max-in-flight / APF
                 if status < 400:
                     return decoded

@@ -19,22 +19,22 @@ A node whose layout is being changed (state ``pending``/``rebooting``) is ``busy
 with no applied layout (no state, or ``failed``) has MIG off as far as the hook knows: left alone too.
 """
 
-import json
 from collections import Counter
 from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from functions.decision.layout import GpuSupply, Instance
 from functions.decision.layout.matching import pod_asks
+from node_bootstrap.kube.nodelabels import LAYOUTS_ANNOTATION, read_layouts
 from node_bootstrap.mig import MigInputError
 from node_bootstrap.mig.catalogue import find_gpu_or_none
 from node_bootstrap.mig.labels import PartitionSpec
 from node_bootstrap.mig.solver import plan as place_label
+from node_bootstrap.outside import OutsideDataError
 
 GPU_NAME_LABEL = "aliyun.accelerator/nvidia_name"  # ACK's GPU node labels (facts.md)
 GPU_COUNT_LABEL = "aliyun.accelerator/nvidia_count"
 STATE_LABEL = "nvidia.com/mig.config.state"  # node_bootstrap/kube/nodelabels.py
 SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"
-LAYOUTS_ANNOTATION = "ack-mig-hook/gpu-layouts"  # node_bootstrap/kube/nodelabels.py
 IN_FLIGHT = ("pending", "rebooting")
 FINISHED = ("Succeeded", "Failed")
 
@@ -97,13 +97,15 @@ def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> T
 
 
 def _annotated(text: str, count: int):
-    """Per GPU index 0..count-1, the (profile, start) pairs of the layouts annotation; None when unreadable."""
+    """Per GPU index 0..count-1, the (profile, start) pairs of the layouts annotation; None when unreadable
+    (the reader rule: node_bootstrap/kube/nodelabels.py read_layouts) or when a GPU is missing."""
     try:
-        data = json.loads(text)
-        out = [[(str(p), int(s)) for p, s in data[str(i)]] for i in range(count)]
-    except (ValueError, TypeError, KeyError):
+        held = read_layouts(text)
+    except OutsideDataError:
         return None
-    return out
+    if any(i not in held for i in range(count)):
+        return None
+    return [list(held[i]) for i in range(count)]
 
 
 def pool_supply(nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]]

@@ -13,6 +13,7 @@ import json
 from typing import Any, Dict, NamedTuple
 
 from functions.base.errors import BadEvent, SkipEvent
+from node_bootstrap.outside import OutsideDataError, loads
 
 # ---- event types, by what they mean for us ----
 SCALE_OUT_TYPES = (
@@ -72,19 +73,23 @@ MNS_WRAPPER_FIELDS = ("TopicOwner", "TopicName", "SubscriptionName", "MessageId"
 def _json_object_or_base64(text: str, what: str) -> Dict[str, Any]:
     """``text`` as a JSON object, or as Base64 of one (one level of encoding, no more)."""
     try:
-        value = json.loads(text)
-    except RecursionError:
-        raise BadEvent("%s is nested too deeply to be JSON we accept; send a JSON object" % what) from None
-    except ValueError:
-        value = None
+        value = loads(text, what, MAX_EVENT_BYTES)
+    except OutsideDataError as exc:
+        if not exc.syntax:
+            raise BadEvent("%s; send a JSON object" % exc) from None
         import base64
         import binascii
 
         try:
             decoded = base64.b64decode("".join(text.split()), validate=True).decode("utf-8")
-            value = json.loads(decoded)
-        except (binascii.Error, UnicodeDecodeError, ValueError, RecursionError):
+        except (binascii.Error, UnicodeDecodeError, ValueError):
             raise BadEvent("%s is neither JSON nor Base64-encoded JSON; send a JSON object" % what) from None
+        try:
+            value = loads(decoded, what, MAX_EVENT_BYTES)
+        except OutsideDataError as again:
+            if again.syntax:
+                raise BadEvent("%s is neither JSON nor Base64-encoded JSON; send a JSON object" % what) from None
+            raise BadEvent("%s; send a JSON object" % again) from None
     if not isinstance(value, dict):
         raise BadEvent("%s is a JSON %s; send a JSON object" % (what, type(value).__name__))
     return value
@@ -111,22 +116,18 @@ def _decode(raw: Any) -> Dict[str, Any]:
         except UnicodeDecodeError:
             raise BadEvent("event is not UTF-8 text; send a JSON object") from None
     if isinstance(raw, str):
+        if len(raw) > MAX_EVENT_BYTES:  # checked before anything is parsed, as for bytes
+            raise BadEvent("event is %d characters; events are at most %d bytes" % (len(raw), MAX_EVENT_BYTES))
         if not raw.strip():
             raise BadEvent("event is empty; send a JSON object, e.g. {\"cluster_id\": \"c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b\"}")
         try:
-            raw = json.loads(raw)
-        except ValueError as exc:
-            # json's own messages can end in "at" ("Invalid control character at"): one "at" is enough.
-            msg = getattr(exc, "msg", "invalid JSON")
-            msg = msg[:-3] if msg.endswith(" at") else msg
-            where = " at line %d column %d" % (exc.lineno, exc.colno) if hasattr(exc, "lineno") else ""
+            raw = loads(raw, "event", MAX_EVENT_BYTES)  # the reader rule: bounded, finite (outside.py)
+        except OutsideDataError as exc:
             stripped = raw.strip()
-            if stripped[:1] in ("{", "[", '"') or not _looks_base64(stripped):
-                raise BadEvent("event is not JSON (%s%s); send a JSON object" % (msg, where)) from None
+            if not exc.syntax or stripped[:1] in ("{", "[", '"') or not _looks_base64(stripped):
+                raise BadEvent("%s; send a JSON object" % exc) from None
             # An MNS trigger in STREAM format hands over the message body as it was published: Base64.
             raw = _json_object_or_base64(stripped, "event")
-        except RecursionError:
-            raise BadEvent("event is nested too deeply to be JSON we accept; send a JSON object") from None
     if isinstance(raw, list):
         if len(raw) != 1:
             raise BadEvent("event is a list of %d events; set the trigger's batch size to 1 so that each "

@@ -13,7 +13,6 @@ ESS field is accepted in camelCase (ESS's notifications), PascalCase and snake_c
 comma-separated string or a JSON string. When no instance ids come, the pool's nodes are used.
 """
 
-import json
 import re
 from typing import Annotated, Any, Dict, List, Mapping, Optional
 
@@ -24,6 +23,7 @@ from functions.pipeline.envelope import (ACTIONTRAIL_TYPES, ECS_STATE_CHANGE, HA
                        SCALE_OUT_TYPES, Envelope, read_envelope, shown as _shown)
 from functions.base.errors import BadEvent, SkipEvent
 from functions.base.model import InvalidTarget, LifecycleHook, Request, Trigger
+from node_bootstrap.outside import OutsideDataError, loads
 
 __all__ = ["HANDLED_TYPES", "LIFECYCLE_TEST", "NODEPOOL_OPERATIONS", "parse_envelope", "parse_event"]
 
@@ -75,11 +75,11 @@ def _instance_ids(value: Any) -> List[str]:
         text = value.strip()
         if text.startswith("["):
             try:
-                value = json.loads(text)
-            except ValueError:
-                raise ValueError("instance ids %s are not a JSON list" % _shown(text)) from None
-            except RecursionError:
-                raise ValueError("instance ids are nested too deeply; expected a flat list of i-... ids") from None
+                value = loads(text, "instance ids", max_depth=1)
+            except OutsideDataError as exc:
+                if exc.syntax:
+                    raise ValueError("instance ids %s are not a JSON list" % _shown(text)) from None
+                raise ValueError("%s; expected a flat list of i-... ids" % exc) from None
         else:
             value = [v.strip() for v in text.split(",") if v.strip()]
     if not isinstance(value, list):
@@ -245,11 +245,11 @@ def _maybe_json(value: Any, where: str = "") -> Any:
     decoder can follow is bad input (BadEvent naming ``where``; a ValueError inside a model validator)."""
     if isinstance(value, str) and value.strip()[:1] in ("{", "["):
         try:
-            return json.loads(value)
-        except ValueError:
-            return value
-        except RecursionError:
-            message = "JSON text nested too deeply; send it flat (at most a few levels)"
+            return loads(value, "JSON text")
+        except OutsideDataError as exc:
+            if exc.syntax:
+                return value
+            message = "%s; send it flat (at most a few levels), with finite numbers" % exc
             if where:
                 raise BadEvent("event field %s: %s" % (where, message)) from None
             raise ValueError(message) from None

@@ -36,6 +36,7 @@ import typing
 from typing import Any, Dict, List, Optional
 from urllib.parse import quote, urlencode, urlsplit
 
+from ..outside import OutsideDataError, loads
 from . import kubeyaml
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -43,6 +44,10 @@ JSON_PATCH = "application/json-patch+json"
 STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 _PATCH_TYPES = {"merge": MERGE_PATCH, "json": JSON_PATCH, "strategic": STRATEGIC_MERGE_PATCH}
 
+# The reader rule for API answers (node_bootstrap/outside.py): a list page of 500 pods with long affinities is
+# a few MB; a core object nests about 12 levels (a pod's affinity terms inside a list), managedFields as deep.
+MAX_ANSWER_BYTES = 64 << 20
+MAX_ANSWER_DEPTH = 64
 DEFAULT_KUBELET_KUBECONFIG = "/etc/kubernetes/kubelet.conf"
 
 
@@ -257,8 +262,10 @@ class KubeClient(object):
         finally:
             conn.close()
         try:
-            decoded = json.loads(data.decode("utf-8")) if data else None
-        except ValueError:
+            decoded = loads(data, "the API server's answer", MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH) if data else None
+        except OutsideDataError as exc:
+            if status < 400:  # the reader rule (node_bootstrap/outside.py): this call fails, with the reason
+                raise KubeError("%s %s: %s" % (method, path, exc), status)
             decoded = None
         if status >= 400:
             message = decoded.get("message") if isinstance(decoded, dict) else None

@@ -42,13 +42,16 @@ def test_one_scaling_activity_s_worth_of_ids_is_accepted_and_one_more_is_refused
 
 
 def test_an_event_over_the_limit_makes_no_api_call(emulator, capsys):
-    """13,000 ids (a 195 KB event) once meant 13,000 decisions and hundreds of signed calls: now one line."""
+    """13,000 ids once meant 13,000 decisions and hundreds of signed calls: now one line. 8,000 ids fit the
+    event size limit and are refused by their count; 13,000 are refused by the size, before any parsing."""
     settings = load_settings(cloud_env(emulator))
+    result = run_event(json.dumps(scale_out(ids(8000))), settings, logger=JsonLogger("INFO", request_id="r"))
+    assert result.outcome == "error" and "8000 instance ids" in result.reason
     result = run_event(json.dumps(scale_out(ids(13000))), settings, logger=JsonLogger("INFO", request_id="r"))
-    assert result.outcome == "error" and "13000 instance ids" in result.reason
+    assert result.outcome == "error" and "events are at most 262144 bytes" in result.reason
     assert emulator.requests == [] and emulator.ess.requests == []
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1 and len(lines[0]) < 1000
+    assert len(lines) == 2 and all(len(line) < 1000 for line in lines)
 
 
 def test_duplicates_are_removed_keeping_the_first_occurrence():

@@ -1,0 +1,150 @@
+"""The one reader rule for data from outside the process (docs/security.md, "The reader rule").
+
+Everything that arrives from elsewhere (annotations, labels, Lease slots, rollout records, a node's output,
+event payloads, API answers, kubeconfig and inventory files, webhook answers) is read through here or
+through the same checks:
+
+* size is bounded before anything is parsed (``max_bytes``);
+* nesting is bounded before anything is parsed (``max_depth``): Python's decoder recurses, and ``'[' *
+  100000`` would otherwise end in RecursionError, which most ``except ValueError`` clauses miss;
+* ``NaN``, ``Infinity``, ``-Infinity`` and numbers that overflow a float (``1e400`` parses as infinity,
+  and ``int(inf)`` raises OverflowError) are refused, and so are integers of more than 18 digits: no field
+  of ours needs one, and Python 3.6 would happily build a 10**100000;
+* every failure is one :class:`OutsideDataError` (a ValueError) with a one-line reason naming what was
+  read; callers turn it into that one item's refusal and go on with the others.
+
+:func:`number` and :func:`whole` check a field's value against its own range after parsing. Standard
+library only: the node imports this too (Python 3.6).
+"""
+
+import json
+import math
+import re
+from typing import Any, Optional, Union
+
+DEFAULT_MAX_BYTES = 1 << 20
+MAX_DEPTH = 32  # the deepest document of ours (an event envelope around its payload) nests under 10
+MAX_INT_DIGITS = 18  # |n| < 10**18: inside int64, more than any count, size or time of ours
+
+# A JSON string (the unrolled form runs in linear time); brackets inside one are not nesting.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+class OutsideDataError(ValueError):
+    """Data from outside the process that this reader refuses; the message is one line and says why.
+    ``syntax``: the text is not JSON at all (a reader may then try another encoding of the same data);
+    False when it is JSON that breaks the rule (too big, too deep, a number out of range, a wrong shape)."""
+
+    def __init__(self, message, syntax=False):
+        # type: (str, bool) -> None
+        super(OutsideDataError, self).__init__(message)
+        self.syntax = syntax
+
+
+def _refuse_constant(name):
+    # type: (str) -> Any
+    raise OutsideDataError("%s is not a number JSON allows" % name)
+
+
+def _float(text):
+    # type: (str) -> float
+    value = float(text)
+    if math.isinf(value) or math.isnan(value):
+        raise OutsideDataError("number %s is out of range" % text[:24])
+    return value
+
+
+def _int(text):
+    # type: (str) -> int
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise OutsideDataError("integer of %d digits is out of range" % len(text.lstrip("-")))
+    return int(text)
+
+
+def depth(text, limit=MAX_DEPTH):
+    # type: (str, int) -> int
+    """How deeply ``text`` nests its arrays and objects, counted without parsing; counting stops once it
+    passes ``limit`` (the answer is then ``limit + 1``)."""
+    level = deepest = 0
+    for match in _BRACKET.finditer(_STRING.sub('""', text)):
+        if match.group() in "[{":
+            level += 1
+            if level > deepest:
+                deepest = level
+                if deepest > limit:
+                    return deepest
+        else:
+            level -= 1
+    return deepest
+
+
+def loads(data, what, max_bytes=DEFAULT_MAX_BYTES, max_depth=MAX_DEPTH):
+    # type: (Union[str, bytes], str, int, int) -> Any
+    """``data`` (text or UTF-8 bytes) as JSON under the rule above; OutsideDataError naming ``what``."""
+    if data is None:
+        raise OutsideDataError("%s is empty" % what)
+    if len(data) > max_bytes:
+        raise OutsideDataError("%s is larger than %d bytes" % (what, max_bytes))
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise OutsideDataError("%s is not UTF-8" % what)
+    if not isinstance(data, str):
+        raise OutsideDataError("%s is not text" % what)
+    if depth(data, max_depth) > max_depth:
+        raise OutsideDataError("%s is nested too deeply (more than %d levels)" % (what, max_depth))
+    try:
+        return json.loads(data, parse_constant=_refuse_constant, parse_float=_float, parse_int=_int)
+    except OutsideDataError as exc:
+        raise OutsideDataError("%s: %s" % (what, exc))
+    except RecursionError:  # the count above makes this unreachable; kept so no reader ever sees one
+        raise OutsideDataError("%s is nested too deeply" % what)
+    except ValueError as exc:
+        # json's own messages can end in "at" ("Invalid control character at"): one "at" is enough.
+        msg = getattr(exc, "msg", "") or "invalid JSON"
+        msg = msg[:-3] if msg.endswith(" at") else msg
+        where = " at line %d column %d" % (exc.lineno, exc.colno) if hasattr(exc, "lineno") else ""
+        raise OutsideDataError("%s is not JSON (%s%s)" % (what, msg[:80], where), syntax=True)
+
+
+def _show(value):
+    # type: (Any) -> str
+    """A short form of a number for a message (``str`` of a huge int raises ValueError on Python 3.11)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10 ** MAX_INT_DIGITS:
+        return "(a %d-bit integer)" % value.bit_length()
+    return str(value)[:24]
+
+
+def number(value, what, low, high, default=None):
+    # type: (Any, str, float, float, Optional[float]) -> float
+    """A finite number in ``[low, high]`` (an int or a float; never a bool, a string or None, unless
+    ``default`` stands for None)."""
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise OutsideDataError("%s is %s, not a number" % (what, type(value).__name__))
+    try:
+        result = float(value)
+    except OverflowError:
+        raise OutsideDataError("%s is out of range" % what)
+    if math.isnan(result) or not low <= result <= high:
+        raise OutsideDataError("%s %s is outside %g to %g" % (what, _show(value), low, high))
+    return result
+
+
+def whole(value, what, low, high, default=None):
+    # type: (Any, str, int, int, Optional[int]) -> int
+    """An integer in ``[low, high]``; a float only when it is whole (JSON writers may say ``2.0``)."""
+    if value is None and default is not None:
+        return default
+    if isinstance(value, float) and not isinstance(value, bool):
+        if math.isnan(value) or math.isinf(value) or value != int(value):
+            raise OutsideDataError("%s %s is not a whole number" % (what, _show(value)))
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OutsideDataError("%s is %s, not a whole number" % (what, type(value).__name__))
+    if not low <= value <= high:
+        raise OutsideDataError("%s %s is outside %d to %d" % (what, _show(value), low, high))
+    return value
