@@ -20,6 +20,7 @@ import typing
 from typing import Any, Optional
 
 from .errors import BadInput
+from .outside import OutsideDataError, loads
 from .mig import KIND_SEQUENCE, KIND_SIZE, PartitionSpec
 
 MAX_REQUEST_BYTES = 64 * 1024
@@ -28,6 +29,7 @@ _FORMS = "--size VALUE, --sequence VALUE, --request-b64 B64 or --request-file PA
 
 MAX_GPUS = 16
 KIND_PER_GPU = "per-gpu"
+_V1_FORM = '{"version": 1, "partition": {"kind": "size" or "sequence", "value": "1g.10gb"}}'
 _V2_FORM = ('{"version": 2, "kind": "per-gpu", "gpus": [{"index": 0, "layout": [{"profile": "1g.10gb", "start": 0}]}]}')
 
 
@@ -124,12 +126,11 @@ def _gpu_layouts(doc, where):
 
 def _decode_json(data, where):
     # type: (bytes, str) -> Any
-    if len(data) > MAX_REQUEST_BYTES:
-        raise BadInput("%s is larger than %d bytes" % (where, MAX_REQUEST_BYTES))
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        raise BadInput("%s is not UTF-8 JSON" % where)
+    try:  # the reader rule (node_bootstrap/outside.py): bounded, shallow, finite
+        return loads(data, where, MAX_REQUEST_BYTES, max_depth=6)
+    except OutsideDataError as exc:
+        raise BadInput("%s; the accepted forms: %s or %s" % (exc, _V1_FORM, _V2_FORM) if not exc.syntax else
+                       "%s is not UTF-8 JSON" % where)
 
 
 def spec_from_options(size=None, sequence=None, request_b64=None, request_file=None):

@@ -29,9 +29,10 @@ from functions.cloud.membership import SnapshotMembership
 from functions.base.model import Node, NodePool, Taint
 from node_bootstrap.outside import OutsideDataError, loads
 
-# A snapshot of a large cluster (1,000 nodes with their Kubernetes view) is a few MB; it nests under 10 levels.
+# A snapshot of a large cluster (1,000 nodes with their Kubernetes view) is a few MB; its "kubernetes" part is
+# what `kubectl get -o json` prints, which nests like an API answer (node_bootstrap/kube/client.py).
 MAX_INVENTORY_BYTES = 64 << 20
-MAX_INVENTORY_DEPTH = 16
+MAX_INVENTORY_DEPTH = 64
 
 
 class ClusterLookup(Protocol):
@@ -139,7 +140,7 @@ class InventoryLookup:
     def from_file(cls, path: str) -> "InventoryLookup":
         try:
             with open(path, "rb") as handle:
-                raw = handle.read()
+                raw = handle.read(MAX_INVENTORY_BYTES + 1)
         except OSError as exc:
             raise BadInventory("cannot read inventory %s: %s" % (path, exc.strerror or exc)) from None
         try:  # the reader rule (node_bootstrap/outside.py): bounded size and depth, finite numbers

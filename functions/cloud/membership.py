@@ -24,6 +24,8 @@ one without a group, never counts, whatever the request asked for.
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Set
 
+from node_bootstrap.outside import OutsideDataError, whole
+
 from functions.base.errors import BadInventory, ConfigurationError, RetryLater
 
 if TYPE_CHECKING:  # the SDK loads only when an event needs Auto Scaling (see EssMembership.from_settings)
@@ -91,9 +93,11 @@ def _items(body: Mapping[str, Any], outer: str, inner: str) -> List[Mapping[str,
 
 
 def _total(body: Mapping[str, Any]) -> Optional[int]:
-    try:
-        return int(body.get("TotalCount"))
-    except (TypeError, ValueError):
+    value = body.get("TotalCount")
+    try:  # the reader rule (node_bootstrap/outside.py): a count, as a number or its text, within int64
+        return whole(int(value) if isinstance(value, str) and value.isdigit() and len(value) < 19 else value,
+                     "TotalCount", 0, 2 ** 62)
+    except OutsideDataError:
         return None
 
 

@@ -32,13 +32,18 @@ def configure(parser, command):
 def _snapshot(path: str) -> Dict[str, Any]:
     from functions.base.errors import BadInventory
 
+    from functions.cloud.cluster import MAX_INVENTORY_BYTES, MAX_INVENTORY_DEPTH
+    from node_bootstrap.outside import OutsideDataError, loads
+
     try:
         with open(path, "rb") as handle:
-            data = json.loads(handle.read().decode("utf-8"))
+            raw = handle.read(MAX_INVENTORY_BYTES + 1)
     except OSError as exc:
         raise BadInventory("cannot read inventory %s: %s" % (path, exc.strerror or exc)) from None
-    except ValueError as exc:
-        raise BadInventory("inventory %s is not JSON (%s)" % (path, str(exc).splitlines()[0][:120])) from None
+    try:  # the reader rule, as for status's inventory (functions/cloud/cluster.py)
+        data = loads(raw, "inventory %s" % path, MAX_INVENTORY_BYTES, MAX_INVENTORY_DEPTH)
+    except OutsideDataError as exc:
+        raise BadInventory(str(exc)) from None
     if not isinstance(data, dict):
         raise BadInventory("inventory %s must be a JSON object {cluster_id, nodepools, nodes, kubernetes}" % path)
     return data

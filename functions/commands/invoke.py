@@ -20,6 +20,7 @@ import sys
 from functions.commands import common
 from functions.commands.terminal import error_lines, fail
 from functions.base.errors import BadInventory
+from node_bootstrap.outside import OutsideDataError, loads
 
 
 class EventFileError(ValueError):
@@ -108,8 +109,8 @@ def _text(result, with_reason=True, verbose=False):
 def _event_region(raw):
     """The region a CloudEvent (``aliyunregionid``) or an MNS message (``regionId``) carries, if any."""
     try:
-        doc = json.loads(raw)
-    except (ValueError, RecursionError):
+        doc = loads(raw, "event")  # the reader rule (node_bootstrap/outside.py)
+    except OutsideDataError:
         return ""
     if not isinstance(doc, dict):
         return ""

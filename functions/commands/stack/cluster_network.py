@@ -23,12 +23,12 @@ Function Compute 3.0 attaches the function to the VPC with its service-linked ro
 "Service-linked role of Function Compute"): the function's own role needs no network grant.
 """
 
-import json
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from functions.base.settings import Endpoint
 from functions.commands.stack.credentials import Keys
 from functions.commands.stack.exit_codes import EXIT_USAGE, CloudError
+from node_bootstrap.outside import OutsideDataError, loads
 
 VPC_PARAMETERS = ("VpcId", "VSwitchId", "SecurityGroupId")
 
@@ -56,9 +56,9 @@ class ClusterNetwork(NamedTuple):
 
 def from_detail(body: Dict[str, Any]) -> ClusterNetwork:
     """Pure: a DescribeClusterDetail answer (the SDK model's ``to_map()``) -> its network."""
-    try:
-        endpoints = json.loads(body.get("master_url") or "{}")
-    except ValueError:
+    try:  # the reader rule (node_bootstrap/outside.py): a map of URLs, nothing deeper
+        endpoints = loads(str(body.get("master_url") or "{}"), "master_url", 65536, max_depth=2)
+    except OutsideDataError:
         endpoints = {}
     endpoints = endpoints if isinstance(endpoints, dict) else {}
     vswitches = tuple(v for v in (body.get("vswitch_ids") or []) if isinstance(v, str) and v)

@@ -1,0 +1,279 @@
+"""The reader rule (node_bootstrap/outside.py, docs/security.md): hostile JSON (NaN, +-Infinity, 1e400, -0,
+huge integers, nesting past the parser, huge strings, wrong types at every level) through every reader of
+outside data, and through the whole event path. Each reader either returns a value that obeys the rule
+(finite numbers within their field's range) or refuses that one item with its own typed refusal; nothing
+else ever leaves it, and on the event path the other items proceed.
+
+Hypothesis draws fixed examples under ``make test`` (the "ci" profile, tests/conftest.py); ``make fuzz``
+draws fresh ones, ten times as many."""
+
+import base64
+import json
+import math
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from functions.base.errors import BadEvent, BadInventory, SkipEvent
+from functions.cloud.cluster import InventoryLookup
+from functions.decision.waves import PROGRESS_ANNOTATION, KubeNode, Progress
+from functions.delivery.node_executor import DeliveryExecutor
+from functions.delivery.outcome import NodeResult, outcome, parse_output
+from functions.kube.supply import node_supply, pool_supply
+from functions.pipeline.event import run_event
+from functions.pipeline.intake import parse_event
+from functions.base.logs import JsonLogger
+from functions.base.settings import load_settings
+from node_bootstrap.errors import BadInput
+from node_bootstrap.kube.nodelabels import LAYOUTS_ANNOTATION, read_layouts
+from node_bootstrap.outside import MAX_INT_DIGITS, OutsideDataError, depth, loads
+from node_bootstrap.request import request_from_options
+from tests.fuzz.harness import _MAKER, RecordingTransport
+
+pytestmark = pytest.mark.hypothesis
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INVENTORY = os.path.join(ROOT, "examples", "inventory.json")
+GOOD, HOSTILE = "i-2zeb7c1mig0a100x1k4d", "i-2zeb7c1mig0a100x2m8f"  # the two nodes examples/event.json scales out
+
+# ---- hostile JSON text ----------------------------------------------------------------------------------
+
+NUMBERS = st.sampled_from(["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "-0", "-0.0", "1e-400", "1" * 30,
+                           "-" + "9" * 25, "18446744073709551616", "1.7976931348623157e308", "4.9e-324", "0",
+                           "7", "3.0", "-1", "0.5"])
+ATOMS = st.one_of(NUMBERS, st.sampled_from(["null", "true", "false", '""', '"1g.10gb"', '"success"', '"0"']),
+                  st.integers(min_value=-10 ** 20, max_value=10 ** 20).map(str),
+                  st.text(max_size=16).map(json.dumps))
+
+
+def _array(items):
+    return "[" + ",".join(items) + "]"
+
+
+def _object(pairs):
+    return "{" + ",".join(json.dumps(k) + ":" + v for k, v in pairs.items()) + "}"
+
+
+TREES = st.recursive(ATOMS, lambda inner: st.one_of(st.lists(inner, max_size=4).map(_array),
+                                                    st.dictionaries(st.sampled_from(
+                                                        ["0", "1", "target", "step", "expires", "since", "owner",
+                                                         "changes", "outcome", "gpus", "x"]),
+                                                        inner, max_size=4).map(_object)),
+                     max_leaves=14)
+DEEP = st.one_of(st.integers(min_value=30, max_value=3000).map(lambda n: "[" * n + "]" * n),
+                 st.integers(min_value=30, max_value=3000).map(lambda n: '{"0":' * n + "1" + "}" * n),
+                 st.integers(min_value=30, max_value=100000).map(lambda n: "[" * n))  # unclosed, as filed
+HUGE = st.one_of(st.integers(min_value=1, max_value=400000).map(lambda n: '"' + "x" * n + '"'),
+                 st.integers(min_value=19, max_value=6000).map(lambda n: "9" * n))
+
+# Valid documents of each reader, each with one value (at any depth) replaced by a hostile fragment: wrong
+# types and out-of-range numbers where the reader looks, not only at the top.
+VALID = {
+    "layouts": {"0": [["3g.40gb", 0], ["4g.40gb", 4]], "1": [["7g.80gb", 0]]},
+    "record": {"target": "1g.10gb", "step": "applying", "cordoned": True, "since": 1.7e9, "reason": "",
+               "owner": "req-1", "expires": 1.7e9 + 900, "drain": True, "autoscaler": False},
+    "result": {"outcome": "success", "changes": 3, "gpus": [{"index": 0, "layout": "1g.10gb x7"}],
+               "boot_unit": {"installed": True}, "left": [{"gpu": 1, "why": "busy"}]},
+    "request": {"version": 2, "kind": "per-gpu", "gpus": [{"index": 0, "layout": [{"profile": "1g.10gb", "start": 0}]}]},
+}
+MARK = "\u0000hostile\u0000"
+
+
+def _paths(doc, prefix=()):
+    out = [prefix]
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            out.extend(_paths(value, prefix + (key,)))
+    elif isinstance(doc, list):
+        for index, value in enumerate(doc):
+            out.extend(_paths(value, prefix + (index,)))
+    return out
+
+
+def _spliced(kind, pick, fragment):
+    doc = json.loads(json.dumps(VALID[kind]))
+    paths = _paths(doc)
+    path = paths[pick % len(paths)]
+    if not path:
+        return fragment
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = MARK
+    return json.dumps(doc).replace(json.dumps(MARK), fragment)
+
+
+def hostile(kind):
+    return st.one_of(TREES, DEEP, HUGE,
+                     st.builds(_spliced, st.just(kind), st.integers(min_value=0, max_value=10 ** 6),
+                               st.one_of(TREES, NUMBERS, DEEP)))
+
+
+def _finite_everywhere(value, level=0):
+    """What the rule promises of an accepted value: finite floats, integers within int64's digits, and no
+    deeper than the loader's bound."""
+    assert level <= 64
+    if isinstance(value, float):
+        assert math.isfinite(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        assert abs(value) < 10 ** MAX_INT_DIGITS
+    elif isinstance(value, list):
+        for item in value:
+            _finite_everywhere(item, level + 1)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _finite_everywhere(item, level + 1)
+
+
+# ---- each reader ------------------------------------------------------------------------------------------
+
+@settings(max_examples=300)
+@given(hostile("result"))
+def test_the_loader_accepts_only_what_obeys_the_rule(text):
+    try:
+        value = loads(text, "x", max_bytes=256 * 1024, max_depth=32)
+    except OutsideDataError as exc:
+        assert "\n" not in str(exc) and str(exc).startswith("x")
+        return
+    _finite_everywhere(value)
+    assert depth(text, 40) <= 32
+
+
+def test_the_filed_values_are_refused_with_a_reason():
+    for text, why in [("[" * 100000, "nested too deeply"), ('{"expires": 1e400}', "out of range"),
+                      ('{"a": NaN}', "not a number JSON allows"), ("[Infinity]", "not a number JSON allows"),
+                      ("1" * 40, "40 digits"), ('"' + "x" * 300000 + '"', "larger than 262144 bytes")]:
+        with pytest.raises(OutsideDataError, match=why):
+            loads(text, "the field", max_bytes=262144)
+    assert loads("-0", "x") == 0 and loads('"[[[["', "x") == "[[[["  # brackets inside a string are text
+
+
+@given(hostile("layouts"))
+def test_the_layouts_annotation_reads_or_is_refused(text):
+    try:
+        held = read_layouts(text)
+    except OutsideDataError:
+        return
+    for index, layout in held.items():
+        assert 0 <= index <= 63
+        assert all(isinstance(p, str) and type(s) is int and 0 <= s <= 7 for p, s in layout)
+
+
+def _node(name, annotations, count="2"):
+    return {"metadata": {"name": name, "labels": {"aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB",
+                                                  "aliyun.accelerator/nvidia_count": count,
+                                                  "nvidia.com/mig.config.state": "success"},
+                         "annotations": annotations}}
+
+
+@given(hostile("layouts"))
+def test_a_hostile_layouts_annotation_leaves_that_node_out_and_the_pool_goes_on(text):
+    """The auto pool's supply reader (issue 36: '[' * 100000 there ended every auto pool's tick)."""
+    good = _node("good", {LAYOUTS_ANNOTATION: json.dumps(VALID["layouts"])})
+    bad = _node("bad", {LAYOUTS_ANNOTATION: text})
+    supply, notes = pool_supply([bad, good], {})
+    assert [(g.node, g.index) for g in supply if g.node == "good"] == [("good", 0), ("good", 1)]
+    assert all(g.node != "bad" for g in supply) or not notes  # left out with a note, or it was readable
+    for gpu in supply:
+        assert all(0 <= i.start <= 7 for i in gpu.instances)
+    # status and the claim read the same annotation through the same reader
+    from functions.commands.status import gpu_layouts
+    from functions.decision.waves import held_layouts
+
+    kube = KubeNode.from_object(bad)
+    shown, held = gpu_layouts(kube), held_layouts(kube)
+    assert (shown is None) == (held is None)
+
+
+@given(hostile("record"))
+def test_a_rollout_record_reads_with_times_in_range_or_not_at_all(text):
+    progress = Progress.from_annotation(text)
+    if progress is not None:
+        assert 0.0 <= progress.since <= 4102444800.0 and 0.0 <= progress.expires <= 4102444800.0
+        progress.held_by_another("me", 1.7e9)
+        int(progress.expires - 1.7e9)  # what the planner shows ("expires in N s") can always be computed
+    node = KubeNode.from_object({"metadata": {"name": "n", "annotations": {PROGRESS_ANNOTATION: text}}})
+    assert node.progress == progress
+
+
+@given(hostile("result"))
+def test_a_node_result_line_gives_one_outcome(text):
+    doc = parse_output("# node log\n" + text + "\n")
+    result = outcome(NodeResult(HOSTILE, "test", 0, doc, None if doc is not None else "no-result"), "node-1")
+    assert result.outcome in ("partitioned", "unchanged", "failed", "reboot-required", "conflict",
+                              "destroy-required")
+    assert 0 <= result.changes <= 100000 and "\n" not in result.reason
+
+
+@given(hostile("request"))
+def test_a_node_request_is_read_or_refused_as_bad_input(text):
+    b64 = base64.b64encode(text.encode("utf-8")).decode("ascii")
+    try:
+        request_from_options(request_b64=b64)
+    except BadInput as exc:
+        assert "\n" not in exc.message
+
+
+@given(hostile("result"))
+def test_an_inventory_file_is_read_or_refused_as_bad_inventory(tmp_path_factory, text):
+    path = tmp_path_factory.mktemp("inv") / "inventory.json"
+    path.write_text(text)
+    try:
+        InventoryLookup.from_file(str(path))
+    except BadInventory as exc:
+        assert "\n" not in str(exc)
+
+
+# ---- the whole event path -----------------------------------------------------------------------------
+
+@given(hostile("result"))
+def test_an_event_carrying_hostile_json_is_one_typed_answer(text):
+    for raw in (text, '{"cluster_id": "c1", "instance_ids": ' + text + "}",
+                json.dumps({"cluster_id": "c1", "instance_ids": text})):
+        try:
+            parse_event(raw)
+        except (BadEvent, SkipEvent) as exc:
+            assert "\n" not in str(exc)
+
+
+class HostileOutput(RecordingTransport):
+    """One node of the batch prints ``text`` as its result line; the other answers as a node does."""
+
+    def __init__(self, text):
+        super().__init__(_MAKER)
+        self.text = text
+
+    def run(self, targets):
+        out = []
+        for result in super().run(targets):
+            if result.instance_id == HOSTILE:
+                doc = parse_output(self.text)
+                result = NodeResult(HOSTILE, self.name, 0, doc, None if doc is not None else "no-result")
+            out.append(result)
+        return out
+
+
+@settings(max_examples=60)
+@given(hostile("result"))
+def test_a_hostile_node_result_fails_that_node_alone(text):
+    """Issue 36: '"changes": 1e400' in one node's output failed the whole batch, the nodes that succeeded
+    too, and left their startup taints on."""
+    inventory = InventoryLookup.from_file(INVENTORY)
+    settings_ = load_settings({"ACK_MIG_CLUSTER_ID": inventory.cluster_id, "ACK_MIG_STARTUP_TAINT": "none"})
+    with open(os.path.join(ROOT, "examples", "event.json"), "rb") as fh:
+        raw = fh.read()
+    result = run_event(raw, settings_, inventory=inventory, logger=JsonLogger("OFF"),
+                       executor=DeliveryExecutor.from_settings(settings_, HostileOutput(text)))
+    assert result.outcome == "done", result.reason
+    nodes = {n["instance_id"]: n for n in result.nodes}
+    assert nodes[GOOD]["outcome"] == "partitioned"
+    assert nodes[HOSTILE]["outcome"] in ("partitioned", "unchanged", "failed", "reboot-required", "conflict",
+                                         "destroy-required")
+    json.dumps(result.to_json())
+
+
+def test_changes_1e400_in_one_node_s_output_fails_that_node_alone():
+    text = '{"outcome": "success", "changes": 1e400, "gpus": []}'
+    test_a_hostile_node_result_fails_that_node_alone.hypothesis.inner_test(text)
+    assert parse_output(text) is None
