@@ -1,4 +1,4 @@
-"""The node bundle: ``node_bootstrap`` plus ``pynvml`` as one xz-compressed tar, named by the SHA-256 of
+"""The node bundle: ``node_bootstrap``, ``pynvml`` and the node runner (``ack_mig_runner.py``) as one xz-compressed tar, named by the SHA-256 of
 the tar, so it runs on the node's system Python with nothing downloaded there.
 
 Why a tar.xz and not a zipapp: the node unpacks once into ``ROOT/bundles/<hash>`` and every later run is a
@@ -22,6 +22,7 @@ import tarfile
 from typing import List, NamedTuple
 
 import node_bootstrap
+from node_bootstrap.host.bootunit import RUNNER_NAME  # the member the boot unit runs
 
 # SendFile accepts at most 32 KB of base64 per file; 24000 raw bytes are 32000 base64 characters.
 SENDFILE_RAW_LIMIT = 24000
@@ -57,6 +58,8 @@ def _sources():
     if spec is None or not spec.origin:
         raise RuntimeError("pynvml (nvidia-ml-py) is not installed; the node bundle needs it")
     found.append(("pynvml.py", spec.origin))
+    # the node runner itself, so that the boot unit runs the same checked runner delivery sends as text
+    found.append((RUNNER_NAME, os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_runner.py")))
     return sorted(found)
 
 

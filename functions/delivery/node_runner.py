@@ -3,6 +3,8 @@ and runs on the node's system Python: Python 3.6+, standard library only.
 
     python3 - HASH ROOT ARGS_B64 DEADLINE_S PYTHON INSTANCE_ID NAMES_Z GRACE_S  < node_runner.py
 
+The bundle holds this file as ack_mig_runner.py: the boot unit runs it the same way (bootunit.py).
+
 0. Refuses a node directory that someone other than root could have prepared (exit 2,
    ``unsafe-node-directory``, naming the path and why), the rule of OpenSSH's ``StrictModes``
    (sshd_config(5)): ROOT, ``incoming``, ``bundles`` and every directory above ROOT (symbolic links
@@ -319,6 +321,7 @@ def main(argv):
     env = dict(os.environ)
     env["PYTHONPATH"] = target
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["ACK_MIG_BUNDLE_DIR"] = target  # its boot unit then runs this bundle's ack_mig_runner.py
     proc = subprocess.Popen([python, "-m", "node_bootstrap"] + args, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=target,
                             start_new_session=True)

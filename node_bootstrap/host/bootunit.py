@@ -5,13 +5,27 @@ so the unit runs a full ``apply`` (mode and instances) from a request file. The 
 that JSON file, never in the unit's command line. At boot the kubelet is not running yet: the unit
 skips the device plugin restart and the capacity wait (the plugin enumerates fresh when it starts).
 
+The boot path is the run path. Run from a bundle (the node runner says so in ``ACK_MIG_BUNDLE_DIR``), the
+unit runs that bundle's own copy of the runner, ``ack_mig_runner.py``, exactly as delivery does: the
+node directory check, the bundle's SHA-256 and contents checked before anything of it runs (a failed check
+ends the unit with ``bundle-missing`` and runs nothing), no bytecode written, a deadline on node_bootstrap's
+process group, one JSON line. ``-I`` keeps the bundle directory off ``sys.path`` while the runner itself
+starts (a planted ``json.py`` next to it would otherwise run before the check). Not run from a bundle (a
+developer's install) the unit runs ``python -B -m node_bootstrap`` with ``PYTHONPATH`` the directory that
+holds the package.
+
 Installing twice with the same request changes nothing (no rewrite, no daemon-reload). :func:`uninstall`
 disables and removes the unit and its request file; with nothing left to remove it runs no command.
 """
 
+import base64
+import json
 import os
+import re
+import shlex
 import sys
 import typing
+import zlib
 from typing import Callable, List, Optional, Tuple
 
 from ..errors import BadInput
@@ -28,6 +42,53 @@ REQUEST_NAME = "request.json"
 # failure, with time left for the apply itself (client stop wait 60 s, a reset up to 300 s).
 START_TIMEOUT_S = 900
 LOCK_TIMEOUT_S = 480
+# The runner's own deadline at boot: SIGTERM to apply's group, GRACE_S later SIGKILL, then at most twice
+# its 5 s pipe drain; all of it ends before systemd's TimeoutStartSec (860 + 15 + 10 < 900), and the lock
+# wait, a client stop and a reset (480 + 60 + 300) fit before it.
+BOOT_DEADLINE_S = 860
+BOOT_GRACE_S = 15
+
+# Written by the node runner (functions/delivery/node_runner.py) into node_bootstrap's environment: the
+# bundle directory it has just checked, ROOT/bundles/HASH. The runner is that bundle's top-level member.
+BUNDLE_ENV = "ACK_MIG_BUNDLE_DIR"
+RUNNER_NAME = "ack_mig_runner.py"
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
+# the runner's NAMES_Z argument with no names: the unit's --node-name, if any, is among its own options
+_NO_NAMES = base64.b64encode(zlib.compress(b"{}", 9)).decode("ascii")
+
+
+class BundleOrigin(typing.NamedTuple):
+    root: str  # the node directory (symbolic links resolved, as the runner checked it)
+    digest: str  # the bundle hash
+
+    @property
+    def directory(self):
+        # type: () -> str
+        return os.path.join(self.root, "bundles", self.digest)
+
+
+def package_parent():
+    # type: () -> str
+    """The directory that holds the ``node_bootstrap`` package: what ``PYTHONPATH`` must name."""
+    here = os.path.abspath(__file__)  # <parent>/node_bootstrap/host/bootunit.py
+    return os.path.dirname(os.path.dirname(os.path.dirname(here)))
+
+
+def bundle_origin(environ=None, parent=None):
+    # type: (Optional[typing.Mapping[str, str]], Optional[str]) -> Optional[BundleOrigin]
+    """The checked bundle this node_bootstrap runs from, or None (not started by the runner, or the
+    runner's word does not match where this package really is: then the unit is a plain one)."""
+    environ = os.environ if environ is None else environ
+    claimed = environ.get(BUNDLE_ENV, "")
+    if not claimed or not os.path.isabs(claimed):
+        return None
+    real = os.path.realpath(claimed)
+    bundles, digest = os.path.split(real)
+    if not _HEX64.match(digest) or os.path.basename(bundles) != "bundles":
+        return None
+    if os.path.realpath(parent or package_parent()) != real or not os.path.isfile(os.path.join(real, RUNNER_NAME)):
+        return None
+    return BundleOrigin(os.path.dirname(bundles), digest)
 
 
 class BootUnitResult(typing.NamedTuple):
@@ -66,12 +127,37 @@ def check_values(values, what="boot unit option"):
                            "control characters" % (what, value[:60], bad[0]))
 
 
-def render_unit(python, package_dir, request_path, extra_args):
-    # type: (str, str, str, List[str]) -> str
-    check_values([python, package_dir, request_path] + list(extra_args))
-    argv = [python, "-m", "node_bootstrap", "apply", "--request-file", request_path, "--json",
-            "--device-plugin-restart", "none", "--capacity-timeout", "0",
-            "--lock-timeout", str(LOCK_TIMEOUT_S)] + list(extra_args)
+def apply_args(request_path, extra_args):
+    # type: (str, List[str]) -> List[str]
+    """node_bootstrap's arguments at boot: a full apply from the request file, no kubelet yet."""
+    return ["apply", "--request-file", request_path, "--json", "--device-plugin-restart", "none",
+            "--capacity-timeout", "0", "--lock-timeout", str(LOCK_TIMEOUT_S)] + list(extra_args)
+
+
+def exec_argv(python, package_dir, request_path, extra_args, bundle=None):
+    # type: (str, str, str, List[str], Optional[BundleOrigin]) -> List[str]
+    """What ExecStart runs. From a bundle: the bundle's runner, with the arguments delivery gives it
+    (``HASH ROOT ARGS_B64 DEADLINE PYTHON INSTANCE NAMES GRACE``; ARGS_B64 the base64 JSON list, no
+    instance id, no names). Otherwise node_bootstrap itself, from ``package_dir`` on PYTHONPATH."""
+    args = apply_args(request_path, extra_args)
+    if bundle is None:
+        return [python, "-B", "-m", "node_bootstrap"] + args
+    encoded = base64.b64encode(json.dumps(args).encode("utf-8")).decode("ascii")
+    return [python, "-B", "-I", os.path.join(bundle.directory, RUNNER_NAME), bundle.digest, bundle.root,
+            encoded, str(BOOT_DEADLINE_S), python, "-", _NO_NAMES, str(BOOT_GRACE_S)]
+
+
+def render_unit(python, package_dir, request_path, extra_args, bundle=None):
+    # type: (str, str, str, List[str], Optional[BundleOrigin]) -> str
+    """The unit; ``bundle`` (run from one) makes ExecStart the runner's, and there is no PYTHONPATH."""
+    check_values([python, package_dir, request_path] + list(extra_args) +
+                 ([bundle.root, bundle.digest] if bundle else []))
+    argv = exec_argv(python, package_dir, request_path, extra_args, bundle)
+    if bundle is None:
+        environment = ["Environment=PYTHONPATH=%s" % _quote(package_dir, exec_line=False)]
+    else:  # the runner sets node_bootstrap's PYTHONPATH itself, to the bundle it has just checked
+        environment = ["# The bundle's runner checks it (SHA-256, contents) before it runs node_bootstrap with:",
+                       "#   node_bootstrap " + " ".join(shlex.quote(a) for a in apply_args(request_path, extra_args))]
     return "\n".join([
         "# Written by ack-mig-hook (node_bootstrap install-boot-unit); reinstalling replaces it.",
         "[Unit]",
@@ -89,7 +175,7 @@ def render_unit(python, package_dir, request_path, extra_args):
         "[Service]",
         "Type=oneshot",
         "RemainAfterExit=yes",
-        "Environment=PYTHONPATH=%s" % _quote(package_dir, exec_line=False),
+    ] + environment + [
         "ExecStart=%s" % " ".join(_quote(a) for a in argv),
         "TimeoutStartSec=%d" % START_TIMEOUT_S,
         "",
@@ -120,11 +206,15 @@ def _write_if_changed(path, text, mode=0o644):
 
 def install(spec, root="/", extra_args=None, runner=None, python=None, package_dir=None):
     # type: (PartitionSpec, str, Optional[List[str]], Optional[Callable[[List[str]], Tuple[int, str]]], Optional[str], Optional[str]) -> BootUnitResult
-    """Write the request file and the unit under ``root``; reload and enable systemd only on change."""
+    """Write the request file and the unit under ``root``; reload and enable systemd only on change.
+
+    The unit runs what runs this: the checked bundle through its runner, or (not from a bundle, or
+    ``package_dir`` given) node_bootstrap from ``package_dir``, by default the directory holding it."""
     python = python or sys.executable or "/usr/bin/python3"
-    package_dir = package_dir or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    bundle = bundle_origin() if package_dir is None else None
+    package_dir = package_dir or package_parent()
     request_path = os.path.join(CONFIG_DIR, REQUEST_NAME)
-    unit_text = render_unit(python, package_dir, request_path, extra_args or [])
+    unit_text = render_unit(python, package_dir, request_path, extra_args or [], bundle)
     on_disk_request = os.path.join(root, request_path.lstrip("/"))
     on_disk_unit = os.path.join(root, UNIT_DIR.lstrip("/"), UNIT_NAME)
     changed = _write_if_changed(on_disk_request, request_document(spec), 0o600)

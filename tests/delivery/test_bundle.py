@@ -3,7 +3,7 @@ import io
 import lzma
 import tarfile
 
-from functions.delivery import bundle
+from functions.delivery import bundle, node_runner
 from functions.delivery.cloud_assistant import RUNCOMMAND_LIMIT
 from functions.delivery.node_script import node_args, render
 
@@ -18,6 +18,18 @@ def test_the_bundle_is_reproducible_and_holds_node_bootstrap_and_pynvml():
     assert "pynvml.py" in names and "node_bootstrap/__init__.py" in names
     assert "node_bootstrap/mig/solver.py" in names
     assert not any("__pycache__" in n or n.startswith("functions") for n in names)
+
+
+def test_the_bundle_carries_the_runner_the_boot_unit_runs():
+    """The boot unit runs ROOT/bundles/HASH/ack_mig_runner.py: the bytes delivery sends as text, covered by the
+    bundle's SHA-256; and the variable the runner sets is the one node_bootstrap reads."""
+    from node_bootstrap.host import bootunit
+
+    raw = tarfile.open(fileobj=io.BytesIO(lzma.decompress(bundle.build().packed)))
+    with open(node_runner.__file__, "rb") as fh:
+        own = fh.read()
+    assert raw.extractfile(bootunit.RUNNER_NAME).read() == own
+    assert ('env["%s"] = target' % bootunit.BUNDLE_ENV).encode() in own
 
 
 def test_every_part_fits_one_sendfile_and_the_parts_rebuild_the_bundle():

@@ -16,6 +16,8 @@ import typing
 from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A node's own interpreter: the standard library and pynvml only, the project not installed (make node-env).
+NODE_PYTHON = os.path.join(ROOT, ".venv-node", "bin", "python")
 
 _SYSTEMCTL = """#!/bin/sh
 echo "systemctl $*" >> "$FAKE_LOG"
@@ -124,7 +126,7 @@ class Node(object):
     def popen(self, *argv, **kw):
         # type: (str, typing.Any) -> subprocess.Popen
         raw = kw.pop("raw", False)
-        cmd = [sys.executable, "-m", "node_bootstrap"] + (list(argv) if raw else self.args(*argv)) + ["--json"]
+        cmd = [kw.pop("python", sys.executable), "-m", "node_bootstrap"] + (list(argv) if raw else self.args(*argv)) + ["--json"]
         return subprocess.Popen(cmd, cwd=self.dir, env=self.env(kw.pop("env", None)),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
 

@@ -1,22 +1,23 @@
 """install-boot-unit: rendered contents, idempotence, and the unit's own command restoring a rebooted node."""
 
+import base64
 import fcntl
 import json
 import os
-import re
-import shlex
 import subprocess
+import zlib
 
 import pytest
 
 from node_bootstrap.host import bootunit
-from tests.node.nodecli import Node
+from tests.node.nodecli import NODE_PYTHON, ROOT, Node
+from tests.support.systemd_unit import SYSTEMD_PATH, Unit, request_under
 
 SEQ = "3g.71gb-2g.35gb-1g.18gb"
 
 
-def _install(node, root, *extra):
-    return node.run("install-boot-unit", "--sequence", SEQ, "--root", str(root), *extra)
+def _install(node, root, *extra, **kw):
+    return node.run("install-boot-unit", "--sequence", SEQ, "--root", str(root), *extra, **kw)
 
 
 def _unit(root):
@@ -66,25 +67,39 @@ def test_boot_unit_bad_request_is_bad_input(tmp_path):
     assert res.rc == 2 and not (tmp_path / "root").exists()
 
 
+@pytest.mark.skipif(not os.path.isfile(NODE_PYTHON), reason="no .venv-node here (make node-env)")
 def test_the_units_command_restores_the_layout_after_a_reboot(tmp_path):
-    """Run the ExecStart line exactly as systemd would (its request path moved under the test root)."""
+    """Installed from a checkout, not a bundle, by the node's own Python (the project not installed: only
+    PYTHONPATH finds it): the unit runs ``python -B -m node_bootstrap`` with PYTHONPATH the directory that
+    holds the package, and started as systemd starts it (only its Environment=, working directory /) it
+    restores the layout. The request path moves under the test root, the node's "/"."""
     node = Node(tmp_path, gpu="H200", count=2)
     root = tmp_path / "root"
-    assert _install(node, root).rc == 0
+    assert _install(node, root, python=NODE_PYTHON).rc == 0
     assert node.run("apply", "--sequence", SEQ).rc == 0
     layout = node.layout(1)
     assert node.run("sim-reboot").json["gpus"][1]["mig_mode"]["current"] == "disabled"  # Hopper forgets
-    unit = _unit(root)
-    exec_line = [line for line in unit.splitlines() if line.startswith("ExecStart=")][0][len("ExecStart="):]
-    argv = [a.replace("/etc/ack-mig-hook/", str(root / "etc/ack-mig-hook") + "/") for a in shlex.split(exec_line)]
-    env_line = [line for line in unit.splitlines() if line.startswith("Environment=PYTHONPATH=")][0]
-    env = node.env({"PYTHONPATH": env_line.split("=", 2)[2]})
-    proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          timeout=120)
+    unit = Unit(_unit(root))
+    argv = unit.exec_start()
+    assert argv[:4] == [NODE_PYTHON, "-B", "-m", "node_bootstrap"]
+    assert unit.environment() == {"PYTHONPATH": ROOT}  # what holds node_bootstrap/, not the package itself
+    proc = unit.start(request_under(argv, str(root)))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["outcome"] == "success" and result["changes"] == 2 * (1 + 6)
     assert node.layout(1) == layout and node.layout(0) == layout
+
+
+def test_a_unit_named_the_package_directory_would_not_start(tmp_path):
+    """The old unit's PYTHONPATH (the node_bootstrap directory itself) fails on a Python without the
+    project, which is every node: the reason the path above must be the directory that holds it."""
+    if not os.path.isfile(NODE_PYTHON):
+        pytest.skip("no .venv-node here (make node-env)")
+    proc = subprocess.run([NODE_PYTHON, "-B", "-m", "node_bootstrap", "--help"], cwd="/", stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=60,
+                          env={"PATH": SYSTEMD_PATH, "PYTHONPATH": os.path.join(ROOT, "node_bootstrap")})
+    assert proc.returncode == 1 and "No module named node_bootstrap" in proc.stderr
+    assert bootunit.package_parent() == ROOT
 
 
 def test_apply_with_boot_unit_installs_it_once_and_a_rerun_changes_nothing(tmp_path):
@@ -129,34 +144,69 @@ def test_a_failing_systemctl_is_reported_without_hiding_the_gpus(tmp_path):
     assert alone.rc == 1 and alone.json["error"]["code"] == "boot-unit-failed"
 
 
-def _systemd_exec_argv(line):
-    """ExecStart as systemd reads it: specifiers (%%), then $$ (a literal $; a lone $VAR would be
-    expanded from the environment), then the quoting."""
-    assert re.search(r"(?<!\$)\$(?!\$)", line.replace("$$", "")) is None, line  # no lone $ left to expand
-    return [a.replace("%%", "%") for a in shlex.split(line.replace("$$", "$"))]
-
-
 def test_dollar_and_percent_in_options_reach_apply_literally():
     state_dir = "/var/lib/$HOME/${USER}/100%"
     unit = bootunit.render_unit("/usr/bin/python3", "/opt/$pkg", "/etc/ack-mig-hook/request.json",
                                 ["--state-dir", state_dir, "--clients", "systemd:a$b"])
     exec_line = [line for line in unit.splitlines() if line.startswith("ExecStart=")][0][len("ExecStart="):]
     assert '"/var/lib/$$HOME/$${USER}/100%%"' in exec_line
-    argv = _systemd_exec_argv(exec_line)
+    argv = Unit(unit).exec_start()  # refuses a lone $ systemd would expand
     assert argv[argv.index("--state-dir") + 1] == state_dir
     assert argv[argv.index("--clients") + 1] == "systemd:a$b"
     # Environment= does no $ expansion: a doubled $ there would reach Python doubled
     assert 'Environment=PYTHONPATH="/opt/$pkg"' in unit.splitlines()
+    assert Unit(unit).environment() == {"PYTHONPATH": "/opt/$pkg"}
 
 
 def test_the_units_lock_wait_ends_before_systemd_gives_up_on_it():
     unit = bootunit.render_unit("/usr/bin/python3", "/opt/pkg", "/etc/ack-mig-hook/request.json", [])
-    exec_line = [line for line in unit.splitlines() if line.startswith("ExecStart=")][0]
-    argv = shlex.split(exec_line)
+    argv = Unit(unit).exec_start()
     lock = float(argv[argv.index("--lock-timeout") + 1])
-    start = float([line for line in unit.splitlines() if line.startswith("TimeoutStartSec=")][0].split("=")[1])
+    start = float(Unit(unit).values("TimeoutStartSec")[0])
     # room for the apply itself after the lock: the client stop wait (60 s) and a reset (up to 300 s)
     assert lock + 60 + 300 < start
+
+
+def test_from_a_bundle_the_runners_deadline_and_kill_end_before_systemd_gives_up():
+    """The runner SIGTERMs apply at its deadline, SIGKILLs GRACE later and drains the pipes at most twice
+    PIPE_DRAIN_S: all before TimeoutStartSec, and the lock wait, a client stop and a reset before the deadline."""
+    from functions.delivery import node_runner
+
+    origin = bootunit.BundleOrigin("/var/lib/ack-mig-hook", "a" * 64)
+    unit = Unit(bootunit.render_unit("/usr/bin/python3", "/opt/pkg", "/etc/ack-mig-hook/request.json", [], origin))
+    argv = unit.exec_start()
+    assert argv[:4] == ["/usr/bin/python3", "-B", "-I", "/var/lib/ack-mig-hook/bundles/%s/ack_mig_runner.py" % ("a" * 64)]
+    digest, node_root, args_b64, deadline, python, instance, names, grace = argv[4:]
+    assert (digest, node_root, python, instance) == ("a" * 64, "/var/lib/ack-mig-hook", "/usr/bin/python3", "-")
+    args = json.loads(base64.b64decode(args_b64).decode("utf-8"))
+    assert args[:3] == ["apply", "--request-file", "/etc/ack-mig-hook/request.json"]
+    assert json.loads(zlib.decompress(base64.b64decode(names)).decode("utf-8")) == {}
+    assert "PYTHONPATH" not in unit.environment() and "Environment=" not in unit.text
+    lock = float(args[args.index("--lock-timeout") + 1])
+    start = float(unit.values("TimeoutStartSec")[0])
+    assert lock + 60 + 300 < float(deadline)
+    assert float(deadline) + float(grace) + 2 * node_runner.PIPE_DRAIN_S < start
+
+
+def test_bundle_origin_is_taken_only_where_the_package_really_is(tmp_path):
+    """The runner's ACK_MIG_BUNDLE_DIR is believed only when it names ROOT/bundles/HASH holding the runner and
+    this very package; anything else (a developer's shell that kept the variable) gets the plain unit."""
+    digest = "b" * 64
+    bundle_dir = tmp_path / "node" / "bundles" / digest
+    (bundle_dir / "node_bootstrap").mkdir(parents=True)
+    env = {bootunit.BUNDLE_ENV: str(bundle_dir)}
+    assert bootunit.bundle_origin(env, str(bundle_dir)) is None  # no runner in it
+    (bundle_dir / bootunit.RUNNER_NAME).write_text("# runner")
+    origin = bootunit.bundle_origin(env, str(bundle_dir))
+    assert origin == (os.path.realpath(str(tmp_path / "node")), digest)
+    assert origin.directory == os.path.realpath(str(bundle_dir))
+    assert bootunit.bundle_origin(env, ROOT) is None  # the package is not the one in that bundle
+    assert bootunit.bundle_origin({}, str(bundle_dir)) is None
+    assert bootunit.bundle_origin({bootunit.BUNDLE_ENV: "relative/bundles/" + digest}, str(bundle_dir)) is None
+    other = tmp_path / "node" / "cache" / digest
+    other.mkdir(parents=True)
+    (other / bootunit.RUNNER_NAME).write_text("# runner")
+    assert bootunit.bundle_origin({bootunit.BUNDLE_ENV: str(other)}, str(other)) is None  # not under bundles/
 
 
 @pytest.mark.kube

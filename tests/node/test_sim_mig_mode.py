@@ -5,7 +5,6 @@ Hopper does not, and a Hopper in a VM never sends the node into a reboot loop.""
 
 import json
 import os
-import shlex
 import subprocess
 
 import pynvml
@@ -14,6 +13,7 @@ import pytest
 from node_bootstrap.driver.sim import driver
 from node_bootstrap.driver.sim.driver import Process, new_state
 from tests.node.nodecli import Node, parse
+from tests.support.systemd_unit import Unit, request_under
 
 STATE = "nvidia.com/mig.config.state"
 
@@ -92,10 +92,8 @@ def test_a_client_holding_the_gpu_leaves_the_mode_pending_and_apply_tries_the_re
 
 def _boot_unit_argv(node, root):
     """The installed unit's ExecStart as systemd would run it (its request file under the test root)."""
-    unit = open(os.path.join(root, "etc/systemd/system/ack-mig-hook.service")).read()
-    line = [x for x in unit.splitlines() if x.startswith("ExecStart=")][0][len("ExecStart="):]
-    argv = [a.replace("%%", "%") for a in shlex.split(line.replace("$$", "$"))]
-    return [a.replace("/etc/ack-mig-hook/", os.path.join(root, "etc/ack-mig-hook") + "/") for a in argv]
+    with open(os.path.join(root, "etc/systemd/system/ack-mig-hook.service")) as fh:
+        return request_under(Unit(fh.read()).exec_start(), root)
 
 
 def _boot(node, argv, *extra):
