@@ -27,6 +27,7 @@ from typing import List, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
+sys.path.insert(1, ROOT)  # tests.support.temproot
 
 from mutants import MUTANTS, Mutant  # noqa: E402
 
@@ -94,9 +95,10 @@ def main(argv: "List[str] | None" = None) -> int:
             print("%-40s %s\n%40s %s\n%40s tests: %s" % (m.id, m.file, "", m.why, "", " ".join(m.tests)))
         return 0
     # Not under /tmp: the node runner refuses a node directory below a world-writable one, and the copy's
-    # tests keep their node directories inside it (tests/conftest.py). The repository's .pytest-tmp is 0700.
-    private = os.path.join(ROOT, ".pytest-tmp")
-    os.makedirs(private, mode=0o700, exist_ok=True)
+    # tests keep their node directories inside it (tests/conftest.py): the tests' own private directory.
+    from tests.support.temproot import private_tmp
+
+    private = private_tmp()
     copy = tempfile.mkdtemp(prefix="ack-mig-mutation-", dir=private)
     try:
         _copy_tree(copy)
