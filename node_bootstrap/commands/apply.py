@@ -18,7 +18,7 @@ from .common import as_failure, boot_args, gpus_json, install_boot_unit, stderr_
 from ..kube.deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
 from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, NodeFailure, Terminated
 from ..kube.events import record_final_state
-from ..host.holders import DEFAULT_DEVICE_GLOB, MIG_MINORS, scope_paths, wait_released
+from ..host.holders import DEFAULT_DEVICE_GLOB, MIG_MINORS, Scope, look, wait_released
 from ..kube.client import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
 from ..host.lock import NodeLock
 from ..kube.migmanager import refuse_if_mig_manager
@@ -30,7 +30,8 @@ from .reconcile import Host, ReleaseScope, reconcile
 from ..host.rebootguard import RebootGuard, kernel_boot_id
 from ..request import request_from_options
 from ..driver.sim.driver import mig_minors
-from .simhost import SimNodeClient, host_root, host_runner, is_host_root, sim_node_client, under
+from .simhost import (SimNodeClient, host_root, host_runner, hung_mount_stat, is_host_root, sim_node_client,
+                      under)
 
 STATE_BY_OUTCOME = {"success": "success", "failed": "failed", "reboot-required": "rebooting"}
 
@@ -76,17 +77,22 @@ def _release_wait(args, backend, log):
     # type: (argparse.Namespace, Backend, Any) -> Any
     # A simulated node has no device files of its own: look at this machine's only when asked to.
     pattern = args.gpu_device_glob or (DEFAULT_DEVICE_GLOB if backend.sim is None else None)
+    stat_path = hung_mount_stat(os.stat) if backend.sim is not None and backend.sim.faults.hung_mount else os.stat
 
     def wait(scope):
         # type: (ReleaseScope) -> None
         if not pattern or args.client_stop_timeout <= 0 or scope.empty:
             return
-        paths = scope_paths(pattern, [minor for _, minor in scope.gpus],
-                            [(minor, gi, cis) for _, minor, gi, cis in scope.instances],
-                            _mig_minors_text(args, backend) if scope.instances else "")
-        if not paths:
-            return
-        waited = wait_released(paths, args.client_stop_timeout, log)
+        what = Scope(pattern, tuple(minor for _, minor in scope.gpus),
+                     tuple((minor, gi, cis) for _, minor, gi, cis in scope.instances),
+                     _mig_minors_text(args, backend) if scope.instances else "")
+        me = os.getpid()  # read here: each look runs in a child, and this process's NVML holds the GPUs
+
+        def find(note):
+            # type: (Any) -> List[Any]
+            return look(what, ignore_pids=[me], stat_path=stat_path, note=note)
+
+        waited = wait_released(find, args.client_stop_timeout, log)
         if waited >= 0.5:
             log("the GPUs were released after %.1fs" % waited)
 

@@ -59,7 +59,8 @@ class Host(typing.NamedTuple):
     end_processes: Callable[[Targets, Callable[[int], bool]], Any]
     log: Callable[[str], None]
     # After the clients are stopped: return once nothing else holds the device files of the scope, or
-    # raise GpuBusy naming the holders (holders.wait_released). A no-op where nothing can be checked.
+    # raise GpuBusy naming the holders (holders.wait_released), or NodeFailure holder-scan-timeout when a
+    # look at /proc does not answer in time. A no-op where nothing can be checked.
     wait_released: Callable[[ReleaseScope], None] = lambda scope: None
     # A process's start time (/proc/<pid>/stat), taken as NVML lists it (NvmlReader's stamp)
     start_time: Callable[[int], Optional[int]] = lambda pid: None

@@ -14,6 +14,8 @@ boot unit                 ``/etc/systemd/system``, ``/etc/ack-mig...``  the same
 systemctl                 the host's                                   :class:`SimSystemd` (no process)
 node labels               the API server, kubelet credentials          ``<host>/node-labels.json``
 GPU reset, process kill   ``nvidia-smi -r``, signals                   the simulated driver
+a mount that never        a FUSE or network mount whose daemon or      fault ``hung-mount``:
+answers                   server is gone                               :func:`hung_mount_stat`
 ========================  ===========================================  ==============================
 
 An option the caller gives explicitly (``--lock-file``, ``--state-dir``, ``--clients``,
@@ -26,8 +28,9 @@ import argparse
 import json
 import os
 import tempfile
+import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..host.clients import DEFAULT_CLIENTS
 from ..host.jsonfile import read_json, write_json
@@ -213,3 +216,19 @@ def sim_node_client(args):
     if getattr(args, "sim_labels", False) and is_sim(args):
         return SimNodeClient(host_root(args.sim_state))
     return None
+
+
+def hung_mount_stat(stat_path):
+    # type: (Callable[[str], Any]) -> Callable[[str], Any]
+    """Fault ``hung-mount``: the holder scan's stat of an open file's ``/proc/<pid>/fd/<n>`` link never
+    returns, as a stat on a FUSE mount whose daemon does not reply waits in the kernel for good (the
+    scan reaches such a stat only for a file named like a GPU device that is not one of the glob's).
+    Other paths (the glob's own device files) are stat'ed as usual."""
+    def stat(path):
+        # type: (str) -> Any
+        if os.path.basename(os.path.dirname(path)) == "fd":
+            threading.Event().wait()  # never set: the daemon never answers
+        return stat_path(path)
+
+    return stat
+

@@ -1,4 +1,4 @@
-"""The node's host, outside the GPU: its processes (``processkill``, ``holders``), the GPU's clients
+"""The node's host, outside the GPU: its processes (``processkill``, ``holders``, with ``bounded`` for a look under a deadline), the GPU's clients
 (``clients``), the boot unit (``bootunit``), the node lock (``lock``), the reboot record (``rebootguard``),
 files (``jsonfile``) and host commands (``runner``).
 

@@ -22,6 +22,16 @@ Capabilities"): what a process entering the instance opens (the NVIDIA container
 these into a container). Whether CUDA keeps them open for the process's lifetime is not confirmed here:
 where it does not, the destroy's own IN_USE answer still names the instance.
 
+A file system that never answers: a process on the node may hold a file named like a GPU device on a FUSE
+or network mount whose daemon or server is gone, and a stat of it waits in the kernel for good (SIGKILL
+does not end that wait). So a look never stats an fd's target on such a mount (the fd's ``mnt_id`` in
+``/proc/<pid>/fdinfo``, its type in ``/proc/<pid>/mountinfo``: procfs answers without asking the file
+system); fd links are read with readlink, which procfs answers from the kernel's own path of the file.
+And every look runs in a child process under a deadline (:mod:`bounded`): a stat that still does not
+answer, on a mount of a type not known to hang, or a ``--gpu-device-glob`` pointing into one, fails the
+apply with ``holder-scan-timeout`` naming the pid and fd, and apply's usual way out starts the stopped
+clients again, labels the node and frees the lock.
+
 Never counted as holders: this process (its own NVML is shut down around the GPU reset) and
 nvidia-persistenced, the driver's helper that keeps the GPUs initialised for the node's lifetime; it is
 not a client that apply could stop.
@@ -33,15 +43,31 @@ import os
 import stat
 import time
 import typing
-from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
-from ..errors import GpuBusy
+from . import bounded
+from ..errors import GpuBusy, NodeFailure
 
 DEFAULT_DEVICE_GLOB = "/dev/nvidia[0-9]*"
 MIG_MINORS = "/proc/driver/nvidia-caps/mig-minors"
 # /proc/<pid>/comm is the command name cut to 15 characters.
 IGNORED_COMMANDS = frozenset(["nvidia-persiste"])
 _DEVICE_NAMES = "nvidia*"  # an fd target named like this may be a container's own node for a GPU file
+# Mount types (``/proc/<pid>/mountinfo``, a prefix: fuse.sshfs, nfs4, smb3) whose files a daemon or a
+# server answers for, and whose stat can wait for good when it does not. A GPU's device node is never
+# served by one (a container's /dev is a tmpfs, or a bind mount of the host's devtmpfs).
+MAY_HANG = ("fuse", "nfs", "cifs", "smb", "9p", "ceph", "glusterfs", "lustre", "gfs2", "ocfs2", "afs",
+            "virtiofs", "gpfs", "beegfs", "orangefs", "pvfs2", "coda", "ncpfs", "davfs")
+# One look at /proc takes milliseconds; one that has not answered in this long is stuck.
+SCAN_TIMEOUT = 10.0
+
+Note = Callable[[str], None]
+Stat = Callable[[str], Any]
+
+
+def _quiet(text):
+    # type: (str) -> None
+    pass
 
 
 class Holder(typing.NamedTuple):
@@ -50,10 +76,10 @@ class Holder(typing.NamedTuple):
     paths: List[str]
 
 
-def device_paths(pattern):
-    # type: (str) -> Set[str]
-    """The device files the pattern names, resolved as /proc/<pid>/fd links show them."""
-    return set(os.path.realpath(p) for p in glob.glob(pattern))
+def _printable(text, limit=200):
+    # type: (str, int) -> str
+    """A file or command name as one short printable line (it ends up in a node annotation)."""
+    return "".join(c if c.isprintable() and not c.isspace() else "?" for c in text)[:limit]
 
 
 def _mig_minors(text):
@@ -66,12 +92,14 @@ def _mig_minors(text):
     return out
 
 
-def scope_paths(pattern, gpus, instances, mig_minors_text=""):
-    # type: (str, Iterable[Optional[int]], Iterable[Tuple[Optional[int], int, Tuple[int, ...]]], str) -> Set[str]
+def scope_paths(pattern, gpus, instances, mig_minors_text="", note=_quiet):
+    # type: (str, Iterable[Optional[int]], Iterable[Tuple[Optional[int], int, Tuple[int, ...]]], str, Note) -> Set[str]
     """The device files that matter: of the files ``pattern`` names, the GPUs' own ``nvidia<minor>`` (every
     one where a minor is unknown: no GPU is let off unseen), and the capability files of the instances
-    ``(minor, GPU instance id, compute instance ids)`` beside them in ``nvidia-caps/``."""
+    ``(minor, GPU instance id, compute instance ids)`` beside them in ``nvidia-caps/``. (The default
+    glob's /dev is devtmpfs, which always answers; a glob elsewhere is bounded like the rest of a look.)"""
     found = set()  # type: Set[str]
+    note("listing %s" % _printable(pattern))
     files = glob.glob(pattern)
     for minor in gpus:
         found.update(os.path.realpath(f) for f in files if minor is None or os.path.basename(f) == "nvidia%d" % minor)
@@ -84,19 +112,21 @@ def scope_paths(pattern, gpus, instances, mig_minors_text=""):
         for name in names:
             if name in minors:
                 path = os.path.join(caps, "nvidia-cap%d" % minors[name])
+                note("looking at %s" % _printable(path))
                 if os.path.exists(path):
                     found.add(os.path.realpath(path))
     return found
 
 
-def _char_devices(paths):
-    # type: (Set[str]) -> Set[int]
+def _char_devices(paths, stat_path, note):
+    # type: (Set[str], Stat, Note) -> Set[int]
     """Device numbers of those that are character devices: a container's own /dev/nvidia0 node is
     another inode, and its fd link shows the path inside the container, but the number is the GPU's."""
     found = set()
-    for path in paths:
+    for path in sorted(paths):
+        note("a stat of %s" % _printable(path))
         try:
-            st = os.stat(path)
+            st = stat_path(path)
         except OSError:
             continue
         if stat.S_ISCHR(st.st_mode):
@@ -104,14 +134,75 @@ def _char_devices(paths):
     return found
 
 
-def _holds(link, target, paths, rdevs):
-    # type: (str, str, Set[str], Set[int]) -> bool
+def fd_mount_id(fdinfo_text):
+    # type: (str) -> Optional[int]
+    """The ``mnt_id`` of ``/proc/<pid>/fdinfo/<fd>`` (Linux 3.15 and later; None before)."""
+    for line in fdinfo_text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "mnt_id" and value.strip().isdigit():
+            return int(value.strip())
+    return None
+
+
+def mount_types(mountinfo_text):
+    # type: (str) -> Dict[int, str]
+    """Mount id -> file system type, from ``/proc/<pid>/mountinfo`` (proc(5): the optional fields end at
+    ``-``, the type follows it)."""
+    out = {}  # type: Dict[int, str]
+    for line in mountinfo_text.splitlines():
+        fields = line.split()
+        if "-" not in fields or not fields[0].isdigit():
+            continue
+        after = fields.index("-") + 1
+        if after < len(fields):
+            out[int(fields[0])] = fields[after]
+    return out
+
+
+def may_hang(fstype):
+    # type: (Optional[str]) -> bool
+    return fstype is not None and fstype.startswith(MAY_HANG)
+
+
+def _read(path):
+    # type: (str) -> Optional[str]
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except (IOError, OSError, UnicodeDecodeError):
+        return None
+
+
+class _Process(object):
+    """What a look learns of one process from procfs: the type of the mount each fd is on."""
+
+    def __init__(self, proc, pid):
+        # type: (str, str) -> None
+        self.proc, self.pid = proc, pid
+        self._types = None  # type: Optional[Dict[int, str]]
+
+    def fd_fstype(self, fd):
+        # type: (str) -> Optional[str]
+        """The file system type under ``fd``; None where procfs does not say (an older kernel)."""
+        mnt = fd_mount_id(_read(os.path.join(self.proc, self.pid, "fdinfo", fd)) or "")
+        if mnt is None:
+            return None
+        if self._types is None:
+            self._types = mount_types(_read(os.path.join(self.proc, self.pid, "mountinfo")) or "")
+        return self._types.get(mnt)
+
+
+def _holds(process, fd, link, target, paths, rdevs, stat_path, note):
+    # type: (_Process, str, str, str, Set[str], Set[int], Stat, Note) -> bool
     if target in paths:
         return True
     if not rdevs or not fnmatch.fnmatchcase(os.path.basename(target), _DEVICE_NAMES):
-        return False  # never stat other targets: a file on a hung network mount would block the scan
+        return False  # never stat other targets: a file on a hung network mount would block the look
+    if may_hang(process.fd_fstype(fd)):
+        return False  # a FUSE or network file named like a device: no GPU node, and its stat may never return
+    note("a stat of pid %s's %s (-> %s)" % (process.pid, link, _printable(target)))
     try:
-        st = os.stat(link)
+        st = stat_path(link)
     except OSError:
         return False
     return stat.S_ISCHR(st.st_mode) and st.st_rdev in rdevs
@@ -119,22 +210,21 @@ def _holds(link, target, paths, rdevs):
 
 def _command(proc, pid):
     # type: (str, str) -> str
-    try:
-        with open(os.path.join(proc, pid, "comm")) as fh:
-            text = fh.read()
-    except (IOError, OSError):
+    text = _read(os.path.join(proc, pid, "comm"))
+    if text is None:
         return "?"
     # a process names itself: keep it one short printable line (it ends up in a node annotation)
-    return "".join(c if c.isprintable() and not c.isspace() else "?" for c in text.strip())[:32] or "?"
+    return _printable(text.strip(), 32) or "?"
 
 
-def holders(paths, proc="/proc", ignore_pids=None):
-    # type: (Set[str], str, Optional[Iterable[int]]) -> List[Holder]
+def holders(paths, proc="/proc", ignore_pids=None, stat_path=os.stat, note=_quiet):
+    # type: (Set[str], str, Optional[Iterable[int]], Stat, Note) -> List[Holder]
     """Processes other than ourselves (and nvidia-persistenced) with one of ``paths`` open (resolved paths,
-    as :func:`device_paths` and :func:`scope_paths` give them)."""
+    as :func:`scope_paths` gives them). ``stat_path`` is the one call that may reach
+    a foreign file system (``note`` announces each); run it where a deadline bounds it (:func:`look`)."""
     if not paths:
         return []
-    rdevs = _char_devices(paths)
+    rdevs = _char_devices(paths, stat_path, note)
     ignore = set(ignore_pids if ignore_pids is not None else [os.getpid()])
     found = []  # type: List[Holder]
     try:
@@ -149,14 +239,15 @@ def holders(paths, proc="/proc", ignore_pids=None):
             fds = os.listdir(fd_dir)
         except OSError:
             continue  # exited meanwhile, or (not root) another user's process we cannot inspect
+        process = _Process(proc, entry)
         held = set()
         for fd in fds:
             link = os.path.join(fd_dir, fd)
             try:
-                target = os.readlink(link)
+                target = os.readlink(link)  # procfs: the kernel's path of the file, no question to its mount
             except OSError:
                 continue
-            if _holds(link, target, paths, rdevs):
+            if _holds(process, fd, link, target, paths, rdevs, stat_path, note):
                 held.add(target)
         if not held:
             continue
@@ -167,21 +258,57 @@ def holders(paths, proc="/proc", ignore_pids=None):
     return found
 
 
+class Scope(typing.NamedTuple):
+    """What one look checks: the device glob, the GPUs' minors (mode changes), the instances to destroy
+    as (minor, GPU instance id, compute instance ids) and the driver's mig-minors table."""
+
+    pattern: str
+    gpus: Tuple[Optional[int], ...] = ()
+    instances: Tuple[Tuple[Optional[int], int, Tuple[int, ...]], ...] = ()
+    mig_minors_text: str = ""
+
+
+def look(scope, proc="/proc", ignore_pids=None, stat_path=os.stat, note=_quiet):
+    # type: (Scope, str, Optional[Iterable[int]], Stat, Note) -> List[Holder]
+    """One look: the scope's device files, then who holds them. Runs in :func:`wait_released`'s worker."""
+    paths = scope_paths(scope.pattern, scope.gpus, scope.instances, scope.mig_minors_text, note)
+    return holders(paths, proc, ignore_pids, stat_path, note)
+
+
 def describe(found):
     # type: (List[Holder]) -> str
     return "; ".join("pid %d (%s) holds %s" % (h.pid, h.command, ", ".join(h.paths)) for h in found)
 
 
-def wait_released(paths, timeout, log, interval=0.2, sleep=time.sleep, clock=time.time):
-    # type: (Set[str], float, Callable[[str], None], float, Callable[[float], None], Callable[[], float]) -> float
-    """Wait until no other process holds one of ``paths``; returns the seconds waited.
+def bounded_look(find, timeout, kill=os.kill):
+    # type: (Callable[[Note], List[Holder]], float, Callable[[int, int], None]) -> List[Holder]
+    """``find(note)`` in a child process (:func:`bounded.call`), given ``timeout`` seconds. Raises
+    NodeFailure ``holder-scan-timeout`` naming what did not answer, ``holder-scan-failed`` when it broke."""
+    try:
+        found = bounded.call(lambda note: [list(h) for h in find(note)], timeout, "the look at /proc", kill)
+    except bounded.NoAnswer as exc:
+        raise NodeFailure("the holder scan got no answer within %gs from %s: a file system that does not answer "
+                          "(a FUSE or network mount whose daemon or server is gone?); the GPUs were not changed "
+                          "(unmount it, or stop that process, and apply again)" % (exc.timeout, exc.last),
+                          code="holder-scan-timeout")
+    except bounded.WorkFailed as exc:
+        raise NodeFailure("the holder scan failed: %s; the GPUs were not changed" % exc, code="holder-scan-failed")
+    return [Holder(int(pid), str(command), [str(p) for p in paths]) for pid, command, paths in found]
+
+
+def wait_released(find, timeout, log, interval=0.2, sleep=time.sleep, clock=time.time, scan_timeout=SCAN_TIMEOUT,
+                  kill=os.kill):
+    # type: (Callable[[Note], List[Holder]], float, Callable[[str], None], float, Callable[[float], None], Callable[[], float], float, Callable[[int, int], None]) -> float
+    """Wait until ``find(note)`` (:func:`look`) finds no holder; returns the seconds waited.
 
     Raises GpuBusy naming the holders (pid and command) when they are still there after ``timeout``.
+    Each look runs in a child process with ``scan_timeout`` seconds, never more than the wait has left
+    (at least 1 s): one that does not answer raises NodeFailure ``holder-scan-timeout`` (:func:`bounded_look`).
     """
     start = clock()
     logged = False
     while True:
-        found = holders(paths)
+        found = bounded_look(find, min(scan_timeout, max(timeout - (clock() - start), 1.0)), kill)
         if not found:
             return clock() - start
         if clock() - start >= timeout:

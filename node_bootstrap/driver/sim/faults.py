@@ -29,6 +29,9 @@ KINDS = {
     "profiles-need-mig": "GPU instance profile and placement queries answer NOT_SUPPORTED while MIG mode is off "
                          "(older Ampere drivers)",
     "passthrough": "the GPUs are passed through to a VM: no GPU reset, a pending mode needs a reboot",
+    "hung-mount": "the node's files named like a GPU device that --gpu-device-glob does not name are on a mount "
+                  "that never answers (a FUSE daemon that does not reply): the holder scan's stat of such an "
+                  "open file waits for good",
 }
 
 SIM_PID = 4242
@@ -61,6 +64,7 @@ class Faults(typing.NamedTuple):
     no_process_list: bool = False
     profiles_need_mig: bool = False
     passthrough: bool = False
+    hung_mount: bool = False
     process_on: typing.Tuple[typing.Tuple[int, int], ...] = ()  # (gpu index, placement start)
     driver: str = ""  # the driver version to answer ("" : the default one)
 
