@@ -20,7 +20,7 @@ COMPUTE_STDLIB = {"collections", "dataclasses", "enum", "functools", "itertools"
 # The pure core: catalogue, label parsing, solver, the rollout's wave planning, the mig-parted converter,
 # the per-instance decision, the instance-family table, the autoscaler tag diff, and the typed vocabulary
 # they share.
-PURE_PACKAGES = ("node_bootstrap.mig",)
+PURE_PACKAGES = ("node_bootstrap.mig", "node_bootstrap.outside")
 PURE_MODULES = {"functions.decision.waves", "functions.decision.migparted", "functions.decision.decide", "functions.decision.families",
                 "functions.base.model", "functions.base.event_result", "functions.base.errors", "functions.decision.autoscaler_tags"}
 PURE_THIRD_PARTY = {"pydantic"}  # the vocabulary's types (functions.base.model): validation, no I/O
@@ -128,13 +128,15 @@ def test_node_bootstrap_never_imports_the_function():
 # node_bootstrap's parts (docs/development.md): what each may import of node_bootstrap besides itself. The
 # commands may import every part; nothing but the package's __main__ imports the commands.
 NODE_SHARED = ("node_bootstrap.errors", "node_bootstrap.request")
+# node_bootstrap.outside is the reader rule for data from outside the process: every part may read through it.
 NODE_PARTS = {
-    "node_bootstrap.mig": (),
+    "node_bootstrap.outside": (),
+    "node_bootstrap.mig": ("node_bootstrap.outside",),
     "node_bootstrap.errors": (),
-    "node_bootstrap.request": ("node_bootstrap.mig", "node_bootstrap.errors"),
-    "node_bootstrap.driver": ("node_bootstrap.mig", "node_bootstrap.errors"),
-    "node_bootstrap.host": ("node_bootstrap.mig",) + NODE_SHARED,
-    "node_bootstrap.kube": ("node_bootstrap.mig", "node_bootstrap.errors"),
+    "node_bootstrap.request": ("node_bootstrap.mig", "node_bootstrap.errors", "node_bootstrap.outside"),
+    "node_bootstrap.driver": ("node_bootstrap.mig", "node_bootstrap.errors", "node_bootstrap.outside"),
+    "node_bootstrap.host": ("node_bootstrap.mig", "node_bootstrap.outside") + NODE_SHARED,
+    "node_bootstrap.kube": ("node_bootstrap.mig", "node_bootstrap.errors", "node_bootstrap.outside"),
 }
 
 

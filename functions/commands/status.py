@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Optional
 from functions.commands import common
 from functions.commands.terminal import fail
 from node_bootstrap.kube import KubeError
-from node_bootstrap.kube.nodelabels import LAYOUTS_ANNOTATION as GPU_LAYOUTS, read_layouts
+from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION as GPU_LAYOUTS, read_layouts
 from node_bootstrap.outside import OutsideDataError
 
 from functions.decision import waves as rp

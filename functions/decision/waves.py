@@ -32,7 +32,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from node_bootstrap.mig import (GPUS, GpuModel, Layout, MigInputError, PartitionSpec, find_gpu_or_none, parse,
                                 plan, resource_name)
-from node_bootstrap.kube.nodelabels import LAYOUTS_ANNOTATION, read_layouts  # what each GPU holds
+from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts  # what each GPU holds
 from node_bootstrap.mig.solver import complete
 from node_bootstrap.outside import OutsideDataError, loads, number
 

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 from functions.decision.layout import GpuSupply, Instance
 from functions.decision.layout.matching import pod_asks
-from node_bootstrap.kube.nodelabels import LAYOUTS_ANNOTATION, read_layouts
+from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts
 from node_bootstrap.mig import MigInputError
 from node_bootstrap.mig.catalogue import find_gpu_or_none
 from node_bootstrap.mig.labels import PartitionSpec

@@ -15,19 +15,15 @@ the error is reported in the result instead.
 """
 
 import re
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Optional
 
-from ..outside import OutsideDataError, loads, whole
+from ..mig.annotations import LAYOUTS_ANNOTATION
 from .client import KubeClient, KubeError
 
 STATE_LABEL = "nvidia.com/mig.config.state"
 SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"
 REASON_ANNOTATION = "ack-mig-hook/mig-config-reason"
-# On success, what every GPU holds: {"<index>": [["1g.10gb", 0], ...]} (JSON). The function's auto pool supply
-# reads it (functions/kube/supply.py): a per-GPU layout (request version 2) has no one sequence to label.
-LAYOUTS_ANNOTATION = "ack-mig-hook/gpu-layouts"
-MAX_LAYOUTS_TEXT = 16384  # 16 GPUs x 8 instances is about 1.5 KB: anything much longer is not ours
-MAX_GPU_INDEX = 63
+# On success, what every GPU holds (node_bootstrap/mig/annotations.py, with its one reader).
 STATES = ("pending", "success", "failed", "rebooting")
 
 _VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
@@ -42,31 +38,6 @@ def sequence_label_value(sequence, ids=""):
     if ids and _VALUE.match(ids):
         return ids
     return value[:63].strip("-_.")
-
-
-def read_layouts(text):
-    # type: (Optional[str]) -> Dict[int, Tuple[Tuple[str, int], ...]]
-    """The layouts annotation as GPU index -> ((profile, start), ...), under the reader rule
-    (node_bootstrap/outside.py): any other shape, a start outside 0..7 or an index outside 0..63 raises
-    OutsideDataError, which the readers (the auto pool's supply, the claim's check, status) turn into "left
-    out" for that node alone. Anyone who may edit the node (its kubelet, for one) can write this annotation."""
-    data = loads(text or "", "annotation %s" % LAYOUTS_ANNOTATION, max_bytes=MAX_LAYOUTS_TEXT, max_depth=3)
-    if not isinstance(data, dict):
-        raise OutsideDataError("annotation %s is not an object of GPU index to layout" % LAYOUTS_ANNOTATION)
-    out = {}  # type: Dict[int, Tuple[Tuple[str, int], ...]]
-    for key, pairs in data.items():
-        if not (key.isdigit() and len(key) <= 2) or not isinstance(pairs, list):
-            raise OutsideDataError("annotation %s: GPU %r is not an index with a list of instances"
-                                   % (LAYOUTS_ANNOTATION, key[:16]))
-        index = whole(int(key), "annotation %s GPU index" % LAYOUTS_ANNOTATION, 0, MAX_GPU_INDEX)
-        layout = []
-        for pair in pairs:
-            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and 0 < len(pair[0]) <= 32):
-                raise OutsideDataError("annotation %s GPU %d: each instance is [profile, start]"
-                                       % (LAYOUTS_ANNOTATION, index))
-            layout.append((pair[0], whole(pair[1], "annotation %s GPU %d start" % (LAYOUTS_ANNOTATION, index), 0, 7)))
-        out[index] = tuple(layout)
-    return out
 
 
 def state_patch(state, sequence_value=None, reason=None, layouts=None):

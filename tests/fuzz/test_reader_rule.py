@@ -26,7 +26,7 @@ from functions.pipeline.intake import parse_event
 from functions.base.logs import JsonLogger
 from functions.base.settings import load_settings
 from node_bootstrap.errors import BadInput
-from node_bootstrap.kube.nodelabels import LAYOUTS_ANNOTATION, read_layouts
+from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts
 from node_bootstrap.outside import MAX_INT_DIGITS, OutsideDataError, depth, loads
 from node_bootstrap.request import request_from_options
 from tests.fuzz.harness import _MAKER, RecordingTransport

@@ -1,0 +1,42 @@
+"""The annotation in which a node says what each of its GPUs holds, and its one reader.
+
+On success the node writes ``ack-mig-hook/gpu-layouts``: ``{"<index>": [["1g.10gb", 0], ...]}`` (JSON;
+node_bootstrap/kube/nodelabels.py). The function's auto pool supply, the rollout's claim and ``status`` read it
+(a per-GPU layout, request version 2, has no one sequence to label). Anyone who may edit the Node (its kubelet,
+for one) can write it, so it is read under the reader rule (node_bootstrap/outside.py). Pure: no I/O.
+"""
+
+import re
+from typing import Dict, Optional, Tuple
+
+from ..outside import OutsideDataError, loads, whole
+
+LAYOUTS_ANNOTATION = "ack-mig-hook/gpu-layouts"
+MAX_LAYOUTS_TEXT = 16384  # 16 GPUs x 8 instances is about 1.5 KB: anything much longer is not ours
+MAX_GPU_INDEX = 63
+_INDEX = re.compile(r"^[0-9]{1,2}\Z")  # ASCII digits only: "\u00b2".isdigit() is true and int() refuses it
+
+
+def read_layouts(text):
+    # type: (Optional[str]) -> Dict[int, Tuple[Tuple[str, int], ...]]
+    """The layouts annotation as GPU index -> ((profile, start), ...), under the reader rule
+    (node_bootstrap/outside.py): any other shape, a start outside 0..7 or an index outside 0..63 raises
+    OutsideDataError, which the readers (the auto pool's supply, the claim's check, status) turn into "left
+    out" for that node alone. Anyone who may edit the node (its kubelet, for one) can write this annotation."""
+    data = loads(text or "", "annotation %s" % LAYOUTS_ANNOTATION, max_bytes=MAX_LAYOUTS_TEXT, max_depth=3)
+    if not isinstance(data, dict):
+        raise OutsideDataError("annotation %s is not an object of GPU index to layout" % LAYOUTS_ANNOTATION)
+    out = {}  # type: Dict[int, Tuple[Tuple[str, int], ...]]
+    for key, pairs in data.items():
+        if not _INDEX.match(key) or not isinstance(pairs, list):
+            raise OutsideDataError("annotation %s: GPU %r is not an index with a list of instances"
+                                   % (LAYOUTS_ANNOTATION, key[:16]))
+        index = whole(int(key), "annotation %s GPU index" % LAYOUTS_ANNOTATION, 0, MAX_GPU_INDEX)
+        layout = []
+        for pair in pairs:
+            if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and 0 < len(pair[0]) <= 32):
+                raise OutsideDataError("annotation %s GPU %d: each instance is [profile, start]"
+                                       % (LAYOUTS_ANNOTATION, index))
+            layout.append((pair[0], whole(pair[1], "annotation %s GPU %d start" % (LAYOUTS_ANNOTATION, index), 0, 7)))
+        out[index] = tuple(layout)
+    return out
