@@ -12,7 +12,8 @@ and counts the first one's slot. The node-level signs stay counted too, so a slo
 
 Disrupted, whoever caused it (Kured, Karpenter and the cluster-autoscaler count the same way):
 
-* a live slot of the table (not expired), unless its holder has visibly ended the node (a release that did
+* a live slot of the table (not expired, its expiry taken as at most one run lease from now: see
+  :func:`bound`), unless its holder has visibly ended the node (a release that did
   not land: the node's record, written by the same holder, is no longer in progress and the node is
   schedulable), and unless the node is gone from the pool;
 * a node in a drained rollout step (this hook's record, whatever invocation wrote it);
@@ -20,9 +21,18 @@ Disrupted, whoever caused it (Kured, Karpenter and the cluster-autoscaler count 
 * a node whose kubelet is not Ready (Ready ``False`` or ``Unknown``).
 
 A node already counted may be taken without taking another slot: it is unavailable either way.
+
+Whose clock: ``now`` is the API server's (``functions.rollout.pool_lease`` reads it from the answers' ``Date``),
+one clock for every invocation, so an invocation whose own clock runs ahead still sees another's slot live.
+A slot never holds longer than one run lease from the moment it is read: its expiry is clamped to
+``now + lease_s`` when read (:func:`bound`) and when written (:func:`write_slots`), so a slot written
+against a clock that ran ahead counts as live until then, and a forged ``expires`` (``1e15``, ``Infinity``,
+a string) blocks the pool for one run lease at most once a reader has written the clamp back, or never
+(a non-number or a non-finite one is not a slot).
 """
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import Dict, Iterable, Mapping, Optional, Tuple
@@ -52,9 +62,23 @@ def lease_name(pool_id: str) -> str:
     return (LEASE_PREFIX + text)[:253].rstrip("-.")
 
 
+def _expiry(value: object) -> Optional[float]:
+    """A slot's ``expires``: a finite JSON number (missing: 0, long over); None for anything else (a string,
+    a bool, NaN, Infinity, an integer too large for a float)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of 400 digits
+        return None
+    return number if math.isfinite(number) else None
+
+
 def read_slots(text: Optional[str]) -> Dict[str, Slot]:
-    """The table from the Lease annotation; {} for none, or for one that is not ours (too long, not JSON,
-    nested, wrong types)."""
+    """The table from the Lease annotation, as stored; {} for none, or for one that is not ours (too long,
+    not JSON, nested, wrong types). A slot whose ``expires`` is not a finite number is left out."""
     if not text or len(text) > MAX_SLOTS_TEXT:
         return {}
     try:
@@ -66,16 +90,24 @@ def read_slots(text: Optional[str]) -> Dict[str, Slot]:
     out = {}
     for name, slot in data.items():
         if isinstance(slot, dict) and isinstance(slot.get("owner"), str):
-            try:
-                out[str(name)] = Slot(slot["owner"], float(slot.get("expires") or 0.0))
-            except (TypeError, ValueError):
-                continue
+            expires = _expiry(slot.get("expires"))
+            if expires is not None:
+                out[str(name)] = Slot(slot["owner"], expires)
     return out
 
 
-def write_slots(slots: Mapping[str, Slot]) -> str:
-    return json.dumps({n: {"owner": s.owner, "expires": round(s.expires, 3)} for n, s in sorted(slots.items())},
-                      sort_keys=True)
+def bound(slots: Mapping[str, Slot], now: float, lease_s: float) -> Dict[str, Slot]:
+    """Each slot's expiry clamped to ``now + lease_s``: no invocation holds a node longer than one run lease,
+    so an expiry past that was written against a clock ahead of ``now`` (it counts as live until then) or by
+    someone else (written back clamped, it runs out within one run lease)."""
+    horizon = now + lease_s
+    return {n: s if s.expires <= horizon else Slot(s.owner, horizon) for n, s in slots.items()}
+
+
+def write_slots(slots: Mapping[str, Slot], now: float, lease_s: float) -> str:
+    """The annotation's text, every expiry clamped as :func:`bound` does."""
+    return json.dumps({n: {"owner": s.owner, "expires": round(s.expires, 3)}
+                       for n, s in sorted(bound(slots, now, lease_s).items())}, sort_keys=True)
 
 
 def _ended_by_holder(node: KubeNode, slot: Slot) -> bool:

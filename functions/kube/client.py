@@ -21,6 +21,8 @@ Errors are :class:`ApiError` (a ``node_bootstrap.kube.KubeError``) with the HTTP
 the Status ``reason`` and ``details.causes``. Messages never hold credentials.
 """
 
+import datetime
+import email.utils
 import http.client
 import json
 import os
@@ -106,6 +108,23 @@ def _tls(config: KubeConfig) -> ssl.SSLContext:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     return context
+
+
+def _http_date(text: Optional[str]) -> Optional[float]:
+    """An HTTP-date (RFC 9110 5.6.7, ``Sun, 06 Nov 1994 08:49:37 GMT``) as epoch seconds; None for none or
+    any other text."""
+    if not text or len(text) > 64:
+        return None
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC as RFC 5322 spells an unknown zone
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    try:
+        return when.timestamp()
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def _retry_after(headers: Any) -> Optional[float]:
@@ -233,7 +252,18 @@ class KubeApi:
             raise self._unreached(config, exc) from None
         if response.will_close:
             self._drop()
+        date = _http_date(response.headers.get("Date"))
+        if date is not None:
+            self._local.date = (date, self.clock())
         return response.status, response.headers, data
+
+    def server_time(self) -> Optional[float]:
+        """The API server's wall clock (epoch seconds): the ``Date`` of the last answer this thread got (the
+        server sets it on every answer; whole seconds), plus the local time since. None before any answer
+        with a Date. One clock for every invocation, whatever their own clocks say (the pool budget's slots,
+        functions/rollout/pool_lease.py)."""
+        seen = getattr(self._local, "date", None)
+        return None if seen is None else seen[0] + max(0.0, self.clock() - seen[1])
 
     @staticmethod
     def _unreached(config: KubeConfig, exc: BaseException) -> "ApiError":

@@ -193,6 +193,10 @@ class MemoryKube:
         self.events.append(copy.deepcopy(event))
 
 
+    def server_time(self) -> Optional[float]:
+        """No server of its own to read a clock from: the caller's clock is the cluster's."""
+        return None
+
     # Leases as kube-apiserver's generic registry stores them: create refuses a name that exists (409
     # AlreadyExists), an update carrying a resourceVersion other than the stored one is refused (409 Conflict).
     def get_lease(self, namespace: str, name: str) -> dict:

@@ -121,7 +121,7 @@ class RolloutExecutor:
         self.settings = rollout.settings.rollout
         self.rules = dr.Rules.from_settings(self.settings)
         self.refused: Dict[str, str] = {}  # nodes that refused a destroy-nothing apply in this invocation: why
-        self.budget = PoolBudget(self.kube, rollout.owner, clock)
+        self.budget = PoolBudget(self.kube, rollout.owner, clock, run_lease(rollout.settings))
         self.slots: Dict[str, str] = {}  # node name -> pool id: the pool slots this run holds
 
     def execute(self, request: Any, decisions: Sequence[Decision]) -> List[dict]:

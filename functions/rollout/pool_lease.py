@@ -10,11 +10,19 @@ refused, and it counts again with the first one's slot in the table.
 
 The pause (``ack-mig-hook/paused=true``) is read again just before a slot is written: a pause set after this
 invocation planned stops the node before its cordon.
+
+Time is the API server's (the ``Date`` of the Lease's answer, ``KubeApi.server_time``), not the invocation's:
+every invocation compares slots on one clock, so one whose clock runs ahead by more than a run lease still
+counts another's live slot (issue 36). A slot is written as the server's now plus what is left of this run's
+lease, never more than one run lease; one read with a later expiry is clamped to one run lease from now
+(``functions.decision.budget.bound``) and, when it keeps a node waiting, written back clamped, so a forged
+``expires: 1e15`` runs out within one run lease. A backend with no server clock (the snapshot's
+MemoryKube) uses the invocation's clock.
 """
 
 import logging
 from datetime import datetime, timezone
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 from node_bootstrap.kube import KubeError
 
@@ -33,10 +41,26 @@ def _micro_time(epoch: float) -> str:
 
 
 class PoolBudget:
-    """Slots of the pools' budgets for one invocation (``owner``). ``clock``: wall-clock seconds."""
+    """Slots of the pools' budgets for one invocation (``owner``). ``clock``: the invocation's wall-clock
+    seconds; ``lease_s``: the run lease (``functions.rollout.run.run_lease_s``), the longest a slot holds."""
 
-    def __init__(self, kube: Any, owner: str, clock: Callable[[], float], namespace: str = EVENT_NAMESPACE) -> None:
+    def __init__(self, kube: Any, owner: str, clock: Callable[[], float], lease_s: float,
+                 namespace: str = EVENT_NAMESPACE) -> None:
         self.kube, self.owner, self.clock, self.namespace = kube, owner, clock, namespace
+        self.lease_s = lease_s
+
+    def _now(self) -> Tuple[float, float]:
+        """(the invocation's clock, the cluster's): the API server's as its last answer to this thread said,
+        or the invocation's own where the backend has no server clock."""
+        local = self.clock()
+        server = self.kube.server_time()
+        return local, local if server is None else server
+
+    def _slots(self, lease: dict, now: float) -> Tuple[dict, bool]:
+        """The Lease's slots bounded at ``now`` (budget.bound), and whether any was past one run lease."""
+        stored = pb.read_slots(((lease.get("metadata") or {}).get("annotations") or {}).get(pb.SLOTS_ANNOTATION))
+        slots = pb.bound(stored, now, self.lease_s)
+        return slots, slots != stored
 
     def _lease(self, pool_id: str) -> dict:
         name = pb.lease_name(pool_id)
@@ -57,16 +81,17 @@ class PoolBudget:
                 raise
         return self.kube.get_lease(self.namespace, name)
 
-    def _write(self, lease: dict, slots: dict, holder: str, expires: float) -> None:
-        now = self.clock()
+    def _write(self, lease: dict, slots: dict, holder: str, expires: float, now: float) -> None:
+        """``expires`` and ``now``: on the cluster's clock (``_now``)."""
         lease = dict(lease)
         meta = dict(lease.get("metadata") or {})
-        meta["annotations"] = dict(meta.get("annotations") or {}, **{pb.SLOTS_ANNOTATION: pb.write_slots(slots)})
+        text = pb.write_slots(slots, now, self.lease_s)
+        meta["annotations"] = dict(meta.get("annotations") or {}, **{pb.SLOTS_ANNOTATION: text})
         lease["metadata"] = meta  # (carries the resourceVersion read: the precondition)
         spec = dict(lease.get("spec") or {})
         if holder:
             spec.update(holderIdentity=holder, renewTime=_micro_time(now),
-                        leaseDurationSeconds=max(1, int(expires - now)))
+                        leaseDurationSeconds=max(1, int(min(expires - now, self.lease_s))))
             spec.setdefault("acquireTime", _micro_time(now))
         lease["spec"] = spec
         self.kube.replace_lease(self.namespace, lease)
@@ -78,9 +103,9 @@ class PoolBudget:
         cannot be used (the caller defers the node, untouched)."""
         for _ in range(CAS_ATTEMPTS):
             lease = self._lease(pool_id)
-            slots = pb.read_slots(((lease.get("metadata") or {}).get("annotations") or {}).get(pb.SLOTS_ANNOTATION))
+            local, now = self._now()
+            slots, clamped = self._slots(lease, now)
             held = slots.get(node)
-            now = self.clock()
             if held is not None and held.owner == self.owner and held.expires > now:
                 return ""
             why = paused()
@@ -89,12 +114,18 @@ class PoolBudget:
             nodes = self.kube.list_nodes("%s=%s" % (POOL_LABEL, pool_id), reduce=KubeNode.from_object)
             counted = pb.disrupted(nodes, slots, now)
             ok, why = pb.admit(node, counted, limit, pool)
-            if not ok:
-                return why
             table = pb.live_slots(nodes, slots, now)
-            table[node] = pb.Slot(self.owner, expires)
+            if not ok:
+                if clamped:  # the clamp written back: a slot past one run lease runs out within one
+                    try:
+                        self._write(lease, table, "", 0.0, now)
+                    except KubeError as exc:  # the next reader writes it; this node waits either way
+                        log.info("clamped slots of pool %s not written back: %s", pool_id, exc)
+                return why
+            mine = now + max(0.0, min(expires - local, self.lease_s))  # this run's lease, on the cluster's clock
+            table[node] = pb.Slot(self.owner, mine)
             try:
-                self._write(lease, table, self.owner, expires)
+                self._write(lease, table, self.owner, mine, now)
                 return ""
             except KubeError as exc:
                 if exc.status != 409:
@@ -108,14 +139,14 @@ class PoolBudget:
         try:
             for _ in range(CAS_ATTEMPTS):
                 lease = self._lease(pool_id)
-                notes = (lease.get("metadata") or {}).get("annotations") or {}
-                slots = pb.read_slots(notes.get(pb.SLOTS_ANNOTATION))
+                now = self._now()[1]
+                slots = self._slots(lease, now)[0]
                 held: Optional[pb.Slot] = slots.get(node)
                 if held is None or held.owner != self.owner:
                     return
                 del slots[node]
                 try:
-                    return self._write(lease, slots, "", 0.0)
+                    return self._write(lease, slots, "", 0.0, now)
                 except KubeError as exc:
                     if exc.status != 409:
                         raise

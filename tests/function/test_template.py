@@ -598,7 +598,7 @@ def test_events_and_leases_are_granted_only_in_the_namespace_the_function_writes
     assert not any("leases" in r["resources"] for r in cluster_rules)
     # The pools' budget Leases live there too.
     from functions.rollout.pool_lease import PoolBudget
-    assert PoolBudget(None, "me", lambda: 0.0).namespace == "default"
+    assert PoolBudget(None, "me", lambda: 0.0, 60.0).namespace == "default"
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": role["metadata"]["name"]}
     # The function writes its Node Events in that namespace.

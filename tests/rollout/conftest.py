@@ -104,6 +104,7 @@ class Cluster:
         self.kube = self.client()
         self.transport = PlayedNodes(api)
         self.now = [1000.0]
+        api.clock = self.clock  # the cluster's clock (its answers' Date) runs with the test's time
         self.sleeps = []
         self.on_sleep = None
         self.settings_env = {"ACK_MIG_STARTUP_TAINT": "none"}

@@ -70,6 +70,49 @@ def test_a_slot_table_that_is_not_ours_reads_as_empty(text):
     assert pb.read_slots(text) == {}
 
 
+# ---- whose clock (issue 36): a slot holds one run lease at most, on the cluster's clock ----
+
+L = 600.0  # a run lease
+
+
+def test_a_slot_from_a_clock_ahead_counts_until_one_run_lease_from_now():
+    """Invocation A's clock runs 5 run leases ahead of B's: its slot, read by B, is live until B's now plus
+    one run lease (not A's far expiry, not dropped); once written back clamped, it runs out then."""
+    t = 5000.0
+    table = {"e": pb.Slot("run-a", t + 5 * L + L)}  # A's now + one lease, on A's clock
+    nodes = [_node("e")]
+    seen = pb.bound(table, t, L)
+    assert seen == {"e": pb.Slot("run-a", t + L)}
+    assert pb.disrupted(nodes, seen, t) == {"e": "held by invocation run-a"}
+    stored = pb.read_slots(pb.write_slots(table, t, L))  # B writes the table back: clamped there too
+    assert stored == {"e": pb.Slot("run-a", t + L)}
+    later = pb.bound(stored, t + L + 1, L)
+    assert pb.disrupted(nodes, later, t + L + 1) == {} and pb.live_slots(nodes, later, t + L + 1) == {}
+
+
+def test_a_slot_from_a_clock_behind_keeps_its_own_expiry():
+    t = 5000.0
+    table = {"e": pb.Slot("run-a", t + 30.0)}  # written by a clock behind: less than a lease left
+    assert pb.bound(table, t, L) == table
+    assert pb.disrupted([_node("e")], pb.bound(table, t + 31, L), t + 31) == {}
+
+
+@pytest.mark.parametrize("expires", ["1e15", "Infinity", "-Infinity", "NaN", "1" + "0" * 400, "-5", "true",
+                                     '"1e15"', '"soon"', "[1]", '{"a": 1}', "null"])
+def test_a_forged_expiry_never_raises_and_holds_one_run_lease_at_most(expires):
+    """Anyone who may update Leases can write the slot table: no value of ``expires`` raises or holds a
+    node of the pool past one run lease after an invocation read it and wrote it back."""
+    text = '{"e": {"owner": "forger", "expires": %s}, "f": {"owner": "run-1", "expires": 5100}}' % expires
+    t = 5000.0
+    slots = pb.bound(pb.read_slots(text), t, L)
+    assert slots["f"] == pb.Slot("run-1", 5100.0)  # the other slot of the table still reads
+    assert all(s.expires <= t + L for s in slots.values())
+    written = pb.read_slots(pb.write_slots(slots, t, L))
+    assert json.loads(pb.write_slots(slots, t, L))  # (finite numbers only: JSON any reader parses)
+    nodes = [_node("e"), _node("f")]
+    assert "e" not in pb.disrupted(nodes, pb.bound(written, t + L + 1, L), t + L + 1)
+
+
 def test_lease_names_are_dns_subdomains():
     assert pb.lease_name("np6a0f0b2c1d") == "ack-mig-hook-pool-np6a0f0b2c1d"
     assert pb.lease_name("NP_1/x") == "ack-mig-hook-pool-np-1-x"
@@ -144,6 +187,93 @@ def test_without_lease_rights_nothing_is_cordoned(cluster):
     result = cluster.run(inventory=snapshot(names=["node-a"]))
     assert outcomes(result) == {"node-a": "deferred"}
     assert "deploy/rbac.yaml grants leases" in result.nodes[0]["reason"] and not cluster.unschedulable("node-a")
+
+
+def _budget(api, tmp_path, owner, offset, lease_s=L):
+    """A PoolBudget of invocation ``owner`` whose own clock is ``offset`` seconds off the cluster's."""
+    from functions.kube.client import KubeApi
+    from functions.rollout.pool_lease import PoolBudget
+    from node_bootstrap.kube import load_kubeconfig
+
+    config = load_kubeconfig(api.write_kubeconfig(tmp_path / ("%s.conf" % owner), cert=api.admin_cert()))
+    return PoolBudget(KubeApi(config, sleep=lambda s: None), owner, lambda: api.clock() + offset, lease_s)
+
+
+def _pool(api, names, pool=POOL):
+    from functions.decision.waves import POOL_LABEL
+
+    for name in names:
+        api.add_node(name, labels={POOL_LABEL: pool})
+
+
+def _take(budget, node, pool=POOL, limit=1):
+    return budget.take(pool, pool, node, limit, budget.clock() + budget.lease_s)
+
+
+@pytest.mark.parametrize("a_off, b_off", [(-5 * L, 5 * L), (5 * L, -5 * L), (0.0, 3 * L), (-3 * L, 0.0)])
+def test_invocations_whose_clocks_differ_count_each_others_slots(kube_api, tmp_path, a_off, b_off):
+    """Issue 36: two invocations whose clocks are several run leases apart, either way. The slots are
+    compared on the API server's clock (its answers' Date): B counts A's live slot whatever B's clock says,
+    and A's slot, never given back (a killed run), runs out one run lease after it was taken."""
+    kube_api.clock = lambda: 1767225600.0 + shift[0]  # the cluster's clock, moved by the test
+    shift = [0.0]
+    _pool(kube_api, ["n-1", "n-2"])
+    a, b = _budget(kube_api, tmp_path, "run-a", a_off), _budget(kube_api, tmp_path, "run-b", b_off)
+    assert _take(a, "n-1") == ""
+    stored = pb.read_slots(kube_api.leases[("default", pb.lease_name(POOL))]["metadata"]["annotations"][
+        pb.SLOTS_ANNOTATION])
+    assert list(stored) == ["n-1"] and stored["n-1"].owner == "run-a"
+    assert stored["n-1"].expires == pytest.approx(kube_api.clock() + L, abs=1)  # the cluster's clock, not A's
+    why = _take(b, "n-2")
+    assert "max-unavailable 1 (n-1: held by invocation run-a)" in why, why
+    shift[0] = L - 2
+    assert "held by invocation run-a" in _take(b, "n-2")
+    shift[0] = L + 1
+    assert _take(b, "n-2") == ""
+    assert set(slots(kube_api)) == {"n-2"}  # A's expired slot dropped when B wrote
+
+
+def test_a_forged_far_future_slot_blocks_the_pool_for_one_run_lease_at_most(kube_api, tmp_path):
+    """Anyone who may update Leases can write ``expires: 1e15`` (or Infinity, or a string): the first
+    invocation that reads it counts the node until one run lease from then and writes that back; after it,
+    the pool is free again. Nothing raises."""
+    kube_api.clock = lambda: 1767225600.0 + shift[0]
+    shift = [0.0]
+    _pool(kube_api, ["n-1", "n-2", "n-3"])
+    b = _budget(kube_api, tmp_path, "run-b", 3 * L)
+    assert _take(b, "n-1", limit=3) == "" and b.release(POOL, "n-1") is None  # the Lease exists
+    key = ("default", pb.lease_name(POOL))
+    with kube_api.lock:
+        kube_api.leases[key]["metadata"]["annotations"][pb.SLOTS_ANNOTATION] = (
+            '{"n-2": {"owner": "forger", "expires": 1e15}, "n-3": {"owner": "forger", "expires": Infinity}}')
+    why = _take(b, "n-1")
+    assert "max-unavailable 1 (n-2: held by invocation forger)" in why, why  # Infinity is not a slot
+    clamped = slots(kube_api)
+    assert list(clamped) == ["n-2"] and clamped["n-2"].expires == pytest.approx(1767225600.0 + L, abs=1)
+    shift[0] = L / 2
+    assert "held by invocation forger" in _take(b, "n-1")
+    assert slots(kube_api) == clamped  # the clamp written back holds: it does not slide with the reader's now
+    shift[0] = L + 1
+    assert _take(b, "n-1") == "" and set(slots(kube_api)) == {"n-1"}
+
+
+def test_without_a_server_clock_a_slot_from_a_clock_ahead_still_counts(tmp_path):
+    """The snapshot's backend (MemoryKube) has no clock of its own: the invocation's is used, and a slot
+    written by a clock ahead counts until one run lease from the reader's now, then runs out."""
+    from functions.decision.waves import POOL_LABEL
+    from functions.kube.nodes import MemoryKube
+    from functions.rollout.pool_lease import PoolBudget
+
+    kube = MemoryKube({n: {"metadata": {"name": n, "labels": {POOL_LABEL: POOL}}} for n in ("n-1", "n-2")})
+    now = [5000.0]
+    a = PoolBudget(kube, "run-a", lambda: now[0] + 5 * L, L)
+    b = PoolBudget(kube, "run-b", lambda: now[0], L)
+    assert _take(a, "n-1") == ""
+    assert "held by invocation run-a" in _take(b, "n-2")
+    now[0] += L - 1
+    assert "held by invocation run-a" in _take(b, "n-2")  # the clamp B wrote back: 5000 + L
+    now[0] += 2
+    assert _take(b, "n-2") == ""
 
 
 class Jitter:

@@ -6,6 +6,12 @@ of the function must end such a call at its own whole-call deadline (issue 30 it
 is ``payload`` (by default the start of an HTTP/1.1 200 answer whose body never completes; an SSH test
 gives an SSH identification line instead).
 
+Headers at once, body dripped: ``head`` is sent whole as soon as the request is read, then ``payload``
+drips (:data:`HTTP_HEAD`, :data:`JSON_BODY`): the client has its answer's status and headers, as from a
+server that stalls mid-body, and only a deadline that covers reading the body ends the call (issue 36 item 4).
+The loopback emulators drip a body of their own real answers the same way (:func:`trickle`, through
+``tests.support.loopback.LoopbackServer.drip``), for a call that only comes after others answered.
+
 Bounded life: every connection is closed after ``life_s`` seconds and :meth:`stop` (or leaving ``with``)
 closes the listener and every connection, so a client that does not enforce its deadline still ends and a
 failing test does not hang the suite.
@@ -14,19 +20,33 @@ failing test does not hang the suite.
 import socket
 import threading
 import time
-from typing import List
+from typing import Callable, List
 
-HTTP_PAYLOAD = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
-                + b"{" + b" " * 99999)
+HTTP_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json;charset=utf-8\r\nContent-Length: 100000\r\n\r\n"
+JSON_BODY = b"{" + b" " * 99999  # a JSON document that never completes within its Content-Length
+HTTP_PAYLOAD = HTTP_HEAD + JSON_BODY
+
+
+def trickle(send: Callable[[bytes], object], data: bytes, interval_s: float, stop: threading.Event,
+            end: float, sent: Callable[[], None] = lambda: None) -> None:
+    """Send ``data`` one byte every ``interval_s`` until it is all sent, ``stop`` is set or the monotonic
+    time ``end`` passes; OSError (the client went away) ends it too, raised."""
+    for byte in data:
+        if stop.is_set() or time.monotonic() >= end:
+            return
+        send(bytes([byte]))
+        sent()
+        stop.wait(interval_s)
 
 
 class Drip:
     def __init__(self, payload: bytes = HTTP_PAYLOAD, interval_s: float = 1.0, life_s: float = 20.0,
-                 read_first: bool = True, tls=None) -> None:
+                 read_first: bool = True, tls=None, head: bytes = b"") -> None:
         """``tls``: an ``ssl.SSLContext`` for the server side: the handshake completes at full speed, then
-        the answer drips inside TLS (an HTTPS client's handshake has a bound of its own)."""
+        the answer drips inside TLS (an HTTPS client's handshake has a bound of its own). ``head``: sent at
+        once before ``payload`` drips (``Drip(head=HTTP_HEAD, payload=JSON_BODY)``: the body alone drips)."""
         self.payload, self.interval_s, self.life_s, self.read_first = payload, interval_s, life_s, read_first
-        self.tls = tls
+        self.tls, self.head = tls, head
         self.accepted = 0
         self.sent = 0  # bytes dripped, all connections together
         self._stop = threading.Event()
@@ -65,17 +85,17 @@ class Drip:
                     conn.recv(65536)
                 except socket.timeout:
                     pass
-            for byte in self.payload:
-                if self._stop.is_set() or time.monotonic() >= end:
-                    break
-                conn.sendall(bytes([byte]))
-                with self._lock:
-                    self.sent += 1
-                self._stop.wait(self.interval_s)
+            if self.head:
+                conn.sendall(self.head)
+            trickle(conn.sendall, self.payload, self.interval_s, self._stop, end, self._count)
         except OSError:
             pass  # the client gave up: what the test wants
         finally:
             conn.close()
+
+    def _count(self) -> None:
+        with self._lock:
+            self.sent += 1
 
     def start(self) -> "Drip":
         threading.Thread(target=self._accept, daemon=True).start()

@@ -340,6 +340,10 @@ class KubeApiServer:
         self.read_only = {}  # type: Dict[str, dict]
         self.requests = []  # type: List[Recorded]
         self.lock = threading.RLock()
+        # The server's own wall clock, which it sends as every answer's Date header (Go's net/http writes one
+        # on each response): a test plays a cluster whose clock is elsewhere than the invocations' by
+        # setting it.
+        self.clock = time.time  # type: Callable[[], float]
         self.rv = 1  # the cluster-wide resourceVersion counter
         self._snapshots = {}  # type: Dict[int, Tuple[str, List[dict]]]  (list rv, items by name)
         self._snapshot_ids = itertools.count(1)
@@ -725,6 +729,9 @@ def _handler_for(api):
 
         def log_message(self, fmt, *args):  # keep test output clean
             pass
+
+        def date_time_string(self, timestamp=None):  # the Date header: the server's clock
+            return BaseHTTPRequestHandler.date_time_string(self, api.clock() if timestamp is None else timestamp)
 
         def _user(self):
             auth = self.headers.get("Authorization", "")

@@ -9,8 +9,11 @@ signatures, errors) stays in its own emulator module.
 import json
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
+
+from tests.support.drip import trickle
 
 Answer = Tuple[int, bytes, Dict[str, str]]
 
@@ -28,6 +31,13 @@ class _Server(ThreadingHTTPServer):
 
 class LoopbackServer:
     _server: Optional[ThreadingHTTPServer] = None
+    # A peer that stalls mid-body (tests/support/drip.py): the answers for which ``drip(method, path)`` is
+    # true go out with their headers at once and their body one byte every ``drip_interval_s``, for
+    # ``drip_life_s`` at most.
+    drip: Optional[Callable[[str, str], bool]] = None
+    drip_interval_s = 1.0
+    drip_life_s = 20.0
+    dripped = 0  # body bytes dripped so far
 
     def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> Answer:
         """One request: ``headers`` with lower-case names, ``path`` with its query string."""
@@ -65,20 +75,32 @@ class LoopbackServer:
                         self.send_header(name, value)
                     self.send_header("content-length", str(len(data)))
                     self.end_headers()
-                    if self.command != "HEAD":
+                    if self.command == "HEAD":
+                        return
+                    if owner.drip is not None and owner.drip(self.command, self.path):
+                        self.wfile.flush()
+                        trickle(self.connection.sendall, data, owner.drip_interval_s, owner._stopped,
+                                time.monotonic() + owner.drip_life_s, owner._dripped)
+                        self.close_connection = True
+                    else:
                         self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test): nothing to answer
 
             do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _serve
 
+        self._stopped = threading.Event()
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         # A short poll: stop() (every test's teardown) otherwise waits up to 0.5 s for the loop to notice.
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
+    def _dripped(self) -> None:
+        self.dripped += 1
+
     def stop(self) -> None:
+        getattr(self, "_stopped", threading.Event()).set()  # a body still dripping ends
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -172,6 +172,12 @@ class _Bounded:
         urllib3_guarded(urllib3)
         self._bucket, self._timeout_s, self._url = bucket, timeout_s, url
 
+    def _limit(self, size: int) -> int:
+        return self._timeout_s + size // 65536
+
+    def _late(self, name: str, limit: int) -> UploadError:
+        return UploadError("OSS at %s gave no complete answer to %s within %ds" % (self._url, name, limit))
+
     def __getattr__(self, name: str):
         from functions.base.deadline import Guard
 
@@ -179,17 +185,37 @@ class _Bounded:
 
         def bounded(*args, **kwargs):
             body = args[1] if name == "put_object" and len(args) > 1 else b""
-            limit = self._timeout_s + len(body) // 65536
+            limit = self._limit(len(body))
             guard = Guard(limit)
             try:
                 with guard:
                     return method(*args, **kwargs)
             except Exception:
                 if guard.fired:
-                    raise UploadError("OSS at %s gave no complete answer to %s within %ds" % (self._url, name, limit)) \
-                        from None
+                    raise self._late(name, limit) from None
                 raise
         return bounded
+
+    def read_object(self, key: str, size: int) -> bytes:
+        """GetObject and its body, ``size`` bytes at most, all inside one bound. oss2 streams the body:
+        ``get_object`` returns with the headers, so a bound around it alone leaves the body to a socket
+        timeout that restarts at every byte (issue 36). An oss2 error other than a broken body is raised as
+        is; a body cut short or past the bound is an UploadError."""
+        import oss2
+        from functions.base.deadline import Guard
+
+        limit = self._limit(size)
+        guard = Guard(limit)
+        try:
+            with guard:
+                return self._bucket.get_object(key).read(size + 1)
+        except Exception as exc:
+            if guard.fired:
+                raise self._late("get_object", limit) from None
+            if isinstance(exc, oss2.exceptions.OssError) and not isinstance(exc, oss2.exceptions.RequestError):
+                raise
+            raise UploadError("OSS at %s broke off the body of %s: %s" % (self._url, key, type(exc).__name__)) \
+                from None
 
 
 def _client(keys: Keys, region: str, bucket: str, endpoint: Optional[Endpoint], timeout_s: int):
@@ -259,9 +285,10 @@ def _check_bucket(client, url: str, bucket: str, key: str, account: str, region:
     return True, shared
 
 
-def _holds(client, bucket: str, key: str, checksum: str, digest: str) -> bool:
+def _holds(client, bucket: str, key: str, checksum: str, digest: str, size: int) -> bool:
     """Whether the object exists with this SHA-256 (its ``x-oss-meta-sha256``) AND this CRC-64 (HeadObject:
-    read-only, no body). The CRC-64 alone can be forged; the SHA-256 cannot."""
+    read-only, no body) AND these ``size`` bytes (GetObject). The CRC-64 alone can be forged; the SHA-256
+    cannot."""
     import oss2
 
     try:
@@ -275,9 +302,11 @@ def _holds(client, bucket: str, key: str, checksum: str, digest: str) -> bool:
             and hmac.compare_digest(stored.lower(), digest)):
         return False
     # The metadata is a claim whoever wrote the object made: the bytes themselves are read and hashed before
-    # an upload is skipped (a download of the package's size, inside OSS's region).
+    # an upload is skipped (a download of the package's size, inside OSS's region, within the call's bound).
+    if head.content_length != size:
+        return False  # other bytes, whatever the metadata says
     try:
-        body = client.get_object(key).read()
+        body = client.read_object(key, size)
     except oss2.exceptions.NotFound:
         return False
     except oss2.exceptions.OssError as exc:  # InconsistentError (the body's CRC-64) included
@@ -294,7 +323,7 @@ def inspect(keys: Keys, region: str, bucket: str, key: str, path: str, account: 
         return Stored(False, False)
     with open(path, "rb") as handle:
         data = handle.read()
-    return Stored(True, _holds(client, bucket, key, crc64(data), sha256(data)), warnings)
+    return Stored(True, _holds(client, bucket, key, crc64(data), sha256(data), len(data)), warnings)
 
 
 def upload(keys: Keys, region: str, bucket: str, key: str, path: str, account: str,
@@ -306,7 +335,7 @@ def upload(keys: Keys, region: str, bucket: str, key: str, path: str, account: s
     with open(path, "rb") as handle:
         data = handle.read()
     checksum, digest = crc64(data), sha256(data)
-    if _holds(client, bucket, key, checksum, digest):
+    if _holds(client, bucket, key, checksum, digest, len(data)):
         return Uploaded("oss://%s/%s" % (bucket, key), checksum, False, warnings)
     md5 = base64.b64encode(hashlib.md5(data).digest()).decode("ascii")
     try:
