@@ -12,13 +12,17 @@ from typing import Any, Dict, List, Sequence
 from .client import KubeApi
 
 PENDING = {"fieldSelector": "status.phase=Pending"}
+MIRROR = "kubernetes.io/config.mirror"  # node_bootstrap/kube/allocations.py MIRROR_ANNOTATION
 
 
 def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
     """What the matcher and supply readers use of a Pod (``functions/decision/layout/matching.py``)."""
     meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     return {
-        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "ownerReferences") if k in meta},
+        # uid, and a static pod's mirror annotation (the UID kubelet knows it by): what the node's holders
+        # report names (functions/kube/supply.py)
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "ownerReferences") if k in meta}
+        | ({"annotations": {MIRROR: meta["annotations"][MIRROR]}} if MIRROR in (meta.get("annotations") or {}) else {}),
         "spec": {k: spec[k] for k in ("nodeName", "nodeSelector", "affinity", "tolerations") if k in spec}
         | {k: [{"resources": c.get("resources") or {}} for c in spec.get(k) or ()]
            for k in ("containers", "initContainers")},

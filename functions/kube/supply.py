@@ -10,31 +10,38 @@ Per node (a Node object of the API and the pods bound to it):
 * after a per-GPU apply (request version 2) the node writes what each GPU holds in the annotation
   ``ack-mig-hook/gpu-layouts`` (``{"<index>": [["1g.10gb", 0], ...]}``) and no sequence label when the GPUs
   differ: that annotation, when present, is read instead of placing the sequence;
-* what is in use: the MIG resources the node's pods (bound, not finished) ask for. Kubernetes does not say
-  which instance the device plugin gave a pod, so the first instances of that profile (GPU by GPU, slot by
-  slot) are marked: the planner keeps them; the node checks every instance itself before it destroys one
-  (docs/node.md "What apply will not touch"), so a wrong guess changes nothing that runs.
+* what is in use: which instance holds which pod, as the node reports it from kubelet's device allocations
+  in the annotation ``ack-mig-hook/gpu-holders`` (node_bootstrap/commands/holdings.py; written at every
+  apply and by ``report-holders`` while pods come and go). Kubernetes itself does not say which instance
+  the device plugin gave a pod, so where the report does not tell, nothing is guessed: every instance a pod
+  could hold counts as in use (:func:`_in_use`). The planner never destroys an instance in use, and the node
+  checks kubelet's allocations again itself before it destroys one (docs/node.md).
 
 A node whose layout is being changed (state ``pending``/``rebooting``) is ``busy``: the plan leaves it. A node
 with no applied layout (no state, or ``failed``) has MIG off as far as the hook knows: left alone too.
 """
 
+import re
 from collections import Counter
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from functions.decision.layout import GpuSupply, Instance
 from functions.decision.layout.matching import pod_asks
-from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts
+from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, MAX_GPU_INDEX, read_layouts
 from node_bootstrap.mig import MigInputError
 from node_bootstrap.mig.catalogue import find_gpu_or_none
 from node_bootstrap.mig.labels import PartitionSpec
 from node_bootstrap.mig.solver import plan as place_label
-from node_bootstrap.outside import OutsideDataError
+from node_bootstrap.outside import OutsideDataError, loads, whole
 
 GPU_NAME_LABEL = "aliyun.accelerator/nvidia_name"  # ACK's GPU node labels (facts.md)
 GPU_COUNT_LABEL = "aliyun.accelerator/nvidia_count"
 STATE_LABEL = "nvidia.com/mig.config.state"  # node_bootstrap/kube/nodelabels.py
 SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"
+HOLDERS_ANNOTATION = "ack-mig-hook/gpu-holders"  # node_bootstrap/kube/nodelabels.py
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod's mirror: the UID kubelet knows it by
+MAX_HOLDERS_CHARS = 64 * 1024  # the node writes at most about 32 KiB (node_bootstrap/commands/holdings.py)
+_INDEX = re.compile(r"^[0-9]{1,2}\Z")
 IN_FLIGHT = ("pending", "rebooting")
 FINISHED = ("Succeeded", "Failed")
 
@@ -71,34 +78,102 @@ def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> T
             return [], ["node %s: %s=%s cannot be read on %s (%s): left out" % (name, SEQUENCE_LABEL, sequence,
                                                                               model.key, str(exc).splitlines()[0])]
         per_gpu = [[(i.profile.name, i.start) for i in layout.instances]] * count
-    used = Counter()  # type: Counter
+    live = {}  # type: Dict[str, Dict[str, int]]  # pod UID (or a stand-in for a pod without one) -> asks
     whole = 0
-    for pod in pods:
+    for n_pod, pod in enumerate(pods):
         if holds_gpus(pod) and (pod.get("spec") or {}).get("nodeName") == name:
-            for profile, n in pod_asks(pod).items():
-                if profile == "gpu":
-                    whole += n
-                else:
-                    used[profile] += n
+            asks = pod_asks(pod)
+            whole += asks.pop("gpu", 0)
+            if asks:
+                meta_pod = pod.get("metadata") or {}
+                # kubelet knows a static pod by its config hash (the mirror annotation), not the mirror's UID
+                uid = str((meta_pod.get("annotations") or {}).get(MIRROR_ANNOTATION) or meta_pod.get("uid") or "") \
+                    or "(no uid %d)" % n_pod
+                live[uid] = asks
+    report = _holders((meta.get("annotations") or {}).get(HOLDERS_ANNOTATION))
+    in_use = _in_use(per_gpu, live, report)
     notes = []
     gpus = []
     for index in range(count):
-        instances = []
-        for profile, start in per_gpu[index]:
-            taken = used[profile] > 0
-            if taken:
-                used[profile] -= 1
-            instances.append(Instance(profile, start, taken))
-        gpus.append(GpuSupply(name, index, nvml_name, tuple(instances), busy=index < whole))
-    for profile, left in sorted(used.items()):
-        if left > 0:
-            notes.append("node %s: pods use %d more %s than its GPUs hold" % (name, left, profile))
+        instances = tuple(Instance(profile, start, (index, profile, start) in in_use)
+                          for profile, start in per_gpu[index])
+        gpus.append(GpuSupply(name, index, nvml_name, instances, busy=index < whole))
+    used = Counter()  # type: Counter
+    for asks in live.values():
+        used.update(asks)
+    held = Counter(profile for index in range(count) for profile, _ in per_gpu[index])
+    for profile, n in sorted(used.items()):
+        if n > held[profile]:
+            notes.append("node %s: pods use %d more %s than its GPUs hold" % (name, n - held[profile], profile))
     return gpus, notes
+
+
+class Holders(NamedTuple):
+    """The node's holders report: the pods it covers, and per GPU index {(profile, start): holder or None}
+    (a GPU the node could not read is absent)."""
+
+    at: str
+    pods: FrozenSet[str]
+    gpus: Dict[int, Dict[Tuple[str, int], Optional[str]]]
+
+
+def _holders(text: Any) -> Optional[Holders]:
+    """The report, or None when there is none, it says the node did not know, or it cannot be read."""
+    if not isinstance(text, str):
+        return None
+    try:  # the reader rule (node_bootstrap/outside.py): bounded, shallow, finite, fields in range
+        data = loads(text, "annotation %s" % HOLDERS_ANNOTATION, MAX_HOLDERS_CHARS, max_depth=4)
+        if not isinstance(data, dict) or "unknown" in data:
+            return None
+        pods = frozenset(_uid(u) for u in data["pods"])
+        gpus = {}  # type: Dict[int, Dict[Tuple[str, int], Optional[str]]]
+        for key, rows in data["gpus"].items():
+            if rows is None:
+                continue  # the node could not read this GPU's MIG devices: nothing said about it
+            index = whole(int(key) if _INDEX.match(key) else None, "GPU index", 0, MAX_GPU_INDEX)
+            gpus[index] = {(str(p), whole(s, "start", 0, 7)): (_uid(h) if h is not None else None)
+                           for p, s, h in rows}
+        return Holders(str(data.get("at") or ""), pods, gpus)
+    except (ValueError, TypeError, KeyError, AttributeError):  # OutsideDataError is a ValueError
+        return None
+
+
+def _uid(value: Any) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= 128:
+        raise ValueError("not a pod UID")
+    return value
+
+
+def _in_use(per_gpu: Sequence[Sequence[Tuple[str, int]]], live: Mapping[str, Mapping[str, int]],
+            report: Optional[Holders]) -> FrozenSet[Tuple[int, str, int]]:
+    """(GPU index, profile, start) of every instance a live pod holds or could hold; pure.
+
+    * reported, holder a live pod: in use;
+    * reported, free (or its holder gone): in use only if a live pod the report does not cover (bound after
+      the report was written) asks for that profile: kubelet may have given it that one since;
+    * not reported (no report, the node did not know, a GPU or an instance it left out): in use if any live
+      pod asks for that profile. So the plan is safe under every assignment the pods could have.
+    """
+    covered = report.pods if report is not None else frozenset()
+    uncovered = set(p for uid, asks in live.items() if uid not in covered for p in asks)
+    asked = set(p for asks in live.values() for p in asks)
+    out = set()
+    for index, pairs in enumerate(per_gpu):
+        known = report.gpus.get(index) if report is not None else None
+        for profile, start in pairs:
+            if known is not None and (profile, start) in known:
+                holder = known[(profile, start)]
+                taken = (holder is not None and holder in live) or profile in uncovered
+            else:
+                taken = profile in asked
+            if taken:
+                out.add((index, profile, start))
+    return frozenset(out)
 
 
 def _annotated(text: str, count: int):
     """Per GPU index 0..count-1, the (profile, start) pairs of the layouts annotation; None when unreadable
-    (the reader rule: node_bootstrap/kube/nodelabels.py read_layouts) or when a GPU is missing."""
+    (the reader rule: node_bootstrap/mig/annotations.py read_layouts) or when a GPU is missing."""
     try:
         held = read_layouts(text)
     except OutsideDataError:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .backend import Backend, end_processes, process_ops, reset_gpus
 from ..host.clients import ClientControl, parse_clients
 from ..host.bootunit import check_values
-from .common import as_failure, boot_args, gpus_json, install_boot_unit, stderr_log
+from .common import as_failure, boot_args, gpus_json, install_boot_unit, read_gpus, stderr_log
 from ..kube.deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
 from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, NodeFailure, Terminated
 from ..kube.events import record_final_state
@@ -25,6 +25,7 @@ from ..kube.migmanager import refuse_if_mig_manager
 from ..mig import MigInputError, PartitionSpec
 from ..kube.nodelabels import NodeLabeler, sequence_label_value
 from ..driver.nvml import NvmlUnavailable, NvmlWriter
+from .holdings import allocations_reader, checkpoint_reader, report_value
 from .planner import GpuPlan, node_sequence
 from .reconcile import Host, ReleaseScope, reconcile
 from ..host.rebootguard import RebootGuard, kernel_boot_id
@@ -226,7 +227,15 @@ class _Apply(object):
             return reset(gpus)
 
         return Host(self.control.stop, self.control.start, counted_reset, end_processes(backend, log), log,
-                    _release_wait(args, backend, log), process_ops(backend).start_time)
+                    _release_wait(args, backend, log), process_ops(backend).start_time, self._allocations())
+
+    def _allocations(self):
+        # type: () -> Any
+        """kubelet's allocations, read afresh each call; the node's pods listed with the kubelet's credential
+        where there is one (a simulated node's stand-in lists none: every entry of its checkpoint counts)."""
+        client = self.labeler.client if self.labeler.enabled else None
+        return allocations_reader(checkpoint_reader(self.args, self.backend), client, self.labeler.node_name,
+                                  self.log)
 
     def run_locked(self):
         # type: () -> None
@@ -243,7 +252,9 @@ class _Apply(object):
                 self.result["changes"] = writer.changes + len(self.resets)
                 self.result["sequence"] = node_sequence(report.plans)
                 self.result["gpus"] = gpus_json(report.gpus)
-                left = [{"gpu": p.index, "why": p.left} for p in report.initial_plans if p.left]
+                # Why a GPU was left as it was: the first plan's reason, else one found just before the destroys
+                left = [{"gpu": p.index, "why": p.left or q.left} for p, q in zip(report.initial_plans, report.plans)
+                        if p.left or q.left]
                 if left:  # a per-GPU request (version 2) left these GPUs as they were: the function reports why
                     self.result["left"] = left
                 self._install_boot_unit()
@@ -252,7 +263,10 @@ class _Apply(object):
                 if capacity:
                     self.result["capacity"] = capacity
                 self._guard().clear()
-                self.labeler.set("success", _sequence_value(report.plans), layouts=_layouts_value(report.plans))
+                holders = report_value(report.gpus, host.allocations())
+                self.result["holders"] = json.loads(holders)
+                self.labeler.set("success", _sequence_value(report.plans), layouts=_layouts_value(report.plans),
+                                 holders=holders)
             except BaseException as exc:  # noqa: B036 - SIGTERM and SIGINT too: every path ends in a final label
                 self.fail(exc, label=True)
 
@@ -332,3 +346,23 @@ def run_job(job, prepare):
     if event is not None:
         job.result["event"] = event
     return job.result, job.exit_code
+
+
+def cmd_report_holders(args, backend):
+    # type: (argparse.Namespace, Backend) -> Tuple[Dict[str, Any], int]
+    """Write ``ack-mig-hook/gpu-holders`` from what the GPUs hold and kubelet allocated now; changes no GPU
+    and no label. Exit 1 (``not-written``) when the annotation could not be written."""
+    log = stderr_log(args)
+    labeler = _labeler(args, log)
+    gpus, _ = read_gpus(backend)
+    client = labeler.client if labeler.enabled else None
+    allocations = allocations_reader(checkpoint_reader(args, backend), client, labeler.node_name, log)()
+    value = report_value(gpus, allocations)
+    result = {"command": "report-holders", "backend": backend.name, "outcome": OUTCOME_SUCCESS,
+              "holders": json.loads(value), "node": labeler.node_name}  # type: Dict[str, Any]
+    if labeler.report_holders(value):
+        result["written"] = True
+        return result, 0
+    result.update(written=False, outcome="failed",
+                  error={"code": "not-written", "message": labeler.error or "no Kubernetes access (--no-label)"})
+    return result, 1

@@ -19,7 +19,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 from .. import __version__
-from .apply import cmd_apply
+from .apply import cmd_apply, cmd_report_holders
 from .backend import open_backend
 from ..host.clients import DEFAULT_CLIENTS
 from .common import (DEFAULT_CLIENT_STOP_TIMEOUT, DEFAULT_STATE_DIR, cmd_install_boot_unit, cmd_plan,
@@ -28,6 +28,7 @@ from ..kube.deviceplugin import METHODS
 from .disable import cmd_disable, cmd_uninstall_boot_unit
 from ..errors import BadInput, NodeFailure, Terminated
 from ..host.holders import DEFAULT_DEVICE_GLOB
+from ..kube.allocations import DEFAULT_CHECKPOINT
 from ..kube.client import DEFAULT_KUBELET_KUBECONFIG
 from ..host.lock import DEFAULT_LOCK_FILE
 from ..mig import MigInputError
@@ -52,6 +53,7 @@ COMMAND_GROUPS = {
     "install-boot-unit": ("node", "kube", "change"),  # the options the unit repeats at boot
     "uninstall-boot-unit": ("node",),
     "sim-reboot": ("node",),
+    "report-holders": ("node", "kube"),
 }
 
 
@@ -85,6 +87,9 @@ def _add_options(parser, suppress, groups=GROUPS):
         g.add_argument("--sim-fault", action="append", default=d([]), metavar="KIND",
                        help="inject a simulator fault (repeatable; the kinds are listed in docs/simulator.md, Faults)")
     g.add_argument("--json", action="store_true", default=d(False), help="last stdout line is a JSON result")
+    g.add_argument("--kubelet-checkpoint", default=d(None), metavar="PATH",
+                   help="kubelet's device manager checkpoint: which device each pod holds (default %s; a simulated "
+                        "node: the same path under <state>.host/)" % DEFAULT_CHECKPOINT)
     if "kube" in groups:
         g = parser.add_argument_group("Kubernetes (the kubelet's credential)")
         g.add_argument("--no-label", action="store_true", default=d(False),
@@ -163,7 +168,9 @@ def build_parser():
                         "labels", False),
             ("install-boot-unit", "install the systemd unit that re-applies at boot", True),
             ("uninstall-boot-unit", "remove that systemd unit (the GPUs keep their layout until a reboot)", False),
-            ("sim-reboot", "simulator only: reboot the simulated node", False)):
+            ("sim-reboot", "simulator only: reboot the simulated node", False),
+            ("report-holders", "write which pod holds each MIG instance (kubelet's allocations) on the node "
+                               "(annotation ack-mig-hook/gpu-holders); changes no GPU", False)):
         sp = sub.add_parser(name, help=text, description=text)
         _add_options(sp, suppress=True, groups=COMMAND_GROUPS[name])
         if request:
@@ -183,7 +190,7 @@ def build_parser():
 
 
 COMMANDS = {"status": cmd_status, "plan": cmd_plan, "apply": cmd_apply, "disable": cmd_disable,
-            "sim-reboot": cmd_sim_reboot}
+            "sim-reboot": cmd_sim_reboot, "report-holders": cmd_report_holders}
 FILE_COMMANDS = {"install-boot-unit": cmd_install_boot_unit, "uninstall-boot-unit": cmd_uninstall_boot_unit}
 
 

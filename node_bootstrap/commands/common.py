@@ -19,7 +19,8 @@ from ..mig import MigInputError, PartitionSpec
 from ..driver.nvml import NvmlReader, NvmlUnavailable
 from .planner import busy, mixed_layouts, node_sequence, plan_json, plan_node
 from .reconcile import busy_message
-from ..request import spec_from_options
+from ..request import GpuLayouts, spec_from_options
+from .holdings import checkpoint_reader
 from .simhost import DEFAULT_STATE_DIR, host_runner, is_host_root, is_sim  # noqa: F401 - DEFAULT_STATE_DIR re-exported for the CLI
 
 DEFAULT_CLIENT_STOP_TIMEOUT = 60.0
@@ -93,13 +94,19 @@ def cmd_plan(args, backend):
     # type: (argparse.Namespace, Backend) -> Tuple[Dict[str, Any], int]
     spec = request_spec(args)
     gpus, _ = read_gpus(backend)
-    plans = plan_node(gpus, spec)
+    # A per-GPU request is planned with kubelet's allocations, as apply plans it (the checkpoint only:
+    # plan makes no Kubernetes call, so an entry of a pod that is gone counts here).
+    allocations = checkpoint_reader(args, backend)() if isinstance(spec, GpuLayouts) else None
+    plans = plan_node(gpus, spec, allocations)
     result = {
         "command": "plan", "backend": backend.name, "sequence": node_sequence(plans),
         "converged": all(p.converged for p in plans),
         "mutating_calls": sum(p.action_count for p in plans),
         "gpus": [plan_json(p, g) for p, g in zip(plans, gpus)],
     }  # type: Dict[str, Any]
+    left = [{"gpu": p.index, "why": p.left} for p in plans if p.left]
+    if left:
+        result["left"] = left
     warnings = []
     mixed = mixed_layouts(plans)
     if mixed is not None:  # apply's own rules and words: what it would answer, said before anyone runs it

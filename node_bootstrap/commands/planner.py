@@ -19,7 +19,9 @@ from ..errors import BadInput, NotMigCapable
 from ..driver.live import LiveGi, LiveGpu, LiveProcess, effective_model, mode_name
 from ..mig import GpuModel, Instance, Layout, PartitionSpec, Profile, plan as solve, render
 from ..mig.solver import check_budget, complete
+from ..kube.allocations import Allocations
 from ..request import GpuLayouts
+from .holdings import gi_holders
 
 
 class GpuPlan(typing.NamedTuple):
@@ -154,8 +156,10 @@ def plan_gpu(gpu, spec):
     )
 
 
-def plan_node(gpus, spec):
-    # type: (Sequence[LiveGpu], typing.Any) -> List[GpuPlan]
+def plan_node(gpus, spec, allocations=None):
+    # type: (Sequence[LiveGpu], typing.Any, Optional[Allocations]) -> List[GpuPlan]
+    """``allocations``: kubelet's (a per-GPU request never destroys what a pod was given); None: not read
+    (a labelled pool's request: its rollout drains the node first, and at boot no pod runs)."""
     if not gpus:
         raise NotMigCapable("NVML reports no GPUs on this node")
     if isinstance(spec, GpuLayouts):
@@ -163,7 +167,9 @@ def plan_node(gpus, spec):
         if missing:
             raise BadInput("the request names GPU %s, which this node does not have (GPUs %s)"
                            % (", ".join(str(i) for i in missing), ", ".join(str(g.index) for g in gpus)))
-        return [plan_gpu_layout(gpu, spec.layout_of(gpu.index)) for gpu in gpus]
+        return [plan_gpu_layout(gpu, spec.layout_of(gpu.index),
+                                gi_holders(gpu, allocations) if allocations is not None else ({}, ""))
+                for gpu in gpus]
     return [plan_gpu(gpu, spec) for gpu in gpus]
 
 
@@ -201,12 +207,15 @@ def _exact_layout(gpu, model, pairs):
     return Layout(model, tuple(instances))
 
 
-def plan_gpu_layout(gpu, pairs):
-    # type: (LiveGpu, Optional[Sequence[Tuple[str, int]]]) -> GpuPlan
+def plan_gpu_layout(gpu, pairs, held=({}, "")):
+    # type: (LiveGpu, Optional[Sequence[Tuple[str, int]]], Tuple[Optional[Dict[int, Tuple[str, ...]]], str]) -> GpuPlan
     """A version 2 (per-GPU) plan: keep the instances the layout names where they are, destroy only the
     others, create the missing ones. Left as it is: a GPU the request does not list, one with MIG off (turning
-    it on may need a reset: never part of an auto pool's change), and one where a process runs in an instance
-    the layout leaves out (it turned busy after the plan was made: the next plan sees it)."""
+    it on may need a reset: never part of an auto pool's change), one where a process runs in an instance
+    the layout leaves out (it turned busy after the plan was made: the next plan sees it), and one where
+    kubelet allocated such an instance to a pod that exists, process or not (``held``, from
+    :func:`holdings.gi_holders`: a pod pulling its image or loading a model has no process yet), or where
+    that cannot be known (``held`` (None, why): the checkpoint or the MIG devices unreadable)."""
     model, source = model_for(gpu)
     if pairs is None:
         return _as_is(gpu, model, source, "not in the request")
@@ -221,6 +230,17 @@ def plan_gpu_layout(gpu, pairs):
     busy_in = [p for p in gpu.processes if p.gi is None or p.gi in set(gi.id for gi in doomed)]
     if doomed and (busy_in or gpu.pids_unreadable):
         return _as_is(gpu, model, source, "busy: a process runs in an instance the layout frees")
+    # Every instance whose MIG device the plan takes away: destroyed, or its compute instances replaced.
+    touched = [gi for gi in doomed] + [gi for gi in keep if not _full_ci_ok(
+        gi, model.profile_by_id(gi.profile_id).compute_slices)]  # type: ignore[union-attr]
+    holders, why = held
+    if touched and holders is None:
+        return _as_is(gpu, model, source, "allocations unknown (%s): nothing is destroyed" % why)
+    taken = [gi for gi in touched if holders and gi.id in holders]
+    if taken:
+        gi = taken[0]
+        return _as_is(gpu, model, source, "held: GPU instance %d (placed at %d) is allocated to pod %s, which the "
+                      "layout frees" % (gi.id, gi.start, ", ".join(holders[gi.id])))  # type: ignore[index]
     destroy_cis, create_cis = [], []  # type: List[Tuple[int, int]], List[Tuple[int, int]]
     for gi in sorted(gpu.gis, key=lambda g: (g.start, g.id)):
         slices = model.profile_by_id(gi.profile_id).compute_slices if model.profile_by_id(gi.profile_id) else 0

@@ -64,6 +64,10 @@ class Host(typing.NamedTuple):
     wait_released: Callable[[ReleaseScope], None] = lambda scope: None
     # A process's start time (/proc/<pid>/stat), taken as NVML lists it (NvmlReader's stamp)
     start_time: Callable[[int], Optional[int]] = lambda pid: None
+    # kubelet's allocations, read afresh at every plan of a per-GPU request (holdings.allocations_reader);
+    # None: not read (the planner then destroys what the layout leaves out, as a labelled pool's rollout
+    # does on a drained node)
+    allocations: Callable[[], Any] = lambda: None
 
 
 class ApplyReport(typing.NamedTuple):
@@ -320,8 +324,14 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None,
     """Bring the node to ``spec``. ``on_change`` runs once, before the first mutating step, and only if
     something will change (the caller labels the node pending there). ``allow_destroy`` False: refuse
     (DestroyRequired) where more than adding instances is needed."""
+    def planned(gpus, _spec=spec):
+        # type: (List[Any], Any) -> List[GpuPlan]
+        # Kubelet's allocations are read after NVML each time: the last read, just before the destroys
+        # (and after the clients, the device plugin among them, were stopped), is what decides.
+        return plan_node(gpus, spec, host.allocations() if isinstance(spec, GpuLayouts) else None)
+
     gpus = writer.read_all()
-    initial = plan_node(gpus, spec)
+    initial = planned(gpus)
     mixed = None if isinstance(spec, GpuLayouts) else mixed_layouts(initial)  # per GPU: layouts differ by design
     if mixed is not None:
         raise mixed
@@ -330,7 +340,7 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None,
     if not allow_destroy:
         refuse_destroy(initial)
     before_first_change(writer, initial, gpus, force, on_change and (lambda: on_change(initial)))
-    plans = _handle_processes(writer, initial, spec, host, force)
+    plans = _handle_processes(writer, initial, spec, host, force, replan=planned)
     stopped = host.stop_clients()
     problems = []  # type: List[str]
     resets = 0
@@ -341,12 +351,12 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None,
         host.wait_released(release_scope(plans, gpus))
         todo = [p for p in plans if not p.converged]
         resets = _set_modes(writer, todo, host, allow_reset)
-        plans = plan_node(writer.read_all(), spec)
+        plans = planned(writer.read_all())
         if not allow_destroy:
             refuse_destroy(plans)  # the node changed since the first read: still nothing may be destroyed
         _converge_instances(writer, [p for p in plans if not p.converged], host)
         gpus = writer.read_all()
-        plans = plan_node(gpus, spec)
+        plans = planned(gpus)
         left = [p for p in plans if not p.converged]
         if left:
             raise NodeFailure("GPU %s did not reach the planned layout (read back after applying)"

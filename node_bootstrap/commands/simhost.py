@@ -9,6 +9,7 @@ what                      real node                                    simulated
 ========================  ===========================================  ==============================
 node lock                 ``/run/ack-mig-hook.lock``                   ``<host>/run/ack-mig-hook.lock``
 state dir                 ``/var/lib/ack-mig-hook``                    ``<host>/var/lib/ack-mig-hook``
+kubelet device checkpoint ``/var/lib/kubelet/device-plugins/...``      the same path under ``<host>`` (none: empty)
 device plugin manifest    ``/etc/kubernetes/manifests/nvidia-...yml``  the same path under ``<host>``
 boot unit                 ``/etc/systemd/system``, ``/etc/ack-mig...``  the same paths under ``<host>``
 systemctl                 the host's                                   :class:`SimSystemd` (no process)
@@ -34,6 +35,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..host.clients import DEFAULT_CLIENTS
 from ..host.jsonfile import read_json, write_json
+from ..kube.allocations import DEFAULT_CHECKPOINT
 from ..kube.client import DEFAULT_KUBELET_KUBECONFIG
 from ..host.lock import DEFAULT_LOCK_FILE
 from ..host.runner import run
@@ -92,6 +94,7 @@ def resolve_defaults(args):
         "kubeconfig": DEFAULT_KUBELET_KUBECONFIG,
         "lock_file": DEFAULT_LOCK_FILE,
         "state_dir": DEFAULT_STATE_DIR,
+        "kubelet_checkpoint": DEFAULT_CHECKPOINT,
     }  # type: Dict[str, str]
     for name, real in defaults.items():
         if hasattr(args, name) and getattr(args, name) is None:

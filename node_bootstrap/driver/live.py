@@ -40,6 +40,16 @@ class LiveProcess(typing.NamedTuple):
     started: Optional[int] = None  # its start time (/proc/<pid>/stat), read as NVML listed it
 
 
+class LiveMigDevice(typing.NamedTuple):
+    """A MIG device as NVML lists it (nvmlDeviceGetMigDeviceHandleByIndex): one per compute instance, the
+    thing NVIDIA's device plugin advertises (``nvidia.com/mig-<profile>``) and kubelet allocates to pods."""
+
+    index: int  # its MIG device index on the GPU (the device plugin's "<gpu>:<index>" ID strategy)
+    gi: int
+    ci: int
+    uuid: str  # "MIG-<uuid>" (the device plugin's default device ID)
+
+
 class LiveProfile(typing.NamedTuple):
     """A GPU instance profile as the driver reports it (placements empty when it would not say)."""
 
@@ -72,6 +82,10 @@ class LiveGpu(typing.NamedTuple):
     pids_missing: str = ""
     processes: Tuple[LiveProcess, ...] = ()  # the same processes with their instances (``pids`` is their ids)
     minor: Optional[int] = None  # nvmlDeviceGetMinorNumber: the GPU is /dev/nvidia<minor> (None: unknown)
+    mig_devices: Tuple[LiveMigDevice, ...] = ()  # while MIG mode is on
+    # Why the MIG devices could not be listed ("" when they were): then nobody can tell which instance a
+    # kubelet allocation names, and the per-GPU path destroys nothing on this GPU.
+    mig_devices_unreadable: str = ""
 
     @property
     def mig_capable(self):
@@ -168,7 +182,9 @@ def instances_json(gpu, model):
         profile = model.profile_by_id(gi.profile_id) if model is not None else None
         out.append({"profile": profile.name if profile is not None else "profile-%d" % gi.profile_id,
                     "id": gi.profile_id, "start": gi.start, "size": gi.size, "gpu_instance_id": gi.id,
-                    "compute_instances": [ci.id for ci in gi.cis]})
+                    "compute_instances": [ci.id for ci in gi.cis],
+                    # the UUIDs the device plugin advertises for it (one per compute instance)
+                    "mig_devices": [d.uuid for d in gpu.mig_devices if d.gi == gi.id]})
     return out
 
 

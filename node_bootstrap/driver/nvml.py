@@ -23,7 +23,7 @@ import ctypes
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..errors import NodeFailure
-from .live import LiveCi, LiveGi, LiveGpu, LiveProcess, LiveProfile
+from .live import LiveMigDevice, LiveCi, LiveGi, LiveGpu, LiveProcess, LiveProfile
 from ..mig import Placement
 
 # A stop for a driver that never answers INVALID_ARGUMENT.
@@ -213,9 +213,36 @@ class NvmlReader(object):
         processes, pids_unreadable, pids_missing = self._processes(dev, notes)
         minor = self._try(notes, "minor number", nv.nvmlDeviceGetMinorNumber, dev)
         pids = tuple(sorted(set(p.pid for p in processes)))
+        mig_devices, mig_unreadable = self._mig_devices(dev) if current == 1 else ((), "")
         return LiveGpu(index, name, int(pci.pciDeviceId) if pci is not None else None, bus_id, uuid,
                        current, pending, profiles, gis, pids, tuple(notes), pids_unreadable, pids_missing,
-                       processes, int(minor) if minor is not None else None)
+                       processes, int(minor) if minor is not None else None, mig_devices, mig_unreadable)
+
+    def _mig_devices(self, dev):
+        # type: (Any) -> Tuple[Tuple[LiveMigDevice, ...], str]
+        """The GPU's MIG devices with their UUIDs, walked as NVIDIA's device plugin walks them (go-nvlib
+        ``VisitMigDevices``: every index below nvmlDeviceGetMaxMigDeviceCount, NOT_FOUND skipped), or
+        ((), why) when any of it cannot be read: a partial list would make an allocated instance look free."""
+        nv = self.nv
+        found = []  # type: List[LiveMigDevice]
+        try:
+            count = int(nv.nvmlDeviceGetMaxMigDeviceCount(dev))
+            for j in range(min(count, 64)):
+                try:
+                    mig = nv.nvmlDeviceGetMigDeviceHandleByIndex(dev, j)
+                except nv.NVMLError as exc:
+                    if self._is(exc, "NVML_ERROR_NOT_FOUND"):
+                        continue
+                    raise
+                uuid = nv.nvmlDeviceGetUUID(mig)
+                found.append(LiveMigDevice(j, int(nv.nvmlDeviceGetGpuInstanceId(mig)),
+                                           int(nv.nvmlDeviceGetComputeInstanceId(mig)),
+                                           uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
+        except nv.NVMLError as exc:
+            return (), "MIG devices: %s" % self.error_text(exc)
+        except (AttributeError, TypeError) as exc:
+            return (), "MIG devices: unavailable in this pynvml (%s)" % exc.__class__.__name__
+        return tuple(found), ""
 
     def _profile_info(self, dev, nvml_index):
         # type: (Any, int) -> Tuple[Any, str]

@@ -24,6 +24,9 @@ STATE_LABEL = "nvidia.com/mig.config.state"
 SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"
 REASON_ANNOTATION = "ack-mig-hook/mig-config-reason"
 # On success, what every GPU holds (node_bootstrap/mig/annotations.py, with its one reader).
+# Which pod holds each instance, from kubelet's allocations (node_bootstrap/commands/holdings.py has the
+# format): written with the layouts after every apply and by ``report-holders`` while pods come and go.
+HOLDERS_ANNOTATION = "ack-mig-hook/gpu-holders"
 STATES = ("pending", "success", "failed", "rebooting")
 
 _VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
@@ -40,8 +43,8 @@ def sequence_label_value(sequence, ids=""):
     return value[:63].strip("-_.")
 
 
-def state_patch(state, sequence_value=None, reason=None, layouts=None):
-    # type: (str, Optional[str], Optional[str], Optional[str]) -> dict
+def state_patch(state, sequence_value=None, reason=None, layouts=None, holders=None):
+    # type: (str, Optional[str], Optional[str], Optional[str], Optional[str]) -> dict
     if state not in STATES:
         raise ValueError("unknown state %r" % state)
     labels = {STATE_LABEL: state}  # type: dict
@@ -52,11 +55,14 @@ def state_patch(state, sequence_value=None, reason=None, layouts=None):
     annotations = {REASON_ANNOTATION: " ".join(reason.split())[:1024] if reason else None}
     if state == "success":
         annotations[LAYOUTS_ANNOTATION] = layouts
+    if holders is not None:
+        annotations[HOLDERS_ANNOTATION] = holders
     return {"metadata": {"labels": labels, "annotations": annotations}}
 
 
 CLEAR_PATCH = {"metadata": {"labels": {STATE_LABEL: None, SEQUENCE_LABEL: None},
-                             "annotations": {REASON_ANNOTATION: None, LAYOUTS_ANNOTATION: None}}}
+                             "annotations": {REASON_ANNOTATION: None, LAYOUTS_ANNOTATION: None,
+                                             HOLDERS_ANNOTATION: None}}}
 
 
 class NodeLabeler(object):
@@ -76,9 +82,23 @@ class NodeLabeler(object):
         # type: () -> bool
         return self.client is not None and bool(self.node_name)
 
-    def set(self, state, sequence_value=None, reason=None, layouts=None):
-        # type: (str, Optional[str], Optional[str], Optional[str]) -> bool
-        return self._patch(state, state_patch(state, sequence_value, reason, layouts))
+    def set(self, state, sequence_value=None, reason=None, layouts=None, holders=None):
+        # type: (str, Optional[str], Optional[str], Optional[str], Optional[str]) -> bool
+        return self._patch(state, state_patch(state, sequence_value, reason, layouts, holders))
+
+    def report_holders(self, value):
+        # type: (str) -> bool
+        """The holders annotation alone (no state label changes): ``report-holders``."""
+        if not self.enabled:
+            return False
+        assert self.client is not None and self.node_name is not None
+        try:
+            self.client.merge_patch_node(self.node_name, {"metadata": {"annotations": {HOLDERS_ANNOTATION: value}}})
+        except KubeError as exc:
+            self.error = "writing %s on node %s failed: %s" % (HOLDERS_ANNOTATION, self.node_name, exc)
+            self.log(self.error)
+            return False
+        return True
 
     def clear(self):
         # type: () -> bool

@@ -30,11 +30,11 @@ def inventory(tmp_path, labels=None, kubernetes=None):
     return str(path)
 
 
-def gpu_node(api, name, sequence):
+def gpu_node(api, name, sequence, annotations=None):
     api.add_node(name, labels={"alibabacloud.com/nodepool-id": POOL_ID, "aliyun.accelerator/nvidia_name": A100_80,
                                "aliyun.accelerator/nvidia_count": "1", "nvidia.com/mig.config.state": "success",
                                "aliyun.accelerator/nvidia_mig_sequence": sequence},
-                 taints=[{"key": "nvidia.com/gpu", "value": "mig", "effect": "NoSchedule"}])
+                 taints=[{"key": "nvidia.com/gpu", "value": "mig", "effect": "NoSchedule"}], annotations=annotations)
 
 
 def waiting(api, name, profile, count=1, owner="serve", tolerations=TOLERATE):
@@ -52,7 +52,10 @@ def waiting(api, name, profile, count=1, owner="serve", tolerations=TOLERATE):
 def auto_pool(kube_api):
     # n1: one idle 7g.80gb; n2: 2g.20gb (in use) + 2g.20gb + 3g.40gb
     gpu_node(kube_api, "n1", "7g.80gb")
-    gpu_node(kube_api, "n2", "2g.20gb-2g.20gb-3g.40gb")
+    # what n2 reported from kubelet's allocations: the running pod holds the 2g.20gb at 0
+    holders = {"at": "2026-12-06T10:00:00Z", "pods": ["pod-uid-running"],
+               "gpus": {"0": [["2g.20gb", 0, "pod-uid-running"], ["2g.20gb", 2, None], ["3g.40gb", 4, None]]}}
+    gpu_node(kube_api, "n2", "2g.20gb-2g.20gb-3g.40gb", {"ack-mig-hook/gpu-holders": json.dumps(holders)})
     kube_api.add_pod("llm", "running", "n2", resources={"nvidia.com/mig-2g.20gb": "1"})
     for i in range(3):
         waiting(kube_api, "small-%d" % i, "1g.10gb")

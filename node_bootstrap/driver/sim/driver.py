@@ -14,7 +14,8 @@ Modelled after what the NVIDIA driver answers (facts.md, and the sources named a
 """
 
 import typing
-from typing import Any, Dict, List, Optional
+import uuid
+from typing import Any, Dict, List, Optional, Tuple
 
 from ...mig import GpuModel, Profile, find_gpu
 from ...mig.solver import is_media_extension
@@ -301,8 +302,38 @@ def create_compute_instance(state, index, gi_id, ci_profile_id):
         raise SimError(ERROR_INSUFFICIENT_RESOURCES, "not enough slices left in GPU instance %d" % gi_id)
     taken = set(ci["id"] for ci in gi["cis"])
     ci_id = min(i for i in range(0, 64) if i not in taken)
-    gi["cis"].append({"id": ci_id, "profile_id": ci_profile_id})
+    serial = state["mig_serial"] = state.get("mig_serial", 0) + 1
+    gi["cis"].append({"id": ci_id, "profile_id": ci_profile_id,
+                      "uuid": mig_uuid(index, gi_id, ci_id, serial)})
     return ci_id
+
+
+_MIG_NAMESPACE = uuid.UUID("5151a0c3-0000-4000-8000-00000000a1b2")
+
+
+def mig_uuid(index, gi_id, ci_id, serial):
+    # type: (int, int, int, int) -> str
+    """A MIG device's UUID as NVML answers it (nvmlDeviceGetUUID on a MIG device handle, R470 and later:
+    "MIG-" and a UUID; older drivers answered "MIG-GPU-<gpu uuid>/<gi>/<ci>"). NVIDIA's device plugin uses
+    this string as the device ID it advertises and kubelet records (k8s-device-plugin internal/rm/devices.go,
+    BuildDevice: ``dev.ID = uuid``). ``serial`` counts creations on the node, so an instance destroyed and
+    created again at the same place is a new device with a new UUID (deterministic, for repeatable tests)."""
+    return "MIG-%s" % uuid.uuid5(_MIG_NAMESPACE, "%d/%d/%d/%d" % (index, gi_id, ci_id, serial))
+
+
+def mig_devices(state, index):
+    # type: (State, int) -> List[Tuple[int, int, str]]
+    """The GPU's MIG devices, one per compute instance, as (gi id, ci id, UUID) in the order
+    nvmlDeviceGetMigDeviceHandleByIndex numbers them here (by GPU instance id, then compute instance id).
+    A compute instance recorded before UUIDs were kept gets a fixed one."""
+    gpu = gpu_of(state, index)
+    if gpu["mig_current"] != 1:
+        return []
+    out = []
+    for gi in sorted(gpu["gis"], key=lambda g: g["id"]):
+        for ci in sorted(gi["cis"], key=lambda c: c["id"]):
+            out.append((gi["id"], ci["id"], ci.get("uuid") or mig_uuid(index, gi["id"], ci["id"], 0)))
+    return out
 
 
 def destroy_compute_instance(state, index, gi_id, ci_id, processes):

@@ -262,8 +262,15 @@ class SimNvmlLibrary(object):
         self._fn("nvmlDeviceGetHandleByIndex_v2", (U, P), self._handle_by_index)
         self._fn("nvmlDeviceGetName", (P, P, U),
                  lambda dev, buf, size: _put_str(buf, size, self._model(dev).name))
-        self._fn("nvmlDeviceGetUUID", (P, P, U), lambda dev, buf, size: _put_str(
-            buf, size, "GPU-5151%04x-0000-4000-8000-%012x" % (_decode(dev)[0], _decode(dev)[0])))
+        self._fn("nvmlDeviceGetUUID", (P, P, U), lambda dev, buf, size: _put_str(buf, size, self._uuid(dev)))
+        # MIG devices (one per compute instance), as NVIDIA's device plugin walks them (go-nvlib
+        # VisitMigDevices: GetMaxMigDeviceCount, then GetMigDeviceHandleByIndex, NOT_FOUND skipped) and
+        # the node reads them to match kubelet's device IDs (node_bootstrap/kube/allocations.py).
+        self._fn("nvmlDeviceGetMaxMigDeviceCount", (P, P), self._max_mig_devices)
+        self._fn("nvmlDeviceGetMigDeviceHandleByIndex", (P, U, P), self._mig_device_handle)
+        self._fn("nvmlDeviceGetGpuInstanceId", (P, P), lambda dev, out: _put_uint(out, self._mig_ids(dev)[1]))
+        self._fn("nvmlDeviceGetComputeInstanceId", (P, P), lambda dev, out: _put_uint(out, self._mig_ids(dev)[2]))
+        self._fn("nvmlDeviceIsMigDeviceHandle", (P, P), lambda dev, out: _put_uint(out, int(_decode(dev)[2] >= 0)))
         self._fn("nvmlDeviceGetPciInfo_v3", (P, P), self._pci_info)
         # The GPU's /dev/nvidia<minor>: here the index (a real node usually numbers them alike).
         self._fn("nvmlDeviceGetMinorNumber", (P, P), lambda dev, out: _put_uint(out, self._gpu(dev)[0]))
@@ -432,6 +439,41 @@ class SimNvmlLibrary(object):
             if handles is not None:
                 handles[n] = _gi_handle(index, gi["id"])
         _put_uint(count, len(found))
+
+    # --- MIG devices ----------------------------------------------------------------------------
+
+    def _uuid(self, dev):
+        # type: (int) -> str
+        index, gi_id, ci_id = _decode(dev)
+        if ci_id < 0:
+            return "GPU-5151%04x-0000-4000-8000-%012x" % (index, index)
+        for gi, ci, uuid in driver.mig_devices(self.store.load(), index):
+            if (gi, ci) == (gi_id, ci_id):
+                return uuid
+        raise SimError(driver.ERROR_NOT_FOUND, "no MIG device %d/%d" % (gi_id, ci_id))
+
+    def _max_mig_devices(self, dev, out):
+        index, _, _ = _decode(dev)
+        model = driver.model_of(self.store.load(), index)
+        _put_uint(out, max(p.max_instances for p in model.profiles))
+
+    def _mig_device_handle(self, dev, mig_index, out):
+        # nvml.h: NOT_FOUND "if no valid MIG device was found at index"; INVALID_ARGUMENT with MIG off.
+        index = _decode(dev)[0]
+        state = self.store.load()
+        driver.require_mig(driver.gpu_of(state, index))
+        found = driver.mig_devices(state, index)
+        if mig_index >= len(found):
+            raise SimError(driver.ERROR_NOT_FOUND, "no MIG device at index %d" % mig_index)
+        gi_id, ci_id, _ = found[mig_index]
+        _put_ptr(out, _ci_handle(index, gi_id, ci_id))  # a MIG device handle names its GI and CI
+
+    def _mig_ids(self, dev):
+        # type: (int) -> Tuple[int, int, int]
+        index, gi_id, ci_id = _decode(dev)
+        if ci_id < 0:
+            raise SimError(driver.ERROR_INVALID_ARGUMENT, "not a MIG device handle")
+        return index, gi_id, ci_id
 
     def _gi_by_id(self, dev, gi_id, out):
         index, gpu, _ = self._gpu(dev)

@@ -1,0 +1,128 @@
+"""Which pod holds which MIG instance on this node: kubelet's allocations matched to NVML's MIG devices.
+
+The per-GPU request (version 2) never destroys an instance kubelet allocated to a pod that exists, process
+or not (:func:`gi_holders`, used by :func:`planner.plan_gpu_layout`); and the node reports each instance's
+holder in the annotation ``ack-mig-hook/gpu-holders`` (:func:`report_value`), which an auto pool's planner
+reads instead of guessing (functions/kube/supply.py).
+
+The report::
+
+    {"at": "2026-05-01T10:00:00Z", "pods": ["<uid>", ...],
+     "gpus": {"0": [["1g.10gb", 0, "<uid>"], ["1g.10gb", 1, null], ...], "1": null}}
+
+``pods``: every pod UID kubelet's checkpoint names (after dropping pods the API server says are gone): the
+pods the report covers. Each GPU lists its instances (profile, start) with the holder's UID or null; a GPU
+whose MIG devices could not be read is null (nothing said about it). When the allocations are unknown the
+report is ``{"at": ..., "unknown": "<why>"}``. At most MAX_REPORT_PODS pods (else unknown): with the 16
+GPUs and 7 instances each a node can have, the value stays under 32 KiB.
+"""
+
+import argparse
+import json
+import os
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..driver.live import LiveGpu, effective_model
+from ..kube.allocations import DEFAULT_CHECKPOINT, Allocations, keep_live, live_uids, read_checkpoint, unknown
+from .simhost import host_root, under
+
+MAX_REPORT_PODS = 512
+
+
+def gi_holders(gpu, allocations):
+    # type: (LiveGpu, Allocations) -> Tuple[Optional[Dict[int, Tuple[str, ...]]], str]
+    """({GPU instance id: pod UIDs} for the instances kubelet allocated, ""), or (None, why) when that
+    cannot be known: the allocations are unknown, or NVML would not list the GPU's MIG devices."""
+    if not allocations.known:
+        return None, allocations.why
+    if gpu.mig_devices_unreadable:
+        return None, "GPU %d: %s" % (gpu.index, gpu.mig_devices_unreadable)
+    by_device = allocations.by_device()
+    found = {}  # type: Dict[int, set]
+    for device in gpu.mig_devices:
+        # The device plugin's two ID strategies: the UUID (default), or "<gpu index>:<MIG device index>".
+        pods = set(by_device.get(device.uuid, ())) | set(by_device.get("%d:%d" % (gpu.index, device.index), ()))
+        if pods:
+            found.setdefault(device.gi, set()).update(pods)
+    return dict((gi, tuple(sorted(p))) for gi, p in found.items()), ""
+
+
+def _stamp(now):
+    # type: (float) -> str
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+
+
+def report_value(gpus, allocations, now=None):
+    # type: (Sequence[LiveGpu], Allocations, Optional[float]) -> str
+    """The annotation's value (compact JSON) for what ``gpus`` hold now."""
+    at = _stamp(time.time() if now is None else now)
+    if not allocations.known:
+        return json.dumps({"at": at, "unknown": allocations.why}, sort_keys=True, separators=(",", ":"))
+    pods = sorted(allocations.pods)
+    if len(pods) > MAX_REPORT_PODS:
+        return json.dumps({"at": at, "unknown": "kubelet names %d pods, more than the report holds (%d)"
+                           % (len(pods), MAX_REPORT_PODS)}, sort_keys=True, separators=(",", ":"))
+    per_gpu = {}  # type: Dict[str, Any]
+    for gpu in gpus:
+        held, _ = gi_holders(gpu, allocations)
+        model, _ = effective_model(gpu)
+        if held is None or model is None:
+            per_gpu[str(gpu.index)] = None
+            continue
+        rows = []  # type: List[List[Any]]
+        for gi in sorted(gpu.gis, key=lambda g: (g.start, g.id)):
+            profile = model.profile_by_id(gi.profile_id)
+            if profile is None:
+                continue  # an instance the report cannot name is left out: the reader counts it as unknown
+            holders = held.get(gi.id, ())
+            rows.append([profile.name, gi.start, holders[0] if holders else None])
+        per_gpu[str(gpu.index)] = rows
+    return json.dumps({"at": at, "pods": pods, "gpus": per_gpu}, sort_keys=True, separators=(",", ":"))
+
+
+def checkpoint_reader(args, backend):
+    # type: (argparse.Namespace, Any) -> Callable[[], Allocations]
+    """Reads the checkpoint ``--kubelet-checkpoint`` names. A simulated node with none at its default place
+    (under its host directory) reads as empty: its kubelet has allocated nothing. Anywhere else a missing
+    file is unknown (a real kubelet writes one as soon as a device plugin registers)."""
+    path = args.kubelet_checkpoint
+    sim_default = backend is not None and getattr(backend, "sim", None) is not None and \
+        path == under(host_root(args.sim_state), DEFAULT_CHECKPOINT)
+
+    def read():
+        # type: () -> Allocations
+        if sim_default and not os.path.exists(path):
+            return Allocations(True)
+        return read_checkpoint(path)
+
+    read.path = path  # type: ignore[attr-defined]
+    return read
+
+
+def allocations_reader(checkpoint, client=None, node=None, log=None):
+    # type: (Callable[[], Allocations], Any, Optional[str], Optional[Callable[[str], None]]) -> Callable[[], Allocations]
+    """A fresh read of kubelet's allocations each call: the checkpoint first, then (with a Kubernetes
+    client that lists pods) the node's pods, so every pod the file names existed before the listing and
+    one missing from it is gone. Never raises: what cannot be read is unknown, or every entry stands."""
+
+    def read():
+        # type: () -> Allocations
+        try:
+            found = checkpoint()
+        except Exception as exc:  # noqa: BLE001 - never an exception out of the apply: unknown is safe
+            return unknown("kubelet's device checkpoint %s: %s" % (getattr(checkpoint, "path", "?"),
+                                                                   exc.__class__.__name__))
+        if not found.known or not found.entries or client is None or not node or \
+                not hasattr(client, "list_pods"):
+            return found
+        try:
+            alive = live_uids(client.list_pods(node_name=node))
+        except Exception as exc:  # noqa: BLE001 - without the API server's answer every entry stands
+            if log is not None:
+                log("listing this node's pods failed (%s): every kubelet allocation counts"
+                    % " ".join(str(exc).split())[:200])
+            return found
+        return keep_live(found, alive)
+
+    return read

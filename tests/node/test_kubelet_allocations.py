@@ -1,0 +1,233 @@
+"""kubelet's allocations on the node (issue 35, item 1): a per-GPU request never destroys an instance kubelet
+gave a pod that exists, process or not; what cannot be read destroys nothing; the holders report.
+
+The checkpoint is written in kubelet's own format (kubernetes/kubernetes
+pkg/kubelet/cm/devicemanager/checkpoint/checkpoint.go: Data.PodDeviceEntries with PodUID, ContainerName,
+ResourceName, DeviceIDs per NUMA node, AllocResp; RegisteredDevices; Checksum), with the device IDs NVIDIA's
+device plugin uses (k8s-device-plugin internal/rm/devices.go: the MIG device's NVML UUID; "<gpu>:<mig index>"
+with deviceIDStrategy=index; "::<n>" for shared replicas)."""
+
+import base64
+import json
+import os
+
+import pytest
+
+from node_bootstrap.kube.allocations import (DEFAULT_CHECKPOINT, MAX_CHECKPOINT_BYTES, Allocations, CheckpointError,
+                                             Entry, keep_live, live_uids, parse_checkpoint, read_checkpoint)
+from tests.node.nodecli import Node, lay_out
+
+POD_A = "0b7c5a7e-1111-4b9e-9c53-5d2a8f0e0001"
+POD_B = "0b7c5a7e-2222-4b9e-9c53-5d2a8f0e0002"
+
+
+def per_gpu(*gpus):
+    return {"version": 2, "kind": "per-gpu",
+            "gpus": [{"index": i, "layout": [{"profile": p, "start": s} for p, s in pairs]} for i, pairs in gpus]}
+
+
+def b64(doc):
+    return base64.b64encode(json.dumps(doc).encode()).decode()
+
+
+def checkpoint(entries, registered=None):
+    """kubelet's checkpoint: ``entries`` as (pod uid, container, resource, [device ids]) on NUMA node 0."""
+    return {"Data": {"PodDeviceEntries": [
+        {"PodUID": uid, "ContainerName": container, "ResourceName": resource, "DeviceIDs": {"0": ids},
+         "AllocResp": base64.b64encode(b"\x12\x08envs").decode()}
+        for uid, container, resource, ids in entries] or None,
+        "RegisteredDevices": registered or {}},
+        "Checksum": 2166136261}
+
+
+def write_checkpoint(node, doc):
+    path = os.path.join(node.host, DEFAULT_CHECKPOINT.lstrip("/"))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w" if isinstance(doc, (dict, str)) else "wb") as fh:
+        fh.write(json.dumps(doc) if isinstance(doc, dict) else doc)
+    return path
+
+
+def mig_devices(node, index):
+    """{start: (MIG device UUID, its MIG device index)} of GPU ``index``, read through the node's status."""
+    res = node.run("status")
+    gpu = res.json["gpus"][index]
+    uuids = {i["start"]: i["mig_devices"][0] for i in gpu["instances"]}
+    order = sorted(uuids.values(), key=lambda u: [(i["gpu_instance_id"]) for i in gpu["instances"]
+                                                  if i["mig_devices"][0] == u][0])
+    return {start: (uuid, order.index(uuid)) for start, uuid in uuids.items()}
+
+
+@pytest.fixture()
+def node(tmp_path):
+    n = Node(tmp_path, count=2)  # A100-SXM4-40GB
+    lay_out(n, [[("3g.20gb", 0), ("3g.20gb", 4)], [("3g.20gb", 0), ("3g.20gb", 4)]])
+    return n
+
+
+# --- the simulator gives MIG devices UUIDs the way NVML does -----------------------------------------------
+
+def test_each_mig_device_has_an_nvml_uuid_and_a_recreated_instance_a_new_one(node):
+    first = mig_devices(node, 0)
+    assert all(u.startswith("MIG-") and len(u) == 40 for u, _ in first.values())
+    assert len(set(u for u, _ in first.values()) | set(u for u, _ in mig_devices(node, 1).values())) == 4
+    assert mig_devices(node, 0) == first  # stable while the instance lives
+    node.run("apply", "--request-b64", b64(per_gpu((0, [("3g.20gb", 0), ("2g.10gb", 4)]))))
+    node.run("apply", "--request-b64", b64(per_gpu((0, [("3g.20gb", 0), ("3g.20gb", 4)]))))
+    again = mig_devices(node, 0)
+    assert again[0] == first[0] and again[4][0] != first[4][0]  # destroyed and created again: a new device
+
+
+# --- never destroyed while allocated ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("device_id", ["uuid", "index", "replica"])
+def test_an_allocated_instance_without_a_process_is_never_destroyed(node, device_id):
+    uuid, mig_index = mig_devices(node, 0)[4]
+    ident = {"uuid": uuid, "index": "0:%d" % mig_index, "replica": uuid + "::3"}[device_id]
+    write_checkpoint(node, checkpoint([(POD_A, "serve", "nvidia.com/mig-3g.20gb", [ident])]))
+    before = node.layout(0)
+    # GPU 0's 3g.20gb at 4 goes for two 2g.10gb; its pod is pulling its image: no process anywhere
+    doc = per_gpu((0, [("3g.20gb", 0), ("2g.10gb", 4)]), (1, [("3g.20gb", 0), ("2g.10gb", 4)]))
+    res = node.run("apply", "--request-b64", b64(doc))
+    assert res.rc == 0, res.stderr
+    assert node.layout(0) == before  # kept, with its compute instance
+    assert node.layout(1) == [(9, 0, 1), (14, 4, 1)]  # the other GPU's idle instance went
+    assert res.json["left"][0]["gpu"] == 0 and POD_A in res.json["left"][0]["why"]
+    assert res.json["left"][0]["why"].startswith("held: GPU instance")
+
+
+def test_plan_says_so_before_apply(node):
+    uuid, _ = mig_devices(node, 0)[4]
+    write_checkpoint(node, checkpoint([(POD_A, "serve", "nvidia.com/mig-3g.20gb", [uuid])]))
+    res = node.run("plan", "--request-b64", b64(per_gpu((0, [("3g.20gb", 0), ("2g.10gb", 4)]))))
+    assert res.rc == 0 and res.json["converged"] is True and POD_A in res.json["left"][0]["why"]
+
+
+def test_an_allocation_of_a_kept_instance_does_not_stop_adding_beside_it(tmp_path):
+    node = Node(tmp_path, count=1)
+    lay_out(node, [[("3g.20gb", 0)]])
+    uuid, _ = mig_devices(node, 0)[0]
+    write_checkpoint(node, checkpoint([(POD_A, "serve", "nvidia.com/mig-3g.20gb", [uuid])]))
+    res = node.run("apply", "--request-b64", b64(per_gpu((0, [("3g.20gb", 0), ("3g.20gb", 4)]))))
+    assert res.rc == 0 and "left" not in res.json, res.stderr
+    assert node.layout(0) == [(9, 0, 1), (9, 4, 1)]
+
+
+def test_a_stale_device_id_of_an_instance_long_gone_blocks_nothing(node):
+    write_checkpoint(node, checkpoint([(POD_A, "serve", "nvidia.com/mig-3g.20gb",
+                                        ["MIG-00000000-0000-5000-8000-000000000000"])]))
+    res = node.run("apply", "--request-b64", b64(per_gpu((0, [("3g.20gb", 0), ("2g.10gb", 4)]))))
+    assert res.rc == 0 and node.layout(0) == [(9, 0, 1), (14, 4, 1)], res.stderr
+
+
+# --- unknown allocations: nothing is destroyed, nothing raises -----------------------------------------------
+
+@pytest.mark.parametrize("content", [
+    None,  # no file
+    "{not json",
+    '{"Data": {"PodDeviceEntries": [{"PodUID": "x", "DeviceIDs": {"0": ["a"]}}]}, "Checksum": NaN}',
+    '{"Data": {"PodDeviceEntries": []}, "Checksum": 1' + "0" * 400 + "}",
+    '{"Data": {"PodDeviceEntries": [{"PodUID": "x", "DeviceIDs": {"numa": ["a"]}}]}, "Checksum": 1}',
+    '{"Data": {"PodDeviceEntries": {"PodUID": "x"}}, "Checksum": 1}',
+    b"\xff\xfe" * 10,
+    "[" * 100000,
+    " " * (MAX_CHECKPOINT_BYTES + 1),
+])
+def test_an_unreadable_checkpoint_destroys_nothing_and_adds_still_go(tmp_path, content):
+    node = Node(tmp_path, count=2)
+    lay_out(node, [[("3g.20gb", 0), ("3g.20gb", 4)], [("3g.20gb", 0)]])
+    path = os.path.join(str(tmp_path), "elsewhere", "kubelet_internal_checkpoint")
+    if content is not None:
+        os.makedirs(os.path.dirname(path))
+        with open(path, "wb") as fh:
+            fh.write(content if isinstance(content, bytes) else content.encode())
+    before = node.layout(0)
+    doc = per_gpu((0, [("3g.20gb", 0), ("2g.10gb", 4)]), (1, [("3g.20gb", 0), ("3g.20gb", 4)]))
+    res = node.run("apply", "--request-b64", b64(doc), "--kubelet-checkpoint", path)
+    assert res.rc == 0 and res.json["outcome"] == "success", res.stderr
+    assert node.layout(0) == before  # a destroy with nobody knowing who holds what: never
+    assert node.layout(1) == [(9, 0, 1), (9, 4, 1)]  # an add takes nothing from anyone
+    assert res.json["left"][0]["why"].startswith("allocations unknown (kubelet's device checkpoint %s" % path)
+    assert "Traceback" not in res.stderr
+    assert "unknown" in res.json["holders"]
+
+
+# --- the holders report -------------------------------------------------------------------------------------
+
+def test_apply_and_report_holders_write_who_holds_each_instance(node):
+    uuid, _ = mig_devices(node, 1)[4]
+    write_checkpoint(node, checkpoint([(POD_A, "serve", "nvidia.com/mig-3g.20gb", [uuid])]))
+    node.kube_args = []  # the simulated node's own labels file (sim-state.host/node-labels.json)
+    res = node.run("apply", "--request-b64", b64(per_gpu((0, [("3g.20gb", 0), ("3g.20gb", 4)]))))
+    assert res.rc == 0, res.stderr
+    report = json.loads(annotations(node)["ack-mig-hook/gpu-holders"])
+    assert report["pods"] == [POD_A] and report["at"].endswith("Z")
+    assert report["gpus"] == {"0": [["3g.20gb", 0, None], ["3g.20gb", 4, None]],
+                              "1": [["3g.20gb", 0, None], ["3g.20gb", 4, POD_A]]}
+    # the pod ends and another one starts on GPU 0: the report follows without any apply
+    uuid0, _ = mig_devices(node, 0)[0]
+    write_checkpoint(node, checkpoint([(POD_B, "train", "nvidia.com/mig-3g.20gb", [uuid0])]))
+    res = node.run("report-holders")
+    assert res.rc == 0 and res.json["written"] is True, res.stderr
+    report = json.loads(annotations(node)["ack-mig-hook/gpu-holders"])
+    assert report["pods"] == [POD_B] and report["gpus"]["0"][0] == ["3g.20gb", 0, POD_B]
+    assert report["gpus"]["1"][1] == ["3g.20gb", 4, None]
+
+
+def test_report_holders_without_kubernetes_access_says_not_written(node):
+    res = node.run("report-holders")  # --no-label
+    assert res.rc == 1 and res.json["error"]["code"] == "not-written" and res.json["written"] is False
+
+
+def annotations(node):
+    with open(os.path.join(node.host, "node-labels.json")) as fh:
+        return json.load(fh)["annotations"]
+
+
+# --- the parser, pure ---------------------------------------------------------------------------------------
+
+def test_the_checkpoint_kubelet_writes_is_read_entry_by_entry():
+    doc = checkpoint([(POD_A, "serve", "nvidia.com/mig-1g.10gb", ["MIG-a", "MIG-b::2"]),
+                      (POD_B, "init", "example.com/nic", ["nic0"])], {"nvidia.com/mig-1g.10gb": ["MIG-a"]})
+    doc["BootID"] = "5d1c..."  # newer kubelets write it outside Data
+    entries = parse_checkpoint(json.dumps(doc).encode())
+    assert entries == [Entry(POD_A, "serve", "nvidia.com/mig-1g.10gb", "MIG-a"),
+                       Entry(POD_A, "serve", "nvidia.com/mig-1g.10gb", "MIG-b"),
+                       Entry(POD_B, "init", "example.com/nic", "nic0")]
+    old = {"Data": {"PodDeviceEntries": [{"PodUID": POD_A, "ContainerName": "c", "ResourceName": "r",
+                                          "DeviceIDs": ["MIG-c"]}], "RegisteredDevices": None}, "Checksum": 7}
+    assert parse_checkpoint(json.dumps(old).encode())[0].device_id == "MIG-c"  # kubelet before 1.20
+    assert parse_checkpoint(b'{"Data":{"PodDeviceEntries":null,"RegisteredDevices":{}},"Checksum":0}') == []
+
+
+@pytest.mark.parametrize("text, fragment", [
+    (b'{"Data": {}, "Checksum": -1}', "Checksum"),
+    (b'{"Data": {}, "Checksum": 1.5}', "only integers"),
+    (b'{"Data": {}, "Checksum": Infinity}', "Infinity"),
+    (b'{"Checksum": 1}', '"Data"'),
+    (b'{"Data": {"PodDeviceEntries": [{"PodUID": ""}]}, "Checksum": 1}', "empty PodUID"),
+    (b'{"Data": {"PodDeviceEntries": [{"PodUID": "u", "DeviceIDs": {"0": [7]}}]}, "Checksum": 1}', "not a string"),
+])
+def test_a_checkpoint_not_in_kubelets_shape_is_one_line_saying_why(text, fragment):
+    with pytest.raises(CheckpointError) as err:
+        parse_checkpoint(text)
+    assert fragment in str(err.value) and "\n" not in str(err.value)
+
+
+def test_read_checkpoint_never_raises(tmp_path):
+    missing = read_checkpoint(str(tmp_path / "none"))
+    assert not missing.known and "cannot be read" in missing.why
+    os.mkdir(str(tmp_path / "dir"))
+    assert not read_checkpoint(str(tmp_path / "dir")).known
+
+
+def test_entries_of_pods_the_api_server_says_are_gone_or_finished_are_dropped():
+    found = Allocations(True, entries=(Entry(POD_A, "c", "r", "MIG-a"), Entry(POD_B, "c", "r", "MIG-b"),
+                                       Entry("static-hash", "c", "r", "MIG-s")))
+    pods = [{"metadata": {"uid": POD_A}, "status": {"phase": "Running"}},
+            {"metadata": {"uid": POD_B}, "status": {"phase": "Succeeded"}},
+            {"metadata": {"uid": "mirror-uid", "annotations": {"kubernetes.io/config.mirror": "static-hash"}},
+             "status": {"phase": "Running"}}]
+    kept = keep_live(found, live_uids(pods))
+    assert sorted(kept.pods) == [POD_A, "static-hash"] and kept.dropped == (POD_B,)
+    assert keep_live(found, None) == found  # no answer from the API server: every entry stands
