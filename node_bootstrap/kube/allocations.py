@@ -37,10 +37,13 @@ import re
 import typing
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
+from ..outside import depth
+
 DEFAULT_CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 # A node's file holds one entry per (pod, container, resource): a few KiB on a full node. Anything beyond
 # this is not kubelet's: refused before it is parsed.
 MAX_CHECKPOINT_BYTES = 4 * 1024 * 1024
+MAX_CHECKPOINT_DEPTH = 8  # {"Data": {"PodDeviceEntries": [{"DeviceIDs": {"0": [...]}}]}} is 6 deep
 MAX_ENTRIES = 20000
 MAX_TEXT = 256  # a pod UID, container or resource name, device ID
 
@@ -146,9 +149,11 @@ def parse_checkpoint(data):
     if len(data) > MAX_CHECKPOINT_BYTES:
         raise CheckpointError("is %d bytes, more than the %d a kubelet checkpoint may be"
                               % (len(data), MAX_CHECKPOINT_BYTES))
-    try:
-        doc = json.loads(data.decode("utf-8"), parse_constant=_no_constant, parse_float=_no_float,
-                         parse_int=_bounded_int)
+    try:  # the reader rule (node_bootstrap/outside.py) with kubelet's own number rules: a uint64 checksum
+        text = data.decode("utf-8")
+        if depth(text, MAX_CHECKPOINT_DEPTH) > MAX_CHECKPOINT_DEPTH:
+            raise CheckpointError("is nested more than %d levels deep, which kubelet never writes" % MAX_CHECKPOINT_DEPTH)
+        doc = json.loads(text, parse_constant=_no_constant, parse_float=_no_float, parse_int=_bounded_int)
     except CheckpointError:
         raise
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
