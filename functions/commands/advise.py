@@ -72,7 +72,7 @@ def _pool(pools: List[Any], wanted: str) -> Any:
 
 def gather(args) -> Dict[str, Any]:
     from functions.base.settings import load_settings
-    from functions.pipeline.auto_pool import advise
+    from functions.pipeline.auto_pool import advise, proven_members
 
     data = _snapshot(args.inventory) if args.inventory else {}
     if args.inventory:
@@ -108,8 +108,13 @@ def gather(args) -> Dict[str, Any]:
         pods = [i for i in items if i.get("kind") == "Pod"]
         pending = [p for p in pods if (p.get("status") or {}).get("phase") == "Pending"]
         by_node = {name: [p for p in pods if (p.get("spec") or {}).get("nodeName") == name] for name in sorted(names)}
+    # Only nodes ACK lists in the pool count, as on the function's tick (auto_pool.proven_members).
+    members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
+    nodes, strangers = proven_members(nodes, members)
+    by_node = {name: pods for name, pods in by_node.items() if name in members}
     taints = [t.model_dump(exclude_none=True) for t in pool.taints]
     advice = advise(pool.nodepool_id, pool.labels, taints, nodes, by_node, pending)
+    advice["plan"]["unplaced"].extend(strangers)
     from functions.decision.autoscaler_tags import MODE_ON, plan_pool
 
     # What the autoscaler step would write for this pool (the same decision; advise writes nothing).

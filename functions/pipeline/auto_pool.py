@@ -29,6 +29,32 @@ def places_of(pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str,
     return places
 
 
+def proven_members(nodes: Sequence[Mapping[str, Any]], members: Mapping[str, Any]) -> Tuple[List[Mapping[str, Any]], List[str]]:
+    """The Node objects whose membership in the pool ACK proves, and one line for each other one.
+
+    The pool label selects the Node objects, but a kubelet may write its own labels and annotations: a node
+    that labels itself into an auto pool and claims idle instances would hide the pool's demand, and its
+    GPUs would be planned. So a node counts (as supply, as a place a pod could land, as a target) only when
+    ACK lists it in the pool (``members``: node name -> functions.base.model.Node, from DescribeClusterNodes
+    with the pool's id) and, where the Node names its ECS instance (``spec.providerID``), it is the instance
+    ACK lists under that name."""
+    from functions.decision.waves import instance_of
+
+    kept, left = [], []
+    for node in nodes:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        member = members.get(name)
+        claimed = instance_of((node.get("spec") or {}).get("providerID"))
+        if member is None:
+            left.append("node %s: carries the pool's label but ACK does not list it in the pool: left out" % name)
+        elif claimed and claimed != member.instance_id:
+            left.append("node %s: its providerID names %s, ACK lists %s under that name: left out"
+                        % (name, claimed, member.instance_id))
+        else:
+            kept.append(node)
+    return kept, left
+
+
 def _counts(demand: Sequence[PodDemand]) -> Dict[str, int]:
     total = Counter()  # type: Counter
     for d in demand:
@@ -184,7 +210,10 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if (pool.labels.get(PAUSED_LABEL) or "").lower() == "true":
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
             continue
-        nodes = api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id))
+        members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
+        nodes, strangers = proven_members(api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id)), members)
+        for line in strangers:
+            log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
         names = [(n.get("metadata") or {}).get("name") or "" for n in nodes]
         try:
             advice, result = _advise(pool.nodepool_id, pool.labels,
@@ -194,7 +223,6 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=str(exc))
             continue
         new_nodes[pool.nodepool_id] = result.new_node
-        members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
         sizes[pool.nodepool_id] = len(nodes)
         for line in result.reasons:
             log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason=line)

@@ -21,8 +21,14 @@ def pool(labels=None):
             "scaling_group": {"scaling_group_id": "asg-auto", "instance_types": ["ecs.ebmgn7e.32xlarge"]}}
 
 
-def inventory(tmp_path, labels=None, kubernetes=None):
-    data = {"cluster_id": CLUSTER, "nodepools": [pool(labels)], "nodes": []}
+def member(name):
+    """A node as ACK lists it in the pool (DescribeClusterNodes): only these count as the pool's supply."""
+    return {"instance_id": "i-2ze%s0auto0pool" % name, "node_name": name, "nodepool_id": POOL_ID,
+            "instance_type": "ecs.ebmgn7e.32xlarge", "state": "running"}
+
+
+def inventory(tmp_path, labels=None, kubernetes=None, members=("n1", "n2")):
+    data = {"cluster_id": CLUSTER, "nodepools": [pool(labels)], "nodes": [member(n) for n in members]}
     if kubernetes is not None:
         data["kubernetes"] = kubernetes
     path = tmp_path / "inventory.json"
@@ -174,3 +180,17 @@ def test_invoke_dry_run_shows_the_same_decisions_as_advise(auto_pool, tmp_path, 
     assert [d["reason"] for d in result["decisions"]] == advice["plan"]["reasons"][:advice["plan"]["changes"]]
     assert all(n["outcome"] == "dry-run" for n in result["nodes"])
     assert {r.method for r in auto_pool.requests} == {"GET"}
+
+
+def test_a_node_ack_does_not_list_in_the_pool_is_left_out_with_a_note(auto_pool, tmp_path, capsys):
+    """Issue 35 item 6: n3 labels itself into the pool and claims idle 1g.10gb instances that would hide the
+    three waiting 1g.10gb pods; ACK lists only n1 and n2, so the advice is the one without n3, plus a note."""
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    before = json.loads(advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")[1])
+    gpu_node(auto_pool, "n3", "1g.10gb-1g.10gb-1g.10gb-1g.10gb-1g.10gb-1g.10gb-1g.10gb")
+    after = json.loads(advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")[1])
+    assert {g["node"] for g in after["gpus"]} == {"n1", "n2"}
+    notes = [u for u in after["plan"]["unplaced"] if u.startswith("node n3")]
+    assert len(notes) == 1 and "ACK does not list it in the pool" in notes[0]
+    after["plan"]["unplaced"].remove(notes[0])
+    assert after == before

@@ -328,3 +328,37 @@ def test_status_shows_each_auto_nodes_gpu_layouts_and_what_it_serves(cluster):
     text = render(status, nodes=True)
     assert "pool %s (auto): ack-mig-hook/layout=auto" % POOL in text and "serves 3g.20gb x1" in text
     assert "GPU 0: 7g.40gb@0" in text and all(len(line) <= 100 for line in text.splitlines())
+
+
+def test_a_node_that_labels_itself_into_the_pool_is_neither_supply_nor_target(cluster):
+    """Issue 35 item 6: a kubelet may write its own labels and annotations. ``impostor`` labels itself into the
+    auto pool and claims an idle 3g.20gb x2 layout that would serve both waiting pods; ACK does not list it in
+    the pool, so it is left out: the pool's own node is repartitioned for the pods, the impostor is never
+    sent a request, and the tick says why it was left out."""
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    api.add_node("impostor", labels={"alibabacloud.com/nodepool-id": POOL, "nvidia.com/mig.config.state": "success",
+                                     "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                     "aliyun.accelerator/nvidia_count": "1"},
+                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["3g.20gb", 0], ["3g.20gb", 4]]})},
+                 capacity={"nvidia.com/mig-3g.20gb": "2"})
+    waiting(api, 2)
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
+    assert result.outcome == "done", result.reason
+    assert [name for name, _ in transport.requests] == [NAMES[0]]
+    assert [n["node_name"] for n in result.nodes] == [NAMES[0]] and result.nodes[0]["outcome"] == "partitioned"
+
+
+def test_proven_members_checks_the_name_and_the_instance_ack_lists():
+    from functions.base.model import Node
+    from functions.pipeline.auto_pool import proven_members
+
+    members = {"a": Node(instance_id="i-a", node_name="a"), "b": Node(instance_id="i-b", node_name="b")}
+    nodes = [{"metadata": {"name": "a"}, "spec": {"providerID": "cn-beijing.i-a"}},
+             {"metadata": {"name": "b"}, "spec": {"providerID": "alicloud://cn-beijing.i-other"}},
+             {"metadata": {"name": "c"}, "spec": {}}, {"metadata": {"name": "a2"}}]
+    kept, left = proven_members(nodes, members)
+    assert [n["metadata"]["name"] for n in kept] == ["a"]
+    assert [line.split(":")[0] for line in left] == ["node b", "node c", "node a2"]
+    assert "i-other" in left[0] and "ACK lists i-b" in left[0] and "does not list it" in left[1]
