@@ -155,9 +155,9 @@ class RpcClient:
                 with guard:
                     body = self._client.do_action_with_exception(request)
                 return loads(body, "the %s answer" % action, MAX_ANSWER_BYTES)  # the reader rule (outside.py)
-            except OutsideDataError as exc:  # not a transient fault: the same answer would come again
-                raise ApiError(action, "BadAnswer", str(exc)) from None
             except Exception as exc:  # the SDK also raises plain errors on odd answers (IndexError...)
+                if isinstance(exc, OutsideDataError) and not guard.fired:  # a whole answer the reader rule
+                    raise ApiError(action, "BadAnswer", str(exc)) from None  # refuses: the next would be the same
                 if guard.fired and not isinstance(exc, ServerException):  # cut at the attempt's bound
                     exc = ClientException("SDK.HttpError", "no complete answer within %ds (whole-call bound)" % self.timeout_s)
                 if not isinstance(exc, (ServerException, ClientException)):
