@@ -31,14 +31,9 @@ def configure(parser, command):
 
 def _snapshot(path: str) -> Dict[str, Any]:
     from functions.base.errors import BadInventory
+    from functions.cloud.cluster import read_snapshot
 
-    try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read().decode("utf-8"))
-    except OSError as exc:
-        raise BadInventory("cannot read inventory %s: %s" % (path, exc.strerror or exc)) from None
-    except ValueError as exc:
-        raise BadInventory("inventory %s is not JSON (%s)" % (path, str(exc).splitlines()[0][:120])) from None
+    data = read_snapshot(path, '{"cluster_id", "nodepools", "nodes", "kubernetes"}')
     if not isinstance(data, dict):
         raise BadInventory("inventory %s must be a JSON object {cluster_id, nodepools, nodes, kubernetes}" % path)
     return data
@@ -53,6 +48,14 @@ def _objects(data: Dict[str, Any]) -> List[dict]:
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise AdviseError("the snapshot's \"kubernetes\" must be a List {\"items\": [Node and Pod objects]}, as "
                           "'kubectl get nodes,pods -A -o json' prints")
+    from functions.kube.shapes import problem
+
+    for index, item in enumerate(items):  # a hand-edited object: one line naming the field, not a TypeError later
+        wrong = problem(item, where="kubernetes.items[%d]" % index)
+        if not wrong and not ((item.get("metadata") or {}).get("name")):
+            wrong = "kubernetes.items[%d].metadata.name: missing; every object has a name" % index
+        if wrong:
+            raise AdviseError("the snapshot's %s, as the Kubernetes API writes it" % wrong)
     return items
 
 
