@@ -220,7 +220,10 @@ def load_kubeconfig(path, context=None):
     cluster_field, cluster = _named(clusters, cluster_name, "clusters", path)
     user_field, user = _named(users, user_name, "users", path) if user_name else ("", {})
     server = _server(cluster, cluster_field, path)
-    if cluster.get("insecure-skip-tls-verify"):
+    skip = cluster.get("insecure-skip-tls-verify")
+    if skip is not None and not isinstance(skip, bool):
+        raise _shape(path, cluster_field + ".insecure-skip-tls-verify", "true or false", skip)
+    if skip:
         raise KubeError("kubeconfig %s asks to skip TLS verification; refusing" % path)
     token = _text(user, "token", user_field, path)
     token_file = _text(user, "tokenFile", user_field, path, "a file path")

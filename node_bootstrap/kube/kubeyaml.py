@@ -77,10 +77,11 @@ def _lines(text):
     for number, raw in enumerate(text.splitlines(), 1):
         if "\t" in raw[:len(raw) - len(raw.lstrip())]:
             raise ValueError("line %d: tabs are not allowed in YAML indentation" % number)
-        content = _strip_comment(raw)
-        if not content.strip() or content.strip() in ("---", "..."):
+        indent = len(raw) - len(raw.lstrip(" "))
+        content = _strip_comment(raw[indent:]).strip()  # the indentation is not scanned char by char
+        if not content or content in ("---", "..."):
             continue
-        out.append((len(content) - len(content.lstrip(" ")), content.strip(), number))
+        out.append((indent, content, number))
     return out
 
 
@@ -99,8 +100,8 @@ def _scalar(text, number):
     if text == "[]":
         return []
     if text[:1] in "{[|>&*!":
-        raise ValueError("line %d: this YAML form (%s) is not supported in a kubeconfig; write a block mapping or "
-                         "list ('- ' items)" % (number, text[:1]))
+        raise ValueError("line %d: YAML form %s not supported here; use block style ('key: value', '- item')"
+                         % (number, text[:1]))
     if text in ("", "~", "null", "Null", "NULL"):
         return None
     if text in ("true", "True", "TRUE"):
