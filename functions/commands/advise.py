@@ -92,7 +92,7 @@ def gather(args) -> Dict[str, Any]:
         from functions.kube.client import KubeApi
         from functions.kube.demand import pending_pods, pods_on, slim
 
-        api = KubeApi.from_file(args.kubeconfig)
+        api = common.one_deadline(KubeApi.from_file(args.kubeconfig))
         try:
             nodes = api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id))
             pending = pending_pods(api)
