@@ -29,9 +29,8 @@ from functions.cloud.membership import SnapshotMembership
 from functions.base.model import Node, NodePool, Taint
 from node_bootstrap.outside import OutsideDataError, loads
 
-# A snapshot of a large cluster (1,000 nodes with their Kubernetes view) is a few MB; its "kubernetes" part is
-# what `kubectl get -o json` prints, which nests like an API answer (node_bootstrap/kube/client.py).
-MAX_INVENTORY_BYTES = 64 << 20
+# A snapshot's "kubernetes" part is what `kubectl get -o json` prints, which nests like an API answer
+# (node_bootstrap/kube/client.py).
 MAX_INVENTORY_DEPTH = 64
 
 
@@ -64,6 +63,9 @@ def nodepool_from_api(item: Mapping[str, Any]) -> NodePool:
     if not pool_id:
         raise KeyError("nodepool_info.nodepool_id")
     labels: Dict[str, str] = {}
+    for key in ("labels", "taints"):
+        if not isinstance(kube.get(key) or [], list):
+            raise ValueError("kubernetes_config.%s must be a list of {\"key\": ..., \"value\": ...}" % key)
     for tag in kube.get("labels") or []:
         if not isinstance(tag, dict) or not isinstance(tag.get("key"), str):
             raise ValueError("kubernetes_config.labels items must be {\"key\": ..., \"value\": ...}")
@@ -81,6 +83,8 @@ def nodepool_from_api(item: Mapping[str, Any]) -> NodePool:
 def _tags(group: Mapping[str, Any]) -> Dict[str, str]:
     """``scaling_group.tags`` ([{"key", "value"}], cs20151215 ``Tag``) as a dict in the API's order."""
     tags: Dict[str, str] = {}
+    if not isinstance(group.get("tags") or [], list):
+        raise ValueError("scaling_group.tags must be a list of {\"key\": ..., \"value\": ...}")
     for tag in group.get("tags") or []:
         if not isinstance(tag, dict) or not isinstance(tag.get("key"), str):
             raise ValueError("scaling_group.tags items must be {\"key\": ..., \"value\": ...}")
@@ -122,6 +126,29 @@ def snapshot_kube_nodes(data: Any, where: str = "inventory") -> Optional[Dict[st
     return data
 
 
+MAX_SNAPSHOT_BYTES = 512 << 20  # 10,000 Nodes as kubectl prints them are ~170 MB; more is not a snapshot
+SNAPSHOT_FORM = '{"cluster_id", "nodepools", "nodes"}'
+
+
+def read_snapshot(path: str, form: str = SNAPSHOT_FORM) -> Any:
+    """The JSON of an ``--inventory`` file, every way it can be unreadable a BadInventory (exit 2) in one line:
+    larger than MAX_SNAPSHOT_BYTES (refused before it is read whole), not UTF-8, not JSON, or nested deeper
+    than the JSON decoder recurses (its C scanner stops with RecursionError at Python's recursion limit,
+    before any Python frame is used: caught here, so no depth reaches the code that reads the objects)."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_SNAPSHOT_BYTES + 1)
+    except OSError as exc:
+        raise BadInventory("cannot read inventory %s: %s" % (path, exc.strerror or exc)) from None
+    if len(raw) > MAX_SNAPSHOT_BYTES:
+        raise BadInventory("inventory %s is larger than %d MiB; expected a snapshot %s" % (
+            path, MAX_SNAPSHOT_BYTES >> 20, form))
+    try:  # the reader rule (node_bootstrap/outside.py): nesting counted before parsing, finite numbers
+        return loads(raw, "inventory %s" % path, MAX_SNAPSHOT_BYTES, MAX_INVENTORY_DEPTH)
+    except OutsideDataError as exc:
+        raise BadInventory("%s; expected %s" % (exc, form)) from None
+
+
 class InventoryLookup:
     """A cluster snapshot (the ``--inventory`` file). Read once; answers like the APIs would: the ACK
     API (a ClusterLookup) and Auto Scaling (a functions.cloud.membership.Membership)."""
@@ -138,16 +165,7 @@ class InventoryLookup:
 
     @classmethod
     def from_file(cls, path: str) -> "InventoryLookup":
-        try:
-            with open(path, "rb") as handle:
-                raw = handle.read(MAX_INVENTORY_BYTES + 1)
-        except OSError as exc:
-            raise BadInventory("cannot read inventory %s: %s" % (path, exc.strerror or exc)) from None
-        try:  # the reader rule (node_bootstrap/outside.py): bounded size and depth, finite numbers
-            data = loads(raw, "inventory %s" % path, MAX_INVENTORY_BYTES, MAX_INVENTORY_DEPTH)
-        except OutsideDataError as exc:
-            raise BadInventory("%s; expected {\"cluster_id\", \"nodepools\", \"nodes\"}" % exc) from None
-        return cls.from_dict(data, path)
+        return cls.from_dict(read_snapshot(path), path)
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "inventory") -> "InventoryLookup":

@@ -31,19 +31,9 @@ def configure(parser, command):
 
 def _snapshot(path: str) -> Dict[str, Any]:
     from functions.base.errors import BadInventory
+    from functions.cloud.cluster import read_snapshot
 
-    from functions.cloud.cluster import MAX_INVENTORY_BYTES, MAX_INVENTORY_DEPTH
-    from node_bootstrap.outside import OutsideDataError, loads
-
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_INVENTORY_BYTES + 1)
-    except OSError as exc:
-        raise BadInventory("cannot read inventory %s: %s" % (path, exc.strerror or exc)) from None
-    try:  # the reader rule, as for status's inventory (functions/cloud/cluster.py)
-        data = loads(raw, "inventory %s" % path, MAX_INVENTORY_BYTES, MAX_INVENTORY_DEPTH)
-    except OutsideDataError as exc:
-        raise BadInventory(str(exc)) from None
+    data = read_snapshot(path, '{"cluster_id", "nodepools", "nodes", "kubernetes"}')
     if not isinstance(data, dict):
         raise BadInventory("inventory %s must be a JSON object {cluster_id, nodepools, nodes, kubernetes}" % path)
     return data
@@ -58,6 +48,14 @@ def _objects(data: Dict[str, Any]) -> List[dict]:
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
         raise AdviseError("the snapshot's \"kubernetes\" must be a List {\"items\": [Node and Pod objects]}, as "
                           "'kubectl get nodes,pods -A -o json' prints")
+    from functions.kube.shapes import problem
+
+    for index, item in enumerate(items):  # a hand-edited object: one line naming the field, not a TypeError later
+        wrong = problem(item, where="kubernetes.items[%d]" % index)
+        if not wrong and not ((item.get("metadata") or {}).get("name")):
+            wrong = "kubernetes.items[%d].metadata.name: missing; every object has a name" % index
+        if wrong:
+            raise AdviseError("the snapshot's %s, as the Kubernetes API writes it" % wrong)
     return items
 
 
@@ -94,7 +92,7 @@ def gather(args) -> Dict[str, Any]:
         from functions.kube.client import KubeApi
         from functions.kube.demand import pending_pods, pods_on, slim
 
-        api = KubeApi.from_file(args.kubeconfig)
+        api = common.one_deadline(KubeApi.from_file(args.kubeconfig))
         try:
             nodes = api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id))
             pending = pending_pods(api)

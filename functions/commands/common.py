@@ -256,3 +256,14 @@ def reach_cloud(config: "settings.Settings") -> None:
     split = urlsplit(url_of(endpoint))
     connect("the ACK API", split.hostname or "", split.port or (443 if endpoint.protocol == "https" else 80),
             "check this machine's internet access (or set HTTPS_PROXY)")
+
+
+def one_deadline(client):
+    """A command's Kubernetes client, told to stop asking an API server that did not answer one call within
+    its timeout (15 s): that call and every later one fail at once with one error naming host and port, and
+    the command reports the rest (docs/cli.md). Anything else (a snapshot's view) is returned as it is."""
+    from functions.kube.client import KubeApi
+
+    if isinstance(client, KubeApi):
+        client.stop_when_silent = True
+    return client

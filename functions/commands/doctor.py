@@ -441,6 +441,9 @@ def _pod_facts(pod: Dict[str, Any]) -> Dict[str, Any]:
     return {"metadata": {"name": (pod.get("metadata") or {}).get("name", "")}, "spec": {"containers": containers}}
 
 
+KUBE_AREAS = ("rbac", "device plugin", "mig-manager")  # what _kube_checks reports from the cluster's API
+
+
 def _kube_checks(args, config) -> List[Check]:
     from node_bootstrap.kube import KubeError
 
@@ -456,6 +459,7 @@ def _kube_checks(args, config) -> List[Check]:
                 return CsLookup(config).user_kubeconfig(args.cluster_id, private=False)
 
             client = ClusterCredential(ack_kubeconfig).client()
+        common.one_deadline(client)
         role = _get(client, "/apis/rbac.authorization.k8s.io/v1/clusterroles/" + ROLE_NAME)
         bindings = client.list_all("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings") if role is not None \
             else []
@@ -467,7 +471,9 @@ def _kube_checks(args, config) -> List[Check]:
         nodes = client.list_all("/api/v1/nodes", reduce=_node_facts)
         pods = client.list_all("/api/v1/namespaces/kube-system/pods", reduce=_pod_facts)
     except KubeError as exc:
-        return [Check("PROBLEM", "kubernetes", "cannot read the cluster's API: %s" % str(exc).splitlines()[0][:200])]
+        # Once: the cause names the server (host:port); the areas it stopped are listed, not left out.
+        return [Check("PROBLEM", "kubernetes", "cannot read the cluster's API: %s" % str(exc).splitlines()[0][:200])] \
+            + [Check("warn", area, "not checked: the cluster's API could not be read (above)") for area in KUBE_AREAS]
     return rbac_checks(role, bindings) + events + cluster_checks(nodes, pods)
 
 

@@ -336,7 +336,9 @@ def render(status: Dict[str, Any], nodes: bool, columns: Optional[int] = None) -
         if p.get("skipped"):
             counts += ", skipped %d" % p["skipped"]
         if p.get("unknown"):
-            counts += ", unknown %d (the Kubernetes API cannot be used)" % p["unknown"]
+            counts += ", unknown %d (not checked: the Kubernetes API cannot be used)" % p["unknown"]
+        if p.get("not_checked"):
+            counts = "  nodes: not checked: %s" % p["not_checked"]
         if p.get("rollout_since") is not None and (p["deferred"] or p["pending"] or p["failed"]):
             counts += "; rollout since%s" % _ago(p["rollout_since"], now)
         line(counts)
@@ -458,7 +460,7 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[f
         view = kube_view(lookup, lookup, settings, cluster)
     watched = None
     if view is not None:
-        watched = _Watched(view.backend)
+        watched = _Watched(common.one_deadline(view.backend))
         watched.failure = unreached
         view = NodeView(watched)
     if lookup is None:  # the live cluster: the ACK API for pools and nodes
@@ -479,7 +481,7 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[f
     failure = watched.failure if watched is not None else None
     error = " ".join(str(failure).split())[:300] if failure is not None else None
     status = summarize(result, pools, None if error else known, settings.autoscaler_tags, error, now)
-    if auto and not error:  # an auto pool's nodes carry no partition decision: shown from what the API holds
+    if auto:  # an auto pool's nodes carry no partition decision: shown from what the API holds (or not checked)
         ids = {e["nodepool_id"] for e in auto}
         status["pools"] = sorted([p for p in status["pools"] if p["nodepool_id"] not in ids] + auto,
                                  key=lambda p: p["nodepool_id"])
@@ -496,8 +498,11 @@ def _auto_pools(view: Any, watched: Any, pools: List[Any]) -> List[Dict[str, Any
         return []
     try:
         listed = view.pool_nodes([p.nodepool_id for p in auto])
-    except KubeError:
-        return []  # the failure is recorded by the watched client and said on the first line
+    except KubeError:  # the failure is recorded by the watched client and said on the first line
+        out = [auto_entry(p, [], None) for p in auto]
+        for entry in out:  # listed, not left out: what could not be read is said so
+            entry["not_checked"] = "the Kubernetes API cannot be used"
+        return out
     backend = getattr(watched, "backend", None)
     pods = None
     if hasattr(backend, "list_all"):

@@ -170,7 +170,8 @@ class KubeApi:
 
     def __init__(self, config: ConfigSource, timeout: float = 15.0, deadline_s: Optional[float] = None,
                  attempts: int = 5, page: int = PAGE, sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic, jitter: Callable[[], float] = random.random) -> None:
+                 clock: Callable[[], float] = time.monotonic, jitter: Callable[[], float] = random.random,
+                 stop_when_silent: bool = False) -> None:
         self._config: Optional[KubeConfig] = config if isinstance(config, KubeConfig) else None
         self._provider = None if self._config is not None else config
         self.timeout, self.attempts, self.page = timeout, max(1, attempts), page
@@ -181,6 +182,12 @@ class KubeApi:
         self._context: Optional[ssl.SSLContext] = None
         self.requests = 0  # HTTP requests sent (the benchmarks read it)
         self.retried = 0  # of those, retries
+        # A command's rule (docs/cli.md): once the server has not answered one attempt within ``timeout``, it
+        # is not asked again: that call and every later one fail at once with the same error (``silent``),
+        # so one silent server costs the command one timeout, not one per call and retry. The function keeps
+        # retrying until its invocation's deadline (off by default).
+        self.stop_when_silent = stop_when_silent
+        self.silent: Optional[ApiError] = None
 
     @classmethod
     def from_file(cls, path: str, **options: Any) -> "KubeApi":
@@ -236,6 +243,7 @@ class KubeApi:
         # ``timeout`` bounds each socket operation and restarts at every byte; the guard bounds the whole
         # attempt (connect, TLS, send, the last byte of the answer), whatever the peer does (issue 30).
         guard = Guard(self.timeout)
+        response = None
         try:
             with guard:
                 conn = self._connection()
@@ -247,6 +255,12 @@ class KubeApi:
                 data = response.read()
         except (OSError, http.client.HTTPException) as exc:
             self._drop()
+            timed_out = guard.fired or isinstance(exc, socket.timeout)
+            if timed_out and response is None and self.stop_when_silent:  # not a status line within the bound
+                parts = urlsplit(config.server)
+                self.silent = ApiError("the API server %s:%d did not answer within %gs; not asked again"
+                                       % (parts.hostname, parts.port or 443, self.timeout), final=True)
+                raise self.silent from None
             if guard.fired:  # cut at the deadline: a timeout, whatever error the cut socket raised
                 raise ApiError("no complete answer from %s within %gs" % (config.server, self.timeout)) from None
             raise self._unreached(config, exc) from None
@@ -278,6 +292,8 @@ class KubeApi:
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
                 query: Optional[Dict[str, str]] = None, retry_500: bool = True) -> Any:
         """One API call, retried as the module docstring says; the decoded JSON answer or ApiError."""
+        if self.silent is not None:  # this command gave up on the server: no call waits for it again
+            raise ApiError(str(self.silent), final=True)
         payload = json.dumps(body).encode("utf-8") if body is not None else None
         attempt = 0
         while True:

@@ -33,7 +33,7 @@ import socket
 import ssl
 import tempfile
 import typing
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import quote, urlencode, urlsplit
 
 from ..outside import OutsideDataError, loads
@@ -76,77 +76,179 @@ class KubeConfig(typing.NamedTuple):
             self.server, self.ca_pem is not None, self.cert_pem is not None, self.token is not None)
 
 
-def _named(items, name, what):
-    # type: (Any, str, str) -> dict
-    for item in items or []:
-        if isinstance(item, dict) and item.get("name") == name:
-            return item.get(what) or {}
-    raise KubeError("kubeconfig has no %s named %r" % (what, name))
+# Bounds on what a kubeconfig may make this reader hold: real ones are a few KB (kubelet.conf, ACK's with the
+# CA and a client certificate inline); anything near these is a wrong file (a log, /dev/zero), refused in a line.
+MAX_KUBECONFIG_BYTES = 4 << 20
+MAX_REFERENCED_BYTES = 1 << 20  # a tokenFile, a certificate or key file the kubeconfig names
+_FORMS = {"contexts": "{name, context: {cluster, user}}", "clusters": "{name, cluster: {server, ...}}",
+          "users": "{name, user: {token, tokenFile, client-certificate-data, ...}}"}
 
 
-def _material(section, key, base):
-    # type: (dict, str, str) -> Optional[bytes]
+def _kind(value):
+    # type: (Any) -> str
+    """What a YAML/JSON value is, in the words a message uses."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _shape(where, field, expected, value):
+    # type: (str, str, str, Any) -> KubeError
+    """The one-line error of a field of the wrong shape: the file, the field's path, the accepted form."""
+    return KubeError("kubeconfig %s: %s: expected %s, got %s" % (where, field, expected, _kind(value)))
+
+
+def _read(path, limit, what):
+    # type: (str, int, str) -> bytes
+    """At most ``limit`` bytes of a file the kubeconfig needs; more is refused, never read whole."""
+    with open(path, "rb") as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise KubeError("%s %s is larger than %d KiB: not a %s" % (what, path, limit >> 10, what))
+    return data
+
+
+def _entries(doc, key, where):
+    # type: (dict, str, str) -> List[dict]
+    """``clusters``/``contexts``/``users``: a list of ``{name, <kind>: {...}}``, each checked for its shape."""
+    items = doc.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise _shape(where, key, "a list of %s" % _FORMS[key], items)
+    body = key[:-1]
+    for index, item in enumerate(items):
+        field = "%s[%d]" % (key, index)
+        if not isinstance(item, dict):
+            raise _shape(where, field, "a mapping %s" % _FORMS[key], item)
+        if not isinstance(item.get("name"), str):
+            raise _shape(where, field + ".name", "a string", item.get("name"))
+        if item.get(body) is not None and not isinstance(item.get(body), dict):
+            raise _shape(where, "%s.%s" % (field, body), "a mapping", item.get(body))
+    return items
+
+
+def _named(items, name, key, where):
+    # type: (List[dict], str, str, str) -> Tuple[str, dict]
+    """The entry of ``key`` named ``name``: its field path (for messages) and its body."""
+    for index, item in enumerate(items):
+        if item.get("name") == name:
+            return "%s[%d].%s" % (key, index, key[:-1]), item.get(key[:-1]) or {}
+    raise KubeError("kubeconfig %s has no %s named %r" % (where, key[:-1], name))
+
+
+def _text(section, key, field, where, form="a string"):
+    # type: (dict, str, str, str, str) -> Optional[str]
+    """A string field (None when absent); anything else is refused naming ``field.key``."""
+    value = section.get(key)
+    if value is None or isinstance(value, str):
+        return value
+    raise _shape(where, "%s.%s" % (field, key) if field else key, form, value)
+
+
+def _material(section, key, base, field, where):
+    # type: (dict, str, str, str, str) -> Optional[bytes]
     """``<key>-data`` (base64) wins over ``<key>`` (a path, relative to the kubeconfig's directory)."""
-    data = section.get(key + "-data")
+    data = _text(section, key + "-data", field, where, "base64 text")
+    path = _text(section, key, field, where, "a file path")
     if data:
         try:
             return base64.b64decode(data)
         except (ValueError, TypeError):
-            raise KubeError("kubeconfig %s-data is not valid base64" % key)
-    path = section.get(key)
+            raise KubeError("kubeconfig %s: %s.%s-data is not valid base64" % (where, field, key))
     if path:
         path = os.path.join(base, os.path.expanduser(path))
         try:
-            with open(path, "rb") as fh:
-                return fh.read()
+            return _read(path, MAX_REFERENCED_BYTES, key)
         except (IOError, OSError) as exc:
             raise KubeError("cannot read %s %s: %s" % (key, path, exc.strerror or exc))
     return None
 
 
+def _server(cluster, field, where):
+    # type: (dict, str, str) -> str
+    server = _text(cluster, "server", field, where, "an https:// URL")
+    if not server or not server.startswith("https://"):
+        raise KubeError("kubeconfig %s: %s.server must be an https:// URL" % (where, field))
+    try:
+        parts = urlsplit(server)
+        parts.port  # raises ValueError for a port that is no number or out of range
+    except ValueError as exc:
+        raise KubeError("kubeconfig %s: %s.server %r is not a URL (%s); expected https://HOST[:PORT]"
+                        % (where, field, server[:80], exc))
+    if not parts.hostname:
+        raise KubeError("kubeconfig %s: %s.server %r names no host; expected https://HOST[:PORT]"
+                        % (where, field, server[:80]))
+    return server.rstrip("/")
+
+
 def load_kubeconfig(path, context=None):
     # type: (str, Optional[str]) -> KubeConfig
-    """Resolve a kubeconfig file's (current or named) context into connection settings."""
+    """Resolve a kubeconfig file's (current or named) context into connection settings.
+
+    Every field on the way is checked for its shape before it is used: a wrong one is a KubeError naming the
+    field's path (``contexts[0].context.user``) and the accepted form, never a TypeError."""
     try:
-        with open(path) as fh:
-            doc = kubeyaml.loads(fh.read())
+        raw = _read(path, MAX_KUBECONFIG_BYTES, "kubeconfig")
     except (IOError, OSError) as exc:
         raise KubeError("cannot read kubeconfig %s: %s" % (path, exc.strerror or exc))
+    try:
+        doc = kubeyaml.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise KubeError("kubeconfig %s is not UTF-8 text" % path)
     except ValueError as exc:
         raise KubeError("kubeconfig %s does not parse: %s" % (path, exc))
     if not isinstance(doc, dict):
-        raise KubeError("kubeconfig %s is not a mapping" % path)
+        raise _shape(path, "the document", "a mapping {clusters, contexts, users, current-context}", doc)
     base = os.path.dirname(os.path.abspath(path))
-    name = context or doc.get("current-context")
+    contexts = _entries(doc, "contexts", path)
+    clusters = _entries(doc, "clusters", path)
+    users = _entries(doc, "users", path)
+    name = context or _text(doc, "current-context", "", path)
     if not name:
-        contexts = doc.get("contexts") or []
         if len(contexts) != 1:
             raise KubeError("kubeconfig %s has no current-context" % path)
-        name = contexts[0].get("name")
-    ctx = _named(doc.get("contexts"), name, "context")
-    cluster = _named(doc.get("clusters"), ctx.get("cluster"), "cluster")
-    user = _named(doc.get("users"), ctx.get("user"), "user") if ctx.get("user") else {}
-    server = cluster.get("server")
-    if not server or not str(server).startswith("https://"):
-        raise KubeError("kubeconfig %s: cluster server must be an https:// URL" % path)
-    if cluster.get("insecure-skip-tls-verify"):
+        name = contexts[0]["name"]
+    field, ctx = _named(contexts, name, "contexts", path)
+    cluster_name = _text(ctx, "cluster", field, path)
+    user_name = _text(ctx, "user", field, path)
+    cluster_field, cluster = _named(clusters, cluster_name, "clusters", path)
+    user_field, user = _named(users, user_name, "users", path) if user_name else ("", {})
+    server = _server(cluster, cluster_field, path)
+    skip = cluster.get("insecure-skip-tls-verify")
+    if skip is not None and not isinstance(skip, bool):
+        raise _shape(path, cluster_field + ".insecure-skip-tls-verify", "true or false", skip)
+    if skip:
         raise KubeError("kubeconfig %s asks to skip TLS verification; refusing" % path)
-    token = user.get("token")
-    if not token and user.get("tokenFile"):
-        token_path = os.path.join(base, user["tokenFile"])
+    token = _text(user, "token", user_field, path)
+    token_file = _text(user, "tokenFile", user_field, path, "a file path")
+    if not token and token_file:
+        token_path = os.path.join(base, token_file)
         try:
-            with open(token_path) as fh:
-                token = fh.read().strip()
+            token = _read(token_path, MAX_REFERENCED_BYTES, "tokenFile").decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise KubeError("tokenFile %s is not UTF-8 text" % token_path)
         except (IOError, OSError) as exc:
             raise KubeError("cannot read tokenFile %s: %s" % (token_path, exc.strerror or exc))
     cert_file = None
-    if user.get("client-certificate") and not user.get("client-certificate-data"):
-        cert_file = os.path.join(base, user["client-certificate"])
+    cert_path = _text(user, "client-certificate", user_field, path, "a file path")
+    if cert_path and not user.get("client-certificate-data"):
+        cert_file = os.path.join(base, cert_path)
     return KubeConfig(
-        server=str(server).rstrip("/"),
-        ca_pem=_material(cluster, "certificate-authority", base),
-        cert_pem=_material(user, "client-certificate", base),
-        key_pem=_material(user, "client-key", base),
+        server=server,
+        ca_pem=_material(cluster, "certificate-authority", base, cluster_field, path),
+        cert_pem=_material(user, "client-certificate", base, user_field, path),
+        key_pem=_material(user, "client-key", base, user_field, path),
         token=token or None,
         cert_file=cert_file,
     )

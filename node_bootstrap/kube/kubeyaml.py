@@ -4,6 +4,10 @@ Kubeconfigs written by kubeadm, kubectl and ACK are block YAML: mappings, sequen
 the ``- key: value`` form, at the parent's indentation or deeper), plain and quoted scalars, ``{}`` and
 ``[]``, and comments. That subset is what this reads; JSON (a YAML subset too) is read with ``json``.
 Anything else raises ValueError with the line number, rather than being guessed at.
+
+Nesting is bounded BEFORE parsing (:data:`MAX_DEPTH` levels, from the indentation of block YAML or the
+brackets of JSON): the readers recurse, and a document nested 2,000 deep must be one ValueError, not a
+RecursionError. A kubeconfig is 5 levels deep.
 """
 
 import json
@@ -19,6 +23,37 @@ _Line = Tuple[int, str, int]  # indentation, text, 1-based line number
 # not read as numbers: no kubeconfig field is one.
 _DECIMAL = re.compile(r"^[-+]?(?:0|[1-9][0-9]*)\Z")
 _OCTAL = re.compile(r"^[-+]?0[0-7]+\Z")
+MAX_DEPTH = 32
+# A JSON string (escapes included) or a bracket: what the JSON depth check looks at.
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _json_depth(text):
+    # type: (str) -> None
+    """Refuse JSON nested deeper than MAX_DEPTH (brackets inside strings do not count)."""
+    depth = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group(0)
+        if token in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ValueError("nested deeper than %d levels (a kubeconfig needs 5)" % MAX_DEPTH)
+        elif token in "]}":
+            depth -= 1
+
+
+def _block_depth(lines):
+    # type: (List[_Line]) -> None
+    """Refuse block YAML nested deeper than MAX_DEPTH: each deeper indentation opens a level (a sequence at its
+    key's indentation adds one more, so the parser's depth is at most twice this)."""
+    open_levels = []  # type: List[int]
+    for indent, _text, number in lines:
+        while open_levels and open_levels[-1] > indent:
+            open_levels.pop()
+        if not open_levels or open_levels[-1] < indent:
+            open_levels.append(indent)
+            if len(open_levels) > MAX_DEPTH:
+                raise ValueError("line %d: nested deeper than %d levels (a kubeconfig needs 5)" % (number, MAX_DEPTH))
 
 
 def _strip_comment(text):
@@ -42,10 +77,11 @@ def _lines(text):
     for number, raw in enumerate(text.splitlines(), 1):
         if "\t" in raw[:len(raw) - len(raw.lstrip())]:
             raise ValueError("line %d: tabs are not allowed in YAML indentation" % number)
-        content = _strip_comment(raw)
-        if not content.strip() or content.strip() in ("---", "..."):
+        indent = len(raw) - len(raw.lstrip(" "))
+        content = _strip_comment(raw[indent:]).strip()  # the indentation is not scanned char by char
+        if not content or content in ("---", "..."):
             continue
-        out.append((len(content) - len(content.lstrip(" ")), content.strip(), number))
+        out.append((indent, content, number))
     return out
 
 
@@ -64,7 +100,8 @@ def _scalar(text, number):
     if text == "[]":
         return []
     if text[:1] in "{[|>&*!":
-        raise ValueError("line %d: this YAML form (%s) is not supported in a kubeconfig" % (number, text[:1]))
+        raise ValueError("line %d: YAML form %s not supported here; use block style ('key: value', '- item')"
+                         % (number, text[:1]))
     if text in ("", "~", "null", "Null", "NULL"):
         return None
     if text in ("true", "True", "TRUE"):
@@ -154,7 +191,10 @@ def _mapping(lines, index, indent):
         key, rest = _split_key(text, number)
         index += 1
         if rest:
-            result[key] = _scalar(rest, number)
+            try:
+                result[key] = _scalar(rest, number)
+            except ValueError as exc:  # name the key: "line 6: contexts: this YAML form ([) ..."
+                raise ValueError(str(exc).replace("line %d: " % number, "line %d: %s: " % (number, key[:40]), 1))
             continue
         if index < len(lines):
             nxt_ind, nxt_text = lines[index][0], lines[index][1]
@@ -171,10 +211,12 @@ def loads(text):
     """Parse a kubeconfig document (block YAML subset or JSON)."""
     stripped = text.strip()
     if stripped.startswith("{"):
+        _json_depth(stripped)
         return json.loads(stripped)
     lines = _lines(text)
     if not lines:
         return None
+    _block_depth(lines)
     value, index = _block(lines, 0, lines[0][0])
     if index != len(lines):
         raise ValueError("line %d: unexpected content %r" % (lines[index][2], lines[index][1][:40]))

@@ -23,6 +23,7 @@ or requests; init containers run one at a time, so the pod needs the larger of t
 the others (``k8s.io/component-helpers/resource`` PodRequests).
 """
 
+import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .vocabulary import WHOLE_GPU, PodDemand
@@ -47,37 +48,64 @@ def profile_of_resource(name: str) -> Optional[str]:
     return profile
 
 
-def _count(text: Any) -> int:
-    # Extended resources are whole numbers (a quantity such as "2"); anything else asks for nothing here.
-    try:
-        return max(0, int(str(text)))
-    except ValueError:
-        return 0
+# The most instances (or GPUs) one pod may ask for of one resource: far beyond any node (8 GPUs x 7
+# instances), so a count above it is a mistake, refused for that pod with the reason (never ``[pod] * n``).
+MAX_COUNT = 10000
+_WHOLE = re.compile(r"[0-9]{1,5}\Z")
 
 
-def _container_asks(container: Mapping[str, Any]) -> Dict[str, int]:
+def _count(value: Any) -> Optional[int]:
+    """An extended resource's quantity as a whole count (``"2"``, or the number 2), None when it is none:
+    the API server only admits whole numbers for them (``ValidatePodSpec``: "must be an integer")."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value if 0 <= value <= MAX_COUNT else None
+    text = value if isinstance(value, str) else ""
+    return int(text) if _WHOLE.match(text) and int(text) <= MAX_COUNT else None
+
+
+def _container_asks(container: Mapping[str, Any], bad: List[str]) -> Dict[str, int]:
     resources = container.get("resources") or {}
     asked = dict(resources.get("requests") or {})
     asked.update(resources.get("limits") or {})  # a limit alone sets the request; both must be equal
     out = {}  # type: Dict[str, int]
     for name, value in asked.items():
         profile = profile_of_resource(name)
-        if profile is not None and _count(value):
-            out[profile] = _count(value)
+        if profile is None:
+            continue
+        count = _count(value)
+        if count is None:
+            bad.append("%s=%s" % (name, str(value)[:40]))
+        elif count:
+            out[profile] = count
     return out
 
 
-def pod_asks(pod: Mapping[str, Any]) -> Dict[str, int]:
-    """The MIG profiles (and ``gpu``) a pod asks for, with counts."""
+def _asks(pod: Mapping[str, Any]) -> Tuple[Dict[str, int], str]:
     spec = pod.get("spec") or {}
     total = {}  # type: Dict[str, int]
+    bad = []  # type: List[str]
     for container in spec.get("containers") or ():
-        for profile, n in _container_asks(container).items():
+        for profile, n in _container_asks(container, bad).items():
             total[profile] = total.get(profile, 0) + n
     for container in spec.get("initContainers") or ():
-        for profile, n in _container_asks(container).items():
+        for profile, n in _container_asks(container, bad).items():
             total[profile] = max(total.get(profile, 0), n)
-    return dict(sorted(total.items()))
+    bad += ["%d x %s in all" % (n, p) for p, n in sorted(total.items()) if n > MAX_COUNT]
+    return dict(sorted(total.items())), "; ".join(bad)
+
+
+def pod_asks(pod: Mapping[str, Any]) -> Dict[str, int]:
+    """The MIG profiles (and ``gpu``) a pod asks for, with counts; {} for a pod whose ask cannot be counted
+    (:func:`ask_problem` says why)."""
+    total, bad = _asks(pod)
+    return {} if bad else total
+
+
+def ask_problem(pod: Mapping[str, Any]) -> str:
+    """Why the pod's MIG or GPU request cannot be counted ("" when it can): a count that is no whole number,
+    or beyond :data:`MAX_COUNT`. Such a pod is refused with this reason, never planned for."""
+    bad = _asks(pod)[1]
+    return "asks for %s; a pod may ask for a whole count of 0..%d of each" % (bad, MAX_COUNT) if bad else ""
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -187,7 +215,13 @@ def split_pending(pods: Sequence[Mapping[str, Any]], pools: Mapping[str, Sequenc
     by_pool = {name: [] for name in pools}  # type: Dict[str, List[PodDemand]]
     unmatched = []  # type: List[Tuple[str, str]]
     for pod in pods:
-        if not is_unschedulable(pod) or not pod_asks(pod):
+        if not is_unschedulable(pod):
+            continue
+        wrong = ask_problem(pod)
+        if wrong:  # a count no node could serve (10^29): this pod's refusal, the others go on
+            unmatched.append((pod_key(pod), wrong))
+            continue
+        if not pod_asks(pod):
             continue
         reasons = []
         for name in sorted(pools):
