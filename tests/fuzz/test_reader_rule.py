@@ -30,6 +30,7 @@ from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts
 from node_bootstrap.outside import MAX_INT_DIGITS, OutsideDataError, depth, loads
 from node_bootstrap.request import request_from_options
 from tests.fuzz.harness import _MAKER, RecordingTransport
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.hypothesis
 
@@ -277,3 +278,34 @@ def test_changes_1e400_in_one_node_s_output_fails_that_node_alone():
     text = '{"outcome": "success", "changes": 1e400, "gpus": []}'
     test_a_hostile_node_result_fails_that_node_alone.hypothesis.inner_test(text)
     assert parse_output(text) is None
+
+
+# ---- API server answers -------------------------------------------------------------------------------------
+
+@pytest.mark.kube
+@pytest.mark.parametrize("value, why", [(float("inf"), "not a number JSON allows"),
+                                        (json.loads("[" * 80 + "]" * 80), "nested too deeply")])
+def test_an_api_answer_that_breaks_the_rule_fails_that_call_alone(kube_api, tmp_path, value, why):  # noqa: F811
+    """A list answer holding Infinity (as Go would never write it, and a double or a proxy might) or nesting
+    past 64 levels: the function's client refuses that call with the reason, and the node's client too;
+    another call on the same client still works."""
+    from functions.kube.client import ApiError, KubeApi
+    from node_bootstrap.kube import KubeError, load_kubeconfig
+    from node_bootstrap.kube.client import KubeClient
+
+    kube_api.add_node("n1")
+    pod = kube_api.add_pod("llm", "odd", "n1")
+    with kube_api.lock:
+        pod["spec"]["priority"] = value
+    path = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    api = KubeApi.from_file(str(path), attempts=1)
+    try:
+        with pytest.raises(ApiError, match=why):
+            api.list_pods(namespace="llm")
+        assert [n["metadata"]["name"] for n in api.list_nodes()] == ["n1"]
+    finally:
+        api.close()
+    node = KubeClient(load_kubeconfig(str(path)))
+    with pytest.raises(KubeError, match=why):
+        node.request("GET", "/api/v1/namespaces/llm/pods/odd")
+    assert node.get_node("n1")["metadata"]["name"] == "n1"
