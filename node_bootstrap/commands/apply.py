@@ -9,27 +9,30 @@ import argparse
 import json
 import os
 import socket
+import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .backend import Backend, end_processes, process_ops, reset_gpus
 from ..host.clients import ClientControl, parse_clients
 from ..host.bootunit import check_values
-from .common import as_failure, boot_args, gpus_json, install_boot_unit, read_gpus, stderr_log
+from ..host.holdersunit import check as check_holders
+from .common import as_failure, boot_args, gpus_json, holders_report, install_boot_unit, read_gpus, stderr_log
 from ..kube.deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
 from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, NodeFailure, Terminated
 from ..kube.events import record_final_state
 from ..host.holders import DEFAULT_DEVICE_GLOB, MIG_MINORS, Scope, look, wait_released
+from ..kube.allocations import checkpoint_signature
 from ..kube.client import KubeClient, KubeError, load_kubeconfig, node_name_from_certificate
 from ..host.lock import NodeLock
 from ..kube.migmanager import refuse_if_mig_manager
 from ..mig import MigInputError, PartitionSpec
 from ..kube.nodelabels import NodeLabeler, sequence_label_value
 from ..driver.nvml import NvmlUnavailable, NvmlWriter
-from .holdings import allocations_reader, checkpoint_reader, report_value
+from .holdings import allocations_reader, checkpoint_reader, follow, report_value, same_report
 from .planner import GpuPlan, node_sequence
 from .reconcile import Host, ReleaseScope, reconcile
 from ..host.rebootguard import RebootGuard, kernel_boot_id
-from ..request import request_from_options
+from ..request import GpuLayouts, request_from_options
 from ..driver.sim.driver import mig_minors
 from .simhost import (SimNodeClient, host_root, host_runner, hung_mount_stat, is_host_root, sim_node_client,
                       under)
@@ -316,6 +319,9 @@ def cmd_apply(args, backend):
         apply.allow_destroy = request.destroy and not args.no_destroy
         if args.boot_unit:  # refused before any change, not after the GPUs were partitioned
             check_values(boot_args(args))
+            report = holders_report(args)
+            if report is not None and isinstance(request.spec, GpuLayouts):
+                check_holders(report)
 
     return run_job(apply, prepare)
 
@@ -350,19 +356,32 @@ def run_job(job, prepare):
 
 def cmd_report_holders(args, backend):
     # type: (argparse.Namespace, Backend) -> Tuple[Dict[str, Any], int]
-    """Write ``ack-mig-hook/gpu-holders`` from what the GPUs hold and kubelet allocated now; changes no GPU
-    and no label. Exit 1 (``not-written``) when the annotation could not be written."""
+    """Write ``ack-mig-hook/gpu-holders`` from what the GPUs hold and kubelet allocated now, only where it
+    says something other than the node object has (``at`` aside); changes no GPU and no label. With
+    ``--min-interval`` the holders unit's rounds (:func:`holdings.follow`). Exit 1 (``not-written``) when
+    the last round's report could not be written."""
     log = stderr_log(args)
     labeler = _labeler(args, log)
-    gpus, _ = read_gpus(backend)
+    checkpoint = checkpoint_reader(args, backend)
     client = labeler.client if labeler.enabled else None
-    allocations = allocations_reader(checkpoint_reader(args, backend), client, labeler.node_name, log)()
-    value = report_value(gpus, allocations)
+
+    def once():
+        # type: () -> Tuple[str, str]
+        gpus, _ = read_gpus(backend)
+        value = report_value(gpus, allocations_reader(checkpoint, client, labeler.node_name, log)())
+        if same_report(labeler.holders_now(), value):
+            return value, "unchanged"
+        return value, "written" if labeler.report_holders(value) else ""
+
+    rounds = follow(once, lambda: checkpoint_signature(args.kubelet_checkpoint), time.sleep, time.time,
+                    getattr(args, "min_interval", 0.0))
+    value, how = rounds[-1]
     result = {"command": "report-holders", "backend": backend.name, "outcome": OUTCOME_SUCCESS,
-              "holders": json.loads(value), "node": labeler.node_name}  # type: Dict[str, Any]
-    if labeler.report_holders(value):
-        result["written"] = True
+              "holders": json.loads(value), "node": labeler.node_name, "written": how == "written",
+              "unchanged": how == "unchanged", "rounds": len(rounds),
+              "writes": sum(1 for _, h in rounds if h == "written")}  # type: Dict[str, Any]
+    if how:
         return result, 0
-    result.update(written=False, outcome="failed",
+    result.update(outcome="failed",
                   error={"code": "not-written", "message": labeler.error or "no Kubernetes access (--no-label)"})
     return result, 1

@@ -26,6 +26,7 @@ from .common import (DEFAULT_CLIENT_STOP_TIMEOUT, DEFAULT_STATE_DIR, cmd_install
                        cmd_sim_reboot, cmd_status)
 from ..kube.deviceplugin import METHODS
 from .disable import cmd_disable, cmd_uninstall_boot_unit
+from .holdings import FOLLOW_BUDGET_S
 from ..errors import BadInput, NodeFailure, Terminated
 from ..host.holders import DEFAULT_DEVICE_GLOB
 from ..kube.allocations import DEFAULT_CHECKPOINT
@@ -177,6 +178,11 @@ def build_parser():
             _add_request(sp)
         if name in ("install-boot-unit", "uninstall-boot-unit", "disable"):
             sp.add_argument("--root", default=None, metavar="DIR", help=_ROOT_HELP)
+        if name == "report-holders":
+            sp.add_argument("--min-interval", type=_seconds(0, 600), default=0.0, metavar="SECONDS",
+                            help="stay this long after reporting and report again while kubelet's checkpoint "
+                                 "changed meanwhile, for at most %g s (the holders unit's rate limit; default 0: "
+                                 "report once)" % FOLLOW_BUDGET_S)
         if name == "apply":
             sp.add_argument("--boot-unit", action="store_true",
                             help="after success or reboot-required, install the boot unit for this partition "

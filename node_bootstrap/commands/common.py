@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..host import bootunit
+from ..host import bootunit, holdersunit
 from .backend import Backend
 from ..host.clients import parse_clients
 from ..errors import OUTCOME_SUCCESS, BadInput, NodeFailure
@@ -140,15 +140,36 @@ def boot_args(args):
     return out
 
 
+def holders_report(args):
+    # type: (argparse.Namespace) -> Optional[holdersunit.Report]
+    """What the holders units run report-holders with: the options that reach this node's report (all plain
+    option values, never label text); None with --no-label (it could never write one)."""
+    if getattr(args, "no_label", False):
+        return None
+    checkpoint = os.path.abspath(args.kubelet_checkpoint)
+    out = ["--backend", args.backend]
+    if args.sim_state:
+        out += ["--sim-state", os.path.abspath(args.sim_state)]
+    if not getattr(args, "sim_labels", False):  # a simulated node's labels go to its own stand-in
+        out += ["--kubeconfig", os.path.abspath(args.kubeconfig)]
+    if args.node_name:
+        out += ["--node-name", args.node_name]
+    return holdersunit.Report(out + ["--kubelet-checkpoint", checkpoint], checkpoint)
+
+
 def install_boot_unit(args, spec, root):
     # type: (argparse.Namespace, PartitionSpec, str) -> Dict[str, Any]
-    """Install (or confirm) the boot unit; a failure is reported in the result, never raised."""
+    """Install (or confirm) the boot unit (and for a per-GPU request the holders units); a failure is
+    reported in the result, never raised."""
     try:
-        installed = bootunit.install(spec, root=root, extra_args=boot_args(args), runner=host_runner(args))
+        installed = bootunit.install(spec, root=root, extra_args=boot_args(args), runner=host_runner(args),
+                                     report=holders_report(args))
     except (IOError, OSError) as exc:
         return {"installed": False, "error": "boot unit not written: %s" % exc}
     out = {"installed": not installed.errors, "unit": installed.unit_path, "request": installed.request_path,
            "changed": installed.changed, "commands": installed.commands}  # type: Dict[str, Any]
+    if installed.holders_units:
+        out["holders_units"] = list(installed.holders_units)
     if installed.errors:
         out["error"] = "; ".join(installed.errors)
     return out
@@ -160,7 +181,8 @@ def cmd_install_boot_unit(args, backend):
     parse_clients(args.clients)
     if is_sim(args) and is_host_root(args.root):
         raise BadInput("a simulated node's boot unit goes under --root DIR, never into this machine's /etc")
-    result = bootunit.install(spec, root=args.root, extra_args=boot_args(args), runner=host_runner(args))
+    result = bootunit.install(spec, root=args.root, extra_args=boot_args(args), runner=host_runner(args),
+                              report=holders_report(args))
     return boot_unit_outcome("install-boot-unit", result, "changed")
 
 
@@ -169,6 +191,8 @@ def boot_unit_outcome(command, result, changed_key):
     """The result of install-boot-unit / uninstall-boot-unit (``changed_key``: how each names a change)."""
     out = {"command": command, "outcome": OUTCOME_SUCCESS, "unit": result.unit_path,
            "request": result.request_path, changed_key: result.changed, "commands": result.commands}
+    if result.holders_units:
+        out["holders_units"] = list(result.holders_units)
     if result.errors:
         out.update(outcome="failed", error={"code": "boot-unit-failed", "message": "; ".join(result.errors)})
         return out, 1

@@ -6,7 +6,8 @@ an Event):
 
 1. Read NVML. A GPU with compute processes that needs a change refuses the whole run (``gpu-busy``,
    their PIDs named) before anything changes, unless ``--force``: the same rule as ``apply``.
-2. Remove the boot unit first: a reboot that a pending mode asks for must not bring the layout back.
+2. Remove the boot unit first (and the holders units: no report after the GPUs are off): a reboot that a
+   pending mode asks for must not bring the layout back.
 3. Label the node ``pending``, stop the GPU's clients and wait until they let go, destroy every compute
    instance, then every GPU instance (NVML refuses to turn MIG off while instances exist), then set MIG
    mode off. A mode left pending (Ampere) needs a GPU reset, ``nvidia-smi -r`` where allowed, otherwise
@@ -239,6 +240,8 @@ def remove_boot_unit(args, log):
         log("boot unit removed: %s" % removed.unit_path)
     out = {"removed": removed.changed, "unit": removed.unit_path, "request": removed.request_path,
            "commands": removed.commands}  # type: Dict[str, Any]
+    if removed.holders_units:
+        out["holders_units"] = list(removed.holders_units)
     if removed.errors:
         out["error"] = "; ".join(removed.errors)
     return out

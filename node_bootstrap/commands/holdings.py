@@ -25,9 +25,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..driver.live import LiveGpu, effective_model
 from ..kube.allocations import DEFAULT_CHECKPOINT, Allocations, keep_live, live_uids, read_checkpoint, unknown
+from ..outside import OutsideDataError, loads
 from .simhost import host_root, under
 
 MAX_REPORT_PODS = 512
+MAX_READ_CHARS = 64 * 1024  # what the planner reads too (functions/kube/supply.py MAX_HOLDERS_CHARS)
+# ``report-holders --min-interval``: no new round starts this long after the first one began. A checkpoint
+# that keeps changing is then left to the next trigger (the path unit re-arms when the run ends).
+FOLLOW_BUDGET_S = 120.0
 
 
 def gi_holders(gpu, allocations):
@@ -79,6 +84,60 @@ def report_value(gpus, allocations, now=None):
             rows.append([profile.name, gi.start, holders[0] if holders else None])
         per_gpu[str(gpu.index)] = rows
     return json.dumps({"at": at, "pods": pods, "gpus": per_gpu}, sort_keys=True, separators=(",", ":"))
+
+
+def same_report(current, value):
+    # type: (Optional[str], str) -> bool
+    """Whether the annotation as it stands (``current``, outside data) says what ``value`` says, ``at``
+    aside. One that is missing or cannot be read (the reader rule) never does: it is rewritten."""
+    if current is None:
+        return False
+    try:
+        old = loads(current, "annotation", MAX_READ_CHARS, max_depth=4)
+        new = json.loads(value)
+    except (OutsideDataError, ValueError):
+        return False
+    if not isinstance(old, dict):
+        return False
+    old.pop("at", None)
+    new.pop("at", None)
+    return old == new
+
+
+def follow(report_once, signature, wait, clock, min_interval, budget=FOLLOW_BUDGET_S):
+    # type: (Callable[[], Any], Callable[[], str], Callable[[float], None], Callable[[], float], float, float) -> List[Any]
+    """Rounds of ``report_once`` for the holders unit; pure but for what it is given.
+
+    One round, then (``min_interval`` > 0) a wait of ``min_interval``, and another round only when the
+    checkpoint's ``signature`` changed since the last round read it; it ends once a wait saw no change.
+    So rounds start at least ``min_interval`` apart (the rate limit), and a change made while this runs,
+    which systemd's path unit does not see while its service is active, is reported by this run. Past
+    ``budget`` seconds a change seen after a wait gets one last round and the run ends: a checkpoint that
+    never settles is left to the next start (the path unit re-arms when the service ends). A round that
+    raises ends the run after the same wait, so even a failing service starts at most once per
+    ``min_interval``. Returns every round's result."""
+    start = clock()
+    rounds = []  # type: List[Any]
+
+    def one():
+        # type: () -> None
+        try:
+            rounds.append(report_once())
+        except Exception:  # noqa: BLE001 - re-raised: a round that fails is rate limited too (not SIGTERM)
+            wait(max(min_interval, 0))
+            raise
+
+    while True:
+        before = signature()
+        one()
+        if min_interval <= 0:
+            return rounds
+        wait(min_interval)
+        if signature() == before:
+            return rounds
+        if clock() - start >= budget:
+            one()
+            return rounds
 
 
 def checkpoint_reader(args, backend):

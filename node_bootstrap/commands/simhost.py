@@ -212,6 +212,11 @@ class SimNodeClient(SimNodeLabels):
         # type: (str, Dict[str, Any]) -> None
         self.merge_patch(patch)
 
+    def read_annotations(self, name):
+        # type: (str) -> Dict[str, Any]
+        """The node's annotations as they stand (no ``get_node``: that would say "an API server is here")."""
+        return dict(self.load().get("annotations") or {})
+
 
 def sim_node_client(args):
     # type: (argparse.Namespace) -> Optional[SimNodeClient]

@@ -116,11 +116,16 @@ def _boot_unit_line(command, result):
     # type: (str, Dict[str, Any]) -> List[str]
     if command in ("install-boot-unit", "uninstall-boot-unit") and "unit" not in result:
         return []  # the command was refused before it got to the unit: its error says why
+    holders = ["holders unit %s" % path for path in result.get("holders_units") or []]
     if command == "install-boot-unit":
         return ["%s %s (request %s)" % ("installed" if result["changed"] else "unchanged", result["unit"],
-                                        result["request"])]
+                                        result["request"])] + holders
     if command == "uninstall-boot-unit":
-        return ["removed %s" % result["unit"] if result["removed"] else "no boot unit at %s" % result["unit"]]
+        return (["removed %s" % result["unit"] if result["removed"] else "no boot unit at %s" % result["unit"]] +
+                ["removed " + line for line in holders])
+    if command == "report-holders" and "rounds" in result:
+        return ["holders report %s" % ("written" if result.get("written") else "unchanged" if result.get("unchanged")
+                                       else "not written")]
     unit = result.get("boot_unit")
     if command == "disable" and isinstance(unit, dict):
         if unit.get("error") or unit.get("skipped"):

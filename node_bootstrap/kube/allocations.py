@@ -32,6 +32,7 @@ and without that answer every entry counts (an allocation is never taken for fre
 Pure but for :func:`read_checkpoint` (one bounded file read). Python 3.6, standard library.
 """
 
+import hashlib
 import json
 import re
 import typing
@@ -197,6 +198,19 @@ def read_checkpoint(path):
         return Allocations(True, entries=tuple(parse_checkpoint(data)))
     except CheckpointError as exc:
         return unknown("kubelet's device checkpoint %s %s" % (path, exc))
+
+
+def checkpoint_signature(path):
+    # type: (str) -> str
+    """What the checkpoint at ``path`` holds now, as one short string: the SHA-256 of its bytes, or why it
+    cannot be read. Equal signatures mean the same allocations (kubelet replaces the whole file at every
+    write: a temporary file renamed over it). Never raises."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_CHECKPOINT_BYTES + 1)
+    except (IOError, OSError) as exc:
+        return "unreadable: %s" % (exc.strerror or exc.__class__.__name__)
+    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def live_uids(pods):

@@ -100,6 +100,27 @@ class NodeLabeler(object):
             return False
         return True
 
+    def holders_now(self):
+        # type: () -> Optional[str]
+        """The holders annotation as the node object has it now, so that ``report-holders`` writes only what
+        changed; None when there is none or it cannot be read (then the report is written)."""
+        if not self.enabled:
+            return None
+        assert self.client is not None and self.node_name is not None
+        own = getattr(self.client, "read_annotations", None)  # a simulated node's stand-in (commands/simhost.py)
+        try:
+            if own is not None:
+                annotations = own(self.node_name)
+            else:
+                node = self.client.get_node(self.node_name)
+                meta = node.get("metadata") if isinstance(node, dict) else None
+                annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        except KubeError as exc:
+            self.log("reading %s on node %s failed (it is written): %s" % (HOLDERS_ANNOTATION, self.node_name, exc))
+            return None
+        value = (annotations or {}).get(HOLDERS_ANNOTATION) if isinstance(annotations, dict) else None
+        return value if isinstance(value, str) else None
+
     def clear(self):
         # type: () -> bool
         """Remove every label and annotation this tool writes (MIG turned off): state "cleared"."""

@@ -19,9 +19,11 @@ from functions.delivery.outcome import NodeTarget
 from functions.delivery.transport import ScriptMaker
 from node_bootstrap.driver.sim import driver
 from node_bootstrap.driver.sim.store import SimStore
-from node_bootstrap.host import bootunit
+from node_bootstrap.host import bootunit, holdersunit
+from node_bootstrap.kube.allocations import DEFAULT_CHECKPOINT
 from tests.node.nodecli import NODE_PYTHON
-from tests.support.systemd_unit import SYSTEMD_PATH, Unit, request_under
+from tests.node.test_kubelet_allocations import checkpoint
+from tests.support.systemd_unit import SYSTEMD_PATH, Unit, node_args as unit_node_args, request_under, with_node_args
 
 pytestmark = pytest.mark.skipif(not os.path.isfile(NODE_PYTHON), reason="no .venv-node here (make node-env)")
 
@@ -42,15 +44,17 @@ class DeliveredNode:
         self.bundle = bundle.build()
         self.bundle_dir = os.path.join(os.path.realpath(self.root), "bundles", self.bundle.digest)
 
-    def deliver(self):
+    def deliver(self, partition=None, labels=False):
+        """``labels``: the simulated node's own node object takes them (no --no-label)."""
         transport = LocalTransport(ScriptMaker(self.bundle, 120, self.root, NODE_PYTHON), sim_state_dir=str(self.sims))
-        args = node_args({"kind": "sequence", "value": SEQ},
-                         ["--backend", "sim:H200:2", "--no-label", "--clients=", "--device-plugin-restart", "none"])
+        args = node_args(partition or {"kind": "sequence", "value": SEQ},
+                         ["--backend", "sim:H200:2", "--clients=", "--device-plugin-restart", "none"] +
+                         ([] if labels else ["--no-label"]))
         [result] = transport.run([NodeTarget(IID, "cn-test.10.0.0.1", "127.0.0.1", tuple(args))])
         return result
 
-    def unit(self):
-        with open(os.path.join(self.host, "etc/systemd/system", bootunit.UNIT_NAME)) as fh:
+    def unit(self, name=bootunit.UNIT_NAME):
+        with open(os.path.join(self.host, "etc/systemd/system", name)) as fh:
             return Unit(fh.read())
 
     def reboot(self):
@@ -143,3 +147,55 @@ def test_a_file_planted_in_the_cached_bundle_stops_the_boot_before_it_runs(node,
     node.reboot()
     code, doc, proc = node.boot()
     assert code == 0 and doc["outcome"] == "success" and all(len(gpu) == 3 for gpu in node.layout()), proc.stderr
+
+
+PER_GPU = {"kind": "per-gpu", "gpus": [{"index": i, "layout": [{"profile": "3g.71gb", "start": 0},
+                                                              {"profile": "3g.71gb", "start": 4}]}
+                                       for i in (0, 1)]}
+POD = "0b7c5a7e-3333-4b9e-9c53-5d2a8f0e0003"
+
+
+def test_an_auto_pool_node_reports_its_holders_through_the_bundles_runner(tmp_path, monkeypatch):
+    """Delivered with a per-GPU request, the node gets the holders units; the service runs report-holders
+    through the same checked runner as the boot unit, and writes the simulated node's annotation only when
+    kubelet's allocations say something new."""
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    node = DeliveredNode(tmp_path)
+    assert node.deliver().result["outcome"] == "success"  # a labelled node first: MIG on (a per-GPU request leaves a GPU with MIG off as it is)
+    done = node.deliver(PER_GPU, labels=True)
+    assert done.result and done.result["outcome"] == "success", (done.error, done.message, done.result)
+    assert len(done.result["boot_unit"]["holders_units"]) == 3
+    service = node.unit(holdersunit.SERVICE)
+    argv = service.exec_start()
+    assert argv[:4] == [NODE_PYTHON, "-B", "-I", os.path.join(node.bundle_dir, bootunit.RUNNER_NAME)]
+    assert argv[4:6] == [node.bundle.digest, os.path.realpath(node.root)] and argv[7] == str(holdersunit.DEADLINE_S)
+    assert service.environment() == {}
+    args = unit_node_args(argv)
+    assert args[-4:] == ["report-holders", "--json", "--min-interval", "10"] and "3g.71gb" not in service.text
+    checkpoint_path = os.path.join(node.host, DEFAULT_CHECKPOINT.lstrip("/"))
+    assert node.unit(holdersunit.PATH_UNIT).path_changed() == [checkpoint_path]
+    argv = with_node_args(argv, lambda a: a[:-1] + ["0"])  # the rate limit's wait shortened, nothing else
+
+    with open(node.state) as fh:
+        state = json.load(fh)
+    gi = [g["id"] for g in state["gpus"][1]["gis"] if g["start"] == 4][0]
+    uuid = [u for g, _, u in driver.mig_devices(state, 1) if g == gi][0]
+    os.makedirs(os.path.dirname(checkpoint_path), exist_ok=True)
+    with open(checkpoint_path, "w") as fh:
+        json.dump(checkpoint([(POD, "main", "nvidia.com/mig-3g.71gb", [uuid])]), fh)
+
+    def run():
+        proc = service.start(argv)
+        lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        assert proc.returncode == 0 and lines, (proc.stdout, proc.stderr)
+        with open(os.path.join(node.host, "node-labels.json")) as fh:
+            labels = json.load(fh)
+        return json.loads(lines[-1]), labels
+
+    doc, labels = run()
+    assert doc["written"] is True and "bundle" not in doc
+    report = json.loads(labels["annotations"]["ack-mig-hook/gpu-holders"])
+    assert report["pods"] == [POD] and report["gpus"]["1"] == [["3g.71gb", 0, None], ["3g.71gb", 4, POD]]
+    writes = len(labels["history"])
+    doc, labels = run()
+    assert doc["written"] is False and doc["unchanged"] is True and len(labels["history"]) == writes

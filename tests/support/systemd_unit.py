@@ -1,4 +1,4 @@
-"""A unit file read as systemd reads it, to run a boot unit's command the way systemd would.
+"""A unit file read as systemd reads it, to run a unit's command the way systemd would.
 
 Only what our units use, and strict about the rest (anything else fails the test instead of being guessed):
 
@@ -11,6 +11,7 @@ Only what our units use, and strict about the rest (anything else fails the test
   absolute path.
 - systemd.exec(5), ``Environment=``: space-separated ``VAR=value`` words, quoted like the command line,
   specifiers expanded, no ``$`` expansion.
+- systemd.path(5), ``PathChanged=``: an absolute path, the rest of the line, specifiers expanded, no quoting.
 - systemd.exec(5), "Environment Variables in Spawned Processes": a system service starts with ``PATH`` set to
   systemd's default and nothing else of ours; the working directory is ``/`` (``WorkingDirectory=`` unset).
 """
@@ -135,23 +136,46 @@ class Unit:
                               timeout=timeout)
 
 
-# ---- ack-mig-hook's boot unit ----
+    def path_changed(self) -> List[str]:
+        """systemd.path(5) ``PathChanged=``: the rest of the line (trimmed, no quoting), specifiers expanded;
+        it must be absolute."""
+        out = [specifiers(v) for v in self.values("PathChanged", "Path")]
+        if any(not p.startswith("/") for p in out):
+            raise UnitSyntaxError("PathChanged= must be an absolute path: %r" % out)
+        return out
 
-def request_under(argv: List[str], root: str, config_dir: str = "/etc/ack-mig-hook/") -> List[str]:
-    """The unit's command on a node whose ``/`` is ``root`` (a simulated node's host directory): its request
-    file path moved under ``root``. In the runner's form the path is inside ARGS_B64 (base64 JSON)."""
+
+# ---- ack-mig-hook's units ----
+
+def node_args(argv: List[str]) -> List[str]:
+    """node_bootstrap's arguments in a unit's command: after ``-m node_bootstrap``, or in the runner's form
+    (``python [flags] RUNNER HASH ROOT ARGS_B64 DEADLINE PYTHON INSTANCE NAMES GRACE``) inside ARGS_B64."""
     import base64
     import json
+
+    if "-m" in argv:
+        return argv[argv.index("-m") + 2:]
+    at = [i for i, a in enumerate(argv) if a.endswith("/ack_mig_runner.py")][0] + 3
+    return json.loads(base64.b64decode(argv[at]).decode("utf-8"))
+
+
+def with_node_args(argv: List[str], change) -> List[str]:
+    """The same command with node_bootstrap's arguments passed through ``change`` (a list to a list)."""
+    import base64
+    import json
+
+    if "-m" in argv:
+        at = argv.index("-m") + 2
+        return argv[:at] + change(argv[at:])
+    at = [i for i, a in enumerate(argv) if a.endswith("/ack_mig_runner.py")][0] + 3
+    encoded = base64.b64encode(json.dumps(change(node_args(argv))).encode("utf-8")).decode("ascii")
+    return argv[:at] + [encoded] + argv[at + 1:]
+
+
+def request_under(argv: List[str], root: str, config_dir: str = "/etc/ack-mig-hook/") -> List[str]:
+    """The boot unit's command on a node whose ``/`` is ``root`` (a simulated node's host directory): its
+    request file path moved under ``root``."""
     import os
 
     moved = os.path.join(root, config_dir.lstrip("/"))  # ends in "/" as config_dir does
-
-    def move(args):
-        return [a.replace(config_dir, moved) for a in args]
-
-    if "-m" in argv:  # python -B -m node_bootstrap ARGS
-        return move(argv)
-    # python [flags] RUNNER HASH ROOT ARGS_B64 DEADLINE PYTHON INSTANCE NAMES GRACE
-    at = [i for i, a in enumerate(argv) if a.endswith("/ack_mig_runner.py")][0] + 3
-    args = json.loads(base64.b64decode(argv[at]).decode("utf-8"))
-    return argv[:at] + [base64.b64encode(json.dumps(move(args)).encode("utf-8")).decode("ascii")] + argv[at + 1:]
+    return with_node_args(argv, lambda args: [a.replace(config_dir, moved) for a in args])
