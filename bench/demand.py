@@ -2,6 +2,7 @@
 and departures, against the exact optimum / lower bound and static layouts.
 
   python bench/demand.py [--quick] [--json]
+  python bench/demand.py --peers [--trace PATH] [--json]   # the peers side by side (bench/demand_peers.py)
 
 Per run (trace family x GPU model x pool size): the planner's GPUs (the peak number of GPUs holding a
 running pod), the optimum (max over steps of the integer program's optimum for the pods alive then; exact
@@ -22,6 +23,7 @@ MostAllocated scoring, one pod at a time), in pod order.
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter, defaultdict
@@ -29,7 +31,9 @@ from typing import Dict, List
 
 import _path  # noqa: F401
 
+import demand_alibaba
 import demand_bound
+import demand_peers
 import demand_traces
 from functions.decision.layout import Bounds, GpuSupply, Instance, PodDemand, plan, planner
 from node_bootstrap.mig.catalogue import find_gpu
@@ -198,6 +202,63 @@ RUNS_FULL = [(f, m, n) for f in demand_traces.FAMILIES for m in MODELS for n in 
     [(f, m, 1000) for f in demand_traces.FAMILIES for m in ("A100-80GB",)]
 
 
+# Peers (bench/demand_peers.py): the synthetic families on A100-80GB, a day in half-hour steps (a node is
+# ready one step after it is asked for, removed after one empty step); the trace in 1-minute steps over
+# the last TRACE_DAYS days (a node ready 5 minutes after it is asked for, removed after 10 empty minutes:
+# cluster-autoscaler's default scale-down-unneeded-time).
+PEER_RUNS_FULL = [(f, 16) for f in demand_traces.FAMILIES] + [(f, 64) for f in demand_traces.FAMILIES]
+PEER_RUNS_QUICK = [("mixed", 8)]
+TRACE_FILES = ("openb_pod_list_gpushare100.csv", "openb_pod_list_gpushare20.csv")
+TRACE_DAYS, TRACE_STEP_S, TRACE_BOOT_S, TRACE_IDLE_S = 7, 60, 300, 600
+PEER_MODEL = "A100-80GB"
+
+
+def _names(gpu) -> Dict[str, str]:
+    return {k: gpu.profile_by_id(i).name for k, i in demand_traces.CLASS_IDS.items()}
+
+
+def peer_runs(quick: bool = False, trace_dir: str = None, note=lambda text: None) -> List[dict]:
+    """The peers over the synthetic families and, when its files are there, the production trace."""
+    gpu = find_gpu(MODELS[PEER_MODEL])
+    names = _names(gpu)
+    out = []
+    for family, size in (PEER_RUNS_QUICK if quick else PEER_RUNS_FULL):
+        steps = 12 if quick else demand_traces.STEPS
+        events = demand_traces.trace(family, size, 1, steps)
+        run = demand_peers.compare(gpu, MODELS[PEER_MODEL], events, names, steps, 0.5)
+        run.update(demand="%s (synthetic, load for %d GPUs)" % (family, size))
+        out.append(run)
+    if quick:
+        return out
+    trace_dir = trace_dir or demand_alibaba.default_dir(_path.ROOT)
+    for name in TRACE_FILES:
+        path = os.path.join(trace_dir, name)
+        if not os.path.isfile(path):
+            note("trace rows skipped: %s not found; get cluster-trace-gpu-v2023 from github.com/alibaba/clusterdata "
+                 "and pass --trace DIR (bench/demand_alibaba.py says how)" % path)
+            break
+        events, steps, cost = demand_alibaba.events(demand_alibaba.read_rows(path), TRACE_DAYS, TRACE_STEP_S)
+        run = demand_peers.compare(gpu, MODELS[PEER_MODEL], events, names, steps, TRACE_STEP_S / 3600.0,
+                                   TRACE_BOOT_S // TRACE_STEP_S, TRACE_IDLE_S // TRACE_STEP_S)
+        run.update(demand="%s, last %d days (cluster-trace-gpu-v2023)" % (name, TRACE_DAYS), rounding=cost)
+        out.append(run)
+    return out
+
+
+def _peer_summary(runs: List[dict]) -> dict:
+    return {
+        "peers_demands": len(runs),
+        # strictly, against every peer; "like for like", against the peers that offer every profile (ACK's
+        # sequences leave whole profiles unserved, and a pod never served costs no GPU-hour)
+        "peers_auto_fewest_gpu_hours": sum(1 for r in runs if r["auto_fewest_gpu_hours"]),
+        "peers_auto_fewest_gpu_hours_like_for_like": sum(1 for r in runs if r["auto_fewest_gpu_hours_full_peers"]),
+        "peers_auto_node_hours_over_bound_max_pct": max((r["auto_node_hours_over_bound_pct"] for r in runs
+                                                         if r["auto_node_hours_over_bound_pct"] is not None),
+                                                        default=None),
+        "peers_evicted": sum(p["evicted"] for r in runs for p in r["peers"]),
+    }
+
+
 def measure(quick: bool = False) -> dict:
     runs = [replay(*r) for r in (RUNS_QUICK if quick else RUNS_FULL)]
     small = [r for r in runs if r["pool"] <= EXACT_UP_TO]
@@ -218,6 +279,7 @@ def measure(quick: bool = False) -> dict:
         "demand_flaps": sum(r["flaps"] for r in runs),
         "demand_plan_1000_ms_max": max((r["plan_ms_max"] for r in large), default=None),
         "demand_plan_1000_ms_cold": max((r["plan_ms_cold"] for r in large), default=None),
+        **_peer_summary(peer_runs(quick=True)),  # the full peer runs: ``--peers`` (minutes)
     }
 
 
@@ -243,11 +305,53 @@ def _table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def _peer_table(runs: List[dict]) -> str:
+    lines = []
+    for r in runs:
+        b = r["bound"]
+        lines.append("%s: %d pods, %d steps of %g min; bound %.1f GPU-h (peak %d), %.1f node-h%s" % (
+            r["demand"], r["pods"], r["steps"], r["step_h"] * 60, b["gpu_hours"], b["peak_gpus"], b["node_hours"],
+            "" if b["proven"] else " (not all proven)"))
+        if r.get("rounding"):
+            c = r["rounding"]
+            lines.append("  rounding gpu_milli up to profiles: %.1f instance GPU-h for %.1f fractional (+%.1f%%)" % (
+                c["instance_gpu_hours"], c["fractional_gpu_hours"], c["rounding_cost_pct"]))
+        lines.append("  %-14s %8s %7s %7s %6s %6s %7s %6s %6s %6s %6s %5s" % (
+            "peer", "GPU-h", "node-h", "pk GPU", "pk nd", "served", "waited", "p50m", "p95m", "maxm", "never", "evict"))
+        for p in r["peers"]:
+            lines.append("  %-14s %8.1f %7.1f %7d %6d %6d %7d %6s %6s %6s %6d %5d" % (
+                p["peer"], p["gpu_hours"], p["node_hours"], p["peak_gpus"], p["peak_nodes"], p["served"], p["waited"],
+                _num(p["wait_p50_min"]), _num(p["wait_p95_min"]), _num(p["wait_max_min"]), p["never_served"],
+                p["evicted"]))
+        lines.append("  auto: fewest GPU-h of every peer %s, of the peers offering every profile %s; node-h %+.1f%% "
+                     "against the bound" % ("yes" if r["auto_fewest_gpu_hours"] else "NO",
+                                            "yes" if r["auto_fewest_gpu_hours_full_peers"] else "NO",
+                                            r["auto_node_hours_over_bound_pct"] or 0.0))
+    return "\n".join(lines)
+
+
+def _num(v):
+    return "-" if v is None else "%g" % v
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--peers", action="store_true", help="only the peers side by side (bench/demand_peers.py)")
+    parser.add_argument("--trace", metavar="DIR", help="folder holding cluster-trace-gpu-v2023's openb_pod_list_"
+                        "gpushare*.csv (default: $ACK_MIG_TRACE_DIR, else ../shared/data/cluster-trace-gpu-v2023)")
     args = parser.parse_args(argv)
+    if args.peers:
+        try:
+            runs = peer_runs(args.quick, args.trace, note=lambda text: print(text, file=sys.stderr))
+        except (OSError, demand_alibaba.TraceError) as exc:
+            print("demand.py: %s" % exc, file=sys.stderr)
+            return 2
+        if not args.json:
+            print(_peer_table(runs))
+        print(json.dumps({"peer_runs": runs, **_peer_summary(runs)} if args.json else _peer_summary(runs)))
+        return 0
     result = measure(args.quick)
     if not args.json:
         print(_table(result))

@@ -108,6 +108,27 @@ def min_gpus(gpu: GpuModel, demand: Dict[str, int], integral: bool = True) -> Tu
     return -(-round(value, 6) // 1), False
 
 
+def min_gpu_configs(gpu: GpuModel, demand: Dict[str, int]) -> List[Config]:
+    """One optimal answer of ``min_gpus``' program, a configuration per GPU (the best static pool's GPUs when
+    ``demand`` is each profile's peak); [] when there is none or HiGHS did not prove one in time."""
+    names = tuple(sorted(n for n, k in demand.items() if k > 0))
+    if not names:
+        return []
+    configs = configurations(gpu, names)
+    if any(all(dict(c).get(n, 0) == 0 for c in configs) for n in names):
+        return []
+    import highspy
+    h = _highs()
+    x = [h.addVariable(lb=0, type=highspy.HighsVarType.kInteger) for _ in configs]
+    for n in names:
+        h.addConstr(sum(dict(c).get(n, 0) * v for c, v in zip(configs, x) if dict(c).get(n, 0)) >= demand[n])
+    h.minimize(sum(x))
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return []
+    values = h.getSolution().col_value
+    return [c for c, v in zip(configs, x) for _ in range(int(round(values[v.index])))]
+
+
 def static_layouts(gpu: GpuModel, names: Sequence[str]) -> List[Config]:
     """Every maximal single layout of the profiles in the trace."""
     return list(configurations(gpu, tuple(sorted(names))))

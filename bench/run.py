@@ -66,6 +66,7 @@ TARGETS = [
     ("demand_1000_gap_max_pct", "<=", 3),
     ("demand_mixed_saving_min_pct", ">=", 25),
     ("demand_plan_1000_ms_max", "<=", 1000),
+    ("peers_evicted", "<=", 0),  # the peers sample (bench/demand_peers.py): no peer destroys an instance in use
 ]
 
 

@@ -1,0 +1,121 @@
+"""bench/demand_peers.py (the peers beside the auto pool) and bench/demand_alibaba.py (the production trace
+as MIG demand): each peer's placement rule as its source describes it, the shared autoscaler, the waits,
+the no-eviction rule, and the trace's mapping. The trace rows here are made up in the test (the real data
+is never part of the repository)."""
+
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("highspy")  # the dev extra's: the bound and the static pool
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench"))
+
+import demand  # noqa: E402
+import demand_alibaba  # noqa: E402
+import demand_peers as dp  # noqa: E402
+from demand_traces import PodEvent  # noqa: E402
+from node_bootstrap.mig.catalogue import find_gpu  # noqa: E402
+
+MODEL = "NVIDIA A100-SXM4-80GB"
+GPU = find_gpu(MODEL)
+NAMES = {"1g": "1g.10gb", "2g": "2g.20gb", "3g": "3g.40gb", "4g": "4g.40gb", "7g": "7g.80gb"}
+
+
+def _node(name, *gpus):
+    return dp.Node(name, [dict(g) for g in gpus] + [{} for _ in range(dp.GPUS_PER_NODE - len(gpus))], 0)
+
+
+def test_dra_takes_the_first_free_placement_of_the_first_gpu_that_fits():
+    node = _node("a", {("4g.40gb", 0): "x"})
+    three, four = dp.Pod("p3", "3g.40gb", 0, 5), dp.Pod("p4", "4g.40gb", 0, 5)
+    assert dp.DraFirstFit(GPU).place([node], three) and three.bound == ("a", 0, ("3g.40gb", 4))
+    assert dp.DraFirstFit(GPU).place([node], four) and four.bound == ("a", 1, ("4g.40gb", 0))
+    # a GPU whose compute is spent takes nothing more, though memory slots are free
+    full = _node("b", {("4g.40gb", 0): "x", ("2g.20gb", 4): "y", ("1g.10gb", 6): "z"})
+    one = dp.Pod("p1", "1g.10gb", 0, 5)
+    assert dp.DraFirstFit(GPU).place([full], one) and one.bound[1] == 1
+
+
+def test_hami_binpacks_the_busier_node_and_gpu_not_the_first():
+    idle, busy = _node("a"), _node("b", {("1g.10gb", 0): "x"}, {("3g.40gb", 0): "y"})
+    pod = dp.Pod("p", "1g.10gb", 0, 5)
+    assert dp.Hami(GPU).place([idle, busy], pod)
+    assert pod.bound == ("b", 1, ("1g.10gb", 4))  # the GPU with 3 of 7 slices used, its lowest free start
+
+
+def test_the_shared_autoscaler_adds_a_node_when_pods_wait_and_removes_it_when_empty():
+    events = [PodEvent("ns/a", "o", "3g", 0, 4), PodEvent("ns/b", "o", "3g", 0, 4), PodEvent("ns/c", "o", "1g", 1, 2)]
+    row = dp.simulate(dp.DraFirstFit(GPU), events, NAMES, 8, 0.5, boot_steps=2, idle_steps=1)
+    # no node at first: asked for at step 0, ready at step 2; pod c left at step 2 before any node was there
+    assert row["served"] == 2 and row["never_served"] == 1 and row["wait_max_min"] == 60.0
+    assert row["peak_nodes"] == 1 and row["peak_gpus"] == 1  # both 3g pods on one GPU (first fit)
+    # asked at the end of step 0, billed from step 1 (booting included), removed at the end of its first
+    # empty step (4): 4 steps of half an hour
+    assert row["node_hours"] == 2.0 and row["gpu_hours"] == 1.0 and row["evicted"] == 0
+
+
+def test_a_fixed_sequence_never_serves_a_profile_it_lacks():
+    events = [PodEvent("ns/a", "o", "3g", 0, 3), PodEvent("ns/b", "o", "1g", 0, 3)]
+    ack = [p for p in dp.peers(GPU, MODEL, ["1g.10gb", "3g.40gb"], {"1g.10gb": 1, "3g.40gb": 1})
+           if p.name == "ack-7x1g"][0]
+    row = dp.simulate(ack, events, NAMES, 5, 0.5)
+    assert row["unservable"] == 1 and row["served"] == 1
+
+
+def test_every_peer_over_a_synthetic_day_evicts_nothing_and_no_peer_beats_the_bound():
+    import demand_traces
+    events = demand_traces.trace("mixed", 8, 2, 16)
+    run = dp.compare(GPU, MODEL, events, NAMES, 16, 0.5)
+    assert [p["peer"] for p in run["peers"]][:4] == ["auto", "dra-first-fit", "hami", "static-pool"]
+    assert all(p["evicted"] == 0 for p in run["peers"])
+    static = run["peers"][3]
+    assert static["never_served"] == 0 and static["waited"] == 0  # sized for every profile's peak
+    for p in run["peers"]:  # a peer that served every pod cannot hold fewer GPUs than the repacking bound
+        if p["never_served"] == 0:
+            assert p["gpu_hours"] >= run["bound"]["gpu_hours"]
+
+
+@pytest.mark.parametrize("milli, klass", [(1, "1g"), (142, "1g"), (143, "2g"), (428, "3g"), (429, "4g"),
+                                          (571, "4g"), (572, "7g"), (1000, "7g")])
+def test_gpu_milli_maps_to_the_smallest_profile_whose_compute_covers_it(milli, klass):
+    assert demand_alibaba.slice_class(milli) == klass
+
+
+def _csv(path, rows):
+    head = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+    path.write_text(head + "".join("%s,1000,1024,%d,%d,,LS,Running,%d,%d,%d\n" % (r + (r[3],)) for r in rows))
+    return str(path)
+
+
+def test_the_trace_window_counts_pods_alive_in_it_and_the_rounding_cost(tmp_path):
+    day = 86400
+    path = _csv(tmp_path / "pods.csv", [
+        ("p-cpu", 0, 0, 0, 10 * day),  # CPU only: not demand
+        ("p-old", 1, 500, 0, 9 * day),  # alive when the window opens: arrives at step 0
+        ("p-two", 2, 1000, 9 * day, 9 * day + 3600),  # two GPUs: two 7g pods
+        ("p-last", 1, 200, 10 * day, 10 * day + 60)])  # the last creation ends the window: not in it
+    events, steps, cost = demand_alibaba.events(demand_alibaba.read_rows(path), 2, 3600)
+    assert steps == 48
+    assert [(e.key, e.klass, e.arrive, e.leave) for e in events] == [
+        ("trace/p-old", "4g", 0, 24), ("trace/p-two-0", "7g", 24, 25), ("trace/p-two-1", "7g", 24, 25)]
+    # p-old: 0.5 GPU asked, 4/7 given, for 24 h; p-two: 2 x 1 GPU for 1 h
+    assert cost["fractional_gpu_hours"] == 14.0 and cost["instance_gpu_hours"] == round(24 * 4 / 7 + 2, 1)
+
+
+def test_a_trace_file_without_the_columns_is_one_line_naming_them(tmp_path, monkeypatch, capsys):
+    bad = tmp_path / demand.TRACE_FILES[0]
+    bad.write_text("name,gpu\np,1\n")
+    with pytest.raises(demand_alibaba.TraceError, match="column num_gpu, gpu_milli, creation_time, deletion_time missing"):
+        demand_alibaba.read_rows(str(bad))
+    monkeypatch.setattr(demand, "PEER_RUNS_FULL", [])
+    assert demand.main(["--peers", "--trace", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "column num_gpu" in err and "Traceback" not in err
+
+
+def test_without_the_trace_its_rows_are_skipped_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(demand, "PEER_RUNS_FULL", [("mixed", 8)])
+    notes = []
+    runs = demand.peer_runs(False, str(tmp_path / "absent"), note=notes.append)
+    assert len(runs) == 1 and len(notes) == 1 and "github.com/alibaba/clusterdata" in notes[0]
