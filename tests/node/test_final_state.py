@@ -62,6 +62,14 @@ def test_a_signal_mid_apply_starts_the_clients_again_and_labels_the_node(tmp_pat
     assert node.sim()["gpus"][0]["mig_pending"] == 0  # interrupted before any change
 
 
+def _holds_open(pid, path):
+    fds = "/proc/%d/fd" % pid
+    try:
+        return any(os.readlink(os.path.join(fds, fd)) == path for fd in os.listdir(fds))
+    except OSError:
+        return False
+
+
 def test_sigterm_while_waiting_for_the_lock_is_a_final_result_and_leaves_the_label_to_the_holder(tmp_path,
                                                                                                    kube_api):
     import fcntl
@@ -71,7 +79,12 @@ def test_sigterm_while_waiting_for_the_lock_is_a_final_result_and_leaves_the_lab
     fcntl.flock(fd, fcntl.LOCK_EX)  # another apply is running
     try:
         proc = node.popen("apply", "--sequence", SEQ)
-        time.sleep(1.0)
+        # SIGTERM once the apply waits on the lock (it holds the lock file open then; its handler is set
+        # before): a fixed sleep raced a slow start on a loaded machine and killed it before its handler.
+        lock = os.path.realpath(str(tmp_path / "apply.lock"))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None and not _holds_open(proc.pid, lock):
+            time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
     finally:
