@@ -18,12 +18,12 @@ The marker (annotation ``ack-mig-hook/plan`` of the Lease ``ack-mig-hook-plan-<p
 * ``round``: when the last round began; rounds of one pool begin at least :data:`SPACING_S` apart.
 * ``last``: the last event seen (when, which pod, the event id), which ``doctor`` shows.
 
-Why a coalesced event never loses its pod: the scheduler marks the pod ``Unschedulable`` before it records
-``FailedScheduling``, so by the time the event's ask is written the pod waits. Writes to the marker are
-ordered by the API server (each applies only to the version read). Either the ask landed before the
-holder's end-of-round read, and the holder plans again with a fresh list of Pending pods, which holds the
-pod; or it landed after the holder cleared the marker, and then the event found no holder and planned
-itself. A holder that dies (FC ends it) stops coalescing once its ``until`` has passed, and the pods of
+Why a coalesced event never loses its pod: the event's invocation read the pod as ``Unschedulable``
+(``functions.pipeline.pod_event``) before it writes its ask. Writes to the marker are ordered by the API
+server (each applies only to the version read). Either the ask landed before the holder's end-of-round
+read, and the holder plans again with a list of Pending pods taken after it, which holds the pod (unless it
+was scheduled meanwhile); or it landed after the holder cleared the marker, and then the event found no
+holder and planned itself. A holder that dies (FC ends it) stops coalescing once its ``until`` has passed, and the pods of
 the events it swallowed are planned by the next event of the pool or by the auto pool timer, which never
 coalesces.
 

@@ -40,7 +40,7 @@ from node_bootstrap.driver.sim import driver
 from node_bootstrap.kube import load_kubeconfig
 from tests.delivery.test_auto_pool_e2e import (CLUSTER, INSTANCE, MODEL, POOL, TICK, DevicePlugin, held, lookup,
                                                snapshot, waiting)
-from tests.function.conftest import EVENTS, cloud_env, emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
+from tests.function.conftest import EVENTS, ROOT, cloud_env, emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
@@ -162,6 +162,20 @@ def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emul
                for r in kube_api.requests)
     marker = stored_marker(kube_api)
     assert marker["holder"] == "" and marker["asked"] == 1
+    # Every call the event made is one deploy/rbac.yaml grants (the pod's lookup is a list: no new grant),
+    # and every Lease it wrote is in default.
+    import yaml
+
+    from tests.rollout.test_waves import _rbac
+
+    with open(os.path.join(ROOT, "deploy", "rbac.yaml")) as fh:
+        roles = [d for d in yaml.safe_load_all(fh) if d and d["kind"] in ("ClusterRole", "Role")]
+    granted = {(res, verb) for role in roles for rule in role["rules"] for res in rule["resources"]
+               for verb in rule["verbs"]}
+    used = {_rbac(r.method, r.path) for r in kube_api.requests}
+    assert used <= granted, used - granted
+    assert all(r.path.startswith("/apis/coordination.k8s.io/v1/namespaces/default/")
+               for r in kube_api.requests if "/leases" in r.path)
     assert marker["last"]["pod"] == "llm/llm-7b-5d8f7c9b6d-q4x2m" and marker["last"]["event"] == \
         json.load(open(SAMPLE))["id"]
 
