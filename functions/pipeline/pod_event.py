@@ -93,7 +93,6 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     """The pool's plan, coalesced with the plans other events run: see the module docstring."""
     from node_bootstrap.kube import KubeError
 
-    from functions.base.settings import invocation_s, longest_run_s
     from functions.pipeline.auto_pool import run_tick
     from functions.rollout.plan_marker import MarkerBusy, PlanMarker
     from functions.rollout.run import run_lease_s
@@ -119,6 +118,22 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
                              event_id=request.event_id, outcome="skip", reason=reason, cluster_id=cluster)
     rounds: List[HandlerResult] = []
+    try:
+        _rounds(marker, pool_id, tick, rounds, started, settings, log)
+    except BaseException:  # a bug or FC's end: let the pool go now rather than after a whole run lease
+        _let_go(marker, pool_id, log)
+        raise
+    return _merge(request, cluster, pool_id, rounds)
+
+
+def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], started: float, settings: Any,
+            log: Any) -> None:
+    """The holder's rounds: plan, then again while events asked during the round (the module docstring)."""
+    from node_bootstrap.kube import KubeError
+
+    from functions.base.settings import invocation_s, longest_run_s
+    from functions.rollout.plan_marker import MarkerBusy
+
     while True:
         try:
             planned = marker.begin_round(pool_id)
@@ -145,7 +160,6 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
                 log.warning("plan marker", nodepool_id=pool_id, reason="no time for another round: pods that "
                             "arrived meanwhile wait for the next event or the auto pool timer")
             break
-    return _merge(request, cluster, pool_id, rounds)
 
 
 def _let_go(marker: Any, pool_id: str, log: Any) -> None:

@@ -282,3 +282,25 @@ def test_only_failed_scheduling_events_of_pods_are_taken(cluster):
     result = run(json.dumps(bad), cluster)
     assert result.outcome == "error" and "data.involvedObject.name" in result.reason
     assert server.requests == []  # neither reached the API server
+
+
+def test_a_plan_that_breaks_lets_its_pool_go_at_once(cluster):
+    """An unexpected failure in the holder's round ends the event as one error line, and the marker is let go
+    then, not a run lease later: the next event of the pool plans (the node itself stays with the broken
+    run's rollout record until that record's lease ends, as for any run FC ended)."""
+    server, api, settings, executor, state_file = cluster
+
+    class Broken:
+        def execute(self, request, decisions):
+            if decisions:
+                raise RuntimeError("the transport broke")
+            return []
+
+    waiting(server, "first", "1g.10gb")
+    result = run(pod_event("llm", "first"), cluster, executor=Broken())
+    assert result.outcome == "error" and "RuntimeError: the transport broke" in result.reason, result.reason
+    assert stored_marker(server)["holder"] == ""
+    again = run(pod_event("llm", "first"), cluster)
+    assert again.outcome == "done" and not again.reason.startswith("coalesced"), again.reason
+    (node,) = again.nodes
+    assert "took this node (step applying)" in node["reason"], node
