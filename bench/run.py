@@ -16,6 +16,8 @@ Benchmarks print numbers; they never fail on a number (``met`` says which target
   endless output bench/endless_output.py nodes that never stop writing (real sshd, local): peak RSS
   fuzz           bench/fuzz.py           raw events and hostile labels through the function path
   demand         bench/demand.py         the auto pool planner over a day of pod traces vs the optimum (HiGHS)
+  event latency  bench/event_latency.py  a pod's FailedScheduling event to its node's apply and its instance,
+                                         events against the auto pool timer (test API server, local node)
 """
 
 import argparse
@@ -31,6 +33,7 @@ import _path  # noqa: F401
 import cold_start
 import demand
 import endless_output
+import event_latency
 import fanout
 import fanout_10k
 import fuzz
@@ -67,6 +70,11 @@ TARGETS = [
     ("demand_mixed_saving_min_pct", ">=", 25),
     ("demand_plan_1000_ms_max", "<=", 1000),
     ("peers_evicted", "<=", 0),  # the peers sample (bench/demand_peers.py): no peer destroys an instance in use
+    ("event_apply_start_p50_s", "<=", 5),
+    ("event_apply_start_p95_s", "<=", 15),
+    ("event_instance_p50_s", "<=", 5),
+    ("event_instance_p95_s", "<=", 15),
+    ("event_unserved", "<=", 0),
 ]
 
 
@@ -100,7 +108,8 @@ def run(quick=False, fuzz_examples=0, progress=lambda text: None):
              ("fan-out", lambda: fanout.measure(quick=quick)),
              ("fan-out 10k", fanout_10k.measure),
              ("rollout 10k", rollout_10k.measure),
-             ("demand", lambda: demand.measure(quick=quick))]
+             ("demand", lambda: demand.measure(quick=quick)),
+             ("event latency", lambda: event_latency.measure(quick=quick))]
     if fuzz_examples:
         steps.append(("fuzz", lambda: fuzz.measure(fuzz_examples)))
     for name, step in steps:  # one after another: the fan-out numbers need the cores to themselves

@@ -28,6 +28,7 @@ class Trigger(str, Enum):
     INSTANCE_RUNNING = "instance-running"  # ECS: an instance reached Running
     TIMER = "timer"  # periodic reconcile of every labelled pool
     MANUAL = "manual"  # someone invoked the function with the manual payload
+    POD_UNSCHEDULABLE = "pod-unschedulable"  # ACK (kube-eventer): the scheduler found no room for a pod
     TEST = "test"  # ESS lifecycle hook test notification: acknowledged, nothing to do
     UNKNOWN = "unknown"  # not recognised (only ever in a skip or error result)
 

@@ -34,6 +34,15 @@ class InvalidTarget(_Model):
     reason: str
 
 
+class PodRef(_Model):
+    """The pod a Kubernetes ``FailedScheduling`` event is about (its ``involvedObject``): only a trigger,
+    the pod itself is read from the API server (functions/pipeline/pod_event.py)."""
+
+    namespace: str
+    name: str
+    uid: Optional[str] = None
+
+
 class Request(_Model):
     """One normalized request, whatever the source. Empty ``instance_ids`` means: every node of the pool(s)
     (``nodepool_id`` / ``scaling_group_id``), or with neither, every pool that carries a partition label,
@@ -53,6 +62,9 @@ class Request(_Model):
     # The auto pool timer (template.yml AutoPoolTimer, payload {"auto_pools": true}): re-plan every pool labelled
     # ack-mig-hook/layout=auto (functions/pipeline/auto_pool.py) and nothing else.
     auto_pools: bool = False
+    # A pod the scheduler could not place (cs:k8s:PodRelatedEvent, reason FailedScheduling): the step of the
+    # auto pool it could land on runs (functions/pipeline/pod_event.py) and nothing else.
+    pod: Optional[PodRef] = None
 
 
 # ---- the cluster as the lookup sees it (converted from the CS API's own shapes) ----

@@ -381,6 +381,8 @@ def _print(args, result: Dict[str, Any], text: str) -> None:
 
 NEXT_STEPS = """next:
   1. label a GPU node pool (ACK console > Node Pools > Edit > Node Labels), e.g.
-     ack.aliyun.com/gpu-partition-size=1g.5gb
+     ack.aliyun.com/gpu-partition-size=1g.5gb, or ack-mig-hook/layout=auto to
+     follow the pods that wait (in seconds with ack-node-problem-detector's
+     EventBridge sink: docs/auto-pools.md "Pod events")
   2. check the function sees it:  ack-mig-hook doctor --cluster-id %(cluster)s --region %(region)s
   3. watch the nodes:  kubectl get nodes -L nvidia.com/mig.config.state,aliyun.accelerator/nvidia_mig_sequence"""

@@ -17,6 +17,9 @@ Checks, each one line (``ok``, ``warn`` or ``PROBLEM``) with what to do about it
   ``DescribeSecurityGroupAttribute`` for its egress rules, judged by functions/commands/stack/egress.py);
 * nodes: the Cloud Assistant agent of each node in a labelled pool is online and new enough for the
   built-in parameters (Linux agent >= 2.2.3.309, RunCommand docs);
+* pod events (only with an auto pool, ``ack-mig-hook/layout=auto``): kube-eventer runs in kube-system with
+  an EventBridge sink (and how often it pushes), the stack holds the pod event rule (``PodEventTrigger``), and
+  when the function last saw a pod's ``FailedScheduling`` event (each pool's plan marker Lease);
 * Kubernetes: the ``ack-mig-hook`` ClusterRole holds every rule of ``deploy/rbac.yaml`` and is bound;
   a RoleBinding in ``default`` grants ``events create`` through ``ack-mig-hook-events`` (the Role of
   ``deploy/rbac.yaml``, or the stack's ClusterRole of that name bound at namespace level); the NVIDIA device plugin runs with ``--mig-strategy=mixed``; NVIDIA GPU Operator's mig-manager is
@@ -45,6 +48,10 @@ RBAC_API = "/apis/rbac.authorization.k8s.io/v1"
 AGENT_MIN = PARAMETER_AGENT
 MIG_MANAGER_LABEL = "nvidia.com/mig.config"
 TRIGGER_TYPE = "ALIYUN::FC3::Trigger"
+POD_EVENT_TRIGGER = "PodEventTrigger"  # template.yml: the EventBridge rule of pod FailedScheduling events
+# kube-eventer (AliyunContainerService/kube-eventer, main.go): --sink=eventbridge:... sends to EventBridge, and
+# --frequency (a Go duration, 30s by default) is how often it pushes what it has gathered.
+EVENTER_DEFAULT_FREQUENCY = "30s"
 # DescribeSecurityGroupAttribute pages rules by MaxResults (at most 1000, SDK model); the groups of one network
 # interface hold at most 1000 rules in all (ECS limits), so one page is the rule and three a generous bound.
 RULE_PAGE, RULE_PAGES = 1000, 3
@@ -137,6 +144,75 @@ def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]
         out.append(Check("ok" if done else "PROBLEM", "trigger %s" % r.get("LogicalResourceId"),
                          "%s%s" % (r.get("Status"), "" if done else ": " + str(r.get("StatusReason", ""))[:160])))
     return out
+
+
+def _go_seconds(text: str) -> Optional[float]:
+    """A Go duration as kube-eventer's flag takes it (``30s``, ``1m``, ``1m30s``, ``500ms``), in seconds."""
+    import re
+
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(float(n) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[u] for n, u in parts)
+
+
+def pod_event_checks(auto_pools: List[str], stack_found: bool, resources: List[Dict[str, Any]],
+                     pods: List[Dict[str, Any]], markers: Dict[str, Any], now: float) -> List[Check]:
+    """Whether pod events reach the function, for the auto pools (their ids) only: the source in the cluster,
+    the rule in the stack, and the last event each pool's plan marker saw (``None``: not read)."""
+    if not auto_pools:
+        return []
+    out = []
+    eventers = [p for p in pods if "eventer" in (p.get("metadata") or {}).get("name", "")]
+    sinks = [(p, [a for a in _pod_args(p) if a.startswith("--sink=eventbridge")]) for p in eventers]
+    sending = [(p, s) for p, s in sinks if s]
+    if sending:
+        pod, _ = sending[0]
+        frequency = next((a.split("=", 1)[1] for a in _pod_args(pod) if a.startswith("--frequency=")),
+                         EVENTER_DEFAULT_FREQUENCY)
+        seconds = _go_seconds(frequency)
+        late = seconds is None or seconds > 10
+        out.append(Check("warn" if late else "ok", "pod events", "%s sends Kubernetes events to EventBridge every %s "
+                         "(--frequency)%s" % (pod["metadata"]["name"], frequency,
+                                              ": a waiting pod's event reaches the function up to that late; set "
+                                              "--frequency=5s for starts in seconds" if late else "")))
+    elif eventers:
+        out.append(Check("warn", "pod events", "%s runs without an EventBridge sink: auto pools wait for their "
+                         "timer (AutoPoolSchedule); enable the EventBridge sink of ack-node-problem-detector"
+                         % eventers[0]["metadata"]["name"]))
+    else:
+        out.append(Check("warn", "pod events", "no kube-eventer in kube-system: auto pools wait for their timer "
+                         "(AutoPoolSchedule); install ack-node-problem-detector with the EventBridge sink "
+                         "(docs/auto-pools.md)"))
+    if stack_found:
+        rule = [r for r in resources if r.get("LogicalResourceId") == POD_EVENT_TRIGGER]
+        if not rule:
+            out.append(Check("PROBLEM", "pod event rule", "the stack has no %s: pod events never reach the "
+                             "function; run ack-mig-hook deploy" % POD_EVENT_TRIGGER))
+        elif str(rule[0].get("Status", "")).endswith("_COMPLETE"):
+            out.append(Check("ok", "pod event rule", "%s: FailedScheduling of this cluster's pods reaches the "
+                             "function" % POD_EVENT_TRIGGER))
+    for pool in auto_pools:
+        marker = markers.get(pool)
+        if marker is None:
+            continue
+        last = marker.last or {}
+        if not last.get("at"):
+            out.append(Check("warn", "last pod event", "pool %s: none seen yet (one comes when a MIG pod of the "
+                             "pool waits; if some have waited, events do not arrive)" % pool))
+            continue
+        ago = max(0, int(now - float(last["at"])))
+        out.append(Check("ok", "last pod event", "pool %s: %s ago, pod %s%s" % (
+            pool, _ago(ago), last.get("pod") or "?",
+            "; a plan runs now" if marker.live(now) else "")))
+    return out
+
+
+def _ago(seconds: int) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return "%d %s" % (seconds // size, unit)
+    return "%d s" % seconds
 
 
 def network_checks(network: Any, params: Dict[str, str], stack_found: bool, egress: Any = None) -> List[Check]:
@@ -331,7 +407,8 @@ def _gather(args) -> List[Check]:
     stacks = Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT))
     stack = common.find_stack(stacks, args)
     detail = stacks.get(stack["StackId"]) if stack else None
-    checks += stack_checks(detail, stacks.resources(stack["StackId"]) if stack else [], args.stack_name)
+    resources = stacks.resources(stack["StackId"]) if stack else []
+    checks += stack_checks(detail, resources, args.stack_name)
     params = {str(p.get("ParameterKey")): str(p.get("ParameterValue") or "") for p in (detail or {}).get("Parameters")
               or []}
     try:
@@ -349,7 +426,10 @@ def _gather(args) -> List[Check]:
         if has_partition_label(pool):
             names.update({n.instance_id: n.node_name or "" for n in cs.nodes(args.cluster_id, pool.nodepool_id)})
     checks += agent_checks(_agent_rows(config, sorted(names)), names)
-    checks += _kube_checks(args, config)
+    from functions.decision.layout import LAYOUT_LABEL
+
+    auto = sorted(p.nodepool_id for p in pools if LAYOUT_LABEL in p.labels)
+    checks += _kube_checks(args, config, auto, detail is not None, resources)
     return checks
 
 
@@ -434,8 +514,20 @@ def _node_facts(node: Dict[str, Any]) -> Dict[str, Any]:
                                                               if k == MIG_MANAGER_LABEL}}}
 
 
+def _safe_args(words: List[Any]) -> List[str]:
+    """A container's command or args as doctor keeps them: a kube-eventer sink is only its kind (a sink URI
+    may carry an access key and secret), everything else as it is."""
+    out = []
+    for word in words:
+        word = str(word)
+        if word.startswith("--sink="):
+            word = "--sink=" + word[len("--sink="):].split(":", 1)[0].split("?", 1)[0][:32]
+        out.append(word)
+    return out
+
+
 def _pod_facts(pod: Dict[str, Any]) -> Dict[str, Any]:
-    containers = [{"command": c.get("command") or [], "args": c.get("args") or [],
+    containers = [{"command": _safe_args(c.get("command") or []), "args": _safe_args(c.get("args") or []),
                    "env": [e for e in c.get("env") or [] if e.get("name") == "MIG_STRATEGY"]}
                   for c in (pod.get("spec") or {}).get("containers") or []]
     return {"metadata": {"name": (pod.get("metadata") or {}).get("name", "")}, "spec": {"containers": containers}}
@@ -444,7 +536,36 @@ def _pod_facts(pod: Dict[str, Any]) -> Dict[str, Any]:
 KUBE_AREAS = ("rbac", "device plugin", "mig-manager")  # what _kube_checks reports from the cluster's API
 
 
-def _kube_checks(args, config) -> List[Check]:
+def _markers(client, auto_pools: List[str]) -> Dict[str, Any]:
+    """Each auto pool's plan marker (functions/decision/coalesce.py), read only; a pool without one yet has an
+    empty marker. None for a pool whose Lease could not be read (the check line is left out)."""
+    from node_bootstrap.kube import KubeError
+
+    from functions.decision import coalesce as co
+    from functions.rollout.plan_marker import marker_lease
+
+    out: Dict[str, Any] = {}
+    for pool in auto_pools:
+        try:
+            lease = _get(client, "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s"
+                         % (EVENTS_NAMESPACE, marker_lease(pool)))
+        except KubeError:
+            out[pool] = None
+            continue
+        text = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(co.MARKER_ANNOTATION)
+        out[pool] = co.read_marker(text, _now(client), 1e9)
+    return out
+
+
+def _now(client) -> float:
+    import time
+
+    server = client.server_time() if hasattr(client, "server_time") else None
+    return time.time() if server is None else server
+
+
+def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = False,
+                 resources: List[Dict[str, Any]] = ()) -> List[Check]:
     from node_bootstrap.kube import KubeError
 
     from functions.kube.client import ClusterCredential, KubeApi
@@ -470,11 +591,13 @@ def _kube_checks(args, config) -> List[Check]:
                             % (EVENTS_NAMESPACE, str(exc).splitlines()[0][:160]))]
         nodes = client.list_all("/api/v1/nodes", reduce=_node_facts)
         pods = client.list_all("/api/v1/namespaces/kube-system/pods", reduce=_pod_facts)
+        markers = _markers(client, list(auto_pools))
     except KubeError as exc:
         # Once: the cause names the server (host:port); the areas it stopped are listed, not left out.
         return [Check("PROBLEM", "kubernetes", "cannot read the cluster's API: %s" % str(exc).splitlines()[0][:200])] \
             + [Check("warn", area, "not checked: the cluster's API could not be read (above)") for area in KUBE_AREAS]
-    return rbac_checks(role, bindings) + events + cluster_checks(nodes, pods)
+    return (rbac_checks(role, bindings) + events + cluster_checks(nodes, pods)
+            + pod_event_checks(list(auto_pools), stack_found, list(resources), pods, markers, _now(client)))
 
 
 def _events_grant(client) -> "tuple":

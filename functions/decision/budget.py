@@ -55,11 +55,12 @@ class Slot:
     expires: float
 
 
-def lease_name(pool_id: str) -> str:
+def lease_name(pool_id: str, prefix: str = LEASE_PREFIX) -> str:
     """The pool's Lease: a DNS subdomain name (lower case, ``[a-z0-9.-]``, at most 253 characters).
-    ACK pool ids are ``np`` and hexadecimal digits, so the mapping is one to one for them."""
+    ACK pool ids are ``np`` and hexadecimal digits, so the mapping is one to one for them. ``prefix``: the
+    budget's Lease by default; the plan marker's is ``ack-mig-hook-plan-`` (functions/decision/coalesce.py)."""
     text = _NAME_CHARS.sub("-", pool_id.lower()).strip("-.") or "none"
-    return (LEASE_PREFIX + text)[:253].rstrip("-.")
+    return (prefix + text)[:253].rstrip("-.")
 
 
 def _expiry(value: object) -> Optional[float]:

@@ -26,7 +26,13 @@ LIFECYCLE_SCALE_OUT = "ess:LifecycleHook:ScaleOut"
 LIFECYCLE_TEST = "ess:LifecycleHook:Test"
 ACTIONTRAIL_TYPES = ("cs:ActionTrail:ApiCall", "cs:ActionTrail:ConsoleOperation")
 ECS_STATE_CHANGE = "ecs:Instance:StateChange"
-HANDLED_TYPES = SCALE_OUT_TYPES + (LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST) + ACTIONTRAIL_TYPES + (ECS_STATE_CHANGE,)
+# Kubernetes events of pods, as ACK's kube-eventer (ack-node-problem-detector, EventBridge sink) publishes them:
+# type cs:k8s:<involvedObject.kind>RelatedEvent, data the v1 Event (AliyunContainerService/kube-eventer,
+# sinks/eventbridge/driver.go). Only FailedScheduling matters (functions/pipeline/pod_event.py).
+POD_EVENT = "cs:k8s:PodRelatedEvent"
+FAILED_SCHEDULING = "FailedScheduling"
+HANDLED_TYPES = (SCALE_OUT_TYPES + (LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST) + ACTIONTRAIL_TYPES + (ECS_STATE_CHANGE,)
+                 + (POD_EVENT,))
 
 # The manual payload's fields (functions.pipeline.intake.ManualPayload checks the same names and their types).
 MANUAL_FIELDS = ("cluster_id", "nodepool_id", "instance_ids", "dry_run", "auto_pools")
@@ -49,6 +55,7 @@ KIND_MANUAL = "manual"
 # Trigger values used in skip results decided here (functions.base.model.Trigger holds the same values).
 _TRIGGER_TEST = "test"
 _TRIGGER_UNKNOWN = "unknown"
+_TRIGGER_POD = "pod-unschedulable"
 
 
 class Envelope(NamedTuple):
@@ -158,6 +165,11 @@ def read_envelope(raw: Any) -> Envelope:
         if etype not in HANDLED_TYPES:
             raise SkipEvent("event type %s is not handled; handled: %s" % (shown(etype), ", ".join(HANDLED_TYPES)),
                             _TRIGGER_UNKNOWN, etype[:200])
+        data = body.get("data")
+        if etype == POD_EVENT and isinstance(data, dict) and data.get("reason") != FAILED_SCHEDULING:
+            # The rule lets only FailedScheduling through; anything else sent by hand ends here, before pydantic.
+            raise SkipEvent("pod event %s is not handled; only %s" % (shown(data.get("reason")), FAILED_SCHEDULING),
+                            _TRIGGER_POD, etype)
         return Envelope(KIND_CLOUDEVENT, body)
     if "content" in body and ("resourceArn" in body or "userId" in body):
         return Envelope(KIND_MNS, body)

@@ -18,11 +18,12 @@ from typing import Annotated, Any, Dict, List, Mapping, Optional
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from functions.pipeline.envelope import (ACTIONTRAIL_TYPES, ECS_STATE_CHANGE, HANDLED_TYPES, KIND_CLOUDEVENT, KIND_MNS, KIND_TIMER,
-                       LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST, MANUAL_FIELDS, MAX_INSTANCE_IDS, MAX_TEXT,
-                       SCALE_OUT_TYPES, Envelope, read_envelope, shown as _shown)
+from functions.pipeline.envelope import (ACTIONTRAIL_TYPES, ECS_STATE_CHANGE, FAILED_SCHEDULING, HANDLED_TYPES,
+                       KIND_CLOUDEVENT, KIND_MNS, KIND_TIMER, LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST, MANUAL_FIELDS,
+                       MAX_INSTANCE_IDS, MAX_TEXT, POD_EVENT, SCALE_OUT_TYPES, Envelope, read_envelope,
+                       shown as _shown)
 from functions.base.errors import BadEvent, SkipEvent
-from functions.base.model import InvalidTarget, LifecycleHook, Request, Trigger
+from functions.base.model import InvalidTarget, LifecycleHook, PodRef, Request, Trigger
 from node_bootstrap.outside import OutsideDataError, loads
 
 __all__ = ["HANDLED_TYPES", "LIFECYCLE_TEST", "NODEPOOL_OPERATIONS", "parse_envelope", "parse_event"]
@@ -237,6 +238,31 @@ class EcsStatePayload(BaseModel):
         return _instance_ids([v])[0]
 
 
+# Kubernetes object names (apimachinery validation): a namespace is a DNS label, a pod name a DNS subdomain.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
+_UID = re.compile(r"^[A-Za-z0-9-]{1,64}\Z")
+# kube-eventer's subject: acs:cs:<region>:<account>:<cluster id>/apis/<version>/namespaces/<ns>/<resource>/<name>
+_SUBJECT_CLUSTER = re.compile(r"^acs:cs:[^:/]*:[^:/]*:([A-Za-z0-9][A-Za-z0-9_.\-]{0,127})/apis/")
+
+
+class InvolvedObject(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    kind: Text
+    namespace: Text
+    name: Text
+    uid: Optional[Text] = None
+
+
+class PodEventPayload(BaseModel):
+    """The Kubernetes v1 Event (core/v1, camelCase JSON) kube-eventer puts in ``data``: only what names the pod
+    and why is read; its times and message are the scheduler's and are not needed (the pod is read again)."""
+
+    model_config = ConfigDict(extra="ignore")
+    involvedObject: InvolvedObject
+    reason: Text
+
+
 # ---- helpers ----
 
 
@@ -384,6 +410,8 @@ def _from_cloudevent(event: CloudEvent) -> Request:
                        **common)
     if etype in ACTIONTRAIL_TYPES:
         return _from_actiontrail(event, common)
+    if etype == POD_EVENT:
+        return _from_pod_event(event, common)
     if etype == ECS_STATE_CHANGE:
         state = _validate(EcsStatePayload, _flatten_content(event.data), "data")
         if state.state.lower() != "running":
@@ -423,3 +451,29 @@ def _from_actiontrail(event: CloudEvent, common: Dict[str, Any]) -> Request:
         raise BadEvent("event field data.requestParameters: %s" % exc) from None
     return Request(trigger=Trigger.NODEPOOL_OPERATION, cluster_id=cluster, nodepool_id=pool,
                    **dict(common, region=common["region"] or trail.acsRegion))
+
+
+def _from_pod_event(event: CloudEvent, common: Dict[str, Any]) -> Request:
+    """A pod the scheduler found no room for. The subject names the cluster (kube-eventer writes
+    ``acs:cs:<region>:<account>:<cluster id>/apis/v1/namespaces/<ns>/pods/<name>``); the pod is only named
+    here, never trusted: the auto pool step reads it from the API server."""
+    payload = _validate(PodEventPayload, _maybe_json(event.data, "data"), "data")
+    etype, trigger = event.type, Trigger.POD_UNSCHEDULABLE.value
+    if payload.reason != FAILED_SCHEDULING:
+        raise SkipEvent("pod event %s is not handled; only %s" % (_shown(payload.reason), FAILED_SCHEDULING),
+                        trigger, etype)
+    obj = payload.involvedObject
+    if obj.kind != "Pod":
+        raise SkipEvent("event about a %s, not a Pod" % _shown(obj.kind), trigger, etype)
+    if not _DNS_LABEL.match(obj.namespace):
+        raise BadEvent("event field data.involvedObject.namespace: %s is not a namespace name; expected a DNS "
+                       "label (a-z, 0-9, '-', at most 63 characters)" % _shown(obj.namespace))
+    if not _DNS_SUBDOMAIN.match(obj.name):
+        raise BadEvent("event field data.involvedObject.name: %s is not a pod name; expected a DNS subdomain "
+                       "(a-z, 0-9, '-', '.', at most 253 characters)" % _shown(obj.name))
+    if obj.uid and not _UID.match(obj.uid):
+        raise BadEvent("event field data.involvedObject.uid: %s is not a uid; expected letters, digits and '-'"
+                       % _shown(obj.uid))
+    found = _SUBJECT_CLUSTER.match(event.subject or "")
+    return Request(trigger=Trigger.POD_UNSCHEDULABLE, cluster_id=found.group(1) if found else None,
+                   pod=PodRef(namespace=obj.namespace, name=obj.name, uid=obj.uid or None), **common)

@@ -34,16 +34,21 @@ FRESH = "i-2zeauto0a100x80g02"
 
 
 def lookup(fresh=False):
+    return InventoryLookup.from_dict(snapshot(fresh))
+
+
+def snapshot(fresh=False):
+    """The cluster as the ACK API lists it (the --inventory format; the CS emulator serves the same)."""
     extra = [{"instance_id": FRESH, "node_name": "gpu-new", "nodepool_id": POOL, "state": "running",
               "instance_type": "ecs.ebmgn7e.32xlarge", "ip_address": ["127.0.0.1"]}] if fresh else []
-    return InventoryLookup.from_dict({
+    return {
         "cluster_id": CLUSTER,
         "nodepools": [{"nodepool_info": {"nodepool_id": POOL, "name": "llm-auto"},
                        "kubernetes_config": {"labels": [{"key": "ack-mig-hook/layout", "value": "auto"}]},
                        "auto_scaling": {"enable": True},
                        "scaling_group": {"scaling_group_id": "asg-auto", "instance_types": ["ecs.ebmgn7e.32xlarge"]}}],
         "nodes": [{"instance_id": INSTANCE, "node_name": "gpu-a", "nodepool_id": POOL, "state": "running",
-                   "instance_type": "ecs.ebmgn7e.32xlarge", "ip_address": ["127.0.0.1"]}] + extra})
+                   "instance_type": "ecs.ebmgn7e.32xlarge", "ip_address": ["127.0.0.1"]}] + extra}
 
 
 def waiting(api, name, profile):

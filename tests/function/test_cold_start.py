@@ -45,6 +45,18 @@ def test_irrelevant_events_stay_light():
         assert loaded_after(snippet) == [], name
 
 
+def test_a_pod_event_other_than_failed_scheduling_ends_before_pydantic(tmp_path):
+    """The rule lets only FailedScheduling through; any other pod event that arrives ends in stage 1."""
+    event = json.load(open(os.path.join(EVENTS, "ack_pod_failed_scheduling.json")))
+    event["data"]["reason"] = "Pulled"
+    path = tmp_path / "pulled.json"
+    path.write_text(json.dumps(event))
+    snippet = ("from functions.handler import handler\n"
+               "out = handler(open(%r, 'rb').read(), None)\n"
+               "assert 'only FailedScheduling' in out, out" % str(path))
+    assert loaded_after(snippet, heavy=("pydantic", "pydantic_core")) == []
+
+
 def test_snapshot_dry_run_needs_no_sdk():
     snippet = ("from functions.pipeline.event import run_event\n"
                "from functions.base.logs import JsonLogger\n"

@@ -315,3 +315,65 @@ def test_a_network_that_cannot_be_read_is_one_problem_among_the_checks(cloud, ca
     lines = {(c["area"], c["status"]): c["text"] for c in json.loads(out)["checks"]}
     assert code == 1 and "Forbidden.RAM" in lines[("network", "PROBLEM")]
     assert "cs:DescribeClusterDetail" in lines[("network", "PROBLEM")] and ("mig-manager", "ok") in lines
+
+
+AUTO_POOL = "np0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+
+
+def eventer_pod(args):
+    """ack-node-problem-detector's eventer (kube-eventer) as ACK runs it in kube-system."""
+    return {"metadata": {"name": "ack-node-problem-detector-eventer-598b6bf66b-m2n7p", "namespace": "kube-system"},
+            "spec": {"containers": [{"name": "eventer", "command": ["/kube-eventer"], "args": list(args)}]}}
+
+
+def test_pod_event_checks_say_whether_events_can_arrive_and_when_the_last_one_did():
+    from functions.decision.coalesce import Marker
+
+    rule = [{"LogicalResourceId": "PodEventTrigger", "Status": "CREATE_COMPLETE"}]
+    assert doctor.pod_event_checks([], True, rule, [], {}, 0.0) == []  # no auto pool: not a concern
+    fast = eventer_pod(["--source=kubernetes:https://kubernetes.default", "--sink=eventbridge", "--frequency=5s"])
+    seen = {AUTO_POOL: Marker(last={"at": 1000.0, "pod": "llm/a", "event": "e"})}
+    checks = doctor.pod_event_checks([AUTO_POOL], True, rule, [fast], seen, 1090.0)
+    by = {c.area: c for c in checks}
+    assert by["pod events"].status == "ok" and "every 5s" in by["pod events"].text
+    assert by["pod event rule"].status == "ok"
+    assert by["last pod event"].status == "ok" and "1 min ago, pod llm/a" in by["last pod event"].text
+    slow = eventer_pod(["--sink=eventbridge"])  # kube-eventer's default frequency: 30 s
+    checks = doctor.pod_event_checks([AUTO_POOL], True, [], [slow], {AUTO_POOL: Marker()}, 1090.0)
+    by = {c.area: c for c in checks}
+    assert by["pod events"].status == "warn" and "every 30s" in by["pod events"].text
+    assert by["pod event rule"].status == "PROBLEM" and "PodEventTrigger" in by["pod event rule"].text
+    assert by["last pod event"].status == "warn" and "none seen yet" in by["last pod event"].text
+    other = eventer_pod(["--sink=sls"])
+    line = doctor.pod_event_checks([AUTO_POOL], False, [], [other], {}, 0.0)[0]
+    assert line.status == "warn" and "without an EventBridge sink" in line.text
+    assert "no kube-eventer" in doctor.pod_event_checks([AUTO_POOL], False, [], [], {}, 0.0)[0].text
+
+
+def test_doctor_reads_the_eventer_and_the_plan_marker_of_an_auto_pool(cloud, capsys):
+    import time
+
+    from functions.decision import coalesce as co
+    from functions.rollout.plan_marker import marker_lease
+
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    emulator.nodepools.append({"nodepool_info": {"nodepool_id": AUTO_POOL, "name": "llm-auto"},
+                               "kubernetes_config": {"labels": [{"key": "ack-mig-hook/layout", "value": "auto"}]}})
+    secret = "accessKeySecret=s3cr3t-" + "x" * 8
+    kube.add_pod("kube-system", "ack-node-problem-detector-eventer-598b6bf66b-m2n7p", "node-a")
+    kube.pods[("kube-system", "ack-node-problem-detector-eventer-598b6bf66b-m2n7p")].update(eventer_pod(
+        ["--sink=eventbridge:https://eventbridge.cn-beijing.aliyuncs.com?%s" % secret, "--frequency=5s"]))
+    kube.leases[("default", marker_lease(AUTO_POOL))] = kube._stamp({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": marker_lease(AUTO_POOL), "namespace": "default", "uid": "lease-1",
+                     "annotations": {co.MARKER_ANNOTATION: json.dumps(
+                         {"holder": "", "until": 0, "asked": 4,
+                          "last": {"at": time.time() - 30, "pod": "llm/waiting", "event": "e"}})}},
+        "spec": {}})
+    code, out, err = doctor_run(capsys, emulator, kubeconfig, "--json")
+    lines = {(c["area"], c["status"]): c["text"] for c in json.loads(out)["checks"]}
+    assert "every 5s" in lines[("pod events", "ok")]
+    assert "PodEventTrigger" in lines[("pod event rule", "ok")]
+    assert "pod llm/waiting" in lines[("last pod event", "ok")]
+    assert "s3cr3t" not in out + err  # a sink URI's secret never reaches the report
+    assert all(r.method == "GET" for r in kube.requests)  # still read-only

@@ -2,6 +2,7 @@
 a typed skip, malformed ones as a typed error naming the field."""
 
 import json
+import re
 
 import pytest
 
@@ -155,6 +156,35 @@ def test_ecs_running_and_other_states():
     assert r.trigger == Trigger.INSTANCE_RUNNING and r.instance_ids == ["i-2zeb7c1mig0a100x3q2h"]
     with pytest.raises(SkipEvent, match="Stopping"):
         parse_event(event_bytes("ecs_instance_stopping.json"))
+
+
+def test_a_pods_failed_scheduling_names_the_pod_and_the_cluster():
+    r = parse_event(event_bytes("ack_pod_failed_scheduling.json"))
+    assert r.trigger == Trigger.POD_UNSCHEDULABLE and r.event_type == "cs:k8s:PodRelatedEvent"
+    assert (r.pod.namespace, r.pod.name) == ("llm", "llm-7b-5d8f7c9b6d-q4x2m") and r.cluster_id == CLUSTER
+    assert r.region == "cn-beijing" and not r.instance_ids and not r.auto_pools
+    event = event_json("ack_pod_failed_scheduling.json")
+    event["data"] = json.dumps(event["data"])  # data as JSON text: the same request
+    del event["subject"]  # no subject: the configured cluster
+    again = parse_event(json.dumps(event))
+    assert again.pod == r.pod and again.cluster_id is None
+
+
+@pytest.mark.parametrize("change, outcome, fragment", [
+    ({"reason": "Scheduled"}, SkipEvent, "only FailedScheduling"),
+    ({"involvedObject": {"kind": "Node", "namespace": "", "name": "n"}}, SkipEvent, "about a 'Node', not a Pod"),
+    ({"involvedObject": {"kind": "Pod", "namespace": "llm", "name": "$(reboot)"}}, BadEvent,
+     "data.involvedObject.name"),
+    ({"involvedObject": {"kind": "Pod", "namespace": "LLM", "name": "p"}}, BadEvent, "data.involvedObject.namespace"),
+    ({"involvedObject": {"kind": "Pod", "namespace": "llm", "name": "p" * 254}}, BadEvent, "not a pod name"),
+    ({"involvedObject": {"kind": "Pod", "namespace": "llm", "name": "p", "uid": "x y"}}, BadEvent, "not a uid"),
+    ({"involvedObject": None}, BadEvent, "data.involvedObject"),
+])
+def test_a_pod_event_that_is_not_ours_skips_and_a_malformed_one_names_the_field(change, outcome, fragment):
+    event = event_json("ack_pod_failed_scheduling.json")
+    event["data"].update(change)
+    with pytest.raises(outcome, match=fragment.replace("(", r"\(").replace(")", r"\)").replace("$", r"\$")):
+        parse_event(json.dumps(event))
 
 
 def test_timer_with_empty_and_json_payload():

@@ -127,6 +127,9 @@ DELIVERY_OPTION_KEYS = {"concurrency", "eventSchema"}
 RUN_OPTION_KEYS = {"batchWindow", "deadLetterQueue", "errorsTolerance", "mode", "retryStrategy"}
 
 
+SAMPLE_CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"  # the cluster of tests/events/ and examples/inventory.json
+
+
 def _patterns():
     out = []
     for trigger in resources("ALIYUN::FC3::Trigger").values():
@@ -139,7 +142,8 @@ def _patterns():
             assert set(config["eventSinkConfig"]["deliveryOption"]) <= DELIVERY_OPTION_KEYS
             run = config["runOptions"]
             assert set(run) <= RUN_OPTION_KEYS and run["mode"] == "event-driven" and "batchWindow" not in run
-            out.append(json.loads(config["eventRuleFilterPattern"]))
+            # A pattern may name the stack's cluster (Fn::Sub): resolved with the samples' cluster.
+            out.append(json.loads(resolve(config["eventRuleFilterPattern"], {"ClusterId": SAMPLE_CLUSTER})))
     return out
 
 
@@ -156,6 +160,19 @@ def test_rule_filters_agree_with_intake():
             assert set(pattern["data"]["eventName"]) == set(NODEPOOL_OPERATIONS)
         if pattern["type"] == ["ecs:Instance:StateChange"]:
             assert pattern["data"]["state"] == ["Running"]
+
+
+def test_the_pod_event_rule_takes_only_failed_scheduling_of_pods_of_this_cluster():
+    from tests.support.eventbridge_pattern import matches
+
+    (pattern,) = [p for p in _patterns() if p["type"] == ["cs:k8s:PodRelatedEvent"]]
+    event = json.load(open(os.path.join(EVENTS, "ack_pod_failed_scheduling.json")))
+    assert matches(pattern, event)
+    for change in ({"reason": "Scheduled"}, {"involvedObject": dict(event["data"]["involvedObject"], kind="Node")}):
+        assert not matches(pattern, dict(event, data=dict(event["data"], **change))), change
+    other = event["subject"].replace(SAMPLE_CLUSTER, "c0000000000000000000000000000000b")
+    assert not matches(pattern, dict(event, subject=other))
+    assert not matches(pattern, dict(event, source="acs.ecs"))
 
 
 def test_sample_events_match_a_rule():
@@ -183,15 +200,16 @@ def test_timer_trigger():
     assert config["enable"] is True and config["payload"] == ""  # empty payload: every labelled pool
 
 
-def test_the_auto_pool_timer_reaches_its_step_every_minute():
-    """Its payload is what the intake turns into an auto pool tick (functions/pipeline/auto_pool.py)."""
+def test_the_auto_pool_timer_is_a_ten_minute_safety_net_that_reaches_its_step():
+    """Its payload is what the intake turns into an auto pool tick (functions/pipeline/auto_pool.py); pod
+    events plan in seconds, so the timer only catches what they missed (docs/auto-pools.md)."""
     from functions.pipeline.envelope import read_envelope
     from functions.pipeline.intake import parse_envelope
 
     config = {r["Properties"]["TriggerName"]: r["Properties"] for r in resources("ALIYUN::FC3::Trigger").values()
               }["auto-pools"]["TriggerConfig"]
     assert config["cronExpression"] == {"Ref": "AutoPoolSchedule"} and config["enable"] is True
-    assert load()["Parameters"]["AutoPoolSchedule"]["Default"] == "@every 1m"
+    assert load()["Parameters"]["AutoPoolSchedule"]["Default"] == "@every 10m"
     event = {"triggerTime": "2026-12-04T00:00:00Z", "triggerName": "auto-pools", "payload": config["payload"]}
     request = parse_envelope(read_envelope(json.dumps(event).encode()))
     assert request.auto_pools and request.trigger.value == "timer"

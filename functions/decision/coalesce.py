@@ -1,0 +1,128 @@
+"""One plan of an auto pool at a time, and the pod events that arrive meanwhile folded into it (issue 37).
+
+Pure: the marker comes in as the text of an annotation and goes out as text; ``functions.rollout.plan_marker``
+reads and writes it on the pool's plan Lease with a compare-and-swap (``resourceVersion``), so of two
+invocations that read the same marker only one write lands and the other reads again.
+
+The marker (annotation ``ack-mig-hook/plan`` of the Lease ``ack-mig-hook-plan-<pool id>``)::
+
+    {"holder": "<invocation>", "until": <epoch s>, "round": <epoch s>, "asked": <n>, "last": {...}}
+
+* ``asked`` counts the events that asked for a plan of the pool; every arriving event adds one.
+* ``holder`` is the invocation planning the pool now, live until ``until`` (one run lease after its round
+  began, renewed at each round). An event that finds a live holder only adds its ask and is answered
+  ``coalesced``; an event that finds none becomes the holder and plans.
+* A holder notes ``asked`` when its round begins (written before it lists the pods). After the round it
+  reads the marker again: when ``asked`` grew, an event arrived during the round, and it plans once more;
+  otherwise it clears ``holder`` and ends.
+* ``round``: when the last round began; rounds of one pool begin at least :data:`SPACING_S` apart.
+* ``last``: the last event seen (when, which pod, the event id), which ``doctor`` shows.
+
+Why a coalesced event never loses its pod: the event's invocation read the pod as ``Unschedulable``
+(``functions.pipeline.pod_event``) before it writes its ask. Writes to the marker are ordered by the API
+server (each applies only to the version read). Either the ask landed before the holder's end-of-round
+read, and the holder plans again with a list of Pending pods taken after it, which holds the pod (unless it
+was scheduled meanwhile); or it landed after the holder cleared the marker, and then the event found no
+holder and planned itself. A holder that dies (FC ends it) stops coalescing once its ``until`` has passed, and the pods of
+the events it swallowed are planned by the next event of the pool or by the auto pool timer, which never
+coalesces.
+
+All times are the API server's (``functions.kube.client.KubeApi.server_time``): one clock for every
+invocation. A marker that cannot be read (not ours, too long, not JSON, numbers out of range) reads as
+empty, so a broken or forged marker costs at most one extra plan and never stops one; an ``until`` further
+than one run lease ahead is read as one run lease ahead, so a forged ``until: 1e15`` coalesces events for
+one run lease at most.
+"""
+
+import json
+from typing import Any, Dict, NamedTuple, Optional, Tuple
+
+from node_bootstrap.outside import OutsideDataError, loads, number, whole
+
+MARKER_ANNOTATION = "ack-mig-hook/plan"
+LEASE_PREFIX = "ack-mig-hook-plan-"
+# Rounds of one pool begin at least this far apart: a burst of events is planned in few rounds, and the
+# first event of a quiet pool (its last round long past) is planned at once.
+SPACING_S = 2.0
+MAX_MARKER_TEXT = 4096  # ours is under 400 characters
+MAX_ASKS = 10 ** 15  # a counter past this starts again from 0 (one ask per event: never in practice)
+MAX_TEXT = 253  # the longest holder, pod or event id kept (a pod's namespace/name fits)
+
+PLAN = "plan"
+COALESCED = "coalesced"
+
+
+class Marker(NamedTuple):
+    holder: str = ""
+    until: float = 0.0
+    round: float = 0.0
+    asked: int = 0
+    last: Dict[str, Any] = {}
+
+    def live(self, now: float) -> bool:
+        """A holder is planning the pool now (as far as its lease says)."""
+        return bool(self.holder) and self.until > now
+
+
+def _text(value: Any) -> str:
+    return value[:MAX_TEXT] if isinstance(value, str) else ""
+
+
+def read_marker(text: Optional[str], now: float, hold_s: float) -> Marker:
+    """The marker as stored, bounded: ``until`` at most ``hold_s`` after ``now``; an empty marker for none or
+    for one that is not ours (the reader rule, node_bootstrap/outside.py)."""
+    if not text:
+        return Marker()
+    try:
+        value = loads(text, "the plan marker", MAX_MARKER_TEXT, 4)
+        if not isinstance(value, dict):
+            return Marker()
+        until = number(value.get("until"), "until", 0, 1e12, default=0.0)
+        started = number(value.get("round"), "round", 0, 1e12, default=0.0)
+        asked = whole(value.get("asked"), "asked", 0, MAX_ASKS, default=0)
+    except OutsideDataError:
+        return Marker()
+    last = value.get("last") if isinstance(value.get("last"), dict) else {}
+    at = last.get("at")
+    last = {"at": float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and 0 <= at <= 1e12
+            else 0.0, "pod": _text(last.get("pod")), "event": _text(last.get("event"))}
+    return Marker(_text(value.get("holder")), min(until, now + hold_s), started, asked, last)
+
+
+def write_marker(marker: Marker) -> str:
+    return json.dumps({"holder": marker.holder, "until": round(marker.until, 3), "round": round(marker.round, 3),
+                       "asked": marker.asked, "last": marker.last}, sort_keys=True)
+
+
+def arrive(marker: Marker, me: str, now: float, hold_s: float, pod: str, event_id: str) -> Tuple[Marker, str]:
+    """An event of the pool arrives: its ask is added; it is ``coalesced`` into a live holder's next round, or
+    it becomes the holder (``plan``): its round begins once the caller has written the marker."""
+    asked = marker.asked + 1 if marker.asked < MAX_ASKS else 1
+    seen = marker._replace(asked=asked, last={"at": round(now, 3), "pod": _text(pod), "event": _text(event_id)})
+    if marker.live(now) and marker.holder != me:
+        return seen, COALESCED
+    return seen._replace(holder=me, until=now + hold_s), PLAN
+
+
+def wait_before_round(marker: Marker, now: float) -> float:
+    """Seconds to wait so that this round begins :data:`SPACING_S` after the pool's last one (0 to SPACING_S)."""
+    return max(0.0, min(SPACING_S, marker.round + SPACING_S - now))
+
+
+def begin_round(marker: Marker, me: str, now: float, hold_s: float) -> Optional[Marker]:
+    """The marker as the holder writes it before a round lists the pods (``round`` now, lease renewed);
+    None when the marker is no longer this invocation's (its lease ran out and an event took over)."""
+    if marker.holder != me:
+        return None
+    return marker._replace(round=now, until=now + hold_s)
+
+
+def end_round(marker: Marker, me: str, planned: int, more: bool) -> Tuple[Optional[Marker], bool]:
+    """After a round that began with ``asked == planned``: (the marker to write, whether to plan again).
+    Again when an event asked since (and ``more``: the invocation has time for another round); otherwise
+    the holder lets go. (None, False) when the marker is no longer this invocation's: nothing to write."""
+    if marker.holder != me:
+        return None, False
+    if marker.asked != planned and more:
+        return marker, True
+    return marker._replace(holder="", until=0.0), False

@@ -1,0 +1,197 @@
+"""A pod the scheduler found no room for, as a trigger: the step of the auto pool it could land on, now
+(issue 37; docs/auto-pools.md "Pod events").
+
+The event only names the pod. Everything is read again from the API server: the pod (one list of its
+namespace by ``metadata.name``: the Role's ``pods list``, no new grant), whether it still waits and asks for
+``nvidia.com/mig-*`` or ``nvidia.com/gpu``, and which auto pool's nodes or template could take it (the
+matcher of the plan itself, ``functions.decision.layout.matching``). So a late event of a pod that has been
+scheduled since, or deleted, ends as a skip; a forged one costs two reads.
+
+Then the pool's plan marker (``functions.rollout.plan_marker``, decided by ``functions.decision.coalesce``)
+says whether a plan of that pool runs now: if so the event is answered ``coalesced`` (that plan plans
+again at its end, with a fresh list of the Pending pods that holds this pod); if not, this invocation plans
+the pool (``functions.pipeline.auto_pool.run_tick``, the timer's step for that one pool), and again while
+events asked during its round. A dry run plans once and writes no marker.
+"""
+
+import time
+import uuid
+from typing import Any, List, Optional
+
+from functions.base.event_result import HandlerResult
+
+
+def _find_pod(api: Any, namespace: str, name: str) -> Optional[dict]:
+    from functions.kube.demand import slim
+
+    path = "/api/v1/namespaces/%s/pods" % namespace  # both checked as DNS names at intake
+    found = api.list_all(path, {"fieldSelector": "metadata.name=" + name}, reduce=slim)
+    return found[0] if found else None
+
+
+def _waits(pod: dict) -> str:
+    """Why the pod is not one to plan for, or "" when it waits for MIG (or whole GPUs)."""
+    from functions.decision.layout.matching import is_unschedulable, pod_asks
+
+    if (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("phase") != "Pending":
+        return "is scheduled already (%s)" % ((pod.get("spec") or {}).get("nodeName") or
+                                              (pod.get("status") or {}).get("phase"))
+    if not pod_asks(pod):
+        return "asks for no nvidia.com/mig-* or nvidia.com/gpu resource"
+    if not is_unschedulable(pod):
+        return "is not marked Unschedulable (yet): the plan would not count it"
+    return ""
+
+
+def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
+                  log: Any) -> HandlerResult:
+    from node_bootstrap.kube import KubeError
+
+    from functions.decision.layout import LAYOUT_LABEL
+    from functions.decision.layout.matching import split_pending
+    from functions.pipeline.auto_pool import PAUSED_LABEL, POOL_LABEL, _api_of, places_of
+
+    pod_ref = request.pod
+    key = "%s/%s" % (pod_ref.namespace, pod_ref.name)
+
+    def end(outcome: str, reason: str) -> HandlerResult:
+        return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
+                             outcome=outcome, reason=reason, cluster_id=cluster, dry_run=dry_run)
+
+    pools = [p for p in lookup.nodepools(cluster) if LAYOUT_LABEL in p.labels]
+    if not pools:
+        return end("skip", "no node pool carries %s=auto: pod %s is not ours to plan for" % (LAYOUT_LABEL, key))
+    api = _api_of(kube, lookup, settings, cluster)
+    if api is None:
+        return end("skip", "auto pools need the Kubernetes API (pods are read there): none is configured")
+    try:
+        pod = _find_pod(api, pod_ref.namespace, pod_ref.name)
+        if pod is None:
+            return end("skip", "pod %s is gone" % key)
+        why = _waits(pod)
+        if why:
+            return end("skip", "pod %s %s" % (key, why))
+        places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
+                                           p.nodepool_id, api.list_nodes("%s=%s" % (POOL_LABEL, p.nodepool_id)))
+                  for p in pools}
+    except KubeError as exc:
+        return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
+    by_pool, unmatched = split_pending([pod], places)
+    chosen = next((p for p in sorted(pools, key=lambda p: p.nodepool_id) if by_pool.get(p.nodepool_id)), None)
+    if chosen is None:
+        return end("skip", "no auto pool can take pod %s (%s)" % (key, unmatched[0][1] if unmatched else "none"))
+    if (chosen.labels.get(PAUSED_LABEL) or "").lower() == "true":
+        return end("skip", "pod %s waits for auto pool %s, which is paused: nothing new starts" % (key,
+                                                                                                 chosen.nodepool_id))
+    log.info("pod event", nodepool_id=chosen.nodepool_id, reason="pod %s waits for auto pool %s"
+             % (key, chosen.nodepool_id))
+    return _plan(request, lookup, cluster, settings, dry_run, executor, kube, api, log, chosen.nodepool_id, key)
+
+
+def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any, api: Any,
+          log: Any, pool_id: str, key: str) -> HandlerResult:
+    """The pool's plan, coalesced with the plans other events run: see the module docstring."""
+    from node_bootstrap.kube import KubeError
+
+    from functions.pipeline.auto_pool import run_tick
+    from functions.rollout.plan_marker import MarkerBusy, PlanMarker
+    from functions.rollout.run import run_lease_s
+
+    def tick() -> HandlerResult:
+        return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id)
+
+    if dry_run:  # a dry run shows the plan and writes nothing, the marker included
+        return tick()
+    started = time.monotonic()
+    marker = PlanMarker(api, uuid.uuid4().hex[:12], run_lease_s(settings))
+    try:
+        role, seen = marker.arrive(pool_id, key, request.event_id or "")
+    except (KubeError, MarkerBusy) as exc:  # planning is always safe: only the coalescing is lost
+        log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing"
+                    % " ".join(str(exc).split())[:200])
+        return tick()
+    if role == "coalesced":
+        reason = ("coalesced: a plan of auto pool %s runs now (invocation %s, its round began %.1f s ago); it "
+                  "plans again when it ends, with pod %s among the Pending pods" % (
+                      pool_id, seen.holder, max(0.0, marker.now() - seen.round) if seen.round else 0.0, key))
+        log.info("pod event", nodepool_id=pool_id, reason=reason)
+        return HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
+                             event_id=request.event_id, outcome="skip", reason=reason, cluster_id=cluster)
+    rounds: List[HandlerResult] = []
+    try:
+        _rounds(marker, pool_id, tick, rounds, started, settings, log)
+    except BaseException:  # a bug or FC's end: let the pool go now rather than after a whole run lease
+        _let_go(marker, pool_id, log)
+        raise
+    return _merge(request, cluster, pool_id, rounds)
+
+
+def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], started: float, settings: Any,
+            log: Any) -> None:
+    """The holder's rounds: plan, then again while events asked during the round (the module docstring)."""
+    from node_bootstrap.kube import KubeError
+
+    from functions.base.settings import invocation_s, longest_run_s
+    from functions.rollout.plan_marker import MarkerBusy
+
+    while True:
+        try:
+            planned = marker.begin_round(pool_id)
+        except (KubeError, MarkerBusy) as exc:
+            log.warning("plan marker", nodepool_id=pool_id, reason="round not marked (%s): this round is the "
+                        "last; its lease runs out by itself" % str(exc)[:200])
+            rounds.append(tick())  # planning is always safe; the holder's lease ends the coalescing in time
+            break
+        if planned is None:  # another invocation holds the pool now (this one's lease ran out): it plans
+            break
+        rounds.append(tick())
+        if rounds[-1].outcome in ("retry", "error"):
+            _let_go(marker, pool_id, log)
+            break
+        # Another round only while a whole one still fits in this invocation (the timer catches the rest).
+        more = time.monotonic() - started + longest_run_s(settings) <= invocation_s(settings)
+        try:
+            again = marker.end_round(pool_id, planned, more)
+        except (KubeError, MarkerBusy) as exc:
+            log.warning("plan marker", nodepool_id=pool_id, reason="round end not marked (%s)" % str(exc)[:200])
+            again = False  # the holder's lease runs out by itself; the next event or the timer plans
+        if not again:
+            if not more:
+                log.warning("plan marker", nodepool_id=pool_id, reason="no time for another round: pods that "
+                            "arrived meanwhile wait for the next event or the auto pool timer")
+            break
+
+
+def _let_go(marker: Any, pool_id: str, log: Any) -> None:
+    from node_bootstrap.kube import KubeError
+
+    from functions.rollout.plan_marker import MarkerBusy
+
+    try:
+        marker.change(pool_id, lambda m, now: (m._replace(holder="", until=0.0) if m.holder == marker.me
+                                               else None, None))
+    except (KubeError, MarkerBusy) as exc:
+        log.warning("plan marker", nodepool_id=pool_id, reason="not let go (%s): it runs out with its lease"
+                    % str(exc)[:160])
+
+
+def _merge(request: Any, cluster: str, pool_id: str, rounds: List[HandlerResult]) -> HandlerResult:
+    """The rounds of one invocation as one result: every decision and node, the last round's outcome
+    unless an earlier one changed something (done)."""
+    if not rounds:
+        return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
+                             outcome="skip", reason="coalesced: another invocation took auto pool %s over" % pool_id,
+                             cluster_id=cluster)
+    last = rounds[-1]
+    if len(rounds) == 1:
+        return last
+    decisions = [d for r in rounds for d in r.decisions]
+    nodes = [n for r in rounds for n in (r.nodes or [])]
+    outcome = last.outcome if last.outcome in ("retry", "error") else (
+        "done" if any(r.outcome == "done" for r in rounds) else last.outcome)
+    reason = "%d rounds (events arrived during the first): %s" % (len(rounds), "; ".join(
+        "%d. %s" % (i + 1, r.reason) for i, r in enumerate(rounds)))
+    return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
+                         outcome=outcome, reason=reason, cluster_id=cluster, dry_run=last.dry_run,
+                         decisions=decisions, nodes=nodes if any(r.nodes is not None for r in rounds) else None,
+                         pool_tags=last.pool_tags)

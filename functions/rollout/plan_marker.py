@@ -1,0 +1,126 @@
+"""An auto pool's plan marker on the cluster: who plans the pool now and how many events asked since
+(``functions.decision.coalesce`` decides; this module reads and writes).
+
+One ``coordination.k8s.io/v1`` Lease per auto pool, ``ack-mig-hook-plan-<pool id>`` in the namespace the
+function writes its Events and budget Leases to (the same Role grants get, create and update there). The
+marker is the annotation ``ack-mig-hook/plan``; ``spec.holderIdentity`` and ``spec.renewTime`` repeat the
+holder for ``kubectl get lease``. Every write is a PUT with the ``resourceVersion`` just read (409 Conflict
+otherwise, then read again), the budget Lease's pattern (``functions.rollout.pool_lease``); a separate Lease
+so that a burst of events never makes a rollout's slot writes conflict.
+
+Time is the API server's (the ``Date`` of its answers), as for the budget.
+"""
+
+import logging
+import random
+import time
+from typing import Any, Callable, Optional, Tuple
+
+from node_bootstrap.kube import KubeError
+
+from functions.decision import coalesce as co
+from functions.decision.budget import lease_name
+from functions.kube.nodes import EVENT_NAMESPACE
+from functions.rollout.pool_lease import _micro_time
+
+log = logging.getLogger(__name__)
+
+CAS_ATTEMPTS = 24  # each 409 means another writer's write landed: a burst of events drains in as many tries
+
+
+class MarkerBusy(Exception):
+    """The marker changed under every attempt: the caller goes on without it (planning is always safe)."""
+
+
+def marker_lease(pool_id: str) -> str:
+    return lease_name(pool_id, co.LEASE_PREFIX)
+
+
+class PlanMarker:
+    """The plan markers of one invocation (``me``). ``hold_s``: how long a round may hold the pool (one run
+    lease, ``functions.rollout.run.run_lease_s``)."""
+
+    def __init__(self, kube: Any, me: str, hold_s: float, namespace: str = EVENT_NAMESPACE,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.kube, self.me, self.hold_s, self.namespace = kube, me, hold_s, namespace
+        self.clock, self.sleep = clock, sleep
+
+    def now(self) -> float:
+        server = self.kube.server_time() if hasattr(self.kube, "server_time") else None
+        return self.clock() if server is None else server
+
+    def _lease(self, pool_id: str) -> dict:
+        name = marker_lease(pool_id)
+        try:
+            return self.kube.get_lease(self.namespace, name)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": self.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "ack-mig-hook"},
+                             "annotations": {"ack-mig-hook/nodepool-id": pool_id}},
+                "spec": {}}
+        try:
+            return self.kube.create_lease(self.namespace, body)
+        except KubeError as exc:
+            if exc.status != 409:  # another invocation created it first: read theirs
+                raise
+        return self.kube.get_lease(self.namespace, name)
+
+    def _write(self, lease: dict, marker: co.Marker, now: float) -> None:
+        lease = dict(lease)
+        meta = dict(lease.get("metadata") or {})
+        meta["annotations"] = dict(meta.get("annotations") or {}, **{co.MARKER_ANNOTATION: co.write_marker(marker)})
+        lease["metadata"] = meta  # carries the resourceVersion read: the precondition
+        spec = dict(lease.get("spec") or {})
+        if marker.holder:
+            spec.update(holderIdentity=marker.holder, renewTime=_micro_time(now),
+                        leaseDurationSeconds=max(1, int(marker.until - now)))
+        else:
+            spec.pop("holderIdentity", None)
+        lease["spec"] = spec
+        self.kube.replace_lease(self.namespace, lease)
+
+    def change(self, pool_id: str, step: Callable[[co.Marker, float], Tuple[Optional[co.Marker], Any]]) -> Any:
+        """Read the marker, ``step(marker, now) -> (marker to write or None, answer)``, write it only onto the
+        version read; read again after a conflict. Returns the answer; MarkerBusy after CAS_ATTEMPTS
+        conflicts; KubeError when the Lease cannot be used at all."""
+        for _ in range(CAS_ATTEMPTS):
+            lease = self._lease(pool_id)
+            now = self.now()
+            text = ((lease.get("metadata") or {}).get("annotations") or {}).get(co.MARKER_ANNOTATION)
+            new, answer = step(co.read_marker(text, now, self.hold_s), now)
+            if new is None:
+                return answer
+            try:
+                self._write(lease, new, now)
+                return answer
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+            self.sleep(random.uniform(0.0, 0.05))  # writers that met stop meeting
+        raise MarkerBusy("the plan marker of pool %s changed under %d writes in a row" % (pool_id, CAS_ATTEMPTS))
+
+    def arrive(self, pool_id: str, pod: str, event_id: str) -> Tuple[str, co.Marker]:
+        """(``plan`` or ``coalesced``, the marker as written)."""
+        def step(marker: co.Marker, now: float) -> Tuple[co.Marker, Tuple[str, co.Marker]]:
+            new, role = co.arrive(marker, self.me, now, self.hold_s, pod, event_id)
+            return new, (role, new)
+        return self.change(pool_id, step)
+
+    def begin_round(self, pool_id: str) -> Optional[int]:
+        """Wait out the pool's spacing, then mark the round begun: the ``asked`` count it plans for, or None
+        when the marker is no longer this invocation's."""
+        wait = self.change(pool_id, lambda marker, now: (None, co.wait_before_round(marker, now)))
+        if wait > 0:
+            self.sleep(wait)
+
+        def step(marker: co.Marker, now: float) -> Tuple[Optional[co.Marker], Optional[int]]:
+            new = co.begin_round(marker, self.me, now, self.hold_s)
+            return new, (None if new is None else new.asked)
+        return self.change(pool_id, step)
+
+    def end_round(self, pool_id: str, planned: int, more: bool) -> bool:
+        """Whether to plan again (an event asked during the round); otherwise the marker is let go."""
+        return self.change(pool_id, lambda marker, now: co.end_round(marker, self.me, planned, more))

@@ -1,0 +1,306 @@
+"""Pod events as triggers of an auto pool (issue 37): a Kubernetes ``FailedScheduling`` event, as ACK's
+kube-eventer publishes it to EventBridge, into the FC handler and ``run_event``; pods on the local TLS
+Kubernetes API server; the real node bundle run by the local transport on a simulated A100 80GB.
+
+The sample, tests/events/ack_pod_failed_scheduling.json, is built field by field from the two sources that
+define it (it was not captured from a live cluster):
+
+* the CloudEvent: AliyunContainerService/kube-eventer ``sinks/eventbridge/driver.go`` (``toCloudEvent``):
+  ``source`` ``acs.cs``, ``type`` ``cs:k8s:<involvedObject.kind>RelatedEvent``, ``subject``
+  ``acs:cs:<region>:<account>:<cluster id>/apis/<apiVersion>/namespaces/<ns>/pods/<name>``
+  (``createEventSubject``), ``datacontenttype`` ``application/json``, ``time`` RFC 3339 UTC, the extension
+  ``aliyuneventbusname``, and ``data`` the Kubernetes v1 Event marshalled as JSON; EventBridge's own
+  attributes (``aliyunaccountid``, ``aliyunregionid``, ``aliyunpublishtime``, ``aliyunoriginalaccountid``) as in
+  the other EventBridge samples here. EventBridge's "ACK events" page lists ``cs:k8s:PodRelatedEvent`` among
+  the ACK event types, published by ack-node-problem-detector's eventer with the EventBridge sink.
+* ``data``: a core/v1 Event of kube-scheduler's ``FailedScheduling``, which the scheduler records through
+  events.k8s.io/v1 (client-go ``tools/events``), so its core/v1 form has ``eventTime``, ``action``
+  ``Scheduling``, ``reportingComponent`` ``default-scheduler``, and null ``firstTimestamp``/``lastTimestamp``.
+"""
+
+import copy
+import json
+import os
+import sys
+import threading
+import uuid
+from urllib.parse import unquote
+
+import pytest
+
+from functions.base.logs import JsonLogger
+from functions.base.settings import load_settings
+from functions.decision import coalesce as co
+from functions.delivery.node_executor import DeliveryExecutor, make_transport
+from functions.kube.client import KubeApi
+from functions.pipeline.event import run_event
+from functions.rollout.plan_marker import marker_lease
+from node_bootstrap.driver.nvml import FULL_CI_INDEX
+from node_bootstrap.driver.sim import driver
+from node_bootstrap.kube import load_kubeconfig
+from tests.delivery.test_auto_pool_e2e import (CLUSTER, INSTANCE, MODEL, POOL, TICK, DevicePlugin, held, lookup,
+                                               snapshot, waiting)
+from tests.function.conftest import EVENTS, ROOT, cloud_env, emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
+
+SAMPLE = os.path.join(EVENTS, "ack_pod_failed_scheduling.json")
+
+
+def pod_event(namespace, name, cluster=CLUSTER):
+    """The sample, about another pod (as kube-eventer would send it for that pod)."""
+    event = json.load(open(SAMPLE))
+    event["id"] = str(uuid.uuid4())
+    event["subject"] = "acs:cs:cn-beijing:1234567890123456:%s/apis/v1/namespaces/%s/pods/%s" % (cluster, namespace,
+                                                                                                name)
+    event["data"]["involvedObject"].update(namespace=namespace, name=name, uid=str(uuid.uuid4()))
+    event["data"]["metadata"].update(namespace=namespace, name="%s.181e0c3a9f2b7d41" % name)
+    return json.dumps(event).encode()
+
+
+def seven_gb_node(tmp_path):
+    nodes = tmp_path / "nodes"
+    nodes.mkdir(exist_ok=True)
+    state = driver.new_state(MODEL.key, 1)  # the node as the hook left it: one idle 7g.80gb
+    driver.set_mig_mode(state, 0, 1, [])
+    seven = MODEL.profile_by_name("7g.80gb")
+    gi = driver.create_gpu_instance(state, 0, seven.id, 0, seven.memory_slices)
+    driver.create_compute_instance(state, 0, gi, FULL_CI_INDEX[seven.compute_slices])
+    (nodes / ("%s.json" % INSTANCE)).write_text(json.dumps(state))
+    return nodes
+
+
+def node_env(tmp_path):
+    args = ("--backend sim:A100-80GB:1 --no-label --clients= --device-plugin-restart none --lock-file %s "
+            "--state-dir %s" % (tmp_path / "node.lock", tmp_path / "state"))
+    # A whole invocation of FC's (the template's Timeout): room for the rounds a burst asks for.
+    return {"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": args, "ACK_MIG_NODE_TIMEOUT_S": "60",
+            "ACK_MIG_STARTUP_TAINT": "none", "ACK_MIG_LOG_LEVEL": "ERROR", "ACK_MIG_CLUSTER_ID": CLUSTER,
+            "ACK_MIG_INVOCATION_TIMEOUT_S": "14400"}
+
+
+def add_node(server):
+    server.add_node("gpu-a", labels={"alibabacloud.com/nodepool-id": POOL,
+                                     "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB",
+                                     "aliyun.accelerator/nvidia_count": "1", "nvidia.com/mig.config.state": "success",
+                                     "aliyun.accelerator/nvidia_mig_sequence": "7g.80gb"})
+
+
+class Gate:
+    """An executor that holds every node's apply until the test opens it (a plan that is still running);
+    ``calls``: the applies asked for."""
+
+    def __init__(self, inner):
+        self.inner, self.entered, self.open, self.calls = inner, threading.Event(), threading.Event(), 0
+
+    def execute(self, request, decisions):
+        if not decisions:  # the rollout's call for the nodes outside its waves: none here
+            return self.inner.execute(request, decisions)
+        self.calls += 1
+        self.entered.set()
+        assert self.open.wait(60)
+        return self.inner.execute(request, decisions)
+
+
+@pytest.fixture
+def cluster(kube_api, tmp_path):  # noqa: F811
+    add_node(kube_api)
+    nodes = seven_gb_node(tmp_path)
+    settings = load_settings(node_env(tmp_path))
+    transport = make_transport(settings, sim_state_dir=str(nodes), root=str(tmp_path / "node-root"),
+                               python=sys.executable)
+    executor = DevicePlugin(DeliveryExecutor.from_settings(settings, transport=transport), kube_api, nodes)
+    api = KubeApi(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "a.conf", cert=kube_api.admin_cert())))
+    yield kube_api, api, settings, executor, nodes / ("%s.json" % INSTANCE)
+    api.close()
+
+
+def run(raw, cluster, executor=None, **kw):
+    server, api, settings, default, _ = cluster
+    return run_event(raw, settings, inventory=lookup(), executor=executor or default, kube=api,
+                     logger=JsonLogger("OFF"), **kw)
+
+
+def stored_marker(server):
+    lease = server.leases.get(("default", marker_lease(POOL)))
+    return json.loads(lease["metadata"]["annotations"][co.MARKER_ANNOTATION]) if lease else None
+
+
+def profiles(state_file):
+    return [p for p, _ in held(state_file)]
+
+
+def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emulator, kube_api, tmp_path,
+                                                                              monkeypatch):  # noqa: F811
+    """The handler as FC calls it (bytes in, JSON text out), the pools from the ACK API (the CS emulator, real
+    SDK), the pods through the kubeconfig ACK issues; only the transport is the local one."""
+    from functions import handler as fc
+    from functions.pipeline import point_of_change
+
+    add_node(kube_api)
+    nodes = seven_gb_node(tmp_path)
+    emulator.load_inventory(snapshot())
+    emulator.kubeconfig = open(kube_api.write_kubeconfig(tmp_path / "ack.conf", cert=kube_api.admin_cert(),
+                                                         inline=True)).read()
+    env = dict(cloud_env(emulator), **node_env(tmp_path))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    settings = load_settings(env)
+    transport = make_transport(settings, sim_state_dir=str(nodes), root=str(tmp_path / "node-root"),
+                               python=sys.executable)
+    executor = DevicePlugin(DeliveryExecutor.from_settings(settings, transport=transport), kube_api, nodes)
+    monkeypatch.setattr(point_of_change, "make_executor", lambda s, dry: executor)
+    waiting(kube_api, "llm-7b-5d8f7c9b6d-q4x2m", "1g.10gb")
+    out = json.loads(fc.handler(open(SAMPLE, "rb").read(), None))
+    assert out["outcome"] == "done" and out["trigger"] == "pod-unschedulable", out["reason"]
+    (node,) = out["nodes"]
+    assert node["outcome"] == "partitioned", node
+    assert "1g.10gb" in profiles(nodes / ("%s.json" % INSTANCE))
+    # The pod was read again (one list of its namespace by name), the plan marker let go, the event kept.
+    assert any(r.path == "/api/v1/namespaces/llm/pods" and "metadata.name=llm-7b-5d8f7c9b6d-q4x2m" in unquote(r.query)
+               for r in kube_api.requests)
+    marker = stored_marker(kube_api)
+    assert marker["holder"] == "" and marker["asked"] == 1
+    # Every call the event made is one deploy/rbac.yaml grants (the pod's lookup is a list: no new grant),
+    # and every Lease it wrote is in default.
+    import yaml
+
+    from tests.rollout.test_waves import _rbac
+
+    with open(os.path.join(ROOT, "deploy", "rbac.yaml")) as fh:
+        roles = [d for d in yaml.safe_load_all(fh) if d and d["kind"] in ("ClusterRole", "Role")]
+    granted = {(res, verb) for role in roles for rule in role["rules"] for res in rule["resources"]
+               for verb in rule["verbs"]}
+    used = {_rbac(r.method, r.path) for r in kube_api.requests}
+    assert used <= granted, used - granted
+    assert all(r.path.startswith("/apis/coordination.k8s.io/v1/namespaces/default/")
+               for r in kube_api.requests if "/leases" in r.path)
+    assert marker["last"]["pod"] == "llm/llm-7b-5d8f7c9b6d-q4x2m" and marker["last"]["event"] == \
+        json.load(open(SAMPLE))["id"]
+
+
+def test_a_burst_is_planned_in_two_rounds_and_the_events_during_the_first_are_coalesced(cluster):
+    server, api, settings, executor, state_file = cluster
+    gate = Gate(executor)
+    waiting(server, "first", "1g.10gb")
+    holder = {}
+    thread = threading.Thread(target=lambda: holder.setdefault("result", run(pod_event("llm", "first"), cluster,
+                                                                             executor=gate)))
+    thread.start()
+    assert gate.entered.wait(60)  # the first plan is applying now
+    answers = []
+    for i in range(5):
+        waiting(server, "burst-%d" % i, "1g.10gb")
+        answers.append(run(pod_event("llm", "burst-%d" % i), cluster, executor=gate))
+    assert [a.outcome for a in answers] == ["skip"] * 5
+    assert all(a.reason.startswith("coalesced: a plan of auto pool %s runs now" % POOL) for a in answers)
+    assert gate.calls == 1  # no coalesced event planned or applied anything
+    gate.open.set()
+    thread.join(120)
+    result = holder["result"]
+    assert result.outcome == "done" and result.reason.startswith("2 rounds"), result.reason
+    assert gate.calls == 2  # one more plan, for the five pods together
+    assert profiles(state_file).count("1g.10gb") == 6  # every pod of the burst has its instance
+    marker = stored_marker(server)
+    assert marker["holder"] == "" and marker["asked"] == 6
+
+
+def test_events_lost_in_a_dead_plan_are_caught_by_the_timer(cluster):
+    """A holder that FC ended mid-plan leaves a live marker: the events of its pool are coalesced into a plan
+    that never comes. The auto pool timer never coalesces, and plans them."""
+    server, api, settings, executor, state_file = cluster
+    server.leases[("default", marker_lease(POOL))] = server._stamp({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": marker_lease(POOL), "namespace": "default", "uid": "lease-dead",
+                     "annotations": {co.MARKER_ANNOTATION: json.dumps({"holder": "dead", "until": 4e9, "round": 0,
+                                                                       "asked": 3})}},
+        "spec": {}})
+    waiting(server, "lost", "2g.20gb")
+    answer = run(pod_event("llm", "lost"), cluster)
+    assert answer.outcome == "skip" and answer.reason.startswith("coalesced"), answer.reason
+    assert "2g.20gb" not in profiles(state_file)  # lost for now
+    result = run(TICK, cluster)
+    assert result.outcome == "done", result.reason
+    assert "2g.20gb" in profiles(state_file)
+
+
+def test_a_dead_plans_marker_runs_out_with_its_lease_and_the_next_event_plans(cluster):
+    server, api, settings, executor, state_file = cluster
+    server.leases[("default", marker_lease(POOL))] = server._stamp({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": marker_lease(POOL), "namespace": "default", "uid": "lease-dead",
+                     "annotations": {co.MARKER_ANNOTATION: json.dumps({"holder": "dead", "until": 1000.0})}},
+        "spec": {}})
+    waiting(server, "next", "3g.40gb")
+    result = run(pod_event("llm", "next"), cluster)
+    assert result.outcome == "done", result.reason
+    assert "3g.40gb" in profiles(state_file)
+
+
+def test_late_or_foreign_events_read_the_pod_again_and_change_nothing(cluster):
+    server, api, settings, executor, state_file = cluster
+    before = state_file.read_text()
+    server.add_pod("llm", "bound", "gpu-a", phase="Running", resources={"nvidia.com/mig-1g.10gb": "1"})
+    server.add_pod("llm", "cpu-only", "", phase="Pending")
+    with server.lock:
+        server.pods[("llm", "cpu-only")]["status"]["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    pod = server.add_pod("llm", "elsewhere", "", phase="Pending", resources={"nvidia.com/mig-1g.10gb": "1"})
+    with server.lock:
+        pod["spec"]["nodeSelector"] = {"pool": "other"}
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    cases = {"bound": "is scheduled already (gpu-a)", "cpu-only": "asks for no nvidia.com/mig-* or nvidia.com/gpu",
+             "gone": "pod llm/gone is gone", "elsewhere": "no auto pool can take pod llm/elsewhere"}
+    for name, why in cases.items():
+        result = run(pod_event("llm", name), cluster)
+        assert result.outcome == "skip" and why in result.reason, (name, result.reason)
+    other = run(pod_event("llm", "bound", cluster="c0000000000000000000000000000000b"), cluster)
+    assert other.outcome == "skip" and "this function serves %s" % CLUSTER in other.reason
+    assert state_file.read_text() == before and stored_marker(server) is None  # no plan, no marker
+
+
+def test_a_dry_run_plans_once_and_writes_nothing(cluster):
+    server, api, settings, executor, state_file = cluster
+    waiting(server, "dry", "1g.10gb")
+    before = state_file.read_text()
+    result = run(pod_event("llm", "dry"), cluster, dry_run=True)
+    assert result.outcome == "done" and result.nodes[0]["outcome"] == "dry-run", result.reason
+    assert state_file.read_text() == before and stored_marker(server) is None
+    assert not [r for r in server.requests if r.method != "GET"]
+
+
+def test_only_failed_scheduling_events_of_pods_are_taken(cluster):
+    server = cluster[0]
+    event = json.loads(pod_event("llm", "x"))
+    scheduled = copy.deepcopy(event)
+    scheduled["data"]["reason"] = "Scheduled"
+    result = run(json.dumps(scheduled), cluster)
+    assert result.outcome == "skip" and "only FailedScheduling" in result.reason
+    bad = copy.deepcopy(event)
+    bad["data"]["involvedObject"]["name"] = "$(reboot)"
+    result = run(json.dumps(bad), cluster)
+    assert result.outcome == "error" and "data.involvedObject.name" in result.reason
+    assert server.requests == []  # neither reached the API server
+
+
+def test_a_plan_that_breaks_lets_its_pool_go_at_once(cluster):
+    """An unexpected failure in the holder's round ends the event as one error line, and the marker is let go
+    then, not a run lease later: the next event of the pool plans (the node itself stays with the broken
+    run's rollout record until that record's lease ends, as for any run FC ended)."""
+    server, api, settings, executor, state_file = cluster
+
+    class Broken:
+        def execute(self, request, decisions):
+            if decisions:
+                raise RuntimeError("the transport broke")
+            return []
+
+    waiting(server, "first", "1g.10gb")
+    result = run(pod_event("llm", "first"), cluster, executor=Broken())
+    assert result.outcome == "error" and "RuntimeError: the transport broke" in result.reason, result.reason
+    assert stored_marker(server)["holder"] == ""
+    again = run(pod_event("llm", "first"), cluster)
+    assert again.outcome == "done" and not again.reason.startswith("coalesced"), again.reason
+    (node,) = again.nodes
+    assert "took this node (step applying)" in node["reason"], node

@@ -1,0 +1,120 @@
+"""The auto pool's plan marker (issue 37): the pure coalescing rules (functions/decision/coalesce.py) and their
+compare-and-swap on a Lease of the local TLS API server (functions/rollout/plan_marker.py)."""
+
+import json
+import threading
+
+import pytest
+
+from functions.decision import coalesce as co
+from functions.kube.client import KubeApi
+from functions.rollout.plan_marker import PlanMarker, marker_lease
+from node_bootstrap.kube import load_kubeconfig
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+
+POOL = "np0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+HOLD = 600.0
+
+
+def test_an_event_without_a_live_holder_plans_and_one_with_a_live_holder_is_coalesced():
+    marker, role = co.arrive(co.Marker(), "a", 1000.0, HOLD, "llm/p0", "e0")
+    assert role == co.PLAN and marker.holder == "a" and marker.asked == 1 and marker.until == 1000.0 + HOLD
+    marker, role = co.arrive(marker, "b", 1001.0, HOLD, "llm/p1", "e1")
+    assert role == co.COALESCED and marker.holder == "a" and marker.asked == 2
+    assert marker.last == {"at": 1001.0, "pod": "llm/p1", "event": "e1"}
+
+
+def test_a_holder_plans_again_when_an_event_asked_during_its_round_and_lets_go_otherwise():
+    marker, _ = co.arrive(co.Marker(), "a", 1000.0, HOLD, "llm/p0", "e0")
+    marker = co.begin_round(marker, "a", 1000.0, HOLD)
+    planned = marker.asked
+    marker, _ = co.arrive(marker, "b", 1000.5, HOLD, "llm/p1", "e1")  # during the round
+    again_marker, again = co.end_round(marker, "a", planned, more=True)
+    assert again and again_marker.holder == "a"
+    released, again = co.end_round(marker, "a", marker.asked, more=True)  # nothing asked since
+    assert not again and released.holder == "" and released.until == 0.0
+    # No time for another round: it lets go, and the next event finds no holder and plans.
+    released, again = co.end_round(marker, "a", planned, more=False)
+    assert not again and released.holder == ""
+    assert co.arrive(released, "c", 1001.0, HOLD, "llm/p2", "e2")[1] == co.PLAN
+
+
+def test_a_dead_holder_coalesces_only_until_its_lease_runs_out_and_then_is_taken_over():
+    marker, _ = co.arrive(co.Marker(), "a", 1000.0, HOLD, "llm/p0", "e0")
+    assert co.arrive(marker, "b", 1000.0 + HOLD - 1, HOLD, "llm/p1", "e1")[1] == co.COALESCED
+    taken, role = co.arrive(marker, "b", 1000.0 + HOLD + 1, HOLD, "llm/p1", "e1")
+    assert role == co.PLAN and taken.holder == "b"
+    # The old holder, finishing late, finds the marker is not its own: it writes nothing, plans no more.
+    assert co.end_round(taken, "a", 1, more=True) == (None, False)
+    assert co.begin_round(taken, "a", 2000.0, HOLD) is None
+
+
+def test_rounds_of_one_pool_begin_at_least_the_spacing_apart():
+    marker = co.Marker(round=1000.0)
+    assert co.wait_before_round(marker, 1000.5) == pytest.approx(co.SPACING_S - 0.5)
+    assert co.wait_before_round(marker, 1000.0 + co.SPACING_S + 1) == 0.0
+    assert co.wait_before_round(co.Marker(round=5e11), 1000.0) == co.SPACING_S  # never more than the spacing
+
+
+@pytest.mark.parametrize("text", [
+    None, "", "not json", "[1, 2]", '{"until": "soon"}', '{"asked": -1}', '{"asked": 1.5}', '{"until": NaN}',
+    '{"round": 1e400}', "{" * 100 + "}" * 100, json.dumps({"holder": "x" * 10000}),
+])
+def test_a_marker_that_is_not_ours_reads_as_empty_and_never_stops_a_plan(text):
+    marker = co.read_marker(text, 1000.0, HOLD)
+    assert marker.holder == "" and not marker.live(1000.0)
+    assert co.arrive(marker, "a", 1000.0, HOLD, "llm/p", "e")[1] == co.PLAN
+
+
+def test_a_forged_until_coalesces_for_one_run_lease_at_most():
+    text = json.dumps({"holder": "mallory", "until": 1e11, "asked": 3})
+    marker = co.read_marker(text, 1000.0, HOLD)
+    assert marker.until == 1000.0 + HOLD and marker.asked == 3
+    assert co.read_marker(co.write_marker(marker), 1000.0 + HOLD + 1, HOLD).live(1000.0 + HOLD + 1) is False
+
+
+@pytest.fixture
+def api(kube_api, tmp_path):  # noqa: F811
+    client = KubeApi(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "a.conf", cert=kube_api.admin_cert())))
+    yield kube_api, client
+    client.close()
+
+
+def test_the_marker_lives_on_its_own_lease_written_with_the_version_read(api):
+    server, client = api
+    marker = PlanMarker(client, "inv-a", HOLD, sleep=lambda s: None)
+    role, seen = marker.arrive(POOL, "llm/p0", "e0")
+    assert role == co.PLAN and seen.holder == "inv-a"
+    lease = server.leases[("default", marker_lease(POOL))]
+    assert marker_lease(POOL) == "ack-mig-hook-plan-" + POOL
+    assert lease["spec"]["holderIdentity"] == "inv-a"
+    assert json.loads(lease["metadata"]["annotations"][co.MARKER_ANNOTATION])["last"]["pod"] == "llm/p0"
+    assert ("default", "ack-mig-hook-pool-" + POOL) not in server.leases  # not the budget's Lease
+    puts = [r for r in server.requests if r.method == "PUT"]
+    assert puts and all(r.body["metadata"].get("resourceVersion") for r in puts)  # the CAS precondition
+    planned = marker.begin_round(POOL)
+    assert planned == 1
+    assert marker.end_round(POOL, planned, more=True) is False
+    assert "holderIdentity" not in server.leases[("default", marker_lease(POOL))]["spec"]
+
+
+def test_concurrent_events_each_land_their_ask_and_exactly_one_plans(api):
+    """Eight invocations arrive at once: every write is CAS'd, so every ask is counted and one holder wins."""
+    server, client = api
+    roles, errors = [], []
+
+    def one(i):
+        try:
+            roles.append(PlanMarker(client, "inv-%d" % i, HOLD).arrive(POOL, "llm/p%d" % i, "e%d" % i)[0])
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors
+    assert sorted(roles) == [co.COALESCED] * 7 + [co.PLAN]
+    stored = json.loads(server.leases[("default", marker_lease(POOL))]["metadata"]["annotations"][co.MARKER_ANNOTATION])
+    assert stored["asked"] == 8
