@@ -13,12 +13,13 @@ import sys
 import tempfile
 
 from functions.commands.stack import build as deps
-from functions.commands.stack.code_package import HANDLER, ROOT, build
+from functions.commands.stack.code_package import HANDLER, build
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m functions.commands.package", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(ROOT, "dist", "ack-mig-hook.zip"), help="the zip to write")
+    parser.add_argument("--out", default=os.path.join("dist", "ack-mig-hook.zip"),
+                        help="the zip to write (default: %(default)s, under the current folder)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--deps", default="", metavar="DIR",
                         help="a pip --target folder of the dependencies for python3.10 on Linux x86_64 "
