@@ -2,7 +2,8 @@
 
 What goes in the zip, and why, is :mod:`functions.commands.stack.code_package`. The function's dependencies come
 from ``--deps DIR`` (a ``pip install --target`` folder) or are fetched for FC's python3.10 on Linux x86_64
-as the lock pins them (:mod:`functions.commands.stack.lock`, by SHA-256); either way :mod:`functions.commands.stack.build`
+as the lock pins them (:mod:`functions.commands.stack.lock`, by SHA-256), once per lock into the cache that
+deploy uses too; either way :mod:`functions.commands.stack.build`
 checks them, so a package never silently lacks one. Only ``--sources-only`` (for looking inside, never for
 FC) builds a zip without them.
 """
@@ -10,7 +11,6 @@ FC) builds a zip without them.
 import argparse
 import os
 import sys
-import tempfile
 
 from functions.commands.stack import build as deps
 from functions.commands.stack.code_package import HANDLER, build
@@ -47,12 +47,8 @@ def main(argv=None) -> int:
             names = build(args.out, "", known_hosts=args.known_hosts)
         elif args.deps:
             return _checked(args, args.deps)
-        else:
-            with tempfile.TemporaryDirectory(prefix="ack-mig-hook-deps-") as folder:
-                print("fetching the function's dependencies for python%s on Linux x86_64 ..." % deps.FC_PYTHON,
-                      file=sys.stderr)
-                deps.fetch(folder)
-                return _checked(args, folder)
+        else:  # fetched once per lock, like deploy's (the same cache)
+            return _checked(args, deps.cached(progress=lambda line: print(line, file=sys.stderr, flush=True)))
     except deps.BuildError as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2

@@ -151,20 +151,21 @@ def _quiet(line: str) -> None:
 
 
 class _Counter:
-    """pip's ``Collecting NAME`` lines as ``k/n`` progress: the first, the last, and one every 5 s between."""
+    """pip's ``Collecting NAME==VERSION`` lines (``Processing FILE`` for a local file) as ``k/n`` progress:
+    the first, the last, and one every 5 s between."""
 
     def __init__(self, total: int, progress: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
         self.total, self.progress, self.clock = total, progress, clock
         self.count, self.shown = 0, None
 
     def __call__(self, line: str) -> None:
-        if not line.startswith("Collecting "):
+        if not line.startswith(("Collecting ", "Processing ")):
             return
         self.count += 1
         now = self.clock()
         if self.count in (1, self.total) or self.shown is None or now - self.shown >= 5:
             self.shown = now
-            self.progress("  fetched %d/%d: %s" % (self.count, self.total, line.split()[1][:60]))
+            self.progress("  fetched %d/%d: %s" % (self.count, self.total, os.path.basename(line.split()[1])[:60]))
 
 
 def fetch(deps_dir: str, lock_path: str = "", progress: Callable[[str], None] = _quiet, work: str = "") -> None:
