@@ -97,6 +97,7 @@ def test_old_packages_are_pruned_to_the_last_few_never_the_one_in_use(cloud, cap
     in_use = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}["CodeObject"]
     assert in_use == objects[-1]
     assert sorted(oss.buckets[BUCKET]) == sorted([objects[2], objects[3], other])
+    assert "oss:DeleteObject" in oss.actions  # in the page's policy by tests/support/deployer_policy.OTHER_PATHS
     assert "pruned 1 old package from oss://%s/%s (kept 2, --keep-packages 2)" % (BUCKET, PREFIX) in \
         " ".join(err.split())
     # The package in use is kept whatever its age: back to the first package's code (a rollback) ...
