@@ -18,7 +18,6 @@ import json
 import os
 import re
 import sys
-import tempfile
 from typing import Any, Dict, List, Optional
 
 from functions.base import settings
@@ -265,7 +264,7 @@ def deploy(args) -> int:
 
     with open(TEMPLATE, encoding="utf-8") as handle:
         template = handle.read()
-    with tempfile.TemporaryDirectory(prefix="ack-mig-hook-deploy-") as work:
+    with build.work_folder() as work:  # removed however the deploy ends (after a kill: by the next one)
         # The lock's dependencies, fetched once and cached by the lock's hash (functions/commands/stack/build.py)
         deps = args.deps_dir or build.cached(progress=progress)
         zip_path = os.path.join(work, "ack-mig-hook.zip")

@@ -20,6 +20,7 @@ order with fixed times and modes: the same lock gives the same zip, byte for byt
 object is the deploy's and an unchanged deploy uploads nothing.
 """
 
+import contextlib
 import csv
 import hashlib
 import os
@@ -295,6 +296,23 @@ def _prune_cache(root: str, current: str, keep: int = CACHE_KEEP) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def work_folder():
+    """A folder for one build (downloads, pip's temporary folders, the zip) in the cache's root, removed
+    when the block ends however it ends; one left by a killed process goes at the next call."""
+    root = cache_root()
+    try:
+        os.makedirs(root, exist_ok=True)
+        _remove_stale(root)
+        work = tempfile.mkdtemp(prefix="%s%d-" % (_WORK, os.getpid()), dir=root)
+    except OSError as exc:
+        raise BuildError("cannot use the dependency cache %s: %s" % (root, exc.strerror or exc)) from None
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def cached(lock_path: str = "", progress: Callable[[str], None] = _quiet) -> str:
     """The folder of the lock's dependencies installed for FC: from the cache when this lock was fetched
     before, else fetched into it (a work folder renamed into place once complete, so a cached folder is
@@ -309,15 +327,9 @@ def cached(lock_path: str = "", progress: Callable[[str], None] = _quiet) -> str
         os.utime(final)  # the newest used: the last pruned
         progress("dependencies: from the cache %s (lock sha256 %s)" % (final, digest[:16]))
         return final
-    try:
-        os.makedirs(root, exist_ok=True)
-        _remove_stale(root)
-        work = tempfile.mkdtemp(prefix="%s%d-" % (_WORK, os.getpid()), dir=root)
-    except OSError as exc:
-        raise BuildError("cannot use the dependency cache %s: %s" % (root, exc.strerror or exc)) from None
     progress("dependencies: fetching for python%s on Linux x86_64 as the lock pins them (lock sha256 %s), "
              "once: kept in %s" % (FC_PYTHON, digest[:16], final))
-    try:
+    with work_folder() as work:
         target = os.path.join(work, "deps")
         fetch(target, lock_path, progress, work)
         try:
@@ -325,8 +337,6 @@ def cached(lock_path: str = "", progress: Callable[[str], None] = _quiet) -> str
         except OSError:
             if not os.path.isdir(final):  # else another deploy cached the same lock first: use that one
                 raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     _prune_cache(root, final)
     return final
 
