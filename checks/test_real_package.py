@@ -79,3 +79,23 @@ def test_the_real_package_imports_everything_the_handler_needs_on_python310(tmp_
                                     "or build the dependencies elsewhere and deploy with --deps-dir DIR"
                                     % json.dumps(report["failed"]))
     assert report["outcome"] == "skip"
+
+
+@pytest.mark.timeout(1500)
+def test_the_same_lock_gives_the_same_package_byte_for_byte(tmp_path):
+    """Two fetches of the real lock into two empty caches (two machines, or a cache wiped in between), each
+    built by ``python -m functions.commands.package``: the same zip. Issue 38: pip's ``direct_url.json``
+    named its temporary folder, so every deploy built, uploaded and deployed a different package."""
+    zips = []
+    for n in (1, 2):
+        env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / ("cache%d" % n)))
+        out = tmp_path / ("%d.zip" % n)
+        built = subprocess.run([sys.executable, "-m", "functions.commands.package", "--out", str(out)], cwd=ROOT,
+                               env=env, capture_output=True, text=True, timeout=1400)
+        assert built.returncode == 0, "the real package did not build: " + built.stderr.strip()[-600:]
+        assert "fetched" in built.stderr and "installing" in built.stderr  # progress while it fetches
+        zips.append(out.read_bytes())
+    assert zips[0] == zips[1], "two builds of the same lock differ"
+    names = zipfile.ZipFile(str(tmp_path / "1.zip")).namelist()
+    assert not [n for n in names if n.endswith("direct_url.json") or n.startswith("bin/") or n.endswith(".pyc")]
+    assert str(tmp_path).encode() not in zips[0]

@@ -10,7 +10,7 @@ import json
 import sys
 from typing import Any, Dict, List
 
-from functions.commands import common
+from functions.commands import common, shipped
 
 POOL_LABEL = "alibabacloud.com/nodepool-id"
 
@@ -21,8 +21,8 @@ class AdviseError(ValueError):
 
 def configure(parser, command):
     parser.add_argument("--pool", required=True, metavar="ID_OR_NAME", help="the node pool (its id or its name)")
-    parser.add_argument("--inventory", metavar="FILE",
-                        help="cluster snapshot {cluster_id, nodepools, nodes, kubernetes}; kubernetes is what "
+    parser.add_argument("--inventory", metavar="FILE", type=shipped.inventory_file,
+                        help="cluster snapshot (or example:NAME, one shipped with the package) {cluster_id, nodepools, nodes, kubernetes}; kubernetes is what "
                              "'kubectl get nodes,pods -A -o json' prints")
     common.add_cloud_options(parser, kubeconfig_help="kubeconfig for the Kubernetes API (default: the snapshot's "
                                                      "kubernetes objects)")

@@ -39,8 +39,8 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import replace
 
-# functions/commands/demo.py -> the source tree's examples/ folder
-EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
+from functions.commands.shipped import EXAMPLES  # examples/, shipped with the package: the demo runs anywhere
+
 SIM_BACKEND = "sim:A100-SXM4-40GB:8"  # ecs.ebmgn7.26xlarge: 8 x A100 SXM4 40GB
 
 

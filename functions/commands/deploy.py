@@ -18,16 +18,16 @@ import json
 import os
 import re
 import sys
-import tempfile
 from typing import Any, Dict, List, Optional
 
 from functions.base import settings
-from functions.commands import common
-from functions.commands.stack.code_package import KNOWN_HOSTS_NAME, ROOT
+from functions.commands import common, shipped
+from functions.commands.stack.code_package import KNOWN_HOSTS_NAME
 from functions.commands.stack.exit_codes import EXIT_CONFLICT
 
-TEMPLATE = os.path.join(ROOT, "template.yml")
-OBJECT_PREFIX = "ack-mig-hook/"
+TEMPLATE = shipped.TEMPLATE  # template.yml, shipped with the package
+OBJECT_PREFIX = "ack-mig-hook/"  # then the stack's name: each stack prunes its own packages only
+KEEP_PACKAGES = 3
 UsageError = common.UsageError
 # Simple Log Service names ("Limits" of projects and logstores): 3-63 characters, lower-case letters, digits
 # and hyphens (a logstore also underscores), starting and ending with a lower-case letter or a digit.
@@ -86,6 +86,10 @@ def configure(parser, command):
     parser.add_argument("--deps-dir", default="", metavar="DIR",
                         help="use these already fetched dependencies (a pip --target folder for python3.10 "
                              "on Linux x86_64) instead of fetching them")
+    parser.add_argument("--keep-packages", type=common.whole_number(1, 1000, "packages"), default=KEEP_PACKAGES,
+                        metavar="N", help="after a deploy, keep this stack's N newest code packages in the bucket, "
+                                          "the one in use always among them; delete the older ones "
+                                          "(default: %(default)s)")
     parser.add_argument("--dry-run", action="store_true",
                         help="build and check the package and show ROS's plan: the resources the stack would "
                              "add, modify or remove and the parameters that would change; upload and change "
@@ -260,15 +264,12 @@ def deploy(args) -> int:
 
     with open(TEMPLATE, encoding="utf-8") as handle:
         template = handle.read()
-    with tempfile.TemporaryDirectory(prefix="ack-mig-hook-deploy-") as work:
-        deps = args.deps_dir
-        if not deps:
-            deps = os.path.join(work, "deps")
-            progress("fetching the function's dependencies for python%s on Linux x86_64 ..." % build.FC_PYTHON)
-            build.fetch(deps)
+    with build.work_folder() as work:  # removed however the deploy ends (after a kill: by the next one)
+        # The lock's dependencies, fetched once and cached by the lock's hash (functions/commands/stack/build.py)
+        deps = args.deps_dir or build.cached(progress=progress)
         zip_path = os.path.join(work, "ack-mig-hook.zip")
         digest = build.build(zip_path, deps, known_hosts=args.known_hosts)
-        code_object = "%s%s.zip" % (OBJECT_PREFIX, digest[:16])
+        code_object = package_prefix(args.stack_name) + "%s.zip" % digest[:16]
         values = parameters(args, declared, code_object, require=not existing)
         values.update(route["values"])
         if existing and "FunctionName" not in values and "FunctionName" in previous:
@@ -307,7 +308,9 @@ def deploy(args) -> int:
         before = stacks.event_ids(stack_id)
         if not stacks.update(stack_id, template, values, args.timeout):
             result.update(stack_id=stack_id, operation="none", status=existing.get("Status"))
-            _print(args, result, "stack %s is already up to date (%s)" % (args.stack_name, stack_id))
+            _prune(args, found_keys, oss, code_object, result)
+            _print(args, result, "stack %s is already up to date (%s): nothing changed, the function was left "
+                   "as it is" % (args.stack_name, stack_id))
             return 0
         result["operation"] = "update"
         progress("updating stack %s (%s) ..." % (args.stack_name, stack_id))
@@ -325,9 +328,34 @@ def deploy(args) -> int:
         if args.json:
             print(json.dumps(result, indent=2))
         raise StackError("stack %s ended %s: %s" % (args.stack_name, status, reason))
+    _prune(args, found_keys, oss, code_object, result)
     _print(args, result, "stack %s: %s (%s)\n%s" % (args.stack_name, status, stack_id,
                                                     NEXT_STEPS % {"cluster": args.cluster_id, "region": args.region}))
     return 0
+
+
+def package_prefix(stack_name: str) -> str:
+    return "%s%s/" % (OBJECT_PREFIX, stack_name)
+
+
+def _prune(args, found_keys, oss, in_use: str, result: Dict[str, Any]) -> None:
+    """After a deploy that left the stack on ``in_use``: the stack's older packages beyond --keep-packages
+    go. The stack is deployed whatever happens here, so a refusal is a warning, not a failure."""
+    from functions.commands.stack.upload import UploadError, prune
+
+    try:
+        pruned = prune(found_keys, args.region, args.bucket, package_prefix(args.stack_name), in_use,
+                       args.keep_packages, oss)
+    except UploadError as exc:
+        progress("warning: old packages were not pruned: %s (deploy needs oss:ListObjects and oss:DeleteObject "
+                 "for it)" % exc)
+        result["packages_pruned"] = None
+        return
+    result["packages_pruned"] = ["oss://%s/%s" % (args.bucket, k) for k in pruned.deleted]
+    if pruned.deleted:
+        progress("pruned %d old package%s from oss://%s/%s (kept %d, --keep-packages %d)"
+                 % (len(pruned.deleted), "" if len(pruned.deleted) == 1 else "s", args.bucket,
+                    package_prefix(args.stack_name), len(pruned.kept), args.keep_packages))
 
 
 def _refuse_unchangeable(args, existing: Optional[Dict[str, Any]]) -> None:

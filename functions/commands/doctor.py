@@ -35,11 +35,10 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 from urllib.parse import urlsplit
 
 from functions.base import settings
-from functions.commands import common
+from functions.commands import common, shipped
 from functions.delivery.cloud_assistant import PARAMETER_AGENT, RUN_BATCH, agent_version
-from functions.commands.stack.code_package import ROOT
 
-RBAC_FILE = os.path.join(ROOT, "deploy", "rbac.yaml")
+RBAC_FILE = shipped.RBAC  # deploy/rbac.yaml, shipped with the package
 ROLE_NAME = "ack-mig-hook"
 EVENTS_ROLE = "ack-mig-hook-events"  # events create, in the namespace the function writes Events to only
 EVENTS_NAMESPACE = "default"

@@ -17,7 +17,7 @@ printed once: on stderr.
 import json
 import sys
 
-from functions.commands import common
+from functions.commands import common, shipped
 from functions.commands.terminal import error_lines, fail
 from functions.base.errors import BadInventory
 from node_bootstrap.outside import OutsideDataError, loads
@@ -44,8 +44,8 @@ def configure(parser, command):
     parser.add_argument("--strict", action="store_true",
                         help="exit %d when any decision ends error, any node failed or is in conflict, or "
                              "the event must be retried (for CI)" % STRICT_EXIT)
-    parser.add_argument("--inventory", metavar="FILE",
-                        help="cluster snapshot {cluster_id, nodepools, nodes} in the CS API's shapes; "
+    parser.add_argument("--inventory", metavar="FILE", type=shipped.inventory_file,
+                        help="cluster snapshot (or example:NAME, one shipped with the package) {cluster_id, nodepools, nodes} in the CS API's shapes; "
                              "without it the ACK API is asked (credentials needed)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report; touch no node")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")

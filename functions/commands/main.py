@@ -35,7 +35,9 @@ COMMANDS = {
 # Modules of the ``deploy`` extra (pyproject.toml): a command that needs one and runs without it says so in
 # one line, exit 2, and its --help still works.
 EXTRA_MODULES = ("yaml", "alibabacloud_ros20190910", "alibabacloud_credentials", "alibabacloud_sts20150401", "oss2")
-INSTALL_EXTRA = "pip install 'ack-mig-hook[deploy]'"
+# The package is not on a package index: the extra comes with the clone or the wheel it was installed from.
+INSTALL_EXTRA = ("pip install '.[deploy]' in the clone, or 'ack_mig_hook-VERSION-py3-none-any.whl[deploy]' "
+                 "(docs/first-deployment.md)")
 
 
 def missing_extra(exc):

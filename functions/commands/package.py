@@ -2,7 +2,8 @@
 
 What goes in the zip, and why, is :mod:`functions.commands.stack.code_package`. The function's dependencies come
 from ``--deps DIR`` (a ``pip install --target`` folder) or are fetched for FC's python3.10 on Linux x86_64
-as the lock pins them (:mod:`functions.commands.stack.lock`, by SHA-256); either way :mod:`functions.commands.stack.build`
+as the lock pins them (:mod:`functions.commands.stack.lock`, by SHA-256), once per lock into the cache that
+deploy uses too; either way :mod:`functions.commands.stack.build`
 checks them, so a package never silently lacks one. Only ``--sources-only`` (for looking inside, never for
 FC) builds a zip without them.
 """
@@ -10,15 +11,15 @@ FC) builds a zip without them.
 import argparse
 import os
 import sys
-import tempfile
 
 from functions.commands.stack import build as deps
-from functions.commands.stack.code_package import HANDLER, ROOT, build
+from functions.commands.stack.code_package import HANDLER, build
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m functions.commands.package", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.path.join(ROOT, "dist", "ack-mig-hook.zip"), help="the zip to write")
+    parser.add_argument("--out", default=os.path.join("dist", "ack-mig-hook.zip"),
+                        help="the zip to write (default: %(default)s, under the current folder)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--deps", default="", metavar="DIR",
                         help="a pip --target folder of the dependencies for python3.10 on Linux x86_64 "
@@ -46,12 +47,8 @@ def main(argv=None) -> int:
             names = build(args.out, "", known_hosts=args.known_hosts)
         elif args.deps:
             return _checked(args, args.deps)
-        else:
-            with tempfile.TemporaryDirectory(prefix="ack-mig-hook-deps-") as folder:
-                print("fetching the function's dependencies for python%s on Linux x86_64 ..." % deps.FC_PYTHON,
-                      file=sys.stderr)
-                deps.fetch(folder)
-                return _checked(args, folder)
+        else:  # fetched once per lock, like deploy's (the same cache)
+            return _checked(args, deps.cached(progress=lambda line: print(line, file=sys.stderr, flush=True)))
     except deps.BuildError as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2

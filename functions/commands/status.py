@@ -24,7 +24,7 @@ import time
 import textwrap
 from typing import Any, Dict, List, Optional
 
-from functions.commands import common
+from functions.commands import common, shipped
 from functions.commands.terminal import fail
 from node_bootstrap.kube import KubeError
 from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION as GPU_LAYOUTS, read_layouts
@@ -370,8 +370,8 @@ def render(status: Dict[str, Any], nodes: bool, columns: Optional[int] = None) -
 
 
 def configure(parser, command):
-    parser.add_argument("--inventory", metavar="FILE",
-                        help="cluster snapshot {cluster_id, nodepools, nodes, kube_nodes}; without it the ACK "
+    parser.add_argument("--inventory", metavar="FILE", type=shipped.inventory_file,
+                        help="cluster snapshot (or example:NAME, one shipped with the package) {cluster_id, nodepools, nodes, kube_nodes}; without it the ACK "
                              "and Kubernetes APIs are asked (credentials needed)")
     common.add_cloud_options(parser, kubeconfig_help="your kubeconfig for the Kubernetes side (the ACK side from "
                                                      "--inventory or the ACK API); default: the snapshot's "

@@ -79,12 +79,16 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def _wheel(folder, name="fakewheel", version="1.0"):
+def _wheel(folder, name="fakewheel", version="1.0", script=False):
+    """A pure wheel; ``script``: with a console script, whose ``#!python`` pip rewrites to the python that
+    installs it (as numpy's f2py or websocket-client's wsdump in the real lock)."""
     path = os.path.join(folder, "%s-%s-py3-none-any.whl" % (name, version))
     files = {"%s/__init__.py" % name: b"WHEEL = True\n",
              "%s-%s.dist-info/METADATA" % (name, version): ("Metadata-Version: 2.1\nName: %s\nVersion: %s\n"
                                                              % (name, version)).encode(),
              "%s-%s.dist-info/WHEEL" % (name, version): b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    if script:
+        files["%s-%s.data/scripts/%s-cmd" % (name, version, name)] = b"#!python\nprint('hi')\n"
     files["%s-%s.dist-info/RECORD" % (name, version)] = b""
     with zipfile.ZipFile(path, "w") as archive:
         for k, v in files.items():
@@ -121,8 +125,8 @@ def index(tmp_path, monkeypatch):
     return str(folder)
 
 
-def _lock(tmp_path, pins):
-    path = tmp_path / "requirements-fc.txt"
+def _lock(tmp_path, pins, name="requirements-fc.txt"):
+    path = tmp_path / name
     path.write_text(lock.render(lock.Lock(["fakewheel", "fakesrc"], pins)))
     return str(path)
 
@@ -169,3 +173,97 @@ def test_a_source_archive_that_builds_a_platform_wheel_is_refused(index, tmp_pat
     message = str(failed.value)
     assert "fakesrc-1.0.tar.gz" in message and "cp311-cp311-linux_x86_64" in message and "pure-Python" in message
     assert "--deps-dir" in message
+
+
+# ---- the same lock, the same bytes; fetched once; nothing left behind ----
+
+def _zip_of(deps, out):
+    code_package.build(str(out), str(deps))
+    return open(str(out), "rb").read()
+
+
+def test_the_same_lock_gives_the_same_zip_byte_for_byte(index, tmp_path, monkeypatch):
+    """Two fetches of one lock in two caches (two machines, or a cache wiped in between): the same zip,
+    and nothing in it names the folder it was built in or the python that ran pip."""
+    wheel, sdist = _wheel(index, script=True), _sdist(index)
+    path = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", _sha(wheel), False),
+                            lock.Pin("fakesrc", "1.0", _sha(sdist), True)])
+    zips = []
+    for n in (1, 2):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / ("cache%d" % n)))
+        deps = build.cached(path)
+        assert deps.startswith(str(tmp_path / ("cache%d" % n)))
+        zips.append(_zip_of(deps, tmp_path / ("%d.zip" % n)))
+    assert zips[0] == zips[1]
+    names = zipfile.ZipFile(io.BytesIO(zips[0])).namelist()
+    assert "fakewheel/__init__.py" in names and "fakesrc/__init__.py" in names
+    assert not [n for n in names if n.endswith("direct_url.json") or n.startswith("bin/") or n.endswith(".pyc")]
+    record = zipfile.ZipFile(io.BytesIO(zips[0])).read("fakewheel-1.0.dist-info/RECORD").decode()
+    assert "fakewheel/__init__.py" in record and "direct_url" not in record and "fakewheel-cmd" not in record
+    for text in (str(tmp_path), os.path.dirname(os.path.realpath(os.sys.executable))):
+        assert text.encode() not in zips[0], text
+
+
+def test_a_lock_is_fetched_once_then_comes_from_the_cache_with_progress(index, tmp_path, monkeypatch):
+    wheel = _wheel(index)
+    path = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", _sha(wheel), False)])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    said = []
+    first = build.cached(path, progress=said.append)
+    assert said[0].startswith("dependencies: fetching for python3.10") and build.lock_digest(path)[:16] in said[0]
+    assert any(line.startswith("  fetched 1/1: fakewheel-1.0") for line in said), said
+    assert any(line.startswith("  installing 1 distributions") for line in said), said
+
+    def no_pip(*args, **kwargs):
+        raise AssertionError("pip ran for a lock already in the cache")
+
+    real_pip = build._pip
+    monkeypatch.setattr(build, "_pip", no_pip)
+    said.clear()
+    assert build.cached(path, progress=said.append) == first
+    assert said == ["dependencies: from the cache %s (lock sha256 %s)" % (first, build.lock_digest(path)[:16])]
+    # Another lock is another folder; the cache keeps this lock's and the one before, no more.
+    root = os.path.dirname(first)
+    for n in range(3):  # older locks' folders, used long ago
+        os.makedirs(os.path.join(root, "%016d-python3.10" % n))
+        os.utime(os.path.join(root, "%016d-python3.10" % n), (n, n))
+    monkeypatch.setattr(build, "_pip", real_pip)
+    other = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", _sha(wheel), False),
+                             lock.Pin("fakewheel2", "1.0", _sha(_wheel(index, "fakewheel2")), False)], "other.txt")
+    second = build.cached(other)
+    assert second != first and sorted(os.listdir(root)) == sorted(
+        os.path.basename(f) for f in (second, first)), os.listdir(root)
+
+
+def test_an_interrupted_fetch_leaves_no_temporary_folder(index, tmp_path, monkeypatch):
+    """Ctrl-C while pip installs: the work folder (downloads, built wheels, pip's own temporary folders,
+    which live under it) is removed, the system's temporary folder holds nothing of pip's, and no partial
+    folder is cached. A fetch killed outright leaves its work folder; the next fetch removes it."""
+    wheel, sdist = _wheel(index), _sdist(index)
+    path = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", _sha(wheel), False),
+                            lock.Pin("fakesrc", "1.0", _sha(sdist), True)])
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
+    monkeypatch.setattr(build.tempfile, "tempdir", None)  # tempfile reads TMPDIR again
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    real_pip, seen_tmp = build._pip, []
+
+    def interrupted(args, what, env=None, on_line=None):
+        seen_tmp.append((env or {}).get("TMPDIR"))
+        if args[0] == "install":
+            raise KeyboardInterrupt
+        return real_pip(args, what, env, on_line)
+
+    monkeypatch.setattr(build, "_pip", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build.cached(path)
+    root = tmp_path / "cache" / "ack-mig-hook" / "deps"
+    assert os.listdir(str(root)) == [] and os.listdir(str(system_tmp)) == []
+    assert seen_tmp and all(t and t.startswith(str(root)) for t in seen_tmp), seen_tmp
+    # killed (no cleanup at all): its folder stays until the next fetch, which removes it
+    dead = root / (".work-%d-x" % (2 ** 22 + 1))  # above Linux's largest pid: no such process
+    (dead / "tmp" / "pip-unpack-x").mkdir(parents=True)
+    monkeypatch.setattr(build, "_pip", real_pip)
+    done = build.cached(path)
+    assert sorted(os.listdir(str(root))) == [os.path.basename(done)]

@@ -60,6 +60,16 @@ Data:
   ``NoSuchBucketPolicy``). The document's form is OSS's ``{"Version": "1", "Statement": [{"Effect",
   "Action", "Principal", "Resource"}]}`` (OSS "Authorization syntax and elements").
 
+* **ListObjects** (``GET /<bucket>/?prefix=&marker=&max-keys=&encoding-type=url``): the keys under the
+  prefix in lexicographic order after ``marker``, at most ``max-keys`` (default 100, at most 1000), with
+  ``IsTruncated`` and ``NextMarker``; ``LastModified`` is when the object was put (ISO 8601), keys URL-encoded
+  when ``encoding-type=url`` is asked, with ``EncodingType`` saying so (OSS ListObjects (GetBucket) reference;
+  oss2's ``parse_list_objects`` reads these elements).
+* **RAM actions** (``actions``): the action RAM authorizes each request by, as OSS's "RAM policy" table of
+  API operations names them: HeadObject and GetObject are both ``oss:GetObject``; GetBucketInfo, PutBucket,
+  GetBucketAcl, GetBucketPolicy, ListObjects, PutObject and DeleteObject are their own names. The page test
+  of docs/first-deployment.md checks the deployer's policy against them.
+
 Errors are OSS's XML with ``x-oss-request-id`` (and ``EC`` where a page names one).
 """
 
@@ -74,7 +84,8 @@ import time
 import uuid
 from email.utils import formatdate
 from typing import Callable, Dict, List, Optional, Set, Tuple
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
+from xml.sax.saxutils import escape as xml_escape
 
 from tests.support.loopback import Answer as LoopAnswer, LoopbackServer
 
@@ -150,6 +161,8 @@ class OssEmulator(LoopbackServer):
         self.foreign_buckets: Dict[str, Tuple[str, str, bool]] = {}
         self.corrupt_crc: Set[str] = set()  # object keys whose answer names another CRC-64 (a broken store)
         self.requests: List[Tuple[str, str]] = []
+        self.actions: List[str] = []  # the RAM action of each signed request, in order
+        self.modified: Dict[Tuple[str, str], float] = {}  # (bucket, key) -> when it was put
         self.rejected: List[str] = []
         self._lock = threading.Lock()
 
@@ -213,6 +226,8 @@ class OssEmulator(LoopbackServer):
         bucket, _, key = unquote(split.path).lstrip("/").partition("/")
         with self._lock:
             self.requests.append((verb, split.path + ("?" + split.query if split.query else "")))
+        with self._lock:
+            self.actions.append(ram_action(verb, key, query))
         problem = self._verify(verb, headers, bucket, key, query)
         if problem:
             status, code, ec, message = problem
@@ -237,6 +252,7 @@ class OssEmulator(LoopbackServer):
                 if md5 and md5 != base64.b64encode(hashlib.md5(body).digest()).decode("ascii"):
                     return self._error(400, "InvalidDigest", "The Content-MD5 you specified is not valid.")
                 objects[key] = body
+                self.modified[(bucket, key)] = self.clock()
                 self.meta[(bucket, key)] = {k: v for k, v in headers.items() if k.startswith("x-oss-meta-")}
                 crc = crc64_ecma(body) ^ (1 if key in self.corrupt_crc else 0)
                 return 200, b"", {"etag": '"%s"' % hashlib.md5(body).hexdigest().upper(),
@@ -251,7 +267,8 @@ class OssEmulator(LoopbackServer):
                                "etag": '"%s"' % hashlib.md5(data).hexdigest().upper(),
                                "content-type": "application/octet-stream",
                                "x-oss-hash-crc64ecma": str(crc64_ecma(data)),
-                               "last-modified": formatdate(usegmt=True)}
+                               "last-modified": formatdate(self.modified.get((bucket, key), self.clock()),
+                                                           usegmt=True)}
 
     def _bucket(self, verb: str, bucket: str, query: Dict[str, str], headers: Dict[str, str]) -> _ERR:
         foreign = self.foreign_buckets.get(bucket)
@@ -292,4 +309,53 @@ class OssEmulator(LoopbackServer):
                    "</AccessControlList></Bucket></BucketInfo>"
                    % (bucket, *([self.bucket_regions.get(bucket, self.region)] * 3), owner, owner, acl))
             return 200, xml.encode("utf-8"), {"content-type": "application/xml"}
-        return self._error(400, "NotImplemented", "this emulator serves bucketInfo and create only")
+        if verb == "GET" and not (set(query) - {"prefix", "marker", "max-keys", "delimiter", "encoding-type"}):
+            return self._list(bucket, query)
+        return self._error(400, "NotImplemented", "this emulator serves bucketInfo, acl, policy, create and list")
+
+    def _list(self, bucket: str, query: Dict[str, str]) -> _ERR:
+        if bucket in self.foreign_buckets:
+            return self._error(403, "AccessDenied", "You have no right to access this bucket.")
+        if bucket not in self.buckets:
+            return self._error(404, "NoSuchBucket", "The specified bucket does not exist.")
+        if query.get("delimiter"):
+            return self._error(400, "NotImplemented", "this emulator lists without a delimiter only")
+        try:
+            limit = int(query.get("max-keys") or 100)
+        except ValueError:
+            limit = -1
+        if not 1 <= limit <= 1000:
+            return self._error(400, "InvalidArgument", "max-keys must be 1..1000")
+        prefix, marker, encode = query.get("prefix", ""), query.get("marker", ""), query.get("encoding-type") == "url"
+        keys = sorted(k for k in self.buckets[bucket] if k.startswith(prefix) and k > marker)
+        page, truncated = keys[:limit], len(keys) > limit
+
+        def text(value: str) -> str:
+            return quote(value, safe="") if encode else xml_escape(value)
+
+        contents = "".join(
+            "<Contents><Key>%s</Key><LastModified>%s</LastModified><ETag>\"%s\"</ETag><Type>Normal</Type>"
+            "<Size>%d</Size><StorageClass>Standard</StorageClass><Owner><ID>%s</ID><DisplayName>%s</DisplayName>"
+            "</Owner></Contents>" % (text(k), time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(
+                self.modified.get((bucket, k), 0))), hashlib.md5(self.buckets[bucket][k]).hexdigest().upper(),
+                len(self.buckets[bucket][k]), self.account_id, self.account_id) for k in page)
+        xml = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListBucketResult><Name>%s</Name><Prefix>%s</Prefix>"
+               "<Marker>%s</Marker><MaxKeys>%d</MaxKeys><Delimiter></Delimiter>%s<IsTruncated>%s</IsTruncated>%s%s"
+               "</ListBucketResult>" % (bucket, text(prefix), text(marker), limit,
+                                        "<EncodingType>url</EncodingType>" if encode else "",
+                                        "true" if truncated else "false",
+                                        "<NextMarker>%s</NextMarker>" % text(page[-1]) if truncated else "", contents))
+        return 200, xml.encode("utf-8"), {"content-type": "application/xml"}
+
+
+def ram_action(verb: str, key: str, query: Dict[str, str]) -> str:
+    """The RAM action OSS authorizes a request by (see the module's docstring)."""
+    if key:
+        return {"PUT": "oss:PutObject", "DELETE": "oss:DeleteObject"}.get(verb, "oss:GetObject")
+    if verb == "PUT":
+        return "oss:PutBucket"
+    for name, action in (("bucketInfo", "oss:GetBucketInfo"), ("acl", "oss:GetBucketAcl"),
+                         ("policy", "oss:GetBucketPolicy")):
+        if name in query:
+            return action
+    return "oss:ListObjects"

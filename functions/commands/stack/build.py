@@ -10,15 +10,28 @@ never the ``deploy`` or ``dev`` extras. The check then reads each installed dist
 (``WHEEL`` tags) so a missing dependency or a wheel built for another Python or platform stops the deploy
 with the names, instead of a function that cannot import pydantic at its first event. Every failure names
 the distribution and the way out: ``--deps-dir`` with a folder prepared elsewhere.
+
+Once per lock: :func:`cached` keeps the installed folder in ``~/.cache/ack-mig-hook/deps`` (``$XDG_CACHE_HOME``)
+under the lock's SHA-256, so a later deploy of the same lock fetches nothing. Every download and every
+temporary folder of pip lives in a work folder there, removed when the fetch ends, fails or is interrupted,
+and by the next fetch when the process was killed. :func:`normalize` removes what names the machine or a
+temporary path (``direct_url.json``, console scripts), and :mod:`code_package` writes the zip in a fixed
+order with fixed times and modes: the same lock gives the same zip, byte for byte, so the dry run's code
+object is the deploy's and an unchanged deploy uploads nothing.
 """
 
+import contextlib
+import csv
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Tuple
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Tuple
 
 from functions.commands.stack import code_package
 
@@ -87,12 +100,38 @@ DEPS_DIR_HINT = ("or fetch them elsewhere (`pip install --target DIR --platform 
                  "3.10 --only-binary=:all:` on a machine that reaches the index) and pass --deps-dir DIR")
 
 
-def _pip(args: List[str], what: str) -> subprocess.CompletedProcess:
+def _pip(args: List[str], what: str, env: Optional[Dict[str, str]] = None,
+         on_line: Optional[Callable[[str], None]] = None) -> subprocess.CompletedProcess:
+    """pip, bounded at 900 s; ``on_line`` sees each line of its output as it comes (progress). pip is
+    killed when we stop (an interrupt included), and its temporary folders live under ``env``'s TMPDIR,
+    which the caller removes."""
     command = [sys.executable, "-m", "pip", "--disable-pip-version-check"] + args
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=env, errors="replace")
+    late = []
+
+    def kill() -> None:
+        late.append(True)
+        process.kill()
+
+    timer = threading.Timer(900, kill)
+    timer.start()
+    lines = []
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=900)
-    except subprocess.TimeoutExpired:
-        raise BuildError("pip did not finish %s in 900 s; %s" % (what, DEPS_DIR_HINT)) from None
+        for line in process.stdout:
+            lines.append(line)
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+        process.wait()
+    finally:
+        timer.cancel()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.stdout.close()
+    if late:
+        raise BuildError("pip did not finish %s in 900 s; %s" % (what, DEPS_DIR_HINT))
+    return subprocess.CompletedProcess(command, process.returncode, "".join(lines), "")
 
 
 def _pip_failure(done: subprocess.CompletedProcess, what: str) -> BuildError:
@@ -108,44 +147,206 @@ def _pip_failure(done: subprocess.CompletedProcess, what: str) -> BuildError:
                          DEPS_DIR_HINT))
 
 
-def fetch(deps_dir: str, lock_path: str = "") -> None:
-    """Install the locked dependencies into ``deps_dir`` (see the module's docstring)."""
+def _quiet(line: str) -> None:
+    pass
+
+
+class _Counter:
+    """pip's ``Collecting NAME==VERSION`` lines (``Processing FILE`` for a local file) as ``k/n`` progress:
+    the first, the last, and one every 5 s between."""
+
+    def __init__(self, total: int, progress: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
+        self.total, self.progress, self.clock = total, progress, clock
+        self.count, self.shown = 0, None
+
+    def __call__(self, line: str) -> None:
+        if not line.startswith(("Collecting ", "Processing ")):
+            return
+        self.count += 1
+        now = self.clock()
+        if self.count in (1, self.total) or self.shown is None or now - self.shown >= 5:
+            self.shown = now
+            self.progress("  fetched %d/%d: %s" % (self.count, self.total, os.path.basename(line.split()[1])[:60]))
+
+
+def fetch(deps_dir: str, lock_path: str = "", progress: Callable[[str], None] = _quiet, work: str = "") -> None:
+    """Install the locked dependencies into ``deps_dir`` (see the module's docstring), every download and
+    every pip temporary folder under ``work`` (a fresh temporary folder when not given), removed after."""
     from functions.commands.stack import lock
 
     try:
         pins = lock.read(lock_path or lock.LOCK)
     except (OSError, lock.LockError) as exc:
         raise BuildError("cannot read the dependency lock: %s" % exc) from None
-    with tempfile.TemporaryDirectory(prefix="ack-mig-hook-fetch-") as work:
-        files = lock.split(pins, work)
-        wheels, sdists = os.path.join(work, "wheels"), os.path.join(work, "sdists")
-        if "wheel" in files:
-            done = _pip(["download", "--quiet", "--no-deps", "--require-hashes", "--only-binary=:all:", "-d", wheels]
-                        + lock.FC_TARGET + ["-r", files["wheel"]], "fetching the wheels")
-            if done.returncode != 0:
-                raise _pip_failure(done, "fetch")
-        if "sdist" in files:
-            # --no-binary names them: with :all: pip would also build the build environment's setuptools from source.
-            names = ",".join(p.name for p in pins.pins if p.sdist)
-            done = _pip(["download", "--quiet", "--no-deps", "--require-hashes", "--no-binary=%s" % names, "-d",
-                         sdists, "-r", files["sdist"]], "fetching the source archives")
-            if done.returncode != 0:
-                raise _pip_failure(done, "fetch")
-            for archive in sorted(os.listdir(sdists)):
-                _wheel_from_source(os.path.join(sdists, archive), wheels)
-        built = sorted(os.path.join(wheels, f) for f in os.listdir(wheels)) if os.path.isdir(wheels) else []
-        done = _pip(["install", "--quiet", "--no-deps", "--no-index", "--only-binary=:all:", "--target", deps_dir]
-                    + lock.FC_TARGET + built, "installing the dependencies")
+    if not work:
+        with tempfile.TemporaryDirectory(prefix="ack-mig-hook-fetch-") as folder:
+            return fetch(deps_dir, lock_path, progress, folder)
+    tmp = os.path.join(work, "tmp")
+    os.makedirs(tmp, exist_ok=True)
+    env = dict(os.environ, TMPDIR=tmp, TEMP=tmp, TMP=tmp)  # pip's own temporary folders: ours to remove
+    files = lock.split(pins, work)
+    wheels, sdists = os.path.join(work, "wheels"), os.path.join(work, "sdists")
+    wheel_pins = [p for p in pins.pins if not p.sdist]
+    sdist_pins = [p for p in pins.pins if p.sdist]
+    if "wheel" in files:
+        progress("  fetching %d wheels ..." % len(wheel_pins))
+        done = _pip(["download", "--no-deps", "--require-hashes", "--only-binary=:all:", "--progress-bar", "off",
+                     "-d", wheels] + lock.FC_TARGET + ["-r", files["wheel"]], "fetching the wheels", env,
+                    _Counter(len(wheel_pins), progress))
         if done.returncode != 0:
-            raise _pip_failure(done, "install")
+            raise _pip_failure(done, "fetch")
+    if "sdist" in files:
+        # --no-binary names them: with :all: pip would also build the build environment's setuptools from source.
+        names = ",".join(p.name for p in sdist_pins)
+        progress("  fetching %d source archives ..." % len(sdist_pins))
+        done = _pip(["download", "--quiet", "--no-deps", "--require-hashes", "--no-binary=%s" % names, "-d",
+                     sdists, "-r", files["sdist"]], "fetching the source archives", env)
+        if done.returncode != 0:
+            raise _pip_failure(done, "fetch")
+        archives = sorted(os.listdir(sdists))
+        for number, archive in enumerate(archives, 1):
+            progress("  building %s into a wheel (%d/%d)" % (archive, number, len(archives)))
+            _wheel_from_source(os.path.join(sdists, archive), wheels, env)
+    built = sorted(os.path.join(wheels, f) for f in os.listdir(wheels)) if os.path.isdir(wheels) else []
+    progress("  installing %d distributions for python%s ..." % (len(built), FC_PYTHON))
+    # --no-compile: no .pyc, so RECORD lists no byte code named after the interpreter that ran pip.
+    done = _pip(["install", "--quiet", "--no-deps", "--no-index", "--no-compile", "--only-binary=:all:",
+                 "--target", deps_dir] + lock.FC_TARGET + built, "installing the dependencies", env)
+    if done.returncode != 0:
+        raise _pip_failure(done, "install")
+    normalize(deps_dir)
 
 
-def _wheel_from_source(archive: str, out: str) -> None:
+def normalize(deps_dir: str) -> List[str]:
+    """Drop what names the machine or the folder it was built in, so the same lock gives the same bytes:
+    ``*.dist-info/direct_url.json`` (pip writes the ``file://`` path of each wheel it installed from a file,
+    here a temporary folder) and ``bin/`` (console scripts, whose first line names the python that ran pip;
+    FC never runs them); each ``RECORD`` keeps only the lines of files still there. Returns what it
+    removed, relative to ``deps_dir``."""
+    removed = []
+    scripts = os.path.join(deps_dir, "bin")
+    if os.path.isdir(scripts):
+        shutil.rmtree(scripts)
+        removed.append("bin")
+    infos = sorted(e for e in os.listdir(deps_dir) if e.endswith(".dist-info"))
+    for info in infos:
+        direct = os.path.join(deps_dir, info, "direct_url.json")
+        if os.path.exists(direct):
+            os.remove(direct)
+            removed.append(os.path.join(info, "direct_url.json"))
+    top = os.path.realpath(deps_dir)
+    for info in infos:
+        record = os.path.join(deps_dir, info, "RECORD")
+        if not os.path.isfile(record):
+            continue
+        with open(record, encoding="utf-8", newline="") as handle:
+            rows = list(csv.reader(handle))
+        kept = []
+        for row in rows:
+            where = os.path.realpath(os.path.join(deps_dir, row[0])) if row else ""
+            if row and (where == top or where.startswith(top + os.sep)) and os.path.isfile(where):
+                kept.append(row)
+        if kept != rows:
+            with open(record, "w", encoding="utf-8", newline="") as handle:
+                csv.writer(handle, lineterminator="\n").writerows(kept)
+    return removed
+
+
+# ---- the cache: one installed folder per lock, named by the lock's SHA-256 ----
+
+CACHE_KEEP = 2  # this lock's folder and the one before it (going back a version fetches nothing)
+_WORK = ".work-"
+
+
+def cache_root() -> str:
+    """``$XDG_CACHE_HOME/ack-mig-hook/deps`` (``~/.cache/...`` without it), where pip keeps its own cache too."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ack-mig-hook", "deps")
+
+
+def lock_digest(lock_path: str = "") -> str:
+    from functions.commands.stack import lock
+
+    with open(lock_path or lock.LOCK, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _remove_stale(root: str) -> None:
+    """Work folders of fetches whose process is gone (killed before it could clean up)."""
+    for entry in os.listdir(root):
+        pid = entry[len(_WORK):].split("-", 1)[0]
+        if entry.startswith(_WORK) and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(root, entry), ignore_errors=True)
+
+
+def _prune_cache(root: str, current: str, keep: int = CACHE_KEEP) -> None:
+    folders = [os.path.join(root, e) for e in os.listdir(root) if not e.startswith(".")]
+    others = sorted((f for f in folders if f != current and os.path.isdir(f)), key=os.path.getmtime, reverse=True)
+    for folder in others[keep - 1:]:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def work_folder():
+    """A folder for one build (downloads, pip's temporary folders, the zip) in the cache's root, removed
+    when the block ends however it ends; one left by a killed process goes at the next call."""
+    root = cache_root()
+    try:
+        os.makedirs(root, exist_ok=True)
+        _remove_stale(root)
+        work = tempfile.mkdtemp(prefix="%s%d-" % (_WORK, os.getpid()), dir=root)
+    except OSError as exc:
+        raise BuildError("cannot use the dependency cache %s: %s" % (root, exc.strerror or exc)) from None
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def cached(lock_path: str = "", progress: Callable[[str], None] = _quiet) -> str:
+    """The folder of the lock's dependencies installed for FC: from the cache when this lock was fetched
+    before, else fetched into it (a work folder renamed into place once complete, so a cached folder is
+    never a partial one; a fetch that was killed leaves its work folder, which the next one removes)."""
+    try:
+        digest = lock_digest(lock_path)
+    except OSError as exc:
+        raise BuildError("cannot read the dependency lock: %s" % exc) from None
+    root = cache_root()
+    final = os.path.join(root, "%s-python%s" % (digest[:16], FC_PYTHON))
+    if os.path.isdir(final):
+        os.utime(final)  # the newest used: the last pruned
+        progress("dependencies: from the cache %s (lock sha256 %s)" % (final, digest[:16]))
+        return final
+    progress("dependencies: fetching for python%s on Linux x86_64 as the lock pins them (lock sha256 %s), "
+             "once: kept in %s" % (FC_PYTHON, digest[:16], final))
+    with work_folder() as work:
+        target = os.path.join(work, "deps")
+        fetch(target, lock_path, progress, work)
+        try:
+            os.rename(target, final)
+        except OSError:
+            if not os.path.isdir(final):  # else another deploy cached the same lock first: use that one
+                raise
+    _prune_cache(root, final)
+    return final
+
+
+def _wheel_from_source(archive: str, out: str, env: Optional[Dict[str, str]] = None) -> None:
     """``pip wheel`` one locked source archive into ``out``; the wheel must be pure Python (``*-none-any``):
     only then does the machine that built it not matter to FC's python3.10."""
     before = set(os.listdir(out)) if os.path.isdir(out) else set()
     name = os.path.basename(archive)
-    done = _pip(["wheel", "--quiet", "--no-deps", "--wheel-dir", out, archive], "building %s" % name)
+    done = _pip(["wheel", "--quiet", "--no-deps", "--wheel-dir", out, archive], "building %s" % name, env)
     if done.returncode != 0:
         raise BuildError("%s is published only as source and did not build into a wheel: %s; %s"
                          % (name, ((done.stderr.strip().splitlines() or ["pip wheel failed"])[-1])[:200],

@@ -33,11 +33,15 @@ DEPENDENCIES = (
 )
 PACKAGES = ("functions", "node_bootstrap")
 _SKIP_DIRS = ("__pycache__",)
+# The command line's shipped files (template.yml, rbac.yaml, examples: functions/commands/shipped.py): the
+# function never reads them, and in a clone they are links, in a wheel files.
+_SKIP_PATHS = (os.path.join("functions", "commands", "data"),)
 
 
 def _walk(base: str, top: str):
     for folder, dirs, files in os.walk(os.path.join(base, top)):
-        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".dist-info"))
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".dist-info")
+                         and os.path.relpath(os.path.join(folder, d), base) not in _SKIP_PATHS)
         for name in sorted(files):
             if name.endswith((".pyc", ".pyo")):
                 continue

@@ -347,3 +347,47 @@ def upload(keys: Keys, region: str, bucket: str, key: str, path: str, account: s
     except oss2.exceptions.OssError as exc:  # RequestError included
         raise _refused("cannot upload %s to oss://%s/%s" % (path, bucket, key), exc) from None
     return Uploaded("oss://%s/%s" % (bucket, key), checksum, True, warnings)
+
+
+# ---- old packages: the bucket keeps the last few of a stack, never the one in use ----
+
+class Pruned(NamedTuple):
+    kept: tuple
+    deleted: tuple
+
+
+def prune_plan(objects, in_use: str, keep: int) -> Pruned:
+    """Pure: which of ``objects`` ((last modified, key) pairs) to delete so that ``keep`` remain: the one in
+    use, whatever its age, and the newest others (ties by key, so the plan is the same every time)."""
+    others = sorted(((t, k) for t, k in objects if k != in_use), key=lambda o: (o[0], o[1]), reverse=True)
+    present = any(k == in_use for _t, k in objects)
+    room = max(keep - (1 if present else 0), 0)
+    kept = ((in_use,) if present else ()) + tuple(k for _t, k in others[:room])
+    return Pruned(kept, tuple(sorted(k for _t, k in others[room:])))
+
+
+def prune(keys: Keys, region: str, bucket: str, prefix: str, in_use: str, keep: int,
+          endpoint: Optional[Endpoint] = None, timeout_s: int = 60) -> Pruned:
+    """List the packages under ``prefix`` (``ListObjects``, 1000 a page, 100 pages at most) and delete
+    (``DeleteObject``) those :func:`prune_plan` does not keep. The prefix is one stack's: another
+    cluster's stack in the same bucket keeps its own packages."""
+    import oss2
+
+    client, url = _client(keys, region, bucket, endpoint, timeout_s)
+    objects, marker = [], ""
+    try:
+        for _page in range(100):
+            result = client.list_objects(prefix=prefix, marker=marker, max_keys=1000)
+            objects += [(int(o.last_modified or 0), o.key) for o in result.object_list
+                        if o.key.endswith(".zip") and "/" not in o.key[len(prefix):]]
+            if not result.is_truncated or not result.next_marker:
+                break
+            marker = result.next_marker
+        plan = prune_plan(objects, in_use, keep)
+        for key in plan.deleted:
+            client.delete_object(key)
+    except oss2.exceptions.RequestError as exc:
+        raise UploadError("cannot reach OSS at %s: %s" % (url, type(exc).__name__)) from None
+    except oss2.exceptions.OssError as exc:
+        raise _refused("cannot prune the old packages in oss://%s/%s" % (bucket, prefix), exc) from None
+    return plan
