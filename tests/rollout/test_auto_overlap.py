@@ -1,0 +1,139 @@
+"""One plan at a time per auto pool (issue 35 item 4): a tick that starts while another one applies never
+plans for the same pods or GPUs. The pool's planning claim (functions/rollout/plan_claim.py) is taken on the
+pool's Lease before its nodes are read and held until the tick's rollout ends; a second tick finds it held
+and skips the pool, naming the invocation that plans it.
+
+The overlap is played as FC runs it without an instance concurrency limit: the second tick starts from inside
+the first one's transport, after the node wrote ``nvidia.com/mig.config.state=pending`` (node_bootstrap
+apply writes it before anything changes, node_bootstrap/kube/nodelabels.py), so the node being changed is
+``busy`` to any planner that reads it then."""
+
+import json
+
+import pytest
+
+from tests.rollout.conftest import POOL
+from tests.rollout.test_auto_rollout import NAMES, PerGpuNodes, add_auto_nodes, inventory, slots, tick, waiting
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
+
+LEASE = ("default", "ack-mig-hook-pool-%s" % POOL)
+PLANNING = "ack-mig-hook/planning"
+
+
+class Overlapping(PerGpuNodes):
+    """The first tick's nodes: each one first says ``pending`` (as node_bootstrap apply does), then, once,
+    a second tick runs to its end while this one applies."""
+
+    def __init__(self, api, second):
+        super().__init__(api)
+        self.second, self.seen = second, []
+
+    def run(self, targets):
+        for t in targets:
+            self.api.label_node(t.node_name, {"nvidia.com/mig.config.state": "pending"})
+        if self.second is not None:
+            second, self.second = self.second, None
+            self.seen.append(second())
+        return super().run(targets)
+
+
+def planning(api):
+    lease = api.leases.get(LEASE)
+    text = ((lease or {}).get("metadata") or {}).get("annotations", {}).get(PLANNING)
+    return json.loads(text) if text else None
+
+
+def test_a_tick_that_starts_while_another_applies_plans_nothing_for_the_same_pods(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:2])  # two idle GPUs: either could serve the two pods
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:2])
+    inner = PerGpuNodes(api)
+    held_during = []
+
+    def second():
+        held_during.append(planning(api))
+        return tick(cluster, inner, lookup=lookup, ACK_MIG_MAX_UNAVAILABLE="2")
+
+    outer = Overlapping(api, second)
+    # A budget of two: the budget alone would let the second tick change auto-b (it did before the claim)
+    first = tick(cluster, outer, lookup=lookup, ACK_MIG_MAX_UNAVAILABLE="2")
+    assert first.outcome == "done", first.reason
+    assert [n for n, _ in outer.requests] == ["auto-a"] and first.nodes[0]["outcome"] == "partitioned"
+    (overlapped,) = outer.seen
+    assert inner.requests == [], inner.requests  # the second node is not repartitioned for the same pods
+    owner = held_during[0]["owner"]
+    assert overlapped.outcome == "skip", overlapped.reason
+    assert overlapped.reason == "pool %s is being planned by invocation %s" % (POOL, owner), overlapped.reason
+    assert json.loads(api.nodes["auto-b"]["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"]) == {
+        "0": [["7g.40gb", 0]]}
+    assert cluster.annotation("auto-b") is None  # not even claimed
+    assert cluster.annotation("auto-a")["owner"] == owner  # the claim's owner is the records' invocation
+    assert planning(api) is None and slots(api) == {}  # given back at the end
+
+
+def test_the_next_tick_after_the_rollout_plans_again_and_finds_the_pods_served(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:2])
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:2])
+    first = tick(cluster, PerGpuNodes(api), lookup=lookup)
+    assert [n["node_name"] for n in first.nodes] == ["auto-a"]
+    again = PerGpuNodes(api)
+    cluster.now[0] += 60  # the timer's next tick (a tick whose pending list predates the change skips the pool)
+    result = tick(cluster, again, lookup=lookup)  # the claim was given back: this tick plans
+    assert result.outcome == "done" and "no GPU of the auto pools changes" in result.reason, result.reason
+    assert again.requests == []  # the pods wait for auto-a's new idle instances: nothing to change
+
+
+def test_a_crashed_ticks_claim_expires_and_a_forged_one_holds_one_invocation_at_most(cluster):
+    """A claim past the invocation's longest time (a clock ahead, or forged before 2100) is written back
+    clamped and runs out with it; one past 2100 is not ours (the reader rule) and holds nothing."""
+    from functions.base.settings import invocation_s, load_settings
+
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:1])
+    longest = invocation_s(load_settings(cluster.settings_env))
+    api.leases[LEASE] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                         "metadata": {"name": LEASE[1], "namespace": "default", "resourceVersion": "7", "uid": "u-1",
+                                      "annotations": {PLANNING: json.dumps({"owner": "forger", "expires": 4.0e9})}},
+                         "spec": {}}
+    blocked = tick(cluster, PerGpuNodes(api), lookup=lookup)
+    assert blocked.outcome == "skip" and "planned by invocation forger" in blocked.reason
+    stored = planning(api)
+    assert stored["owner"] == "forger" and stored["expires"] <= cluster.now[0] + longest  # written back clamped
+    cluster.now[0] += longest + 1  # the forged claim ran out within one invocation's time, as a crashed one does
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=lookup)
+    assert result.outcome == "done" and [n for n, _ in transport.requests] == ["auto-a"], result.reason
+
+
+def test_a_claim_that_is_not_ours_holds_nothing(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    for text in (json.dumps({"owner": "forger", "expires": 1e15}), "{", json.dumps({"owner": "x" * 65,
+                                                                                  "expires": 2000}), "[]"):
+        api.leases[LEASE] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                             "metadata": {"name": LEASE[1], "namespace": "default", "resourceVersion": "7",
+                                          "uid": "u-1", "annotations": {PLANNING: text}}, "spec": {}}
+        result = tick(cluster, PerGpuNodes(api), lookup=inventory(names=NAMES[:1]), dry_run=True)
+        assert result.outcome == "done" and result.nodes[0]["outcome"] == "dry-run", (text, result.reason)
+
+
+def test_a_dry_run_reads_the_claim_and_writes_nothing(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:1])
+    api.leases[LEASE] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                         "metadata": {"name": LEASE[1], "namespace": "default", "resourceVersion": "7", "uid": "u-1",
+                                      "annotations": {PLANNING: json.dumps({"owner": "busy-run",
+                                                                            "expires": cluster.now[0] + 60})}},
+                         "spec": {}}
+    result = tick(cluster, PerGpuNodes(api), lookup=lookup, dry_run=True)
+    assert result.outcome == "skip" and "planned by invocation busy-run" in result.reason
+    assert not any(r.method in ("PATCH", "PUT", "POST") for r in api.requests)
