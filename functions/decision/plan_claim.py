@@ -20,9 +20,11 @@ gives the claim back: ``ack-mig-hook/changed`` = ``{"<node>/<gpu index>": <t>}``
 dwell drop out of every write.
 """
 
+import calendar
 import json
+import time
 from dataclasses import dataclass
-from typing import Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
 
 from node_bootstrap.outside import OutsideDataError, loads, number
 
@@ -124,3 +126,29 @@ def write_changed(changed: Mapping[Gpu, float], now: float, keep_s: float, gpus:
             break
         items.append((entry, round(at, 3)))
     return json.dumps(dict(sorted(items)), sort_keys=True)
+
+
+# ---- a waiting pod's wait, for the dwell's bound (functions/decision/layout/dwell.py) ----
+
+def _epoch(text: Any) -> Optional[float]:
+    """An RFC 3339 time as the API server writes it (``2026-12-04T00:00:00Z``, UTC) as epoch seconds."""
+    if not isinstance(text, str) or len(text) < 19 or len(text) > 40:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
+
+
+def waited_s(pod: Mapping[str, Any], now: float) -> float:
+    """How long the pod has waited for room: since its ``PodScheduled=False`` condition's
+    ``lastTransitionTime`` (the scheduler's), never since before its ``creationTimestamp`` (the API
+    server's, which nobody else writes: a forged condition cannot make a pod older than it is). 0 when
+    neither can be read."""
+    created = _epoch((pod.get("metadata") or {}).get("creationTimestamp"))
+    since = None
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") == "False":
+            since = _epoch(c.get("lastTransitionTime"))
+    start = max(t for t in (created, since) if t is not None) if (created, since) != (None, None) else None
+    return max(0.0, now - start) if start is not None else 0.0

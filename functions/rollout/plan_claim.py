@@ -15,7 +15,8 @@ from node_bootstrap.kube import KubeError
 
 from functions.decision import plan_claim as pc
 from functions.decision.budget import lease_name
-from functions.decision.layout.dwell import Dwell, waited_s
+from functions.decision.layout.dwell import Dwell
+from functions.decision.plan_claim import waited_s
 from functions.kube.nodes import EVENT_NAMESPACE
 from functions.rollout.pool_lease import CAS_ATTEMPTS, PoolBudget
 

@@ -137,3 +137,62 @@ def test_a_dry_run_reads_the_claim_and_writes_nothing(cluster):
     result = tick(cluster, PerGpuNodes(api), lookup=lookup, dry_run=True)
     assert result.outcome == "skip" and "planned by invocation busy-run" in result.reason
     assert not any(r.method in ("PATCH", "PUT", "POST") for r in api.requests)
+
+
+def stamp(seconds):
+    """An RFC 3339 time on the test cluster's clock (epoch seconds), as the API server writes one."""
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def test_the_dwell_keeps_a_changed_gpu_until_a_pod_has_waited_past_the_bound(cluster):
+    """Item 5 on the API server: the tick that changes a GPU marks it on the pool's Lease; the next ticks do
+    not repartition it back for a new pod of another profile, until that pod has waited longer than
+    ACK_MIG_AUTO_MAX_WAIT_S (its PodScheduled=False condition's lastTransitionTime, as the scheduler writes
+    it), within ACK_MIG_AUTO_DWELL_S."""
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)  # two 3g.20gb: the idle 7g.40gb is repartitioned
+    lookup = inventory(names=NAMES[:1])
+    first = PerGpuNodes(api)
+    assert tick(cluster, first, lookup=lookup).nodes[0]["outcome"] == "partitioned"
+    lease = api.leases[LEASE]["metadata"]["annotations"]
+    assert list(json.loads(lease["ack-mig-hook/changed"])) == ["auto-a/0"] and PLANNING not in lease
+    with api.lock:  # the adversary's pods go before they bind; one asking the whole GPU comes instead
+        for i in range(2):
+            del api.pods[("llm", "serve-%d" % i)]
+    born = cluster.now[0] + 30
+    big = api.add_pod("llm", "big", "", phase="Pending", owner_kind="ReplicaSet",
+                      resources={"nvidia.com/mig-7g.40gb": "1"})
+    with api.lock:
+        big["metadata"]["creationTimestamp"] = stamp(born)
+        big["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "lastTransitionTime": stamp(born)}]
+    env = {"ACK_MIG_AUTO_DWELL_S": "600", "ACK_MIG_AUTO_MAX_WAIT_S": "300"}
+    for minutes in (1, 2, 3, 4, 5):  # the pod has waited 30 s .. 270 s: the GPU stays
+        cluster.now[0] = born - 30 + 60 * minutes
+        held = PerGpuNodes(api)
+        result = tick(cluster, held, lookup=lookup, **env)
+        assert held.requests == [] and "no GPU of the auto pools changes" in result.reason, (minutes, result.reason)
+    cluster.now[0] = born + 301  # past the bound, still within the dwell: the pod gets its GPU
+    late = PerGpuNodes(api)
+    result = tick(cluster, late, lookup=lookup, **env)
+    assert [n for n, _ in late.requests] == ["auto-a"], result.reason
+    assert late.requests[0][1]["gpus"][0]["layout"] == [{"profile": "7g.40gb", "start": 0}]
+
+
+def test_without_the_dwell_the_same_demand_repartitions_at_once(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:1])
+    tick(cluster, PerGpuNodes(api), lookup=lookup)
+    with api.lock:
+        for i in range(2):
+            del api.pods[("llm", "serve-%d" % i)]
+    waiting(api, 1, "7g.40gb")
+    cluster.now[0] += 60
+    again = PerGpuNodes(api)
+    tick(cluster, again, lookup=lookup, ACK_MIG_AUTO_DWELL_S="0")
+    assert [n for n, _ in again.requests] == ["auto-a"]  # the thrash the dwell stops

@@ -11,9 +11,9 @@ pool's Lease, ``functions.decision.plan_claim``):
 * its instances stay: idle ones still serve the pods that wait (the scheduler binds them there), instances
   may be added beside them, but none is destroyed (``planner.plan``'s ``keep``);
 * unless a pod that waits has waited longer than ``max_wait_s`` (from its ``PodScheduled=False``
-  condition's ``lastTransitionTime``, never before its ``creationTimestamp``) and the plan that keeps the
-  GPUs leaves instances of that pod's profile unserved while the plan without the dwell serves more of them:
-  then the plan without the dwell is taken, for this tick.
+  condition's ``lastTransitionTime``, never before its ``creationTimestamp``: ``plan_claim.waited_s``) and
+  the plan that keeps the GPUs leaves instances of that pod's profile unserved while the plan without the
+  dwell serves more of them: then the plan without the dwell is taken, for this tick.
 
 What the dwell holds back is not sent to the autoscaler: the new-node layout and ``unserved`` are the
 plan's without the dwell (a pod served here within ``max_wait_s`` needs no new node); the reasons say
@@ -23,8 +23,6 @@ Bounded: under any demand a GPU is repartitioned at most once per ``dwell_s`` un
 ``max_wait_s``; a replaced pod starts its wait again, so alternating pods never reach the bound.
 """
 
-import calendar
-import time
 from dataclasses import replace
 from typing import Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -42,30 +40,6 @@ class Dwell(NamedTuple):
     dwell_s: float
     max_wait_s: float
     waited: Mapping[str, float]
-
-
-def _epoch(text: Any) -> Optional[float]:
-    """An RFC 3339 time as the API server writes it (``2026-12-04T00:00:00Z``, UTC) as epoch seconds."""
-    if not isinstance(text, str) or len(text) < 19 or len(text) > 40:
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
-    except ValueError:
-        return None
-
-
-def waited_s(pod: Mapping[str, Any], now: float) -> float:
-    """How long the pod has waited for room: since its ``PodScheduled=False`` condition's
-    ``lastTransitionTime`` (the scheduler's), never since before its ``creationTimestamp`` (the API
-    server's, which nobody else writes: a forged condition cannot make a pod older than it is). 0 when
-    neither can be read."""
-    created = _epoch((pod.get("metadata") or {}).get("creationTimestamp"))
-    since = None
-    for c in (pod.get("status") or {}).get("conditions") or ():
-        if isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") == "False":
-            since = _epoch(c.get("lastTransitionTime"))
-    start = max(t for t in (created, since) if t is not None) if (created, since) != (None, None) else None
-    return max(0.0, now - start) if start is not None else 0.0
 
 
 def held(dwell: Optional[Dwell]) -> Dict[Gpu, float]:
