@@ -56,7 +56,8 @@ def alternate(dwell_s: float, max_wait_s: float = 300, ticks: int = TICKS, tick_
 
 
 def measure(ticks: int = TICKS) -> dict:
-    runs = [alternate(0, ticks=ticks), alternate(600, ticks=ticks), alternate(600, ticks=ticks, every=10)]
+    runs = [alternate(0, ticks=ticks), alternate(600, ticks=ticks),
+            alternate(0, ticks=ticks, every=10), alternate(600, ticks=ticks, every=10)]
     return {"alternating_runs": runs,
             "alternating_repartitions_per_hour_no_dwell": runs[0]["repartitions_per_hour"],
             "alternating_repartitions_per_hour_dwell": runs[1]["repartitions_per_hour"]}

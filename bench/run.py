@@ -66,6 +66,7 @@ TARGETS = [
     ("demand_1000_gap_max_pct", "<=", 3),
     ("demand_mixed_saving_min_pct", ">=", 25),
     ("demand_plan_1000_ms_max", "<=", 1000),
+    ("alternating_repartitions_per_hour_dwell", "<=", 6),  # one per ACK_MIG_AUTO_DWELL_S (600 s) at most
 ]
 
 
