@@ -38,6 +38,13 @@ class Overlapping(PerGpuNodes):
         return super().run(targets)
 
 
+def put_lease(api, annotations):
+    """The pool's Lease as another invocation (or a forger) left it."""
+    api.leases[LEASE] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                         "metadata": {"name": LEASE[1], "namespace": "default", "resourceVersion": "7", "uid": "u-1",
+                                      "annotations": dict(annotations)}, "spec": {}}
+
+
 def planning(api):
     lease = api.leases.get(LEASE)
     text = ((lease or {}).get("metadata") or {}).get("annotations", {}).get(PLANNING)
@@ -97,10 +104,7 @@ def test_a_crashed_ticks_claim_expires_and_a_forged_one_holds_one_invocation_at_
     waiting(api, 2)
     lookup = inventory(names=NAMES[:1])
     longest = invocation_s(load_settings(cluster.settings_env))
-    api.leases[LEASE] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                         "metadata": {"name": LEASE[1], "namespace": "default", "resourceVersion": "7", "uid": "u-1",
-                                      "annotations": {PLANNING: json.dumps({"owner": "forger", "expires": 4.0e9})}},
-                         "spec": {}}
+    put_lease(api, {PLANNING: json.dumps({"owner": "forger", "expires": 4.0e9})})
     blocked = tick(cluster, PerGpuNodes(api), lookup=lookup)
     assert blocked.outcome == "skip" and "planned by invocation forger" in blocked.reason
     stored = planning(api)
@@ -117,9 +121,7 @@ def test_a_claim_that_is_not_ours_holds_nothing(cluster):
     waiting(api, 2)
     for text in (json.dumps({"owner": "forger", "expires": 1e15}), "{", json.dumps({"owner": "x" * 65,
                                                                                   "expires": 2000}), "[]"):
-        api.leases[LEASE] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                             "metadata": {"name": LEASE[1], "namespace": "default", "resourceVersion": "7",
-                                          "uid": "u-1", "annotations": {PLANNING: text}}, "spec": {}}
+        put_lease(api, {PLANNING: text})
         result = tick(cluster, PerGpuNodes(api), lookup=inventory(names=NAMES[:1]), dry_run=True)
         assert result.outcome == "done" and result.nodes[0]["outcome"] == "dry-run", (text, result.reason)
 
@@ -129,11 +131,7 @@ def test_a_dry_run_reads_the_claim_and_writes_nothing(cluster):
     add_auto_nodes(api, NAMES[:1])
     waiting(api, 2)
     lookup = inventory(names=NAMES[:1])
-    api.leases[LEASE] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                         "metadata": {"name": LEASE[1], "namespace": "default", "resourceVersion": "7", "uid": "u-1",
-                                      "annotations": {PLANNING: json.dumps({"owner": "busy-run",
-                                                                            "expires": cluster.now[0] + 60})}},
-                         "spec": {}}
+    put_lease(api, {PLANNING: json.dumps({"owner": "busy-run", "expires": cluster.now[0] + 60})})
     result = tick(cluster, PerGpuNodes(api), lookup=lookup, dry_run=True)
     assert result.outcome == "skip" and "planned by invocation busy-run" in result.reason
     assert not any(r.method in ("PATCH", "PUT", "POST") for r in api.requests)
@@ -196,3 +194,59 @@ def test_without_the_dwell_the_same_demand_repartitions_at_once(cluster):
     again = PerGpuNodes(api)
     tick(cluster, again, lookup=lookup, ACK_MIG_AUTO_DWELL_S="0")
     assert [n for n, _ in again.requests] == ["auto-a"]  # the thrash the dwell stops
+
+
+def two_pools():
+    """The test pool and a second auto pool ``np-two`` with one node of its own."""
+    from functions.cloud.cluster import InventoryLookup
+
+    labels = [{"key": "ack-mig-hook/layout", "value": "auto"}]
+    pools = [{"nodepool_info": {"nodepool_id": pool, "name": pool}, "kubernetes_config": {"labels": labels},
+              "scaling_group": {"scaling_group_id": "asg-" + pool, "instance_types": ["ecs.ebmgn7.26xlarge"]}}
+             for pool in (POOL, "np-two")]
+    nodes = [{"instance_id": "i-" + n, "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge", "nodepool_id": p,
+              "state": "running", "ip_address": ["10.0.1.%d" % i]}
+             for i, (n, p) in enumerate((("auto-a", POOL), ("two-a", "np-two")), 1)]
+    return InventoryLookup.from_dict({"cluster_id": "c-rollout", "nodepools": pools, "nodes": nodes})
+
+
+def test_another_pool_is_planned_while_one_is_claimed(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": "np-two", "nvidia.com/mig.config.state": "success",
+                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                  "aliyun.accelerator/nvidia_count": "1"},
+                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
+                 capacity={"nvidia.com/mig-7g.40gb": "1"})
+    waiting(api, 2)  # they select no pool: both pools could serve them
+    put_lease(api, {PLANNING: json.dumps({"owner": "busy-run", "expires": cluster.now[0] + 60})})
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=two_pools())
+    assert result.outcome == "done", result.reason
+    assert result.reason.endswith("; pool %s is being planned by invocation busy-run" % POOL), result.reason
+    assert [n for n, _ in transport.requests] == ["two-a"]
+    assert planning(api)["owner"] == "busy-run"  # another invocation's claim is never given back by this one
+
+
+def test_a_pool_changed_after_the_pending_list_waits_for_the_next_tick(cluster):
+    """The pods were listed before another invocation's rollout of the pool ended (its marks are newer
+    than the list): they may have bound since, so this tick leaves the pool to the next."""
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    put_lease(api, {"ack-mig-hook/changed": json.dumps({"auto-z/0": cluster.now[0]})})
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
+    assert result.outcome == "skip" and "changed after this tick read the pending pods" in result.reason
+    assert transport.requests == [] and planning(api) is None  # its claim given back as the tick ends
+
+
+def test_without_lease_rights_the_pool_is_not_planned(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    api.fail = {"PUT": 403}  # (only Leases are written with PUT)
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
+    assert result.outcome == "skip" and "deploy/rbac.yaml grants leases" in result.reason, result.reason
+    assert transport.requests == [] and cluster.annotation("auto-a") is None
