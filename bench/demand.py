@@ -32,6 +32,7 @@ from typing import Dict, List
 import _path  # noqa: F401
 
 import demand_alibaba
+import demand_alternating
 import demand_bound
 import demand_peers
 import demand_traces
@@ -280,6 +281,7 @@ def measure(quick: bool = False) -> dict:
         "demand_plan_1000_ms_max": max((r["plan_ms_max"] for r in large), default=None),
         "demand_plan_1000_ms_cold": max((r["plan_ms_cold"] for r in large), default=None),
         **_peer_summary(peer_runs(quick=True)),  # the full peer runs: ``--peers`` (minutes)
+        **demand_alternating.measure(),  # the adversarial alternating pod: repartitions per hour, dwell or not
     }
 
 
@@ -302,6 +304,8 @@ def _table(result: dict) -> str:
     lines.append("opt: integer-program optimum (* its bound, not proven within HiGHS' time limit); layout: best "
                  "single static layout (- none holds every profile); static: best static pool; save%: vs static; "
                  "ACK: GPUs for the pods each sequence can serve (share of pods it cannot)")
+    lines.extend(["", "one waiting pod alternating 7g.80gb / 3g.40gb on one A100 80GB (bench/demand_alternating.py):",
+                  demand_alternating.table(result)])
     return "\n".join(lines)
 
 
@@ -355,7 +359,8 @@ def main(argv=None):
     result = measure(args.quick)
     if not args.json:
         print(_table(result))
-    print(json.dumps({k: v for k, v in result.items() if args.json or k != "demand_runs"}, indent=None))
+    print(json.dumps({k: v for k, v in result.items() if args.json or k not in ("demand_runs", "alternating_runs")},
+                     indent=None))
     return 0
 
 

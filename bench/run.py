@@ -75,6 +75,7 @@ TARGETS = [
     ("event_instance_p50_s", "<=", 5),
     ("event_instance_p95_s", "<=", 15),
     ("event_unserved", "<=", 0),
+    ("alternating_repartitions_per_hour_dwell", "<=", 6),  # one per ACK_MIG_AUTO_DWELL_S (600 s) at most
 ]
 
 

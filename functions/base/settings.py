@@ -119,6 +119,11 @@ AUTOSCALER_TAGS = _var("ACK_MIG_AUTOSCALER_TAGS", "auto", "the node pool tags th
                                                           "pool) or `off` (never written; pools keep the "
                                                           "tags they have)")
 AUTOSCALER_TAG_MODES = ("auto", "on", "off")
+AUTO_DWELL_S = _var("ACK_MIG_AUTO_DWELL_S", "600", "auto pools: a GPU the hook changed is not repartitioned "
+                    "again for this long, seconds (demand that alternates between profiles changes a GPU at "
+                    "most once per dwell; [auto-pools.md](auto-pools.md#stable-the-dwell)); `0`: no dwell")
+AUTO_MAX_WAIT_S = _var("ACK_MIG_AUTO_MAX_WAIT_S", "300", "auto pools: a pod that has waited longer than this, "
+                       "seconds, may have a GPU within its dwell repartitioned for it")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -232,6 +237,8 @@ class Settings:
     function_name: str = ""
     function_timeout_s: int = 0  # the function's Timeout as FC tells it (context.function.timeout); 0 outside FC
     autoscaler_tags: str = "auto"  # ACK_MIG_AUTOSCALER_TAGS (functions/decision/autoscaler_tags.py)
+    auto_dwell_s: int = 600  # ACK_MIG_AUTO_DWELL_S (functions/decision/layout/dwell.py)
+    auto_max_wait_s: int = 300  # ACK_MIG_AUTO_MAX_WAIT_S
     delivery: "DeliverySettings" = field(default_factory=lambda: DeliverySettings())
     rollout: "RolloutSettings" = field(default_factory=lambda: RolloutSettings())
     notify: "NotifySettings" = field(default_factory=lambda: NotifySettings())
@@ -263,6 +270,8 @@ def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = No
         function_name=_get(env, FC_FUNCTION_NAME),
         function_timeout_s=_context_timeout(context),
         autoscaler_tags=parse_choice(env, AUTOSCALER_TAGS, "auto", AUTOSCALER_TAG_MODES),
+        auto_dwell_s=parse_int(env, AUTO_DWELL_S, 600, 0, 86400),
+        auto_max_wait_s=parse_int(env, AUTO_MAX_WAIT_S, 300, 0, 86400),
         delivery=delivery_from_env(env),
         rollout=rollout_from_env(env),
         notify=notify_from_env(env),

@@ -21,13 +21,16 @@ def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
     return {
         # uid, and a static pod's mirror annotation (the UID kubelet knows it by): what the node's holders
         # report names (functions/kube/supply.py)
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "ownerReferences") if k in meta}
+        # (creationTimestamp and the conditions' lastTransitionTime: how long a pod has waited, for the dwell's
+        # bound, functions/decision/claim_rules.py waited_s)
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "ownerReferences",
+                                          "creationTimestamp") if k in meta}
         | ({"annotations": {MIRROR: meta["annotations"][MIRROR]}} if MIRROR in (meta.get("annotations") or {}) else {}),
         "spec": {k: spec[k] for k in ("nodeName", "nodeSelector", "affinity", "tolerations") if k in spec}
         | {k: [{"resources": c.get("resources") or {}} for c in spec.get(k) or ()]
            for k in ("containers", "initContainers")},
         "status": {"phase": status.get("phase"),
-                   "conditions": [{k: c.get(k) for k in ("type", "status", "reason")}
+                   "conditions": [{k: c.get(k) for k in ("type", "status", "reason", "lastTransitionTime")}
                                   for c in status.get("conditions") or ()]},
     }
 

@@ -10,6 +10,7 @@ from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from functions.decision.layout import WHOLE_GPU, Plan, PodDemand, bounds_from_labels, plan
+from functions.decision.layout.dwell import Dwell, plan_steady
 from functions.decision.layout.matching import Place, demand_of, pod_key, split_pending
 from functions.kube.supply import holds_gpus, pool_supply
 
@@ -71,7 +72,8 @@ def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[M
 
 def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
             nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
-            pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None) -> Tuple[Dict[str, Any], Plan]:
+            pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None,
+            dwell: Optional[Dwell] = None) -> Tuple[Dict[str, Any], Plan]:
     bounds = bounds_from_labels(pool_labels)
     if bounds is None:
         raise NotAutoPool("pool %s is not an auto pool; label it ack-mig-hook/layout=auto to let the hook choose "
@@ -82,7 +84,7 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
     running = [d for name, pods in sorted(pods_by_node.items()) for pod in pods if holds_gpus(pod)
                for d in demand_of(pod, pending=False, node=name)]
     supply, notes = pool_supply(nodes, pods_by_node)
-    result = plan(supply, waiting + running, bounds, previous)
+    result = plan_steady(plan, supply, waiting + running, bounds, dwell, previous)  # dwell.py; None: plan's own
     gpus = []
     by_gpu = {(t.node, t.index): t for t in result.targets}
     for g in supply:
@@ -168,6 +170,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 
     from functions.base.event_result import HandlerResult
     from functions.decision.layout import LAYOUT_LABEL
+    from functions.rollout.plan_claim import tick_claims
 
     def end(outcome: str, reason: str, decisions=(), nodes=None, tags=None) -> HandlerResult:
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
@@ -181,15 +184,18 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     api = _api_of(kube, lookup, settings, cluster)
     if api is None:
         return end("skip", "auto pools need the Kubernetes API (pods are read there): none is configured")
+    claims = tick_claims(api, settings)  # one plan at a time per pool (functions/rollout/plan_claim.py)
     try:
-        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end)
+        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims)
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
                    % " ".join(str(exc).split())[:200])
+    finally:  # each claim given back with the GPUs changed marked (else it runs out with the invocation)
+        claims.release_all()
 
 
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
-          pools: List[Any], log: Any, end: Any) -> Any:
+          pools: List[Any], log: Any, end: Any, claims: Any) -> Any:
     from functions.base.model import Decision
     from functions.decision.layout import LayoutLabelError
     from functions.decision.layout.matching import is_unschedulable, pod_asks
@@ -198,10 +204,13 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     from functions.pipeline.autoscaler_sync import sync_pool_tags
     from functions.pipeline.point_of_change import DryRunExecutor, make_executor
     from functions.rollout.auto_waves import prepare_auto
+    from functions.rollout.plan_claim import claim_pool
 
     pending = pending_pods(api)
     if not any(is_unschedulable(p) and pod_asks(p) for p in pending):
         return end("skip", "no MIG pod waits: the auto pools stay as they are")
+    listed = api.server_time()  # when the pending pods were read, on the API server's clock
+    skipped: List[str] = []  # pools another invocation plans (or changed since that list), one line each
     decisions: List[Any] = []
     changes: List[Any] = []  # (pool, decision, GpuTargets) per node whose GPUs change: through the rollout
     sizes: Dict[str, int] = {}
@@ -209,6 +218,11 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     for pool in pools:
         if (pool.labels.get(PAUSED_LABEL) or "").lower() == "true":
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
+            continue
+        dwell, why = claim_pool(claims, pool, dry_run, listed, pending, settings)
+        if why:
+            log.info("auto pool", nodepool_id=pool.nodepool_id, reason=why)
+            skipped.append(why)
             continue
         members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
         nodes, strangers = proven_members(api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id)), members)
@@ -218,7 +232,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         try:
             advice, result = _advise(pool.nodepool_id, pool.labels,
                                      [t.model_dump(exclude_none=True) for t in pool.taints], nodes,
-                                     pods_on(api, names), pending)
+                                     pods_on(api, names), pending, dwell=dwell)
         except (LayoutLabelError, NotAutoPool) as exc:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=str(exc))
             continue
@@ -239,15 +253,21 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
                                            action="partition", reason=why, ip_address=node.ip_address,
                                            gpu_layouts=per_gpu_partition(targets)), targets))
     tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=new_nodes)
+    also = "".join("; " + line for line in skipped)
+    if skipped and not new_nodes:
+        return end("skip", also[2:], tags=tags)
     if not decisions and not changes:
-        return end("done", "MIG pods wait; no GPU of the auto pools changes (see the pool tags for a new node)",
-                   tags=tags)
+        return end("done", "MIG pods wait; no GPU of the auto pools changes (see the pool tags for a new node)"
+                   + also, tags=tags)
     # New nodes go straight to the node (nothing runs there yet: MIG is turned on, as a scale-out does); changed
     # running nodes go through the rollout: claim, the pool's budget, pause, Events, record, capacity.
-    rolled, rollout = prepare_auto(changes, sizes, api, settings, pools_now=lambda: lookup.nodepools(cluster))
+    rolled, rollout = prepare_auto(changes, sizes, api, settings, pools_now=lambda: lookup.nodepools(cluster),
+                                   owner=claims.owner)
     decisions.extend(rolled)
     inner = DryRunExecutor() if dry_run else (executor or make_executor(settings, False))
     nodes_done = rollout.executor(inner, dry_run).execute(request, decisions)
+    claims.mark(changes, nodes_done)
     decisions = rollout.final(decisions)
-    return end("done", "%d node(s) of the auto pools get per-GPU layouts" % len(decisions), decisions, nodes_done, tags)
+    return end("done", "%d node(s) of the auto pools get per-GPU layouts" % len(decisions) + also, decisions,
+               nodes_done, tags)
 

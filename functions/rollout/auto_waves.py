@@ -54,13 +54,14 @@ def created_by_gpu(targets: Sequence[Any]) -> Dict[int, Tuple[str, ...]]:
 
 
 def prepare_auto(changes: Sequence[Tuple[Any, Decision, Sequence[Any]]], pool_sizes: Dict[str, int], kube: Any,
-                 settings: Any, pools_now: Optional[Callable[[], Sequence[Any]]] = None
+                 settings: Any, pools_now: Optional[Callable[[], Sequence[Any]]] = None, owner: str = ""
                  ) -> Tuple[List[Decision], AutoRollout]:
     """The per-GPU decisions as wave nodes: ``changes`` is ``(pool, decision, the node's GpuTargets)`` per
     changed node, ``pool_sizes`` each pool's node count (its ``max-unavailable`` percentage is of that).
     Returns the decisions (a pool whose ``max-unavailable`` label is wrong: one error on its first node, the
-    others skipped, as a labelled pool) and the rollout that carries them."""
-    owner, now = uuid.uuid4().hex[:12], run.clock()
+    others skipped, as a labelled pool) and the rollout that carries them. ``owner``: the invocation's id
+    (the tick's planning claims carry it too); new when empty."""
+    owner, now = owner or uuid.uuid4().hex[:12], run.clock()
     expires = now + run.run_lease_s(settings)
     waves: Dict[str, WaveNode] = {}
     out: List[Decision] = []

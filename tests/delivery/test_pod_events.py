@@ -74,10 +74,12 @@ def seven_gb_node(tmp_path):
 def node_env(tmp_path):
     args = ("--backend sim:A100-80GB:1 --no-label --clients= --device-plugin-restart none --lock-file %s "
             "--state-dir %s" % (tmp_path / "node.lock", tmp_path / "state"))
-    # A whole invocation of FC's (the template's Timeout): room for the rounds a burst asks for.
+    # A whole invocation of FC's (the template's Timeout): room for the rounds a burst asks for. No dwell
+    # (docs/auto-pools.md): this simulated node runs with --no-label, so its Node keeps the sequence it had and
+    # the next round sees GPU 0 as before; the dwell would keep that stale layout (it has its own tests).
     return {"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": args, "ACK_MIG_NODE_TIMEOUT_S": "60",
             "ACK_MIG_STARTUP_TAINT": "none", "ACK_MIG_LOG_LEVEL": "ERROR", "ACK_MIG_CLUSTER_ID": CLUSTER,
-            "ACK_MIG_INVOCATION_TIMEOUT_S": "14400"}
+            "ACK_MIG_INVOCATION_TIMEOUT_S": "14400", "ACK_MIG_AUTO_DWELL_S": "0"}
 
 
 def add_node(server):

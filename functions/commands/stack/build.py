@@ -33,6 +33,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+from functions.base import settings
 from functions.commands.stack import code_package
 
 FC_PYTHON = "3.10"
@@ -183,7 +184,7 @@ def fetch(deps_dir: str, lock_path: str = "", progress: Callable[[str], None] = 
             return fetch(deps_dir, lock_path, progress, folder)
     tmp = os.path.join(work, "tmp")
     os.makedirs(tmp, exist_ok=True)
-    env = dict(os.environ, TMPDIR=tmp, TEMP=tmp, TMP=tmp)  # pip's own temporary folders: ours to remove
+    env = dict(settings.environment(), TMPDIR=tmp, TEMP=tmp, TMP=tmp)  # pip's own temporary folders: ours to remove
     files = lock.split(pins, work)
     wheels, sdists = os.path.join(work, "wheels"), os.path.join(work, "sdists")
     wheel_pins = [p for p in pins.pins if not p.sdist]
@@ -260,7 +261,7 @@ _WORK = ".work-"
 
 def cache_root() -> str:
     """``$XDG_CACHE_HOME/ack-mig-hook/deps`` (``~/.cache/...`` without it), where pip keeps its own cache too."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = settings.environment().get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "ack-mig-hook", "deps")
 
 

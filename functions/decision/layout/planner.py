@@ -38,11 +38,13 @@ is off: the planner never turns MIG on or off (that takes a GPU reset).
 
 No flapping: nothing changes without a pod or headroom to serve, and ``previous`` (the last plan) keeps a
 target that is still being applied as the GPU's state, so the pods it was made for are not planned twice.
+``keep`` names GPUs whose instances stay (a GPU changed within its dwell, ``dwell.py``): they serve pods and
+may gain instances, but none of theirs is destroyed, so demand that alternates cannot repartition them back.
 """
 
 import functools
 from collections import Counter, OrderedDict
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 from node_bootstrap.mig.catalogue import GPUS, GpuModel, Profile, find_gpu_or_none
 from node_bootstrap.mig.solver import check_budget
@@ -54,6 +56,7 @@ from .vocabulary import (CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU,
 # Where an instance of a GPU's working state comes from.
 _ACTUAL = "actual"  # exists now
 _NEW = "new"  # created by this plan
+_KEPT = "kept"  # exists now on a GPU within its dwell (dwell.py): counts as idle supply, never destroyed
 
 
 class _Inst:
@@ -386,7 +389,7 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
                     if left > 0:
                         more = _best(g.model, g.state, {pod.profile: left}, bounds)
                         if destroy and len(more) < left:
-                            spare = [i for i in g.state if not i.held and i.origin != _NEW
+                            spare = [i for i in g.state if not i.held and i.origin == _ACTUAL
                                      and i.profile.name not in asked and i not in idle]
                             kept = [i for i in g.state if i not in spare]
                             wider = _best(g.model, kept, {pod.profile: left}, bounds)
@@ -416,8 +419,10 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
 
 
 def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bounds,
-         previous: Optional[Plan] = None) -> Plan:
-    """Per-GPU targets for an auto pool (see the module's text for how it decides)."""
+         previous: Optional[Plan] = None, keep: FrozenSet[Tuple[str, int]] = frozenset()) -> Plan:
+    """Per-GPU targets for an auto pool (see the module's text for how it decides). ``keep``: the
+    (node, GPU index) whose instances stay (GPUs within their dwell, dwell.py): their idle instances serve
+    pods as any idle instance does, and instances may be added beside them, but none is destroyed."""
     gpus, unplaced, whole_free = [], [], 0
     twice = {k for k, n in Counter((s.node, s.index) for s in supply).items() if n > 1}
     for s in sorted(supply, key=lambda g: (g.node, g.index)):
@@ -428,6 +433,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             continue
         gpu, why = _read(s)
         if gpu is not None:
+            if gpu.sort_key in keep:
+                for inst in gpu.actual:
+                    inst.origin = _KEPT
             gpus.append(gpu)
         elif why:
             unplaced.append(why)
@@ -500,7 +508,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         spare = Counter(surplus)
         removable = []
         for inst in sorted(gpu.state, key=lambda i: (-i.profile.memory_slices, i.start)):
-            if not inst.held and inst.origin != _NEW and spare[inst.profile.name] > 0:
+            if not inst.held and inst.origin == _ACTUAL and spare[inst.profile.name] > 0:
                 spare[inst.profile.name] -= 1
                 removable.append(inst)
         if not removable:
@@ -610,6 +618,8 @@ def _exact(gpus: List[_Gpu], before: Dict[Tuple[str, int], List[_Inst]], demand:
         return served
     states = []
     for (held, idle, _), (kept, made, _) in zip(steps, answer):
+        if any(i.origin == _KEPT for ii, i in enumerate(idle) if ii not in kept):
+            return served  # it destroys an instance within its dwell (not a rule of the program): the search stands
         states.append(held + [idle[ii] for ii in kept] + [_Inst(p, st, False, _NEW) for p, st in made])
 
     def score(new_states) -> Tuple[int, int]:

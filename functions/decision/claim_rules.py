@@ -1,0 +1,154 @@
+"""An auto pool's planning claim and the times its GPUs last changed, as the pool's Lease holds them. Pure:
+the annotations' text comes in, values and text go out; ``functions.rollout.plan_claim`` reads and writes
+them with the Lease's compare-and-swap.
+
+Why a claim (issue 35 item 4): FC starts a tick while the previous one still applies (the template sets no
+concurrency limit), and a node being changed says ``pending``: a second planner that reads the pool then
+sees that node busy and the same pods still waiting, and changes a second node for them. So one invocation
+at a time plans a pool: it writes ``ack-mig-hook/planning`` = ``{"owner": <invocation>, "expires": <t>}``
+on the pool's Lease (``ack-mig-hook-pool-<pool id>``, the one the disruption budget uses) before it reads
+the pool's nodes, with the ``resourceVersion`` it read (of two writers, the second is refused and reads the
+first one's claim), and removes it when its rollout has ended. ``expires`` is the end of that invocation's
+time (FC ends it then), on the API server's clock: a crashed tick's claim frees the pool by then. A claim
+read with a later expiry (a clock ahead, or a forged time before 2100; a later one is not ours) counts as
+running out one invocation's time from now, as the budget's slots do (``functions.decision.budget.bound``).
+
+Why the change times live there too: the dwell (``functions.decision.layout.dwell``) needs, per GPU, when
+the hook last changed it, on one clock and out of reach of the nodes (a kubelet may edit its own Node's
+annotations, not the hook's Lease). The invocation that changed GPUs writes them in the same write that
+gives the claim back: ``ack-mig-hook/changed`` = ``{"<node>/<gpu index>": <t>}``; entries older than the
+dwell drop out of every write.
+"""
+
+import calendar
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+
+from node_bootstrap.outside import OutsideDataError, loads, number
+
+from functions.decision.waves import MAX_EPOCH
+
+PLANNING_ANNOTATION = "ack-mig-hook/planning"
+CHANGED_ANNOTATION = "ack-mig-hook/changed"
+# A claim is about 60 characters, a change mark about 40 (a node name is at most 253): texts longer than
+# these are not ours (anyone with lease update rights in the namespace can write them) and read as none.
+MAX_CLAIM_TEXT = 1024
+MAX_CHANGED_TEXT = 96 * 1024  # 2,000 GPUs changed within one dwell; the budget's slots take 64 KiB more
+MAX_OWNER = 64
+
+Gpu = Tuple[str, int]  # (node name, GPU index)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Who plans the pool and until when (the API server's clock)."""
+
+    owner: str
+    expires: float
+
+
+def _object(text: Optional[str], what: str, limit: int) -> Optional[dict]:
+    """A flat JSON object under the reader rule (node_bootstrap/outside.py: bounded, shallow, finite), else
+    None."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        data = loads(text, "annotation %s" % what, max_bytes=limit, max_depth=1)
+    except OutsideDataError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _time(value: object, what: str) -> Optional[float]:
+    """An epoch time this hook could have written (0 to 2100-01-01), else None."""
+    try:
+        return number(value, what, 0.0, MAX_EPOCH)
+    except OutsideDataError:
+        return None
+
+
+def read_claim(text: Optional[str]) -> Optional[Claim]:
+    """The claim as stored; None for none or one that is not ours (an expiry past 2100 included)."""
+    data = _object(text, PLANNING_ANNOTATION, MAX_CLAIM_TEXT)
+    if data is None:
+        return None
+    owner, expires = data.get("owner"), _time(data.get("expires"), "expires")
+    if not isinstance(owner, str) or not 0 < len(owner) <= MAX_OWNER or expires is None:
+        return None
+    return Claim(owner, expires)
+
+
+def bound_claim(claim: Optional[Claim], now: float, horizon_s: float) -> Optional[Claim]:
+    """The claim as it counts at ``now``: None once expired; an expiry past ``now + horizon_s`` (one
+    invocation's longest time) clamped to it."""
+    if claim is None or claim.expires <= now:
+        return None
+    return claim if claim.expires <= now + horizon_s else Claim(claim.owner, now + horizon_s)
+
+
+def held_by_another(claim: Optional[Claim], me: str, now: float, horizon_s: float) -> str:
+    """The owner of a live claim that is not ``me`` ("" when the pool is free to plan, or mine)."""
+    live = bound_claim(claim, now, horizon_s)
+    return live.owner if live is not None and live.owner != me else ""
+
+
+def write_claim(claim: Claim) -> str:
+    return json.dumps({"owner": claim.owner, "expires": round(claim.expires, 3)}, sort_keys=True)
+
+
+def read_changed(text: Optional[str], now: float) -> Dict[Gpu, float]:
+    """When each GPU last changed, as stored; {} for none or a table that is not ours. A time after
+    ``now`` reads as ``now`` (a clock ahead, or a forged time, holds a GPU one dwell at most); a key that is
+    not ``<node>/<index>`` or a time that is not one this hook could have written is left out."""
+    data = _object(text, CHANGED_ANNOTATION, MAX_CHANGED_TEXT)
+    out = {}  # type: Dict[Gpu, float]
+    for key, value in (data or {}).items():
+        node, _, index = str(key).rpartition("/")
+        at = _time(value, "time")
+        if node and index.isascii() and index.isdigit() and len(index) <= 2 and at is not None:
+            out[(node, int(index))] = min(at, now)
+    return out
+
+
+def write_changed(changed: Mapping[Gpu, float], now: float, keep_s: float, gpus: Iterable[Gpu] = ()) -> str:
+    """The table with ``gpus`` marked as changed at ``now``, entries older than ``keep_s`` (the dwell) left
+    out, the newest first kept when the text would pass its limit."""
+    table = {g: min(at, now) for g, at in changed.items() if now - at < keep_s}
+    for gpu in gpus:
+        table[gpu] = now
+    items, size = [], 2
+    for (node, index), at in sorted(table.items(), key=lambda kv: (-kv[1], kv[0])):
+        entry = "%s/%d" % (node, index)
+        size += len(json.dumps(entry)) + len(json.dumps(round(at, 3))) + 4
+        if size > MAX_CHANGED_TEXT:
+            break
+        items.append((entry, round(at, 3)))
+    return json.dumps(dict(sorted(items)), sort_keys=True)
+
+
+# ---- a waiting pod's wait, for the dwell's bound (functions/decision/layout/dwell.py) ----
+
+def _epoch(text: Any) -> Optional[float]:
+    """An RFC 3339 time as the API server writes it (``2026-12-04T00:00:00Z``, UTC) as epoch seconds."""
+    if not isinstance(text, str) or len(text) < 19 or len(text) > 40:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")))
+    except ValueError:
+        return None
+
+
+def waited_s(pod: Mapping[str, Any], now: float) -> float:
+    """How long the pod has waited for room: since its ``PodScheduled=False`` condition's
+    ``lastTransitionTime`` (the scheduler's), never since before its ``creationTimestamp`` (the API
+    server's, which nobody else writes: a forged condition cannot make a pod older than it is). 0 when
+    neither can be read."""
+    created = _epoch((pod.get("metadata") or {}).get("creationTimestamp"))
+    since = None
+    for c in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("type") == "PodScheduled" and c.get("status") == "False":
+            since = _epoch(c.get("lastTransitionTime"))
+    start = max(t for t in (created, since) if t is not None) if (created, since) != (None, None) else None
+    return max(0.0, now - start) if start is not None else 0.0

@@ -1,0 +1,196 @@
+"""An auto pool's planning claim on the pool's Lease (``functions.decision.claim_rules`` says why and what
+the annotations hold): taken before the tick reads the pool, given back when its rollout has ended, with the
+GPUs it changed marked in the same write.
+
+Every write is a PUT with the ``resourceVersion`` just read (409 Conflict from kube-apiserver otherwise),
+on the Lease the disruption budget uses (``functions.rollout.pool_lease``: it keeps the annotations it did
+not write, as this module keeps its slots). Times are the API server's (``KubeApi.server_time``).
+"""
+
+import logging
+import uuid
+from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+from node_bootstrap.kube import KubeError
+
+from functions.decision import claim_rules as pc
+from functions.decision.budget import lease_name
+from functions.decision.layout.dwell import Dwell
+from functions.decision.claim_rules import waited_s
+from functions.kube.nodes import EVENT_NAMESPACE
+from functions.rollout.pool_lease import CAS_ATTEMPTS, PoolBudget
+
+log = logging.getLogger(__name__)
+
+
+class Taken(NamedTuple):
+    """What taking (or reading) a pool's claim found: ``why`` is "" when this invocation plans the pool,
+    else one line saying why not; ``changed`` when each GPU last changed and ``now``, both on the API
+    server's clock (the dwell's inputs)."""
+
+    why: str
+    changed: Dict[pc.Gpu, float]
+    now: float
+
+
+class PlanClaims:
+    """The planning claims of one invocation (``owner``). ``clock``: the invocation's wall-clock seconds;
+    ``horizon_s``: the longest one invocation runs (a claim never holds longer); ``dwell_s``: how long a
+    change mark is kept."""
+
+    def __init__(self, kube: Any, owner: str, clock: Callable[[], float], horizon_s: float, dwell_s: float,
+                 namespace: str = EVENT_NAMESPACE) -> None:
+        self.lease = PoolBudget(kube, owner, clock, horizon_s, namespace)  # its Lease reads and clocks
+        self.kube, self.owner, self.horizon_s, self.dwell_s = kube, owner, horizon_s, dwell_s
+        self.namespace = namespace
+        self.held: List[str] = []
+        self.until = clock() + horizon_s  # this invocation's end, on its own clock
+        self.marks: Dict[str, List[pc.Gpu]] = {}  # per pool, the GPUs this invocation changed
+
+    def _write(self, lease: dict, annotations: Dict[str, Optional[str]]) -> None:
+        lease = dict(lease)
+        meta = dict(lease.get("metadata") or {})  # (carries the resourceVersion read: the precondition)
+        merged = dict(meta.get("annotations") or {})
+        for key, value in annotations.items():
+            if value is None:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        meta["annotations"] = merged
+        lease["metadata"] = meta
+        self.kube.replace_lease(self.namespace, lease)
+
+    def take(self, pool_id: str, pool: str, until: float) -> Taken:
+        """Claim ``pool_id`` until ``until`` (the invocation's clock); ``pool``: its name in the line. KubeError:
+        the Lease cannot be used (the caller leaves the pool unplanned)."""
+        for _ in range(CAS_ATTEMPTS):
+            lease = self.lease._lease(pool_id)
+            local, now = self.lease._now()
+            notes = (lease.get("metadata") or {}).get("annotations") or {}
+            stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION))
+            changed = pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now)
+            other = pc.held_by_another(stored, self.owner, now, self.horizon_s)
+            if other:
+                bounded = pc.bound_claim(stored, now, self.horizon_s)
+                if bounded != stored:  # written back clamped: a forged expiry runs out within one invocation
+                    try:
+                        self._write(lease, {pc.PLANNING_ANNOTATION: pc.write_claim(bounded)})
+                    except KubeError as exc:  # the next reader writes it; this tick skips the pool either way
+                        log.info("clamped claim of pool %s not written back: %s", pool_id, exc)
+                return Taken("pool %s is being planned by invocation %s" % (pool, other), changed, now)
+            mine = pc.Claim(self.owner, now + max(0.0, min(until - local, self.horizon_s)))
+            try:
+                self._write(lease, {pc.PLANNING_ANNOTATION: pc.write_claim(mine)})
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+                continue
+            self.held.append(pool_id)
+            return Taken("", changed, now)
+        return Taken("pool %s: its planning claim changed under %d writes in a row (other invocations); the next "
+                     "tick plans it" % (pool, CAS_ATTEMPTS), {}, 0.0)
+
+    def peek(self, pool_id: str, pool: str) -> Taken:
+        """What :meth:`take` would find, written nowhere (a dry run): no Lease is no claim."""
+        try:
+            lease = self.kube.get_lease(self.namespace, lease_name(pool_id))
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+            lease = {}
+        now = self.lease._now()[1]
+        notes = (lease.get("metadata") or {}).get("annotations") or {}
+        changed = pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now)
+        other = pc.held_by_another(pc.read_claim(notes.get(pc.PLANNING_ANNOTATION)), self.owner, now, self.horizon_s)
+        return Taken("pool %s is being planned by invocation %s" % (pool, other) if other else "", changed, now)
+
+    def release(self, pool_id: str, gpus: Iterable[pc.Gpu] = ()) -> None:
+        """Give the claim back and mark ``gpus`` changed now. A failure is logged, not raised: the claim runs
+        out with this invocation's time; a mark not written lets one more change through the dwell."""
+        marks = sorted(set(gpus))
+        try:
+            for _ in range(CAS_ATTEMPTS):
+                lease = self.lease._lease(pool_id)
+                now = self.lease._now()[1]
+                notes = (lease.get("metadata") or {}).get("annotations") or {}
+                stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION))
+                update: Dict[str, Optional[str]] = {}
+                if stored is not None and stored.owner == self.owner:
+                    update[pc.PLANNING_ANNOTATION] = None
+                if marks or pc.CHANGED_ANNOTATION in notes:
+                    update[pc.CHANGED_ANNOTATION] = pc.write_changed(
+                        pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now), now, self.dwell_s, marks)
+                if not update or all(notes.get(k) == v for k, v in update.items()):
+                    return
+                try:
+                    self._write(lease, update)
+                    return
+                except KubeError as exc:
+                    if exc.status != 409:
+                        raise
+            log.warning("planning claim of pool %s not given back: the lease kept changing", pool_id)
+        except KubeError as exc:
+            log.warning("planning claim of pool %s not given back: %s", pool_id, exc)
+        finally:
+            if pool_id in self.held:
+                self.held.remove(pool_id)
+
+
+    def mark(self, changes: Sequence[Tuple[Any, Any, Sequence[Any]]], results: Optional[Sequence[Mapping[str, Any]]]
+             ) -> None:
+        """Remember the GPUs whose node was sent its change (``changes``: the auto tick's (pool, decision,
+        GpuTargets); ``results``: the rollout's node results): a node that took it, or failed on the way
+        (it may have changed some GPUs), marks each GPU its plan changed; one deferred, skipped or left
+        unchanged marks nothing."""
+        outcome = {str(r.get("node_name") or ""): r.get("outcome") for r in results or ()}
+        for pool, decision, targets in changes:
+            if outcome.get(decision.node_name) in CHANGED_OUTCOMES:
+                self.marks.setdefault(pool.nodepool_id, []).extend(
+                    (t.node, t.index) for t in targets if t.change != "none")
+
+    def release_all(self) -> None:
+        for pool_id in list(self.held):
+            self.release(pool_id, self.marks.get(pool_id, ()))
+
+
+CHANGED_OUTCOMES = ("partitioned", "failed", "reboot-required")
+STALE_MARGIN_S = 1.0  # the API server's Date has whole seconds: a mark this close to the list counts as after it
+
+
+def horizon_s(settings: Any) -> float:
+    """The longest one invocation works (FC ends it then): a claim never holds longer."""
+    from functions.base.settings import invocation_s
+    from functions.rollout.run import run_lease_s
+
+    return float(max(invocation_s(settings), run_lease_s(settings)))
+
+
+def tick_claims(kube: Any, settings: Any) -> PlanClaims:
+    """The claims of one auto pool tick, under a new invocation id (the rollout's records carry the same)."""
+    from functions.rollout import run
+
+    return PlanClaims(kube, uuid.uuid4().hex[:12], run.clock, horizon_s(settings), settings.auto_dwell_s)
+
+
+def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[float],
+               pending: Sequence[Mapping[str, Any]], settings: Any) -> Tuple[Optional[Dwell], str]:
+    """Before the tick reads ``pool``: its claim (a dry run only reads it) and the dwell's inputs; or "" and
+    one line saying why the pool is not planned now: another invocation plans it, or changed it after
+    ``listed`` (when this tick read the pending pods: they may have bound since), or the Lease cannot be
+    used (fail closed: a pool planned without its claim could be planned twice)."""
+    from functions.decision.layout.matching import pod_key
+
+    pool_id = pool.nodepool_id
+    try:
+        taken = claims.peek(pool_id, pool_id) if dry_run else claims.take(pool_id, pool_id, claims.until)
+    except KubeError as exc:
+        return None, ("pool %s: its planning claim (Lease %s) cannot be used (%s): not planned; RBAC: "
+                      "deploy/rbac.yaml grants leases get, create, update"
+                      % (pool_id, lease_name(pool_id), " ".join(str(exc).split())[:160]))
+    if taken.why:
+        return None, taken.why
+    if listed is not None and any(at >= listed - STALE_MARGIN_S for at in taken.changed.values()):
+        return None, ("pool %s changed after this tick read the pending pods (another invocation's rollout "
+                      "ended): the next tick plans it" % pool_id)
+    waited = {pod_key(p): waited_s(p, taken.now) for p in pending}
+    return Dwell(taken.changed, taken.now, settings.auto_dwell_s, settings.auto_max_wait_s, waited), ""

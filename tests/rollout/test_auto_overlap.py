@@ -1,0 +1,252 @@
+"""One plan at a time per auto pool (issue 35 item 4): a tick that starts while another one applies never
+plans for the same pods or GPUs. The pool's planning claim (functions/rollout/plan_claim.py) is taken on the
+pool's Lease before its nodes are read and held until the tick's rollout ends; a second tick finds it held
+and skips the pool, naming the invocation that plans it.
+
+The overlap is played as FC runs it without an instance concurrency limit: the second tick starts from inside
+the first one's transport, after the node wrote ``nvidia.com/mig.config.state=pending`` (node_bootstrap
+apply writes it before anything changes, node_bootstrap/kube/nodelabels.py), so the node being changed is
+``busy`` to any planner that reads it then."""
+
+import json
+
+import pytest
+
+from tests.rollout.conftest import POOL
+from tests.rollout.test_auto_rollout import NAMES, PerGpuNodes, add_auto_nodes, inventory, slots, tick, waiting
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
+
+LEASE = ("default", "ack-mig-hook-pool-%s" % POOL)
+PLANNING = "ack-mig-hook/planning"
+
+
+class Overlapping(PerGpuNodes):
+    """The first tick's nodes: each one first says ``pending`` (as node_bootstrap apply does), then, once,
+    a second tick runs to its end while this one applies."""
+
+    def __init__(self, api, second):
+        super().__init__(api)
+        self.second, self.seen = second, []
+
+    def run(self, targets):
+        for t in targets:
+            self.api.label_node(t.node_name, {"nvidia.com/mig.config.state": "pending"})
+        if self.second is not None:
+            second, self.second = self.second, None
+            self.seen.append(second())
+        return super().run(targets)
+
+
+def put_lease(api, annotations):
+    """The pool's Lease as another invocation (or a forger) left it."""
+    api.leases[LEASE] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                         "metadata": {"name": LEASE[1], "namespace": "default", "resourceVersion": "7", "uid": "u-1",
+                                      "annotations": dict(annotations)}, "spec": {}}
+
+
+def planning(api):
+    lease = api.leases.get(LEASE)
+    text = ((lease or {}).get("metadata") or {}).get("annotations", {}).get(PLANNING)
+    return json.loads(text) if text else None
+
+
+def test_a_tick_that_starts_while_another_applies_plans_nothing_for_the_same_pods(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:2])  # two idle GPUs: either could serve the two pods
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:2])
+    inner = PerGpuNodes(api)
+    held_during = []
+
+    def second():
+        held_during.append(planning(api))
+        return tick(cluster, inner, lookup=lookup, ACK_MIG_MAX_UNAVAILABLE="2")
+
+    outer = Overlapping(api, second)
+    # A budget of two: the budget alone would let the second tick change auto-b (it did before the claim)
+    first = tick(cluster, outer, lookup=lookup, ACK_MIG_MAX_UNAVAILABLE="2")
+    assert first.outcome == "done", first.reason
+    assert [n for n, _ in outer.requests] == ["auto-a"] and first.nodes[0]["outcome"] == "partitioned"
+    (overlapped,) = outer.seen
+    assert inner.requests == [], inner.requests  # the second node is not repartitioned for the same pods
+    owner = held_during[0]["owner"]
+    assert overlapped.outcome == "skip", overlapped.reason
+    assert overlapped.reason == "pool %s is being planned by invocation %s" % (POOL, owner), overlapped.reason
+    assert json.loads(api.nodes["auto-b"]["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"]) == {
+        "0": [["7g.40gb", 0]]}
+    assert cluster.annotation("auto-b") is None  # not even claimed
+    assert cluster.annotation("auto-a")["owner"] == owner  # the claim's owner is the records' invocation
+    assert planning(api) is None and slots(api) == {}  # given back at the end
+
+
+def test_the_next_tick_after_the_rollout_plans_again_and_finds_the_pods_served(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:2])
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:2])
+    first = tick(cluster, PerGpuNodes(api), lookup=lookup)
+    assert [n["node_name"] for n in first.nodes] == ["auto-a"]
+    again = PerGpuNodes(api)
+    cluster.now[0] += 60  # the timer's next tick (a tick whose pending list predates the change skips the pool)
+    result = tick(cluster, again, lookup=lookup)  # the claim was given back: this tick plans
+    assert result.outcome == "done" and "no GPU of the auto pools changes" in result.reason, result.reason
+    assert again.requests == []  # the pods wait for auto-a's new idle instances: nothing to change
+
+
+def test_a_crashed_ticks_claim_expires_and_a_forged_one_holds_one_invocation_at_most(cluster):
+    """A claim past the invocation's longest time (a clock ahead, or forged before 2100) is written back
+    clamped and runs out with it; one past 2100 is not ours (the reader rule) and holds nothing."""
+    from functions.base.settings import invocation_s, load_settings
+
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:1])
+    longest = invocation_s(load_settings(cluster.settings_env))
+    put_lease(api, {PLANNING: json.dumps({"owner": "forger", "expires": 4.0e9})})
+    blocked = tick(cluster, PerGpuNodes(api), lookup=lookup)
+    assert blocked.outcome == "skip" and "planned by invocation forger" in blocked.reason
+    stored = planning(api)
+    assert stored["owner"] == "forger" and stored["expires"] <= cluster.now[0] + longest  # written back clamped
+    cluster.now[0] += longest + 1  # the forged claim ran out within one invocation's time, as a crashed one does
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=lookup)
+    assert result.outcome == "done" and [n for n, _ in transport.requests] == ["auto-a"], result.reason
+
+
+def test_a_claim_that_is_not_ours_holds_nothing(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    for text in (json.dumps({"owner": "forger", "expires": 1e15}), "{", json.dumps({"owner": "x" * 65,
+                                                                                  "expires": 2000}), "[]"):
+        put_lease(api, {PLANNING: text})
+        result = tick(cluster, PerGpuNodes(api), lookup=inventory(names=NAMES[:1]), dry_run=True)
+        assert result.outcome == "done" and result.nodes[0]["outcome"] == "dry-run", (text, result.reason)
+
+
+def test_a_dry_run_reads_the_claim_and_writes_nothing(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:1])
+    put_lease(api, {PLANNING: json.dumps({"owner": "busy-run", "expires": cluster.now[0] + 60})})
+    result = tick(cluster, PerGpuNodes(api), lookup=lookup, dry_run=True)
+    assert result.outcome == "skip" and "planned by invocation busy-run" in result.reason
+    assert not any(r.method in ("PATCH", "PUT", "POST") for r in api.requests)
+
+
+def stamp(seconds):
+    """An RFC 3339 time on the test cluster's clock (epoch seconds), as the API server writes one."""
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def test_the_dwell_keeps_a_changed_gpu_until_a_pod_has_waited_past_the_bound(cluster):
+    """Item 5 on the API server: the tick that changes a GPU marks it on the pool's Lease; the next ticks do
+    not repartition it back for a new pod of another profile, until that pod has waited longer than
+    ACK_MIG_AUTO_MAX_WAIT_S (its PodScheduled=False condition's lastTransitionTime, as the scheduler writes
+    it), within ACK_MIG_AUTO_DWELL_S."""
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)  # two 3g.20gb: the idle 7g.40gb is repartitioned
+    lookup = inventory(names=NAMES[:1])
+    first = PerGpuNodes(api)
+    assert tick(cluster, first, lookup=lookup).nodes[0]["outcome"] == "partitioned"
+    lease = api.leases[LEASE]["metadata"]["annotations"]
+    assert list(json.loads(lease["ack-mig-hook/changed"])) == ["auto-a/0"] and PLANNING not in lease
+    with api.lock:  # the adversary's pods go before they bind; one asking the whole GPU comes instead
+        for i in range(2):
+            del api.pods[("llm", "serve-%d" % i)]
+    born = cluster.now[0] + 30
+    big = api.add_pod("llm", "big", "", phase="Pending", owner_kind="ReplicaSet",
+                      resources={"nvidia.com/mig-7g.40gb": "1"})
+    with api.lock:
+        big["metadata"]["creationTimestamp"] = stamp(born)
+        big["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "lastTransitionTime": stamp(born)}]
+    env = {"ACK_MIG_AUTO_DWELL_S": "600", "ACK_MIG_AUTO_MAX_WAIT_S": "300"}
+    for minutes in (1, 2, 3, 4, 5):  # the pod has waited 30 s .. 270 s: the GPU stays
+        cluster.now[0] = born - 30 + 60 * minutes
+        held = PerGpuNodes(api)
+        result = tick(cluster, held, lookup=lookup, **env)
+        assert held.requests == [] and "no GPU of the auto pools changes" in result.reason, (minutes, result.reason)
+    cluster.now[0] = born + 301  # past the bound, still within the dwell: the pod gets its GPU
+    late = PerGpuNodes(api)
+    result = tick(cluster, late, lookup=lookup, **env)
+    assert [n for n, _ in late.requests] == ["auto-a"], result.reason
+    assert late.requests[0][1]["gpus"][0]["layout"] == [{"profile": "7g.40gb", "start": 0}]
+
+
+def test_without_the_dwell_the_same_demand_repartitions_at_once(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:1])
+    tick(cluster, PerGpuNodes(api), lookup=lookup)
+    with api.lock:
+        for i in range(2):
+            del api.pods[("llm", "serve-%d" % i)]
+    waiting(api, 1, "7g.40gb")
+    cluster.now[0] += 60
+    again = PerGpuNodes(api)
+    tick(cluster, again, lookup=lookup, ACK_MIG_AUTO_DWELL_S="0")
+    assert [n for n, _ in again.requests] == ["auto-a"]  # the thrash the dwell stops
+
+
+def two_pools():
+    """The test pool and a second auto pool ``np-two`` with one node of its own."""
+    from functions.cloud.cluster import InventoryLookup
+
+    labels = [{"key": "ack-mig-hook/layout", "value": "auto"}]
+    pools = [{"nodepool_info": {"nodepool_id": pool, "name": pool}, "kubernetes_config": {"labels": labels},
+              "scaling_group": {"scaling_group_id": "asg-" + pool, "instance_types": ["ecs.ebmgn7.26xlarge"]}}
+             for pool in (POOL, "np-two")]
+    nodes = [{"instance_id": "i-" + n, "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge", "nodepool_id": p,
+              "state": "running", "ip_address": ["10.0.1.%d" % i]}
+             for i, (n, p) in enumerate((("auto-a", POOL), ("two-a", "np-two")), 1)]
+    return InventoryLookup.from_dict({"cluster_id": "c-rollout", "nodepools": pools, "nodes": nodes})
+
+
+def test_another_pool_is_planned_while_one_is_claimed(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": "np-two", "nvidia.com/mig.config.state": "success",
+                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                  "aliyun.accelerator/nvidia_count": "1"},
+                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
+                 capacity={"nvidia.com/mig-7g.40gb": "1"})
+    waiting(api, 2)  # they select no pool: both pools could serve them
+    put_lease(api, {PLANNING: json.dumps({"owner": "busy-run", "expires": cluster.now[0] + 60})})
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=two_pools())
+    assert result.outcome == "done", result.reason
+    assert result.reason.endswith("; pool %s is being planned by invocation busy-run" % POOL), result.reason
+    assert [n for n, _ in transport.requests] == ["two-a"]
+    assert planning(api)["owner"] == "busy-run"  # another invocation's claim is never given back by this one
+
+
+def test_a_pool_changed_after_the_pending_list_waits_for_the_next_tick(cluster):
+    """The pods were listed before another invocation's rollout of the pool ended (its marks are newer
+    than the list): they may have bound since, so this tick leaves the pool to the next."""
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    put_lease(api, {"ack-mig-hook/changed": json.dumps({"auto-z/0": cluster.now[0]})})
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
+    assert result.outcome == "skip" and "changed after this tick read the pending pods" in result.reason
+    assert transport.requests == [] and planning(api) is None  # its claim given back as the tick ends
+
+
+def test_without_lease_rights_the_pool_is_not_planned(cluster):
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    api.fail = {"PUT": 403}  # (only Leases are written with PUT)
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
+    assert result.outcome == "skip" and "deploy/rbac.yaml grants leases" in result.reason, result.reason
+    assert transport.requests == [] and cluster.annotation("auto-a") is None
