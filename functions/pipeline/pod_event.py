@@ -144,7 +144,7 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
             break
         if planned is None:  # another invocation holds the pool now (this one's lease ran out): it plans
             break
-        rounds.append(tick())
+        rounds.append(_after_claims(tick, started, settings, log, pool_id))
         if rounds[-1].outcome in ("retry", "error"):
             _let_go(marker, pool_id, log)
             break
@@ -160,6 +160,29 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
                 log.warning("plan marker", nodepool_id=pool_id, reason="no time for another round: pods that "
                             "arrived meanwhile wait for the next event or the auto pool timer")
             break
+
+
+CLAIM_POLL_S = 2.0  # how often a holder looks again at a pool another invocation (a timer tick) plans
+
+
+def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: str,
+                  sleep: Any = time.sleep) -> HandlerResult:
+    """One round, waiting while another invocation (the timer's tick, or one whose marker ran out) holds the
+    pool's planning claim: that tick listed the pending pods before this event's pod may have been waiting,
+    so letting go now could leave the pod for the next timer tick, minutes away. Bounded by this invocation's
+    time: a whole round must still fit after the wait."""
+    from functions.base.settings import invocation_s, longest_run_s
+    from functions.rollout.plan_claim import planned_elsewhere
+
+    result = tick()
+    while result.outcome == "skip" and planned_elsewhere(result.reason):
+        if time.monotonic() - started + CLAIM_POLL_S + longest_run_s(settings) > invocation_s(settings):
+            log.warning("plan marker", nodepool_id=pool_id, reason="another invocation plans the pool and no time "
+                        "is left to wait for it: the pods wait for the next event or the auto pool timer")
+            break
+        sleep(CLAIM_POLL_S)
+        result = tick()
+    return result
 
 
 def _let_go(marker: Any, pool_id: str, log: Any) -> None:

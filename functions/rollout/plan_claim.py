@@ -22,6 +22,16 @@ from functions.rollout.pool_lease import CAS_ATTEMPTS, PoolBudget
 
 log = logging.getLogger(__name__)
 
+# The two reasons a tick leaves a pool to another invocation (the skip's text), and what pod_event.py waits on.
+BEING_PLANNED = "is being planned by invocation"
+CHANGED_SINCE_LIST = "changed after this tick read the pending pods"
+
+
+def planned_elsewhere(reason: str) -> bool:
+    """Whether a tick's skip says another invocation plans the pool now (or just changed it): planning it
+    again once that one is done plans the pods that waited meanwhile."""
+    return BEING_PLANNED in reason or CHANGED_SINCE_LIST in reason
+
 
 class Taken(NamedTuple):
     """What taking (or reading) a pool's claim found: ``why`` is "" when this invocation plans the pool,
@@ -77,7 +87,7 @@ class PlanClaims:
                         self._write(lease, {pc.PLANNING_ANNOTATION: pc.write_claim(bounded)})
                     except KubeError as exc:  # the next reader writes it; this tick skips the pool either way
                         log.info("clamped claim of pool %s not written back: %s", pool_id, exc)
-                return Taken("pool %s is being planned by invocation %s" % (pool, other), changed, now)
+                return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other), changed, now)
             mine = pc.Claim(self.owner, now + max(0.0, min(until - local, self.horizon_s)))
             try:
                 self._write(lease, {pc.PLANNING_ANNOTATION: pc.write_claim(mine)})
@@ -102,7 +112,7 @@ class PlanClaims:
         notes = (lease.get("metadata") or {}).get("annotations") or {}
         changed = pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now)
         other = pc.held_by_another(pc.read_claim(notes.get(pc.PLANNING_ANNOTATION)), self.owner, now, self.horizon_s)
-        return Taken("pool %s is being planned by invocation %s" % (pool, other) if other else "", changed, now)
+        return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other) if other else "", changed, now)
 
     def release(self, pool_id: str, gpus: Iterable[pc.Gpu] = ()) -> None:
         """Give the claim back and mark ``gpus`` changed now. A failure is logged, not raised: the claim runs
@@ -190,7 +200,7 @@ def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[fl
     if taken.why:
         return None, taken.why
     if listed is not None and any(at >= listed - STALE_MARGIN_S for at in taken.changed.values()):
-        return None, ("pool %s changed after this tick read the pending pods (another invocation's rollout "
-                      "ended): the next tick plans it" % pool_id)
+        return None, ("pool %s %s (another invocation's rollout ended): the next tick plans it"
+                      % (pool_id, CHANGED_SINCE_LIST))
     waited = {pod_key(p): waited_s(p, taken.now) for p in pending}
     return Dwell(taken.changed, taken.now, settings.auto_dwell_s, settings.auto_max_wait_s, waited), ""

@@ -306,3 +306,39 @@ def test_a_plan_that_breaks_lets_its_pool_go_at_once(cluster):
     assert again.outcome == "done" and not again.reason.startswith("coalesced"), again.reason
     (node,) = again.nodes
     assert "took this node (step applying)" in node["reason"], node
+
+
+def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_plans_its_pod(cluster, monkeypatch):
+    """The plan marker (events) and the planning claim (every tick, the timer's too) meet: a timer tick holds
+    the pool's claim, having listed the pending pods before this pod waited. The event's invocation does not
+    let go with the tick's "being planned" skip (the pod would wait for the next timer tick, 10 minutes away):
+    it looks again until the claim is given back, then plans the pod."""
+    import time as time_mod
+
+    from functions.decision import claim_rules
+    from functions.decision.budget import lease_name
+    from functions.pipeline import pod_event as pod_event_module
+
+    server, api, settings, executor, state_file = cluster
+    monkeypatch.setattr(pod_event_module, "CLAIM_POLL_S", 0.2)
+    key = ("default", lease_name(POOL))
+    server.leases[key] = server._stamp({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": lease_name(POOL), "namespace": "default", "uid": "lease-timer",
+                     "annotations": {claim_rules.PLANNING_ANNOTATION: json.dumps(
+                         {"owner": "timer-tick", "expires": time_mod.time() + 120})}},
+        "spec": {}})
+
+    def give_back():  # the timer's tick ends its rollout and gives the claim back
+        time_mod.sleep(1.5)
+        with server.lock:
+            server.leases[key]["metadata"]["annotations"].pop(claim_rules.PLANNING_ANNOTATION)
+            server._stamp(server.leases[key])
+
+    waiting(server, "late", "2g.20gb")
+    thread = threading.Thread(target=give_back)
+    thread.start()
+    result = run(pod_event("llm", "late"), cluster)
+    thread.join()
+    assert result.outcome == "done", result.reason
+    assert "2g.20gb" in profiles(state_file)
