@@ -22,7 +22,7 @@ ALLOWED = {
     ("functions/commands/stack/code_package.py", "pynvml.py"),
     # the bundle's member names: the runner travels in the bundle and the boot unit runs it by name
     ("functions/delivery/bundle.py", "node_runner.py"),
-    ("node_bootstrap/host/bootunit.py", "ack_mig_runner.py"),
+    ("node_bootstrap/host/unitfile.py", "ack_mig_runner.py"),
 }
 
 
