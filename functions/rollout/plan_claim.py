@@ -17,6 +17,7 @@ from functions.decision import claim_rules as pc
 from functions.decision.budget import lease_name
 from functions.decision.layout.dwell import Dwell
 from functions.decision.claim_rules import waited_s
+from functions.kube import leases
 from functions.kube.nodes import EVENT_NAMESPACE
 from functions.rollout.pool_lease import CAS_ATTEMPTS, PoolBudget
 
@@ -58,17 +59,7 @@ class PlanClaims:
         self.marks: Dict[str, List[pc.Gpu]] = {}  # per pool, the GPUs this invocation changed
 
     def _write(self, lease: dict, annotations: Dict[str, Optional[str]]) -> None:
-        lease = dict(lease)
-        meta = dict(lease.get("metadata") or {})  # (carries the resourceVersion read: the precondition)
-        merged = dict(meta.get("annotations") or {})
-        for key, value in annotations.items():
-            if value is None:
-                merged.pop(key, None)
-            else:
-                merged[key] = value
-        meta["annotations"] = merged
-        lease["metadata"] = meta
-        self.kube.replace_lease(self.namespace, lease)
+        leases.write(self.kube, self.namespace, lease, annotations)  # the spec stays the budget's
 
     def take(self, pool_id: str, pool: str, until: float) -> Taken:
         """Claim ``pool_id`` until ``until`` (the invocation's clock); ``pool``: its name in the line. KubeError:

@@ -20,8 +20,8 @@ from node_bootstrap.kube import KubeError
 
 from functions.decision import coalesce as co
 from functions.decision.budget import lease_name
+from functions.kube import leases
 from functions.kube.nodes import EVENT_NAMESPACE
-from functions.rollout.pool_lease import _micro_time
 
 log = logging.getLogger(__name__)
 
@@ -50,37 +50,12 @@ class PlanMarker:
         return self.clock() if server is None else server
 
     def _lease(self, pool_id: str) -> dict:
-        name = marker_lease(pool_id)
-        try:
-            return self.kube.get_lease(self.namespace, name)
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "namespace": self.namespace,
-                             "labels": {"app.kubernetes.io/managed-by": "ack-mig-hook"},
-                             "annotations": {"ack-mig-hook/nodepool-id": pool_id}},
-                "spec": {}}
-        try:
-            return self.kube.create_lease(self.namespace, body)
-        except KubeError as exc:
-            if exc.status != 409:  # another invocation created it first: read theirs
-                raise
-        return self.kube.get_lease(self.namespace, name)
+        return leases.read_or_create(self.kube, self.namespace, marker_lease(pool_id),
+                                     {"ack-mig-hook/nodepool-id": pool_id})
 
     def _write(self, lease: dict, marker: co.Marker, now: float) -> None:
-        lease = dict(lease)
-        meta = dict(lease.get("metadata") or {})
-        meta["annotations"] = dict(meta.get("annotations") or {}, **{co.MARKER_ANNOTATION: co.write_marker(marker)})
-        lease["metadata"] = meta  # carries the resourceVersion read: the precondition
-        spec = dict(lease.get("spec") or {})
-        if marker.holder:
-            spec.update(holderIdentity=marker.holder, renewTime=_micro_time(now),
-                        leaseDurationSeconds=max(1, int(marker.until - now)))
-        else:
-            spec.pop("holderIdentity", None)
-        lease["spec"] = spec
-        self.kube.replace_lease(self.namespace, lease)
+        leases.write(self.kube, self.namespace, lease, {co.MARKER_ANNOTATION: co.write_marker(marker)},
+                     marker.holder or "", now, marker.until - now)
 
     def change(self, pool_id: str, step: Callable[[co.Marker, float], Tuple[Optional[co.Marker], Any]]) -> Any:
         """Read the marker, ``step(marker, now) -> (marker to write or None, answer)``, write it only onto the

@@ -21,23 +21,19 @@ MemoryKube) uses the invocation's clock.
 """
 
 import logging
-from datetime import datetime, timezone
 from typing import Any, Callable, Optional, Tuple
 
 from node_bootstrap.kube import KubeError
 
 from functions.decision import budget as pb
 from functions.decision.waves import POOL_LABEL, KubeNode
+from functions.kube import leases
 from functions.kube.nodes import EVENT_NAMESPACE
 
 log = logging.getLogger(__name__)
 
 CAS_ATTEMPTS = 8  # lease writes in a row that may meet another writer's newer version
 
-
-def _micro_time(epoch: float) -> str:
-    """metav1.MicroTime as the API server serializes it (RFC 3339 with microseconds, UTC)."""
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class PoolBudget:
@@ -63,38 +59,13 @@ class PoolBudget:
         return slots, slots != stored
 
     def _lease(self, pool_id: str) -> dict:
-        name = pb.lease_name(pool_id)
-        try:
-            return self.kube.get_lease(self.namespace, name)
-        except KubeError as exc:
-            if exc.status != 404:
-                raise
-        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": name, "namespace": self.namespace,
-                             "labels": {"app.kubernetes.io/managed-by": "ack-mig-hook"},
-                             "annotations": {pb.SLOTS_ANNOTATION: "{}", "ack-mig-hook/nodepool-id": pool_id}},
-                "spec": {}}
-        try:
-            return self.kube.create_lease(self.namespace, body)
-        except KubeError as exc:
-            if exc.status != 409:  # another invocation created it first: read theirs
-                raise
-        return self.kube.get_lease(self.namespace, name)
+        return leases.read_or_create(self.kube, self.namespace, pb.lease_name(pool_id),
+                                     {pb.SLOTS_ANNOTATION: "{}", "ack-mig-hook/nodepool-id": pool_id})
 
     def _write(self, lease: dict, slots: dict, holder: str, expires: float, now: float) -> None:
-        """``expires`` and ``now``: on the cluster's clock (``_now``)."""
-        lease = dict(lease)
-        meta = dict(lease.get("metadata") or {})
-        text = pb.write_slots(slots, now, self.lease_s)
-        meta["annotations"] = dict(meta.get("annotations") or {}, **{pb.SLOTS_ANNOTATION: text})
-        lease["metadata"] = meta  # (carries the resourceVersion read: the precondition)
-        spec = dict(lease.get("spec") or {})
-        if holder:
-            spec.update(holderIdentity=holder, renewTime=_micro_time(now),
-                        leaseDurationSeconds=max(1, int(min(expires - now, self.lease_s))))
-            spec.setdefault("acquireTime", _micro_time(now))
-        lease["spec"] = spec
-        self.kube.replace_lease(self.namespace, lease)
+        """``expires`` and ``now``: on the cluster's clock (``_now``). An empty ``holder`` leaves the spec."""
+        leases.write(self.kube, self.namespace, lease, {pb.SLOTS_ANNOTATION: pb.write_slots(slots, now, self.lease_s)},
+                     holder or None, now, min(expires - now, self.lease_s))
 
     def take(self, pool_id: str, pool: str, node: str, limit: int, expires: float,
              paused: Callable[[], str] = lambda: "") -> str:
