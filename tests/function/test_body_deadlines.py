@@ -31,18 +31,9 @@ def one_line(exc):
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory):
     """A CA and a server certificate for 127.0.0.1 (tests.support.kubeapi.CertificateAuthority)."""
-    import ssl
+    from tests.support.drip import loopback_tls
 
-    from tests.support.kubeapi import CertificateAuthority
-
-    ca = CertificateAuthority("body-drip-ca")
-    cert = ca.issue("127.0.0.1", server_ip="127.0.0.1")
-    folder = tmp_path_factory.mktemp("body-drip-tls")
-    (folder / "server.crt").write_bytes(cert.cert_pem)
-    (folder / "server.key").write_bytes(cert.key_pem)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(str(folder / "server.crt"), str(folder / "server.key"))
-    return ca.pem, context
+    return loopback_tls(tmp_path_factory.mktemp("body-drip-tls"), "body-drip-ca")
 
 
 # ---- deploy's upload check: the object's bytes are read back before an upload is skipped ----

@@ -14,18 +14,9 @@ from tests.support.drip import Drip
 @pytest.fixture(scope="module")
 def tls(tmp_path_factory):
     """A CA and a server certificate for 127.0.0.1 (tests.support.kubeapi.CertificateAuthority)."""
-    import ssl
+    from tests.support.drip import loopback_tls
 
-    from tests.support.kubeapi import CertificateAuthority
-
-    ca = CertificateAuthority("drip-test-ca")
-    cert = ca.issue("127.0.0.1", server_ip="127.0.0.1")
-    folder = tmp_path_factory.mktemp("drip-tls")
-    (folder / "server.crt").write_bytes(cert.cert_pem)
-    (folder / "server.key").write_bytes(cert.key_pem)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(str(folder / "server.crt"), str(folder / "server.key"))
-    return ca.pem, context
+    return loopback_tls(tmp_path_factory.mktemp("drip-tls"), "drip-test-ca")
 
 
 def test_the_kubernetes_client_ends_an_attempt_at_its_timeout_whatever_the_peer_drips(tls):

@@ -29,7 +29,7 @@ from node_bootstrap.errors import BadInput
 from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts
 from node_bootstrap.outside import MAX_INT_DIGITS, OutsideDataError, depth, loads
 from node_bootstrap.request import request_from_options
-from tests.fuzz.harness import _MAKER, RecordingTransport
+from tests.fuzz.harness import _MAKER, RecordingTransport, _paths
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.hypothesis
@@ -80,16 +80,6 @@ VALID = {
 }
 MARK = "\u0000hostile\u0000"
 
-
-def _paths(doc, prefix=()):
-    out = [prefix]
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            out.extend(_paths(value, prefix + (key,)))
-    elif isinstance(doc, list):
-        for index, value in enumerate(doc):
-            out.extend(_paths(value, prefix + (index,)))
-    return out
 
 
 def _spliced(kind, pick, fragment):

@@ -116,3 +116,19 @@ class Drip:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def loopback_tls(folder, name):
+    """(CA PEM, server SSLContext) for a dripping peer on 127.0.0.1 (tests.support.kubeapi.CertificateAuthority),
+    its key and certificate written under ``folder``."""
+    import ssl
+
+    from tests.support.kubeapi import CertificateAuthority
+
+    ca = CertificateAuthority(name)
+    cert = ca.issue("127.0.0.1", server_ip="127.0.0.1")
+    (folder / "server.crt").write_bytes(cert.cert_pem)
+    (folder / "server.key").write_bytes(cert.key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(folder / "server.crt"), str(folder / "server.key"))
+    return ca.pem, context
