@@ -185,8 +185,9 @@ def report(exc):
     return code
 
 
-# Commands whose stdout is for machines whatever the flags: convert writes mig-parted YAML and label lines.
-MACHINE_OUTPUT = ("convert",)
+# Commands whose stdout is for machines whatever the flags: convert writes mig-parted YAML and label lines,
+# completion a shell script.
+MACHINE_OUTPUT = ("convert", "completion")
 
 
 class _human_output:

@@ -227,8 +227,9 @@ def _look(args) -> list:
     return [progress_of(p) for p in pools]
 
 
-def rollout_status(args, sleep=time.sleep, clock=time.monotonic) -> int:
+def rollout_status(args, sleep=None, clock=None) -> int:
     """Look every ``--interval`` s until no chosen pool is progressing (or once: --no-watch, a snapshot)."""
+    sleep, clock = sleep or time.sleep, clock or time.monotonic
     once = not args.watch or bool(args.inventory)
     deadline = clock() + args.timeout * 60
     said = {}  # pool -> its last line

@@ -152,7 +152,7 @@ class Fitted:
         if len(line) <= self.columns or (self.keep is not None and self.keep(line)):
             return [line]
         indent = line[:len(line) - len(line.lstrip(" "))]
-        return wrap_words(line, self.columns, "", indent + "    ") or [line]
+        return wrap_words(line[len(indent):], self.columns, indent, indent + "    ") or [line]
 
     def flush(self) -> None:
         if self._pending:

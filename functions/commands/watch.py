@@ -30,9 +30,10 @@ def comparable(report: Dict[str, Any]) -> str:
 
 
 def watch(args, once: Callable[[], Tuple[int, Optional[Dict[str, Any]]]], show: Callable[[Any, Dict[str, Any]], None],
-          sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> int:
+          sleep: Optional[Callable[[float], None]] = None, clock: Optional[Callable[[], float]] = None) -> int:
     """Call ``once()`` -> (exit code, report or None) every ``args.interval`` s and ``show`` each changed
     report, until ``args.watch_timeout`` minutes have passed; the last look's exit code."""
+    sleep, clock = sleep or time.sleep, clock or time.monotonic
     deadline = clock() + args.watch_timeout * 60
     print("ack-mig-hook: watching: a new report when something changes, looked at every %ds, for at most %d "
           "minutes (Ctrl-C ends)" % (args.interval, args.watch_timeout), file=sys.stderr, flush=True)
