@@ -586,7 +586,7 @@ def _once(args, quiet: bool = False):
 
         code = fail(escape(exc), 2, args.json)
         return (code, None) if quiet else code
-    if not args.nodes:
+    if args.json and not args.nodes:  # the text reads node_list for the skipped reasons
         for p in status["pools"]:
             p.pop("node_list")
     code = exit_code(status, getattr(args, "strict", False))
