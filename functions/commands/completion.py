@@ -16,10 +16,10 @@ def configure(parser, command):
     parser.add_argument("shell", choices=SHELLS, help="the shell to complete in")
 
 
-def script(shell: str) -> str:
+def script(shell: str, full_parser) -> str:
+    """``full_parser()``: every command's parser, configured (main's; a command importing main would be an
+    import circle, so main hands it over as ``args.full_parser``)."""
     import shtab
-
-    from functions.commands.main import full_parser
 
     parser = full_parser()
     _mark_paths(parser, shtab)
@@ -42,5 +42,5 @@ def _mark_paths(parser, shtab) -> None:
 
 
 def run(args) -> int:
-    print(script(args.shell))
+    print(script(args.shell, args.full_parser))
     return 0

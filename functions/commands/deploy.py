@@ -338,7 +338,7 @@ def _refuse_unchangeable(args, existing: Optional[Dict[str, Any]]) -> None:
         return
     status = str(existing.get("Status", ""))
     if status.endswith("_IN_PROGRESS"):
-        from functions.commands.wait import advice
+        from functions.commands.stack.ros import advice
 
         raise StackError("stack %s is %s; %s" % (args.stack_name, status, advice(status, args.stack_name, args.region)),
                          exit_code=EXIT_CONFLICT)

@@ -135,8 +135,8 @@ def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]
     status = str(stack.get("Status", ""))
     good = status in ("CREATE_COMPLETE", "UPDATE_COMPLETE")
     reason = " ".join(str(stack.get("StatusReason", "")).split())[:200]
-    if not good:  # what to do about it, as deploy says it (functions/commands/wait.py)
-        from functions.commands.wait import advice
+    if not good:  # what to do about it, as deploy says it (functions/commands/stack/ros.py)
+        from functions.commands.stack.ros import advice
 
         reason = "%s%s%s" % (reason, "; " if reason else "", advice(status, name))
     out = [Check("ok" if good else "PROBLEM", "stack", "%s %s%s" % (name, status, "" if good else ": %s" % reason))]

@@ -286,6 +286,7 @@ def _run(module, args):
             from functions.commands.common import default_region
 
             default_region(args)
+        args.full_parser = full_parser  # completion's: every command's parser
         code = module.run(args)
         sys.stdout.flush()  # piped output is buffered: a closed pipe shows here, not at interpreter exit
         return code
