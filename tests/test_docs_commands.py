@@ -4,12 +4,13 @@ The fenced shell blocks (```sh, ```bash, ```shell, ```console) of README.md and 
 the commands that run offline are run, and must exit 0, or N when the line ends with a comment
 ``# exit N``:
 
-- ``ack-mig-hook plan | profiles | convert``, ``ack-mig-hook status --inventory ...``,
-  ``ack-mig-hook invoke ... --inventory ...`` (with or without ``--dry-run``);
+- ``ack-mig-hook plan | profiles | convert | version | completion``, ``ack-mig-hook status --inventory ...``,
+  ``ack-mig-hook rollout status ... --inventory ...``, ``ack-mig-hook invoke ... --inventory ...`` (with or
+  without ``--dry-run``);
 - ``python3 -m node_bootstrap ... --backend sim:...`` and the other commands of a block that works on a
   simulated node (``cat`` of the simulated host's files).
 
-- ``ack-mig-hook deploy | undeploy | doctor | rollout ... # exit 2``: bad input, refused before any call.
+- ``ack-mig-hook deploy | undeploy | doctor | rollout | wait ... # exit 2``: bad input, refused before any call.
 
 Each block runs in order in its own shell session from the repository root (so ``examples/...`` and
 ``.venv/bin/...`` resolve as a reader's would). PATH is a reader's after ``make install``: ``ack-mig-hook``
@@ -43,18 +44,21 @@ ASSIGNMENTS = re.compile(r"""^\s*(?:[A-Za-z_][A-Za-z0-9_]*=(?:"[^"]*"|'[^']*'|[^
 EXPECT_EXIT = re.compile(r"#\s*exit\s+(\d+)\b")
 # Anything that needs a cloud account, a cluster, a real GPU or minutes: shown, never run here.
 NEVER_RUN = re.compile(r"\b(aliyun|kubectl|ossutil|make|curl|ssh|systemctl|nvidia-smi|pip)\b"
-                       r"|ack-mig-hook\s+(deploy|undeploy|doctor|demo|rollout)\b")
+                       r"|ack-mig-hook\s+(deploy|undeploy|doctor|demo|wait)\b"
+                       r"|ack-mig-hook\s+rollout\b(?!.*--inventory\b)")
 OFFLINE = [
-    re.compile(r"ack-mig-hook\s+(plan|profiles|convert)\b"),
+    re.compile(r"ack-mig-hook\s+(plan|profiles|convert|version|completion)\b"),
+    re.compile(r"ack-mig-hook\s+rollout\s+status\b.*--inventory\b"),
     re.compile(r"ack-mig-hook\s+status\b.*--inventory\b"),
     re.compile(r"ack-mig-hook\s+invoke\b.*--inventory\b"),
     re.compile(r"ack-mig-hook\s+advise\b.*--inventory\b"),
     re.compile(r"-m\s+node_bootstrap\b.*--backend[ =]sim:"),
 ]
 # Cloud commands given bad input: refused before any call, so they run here too.
-BAD_INPUT = re.compile(r"ack-mig-hook\s+(deploy|undeploy|doctor|rollout)\b.*#\s*exit\s+2\b")
+BAD_INPUT = re.compile(r"ack-mig-hook\s+(deploy|undeploy|doctor|rollout|wait)\b.*#\s*exit\s+2\b")
 KINDS = {k: re.compile(r"ack-mig-hook\s+%s\b" % k)
-         for k in ("plan", "profiles", "convert", "status", "invoke", "advise", "deploy", "undeploy", "doctor", "rollout")}
+         for k in ("plan", "profiles", "convert", "status", "invoke", "advise", "deploy", "undeploy", "doctor", "rollout",
+                   "wait", "version", "completion")}
 KINDS["node_bootstrap"] = re.compile(r"-m\s+node_bootstrap\b")
 CLI_WORD = re.compile(r"(?:^|[\s|;&(])(?:\S*/)?(ack-mig-hook|python3?\s+-m\s+node_bootstrap)\s+(.*)$")
 

@@ -111,6 +111,12 @@ ACCESS_KEY_ID = _var("ALIBABA_CLOUD_ACCESS_KEY_ID", "", "set by Function Compute
 ACCESS_KEY_SECRET = _var("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "", "secret of the above; never logged")
 SECURITY_TOKEN = _var("ALIBABA_CLOUD_SECURITY_TOKEN", "", "STS token of the above; never logged")
 DEBUG = _var("ACK_MIG_HOOK_DEBUG", "", "command line only: show the traceback of an internal error")
+REGION_ID = _var("ALIBABA_CLOUD_REGION_ID", "", "command line only: the region when neither `--region` nor "
+                                                "`ACK_MIG_REGION` gives one (the Alibaba Cloud SDKs' variable); "
+                                                "then the `aliyun` CLI profile's `region_id`")
+CLI_PROFILE = _var("ALIBABA_CLOUD_PROFILE", "", "command line only: the `aliyun` CLI profile that gives the "
+                                                "credentials and the region when `--profile` names none "
+                                                "(default: the file's `current` one)")
 AUTOSCALER_TAGS = _var("ACK_MIG_AUTOSCALER_TAGS", "auto", "the node pool tags that tell ACK's "
                                                           "cluster-autoscaler the MIG resources of a new "
                                                           "node ([operations.md](operations.md#autoscalin"

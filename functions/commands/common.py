@@ -173,7 +173,8 @@ def add_cloud_options(parser: argparse.ArgumentParser, cluster_help: str = "", r
                         metavar="ID", help=cluster_help or "the ACK cluster, c followed by 32 hex digits "
                                                            "(default: $ACK_MIG_CLUSTER_ID)")
     parser.add_argument("--region", type=region, default=settings.env_text(settings.REGION), metavar="REGION",
-                        help=region_help or "the cluster's region, e.g. cn-beijing (default: $ACK_MIG_REGION)")
+                        help=region_help or "the cluster's region, e.g. cn-beijing (default: $ACK_MIG_REGION, "
+                                            "$ALIBABA_CLOUD_REGION_ID, the aliyun CLI profile's region_id)")
     if kubeconfig:
         parser.add_argument("--kubeconfig", type=existing_file, default="", metavar="FILE",
                             help=kubeconfig_help or "kubeconfig for the Kubernetes API (default: a 15-minute one "
@@ -184,12 +185,42 @@ def add_cloud_options(parser: argparse.ArgumentParser, cluster_help: str = "", r
                              "role)")
 
 
+def default_region(args: argparse.Namespace) -> None:
+    """``args.region`` when no ``--region`` and no ``ACK_MIG_REGION`` gave one: ``ALIBABA_CLOUD_REGION_ID``
+    (the SDKs' variable), else the ``region_id`` of the ``aliyun`` CLI profile the credentials come from
+    (``--profile``, ``ALIBABA_CLOUD_PROFILE`` or the file's current one), as the ``aliyun`` CLI itself takes
+    it. A value found there is checked like ``--region``; a wrong one is one line naming where it came from."""
+    if getattr(args, "region", None) or not hasattr(args, "region"):
+        return
+    from functions.commands.stack.credentials import profile_region
+
+    value, where = settings.env_text(settings.REGION_ID), settings.REGION_ID
+    if not value:
+        value, where = profile_region(getattr(args, "profile", "") or "")
+    if not value:
+        return
+    try:
+        args.region = region(value)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError("%s (from %s); pass --region" % (exc, where)) from None
+
+
 def require(args: argparse.Namespace, *names: str) -> None:
     """Every named option that is still empty, in one line (exit 2)."""
-    flags = {"cluster_id": "--cluster-id (or ACK_MIG_CLUSTER_ID)", "region": "--region (or ACK_MIG_REGION)"}
+    flags = {"cluster_id": "--cluster-id (or ACK_MIG_CLUSTER_ID)",
+             "region": "--region (or ACK_MIG_REGION, ALIBABA_CLOUD_REGION_ID, the aliyun CLI profile's region_id)"}
     missing = [flags.get(n, "--" + n.replace("_", "-")) for n in names if not getattr(args, n, "")]
     if missing:
         raise UsageError("missing %s" % " and ".join(missing))
+
+
+def log_level(args: argparse.Namespace) -> str:
+    """The level of the function's own JSON log lines a command shows on stderr: none by default (the
+    result is the output), ``-v`` INFO, ``-vv`` or ``--debug`` DEBUG, as is ``ACK_MIG_LOG_LEVEL=DEBUG``."""
+    count = getattr(args, "verbose", 0) or 0
+    if getattr(args, "debug", False) or count >= 2 or settings.env_text(settings.LOG_LEVEL).upper() == "DEBUG":
+        return "DEBUG"
+    return "INFO" if count else "OFF"
 
 
 def keys(args: argparse.Namespace):

@@ -281,7 +281,7 @@ def deploy(args) -> int:
             checksum = crc64(handle.read())
         values["CodeChecksum"] = checksum  # FC refuses a package whose CRC-64 is not this one
         size_kb = os.path.getsize(zip_path) // 1024
-        progress("package: %d KB, sha256 %s" % (size_kb, digest[:16]))
+        progress("package: %d KiB, sha256 %s" % (size_kb, digest[:16]))
         stacks.validate(template)
         oss = settings.parse_endpoint(settings.environment(), settings.OSS_ENDPOINT)
         package = {"object": "oss://%s/%s" % (args.bucket, code_object), "sha256": digest, "crc64": checksum,
@@ -366,7 +366,9 @@ def _refuse_unchangeable(args, existing: Optional[Dict[str, Any]]) -> None:
         return
     status = str(existing.get("Status", ""))
     if status.endswith("_IN_PROGRESS"):
-        raise StackError("stack %s is %s; wait for it to finish, then rerun" % (args.stack_name, status),
+        from functions.commands.stack.ros import advice
+
+        raise StackError("stack %s is %s; %s" % (args.stack_name, status, advice(status, args.stack_name, args.region)),
                          exit_code=EXIT_CONFLICT)
     if status.startswith("CREATE_") and status != "CREATE_COMPLETE":
         # Its creation failed (and was rolled back): nothing to update. ROS keeps the name taken.
@@ -390,7 +392,7 @@ def _show_plan(args, stacks, existing, template: str, values: Dict[str, str], de
                           "network": route, "dry_run": True}, indent=2))
         return 0
     lines = plans.render(found, args.region)
-    lines.append("  package: %s %s (%d KB)" % (
+    lines.append("  package: %s %s (%d KiB)" % (
         "would upload" if package["would_upload"] else "already uploaded:", package["object"], package["size_kb"]))
     if not package["bucket_exists"]:
         lines.append("  bucket: %s would be created, private" % args.bucket)

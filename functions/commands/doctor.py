@@ -133,8 +133,12 @@ def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]
         return [Check("PROBLEM", "stack", "no ROS stack %s in this region: run ack-mig-hook deploy" % name)]
     status = str(stack.get("Status", ""))
     good = status in ("CREATE_COMPLETE", "UPDATE_COMPLETE")
-    out = [Check("ok" if good else "PROBLEM", "stack", "%s %s%s" % (name, status, "" if good else ": %s" % " ".join(
-        str(stack.get("StatusReason", "")).split())[:200]))]
+    reason = " ".join(str(stack.get("StatusReason", "")).split())[:200]
+    if not good:  # what to do about it, as deploy says it (functions/commands/stack/ros.py)
+        from functions.commands.stack.ros import advice
+
+        reason = "%s%s%s" % (reason, "; " if reason else "", advice(status, name))
+    out = [Check("ok" if good else "PROBLEM", "stack", "%s %s%s" % (name, status, "" if good else ": %s" % reason))]
     triggers = [r for r in resources if r.get("ResourceType") == TRIGGER_TYPE]
     if not triggers:
         out.append(Check("PROBLEM", "triggers", "the stack has no FC trigger: no event reaches the function"))

@@ -14,6 +14,7 @@ ended ``error``, any node ``failed`` or is in conflict, or the event must be ret
 printed once: on stderr.
 """
 
+import argparse
 import json
 import sys
 
@@ -49,8 +50,9 @@ def configure(parser, command):
                              "without it the ACK API is asked (credentials needed)")
     parser.add_argument("--dry-run", action="store_true", help="decide and report; touch no node")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--verbose", action="store_true",
-                        help="name every instance (by default a line names %d and counts the rest)" % NAMES_SHOWN)
+    parser.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="name every instance (by default a line names %d and counts the rest); the "
+                             "function's log lines on stderr (-v INFO, -vv DEBUG)" % NAMES_SHOWN)
 
 
 def _read_event(path):
@@ -202,9 +204,8 @@ def run(args):
 
         return fail(escape(exc), 2, getattr(args, "json", False))
     # The result goes to stdout. The JSON log lines would bury it, so the command line shows them (on
-    # stderr, `--json | jq` still works) only with ACK_MIG_LOG_LEVEL=DEBUG.
-    logger = JsonLogger("DEBUG" if settings.log_level == "DEBUG" else "OFF", settings.secrets(),
-                        stream=sys.stderr, request_id="cli")
+    # stderr, `--json | jq` still works) only when asked: -v, -vv, --debug or ACK_MIG_LOG_LEVEL=DEBUG.
+    logger = JsonLogger(common.log_level(args), settings.secrets(), stream=sys.stderr, request_id="cli")
     result = run_event(raw, settings, inventory=lookup, dry_run=args.dry_run, logger=logger,
                        progress=Progress(sys.stderr))
     applied = [d.node_name for d in result.decisions if d.action == "partition" and d.node_name]

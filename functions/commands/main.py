@@ -4,7 +4,8 @@ it runs, so ``plan`` never loads the cloud SDKs and a bad argument costs nothing
 Every user-facing failure is one line on stderr, printed once, with the exit code of its cause
 (:mod:`functions.commands.stack.exit_codes`, docs/cli.md "Exit codes"): bad input exits 2, refused credentials 4, a
 missing RAM permission 5, a cloud state that stops the command 6. Only a bug is an "internal error" (exit 70,
-its type and message; set ACK_MIG_HOOK_DEBUG=1 for the traceback). No SDK log line reaches the terminal.
+its type and message; ``--debug`` or ACK_MIG_HOOK_DEBUG=1 for the traceback). No SDK log line reaches the terminal
+unless ``--debug`` asks for them.
 """
 
 import argparse
@@ -27,14 +28,23 @@ COMMANDS = {
     "undeploy": ("functions.commands.undeploy", "delete the ROS stack (after a confirmation) and wait until it is "
                                                 "gone"),
     "doctor": ("functions.commands.doctor", "read-only preflight: what is ready and what is missing, line by line"),
-    "rollout": ("functions.commands.rollout", "pause or resume a node pool's rolling repartition (the pool label "
-                                              "ack-mig-hook/paused)"),
+    "rollout": ("functions.commands.rollout", "pause, resume or follow a node pool's rolling repartition (status: "
+                                              "until every node is in layout)"),
+    "wait": ("functions.commands.wait", "wait for the ROS stack's operation in progress to end (after an "
+                                        "interrupted deploy), printing its events"),
+    "version": ("functions.commands.version", "the version of this command line"),
+    "completion": ("functions.commands.completion", "a shell completion script (bash, zsh, tcsh), made by shtab "
+                                                    "from the commands' own options"),
 }
+# Commands that take the region from ALIBABA_CLOUD_REGION_ID or the aliyun CLI profile when no --region and no
+# ACK_MIG_REGION give one (common.default_region). Not invoke run locally: there the event's region comes next.
+PROFILE_REGION = ("status", "deploy", "undeploy", "doctor", "rollout", "wait", "logs")
 
 
 # Modules of the ``deploy`` extra (pyproject.toml): a command that needs one and runs without it says so in
 # one line, exit 2, and its --help still works.
-EXTRA_MODULES = ("yaml", "alibabacloud_ros20190910", "alibabacloud_credentials", "alibabacloud_sts20150401", "oss2")
+EXTRA_MODULES = ("yaml", "alibabacloud_ros20190910", "alibabacloud_credentials", "alibabacloud_sts20150401", "oss2",
+                 "shtab")
 # The package is not on a package index: the extra comes with the clone or the wheel it was installed from.
 INSTALL_EXTRA = ("pip install '.[deploy]' in the clone, or 'ack_mig_hook-VERSION-py3-none-any.whl[deploy]' "
                  "(docs/first-deployment.md)")
@@ -56,29 +66,75 @@ def _needs_extra(command, module):
 
 
 class _Parser(argparse.ArgumentParser):
+    chosen = None  # type: Optional[argparse.ArgumentParser]  # the command's parser, for option suggestions
+
     def error(self, message):  # argparse's default prints usage on two lines; keep it to one
         from functions.commands.terminal import error_lines
 
-        self.exit(2, "\n".join(error_lines("%s; see --help" % message)) + "\n")
+        self.exit(2, "\n".join(error_lines("%s; see --help" % suggest(message, self))) + "\n")
+
+
+def suggest(message, parser):
+    # type: (str, argparse.ArgumentParser) -> str
+    """argparse's message with a did-you-mean, as git and kubectl say it: a mistyped command, choice (rollout
+    stauts, -o yml) or option (--josn) gets the closest one that exists."""
+    import re
+
+    from functions.commands.stack.credentials import did_you_mean
+
+    choice = re.match(r"argument (\S+): invalid choice: '([^']*)' \(choose from (.*)\)\Z", message)
+    if choice:
+        what, word, listed = choice.groups()
+        choices = re.findall(r"'([^']*)'", listed)
+        if what == "COMMAND":
+            return "unknown command %r%s; the commands: %s" % (word[:40], did_you_mean(word, choices),
+                                                              ", ".join(choices))
+        return "argument %s: invalid choice %r%s; choose from %s" % (what, word[:40], did_you_mean(word, choices),
+                                                                   ", ".join(choices))
+    unknown = re.match(r"unrecognized arguments: (\S+)", message)
+    if unknown and unknown.group(1).startswith("-"):
+        options = [o for o in ((getattr(parser, "chosen", None) or parser)._option_string_actions)
+                   if o.startswith("--")]
+        return message + did_you_mean(unknown.group(1).split("=")[0], options)
+    return message
 
 
 def _version():
-    from importlib import metadata
+    from functions.commands.version import version
 
-    try:
-        return metadata.version("ack-mig-hook")
-    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
+    return version()
 
 
-def _build(argv):
+def _common_flags(parser, top):
+    # type: (argparse.ArgumentParser, bool) -> None
+    """-v/--verbose, --debug and, beside every --json, -o json|yaml: the same in every command, accepted before
+    the command too (the command's own default leaves what was given there)."""
+    default = (lambda value: value) if top else (lambda value: argparse.SUPPRESS)
+    known = parser._option_string_actions
+    if "-v" not in known and "--verbose" not in known:
+        parser.add_argument("-v", "--verbose", action="count", default=default(0),
+                            help="show the function's log lines on stderr (-v INFO, -vv DEBUG)")
+    parser.add_argument("--debug", action="store_true", default=default(False),
+                        help="DEBUG log lines, the cloud SDKs' own logs and the traceback of an internal error")
+    if "--json" in known:
+        from functions.commands.output import FORMATS
+
+        parser.add_argument("-o", "--output", choices=FORMATS, default=None, metavar="FORMAT",
+                            help="machine output: json (the same as --json) or yaml")
+
+
+def _build(argv, every=False):
+    """The parser; only the chosen command's module is imported and configured (``every``: all of them, for
+    completion scripts)."""
     parser = _Parser(prog="ack-mig-hook", description="NVIDIA MIG partitions for ACK node pools.")
     parser.add_argument("--version", action="version", version="ack-mig-hook %s" % _version())
+    _common_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     name = next((a for a in argv if not a.startswith("-")), None)
     for cmd, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(cmd, help=help_text, description=help_text)
-        if cmd == name:  # only the chosen command's module is imported
+        if cmd == name or every:  # only the chosen command's module is imported
+            parser.chosen = p
             try:
                 importlib.import_module(module).configure(p, cmd)
             except ImportError as exc:
@@ -87,7 +143,13 @@ def _build(argv):
                 # --help still answers; running it says which extra to install
                 p.description = "%s (needs the deploy extra: %s)" % (help_text, INSTALL_EXTRA)
                 p.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        _common_flags(p, top=False)
     return parser
+
+
+def full_parser():
+    """Every command's parser, configured (what a completion script is made from)."""
+    return _build([], every=True)
 
 
 def explained(exc):
@@ -125,30 +187,69 @@ def report(exc):
     return code
 
 
-# Commands whose stdout is for machines whatever the flags: convert writes mig-parted YAML and label lines.
-MACHINE_OUTPUT = ("convert",)
+# Commands whose stdout is for machines whatever the flags: convert writes mig-parted YAML and label lines,
+# completion a shell script.
+MACHINE_OUTPUT = ("convert", "completion")
 
 
 class _human_output:
-    """Human stdout fitted (terminal.Fitted) for the command's run: to the terminal's width, 80 columns in a
-    pipe, ``COLUMNS`` when set; --json and machine output stay whole (scripts read those)."""
+    """The streams fitted (terminal.Fitted) for the command's run: human stdout to the terminal's width, 80
+    columns in a pipe, ``COLUMNS`` when set; --json and machine output stay whole (scripts read those), and
+    ``-o yaml`` turns the JSON into YAML (output.YamlStream). stderr is fitted the same way, for every command:
+    only the function's JSON log lines (``-v``) pass whole."""
 
     def __init__(self, args):
+        self.args = args
         self.fit = not getattr(args, "json", False) and args.command not in MACHINE_OUTPUT
         self.saved = None
 
     def __enter__(self):
-        if self.fit:
-            from functions.commands.terminal import Fitted
+        from functions.commands.output import YamlStream, wants_yaml
+        from functions.commands.terminal import Fitted
 
-            self.saved, sys.stdout = sys.stdout, Fitted(sys.stdout)
+        self.saved = sys.stdout, sys.stderr
+        if self.fit:
+            sys.stdout = Fitted(sys.stdout)
+        elif wants_yaml(self.args):
+            sys.stdout = YamlStream(sys.stdout)
+        sys.stderr = Fitted(sys.stderr, keep=lambda line: line.startswith("{"))
         return self
 
     def __exit__(self, *exc):
         if self.saved is not None:
-            fitted, sys.stdout = sys.stdout, self.saved
-            fitted.flush()
+            out, err = sys.stdout, sys.stderr
+            sys.stdout, sys.stderr = self.saved
+            for stream in (out, err):
+                if stream not in self.saved:
+                    try:
+                        stream.flush()
+                    except BrokenPipeError:  # stdout's reader went away: said by main
+                        pass
         return False
+
+
+def _debugging(args):
+    # type: (argparse.Namespace) -> bool
+    from functions.base.settings import DEBUG, env_text
+
+    return bool(getattr(args, "debug", False) or env_text(DEBUG))
+
+
+def _sdk_logs(args):
+    # type: (argparse.Namespace) -> None
+    """--debug: the cloud SDKs' own log records (requests, retries, credential providers) on stderr."""
+    import logging
+
+    from functions.commands.common import SDK_LOGGERS
+
+    if not getattr(args, "debug", False):
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("ack-mig-hook: debug: %(name)s: %(message)s"))
+    for name in SDK_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.disabled, logger.handlers = False, [handler]
+        logger.setLevel(logging.DEBUG)
 
 
 def main(argv=None):
@@ -165,15 +266,30 @@ def main(argv=None):
     if not args.command:  # a usage error: the help goes where errors go, as kubectl's does for no verb
         parser.print_help(sys.stderr)
         return 2
+    if getattr(args, "output", None):  # -o json|yaml: the command writes its JSON (YAML is made from it)
+        args.json = True
     try:
         module = importlib.import_module(COMMANDS[args.command][0])
+        if getattr(args, "output", None) == "yaml":
+            importlib.import_module("yaml")
     except ImportError as exc:
         if not missing_extra(exc):
             raise
         return _needs_extra(args.command, missing_extra(exc))
+    _sdk_logs(args)
+    with _human_output(args):
+        return _run(module, args)
+
+
+def _run(module, args):
+    # type: (object, argparse.Namespace) -> int
     try:
-        with _human_output(args):
-            code = module.run(args)
+        if args.command in PROFILE_REGION:
+            from functions.commands.common import default_region
+
+            default_region(args)
+        args.full_parser = full_parser  # completion's: every command's parser
+        code = module.run(args)
         sys.stdout.flush()  # piped output is buffered: a closed pipe shows here, not at interpreter exit
         return code
     except KeyboardInterrupt:
@@ -189,9 +305,7 @@ def main(argv=None):
     except Exception as exc:  # the last line of defence: no traceback reaches a user
         if missing_extra(exc):  # an extra's module imported where the command needs it
             return _json_error(args, _needs_extra(args.command, missing_extra(exc)), exc)
-        from functions.base.settings import DEBUG, env_text
-
-        if env_text(DEBUG) and explained(exc)[0] is None:
+        if _debugging(args) and explained(exc)[0] is None:
             raise
         return _json_error(args, report(exc), exc)
 

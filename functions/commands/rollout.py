@@ -1,4 +1,11 @@
-"""``ack-mig-hook rollout pause|resume --pool ID``: stop and restart a pool's rolling repartition.
+"""``ack-mig-hook rollout pause|resume|status --pool ID``: stop, restart and follow a pool's rolling
+repartition.
+
+``status`` (as ``kubectl rollout status``) reads what ``ack-mig-hook status`` reads and says per pool how far
+its rollout is: nodes in layout of all, the current wave, the nodes waiting, a failed node that stopped it,
+a pause. It waits until every chosen pool is complete (exit 0), stopped by a failed node or paused (exit 1),
+or ``--timeout`` minutes have passed (exit 1), printing a line each time a pool's progress changes;
+``--no-watch`` looks once. Without ``--pool`` it follows every labelled pool.
 
 Runs on the operator's machine with their credentials and the flags every cloud command shares
 (``functions.commands.common``: ``--cluster-id``, ``--region``, ``--profile``, checked as they are read)
@@ -16,9 +23,11 @@ and a label left out would stay ``true`` under "merge" (``false`` works under bo
 which the API takes as "no change", is never sent).
 """
 
+import argparse
 import json
 import re
 import sys
+import time
 from typing import List, Optional, Sequence, Tuple
 
 from functions.commands import common
@@ -49,10 +58,22 @@ def pool_id(text: str) -> str:
 
 
 def configure(parser, command):
-    parser.add_argument("action", choices=("pause", "resume"),
-                        help="pause: no new node of the pool's rollout starts; resume: it goes on")
-    parser.add_argument("--pool", required=True, type=pool_id, metavar="ID", help="the node pool id (np...)")
-    common.add_cloud_options(parser, kubeconfig=False)
+    parser.add_argument("action", choices=("pause", "resume", "status"),
+                        help="pause: no new node of the pool's rollout starts; resume: it goes on; status: how "
+                             "far it is, waiting until it ends")
+    parser.add_argument("--pool", type=pool_id, metavar="ID",
+                        help="the node pool id (np...); required for pause and resume; status: every labelled "
+                             "pool without it")
+    common.add_cloud_options(parser, kubeconfig_help="status: your kubeconfig for the nodes' progress (default: a "
+                                                     "short-lived one ACK issues for the cluster)")
+    parser.add_argument("--inventory", metavar="FILE",
+                        help="status: a cluster snapshot instead of the ACK and Kubernetes APIs (looked at once)")
+    parser.add_argument("--watch", action=argparse.BooleanOptionalAction, default=True,
+                        help="status: wait until the rollout ends (--no-watch: look once)")
+    parser.add_argument("--timeout", type=common.whole_number(1, 1440, "minutes"), default=30, metavar="MINUTES",
+                        help="status: how long to wait, 1..1440 minutes (default: %(default)s)")
+    parser.add_argument("--interval", type=common.whole_number(1, 3600, "seconds"), default=15, metavar="SECONDS",
+                        help="status: seconds between two looks (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
 
 
@@ -138,7 +159,119 @@ def _text(result: dict) -> str:
                                                                    "" if others == 1 else "s"))
 
 
+# ---- rollout status (pure, then the loop) ----
+
+PAUSED_REASON = "paused:"  # how functions/decision/waves.py starts the reason of a node a pause defers
+
+
+def progress_of(pool: dict) -> dict:
+    """One pool's rollout from its ``status`` entry (with ``node_list``): state ``complete`` (every node it
+    partitions is in layout), ``stopped`` (a node failed: the pool's rollout stops there), ``paused`` (the
+    pool label), ``unknown`` (nodes whose state cannot be read) or ``progressing``; the counts and the wave."""
+    nodes = pool.get("node_list") or []
+    wave = [n.get("node") or n.get("instance_id") or "?" for n in nodes if n.get("status") == "pending"]
+    paused = any(n.get("status") == "deferred" and str(n.get("reason", "")).startswith(PAUSED_REASON) for n in nodes)
+    total = pool.get("nodes", 0) - pool.get("skipped", 0)
+    failed = pool.get("failed") or []
+    if failed:
+        state = "stopped"
+    elif pool.get("unknown"):
+        state = "unknown"
+    elif not pool.get("pending") and not pool.get("deferred"):
+        state = "complete"
+    else:
+        state = "paused" if paused and not wave else "progressing"
+    return {"nodepool_id": pool.get("nodepool_id"), "name": pool.get("name"), "label": pool.get("label"),
+            "state": state, "in_layout": pool.get("in_layout", 0), "nodes": total, "wave": wave,
+            "waiting": pool.get("deferred", 0), "failed": failed}
+
+
+def progress_line(p: dict) -> str:
+    from functions.base.textsafe import escape
+
+    name = "pool %s%s" % (p["nodepool_id"], " (%s)" % escape(p["name"]) if p["name"] else "")
+    counts = "%d of %d nodes in layout" % (p["in_layout"], p["nodes"]) if p["nodes"] else \
+        "no node it partitions (ack-mig-hook status says why)"
+    if p["state"] == "complete":
+        return "%s: rollout to %s complete: %s" % (name, p["label"], counts)
+    if p["state"] == "stopped":
+        first = p["failed"][0]
+        why = first.get("reason") if isinstance(first, dict) else first
+        who = first.get("node") if isinstance(first, dict) else ""
+        return ("%s: rollout to %s stopped: %s; node %s failed: %s; fix it (docs/troubleshooting.md), the next "
+                "invocation goes on" % (name, p["label"], counts, escape(who or "?"), escape(why or "?")))
+    if p["state"] == "paused":
+        return ("%s: rollout to %s paused: %s, %d waiting; `ack-mig-hook rollout resume --pool %s` goes on"
+                % (name, p["label"], counts, p["waiting"], p["nodepool_id"]))
+    if p["state"] == "unknown":
+        return "%s: rollout to %s: %s; some nodes cannot be read (see ack-mig-hook status)" % (name, p["label"],
+                                                                                               counts)
+    return "%s: rollout to %s: %s; pending (this wave, or new nodes): %s; %d waiting for a later wave" % (
+        name, p["label"], counts, ", ".join(escape(w) for w in p["wave"]) or "none (the next invocation starts one)",
+        p["waiting"])
+
+
+def _status_args(args):
+    """``args`` as ``status`` reads them (functions/commands/status.py gather)."""
+    return argparse.Namespace(**dict(vars(args), nodes=True, strict=False))
+
+
+def _look(args) -> list:
+    from functions.commands.status import gather
+
+    report = gather(_status_args(args))
+    pools = [p for p in report["pools"] if p.get("label") and (not args.pool or p["nodepool_id"] == args.pool)]
+    if args.pool and not pools:
+        raise RolloutInputError("no labelled node pool %s in cluster %s (ack-mig-hook status lists them)"
+                                % (args.pool, report.get("cluster_id")))
+    return [progress_of(p) for p in pools]
+
+
+def rollout_status(args, sleep=None, clock=None) -> int:
+    """Look every ``--interval`` s until no chosen pool is progressing (or once: --no-watch, a snapshot)."""
+    sleep, clock = sleep or time.sleep, clock or time.monotonic
+    once = not args.watch or bool(args.inventory)
+    deadline = clock() + args.timeout * 60
+    said = {}  # pool -> its last line
+    while True:
+        pools = _look(args)
+        for p in pools:
+            line = progress_line(p)
+            if said.get(p["nodepool_id"]) != line and not args.json:
+                print(line, flush=True)
+            said[p["nodepool_id"]] = line
+        moving = [p for p in pools if p["state"] in ("progressing", "unknown")]
+        if once or not moving or clock() + args.interval > deadline:
+            break
+        sleep(args.interval)
+    if args.json:
+        print(json.dumps({"pools": pools}, indent=2))
+    if moving and not once:
+        print("ack-mig-hook: error: %d pool(s) still rolling after %d minutes (--timeout); the rollout goes on: "
+              "rerun to keep following it" % (len(moving), args.timeout), file=sys.stderr)
+        return 1
+    return 0 if all(p["state"] == "complete" for p in pools) or (once and not any(
+        p["state"] in ("stopped", "paused") for p in pools)) else 1
+
+
 def run(args) -> int:
+    from functions.base.errors import BadInventory
+    from functions.base.settings import SettingsError
+    from node_bootstrap.kube import KubeError
+
+    if args.action == "status":
+        try:
+            return rollout_status(args)
+        except (BadInventory, SettingsError, KubeError, RolloutInputError) as exc:
+            from functions.base.textsafe import escape
+
+            return fail(escape(exc), 2, args.json)
+    if not args.pool:
+        return fail("rollout %s needs --pool ID (ack-mig-hook status lists the pools)" % args.action, 2, args.json)
+    return _change(args)
+
+
+def _change(args) -> int:
     from functions.base.errors import EventOutcome, RetryLater
     from functions.commands.stack.credentials import CredentialsMissing
     from functions.cloud.checked_write import ConcurrentChange

@@ -381,6 +381,9 @@ def configure(parser, command):
     parser.add_argument("--strict", action="store_true",
                         help="exit %d when any node failed or the Kubernetes API cannot be read (for CI and "
                              "alerts)" % STRICT_EXIT)
+    from functions.commands.watch import add_watch_options
+
+    add_watch_options(parser)
 
 
 def checked_kubeconfig(path: str) -> str:
@@ -441,7 +444,7 @@ class _Watched:
 
 
 def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[float] = None,
-            unreached: Any = None) -> Dict[str, Any]:
+            unreached: Any = None, logger: Any = None) -> Dict[str, Any]:
     """``unreached``: the KubeError of an API server found unreachable already: no call is made to it."""
     from functions.base.logs import JsonLogger
     from functions.pipeline.event import run_event
@@ -468,7 +471,7 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[f
 
         lookup = CsLookup(settings)
     result = run_event(json.dumps({"cluster_id": cluster}), settings, inventory=lookup, dry_run=True,
-                       logger=JsonLogger("OFF"), kube=view)
+                       logger=logger or JsonLogger("OFF"), kube=view)
     pools = lookup.nodepools(cluster) if lookup is not None else []
     known = None
     if view is not None:
@@ -525,47 +528,76 @@ def exit_code(status: Dict[str, Any], strict: bool) -> int:
     return 0
 
 
+def gather(args) -> Dict[str, Any]:
+    """One status report for ``args`` (--inventory, or the ACK and Kubernetes APIs). Raises BadInventory,
+    SettingsError or KubeError for what the caller reports in one line (exit 2)."""
+    from node_bootstrap.kube import KubeError
+
+    from functions.base import settings as names
+    from functions.base.logs import JsonLogger
+    from functions.base.settings import SettingsError, load_settings
+
+    lookup = None
+    if args.inventory:
+        from functions.cloud.cluster import InventoryLookup
+
+        lookup = InventoryLookup.from_file(args.inventory)
+        env = common.environment_with(None, args.region, args.cluster_id)
+    else:
+        common.require(args, "cluster_id", "region")
+        env = common.environment_with(common.keys(args), args.region, args.cluster_id)
+    unreached = None
+    if args.kubeconfig:
+        from node_bootstrap.kube import load_kubeconfig
+
+        env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
+        # One connection within ACK_MIG_CONNECT_TIMEOUT_S first: an unreachable API server is said at once,
+        # naming it, not after a minute of the client's retries; the ACK side is still shown.
+        try:
+            reachable(load_kubeconfig(args.kubeconfig).server)
+        except SettingsError as exc:
+            unreached = KubeError(str(exc), None)
+    settings = load_settings(env)
+    if lookup is None:
+        common.reach_cloud(settings)  # the ACK API, before the first call
+    return collect(settings, lookup, unreached=unreached,
+                   logger=JsonLogger(common.log_level(args), settings.secrets(), stream=sys.stderr, request_id="cli"))
+
+
 def run(args):
+    if getattr(args, "watch", False):
+        from functions.commands.watch import watch
+
+        return watch(args, lambda: _once(args, quiet=True), _show)
+    return _once(args)
+
+
+def _once(args, quiet: bool = False):
+    """(exit code, status or None) when ``quiet`` (for --watch), else the exit code with the report printed."""
     from node_bootstrap.kube import KubeError
 
     from functions.base.errors import BadInventory
-    from functions.base import settings as names
-    from functions.base.settings import SettingsError, load_settings
+    from functions.base.settings import SettingsError
 
     try:
-        lookup = None
-        if args.inventory:
-            from functions.cloud.cluster import InventoryLookup
-
-            lookup = InventoryLookup.from_file(args.inventory)
-            env = common.environment_with(None, args.region, args.cluster_id)
-        else:
-            common.require(args, "cluster_id", "region")
-            env = common.environment_with(common.keys(args), args.region, args.cluster_id)
-        unreached = None
-        if args.kubeconfig:
-            from node_bootstrap.kube import load_kubeconfig
-
-            env[names.KUBECONFIG] = checked_kubeconfig(args.kubeconfig)
-            # One connection within ACK_MIG_CONNECT_TIMEOUT_S first: an unreachable API server is said at once,
-            # naming it, not after a minute of the client's retries; the ACK side is still shown.
-            try:
-                reachable(load_kubeconfig(args.kubeconfig).server)
-            except SettingsError as exc:
-                unreached = KubeError(str(exc), None)
-        settings = load_settings(env)
-        if lookup is None:
-            common.reach_cloud(settings)  # the ACK API, before the first call
-        status = collect(settings, lookup, unreached=unreached)
+        status = gather(args)
     except (BadInventory, SettingsError, KubeError) as exc:
         from functions.base.textsafe import escape  # the message may quote the file or an API's answer
 
-        return fail(escape(exc), 2, args.json)
+        code = fail(escape(exc), 2, args.json)
+        return (code, None) if quiet else code
+    if args.json and not args.nodes:  # the text reads node_list for the skipped reasons
+        for p in status["pools"]:
+            p.pop("node_list")
+    code = exit_code(status, getattr(args, "strict", False))
+    if quiet:
+        return code, status
+    _show(args, status)
+    return code
+
+
+def _show(args, status: Dict[str, Any]) -> None:
     if args.json:
-        if not args.nodes:
-            for p in status["pools"]:
-                p.pop("node_list")
         print(json.dumps(status, indent=2))
     else:
         print(render(status, args.nodes))
-    return exit_code(status, getattr(args, "strict", False))

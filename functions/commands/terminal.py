@@ -1,10 +1,15 @@
 """What the command line prints, fitted to the reader: the terminal's width on a TTY, 80 columns otherwise
-(as kubectl and helm assume for a pipe), error lines of at most 160 characters with the rest as an indented
-hint, and a note when a wait outlasts 2 seconds.
+(as kubectl and helm assume for a pipe), on stdout and on stderr alike; an error's problem on its first
+line with the rest as an indented hint; a note when a wait outlasts 2 seconds.
+
+Wrapping happens between words only (:func:`wrap_words`): a word longer than the line (a path, an OSS key
+with its hash, a URL) stays whole on a line of its own, and a flag stays on the line of its value
+(``--timeout 30``, ``-o yaml``), so what a reader copies from the terminal still works.
 
 ``--json`` output is never wrapped: it is complete, and an error object where a command fails (fail).
 """
 
+import re
 import shutil
 import sys
 import textwrap
@@ -15,7 +20,7 @@ from functions.base.settings import environment
 
 COLUMNS = "COLUMNS"  # the shell's own variable (POSIX), not one of ours: it is not in the settings table
 PIPE_WIDTH = 80  # not a terminal: what a pager, a CI log or an email shows without wrapping
-ERROR_LINE = 160  # the longest error line; the rest goes to an indented hint
+ERROR_LINE = 160  # the longest error line even on a wider terminal; the rest goes to an indented hint
 WAIT_NOTE_AFTER = 2.0  # seconds before a wait says what it waits for (on a terminal only)
 
 
@@ -41,30 +46,47 @@ def fit(line: str, columns: Optional[int] = None) -> str:
     return line if len(line) <= columns else line[:columns - 3] + "..."
 
 
+# A flag and its value: "--timeout 30", "-o yaml", "--profile prod" (not "--dry-run --json": the next word is a
+# flag of its own). The space between them is held by GLUE while the text is wrapped.
+_FLAG_VALUE = re.compile(r"(?<![^\s(`'\"])(--?[A-Za-z][\w.-]*) (?=[^\s-])")
+GLUE = "\ue000"  # a private-use character: never in our text (textsafe.escape writes such characters escaped)
+
+
+def wrap_words(text: str, columns: int, initial_indent: str = "", subsequent_indent: str = "") -> List[str]:
+    """``text`` wrapped to ``columns`` between words only: never inside a word (a path or key longer than
+    the line gets a line of its own, longer than ``columns``), never between a flag and its value."""
+    glued = _FLAG_VALUE.sub(lambda m: m.group(1) + GLUE, text.replace(GLUE, " "))
+    lines = textwrap.wrap(glued, width=columns, initial_indent=initial_indent, subsequent_indent=subsequent_indent,
+                          break_long_words=False, break_on_hyphens=False)
+    return [line.replace(GLUE, " ") for line in lines]
+
+
 def wrap(text: str, columns: Optional[int] = None, indent: str = "") -> List[str]:
-    """Prose wrapped at word boundaries, continuation lines indented by ``indent`` plus two spaces."""
+    """Prose wrapped at word boundaries (:func:`wrap_words`), continuation lines indented by ``indent`` plus
+    two spaces."""
     columns = columns or width()
-    return textwrap.wrap(text, width=columns, initial_indent=indent, subsequent_indent=indent + "  ",
-                         break_long_words=True, break_on_hyphens=False) or [indent]
+    return wrap_words(text, columns, indent, indent + "  ") or [indent]
 
 
-def error_lines(text: str, prefix: str = "ack-mig-hook: error: ") -> List[str]:
-    """An error as one line of at most 160 characters, then an indented hint where the message is longer.
+def error_lines(text: str, prefix: str = "ack-mig-hook: error: ", columns: Optional[int] = None) -> List[str]:
+    """An error fitted to stderr (its width, 80 columns in a pipe, at most 160): the problem first, then the
+    rest as an indented hint.
 
-    Messages here say the problem, then ``; `` and the accepted form or the fix: a long one keeps the problem
-    on the error line (the last ``; `` that leaves it short enough) and the rest becomes the hint, wrapped to
-    the terminal. A problem longer than the line is cut at a word, its remainder leading the hint."""
+    Messages here say the problem, then ``; `` and the accepted form or the fix: the error line keeps the
+    most of the message that fits up to a ``; `` and the rest becomes ``  hint: ...``. A problem longer than
+    the line goes on over indented lines before the hint. Every line breaks between words (wrap_words)."""
+    columns = min(columns or width(sys.stderr), ERROR_LINE)
     line = prefix + " ".join(text.split())
-    if len(line) <= ERROR_LINE:
+    if len(line) <= columns:
         return [line]
-    cut = line.rfind("; ", 0, ERROR_LINE + 1)
-    if cut > len(prefix):
-        head, rest = line[:cut], line[cut + 2:]
-    else:
-        cut = line.rfind(" ", len(prefix), ERROR_LINE - 3)
-        cut = cut if cut > len(prefix) else ERROR_LINE - 3
-        head, rest = line[:cut] + "...", "..." + line[cut:].lstrip()
-    return [head] + wrap("hint: " + rest, min(width(sys.stderr), ERROR_LINE), indent="  ")
+    cut = line.rfind("; ", len(prefix), columns + 1)
+    if cut < 0:
+        cut = line.find("; ", len(prefix))
+    head, rest = (line, "") if cut < 0 else (line[:cut], line[cut + 2:])
+    out = wrap_words(head, columns, "", "  ") or [head]
+    if rest:
+        out += wrap_words("hint: " + rest, columns, "  ", "    ")
+    return out
 
 
 class Waiting:
@@ -110,12 +132,14 @@ def fail(text: str, code: int, as_json: bool = False) -> int:
 
 
 class Fitted:
-    """stdout for human output: every line longer than the width is wrapped at words, the continuation
-    indented under the line's own indentation plus four spaces, so nothing runs past the terminal's edge
-    (or 80 columns in a pipe). Machine output (``--json``, ``convert``'s YAML) never goes through it."""
+    """Human output fitted to its stream: every line longer than the width is wrapped between words
+    (wrap_words), the continuation indented under the line's own indentation plus four spaces, so nothing
+    runs past the terminal's edge (or 80 columns in a pipe). Machine output (``--json``, ``convert``'s YAML)
+    never goes through it; ``keep`` names lines to pass whole (the JSON log lines ``-v`` shows on stderr)."""
 
-    def __init__(self, stream: TextIO, columns: Optional[int] = None):
+    def __init__(self, stream: TextIO, columns: Optional[int] = None, keep=None):
         self.stream, self.columns, self._pending = stream, columns or width(stream), ""
+        self.keep = keep
 
     def write(self, text: str) -> int:
         self._pending += text
@@ -125,11 +149,10 @@ class Fitted:
         return len(text)
 
     def fit_line(self, line: str) -> List[str]:
-        if len(line) <= self.columns:
+        if len(line) <= self.columns or (self.keep is not None and self.keep(line)):
             return [line]
         indent = line[:len(line) - len(line.lstrip(" "))]
-        return textwrap.wrap(line, width=self.columns, subsequent_indent=indent + "    ", drop_whitespace=True,
-                             break_long_words=True, break_on_hyphens=False) or [line[:self.columns]]
+        return wrap_words(line[len(indent):], self.columns, indent, indent + "    ") or [line]
 
     def flush(self) -> None:
         if self._pending:

@@ -120,6 +120,18 @@ class GpuModel(typing.NamedTuple):
         # type: () -> str
         return self.product_names[0]
 
+    @property
+    def shown(self):
+        # type: () -> str
+        """The model as a message names it: its key, or the product asked for where that is another GPU
+        sharing the key's layout (``NVIDIA H20`` looks up H100-96GB's entry: a message about an H20 must not
+        name an H100)."""
+        def bare(text):
+            # type: (str) -> str
+            return re.sub(r"[^a-z0-9]", "", text.lower())
+        ours = any(g.key == self.key for g in GPUS)  # a model made elsewhere (a test's) has only its key
+        return self.name if ours and bare(self.key) not in bare(self.name) else self.key
+
     def profile_by_name(self, name):
         # type: (str) -> Optional[Profile]
         for p in self.profiles:

@@ -125,7 +125,7 @@ def resolve_profile(gpu, item):
         profile = gpu.profile_by_name(text)
     if profile is None:
         raise LabelError("unknown profile %s for %s; valid profiles: %s"
-                         % (_shown(item), gpu.key, _valid_profiles(gpu)))
+                         % (_shown(item), gpu.shown, _valid_profiles(gpu)))
     return profile
 
 

@@ -116,21 +116,21 @@ def check_budget(gpu, profiles):
     for profile in sorted(counts, key=lambda p: p.id):
         if counts[profile] > profile.max_instances:
             return "%d x %s requested, but %s holds at most %d" % (
-                counts[profile], profile.name, gpu.key, profile.max_instances)
+                counts[profile], profile.name, gpu.shown, profile.max_instances)
     media = [p for p in profiles if is_media_extension(p)]
     if gpu.media_instances and len(media) > gpu.media_instances:
         return "%s requested, but %s holds at most %d +me instance%s in all (they share its one JPEG decoder " \
-               "and OFA)" % (_describe(media), gpu.key, gpu.media_instances, "" if gpu.media_instances == 1 else "s")
+               "and OFA)" % (_describe(media), gpu.shown, gpu.media_instances, "" if gpu.media_instances == 1 else "s")
     all_media = all_media_conflict(gpu, profiles)  # "+me.all" beside anything but "-me" (RTX PRO 6000)
     if all_media is not None:
         return all_media
     compute = sum(p.compute_slices for p in profiles)
     if compute > gpu.compute_slices:
-        return "%s needs %d compute slices, but %s has %d" % (_describe(profiles), compute, gpu.key,
+        return "%s needs %d compute slices, but %s has %d" % (_describe(profiles), compute, gpu.shown,
                                                              gpu.compute_slices)
     memory = sum(p.memory_slices for p in profiles)
     if memory > gpu.memory_slots:
-        return "%s needs %d memory slots, but %s has %d" % (_describe(profiles), memory, gpu.key,
+        return "%s needs %d memory slots, but %s has %d" % (_describe(profiles), memory, gpu.shown,
                                                            gpu.memory_slots)
     return None
 
@@ -188,7 +188,7 @@ def place(gpu, profiles):
         starts = "; ".join("%s starts at %s" % (p.name, ",".join(str(x.start) for x in p.placements))
                            for p in sorted(set(profiles), key=lambda p: p.id))
         raise PlacementError("%s cannot be placed on %s without overlapping memory slots (%s)"
-                             % (_describe(profiles), gpu.key, starts))
+                             % (_describe(profiles), gpu.shown, starts))
     return layout
 
 
@@ -199,7 +199,7 @@ def fill(gpu, profile):
         layout = try_place(gpu, [profile] * count)
         if layout is not None:
             return layout
-    raise PlacementError("%s holds no %s instance" % (gpu.key, profile.name))
+    raise PlacementError("%s holds no %s instance" % (gpu.shown, profile.name))
 
 
 def plan(spec, gpu):

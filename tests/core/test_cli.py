@@ -84,7 +84,7 @@ def test_plan_text_shows_the_diagram():
     (["plan", "--gpu", "NVIDIA H200", "--size", "1g.5gb"], "valid profiles: 1g.18gb (19)"),
     (["plan", "--gpu", "NVIDIA H200"], "--size"),
     (["plan", "--gpu", "NVIDIA H200", "--size", "19", "--sequence", "9"], "not allowed with"),
-    (["nonsense"], "invalid choice"),
+    (["nonsense"], "unknown command"),
 ])
 def test_bad_input_exits_2_with_one_line(args, needle):
     """One error line of at most 160 characters; where the accepted form makes it longer, that follows as an

@@ -90,7 +90,7 @@ def test_every_cloud_command_takes_the_same_cluster_region_and_profile_flags(com
     sub, options = _options(command)
     assert {"--cluster-id", "--region", "--profile"} <= options
     # deploy and rollout never read the Kubernetes API; every other cloud command can be given a kubeconfig
-    assert ("--kubeconfig" in options) == (command not in ("deploy", "rollout"))
+    assert ("--kubeconfig" in options) == (command != "deploy")  # rollout reads it for status
     args = sub.parse_args(["--event", EVENT] if command == "invoke" else minimal(command) if command == "rollout"
                           else [])
     assert (args.cluster_id, args.region, args.profile) == (CLUSTER, "cn-shanghai", "")

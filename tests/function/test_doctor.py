@@ -130,7 +130,7 @@ def test_missing_settings_exit_2_before_any_call(cloud, capsys, monkeypatch):
     monkeypatch.delenv("ACK_MIG_REGION", raising=False)
     code = cli.main(["doctor"])
     _, err = capsys.readouterr()
-    assert code == 2 and "--cluster-id (or ACK_MIG_CLUSTER_ID) and --region (or ACK_MIG_REGION)" in err
+    assert code == 2 and "--cluster-id (or ACK_MIG_CLUSTER_ID) and --region (or ACK_MIG_REGION, ALIBABA_CLOUD_REGION_ID" in err
     assert not ros.requests and not emulator.requests
 
 

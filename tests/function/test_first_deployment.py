@@ -184,7 +184,8 @@ def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, t
             assert code == (1 if argv[0] == "doctor" else 0), (argv, code, out, err)
     finally:
         world.stop()
-    wide = [(argv[0], line) for argv, _, out, _ in outputs for line in out.splitlines() if len(line) > 80]
+    wide = [(argv[0], line) for argv, _, out, _ in outputs for line in out.splitlines()
+            if len(line) > 80 and len(line.split()) > 1]  # a word longer than a line (an OSS key) is never cut
     assert wide == [], wide[:3]  # every command of the page, the cloud ones included, fits 80 columns
     world.check(outputs)
     # The deployer's policy on the page is generated from every action the commands called (and what ROS

@@ -1,22 +1,22 @@
-"""The shape every CLI error has (functions/commands/terminal.py error_lines): one line starting
-``ack-mig-hook: error: `` of at most 160 characters, then only indented hint lines; no traceback."""
+"""The shape every CLI error has (functions/commands/terminal.py error_lines): a first line starting
+``ack-mig-hook: error: ``, the problem going on over indented lines where it is longer than the line, then
+the rest as an indented ``hint:``; every line at most 160 characters (80 in a pipe, tests/function/
+test_stderr_wrapping.py), broken between words only; no traceback."""
 
 
 def error_text(stderr):
-    """The error's whole text (hint lines joined back), after checking its shape; fails the test otherwise."""
+    """The error's whole text (problem and hint lines joined back), after checking its shape; fails the test
+    otherwise."""
     lines = stderr.rstrip("\n").splitlines()
     assert lines and lines[0].startswith("ack-mig-hook: error: ") and len(lines[0]) <= 160, stderr
     assert all(line.startswith("  ") and len(line) <= 160 for line in lines[1:]), stderr
     assert "Traceback" not in stderr
-    text = lines[0]
-    if len(lines) > 1:  # the message as it was before error_lines split it: "; " or a cut word rejoined
-        hint = " ".join(line.strip() for line in lines[1:])
+    hint_at = next((n for n, line in enumerate(lines) if line.startswith("  hint: ")), len(lines))
+    text = " ".join([lines[0]] + [line.strip() for line in lines[1:hint_at]])
+    if hint_at < len(lines):  # the message as it was before error_lines split it at "; "
+        hint = " ".join(line.strip() for line in lines[hint_at:])
         assert hint.startswith("hint: "), stderr
-        hint = hint[len("hint: "):]
-        if text.endswith("...") and hint.startswith("..."):
-            text = text[:-3] + " " + hint[3:]
-        else:
-            text += "; " + hint
+        text += "; " + hint[len("hint: "):]
     return text
 
 

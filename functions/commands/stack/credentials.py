@@ -67,19 +67,69 @@ def resolve(profile: str = "") -> Keys:
     return Keys(credential.access_key_id, credential.access_key_secret, credential.security_token or None)
 
 
-def _from_profile(name: str) -> Keys:
-    import json
+MAX_PROFILE_FILE = 1 << 20  # the aliyun CLI's file holds a few profiles: a few KiB
+
+
+def read_cli_profiles(path: str = "") -> dict:
+    """The ``aliyun`` CLI's profile file as JSON, read under the reader rule (node_bootstrap.outside.loads:
+    bounded size and depth); {} when there is none. ValueError (OutsideDataError) for one that is unreadable
+    or not JSON, OSError where it cannot be opened."""
+    from node_bootstrap.outside import loads
+
+    path = path or cli_profile_file()
+    if not os.path.exists(path):
+        return {}
+    with open(path, "rb") as handle:
+        data = loads(handle.read(MAX_PROFILE_FILE + 1), path, max_bytes=MAX_PROFILE_FILE)
+    return data if isinstance(data, dict) else {}
+
+
+def profile_names(config: dict) -> list:
+    return [str(p.get("name")) for p in (config.get("profiles") or []) if isinstance(p, dict)]
+
+
+def did_you_mean(word: str, choices) -> str:
+    """`` (did you mean X?)`` for the choice closest to ``word``, or "" (one rule for commands and profiles)."""
+    import difflib
+
+    near = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return " (did you mean %s?)" % near[0] if near else ""
+
+
+def profile_region(name: str = "") -> tuple:
+    """(region, where) of the ``aliyun`` CLI profile the command uses: ``name`` (``--profile``), else
+    ``ALIBABA_CLOUD_PROFILE``, else the file's ``current`` one; ("", "") when there is no file, no such
+    profile or no ``region_id``: the region is optional there. The ``where`` names profile and file, for a
+    message about a region that is wrong."""
+    from functions.base.settings import CLI_PROFILE, env_text
 
     path = cli_profile_file()
     try:
-        with open(path, encoding="utf-8") as handle:
-            names = [str(p.get("name")) for p in (json.load(handle).get("profiles") or []) if isinstance(p, dict)]
+        config = read_cli_profiles(path)
+    except (OSError, ValueError):
+        return "", ""  # --profile reports an unreadable file (_from_profile); a default region is optional
+    chosen = name or env_text(CLI_PROFILE) or str(config.get("current") or "")
+    for profile in config.get("profiles") or []:
+        if isinstance(profile, dict) and profile.get("name") == chosen:
+            region = profile.get("region_id")
+            if isinstance(region, str) and region.strip():
+                return region.strip(), "region_id of the aliyun CLI profile %s in %s" % (chosen[:64], path)
+    return "", ""
+
+
+def _from_profile(name: str) -> Keys:
+    path = cli_profile_file()
+    try:
+        names = profile_names(read_cli_profiles(path))
+        if not os.path.exists(path):
+            raise OSError(path)
     except (OSError, ValueError, AttributeError):
         raise CredentialsMissing("--profile %s: cannot read the aliyun CLI profiles in %s; run `aliyun configure "
                                  "--profile %s`" % (name[:64], path, name[:64])) from None
     if name not in names:
-        raise CredentialsMissing("--profile %s: no such profile in %s (it has %s); run `aliyun configure --profile "
-                                 "%s`" % (name[:64], path, ", ".join(names[:10]) or "none", name[:64]))
+        raise CredentialsMissing("--profile %s: no such profile in %s%s; it has %s; run `aliyun configure "
+                                 "--profile %s` to add it" % (name[:64], path, did_you_mean(name, names),
+                                                              ", ".join(names[:10]) or "none", name[:64]))
     from alibabacloud_credentials.provider import CLIProfileCredentialsProvider
 
     try:

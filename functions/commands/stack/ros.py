@@ -286,3 +286,27 @@ class Stacks:
                 raise StackError("stack %s still %s after %d s; watch it in the ROS console or rerun to keep "
                                  "waiting" % (stack_id, stack.get("Status"), deadline_s))
             self._sleep(poll_s)
+
+
+DONE = ("CREATE_COMPLETE", "UPDATE_COMPLETE", "DELETE_COMPLETE", "IMPORT_CREATE_COMPLETE",
+        "IMPORT_UPDATE_COMPLETE", "CHECK_COMPLETE")  # the ROS stack statuses of an operation that succeeded
+
+
+def advice(status: str, name: str, region: str = "") -> str:
+    """What to do about a stack in ``status`` (ROS's stack statuses, GetStack reference): the one line doctor,
+    deploy and this command print."""
+    where = " --stack-name %s%s" % (name, " --region %s" % region if region else "")
+    if status.endswith("_IN_PROGRESS"):
+        return "an operation is in progress; `ack-mig-hook wait%s` follows it to its end, then rerun" % where
+    if status in DONE:
+        return "nothing to do"
+    if status in ("CREATE_FAILED", "CREATE_ROLLBACK_COMPLETE", "CREATE_ROLLBACK_FAILED"):
+        return ("its creation failed: ROS keeps the name taken; `ack-mig-hook undeploy%s --yes`, fix the cause "
+                "(the events above, or the ROS console), then deploy again" % where)
+    if status in ("UPDATE_FAILED", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED"):
+        return ("the last update failed%s; the function runs as before it; fix the cause (the events above, or "
+                "the ROS console) and deploy again" % (" and was rolled back" if status.startswith("ROLLBACK")
+                                                        else ""))
+    if status == "DELETE_FAILED":
+        return "a delete failed: a resource stayed (the ROS console names it); `ack-mig-hook undeploy%s` again" % where
+    return "see the stack's events in the ROS console"

@@ -1,0 +1,126 @@
+"""Against the loopback emulators (ROS, OSS, STS, ACK; tests/support): ``wait`` follows an interrupted
+deploy's stack operation to its end and says what to do about a failed one; deploy and doctor point at it;
+the region comes from ``ALIBABA_CLOUD_REGION_ID`` or the aliyun CLI profile when no ``--region`` and no
+``ACK_MIG_REGION`` give one; a mistyped ``--profile`` is answered with the one meant."""
+
+import json
+import os
+
+import pytest
+
+from functions.commands import doctor
+from tests.function.test_deploy import CLUSTER, cloud, deploy_args, make_deps, run  # noqa: F401
+from tests.support.cli_errors import error_text
+
+pytestmark = pytest.mark.timeout(180)
+STACK = "ack-mig-hook-" + CLUSTER
+WAIT = ("wait", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--poll", "0")
+
+
+@pytest.fixture
+def deployed(cloud, capsys, tmp_path):  # noqa: F811
+    ros, _ = cloud
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
+    assert code == 0, err
+    assert "KiB, sha256" in err  # the package's size in the unit it is counted in (1024 bytes)
+    (stack,) = ros.stacks.values()
+    return ros, stack
+
+
+def test_an_interrupted_update_is_refused_by_deploy_and_followed_to_its_end_by_wait(deployed, capsys, tmp_path):
+    ros, stack = deployed
+    ros._start(stack, "UPDATE")  # what a deploy interrupted after UpdateStack leaves: ROS goes on
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps2"))))
+    text = error_text(err[err.index("ack-mig-hook: error:"):])
+    assert code == 6 and "is UPDATE_IN_PROGRESS" in text and "`ack-mig-hook wait --stack-name %s" % STACK in text
+    assert [c.status for c in doctor.stack_checks(stack, [], STACK)][0] == "PROBLEM"
+    assert "ack-mig-hook wait --stack-name" in doctor.stack_checks(stack, [], STACK)[0].text
+    polls = ros.calls("GetStack")
+    code, out, err = run(capsys, *WAIT)
+    assert code == 0 and out.strip() == "stack %s: UPDATE_COMPLETE" % STACK, err
+    assert "is UPDATE_IN_PROGRESS; waiting for it to end" in err and "UPDATE_COMPLETE" in err  # its events
+    assert ros.calls("GetStack") > polls + 1 and stack["Status"] == "UPDATE_COMPLETE"
+
+
+def test_wait_says_what_to_do_about_a_failed_update_and_exits_1(deployed, capsys):
+    ros, stack = deployed
+    ros.fail_with = "Resource Function failed: CodeChecksum mismatch"
+    ros._start(stack, "UPDATE")
+    code, out, err = run(capsys, *WAIT, "-o", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["status"] == "ROLLBACK_COMPLETE" and "CodeChecksum mismatch" in doc["reason"]
+    assert "the last update failed and was rolled back" in doc["advice"]
+
+
+def test_wait_on_a_finished_or_absent_stack_returns_at_once(deployed, capsys):
+    ros, stack = deployed
+    polls = ros.calls("GetStack")
+    code, out, _ = run(capsys, *WAIT)
+    assert code == 0 and "CREATE_COMPLETE" in out and ros.calls("GetStack") <= polls + 1
+    code, out, _ = run(capsys, "wait", "--stack-name", "nothing-here", "--region", "cn-beijing", "--json")
+    assert code == 0 and json.loads(out)["status"] == "absent"
+
+
+def test_wait_gives_up_at_its_deadline_with_exit_1(deployed, capsys, monkeypatch):
+    ros, stack = deployed
+    ros.steps = 10 ** 6  # an operation that does not end
+    ros._start(stack, "UPDATE")
+    from functions.commands import deploy
+    from functions.commands.stack.ros import Stacks
+
+    now = [0.0]  # a clock that moves only when wait sleeps: 10 s per poll
+
+    def stacks_for(args, keys):
+        from functions.base import settings
+
+        return Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT),
+                      sleep=lambda s: now.__setitem__(0, now[0] + 10), clock=lambda: now[0])
+
+    monkeypatch.setattr(deploy, "stacks_for", stacks_for)
+    code, _, err = run(capsys, *WAIT, "--timeout", "1")
+    assert now[0] == 60  # six polls of ten seconds: the minute, not a second more
+    assert code == 1 and "still UPDATE_IN_PROGRESS" in error_text(err[err.index("ack-mig-hook: error:"):])
+
+
+# ---- the region ----
+
+def _profiles(home, **regions):
+    os.makedirs(home / ".aliyun", exist_ok=True)
+    (home / ".aliyun" / "config.json").write_text(json.dumps({"current": "default", "profiles": [
+        {"name": name, "mode": "AK", "access_key_id": "x", "access_key_secret": "y", "region_id": region}
+        for name, region in regions.items()]}))
+
+
+def test_the_region_comes_from_the_environment_then_the_cli_profile(deployed, capsys, monkeypatch, tmp_path):
+    no_region = ("wait", "--cluster-id", CLUSTER, "--poll", "0", "--json")
+    _profiles(tmp_path, default="cn-beijing", other="cn-hangzhou")  # cloud() points HOME at tmp_path
+    code, out, err = run(capsys, *no_region)
+    assert code == 0 and json.loads(out)["region"] == "cn-beijing", err
+    monkeypatch.setenv("ALIBABA_CLOUD_PROFILE", "other")  # the profile the credentials would come from
+    code, out, _ = run(capsys, *no_region)
+    assert json.loads(out)["region"] == "cn-hangzhou"
+    monkeypatch.setenv("ALIBABA_CLOUD_REGION_ID", "cn-shanghai")  # the SDKs' variable wins over a profile
+    code, out, _ = run(capsys, *no_region)
+    assert json.loads(out)["region"] == "cn-shanghai"
+    code, out, _ = run(capsys, *no_region, "--region", "cn-beijing")  # and --region over both
+    assert json.loads(out)["region"] == "cn-beijing"
+
+
+def test_a_wrong_region_from_the_profile_is_one_line_naming_where_it_came_from(cloud, capsys, tmp_path):  # noqa: F811
+    _profiles(tmp_path, default="beijing")
+    code, _, err = run(capsys, "wait", "--cluster-id", CLUSTER)
+    text = error_text(err)
+    assert code == 2 and "'beijing' is not a region" in text and "did you mean cn-beijing?" in text
+    assert "aliyun CLI profile default in %s" % (tmp_path / ".aliyun" / "config.json") in text
+
+
+def test_without_any_region_the_error_names_every_source(cloud, capsys):  # noqa: F811
+    code, _, err = run(capsys, "wait", "--cluster-id", CLUSTER)
+    assert code == 2 and "ALIBABA_CLOUD_REGION_ID, the aliyun CLI profile's region_id" in error_text(err)
+
+
+def test_a_mistyped_profile_is_answered_with_the_one_meant(cloud, capsys, tmp_path):  # noqa: F811
+    _profiles(tmp_path, default="cn-beijing", production="cn-beijing")
+    code, _, err = run(capsys, *WAIT, "--profile", "prodution")
+    text = error_text(err)
+    assert code == 2 and "no such profile" in text and "(did you mean production?)" in text
