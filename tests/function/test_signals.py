@@ -171,20 +171,6 @@ def test_the_stack_creates_the_saved_searches_and_alerts_an_on_call_engineer_nee
     assert RECONCILE_KEY == "timer:" + doc["Resources"]["ReconcileTimer"]["Properties"]["TriggerName"]
 
 
-def test_the_saved_searches_and_alerts_validate_against_the_published_ros_schema():
-    from tests.support import ros_schema
-
-    schemas = ros_schema.load()
-    doc = template()
-    kinds = ("ALIYUN::SLS::Savedsearch", "ALIYUN::SLS::Alert")
-    assert all(k in schemas.resources for k in kinds)
-    only = dict(doc, Resources={k: r for k, r in doc["Resources"].items() if r["Type"] in kinds})
-    assert len(only["Resources"]) == 8 and ros_schema.problems(only, schemas) == []
-    broken = json.loads(json.dumps(only))
-    broken["Resources"]["NoRunAlert"]["Properties"]["Detail"]["Configuration"].pop("Dashboard")
-    assert any("Dashboard: required but missing" in p for p in ros_schema.problems(broken, schemas))
-
-
 def test_every_field_the_searches_and_alerts_ask_for_is_indexed_and_written():
     doc = template()
     (message,) = [k for k in doc["Resources"]["FunctionLogIndex"]["Properties"]["KeyIndices"]
