@@ -13,7 +13,7 @@ import yaml
 from functions.base.logs import JsonLogger, decision_level, node_code, node_level
 from functions.base.settings import load_settings
 from functions.pipeline.event import run_event
-from tests.function.conftest import EVENTS, INVENTORY, ROOT, event_bytes
+from tests.function.conftest import INVENTORY, ROOT, event_bytes
 
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
 FAILING = "i-2zeb7c1mig0a100x1k4d"  # a node of the labelled pool np8d3c... (examples/inventory.json)
@@ -40,8 +40,9 @@ class FailingOne:
 
 def timer_lines(executor=None):
     out = io.StringIO()
-    result = run_event(event_bytes("fc_timer.json"), load_settings({"ACK_MIG_CLUSTER_ID": CLUSTER}), inventory=INVENTORY,
-                       executor=executor or FailingOne(), logger=JsonLogger("INFO", stream=out, request_id="r-1"))
+    result = run_event(event_bytes("fc_timer.json"), load_settings({"ACK_MIG_CLUSTER_ID": CLUSTER}),
+                       inventory=INVENTORY, executor=executor or FailingOne(),
+                       logger=JsonLogger("INFO", stream=out, request_id="r-1"))
     return result, [json.loads(line) for line in out.getvalue().splitlines()]
 
 
