@@ -24,7 +24,8 @@ def handler(event: Any, context: Any) -> str:
         settings = load_settings(context=context)
     except SettingsError:
         settings = None  # run_event reports the bad setting as an error result, and logs nothing secret
-    result = run_event(event, settings, context=context)
+    # record: the run record on the cluster (functions/kube/last_run.py), which `status` and `doctor` show.
+    result = run_event(event, settings, context=context, record=True)
     # The result is returned to the caller and kept by FC's async invocation records: it gets the same
     # cleaning as the log lines (the credentials, and any secret read at run time such as the SSH key).
     secrets = settings.secrets() if settings is not None else ()

@@ -207,4 +207,15 @@ MUTANTS = (
            "    return int(text) if text.isdigit() else None",
            ("tests/function/test_bad_files.py",),
            "a pod asking for 10^29 instances reaches the planner's [pod] * count (issue 36 item 6)"),
+    # ---- signals: failures an alert on WARNING/ERROR must see (issue 38 item 4) ----
+    mutant("signals-failed-node-at-info", "functions/base/logs.py",
+           'NODE_ERROR_OUTCOMES = ("failed", "drain-timeout", "drain-refused")',
+           'NODE_ERROR_OUTCOMES = ("drain-timeout", "drain-refused")',
+           ("tests/function/test_signals.py",),
+           "a failed node's result line is INFO again: the failed-nodes alert (level ERROR) never fires for it"),
+    mutant("signals-record-last-writer-wins", "functions/kube/last_run.py",
+           "            if exc.status != 409:\n                raise\n    raise KubeError(\"the run record kept changing",
+           "            raise\n    raise KubeError(\"the run record kept changing",
+           ("tests/rollout/test_run_record.py",),
+           "a run record write that meets another invocation's fails instead of merging: a trigger's entry is lost"),
 )

@@ -110,6 +110,44 @@ def _context_value(value: Any) -> Any:
     return value
 
 
+# The level of a node's result line and of a decision line, so that an alert on WARNING or ERROR sees every
+# failure (docs/operations.md, "Signals"). ERROR: the node did not get its layout, or a rollout stopped on it;
+# WARNING: it needs a person but is not broken (a reboot to finish, another MIG manager in charge); INFO:
+# everything else (partitioned, unchanged, skipped, deferred, a dry run, gone, a destroy-nothing refusal the
+# rollout takes the drained way next).
+NODE_ERROR_OUTCOMES = ("failed", "drain-timeout", "drain-refused")
+NODE_WARNING_OUTCOMES = ("reboot-required", "conflict")
+# A decision ``error`` (a label that does not parse or fit, an id the node command refuses) is WARNING: its
+# node's result line (``failed``) is the ERROR, so an alert that counts ERROR lines counts the node once.
+DECISION_LEVELS = {"error": "WARNING"}
+
+
+def node_level(outcome: Any) -> str:
+    """The level of a ``node result`` line for this outcome."""
+    if outcome in NODE_ERROR_OUTCOMES:
+        return "ERROR"
+    return "WARNING" if outcome in NODE_WARNING_OUTCOMES else "INFO"
+
+
+def decision_level(action: Any) -> str:
+    """The level of a ``decision`` line for this action."""
+    return DECISION_LEVELS.get(action, "INFO")
+
+
+def node_code(node: Dict[str, Any]) -> str:
+    """The code a ``node result`` line carries, so one field groups every node: a failure's own code (the
+    node's verdict or the transport's, ``functions.delivery.outcome``), else the first word of a reason written
+    ``code: text``, else the outcome itself (``partitioned``, ``drain-timeout``, ...)."""
+    outcome = str(node.get("outcome") or "unknown")
+    code = str(node.get("code") or "")
+    if code:
+        return code
+    if outcome == "failed":
+        head = str(node.get("reason") or "").split(":", 1)[0].strip()
+        return head if head and len(head) <= 40 and all(c.isalnum() or c == "-" for c in head) else "failed"
+    return outcome
+
+
 class JsonLogger:
     """A small structured logger. ``bind()`` returns a child with more context fields."""
 
@@ -173,7 +211,10 @@ def stdlib_logs_into(logger: JsonLogger, name: str = "functions"):
             except Exception:  # noqa: BLE001 - a bad format string must not lose the line
                 message = str(record.msg)
             level = record.levelname if record.levelname in LEVELS else "INFO"
-            logger.log(level, message, logger=record.name)
+            # ``log.warning(..., extra={"fields": {...}})``: a line that needs fields of its own (a stopped
+            # rollout's pool and node) gets them as fields, not only inside its message.
+            fields = getattr(record, "fields", None)
+            logger.log(level, message, logger=record.name, **(fields if isinstance(fields, dict) else {}))
 
     target = logging.getLogger(name)
     bridge = _Bridge()

@@ -91,6 +91,52 @@ def pool_checks(cluster_id: str, pools: List[Any]) -> List[Check]:
         text = "; ".join(dict.fromkeys("%s: %s" % (node.instance_type if node else "any instance type", v.reason)
                                        for node, v in zip(samples, verdicts)))
         out.append(Check(max(statuses, key=rank.get), "pool %s" % (pool.name or pool.nodepool_id), text))
+    from functions.decision.waves import PAUSED_LABEL, paused
+
+    for pool in pools:  # a pause is a person's choice, but one easily forgotten: said on every run
+        if paused(pool.labels):
+            out.append(Check("warn", "pool %s" % (pool.name or pool.nodepool_id), "paused (%s=true): its rollout "
+                             "starts no new node; `ack-mig-hook rollout resume %s` when the change may go on"
+                             % (PAUSED_LABEL, pool.nodepool_id)))
+    return out
+
+
+RECONCILE_KEY = "timer:reconcile"  # the reconcile timer's entry in the run record (template.yml ReconcileTimer)
+DEFAULT_RECONCILE_S = 1800.0  # template.yml ReconcileSchedule's default, for a schedule that is not @every
+
+
+def last_run_checks(info: Optional[Dict[str, Any]], schedule: str) -> List[Check]:
+    """When the function last ran (its run record, functions/kube/last_run.py) and whether the reconcile timer runs:
+    a PROBLEM when its last run is older than twice ``schedule`` (the stack's ReconcileSchedule), the "no run"
+    alert's rule (template.yml NoRunAlert). ``info``: what ``last_run.read`` gave, None when not read."""
+    from functions.decision import run_record as lr
+
+    if info is None:
+        return []
+    if info.get("error"):
+        return [Check("warn", "last run", "the run record (Lease default/%s) was not read: %s"
+                      % (lr.RECORD_LEASE, info["error"]))]
+    record = info.get("record")
+    if record is None:
+        return [Check("warn", "last run", "no run recorded yet (Lease default/%s): the function writes it at the end "
+                      "of each run; none has ended since this version was deployed" % lr.RECORD_LEASE)]
+    last = record["last"]
+    now = info["now"]
+    out = [Check("ok", "last run", "%s ago, %s: %s" % (_ago(int(max(0, now - last["at"]))),
+                                                      lr.trigger_key(last["trigger"], last["event_type"]),
+                                                      lr.summary(last)))]
+    interval = lr.every_seconds(schedule) or DEFAULT_RECONCILE_S
+    late, ago = lr.late(record, RECONCILE_KEY, now, interval)
+    if ago is None:
+        out.append(Check("PROBLEM", "reconcile timer", "no run of the reconcile timer recorded: check the stack's "
+                         "ReconcileTimer trigger and the function's invocations in the FC console"))
+    elif late:
+        out.append(Check("PROBLEM", "reconcile timer", "last ran %s ago, more than twice its schedule (%s): the timer "
+                         "trigger or the function is broken; check the FC console's invocations"
+                         % (_ago(int(ago)), schedule or "@every 30m")))
+    else:
+        out.append(Check("ok", "reconcile timer", "last ran %s ago (schedule %s)" % (_ago(int(ago)),
+                                                                                    schedule or "@every 30m")))
     return out
 
 
@@ -432,7 +478,8 @@ def _gather(args) -> List[Check]:
     from functions.decision.layout import LAYOUT_LABEL
 
     auto = sorted(p.nodepool_id for p in pools if LAYOUT_LABEL in p.labels)
-    checks += _kube_checks(args, config, auto, detail is not None, resources)
+    checks += _kube_checks(args, config, auto, detail is not None, resources,
+                           params.get("ReconcileSchedule", "") if detail is not None else "")
     return checks
 
 
@@ -536,7 +583,7 @@ def _pod_facts(pod: Dict[str, Any]) -> Dict[str, Any]:
     return {"metadata": {"name": (pod.get("metadata") or {}).get("name", "")}, "spec": {"containers": containers}}
 
 
-KUBE_AREAS = ("rbac", "device plugin", "mig-manager")  # what _kube_checks reports from the cluster's API
+KUBE_AREAS = ("rbac", "device plugin", "mig-manager", "last run")  # what _kube_checks reports from the cluster's API
 
 
 def _markers(client, auto_pools: List[str]) -> Dict[str, Any]:
@@ -568,7 +615,7 @@ def _now(client) -> float:
 
 
 def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = False,
-                 resources: List[Dict[str, Any]] = ()) -> List[Check]:
+                 resources: List[Dict[str, Any]] = (), schedule: str = "") -> List[Check]:
     from node_bootstrap.kube import KubeError
 
     from functions.kube.client import ClusterCredential, KubeApi
@@ -595,12 +642,16 @@ def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = F
         nodes = client.list_all("/api/v1/nodes", reduce=_node_facts)
         pods = client.list_all("/api/v1/namespaces/kube-system/pods", reduce=_pod_facts)
         markers = _markers(client, list(auto_pools))
+        from functions.kube.last_run import read as read_record
+
+        last_run = read_record(client)
     except KubeError as exc:
         # Once: the cause names the server (host:port); the areas it stopped are listed, not left out.
         return [Check("PROBLEM", "kubernetes", "cannot read the cluster's API: %s" % str(exc).splitlines()[0][:200])] \
             + [Check("warn", area, "not checked: the cluster's API could not be read (above)") for area in KUBE_AREAS]
     return (rbac_checks(role, bindings) + events + cluster_checks(nodes, pods)
-            + pod_event_checks(list(auto_pools), stack_found, list(resources), pods, markers, _now(client)))
+            + pod_event_checks(list(auto_pools), stack_found, list(resources), pods, markers, _now(client))
+            + last_run_checks(last_run, schedule))
 
 
 def _events_grant(client) -> "tuple":

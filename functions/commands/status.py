@@ -114,12 +114,25 @@ def _rollout_times(entry: Dict[str, Any], members: List[Optional[rp.KubeNode]]) 
                and k.progress.target == target and k.progress.since > 0]
     entry["rollout_since"] = min((p.since for p in records), default=None)
     entry["stopped_since"] = min((p.since for p in records if p.step in rp.STOP_STEPS), default=None)
+    stop = rp.stopped_by(target, members)
+    entry["stopped_by"] = {"node": stop[0], "step": stop[1].step, "reason": stop[1].reason} if stop else None
+    waiting = entry["deferred"] or entry["pending"] or any(
+        k is not None and k.progress is not None and k.progress.step in rp.ACTIVE_STEPS for k in members)
+    # What the pool's rollout is doing: stopped on a node (waits for a person), paused by the pool label, in
+    # progress (nodes in a wave or waiting for one), or None (no rollout, or it is done).
+    if stop:
+        entry["rollout"] = "stopped"
+    elif entry["rollout_since"] is not None and waiting:
+        entry["rollout"] = "paused" if entry["paused"] else "in progress"
+    else:
+        entry["rollout"] = None
 
 
 def _entry(pool_id: str, pool: Any) -> Dict[str, Any]:
     return {"nodepool_id": pool_id, "name": pool.name if pool else None,
             "label": pool_label(pool) if pool else None,
             "max_unavailable": (pool.labels.get(rp.MAX_UNAVAILABLE_LABEL) if pool else None),
+            "paused": bool(pool is not None and rp.paused(pool.labels)), "rollout": None, "stopped_by": None,
             "nodes": 0, "in_layout": 0, "pending": 0, "deferred": 0, "skipped": 0, "unknown": 0, "failed": [], "allocatable": {},
             "rollout_since": None, "stopped_since": None, "node_list": []}
 
@@ -252,9 +265,11 @@ def summarize(result: Any, pools: List[Any], kube_nodes: Optional[Dict[str, rp.K
             if n["status"] == "deferred" and n["since"] is None:
                 n["since"] = entry["stopped_since"] or entry["rollout_since"]
     _add_autoscaler(by_pool, pools, autoscaler_mode)
+    ordered = [by_pool[k] for k in sorted(by_pool)]
     return {"cluster_id": result.cluster_id, "outcome": result.outcome, "reason": result.reason,
             "kubernetes": kube_nodes is not None and kube_error is None, "kubernetes_error": kube_error,
-            "now": round(now, 3), "pools": [by_pool[k] for k in sorted(by_pool)]}
+            "now": round(now, 3), "pools": ordered, "paused_pools": [p["nodepool_id"] for p in ordered if p["paused"]],
+            "rollouts": {p["nodepool_id"]: p["rollout"] for p in ordered if p["rollout"]}}
 
 
 def _add_autoscaler(by_pool: Dict[str, Dict[str, Any]], pools: List[Any], mode: str) -> None:
@@ -328,9 +343,17 @@ def render(status: Dict[str, Any], nodes: bool, columns: Optional[int] = None) -
                                " (no Kubernetes view: applied layouts unknown, every node counts as pending)"))
     if status["outcome"] != "done" and not (status.get("kubernetes_error") and status["outcome"] == "retry"):
         line("  %s: %s" % (status["outcome"], status["reason"]))
+    if "function" in status:
+        for text in _function_lines(status["function"]):
+            line(text, "    ")
+    if status.get("paused_pools"):
+        line("paused pools: %s (ack-mig-hook rollout resume POOL)" % ", ".join(status["paused_pools"]))
+    if status.get("rollouts"):
+        line("pools in rollout: %s" % ", ".join("%s (%s)" % kv for kv in sorted(status["rollouts"].items())))
     for p in status["pools"]:
         name = "%s (%s)" % (p["nodepool_id"], p["name"]) if p["name"] else p["nodepool_id"]
-        line("pool %s: %s" % (name, p["label"] or "no partition label"))
+        line("pool %s: %s%s" % (name, p["label"] or "no partition label",
+                                "; PAUSED (%s=true): nothing new starts" % rp.PAUSED_LABEL if p.get("paused") else ""))
         counts = "  nodes %d: in layout %d, pending %d, failed %d, deferred %d" % (
             p["nodes"], p["in_layout"], p["pending"], len(p["failed"]), p["deferred"])
         if p.get("skipped"):
@@ -341,6 +364,10 @@ def render(status: Dict[str, Any], nodes: bool, columns: Optional[int] = None) -
             counts = "  nodes: not checked: %s" % p["not_checked"]
         if p.get("rollout_since") is not None and (p["deferred"] or p["pending"] or p["failed"]):
             counts += "; rollout since%s" % _ago(p["rollout_since"], now)
+            if p.get("rollout") == "stopped" and p.get("stopped_by"):
+                counts += ", STOPPED at node %s (%s)" % (p["stopped_by"]["node"], p["stopped_by"]["step"])
+            elif p.get("rollout") == "paused":
+                counts += ", paused"
         line(counts)
         if _autoscaler_line(p.get("autoscaler")):
             line(_autoscaler_line(p["autoscaler"]))
@@ -367,6 +394,25 @@ def render(status: Dict[str, Any], nodes: bool, columns: Optional[int] = None) -
             for index, layout in (n.get("gpus") or {}).items():
                 line("      GPU %s: %s" % (index, layout), "        ")
     return "\n".join(out)
+
+
+def _function_lines(info: Dict[str, Any]) -> List[str]:
+    """The run record (functions/kube/last_run.py) in words: the last run, then each trigger's last run."""
+    from functions.decision import run_record as lr
+
+    if info.get("error"):
+        return ["function: last run unknown (the run record was not read: %s)" % info["error"]]
+    record = info.get("record")
+    if record is None:
+        return ["function: no run recorded yet (the deployed function records each run in Lease %s/%s)"
+                % ("default", lr.RECORD_LEASE)]
+    now, last = info["now"], record["last"]
+    out = ["function: last ran%s, %s: %s" % (_ago(last["at"], now), lr.trigger_key(last["trigger"], last["event_type"]),
+                                              lr.summary(last))]
+    others = ["%s%s %s" % (key, _ago(e["at"], now), e["outcome"]) for key, e in record["by_trigger"].items()]
+    if others:
+        out.append("  by trigger: %s" % "; ".join(others))
+    return out
 
 
 def configure(parser, command):
@@ -484,6 +530,13 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[f
     failure = watched.failure if watched is not None else None
     error = " ".join(str(failure).split())[:300] if failure is not None else None
     status = summarize(result, pools, None if error else known, settings.autoscaler_tags, error, now)
+    # A live API server only (a KubeApi knows whether it is ``connected``): a snapshot's nodes hold no record.
+    if view is not None and error is None and hasattr(getattr(view.backend, "backend", view.backend), "connected"):
+        from functions.kube.last_run import read as read_record
+
+        status["function"] = read_record(view.backend)  # when the function last ran, and what it did
+        if now is not None:
+            status["function"]["now"] = now
     if auto:  # an auto pool's nodes carry no partition decision: shown from what the API holds (or not checked)
         ids = {e["nodepool_id"] for e in auto}
         status["pools"] = sorted([p for p in status["pools"] if p["nodepool_id"] not in ids] + auto,

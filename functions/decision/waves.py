@@ -448,6 +448,15 @@ class Step:
     drain: bool = True
 
 
+def stopped_by(target: str, nodes: Iterable[Optional[KubeNode]]) -> Optional[Tuple[str, "Progress"]]:
+    """The node whose record stops the pool's rollout to ``target`` (it ended ``drain-timeout`` or ``failed`` for
+    that target), the first by name, with its record; None when the rollout is not stopped. What
+    :func:`plan_pool` stops on, for the ``rollout stopped`` line and ``status``."""
+    stops = sorted((n.name, n.progress) for n in nodes if n is not None and n.progress is not None
+                   and n.progress.target == target and n.progress.step in STOP_STEPS)
+    return stops[0] if stops else None
+
+
 def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: int, me: str = "",
               now: float = 0.0, bystanders: Sequence[KubeNode] = (), paused: bool = False) -> Dict[str, Step]:
     """Steps for every candidate of one pool, keyed by instance id. ``pool``: how reasons name the pool;

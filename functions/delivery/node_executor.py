@@ -16,6 +16,7 @@ never creates an ESS client and a pool without a startup taint never asks for a 
 import logging
 import shlex
 import sys
+import time
 from contextlib import nullcontext
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -118,9 +119,13 @@ class DeliveryExecutor:
                        outcomes: Dict[str, Outcome]) -> None:
         """Every target ends with an outcome, even when the transport itself breaks: a bug there must not
         leave the lifecycle hook unanswered or hide the nodes that did finish."""
+        started = time.monotonic()
         try:
+            # The transport yields each node's result as it comes (a batch runs its nodes at once): the time to
+            # it is that node's duration.
             for res in self.transport.run(targets):
                 outcomes[res.instance_id] = outcome(res, names.get(res.instance_id, ""))
+                outcomes[res.instance_id].duration_ms = round((time.monotonic() - started) * 1000, 1)
         except Exception as exc:  # noqa: BLE001 - reported per node below, and logged
             log.error("transport %s failed: %s: %s", getattr(self.transport, "name", "?"), type(exc).__name__, exc)
             why = "internal-error: the %s transport failed (%s)" % (getattr(self.transport, "name", "?"),

@@ -96,6 +96,7 @@ class Outcome:
     taint: str = ""  # TAINT_REMOVED, TAINT_ABSENT, TAINT_NOT_JOINED or NOT_REMOVED + why (partitioned/unchanged)
     code: str = ""  # for failed: the transport's or the node's error code
     left: List[dict] = field(default_factory=list)  # a per-GPU request's GPUs the node left as they were
+    duration_ms: float = 0.0  # from the transport's start to this node's result (0: the node was not run)
 
     @property
     def node_verdict(self) -> bool:
@@ -110,6 +111,8 @@ class Outcome:
             data["code"] = self.code
         if self.left:
             data["left"] = self.left
+        if self.duration_ms:
+            data["duration_ms"] = self.duration_ms
         if self.taint:
             data["taint"] = self.taint
             if self.taint.startswith(NOT_REMOVED) or self.taint == TAINT_NOT_JOINED:

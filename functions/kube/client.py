@@ -189,6 +189,21 @@ class KubeApi:
         self.stop_when_silent = stop_when_silent
         self.silent: Optional[ApiError] = None
 
+    @property
+    def connected(self) -> bool:
+        """Whether this client has its credential already (a first call was made): a later task can then use
+        the API server at no extra cost (no new credential from ACK)."""
+        return self._config is not None
+
+    def sibling(self, deadline_s: float, attempts: int = 2, timeout: float = 10.0) -> "KubeApi":
+        """A client for one short task after the event (the run record, functions/kube/last_run.py): the same
+        credential (no new fetch once this one has it), its own deadline and fewer tries, and it stops once the
+        server is silent, so an API server the event found unreachable costs the task one timeout at most."""
+        with self._lock:
+            config: ConfigSource = self._config if self._config is not None else self._provider  # type: ignore
+        return KubeApi(config, timeout=timeout, deadline_s=deadline_s, attempts=attempts, sleep=self.sleep,
+                       jitter=self.jitter, stop_when_silent=True)
+
     @classmethod
     def from_file(cls, path: str, **options: Any) -> "KubeApi":
         return cls(load_kubeconfig(path), **options)

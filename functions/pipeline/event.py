@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 from functions.pipeline.envelope import read_envelope
 from functions.base.errors import BadInventory, ConfigurationError, EventOutcome, SkipEvent
-from functions.base.logs import JsonLogger, stdlib_logs_into
+from functions.base.logs import JsonLogger, decision_level, node_code, node_level, stdlib_logs_into
 from functions.base.event_result import HandlerResult, Trigger
 from functions.base.settings import Settings, SettingsError, load_settings
 
@@ -249,6 +249,40 @@ def _without_kubernetes(decisions: Sequence[Any], rollout: Any) -> Tuple[str, st
                                                           held[0].reason)
 
 
+def _node_line(log: JsonLogger, n: dict, pools: dict) -> None:
+    """One ``node result`` line: the node, its pool, the outcome and its code, how long this invocation spent on
+    it (``duration_ms``: 0 for a node it did not run) and the reason, at the outcome's level
+    (functions.base.logs.node_level: a failure is ERROR, so an alert on ERROR sees it)."""
+    iid = n.get("instance_id")
+    log.log(node_level(n.get("outcome")), "node result", instance_id=iid, node_name=n.get("node_name") or None,
+            nodepool_id=pools.get(iid), outcome=n.get("outcome"), code=node_code(n),
+            duration_ms=n.get("duration_ms") or 0, wave=n.get("wave"), reason=n.get("reason"))
+
+
+def _node_counts(nodes: Optional[Sequence[dict]]) -> dict:
+    counts: dict = {}
+    for n in nodes or []:
+        counts[str(n.get("outcome"))] = counts.get(str(n.get("outcome")), 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def _record(result: HandlerResult, kube: Any, log: JsonLogger, started: float) -> None:
+    """The run record (functions/kube/last_run.py) at the end of an invocation: for a timer always (it is the
+    heartbeat ``status`` and ``doctor`` judge the trigger by), for any other event only once it has used the API
+    server (an event that never needed the cluster, most scale-outs of pools without MIG, costs no credential).
+    A record that cannot be written is a WARNING line; the event's outcome stands."""
+    from functions.kube.last_run import record_client, write
+
+    backend = getattr(kube, "backend", kube)
+    if result.trigger != Trigger.TIMER.value and not getattr(backend, "connected", True):
+        return
+    try:
+        write(record_client(backend), result, str(log.context.get("request_id") or ""),
+              (time.monotonic() - started) * 1000)
+    except Exception as exc:  # noqa: BLE001 - a record never changes how the event ended
+        log.warning("run record not written", reason="%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[:200]))
+
+
 class _Finished(Exception):
     """A step that ends the event with its own result (the auto pool timer), carried out of the try."""
 
@@ -260,7 +294,7 @@ class _Finished(Exception):
 def run_event(raw: Any, settings: Optional[Settings] = None, inventory: InventoryArg = None,
               executor: Optional["Executor"] = None, context: Any = None, dry_run: bool = False,
               logger: Optional[JsonLogger] = None, kube: Any = None,
-              progress: Optional[Callable[[dict, int], None]] = None) -> HandlerResult:
+              progress: Optional[Callable[[dict, int], None]] = None, record: bool = False) -> HandlerResult:
     """Run one event end to end and return how it ended. Never raises for an outcome (skip, bad event,
     configuration, transient cloud failure are all results); raises only for ``BadInventory`` (a bad
     ``--inventory`` file, the caller's input). Anything unexpected (a bug, input deep enough to exhaust
@@ -269,6 +303,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     ``raw``: the FC event (bytes), or str / decoded JSON. ``inventory``: a snapshot path or any
     ClusterLookup; None asks the ACK API. ``executor``: overrides ``make_executor`` (a dry run always uses
     DryRunExecutor). ``dry_run``: force a dry run (also ACK_MIG_DRY_RUN or the event's ``dry_run``).
+    ``record``: write the run record on the cluster at the end (the FC handler; functions/kube/last_run.py).
     """
     started = time.monotonic()
     if settings is None:
@@ -284,6 +319,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     waves: set = set()  # this event's rollout wave (instance ids) and whether it reconciles whole pools
     whole_pools = False
     pool_tags: Optional[List[dict]] = None  # the autoscaler step's entries (functions/pipeline/autoscaler_sync.py)
+    pools: dict = {}  # instance id -> its pool, for the node result lines
+    shared = None  # the invocation's Kubernetes side, once the cluster is known (the run record uses it too)
     bridge = ExitStack()
     stage = "reading the event"
     try:
@@ -294,6 +331,9 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
 
         request = parse_envelope(envelope)
         log = log.bind(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id)
+        # Every invocation that got past stage 1 says it started: with the summary line at its end, a run that FC
+        # stopped at its timeout shows as a start without an end, and the "no run" alert counts these.
+        log.info("event start")
         # From here on the lookup and delivery modules' own log lines (standard logging) carry this event's
         # context and go through the same redaction.
         bridge.enter_context(stdlib_logs_into(log))
@@ -304,6 +344,13 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         request = request.model_copy(update={"cluster_id": cluster, "dry_run": effective_dry_run,
                                              "region": request.region or settings.region or None})
         log = log.bind(cluster_id=cluster)
+        if kube is None and inventory is None:
+            # One client for the live cluster, whichever step needs it (connected on first use, so an event that
+            # never needs the API server fetches no credential), and the run record after it.
+            from functions.rollout.run import kube_view
+
+            kube = kube_view(None, lookup, settings, cluster)
+        shared = kube
         if request.auto_pools:  # the auto pool timer: its own step, nothing else (functions/pipeline/auto_pool.py)
             from functions.pipeline.auto_pool import run_tick
 
@@ -354,8 +401,10 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         decisions, rollout = prepare(request, targets, decisions, view, settings,
                                      pools_now=lambda: lookup.nodepools(cluster))  # read again between waves
         for d in decisions:
-            log.info("decision", instance_id=d.instance_id, node_name=d.node_name, nodepool_id=d.nodepool_id,
-                     action=d.action, reason=d.reason, sequence=d.plan.sequence if d.plan else None)
+            pools[d.instance_id] = d.nodepool_id
+            log.log(decision_level(d.action), "decision", instance_id=d.instance_id, node_name=d.node_name,
+                    nodepool_id=d.nodepool_id, action=d.action, reason=d.reason,
+                    sequence=d.plan.sequence if d.plan else None)
         stage = "running the nodes"
         chosen = DryRunExecutor() if effective_dry_run else (executor or make_executor(settings, False))
         reported: set = set()
@@ -370,8 +419,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             is settled first (a startup taint not lifted ends it failed), in place, so every copy agrees."""
             settle(n)
             reported.add(n.get("instance_id"))
-            log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
-                     reason=n.get("reason"))
+            _node_line(log, n, pools)
             if progress is not None and n.get("instance_id") in counted and n.get("outcome") != "dry-run":
                 progress(n, total)
 
@@ -397,8 +445,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         trigger = request.trigger.value if request is not None else exc.trigger
         event_type = request.event_type if request is not None else exc.event_type or None
         for n in exc.nodes or []:  # e.g. the hook could not be answered after the nodes ran
-            log.info("node result", instance_id=n.get("instance_id"), outcome=n.get("outcome"),
-                     reason=n.get("reason"))
+            _node_line(log, n, pools)
         result = HandlerResult(trigger=trigger, event_type=event_type,
                                event_id=request.event_id if request is not None else None,
                                outcome=exc.outcome, reason=exc.reason,  # type: ignore[arg-type]
@@ -429,6 +476,13 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
 
         after_event(result, settings, log, waves, whole_pools)
     level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]
+    counts = _node_counts(result.nodes)
+    failed = sum(counts.get(o, 0) for o in ("failed", "drain-timeout", "drain-refused"))
+    if level == "INFO" and failed:  # done, but some nodes failed: the event line says so at WARNING too
+        level = "WARNING"
     log.log(level, "event %s" % result.outcome, outcome=result.outcome, reason=result.reason,
+            nodes_failed=failed if result.nodes is not None else None,
             duration_ms=round((time.monotonic() - started) * 1000, 1))
+    if record and shared is not None:
+        _record(result, shared, log, started)
     return result

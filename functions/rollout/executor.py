@@ -211,6 +211,8 @@ class RolloutExecutor:
             self.budget.release(self.slots.pop(w.decision.node_name), w.decision.node_name)
         w.result = dict(base or {}, instance_id=w.decision.instance_id, node_name=w.decision.node_name,
                         outcome=outcome, reason=reason)
+        if getattr(w, "started", 0.0):  # the whole time this invocation spent on the node: claim to end
+            w.result["duration_ms"] = round(max(0.0, self.clock() - w.started) * 1000, 1)
         w.result.setdefault("gpus", None)
         if outcome not in (DEFERRED, DESTROY_REQUIRED):  # a later wave of this invocation may still take it:
             self.on_result(w.result)  # the caller reports those with the final results
@@ -409,6 +411,7 @@ class RolloutExecutor:
 
     def _run_wave(self, request: Any, wave: List[Any]) -> None:
         for w in wave:
+            w.started = self.clock()
             try:
                 self._claim(w)
             except NodeGone:

@@ -76,6 +76,7 @@ class WaveNode:
     layouts: Optional[rp.GpuLayouts] = None
     created: Optional[Dict[int, Tuple[str, ...]]] = None  # per GPU, the profiles the plan creates there
     budgeted: bool = False
+    started: float = 0.0  # when this invocation's wave took the node (the executor's clock): its duration_ms
 
 
 def _spec(d: Decision) -> Optional[PartitionSpec]:
@@ -400,6 +401,14 @@ def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str
         candidates.append(rp.Candidate(d.instance_id, d.node_name or "", node, why, drain, path))
     steps = rp.plan_pool(name, target, candidates, limit, me=owner, now=now, bystanders=bystanders,
                          paused=pool is not None and rp.paused(pool.labels))
+    stop = rp.stopped_by(target, [known[d.node_name] for d in members] + bystanders)
+    if stop is not None:  # one line per stopped pool and invocation, for the "stopped rollouts" alert (template.yml)
+        node, progress = stop
+        log.error("rollout stopped", extra={"fields": dict(
+            nodepool_id=pool_id, node_name=node, outcome=progress.step, code="rollout-stopped",
+            reason="rollout of pool %s to %s stopped: node %s ended %s (%s); fix the cause, then remove its "
+                   "annotation %s to resume" % (name, target, node, progress.step, progress.reason or "no reason "
+                                                "recorded", rp.PROGRESS_ANNOTATION))})
     for d in members:
         step = steps[d.instance_id]
         node = known[d.node_name]

@@ -57,8 +57,8 @@ def test_handler_and_cli_give_the_same_decisions(monkeypatch, capsys):
 
     original = pipeline.run_event
     monkeypatch.setattr("functions.handler.run_event",
-                        lambda raw, settings, context=None: original(raw, settings, inventory=INVENTORY,
-                                                                     context=context, dry_run=True))
+                        lambda raw, settings, context=None, record=False: original(
+                            raw, settings, inventory=INVENTORY, context=context, dry_run=True, record=record))
     with open(os.path.join(EVENTS, "fc_timer.json"), "rb") as handle:
         from_handler = json.loads(handler(handle.read(), None))
     capsys.readouterr()

@@ -148,7 +148,10 @@ def test_an_event_ends_as_it_would_whether_the_webhook_answers_or_not(tmp_path):
     with Webhook() as hook:
         told, _ = failing_event(tmp_path, {"ACK_MIG_NOTIFY_URL": hook.url()})
         (line,) = hook.lines()
-    assert told.to_json() == dict(result.to_json(), event_id=told.event_id)
+    def timeless(doc):  # how long each node took differs between two runs; nothing else may
+        return dict(doc, nodes=[{k: v for k, v in n.items() if k != "duration_ms"} for n in doc["nodes"]])
+
+    assert timeless(told.to_json()) == timeless(dict(result.to_json(), event_id=told.event_id))
     assert line["kind"] == "node-failed" and line["count"] == 2 and line["trigger"] == "scale-out"
     assert [n["instance_id"] for n in line["nodes"]] == ["i-2zeb7c1mig0a100x1k4d", "i-2zeb7c1mig0a100x2m8f"]
     assert line["text"] == ("2 nodes failed (2 gpu-busy): cn-beijing.192.168.12.31, cn-beijing.192.168.12.47")

@@ -55,3 +55,18 @@ def test_an_unknown_resource_type_is_reported(schemas, template):
     bad = copy.deepcopy(template)
     bad["Resources"]["Extra"] = {"Type": "ALIYUN::NoSuch::Thing", "Properties": {}}
     assert any(p.startswith("Extra: type ALIYUN::NoSuch::Thing") for p in ros_schema.problems(bad, schemas))
+
+
+def test_the_saved_searches_and_alerts_validate_against_the_published_ros_schema(schemas, template):
+    """The stack's SLS saved searches and alert rules (docs/operations.md, Signals) alone: ros-cdk-sls 1.15.0 has
+    both types, and a required property left out (an alert's Dashboard) is caught."""
+    import json
+
+    doc = template
+    kinds = ("ALIYUN::SLS::Savedsearch", "ALIYUN::SLS::Alert")
+    assert all(k in schemas.resources for k in kinds)
+    only = dict(doc, Resources={k: r for k, r in doc["Resources"].items() if r["Type"] in kinds})
+    assert len(only["Resources"]) == 8 and ros_schema.problems(only, schemas) == []
+    broken = json.loads(json.dumps(only))
+    broken["Resources"]["NoRunAlert"]["Properties"]["Detail"]["Configuration"].pop("Dashboard")
+    assert any("Dashboard: required but missing" in p for p in ros_schema.problems(broken, schemas))

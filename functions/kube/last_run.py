@@ -1,0 +1,115 @@
+"""The run record on the cluster (``functions.decision.run_record`` says what it holds): written by the function at the
+end of an invocation, read by ``status`` and ``doctor``.
+
+One ``coordination.k8s.io/v1`` Lease, ``ack-mig-hook-last-run``, in the namespace the function already writes its
+Events and budget Leases to: the same Role grants get, create and update there, so the record needs no new RBAC.
+``spec.holderIdentity`` and ``spec.renewTime`` repeat the last request id and time for ``kubectl get lease``.
+
+Every write is a PUT with the ``resourceVersion`` just read (409 Conflict otherwise: read again and merge), the
+budget Lease's pattern (``functions.rollout.pool_lease``). Last-writer-wins would be enough for ``last``, but not for
+the per-trigger entries: two invocations of different triggers ending together would drop one trigger's entry, and
+``status`` would then call a working timer late. Time is the API server's (the ``Date`` of the Lease's answer), so
+the age ``status`` shows does not depend on the function's or the operator's clock.
+"""
+
+import time
+from typing import Any, Dict, Optional, Tuple
+
+from node_bootstrap.kube import KubeError
+from node_bootstrap.outside import OutsideDataError
+
+from functions.decision import run_record as lr
+from functions.kube.nodes import EVENT_NAMESPACE
+
+CAS_ATTEMPTS = 4
+WRITE_DEADLINE_S = 20.0  # the record is written after the event's work: it never holds the invocation longer
+
+
+def _micro_time(epoch: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _now(kube: Any) -> Tuple[float, str]:
+    server = kube.server_time() if hasattr(kube, "server_time") else None
+    return (time.time(), "local") if server is None else (server, "server")
+
+
+def _lease(kube: Any, namespace: str) -> dict:
+    try:
+        return kube.get_lease(namespace, lr.RECORD_LEASE)
+    except KubeError as exc:
+        if exc.status != 404:
+            raise
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": lr.RECORD_LEASE, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "ack-mig-hook"}},
+            "spec": {}}
+    try:
+        return kube.create_lease(namespace, body)
+    except KubeError as exc:
+        if exc.status != 409:  # another invocation created it first: read theirs
+            raise
+    return kube.get_lease(namespace, lr.RECORD_LEASE)
+
+
+def record_client(backend: Any) -> Any:
+    """The client the record is written with: a short-deadline sibling of the event's own (functions.kube.client
+    ``KubeApi.sibling``), or the backend itself where it has none (a snapshot's MemoryKube, a test double)."""
+    if hasattr(backend, "sibling"):
+        return backend.sibling(WRITE_DEADLINE_S)
+    return backend
+
+
+def write(kube: Any, result: Any, request_id: str, duration_ms: float,
+          namespace: str = EVENT_NAMESPACE) -> Dict[str, Any]:
+    """Merge this invocation's entry into the record and write it; the entry written. KubeError when the Lease
+    cannot be read or written (the caller logs it: a record never changes how the event ended)."""
+    for _ in range(CAS_ATTEMPTS):
+        lease = _lease(kube, namespace)
+        meta = dict(lease.get("metadata") or {})
+        annotations = dict(meta.get("annotations") or {})
+        try:
+            stored = lr.read_text(annotations.get(lr.RECORD_ANNOTATION))
+        except OutsideDataError:
+            stored = None  # not ours, or from a future version we cannot read: replaced by ours
+        at, clock = _now(kube)
+        new = lr.entry(result, at, clock, request_id, duration_ms)
+        annotations[lr.RECORD_ANNOTATION] = lr.write_text(lr.merge(stored, new))
+        meta["annotations"] = annotations  # (carries the resourceVersion read: the precondition)
+        spec = dict(lease.get("spec") or {}, holderIdentity=new["request_id"] or "ack-mig-hook",
+                    renewTime=_micro_time(at))
+        try:
+            kube.replace_lease(namespace, dict(lease, metadata=meta, spec=spec))
+            return new
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+    raise KubeError("the run record kept changing under %d writes" % CAS_ATTEMPTS, 409)
+
+
+def read(kube: Any, namespace: str = EVENT_NAMESPACE) -> Dict[str, Any]:
+    """What ``status`` and ``doctor`` show: ``{"record", "now", "error"}``. ``record`` None with ``error`` None: no
+    run recorded yet; ``error``: why it could not be read (no Lease API on this backend, 403, unreadable)."""
+    if not hasattr(kube, "get_lease"):
+        return {"record": None, "now": time.time(), "error": "no Kubernetes API to read it from"}
+    try:
+        lease = kube.get_lease(namespace, lr.RECORD_LEASE)
+    except KubeError as exc:
+        now = _now(kube)[0]
+        if exc.status == 404:
+            return {"record": None, "now": now, "error": None}
+        return {"record": None, "now": now, "error": " ".join(str(exc).split())[:200]}
+    now = _now(kube)[0]
+    text = ((lease.get("metadata") or {}).get("annotations") or {}).get(lr.RECORD_ANNOTATION)
+    try:
+        return {"record": lr.read_text(text), "now": now, "error": None}
+    except OutsideDataError as exc:
+        return {"record": None, "now": now, "error": str(exc)[:200]}
+
+
+def freshness(info: Dict[str, Any]) -> Optional[float]:
+    """Seconds since the last recorded run, or None."""
+    record = info.get("record")
+    return None if record is None else max(0.0, info["now"] - record["last"]["at"])
