@@ -170,7 +170,9 @@ def progress_of(pool: dict) -> dict:
     pool label), ``unknown`` (nodes whose state cannot be read) or ``progressing``; the counts and the wave."""
     nodes = pool.get("node_list") or []
     wave = [n.get("node") or n.get("instance_id") or "?" for n in nodes if n.get("status") == "pending"]
-    paused = any(n.get("status") == "deferred" and str(n.get("reason", "")).startswith(PAUSED_REASON) for n in nodes)
+    # the pool label, as status reads it (its "paused" field); a node a pause deferred says so too
+    paused = bool(pool.get("paused")) or any(n.get("status") == "deferred" and
+                                             str(n.get("reason", "")).startswith(PAUSED_REASON) for n in nodes)
     total = pool.get("nodes", 0) - pool.get("skipped", 0)
     failed = pool.get("failed") or []
     if failed:
