@@ -87,7 +87,7 @@ def test_live_advice_serves_the_waiting_pods_without_touching_anything_in_use(au
     # Reads only, and the pending pods in one list (a page at most, status.phase=Pending).
     assert {r.method for r in auto_pool.requests} == {"GET"}
     pod_lists = sorted(r.query for r in auto_pool.requests if r.path == "/api/v1/pods")
-    assert [q for q in pod_lists if "status.phase%3DPending" in q] == ["fieldSelector=status.phase%3DPending&limit=500"]
+    assert [q for q in pod_lists if "status.phase%3DPending" in q] == ["fieldSelector=status.phase%3DPending&limit=16"]
     assert len([q for q in pod_lists if "spec.nodeName" in q]) == 2  # one per node of the pool
 
 
