@@ -693,7 +693,9 @@ def _why_no_node(wanted: Dict[str, int], nodes: List[List[GpuModel]], bounds: Bo
             return "asks %s, which no GPU of the pool has (%s)" % (name, ", ".join(sorted(models)))
     if any(_holds(node, wanted) for node in nodes):
         return ""
-    what = " + ".join("%dx %s" % (n, name) for name, n in sorted(wanted.items()))
+    # a count at the cap stands for any larger one (matching.MAX_COUNT): said so, not as the cap
+    what = " + ".join("%sx %s" % (n if n < MAX_COUNT else "over %d" % (MAX_COUNT - 1), name)
+                      for name, n in sorted(wanted.items()))
     most = max(len(n) for n in nodes)
     if len(wanted) == 1 and WHOLE_GPU not in wanted:
         (name, _), = wanted.items()
