@@ -200,20 +200,30 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
     Returns (per profile: the instances of waiting pods left unbound plus the headroom missing; the GPUs
     holding a pod; per GPU the (profile, tag) of each pod bound to an instance the plan creates).
     Heaps keep it O(pods x log GPUs) for pods of one instance."""
-    used = [sum(c for _, c, busy, _ in inst if busy) for _, inst in gpus]
-    holding = [any(busy for _, _, busy, _ in inst) for _, inst in gpus]
-    idle = [Counter(p for p, _, busy, _ in inst if not busy) for _, inst in gpus]
-    fresh = [Counter(p for p, _, busy, new in inst if not busy and new) for _, inst in gpus]
-    size = {p: c for _, inst in gpus for p, c, _, _ in inst}
+    used, holding, idle, fresh = [], [], [], []  # type: List[int], List[bool], List[Counter], List[Counter]
+    size = {}  # type: Dict[str, int]
     nodes = {}  # type: Dict[str, List[int]]
-    for gi, (node, _) in enumerate(gpus):
-        nodes.setdefault(node, []).append(gi)
-    node_used = {node: sum(used[gi] for gi in members) for node, members in nodes.items()}
-    node_idle = {node: sum((idle[gi] for gi in members), Counter()) for node, members in nodes.items()}
+    node_used, node_idle = {}, {}  # type: Dict[str, int], Dict[str, Counter]
     heaps = {}  # type: Dict[str, List[Tuple[int, int]]]
-    for gi, counts in enumerate(idle):
-        for p in counts:
-            heaps.setdefault(p, []).append((-used[gi], gi))
+    for gi, (node, inst) in enumerate(gpus):
+        busy_compute, holds, free, made = 0, False, Counter(), Counter()
+        for p, c, busy, new in inst:
+            size[p] = c
+            if busy:
+                busy_compute, holds = busy_compute + c, True
+            else:
+                free[p] += 1
+                if new:
+                    made[p] += 1
+        used.append(busy_compute)
+        holding.append(holds)
+        idle.append(free)
+        fresh.append(made)
+        nodes.setdefault(node, []).append(gi)
+        node_used[node] = node_used.get(node, 0) + busy_compute
+        node_idle.setdefault(node, Counter()).update(free)
+        for p in free:
+            heaps.setdefault(p, []).append((-busy_compute, gi))
     for heap in heaps.values():
         heapq.heapify(heap)
     bound_new = [[] for _ in gpus]  # type: List[List[Tuple[str, Any]]]

@@ -657,8 +657,11 @@ def _countable(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds:
     nothing is ever expanded as a pod wrote it. With no GPU of a known model, nothing is judged."""
     capped = [d if d.count <= MAX_COUNT else dataclasses.replace(d, count=MAX_COUNT) for d in demand]
     shapes = OrderedDict()  # type: Dict[str, List[GpuModel]]
+    known = {}  # type: Dict[str, Optional[GpuModel]]
     for s in sorted(supply, key=lambda g: (g.node, g.index)):
-        model = find_gpu_or_none(name=s.model)
+        if s.model not in known:
+            known[s.model] = find_gpu_or_none(name=s.model)
+        model = known[s.model]
         if model is not None:
             shapes.setdefault(s.node, []).append(model)
     template = find_gpu_or_none(name=bounds.model) if bounds.model else None
@@ -673,17 +676,23 @@ def _countable(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds:
             mine = asks.setdefault(d.key, {})
             mine[d.profile] = min(mine.get(d.profile, 0) + d.count, MAX_COUNT)
     out = []  # type: List[Tuple[str, str]]
+    models = {m.key: m for n in nodes for m in n}
+    shapes_seen = {tuple(m.key for m in n): n for n in nodes}  # nodes alike answer alike
+    verdicts = {}  # type: Dict[Tuple[Tuple[str, int], ...], str]
     for key, wanted in asks.items():
-        why = _why_no_node(wanted, nodes, bounds)
-        if why:
-            out.append((key, why))
+        asked = tuple(sorted(wanted.items()))
+        if asked not in verdicts:  # the replicas of one Deployment ask alike
+            verdicts[asked] = _why_no_node(wanted, list(shapes_seen.values()), models, bounds)
+        if verdicts[asked]:
+            out.append((key, verdicts[asked]))
     dropped = {key for key, _ in out}
     return [d for d in capped if not (d.pending and d.key in dropped)], out
 
 
-def _why_no_node(wanted: Dict[str, int], nodes: List[List[GpuModel]], bounds: Bounds) -> str:
-    """Empty when one of ``nodes`` (each a list of its GPUs' models) can hold all the pod asks; else why not."""
-    models = {m.key: m for n in nodes for m in n}
+def _why_no_node(wanted: Dict[str, int], nodes: List[List[GpuModel]], models: Dict[str, GpuModel],
+                 bounds: Bounds) -> str:
+    """Empty when one of ``nodes`` (each a list of its GPUs' models; ``models`` all of them by key) can hold
+    all the pod asks; else why not."""
     for name in sorted(wanted):
         if name == WHOLE_GPU:
             continue
