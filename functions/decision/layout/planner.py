@@ -347,12 +347,19 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
     """Pending pods that ask for several instances: the scheduler needs them all on one node, so they are
     served node by node before the rest (which may spread over the pool): idle instances of one node if it
     has enough, else instances added on one node's GPUs beside what they hold, else the same after
-    destroying idle instances of profiles nothing asks for. The instances they get are reserved: the rest
-    of the plan neither counts nor destroys them. A pod none of these serves is left to the rest of the
-    plan. Returns (the pods handled, the instances created per GPU with the
+    destroying idle instances beyond what every waiting pod and the headroom need. The instances they get
+    are reserved: the rest of the plan neither counts nor destroys them. A pod none of these serves is not
+    handled (the plan counts it unserved). Returns (the pods handled, the instances created per GPU with the
     pod they are for)."""
     handled, served = set(), {}  # type: set, Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
-    asked = {d.profile for d in demand if d.pending} | {n for n, k in bounds.headroom if k > 0}
+    # What may be destroyed for them: idle instances beyond every waiting pod's and the headroom (all of a
+    # profile nothing asks for).
+    surplus = Counter(i.profile.name for g in gpus for i in g.state if not i.held)  # type: Counter
+    for d in demand:
+        if d.pending:
+            surplus[d.profile] -= max(int(d.count), 0)
+    for name, k in bounds.headroom:
+        surplus[name] -= k
     multi = sorted((d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU),
                    key=lambda d: (-d.count, d.key))
     if not multi:
@@ -402,11 +409,11 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
             version[where] += 1
             continue
         placed = None
-        for destroy in (False, True):  # adding alone first; then destroying idle instances nothing asks for
+        for destroy in (False, True):  # adding alone first; then destroying idle instances beyond the demand
             for node, members in nodes.items() if bounds.allows(pod.profile) and placed is None else ():
                 if cannot(node, pod.profile, destroy, pod.count):
                     continue
-                trial, left = [], pod.count
+                trial, left, budget = [], pod.count, Counter(surplus)
                 for g in members:
                     if left <= 0:
                         break
@@ -416,16 +423,23 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
                     if left > 0:
                         more = _best(g.model, g.state, {pod.profile: left}, bounds)
                         if destroy and len(more) < left:
-                            spare = [i for i in g.state if not i.held and i.origin != _NEW
-                                     and i.profile.name not in asked and i not in idle]
+                            spare = []  # type: List[_Inst]
+                            for i in g.state:
+                                if not i.held and i.origin != _NEW and i not in idle and budget[i.profile.name] > 0:
+                                    budget[i.profile.name] -= 1
+                                    spare.append(i)
                             kept = [i for i in g.state if i not in spare]
                             wider = _best(g.model, kept, {pod.profile: left}, bounds)
                             if len(wider) > len(more):
                                 more, gone = wider, _in_the_way(g.model, kept, spare, wider)
+                            for i in spare:
+                                if i not in gone:
+                                    budget[i.profile.name] += 1
                         left -= len(more)
                     trial.append((g, idle, more, gone))
                 if left <= 0:
                     placed, where = trial, node
+                    surplus = budget
                     break
                 known = failed.get((node, pod.profile, destroy))
                 smallest = known[1] if known is not None and known[0] == version[node] else pod.count
