@@ -179,3 +179,13 @@ def test_a_profile_the_gpus_lack_does_not_switch_off_the_exact_solve():
     # and the exact answer is the better one: the pods fit on two GPUs, not three
     holding = bind(applied(supply, alone), demand, Bounds())[1]
     assert holding == 2
+
+
+def test_a_pod_asking_several_that_no_node_gives_together_waits_for_a_new_node_not_spread():
+    # each node has room for three 1g.10gb beside its running 4g.40gb; a pod asking four needs one node
+    supply = [GpuSupply(n, 0, A80, (Instance("4g.40gb", 0, True),)) for n in ("a", "b")]
+    result = plan(supply, [PodDemand("ns/four", "job ns/four", "1g.10gb", 4)], Bounds())
+    assert result.changes == () and result.unserved == (("1g.10gb", 4),)
+    assert result.new_node  # the autoscaler is asked for a node that holds them
+    three = plan(supply, [PodDemand("ns/three", "job ns/three", "1g.10gb", 3)], Bounds())
+    assert [len(t.create) for t in three.targets] == [3, 0] and three.unserved == ()

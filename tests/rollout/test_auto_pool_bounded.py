@@ -139,3 +139,37 @@ def test_a_list_page_is_read_item_by_item_under_the_reader_rule():
         with pytest.raises(OutsideDataError):
             read_list_page(bad, lambda item: item, kept)
     assert kept == [2, 4]  # a page that breaks the rule appends nothing
+
+
+def test_each_bound_of_what_the_matcher_reads_holds_at_its_limit_and_refuses_beyond():
+    from functions.decision.layout.matching import (MAX_RULES, MAX_TERMS, MAX_TEXT, MAX_TOLERATIONS, MAX_VALUES,
+                                                    waiting_pod, why_not)
+
+    def pod(spec):
+        return {"metadata": {"name": "p", "namespace": "ns"},
+                "spec": dict(spec, containers=[{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]),
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                               "reason": "Unschedulable"}]}}
+
+    def terms(n, per=1, values=1):
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "k%d" % j, "operator": "NotIn", "values": ["v%d" % v for v in range(values)]}
+                                  for j in range(per)]} for _ in range(n)]}}}
+
+    cases = [  # (spec at the limit, spec one beyond, what the reason names)
+        ({"nodeSelector": {"k%d" % i: "v" for i in range(MAX_RULES)}},
+         {"nodeSelector": {"k%d" % i: "v" for i in range(MAX_RULES + 1)}}, "more than 64 pairs"),
+        ({"affinity": terms(1, MAX_RULES)}, {"affinity": terms(1, MAX_RULES + 1)}, "more than 64 rules"),
+        ({"affinity": terms(MAX_TERMS)}, {"affinity": terms(MAX_TERMS + 1)}, "more than 64 terms"),
+        ({"affinity": terms(1, 1, MAX_VALUES)}, {"affinity": terms(1, 1, MAX_VALUES + 1)}, "more than 1024 values"),
+        ({"tolerations": [{"operator": "Exists"}] * MAX_TOLERATIONS},
+         {"tolerations": [{"operator": "Exists"}] * (MAX_TOLERATIONS + 1)}, "more than 64 tolerations"),
+        ({"nodeSelector": {"k": "v" * MAX_TEXT}}, {"nodeSelector": {"k": "v" * (MAX_TEXT + 1)}}, "longer than 1024"),
+    ]
+    labels = {"k": "v" * MAX_TEXT, **{"k%d" % i: "v" for i in range(MAX_RULES + 1)}}
+    for at, beyond, named in cases:
+        assert "beyond" not in waiting_pod(pod(at))
+        assert why_not(pod(at), labels, []) == "", named
+        reduced = waiting_pod(pod(beyond))
+        assert named in reduced["beyond"] and why_not(pod(beyond), labels, []).startswith("larger than the hook reads")
+        assert len(json.dumps(reduced)) < 1000
