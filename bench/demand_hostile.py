@@ -7,7 +7,8 @@ is one tick (target < 5 s):
 * ``multi``: 2,000 Pending pods each asking 2 to 16 instances of one A100 80GB profile (seeded), on an auto
   pool of 125 nodes x 8 GPUs (1,000 GPUs, MIG on, no instance yet: everything is to plan);
 * ``affinity``: 40 Pending MIG pods with about 1 MB of required node affinity each (half one ``In`` over
-  32,000 host names, half 8,000 terms), on an auto pool of 16 nodes x 8 GPUs (the pods fit none of them: every node is tried);
+  32,000 host names, half 8,000 terms), on an auto pool of 16 nodes x 8 GPUs (the pods fit none of them:
+  every node is tried);
 * ``cpu``: 60 Pending pods that ask for no GPU, with the same 1 MB affinity, beside one waiting MIG pod, on
   an 8-GPU auto pool.
 
@@ -150,7 +151,8 @@ def one(workload: str) -> dict:
             server.wait(60)
     # tick_s: the tick's wall time (the test API server writing the pages out, in its own process, included);
     # tick_cpu_s: the function's own CPU time in it
-    return {"tick_s": round(run["wall_s"], 2), "tick_cpu_s": round(run["cpu_s"], 2), "rss_mb": run["rss_mb"], "rss_before_tick_mb": run["rss_before_mb"],
+    return {"tick_s": round(run["wall_s"], 2), "tick_cpu_s": round(run["cpu_s"], 2), "rss_mb": run["rss_mb"],
+            "rss_before_tick_mb": run["rss_before_mb"],
             "outcome": run["outcome"], "reason": run["reason"], "nodes_changed": run["nodes_changed"],
             "pods": ready["pods"], "pod_bytes": ready["pod_bytes"]}
 

@@ -226,7 +226,8 @@ class _Rules:
                 return "required node affinity"
         for taint in taints:
             if taint.get("effect") in BLOCKING_EFFECTS and not any(_tolerates(t, taint) for t in self.tolerations):
-                return "taint %s=%s:%s not tolerated" % (taint.get("key"), taint.get("value") or "", taint.get("effect"))
+                return "taint %s=%s:%s not tolerated" % (taint.get("key"), taint.get("value") or "",
+                                                         taint.get("effect"))
         return ""
 
 
