@@ -14,8 +14,7 @@ cannot serve at all), pods evicted (in-use instances destroyed: must be 0),
 instances destroyed (churn), plans that changed a GPU with demand unchanged (flaps: must be 0), changes
 that serve nothing (up to 32 GPUs: without that one GPU's change every pod still binds, on as few GPUs;
 must be 0), planner time. The pool has more GPUs than needed (twice the size, plus 8) so the planner's
-own choice shows; pods
-pending after a plan are a failure (``unserved_pod_steps``).
+own choice shows; pods pending after a plan are a failure (``unserved_pod_steps``).
 
 The scheduler model: a pending pod binds to an idle instance of its profile, on the GPU with the most
 compute in use first, counting the pods bound before it (a bin-packing scheduler, kube-scheduler's
