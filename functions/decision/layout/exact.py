@@ -187,7 +187,7 @@ def gpus_after_binding(states: Sequence[Sequence[Tuple[str, int, bool]]], pendin
 
 def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]]]],
                   pods: Sequence[Tuple[str, int, Any]], headroom: Mapping[str, int]
-                  ) -> Tuple[Counter, int, List[List[Tuple[str, Any]]]]:
+                  ) -> Tuple[Counter, int, List[List[Tuple[str, Any]]], Counter]:
     """The pool once the waiting pods bind, as the project models the scheduler (bench/demand.py too): in
     pod order, a pod asking one instance takes an idle one of its profile on the GPU with the most compute
     in use, counting the pods bound before it (kube-scheduler's MostAllocated scoring; ties: the first
@@ -198,7 +198,8 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
     ``gpus``: per GPU (its node, its instances as (profile, compute slices, in use, created by the plan));
     ``pods``: (profile, count, tag) in pod order; ``headroom``: idle instances wanted per profile after.
     Returns (per profile: the instances of waiting pods left unbound plus the headroom missing; the GPUs
-    holding a pod; per GPU the (profile, tag) of each pod bound to an instance the plan creates).
+    holding a pod; per GPU the (profile, tag) of each pod bound to an instance the plan creates; per
+    profile the instances of waiting pods left unbound alone).
     Heaps keep it O(pods x log GPUs) for pods of one instance."""
     used, holding, idle, fresh = [], [], [], []  # type: List[int], List[bool], List[Counter], List[Counter]
     size = {}  # type: Dict[str, int]
@@ -267,8 +268,9 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
             while left and idle[gi][p] > 0:
                 take(gi, p, tag)
                 left -= 1
+    unbound = Counter(short)
     for p, k in headroom.items():
         spare = sum(counts[p] for counts in idle)
         if k > spare:
             short[p] += k - spare
-    return short, sum(holding), bound_new
+    return short, sum(holding), bound_new, unbound

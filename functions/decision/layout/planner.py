@@ -634,10 +634,15 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
 
     if not multi[0] and not unserved and any(pending[n] for n in pending if n != WHOLE_GPU):
         served = _exact(gpus, before, demand, pending, bounds, served)
-    unchecked = _prune(gpus, demand, bounds, served)
+    unchecked, waiting = _prune(gpus, demand, bounds, served)
     if unchecked:
         notes.append("%d change%s kept unchecked: the check that every change serves a pod ran out of its budget"
                      % (unchecked, "" if unchecked == 1 else "s"))
+    for name, n in sorted(waiting.items()):  # what still waits once the pods bind, where the search saw less
+        if n > unserved[name]:
+            notes.append("%d pending %s instance%s left waiting once the pods bind (a pod asking several needs "
+                         "them on one node)" % (n - unserved[name], name, "" if n - unserved[name] == 1 else "s"))
+            unserved[name] = n
 
     targets, reasons = [], []
     readable = {g.sort_key: g for g in gpus}
@@ -762,8 +767,9 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
     than it is short once the pods bind. The others are checked by binding the pool again, those no pod
     binds to first, at most PRUNE_BINDINGS times and PRUNE_WORK in all (a pool of 1,000 GPUs and 2,000
     waiting pods that ask several instances each: a few bindings); a change the budget does not reach is
-    kept. Returns how many changes were left unchecked (0 on every pool the tests and benchmarks plan). A
-    target still being applied (carried) is left to finish."""
+    kept. Returns how many changes were left unchecked (0 on every pool the tests and benchmarks plan) and,
+    per profile, the waiting pods' instances left unbound once the pods bind on the plan's pool (the plan
+    reports at least those unserved). A target still being applied (carried) is left to finish."""
     pods = [(d.profile, int(d.count), d) for d in sorted(demand, key=lambda d: d.key)
             if d.pending and d.profile != WHOLE_GPU and d.count > 0]
     headroom = {n: k for n, k in bounds.headroom if k > 0}
@@ -772,8 +778,8 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
         return {(i.profile.name, i.start) for i in state}
 
     changed = [g for g in gpus if not g.carried and layout(g.state) != layout(g.actual)]
-    if not changed:
-        return 0
+    if not pods and not changed:
+        return 0, Counter()
 
     def view(g: _Gpu, state: Sequence[_Inst]):
         return g.supply.node, [(i.profile.name, i.profile.compute_slices, i.in_use, i.origin == _NEW) for i in state]
@@ -794,8 +800,8 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
     nodes = len({g.supply.node for g in gpus})
     work = len(gpus) + sum(nodes if count > 1 else 1 for _, count, _ in pods)
     budget = min(PRUNE_BINDINGS, PRUNE_WORK // max(1, work))
-    short, holding, bound_new = after_binding(views, pods, headroom)
-    unchecked, dropping = set(), True  # type: set, bool
+    short, holding, bound_new, unbound = after_binding(views, pods, headroom)
+    unchecked, dropping = set(), bool(changed)  # type: set, bool
     while dropping:
         dropping = False
         unchecked.clear()
@@ -812,19 +818,19 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
             budget -= 1
             trial = list(views)
             trial[where[g.sort_key]] = view(g, g.actual)
-            less, fewer, bound = after_binding(trial, pods, headroom)
+            less, fewer, bound, left = after_binding(trial, pods, headroom)
             if fewer <= holding and all(less[n] <= short[n] for n in set(less) | set(short)):
                 g.state = list(g.actual)
                 served.pop(g.sort_key, None)
                 views, idle = trial, idle - now + then
-                short, holding, bound_new, dropping = less, fewer, bound, True
+                short, holding, bound_new, unbound, dropping = less, fewer, bound, left, True
     for k, g in enumerate(gpus):  # a change kept for pods the search or the solve credited elsewhere
         if g in changed and layout(g.state) != layout(g.actual) and not _credited(served.get(g.sort_key)):
             mine = Counter()  # type: Counter
             for name, pod in bound_new[k]:
                 mine[(name, pod)] += 1
             served[g.sort_key] = [(name, [pod] * n, 0) for (name, pod), n in mine.items()] or [("", [], 0)]
-    return len(unchecked)
+    return len(unchecked), unbound
 
 
 def _credited(entries) -> bool:
