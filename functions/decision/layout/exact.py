@@ -201,28 +201,32 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
     holding a pod; per GPU the (profile, tag) of each pod bound to an instance the plan creates; per
     profile the instances of waiting pods left unbound alone).
     Heaps keep it O(pods x log GPUs) for pods of one instance."""
-    used, holding, idle, fresh = [], [], [], []  # type: List[int], List[bool], List[Counter], List[Counter]
+    # plain dicts (a missing profile reads as 0 through .get): this runs for every GPU on every binding
+    used, holding = [], []  # type: List[int], List[bool]
+    idle, fresh = [], []  # type: List[Dict[str, int]], List[Dict[str, int]]
     size = {}  # type: Dict[str, int]
     nodes = {}  # type: Dict[str, List[int]]
-    node_used, node_idle = {}, {}  # type: Dict[str, int], Dict[str, Counter]
+    node_used, node_idle = {}, {}  # type: Dict[str, int], Dict[str, Dict[str, int]]
     heaps = {}  # type: Dict[str, List[Tuple[int, int]]]
     for gi, (node, inst) in enumerate(gpus):
-        busy_compute, holds, free, made = 0, False, Counter(), Counter()
+        busy_compute, holds, free, made = 0, False, {}, {}  # type: int, bool, Dict[str, int], Dict[str, int]
         for p, c, busy, new in inst:
             size[p] = c
             if busy:
                 busy_compute, holds = busy_compute + c, True
             else:
-                free[p] += 1
+                free[p] = free.get(p, 0) + 1
                 if new:
-                    made[p] += 1
+                    made[p] = made.get(p, 0) + 1
         used.append(busy_compute)
         holding.append(holds)
         idle.append(free)
         fresh.append(made)
         nodes.setdefault(node, []).append(gi)
         node_used[node] = node_used.get(node, 0) + busy_compute
-        node_idle.setdefault(node, Counter()).update(free)
+        mine = node_idle.setdefault(node, {})
+        for p, n in free.items():
+            mine[p] = mine.get(p, 0) + n
         for p in free:
             heaps.setdefault(p, []).append((-busy_compute, gi))
     for heap in heaps.values():
@@ -231,7 +235,7 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
     short = Counter()  # type: Counter
 
     def take(gi: int, p: str, tag: Any) -> None:
-        if idle[gi][p] <= fresh[gi][p]:  # only created ones are left on this GPU
+        if idle[gi][p] <= fresh[gi].get(p, 0):  # only created ones are left on this GPU
             fresh[gi][p] -= 1
             bound_new[gi].append((p, tag))
         idle[gi][p] -= 1
@@ -249,7 +253,7 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
             continue
         if count == 1:
             heap = heaps.get(p) or []
-            while heap and (idle[heap[0][1]][p] <= 0 or -heap[0][0] != used[heap[0][1]]):
+            while heap and (idle[heap[0][1]].get(p, 0) <= 0 or -heap[0][0] != used[heap[0][1]]):
                 heapq.heappop(heap)
             if heap:
                 take(heap[0][1], p, tag)
@@ -258,19 +262,19 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
             continue
         best = None
         for node, members in nodes.items():
-            if node_idle[node][p] >= count and (best is None or node_used[node] > node_used[best]):
+            if node_idle[node].get(p, 0) >= count and (best is None or node_used[node] > node_used[best]):
                 best = node
         if best is None:
             short[p] += count
             continue
         left = count
         for gi in sorted(nodes[best], key=lambda g: (-used[g], g)):
-            while left and idle[gi][p] > 0:
+            while left and idle[gi].get(p, 0) > 0:
                 take(gi, p, tag)
                 left -= 1
     unbound = Counter(short)
     for p, k in headroom.items():
-        spare = sum(counts[p] for counts in idle)
+        spare = sum(counts.get(p, 0) for counts in idle)
         if k > spare:
             short[p] += k - spare
     return short, sum(holding), bound_new, unbound

@@ -824,8 +824,10 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
                 served.pop(g.sort_key, None)
                 views, idle = trial, idle - now + then
                 short, holding, bound_new, unbound, dropping = less, fewer, bound, left, True
+    was_changed = {g.sort_key for g in changed}
     for k, g in enumerate(gpus):  # a change kept for pods the search or the solve credited elsewhere
-        if g in changed and layout(g.state) != layout(g.actual) and not _credited(served.get(g.sort_key)):
+        if g.sort_key in was_changed and layout(g.state) != layout(g.actual) \
+                and not _credited(served.get(g.sort_key)):
             mine = Counter()  # type: Counter
             for name, pod in bound_new[k]:
                 mine[(name, pod)] += 1
