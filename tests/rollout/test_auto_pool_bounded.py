@@ -173,3 +173,32 @@ def test_each_bound_of_what_the_matcher_reads_holds_at_its_limit_and_refuses_bey
         reduced = waiting_pod(pod(beyond))
         assert named in reduced["beyond"] and why_not(pod(beyond), labels, []).startswith("larger than the hook reads")
         assert len(json.dumps(reduced)) < 1000
+
+
+def test_the_filed_needless_repartition_is_not_planned(kube_api, tmp_path, capsys):  # noqa: F811
+    """Issue 35's snapshot shape: idle instances serve the waiting pods; the plan once destroyed an idle
+    3g.20gb on a GPU nothing uses ("3g.20gb idle + 2g.10gb idle + 1g.5gb+me idle -> 2g.10gb + 1g.5gb+me
+    for nothing", the exact solve's answer: it keeps the pods off that GPU, which the scheduler does anyway)."""
+    def node(name, layouts):
+        kube_api.add_node(name, labels={"alibabacloud.com/nodepool-id": POOL_ID,
+                                        "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                        "aliyun.accelerator/nvidia_count": str(len(layouts)),
+                                        "nvidia.com/mig.config.state": "success"},
+                          annotations={"ack-mig-hook/gpu-layouts": json.dumps(
+                              {str(i): layout for i, layout in enumerate(layouts)})},
+                          taints=[{"key": "nvidia.com/gpu", "value": "mig", "effect": "NoSchedule"}])
+
+    node("n0", [[["4g.20gb", 0]]])
+    node("n1", [[["2g.10gb", 0], ["1g.5gb+me", 2]], [["3g.20gb", 0]],
+                [["1g.5gb+me", 0], ["2g.10gb", 2], ["3g.20gb", 4]]])
+    waiting(kube_api, "big", "4g.20gb", owner="big")
+    for i in range(2):
+        waiting(kube_api, "mid-%d" % i, "3g.20gb", owner="mid")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")
+    assert code == 0, err
+    advice = json.loads(out)
+    assert advice["demand"]["pending"] == {"3g.20gb": 2, "4g.20gb": 1} and advice["plan"]["unserved"] == {}
+    assert not any("for nothing" in r for r in advice["plan"]["reasons"])
+    # no GPU loses an instance unless it gets one: nothing is destroyed for nothing
+    assert all(not g["destroy"] or g["create"] for g in advice["gpus"]), advice["gpus"]
