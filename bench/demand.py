@@ -12,9 +12,10 @@ ask for, e.g. 7g beside anything), the best static pool chosen with hindsight (G
 change: the integer program over each profile's peak; the savings are against it, the stronger baseline)
 and ACK's four sequences (the GPUs for the pods whose profile a sequence has, and the share of pods it
 cannot serve at all), pods evicted (in-use instances destroyed: must be 0),
-instances destroyed (churn), plans that changed a GPU with demand unchanged (flaps: must be 0), planner
-time. The pool has more GPUs than needed (twice the size, plus 8) so the planner's own choice shows; pods
-pending after a plan are a failure (``unserved_pod_steps``).
+instances destroyed (churn), plans that changed a GPU with demand unchanged (flaps: must be 0), changes
+that serve nothing (up to 32 GPUs: without that one GPU's change every pod still binds, on as few GPUs;
+must be 0), planner time. The pool has more GPUs than needed (twice the size, plus 8) so the planner's
+own choice shows; pods pending after a plan are a failure (``unserved_pod_steps``).
 
 The scheduler model: a pending pod binds to an idle instance of its profile, on the GPU with the most
 compute in use first, counting the pods bound before it (a bin-packing scheduler, kube-scheduler's
@@ -125,6 +126,8 @@ def replay(family: str, model_key: str, size: int, seed: int = 1, steps: int = d
         times.append(time.perf_counter() - t0)
         if cold:
             cold_ms = 1000 * times[-1]
+        if size <= EXACT_UP_TO:
+            totals["needless"] += _needless(pool, result, [d.profile for d in demand])
         totals.update(pool.apply(result))
         # unchanged demand and the plan applied: a second plan must change nothing
         again = plan(pool.supply(), demand, bounds, result)
@@ -176,8 +179,53 @@ def replay(family: str, model_key: str, size: int, seed: int = 1, steps: int = d
         "ack_sequences_gpus": ack, "ack_sequences_unservable_pct": ack_lost,
         "evicted": totals["evicted"], "destroyed": totals["destroyed"], "created": totals["created"],
         "flaps": totals["flaps"], "unserved_pod_steps": totals["unserved_pod_steps"],
+        # changes that serve nothing (pools up to 32 GPUs; dropping that GPU's change alone binds every pod
+        # on as few GPUs): must be 0
+        "needless": totals["needless"] if size <= EXACT_UP_TO else None,
         "plan_ms_max": round(1000 * max(times), 1), "plan_ms_cold": round(cold_ms, 1), "plan_ms_mean": round(1000 * sum(times) / len(times), 1),
     }
+
+
+def _outcome(pool: Pool, inst: dict, pods: List[str]):
+    """Pods (profiles, in pod order) bound as _bind binds them, on the instances ``inst`` (gpu -> {(profile,
+    start): holder}): (instances left unbound per profile, GPUs holding a pod)."""
+    used = {g: sum(int(p.split("g.")[0]) for (p, _), h in inst[g].items() if h is not None) for g in pool.gpus}
+    free = {g: Counter(p for (p, _), h in inst[g].items() if h is None) for g in pool.gpus}
+    holding = {g for g in pool.gpus if used[g] or any(h is not None for h in inst[g].values())}
+    short = Counter()
+    for p in pods:
+        best = None
+        for g in pool.gpus:  # the first of the busiest wins ties
+            if free[g][p] > 0 and (best is None or used[g] > used[best]):
+                best = g
+        if best is None:
+            short[p] += 1
+            continue
+        free[best][p] -= 1
+        used[best] += int(p.split("g.")[0])
+        holding.add(best)
+    return short, len(holding)
+
+
+def _needless(pool: Pool, result, pods: List[str]) -> int:
+    """Changes of the plan that serve nothing: without that one GPU's change (the rest carried out), no pod
+    is left unbound that was bound and no more GPUs hold pods once the pods bind (issue 35: must be 0)."""
+    after = {g: dict(held) for g, held in pool.inst.items()}
+    for t in result.changes:
+        held = after[(t.node, t.index)]
+        for key in t.destroy:
+            held.pop(key, None)
+        for key in t.create:
+            held[key] = None
+    short, holding = _outcome(pool, after, pods)
+    needless = 0
+    for t in result.changes:
+        trial = dict(after)
+        trial[(t.node, t.index)] = pool.inst[(t.node, t.index)]
+        less, fewer = _outcome(pool, trial, pods)
+        if fewer <= holding and all(less[p] <= short[p] for p in less):
+            needless += 1
+    return needless
 
 
 def _bind(pool: Pool, pending: dict, names: dict, bound_to: dict) -> None:
@@ -278,6 +326,7 @@ def measure(quick: bool = False) -> dict:
         "demand_mixed_saving_min_pct": min((r["saving_vs_static_pct"] for r in mixed), default=None),
         "demand_evicted": sum(r["evicted"] for r in runs),
         "demand_flaps": sum(r["flaps"] for r in runs),
+        "demand_needless_changes": sum(r["needless"] or 0 for r in small),
         "demand_plan_1000_ms_max": max((r["plan_ms_max"] for r in large), default=None),
         "demand_plan_1000_ms_cold": max((r["plan_ms_cold"] for r in large), default=None),
         **_peer_summary(peer_runs(quick=True)),  # the full peer runs: ``--peers`` (minutes)

@@ -18,6 +18,8 @@ Benchmarks print numbers; they never fail on a number (``met`` says which target
   demand         bench/demand.py         the auto pool planner over a day of pod traces vs the optimum (HiGHS)
   event latency  bench/event_latency.py  a pod's FailedScheduling event to its node's apply and its instance,
                                          events against the auto pool timer (test API server, local node)
+  hostile demand bench/demand_hostile.py an auto pool tick under hostile but valid Pending pods (test API
+                                         server in its own process): time and the function's peak RSS
 """
 
 import argparse
@@ -32,6 +34,7 @@ import _path  # noqa: F401
 
 import cold_start
 import demand
+import demand_hostile
 import endless_output
 import event_latency
 import fanout
@@ -64,6 +67,7 @@ TARGETS = [
     ("fuzz_labels_reached_delivery_unvalidated", "<=", 0),
     ("demand_evicted", "<=", 0),
     ("demand_flaps", "<=", 0),
+    ("demand_needless_changes", "<=", 0),  # no change serves nothing (issue 35)
     ("demand_small_steps_off_optimum", "<=", 0),  # every step of the pools up to 32 GPUs at its exact optimum
     ("demand_small_gap_max_pct", "<=", 0),  # against the repack bound (moves running pods): not reachable
     ("demand_1000_gap_max_pct", "<=", 3),
@@ -76,6 +80,8 @@ TARGETS = [
     ("event_instance_p95_s", "<=", 15),
     ("event_unserved", "<=", 0),
     ("alternating_repartitions_per_hour_dwell", "<=", 6),  # one per ACK_MIG_AUTO_DWELL_S (600 s) at most
+    ("demand_hostile_tick_s_max", "<=", 5),  # 2,000 multi-instance pods; 1 MB affinities (issue 35)
+    ("demand_hostile_rss_mb_max", "<=", 256),
 ]
 
 
@@ -110,7 +116,8 @@ def run(quick=False, fuzz_examples=0, progress=lambda text: None):
              ("fan-out 10k", fanout_10k.measure),
              ("rollout 10k", rollout_10k.measure),
              ("demand", lambda: demand.measure(quick=quick)),
-             ("event latency", lambda: event_latency.measure(quick=quick))]
+             ("event latency", lambda: event_latency.measure(quick=quick)),
+             ("hostile demand", demand_hostile.measure)]
     if fuzz_examples:
         steps.append(("fuzz", lambda: fuzz.measure(fuzz_examples)))
     for name, step in steps:  # one after another: the fan-out numbers need the cores to themselves

@@ -16,7 +16,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Computation only: no files, sockets, processes, clocks or environment behind any of these.
-COMPUTE_STDLIB = {"collections", "dataclasses", "enum", "functools", "itertools", "json", "math", "re", "typing"}
+COMPUTE_STDLIB = {"collections", "dataclasses", "enum", "functools", "heapq", "itertools", "json", "math", "re", "typing"}
 # The pure core: catalogue, label parsing, solver, the rollout's wave planning, the mig-parted converter,
 # the per-instance decision, the instance-family table, the autoscaler tag diff, and the typed vocabulary
 # they share.

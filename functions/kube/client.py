@@ -12,8 +12,10 @@ removal, ``status`` and ``doctor`` goes through :class:`KubeApi`.
   that are not transient are never retried: an eviction refused by a PodDisruptionBudget (429 whose
   Status names the cause ``DisruptionBudget``: ``registry/core/pod/storage/eviction.go``), an eviction's
   500 (the documented answer for a pod under several budgets), 4xx.
-* **Lists page** with ``limit`` and ``continue``; each page is reduced (``reduce``) as it arrives, so
-  10,000 Nodes never sit in memory whole; an expired continue token (410 ``Expired``, etcd compacted the
+* **Lists page** with ``limit`` and ``continue``; each page is read item by item, each item reduced
+  (``reduce``; None drops it) as soon as it is decoded, so a page's objects never sit in memory whole: what a
+  page costs is its text and one item. A list of large objects asks for small pages (``page``); an expired
+  continue token (410 ``Expired``, etcd compacted the
   list's revision) starts the list over. Pod lists of a node ask ``resourceVersion=0`` (served from the
   API server's watch cache: one node's pods, not a read through etcd of every pod in the cluster).
 
@@ -27,6 +29,7 @@ import http.client
 import json
 import os
 import random
+import re
 import shutil
 import socket
 import ssl
@@ -39,7 +42,9 @@ from urllib.parse import quote, urlencode, urlsplit
 from functions.base.deadline import Guard
 from node_bootstrap.kube import KubeConfig, KubeError, load_kubeconfig
 from node_bootstrap.kube.client import MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH
-from node_bootstrap.outside import OutsideDataError, loads
+from node_bootstrap.outside import OutsideDataError, depth, loads
+# The reader rule's number and constant checks (node_bootstrap/outside.py), for a page read item by item.
+from node_bootstrap.outside import _float as _rule_float, _int as _rule_int, _refuse_constant
 
 PAGE = 500  # items per list page: a 17 KB Node makes a page ~9 MB on the wire
 MAX_PAGES = 1000
@@ -305,8 +310,11 @@ class KubeApi:
         return ApiError("cannot reach %s: %s" % (config.server, exc.__class__.__name__ if not str(exc) else exc))
 
     def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                query: Optional[Dict[str, str]] = None, retry_500: bool = True) -> Any:
-        """One API call, retried as the module docstring says; the decoded JSON answer or ApiError."""
+                query: Optional[Dict[str, str]] = None, retry_500: bool = True,
+                read: Optional[Callable[[bytes], Any]] = None) -> Any:
+        """One API call, retried as the module docstring says; the decoded JSON answer or ApiError.
+        ``read``: how a successful answer's bytes are decoded (default: the reader rule's ``loads``); it
+        raises OutsideDataError for what it refuses."""
         if self.silent is not None:  # this command gave up on the server: no call waits for it again
             raise ApiError(str(self.silent), final=True)
         payload = json.dumps(body).encode("utf-8") if body is not None else None
@@ -321,8 +329,11 @@ class KubeApi:
                 error = exc
             else:
                 try:
-                    decoded = loads(data, "the API server's answer", MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH) \
-                        if data else None
+                    if read is not None and status < 400:
+                        decoded = read(data)
+                    else:
+                        decoded = loads(data, "the API server's answer", MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH) \
+                            if data else None
                 except OutsideDataError as exc:
                     if status < 400:  # the reader rule (node_bootstrap/outside.py): this call fails, alone
                         raise ApiError("%s %s: %s" % (method, path, exc), status, final=True) from None
@@ -364,21 +375,21 @@ class KubeApi:
     # ---- lists ----
 
     def list_all(self, path: str, query: Optional[Dict[str, str]] = None,
-                 reduce: Callable[[dict], Any] = lambda item: item) -> List[Any]:
-        """Every item of a list, page by page, each reduced as its page arrives."""
+                 reduce: Callable[[dict], Any] = lambda item: item, page: Optional[int] = None) -> List[Any]:
+        """Every item of a list, page by page (``page`` items at most, default this client's), each item
+        reduced as it is decoded; items reduced to None are left out."""
+        size = str(page or self.page)
         for _ in range(LIST_RESTARTS + 1):
             out: List[Any] = []
-            params = dict(query or {}, limit=str(self.page))
+            params = dict(query or {}, limit=size)
             try:
                 for _page in range(MAX_PAGES):
-                    answer = self.request("GET", path, query=params) or {}
-                    items = answer.pop("items", None) or []
-                    out.extend(reduce(item) for item in items)
-                    del items  # the page's objects go now, before the next page arrives
+                    answer = self.request("GET", path, query=params,
+                                          read=lambda data: read_list_page(data, reduce, out)) or {}
                     token = (answer.get("metadata") or {}).get("continue")
                     if not token:
                         return out
-                    params = dict(query or {}, limit=str(self.page), **{"continue": token})
+                    params = dict(query or {}, limit=size, **{"continue": token})
                 raise ApiError("GET %s: more than %d pages; stopped" % (path, MAX_PAGES))
             except ApiError as exc:
                 if exc.status != 410:
@@ -445,6 +456,75 @@ class KubeApi:
         """A PUT carrying ``metadata.resourceVersion``: applied only to that version (409 Conflict otherwise)."""
         name = quote(str((lease.get("metadata") or {}).get("name") or ""), safe="")
         return self.request("PUT", "%s/%s" % (self._leases(namespace), name), lease)
+
+
+_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_rule_float, parse_int=_rule_int)
+_WHAT = "the API server's answer"
+
+
+def read_list_page(data: bytes, reduce: Callable[[dict], Any], into: List[Any]) -> Dict[str, Any]:
+    """One page of a list under the reader rule (size and nesting bounded before anything is parsed, the
+    same number rules), its ``items`` decoded one at a time and each reduced at once (None: left out) and
+    appended to ``into``; the page's other fields are returned (``metadata`` holds ``continue``). A page
+    that breaks the rule appends nothing and raises OutsideDataError."""
+    if len(data) > MAX_ANSWER_BYTES:
+        raise OutsideDataError("%s is larger than %d bytes" % (_WHAT, MAX_ANSWER_BYTES))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise OutsideDataError("%s is not UTF-8" % _WHAT) from None
+    if depth(text, MAX_ANSWER_DEPTH) > MAX_ANSWER_DEPTH:
+        raise OutsideDataError("%s is nested too deeply (more than %d levels)" % (_WHAT, MAX_ANSWER_DEPTH))
+    kept: List[Any] = []
+    fields: Dict[str, Any] = {}
+    try:
+        at = _SPACE.match(text, 0).end()
+        if text[at:at + 1] != "{":
+            raise ValueError("not an object")
+        at = _SPACE.match(text, at + 1).end()
+        while text[at:at + 1] != "}":
+            key, at = json.decoder.scanstring(text, at + 1) if text[at:at + 1] == '"' else _fail("a key")
+            at = _SPACE.match(text, at).end()
+            if text[at:at + 1] != ":":
+                raise ValueError("no ':'")
+            at = _SPACE.match(text, at + 1).end()
+            if key == "items" and text[at:at + 1] == "[":
+                at = _SPACE.match(text, at + 1).end()
+                while text[at:at + 1] != "]":
+                    item, at = _DECODER.raw_decode(text, at)
+                    reduced = reduce(item)
+                    del item  # the item goes before the next one is decoded
+                    if reduced is not None:
+                        kept.append(reduced)
+                    at = _SPACE.match(text, at).end()
+                    if text[at:at + 1] == ",":
+                        at = _SPACE.match(text, at + 1).end()
+                    elif text[at:at + 1] != "]":
+                        raise ValueError("no ',' or ']' after an item")
+                at += 1
+            else:
+                fields[key], at = _DECODER.raw_decode(text, at)
+            at = _SPACE.match(text, at).end()
+            if text[at:at + 1] == ",":
+                at = _SPACE.match(text, at + 1).end()
+            elif text[at:at + 1] != "}":
+                raise ValueError("no ',' or '}' after a field")
+        if text[_SPACE.match(text, at + 1).end():]:
+            raise ValueError("text after the object")
+    except OutsideDataError as exc:
+        raise OutsideDataError("%s: %s" % (_WHAT, exc)) from None
+    except RecursionError:  # the count above makes this unreachable
+        raise OutsideDataError("%s is nested too deeply" % _WHAT) from None
+    except (ValueError, IndexError) as exc:
+        raise OutsideDataError("%s is not a JSON list (%s)" % (_WHAT, str(getattr(exc, "msg", exc))[:80]),
+                               syntax=True) from None
+    into.extend(kept)
+    return fields
+
+
+def _fail(what: str) -> Any:
+    raise ValueError("%s expected" % what)
 
 
 def selectors_in(key: str, values: Iterable[str]) -> str:

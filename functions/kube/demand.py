@@ -1,18 +1,25 @@
 """The pods an auto pool serves, read from the Kubernetes API: cheap first, the rest only when it matters.
 
 * :func:`pending_pods`: ONE paged list of the cluster's Pending pods (``fieldSelector=status.phase=Pending``,
-  a field the pod registry indexes: ``pkg/registry/core/pod/strategy.go`` ToSelectableFields), each page
-  reduced to the fields the matcher reads as it arrives. This is all a timer tick costs when nothing waits.
+  a field the pod registry indexes: ``pkg/registry/core/pod/strategy.go`` ToSelectableFields). Each pod is
+  reduced as it is decoded (``matching.waiting_pod``): only pods that wait and ask for MIG instances or
+  GPUs are kept, and of those only bounded parts. Pages hold :data:`PENDING_PAGE` pods: a Pod is at most
+  about 1.5 MiB in etcd (``--max-request-bytes``), up to about 3 MiB as JSON, so a page is at most ~48 MiB,
+  under the client's 64 MiB answer limit, whatever the pods carry. This is all a timer tick costs when
+  nothing waits.
 * :func:`pods_on`: the pods bound to the pool's nodes (``fieldSelector=spec.nodeName=<node>``, one call per
   node, from the watch cache), for what is in use; asked only when a plan is to be made.
 """
 
 from typing import Any, Dict, List, Sequence
 
+from functions.decision.layout.matching import waiting_pod
+
 from .client import KubeApi
 
 PENDING = {"fieldSelector": "status.phase=Pending"}
 MIRROR = "kubernetes.io/config.mirror"  # node_bootstrap/kube/allocations.py MIRROR_ANNOTATION
+PENDING_PAGE = 16
 
 
 def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
@@ -36,7 +43,8 @@ def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def pending_pods(api: KubeApi) -> List[Dict[str, Any]]:
-    return api.list_all("/api/v1/pods", dict(PENDING), reduce=slim)
+    """The pods that wait for MIG instances or GPUs, reduced (``waiting_pod``), in pages of PENDING_PAGE."""
+    return api.list_all("/api/v1/pods", dict(PENDING), reduce=waiting_pod, page=PENDING_PAGE)
 
 
 def pods_on(api: KubeApi, node_names: Sequence[str]) -> Dict[str, List[Dict[str, Any]]]:

@@ -85,6 +85,10 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
                for d in demand_of(pod, pending=False, node=name)]
     supply, notes = pool_supply(nodes, pods_by_node)
     result = plan_steady(plan, supply, waiting + running, bounds, dwell, previous)  # dwell.py; None: plan's own
+    if result.not_counted:  # no node of the pool can hold them (the planner's word): reported, not demand
+        left_out = {key for key, _ in result.not_counted}
+        waiting = [d for d in waiting if d.key not in left_out]
+        not_counted = list(not_counted) + list(result.not_counted)
     gpus = []
     by_gpu = {(t.node, t.index): t for t in result.targets}
     for g in supply:

@@ -90,8 +90,10 @@ def test_the_allowed_profiles_bound_what_is_created():
     supply = [GpuSupply("a", 0, A80, ())]
     result = plan(supply, pods(1, "4g.40gb") + pods(1, "1g.10gb", prefix="s/s"), Bounds(profiles={"1g.10gb"}))
     assert [n for n, _ in target(result, "a", 0).create] == ["1g.10gb"]
-    assert result.unserved == (("4g.40gb", 1),)
-    assert any("4g.40gb" in r and "ack-mig-hook/layout-profiles" in r for r in result.reasons)
+    # a profile the pool does not allow: not counted (no new node is asked for it), with the label to change
+    assert result.unserved == () and result.new_node == ()
+    assert [key for key, _ in result.not_counted] == ["llm/serve-0"]
+    assert "4g.40gb" in result.not_counted[0][1] and "ack-mig-hook/layout-profiles" in result.not_counted[0][1]
 
 
 def test_demand_beyond_the_pool_names_a_new_nodes_layout():
@@ -121,7 +123,8 @@ def test_models_that_name_a_profile_differently_serve_only_their_own_names():
     result = plan(supply, pods(1, "2g.20gb") + pods(1, "1g.10gb", prefix="s/s"), Bounds())
     t = target(result, "a", 0)
     assert [n for n, _ in t.create] == ["1g.10gb"] and t.create[0][1] % 2 == 0
-    assert dict(result.unserved) == {"2g.20gb": 1}
+    assert dict(result.unserved) == {}  # no GPU of the pool has it: not counted
+    assert result.not_counted == (("llm/serve-0", "asks 2g.20gb, which no GPU of the pool has (A100-SXM4-40GB)"),)
 
 
 def test_a_target_still_being_applied_is_carried_not_planned_again():

@@ -26,6 +26,13 @@ TEMPLATE_ACTIONS: Dict[str, List[str]] = {
     "ALIYUN::FC3::Trigger": ["fc:CreateTrigger", "fc:GetTrigger", "fc:UpdateTrigger", "fc:DeleteTrigger",
                              "eventbridge:*"],
     "ALIYUN::SLS::Index": ["log:CreateIndex", "log:UpdateIndex", "log:DeleteIndex", "log:GetIndex"],
+    # SLS API 2020-12-30 reference, RAM authorization of each operation: log:<Operation> (GetSavedSearch and
+    # UpdateSavedSearch name theirs so; the alert operations' pages list the same pattern). ROS creates an
+    # alert disabled or enabled as the template says, hence Enable/DisableAlert.
+    "ALIYUN::SLS::Savedsearch": ["log:CreateSavedSearch", "log:GetSavedSearch", "log:UpdateSavedSearch",
+                                 "log:DeleteSavedSearch"],
+    "ALIYUN::SLS::Alert": ["log:CreateAlert", "log:GetAlert", "log:UpdateAlert", "log:DeleteAlert",
+                           "log:EnableAlert", "log:DisableAlert"],
     "ALIYUN::CS::ClusterApplication": ["cs:DescribeClusterUserKubeconfig"],
     "ALIYUN::CS::GrantPermissions": ["cs:GrantPermissions", "cs:DescribeUserPermission"],
 }

@@ -23,8 +23,9 @@ then stands). The program, per usable GPU ``g``:
   as many as pods wait are offered, their ``y`` ordered.
 """
 
+import heapq
 from collections import Counter
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from node_bootstrap.mig.catalogue import GpuModel, Profile
 from node_bootstrap.mig.solver import check_budget
@@ -177,22 +178,103 @@ def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int
 
 def gpus_after_binding(states: Sequence[Sequence[Tuple[str, int, bool]]], pending: Sequence[str]) -> int:
     """GPUs holding a pod once the waiting pods (their profiles, in pod order) bind as a bin-packing
-    scheduler binds them: each to an idle instance of its profile on the GPU with the most compute in use
-    (ties: the first GPU). ``states``: per GPU, its instances as (profile, compute slices, in use). Both
-    answers are scored by it, so the planner keeps the one that leaves fewer GPUs in use."""
-    used = [sum(c for _, c, busy in s if busy) for s in states]
-    free = [Counter((p, c) for p, c, busy in s if not busy) for s in states]
-    holding = [any(busy for _, _, busy in s) for s in states]
-    for name in pending:
-        best = None
-        for gi, idle in enumerate(free):
-            match = next((key for key, n in idle.items() if key[0] == name and n > 0), None)
-            if match is not None and (best is None or used[gi] > used[best[0]]):
-                best = (gi, match)
-        if best is None:
-            continue
-        gi, key = best
-        free[gi][key] -= 1
-        used[gi] += key[1]
+    scheduler binds them (:func:`after_binding`). ``states``: per GPU, its instances as (profile, compute
+    slices, in use). Both answers are scored by it, so the planner keeps the one that leaves fewer GPUs in
+    use."""
+    return after_binding([(str(gi), [(p, c, busy, False) for p, c, busy in s]) for gi, s in enumerate(states)],
+                         [(name, 1, None) for name in pending], {})[1]
+
+
+def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]]]],
+                  pods: Sequence[Tuple[str, int, Any]], headroom: Mapping[str, int]
+                  ) -> Tuple[Counter, int, List[List[Tuple[str, Any]]], Counter]:
+    """The pool once the waiting pods bind, as the project models the scheduler (bench/demand.py too): in
+    pod order, a pod asking one instance takes an idle one of its profile on the GPU with the most compute
+    in use, counting the pods bound before it (kube-scheduler's MostAllocated scoring; ties: the first
+    GPU); a pod asking several takes them on one node (the node with the most compute in use that has
+    enough; ties: the first), from its GPUs with the most compute in use first. Within a GPU, instances
+    that exist are taken before ones the plan creates.
+
+    ``gpus``: per GPU (its node, its instances as (profile, compute slices, in use, created by the plan));
+    ``pods``: (profile, count, tag) in pod order; ``headroom``: idle instances wanted per profile after.
+    Returns (per profile: the instances of waiting pods left unbound plus the headroom missing; the GPUs
+    holding a pod; per GPU the (profile, tag) of each pod bound to an instance the plan creates; per
+    profile the instances of waiting pods left unbound alone).
+    Heaps keep it O(pods x log GPUs) for pods of one instance."""
+    # plain dicts (a missing profile reads as 0 through .get): this runs for every GPU on every binding
+    used, holding = [], []  # type: List[int], List[bool]
+    idle, fresh = [], []  # type: List[Dict[str, int]], List[Dict[str, int]]
+    size = {}  # type: Dict[str, int]
+    nodes = {}  # type: Dict[str, List[int]]
+    node_used, node_idle = {}, {}  # type: Dict[str, int], Dict[str, Dict[str, int]]
+    heaps = {}  # type: Dict[str, List[Tuple[int, int]]]
+    for gi, (node, inst) in enumerate(gpus):
+        busy_compute, holds, free, made = 0, False, {}, {}  # type: int, bool, Dict[str, int], Dict[str, int]
+        for p, c, busy, new in inst:
+            size[p] = c
+            if busy:
+                busy_compute, holds = busy_compute + c, True
+            else:
+                free[p] = free.get(p, 0) + 1
+                if new:
+                    made[p] = made.get(p, 0) + 1
+        used.append(busy_compute)
+        holding.append(holds)
+        idle.append(free)
+        fresh.append(made)
+        nodes.setdefault(node, []).append(gi)
+        node_used[node] = node_used.get(node, 0) + busy_compute
+        mine = node_idle.setdefault(node, {})
+        for p, n in free.items():
+            mine[p] = mine.get(p, 0) + n
+        for p in free:
+            heaps.setdefault(p, []).append((-busy_compute, gi))
+    for heap in heaps.values():
+        heapq.heapify(heap)
+    bound_new = [[] for _ in gpus]  # type: List[List[Tuple[str, Any]]]
+    short = Counter()  # type: Counter
+
+    def take(gi: int, p: str, tag: Any) -> None:
+        if idle[gi][p] <= fresh[gi].get(p, 0):  # only created ones are left on this GPU
+            fresh[gi][p] -= 1
+            bound_new[gi].append((p, tag))
+        idle[gi][p] -= 1
+        node = gpus[gi][0]
+        node_idle[node][p] -= 1
+        used[gi] += size[p]
+        node_used[node] += size[p]
         holding[gi] = True
-    return sum(holding)
+        for q, n in idle[gi].items():  # its place in every heap moves up: pushed again (stale ones skipped)
+            if n > 0:
+                heapq.heappush(heaps[q], (-used[gi], gi))
+
+    for p, count, tag in pods:
+        if count <= 0:
+            continue
+        if count == 1:
+            heap = heaps.get(p) or []
+            while heap and (idle[heap[0][1]].get(p, 0) <= 0 or -heap[0][0] != used[heap[0][1]]):
+                heapq.heappop(heap)
+            if heap:
+                take(heap[0][1], p, tag)
+            else:
+                short[p] += 1
+            continue
+        best = None
+        for node, members in nodes.items():
+            if node_idle[node].get(p, 0) >= count and (best is None or node_used[node] > node_used[best]):
+                best = node
+        if best is None:
+            short[p] += count
+            continue
+        left = count
+        for gi in sorted(nodes[best], key=lambda g: (-used[g], g)):
+            while left and idle[gi].get(p, 0) > 0:
+                take(gi, p, tag)
+                left -= 1
+    unbound = Counter(short)
+    for p, k in headroom.items():
+        spare = sum(counts.get(p, 0) for counts in idle)
+        if k > spare:
+            short[p] += k - spare
+    return short, sum(holding), bound_new, unbound

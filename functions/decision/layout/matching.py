@@ -20,11 +20,21 @@ The scheduler's own rules, in the common forms, each from its upstream source (k
 What a pod asks for: ``nvidia.com/mig-<profile>`` and ``nvidia.com/gpu`` from its containers' limits (an
 extended resource's request must equal its limit, and a limit alone sets the request: ``ValidatePodSpec``)
 or requests; init containers run one at a time, so the pod needs the larger of their largest and the sum of
-the others (``k8s.io/component-helpers/resource`` PodRequests).
+the others (``k8s.io/component-helpers/resource`` PodRequests). A count is a quantity (``"2"``, ``"1k"``): read
+as a whole number and capped at :data:`MAX_COUNT` before anything counts it, so no pod's number is ever
+expanded as it was written (no node holds more than 16 GPUs x 7 instances).
+
+Bounded work: Kubernetes bounds a pod only by its object size (about 1.5 MiB), so a valid pod can carry a
+megabyte of node affinity. The matcher reads at most :data:`MAX_RULES` selector pairs and affinity
+expressions in all, :data:`MAX_VALUES` values in all, :data:`MAX_TOLERATIONS` tolerations and strings of
+at most :data:`MAX_TEXT` characters; a pod beyond any of these is *not counted* ("larger than the hook
+reads"), never matched on a part of what it says. :func:`waiting_pod` keeps of a Pending pod only those
+parts, as each item of the list arrives (``functions/kube/demand.py``), and nothing of a pod that asks for
+no MIG instance or GPU or is not waiting.
 """
 
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from .vocabulary import WHOLE_GPU, PodDemand
 
@@ -48,64 +58,89 @@ def profile_of_resource(name: str) -> Optional[str]:
     return profile
 
 
-# The most instances (or GPUs) one pod may ask for of one resource: far beyond any node (8 GPUs x 7
-# instances), so a count above it is a mistake, refused for that pod with the reason (never ``[pod] * n``).
-MAX_COUNT = 10000
-_WHOLE = re.compile(r"[0-9]{1,5}\Z")
+MAX_COUNT = 16 * 7 + 1  # more than any node holds (16 GPUs, 7 instances each): every larger count reads as this
+MAX_RULES = 64  # nodeSelector pairs and required node affinity expressions, in all
+MAX_TERMS = 64  # required node affinity terms
+MAX_VALUES = 1024  # values of those expressions, in all (a list of a pool's host names fits)
+MAX_TOLERATIONS = 64
+MAX_TEXT = 1024  # characters of one key or value (a label key is at most 317, a label value 63)
+MAX_CONTAINERS = 256  # containers and init containers, in all, whose requests are read
+
+# A quantity's suffixes (k8s.io/apimachinery/pkg/api/resource/quantity.go): decimal SI and binary.
+_SUFFIX = {"": 1, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18,
+           "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
+_QUANTITY = re.compile(r"\+?([0-9]{1,40})(?:(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)|[eE]\+?([0-9]{1,2}))?\Z")
 
 
 def _count(value: Any) -> Optional[int]:
-    """An extended resource's quantity as a whole count (``"2"``, or the number 2), None when it is none:
-    the API server only admits whole numbers for them (``ValidatePodSpec``: "must be an integer")."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value if 0 <= value <= MAX_COUNT else None
-    text = value if isinstance(value, str) else ""
-    return int(text) if _WHOLE.match(text) and int(text) <= MAX_COUNT else None
+    """An extended resource's quantity as a whole number, capped at MAX_COUNT (a larger one is no more
+    servable, and ``[pod] * count`` never sees it): ``"2"``, ``2``, ``"1k"`` (1000), ``"1e3"``, a 30-digit
+    ``"1000..."``. The API server admits only whole quantities for extended resources (``ValidatePodSpec``:
+    "must be an integer"); None for anything else (a fraction, a negative number, a bool, not a quantity):
+    that pod's ask cannot be counted (:func:`ask_problem`)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    match = _QUANTITY.match(str(value)) if len(str(value)) <= 48 else None
+    if match is None:
+        return None
+    digits, suffix, exponent = match.groups()
+    scale = 10 ** int(exponent) if exponent is not None else _SUFFIX[suffix or ""]
+    return min(int(digits) * scale, MAX_COUNT)
 
 
-def _container_asks(container: Mapping[str, Any], bad: List[str]) -> Dict[str, int]:
-    resources = container.get("resources") or {}
-    asked = dict(resources.get("requests") or {})
-    asked.update(resources.get("limits") or {})  # a limit alone sets the request; both must be equal
+def _resource_asks(container: Any, bad: Optional[List[str]] = None) -> Dict[str, int]:
+    """One container's MIG and GPU resources (resource name -> count); the ones that are no whole quantity
+    go to ``bad`` as ``name=value``."""
+    resources = (container.get("resources") if isinstance(container, Mapping) else None) or {}
+    asked = {}  # type: Dict[str, Any]
+    for part in ("requests", "limits"):  # a limit alone sets the request; both must be equal
+        values = resources.get(part) if isinstance(resources, Mapping) else None
+        if isinstance(values, Mapping):
+            asked.update(values)
     out = {}  # type: Dict[str, int]
     for name, value in asked.items():
-        profile = profile_of_resource(name)
-        if profile is None:
+        if not isinstance(name, str) or profile_of_resource(name) is None:
             continue
         count = _count(value)
         if count is None:
-            bad.append("%s=%s" % (name, str(value)[:40]))
+            if bad is not None:
+                text = str(value)
+                bad.append("%s=%s" % (name, text[:40] + ("..." if len(text) > 40 else "")))
         elif count:
-            out[profile] = count
+            out[name] = count
     return out
 
 
-def _asks(pod: Mapping[str, Any]) -> Tuple[Dict[str, int], str]:
+def _asks_by_resource(pod: Mapping[str, Any], bad: Optional[List[str]] = None) -> Dict[str, int]:
     spec = pod.get("spec") or {}
     total = {}  # type: Dict[str, int]
-    bad = []  # type: List[str]
     for container in spec.get("containers") or ():
-        for profile, n in _container_asks(container, bad).items():
-            total[profile] = total.get(profile, 0) + n
+        for name, n in _resource_asks(container, bad).items():
+            total[name] = min(total.get(name, 0) + n, MAX_COUNT)
     for container in spec.get("initContainers") or ():
-        for profile, n in _container_asks(container, bad).items():
-            total[profile] = max(total.get(profile, 0), n)
-    bad += ["%d x %s in all" % (n, p) for p, n in sorted(total.items()) if n > MAX_COUNT]
-    return dict(sorted(total.items())), "; ".join(bad)
+        for name, n in _resource_asks(container, bad).items():
+            total[name] = max(total.get(name, 0), n)
+    return total
 
 
 def pod_asks(pod: Mapping[str, Any]) -> Dict[str, int]:
-    """The MIG profiles (and ``gpu``) a pod asks for, with counts; {} for a pod whose ask cannot be counted
-    (:func:`ask_problem` says why)."""
-    total, bad = _asks(pod)
-    return {} if bad else total
+    """The MIG profiles (and ``gpu``) a pod asks for, with counts (each at most MAX_COUNT); {} for a pod
+    whose ask cannot be counted (:func:`ask_problem` says why)."""
+    bad = []  # type: List[str]
+    total = {}  # type: Dict[str, int]
+    for name, n in _asks_by_resource(pod, bad).items():
+        profile = profile_of_resource(name)
+        total[profile] = min(total.get(profile, 0) + n, MAX_COUNT)
+    return {} if bad else dict(sorted(total.items()))
 
 
 def ask_problem(pod: Mapping[str, Any]) -> str:
-    """Why the pod's MIG or GPU request cannot be counted ("" when it can): a count that is no whole number,
-    or beyond :data:`MAX_COUNT`. Such a pod is refused with this reason, never planned for."""
-    bad = _asks(pod)[1]
-    return "asks for %s; a pod may ask for a whole count of 0..%d of each" % (bad, MAX_COUNT) if bad else ""
+    """Why the pod's MIG or GPU request cannot be counted ("" when it can): a value that is no whole
+    quantity. Such a pod is not counted, with this reason, never planned for (a count beyond what a node
+    holds is the planner's "not counted", with the node's size)."""
+    bad = []  # type: List[str]
+    _asks_by_resource(pod, bad)
+    return ("asks for %s; a pod may ask for a whole quantity of each (2, 1k)" % "; ".join(bad[:4])) if bad else ""
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -138,9 +173,102 @@ def is_unschedulable(pod: Mapping[str, Any]) -> bool:
                for c in status.get("conditions") or ())
 
 
-def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, operator = expression.get("key"), expression.get("operator")
-    values = [str(v) for v in expression.get("values") or ()]
+class _Rules:
+    """A pod's node constraints, read once and bounded (values as sets), to test against many places.
+    ``beyond``: why the pod is larger than the hook reads (then it matches nowhere); ``key``: the same for
+    pods that say the same (a Deployment's replicas are tested once)."""
+
+    __slots__ = ("selector", "terms", "fields", "tolerations", "beyond", "key")
+
+    def __init__(self, pod: Mapping[str, Any]):
+        self.selector, self.terms, self.fields, self.tolerations = (), (), False, ()  # type: Any, Any, bool, Any
+        self.beyond = ""
+        try:
+            self._read(pod.get("spec") or {})
+        except _Beyond as exc:
+            self.selector, self.terms, self.fields, self.tolerations = (), (), False, ()
+            self.beyond = "larger than the hook reads: %s" % exc
+        self.key = (self.selector, self.terms, self.fields, self.tolerations, self.beyond)
+
+    def _read(self, spec: Mapping[str, Any]) -> None:
+        selector = spec.get("nodeSelector") or {}
+        if not isinstance(selector, Mapping):
+            raise _Beyond("nodeSelector is not a map")
+        if len(selector) > MAX_RULES:
+            raise _Beyond("nodeSelector has more than %d pairs" % MAX_RULES)
+        self.selector = tuple(sorted((_text(k, "a nodeSelector key"), _text(v, "a nodeSelector value"))
+                                     for k, v in selector.items()))
+        required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution"))
+        rules, values = len(self.selector), 0
+        if required is not None:
+            terms = required.get("nodeSelectorTerms") or [] if isinstance(required, Mapping) else []
+            if not isinstance(terms, list) or len(terms) > MAX_TERMS:
+                raise _Beyond("node affinity has more than %d terms" % MAX_TERMS)
+            compiled = []
+            for term in terms:
+                term = term if isinstance(term, Mapping) else {}
+                if term.get("matchFields"):
+                    self.fields = True
+                expressions = term.get("matchExpressions") or []
+                if not isinstance(expressions, list):
+                    raise _Beyond("matchExpressions is not a list")
+                rules += len(expressions)
+                if rules > MAX_RULES:
+                    raise _Beyond("nodeSelector and node affinity have more than %d rules" % MAX_RULES)
+                one = []
+                for e in expressions:
+                    e = e if isinstance(e, Mapping) else {}
+                    listed = e.get("values") or []
+                    if not isinstance(listed, list):
+                        raise _Beyond("node affinity values are not a list")
+                    values += len(listed)
+                    if values > MAX_VALUES:
+                        raise _Beyond("node affinity has more than %d values" % MAX_VALUES)
+                    one.append((_text(e.get("key") or "", "a node affinity key"), str(e.get("operator") or "")[:16],
+                                frozenset(_text(v, "a node affinity value", True) for v in listed)))
+                compiled.append(tuple(one))
+            self.terms = (tuple(compiled),)  # one tuple: "required" given (an empty list matches nothing)
+        tolerations = spec.get("tolerations") or []
+        if not isinstance(tolerations, list) or len(tolerations) > MAX_TOLERATIONS:
+            raise _Beyond("more than %d tolerations" % MAX_TOLERATIONS)
+        self.tolerations = tuple(
+            tuple(_text((t if isinstance(t, Mapping) else {}).get(k) or "", "a toleration's " + k)
+                  for k in ("key", "operator", "value", "effect")) for t in tolerations)
+
+    def why_not(self, labels: Mapping[str, str], taints: Sequence[Mapping[str, Any]]) -> str:
+        if self.beyond:
+            return self.beyond
+        for key, value in self.selector:
+            if labels.get(key) != value:
+                return "nodeSelector %s=%s" % (key, value)
+        if self.terms:
+            if self.fields:
+                return "node affinity names nodes by field (matchFields)"
+            if not any(term and all(_expression_matches(e, labels) for e in term) for term in self.terms[0]):
+                return "required node affinity"
+        for taint in taints:
+            if taint.get("effect") in BLOCKING_EFFECTS and not any(_tolerates(t, taint) for t in self.tolerations):
+                return "taint %s=%s:%s not tolerated" % (taint.get("key"), taint.get("value") or "",
+                                                         taint.get("effect"))
+        return ""
+
+
+class _Beyond(Exception):
+    """A part of a pod larger than the hook reads (the message says which)."""
+
+
+def _text(value: Any, what: str, number: bool = False) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int) if number else str):
+        raise _Beyond("%s is not a string" % what)
+    text = str(value)
+    if len(text) > MAX_TEXT:
+        raise _Beyond("%s is longer than %d characters" % (what, MAX_TEXT))
+    return text
+
+
+def _expression_matches(expression: Tuple[str, str, FrozenSet[str]], labels: Mapping[str, str]) -> bool:
+    key, operator, values = expression
     present = key in labels
     if operator == "In":
         return present and labels[key] in values
@@ -152,7 +280,7 @@ def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]
         return not present
     if operator in ("Gt", "Lt") and present and len(values) == 1:
         try:
-            have, bound = int(labels[key]), int(values[0])
+            have, bound = int(labels[key]), int(next(iter(values)))
         except ValueError:
             return False
         return have > bound if operator == "Gt" else have < bound
@@ -161,37 +289,101 @@ def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]
 
 def why_not(pod: Mapping[str, Any], labels: Mapping[str, str], taints: Sequence[Mapping[str, Any]]) -> str:
     """Empty when a node with these labels and taints could take the pod; else one line why not."""
-    spec = pod.get("spec") or {}
-    for key, value in sorted((spec.get("nodeSelector") or {}).items()):
-        if labels.get(key) != value:
-            return "nodeSelector %s=%s" % (key, value)
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution"))
-    if required is not None:
-        terms = required.get("nodeSelectorTerms") or []
-        if any(term.get("matchFields") for term in terms):
-            return "node affinity names nodes by field (matchFields)"
-        if not any(term.get("matchExpressions") and all(_expression_matches(e, labels) for e in term["matchExpressions"])
-                   for term in terms):
-            return "required node affinity"
-    tolerations = spec.get("tolerations") or ()
-    for taint in taints:
-        if taint.get("effect") in BLOCKING_EFFECTS and not any(_tolerates(t, taint) for t in tolerations):
-            return "taint %s=%s:%s not tolerated" % (taint.get("key"), taint.get("value") or "", taint.get("effect"))
-    return ""
+    return _Rules(pod).why_not(labels, taints)
 
 
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+def _tolerates(toleration: Tuple[str, str, str, str], taint: Mapping[str, Any]) -> bool:
+    key, operator, value, effect = toleration
+    if effect and effect != taint.get("effect"):
         return False
-    operator = toleration.get("operator") or "Equal"
-    if not toleration.get("key"):
+    operator = operator or "Equal"
+    if not key:
         return operator == "Exists"
-    if toleration.get("key") != taint.get("key"):
+    if key != taint.get("key"):
         return False
     if operator == "Exists":
         return True
-    return operator == "Equal" and (toleration.get("value") or "") == (taint.get("value") or "")
+    return operator == "Equal" and value == (taint.get("value") or "")
+
+
+def waiting_pod(pod: Any) -> Optional[Dict[str, Any]]:
+    """What the matcher and the planner read of one Pending pod of the list, or None when it is not demand
+    (not waiting, or asking for no MIG instance or GPU): names, the controller, the asks summed (one
+    container, one init container), and the node constraints when they are within the bounds above (else
+    ``beyond``, the reason it is not counted). Bounded whatever the pod holds."""
+    if not isinstance(pod, Mapping) or not isinstance(pod.get("spec") or {}, Mapping) \
+            or not isinstance(pod.get("status") or {}, Mapping) or not isinstance(pod.get("metadata") or {}, Mapping):
+        return None
+    status = pod.get("status") or {}
+    conditions = [c for c in status.get("conditions") or () if isinstance(c, Mapping)] \
+        if isinstance(status.get("conditions") or (), list) else []
+    if not is_unschedulable({"spec": pod.get("spec") or {}, "status": {"phase": status.get("phase"),
+                                                                      "conditions": conditions}}):
+        return None
+    spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+    sums, inits = {}, {}  # type: Dict[str, int], Dict[str, int]
+    bad = []  # type: List[str]
+    for part, into, add in (("containers", sums, True), ("initContainers", inits, False)):
+        for container in spec.get(part) or () if isinstance(spec.get(part) or (), list) else ():
+            for name, n in _resource_asks(container, bad).items():
+                into[name] = min(into.get(name, 0) + n, MAX_COUNT) if add else max(into.get(name, 0), n)
+    if not sums and not inits and not bad:
+        return None
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    owner = next((r for r in meta.get("ownerReferences") or () if isinstance(r, Mapping) and r.get("controller")),
+                 None) if isinstance(meta.get("ownerReferences") or (), list) else None
+    out_meta = {"name": str(meta.get("name") or "")[:253], "namespace": str(meta.get("namespace") or "")[:63]}
+    template_hash = labels.get("pod-template-hash")
+    if isinstance(template_hash, str) and len(template_hash) <= 63:
+        out_meta["labels"] = {"pod-template-hash": template_hash}
+    if owner is not None:
+        out_meta["ownerReferences"] = [{"kind": str(owner.get("kind") or "")[:63],
+                                        "name": str(owner.get("name") or "")[:253], "controller": True}]
+    rules = _Rules(pod)
+    out_spec = {"containers": [{"resources": {"limits": {k: str(v) for k, v in sorted(sums.items())}}}]}
+    if bad:  # kept as written (cut short): ask_problem says it again of the reduced pod
+        out_spec["containers"].append({"resources": {"limits": dict(b.split("=", 1) for b in bad[:4])}})
+    if inits:
+        out_spec["initContainers"] = [{"resources": {"limits": {k: str(v) for k, v in sorted(inits.items())}}}]
+    # How long it has waited, for the dwell's bound (functions/decision/claim_rules.py waited_s): the API
+    # server's creationTimestamp and the scheduler's lastTransitionTime, kept as short text.
+    created = meta.get("creationTimestamp")
+    if isinstance(created, str) and len(created) <= 40:
+        out_meta["creationTimestamp"] = created
+    scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    since = next((c.get("lastTransitionTime") for c in conditions if c.get("type") == "PodScheduled"), None)
+    if isinstance(since, str) and len(since) <= 40:
+        scheduled["lastTransitionTime"] = since
+    out = {"metadata": out_meta, "spec": out_spec, "status": {"phase": "Pending", "conditions": [scheduled]}}
+    if rules.beyond:
+        out["beyond"] = rules.beyond
+        return out
+    if rules.selector:
+        out_spec["nodeSelector"] = dict(rules.selector)
+    if rules.terms:
+        out_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": _terms_back(spec)}}}
+    if rules.tolerations:
+        out_spec["tolerations"] = [{k: v for k, v in zip(("key", "operator", "value", "effect"), t) if v}
+                                   for t in rules.tolerations]
+    return out
+
+
+def _terms_back(spec: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The required node affinity terms as the API wrote them, with only the parts the matcher reads
+    (called once the bounds above hold)."""
+    required = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    out = []
+    for term in required.get("nodeSelectorTerms") or []:
+        term = term if isinstance(term, Mapping) else {}
+        one = {"matchExpressions": [
+            {"key": e.get("key") or "", "operator": str(e.get("operator") or "")[:16],
+             "values": [str(v) for v in e.get("values") or []]}
+            for e in (x if isinstance(x, Mapping) else {} for x in term.get("matchExpressions") or [])]}
+        if term.get("matchFields"):
+            one["matchFields"] = [{"key": "metadata.name"}]  # only that there are some is read
+        out.append(one)
+    return out
 
 
 def demand_of(pod: Mapping[str, Any], pending: bool = True, node: str = "") -> List[PodDemand]:
@@ -211,31 +403,46 @@ class Place:
 def split_pending(pods: Sequence[Mapping[str, Any]], pools: Mapping[str, Sequence[Place]]
                   ) -> Tuple[Dict[str, List[PodDemand]], List[Tuple[str, str]]]:
     """The unschedulable pods asking for MIG or GPUs, by the first pool (in name order) one of whose places
-    takes them; the rest as (pod key, one line why no pool can take it): reported, never counted."""
+    takes them; the rest as (pod key, one line why no pool can take it): reported, never counted. A pod's
+    constraints are read once (and once for all pods that say the same), whatever the number of places."""
     by_pool = {name: [] for name in pools}  # type: Dict[str, List[PodDemand]]
     unmatched = []  # type: List[Tuple[str, str]]
+    verdicts = {}  # type: Dict[Any, Tuple[str, str]]
     for pod in pods:
         if not is_unschedulable(pod):
             continue
         wrong = ask_problem(pod)
-        if wrong:  # a count no node could serve (10^29): this pod's refusal, the others go on
+        if wrong:  # a value no quantity reads (-1, 1.5): this pod's refusal, the others go on
             unmatched.append((pod_key(pod), wrong))
             continue
         if not pod_asks(pod):
             continue
-        reasons = []
-        for name in sorted(pools):
-            first = ""
-            for place in pools[name]:  # stops at the first place that takes it: most pods fit the first node
-                miss = why_not(pod, place.labels, place.taints)
-                if not miss:
-                    break
-                first = first or miss
-            else:
-                reasons.append("%s: %s" % (name, first or "no nodes"))
-                continue
-            by_pool[name].extend(demand_of(pod))
-            break
+        rules = _Rules(pod)
+        if pod.get("beyond") and not rules.beyond:  # reduced as it arrived (waiting_pod): the reason stays
+            rules.beyond = str(pod["beyond"])
+            rules.key = rules.key + (rules.beyond,)
+        verdict = verdicts.get(rules.key)
+        if verdict is None:
+            verdict = verdicts[rules.key] = _which_pool(rules, pools)
+        pool, why = verdict
+        if pool:
+            by_pool[pool].extend(demand_of(pod))
         else:
-            unmatched.append((pod_key(pod), "; ".join(reasons) or "no auto pool"))
+            unmatched.append((pod_key(pod), why))
     return by_pool, unmatched
+
+
+def _which_pool(rules: _Rules, pools: Mapping[str, Sequence[Place]]) -> Tuple[str, str]:
+    """(the first pool one of whose places takes the pod, "") or ("", the reasons no pool does)."""
+    if rules.beyond:
+        return "", rules.beyond
+    reasons = []
+    for name in sorted(pools):
+        first = ""
+        for place in pools[name]:  # stops at the first place that takes it: most pods fit the first node
+            miss = rules.why_not(place.labels, place.taints)
+            if not miss:
+                return name, ""
+            first = first or miss
+        reasons.append("%s: %s" % (name, first or "no nodes"))
+    return "", "; ".join(reasons) or "no auto pool"

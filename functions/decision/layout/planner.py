@@ -31,10 +31,11 @@ How it decides, in order:
    it leaves fewer GPUs holding pods once they bind, or as many with fewer instances changed.
 
 Limits: a pod that asks for several instances gets them on one node when one node holds them, as idle
-instances or added beside what its GPUs hold; one that needs a repartition for that is planned like the
-rest, and its instances may then land on different nodes (it stays pending; the plan reports nothing
-unserved for it). A pod asking for whole GPUs (``nvidia.com/gpu``) is served only by free GPUs whose MIG
-is off: the planner never turns MIG on or off (that takes a GPU reset).
+instances or added beside what its GPUs hold, or after idle instances of profiles nothing asks for are
+destroyed there; one that no node can give them now is unserved (a new node's layout counts it), never
+spread over nodes, where its instances would serve nothing. A pod asking for whole GPUs
+(``nvidia.com/gpu``) is served only by free GPUs whose MIG is off: the planner never turns MIG on or off
+(that takes a GPU reset).
 
 No flapping: nothing changes without a pod or headroom to serve, and ``previous`` (the last plan) keeps a
 target that is still being applied as the GPU's state, so the pods it was made for are not planned twice.
@@ -42,6 +43,7 @@ target that is still being applied as the GPU's state, so the pods it was made f
 may gain instances, but none of theirs is destroyed, so demand that alternates cannot repartition them back.
 """
 
+import dataclasses
 import functools
 from collections import Counter, OrderedDict
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
@@ -49,7 +51,9 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 from node_bootstrap.mig.catalogue import GPUS, GpuModel, Profile, find_gpu_or_none
 from node_bootstrap.mig.solver import check_budget
 
-from .exact import EXACT_GPUS, Step, available as exact_available, gpus_after_binding, solve as solve_exactly
+from .exact import (EXACT_GPUS, Step, after_binding, available as exact_available, gpus_after_binding,
+                    solve as solve_exactly)
+from .matching import MAX_COUNT
 from .vocabulary import (CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU, Bounds, GpuSupply, GpuTarget, Plan,
                          PodDemand)
 
@@ -268,7 +272,10 @@ def _served_text(served: List[Tuple[str, List[PodDemand], int]]) -> str:
                      % ((n, "" if n == 1 else "s", owner) if i == 0 else (n, owner)))
     if headroom:
         parts.append("headroom " + ", ".join("%dx %s" % (n, name) for name, n in headroom.items()))
-    return ", ".join(parts) if parts else "nothing"
+    # Kept although no pod binds to what it creates: without it a pod would wait or one more GPU would hold
+    # pods once they bind (_prune keeps nothing else).
+    return ", ".join(parts) if parts else "the waiting pods as they bind (without it a pod waits or one more GPU " \
+        "holds pods)"
 
 
 def _read(supply: GpuSupply) -> Tuple[Optional[_Gpu], str]:
@@ -343,12 +350,19 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
     """Pending pods that ask for several instances: the scheduler needs them all on one node, so they are
     served node by node before the rest (which may spread over the pool): idle instances of one node if it
     has enough, else instances added on one node's GPUs beside what they hold, else the same after
-    destroying idle instances of profiles nothing asks for. The instances they get are reserved: the rest
-    of the plan neither counts nor destroys them. A pod none of these serves is left to the rest of the
-    plan. Returns (the pods handled, the instances created per GPU with the
+    destroying idle instances beyond what every waiting pod and the headroom need. The instances they get
+    are reserved: the rest of the plan neither counts nor destroys them. A pod none of these serves is not
+    handled (the plan counts it unserved). Returns (the pods handled, the instances created per GPU with the
     pod they are for)."""
     handled, served = set(), {}  # type: set, Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
-    asked = {d.profile for d in demand if d.pending} | {n for n, k in bounds.headroom if k > 0}
+    # What may be destroyed for them: idle instances beyond every waiting pod's and the headroom (all of a
+    # profile nothing asks for).
+    surplus = Counter(i.profile.name for g in gpus for i in g.state if not i.held)  # type: Counter
+    for d in demand:
+        if d.pending:
+            surplus[d.profile] -= max(int(d.count), 0)
+    for name, k in bounds.headroom:
+        surplus[name] -= k
     multi = sorted((d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU),
                    key=lambda d: (-d.count, d.key))
     if not multi:
@@ -359,27 +373,50 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
     nodes = OrderedDict()  # type: Dict[str, List[_Gpu]]
     for g in sorted(gpus, key=lambda g: (-busy[g.supply.node], g.sort_key)):  # the busiest nodes first
         nodes.setdefault(g.supply.node, []).append(g)
+    # What a node was found unable to give, until it changes: (node, profile, destroy) -> (its version then,
+    # the fewest instances it could not give). Many pods of one profile that no node holds cost a lookup per
+    # node each, not a search of every GPU (2,000 such pods on 1,000 GPUs: issue 35).
+    version = Counter()  # type: Counter
+    failed = {}  # type: Dict[Tuple[str, str, bool], Tuple[int, int]]
+    idle_counts = {}  # type: Dict[str, Tuple[int, Counter]]
+
+    def idle_on(node: str) -> Counter:
+        known = idle_counts.get(node)
+        if known is None or known[0] != version[node]:
+            known = idle_counts[node] = (version[node], Counter(i.profile.name for g in nodes[node] for i in g.state
+                                                                if not i.held))
+        return known[1]
+
+    def cannot(node: str, profile: str, destroy: bool, count: int) -> bool:
+        known = failed.get((node, profile, destroy))
+        return known is not None and known[0] == version[node] and count >= known[1]
+
     for pod in multi:
         handled.add(pod.key)
         # Idle instances of GPUs nothing uses are taken first, and the node that needs fewest of the others:
         # the rest of the plan counts the idle instances beside running pods first, so taking those would
         # make it add more there, and again after each apply (a flap).
-        free, fewest = None, None
-        for members in nodes.values():
+        free, fewest, where = None, None, ""
+        for node, members in nodes.items():
+            if idle_on(node)[pod.profile] < pod.count:
+                continue
             idle = sorted((i for g in members for i in g.state if not i.held and i.profile.name == pod.profile),
                           key=lambda i, m=members: _on_used(m, i))[:pod.count]
             if len(idle) == pod.count:
                 cost = sum(_on_used(members, i) for i in idle)
                 if fewest is None or cost < fewest:
-                    free, fewest = idle, cost
+                    free, fewest, where = idle, cost, node
         if free is not None:
             for inst in free:
                 inst.reserved = True
+            version[where] += 1
             continue
         placed = None
-        for destroy in (False, True):  # adding alone first; then destroying idle instances nothing asks for
-            for members in nodes.values() if bounds.allows(pod.profile) and placed is None else ():
-                trial, left = [], pod.count
+        for destroy in (False, True):  # adding alone first; then destroying idle instances beyond the demand
+            for node, members in nodes.items() if bounds.allows(pod.profile) and placed is None else ():
+                if cannot(node, pod.profile, destroy, pod.count):
+                    continue
+                trial, left, budget = [], pod.count, Counter(surplus)
                 for g in members:
                     if left <= 0:
                         break
@@ -389,22 +426,33 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
                     if left > 0:
                         more = _best(g.model, g.state, {pod.profile: left}, bounds)
                         if destroy and len(more) < left:
-                            spare = [i for i in g.state if not i.held and i.origin == _ACTUAL
-                                     and i.profile.name not in asked and i not in idle]
+                            spare = []  # type: List[_Inst]
+                            for i in g.state:
+                                if not i.held and i.origin == _ACTUAL and i not in idle and budget[i.profile.name] > 0:
+                                    budget[i.profile.name] -= 1
+                                    spare.append(i)
                             kept = [i for i in g.state if i not in spare]
                             wider = _best(g.model, kept, {pod.profile: left}, bounds)
                             if len(wider) > len(more):
                                 more, gone = wider, _in_the_way(g.model, kept, spare, wider)
+                            for i in spare:
+                                if i not in gone:
+                                    budget[i.profile.name] += 1
                         left -= len(more)
                     trial.append((g, idle, more, gone))
                 if left <= 0:
-                    placed = trial
+                    placed, where = trial, node
+                    surplus = budget
                     break
+                known = failed.get((node, pod.profile, destroy))
+                smallest = known[1] if known is not None and known[0] == version[node] else pod.count
+                failed[(node, pod.profile, destroy)] = (version[node], min(smallest, pod.count))
         if placed is None:
             # No node holds them: the pod joins the rest of the demand (on one node or not: see the
             # module's limits).
             handled.discard(pod.key)
             continue
+        version[where] += 1
         for g, idle, more, gone in placed:
             g.state = [i for i in g.state if i not in gone]
             for inst in idle:
@@ -423,6 +471,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     """Per-GPU targets for an auto pool (see the module's text for how it decides). ``keep``: the
     (node, GPU index) whose instances stay (GPUs within their dwell, dwell.py): their idle instances serve
     pods as any idle instance does, and instances may be added beside them, but none is destroyed."""
+    demand, not_counted = _countable(supply, demand, bounds)
     gpus, unplaced, whole_free = [], [], 0
     twice = {k for k, n in Counter((s.node, s.index) for s in supply).items() if n > 1}
     for s in sorted(supply, key=lambda g: (g.node, g.index)):
@@ -450,10 +499,25 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     before = {g.sort_key: list(g.state) for g in gpus}  # what the exact form starts from (exact.py)
     unserved, notes = Counter(), []  # type: Counter, List[str]
     multi = _serve_multi(gpus, demand, bounds)  # pods asking several instances of one node
-    pending = Counter()
+    # A pod asking several instances that no node can give it now waits for a new node: instances spread
+    # over the pool would serve nothing (the scheduler needs them on one node).
+    apart = Counter()  # type: Counter
+    singles = []  # type: List[PodDemand]
     for d in demand:
-        if d.pending and d.key not in multi[0]:
+        if d.key in multi[0]:
+            continue
+        if d.pending and d.count > 1 and d.profile != WHOLE_GPU:
+            apart[d.profile] += int(d.count)
+            continue
+        singles.append(d)
+    pending = Counter()
+    for d in singles:
+        if d.pending:
             pending[d.profile] += max(int(d.count), 0)
+    for name, n in sorted(apart.items()):
+        unserved[name] += n
+        notes.append("%d pending %s instance%s of pods asking several on one node: no node of the pool can "
+                     "give them together now" % (n, name, "" if n == 1 else "s"))
     idle = Counter(i.profile.name for g in gpus for i in g.state if not i.held)
     # Phase one plans on the GPUs that serve pods already: their idle
     # instances count first, and only the surplus among them may go. Idle instances on GPUs nothing uses
@@ -487,7 +551,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             need[name] = wanted
     surplus = Counter({n: idle_first[n] - pending[n] - max(0, bounds.headroom_of(n) - idle_rest[n])
                        for n in idle_first if idle_first[n] > pending[n] + max(0, bounds.headroom_of(n) - idle_rest[n])})
-    ledger = _Ledger([d for d in demand if d.key not in multi[0]], idle_first)
+    ledger = _Ledger(singles, idle_first)
     served = multi[1]  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
 
     def add(gpu: _Gpu, placement: Tuple[Tuple[str, int], ...]) -> None:
@@ -578,6 +642,15 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
 
     if not multi[0] and not unserved and any(pending[n] for n in pending if n != WHOLE_GPU):
         served = _exact(gpus, before, demand, pending, bounds, served)
+    unchecked, waiting = _prune(gpus, demand, bounds, served)
+    if unchecked:
+        notes.append("%d change%s kept unchecked: the check that every change serves a pod ran out of its budget"
+                     % (unchecked, "" if unchecked == 1 else "s"))
+    for name, n in sorted(waiting.items()):  # what still waits once the pods bind, where the search saw less
+        if n > unserved[name]:
+            notes.append("%d pending %s instance%s left waiting once the pods bind (a pod asking several needs "
+                         "them on one node)" % (n - unserved[name], name, "" if n - unserved[name] == 1 else "s"))
+            unserved[name] = n
 
     targets, reasons = [], []
     readable = {g.sort_key: g for g in gpus}
@@ -593,7 +666,185 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             reasons.append(target.reason)
     new_node = _new_node(gpus, unserved, bounds, supply)
     return Plan(tuple(targets), tuple(sorted(unserved.items())), new_node,
-                tuple(reasons + [_one_line(n) for n in notes]), tuple(_one_line(u) for u in unplaced))
+                tuple(reasons + [_one_line(n) for n in notes]), tuple(_one_line(u) for u in unplaced),
+                tuple((key, _one_line(why)) for key, why in not_counted))
+
+
+MAX_NODE_GPUS = 16  # the most GPUs a node reports (functions/kube/supply.py reads nvidia_count up to 16)
+
+
+def _countable(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bounds
+               ) -> Tuple[List[PodDemand], List[Tuple[str, str]]]:
+    """The demand less the waiting pods that no node of the pool, nor a new one, can hold: a profile the
+    pool does not allow or its GPUs lack, more instances (or compute, or memory) than one node holds, more
+    whole GPUs than a node has. Those are "not counted" (pod key, one line why): never planned for, never
+    unserved (no new node is asked for them), so they change nothing and never turn the exact solve off.
+    A node is every GPU the supply lists for it, whatever its state; a new node brings ``bounds.model``
+    (else the pool's models) on as many GPUs as the largest node. Counts are capped at MAX_COUNT first, so
+    nothing is ever expanded as a pod wrote it. With no GPU of a known model, nothing is judged."""
+    capped = [d if d.count <= MAX_COUNT else dataclasses.replace(d, count=MAX_COUNT) for d in demand]
+    shapes = OrderedDict()  # type: Dict[str, List[GpuModel]]
+    known = {}  # type: Dict[str, Optional[GpuModel]]
+    for s in sorted(supply, key=lambda g: (g.node, g.index)):
+        if s.model not in known:
+            known[s.model] = find_gpu_or_none(name=s.model)
+        model = known[s.model]
+        if model is not None:
+            shapes.setdefault(s.node, []).append(model)
+    template = find_gpu_or_none(name=bounds.model) if bounds.model else None
+    nodes = list(shapes.values())
+    if template is not None:
+        nodes.append([template] * max([len(n) for n in nodes] or [MAX_NODE_GPUS]))
+    if not nodes:
+        return capped, []
+    asks = OrderedDict()  # type: Dict[str, Dict[str, int]]
+    for d in capped:
+        if d.pending and d.count > 0:
+            mine = asks.setdefault(d.key, {})
+            mine[d.profile] = min(mine.get(d.profile, 0) + d.count, MAX_COUNT)
+    out = []  # type: List[Tuple[str, str]]
+    models = {m.key: m for n in nodes for m in n}
+    shapes_seen = {tuple(m.key for m in n): n for n in nodes}  # nodes alike answer alike
+    verdicts = {}  # type: Dict[Tuple[Tuple[str, int], ...], str]
+    for key, wanted in asks.items():
+        asked = tuple(sorted(wanted.items()))
+        if asked not in verdicts:  # the replicas of one Deployment ask alike
+            verdicts[asked] = _why_no_node(wanted, list(shapes_seen.values()), models, bounds)
+        if verdicts[asked]:
+            out.append((key, verdicts[asked]))
+    dropped = {key for key, _ in out}
+    return [d for d in capped if not (d.pending and d.key in dropped)], out
+
+
+def _why_no_node(wanted: Dict[str, int], nodes: List[List[GpuModel]], models: Dict[str, GpuModel],
+                 bounds: Bounds) -> str:
+    """Empty when one of ``nodes`` (each a list of its GPUs' models; ``models`` all of them by key) can hold
+    all the pod asks; else why not."""
+    for name in sorted(wanted):
+        if name == WHOLE_GPU:
+            continue
+        if not bounds.allows(name):
+            return "asks %s, not among the profiles the pool allows (ack-mig-hook/layout-profiles)" % name
+        if not any(m.profile_by_name(name) for m in models.values()):
+            return "asks %s, which no GPU of the pool has (%s)" % (name, ", ".join(sorted(models)))
+    if any(_holds(node, wanted) for node in nodes):
+        return ""
+    # a count at the cap stands for any larger one (matching.MAX_COUNT): said so, not as the cap
+    what = " + ".join("%sx %s" % (n if n < MAX_COUNT else "over %d" % (MAX_COUNT - 1), name)
+                      for name, n in sorted(wanted.items()))
+    most = max(len(n) for n in nodes)
+    if len(wanted) == 1 and WHOLE_GPU not in wanted:
+        (name, _), = wanted.items()
+        room = max(sum(p.max_instances for p in (m.profile_by_name(name) for m in n) if p) for n in nodes)
+        return "asks %s, more than a node of the pool holds (at most %d on %d GPUs)" % (what, room, most)
+    return "asks %s, more than a node of the pool holds (%d GPUs at most)" % (what, most)
+
+
+def _holds(node: List[GpuModel], wanted: Dict[str, int]) -> bool:
+    """Whether one node with these GPUs could hold every instance the pod asks for (counts, compute and
+    memory slices: what no layout of the node can go beyond; a pod that passes may still need more than
+    the node's GPUs can be partitioned into together, and is then planned like the rest)."""
+    whole = wanted.get(WHOLE_GPU, 0)
+    if whole > len(node):
+        return False
+    gpus = node[:len(node) - whole]  # whole GPUs are GPUs with MIG off: the rest carry the instances
+    compute = memory = 0
+    for name, n in wanted.items():
+        if name == WHOLE_GPU:
+            continue
+        profiles = [p for p in (m.profile_by_name(name) for m in gpus) if p]
+        if not profiles or n > sum(p.max_instances for p in profiles):
+            return False
+        compute += n * profiles[0].compute_slices
+        memory += n * profiles[0].memory_slices
+    return compute <= sum(m.compute_slices for m in gpus) and memory <= sum(m.memory_slots for m in gpus)
+
+
+PRUNE_BINDINGS = 256  # pools bound again at most, per plan, to check changes counting cannot show needed
+PRUNE_WORK = 2_000_000  # and at most this much binding work (GPUs + pods x nodes they scan) in all
+
+
+def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served) -> int:
+    """Leave out every change that serves nothing: a GPU's change stays only when, without it (the GPU as
+    it is, the rest of the plan as planned), a waiting pod or a headroom instance of some profile would go
+    unserved or more GPUs would hold pods once the pods bind (``exact.after_binding``, the project's model
+    of the scheduler). Changes are dropped one at a time until each one left is needed in that sense, so
+    for the plan returned, dropping any one GPU's change leaves a pod unserved or costs a GPU.
+
+    Most changes are shown needed by counting alone: without them a profile is short of more instances
+    than it is short once the pods bind. The others are checked by binding the pool again, those no pod
+    binds to first, at most PRUNE_BINDINGS times and PRUNE_WORK in all (a pool of 1,000 GPUs and 2,000
+    waiting pods that ask several instances each: a few bindings); a change the budget does not reach is
+    kept. Returns how many changes were left unchecked (0 on every pool the tests and benchmarks plan) and,
+    per profile, the waiting pods' instances left unbound once the pods bind on the plan's pool (the plan
+    reports at least those unserved). A target still being applied (carried) is left to finish."""
+    pods = [(d.profile, int(d.count), d) for d in sorted(demand, key=lambda d: d.key)
+            if d.pending and d.profile != WHOLE_GPU and d.count > 0]
+    headroom = {n: k for n, k in bounds.headroom if k > 0}
+
+    def layout(state: Sequence[_Inst]) -> set:
+        return {(i.profile.name, i.start) for i in state}
+
+    changed = [g for g in gpus if not g.carried and layout(g.state) != layout(g.actual)]
+    if not pods and not changed:
+        return 0, Counter()
+
+    def view(g: _Gpu, state: Sequence[_Inst]):
+        return g.supply.node, [(i.profile.name, i.profile.compute_slices, i.in_use, i.origin == _NEW) for i in state]
+
+    def idle_of(state: Sequence[_Inst]) -> Counter:
+        return Counter(i.profile.name for i in state if not i.in_use)
+
+    views = [view(g, g.state) for g in gpus]
+    where = {g.sort_key: k for k, g in enumerate(gpus)}
+    wanted = Counter()  # type: Counter
+    for name, count, _ in pods:
+        wanted[name] += count
+    for name, k in headroom.items():
+        wanted[name] += k
+    idle = Counter()  # type: Counter
+    for g in gpus:
+        idle.update(idle_of(g.state))
+    nodes = len({g.supply.node for g in gpus})
+    work = len(gpus) + sum(nodes if count > 1 else 1 for _, count, _ in pods)
+    budget = min(PRUNE_BINDINGS, PRUNE_WORK // max(1, work))
+    short, holding, bound_new, unbound = after_binding(views, pods, headroom)
+    unchecked, dropping = set(), bool(changed)  # type: set, bool
+    while dropping:
+        dropping = False
+        unchecked.clear()
+        # those no pod binds to first: the likeliest to serve nothing
+        for g in sorted(changed, key=lambda g: (bool(bound_new[where[g.sort_key]]), g.sort_key)):
+            if layout(g.state) == layout(g.actual):
+                continue
+            now, then = idle_of(g.state), idle_of(g.actual)
+            if any(wanted[n] - (idle[n] - now[n] + then[n]) > short[n] for n in set(now) | set(then)):
+                continue  # without it a profile is short of more than it is now, once bound: needed
+            if budget <= 0:
+                unchecked.add(g.sort_key)
+                continue
+            budget -= 1
+            trial = list(views)
+            trial[where[g.sort_key]] = view(g, g.actual)
+            less, fewer, bound, left = after_binding(trial, pods, headroom)
+            if fewer <= holding and all(less[n] <= short[n] for n in set(less) | set(short)):
+                g.state = list(g.actual)
+                served.pop(g.sort_key, None)
+                views, idle = trial, idle - now + then
+                short, holding, bound_new, unbound, dropping = less, fewer, bound, left, True
+    was_changed = {g.sort_key for g in changed}
+    for k, g in enumerate(gpus):  # a change kept for pods the search or the solve credited elsewhere
+        if g.sort_key in was_changed and layout(g.state) != layout(g.actual) \
+                and not _credited(served.get(g.sort_key)):
+            mine = Counter()  # type: Counter
+            for name, pod in bound_new[k]:
+                mine[(name, pod)] += 1
+            served[g.sort_key] = [(name, [pod] * n, 0) for (name, pod), n in mine.items()] or [("", [], 0)]
+    return len(unchecked), unbound
+
+
+def _credited(entries) -> bool:
+    return bool(entries) and any(pods or extra for _, pods, extra in entries)
 
 
 def _exact(gpus: List[_Gpu], before: Dict[Tuple[str, int], List[_Inst]], demand: Sequence[PodDemand],

@@ -107,6 +107,9 @@ class Plan:
     new_node: Tuple[Tuple[str, int], ...]  # per-GPU layout (profile, start) for a new node; () when none
     reasons: Tuple[str, ...]  # one line per change, then one per unserved profile
     unplaced: Tuple[str, ...] = field(default=())  # GPUs the planner could not read, one line each
+    # (pod key, one line why) for waiting pods no node of the pool (or of its template) can hold: a profile
+    # its GPUs lack or the pool does not allow, more than one node holds; never planned for, never unserved
+    not_counted: Tuple[Tuple[str, str], ...] = field(default=())
 
     @property
     def changes(self) -> Tuple[GpuTarget, ...]:

@@ -1,0 +1,204 @@
+"""Hostile but valid demand on the test API server (issue 35, items 2 and 7): the Pending-pod list keeps only
+pods that wait for MIG instances or GPUs, and only bounded parts of each, read item by item in pages of 16;
+a pod beyond those bounds, one asking more than a node holds, or a count of 10**8 is "not counted" and
+changes nothing; the pods beside them are planned as if they were not there. Speed and memory of the same
+workloads: bench/demand_hostile.py."""
+
+import json
+
+from functions.kube.client import KubeApi
+from functions.kube.demand import PENDING_PAGE, pending_pods
+from node_bootstrap.kube import load_kubeconfig
+from tests.rollout.test_auto_pool_advise import POOL_ID, TOLERATE, advise, inventory, waiting
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+
+A100_80 = "NVIDIA-A100-SXM4-80GB"
+
+
+def eight_gpu_node(api, name, sequence="7g.80gb"):
+    api.add_node(name, labels={"alibabacloud.com/nodepool-id": POOL_ID, "aliyun.accelerator/nvidia_name": A100_80,
+                               "aliyun.accelerator/nvidia_count": "8", "nvidia.com/mig.config.state": "success",
+                               "aliyun.accelerator/nvidia_mig_sequence": sequence},
+                 taints=[{"key": "nvidia.com/gpu", "value": "mig", "effect": "NoSchedule"}])
+
+
+def big_affinity(values=60_000):
+    """About 1 MB of required node affinity: one In expression over many host names (valid for the API)."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                               "values": ["host-%06d.example.internal" % i for i in range(values)]}]}]}}}
+
+
+def unschedulable(api, name, resources, affinity=None, extra=None):
+    pod = api.add_pod("batch", name, "", phase="Pending", resources=resources)
+    with api.lock:
+        pod["spec"]["tolerations"] = list(TOLERATE)
+        if affinity is not None:
+            pod["spec"]["affinity"] = affinity
+        pod["spec"].update(extra or {})
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    return pod
+
+
+def client(api, tmp_path):
+    return KubeApi(load_kubeconfig(api.write_kubeconfig(tmp_path / "c.conf", cert=api.admin_cert())))
+
+
+def test_the_pending_list_keeps_only_waiting_mig_pods_and_bounded_parts_of_each(kube_api, tmp_path):  # noqa: F811
+    affinity = big_affinity()
+    assert len(json.dumps(affinity)) > 1_000_000
+    for i in range(20):  # ask for no GPU, 1 MB of affinity each: dropped as each is decoded
+        unschedulable(kube_api, "cpu-%02d" % i, {"cpu": "1"}, affinity)
+    unschedulable(kube_api, "huge", {"nvidia.com/mig-1g.10gb": "1"}, affinity)  # beyond the bounds
+    env = [{"name": "E%d" % i, "value": "x" * 100} for i in range(200)]
+    unschedulable(kube_api, "fair", {"nvidia.com/mig-1g.10gb": "2", "cpu": "4"},
+                  extra={"nodeSelector": {"gpu": "a100"}, "containers": [
+                      {"name": "main", "env": env, "resources": {"limits": {"nvidia.com/mig-1g.10gb": "2"}}},
+                      {"name": "side", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1k"}}}]})
+    kube_api.add_pod("batch", "bound", "n1", phase="Pending", resources={"nvidia.com/mig-1g.10gb": "1"})
+    api = client(kube_api, tmp_path)
+    try:
+        pods = pending_pods(api)
+    finally:
+        api.close()
+    assert [p["metadata"]["name"] for p in pods] == ["fair", "huge"]
+    fair, huge = pods
+    # the parts the matcher reads, nothing else; asks summed ("1k" is a quantity: 1000, capped at 113)
+    assert fair["spec"] == {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "113"}}}],
+                            "nodeSelector": {"gpu": "a100"}, "tolerations": [{"key": "nvidia.com/gpu",
+                                                                                "operator": "Exists"}]}
+    assert huge["beyond"] == "larger than the hook reads: node affinity has more than 1024 values"
+    assert "affinity" not in huge["spec"] and len(json.dumps(pods)) < 2_000
+    # pages of 16: 23 Pending pods (the bound one too: the field selector is the phase) in two pages
+    lists = [r.query for r in kube_api.requests if r.path == "/api/v1/pods"]
+    assert len(lists) == 2 and all("limit=%d" % PENDING_PAGE in q for q in lists)
+
+
+def test_pods_no_node_can_hold_are_not_counted_and_change_nothing(kube_api, tmp_path, capsys):  # noqa: F811
+    for n in range(2):
+        eight_gpu_node(kube_api, "n%d" % n)  # 16 idle 7g.80gb; a node holds at most 56 x 1g.10gb
+    waiting(kube_api, "greedy-57", "1g.10gb", count=57, owner="greedy")
+    waiting(kube_api, "greedy-224", "1g.10gb", count=224, owner="greedy")
+    waiting(kube_api, "greedy-1e8", "1g.10gb", count=10 ** 8, owner="greedy")
+    waiting(kube_api, "lacking", "1g.12gb", owner="lacking")  # an H100 96GB profile: no A100 has it
+    unschedulable(kube_api, "huge", {"nvidia.com/mig-1g.10gb": "1"}, big_affinity())
+    waiting(kube_api, "fair", "7g.80gb", owner="fair")  # an idle 7g.80gb serves it as it is
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")
+    assert code == 0, err
+    advice = json.loads(out)
+    assert advice["demand"]["pending"] == {"7g.80gb": 1}
+    why = {p["pod"]: p["why"] for p in advice["demand"]["not_counted"]}
+    assert why == {
+        "llm/greedy-57": "asks 57x 1g.10gb, more than a node of the pool holds (at most 56 on 8 GPUs)",
+        "llm/greedy-224": "asks over 112x 1g.10gb, more than a node of the pool holds (at most 56 on 8 GPUs)",
+        "llm/greedy-1e8": "asks over 112x 1g.10gb, more than a node of the pool holds (at most 56 on 8 GPUs)",
+        "llm/lacking": "asks 1g.12gb, which no GPU of the pool has (A100-80GB)",
+        "batch/huge": "larger than the hook reads: node affinity has more than 1024 values"}
+    # nothing changes, nothing is unserved, no new node is asked for
+    assert advice["plan"]["changes"] == 0 and advice["plan"]["unserved"] == {} and advice["plan"]["new_node"] == []
+    assert all(g["change"] == "none" for g in advice["gpus"])
+    assert {r.method for r in kube_api.requests} == {"GET"}
+
+
+def test_a_greedy_pod_leaves_the_pool_to_the_pods_after_it(kube_api, tmp_path, capsys):  # noqa: F811
+    eight_gpu_node(kube_api, "n0", sequence="3g.40gb-3g.40gb")  # 8 GPUs of 2 idle 3g.40gb
+    waiting(kube_api, "greedy", "1g.10gb", count=224, owner="greedy")
+    for i in range(2):
+        waiting(kube_api, "small-%d" % i, "1g.10gb", owner="small")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")
+    assert code == 0, err
+    advice = json.loads(out)
+    assert [p["pod"] for p in advice["demand"]["not_counted"]] == ["llm/greedy"]
+    assert advice["demand"]["pending"] == {"1g.10gb": 2} and advice["plan"]["unserved"] == {}
+    # one GPU repartitioned for the two small pods; the other seven stay as they are
+    assert advice["plan"]["changes"] == 1
+    changed = [g for g in advice["gpus"] if g["change"] != "none"]
+    assert len(changed) == 1 and sum(1 for p, _ in changed[0]["create"] if p == "1g.10gb") >= 2
+
+
+def test_a_list_page_is_read_item_by_item_under_the_reader_rule():
+    import pytest
+
+    from functions.kube.client import read_list_page
+    from node_bootstrap.outside import OutsideDataError
+
+    seen, kept = [], []
+
+    def reduce(item):
+        seen.append(item["n"])
+        return None if item["n"] % 2 else item["n"]
+
+    page = b'{"kind": "PodList", "items": [{"n": 1}, {"n": 2} ,{"n": 4}], "metadata": {"continue": "t"}}'
+    assert read_list_page(page, reduce, kept) == {"kind": "PodList", "metadata": {"continue": "t"}}
+    assert seen == [1, 2, 4] and kept == [2, 4]
+    assert read_list_page(b'{"items": null, "metadata": {}}', reduce, kept) == {"items": None, "metadata": {}}
+    for bad in (b'{"items": [{"n": 6}, {"n": 8}', b'{"items": [{"n": NaN}]}', b'[1]', b'{"items": [{"n": 6}]} x',
+                b'{"items": [' + b'[' * 100 + b']' * 100 + b']}'):
+        with pytest.raises(OutsideDataError):
+            read_list_page(bad, lambda item: item, kept)
+    assert kept == [2, 4]  # a page that breaks the rule appends nothing
+
+
+def test_each_bound_of_what_the_matcher_reads_holds_at_its_limit_and_refuses_beyond():
+    from functions.decision.layout.matching import (MAX_RULES, MAX_TERMS, MAX_TEXT, MAX_TOLERATIONS, MAX_VALUES,
+                                                    waiting_pod, why_not)
+
+    def pod(spec):
+        return {"metadata": {"name": "p", "namespace": "ns"},
+                "spec": dict(spec, containers=[{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]),
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                               "reason": "Unschedulable"}]}}
+
+    def terms(n, per=1, values=1):
+        return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "k%d" % j, "operator": "NotIn", "values": ["v%d" % v for v in range(values)]}
+                                  for j in range(per)]} for _ in range(n)]}}}
+
+    cases = [  # (spec at the limit, spec one beyond, what the reason names)
+        ({"nodeSelector": {"k%d" % i: "v" for i in range(MAX_RULES)}},
+         {"nodeSelector": {"k%d" % i: "v" for i in range(MAX_RULES + 1)}}, "more than 64 pairs"),
+        ({"affinity": terms(1, MAX_RULES)}, {"affinity": terms(1, MAX_RULES + 1)}, "more than 64 rules"),
+        ({"affinity": terms(MAX_TERMS)}, {"affinity": terms(MAX_TERMS + 1)}, "more than 64 terms"),
+        ({"affinity": terms(1, 1, MAX_VALUES)}, {"affinity": terms(1, 1, MAX_VALUES + 1)}, "more than 1024 values"),
+        ({"tolerations": [{"operator": "Exists"}] * MAX_TOLERATIONS},
+         {"tolerations": [{"operator": "Exists"}] * (MAX_TOLERATIONS + 1)}, "more than 64 tolerations"),
+        ({"nodeSelector": {"k": "v" * MAX_TEXT}}, {"nodeSelector": {"k": "v" * (MAX_TEXT + 1)}}, "longer than 1024"),
+    ]
+    labels = {"k": "v" * MAX_TEXT, **{"k%d" % i: "v" for i in range(MAX_RULES + 1)}}
+    for at, beyond, named in cases:
+        assert "beyond" not in waiting_pod(pod(at))
+        assert why_not(pod(at), labels, []) == "", named
+        reduced = waiting_pod(pod(beyond))
+        assert named in reduced["beyond"] and why_not(pod(beyond), labels, []).startswith("larger than the hook reads")
+        assert len(json.dumps(reduced)) < 1000
+
+
+def test_the_filed_needless_repartition_is_not_planned(kube_api, tmp_path, capsys):  # noqa: F811
+    """Issue 35's snapshot shape: idle instances serve the waiting pods; the plan once destroyed an idle
+    3g.20gb on a GPU nothing uses ("3g.20gb idle + 2g.10gb idle + 1g.5gb+me idle -> 2g.10gb + 1g.5gb+me
+    for nothing", the exact solve's answer: it keeps the pods off that GPU, which the scheduler does anyway)."""
+    def node(name, layouts):
+        kube_api.add_node(name, labels={"alibabacloud.com/nodepool-id": POOL_ID,
+                                        "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                        "aliyun.accelerator/nvidia_count": str(len(layouts)),
+                                        "nvidia.com/mig.config.state": "success"},
+                          annotations={"ack-mig-hook/gpu-layouts": json.dumps(
+                              {str(i): layout for i, layout in enumerate(layouts)})},
+                          taints=[{"key": "nvidia.com/gpu", "value": "mig", "effect": "NoSchedule"}])
+
+    node("n0", [[["4g.20gb", 0]]])
+    node("n1", [[["2g.10gb", 0], ["1g.5gb+me", 2]], [["3g.20gb", 0]],
+                [["1g.5gb+me", 0], ["2g.10gb", 2], ["3g.20gb", 4]]])
+    waiting(kube_api, "big", "4g.20gb", owner="big")
+    for i in range(2):
+        waiting(kube_api, "mid-%d" % i, "3g.20gb", owner="mid")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")
+    assert code == 0, err
+    advice = json.loads(out)
+    assert advice["demand"]["pending"] == {"3g.20gb": 2, "4g.20gb": 1} and advice["plan"]["unserved"] == {}
+    assert not any("for nothing" in r for r in advice["plan"]["reasons"])
+    # no GPU loses an instance unless it gets one: nothing is destroyed for nothing
+    assert all(not g["destroy"] or g["create"] for g in advice["gpus"]), advice["gpus"]
