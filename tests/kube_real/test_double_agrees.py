@@ -279,7 +279,7 @@ def test_a_pool_lease_is_created_once_and_updated_only_at_its_version(world):
     """The pool budget's Lease (functions/rollout/pool_lease.py): a second create is 409 AlreadyExists, an update
     carrying an older resourceVersion is 409 Conflict, a missing Lease is 404, a zero duration is 422; the
     update at the current version applies and the MicroTime the hook writes is accepted as written."""
-    from functions.rollout.pool_lease import _micro_time
+    from functions.kube.leases import micro_time as _micro_time
 
     kube, name = world.client(), world.unique("ack-mig-hook-pool-np")
     assert _raises(kube.get_lease, "default", name).status == 404
