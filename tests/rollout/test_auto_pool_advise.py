@@ -121,13 +121,17 @@ def test_demand_beyond_the_pool_names_a_new_node_layout(auto_pool, tmp_path, cap
     advice = json.loads(advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")[1])
     # n1's idle 7g.80gb can become two 3g.40gb, n2's idle 3g.40gb serves one (its 2g.20gb in use stays): 3 left
     assert advice["plan"]["unserved"]["3g.40gb"] == 3
-    # a new node's GPUs bring every profile left unserved (the 1g.10gb pods lost n1 to the larger demand)
-    assert {p for p, _ in advice["plan"]["new_node"]} == set(advice["plan"]["unserved"]) == {"1g.10gb", "3g.40gb"}
-    # ... and the pool's node-template tags would say so: ecs.ebmgn7e.32xlarge has 8 A100 80GB
+    # a new node (ecs.ebmgn7e.32xlarge: 8 A100 80GB) brings every profile left unserved (the 1g.10gb pods lost
+    # n1 to the larger demand), GPU by GPU: most GPUs get the layout the first GPU got
+    shape = advice["plan"]["new_node_shape"]
+    assert sum(g["gpus"] for g in shape) == 8
+    assert {p for g in shape for p, _ in g["layout"]} == set(advice["plan"]["unserved"]) == {"1g.10gb", "3g.40gb"}
+    assert advice["plan"]["new_node"] == shape[0]["layout"]
+    # ... and the pool's node-template tags advertise that whole node
     tags = advice["autoscaler_tags"]
-    per_gpu = {p: sum(1 for q, _ in advice["plan"]["new_node"] if q == p) for p in ("1g.10gb", "3g.40gb")}
-    assert tags["set"] == {"k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-%s" % p: str(8 * n)
-                           for p, n in per_gpu.items()}
+    per_node = {p: sum(g["gpus"] for g in shape for q, _ in g["layout"] if q == p) for p in ("1g.10gb", "3g.40gb")}
+    assert tags["set"] == {"k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-%s" % p: str(n)
+                           for p, n in per_node.items()}
     assert not tags["in_sync"]
 
 
