@@ -15,17 +15,18 @@ How it decides, in order:
 2. Who gives it, GPU by GPU, each time the choice that serves the most compute slices of what is needed
    (ties: the placement that leaves the most room), in this order, so the pool uses the fewest GPUs and
    drains nothing:
-   a. GPUs with an instance in use: add into free slots (``add``: every existing instance stays);
+   a. GPUs with an instance in use, the node with the most compute in use first (scale-down removes only
+      nodes without pods): add into free slots (``add``: every existing instance stays);
    b. the same GPUs: destroy surplus idle instances to make room (``repartition``; in-use ones stay);
    c. GPUs whose instances are all idle: add into free slots;
-   d. empty GPUs: add;
+   d. empty GPUs: add (c and d first on nodes that run pods, then on nodes that run none);
    e. GPUs whose instances are all idle: repartition.
    Steps a and b count the idle instances of those GPUs only; the idle instances of GPUs nothing uses
    count before step c (a pod bound to one of those takes one more GPU into use, while room beside
    running pods may hold it). A GPU that is busy (a whole-GPU pod or non-MIG process), has MIG off, is
    listed twice, or whose model or instances the catalogue cannot read is left as it is.
-3. What is left is ``unserved``; ``new_node`` is the one per-GPU layout that serves it with the fewest GPUs
-   on the pool's model (for the autoscaler's node template).
+3. What is left is ``unserved``; ``new_node_shape`` is one new node, GPU by GPU, whose fewest copies serve
+   it (the autoscaler's template: ``_new_node``), ``new_node`` the layout most of its GPUs get.
 4. When everything is served, no pod asks for several instances and the pool has at most
    ``exact.EXACT_GPUS`` usable GPUs, the step is solved exactly too; its answer replaces the search's when
    it leaves fewer GPUs holding pods once they bind, or as many with fewer instances changed.
