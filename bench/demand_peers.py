@@ -29,8 +29,8 @@ Every peer is modelled from its public description; what each source says and wh
   node, autoscaled; a pod whose profile the sequence lacks is never served.
 * ``auto``: this project's planner (``functions.decision.layout.plan``) once per step over the ready nodes
   and the waiting pods, its plan applied (``demand.Pool.apply``'s rules: destroying an in-use instance
-  counts as an eviction), pods bound; its ``new_node`` layout is the node template the autoscaler adds
-  (the node-template tags), on every GPU of the new node, as a node the hook never partitioned gets it.
+  counts as an eviction), pods bound; its ``new_node_shape`` (per-GPU layouts of one node) is the node
+  template the autoscaler adds (the node-template tags advertise the whole node).
 
 The shared model (one for all, so node-hours compare):
 
@@ -249,7 +249,7 @@ class AutoPool(Peer):
     def __init__(self, gpu, model_name: str, profiles):
         super().__init__(gpu)
         self.model_name = model_name
-        self.bounds = Bounds(profiles=frozenset(profiles), model=model_name)
+        self.bounds = Bounds(profiles=frozenset(profiles), model=model_name, node_gpus=GPUS_PER_NODE)
         self.previous = None
         self.new_node = ()
 
@@ -274,12 +274,14 @@ class AutoPool(Peer):
             for key in t.create:
                 held[key] = None
                 stats["created"] += 1
-        self.new_node = result.new_node
+        self.new_node = result.new_node_shape
 
     def template(self):
         if not self.new_node:
             return None
-        return [{tuple(k): None for k in self.new_node} for _ in range(GPUS_PER_NODE)]
+        # the whole node the tags advertise (Plan.new_node_shape), GPU by GPU; the hook gives a fresh node the
+        # layout most GPUs get, and its next plan the others (docs/auto-pools.md "New nodes")
+        return [{tuple(k): None for k in layout} for layout, n in self.new_node for _ in range(n)]
 
 
 def peers(gpu: GpuModel, model_name: str, profiles: Sequence[str], peaks: Dict[str, int]) -> List[Peer]:

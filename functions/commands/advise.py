@@ -111,12 +111,13 @@ def gather(args) -> Dict[str, Any]:
     nodes, strangers = proven_members(nodes, members)
     by_node = {name: pods for name, pods in by_node.items() if name in members}
     taints = [t.model_dump(exclude_none=True) for t in pool.taints]
-    advice = advise(pool.nodepool_id, pool.labels, taints, nodes, by_node, pending)
-    advice["plan"]["unplaced"].extend(strangers)
-    from functions.decision.autoscaler_tags import MODE_ON, plan_pool
+    from functions.decision.autoscaler_tags import MODE_ON, plan_pool, pool_template
 
+    advice = advise(pool.nodepool_id, pool.labels, taints, nodes, by_node, pending, template=pool_template(pool))
+    advice["plan"]["unplaced"].extend(strangers)
     # What the autoscaler step would write for this pool (the same decision; advise writes nothing).
-    tags = plan_pool(pool, MODE_ON, tuple(tuple(x) for x in advice["plan"]["new_node"]))
+    shape = tuple((tuple(tuple(x) for x in g["layout"]), g["gpus"]) for g in advice["plan"]["new_node_shape"])
+    tags = plan_pool(pool, MODE_ON, shape or tuple(tuple(x) for x in advice["plan"]["new_node"]))
     advice["autoscaler_tags"] = tags.to_json() if tags is not None else None
     advice["name"] = pool.name
     return advice
@@ -151,7 +152,11 @@ def render(advice: Dict[str, Any]) -> str:
     lines.append("plan: %d change%s" % (p["changes"], "" if p["changes"] == 1 else "s"))
     lines.extend("  " + r for r in p["reasons"])
     if p["unserved"]:
-        lines.append("unserved: %s; a new node's GPUs would get %s" % (_counts(p["unserved"]), _layout(p["new_node"])))
+        shape = p.get("new_node_shape") or []
+        lines.append("unserved: %s; %s" % (_counts(p["unserved"]), (
+            "a new node's GPUs would get " + " + ".join("%dx %s" % (g["gpus"], _layout(g["layout"])) for g in shape))
+            if shape else "no new node's layout can be named (no GPU of the pool, nor its instance type, has a "
+                          "model the catalogue knows with a profile that waits)"))
     lines.extend("  note: " + u for u in p["unplaced"])
     tags = advice.get("autoscaler_tags")
     if tags:

@@ -127,27 +127,69 @@ def pool_resources(pool: "NodePool") -> Tuple[Optional[Dict[str, int]], str]:
 AUTO_LAYOUT_LABEL = "ack-mig-hook/layout"  # functions/decision/layout/bounds.py LAYOUT_LABEL
 
 
-def auto_pool_resources(pool: "NodePool", new_node: Tuple[Tuple[str, int], ...]
-                        ) -> Tuple[Optional[Dict[str, int]], str]:
-    """An auto pool (``ack-mig-hook/layout=auto``): a new node's GPUs each get ``new_node``, the per-GPU
-    layout the planner chose for the demand the existing GPUs cannot serve (functions.decision.layout
-    ``Plan.new_node``); () when nothing waits: then no MIG resource is advertised (nothing to scale out for)."""
+def pool_template(pool: "NodePool") -> Tuple[str, int]:
+    """(the GPU model, the GPU count) of a new node of ``pool``, from its instance types through the family
+    table: the first type whose GPUs the table knows gives the model, the fewest GPUs of those of that model
+    the count; ("", 0) when none is known. The planner names a new node's layout from it, so a pool with no
+    node yet still scales out (functions.decision.layout ``Bounds.model``, ``Bounds.node_gpus``)."""
+    model, gpus = "", 0
+    for instance_type in pool.instance_types:
+        cap = capability(instance_type)
+        if cap.mig is not True or not cap.gpus or not cap.gpu_model:
+            continue
+        if not model:
+            model = cap.gpu_model
+        if cap.gpu_model == model:
+            gpus = min(gpus or cap.gpus, cap.gpus)
+    return model, gpus  # the table's product name (find_gpu and the planner's lookup read it)
+
+
+def node_layouts(new_node, gpus: int) -> List[Tuple[Tuple[str, int], ...]]:
+    """A new node's GPU layouts, GPU by GPU, from the planner's answer: a per-GPU layout (every GPU gets it:
+    ``Plan.new_node``) or a node shape, (layout, GPUs) groups, the first the one most GPUs get
+    (``Plan.new_node_shape``). A node with fewer GPUs than the shape drops its last groups' GPUs; one with
+    more gives the first layout to the rest."""
     if not new_node:
-        return {}, "auto pool: every waiting MIG pod fits the pool's GPUs, no new node is needed"
+        return []
+    if isinstance(new_node[0][0], str):
+        return [tuple(tuple(x) for x in new_node)] * gpus
+    out = [tuple(tuple(x) for x in layout) for layout, n in new_node for _ in range(int(n))]
+    return (out + [out[0]] * gpus)[:gpus]
+
+
+def auto_pool_resources(pool: "NodePool", new_node) -> Tuple[Optional[Dict[str, int]], str]:
+    """An auto pool (``ack-mig-hook/layout=auto``): a new node's GPUs get the layouts the planner chose for the
+    demand the existing GPUs cannot serve (``new_node``: see :func:`node_layouts`); () when nothing waits:
+    then no MIG resource is advertised (nothing to scale out for). The tags advertise the whole node, so the
+    autoscaler adds, in one round, as many copies as the waiting pods need."""
+    if not new_node:
+        return {}, ("auto pool: no new node is needed (nothing waits that the pool's GPUs cannot serve and a new "
+                    "node's layout would): no MIG resource advertised")
     if not pool.instance_types:
         return None, "the pool lists no instance type, so the GPUs of a new node are not known"
     each: List[Dict[str, int]] = []
-    shown = "-".join(name for name, _ in new_node)
+    shown = ""
     for instance_type in pool.instance_types:
         cap = capability(instance_type)
         if cap.mig is not True or not cap.gpus or not cap.gpu_model:
             return None, cap.reason or "the family table does not know the GPUs of %s" % instance_type
         model = find_gpu(cap.gpu_model)
-        profiles = [model.profile_by_name(name) for name, _ in new_node]
-        if any(p is None for p in profiles):
-            return None, "the layout %s does not fit %s (%s)" % (shown, instance_type, model.key)
-        layout = Layout(model, tuple(SolverInstance(p, start) for p, (_, start) in zip(profiles, new_node)))
-        each.append(layout_resources(layout, cap.gpus))
+        total: Dict[str, int] = {}
+        layouts = node_layouts(new_node, cap.gpus)
+        groups: Dict[Tuple[Tuple[str, int], ...], int] = {}
+        for layout in layouts:
+            groups[layout] = groups.get(layout, 0) + 1
+        shown = shown or " + ".join("%dx %s" % (n, "-".join(name for name, _ in layout))
+                                    for layout, n in groups.items())
+        for layout, n in groups.items():
+            profiles = [model.profile_by_name(name) for name, _ in layout]
+            if any(p is None for p in profiles):
+                return None, "the layout %s does not fit %s (%s)" % ("-".join(n for n, _ in layout), instance_type,
+                                                                     model.key)
+            solved = Layout(model, tuple(SolverInstance(p, start) for p, (_, start) in zip(profiles, layout)))
+            for name, k in layout_resources(solved, n).items():
+                total[name] = total.get(name, 0) + k
+        each.append(total)
     common = {name: min(r.get(name, 0) for r in each) for name in sorted(set().union(*each))}
     common = {name: n for name, n in common.items() if n > 0}
     return common, "auto pool: a new node's GPUs would get %s for the demand the pool cannot serve: %s" % (

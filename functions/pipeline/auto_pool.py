@@ -7,6 +7,7 @@ Pending pods.
 """
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from functions.decision.layout import WHOLE_GPU, Plan, PodDemand, bounds_from_labels, plan
@@ -65,19 +66,23 @@ def _counts(demand: Sequence[PodDemand]) -> Dict[str, int]:
 
 def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
            nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
-           pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None) -> Dict[str, Any]:
-    """The advice for one pool as a JSON-ready dict; raises NotAutoPool or bounds.LayoutLabelError."""
-    return _advise(pool_id, pool_labels, pool_taints, nodes, pods_by_node, pending, previous)[0]
+           pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None,
+           template: Tuple[str, int] = ("", 0)) -> Dict[str, Any]:
+    """The advice for one pool as a JSON-ready dict; raises NotAutoPool or bounds.LayoutLabelError.
+    ``template``: (GPU model, GPUs) of a new node of the pool (autoscaler_tags.pool_template)."""
+    return _advise(pool_id, pool_labels, pool_taints, nodes, pods_by_node, pending, previous, template=template)[0]
 
 
 def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
             nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
             pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None,
-            dwell: Optional[Dwell] = None) -> Tuple[Dict[str, Any], Plan]:
+            dwell: Optional[Dwell] = None, template: Tuple[str, int] = ("", 0)) -> Tuple[Dict[str, Any], Plan]:
     bounds = bounds_from_labels(pool_labels)
     if bounds is None:
         raise NotAutoPool("pool %s is not an auto pool; label it ack-mig-hook/layout=auto to let the hook choose "
                           "its layouts from the pods that wait" % pool_id)
+    # A new node is what the pool's instance type brings, so a pool with no node yet can still name one.
+    bounds = replace(bounds, model=template[0] or bounds.model, node_gpus=template[1] or bounds.node_gpus)
     pending = sorted(pending, key=pod_key)  # the same advice whatever order the list came in
     by_pool, not_counted = split_pending(pending, {pool_id: places_of(pool_labels, pool_taints, pool_id, nodes)})
     waiting = by_pool[pool_id]
@@ -109,7 +114,10 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
                    "not_counted": [{"pod": key, "why": why} for key, why in not_counted]},
         "gpus": gpus,
         "plan": {"changes": len(result.changes), "unserved": dict(result.unserved),
-                 "new_node": [list(x) for x in result.new_node], "reasons": list(result.reasons),
+                 "new_node": [list(x) for x in result.new_node],
+                 "new_node_shape": [{"layout": [list(x) for x in layout], "gpus": n}
+                                    for layout, n in result.new_node_shape],
+                 "reasons": list(result.reasons),
                  "unplaced": list(result.unplaced) + notes},
         "whole_gpu_pending": _counts(waiting).get(WHOLE_GPU, 0),
     }, result
@@ -201,6 +209,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
           pools: List[Any], log: Any, end: Any, claims: Any) -> Any:
     from functions.base.model import Decision
+    from functions.decision.autoscaler_tags import pool_template
     from functions.decision.layout import LayoutLabelError
     from functions.decision.layout.matching import is_unschedulable, pod_asks
     from functions.delivery.node_script import per_gpu_partition
@@ -236,11 +245,11 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         try:
             advice, result = _advise(pool.nodepool_id, pool.labels,
                                      [t.model_dump(exclude_none=True) for t in pool.taints], nodes,
-                                     pods_on(api, names), pending, dwell=dwell)
+                                     pods_on(api, names), pending, dwell=dwell, template=pool_template(pool))
         except (LayoutLabelError, NotAutoPool) as exc:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=str(exc))
             continue
-        new_nodes[pool.nodepool_id] = result.new_node
+        new_nodes[pool.nodepool_id] = result.new_node_shape or result.new_node  # the tags advertise the whole node
         sizes[pool.nodepool_id] = len(nodes)
         for line in result.reasons:
             log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason=line)

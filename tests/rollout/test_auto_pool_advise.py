@@ -121,13 +121,17 @@ def test_demand_beyond_the_pool_names_a_new_node_layout(auto_pool, tmp_path, cap
     advice = json.loads(advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")[1])
     # n1's idle 7g.80gb can become two 3g.40gb, n2's idle 3g.40gb serves one (its 2g.20gb in use stays): 3 left
     assert advice["plan"]["unserved"]["3g.40gb"] == 3
-    # a new node's GPUs bring every profile left unserved (the 1g.10gb pods lost n1 to the larger demand)
-    assert {p for p, _ in advice["plan"]["new_node"]} == set(advice["plan"]["unserved"]) == {"1g.10gb", "3g.40gb"}
-    # ... and the pool's node-template tags would say so: ecs.ebmgn7e.32xlarge has 8 A100 80GB
+    # a new node (ecs.ebmgn7e.32xlarge: 8 A100 80GB) brings every profile left unserved (the 1g.10gb pods lost
+    # n1 to the larger demand), GPU by GPU: most GPUs get the layout the first GPU got
+    shape = advice["plan"]["new_node_shape"]
+    assert sum(g["gpus"] for g in shape) == 8
+    assert {p for g in shape for p, _ in g["layout"]} == set(advice["plan"]["unserved"]) == {"1g.10gb", "3g.40gb"}
+    assert advice["plan"]["new_node"] == shape[0]["layout"]
+    # ... and the pool's node-template tags advertise that whole node
     tags = advice["autoscaler_tags"]
-    per_gpu = {p: sum(1 for q, _ in advice["plan"]["new_node"] if q == p) for p in ("1g.10gb", "3g.40gb")}
-    assert tags["set"] == {"k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-%s" % p: str(8 * n)
-                           for p, n in per_gpu.items()}
+    per_node = {p: sum(g["gpus"] for g in shape for q, _ in g["layout"] if q == p) for p in ("1g.10gb", "3g.40gb")}
+    assert tags["set"] == {"k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-%s" % p: str(n)
+                           for p, n in per_node.items()}
     assert not tags["in_sync"]
 
 
@@ -194,3 +198,34 @@ def test_a_node_ack_does_not_list_in_the_pool_is_left_out_with_a_note(auto_pool,
     assert len(notes) == 1 and "ACK does not list it in the pool" in notes[0]
     after["plan"]["unplaced"].remove(notes[0])
     assert after == before
+
+
+def test_a_pool_with_no_node_scales_out_for_a_waiting_pod(kube_api, tmp_path, capsys):
+    """Issue 37: a pool with no nodes could never scale out, and advise said both "unserved: 1g.10gb x1; a new
+    node's GPUs would get (empty)" and "every waiting MIG pod fits the pool's GPUs, no new node is needed". The
+    pool's instance type (ecs.ebmgn7e.32xlarge: 8 A100 80GB) now names the new node; advise and the tick agree."""
+    waiting(kube_api, "first", "1g.10gb")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    path = inventory(tmp_path, members=())
+    data = json.loads(open(path).read())
+    data["nodepools"][0]["auto_scaling"] = {"enable": True}  # the tick's tags follow pools the autoscaler grows
+    open(path, "w").write(json.dumps(data))
+    advice = json.loads(advise(capsys, "--inventory", path, "--kubeconfig", kubeconfig, "--json")[1])
+    assert advice["gpus"] == [] and advice["plan"]["unserved"] == {"1g.10gb": 1}
+    shape = advice["plan"]["new_node_shape"]
+    assert sum(g["gpus"] for g in shape) == 8 and {p for g in shape for p, _ in g["layout"]} == {"1g.10gb"}
+    key = "k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-1g.10gb"
+    assert advice["autoscaler_tags"]["set"] == {key: "56"}  # 7 per GPU, 8 GPUs
+    assert "no new node is needed" not in advice["autoscaler_tags"]["reason"]
+    code, text, _ = advise(capsys, "--inventory", path, "--kubeconfig", kubeconfig)
+    assert code == 0 and "(empty)" not in text and "no new node is needed" not in text
+    assert "a new node's GPUs would get 8x 1g.10gb@0" in text
+    # the tick (dry run) sets the same tags and changes no node (there is none)
+    event = tmp_path / "tick.json"
+    event.write_text(json.dumps({"auto_pools": True}))
+    code = main(["invoke", "--event", str(event), "--inventory", path, "--kubeconfig", kubeconfig, "--dry-run",
+                 "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["decisions"] == []
+    assert [t["set"] for t in result["pool_tags"]] == [{key: "56"}]
+    assert {r.method for r in kube_api.requests} == {"GET"}

@@ -87,4 +87,5 @@ def plan_steady(planner: Any, supply: Sequence[GpuSupply], demand: Sequence[PodD
     changed = {t.reason for t in free.changes}
     notes = tuple(r for r in free.reasons if r not in changed)
     own = tuple(t.reason for t in kept.changes if t.reason)
-    return replace(kept, unserved=free.unserved, new_node=free.new_node, reasons=own + notes + (line,))
+    return replace(kept, unserved=free.unserved, new_node=free.new_node,
+                   new_node_shape=free.new_node_shape, reasons=own + notes + (line,))

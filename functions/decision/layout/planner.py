@@ -15,17 +15,18 @@ How it decides, in order:
 2. Who gives it, GPU by GPU, each time the choice that serves the most compute slices of what is needed
    (ties: the placement that leaves the most room), in this order, so the pool uses the fewest GPUs and
    drains nothing:
-   a. GPUs with an instance in use: add into free slots (``add``: every existing instance stays);
+   a. GPUs with an instance in use, the node with the most compute in use first (scale-down removes only
+      nodes without pods): add into free slots (``add``: every existing instance stays);
    b. the same GPUs: destroy surplus idle instances to make room (``repartition``; in-use ones stay);
    c. GPUs whose instances are all idle: add into free slots;
-   d. empty GPUs: add;
+   d. empty GPUs: add (c and d first on nodes that run pods, then on nodes that run none);
    e. GPUs whose instances are all idle: repartition.
    Steps a and b count the idle instances of those GPUs only; the idle instances of GPUs nothing uses
    count before step c (a pod bound to one of those takes one more GPU into use, while room beside
    running pods may hold it). A GPU that is busy (a whole-GPU pod or non-MIG process), has MIG off, is
    listed twice, or whose model or instances the catalogue cannot read is left as it is.
-3. What is left is ``unserved``; ``new_node`` is the one per-GPU layout that serves it with the fewest GPUs
-   on the pool's model (for the autoscaler's node template).
+3. What is left is ``unserved``; ``new_node_shape`` is one new node, GPU by GPU, whose fewest copies serve
+   it (the autoscaler's template: ``_new_node``), ``new_node`` the layout most of its GPUs get.
 4. When everything is served, no pod asks for several instances and the pool has at most
    ``exact.EXACT_GPUS`` usable GPUs, the step is solved exactly too; its answer replaces the search's when
    it leaves fewer GPUs holding pods once they bind, or as many with fewer instances changed.
@@ -602,7 +603,13 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     def wanting() -> bool:
         return any(v > 0 for v in need.values())
 
-    used = sorted(first, key=lambda g: (-g.compute_in_use, g.sort_key))
+    # Node-aware (docs/auto-pools.md "Consolidation"): the scale-down removes only nodes without pods, so of
+    # the GPUs a step may use, those on the nodes with the most compute in use come first; new instances go
+    # beside what runs, and a node whose pods end is left with nothing new to keep it.
+    node_busy = Counter()  # type: Counter
+    for g in gpus:
+        node_busy[g.supply.node] += g.compute_in_use
+    used = sorted(first, key=lambda g: (-node_busy[g.supply.node], -g.compute_in_use, g.sort_key))
     for step in (fill, repartition):
         for gpu in used:
             if not wanting():
@@ -620,9 +627,15 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         spare = idle_rest[name] - max(0, pending[name] + bounds.headroom_of(name) - (now_idle[name] - idle_rest[name]))
         if spare > 0:
             surplus[name] = spare
-    idle_only = sorted((g for g in rest if g.state), key=lambda g: (-len(g.state), g.sort_key))
-    empty = [g for g in rest if not g.state]
-    for step, group in ((fill, idle_only), (fill, empty), (repartition, idle_only)):
+    # GPUs on nodes that run pods before those on nodes that run none (those can empty): adding there first,
+    # idle-only GPUs before empty ones; repartitioning after every addition.
+    idle_only = sorted((g for g in rest if g.state), key=lambda g: (-node_busy[g.supply.node], -len(g.state), g.sort_key))
+    empty = sorted((g for g in rest if not g.state), key=lambda g: (-node_busy[g.supply.node], g.sort_key))
+    busy_idle = [g for g in idle_only if node_busy[g.supply.node]]
+    busy_empty = [g for g in empty if node_busy[g.supply.node]]
+    for step, group in ((fill, busy_idle), (fill, busy_empty),
+                        (fill, [g for g in idle_only if not node_busy[g.supply.node]]),
+                        (fill, [g for g in empty if not node_busy[g.supply.node]]), (repartition, idle_only)):
         for gpu in group:
             if not wanting():
                 break
@@ -664,10 +677,13 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         targets.append(target)
         if target.reason:
             reasons.append(target.reason)
-    new_node = _new_node(gpus, unserved, bounds, supply)
+    new_node, shape = _new_node(unserved, bounds, supply)
+    if not shape and any(n > 0 for name, n in unserved.items() if name != WHOLE_GPU):
+        notes.append("no new node's layout can be named for what is unserved: neither a GPU of the pool nor its "
+                     "instance type has a model the catalogue knows with those profiles")
     return Plan(tuple(targets), tuple(sorted(unserved.items())), new_node,
                 tuple(reasons + [_one_line(n) for n in notes]), tuple(_one_line(u) for u in unplaced),
-                tuple((key, _one_line(why)) for key, why in not_counted))
+                tuple((key, _one_line(why)) for key, why in not_counted), shape)
 
 
 MAX_NODE_GPUS = 16  # the most GPUs a node reports (functions/kube/supply.py reads nvidia_count up to 16)
@@ -694,7 +710,7 @@ def _countable(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds:
     template = find_gpu_or_none(name=bounds.model) if bounds.model else None
     nodes = list(shapes.values())
     if template is not None:
-        nodes.append([template] * max([len(n) for n in nodes] or [MAX_NODE_GPUS]))
+        nodes.append([template] * (bounds.node_gpus or max([len(n) for n in nodes] or [MAX_NODE_GPUS])))
     if not nodes:
         return capped, []
     asks = OrderedDict()  # type: Dict[str, Dict[str, int]]
@@ -921,28 +937,81 @@ def _target(gpu: _Gpu, served, unplaced: List[str]) -> GpuTarget:
     return GpuTarget(s.node, s.index, layout, change, reason, create, destroy)
 
 
-def _new_node(gpus: List[_Gpu], unserved: Counter, bounds: Bounds, supply: Sequence[GpuSupply]
-              ) -> Tuple[Tuple[str, int], ...]:
-    """The one per-GPU layout that serves the unserved instances with the fewest GPUs of a new node."""
+def _new_node(unserved: Counter, bounds: Bounds, supply: Sequence[GpuSupply]
+              ) -> Tuple[Tuple[Tuple[str, int], ...], Tuple[Tuple[Tuple[Tuple[str, int], ...], int], ...]]:
+    """What a new node brings for the unserved instances: (the layout most of its GPUs get, the whole node as
+    (per-GPU layout, GPUs) groups, most GPUs first). The node's GPU count is ``bounds.node_gpus``, else the
+    largest node's, else one; its model ``bounds.model``, else the pool's most common one.
+
+    The autoscaler adds copies of one template node until the pods that fit it are placed (one round), so the
+    shape is chosen for the fewest copies that serve every unserved instance: the smallest k for which one
+    node's GPUs hold ceil(unserved / k) of every profile. When no node's GPUs can hold every profile at once,
+    the profiles with the fewest unserved instances are left out, one at a time: the most pods are served
+    now, the rest by the next round's shape. GPUs the shape leaves free get the layout most GPUs get."""
     if not any(n > 0 for name, n in unserved.items() if name != WHOLE_GPU):
-        return ()
+        return (), ()
     model = find_gpu_or_none(name=bounds.model) if bounds.model else None
     if model is None:
         names = Counter(s.model for s in supply if find_gpu_or_none(name=s.model) is not None)
         if not names:
-            return ()
+            return (), ()
         model = find_gpu_or_none(name=sorted(names.items(), key=lambda x: (-x[1], x[0]))[0][0])
-    wanted = tuple(sorted(n for n, c in unserved.items() if c > 0 and n != WHOLE_GPU and bounds.allows(n)
-                          and model.profile_by_name(n)))
-    if not wanted:
-        return ()
-    best_key, best = None, ()
-    for counts, placement in _candidates(model.key, (1 << model.memory_slots) - 1, (), wanted):
-        have = dict(counts)
-        covered = [n for n in wanted if have.get(n)]
-        gpus_needed = max(-(-unserved[n] // have[n]) for n in covered)
-        key = (len(covered), -gpus_needed, sum(_value(model.profile_by_name(n)) * c for n, c in counts))
-        if best_key is None or key > best_key:
-            best_key, best = key, placement
-    return tuple(sorted(best, key=lambda x: (x[1], x[0])))
+    wanted = sorted((n for n, c in unserved.items() if c > 0 and n != WHOLE_GPU and bounds.allows(n)
+                     and model.profile_by_name(n)), key=lambda n: (-unserved[n], n))
+    size = bounds.node_gpus or max(Counter(s.node for s in supply).values() or [1])
+    size = max(1, min(size, MAX_NODE_GPUS))
+    while wanted:
+        layouts = _node_shape(model, {n: unserved[n] for n in wanted}, size)
+        if layouts is not None:
+            groups = OrderedDict()  # type: Dict[Tuple[Tuple[str, int], ...], int]
+            for layout in layouts:
+                groups[layout] = groups.get(layout, 0) + 1
+            shape = tuple(sorted(groups.items(), key=lambda x: -x[1]))  # stable: the first chosen first among equals
+            return shape[0][0], shape
+        wanted = wanted[:-1]  # the profile with the fewest unserved instances waits for the next round
+    return (), ()
+
+
+def _node_shape(model: GpuModel, counts: Dict[str, int], size: int
+                ) -> Optional[List[Tuple[Tuple[str, int], ...]]]:
+    """``size`` per-GPU layouts (one node) such that the fewest copies of the node hold ``counts``; None
+    when one node cannot hold one instance of every profile."""
+    compute = sum(c * model.profile_by_name(n).compute_slices for n, c in counts.items())
+    lo, hi = max(1, -(-compute // (size * model.compute_slices))), max(counts.values())
+    if _node_fill(model, counts, size, hi) is None:
+        return None
+    while lo < hi:  # the smallest k that fills (the greedy fill holds for any larger k too, near enough)
+        mid = (lo + hi) // 2
+        if _node_fill(model, counts, size, mid) is None:
+            lo = mid + 1
+        else:
+            hi = mid
+    return _node_fill(model, counts, size, hi)
+
+
+def _node_fill(model: GpuModel, counts: Dict[str, int], size: int, k: int
+               ) -> Optional[List[Tuple[Tuple[str, int], ...]]]:
+    """One node's GPU layouts holding ceil(count / k) of every profile, GPU by GPU the layout that serves the
+    most compute of what is left (``_choose``), each GPU's free slots then filled with more of the unserved
+    profiles (a new node's spare instances serve the next pods at once); None when ``size`` GPUs do not."""
+    need = {n: -(-c // k) for n, c in counts.items()}
+    full = (1 << model.memory_slots) - 1
+    layouts = []  # type: List[Tuple[Tuple[str, int], ...]]
+    while any(v > 0 for v in need.values()):
+        if len(layouts) >= size:
+            return None
+        wanted = tuple(sorted(n for n, v in need.items() if v > 0))
+        placement = _choose(model.key, full, (), wanted, tuple(min(need[n], 16) for n in wanted))
+        if not placement:
+            return None
+        used = 0
+        for name, start in placement:
+            used |= _mask(start, model.profile_by_name(name).memory_slices)
+            need[name] -= 1
+        every = tuple(sorted(counts))
+        more = _choose(model.key, full & ~used, tuple(sorted(Counter(n for n, _ in placement).items())), every,
+                       tuple(16 for _ in every)) if full & ~used else ()
+        layouts.append(tuple(sorted(placement + more, key=lambda x: (x[1], x[0]))))
+    most = Counter(layouts).most_common(1)[0][0]
+    return layouts + [most] * (size - len(layouts))
 

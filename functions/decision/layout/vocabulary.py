@@ -66,12 +66,14 @@ class Bounds:
     ``profiles``: the profiles the planner may create; None: every profile of the GPU model.
     ``headroom``: per profile, idle instances kept ready beyond the pending pods; a Mapping or pairs in,
     sorted pairs stored (hashable). ``model``: the GPU model a new node of the pool brings (for
-    ``Plan.new_node``); empty: the model most of the pool's GPUs have.
+    ``Plan.new_node``); empty: the model most of the pool's GPUs have. ``node_gpus``: how many GPUs a new node
+    has (the pool's instance type); 0: as many as the largest node of the pool, else one.
     """
 
     profiles: Optional[FrozenSet[str]] = None
     headroom: Pairs = ()
     model: str = ""
+    node_gpus: int = 0
 
     def __post_init__(self):
         if self.profiles is not None and not isinstance(self.profiles, frozenset):
@@ -110,6 +112,10 @@ class Plan:
     # (pod key, one line why) for waiting pods no node of the pool (or of its template) can hold: a profile
     # its GPUs lack or the pool does not allow, more than one node holds; never planned for, never unserved
     not_counted: Tuple[Tuple[str, str], ...] = field(default=())
+    # One new node, GPU by GPU, as (per-GPU layout, how many GPUs get it), most GPUs first: the shape the
+    # autoscaler's template advertises (copies of it serve every unserved pod the shape can, in one round);
+    # ``new_node`` is its first layout (the one most GPUs get). () when none.
+    new_node_shape: Tuple[Tuple[Tuple[Tuple[str, int], ...], int], ...] = field(default=())
 
     @property
     def changes(self) -> Tuple[GpuTarget, ...]:

@@ -1,0 +1,112 @@
+"""Issue 37 items 3 and 4: a new node serves the most pods first, as one node shape the autoscaler copies
+in one round; a pool with no node still names its new node; new instances go to the busiest nodes so the
+others can empty (docs/auto-pools.md "New nodes" and "Consolidation")."""
+
+import os
+import sys
+from collections import Counter
+
+import pytest
+
+from functions.decision.layout import CHANGE_NONE, Bounds, GpuSupply, Instance, PodDemand, plan
+
+A100 = "NVIDIA A100-SXM4-80GB"
+TEMPLATE = Bounds(model=A100, node_gpus=8)  # ecs.ebmgn7e.32xlarge: 8 A100 80GB
+
+
+def pods(profile, n, owner="serve"):
+    return [PodDemand("llm/%s-%s-%d" % (owner, profile, i), "deployment llm/" + owner, profile) for i in range(n)]
+
+
+def per_node(shape):
+    """Per profile, the instances one node of the shape holds."""
+    out = Counter()
+    for layout, gpus in shape:
+        for name, _ in layout:
+            out[name] += gpus
+    return out
+
+
+def copies_needed(shape, unserved):
+    """How many copies of the template node the autoscaler adds for the unserved instances (None: some profile
+    the template lacks still waits after the round)."""
+    have = per_node(shape)
+    if any(n > 0 and not have[p] for p, n in unserved):
+        return None
+    return max(-(-n // have[p]) for p, n in unserved if n > 0)
+
+
+def test_the_filed_case_names_whole_gpu_nodes_first_and_serves_every_pod_in_one_round():
+    # issue 37: 1x 1g, 1x 3g and 40x 7g waiting named "1g x4 + 3g" and left the 40 whole-GPU pods for later
+    result = plan([], pods("1g.10gb", 1) + pods("3g.40gb", 1) + pods("7g.80gb", 40), TEMPLATE)
+    assert dict(result.unserved) == {"1g.10gb": 1, "3g.40gb": 1, "7g.80gb": 40}
+    assert result.new_node == (("7g.80gb", 0),)  # the layout most GPUs get: the most pods
+    assert sum(n for _, n in result.new_node_shape) == 8
+    assert per_node(result.new_node_shape) == {"7g.80gb": 7, "3g.40gb": 1, "1g.10gb": 4}
+    # six copies of the node hold all 42 pods: one scale-out round, and no fewer nodes could (40 / 8 > 5)
+    assert copies_needed(result.new_node_shape, result.unserved) == 6
+
+
+def test_a_cold_start_asks_for_every_profile_in_one_round():
+    # issue 37: 865x 7g, 279x 4g and 43 small pods took three scale-out rounds
+    demand = pods("7g.80gb", 865) + pods("4g.40gb", 279) + pods("1g.10gb", 43)
+    result = plan([], demand, TEMPLATE)
+    k = copies_needed(result.new_node_shape, result.unserved)
+    assert k is not None  # every profile is on the template: nothing waits for a later round
+    # the fewest copies of any one 8-GPU shape: a 7g.80gb and a 4g.40gb each take a GPU of their own (one 4g per
+    # A100; the 1g.10gb fit beside a 4g), so k copies need ceil(865 / k) + ceil(279 / k) <= 8
+    assert k == min(c for c in range(1, 866) if -(-865 // c) + -(-279 // c) <= 8) == 145
+
+
+def test_when_one_node_cannot_hold_every_profile_the_most_pods_go_first():
+    # a one-GPU node holds 7g.80gb or the small ones, not both: the 40 whole-GPU pods first
+    result = plan([], pods("1g.10gb", 1) + pods("3g.40gb", 1) + pods("7g.80gb", 40), Bounds(model=A100, node_gpus=1))
+    assert result.new_node_shape == (((("7g.80gb", 0),), 1),)
+
+
+def test_a_pool_with_no_node_names_a_new_node_from_its_template():
+    result = plan([], pods("1g.10gb", 1), TEMPLATE)
+    assert result.unserved == (("1g.10gb", 1),)
+    assert result.new_node and per_node(result.new_node_shape)["1g.10gb"] == 8 * 7
+    # without a template (no node, no instance type the family table knows) nothing can be named: said so
+    bare = plan([], pods("1g.10gb", 1), Bounds())
+    assert bare.new_node == () and bare.new_node_shape == ()
+    assert any("no new node's layout can be named" in r for r in bare.reasons)
+
+
+def gpu(node, index, *instances):
+    return GpuSupply(node, index, A100, tuple(Instance(p, s, used) for p, s, used in instances))
+
+
+def test_a_new_pod_goes_beside_the_busier_node_so_the_other_can_empty():
+    # n1 runs one 1g.10gb pod, n2 one 3g.40gb pod; a 1g.10gb pod fits beside either
+    supply = [gpu("n1", 0, ("1g.10gb", 0, True)), gpu("n2", 0, ("3g.40gb", 4, True))]
+    result = plan(supply, pods("1g.10gb", 1, "new"), Bounds())
+    changed = {(t.node, t.index): t.create for t in result.changes}
+    assert list(changed) == [("n2", 0)] and [p for p, _ in changed[("n2", 0)]] == ["1g.10gb"]
+
+
+def test_a_pod_that_needs_a_fresh_gpu_gets_one_on_the_busier_node():
+    # each node runs one long pod on GPU 0 and has an empty GPU 1; the 4g.40gb pod fits beside neither pod
+    # (one 4g per GPU), so it takes an empty GPU: n2's (7 slices in use) rather than n1's (4), so n1 can empty
+    supply = [gpu("n1", 0, ("4g.40gb", 0, True)), gpu("n1", 1),
+              gpu("n2", 0, ("7g.80gb", 0, True)), gpu("n2", 1)]
+    result = plan(supply, pods("4g.40gb", 1, "new"), Bounds())
+    assert [(t.node, t.index) for t in result.changes] == [("n2", 1)]
+    assert all(t.change == CHANGE_NONE for t in result.targets if t.node == "n1")
+
+
+def test_the_bench_autoscaler_adds_every_node_of_a_cold_start_in_one_round():
+    pytest.importorskip("highspy")  # the bench's bound
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "bench"))
+    import demand_peers as dp
+    from demand_traces import PodEvent
+    from node_bootstrap.mig.catalogue import find_gpu
+
+    names = {"1g": "1g.10gb", "3g": "3g.40gb", "7g": "7g.80gb"}
+    events = [PodEvent("a/1g", "a", "1g", 0, 6), PodEvent("a/3g", "a", "3g", 0, 6)] + \
+        [PodEvent("b/%d" % i, "b", "7g", 0, 6) for i in range(40)]
+    gpu = find_gpu(A100)
+    row = dp.simulate(dp.AutoPool(gpu, A100, sorted(names.values())), events, names, 6, 0.5)
+    assert row["scale_outs"] == 1 and row["served"] == 42 and row["peak_nodes"] == 6
