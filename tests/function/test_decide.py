@@ -141,7 +141,7 @@ def test_a_40gb_label_on_an_ebmgn7e_pool_is_an_error_before_any_node_is_touched(
     assert d.action == "error" and d.plan is None and d.partition.value == "1g.5gb-2g.10gb"
     assert d.reason.startswith("pool np-a (gpu) asks for sequence=1g.5gb-2g.10gb on NVIDIA A100-SXM4-80GB GPUs "
                                "(the GPU model is believed from the instance family ebmgn7e): unknown profile "
-                               "'1g.5gb' for A100-80GB")
+                               "'1g.5gb' for NVIDIA A100-SXM4-80GB")
     ok = decide_instance("i-new", None, pool({SEQUENCE_LABEL: "1g.10gb-2g.20gb"}, types=("ecs.ebmgn7e.32xlarge",)))
     assert ok.action == "partition" and ok.plan.gpu == "NVIDIA A100-SXM4-80GB" and ok.plan.gpus == 8
 
