@@ -122,3 +122,93 @@ def test_a_local_invoke_still_needs_its_event_file(cloud):
     done = cli(env, "invoke", "--event", "examples/event.json", "--nodepool-id", POOL)
     assert done.returncode == 2 and "go with --remote" in done.stderr
     assert fc.invocations == []
+
+
+# ---- logs ----
+
+@pytest.fixture
+def store(cloud):
+    import time
+
+    from tests.support.sls_emulator import SlsEmulator
+
+    ros, fc, env = cloud
+    seed_stack(ros)
+    sls = SlsEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN).start()
+    env["ACK_MIG_SLS_ENDPOINT"] = sls.endpoint
+    now = int(time.time())
+    lines = [
+        (now - 7200, {"time": "T-2h", "level": "INFO", "message": "event", "outcome": "done"}),  # outside 1h
+        (now - 600, {"time": "T-10m", "level": "ERROR", "message": "node result", "node_name": "cn-beijing.10.0.0.7",
+                     "instance_id": "i-2zeb7c1mig0a100x1k4d", "nodepool_id": POOL, "outcome": "failed",
+                     "code": "nvml-error", "duration_ms": 4210, "request_id": "req-1",
+                     "reason": "nvidia-smi mig -cgi failed: " + "the GPU is in use by another process " * 3}),
+        (now - 300, {"time": "T-5m", "level": "INFO", "message": "decision", "node_name": "cn-beijing.10.0.0.8",
+                     "nodepool_id": "np-other", "action": "skip", "request_id": "req-2"}),
+        (now - 60, {"time": "T-1m", "level": "INFO", "message": "node result", "node_name": "cn-beijing.10.0.0.8",
+                    "nodepool_id": POOL, "outcome": "applied", "duration_ms": 900, "request_id": "req-2"}),
+    ]
+    for when, line in lines:
+        sls.add("my-sls-project", "ack-mig-hook", when, line)
+    yield sls, env
+    sls.stop()
+    assert not sls.rejected, sls.rejected
+
+
+def test_logs_prints_the_last_hour_one_entry_a_line_oldest_first_wrapped_at_80(store):
+    sls, env = store
+    done = cli(env, "logs")
+    assert done.returncode == 0, done.stderr
+    starts = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
+    assert [s.split()[0] for s in starts] == ["T-10m", "T-5m", "T-1m"]  # not the line of 2 hours ago
+    assert all(len(line) <= 80 for line in done.stdout.splitlines())
+    first = " ".join(done.stdout.split("T-5m")[0].split())
+    assert first.startswith("T-10m ERROR node result node_name=cn-beijing.10.0.0.7 instance_id=i-2zeb7c1mig0a100x1k4d")
+    assert "outcome=failed code=nvml-error duration_ms=4210" in first
+    (call,) = sls.requests
+    assert call["project"] == "my-sls-project" and call["logstore"] == "ack-mig-hook"  # the stack's parameters
+    assert call["body"]["query"] == "*" and call["body"]["to"] - call["body"]["from"] == 3601
+
+
+@pytest.mark.parametrize("argv,times", [
+    (("--node", "cn-beijing.10.0.0.8"), ["T-5m", "T-1m"]),
+    (("--node", "i-2zeb7c1mig0a100x1k4d"), ["T-10m"]),
+    (("--pool", POOL, "--outcome", "applied"), ["T-1m"]),
+    (("--request-id", "req-2", "--since", "3h"), ["T-5m", "T-1m"]),
+    (("--since", "3h", "--outcome", "done"), ["T-2h"]),
+    (("--limit", "1",), ["T-1m"]),  # the newest
+], ids=["node-name", "instance", "pool-outcome", "request", "since", "limit"])
+def test_logs_filters_by_node_pool_outcome_request_and_time(store, argv, times):
+    _, env = store
+    done = cli(env, "logs", "-o", "json", *argv)
+    assert done.returncode == 0, done.stderr
+    assert [line["time"] for line in json.loads(done.stdout)["lines"]] == times
+
+
+def test_logs_yaml_holds_the_lines_as_written(store):
+    import yaml
+
+    _, env = store
+    done = cli(env, "logs", "--pool", POOL, "-o", "yaml")
+    doc = yaml.safe_load(done.stdout)
+    assert done.returncode == 0 and doc["project"] == "my-sls-project"
+    assert doc["query"] == 'message.nodepool_id: "%s"' % POOL
+    assert [(l["outcome"], l["duration_ms"]) for l in doc["lines"]] == [("failed", 4210), ("applied", 900)]
+
+
+def test_logs_refuses_bad_filters_before_any_call_and_says_refusals_in_one_line(store):
+    sls, env = store
+    for argv, said in ((("--since", "yesterday"), "use a duration such as 15m, 1h or 2d"),
+                       (("--node", 'x" or *'), "use an id or name of letters")):  # nothing to inject in a query
+        done = cli(env, "logs", *argv)
+        text = " ".join(done.stderr.split())
+        assert done.returncode == 2 and "is not accepted" in text and said in text
+    assert sls.requests == []
+    sls.fault = (403, "Unauthorized")
+    done = cli(env, "logs")
+    text = " ".join(done.stderr.split())
+    assert done.returncode == 5 and "log:GetLogStoreLogs" in text and "Traceback" not in done.stderr
+    sls.secret = "another-secret"  # SLS refuses what ROS accepted: the signature is checked there too
+    done = cli(env, "logs")
+    assert done.returncode == 4 and "SignatureNotMatch" in done.stderr
+    sls.rejected.clear()  # the wrong secret's refusal was the point
