@@ -32,7 +32,7 @@ COMMANDS = {
                                               "until every node is in layout)"),
     "wait": ("functions.commands.wait", "wait for the ROS stack's operation in progress to end (after an "
                                         "interrupted deploy), printing its events"),
-    "logs": ("functions.commands.logs", "the deployed function's log lines from its SLS logstore, filtered by node, "
+    "logs": ("functions.commands.sls_logs", "the deployed function's log lines from its SLS logstore, filtered by node, "
                                         "pool, outcome or request id"),
     "version": ("functions.commands.version", "the version of this command line"),
     "completion": ("functions.commands.completion", "a shell completion script (bash, zsh, tcsh), made by shtab "
