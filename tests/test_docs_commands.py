@@ -44,7 +44,7 @@ ASSIGNMENTS = re.compile(r"""^\s*(?:[A-Za-z_][A-Za-z0-9_]*=(?:"[^"]*"|'[^']*'|[^
 EXPECT_EXIT = re.compile(r"#\s*exit\s+(\d+)\b")
 # Anything that needs a cloud account, a cluster, a real GPU or minutes: shown, never run here.
 NEVER_RUN = re.compile(r"\b(aliyun|kubectl|ossutil|make|curl|ssh|systemctl|nvidia-smi|pip)\b"
-                       r"|ack-mig-hook\s+(deploy|undeploy|doctor|demo|wait)\b"
+                       r"|ack-mig-hook\s+(deploy|undeploy|doctor|demo|wait|logs)\b"
                        r"|ack-mig-hook\s+rollout\b(?!.*--inventory\b)")
 OFFLINE = [
     re.compile(r"ack-mig-hook\s+(plan|profiles|convert|version|completion)\b"),
@@ -55,10 +55,10 @@ OFFLINE = [
     re.compile(r"-m\s+node_bootstrap\b.*--backend[ =]sim:"),
 ]
 # Cloud commands given bad input: refused before any call, so they run here too.
-BAD_INPUT = re.compile(r"ack-mig-hook\s+(deploy|undeploy|doctor|rollout|wait)\b.*#\s*exit\s+2\b")
+BAD_INPUT = re.compile(r"ack-mig-hook\s+(deploy|undeploy|doctor|rollout|wait|logs)\b.*#\s*exit\s+2\b")
 KINDS = {k: re.compile(r"ack-mig-hook\s+%s\b" % k)
          for k in ("plan", "profiles", "convert", "status", "invoke", "advise", "deploy", "undeploy", "doctor", "rollout",
-                   "wait", "version", "completion")}
+                   "wait", "logs", "version", "completion")}
 KINDS["node_bootstrap"] = re.compile(r"-m\s+node_bootstrap\b")
 CLI_WORD = re.compile(r"(?:^|[\s|;&(])(?:\S*/)?(ack-mig-hook|python3?\s+-m\s+node_bootstrap)\s+(.*)$")
 
@@ -198,7 +198,8 @@ def offline_env(tmp):
     env.update(PATH=READER_PATH, HOME=str(tmp), TMPDIR=str(tmp),
                ACK_MIG_CS_ENDPOINT=closed, ACK_MIG_ECS_ENDPOINT=closed, ACK_MIG_ESS_ENDPOINT=closed,
                ACK_MIG_KMS_ENDPOINT=closed, ACK_MIG_ROS_ENDPOINT=closed, ACK_MIG_OSS_ENDPOINT=closed,
-               ACK_MIG_STS_ENDPOINT=closed, ACK_MIG_API_TIMEOUT_S="2", ACK_MIG_API_MAX_ATTEMPTS="1",
+               ACK_MIG_STS_ENDPOINT=closed, ACK_MIG_FC_ENDPOINT=closed, ACK_MIG_SLS_ENDPOINT=closed,
+               ACK_MIG_API_TIMEOUT_S="2", ACK_MIG_API_MAX_ATTEMPTS="1",
                ALIBABA_CLOUD_ECS_METADATA_DISABLED="true", PYTHONDONTWRITEBYTECODE="1",
                PYTHONUNBUFFERED="1")  # stderr and stdout reach the pipe in the order they are written
     return env

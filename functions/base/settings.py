@@ -427,6 +427,13 @@ STS_ENDPOINT = _var("ACK_MIG_STS_ENDPOINT", "", "`deploy`: override of the STS e
                                                 "region)",
                     "deploy")
 
+FC_ENDPOINT = _var("ACK_MIG_FC_ENDPOINT", "", "`invoke --remote`: override of the Function Compute 3.0 API "
+                                              "endpoint (default: the FC SDK's own for the region)", "deploy")
+SLS_ENDPOINT = _var("ACK_MIG_SLS_ENDPOINT", "", "`logs`: override of the Simple Log Service endpoint (default "
+                                                "`<region>.log.aliyuncs.com`); an IP address (an emulator) gets "
+                                                "every request as an HTTP proxy, since SLS names the project in "
+                                                "the host", "deploy")
+
 TRANSPORTS = ("cloud-assistant", "ssh", "local")
 HOST_KEY_POLICIES = ("verify", "accept-new")
 LIFECYCLE_RESULTS = ("CONTINUE", "ABANDON", "ROLLBACK")

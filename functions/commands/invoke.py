@@ -35,7 +35,18 @@ STRICT_EXIT = 3
 
 def configure(parser, command):
     parser.description = HELP
-    parser.add_argument("--event", required=True, metavar="FILE", help="event JSON file ('-' for stdin)")
+    parser.add_argument("--event", metavar="FILE", help="event JSON file ('-' for stdin); with --remote, "
+                                                        "optional: the manual payload from --cluster-id and "
+                                                        "--nodepool-id")
+    parser.add_argument("--remote", action="store_true",
+                        help="run the DEPLOYED function now, through Function Compute's API, asynchronously "
+                             "(InvokeFunction): prints the request id and how to follow it (`logs`)")
+    parser.add_argument("--nodepool-id", default="", metavar="ID",
+                        help="with --remote and no --event: the node pool of the manual payload "
+                             "{cluster_id, nodepool_id} (default: every labelled pool)")
+    parser.add_argument("--stack-name", type=common.stack_name, default="",
+                        help="with --remote: the ROS stack that names the function (default: "
+                             "ack-mig-hook-<cluster id>)")
     common.add_cloud_options(
         parser, cluster_help="the cluster the function serves (default: $ACK_MIG_CLUSTER_ID, else the event's)",
         region_help="region of the cluster (default: $ACK_MIG_REGION, else the event's region)",
@@ -191,6 +202,17 @@ def run(args):
 
     from node_bootstrap.kube import KubeError
 
+    if args.remote:
+        from functions.commands import remote
+
+        common.default_region(args)  # as every command on the deployed stack: ALIBABA_CLOUD_REGION_ID, profile
+        return remote.run(args, _read_event(args.event) if args.event else None)
+    if not args.event:
+        return fail("invoke needs --event FILE (an event JSON file, '-' for stdin); --remote runs the deployed "
+                    "function instead", 2, getattr(args, "json", False))
+    if args.nodepool_id or args.stack_name:
+        return fail("--nodepool-id and --stack-name go with --remote; a local run takes the pool from the "
+                    "--event file", 2, getattr(args, "json", False))
     try:
         raw = _read_event(args.event)
         settings = _settings(args, raw)

@@ -17,8 +17,8 @@ from typing import List, Optional
 COMMANDS = {
     "profiles": ("functions.commands.plan", "list the MIG profiles of a GPU model"),
     "plan": ("functions.commands.plan", "place a partition label on a GPU model and show the layout"),
-    "invoke": ("functions.commands.invoke", "run the function's pipeline locally on an event file (not the deployed "
-                                   "function)"),
+    "invoke": ("functions.commands.invoke", "run the function's pipeline locally on an event file; --remote: the "
+                                            "deployed function, through FC, asynchronously"),
     "demo": ("functions.commands.demo", "the bundled example end to end on simulated nodes"),
     "advise": ("functions.commands.advise", "an auto pool's demand, per-GPU plan and reasons; changes nothing"),
     "status": ("functions.commands.status", "the fleet per pool: layout, pending, failed, deferred, MIG resources"),
@@ -32,6 +32,8 @@ COMMANDS = {
                                               "until every node is in layout)"),
     "wait": ("functions.commands.wait", "wait for the ROS stack's operation in progress to end (after an "
                                         "interrupted deploy), printing its events"),
+    "logs": ("functions.commands.sls_logs", "the deployed function's log lines from its SLS logstore, filtered by node, "
+                                        "pool, outcome or request id"),
     "version": ("functions.commands.version", "the version of this command line"),
     "completion": ("functions.commands.completion", "a shell completion script (bash, zsh, tcsh), made by shtab "
                                                     "from the commands' own options"),
@@ -44,7 +46,7 @@ PROFILE_REGION = ("status", "deploy", "undeploy", "doctor", "rollout", "wait", "
 # Modules of the ``deploy`` extra (pyproject.toml): a command that needs one and runs without it says so in
 # one line, exit 2, and its --help still works.
 EXTRA_MODULES = ("yaml", "alibabacloud_ros20190910", "alibabacloud_credentials", "alibabacloud_sts20150401", "oss2",
-                 "shtab")
+                 "shtab", "alibabacloud_fc20230330", "alibabacloud_sls20201230", "alibabacloud_gateway_sls")
 # The package is not on a package index: the extra comes with the clone or the wheel it was installed from.
 INSTALL_EXTRA = ("pip install '.[deploy]' in the clone, or 'ack_mig_hook-VERSION-py3-none-any.whl[deploy]' "
                  "(docs/first-deployment.md)")

@@ -41,6 +41,8 @@ TEMPLATE_ACTIONS: Dict[str, List[str]] = {
 OTHER_PATHS: Dict[str, str] = {
     "oss:DeleteObject": "deploy prunes the stack's old packages after a code change (tests/function/"
                         "test_deploy_repeat.py::test_old_packages_are_pruned_to_the_last_few_never_the_one_in_use)",
+    "fc:InvokeFunction": "invoke --remote runs the deployed function now (tests/function/test_remote_and_logs.py)",
+    "log:GetLogStoreLogs": "logs reads the function's log lines (tests/function/test_remote_and_logs.py)",
 }
 # Recorded but needing no grant: STS GetCallerIdentity ("Any RAM user or role can call it", STS reference).
 NO_GRANT = {"sts:GetCallerIdentity"}

@@ -1,0 +1,214 @@
+"""``ack-mig-hook logs``: the deployed function's log lines, from its Simple Log Service logstore, one line per
+log entry, as ``kubectl logs`` shows a pod's.
+
+The project and logstore are the stack's ``LogProject`` and ``LogStore`` parameters (functions/commands/deployed.py
+finds the stack as ``wait`` and ``doctor`` do). The lines come from SLS ``GetLogs`` through the official SDK
+(``alibabacloud-sls20201230``: ``POST /logstores/{logstore}/logs`` on ``<project>.<endpoint>``, body ``from``,
+``to`` in Unix seconds, ``query``, ``line`` <= 100, ``offset``, ``reverse``; the answer ``{"meta", "data": [{field:
+value}]}``), signed by the SDK's SLS gateway. FC writes each stdout line of the function to the logstore's
+``message`` field; the stack's index reads it as JSON (``message.<field>``, docs/troubleshooting.md), which is
+what the filters search: ``--node`` (node name or instance id), ``--pool``, ``--outcome``, ``--request-id`` (the
+id ``invoke --remote`` printed). ``--since`` bounds the time (default 1h), ``--limit`` the lines (the newest,
+printed oldest first). RAM: ``log:GetLogStoreLogs`` on the logstore.
+"""
+
+import argparse
+import ipaddress
+import json
+import re
+import time
+from typing import Any, Dict, List, Optional
+
+from functions.base import settings
+from functions.commands import common
+from functions.commands.stack.exit_codes import CloudError
+
+PAGE = 100  # GetLogs' most lines per call (SLS API GetLogs: "line ... 0 to 100")
+TIMEOUT_S = 30
+VALUE = re.compile(r"^[A-Za-z0-9._:/-]{1,128}\Z")  # what an id, name or outcome holds: nothing to escape in a query
+DURATION = re.compile(r"^([0-9]{1,6})([smhd])\Z")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_SINCE_S = 30 * 86400  # the logstore's retention is the stack's choice; a month bounds the scan
+# The fields a line shows after its time, level and message, in this order (functions/base/logs.py and the
+# node lines: node_name, nodepool_id, outcome, code, duration_ms; decisions: action, sequence).
+SHOWN = ("node_name", "instance_id", "nodepool_id", "action", "outcome", "code", "duration_ms", "sequence", "reason")
+
+
+# SLS's own error codes (SLS API "Error codes") in the words exit_codes knows: 4 credentials, 5 permission.
+SLS_CODES = {"Unauthorized": "NoPermission", "SignatureNotMatch": "SignatureDoesNotMatch",
+             "SecurityTokenInvalid": "InvalidSecurityToken", "SecurityTokenExpired": "SecurityTokenExpired",
+             "InvalidAccessKeyId": "InvalidAccessKeyId"}
+
+
+class LogsError(CloudError):
+    pass
+
+
+def since(text: str) -> int:
+    """``--since``: a whole number and s, m, h or d (``90m``, ``1h``, ``2d``), at most 30 days; seconds."""
+    found = DURATION.match((text or "").strip())
+    seconds = int(found.group(1)) * UNITS[found.group(2)] if found else 0
+    if not 1 <= seconds <= MAX_SINCE_S:
+        raise argparse.ArgumentTypeError("%r is not accepted; use a duration such as 15m, 1h or 2d (at most 30d)"
+                                         % str(text)[:20])
+    return seconds
+
+
+def value(text: str) -> str:
+    if not VALUE.match(text or ""):
+        raise argparse.ArgumentTypeError("%r is not accepted; use an id or name of letters, digits and . _ : / - "
+                                         "(at most 128)" % str(text)[:40])
+    return text
+
+
+def configure(parser, command):
+    common.add_cloud_options(parser, cluster_help="the cluster whose function's lines to show (its stack, "
+                                                  "ack-mig-hook-<cluster id>) (default: $ACK_MIG_CLUSTER_ID)",
+                             kubeconfig=False)
+    parser.add_argument("--stack-name", type=common.stack_name, default="",
+                        help="ROS stack name (default: ack-mig-hook-<cluster id>)")
+    parser.add_argument("--node", type=value, metavar="NAME", help="only lines about this node (its Kubernetes "
+                                                                    "name or its ECS instance id)")
+    parser.add_argument("--pool", type=value, metavar="ID", help="only lines about this node pool")
+    parser.add_argument("--outcome", type=value, metavar="OUTCOME",
+                        help="only lines with this outcome (done, failed, error, retry, skip ...)")
+    parser.add_argument("--request-id", type=value, metavar="ID",
+                        help="only one invocation's lines (the request id invoke --remote printed)")
+    parser.add_argument("--since", type=since, default=3600, metavar="DURATION",
+                        help="how far back: 15m, 1h, 2d ... at most 30d (default: 1h)")
+    parser.add_argument("--limit", type=common.whole_number(1, 1000, "lines"), default=100, metavar="N",
+                        help="at most this many lines, the newest, 1..1000 (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the lines as JSON on stdout")
+
+
+def query(args) -> str:
+    """The SLS search statement of the filters (pure): values are checked by :func:`value`, so quoting them
+    is all they need."""
+    terms = []
+    if args.node:
+        terms.append('(message.node_name: "%s" or message.instance_id: "%s")' % (args.node, args.node))
+    for field, given in (("nodepool_id", args.pool), ("outcome", args.outcome), ("request_id", args.request_id)):
+        if given:
+            terms.append('message.%s: "%s"' % (field, given))
+    return " and ".join(terms) or "*"
+
+
+def entry(row: Dict[str, Any]) -> Dict[str, Any]:
+    """One GetLogs row as the function wrote it: its ``message`` read as the JSON line it is, else the text."""
+    text = row.get("message")
+    try:
+        line = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        line = None
+    if not isinstance(line, dict):
+        line = {"message": text if text is not None else ""}
+    if "time" not in line and str(row.get("__time__", "")).isdigit():
+        line["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(row["__time__"])))
+    return line
+
+
+def render(line: Dict[str, Any]) -> str:
+    """``TIME LEVEL MESSAGE field=value ...``: one log entry on one line (wrapped by the terminal's Fitted)."""
+    from functions.base.textsafe import escape
+
+    head = [str(line.get("time", "")), str(line.get("level", "")), str(line.get("message", ""))]
+    rest = ["%s=%s" % (k, json.dumps(line[k]) if isinstance(line[k], (dict, list)) else line[k])
+            for k in SHOWN if line.get(k) not in (None, "")]
+    return escape(" ".join(h for h in head if h) + ("" if not rest else " " + " ".join(rest)))
+
+
+def _client(region: str, keys):
+    """The SLS client and runtime: the region's endpoint (``<region>.log.aliyuncs.com``, the gateway's own),
+    or ACK_MIG_SLS_ENDPOINT. SLS puts the project in the host (``<project>.<endpoint>``), which an address
+    cannot carry: an IP-address override (an emulator) gets the requests as an HTTP proxy instead."""
+    from alibabacloud_sls20201230.client import Client
+    from alibabacloud_tea_openapi import utils_models as openapi_models
+    from darabonba.runtime import RuntimeOptions
+
+    override = settings.parse_endpoint(settings.environment(), settings.SLS_ENDPOINT)
+    config = openapi_models.Config(
+        access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
+        security_token=keys.security_token, region_id=region,
+        read_timeout=TIMEOUT_S * 1000, connect_timeout=TIMEOUT_S * 1000)
+    runtime = RuntimeOptions(read_timeout=TIMEOUT_S * 1000, connect_timeout=TIMEOUT_S * 1000)
+    if override is not None:
+        host = override.host.rsplit(":", 1)[0].strip("[]")
+        try:
+            ipaddress.ip_address(host)
+            literal = True
+        except ValueError:
+            literal = False
+        config.protocol = override.protocol
+        if literal:
+            config.endpoint = "%s.log.aliyuncs.com" % region
+            runtime.http_proxy = runtime.https_proxy = "http://%s" % override.host
+        else:
+            config.endpoint = override.host
+    return Client(config), runtime
+
+
+def fetch(region: str, keys, project: str, logstore: str, statement: str, start: int, end: int,
+          limit: int) -> List[Dict[str, Any]]:
+    """The newest ``limit`` rows of the statement in [start, end), newest first, in pages of 100."""
+    from alibabacloud_sls20201230 import models
+
+    from functions.base.deadline import Guard, urllib3_guarded
+    import urllib3
+
+    urllib3_guarded(urllib3)
+    client, runtime = _client(region, keys)
+    rows: List[Dict[str, Any]] = []
+    while len(rows) < limit:
+        size = min(PAGE, limit - len(rows))
+        request = models.GetLogsRequest(from_=start, to=end, query=statement, line=size, offset=len(rows),
+                                        reverse=True)
+        guard = Guard(TIMEOUT_S)
+        try:
+            with guard:
+                response = client.get_logs_with_options(project, logstore, request, models.GetLogsHeaders(),
+                                                        runtime)
+        except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+            if guard.fired:
+                raise LogsError("SLS GetLogs of %s/%s: no answer within %ds" % (project, logstore, TIMEOUT_S)) \
+                    from None
+            code = str(getattr(exc, "code", "") or type(exc).__name__)
+            message = " ".join(str(getattr(exc, "message", "") or exc).split())[:300]
+            hint = ""
+            if code.startswith(("Unauthorized", "AccessDenied", "Forbidden")):
+                hint = "; it needs log:GetLogStoreLogs on the logstore"
+            elif code in ("ProjectNotExist", "LogStoreNotExist"):
+                hint = "; the stack's LogProject / LogStore name it: check them with `ack-mig-hook doctor`"
+            raise LogsError("SLS GetLogs of %s/%s failed: %s: %s%s" % (project, logstore, code, message, hint),
+                            SLS_CODES.get(code, code)) from None
+        page = list((response.body.data if response.body is not None else None) or [])
+        rows.extend(page)
+        if len(page) < size:
+            break
+    return rows[:limit]
+
+
+def run(args) -> int:
+    from functions.commands import deployed
+
+    target = deployed.find(args)
+    if not (target.log_project and target.log_store):
+        raise deployed.NotDeployed("stack %s names no LogProject and LogStore: the function's lines are not kept "
+                                   "in SLS" % target.stack)
+    end = int(time.time()) + 1  # to is exclusive: the line written this second too
+    start = end - 1 - args.since
+    statement = query(args)
+    rows = fetch(target.region, common.keys(args), target.log_project, target.log_store, statement, start, end,
+                 args.limit)
+    lines = [entry(r) for r in reversed(rows)]  # oldest first, as a log reads
+    if args.json:
+        print(json.dumps({"stack": target.stack, "project": target.log_project, "logstore": target.log_store,
+                          "query": statement, "from": start, "to": end, "lines": lines}, indent=2))
+        return 0
+    for line in lines:
+        print(render(line))
+    if not lines:
+        import sys
+
+        print("ack-mig-hook: no lines in %s/%s for %s in the last %ds (--since widens it)"
+              % (target.log_project, target.log_store, statement, args.since), file=sys.stderr)
+    return 0

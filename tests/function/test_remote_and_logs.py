@@ -1,0 +1,214 @@
+"""``invoke --remote`` (the deployed function, through FC's InvokeFunction, asynchronously) and ``logs`` (the
+function's log lines from SLS GetLogs), run as a user runs them: a separate process against the loopback
+emulators (ROS for the stack, tests/support/fc_emulator.py, tests/support/sls_emulator.py), the endpoints
+passed in ACK_MIG_*_ENDPOINT."""
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.support.fc_emulator import FcEmulator
+from tests.support.ros_emulator import RosEmulator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
+FUNCTION = "ack-mig-hook-" + CLUSTER
+POOL = "np8d3c1b6e2f4a4c1e9a7b2d5f0c8e3a61"
+KEY, SECRET, TOKEN = "LTAIremotetest", "remote-secret-value", "remote-sts-token"
+pytestmark = pytest.mark.timeout(120)
+
+
+def seed_stack(ros, name=None, function=FUNCTION, status="CREATE_COMPLETE"):
+    """A stack as deploy leaves it (tests/function/test_deploy.py creates one the long way)."""
+    with open(os.path.join(ROOT, "template.yml")) as handle:
+        template = handle.read()
+    params = [{"ParameterKey": k, "ParameterValue": v} for k, v in (
+        ("ClusterId", CLUSTER), ("FunctionName", function), ("LogProject", "my-sls-project"),
+        ("LogStore", "ack-mig-hook"), ("CodeBucket", "b"), ("CodeObject", "o.zip"))]
+    stack_id = str(uuid.uuid4())
+    ros.stacks[stack_id] = {"StackId": stack_id, "StackName": name or FUNCTION, "RegionId": "cn-beijing",
+                            "Status": status, "Parameters": params, "TimeoutInMinutes": 60,
+                            "Outputs": [{"OutputKey": "FunctionName", "OutputValue": function}],
+                            "_template": template, "_events": [], "_polls": 0}
+    return ros.stacks[stack_id]
+
+
+@pytest.fixture
+def cloud(tmp_path):
+    ros = RosEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN).start()
+    fc = FcEmulator(functions=(FUNCTION,), access_key_id=KEY, secret=SECRET, token=TOKEN).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ALIBABA_CLOUD_", "ACK_MIG_")) and k != "COLUMNS"}
+    env.update({"HOME": str(tmp_path), "ALIBABA_CLOUD_ECS_METADATA_DISABLED": "true",
+                "ALIBABA_CLOUD_ACCESS_KEY_ID": KEY, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
+                "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_ROS_ENDPOINT": ros.endpoint,
+                "ACK_MIG_FC_ENDPOINT": fc.endpoint, "ACK_MIG_CLUSTER_ID": CLUSTER, "ACK_MIG_REGION": "cn-beijing"})
+    yield ros, fc, env
+    ros.stop()
+    fc.stop()
+    assert not ros.rejected and not fc.rejected, (ros.rejected, fc.rejected)
+
+
+def cli(env, *argv, stdin=None):
+    return subprocess.run([sys.executable, "-m", "functions.commands.main"] + list(argv), cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=100, input=stdin)
+
+
+# ---- invoke --remote ----
+
+def test_invoke_remote_queues_the_manual_payload_asynchronously_and_says_how_to_follow_it(cloud):
+    ros, fc, env = cloud
+    seed_stack(ros)
+    done = cli(env, "invoke", "--remote", "--nodepool-id", POOL)
+    assert done.returncode == 0, done.stderr
+    (call,) = fc.invocations
+    assert call["function"] == FUNCTION and call["type"] == "Async"  # x-fc-invocation-type: Async
+    assert json.loads(call["payload"]) == {"cluster_id": CLUSTER, "nodepool_id": POOL}
+    text = " ".join(done.stdout.split())
+    assert "function %s: invoked asynchronously, request id %s" % (FUNCTION, call["request_id"]) in text
+    assert "ack-mig-hook logs --cluster-id %s --since 15m" % CLUSTER in text
+    # a pipe: 80 columns, wrapped between words (only a word longer than that, the console's URL, runs past)
+    assert all(len(line) <= 80 or len(line.split()) == 1 for line in done.stdout.splitlines())
+    assert len(done.stdout.splitlines()) > 2
+    assert [r.action for r in fc.requests] == ["InvokeFunction"]
+
+
+def test_invoke_remote_sends_the_event_file_as_it_is_and_its_json_names_the_request(cloud, tmp_path):
+    ros, fc, env = cloud
+    seed_stack(ros, name="team-hook", function="team-hook-fn")
+    fc.functions.add("team-hook-fn")
+    event = os.path.join(ROOT, "examples", "event.json")
+    done = cli(env, "invoke", "--remote", "--event", event, "--stack-name", "team-hook", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    (call,) = fc.invocations
+    assert call["payload"] == open(event, "rb").read() and call["function"] == "team-hook-fn"
+    assert doc["request_id"] == call["request_id"] and doc["status"] == "202" and doc["invocation"] == "async"
+    assert doc["follow"] == "ack-mig-hook logs --stack-name team-hook --since 15m"
+
+
+def test_invoke_remote_without_a_stack_or_with_a_bad_payload_sends_nothing(cloud, tmp_path):
+    ros, fc, env = cloud
+    done = cli(env, "invoke", "--remote", "--nodepool-id", POOL)
+    assert done.returncode == 6 and "no stack %s in cn-beijing" % FUNCTION in " ".join(done.stderr.split())
+    seed_stack(ros)
+    done = cli(env, "invoke", "--remote", "--event", "-", stdin='{"nodepool_idd": "np-1"}')
+    assert done.returncode == 2 and "nothing was sent" in " ".join(done.stderr.split())
+    done = cli(env, "invoke", "--remote", "--nodepool-id", POOL, "--dry-run")
+    assert done.returncode == 2 and "its DryRun parameter decides" in " ".join(done.stderr.split())
+    assert fc.invocations == [] and done.stdout == ""
+
+
+def test_invoke_remote_refusals_keep_their_exit_codes(cloud):
+    ros, fc, env = cloud
+    seed_stack(ros, function="gone-fn")  # the stack names a function FC no longer has
+    done = cli(env, "invoke", "--remote", "--nodepool-id", POOL)
+    assert done.returncode == 6 and "FunctionNotFound" in done.stderr and "doctor" in done.stderr
+    seed_stack(ros, name="denied", function=FUNCTION)
+    fc.fail_next("InvokeFunction", 403, "AccessDenied")
+    done = cli(env, "invoke", "--remote", "--stack-name", "denied", "--nodepool-id", POOL)
+    text = " ".join(done.stderr.split())
+    assert done.returncode == 5 and "AccessDenied" in text and "fc:InvokeFunction" in text
+    assert done.stderr.count("ack-mig-hook: error:") == 1 and "Traceback" not in done.stderr
+
+
+def test_a_local_invoke_still_needs_its_event_file(cloud):
+    _, fc, env = cloud
+    done = cli(env, "invoke", "--inventory", "example:inventory")
+    assert done.returncode == 2 and "invoke needs --event FILE" in done.stderr
+    done = cli(env, "invoke", "--event", "examples/event.json", "--nodepool-id", POOL)
+    assert done.returncode == 2 and "go with --remote" in done.stderr
+    assert fc.invocations == []
+
+
+# ---- logs ----
+
+@pytest.fixture
+def store(cloud):
+    import time
+
+    from tests.support.sls_emulator import SlsEmulator
+
+    ros, fc, env = cloud
+    seed_stack(ros)
+    sls = SlsEmulator(access_key_id=KEY, secret=SECRET, token=TOKEN).start()
+    env["ACK_MIG_SLS_ENDPOINT"] = sls.endpoint
+    now = int(time.time())
+    lines = [
+        (now - 7200, {"time": "T-2h", "level": "INFO", "message": "event", "outcome": "done"}),  # outside 1h
+        (now - 600, {"time": "T-10m", "level": "ERROR", "message": "node result", "node_name": "cn-beijing.10.0.0.7",
+                     "instance_id": "i-2zeb7c1mig0a100x1k4d", "nodepool_id": POOL, "outcome": "failed",
+                     "code": "nvml-error", "duration_ms": 4210, "request_id": "req-1",
+                     "reason": "nvidia-smi mig -cgi failed: " + "the GPU is in use by another process " * 3}),
+        (now - 300, {"time": "T-5m", "level": "INFO", "message": "decision", "node_name": "cn-beijing.10.0.0.8",
+                     "nodepool_id": "np-other", "action": "skip", "request_id": "req-2"}),
+        (now - 60, {"time": "T-1m", "level": "INFO", "message": "node result", "node_name": "cn-beijing.10.0.0.8",
+                    "nodepool_id": POOL, "outcome": "applied", "duration_ms": 900, "request_id": "req-2"}),
+    ]
+    for when, line in lines:
+        sls.add("my-sls-project", "ack-mig-hook", when, line)
+    yield sls, env
+    sls.stop()
+    assert not sls.rejected, sls.rejected
+
+
+def test_logs_prints_the_last_hour_one_entry_a_line_oldest_first_wrapped_at_80(store):
+    sls, env = store
+    done = cli(env, "logs")
+    assert done.returncode == 0, done.stderr
+    starts = [line for line in done.stdout.splitlines() if not line.startswith(" ")]
+    assert [s.split()[0] for s in starts] == ["T-10m", "T-5m", "T-1m"]  # not the line of 2 hours ago
+    assert all(len(line) <= 80 for line in done.stdout.splitlines())
+    first = " ".join(done.stdout.split("T-5m")[0].split())
+    assert first.startswith("T-10m ERROR node result node_name=cn-beijing.10.0.0.7 instance_id=i-2zeb7c1mig0a100x1k4d")
+    assert "outcome=failed code=nvml-error duration_ms=4210" in first
+    (call,) = sls.requests
+    assert call["project"] == "my-sls-project" and call["logstore"] == "ack-mig-hook"  # the stack's parameters
+    assert call["body"]["query"] == "*" and call["body"]["to"] - call["body"]["from"] == 3601
+
+
+@pytest.mark.parametrize("argv,times", [
+    (("--node", "cn-beijing.10.0.0.8"), ["T-5m", "T-1m"]),
+    (("--node", "i-2zeb7c1mig0a100x1k4d"), ["T-10m"]),
+    (("--pool", POOL, "--outcome", "applied"), ["T-1m"]),
+    (("--request-id", "req-2", "--since", "3h"), ["T-5m", "T-1m"]),
+    (("--since", "3h", "--outcome", "done"), ["T-2h"]),
+    (("--limit", "1",), ["T-1m"]),  # the newest
+], ids=["node-name", "instance", "pool-outcome", "request", "since", "limit"])
+def test_logs_filters_by_node_pool_outcome_request_and_time(store, argv, times):
+    _, env = store
+    done = cli(env, "logs", "-o", "json", *argv)
+    assert done.returncode == 0, done.stderr
+    assert [line["time"] for line in json.loads(done.stdout)["lines"]] == times
+
+
+def test_logs_yaml_holds_the_lines_as_written(store):
+    import yaml
+
+    _, env = store
+    done = cli(env, "logs", "--pool", POOL, "-o", "yaml")
+    doc = yaml.safe_load(done.stdout)
+    assert done.returncode == 0 and doc["project"] == "my-sls-project"
+    assert doc["query"] == 'message.nodepool_id: "%s"' % POOL
+    assert [(l["outcome"], l["duration_ms"]) for l in doc["lines"]] == [("failed", 4210), ("applied", 900)]
+
+
+def test_logs_refuses_bad_filters_before_any_call_and_says_refusals_in_one_line(store):
+    sls, env = store
+    for argv, said in ((("--since", "yesterday"), "use a duration such as 15m, 1h or 2d"),
+                       (("--node", 'x" or *'), "use an id or name of letters")):  # nothing to inject in a query
+        done = cli(env, "logs", *argv)
+        text = " ".join(done.stderr.split())
+        assert done.returncode == 2 and "is not accepted" in text and said in text
+    assert sls.requests == []
+    sls.fault = (403, "Unauthorized")
+    done = cli(env, "logs")
+    text = " ".join(done.stderr.split())
+    assert done.returncode == 5 and "log:GetLogStoreLogs" in text and "Traceback" not in done.stderr
+    sls.secret = "another-secret"  # SLS refuses what ROS accepted: the signature is checked there too
+    done = cli(env, "logs")
+    assert done.returncode == 4 and "SignatureNotMatch" in done.stderr
+    sls.rejected.clear()  # the wrong secret's refusal was the point
