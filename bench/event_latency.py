@@ -43,6 +43,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import _path  # noqa: F401
 
+from functions.rollout.plan_claim import STALE_MARGIN_S
 from functions.base.logs import JsonLogger
 from functions.base.settings import load_settings
 from functions.cloud.cluster import InventoryLookup
@@ -272,6 +273,9 @@ def run_timer(pods: int, seed: int) -> List[Dict[str, Any]]:
             settings, api, cluster = setup(workdir, server)
             lookup = InventoryLookup.from_dict(snapshot())
             for _, name, profile in arrivals(pods, 0.0, seed):
+                # Ticks are a period apart, never back to back: a tick whose list comes within the planning
+                # claim's margin of the last change skips the pool (functions/rollout/plan_claim.py).
+                time.sleep(STALE_MARGIN_S + 0.2)
                 cluster.add(name, profile)
                 tick = time.monotonic()
                 run_event(TICK, settings, inventory=lookup, executor=cluster, kube=api, logger=JsonLogger("OFF"))
