@@ -23,6 +23,7 @@ then stands). The program, per usable GPU ``g``:
   as many as pods wait are offered, their ``y`` ordered.
 """
 
+import functools
 import heapq
 from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -53,13 +54,41 @@ def available() -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=64)
+def patterns(model: GpuModel, names: Tuple[str, ...]) -> Tuple[Tuple[Tuple[Tuple[str, int], ...], Tuple[Placed, ...]], ...]:
+    """Every non-empty multiset of ``names`` one empty GPU of ``model`` holds (counts, sorted by name), each
+    with one placement of it: memory slots from the catalogue's placements, the counting rules (media
+    engines included) from ``check_budget``. What an empty GPU may become, whatever its place in the pool."""
+    profiles = [p for p in (model.profile_by_name(n) for n in names) if p is not None]
+    found = {}  # type: Dict[Tuple[Tuple[str, int], ...], Tuple[Placed, ...]]
+
+    def visit(slot: int, used: int, chosen: List[Placed]) -> None:
+        if slot == model.memory_slots:
+            if chosen and check_budget(model, [p for p, _ in chosen]) is None:
+                found.setdefault(tuple(sorted(Counter(p.name for p, _ in chosen).items())), tuple(chosen))
+            return
+        visit(slot + 1, used, chosen)
+        for p in profiles:
+            for pl in p.placements:
+                bits = ((1 << pl.size) - 1) << pl.start
+                if pl.start == slot and not used & bits:
+                    visit(slot + 1, used | bits, chosen + [(p, pl.start)])
+
+    visit(0, 0, [])
+    return tuple(sorted(found.items()))
+
+
 def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int], allowed: Sequence[str],
-          time_limit: float = TIME_LIMIT_S) -> Optional[List[Tuple[List[int], List[Placed], Dict[str, int]]]]:
+          time_limit: float = TIME_LIMIT_S, stats: Optional[Dict[str, Any]] = None
+          ) -> Optional[List[Tuple[List[int], List[Placed], Dict[str, int]]]]:
     """Per GPU (in order): the indices of its idle instances kept, the instances created, and the waiting
     pods it takes per profile. None when the program is not solved to proven optimality (or is too big,
-    or infeasible): the caller keeps its own plan."""
+    or infeasible): the caller keeps its own plan. ``stats``, when given, gets the solver's status name
+    and its own time (``status``, ``solve_s``)."""
     wanted = {n: k for n, k in pending.items() if k > 0}
     if not wanted or len(gpus) > EXACT_GPUS or sum(wanted.values()) > EXACT_PODS:
+        if stats is not None:
+            stats["status"] = "not tried"
         return None
     import highspy
 
@@ -70,18 +99,23 @@ def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int
     integral = highspy.HighsVarType.kInteger  # binaries are integers bounded to [0, 1]
     names = sorted(set(wanted) | {n for n, k in headroom.items() if k > 0})
     empty_seen = 0
-    offered = []  # the GPUs in the program (spare empty ones beyond the waiting pods are left out)
+    offered = []  # the GPUs in the program, one by one (GPUs that hold nothing: per model, below)
+    empties = {}  # type: Dict[GpuModel, List[int]]
     for index, g in enumerate(gpus):
         if not g.used and not g.fixed and not g.idle:
             if empty_seen >= sum(wanted.values()):
-                continue
+                continue  # spare empty ones beyond the waiting pods are left out
             empty_seen += 1
+            empties.setdefault(g.model, []).append(index)
+            continue
         offered.append(index)
     keep: Dict[Tuple[int, int], object] = {}
     new: Dict[Tuple[int, str, int], object] = {}
     take: Dict[Tuple[int, str], object] = {}
     gate: Dict[int, object] = {}
     have: Dict[str, List[object]] = {n: [] for n in names}
+    pods_of: Dict[str, List[object]] = {n: [] for n in wanted}
+    counted = []  # GPUs that hold no pod now and take one (the empty ones: how many, per pattern)
     churn = []
     for gi in offered:
         g = gpus[gi]
@@ -140,40 +174,101 @@ def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int
                 continue
             u = h.addVariable(lb=0, ub=len(mine), type=integral)
             take[gi, name] = u
+            pods_of[name].append(u)
             h.addConstr(u - sum(mine) <= 0)
             if gi in gate:
                 h.addConstr(u - k * gate[gi] <= 0)
+    # GPUs that hold nothing are interchangeable (per model): not one variable per GPU and placement, which
+    # the solver would have to tell apart, but how many of them take each pattern (the cutting-stock form,
+    # whose relaxation is tight), with pods (they count) or for headroom only (they do not).
+    groups = []  # type: List[Tuple[GpuModel, List[int], list, list, Dict[str, object]]]
+    for model, members in empties.items():
+        mine_names = tuple(n for n in names if n in allowed and model.profile_by_name(n) is not None)
+        pats = patterns(model, mine_names) if mine_names else ()
+        if not pats:
+            continue
+        with_pods = [h.addVariable(lb=0, ub=len(members), type=integral) for _ in pats]
+        spare_only = [h.addVariable(lb=0, ub=len(members), type=integral) for _ in pats]
+        h.addConstr(sum(with_pods) + sum(spare_only) <= len(members))
+        placed = {}  # type: Dict[str, object]
+        for (counts, _), z, w in zip(pats, with_pods, spare_only):
+            size = sum(k for _, k in counts)
+            counted.append(z)
+            churn.append(size * z)
+            churn.append(size * w)
+        for name in mine_names:
+            held = [(k, z, w) for (counts, _), z, w in zip(pats, with_pods, spare_only) for n, k in counts if n == name]
+            if not held:
+                continue
+            if name in have:
+                have[name].extend([k * z for k, z, _ in held] + [k * w for k, _, w in held])
+            if name in wanted:
+                u = h.addVariable(lb=0, ub=wanted[name], type=integral)
+                placed[name] = u
+                pods_of[name].append(u)
+                h.addConstr(u - sum(k * z for k, z, _ in held) <= 0)
+        groups.append((model, members, with_pods, spare_only, placed))
     for name in names:
         need = wanted.get(name, 0) + max(0, headroom.get(name, 0))
         if not have[name]:
             if need:
-                return None
+                return _none(stats, "infeasible")
             continue
         h.addConstr(sum(have[name]) >= need)
     for name, k in wanted.items():
-        pods = [u for (gi, n), u in take.items() if n == name]
-        if not pods:
-            return None
-        h.addConstr(sum(pods) == k)
-    order = [gi for gi in offered if gi in gate and not gpus[gi].idle]  # empty GPUs: interchangeable
-    for a, b in zip(order, order[1:]):
-        h.addConstr(gate[a] - gate[b] >= 0)
-    h.minimize(GPU_WEIGHT * sum(gate.values()) + sum(churn) if gate or churn else 0)
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        if not pods_of[name]:
+            return _none(stats, "infeasible")
+        h.addConstr(sum(pods_of[name]) == k)
+    counted.extend(gate.values())
+    h.minimize(GPU_WEIGHT * sum(counted) + sum(churn) if counted or churn else 0)
+    status = h.getModelStatus()
+    if stats is not None:
+        stats["status"] = h.modelStatusToString(status)
+        stats["solve_s"] = h.getRunTime()
+        stats["objective"] = h.getInfo().objective_function_value
+    if status != highspy.HighsModelStatus.kOptimal:
         return None
     value = h.getSolution().col_value
     on = lambda v: value[v.index] > 0.5  # noqa: E731
+    count_of = lambda v: int(round(value[v.index]))  # noqa: E731
     out: List[Tuple[List[int], List[Placed], Dict[str, int]]] = []
     for gi, g in enumerate(gpus):
         kept = [ii for ii in range(len(g.idle)) if gi not in offered or on(keep[gi, ii])]
         made = [(g.model.profile_by_name(n), s) for (gg, n, s), v in sorted(new.items(), key=lambda kv: kv[0])
                 if gg == gi and on(v)]
-        pods = {n: int(round(value[u.index])) for (gg, n), u in take.items() if gg == gi and value[u.index] > 0.5}
+        pods = {n: count_of(u) for (gg, n), u in take.items() if gg == gi and value[u.index] > 0.5}
+        out.append((kept, made, pods))
+    for model, members, with_pods, spare_only, placed in groups:
+        chosen = [(pl, True) for (_, pl), z in zip(patterns_of(model, names, allowed), with_pods)
+                  for _ in range(count_of(z))] + \
+            [(pl, False) for (_, pl), w in zip(patterns_of(model, names, allowed), spare_only) for _ in range(count_of(w))]
+        left = {n: count_of(u) for n, u in placed.items()}
+        room = [Counter(p.name for p, _ in pl) if takes else Counter() for pl, takes in chosen]
+        given = [Counter() for _ in chosen]  # type: List[Counter]
+        # the pods of the GPUs with pods: one each first (each of them counts for a pod), then the rest
+        for first in (True, False):
+            for free, mine in zip(room, given):
+                for n in sorted(free):
+                    while left.get(n, 0) > 0 and mine[n] < free[n] and not (first and mine):
+                        mine[n] += 1
+                        left[n] -= 1
+        for gi, (pl, _), mine in zip(members, chosen, given):
+            out[gi] = ([], list(pl), dict(mine))
+    for g, (kept, made, _) in zip(gpus, out):
         together = [p for p, _ in g.fixed] + [g.idle[ii][0] for ii in kept] + [p for p, _ in made]
         if check_budget(g.model, together) is not None:
             return None  # a rule the program does not state (media engines): the planner's answer stands
-        out.append((kept, made, pods))
     return out
+
+
+def patterns_of(model: GpuModel, names: Sequence[str], allowed: Sequence[str]):
+    return patterns(model, tuple(n for n in names if n in allowed and model.profile_by_name(n) is not None))
+
+
+def _none(stats: Optional[Dict[str, Any]], status: str) -> None:
+    if stats is not None:
+        stats["status"] = status
+    return None
 
 
 def gpus_after_binding(states: Sequence[Sequence[Tuple[str, int, bool]]], pending: Sequence[str]) -> int:
