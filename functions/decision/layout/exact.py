@@ -84,36 +84,43 @@ def options(model: GpuModel, fixed: Tuple[Placed, ...], idle: Tuple[Placed, ...]
                 starts.setdefault(pl.start, []).append((None, (p, pl.start), bits))
     base = [p for p, _ in fixed]
     best = {}  # type: Dict[Tuple[Tuple[Tuple[str, int], ...], bool], Tuple[int, Tuple[int, ...], Tuple[Placed, ...]]]
+    verdicts = {}  # type: Dict[Tuple[str, ...], bool]  # check_budget per multiset: many layouts share one
 
-    def visit(slot: int, used: int, kept: List[int], made: List[Placed]) -> None:
+    def visit(slot: int, used: int, compute: int, kept: List[int], made: List[Placed]) -> None:
         if slot == model.memory_slots:
-            together = base + [idle[ii][0] for ii in kept] + [p for p, _ in made]
-            if check_budget(model, together) is not None:
-                return
             free = [idle[ii][0] for ii in kept] + [p for p, _ in made]  # fixed ones are not free
+            together = tuple(sorted(p.name for p in base + free))
+            if together not in verdicts:
+                verdicts[together] = check_budget(model, base + free) is None
+            if not verdicts[together]:
+                return
             counts = Counter(p.name for p in free if p.name in names)
             key = (tuple(sorted(counts.items())), any(idle[ii][0].name in wanted for ii in kept))
             cost = len(idle) - len(kept) + len(made)
             if key not in best or cost < best[key][0]:
                 best[key] = (cost, tuple(kept), tuple(made))
             return
-        visit(slot + 1, used, kept, made)
+        visit(slot + 1, used, compute, kept, made)
         for ii, placed, bits in starts.get(slot, ()):
-            if used & bits:
+            more = compute + placed[0].compute_slices
+            if used & bits or more > model.compute_slices:  # check_budget would refuse it anyway
                 continue
             if ii is None:
-                visit(slot + 1, used | bits, kept, made + [placed])
+                visit(slot + 1, used | bits, more, kept, made + [placed])
             else:
-                visit(slot + 1, used | bits, kept + [ii], made)
+                visit(slot + 1, used | bits, more, kept + [ii], made)
 
-    visit(0, taken, [], [])
+    visit(0, taken, sum(p.compute_slices for p in base), [], [])
     found = [(counts, cost, forced, kept, made) for (counts, forced), (cost, kept, made) in best.items()]
+    vectors = [tuple(dict(o[0]).get(n, 0) for n in names) for o in found]
 
-    def beats(a: Option, b: Option) -> bool:
-        more = dict(a[0])
-        return a != b and a[1] <= b[1] and a[2] <= b[2] and all(more.get(n, 0) >= k for n, k in b[0])
+    def beaten(i: int) -> bool:
+        _, cost, forced, _, _ = found[i]
+        mine = vectors[i]
+        return any(j != i and found[j][1] <= cost and found[j][2] <= forced
+                   and all(x >= y for x, y in zip(vectors[j], mine)) for j in range(len(found)))
 
-    return tuple(sorted(o for o in found if not any(beats(other, o) for other in found)))
+    return tuple(sorted(o for i, o in enumerate(found) if not beaten(i)))
 
 
 def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int], allowed: Sequence[str],
