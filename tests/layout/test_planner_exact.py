@@ -137,3 +137,22 @@ def test_a_32_gpu_pool_of_the_filed_kind_is_solved_to_proven_optimality_at_the_i
     in_use = [busy for busy, _ in pool if busy]
     best, proven = demand_bound.step_optimum(A80, in_use, len(pool) - len(in_use), dict(pending))
     assert proven and holding == best
+
+
+def test_a_gpu_whose_instances_are_still_being_created_is_not_ordered_as_an_empty_one():
+    """The per-GPU form ordered every GPU without idle instances as if empty, so a GPU holding only an
+    instance still being created (no room for another +me) came first and the empty GPU could not be used:
+    it destroyed an idle 7g.80gb instead (2 changes). Classes group only GPUs in the same state."""
+    me = A80.profile_by_name("1g.10gb+me")
+    steps = [exact.Step(A80, [], _placed([("7g.80gb", 0)]), False),
+             exact.Step(A80, [], _placed([("7g.80gb", 0)]), False),
+             exact.Step(A80, _placed([("1g.10gb", 0), ("1g.10gb+me", 1)]), [], False),
+             exact.Step(A80, [], [], False),
+             exact.Step(A80, _placed([("7g.80gb", 0)]), [], True)]
+    stats = {}
+    answer = exact.solve(steps, {"1g.10gb+me": 1}, {"7g.80gb": 1}, ["1g.10gb+me", "7g.80gb"], time_limit=600,
+                         stats=stats)
+    assert stats["status"] == "Optimal"
+    assert answer[0][0] == [0] and answer[1][0] == [0]  # both idle 7g.80gb kept
+    assert answer[3][1] == [(me, 6)] and answer[3][2] == {"1g.10gb+me": 1}
+    assert sum(len(made) for _, made, _ in answer) == 1
