@@ -24,6 +24,7 @@ MostAllocated scoring, one pod at a time), in pod order.
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -37,7 +38,7 @@ import demand_alternating
 import demand_bound
 import demand_peers
 import demand_traces
-from functions.decision.layout import Bounds, GpuSupply, Instance, PodDemand, plan, planner
+from functions.decision.layout import Bounds, GpuSupply, Instance, PodDemand, exact, plan, planner
 from node_bootstrap.mig.catalogue import find_gpu
 
 MODELS = {"A100-40GB": "NVIDIA A100-SXM4-40GB", "A100-80GB": "NVIDIA A100-SXM4-80GB",
@@ -81,6 +82,48 @@ class Pool:
 
 
 def replay(family: str, model_key: str, size: int, seed: int = 1, steps: int = demand_traces.STEPS) -> dict:
+    """One run (see the module's docstring), with every exact solve the planner makes timed (``_timed``)."""
+    solves = []  # type: List[tuple]
+    real = planner.solve_exactly
+    planner.solve_exactly = _timed(solves)
+    try:
+        out = _replay(family, model_key, size, seed, steps)
+    finally:
+        planner.solve_exactly = real
+    cpu = sorted(t for t, _ in solves)
+    out.update({
+        # the planner's exact solves (exact.py, HiGHS, every plan of a pool of at most 96 usable GPUs where the
+        # search served every pod): how many, how many HiGHS proved optimal within its 1 s limit, and their CPU
+        # time (model, enumeration and solve; process time: the machine is shared), ms
+        "exact_solves": len(solves), "exact_optimal": sum(1 for _, ok in solves if ok),
+        "exact_cpu_ms_p50": _ms(_quantile(cpu, 0.5)), "exact_cpu_ms_p95": _ms(_quantile(cpu, 0.95)),
+        "exact_cpu_ms_max": _ms(cpu[-1] if cpu else None), "exact_cpu_s": cpu,
+    })
+    return out
+
+
+def _timed(solves: list):
+    def solve(*args, **kwargs):
+        stats = {}
+        t0 = time.process_time()
+        answer = exact.solve(*args, stats=stats, **kwargs)
+        solves.append((time.process_time() - t0, stats.get("status") == "Optimal"))
+        return answer
+    return solve
+
+
+def _quantile(values: List[float], q: float):
+    """The nearest-rank quantile of sorted ``values`` (None when there are none)."""
+    if not values:
+        return None
+    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+
+def _ms(seconds):
+    return None if seconds is None else round(1000 * seconds, 1)
+
+
+def _replay(family: str, model_key: str, size: int, seed: int, steps: int) -> dict:
     gpu = find_gpu(MODELS[model_key])
     names = {k: gpu.profile_by_id(i).name for k, i in demand_traces.CLASS_IDS.items()}
     events = demand_traces.trace(family, size, seed, steps)
@@ -311,6 +354,9 @@ def _peer_summary(runs: List[dict]) -> dict:
 def measure(quick: bool = False) -> dict:
     runs = [replay(*r) for r in (RUNS_QUICK if quick else RUNS_FULL)]
     small = [r for r in runs if r["pool"] <= EXACT_UP_TO]
+    cpu = sorted(t for r in small for t in r.pop("exact_cpu_s"))
+    for r in runs:
+        r.pop("exact_cpu_s", None)
     large = [r for r in runs if r["pool"] >= 1000]
     mixed = [r for r in runs if r["family"] in ("mixed", "diurnal") and r["saving_vs_static_pct"] is not None]
     return {
@@ -321,6 +367,12 @@ def measure(quick: bool = False) -> dict:
         "demand_small_steps": sum(r["steps_solved"] for r in small),
         "demand_small_steps_off_optimum": sum(r["steps_solved"] - r["steps_at_optimum"] for r in small),
         "demand_small_pools": len(small),
+        # the planner's exact solves on those pools: each proven optimal within HiGHS' 1 s limit, its CPU time
+        "demand_small_exact_solves": sum(r["exact_solves"] for r in small),
+        "demand_small_exact_not_optimal": sum(r["exact_solves"] - r["exact_optimal"] for r in small),
+        "demand_small_exact_cpu_ms_p50": _ms(_quantile(cpu, 0.5)),
+        "demand_small_exact_cpu_ms_p95": _ms(_quantile(cpu, 0.95)),
+        "demand_small_exact_cpu_ms_max": _ms(cpu[-1] if cpu else None),
         "demand_small_gap_max_pct": max((r["gap_pct"] for r in small), default=0.0),
         "demand_1000_gap_max_pct": max((r["gap_pct"] for r in large), default=0.0),
         "demand_mixed_saving_min_pct": min((r["saving_vs_static_pct"] for r in mixed), default=None),
@@ -335,21 +387,26 @@ def measure(quick: bool = False) -> dict:
 
 
 def _table(result: dict) -> str:
-    head = "%-9s %-9s %5s %6s %5s %7s %5s %6s %6s %6s %6s %-34s %5s %6s %5s %8s" % (
+    head = "%-9s %-9s %5s %6s %5s %7s %5s %6s %6s %6s %6s %-34s %5s %6s %5s %8s %9s %15s" % (
         "family", "model", "pool", "pods", "plan", "stepopt", "opt", "gap%", "layout", "static", "save%",
         "ACK 7x1g/3x2g+1g/2x3g/4g+3x1g",
-        "evict", "destr", "flaps", "ms max")
+        "evict", "destr", "flaps", "ms max", "exact", "exact ms p50/95/max")
     lines = [head]
     for r in result["demand_runs"]:
         ack = "/".join("%s(%d%%)" % (v, r["ack_sequences_unservable_pct"][k]) for k, v in r["ack_sequences_gpus"].items())
-        lines.append("%-9s %-9s %5d %6d %5d %7s %5s %6.1f %6s %6s %6s %-34s %5d %6d %5d %8.1f" % (
+        lines.append("%-9s %-9s %5d %6d %5d %7s %5s %6.1f %6s %6s %6s %-34s %5d %6d %5d %8.1f %9s %15s" % (
             r["family"], r["model"], r["pool"], r["pods"], r["planner_gpus"],
             "%d/%d" % (r["steps_at_optimum"], r["steps_solved"]) if r["steps_solved"] else "-",
             ("%d" if r["optimum_exact"] else "%d*") % r["optimum_gpus"], r["gap_pct"],
             "-" if r["best_static_gpus"] is None else r["best_static_gpus"], r["static_pool_gpus"],
-            r["saving_vs_static_pct"], ack, r["evicted"], r["destroyed"], r["flaps"], r["plan_ms_max"]))
+            r["saving_vs_static_pct"], ack, r["evicted"], r["destroyed"], r["flaps"], r["plan_ms_max"],
+            "%d/%d" % (r["exact_optimal"], r["exact_solves"]) if r["exact_solves"] else "-",
+            "%.0f/%.0f/%.0f" % (r["exact_cpu_ms_p50"], r["exact_cpu_ms_p95"], r["exact_cpu_ms_max"])
+            if r["exact_solves"] else "-"))
     lines.append("stepopt: steps at the exact optimum of their own problem (running pods stay) / steps with pods "
                  "waiting (pools up to 32 GPUs)")
+    lines.append("exact: the planner's exact solves proven optimal within HiGHS' 1 s limit / solves (each plan of a pool "
+                 "of at most 96 usable GPUs where the search served every pod); exact ms: their CPU time")
     lines.append("opt: integer-program optimum (* its bound, not proven within HiGHS' time limit); layout: best "
                  "single static layout (- none holds every profile); static: best static pool; save%: vs static; "
                  "ACK: GPUs for the pods each sequence can serve (share of pods it cannot)")

@@ -7,22 +7,27 @@ the pool is small and the solver proves optimality within its time limit; the pl
 the two answers leaves fewer GPUs holding pods (ties: its own, the one with reasons it already wrote).
 
 Pure: no I/O, no clock (HiGHS' time limit aside, which can only make it give up: the planner's own answer
-then stands). The program, per usable GPU ``g``:
+then stands). The program is a pattern (cutting-stock) model, not one variable per GPU and placement:
 
-* ``keep[g, i]``: an idle instance ``i`` stays (1) or is destroyed (0); instances in use, reserved or created
-  by a target still being applied are fixed (they are not variables);
-* ``x[g, p, s]``: a new instance of profile ``p`` at start ``s``, for the catalogue's placements that overlap
-  nothing fixed;
-* per memory slice at most one instance; compute slices and each profile's ``max_instances`` within the
-  GPU's limits (``solver.check_budget`` confirms every GPU of an answer, media engines included);
-* ``u[g, p]``: the waiting pods of ``p`` that go to ``g``, at most its kept and new instances of ``p``;
+* what one GPU may become is enumerated once per GPU state (``options``, cached): every layout reachable
+  from it (instances in use, reserved or created by a target still being applied stay; each idle instance
+  stays or goes; instances of the allowed profiles that are asked for are added in free memory slots; the
+  catalogue's placements and ``solver.check_budget``'s counting rules, media engines included), reduced
+  to the options no other beats: free instances per profile asked for, instances created or destroyed,
+  whether it keeps an idle instance a waiting pod could bind to;
+* GPUs in the same state (model, instances, in use or not) are one class: integer variables count how many
+  of its GPUs take each option, with pods or (a GPU that holds none now, keeping no idle instance a waiting
+  pod could bind to) without; identical GPUs are never told apart, which is what made the per-GPU form slow
+  (1 to 17 s on 72-GPU pools with a dozen idle GPUs), and the relaxation of a pattern model is tight;
+* per class and profile, the waiting pods it takes, at most the free instances of its options with pods;
   every waiting pod goes somewhere, and each profile has at least its waiting pods plus its headroom in
-  idle instances over the pool;
-* ``y[g]``: ``g`` (holding no pod now) takes one. Minimize ``1000 * sum(y)`` plus one per instance created or
-  destroyed (the fewest GPUs first, then the least churn). GPUs that hold nothing are interchangeable: only
-  as many as pods wait are offered, their ``y`` ordered.
+  free instances over the pool;
+* lexicographic, in two solves: the fewest GPUs holding no pod now that take one, then, with that many, the
+  fewest instances created or destroyed (from the first solve's answer). GPUs that hold nothing beyond as
+  many as pods wait are left out (never needed).
 """
 
+import functools
 import heapq
 from collections import Counter
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -32,8 +37,7 @@ from node_bootstrap.mig.solver import check_budget
 
 EXACT_GPUS = 96  # usable GPUs at most (a 32-GPU pool with its spares); above, the planner's search alone
 EXACT_PODS = 128  # waiting instances at most
-TIME_LIMIT_S = 1.0
-GPU_WEIGHT = 1000
+TIME_LIMIT_S = 1.0  # both solves together
 
 Placed = Tuple[Profile, int]
 
@@ -53,127 +57,193 @@ def available() -> bool:
     return True
 
 
+Option = Tuple[Tuple[Tuple[str, int], ...], int, bool, Tuple[int, ...], Tuple[Placed, ...]]
+
+
+@functools.lru_cache(maxsize=512)
+def options(model: GpuModel, fixed: Tuple[Placed, ...], idle: Tuple[Placed, ...], names: Tuple[str, ...],
+            creatable: Tuple[str, ...], wanted: Tuple[str, ...]) -> Tuple[Option, ...]:
+    """What one GPU may become: per layout reachable from its state (``fixed`` stays, each ``idle`` instance
+    stays or goes, instances of ``creatable`` profiles are added in free memory slots; the counting rules,
+    media engines included, from ``check_budget``), the options no other beats: (instances per profile of
+    ``names``, instances created or destroyed, whether it keeps an idle instance of a ``wanted`` profile,
+    the idle indices kept, the instances created). An option beats another when it has at least as many
+    instances of each profile of ``names``, changes no more, and keeps no wanted idle instance where the
+    other keeps none. Cached: pools repeat the same few GPU states."""
+    profiles = [p for p in (model.profile_by_name(n) for n in creatable) if p is not None]
+    taken = 0
+    for p, start in fixed:
+        taken |= ((1 << p.memory_slices) - 1) << start
+    starts = {}  # type: Dict[int, List[Tuple[object, Placed, int]]]
+    for ii, (p, start) in enumerate(idle):
+        starts.setdefault(start, []).append((ii, (p, start), ((1 << p.memory_slices) - 1) << start))
+    for p in profiles:
+        for pl in p.placements:
+            bits = ((1 << pl.size) - 1) << pl.start
+            if not taken & bits:
+                starts.setdefault(pl.start, []).append((None, (p, pl.start), bits))
+    base = [p for p, _ in fixed]
+    best = {}  # type: Dict[Tuple[Tuple[Tuple[str, int], ...], bool], Tuple[int, Tuple[int, ...], Tuple[Placed, ...]]]
+    verdicts = {}  # type: Dict[Tuple[str, ...], bool]  # check_budget per multiset: many layouts share one
+
+    def visit(slot: int, used: int, compute: int, kept: List[int], made: List[Placed]) -> None:
+        if slot == model.memory_slots:
+            free = [idle[ii][0] for ii in kept] + [p for p, _ in made]  # fixed ones are not free
+            together = tuple(sorted(p.name for p in base + free))
+            if together not in verdicts:
+                verdicts[together] = check_budget(model, base + free) is None
+            if not verdicts[together]:
+                return
+            counts = Counter(p.name for p in free if p.name in names)
+            key = (tuple(sorted(counts.items())), any(idle[ii][0].name in wanted for ii in kept))
+            cost = len(idle) - len(kept) + len(made)
+            if key not in best or cost < best[key][0]:
+                best[key] = (cost, tuple(kept), tuple(made))
+            return
+        visit(slot + 1, used, compute, kept, made)
+        for ii, placed, bits in starts.get(slot, ()):
+            more = compute + placed[0].compute_slices
+            if used & bits or more > model.compute_slices:  # check_budget would refuse it anyway
+                continue
+            if ii is None:
+                visit(slot + 1, used | bits, more, kept, made + [placed])
+            else:
+                visit(slot + 1, used | bits, more, kept + [ii], made)
+
+    visit(0, taken, sum(p.compute_slices for p in base), [], [])
+    found = [(counts, cost, forced, kept, made) for (counts, forced), (cost, kept, made) in best.items()]
+    vectors = [tuple(dict(o[0]).get(n, 0) for n in names) for o in found]
+
+    def beaten(i: int) -> bool:
+        _, cost, forced, _, _ = found[i]
+        mine = vectors[i]
+        return any(j != i and found[j][1] <= cost and found[j][2] <= forced
+                   and all(x >= y for x, y in zip(vectors[j], mine)) for j in range(len(found)))
+
+    return tuple(sorted(o for i, o in enumerate(found) if not beaten(i)))
+
+
 def solve(gpus: Sequence[Step], pending: Dict[str, int], headroom: Dict[str, int], allowed: Sequence[str],
-          time_limit: float = TIME_LIMIT_S) -> Optional[List[Tuple[List[int], List[Placed], Dict[str, int]]]]:
+          time_limit: float = TIME_LIMIT_S, stats: Optional[Dict[str, Any]] = None
+          ) -> Optional[List[Tuple[List[int], List[Placed], Dict[str, int]]]]:
     """Per GPU (in order): the indices of its idle instances kept, the instances created, and the waiting
     pods it takes per profile. None when the program is not solved to proven optimality (or is too big,
-    or infeasible): the caller keeps its own plan."""
+    or infeasible): the caller keeps its own plan. ``stats``, when given, gets the solver's status name,
+    its own time and the objective (``status``, ``solve_s``, ``objective``)."""
     wanted = {n: k for n, k in pending.items() if k > 0}
     if not wanted or len(gpus) > EXACT_GPUS or sum(wanted.values()) > EXACT_PODS:
-        return None
+        return _none(stats, "not tried")
     import highspy
 
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(time_limit))
-    h.setOptionValue("mip_rel_gap", 0.0)
-    integral = highspy.HighsVarType.kInteger  # binaries are integers bounded to [0, 1]
-    names = sorted(set(wanted) | {n for n, k in headroom.items() if k > 0})
+    names = tuple(sorted(set(wanted) | {n for n, k in headroom.items() if k > 0}))
+    creatable = tuple(n for n in names if n in allowed)
+    # GPUs in the same state are interchangeable (the same model, instances and use): one class each, whose
+    # variables count how many of its GPUs take each option, so the solver never tells them apart. GPUs
+    # that hold nothing beyond as many as pods wait are left out (never needed).
+    classes = {}  # type: Dict[tuple, List[int]]
     empty_seen = 0
-    offered = []  # the GPUs in the program (spare empty ones beyond the waiting pods are left out)
     for index, g in enumerate(gpus):
         if not g.used and not g.fixed and not g.idle:
             if empty_seen >= sum(wanted.values()):
                 continue
             empty_seen += 1
-        offered.append(index)
-    keep: Dict[Tuple[int, int], object] = {}
-    new: Dict[Tuple[int, str, int], object] = {}
-    take: Dict[Tuple[int, str], object] = {}
-    gate: Dict[int, object] = {}
-    have: Dict[str, List[object]] = {n: [] for n in names}
-    churn = []
-    for gi in offered:
-        g = gpus[gi]
-        model = g.model
-        taken = 0
-        for profile, start in g.fixed:
-            taken |= ((1 << profile.memory_slices) - 1) << start
-        slots: Dict[int, List[object]] = {}
-        compute, count = [], {}  # type: List[Tuple[int, object]], Dict[str, List[object]]
-        for ii, (profile, start) in enumerate(g.idle):
-            v = h.addVariable(lb=0, ub=1, type=integral)
-            keep[gi, ii] = v
-            churn.append(1 - v)
-            for m in range(start, start + profile.memory_slices):
-                slots.setdefault(m, []).append(v)
-            compute.append((profile.compute_slices, v))
-            count.setdefault(profile.name, []).append(v)
-            if profile.name in have:
-                have[profile.name].append(v)
-        for name in names:
-            profile = model.profile_by_name(name)
-            if profile is None or name not in allowed:
-                continue
-            for pl in profile.placements:
-                bits = ((1 << pl.size) - 1) << pl.start
-                if taken & bits:
-                    continue
-                v = h.addVariable(lb=0, ub=1, type=integral)
-                new[gi, name, pl.start] = v
-                churn.append(v)
-                for m in range(pl.start, pl.start + pl.size):
-                    slots.setdefault(m, []).append(v)
-                compute.append((profile.compute_slices, v))
-                count.setdefault(name, []).append(v)
-                have[name].append(v)
-        for vs in slots.values():
-            if len(vs) > 1:
-                h.addConstr(sum(vs) <= 1)
-        if compute:
-            h.addConstr(sum(c * v for c, v in compute) <= model.compute_slices
-                        - sum(p.compute_slices for p, _ in g.fixed))
-        for name, vs in count.items():
-            profile = model.profile_by_name(name)
-            h.addConstr(sum(vs) <= profile.max_instances - sum(1 for p, _ in g.fixed if p.name == name))
-        if not g.used:
-            gate[gi] = h.addVariable(lb=0, ub=1, type=integral)
-            # An idle instance a waiting pod could bind to makes the GPU count: the scheduler may bind there
-            # whatever the program intends (ties between GPUs without pods are the scheduler's to break).
-            for ii, (profile, _) in enumerate(g.idle):
-                if profile.name in wanted:
-                    h.addConstr(keep[gi, ii] - gate[gi] <= 0)
-        for name, k in wanted.items():
-            mine = [keep[gi, ii] for ii, (p, _) in enumerate(g.idle) if p.name == name] + \
-                [v for (gg, n, _), v in new.items() if gg == gi and n == name]
-            if not mine:
-                continue
-            u = h.addVariable(lb=0, ub=len(mine), type=integral)
-            take[gi, name] = u
-            h.addConstr(u - sum(mine) <= 0)
-            if gi in gate:
-                h.addConstr(u - k * gate[gi] <= 0)
+        key = (g.model, tuple(g.fixed), tuple(g.idle), g.used)
+        classes.setdefault(key, []).append(index)
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(time_limit))
+    h.setOptionValue("mip_rel_gap", 0.0)
+    integral = highspy.HighsVarType.kInteger
+    have = {n: [] for n in names}  # type: Dict[str, list]
+    pods_of = {n: [] for n in wanted}  # type: Dict[str, list]
+    counted, churn = [], []  # GPUs that count (hold no pod now, take one); instances created or destroyed
+    chosen = []  # per class: its GPUs, its options, per option the variables (with pods, without)
+    for (model, fixed, idle, used), members in classes.items():
+        opts = options(model, fixed, idle, names, creatable, tuple(sorted(wanted)))
+        n = len(members)
+        per_option = []
+        for counts, changes, forced, _, _ in opts:
+            # a GPU that holds no pod now counts once it takes one, or keeps an idle instance a waiting pod
+            # could bind to (the scheduler may bind there whatever the program intends)
+            z = h.addVariable(lb=0, ub=n, type=integral)
+            w = None if used or forced else h.addVariable(lb=0, ub=n, type=integral)
+            if not used:
+                counted.append(z)
+            churn.append(changes * z)
+            if w is not None:
+                churn.append(changes * w)
+            for name, k in counts:
+                have[name].append(k * z)
+                if w is not None:
+                    have[name].append(k * w)
+            per_option.append((z, w))
+        h.addConstr(sum(z for z, _ in per_option) + sum(w for _, w in per_option if w is not None) == n)
+        for name in wanted:
+            room = [k * z for (counts, _, _, _, _), (z, _) in zip(opts, per_option) for nm, k in counts if nm == name]
+            if room:
+                u = h.addVariable(lb=0, ub=wanted[name], type=integral)
+                h.addConstr(u - sum(room) <= 0)
+                pods_of[name].append(u)
+                per_option.append(("pods", name, u))
+        chosen.append((members, opts, per_option))
     for name in names:
         need = wanted.get(name, 0) + max(0, headroom.get(name, 0))
-        if not have[name]:
-            if need:
-                return None
-            continue
-        h.addConstr(sum(have[name]) >= need)
+        if need and not have[name]:
+            return _none(stats, "infeasible")
+        if need:
+            h.addConstr(sum(have[name]) >= need)
     for name, k in wanted.items():
-        pods = [u for (gi, n), u in take.items() if n == name]
-        if not pods:
-            return None
-        h.addConstr(sum(pods) == k)
-    order = [gi for gi in offered if gi in gate and not gpus[gi].idle]  # empty GPUs: interchangeable
-    for a, b in zip(order, order[1:]):
-        h.addConstr(gate[a] - gate[b] >= 0)
-    h.minimize(GPU_WEIGHT * sum(gate.values()) + sum(churn) if gate or churn else 0)
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        if not pods_of[name]:
+            return _none(stats, "infeasible")
+        h.addConstr(sum(pods_of[name]) == k)
+    # Lexicographic, in two solves: the fewest GPUs that count first (an objective of whole GPUs, so its
+    # relaxation's bound rounds up to the next GPU: proven at once where one weighted objective made the
+    # solver branch for it), then, with that many at most, the fewest instances created or destroyed,
+    # starting from the first answer.
+    h.minimize(sum(counted) if counted else 0 * churn[0])
+    status = h.getModelStatus()
+    first_s = h.getRunTime()
+    if status == highspy.HighsModelStatus.kOptimal:
+        fewest = int(round(h.getInfo().objective_function_value))
+        start = h.getSolution()
+        if counted:
+            h.addConstr(sum(counted) <= fewest)
+        h.setOptionValue("time_limit", max(0.0, float(time_limit) - first_s))
+        h.setSolution(start)
+        h.minimize(sum(churn) if churn else 0 * churn[0])
+        status = h.getModelStatus()
+    if stats is not None:
+        stats["status"] = h.modelStatusToString(status)
+        stats["solve_s"] = h.getRunTime()
+        stats["first_s"] = first_s
+    if status != highspy.HighsModelStatus.kOptimal:
         return None
     value = h.getSolution().col_value
-    on = lambda v: value[v.index] > 0.5  # noqa: E731
-    out: List[Tuple[List[int], List[Placed], Dict[str, int]]] = []
-    for gi, g in enumerate(gpus):
-        kept = [ii for ii in range(len(g.idle)) if gi not in offered or on(keep[gi, ii])]
-        made = [(g.model.profile_by_name(n), s) for (gg, n, s), v in sorted(new.items(), key=lambda kv: kv[0])
-                if gg == gi and on(v)]
-        pods = {n: int(round(value[u.index])) for (gg, n), u in take.items() if gg == gi and value[u.index] > 0.5}
-        together = [p for p, _ in g.fixed] + [g.idle[ii][0] for ii in kept] + [p for p, _ in made]
-        if check_budget(g.model, together) is not None:
-            return None  # a rule the program does not state (media engines): the planner's answer stands
-        out.append((kept, made, pods))
+    count_of = lambda v: int(round(value[v.index]))  # noqa: E731
+    out = [(list(range(len(g.idle))), [], {}) for g in gpus]  # type: List[Tuple[List[int], List[Placed], Dict[str, int]]]
+    for members, opts, per_option in chosen:
+        picks = []  # (option, takes pods) per GPU of the class, in the class's order
+        for o, (z, w) in zip(opts, per_option):
+            picks += [(o, True)] * count_of(z) + [(o, False)] * (count_of(w) if w is not None else 0)
+        left = {name: count_of(u) for tag, name, u in per_option[len(opts):]}
+        room = [Counter(dict(o[0])) if takes else Counter() for o, takes in picks]
+        given = [Counter() for _ in picks]  # type: List[Counter]
+        # the pods of the GPUs that take some: one each first (each of them counts for a pod), then the rest
+        for first in (True, False):
+            for free, mine in zip(room, given):
+                for name in sorted(free):
+                    while left.get(name, 0) > 0 and mine[name] < free[name] and not (first and mine):
+                        mine[name] += 1
+                        left[name] -= 1
+        for gi, (o, _), mine in zip(members, picks, given):
+            out[gi] = (list(o[3]), list(o[4]), dict(mine))
     return out
+
+
+def _none(stats: Optional[Dict[str, Any]], status: str) -> None:
+    if stats is not None:
+        stats["status"] = status
+    return None
 
 
 def gpus_after_binding(states: Sequence[Sequence[Tuple[str, int, bool]]], pending: Sequence[str]) -> int:
