@@ -19,16 +19,11 @@ from node_bootstrap.kube import KubeError
 from node_bootstrap.outside import OutsideDataError
 
 from functions.decision import run_record as lr
+from functions.kube import leases
 from functions.kube.nodes import EVENT_NAMESPACE
 
 CAS_ATTEMPTS = 4
 WRITE_DEADLINE_S = 20.0  # the record is written after the event's work: it never holds the invocation longer
-
-
-def _micro_time(epoch: float) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _now(kube: Any) -> Tuple[float, str]:
@@ -37,21 +32,7 @@ def _now(kube: Any) -> Tuple[float, str]:
 
 
 def _lease(kube: Any, namespace: str) -> dict:
-    try:
-        return kube.get_lease(namespace, lr.RECORD_LEASE)
-    except KubeError as exc:
-        if exc.status != 404:
-            raise
-    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-            "metadata": {"name": lr.RECORD_LEASE, "namespace": namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "ack-mig-hook"}},
-            "spec": {}}
-    try:
-        return kube.create_lease(namespace, body)
-    except KubeError as exc:
-        if exc.status != 409:  # another invocation created it first: read theirs
-            raise
-    return kube.get_lease(namespace, lr.RECORD_LEASE)
+    return leases.read_or_create(kube, namespace, lr.RECORD_LEASE, {})
 
 
 def record_client(backend: Any) -> Any:
@@ -79,7 +60,7 @@ def write(kube: Any, result: Any, request_id: str, duration_ms: float,
         annotations[lr.RECORD_ANNOTATION] = lr.write_text(lr.merge(stored, new))
         meta["annotations"] = annotations  # (carries the resourceVersion read: the precondition)
         spec = dict(lease.get("spec") or {}, holderIdentity=new["request_id"] or "ack-mig-hook",
-                    renewTime=_micro_time(at))
+                    renewTime=leases.micro_time(at))
         try:
             kube.replace_lease(namespace, dict(lease, metadata=meta, spec=spec))
             return new
