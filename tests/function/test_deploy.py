@@ -298,7 +298,10 @@ def test_the_package_command_never_builds_a_package_without_its_dependencies(tmp
     """Without --deps it fetches them for FC (here pip is offline, so it fails in one line and writes
     nothing); with a --deps folder it checks it; only --sources-only leaves them out, and says so."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(tmp_path), PIP_CONFIG_FILE=os.devnull)
+    # an empty dependency cache of its own (deploy keeps one per lock under XDG_CACHE_HOME, which another run
+    # on this machine may have filled) and an offline pip
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(tmp_path), PIP_CONFIG_FILE=os.devnull,
+               XDG_CACHE_HOME=str(tmp_path / "cache"))
     out = tmp_path / "pkg.zip"
     command = [sys.executable, "-m", "functions.commands.package", "--out", str(out)]
     done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=120)
