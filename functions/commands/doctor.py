@@ -608,10 +608,9 @@ def _markers(client, auto_pools: List[str]) -> Dict[str, Any]:
 
 
 def _now(client) -> float:
-    import time
+    from functions.kube.leases import cluster_now
 
-    server = client.server_time() if hasattr(client, "server_time") else None
-    return time.time() if server is None else server
+    return cluster_now(client)
 
 
 def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = False,

@@ -7,10 +7,19 @@ Every write is a PUT carrying the ``resourceVersion`` just read: kube-apiserver 
 version (409 Conflict otherwise), so a writer that lost the race reads again.
 """
 
+import time
 from datetime import datetime, timezone
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from node_bootstrap.kube import KubeError
+
+
+def cluster_now(kube: Any, clock: Callable[[], float] = time.time) -> float:
+    """The cluster's time: the API server's, as its last answer said (``KubeApi.server_time``), or ``clock``
+    where the backend has no server clock (a snapshot's MemoryKube, a test double). Leases are timed on it,
+    so invocations whose own clocks differ agree on when a slot, a claim or a marker runs out."""
+    server = kube.server_time() if hasattr(kube, "server_time") else None
+    return clock() if server is None else server
 
 
 def micro_time(epoch: float) -> str:

@@ -46,8 +46,7 @@ class PlanMarker:
         self.clock, self.sleep = clock, sleep
 
     def now(self) -> float:
-        server = self.kube.server_time() if hasattr(self.kube, "server_time") else None
-        return self.clock() if server is None else server
+        return leases.cluster_now(self.kube, self.clock)
 
     def _lease(self, pool_id: str) -> dict:
         return leases.read_or_create(self.kube, self.namespace, marker_lease(pool_id),
