@@ -4,6 +4,8 @@ limit/continue, a list whose continue token expires mid-way (410 after an etcd c
 compare-and-swap on a Node's resourceVersion, evictions refused by budgets, the startup-taint removal's
 guarded JSON patch, Events."""
 
+import re
+
 import pytest
 
 from functions.kube.client import ApiError, ClusterCredential, KubeApi
@@ -122,7 +124,10 @@ def test_one_drain_pass_over_a_node(control_plane, ns, hook):
     cp.wait_pdb(ns, "train", lambda s: s.get("disruptionsAllowed") == 1)
     one = dr.evict_pass(hook, node)
     assert one.remaining == 3 and len(one.evicted) == 1 and len(one.budget) == 2
-    assert all("needs 2 healthy pods and has 2 currently" in m for m in one.budget.values())
+    # The refusal quotes the PDB's status.currentHealthy, which the disruption controller recomputes after the
+    # eviction's own write (registry/core/pod/storage/eviction.go decrements disruptionsAllowed, not
+    # currentHealthy): 2 once it has, still 3 when the next eviction comes first (seen under load).
+    assert all(re.search(r"needs 2 healthy pods and has [23] currently", m) for m in one.budget.values()), one.budget
     # The evicted pod terminates (no kubelet here to end it): the next pass waits for it and evicts nothing
     # new. (Its pod list asks resourceVersion=0, the watch cache, which may not show the pod terminating
     # yet: then it is evicted again, a 201 that changes nothing. The double's lists are never behind.)
