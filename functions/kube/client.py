@@ -281,7 +281,7 @@ class KubeApi:
                 self.silent = ApiError("the API server %s:%d did not answer within %gs; not asked again"
                                        % (parts.hostname, parts.port or 443, self.timeout), final=True)
                 raise self.silent from None
-            if guard.fired:  # cut at the deadline: a timeout, whatever error the cut socket raised
+            if timed_out:  # cut at the deadline, or a read (the TLS handshake's too) that outwaited its timeout
                 raise ApiError("no complete answer from %s within %gs" % (config.server, self.timeout)) from None
             raise self._unreached(config, exc) from None
         if response.will_close:
