@@ -232,12 +232,7 @@ def _status(inventory_path: str, kubeconfig: str) -> dict:
 
 
 def _child(kind: str, *args: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACK_MIG_")}
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), kind] + list(args), capture_output=True,
-                          text=True, timeout=900, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError((proc.stderr.strip().splitlines() or ["no output"])[-1])
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _path.run_child(__file__, kind, *args)
 
 
 def measure(nodes: int = 10_000) -> dict:
