@@ -96,6 +96,11 @@ def stack_name(text: str) -> str:
     return value
 
 
+def add_stack_name(parser, help="ROS stack name (default: ack-mig-hook-<cluster id>)"):
+    """``--stack-name``: every command that reads or changes the stack takes it the same way."""
+    parser.add_argument("--stack-name", type=stack_name, default="", help=help)
+
+
 LEGACY_NAME = "ack-mig-hook"  # the one default before names carried the cluster: older stacks have it
 
 

@@ -46,8 +46,7 @@ def _named(pattern: "re.Pattern", what: str, form: str):
 
 def add_stack_options(parser: argparse.ArgumentParser) -> None:
     """The options deploy and undeploy share besides the cloud ones."""
-    parser.add_argument("--stack-name", type=common.stack_name, default="",
-                        help="ROS stack name (default: ack-mig-hook-<cluster id>; a stack deployed before "
+    common.add_stack_name(parser, help="ROS stack name (default: ack-mig-hook-<cluster id>; a stack deployed before "
                              "names carried the cluster is ack-mig-hook)")
     parser.add_argument("--timeout", type=common.whole_number(10, 1440, "minutes"), default=30, metavar="MINUTES",
                         help="how long to wait for the stack, 10..1440 (ROS's TimeoutInMinutes) (default: "

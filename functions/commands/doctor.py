@@ -65,8 +65,7 @@ class Check(NamedTuple):
 def configure(parser, command):
     common.add_cloud_options(parser, kubeconfig_help="kubeconfig for the Kubernetes checks (default: a 15-minute "
                                                      "one that ACK issues for the cluster's public endpoint)")
-    parser.add_argument("--stack-name", type=common.stack_name, default="",
-                        help="ROS stack name (default: ack-mig-hook-<cluster id>)")
+    common.add_stack_name(parser)
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
 
 

@@ -44,8 +44,7 @@ def configure(parser, command):
     parser.add_argument("--nodepool-id", default="", metavar="ID",
                         help="with --remote and no --event: the node pool of the manual payload "
                              "{cluster_id, nodepool_id} (default: every labelled pool)")
-    parser.add_argument("--stack-name", type=common.stack_name, default="",
-                        help="with --remote: the ROS stack that names the function (default: "
+    common.add_stack_name(parser, help="with --remote: the ROS stack that names the function (default: "
                              "ack-mig-hook-<cluster id>)")
     common.add_cloud_options(
         parser, cluster_help="the cluster the function serves (default: $ACK_MIG_CLUSTER_ID, else the event's)",

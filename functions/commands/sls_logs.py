@@ -65,8 +65,7 @@ def configure(parser, command):
     common.add_cloud_options(parser, cluster_help="the cluster whose function's lines to show (its stack, "
                                                   "ack-mig-hook-<cluster id>) (default: $ACK_MIG_CLUSTER_ID)",
                              kubeconfig=False)
-    parser.add_argument("--stack-name", type=common.stack_name, default="",
-                        help="ROS stack name (default: ack-mig-hook-<cluster id>)")
+    common.add_stack_name(parser)
     parser.add_argument("--node", type=value, metavar="NAME", help="only lines about this node (its Kubernetes "
                                                                     "name or its ECS instance id)")
     parser.add_argument("--pool", type=value, metavar="ID", help="only lines about this node pool")

@@ -23,8 +23,7 @@ def configure(parser, command):
     common.add_cloud_options(parser, cluster_help="the cluster whose stack to follow (its default name, "
                                                   "ack-mig-hook-<cluster id>) (default: $ACK_MIG_CLUSTER_ID)",
                              kubeconfig=False)
-    parser.add_argument("--stack-name", type=common.stack_name, default="",
-                        help="ROS stack name (default: ack-mig-hook-<cluster id>)")
+    common.add_stack_name(parser)
     parser.add_argument("--timeout", type=common.whole_number(1, 1440, "minutes"), default=30, metavar="MINUTES",
                         help="how long to wait, 1..1440 minutes (default: %(default)s)")
     parser.add_argument("--poll", type=common.number(0, 60, "seconds"), default=5.0, metavar="SECONDS",
