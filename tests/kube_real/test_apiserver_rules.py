@@ -49,8 +49,12 @@ def test_eviction_spends_the_budget_at_once_then_429_with_the_budget_cause(contr
     assert second.status == 429, second.body
     assert second.body["reason"] == "TooManyRequests"
     assert _causes(second) == ["DisruptionBudget"]
-    assert second.body["details"]["causes"][0]["message"] == \
-        "The disruption budget budget needs 2 healthy pods and has 2 currently"
+    # eviction.go's cause: "needs 2 healthy pods and has 2 currently" once the disruption controller has
+    # recounted after the first eviction, "does not allow evicting pods currently" while its status still
+    # counts 3 healthy (the eviction's own write decrements only disruptionsAllowed; seen in CI under load).
+    assert second.body["details"]["causes"][0]["message"] in (
+        "The disruption budget budget needs 2 healthy pods and has 2 currently",
+        "The disruption budget budget does not allow evicting pods currently")
     assert "Retry-After" not in second.headers
     pdb = cp.wait_pdb(ns, "budget")
     assert pdb["status"]["disruptionsAllowed"] == 0
