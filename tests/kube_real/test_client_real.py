@@ -82,7 +82,7 @@ def test_evictions_refused_by_a_budget_are_not_retried_and_say_so(control_plane,
     for i in range(2):
         cp.pod(ns, "p-%d" % i, labels={"app": "a"})
     cp.pdb(ns, "budget", {"app": "a"}, min_available=2)
-    cp.wait_pdb(ns, "budget")
+    cp.wait_pdb(ns, "budget", lambda s: s.get("currentHealthy") == 2)  # the controller's informer saw both pods
     before = hook.requests
     with pytest.raises(ApiError) as caught:
         hook.evict(ns, "p-0")
