@@ -3,6 +3,7 @@ and departures, against the exact optimum / lower bound and static layouts.
 
   python bench/demand.py [--quick] [--json]
   python bench/demand.py --peers [--trace PATH] [--json]   # the peers side by side (bench/demand_peers.py)
+  python bench/demand.py --peers --seeds N [--json]         # the synthetic demands over N seeds each
 
 Per run (trace family x GPU model x pool size): the planner's GPUs (the peak number of GPUs holding a
 running pod), the optimum (max over steps of the integer program's optimum for the pods alive then; exact
@@ -303,6 +304,9 @@ PEER_RUNS_QUICK = [("mixed", 8)]
 TRACE_FILES = ("openb_pod_list_gpushare100.csv", "openb_pod_list_gpushare20.csv")
 TRACE_DAYS, TRACE_STEP_S, TRACE_BOOT_S, TRACE_IDLE_S = 7, 60, 300, 600
 PEER_MODEL = "A100-80GB"
+# HiGHS' time for the no-eviction node-hours bound (bench/demand_noevict.py) on the 16-GPU synthetic demands
+NO_EVICTION_S = 120.0
+NO_EVICTION_UP_TO = 16  # GPUs of load: the larger days' programs are not solved within minutes
 
 
 def _names(gpu) -> Dict[str, str]:
@@ -317,7 +321,8 @@ def peer_runs(quick: bool = False, trace_dir: str = None, note=lambda text: None
     for family, size in (PEER_RUNS_QUICK if quick else PEER_RUNS_FULL):
         steps = 12 if quick else demand_traces.STEPS
         events = demand_traces.trace(family, size, 1, steps)
-        run = demand_peers.compare(gpu, MODELS[PEER_MODEL], events, names, steps, 0.5)
+        run = demand_peers.compare(gpu, MODELS[PEER_MODEL], events, names, steps, 0.5,
+                                   no_eviction_s=0 if quick or size > NO_EVICTION_UP_TO else NO_EVICTION_S)
         run.update(demand="%s (synthetic, load for %d GPUs)" % (family, size))
         out.append(run)
     if quick:
@@ -337,6 +342,49 @@ def peer_runs(quick: bool = False, trace_dir: str = None, note=lambda text: None
     return out
 
 
+def seed_runs(seeds: int, demands=None, steps: int = demand_traces.STEPS) -> List[dict]:
+    """The synthetic demands drawn with ``seeds`` seeds each (no bound without evictions: minutes each): per
+    demand, on how many seeds the auto pool used the fewest GPU-hours (of the peers offering every profile,
+    and per GPU-hour served, against every peer) and its node-hours against the repack bound. One seed's
+    margin can be noise (a plan taken a step earlier moves a row by a few GPU-hours); this says whether it is."""
+    gpu = find_gpu(MODELS[PEER_MODEL])
+    names = _names(gpu)
+    out = []
+    for family, size in demands or PEER_RUNS_FULL:
+        rows = []
+        for seed in range(1, seeds + 1):
+            events = demand_traces.trace(family, size, seed, steps)
+            rows.append(demand_peers.compare(gpu, MODELS[PEER_MODEL], events, names, steps, 0.5))
+        gaps = [100.0 * (r["peers"][0]["gpu_hours"] - min(p["gpu_hours"] for p in r["peers"][1:] if p["unservable"] == 0))
+                / r["peers"][0]["gpu_hours"] for r in rows]
+        over = [r["auto_node_hours_over_bound_pct"] for r in rows]
+        out.append({"demand": "%s (synthetic, load for %d GPUs)" % (family, size), "seeds": seeds,
+                    "auto_fewest_gpu_hours_full_peers": sum(1 for r in rows if r["auto_fewest_gpu_hours_full_peers"]),
+                    "auto_fewest_gpu_hours_per_served": sum(1 for r in rows if r["auto_fewest_gpu_hours_per_served"]),
+                    "auto_gpu_hours_vs_best_full_peer_pct_mean": round(sum(gaps) / len(gaps), 1),
+                    "auto_gpu_hours_vs_best_full_peer_pct_max": round(max(gaps), 1),
+                    "auto_node_hours_over_bound_pct_mean": round(sum(over) / len(over), 1),
+                    "auto_node_hours_over_bound_pct_max": max(over),
+                    "auto_node_hours_within_5pct": sum(1 for v in over if v <= 5.0)})
+    return out
+
+
+def _seed_table(rows: List[dict]) -> str:
+    lines = ["%-40s %6s %14s %12s %17s %16s" % ("demand", "seeds", "fewest GPU-h", "per served", "GPU-h vs best %",
+                                                  "node-h vs bound %")]
+    lines.append("%-40s %6s %14s %12s %17s %16s" % ("", "", "(full peers)", "(every peer)", "mean / max",
+                                                      "mean / max"))
+    for r in rows:
+        lines.append("%-40s %6d %14s %12s %17s %16s" % (
+            r["demand"], r["seeds"], "%d of %d" % (r["auto_fewest_gpu_hours_full_peers"], r["seeds"]),
+            "%d of %d" % (r["auto_fewest_gpu_hours_per_served"], r["seeds"]),
+            "%+.1f / %+.1f" % (r["auto_gpu_hours_vs_best_full_peer_pct_mean"], r["auto_gpu_hours_vs_best_full_peer_pct_max"]),
+            "%+.1f / %+.1f" % (r["auto_node_hours_over_bound_pct_mean"], r["auto_node_hours_over_bound_pct_max"])))
+    lines.append("GPU-h vs best: the auto pool's GPU-hours against the fewest of DRA, HAMi and the static pool "
+                 "(negative: fewer)")
+    return "\n".join(lines)
+
+
 def _peer_summary(runs: List[dict]) -> dict:
     return {
         "peers_demands": len(runs),
@@ -348,6 +396,15 @@ def _peer_summary(runs: List[dict]) -> dict:
                                                          if r["auto_node_hours_over_bound_pct"] is not None),
                                                         default=None),
         "peers_evicted": sum(p["evicted"] for r in runs for p in r["peers"]),
+        # GPU-hours per GPU-hour of instances served, against every peer (what each served taken out)
+        "peers_auto_fewest_gpu_hours_per_served": sum(1 for r in runs if r["auto_fewest_gpu_hours_per_served"]),
+        # the node-hours any peer needs that never moves a pod, against the repack bound and the auto pool
+        "peers_repack_bound_below_no_eviction_max_pct": max((r["repack_bound_below_no_eviction_pct"] for r in runs
+                                                             if r["repack_bound_below_no_eviction_pct"] is not None),
+                                                            default=None),
+        "peers_auto_node_hours_over_no_eviction_max_pct": max((r["auto_node_hours_over_no_eviction_pct"] for r in runs
+                                                               if r["auto_node_hours_over_no_eviction_pct"] is not None),
+                                                              default=None),
     }
 
 
@@ -426,17 +483,30 @@ def _peer_table(runs: List[dict]) -> str:
             c = r["rounding"]
             lines.append("  rounding gpu_milli up to profiles: %.1f instance GPU-h for %.1f fractional (+%.1f%%)" % (
                 c["instance_gpu_hours"], c["fractional_gpu_hours"], c["rounding_cost_pct"]))
-        lines.append("  %-14s %8s %7s %7s %6s %6s %7s %6s %6s %6s %6s %5s" % (
-            "peer", "GPU-h", "node-h", "pk GPU", "pk nd", "served", "waited", "p50m", "p95m", "maxm", "never", "evict"))
+        kept = r.get("no_eviction_bound")
+        if kept:
+            lines.append("  bound without evictions (each pod on one node for its life): %.1f node-h%s, the repack "
+                         "bound %+.1f%% below it" % (kept["node_hours"], "" if kept["proven"] else
+                                                     " (HiGHS' bound, not proven optimal: %s)" % kept["status"],
+                                                     -r["repack_bound_below_no_eviction_pct"]))
+        lines.append("  %-14s %8s %6s %7s %7s %6s %6s %7s %6s %6s %6s %6s %5s" % (
+            "peer", "GPU-h", "/srvd", "node-h", "pk GPU", "pk nd", "served", "waited", "p50m", "p95m", "maxm", "never",
+            "evict"))
         for p in r["peers"]:
-            lines.append("  %-14s %8.1f %7.1f %7d %6d %6d %7d %6s %6s %6s %6d %5d" % (
-                p["peer"], p["gpu_hours"], p["node_hours"], p["peak_gpus"], p["peak_nodes"], p["served"], p["waited"],
-                _num(p["wait_p50_min"]), _num(p["wait_p95_min"]), _num(p["wait_max_min"]), p["never_served"],
-                p["evicted"]))
-        lines.append("  auto: fewest GPU-h of every peer %s, of the peers offering every profile %s; node-h %+.1f%% "
-                     "against the bound" % ("yes" if r["auto_fewest_gpu_hours"] else "NO",
-                                            "yes" if r["auto_fewest_gpu_hours_full_peers"] else "NO",
-                                            r["auto_node_hours_over_bound_pct"] or 0.0))
+            lines.append("  %-14s %8.1f %6s %7.1f %7d %6d %6d %7d %6s %6s %6s %6d %5d" % (
+                p["peer"], p["gpu_hours"], _num(p["gpu_hours_per_served"]), p["node_hours"], p["peak_gpus"],
+                p["peak_nodes"], p["served"], p["waited"], _num(p["wait_p50_min"]), _num(p["wait_p95_min"]),
+                _num(p["wait_max_min"]), p["never_served"], p["evicted"]))
+        lines.append("  auto: fewest GPU-h of every peer %s, of the peers offering every profile %s, per GPU-h served "
+                     "%s; node-h %+.1f%% against the bound%s" % (
+                         "yes" if r["auto_fewest_gpu_hours"] else "NO",
+                         "yes" if r["auto_fewest_gpu_hours_full_peers"] else "NO",
+                         "yes" if r["auto_fewest_gpu_hours_per_served"] else "NO",
+                         r["auto_node_hours_over_bound_pct"] or 0.0,
+                         "" if not kept else ", %+.1f%% against the bound without evictions"
+                         % r["auto_node_hours_over_no_eviction_pct"]))
+    lines.append("/srvd: GPU-hours per GPU-hour of instances served (compute slices / 7 x hours held; 1 = every GPU "
+                 "in use full)")
     return "\n".join(lines)
 
 
@@ -451,7 +521,16 @@ def main(argv=None):
     parser.add_argument("--peers", action="store_true", help="only the peers side by side (bench/demand_peers.py)")
     parser.add_argument("--trace", metavar="DIR", help="folder holding cluster-trace-gpu-v2023's openb_pod_list_"
                         "gpushare*.csv (default: $ACK_MIG_TRACE_DIR, else ../shared/data/cluster-trace-gpu-v2023)")
+    parser.add_argument("--seeds", type=int, metavar="N", help="with --peers: only the synthetic demands, each "
+                        "drawn with seeds 1..N, and how often the auto pool's margins hold")
     args = parser.parse_args(argv)
+    if args.seeds is not None and (not args.peers or args.seeds < 1):
+        print("demand.py: --seeds N needs --peers and N of at least 1 (e.g. --peers --seeds 5)", file=sys.stderr)
+        return 2
+    if args.seeds:
+        rows = seed_runs(args.seeds)
+        print(json.dumps({"seed_runs": rows}) if args.json else _seed_table(rows))
+        return 0
     if args.peers:
         try:
             runs = peer_runs(args.quick, args.trace, note=lambda text: print(text, file=sys.stderr))

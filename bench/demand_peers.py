@@ -60,6 +60,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import _path  # noqa: F401
 
 import demand_bound
+import demand_noevict
 from functions.decision.layout import Bounds, GpuSupply, Instance, PodDemand, plan
 from node_bootstrap.mig.catalogue import GpuModel
 from node_bootstrap.mig.solver import check_budget, try_place
@@ -316,6 +317,8 @@ def simulate(peer: Peer, events, names: Dict[str, str], steps: int, step_h: floa
     waiting: List[Pod] = []
     stats = Counter()
     gpu_steps = node_steps = peak_gpus = peak_nodes = peak_waiting = 0
+    booting_steps = empty_steps = 0  # where node-hours go beyond nodes holding pods
+    share_steps = 0.0
     for step in range(steps):
         by_name = {n.name: n for n in nodes}
         for p in leaving[step]:
@@ -344,8 +347,13 @@ def simulate(peer: Peer, events, names: Dict[str, str], steps: int, step_h: floa
                 still.append(p)
         waiting = still
         busy = sum(1 for n in ready for inst in n.gpus if any(h is not None for h in inst.values()))
+        # the instances pods hold, as shares of a GPU (compute slices / 7): what the GPUs in use are for
+        share_steps += sum(gpu.profile_by_name(name).compute_slices for n in ready for inst in n.gpus
+                           for (name, _), h in inst.items() if h is not None) / float(gpu.compute_slices)
         gpu_steps += busy
         node_steps += len(nodes)
+        booting_steps += sum(1 for n in nodes if n.ready_at > step)
+        empty_steps += sum(1 for n in ready if not n.holds_pod())
         peak_gpus, peak_nodes = max(peak_gpus, busy), max(peak_nodes, len(nodes))
         peak_waiting = max(peak_waiting, len(waiting))
         # the autoscaler: the waiting pods on the booting nodes, then on fresh template nodes
@@ -381,6 +389,11 @@ def simulate(peer: Peer, events, names: Dict[str, str], steps: int, step_h: floa
     waits = [(p.served_at - p.arrive) * step_h * 60 for p in served]
     return {
         "peer": peer.name, "gpu_hours": round(gpu_steps * step_h, 1), "node_hours": round(node_steps * step_h, 1),
+        "booting_node_hours": round(booting_steps * step_h, 1), "empty_node_hours": round(empty_steps * step_h, 1),
+        # GPU-hours per GPU-hour of instances served (1.00: every GPU in use full): GPU-hours count served pods
+        # only, so this is the figure that compares peers that serve different numbers of pods
+        "served_share_hours": round(share_steps * step_h, 1),
+        "gpu_hours_per_served": round(gpu_steps / share_steps, 3) if share_steps else None,
         "peak_gpus": peak_gpus, "peak_nodes": peak_nodes, "peak_waiting": peak_waiting,
         "served": len(served), "waited": sum(1 for w in waits if w > 0),
         "wait_p50_min": _percentile(waits, 0.5), "wait_p95_min": _percentile(waits, 0.95),
@@ -414,8 +427,9 @@ def lower_bound(gpu: GpuModel, events, names: Dict[str, str], steps: int, step_h
 
 
 def compare(gpu: GpuModel, model_name: str, events, names: Dict[str, str], steps: int, step_h: float,
-            boot_steps: int = 1, idle_steps: int = 1) -> dict:
-    """Every peer over the same events, the bound, and the two goals."""
+            boot_steps: int = 1, idle_steps: int = 1, no_eviction_s: float = 0.0) -> dict:
+    """Every peer over the same events, the bound, and the two goals. ``no_eviction_s`` > 0: also the
+    node-hours bound for any peer that never moves a pod (``demand_noevict``), HiGHS given that long."""
     peaks, alive = Counter(), Counter()
     delta = defaultdict(Counter)
     for e in events:
@@ -431,6 +445,12 @@ def compare(gpu: GpuModel, model_name: str, events, names: Dict[str, str], steps
     bound = lower_bound(gpu, events, names, steps, step_h)
     auto = rows[0]
     others = rows[1:]
+    kept = None
+    if no_eviction_s > 0:
+        # at most as many nodes at once as the busiest peer had, plus two (each node index may go and come
+        # back, so this limits only how many exist together)
+        kept = demand_noevict.node_hours(gpu, events, names, steps, step_h,
+                                         max(r["peak_nodes"] for r in rows) + 2, no_eviction_s)
     return {
         "pods": len(events), "steps": steps, "step_h": step_h, "boot_steps": boot_steps, "idle_steps": idle_steps,
         "peers": rows, "bound": bound,
@@ -441,4 +461,12 @@ def compare(gpu: GpuModel, model_name: str, events, names: Dict[str, str], steps
                                                 if r["unservable"] == 0),
         "auto_node_hours_over_bound_pct": round(100.0 * (auto["node_hours"] - bound["node_hours"])
                                                 / bound["node_hours"], 1) if bound["node_hours"] else None,
+        # GPU-hours per GPU-hour of instances served: the same comparison with what each peer served taken out
+        "auto_fewest_gpu_hours_per_served": all(auto["gpu_hours_per_served"] <= r["gpu_hours_per_served"]
+                                                for r in others if r["gpu_hours_per_served"] is not None),
+        "no_eviction_bound": kept,
+        "auto_node_hours_over_no_eviction_pct": round(100.0 * (auto["node_hours"] - kept["node_hours"])
+                                                      / kept["node_hours"], 1) if kept and kept["node_hours"] else None,
+        "repack_bound_below_no_eviction_pct": round(100.0 * (kept["node_hours"] - bound["node_hours"])
+                                                    / bound["node_hours"], 1) if kept and bound["node_hours"] else None,
     }

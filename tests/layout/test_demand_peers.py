@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 
 import demand  # noqa: E402
 import demand_alibaba  # noqa: E402
+import demand_noevict  # noqa: E402
 import demand_peers as dp  # noqa: E402
 from demand_traces import PodEvent  # noqa: E402
 from node_bootstrap.mig.catalogue import find_gpu  # noqa: E402
@@ -76,6 +77,46 @@ def test_every_peer_over_a_synthetic_day_evicts_nothing_and_no_peer_beats_the_bo
             assert p["gpu_hours"] >= run["bound"]["gpu_hours"]
 
 
+def test_the_bound_without_evictions_counts_the_node_a_lone_long_pod_keeps():
+    """Whole-GPU pods, 8 a node. Step 0: a (to step 4) and s1-s7 (to 2); step 1: b (to 4) and t1-t7 (to 2).
+    Repacked each step: 1, 2, 1, 1 nodes = 5. Never moved: a and b share a node only if, at step 1, a's
+    node has room for b beside its pods while the other 14 fill the rest, which takes a second node at step 0
+    already (2, 2, 1, 1 = 6); else a and b end on two nodes (1, 2, 2, 2 = 7). So 6, one more than repacking."""
+    events = ([PodEvent("ns/a", "o", "7g", 0, 4), PodEvent("ns/b", "o", "7g", 1, 4)]
+              + [PodEvent("ns/s%d" % i, "o", "7g", 0, 2) for i in range(7)]
+              + [PodEvent("ns/t%d" % i, "o", "7g", 1, 2) for i in range(7)])
+    assert dp.lower_bound(GPU, events, NAMES, 4, 1.0)["node_hours"] == 5.0
+    kept = demand_noevict.node_hours(GPU, events, NAMES, 4, 1.0, max_nodes=4)
+    assert kept["node_hours"] == 6.0 and kept["proven"]
+    # with room for b beside a from the start (s1-s6 only), one node is enough at every step but the second
+    assert demand_noevict.node_hours(GPU, [e for e in events if e.key != "ns/s6"], NAMES, 4, 1.0,
+                                     max_nodes=4)["node_hours"] == 5.0
+
+
+def test_the_bound_without_evictions_lies_between_repacking_and_a_peer_that_serves_at_arrival():
+    import demand_traces
+    events = demand_traces.trace("mixed", 8, 2, 16)
+    run = dp.compare(GPU, MODEL, events, NAMES, 16, 0.5, no_eviction_s=30.0)
+    kept = run["no_eviction_bound"]
+    assert run["bound"]["node_hours"] <= kept["node_hours"]
+    for p in run["peers"]:  # serving every pod at arrival and never moving one: at least the bound
+        if p["never_served"] == 0 and p["waited"] == 0:
+            assert p["node_hours"] >= kept["node_hours"], p
+    assert run["repack_bound_below_no_eviction_pct"] >= 0
+    # cut short, it reports HiGHS' proven bound, never below the repack bound, and says it is not the optimum
+    cut = demand_noevict.node_hours(GPU, events, NAMES, 16, 0.5, max_nodes=6, time_limit=1e-4)
+    assert not cut["proven"] and cut["status"] == "Time limit reached"
+    assert run["bound"]["node_hours"] <= cut["node_hours"] <= kept["node_hours"]
+
+
+def test_gpu_hours_per_served_divides_by_the_share_of_a_gpu_the_served_pods_held():
+    # one 3g pod (3 of 7 compute slices) held two half-hour steps (it waits step 1 for its node): one GPU-hour
+    # for 3/7 of a GPU-hour served
+    row = dp.simulate(dp.DraFirstFit(GPU), [PodEvent("ns/a", "o", "3g", 1, 4)], NAMES, 6, 0.5, boot_steps=1)
+    assert row["gpu_hours"] == 1.0 and row["served_share_hours"] == round(3 / 7.0, 1)
+    assert row["gpu_hours_per_served"] == round(7 / 3.0, 3)
+
+
 @pytest.mark.parametrize("milli, klass", [(1, "1g"), (142, "1g"), (143, "2g"), (428, "3g"), (429, "4g"),
                                           (571, "4g"), (572, "7g"), (1000, "7g")])
 def test_gpu_milli_maps_to_the_smallest_profile_whose_compute_covers_it(milli, klass):
@@ -119,3 +160,22 @@ def test_without_the_trace_its_rows_are_skipped_with_one_line(tmp_path, monkeypa
     notes = []
     runs = demand.peer_runs(False, str(tmp_path / "absent"), note=notes.append)
     assert len(runs) == 1 and len(notes) == 1 and "github.com/alibaba/clusterdata" in notes[0]
+
+
+def test_seed_runs_count_the_seeds_on_which_each_margin_holds():
+    rows = demand.seed_runs(2, demands=[("mixed", 8)], steps=12)
+    assert len(rows) == 1 and rows[0]["seeds"] == 2 and rows[0]["demand"] == "mixed (synthetic, load for 8 GPUs)"
+    r = rows[0]
+    assert 0 <= r["auto_fewest_gpu_hours_full_peers"] <= 2 and 0 <= r["auto_node_hours_within_5pct"] <= 2
+    assert r["auto_gpu_hours_vs_best_full_peer_pct_mean"] <= r["auto_gpu_hours_vs_best_full_peer_pct_max"]
+    assert r["auto_node_hours_over_bound_pct_mean"] <= r["auto_node_hours_over_bound_pct_max"]
+    # the two seeds are two demands: the same seed twice would be one
+    import demand_traces
+    assert demand_traces.trace("mixed", 8, 1, 12) != demand_traces.trace("mixed", 8, 2, 12)
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "3"], ["--peers", "--seeds", "0"]])
+def test_seeds_without_peers_or_below_one_is_a_usage_line(argv, capsys):
+    assert demand.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["demand.py: --seeds N needs --peers and N of at least 1 (e.g. --peers --seeds 5)"]
