@@ -485,10 +485,10 @@ def _peer_table(runs: List[dict]) -> str:
                 c["instance_gpu_hours"], c["fractional_gpu_hours"], c["rounding_cost_pct"]))
         kept = r.get("no_eviction_bound")
         if kept:
-            lines.append("  bound without evictions (each pod on one node for its life): %.1f node-h%s, the repack "
-                         "bound %+.1f%% below it" % (kept["node_hours"], "" if kept["proven"] else
-                                                     " (HiGHS' bound, not proven optimal: %s)" % kept["status"],
-                                                     -r["repack_bound_below_no_eviction_pct"]))
+            lines.append("  bound without evictions (each pod on one node for its life): %.1f node-h%s, %s" % (
+                kept["node_hours"], "" if kept["proven"] else " (HiGHS' bound, not proven optimal: %s)" % kept["status"],
+                "the repack bound's" if not r["repack_bound_below_no_eviction_pct"] else
+                "%.1f%% above the repack bound" % r["repack_bound_below_no_eviction_pct"]))
         lines.append("  %-14s %8s %6s %7s %7s %6s %6s %7s %6s %6s %6s %6s %5s" % (
             "peer", "GPU-h", "/srvd", "node-h", "pk GPU", "pk nd", "served", "waited", "p50m", "p95m", "maxm", "never",
             "evict"))
