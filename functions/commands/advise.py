@@ -92,14 +92,19 @@ def gather(args) -> Dict[str, Any]:
         from functions.kube.client import KubeApi
         from functions.kube.demand import pending_pods, pods_on, slim
 
+        from functions.rollout.plan_claim import dwell_for_advice
+
         api = common.one_deadline(KubeApi.from_file(args.kubeconfig))
         try:
             nodes = api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id))
             pending = pending_pods(api)
             by_node = pods_on(api, [(n.get("metadata") or {}).get("name") or "" for n in nodes])
+            # the dwell as the tick reads it (the pool's Lease, read only): GPUs changed lately stay
+            dwell, dwell_note = dwell_for_advice(api, pool.nodepool_id, pending, load_settings())
         finally:
             api.close()
-    else:
+    else:  # a snapshot has no Lease: the advice is the plan without the dwell (docs/auto-pools.md)
+        dwell, dwell_note = None, ""
         items = _objects(data)
         nodes = [i for i in items if i.get("kind") == "Node" and selected((i.get("metadata") or {}).get("labels"))]
         names = {(n.get("metadata") or {}).get("name") for n in nodes}
@@ -113,8 +118,9 @@ def gather(args) -> Dict[str, Any]:
     taints = [t.model_dump(exclude_none=True) for t in pool.taints]
     from functions.decision.autoscaler_tags import MODE_ON, plan_pool, pool_template
 
-    advice = advise(pool.nodepool_id, pool.labels, taints, nodes, by_node, pending, template=pool_template(pool))
-    advice["plan"]["unplaced"].extend(strangers)
+    advice = advise(pool.nodepool_id, pool.labels, taints, nodes, by_node, pending, template=pool_template(pool),
+                    dwell=dwell)
+    advice["plan"]["unplaced"].extend(strangers + ([dwell_note] if dwell_note else []))
     # What the autoscaler step would write for this pool (the same decision; advise writes nothing).
     shape = tuple((tuple(tuple(x) for x in g["layout"]), g["gpus"]) for g in advice["plan"]["new_node_shape"])
     tags = plan_pool(pool, MODE_ON, shape or tuple(tuple(x) for x in advice["plan"]["new_node"]))

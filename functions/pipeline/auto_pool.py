@@ -67,10 +67,12 @@ def _counts(demand: Sequence[PodDemand]) -> Dict[str, int]:
 def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
            nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
            pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None,
-           template: Tuple[str, int] = ("", 0)) -> Dict[str, Any]:
+           template: Tuple[str, int] = ("", 0), dwell: Optional[Dwell] = None) -> Dict[str, Any]:
     """The advice for one pool as a JSON-ready dict; raises NotAutoPool or bounds.LayoutLabelError.
-    ``template``: (GPU model, GPUs) of a new node of the pool (autoscaler_tags.pool_template)."""
-    return _advise(pool_id, pool_labels, pool_taints, nodes, pods_by_node, pending, previous, template=template)[0]
+    ``template``: (GPU model, GPUs) of a new node of the pool (autoscaler_tags.pool_template); ``dwell``: the
+    dwell's inputs as the tick reads them (plan_claim.dwell_for_advice), None: none."""
+    return _advise(pool_id, pool_labels, pool_taints, nodes, pods_by_node, pending, previous, dwell=dwell,
+                   template=template)[0]
 
 
 def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],

@@ -195,3 +195,24 @@ def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[fl
                       % (pool_id, CHANGED_SINCE_LIST))
     waited = {pod_key(p): waited_s(p, taken.now) for p in pending}
     return Dwell(taken.changed, taken.now, settings.auto_dwell_s, settings.auto_max_wait_s, waited), ""
+
+
+def dwell_for_advice(kube: Any, pool_id: str, pending: Sequence[Mapping[str, Any]], settings: Any
+                     ) -> Tuple[Optional[Dwell], str]:
+    """What ``advise`` needs to show the tick's plan: the dwell's inputs from the pool's Lease, read only
+    (:meth:`PlanClaims.peek`), and "" or one note: another invocation plans the pool now, or the Lease cannot
+    be read (then the advice is the plan without the dwell, and says so)."""
+    import time
+
+    from functions.decision.layout.matching import pod_key
+
+    claims = PlanClaims(kube, "advise", time.time, horizon_s(settings), settings.auto_dwell_s)
+    try:
+        taken = claims.peek(pool_id, pool_id)
+    except KubeError as exc:
+        return None, ("the dwell is left out: the pool's Lease %s cannot be read (%s); the tick keeps GPUs changed "
+                      "in the last %d s as they are" % (lease_name(pool_id), " ".join(str(exc).split())[:160],
+                                                         settings.auto_dwell_s))
+    waited = {pod_key(p): waited_s(p, taken.now) for p in pending}
+    dwell = Dwell(taken.changed, taken.now, settings.auto_dwell_s, settings.auto_max_wait_s, waited)
+    return dwell, ("%s: what it applies may differ from this advice" % taken.why if taken.why else "")

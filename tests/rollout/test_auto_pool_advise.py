@@ -229,3 +229,69 @@ def test_a_pool_with_no_node_scales_out_for_a_waiting_pod(kube_api, tmp_path, ca
     assert code == 0 and result["decisions"] == []
     assert [t["set"] for t in result["pool_tags"]] == [{key: "56"}]
     assert {r.method for r in kube_api.requests} == {"GET"}
+
+
+def _changed_lease(api, gpus, at):
+    """The pool's Lease as a tick left it after changing ``gpus`` at ``at`` (plan_claim.release)."""
+    from functions.decision import claim_rules
+
+    api.leases[("default", "ack-mig-hook-pool-%s" % POOL_ID)] = {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "ack-mig-hook-pool-%s" % POOL_ID, "namespace": "default", "resourceVersion": "7",
+                     "uid": "u-1", "annotations": {claim_rules.CHANGED_ANNOTATION:
+                                                   claim_rules.write_changed({}, at, 600, gpus)}},
+        "spec": {}}
+
+
+def test_live_advice_keeps_the_gpus_the_tick_would_keep_within_their_dwell(auto_pool, tmp_path, capsys, monkeypatch):
+    """advise shows the tick's plan: a GPU the hook changed within ACK_MIG_AUTO_DWELL_S is not repartitioned
+    (read from the pool's Lease, never written), and the reasons say until when."""
+    import time
+
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    argv = ("--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")
+    free = json.loads(advise(capsys, *argv)[1])
+    first = [(g["node"], g["gpu"]) for g in free["gpus"] if g["destroy"]]
+    assert first and free["plan"]["unserved"] == {}, free["gpus"]  # an idle instance makes room for the 1g pods
+    _changed_lease(auto_pool, first, time.time() - 60)
+    moved = json.loads(advise(capsys, *argv)[1])  # that GPU is kept: the pods are served on another one
+    assert all(not g["destroy"] for g in moved["gpus"] if (g["node"], g["gpu"]) in first), moved["gpus"]
+    second = [(g["node"], g["gpu"]) for g in moved["gpus"] if g["destroy"]]
+    assert second and moved["plan"]["unserved"] == {}
+    _changed_lease(auto_pool, first + second, time.time() - 60)
+    held = json.loads(advise(capsys, *argv)[1])  # both kept: the 1g pods wait, and the reasons say until when
+    assert all(not g["destroy"] for g in held["gpus"]), held["gpus"]
+    assert any("ACK_MIG_AUTO_DWELL_S" in r for r in held["plan"]["reasons"]), held["plan"]["reasons"]
+    assert {r.method for r in auto_pool.requests} == {"GET"}  # the Lease read, nothing written
+    # a dwell of 0 (the function's setting, read from the environment as the tick does) keeps nothing
+    monkeypatch.setenv("ACK_MIG_AUTO_DWELL_S", "0")
+    assert json.loads(advise(capsys, *argv)[1])["gpus"] == free["gpus"]
+
+
+def test_live_advice_without_lease_rights_says_the_dwell_is_left_out(auto_pool, tmp_path, capsys, monkeypatch):
+    from node_bootstrap.kube import KubeError
+    from functions.kube.client import KubeApi
+
+    def refused(self, namespace, name):
+        raise KubeError("leases.coordination.k8s.io is forbidden", status=403)
+    monkeypatch.setattr(KubeApi, "get_lease", refused)
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig)
+    assert code == 0, err
+    assert ("note: the dwell is left out: the pool's Lease ack-mig-hook-pool-%s cannot be read" % POOL_ID) in out
+
+
+def test_live_advice_says_when_another_invocation_is_planning_the_pool(auto_pool, tmp_path, capsys):
+    import time
+
+    from functions.decision import claim_rules
+
+    _changed_lease(auto_pool, [], time.time())
+    notes = auto_pool.leases[("default", "ack-mig-hook-pool-%s" % POOL_ID)]["metadata"]["annotations"]
+    notes[claim_rules.PLANNING_ANNOTATION] = claim_rules.write_claim(claim_rules.Claim("tick-7f3a", time.time() + 120))
+    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+    code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig)
+    assert code == 0, err
+    assert ("note: pool %s is being planned by invocation tick-7f3a" % POOL_ID) in out
+    assert "what it applies may differ from this advice" in out
+    assert auto_pool.leases[("default", "ack-mig-hook-pool-%s" % POOL_ID)]["metadata"]["annotations"] == notes
