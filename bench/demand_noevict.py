@@ -21,10 +21,9 @@ are served at arrival and held to their end, as in the repack bound; a peer that
 come in below either bound (read ``never``).
 
 The nodes are labels that may go and come back; the program has ``max_nodes`` of them (the bench: the
-busiest peer's peak plus two). A node label is also what pod i may use only if i >= the label, so a
-solution that needs more labels than that is out of reach: the value is the bound over solutions with at
-most ``max_nodes`` nodes' lives overlapping. Raising it changed nothing where tried (mixed, 16 GPUs: 37.0
-node-h with 4 and with 5).
+busiest peer's peak plus two). A solution whose nodes' lives overlap more than that many at a time needs
+more labels and is outside the program, so the value bounds the solutions within that many. Raising it
+changed nothing where tried (mixed, 16 GPUs: 37.0 node-h with 4 and with 5).
 
 Solved by HiGHS with a time limit; a solve cut by the limit reports HiGHS' proven lower bound (its dual
 bound, never below the repack bound), still valid if weaker (``proven`` says whether it is the optimum).
