@@ -58,22 +58,38 @@ def waiting(api, name, profile):
         pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
 
 
-@pytest.fixture
-def pool(kube_api, tmp_path):  # noqa: F811
-    kube_api.add_node("gpu-a", labels={"alibabacloud.com/nodepool-id": POOL,
-                                       "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB",
-                                       "aliyun.accelerator/nvidia_count": "1", "nvidia.com/mig.config.state": "success",
-                                       "aliyun.accelerator/nvidia_mig_sequence": "7g.80gb"})
+def add_node(server):
+    """The pool's one node, gpu-a, as the hook left it: MIG on, one 7g.80gb."""
+    server.add_node("gpu-a", labels={"alibabacloud.com/nodepool-id": POOL,
+                                     "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB",
+                                     "aliyun.accelerator/nvidia_count": "1", "nvidia.com/mig.config.state": "success",
+                                     "aliyun.accelerator/nvidia_mig_sequence": "7g.80gb"})
+
+
+def seven_gb_node(tmp_path):
+    """The simulated node's state folder: gpu-a's one A100 80GB holding an idle 7g.80gb."""
     nodes = tmp_path / "nodes"
-    nodes.mkdir()
+    nodes.mkdir(exist_ok=True)
     state = driver.new_state(MODEL.key, 1)  # the node as the hook left it: one idle 7g.80gb
     driver.set_mig_mode(state, 0, 1, [])
     seven = MODEL.profile_by_name("7g.80gb")
     gi = driver.create_gpu_instance(state, 0, seven.id, 0, seven.memory_slices)
     driver.create_compute_instance(state, 0, gi, FULL_CI_INDEX[seven.compute_slices])
     (nodes / ("%s.json" % INSTANCE)).write_text(json.dumps(state))
-    args = ("--backend sim:A100-80GB:1 --no-label --clients= --device-plugin-restart none --lock-file %s "
+    return nodes
+
+
+def node_args(tmp_path):
+    """The node command's arguments for the local transport on that simulated node."""
+    return ("--backend sim:A100-80GB:1 --no-label --clients= --device-plugin-restart none --lock-file %s "
             "--state-dir %s" % (tmp_path / "node.lock", tmp_path / "state"))
+
+
+@pytest.fixture
+def pool(kube_api, tmp_path):  # noqa: F811
+    add_node(kube_api)
+    nodes = seven_gb_node(tmp_path)
+    args = node_args(tmp_path)
     settings = load_settings({"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": args, "ACK_MIG_NODE_TIMEOUT_S": "60",
                               "ACK_MIG_STARTUP_TAINT": "none", "ACK_MIG_LOG_LEVEL": "ERROR",
                               "ACK_MIG_CLUSTER_ID": CLUSTER})

@@ -35,11 +35,9 @@ from functions.delivery.node_executor import DeliveryExecutor, make_transport
 from functions.kube.client import KubeApi
 from functions.pipeline.event import run_event
 from functions.rollout.plan_marker import marker_lease
-from node_bootstrap.driver.nvml import FULL_CI_INDEX
-from node_bootstrap.driver.sim import driver
 from node_bootstrap.kube import load_kubeconfig
-from tests.delivery.test_auto_pool_e2e import (CLUSTER, INSTANCE, MODEL, POOL, TICK, DevicePlugin, held, lookup,
-                                               snapshot, waiting)
+from tests.delivery.test_auto_pool_e2e import (CLUSTER, INSTANCE, POOL, TICK, DevicePlugin, add_node, held, lookup,
+                                               node_args, seven_gb_node, snapshot, waiting)
 from tests.function.conftest import EVENTS, ROOT, cloud_env, emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
@@ -59,34 +57,14 @@ def pod_event(namespace, name, cluster=CLUSTER):
     return json.dumps(event).encode()
 
 
-def seven_gb_node(tmp_path):
-    nodes = tmp_path / "nodes"
-    nodes.mkdir(exist_ok=True)
-    state = driver.new_state(MODEL.key, 1)  # the node as the hook left it: one idle 7g.80gb
-    driver.set_mig_mode(state, 0, 1, [])
-    seven = MODEL.profile_by_name("7g.80gb")
-    gi = driver.create_gpu_instance(state, 0, seven.id, 0, seven.memory_slices)
-    driver.create_compute_instance(state, 0, gi, FULL_CI_INDEX[seven.compute_slices])
-    (nodes / ("%s.json" % INSTANCE)).write_text(json.dumps(state))
-    return nodes
-
-
 def node_env(tmp_path):
-    args = ("--backend sim:A100-80GB:1 --no-label --clients= --device-plugin-restart none --lock-file %s "
-            "--state-dir %s" % (tmp_path / "node.lock", tmp_path / "state"))
+    args = node_args(tmp_path)
     # A whole invocation of FC's (the template's Timeout): room for the rounds a burst asks for. No dwell
     # (docs/auto-pools.md): this simulated node runs with --no-label, so its Node keeps the sequence it had and
     # the next round sees GPU 0 as before; the dwell would keep that stale layout (it has its own tests).
     return {"ACK_MIG_TRANSPORT": "local", "ACK_MIG_NODE_ARGS": args, "ACK_MIG_NODE_TIMEOUT_S": "60",
             "ACK_MIG_STARTUP_TAINT": "none", "ACK_MIG_LOG_LEVEL": "ERROR", "ACK_MIG_CLUSTER_ID": CLUSTER,
             "ACK_MIG_INVOCATION_TIMEOUT_S": "14400", "ACK_MIG_AUTO_DWELL_S": "0"}
-
-
-def add_node(server):
-    server.add_node("gpu-a", labels={"alibabacloud.com/nodepool-id": POOL,
-                                     "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB",
-                                     "aliyun.accelerator/nvidia_count": "1", "nvidia.com/mig.config.state": "success",
-                                     "aliyun.accelerator/nvidia_mig_sequence": "7g.80gb"})
 
 
 class Gate:
