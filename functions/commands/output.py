@@ -9,6 +9,8 @@ YAML needs PyYAML, part of the deploy extra.
 import json
 from typing import Any, List, Optional, TextIO
 
+from functions.commands.terminal import Wrapped
+
 FORMATS = ("json", "yaml")
 
 
@@ -18,7 +20,7 @@ def to_yaml(document: Any) -> str:
     return yaml.safe_dump(document, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1 << 16)
 
 
-class YamlStream:
+class YamlStream(Wrapped):
     """stdout for ``-o yaml``: JSON documents in, YAML documents out, each as soon as it is complete."""
 
     def __init__(self, stream: TextIO):
@@ -49,15 +51,6 @@ class YamlStream:
             self.stream.write(self._pending)
             self._pending = ""
         self.stream.flush()
-
-    def isatty(self) -> bool:
-        return self.stream.isatty()
-
-    def fileno(self) -> int:
-        return self.stream.fileno()
-
-    def __getattr__(self, name):
-        return getattr(self.stream, name)
 
 
 def wants_yaml(args: Any) -> bool:

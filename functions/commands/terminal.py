@@ -131,7 +131,23 @@ def fail(text: str, code: int, as_json: bool = False) -> int:
     return code
 
 
-class Fitted:
+class Wrapped:
+    """A stream that rewrites what is written to ``stream``: the rest of the stream's face (isatty, fileno,
+    encoding, errors, buffer...) is the real stream's."""
+
+    stream: TextIO
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+class Fitted(Wrapped):
     """Human output fitted to its stream: every line longer than the width is wrapped between words
     (wrap_words), the continuation indented under the line's own indentation plus four spaces, so nothing
     runs past the terminal's edge (or 80 columns in a pipe). Machine output (``--json``, ``convert``'s YAML)
@@ -159,12 +175,3 @@ class Fitted:
             self.stream.write("\n".join(self.fit_line(self._pending)))
             self._pending = ""
         self.stream.flush()
-
-    def isatty(self) -> bool:
-        return self.stream.isatty()
-
-    def fileno(self) -> int:
-        return self.stream.fileno()
-
-    def __getattr__(self, name):  # encoding, errors, buffer...: the real stream's
-        return getattr(self.stream, name)
