@@ -76,11 +76,16 @@ def advise(capsys, *argv):
     return code, out, err
 
 
-def test_live_advice_serves_the_waiting_pods_without_touching_anything_in_use(auto_pool, tmp_path, capsys):
-    kubeconfig = auto_pool.write_kubeconfig(tmp_path / "k.conf", cert=auto_pool.admin_cert())
+def live_advice(api, tmp_path, capsys):
+    """``advise --json`` on the live test API server (the default inventory), which must succeed."""
+    kubeconfig = api.write_kubeconfig(tmp_path / "k.conf", cert=api.admin_cert())
     code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")
     assert code == 0, err
-    advice = json.loads(out)
+    return json.loads(out)
+
+
+def test_live_advice_serves_the_waiting_pods_without_touching_anything_in_use(auto_pool, tmp_path, capsys):
+    advice = live_advice(auto_pool, tmp_path, capsys)
     assert advice["demand"]["pending"] == {"1g.10gb": 3, "2g.20gb": 1}
     assert advice["demand"]["in_use"] == {"2g.20gb": 1}
     assert advice["demand"]["not_counted"][0]["pod"] == "llm/stray"

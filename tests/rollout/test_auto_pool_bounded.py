@@ -9,7 +9,7 @@ import json
 from functions.kube.client import KubeApi
 from functions.kube.demand import PENDING_PAGE, pending_pods
 from node_bootstrap.kube import load_kubeconfig
-from tests.rollout.test_auto_pool_advise import POOL_ID, TOLERATE, advise, inventory, waiting
+from tests.rollout.test_auto_pool_advise import POOL_ID, TOLERATE, inventory, live_advice, waiting
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 A100_80 = "NVIDIA-A100-SXM4-80GB"
@@ -83,10 +83,7 @@ def test_pods_no_node_can_hold_are_not_counted_and_change_nothing(kube_api, tmp_
     waiting(kube_api, "lacking", "1g.12gb", owner="lacking")  # an H100 96GB profile: no A100 has it
     unschedulable(kube_api, "huge", {"nvidia.com/mig-1g.10gb": "1"}, big_affinity())
     waiting(kube_api, "fair", "7g.80gb", owner="fair")  # an idle 7g.80gb serves it as it is
-    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
-    code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")
-    assert code == 0, err
-    advice = json.loads(out)
+    advice = live_advice(kube_api, tmp_path, capsys)
     assert advice["demand"]["pending"] == {"7g.80gb": 1}
     why = {p["pod"]: p["why"] for p in advice["demand"]["not_counted"]}
     assert why == {
@@ -106,10 +103,7 @@ def test_a_greedy_pod_leaves_the_pool_to_the_pods_after_it(kube_api, tmp_path, c
     waiting(kube_api, "greedy", "1g.10gb", count=224, owner="greedy")
     for i in range(2):
         waiting(kube_api, "small-%d" % i, "1g.10gb", owner="small")
-    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
-    code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")
-    assert code == 0, err
-    advice = json.loads(out)
+    advice = live_advice(kube_api, tmp_path, capsys)
     assert [p["pod"] for p in advice["demand"]["not_counted"]] == ["llm/greedy"]
     assert advice["demand"]["pending"] == {"1g.10gb": 2} and advice["plan"]["unserved"] == {}
     # one GPU repartitioned for the two small pods; the other seven stay as they are
@@ -194,10 +188,7 @@ def test_the_filed_needless_repartition_is_not_planned(kube_api, tmp_path, capsy
     waiting(kube_api, "big", "4g.20gb", owner="big")
     for i in range(2):
         waiting(kube_api, "mid-%d" % i, "3g.20gb", owner="mid")
-    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
-    code, out, err = advise(capsys, "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig, "--json")
-    assert code == 0, err
-    advice = json.loads(out)
+    advice = live_advice(kube_api, tmp_path, capsys)
     assert advice["demand"]["pending"] == {"3g.20gb": 2, "4g.20gb": 1} and advice["plan"]["unserved"] == {}
     assert not any("for nothing" in r for r in advice["plan"]["reasons"])
     # no GPU loses an instance unless it gets one: nothing is destroyed for nothing
