@@ -179,8 +179,6 @@ def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[fl
     one line saying why the pool is not planned now: another invocation plans it, or changed it after
     ``listed`` (when this tick read the pending pods: they may have bound since), or the Lease cannot be
     used (fail closed: a pool planned without its claim could be planned twice)."""
-    from functions.decision.layout.matching import pod_key
-
     pool_id = pool.nodepool_id
     try:
         taken = claims.peek(pool_id, pool_id) if dry_run else claims.take(pool_id, pool_id, claims.until)
@@ -193,8 +191,15 @@ def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[fl
     if listed is not None and any(at >= listed - STALE_MARGIN_S for at in taken.changed.values()):
         return None, ("pool %s %s (another invocation's rollout ended): the next tick plans it"
                       % (pool_id, CHANGED_SINCE_LIST))
+    return _dwell(taken, pending, settings), ""
+
+
+def _dwell(taken: Taken, pending: Sequence[Mapping[str, Any]], settings: Any) -> Dwell:
+    """The dwell's inputs from what the pool's Lease said (``taken``) and the pods that wait."""
+    from functions.decision.layout.matching import pod_key
+
     waited = {pod_key(p): waited_s(p, taken.now) for p in pending}
-    return Dwell(taken.changed, taken.now, settings.auto_dwell_s, settings.auto_max_wait_s, waited), ""
+    return Dwell(taken.changed, taken.now, settings.auto_dwell_s, settings.auto_max_wait_s, waited)
 
 
 def dwell_for_advice(kube: Any, pool_id: str, pending: Sequence[Mapping[str, Any]], settings: Any
@@ -204,8 +209,6 @@ def dwell_for_advice(kube: Any, pool_id: str, pending: Sequence[Mapping[str, Any
     be read (then the advice is the plan without the dwell, and says so)."""
     import time
 
-    from functions.decision.layout.matching import pod_key
-
     claims = PlanClaims(kube, "advise", time.time, horizon_s(settings), settings.auto_dwell_s)
     try:
         taken = claims.peek(pool_id, pool_id)
@@ -213,6 +216,5 @@ def dwell_for_advice(kube: Any, pool_id: str, pending: Sequence[Mapping[str, Any
         return None, ("the dwell is left out: the pool's Lease %s cannot be read (%s); the tick keeps GPUs changed "
                       "in the last %d s as they are" % (lease_name(pool_id), " ".join(str(exc).split())[:160],
                                                          settings.auto_dwell_s))
-    waited = {pod_key(p): waited_s(p, taken.now) for p in pending}
-    dwell = Dwell(taken.changed, taken.now, settings.auto_dwell_s, settings.auto_max_wait_s, waited)
-    return dwell, ("%s: what it applies may differ from this advice" % taken.why if taken.why else "")
+    return _dwell(taken, pending, settings), ("%s: what it applies may differ from this advice" % taken.why
+                                              if taken.why else "")
