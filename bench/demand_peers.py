@@ -346,10 +346,10 @@ def simulate(peer: Peer, events, names: Dict[str, str], steps: int, step_h: floa
             else:
                 still.append(p)
         waiting = still
-        busy = sum(1 for n in ready for inst in n.gpus if any(h is not None for h in inst.values()))
+        held = [_compute(gpu, inst) for n in ready for inst in n.gpus]  # compute slices pods hold, per GPU
+        busy = sum(1 for c in held if c)
         # the instances pods hold, as shares of a GPU (compute slices / 7): what the GPUs in use are for
-        share_steps += sum(gpu.profile_by_name(name).compute_slices for n in ready for inst in n.gpus
-                           for (name, _), h in inst.items() if h is not None) / float(gpu.compute_slices)
+        share_steps += sum(held) / float(gpu.compute_slices)
         gpu_steps += busy
         node_steps += len(nodes)
         booting_steps += sum(1 for n in nodes if n.ready_at > step)
