@@ -16,13 +16,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from node_bootstrap.outside import OutsideDataError, loads, number, whole
 
+from functions.decision.waves import MAX_EPOCH  # 2100-01-01, the rollout record's bound
+
 RECORD_LEASE = "ack-mig-hook-last-run"
 RECORD_ANNOTATION = "ack-mig-hook/last-run"
 VERSION = 1
 MAX_TEXT = 16384  # ours is under 3 KB: a dozen triggers, a few counts each
 MAX_REASON = 300
 MAX_KEYS = 32  # triggers, actions or outcomes in one record: more is not ours
-MAX_EPOCH = 4102444800.0  # 2100-01-01, as the rollout record's bound (functions/decision/waves.py)
 MAX_COUNT = 10 ** 7
 _TEXT_FIELDS = ("trigger", "event_type", "outcome", "reason", "request_id", "clock")
 
