@@ -30,7 +30,9 @@ Every peer is modelled from its public description; what each source says and wh
 * ``auto``: this project's planner (``functions.decision.layout.plan``) once per step over the ready nodes
   and the waiting pods, its plan applied (``demand.Pool.apply``'s rules: destroying an in-use instance
   counts as an eviction), pods bound; its ``new_node_shape`` (per-GPU layouts of one node) is the node
-  template the autoscaler adds (the node-template tags advertise the whole node).
+  template the autoscaler counts on (the node-template tags advertise the whole node), and a node it adds
+  boots as the hook boots one: the shape's first layout (``new_node``) on every GPU, the plan of the step
+  it is ready repartitioning idle GPUs for the rest.
 
 The shared model (one for all, so node-hours compare):
 
@@ -40,7 +42,8 @@ The shared model (one for all, so node-hours compare):
 * Binding to an existing instance (static, ACK, auto): the idle instance of the pod's profile on the GPU
   with the most compute in use (kube-scheduler's MostAllocated, as in ``demand._bind``).
 * Autoscaler (cluster-autoscaler's model): after scheduling, the waiting pods are simulated, with the
-  peer's own placement rule, on the nodes still booting and then on fresh template nodes; the template
+  peer's own placement rule, on the nodes still booting (as the template they were added from) and then on
+  fresh template nodes; the template
   nodes used are added and are ready ``boot_steps`` later. A peer without a template (static, or an auto
   plan naming no new-node layout) adds none. A ready node that held no pod at the end of ``idle_steps``
   steps in a row is removed (scale-down removes only empty nodes; no pod is ever moved to empty one).
@@ -81,10 +84,14 @@ class Pod:
 class Node:
     """One node: per GPU, its instances and who holds each ({(profile, start): pod key or None})."""
 
-    __slots__ = ("name", "gpus", "ready_at", "idle")
+    __slots__ = ("name", "gpus", "ready_at", "idle", "advertised")
 
-    def __init__(self, name: str, gpus: List[Dict[Key, Optional[str]]], ready_at: int):
+    def __init__(self, name: str, gpus: List[Dict[Key, Optional[str]]], ready_at: int,
+                 advertised: Optional[List[Dict[Key, Optional[str]]]] = None):
         self.name, self.gpus, self.ready_at, self.idle = name, gpus, ready_at, 0
+        # what the autoscaler counts on while the node boots (its template: the pool's tags), which is not
+        # always the layout the node boots with
+        self.advertised = advertised if advertised is not None else gpus
 
     def holds_pod(self) -> bool:
         return any(h is not None for g in self.gpus for h in g.values())
@@ -154,6 +161,10 @@ class Peer:
     def template(self) -> Optional[List[Dict[Key, Optional[str]]]]:
         """A fresh node's GPUs, or None: this peer adds no nodes."""
         return None
+
+    def boot(self) -> Optional[List[Dict[Key, Optional[str]]]]:
+        """The GPUs of a node the autoscaler added, once it is ready: its template unless said otherwise."""
+        return self.template()
 
     def initial(self) -> List[List[Dict[Key, Optional[str]]]]:
         """Nodes there from the start, ready."""
@@ -280,9 +291,16 @@ class AutoPool(Peer):
     def template(self):
         if not self.new_node:
             return None
-        # the whole node the tags advertise (Plan.new_node_shape), GPU by GPU; the hook gives a fresh node the
-        # layout most GPUs get, and its next plan the others (docs/auto-pools.md "New nodes")
+        # the whole node the tags advertise (Plan.new_node_shape), GPU by GPU: what the autoscaler counts on
         return [{tuple(k): None for k in layout} for layout, n in self.new_node for _ in range(n)]
+
+    def boot(self):
+        # what the hook gives a fresh node: the layout most of its GPUs get (Plan.new_node, the shape's first)
+        # on every GPU; the plan of the step it is ready repartitions idle GPUs for the others (docs/auto-pools.md
+        # "New nodes")
+        if not self.new_node:
+            return None
+        return [{tuple(k): None for k in self.new_node[0][0]} for _ in range(GPUS_PER_NODE)]
 
 
 def peers(gpu: GpuModel, model_name: str, profiles: Sequence[str], peaks: Dict[str, int]) -> List[Peer]:
@@ -358,7 +376,7 @@ def simulate(peer: Peer, events, names: Dict[str, str], steps: int, step_h: floa
         peak_waiting = max(peak_waiting, len(waiting))
         # the autoscaler: the waiting pods on the booting nodes, then on fresh template nodes
         if waiting and peer.template() is not None:
-            trial = [Node(n.name, [dict(g) for g in n.gpus], n.ready_at) for n in nodes if n.ready_at > step]
+            trial = [Node(n.name, [dict(g) for g in n.advertised], n.ready_at) for n in nodes if n.ready_at > step]
             added = 0
             for p in waiting:
                 saved = p.bound
@@ -371,7 +389,7 @@ def simulate(peer: Peer, events, names: Dict[str, str], steps: int, step_h: floa
                     trial.append(fresh)
                     added += 1
             for _ in range(added):
-                nodes.append(Node("n%05d" % made, peer.template(), step + boot_steps))
+                nodes.append(Node("n%05d" % made, peer.boot(), step + boot_steps, peer.template()))
                 made += 1
             stats["scale_outs"] += 1 if added else 0
         kept = []
