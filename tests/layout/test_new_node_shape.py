@@ -96,6 +96,60 @@ def test_a_pod_that_needs_a_fresh_gpu_gets_one_on_the_busier_node():
     assert all(t.change == CHANGE_NONE for t in result.targets if t.node == "n1")
 
 
+def test_on_equally_busy_nodes_a_repartition_takes_the_gpus_the_scheduler_binds_to_last():
+    # two fresh nodes, 4g.40gb on every GPU, none in use; two 4g.40gb pods and one 7g.80gb pod wait. The
+    # scheduler binds to idle instances breaking ties by the first GPU, so the 4g pods take a/0 and a/1 unless
+    # one of those is repartitioned; the 7g goes to b/1, so node a holds the 4g pods and b the 7g (taking
+    # a/0 spread the 4g pods over both nodes: issue 37, a cold start's long pods kept a third node for days)
+    fresh = [gpu(n, i, ("4g.40gb", 0, False)) for n in ("a", "b") for i in (0, 1)]
+    result = plan(fresh, pods("4g.40gb", 2) + pods("7g.80gb", 1, "big"), Bounds())
+    assert [(t.node, t.index, t.layout) for t in result.changes] == [("b", 1, (("7g.80gb", 0),))]
+    assert result.unserved == ()
+
+
+def test_a_repartition_still_goes_to_the_busier_node_first():
+    # a runs a pod on GPU 0; a/1, b/0 and b/1 hold an idle 4g.40gb each: the 7g.80gb pod takes a/1 (b can empty)
+    supply = [gpu("a", 0, ("7g.80gb", 0, True)), gpu("a", 1, ("4g.40gb", 0, False)),
+              gpu("b", 0, ("4g.40gb", 0, False)), gpu("b", 1, ("4g.40gb", 0, False))]
+    result = plan(supply, pods("7g.80gb", 1, "big"), Bounds())
+    assert [(t.node, t.index) for t in result.changes] == [("a", 1)]
+
+
+def _bench():
+    pytest.importorskip("highspy")  # the bench's bound
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "bench"))
+    import demand_peers as dp
+    from demand_traces import PodEvent
+    from node_bootstrap.mig.catalogue import find_gpu
+    return dp, PodEvent, find_gpu(A100)
+
+
+def test_the_bench_boots_a_new_node_as_the_hook_does_and_counts_it_as_its_template_meanwhile():
+    # docs/auto-pools.md "New nodes": a fresh node gets new_node (the shape's first layout) on every GPU and
+    # the next plan repartitions idle GPUs for the rest; while it boots, the autoscaler counts the template
+    # (the tags). Booting for 3 steps: counted by its boot layout (7g.80gb only) the 1g and 3g pods would
+    # look unplaceable and ask for another round.
+    dp, PodEvent, a100 = _bench()
+    names = {"1g": "1g.10gb", "3g": "3g.40gb", "7g": "7g.80gb"}
+    events = [PodEvent("a/1g", "a", "1g", 0, 8), PodEvent("a/3g", "a", "3g", 0, 8)] + \
+        [PodEvent("b/%d" % i, "b", "7g", 0, 8) for i in range(12)]
+    peer = dp.AutoPool(a100, A100, sorted(names.values()))
+    seen = []
+    plan_step = peer.prepare
+
+    def prepare(step, nodes, waiting, stats):
+        if nodes and not seen:  # the nodes as they boot, before the step's plan
+            seen.append([{tuple(sorted(g)) for g in n.gpus} for n in nodes])
+        plan_step(step, nodes, waiting, stats)
+
+    peer.prepare = prepare
+    row = dp.simulate(peer, events, names, 8, 0.5, boot_steps=3)
+    assert seen == [[{(("7g.80gb", 0),)}, {(("7g.80gb", 0),)}]]  # two nodes, 7g.80gb on every GPU
+    assert row["scale_outs"] == 1 and row["served"] == 14 and row["peak_nodes"] == 2
+    assert row["wait_max_min"] == 3 * 30  # every pod at the step its node is ready
+
+
 def test_the_bench_autoscaler_adds_every_node_of_a_cold_start_in_one_round():
     pytest.importorskip("highspy")  # the bench's bound
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),

@@ -67,16 +67,18 @@ def test_a_tick_that_starts_while_another_applies_plans_nothing_for_the_same_pod
     # A budget of two: the budget alone would let the second tick change auto-b (it did before the claim)
     first = tick(cluster, outer, lookup=lookup, ACK_MIG_MAX_UNAVAILABLE="2")
     assert first.outcome == "done", first.reason
-    assert [n for n, _ in outer.requests] == ["auto-a"] and first.nodes[0]["outcome"] == "partitioned"
+    (changed,) = [n for n, _ in outer.requests]  # one of the two (which one is the planner's tie-break)
+    (other,) = set(NAMES[:2]) - {changed}
+    assert first.nodes[0]["outcome"] == "partitioned"
     (overlapped,) = outer.seen
     assert inner.requests == [], inner.requests  # the second node is not repartitioned for the same pods
     owner = held_during[0]["owner"]
     assert overlapped.outcome == "skip", overlapped.reason
     assert overlapped.reason == "pool %s is being planned by invocation %s" % (POOL, owner), overlapped.reason
-    assert json.loads(api.nodes["auto-b"]["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"]) == {
+    assert json.loads(api.nodes[other]["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"]) == {
         "0": [["7g.40gb", 0]]}
-    assert cluster.annotation("auto-b") is None  # not even claimed
-    assert cluster.annotation("auto-a")["owner"] == owner  # the claim's owner is the records' invocation
+    assert cluster.annotation(other) is None  # not even claimed
+    assert cluster.annotation(changed)["owner"] == owner  # the claim's owner is the records' invocation
     assert planning(api) is None and slots(api) == {}  # given back at the end
 
 
@@ -86,12 +88,12 @@ def test_the_next_tick_after_the_rollout_plans_again_and_finds_the_pods_served(c
     waiting(api, 2)
     lookup = inventory(names=NAMES[:2])
     first = tick(cluster, PerGpuNodes(api), lookup=lookup)
-    assert [n["node_name"] for n in first.nodes] == ["auto-a"]
+    assert len(first.nodes) == 1  # one of the two GPUs serves both pods
     again = PerGpuNodes(api)
     cluster.now[0] += 60  # the timer's next tick (a tick whose pending list predates the change skips the pool)
     result = tick(cluster, again, lookup=lookup)  # the claim was given back: this tick plans
     assert result.outcome == "done" and "no GPU of the auto pools changes" in result.reason, result.reason
-    assert again.requests == []  # the pods wait for auto-a's new idle instances: nothing to change
+    assert again.requests == []  # the pods wait for the new idle instances: nothing to change
 
 
 def test_a_crashed_ticks_claim_expires_and_a_forged_one_holds_one_invocation_at_most(cluster):

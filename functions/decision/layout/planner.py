@@ -20,7 +20,8 @@ How it decides, in order:
    b. the same GPUs: destroy surplus idle instances to make room (``repartition``; in-use ones stay);
    c. GPUs whose instances are all idle: add into free slots;
    d. empty GPUs: add (c and d first on nodes that run pods, then on nodes that run none);
-   e. GPUs whose instances are all idle: repartition.
+   e. GPUs whose instances are all idle: repartition, on nodes equally busy the GPUs the scheduler binds
+      to last first (the idle instances that stay then serve pods whole nodes at a time).
    Steps a and b count the idle instances of those GPUs only; the idle instances of GPUs nothing uses
    count before step c (a pod bound to one of those takes one more GPU into use, while room beside
    running pods may hold it). A GPU that is busy (a whole-GPU pod or non-MIG process), has MIG off, is
@@ -633,9 +634,15 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     empty = sorted((g for g in rest if not g.state), key=lambda g: (-node_busy[g.supply.node], g.sort_key))
     busy_idle = [g for g in idle_only if node_busy[g.supply.node]]
     busy_empty = [g for g in empty if node_busy[g.supply.node]]
+    # Repartitions among nodes equally busy take the GPUs the scheduler binds to last (it breaks ties by the
+    # first GPU): the idle instances that stay serve the waiting pods from the first nodes on, whole nodes at a
+    # time, and what is made for the other profiles, with what stays idle, sits together on the last ones. On
+    # fresh nodes of one layout, taking the first GPUs instead spread the pods that bind to what exists over
+    # every node (issue 37: a cold start's long 4g.40gb pods held a third node for days).
+    last_first = sorted(reversed(idle_only), key=lambda g: (-node_busy[g.supply.node], -len(g.state)))
     for step, group in ((fill, busy_idle), (fill, busy_empty),
                         (fill, [g for g in idle_only if not node_busy[g.supply.node]]),
-                        (fill, [g for g in empty if not node_busy[g.supply.node]]), (repartition, idle_only)):
+                        (fill, [g for g in empty if not node_busy[g.supply.node]]), (repartition, last_first)):
         for gpu in group:
             if not wanting():
                 break
