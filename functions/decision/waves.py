@@ -71,6 +71,9 @@ _COUNT = re.compile(r"^[0-9]{1,4}\Z")
 MAX_PROGRESS_TEXT = 4096
 # The latest wall-clock time a record may name (2100-01-01): a time beyond it is not one this hook wrote.
 MAX_EPOCH = 4102444800.0
+# How far ahead of this invocation's clock another's may be and its hold still count (FC's instances keep
+# NTP time: seconds apart at most); beyond one run lease and this, a hold is not one a live run wrote.
+CLOCK_MARGIN_S = 60.0
 _PERCENT = re.compile(r"^([0-9]{1,3})%\Z")
 
 
@@ -106,8 +109,14 @@ class Progress:
                            "expires": round(self.expires, 3), "drain": self.drain,
                            "autoscaler": self.autoscaler}, sort_keys=True)
 
-    def held_by_another(self, me: str, now: float) -> bool:
-        return bool(self.owner) and self.owner != me and now < self.expires
+    def held_by_another(self, me: str, now: float, horizon_s: Optional[float] = None) -> bool:
+        """Another live invocation works on the node. ``horizon_s``: the longest an invocation runs (its run
+        lease). No invocation writes a hold beyond its start plus that, so a record that holds for longer from
+        now (forged, corrupted, or written by a clock far ahead) holds nothing: this run takes the node over,
+        as it would a killed run's, instead of leaving it alone until the named time (up to 2100)."""
+        if not self.owner or self.owner == me or now >= self.expires:
+            return False
+        return horizon_s is None or self.expires <= now + horizon_s + CLOCK_MARGIN_S
 
     @classmethod
     def from_annotation(cls, text: Optional[str]) -> Optional["Progress"]:
@@ -458,9 +467,11 @@ def stopped_by(target: str, nodes: Iterable[Optional[KubeNode]]) -> Optional[Tup
 
 
 def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: int, me: str = "",
-              now: float = 0.0, bystanders: Sequence[KubeNode] = (), paused: bool = False) -> Dict[str, Step]:
+              now: float = 0.0, bystanders: Sequence[KubeNode] = (), paused: bool = False,
+              horizon_s: Optional[float] = None) -> Dict[str, Step]:
     """Steps for every candidate of one pool, keyed by instance id. ``pool``: how reasons name the pool;
-    ``me``/``now``: this invocation and the time, to leave alone a node another live invocation holds.
+    ``me``/``now``: this invocation and the time, to leave alone a node another live invocation holds
+    (``horizon_s``: the run lease, beyond which a hold counts for nothing, :meth:`Progress.held_by_another`).
     ``bystanders``: the pool's other nodes, which this event does not act on: one in progress still takes
     a slot, one that stopped the rollout still stops it. ``paused``: the pool label :data:`PAUSED_LABEL`
     is set: nodes in progress finish, nothing new starts."""
@@ -499,7 +510,7 @@ def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: in
     wave_text = "%s (max-unavailable %d)%s" % (", ".join(wave) or "no node", limit, "; without cordon or drain: %s"
                                                % ", ".join(undrained) if undrained else "")
     for c, progress in in_progress:
-        if progress.held_by_another(me, now):  # it keeps its slot; its own invocation finishes it
+        if progress.held_by_another(me, now, horizon_s):  # it keeps its slot; its own invocation finishes it
             steps[c.instance_id] = Step("defer", "%s, wave %s: invocation %s is at step %s on this node; it is "
                                                  "left to that run (resumed from here after %d s if that run "
                                                  "ends without finishing it)"

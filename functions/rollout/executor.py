@@ -309,7 +309,8 @@ class RolloutExecutor:
         for _ in range(CAS_ATTEMPTS):
             node = self._read(w)
             p = node.progress
-            if p is not None and p.step in rp.ACTIVE_STEPS and p.held_by_another(me, self.clock()):
+            if p is not None and p.step in rp.ACTIVE_STEPS and p.held_by_another(me, self.clock(),
+                                                                                 run_lease(self.rollout.settings)):
                 return self._end(w, DEFERRED, "invocation %s took this node (step %s) after this run planned it; "
                                               "it is left to that run" % (p.owner, p.step))
             if p is not None and p.target == w.target and p.step in rp.STOP_STEPS:

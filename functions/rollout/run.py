@@ -400,7 +400,7 @@ def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str
         drain, path = rp.change_path(_spec(d), node, gpu) if why else (True, "")
         candidates.append(rp.Candidate(d.instance_id, d.node_name or "", node, why, drain, path))
     steps = rp.plan_pool(name, target, candidates, limit, me=owner, now=now, bystanders=bystanders,
-                         paused=pool is not None and rp.paused(pool.labels))
+                         paused=pool is not None and rp.paused(pool.labels), horizon_s=run_lease_s(settings))
     stop = rp.stopped_by(target, [known[d.node_name] for d in members] + bystanders)
     if stop is not None:  # one line per stopped pool and invocation, for the "stopped rollouts" alert (template.yml)
         node, progress = stop

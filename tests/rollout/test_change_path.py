@@ -158,3 +158,16 @@ def test_a_node_in_progress_for_an_older_target_starts_over_on_the_new_path():
 def test_the_pause_label():
     assert rp.paused({rp.PAUSED_LABEL: "true"}) and rp.paused({rp.PAUSED_LABEL: " True "})
     assert not rp.paused({rp.PAUSED_LABEL: "false"}) and not rp.paused({})
+
+
+def test_a_hold_longer_than_one_run_lease_from_now_holds_nothing():
+    # a run writes expires = its clock + its run lease; another's clock may be up to CLOCK_MARGIN_S ahead
+    lease, now = 840.0, 5.0
+    near = rp.Progress(TARGET, rp.CORDONED, cordoned=True, owner="other", expires=now + lease + rp.CLOCK_MARGIN_S)
+    far = rp.Progress(TARGET, rp.CORDONED, cordoned=True, owner="other", expires=now + lease + rp.CLOCK_MARGIN_S + 1)
+    steps = rp.plan_pool("np", TARGET, [cand("a", True, far), cand("b", True, near)], 2, now=now, horizon_s=lease)
+    assert (steps["i-a"].action, steps["i-a"].resume) == ("wave", rp.CORDONED)
+    assert steps["i-b"].action == "defer" and "invocation other" in steps["i-b"].reason
+    # without a horizon (the pure rule alone) both are held, as before
+    steps = rp.plan_pool("np", TARGET, [cand("a", True, far), cand("b", True, near)], 2, now=now)
+    assert steps["i-a"].action == steps["i-b"].action == "defer"

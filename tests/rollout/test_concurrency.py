@@ -149,3 +149,27 @@ def test_progress_runs_to_the_total_when_a_node_is_found_done_at_its_claim(clust
                        logger=JsonLogger("OFF"), kube=Gate(cluster.client(), after_get=b_runs_now),
                        progress=lambda node, total: seen.append((node["outcome"], total)))
     assert outcomes(result) == {"node-a": "skipped"} and seen == [("skipped", 1)]
+
+
+def _record(cluster, name, expires):
+    """node ``name`` held by another invocation at step cordoned until ``expires`` (its clock)."""
+    from functions.decision import waves as rp
+
+    held = rp.Progress("sequence=" + NEW, rp.CORDONED, owner="someone-else", expires=expires)
+    cluster.api.nodes[name]["metadata"].setdefault("annotations", {})[rp.PROGRESS_ANNOTATION] = held.to_annotation()
+
+
+def test_a_hold_beyond_one_run_lease_is_not_a_live_runs_and_the_node_is_taken_over(cluster):
+    """No invocation holds a node past its start plus one run lease: a record that names a later time (forged,
+    or a clock far ahead; before 2100, so it reads) is taken over as a killed run's would be, where it used to
+    leave the node alone until that time. A hold within one run lease is still left to its owner."""
+    from functions.base.settings import longest_run_s, load_settings
+
+    lease = longest_run_s(load_settings({}))
+    cluster.add_nodes(["node-a", "node-b"])
+    _record(cluster, "node-a", 4102444799.0)  # 2099-12-31
+    _record(cluster, "node-b", cluster.now[0] + lease)  # a live run's, as it writes it
+    result = cluster.run(inventory=snapshot(names=["node-a", "node-b"]), ACK_MIG_MAX_UNAVAILABLE="2")
+    assert outcomes(result) == {"node-a": "partitioned", "node-b": "deferred"}, result.nodes
+    assert cluster.transport.seen == ["node-a"] and cluster.annotation("node-a")["step"] == "done"
+    assert cluster.annotation("node-b")["owner"] == "someone-else"
