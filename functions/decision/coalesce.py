@@ -37,6 +37,7 @@ one run lease at most.
 import json
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
+from functions.decision.waves import MAX_EPOCH  # 2100-01-01: a later time is not one this hook wrote
 from node_bootstrap.outside import OutsideDataError, loads, number, whole
 
 MARKER_ANNOTATION = "ack-mig-hook/plan"
@@ -77,14 +78,14 @@ def read_marker(text: Optional[str], now: float, hold_s: float) -> Marker:
         value = loads(text, "the plan marker", MAX_MARKER_TEXT, 4)
         if not isinstance(value, dict):
             return Marker()
-        until = number(value.get("until"), "until", 0, 1e12, default=0.0)
-        started = number(value.get("round"), "round", 0, 1e12, default=0.0)
+        until = number(value.get("until"), "until", 0, MAX_EPOCH, default=0.0)
+        started = number(value.get("round"), "round", 0, MAX_EPOCH, default=0.0)
         asked = whole(value.get("asked"), "asked", 0, MAX_ASKS, default=0)
     except OutsideDataError:
         return Marker()
     last = value.get("last") if isinstance(value.get("last"), dict) else {}
     at = last.get("at")
-    last = {"at": float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and 0 <= at <= 1e12
+    last = {"at": float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and 0 <= at <= MAX_EPOCH
             else 0.0, "pod": _text(last.get("pod")), "event": _text(last.get("event"))}
     return Marker(_text(value.get("holder")), min(until, now + hold_s), started, asked, last)
 

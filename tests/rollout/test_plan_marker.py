@@ -59,6 +59,8 @@ def test_rounds_of_one_pool_begin_at_least_the_spacing_apart():
 @pytest.mark.parametrize("text", [
     None, "", "not json", "[1, 2]", '{"until": "soon"}', '{"asked": -1}', '{"asked": 1.5}', '{"until": NaN}',
     '{"round": 1e400}', "{" * 100 + "}" * 100, json.dumps({"holder": "x" * 10000}),
+    # past 2100 (waves.MAX_EPOCH, the bound of every time the hook reads): not one it wrote
+    json.dumps({"holder": "mallory", "until": 1e11, "asked": 3}),
 ])
 def test_a_marker_that_is_not_ours_reads_as_empty_and_never_stops_a_plan(text):
     marker = co.read_marker(text, 1000.0, HOLD)
@@ -67,7 +69,7 @@ def test_a_marker_that_is_not_ours_reads_as_empty_and_never_stops_a_plan(text):
 
 
 def test_a_forged_until_coalesces_for_one_run_lease_at_most():
-    text = json.dumps({"holder": "mallory", "until": 1e11, "asked": 3})
+    text = json.dumps({"holder": "mallory", "until": 4.1e9, "asked": 3})  # 2099: a time this hook could write
     marker = co.read_marker(text, 1000.0, HOLD)
     assert marker.until == 1000.0 + HOLD and marker.asked == 3
     assert co.read_marker(co.write_marker(marker), 1000.0 + HOLD + 1, HOLD).live(1000.0 + HOLD + 1) is False
