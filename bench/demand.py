@@ -4,6 +4,7 @@ and departures, against the exact optimum / lower bound and static layouts.
   python bench/demand.py [--quick] [--json]
   python bench/demand.py --peers [--trace PATH] [--json]   # the peers side by side (bench/demand_peers.py)
   python bench/demand.py --peers --seeds N [--json]         # the synthetic demands over N seeds each
+  python bench/demand.py --peers --weeks N [--trace PATH]   # the trace files over their last N weeks each
 
 Per run (trace family x GPU model x pool size): the planner's GPUs (the peak number of GPUs holding a
 running pod), the optimum (max over steps of the integer program's optimum for the pods alive then; exact
@@ -355,29 +356,61 @@ def seed_runs(seeds: int, demands=None, steps: int = demand_traces.STEPS) -> Lis
         for seed in range(1, seeds + 1):
             events = demand_traces.trace(family, size, seed, steps)
             rows.append(demand_peers.compare(gpu, MODELS[PEER_MODEL], events, names, steps, 0.5))
-        gaps = [100.0 * (r["peers"][0]["gpu_hours"] - min(p["gpu_hours"] for p in r["peers"][1:] if p["unservable"] == 0))
-                / r["peers"][0]["gpu_hours"] for r in rows]
-        over = [r["auto_node_hours_over_bound_pct"] for r in rows]
-        out.append({"demand": "%s (synthetic, load for %d GPUs)" % (family, size), "seeds": seeds,
-                    "auto_fewest_gpu_hours_full_peers": sum(1 for r in rows if r["auto_fewest_gpu_hours_full_peers"]),
-                    "auto_fewest_gpu_hours_per_served": sum(1 for r in rows if r["auto_fewest_gpu_hours_per_served"]),
-                    "auto_gpu_hours_vs_best_full_peer_pct_mean": round(sum(gaps) / len(gaps), 1),
-                    "auto_gpu_hours_vs_best_full_peer_pct_max": round(max(gaps), 1),
-                    "auto_node_hours_over_bound_pct_mean": round(sum(over) / len(over), 1),
-                    "auto_node_hours_over_bound_pct_max": max(over),
-                    "auto_node_hours_within_5pct": sum(1 for v in over if v <= 5.0)})
+        out.append({"demand": "%s (synthetic, load for %d GPUs)" % (family, size), "seeds": seeds, **_margins(rows)})
     return out
 
 
-def _seed_table(rows: List[dict]) -> str:
-    lines = ["%-40s %6s %14s %12s %17s %16s" % ("demand", "seeds", "fewest GPU-h", "per served", "GPU-h vs best %",
+def week_runs(weeks: int, trace_dir: str = None, note=lambda text: None) -> List[dict]:
+    """The trace files over their last ``weeks`` weeks, a window of TRACE_DAYS days each (the seeds of the
+    trace: one week's margin can be noise too), counted as :func:`seed_runs` counts. A week without pods is
+    left out (``weeks`` counts those run)."""
+    gpu = find_gpu(MODELS[PEER_MODEL])
+    names = _names(gpu)
+    trace_dir = trace_dir or demand_alibaba.default_dir(_path.ROOT)
+    out = []
+    for name in TRACE_FILES:
+        path = os.path.join(trace_dir, name)
+        if not os.path.isfile(path):
+            note("trace rows skipped: %s not found; get cluster-trace-gpu-v2023 from github.com/alibaba/clusterdata "
+                 "and pass --trace DIR (bench/demand_alibaba.py says how)" % path)
+            break
+        rows, trace = [], demand_alibaba.read_rows(path)
+        for back in range(weeks):
+            events, steps, _ = demand_alibaba.events(trace, TRACE_DAYS, TRACE_STEP_S, back)
+            if events:
+                rows.append(demand_peers.compare(gpu, MODELS[PEER_MODEL], events, names, steps,
+                                                 TRACE_STEP_S / 3600.0, TRACE_BOOT_S // TRACE_STEP_S,
+                                                 TRACE_IDLE_S // TRACE_STEP_S))
+        if rows:
+            out.append({"demand": "%s, %d-day windows" % (name, TRACE_DAYS), "weeks": len(rows), **_margins(rows)})
+    return out
+
+
+def _margins(rows: List[dict]) -> dict:
+    """Over several runs of one demand: on how many the auto pool used the fewest GPU-hours (of the peers
+    offering every profile, and per GPU-hour served against every peer), and its GPU-hours and node-hours
+    margins (mean and worst)."""
+    gaps = [100.0 * (r["peers"][0]["gpu_hours"] - min(p["gpu_hours"] for p in r["peers"][1:] if p["unservable"] == 0))
+            / r["peers"][0]["gpu_hours"] for r in rows]
+    over = [r["auto_node_hours_over_bound_pct"] for r in rows]
+    return {"auto_fewest_gpu_hours_full_peers": sum(1 for r in rows if r["auto_fewest_gpu_hours_full_peers"]),
+            "auto_fewest_gpu_hours_per_served": sum(1 for r in rows if r["auto_fewest_gpu_hours_per_served"]),
+            "auto_gpu_hours_vs_best_full_peer_pct_mean": round(sum(gaps) / len(gaps), 1),
+            "auto_gpu_hours_vs_best_full_peer_pct_max": round(max(gaps), 1),
+            "auto_node_hours_over_bound_pct_mean": round(sum(over) / len(over), 1),
+            "auto_node_hours_over_bound_pct_max": max(over),
+            "auto_node_hours_within_5pct": sum(1 for v in over if v <= 5.0)}
+
+
+def _seed_table(rows: List[dict], unit: str = "seeds") -> str:
+    lines = ["%-40s %6s %14s %12s %17s %16s" % ("demand", unit, "fewest GPU-h", "per served", "GPU-h vs best %",
                                                   "node-h vs bound %")]
     lines.append("%-40s %6s %14s %12s %17s %16s" % ("", "", "(full peers)", "(every peer)", "mean / max",
                                                       "mean / max"))
     for r in rows:
         lines.append("%-40s %6d %14s %12s %17s %16s" % (
-            r["demand"], r["seeds"], "%d of %d" % (r["auto_fewest_gpu_hours_full_peers"], r["seeds"]),
-            "%d of %d" % (r["auto_fewest_gpu_hours_per_served"], r["seeds"]),
+            r["demand"], r[unit], "%d of %d" % (r["auto_fewest_gpu_hours_full_peers"], r[unit]),
+            "%d of %d" % (r["auto_fewest_gpu_hours_per_served"], r[unit]),
             "%+.1f / %+.1f" % (r["auto_gpu_hours_vs_best_full_peer_pct_mean"], r["auto_gpu_hours_vs_best_full_peer_pct_max"]),
             "%+.1f / %+.1f" % (r["auto_node_hours_over_bound_pct_mean"], r["auto_node_hours_over_bound_pct_max"])))
     lines.append("GPU-h vs best: the auto pool's GPU-hours against the fewest of DRA, HAMi and the static pool "
@@ -523,13 +556,27 @@ def main(argv=None):
                         "gpushare*.csv (default: $ACK_MIG_TRACE_DIR, else ../shared/data/cluster-trace-gpu-v2023)")
     parser.add_argument("--seeds", type=int, metavar="N", help="with --peers: only the synthetic demands, each "
                         "drawn with seeds 1..N, and how often the auto pool's margins hold")
+    parser.add_argument("--weeks", type=int, metavar="N", help="with --peers: only the trace files, each over its "
+                        "last N weeks (a window each), and how often the auto pool's margins hold")
     args = parser.parse_args(argv)
     if args.seeds is not None and (not args.peers or args.seeds < 1):
         print("demand.py: --seeds N needs --peers and N of at least 1 (e.g. --peers --seeds 5)", file=sys.stderr)
         return 2
+    if args.weeks is not None and (not args.peers or args.seeds is not None or not 1 <= args.weeks <= 52):
+        print("demand.py: --weeks N needs --peers, no --seeds, and N from 1 to 52 (e.g. --peers --weeks 5)",
+              file=sys.stderr)
+        return 2
     if args.seeds:
         rows = seed_runs(args.seeds)
         print(json.dumps({"seed_runs": rows}) if args.json else _seed_table(rows))
+        return 0
+    if args.weeks:
+        try:
+            rows = week_runs(args.weeks, args.trace, note=lambda text: print(text, file=sys.stderr))
+        except (OSError, demand_alibaba.TraceError) as exc:
+            print("demand.py: %s" % exc, file=sys.stderr)
+            return 2
+        print(json.dumps({"week_runs": rows}) if args.json else _seed_table(rows, "weeks"))
         return 0
     if args.peers:
         try:

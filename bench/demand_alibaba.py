@@ -78,9 +78,10 @@ def read_rows(path: str) -> List[Tuple[str, int, int, int, int]]:
         return rows
 
 
-def events(rows, days: float, step_s: int) -> Tuple[List[PodEvent], int, Dict[str, float]]:
-    """The window's pod events, its number of steps, and the rounding's cost in GPU-hours."""
-    end = max(c for _, _, _, c, _ in rows)
+def events(rows, days: float, step_s: int, weeks_back: int = 0) -> Tuple[List[PodEvent], int, Dict[str, float]]:
+    """The window's pod events, its number of steps, and the rounding's cost in GPU-hours. The window is the
+    ``days`` before the trace's last creation, or before the moment ``weeks_back`` weeks earlier."""
+    end = max(c for _, _, _, c, _ in rows) - weeks_back * 7 * 86400
     start = end - int(days * 86400)
     steps = -(-(end - start) // step_s)
     out, fractional, rounded = [], 0.0, 0.0

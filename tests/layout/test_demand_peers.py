@@ -179,3 +179,40 @@ def test_seeds_without_peers_or_below_one_is_a_usage_line(argv, capsys):
     assert demand.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["demand.py: --seeds N needs --peers and N of at least 1 (e.g. --peers --seeds 5)"]
+
+
+def test_an_earlier_week_is_the_same_window_moved_back(tmp_path):
+    day = 86400
+    path = _csv(tmp_path / "pods.csv", [
+        ("p-early", 1, 500, 1 * day, 2 * day),  # in the window a week back only
+        ("p-late", 1, 200, 9 * day, 9 * day + 3600),  # in the last window only
+        ("p-last", 1, 200, 15 * day, 15 * day + 60)])  # the last creation: ends the last window
+    rows = demand_alibaba.read_rows(path)
+    now, back = demand_alibaba.events(rows, 7, 3600), demand_alibaba.events(rows, 7, 3600, weeks_back=1)
+    assert [e.key for e in now[0]] == ["trace/p-late"] and [e.key for e in back[0]] == ["trace/p-early"]
+    assert now[1] == back[1] == 7 * 24
+    # p-early: created 1 day after the earlier window opened (day 15 - 7 - 7 = day 1: at its first step)
+    assert [(e.arrive, e.leave) for e in back[0]] == [(0, 24)]
+
+
+def test_week_runs_count_the_weeks_with_pods_on_which_each_margin_holds(tmp_path, monkeypatch):
+    day = 86400
+    _csv(tmp_path / "pods.csv", [
+        ("a-%d" % i, 1, 300 + 100 * (i % 5), 1 * day + 3600 * i, 2 * day + 3600 * i) for i in range(6)] + [
+        ("b-%d" % i, 1, 300 + 100 * (i % 5), 9 * day + 3600 * i, 10 * day + 3600 * i) for i in range(6)] + [
+        ("p-last", 1, 200, 15 * day, 15 * day + 60)])
+    monkeypatch.setattr(demand, "TRACE_FILES", ("pods.csv",))
+    rows = demand.week_runs(3, str(tmp_path))  # the third week back holds no pod: left out
+    assert len(rows) == 1 and rows[0]["weeks"] == 2 and rows[0]["demand"] == "pods.csv, 7-day windows"
+    r = rows[0]
+    assert 0 <= r["auto_fewest_gpu_hours_full_peers"] <= 2 and 0 <= r["auto_node_hours_within_5pct"] <= 2
+    assert r["auto_gpu_hours_vs_best_full_peer_pct_mean"] <= r["auto_gpu_hours_vs_best_full_peer_pct_max"]
+    assert "weeks" in demand._seed_table(rows, "weeks").splitlines()[0]
+
+
+@pytest.mark.parametrize("argv", [["--weeks", "3"], ["--peers", "--weeks", "0"], ["--peers", "--weeks", "2",
+                                                                                  "--seeds", "2"]])
+def test_weeks_without_peers_or_out_of_range_is_a_usage_line(argv, capsys):
+    assert demand.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["demand.py: --weeks N needs --peers, no --seeds, and N from 1 to 52 (e.g. --peers --weeks 5)"]
