@@ -328,19 +328,30 @@ def peer_runs(quick: bool = False, trace_dir: str = None, note=lambda text: None
         out.append(run)
     if quick:
         return out
+    for name, rows in _trace_files(trace_dir, note):
+        events, steps, cost = demand_alibaba.events(rows, TRACE_DAYS, TRACE_STEP_S)
+        run = _trace_compare(gpu, names, events, steps)
+        run.update(demand="%s, last %d days (cluster-trace-gpu-v2023)" % (name, TRACE_DAYS), rounding=cost)
+        out.append(run)
+    return out
+
+
+def _trace_files(trace_dir: str, note):
+    """(file name, its pod rows) of each trace file there; one note and no more rows at the first missing."""
     trace_dir = trace_dir or demand_alibaba.default_dir(_path.ROOT)
     for name in TRACE_FILES:
         path = os.path.join(trace_dir, name)
         if not os.path.isfile(path):
             note("trace rows skipped: %s not found; get cluster-trace-gpu-v2023 from github.com/alibaba/clusterdata "
                  "and pass --trace DIR (bench/demand_alibaba.py says how)" % path)
-            break
-        events, steps, cost = demand_alibaba.events(demand_alibaba.read_rows(path), TRACE_DAYS, TRACE_STEP_S)
-        run = demand_peers.compare(gpu, MODELS[PEER_MODEL], events, names, steps, TRACE_STEP_S / 3600.0,
-                                   TRACE_BOOT_S // TRACE_STEP_S, TRACE_IDLE_S // TRACE_STEP_S)
-        run.update(demand="%s, last %d days (cluster-trace-gpu-v2023)" % (name, TRACE_DAYS), rounding=cost)
-        out.append(run)
-    return out
+            return
+        yield name, demand_alibaba.read_rows(path)
+
+
+def _trace_compare(gpu, names, events, steps) -> dict:
+    """The peers over a trace window: 1-minute steps, a node ready 5 minutes after it is asked for."""
+    return demand_peers.compare(gpu, MODELS[PEER_MODEL], events, names, steps, TRACE_STEP_S / 3600.0,
+                                TRACE_BOOT_S // TRACE_STEP_S, TRACE_IDLE_S // TRACE_STEP_S)
 
 
 def seed_runs(seeds: int, demands=None, steps: int = demand_traces.STEPS) -> List[dict]:
@@ -366,21 +377,13 @@ def week_runs(weeks: int, trace_dir: str = None, note=lambda text: None) -> List
     left out (``weeks`` counts those run)."""
     gpu = find_gpu(MODELS[PEER_MODEL])
     names = _names(gpu)
-    trace_dir = trace_dir or demand_alibaba.default_dir(_path.ROOT)
     out = []
-    for name in TRACE_FILES:
-        path = os.path.join(trace_dir, name)
-        if not os.path.isfile(path):
-            note("trace rows skipped: %s not found; get cluster-trace-gpu-v2023 from github.com/alibaba/clusterdata "
-                 "and pass --trace DIR (bench/demand_alibaba.py says how)" % path)
-            break
-        rows, trace = [], demand_alibaba.read_rows(path)
+    for name, trace in _trace_files(trace_dir, note):
+        rows = []
         for back in range(weeks):
             events, steps, _ = demand_alibaba.events(trace, TRACE_DAYS, TRACE_STEP_S, back)
             if events:
-                rows.append(demand_peers.compare(gpu, MODELS[PEER_MODEL], events, names, steps,
-                                                 TRACE_STEP_S / 3600.0, TRACE_BOOT_S // TRACE_STEP_S,
-                                                 TRACE_IDLE_S // TRACE_STEP_S))
+                rows.append(_trace_compare(gpu, names, events, steps))
         if rows:
             out.append({"demand": "%s, %d-day windows" % (name, TRACE_DAYS), "weeks": len(rows), **_margins(rows)})
     return out
@@ -570,20 +573,19 @@ def main(argv=None):
         rows = seed_runs(args.seeds)
         print(json.dumps({"seed_runs": rows}) if args.json else _seed_table(rows))
         return 0
-    if args.weeks:
-        try:
-            rows = week_runs(args.weeks, args.trace, note=lambda text: print(text, file=sys.stderr))
-        except (OSError, demand_alibaba.TraceError) as exc:
-            print("demand.py: %s" % exc, file=sys.stderr)
-            return 2
-        print(json.dumps({"week_runs": rows}) if args.json else _seed_table(rows, "weeks"))
-        return 0
     if args.peers:
+        def note(text):
+            print(text, file=sys.stderr)
         try:
-            runs = peer_runs(args.quick, args.trace, note=lambda text: print(text, file=sys.stderr))
+            runs = week_runs(args.weeks, args.trace, note) if args.weeks else peer_runs(args.quick, args.trace, note)
         except (OSError, demand_alibaba.TraceError) as exc:
             print("demand.py: %s" % exc, file=sys.stderr)
             return 2
+        if args.weeks:  # the trace alone: without its files there is nothing to show (the note said why)
+            if not runs:
+                return 2
+            print(json.dumps({"week_runs": runs}) if args.json else _seed_table(runs, "weeks"))
+            return 0
         if not args.json:
             print(_peer_table(runs))
         print(json.dumps({"peer_runs": runs, **_peer_summary(runs)} if args.json else _peer_summary(runs)))

@@ -216,3 +216,9 @@ def test_weeks_without_peers_or_out_of_range_is_a_usage_line(argv, capsys):
     assert demand.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["demand.py: --weeks N needs --peers, no --seeds, and N from 1 to 52 (e.g. --peers --weeks 5)"]
+
+
+def test_weeks_without_the_trace_is_one_line_and_no_table(tmp_path, capsys):
+    assert demand.main(["--peers", "--weeks", "2", "--trace", str(tmp_path / "absent")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "github.com/alibaba/clusterdata" in err
