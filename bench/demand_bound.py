@@ -85,8 +85,15 @@ def _highs():
 
 def min_gpus(gpu: GpuModel, demand: Dict[str, int], integral: bool = True) -> Tuple[Optional[float], bool]:
     """(fewest GPUs that hold ``demand``, proven optimal). ``integral=False``: the LP relaxation's value
-    rounded up (a lower bound). (None, False) when some profile fits no configuration."""
-    names = tuple(sorted(n for n, k in demand.items() if k > 0))
+    rounded up (a lower bound). (None, False) when some profile fits no configuration. Each mix is solved
+    once per process: the repack bound, the bound without evictions and the replays ask the same mixes."""
+    return _min_gpus(gpu, tuple(sorted((n, k) for n, k in demand.items() if k > 0)), integral)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _min_gpus(gpu: GpuModel, need: Tuple[Tuple[str, int], ...], integral: bool) -> Tuple[Optional[float], bool]:
+    demand = dict(need)
+    names = tuple(n for n, _ in need)
     if not names:
         return 0, True
     configs = configurations(gpu, names)

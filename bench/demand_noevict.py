@@ -104,12 +104,9 @@ def node_hours(gpu: GpuModel, events, names: Dict[str, str], steps: int, step_h:
     floors = 0  # the repack bound over the same segments: what a solve cut short still proves
     # at least as many nodes on as the repack bound needs then (valid, as no solution does with fewer): the
     # program's own bound then starts from the repack bound, never below it
-    solved = {}  # type: Dict[tuple, float]  # segments with the same mix alive ask the same program
-    for s, (_, _, alive) in enumerate(segs):
-        need = tuple(sorted(Counter(profile[i] for i in alive).items()))
-        if need not in solved:
-            solved[need] = demand_bound.min_gpus(gpu, dict(need))[0] or 0
-        floor = -(-int(math.ceil(solved[need] - 1e-9)) // GPUS_PER_NODE)
+    for s, (_, _, alive) in enumerate(segs):  # segments with the same mix alive: one solve (min_gpus caches)
+        fewest = demand_bound.min_gpus(gpu, Counter(profile[i] for i in alive))[0] or 0
+        floor = -(-int(math.ceil(fewest - 1e-9)) // GPUS_PER_NODE)
         here = [on[n, s] for n in range(nodes) if (n, s) in on]
         floors += floor * (segs[s][1] - segs[s][0])
         if floor and here:

@@ -428,13 +428,9 @@ def lower_bound(gpu: GpuModel, events, names: Dict[str, str], steps: int, step_h
         delta[e.arrive][names[e.klass]] += 1
         delta[max(e.leave, e.arrive + 1)][names[e.klass]] -= 1
     alive, gpus, nodes, peak, proven = Counter(), 0, 0, 0, True
-    cache = {}
     for step in range(steps):
         alive.update(delta.get(step, {}))
-        key = tuple(sorted((n, k) for n, k in alive.items() if k > 0))
-        if key not in cache:
-            cache[key] = demand_bound.min_gpus(gpu, dict(key))
-        value, ok = cache[key]
+        value, ok = demand_bound.min_gpus(gpu, alive)
         proven = proven and ok
         value = int(value or 0)
         gpus += value
