@@ -31,7 +31,7 @@ import os
 import sys
 import time
 from collections import Counter, defaultdict
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import _path  # noqa: F401
 
@@ -421,6 +421,11 @@ def _seed_table(rows: List[dict], unit: str = "seeds") -> str:
     return "\n".join(lines)
 
 
+def _worst(runs: List[dict], key: str) -> Optional[float]:
+    """The largest ``key`` over the runs that have one (None: none has)."""
+    return max((r[key] for r in runs if r[key] is not None), default=None)
+
+
 def _peer_summary(runs: List[dict]) -> dict:
     return {
         "peers_demands": len(runs),
@@ -428,19 +433,13 @@ def _peer_summary(runs: List[dict]) -> dict:
         # sequences leave whole profiles unserved, and a pod never served costs no GPU-hour)
         "peers_auto_fewest_gpu_hours": sum(1 for r in runs if r["auto_fewest_gpu_hours"]),
         "peers_auto_fewest_gpu_hours_like_for_like": sum(1 for r in runs if r["auto_fewest_gpu_hours_full_peers"]),
-        "peers_auto_node_hours_over_bound_max_pct": max((r["auto_node_hours_over_bound_pct"] for r in runs
-                                                         if r["auto_node_hours_over_bound_pct"] is not None),
-                                                        default=None),
+        "peers_auto_node_hours_over_bound_max_pct": _worst(runs, "auto_node_hours_over_bound_pct"),
         "peers_evicted": sum(p["evicted"] for r in runs for p in r["peers"]),
         # GPU-hours per GPU-hour of instances served, against every peer (what each served taken out)
         "peers_auto_fewest_gpu_hours_per_served": sum(1 for r in runs if r["auto_fewest_gpu_hours_per_served"]),
         # the node-hours any peer needs that never moves a pod, against the repack bound and the auto pool
-        "peers_repack_bound_below_no_eviction_max_pct": max((r["repack_bound_below_no_eviction_pct"] for r in runs
-                                                             if r["repack_bound_below_no_eviction_pct"] is not None),
-                                                            default=None),
-        "peers_auto_node_hours_over_no_eviction_max_pct": max((r["auto_node_hours_over_no_eviction_pct"] for r in runs
-                                                               if r["auto_node_hours_over_no_eviction_pct"] is not None),
-                                                              default=None),
+        "peers_repack_bound_below_no_eviction_max_pct": _worst(runs, "repack_bound_below_no_eviction_pct"),
+        "peers_auto_node_hours_over_no_eviction_max_pct": _worst(runs, "auto_node_hours_over_no_eviction_pct"),
     }
 
 
