@@ -90,7 +90,8 @@ class Node:
                  advertised: Optional[List[Dict[Key, Optional[str]]]] = None):
         self.name, self.gpus, self.ready_at, self.idle = name, gpus, ready_at, 0
         # what the autoscaler counts on while the node boots (its template: the pool's tags), which is not
-        # always the layout the node boots with
+        # always the layout the node boots with: cluster-autoscaler simulates upcoming nodes as copies of the
+        # node group's template (core/static_autoscaler.go, getUpcomingNodeInfos)
         self.advertised = advertised if advertised is not None else gpus
 
     def holds_pod(self) -> bool:
