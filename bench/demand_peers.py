@@ -32,7 +32,10 @@ Every peer is modelled from its public description; what each source says and wh
   counts as an eviction), pods bound; its ``new_node_shape`` (per-GPU layouts of one node) is the node
   template the autoscaler counts on (the node-template tags advertise the whole node), and a node it adds
   boots as the hook boots one: the shape's first layout (``new_node``) on every GPU, the plan of the step
-  it is ready repartitioning idle GPUs for the rest.
+  it is ready repartitioning idle GPUs for the rest. The plan runs under the hook's dwell (``dwell.plan_steady``
+  with the default ``ACK_MIG_AUTO_DWELL_S`` and ``ACK_MIG_AUTO_MAX_WAIT_S``): a GPU a plan changed is not
+  repartitioned again within 10 minutes unless a pod has waited more than 5 (it binds on the trace's
+  minutes; the synthetic days' half-hour steps are longer than the dwell).
 
 The shared model (one for all, so node-hours compare):
 
@@ -64,11 +67,14 @@ import _path  # noqa: F401
 
 import demand_bound
 import demand_noevict
+from functions.base.settings import Settings
 from functions.decision.layout import Bounds, GpuSupply, Instance, PodDemand, plan
+from functions.decision.layout.dwell import Dwell, plan_steady
 from node_bootstrap.mig.catalogue import GpuModel
 from node_bootstrap.mig.solver import check_budget, try_place
 
 GPUS_PER_NODE = 8
+DWELL_S, MAX_WAIT_S = float(Settings.auto_dwell_s), float(Settings.auto_max_wait_s)  # ACK_MIG_AUTO_*: the defaults
 Key = Tuple[str, int]  # (profile name, start)
 
 
@@ -259,12 +265,17 @@ class StaticPool(Peer):
 class AutoPool(Peer):
     name = "auto"
 
-    def __init__(self, gpu, model_name: str, profiles):
+    def __init__(self, gpu, model_name: str, profiles, step_h: float):
         super().__init__(gpu)
         self.model_name = model_name
         self.bounds = Bounds(profiles=frozenset(profiles), model=model_name, node_gpus=GPUS_PER_NODE)
         self.previous = None
         self.new_node = ()
+        # the dwell as the hook runs it (functions/decision/layout/dwell.py, the settings' defaults): a GPU a plan
+        # changed is not repartitioned again for DWELL_S unless a pod has waited longer than MAX_WAIT_S. It only
+        # binds where a step is shorter than the dwell (the trace's minutes, not the half-hour days).
+        self.step_s = step_h * 3600.0
+        self.changed: Dict[Tuple[str, int], float] = {}  # (node, GPU index) -> when a plan last changed it
 
     def prepare(self, step, nodes, waiting, stats):
         if not waiting:  # the timer's tick ends at "no unschedulable pod asks for MIG"
@@ -274,8 +285,12 @@ class AutoPool(Peer):
                             tuple(Instance(p, s, h is not None) for (p, s), h in sorted(inst.items())))
                   for n in nodes for i, inst in enumerate(n.gpus)]
         demand = [PodDemand(p.key, "pod " + p.key, p.profile) for p in waiting]
-        result = plan(supply, demand, self.bounds, self.previous)
+        now = step * self.step_s
+        dwell = Dwell(self.changed, now, DWELL_S, MAX_WAIT_S, {p.key: now - p.arrive * self.step_s for p in waiting})
+        result = plan_steady(plan, supply, demand, self.bounds, dwell, self.previous)
         self.previous = result
+        for t in result.changes:  # what the hook marks on the pool's Lease (plan_claim.PlanClaims.mark)
+            self.changed[(t.node, t.index)] = now
         by_name = {n.name: n for n in nodes}
         for t in result.changes:
             held = by_name[t.node].gpus[t.index]
@@ -304,8 +319,9 @@ class AutoPool(Peer):
         return [{tuple(k): None for k in self.new_node[0][0]} for _ in range(GPUS_PER_NODE)]
 
 
-def peers(gpu: GpuModel, model_name: str, profiles: Sequence[str], peaks: Dict[str, int]) -> List[Peer]:
-    out = [AutoPool(gpu, model_name, profiles), DraFirstFit(gpu), Hami(gpu)]
+def peers(gpu: GpuModel, model_name: str, profiles: Sequence[str], peaks: Dict[str, int], step_h: float
+          ) -> List[Peer]:
+    out = [AutoPool(gpu, model_name, profiles, step_h), DraFirstFit(gpu), Hami(gpu)]
     configs = demand_bound.min_gpu_configs(gpu, peaks)
     if configs:
         out.append(StaticPool(gpu, configs))
@@ -456,7 +472,7 @@ def compare(gpu: GpuModel, model_name: str, events, names: Dict[str, str], steps
             peaks[n] = max(peaks[n], k)
     profiles = sorted(n for n, k in peaks.items() if k > 0)
     rows = [simulate(p, events, names, steps, step_h, boot_steps, idle_steps)
-            for p in peers(gpu, model_name, profiles, dict(peaks))]
+            for p in peers(gpu, model_name, profiles, dict(peaks), step_h)]
     bound = lower_bound(gpu, events, names, steps, step_h)
     auto = rows[0]
     others = rows[1:]

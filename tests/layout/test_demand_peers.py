@@ -58,10 +58,26 @@ def test_the_shared_autoscaler_adds_a_node_when_pods_wait_and_removes_it_when_em
 
 def test_a_fixed_sequence_never_serves_a_profile_it_lacks():
     events = [PodEvent("ns/a", "o", "3g", 0, 3), PodEvent("ns/b", "o", "1g", 0, 3)]
-    ack = [p for p in dp.peers(GPU, MODEL, ["1g.10gb", "3g.40gb"], {"1g.10gb": 1, "3g.40gb": 1})
+    ack = [p for p in dp.peers(GPU, MODEL, ["1g.10gb", "3g.40gb"], {"1g.10gb": 1, "3g.40gb": 1}, 0.5)
            if p.name == "ack-7x1g"][0]
     row = dp.simulate(ack, events, NAMES, 5, 0.5)
     assert row["unservable"] == 1 and row["served"] == 1
+
+
+def test_the_bench_plans_the_auto_pool_under_the_hooks_dwell():
+    # dwell.py with the defaults (600 s, 300 s): at step 1 the plan repartitions the node's last GPU for the 3g
+    # pod; the 3g pod leaves at step 2 and a 7g pod arrives at step 3 that needs that GPU back. In minutes it
+    # waits until it has waited more than 5 (step 9); in half hours the dwell has passed before the next step.
+    events = [PodEvent("ns/w%d" % i, "o", "7g", 0, 40) for i in range(7)] + \
+        [PodEvent("ns/t", "o", "3g", 0, 2), PodEvent("ns/late", "o", "7g", 3, 40)]
+    names = sorted(NAMES[k] for k in ("3g", "7g"))
+    for step_h, late_step in ((1 / 60.0, 9), (0.5, 3)):
+        peer = dp.AutoPool(GPU, MODEL, names, step_h)
+        row = dp.simulate(peer, events, NAMES, 12, step_h, boot_steps=1, idle_steps=10)
+        assert row["served"] == 9 and row["scale_outs"] == 1 and row["peak_nodes"] == 1, step_h
+        # the cold start waits one step (the boot); the late pod from step 3 to the step its GPU changes back
+        assert row["wait_max_min"] == pytest.approx(60 * step_h * max(1, late_step - 3)), step_h
+        assert peer.changed == {("n00000", 7): late_step * step_h * 3600}, step_h  # only that GPU changed
 
 
 def test_every_peer_over_a_synthetic_day_evicts_nothing_and_no_peer_beats_the_bound():

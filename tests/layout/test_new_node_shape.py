@@ -134,7 +134,7 @@ def test_the_bench_boots_a_new_node_as_the_hook_does_and_counts_it_as_its_templa
     names = {"1g": "1g.10gb", "3g": "3g.40gb", "7g": "7g.80gb"}
     events = [PodEvent("a/1g", "a", "1g", 0, 8), PodEvent("a/3g", "a", "3g", 0, 8)] + \
         [PodEvent("b/%d" % i, "b", "7g", 0, 8) for i in range(12)]
-    peer = dp.AutoPool(a100, A100, sorted(names.values()))
+    peer = dp.AutoPool(a100, A100, sorted(names.values()), 0.5)
     seen = []
     plan_step = peer.prepare
 
@@ -162,5 +162,5 @@ def test_the_bench_autoscaler_adds_every_node_of_a_cold_start_in_one_round():
     events = [PodEvent("a/1g", "a", "1g", 0, 6), PodEvent("a/3g", "a", "3g", 0, 6)] + \
         [PodEvent("b/%d" % i, "b", "7g", 0, 6) for i in range(40)]
     gpu = find_gpu(A100)
-    row = dp.simulate(dp.AutoPool(gpu, A100, sorted(names.values())), events, names, 6, 0.5)
+    row = dp.simulate(dp.AutoPool(gpu, A100, sorted(names.values()), 0.5), events, names, 6, 0.5)
     assert row["scale_outs"] == 1 and row["served"] == 42 and row["peak_nodes"] == 6
