@@ -109,14 +109,14 @@ class Progress:
                            "expires": round(self.expires, 3), "drain": self.drain,
                            "autoscaler": self.autoscaler}, sort_keys=True)
 
-    def held_by_another(self, me: str, now: float, horizon_s: Optional[float] = None) -> bool:
+    def held_by_another(self, me: str, now: float, horizon_s: float) -> bool:
         """Another live invocation works on the node. ``horizon_s``: the longest an invocation runs (its run
         lease). No invocation writes a hold beyond its start plus that, so a record that holds for longer from
         now (forged, corrupted, or written by a clock far ahead) holds nothing: this run takes the node over,
         as it would a killed run's, instead of leaving it alone until the named time (up to 2100)."""
         if not self.owner or self.owner == me or now >= self.expires:
             return False
-        return horizon_s is None or self.expires <= now + horizon_s + CLOCK_MARGIN_S
+        return self.expires <= now + horizon_s + CLOCK_MARGIN_S
 
     @classmethod
     def from_annotation(cls, text: Optional[str]) -> Optional["Progress"]:
@@ -466,9 +466,9 @@ def stopped_by(target: str, nodes: Iterable[Optional[KubeNode]]) -> Optional[Tup
     return stops[0] if stops else None
 
 
-def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: int, me: str = "",
-              now: float = 0.0, bystanders: Sequence[KubeNode] = (), paused: bool = False,
-              horizon_s: Optional[float] = None) -> Dict[str, Step]:
+def plan_pool(pool: str, target: str, candidates: Iterable[Candidate], limit: int, *, horizon_s: float,
+              me: str = "", now: float = 0.0, bystanders: Sequence[KubeNode] = (), paused: bool = False
+              ) -> Dict[str, Step]:
     """Steps for every candidate of one pool, keyed by instance id. ``pool``: how reasons name the pool;
     ``me``/``now``: this invocation and the time, to leave alone a node another live invocation holds
     (``horizon_s``: the run lease, beyond which a hold counts for nothing, :meth:`Progress.held_by_another`).

@@ -182,7 +182,7 @@ def test_a_rollout_record_reads_with_times_in_range_or_not_at_all(text):
     progress = Progress.from_annotation(text)
     if progress is not None:
         assert 0.0 <= progress.since <= 4102444800.0 and 0.0 <= progress.expires <= 4102444800.0
-        progress.held_by_another("me", 1.7e9)
+        progress.held_by_another("me", 1.7e9, 840.0)
         int(progress.expires - 1.7e9)  # what the planner shows ("expires in N s") can always be computed
     node = KubeNode.from_object({"metadata": {"name": "n", "annotations": {PROGRESS_ANNOTATION: text}}})
     assert node.progress == progress

@@ -104,11 +104,16 @@ def cand(name, drain, progress=None, why="applied layout differs"):
 
 
 TARGET = "sequence=3g.20gb-2g.10gb-1g.5gb"
+LEASE = 840.0  # a run lease (functions/rollout/run.py run_lease_s): every caller passes its own
+
+
+def plan_pool(*args, **kwargs):
+    return rp.plan_pool(*args, **dict({"horizon_s": LEASE}, **kwargs))
 
 
 def test_nodes_without_drain_take_no_slot_and_all_go_at_once():
     nodes = [cand("a", True), cand("b", True), cand("c", False), cand("d", False), cand("e", False)]
-    steps = rp.plan_pool("np (gpu)", TARGET, nodes, 1)
+    steps = plan_pool("np (gpu)", TARGET, nodes, 1)
     assert {k: (s.action, s.drain) for k, s in steps.items()} == {
         "i-a": ("wave", True), "i-b": ("defer", True), "i-c": ("wave", False), "i-d": ("wave", False),
         "i-e": ("wave", False)}
@@ -120,25 +125,25 @@ def test_nodes_without_drain_take_no_slot_and_all_go_at_once():
 def test_a_node_in_progress_without_drain_holds_no_slot_a_drained_one_does():
     undrained = rp.Progress(TARGET, rp.APPLIED, owner="gone", expires=1.0, drain=False)
     drained = rp.Progress(TARGET, rp.CORDONED, cordoned=True, owner="gone", expires=1.0)
-    steps = rp.plan_pool("np", TARGET, [cand("a", True), cand("b", False, undrained), cand("c", True)], 1, now=5.0)
+    steps = plan_pool("np", TARGET, [cand("a", True), cand("b", False, undrained), cand("c", True)], 1, now=5.0)
     assert (steps["i-a"].action, steps["i-b"].action, steps["i-b"].resume, steps["i-b"].drain) == \
         ("wave", "wave", rp.APPLIED, False)
     assert steps["i-c"].action == "defer"
     # a bystander drained in progress takes the slot; one without drain does not
     other = rp.KubeNode("z", annotations={rp.PROGRESS_ANNOTATION: drained.to_annotation()})
-    steps = rp.plan_pool("np", TARGET, [cand("a", True), cand("b", False)], 1, now=5.0, bystanders=[other])
+    steps = plan_pool("np", TARGET, [cand("a", True), cand("b", False)], 1, now=5.0, bystanders=[other])
     assert (steps["i-a"].action, steps["i-b"].action) == ("defer", "wave")
     other = rp.KubeNode("z", annotations={rp.PROGRESS_ANNOTATION: undrained.to_annotation()})
-    steps = rp.plan_pool("np", TARGET, [cand("a", True)], 1, now=5.0, bystanders=[other])
+    steps = plan_pool("np", TARGET, [cand("a", True)], 1, now=5.0, bystanders=[other])
     assert steps["i-a"].action == "wave"
 
 
 def test_a_stopped_or_paused_pool_starts_no_node_either_way_and_in_progress_nodes_finish():
     failed = rp.Progress(TARGET, rp.FAILED, reason="apply: gpu-busy")
-    steps = rp.plan_pool("np", TARGET, [cand("a", True, failed), cand("b", False)], 1)
+    steps = plan_pool("np", TARGET, [cand("a", True, failed), cand("b", False)], 1)
     assert steps["i-b"].action == "defer" and "stopped: node a ended failed" in steps["i-b"].reason
     busy = rp.Progress(TARGET, rp.DRAINED, cordoned=True, owner="gone", expires=1.0)
-    steps = rp.plan_pool("np", TARGET, [cand("a", True, busy), cand("b", True), cand("c", False)], 2, now=5.0,
+    steps = plan_pool("np", TARGET, [cand("a", True, busy), cand("b", True), cand("c", False)], 2, now=5.0,
                          paused=True)
     assert (steps["i-a"].action, steps["i-a"].resume) == ("wave", rp.DRAINED)
     for key in ("i-b", "i-c"):
@@ -149,9 +154,9 @@ def test_a_stopped_or_paused_pool_starts_no_node_either_way_and_in_progress_node
 
 def test_a_node_in_progress_for_an_older_target_starts_over_on_the_new_path():
     old = rp.Progress("sequence=3g.20gb-3g.20gb", rp.APPLYING, owner="gone", expires=1.0, drain=False)
-    steps = rp.plan_pool("np", TARGET, [cand("a", False, old)], 1, now=5.0)
+    steps = plan_pool("np", TARGET, [cand("a", False, old)], 1, now=5.0)
     assert (steps["i-a"].resume, steps["i-a"].drain) == (rp.APPLYING, False)
-    steps = rp.plan_pool("np", TARGET, [cand("a", True, old)], 1, now=5.0)
+    steps = plan_pool("np", TARGET, [cand("a", True, old)], 1, now=5.0)
     assert (steps["i-a"].resume, steps["i-a"].drain) == (rp.CORDONED, True)
 
 
@@ -162,12 +167,14 @@ def test_the_pause_label():
 
 def test_a_hold_longer_than_one_run_lease_from_now_holds_nothing():
     # a run writes expires = its clock + its run lease; another's clock may be up to CLOCK_MARGIN_S ahead
-    lease, now = 840.0, 5.0
+    lease, now = LEASE, 5.0
     near = rp.Progress(TARGET, rp.CORDONED, cordoned=True, owner="other", expires=now + lease + rp.CLOCK_MARGIN_S)
     far = rp.Progress(TARGET, rp.CORDONED, cordoned=True, owner="other", expires=now + lease + rp.CLOCK_MARGIN_S + 1)
-    steps = rp.plan_pool("np", TARGET, [cand("a", True, far), cand("b", True, near)], 2, now=now, horizon_s=lease)
+    steps = plan_pool("np", TARGET, [cand("a", True, far), cand("b", True, near)], 2, now=now, horizon_s=lease)
     assert (steps["i-a"].action, steps["i-a"].resume) == ("wave", rp.CORDONED)
     assert steps["i-b"].action == "defer" and "invocation other" in steps["i-b"].reason
-    # without a horizon (the pure rule alone) both are held, as before
-    steps = rp.plan_pool("np", TARGET, [cand("a", True, far), cand("b", True, near)], 2, now=now)
+    # a longer lease holds both: the horizon is the caller's run lease, not a constant of the rule
+    steps = plan_pool("np", TARGET, [cand("a", True, far), cand("b", True, near)], 2, now=now, horizon_s=lease + 1)
     assert steps["i-a"].action == steps["i-b"].action == "defer"
+    with pytest.raises(TypeError):  # no caller can forget it: a rule without it let a forged hold stand to 2100
+        rp.plan_pool("np", TARGET, [cand("a", True, far)], 1, now=now)
