@@ -396,33 +396,28 @@ def _margins(rows: List[dict]) -> dict:
     gaps = [100.0 * (r["peers"][0]["gpu_hours"] - min(p["gpu_hours"] for p in r["peers"][1:] if p["unservable"] == 0))
             / r["peers"][0]["gpu_hours"] for r in rows]
     over = [r["auto_node_hours_over_bound_pct"] for r in rows]
-    delays = [r["repack_bound_below_delay_bound_pct"] for r in rows]
     return {"auto_fewest_gpu_hours_full_peers": sum(1 for r in rows if r["auto_fewest_gpu_hours_full_peers"]),
             "auto_fewest_gpu_hours_per_served": sum(1 for r in rows if r["auto_fewest_gpu_hours_per_served"]),
             "auto_gpu_hours_vs_best_full_peer_pct_mean": round(sum(gaps) / len(gaps), 1),
             "auto_gpu_hours_vs_best_full_peer_pct_max": round(max(gaps), 1),
             "auto_node_hours_over_bound_pct_mean": round(sum(over) / len(over), 1),
             "auto_node_hours_over_bound_pct_max": max(over),
-            "auto_node_hours_within_5pct": sum(1 for v in over if v <= 5.0),
-            # what the autoscaler's delays alone add to the repack bound (demand_peers.lower_bound)
-            "delay_bound_over_bound_pct_mean": round(sum(delays) / len(delays), 1),
-            "delay_bound_over_bound_pct_max": max(delays)}
+            "auto_node_hours_within_5pct": sum(1 for v in over if v <= 5.0)}
 
 
 def _seed_table(rows: List[dict], unit: str = "seeds") -> str:
-    lines = ["%-40s %6s %14s %12s %17s %16s %16s" % ("demand", unit, "fewest GPU-h", "per served",
-                                                       "GPU-h vs best %", "node-h vs bound %", "delays add %")]
-    lines.append("%-40s %6s %14s %12s %17s %16s %16s" % ("", "", "(full peers)", "(every peer)", "mean / max",
-                                                           "mean / max", "mean / max"))
+    lines = ["%-40s %6s %14s %12s %17s %16s" % ("demand", unit, "fewest GPU-h", "per served", "GPU-h vs best %",
+                                                  "node-h vs bound %")]
+    lines.append("%-40s %6s %14s %12s %17s %16s" % ("", "", "(full peers)", "(every peer)", "mean / max",
+                                                      "mean / max"))
     for r in rows:
-        lines.append("%-40s %6d %14s %12s %17s %16s %16s" % (
+        lines.append("%-40s %6d %14s %12s %17s %16s" % (
             r["demand"], r[unit], "%d of %d" % (r["auto_fewest_gpu_hours_full_peers"], r[unit]),
             "%d of %d" % (r["auto_fewest_gpu_hours_per_served"], r[unit]),
             "%+.1f / %+.1f" % (r["auto_gpu_hours_vs_best_full_peer_pct_mean"], r["auto_gpu_hours_vs_best_full_peer_pct_max"]),
-            "%+.1f / %+.1f" % (r["auto_node_hours_over_bound_pct_mean"], r["auto_node_hours_over_bound_pct_max"]),
-            "%+.1f / %+.1f" % (r["delay_bound_over_bound_pct_mean"], r["delay_bound_over_bound_pct_max"])))
+            "%+.1f / %+.1f" % (r["auto_node_hours_over_bound_pct_mean"], r["auto_node_hours_over_bound_pct_max"])))
     lines.append("GPU-h vs best: the auto pool's GPU-hours against the fewest of DRA, HAMi and the static pool "
-                 "(negative: fewer); delays add: the bound with the autoscaler's delays against the repack bound")
+                 "(negative: fewer)")
     return "\n".join(lines)
 
 

@@ -247,9 +247,7 @@ def test_week_runs_count_the_weeks_with_pods_on_which_each_margin_holds(tmp_path
     r = rows[0]
     assert 0 <= r["auto_fewest_gpu_hours_full_peers"] <= 2 and 0 <= r["auto_node_hours_within_5pct"] <= 2
     assert r["auto_gpu_hours_vs_best_full_peer_pct_mean"] <= r["auto_gpu_hours_vs_best_full_peer_pct_max"]
-    assert r["delay_bound_over_bound_pct_mean"] <= r["delay_bound_over_bound_pct_max"]
-    head = demand._seed_table(rows, "weeks").splitlines()[0]
-    assert "weeks" in head and "delays add %" in head
+    assert "weeks" in demand._seed_table(rows, "weeks").splitlines()[0]
 
 
 @pytest.mark.parametrize("argv", [["--weeks", "3"], ["--peers", "--weeks", "0"], ["--peers", "--weeks", "2",
