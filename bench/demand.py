@@ -440,9 +440,6 @@ def _peer_summary(runs: List[dict]) -> dict:
         # the node-hours any peer needs that never moves a pod, against the repack bound and the auto pool
         "peers_repack_bound_below_no_eviction_max_pct": _worst(runs, "repack_bound_below_no_eviction_pct"),
         "peers_auto_node_hours_over_no_eviction_max_pct": _worst(runs, "auto_node_hours_over_no_eviction_pct"),
-        # the repack bound with the autoscaler's boot and scale-down delays, which no placement avoids
-        "peers_repack_bound_below_delay_bound_max_pct": _worst(runs, "repack_bound_below_delay_bound_pct"),
-        "peers_auto_node_hours_over_delay_bound_max_pct": _worst(runs, "auto_node_hours_over_delay_bound_pct"),
     }
 
 
@@ -521,11 +518,6 @@ def _peer_table(runs: List[dict]) -> str:
             c = r["rounding"]
             lines.append("  rounding gpu_milli up to profiles: %.1f instance GPU-h for %.1f fractional (+%.1f%%)" % (
                 c["instance_gpu_hours"], c["fractional_gpu_hours"], c["rounding_cost_pct"]))
-        if b.get("node_hours_with_delays") is not None:
-            lines.append("  bound with the autoscaler's delays (a node ready %s after it is asked for, removed once "
-                         "empty for %s): %.1f node-h, %+.1f%% against the repack bound" % (
-                             _steps(r["boot_steps"]), _steps(r["idle_steps"]), b["node_hours_with_delays"],
-                             r["repack_bound_below_delay_bound_pct"] or 0.0))
         kept = r.get("no_eviction_bound")
         if kept:
             lines.append("  bound without evictions (each pod on one node for its life): %.1f node-h%s, %s" % (
@@ -541,21 +533,16 @@ def _peer_table(runs: List[dict]) -> str:
                 p["peak_nodes"], p["served"], p["waited"], _num(p["wait_p50_min"]), _num(p["wait_p95_min"]),
                 _num(p["wait_max_min"]), p["never_served"], p["evicted"]))
         lines.append("  auto: fewest GPU-h of every peer %s, of the peers offering every profile %s, per GPU-h served "
-                     "%s; node-h %+.1f%% against the bound, %+.1f%% against the bound with delays%s" % (
+                     "%s; node-h %+.1f%% against the bound%s" % (
                          "yes" if r["auto_fewest_gpu_hours"] else "NO",
                          "yes" if r["auto_fewest_gpu_hours_full_peers"] else "NO",
                          "yes" if r["auto_fewest_gpu_hours_per_served"] else "NO",
                          r["auto_node_hours_over_bound_pct"] or 0.0,
-                         r["auto_node_hours_over_delay_bound_pct"] or 0.0,
                          "" if not kept else ", %+.1f%% against the bound without evictions"
                          % r["auto_node_hours_over_no_eviction_pct"]))
     lines.append("/srvd: GPU-hours per GPU-hour of instances served (compute slices / 7 x hours held; 1 = every GPU "
                  "in use full)")
     return "\n".join(lines)
-
-
-def _steps(n: int) -> str:
-    return "%d step%s" % (n, "" if n == 1 else "s")
 
 
 def _num(v):

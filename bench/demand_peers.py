@@ -53,8 +53,7 @@ The shared model (one for all, so node-hours compare):
   The autoscaler acts at the end of a step: a node costs from the next step on, booting included.
 * Measured per step: GPUs holding a pod (GPU-hours, peak), nodes (node-hours, peak), and the lower bound:
   the integer program's fewest GPUs for the pods alive (``demand_bound.min_gpus``: every pod repacked
-  afresh), and those GPUs rounded up to whole nodes (node-hours bound), also under the autoscaler's boot and
-  scale-down delays (``lower_bound``: what no placement avoids). Waits: per served pod, steps
+  afresh), and those GPUs rounded up to whole nodes (node-hours bound). Waits: per served pod, steps
   from arrival to binding (p50, p95, max, in minutes); never served: left waiting, or a profile the peer
   cannot offer.
 """
@@ -439,40 +438,23 @@ def simulate(peer: Peer, events, names: Dict[str, str], steps: int, step_h: floa
     }
 
 
-def lower_bound(gpu: GpuModel, events, names: Dict[str, str], steps: int, step_h: float, boot_steps: int = 1,
-                idle_steps: int = 1) -> dict:
-    """Per step the integer program's fewest GPUs for the pods alive, and that rounded up to whole nodes; and
-    those nodes under the shared autoscaler's delays (``node_hours_with_delays``).
-
-    The delays: a node that holds a pod in step u was asked for ``boot_steps`` before it was ready and costs
-    from the step after that, so from u - boot_steps + 1 at the latest; and it is removed only after
-    ``idle_steps`` empty steps, so it still costs in u + idle_steps. Any peer that holds every pod alive in every
-    step u from ``boot_steps`` on (the first step a node asked for at the start can be ready; the same
-    idealisation as the repack bound's, which also counts pods as held while they wait) therefore pays in step t
-    at least the repack bound's nodes of every step u in [t - idle_steps, t + boot_steps - 1]: their largest."""
+def lower_bound(gpu: GpuModel, events, names: Dict[str, str], steps: int, step_h: float) -> dict:
+    """Per step the integer program's fewest GPUs for the pods alive, and that rounded up to whole nodes."""
     delta = defaultdict(Counter)
     for e in events:
         delta[e.arrive][names[e.klass]] += 1
         delta[max(e.leave, e.arrive + 1)][names[e.klass]] -= 1
     alive, gpus, nodes, peak, proven = Counter(), 0, 0, 0, True
-    per_step: List[int] = []
     for step in range(steps):
         alive.update(delta.get(step, {}))
         value, ok = demand_bound.min_gpus(gpu, alive)
         proven = proven and ok
         value = int(value or 0)
         gpus += value
-        per_step.append(-(-value // GPUS_PER_NODE))
-        nodes += per_step[-1]
+        nodes += -(-value // GPUS_PER_NODE)
         peak = max(peak, value)
-    delayed = sum(max(per_step[max(boot_steps, t - idle_steps):min(steps, t + boot_steps)], default=0)
-                  for t in range(1, steps))  # no node costs in step 0: the first is asked for at its end
     return {"gpu_hours": round(gpus * step_h, 1), "node_hours": round(nodes * step_h, 1), "peak_gpus": peak,
-            "proven": proven, "node_hours_with_delays": round(delayed * step_h, 1)}
-
-
-def _pct(value: float, base: float) -> Optional[float]:
-    return round(100.0 * (value - base) / base, 1) if base else None
+            "proven": proven}
 
 
 def compare(gpu: GpuModel, model_name: str, events, names: Dict[str, str], steps: int, step_h: float,
@@ -491,7 +473,7 @@ def compare(gpu: GpuModel, model_name: str, events, names: Dict[str, str], steps
     profiles = sorted(n for n, k in peaks.items() if k > 0)
     rows = [simulate(p, events, names, steps, step_h, boot_steps, idle_steps)
             for p in peers(gpu, model_name, profiles, dict(peaks), step_h)]
-    bound = lower_bound(gpu, events, names, steps, step_h, boot_steps, idle_steps)
+    bound = lower_bound(gpu, events, names, steps, step_h)
     auto = rows[0]
     others = rows[1:]
     kept = None
@@ -508,14 +490,14 @@ def compare(gpu: GpuModel, model_name: str, events, names: Dict[str, str], steps
         # served costs no GPU-hour, so they look cheap by serving less)
         "auto_fewest_gpu_hours_full_peers": all(auto["gpu_hours"] < r["gpu_hours"] for r in others
                                                 if r["unservable"] == 0),
-        "auto_node_hours_over_bound_pct": _pct(auto["node_hours"], bound["node_hours"]),
+        "auto_node_hours_over_bound_pct": round(100.0 * (auto["node_hours"] - bound["node_hours"])
+                                                / bound["node_hours"], 1) if bound["node_hours"] else None,
         # GPU-hours per GPU-hour of instances served: the same comparison with what each peer served taken out
         "auto_fewest_gpu_hours_per_served": all(auto["gpu_hours_per_served"] <= r["gpu_hours_per_served"]
                                                 for r in others if r["gpu_hours_per_served"] is not None),
-        # the repack bound with the autoscaler's boot and scale-down delays (lower_bound): what no placement avoids
-        "auto_node_hours_over_delay_bound_pct": _pct(auto["node_hours"], bound["node_hours_with_delays"]),
-        "repack_bound_below_delay_bound_pct": _pct(bound["node_hours_with_delays"], bound["node_hours"]),
         "no_eviction_bound": kept,
-        "auto_node_hours_over_no_eviction_pct": _pct(auto["node_hours"], kept["node_hours"]) if kept else None,
-        "repack_bound_below_no_eviction_pct": _pct(kept["node_hours"], bound["node_hours"]) if kept else None,
+        "auto_node_hours_over_no_eviction_pct": round(100.0 * (auto["node_hours"] - kept["node_hours"])
+                                                      / kept["node_hours"], 1) if kept and kept["node_hours"] else None,
+        "repack_bound_below_no_eviction_pct": round(100.0 * (kept["node_hours"] - bound["node_hours"])
+                                                    / bound["node_hours"], 1) if kept and bound["node_hours"] else None,
     }

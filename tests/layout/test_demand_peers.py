@@ -93,29 +93,6 @@ def test_every_peer_over_a_synthetic_day_evicts_nothing_and_no_peer_beats_the_bo
             assert p["gpu_hours"] >= run["bound"]["gpu_hours"]
 
 
-def test_the_bound_with_the_autoscalers_delays_counts_the_boot_and_the_empty_steps_before_removal():
-    # boot 2 steps, removed after 3 empty ones, half-hour steps. Pod a (3g) is alive in steps 0-9: repacked, one
-    # node in each of those 10 steps (5.0 node-h). A node asked for at the end of step 0 costs from step 1, is
-    # ready in step 2 and, empty from step 10, is removed at the end of step 12: steps 1-12, 6.0 node-h. The
-    # bound counts step t if some step u in [t - 3, t + 1] (u >= 2) needs a node: t = 1..12.
-    events = [PodEvent("ns/a", "o", "3g", 0, 10)]
-    bound = dp.lower_bound(GPU, events, NAMES, 16, 0.5, boot_steps=2, idle_steps=3)
-    assert (bound["node_hours"], bound["node_hours_with_delays"]) == (5.0, 6.0)
-    row = dp.simulate(dp.DraFirstFit(GPU), events, NAMES, 16, 0.5, boot_steps=2, idle_steps=3)
-    assert row["node_hours"] == 6.0  # a peer that holds a from the first step a node can be ready: the bound
-    # b (steps 12-13) finds a's node still there (its third empty step): one node throughout, steps 1-15
-    events.append(PodEvent("ns/b", "o", "3g", 12, 14))
-    bound = dp.lower_bound(GPU, events, NAMES, 16, 0.5, boot_steps=2, idle_steps=3)
-    row = dp.simulate(dp.DraFirstFit(GPU), events, NAMES, 16, 0.5, boot_steps=2, idle_steps=3)
-    assert (bound["node_hours"], bound["node_hours_with_delays"], row["node_hours"]) == (6.0, 7.5, 7.5)
-    # what the bound assumes: every pod held while alive. b two steps later waits for a new node (asked for in
-    # step 14), and the peer that lets it wait pays less than the bound, which counts its node from step 13
-    events[-1] = PodEvent("ns/b", "o", "3g", 14, 16)
-    bound = dp.lower_bound(GPU, events, NAMES, 16, 0.5, boot_steps=2, idle_steps=3)
-    row = dp.simulate(dp.DraFirstFit(GPU), events, NAMES, 16, 0.5, boot_steps=2, idle_steps=3)
-    assert row["never_served"] == 1 and row["node_hours"] == 6.5 < bound["node_hours_with_delays"] == 7.5
-
-
 def test_the_bound_without_evictions_counts_the_node_a_lone_long_pod_keeps():
     """Whole-GPU pods, 8 a node. Step 0: a (to step 4) and s1-s7 (to 2); step 1: b (to 4) and t1-t7 (to 2).
     Repacked each step: 1, 2, 1, 1 nodes = 5. Never moved: a and b share a node only if, at step 1, a's
@@ -141,7 +118,6 @@ def test_the_bound_without_evictions_lies_between_repacking_and_a_peer_that_serv
     for p in run["peers"]:  # serving every pod at arrival and never moving one: at least the bound
         if p["never_served"] == 0 and p["waited"] == 0:
             assert p["node_hours"] >= kept["node_hours"], p
-            assert p["node_hours"] >= run["bound"]["node_hours_with_delays"], p
     assert run["repack_bound_below_no_eviction_pct"] >= 0
     # cut short, it reports HiGHS' proven bound, never below the repack bound, and says it is not the optimum
     cut = demand_noevict.node_hours(GPU, events, NAMES, 16, 0.5, max_nodes=6, time_limit=1e-4)
