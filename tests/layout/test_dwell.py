@@ -65,6 +65,16 @@ def test_a_pod_that_waited_past_the_bound_overrides_the_dwell():
     assert other.changes == ()
 
 
+def test_a_pod_no_node_holds_never_lifts_the_dwell_however_long_it_waits():
+    # llm/huge asks 3x 3g.40gb on one node of one GPU: not counted, so it waits forever; its hour of waiting
+    # must not let the young pod of its profile repartition a GPU within its dwell
+    huge = PodDemand("llm/huge", "pod llm/huge", "3g.40gb", 3)
+    waited = Dwell({("a", 0): NOW - 60}, NOW, 600, 300, {"llm/serve-0": 10.0, "llm/huge": 3600.0})
+    result = plan_steady(plan, [SEVEN], [pod("3g.40gb"), huge], Bounds(), waited)
+    assert result.changes == () and [k for k, _ in result.not_counted] == ["llm/huge"]
+    assert "wait for GPUs changed within the last 600s" in result.reasons[-1]
+
+
 def test_within_the_dwell_idle_instances_serve_and_instances_are_added_beside_them():
     idle = GpuSupply("a", 0, A80, (Instance("3g.40gb", 0, False),))
     assert plan_steady(plan, [idle], [pod("3g.40gb")], Bounds(), dwell()).changes == ()  # served by the idle one

@@ -67,7 +67,11 @@ def plan_steady(planner: Any, supply: Sequence[GpuSupply], demand: Sequence[PodD
         return kept
     free = planner(supply, demand, bounds, previous)
     short_kept, short_free = dict(kept.unserved), dict(free.unserved)
-    old = frozenset(d.profile for d in demand if d.pending and dwell.waited.get(d.key, 0.0) > dwell.max_wait_s)
+    # A pod the planner does not count (no node of the pool can hold it) waits forever: its wait must not
+    # lift the dwell for its profile, or one such pod would let every younger pod of that profile flap GPUs.
+    ignored = {key for key, _ in kept.not_counted}
+    old = frozenset(d.profile for d in demand if d.pending and d.key not in ignored
+                    and dwell.waited.get(d.key, 0.0) > dwell.max_wait_s)
     if any(short_free.get(p, 0) < short_kept.get(p, 0) for p in old):
         return replace(free, reasons=free.reasons + (
             "a pod waited longer than %ds (ACK_MIG_AUTO_MAX_WAIT_S): GPUs within their dwell may change"
