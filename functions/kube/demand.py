@@ -34,8 +34,11 @@ def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
                                           "creationTimestamp") if k in meta}
         | ({"annotations": {MIRROR: meta["annotations"][MIRROR]}} if MIRROR in (meta.get("annotations") or {}) else {}),
         "spec": {k: spec[k] for k in ("nodeName", "nodeSelector", "affinity", "tolerations") if k in spec}
-        | {k: [{"resources": c.get("resources") or {}} for c in spec.get(k) or ()]
-           for k in ("containers", "initContainers")},
+        | {"containers": [{"resources": c.get("resources") or {}} for c in spec.get("containers") or ()],
+           # a sidecar (restartPolicy Always) counts beside the containers (matching._totals)
+           "initContainers": [{"resources": c.get("resources") or {}}
+                              | ({"restartPolicy": c["restartPolicy"]} if "restartPolicy" in c else {})
+                              for c in spec.get("initContainers") or ()]},
         "status": {"phase": status.get("phase"),
                    "conditions": [{k: c.get(k) for k in ("type", "status", "reason", "lastTransitionTime")}
                                   for c in status.get("conditions") or ()]},

@@ -52,6 +52,27 @@ def test_asks_sum_containers_and_take_the_larger_init_container():
     assert pod_asks(p) == {"1g.10gb": 2, "2g.20gb": 3}
 
 
+def test_a_sidecar_init_container_counts_beside_the_containers_as_the_scheduler_counts_it():
+    # k8s.io/component-helpers/resource/helpers.go PodRequests: a restartPolicy Always init container keeps
+    # running, so its ask adds to the containers' and to every later init step's
+    from functions.decision.layout.matching import waiting_pod
+    from functions.kube.demand import slim
+
+    one = {"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}
+    p = pod()  # the app container asks one 1g.10gb
+    p["spec"]["initContainers"] = [dict(one, name="proxy", restartPolicy="Always")]
+    assert pod_asks(p) == {"1g.10gb": 2}  # was 1: the plan served the pod with one instance, it never bound
+    # a plain init container after the sidecar runs beside it: 1 + 2 = 3, more than the 2 that run later
+    p["spec"]["initContainers"].append({"name": "warm", "resources": {"limits": {"nvidia.com/mig-1g.10gb": "2"}}})
+    assert pod_asks(p) == {"1g.10gb": 3}
+    # before the sidecar starts it does not: 2 alone, and 1 + 1 afterwards
+    p["spec"]["initContainers"].reverse()
+    assert pod_asks(p) == {"1g.10gb": 2}
+    # every reader agrees: the pod event's reduced pod and the tick's
+    p["spec"]["initContainers"].reverse()
+    assert pod_asks(slim(p)) == pod_asks(waiting_pod(p)) == {"1g.10gb": 3}
+
+
 def test_only_unschedulable_pending_pods_are_demand():
     assert is_unschedulable(pod())
     assert not is_unschedulable(pod(scheduled=None))  # not tried yet

@@ -111,16 +111,41 @@ def _resource_asks(container: Any, bad: Optional[List[str]] = None) -> Dict[str,
     return out
 
 
+def _containers(spec: Mapping[str, Any], part: str) -> List[Mapping[str, Any]]:
+    items = spec.get(part) or ()
+    return [c for c in items if isinstance(c, Mapping)] if isinstance(items, list) else []
+
+
+def _totals(spec: Mapping[str, Any], bad: Optional[List[str]]) -> Tuple[Dict[str, int], Dict[str, int]]:
+    """What the containers ask together, and the most an init step asks, as kube-scheduler counts a pod
+    (k8s.io/component-helpers/resource/helpers.go PodRequests): the containers add up; an init container
+    with ``restartPolicy: Always`` (a sidecar, Kubernetes 1.29+) keeps running, so it adds to them and to
+    every later init step; any other init container runs alone beside the sidecars started before it. The
+    pod needs the larger of the two, per resource."""
+    def add(into: Dict[str, int], asks: Mapping[str, int]) -> Dict[str, int]:
+        for name, n in asks.items():
+            into[name] = min(into.get(name, 0) + n, MAX_COUNT)
+        return into
+
+    sums, sidecars, inits = {}, {}, {}  # type: Dict[str, int], Dict[str, int], Dict[str, int]
+    for container in _containers(spec, "containers"):
+        add(sums, _resource_asks(container, bad))
+    for container in _containers(spec, "initContainers"):
+        asks = _resource_asks(container, bad)
+        if container.get("restartPolicy") == "Always":
+            add(sums, asks)
+            step = dict(add(sidecars, asks))
+        else:
+            step = add(dict(sidecars), asks)
+        for name, n in step.items():
+            inits[name] = max(inits.get(name, 0), n)
+    return sums, inits
+
+
 def _asks_by_resource(pod: Mapping[str, Any], bad: Optional[List[str]] = None) -> Dict[str, int]:
     spec = pod.get("spec") or {}
-    total = {}  # type: Dict[str, int]
-    for container in spec.get("containers") or ():
-        for name, n in _resource_asks(container, bad).items():
-            total[name] = min(total.get(name, 0) + n, MAX_COUNT)
-    for container in spec.get("initContainers") or ():
-        for name, n in _resource_asks(container, bad).items():
-            total[name] = max(total.get(name, 0), n)
-    return total
+    sums, inits = _totals(spec if isinstance(spec, Mapping) else {}, bad)
+    return {name: max(sums.get(name, 0), inits.get(name, 0)) for name in set(sums) | set(inits)}
 
 
 def pod_asks(pod: Mapping[str, Any]) -> Dict[str, int]:
@@ -321,12 +346,8 @@ def waiting_pod(pod: Any) -> Optional[Dict[str, Any]]:
                                                                       "conditions": conditions}}):
         return None
     spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
-    sums, inits = {}, {}  # type: Dict[str, int], Dict[str, int]
     bad = []  # type: List[str]
-    for part, into, add in (("containers", sums, True), ("initContainers", inits, False)):
-        for container in spec.get(part) or () if isinstance(spec.get(part) or (), list) else ():
-            for name, n in _resource_asks(container, bad).items():
-                into[name] = min(into.get(name, 0) + n, MAX_COUNT) if add else max(into.get(name, 0), n)
+    sums, inits = _totals(spec, bad)  # reduced to one container and one init container that ask the same
     if not sums and not inits and not bad:
         return None
     labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
