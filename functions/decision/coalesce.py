@@ -6,12 +6,17 @@ invocations that read the same marker only one write lands and the other reads a
 
 The marker (annotation ``ack-mig-hook/plan`` of the Lease ``ack-mig-hook-plan-<pool id>``)::
 
-    {"holder": "<invocation>", "until": <epoch s>, "round": <epoch s>, "asked": <n>, "last": {...}}
+    {"holder": "<invocation>", "until": <epoch s>, "round": <epoch s>, "asked": <n>, "open": <bool>,
+     "last": {...}}
 
 * ``asked`` counts the events that asked for a plan of the pool; every arriving event adds one.
 * ``holder`` is the invocation planning the pool now, live until ``until`` (one run lease after its round
-  began, renewed at each round). An event that finds a live holder only adds its ask and is answered
-  ``coalesced``; an event that finds none becomes the holder and plans.
+  began, renewed at each round). An event that finds a live holder that is ``open`` only adds its ask and is
+  answered ``coalesced``; an event that finds none, or one that is not open, becomes the holder and plans
+  (after the planning claim of the round that runs, ``functions.rollout.plan_claim``).
+* ``open``: the holder has time for another round after this one (its invocation's time left, when the round
+  began, holds two worst-case rounds): only then may it take asks it would have to plan for. A holder near
+  the end of its invocation closes, and the events that come meanwhile plan in their own invocations.
 * A holder notes ``asked`` when its round begins (written before it lists the pods). After the round it
   reads the marker again: when ``asked`` grew, an event arrived during the round, and it plans once more;
   otherwise it clears ``holder`` and ends.
@@ -25,7 +30,8 @@ read, and the holder plans again with a list of Pending pods taken after it, whi
 was scheduled meanwhile); or it landed after the holder cleared the marker, and then the event found no
 holder and planned itself. A holder that dies (FC ends it) stops coalescing once its ``until`` has passed, and the pods of
 the events it swallowed are planned by the next event of the pool or by the auto pool timer, which never
-coalesces.
+coalesces. A holder coalesces only while it is ``open``, so one that ends its last round with asks left has
+run longer than a worst-case round (it says so in its log); the timer plans those pods.
 
 All times are the API server's (``functions.kube.client.KubeApi.server_time``): one clock for every
 invocation. A marker that cannot be read (not ours, too long, not JSON, numbers out of range) reads as
@@ -59,6 +65,7 @@ class Marker(NamedTuple):
     round: float = 0.0
     asked: int = 0
     last: Dict[str, Any] = {}
+    open: bool = True  # a marker written before the field existed: as it behaved then
 
     def live(self, now: float) -> bool:
         """A holder is planning the pool now (as far as its lease says)."""
@@ -87,22 +94,25 @@ def read_marker(text: Optional[str], now: float, hold_s: float) -> Marker:
     at = last.get("at")
     last = {"at": float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and 0 <= at <= MAX_EPOCH
             else 0.0, "pod": _text(last.get("pod")), "event": _text(last.get("event"))}
-    return Marker(_text(value.get("holder")), min(until, now + hold_s), started, asked, last)
+    is_open = value.get("open")
+    return Marker(_text(value.get("holder")), min(until, now + hold_s), started, asked, last,
+                  is_open if isinstance(is_open, bool) else True)
 
 
 def write_marker(marker: Marker) -> str:
     return json.dumps({"holder": marker.holder, "until": round(marker.until, 3), "round": round(marker.round, 3),
-                       "asked": marker.asked, "last": marker.last}, sort_keys=True)
+                       "asked": marker.asked, "open": marker.open, "last": marker.last}, sort_keys=True)
 
 
 def arrive(marker: Marker, me: str, now: float, hold_s: float, pod: str, event_id: str) -> Tuple[Marker, str]:
-    """An event of the pool arrives: its ask is added; it is ``coalesced`` into a live holder's next round, or
-    it becomes the holder (``plan``): its round begins once the caller has written the marker."""
+    """An event of the pool arrives: its ask is added; it is ``coalesced`` into a live, open holder's next
+    round, or it becomes the holder (``plan``): its round begins once the caller has written the marker. A
+    holder that is not open is taken over: it plans no further round, so this event's must."""
     asked = marker.asked + 1 if marker.asked < MAX_ASKS else 1
     seen = marker._replace(asked=asked, last={"at": round(now, 3), "pod": _text(pod), "event": _text(event_id)})
-    if marker.live(now) and marker.holder != me:
+    if marker.live(now) and marker.holder != me and marker.open:
         return seen, COALESCED
-    return seen._replace(holder=me, until=now + hold_s), PLAN
+    return seen._replace(holder=me, until=now + hold_s, open=True), PLAN
 
 
 def wait_before_round(marker: Marker, now: float) -> float:
@@ -110,12 +120,13 @@ def wait_before_round(marker: Marker, now: float) -> float:
     return max(0.0, min(SPACING_S, marker.round + SPACING_S - now))
 
 
-def begin_round(marker: Marker, me: str, now: float, hold_s: float) -> Optional[Marker]:
-    """The marker as the holder writes it before a round lists the pods (``round`` now, lease renewed);
-    None when the marker is no longer this invocation's (its lease ran out and an event took over)."""
+def begin_round(marker: Marker, me: str, now: float, hold_s: float, is_open: bool = True) -> Optional[Marker]:
+    """The marker as the holder writes it before a round lists the pods (``round`` now, lease renewed,
+    ``open``: whether it will have time for another round); None when the marker is no longer this
+    invocation's (its lease ran out, or it was not open, and an event took over)."""
     if marker.holder != me:
         return None
-    return marker._replace(round=now, until=now + hold_s)
+    return marker._replace(round=now, until=now + hold_s, open=is_open)
 
 
 def end_round(marker: Marker, me: str, planned: int, more: bool) -> Tuple[Optional[Marker], bool]:

@@ -31,13 +31,13 @@ def _find_pod(api: Any, namespace: str, name: str) -> Optional[dict]:
 
 def _waits(pod: dict) -> str:
     """Why the pod is not one to plan for, or "" when it waits for MIG (or whole GPUs)."""
-    from functions.decision.layout.matching import is_unschedulable, pod_asks
+    from functions.decision.layout.matching import ask_problem, is_unschedulable, pod_asks
 
     if (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("phase") != "Pending":
         return "is scheduled already (%s)" % ((pod.get("spec") or {}).get("nodeName") or
                                               (pod.get("status") or {}).get("phase"))
     if not pod_asks(pod):
-        return "asks for no nvidia.com/mig-* or nvidia.com/gpu resource"
+        return ask_problem(pod) or "asks for no nvidia.com/mig-* or nvidia.com/gpu resource"
     if not is_unschedulable(pod):
         return "is not marked Unschedulable (yet): the plan would not count it"
     return ""
@@ -109,7 +109,9 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     except (KubeError, MarkerBusy) as exc:  # planning is always safe: only the coalescing is lost
         log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing"
                     % " ".join(str(exc).split())[:200])
-        return tick()
+        # a burst is when the marker is busy and when another invocation plans the pool: wait for it as a
+        # holder does, or this pod waits for the timer (its ask was never written for anyone to see)
+        return _after_claims(tick, started, settings, log, pool_id)
     if role == "coalesced":
         reason = ("coalesced: a plan of auto pool %s runs now (invocation %s, its round began %.1f s ago); it "
                   "plans again when it ends, with pod %s among the Pending pods" % (
@@ -135,12 +137,16 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
     from functions.rollout.plan_marker import MarkerBusy
 
     while True:
+        # Open to asks only while this round and a worst-case next one both fit: an ask taken now must be
+        # planned by this invocation (coalesce.py), and a round starts only when a whole one fits.
+        is_open = time.monotonic() - started + 2 * longest_run_s(settings) <= invocation_s(settings)
         try:
-            planned = marker.begin_round(pool_id)
+            planned = marker.begin_round(pool_id, is_open)
         except (KubeError, MarkerBusy) as exc:
             log.warning("plan marker", nodepool_id=pool_id, reason="round not marked (%s): this round is the "
                         "last; its lease runs out by itself" % str(exc)[:200])
-            rounds.append(tick())  # planning is always safe; the holder's lease ends the coalescing in time
+            # planning is always safe; the holder's lease ends the coalescing in time
+            rounds.append(_after_claims(tick, started, settings, log, pool_id))
             break
         if planned is None:  # another invocation holds the pool now (this one's lease ran out): it plans
             break
@@ -154,11 +160,13 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
             again = marker.end_round(pool_id, planned, more)
         except (KubeError, MarkerBusy) as exc:
             log.warning("plan marker", nodepool_id=pool_id, reason="round end not marked (%s)" % str(exc)[:200])
-            again = False  # the holder's lease runs out by itself; the next event or the timer plans
+            again = False
+            _let_go(marker, pool_id, log)  # else events coalesce into an invocation that returned, for its lease
         if not again:
-            if not more:
-                log.warning("plan marker", nodepool_id=pool_id, reason="no time for another round: pods that "
-                            "arrived meanwhile wait for the next event or the auto pool timer")
+            if not more and is_open:  # closed rounds took no ask: their events planned themselves
+                log.warning("plan marker", nodepool_id=pool_id, reason="the round ran longer than a worst-case "
+                            "round, and no time is left for another: pods that arrived meanwhile wait for the "
+                            "next event or the auto pool timer")
             break
 
 

@@ -83,15 +83,16 @@ class PlanMarker:
             return new, (role, new)
         return self.change(pool_id, step)
 
-    def begin_round(self, pool_id: str) -> Optional[int]:
-        """Wait out the pool's spacing, then mark the round begun: the ``asked`` count it plans for, or None
-        when the marker is no longer this invocation's."""
+    def begin_round(self, pool_id: str, is_open: bool = True) -> Optional[int]:
+        """Wait out the pool's spacing, then mark the round begun (``is_open``: this invocation has time for
+        another round after it): the ``asked`` count it plans for, or None when the marker is no longer this
+        invocation's."""
         wait = self.change(pool_id, lambda marker, now: (None, co.wait_before_round(marker, now)))
         if wait > 0:
             self.sleep(wait)
 
         def step(marker: co.Marker, now: float) -> Tuple[Optional[co.Marker], Optional[int]]:
-            new = co.begin_round(marker, self.me, now, self.hold_s)
+            new = co.begin_round(marker, self.me, now, self.hold_s, is_open)
             return new, (None if new is None else new.asked)
         return self.change(pool_id, step)
 

@@ -230,7 +230,11 @@ def test_late_or_foreign_events_read_the_pod_again_and_change_nothing(cluster):
     with server.lock:
         pod["spec"]["nodeSelector"] = {"pool": "other"}
         pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    half = server.add_pod("llm", "half", "", phase="Pending", resources={"nvidia.com/mig-1g.10gb": "1.5"})
+    with server.lock:
+        half["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
     cases = {"bound": "is scheduled already (gpu-a)", "cpu-only": "asks for no nvidia.com/mig-* or nvidia.com/gpu",
+             "half": "asks for nvidia.com/mig-1g.10gb=1.5; a pod may ask for a whole quantity",
              "gone": "pod llm/gone is gone", "elsewhere": "no auto pool can take pod llm/elsewhere"}
     for name, why in cases.items():
         result = run(pod_event("llm", name), cluster)
@@ -286,11 +290,15 @@ def test_a_plan_that_breaks_lets_its_pool_go_at_once(cluster):
     assert "took this node (step applying)" in node["reason"], node
 
 
-def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_plans_its_pod(cluster, monkeypatch):
+@pytest.mark.parametrize("marker", ["usable", "busy"])
+def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_plans_its_pod(cluster, monkeypatch,
+                                                                                           marker):
     """The plan marker (events) and the planning claim (every tick, the timer's too) meet: a timer tick holds
     the pool's claim, having listed the pending pods before this pod waited. The event's invocation does not
     let go with the tick's "being planned" skip (the pod would wait for the next timer tick, 10 minutes away):
-    it looks again until the claim is given back, then plans the pod."""
+    it looks again until the claim is given back, then plans the pod. So does an event whose plan marker
+    cannot be written (busy under a burst: planned without coalescing), which before planned once and ended
+    with the tick's skip."""
     import time as time_mod
 
     from functions.decision import claim_rules
@@ -299,6 +307,12 @@ def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_pla
 
     server, api, settings, executor, state_file = cluster
     monkeypatch.setattr(pod_event_module, "CLAIM_POLL_S", 0.2)
+    if marker == "busy":
+        from functions.rollout import plan_marker
+
+        def busy(self, *args):
+            raise plan_marker.MarkerBusy("the plan marker changed under 24 writes in a row")
+        monkeypatch.setattr(plan_marker.PlanMarker, "arrive", busy)
     key = ("default", lease_name(POOL))
     server.leases[key] = server._stamp({
         "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",

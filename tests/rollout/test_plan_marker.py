@@ -39,6 +39,57 @@ def test_a_holder_plans_again_when_an_event_asked_during_its_round_and_lets_go_o
     assert co.arrive(released, "c", 1001.0, HOLD, "llm/p2", "e2")[1] == co.PLAN
 
 
+def test_a_holder_without_time_for_another_round_takes_no_ask_and_is_taken_over():
+    marker, _ = co.arrive(co.Marker(), "a", 1000.0, HOLD, "llm/p0", "e0")
+    marker = co.begin_round(marker, "a", 1000.0, HOLD, is_open=False)
+    taken, role = co.arrive(marker, "b", 1000.5, HOLD, "llm/p1", "e1")
+    assert role == co.PLAN and taken.holder == "b" and taken.open  # b plans (after a's planning claim)
+    assert co.end_round(taken, "a", marker.asked, more=False) == (None, False)  # a leaves b's marker alone
+    assert co.read_marker(co.write_marker(marker), 1000.0, HOLD).open is False
+    assert co.read_marker('{"holder": "a", "until": 1100}', 1000.0, HOLD).open  # written before the field
+    assert co.read_marker('{"holder": "a", "until": 1100, "open": "no"}', 1000.0, HOLD).open  # not ours: as before
+
+
+@pytest.mark.parametrize("function_timeout_s, second", [(14400, co.COALESCED), (2220, co.PLAN)])
+def test_an_ask_during_a_round_is_coalesced_only_into_a_holder_that_will_plan_it(function_timeout_s, second):
+    """2220 s is one wave's worst case with the defaults (template.yml's Timeout when InvocationTimeoutS is
+    below it): the holder has no time for a second round, so the event that comes during its round must not be
+    answered "coalesced" (its pod would wait for the timer); it becomes the holder and plans itself."""
+    import dataclasses
+    import time
+
+    from functions.base.event_result import HandlerResult
+    from functions.base.settings import load_settings, longest_run_s
+    from functions.kube.nodes import MemoryKube
+    from functions.pipeline import pod_event
+
+    settings = dataclasses.replace(load_settings({"ACK_MIG_CLUSTER_ID": "c1"}), function_timeout_s=function_timeout_s)
+    assert longest_run_s(settings) == 2220
+    kube = MemoryKube()
+    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
+    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    roles, rounds = [], []
+
+    def tick():
+        if not roles:  # an event of the pool comes while the first round applies
+            roles.append(other.arrive(POOL, "llm/second", "e2")[0])
+        return HandlerResult(trigger="pod-unschedulable", outcome="done", reason="planned")
+
+    class Log:
+        def info(self, *a, **k):
+            pass
+        warning = info
+
+    pod_event._rounds(holder, POOL, tick, rounds, time.monotonic(), settings, Log())
+    assert roles == [second]
+    stored = co.read_marker(kube.leases[("default", marker_lease(POOL))]["metadata"]["annotations"][
+        co.MARKER_ANNOTATION], time.time(), 2220.0)
+    if second == co.COALESCED:  # the holder planned it in a second round, then let go
+        assert len(rounds) == 2 and stored.holder == ""
+    else:  # the holder planned once; the marker is the second event's, left for it to plan
+        assert len(rounds) == 1 and stored.holder == "event2"
+
+
 def test_a_dead_holder_coalesces_only_until_its_lease_runs_out_and_then_is_taken_over():
     marker, _ = co.arrive(co.Marker(), "a", 1000.0, HOLD, "llm/p0", "e0")
     assert co.arrive(marker, "b", 1000.0 + HOLD - 1, HOLD, "llm/p1", "e1")[1] == co.COALESCED
