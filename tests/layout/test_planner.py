@@ -174,6 +174,29 @@ def test_a_multi_instance_pod_uses_one_nodes_idle_instances_and_adds_only_what_i
     assert plan(both, [PodDemand("x/two", "job x/two", "1g.10gb", count=2)], Bounds()).changes == ()
 
 
+def test_a_pod_asking_several_profiles_is_served_by_one_node_or_counted_for_a_new_node_never_across_two():
+    # one pod asking 1x 1g.10gb and 1x 2g.20gb (matching.demand_of: one PodDemand per profile, one key); node a
+    # has an idle 1g.10gb beside its pods, node b an idle 2g.20gb: counted profile by profile it looked served,
+    # and the pod waited for good (the scheduler needs both on one node) with no new node asked for
+    def full(node, idle):
+        held = {"4g.40gb": 0, "2g.20gb": 4, "1g.10gb": 6}
+        return GpuSupply(node, 0, A80, tuple(Instance(p, s, p != idle) for p, s in held.items()))
+
+    pod = [PodDemand("x/both", "pod x/both", "1g.10gb"), PodDemand("x/both", "pod x/both", "2g.20gb")]
+    apart = plan([full("a", "1g.10gb"), full("b", "2g.20gb")], pod, Bounds(model=A80, node_gpus=1))
+    assert apart.unserved == (("1g.10gb", 1), ("2g.20gb", 1)) and apart.changes == ()
+    assert {p for layout, _ in apart.new_node_shape for p, _ in layout} >= {"1g.10gb", "2g.20gb"}
+    assert any("asking several profiles" in r for r in apart.reasons)
+    # one node with both idle serves it as it is, and keeps them for it: a 1g.10gb pod that comes too is
+    # counted short, not given the instance the two-profile pod needs
+    both = GpuSupply("c", 0, A80, (Instance("4g.40gb", 0, True), Instance("2g.20gb", 4, False),
+                                   Instance("1g.10gb", 6, False)))
+    served = plan([both, full("a", "1g.10gb")], pod, Bounds(model=A80, node_gpus=1))
+    assert served.unserved == () and served.changes == ()
+    more = plan([both], pod + pods(1, "1g.10gb"), Bounds(model=A80, node_gpus=1))
+    assert more.unserved == (("1g.10gb", 1),) and more.changes == ()
+
+
 def test_a_previous_target_whose_pods_are_gone_is_dropped_not_carried():
     supply = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, False),))]
     first = plan(supply, pods(3, "2g.20gb"), Bounds())

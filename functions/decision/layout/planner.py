@@ -63,6 +63,7 @@ from .vocabulary import (CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU,
 _ACTUAL = "actual"  # exists now
 _NEW = "new"  # created by this plan
 _KEPT = "kept"  # exists now on a GPU within its dwell (dwell.py): counts as idle supply, never destroyed
+_JOINT = "joint"  # an idle instance kept for a waiting pod that asks several profiles (_serve_joint)
 
 
 class _Inst:
@@ -70,7 +71,9 @@ class _Inst:
 
     def __init__(self, profile: Profile, start: int, in_use: bool, origin: str):
         self.profile, self.start, self.in_use, self.origin = profile, start, in_use, origin
-        self.reserved = False  # kept for a pending pod that needs several instances on one node
+        # kept for a pending pod that needs several instances on one node: True (one profile, _serve_multi) or
+        # _JOINT (several profiles, _serve_joint: the binding model of _prune sees it taken)
+        self.reserved = False  # type: object
 
     @property
     def held(self) -> bool:
@@ -348,6 +351,46 @@ def _in_the_way(model: GpuModel, kept: List[_Inst], spare: List[_Inst], new: Tup
     return [i for i in spare if i not in back]
 
 
+def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand]) -> Tuple[set, Counter, int]:
+    """Pending pods that ask for several profiles (matching.demand_of gives one PodDemand per profile, one
+    key): the scheduler needs every instance of such a pod on one node, and the rest of the plan counts
+    profile by profile, so it would count an idle 1g.10gb on one node and an idle 2g.20gb on another as
+    serving a pod that asks for both. A node whose idle instances hold all of its asks keeps them for it
+    (the busiest node first); a pod no node holds that way now is unserved, for a new node, and changes
+    nothing here: planning the pool's GPUs for asks that must meet on one node is left to the new node.
+    Returns (the keys handled, the instances left unserved per profile, the pods left so)."""
+    asks = OrderedDict()  # type: Dict[str, Counter]
+    profiles = {}  # type: Dict[str, set]
+    for d in demand:
+        if d.pending and d.profile != WHOLE_GPU and d.count > 0:
+            profiles.setdefault(d.key, set()).add(d.profile)
+    for d in sorted(demand, key=lambda d: d.key):
+        if d.key in profiles and len(profiles[d.key]) > 1 and d.pending and d.profile != WHOLE_GPU:
+            asks.setdefault(d.key, Counter())[d.profile] += max(int(d.count), 0)
+    unserved, apart = Counter(), 0  # type: Counter, int
+    if not asks:
+        return set(), unserved, apart
+    busy = Counter()  # type: Counter
+    for g in gpus:
+        busy[g.supply.node] += g.compute_in_use
+    nodes = OrderedDict()  # type: Dict[str, List[_Gpu]]
+    for g in sorted(gpus, key=lambda g: (-busy[g.supply.node], g.sort_key)):
+        nodes.setdefault(g.supply.node, []).append(g)
+    for key, wanted in asks.items():
+        for members in nodes.values():
+            idle = {name: [i for g in members for i in g.state if not i.held and i.profile.name == name][:n]
+                    for name, n in wanted.items()}
+            if all(len(idle[name]) == n for name, n in wanted.items()):
+                for found in idle.values():
+                    for inst in found:
+                        inst.reserved = _JOINT
+                break
+        else:
+            unserved.update(wanted)
+            apart += 1
+    return set(asks), unserved, apart
+
+
 def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
     """Pending pods that ask for several instances: the scheduler needs them all on one node, so they are
     served node by node before the rest (which may spread over the pool): idle instances of one node if it
@@ -500,6 +543,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
 
     before = {g.sort_key: list(g.state) for g in gpus}  # what the exact form starts from (exact.py)
     unserved, notes = Counter(), []  # type: Counter, List[str]
+    joint, joint_short, joint_apart = _serve_joint(gpus, demand)  # pods asking several profiles
+    if joint:  # the rest of the plan, the exact solve and the needless-change check count profile by profile
+        demand = [d for d in demand if d.key not in joint]
     multi = _serve_multi(gpus, demand, bounds)  # pods asking several instances of one node
     # A pod asking several instances that no node can give it now waits for a new node: instances spread
     # over the pool would serve nothing (the scheduler needs them on one node).
@@ -516,6 +562,12 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     for d in singles:
         if d.pending:
             pending[d.profile] += max(int(d.count), 0)
+    for name, n in sorted(joint_short.items()):
+        unserved[name] += n
+    if joint_apart:
+        notes.append("%d pending pod%s asking several profiles: no node of the pool has idle instances of all of "
+                     "them now (the scheduler needs them on one node): counted for a new node"
+                     % (joint_apart, "" if joint_apart == 1 else "s"))
     for name, n in sorted(apart.items()):
         unserved[name] += n
         notes.append("%d pending %s instance%s of pods asking several on one node: no node of the pool can "
@@ -660,7 +712,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         notes.append("%d pending whole-GPU request%s beyond the pool's free GPUs with MIG off (the planner "
                      "never turns MIG off)" % (short, "" if short == 1 else "s"))
 
-    if not multi[0] and not unserved and any(pending[n] for n in pending if n != WHOLE_GPU):
+    if not multi[0] and not joint and not unserved and any(pending[n] for n in pending if n != WHOLE_GPU):
         served = _exact(gpus, before, demand, pending, bounds, served)
     unchecked, waiting = _prune(gpus, demand, bounds, served)
     if unchecked:
@@ -812,11 +864,12 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
     if not pods and not changed:
         return 0, Counter()
 
-    def view(g: _Gpu, state: Sequence[_Inst]):
-        return g.supply.node, [(i.profile.name, i.profile.compute_slices, i.in_use, i.origin == _NEW) for i in state]
+    def view(g: _Gpu, state: Sequence[_Inst]):  # an instance kept for a pod asking several profiles is taken
+        return g.supply.node, [(i.profile.name, i.profile.compute_slices, i.in_use or i.reserved == _JOINT,
+                                i.origin == _NEW) for i in state]
 
     def idle_of(state: Sequence[_Inst]) -> Counter:
-        return Counter(i.profile.name for i in state if not i.in_use)
+        return Counter(i.profile.name for i in state if not i.in_use and i.reserved != _JOINT)
 
     views = [view(g, g.state) for g in gpus]
     where = {g.sort_key: k for k, g in enumerate(gpus)}
