@@ -43,6 +43,32 @@ def _waits(pod: dict) -> str:
     return ""
 
 
+def _cannot_take(pool: Any, pod: dict, nodes: List[dict]) -> str:
+    """Why ``pool`` cannot serve ``pod`` whatever it plans ("" when it may): paused, a profile its
+    ``ack-mig-hook/layout-profiles`` leaves out, or one no GPU model of its nodes or its template has. The
+    planner's own "not counted" says more (a pod larger than a node); this is what is known without it."""
+    from functions.decision.autoscaler_tags import pool_template
+    from functions.decision.layout import WHOLE_GPU
+    from functions.decision.layout.bounds import LayoutLabelError, bounds_from_labels
+    from functions.decision.layout.matching import pod_asks
+    from functions.kube.supply import pool_supply
+    from functions.pipeline.auto_pool import PAUSED_LABEL
+    from node_bootstrap.mig.catalogue import find_gpu
+
+    if (pool.labels.get(PAUSED_LABEL) or "").lower() == "true":
+        return "paused"
+    try:
+        bounds = bounds_from_labels(pool.labels)
+    except LayoutLabelError as exc:
+        return str(exc)
+    models = {g.model for g in pool_supply(nodes, {})[0]} | {pool_template(pool)[0]}
+    offered = {p.name for m in models if m for gpu in [find_gpu(m)] if gpu is not None for p in gpu.profiles}
+    for name in pod_asks(pod):  # no model known (no node, no known instance type): the plan says more
+        if name != WHOLE_GPU and (bounds is None or not bounds.allows(name) or (offered and name not in offered)):
+            return "cannot hold %s" % name
+    return ""
+
+
 def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
                   log: Any) -> HandlerResult:
     from node_bootstrap.kube import KubeError
@@ -71,13 +97,20 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
         why = _waits(pod)
         if why:
             return end("skip", "pod %s %s" % (key, why))
+        nodes = {p.nodepool_id: api.list_nodes("%s=%s" % (POOL_LABEL, p.nodepool_id)) for p in pools}
         places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
-                                           p.nodepool_id, api.list_nodes("%s=%s" % (POOL_LABEL, p.nodepool_id)))
+                                           p.nodepool_id, nodes[p.nodepool_id])
                   for p in pools}
     except KubeError as exc:
         return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
-    by_pool, unmatched = split_pending([pod], places)
-    chosen = next((p for p in sorted(pools, key=lambda p: p.nodepool_id) if by_pool.get(p.nodepool_id)), None)
+    _, unmatched = split_pending([pod], places)
+    # every pool whose nodes or template the pod matches (split_pending gives a pod to the first only)
+    matched = [p for p in sorted(pools, key=lambda p: p.nodepool_id)
+               if split_pending([pod], {p.nodepool_id: places[p.nodepool_id]})[0].get(p.nodepool_id)]
+    # The first pool that can take the pod (not paused, the pod's profiles allowed and on a GPU model of its
+    # nodes or template), as the timer plans every pool; else the first the pod matches, whose step says why.
+    chosen = next((p for p in matched if not _cannot_take(p, pod, nodes[p.nodepool_id])),
+                  matched[0] if matched else None)
     if chosen is None:
         return end("skip", "no auto pool can take pod %s (%s)" % (key, unmatched[0][1] if unmatched else "none"))
     if (chosen.labels.get(PAUSED_LABEL) or "").lower() == "true":

@@ -334,3 +334,53 @@ def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_pla
     thread.join()
     assert result.outcome == "done", result.reason
     assert "2g.20gb" in profiles(state_file)
+
+
+def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_matches(monkeypatch):
+    """Two auto pools whose nodes the pod may land on (no selector, no taints): the first allows only
+    1g.10gb, or is paused; the pod asks 3g.40gb. The timer plans each pool and serves the pod in the second;
+    the event planned the first only (the pod not counted there, or the pool paused) and the pod waited for
+    the timer."""
+    from functions.base.model import NodePool
+    from functions.kube.demand import slim
+    from functions.pipeline import pod_event as pod_event_module
+    from functions.pipeline.intake import parse_event
+
+    pod = {"metadata": {"name": "big", "namespace": "llm"},
+           "spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-3g.40gb": "1"}}}]},
+           "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                         "reason": "Unschedulable"}]}}
+
+    class Api:  # the two reads the event makes: the pod, and each pool's nodes (none yet: new nodes only)
+        def list_all(self, path, query, reduce=None, page=None):
+            return [reduce(pod)] if query["fieldSelector"] == "metadata.name=big" else []
+
+        def list_nodes(self, selector):
+            return []
+
+    class Pools:
+        def __init__(self, pools):
+            self.pools = pools
+
+        def nodepools(self, cluster):
+            return self.pools
+
+    types = ["ecs.ebmgn7e.32xlarge"]  # A100 80GB: 3g.40gb exists
+    narrow = NodePool(nodepool_id="np-a", instance_types=types,
+                      labels={"ack-mig-hook/layout": "auto", "ack-mig-hook/layout-profiles": "1g.10gb"})
+    paused = NodePool(nodepool_id="np-a", instance_types=types,
+                      labels={"ack-mig-hook/layout": "auto", "ack-mig-hook/paused": "true"})
+    wide = NodePool(nodepool_id="np-b", instance_types=types, labels={"ack-mig-hook/layout": "auto"})
+    planned = []
+    monkeypatch.setattr(pod_event_module, "_plan", lambda *args: planned.append(args[-2]) or "planned")
+    request = parse_event(pod_event("llm", "big"))
+    for first in (narrow, paused):
+        assert pod_event_module._cannot_take(first, slim(pod), [])  # the reason it is passed over
+        assert pod_event_module.run_pod_event(request, Pools([first, wide]), CLUSTER, None, False, None, Api(),
+                                              JsonLogger("OFF")) == "planned"
+    assert planned == ["np-b", "np-b"]
+    # when no pool can, the first it matches is still the one its step names: paused says so
+    result = pod_event_module.run_pod_event(request, Pools([paused]), CLUSTER, None, False, None, Api(),
+                                            JsonLogger("OFF"))
+    assert result.outcome == "skip" and "auto pool np-a, which is paused" in result.reason
+
