@@ -75,6 +75,29 @@ def test_a_pod_no_node_holds_never_lifts_the_dwell_however_long_it_waits():
     assert "wait for GPUs changed within the last 600s" in result.reasons[-1]
 
 
+def test_the_autoscaler_sees_only_what_both_plans_leave_short():
+    # Found by a fuzz of 3,000 pools: with n0's GPUs kept the search leaves the 7g.80gb pod short (the dwell
+    # holds it back) and serves the 4g.40gb one on n1; without the dwell it does the opposite. The applied plan
+    # is the kept one, so nothing needs a new node; the tags asked for one for the 4g.40gb pod it serves.
+    def gpu(node, index, *held):
+        return GpuSupply(node, index, A80, tuple(Instance(p, s, u) for p, s, u in held))
+
+    supply = [gpu("n0", 0, ("1g.20gb", 0, False), ("1g.20gb", 2, False), ("3g.40gb", 4, False)),
+              gpu("n0", 1, *[("1g.10gb", i, i in (1, 6)) for i in range(7)]),
+              gpu("n1", 0, ("3g.40gb", 0, False))]
+    demand = [PodDemand("ns/p%d" % k, "x", p)
+              for k, p in enumerate(["1g.10gb", "2g.20gb", "4g.40gb", "7g.80gb", "1g.20gb"])]
+    bounds = Bounds(model=A80, node_gpus=2)
+    held = Dwell({("n0", 0): NOW - 100, ("n0", 1): NOW - 100}, NOW, 600, 300, {})
+    assert plan(supply, demand, bounds, keep=frozenset(held.changed)).unserved == (("7g.80gb", 1),)
+    assert plan(supply, demand, bounds).unserved == (("4g.40gb", 1),)
+    result = plan_steady(plan, supply, demand, bounds, held)
+    assert [(t.node, t.index) for t in result.changes] == [("n1", 0)]  # the kept plan's: 4g.40gb on n1
+    assert result.unserved == () and result.new_node == () and result.new_node_shape == ()
+    assert not any("4g.40gb instance beyond" in r for r in result.reasons)
+    assert "1x 7g.80gb instance(s) wait for GPUs changed" in result.reasons[-1]
+
+
 def test_within_the_dwell_idle_instances_serve_and_instances_are_added_beside_them():
     idle = GpuSupply("a", 0, A80, (Instance("3g.40gb", 0, False),))
     assert plan_steady(plan, [idle], [pod("3g.40gb")], Bounds(), dwell()).changes == ()  # served by the idle one

@@ -26,6 +26,7 @@ Bounded: under any demand a GPU is repartitioned at most once per ``dwell_s`` un
 from dataclasses import replace
 from typing import Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from .planner import new_node_for
 from .vocabulary import Bounds, GpuSupply, Plan, PodDemand
 
 Gpu = Tuple[str, int]
@@ -78,8 +79,14 @@ def plan_steady(planner: Any, supply: Sequence[GpuSupply], demand: Sequence[PodD
             % dwell.max_wait_s,))
     if short_free == short_kept:
         return kept
-    # What only the dwell holds back waits for these GPUs, not for a new node: the autoscaler sees the plan
-    # without the dwell.
+    # What only the dwell holds back waits for these GPUs, not for a new node: per profile, the autoscaler sees
+    # what both plans leave short. Not the plan without the dwell's own shortfall: the two searches may leave
+    # different profiles short, and the kept plan (the one applied) may serve what that one does not.
+    both = tuple((name, min(n, short_free.get(name, 0))) for name, n in kept.unserved if short_free.get(name, 0))
+    if both == free.unserved:
+        new_node, shape = free.new_node, free.new_node_shape
+    else:
+        new_node, shape = new_node_for(both, bounds, supply)
     waiting = ", ".join("%dx %s" % (n - short_free.get(name, 0), name) for name, n in kept.unserved
                         if n > short_free.get(name, 0))
     gpus = sorted(keep, key=lambda g: (hold[g], g))
@@ -89,7 +96,9 @@ def plan_steady(planner: Any, supply: Sequence[GpuSupply], demand: Sequence[PodD
                ", ".join("%s GPU %d for %ds more" % (g[0], g[1], max(0, int(hold[g] - dwell.now))) for g in gpus[:3]),
                " and %d more" % (len(gpus) - 3) if len(gpus) > 3 else "", int(dwell.max_wait_s)))
     changed = {t.reason for t in free.changes}
-    notes = tuple(r for r in free.reasons if r not in changed)
+    # the other plan's notes, less those about a profile the applied plan serves
+    served = [name for name in short_free if name not in dict(both)]
+    notes = tuple(r for r in free.reasons if r not in changed
+                  and not any(" pending %s instance" % name in r for name in served))
     own = tuple(t.reason for t in kept.changes if t.reason)
-    return replace(kept, unserved=free.unserved, new_node=free.new_node,
-                   new_node_shape=free.new_node_shape, reasons=own + notes + (line,))
+    return replace(kept, unserved=both, new_node=new_node, new_node_shape=shape, reasons=own + notes + (line,))

@@ -997,6 +997,13 @@ def _target(gpu: _Gpu, served, unplaced: List[str]) -> GpuTarget:
     return GpuTarget(s.node, s.index, layout, change, reason, create, destroy)
 
 
+def new_node_for(unserved: Sequence[Tuple[str, int]], bounds: Bounds, supply: Sequence[GpuSupply]
+                 ) -> Tuple[Tuple[Tuple[str, int], ...], Tuple[Tuple[Tuple[Tuple[str, int], ...], int], ...]]:
+    """``Plan.new_node`` and ``Plan.new_node_shape`` for ``unserved`` (profile, instances) pairs: what the
+    dwell (dwell.py) advertises when what it holds back differs from the plan's own shortfall."""
+    return _new_node(Counter(dict(unserved)), bounds, supply)
+
+
 def _new_node(unserved: Counter, bounds: Bounds, supply: Sequence[GpuSupply]
               ) -> Tuple[Tuple[Tuple[str, int], ...], Tuple[Tuple[Tuple[Tuple[str, int], ...], int], ...]]:
     """What a new node brings for the unserved instances: (the layout most of its GPUs get, the whole node as
