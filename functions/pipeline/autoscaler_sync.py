@@ -15,7 +15,10 @@ from functions.decision.autoscaler_tags import MODE_OFF, plan_pool
 from functions.base.errors import EventOutcome
 from functions.base.event_result import Trigger
 
-TAG_TRIGGERS = (Trigger.TIMER, Trigger.MANUAL, Trigger.NODEPOOL_OPERATION)
+# A pod event plans an auto pool as the timer does, so it sets that pool's tags too: a pool with no room (or
+# no node) is asked to scale out within seconds, not at the next timer tick. An auto pool no step planned
+# is left as it is (autoscaler_tags.wanted), whatever the trigger.
+TAG_TRIGGERS = (Trigger.TIMER, Trigger.MANUAL, Trigger.NODEPOOL_OPERATION, Trigger.POD_UNSCHEDULABLE)
 
 
 def sync_pool_tags(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,

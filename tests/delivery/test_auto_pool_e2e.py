@@ -166,11 +166,24 @@ def test_demand_beyond_the_pool_sets_the_node_template_tags_and_a_dry_run_change
     assert tags["set"] == {key: "16"} and "dry run: not written" in tags["reason"]  # 8 GPUs x two 3g.40gb
 
 
-def test_a_tick_with_nothing_pending_lists_pods_once_and_ends(pool):
+def test_a_tick_with_nothing_pending_lists_pods_once_and_stops_advertising_a_new_node(pool):
+    """Nothing waits: no node changes and the pods are listed once; the tags a scale-out left (16x 3g.40gb
+    here) stop advertising a new node, or the next pod the pool's GPUs could serve would bring one first. The
+    pool's planning claim is taken for that (a plan running elsewhere may be setting them)."""
     server, api, settings, executor, state_file = pool
-    result = run_event(TICK, settings, inventory=lookup(), executor=executor, kube=api)
+    before = state_file.read_text()
+    key = "k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-3g.40gb"
+    inventory = snapshot()
+    inventory["nodepools"][0]["scaling_group"]["tags"] = [{"key": key, "value": "16"}]
+    result = run_event(TICK, settings, inventory=InventoryLookup.from_dict(inventory), executor=executor, kube=api)
     assert result.outcome == "skip" and "no MIG pod waits" in result.reason
-    assert [r.path for r in server.requests] == ["/api/v1/pods"]
+    assert [r.path for r in server.requests if "/pods" in r.path] == ["/api/v1/pods"]
+    assert not [r for r in server.requests if "/nodes" in r.path] and state_file.read_text() == before
+    (tags,) = result.pool_tags
+    assert tags["remove"] == [key] and tags["set"] == {}
+    # in sync already: nothing to write
+    result = run_event(TICK, settings, inventory=lookup(), executor=executor, kube=api)
+    assert result.pool_tags[0]["remove"] == [] and result.pool_tags[0]["set"] == {}
 
 
 def test_a_node_the_autoscaler_brought_gets_the_new_node_layout(pool):

@@ -384,3 +384,17 @@ def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_ma
                                             JsonLogger("OFF"))
     assert result.outcome == "skip" and "auto pool np-a, which is paused" in result.reason
 
+
+def test_a_pod_event_that_needs_a_new_node_sets_the_node_template_tags_now(cluster):
+    """The pool's one GPU holds one 7g.80gb; two pods ask one each. The event's plan serves one and names a
+    new node for the other: the tags that make the autoscaler add it are set by this event, within seconds,
+    not by the next timer tick (the pool's tags were only ever written by the timer's step)."""
+    server, api, settings, executor, state_file = cluster
+    waiting(server, "whole-0", "7g.80gb")
+    waiting(server, "whole-1", "7g.80gb")
+    result = run(pod_event("llm", "whole-1"), cluster)
+    assert result.outcome == "done", result.reason
+    (tags,) = result.pool_tags
+    key = "k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-7g.80gb"
+    assert tags["set"] == {key: "8"}, tags  # a new node of 8 GPUs, one 7g.80gb each
+
