@@ -175,11 +175,13 @@ def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
 
 
 def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
-             log: Any, only: str = "") -> Any:
+             log: Any, only: str = "", left_s: Optional[float] = None) -> Any:
     """One tick: one paged list of Pending pods; when a MIG pod waits, each auto pool is planned (advise's
     answer), its changes delivered as per-GPU node requests (no drain: nothing in use is destroyed) and its
     node-template tags set to the new-node layout. Ends done (something planned) or skip (nothing to do).
-    ``only``: the one pool an event named (event.py's AutoPoolNamed), else the request's pool or every one."""
+    ``only``: the one pool an event named (event.py's AutoPoolNamed), else the request's pool or every one.
+    ``left_s``: the time this invocation has left (a pod event's later round), else a whole invocation: its
+    planning claims and its rollout end by then."""
     from node_bootstrap.kube import KubeError
 
     from functions.base.event_result import HandlerResult
@@ -198,9 +200,9 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     api = _api_of(kube, lookup, settings, cluster)
     if api is None:
         return end("skip", "auto pools need the Kubernetes API (pods are read there): none is configured")
-    claims = tick_claims(api, settings)  # one plan at a time per pool (functions/rollout/plan_claim.py)
+    claims = tick_claims(api, settings, left_s)  # one plan at a time per pool (functions/rollout/plan_claim.py)
     try:
-        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims)
+        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, left_s)
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
                    % " ".join(str(exc).split())[:200])
@@ -209,7 +211,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 
 
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
-          pools: List[Any], log: Any, end: Any, claims: Any) -> Any:
+          pools: List[Any], log: Any, end: Any, claims: Any, left_s: Optional[float] = None) -> Any:
     from functions.base.model import Decision
     from functions.decision.autoscaler_tags import pool_template
     from functions.decision.layout import LayoutLabelError
@@ -284,7 +286,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     # New nodes go straight to the node (nothing runs there yet: MIG is turned on, as a scale-out does); changed
     # running nodes go through the rollout: claim, the pool's budget, pause, Events, record, capacity.
     rolled, rollout = prepare_auto(changes, sizes, api, settings, pools_now=lambda: lookup.nodepools(cluster),
-                                   owner=claims.owner)
+                                   owner=claims.owner, left_s=left_s)
     decisions.extend(rolled)
     inner = DryRunExecutor() if dry_run else (executor or make_executor(settings, False))
     nodes_done = rollout.executor(inner, dry_run).execute(request, decisions)

@@ -130,12 +130,16 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     from functions.rollout.plan_marker import MarkerBusy, PlanMarker
     from functions.rollout.run import run_lease_s
 
-    def tick() -> HandlerResult:
-        return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id)
+    from functions.base.settings import invocation_s
+
+    started = time.monotonic()
+
+    def tick() -> HandlerResult:  # a later round has only what is left of this invocation
+        left = invocation_s(settings) - (time.monotonic() - started)
+        return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id, left_s=left)
 
     if dry_run:  # a dry run shows the plan and writes nothing, the marker included
         return tick()
-    started = time.monotonic()
     marker = PlanMarker(api, uuid.uuid4().hex[:12], run_lease_s(settings))
     try:
         role, seen = marker.arrive(pool_id, key, request.event_id or "")

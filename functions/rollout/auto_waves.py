@@ -54,8 +54,8 @@ def created_by_gpu(targets: Sequence[Any]) -> Dict[int, Tuple[str, ...]]:
 
 
 def prepare_auto(changes: Sequence[Tuple[Any, Decision, Sequence[Any]]], pool_sizes: Dict[str, int], kube: Any,
-                 settings: Any, pools_now: Optional[Callable[[], Sequence[Any]]] = None, owner: str = ""
-                 ) -> Tuple[List[Decision], AutoRollout]:
+                 settings: Any, pools_now: Optional[Callable[[], Sequence[Any]]] = None, owner: str = "",
+                 left_s: Optional[float] = None) -> Tuple[List[Decision], AutoRollout]:
     """The per-GPU decisions as wave nodes: ``changes`` is ``(pool, decision, the node's GpuTargets)`` per
     changed node, ``pool_sizes`` each pool's node count (its ``max-unavailable`` percentage is of that).
     Returns the decisions (a pool whose ``max-unavailable`` label is wrong: one error on its first node, the
@@ -85,7 +85,8 @@ def prepare_auto(changes: Sequence[Tuple[Any, Decision, Sequence[Any]]], pool_si
                                             pool_id=pool_id, pool_name=name, limit=limit, layouts=layouts,
                                             created=created_by_gpu(targets), budgeted=True)
             out.append(d)
-    rollout = AutoRollout(kube, dict(waves), settings, owner, expires, pools, pools_now,
-                          now + invocation_s(settings), planned=waves)
+    # the invocation's end: a whole invocation from now, or what a pod event's later round has left of it
+    left = invocation_s(settings) if left_s is None else min(float(invocation_s(settings)), max(0.0, left_s))
+    rollout = AutoRollout(kube, dict(waves), settings, owner, expires, pools, pools_now, now + left, planned=waves)
     rollout.drains = {iid: False for iid in waves}
     return out, rollout

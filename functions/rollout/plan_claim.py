@@ -166,11 +166,16 @@ def horizon_s(settings: Any) -> float:
     return float(max(invocation_s(settings), run_lease_s(settings)))
 
 
-def tick_claims(kube: Any, settings: Any) -> PlanClaims:
-    """The claims of one auto pool tick, under a new invocation id (the rollout's records carry the same)."""
+def tick_claims(kube: Any, settings: Any, left_s: Optional[float] = None) -> PlanClaims:
+    """The claims of one auto pool tick, under a new invocation id (the rollout's records carry the same).
+    ``left_s``: the time the invocation has left, when less than a whole one (a pod event's later round): a
+    claim never outlives the invocation that takes it."""
     from functions.rollout import run
 
-    return PlanClaims(kube, uuid.uuid4().hex[:12], run.clock, horizon_s(settings), settings.auto_dwell_s)
+    claims = PlanClaims(kube, uuid.uuid4().hex[:12], run.clock, horizon_s(settings), settings.auto_dwell_s)
+    if left_s is not None:
+        claims.until = min(claims.until, run.clock() + max(0.0, left_s))
+    return claims
 
 
 def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[float],

@@ -171,3 +171,28 @@ def test_concurrent_events_each_land_their_ask_and_exactly_one_plans(api):
     assert sorted(roles) == [co.COALESCED] * 7 + [co.PLAN]
     stored = json.loads(server.leases[("default", marker_lease(POOL))]["metadata"]["annotations"][co.MARKER_ANNOTATION])
     assert stored["asked"] == 8
+
+
+def test_a_later_round_claims_and_rolls_out_only_within_what_is_left_of_its_invocation():
+    """A pod event's holder plans round after round in one invocation; each round began with a whole
+    invocation ahead of it on paper, so its planning claim and its rollout deadline could outlive the
+    invocation FC ends (a crashed round's claim then held the pool past the end the docs promise)."""
+    import dataclasses
+
+    from functions.base.settings import invocation_s, load_settings
+    from functions.kube.nodes import MemoryKube
+    from functions.rollout import run
+    from functions.rollout.auto_waves import prepare_auto
+    from functions.rollout.plan_claim import tick_claims
+
+    settings = dataclasses.replace(load_settings({"ACK_MIG_CLUSTER_ID": "c1"}), function_timeout_s=14400)
+    assert invocation_s(settings) == 14400
+    before = run.clock()
+    whole, late = tick_claims(MemoryKube(), settings), tick_claims(MemoryKube(), settings, left_s=300.0)
+    assert whole.until >= before + 14400 and before + 300 <= late.until <= run.clock() + 300
+    assert tick_claims(MemoryKube(), settings, left_s=-5.0).until <= run.clock()  # none left: expired at once
+    _, rollout = prepare_auto([], {}, MemoryKube(), settings, left_s=300.0)
+    assert rollout.deadline <= run.clock() + 300
+    _, rollout = prepare_auto([], {}, MemoryKube(), settings)
+    assert rollout.deadline >= before + 14400
+
