@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 
 from node_bootstrap.mig import (PARTITION_LABELS, RESOURCE_PREFIX, MigInputError, find_gpu, layout_resources,
                                 node_resources, spec_from_labels)
-from node_bootstrap.mig.solver import Instance as SolverInstance, Layout
+from node_bootstrap.mig.solver import Instance as SolverInstance, Layout, check_budget, try_place
 
 from functions.decision.families import capability
 
@@ -183,9 +183,12 @@ def auto_pool_resources(pool: "NodePool", new_node) -> Tuple[Optional[Dict[str, 
                                     for layout, n in groups.items())
         for layout, n in groups.items():
             profiles = [model.profile_by_name(name) for name, _ in layout]
-            if any(p is None for p in profiles):
-                return None, "the layout %s does not fit %s (%s)" % ("-".join(n for n, _ in layout), instance_type,
-                                                                     model.key)
+            # the profile names alone are not enough: 7x 1g.10gb fit an A100 80GB's GPU, an A100 40GB's holds 4
+            if any(p is None for p in profiles) or try_place(model, profiles) is None:
+                why = "" if any(p is None for p in profiles) else ": %s" % (
+                    check_budget(model, profiles) or "no placement holds them together")
+                return None, "the layout %s does not fit %s (%s)%s" % ("-".join(n for n, _ in layout), instance_type,
+                                                                       model.key, why)
             solved = Layout(model, tuple(SolverInstance(p, start) for p, (_, start) in zip(profiles, layout)))
             for name, k in layout_resources(solved, n).items():
                 total[name] = total.get(name, 0) + k

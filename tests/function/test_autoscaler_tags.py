@@ -117,6 +117,18 @@ def test_a_pool_whose_gpus_are_not_known_gets_a_reason_and_keeps_its_tags():
     assert typo.write is None and "commas are not accepted" in typo.reason
 
 
+def test_an_auto_pools_new_node_layout_is_checked_on_every_instance_type_not_only_by_profile_name():
+    # 7x 1g.10gb per GPU: an A100 80GB GPU holds them, an A100 40GB GPU holds 4; a pool with both types
+    # advertised 56 (8 x 7 on either) and the autoscaler could buy a node that holds 32
+    seven = ((tuple(("1g.10gb", i) for i in range(7)), 8),)
+    labels = {"ack-mig-hook/layout": "auto"}
+    both = plan_pool(pool(labels=labels, types=("ecs.ebmgn7e.32xlarge", "ecs.ebmgn7.26xlarge")), "auto", seven)
+    assert both.write is None and "does not fit ecs.ebmgn7.26xlarge (A100-SXM4-40GB)" in both.reason
+    assert "7 x 1g.10gb requested, but A100-SXM4-40GB holds at most 4" in both.reason
+    one = plan_pool(pool(labels=labels, types=("ecs.ebmgn7e.32xlarge",)), "auto", seven)
+    assert one.set == {OURS + "1g.10gb": "56"}
+
+
 def test_instance_types_that_differ_advertise_the_least_of_each():
     # 8 x A100 40GB and 8 x A100 80GB: 1g.10gb exists on both with a different count (40GB: 4, 80GB: 7)
     mixed = plan_pool(pool(labels={SIZE: "1g.10gb"}, types=("ecs.ebmgn7.26xlarge", "ecs.ebmgn7e.32xlarge")), "on")
