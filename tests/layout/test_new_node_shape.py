@@ -164,3 +164,18 @@ def test_the_bench_autoscaler_adds_every_node_of_a_cold_start_in_one_round():
     gpu = find_gpu(A100)
     row = dp.simulate(dp.AutoPool(gpu, A100, sorted(names.values()), 0.5), events, names, 6, 0.5)
     assert row["scale_outs"] == 1 and row["served"] == 42 and row["peak_nodes"] == 6
+
+
+def test_a_profile_the_new_node_leaves_out_is_named_not_dropped_silently():
+    # the pool's node is an A100 40GB, its template an A100 80GB: 1g.5gb exists only on the first, so the new
+    # node's layout serves the 1g.10gb pod and the plan says the 1g.5gb one is not in it
+    from functions.decision.layout import Bounds, GpuSupply, Instance, PodDemand, plan
+
+    a40, a80 = "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB"
+    supply = [GpuSupply("a", 0, a40, (Instance("7g.40gb", 0, True),))]
+    result = plan(supply, [PodDemand("x/a", "x", "1g.5gb"), PodDemand("x/b", "x", "1g.10gb")],
+                  Bounds(model=a80, node_gpus=8))
+    assert {p for layout, _ in result.new_node_shape for p, _ in layout} == {"1g.10gb"}
+    assert any(r.startswith("1 pending 1g.5gb instance not in the new node's layout") for r in result.reasons)
+    assert not any("1g.10gb instance not in" in r for r in result.reasons)
+
