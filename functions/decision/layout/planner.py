@@ -740,8 +740,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     in_shape = {name for layout, _ in shape for name, _ in layout}
     for name, n in sorted(unserved.items()):  # what the new node leaves out says so, not only an empty shape
         if shape and n > 0 and name != WHOLE_GPU and name not in in_shape:
-            notes.append("%d pending %s instance%s not in the new node's layout: its GPU model has no such profile, "
-                         "or one node cannot hold it beside the others (a later round)" % (n, name, "" if n == 1 else "s"))
+            notes.append("%d pending %s instance%s not in the new node's layout: its GPU model has no such "
+                         "profile, or one node cannot hold it beside the others (a later round)"
+                         % (n, name, "" if n == 1 else "s"))
     if not shape and any(n > 0 for name, n in unserved.items() if name != WHOLE_GPU):
         notes.append("no new node's layout can be named for what is unserved: neither a GPU of the pool nor its "
                      "instance type has a model the catalogue knows with those profiles")
