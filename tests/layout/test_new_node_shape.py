@@ -179,3 +179,29 @@ def test_a_profile_the_new_node_leaves_out_is_named_not_dropped_silently():
     assert any(r.startswith("1 pending 1g.5gb instance not in the new node's layout") for r in result.reasons)
     assert not any("1g.10gb instance not in" in r for r in result.reasons)
 
+
+def test_each_copy_of_the_new_node_holds_the_largest_pod_asking_several_of_a_profile():
+    # 40 pods of 7g.80gb and one pod asking 4x 3g.40gb on one node: the shape served the instance counts
+    # over the copies (2x 3g.40gb per node) and no copy held the 4, so the autoscaler, which adds a node only
+    # for a pod its template holds, never added one for that pod; one asking 8 fills half a node
+    from collections import Counter
+
+    from functions.decision.layout import Bounds, PodDemand, plan
+
+    def per_node(shape):
+        out = Counter()  # type: Counter
+        for layout, gpus in shape:
+            for name, _ in layout:
+                out[name] += gpus
+        return out
+
+    many = [PodDemand("ns/w%d" % i, "deployment ns/w", "7g.80gb") for i in range(40)]
+    for big in (4, 8):
+        result = plan([], [PodDemand("ns/big", "pod ns/big", "3g.40gb", big)] + many, Bounds(model=A100, node_gpus=8))
+        held = per_node(result.new_node_shape)
+        assert held["3g.40gb"] >= big and held["7g.80gb"] >= 1, (big, held)
+    # the same pod asked as 4 pods of one 3g.40gb each may spread over the copies: no floor
+    result = plan([], [PodDemand("ns/s%d" % i, "deployment ns/s", "3g.40gb") for i in range(4)] + many,
+                  Bounds(model=A100, node_gpus=8))
+    assert per_node(result.new_node_shape)["3g.40gb"] == 2
+

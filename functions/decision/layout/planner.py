@@ -48,7 +48,7 @@ may gain instances, but none of theirs is destroyed, so demand that alternates c
 import dataclasses
 import functools
 from collections import Counter, OrderedDict
-from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 from node_bootstrap.mig.catalogue import GPUS, GpuModel, Profile, find_gpu_or_none
 from node_bootstrap.mig.solver import check_budget
@@ -351,14 +351,15 @@ def _in_the_way(model: GpuModel, kept: List[_Inst], spare: List[_Inst], new: Tup
     return [i for i in spare if i not in back]
 
 
-def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand]) -> Tuple[set, Counter, int]:
+def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand]) -> Tuple[set, Counter, int, Dict[str, int]]:
     """Pending pods that ask for several profiles (matching.demand_of gives one PodDemand per profile, one
     key): the scheduler needs every instance of such a pod on one node, and the rest of the plan counts
     profile by profile, so it would count an idle 1g.10gb on one node and an idle 2g.20gb on another as
     serving a pod that asks for both. A node whose idle instances hold all of its asks keeps them for it
     (the busiest node first); a pod no node holds that way now is unserved, for a new node, and changes
     nothing here: planning the pool's GPUs for asks that must meet on one node is left to the new node.
-    Returns (the keys handled, the instances left unserved per profile, the pods left so)."""
+    Returns (the keys handled, the instances left unserved per profile, the pods left so, per profile the
+    most one of those pods asks: what one new node must hold)."""
     asks = OrderedDict()  # type: Dict[str, Counter]
     profiles = {}  # type: Dict[str, set]
     for d in demand:
@@ -367,9 +368,9 @@ def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand]) -> Tuple[set, Co
     for d in sorted(demand, key=lambda d: d.key):
         if d.key in profiles and len(profiles[d.key]) > 1 and d.pending and d.profile != WHOLE_GPU:
             asks.setdefault(d.key, Counter())[d.profile] += max(int(d.count), 0)
-    unserved, apart = Counter(), 0  # type: Counter, int
+    unserved, apart, floor = Counter(), 0, {}  # type: Counter, int, Dict[str, int]
     if not asks:
-        return set(), unserved, apart
+        return set(), unserved, apart, floor
     busy = Counter()  # type: Counter
     for g in gpus:
         busy[g.supply.node] += g.compute_in_use
@@ -388,7 +389,9 @@ def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand]) -> Tuple[set, Co
         else:
             unserved.update(wanted)
             apart += 1
-    return set(asks), unserved, apart
+            for name, n in wanted.items():
+                floor[name] = max(floor.get(name, 0), n)
+    return set(asks), unserved, apart, floor
 
 
 def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
@@ -543,7 +546,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
 
     before = {g.sort_key: list(g.state) for g in gpus}  # what the exact form starts from (exact.py)
     unserved, notes = Counter(), []  # type: Counter, List[str]
-    joint, joint_short, joint_apart = _serve_joint(gpus, demand)  # pods asking several profiles
+    joint, joint_short, joint_apart, floor = _serve_joint(gpus, demand)  # pods asking several profiles
     if joint:  # the rest of the plan, the exact solve and the needless-change check count profile by profile
         demand = [d for d in demand if d.key not in joint]
     multi = _serve_multi(gpus, demand, bounds)  # pods asking several instances of one node
@@ -568,6 +571,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         notes.append("%d pending pod%s asking several profiles: no node of the pool has idle instances of all of "
                      "them now (the scheduler needs them on one node): counted for a new node"
                      % (joint_apart, "" if joint_apart == 1 else "s"))
+    for d in demand:  # one new node must hold each pod asking several of one profile that waits for one
+        if d.pending and d.count > 1 and d.profile != WHOLE_GPU and d.key not in multi[0]:
+            floor[d.profile] = max(floor.get(d.profile, 0), int(d.count))
     for name, n in sorted(apart.items()):
         unserved[name] += n
         notes.append("%d pending %s instance%s of pods asking several on one node: no node of the pool can "
@@ -736,7 +742,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         targets.append(target)
         if target.reason:
             reasons.append(target.reason)
-    new_node, shape = _new_node(unserved, bounds, supply)
+    new_node, shape = _new_node(unserved, bounds, supply, floor)
     in_shape = {name for layout, _ in shape for name, _ in layout}
     for name, n in sorted(unserved.items()):  # what the new node leaves out says so, not only an empty shape
         if shape and n > 0 and name != WHOLE_GPU and name not in in_shape:
@@ -1010,8 +1016,8 @@ def new_node_for(unserved: Sequence[Tuple[str, int]], bounds: Bounds, supply: Se
     return _new_node(Counter(dict(unserved)), bounds, supply)
 
 
-def _new_node(unserved: Counter, bounds: Bounds, supply: Sequence[GpuSupply]
-              ) -> Tuple[Tuple[Tuple[str, int], ...], Tuple[Tuple[Tuple[Tuple[str, int], ...], int], ...]]:
+def _new_node(unserved: Counter, bounds: Bounds, supply: Sequence[GpuSupply],
+              floor: Optional[Dict[str, int]] = None) -> Tuple[Tuple[Tuple[str, int], ...], Tuple[Tuple[Tuple[Tuple[str, int], ...], int], ...]]:
     """What a new node brings for the unserved instances: (the layout most of its GPUs get, the whole node as
     (per-GPU layout, GPUs) groups, most GPUs first). The node's GPU count is ``bounds.node_gpus``, else the
     largest node's, else one; its model ``bounds.model``, else the pool's most common one.
@@ -1034,7 +1040,7 @@ def _new_node(unserved: Counter, bounds: Bounds, supply: Sequence[GpuSupply]
     size = bounds.node_gpus or max(Counter(s.node for s in supply).values() or [1])
     size = max(1, min(size, MAX_NODE_GPUS))
     while wanted:
-        layouts = _node_shape(model, {n: unserved[n] for n in wanted}, size)
+        layouts = _node_shape(model, {n: unserved[n] for n in wanted}, size, floor or {})
         if layouts is not None:
             groups = OrderedDict()  # type: Dict[Tuple[Tuple[str, int], ...], int]
             for layout in layouts:
@@ -1045,29 +1051,31 @@ def _new_node(unserved: Counter, bounds: Bounds, supply: Sequence[GpuSupply]
     return (), ()
 
 
-def _node_shape(model: GpuModel, counts: Dict[str, int], size: int
+def _node_shape(model: GpuModel, counts: Dict[str, int], size: int, floor: Mapping[str, int]
                 ) -> Optional[List[Tuple[Tuple[str, int], ...]]]:
-    """``size`` per-GPU layouts (one node) such that the fewest copies of the node hold ``counts``; None
-    when one node cannot hold one instance of every profile."""
+    """``size`` per-GPU layouts (one node) such that the fewest copies of the node hold ``counts``, each copy
+    at least ``floor`` of a profile (the most one waiting pod asks: the scheduler puts a pod on one node, and
+    the autoscaler adds a node only for a pod its template holds); None when one node cannot hold one
+    instance of every profile and the floors."""
     compute = sum(c * model.profile_by_name(n).compute_slices for n, c in counts.items())
     lo, hi = max(1, -(-compute // (size * model.compute_slices))), max(counts.values())
-    if _node_fill(model, counts, size, hi) is None:
+    if _node_fill(model, counts, size, hi, floor) is None:
         return None
     while lo < hi:  # the smallest k that fills (the greedy fill holds for any larger k too, near enough)
         mid = (lo + hi) // 2
-        if _node_fill(model, counts, size, mid) is None:
+        if _node_fill(model, counts, size, mid, floor) is None:
             lo = mid + 1
         else:
             hi = mid
-    return _node_fill(model, counts, size, hi)
+    return _node_fill(model, counts, size, hi, floor)
 
 
-def _node_fill(model: GpuModel, counts: Dict[str, int], size: int, k: int
+def _node_fill(model: GpuModel, counts: Dict[str, int], size: int, k: int, floor: Mapping[str, int] = {}
                ) -> Optional[List[Tuple[Tuple[str, int], ...]]]:
     """One node's GPU layouts holding ceil(count / k) of every profile, GPU by GPU the layout that serves the
     most compute of what is left (``_choose``), each GPU's free slots then filled with more of the unserved
     profiles (a new node's spare instances serve the next pods at once); None when ``size`` GPUs do not."""
-    need = {n: -(-c // k) for n, c in counts.items()}
+    need = {n: min(c, max(-(-c // k), floor.get(n, 0))) for n, c in counts.items()}
     full = (1 << model.memory_slots) - 1
     layouts = []  # type: List[Tuple[Tuple[str, int], ...]]
     while any(v > 0 for v in need.values()):
