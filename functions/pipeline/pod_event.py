@@ -16,7 +16,7 @@ events asked during its round. A dry run plans once and writes no marker.
 
 import time
 import uuid
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 from functions.base.event_result import HandlerResult
 
@@ -138,6 +138,17 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         left = invocation_s(settings) - (time.monotonic() - started)
         return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id, left_s=left)
 
+    def free() -> bool:  # one read of the pool's Lease: a tick lists every Pending pod of the cluster first
+        from node_bootstrap.kube import KubeError
+
+        from functions.rollout.plan_claim import PlanClaims, horizon_s
+
+        try:
+            peeked = PlanClaims(api, "peek", time.time, horizon_s(settings), settings.auto_dwell_s)
+            return not peeked.peek(pool_id, pool_id).why
+        except KubeError:
+            return True  # the tick reads it again and says why
+
     if dry_run:  # a dry run shows the plan and writes nothing, the marker included
         return tick()
     marker = PlanMarker(api, uuid.uuid4().hex[:12], run_lease_s(settings))
@@ -148,7 +159,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
                     % " ".join(str(exc).split())[:200])
         # a burst is when the marker is busy and when another invocation plans the pool: wait for it as a
         # holder does, or this pod waits for the timer (its ask was never written for anyone to see)
-        return _after_claims(tick, started, settings, log, pool_id)
+        return _after_claims(tick, started, settings, log, pool_id, free=free)
     if role == "coalesced":
         reason = ("coalesced: a plan of auto pool %s runs now (invocation %s, its round began %.1f s ago); it "
                   "plans again when it ends, with pod %s among the Pending pods" % (
@@ -158,7 +169,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
                              event_id=request.event_id, outcome="skip", reason=reason, cluster_id=cluster)
     rounds: List[HandlerResult] = []
     try:
-        _rounds(marker, pool_id, tick, rounds, started, settings, log)
+        _rounds(marker, pool_id, tick, rounds, started, settings, log, free)
     except BaseException:  # a bug or FC's end: let the pool go now rather than after a whole run lease
         _let_go(marker, pool_id, log)
         raise
@@ -166,7 +177,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
 
 def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], started: float, settings: Any,
-            log: Any) -> None:
+            log: Any, free: Optional[Callable[[], bool]] = None) -> None:
     """The holder's rounds: plan, then again while events asked during the round (the module docstring)."""
     from node_bootstrap.kube import KubeError
 
@@ -183,11 +194,11 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
             log.warning("plan marker", nodepool_id=pool_id, reason="round not marked (%s): this round is the "
                         "last; its lease runs out by itself" % str(exc)[:200])
             # planning is always safe; the holder's lease ends the coalescing in time
-            rounds.append(_after_claims(tick, started, settings, log, pool_id))
+            rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))
             break
         if planned is None:  # another invocation holds the pool now (this one's lease ran out): it plans
             break
-        rounds.append(_after_claims(tick, started, settings, log, pool_id))
+        rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))
         if rounds[-1].outcome in ("retry", "error"):
             _let_go(marker, pool_id, log)
             break
@@ -211,11 +222,12 @@ CLAIM_POLL_S = 2.0  # how often a holder looks again at a pool another invocatio
 
 
 def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: str,
-                  sleep: Any = time.sleep) -> HandlerResult:
+                  sleep: Any = time.sleep, free: Optional[Callable[[], bool]] = None) -> HandlerResult:
     """One round, waiting while another invocation (the timer's tick, or one whose marker ran out) holds the
     pool's planning claim: that tick listed the pending pods before this event's pod may have been waiting,
     so letting go now could leave the pod for the next timer tick, minutes away. Bounded by this invocation's
-    time: a whole round must still fit after the wait."""
+    time: a whole round must still fit after the wait. ``free``: whether the claim is free now (one Lease
+    read); the round runs again only then, not every poll (a round lists the cluster's Pending pods)."""
     from functions.base.settings import invocation_s, longest_run_s
     from functions.rollout.plan_claim import planned_elsewhere
 
@@ -226,7 +238,8 @@ def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: s
                         "is left to wait for it: the pods wait for the next event or the auto pool timer")
             break
         sleep(CLAIM_POLL_S)
-        result = tick()
+        if free is None or free():
+            result = tick()
     return result
 
 

@@ -334,6 +334,10 @@ def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_pla
     thread.join()
     assert result.outcome == "done", result.reason
     assert "2g.20gb" in profiles(state_file)
+    # it waited on the Lease (a read every 0.2 s), listing the cluster's Pending pods only to plan: before it
+    # found the claim held and after it was given back (a round at every poll listed them 9 or 10 times)
+    lists = sum(1 for r in server.requests if r.path == "/api/v1/pods")
+    assert lists <= 3, lists
 
 
 def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_matches(monkeypatch):
