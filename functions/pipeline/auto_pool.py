@@ -131,14 +131,24 @@ STATE_LABEL = "nvidia.com/mig.config.state"  # node_bootstrap/kube/nodelabels.py
 
 
 def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapping[str, Any],
-                 new_node: Sequence[Any], log: Any) -> List[Any]:
+                 new_node: Sequence[Any], log: Any, whole_waiting: int = 0) -> List[Any]:
     """A node of the pool the hook never partitioned (no state label: the autoscaler just brought it for
     the tags' promise) gets the new-node layout on every GPU as an ordinary sequence request: it turns MIG on,
     which only a node with nothing running may (the node refuses with gpu-busy otherwise). Nothing unserved:
-    it is left with whole GPUs."""
+    it is left with whole GPUs. Nor while pods asking whole GPUs (``whole_waiting``) wait: the plan counted the
+    GPUs with MIG off for them, and turning MIG on would take those GPUs away (the MIG pods it would have
+    served are in the tags, for another node)."""
     from functions.base.model import Decision, PartitionLabel
 
     if not new_node:
+        return []
+    if whole_waiting > 0:
+        fresh = [(n.get("metadata") or {}).get("name") or "" for n in nodes
+                 if STATE_LABEL not in ((n.get("metadata") or {}).get("labels") or {})]
+        for name in fresh:
+            if name in members:
+                log.info("auto pool", nodepool_id=pool_id, node_name=name, reason="a new node left with whole GPUs: "
+                         "%d pod(s) asking nvidia.com/gpu wait for them" % whole_waiting)
         return []
     sequence = "-".join(profile for profile, _ in new_node)
     out = []
@@ -264,7 +274,8 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         sizes[pool.nodepool_id] = len(nodes)
         for line in result.reasons:
             log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason=line)
-        decisions.extend(_fresh_nodes(pool.nodepool_id, nodes, members, result.new_node, log))
+        decisions.extend(_fresh_nodes(pool.nodepool_id, nodes, members, result.new_node, log,
+                                      advice["whole_gpu_pending"]))
         for name in sorted({t.node for t in result.changes}):
             node = members.get(name)
             targets = [t for t in result.targets if t.node == name]  # every GPU: the boot unit re-applies it

@@ -206,6 +206,29 @@ def test_a_node_the_autoscaler_brought_gets_the_new_node_layout(pool):
     assert not any("eviction" in r.path for r in server.requests)
 
 
+def test_a_node_the_autoscaler_brought_stays_whole_while_pods_asking_whole_gpus_wait(pool):
+    """The same fresh node, but a pod asking nvidia.com/gpu waits beside the MIG pods: the plan counts the
+    fresh node's GPU (MIG off) for it, so turning MIG on there would take the GPU it counted away. The node is
+    left whole; the MIG pods it cannot serve stay in the tags for another node."""
+    server, api, settings, executor, state_file = pool
+    server.add_node("gpu-new", labels={"alibabacloud.com/nodepool-id": POOL,
+                                       "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB",
+                                       "aliyun.accelerator/nvidia_count": "1"})
+    fresh = state_file.parent / ("%s.json" % FRESH)
+    fresh.write_text(json.dumps(driver.new_state(MODEL.key, 1)))
+    for i in range(4):
+        waiting(server, "big-%d" % i, "3g.40gb")
+    whole = server.add_pod("llm", "train", "", phase="Pending", owner_kind="Job", resources={"nvidia.com/gpu": "1"})
+    with server.lock:
+        whole["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    result = run_event(TICK, settings, inventory=lookup(fresh=True), executor=executor, kube=api)
+    assert result.outcome == "done", result.reason
+    assert json.loads(fresh.read_text())["gpus"][0]["mig_current"] == 0  # whole, for the train pod
+    assert [n["node_name"] for n in result.nodes] == ["gpu-a"], result.nodes
+    key = "k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-3g.40gb"
+    assert key in result.pool_tags[0]["set"]  # the two 3g.40gb gpu-a cannot hold: a node, in the tags
+
+
 def test_an_api_server_that_does_not_answer_ends_the_tick_for_a_retry(pool):
     server, api, settings, executor, state_file = pool
     waiting(server, "small-0", "1g.10gb")
