@@ -360,7 +360,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             from functions.pipeline.pod_event import run_pod_event
 
             stage = "planning the auto pools"
-            raise _Finished(run_pod_event(request, lookup, cluster, settings, effective_dry_run, executor, kube, log))
+            raise _Finished(run_pod_event(request, lookup, cluster, settings, effective_dry_run, executor, kube, log,
+                                          started=started))
         stage = "syncing the autoscaler tags"
         pool_tags = _autoscaler_tags(request, lookup, cluster, settings, effective_dry_run, log)
         membership: List["Membership"] = []  # built on first use: most events never ask Auto Scaling

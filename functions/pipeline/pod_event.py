@@ -70,7 +70,9 @@ def _cannot_take(pool: Any, pod: dict, nodes: List[dict]) -> str:
 
 
 def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
-                  log: Any) -> HandlerResult:
+                  log: Any, started: Optional[float] = None) -> HandlerResult:
+    """``started``: when the invocation began (``time.monotonic``), so that its rounds count the lookups
+    before them against its time; now when not given."""
     from node_bootstrap.kube import KubeError
 
     from functions.decision.layout import LAYOUT_LABEL
@@ -118,11 +120,12 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
                                                                                                  chosen.nodepool_id))
     log.info("pod event", nodepool_id=chosen.nodepool_id, reason="pod %s waits for auto pool %s"
              % (key, chosen.nodepool_id))
-    return _plan(request, lookup, cluster, settings, dry_run, executor, kube, api, log, chosen.nodepool_id, key)
+    return _plan(request, lookup, cluster, settings, dry_run, executor, kube, api, log, chosen.nodepool_id, key,
+                 started=started)
 
 
 def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any, api: Any,
-          log: Any, pool_id: str, key: str) -> HandlerResult:
+          log: Any, pool_id: str, key: str, started: Optional[float] = None) -> HandlerResult:
     """The pool's plan, coalesced with the plans other events run: see the module docstring."""
     from node_bootstrap.kube import KubeError
 
@@ -132,7 +135,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
     from functions.base.settings import invocation_s
 
-    started = time.monotonic()
+    started = time.monotonic() if started is None else started
 
     def tick() -> HandlerResult:  # a later round has only what is left of this invocation
         left = invocation_s(settings) - (time.monotonic() - started)

@@ -376,7 +376,7 @@ def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_ma
                       labels={"ack-mig-hook/layout": "auto", "ack-mig-hook/paused": "true"})
     wide = NodePool(nodepool_id="np-b", instance_types=types, labels={"ack-mig-hook/layout": "auto"})
     planned = []
-    monkeypatch.setattr(pod_event_module, "_plan", lambda *args: planned.append(args[-2]) or "planned")
+    monkeypatch.setattr(pod_event_module, "_plan", lambda *args, **kw: planned.append(args[-2]) or "planned")
     request = parse_event(pod_event("llm", "big"))
     for first in (narrow, paused):
         assert pod_event_module._cannot_take(first, slim(pod), [])  # the reason it is passed over
