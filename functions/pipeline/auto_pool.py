@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from functions.decision.layout import WHOLE_GPU, Plan, PodDemand, bounds_from_labels, plan
 from functions.decision.layout.dwell import Dwell, plan_steady
 from functions.decision.layout.matching import Place, demand_of, pod_key, split_pending
+from functions.decision.waves import paused  # the pool label ack-mig-hook/paused: nothing new starts
 from functions.kube.supply import holds_gpus, pool_supply
 
 POOL_LABEL = "alibabacloud.com/nodepool-id"  # ACK labels every node of a pool with its id (functions/decision/waves.py)
@@ -142,20 +143,15 @@ def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapp
 
     if not new_node:
         return []
-    if whole_waiting > 0:
-        fresh = [(n.get("metadata") or {}).get("name") or "" for n in nodes
-                 if STATE_LABEL not in ((n.get("metadata") or {}).get("labels") or {})]
-        for name in fresh:
-            if name in members:
-                log.info("auto pool", nodepool_id=pool_id, node_name=name, reason="a new node left with whole GPUs: "
-                         "%d pod(s) asking nvidia.com/gpu wait for them" % whole_waiting)
-        return []
+    fresh = [name for name in ((n.get("metadata") or {}).get("name") or "" for n in nodes
+                               if STATE_LABEL not in ((n.get("metadata") or {}).get("labels") or {}))
+             if name in members]
     sequence = "-".join(profile for profile, _ in new_node)
     out = []
-    for node in nodes:
-        meta = node.get("metadata") or {}
-        name = meta.get("name") or ""
-        if STATE_LABEL in (meta.get("labels") or {}) or name not in members:
+    for name in fresh:
+        if whole_waiting > 0:
+            log.info("auto pool", nodepool_id=pool_id, node_name=name, reason="a new node left with whole GPUs: "
+                     "%d pod(s) asking nvidia.com/gpu wait for them" % whole_waiting)
             continue
         log.info("auto pool", nodepool_id=pool_id, node_name=name, reason="a new node: its GPUs get " + sequence)
         out.append(Decision(instance_id=members[name].instance_id, node_name=name, nodepool_id=pool_id,
@@ -164,9 +160,6 @@ def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapp
                             reason="new node of auto pool %s: each GPU gets %s for the pods the pool cannot serve"
                                    % (pool_id, sequence)))
     return out
-
-
-PAUSED_LABEL = "ack-mig-hook/paused"  # functions/decision/waves.py: a paused pool starts nothing new
 
 
 def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
@@ -239,7 +232,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         # already in sync writes nothing), or the next pod the pool could serve would bring a node first
         # (under the pool's planning claim: a plan running elsewhere may be setting them for a pod listed later)
         listed = api.server_time()
-        idle = {p.nodepool_id: () for p in pools if (p.labels.get(PAUSED_LABEL) or "").lower() != "true"
+        idle = {p.nodepool_id: () for p in pools if not paused(p.labels)
                 and not claim_pool(claims, p, dry_run, listed, pending, settings)[1]}
         tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=idle)
         return end("skip", "no MIG pod waits: the auto pools stay as they are", tags=tags)
@@ -250,7 +243,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     sizes: Dict[str, int] = {}
     new_nodes: Dict[str, Any] = {}
     for pool in pools:
-        if (pool.labels.get(PAUSED_LABEL) or "").lower() == "true":
+        if paused(pool.labels):
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
             continue
         dwell, why = claim_pool(claims, pool, dry_run, listed, pending, settings)

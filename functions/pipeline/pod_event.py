@@ -52,10 +52,10 @@ def _cannot_take(pool: Any, pod: dict, nodes: List[dict]) -> str:
     from functions.decision.layout.bounds import LayoutLabelError, bounds_from_labels
     from functions.decision.layout.matching import pod_asks
     from functions.kube.supply import pool_supply
-    from functions.pipeline.auto_pool import PAUSED_LABEL
+    from functions.decision.waves import paused
     from node_bootstrap.mig.catalogue import find_gpu
 
-    if (pool.labels.get(PAUSED_LABEL) or "").lower() == "true":
+    if paused(pool.labels):
         return "paused"
     try:
         bounds = bounds_from_labels(pool.labels)
@@ -77,7 +77,8 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
 
     from functions.decision.layout import LAYOUT_LABEL
     from functions.decision.layout.matching import split_pending
-    from functions.pipeline.auto_pool import PAUSED_LABEL, POOL_LABEL, _api_of, places_of
+    from functions.decision.waves import paused
+    from functions.pipeline.auto_pool import POOL_LABEL, _api_of, places_of
 
     pod_ref = request.pod
     key = "%s/%s" % (pod_ref.namespace, pod_ref.name)
@@ -115,7 +116,7 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
                   matched[0] if matched else None)
     if chosen is None:
         return end("skip", "no auto pool can take pod %s (%s)" % (key, unmatched[0][1] if unmatched else "none"))
-    if (chosen.labels.get(PAUSED_LABEL) or "").lower() == "true":
+    if paused(chosen.labels):
         return end("skip", "pod %s waits for auto pool %s, which is paused: nothing new starts" % (key,
                                                                                                  chosen.nodepool_id))
     log.info("pod event", nodepool_id=chosen.nodepool_id, reason="pod %s waits for auto pool %s"
@@ -130,25 +131,19 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     from node_bootstrap.kube import KubeError
 
     from functions.pipeline.auto_pool import run_tick
+    from functions.rollout.plan_claim import peek_pool
     from functions.rollout.plan_marker import MarkerBusy, PlanMarker
     from functions.rollout.run import run_lease_s
-
-    from functions.base.settings import invocation_s
 
     started = time.monotonic() if started is None else started
 
     def tick() -> HandlerResult:  # a later round has only what is left of this invocation
-        left = invocation_s(settings) - (time.monotonic() - started)
-        return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id, left_s=left)
+        return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id,
+                        left_s=_left_s(started, settings))
 
     def free() -> bool:  # one read of the pool's Lease: a tick lists every Pending pod of the cluster first
-        from node_bootstrap.kube import KubeError
-
-        from functions.rollout.plan_claim import PlanClaims, horizon_s
-
         try:
-            peeked = PlanClaims(api, "peek", time.time, horizon_s(settings), settings.auto_dwell_s)
-            return not peeked.peek(pool_id, pool_id).why
+            return not peek_pool(api, pool_id, settings).why
         except KubeError:
             return True  # the tick reads it again and says why
 
@@ -184,13 +179,13 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
     """The holder's rounds: plan, then again while events asked during the round (the module docstring)."""
     from node_bootstrap.kube import KubeError
 
-    from functions.base.settings import invocation_s, longest_run_s
+    from functions.base.settings import longest_run_s
     from functions.rollout.plan_marker import MarkerBusy
 
     while True:
         # Open to asks only while this round and a worst-case next one both fit: an ask taken now must be
         # planned by this invocation (coalesce.py), and a round starts only when a whole one fits.
-        is_open = time.monotonic() - started + 2 * longest_run_s(settings) <= invocation_s(settings)
+        is_open = _left_s(started, settings) >= 2 * longest_run_s(settings)
         try:
             planned = marker.begin_round(pool_id, is_open)
         except (KubeError, MarkerBusy) as exc:
@@ -206,7 +201,7 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
             _let_go(marker, pool_id, log)
             break
         # Another round only while a whole one still fits in this invocation (the timer catches the rest).
-        more = time.monotonic() - started + longest_run_s(settings) <= invocation_s(settings)
+        more = _left_s(started, settings) >= longest_run_s(settings)
         try:
             again = marker.end_round(pool_id, planned, more)
         except (KubeError, MarkerBusy) as exc:
@@ -221,6 +216,13 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
             break
 
 
+def _left_s(started: float, settings: Any) -> float:
+    """What is left of this invocation's time (``started``: its ``time.monotonic()`` at the start)."""
+    from functions.base.settings import invocation_s
+
+    return invocation_s(settings) - (time.monotonic() - started)
+
+
 CLAIM_POLL_S = 2.0  # how often a holder looks again at a pool another invocation (a timer tick) plans
 
 
@@ -231,12 +233,12 @@ def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: s
     so letting go now could leave the pod for the next timer tick, minutes away. Bounded by this invocation's
     time: a whole round must still fit after the wait. ``free``: whether the claim is free now (one Lease
     read); the round runs again only then, not every poll (a round lists the cluster's Pending pods)."""
-    from functions.base.settings import invocation_s, longest_run_s
+    from functions.base.settings import longest_run_s
     from functions.rollout.plan_claim import planned_elsewhere
 
     result = tick()
     while result.outcome == "skip" and planned_elsewhere(result.reason):
-        if time.monotonic() - started + CLAIM_POLL_S + longest_run_s(settings) > invocation_s(settings):
+        if _left_s(started, settings) < CLAIM_POLL_S + longest_run_s(settings):
             log.warning("plan marker", nodepool_id=pool_id, reason="another invocation plans the pool and no time "
                         "is left to wait for it: the pods wait for the next event or the auto pool timer")
             break

@@ -207,16 +207,21 @@ def _dwell(taken: Taken, pending: Sequence[Mapping[str, Any]], settings: Any) ->
     return Dwell(taken.changed, taken.now, settings.auto_dwell_s, settings.auto_max_wait_s, waited)
 
 
+def peek_pool(kube: Any, pool_id: str, settings: Any, owner: str = "peek") -> Taken:
+    """The pool's claim and change marks as :meth:`PlanClaims.peek` reads them, for an invocation that takes
+    no claim itself (``advise``; a pod event waiting on another invocation's plan). KubeError: unreadable."""
+    import time
+
+    return PlanClaims(kube, owner, time.time, horizon_s(settings), settings.auto_dwell_s).peek(pool_id, pool_id)
+
+
 def dwell_for_advice(kube: Any, pool_id: str, pending: Sequence[Mapping[str, Any]], settings: Any
                      ) -> Tuple[Optional[Dwell], str]:
     """What ``advise`` needs to show the tick's plan: the dwell's inputs from the pool's Lease, read only
     (:meth:`PlanClaims.peek`), and "" or one note: another invocation plans the pool now, or the Lease cannot
     be read (then the advice is the plan without the dwell, and says so)."""
-    import time
-
-    claims = PlanClaims(kube, "advise", time.time, horizon_s(settings), settings.auto_dwell_s)
     try:
-        taken = claims.peek(pool_id, pool_id)
+        taken = peek_pool(kube, pool_id, settings, "advise")
     except KubeError as exc:
         return None, ("the dwell is left out: the pool's Lease %s cannot be read (%s); the tick keeps GPUs changed "
                       "in the last %d s as they are" % (lease_name(pool_id), " ".join(str(exc).split())[:160],
