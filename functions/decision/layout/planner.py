@@ -351,6 +351,18 @@ def _in_the_way(model: GpuModel, kept: List[_Inst], spare: List[_Inst], new: Tup
     return [i for i in spare if i not in back]
 
 
+def _busiest_first(gpus: List[_Gpu]) -> Dict[str, List[_Gpu]]:
+    """The GPUs by node, the nodes with the most compute in use first (then by name), each node's GPUs in
+    index order: where a pod needing one node's instances is looked for first."""
+    busy = Counter()  # type: Counter
+    for g in gpus:
+        busy[g.supply.node] += g.compute_in_use
+    nodes = OrderedDict()  # type: Dict[str, List[_Gpu]]
+    for g in sorted(gpus, key=lambda g: (-busy[g.supply.node], g.sort_key)):
+        nodes.setdefault(g.supply.node, []).append(g)
+    return nodes
+
+
 def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand]) -> Tuple[set, Counter, int, Dict[str, int]]:
     """Pending pods that ask for several profiles (matching.demand_of gives one PodDemand per profile, one
     key): the scheduler needs every instance of such a pod on one node, and the rest of the plan counts
@@ -371,12 +383,7 @@ def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand]) -> Tuple[set, Co
     unserved, apart, floor = Counter(), 0, {}  # type: Counter, int, Dict[str, int]
     if not asks:
         return set(), unserved, apart, floor
-    busy = Counter()  # type: Counter
-    for g in gpus:
-        busy[g.supply.node] += g.compute_in_use
-    nodes = OrderedDict()  # type: Dict[str, List[_Gpu]]
-    for g in sorted(gpus, key=lambda g: (-busy[g.supply.node], g.sort_key)):
-        nodes.setdefault(g.supply.node, []).append(g)
+    nodes = _busiest_first(gpus)
     for key, wanted in asks.items():
         for members in nodes.values():
             idle = {name: [i for g in members for i in g.state if not i.held and i.profile.name == name][:n]
@@ -415,12 +422,7 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
                    key=lambda d: (-d.count, d.key))
     if not multi:
         return handled, served
-    busy = Counter()  # type: Counter
-    for g in gpus:
-        busy[g.supply.node] += g.compute_in_use
-    nodes = OrderedDict()  # type: Dict[str, List[_Gpu]]
-    for g in sorted(gpus, key=lambda g: (-busy[g.supply.node], g.sort_key)):  # the busiest nodes first
-        nodes.setdefault(g.supply.node, []).append(g)
+    nodes = _busiest_first(gpus)
     # What a node was found unable to give, until it changes: (node, profile, destroy) -> (its version then,
     # the fewest instances it could not give). Many pods of one profile that no node holds cost a lookup per
     # node each, not a search of every GPU (2,000 such pods on 1,000 GPUs: issue 35).
