@@ -178,13 +178,14 @@ def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
 
 
 def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
-             log: Any, only: str = "", left_s: Optional[float] = None) -> Any:
+             log: Any, only: str = "", left_s: Optional[float] = None, listed: Optional[List[Any]] = None) -> Any:
     """One tick: one paged list of Pending pods; when a MIG pod waits, each auto pool is planned (advise's
     answer), its changes delivered as per-GPU node requests (no drain: nothing in use is destroyed) and its
     node-template tags set to the new-node layout. Ends done (something planned) or skip (nothing to do).
     ``only``: the one pool an event named (event.py's AutoPoolNamed), else the request's pool or every one.
     ``left_s``: the time this invocation has left (a pod event's later round), else a whole invocation: its
-    planning claims and its rollout end by then."""
+    planning claims and its rollout end by then. ``listed``: the cluster's node pools as the caller (a pod event)
+    listed them a moment ago; listed here when not given."""
     from node_bootstrap.kube import KubeError
 
     from functions.base.event_result import HandlerResult
@@ -197,7 +198,8 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
                              decisions=list(decisions), nodes=nodes, pool_tags=tags)
 
     scope = only or request.nodepool_id
-    pools = [p for p in lookup.nodepools(cluster) if LAYOUT_LABEL in p.labels and (not scope or p.nodepool_id == scope)]
+    listed = list(lookup.nodepools(cluster) if listed is None else listed)
+    pools = [p for p in listed if LAYOUT_LABEL in p.labels and (not scope or p.nodepool_id == scope)]
     if not pools:
         return end("skip", "no node pool carries %s=auto" % LAYOUT_LABEL)
     api = _api_of(kube, lookup, settings, cluster)
@@ -205,7 +207,8 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
         return end("skip", "auto pools need the Kubernetes API (pods are read there): none is configured")
     claims = tick_claims(api, settings, left_s)  # one plan at a time per pool (functions/rollout/plan_claim.py)
     try:
-        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, left_s)
+        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, left_s,
+                     listed, only)
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
                    % " ".join(str(exc).split())[:200])
@@ -214,7 +217,8 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 
 
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
-          pools: List[Any], log: Any, end: Any, claims: Any, left_s: Optional[float] = None) -> Any:
+          pools: List[Any], log: Any, end: Any, claims: Any, left_s: Optional[float] = None,
+          all_pools: Optional[List[Any]] = None, only: str = "") -> Any:
     from functions.base.model import Decision
     from functions.decision.autoscaler_tags import pool_template
     from functions.decision.layout import LayoutLabelError
@@ -234,7 +238,8 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         listed = api.server_time()
         idle = {p.nodepool_id: () for p in pools if not paused(p.labels)
                 and not claim_pool(claims, p, dry_run, listed, pending, settings)[1]}
-        tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=idle)
+        tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=idle, listed=all_pools,
+                              scope=only)
         return end("skip", "no MIG pod waits: the auto pools stay as they are", tags=tags)
     listed = api.server_time()  # when the pending pods were read, on the API server's clock
     skipped: List[str] = []  # pools another invocation plans (or changed since that list), one line each
@@ -280,7 +285,8 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             changes.append((pool, Decision(instance_id=node.instance_id, node_name=name, nodepool_id=pool.nodepool_id,
                                            action="partition", reason=why, ip_address=node.ip_address,
                                            gpu_layouts=per_gpu_partition(targets)), targets))
-    tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=new_nodes)
+    tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=new_nodes, listed=all_pools,
+                          scope=only)
     also = "".join("; " + line for line in skipped)
     if skipped and not new_nodes:
         return end("skip", also[2:], tags=tags)

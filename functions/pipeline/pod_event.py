@@ -87,7 +87,8 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
                              outcome=outcome, reason=reason, cluster_id=cluster, dry_run=dry_run)
 
-    pools = [p for p in lookup.nodepools(cluster) if LAYOUT_LABEL in p.labels]
+    listed = lookup.nodepools(cluster)
+    pools = [p for p in listed if LAYOUT_LABEL in p.labels]
     if not pools:
         return end("skip", "no node pool carries %s=auto: pod %s is not ours to plan for" % (LAYOUT_LABEL, key))
     api = _api_of(kube, lookup, settings, cluster)
@@ -122,12 +123,15 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     log.info("pod event", nodepool_id=chosen.nodepool_id, reason="pod %s waits for auto pool %s"
              % (key, chosen.nodepool_id))
     return _plan(request, lookup, cluster, settings, dry_run, executor, kube, api, log, chosen.nodepool_id, key,
-                 started=started)
+                 started=started, listed=listed)
 
 
 def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any, api: Any,
-          log: Any, pool_id: str, key: str, started: Optional[float] = None) -> HandlerResult:
-    """The pool's plan, coalesced with the plans other events run: see the module docstring."""
+          log: Any, pool_id: str, key: str, started: Optional[float] = None,
+          listed: Optional[List[Any]] = None) -> HandlerResult:
+    """The pool's plan, coalesced with the plans other events run: see the module docstring. ``listed``: the
+    node pools as this event listed them, for its first round (a later one, after a wait or another round,
+    lists them again)."""
     from node_bootstrap.kube import KubeError
 
     from functions.pipeline.auto_pool import run_tick
@@ -137,9 +141,11 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
     started = time.monotonic() if started is None else started
 
+    fresh = [listed]  # the event's list of the pools, for the first round only
+
     def tick() -> HandlerResult:  # a later round has only what is left of this invocation
         return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id,
-                        left_s=_left_s(started, settings))
+                        left_s=_left_s(started, settings), listed=fresh.pop() if fresh else None)
 
     def free() -> bool:  # one read of the pool's Lease: a tick lists every Pending pod of the cluster first
         try:

@@ -120,7 +120,15 @@ def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emul
 
     add_node(kube_api)
     nodes = seven_gb_node(tmp_path)
-    emulator.load_inventory(snapshot())
+    inventory = snapshot()
+    # a labelled pool whose autoscaler tags are not set yet: the timer's to write, not this pod's event
+    inventory["nodepools"].append({"nodepool_info": {"nodepool_id": "np-static", "name": "static"},
+                                   "kubernetes_config": {"labels": [{"key": "ack.aliyun.com/gpu-partition-size",
+                                                                     "value": "1g.10gb"}]},
+                                   "auto_scaling": {"enable": True},
+                                   "scaling_group": {"scaling_group_id": "asg-static",
+                                                     "instance_types": ["ecs.ebmgn7e.32xlarge"]}})
+    emulator.load_inventory(inventory)
     emulator.kubeconfig = open(kube_api.write_kubeconfig(tmp_path / "ack.conf", cert=kube_api.admin_cert(),
                                                          inline=True)).read()
     env = dict(cloud_env(emulator), **node_env(tmp_path))
@@ -142,6 +150,11 @@ def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emul
                for r in kube_api.requests)
     marker = stored_marker(kube_api)
     assert marker["holder"] == "" and marker["asked"] == 1
+    # The pools were listed twice: by the event (its plan and its tags use that list) and by the rollout
+    # before the node's slot (a pause set after the plan stops it); only the event's pool's tags were synced.
+    assert emulator.calls("DescribeClusterNodePools") == 2
+    assert [t["nodepool_id"] for t in out["pool_tags"]] == [POOL]
+    assert emulator.calls("ModifyClusterNodePool") == 0
     # Every call the event made is one deploy/rbac.yaml grants (the pod's lookup is a list: no new grant),
     # and every Lease it wrote is in default.
     import yaml
