@@ -316,7 +316,10 @@ class RolloutExecutor:
             if p is not None and p.target == w.target and p.step in rp.STOP_STEPS:
                 return self._end(w, DEFERRED, "the rollout stopped meanwhile: this node ended %s (%s)"
                                  % (p.step, p.reason or "no reason recorded"))
-            if p is not None and p.target == w.target and p.step == rp.DONE:
+            # A per-GPU target recorded done may still be owed: the node left a busy GPU as it was (the result's
+            # `left`), and a later plan asking the same layouts must reach it, or its pods wait for good.
+            if p is not None and p.target == w.target and p.step == rp.DONE and (
+                    w.layouts is None or not rp.layouts_needed(w.layouts, node)):
                 return self._end(w, SKIPPED, "another invocation finished this node meanwhile")
             if not w.drain and p is not None and p.target == w.target and p.step == rp.DESTROY_REQUIRED:
                 return self._end(w, DEFERRED, "the node refused to only add instances meanwhile (%s); the next plan "

@@ -144,10 +144,14 @@ class PlanClaims:
         (it may have changed some GPUs), marks each GPU its plan changed; one deferred, skipped or left
         unchanged marks nothing."""
         outcome = {str(r.get("node_name") or ""): r.get("outcome") for r in results or ()}
+        # the GPUs the node left as they were (busy, held): not changed, so not held back by the dwell either
+        left = {str(r.get("node_name") or ""): {g.get("gpu") for g in r.get("left") or () if isinstance(g, dict)}
+                for r in results or ()}
         for pool, decision, targets in changes:
             if outcome.get(decision.node_name) in CHANGED_OUTCOMES:
                 self.marks.setdefault(pool.nodepool_id, []).extend(
-                    (t.node, t.index) for t in targets if t.change != "none")
+                    (t.node, t.index) for t in targets
+                    if t.change != "none" and t.index not in left.get(decision.node_name or "", ()))
 
     def release_all(self) -> None:
         for pool_id in list(self.held):

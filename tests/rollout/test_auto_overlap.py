@@ -252,3 +252,20 @@ def test_without_lease_rights_the_pool_is_not_planned(cluster):
     result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
     assert result.outcome == "skip" and "deploy/rbac.yaml grants leases" in result.reason, result.reason
     assert transport.requests == [] and cluster.annotation("auto-a") is None
+
+
+def test_a_gpu_the_node_left_as_it_was_is_not_marked_changed():
+    """The dwell holds back GPUs a plan changed; a GPU the node left as it was (busy, held: the result's
+    `left`) did not change, so its mark would keep it from serving the pods that wait once it is idle."""
+    from types import SimpleNamespace as NS
+
+    from functions.rollout.plan_claim import PlanClaims
+
+    claims = PlanClaims(None, "me", lambda: 0.0, 60.0, 600.0)
+    targets = [NS(node="auto-a", index=i, change=c) for i, c in enumerate(("create", "reshape", "none"))]
+    change = (NS(nodepool_id=POOL), NS(node_name="auto-a"), targets)
+    claims.mark([change], [{"node_name": "auto-a", "outcome": "partitioned", "left": [{"gpu": 1, "why": "busy"}]}])
+    assert claims.marks == {POOL: [("auto-a", 0)]}
+    claims.marks.clear()
+    claims.mark([change], [{"node_name": "auto-a", "outcome": "unchanged"}])  # nothing changed: nothing marked
+    assert claims.marks == {}

@@ -254,6 +254,22 @@ def test_a_gpu_the_node_left_busy_is_not_waited_for(cluster):
     assert node["outcome"] == "unchanged" and "left as they were: GPU 0 (in use by pid 4242)" in node["reason"], node
     assert "no new instance to wait for" in node["reason"] and cluster.sleeps == []
     assert cluster.annotation(NAMES[0])["step"] == "done" and slots(api) == {}
+    # The GPU is idle again and the pods still wait: the next plan asks the same layouts, and its node's record
+    # says done for that target. The GPU does not hold them, so the node is sent its change (it was skipped as
+    # "finished meanwhile" on every tick after, and the pods waited for good).
+    assert _marks(api) == {}  # the node left as it was is not held back by the dwell
+    cluster.now[0] += 3600
+    again = PerGpuNodes(api)
+    (node,) = tick(cluster, again).nodes
+    assert node["outcome"] == "partitioned" and [n for n, _ in again.requests] == [NAMES[0]], node
+    layouts = json.loads(api.nodes[NAMES[0]]["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"])
+    assert [p for p, _ in layouts["0"]].count("3g.20gb") == 2, layouts
+
+
+def _marks(api):
+    lease = api.leases.get(LEASE)
+    return json.loads((lease["metadata"].get("annotations") or {}).get("ack-mig-hook/changed") or "{}") if lease \
+        else {}
 
 
 def test_layouts_needed_reads_the_nodes_annotation():
