@@ -143,9 +143,10 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
     fresh = [listed]  # the event's list of the pools, for the first round only
 
-    def tick() -> HandlerResult:  # a later round has only what is left of this invocation
+    def tick(reserve_s: float = 0.0) -> HandlerResult:
+        # a round has what is left of this invocation, less ``reserve_s`` kept for a round after it
         return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id,
-                        left_s=_left_s(started, settings), listed=fresh.pop() if fresh else None)
+                        left_s=_left_s(started, settings) - reserve_s, listed=fresh.pop() if fresh else None)
 
     def free() -> bool:  # one read of the pool's Lease: a tick lists every Pending pod of the cluster first
         try:
@@ -202,7 +203,11 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
             break
         if planned is None:  # another invocation holds the pool now (this one's lease ran out): it plans
             break
-        rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))
+        # An open round keeps a worst-case round's time for the next: the asks it takes are planned then. Its
+        # claim and its rollout end that much earlier (the rollout starts waves while more than a wave is left,
+        # and a claim wait comes on top, so a round bounded by the invocation alone could leave no time).
+        reserve = longest_run_s(settings) if is_open else 0.0
+        rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free, reserve_s=reserve))
         if rounds[-1].outcome in ("retry", "error"):
             _let_go(marker, pool_id, log)
             break
@@ -233,24 +238,26 @@ CLAIM_POLL_S = 2.0  # how often a holder looks again at a pool another invocatio
 
 
 def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: str,
-                  sleep: Any = time.sleep, free: Optional[Callable[[], bool]] = None) -> HandlerResult:
+                  sleep: Any = time.sleep, free: Optional[Callable[[], bool]] = None,
+                  reserve_s: float = 0.0) -> HandlerResult:
     """One round, waiting while another invocation (the timer's tick, or one whose marker ran out) holds the
     pool's planning claim: that tick listed the pending pods before this event's pod may have been waiting,
     so letting go now could leave the pod for the next timer tick, minutes away. Bounded by this invocation's
     time: a whole round must still fit after the wait. ``free``: whether the claim is free now (one Lease
-    read); the round runs again only then, not every poll (a round lists the cluster's Pending pods)."""
+    read); the round runs again only then, not every poll (a round lists the cluster's Pending pods).
+    ``reserve_s``: time kept for a round after this one (an open holder's), out of the round and its wait."""
     from functions.base.settings import longest_run_s
     from functions.rollout.plan_claim import planned_elsewhere
 
-    result = tick()
+    result = tick(reserve_s)
     while result.outcome == "skip" and planned_elsewhere(result.reason):
-        if _left_s(started, settings) < CLAIM_POLL_S + longest_run_s(settings):
+        if _left_s(started, settings) - reserve_s < CLAIM_POLL_S + longest_run_s(settings):
             log.warning("plan marker", nodepool_id=pool_id, reason="another invocation plans the pool and no time "
                         "is left to wait for it: the pods wait for the next event or the auto pool timer")
             break
         sleep(CLAIM_POLL_S)
         if free is None or free():
-            result = tick()
+            result = tick(reserve_s)
     return result
 
 

@@ -70,7 +70,7 @@ def test_an_ask_during_a_round_is_coalesced_only_into_a_holder_that_will_plan_it
     assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
     roles, rounds = [], []
 
-    def tick():
+    def tick(reserve_s=0.0):
         if not roles:  # an event of the pool comes while the first round applies
             roles.append(other.arrive(POOL, "llm/second", "e2")[0])
         return HandlerResult(trigger="pod-unschedulable", outcome="done", reason="planned")
@@ -88,6 +88,49 @@ def test_an_ask_during_a_round_is_coalesced_only_into_a_holder_that_will_plan_it
         assert len(rounds) == 2 and stored.holder == ""
     else:  # the holder planned once; the marker is the second event's, left for it to plan
         assert len(rounds) == 1 and stored.holder == "event2"
+
+
+def test_an_open_round_keeps_time_for_the_round_that_plans_its_asks(monkeypatch):
+    """An open holder's round may run as long as its rollout's waves and a claim wait allow, which the
+    invocation alone does not bound to one worst-case round: 4440 s, two rounds' worth, and a round of two
+    per-GPU waves (1150 s each, each started with more than a wave left) ended with 1990 s, under a round,
+    and the ask it took as "coalesced" was planned by nobody. Now the round is given the invocation less a
+    round, uses all of it, and the second round plans the ask."""
+    import dataclasses
+    import time
+
+    from functions.base.event_result import HandlerResult
+    from functions.base.settings import load_settings, longest_run_s
+    from functions.kube.nodes import MemoryKube
+    from functions.pipeline import pod_event
+
+    settings = dataclasses.replace(load_settings({"ACK_MIG_CLUSTER_ID": "c1"}), function_timeout_s=4440)
+    clock = [1000.0]
+    monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
+    kube = MemoryKube()
+    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
+    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    roles, given, rounds = [], [], []
+
+    def tick(reserve_s=0.0):
+        left = pod_event._left_s(1000.0, settings) - reserve_s  # what run_tick's claim and rollout end by
+        given.append(left)
+        if not roles:
+            roles.append(other.arrive(POOL, "llm/second", "e2")[0])
+        clock[0] += left  # the round takes every second it was given
+        return HandlerResult(trigger="pod-unschedulable", outcome="done", reason="planned")
+
+    class Log:
+        def info(self, *a, **k):
+            pass
+        warning = info
+
+    pod_event._rounds(holder, POOL, tick, rounds, 1000.0, settings, Log())
+    assert roles == [co.COALESCED] and given[0] == 4440 - longest_run_s(settings)
+    assert len(rounds) == 2  # the ask taken during the first round was planned by the second
+    stored = co.read_marker(kube.leases[("default", marker_lease(POOL))]["metadata"]["annotations"][
+        co.MARKER_ANNOTATION], time.time(), 2220.0)
+    assert stored.holder == "" and stored.asked == 2
 
 
 def test_a_dead_holder_coalesces_only_until_its_lease_runs_out_and_then_is_taken_over():
