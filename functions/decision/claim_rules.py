@@ -32,6 +32,10 @@ from functions.decision.waves import MAX_EPOCH
 
 PLANNING_ANNOTATION = "ack-mig-hook/planning"
 CHANGED_ANNOTATION = "ack-mig-hook/changed"
+# When an invocation last changed any node of the pool (per-GPU layouts, or MIG turned on for a fresh node,
+# which the dwell does not hold back and so has no mark above): a tick that listed the pending pods before
+# that skips the pool, as those pods may have bound since.
+POOL_CHANGED_ANNOTATION = "ack-mig-hook/pool-changed"
 # A claim is about 60 characters, a change mark about 40 (a node name is at most 253): texts longer than
 # these are not ours (anyone with lease update rights in the namespace can write them) and read as none.
 MAX_CLAIM_TEXT = 1024
@@ -110,6 +114,19 @@ def read_changed(text: Optional[str], now: float) -> Dict[Gpu, float]:
         if node and index.isascii() and index.isdigit() and len(index) <= 2 and at is not None:
             out[(node, int(index))] = min(at, now)
     return out
+
+
+def read_pool_changed(text: Optional[str], now: float) -> float:
+    """When the pool last changed, as stored (a plain number); 0.0 for none or a text that is not ours. A
+    time after ``now`` reads as ``now``."""
+    if not isinstance(text, str) or not 0 < len(text) <= 32:
+        return 0.0
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return 0.0
+    at = _time(value, "time") if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return 0.0 if at is None else min(at, now)
 
 
 def write_changed(changed: Mapping[Gpu, float], now: float, keep_s: float, gpus: Iterable[Gpu] = ()) -> str:

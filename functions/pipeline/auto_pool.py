@@ -247,6 +247,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     changes: List[Any] = []  # (pool, decision, GpuTargets) per node whose GPUs change: through the rollout
     sizes: Dict[str, int] = {}
     new_nodes: Dict[str, Any] = {}
+    fresh_decisions: List[Any] = []  # fresh nodes: MIG turned on, the pool marked changed (not their GPUs)
     for pool in pools:
         if paused(pool.labels):
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
@@ -272,8 +273,9 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         sizes[pool.nodepool_id] = len(nodes)
         for line in result.reasons:
             log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason=line)
-        decisions.extend(_fresh_nodes(pool.nodepool_id, nodes, members, result.new_node, log,
-                                      advice["whole_gpu_pending"]))
+        fresh = _fresh_nodes(pool.nodepool_id, nodes, members, result.new_node, log, advice["whole_gpu_pending"])
+        decisions.extend(fresh)
+        fresh_decisions.extend(fresh)
         for name in sorted({t.node for t in result.changes}):
             node = members.get(name)
             targets = [t for t in result.targets if t.node == name]  # every GPU: the boot unit re-applies it
@@ -300,7 +302,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     decisions.extend(rolled)
     inner = DryRunExecutor() if dry_run else (executor or make_executor(settings, False))
     nodes_done = rollout.executor(inner, dry_run).execute(request, decisions)
-    claims.mark(changes, nodes_done)
+    claims.mark(changes, nodes_done, fresh_decisions)
     decisions = rollout.final(decisions)
     return end("done", "%d node(s) of the auto pools get per-GPU layouts" % len(decisions) + also, decisions,
                nodes_done, tags)

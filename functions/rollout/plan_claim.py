@@ -7,6 +7,7 @@ on the Lease the disruption budget uses (``functions.rollout.pool_lease``: it ke
 not write, as this module keeps its slots). Times are the API server's (``KubeApi.server_time``).
 """
 
+import json
 import logging
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -42,6 +43,12 @@ class Taken(NamedTuple):
     why: str
     changed: Dict[pc.Gpu, float]
     now: float
+    pool_changed: float = 0.0  # when any node of the pool last changed (fresh nodes included), 0.0: unknown
+
+    def changed_since(self, listed: float) -> bool:
+        """Whether the pool changed at or after ``listed`` (a list of the pending pods, on the same clock)."""
+        return any(at >= listed - STALE_MARGIN_S for at in list(self.changed.values()) + [self.pool_changed]
+                   if at)
 
 
 class PlanClaims:
@@ -57,6 +64,7 @@ class PlanClaims:
         self.held: List[str] = []
         self.until = clock() + horizon_s  # this invocation's end, on its own clock
         self.marks: Dict[str, List[pc.Gpu]] = {}  # per pool, the GPUs this invocation changed
+        self.touched: set = set()  # the pools of which this invocation changed a node (fresh ones included)
 
     def _write(self, lease: dict, annotations: Dict[str, Optional[str]]) -> None:
         leases.write(self.kube, self.namespace, lease, annotations)  # the spec stays the budget's
@@ -70,6 +78,7 @@ class PlanClaims:
             notes = (lease.get("metadata") or {}).get("annotations") or {}
             stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION))
             changed = pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now)
+            touched = pc.read_pool_changed(notes.get(pc.POOL_CHANGED_ANNOTATION), now)
             other = pc.held_by_another(stored, self.owner, now, self.horizon_s)
             if other:
                 bounded = pc.bound_claim(stored, now, self.horizon_s)
@@ -78,7 +87,7 @@ class PlanClaims:
                         self._write(lease, {pc.PLANNING_ANNOTATION: pc.write_claim(bounded)})
                     except KubeError as exc:  # the next reader writes it; this tick skips the pool either way
                         log.info("clamped claim of pool %s not written back: %s", pool_id, exc)
-                return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other), changed, now)
+                return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other), changed, now, touched)
             mine = pc.Claim(self.owner, now + max(0.0, min(until - local, self.horizon_s)))
             try:
                 self._write(lease, {pc.PLANNING_ANNOTATION: pc.write_claim(mine)})
@@ -87,7 +96,7 @@ class PlanClaims:
                     raise
                 continue
             self.held.append(pool_id)
-            return Taken("", changed, now)
+            return Taken("", changed, now, touched)
         return Taken("pool %s: its planning claim changed under %d writes in a row (other invocations); the next "
                      "tick plans it" % (pool, CAS_ATTEMPTS), {}, 0.0)
 
@@ -103,11 +112,13 @@ class PlanClaims:
         notes = (lease.get("metadata") or {}).get("annotations") or {}
         changed = pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now)
         other = pc.held_by_another(pc.read_claim(notes.get(pc.PLANNING_ANNOTATION)), self.owner, now, self.horizon_s)
-        return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other) if other else "", changed, now)
+        return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other) if other else "", changed, now,
+                     pc.read_pool_changed(notes.get(pc.POOL_CHANGED_ANNOTATION), now))
 
-    def release(self, pool_id: str, gpus: Iterable[pc.Gpu] = ()) -> None:
-        """Give the claim back and mark ``gpus`` changed now. A failure is logged, not raised: the claim runs
-        out with this invocation's time; a mark not written lets one more change through the dwell."""
+    def release(self, pool_id: str, gpus: Iterable[pc.Gpu] = (), touched: bool = False) -> None:
+        """Give the claim back and mark ``gpus`` changed now, and the pool when ``touched`` (or ``gpus``). A
+        failure is logged, not raised: the claim runs out with this invocation's time; a mark not written lets
+        one more change through the dwell, and a tick whose list came before this change plan from it."""
         marks = sorted(set(gpus))
         try:
             for _ in range(CAS_ATTEMPTS):
@@ -121,6 +132,8 @@ class PlanClaims:
                 if marks or pc.CHANGED_ANNOTATION in notes:
                     update[pc.CHANGED_ANNOTATION] = pc.write_changed(
                         pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now), now, self.dwell_s, marks)
+                if marks or touched:
+                    update[pc.POOL_CHANGED_ANNOTATION] = json.dumps(round(now, 3))
                 if not update or all(notes.get(k) == v for k, v in update.items()):
                     return
                 try:
@@ -137,12 +150,13 @@ class PlanClaims:
                 self.held.remove(pool_id)
 
 
-    def mark(self, changes: Sequence[Tuple[Any, Any, Sequence[Any]]], results: Optional[Sequence[Mapping[str, Any]]]
-             ) -> None:
+    def mark(self, changes: Sequence[Tuple[Any, Any, Sequence[Any]]], results: Optional[Sequence[Mapping[str, Any]]],
+             fresh: Sequence[Any] = ()) -> None:
         """Remember the GPUs whose node was sent its change (``changes``: the auto tick's (pool, decision,
         GpuTargets); ``results``: the rollout's node results): a node that took it, or failed on the way
         (it may have changed some GPUs), marks each GPU its plan changed; one deferred, skipped or left
-        unchanged marks nothing."""
+        unchanged marks nothing. ``fresh``: the decisions of fresh nodes (MIG turned on, not held back by the
+        dwell): one that took its layout marks its pool changed, not its GPUs."""
         outcome = {str(r.get("node_name") or ""): r.get("outcome") for r in results or ()}
         # the GPUs the node left as they were (busy, held): not changed, so not held back by the dwell either
         left = {str(r.get("node_name") or ""): {g.get("gpu") for g in r.get("left") or () if isinstance(g, dict)}
@@ -152,10 +166,14 @@ class PlanClaims:
                 self.marks.setdefault(pool.nodepool_id, []).extend(
                     (t.node, t.index) for t in targets
                     if t.change != "none" and t.index not in left.get(decision.node_name or "", ()))
+                self.touched.add(pool.nodepool_id)
+        for decision in fresh:
+            if outcome.get(decision.node_name) in CHANGED_OUTCOMES:
+                self.touched.add(decision.nodepool_id)
 
     def release_all(self) -> None:
         for pool_id in list(self.held):
-            self.release(pool_id, self.marks.get(pool_id, ()))
+            self.release(pool_id, self.marks.get(pool_id, ()), pool_id in self.touched)
 
 
 CHANGED_OUTCOMES = ("partitioned", "failed", "reboot-required")
@@ -197,7 +215,7 @@ def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[fl
                       % (pool_id, lease_name(pool_id), " ".join(str(exc).split())[:160]))
     if taken.why:
         return None, taken.why
-    if listed is not None and any(at >= listed - STALE_MARGIN_S for at in taken.changed.values()):
+    if listed is not None and taken.changed_since(listed):
         return None, ("pool %s %s (another invocation's rollout ended): the next tick plans it"
                       % (pool_id, CHANGED_SINCE_LIST))
     return _dwell(taken, pending, settings), ""

@@ -243,6 +243,81 @@ def test_a_pool_changed_after_the_pending_list_waits_for_the_next_tick(cluster):
     assert transport.requests == [] and planning(api) is None  # its claim given back as the tick ends
 
 
+class FreshAndPerGpu(PerGpuNodes):
+    """Plays a fresh node's request (a sequence: MIG turned on, one GPU here) as well as per-GPU ones."""
+
+    def run(self, targets):
+        from functions.delivery.outcome import NodeResult
+
+        out = []
+        for t in targets:
+            request = json.loads(__import__("base64").b64decode(t.args[-1]))
+            if "partition" not in request:
+                out.extend(super().run([t]))
+                continue
+            self.requests.append((t.node_name, request))
+            seq = request["partition"]["value"]
+            names = seq.split("-")
+
+            def change(node, names=names, seq=seq):
+                node["metadata"]["labels"].update({"nvidia.com/mig.config.state": "success",
+                                                   "aliyun.accelerator/nvidia_mig_sequence": seq})
+                node["metadata"].setdefault("annotations", {})["ack-mig-hook/gpu-layouts"] = json.dumps(
+                    {"0": [[n, s] for n, s in zip(names, (0, 4))]})
+                node["status"]["allocatable"] = {"nvidia.com/mig-" + names[0]: str(len(names))}
+            self.api.update_node(t.node_name, change)
+            out.append(NodeResult(t.instance_id, self.name, 0, {"outcome": "success", "changes": 2, "sequence": seq,
+                                                               "gpus": []}))
+        return out
+
+
+def test_a_fresh_node_turned_on_after_the_pending_list_makes_the_tick_wait(cluster, monkeypatch):
+    """A fresh node's first layout is not held back by the dwell, so it has no GPU mark; the pool is still
+    marked changed. Between this tick's list of the pending pods and its claim another invocation turns MIG
+    on for the fresh node and the two pods bind there: this tick must not plan from its list (it counted them
+    waiting beside their own instances, advertised a new node for pods that run, and could repartition an
+    idle GPU for them)."""
+    from functions.kube import demand
+
+    api = cluster.api
+    api.add_node("auto-a", labels={"alibabacloud.com/nodepool-id": POOL,
+                                   "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                   "aliyun.accelerator/nvidia_count": "1"}, capacity={"nvidia.com/gpu": "1"})
+    waiting(api, 2)
+    lookup = inventory(names=["auto-a"])
+    original, other, nested = demand.pending_pods, [], []
+
+    def pending_pods(a):
+        listed = original(a)
+        if not nested:
+            nested.append(True)  # the other invocation's own list is the plain one
+            other.append(tick(cluster, FreshAndPerGpu(api), lookup=lookup))
+            for i in range(2):  # the scheduler binds both pods to the fresh node's instances
+                api.pods.pop(("llm", "serve-%d" % i))
+                api.add_pod("llm", "serve-%d" % i, "auto-a", owner_kind="ReplicaSet",
+                            resources={"nvidia.com/mig-3g.20gb": "1"})
+        return listed
+
+    monkeypatch.setattr(demand, "pending_pods", pending_pods)
+    transport = FreshAndPerGpu(api)
+    stale = tick(cluster, transport, lookup=lookup)
+    (fresh,) = other[0].decisions
+    assert fresh.node_name == "auto-a" and fresh.partition.value == "3g.20gb-3g.20gb", other[0].decisions
+    assert stale.outcome == "skip" and "changed after this tick read the pending pods" in stale.reason, stale.reason
+    assert transport.requests == [] and not any((t.get("set") or {}) for t in stale.pool_tags or [])
+    lease = api.leases[LEASE]["metadata"]["annotations"]
+    assert "ack-mig-hook/changed" not in lease or json.loads(lease["ack-mig-hook/changed"]) == {}  # no dwell
+    assert float(lease["ack-mig-hook/pool-changed"]) > 0
+
+
+@pytest.mark.parametrize("text", [None, "", "soon", "[1]", "true", "1e400", "-5", "9" * 40, "5e9"])
+def test_a_pool_change_time_that_is_not_ours_reads_as_none(text):
+    from functions.decision.claim_rules import read_pool_changed
+
+    assert read_pool_changed(text, 1000.0) == 0.0
+    assert read_pool_changed("900.5", 1000.0) == 900.5 and read_pool_changed("2000", 1000.0) == 1000.0
+
+
 def test_without_lease_rights_the_pool_is_not_planned(cluster):
     api = cluster.api
     add_auto_nodes(api, NAMES[:1])
