@@ -106,9 +106,21 @@ def test_every_plan_is_placeable_keeps_used_instances_and_stays_in_bounds(supply
                  GpuSupply("node-1", 0, "NVIDIA A100-SXM4-80GB", (Instance("1g.10gb", 0, False), Instance("1g.10gb", 1, False),
                                                                   Instance("1g.10gb", 2, True)))],
          demand=[PodDemand("ns/p0", "deployment a/x", "2g.20gb", 2)], limits=Bounds())
+@example(supply=[GpuSupply("node-0", 0, "NVIDIA A100-SXM4-80GB", ()), GpuSupply("node-0", 1, "NVIDIA A100-SXM4-80GB", ()),
+                 GpuSupply("node-1", 0, "NVIDIA A100-SXM4-80GB", (Instance("4g.40gb", 0, True),)),
+                 GpuSupply("node-1", 1, "NVIDIA A100-SXM4-80GB", (Instance("3g.40gb", 0, False),
+                                                                  Instance("3g.40gb", 4, False))),
+                 GpuSupply("node-1", 2, "NVIDIA A100-SXM4-80GB", (Instance("3g.40gb", 0, False),
+                                                                  Instance("1g.20gb", 4, False)))],
+         demand=[PodDemand("ns/p%d" % k, "o", p) for k, p in enumerate(
+             ("1g.20gb", "1g.20gb", "7g.80gb", "2g.20gb", "2g.20gb", "1g.10gb+me"))],
+         limits=Bounds())  # the exact solve took the profiles in the pods' order: another order, another plan
 def test_unchanged_demand_changes_nothing_once_applied_and_a_plan_is_deterministic(supply, demand, limits):
     result = plan(supply, demand, limits)
     assert plan(supply, demand, limits) == result
+    # the pods and GPUs listed in another order (the API server's lists have none we rely on): the same plan
+    assert plan(supply[::-1], demand[::-1], limits) == result
+    assert plan(supply, demand[1:] + demand[:1], limits) == result
     # the same demand on the pool the plan made: nothing more to do
     assert plan(applied(supply, result), demand, limits).changes == ()
     # the same demand while the plan is still being applied: the same targets, nothing planned twice

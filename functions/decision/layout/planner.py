@@ -521,6 +521,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     """Per-GPU targets for an auto pool (see the module's text for how it decides). ``keep``: the
     (node, GPU index) whose instances stay (GPUs within their dwell, dwell.py): their idle instances serve
     pods as any idle instance does, and instances may be added beside them, but none is destroyed."""
+    # One order whatever the caller's (a list's order is the API server's): the search, the exact solve's
+    # variables and the reasons all follow it, and a plan must not change with it.
+    demand = sorted(demand, key=lambda d: (d.key, d.profile, d.count, d.pending, d.node, d.owner))
     demand, not_counted = _countable(supply, demand, bounds)
     gpus, unplaced, whole_free = [], [], 0
     twice = {k for k, n in Counter((s.node, s.index) for s in supply).items() if n > 1}
@@ -953,7 +956,7 @@ def _exact(gpus: List[_Gpu], before: Dict[Tuple[str, int], List[_Inst]], demand:
         steps.append((held, idle, Step(g.model, [(i.profile, i.start) for i in held],
                                                   [(i.profile, i.start) for i in idle], any(i.in_use for i in held))))
     allowed = sorted({p.name for g in gpus for p in g.model.profiles if bounds.allows(p.name)})
-    answer = solve_exactly([st for _, _, st in steps], {n: k for n, k in pending.items() if n != WHOLE_GPU},
+    answer = solve_exactly([st for _, _, st in steps], {n: k for n, k in sorted(pending.items()) if n != WHOLE_GPU},
                               dict(bounds.headroom), allowed)
     if answer is None:
         return served
