@@ -205,3 +205,31 @@ def test_each_copy_of_the_new_node_holds_the_largest_pod_asking_several_of_a_pro
                   Bounds(model=A100, node_gpus=8))
     assert per_node(result.new_node_shape)["3g.40gb"] == 2
 
+
+
+def test_a_pod_asking_several_that_waits_once_the_pods_bind_fits_one_copy_of_the_new_node():
+    """ns/p4 asks 2x 2g.12gb+me (an A30 holds one +me instance per GPU). The search served it in the pool,
+    the binding check found it unbound: it is counted for a new node, whole (beside the pod asking two
+    profiles, whose shortfall the check leaves out and comes on top), and each copy of the new node holds two,
+    or the autoscaler never adds a node for it."""
+    from collections import Counter
+
+    from functions.decision.layout import Bounds, GpuSupply, Instance, PodDemand, plan
+
+    a30 = "NVIDIA A30"
+    supply = [GpuSupply("node-0", 0, a30, (Instance("2g.12gb+me", 0, False),)),
+              GpuSupply("node-1", 0, a30, (Instance("4g.24gb", 0, True),)),
+              GpuSupply("node-1", 1, a30, ()),
+              GpuSupply("node-1", 2, a30, (Instance("1g.6gb+me", 0, False), Instance("1g.6gb", 1, True)))]
+    demand = [PodDemand("ns/p1", "o", "4g.24gb"),
+              PodDemand("ns/p2", "o", "4g.24gb"), PodDemand("ns/p2", "o", "2g.12gb+me"),  # one pod, two profiles
+              PodDemand("ns/p3", "o", "2g.12gb+me"),
+              PodDemand("ns/p4", "o", "2g.12gb+me", count=2)]  # two, on one node
+    result = plan(supply, demand, Bounds(profiles={"4g.24gb", "1g.6gb+me", "2g.12gb+me"}))
+    per_node = Counter()
+    for layout, n in result.new_node_shape:
+        for name, _ in layout:
+            per_node[name] += n
+    assert per_node["2g.12gb+me"] >= 2, result.new_node_shape
+    # 2g.12gb+me: ns/p2's one (no node has both its profiles idle) and ns/p4's two; ns/p3 takes node-0's idle
+    assert dict(result.unserved)["2g.12gb+me"] >= 3, result.unserved

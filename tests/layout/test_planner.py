@@ -239,3 +239,17 @@ def test_a_new_node_gets_the_layout_of_the_model_the_pool_brings():
     assert result.unserved == (("3g.40gb", 2),)
     assert result.new_node == (("3g.40gb", 0), ("3g.40gb", 4))
     assert plan(supply, pods(2, "3g.40gb"), Bounds()).new_node == ()  # an A100 40GB has no 3g.40gb
+
+
+def test_the_shortfall_of_pods_asking_several_profiles_adds_to_what_waits_once_the_pods_bind():
+    """3g.40gb: ns/a-single asks one, ns/b-pair two on one node, ns/c-joint two beside a 2g.20gb. The pool
+    has one idle 3g.40gb and room for no more: four are short. The binding check leaves out the pod asking
+    two profiles, so its shortfall comes on top of what that check finds (the larger of the two was kept)."""
+    a80 = "NVIDIA A100-SXM4-80GB"
+    supply = [GpuSupply("n0", 0, a80, (Instance("1g.10gb", 0, True),)),
+              GpuSupply("n1", 0, a80, (Instance("3g.40gb", 0, False), Instance("2g.20gb", 4, True))),
+              GpuSupply("n1", 1, a80, (Instance("1g.10gb", 0, False),))]
+    demand = [PodDemand("ns/a-single", "o", "3g.40gb", 1), PodDemand("ns/b-pair", "o", "3g.40gb", 2),
+              PodDemand("ns/c-joint", "o", "3g.40gb", 2), PodDemand("ns/c-joint", "o", "2g.20gb", 1)]
+    result = plan(supply, demand, Bounds(node_gpus=1))
+    assert dict(result.unserved) == {"3g.40gb": 4, "2g.20gb": 1}, result.unserved

@@ -257,7 +257,7 @@ def gpus_after_binding(states: Sequence[Sequence[Tuple[str, int, bool]]], pendin
 
 def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]]]],
                   pods: Sequence[Tuple[str, int, Any]], headroom: Mapping[str, int]
-                  ) -> Tuple[Counter, int, List[List[Tuple[str, Any]]], Counter]:
+                  ) -> Tuple[Counter, int, List[List[Tuple[str, Any]]], Counter, List[Any]]:
     """The pool once the waiting pods bind, as the project models the scheduler (bench/demand.py too): in
     pod order, a pod asking one instance takes an idle one of its profile on the GPU with the most compute
     in use, counting the pods bound before it (kube-scheduler's MostAllocated scoring; ties: the first
@@ -269,7 +269,7 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
     ``pods``: (profile, count, tag) in pod order; ``headroom``: idle instances wanted per profile after.
     Returns (per profile: the instances of waiting pods left unbound plus the headroom missing; the GPUs
     holding a pod; per GPU the (profile, tag) of each pod bound to an instance the plan creates; per
-    profile the instances of waiting pods left unbound alone).
+    profile the instances of waiting pods left unbound alone; the tags of the pods left unbound).
     Heaps keep it O(pods x log GPUs) for pods of one instance."""
     # plain dicts (a missing profile reads as 0 through .get): this runs for every GPU on every binding
     used, holding = [], []  # type: List[int], List[bool]
@@ -303,6 +303,7 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
         heapq.heapify(heap)
     bound_new = [[] for _ in gpus]  # type: List[List[Tuple[str, Any]]]
     short = Counter()  # type: Counter
+    left_out = []  # type: List[Any]
 
     def take(gi: int, p: str, tag: Any) -> None:
         if idle[gi][p] <= fresh[gi].get(p, 0):  # only created ones are left on this GPU
@@ -329,6 +330,7 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
                 take(heap[0][1], p, tag)
             else:
                 short[p] += 1
+                left_out.append(tag)
             continue
         best = None
         for node, members in nodes.items():
@@ -336,6 +338,7 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
                 best = node
         if best is None:
             short[p] += count
+            left_out.append(tag)
             continue
         left = count
         for gi in sorted(nodes[best], key=lambda g: (-used[g], g)):
@@ -347,4 +350,4 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
         spare = sum(counts.get(p, 0) for counts in idle)
         if k > spare:
             short[p] += k - spare
-    return short, sum(holding), bound_new, unbound
+    return short, sum(holding), bound_new, unbound, left_out

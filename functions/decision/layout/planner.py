@@ -725,15 +725,20 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
 
     if not multi[0] and not joint and not unserved and any(pending[n] for n in pending if n != WHOLE_GPU):
         served = _exact(gpus, before, demand, pending, bounds, served)
-    unchecked, waiting = _prune(gpus, demand, bounds, served)
+    unchecked, waiting, left_out = _prune(gpus, demand, bounds, served)
+    for d in left_out:  # a pod asking several that waits once the pods bind: one new node must hold it
+        if d.count > 1:
+            floor[d.profile] = max(floor.get(d.profile, 0), int(d.count))
     if unchecked:
         notes.append("%d change%s kept unchecked: the check that every change serves a pod ran out of its budget"
                      % (unchecked, "" if unchecked == 1 else "s"))
     for name, n in sorted(waiting.items()):  # what still waits once the pods bind, where the search saw less
-        if n > unserved[name]:
+        # (the binding check leaves out the pods asking several profiles: their shortfall comes on top)
+        seen = unserved[name] - joint_short.get(name, 0)
+        if n > seen:
             notes.append("%d pending %s instance%s left waiting once the pods bind (a pod asking several needs "
-                         "them on one node)" % (n - unserved[name], name, "" if n - unserved[name] == 1 else "s"))
-            unserved[name] = n
+                         "them on one node)" % (n - seen, name, "" if n - seen == 1 else "s"))
+            unserved[name] += n - seen
 
     targets, reasons = [], []
     readable = {g.sort_key: g for g in gpus}
@@ -867,9 +872,10 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
     than it is short once the pods bind. The others are checked by binding the pool again, those no pod
     binds to first, at most PRUNE_BINDINGS times and PRUNE_WORK in all (a pool of 1,000 GPUs and 2,000
     waiting pods that ask several instances each: a few bindings); a change the budget does not reach is
-    kept. Returns how many changes were left unchecked (0 on every pool the tests and benchmarks plan) and,
+    kept. Returns how many changes were left unchecked (0 on every pool the tests and benchmarks plan),
     per profile, the waiting pods' instances left unbound once the pods bind on the plan's pool (the plan
-    reports at least those unserved). A target still being applied (carried) is left to finish."""
+    reports at least those unserved), and those pods. A target still being applied (carried) is left to
+    finish."""
     pods = [(d.profile, int(d.count), d) for d in sorted(demand, key=lambda d: d.key)
             if d.pending and d.profile != WHOLE_GPU and d.count > 0]
     headroom = {n: k for n, k in bounds.headroom if k > 0}
@@ -879,7 +885,7 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
 
     changed = [g for g in gpus if not g.carried and layout(g.state) != layout(g.actual)]
     if not pods and not changed:
-        return 0, Counter()
+        return 0, Counter(), []
 
     def view(g: _Gpu, state: Sequence[_Inst]):  # an instance kept for a pod asking several profiles is taken
         return g.supply.node, [(i.profile.name, i.profile.compute_slices, i.in_use or i.reserved == _JOINT,
@@ -901,7 +907,7 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
     nodes = len({g.supply.node for g in gpus})
     work = len(gpus) + sum(nodes if count > 1 else 1 for _, count, _ in pods)
     budget = min(PRUNE_BINDINGS, PRUNE_WORK // max(1, work))
-    short, holding, bound_new, unbound = after_binding(views, pods, headroom)
+    short, holding, bound_new, unbound, left_out = after_binding(views, pods, headroom)
     unchecked, dropping = set(), bool(changed)  # type: set, bool
     while dropping:
         dropping = False
@@ -919,12 +925,12 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
             budget -= 1
             trial = list(views)
             trial[where[g.sort_key]] = view(g, g.actual)
-            less, fewer, bound, left = after_binding(trial, pods, headroom)
+            less, fewer, bound, left, out = after_binding(trial, pods, headroom)
             if fewer <= holding and all(less[n] <= short[n] for n in set(less) | set(short)):
                 g.state = list(g.actual)
                 served.pop(g.sort_key, None)
                 views, idle = trial, idle - now + then
-                short, holding, bound_new, unbound, dropping = less, fewer, bound, left, True
+                short, holding, bound_new, unbound, left_out, dropping = less, fewer, bound, left, out, True
     was_changed = {g.sort_key for g in changed}
     for k, g in enumerate(gpus):  # a change kept for pods the search or the solve credited elsewhere
         if g.sort_key in was_changed and layout(g.state) != layout(g.actual) \
@@ -933,7 +939,7 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
             for name, pod in bound_new[k]:
                 mine[(name, pod)] += 1
             served[g.sort_key] = [(name, [pod] * n, 0) for (name, pod), n in mine.items()] or [("", [], 0)]
-    return len(unchecked), unbound
+    return len(unchecked), unbound, left_out
 
 
 def _credited(entries) -> bool:
