@@ -27,20 +27,33 @@ def configure(parser, command):
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
+MAX_CONFIG_BYTES = 1 << 20  # mig-parted's own example config is 10 KiB; a file past 1 MiB is not one
+
+
 def _load(path):
     try:
-        text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-    except (OSError, UnicodeDecodeError) as exc:
+        if path == "-":
+            text = sys.stdin.read(MAX_CONFIG_BYTES + 1)
+        else:
+            with open(path, encoding="utf-8") as handle:
+                text = handle.read(MAX_CONFIG_BYTES + 1)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # (ValueError: a NUL in the path)
         raise ConvertError("cannot read %s: %s" % (path, getattr(exc, "strerror", None) or exc)) from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConvertError("%s is larger than %d MiB: not a mig-parted config" % (path, MAX_CONFIG_BYTES >> 20))
     try:
         return json.loads(text)
     except ValueError:
         pass
+    except RecursionError:
+        raise ConvertError("%s is nested too deeply to be a mig-parted config" % path) from None
     import yaml  # the deploy extra (PyYAML is no runtime dependency of the function): main names the install
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConvertError("%s is not YAML: %s" % (path, " ".join(str(exc).split())[:160])) from None
+    except RecursionError:
+        raise ConvertError("%s is nested too deeply to be a mig-parted config" % path) from None
 
 
 def run(args):

@@ -71,7 +71,7 @@ def _node(args, spec, layout, gpus):
 
 
 def run(args):
-    if getattr(args, "instance_type", None):
+    if getattr(args, "instance_type", None) is not None:  # '' too: it is refused by name, not ignored
         gpu, gpus = _instance_type(args.instance_type)
         spec = spec_from_args(args.size, args.sequence)
         return _node(args, spec, plan(spec, gpu), gpus)

@@ -70,9 +70,27 @@ def _gpu_of(filters: Tuple[str, ...], gpu: Optional[GpuModel]) -> Optional[GpuMo
     return models[0] if len({m.key for m in models}) == 1 else None
 
 
+MAX_COUNT = 7  # the most instances any GPU holds (seven 1g slices): a count above it fits no GPU
+
+
+def _shown(value: Any, limit: int = 60) -> str:
+    """A value from the file as a message shows it: bounded (an anchor-expanded list can be gigabytes), plain
+    JSON-like types by name otherwise."""
+    if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        text = repr(value)
+        return text if len(text) <= limit else text[:limit] + "..."
+    return {list: "a list", dict: "a mapping", bool: "a boolean", type(None): "null"}.get(type(value), "a %s" % (
+        type(value).__name__))
+
+
 def _devices(entry: Mapping[str, Any]) -> str:
     value = entry.get("devices")
-    return "all" if value == "all" else repr(value)
+    if value == "all":
+        return "all"
+    if isinstance(value, list) and len(value) <= 16 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                            for v in value):
+        return repr(value)
+    return _shown(value)
 
 
 def _layout(entry: Mapping[str, Any]) -> Tuple[bool, Tuple[Tuple[str, int], ...]]:
@@ -82,7 +100,11 @@ def _layout(entry: Mapping[str, Any]) -> Tuple[bool, Tuple[Tuple[str, int], ...]
     counts = []
     for name, count in devices.items():
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-            raise ConvertError("mig-devices %r: the count must be a whole number, got %r" % (name, count))
+            raise ConvertError("mig-devices %s: the count must be a whole number from 0 to %d, got %s"
+                               % (_shown(name), MAX_COUNT, _shown(count)))
+        if count > MAX_COUNT:
+            raise ConvertError("mig-devices %s: count %s is more than a GPU holds (at most %d)"
+                               % (_shown(name), _shown(count), MAX_COUNT))
         if count:
             counts.append((str(name).strip().lower(), count))
     return bool(entry.get("mig-enabled")), tuple(sorted(counts))

@@ -151,9 +151,12 @@ def _text(section, key, field, where, form="a string"):
     # type: (dict, str, str, str, str) -> Optional[str]
     """A string field (None when absent); anything else is refused naming ``field.key``."""
     value = section.get(key)
+    name = "%s.%s" % (field, key) if field else key
+    if isinstance(value, str) and form == "a file path" and "\0" in value:  # open() would raise ValueError
+        raise KubeError("kubeconfig %s: %s: expected a file path, got text with a NUL byte" % (where, name))
     if value is None or isinstance(value, str):
         return value
-    raise _shape(where, "%s.%s" % (field, key) if field else key, form, value)
+    raise _shape(where, name, form, value)
 
 
 def _material(section, key, base, field, where):

@@ -34,6 +34,7 @@ def test_plan_for_an_instance_type_gives_the_node_resources_and_the_tags(capsys)
     ("ecs.ebmgn7.32xlarge", "does not know how many GPUs ecs.ebmgn7.32xlarge has"),
     ("ecs.ebmgn9x.48xlarge", "not in the family table"),
     ("m5.large", "is not an ECS instance type"),
+    ("", "'' is not an ECS instance type"),  # (blank was taken as absent: --gpu None, an internal error)
 ])
 def test_plan_refuses_an_instance_type_without_known_mig_gpus_in_one_line(instance_type, needle):
     proc = subprocess.run([sys.executable, "-m", "functions.commands.main", "plan", "--instance-type", instance_type,

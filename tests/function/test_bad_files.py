@@ -136,6 +136,12 @@ FILED = {
     "a non-string tokenFile": (yaml.safe_dump(dict(GOOD, users=[{"name": "u", "user": {"tokenFile": 5}}])),
                                "users[0].user.tokenFile: expected a file path, got a number"),
     "YAML nested 2,000 deep": ("".join(" " * i + "a:\n" for i in range(2000)), "nested deeper than 32 levels"),
+    # a NUL in a path: open() raises ValueError, which no reader caught (an internal error, exit 70)
+    "a NUL in tokenFile": (json.dumps(dict(GOOD, users=[{"name": "u", "user": {"tokenFile": "tok\u0000en"}}])),
+                           "users[0].user.tokenFile: expected a file path, got text with a NUL byte"),
+    "a NUL in client-certificate": (json.dumps(dict(GOOD, users=[{"name": "u", "user": {
+        "client-certificate": "cert.pem\u0000", "client-key-data": "UEVN"}}])),
+        "users[0].user.client-certificate: expected a file path, got text with a NUL byte"),
 }
 
 

@@ -209,6 +209,18 @@ def test_profile_takes_that_aliyun_cli_profile_and_names_the_ones_there(services
     # process: alibabacloud_credentials reads the environment when imported; test_deploy.py runs one)
 
 
+def test_a_profile_whose_keys_are_not_text_is_one_usage_error(services, capsys, monkeypatch, tmp_path):
+    """The SDK passes the file's values on as they are: a list for the key id was an internal error."""
+    for name in ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET", "ALIBABA_CLOUD_SECURITY_TOKEN"):
+        monkeypatch.delenv(name)
+    os.makedirs(tmp_path / ".aliyun")
+    (tmp_path / ".aliyun" / "config.json").write_text(json.dumps({"current": "r", "profiles": [
+        {"name": "r", "mode": "AK", "access_key_id": ["x"], "access_key_secret": {"a": "b"}}]}))
+    code, _, err = run(capsys, "undeploy", "--profile", "r", *minimal("undeploy"))
+    assert code == 2 and "access_key_id and access_key_secret must be text" in one_line(err), err
+    assert not services["ros"].rejected and "['x']" not in err
+
+
 # ---- nothing of the SDKs on the terminal ----
 
 class _Refusing(http.server.BaseHTTPRequestHandler):

@@ -115,3 +115,35 @@ def test_cli(tmp_path, capsys):
     assert "needs --gpu" in capsys.readouterr().err
     assert main(["convert", "--from-mig-parted", str(tmp_path / "missing.yaml")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("[" * 100000 + "]" * 100000, "nested too deeply to be a mig-parted config"),
+    ("a: " + "[" * 5000 + "]" * 5000, "nested too deeply to be a mig-parted config"),
+    ("x" * ((1 << 20) + 1), "larger than 1 MiB: not a mig-parted config"),
+])
+def test_a_file_that_cannot_be_a_config_is_one_usage_error(tmp_path, text, fragment):
+    """Each was an internal error (exit 70), or a read without end (/dev/zero)."""
+    from tests.function.test_bad_files import cli
+
+    (tmp_path / "c").write_text(text)
+    done = cli("convert", "--from-mig-parted", str(tmp_path / "c"))
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1 and fragment in done.stderr, done.stderr
+
+
+def test_a_count_no_gpu_holds_or_an_expanded_value_is_refused_in_a_few_words():
+    """10^26 instances of a profile made a list of that many names (memory without end); a value YAML anchors
+    expand to 10^8 items was printed whole in the refusal (522 MB from a 600-byte file)."""
+    import yaml
+
+    huge = {"version": "v1", "mig-configs": {"x": [{"devices": "all", "mig-enabled": True,
+                                                   "mig-devices": {"1g.5gb": 10 ** 26}}]}}
+    (refused,) = from_mig_parted(huge)
+    assert refused.reason == "mig-devices '1g.5gb': count 100000000000000000000000000 is more than a GPU holds (at " \
+        "most 7)"
+    laughs = yaml.safe_load("a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        "%s: &%s [*%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s]\n" % ((c, c) + (p,) * 10)
+        for p, c in zip("abcdefg", "bcdefgh")) + "version: v1\nmig-configs: {x: [{devices: all, mig-enabled: true, "
+        "mig-devices: {1g.5gb: *h}}]}\n")
+    (refused,) = from_mig_parted(laughs)
+    assert refused.reason == "mig-devices '1g.5gb': the count must be a whole number from 0 to 7, got a list"

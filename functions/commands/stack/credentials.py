@@ -137,8 +137,13 @@ def _from_profile(name: str) -> Keys:
     except Exception as exc:  # a profile mode that needs a call (RamRoleArn, EcsRamRole) that failed
         raise CredentialsMissing("--profile %s gave no credentials: %s" % (
             name[:64], " ".join(str(exc).split())[:200] or type(exc).__name__)) from None
-    return Keys(credential.get_access_key_id(), credential.get_access_key_secret(),
-                credential.get_security_token() or None)
+    key_id, secret = credential.get_access_key_id(), credential.get_access_key_secret()
+    token = credential.get_security_token() or None
+    if not (isinstance(key_id, str) and key_id.strip() and isinstance(secret, str) and secret.strip()
+            and (token is None or isinstance(token, str))):  # the SDK passes the file's values on as they are
+        raise CredentialsMissing("--profile %s in %s: access_key_id and access_key_secret must be text; run `aliyun "
+                                 "configure --profile %s`" % (name[:64], path, name[:64]))
+    return Keys(key_id, secret, token)
 
 
 class AccountUnknown(CloudError):
