@@ -156,3 +156,22 @@ def test_a_gpu_whose_instances_are_still_being_created_is_not_ordered_as_an_empt
     assert answer[0][0] == [0] and answer[1][0] == [0]  # both idle 7g.80gb kept
     assert answer[3][1] == [(me, 6)] and answer[3][2] == {"1g.10gb+me": 1}
     assert sum(len(made) for _, made, _ in answer) == 1
+
+
+def test_a_pod_the_search_leaves_short_is_served_when_the_exact_form_can_serve_every_pod():
+    """One H200 with an idle 1g.35gb at slot 0; pods ask 1g.35gb and 4g.71gb. The search never destroys an idle
+    instance a waiting pod could use, so it found no room for the 4g.71gb and asked for a new node; moving the
+    1g.35gb to slot 6 serves both on this GPU."""
+    from functions.decision.layout import Bounds, GpuSupply, Instance, PodDemand, plan
+
+    supply = [GpuSupply("n0", 0, "NVIDIA H200", (Instance("1g.35gb", 0, False),))]
+    demand = [PodDemand("ns/small", "o", "1g.35gb"), PodDemand("ns/big", "o", "4g.71gb")]
+    result = plan(supply, demand, Bounds())
+    assert result.unserved == () and result.new_node == (), result
+    (target,) = result.changes
+    assert sorted(target.layout) == [("1g.35gb", 6), ("4g.71gb", 0)]
+    assert not any("beyond what the pool's GPUs can hold" in r for r in result.reasons)
+    # A pool without the compute for every pod is not asked to prove it (each step of a scale-out would): the
+    # search's shortfall stands, whole (the exact form serves every pod or none)
+    full = plan(supply, demand + [PodDemand("ns/big-%d" % i, "o", "4g.71gb") for i in range(2)], Bounds())
+    assert dict(full.unserved) == {"4g.71gb": 3}

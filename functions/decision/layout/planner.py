@@ -711,20 +711,33 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
                 break
             step(gpu)
 
+    searched = (Counter(unserved), len(notes))  # what is unserved before the search's own shortfall
     for name in sorted(need):
         short = len(ledger.queue.get(name, ()))  # pods' instances no new instance was found for
         if short > 0:
             unserved[name] += short
             notes.append("%d pending %s instance%s beyond what the pool's GPUs can hold" % (
                 short, name, "" if short == 1 else "s"))
+    # The search never destroys an idle instance a waiting pod could use and places greedily, so it can leave
+    # a pod short that the pool could serve: the exact form is asked too, and an answer serving every pod
+    # wins whatever it costs (a needless scale-out costs more). Only when the pool has the room at all.
+    retry = any(unserved[n] > searched[0][n] for n in unserved) and _room_for(gpus, pending)
     if pending[WHOLE_GPU] > whole_free:
         short = pending[WHOLE_GPU] - whole_free
         unserved[WHOLE_GPU] += short
         notes.append("%d pending whole-GPU request%s beyond the pool's free GPUs with MIG off (the planner "
                      "never turns MIG off)" % (short, "" if short == 1 else "s"))
 
-    if not multi[0] and not joint and not unserved and any(pending[n] for n in pending if n != WHOLE_GPU):
-        served = _exact(gpus, before, demand, pending, bounds, served)
+    if not multi[0] and not joint and any(pending[n] for n in pending if n != WHOLE_GPU) and (
+            not unserved or retry):
+        served, all_served = _exact(gpus, before, demand, pending, bounds, served, short=bool(unserved))
+        if all_served and unserved:  # the search's shortfall is gone; what came before it stays
+            whole = unserved[WHOLE_GPU]
+            unserved = Counter({n: k for n, k in searched[0].items() if k})
+            if whole:
+                unserved[WHOLE_GPU] = whole
+            notes = notes[:searched[1]] + [n for n in notes[searched[1]:]
+                                           if "beyond what the pool's GPUs can hold" not in n]
     unchecked, waiting, left_out = _prune(gpus, demand, bounds, served)
     for d in left_out:  # a pod asking several that waits once the pods bind: one new node must hold it
         if d.count > 1:
@@ -946,13 +959,30 @@ def _credited(entries) -> bool:
     return bool(entries) and any(pods or extra for _, pods, extra in entries)
 
 
+def _room_for(gpus: List[_Gpu], pending: Counter) -> bool:
+    """Whether the pool's GPUs have the compute slices the waiting pods ask, beside what pods hold: a quick
+    bound, so the exact form is not asked to prove a full pool full (a scale-out's every step)."""
+    free = sum(g.model.compute_slices - g.compute_in_use for g in gpus)
+    asked = 0
+    for name, n in pending.items():
+        if name == WHOLE_GPU or n <= 0:
+            continue
+        profile = next((p for g in gpus for p in g.model.profiles if p.name == name), None)
+        if profile is None:
+            return False
+        asked += profile.compute_slices * n
+    return asked <= free
+
+
 def _exact(gpus: List[_Gpu], before: Dict[Tuple[str, int], List[_Inst]], demand: Sequence[PodDemand],
-           pending: Counter, bounds: Bounds, served):
+           pending: Counter, bounds: Bounds, served, short: bool = False):
     """The step solved exactly (exact.py) where it is small enough and HiGHS is there: when its answer
-    leaves fewer GPUs holding pods than the search's (both bound as a bin-packing scheduler binds), the GPUs
-    take its states and ``served`` its pods; else everything stays as the search left it."""
+    leaves fewer GPUs holding pods than the search's (both bound as a bin-packing scheduler binds), or
+    serves every pod where the search left some ``short``, the GPUs take its states and ``served`` its pods;
+    else everything stays as the search left it. Returns (served, whether the exact answer was taken: it
+    serves every waiting pod)."""
     if len(gpus) > EXACT_GPUS or not exact_available():
-        return served
+        return served, False
     waiting = [d.profile for d in sorted(demand, key=lambda d: d.key) if d.pending and d.profile != WHOLE_GPU
                for _ in range(max(int(d.count), 0))]
     steps = []
@@ -965,11 +995,11 @@ def _exact(gpus: List[_Gpu], before: Dict[Tuple[str, int], List[_Inst]], demand:
     answer = solve_exactly([st for _, _, st in steps], {n: k for n, k in sorted(pending.items()) if n != WHOLE_GPU},
                               dict(bounds.headroom), allowed)
     if answer is None:
-        return served
+        return served, False
     states = []
     for (held, idle, _), (kept, made, _) in zip(steps, answer):
         if any(i.origin == _KEPT for ii, i in enumerate(idle) if ii not in kept):
-            return served  # it destroys an instance within its dwell (not a rule of the program): the search stands
+            return served, False  # it destroys an instance within its dwell (not a rule of the program): the search stands
         states.append(held + [idle[ii] for ii in kept] + [_Inst(p, st, False, _NEW) for p, st in made])
 
     def score(new_states) -> Tuple[int, int]:
@@ -981,8 +1011,8 @@ def _exact(gpus: List[_Gpu], before: Dict[Tuple[str, int], List[_Inst]], demand:
 
     # Fewer GPUs wins; as many, less churn (so a plan applied and asked again with the same demand is left
     # as it is, where the search, which counts idle instances on GPUs without pods last, would move them).
-    if score(states) >= score([g.state for g in gpus]):
-        return served
+    if not short and score(states) >= score([g.state for g in gpus]):
+        return served, False
     ledger = _Ledger([d for d in demand if d.pending], Counter())
     out = {}  # type: Dict[Tuple[str, int], List[Tuple[str, List[PodDemand], int]]]
     for g, state, (_, made, pods) in zip(gpus, states, answer):
@@ -991,7 +1021,7 @@ def _exact(gpus: List[_Gpu], before: Dict[Tuple[str, int], List[_Inst]], demand:
         for name in sorted(set(pods) | set(made_by)):
             mine, _ = ledger.take(name, pods.get(name, 0))
             out.setdefault(g.sort_key, []).append((name, mine, max(0, made_by[name] - len(mine))))
-    return out
+    return out, True
 
 
 def _target(gpu: _Gpu, served, unplaced: List[str]) -> GpuTarget:
