@@ -4,6 +4,8 @@ GPU models and profile names are the catalogue's (node_bootstrap/mig/catalogue.p
 1g.10gb at starts 0-6, 1g.20gb and 2g.20gb at even starts, 3g.40gb at 0 and 4, 4g.40gb and 7g.80gb at 0.
 """
 
+import pytest
+
 from functions.decision.layout import (CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU, Bounds, GpuSupply,
                                        Instance, Plan, PodDemand, plan)
 
@@ -241,10 +243,11 @@ def test_a_new_node_gets_the_layout_of_the_model_the_pool_brings():
     assert plan(supply, pods(2, "3g.40gb"), Bounds()).new_node == ()  # an A100 40GB has no 3g.40gb
 
 
-def test_the_shortfall_of_pods_asking_several_profiles_adds_to_what_waits_once_the_pods_bind():
-    """3g.40gb: ns/a-single asks one, ns/b-pair two on one node, ns/c-joint two beside a 2g.20gb. The pool
-    has one idle 3g.40gb and room for no more: four are short. The binding check leaves out the pod asking
-    two profiles, so its shortfall comes on top of what that check finds (the larger of the two was kept)."""
+def test_a_pod_asking_several_profiles_is_counted_whole_beside_the_pods_the_pool_serves():
+    """3g.40gb: ns/a-single asks one, ns/b-pair two on one node, ns/c-joint two beside a 2g.20gb. The pool serves
+    the pair on n1 (its idle 3g.40gb and one added beside) and the single on n0; the pod asking two profiles has
+    no node with both and is counted for a new node, whole. (Before, the check that every change serves a pod
+    bound the single first onto the pair's reserved instance and reported the pair's 3g.40gb short instead.)"""
     a80 = "NVIDIA A100-SXM4-80GB"
     supply = [GpuSupply("n0", 0, a80, (Instance("1g.10gb", 0, True),)),
               GpuSupply("n1", 0, a80, (Instance("3g.40gb", 0, False), Instance("2g.20gb", 4, True))),
@@ -252,4 +255,22 @@ def test_the_shortfall_of_pods_asking_several_profiles_adds_to_what_waits_once_t
     demand = [PodDemand("ns/a-single", "o", "3g.40gb", 1), PodDemand("ns/b-pair", "o", "3g.40gb", 2),
               PodDemand("ns/c-joint", "o", "3g.40gb", 2), PodDemand("ns/c-joint", "o", "2g.20gb", 1)]
     result = plan(supply, demand, Bounds(node_gpus=1))
-    assert dict(result.unserved) == {"3g.40gb": 4, "2g.20gb": 1}, result.unserved
+    assert dict(result.unserved) == {"3g.40gb": 2, "2g.20gb": 1}, result.unserved
+    assert sorted((t.node, t.index) for t in result.changes) == [("n0", 0), ("n1", 1)], result.changes
+
+
+@pytest.mark.parametrize("pair", ["ns/b", "ns/0-first"])
+def test_the_instances_reserved_for_a_pod_asking_several_are_its_own_when_the_pods_bind(pair):
+    """ns/b asks 2x 4g.40gb: the plan reserves n1 GPU 0's idle 4g.40gb and a new one on the empty GPU 1 for it.
+    The check that every change serves a pod bound the pods by name, so ns/a (one 4g.40gb) took the reserved
+    idle one, the new instance served nothing and was dropped, and GPU 1 stayed empty (with ns/c, a 7g.80gb
+    that fits it, waiting) on every rerun. Now the reserved pods bind first, whatever their names."""
+    a80 = "NVIDIA A100-SXM4-80GB"
+    supply = [GpuSupply("n1", 0, a80, (Instance("4g.40gb", 0, False), Instance("2g.20gb", 4, True))),
+              GpuSupply("n1", 1, a80, ())]
+    demand = [PodDemand("ns/a", "o", "4g.40gb"), PodDemand(pair, "o", "4g.40gb", count=2),
+              PodDemand("ns/c", "o", "7g.80gb")]
+    result = plan(supply, demand, Bounds())
+    (change,) = result.changes
+    assert (change.node, change.index, change.create) == ("n1", 1, (("4g.40gb", 0),)), result.changes
+    assert dict(result.unserved) == {"4g.40gb": 1, "7g.80gb": 1}

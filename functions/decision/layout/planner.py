@@ -738,7 +738,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
                 unserved[WHOLE_GPU] = whole
             notes = notes[:searched[1]] + [n for n in notes[searched[1]:]
                                            if "beyond what the pool's GPUs can hold" not in n]
-    unchecked, waiting, left_out = _prune(gpus, demand, bounds, served)
+    unchecked, waiting, left_out = _prune(gpus, demand, bounds, served, first=multi[0])
     for d in left_out:  # a pod asking several that waits once the pods bind: one new node must hold it
         if d.count > 1:
             floor[d.profile] = max(floor.get(d.profile, 0), int(d.count))
@@ -874,7 +874,7 @@ PRUNE_BINDINGS = 256  # pools bound again at most, per plan, to check changes co
 PRUNE_WORK = 2_000_000  # and at most this much binding work (GPUs + pods x nodes they scan) in all
 
 
-def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served) -> int:
+def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served, first=frozenset()) -> int:
     """Leave out every change that serves nothing: a GPU's change stays only when, without it (the GPU as
     it is, the rest of the plan as planned), a waiting pod or a headroom instance of some profile would go
     unserved or more GPUs would hold pods once the pods bind (``exact.after_binding``, the project's model
@@ -888,8 +888,10 @@ def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served
     kept. Returns how many changes were left unchecked (0 on every pool the tests and benchmarks plan),
     per profile, the waiting pods' instances left unbound once the pods bind on the plan's pool (the plan
     reports at least those unserved), and those pods. A target still being applied (carried) is left to
-    finish."""
-    pods = [(d.profile, int(d.count), d) for d in sorted(demand, key=lambda d: d.key)
+    finish. ``first``: the pods asking several instances that the plan reserved instances for (_serve_multi):
+    they bind first, onto what was reserved; bound after a pod asking one, they lost an idle instance to it,
+    their change was dropped as serving nothing, and the GPU it freed stayed empty while a pod it fits waited."""
+    pods = [(d.profile, int(d.count), d) for d in sorted(demand, key=lambda d: (d.key not in first, d.key))
             if d.pending and d.profile != WHOLE_GPU and d.count > 0]
     headroom = {n: k for n, k in bounds.headroom if k > 0}
 
