@@ -274,3 +274,21 @@ def test_the_instances_reserved_for_a_pod_asking_several_are_its_own_when_the_po
     (change,) = result.changes
     assert (change.node, change.index, change.create) == ("n1", 1, (("4g.40gb", 0),)), result.changes
     assert dict(result.unserved) == {"4g.40gb": 1, "7g.80gb": 1}
+
+
+def test_an_idle_instance_of_a_profile_no_longer_allowed_is_kept_for_the_pod_that_asks_it():
+    """layout-profiles left 3g.40gb out after n1 GPU 0 got two. A pod asking 3g.40gb can bind to the idle one
+    now; it was not counted, so that instance counted as spare and was destroyed for a 2g.20gb pod that the
+    empty GPU 1 holds. A second such pod, with no idle instance left for it, is not counted (none is made)."""
+    supply = [GpuSupply("n1", 0, A80, (Instance("3g.40gb", 0, True), Instance("3g.40gb", 4, False))),
+              GpuSupply("n1", 1, A80, ())]
+    demand = [PodDemand("ns/old-3g", "o", "3g.40gb"), PodDemand("ns/new-2g", "o", "2g.20gb")]
+    bounds = Bounds(profiles={"2g.20gb", "1g.10gb"})
+    result = plan(supply, demand, bounds)
+    assert result.not_counted == () and result.unserved == ()
+    (change,) = result.changes
+    assert (change.node, change.index, change.destroy) == ("n1", 1, ()) and [n for n, _ in change.create] == [
+        "2g.20gb"]
+    two = plan(supply, demand + [PodDemand("ns/old-3g-b", "o", "3g.40gb")], bounds)
+    assert [k for k, _ in two.not_counted] == ["ns/old-3g-b"] and two.unserved == ()
+    assert not any(t.destroy for t in two.changes)

@@ -816,11 +816,19 @@ def _countable(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds:
     models = {m.key: m for n in nodes for m in n}
     shapes_seen = {tuple(m.key for m in n): n for n in nodes}  # nodes alike answer alike
     verdicts = {}  # type: Dict[Tuple[Tuple[str, int], ...], str]
+    # Idle instances of a profile the pool no longer allows (the label changed) still serve the pods that ask
+    # it: such a pod stays counted while one is left for it, so that instance is not taken as spare and
+    # destroyed for another pod (the plan creates none of the profile; what is short of it is said).
+    spare = Counter(i.profile for s in supply for i in s.instances if not i.in_use and not bounds.allows(i.profile))
     for key, wanted in asks.items():
         asked = tuple(sorted(wanted.items()))
         if asked not in verdicts:  # the replicas of one Deployment ask alike
             verdicts[asked] = _why_no_node(wanted, list(shapes_seen.values()), models, bounds)
         if verdicts[asked]:
+            if len(wanted) == 1 and all(spare[n] >= k for n, k in wanted.items()) and \
+                    verdicts[asked].endswith("not among the profiles the pool allows (ack-mig-hook/layout-profiles)"):
+                spare.subtract(wanted)
+                continue
             out.append((key, verdicts[asked]))
     dropped = {key for key, _ in out}
     return [d for d in capped if not (d.pending and d.key in dropped)], out
