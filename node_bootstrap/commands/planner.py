@@ -227,12 +227,13 @@ def plan_gpu_layout(gpu, pairs, held=({}, "")):
                  and gi.size == model.profile_by_id(gi.profile_id).memory_slices)  # type: ignore[union-attr]
     kept = set((gi.profile_id, gi.start) for gi in keep)
     doomed = tuple(gi for gi in gpu.gis if gi not in keep)
-    busy_in = [p for p in gpu.processes if p.gi is None or p.gi in set(gi.id for gi in doomed)]
-    if doomed and (busy_in or gpu.pids_unreadable):
-        return _as_is(gpu, model, source, "busy: a process runs in an instance the layout frees")
-    # Every instance whose MIG device the plan takes away: destroyed, or its compute instances replaced.
+    # Every instance whose MIG device the plan takes away: destroyed, or its compute instances replaced (a
+    # process in a compute instance the plan replaces is in the way as much as one in a destroyed instance).
     touched = [gi for gi in doomed] + [gi for gi in keep if not _full_ci_ok(
         gi, model.profile_by_id(gi.profile_id).compute_slices)]  # type: ignore[union-attr]
+    busy_in = [p for p in gpu.processes if p.gi is None or p.gi in set(gi.id for gi in touched)]
+    if touched and (busy_in or gpu.pids_unreadable):
+        return _as_is(gpu, model, source, "busy: a process runs in an instance the layout frees")
     holders, why = held
     if touched and holders is None:
         return _as_is(gpu, model, source, "allocations unknown (%s): nothing is destroyed" % why)

@@ -112,3 +112,30 @@ def test_the_node_says_what_each_gpu_holds(tmp_path, kube_api):
     assert "aliyun.accelerator/nvidia_mig_sequence" not in meta["labels"]  # no one sequence names both GPUs
     assert json.loads(meta["annotations"]["ack-mig-hook/gpu-layouts"]) == {
         "0": [["7g.40gb", 0]], "1": [["4g.20gb", 0], ["3g.20gb", 4]]}
+
+
+def test_a_process_in_a_compute_instance_the_layout_replaces_leaves_that_gpu_and_the_others_change(tmp_path):
+    """GPU 0 keeps its 3g.20gb, but its compute instance (one slice, made by hand) is replaced by a full one,
+    and a process runs in it. Only destroyed instances were checked for processes, so the whole apply ended
+    gpu-busy (exit 4) and GPU 1 was not changed; now GPU 0 is left as it is and GPU 1 changes."""
+    node = Node(tmp_path, count=2)
+    state = lay_out(node, [[("3g.20gb", 0)], [("7g.40gb", 0)]])
+    state["gpus"][0]["gis"][0]["cis"] = [{"id": 0, "profile_id": 0}]  # a 1-slice compute instance
+    with open(node.state, "w") as fh:
+        json.dump(state, fh)
+    doc = per_gpu((0, [("3g.20gb", 0), ("3g.20gb", 4)]), (1, [("3g.20gb", 0), ("3g.20gb", 4)]))
+    res = node.run("apply", "--request-b64", _b64(doc), "--sim-fault", "process-on:0:0")
+    assert res.rc == 0 and res.json["outcome"] == "success", res.stderr
+    assert res.json["left"] == [{"gpu": 0, "why": "busy: a process runs in an instance the layout frees"}]
+    assert node.layout(1) == [(9, 0, 1), (9, 4, 1)] and process_on_pid(0, 0) == 5000
+
+
+def test_a_start_past_eight_slots_is_placed_where_the_gpu_model_has_it(tmp_path):
+    """An RTX PRO 6000 places 1g.24gb at 0, 3, 6 and 9 (12 memory slots): a request naming start 9 was refused
+    as bad input by a bound of 8 slots before it met the GPU."""
+    node = Node(tmp_path, gpu="RTX-PRO-6000", count=1)
+    lay_out(node, [[("4g.96gb", 0)]])
+    doc = per_gpu((0, [("1g.24gb", 0), ("1g.24gb", 3), ("1g.24gb", 6), ("1g.24gb", 9)]))
+    res = node.run("apply", "--request-b64", _b64(doc))
+    assert res.rc == 0 and res.json["outcome"] == "success", res.stdout + res.stderr
+    assert [start for _, start, _ in node.layout(0)] == [0, 3, 6, 9]
