@@ -251,7 +251,7 @@ class _Apply(object):
             try:
                 report = reconcile(writer, self.spec, host, force=args.force, allow_reset=not args.no_reset,
                                    on_change=lambda plans: self.labeler.set("pending"),
-                                   allow_destroy=self.allow_destroy)
+                                   allow_destroy=self.allow_destroy, at_boot=getattr(args, "at_boot", False))
                 self.result["changes"] = writer.changes + len(self.resets)
                 self.result["sequence"] = node_sequence(report.plans)
                 self.result["gpus"] = gpus_json(report.gpus)

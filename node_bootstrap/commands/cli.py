@@ -189,6 +189,10 @@ def build_parser():
                                  "(what delivery does, so the layout survives reboots)")
             sp.add_argument("--boot-unit-root", default=None, metavar="DIR",
                             help="with --boot-unit: install under DIR (default /, a simulated node's own)")
+            sp.add_argument("--at-boot", action="store_true",
+                            help="the boot unit's run (nothing runs on the GPUs yet): a per-GPU request turns MIG "
+                                 "back on for a listed GPU whose layout is not empty (a Hopper GPU comes back from "
+                                 "a reboot with MIG off); without it a per-GPU request never changes the mode")
             sp.add_argument("--no-destroy", action="store_true",
                             help="only add instances: refuse (destroy-required, exit 7) before any change where an "
                                  "existing instance would be destroyed, the MIG mode changed or a GPU reset")

@@ -156,10 +156,11 @@ def plan_gpu(gpu, spec):
     )
 
 
-def plan_node(gpus, spec, allocations=None):
-    # type: (Sequence[LiveGpu], typing.Any, Optional[Allocations]) -> List[GpuPlan]
+def plan_node(gpus, spec, allocations=None, at_boot=False):
+    # type: (Sequence[LiveGpu], typing.Any, Optional[Allocations], bool) -> List[GpuPlan]
     """``allocations``: kubelet's (a per-GPU request never destroys what a pod was given); None: not read
-    (a labelled pool's request: its rollout drains the node first, and at boot no pod runs)."""
+    (a labelled pool's request: its rollout drains the node first, and at boot no pod runs). ``at_boot``:
+    the boot unit's run (:func:`plan_gpu_layout`)."""
     if not gpus:
         raise NotMigCapable("NVML reports no GPUs on this node")
     if isinstance(spec, GpuLayouts):
@@ -168,7 +169,7 @@ def plan_node(gpus, spec, allocations=None):
             raise BadInput("the request names GPU %s, which this node does not have (GPUs %s)"
                            % (", ".join(str(i) for i in missing), ", ".join(str(g.index) for g in gpus)))
         return [plan_gpu_layout(gpu, spec.layout_of(gpu.index),
-                                gi_holders(gpu, allocations) if allocations is not None else ({}, ""))
+                                gi_holders(gpu, allocations) if allocations is not None else ({}, ""), at_boot)
                 for gpu in gpus]
     return [plan_gpu(gpu, spec) for gpu in gpus]
 
@@ -207,20 +208,28 @@ def _exact_layout(gpu, model, pairs):
     return Layout(model, tuple(instances))
 
 
-def plan_gpu_layout(gpu, pairs, held=({}, "")):
-    # type: (LiveGpu, Optional[Sequence[Tuple[str, int]]], Tuple[Optional[Dict[int, Tuple[str, ...]]], str]) -> GpuPlan
+def plan_gpu_layout(gpu, pairs, held=({}, ""), at_boot=False):
+    # type: (LiveGpu, Optional[Sequence[Tuple[str, int]]], Tuple[Optional[Dict[int, Tuple[str, ...]]], str], bool) -> GpuPlan
     """A version 2 (per-GPU) plan: keep the instances the layout names where they are, destroy only the
     others, create the missing ones. Left as it is: a GPU the request does not list, one with MIG off (turning
     it on may need a reset: never part of an auto pool's change), one where a process runs in an instance
     the layout leaves out (it turned busy after the plan was made: the next plan sees it), and one where
     kubelet allocated such an instance to a pod that exists, process or not (``held``, from
     :func:`holdings.gi_holders`: a pod pulling its image or loading a model has no process yet), or where
-    that cannot be known (``held`` (None, why): the checkpoint or the MIG devices unreadable)."""
+    that cannot be known (``held`` (None, why): the checkpoint or the MIG devices unreadable). ``at_boot``:
+    the boot unit's run, before anything uses the GPUs: a listed GPU with MIG off and a layout that is not
+    empty had MIG on when the request was made (a Hopper GPU comes back from a reboot with it off), so the
+    mode is turned on and the layout created, as a labelled pool's boot unit does."""
     model, source = model_for(gpu)
     if pairs is None:
         return _as_is(gpu, model, source, "not in the request")
     target = _exact_layout(gpu, model, pairs)
     if not gpu.mig_enabled:
+        if at_boot and target.instances and not gpu.gis:
+            return GpuPlan(index=gpu.index, name=gpu.name, model=model, profiles_source=source, layout=target,
+                           target=target, enable_mig=True, keep=(), destroy_cis=(), destroy_gis=(),
+                           create=tuple(target.instances), create_cis=(), pids=gpu.pids,
+                           pids_unreadable=gpu.pids_unreadable, processes=gpu.processes)
         return _as_is(gpu, model, source, "MIG mode is off")
     wanted = set((i.profile.id, i.start) for i in target.instances)
     keep = tuple(gi for gi in gpu.gis if (gi.profile_id, gi.start) in wanted

@@ -319,8 +319,8 @@ def before_first_change(writer, plans, gpus, force, on_change=None):
         on_change()
 
 
-def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None, allow_destroy=True):
-    # type: (NvmlWriter, PartitionSpec, Host, bool, bool, Callable[[List[GpuPlan]], None], bool) -> ApplyReport
+def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None, allow_destroy=True, at_boot=False):
+    # type: (NvmlWriter, PartitionSpec, Host, bool, bool, Callable[[List[GpuPlan]], None], bool, bool) -> ApplyReport
     """Bring the node to ``spec``. ``on_change`` runs once, before the first mutating step, and only if
     something will change (the caller labels the node pending there). ``allow_destroy`` False: refuse
     (DestroyRequired) where more than adding instances is needed."""
@@ -328,7 +328,7 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None,
         # type: (List[Any], Any) -> List[GpuPlan]
         # Kubelet's allocations are read after NVML each time: the last read, just before the destroys
         # (and after the clients, the device plugin among them, were stopped), is what decides.
-        return plan_node(gpus, spec, host.allocations() if isinstance(spec, GpuLayouts) else None)
+        return plan_node(gpus, spec, host.allocations() if isinstance(spec, GpuLayouts) else None, at_boot)
 
     gpus = writer.read_all()
     initial = planned(gpus)

@@ -60,7 +60,7 @@ def apply_args(request_path, extra_args):
     # type: (str, List[str]) -> List[str]
     """node_bootstrap's arguments at boot: a full apply from the request file, no kubelet yet."""
     return ["apply", "--request-file", request_path, "--json", "--device-plugin-restart", "none",
-            "--capacity-timeout", "0", "--lock-timeout", str(LOCK_TIMEOUT_S)] + list(extra_args)
+            "--capacity-timeout", "0", "--lock-timeout", str(LOCK_TIMEOUT_S), "--at-boot"] + list(extra_args)
 
 
 def exec_argv(python, package_dir, request_path, extra_args, bundle=None):

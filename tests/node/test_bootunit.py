@@ -241,3 +241,37 @@ def _lock_held(path):
     finally:
         os.close(fd)
     return False
+
+
+def test_the_units_command_restores_a_per_gpu_layout_after_a_hopper_reboot(tmp_path):
+    """An auto pool's per-GPU request never turns MIG on (that may need a reset while pods run); at boot
+    nothing runs yet, and a Hopper GPU comes back with MIG off: the unit's run (``--at-boot``) turns it back
+    on for each GPU whose layout is not empty. Without it the unit reported success and restored nothing, and
+    the node, labelled success, was never a fresh node again: whole GPUs for good. A GPU the request keeps
+    whole stays whole."""
+    node = Node(tmp_path, gpu="H200", count=3)
+    root = tmp_path / "root"
+    doc = {"version": 2, "kind": "per-gpu", "destroy": True, "gpus": [
+        {"index": 0, "layout": [{"profile": "3g.71gb", "start": 0}, {"profile": "3g.71gb", "start": 4}]},
+        {"index": 1, "layout": [{"profile": "7g.141gb", "start": 0}]}, {"index": 2, "layout": []}]}
+    request = base64.b64encode(json.dumps(doc).encode()).decode()
+    assert node.run("install-boot-unit", "--request-b64", request, "--root", str(root), python=NODE_PYTHON).rc == 0
+    assert node.run("apply", "--sequence", "7g.141gb").rc == 0  # every GPU with MIG on and one 7g.141gb
+    assert node.run("apply", "--request-b64", request).rc == 0
+    layouts = [node.layout(i) for i in range(3)]
+    assert layouts[2] == []  # GPU 2: MIG on, no instance (the reboot turns the mode off, the unit leaves it)
+    assert [g["mig_mode"]["current"] for g in node.run("sim-reboot").json["gpus"]] == ["disabled"] * 3
+    unit = Unit(_unit(root))
+    argv = unit.exec_start()
+    assert "--at-boot" in argv
+    proc = unit.start(request_under(argv, str(root)))
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["outcome"] == "success", result
+    assert [node.layout(i) for i in range(2)] == layouts[:2]
+    assert [g["mig_mode"]["current"] for g in node.run("status").json["gpus"]] == ["enabled", "enabled", "disabled"]
+    assert result.get("left") == [{"gpu": 2, "why": "MIG mode is off"}]
+    # The same run without --at-boot (an apply at any other time) never turns MIG on.
+    assert node.run("sim-reboot").rc == 0
+    plain = node.run("apply", "--request-b64", request)
+    assert plain.rc == 0 and plain.json["changes"] == 0 and len(plain.json["left"]) == 3
