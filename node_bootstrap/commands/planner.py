@@ -174,7 +174,7 @@ def plan_node(gpus, spec, allocations=None, at_boot=False):
     return [plan_gpu(gpu, spec) for gpu in gpus]
 
 
-def _as_is(gpu, model, source, why):
+def as_is(gpu, model, source, why):
     # type: (LiveGpu, GpuModel, str, str) -> GpuPlan
     """A plan that changes nothing on the GPU (its instances kept as they are, whatever their compute ones)."""
     current = tuple(sorted((Instance(model.profile_by_id(gi.profile_id), gi.start) for gi in gpu.gis
@@ -222,7 +222,7 @@ def plan_gpu_layout(gpu, pairs, held=({}, ""), at_boot=False):
     mode is turned on and the layout created, as a labelled pool's boot unit does."""
     model, source = model_for(gpu)
     if pairs is None:
-        return _as_is(gpu, model, source, "not in the request")
+        return as_is(gpu, model, source, "not in the request")
     target = _exact_layout(gpu, model, pairs)
     if not gpu.mig_enabled:
         if at_boot and target.instances and not gpu.gis:
@@ -230,7 +230,7 @@ def plan_gpu_layout(gpu, pairs, held=({}, ""), at_boot=False):
                            target=target, enable_mig=True, keep=(), destroy_cis=(), destroy_gis=(),
                            create=tuple(target.instances), create_cis=(), pids=gpu.pids,
                            pids_unreadable=gpu.pids_unreadable, processes=gpu.processes)
-        return _as_is(gpu, model, source, "MIG mode is off")
+        return as_is(gpu, model, source, "MIG mode is off")
     wanted = set((i.profile.id, i.start) for i in target.instances)
     keep = tuple(gi for gi in gpu.gis if (gi.profile_id, gi.start) in wanted
                  and gi.size == model.profile_by_id(gi.profile_id).memory_slices)  # type: ignore[union-attr]
@@ -242,14 +242,14 @@ def plan_gpu_layout(gpu, pairs, held=({}, ""), at_boot=False):
         gi, model.profile_by_id(gi.profile_id).compute_slices)]  # type: ignore[union-attr]
     busy_in = [p for p in gpu.processes if p.gi is None or p.gi in set(gi.id for gi in touched)]
     if touched and (busy_in or gpu.pids_unreadable):
-        return _as_is(gpu, model, source, "busy: a process runs in an instance the layout frees")
+        return as_is(gpu, model, source, "busy: a process runs in an instance the layout frees")
     holders, why = held
     if touched and holders is None:
-        return _as_is(gpu, model, source, "allocations unknown (%s): nothing is destroyed" % why)
+        return as_is(gpu, model, source, "allocations unknown (%s): nothing is destroyed" % why)
     taken = [gi for gi in touched if holders and gi.id in holders]
     if taken:
         gi = taken[0]
-        return _as_is(gpu, model, source, "held: GPU instance %d (placed at %d) is allocated to pod %s, which the "
+        return as_is(gpu, model, source, "held: GPU instance %d (placed at %d) is allocated to pod %s, which the "
                       "layout frees" % (gi.id, gi.start, ", ".join(holders[gi.id])))  # type: ignore[index]
     destroy_cis, create_cis = [], []  # type: List[Tuple[int, int]], List[Tuple[int, int]]
     for gi in sorted(gpu.gis, key=lambda g: (g.start, g.id)):

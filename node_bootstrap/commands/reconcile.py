@@ -26,7 +26,7 @@ from ..driver.live import LiveGpu
 from ..mig import PartitionSpec
 from ..driver.nvml import NvmlWriter
 from ..request import GpuLayouts
-from .planner import GpuPlan, blockers, busy, mixed_layouts, plan_node
+from .planner import GpuPlan, as_is, blockers, busy, mixed_layouts, plan_node
 
 # (pid, its start time when NVML listed it) of each process --force ends
 Targets = List[Tuple[int, Optional[int]]]
@@ -324,11 +324,24 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None,
     """Bring the node to ``spec``. ``on_change`` runs once, before the first mutating step, and only if
     something will change (the caller labels the node pending there). ``allow_destroy`` False: refuse
     (DestroyRequired) where more than adding instances is needed."""
+    left = {}  # type: Dict[int, str]
+
     def planned(gpus, _spec=spec):
         # type: (List[Any], Any) -> List[GpuPlan]
         # Kubelet's allocations are read after NVML each time: the last read, just before the destroys
-        # (and after the clients, the device plugin among them, were stopped), is what decides.
-        return plan_node(gpus, spec, host.allocations() if isinstance(spec, GpuLayouts) else None, at_boot)
+        # (and after the clients, the device plugin among them, were stopped), is what decides. A GPU a plan
+        # of this run left as it is stays so for the rest of the run: a process that ends, or a pod that goes,
+        # meanwhile would make a later plan change it without the holder wait of its instances, with the
+        # result still saying it was left, or the read-back find it short of a layout it was never given.
+        plans = plan_node(gpus, spec, host.allocations() if isinstance(spec, GpuLayouts) else None, at_boot)
+        out = []
+        for plan, gpu in zip(plans, gpus):
+            if plan.left:
+                left.setdefault(plan.index, plan.left)
+            elif plan.index in left:
+                plan = as_is(gpu, plan.model, plan.profiles_source, left[plan.index])
+            out.append(plan)
+        return out
 
     gpus = writer.read_all()
     initial = planned(gpus)
@@ -357,10 +370,10 @@ def reconcile(writer, spec, host, force=False, allow_reset=True, on_change=None,
         _converge_instances(writer, [p for p in plans if not p.converged], host)
         gpus = writer.read_all()
         plans = planned(gpus)
-        left = [p for p in plans if not p.converged]
-        if left:
+        short = [p for p in plans if not p.converged]
+        if short:
             raise NodeFailure("GPU %s did not reach the planned layout (read back after applying)"
-                              % ", ".join(str(p.index) for p in left), code="verify-failed")
+                              % ", ".join(str(p.index) for p in short), code="verify-failed")
     finally:
         problems = host.start_clients(stopped)
     return ApplyReport(plans, gpus, initial, resets, problems)

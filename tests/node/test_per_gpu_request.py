@@ -139,3 +139,69 @@ def test_a_start_past_eight_slots_is_placed_where_the_gpu_model_has_it(tmp_path)
     res = node.run("apply", "--request-b64", _b64(doc))
     assert res.rc == 0 and res.json["outcome"] == "success", res.stdout + res.stderr
     assert [start for _, start, _ in node.layout(0)] == [0, 3, 6, 9]
+
+
+def _apply_here(node, doc, capsys, *extra):
+    """apply run in this process (so the test can make the world change at one moment of it): (rc, result)."""
+    from node_bootstrap.commands.cli import main
+
+    rc = main(node.args("apply", "--request-b64", _b64(doc), "--json", *extra))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    return rc, json.loads(lines[-1])
+
+
+def test_a_gpu_left_busy_stays_left_when_its_process_ends_during_the_apply(tmp_path, monkeypatch, capsys):
+    """The first plan leaves GPU 0 (a process runs in the instance its layout frees); the process ends while
+    apply stops the GPU clients. The plan made before the destroys no longer left GPU 0 and repartitioned it,
+    without the holder wait of its instances, while the result still said it was left (the next plan is
+    trusted not to change a GPU the node left, the dwell does not hold it). Now it stays left for the run."""
+    import pynvml
+
+    from node_bootstrap.host import clients
+
+    node = Node(tmp_path, count=2)
+    lay_out(node, [[("3g.20gb", 0), ("3g.20gb", 4)], [("7g.40gb", 0)]])
+    before = node.layout(0)
+    stop = clients.ClientControl.stop
+
+    def stop_and_end_the_job(self):
+        pynvml.nvmlLib._killed.add(process_on_pid(0, 4))  # the job in GPU 0's 3g.20gb at 4 ends now
+        return stop(self)
+
+    monkeypatch.setattr(clients.ClientControl, "stop", stop_and_end_the_job)
+    doc = per_gpu((0, [("3g.20gb", 0), ("2g.10gb", 4)]), (1, [("3g.20gb", 0), ("3g.20gb", 4)]))
+    rc, result = _apply_here(node, doc, capsys, "--sim-fault", "process-on:0:4")
+    assert rc == 0 and result["outcome"] == "success", result
+    assert node.layout(0) == before and node.layout(1) == [(9, 0, 1), (9, 4, 1)]
+    assert result["left"] == [{"gpu": 0, "why": "busy: a process runs in an instance the layout frees"}]
+
+
+def test_a_gpu_left_held_before_the_destroys_is_not_a_failed_read_back_when_its_pod_goes(tmp_path, monkeypatch,
+                                                                                        capsys):
+    """The read just before the destroys finds GPU 0's doomed instance allocated to a pod (admitted while the
+    device plugin stopped): GPU 0 is left. The pod is gone by the read-back, which planned GPU 0 afresh and
+    called the whole apply verify-failed (label failed, MigFailed) though every GPU was as decided."""
+    from node_bootstrap.commands import apply as apply_command
+    from node_bootstrap.kube.allocations import Allocations, Entry
+
+    node = Node(tmp_path, count=2)
+    lay_out(node, [[("3g.20gb", 0), ("3g.20gb", 4)], [("7g.40gb", 0)]])
+    reads = []
+
+    def allocations(self):
+        def read():
+            reads.append(1)
+            gi = next(g for g in node.sim()["gpus"][0]["gis"] if g["start"] == 4)
+            if len(reads) == 2:  # just before the destroys: a pod was admitted onto it meanwhile
+                return Allocations(True, entries=(Entry("pod-x", "c", "nvidia.com/mig-3g.20gb",
+                                                        gi["cis"][0].get("uuid")),))
+            return Allocations(True, entries=())  # before it, none yet; at the read-back, the pod is gone
+        return read
+
+    monkeypatch.setattr(apply_command._Apply, "_allocations", allocations)
+    doc = per_gpu((0, [("3g.20gb", 0), ("2g.10gb", 4)]), (1, [("3g.20gb", 0), ("3g.20gb", 4)]))
+    rc, result = _apply_here(node, doc, capsys)
+    assert rc == 0 and result["outcome"] == "success", result
+    assert len(reads) >= 3 and [g["gpu"] for g in result["left"]] == [0]
+    assert result["left"][0]["why"].startswith("held: GPU instance")
+    assert node.layout(1) == [(9, 0, 1), (9, 4, 1)]
