@@ -22,6 +22,7 @@ from typing import Any, Optional
 from .errors import BadInput
 from .outside import OutsideDataError, loads
 from .mig import KIND_SEQUENCE, KIND_SIZE, PartitionSpec
+from .mig.annotations import MAX_START
 
 MAX_REQUEST_BYTES = 64 * 1024
 _FORMS = "--size VALUE, --sequence VALUE, --request-b64 B64 or --request-file PATH"
@@ -30,7 +31,6 @@ _FORMS = "--size VALUE, --sequence VALUE, --request-b64 B64 or --request-file PA
 MAX_GPUS = 16
 KIND_PER_GPU = "per-gpu"
 _V1_FORM = '{"version": 1, "partition": {"kind": "size" or "sequence", "value": "1g.10gb"}}'
-MAX_START = 32  # a placement's start slot: every GPU in the catalogue has at most 12 memory slots
 _V2_FORM = ('{"version": 2, "kind": "per-gpu", "gpus": [{"index": 0, "layout": [{"profile": "1g.10gb", "start": 0}]}]}')
 
 
@@ -118,9 +118,9 @@ def _gpu_layouts(doc, where):
             # (the GPU model's placements are checked when the request meets the GPU: an RTX PRO 6000 places
             # 1g profiles at 9 on its 12 memory slots, so 8 slots is no bound)
             if not isinstance(profile, str) or not 0 < len(profile) <= 32 or type(start) is not int or \
-                    not 0 <= start < MAX_START:
+                    not 0 <= start <= MAX_START:
                 raise BadInput("%s GPU %d: each instance is {\"profile\": NAME, \"start\": 0 to %d}; the accepted "
-                               "form: %s" % (where, index, MAX_START - 1, _V2_FORM))
+                               "form: %s" % (where, index, MAX_START, _V2_FORM))
             pairs.append((profile, start))
         seen.add(index)
         out.append((index, tuple(sorted(pairs, key=lambda x: (x[1], x[0])))))

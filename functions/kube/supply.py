@@ -27,7 +27,7 @@ from typing import Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Se
 
 from functions.decision.layout import GpuSupply, Instance
 from functions.decision.layout.matching import pod_asks
-from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, MAX_GPU_INDEX, read_layouts
+from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, MAX_GPU_INDEX, MAX_START, read_layouts
 from node_bootstrap.mig import MigInputError
 from node_bootstrap.mig.catalogue import find_gpu_or_none
 from node_bootstrap.mig.labels import PartitionSpec
@@ -131,7 +131,7 @@ def _holders(text: Any) -> Optional[Holders]:
             if rows is None:
                 continue  # the node could not read this GPU's MIG devices: nothing said about it
             index = whole(int(key) if _INDEX.match(key) else None, "GPU index", 0, MAX_GPU_INDEX)
-            gpus[index] = {(str(p), whole(s, "start", 0, 7)): (_uid(h) if h is not None else None)
+            gpus[index] = {(str(p), whole(s, "start", 0, MAX_START)): (_uid(h) if h is not None else None)
                            for p, s, h in rows}
         return Holders(str(data.get("at") or ""), pods, gpus)
     except (ValueError, TypeError, KeyError, AttributeError):  # OutsideDataError is a ValueError

@@ -14,6 +14,10 @@ from ..outside import OutsideDataError, loads, whole
 LAYOUTS_ANNOTATION = "ack-mig-hook/gpu-layouts"
 MAX_LAYOUTS_TEXT = 16384  # 16 GPUs x 8 instances is about 1.5 KB: anything much longer is not ours
 MAX_GPU_INDEX = 63
+# The highest start slot a layout may name, in a request or an annotation: every GPU in the catalogue has at
+# most 12 memory slots (an RTX PRO 6000 places 1g profiles at 9); the GPU model's own placements are checked
+# where a layout meets a GPU.
+MAX_START = 31
 _INDEX = re.compile(r"^[0-9]{1,2}\Z")  # ASCII digits only: "\u00b2".isdigit() is true and int() refuses it
 
 
@@ -37,6 +41,7 @@ def read_layouts(text):
             if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str) and 0 < len(pair[0]) <= 32):
                 raise OutsideDataError("annotation %s GPU %d: each instance is [profile, start]"
                                        % (LAYOUTS_ANNOTATION, index))
-            layout.append((pair[0], whole(pair[1], "annotation %s GPU %d start" % (LAYOUTS_ANNOTATION, index), 0, 7)))
+            layout.append((pair[0], whole(pair[1], "annotation %s GPU %d start" % (LAYOUTS_ANNOTATION, index), 0,
+                                           MAX_START)))
         out[index] = tuple(layout)
     return out

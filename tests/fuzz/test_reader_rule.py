@@ -26,7 +26,7 @@ from functions.pipeline.intake import parse_event
 from functions.base.logs import JsonLogger
 from functions.base.settings import load_settings
 from node_bootstrap.errors import BadInput
-from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts
+from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, MAX_START, read_layouts
 from node_bootstrap.outside import MAX_INT_DIGITS, OutsideDataError, depth, loads
 from node_bootstrap.request import request_from_options
 from tests.fuzz.harness import _MAKER, RecordingTransport, _paths
@@ -148,7 +148,30 @@ def test_the_layouts_annotation_reads_or_is_refused(text):
         return
     for index, layout in held.items():
         assert 0 <= index <= 63
-        assert all(isinstance(p, str) and type(s) is int and 0 <= s <= 7 for p, s in layout)
+        assert all(isinstance(p, str) and type(s) is int and 0 <= s <= MAX_START for p, s in layout)
+
+
+def test_a_layout_the_planner_makes_past_slot_7_reads_back_from_the_node():
+    """An RTX PRO 6000 places 1g.24gb at 9 (12 memory slots): the planner asks for it, the node applies it
+    (tests/node/test_per_gpu_request.py) and writes it; every reader bounded starts at 7 and left the node out
+    of its auto pool for good."""
+    from functions.decision.layout import Bounds, GpuSupply, PodDemand, plan
+
+    rtx = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    (target,) = plan([GpuSupply("rtx-a", 0, rtx, ())], [PodDemand("ns/p%d" % i, "o", "1g.24gb") for i in range(4)],
+                     Bounds()).changes
+    assert ("1g.24gb", 9) in target.layout
+    text = json.dumps({"0": [[n, s] for n, s in target.layout]})
+    assert read_layouts(text) == {0: target.layout}
+    node = {"metadata": {"name": "rtx-a", "labels": {
+        "aliyun.accelerator/nvidia_name": "NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition",
+        "aliyun.accelerator/nvidia_count": "1", "nvidia.com/mig.config.state": "success"},
+        "annotations": {LAYOUTS_ANNOTATION: text}}, "status": {"allocatable": {}}}
+    supply, notes = pool_supply([node], {})
+    assert notes == [] and [(i.profile, i.start) for i in supply[0].instances] == list(target.layout)
+    request = {"version": 2, "kind": "per-gpu", "gpus": [{"index": 0, "layout": [
+        {"profile": n, "start": s} for n, s in target.layout]}]}
+    assert request_from_options(None, None, base64.b64encode(json.dumps(request).encode()).decode(), None)
 
 
 def _node(name, annotations, count="2"):
@@ -167,7 +190,7 @@ def test_a_hostile_layouts_annotation_leaves_that_node_out_and_the_pool_goes_on(
     assert [(g.node, g.index) for g in supply if g.node == "good"] == [("good", 0), ("good", 1)]
     assert all(g.node != "bad" for g in supply) or not notes  # left out with a note, or it was readable
     for gpu in supply:
-        assert all(0 <= i.start <= 7 for i in gpu.instances)
+        assert all(0 <= i.start <= MAX_START for i in gpu.instances)
     # status and the claim read the same annotation through the same reader
     from functions.commands.status import gpu_layouts
     from functions.decision.waves import held_layouts
