@@ -292,3 +292,36 @@ def test_an_idle_instance_of_a_profile_no_longer_allowed_is_kept_for_the_pod_tha
     two = plan(supply, demand + [PodDemand("ns/old-3g-b", "o", "3g.40gb")], bounds)
     assert [k for k, _ in two.not_counted] == ["ns/old-3g-b"] and two.unserved == ()
     assert not any(t.destroy for t in two.changes)
+
+
+def test_a_pod_asking_several_of_a_profile_no_longer_allowed_needs_them_idle_on_one_node():
+    """ns/stray asks 2x 1g.5gb, no longer allowed; an idle 1g.5gb sits on each of two nodes. Counted against
+    the pool's idle instances together, it stayed counted, no node gave it both, and its shortfall switched the
+    exact solve off for every other pod. It is not counted: it changes nothing."""
+    a40 = "NVIDIA A100-SXM4-40GB"
+    supply = [GpuSupply("n0", 0, a40, (Instance("4g.20gb", 0, False), Instance("1g.5gb", 6, False))),
+              GpuSupply("n1", 0, a40, (Instance("3g.20gb", 0, False), Instance("1g.5gb", 6, False))),
+              GpuSupply("n1", 1, a40, (Instance("3g.20gb", 0, False),))]
+    demand = [PodDemand("ns/p0", "d", "4g.20gb"), PodDemand("ns/p1", "d", "3g.20gb"),
+              PodDemand("ns/p2", "d", "3g.20gb")]
+    bounds = Bounds(profiles=frozenset({"2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}))
+    alone = plan(supply, demand, bounds)
+    with_stray = plan(supply, demand + [PodDemand("ns/stray", "pod ns/stray", "1g.5gb", 2)], bounds)
+    assert [k for k, _ in with_stray.not_counted] == ["ns/stray"] and with_stray.unserved == ()
+    assert with_stray.targets == alone.targets
+
+
+def test_what_the_exact_form_makes_is_credited_to_the_pods_it_was_asked_for():
+    """ns/a-apart asks 4x 1g.35gb together, which no node gives: counted for a new node. The exact form, asked
+    after the search left ns/big short, serves the single pods; its instances were credited by key to every
+    waiting pod, so a reason named ns/a-apart for the 1g.35gb made for ns/small."""
+    h200 = "NVIDIA H200"
+    supply = [GpuSupply("n0", 0, h200, (Instance("1g.35gb", 0, False), Instance("1g.35gb", 4, True))),
+              GpuSupply("n1", 0, h200, (Instance("2g.35gb", 0, True),))]
+    demand = [PodDemand("ns/small", "deployment ns/small", "1g.35gb"),
+              PodDemand("ns/big", "deployment ns/big", "4g.71gb"),
+              PodDemand("ns/a-apart", "job ns/a-apart", "1g.35gb", 4)]
+    result = plan(supply, demand, Bounds())
+    assert not any("ns/a-apart" in t.reason for t in result.changes), [t.reason for t in result.changes]
+    assert {t.reason.rsplit("of ", 1)[1] for t in result.changes} == {"deployment ns/small", "deployment ns/big"}
+    assert dict(result.unserved) == {"1g.35gb": 4}

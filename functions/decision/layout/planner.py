@@ -730,7 +730,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
 
     if not multi[0] and not joint and any(pending[n] for n in pending if n != WHOLE_GPU) and (
             not unserved or retry):
-        served, all_served = _exact(gpus, before, demand, pending, bounds, served, short=bool(unserved))
+        # (the pods the search planned for: those asking several on one node it could not serve are not the
+        # exact form's, and must not be credited with what it makes)
+        served, all_served = _exact(gpus, before, singles, pending, bounds, served, short=bool(unserved))
         if all_served and unserved:  # the search's shortfall is gone; what came before it stays
             whole = unserved[WHOLE_GPU]
             unserved = Counter({n: k for n, k in searched[0].items() if k})
@@ -819,15 +821,22 @@ def _countable(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds:
     # Idle instances of a profile the pool no longer allows (the label changed) still serve the pods that ask
     # it: such a pod stays counted while one is left for it, so that instance is not taken as spare and
     # destroyed for another pod (the plan creates none of the profile; what is short of it is said).
-    spare = Counter(i.profile for s in supply for i in s.instances if not i.in_use and not bounds.allows(i.profile))
+    # Per node: a pod asking several needs them on one node.
+    spare = {}  # type: Dict[str, Counter]
+    for s in supply:
+        for i in s.instances:
+            if not i.in_use and not bounds.allows(i.profile):
+                spare.setdefault(s.node, Counter())[i.profile] += 1
     for key, wanted in asks.items():
         asked = tuple(sorted(wanted.items()))
         if asked not in verdicts:  # the replicas of one Deployment ask alike
             verdicts[asked] = _why_no_node(wanted, list(shapes_seen.values()), models, bounds)
         if verdicts[asked]:
-            if len(wanted) == 1 and all(spare[n] >= k for n, k in wanted.items()) and \
-                    verdicts[asked].endswith("not among the profiles the pool allows (ack-mig-hook/layout-profiles)"):
-                spare.subtract(wanted)
+            (name, k), = list(wanted.items()) if len(wanted) == 1 else [("", 0)]
+            node = next((n for n in sorted(spare) if spare[n][name] >= k), None) if k else None
+            if node is not None and verdicts[asked].endswith(
+                    "not among the profiles the pool allows (ack-mig-hook/layout-profiles)"):
+                spare[node][name] -= k
                 continue
             out.append((key, verdicts[asked]))
     dropped = {key for key, _ in out}
