@@ -208,7 +208,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     claims = tick_claims(api, settings, left_s)  # one plan at a time per pool (functions/rollout/plan_claim.py)
     try:
         return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, left_s,
-                     listed, only)
+                     only)
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
                    % " ".join(str(exc).split())[:200])
@@ -218,7 +218,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
           pools: List[Any], log: Any, end: Any, claims: Any, left_s: Optional[float] = None,
-          all_pools: Optional[List[Any]] = None, only: str = "") -> Any:
+          only: str = "") -> Any:
     from functions.base.model import Decision
     from functions.decision.autoscaler_tags import pool_template
     from functions.decision.layout import LayoutLabelError
@@ -238,8 +238,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         listed = api.server_time()
         idle = {p.nodepool_id: () for p in pools if not paused(p.labels)
                 and not claim_pool(claims, p, dry_run, listed, pending, settings)[1]}
-        tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=idle, listed=all_pools,
-                              scope=only)
+        tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=idle, scope=only)
         return end("skip", "no MIG pod waits: the auto pools stay as they are", tags=tags)
     listed = api.server_time()  # when the pending pods were read, on the API server's clock
     skipped: List[str] = []  # pools another invocation plans (or changed since that list), one line each
@@ -287,8 +286,9 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             changes.append((pool, Decision(instance_id=node.instance_id, node_name=name, nodepool_id=pool.nodepool_id,
                                            action="partition", reason=why, ip_address=node.ip_address,
                                            gpu_layouts=per_gpu_partition(targets)), targets))
-    tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=new_nodes, listed=all_pools,
-                          scope=only)
+    # The tags are compared with the pools as listed now, after the claims: the list this tick began with is
+    # older than them, and the invocation that held a claim before may have written the tags meanwhile.
+    tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=new_nodes, scope=only)
     also = "".join("; " + line for line in skipped)
     if skipped and not new_nodes:
         return end("skip", also[2:], tags=tags)

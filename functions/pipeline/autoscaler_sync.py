@@ -9,7 +9,7 @@ there. A pool whose tags cannot be written (limits, the API refuses, the API kee
 reason in its entry and a warning line; the event and its nodes go on.
 """
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
 
 from functions.decision.autoscaler_tags import MODE_OFF, plan_pool
 from functions.base.errors import EventOutcome
@@ -22,21 +22,20 @@ TAG_TRIGGERS = (Trigger.TIMER, Trigger.MANUAL, Trigger.NODEPOOL_OPERATION, Trigg
 
 
 def sync_pool_tags(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
-                   log: Any, new_nodes: Optional[Mapping[str, Any]] = None, listed: Optional[Sequence[Any]] = None,
+                   log: Any, new_nodes: Optional[Mapping[str, Any]] = None,
                    scope: str = "") -> Optional[List[Dict[str, Any]]]:
     """One entry per pool of the event that is labelled or carries tags of ours; None for an event this
     step does not concern. Raises only what listing the pools raises (the event cannot go on without
     them either). ``new_nodes``: per auto pool id, the planner's new-node layout (``Plan.new_node``):
-    such a pool's tags name it (functions/decision/autoscaler_tags.py auto_pool_resources). ``listed``: the
-    cluster's pools as this invocation just listed them (not listed again: a pod event's latency, and the CS
-    API's rate limit a burst of events shares; the write itself reads the pool again); ``scope``: the one
-    pool to sync (a pod event's pool: the others are the timer's), else the request's."""
+    such a pool's tags name it (functions/decision/autoscaler_tags.py auto_pool_resources). ``scope``: the
+    one pool to sync (a pod event's pool: the others are the timer's), else the request's. The pools are
+    listed here, after the caller's claims: an earlier list may predate tags another invocation wrote."""
     if request.trigger not in TAG_TRIGGERS:
         return None
     mode = settings.autoscaler_tags
     if mode == MODE_OFF:
         return []
-    pools = list(lookup.nodepools(cluster) if listed is None else listed)
+    pools = list(lookup.nodepools(cluster))
     if scope:
         pools = [p for p in pools if p.nodepool_id == scope]
     elif request.nodepool_id or request.scaling_group_id:

@@ -150,9 +150,10 @@ def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emul
                for r in kube_api.requests)
     marker = stored_marker(kube_api)
     assert marker["holder"] == "" and marker["asked"] == 1
-    # The pools were listed twice: by the event (its plan and its tags use that list) and by the rollout
-    # before the node's slot (a pause set after the plan stops it); only the event's pool's tags were synced.
-    assert emulator.calls("DescribeClusterNodePools") == 2
+    # The pools were listed three times: by the event (its plan uses that list), for its tags after its claim
+    # (another invocation may have written them since), and by the rollout before the node's slot (a pause set
+    # after the plan stops it); only the event's pool's tags were synced.
+    assert emulator.calls("DescribeClusterNodePools") == 3
     assert [t["nodepool_id"] for t in out["pool_tags"]] == [POOL]
     assert emulator.calls("ModifyClusterNodePool") == 0
     # Every call the event made is one deploy/rbac.yaml grants (the pod's lookup is a list: no new grant),

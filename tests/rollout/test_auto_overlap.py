@@ -344,3 +344,76 @@ def test_a_gpu_the_node_left_as_it_was_is_not_marked_changed():
     claims.marks.clear()
     claims.mark([change], [{"node_name": "auto-a", "outcome": "unchanged"}])  # nothing changed: nothing marked
     assert claims.marks == {}
+
+
+# ---- the autoscaler tags are compared after the claim ----
+
+from functions.base.event_result import Trigger  # noqa: E402
+from functions.base.logs import JsonLogger  # noqa: E402
+from functions.base.model import Request  # noqa: E402
+from functions.base.settings import load_settings  # noqa: E402
+from functions.cloud.cluster import InventoryLookup  # noqa: E402
+from functions.pipeline.autoscaler_sync import sync_pool_tags  # noqa: E402
+from tests.rollout.conftest import CLUSTER  # noqa: E402
+
+
+class Writable(InventoryLookup):
+    """A snapshot whose pool tags can be written, as ModifyClusterNodePool writes them (the whole list)."""
+
+    def nodepools(self, cluster_id):
+        return [p.model_copy(deep=True) for p in super().nodepools(cluster_id)]
+
+    def set_nodepool_tags(self, cluster_id, nodepool_id, tags):
+        for i, p in enumerate(self._pools):
+            if p.nodepool_id == nodepool_id:
+                self._pools[i] = p.model_copy(update={"tags": dict(tags)})
+
+
+def _writable_lookup():
+    return Writable.from_dict({
+        "cluster_id": CLUSTER,
+        "nodepools": [{"nodepool_info": {"nodepool_id": POOL, "name": "auto"},
+                       "kubernetes_config": {"labels": [{"key": "ack-mig-hook/layout", "value": "auto"}]},
+                       "auto_scaling": {"enable": True},
+                       "scaling_group": {"scaling_group_id": "asg-1", "instance_types": ["ecs.ebmgn7.26xlarge"]}}],
+        "nodes": [{"instance_id": "i-auto-a", "node_name": "auto-a", "instance_type": "ecs.ebmgn7.26xlarge",
+                   "nodepool_id": POOL, "state": "running", "ip_address": ["10.0.1.1"]}]})
+
+
+def ours(w):
+    (pool,) = w.nodepools(CLUSTER)
+    return {k: v for k, v in pool.tags.items() if k.startswith("k8s.io/")}
+
+
+def test_tags_another_invocation_wrote_before_this_ticks_claim_are_compared_as_they_are_now(cluster, monkeypatch):
+    """Between a tick's list of the node pools and its claim, the invocation that held the claim (its pending
+    list older than the pods) clears the pool's tags. Compared with the tick's first list they looked in sync,
+    nothing was written, and the node the waiting pod needs was not asked for until the next timer tick.
+    (Found by a review of the change that reused the event's list for the tags.)"""
+    from functions.kube import demand
+
+    api = cluster.api
+    add_auto_nodes(api, ["auto-a"])  # one idle 7g.40gb
+    waiting(api, 2, "7g.40gb")  # one fits it, the other needs a new node
+    w = _writable_lookup()
+    env = {"ACK_MIG_AUTOSCALER_TAGS": "on"}
+    first = tick(cluster, PerGpuNodes(api), lookup=w, **env)
+    wanted = ours(w)
+    assert any(v != "0" for v in wanted.values())
+
+    settings = load_settings(dict(cluster.settings_env, **env))
+    original, done = demand.pending_pods, []
+
+    def pending_pods(a):  # between this tick's list of the pools and its claim, another invocation
+        listed = original(a)  # (holding the claim, its pending list older than the pods) clears the tags
+        if not done:
+            done.append(sync_pool_tags(Request(trigger=Trigger.TIMER, event_type="timer:auto", cluster_id=CLUSTER),
+                                       w, CLUSTER, settings, False, JsonLogger("OFF"), new_nodes={POOL: ()}))
+        return listed
+
+    monkeypatch.setattr(demand, "pending_pods", pending_pods)
+    cluster.now[0] += 600
+    second = tick(cluster, PerGpuNodes(api), lookup=w, **env)
+    assert done[0][0]["written"] and second.outcome in ("done", "skip"), second.reason
+    assert ours(w) == wanted, ("the pod still waits for a new node, and the tags no longer advertise one",
+                               second.pool_tags)
