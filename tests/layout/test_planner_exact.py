@@ -175,3 +175,16 @@ def test_a_pod_the_search_leaves_short_is_served_when_the_exact_form_can_serve_e
     # search's shortfall stands, whole (the exact form serves every pod or none)
     full = plan(supply, demand + [PodDemand("ns/big-%d" % i, "o", "4g.71gb") for i in range(2)], Bounds())
     assert dict(full.unserved) == {"4g.71gb": 3}
+
+
+def test_the_exact_form_is_not_asked_again_where_the_pool_cannot_hold_the_pods_and_the_headroom(monkeypatch):
+    """The exact form must place the headroom too: where the pool's free compute cannot hold it beside the pods
+    that wait, asking it again after the search left pods short only spends up to its 1 s limit."""
+    calls = []
+    solve = planner.solve_exactly
+    monkeypatch.setattr(planner, "solve_exactly", lambda *a, **k: calls.append(1) or solve(*a, **k))
+    supply = [GpuSupply("n0", 0, "NVIDIA H200", (Instance("1g.35gb", 0, False),))]
+    demand = [PodDemand("ns/small", "o", "1g.35gb"), PodDemand("ns/big", "o", "4g.71gb")]
+    crowded = plan(supply, demand, Bounds(headroom={"3g.71gb": 1}))  # 1 + 4 + 3 slices of 7
+    assert calls == [] and dict(crowded.unserved).get("4g.71gb") == 1
+    assert plan(supply, demand, Bounds()).unserved == () and calls == [1]

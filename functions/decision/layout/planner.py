@@ -721,7 +721,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     # The search never destroys an idle instance a waiting pod could use and places greedily, so it can leave
     # a pod short that the pool could serve: the exact form is asked too, and an answer serving every pod
     # wins whatever it costs (a needless scale-out costs more). Only when the pool has the room at all.
-    retry = any(unserved[n] > searched[0][n] for n in unserved) and _room_for(gpus, pending)
+    retry = any(unserved[n] > searched[0][n] for n in unserved) and _room_for(gpus, pending, bounds)
     if pending[WHOLE_GPU] > whole_free:
         short = pending[WHOLE_GPU] - whole_free
         unserved[WHOLE_GPU] += short
@@ -978,12 +978,17 @@ def _credited(entries) -> bool:
     return bool(entries) and any(pods or extra for _, pods, extra in entries)
 
 
-def _room_for(gpus: List[_Gpu], pending: Counter) -> bool:
-    """Whether the pool's GPUs have the compute slices the waiting pods ask, beside what pods hold: a quick
-    bound, so the exact form is not asked to prove a full pool full (a scale-out's every step)."""
+def _room_for(gpus: List[_Gpu], pending: Counter, bounds: Bounds) -> bool:
+    """Whether the pool's GPUs have the compute slices the waiting pods and the headroom ask (the exact form
+    must hold both), beside what pods hold: a quick bound, so the exact form is not asked to prove a full pool
+    full (a scale-out's every step)."""
     free = sum(g.model.compute_slices - g.compute_in_use for g in gpus)
     asked = 0
-    for name, n in pending.items():
+    wanted = Counter({n: k for n, k in pending.items() if k > 0})
+    for name, k in bounds.headroom:
+        if k > 0:
+            wanted[name] += k
+    for name, n in wanted.items():
         if name == WHOLE_GPU or n <= 0:
             continue
         profile = next((p for g in gpus for p in g.model.profiles if p.name == name), None)
