@@ -11,7 +11,7 @@
   node, from the watch cache), for what is in use; asked only when a plan is to be made.
 """
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from functions.decision.layout.matching import waiting_pod
 
@@ -45,9 +45,19 @@ def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
     }
 
 
-def pending_pods(api: KubeApi) -> List[Dict[str, Any]]:
-    """The pods that wait for MIG instances or GPUs, reduced (``waiting_pod``), in pages of PENDING_PAGE."""
-    return api.list_all("/api/v1/pods", dict(PENDING), reduce=waiting_pod, page=PENDING_PAGE)
+def pending_pods(api: KubeApi, first_page_at: Optional[List[Optional[float]]] = None) -> List[Dict[str, Any]]:
+    """The pods that wait for MIG instances or GPUs, reduced (``waiting_pod``), in pages of PENDING_PAGE.
+    ``first_page_at``: gets the API server's time of the list's first page (``server_time`` as its first item
+    is read): the list is a snapshot taken then, however long the later pages take; nothing when the first
+    page holds no pod (then the list is that one page)."""
+    if first_page_at is None:
+        return api.list_all("/api/v1/pods", dict(PENDING), reduce=waiting_pod, page=PENDING_PAGE)
+
+    def reduce(item: Dict[str, Any]) -> Any:
+        if not first_page_at:
+            first_page_at.append(api.server_time())
+        return waiting_pod(item)
+    return api.list_all("/api/v1/pods", dict(PENDING), reduce=reduce, page=PENDING_PAGE)
 
 
 def pods_on(api: KubeApi, node_names: Sequence[str]) -> Dict[str, List[Dict[str, Any]]]:

@@ -230,17 +230,19 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     from functions.rollout.auto_waves import prepare_auto
     from functions.rollout.plan_claim import claim_pool
 
-    pending = pending_pods(api)
+    at: List[Optional[float]] = []
+    pending = pending_pods(api, at)
+    # When the pending pods were read, on the API server's clock: the list is a snapshot of its first page,
+    # and a change marked after that may have bound pods the later pages still show waiting.
+    listed = at[0] if at and at[0] is not None else api.server_time()
     if not any(is_unschedulable(p) and pod_asks(p) for p in pending):
         # nothing waits, so no new node is needed: the tags a scale-out left stop advertising one (a pool
         # already in sync writes nothing), or the next pod the pool could serve would bring a node first
         # (under the pool's planning claim: a plan running elsewhere may be setting them for a pod listed later)
-        listed = api.server_time()
         idle = {p.nodepool_id: () for p in pools if not paused(p.labels)
                 and not claim_pool(claims, p, dry_run, listed, pending, settings)[1]}
         tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=idle, scope=only)
         return end("skip", "no MIG pod waits: the auto pools stay as they are", tags=tags)
-    listed = api.server_time()  # when the pending pods were read, on the API server's clock
     skipped: List[str] = []  # pools another invocation plans (or changed since that list), one line each
     decisions: List[Any] = []
     changes: List[Any] = []  # (pool, decision, GpuTargets) per node whose GPUs change: through the rollout

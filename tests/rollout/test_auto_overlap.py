@@ -417,3 +417,38 @@ def test_tags_another_invocation_wrote_before_this_ticks_claim_are_compared_as_t
     assert done[0][0]["written"] and second.outcome in ("done", "skip"), second.reason
     assert ours(w) == wanted, ("the pod still waits for a new node, and the tags no longer advertise one",
                                second.pool_tags)
+
+
+def test_a_change_made_while_the_pending_list_pages_in_makes_the_tick_wait(cluster, monkeypatch):
+    """The pending list is a snapshot of its first page; the tick dated it by its last page. Another
+    invocation that changed the pool while the later pages came (more than the second's margin before the
+    last) was older than that date: the tick planned from pods that had bound since, and changed a second node
+    for them. (Found by an audit of the docs' promises.)"""
+    from functions.kube import demand
+    from functions.kube.client import KubeApi
+
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:2])  # two idle 7g.40gb GPUs
+    waiting(api, 2)  # two 3g.20gb pods: one GPU serves both
+    lookup = inventory(names=NAMES[:2])
+    monkeypatch.setattr(demand, "PENDING_PAGE", 1)  # two pages
+    request, other = KubeApi.request, []
+
+    def request_and_meanwhile(self, method, path, *args, **kw):
+        if path == "/api/v1/pods" and "continue" in (kw.get("query") or {}) and not other:
+            other.append(None)  # before the second page: another invocation plans and applies the pool...
+            other[0] = tick(cluster, PerGpuNodes(api), lookup=lookup)
+            bound_to = other[0].nodes[0]["node_name"]
+            for i in range(2):  # ...the scheduler binds both pods to what it made...
+                api.pods.pop(("llm", "serve-%d" % i))
+                api.add_pod("llm", "serve-%d" % i, bound_to, owner_kind="ReplicaSet",
+                            resources={"nvidia.com/mig-3g.20gb": "1"})
+            cluster.now[0] += 5  # ...and the page comes 5 s after the first
+        return request(self, method, path, *args, **kw)
+
+    monkeypatch.setattr(KubeApi, "request", request_and_meanwhile)
+    transport = PerGpuNodes(api)
+    stale = tick(cluster, transport, lookup=lookup)
+    assert other[0].outcome == "done" and len(other[0].nodes) == 1, other[0].reason
+    assert stale.outcome == "skip" and "changed after this tick read the pending pods" in stale.reason, stale.reason
+    assert transport.requests == []
