@@ -287,8 +287,8 @@ def test_a_fresh_node_turned_on_after_the_pending_list_makes_the_tick_wait(clust
     lookup = inventory(names=["auto-a"])
     original, other, nested = demand.pending_pods, [], []
 
-    def pending_pods(a):
-        listed = original(a)
+    def pending_pods(a, *rest):
+        listed = original(a, *rest)
         if not nested:
             nested.append(True)  # the other invocation's own list is the plain one
             other.append(tick(cluster, FreshAndPerGpu(api), lookup=lookup))
@@ -404,8 +404,8 @@ def test_tags_another_invocation_wrote_before_this_ticks_claim_are_compared_as_t
     settings = load_settings(dict(cluster.settings_env, **env))
     original, done = demand.pending_pods, []
 
-    def pending_pods(a):  # between this tick's list of the pools and its claim, another invocation
-        listed = original(a)  # (holding the claim, its pending list older than the pods) clears the tags
+    def pending_pods(a, *rest):  # between this tick's list of the pools and its claim, another invocation
+        listed = original(a, *rest)  # (holding the claim, its pending list older than the pods) clears the tags
         if not done:
             done.append(sync_pool_tags(Request(trigger=Trigger.TIMER, event_type="timer:auto", cluster_id=CLUSTER),
                                        w, CLUSTER, settings, False, JsonLogger("OFF"), new_nodes={POOL: ()}))
