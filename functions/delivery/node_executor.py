@@ -124,7 +124,15 @@ class DeliveryExecutor:
             # The transport yields each node's result as it comes (a batch runs its nodes at once): the time to
             # it is that node's duration.
             for res in self.transport.run(targets):
-                outcomes[res.instance_id] = outcome(res, names.get(res.instance_id, ""))
+                try:
+                    done = outcome(res, names.get(res.instance_id, ""))
+                except Exception as exc:  # noqa: BLE001 - a result no rule reads fails its node alone
+                    log.error("node %s: its result could not be read: %s: %s", res.instance_id,
+                              type(exc).__name__, exc)
+                    done = Outcome(res.instance_id, names.get(res.instance_id, ""), FAILED,
+                                   "internal-error: the node's result could not be read (%s)" % type(exc).__name__,
+                                   code="internal-error")
+                outcomes[res.instance_id] = done
                 outcomes[res.instance_id].duration_ms = round((time.monotonic() - started) * 1000, 1)
         except Exception as exc:  # noqa: BLE001 - reported per node below, and logged
             log.error("transport %s failed: %s: %s", getattr(self.transport, "name", "?"), type(exc).__name__, exc)

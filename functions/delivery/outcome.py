@@ -152,6 +152,11 @@ def parse_output(text: str) -> Optional[Dict[str, Any]]:
     return value if isinstance(value, dict) else None
 
 
+def _listed(doc: dict, key: str) -> list:
+    value = doc.get(key)
+    return value if isinstance(value, list) else []
+
+
 def outcome(res: NodeResult, node_name: str = "") -> Outcome:
     """Exactly one outcome for one node's result (see the module docstring)."""
     base = Outcome(res.instance_id, node_name, FAILED, transport=res.transport)
@@ -160,7 +165,7 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
         base.code = res.error or "no-result"
         base.reason = "%s: %s" % (base.code, res.message or "the node gave no result")
         return base
-    base.gpus = [g for g in doc.get("gpus") or [] if isinstance(g, dict)]
+    base.gpus = [g for g in _listed(doc, "gpus") if isinstance(g, dict)]  # a node's document: any shape
     base.sequence = str(doc.get("sequence") or "")
     try:
         base.changes = whole(doc.get("changes"), "changes", 0, MAX_CHANGES, default=0)
@@ -188,7 +193,7 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
         base.code = str(error.get("code") or "")
         base.reason = "%s: %s" % (code, error.get("message") or "node_bootstrap failed (exit %s)" % res.exit_code)
         return base
-    left = [g for g in doc.get("left") or [] if isinstance(g, dict) and g.get("why") != "not in the request"]
+    left = [g for g in _listed(doc, "left") if isinstance(g, dict) and g.get("why") != "not in the request"]
     if left:  # an auto pool's per-GPU request left these GPUs as they were (node_bootstrap/commands/planner.py)
         base.left = [{"gpu": g.get("gpu"), "why": " ".join(str(g.get("why")).split())[:80]} for g in left[:16]]
         base.reason = "%s; left as they were: %s" % (base.reason, ", ".join(

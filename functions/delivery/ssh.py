@@ -255,6 +255,12 @@ class SshTransport:
         except (OSError, paramiko.SSHException, EOFError) as exc:
             return NodeResult(target.instance_id, self.name, error="bundle-missing",
                               message="SFTP upload failed: %s" % (exc or type(exc).__name__))
+        except Exception as exc:  # noqa: BLE001 - paramiko parses the node's SFTP answers in this thread: a
+            # malformed one raises what it raises (struct.error for a short VERSION packet), and the node is
+            # a machine that may be broken or hostile
+            return NodeResult(target.instance_id, self.name, error="bundle-missing",
+                              message="SFTP upload failed: the node's SFTP server answered what cannot be read "
+                                      "(%s: %s)" % (type(exc).__name__, " ".join(str(exc).split())[:120]))
         return None
 
     def _connect_retrying(self, target: NodeTarget, watch: "_Watchdog") -> paramiko.SSHClient:
@@ -285,11 +291,15 @@ class SshTransport:
         try:
             result = self._one_bounded(target, watch)
         except Exception as exc:  # noqa: BLE001 - whatever a closed transport raises, mid-step
-            if not watch.fired:
-                raise
             result = None
-            log.debug("node %s: %s after the watchdog closed the connection", target.instance_id,
-                      type(exc).__name__)
+            if not watch.fired:  # one node's failure, whatever raised it, is that node's alone
+                log.error("node %s: %s while %s: %s", target.instance_id, type(exc).__name__, watch.step, exc)
+                result = NodeResult(target.instance_id, self.name, error="internal-error",
+                                    message="%s while %s: %s" % (type(exc).__name__, watch.step,
+                                                                 " ".join(str(exc).split())[:160]))
+            else:
+                log.debug("node %s: %s after the watchdog closed the connection", target.instance_id,
+                          type(exc).__name__)
         finally:
             watch.cancel()  # from here on the watchdog can no longer fire
         if watch.fired:

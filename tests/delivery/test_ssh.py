@@ -187,3 +187,60 @@ def test_a_node_whose_worker_never_returns_is_left_behind_at_its_bound(sshd, mak
     assert results[1].error == "node-timeout" and "left behind" in results[1].message
     assert [outcome(r).outcome for i, r in enumerate(results) if i != 1] == ["partitioned"] * 4, results
     assert 6 <= elapsed < 25  # the stuck node's bound: 4 s + 1 s grace + 1 s slack, not its 60 s
+
+
+@pytest.mark.timeout(60)
+def test_a_node_whose_sftp_server_answers_what_cannot_be_read_fails_alone(sshd, maker, tmp_path, monkeypatch):
+    """paramiko parses a node's SFTP answers in the node's own thread: a VERSION packet one byte long raised
+    struct.error, which no handler caught; SshTransport.run raised it once every node was done, and every node
+    of the event (the two on the real sshd partitioned) ended failed internal-error."""
+    import struct
+    import threading
+
+    import tests.support.stall_ssh_server as stall
+
+    class HostileSftp(stall._Server):
+        def check_channel_subsystem_request(self, channel, name):
+            def serve():
+                channel.settimeout(5)
+                n = struct.unpack(">I", channel.recv(4))[0]  # the client's INIT
+                while n > 0:
+                    n -= len(channel.recv(n))
+                channel.sendall(b"\x00\x00\x00\x01\x02")  # SSH_FXP_VERSION without its version field
+            threading.Thread(target=serve, daemon=True).start()
+            return True
+
+    monkeypatch.setattr(stall, "_Server", HostileSftp)
+    with open(sshd.authorized_keys, encoding="utf-8") as fh:
+        key = fh.readline()
+    server = StallSshServer(str(tmp_path), "127.0.0.3", sshd.port, key, stall="sftp").start()
+    try:
+        known = tmp_path / "known_hosts"
+        known.write_text(open(sshd.known_hosts).read() + server.known_hosts_line + "\n")
+        transport = SshTransport(maker, load_key(path=sshd.client_key), str(known), port=sshd.port)
+        results = transport.run(targets(2) + targets(1, prefix="i-hostile", address="127.0.0.3"))
+    finally:
+        server.stop()
+    done = [outcome(r) for r in results]
+    assert [o.outcome for o in done[:2]] in (["partitioned"] * 2, ["unchanged"] * 2), [o.reason for o in done]
+    assert done[2].outcome == "failed" and done[2].code == "bundle-missing", done[2].reason
+    assert "SFTP upload failed: the node's SFTP server answered what cannot be read (error:" in done[2].reason
+
+
+def test_whatever_one_node_raises_is_that_nodes_result(sshd, maker, monkeypatch):
+    """Any exception from one node's steps (not only the connection errors the transport names) ends that
+    node alone; it was raised for the whole run once every node was done."""
+    transport = SshTransport(maker, load_key(path=sshd.client_key), sshd.known_hosts, port=sshd.port)
+    real = SshTransport._one_bounded
+
+    def one(self, target, watch):
+        if target.instance_id.startswith("i-odd"):
+            watch.step = "reading the node's answer"
+            raise ValueError("an answer no rule reads")
+        return real(self, target, watch)
+
+    monkeypatch.setattr(SshTransport, "_one_bounded", one)
+    done = [outcome(r) for r in transport.run(targets(1) + targets(1, prefix="i-odd"))]
+    assert done[0].outcome in ("partitioned", "unchanged"), done[0].reason
+    assert (done[1].outcome, done[1].code) == ("failed", "internal-error")
+    assert done[1].reason == "internal-error: ValueError while reading the node's answer: an answer no rule reads"

@@ -322,3 +322,53 @@ def test_an_api_answer_that_breaks_the_rule_fails_that_call_alone(kube_api, tmp_
     with pytest.raises(KubeError, match=why):
         node.request("GET", "/api/v1/namespaces/llm/pods/odd")
     assert node.get_node("n1")["metadata"]["name"] == "n1"
+
+
+@pytest.mark.parametrize("field, value", [("gpus", 5), ("gpus", True), ("gpus", 1.5), ("left", 7), ("left", "x")])
+def test_a_result_field_of_the_wrong_type_is_read_as_absent_and_the_other_nodes_keep_theirs(field, value):
+    """One node printing ``"gpus": 5`` raised TypeError inside the executor's loop over the transport's results,
+    and every node without an outcome yet, partitioned ones included, ended failed internal-error."""
+    from types import SimpleNamespace
+
+    class Answering:
+        name = "played"
+
+        def run(self, targets):
+            for t in targets:
+                doc = {"outcome": "success", "changes": 1, "gpus": []}
+                if t.instance_id == "i-bad":
+                    doc[field] = value
+                yield NodeResult(t.instance_id, self.name, 0, doc)
+
+    part = SimpleNamespace(kind="size", value="1g.5gb")
+    decisions = [SimpleNamespace(instance_id=i, node_name="n-" + i, action="partition", partition=part, reason="",
+                                 ip_address="", gpu_layouts=None, disable=False, drain=None)
+                 for i in ("i-bad", "i-good1", "i-good2")]
+    out = DeliveryExecutor(Answering()).execute(SimpleNamespace(lifecycle=None, cluster_id=None), decisions)
+    assert [(o["instance_id"], o["outcome"]) for o in out] == [
+        ("i-bad", "partitioned"), ("i-good1", "partitioned"), ("i-good2", "partitioned")], out
+
+
+def test_a_result_no_rule_reads_fails_its_node_alone(monkeypatch):
+    """Whatever goes wrong reading one node's result (a bug included) fails that node, not the event."""
+    from types import SimpleNamespace
+
+    from functions.delivery import node_executor
+
+    class Answering:
+        name = "played"
+
+        def run(self, targets):
+            for t in targets:
+                yield NodeResult(t.instance_id, self.name, 0, {"outcome": "success", "changes": 1})
+
+    real = node_executor.outcome
+    monkeypatch.setattr(node_executor, "outcome", lambda res, name="": (
+        (_ for _ in ()).throw(RuntimeError("a bug")) if res.instance_id == "i-bad" else real(res, name)))
+    part = SimpleNamespace(kind="size", value="1g.5gb")
+    decisions = [SimpleNamespace(instance_id=i, node_name="n-" + i, action="partition", partition=part, reason="",
+                                 ip_address="", gpu_layouts=None, disable=False, drain=None)
+                 for i in ("i-bad", "i-good")]
+    out = DeliveryExecutor(Answering()).execute(SimpleNamespace(lifecycle=None, cluster_id=None), decisions)
+    assert [(o["instance_id"], o["outcome"]) for o in out] == [("i-bad", "failed"), ("i-good", "partitioned")]
+    assert out[0]["reason"] == "internal-error: the node's result could not be read (RuntimeError)"
