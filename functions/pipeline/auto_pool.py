@@ -222,7 +222,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     from functions.base.model import Decision
     from functions.decision.autoscaler_tags import pool_template
     from functions.decision.layout import LayoutLabelError
-    from functions.decision.layout.matching import is_unschedulable, pod_asks
+    from functions.decision.layout.matching import is_unschedulable, pod_asks, pod_key
     from functions.delivery.node_script import per_gpu_partition
     from functions.kube.demand import pending_pods, pods_on
     from functions.pipeline.autoscaler_sync import sync_pool_tags
@@ -249,7 +249,10 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     sizes: Dict[str, int] = {}
     new_nodes: Dict[str, Any] = {}
     fresh_decisions: List[Any] = []  # fresh nodes: MIG turned on, the pool marked changed (not their GPUs)
-    for pool in pools:
+    # A pod that several auto pools could take is the demand of the first that counts it (pools by id, as a
+    # pod event picks), not of each: two pools repartitioned GPUs and advertised nodes for the same pods.
+    counted: set = set()
+    for pool in sorted(pools, key=lambda p: p.nodepool_id):
         if paused(pool.labels):
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
             continue
@@ -266,10 +269,12 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         try:
             advice, result = _advise(pool.nodepool_id, pool.labels,
                                      [t.model_dump(exclude_none=True) for t in pool.taints], nodes,
-                                     pods_on(api, names), pending, dwell=dwell, template=pool_template(pool))
+                                     pods_on(api, names), [p for p in pending if pod_key(p) not in counted],
+                                     dwell=dwell, template=pool_template(pool))
         except (LayoutLabelError, NotAutoPool) as exc:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=str(exc))
             continue
+        counted.update(d["pod"] for d in advice["demand"]["pods"])
         new_nodes[pool.nodepool_id] = result.new_node_shape or result.new_node  # the tags advertise the whole node
         sizes[pool.nodepool_id] = len(nodes)
         for line in result.reasons:

@@ -57,3 +57,13 @@ def test_label_text_is_shown_escaped_never_raw():
     with pytest.raises(LayoutLabelError) as err:
         parse_profiles("1g.10gb.\x1b[31m")
     assert "\x1b" not in str(err.value) and "\\x1b" in str(err.value)
+
+
+def test_the_layout_label_is_auto_in_any_case_and_nothing_else():
+    from functions.decision.layout import LayoutLabelError, bounds_from_labels
+
+    for value in ("auto", "AUTO", "Auto"):
+        assert bounds_from_labels({"ack-mig-hook/layout": value}) is not None
+    for value in ("off", "autos", "", " auto2"):
+        with pytest.raises(LayoutLabelError):
+            bounds_from_labels({"ack-mig-hook/layout": value})

@@ -452,3 +452,22 @@ def test_a_change_made_while_the_pending_list_pages_in_makes_the_tick_wait(clust
     assert other[0].outcome == "done" and len(other[0].nodes) == 1, other[0].reason
     assert stale.outcome == "skip" and "changed after this tick read the pending pods" in stale.reason, stale.reason
     assert transport.requests == []
+
+
+def test_a_pod_two_auto_pools_could_take_is_planned_in_one(cluster):
+    """Each pool's plan read every pending pod it matched, so two pools repartitioned a GPU (and would advertise
+    nodes) for the same two pods. The first pool by id that counts a pod has it, as a pod event picks.
+    (Found by an audit of the docs' promises.)"""
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])  # auto-a in the test pool: one idle 7g.40gb
+    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": "np-two", "nvidia.com/mig.config.state": "success",
+                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                  "aliyun.accelerator/nvidia_count": "1"},
+                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
+                 capacity={"nvidia.com/mig-7g.40gb": "1"})
+    waiting(api, 2)  # two 3g.20gb pods without a selector: either pool's GPU serves both
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=two_pools())
+    assert result.outcome == "done", result.reason
+    first = min(POOL, "np-two")
+    assert [n for n, _ in transport.requests] == ["auto-a" if first == POOL else "two-a"], transport.requests
