@@ -188,3 +188,27 @@ def test_the_exact_form_is_not_asked_again_where_the_pool_cannot_hold_the_pods_a
     crowded = plan(supply, demand, Bounds(headroom={"3g.71gb": 1}))  # 1 + 4 + 3 slices of 7
     assert calls == [] and dict(crowded.unserved).get("4g.71gb") == 1
     assert plan(supply, demand, Bounds()).unserved == () and calls == [1]
+
+
+@pytest.mark.parametrize("usable, asked", [(96, 1), (97, 0)])
+def test_the_exact_form_is_asked_on_pools_of_at_most_96_usable_gpus(monkeypatch, usable, asked):
+    calls = []
+    monkeypatch.setattr(planner, "solve_exactly", lambda *a, **k: calls.append(1))
+    supply = [GpuSupply("n%02d" % (i // 8), i % 8, "NVIDIA A100-SXM4-80GB", ()) for i in range(usable)]
+    plan(supply, [PodDemand("ns/p", "o", "1g.10gb")], Bounds())
+    assert len(calls) == asked
+
+
+def test_a_solve_not_proven_optimal_in_time_changes_nothing(monkeypatch):
+    """HiGHS stopped by its time limit returns no answer: the search's plan stands, as without HiGHS."""
+    supply = [GpuSupply("n0", 0, "NVIDIA H200", (Instance("1g.35gb", 0, False),))]
+    demand = [PodDemand("ns/small", "o", "1g.35gb"), PodDemand("ns/big", "o", "4g.71gb")]
+    solved = plan(supply, demand, Bounds())
+    monkeypatch.setattr(planner, "exact_available", lambda: False)
+    search = plan(supply, demand, Bounds())
+    assert solved != search  # the exact form does change this plan (see the test above)
+    monkeypatch.setattr(planner, "exact_available", lambda: True)
+    stopped = {}
+    real = planner.solve_exactly
+    monkeypatch.setattr(planner, "solve_exactly", lambda *a, **k: real(*a, time_limit=1e-9, stats=stopped))
+    assert plan(supply, demand, Bounds()) == search and stopped.get("status") == "Time limit reached", stopped
