@@ -325,3 +325,25 @@ def test_what_the_exact_form_makes_is_credited_to_the_pods_it_was_asked_for():
     assert not any("ns/a-apart" in t.reason for t in result.changes), [t.reason for t in result.changes]
     assert {t.reason.rsplit("of ", 1)[1] for t in result.changes} == {"deployment ns/small", "deployment ns/big"}
     assert dict(result.unserved) == {"1g.35gb": 4}
+
+
+def test_a_change_the_needless_change_check_cannot_reach_is_kept_and_said(monkeypatch):
+    """docs/auto-pools.md: the check binds the pool again a bounded number of times; a change it does not reach
+    is kept (never dropped unchecked) and the plan says how many."""
+    from functions.decision.layout import planner
+
+    h200 = "NVIDIA H200"
+    supply = [GpuSupply("node-0", 0, h200, (Instance("3g.71gb", 0, False), Instance("2g.35gb", 4, False))),
+              GpuSupply("node-1", 0, h200, (Instance("3g.71gb", 0, True),)),
+              GpuSupply("node-1", 1, h200, (Instance("1g.35gb", 0, True), Instance("1g.18gb+me", 2, False),
+                                            Instance("3g.71gb", 4, False))),
+              GpuSupply("node-1", 2, h200, ())]
+    demand = [PodDemand("ns/p0", "o", "2g.35gb"), PodDemand("ns/p1", "o", "1g.18gb", 2)]
+    bounds = Bounds(profiles=frozenset({"7g.141gb", "1g.18gb+me", "1g.18gb", "3g.71gb", "4g.71gb", "2g.35gb"}))
+    checked = plan(supply, demand, bounds)
+    assert not any("kept unchecked" in r for r in checked.reasons)
+    monkeypatch.setattr(planner, "PRUNE_BINDINGS", 0)
+    unchecked = plan(supply, demand, bounds)
+    assert unchecked.targets == checked.targets
+    assert "1 change kept unchecked: the check that every change serves a pod ran out of its budget" in \
+        unchecked.reasons
