@@ -87,6 +87,12 @@ def event(kube: Any, node: str, reason: str, message: str, warning: bool = False
             log.warning("event %s on %s not written: %s", reason, node, exc)
 
 
+def _uncordoned(w: Any) -> str:
+    """What the end of a drain that stopped does to the cordon: this run's is lifted, someone else's stays."""
+    cordoned = bool(getattr(getattr(w, "progress", None), "cordoned", False))
+    return "uncordoned" if cordoned else "still cordoned (someone else's cordon, left as it was)"
+
+
 def _opt_out(node: rp.KubeNode, previous: Optional[rp.Progress]) -> tuple:
     """Whether this rollout holds the autoscaler's scale-down opt-out on the node, and the annotation to
     write: set when missing (a cordoned, drained node is empty, just what scale-down looks for); one already
@@ -331,7 +337,14 @@ class RolloutExecutor:
                 # a node disrupted for an older target starts over on the new target's path (drained again:
                 # new pods may have come), cordoned first when its old path had not cordoned it.
                 step = p.step if same else (rp.CORDONED if w.drain else rp.APPLYING)
-                if w.budgeted:  # a per-GPU change counts only through its slot (its record says no drain)
+                if same and p.drain and step in (rp.DRAINED, rp.APPLYING) and not node.unschedulable:
+                    # drained once, but no longer cordoned (someone else's cordon ended, or an operator lifted
+                    # it): new pods may have come, so it is cordoned and drained again before the apply
+                    step = rp.CORDONED
+                # A per-GPU change counts only through its slot (its record says no drain); so does a node whose
+                # disruption starts only now, cordoned on the drained path after a record without a drain: the
+                # Lease did not count it, and the slot's check is where a pause set since stops it.
+                if w.budgeted or (step == rp.CORDONED and not p.drain):
                     why = self._take_slot(w)
                     if why:
                         return self._end(w, DEFERRED, why)
@@ -452,8 +465,9 @@ class RolloutExecutor:
                     if one is not None and one.refused_by_api:
                         # kubectl drain stops on this answer: no later pass can change it (drain.py)
                         self._finish(w, DRAIN_REFUSED, rp.FAILED,
-                                     "drain-refused, node back on its old layout and uncordoned: %s"
-                                     % "; ".join("%s: %s" % kv for kv in sorted(one.refused_by_api.items())))
+                                     "drain-refused, node back on its old layout and %s: %s"
+                                     % (_uncordoned(w), "; ".join("%s: %s" % kv
+                                                                  for kv in sorted(one.refused_by_api.items()))))
                         continue
                     if one is not None and one.remaining == 0:
                         self._record(w, rp.DRAINED)
@@ -468,8 +482,8 @@ class RolloutExecutor:
                             event(self.kube, name, "MigRolloutDrain", "waiting on PodDisruptionBudget: %s" % failure)
                     if self.clock() - w.progress.since >= self.settings.drain_timeout_s:
                         self._finish(w, DRAIN_TIMEOUT, rp.DRAIN_TIMEOUT,
-                                     "drain-timeout after %ds, node back on its old layout and uncordoned: %s"
-                                     % (self.settings.drain_timeout_s, failure))
+                                     "drain-timeout after %ds, node back on its old layout and %s: %s"
+                                     % (self.settings.drain_timeout_s, _uncordoned(w), failure))
                         continue
                 except LeaseLost as lost:
                     self._leave(w, lost)

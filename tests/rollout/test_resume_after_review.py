@@ -1,0 +1,82 @@
+"""Resuming a labelled pool's node that a killed invocation left mid-way (found by a review of the rollout):
+the budget and the pause hold for a node whose disruption starts only on resume, a drained node no longer
+cordoned is drained again, and a drain that stops says what it did to someone else's cordon."""
+
+import json
+
+from tests.rollout.conftest import OLD, capacity, node_labels, snapshot
+
+SMALL, GROWN = "3g.20gb", "3g.20gb-2g.10gb-1g.5gb"
+SEVEN = "-".join(["1g.5gb"] * 7)
+TWO = "3g.20gb-3g.20gb"
+# A killed run's record of an add-only apply (no cordon, no drain) to GROWN; the label now asks SEVEN, which
+# destroys instances: the node starts over on the drained path.
+NO_DRAIN = {"target": "sequence=%s" % GROWN, "step": "applying", "cordoned": False, "since": 10.0, "reason": "",
+            "owner": "deadrun", "expires": 20.0, "drain": False, "autoscaler": False}
+
+
+def _cordons(api):
+    """The most nodes cordoned at once, replaying the node writes in order."""
+    state, peak = set(), 0
+    for r in api.requests:
+        if r.method == "PATCH" and "/api/v1/nodes/" in r.path and "spec" in (r.body or {}):
+            name = r.path.rsplit("/", 1)[1]
+            (state.add if r.body["spec"].get("unschedulable") else state.discard)(name)
+            peak = max(peak, len(state))
+    return peak
+
+
+def test_a_node_whose_disruption_starts_on_resume_takes_a_slot_of_the_budget(cluster):
+    """The planner counted node-b by its old record (no drain), so the wave's one slot went to node-a, and at
+    its claim node-b was cordoned without a slot: two nodes disrupted under max-unavailable 1."""
+    api = cluster.api
+    cluster.add_nodes(["node-a"], sequence=TWO)
+    api.add_node("node-b", labels=node_labels(SMALL), capacity=capacity(SMALL),
+                 annotations={"ack-mig-hook/rollout": json.dumps(NO_DRAIN)})
+    api.add_pod("team", "train-a", "node-a", gpus=1, owner_kind="ReplicaSet")
+    api.add_pod("team", "train-b", "node-b", gpus=1, owner_kind="ReplicaSet")
+    cluster.run(inventory=snapshot(SEVEN, names=["node-a", "node-b"]))  # max-unavailable 1
+    assert _cordons(api) == 1
+
+
+def test_a_paused_pool_starts_no_disruption_on_a_resumed_node(cluster):
+    """operations.md: while paused, a node already in progress finishes; one whose disruption would start
+    only now (its record had no drain) is not cordoned or drained."""
+    api = cluster.api
+    api.add_node("node-b", labels=node_labels(SMALL), capacity=capacity(SMALL),
+                 annotations={"ack-mig-hook/rollout": json.dumps(NO_DRAIN)})
+    api.add_pod("team", "train-b", "node-b", gpus=1, owner_kind="ReplicaSet")
+    result = cluster.run(inventory=snapshot(SEVEN, names=["node-b"], pool_labels={"ack-mig-hook/paused": "true"}))
+    assert not [r for r in api.requests if r.path.endswith("/eviction")]
+    assert _cordons(api) == 0 and result.nodes[0]["outcome"] == "deferred", result.nodes[0]
+
+
+def test_a_drained_node_no_longer_cordoned_is_cordoned_and_drained_again(cluster):
+    """A killed run left node-a drained under someone else's cordon; the cordon was lifted and a GPU pod came.
+    Resumed at `drained`, the apply went to a schedulable node with a running GPU pod."""
+    api = cluster.api
+    record = {"target": "sequence=3g.20gb-3g.20gb", "step": "drained", "cordoned": False, "since": 900.0,
+              "reason": "", "owner": "deadrun", "expires": 950.0, "drain": True, "autoscaler": True}
+    api.add_node("node-a", labels=node_labels(OLD), capacity=capacity(OLD), unschedulable=False,
+                 annotations={"ack-mig-hook/rollout": json.dumps(record),
+                              "cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"})
+    api.add_pod("team", "new-train", "node-a", gpus=1, owner_kind="ReplicaSet")  # came after the uncordon
+    cluster.now[0] += 100000
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    evicted = [r.path for r in api.requests if r.path.endswith("/eviction")]
+    assert evicted == ["/api/v1/namespaces/team/pods/new-train/eviction"], evicted
+    assert result.nodes[0]["outcome"] == "partitioned", result.nodes[0]
+    assert not cluster.unschedulable("node-a")
+
+
+def test_a_drain_that_stops_on_someone_elses_cordon_does_not_say_uncordoned(cluster):
+    api = cluster.api
+    cluster.add_nodes(["node-a"], unschedulable=("node-a",))
+    api.add_pod("team", "infer-0", "node-a", labels={"app": "infer"}, gpus=1, owner_kind="ReplicaSet")
+    api.add_pdb("team", "infer", {"app": "infer"}, min_available=1)
+    result = cluster.run(inventory=snapshot(names=["node-a"]), ACK_MIG_DRAIN_TIMEOUT_S="30")
+    assert cluster.unschedulable("node-a")  # rightly: not this hook's cordon
+    said = [result.nodes[0]["reason"], cluster.annotation("node-a")["reason"],
+            cluster.events("MigRolloutDrainTimeout")[0]["message"]]
+    assert all("still cordoned (someone else's cordon, left as it was)" in text and " and uncordoned" not in text
+               for text in said), said
