@@ -223,6 +223,14 @@ class Rollout:
         return not any(self.drains.get(iid) is False for iid in waiting)
 
 
+def _stranded(node: Any, now: float, settings: Any) -> bool:
+    """A node of a pool without a partition label whose rollout record is mid-way and held by no invocation
+    (the one that wrote it stopped), with the layout it has said by its sequence label."""
+    p = node.progress if node is not None else None
+    return bool(p is not None and p.step in rp.ACTIVE_STEPS and not p.held_by_another("", now, run_lease_s(settings))
+                and (node.labels or {}).get(rp.APPLIED_LABEL))
+
+
 def _partition_labels(pool: Any) -> List[Tuple[str, str]]:
     from node_bootstrap.mig import PARTITION_LABELS
 
@@ -310,6 +318,17 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
             off = d.model_copy(update=dict(action=ACTION_PARTITION, disable=True, partition=None, plan=None))
             paths[d.instance_id] = "a node with MIG in a pool without a partition label"
             by_pool.setdefault(d.nodepool_id or "", []).append(off)
+        elif _stranded(node, clock(), settings):
+            # A run died mid-way through this node's rollout and the label went since: every later invocation
+            # skipped it, cordoned (and kept from scale-down) for good. It is rolled to the layout it has, as
+            # labelled (cordon kept, drained again, the apply changes nothing or undoes a partial one, uncordon).
+            from functions.base.model import PartitionLabel
+
+            keep = d.model_copy(update=dict(action=ACTION_PARTITION, disable=False, plan=None, partition=PartitionLabel(
+                kind="sequence", value=node.labels[rp.APPLIED_LABEL])))
+            paths[d.instance_id] = ("a node a stopped invocation left mid-rollout (%s) in a pool without a partition "
+                                    "label: finished on the layout it has" % node.progress.step)
+            by_pool.setdefault(d.nodepool_id or "", []).append(keep)
         else:
             changed[d.instance_id] = d.model_copy(update=dict(reason=(
                 "%s; this node keeps its MIG layout (%s). To turn MIG off: set ACK_MIG_ON_LABEL_REMOVAL=disable "

@@ -80,3 +80,28 @@ def test_a_drain_that_stops_on_someone_elses_cordon_does_not_say_uncordoned(clus
             cluster.events("MigRolloutDrainTimeout")[0]["message"]]
     assert all("still cordoned (someone else's cordon, left as it was)" in text and " and uncordoned" not in text
                for text in said), said
+
+
+def test_a_node_left_mid_rollout_in_a_pool_whose_label_went_is_finished_on_its_own_layout(cluster):
+    """A run died after cordoning node-a; the pool's partition label was then removed. With
+    ACK_MIG_ON_LABEL_REMOVAL=keep every later invocation skipped the node ("keeps its MIG layout"): cordoned and
+    kept from scale-down for good. The next invocation rolls it to the layout it has and uncordons it; the
+    ones after leave it alone."""
+    api = cluster.api
+    cluster.add_nodes(["node-b", "node-c"])
+    record = {"target": "sequence=3g.20gb-3g.20gb", "step": "cordoned", "cordoned": True, "since": 900.0,
+              "reason": "", "owner": "deadrun", "expires": 950.0, "drain": True, "autoscaler": True}
+    api.add_node("node-a", labels=node_labels(OLD), capacity=capacity(OLD), unschedulable=True,
+                 annotations={"ack-mig-hook/rollout": json.dumps(record),
+                              "cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"})
+    cluster.now[0] += 100000
+    first = cluster.run(inventory=snapshot(value=None))
+    (a,) = [d for d in first.decisions if d.node_name == "node-a"]
+    assert a.partition.value == OLD and "left mid-rollout (cordoned)" in a.reason, a.reason
+    assert not cluster.unschedulable("node-a") and cluster.annotation("node-a")["step"] == "done"
+    notes = api.nodes["node-a"]["metadata"].get("annotations", {})
+    assert "cluster-autoscaler.kubernetes.io/scale-down-disabled" not in notes
+    assert [d.action for d in first.decisions if d.node_name != "node-a"] == ["skip", "skip"]
+    cluster.now[0] += 100000
+    again = cluster.run(inventory=snapshot(value=None))
+    assert all(d.action == "skip" for d in again.decisions), [(d.node_name, d.action) for d in again.decisions]
