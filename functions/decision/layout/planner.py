@@ -711,35 +711,33 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
                 break
             step(gpu)
 
-    searched = (Counter(unserved), len(notes))  # what is unserved before the search's own shortfall
+    # What the search itself leaves short, kept apart until the exact form has had its say: the search never
+    # destroys an idle instance a waiting pod could use and places greedily, so it can leave a pod short that
+    # the pool could serve. The exact form is asked too, and an answer serving every pod wins whatever it
+    # costs (a needless scale-out costs more). Only when the pool has the room at all.
+    search_short, search_notes = Counter(), []  # type: Counter, List[str]
     for name in sorted(need):
         short = len(ledger.queue.get(name, ()))  # pods' instances no new instance was found for
         if short > 0:
-            unserved[name] += short
-            notes.append("%d pending %s instance%s beyond what the pool's GPUs can hold" % (
+            search_short[name] += short
+            search_notes.append("%d pending %s instance%s beyond what the pool's GPUs can hold" % (
                 short, name, "" if short == 1 else "s"))
-    # The search never destroys an idle instance a waiting pod could use and places greedily, so it can leave
-    # a pod short that the pool could serve: the exact form is asked too, and an answer serving every pod
-    # wins whatever it costs (a needless scale-out costs more). Only when the pool has the room at all.
-    retry = any(unserved[n] > searched[0][n] for n in unserved) and _room_for(gpus, pending, bounds)
-    if pending[WHOLE_GPU] > whole_free:
-        short = pending[WHOLE_GPU] - whole_free
-        unserved[WHOLE_GPU] += short
-        notes.append("%d pending whole-GPU request%s beyond the pool's free GPUs with MIG off (the planner "
-                     "never turns MIG off)" % (short, "" if short == 1 else "s"))
-
+    retry = bool(search_short) and _room_for(gpus, pending, bounds)
+    whole_short = max(0, pending[WHOLE_GPU] - whole_free)
+    all_served = False
     if not multi[0] and not joint and any(pending[n] for n in pending if n != WHOLE_GPU) and (
-            not unserved or retry):
+            retry or not (unserved or search_short or whole_short)):
         # (the pods the search planned for: those asking several on one node it could not serve are not the
         # exact form's, and must not be credited with what it makes)
-        served, all_served = _exact(gpus, before, singles, pending, bounds, served, short=bool(unserved))
-        if all_served and unserved:  # the search's shortfall is gone; what came before it stays
-            whole = unserved[WHOLE_GPU]
-            unserved = Counter({n: k for n, k in searched[0].items() if k})
-            if whole:
-                unserved[WHOLE_GPU] = whole
-            notes = notes[:searched[1]] + [n for n in notes[searched[1]:]
-                                           if "beyond what the pool's GPUs can hold" not in n]
+        served, all_served = _exact(gpus, before, singles, pending, bounds, served,
+                                    short=bool(unserved or search_short or whole_short))
+    if not all_served:  # the search's shortfall stands
+        unserved.update(search_short)
+        notes.extend(search_notes)
+    if whole_short:
+        unserved[WHOLE_GPU] += whole_short
+        notes.append("%d pending whole-GPU request%s beyond the pool's free GPUs with MIG off (the planner "
+                     "never turns MIG off)" % (whole_short, "" if whole_short == 1 else "s"))
     unchecked, waiting, left_out = _prune(gpus, demand, bounds, served, first=multi[0])
     for d in left_out:  # a pod asking several that waits once the pods bind: one new node must hold it
         if d.count > 1:
@@ -991,7 +989,7 @@ def _room_for(gpus: List[_Gpu], pending: Counter, bounds: Bounds) -> bool:
     for name, n in wanted.items():
         if name == WHOLE_GPU or n <= 0:
             continue
-        profile = next((p for g in gpus for p in g.model.profiles if p.name == name), None)
+        profile = next((g.model.profile_by_name(name) for g in gpus if g.model.profile_by_name(name)), None)
         if profile is None:
             return False
         asked += profile.compute_slices * n
