@@ -255,9 +255,9 @@ class _Apply(object):
                 self.result["changes"] = writer.changes + len(self.resets)
                 self.result["sequence"] = node_sequence(report.plans)
                 self.result["gpus"] = gpus_json(report.gpus)
-                # Why a GPU was left as it was: the first plan's reason, else one found just before the destroys
-                left = [{"gpu": p.index, "why": p.left or q.left} for p, q in zip(report.initial_plans, report.plans)
-                        if p.left or q.left]
+                # Why a GPU was left as it was: the first reason this run found (reconcile keeps a GPU it left so,
+                # with that reason, for the rest of the run, so the last plans hold every one)
+                left = [{"gpu": q.index, "why": q.left} for q in report.plans if q.left]
                 if left:  # a per-GPU request (version 2) left these GPUs as they were: the function reports why
                     self.result["left"] = left
                 self._install_boot_unit()
