@@ -50,11 +50,8 @@ def pending_pods(api: KubeApi, first_page_at: Optional[List[Optional[float]]] = 
     ``first_page_at``: gets the API server's time of the list's first page (``server_time`` as its first item
     is read): the list is a snapshot taken then, however long the later pages take; nothing when the first
     page holds no pod (then the list is that one page)."""
-    if first_page_at is None:
-        return api.list_all("/api/v1/pods", dict(PENDING), reduce=waiting_pod, page=PENDING_PAGE)
-
     def reduce(item: Dict[str, Any]) -> Any:
-        if not first_page_at:
+        if first_page_at is not None and not first_page_at:
             first_page_at.append(api.server_time())
         return waiting_pod(item)
     return api.list_all("/api/v1/pods", dict(PENDING), reduce=reduce, page=PENDING_PAGE)

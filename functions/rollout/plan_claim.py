@@ -51,6 +51,12 @@ class Taken(NamedTuple):
                    if at)
 
 
+def _marks(notes: Mapping[str, str], now: float) -> Tuple[Dict[pc.Gpu, float], float]:
+    """The pool Lease's change marks: per GPU (the dwell's), and when any node of the pool last changed."""
+    return (pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now),
+            pc.read_pool_changed(notes.get(pc.POOL_CHANGED_ANNOTATION), now))
+
+
 class PlanClaims:
     """The planning claims of one invocation (``owner``). ``clock``: the invocation's wall-clock seconds;
     ``horizon_s``: the longest one invocation runs (a claim never holds longer); ``dwell_s``: how long a
@@ -77,8 +83,7 @@ class PlanClaims:
             local, now = self.lease._now()
             notes = (lease.get("metadata") or {}).get("annotations") or {}
             stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION))
-            changed = pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now)
-            touched = pc.read_pool_changed(notes.get(pc.POOL_CHANGED_ANNOTATION), now)
+            changed, touched = _marks(notes, now)
             other = pc.held_by_another(stored, self.owner, now, self.horizon_s)
             if other:
                 bounded = pc.bound_claim(stored, now, self.horizon_s)
@@ -110,10 +115,9 @@ class PlanClaims:
             lease = {}
         now = self.lease._now()[1]
         notes = (lease.get("metadata") or {}).get("annotations") or {}
-        changed = pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now)
+        changed, touched = _marks(notes, now)
         other = pc.held_by_another(pc.read_claim(notes.get(pc.PLANNING_ANNOTATION)), self.owner, now, self.horizon_s)
-        return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other) if other else "", changed, now,
-                     pc.read_pool_changed(notes.get(pc.POOL_CHANGED_ANNOTATION), now))
+        return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other) if other else "", changed, now, touched)
 
     def release(self, pool_id: str, gpus: Iterable[pc.Gpu] = (), touched: bool = False) -> None:
         """Give the claim back and mark ``gpus`` changed now, and the pool when ``touched`` (or ``gpus``). A

@@ -38,7 +38,7 @@ from node_bootstrap.kube import KubeError
 from node_bootstrap.mig import MigInputError, PartitionSpec, label_items, resource_name
 
 from functions.base.event_result import Trigger
-from functions.base.model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision
+from functions.base.model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision, PartitionLabel
 from functions.decision import waves as rp
 from functions.base.settings import WAVE_MARGIN_S, invocation_s, longest_run_s, wave_s
 
@@ -322,8 +322,6 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
             # A run died mid-way through this node's rollout and the label went since: every later invocation
             # skipped it, cordoned (and kept from scale-down) for good. It is rolled to the layout it has, as
             # labelled (cordon kept, drained again, the apply changes nothing or undoes a partial one, uncordon).
-            from functions.base.model import PartitionLabel
-
             keep = d.model_copy(update=dict(action=ACTION_PARTITION, disable=False, plan=None, partition=PartitionLabel(
                 kind="sequence", value=node.labels[rp.APPLIED_LABEL])))
             paths[d.instance_id] = ("a node a stopped invocation left mid-rollout (%s) in a pool without a partition "
