@@ -206,7 +206,9 @@ def test_a_node_whose_sftp_server_answers_what_cannot_be_read_fails_alone(sshd, 
                 n = struct.unpack(">I", channel.recv(4))[0]  # the client's INIT
                 while n > 0:
                     n -= len(channel.recv(n))
-                channel.sendall(b"\x00\x00\x00\x01\x02")  # SSH_FXP_VERSION without its version field
+                # SSH_FXP_VERSION (type 2) without the uint32 version the SFTP draft (draft-ietf-secsh-filexfer-02,
+                # section 4) says follows it: paramiko reads it with struct.unpack and raises struct.error
+                channel.sendall(b"\x00\x00\x00\x01\x02")
             threading.Thread(target=serve, daemon=True).start()
             return True
 
