@@ -38,6 +38,14 @@ class NotMigCapable(NodeFailure):
     code = "not-mig-capable"
 
 
+class GpuLost(NodeFailure):
+    """NVML answered GPU_IS_LOST (nvml.h: "the target GPU has fallen off the bus or is otherwise
+    inaccessible", Xid 79): nothing on that GPU can be read or changed until the node reboots. A code of its
+    own, so the GPU is never taken for one that is not MIG-capable, and the reason says what to do."""
+
+    code = "gpu-lost"
+
+
 class GpuBusy(NodeFailure):
     exit_code = 4
     code = "gpu-busy"

@@ -43,7 +43,7 @@ TAINT_NOT_REMOVED = "taint-not-removed"
 # Failure codes that are the node's own verdict on its GPUs: only these may make a lifecycle hook give up
 # on its instances (ABANDON). Everything else (the agent not up yet, no address, a refused host key, an
 # API error, a timeout, no result) is about reaching the node, and an instance is not released for that.
-NODE_VERDICTS = ("not-mig-capable", "gpu-busy", "insufficient-resources", "verify-failed", "no-permission",
+NODE_VERDICTS = ("not-mig-capable", "gpu-lost", "gpu-busy", "insufficient-resources", "verify-failed", "no-permission",
                  "nvml-unavailable", "nvml-error", "bad-input")
 
 # Exit codes of the node CLI and of node_runner.py.

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from ..host import bootunit, holdersunit
 from .backend import Backend
 from ..host.clients import parse_clients
-from ..errors import OUTCOME_SUCCESS, BadInput, NodeFailure
+from ..errors import OUTCOME_SUCCESS, BadInput, GpuLost, NodeFailure
 from ..driver.live import LiveGpu, effective_model, gpu_json
 from ..mig import MigInputError, PartitionSpec
 from ..driver.nvml import NvmlReader, NvmlUnavailable
@@ -48,6 +48,9 @@ def as_failure(exc, backend):
     if isinstance(exc, MigInputError):
         return BadInput(str(exc))
     if isinstance(exc, backend.nv.NVMLError):
+        if getattr(exc, "value", None) == getattr(backend.nv, "NVML_ERROR_GPU_IS_LOST", 15):
+            return GpuLost("a GPU is lost (NVML: %s): it has fallen off the bus or is otherwise inaccessible; "
+                           "reboot the node to recover it" % exc)
         return NodeFailure("NVML: %s (error %s)" % (exc, getattr(exc, "value", "?")), code="nvml-error")
     return NodeFailure("internal error: %s: %s" % (exc.__class__.__name__, " ".join(str(exc).split())[:300]),
                        code="internal-error")

@@ -21,7 +21,7 @@ Every step re-reads NVML, so a run killed anywhere is repaired by the next one.
 import typing
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import DestroyRequired, GpuBusy, NodeFailure, RebootRequired
+from ..errors import DestroyRequired, GpuBusy, GpuLost, NodeFailure, RebootRequired
 from ..driver.live import LiveGpu
 from ..mig import PartitionSpec
 from ..driver.nvml import NvmlWriter
@@ -91,6 +91,9 @@ def _nvml_failure(writer, exc, what):
         return NodeFailure(text + "; run as root", code="no-permission")
     if code == getattr(nv, "NVML_ERROR_RESET_REQUIRED", 16):
         return RebootRequired(text)
+    if code == getattr(nv, "NVML_ERROR_GPU_IS_LOST", 15):
+        return GpuLost(text + ": the GPU has fallen off the bus or is otherwise inaccessible; reboot the node "
+                              "to recover it")
     return NodeFailure(text, code="nvml-error")
 
 

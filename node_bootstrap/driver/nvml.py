@@ -22,7 +22,7 @@ not), for ``apply`` alone, and :meth:`NvmlWriter.missing_entry_points`, which ap
 import ctypes
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import NodeFailure
+from ..errors import GpuLost, NodeFailure
 from .live import LiveMigDevice, LiveCi, LiveGi, LiveGpu, LiveProcess, LiveProfile
 from ..mig import Placement
 
@@ -145,6 +145,8 @@ class NvmlReader(object):
         try:
             return call(*args)
         except self.nv.NVMLError as exc:
+            if self._is(exc, "NVML_ERROR_GPU_IS_LOST"):
+                raise  # not a missing feature: the GPU is gone (read_gpu names it)
             notes.append("%s: %s" % (what, self.error_text(exc)))
         except (AttributeError, TypeError) as exc:  # an older pynvml without this function or argument
             notes.append("%s: unavailable in this pynvml (%s)" % (what, exc.__class__.__name__))
@@ -176,6 +178,11 @@ class NvmlReader(object):
         # type: (int) -> LiveGpu
         try:
             return self._read_gpu(index)
+        except self.nv.NVMLError as exc:
+            if self._is(exc, "NVML_ERROR_GPU_IS_LOST"):
+                raise GpuLost("GPU %d is lost (NVML GPU_IS_LOST): it has fallen off the bus or is otherwise "
+                              "inaccessible; reboot the node to recover it" % index)
+            raise
         except self._mismatch_error() as exc:
             raise NvmlReadError("pynvml and the driver's NVML library do not match (%s); install the "
                                 "nvidia-ml-py release for this driver" % " ".join(str(exc).split())[:300],

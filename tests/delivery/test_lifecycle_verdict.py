@@ -85,3 +85,14 @@ def test_a_busy_node_and_one_run_by_another_mig_manager_continue(emulator, ecs, 
     outcomes, sent = answer(emulator, ecs, maker, {GOOD: conflict, OTHER: busy()})
     assert outcomes == {GOOD: "conflict", OTHER: "failed"}
     assert sent == "CONTINUE"
+
+
+def test_every_node_with_a_lost_gpu_gives_up_on_the_instances(emulator, ecs, maker):
+    # A GPU fallen off the bus (node_bootstrap's `gpu-lost`) is the node's verdict on its hardware: a fresh
+    # instance serves the pool, this one never will until someone reboots or services it.
+    lost = {"outcome": "failed", "changes": 0,
+            "error": {"code": "gpu-lost", "message": "GPU 1 is lost (NVML GPU_IS_LOST): reboot the node"}}
+    outcomes, sent = answer(emulator, ecs, maker, {GOOD: SimNode(result=lost, exit_code=1),
+                                                   OTHER: SimNode(result=lost, exit_code=1)})
+    assert outcomes == {GOOD: "failed", OTHER: "failed"}
+    assert sent == "ABANDON"

@@ -31,6 +31,10 @@ def _kube(node, kube_api, tmp_path, name="node-a"):
     ("no-permission", ["--force"], 1, "failed", "no-permission", "failed"),
     ("no-permission", [], 4, "failed", "gpu-busy", "failed"),
     ("processes-unreadable", [], 4, "failed", "gpu-busy", "failed"),
+    # a GPU off the bus, found when the handle is asked for or on the first call after it: never read as a
+    # GPU that is not MIG-capable (that is a verdict on the model, this one is the hardware)
+    ("gpu-lost:1", [], 1, "failed", "gpu-lost", "failed"),
+    ("gpu-lost-late:1", [], 1, "failed", "gpu-lost", "failed"),
 ])
 def test_fault_ends_in_a_defined_outcome_and_state_label(tmp_path, kube_api, fault, extra, rc, outcome, code, state):
     node = Node(tmp_path)
@@ -45,7 +49,10 @@ def test_fault_ends_in_a_defined_outcome_and_state_label(tmp_path, kube_api, fau
     assert labels["nvidia.com/mig.config.state"] == state
     assert "aliyun.accelerator/nvidia_mig_sequence" not in labels
     assert annotations["ack-mig-hook/mig-config-reason"] == res.json["error"]["message"]
-    assert isinstance(res.json["gpus"], list) or code == "not-mig-capable"
+    assert isinstance(res.json.get("gpus"), list) or code in ("not-mig-capable", "gpu-lost")
+    if code == "gpu-lost":
+        assert res.json["error"]["message"].startswith("GPU 1 is lost") and "reboot the node" in res.json["error"]["message"]
+        assert res.json["changes"] == 0
     # the next run without the fault converges and clears the reason
     healed = node.run("apply", "--sequence", SEQ)
     assert healed.rc == 0 and healed.json["outcome"] == "success"

@@ -29,6 +29,10 @@ KINDS = {
     "profiles-need-mig": "GPU instance profile and placement queries answer NOT_SUPPORTED while MIG mode is off "
                          "(older Ampere drivers)",
     "passthrough": "the GPUs are passed through to a VM: no GPU reset, a pending mode needs a reboot",
+    "gpu-lost:GPU": "GPU GPU has fallen off the bus (Xid 79): NVML answers GPU_IS_LOST for its handle, as a fresh "
+                    "process finds it (nvidia-smi: \"Unable to determine the device handle for GPU ...: GPU is lost\")",
+    "gpu-lost-late:GPU": "GPU GPU falls off the bus after this process took its handle: every later call on it "
+                         "answers GPU_IS_LOST",
     "hung-mount": "the node's files named like a GPU device that --gpu-device-glob does not name are on a mount "
                   "that never answers (a FUSE daemon that does not reply): the holder scan's stat of such an "
                   "open file waits for good",
@@ -38,6 +42,7 @@ SIM_PID = 4242
 
 _COUNT = re.compile(r"^[0-9]{1,4}\Z")  # ASCII digits only
 _PROCESS_ON = re.compile(r"^process-on:([0-9]{1,2}):([0-9]{1,2})\Z")
+_GPU_LOST = re.compile(r"^(gpu-lost|gpu-lost-late):([0-9]{1,2})\Z")
 _DRIVER = re.compile(r"^driver:([0-9]{3})\.[0-9]{1,3}(\.[0-9]{1,3})?\Z")
 
 
@@ -67,6 +72,8 @@ class Faults(typing.NamedTuple):
     hung_mount: bool = False
     process_on: typing.Tuple[typing.Tuple[int, int], ...] = ()  # (gpu index, placement start)
     driver: str = ""  # the driver version to answer ("" : the default one)
+    gpu_lost: typing.Tuple[int, ...] = ()  # GPU indices whose handle answers GPU_IS_LOST
+    gpu_lost_late: typing.Tuple[int, ...] = ()  # GPU indices whose calls, after the handle, answer GPU_IS_LOST
 
 
 def parse_faults(items):
@@ -80,6 +87,13 @@ def parse_faults(items):
             if not match:
                 raise FaultError("process-on takes a GPU index and a placement start, e.g. process-on:0:4")
             process_on.append((int(match.group(1)), int(match.group(2))))
+            continue
+        if item.startswith("gpu-lost"):
+            match = _GPU_LOST.match(item)
+            if not match:
+                raise FaultError("gpu-lost and gpu-lost-late take a GPU index, e.g. gpu-lost:1")
+            key = match.group(1).replace("-", "_")
+            values[key] = tuple(sorted(set(values.get(key, ()) + (int(match.group(2)),))))
             continue
         if item.startswith("driver:"):
             if not _DRIVER.match(item):

@@ -29,7 +29,7 @@ MUTATING = ("nvmlDeviceSetMigMode", "nvmlDeviceCreateGpuInstanceWithPlacement", 
             "nvmlGpuInstanceCreateComputeInstance", "nvmlComputeInstanceDestroy")
 
 _ERROR_TEXT = {0: "Success", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
-               6: "Not Found", 7: "Insufficient Size", 13: "Function Not Found", 16: "GPU requires restart",
+               6: "Not Found", 7: "Insufficient Size", 13: "Function Not Found", 15: "GPU is lost", 16: "GPU requires restart",
                19: "In use by another client", 23: "Insufficient resources", 999: "Unknown Error"}
 
 
@@ -55,6 +55,16 @@ def _decode(handle):
         raise SimError(driver.ERROR_INVALID_ARGUMENT, "bad handle")
     rest = handle % _DEV
     return handle // _DEV - 1, rest // 0x100 - 1, rest % 0x100 - 1
+
+
+def _on_lost_gpu(name, args, lost):
+    # type: (str, Tuple[Any, ...], Tuple[int, ...]) -> bool
+    """Whether a call is on a handle (GPU, GPU instance or compute instance) of a GPU in ``lost``."""
+    if not (name.startswith(("nvmlDevice", "nvmlGpuInstance", "nvmlComputeInstance")) and args) \
+            or name.startswith(("nvmlDeviceGetHandleBy", "nvmlDeviceGetCount")):
+        return False
+    handle = args[0]
+    return bool(handle) and handle >= _DEV and handle // _DEV - 1 in lost
 
 
 def _put_uint(address, value):
@@ -227,6 +237,8 @@ class SimNvmlLibrary(object):
                     return driver.ERROR_NO_PERMISSION
                 if self.faults.not_mig_capable and ("Mig" in name or "Instance" in name):
                     return driver.ERROR_NOT_SUPPORTED
+                if self.faults.gpu_lost_late and _on_lost_gpu(name, args, self.faults.gpu_lost_late):
+                    return driver.ERROR_GPU_IS_LOST
                 result = body(*args)
                 if mutating:
                     self._count_mutation()
@@ -327,6 +339,8 @@ class SimNvmlLibrary(object):
     def _handle_by_index(self, index, out):
         if index >= self.store.load()["count"]:
             raise SimError(driver.ERROR_INVALID_ARGUMENT, "no GPU %d" % index)
+        if index in self.faults.gpu_lost:  # nvml.h: "if the target GPU has fallen off the bus or is otherwise inaccessible"
+            raise SimError(driver.ERROR_GPU_IS_LOST, "GPU %d is lost" % index)
         _put_ptr(out, _dev_handle(index))
 
     def _pci_info(self, dev, out):
