@@ -9,6 +9,7 @@ turns that into exactly one of ``partitioned``, ``unchanged``, ``skipped``, ``fa
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional
 
+from node_bootstrap.mig.annotations import MAX_GPU_INDEX
 from node_bootstrap.outside import OutsideDataError, loads, whole
 
 PARTITIONED = "partitioned"
@@ -157,6 +158,16 @@ def _listed(doc: dict, key: str) -> list:
     return value if isinstance(value, list) else []
 
 
+def _line(value: Any, limit: int) -> str:
+    """A node's text as one line of at most ``limit`` characters, whatever it printed there."""
+    return " ".join(str(value).split())[:limit]
+
+
+def _gpu_index(value: Any) -> Optional[int]:
+    """A GPU index from a node's document, or None: readers put it in sets and compare it with ints."""
+    return value if type(value) is int and 0 <= value <= MAX_GPU_INDEX else None
+
+
 def outcome(res: NodeResult, node_name: str = "") -> Outcome:
     """Exactly one outcome for one node's result (see the module docstring)."""
     base = Outcome(res.instance_id, node_name, FAILED, transport=res.transport)
@@ -173,32 +184,38 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
         base.changes = 0
     node_outcome = doc.get("outcome")
     error = doc.get("error") if isinstance(doc.get("error"), dict) else {}
+    # one line, bounded: the reason goes into labels' annotations, Events and the operator's terminal
+    message = _line(error.get("message") or "", 300)
+    error_code = _line(error.get("code") or "", 64)
     if node_outcome == "success" and res.exit_code in (0, None):
         base.outcome = PARTITIONED if base.changes > 0 else UNCHANGED
         base.reason = "%d change%s" % (base.changes, "" if base.changes == 1 else "s") if base.changes else \
             "already partitioned as requested"
     elif node_outcome == "reboot-required" or res.exit_code == 5:
         base.outcome = REBOOT_REQUIRED
-        base.reason = error.get("message") or "MIG mode is pending until the node reboots"
+        base.reason = message or "MIG mode is pending until the node reboots"
     elif node_outcome == CONFLICT or res.exit_code == 6:
         base.outcome, base.code = CONFLICT, CONFLICT
-        base.reason = "conflict: %s" % (error.get("message") or NODE_EXIT_REASONS[6])
+        base.reason = "conflict: %s" % (message or NODE_EXIT_REASONS[6])
         return base
-    elif error.get("code") == DESTROY_REQUIRED or res.exit_code == 7:
+    elif error_code == DESTROY_REQUIRED or res.exit_code == 7:
         base.outcome, base.code = DESTROY_REQUIRED, DESTROY_REQUIRED
-        base.reason = "destroy-required: %s" % (error.get("message") or NODE_EXIT_REASONS[7])
+        base.reason = "destroy-required: %s" % (message or NODE_EXIT_REASONS[7])
         return base
     else:
-        code = error.get("code") or NODE_EXIT_REASONS.get(res.exit_code or 1, "exit %s" % res.exit_code)
-        base.code = str(error.get("code") or "")
-        base.reason = "%s: %s" % (code, error.get("message") or "node_bootstrap failed (exit %s)" % res.exit_code)
+        code = error_code or NODE_EXIT_REASONS.get(res.exit_code or 1, "exit %s" % _line(res.exit_code, 12))
+        base.code = error_code
+        base.reason = "%s: %s" % (code, message or "node_bootstrap failed (exit %s)" % _line(res.exit_code, 12))
         return base
-    left = [g for g in _listed(doc, "left") if isinstance(g, dict) and g.get("why") != "not in the request"]
+    # An entry whose GPU is not an index is dropped: the readers (the dwell's marks, the capacity created)
+    # key sets by it, and one node's odd line must not fail the pool's tick.
+    left = [g for g in _listed(doc, "left") if isinstance(g, dict) and g.get("why") != "not in the request"
+            and _gpu_index(g.get("gpu")) is not None]
     if left:  # an auto pool's per-GPU request left these GPUs as they were (node_bootstrap/commands/planner.py)
-        base.left = [{"gpu": g.get("gpu"), "why": " ".join(str(g.get("why")).split())[:80]} for g in left[:16]]
+        base.left = [{"gpu": g["gpu"], "why": _line(g.get("why"), 80)} for g in left[:16]]
         base.reason = "%s; left as they were: %s" % (base.reason, ", ".join(
-            "GPU %s (%s)" % (g.get("gpu"), " ".join(str(g.get("why")).split())[:80]) for g in left[:16]))
+            "GPU %d (%s)" % (g["gpu"], g["why"]) for g in base.left))
     boot = doc.get("boot_unit") if isinstance(doc.get("boot_unit"), dict) else {}
     if boot.get("error"):  # the GPUs are right, but a reboot would lose them: say so
-        base.reason = "%s; boot unit not installed: %s" % (base.reason, " ".join(str(boot["error"]).split())[:200])
+        base.reason = "%s; boot unit not installed: %s" % (base.reason, _line(boot["error"], 200))
     return base

@@ -372,3 +372,42 @@ def test_a_result_no_rule_reads_fails_its_node_alone(monkeypatch):
     out = DeliveryExecutor(Answering()).execute(SimpleNamespace(lifecycle=None, cluster_id=None), decisions)
     assert [(o["instance_id"], o["outcome"]) for o in out] == [("i-bad", "failed"), ("i-good", "partitioned")]
     assert out[0]["reason"] == "internal-error: the node's result could not be read (RuntimeError)"
+
+
+@pytest.mark.parametrize("gpu", [[0], {"i": 0}, "0", True, -1, 64, 1.0, None])
+def test_a_left_gpu_that_is_not_an_index_is_dropped_and_the_readers_that_key_by_it_keep_working(gpu):
+    """A node's ``left`` entry naming its GPU by a list raised ``unhashable type`` in the dwell's marks and the
+    created-capacity count, and the auto pool's whole tick ended internal-error with every node's result lost."""
+    from types import SimpleNamespace as NS
+
+    from functions.rollout.executor import created_capacity
+    from functions.rollout.plan_claim import PlanClaims
+
+    doc = {"outcome": "success", "changes": 1, "left": [{"gpu": gpu, "why": "busy"}, {"gpu": 1, "why": "busy\nx"}]}
+    out = outcome(NodeResult("i-a", "ssh", 0, doc), "auto-a")
+    assert out.outcome == "partitioned"
+    assert out.left == [{"gpu": 1, "why": "busy x"}]
+    assert out.reason == "1 change; left as they were: GPU 1 (busy x)"
+    assert created_capacity({0: ["3g.20gb"], 1: ["1g.5gb"]}, out.to_dict().get("left")) is not None
+    claims = PlanClaims(None, "me", lambda: 0.0, 60.0, 600.0)
+    claims.mark([(NS(nodepool_id="np"), NS(node_name="auto-a"), [NS(node="auto-a", index=0, change="create"),
+                                                                  NS(node="auto-a", index=1, change="create")])],
+                [dict(out.to_dict(), node_name="auto-a")])
+    assert claims.marks == {"np": [("auto-a", 0)]}  # GPU 1 was left as it was: not marked for the dwell
+
+
+@pytest.mark.parametrize("doc, code", [
+    ({"outcome": "reboot-required", "error": {"message": {"x": [1, 2]}}}, 5),
+    ({"outcome": "reboot-required", "error": {"message": "line one\nrm -rf /"}}, 5),
+    ({"outcome": "failed", "error": {"code": "gpu-busy", "message": "a\nb"}}, 4),
+    ({"outcome": "failed", "error": {"code": "x" * 5000 + "\ny", "message": "m"}}, 1),
+    ({"outcome": "failed", "error": {"code": ["gpu-busy"], "message": 7}}, 1),
+    ({"outcome": "conflict", "error": {"message": "x" * 200000}}, 6),
+    ({"outcome": "failed", "error": {"code": "destroy-required", "message": "a\r\nb"}}, 7)])
+def test_a_nodes_error_text_becomes_a_one_line_bounded_reason_and_code(doc, code):
+    """The reason goes into the node's annotation, a Warning Event and the operator's terminal: one line, bounded,
+    text, whatever the node printed (found by a review: a dict, a newline, 200 KB went through as they were)."""
+    out = outcome(NodeResult("i-a", "ssh", code, doc), "n-a")
+    assert isinstance(out.reason, str) and "\n" not in out.reason and "\r" not in out.reason
+    assert len(out.reason) <= 400
+    assert isinstance(out.code, str) and "\n" not in out.code and len(out.code) <= 64

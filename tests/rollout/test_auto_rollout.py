@@ -378,3 +378,20 @@ def test_proven_members_checks_the_name_and_the_instance_ack_lists():
     assert [n["metadata"]["name"] for n in kept] == ["a"]
     assert [line.split(":")[0] for line in left] == ["node b", "node c", "node a2"]
     assert "i-other" in left[0] and "ACK lists i-b" in left[0] and "does not list it" in left[1]
+
+
+def test_a_left_gpu_named_by_a_list_in_one_nodes_result_does_not_end_the_tick(cluster):
+    # Found by a review: the tick ended internal-error (unhashable type: 'list') and every node's result was lost.
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+
+    class Hostile(PerGpuNodes):
+        def run(self, targets):
+            return [NodeResult(r.instance_id, r.transport, 0, dict(r.result, left=[{"gpu": [0], "why": "busy"}]))
+                    for r in super().run(targets)]
+
+    result = tick(cluster, Hostile(api))
+    assert result.outcome == "done", result.reason
+    (node,) = result.nodes
+    assert node["node_name"] == NAMES[0] and node["outcome"] == "partitioned" and "left" not in node, node
