@@ -36,6 +36,10 @@ CHANGED_ANNOTATION = "ack-mig-hook/changed"
 # which the dwell does not hold back and so has no mark above): a tick that listed the pending pods before
 # that skips the pool, as those pods may have bound since.
 POOL_CHANGED_ANNOTATION = "ack-mig-hook/pool-changed"
+# How far ahead of this invocation's clock a writer's clock may run. A pool-change time further ahead is not a
+# skewed clock but a forged or broken mark: read as absent, or it would hold every tick off the pool until
+# that date (a release rewrites the mark only when something changed).
+MAX_CLOCK_AHEAD_S = 300.0
 # A claim is about 60 characters, a change mark about 40 (a node name is at most 253): texts longer than
 # these are not ours (anyone with lease update rights in the namespace can write them) and read as none.
 MAX_CLAIM_TEXT = 1024
@@ -118,7 +122,7 @@ def read_changed(text: Optional[str], now: float) -> Dict[Gpu, float]:
 
 def read_pool_changed(text: Optional[str], now: float) -> float:
     """When the pool last changed, as stored (a plain number); 0.0 for none or a text that is not ours. A
-    time after ``now`` reads as ``now``."""
+    time after ``now`` reads as ``now``; one more than ``MAX_CLOCK_AHEAD_S`` after it as none."""
     if not isinstance(text, str) or not 0 < len(text) <= 32:
         return 0.0
     try:
@@ -126,7 +130,7 @@ def read_pool_changed(text: Optional[str], now: float) -> float:
     except ValueError:
         return 0.0
     at = _time(value, "time") if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-    return 0.0 if at is None else min(at, now)
+    return 0.0 if at is None or at > now + MAX_CLOCK_AHEAD_S else min(at, now)
 
 
 def write_changed(changed: Mapping[Gpu, float], now: float, keep_s: float, gpus: Iterable[Gpu] = ()) -> str:

@@ -315,7 +315,21 @@ def test_a_pool_change_time_that_is_not_ours_reads_as_none(text):
     from functions.decision.claim_rules import read_pool_changed
 
     assert read_pool_changed(text, 1000.0) == 0.0
-    assert read_pool_changed("900.5", 1000.0) == 900.5 and read_pool_changed("2000", 1000.0) == 1000.0
+    assert read_pool_changed("900.5", 1000.0) == 900.5 and read_pool_changed("1300", 1000.0) == 1000.0
+    # further ahead than a clock runs: forged or broken, and read as such it would hold the pool off for good
+    assert read_pool_changed("1300.5", 1000.0) == 0.0 and read_pool_changed("4000000000", 1000.0) == 0.0
+
+
+def test_a_pool_change_time_far_in_the_future_holds_the_pool_off_one_tick_at_most(cluster):
+    # Found by a review: "4000000000" (2096) skipped every tick of the pool as "changed after this tick read
+    # the pending pods", for good.
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    put_lease(api, {"ack-mig-hook/pool-changed": "4000000000"})
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
+    assert transport.requests and result.outcome == "done", result.reason
 
 
 def test_without_lease_rights_the_pool_is_not_planned(cluster):
