@@ -22,9 +22,19 @@ MIRROR = "kubernetes.io/config.mirror"  # node_bootstrap/kube/allocations.py MIR
 PENDING_PAGE = 16
 
 
+def _map(value: Any) -> Dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _maps(items: Any) -> List[Dict[str, Any]]:
+    """The objects of a list from a pod; anything else there reads as absent (a pod's shape is the writer's)."""
+    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
+
+
 def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
     """What the matcher and supply readers use of a Pod (``functions/decision/layout/matching.py``)."""
-    meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    meta, spec, status = (_map(pod.get(k)) for k in ("metadata", "spec", "status"))
+    notes = _map(meta.get("annotations"))
     return {
         # uid, and a static pod's mirror annotation (the UID kubelet knows it by): what the node's holders
         # report names (functions/kube/supply.py)
@@ -32,16 +42,16 @@ def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
         # bound, functions/decision/claim_rules.py waited_s)
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "ownerReferences",
                                           "creationTimestamp") if k in meta}
-        | ({"annotations": {MIRROR: meta["annotations"][MIRROR]}} if MIRROR in (meta.get("annotations") or {}) else {}),
+        | ({"annotations": {MIRROR: notes[MIRROR]}} if MIRROR in notes else {}),
         "spec": {k: spec[k] for k in ("nodeName", "nodeSelector", "affinity", "tolerations") if k in spec}
-        | {"containers": [{"resources": c.get("resources") or {}} for c in spec.get("containers") or ()],
+        | {"containers": [{"resources": c.get("resources") or {}} for c in _maps(spec.get("containers"))],
            # a sidecar (restartPolicy Always) counts beside the containers (matching._totals)
            "initContainers": [{"resources": c.get("resources") or {}}
                               | ({"restartPolicy": c["restartPolicy"]} if "restartPolicy" in c else {})
-                              for c in spec.get("initContainers") or ()]},
+                              for c in _maps(spec.get("initContainers"))]},
         "status": {"phase": status.get("phase"),
                    "conditions": [{k: c.get(k) for k in ("type", "status", "reason", "lastTransitionTime")}
-                                  for c in status.get("conditions") or ()]},
+                                  for c in _maps(status.get("conditions"))]},
     }
 
 

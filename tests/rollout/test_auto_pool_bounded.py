@@ -193,3 +193,30 @@ def test_the_filed_needless_repartition_is_not_planned(kube_api, tmp_path, capsy
     assert not any("for nothing" in r for r in advice["plan"]["reasons"])
     # no GPU loses an instance unless it gets one: nothing is destroyed for nothing
     assert all(not g["destroy"] or g["create"] for g in advice["gpus"]), advice["gpus"]
+
+
+def test_a_pod_whose_parts_have_the_wrong_type_is_that_pods_reason_and_the_list_goes_on():
+    """Found by a review: a wrong-typed affinity raised AttributeError in the matcher, which ended the whole
+    pending list, and a list item that is not an object ended ``slim`` (every pods_on and pod-event read)."""
+    import copy
+
+    from functions.decision.layout.matching import waiting_pod, why_not
+    from functions.kube.demand import slim
+
+    pod = {"metadata": {"name": "p", "namespace": "n"},
+           "spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]},
+           "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                          "reason": "Unschedulable"}]}}
+    for affinity in ("x", {"nodeAffinity": ["x"]}, ["x"]):
+        odd = copy.deepcopy(pod)
+        odd["spec"]["affinity"] = affinity
+        assert "not a map" in waiting_pod(odd)["beyond"]
+        assert why_not(odd, {}, []).startswith("larger than the hook reads")
+    for part, key, value in (("status", "conditions", ["x", 7]), ("spec", "containers", ["x"]),
+                             ("spec", "initContainers", [7, None]), ("metadata", "annotations", "kubernetes.io/config.mirror")):
+        odd = copy.deepcopy(pod)
+        odd[part][key] = value
+        reduced = slim(odd)
+        assert reduced["metadata"]["name"] == "p" and "annotations" not in reduced["metadata"]
+        assert all(isinstance(c, dict) for c in reduced["spec"]["containers"] + reduced["status"]["conditions"])
+    assert slim({"metadata": "x", "spec": [], "status": 5})["spec"] == {"containers": [], "initContainers": []}

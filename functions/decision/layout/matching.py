@@ -223,8 +223,11 @@ class _Rules:
             raise _Beyond("nodeSelector has more than %d pairs" % MAX_RULES)
         self.selector = tuple(sorted((_text(k, "a nodeSelector key"), _text(v, "a nodeSelector value"))
                                      for k, v in selector.items()))
-        required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                    .get("requiredDuringSchedulingIgnoredDuringExecution"))
+        affinity = spec.get("affinity") or {}
+        node_affinity = affinity.get("nodeAffinity") or {} if isinstance(affinity, Mapping) else None
+        if not isinstance(node_affinity, Mapping):
+            raise _Beyond("affinity or its nodeAffinity is not a map")
+        required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
         rules, values = len(self.selector), 0
         if required is not None:
             terms = required.get("nodeSelectorTerms") or [] if isinstance(required, Mapping) else []
