@@ -127,7 +127,8 @@ def _split_key(text, number):
     if pos < 0:
         if text.endswith(":"):
             return text[:-1].strip(), ""
-        raise ValueError("line %d: expected 'key: value', got %r" % (number, text[:40]))
+        # never the line's text: in a kubeconfig it may be a token or a key's data (a wrapped paste)
+        raise ValueError("line %d: expected 'key: value' (a value goes on its key's line)" % number)
     return text[:pos].strip(), text[pos + 2:].strip()
 
 
@@ -219,5 +220,5 @@ def loads(text):
     _block_depth(lines)
     value, index = _block(lines, 0, lines[0][0])
     if index != len(lines):
-        raise ValueError("line %d: unexpected content %r" % (lines[index][2], lines[index][1][:40]))
+        raise ValueError("line %d: unexpected content (its indentation fits no key above it)" % lines[index][2])
     return value

@@ -11,6 +11,7 @@ import copy
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -22,6 +23,7 @@ from functions.base.errors import BadInventory
 from functions.base.settings import SettingsError
 from functions.commands.main import explained, main
 from functions.commands.status import checked_kubeconfig
+from tests.support.cli_errors import error_text
 from functions.decision.layout.matching import MAX_COUNT, ask_problem, pod_asks, split_pending, waiting_pod
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -111,10 +113,29 @@ def test_a_huge_kubeconfig_or_token_file_is_refused_without_reading_it_whole(tmp
         checked_kubeconfig(str(conf))
 
 
+@pytest.mark.parametrize("secret_line", ["    token:\n      eyJhbGciOiJSUzI1NiJ9.SecretPayloadPart\n",
+                                         "    client-key-data:\n      LS0tLS1CRUdJTiBSU0EgUFJJVkFURSBLRVktLS0t\n",
+                                         "    token: t\n  eyJhbGciOiJSUzI1NiJ9.SecretPayloadPart\n"])
+def test_a_kubeconfig_line_that_does_not_parse_is_named_by_number_never_quoted(tmp_path, secret_line):
+    """A credential wrapped onto a line of its own (a pasted token) was quoted, 40 characters of it, in the
+    error line and the --json error object (found by the docs audit). The command runs as a person runs it."""
+    path = tmp_path / "kubeconfig"
+    path.write_text("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:9\n"
+                    "users:\n- name: u\n  user:\n" + secret_line +
+                    "contexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\n")
+    for extra in ([], ["--json"]):
+        done = subprocess.run([sys.executable, "-m", "functions.commands.main", "status", "--inventory", INVENTORY,
+                               "--kubeconfig", str(path)] + extra, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                              env={k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_"))})
+        assert done.returncode == 2, done.stderr
+        assert re.search(r"does not parse: line 1[12]: expected 'key: value'", error_text(done.stderr)), done.stderr
+        assert "SecretPayload" not in done.stderr + done.stdout and "LS0tLS1" not in done.stderr + done.stdout
+
+
 def test_the_node_reads_the_same_shapes_with_its_own_python(tmp_path):
     """The node's reader is the same code on its stdlib-only interpreter: a wrong shape is a KubeError naming
     the field there too (apply turns it into 'no Kubernetes access: ...', never a traceback)."""
-    node_python = "/work/main/.venv-node/bin/python"
+    node_python = os.path.join(ROOT, ".venv-node", "bin", "python")
     if not os.path.exists(node_python):
         pytest.skip("no node interpreter at %s" % node_python)
     conf = tmp_path / "k"
