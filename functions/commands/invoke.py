@@ -66,13 +66,23 @@ def configure(parser, command):
 
 
 def _read_event(path):
-    if path == "-":
-        return sys.stdin.buffer.read()
+    """The event's bytes, read no further than one byte past the limit: /dev/zero or a stream without end
+    is refused, not read until memory runs out."""
+    from functions.pipeline.envelope import MAX_EVENT_BYTES
+
+    name = "standard input" if path == "-" else "event file %s" % path
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
+        if path == "-":
+            raw = sys.stdin.buffer.read(MAX_EVENT_BYTES + 1)
+        else:
+            with open(path, "rb") as handle:
+                raw = handle.read(MAX_EVENT_BYTES + 1)
     except OSError as exc:
-        raise EventFileError("cannot read event file %s: %s" % (path, exc.strerror or exc)) from None
+        raise EventFileError("cannot read %s: %s" % (name, exc.strerror or exc)) from None
+    if len(raw) > MAX_EVENT_BYTES:
+        raise EventFileError("%s is larger than %d bytes; an event is at most that (FC's own payload limit is "
+                             "128 KB)" % (name, MAX_EVENT_BYTES))
+    return raw
 
 
 def _grouped(rows):
@@ -205,7 +215,13 @@ def run(args):
         from functions.commands import remote
 
         common.default_region(args)  # as every command on the deployed stack: ALIBABA_CLOUD_REGION_ID, profile
-        return remote.run(args, _read_event(args.event) if args.event else None)
+        try:
+            raw = _read_event(args.event) if args.event else None
+        except EventFileError as exc:
+            from functions.base.textsafe import escape
+
+            return fail(escape(exc), 2, getattr(args, "json", False))
+        return remote.run(args, raw)
     if not args.event:
         return fail("invoke needs --event FILE (an event JSON file, '-' for stdin); --remote runs the deployed "
                     "function instead", 2, getattr(args, "json", False))

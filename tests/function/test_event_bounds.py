@@ -238,3 +238,27 @@ def test_a_context_value_is_cut_before_it_is_repeated_on_every_line():
     assert len(lines) == 2 and all(len(json.dumps(line)) < 3 * MAX_CONTEXT_CHARS for line in lines)
     cut = lines[1]["event_type"]
     assert cut.startswith("t" * MAX_CONTEXT_CHARS) and cut.endswith("...(250000 characters)")
+
+
+@pytest.mark.parametrize("argv", [["--event", "/dev/zero", "--inventory", "examples/inventory.json", "--dry-run"],
+                                  ["--event", "-", "--inventory", "examples/inventory.json", "--dry-run"],
+                                  ["--remote", "--event", "/dev/zero", "--cluster-id", "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b",
+                                   "--region", "cn-beijing", "--nodepool-id", "np-1"]])
+def test_an_endless_event_file_is_refused_after_its_limit_in_one_line(argv):
+    """The file was read whole before its size was checked: /dev/zero ran until memory ran out and ended in an
+    internal error (exit 70), and with --remote any unreadable file did (found by the docs audit). Run as a
+    person runs it, under a memory limit so the old way fails fast."""
+    import os
+    import shlex
+    import subprocess
+    import sys
+
+    from tests.support.cli_errors import error_text
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    command = "ulimit -v 1500000; exec %s -m functions.commands.main invoke %s < /dev/zero" % (
+        shlex.quote(sys.executable), " ".join(shlex.quote(a) for a in argv))
+    done = subprocess.run(["bash", "-c", command], cwd=root, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_"))})
+    assert done.returncode == 2, done.stderr[-300:]
+    assert "is larger than 262144 bytes" in error_text(done.stderr)
