@@ -115,8 +115,12 @@ def run(args, raw: Optional[bytes]) -> int:
     named = args.stack_name  # given on the command line: the follow-up command names it too
     target = deployed.find(args)
     answer = invoke_async(args.region, common.keys(args), target.function, body)
-    follow = "ack-mig-hook logs %s--since 15m" % ("--stack-name %s " % target.stack if named else
-                                                  "--cluster-id %s " % args.cluster_id if args.cluster_id else "")
+    # What the operator copies: it must work in a fresh shell, so it names the request, the stack the way it
+    # was named here, and the region (which may have come from a flag).
+    follow = "ack-mig-hook logs %s%s--region %s --since 15m" % (
+        "--request-id %s " % answer["request_id"] if answer["request_id"] else "",
+        "--stack-name %s " % target.stack if named else "--cluster-id %s " % args.cluster_id if args.cluster_id
+        else "", target.region)
     result = {"function": target.function, "stack": target.stack, "region": target.region,
               "invocation": "async", "request_id": answer["request_id"], "status": answer["status"],
               "payload_bytes": len(body), "follow": follow,

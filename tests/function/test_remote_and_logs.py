@@ -69,7 +69,8 @@ def test_invoke_remote_queues_the_manual_payload_asynchronously_and_says_how_to_
     assert json.loads(call["payload"]) == {"cluster_id": CLUSTER, "nodepool_id": POOL}
     text = " ".join(done.stdout.split())
     assert "function %s: invoked asynchronously, request id %s" % (FUNCTION, call["request_id"]) in text
-    assert "ack-mig-hook logs --cluster-id %s --since 15m" % CLUSTER in text
+    assert "ack-mig-hook logs --request-id %s --cluster-id %s --region cn-beijing --since 15m" % (
+        call["request_id"], CLUSTER) in text
     # a pipe: 80 columns, wrapped between words (only a word longer than that, the console's URL, runs past)
     assert all(len(line) <= 80 or len(line.split()) == 1 for line in done.stdout.splitlines())
     assert len(done.stdout.splitlines()) > 2
@@ -87,7 +88,8 @@ def test_invoke_remote_sends_the_event_file_as_it_is_and_its_json_names_the_requ
     (call,) = fc.invocations
     assert call["payload"] == open(event, "rb").read() and call["function"] == "team-hook-fn"
     assert doc["request_id"] == call["request_id"] and doc["status"] == "202" and doc["invocation"] == "async"
-    assert doc["follow"] == "ack-mig-hook logs --stack-name team-hook --since 15m"
+    assert doc["follow"] == "ack-mig-hook logs --request-id %s --stack-name team-hook --region cn-beijing --since 15m" % (
+        call["request_id"])
 
 
 def test_invoke_remote_without_a_stack_or_with_a_bad_payload_sends_nothing(cloud, tmp_path):
@@ -212,3 +214,24 @@ def test_logs_refuses_bad_filters_before_any_call_and_says_refusals_in_one_line(
     done = cli(env, "logs")
     assert done.returncode == 4 and "SignatureNotMatch" in done.stderr
     sls.rejected.clear()  # the wrong secret's refusal was the point
+
+
+def test_the_follow_up_command_invoke_remote_prints_works_as_printed_in_a_fresh_shell(store):
+    """Its follow-up lacked the request id and the region: with the region given as a flag, the printed line
+    failed with "missing --region" (found by the docs audit). Copied to a shell with no ACK_MIG_* set, it
+    finds the function's lines of that invocation."""
+    import shlex
+
+    sls, env = store
+    fresh = {k: v for k, v in env.items() if k not in ("ACK_MIG_REGION", "ACK_MIG_CLUSTER_ID")}
+    done = cli(fresh, "invoke", "--remote", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--nodepool-id", POOL,
+               "-o", "json")
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    sls.add("my-sls-project", "ack-mig-hook", int(__import__("time").time()) - 5,
+            {"time": "T-5s", "level": "INFO", "message": "event", "outcome": "done", "request_id": doc["request_id"]})
+    argv = shlex.split(doc["follow"])
+    assert argv[:2] == ["ack-mig-hook", "logs"]
+    followed = cli(fresh, *argv[1:], "-o", "json")
+    assert followed.returncode == 0, followed.stderr
+    assert [line["time"] for line in json.loads(followed.stdout)["lines"]] == ["T-5s"]
