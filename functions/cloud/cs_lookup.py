@@ -108,7 +108,8 @@ class CsLookup:
                                                                    str(getattr(exc, "message", "")
                                                                        or exc).splitlines()[0][:200])) from None
                 if attempt == self._attempts:
-                    raise RetryLater("%s failed %d times, last: %s; the invocation will be retried"
+                    # the function's caller retries the invocation, a person reruns the command: say neither
+                    raise RetryLater("%s failed %d times, last: %s; transient, a later try may pass"
                                      % (what, attempt, _describe(exc))) from None
                 self._sleep(min(0.2 * (2 ** (attempt - 1)), 2.0))
         raise AssertionError("unreachable")

@@ -106,3 +106,38 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 141 and err == ""
+
+
+@pytest.mark.parametrize("argv", [["status"], ["doctor"], ["rollout", "status", "--pool", "np1f6779297c4444a3a1cdd29be8e5a0b5", "--no-watch"]])
+def test_a_cloud_api_that_keeps_failing_is_exit_1_and_never_says_the_invocation_will_be_retried(tmp_path, argv):
+    """The function's words reached the terminal: "hint: the invocation will be retried", and nothing retries
+    a command (found by the docs audit). The ACK API here answers 503 to everything."""
+    import http.server
+    import threading
+
+    class Busy(http.server.BaseHTTPRequestHandler):
+        def answer(self):
+            body = b'{"code":"ServiceUnavailable","message":"busy","requestId":"r1"}'
+            self.send_response(503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = answer
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        done = run(*argv, "--cluster-id", "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b", "--region", "cn-beijing", env={
+            "HOME": str(tmp_path), "ALIBABA_CLOUD_ECS_METADATA_DISABLED": "true",
+            "ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAIx", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "s",
+            "ACK_MIG_CS_ENDPOINT": "http://127.0.0.1:%d" % server.server_port, "ACK_MIG_API_MAX_ATTEMPTS": "1"})
+    finally:
+        server.shutdown()
+    text = error_text(done.stderr)
+    assert done.returncode == 1, done.stderr
+    assert "503" in text and "a later try may pass" in text and "invocation" not in text, text
