@@ -11,7 +11,7 @@ unless ``--debug`` asks for them.
 import argparse
 import importlib
 import sys
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 # subcommand -> (module, help). Each module exposes configure(parser) and run(args) -> int.
 COMMANDS = {
@@ -70,10 +70,28 @@ def _needs_extra(command, module):
 class _Parser(argparse.ArgumentParser):
     chosen = None  # type: Optional[argparse.ArgumentParser]  # the command's parser, for option suggestions
 
-    def error(self, message):  # argparse's default prints usage on two lines; keep it to one
-        from functions.commands.terminal import error_lines
+    argv = ()  # type: Sequence[str]  # the command line being parsed (main sets it): whether it asked for JSON
 
-        self.exit(2, "\n".join(error_lines("%s; see --help" % suggest(message, self))) + "\n")
+    def error(self, message):  # argparse's default prints usage on two lines; keep it to one
+        from functions.commands.terminal import fail
+
+        # With --json or -o, stdout is JSON even for a refused argument: a script reading it never gets nothing.
+        self.exit(fail("%s; see --help" % suggest(message, self), 2, _asks_json(_Parser.argv)))
+
+
+def _asks_json(argv):
+    # type: (Sequence[str]) -> bool
+    """Whether a command line asks for machine output (--json, -o/--output with a value), before it parses."""
+    formats = ("json", "yaml")  # an -o the parser refuses (-o yml) asked for nothing it knows: stderr only
+    for i, word in enumerate(argv):
+        if word == "--":
+            return False
+        if word == "--json" or word in ["--output=" + f for f in formats] + ["-o=" + f for f in formats] \
+                + ["-o" + f for f in formats]:
+            return True
+        if word in ("-o", "--output") and i + 1 < len(argv) and argv[i + 1] in formats:
+            return True
+    return False
 
 
 def suggest(message, parser):
@@ -261,6 +279,7 @@ def main(argv=None):
 
     quiet_sdk_logs()
     parser = _build(argv)
+    _Parser.argv = argv
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a bad argument already reported in one line

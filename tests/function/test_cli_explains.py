@@ -141,3 +141,23 @@ def test_a_cloud_api_that_keeps_failing_is_exit_1_and_never_says_the_invocation_
     text = error_text(done.stderr)
     assert done.returncode == 1, done.stderr
     assert "503" in text and "a later try may pass" in text and "invocation" not in text, text
+
+
+@pytest.mark.parametrize("argv", [["status", "--inventory", INVENTORY, "--json", "--interval", "0"],
+                                  ["plan", "--gpu", "A100-SXM4-40GB", "-o", "json"],
+                                  ["plan", "--gpu", "A100-SXM4-40GB", "-ojson"],
+                                  ["plan", "--gpu", "A100-SXM4-40GB", "--output=yaml"],
+                                  ["rollout", "status", "--pool", "np-1", "--json"]])
+def test_with_json_a_refused_argument_still_puts_an_error_object_on_stdout(argv):
+    """docs/cli.md: "With --json, or -o json, stdout is JSON even when a command fails". A refused argument
+    printed nothing there (found by the docs audit); the stderr line is the same as without --json."""
+    done = run(*argv)
+    assert done.returncode == 2
+    doc = json.loads(done.stdout)
+    assert doc["exit_code"] == 2 and doc["error"].endswith("see --help")
+    assert doc["error"] == error_text(done.stderr)[len("ack-mig-hook: error: "):]
+
+
+def test_without_json_a_refused_argument_leaves_stdout_empty():
+    done = run("plan", "--gpu", "A100-SXM4-40GB", "--", "-o")
+    assert done.returncode == 2 and done.stdout == "" and is_one_error(done.stderr)
