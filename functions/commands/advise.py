@@ -94,6 +94,11 @@ def gather(args) -> Dict[str, Any]:
 
         from functions.rollout.plan_claim import dwell_for_advice
 
+        from node_bootstrap.kube import load_kubeconfig
+
+        from functions.commands.status import reachable
+
+        reachable(load_kubeconfig(args.kubeconfig).server)  # one line naming it, as invoke and status say it
         api = common.one_deadline(KubeApi.from_file(args.kubeconfig))
         try:
             nodes = api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id))

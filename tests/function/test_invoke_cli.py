@@ -190,6 +190,13 @@ def test_an_unreachable_kubernetes_api_is_named_before_anything_is_decided(kube_
     # the ACK side is still shown; the Kubernetes side says at once why it is missing
     assert proc.returncode == 1 and time.monotonic() - started < 10, proc.stderr
     assert "cannot connect to the API server at 127.0.0.1:%d" % dead in " ".join(proc.stdout.split())
+    # advise the same way as invoke: it said "cannot reach https://...: [Errno 111] ..." (found by the docs audit)
+    proc = subprocess.run([sys.executable, "-m", "functions.commands.main", "advise", "--pool", "llm-auto",
+                           "--inventory", os.path.join(ROOT, "examples", "inventory-auto.json"), "--kubeconfig", path],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))})
+    assert proc.returncode == 2 and proc.stdout == "", proc.stderr
+    assert "cannot connect to the API server at 127.0.0.1:%d (Connection refused)" % dead in error_text(proc.stderr)
 
 
 def test_a_real_run_on_a_snapshot_without_a_kubernetes_view_says_what_it_cannot_do(tmp_path, capsys, monkeypatch):
