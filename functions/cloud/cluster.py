@@ -54,6 +54,37 @@ def _dict(item: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+# What a snapshot's items hold where they hold it, as the ACK API answers them (cs20151215's models: objects
+# and strings). The API's own answers are read leniently (a part of the wrong type reads as absent); a file a
+# person wrote is held to the form, or a typo would silently drop a pool or a node, or turn a label's number
+# into a profile id.
+_POOL_PARTS = {"nodepool_info": dict, "kubernetes_config": dict, "scaling_group": dict, "auto_scaling": dict}
+SNAPSHOT_SHAPES = {
+    "nodepools": dict(_POOL_PARTS, **{"nodepool_info.nodepool_id": str, "nodepool_info.name": str,
+                                      "scaling_group.scaling_group_id": str}),
+    "nodes": {k: str for k in ("instance_id", "node_name", "instance_type", "nodepool_id", "state", "node_status")},
+}
+_NAMES = {dict: "an object", str: "a string"}
+
+
+def _wrong_shape(item: Mapping[str, Any], shape: Mapping[str, type]) -> str:
+    """The first part of ``item`` that is there but of another type than ``shape`` says, as "part: expected
+    ..., got ..."; a label or tag value that is not a string likewise; "" when all fit."""
+    for path, kind in shape.items():
+        value: Any = item
+        for part in path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None and not isinstance(value, kind):
+            return "%s: expected %s, got %s" % (path, _NAMES[kind], type(value).__name__)
+    for outer, key in (("kubernetes_config", "labels"), ("kubernetes_config", "taints"), ("scaling_group", "tags")):
+        listed = (item.get(outer) or {}).get(key) if isinstance(item.get(outer), dict) else None
+        for n, tag in enumerate(listed if isinstance(listed, list) else []):
+            value = tag.get("value") if isinstance(tag, dict) else None
+            if value is not None and not isinstance(value, str):
+                return "%s.%s[%d].value: expected a string, got %s" % (outer, key, n, type(value).__name__)
+    return ""
+
+
 def nodepool_from_api(item: Mapping[str, Any]) -> NodePool:
     """One item of DescribeClusterNodePools ``body.nodepools`` -> NodePool. KeyError/ValueError if unusable."""
     info = _dict(item, "nodepool_info")
@@ -182,6 +213,9 @@ class InventoryLookup:
             for index, item in enumerate(items):
                 if not isinstance(item, dict):
                     raise BadInventory("%s: %s[%d] must be an object" % (where, key, index))
+                wrong = _wrong_shape(item, SNAPSHOT_SHAPES[key])
+                if wrong:
+                    raise BadInventory("%s: %s[%d].%s" % (where, key, index, wrong))
                 try:
                     out.append(convert(item))
                 except KeyError as exc:

@@ -300,3 +300,29 @@ def test_snapshot_reader_refuses_what_is_not_a_snapshot(tmp_path):
                                                                      "kubernetes_config": {"labels": 5}}]}))
     with pytest.raises(BadInventory, match=r"nodepools\[0\]: kubernetes_config.labels must be a list"):
         InventoryLookup.from_file(str(labels))
+
+
+@pytest.mark.parametrize("where, value, named", [
+    (("nodepools", 0, "kubernetes_config"), "x", "nodepools[0].kubernetes_config: expected an object, got str"),
+    (("nodepools", 0, "nodepool_info"), ["np"], "nodepools[0].nodepool_info: expected an object, got list"),
+    (("nodes", 0, "nodepool_id"), ["a"], "nodes[0].nodepool_id: expected a string, got list"),
+    (("nodes", 0, "instance_id"), 7, "nodes[0].instance_id: expected a string, got int"),
+    (("nodepools", 0, "kubernetes_config", "labels", 0, "value"), 5,
+     "nodepools[0].kubernetes_config.labels[0].value: expected a string, got int")])
+def test_a_snapshot_part_of_the_wrong_type_is_a_usage_error_naming_it(tmp_path, where, value, named):
+    """docs/cli.md: a snapshot of the wrong shape is exit 2 naming the field. A pool whose kubernetes_config was
+    text vanished from status, a node whose nodepool_id was a list left its pool, and a label value 5 became
+    sequence=5, a profile id (found by the docs audit). Run as a person runs it."""
+    with open(INVENTORY) as fh:
+        doc = json.load(fh)
+    part = doc
+    for key in where[:-1]:
+        part = part[key]
+    part[where[-1]] = value
+    path = tmp_path / "snapshot.json"
+    path.write_text(json.dumps(doc))
+    done = subprocess.run([sys.executable, "-m", "functions.commands.main", "status", "--inventory", str(path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_"))})
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert named in error_text(done.stderr)
