@@ -117,6 +117,13 @@ def _known(key: str, declared: Dict[str, dict]) -> str:
     return "it has %s%s" % (", ".join(names[:5]), ", and %d more" % (len(names) - 5) if len(names) > 5 else "")
 
 
+# Parameters deploy fills from a flag of its own, which checks the value; given with --parameter instead, the
+# value went past those checks, or was silently overwritten by the flag's default.
+OWN_FLAG = {"ClusterId": "--cluster-id", "CodeBucket": "--bucket", "CodeObject": "deploy (the object it uploads)",
+            "Transport": "--transport", "LogProject": "--log-project", "LogStore": "--log-store",
+            "SshKnownHosts": "--known-hosts"}
+
+
 def parameters(args, declared: Dict[str, dict], code_object: str, require: bool = True) -> Dict[str, str]:
     """The stack's parameter values; every problem in one error. ``require``: every parameter without a
     default must be given (a new stack); an update keeps the stack's previous values (UsePreviousParameters)."""
@@ -128,6 +135,8 @@ def parameters(args, declared: Dict[str, dict], code_object: str, require: bool 
             problems.append("--parameter %r is not KEY=VALUE" % item[:60])
         elif key.strip() not in declared:
             problems.append("template.yml has no parameter %r (%s)" % (key.strip()[:40], _known(key.strip(), declared)))
+        elif key.strip() in OWN_FLAG:  # the flag checks the value (a bucket's name, a project's) and wins
+            problems.append("--parameter %s is set by %s, not --parameter" % (key.strip(), OWN_FLAG[key.strip()]))
         else:
             values[key.strip()] = value
     if getattr(args, "deps_dir", "") and not os.path.isdir(args.deps_dir):

@@ -331,6 +331,19 @@ def test_an_unknown_parameter_names_the_close_ones_and_never_the_whole_list(clou
     assert not ros.requests and not oss.requests
 
 
+@pytest.mark.parametrize("given, flag", [("CodeBucket=X_", "--bucket"), ("LogProject=A", "--log-project"),
+                                         ("ClusterId=c1", "--cluster-id"), ("Transport=ssh", "--transport")])
+def test_a_parameter_deploy_sets_from_its_own_flag_is_refused_as_a_parameter(cloud, capsys, tmp_path, given, flag):
+    """Given with --parameter, CodeBucket=X_ went past --bucket's name check, and a given bucket was silently
+    replaced by the flag's value (found by the docs audit)."""
+    ros, oss = cloud
+    code, _, err = run(capsys, "deploy", "--region", "cn-beijing", "--cluster-id", CLUSTER, "--parameter", given,
+                       "--deps-dir", str(tmp_path))
+    flat = " ".join(err.split())
+    assert code == 2 and "--parameter %s is set by %s, not --parameter" % (given.split("=")[0], flag) in flat, flat
+    assert not ros.requests and not oss.requests
+
+
 def test_an_upgrade_of_a_stack_named_by_the_old_default_keeps_its_function_name(cloud, capsys, tmp_path):
     """A stack created when the template's FunctionName default was ack-mig-hook, without the parameter: an
     upgrade passes the name it has, so ROS does not give the new default (empty: ack-mig-hook-<ClusterId>) and
