@@ -232,7 +232,9 @@ def load_kubeconfig(path, context=None):
     if skip is not None and not isinstance(skip, bool):
         raise _shape(path, cluster_field + ".insecure-skip-tls-verify", "true or false", skip)
     if skip:
-        raise KubeError("kubeconfig %s asks to skip TLS verification; refusing" % path)
+        raise KubeError("kubeconfig %s asks to skip TLS verification (%s.insecure-skip-tls-verify: true), which is "
+                        "never done; give the cluster's certificate-authority-data instead (the ACK console's "
+                        "kubeconfig has it)" % (path, cluster_field))
     token = _text(user, "token", user_field, path)
     token_file = _text(user, "tokenFile", user_field, path, "a file path")
     if not token and token_file:
