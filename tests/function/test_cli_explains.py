@@ -161,3 +161,25 @@ def test_with_json_a_refused_argument_still_puts_an_error_object_on_stdout(argv)
 def test_without_json_a_refused_argument_leaves_stdout_empty():
     done = run("plan", "--gpu", "A100-SXM4-40GB", "--", "-o")
     assert done.returncode == 2 and done.stdout == "" and is_one_error(done.stderr)
+
+
+def test_ctrl_c_ends_a_command_with_130_and_one_line():
+    """docs/cli.md's exit table: 130 interrupted (Ctrl-C). A watching status is stopped the way a terminal
+    stops it: SIGINT to the process, mid-wait."""
+    import signal
+    import time
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
+    proc = subprocess.Popen([sys.executable, "-m", "functions.commands.main", "status", "--inventory", INVENTORY,
+                             "--watch", "--interval", "60"], cwd=ROOT, env=clean, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stdout.readline()  # the first report is out: the command waits for its next look
+        assert first.strip(), proc.stderr.read()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "ack-mig-hook: interrupted" and "Traceback" not in err
