@@ -44,16 +44,18 @@ def _waits(pod: dict) -> str:
 
 
 def _cannot_take(pool: Any, pod: dict, nodes: List[dict]) -> str:
-    """Why ``pool`` cannot serve ``pod`` whatever it plans ("" when it may): paused, a profile its
-    ``ack-mig-hook/layout-profiles`` leaves out, or one no GPU model of its nodes or its template has. The
-    planner's own "not counted" says more (a pod larger than a node); this is what is known without it."""
+    """Why ``pool`` cannot serve ``pod`` whatever it plans ("" when it may): paused, or the pool's plan would
+    not count the pod (``planner.countable``, the rule the timer's plan applies: a profile the pool does not
+    allow or no GPU of its nodes or template has, more than one node holds). One rule for both triggers: a
+    pod is the demand of the first auto pool by id, not paused, whose plan counts it."""
+    from dataclasses import replace
+
     from functions.decision.autoscaler_tags import pool_template
-    from functions.decision.layout import WHOLE_GPU
     from functions.decision.layout.bounds import LayoutLabelError, bounds_from_labels
-    from functions.decision.layout.matching import pod_asks
+    from functions.decision.layout.matching import demand_of
+    from functions.decision.layout.planner import countable
     from functions.kube.supply import pool_supply
     from functions.decision.waves import paused
-    from node_bootstrap.mig.catalogue import find_gpu
 
     if paused(pool.labels):
         return "paused"
@@ -61,12 +63,12 @@ def _cannot_take(pool: Any, pod: dict, nodes: List[dict]) -> str:
         bounds = bounds_from_labels(pool.labels)
     except LayoutLabelError as exc:
         return str(exc)
-    models = {g.model for g in pool_supply(nodes, {})[0]} | {pool_template(pool)[0]}
-    offered = {p.name for m in models if m for gpu in [find_gpu(m)] if gpu is not None for p in gpu.profiles}
-    for name in pod_asks(pod):  # no model known (no node, no known instance type): the plan says more
-        if name != WHOLE_GPU and (bounds is None or not bounds.allows(name) or (offered and name not in offered)):
-            return "cannot hold %s" % name
-    return ""
+    if bounds is None:
+        return "not an auto pool"
+    model, node_gpus = pool_template(pool)  # as the timer's plan sees the pool (auto_pool._advise)
+    bounds = replace(bounds, model=model or bounds.model, node_gpus=node_gpus or bounds.node_gpus)
+    _, not_counted = countable(pool_supply(nodes, {})[0], demand_of(pod), bounds)
+    return not_counted[0][1] if not_counted else ""
 
 
 def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,

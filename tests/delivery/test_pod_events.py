@@ -416,3 +416,45 @@ def test_a_pod_event_that_needs_a_new_node_sets_the_node_template_tags_now(clust
     key = "k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-7g.80gb"
     assert tags["set"] == {key: "8"}, tags  # a new node of 8 GPUs, one 7g.80gb each
 
+
+
+def test_an_event_gives_its_pod_to_the_pool_the_timers_plan_would_count_it_in(monkeypatch):
+    """One rule for both triggers: the pod is the demand of the first auto pool by id, not paused, whose plan
+    counts it (planner.countable). The first pool's only node has one A100 80GB and no instance type the
+    family table knows; the pod asks two 7g.80gb, more than that node holds. Its profile is offered there, so
+    the event chose that pool, whose plan did not count the pod, while the timer counted it in the second."""
+    from functions.base.model import NodePool
+    from functions.kube.demand import slim
+    from functions.pipeline import pod_event as pod_event_module
+    from functions.pipeline.intake import parse_event
+
+    pod = {"metadata": {"name": "pair", "namespace": "llm"},
+           "spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-7g.80gb": "2"}}}]},
+           "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                         "reason": "Unschedulable"}]}}
+    small = {"metadata": {"name": "one-gpu", "labels": {"alibabacloud.com/nodepool-id": "np-a",
+                                                          "aliyun.accelerator/nvidia_name": "NVIDIA A100-SXM4-80GB",
+                                                          "aliyun.accelerator/nvidia_count": "1"}},
+             "spec": {}, "status": {}}
+
+    class Api:
+        def list_all(self, path, query, reduce=None, page=None):
+            return [reduce(pod)] if query["fieldSelector"] == "metadata.name=pair" else []
+
+        def list_nodes(self, selector):
+            return [small] if selector.endswith("np-a") else []
+
+    class Pools:
+        def nodepools(self, cluster):
+            return [NodePool(nodepool_id="np-a", instance_types=["ecs.custom-type"],
+                             labels={"ack-mig-hook/layout": "auto"}),
+                    NodePool(nodepool_id="np-b", instance_types=["ecs.ebmgn7e.32xlarge"],
+                             labels={"ack-mig-hook/layout": "auto"})]
+
+    assert "more than a node of the pool holds" in pod_event_module._cannot_take(
+        Pools().nodepools("")[0], slim(pod), [small])
+    planned = []
+    monkeypatch.setattr(pod_event_module, "_plan", lambda *args, **kw: planned.append(args[-2]) or "planned")
+    assert pod_event_module.run_pod_event(parse_event(pod_event("llm", "pair")), Pools(), CLUSTER, None, False, None,
+                                          Api(), JsonLogger("OFF")) == "planned"
+    assert planned == ["np-b"]

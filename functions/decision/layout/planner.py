@@ -524,7 +524,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     # One order whatever the caller's (a list's order is the API server's): the search, the exact solve's
     # variables and the reasons all follow it, and a plan must not change with it.
     demand = sorted(demand, key=lambda d: (d.key, d.profile, d.count, d.pending, d.node, d.owner))
-    demand, not_counted = _countable(supply, demand, bounds)
+    demand, not_counted = countable(supply, demand, bounds)
     gpus, unplaced, whole_free = [], [], 0
     twice = {k for k, n in Counter((s.node, s.index) for s in supply).items() if n > 1}
     for s in sorted(supply, key=lambda g: (g.node, g.index)):
@@ -783,7 +783,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
 MAX_NODE_GPUS = 16  # the most GPUs a node reports (functions/kube/supply.py reads nvidia_count up to 16)
 
 
-def _countable(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bounds
+def countable(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bounds
                ) -> Tuple[List[PodDemand], List[Tuple[str, str]]]:
     """The demand less the waiting pods that no node of the pool, nor a new one, can hold: a profile the
     pool does not allow or its GPUs lack, more instances (or compute, or memory) than one node holds, more
