@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .backend import Backend, end_processes, process_ops, reset_gpus
 from ..host.clients import ClientControl, parse_clients
+from ..host import bootunit
 from ..host.bootunit import check_values
 from ..host.holdersunit import check as check_holders
 from .common import as_failure, boot_args, gpus_json, holders_report, install_boot_unit, read_gpus, stderr_log
@@ -172,6 +173,16 @@ def _boot_unit(args, backend, spec):
     return install_boot_unit(args, spec, args.boot_unit_root)
 
 
+def _stale_boot_unit(args, backend, spec):
+    # type: (argparse.Namespace, Backend, PartitionSpec) -> str
+    if backend.sim is not None and is_host_root(args.boot_unit_root):
+        return ""  # a simulated node's unit is never this machine's
+    try:
+        return bootunit.stale(spec, args.boot_unit_root)
+    except (IOError, OSError, ValueError):
+        return ""
+
+
 def _boot_id(backend):
     # type: (Backend) -> Optional[str]
     if backend.sim is not None:
@@ -210,6 +221,11 @@ class _Apply(object):
         # (or only a reboot is missing: the reboot finishes the job), whatever the capacity wait says.
         if self.args.boot_unit and self.spec is not None and "boot_unit" not in self.result:
             self.result["boot_unit"] = _boot_unit(self.args, self.backend, self.spec)
+        elif not self.args.boot_unit and self.spec is not None and "boot_unit" not in self.result:
+            why = _stale_boot_unit(self.args, self.backend, self.spec)
+            if why:
+                self.result["boot_unit"] = {"installed": False, "stale": why}
+                self.log("warning: " + why)
 
     def _guard(self):
         # type: () -> RebootGuard

@@ -181,6 +181,28 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
                           commands, errors, there)
 
 
+def stale(spec, root="/"):
+    # type: (PartitionSpec, str) -> str
+    """Why the boot unit under ``root`` would undo ``spec`` at the next boot ("" when it would not): it is
+    there, and its request file holds another request (or cannot be read). An apply without --boot-unit
+    leaves the unit as it is; this says so, so the layout applied by hand is not lost at a reboot unseen."""
+    on_disk_unit = _unit_path(root, UNIT_NAME)
+    if not os.path.lexists(on_disk_unit):
+        return ""
+    on_disk_request = os.path.join(root, CONFIG_DIR.lstrip("/"), REQUEST_NAME)
+    try:
+        with open(on_disk_request) as handle:
+            held = handle.read(1 << 20)
+    except (IOError, OSError):
+        held = None
+    if held == request_document(spec):
+        return ""
+    return ("the boot unit %s from an earlier apply re-applies %s at every boot, not this request: pass "
+            "--boot-unit to make it this one, or run uninstall-boot-unit" % (
+                UNIT_NAME, "another request (%s)" % on_disk_request if held is not None else
+                "a request file that cannot be read (%s)" % on_disk_request))
+
+
 def uninstall(root="/", runner=None):
     # type: (str, Optional[Callable[[List[str]], Tuple[int, str]]]) -> BootUnitResult
     """Disable the unit, remove it, its request file and the holders units under ``root``; ``changed`` when

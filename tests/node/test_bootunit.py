@@ -121,6 +121,27 @@ def test_apply_with_boot_unit_installs_it_once_and_a_rerun_changes_nothing(tmp_p
     assert len(node.systemctl()) == 1 and node.commands() == []
 
 
+def test_an_apply_without_boot_unit_says_when_an_earlier_unit_would_undo_it_at_boot(tmp_path):
+    """A hand-run apply without --boot-unit left an earlier apply's unit in place, and the next reboot put the
+    old layout back unseen. It still leaves the unit alone, and says so in its result and on stderr; with the
+    same request, or with no unit, it says nothing."""
+    node = Node(tmp_path, gpu="H200", count=1)
+    root = str(tmp_path / "root")
+    assert node.run("apply", "--sequence", SEQ, "--boot-unit", "--boot-unit-root", root).rc == 0
+    unit_before = _unit(tmp_path / "root")
+    other = node.run("apply", "--sequence", "3g.71gb-3g.71gb", "--boot-unit-root", root)
+    assert other.rc == 0 and other.json["outcome"] == "success", other.stderr
+    stale = other.json["boot_unit"]
+    assert stale["installed"] is False and "re-applies another request" in stale["stale"]
+    assert "pass --boot-unit to make it this one, or run uninstall-boot-unit" in stale["stale"]
+    assert "warning: the boot unit ack-mig-hook.service" in other.stderr
+    assert _unit(tmp_path / "root") == unit_before  # left as it was: installing is --boot-unit's to do
+    back = node.run("apply", "--sequence", SEQ, "--boot-unit-root", root)
+    assert back.rc == 0 and "boot_unit" not in back.json
+    fresh = Node(tmp_path / "other", gpu="H200", count=1)
+    assert "boot_unit" not in fresh.run("apply", "--sequence", SEQ, "--boot-unit-root", str(tmp_path / "none")).json
+
+
 def test_boot_unit_follows_reboot_required_but_not_failure(tmp_path):
     node = Node(tmp_path, gpu="A100-SXM4-40GB", count=1)
     busy_root, reboot_root = tmp_path / "busy", tmp_path / "reboot"
