@@ -116,7 +116,10 @@ def loads(data, what, max_bytes=DEFAULT_MAX_BYTES, max_depth=MAX_DEPTH):
     if depth(data, max_depth) > max_depth:
         raise OutsideDataError("%s is nested too deeply (more than %d levels)" % (what, max_depth))
     try:
-        return json.loads(data, parse_constant=_refuse_constant, parse_float=_float, parse_int=_int)
+        value = json.loads(data, parse_constant=_refuse_constant, parse_float=_float, parse_int=_int)
+        if _SURROGATE_ESCAPE.search(data):
+            _whole_text(value)
+        return value
     except OutsideDataError as exc:
         raise OutsideDataError("%s: %s" % (what, exc))
     except RecursionError:  # the count above makes this unreachable; kept so no reader ever sees one
@@ -127,6 +130,21 @@ def loads(data, what, max_bytes=DEFAULT_MAX_BYTES, max_depth=MAX_DEPTH):
         msg = msg[:-3] if msg.endswith(" at") else msg
         where = " at line %d column %d" % (exc.lineno, exc.colno) if hasattr(exc, "lineno") else ""
         raise OutsideDataError("%s is not JSON (%s%s)" % (what, msg[:80], where), syntax=True)
+
+
+# A \uD800-\uDFFF escape: JSON may write half of a UTF-16 pair alone, which is no text (it cannot be written
+# as UTF-8: a log line or a result holding it fails to encode). Go's encoder never writes one alone.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _whole_text(value):
+    # type: (Any) -> None
+    """OutsideDataError when a string of ``value`` (keys too) holds a lone surrogate."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise OutsideDataError("a string holds a \\u escape of half a UTF-16 pair (a lone surrogate), which is "
+                               "not text")
 
 
 def _show(value):

@@ -180,6 +180,10 @@ class JsonLogger:
         record.update(self.context)
         record.update({k: v for k, v in fields.items() if v is not None})
         line = self.redact(json.dumps(_mask_fields(record), default=str, ensure_ascii=False))
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate from anywhere (an exception's text): written escaped
+            line = line.encode("utf-8", "backslashreplace").decode("utf-8")
         stream = self._stream or sys.stdout
         stream.write(line + "\n")
         stream.flush()
