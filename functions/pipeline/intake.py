@@ -244,6 +244,10 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?\Z")
 _UID = re.compile(r"^[A-Za-z0-9-]{1,64}\Z")
 # kube-eventer's subject: acs:cs:<region>:<account>:<cluster id>/apis/<version>/namespaces/<ns>/<resource>/<name>
 _SUBJECT_CLUSTER = re.compile(r"^acs:cs:[^:/]*:[^:/]*:([A-Za-z0-9][A-Za-z0-9_.\-]{0,127})/apis/")
+# An ACK resource's ARN as a CloudEvent subject names it: acs:cs:<region>:<account>:cluster/<cluster id>[/...]
+# (the form of the ActionTrail samples here; not confirmed by a public capture, so it is only read when the
+# record itself names no cluster, never needed).
+_SUBJECT_ARN_CLUSTER = re.compile(r"^acs:cs:[^:/]*:[^:/]*:cluster/([A-Za-z0-9][A-Za-z0-9_.\-]{0,127})(/|\Z)")
 
 
 class InvolvedObject(BaseModel):
@@ -296,14 +300,16 @@ def _flatten_content(data: Any, where: str = "data") -> Dict[str, Any]:
 
 def _field_error(exc: ValidationError, where: str, hint: str = "") -> BadEvent:
     err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+    # a location is the sender's field names: each shown bounded and quoted when it is not a plain name
+    loc = ".".join(str(p) if re.match(r"^[A-Za-z0-9_]{1,64}\Z", str(p)) else _shown(p)
+                   for p in err.get("loc", ()) if p != "__root__")
     field = "%s.%s" % (where, loc) if loc else where
     msg = str(err.get("msg", "invalid")).replace("Value error, ", "")
     if err.get("type") == "extra_forbidden" and loc:
         # A typo in a hand-written payload: name the field as the user wrote it, and the nearest accepted one.
         import difflib
 
-        written = str(err["loc"][-1])
+        written = str(err["loc"][-1])[:64]
         close = difflib.get_close_matches(written, re.findall(r"[a-z_]+", hint), n=1)
         msg = "unknown field%s" % (" (did you mean %r?)" % close[0] if close else "")
     return BadEvent("event field %s: %s%s" % (field, msg, ("; " + hint) if hint else ""))
@@ -380,13 +386,19 @@ def _lifecycle(ess: EssPayload, event_type: str, where: str) -> LifecycleHook:
                          lifecycle_transition=ess.lifecycle_transition, default_result=ess.default_result)
 
 
+def _scale_out_only(ess: "EssPayload", event_type: str) -> None:
+    """A lifecycle hook's transition, when the message names one, must be a scale-out: the MNS form and the
+    CloudEvent form alike (the CloudEvent's type says ScaleOut, but its data is what ESS sent)."""
+    transition = (ess.lifecycle_transition or "").upper()
+    if transition and transition != "SCALE_OUT":
+        raise SkipEvent("lifecycle transition %s is not handled; only SCALE_OUT" % _shown(transition),
+                        Trigger.LIFECYCLE_HOOK.value, event_type)
+
+
 def _from_mns(raw: Mapping[str, Any]) -> Request:
     ess = _validate(EssPayload, _flatten_content(raw, "content"), "content")
     event_type = "ess:LifecycleHook:MNS"
-    transition = (ess.lifecycle_transition or "").upper()
-    if transition and transition != "SCALE_OUT":
-        raise SkipEvent("lifecycle transition %s is not handled; only SCALE_OUT" % transition[:20],
-                        Trigger.LIFECYCLE_HOOK.value, event_type)
+    _scale_out_only(ess, event_type)
     hook = _lifecycle(ess, event_type, "content")
     return Request(trigger=Trigger.LIFECYCLE_HOOK, event_type=event_type,
                    event_id=_pick(raw.get("content") if isinstance(raw.get("content"), dict) else {},
@@ -401,6 +413,7 @@ def _from_cloudevent(event: CloudEvent) -> Request:
     if etype in SCALE_OUT_TYPES or etype == LIFECYCLE_SCALE_OUT:
         ess = _validate(EssPayload, _flatten_content(event.data), "data")
         if etype == LIFECYCLE_SCALE_OUT:
+            _scale_out_only(ess, etype)
             return Request(trigger=Trigger.LIFECYCLE_HOOK, scaling_group_id=ess.group(),
                            lifecycle=_lifecycle(ess, etype, "data"), **_split_ids(ess.instance_ids), **common)
         if not ess.group() and not ess.instance_ids:
@@ -415,8 +428,8 @@ def _from_cloudevent(event: CloudEvent) -> Request:
     if etype == ECS_STATE_CHANGE:
         state = _validate(EcsStatePayload, _flatten_content(event.data), "data")
         if state.state.lower() != "running":
-            raise SkipEvent("instance %s changed to %s; only Running matters" % (state.resourceId,
-                                                                                  state.state[:20]),
+            raise SkipEvent("instance %s changed to %s; only Running matters" % (_shown(state.resourceId),
+                                                                                  _shown(state.state)),
                             Trigger.INSTANCE_RUNNING.value, etype)
         return Request(trigger=Trigger.INSTANCE_RUNNING, **_split_ids([state.resourceId]), **common)
     # functions.pipeline.envelope lets only HANDLED_TYPES through (the test notification ends there): unreachable
@@ -433,7 +446,7 @@ def _from_actiontrail(event: CloudEvent, common: Dict[str, Any]) -> Request:
                         % (_shown(trail.eventName), ", ".join(NODEPOOL_OPERATIONS)),
                         Trigger.NODEPOOL_OPERATION.value, etype)
     if trail.errorCode:
-        raise SkipEvent("ACK operation %s failed (%s); nothing changed" % (trail.eventName, trail.errorCode[:60]),
+        raise SkipEvent("ACK operation %s failed (%s); nothing changed" % (trail.eventName, _shown(trail.errorCode)),
                         Trigger.NODEPOOL_OPERATION.value, etype)
     params = trail.requestParameters
     response = _maybe_json(trail.responseElements, "data.responseElements")
@@ -449,6 +462,10 @@ def _from_actiontrail(event: CloudEvent, common: Dict[str, Any]) -> Request:
         pool = _check_id(pool, "node pool id", "np1f6779297c4444a3a1cdd29be8e5a0b5")
     except ValueError as exc:
         raise BadEvent("event field data.requestParameters: %s" % exc) from None
+    # A record that names no cluster is about the subject's, when the subject names one (the record's own
+    # word wins: the subject's form is not confirmed); then one of another cluster is skipped as such.
+    named = _SUBJECT_ARN_CLUSTER.match(event.subject or "")
+    cluster = cluster or (named.group(1) if named else None)
     return Request(trigger=Trigger.NODEPOOL_OPERATION, cluster_id=cluster, nodepool_id=pool,
                    **dict(common, region=common["region"] or trail.acsRegion))
 

@@ -69,10 +69,11 @@ def test_invoke_escapes_what_an_event_carries_into_the_reason(tmp_path, capsys, 
     assert main(argv + (["--json"] if json_out else [])) == 0
     out = capsys.readouterr().out
     assert _clean(out), repr(out)
+    # the reason quotes it as repr (one printable line whoever reads it), and the terminal output stays clean
     if json_out:
-        assert json.loads(out)["reason"].endswith("(%s); nothing changed" % ERASE_GREEN)
+        assert json.loads(out)["reason"].endswith("(%r); nothing changed" % ERASE_GREEN)
     else:
-        assert "\\x1b[32mall nodes healthy\\x1b[0m); nothing changed" in out
+        assert "\\x1b[32mall nodes healthy\\x1b[0m'); nothing changed" in out
 
 
 def test_invoke_text_escapes_node_results_and_decisions(capsys):
