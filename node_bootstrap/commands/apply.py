@@ -352,8 +352,12 @@ def run_job(job, prepare):
         # First: on mig-manager's node not even a bad request may write our (its) state label.
         refuse_if_mig_manager(job.labeler.client, job.labeler.node_name, log)
         prepare()
-        job.control = ClientControl(parse_clients(args.clients), host_runner(args), args.state_dir, log)
+        clients = parse_clients(args.clients)  # a wrong --clients is refused before the wait
         with NodeLock(args.lock_file, args.lock_timeout):
+            # Only the run holding the lock may touch the clients: the stopped-clients file it would start
+            # again on a failure is the lock holder's while another run waits (a run that gave up waiting
+            # started the device plugin of the apply about to change the GPUs).
+            job.control = ClientControl(clients, host_runner(args), args.state_dir, log)
             try:
                 job.run_locked()
             except BaseException as exc:  # noqa: B036 - NVML unavailable, or an interrupt while failing

@@ -234,6 +234,36 @@ def test_lock_timeout_is_a_defined_failure(tmp_path):
     assert node.sim()["gpus"][0]["mig_pending"] == 0
 
 
+def test_an_apply_that_gives_up_on_the_lock_leaves_the_holders_stopped_clients_alone(tmp_path, holders):
+    """Apply A holds the lock, has stopped the device plugin and waits for a GPU holder to let go. Apply B
+    gives up waiting for the lock: it started A's stopped plugin again (its failure path read A's
+    stopped-clients file), under A, which was about to change the GPUs (found by a review of the node side)."""
+    import time
+
+    from tests.node.nodecli import Holder, fake_devices
+
+    manifest = tmp_path / "manifests" / "nvidia-device-plugin.yml"
+    manifest.parent.mkdir()
+    manifest.write_text("kind: Pod\n")
+    node = Node(tmp_path, count=1, clients="manifest:%s" % manifest)
+    pattern, gpus = fake_devices(tmp_path, count=1)
+    holders.append(Holder(tmp_path, "nv-hostengine", gpus))
+    a = node.popen("apply", "--sequence", "3g.20gb-3g.20gb", "--gpu-device-glob", pattern,
+                   "--client-stop-timeout", "20")
+    try:
+        deadline = time.time() + 30
+        while manifest.exists():  # A has stopped the plugin (moved its manifest away)
+            assert a.poll() is None and time.time() < deadline
+            time.sleep(0.05)
+        b = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--lock-timeout", "0.5")
+        assert b.rc == 1 and b.json["error"]["code"] == "locked"
+        assert a.poll() is None  # A still holds the lock, before its first change
+        assert not manifest.exists(), "the run that never held the lock started the holder's stopped plugin"
+    finally:
+        a.kill()
+        a.communicate(timeout=60)
+
+
 @pytest.mark.skipif(os.path.exists("/dev/nvidiactl"), reason="this machine has an NVIDIA driver")
 def test_real_backend_without_a_driver_is_a_one_line_failure(tmp_path):
     node = Node(tmp_path)
