@@ -171,8 +171,17 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
     if live and (boot_changed or holders_changed or removed):
         call(["systemctl", "daemon-reload"])
     if boot_changed:
+        failed_before = len(errors)
         call(["systemctl", "enable", UNIT_NAME] if live else
              ["systemctl", "--root", os.path.abspath(root), "enable", UNIT_NAME])  # an image: offline
+        if len(errors) > failed_before:
+            # Not enabled: the unit file goes, so the next install (the rerun troubleshooting.md asks for)
+            # writes it again and enables it. Left there, every rerun found nothing changed, called no
+            # systemctl and said "installed" of a unit that never runs at boot.
+            try:
+                os.remove(on_disk_unit)
+            except OSError:
+                pass
     if holders_changed:
         for argv in holdersunit.install_commands(root):
             call(argv)

@@ -163,6 +163,16 @@ def test_a_failing_systemctl_is_reported_without_hiding_the_gpus(tmp_path):
     assert res.json["boot_unit"]["error"].startswith("systemctl --root exited 1")
     alone = node.run("install-boot-unit", "--sequence", SEQ, "--root", str(tmp_path / "other"))
     assert alone.rc == 1 and alone.json["error"]["code"] == "boot-unit-failed"
+    # systemd fixed, the rerun troubleshooting.md asks for enables the unit: it said "installed" and called
+    # no systemctl, finding the files it had written unchanged (found by a review of the node side)
+    systemd = node._sim_systemd()
+    state = systemd.load()
+    state["failing"] = {}
+    systemd.save(state)
+    node.clear_calls()
+    again = node.run("apply", "--sequence", SEQ, "--boot-unit", "--boot-unit-root", str(tmp_path / "root"))
+    assert again.rc == 0 and again.json["boot_unit"]["installed"] is True, again.json["boot_unit"]
+    assert "systemctl --root %s enable ack-mig-hook.service" % (tmp_path / "root") in node.systemctl()
 
 
 def test_dollar_and_percent_in_options_reach_apply_literally():
