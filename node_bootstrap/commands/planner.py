@@ -238,7 +238,9 @@ def plan_gpu_layout(gpu, pairs, held=({}, ""), at_boot=False):
     doomed = tuple(gi for gi in gpu.gis if gi not in keep)
     # Every instance whose MIG device the plan takes away: destroyed, or its compute instances replaced (a
     # process in a compute instance the plan replaces is in the way as much as one in a destroyed instance).
-    touched = [gi for gi in doomed] + [gi for gi in keep if not _full_ci_ok(
+    # A kept instance with no compute instance has no MIG device: nothing can run in it or be allocated it,
+    # so creating its compute instance frees nothing (a run killed between the two creates leaves one).
+    touched = [gi for gi in doomed] + [gi for gi in keep if gi.cis and not _full_ci_ok(
         gi, model.profile_by_id(gi.profile_id).compute_slices)]  # type: ignore[union-attr]
     busy_in = [p for p in gpu.processes if p.gi is None or p.gi in set(gi.id for gi in touched)]
     if touched and (busy_in or gpu.pids_unreadable):

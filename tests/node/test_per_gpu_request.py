@@ -205,3 +205,27 @@ def test_a_gpu_left_held_before_the_destroys_is_not_a_failed_read_back_when_its_
     assert len(reads) >= 3 and [g["gpu"] for g in result["left"]] == [0]
     assert result["left"][0]["why"].startswith("held: GPU instance")
     assert node.layout(1) == [(9, 0, 1), (9, 4, 1)]
+
+
+@pytest.mark.parametrize("unknown", ["checkpoint", "processes"])
+def test_a_per_gpu_apply_killed_between_an_instances_two_creates_is_finished_whatever_is_unknown(tmp_path, unknown):
+    """Killed after creating a GPU instance and before its compute instance: the next run left that GPU as it
+    was ("allocations unknown" with kubelet's checkpoint unreadable, "busy" with the process list unreadable),
+    for good, while adding the compute instance frees nothing: an instance without one has no MIG device
+    (found by a review of the node side)."""
+    node = Node(tmp_path, count=1)
+    lay_out(node, [[("3g.20gb", 0)]])
+    req = _b64(per_gpu((0, [("3g.20gb", 0), ("3g.20gb", 4)])))
+    crashed = node.run("apply", "--request-b64", req, "--sim-fault", "crash-after:1")
+    assert crashed.rc < 0 and node.layout(0) == [(9, 0, 1), (9, 4, 0)]  # the GPU instance at 4 has no CI
+    extra = []
+    if unknown == "checkpoint":
+        checkpoint = tmp_path / "sim-state.host/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
+        checkpoint.parent.mkdir(parents=True)
+        checkpoint.write_text("{}")  # not kubelet's shape: allocations unknown
+    else:
+        extra = ["--sim-fault", "processes-unreadable"]
+    healed = node.run("apply", "--request-b64", req, *extra)
+    assert healed.rc == 0, healed.stderr
+    assert "left" not in healed.json, healed.json.get("left")
+    assert node.layout(0) == [(9, 0, 1), (9, 4, 1)]
