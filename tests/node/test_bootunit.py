@@ -306,3 +306,17 @@ def test_the_units_command_restores_a_per_gpu_layout_after_a_hopper_reboot(tmp_p
     assert node.run("sim-reboot").rc == 0
     plain = node.run("apply", "--request-b64", request)
     assert plain.rc == 0 and plain.json["changes"] == 0 and len(plain.json["left"]) == 3
+
+
+def test_a_unit_file_is_on_disk_before_it_takes_the_old_ones_name(tmp_path, monkeypatch):
+    """The request file is written just before the reboot a reboot-required apply asks for: synced before the
+    rename, so a power loss leaves the old file or the new one (as jsonfile.write_json does)."""
+    from node_bootstrap.host import unitfile
+
+    order = []
+    real_fsync, real_rename = os.fsync, os.rename
+    monkeypatch.setattr(unitfile.os, "fsync", lambda fd: order.append("fsync") or real_fsync(fd))
+    monkeypatch.setattr(unitfile.os, "rename", lambda a, b: order.append("rename") or real_rename(a, b))
+    assert unitfile.write_if_changed(str(tmp_path / "etc" / "request.json"), '{"version": 1}\n') is True
+    assert order == ["fsync", "rename"]
+    assert unitfile.write_if_changed(str(tmp_path / "etc" / "request.json"), '{"version": 1}\n') is False
