@@ -357,7 +357,8 @@ def run_job(job, prepare):
             # Only the run holding the lock may touch the clients: the stopped-clients file it would start
             # again on a failure is the lock holder's while another run waits (a run that gave up waiting
             # started the device plugin of the apply about to change the GPUs).
-            job.control = ClientControl(clients, host_runner(args), args.state_dir, log)
+            job.control = ClientControl(clients, host_runner(args), args.state_dir, log,
+                                        at_boot=getattr(args, "at_boot", False))
             try:
                 job.run_locked()
             except BaseException as exc:  # noqa: B036 - NVML unavailable, or an interrupt while failing

@@ -49,9 +49,12 @@ def parse_clients(text):
 
 
 class ClientControl(object):
-    def __init__(self, clients, runner, state_dir, log):
-        # type: (List[Client], Runner, str, Callable[[str], None]) -> None
+    def __init__(self, clients, runner, state_dir, log, at_boot=False):
+        # type: (List[Client], Runner, str, Callable[[str], None], bool) -> None
         self.clients = clients
+        # At boot the units to start again are ordered after the boot unit (its Before=): a blocking start from
+        # inside it would wait for the boot unit itself to end. --no-block queues the start instead.
+        self.at_boot = at_boot
         self.run = runner
         self.state_dir = state_dir
         self.log = log
@@ -113,7 +116,8 @@ class ClientControl(object):
         for client in stopped:
             try:
                 if client.kind == "systemd":
-                    rc, out = self.run(["systemctl", "start", client.target])
+                    rc, out = self.run(["systemctl"] + (["--no-block"] if self.at_boot else []) +
+                                       ["start", client.target])
                     if rc != 0:
                         problems.append("could not start %s: %s" % (client, out.strip()[:200]))
                 else:

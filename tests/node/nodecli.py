@@ -21,6 +21,7 @@ NODE_PYTHON = os.path.join(ROOT, ".venv-node", "bin", "python")
 
 _SYSTEMCTL = """#!/bin/sh
 echo "systemctl $*" >> "$FAKE_LOG"
+[ "$1" = "--no-block" ] && shift
 case "$1" in
   is-active) [ -e "$FAKE_UNITS/$3" ] && exit 0; exit 3 ;;
   stop) rm -f "$FAKE_UNITS/$2" ;;

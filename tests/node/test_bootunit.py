@@ -320,3 +320,24 @@ def test_a_unit_file_is_on_disk_before_it_takes_the_old_ones_name(tmp_path, monk
     assert unitfile.write_if_changed(str(tmp_path / "etc" / "request.json"), '{"version": 1}\n') is True
     assert order == ["fsync", "rename"]
     assert unitfile.write_if_changed(str(tmp_path / "etc" / "request.json"), '{"version": 1}\n') is False
+
+
+def test_the_boot_run_queues_the_clients_a_killed_run_left_stopped_without_waiting_for_them(tmp_path):
+    """A run killed after stopping dcgm-exporter leaves it in the stopped-clients record. At boot the unit
+    starts it again; dcgm-exporter is ordered after the unit (Before=), so a blocking `systemctl start` from
+    inside the unit would wait for the unit itself: the start is queued (--no-block)."""
+    node = Node(tmp_path, gpu="A100-SXM4-40GB", count=1, clients="systemd:dcgm-exporter.service")
+    node.set_unit("dcgm-exporter.service")
+    root = tmp_path / "root"
+    killed = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--boot-unit", "--boot-unit-root", str(root),
+                      "--sim-fault", "crash-after:2")
+    assert killed.rc < 0 and not node.unit_active("dcgm-exporter.service")
+    assert node.run("install-boot-unit", "--sequence", "3g.20gb-3g.20gb", "--root", str(root)).rc == 0
+    assert node.run("sim-reboot").rc == 0
+    node.clear_calls()
+    boot = node.run("apply", "--request-file", str(root / "etc/ack-mig-hook/request.json"), "--at-boot",
+                    "--device-plugin-restart", "none")
+    assert boot.rc == 0, boot.stderr
+    assert "systemctl --no-block start dcgm-exporter.service" in node.systemctl()
+    assert "systemctl start dcgm-exporter.service" not in node.systemctl()
+    assert node.unit_active("dcgm-exporter.service")
