@@ -278,7 +278,7 @@ def _sub(text):
 REGION_ACCOUNT = "${ALIYUN::Region}:${ALIYUN::TenantId}"
 # Actions RAM authorizes only on "all resources", or for which no resource-level permission could be
 # confirmed (docs/security.md says which): granted on '*', each with a comment in template.yml.
-STAR_ACTIONS = {"ess:CompleteLifecycleAction", "ess:RecordLifecycleActionHeartbeat", "ess:DescribeLifecycleHooks"}
+STAR_ACTIONS = {"ess:CompleteLifecycleAction", "ess:RecordLifecycleActionHeartbeat"}
 # Cloud Assistant reads: RAM authorizes them on this region's and account's instances (and, for
 # DescribeInvocationResults, its commands) per the ECS Cloud Assistant RAM policy samples and the API
 # reference; no tag condition, as they name an invocation, not an instance.
@@ -299,7 +299,9 @@ def _expected_grant(action):
         return _sub("acs:ecs:%s:instance/*" % REGION_ACCOUNT), None
     if action == "ecs:DescribeInvocationResults":
         return [_sub("acs:ecs:%s:instance/*" % REGION_ACCOUNT), _sub("acs:ecs:%s:command/*" % REGION_ACCOUNT)], None
-    if action == "ess:DescribeScalingInstances":  # ScalingGroupId of a pool: unknown until the pool exists
+    # ScalingGroupId of a pool: unknown until the pool exists. DescribeLifecycleHooks always names the group
+    # (membership.py), and its API reference's RAM table gives it the scalinggroup resource.
+    if action in ("ess:DescribeScalingInstances", "ess:DescribeLifecycleHooks"):
         return _sub("acs:ess:%s:scalinggroup/*" % REGION_ACCOUNT), None
     if action == "kms:GetSecretValue":  # SecretName: ACK_MIG_SSH_KEY_SECRET and ACK_MIG_NOTIFY_URL_SECRET, each a parameter
         return [_sub("acs:kms:%s:secret/${SshKeySecretName}" % REGION_ACCOUNT),
