@@ -44,9 +44,11 @@ def record_client(backend: Any) -> Any:
 
 
 def write(kube: Any, result: Any, request_id: str, duration_ms: float,
-          namespace: str = EVENT_NAMESPACE) -> Dict[str, Any]:
+          namespace: str = EVENT_NAMESPACE, redact: Any = None) -> Dict[str, Any]:
     """Merge this invocation's entry into the record and write it; the entry written. KubeError when the Lease
-    cannot be read or written (the caller logs it: a record never changes how the event ended)."""
+    cannot be read or written (the caller logs it: a record never changes how the event ended). ``redact``:
+    the log lines' cleaning (the credentials, secrets read at run time), applied to the reason: whoever may
+    read Leases in the namespace reads the record."""
     for _ in range(CAS_ATTEMPTS):
         lease = _lease(kube, namespace)
         meta = dict(lease.get("metadata") or {})
@@ -57,6 +59,8 @@ def write(kube: Any, result: Any, request_id: str, duration_ms: float,
             stored = None  # not ours, or from a future version we cannot read: replaced by ours
         at, clock = _now(kube)
         new = lr.entry(result, at, clock, request_id, duration_ms)
+        if redact is not None:
+            new["reason"] = redact(new["reason"])
         annotations[lr.RECORD_ANNOTATION] = lr.write_text(lr.merge(stored, new))
         meta["annotations"] = annotations  # (carries the resourceVersion read: the precondition)
         spec = dict(lease.get("spec") or {}, holderIdentity=new["request_id"] or "ack-mig-hook",

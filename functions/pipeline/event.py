@@ -278,7 +278,7 @@ def _record(result: HandlerResult, kube: Any, log: JsonLogger, started: float) -
         return
     try:
         write(record_client(backend), result, str(log.context.get("request_id") or ""),
-              (time.monotonic() - started) * 1000)
+              (time.monotonic() - started) * 1000, redact=log.redact)
     except Exception as exc:  # noqa: BLE001 - a record never changes how the event ended
         log.warning("run record not written", reason="%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[:200]))
 

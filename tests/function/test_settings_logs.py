@@ -498,3 +498,25 @@ def test_the_cs_endpoint_is_the_cs_sdks_own():
     hosts = {region: CsLookup(load_settings(dict(env, ACK_MIG_REGION=region)))._client._endpoint  # noqa: SLF001
              for region in ("cn-beijing", "cn-wuhan")}
     assert hosts == {"cn-beijing": "cs.cn-beijing.aliyuncs.com", "cn-wuhan": "cs.aliyuncs.com"}
+
+
+def test_the_run_record_on_the_cluster_is_redacted_like_the_log_lines():
+    """The run record is a Lease annotation whoever may read Leases in the namespace reads, and `status` and
+    `doctor` print: its reason was written before the handler's cleaning (found by a security review)."""
+    import time
+
+    from functions.base.event_result import HandlerResult
+    from functions.base.logs import register_secret
+    from functions.decision import run_record
+    from functions.kube.nodes import MemoryKube
+    from functions.pipeline.event import _record
+
+    learnt = "LEARNT-AT-RUN-TIME-SSH-KEY-LINE-0123456789"
+    register_secret(learnt)
+    result = HandlerResult(trigger="timer", event_type="timer:reconcile", outcome="error",
+                           reason="delivery: something quoted %s and %s" % (learnt, SECRET))
+    kube = MemoryKube()
+    _record(result, kube, JsonLogger("OFF", [SECRET]), time.monotonic())
+    (lease,) = [lease for lease in kube.leases.values()]
+    text = lease["metadata"]["annotations"][run_record.RECORD_ANNOTATION]
+    assert "delivery: something quoted ***" in text and learnt not in text and SECRET not in text
