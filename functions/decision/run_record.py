@@ -57,10 +57,24 @@ def entry(result: Any, at: float, clock: str, request_id: str, duration_ms: floa
             "nodes": _counts([n.get("outcome") for n in result.nodes or []])}
 
 
+# The timers template.yml declares (its TriggerName values): always kept. Any other timer name (a hand-made
+# timer, or an event that says it is one) shares OTHER_TIMERS entries, the oldest going first: distinct
+# names grew the record past what its reader takes, and the next write replaced it, the reconcile timer's
+# entry (the heartbeat status and doctor judge) with it.
+TEMPLATE_TIMERS = ("timer:reconcile", "timer:auto-pools")
+OTHER_TIMERS = 4
+
+
 def merge(stored: Optional[Dict[str, Any]], new: Dict[str, Any]) -> Dict[str, Any]:
-    """The record with ``new`` as the last run and as its trigger's; the other triggers' entries are kept."""
+    """The record with ``new`` as the last run and as its trigger's; the other triggers' entries are kept (of
+    timers the template does not declare, the newest OTHER_TIMERS)."""
+    new = dict(new, event_type=str(new.get("event_type") or "")[:64])
     by_trigger = dict((stored or {}).get("by_trigger") or {})
     by_trigger[trigger_key(new["trigger"], new.get("event_type"))] = new
+    others = sorted((k for k in by_trigger if k.startswith("timer:") and k not in TEMPLATE_TIMERS),
+                    key=lambda k: (by_trigger[k].get("at") or 0, k))
+    for key in others[:max(0, len(others) - OTHER_TIMERS)]:
+        del by_trigger[key]
     return {"version": VERSION, "last": new, "by_trigger": dict(sorted(by_trigger.items()))}
 
 

@@ -212,3 +212,26 @@ def test_a_record_that_cannot_be_written_is_a_warning_and_the_event_stands(clust
     (line,) = [json.loads(x) for x in out.getvalue().splitlines()]
     assert line["level"] == "WARNING" and line["message"] == "run record not written" and "403" not in line["message"]
     assert "forbidden" in line["reason"]
+
+
+def test_timers_of_names_the_template_does_not_declare_never_push_the_reconcile_timers_entry_out():
+    """Forty timer events with new, long trigger names: each added an entry for good, the record grew past
+    what its reader takes, and the next write replaced it, the reconcile timer's entry with it (found by a
+    review of the event intake). Now the newest four of such names stay, beside the template's timers."""
+    kube = MemoryKube()
+    settings = load_settings({"ACK_MIG_CLUSTER_ID": "c-rollout", "ACK_MIG_STARTUP_TAINT": "none"})
+
+    def timer(name):
+        event = json.dumps({"triggerTime": "2026-11-29T02:00:00Z", "triggerName": name, "payload": ""})
+        return run_event(event, settings, inventory=InventoryLookup.from_dict(snapshot()), kube=kube, dry_run=True,
+                         logger=JsonLogger("OFF", request_id="r"), record=True)
+
+    timer("reconcile")
+    for n in range(40):
+        timer("t%02d-" % n + "x" * 400)
+    info = last_run.read(kube)
+    assert info["error"] is None, info["error"]
+    keys = sorted(info["record"]["by_trigger"])
+    assert "timer:reconcile" in keys
+    assert [k[:9] for k in keys if k != "timer:reconcile"] == ["timer:t36", "timer:t37", "timer:t38", "timer:t39"]
+    assert all(len(e["event_type"]) <= 64 for e in info["record"]["by_trigger"].values())
