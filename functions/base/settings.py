@@ -55,6 +55,11 @@ def is_node_directory(path: str) -> bool:
     return not node_directory_problem(path)
 
 
+# A region id as the SDKs' endpoint tables write them (cn-beijing, ap-southeast-1, cn-hangzhou-finance): a
+# pattern, not the tables, so that a region newer than the SDK still works.
+_REGION_ID = re.compile(r"^[a-z]{2,}(-[a-z0-9]+){1,4}\Z")
+
+
 class SettingsError(ValueError):
     """An environment variable has a value that cannot be used. One line; exit code 2."""
 
@@ -261,6 +266,12 @@ def load_settings(environ: Optional[Mapping[str, str]] = None, context: Any = No
     """Settings from ``environ`` (default ``os.environ``) and the FC ``context`` (credentials, region)."""
     env: Mapping[str, str] = os.environ if environ is None else environ
     region = _get(env, REGION) or _get(env, FC_REGION) or str(getattr(context, "region", "") or "")
+    if region and not _REGION_ID.match(region):
+        # It becomes a host name (cs.<region>.aliyuncs.com): a wrong one failed every call as "transient",
+        # and FC retried the invocation for good.
+        raise SettingsError("%s=%s is not a region id; use one such as cn-beijing or ap-southeast-1" % (
+            REGION if _get(env, REGION) else FC_REGION if _get(env, FC_REGION) else "the FC context's region",
+            repr(region[:40])))
     network = parse_choice(env, API_NETWORK, "public", API_NETWORKS)
     settings = Settings(
         cluster_id=_get(env, CLUSTER_ID),

@@ -520,3 +520,17 @@ def test_the_run_record_on_the_cluster_is_redacted_like_the_log_lines():
     (lease,) = [lease for lease in kube.leases.values()]
     text = lease["metadata"]["annotations"][run_record.RECORD_ANNOTATION]
     assert "delivery: something quoted ***" in text and learnt not in text and SECRET not in text
+
+
+@pytest.mark.parametrize("region", ["beijing", "cn_beijing", "evil.example/#", "CN-BEIJING"])
+def test_a_region_that_is_no_region_id_is_one_setting_error_not_a_retry_for_good(region, monkeypatch):
+    """It became the host name cs.<region>.aliyuncs.com: every call failed as transient, the outcome was
+    retry, and FC retried the invocation for good (found by a review of the event intake)."""
+    with pytest.raises(SettingsError, match="ACK_MIG_REGION=.* is not a region id; use one such as cn-beijing"):
+        load_settings({"ACK_MIG_REGION": region})
+    monkeypatch.setenv("ACK_MIG_REGION", region)
+    monkeypatch.setenv("ACK_MIG_CLUSTER_ID", "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b")
+    answer = json.loads(handler(event_bytes("fc_timer.json"), None))
+    assert answer["outcome"] == "error" and "ACK_MIG_REGION" in answer["reason"], answer
+    for good in ("cn-beijing", "ap-southeast-1", "cn-hangzhou-finance", "us-east-1"):
+        assert load_settings({"ACK_MIG_REGION": good}).region == good
