@@ -447,6 +447,18 @@ SLS_ENDPOINT = _var("ACK_MIG_SLS_ENDPOINT", "", "`logs`: override of the Simple 
 
 TRANSPORTS = ("cloud-assistant", "ssh", "local")
 HOST_KEY_POLICIES = ("verify", "accept-new")
+
+
+def _host_key_policy(env: Mapping[str, str]) -> str:
+    """``accept-new`` trusts a host seen for the first time: a person's choice on a workstation, never the
+    deployed function's (in FC a machine answering at a new node's address would get the node command and
+    could answer "partitioned"; the function verifies against the known_hosts deploy packages)."""
+    policy = parse_choice(env, SSH_HOST_KEY_POLICY, "verify", HOST_KEY_POLICIES)
+    if policy == "accept-new" and _get(env, FC_FUNCTION_NAME):
+        raise SettingsError("%s=accept-new is not accepted in Function Compute: the function verifies host keys; "
+                            "package the nodes' keys with `ack-mig-hook deploy --known-hosts FILE` and use verify"
+                            % SSH_HOST_KEY_POLICY)
+    return policy
 LIFECYCLE_RESULTS = ("CONTINUE", "ABANDON", "ROLLBACK")
 
 
@@ -494,7 +506,7 @@ def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
         ssh_key_secret=_get(env, SSH_KEY_SECRET),
         kms_endpoint=parse_endpoint(env, KMS_ENDPOINT),
         ssh_known_hosts=_get(env, SSH_KNOWN_HOSTS),
-        ssh_host_key_policy=parse_choice(env, SSH_HOST_KEY_POLICY, "verify", HOST_KEY_POLICIES),
+        ssh_host_key_policy=_host_key_policy(env),
         ssh_concurrency=parse_int(env, SSH_CONCURRENCY, 32, 1, 1024),
         node_timeout_s=parse_int(env, NODE_TIMEOUT_S, 600, 10, 86400),
         lifecycle_failure_result=parse_choice(env, LIFECYCLE_FAILURE_RESULT, "ABANDON", LIFECYCLE_RESULTS,

@@ -534,3 +534,12 @@ def test_a_region_that_is_no_region_id_is_one_setting_error_not_a_retry_for_good
     assert answer["outcome"] == "error" and "ACK_MIG_REGION" in answer["reason"], answer
     for good in ("cn-beijing", "ap-southeast-1", "cn-hangzhou-finance", "us-east-1"):
         assert load_settings({"ACK_MIG_REGION": good}).region == good
+
+
+def test_accept_new_host_keys_is_a_workstations_choice_never_the_deployed_functions():
+    """accept-new trusts a host seen for the first time: in FC a machine answering at a new node's address
+    would get the node command and could answer "partitioned" (found by a security review)."""
+    assert load_settings({"ACK_MIG_SSH_HOST_KEY_POLICY": "accept-new"}).delivery.ssh_host_key_policy == "accept-new"
+    with pytest.raises(SettingsError, match="accept-new is not accepted in Function Compute"):
+        load_settings({"ACK_MIG_SSH_HOST_KEY_POLICY": "accept-new", "FC_FUNCTION_NAME": "ack-mig-hook-c1"})
+    assert load_settings({"FC_FUNCTION_NAME": "ack-mig-hook-c1"}).delivery.ssh_host_key_policy == "verify"
