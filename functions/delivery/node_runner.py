@@ -1,7 +1,7 @@
 """The runner that every transport starts on the node. It is sent as text (never imported by the function)
 and runs on the node's system Python: Python 3.6+, standard library only.
 
-    python3 - HASH ROOT ARGS_B64 DEADLINE_S PYTHON INSTANCE_ID NAMES_Z GRACE_S  < node_runner.py
+    python3 -I - HASH ROOT ARGS_B64 DEADLINE_S PYTHON INSTANCE_ID NAMES_Z GRACE_S  < node_runner.py
 
 The bundle holds this file as ack_mig_runner.py: the boot unit runs it the same way (bootunit.py).
 

@@ -29,11 +29,13 @@ _INSTANCE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 # Cloud Assistant's built-in parameter: each instance sees its own id here (needs EnableParameter=true).
 ACS_INSTANCE_ID = "{{ACS::InstanceId}}"
 
+# -I: the runner's own imports come from the interpreter's library only, never from the working directory
+# (python - puts it first on sys.path) or PYTHON* variables; node_bootstrap runs after the bundle's check.
 TEMPLATE = """#!/bin/sh
 # ack-mig-hook: partition this node's GPUs with node_bootstrap (fixed template; the only substitutions
 # are a hex hash, checked paths, an integer and base64). The runner below is documented in the project.
 umask 077
-exec {python} - '{digest}' '{root}' '{args}' '{deadline}' '{python}' '{instance}' '{names}' '{grace}' <<'""" + HEREDOC + """'
+exec {python} -I - '{digest}' '{root}' '{args}' '{deadline}' '{python}' '{instance}' '{names}' '{grace}' <<'""" + HEREDOC + """'
 {runner}
 """ + HEREDOC + "\n"
 

@@ -14,7 +14,7 @@ DIGEST = "ab" * 32
 # The shell part of the script (everything before the runner's heredoc body), with its variable fields.
 SHELL = re.compile(
     r"\A#!/bin/sh\n(#[^\n]*\n)+umask 077\n"
-    r"exec (?P<py>[A-Za-z0-9._/-]+) - '[0-9a-f]{64}' '(?P<root>/[A-Za-z0-9._/-]+)' '(?P<args>[A-Za-z0-9+/=]*)' '[0-9]+' "
+    r"exec (?P<py>[A-Za-z0-9._/-]+) -I - '[0-9a-f]{64}' '(?P<root>/[A-Za-z0-9._/-]+)' '(?P<args>[A-Za-z0-9+/=]*)' '[0-9]+' "
     r"'(?P=py)' '(?P<iid>[A-Za-z0-9_-]+|\{\{ACS::InstanceId\}\})' '(?P<names>[A-Za-z0-9+/=]*)' '[0-9]+' "
     r"<<'" + HEREDOC + r"'\n\Z")
 
@@ -90,3 +90,24 @@ def test_every_apply_also_installs_the_boot_unit_and_carries_the_label_as_base64
     assert args[3:5] == ["apply", "--boot-unit"]  # the layout must survive reboots
     assert args[5] == "--request-b64"
     assert json.loads(base64.b64decode(args[6])) == {"version": 1, "partition": {"kind": "sequence", "value": "9-9"}}
+
+
+def test_the_runner_never_imports_from_the_directory_the_script_runs_in(tmp_path):
+    """`python3 -` puts the working directory first on sys.path: a json.py (or hashlib.py...) there, in the
+    home directory Cloud Assistant or sshd starts the script in, would have run as root before the bundle's
+    check (found by a security review). The script runs the runner isolated (-I)."""
+    import subprocess
+    import sys
+
+    work = tmp_path / "home"
+    work.mkdir()
+    marker = tmp_path / "imported"
+    for name in ("json", "zlib", "base64", "hashlib", "tarfile"):
+        (work / ("%s.py" % name)).write_text("open(%r, 'a').write(%r)\nraise SystemExit(99)\n" % (str(marker), name))
+    root = tmp_path / "node"
+    script = render(DIGEST, node_args({"kind": "size", "value": "1g.5gb"}), 30, instance_id="i-abc",
+                    root=str(root), python=sys.executable)
+    done = subprocess.run(["sh", "-c", script], cwd=str(work), capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(work)})
+    assert not marker.exists(), marker.read_text()
+    assert done.returncode == 10, (done.returncode, done.stderr[-300:])  # bundle-missing: nothing was sent here

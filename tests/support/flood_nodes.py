@@ -34,8 +34,8 @@ print(json.dumps({"outcome": "success", "changes": 2, "sequence": "3g.20gb-3g.20
 '''
 
 STANDIN = """#!/bin/sh
-# The node script runs: exec PYTHON - DIGEST ROOT ARGS DEADLINE PYTHON INSTANCE NAMES GRACE <<runner
-case "$7" in
+# The node script runs: exec PYTHON -I - DIGEST ROOT ARGS DEADLINE PYTHON INSTANCE NAMES GRACE <<runner
+case "$8" in
   i-flood-out*) exec cat /dev/zero ;;
   i-flood-err*) exec cat /dev/zero >&2 ;;
   i-flood-lines*) exec yes "a node that never stops talking" ;;
