@@ -43,7 +43,7 @@ def _waits(pod: dict) -> str:
     return ""
 
 
-def _cannot_take(pool: Any, pod: dict, nodes: List[dict]) -> str:
+def _cannot_take(pool: Any, pod: dict, nodes: List[dict], pods_on: Any = None) -> str:
     """Why ``pool`` cannot serve ``pod`` whatever it plans ("" when it may): paused, or the pool's plan would
     not count the pod (``planner.countable``, the rule the timer's plan applies: a profile the pool does not
     allow or no GPU of its nodes or template has, more than one node holds). One rule for both triggers: a
@@ -67,7 +67,16 @@ def _cannot_take(pool: Any, pod: dict, nodes: List[dict]) -> str:
         return "not an auto pool"
     model, node_gpus = pool_template(pool)  # as the timer's plan sees the pool (auto_pool._advise)
     bounds = replace(bounds, model=model or bounds.model, node_gpus=node_gpus or bounds.node_gpus)
-    _, not_counted = countable(pool_supply(nodes, {})[0], demand_of(pod), bounds)
+    demand = demand_of(pod)
+    supply = pool_supply(nodes, {})[0]  # without the pods on the nodes: every instance reads as idle
+    _, not_counted = countable(supply, demand, bounds)
+    # Only the rule that keeps a pod counted for an idle instance of a profile the pool no longer allows
+    # depends on which instances pods hold. Where it decides, the pods of the nodes holding such instances
+    # are read (``pods_on``, a list call per node: only those nodes), as the timer's plan has them.
+    held = [replace(g, instances=tuple(replace(i, in_use=True) for i in g.instances)) for g in supply]
+    if bool(countable(held, demand, bounds)[1]) != bool(not_counted) and pods_on is not None:
+        names = sorted({g.node for g in supply for i in g.instances if not bounds.allows(i.profile)})
+        _, not_counted = countable(pool_supply(nodes, pods_on(names))[0], demand, bounds)
     return not_counted[0][1] if not_counted else ""
 
 
@@ -79,6 +88,7 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
 
     from functions.decision.layout import LAYOUT_LABEL
     from functions.decision.layout.matching import split_pending
+    from functions.kube.demand import pods_on
     from functions.decision.waves import paused
     from functions.pipeline.auto_pool import POOL_LABEL, _api_of, places_of
 
@@ -113,10 +123,14 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     # every pool whose nodes or template the pod matches (split_pending gives a pod to the first only)
     matched = [p for p in sorted(pools, key=lambda p: p.nodepool_id)
                if split_pending([pod], {p.nodepool_id: places[p.nodepool_id]})[0].get(p.nodepool_id)]
-    # The first pool that can take the pod (not paused, the pod's profiles allowed and on a GPU model of its
-    # nodes or template), as the timer plans every pool; else the first the pod matches, whose step says why.
-    chosen = next((p for p in matched if not _cannot_take(p, pod, nodes[p.nodepool_id])),
-                  matched[0] if matched else None)
+    # The first pool that can take the pod (not paused, and its plan would count the pod), as the timer's
+    # plan gives it; else the first the pod matches, whose step says why.
+    try:
+        chosen = next((p for p in matched if not _cannot_take(p, pod, nodes[p.nodepool_id],
+                                                              lambda names: pods_on(api, names))),
+                      matched[0] if matched else None)
+    except KubeError as exc:
+        return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
     if chosen is None:
         return end("skip", "no auto pool can take pod %s (%s)" % (key, unmatched[0][1] if unmatched else "none"))
     if paused(chosen.labels):

@@ -458,3 +458,54 @@ def test_an_event_gives_its_pod_to_the_pool_the_timers_plan_would_count_it_in(mo
     assert pod_event_module.run_pod_event(parse_event(pod_event("llm", "pair")), Pools(), CLUSTER, None, False, None,
                                           Api(), JsonLogger("OFF")) == "planned"
     assert planned == ["np-b"]
+
+
+def test_event_and_timer_pick_the_same_pool_when_a_disallowed_instance_is_in_use(monkeypatch):
+    """Pool np-a allows only 3g.40gb and has a 1g.10gb a running pod holds; the pod asks 1g.10gb. The timer's
+    plan of np-a does not count it (no idle instance of the profile is left for it): the event read every
+    instance as idle and chose np-a (found by the review of this change). It reads the pods of the nodes
+    holding such instances where that decides."""
+    import json
+    from functions.base.model import NodePool
+    from functions.pipeline import pod_event as pod_event_module
+    from functions.pipeline.intake import parse_event
+
+    pod = {"metadata": {"name": "want", "namespace": "llm", "uid": "u-want"},
+           "spec": {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]},
+           "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                         "reason": "Unschedulable"}]}}
+    node = {"metadata": {"name": "n1", "labels": {"alibabacloud.com/nodepool-id": "np-a",
+            "aliyun.accelerator/nvidia_name": "NVIDIA A100-SXM4-80GB", "aliyun.accelerator/nvidia_count": "1",
+            "nvidia.com/mig.config.state": "success"},
+            "annotations": {"ack-mig-hook/gpu-layouts": json.dumps({"0": [["1g.10gb", 0], ["3g.40gb", 4]]})}},
+            "spec": {}, "status": {}}
+    running = {"metadata": {"name": "r", "namespace": "llm", "uid": "u-r"},
+               "spec": {"nodeName": "n1", "containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]},
+               "status": {"phase": "Running"}}
+
+    class Api:
+        def list_all(self, path, query, reduce=None, page=None):
+            if query.get("fieldSelector") == "metadata.name=want":
+                return [reduce(pod)]
+            return [reduce(running)] if "n1" in str(query) else []
+
+        def list_nodes(self, selector):
+            return [node] if selector.endswith("np-a") else []
+
+        def list_pods(self, node_name=None):
+            read.append(node_name)
+            return [running] if node_name == "n1" else []
+
+    class Pools:
+        def nodepools(self, cluster):
+            return [NodePool(nodepool_id="np-a", instance_types=["ecs.ebmgn7e.32xlarge"],
+                             labels={"ack-mig-hook/layout": "auto", "ack-mig-hook/layout-profiles": "3g.40gb"}),
+                    NodePool(nodepool_id="np-b", instance_types=["ecs.ebmgn7e.32xlarge"],
+                             labels={"ack-mig-hook/layout": "auto"})]
+
+    planned, read = [], []
+    monkeypatch.setattr(pod_event_module, "_plan", lambda *args, **kw: planned.append(args[-2]) or "planned")
+    pod_event_module.run_pod_event(parse_event(pod_event("llm", "want")), Pools(), CLUSTER, None, False, None,
+                                   Api(), JsonLogger("OFF"))
+    # the timer's plan of np-a does not count the pod (its 1g.10gb is held by the running pod): np-b does
+    assert planned == ["np-b"] and read == ["n1"]
