@@ -35,6 +35,7 @@ UNIT_NAME = "ack-mig-hook.service"
 UNIT_DIR = "/etc/systemd/system"
 CONFIG_DIR = "/etc/ack-mig-hook"
 REQUEST_NAME = "request.json"
+ENABLE_PENDING_NAME = "enable-pending"  # beside the request: the unit's enable is owed (see install)
 # systemd sends SIGTERM when TimeoutStartSec passes; apply then restarts clients and labels the node.
 # The lock wait is kept well under it so that a wait for another apply ends in its own clear "locked"
 # failure, with time left for the apply itself (client stop wait 60 s, a reset up to 300 s).
@@ -168,20 +169,22 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
     holders_changed = False
     for name, text in sorted((wanted or {}).items()):
         holders_changed = write_if_changed(_unit_path(root, name), text) or holders_changed
-    if live and (boot_changed or holders_changed or removed):
+    # An enable that did not happen (it failed, or the run was killed before it) is owed: the marker, written
+    # before the call and removed after its success, makes the next install enable again though its files are
+    # unchanged. Without it every rerun found nothing changed, called no systemctl and said "installed" of a
+    # unit that never ran at boot.
+    pending = os.path.join(root, CONFIG_DIR.lstrip("/"), ENABLE_PENDING_NAME)
+    owed = os.path.lexists(pending)
+    if live and (boot_changed or holders_changed or removed or owed):
         call(["systemctl", "daemon-reload"])
-    if boot_changed:
+    if boot_changed or owed:
+        write_if_changed(pending, UNIT_NAME + "\n", 0o600)
         failed_before = len(errors)
         call(["systemctl", "enable", UNIT_NAME] if live else
              ["systemctl", "--root", os.path.abspath(root), "enable", UNIT_NAME])  # an image: offline
-        if len(errors) > failed_before:
-            # Not enabled: the unit file goes, so the next install (the rerun troubleshooting.md asks for)
-            # writes it again and enables it. Left there, every rerun found nothing changed, called no
-            # systemctl and said "installed" of a unit that never runs at boot.
-            try:
-                os.remove(on_disk_unit)
-            except OSError:
-                pass
+        if len(errors) == failed_before:
+            os.remove(pending)
+        boot_changed = True
     if holders_changed:
         for argv in holdersunit.install_commands(root):
             call(argv)
@@ -222,7 +225,8 @@ def uninstall(root="/", runner=None):
     """
     on_disk_request = os.path.join(root, CONFIG_DIR.lstrip("/"), REQUEST_NAME)
     on_disk_unit = _unit_path(root, UNIT_NAME)
-    present = [p for p in (on_disk_unit, on_disk_request) if os.path.lexists(p)]
+    pending = os.path.join(root, CONFIG_DIR.lstrip("/"), ENABLE_PENDING_NAME)
+    present = [p for p in (on_disk_unit, on_disk_request, pending) if os.path.lexists(p)]
     commands = []  # type: List[List[str]]
     errors = []  # type: List[str]
     call = _caller(runner, commands, errors)

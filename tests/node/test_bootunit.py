@@ -341,3 +341,33 @@ def test_the_boot_run_queues_the_clients_a_killed_run_left_stopped_without_waiti
     assert "systemctl --no-block start dcgm-exporter.service" in node.systemctl()
     assert "systemctl start dcgm-exporter.service" not in node.systemctl()
     assert node.unit_active("dcgm-exporter.service")
+
+
+def test_an_enable_that_failed_is_owed_to_the_next_install_and_a_working_unit_is_never_removed(tmp_path):
+    """An install whose `systemctl enable` failed: the rerun finds its files unchanged and must enable all the
+    same; an earlier fix removed the unit file, which also removed a unit that was enabled and working when
+    only the request changed (found by the review of this change)."""
+    from node_bootstrap.mig import PartitionSpec
+
+    calls = []
+
+    def runner(fails=()):
+        def run(argv):
+            calls.append(" ".join(argv))
+            return (1, "Failed to connect to bus: Connection timed out") if argv[-2] in fails else (0, "")
+        return run
+
+    root = str(tmp_path)
+    unit = bootunit._unit_path(root, bootunit.UNIT_NAME)
+    first = bootunit.install(PartitionSpec("sequence", "3g.40gb-3g.40gb"), root, runner=runner())
+    assert first.errors == [] and os.path.exists(unit)
+    failed = bootunit.install(PartitionSpec("sequence", "7g.80gb"), root, runner=runner(fails=("enable",)))
+    assert failed.errors and os.path.exists(unit)  # the working unit stays; only its enable is owed
+    del calls[:]
+    again = bootunit.install(PartitionSpec("sequence", "7g.80gb"), root, runner=runner())
+    assert again.errors == [] and again.changed is True and any(c.endswith("enable ack-mig-hook.service") for c in calls)
+    del calls[:]
+    settled = bootunit.install(PartitionSpec("sequence", "7g.80gb"), root, runner=runner())
+    assert settled.changed is False and calls == []  # nothing owed any more: no systemctl at all
+    assert bootunit.uninstall(root, runner=runner()).changed
+    assert not os.path.exists(os.path.join(root, "etc/ack-mig-hook"))  # request and marker gone, then the folder
