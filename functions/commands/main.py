@@ -75,23 +75,43 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message):  # argparse's default prints usage on two lines; keep it to one
         from functions.commands.terminal import fail
 
-        # With --json or -o, stdout is JSON even for a refused argument: a script reading it never gets nothing.
-        self.exit(fail("%s; see --help" % suggest(message, self), 2, _asks_json(_Parser.argv)))
+        text = "%s; see --help" % suggest(message, self)
+        # With --json or -o, stdout holds the error object even for a refused argument (YAML with -o yaml, as
+        # every other output then is): a script reading it never gets nothing. Only for a command that has
+        # those options: completion's and convert's stdout stay theirs.
+        own = getattr(self, "chosen", None) or self  # the top parser names the command's (unknown options)
+        asked = _asks_for(_Parser.argv) if {"--json", "-o"} & set(own._option_string_actions) else None
+        code = fail(text, 2, asked == "json")
+        if asked == "yaml":
+            import json
+
+            from functions.commands.output import to_yaml
+
+            doc = {"error": " ".join(text.split()), "exit_code": 2}
+            try:
+                sys.stdout.write(to_yaml(doc))
+            except ImportError:  # PyYAML is the deploy extra's: JSON is YAML too
+                sys.stdout.write(json.dumps(doc) + "\n")
+            sys.stdout.flush()
+        self.exit(code)
 
 
-def _asks_json(argv):
-    # type: (Sequence[str]) -> bool
-    """Whether a command line asks for machine output (--json, -o/--output with a value), before it parses."""
-    formats = ("json", "yaml")  # an -o the parser refuses (-o yml) asked for nothing it knows: stderr only
+def _asks_for(argv):
+    # type: (Sequence[str]) -> Optional[str]
+    """The machine output a command line asks for ("json" for --json or -o json, "yaml"), before it parses;
+    None for none (an -o the parser refuses, -o yml, asked for nothing it knows: stderr only)."""
+    formats = ("json", "yaml")
     for i, word in enumerate(argv):
         if word == "--":
-            return False
-        if word == "--json" or word in ["--output=" + f for f in formats] + ["-o=" + f for f in formats] \
-                + ["-o" + f for f in formats]:
-            return True
+            return None
+        if word == "--json":
+            return "json"
+        for f in formats:
+            if word in ("--output=" + f, "-o=" + f, "-o" + f):
+                return f
         if word in ("-o", "--output") and i + 1 < len(argv) and argv[i + 1] in formats:
-            return True
-    return False
+            return argv[i + 1]
+    return None
 
 
 def suggest(message, parser):

@@ -146,7 +146,6 @@ def test_a_cloud_api_that_keeps_failing_is_exit_1_and_never_says_the_invocation_
 @pytest.mark.parametrize("argv", [["status", "--inventory", INVENTORY, "--json", "--interval", "0"],
                                   ["plan", "--gpu", "A100-SXM4-40GB", "-o", "json"],
                                   ["plan", "--gpu", "A100-SXM4-40GB", "-ojson"],
-                                  ["plan", "--gpu", "A100-SXM4-40GB", "--output=yaml"],
                                   ["rollout", "status", "--pool", "np-1", "--json"]])
 def test_with_json_a_refused_argument_still_puts_an_error_object_on_stdout(argv):
     """docs/cli.md: "With --json, or -o json, stdout is JSON even when a command fails". A refused argument
@@ -161,6 +160,20 @@ def test_with_json_a_refused_argument_still_puts_an_error_object_on_stdout(argv)
 def test_without_json_a_refused_argument_leaves_stdout_empty():
     done = run("plan", "--gpu", "A100-SXM4-40GB", "--", "-o")
     assert done.returncode == 2 and done.stdout == "" and is_one_error(done.stderr)
+    # a command whose stdout is its own (a shell script) gets nothing there, --json or not
+    done = run("completion", "bash", "--json")
+    assert done.returncode == 2 and done.stdout == "" and is_one_error(done.stderr)
+
+
+@pytest.mark.parametrize("argv", [["plan", "--gpu", "A100-SXM4-40GB", "--output=yaml"],
+                                  ["status", "-o", "yaml", "--bogus"]])
+def test_with_o_yaml_a_refused_argument_puts_its_error_object_on_stdout_as_yaml(argv):
+    import yaml
+
+    done = run(*argv)
+    assert done.returncode == 2 and not done.stdout.lstrip().startswith("{"), done.stdout
+    doc = yaml.safe_load(done.stdout)
+    assert doc["exit_code"] == 2 and doc["error"] == error_text(done.stderr)[len("ack-mig-hook: error: "):]
 
 
 def test_ctrl_c_ends_a_command_with_130_and_one_line():
