@@ -44,13 +44,17 @@ def _counts(values: List[Any]) -> Dict[str, int]:
     return dict(sorted(out.items()))
 
 
+def short_reason(text: str) -> str:
+    """A reason as the record keeps it: one line, at most MAX_REASON characters."""
+    reason = " ".join(text.split())
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 3] + "..."
+
+
 def entry(result: Any, at: float, clock: str, request_id: str, duration_ms: float) -> Dict[str, Any]:
     """One invocation's entry from its result (``functions.base.event_result.HandlerResult``). ``clock``:
     ``server`` when ``at`` is the API server's time, ``local`` when the backend gave none."""
-    reason = " ".join(str(result.reason or "").split())
     return {"at": round(at, 3), "clock": clock, "trigger": result.trigger, "event_type": result.event_type or "",
-            "outcome": result.outcome,
-            "reason": reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 3] + "...",
+            "outcome": result.outcome, "reason": short_reason(str(result.reason or "")),
             "dry_run": bool(result.dry_run), "request_id": str(request_id or "")[:64],
             "duration_ms": round(max(0.0, float(duration_ms)), 1),
             "decisions": _counts([d.action for d in result.decisions or []]),

@@ -59,8 +59,8 @@ def write(kube: Any, result: Any, request_id: str, duration_ms: float,
             stored = None  # not ours, or from a future version we cannot read: replaced by ours
         at, clock = _now(kube)
         new = lr.entry(result, at, clock, request_id, duration_ms)
-        if redact is not None:
-            new["reason"] = redact(new["reason"])
+        if redact is not None:  # before the cut: a secret the cut splits would no longer be found whole
+            new["reason"] = lr.short_reason(redact(" ".join(str(result.reason or "").split())))
         annotations[lr.RECORD_ANNOTATION] = lr.write_text(lr.merge(stored, new))
         meta["annotations"] = annotations  # (carries the resourceVersion read: the precondition)
         spec = dict(lease.get("spec") or {}, holderIdentity=new["request_id"] or "ack-mig-hook",

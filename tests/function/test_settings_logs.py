@@ -520,6 +520,14 @@ def test_the_run_record_on_the_cluster_is_redacted_like_the_log_lines():
     (lease,) = [lease for lease in kube.leases.values()]
     text = lease["metadata"]["annotations"][run_record.RECORD_ANNOTATION]
     assert "delivery: something quoted ***" in text and learnt not in text and SECRET not in text
+    # a secret the record's 300-character cut would split is masked whole first
+    long_secret = "S3cretTokenValue-" + "q" * 30
+    register_secret(long_secret)
+    result = HandlerResult(trigger="timer", event_type="timer:reconcile", outcome="error",
+                           reason="x" * 280 + " " + long_secret + " and more")
+    _record(result, kube, JsonLogger("OFF"), time.monotonic())
+    text = kube.leases[next(iter(kube.leases))]["metadata"]["annotations"][run_record.RECORD_ANNOTATION]
+    assert "S3cretToken" not in text and "***" in text
 
 
 @pytest.mark.parametrize("region", ["beijing", "cn_beijing", "evil.example/#", "CN-BEIJING"])
