@@ -403,7 +403,9 @@ KMS_ENDPOINT = _var("ACK_MIG_KMS_ENDPOINT", "", "override of the KMS endpoint (d
 SSH_KNOWN_HOSTS = _var("ACK_MIG_SSH_KNOWN_HOSTS", "", "SSH transport: known_hosts file (required with "
                                                       "`verify`)", "delivery")
 SSH_HOST_KEY_POLICY = _var("ACK_MIG_SSH_HOST_KEY_POLICY", "verify", "SSH transport: `verify` (known hosts "
-                                                                    "only) or `accept-new`", "delivery")
+                                                                    "only) or `accept-new` (a person's runs "
+                                                                    "only: refused in Function Compute)",
+                           "delivery")
 SSH_CONCURRENCY = _var("ACK_MIG_SSH_CONCURRENCY", "32", "SSH transport: nodes handled at once", "delivery")
 NODE_TIMEOUT_S = _var("ACK_MIG_NODE_TIMEOUT_S", "600", "time one node may take to partition, seconds; the"
                                                        " runner stops node_bootstrap past it",
