@@ -347,3 +347,37 @@ def test_a_change_the_needless_change_check_cannot_reach_is_kept_and_said(monkey
     assert unchecked.targets == checked.targets
     assert "1 change kept unchecked: the check that every change serves a pod ran out of its budget" in \
         unchecked.reasons
+
+
+def test_a_pod_asking_two_instances_is_served_in_the_pool_the_first_round_had_no_room_for():
+    """Node B: GPU 1 holds the only idle 1g.10gb+me, which a waiting pod needs, so the room a pod asking two
+    4g.40gb needs (GPUs 0 and 1, their idle instances destroyed) is not there when that pod is placed; the
+    search then gives the 1g.10gb+me pod a new instance beside the running pods of GPU 2. The next tick served
+    the pair in the pool, but this one asked for a new node of three GPUs (found by a review). The plan now
+    takes a second round on the state the first leaves, and advertises no node."""
+    from functions.decision.layout.planner import plan as one_round
+
+    supply = [
+        GpuSupply("A", 0, A80, ()),
+        GpuSupply("A", 2, A80, (Instance("1g.10gb", 0, True), Instance("1g.10gb", 1, False),
+                                Instance("2g.20gb", 2, False), Instance("3g.40gb", 4, False))),
+        GpuSupply("B", 0, A80, (Instance("3g.40gb", 0, False), Instance("1g.20gb", 4, True))),
+        GpuSupply("B", 1, A80, (Instance("2g.20gb", 0, False), Instance("1g.10gb+me", 2, False))),
+        GpuSupply("B", 2, A80, (Instance("1g.20gb", 0, True), Instance("1g.10gb", 2, True),
+                                Instance("2g.20gb", 4, False))),
+    ]
+    demand = [PodDemand("llm/me", "o", "1g.10gb+me", 1), PodDemand("llm/pair", "o", "4g.40gb", 2)]
+    first = one_round(supply, demand, Bounds())
+    assert dict(first.unserved) == {"4g.40gb": 2} and first.new_node_shape  # the round before this change
+    result = plan(supply, demand, Bounds())
+    assert result.unserved == () and result.new_node_shape == () and result.new_node == ()
+    assert target(result, "B", 0).layout[0] == ("4g.40gb", 0) and target(result, "B", 1).layout == (("4g.40gb", 0),)
+    assert target(result, "B", 1).destroy == (("2g.20gb", 0), ("1g.10gb+me", 2))
+    b2 = target(result, "B", 2)
+    assert b2.change == CHANGE_ADD and b2.create == (("1g.10gb+me", 3),)  # the first round's change stays
+    # every change is counted from what the GPUs hold now, and in-use instances stay
+    for t in result.targets:
+        held = next(s for s in supply if (s.node, s.index) == (t.node, t.index)).instances
+        assert set(t.layout) == ({(i.profile, i.start) for i in held} - set(t.destroy)) | set(t.create)
+        assert not {(i.profile, i.start) for i in held if i.in_use} & set(t.destroy)
+    assert all(t.reason for t in result.changes) and len(result.reasons) >= len(result.changes)

@@ -145,3 +145,21 @@ def test_every_pending_instance_gets_an_instance_or_is_reported(supply, demand, 
         assert idle[name] + unserved.get(name, 0) >= n, name
     # changes only serve pending pods or headroom: with no demand and no headroom, none
     assert plan(supply, [], Bounds(profiles=limits.profiles)).changes == ()
+
+
+@settings(max_examples=80)
+@given(pools(), demands, bounds)
+def test_the_second_round_never_leaves_more_unserved_than_one_round(supply, demand, limits):
+    """compose.py: a second round is taken only where the first changed GPUs and left a pod asking several
+    instances short, and kept only when it serves more; its changes are counted from what the GPUs hold now."""
+    from functions.decision.layout.planner import plan as one_round
+
+    def short(result):
+        return sum(n for name, n in result.unserved if name != WHOLE_GPU)
+
+    once, result = one_round(supply, demand, limits), plan(supply, demand, limits)
+    assert short(result) <= short(once)
+    for s, t in zip(supply, result.targets):
+        held = {(i.profile, i.start) for i in s.instances}
+        assert set(t.layout) == (held - set(t.destroy)) | set(t.create) and not set(t.create) & held
+        assert (t.change == CHANGE_NONE) == (not t.create and not t.destroy)

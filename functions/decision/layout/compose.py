@@ -1,0 +1,83 @@
+"""The auto pool's plan, in a second round where the first leaves a pod asking several instances short.
+
+The planner (``planner.plan``) gives a pod asking several instances (of one profile or of several) room
+on one node before its search repartitions idle GPUs for the other pods: a repartition the search then
+makes can leave a node with the room that pod needed, which the first plan did not see. The next tick
+found it, but the first one had already advertised a new node for the pod, and the autoscaler may have
+added one. So where the first plan changes GPUs and leaves such a pod short, the planner runs once more on
+the state the first plan leaves (its instances made, idle; the GPUs it changed kept, so what it made for the
+other pods stays), and the two plans are one when the second serves more: each GPU's layout is the second
+plan's, its instances to create and destroy counted from what the GPU holds now. In-use instances are
+never destroyed by either plan, so never by both.
+
+Pure, as the planner: the same supply, demand and bounds give the same plan.
+"""
+
+from collections import Counter
+from typing import FrozenSet, List, Optional, Sequence, Tuple
+
+from .planner import plan as plan_once
+from .vocabulary import CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU, Bounds, GpuSupply, GpuTarget, \
+    Instance, Plan, PodDemand
+
+
+def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bounds,
+         previous: Optional[Plan] = None, keep: FrozenSet[Tuple[str, int]] = frozenset()) -> Plan:
+    """``planner.plan``, with the second round the module text describes."""
+    first = plan_once(supply, demand, bounds, previous, keep)
+    if not first.changes or not _short(first) or not _asks_several(demand):
+        return first
+    changed = frozenset((t.node, t.index) for t in first.changes)
+    second = plan_once(_applied(supply, first), demand, bounds, None, keep | changed)
+    if not second.changes or _short(second) >= _short(first):
+        return first
+    return _composed(supply, first, second)
+
+
+def _short(result: Plan) -> int:
+    return sum(n for name, n in result.unserved if name != WHOLE_GPU)
+
+
+def _asks_several(demand: Sequence[PodDemand]) -> bool:
+    """Whether a waiting pod asks for several MIG instances (of one profile, or of several)."""
+    profiles = Counter(d.key for d in demand if d.pending and d.profile != WHOLE_GPU)
+    return any(d.pending and d.profile != WHOLE_GPU and (d.count > 1 or profiles[d.key] > 1) for d in demand)
+
+
+def _applied(supply: Sequence[GpuSupply], result: Plan) -> List[GpuSupply]:
+    """The supply once ``result`` is applied: each GPU's target layout, its instances in use as they were, the
+    ones made idle (the pods they are for have not bound yet)."""
+    targets = {(t.node, t.index): t for t in result.targets}
+    out = []
+    for s in supply:
+        target = targets.get((s.node, s.index))
+        if target is None or target.change == CHANGE_NONE:
+            out.append(s)
+            continue
+        held = {(i.profile, i.start) for i in s.instances if i.in_use}
+        out.append(GpuSupply(s.node, s.index, s.model,
+                             tuple(Instance(p, start, (p, start) in held) for p, start in target.layout),
+                             s.mig, s.busy))
+    return out
+
+
+def _composed(supply: Sequence[GpuSupply], first: Plan, second: Plan) -> Plan:
+    """One plan from the two: the second's layouts and what it leaves unserved; each GPU's change counted from
+    what the GPU holds now, its reason the two rounds' reasons."""
+    now = {(s.node, s.index): s for s in supply}
+    reasons_first = {(t.node, t.index): t.reason for t in first.targets}
+    targets, reasons = [], []
+    for t in second.targets:
+        s = now.get((t.node, t.index))
+        had = [(i.profile, i.start) for i in s.instances] if s is not None else list(t.layout)
+        create = tuple(x for x in t.layout if x not in had)
+        destroy = tuple(x for x in had if x not in t.layout)
+        change = CHANGE_NONE if not (create or destroy) else CHANGE_ADD if not destroy else CHANGE_REPARTITION
+        why = "; ".join(r for r in (reasons_first.get((t.node, t.index), ""), t.reason) if r)
+        targets.append(GpuTarget(t.node, t.index, t.layout, change, why if change != CHANGE_NONE else "",
+                                 create, destroy))
+        if change != CHANGE_NONE and why:
+            reasons.append(why)
+    notes = second.reasons[sum(1 for t in second.targets if t.reason):]  # after its one line per change
+    return Plan(tuple(targets), second.unserved, second.new_node, tuple(reasons) + tuple(notes),
+                first.unplaced, first.not_counted, second.new_node_shape)
