@@ -94,15 +94,19 @@ def query(args) -> str:
 
 def entry(row: Dict[str, Any]) -> Dict[str, Any]:
     """One GetLogs row as the function wrote it: its ``message`` read as the JSON line it is, else the text."""
+    from node_bootstrap.outside import OutsideDataError, loads
+
+    row = row if isinstance(row, dict) else {"message": str(row)[:300]}
     text = row.get("message")
-    try:
-        line = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+    try:  # bounded as every answer we read (depth, size): SLS hands back what was written
+        line = loads(text, "a log line") if isinstance(text, str) else None
+    except OutsideDataError:
         line = None
     if not isinstance(line, dict):
         line = {"message": text if text is not None else ""}
-    if "time" not in line and str(row.get("__time__", "")).isdigit():
-        line["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(row["__time__"])))
+    stamp = str(row.get("__time__", ""))
+    if "time" not in line and stamp.isascii() and stamp.isdigit() and len(stamp) <= 10:  # until 2286
+        line["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(stamp)))
     return line
 
 
@@ -170,7 +174,7 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
             if guard.fired:
                 raise LogsError("SLS GetLogs of %s/%s: no answer within %ds" % (project, logstore, TIMEOUT_S)) \
                     from None
-            code = str(getattr(exc, "code", "") or type(exc).__name__)
+            code = " ".join(str(getattr(exc, "code", "") or type(exc).__name__).split())[:64]
             message = " ".join(str(getattr(exc, "message", "") or exc).split())[:300]
             hint = ""
             if code.startswith(("Unauthorized", "AccessDenied", "Forbidden")):
@@ -179,7 +183,8 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
                 hint = "; the stack's LogProject / LogStore name it: check them with `ack-mig-hook doctor`"
             raise LogsError("SLS GetLogs of %s/%s failed: %s: %s%s" % (project, logstore, code, message, hint),
                             SLS_CODES.get(code, code)) from None
-        page = list((response.body.data if response.body is not None else None) or [])
+        data = response.body.data if response.body is not None else None
+        page = list(data) if isinstance(data, list) else []  # anything else holds no rows of ours
         rows.extend(page)
         if len(page) < size:
             break
