@@ -71,7 +71,9 @@ def _timeout(args, result: Dict[str, Any], exc: Exception) -> int:
     result["advice"] = "rerun `ack-mig-hook wait` to keep waiting"
     if args.json:
         print(json.dumps(result, indent=2))
-    return fail("%s" % " ".join(str(exc).split()), 1)
+    from functions.base.textsafe import escape
+
+    return fail(escape(" ".join(str(exc).split())), 1)  # it quotes the stack's status as ROS answered it
 
 
 def _done(args, result: Dict[str, Any], code: int, text: str) -> int:

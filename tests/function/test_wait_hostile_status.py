@@ -1,0 +1,32 @@
+"""``wait`` at its deadline quotes the stack's status as ROS answered it: a terminal escape sequence in it
+reaches the operator's terminal written visibly, never raw (textsafe.escape)."""
+
+import pytest
+
+from tests.function.test_deploy import cloud, run  # noqa: F401
+from tests.function.test_wait_and_region import WAIT, deployed  # noqa: F401
+
+pytestmark = pytest.mark.timeout(180)
+HOSTILE = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2KUPDATE_IN_PROGRESS"  # OSC 52 (clipboard), erase line
+
+
+def test_wait_at_its_deadline_never_prints_the_status_raw(deployed, capsys, monkeypatch):
+    ros, stack = deployed
+    ros.steps = 10 ** 6
+    ros._start(stack, "UPDATE")
+    stack["Status"] = HOSTILE
+    from functions.commands import deploy
+    from functions.commands.stack.ros import Stacks
+
+    now = [0.0]
+
+    def stacks_for(args, keys):
+        from functions.base import settings
+
+        return Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT),
+                      sleep=lambda s: now.__setitem__(0, now[0] + 10), clock=lambda: now[0])
+
+    monkeypatch.setattr(deploy, "stacks_for", stacks_for)
+    code, out, err = run(capsys, *WAIT, "--timeout", "1")
+    assert code == 1 and "still" in err
+    assert "\x1b" not in err and "\x07" not in err and "\x1b" not in out, repr(err)
