@@ -352,10 +352,12 @@ class KubeApi:
     @staticmethod
     def _error(method: str, path: str, status: int, decoded: Any, headers: Any) -> ApiError:
         status_obj = decoded if isinstance(decoded, dict) and decoded.get("kind") == "Status" else {}
-        message = status_obj.get("message") or ("Too many requests" if status == 429 else "(no message)")
-        details = status_obj.get("details") or {}
-        causes = [c for c in details.get("causes") or [] if isinstance(c, dict)]
-        said = "; ".join(str(c.get("message")) for c in causes if c.get("message"))
+        message = " ".join(str(status_obj.get("message") or ("Too many requests" if status == 429 else
+                                                              "(no message)")).split())[:300]
+        details = status_obj.get("details")  # a proxy or webhook in front of the server may write anything
+        listed = details.get("causes") if isinstance(details, dict) else None
+        causes = [c for c in (listed if isinstance(listed, list) else [])[:16] if isinstance(c, dict)]
+        said = "; ".join(" ".join(str(c.get("message")).split())[:200] for c in causes if c.get("message"))
         return ApiError("%s %s: HTTP %d %s%s" % (method, path, status, message, " (%s)" % said if said else ""),
                         status, str(status_obj.get("reason") or ""),
                         [str(c.get("type") or c.get("reason") or "") for c in causes], _retry_after(headers))

@@ -87,7 +87,13 @@ def read(kube: Any, namespace: str = EVENT_NAMESPACE) -> Dict[str, Any]:
             return {"record": None, "now": now, "error": None}
         return {"record": None, "now": now, "error": " ".join(str(exc).split())[:200]}
     now = _now(kube)[0]
-    text = ((lease.get("metadata") or {}).get("annotations") or {}).get(lr.RECORD_ANNOTATION)
+    meta = lease.get("metadata") if isinstance(lease, dict) else None
+    notes = meta.get("annotations") if isinstance(meta, dict) else None
+    text = notes.get(lr.RECORD_ANNOTATION) if isinstance(notes, dict) else None
+    if text is not None and not isinstance(text, str):
+        return {"record": None, "now": now, "error": "the run record (%s) is not text" % lr.RECORD_ANNOTATION}
+    if notes is not None and not isinstance(notes, dict):
+        return {"record": None, "now": now, "error": "the run record Lease's annotations are not a map"}
     try:
         return {"record": lr.read_text(text), "now": now, "error": None}
     except OutsideDataError as exc:
