@@ -556,11 +556,22 @@ def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
     return rows
 
 
+def _map(value: Any) -> Dict[str, Any]:
+    """An object the cluster answered, or {} for anything else (a hand-edited or foreign object)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> List[Any]:
+    return value if isinstance(value, list) else []
+
+
 def _node_facts(node: Dict[str, Any]) -> Dict[str, Any]:
-    """What cluster_checks reads of a Node (a page of 500 realistic Nodes is ~9 MB; this is bytes)."""
-    meta = node.get("metadata") or {}
-    return {"metadata": {"name": meta.get("name"), "labels": {k: v for k, v in (meta.get("labels") or {}).items()
-                                                              if k == MIG_MANAGER_LABEL}}}
+    """What cluster_checks reads of a Node (a page of 500 realistic Nodes is ~9 MB; this is bytes); parts of
+    another shape read as absent."""
+    meta = _map(_map(node).get("metadata"))
+    return {"metadata": {"name": str(meta.get("name") or "")[:253],
+                         "labels": {k: str(v)[:63] for k, v in _map(meta.get("labels")).items()
+                                    if k == MIG_MANAGER_LABEL}}}
 
 
 def _safe_args(words: List[Any]) -> List[str]:
@@ -576,10 +587,11 @@ def _safe_args(words: List[Any]) -> List[str]:
 
 
 def _pod_facts(pod: Dict[str, Any]) -> Dict[str, Any]:
-    containers = [{"command": _safe_args(c.get("command") or []), "args": _safe_args(c.get("args") or []),
-                   "env": [e for e in c.get("env") or [] if e.get("name") == "MIG_STRATEGY"]}
-                  for c in (pod.get("spec") or {}).get("containers") or []]
-    return {"metadata": {"name": (pod.get("metadata") or {}).get("name", "")}, "spec": {"containers": containers}}
+    containers = [{"command": _safe_args(_list(c.get("command"))), "args": _safe_args(_list(c.get("args"))),
+                   "env": [e for e in _list(c.get("env")) if isinstance(e, dict) and e.get("name") == "MIG_STRATEGY"]}
+                  for c in _list(_map(_map(pod).get("spec")).get("containers")) if isinstance(c, dict)]
+    return {"metadata": {"name": str(_map(_map(pod).get("metadata")).get("name") or "")[:253]},
+            "spec": {"containers": containers}}
 
 
 KUBE_AREAS = ("rbac", "device plugin", "mig-manager", "last run")  # what _kube_checks reports from the cluster's API
