@@ -241,8 +241,9 @@ def deliver(lines: Sequence[Dict[str, Any]], url: str, log: Any, attempts: int =
     if len(token) >= 16:  # a path or query long enough to be a token is masked on its own as well
         register_secret(token)
     host, end, sent = _host(url), clock() + deadline_s, 0
+    redact = getattr(log, "redact", None) or (lambda text: text)
     for number, line in enumerate(lines):
-        body = (json.dumps(line, sort_keys=True) + "\n").encode("utf-8")
+        body = (redact(json.dumps(line, sort_keys=True)) + "\n").encode("utf-8")  # as every log line
         status, error = _post(url, body, attempts, timeout_s, end, clock, sleep)
         if status is not None and 200 <= status < 300:
             sent += 1
@@ -271,6 +272,22 @@ def webhook_url(settings: Any) -> str:
     return notify.url
 
 
+def _redacted(result: Any, log: Any) -> Any:
+    """``result`` with its reasons given the log lines' cleaning (the credentials, secrets read at run time)
+    before the lines cut them: a chat channel is another reader, and a secret a cut splits is found no more."""
+    redact = getattr(log, "redact", None)
+    if redact is None:
+        return result
+    from dataclasses import replace
+
+    nodes = [dict(n, reason=redact(" ".join(str(n.get("reason") or "").split())))
+             if isinstance(n, dict) and n.get("reason") else n for n in result.nodes or []]
+    decisions = [d.model_copy(update={"reason": redact(str(d.reason or ""))}) if getattr(d, "reason", None) else d
+                 for d in result.decisions or []]
+    return replace(result, reason=redact(str(result.reason or "")),
+                   nodes=nodes if result.nodes is not None else None, decisions=decisions)
+
+
 def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = (),
                 whole_pools: bool = False) -> int:
     """The pipeline's call once an event has its final result: the lines it calls for, sent. Returns how
@@ -278,7 +295,7 @@ def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = 
     if settings is None or not (settings.notify.url or settings.notify.url_secret):
         return 0
     try:
-        lines = notifications(result, wave_ids, whole_pools)
+        lines = notifications(_redacted(result, log), wave_ids, whole_pools)
         if not lines:
             return 0
         try:
