@@ -32,6 +32,7 @@ import shutil
 import socket
 import ssl
 import tempfile
+import threading
 import typing
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import quote, urlencode, urlsplit
@@ -357,17 +358,42 @@ class KubeClient(object):
         if self.config.token:
             headers["Authorization"] = "Bearer " + self.config.token
         conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout, context=self._context)
+        # The socket timeout bounds each wait, not the call: a server sending a byte now and then holds it
+        # for good. The whole call gets twice the timeout; then its socket is shut, and the read ends.
+        limit = 2 * self.timeout
+        cut = []  # type: List[bool]
+
+        def cutoff():
+            # type: () -> None
+            cut.append(True)
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+        timer = threading.Timer(limit, cutoff)
+        timer.daemon = True
+        timer.start()
         try:
             conn.request(method, url, body=payload, headers=headers)
             response = conn.getresponse()
-            data = response.read()
+            data = response.read(MAX_ANSWER_BYTES + 1)  # one byte more than an answer may be: refused below
             status = response.status
         except ssl.SSLError as exc:
+            if cut:
+                raise KubeError("%s gave no complete answer within %gs" % (self.config.server, limit))
             raise KubeError("TLS with %s failed: %s" % (self.config.server, getattr(exc, "reason", None) or exc))
         except (socket.timeout, OSError, http.client.HTTPException) as exc:
+            if cut:
+                raise KubeError("%s gave no complete answer within %gs" % (self.config.server, limit))
             raise KubeError("cannot reach %s: %s" % (self.config.server, exc))
         finally:
+            timer.cancel()
             conn.close()
+        if cut:  # the read ended at the shut socket with part of an answer
+            raise KubeError("%s gave no complete answer within %gs" % (self.config.server, limit))
         try:
             decoded = loads(data, "the API server's answer", MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH) if data else None
         except OutsideDataError as exc:
