@@ -381,3 +381,20 @@ def test_a_pod_asking_two_instances_is_served_in_the_pool_the_first_round_had_no
         assert set(t.layout) == ({(i.profile, i.start) for i in held} - set(t.destroy)) | set(t.create)
         assert not {(i.profile, i.start) for i in held if i.in_use} & set(t.destroy)
     assert all(t.reason for t in result.changes) and len(result.reasons) >= len(result.changes)
+
+
+def test_the_second_round_is_left_to_the_next_tick_on_pools_larger_than_the_exact_forms_bound():
+    from functions.decision.layout import compose
+    from functions.decision.layout.exact import EXACT_GPUS
+
+    big = [GpuSupply("N%03d" % (i // 8), i % 8, A80, (Instance("7g.80gb", 0, True),)) for i in range(EXACT_GPUS)]
+    supply = big + [
+        GpuSupply("B", 0, A80, (Instance("3g.40gb", 0, False), Instance("1g.20gb", 4, True))),
+        GpuSupply("B", 1, A80, (Instance("2g.20gb", 0, False), Instance("1g.10gb+me", 2, False))),
+        GpuSupply("B", 2, A80, (Instance("1g.20gb", 0, True), Instance("1g.10gb", 2, True),
+                                Instance("2g.20gb", 4, False))),
+    ]
+    demand = [PodDemand("llm/me", "o", "1g.10gb+me", 1), PodDemand("llm/pair", "o", "4g.40gb", 2)]
+    assert compose.SECOND_ROUND_GPUS == EXACT_GPUS and len(supply) > EXACT_GPUS
+    assert dict(plan(supply, demand, Bounds()).unserved) == {"4g.40gb": 2}  # one round: the next tick's to find
+    assert plan(supply[len(big) - 1:], demand, Bounds()).unserved == ()  # a small pool: served in two
