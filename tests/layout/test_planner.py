@@ -398,3 +398,40 @@ def test_the_second_round_is_left_to_the_next_tick_on_pools_larger_than_the_exac
     assert compose.SECOND_ROUND_GPUS == EXACT_GPUS and len(supply) > EXACT_GPUS
     assert dict(plan(supply, demand, Bounds()).unserved) == {"4g.40gb": 2}  # one round: the next tick's to find
     assert plan(supply[len(big) - 1:], demand, Bounds()).unserved == ()  # a small pool: served in two
+
+
+def test_the_two_rounds_leave_a_gpu_listed_twice_as_it_is():
+    """A GPU the supply lists twice is left as it is by the planner; the composed plan compared its layout with
+    the second copy and destroyed an in-use instance there (found by the review of the second round)."""
+    supply = [
+        GpuSupply("A", 0, A80, ()),
+        GpuSupply("A", 2, A80, (Instance("1g.10gb", 0, True), Instance("1g.10gb", 1, False),
+                                Instance("2g.20gb", 2, False), Instance("3g.40gb", 4, False))),
+        GpuSupply("B", 0, A80, (Instance("3g.40gb", 0, False), Instance("1g.20gb", 4, True))),
+        GpuSupply("B", 1, A80, (Instance("2g.20gb", 0, False), Instance("1g.10gb+me", 2, False))),
+        GpuSupply("B", 2, A80, (Instance("1g.20gb", 0, True), Instance("1g.10gb", 2, True),
+                                Instance("2g.20gb", 4, False))),
+        GpuSupply("C", 0, A80, (Instance("1g.10gb", 0, False),)),
+        GpuSupply("C", 0, A80, (Instance("2g.20gb", 0, True),)),
+    ]
+    demand = [PodDemand("llm/me", "o", "1g.10gb+me", 1), PodDemand("llm/pair", "o", "4g.40gb", 2)]
+    result = plan(supply, demand, Bounds())
+    assert result.unserved == ()  # the second round was taken
+    c0 = target(result, "C", 0)
+    assert c0.change == CHANGE_NONE and c0.create == () and c0.destroy == ()
+    assert list(result.reasons[:len(result.changes)]) == [t.reason for t in result.changes]
+
+
+def test_the_second_round_may_use_the_surplus_idle_instances_of_the_gpus_the_first_changed():
+    """The second round kept every instance of the GPUs the first changed, surplus idle ones too, and asked
+    for a new node for a pod the next tick served by destroying A's idle 1g.20gb (found by the review)."""
+    from tests.layout.test_planner_properties import applied
+
+    supply = [GpuSupply("A", 0, A80, (Instance("1g.10gb", 0, False), Instance("1g.10gb", 1, False),
+                                      Instance("1g.10gb", 2, False), Instance("1g.20gb", 4, False))),
+              GpuSupply("B", 0, A80, (Instance("3g.40gb", 0, False), Instance("2g.20gb", 4, False)))]
+    demand = [PodDemand("ns/m0", "o", "2g.20gb", 2), PodDemand("ns/m1", "o", "3g.40gb", 2),
+              PodDemand("ns/p0", "o", "3g.40gb", 1)]
+    result = plan(supply, demand, Bounds())
+    assert result.unserved == () and result.new_node_shape == ()
+    assert plan(applied(supply, result), demand, Bounds()).changes == ()

@@ -5,9 +5,9 @@ on one node before its search repartitions idle GPUs for the other pods: a repar
 makes can leave a node with the room that pod needed, which the first plan did not see. The next tick
 found it, but the first one had already advertised a new node for the pod, and the autoscaler may have
 added one. So where the first plan changes GPUs and leaves such a pod short, the planner runs once more on
-the state the first plan leaves (its instances made, idle; the GPUs it changed kept, so what it made for the
-other pods stays), and the two plans are one when the second serves more: each GPU's layout is the second
-plan's, its instances to create and destroy counted from what the GPU holds now. In-use instances are
+the state the first plan leaves (its instances made, idle), and the two plans are one when the second
+serves more: each GPU's layout is the second plan's, its instances to create and destroy counted from what
+the GPU holds now (a GPU neither round changes is left as the planner left it). In-use instances are
 never destroyed by either plan, so never by both.
 
 Pure, as the planner: the same supply, demand and bounds give the same plan.
@@ -34,8 +34,10 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     first = plan_once(supply, demand, bounds, previous, keep)
     if not first.changes or not _short(first) or not _asks_several(demand) or len(supply) > SECOND_ROUND_GPUS:
         return first
-    changed = frozenset((t.node, t.index) for t in first.changes)
-    second = plan_once(_applied(supply, first), demand, bounds, None, keep | changed)
+    # The caller's keep only (the dwell's): what the first round made is counted from what the GPUs hold now
+    # either way, and keeping the GPUs it changed also kept their surplus idle instances, so the second round
+    # could not use them and advertised a node for what the next tick served in the pool.
+    second = plan_once(_applied(supply, first), demand, bounds, None, keep)
     if not second.changes or _short(second) >= _short(first):
         return first
     return _composed(supply, first, second)
@@ -71,16 +73,22 @@ def _applied(supply: Sequence[GpuSupply], result: Plan) -> List[GpuSupply]:
 def _composed(supply: Sequence[GpuSupply], first: Plan, second: Plan) -> Plan:
     """One plan from the two: the second's layouts and what it leaves unserved; each GPU's change counted from
     what the GPU holds now, its reason the two rounds' reasons."""
-    now = {(s.node, s.index): s for s in supply}
-    reasons_first = {(t.node, t.index): t.reason for t in first.targets}
+    now = {}  # type: dict
+    for s in supply:  # the first copy of a GPU listed twice, as the planner reads it (it leaves such a GPU)
+        now.setdefault((s.node, s.index), s)
+    firsts = {(t.node, t.index): t for t in first.targets}
     targets, reasons = [], []
     for t in second.targets:
+        before = firsts.get((t.node, t.index))
+        if t.change == CHANGE_NONE and (before is None or before.change == CHANGE_NONE):
+            targets.append(before or t)  # neither round changes it: as the planner left it
+            continue
         s = now.get((t.node, t.index))
         had = [(i.profile, i.start) for i in s.instances] if s is not None else list(t.layout)
         create = tuple(x for x in t.layout if x not in had)
         destroy = tuple(x for x in had if x not in t.layout)
         change = CHANGE_NONE if not (create or destroy) else CHANGE_ADD if not destroy else CHANGE_REPARTITION
-        why = "; ".join(r for r in (reasons_first.get((t.node, t.index), ""), t.reason) if r)
+        why = " ".join("; ".join(r for r in (before.reason if before else "", t.reason) if r).split())[:400]
         targets.append(GpuTarget(t.node, t.index, t.layout, change, why if change != CHANGE_NONE else "",
                                  create, destroy))
         if change != CHANGE_NONE and why:
