@@ -349,6 +349,19 @@ def test_a_change_the_needless_change_check_cannot_reach_is_kept_and_said(monkey
         unchecked.reasons
 
 
+# Node B's GPU 1 holds the only idle 1g.10gb+me a waiting pod needs, so the room a pod asking two 4g.40gb
+# needs on B is there only once the search has given the 1g.10gb+me pod a new instance (compose.py).
+ROOM_AFTER_THE_SEARCH = (
+    GpuSupply("A", 0, A80, ()),
+    GpuSupply("A", 2, A80, (Instance("1g.10gb", 0, True), Instance("1g.10gb", 1, False),
+                            Instance("2g.20gb", 2, False), Instance("3g.40gb", 4, False))),
+    GpuSupply("B", 0, A80, (Instance("3g.40gb", 0, False), Instance("1g.20gb", 4, True))),
+    GpuSupply("B", 1, A80, (Instance("2g.20gb", 0, False), Instance("1g.10gb+me", 2, False))),
+    GpuSupply("B", 2, A80, (Instance("1g.20gb", 0, True), Instance("1g.10gb", 2, True),
+                            Instance("2g.20gb", 4, False))),
+)
+
+
 def test_a_pod_asking_two_instances_is_served_in_the_pool_the_first_round_had_no_room_for():
     """Node B: GPU 1 holds the only idle 1g.10gb+me, which a waiting pod needs, so the room a pod asking two
     4g.40gb needs (GPUs 0 and 1, their idle instances destroyed) is not there when that pod is placed; the
@@ -357,15 +370,7 @@ def test_a_pod_asking_two_instances_is_served_in_the_pool_the_first_round_had_no
     takes a second round on the state the first leaves, and advertises no node."""
     from functions.decision.layout.planner import plan as one_round
 
-    supply = [
-        GpuSupply("A", 0, A80, ()),
-        GpuSupply("A", 2, A80, (Instance("1g.10gb", 0, True), Instance("1g.10gb", 1, False),
-                                Instance("2g.20gb", 2, False), Instance("3g.40gb", 4, False))),
-        GpuSupply("B", 0, A80, (Instance("3g.40gb", 0, False), Instance("1g.20gb", 4, True))),
-        GpuSupply("B", 1, A80, (Instance("2g.20gb", 0, False), Instance("1g.10gb+me", 2, False))),
-        GpuSupply("B", 2, A80, (Instance("1g.20gb", 0, True), Instance("1g.10gb", 2, True),
-                                Instance("2g.20gb", 4, False))),
-    ]
+    supply = list(ROOM_AFTER_THE_SEARCH)
     demand = [PodDemand("llm/me", "o", "1g.10gb+me", 1), PodDemand("llm/pair", "o", "4g.40gb", 2)]
     first = one_round(supply, demand, Bounds())
     assert dict(first.unserved) == {"4g.40gb": 2} and first.new_node_shape  # the round before this change
@@ -403,14 +408,7 @@ def test_the_second_round_is_left_to_the_next_tick_on_pools_larger_than_the_exac
 def test_the_two_rounds_leave_a_gpu_listed_twice_as_it_is():
     """A GPU the supply lists twice is left as it is by the planner; the composed plan compared its layout with
     the second copy and destroyed an in-use instance there (found by the review of the second round)."""
-    supply = [
-        GpuSupply("A", 0, A80, ()),
-        GpuSupply("A", 2, A80, (Instance("1g.10gb", 0, True), Instance("1g.10gb", 1, False),
-                                Instance("2g.20gb", 2, False), Instance("3g.40gb", 4, False))),
-        GpuSupply("B", 0, A80, (Instance("3g.40gb", 0, False), Instance("1g.20gb", 4, True))),
-        GpuSupply("B", 1, A80, (Instance("2g.20gb", 0, False), Instance("1g.10gb+me", 2, False))),
-        GpuSupply("B", 2, A80, (Instance("1g.20gb", 0, True), Instance("1g.10gb", 2, True),
-                                Instance("2g.20gb", 4, False))),
+    supply = list(ROOM_AFTER_THE_SEARCH) + [
         GpuSupply("C", 0, A80, (Instance("1g.10gb", 0, False),)),
         GpuSupply("C", 0, A80, (Instance("2g.20gb", 0, True),)),
     ]
