@@ -13,14 +13,15 @@ through the same checks:
 * every failure is one :class:`OutsideDataError` (a ValueError) with a one-line reason naming what was
   read; callers turn it into that one item's refusal and go on with the others.
 
-:func:`number` and :func:`whole` check a field's value against its own range after parsing. Standard
-library only: the node imports this too (Python 3.6).
+:func:`number` and :func:`whole` check a field's value against its own range after parsing; :func:`as_object`,
+:func:`as_list` and :func:`objects` read a part of another shape than expected as absent. Standard library
+only: the node imports this too (Python 3.6).
 """
 
 import json
 import math
 import re
-from typing import Any, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 DEFAULT_MAX_BYTES = 1 << 20
 MAX_DEPTH = 32  # the deepest document of ours (an event envelope around its payload) nests under 10
@@ -186,3 +187,21 @@ def whole(value, what, low, high, default=None):
     if not low <= value <= high:
         raise OutsideDataError("%s %s is outside %d to %d" % (what, _show(value), low, high))
     return value
+
+
+def as_object(value):
+    # type: (Any) -> Dict[str, Any]
+    """``value`` when it is a JSON object, else {}: a part of another type reads as absent."""
+    return value if isinstance(value, dict) else {}
+
+
+def as_list(value):
+    # type: (Any) -> List[Any]
+    """``value`` when it is a JSON list, else []."""
+    return value if isinstance(value, list) else []
+
+
+def objects(value):
+    # type: (Any) -> List[Dict[str, Any]]
+    """The objects of a JSON list (its items of other types read as absent); [] when it is no list."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []

@@ -37,6 +37,7 @@ from urllib.parse import urlsplit
 from functions.base import settings
 from functions.commands import common, shipped
 from functions.delivery.cloud_assistant import PARAMETER_AGENT, RUN_BATCH, agent_version
+from node_bootstrap.outside import as_list, as_object, objects
 
 RBAC_FILE = shipped.RBAC  # deploy/rbac.yaml, shipped with the package
 ROLE_NAME = "ack-mig-hook"
@@ -556,21 +557,12 @@ def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
     return rows
 
 
-def _map(value: Any) -> Dict[str, Any]:
-    """An object the cluster answered, or {} for anything else (a hand-edited or foreign object)."""
-    return value if isinstance(value, dict) else {}
-
-
-def _list(value: Any) -> List[Any]:
-    return value if isinstance(value, list) else []
-
-
 def _node_facts(node: Dict[str, Any]) -> Dict[str, Any]:
     """What cluster_checks reads of a Node (a page of 500 realistic Nodes is ~9 MB; this is bytes); parts of
     another shape read as absent."""
-    meta = _map(_map(node).get("metadata"))
+    meta = as_object(as_object(node).get("metadata"))
     return {"metadata": {"name": str(meta.get("name") or "")[:253],
-                         "labels": {k: str(v)[:63] for k, v in _map(meta.get("labels")).items()
+                         "labels": {k: str(v)[:63] for k, v in as_object(meta.get("labels")).items()
                                     if k == MIG_MANAGER_LABEL}}}
 
 
@@ -587,10 +579,10 @@ def _safe_args(words: List[Any]) -> List[str]:
 
 
 def _pod_facts(pod: Dict[str, Any]) -> Dict[str, Any]:
-    containers = [{"command": _safe_args(_list(c.get("command"))), "args": _safe_args(_list(c.get("args"))),
-                   "env": [e for e in _list(c.get("env")) if isinstance(e, dict) and e.get("name") == "MIG_STRATEGY"]}
-                  for c in _list(_map(_map(pod).get("spec")).get("containers")) if isinstance(c, dict)]
-    return {"metadata": {"name": str(_map(_map(pod).get("metadata")).get("name") or "")[:253]},
+    containers = [{"command": _safe_args(as_list(c.get("command"))), "args": _safe_args(as_list(c.get("args"))),
+                   "env": [e for e in objects(c.get("env")) if e.get("name") == "MIG_STRATEGY"]}
+                  for c in objects(as_object(as_object(pod).get("spec")).get("containers"))]
+    return {"metadata": {"name": str(as_object(as_object(pod).get("metadata")).get("name") or "")[:253]},
             "spec": {"containers": containers}}
 
 

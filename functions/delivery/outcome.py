@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, NamedTuple, Optional
 
 from node_bootstrap.mig.annotations import MAX_GPU_INDEX
-from node_bootstrap.outside import OutsideDataError, loads, whole
+from node_bootstrap.outside import OutsideDataError, loads, objects, whole
 
 PARTITIONED = "partitioned"
 UNCHANGED = "unchanged"
@@ -153,11 +153,6 @@ def parse_output(text: str) -> Optional[Dict[str, Any]]:
     return value if isinstance(value, dict) else None
 
 
-def _listed(doc: dict, key: str) -> list:
-    value = doc.get(key)
-    return value if isinstance(value, list) else []
-
-
 def _line(value: Any, limit: int) -> str:
     """A node's text as one line of at most ``limit`` characters, whatever it printed there."""
     return " ".join(str(value).split())[:limit]
@@ -176,7 +171,7 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
         base.code = res.error or "no-result"
         base.reason = "%s: %s" % (base.code, res.message or "the node gave no result")
         return base
-    base.gpus = [g for g in _listed(doc, "gpus") if isinstance(g, dict)]  # a node's document: any shape
+    base.gpus = objects(doc.get("gpus"))  # a node's document: any shape
     base.sequence = str(doc.get("sequence") or "")
     try:
         base.changes = whole(doc.get("changes"), "changes", 0, MAX_CHANGES, default=0)
@@ -209,7 +204,7 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
         return base
     # An entry whose GPU is not an index is dropped: the readers (the dwell's marks, the capacity created)
     # key sets by it, and one node's odd line must not fail the pool's tick.
-    left = [g for g in _listed(doc, "left") if isinstance(g, dict) and g.get("why") != "not in the request"
+    left = [g for g in objects(doc.get("left")) if g.get("why") != "not in the request"
             and _gpu_index(g.get("gpu")) is not None]
     if left:  # an auto pool's per-GPU request left these GPUs as they were (node_bootstrap/commands/planner.py)
         base.left = [{"gpu": g["gpu"], "why": _line(g.get("why"), 80)} for g in left[:16]]

@@ -14,6 +14,7 @@
 from typing import Any, Dict, List, Optional, Sequence
 
 from functions.decision.layout.matching import waiting_pod
+from node_bootstrap.outside import as_object, objects
 
 from .client import KubeApi
 
@@ -22,19 +23,10 @@ MIRROR = "kubernetes.io/config.mirror"  # node_bootstrap/kube/allocations.py MIR
 PENDING_PAGE = 16
 
 
-def _map(value: Any) -> Dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _maps(items: Any) -> List[Dict[str, Any]]:
-    """The objects of a list from a pod; anything else there reads as absent (a pod's shape is the writer's)."""
-    return [i for i in items if isinstance(i, dict)] if isinstance(items, list) else []
-
-
 def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
     """What the matcher and supply readers use of a Pod (``functions/decision/layout/matching.py``)."""
-    meta, spec, status = (_map(pod.get(k)) for k in ("metadata", "spec", "status"))
-    notes = _map(meta.get("annotations"))
+    meta, spec, status = (as_object(pod.get(k)) for k in ("metadata", "spec", "status"))
+    notes = as_object(meta.get("annotations"))
     return {
         # uid, and a static pod's mirror annotation (the UID kubelet knows it by): what the node's holders
         # report names (functions/kube/supply.py)
@@ -44,14 +36,14 @@ def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
                                           "creationTimestamp") if k in meta}
         | ({"annotations": {MIRROR: notes[MIRROR]}} if MIRROR in notes else {}),
         "spec": {k: spec[k] for k in ("nodeName", "nodeSelector", "affinity", "tolerations") if k in spec}
-        | {"containers": [{"resources": c.get("resources") or {}} for c in _maps(spec.get("containers"))],
+        | {"containers": [{"resources": c.get("resources") or {}} for c in objects(spec.get("containers"))],
            # a sidecar (restartPolicy Always) counts beside the containers (matching._totals)
            "initContainers": [{"resources": c.get("resources") or {}}
                               | ({"restartPolicy": c["restartPolicy"]} if "restartPolicy" in c else {})
-                              for c in _maps(spec.get("initContainers"))]},
+                              for c in objects(spec.get("initContainers"))]},
         "status": {"phase": status.get("phase"),
                    "conditions": [{k: c.get(k) for k in ("type", "status", "reason", "lastTransitionTime")}
-                                  for c in _maps(status.get("conditions"))]},
+                                  for c in objects(status.get("conditions"))]},
     }
 
 
