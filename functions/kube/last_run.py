@@ -16,7 +16,7 @@ import time
 from typing import Any, Dict, Optional, Tuple
 
 from node_bootstrap.kube import KubeError
-from node_bootstrap.outside import OutsideDataError
+from node_bootstrap.outside import OutsideDataError, as_object
 
 from functions.decision import run_record as lr
 from functions.kube import leases
@@ -87,13 +87,12 @@ def read(kube: Any, namespace: str = EVENT_NAMESPACE) -> Dict[str, Any]:
             return {"record": None, "now": now, "error": None}
         return {"record": None, "now": now, "error": " ".join(str(exc).split())[:200]}
     now = _now(kube)[0]
-    meta = lease.get("metadata") if isinstance(lease, dict) else None
-    notes = meta.get("annotations") if isinstance(meta, dict) else None
-    text = notes.get(lr.RECORD_ANNOTATION) if isinstance(notes, dict) else None
-    if text is not None and not isinstance(text, str):
-        return {"record": None, "now": now, "error": "the run record (%s) is not text" % lr.RECORD_ANNOTATION}
+    notes = as_object(as_object(lease).get("metadata")).get("annotations")
     if notes is not None and not isinstance(notes, dict):
         return {"record": None, "now": now, "error": "the run record Lease's annotations are not a map"}
+    text = as_object(notes).get(lr.RECORD_ANNOTATION)
+    if text is not None and not isinstance(text, str):
+        return {"record": None, "now": now, "error": "the run record (%s) is not text" % lr.RECORD_ANNOTATION}
     try:
         return {"record": lr.read_text(text), "now": now, "error": None}
     except OutsideDataError as exc:

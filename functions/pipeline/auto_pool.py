@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from functions.decision.layout import WHOLE_GPU, Plan, PodDemand, bounds_from_labels, plan
+from functions.decision.layout import WHOLE_GPU, Bounds, Plan, PodDemand, bounds_from_labels, plan
 from functions.decision.layout.dwell import Dwell, plan_steady
 from functions.decision.layout.matching import Place, demand_of, pod_key, split_pending
 from functions.decision.waves import paused  # the pool label ack-mig-hook/paused: nothing new starts
@@ -76,16 +76,24 @@ def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[M
                    template=template)[0]
 
 
+def pool_bounds(pool_labels: Mapping[str, str], template: Tuple[str, int]) -> Optional[Bounds]:
+    """An auto pool's bounds as its plan uses them (None: not an auto pool; LayoutLabelError: a label that
+    does not read). A new node is what the pool's instance type brings (``template``: model, GPUs), so a
+    pool with no node yet can still name one."""
+    bounds = bounds_from_labels(pool_labels)
+    if bounds is None:
+        return None
+    return replace(bounds, model=template[0] or bounds.model, node_gpus=template[1] or bounds.node_gpus)
+
+
 def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
             nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
             pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None,
             dwell: Optional[Dwell] = None, template: Tuple[str, int] = ("", 0)) -> Tuple[Dict[str, Any], Plan]:
-    bounds = bounds_from_labels(pool_labels)
+    bounds = pool_bounds(pool_labels, template)
     if bounds is None:
         raise NotAutoPool("pool %s is not an auto pool; label it ack-mig-hook/layout=auto to let the hook choose "
                           "its layouts from the pods that wait" % pool_id)
-    # A new node is what the pool's instance type brings, so a pool with no node yet can still name one.
-    bounds = replace(bounds, model=template[0] or bounds.model, node_gpus=template[1] or bounds.node_gpus)
     pending = sorted(pending, key=pod_key)  # the same advice whatever order the list came in
     by_pool, not_counted = split_pending(pending, {pool_id: places_of(pool_labels, pool_taints, pool_id, nodes)})
     waiting = by_pool[pool_id]

@@ -51,22 +51,21 @@ def _cannot_take(pool: Any, pod: dict, nodes: List[dict], pods_on: Any = None) -
     from dataclasses import replace
 
     from functions.decision.autoscaler_tags import pool_template
-    from functions.decision.layout.bounds import LayoutLabelError, bounds_from_labels
+    from functions.decision.layout.bounds import LayoutLabelError
     from functions.decision.layout.matching import demand_of
     from functions.decision.layout.planner import countable
     from functions.kube.supply import pool_supply
     from functions.decision.waves import paused
+    from functions.pipeline.auto_pool import pool_bounds
 
     if paused(pool.labels):
         return "paused"
     try:
-        bounds = bounds_from_labels(pool.labels)
+        bounds = pool_bounds(pool.labels, pool_template(pool))  # as the timer's plan sees the pool
     except LayoutLabelError as exc:
         return str(exc)
     if bounds is None:
         return "not an auto pool"
-    model, node_gpus = pool_template(pool)  # as the timer's plan sees the pool (auto_pool._advise)
-    bounds = replace(bounds, model=model or bounds.model, node_gpus=node_gpus or bounds.node_gpus)
     demand = demand_of(pod)
     supply = pool_supply(nodes, {})[0]  # without the pods on the nodes: every instance reads as idle
     _, not_counted = countable(supply, demand, bounds)
