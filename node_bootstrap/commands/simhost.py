@@ -157,6 +157,8 @@ class SimSystemd(object):
             fh.write(json.dumps(argv) + "\n")
         if not argv or argv[0] != "systemctl":
             return 127, "%s: not simulated" % (argv[0] if argv else "")
+        # systemctl(1): --quiet only silences; --no-block queues the job and returns (here the job is done at
+        # once, so a unit ordered after the caller is not modelled waiting)
         words = [a for a in argv[1:] if a not in ("--quiet", "--no-block")]
         if words[:1] == ["--root"]:
             words = words[2:]  # an image tree: enabling there is all there is to do

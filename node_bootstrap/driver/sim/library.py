@@ -59,7 +59,9 @@ def _decode(handle):
 
 def _on_lost_gpu(name, args, lost):
     # type: (str, Tuple[Any, ...], Tuple[int, ...]) -> bool
-    """Whether a call is on a handle (GPU, GPU instance or compute instance) of a GPU in ``lost``."""
+    """Whether a call is on a handle (GPU, GPU instance or compute instance) of a GPU in ``lost``. nvml.h lists
+    NVML_ERROR_GPU_IS_LOST ("the target GPU has fallen off the bus or is otherwise inaccessible") among the
+    answers of the device queries and changes the node makes; the calls that take no handle answer as usual."""
     if not (name.startswith(("nvmlDevice", "nvmlGpuInstance", "nvmlComputeInstance")) and args) \
             or name.startswith(("nvmlDeviceGetHandleBy", "nvmlDeviceGetCount")):
         return False
