@@ -117,6 +117,16 @@ def _unit_path(root, name):
     return os.path.join(root, UNIT_DIR.lstrip("/"), name)
 
 
+def _differs(path, text):
+    # type: (str, str) -> bool
+    """Whether ``write_if_changed(path, text)`` would write (the file is missing, unreadable or other)."""
+    try:
+        with open(path) as fh:
+            return fh.read() != text
+    except (IOError, OSError):
+        return True
+
+
 def _caller(runner, commands, errors):
     # type: (Optional[Callable[[List[str]], Tuple[int, str]]], List[List[str]], List[str]) -> Callable[[List[str]], None]
     def call(argv):
@@ -163,31 +173,37 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
     errors = []  # type: List[str]
     call = _caller(runner, commands, errors)
     live = os.path.abspath(root) == "/"
+    # What systemd must be told after a change (reload, enable, the holders units' enable) is owed from the
+    # first file changed until every such call has succeeded: the marker beside the request is written
+    # before that first change and removed only then. A run killed anywhere in between (after a unit file,
+    # before its reload or enable), or a systemctl that failed, leaves it, and the next install, finding its
+    # files unchanged, still makes those calls. Without it every rerun found nothing changed, called no
+    # systemctl and said "installed" of a unit that never ran at boot.
+    pending = os.path.join(root, CONFIG_DIR.lstrip("/"), ENABLE_PENDING_NAME)
+    owed = os.path.lexists(pending)
+    changing = _differs(on_disk_request, request_document(spec)) or _differs(on_disk_unit, unit_text) or \
+        any(_differs(_unit_path(root, n), t) for n, t in (wanted or {}).items()) or \
+        (wanted is None and any(os.path.lexists(_unit_path(root, n)) for n in holdersunit.NAMES))
+    if changing:
+        write_if_changed(pending, UNIT_NAME + "\n", 0o600)
     removed = () if wanted is not None else _remove_holders_units(root, call)  # type: Tuple[str, ...]
     boot_changed = write_if_changed(on_disk_request, request_document(spec), 0o600)
     boot_changed = write_if_changed(on_disk_unit, unit_text) or boot_changed
     holders_changed = False
     for name, text in sorted((wanted or {}).items()):
         holders_changed = write_if_changed(_unit_path(root, name), text) or holders_changed
-    # An enable that did not happen (it failed, or the run was killed before it) is owed: the marker, written
-    # before the call and removed after its success, makes the next install enable again though its files are
-    # unchanged. Without it every rerun found nothing changed, called no systemctl and said "installed" of a
-    # unit that never ran at boot.
-    pending = os.path.join(root, CONFIG_DIR.lstrip("/"), ENABLE_PENDING_NAME)
-    owed = os.path.lexists(pending)
     if live and (boot_changed or holders_changed or removed or owed):
         call(["systemctl", "daemon-reload"])
     if boot_changed or owed:
-        write_if_changed(pending, UNIT_NAME + "\n", 0o600)
-        failed_before = len(errors)
         call(["systemctl", "enable", UNIT_NAME] if live else
              ["systemctl", "--root", os.path.abspath(root), "enable", UNIT_NAME])  # an image: offline
-        if len(errors) == failed_before:
-            os.remove(pending)
         boot_changed = True
-    if holders_changed:
+    if wanted and (holders_changed or owed):
         for argv in holdersunit.install_commands(root):
             call(argv)
+        holders_changed = True
+    if (changing or owed) and not errors:
+        os.remove(pending)
     there = tuple(_unit_path(root, n) for n in sorted(wanted or {}))
     return BootUnitResult(on_disk_unit, on_disk_request, boot_changed or holders_changed or bool(removed),
                           commands, errors, there)

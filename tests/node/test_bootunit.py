@@ -371,3 +371,110 @@ def test_an_enable_that_failed_is_owed_to_the_next_install_and_a_working_unit_is
     assert settled.changed is False and calls == []  # nothing owed any more: no systemctl at all
     assert bootunit.uninstall(root, runner=runner()).changed
     assert not os.path.exists(os.path.join(root, "etc/ack-mig-hook"))  # request and marker gone, then the folder
+
+
+class _Killed(BaseException):
+    """A kill -9 as the code sees it: nothing catches it, nothing cleans up (tests/rollout/test_interrupted.py)."""
+
+
+class _OfflineSystemd(object):
+    """``systemctl --root R enable|disable UNIT...`` on an image tree: enable reads each unit's [Install]
+    section from its file as it is at that moment and makes the wants-links (systemctl(1), "--root"); so a
+    unit counts as enabled from the text it had then."""
+
+    def __init__(self, root):
+        self.root, self.enabled = root, {}
+
+    def __call__(self, argv):
+        assert argv[:3] == ["systemctl", "--root", os.path.abspath(self.root)], argv
+        verb, units = argv[3], argv[4:]
+        for unit in units:
+            if verb == "enable":
+                with open(bootunit._unit_path(self.root, unit)) as fh:
+                    self.enabled[unit] = fh.read()
+            elif verb == "disable":
+                self.enabled.pop(unit, None)
+        return 0, ""
+
+
+class _Kills(object):
+    """Counts install's writes (a file written, a file removed, a systemctl call) and raises _Killed right
+    after the k-th, as tests/rollout/test_interrupted.py's Killer does for the function's calls."""
+
+    def __init__(self, k, systemd):
+        self.k, self.systemd, self.calls = k, systemd, []
+        real_os = os
+
+        class _Os(object):
+            def __getattr__(_, name):
+                return getattr(real_os, name)
+
+            def remove(_, path):
+                real_os.remove(path)
+                self._count("remove %s" % os.path.basename(path))
+
+        self.os = _Os()
+
+    def _count(self, what):
+        self.calls.append(what)
+        if len(self.calls) == self.k:
+            raise _Killed(what)
+
+    def write_if_changed(self, path, text, mode=0o644):
+        from node_bootstrap.host.unitfile import write_if_changed
+
+        if write_if_changed(path, text, mode):
+            self._count("write %s" % os.path.basename(path))
+            return True
+        return False
+
+    def runner(self, argv):
+        out = self.systemd(argv)
+        self._count(" ".join(argv[3:]))
+        return out
+
+
+@pytest.mark.parametrize("before", [None, "3g.40gb-3g.40gb"], ids=["fresh", "request-changed"])
+def test_an_install_killed_after_any_write_is_finished_by_the_rerun_and_then_settled(tmp_path, monkeypatch, before):
+    """Every write of install is a kill point in turn (the unit files, the request, the marker, each systemctl):
+    the rerun ends with the files of the request and every unit enabled from the text it now has, and a third
+    install changes nothing. The marker was written only just before the enable: a run killed after writing
+    the unit file left nothing owed, and every rerun found its files unchanged and never enabled the unit."""
+    from node_bootstrap.host import holdersunit
+    from node_bootstrap.mig import PartitionSpec
+    from node_bootstrap.request import GpuLayouts
+
+    spec = GpuLayouts(((0, (("3g.40gb", 0), ("2g.20gb", 4))), (1, (("7g.80gb", 0),))))
+    report = holdersunit.Report(["--kubeconfig", "/etc/kubernetes/kubelet.conf"],
+                                "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint")
+    points = []
+    for k in range(1, 40):
+        root = str(tmp_path / str(k))
+        systemd = _OfflineSystemd(root)
+        if before:
+            assert bootunit.install(PartitionSpec("sequence", before), root, runner=systemd).errors == []
+        kills = _Kills(k, systemd)
+        with monkeypatch.context() as patch:
+            patch.setattr(bootunit, "write_if_changed", kills.write_if_changed)
+            patch.setattr(bootunit, "os", kills.os)
+            try:
+                bootunit.install(spec, root, runner=kills.runner, report=report)
+                break  # the whole install ran: every write has been a kill point
+            except _Killed:
+                points.append(kills.calls[-1])
+        again = bootunit.install(spec, root, runner=systemd, report=report)
+        # killed after its last write (the marker's removal) the install was whole: the rerun changes nothing
+        assert again.errors == [] and again.changed == (points[-1] != "remove enable-pending"), (points[-1], again)
+        units = {n: open(bootunit._unit_path(root, n)).read() for n in (bootunit.UNIT_NAME,) + holdersunit.NAMES}
+        with open(again.request_path) as fh:
+            assert fh.read() == bootunit.request_document(spec), points[-1]
+        for name in (bootunit.UNIT_NAME,) + holdersunit.STARTED:
+            assert systemd.enabled.get(name) == units[name], (points[-1], name)
+        assert not os.path.lexists(os.path.join(root, "etc/ack-mig-hook", bootunit.ENABLE_PENDING_NAME)), points[-1]
+        settled = bootunit.install(spec, root, runner=systemd, report=report)
+        assert settled.changed is False and settled.commands == [], points[-1]
+    steps = " | ".join(points)
+    for expected in ("write request.json", "write ack-mig-hook-holders.timer", "enable ack-mig-hook.service",
+                     "enable ack-mig-hook-holders.path", "remove enable-pending") + (("write ack-mig-hook.service",)
+                                                                                      if before is None else ()):
+        assert expected in steps, (expected, steps)
