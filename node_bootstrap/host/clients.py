@@ -86,24 +86,29 @@ class ClientControl(object):
         """Stop the configured clients that are running; returns them (plus any a killed run left)."""
         stopped = self._load()
         for client in self.clients:
-            if client in stopped:
-                continue
+            # A client the note names is to be started at the end, not known to be stopped now: a run killed
+            # between the note and the stop never stopped it, one killed after starting it again and before the
+            # note said so left it running, and a unit may have been restarted since. It is stopped like the
+            # others when it runs; only the note is not written twice.
+            noted = client in stopped
             if client.kind == "systemd":
                 rc, _ = self.run(["systemctl", "is-active", "--quiet", client.target])
                 if rc != 0:
                     continue
-                self._save(stopped + [client])  # note first: a kill right after must not lose it
+                if not noted:
+                    self._save(stopped + [client])  # note first: a kill right after must not lose it
                 rc, out = self.run(["systemctl", "stop", client.target])
                 if rc != 0:
                     self.log("could not stop %s: %s" % (client, out.strip()[:200]))
-                stopped.append(client)
             else:
                 if not os.path.exists(client.target):
                     continue
                 if not os.path.isdir(self.held_dir):
                     os.makedirs(self.held_dir)
-                self._save(stopped + [client])
+                if not noted:
+                    self._save(stopped + [client])
                 shutil.move(client.target, self._held_path(client))
+            if not noted:
                 stopped.append(client)
             self.log("stopped %s" % (client,))
         return stopped
