@@ -12,11 +12,17 @@ class Killed(BaseException):
 
 
 class Killer:
-    """Counts mutating calls through the Kubernetes view and the transport; raises Killed after call k."""
+    """Counts mutating calls through the Kubernetes view and the transport; raises Killed after call k. A
+    killed process writes nothing more: a write after the kill (a ``finally`` giving a claim back) raises
+    Killed before it reaches the API server, as SIGKILL or FC's timeout would have it."""
 
     def __init__(self, kube, transport, k):
         self.kube, self.transport, self.k, self.calls = kube, transport, k, []
         self.name = transport.name
+
+    def _alive(self, what):
+        if len(self.calls) >= self.k:
+            raise Killed("after the kill: %s" % what)
 
     def _count(self, what):
         self.calls.append(what)
@@ -27,24 +33,35 @@ class Killer:
         return getattr(self.kube, name)
 
     def patch_node(self, name, patch):
+        self._alive("patch %s" % name)
         out = self.kube.patch_node(name, patch)
         self._count("patch %s %s" % (name, sorted(patch.get("spec", {}).items())))
         return out
 
     def evict(self, namespace, name):
+        self._alive("evict %s" % name)
         self.kube.evict(namespace, name)
         self._count("evict %s" % name)
 
+    def create_lease(self, namespace, lease):  # the pool's Lease, made by its first reader
+        self._alive("create lease")
+        out = self.kube.create_lease(namespace, lease)
+        self._count("create lease %s" % lease["metadata"]["name"])
+        return out
+
     def replace_lease(self, namespace, lease):  # a slot of the pool's budget taken or given back
+        self._alive("lease")
         out = self.kube.replace_lease(namespace, lease)
-        self._count("lease %s" % lease["metadata"]["annotations"]["ack-mig-hook/slots"])
+        self._count("lease %s" % lease["metadata"]["annotations"].get("ack-mig-hook/slots"))
         return out
 
     def create_event(self, event):
+        self._alive("event %s" % event["reason"])
         self.kube.create_event(event)
         self._count("event %s" % event["reason"])
 
     def run(self, targets):
+        self._alive("apply")
         out = self.transport.run(targets)
         self._count("apply %s" % ",".join(t.node_name for t in targets))
         return out
