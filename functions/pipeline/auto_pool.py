@@ -170,6 +170,21 @@ def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapp
     return out
 
 
+def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings: Any, dry_run: bool, log: Any,
+                     owner: str) -> None:
+    """A tick with no pod waiting still ends the records a stopped invocation left on the pool's nodes
+    (``auto_waves.finish_stranded``): the pool's Nodes are listed, and ACK's list of its members is read only
+    when one holds such a record (the function writes only to nodes it has proven are the pool's)."""
+    from functions.rollout.auto_waves import finish_stranded
+
+    listed = api.list_nodes("%s=%s" % (POOL_LABEL, pool_id))
+    if not finish_stranded(api, listed, settings, owner, dry_run=True):
+        return
+    members = {n.node_name: n for n in lookup.nodes(cluster, pool_id) if n.node_name}
+    for line in finish_stranded(api, proven_members(listed, members)[0], settings, owner, dry_run):
+        log.warning("auto pool", nodepool_id=pool_id, reason=line)
+
+
 def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
     """A Kubernetes client that lists pods (functions.kube.client.KubeApi): the one given, else the live API
     server through the cluster credential; None when there is none (a snapshot without --kubeconfig)."""
@@ -235,7 +250,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     from functions.kube.demand import pending_pods, pods_on
     from functions.pipeline.autoscaler_sync import sync_pool_tags
     from functions.pipeline.point_of_change import DryRunExecutor, make_executor
-    from functions.rollout.auto_waves import prepare_auto
+    from functions.rollout.auto_waves import finish_stranded, prepare_auto
     from functions.rollout.plan_claim import claim_pool
 
     at: List[Optional[float]] = []
@@ -249,6 +264,8 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         # (under the pool's planning claim: a plan running elsewhere may be setting them for a pod listed later)
         idle = {p.nodepool_id: () for p in pools if not paused(p.labels)
                 and not claim_pool(claims, p, dry_run, listed, pending, settings)[1]}
+        for pool_id in sorted(idle):
+            _finish_stranded(lookup, cluster, api, pool_id, settings, dry_run, log, claims.owner)
         tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=idle, scope=only)
         return end("skip", "no MIG pod waits: the auto pools stay as they are", tags=tags)
     skipped: List[str] = []  # pools another invocation plans (or changed since that list), one line each
@@ -272,6 +289,8 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
         nodes, strangers = proven_members(api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id)), members)
         for line in strangers:
+            log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
+        for line in finish_stranded(api, nodes, settings, claims.owner, dry_run):
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
         names = [(n.get("metadata") or {}).get("name") or "" for n in nodes]
         try:

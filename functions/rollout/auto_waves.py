@@ -90,3 +90,38 @@ def prepare_auto(changes: Sequence[Tuple[Any, Decision, Sequence[Any]]], pool_si
     rollout = AutoRollout(kube, dict(waves), settings, owner, expires, pools, pools_now, now + left, planned=waves)
     rollout.drains = {iid: False for iid in waves}
     return out, rollout
+
+
+def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, dry_run: bool = False) -> List[str]:
+    """End the records a stopped invocation left mid-change on an auto pool's ``nodes`` (proven members):
+    one line per node finished. An auto change never cordons or drains, so such a node lost nothing, but
+    its record said ``applying`` for good (``status``: pending) and the autoscaler's scale-down opt-out the
+    change set kept it from ever being removed: no later plan names a node that already holds what the
+    pods want, and only a plan's rollout rewrote the record. The record ends ``done`` with the reason, on
+    the version read (a 409 or 404: another invocation took the node, or it went: left to that); the
+    layout is the node's own to say (its state label and layouts annotation), nothing is sent to it."""
+    from node_bootstrap.kube import KubeError
+
+    now, lines = run.clock(), []
+    for obj in nodes:
+        node = rp.KubeNode.from_object(obj)
+        p = node.progress
+        if p is None or p.step not in rp.ACTIVE_STEPS or p.drain or p.cordoned or p.owner == owner or \
+                p.held_by_another(owner, now, run.run_lease_s(settings)):
+            continue  # a drained record is the labelled rollout's to resume (it uncordons)
+        reason = ("invocation %s stopped with this node at step %s; a later tick ended the record without a "
+                  "change (what the node holds is its own state label's to say)" % (p.owner or "-", p.step))
+        notes: Dict[str, Optional[str]] = {rp.PROGRESS_ANNOTATION: dataclasses.replace(
+            p, step=rp.DONE, reason=reason, owner=owner, expires=now, autoscaler=False).to_annotation()}
+        if p.autoscaler:  # this hook's opt-out; someone else's is never in a record that says autoscaler
+            notes[rp.SCALE_DOWN_DISABLED] = None
+        if not dry_run:
+            try:
+                kube.patch_node(node.name, {"metadata": {"resourceVersion": node.resource_version,
+                                                         "annotations": notes}})
+            except KubeError as exc:
+                if exc.status in (404, 409):
+                    continue
+                raise
+        lines.append("node %s: %s" % (node.name, reason))
+    return lines

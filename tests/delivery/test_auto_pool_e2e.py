@@ -167,7 +167,7 @@ def test_demand_beyond_the_pool_sets_the_node_template_tags_and_a_dry_run_change
 
 
 def test_a_tick_with_nothing_pending_lists_pods_once_and_stops_advertising_a_new_node(pool):
-    """Nothing waits: no node changes and the pods are listed once; the tags a scale-out left (16x 3g.40gb
+    """Nothing waits: no node changes, the pods are listed once and the pool's Nodes once; the tags a scale-out left (16x 3g.40gb
     here) stop advertising a new node, or the next pod the pool's GPUs could serve would bring one first. The
     pool's planning claim is taken for that (a plan running elsewhere may be setting them)."""
     server, api, settings, executor, state_file = pool
@@ -178,7 +178,10 @@ def test_a_tick_with_nothing_pending_lists_pods_once_and_stops_advertising_a_new
     result = run_event(TICK, settings, inventory=InventoryLookup.from_dict(inventory), executor=executor, kube=api)
     assert result.outcome == "skip" and "no MIG pod waits" in result.reason
     assert [r.path for r in server.requests if "/pods" in r.path] == ["/api/v1/pods"]
-    assert not [r for r in server.requests if "/nodes" in r.path] and state_file.read_text() == before
+    # the pool's Nodes are read once (records a stopped run left are ended even when nothing waits), and
+    # nothing is written to them
+    assert [(r.method, r.path) for r in server.requests if "/nodes" in r.path] == [("GET", "/api/v1/nodes")]
+    assert state_file.read_text() == before
     (tags,) = result.pool_tags
     assert tags["remove"] == [key] and tags["set"] == {}
     # in sync already: nothing to write

@@ -2,8 +2,12 @@
 never repeats a finished node, and leaves no node cordoned or half-done. Every mutating call (node patch,
 eviction, event, the apply on the node) is a kill point in turn."""
 
+import json
+
 import pytest
 
+from functions.base.logs import JsonLogger
+from functions.base.settings import load_settings
 from tests.rollout.conftest import NEW
 
 
@@ -197,3 +201,61 @@ def test_killed_against_the_tls_api_server(cluster, where):
     killed_at, played = run_killed(cluster, k)
     assert where in killed_at
     check_resumed(cluster, killed_at, played)
+
+
+def _killed_auto_tick(cluster, kill_at):
+    """One auto node, two pods waiting, a tick killed at its ``kill_at``-th write (see Killer)."""
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.pipeline.event import run_event
+    from tests.rollout.test_auto_rollout import NAMES, TICK, PerGpuNodes, add_auto_nodes, inventory, waiting
+
+    add_auto_nodes(cluster.api, NAMES[:1])
+    waiting(cluster.api, 2)
+    killer = Killer(cluster.kube, PerGpuNodes(cluster.api), kill_at)
+    settings = load_settings(dict(cluster.settings_env))
+    with pytest.raises(Killed):
+        run_event(TICK, settings, inventory=inventory(), logger=JsonLogger("OFF"), kube=killer,
+                  executor=DeliveryExecutor.from_settings(settings, transport=killer))
+    return killer, NAMES[0]
+
+
+@pytest.mark.parametrize("kill_at,pods_left", [(6, False), (6, True), (7, False)])
+def test_an_auto_change_killed_after_its_apply_ends_recorded_and_scalable(cluster, kill_at, pods_left):
+    """A tick killed right after the node's apply left the record `applying` and the autoscaler's opt-out
+    on the node: no later plan names a node that already holds what the pods want, so nothing ended them,
+    `status` said pending for good and the autoscaler could never remove the node. Once the killed run's
+    lease is over, the next tick ends the record (pods waiting or not) and lifts the opt-out it set."""
+    from functions.decision import waves as rp
+    from tests.rollout.test_auto_rollout import PerGpuNodes, tick
+
+    killer, name = _killed_auto_tick(cluster, kill_at)
+    assert killer.calls[5] == "apply %s" % name  # the 6th write is the apply, the 7th the record 'applied'
+    assert cluster.annotation(name)["step"] == (rp.APPLYING, rp.APPLIED)[kill_at - 6]
+    assert cluster.api.nodes[name]["metadata"]["annotations"].get(rp.SCALE_DOWN_DISABLED) == "true"
+    if not pods_left:
+        cluster.api.pods.clear()  # they bound to the instances the apply made
+    tick(cluster, PerGpuNodes(cluster.api))  # within the killed run's lease: still its own
+    assert cluster.annotation(name)["step"] == (rp.APPLYING, rp.APPLIED)[kill_at - 6]
+    cluster.now[0] += 2 * 3600
+    result = tick(cluster, PerGpuNodes(cluster.api))
+    record = cluster.annotation(name)
+    assert record["step"] == rp.DONE and "stopped" in record["reason"], (record, result.reason)
+    assert rp.SCALE_DOWN_DISABLED not in cluster.api.nodes[name]["metadata"]["annotations"]
+
+
+def test_a_stranded_auto_record_on_a_node_ack_does_not_list_in_the_pool_is_left_alone(cluster):
+    """The function writes only to nodes it has proven are the pool's: a node that labels itself into the
+    pool with a forged stale record keeps it (and an opt-out it says this hook set)."""
+    from functions.decision import waves as rp
+    from tests.rollout.test_auto_rollout import NAMES, PerGpuNodes, add_auto_nodes, inventory, tick
+
+    add_auto_nodes(cluster.api, NAMES[:2])
+    record = json.dumps({"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "x", "expires": 1.0,
+                         "drain": False, "autoscaler": True})
+    for name in NAMES[:2]:
+        cluster.api.nodes[name]["metadata"]["annotations"].update(
+            {rp.PROGRESS_ANNOTATION: record, rp.SCALE_DOWN_DISABLED: "true"})
+    tick(cluster, PerGpuNodes(cluster.api), lookup=inventory(names=NAMES[:1]))
+    assert cluster.annotation(NAMES[0])["step"] == rp.DONE
+    assert cluster.annotation(NAMES[1])["step"] == rp.APPLYING
+    assert cluster.api.nodes[NAMES[1]]["metadata"]["annotations"][rp.SCALE_DOWN_DISABLED] == "true"
