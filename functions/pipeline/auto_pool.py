@@ -134,6 +134,39 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
     }, result
 
 
+def counted_pods(pool: Any, nodes: Sequence[Mapping[str, Any]], pending: Sequence[Mapping[str, Any]],
+                 pods_on: Any) -> set:
+    """The keys of the ``pending`` pods that ``pool``'s plan would count as its demand, without planning it:
+    those its nodes or template take (the plan's matcher) and its plan counts (``planner.countable``); none
+    when it is paused or its labels do not read. ``nodes``: the Node objects with the pool's label;
+    ``pods_on(names)``: the pods of those nodes, read only where which instances are in use decides (an idle
+    instance of a profile the pool no longer allows keeps a pod counted), as the pod event's choice does."""
+    from functions.decision.autoscaler_tags import pool_template
+    from functions.decision.layout import LayoutLabelError
+    from functions.decision.layout.planner import countable
+
+    if paused(pool.labels):
+        return set()
+    try:
+        bounds = pool_bounds(pool.labels, pool_template(pool))
+    except LayoutLabelError:
+        return set()
+    if bounds is None:
+        return set()
+    taints = [t.model_dump(exclude_none=True) for t in pool.taints]
+    waiting = split_pending(pending, {pool.nodepool_id: places_of(pool.labels, taints, pool.nodepool_id, nodes)}
+                            )[0][pool.nodepool_id]
+    if not waiting:
+        return set()
+    supply = pool_supply(nodes, {})[0]  # every instance idle: the most a disallowed idle one keeps counted
+    left = {key for key, _ in countable(supply, waiting, bounds)[1]}
+    held = [replace(g, instances=tuple(replace(i, in_use=True) for i in g.instances)) for g in supply]
+    if left != {key for key, _ in countable(held, waiting, bounds)[1]}:  # which instances pods hold decides
+        names = sorted({g.node for g in supply for i in g.instances if not bounds.allows(i.profile)})
+        left = {key for key, _ in countable(pool_supply(nodes, pods_on(names))[0], waiting, bounds)[1]}
+    return {d.key for d in waiting} - left
+
+
 # ---- the auto pool timer (template.yml AutoPoolTimer) ----
 
 STATE_LABEL = "nvidia.com/mig.config.state"  # node_bootstrap/kube/nodelabels.py
@@ -222,7 +255,8 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 
     scope = only or request.nodepool_id
     listed = list(lookup.nodepools(cluster) if listed is None else listed)
-    pools = [p for p in listed if LAYOUT_LABEL in p.labels and (not scope or p.nodepool_id == scope)]
+    auto = [p for p in listed if LAYOUT_LABEL in p.labels]
+    pools = [p for p in auto if not scope or p.nodepool_id == scope]
     if not pools:
         return end("skip", "no node pool carries %s=auto" % LAYOUT_LABEL)
     api = _api_of(kube, lookup, settings, cluster)
@@ -231,7 +265,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     claims = tick_claims(api, settings, left_s)  # one plan at a time per pool (functions/rollout/plan_claim.py)
     try:
         return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, left_s,
-                     only)
+                     only, auto)
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
                    % " ".join(str(exc).split())[:200])
@@ -241,7 +275,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
           pools: List[Any], log: Any, end: Any, claims: Any, left_s: Optional[float] = None,
-          only: str = "") -> Any:
+          only: str = "", auto: Sequence[Any] = ()) -> Any:
     from functions.base.model import Decision
     from functions.decision.autoscaler_tags import pool_template
     from functions.decision.layout import LayoutLabelError
@@ -276,8 +310,19 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     fresh_decisions: List[Any] = []  # fresh nodes: MIG turned on, the pool marked changed (not their GPUs)
     # A pod that several auto pools could take is the demand of the first that counts it (pools by id, as a
     # pod event picks), not of each: two pools repartitioned GPUs and advertised nodes for the same pods.
+    # The rule holds whoever plans the earlier pool: a pool this tick does not plan (out of its scope, or
+    # planned by another invocation now) still has its pods, which are its own planner's; a tick of one pool
+    # planned them again there, and repartitioned a GPU for pods the first pool's idle instances serve.
     counted: set = set()
-    for pool in sorted(pools, key=lambda p: p.nodepool_id):
+    scoped = {p.nodepool_id for p in pools}
+    last = max(scoped)
+    for pool in sorted(auto or pools, key=lambda p: p.nodepool_id):
+        if pool.nodepool_id > last:
+            break
+        if pool.nodepool_id not in scoped:
+            counted.update(counted_pods(pool, api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id)),
+                                        [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n)))
+            continue
         if paused(pool.labels):
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
             continue
@@ -285,6 +330,8 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if why:
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason=why)
             skipped.append(why)
+            counted.update(counted_pods(pool, api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id)),
+                                        [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n)))
             continue
         members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
         nodes, strangers = proven_members(api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id)), members)

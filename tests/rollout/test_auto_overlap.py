@@ -220,7 +220,10 @@ def test_another_pool_is_planned_while_one_is_claimed(cluster):
                                   "aliyun.accelerator/nvidia_count": "1"},
                  annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
                  capacity={"nvidia.com/mig-7g.40gb": "1"})
-    waiting(api, 2)  # they select no pool: both pools could serve them
+    waiting(api, 2)
+    with api.lock:  # they select the second pool: its demand (pods either pool could take are the first's)
+        for i in range(2):
+            api.pods[("llm", "serve-%d" % i)]["spec"]["nodeSelector"] = {"alibabacloud.com/nodepool-id": "np-two"}
     put_lease(api, {PLANNING: json.dumps({"owner": "busy-run", "expires": cluster.now[0] + 60})})
     transport = PerGpuNodes(api)
     result = tick(cluster, transport, lookup=two_pools())
@@ -368,6 +371,8 @@ from functions.base.model import Request  # noqa: E402
 from functions.base.settings import load_settings  # noqa: E402
 from functions.cloud.cluster import InventoryLookup  # noqa: E402
 from functions.pipeline.autoscaler_sync import sync_pool_tags  # noqa: E402
+from functions.delivery.node_executor import DeliveryExecutor  # noqa: E402
+from functions.pipeline.event import run_event  # noqa: E402
 from tests.rollout.conftest import CLUSTER  # noqa: E402
 
 
@@ -485,3 +490,40 @@ def test_a_pod_two_auto_pools_could_take_is_planned_in_one(cluster):
     assert result.outcome == "done", result.reason
     first = min(POOL, "np-two")
     assert [n for n, _ in transport.requests] == ["auto-a" if first == POOL else "two-a"], transport.requests
+
+
+def test_a_tick_of_one_pool_leaves_alone_the_pods_an_earlier_pool_counts(cluster):
+    """A tick scoped to one pool (a pod event's, a scale-out's, a pool operation's, a manual run naming the
+    pool) planned every pending pod it matched: the pods the first pool by id counts (and serves here with
+    its idle instances) were planned again there, and a GPU of the second pool was repartitioned for them."""
+    api = cluster.api
+    three = json.dumps({"0": [["3g.20gb", 0], ["3g.20gb", 4]]})
+    api.add_node("auto-a", labels={"alibabacloud.com/nodepool-id": POOL, "nvidia.com/mig.config.state": "success",
+                                   "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                   "aliyun.accelerator/nvidia_count": "1"},
+                 annotations={"ack-mig-hook/gpu-layouts": three}, capacity={"nvidia.com/mig-3g.20gb": "2"})
+    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": "np-two", "nvidia.com/mig.config.state": "success",
+                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                  "aliyun.accelerator/nvidia_count": "1"},
+                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
+                 capacity={"nvidia.com/mig-7g.40gb": "1"})
+    waiting(api, 2)  # two 3g.20gb pods without a selector: the first pool's idle instances serve both
+    assert POOL < "np-two"
+    whole = PerGpuNodes(api)
+    assert tick(cluster, whole, lookup=two_pools()).outcome == "done" and whole.requests == []
+    settings = load_settings(dict(cluster.settings_env))
+    transport = PerGpuNodes(api)
+    cluster.now[0] += 60
+    result = run_event(json.dumps({"cluster_id": "c-rollout", "nodepool_id": "np-two"}), settings,
+                       inventory=two_pools(), executor=DeliveryExecutor.from_settings(settings, transport=transport),
+                       logger=JsonLogger("OFF"), kube=cluster.kube)
+    assert result.outcome in ("done", "skip"), result.reason
+    assert transport.requests == [], (result.reason, transport.requests)
+    # nor while another invocation plans the first pool: its pods are that plan's (it may serve them now)
+    api.nodes["auto-a"]["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"] = json.dumps({"0": [["7g.40gb", 0]]})
+    cluster.now[0] += 60
+    put_lease(api, {PLANNING: json.dumps({"owner": "busy-run", "expires": cluster.now[0] + 60})})
+    busy = PerGpuNodes(api)
+    result = tick(cluster, busy, lookup=two_pools())
+    assert "being planned by invocation busy-run" in result.reason and busy.requests == [], (result.reason,
+                                                                                           busy.requests)
