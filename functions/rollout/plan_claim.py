@@ -98,6 +98,9 @@ class PlanClaims:
                 self._write(lease, {pc.PLANNING_ANNOTATION: pc.write_claim(mine)})
             except KubeError as exc:
                 if exc.status != 409:
+                    # No answer is no verdict: the server may have written the claim. Given back with the
+                    # others (release removes only a claim of ours), or it holds the pool for a whole horizon.
+                    self.held.append(pool_id)
                     raise
                 continue
             self.held.append(pool_id)

@@ -527,3 +527,35 @@ def test_a_tick_of_one_pool_leaves_alone_the_pods_an_earlier_pool_counts(cluster
     result = tick(cluster, busy, lookup=two_pools())
     assert "being planned by invocation busy-run" in result.reason and busy.requests == [], (result.reason,
                                                                                            busy.requests)
+
+
+def test_a_claim_written_whose_answer_never_came_is_given_back_with_the_tick(cluster, monkeypatch):
+    """The API server committed the claim but no answer reached the tick (every attempt cut: an overloaded
+    server answers after the client's timeout). The tick left the pool unplanned, as it should, but never gave
+    the claim back: it was not among the claims held, and it kept every plan of the pool off for a whole
+    invocation's time (hours: a pod event waited on it, each timer tick skipped the pool)."""
+    from functions.kube.client import ApiError, KubeApi
+
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    lookup = inventory(names=NAMES[:1])
+    replace, cut = KubeApi.replace_lease, []
+
+    def committed_unanswered(self, namespace, lease):
+        answer = replace(self, namespace, lease)
+        if PLANNING in ((lease.get("metadata") or {}).get("annotations") or {}) and not cut:
+            cut.append(lease)
+            raise ApiError("no complete answer from the API server within 15s")
+        return answer
+
+    monkeypatch.setattr(KubeApi, "replace_lease", committed_unanswered)
+    first = PerGpuNodes(api)
+    result = tick(cluster, first, lookup=lookup)
+    assert cut and first.requests == [] and "cannot be used" in result.reason, result.reason
+    assert planning(api) is None, planning(api)  # given back as the tick ended
+    cluster.now[0] += 60
+    again = PerGpuNodes(api)
+    result = tick(cluster, again, lookup=lookup)
+    assert [n for n, _ in again.requests] == ["auto-a"], result.reason
+
