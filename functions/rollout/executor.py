@@ -417,6 +417,9 @@ class RolloutExecutor:
             why = self.budget.take(w.pool_id, w.pool_name or w.pool_id, name, w.limit, self.rollout.expires,
                                    lambda: self.rollout.paused_now(w.pool_id))
         except KubeError as exc:
+            # A write with no answer may have landed: the slot is given back when the node ends (release removes
+            # only this run's), or it would hold the pool's budget for a run lease for a node nothing changes.
+            self.slots[name] = w.pool_id
             return ("the pool's disruption budget (a coordination.k8s.io Lease in namespace %s) cannot be used: %s; "
                     "the node is left untouched (RBAC: deploy/rbac.yaml grants leases get, create, update)"
                     % (self.budget.namespace, str(exc)[:200]))

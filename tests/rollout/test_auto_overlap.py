@@ -559,3 +559,28 @@ def test_a_claim_written_whose_answer_never_came_is_given_back_with_the_tick(clu
     result = tick(cluster, again, lookup=lookup)
     assert [n for n, _ in again.requests] == ["auto-a"], result.reason
 
+
+def test_a_slot_written_whose_answer_never_came_is_given_back_when_the_node_ends(cluster, monkeypatch):
+    """The same for the pool's budget: the slot was committed, no answer came, the node was deferred untouched,
+    and its slot stayed in the table for a run lease, holding the pool's max-unavailable for a node nothing
+    changes (every other node of the pool waited behind it)."""
+    from functions.kube.client import ApiError, KubeApi
+
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    replace, cut = KubeApi.replace_lease, []
+
+    def committed_unanswered(self, namespace, lease):
+        answer = replace(self, namespace, lease)
+        mine = json.loads(((lease.get("metadata") or {}).get("annotations") or {}).get("ack-mig-hook/slots") or "{}")
+        if mine and not cut:
+            cut.append(lease)
+            raise ApiError("no complete answer from the API server within 15s")
+        return answer
+
+    monkeypatch.setattr(KubeApi, "replace_lease", committed_unanswered)
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
+    assert cut and transport.requests == [] and result.nodes[0]["outcome"] == "deferred", result.nodes
+    assert slots(api) == {}, slots(api)
