@@ -285,7 +285,8 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     from functions.pipeline.autoscaler_sync import sync_pool_tags
     from functions.pipeline.point_of_change import DryRunExecutor, make_executor
     from functions.rollout.auto_waves import finish_stranded, prepare_auto
-    from functions.rollout.plan_claim import claim_pool
+    from functions.rollout import run
+    from functions.rollout.plan_claim import STALE_MARGIN_S, claim_pool
 
     at: List[Optional[float]] = []
     pending = pending_pods(api, at)
@@ -314,6 +315,20 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     # planned by another invocation now) still has its pods, which are its own planner's; a tick of one pool
     # planned them again there, and repartitioned a GPU for pods the first pool's idle instances serve.
     counted: set = set()
+    relisted: List[bool] = []
+
+    def relist() -> Tuple[List[Any], float]:
+        """The pending pods read again, once a tick, for a pool another invocation changed after the first
+        list: two of the Date header's whole seconds later, so that a change just before the claim reads
+        as before the list (``changed_since`` counts a mark within one second of it as after)."""
+        nonlocal pending, listed
+        relisted.append(True)
+        run.sleep(2 * STALE_MARGIN_S)
+        again: List[Optional[float]] = []
+        pending = pending_pods(api, again)
+        listed = again[0] if again and again[0] is not None else api.server_time()
+        return pending, listed
+
     scoped = {p.nodepool_id for p in pools}
     last = max(scoped)
     for pool in sorted(auto or pools, key=lambda p: p.nodepool_id):
@@ -326,7 +341,8 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if paused(pool.labels):
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
             continue
-        dwell, why = claim_pool(claims, pool, dry_run, listed, pending, settings)
+        dwell, why = claim_pool(claims, pool, dry_run, listed, pending, settings,
+                                relist=None if relisted else relist)
         if why:
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason=why)
             skipped.append(why)

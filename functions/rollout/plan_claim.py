@@ -208,11 +208,14 @@ def tick_claims(kube: Any, settings: Any, left_s: Optional[float] = None) -> Pla
 
 
 def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[float],
-               pending: Sequence[Mapping[str, Any]], settings: Any) -> Tuple[Optional[Dwell], str]:
+               pending: Sequence[Mapping[str, Any]], settings: Any,
+               relist: Optional[Callable[[], Tuple[Sequence[Mapping[str, Any]], Optional[float]]]] = None
+               ) -> Tuple[Optional[Dwell], str]:
     """Before the tick reads ``pool``: its claim (a dry run only reads it) and the dwell's inputs; or "" and
     one line saying why the pool is not planned now: another invocation plans it, or changed it after
-    ``listed`` (when this tick read the pending pods: they may have bound since), or the Lease cannot be
-    used (fail closed: a pool planned without its claim could be planned twice)."""
+    ``listed`` (when this tick read the pending pods: they may have bound since) and ``relist`` (the pending
+    pods read again, and when) is not given or still names a time before that change, or the Lease cannot
+    be used (fail closed: a pool planned without its claim could be planned twice)."""
     pool_id = pool.nodepool_id
     try:
         taken = claims.peek(pool_id, pool_id) if dry_run else claims.take(pool_id, pool_id, claims.until)
@@ -222,6 +225,10 @@ def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[fl
                       % (pool_id, lease_name(pool_id), " ".join(str(exc).split())[:160]))
     if taken.why:
         return None, taken.why
+    if listed is not None and taken.changed_since(listed) and relist is not None:
+        # The claim is this tick's now, so nothing changes the pool before the pods are read again: the pool
+        # is planned on that list, not left to the next tick (a pod whose event was lost waited two timers).
+        pending, listed = relist()
     if listed is not None and taken.changed_since(listed):
         return None, ("pool %s %s (another invocation's rollout ended): the next tick plans it"
                       % (pool_id, CHANGED_SINCE_LIST))

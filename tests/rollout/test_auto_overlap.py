@@ -233,17 +233,34 @@ def test_another_pool_is_planned_while_one_is_claimed(cluster):
     assert planning(api)["owner"] == "busy-run"  # another invocation's claim is never given back by this one
 
 
-def test_a_pool_changed_after_the_pending_list_waits_for_the_next_tick(cluster):
+def test_a_pool_changed_after_the_pending_list_is_planned_on_the_pods_read_again(cluster):
     """The pods were listed before another invocation's rollout of the pool ended (its marks are newer
-    than the list): they may have bound since, so this tick leaves the pool to the next."""
+    than the list): they may have bound since, so the tick, holding the pool's claim now, reads them again
+    (once the API server's whole-second clock has passed the change) and plans on that list. It left the
+    pool to the next tick: a pod whose event was lost waited two timers, not one."""
     api = cluster.api
     add_auto_nodes(api, NAMES[:1])
     waiting(api, 2)
     put_lease(api, {"ack-mig-hook/changed": json.dumps({"auto-z/0": cluster.now[0]})})
     transport = PerGpuNodes(api)
     result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
-    assert result.outcome == "skip" and "changed after this tick read the pending pods" in result.reason
-    assert transport.requests == [] and planning(api) is None  # its claim given back as the tick ends
+    assert result.outcome == "done", result.reason
+    assert [name for name, _ in transport.requests] == [NAMES[0]]
+    assert [r for r in api.requests if r[1] == "/api/v1/pods"][:2] and cluster.sleeps == [2.0]
+    assert planning(api) is None  # its claim given back as the tick ends
+
+
+def test_pods_that_bound_before_the_second_list_are_not_planned_for(cluster):
+    """The same, but the pods bound while the tick waited to read them again: nothing is planned for them."""
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    put_lease(api, {"ack-mig-hook/changed": json.dumps({"auto-z/0": cluster.now[0]})})
+    cluster.on_sleep = lambda n: api.pods.clear()
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
+    assert transport.requests == [] and cluster.sleeps == [2.0], result.reason
+    assert planning(api) is None
 
 
 class FreshAndPerGpu(PerGpuNodes):
@@ -274,7 +291,7 @@ class FreshAndPerGpu(PerGpuNodes):
         return out
 
 
-def test_a_fresh_node_turned_on_after_the_pending_list_makes_the_tick_wait(cluster, monkeypatch):
+def test_a_fresh_node_turned_on_after_the_pending_list_makes_the_tick_read_the_pods_again(cluster, monkeypatch):
     """A fresh node's first layout is not held back by the dwell, so it has no GPU mark; the pool is still
     marked changed. Between this tick's list of the pending pods and its claim another invocation turns MIG
     on for the fresh node and the two pods bind there: this tick must not plan from its list (it counted them
@@ -306,7 +323,7 @@ def test_a_fresh_node_turned_on_after_the_pending_list_makes_the_tick_wait(clust
     stale = tick(cluster, transport, lookup=lookup)
     (fresh,) = other[0].decisions
     assert fresh.node_name == "auto-a" and fresh.partition.value == "3g.20gb-3g.20gb", other[0].decisions
-    assert stale.outcome == "skip" and "changed after this tick read the pending pods" in stale.reason, stale.reason
+    assert cluster.sleeps == [2.0], stale.reason  # the pods read again, once the change is behind the list
     assert transport.requests == [] and not any((t.get("set") or {}) for t in stale.pool_tags or [])
     lease = api.leases[LEASE]["metadata"]["annotations"]
     assert "ack-mig-hook/changed" not in lease or json.loads(lease["ack-mig-hook/changed"]) == {}  # no dwell
@@ -438,7 +455,7 @@ def test_tags_another_invocation_wrote_before_this_ticks_claim_are_compared_as_t
                                second.pool_tags)
 
 
-def test_a_change_made_while_the_pending_list_pages_in_makes_the_tick_wait(cluster, monkeypatch):
+def test_a_change_made_while_the_pending_list_pages_in_makes_the_tick_read_the_pods_again(cluster, monkeypatch):
     """The pending list is a snapshot of its first page; the tick dated it by its last page. Another
     invocation that changed the pool while the later pages came (more than the second's margin before the
     last) was older than that date: the tick planned from pods that had bound since, and changed a second node
@@ -469,7 +486,7 @@ def test_a_change_made_while_the_pending_list_pages_in_makes_the_tick_wait(clust
     transport = PerGpuNodes(api)
     stale = tick(cluster, transport, lookup=lookup)
     assert other[0].outcome == "done" and len(other[0].nodes) == 1, other[0].reason
-    assert stale.outcome == "skip" and "changed after this tick read the pending pods" in stale.reason, stale.reason
+    assert cluster.sleeps == [2.0], stale.reason  # the pods read again, once the change is behind the list
     assert transport.requests == []
 
 
