@@ -632,7 +632,8 @@ def rollout_from_env(env: Mapping[str, str]) -> RolloutSettings:
 NOTIFY_URL = _var("ACK_MIG_NOTIFY_URL", "", "a webhook that gets one JSON line when a rollout finishes or"
                                             " stops, or a node fails "
                                             "([operations.md](operations.md#notifications)); `https://` "
-                                            "only (`http://` to a loopback address, for tests); it may "
+                                            "only (`http://` to a loopback address, for tests), no "
+                                            "`user:password@`; it may "
                                             "carry a token: never logged, kept out of results; prefer "
                                             "`ACK_MIG_NOTIFY_URL_SECRET`", "notify")
 NOTIFY_URL_SECRET = _var("ACK_MIG_NOTIFY_URL_SECRET", "", "name of the KMS Secrets Manager secret that "
@@ -667,6 +668,11 @@ def check_notify_url(text: str, name: str = NOTIFY_URL) -> str:
         raise SettingsError("%s is not a URL; use https://host[:port]/path" % name) from None
     if parts.scheme not in ("https", "http") or not host or any(c.isspace() for c in url):
         raise SettingsError("%s is not a URL; use https://host[:port]/path" % name)
+    if "@" in parts.netloc:
+        # urllib would take "user:password@host" for the host (never posted: a port "password@host"), and a
+        # password in a URL is a secret in clear text; webhooks carry their token in the path or query.
+        raise SettingsError("%s carries user info (user:password@); use https://host[:port]/path with the "
+                            "webhook's token in the path or query" % name)
     if parts.scheme == "http" and host not in LOOPBACK_HOSTS:
         raise SettingsError("%s uses http://; use https:// (http:// only to a loopback address)" % name)
     return url
