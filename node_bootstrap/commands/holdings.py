@@ -44,10 +44,20 @@ def gi_holders(gpu, allocations):
     if gpu.mig_devices_unreadable:
         return None, "GPU %d: %s" % (gpu.index, gpu.mig_devices_unreadable)
     by_device = allocations.by_device()
+    # The device plugin's two ID strategies: the UUID (default), or "<gpu index>:<MIG device index>". NVML
+    # numbers a GPU's MIG devices in order, so destroying or creating an instance renumbers the ones after it,
+    # while kubelet keeps the ID it recorded at allocation: an index names the pod's instance only if nothing
+    # changed on the GPU since, which no one records. So an index ID makes the GPU's holders unknown (nothing
+    # destroyed there) rather than give the pod's holding to whichever instance has that number now.
+    prefix = "%d:" % gpu.index
+    indexed = sorted(d for d in by_device if d.startswith(prefix) and d[len(prefix):].isdigit())
+    if indexed:
+        return None, ("GPU %d: kubelet names its MIG devices by index (%s: deviceIDStrategy=index), which a "
+                      "change to the GPU's instances renumbers; use the device plugin's default, uuid"
+                      % (gpu.index, indexed[0]))
     found = {}  # type: Dict[int, set]
     for device in gpu.mig_devices:
-        # The device plugin's two ID strategies: the UUID (default), or "<gpu index>:<MIG device index>".
-        pods = set(by_device.get(device.uuid, ())) | set(by_device.get("%d:%d" % (gpu.index, device.index), ()))
+        pods = set(by_device.get(device.uuid, ()))
         if pods:
             found.setdefault(device.gi, set()).update(pods)
     return dict((gi, tuple(sorted(p))) for gi, p in found.items()), ""

@@ -22,7 +22,8 @@ of every field is, and anything else makes the allocations unknown.
 NVIDIA's device plugin advertises a MIG device with its NVML UUID as the device ID ("MIG-<uuid>";
 k8s-device-plugin ``internal/rm/devices.go``, ``BuildDevice``: ``dev.ID = uuid``), or with
 ``deviceIDStrategy=index`` its index "<gpu>:<mig index>"; shared (time-sliced) replicas add "::<n>"
-(``NewAnnotatedID``), stripped here.
+(``NewAnnotatedID``), stripped here. An index is not trusted to name an instance (a change renumbers them;
+``commands/holdings.gi_holders``).
 
 Entries go lazily: kubelet drops the entries of pods that ended at its next allocation
 (``ManagerImpl.UpdateAllocatedDevices``, called from ``Allocate``), and writes the file after that. So an

@@ -92,6 +92,9 @@ def test_an_allocated_instance_without_a_process_is_never_destroyed(node, device
     assert res.rc == 0, res.stderr
     assert node.layout(0) == before  # kept, with its compute instance
     assert node.layout(1) == [(9, 0, 1), (14, 4, 1)]  # the other GPU's idle instance went
+    if device_id == "index":  # an index names no instance for sure (below): GPU 0's holders are unknown
+        assert res.json["left"][0]["gpu"] == 0 and "deviceIDStrategy=index" in res.json["left"][0]["why"]
+        return
     assert res.json["left"][0]["gpu"] == 0 and POD_A in res.json["left"][0]["why"]
     assert res.json["left"][0]["why"].startswith("held: GPU instance")
 
@@ -231,3 +234,33 @@ def test_entries_of_pods_the_api_server_says_are_gone_or_finished_are_dropped():
     kept = keep_live(found, live_uids(pods))
     assert sorted(kept.pods) == [POD_A, "static-hash"] and kept.dropped == (POD_B,)
     assert keep_live(found, None) == found  # no answer from the API server: every entry stands
+
+
+# --- deviceIDStrategy=index: the IDs kubelet recorded shift when an instance below goes ------------------------
+
+def test_an_index_id_never_moves_a_pods_holding_onto_another_instance(tmp_path):
+    """With deviceIDStrategy=index the device plugin names a MIG device "<gpu>:<MIG device index>", and NVML
+    numbers a GPU's MIG devices in order (by GPU instance id): destroying an idle instance numbered below the
+    pod's shifts the pod's instance down, while kubelet's checkpoint keeps the ID it recorded at allocation.
+    That ID then names another instance (or none): the report gave the pod's holding to a new instance and
+    called its own free, and the next apply destroyed the instance the pod was allocated."""
+    node = Node(tmp_path, count=1)
+    # A100 ids by placement (docs/simulator.md): 2g.10gb at 4 is GPU instance 3, at 0 is 5, at 2 is 6
+    lay_out(node, [[("2g.10gb", 4), ("2g.10gb", 0), ("2g.10gb", 2)]])
+    _, mig_index = mig_devices(node, 0)[2]
+    assert mig_index == 2  # below it: the instances at 4 (index 0) and 0 (index 1)
+    write_checkpoint(node, checkpoint([(POD_A, "serve", "nvidia.com/mig-2g.10gb", ["0:%d" % mig_index])]))
+    node.kube_args = []  # the simulated node's own labels file, for the holders report
+    # the idle 2g.10gb at 4 goes for a 1g.5gb there (GPU instance 7: MIG device index 2 after the change)
+    res = node.run("apply", "--request-b64", b64(per_gpu((0, [("2g.10gb", 0), ("2g.10gb", 2), ("1g.5gb", 4)]))))
+    assert res.rc == 0, res.stderr
+    report = json.loads(annotations(node)["ack-mig-hook/gpu-holders"])
+    named = [row for row in (report["gpus"]["0"] or []) if row[2] == POD_A]
+    assert named in ([], [["2g.10gb", 2, POD_A]])  # never another instance
+    assert not any(row[:2] == ["2g.10gb", 2] and row[2] is None for row in report["gpus"]["0"] or [])
+    # then a layout that replaces the pod's 2g.10gb at 2: it is allocated, so it stays
+    res = node.run("apply", "--request-b64", b64(per_gpu((0, [("2g.10gb", 0), ("1g.5gb", 2), ("1g.5gb", 3),
+                                                              ("1g.5gb", 4)]))))
+    assert res.rc == 0, res.stderr
+    assert (14, 2, 1) in node.layout(0), node.layout(0)  # 2g.10gb (profile 14) at 2, its compute instance
+    assert res.json["left"][0]["gpu"] == 0
