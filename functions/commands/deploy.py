@@ -82,6 +82,9 @@ def configure(parser, command):
     parser.add_argument("--known-hosts", type=common.existing_file, default="", metavar="FILE",
                         help="ssh transport: the nodes' host keys (known_hosts format), packaged as "
                              "/code/known_hosts and set as the SshKnownHosts parameter")
+    parser.add_argument("--no-known-hosts", action="store_true",
+                        help="clear the stack's SshKnownHosts parameter (no known_hosts packaged): for a stack "
+                             "that leaves the ssh transport, which cannot run without it")
     parser.add_argument("--deps-dir", default="", metavar="DIR",
                         help="use these already fetched dependencies (a pip --target folder for python3.10 "
                              "on Linux x86_64) instead of fetching them")
@@ -121,7 +124,7 @@ def _known(key: str, declared: Dict[str, dict]) -> str:
 # value went past those checks, or was silently overwritten by the flag's default.
 OWN_FLAG = {"ClusterId": "--cluster-id", "CodeBucket": "--bucket", "CodeObject": "deploy (the object it uploads)",
             "Transport": "--transport", "LogProject": "--log-project", "LogStore": "--log-store",
-            "SshKnownHosts": "--known-hosts"}
+            "SshKnownHosts": "--known-hosts (--no-known-hosts clears it)"}
 
 
 def parameters(args, declared: Dict[str, dict], code_object: str, require: bool = True) -> Dict[str, str]:
@@ -139,6 +142,12 @@ def parameters(args, declared: Dict[str, dict], code_object: str, require: bool 
             problems.append("--parameter %s is set by %s, not --parameter" % (key.strip(), OWN_FLAG[key.strip()]))
         else:
             values[key.strip()] = value
+    clear_known_hosts = getattr(args, "no_known_hosts", False)
+    if clear_known_hosts and getattr(args, "known_hosts", ""):
+        problems.append("--known-hosts and --no-known-hosts exclude each other")
+    elif clear_known_hosts and args.transport == "ssh":
+        problems.append("--no-known-hosts with --transport ssh: the ssh transport verifies every node's host key; "
+                        "give --known-hosts FILE")
     if getattr(args, "deps_dir", "") and not os.path.isdir(args.deps_dir):
         problems.append("--deps-dir %s is not a folder" % args.deps_dir)
     named = {"ClusterId": args.cluster_id, "CodeBucket": args.bucket, "CodeObject": code_object,
@@ -147,6 +156,8 @@ def parameters(args, declared: Dict[str, dict], code_object: str, require: bool 
     for key, value in named.items():
         if value and key in declared:
             values[key] = value
+    if clear_known_hosts and "SshKnownHosts" in declared:
+        values["SshKnownHosts"] = ""  # sent empty: left out, an update keeps the stack's (UsePreviousParameters)
     if require and "FunctionName" in declared and "FunctionName" not in values and args.cluster_id:
         values["FunctionName"] = common.default_name(args.cluster_id)  # a new stack: never another cluster's
     missing = [k for k, spec in declared.items() if "Default" not in (spec or {}) and not values.get(k)
@@ -264,9 +275,12 @@ def deploy(args) -> int:
     existing = stacks.find(args.stack_name)
     parameters(args, declared, OBJECT_PREFIX + "x.zip", require=not existing)
     _refuse_unchangeable(args, existing)
+    previous = _stack_parameters(stacks, existing)
+    if args.no_known_hosts and not args.transport and previous.get("Transport") == "ssh":
+        raise UsageError("--no-known-hosts: stack %s uses the ssh transport, which verifies every node's host key; "
+                         "add --transport cloud-assistant, or give --known-hosts FILE" % args.stack_name)
     network = cluster_network.read(found_keys, args.region, args.cluster_id,
                                    settings.parse_endpoint(settings.environment(), settings.CS_ENDPOINT))
-    previous = _stack_parameters(stacks, existing)
     route = network_values(args, network, previous)
     progress("network: %s" % route["why"])
 

@@ -361,3 +361,42 @@ def test_an_upgrade_of_a_stack_named_by_the_old_default_keeps_its_function_name(
     assert code == 0, err
     params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
     assert stack["Status"] == "UPDATE_COMPLETE" and params["FunctionName"] == "ack-mig-hook"
+
+
+def test_an_update_clears_the_known_hosts_with_no_known_hosts(cloud, capsys, tmp_path):
+    """--parameter SshKnownHosts=... is refused (--known-hosts sets it), and --known-hosts only sets a file: the
+    operator who moves a stack back to cloud-assistant clears it with --no-known-hosts. Run as a person runs it:
+    the command in its own process."""
+    ros, oss = cloud
+    known = tmp_path / "known_hosts"
+    known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBWkVjqQx\n")
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--transport", "ssh",
+                                            "--known-hosts", str(known), "--parameter", "SshKeySecretName=mig-key"))
+    assert code == 0, err
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def deploy(*extra):
+        command = [sys.executable, "-m", "functions.commands.main", "deploy", "--cluster-id", CLUSTER, "--region",
+                   "cn-beijing", "--deps-dir", make_deps(str(tmp_path / "deps2")), "--poll", "0"] + list(extra)
+        return subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=120)
+
+    def values():
+        (stack,) = ros.stacks.values()
+        return {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
+
+    # both, or clearing while the transport is ssh (it verifies host keys): one line, before any call
+    calls = len(ros.requests)
+    for extra in (("--known-hosts", str(known), "--no-known-hosts"), ("--transport", "ssh", "--no-known-hosts")):
+        done = deploy(*extra)
+        assert done.returncode == 2 and is_one_error(done.stderr), done.stderr
+        assert "--no-known-hosts" in done.stderr and "Traceback" not in done.stderr
+    assert len(ros.requests) == calls and values()["SshKnownHosts"] == "/code/known_hosts"
+    done = deploy("--no-known-hosts")  # the stack's transport is ssh: refused before anything is built
+    assert done.returncode == 2 and is_one_error(done.stderr) and "--transport cloud-assistant" in done.stderr
+    assert not ros.calls("UpdateStack") and values()["SshKnownHosts"] == "/code/known_hosts"
+    done = deploy("--transport", "cloud-assistant", "--no-known-hosts")
+    assert done.returncode == 0, done.stderr
+    assert values()["SshKnownHosts"] == "" and values()["Transport"] == "cloud-assistant"
+    assert values()["SshKeySecretName"] == "mig-key"  # what was not named keeps its value
+    data = oss.buckets[values()["CodeBucket"]][values()["CodeObject"]]
+    assert "known_hosts" not in zipfile.ZipFile(io.BytesIO(data)).namelist()
