@@ -359,6 +359,8 @@ def run_job(job, prepare):
             # started the device plugin of the apply about to change the GPUs).
             job.control = ClientControl(clients, host_runner(args), args.state_dir, log,
                                         at_boot=getattr(args, "at_boot", False))
+            # A unit the last boot run only queued: whether it came up is said here, by the next run.
+            job._problems(job.control.check_queued())
             try:
                 job.run_locked()
             except BaseException as exc:  # noqa: B036 - NVML unavailable, or an interrupt while failing

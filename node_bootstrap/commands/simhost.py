@@ -158,16 +158,23 @@ class SimSystemd(object):
         if not argv or argv[0] != "systemctl":
             return 127, "%s: not simulated" % (argv[0] if argv else "")
         # systemctl(1): --quiet only silences; --no-block queues the job and returns (here the job is done at
-        # once, so a unit ordered after the caller is not modelled waiting)
+        # once, so a unit ordered after the caller is not modelled waiting). A queued start that fails is not
+        # systemctl's failure: it has exited 0 by then, and the unit is left "failed" (what is-active prints).
+        no_block = "--no-block" in argv[1:]
         words = [a for a in argv[1:] if a not in ("--quiet", "--no-block")]
         if words[:1] == ["--root"]:
             words = words[2:]  # an image tree: enabling there is all there is to do
         state = self.load()
         verb, rest = (words[0], words[1:]) if words else ("", [])
         if verb in state["failing"]:
+            if no_block and verb == "start" and rest:
+                state["units"][rest[0]] = "failed"
+                self.save(state)
+                return 0, ""
             return 1, str(state["failing"][verb])
         if verb == "is-active":
-            return (0, "active") if rest and state["units"].get(rest[0]) == "active" else (3, "inactive")
+            now = state["units"].get(rest[0]) if rest else None
+            return (0, "active") if now == "active" else (3, "failed" if now == "failed" else "inactive")
         if verb in ("stop", "start") and rest:
             state["units"][rest[0]] = "active" if verb == "start" else "inactive"
             self.save(state)

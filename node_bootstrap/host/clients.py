@@ -5,6 +5,12 @@ A client is named ``systemd:UNIT`` (stopped with ``systemctl stop`` only when ac
 stops the pod, and moved back, so the kubelet starts it again; ACK runs its device plugin this way).
 What was stopped is recorded in ``<state-dir>/stopped-clients.json`` before it is stopped, so a run
 killed in between leaves a note the next run acts on: it starts those clients again at its end.
+
+At boot a unit is only queued (``systemctl --no-block start``: the clients are ordered after the boot unit,
+whose run would wait for itself), so its start fails, if it does, after the boot run has ended and said
+nothing. Such a unit goes into ``<state-dir>/queued-clients.json``; the next run that is not a boot run
+looks at it first (:meth:`ClientControl.check_queued`): one not active is a problem of that run, and a
+client it starts again at its end.
 """
 
 import os
@@ -59,18 +65,51 @@ class ClientControl(object):
         self.state_dir = state_dir
         self.log = log
         self.record = os.path.join(state_dir, "stopped-clients.json")
+        self.queued_record = os.path.join(state_dir, "queued-clients.json")
         self.held_dir = os.path.join(state_dir, "held-manifests")
 
     def _held_path(self, client):
         # type: (Client) -> str
         return os.path.join(self.held_dir, client.target.strip("/").replace("/", "__"))
 
-    def _load(self):
-        # type: () -> List[Client]
+    def _load(self, path=None):
+        # type: (str) -> List[Client]
         try:
-            return [Client(k, t) for k, t in read_json(self.record) or []]
+            return [Client(k, t) for k, t in read_json(path or self.record) or []]
         except (ValueError, TypeError):  # not a list of pairs: nothing we recorded
             return []
+
+    def check_queued(self):
+        # type: () -> List[str]
+        """The units the last boot run queued: one not active now failed to start after that run (or was
+        stopped since) and no one said so. Returns a problem line for each and records it as stopped, so this
+        run starts it again at its end and says whether that worked. At boot the note is the last boot's
+        queue, of no meaning now: dropped."""
+        queued = self._load(self.queued_record)
+        if not queued:
+            return []
+        problems = []  # type: List[str]
+        if not self.at_boot:
+            stopped = self._load()
+            down = []  # type: List[Client]
+            for client in queued:
+                rc, out = self.run(["systemctl", "is-active", client.target])
+                if rc != 0:
+                    down.append(client)
+                    problems.append("%s, queued to start at boot, is %s; starting it again"
+                                    % (client, " ".join(out.split())[:40] or "not active"))
+            try:
+                if down:
+                    self._save(stopped + [c for c in down if c not in stopped])  # first: a kill must not lose it
+                os.remove(self.queued_record)
+            except (IOError, OSError) as exc:  # said, never raised: the run's GPUs are what it is for
+                problems.append("could not record the clients queued at boot: %s" % " ".join(str(exc).split())[:200])
+            return problems
+        try:
+            os.remove(self.queued_record)
+        except OSError:
+            pass
+        return problems
 
     def _save(self, stopped):
         # type: (List[Client]) -> None
@@ -121,6 +160,10 @@ class ClientControl(object):
         for client in stopped:
             try:
                 if client.kind == "systemd":
+                    if self.at_boot:  # noted before it leaves the stopped record: the next run checks it
+                        queued = self._load(self.queued_record)
+                        write_json(self.queued_record, [[c.kind, c.target] for c in queued if c != client] +
+                                   [[client.kind, client.target]])
                     rc, out = self.run(["systemctl"] + (["--no-block"] if self.at_boot else []) +
                                        ["start", client.target])
                     if rc != 0:
@@ -141,5 +184,6 @@ class ClientControl(object):
                 self._save(remaining)
             except (IOError, OSError) as exc:
                 problems.append("could not record %s as started: %s" % (client, exc))
-            self.log("started %s" % (client,))
+            self.log("%s %s" % ("queued the start of" if self.at_boot and client.kind == "systemd" else "started",
+                                client))
         return problems

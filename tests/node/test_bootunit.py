@@ -478,3 +478,35 @@ def test_an_install_killed_after_any_write_is_finished_by_the_rerun_and_then_set
                      "enable ack-mig-hook-holders.path", "remove enable-pending") + (("write ack-mig-hook.service",)
                                                                                       if before is None else ()):
         assert expected in steps, (expected, steps)
+
+
+def test_a_client_whose_queued_start_failed_after_the_boot_run_is_reported_by_the_next_run(tmp_path):
+    """The boot run only queues the start (--no-block): systemctl has exited 0 when the unit, started after the
+    boot unit, fails. That run cannot know; the next run looks, says so among its client problems, and starts
+    the unit again (a blocking start, whose failure it reports too)."""
+    node = Node(tmp_path, gpu="A100-SXM4-40GB", count=1, clients="systemd:dcgm-exporter.service")
+    node.set_unit("dcgm-exporter.service")
+    root = tmp_path / "root"
+    killed = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--boot-unit", "--boot-unit-root", str(root),
+                      "--sim-fault", "crash-after:2")
+    assert killed.rc < 0 and not node.unit_active("dcgm-exporter.service")
+    assert node.run("install-boot-unit", "--sequence", "3g.20gb-3g.20gb", "--root", str(root)).rc == 0
+    assert node.run("sim-reboot").rc == 0
+    node.fail_systemctl("start", "Job for dcgm-exporter.service failed because the control process exited with "
+                                 "error code.")
+    boot = node.run("apply", "--request-file", str(root / "etc/ack-mig-hook/request.json"), "--at-boot",
+                    "--device-plugin-restart", "none")
+    assert boot.rc == 0 and "client_problems" not in boot.json, boot.stderr  # queued: nothing known yet
+    assert not node.unit_active("dcgm-exporter.service")  # its start failed after the queueing
+    node.clear_calls()
+    later = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--device-plugin-restart", "none")
+    assert later.rc == 0, later.stderr
+    problems = later.json.get("client_problems", [])
+    assert "systemd:dcgm-exporter.service, queued to start at boot, is failed; starting it again" in problems
+    assert any(p.startswith("could not start systemd:dcgm-exporter.service: Job for") for p in problems)
+    assert "systemctl start dcgm-exporter.service" in node.systemctl()
+    # said once: the run after it has nothing queued to look at
+    node.clear_calls()
+    again = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--device-plugin-restart", "none")
+    assert again.rc == 0 and "client_problems" not in again.json, again.json
+    assert "systemctl is-active dcgm-exporter.service" not in node.systemctl()
