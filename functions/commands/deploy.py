@@ -279,6 +279,15 @@ def deploy(args) -> int:
     if args.no_known_hosts and not args.transport and previous.get("Transport") == "ssh":
         raise UsageError("--no-known-hosts: stack %s uses the ssh transport, which verifies every node's host key; "
                          "add --transport cloud-assistant, or give --known-hosts FILE" % args.stack_name)
+    packaged = "/code/" + KNOWN_HOSTS_NAME
+    transport = args.transport or previous.get("Transport") or "cloud-assistant"
+    if previous.get("SshKnownHosts") == packaged and transport == "ssh" and not args.known_hosts \
+            and not args.no_known_hosts:
+        # The file lives in the code package, which only --known-hosts fills: the update would keep the parameter
+        # (UsePreviousParameters) and ship a package without the file, and every ssh delivery would fail.
+        raise UsageError("stack %s verifies nodes against %s, a file of its code package: give --known-hosts FILE "
+                         "again (the new package must carry it), or --transport cloud-assistant --no-known-hosts"
+                         % (args.stack_name, packaged))
     network = cluster_network.read(found_keys, args.region, args.cluster_id,
                                    settings.parse_endpoint(settings.environment(), settings.CS_ENDPOINT))
     route = network_values(args, network, previous)

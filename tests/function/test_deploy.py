@@ -400,3 +400,32 @@ def test_an_update_clears_the_known_hosts_with_no_known_hosts(cloud, capsys, tmp
     assert values()["SshKeySecretName"] == "mig-key"  # what was not named keeps its value
     data = oss.buckets[values()["CodeBucket"]][values()["CodeObject"]]
     assert "known_hosts" not in zipfile.ZipFile(io.BytesIO(data)).namelist()
+
+
+def test_an_upgrade_of_an_ssh_stack_without_known_hosts_is_refused_before_it_drops_the_file(cloud, capsys, tmp_path):
+    """SshKnownHosts=/code/known_hosts names a file of the code package, and only --known-hosts puts it there:
+    an upgrade without it built a package without the file while the stack kept the parameter (an update keeps
+    what it is not given), and every ssh delivery failed for want of the host keys."""
+    ros, oss = cloud
+    known = tmp_path / "known_hosts"
+    known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBWkVjqQx\n")
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--transport", "ssh",
+                                            "--known-hosts", str(known), "--parameter", "SshKeySecretName=mig-key"))
+    assert code == 0, err
+    (stack,) = ros.stacks.values()
+    object_before = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}["CodeObject"]
+    uploads = len(oss.requests)
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps2"))))
+    assert code == 2 and is_one_error(err), err
+    flat = " ".join(err.split())
+    assert "/code/known_hosts" in flat and "--known-hosts FILE" in flat and "--no-known-hosts" in flat
+    assert not ros.calls("UpdateStack") and len(oss.requests) == uploads
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
+    assert params["CodeObject"] == object_before
+    # with the file again, the upgrade goes, and the new package carries it
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps2")), "--known-hosts", str(known)))
+    assert code == 0, err
+    params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
+    assert params["CodeObject"] != object_before and params["SshKnownHosts"] == "/code/known_hosts"
+    data = oss.buckets[params["CodeBucket"]][params["CodeObject"]]
+    assert zipfile.ZipFile(io.BytesIO(data)).read("known_hosts") == known.read_bytes()
