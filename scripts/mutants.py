@@ -229,4 +229,15 @@ MUTANTS = (
            "            raise\n    raise KubeError(\"the run record kept changing",
            ("tests/rollout/test_run_record.py",),
            "a run record write that meets another invocation's fails instead of merging: a trigger's entry is lost"),
+    # ---- the planner's second round (compose.py): its two conditions ----
+    mutant("second-round-kept-when-no-better", "functions/decision/layout/compose.py",
+           "_short(second) >= _short(first)",
+           "_short(second) > _short(first)",
+           ("tests/layout/test_planner.py",),
+           "a second round that serves no more pods is kept: GPUs change for nothing"),
+    mutant("second-round-one-profile-only", "functions/decision/layout/compose.py",
+           "(d.count > 1 or profiles[d.key] > 1)",
+           "d.count > 1",
+           ("tests/layout/test_planner.py",),
+           "a pod asking two profiles, one of each, gets no second round: a new node is asked for a pod the pool serves"),
 )

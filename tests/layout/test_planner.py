@@ -433,3 +433,33 @@ def test_the_second_round_may_use_the_surplus_idle_instances_of_the_gpus_the_fir
     result = plan(supply, demand, Bounds())
     assert result.unserved == () and result.new_node_shape == ()
     assert plan(applied(supply, result), demand, Bounds()).changes == ()
+
+
+def test_a_pod_asking_two_profiles_one_of_each_gets_the_second_round_too():
+    """compose.py takes a second round for a pod asking several instances "of one profile, or of several": here
+    the first round gives the lone 3g.40gb pod the room beside GPU 2's idle 2g.20gb, and the pair (a 2g.20gb
+    and a 3g.40gb, one of each) is left for a new node; the second round serves both pods on node N."""
+    from functions.decision.layout.planner import plan as one_round
+
+    supply = [GpuSupply("N", 1, A80, ()), GpuSupply("N", 2, A80, (Instance("2g.20gb", 4, False),))]
+    demand = [PodDemand("ns/pair", "o", "2g.20gb"), PodDemand("ns/pair", "o", "3g.40gb"),
+              PodDemand("ns/one", "o", "3g.40gb")]
+    first = one_round(supply, demand, Bounds())
+    assert dict(first.unserved) == {"2g.20gb": 1, "3g.40gb": 1} and first.new_node_shape
+    result = plan(supply, demand, Bounds())
+    assert result.unserved == () and result.new_node_shape == ()
+    assert target(result, "N", 1).create == (("3g.40gb", 4),)
+
+
+def test_a_second_round_that_serves_no_more_is_dropped():
+    """The second round is kept only when it serves more: here it leaves two 4g.40gb short where the first left
+    a 2g.20gb and a 4g.40gb, and would add a 2g.20gb beside GPU 2's running pod for nothing."""
+    from functions.decision.layout.planner import plan as one_round
+
+    supply = [GpuSupply("N", 0, A80, ()), GpuSupply("N", 1, A80, ()),
+              GpuSupply("N", 2, A80, (Instance("2g.20gb", 2, True),))]
+    demand = [PodDemand("ns/p0", "o", "4g.40gb", 2), PodDemand("ns/p1", "o", "2g.20gb", 2),
+              PodDemand("ns/p2", "o", "2g.20gb"), PodDemand("ns/p2", "o", "4g.40gb")]
+    first = one_round(supply, demand, Bounds())
+    assert sum(n for _, n in first.unserved) == 2 and len(first.changes) == 2
+    assert plan(supply, demand, Bounds()) == first

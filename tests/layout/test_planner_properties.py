@@ -158,7 +158,7 @@ def test_the_second_round_never_leaves_more_unserved_than_one_round(supply, dema
         return sum(n for name, n in result.unserved if name != WHOLE_GPU)
 
     once, result = one_round(supply, demand, limits), plan(supply, demand, limits)
-    assert short(result) <= short(once)
+    assert result == once or short(result) < short(once)  # kept only when it serves more
     for s, t in zip(supply, result.targets):
         held = {(i.profile, i.start) for i in s.instances}
         assert set(t.layout) == (held - set(t.destroy)) | set(t.create) and not set(t.create) & held
