@@ -1,0 +1,148 @@
+"""A pod event's holder (functions/pipeline/pod_event.py) on the in-memory API server, its clock the test's:
+how its rounds end (a failed round lets the pool go, no round past the invocation's time), how a wait for
+another invocation's claim ends, that it lets go only of its own marker, and the one result of its rounds."""
+
+import dataclasses
+import time
+
+from functions.base.event_result import HandlerResult
+from functions.base.settings import load_settings, longest_run_s
+from functions.decision import coalesce as co
+from functions.kube.nodes import MemoryKube
+from functions.pipeline import pod_event
+from functions.rollout.plan_claim import BEING_PLANNED
+from functions.rollout.plan_marker import PlanMarker, marker_lease
+
+POOL = "np0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+
+
+class Log:
+    def __init__(self):
+        self.warnings = []
+
+    def info(self, *args, **kwargs):
+        pass
+
+    def warning(self, event, **fields):
+        self.warnings.append(fields.get("reason", ""))
+
+
+def settings_of(function_timeout_s):
+    return dataclasses.replace(load_settings({"ACK_MIG_CLUSTER_ID": "c1"}), function_timeout_s=function_timeout_s)
+
+
+def stored(kube):
+    lease = kube.leases[("default", marker_lease(POOL))]
+    return co.read_marker(lease["metadata"]["annotations"][co.MARKER_ANNOTATION], time.time(), 2220.0)
+
+
+def result(outcome, reason="planned", decisions=()):
+    return HandlerResult(trigger="pod-unschedulable", outcome=outcome, reason=reason, decisions=list(decisions))
+
+
+def test_a_round_that_ends_in_retry_lets_the_pool_go_and_is_the_last():
+    """Events of the pool are answered "coalesced" while the marker names a holder: one that returned after a
+    failed round must not stay the holder for its lease (run_lease_s), or their pods wait for the timer."""
+    settings = settings_of(14400)
+    kube = MemoryKube()
+    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
+    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    rounds = []
+
+    def tick(reserve_s=0.0):
+        other.arrive(POOL, "llm/second", "e2")  # asked during the round: another round would plan it
+        return result("retry", "the Kubernetes API could not be read (HTTP 503)")
+
+    pod_event._rounds(holder, POOL, tick, rounds, time.monotonic(), settings, Log())
+    assert [r.outcome for r in rounds] == ["retry"]
+    assert stored(kube).holder == ""
+    assert other.arrive(POOL, "llm/third", "e3")[0] == co.PLAN  # the next event plans
+
+
+def test_no_round_starts_once_less_than_a_whole_round_is_left(monkeypatch):
+    """An ask taken during an open round is planned by this invocation only while a whole round still fits;
+    a round that overran leaves the rest to the next event or the timer, and says so."""
+    settings = settings_of(4440)
+    clock = [1000.0]
+    monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
+    kube = MemoryKube()
+    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
+    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    roles, rounds = [], []
+
+    def tick(reserve_s=0.0):
+        roles.append(other.arrive(POOL, "llm/second", "e2")[0])
+        clock[0] += pod_event._left_s(1000.0, settings) - reserve_s + 1  # one second past what it was given
+        return result("done")
+
+    log = Log()
+    pod_event._rounds(holder, POOL, tick, rounds, 1000.0, settings, log)
+    assert pod_event._left_s(1000.0, settings) < longest_run_s(settings)
+    assert roles == [co.COALESCED] and len(rounds) == 1
+    assert stored(kube).holder == ""
+    assert any("no time is left for another" in w for w in log.warnings), log.warnings
+
+
+def test_a_wait_for_another_invocations_claim_ends_while_a_round_still_fits(monkeypatch):
+    """The wait is bounded by the invocation: FC ends an invocation at its Timeout, mid-round."""
+    settings = settings_of(4440)
+    clock = [1000.0]
+    monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
+    ticks = []
+
+    def tick(reserve_s=0.0):
+        ticks.append(clock[0])
+        return result("skip", "auto pool %s %s x1 until its rollout ends" % (POOL, BEING_PLANNED))
+
+    def sleep(seconds):
+        assert clock[0] < 1000.0 + 4440, "waited past the invocation's end"
+        clock[0] += seconds
+
+    log = Log()
+    last = pod_event._after_claims(tick, 1000.0, settings, log, POOL, sleep=sleep, free=lambda: True)
+    assert last.outcome == "skip" and BEING_PLANNED in last.reason
+    assert pod_event._left_s(1000.0, settings) >= longest_run_s(settings)  # a whole round still fits
+    assert pod_event._left_s(1000.0, settings) < longest_run_s(settings) + pod_event.CLAIM_POLL_S
+    assert len(ticks) > 1 and any("no time is left to wait" in w for w in log.warnings)
+
+
+def test_letting_go_leaves_another_holders_marker_alone():
+    kube = MemoryKube()
+    mine, theirs = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("mine", "theirs"))
+    assert theirs.arrive(POOL, "llm/p0", "e0")[0] == co.PLAN
+    pod_event._let_go(mine, POOL, Log())
+    assert stored(kube).holder == "theirs"
+    pod_event._let_go(theirs, POOL, Log())
+    assert stored(kube).holder == ""
+
+
+def test_the_rounds_are_one_result_done_when_any_changed_and_a_last_retry_kept():
+    class Request:
+        class trigger:
+            value = "pod-unschedulable"
+        event_type, event_id = "cs:k8s:PodRelatedEvent", "e1"
+
+    done, skip, retry = (result("done", "changed", ["d1"]), result("skip", "nothing to do"),
+                         result("retry", "the Kubernetes API could not be read"))
+    merged = pod_event._merge(Request, "c1", POOL, [done, skip])
+    assert merged.outcome == "done" and merged.reason.startswith("2 rounds") and merged.decisions == ["d1"]
+    assert "2. nothing to do" in merged.reason
+    assert pod_event._merge(Request, "c1", POOL, [done, retry]).outcome == "retry"  # FC retries the invocation
+    assert pod_event._merge(Request, "c1", POOL, [skip]) is skip
+    assert pod_event._merge(Request, "c1", POOL, []).reason.startswith("coalesced: another invocation took")
+
+
+def test_an_event_plans_only_for_a_pod_the_plan_would_count():
+    """The plan counts a pod only when it waits, unbound, and the scheduler marked it Unschedulable: an event
+    about any other pod is a skip saying why (a bound pod stays Pending while its images pull)."""
+    def pod(node="", conditions=()):
+        return {"metadata": {"namespace": "llm", "name": "p"},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {
+                    "limits": {"nvidia.com/mig-1g.10gb": "1"}}}]},
+                "status": {"phase": "Pending", "conditions": list(conditions)}}
+
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+    assert pod_event._waits(pod(conditions=[unschedulable])) == ""
+    assert pod_event._waits(pod()) == "is not marked Unschedulable (yet): the plan would not count it"
+    assert pod_event._waits(pod(node="gpu-a", conditions=[{"type": "PodScheduled", "status": "True"}])) == \
+        "is scheduled already (gpu-a)"
