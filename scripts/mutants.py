@@ -261,4 +261,15 @@ MUTANTS = (
            "outcome = (",
            ("tests/rollout/test_pod_event_rounds.py",),
            "a last round that could not read the API server ends as done: FC does not retry the invocation"),
+    # ---- the run record (run_record.py): its bounds, as written and as read ----
+    mutant("run-record-reason-uncut", "functions/decision/run_record.py",
+           "return reason if len(reason) <= MAX_REASON else",
+           "return reason if True else",
+           ("tests/rollout/test_run_record.py",),
+           "a long reason goes whole into the record: it grows past its reader's bound and the next write drops it"),
+    mutant("run-record-triggers-unbounded", "functions/decision/run_record.py",
+           "if not isinstance(by_trigger, dict) or len(by_trigger) > MAX_KEYS:",
+           "if not isinstance(by_trigger, dict):",
+           ("tests/rollout/test_run_record.py",),
+           "a record of any number of triggers is read: status and doctor print whatever a Lease writer put there"),
 )

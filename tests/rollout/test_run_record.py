@@ -235,3 +235,52 @@ def test_timers_of_names_the_template_does_not_declare_never_push_the_reconcile_
     assert "timer:reconcile" in keys
     assert [k[:9] for k in keys if k != "timer:reconcile"] == ["timer:t36", "timer:t37", "timer:t38", "timer:t39"]
     assert all(len(e["event_type"]) <= 64 for e in info["record"]["by_trigger"].values())
+
+
+def _valid_record():
+    entry = {"at": 1000.0, "clock": "server", "trigger": "timer", "event_type": "timer:reconcile", "outcome": "done",
+             "reason": "", "request_id": "r", "dry_run": False, "duration_ms": 1.0, "decisions": {"skip": 2},
+             "nodes": {}}
+    return {"version": 1, "last": entry, "by_trigger": {"timer:reconcile": dict(entry)}}
+
+
+@pytest.mark.parametrize("change, why", [
+    (lambda r: r["last"].update(dry_run="yes"), "last.dry_run is not true or false"),
+    (lambda r: r.update(version="1"), "version is str, not a whole number"),
+    (lambda r: r.update(version=0), "version 0 is outside 1 to 1000"),
+    (lambda r: r["by_trigger"].update({"t%d" % i: r["last"] for i in range(lr.MAX_KEYS)}),
+     "by_trigger is not a small object"),
+    (lambda r: r["last"].update(decisions={"a%d" % i: 1 for i in range(lr.MAX_KEYS + 1)}),
+     "last.decisions is not a small object of counts")],
+    ids=["dry-run-text", "version-text", "version-zero", "triggers-many", "counts-many"])
+def test_each_field_of_a_record_is_checked_against_its_kind_and_bound(change, why):
+    """The reader rule for the record (run_record.read_text): a field of another kind or past its bound makes the
+    record unreadable, with the field named; the same record without the change reads."""
+    assert lr.read_text(json.dumps(_valid_record()))["last"]["decisions"] == {"skip": 2}
+    record = _valid_record()
+    change(record)
+    with pytest.raises(lr.OutsideDataError, match=why):
+        lr.read_text(json.dumps(record))
+
+
+def test_a_long_reason_is_cut_in_the_stored_record_not_only_when_read():
+    """The reader cuts text fields too, so only the Lease's own text shows whether the writer cut the reason:
+    a round's reasons can run to kilobytes, and a record past its reader's bound is replaced by the next write."""
+    from functions.base.logs import redact_text
+
+    kube = MemoryKube()
+
+    class Result:
+        trigger, event_type, outcome, dry_run, decisions, nodes = "pod-unschedulable", None, "done", False, [], []
+        reason = "round planned; " * 400
+
+    for redact in (None, redact_text):
+        entry = last_run.write(kube, Result, "r-1", 5.0, redact=redact)
+        assert len(entry["reason"]) == lr.MAX_REASON and entry["reason"].endswith("...")
+        text = kube.leases[("default", lr.RECORD_LEASE)]["metadata"]["annotations"][lr.RECORD_ANNOTATION]
+        assert len(text) < 2 * lr.MAX_REASON + 600
+
+
+def test_a_timer_schedule_of_no_time_is_no_interval():
+    assert lr.every_seconds("@every 0s") is None and lr.every_seconds("@every 0h0m") is None
+    assert lr.every_seconds("@every 90s") == 90 and lr.every_seconds("@every 2h") == 7200
