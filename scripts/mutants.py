@@ -272,4 +272,15 @@ MUTANTS = (
            "if not isinstance(by_trigger, dict):",
            ("tests/rollout/test_run_record.py",),
            "a record of any number of triggers is read: status and doctor print whatever a Lease writer put there"),
+    # ---- the reader rule's field checks (outside.py) ----
+    mutant("reader-whole-takes-fraction", "node_bootstrap/outside.py",
+           "if math.isnan(value) or math.isinf(value) or value != int(value):",
+           "if math.isnan(value) or math.isinf(value):",
+           ("tests/fuzz/test_reader_rule.py",),
+           "a count or index of 2.5 from outside reads as 2: a GPU or slot nobody named is acted on"),
+    mutant("reader-depth-counts-strings", "node_bootstrap/outside.py",
+           'brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))',
+           'brackets = _NOT_BRACKET.sub("", text)',
+           ("tests/fuzz/test_reader_rule.py",),
+           "a document whose text quotes many brackets (a node's reason) is refused as nested too deeply"),
 )

@@ -140,6 +140,38 @@ def test_the_filed_values_are_refused_with_a_reason():
     assert loads("-0", "x") == 0 and loads('"[[[["', "x") == "[[[["  # brackets inside a string are text
 
 
+def test_brackets_in_a_string_are_text_and_bytes_must_be_utf8():
+    """Past the depth bound too: a reason quoting '[[[[...' is one string, not nesting (the depth count drops
+    strings first)."""
+    deep_text = '{"reason": "%s", "more": ["%s"]}' % ("[" * 40, "{" * 40)
+    assert loads(deep_text, "x", max_depth=4) == {"reason": "[" * 40, "more": ["{" * 40]}
+    assert depth(deep_text) == 2
+    with pytest.raises(OutsideDataError, match="^x is not UTF-8$"):
+        loads(b'{"a": "\xff"}', "x")
+
+
+def test_a_fields_value_is_checked_against_its_kind_and_range():
+    """number() and whole(), which every reader applies after parsing (docs/security.md, "The reader rule"):
+    never a bool, a string or a fraction for a whole number, always inside the field's range."""
+    from node_bootstrap.outside import as_list, as_object, number, whole
+
+    assert number(2, "f", 0, 10) == 2.0 and number(None, "f", 0, 10, default=3.0) == 3.0
+    assert whole(2.0, "n", 0, 10) == 2 and whole(None, "n", 0, 10, default=4) == 4
+    for call, why in [(lambda: number(True, "f", 0, 10), "^f is bool, not a number$"),
+                      (lambda: number("1", "f", 0, 10), "^f is str, not a number$"),
+                      (lambda: number(10.5, "f", 0, 10), "^f 10.5 is outside 0 to 10$"),
+                      (lambda: number(float("nan"), "f", 0, 10), "^f nan is outside 0 to 10$"),
+                      (lambda: whole(2.5, "n", 0, 10), "^n 2.5 is not a whole number$"),
+                      (lambda: whole(True, "n", 0, 10), "^n is bool, not a whole number$"),
+                      (lambda: whole("2", "n", 0, 10), "^n is str, not a whole number$"),
+                      (lambda: whole(-1, "n", 0, 10), "^n -1 is outside 0 to 10$"),
+                      (lambda: whole(10 ** 30, "n", 0, 10), r"^n \(a 100-bit integer\) is outside 0 to 10$")]:
+        with pytest.raises(OutsideDataError, match=why):
+            call()
+    assert as_list("abc") == [] and as_list({"a": 1}) == [] and as_list([1]) == [1]
+    assert as_object(["a"]) == {} and as_object("a") == {} and as_object({"a": 1}) == {"a": 1}
+
+
 @given(hostile("layouts"))
 def test_the_layouts_annotation_reads_or_is_refused(text):
     try:
