@@ -134,3 +134,21 @@ def test_the_driver_version_decides_which_indices_exist():
         driver.profile_by_index(a30, 8, 470)
     assert unknown.value.code == driver.ERROR_INVALID_ARGUMENT
     assert driver.profile_by_index(a30, 8, 525).name == "2g.12gb+me"
+
+
+def test_a_mig_device_handle_is_not_supported_with_mig_off(sim):
+    """nvml.h, nvmlDeviceGetMigDeviceHandleByIndex: NOT_SUPPORTED "if device doesn't have MIG mode enabled";
+    with MIG on, NOT_FOUND "if no valid MIG device was found at index" (the next test)."""
+    sim("A100-SXM4-40GB", 2, mig=False)
+    with NvmlReader(pynvml):
+        dev = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_NotSupported):
+            pynvml.nvmlDeviceGetMigDeviceHandleByIndex(dev, 0)
+
+
+def test_an_empty_mig_gpu_has_no_mig_device_at_index_zero(sim):
+    sim("A100-SXM4-40GB", 1, mig=True)
+    with NvmlReader(pynvml):
+        dev = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_NotFound):
+            pynvml.nvmlDeviceGetMigDeviceHandleByIndex(dev, 0)

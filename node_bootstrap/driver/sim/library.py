@@ -474,7 +474,8 @@ class SimNvmlLibrary(object):
         _put_uint(out, max(p.max_instances for p in model.profiles))
 
     def _mig_device_handle(self, dev, mig_index, out):
-        # nvml.h: NOT_FOUND "if no valid MIG device was found at index"; INVALID_ARGUMENT with MIG off.
+        # nvml.h: NOT_FOUND "if no valid MIG device was found at index"; NOT_SUPPORTED "if device doesn't have
+        # MIG mode enabled" (require_mig), not INVALID_ARGUMENT.
         index = _decode(dev)[0]
         state = self.store.load()
         driver.require_mig(driver.gpu_of(state, index))
