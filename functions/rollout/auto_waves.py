@@ -123,5 +123,6 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
                 if exc.status in (404, 409):
                     continue
                 raise
-        lines.append("node %s: %s" % (node.name, reason))
+        # a dry run wrote nothing: its line must not say the record ended (the node still reads pending)
+        lines.append("node %s: %s" % (node.name, "dry run: would end the record (%s)" % reason if dry_run else reason))
     return lines

@@ -259,3 +259,30 @@ def test_a_stranded_auto_record_on_a_node_ack_does_not_list_in_the_pool_is_left_
     assert cluster.annotation(NAMES[0])["step"] == rp.DONE
     assert cluster.annotation(NAMES[1])["step"] == rp.APPLYING
     assert cluster.api.nodes[NAMES[1]]["metadata"]["annotations"][rp.SCALE_DOWN_DISABLED] == "true"
+
+
+@pytest.mark.parametrize("pods", [0, 2], ids=["idle", "planning"])
+def test_a_dry_run_tick_says_it_would_end_a_stranded_record_and_writes_nothing(cluster, pods):
+    """A dry run writes nothing, so its log must not say a stranded record was ended: it said "a later tick
+    ended the record" while the node still read `applying` (and `status` pending)."""
+    import io
+
+    from functions.decision import waves as rp
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.pipeline.event import run_event
+    from tests.rollout.test_auto_rollout import NAMES, TICK, PerGpuNodes, add_auto_nodes, inventory, waiting
+
+    add_auto_nodes(cluster.api, NAMES[:1])
+    waiting(cluster.api, pods)
+    record = json.dumps({"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "x", "expires": 1.0,
+                         "drain": False, "autoscaler": True})
+    cluster.api.nodes[NAMES[0]]["metadata"]["annotations"].update(
+        {rp.PROGRESS_ANNOTATION: record, rp.SCALE_DOWN_DISABLED: "true"})
+    settings, out = load_settings(dict(cluster.settings_env)), io.StringIO()
+    run_event(TICK, settings, inventory=inventory(), dry_run=True, logger=JsonLogger("INFO", stream=out),
+              kube=cluster.kube,
+              executor=DeliveryExecutor.from_settings(settings, transport=PerGpuNodes(cluster.api)))
+    said = [json.loads(line)["reason"] for line in out.getvalue().splitlines() if "invocation x stopped" in line]
+    assert len(said) == 1 and said[0].startswith("node %s: dry run: would end the record" % NAMES[0]), said
+    assert cluster.annotation(NAMES[0])["step"] == rp.APPLYING
+    assert cluster.api.nodes[NAMES[0]]["metadata"]["annotations"][rp.SCALE_DOWN_DISABLED] == "true"
