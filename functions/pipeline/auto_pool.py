@@ -134,23 +134,46 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
     }, result
 
 
+def not_counted(bounds: Bounds, nodes: Sequence[Mapping[str, Any]], demand: Sequence[PodDemand],
+                pods_on: Any = None) -> List[Tuple[str, str]]:
+    """``planner.countable``'s (pod key, why) for the ``demand`` its plan would not count, without planning:
+    read with every instance of ``nodes`` idle. Only the rule that keeps a pod counted for an idle instance
+    of a profile the pool no longer allows depends on which instances pods hold; where it decides, the pods
+    of the nodes holding such instances are read (``pods_on(names)``, a list call per node: only those
+    nodes; None: not read), as the plan has them. One rule for a pod event's choice and a tick's pools."""
+    from functions.decision.layout.planner import countable
+
+    supply = pool_supply(nodes, {})[0]  # every instance idle: the most a disallowed idle one keeps counted
+    left = countable(supply, demand, bounds)[1]
+    held = [replace(g, instances=tuple(replace(i, in_use=True) for i in g.instances)) for g in supply]
+    if pods_on is not None and {k for k, _ in left} != {k for k, _ in countable(held, demand, bounds)[1]}:
+        names = sorted({g.node for g in supply for i in g.instances if not bounds.allows(i.profile)})
+        left = countable(pool_supply(nodes, pods_on(names))[0], demand, bounds)[1]
+    return list(left)
+
+
+def planned_bounds(pool: Any) -> Tuple[Optional[Bounds], str]:
+    """``pool``'s bounds as the timer's plan sees it, or None and why it plans nothing now: paused, labels
+    that do not read, not an auto pool."""
+    from functions.decision.autoscaler_tags import pool_template
+    from functions.decision.layout import LayoutLabelError
+
+    if paused(pool.labels):
+        return None, "paused"
+    try:
+        bounds = pool_bounds(pool.labels, pool_template(pool))
+    except LayoutLabelError as exc:
+        return None, str(exc)
+    return bounds, "" if bounds is not None else "not an auto pool"
+
+
 def counted_pods(pool: Any, nodes: Sequence[Mapping[str, Any]], pending: Sequence[Mapping[str, Any]],
                  pods_on: Any) -> set:
     """The keys of the ``pending`` pods that ``pool``'s plan would count as its demand, without planning it:
-    those its nodes or template take (the plan's matcher) and its plan counts (``planner.countable``); none
+    those its nodes or template take (the plan's matcher) and its plan counts (:func:`not_counted`); none
     when it is paused or its labels do not read. ``nodes``: the Node objects with the pool's label;
-    ``pods_on(names)``: the pods of those nodes, read only where which instances are in use decides (an idle
-    instance of a profile the pool no longer allows keeps a pod counted), as the pod event's choice does."""
-    from functions.decision.autoscaler_tags import pool_template
-    from functions.decision.layout import LayoutLabelError
-    from functions.decision.layout.planner import countable
-
-    if paused(pool.labels):
-        return set()
-    try:
-        bounds = pool_bounds(pool.labels, pool_template(pool))
-    except LayoutLabelError:
-        return set()
+    ``pods_on(names)``: the pods of those nodes."""
+    bounds = planned_bounds(pool)[0]
     if bounds is None:
         return set()
     taints = [t.model_dump(exclude_none=True) for t in pool.taints]
@@ -158,13 +181,7 @@ def counted_pods(pool: Any, nodes: Sequence[Mapping[str, Any]], pending: Sequenc
                             )[0][pool.nodepool_id]
     if not waiting:
         return set()
-    supply = pool_supply(nodes, {})[0]  # every instance idle: the most a disallowed idle one keeps counted
-    left = {key for key, _ in countable(supply, waiting, bounds)[1]}
-    held = [replace(g, instances=tuple(replace(i, in_use=True) for i in g.instances)) for g in supply]
-    if left != {key for key, _ in countable(held, waiting, bounds)[1]}:  # which instances pods hold decides
-        names = sorted({g.node for g in supply for i in g.instances if not bounds.allows(i.profile)})
-        left = {key for key, _ in countable(pool_supply(nodes, pods_on(names))[0], waiting, bounds)[1]}
-    return {d.key for d in waiting} - left
+    return {d.key for d in waiting} - {key for key, _ in not_counted(bounds, nodes, waiting, pods_on)}
 
 
 # ---- the auto pool timer (template.yml AutoPoolTimer) ----

@@ -48,35 +48,14 @@ def _cannot_take(pool: Any, pod: dict, nodes: List[dict], pods_on: Any = None) -
     not count the pod (``planner.countable``, the rule the timer's plan applies: a profile the pool does not
     allow or no GPU of its nodes or template has, more than one node holds). One rule for both triggers: a
     pod is the demand of the first auto pool by id, not paused, whose plan counts it."""
-    from dataclasses import replace
-
-    from functions.decision.autoscaler_tags import pool_template
-    from functions.decision.layout.bounds import LayoutLabelError
     from functions.decision.layout.matching import demand_of
-    from functions.decision.layout.planner import countable
-    from functions.kube.supply import pool_supply
-    from functions.decision.waves import paused
-    from functions.pipeline.auto_pool import pool_bounds
+    from functions.pipeline.auto_pool import not_counted, planned_bounds
 
-    if paused(pool.labels):
-        return "paused"
-    try:
-        bounds = pool_bounds(pool.labels, pool_template(pool))  # as the timer's plan sees the pool
-    except LayoutLabelError as exc:
-        return str(exc)
+    bounds, why = planned_bounds(pool)  # as the timer's plan sees the pool
     if bounds is None:
-        return "not an auto pool"
-    demand = demand_of(pod)
-    supply = pool_supply(nodes, {})[0]  # without the pods on the nodes: every instance reads as idle
-    _, not_counted = countable(supply, demand, bounds)
-    # Only the rule that keeps a pod counted for an idle instance of a profile the pool no longer allows
-    # depends on which instances pods hold. Where it decides, the pods of the nodes holding such instances
-    # are read (``pods_on``, a list call per node: only those nodes), as the timer's plan has them.
-    held = [replace(g, instances=tuple(replace(i, in_use=True) for i in g.instances)) for g in supply]
-    if bool(countable(held, demand, bounds)[1]) != bool(not_counted) and pods_on is not None:
-        names = sorted({g.node for g in supply for i in g.instances if not bounds.allows(i.profile)})
-        _, not_counted = countable(pool_supply(nodes, pods_on(names))[0], demand, bounds)
-    return not_counted[0][1] if not_counted else ""
+        return why
+    left = not_counted(bounds, nodes, demand_of(pod), pods_on)
+    return left[0][1] if left else ""
 
 
 def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
