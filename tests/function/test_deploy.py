@@ -261,13 +261,19 @@ def test_a_parameter_outside_the_templates_range_is_refused_before_any_call(clou
     assert not ros.requests and not oss.requests
 
 
-def test_ssh_deploy_packages_known_hosts_and_points_the_function_at_it(cloud, capsys, tmp_path):
-    ros, oss = cloud
+def _ssh_stack(capsys, tmp_path):
+    """Deploys a stack of the ssh transport whose package carries a known_hosts file; returns the file."""
     known = tmp_path / "known_hosts"
     known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBWkVjqQx\n")
     code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--transport", "ssh",
                                             "--known-hosts", str(known), "--parameter", "SshKeySecretName=mig-key"))
     assert code == 0, err
+    return known
+
+
+def test_ssh_deploy_packages_known_hosts_and_points_the_function_at_it(cloud, capsys, tmp_path):
+    ros, oss = cloud
+    known = _ssh_stack(capsys, tmp_path)
     (stack,) = ros.stacks.values()
     params = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}
     assert params["SshKnownHosts"] == "/code/known_hosts" and params["Transport"] == "ssh"
@@ -368,11 +374,7 @@ def test_an_update_clears_the_known_hosts_with_no_known_hosts(cloud, capsys, tmp
     operator who moves a stack back to cloud-assistant clears it with --no-known-hosts. Run as a person runs it:
     the command in its own process."""
     ros, oss = cloud
-    known = tmp_path / "known_hosts"
-    known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBWkVjqQx\n")
-    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--transport", "ssh",
-                                            "--known-hosts", str(known), "--parameter", "SshKeySecretName=mig-key"))
-    assert code == 0, err
+    known = _ssh_stack(capsys, tmp_path)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
     def deploy(*extra):
@@ -407,11 +409,7 @@ def test_an_upgrade_of_an_ssh_stack_without_known_hosts_is_refused_before_it_dro
     an upgrade without it built a package without the file while the stack kept the parameter (an update keeps
     what it is not given), and every ssh delivery failed for want of the host keys."""
     ros, oss = cloud
-    known = tmp_path / "known_hosts"
-    known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBWkVjqQx\n")
-    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--transport", "ssh",
-                                            "--known-hosts", str(known), "--parameter", "SshKeySecretName=mig-key"))
-    assert code == 0, err
+    known = _ssh_stack(capsys, tmp_path)
     (stack,) = ros.stacks.values()
     object_before = {p["ParameterKey"]: p["ParameterValue"] for p in stack["Parameters"]}["CodeObject"]
     uploads = len(oss.requests)

@@ -322,10 +322,9 @@ def test_a_unit_file_is_on_disk_before_it_takes_the_old_ones_name(tmp_path, monk
     assert unitfile.write_if_changed(str(tmp_path / "etc" / "request.json"), '{"version": 1}\n') is False
 
 
-def test_the_boot_run_queues_the_clients_a_killed_run_left_stopped_without_waiting_for_them(tmp_path):
-    """A run killed after stopping dcgm-exporter leaves it in the stopped-clients record. At boot the unit
-    starts it again; dcgm-exporter is ordered after the unit (Before=), so a blocking `systemctl start` from
-    inside the unit would wait for the unit itself: the start is queued (--no-block)."""
+def _rebooted_with_a_client_left_stopped(tmp_path):
+    """A node whose apply was killed after stopping dcgm-exporter (left in the stopped-clients record), with the
+    boot unit installed, rebooted: its boot run is next. Returns the node and the boot unit's root."""
     node = Node(tmp_path, gpu="A100-SXM4-40GB", count=1, clients="systemd:dcgm-exporter.service")
     node.set_unit("dcgm-exporter.service")
     root = tmp_path / "root"
@@ -334,6 +333,14 @@ def test_the_boot_run_queues_the_clients_a_killed_run_left_stopped_without_waiti
     assert killed.rc < 0 and not node.unit_active("dcgm-exporter.service")
     assert node.run("install-boot-unit", "--sequence", "3g.20gb-3g.20gb", "--root", str(root)).rc == 0
     assert node.run("sim-reboot").rc == 0
+    return node, root
+
+
+def test_the_boot_run_queues_the_clients_a_killed_run_left_stopped_without_waiting_for_them(tmp_path):
+    """A run killed after stopping dcgm-exporter leaves it in the stopped-clients record. At boot the unit
+    starts it again; dcgm-exporter is ordered after the unit (Before=), so a blocking `systemctl start` from
+    inside the unit would wait for the unit itself: the start is queued (--no-block)."""
+    node, root = _rebooted_with_a_client_left_stopped(tmp_path)
     node.clear_calls()
     boot = node.run("apply", "--request-file", str(root / "etc/ack-mig-hook/request.json"), "--at-boot",
                     "--device-plugin-restart", "none")
@@ -484,14 +491,7 @@ def test_a_client_whose_queued_start_failed_after_the_boot_run_is_reported_by_th
     """The boot run only queues the start (--no-block): systemctl has exited 0 when the unit, started after the
     boot unit, fails. That run cannot know; the next run looks, says so among its client problems, and starts
     the unit again (a blocking start, whose failure it reports too)."""
-    node = Node(tmp_path, gpu="A100-SXM4-40GB", count=1, clients="systemd:dcgm-exporter.service")
-    node.set_unit("dcgm-exporter.service")
-    root = tmp_path / "root"
-    killed = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--boot-unit", "--boot-unit-root", str(root),
-                      "--sim-fault", "crash-after:2")
-    assert killed.rc < 0 and not node.unit_active("dcgm-exporter.service")
-    assert node.run("install-boot-unit", "--sequence", "3g.20gb-3g.20gb", "--root", str(root)).rc == 0
-    assert node.run("sim-reboot").rc == 0
+    node, root = _rebooted_with_a_client_left_stopped(tmp_path)
     node.fail_systemctl("start", "Job for dcgm-exporter.service failed because the control process exited with "
                                  "error code.")
     boot = node.run("apply", "--request-file", str(root / "etc/ack-mig-hook/request.json"), "--at-boot",
