@@ -11,6 +11,7 @@ import pytest
 
 from node_bootstrap.host import bootunit
 from tests.node.nodecli import NODE_PYTHON, ROOT, Node
+from tests.support.kills import KillAfter, Killed
 from tests.support.systemd_unit import SYSTEMD_PATH, Unit, request_under
 
 SEQ = "3g.71gb-2g.35gb-1g.18gb"
@@ -380,10 +381,6 @@ def test_an_enable_that_failed_is_owed_to_the_next_install_and_a_working_unit_is
     assert not os.path.exists(os.path.join(root, "etc/ack-mig-hook"))  # request and marker gone, then the folder
 
 
-class _Killed(BaseException):
-    """A kill -9 as the code sees it: nothing catches it, nothing cleans up (tests/rollout/test_interrupted.py)."""
-
-
 class _OfflineSystemd(object):
     """``systemctl --root R enable|disable UNIT...`` on an image tree: enable reads each unit's [Install]
     section from its file as it is at that moment and makes the wants-links (systemctl(1), "--root"); so a
@@ -404,40 +401,25 @@ class _OfflineSystemd(object):
         return 0, ""
 
 
-class _Kills(object):
-    """Counts install's writes (a file written, a file removed, a systemctl call) and raises _Killed right
-    after the k-th, as tests/rollout/test_interrupted.py's Killer does for the function's calls."""
+class _Kills(KillAfter):
+    """Counts install's writes (a file written, a file removed, a systemctl call) and raises Killed right
+    after the k-th."""
 
     def __init__(self, k, systemd):
-        self.k, self.systemd, self.calls = k, systemd, []
-        real_os = os
-
-        class _Os(object):
-            def __getattr__(_, name):
-                return getattr(real_os, name)
-
-            def remove(_, path):
-                real_os.remove(path)
-                self._count("remove %s" % os.path.basename(path))
-
-        self.os = _Os()
-
-    def _count(self, what):
-        self.calls.append(what)
-        if len(self.calls) == self.k:
-            raise _Killed(what)
+        super(_Kills, self).__init__(k)
+        self.systemd, self.os = systemd, self.module(os, "remove", "remove")
 
     def write_if_changed(self, path, text, mode=0o644):
         from node_bootstrap.host.unitfile import write_if_changed
 
         if write_if_changed(path, text, mode):
-            self._count("write %s" % os.path.basename(path))
+            self.count("write %s" % os.path.basename(path))
             return True
         return False
 
     def runner(self, argv):
         out = self.systemd(argv)
-        self._count(" ".join(argv[3:]))
+        self.count(" ".join(argv[3:]))
         return out
 
 
@@ -467,7 +449,7 @@ def test_an_install_killed_after_any_write_is_finished_by_the_rerun_and_then_set
             try:
                 bootunit.install(spec, root, runner=kills.runner, report=report)
                 break  # the whole install ran: every write has been a kill point
-            except _Killed:
+            except Killed:
                 points.append(kills.calls[-1])
         again = bootunit.install(spec, root, runner=systemd, report=report)
         # killed after its last write (the marker's removal) the install was whole: the rerun changes nothing

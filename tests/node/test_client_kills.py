@@ -2,48 +2,30 @@
 start, each manifest move. The next run's stop must leave every client stopped before it changes the GPUs,
 and its start bring every one back with the note empty (host/clients.py)."""
 
-import os
 import shutil
 
 from node_bootstrap.commands.simhost import SimSystemd
 from node_bootstrap.host import clients as clients_module
 from node_bootstrap.host.clients import ClientControl, parse_clients
 from node_bootstrap.host.jsonfile import write_json
+from tests.support.kills import KillAfter, Killed
 
 
-class Killed(BaseException):
-    """A kill -9 as the code sees it: nothing catches it, nothing cleans up (tests/rollout/test_interrupted.py)."""
-
-
-class Killer(object):
+class Killer(KillAfter):
     """Counts the clients' writes and raises Killed right after the k-th; reads (is-active) go through."""
 
     def __init__(self, k, systemd):
-        self.k, self.systemd, self.calls = k, systemd, []
-
-        class _Shutil(object):
-            def __getattr__(_, name):
-                return getattr(shutil, name)
-
-            def move(_, src, dst):
-                shutil.move(src, dst)
-                self._count("move %s" % os.path.basename(dst))
-
-        self.shutil = _Shutil()
-
-    def _count(self, what):
-        self.calls.append(what)
-        if len(self.calls) == self.k:
-            raise Killed(what)
+        super(Killer, self).__init__(k)
+        self.systemd, self.shutil = systemd, self.module(shutil, "move", "move")
 
     def write_json(self, path, doc, **dump_args):
         write_json(path, doc, **dump_args)
-        self._count("note %s" % doc)
+        self.count("note %s" % doc)
 
     def run(self, argv):
         out = self.systemd.run(argv)
         if "is-active" not in argv:
-            self._count(" ".join(argv[1:]))
+            self.count(" ".join(argv[1:]))
         return out
 
 
