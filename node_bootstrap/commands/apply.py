@@ -210,7 +210,9 @@ class _Apply(object):
     def _problems(self, problems):
         # type: (List[str]) -> None
         merged = list(self.result.get("client_problems", []))
-        merged += [p for p in problems if p not in merged]
+        for problem in problems:  # once each: a unit that would not start is named by each start of the run
+            if problem not in merged:
+                merged.append(problem)
         if merged:
             self.result["client_problems"] = merged
 

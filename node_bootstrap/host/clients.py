@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import typing
-from typing import Callable, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 from ..errors import BadInput
 from .jsonfile import read_json, write_json
@@ -67,6 +67,10 @@ class ClientControl(object):
         self.record = os.path.join(state_dir, "stopped-clients.json")
         self.queued_record = os.path.join(state_dir, "queued-clients.json")
         self.held_dir = os.path.join(state_dir, "held-manifests")
+        # Units whose start failed in this run, with what was said: a run starts its clients at the end of the
+        # change and again on its way out, and a unit that fails slowly (systemd's start timeout) is waited for
+        # once per run. It is tried again by the next run.
+        self.start_failed = {}  # type: Dict[Client, str]
 
     def _held_path(self, client):
         # type: (Client) -> str
@@ -154,10 +158,14 @@ class ClientControl(object):
 
     def start(self, stopped):
         # type: (List[Client]) -> List[str]
-        """Start what was stopped; returns problems (empty when all came back)."""
+        """Start what was stopped; returns problems (empty when all came back). A client that did not start
+        stays in the stopped record, so every later run tries again."""
         problems = []  # type: List[str]
         remaining = list(stopped)
         for client in stopped:
+            if client in self.start_failed:
+                problems.append(self.start_failed[client])
+                continue
             try:
                 if client.kind == "systemd":
                     if self.at_boot:  # noted before it leaves the stopped record: the next run checks it
@@ -167,7 +175,11 @@ class ClientControl(object):
                     rc, out = self.run(["systemctl"] + (["--no-block"] if self.at_boot else []) +
                                        ["start", client.target])
                     if rc != 0:
-                        problems.append("could not start %s: %s" % (client, out.strip()[:200]))
+                        # It stays in the record, as for an IOError: the next run starts it again, and says so
+                        # again, until it runs (dropped here, a unit this run stopped stayed down for good).
+                        self.start_failed[client] = "could not start %s: %s" % (client, out.strip()[:200])
+                        problems.append(self.start_failed[client])
+                        continue
                 else:
                     held = self._held_path(client)
                     if os.path.exists(held):

@@ -132,3 +132,28 @@ def test_a_client_that_cannot_come_back_is_reported_and_the_node_still_labelled(
     (tmp_path / "manifests").unlink()
     healed = node.run("apply", "--sequence", SEQ)
     assert healed.rc == 0 and manifest.read_text() == "kind: Pod\n" and "client_problems" not in healed.json
+
+
+@pytest.mark.parametrize("fault, rc", [("insufficient-resources", 1), (None, 0)])
+def test_a_unit_whose_start_failed_is_started_again_by_the_next_run(tmp_path, fault, rc):
+    """systemctl start exited non-zero: the unit stays in the stopped-clients record, so the next run starts it
+    again (it was dropped: a dcgm-exporter the hook stopped stayed down for good once one start failed). Tried
+    once per run, however many ways out the run takes."""
+    node = Node(tmp_path, clients="systemd:dcgm-exporter")
+    node.set_unit("dcgm-exporter")  # active
+    node.fail_systemctl("start", "Job for dcgm-exporter.service failed.")
+    extra = ["--sim-fault", fault] if fault else []
+    res = node.run("apply", "--sequence", SEQ, *extra)
+    assert res.rc == rc, res.stderr
+    assert res.json["client_problems"] == ["could not start systemd:dcgm-exporter: Job for dcgm-exporter.service "
+                                           "failed."], res.json
+    assert node.systemctl().count("systemctl start dcgm-exporter") == 1, node.systemctl()
+    record = tmp_path / "var" / "stopped-clients.json"
+    assert json.loads(record.read_text()) == [["systemd", "dcgm-exporter"]]
+    systemd = node._sim_systemd()
+    state = systemd.load()
+    state["failing"] = {}
+    systemd.save(state)
+    healed = node.run("apply", "--sequence", SEQ)
+    assert healed.rc == 0 and "client_problems" not in healed.json, healed.json
+    assert node.unit_active("dcgm-exporter") and json.loads(record.read_text()) == []
