@@ -227,6 +227,12 @@ MUTANTS = (
          "        total[profile] = total.get(profile, 0) + n")),
            ("tests/function/test_bad_files.py",),
            "a pod asking for 10^29 instances reaches the planner's [pod] * count (issue 36 item 6)"),
+    mutant("marker-lost-answer-kept", "functions/pipeline/pod_event.py",
+           "    return seen if seen.holder == marker.me else None",
+           "    return None",
+           ("tests/delivery/test_pod_events.py",),
+           "a plan marker written without an answer names a holder that never plans again: the pool's events are "
+           "answered coalesced for a run lease and wait for the timer"),
     # ---- signals: failures an alert on WARNING/ERROR must see (issue 38 item 4) ----
     mutant("signals-failed-node-at-info", "functions/base/logs.py",
            'NODE_ERROR_OUTCOMES = ("failed", "drain-timeout", "drain-refused")',

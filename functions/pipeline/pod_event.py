@@ -154,11 +154,20 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     try:
         role, seen = marker.arrive(pool_id, key, request.event_id or "")
     except (KubeError, MarkerBusy) as exc:  # planning is always safe: only the coalescing is lost
-        log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing"
-                    % " ".join(str(exc).split())[:200])
-        # a burst is when the marker is busy and when another invocation plans the pool: wait for it as a
-        # holder does, or this pod waits for the timer (its ask was never written for anyone to see)
-        return _after_claims(tick, started, settings, log, pool_id, free=free)
+        # No answer is no verdict: the server may have written this invocation in as the holder, and the
+        # pool's events coalesce into it for a run lease. One more read says whose the marker is.
+        held = None if isinstance(exc, MarkerBusy) else _held(marker, pool_id)  # 409s only: nothing written
+        if held is None:
+            log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing"
+                        % " ".join(str(exc).split())[:200])
+            # a burst is when the marker is busy and when another invocation plans the pool: wait for it as a
+            # holder does, or this pod waits for the timer (its ask was never written for anyone to see)
+            try:
+                return _after_claims(tick, started, settings, log, pool_id, free=free)
+            finally:
+                if not isinstance(exc, MarkerBusy):  # the marker could not be read back: it may be this one's
+                    _let_go(marker, pool_id, log)  # (which it clears only when it names this invocation)
+        role, seen = "plan", held  # it was written: this invocation is the holder and plans its rounds
     if role == "coalesced":
         reason = ("coalesced: a plan of auto pool %s runs now (invocation %s, its round began %.1f s ago); it "
                   "plans again when it ends, with pod %s among the Pending pods" % (
@@ -253,6 +262,20 @@ def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: s
         if free is None or free():
             result = tick(reserve_s)
     return result
+
+
+def _held(marker: Any, pool_id: str) -> Any:
+    """The marker, when it names this invocation as the holder (its arrival was written though no answer
+    came); None when it does not, or cannot be read."""
+    from node_bootstrap.kube import KubeError
+
+    from functions.rollout.plan_marker import MarkerBusy
+
+    try:
+        seen = marker.change(pool_id, lambda m, now: (None, m))
+    except (KubeError, MarkerBusy):
+        return None
+    return seen if seen.holder == marker.me else None
 
 
 def _let_go(marker: Any, pool_id: str, log: Any) -> None:

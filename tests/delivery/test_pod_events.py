@@ -304,6 +304,59 @@ def test_a_plan_that_breaks_lets_its_pool_go_at_once(cluster):
     assert "took this node (step applying)" in node["reason"], node
 
 
+@pytest.mark.parametrize("read_back", ["answers", "fails"])
+def test_a_marker_written_whose_answer_never_came_is_let_go_and_the_next_event_plans(cluster, monkeypatch,
+                                                                                      read_back):
+    """The API server committed this event's plan marker (holder: this invocation) but no answer reached it
+    (an overloaded server answers after the client's timeout). The invocation planned "without coalescing"
+    and never let the marker go: the pool's events met a live holder, were answered coalesced, and were never
+    planned (only the timer caught them). One more read shows whose the marker is: this invocation's, it
+    plans as the holder, a round for the events that asked during its first included, and lets go; a read
+    that fails too plans without coalescing and lets go of the marker at its end, so the next event plans."""
+    from functions.kube.client import ApiError
+
+    server, api, settings, executor, state_file = cluster
+    gate = Gate(executor)
+    replace, get, cut, failed = KubeApi.replace_lease, KubeApi.get_lease, [], []
+
+    def read_fails_once(self, namespace, name):
+        if read_back == "fails" and cut and not failed and name == marker_lease(POOL):
+            failed.append(name)
+            raise ApiError("no complete answer from the API server within 15s")
+        return get(self, namespace, name)
+
+    def committed_unanswered(self, namespace, lease):
+        answer = replace(self, namespace, lease)
+        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}) and not cut:
+            cut.append(lease)
+            raise ApiError("no complete answer from the API server within 15s")
+        return answer
+
+    monkeypatch.setattr(KubeApi, "get_lease", read_fails_once)
+    monkeypatch.setattr(KubeApi, "replace_lease", committed_unanswered)
+    waiting(server, "first", "1g.10gb")
+    holder = {}
+    thread = threading.Thread(target=lambda: holder.setdefault("result", run(pod_event("llm", "first"), cluster,
+                                                                             executor=gate)))
+    thread.start()
+    assert gate.entered.wait(60)  # the first plan is applying now
+    waiting(server, "second", "2g.20gb")
+    second = run(pod_event("llm", "second"), cluster, executor=gate)
+    assert second.outcome == "skip" and second.reason.startswith("coalesced"), second.reason  # the marker names it
+    gate.open.set()
+    thread.join(120)
+    first = holder["result"]
+    assert cut and len(failed) == (read_back == "fails") and first.outcome == "done", first.reason
+    assert stored_marker(server)["holder"] == ""  # let go as it ended
+    if read_back == "answers":  # the holder's second round planned the pod that asked during its first
+        assert first.reason.startswith("2 rounds"), first.reason
+    else:  # not known to hold the marker: one plan, then the marker let go, and the next event plans
+        waiting(server, "third", "1g.10gb")
+        third = run(pod_event("llm", "third"), cluster)
+        assert third.outcome == "done" and not third.reason.startswith("coalesced"), third.reason
+    assert "2g.20gb" in profiles(state_file)
+
+
 @pytest.mark.parametrize("marker", ["usable", "busy"])
 def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_plans_its_pod(cluster, monkeypatch,
                                                                                            marker):
