@@ -37,9 +37,13 @@ def _copy_tree(dest: str) -> None:
                             check=True, stdout=subprocess.PIPE).stdout.decode("utf-8").split("\0")
     for rel in filter(None, listed):
         source = os.path.join(ROOT, rel)
+        target = os.path.join(dest, rel)
+        if os.path.islink(source):  # a tracked link (functions/commands/data/examples -> a folder): a link again
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.symlink(os.readlink(source), target)
+            continue
         if not os.path.isfile(source):  # deleted in the working tree but still in the index
             continue
-        target = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copy2(source, target)
 
