@@ -233,6 +233,11 @@ MUTANTS = (
            ("tests/delivery/test_pod_events.py",),
            "a plan marker written without an answer names a holder that never plans again: the pool's events are "
            "answered coalesced for a run lease and wait for the timer"),
+    mutant("logs-filter-trusts-sls", "functions/commands/sls_logs.py",
+           "        rows.extend(line for line in (entry(r) for r in page) if keep is None or keep(line))",
+           "        rows.extend(entry(r) for r in page)",
+           ("tests/function/test_remote_and_logs.py",),
+           "logs --node GPU-A shows gpu-a's lines: SLS's search matches words, case-insensitively"),
     # ---- signals: failures an alert on WARNING/ERROR must see (issue 38 item 4) ----
     mutant("signals-failed-node-at-info", "functions/base/logs.py",
            'NODE_ERROR_OUTCOMES = ("failed", "drain-timeout", "drain-refused")',

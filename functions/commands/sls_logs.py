@@ -10,6 +10,11 @@ value}]}``), signed by the SDK's SLS gateway. FC writes each stdout line of the 
 what the filters search: ``--node`` (node name or instance id), ``--pool``, ``--outcome``, ``--request-id`` (the
 id ``invoke --remote`` printed). ``--since`` bounds the time (default 1h), ``--limit`` the lines (the newest,
 printed oldest first). RAM: ``log:GetLogStoreLogs`` on the logstore.
+
+SLS matches a search term by its words, case-insensitively (the index's defaults: SLS "Phrase search",
+ros-cdk-sls ``KeyIndicesProperty``): ``--node GPU-A`` finds ``gpu-a``, and a value with ``:`` or ``/`` finds a
+field holding those words in any order. So the search narrows what is read, and each line is kept only when
+its field equals the value given (:func:`wanted`), as the options promise.
 """
 
 import argparse
@@ -17,7 +22,7 @@ import ipaddress
 import json
 import re
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from functions.base import settings
 from functions.commands import common
@@ -29,6 +34,7 @@ VALUE = re.compile(r"^[A-Za-z0-9._:/-]{1,128}\Z")  # what an id, name or outcome
 DURATION = re.compile(r"^([0-9]{1,6})([smhd])\Z")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_SINCE_S = 30 * 86400  # the logstore's retention is the stack's choice; a month bounds the scan
+MAX_SCAN = 5000  # rows read at most for one command (50 calls): lines the search found but a filter drops count
 # The fields a line shows after its time, level and message, in this order (functions/base/logs.py and the
 # node lines: node_name, nodepool_id, outcome, code, duration_ms; decisions: action, sequence).
 SHOWN = ("node_name", "instance_id", "nodepool_id", "action", "outcome", "code", "duration_ms", "sequence", "reason")
@@ -92,6 +98,20 @@ def query(args) -> str:
     return " and ".join(terms) or "*"
 
 
+def wanted(args) -> Callable[[Dict[str, Any]], bool]:
+    """Whether a line (:func:`entry`) is one the filters ask for (pure): each filter's field equals its value,
+    as written (SLS's search, by words and case-insensitive, also finds others)."""
+    def equal(line: Dict[str, Any], field: str, given: str) -> bool:
+        return isinstance(line.get(field), str) and line[field] == given
+
+    def keep(line: Dict[str, Any]) -> bool:
+        if args.node and not (equal(line, "node_name", args.node) or equal(line, "instance_id", args.node)):
+            return False
+        return all(equal(line, field, given) for field, given in (
+            ("nodepool_id", args.pool), ("outcome", args.outcome), ("request_id", args.request_id)) if given)
+    return keep
+
+
 def entry(row: Dict[str, Any]) -> Dict[str, Any]:
     """One GetLogs row as the function wrote it: its ``message`` read as the JSON line it is, else the text."""
     from node_bootstrap.outside import OutsideDataError, loads
@@ -151,8 +171,9 @@ def _client(region: str, keys):
 
 
 def fetch(region: str, keys, project: str, logstore: str, statement: str, start: int, end: int,
-          limit: int) -> List[Dict[str, Any]]:
-    """The newest ``limit`` rows of the statement in [start, end), newest first, in pages of 100."""
+          limit: int, keep: Optional[Callable[[Dict[str, Any]], bool]] = None) -> List[Dict[str, Any]]:
+    """The newest ``limit`` lines (:func:`entry`) of the statement in [start, end) that ``keep`` takes, newest
+    first, in pages of 100; at most MAX_SCAN rows are read."""
     from alibabacloud_sls20201230 import models
 
     from functions.base.deadline import Guard, urllib3_guarded
@@ -161,9 +182,10 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
     urllib3_guarded(urllib3)
     client, runtime = _client(region, keys)
     rows: List[Dict[str, Any]] = []
-    while len(rows) < limit:
-        size = min(PAGE, limit - len(rows))
-        request = models.GetLogsRequest(from_=start, to=end, query=statement, line=size, offset=len(rows),
+    read = 0  # rows SLS answered: the next page's offset
+    while len(rows) < limit and read < MAX_SCAN:
+        size = min(PAGE, limit - len(rows), MAX_SCAN - read)
+        request = models.GetLogsRequest(from_=start, to=end, query=statement, line=size, offset=read,
                                         reverse=True)
         guard = Guard(TIMEOUT_S)
         try:
@@ -185,7 +207,8 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
                             SLS_CODES.get(code, code)) from None
         data = response.body.data if response.body is not None else None
         page = list(data) if isinstance(data, list) else []  # anything else holds no rows of ours
-        rows.extend(page)
+        read += len(page)
+        rows.extend(line for line in (entry(r) for r in page) if keep is None or keep(line))
         if len(page) < size:
             break
     return rows[:limit]
@@ -201,9 +224,9 @@ def run(args) -> int:
     end = int(time.time()) + 1  # to is exclusive: the line written this second too
     start = end - 1 - args.since
     statement = query(args)
-    rows = fetch(target.region, common.keys(args), target.log_project, target.log_store, statement, start, end,
-                 args.limit)
-    lines = [entry(r) for r in reversed(rows)]  # oldest first, as a log reads
+    newest = fetch(target.region, common.keys(args), target.log_project, target.log_store, statement, start, end,
+                   args.limit, wanted(args))
+    lines = list(reversed(newest))  # oldest first, as a log reads
     if args.json:
         print(json.dumps({"stack": target.stack, "project": target.log_project, "logstore": target.log_store,
                           "query": statement, "from": start, "to": end, "lines": lines}, indent=2))

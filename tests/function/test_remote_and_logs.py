@@ -235,3 +235,30 @@ def test_the_follow_up_command_invoke_remote_prints_works_as_printed_in_a_fresh_
     followed = cli(fresh, *argv[1:], "-o", "json")
     assert followed.returncode == 0, followed.stderr
     assert [line["time"] for line in json.loads(followed.stdout)["lines"]] == ["T-5s"]
+
+
+@pytest.mark.parametrize("argv,times", [
+    (("--node", "GPU-A"), []),
+    (("--node", "gpu-a"), ["T-30s"]),
+    (("--outcome", "FAILED"), []),
+    (("--outcome", "failed"), ["T-10m", "T-30s"]),
+    (("--request-id", "req-2"), ["T-5m", "T-1m"]),
+    (("--request-id", "req-2", "--limit", "1"), ["T-1m"]),  # the newest kept: read on past the one dropped
+], ids=["node-case", "node", "outcome-case", "outcome", "request-words", "request-limit"])
+def test_logs_keeps_only_the_lines_whose_field_is_the_value_given(store, argv, times):
+    """SLS searches by words, case-insensitively (the stack's index, ROS's defaults): ``--node GPU-A`` finds
+    gpu-a's lines there, and ``--request-id req-2`` a line whose request id is ``x/req-2``. docs/cli.md promises
+    this node's, this outcome's, this invocation's lines: the command keeps those whose field is the value."""
+    from tests.support.sls_emulator import _matcher
+
+    sls, env = store
+    now = int(__import__("time").time())
+    sls.add("my-sls-project", "ack-mig-hook", now - 30, {"time": "T-30s", "level": "ERROR", "message": "node result",
+                                                         "node_name": "gpu-a", "outcome": "failed",
+                                                         "request_id": "x/req-2"})
+    done = cli(env, "logs", "-o", "json", *argv)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert [line["time"] for line in doc["lines"]] == times
+    # what SLS answered that query: the gpu-a line, whatever the case asked, and x/req-2 for req-2
+    assert _matcher(doc["query"])({"node_name": "gpu-a", "outcome": "failed", "request_id": "x/req-2"})

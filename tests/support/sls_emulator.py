@@ -16,8 +16,16 @@ Rules, each with its source:
   "[from, to)") matching the query, newest first with ``reverse`` true (else oldest first).
 * The query: ``*``, or terms ``message.<field>: "<value>"`` joined by ``and``, a parenthesised ``or`` of two
   such terms allowed: the subset of the SLS search syntax the stack's JSON index on ``message`` answers
-  (SLS "Search syntax": ``key: value``, ``and``, ``or``, parentheses; a JSON field is ``message.field``). A
-  term matches when the line's field equals the value. Anything else is a 400 ``ParameterInvalid``.
+  (SLS "Search syntax": ``key: value``, ``and``, ``or``, parentheses; a JSON field is ``message.field``).
+  Anything else is a 400 ``ParameterInvalid``.
+* A term matches by tokens, not by equality (SLS "Phrase search": a search is tokenized, ``abc def`` matches
+  every log holding both words in any order, and a quoted ``"redo_index/1"`` matches its words, not the
+  string): the value and the line's field are split at the index's delimiters and compared case-insensitively,
+  and the term matches when the field holds every word of the value. The delimiters and case are those of
+  the stack's index (template.yml ``FunctionLogIndex``: the ``message`` key sets neither, so ROS's defaults
+  hold, ros-cdk-sls 1.15.0 ``RosIndex.KeyIndicesProperty``: ``caseSensitive`` "Default to false",
+  ``delimiter`` ``, '";=()[]{}?@&<>/:\n\t\r``; a JSON key's subfields have no settings of their own,
+  ``JsonKeyIndicesProperty``). A value with no word at all is not modelled (a 400).
 * Errors: ``{"errorCode", "errorMessage"}`` with ``x-log-requestid`` (the gateway's ``modify_response``);
   an unknown project ``ProjectNotExist`` 404, logstore ``LogStoreNotExist`` 404 (SLS error codes).
 * Signature: SLS's own ``LOG`` scheme, written here from SLS "Request signatures" independently of the
@@ -44,6 +52,13 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from tests.support.loopback import Answer, LoopbackServer, json_answer
 
 TERM = re.compile(r'message\.([A-Za-z_][A-Za-z0-9_]*): "([^"\\]*)"')
+# ROS's default delimiters of a key index (the space included), see the module docstring
+DELIMITERS = re.compile(r"[ ,'\";=()\[\]{}?@&<>/:\n\t\r]+")
+
+
+def words(text: str):
+    """The words SLS indexes (or searches) in ``text``: split at the delimiters, case folded."""
+    return {w for w in DELIMITERS.split(text.lower()) if w}
 
 
 class SlsEmulator(LoopbackServer):
@@ -151,5 +166,7 @@ def _matcher(statement: str):
             alternatives = [TERM.fullmatch(part)]
         if not all(alternatives):
             return None
-        tests.append([(m.group(1), m.group(2)) for m in alternatives])
-    return lambda line: all(any(str(line.get(k, "")) == v for k, v in alt) for alt in tests)
+        if not all(words(m.group(2)) for m in alternatives):
+            return None
+        tests.append([(m.group(1), words(m.group(2))) for m in alternatives])
+    return lambda line: all(any(v <= words(str(line.get(k, ""))) for k, v in alt) for alt in tests)
