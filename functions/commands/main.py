@@ -10,6 +10,7 @@ unless ``--debug`` asks for them.
 
 import argparse
 import importlib
+import os
 import sys
 from typing import List, Optional, Sequence
 
@@ -245,9 +246,10 @@ class _human_output:
 
     def __enter__(self):
         from functions.commands.output import YamlStream, wants_yaml
-        from functions.commands.terminal import Fitted
+        from functions.commands.terminal import Fitted, Guarded
 
         self.saved = sys.stdout, sys.stderr
+        sys.stdout = Guarded(sys.stdout)  # a write that fails (a full disk) is said as such, never as a bug
         if self.fit:
             sys.stdout = Fitted(sys.stdout)
         elif wants_yaml(self.args):
@@ -256,6 +258,8 @@ class _human_output:
         return self
 
     def __exit__(self, *exc):
+        from functions.commands.terminal import OutputError
+
         if self.saved is not None:
             out, err = sys.stdout, sys.stderr
             sys.stdout, sys.stderr = self.saved
@@ -263,7 +267,7 @@ class _human_output:
                 if stream not in self.saved:
                     try:
                         stream.flush()
-                    except BrokenPipeError:  # stdout's reader went away: said by main
+                    except (BrokenPipeError, OutputError):  # stdout's reader went away, or a failed write: said by main
                         pass
         return False
 
@@ -318,12 +322,22 @@ def main(argv=None):
             raise
         return _needs_extra(args.command, missing_extra(exc))
     _sdk_logs(args)
+    if sys.stderr is None:  # started with stderr closed (2>&-): nowhere to say a problem, the exit code still does
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None:  # started with stdout closed (>&-): refused before anything is asked or changed
+        from functions.commands.terminal import error_lines
+
+        print("\n".join(error_lines("stdout is closed: nothing could be printed; run it with stdout open "
+                                     "(> /dev/null discards the output)")), file=sys.stderr)
+        return 2
     with _human_output(args):
         return _run(module, args)
 
 
 def _run(module, args):
     # type: (object, argparse.Namespace) -> int
+    from functions.commands.terminal import OutputError
+
     try:
         if args.command in PROFILE_REGION:
             from functions.commands.common import default_region
@@ -336,12 +350,13 @@ def _run(module, args):
     except KeyboardInterrupt:
         print("ack-mig-hook: interrupted", file=sys.stderr)
         return 130
+    except OutputError as exc:  # stdout could not be written (a full disk): one line, and nothing more to it
+        _discard_stdout()
+        return report(exc)
     except BrokenPipeError:
         # The reader went away (`... | head`): nothing more to say, and nothing must be written to the closed
         # pipe at exit either (Python's docs on SIGPIPE), so stdout points at /dev/null from here on.
-        import os
-
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _discard_stdout()
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
     except Exception as exc:  # the last line of defence: no traceback reaches a user
         if missing_extra(exc):  # an extra's module imported where the command needs it
@@ -349,6 +364,12 @@ def _run(module, args):
         if _debugging(args) and explained(exc)[0] is None:
             raise
         return _json_error(args, report(exc), exc)
+
+
+def _discard_stdout():
+    # type: () -> None
+    """stdout points at /dev/null from here on: what is still buffered, or printed at exit, cannot fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _json_error(args, code, exc):
@@ -365,8 +386,13 @@ def _json_error(args, code, exc):
             text = "%s needs the deploy extra; install it with: %s" % (args.command, INSTALL_EXTRA)
         elif code_known is None:
             text = "internal error: %s: %s" % (type(exc).__name__, text)
-        print(json.dumps({"error": escape(text), "exit_code": code}))
-        sys.stdout.flush()
+        from functions.commands.terminal import OutputError
+
+        try:
+            print(json.dumps({"error": escape(text), "exit_code": code}))
+            sys.stdout.flush()
+        except (BrokenPipeError, OutputError):  # the error is said on stderr already, with its code
+            _discard_stdout()
     return code
 
 

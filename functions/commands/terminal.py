@@ -123,11 +123,15 @@ def fail(text: str, code: int, as_json: bool = False) -> int:
     """Say an error (error_lines, on stderr) and return ``code``; with ``--json`` stdout gets the same text
     as an error object too, as kubectl -o json does, so a script reading stdout never parses plain text."""
     print("\n".join(error_lines(text)), file=sys.stderr)
-    if as_json:
+    if as_json and sys.stdout is not None:  # None: started with stdout closed (>&-), said on stderr alone
         import json
+        import os
 
-        print(json.dumps({"error": " ".join(text.split()), "exit_code": code}))
-        sys.stdout.flush()
+        try:
+            print(json.dumps({"error": " ".join(text.split()), "exit_code": code}))
+            sys.stdout.flush()
+        except (OSError, OutputError):  # stdout full or its reader gone: said on stderr, with its code
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return code
 
 
@@ -145,6 +149,38 @@ class Wrapped:
 
     def __getattr__(self, name):
         return getattr(self.stream, name)
+
+
+class OutputError(Exception):
+    """stdout could not be written: a full disk (``> /dev/full``), a descriptor that broke. Not a bug and not the
+    input: the command ran and its output was lost (exit 1). A reader that went away is BrokenPipeError, said
+    by main as 141."""
+
+    exit_code = 1
+
+
+class Guarded(Wrapped):
+    """stdout whose write errors are an :class:`OutputError` naming stdout, never an internal error (70) whose
+    traceback quotes a TextIOWrapper."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError("cannot write the output to stdout: %s" % (exc.strerror or exc)) from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError("cannot write the output to stdout: %s" % (exc.strerror or exc)) from None
 
 
 class Fitted(Wrapped):

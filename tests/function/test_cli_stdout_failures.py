@@ -1,0 +1,89 @@
+"""stdout that cannot be written, as an operator meets it: started closed (`>&-`), a full disk (`> /dev/full`),
+a reader gone before a `--json` error object. Each is one line on stderr with its exit code (2 before anything
+ran, 1 for output lost, the command's own code for an error already said), never an internal error (70) and
+never a traceback. Run as a person runs the command: a separate process."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.function.conftest import ROOT
+
+COMMANDS = [
+    ["version"],
+    ["profiles", "--gpu", "A100-SXM4-40GB"],
+    ["plan", "--gpu", "H200", "--size", "1g.18gb", "--json"],
+    ["status", "--inventory", "example:inventory", "-o", "yaml"],
+    ["convert", "--to-mig-parted", "3g.20gb-2g.10gb", "--gpu", "A100-SXM4-40GB"],
+]
+
+
+def run(args, stdout, tmp_path, stderr=subprocess.PIPE):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
+    env["HOME"] = str(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "functions.commands.main", *args], cwd=ROOT, env=env,
+                            stdout=stdout, stderr=stderr)
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, (err or b"").decode()
+
+
+def closed_stdout(args, tmp_path):
+    """`ack-mig-hook ... >&-`: the child starts with descriptor 1 closed (Python then sets sys.stdout None)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
+    env["HOME"] = str(tmp_path)
+    script = 'exec "$@" >&-'
+    proc = subprocess.run(["sh", "-c", script, "sh", sys.executable, "-m", "functions.commands.main", *args],
+                          cwd=ROOT, env=env, stderr=subprocess.PIPE, timeout=60)
+    return proc.returncode, proc.stderr.decode()
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_a_full_disk_is_one_line_exit_1(args, tmp_path):
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "w") as full:
+        code, err = run(args, full, tmp_path)
+    assert code == 1, err
+    assert err == "ack-mig-hook: error: cannot write the output to stdout: No space left on device\n"
+
+
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda a: " ".join(a[:2]))
+def test_a_closed_stdout_is_refused_before_the_command_runs(args, tmp_path):
+    code, err = closed_stdout(args, tmp_path)
+    assert code == 2, err
+    assert err.startswith("ack-mig-hook: error: stdout is closed: nothing could be printed")
+    assert "run it with stdout open (> /dev/null discards the output)" in " ".join(err.split())
+    assert "Traceback" not in err and len(err.splitlines()) <= 2
+
+
+def test_a_json_error_on_a_closed_or_full_stdout_keeps_its_code_and_one_line(tmp_path):
+    args = ["plan", "--gpu", "nope", "--size", "1g.5gb", "--json"]
+    code, err = closed_stdout(args, tmp_path)
+    assert code == 2 and err.startswith("ack-mig-hook: error: stdout is closed") and "Traceback" not in err
+    code, err = closed_stdout(["plan", "--bogus", "--json"], tmp_path)  # refused by the parser itself
+    assert code == 2 and err.startswith("ack-mig-hook: error:") and "Traceback" not in err
+    if os.path.exists("/dev/full"):
+        for argv in (args, ["plan", "--bogus", "--json"]):
+            with open("/dev/full", "w") as full:
+                code, err = run(argv, full, tmp_path)
+            assert code == 2 and err.startswith("ack-mig-hook: error:") and "Traceback" not in err, err
+
+
+def test_a_reader_gone_before_a_json_error_object_keeps_the_error_and_its_code(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "functions.commands.main", "plan", "--gpu", "nope", "--size",
+                             "1g.5gb", "--json"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=dict(os.environ, HOME=str(tmp_path)))
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 2
+    assert err.startswith("ack-mig-hook: error: unknown GPU 'nope'") and "Traceback" not in err
+
+
+def test_a_closed_stderr_keeps_the_exit_code(tmp_path):
+    env = dict(os.environ, HOME=str(tmp_path))
+    proc = subprocess.run(["sh", "-c", 'exec "$@" 2>&-', "sh", sys.executable, "-m", "functions.commands.main",
+                           "plan", "--gpu", "nope", "--size", "1g.5gb"], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, timeout=60)
+    assert proc.returncode == 2
