@@ -14,6 +14,7 @@ This module parses and dispatches; the commands are in :mod:`node_bootstrap.comm
 
 import argparse
 import json
+import os
 import signal
 import sys
 from typing import Any, Dict, List, Optional, Sequence
@@ -206,15 +207,36 @@ FILE_COMMANDS = {"install-boot-unit": cmd_install_boot_unit, "uninstall-boot-uni
 
 # --- output -------------------------------------------------------------------------------------
 
-def _emit(result, as_json):
-    # type: (Dict[str, Any], bool) -> None
-    if as_json:
-        sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
-    else:
-        text = human(result)
-        if text:
-            sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+def _emit(result, as_json, code):
+    # type: (Dict[str, Any], bool, int) -> int
+    """Print the result; the exit code: ``code``, or 141 when the reader of stdout went away (``| head``, as a
+    shell reports a writer SIGPIPE kills), or 1 for a result that could not be written (``> /dev/full``)
+    where the command itself succeeded. One line on stderr, never a traceback."""
+    try:
+        if as_json:
+            sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+        else:
+            text = human(result)
+            if text:
+                sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        return 141
+    except OSError as exc:
+        sys.stderr.write("node_bootstrap: error: cannot write the result to stdout: %s\n" % (exc.strerror or exc))
+        _discard_stdout()
+        return code or 1
+    return code
+
+
+def _discard_stdout():
+    # type: () -> None
+    """stdout points at /dev/null from here on: what is still buffered is dropped at exit, not failed again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _on_sigterm(signum, frame):
@@ -228,6 +250,12 @@ def _on_sigterm(signum, frame):
 def main(argv=None):
     # type: (Optional[List[str]]) -> int
     argv = list(sys.argv[1:] if argv is None else argv)
+    if sys.stderr is None:  # started with stderr closed (2>&-): nowhere to say a problem, the exit code still does
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None:  # started with stdout closed (>&-): no result could be printed, so nothing is done
+        sys.stderr.write("node_bootstrap: error: stdout is closed: no result could be printed; run it with stdout "
+                         "open (> /dev/null discards the result)\n")
+        return 2
     try:
         # Without a handler SIGTERM kills us without unwinding: clients stay stopped, the label pending.
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -266,5 +294,4 @@ def main(argv=None):
         code = 1
     if result.get("error"):
         sys.stderr.write(error_line(result) + "\n")
-    _emit(result, as_json)
-    return code
+    return _emit(result, as_json, code)
