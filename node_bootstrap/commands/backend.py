@@ -56,6 +56,11 @@ def open_backend(spec, sim_state=None, faults=None):
         parsed = parse_faults(faults)
     except FaultError as exc:
         raise BadInput(str(exc))
+    try:
+        import pynvml  # the simulator is a library under pynvml: nothing of it is written without pynvml
+    except ImportError:
+        raise NodeFailure("pynvml is not installed; install nvidia-ml-py (the simulator runs under it)",
+                          code="nvml-unavailable")
     if sim_state is None:  # no state file: a fresh node for this one command
         sim_state = os.path.join(tempfile.mkdtemp(prefix="ack-mig-sim-"), "state.json")
     store = SimStore(sim_state)
@@ -66,8 +71,6 @@ def open_backend(spec, sim_state=None, faults=None):
     if state.get("gpu") != model.key or state.get("count") != count:
         raise BadInput("--sim-state %s holds %s x %s, but --backend asks for %d x %s; use another state file"
                        % (sim_state, state.get("count"), state.get("gpu"), count, model.key))
-    import pynvml
-
     library = SimNvmlLibrary(store, parsed)
     library.install()
     return Backend("sim:%s:%d" % (model.key, count), pynvml, library)

@@ -279,9 +279,6 @@ def main(argv=None):
         result = {"command": command, "outcome": failure.outcome, "changes": 0,
                   "error": {"code": failure.code, "message": failure.message}}
         code = failure.exit_code
-        if command in READ_ONLY:  # nothing was attempted, so nothing failed: it could not be done
-            result.update(outcome="error")
-            del result["changes"]
     except (KeyboardInterrupt, Terminated) as exc:
         message = "interrupted by SIGTERM" if isinstance(exc, Terminated) else "interrupted (SIGINT)"
         result = {"command": command, "outcome": "failed", "changes": 0,
@@ -292,6 +289,9 @@ def main(argv=None):
         result = {"command": command, "outcome": "failed", "changes": 0,
                   "error": {"code": "internal-error", "message": message}}
         code = 1
+    if command in READ_ONLY and result.get("outcome") == "failed":  # nothing was attempted, so nothing failed:
+        result.update(outcome="error")                              # it could not be done
+        result.pop("changes", None)
     if result.get("error"):
         sys.stderr.write(error_line(result) + "\n")
     return _emit(result, as_json, code)

@@ -1,10 +1,15 @@
 """``python3 -m node_bootstrap`` whose stdout cannot take the result, as an operator meets it on a node: a reader
 gone (``... | head -1``), a full disk (``> /dev/full``), stdout closed (``>&-``). One line on stderr and an exit
-code that says so, never a Python traceback; a closed stdout is refused before anything is done."""
+code that says so, never a Python traceback; a closed stdout is refused before anything is done. And a read-only
+command says `error` whatever stopped it (a Python without pynvml, SIGTERM)."""
 
+import errno
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,3 +62,52 @@ def test_a_closed_stdout_is_refused_before_anything_is_done(tmp_path):
     assert err == ("node_bootstrap: error: stdout is closed: no result could be printed; run it with stdout open "
                    "(> /dev/null discards the result)\n")
     assert not os.path.exists(node.state)  # the simulated node was never even opened, let alone changed
+
+
+# --- read-only commands say `error`, whatever stopped them ------------------------------------------------------
+
+_NO_PYNVML = "import sys; sys.modules['pynvml'] = None; from node_bootstrap.commands.cli import main; sys.exit(main())"
+
+
+@pytest.mark.parametrize("argv", [["status"], ["plan", "--size", "1g.5gb"], ["apply", "--size", "1g.5gb"]])
+def test_the_simulator_without_pynvml_is_nvml_unavailable_and_writes_no_state(tmp_path, argv):
+    """The simulator on a Python without pynvml (the docs' commands run with a system python3) said
+    `internal error: ModuleNotFoundError` (the code for a bug), as `failed` for a read-only command, and had
+    written the simulated node's state file first."""
+    node = Node(tmp_path)
+    proc = subprocess.run([sys.executable, "-c", _NO_PYNVML] + node.args(*argv) + ["--json"], cwd=node.dir,
+                          env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          timeout=120)
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert proc.returncode == 1, proc.stderr
+    assert result["error"] == {"code": "nvml-unavailable",
+                               "message": "pynvml is not installed; install nvidia-ml-py (the simulator runs under it)"}
+    assert result["outcome"] == ("failed" if argv[0] == "apply" else "error")
+    assert not os.path.exists(node.state)
+
+
+def test_a_read_only_command_interrupted_says_error_not_failed(tmp_path):
+    """docs/node.md: read-only commands report a problem as `error`, never as `failed`; a plan stopped by
+    SIGTERM (here while it waits on a --request-file that is a FIFO nobody writes) said `failed`."""
+    node = Node(tmp_path)
+    fifo = str(tmp_path / "request.fifo")
+    os.mkfifo(fifo)
+    proc = node.popen("plan", "--request-file", fifo)
+    deadline = time.monotonic() + 60
+    while True:  # the plan has opened the FIFO for reading (so its SIGTERM handler is set) once this succeeds
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline or proc.poll() is not None:
+                raise AssertionError("the plan never opened its --request-file: %r" % (proc.communicate(),))
+            time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    # A SIGTERM that lands just before the read's system call leaves the read blocked with the handler pending
+    # (Python runs handlers between bytecodes): the FIFO's end of file returns the read, and the handler runs.
+    os.close(writer)
+    out, err = proc.communicate(timeout=60)
+    result = json.loads(out.splitlines()[-1])
+    assert proc.returncode == 1, err
+    assert result["error"]["code"] == "interrupted"
+    assert result["outcome"] == "error" and "changes" not in result
