@@ -275,7 +275,11 @@ def _print_autoscaler(runs, writes):
 def _private_base() -> str:
     """Where the simulated nodes' directories may live: the node runner refuses a node directory below one
     that others can write to (its StrictModes rule), so /tmp will not do. The temporary directory when its
-    whole path passes that rule (TMPDIR), else ~/.cache/ack-mig-hook (made 0700)."""
+    whole path passes that rule (TMPDIR), else the user's cache (``$XDG_CACHE_HOME`` or ``~/.cache``, its
+    ``ack-mig-hook`` folder made 0700) when that does; else a usage error saying how to give one (a HOME
+    under /tmp, as some CI containers set, failed deep inside the first node run)."""
+    from functions.base.settings import environment
+    from functions.commands.common import UsageError
     from functions.delivery.node_runner import unsafe
 
     def trusted(path: str) -> bool:
@@ -285,9 +289,14 @@ def _private_base() -> str:
 
     if trusted(tempfile.gettempdir()):
         return tempfile.gettempdir()
-    base = os.path.join(os.path.expanduser("~"), ".cache", "ack-mig-hook")
-    os.makedirs(base, mode=0o700, exist_ok=True)
-    return base
+    cache = environment().get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if trusted(cache):
+        base = os.path.join(cache, "ack-mig-hook")
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        return base
+    raise UsageError("the demo's simulated nodes need a directory no other user can write to, nor any folder "
+                     "above it; the temporary directory (%s) and the cache (%s) are not: set TMPDIR to one"
+                     % (tempfile.gettempdir()[:120], cache[:120]))
 
 
 def run(args):

@@ -265,3 +265,24 @@ def test_status_watch_runs_from_the_command_line(monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert code == 0 and out.count('"cluster_id"') == 1  # the snapshot never changes: one report
     assert len(clock.slept) == 4 and "watching" in err  # looks at 0, 30, 60, 90 and 120 s
+
+
+# ---- demo ----
+
+def test_the_demo_with_home_and_tmpdir_under_tmp_says_to_set_tmpdir_and_makes_nothing():
+    """The simulated nodes' directories must have no folder others can write to above them (the node
+    runner's rule), so neither /tmp nor a HOME under it will do, as some CI containers set it: the demo
+    stopped inside its first node run on a refusal that named a path cut short. It says so before it starts,
+    naming TMPDIR, and creates no cache folder."""
+    import tempfile
+
+    home = tempfile.mkdtemp(dir="/tmp")
+    try:
+        done = cli("demo", env={"HOME": home, "TMPDIR": "/tmp", "XDG_CACHE_HOME": ""})
+        assert done.returncode == 2, done.stdout + done.stderr
+        text = " ".join(done.stderr.split())
+        assert text.startswith("ack-mig-hook: error: the demo's simulated nodes need a directory") and \
+            "set TMPDIR to one" in text and "Traceback" not in done.stderr, done.stderr
+        assert os.listdir(home) == [] and done.stdout == ""
+    finally:
+        os.rmdir(home)
