@@ -132,8 +132,8 @@ def _decode_json(data, where):
     try:  # the reader rule (node_bootstrap/outside.py): bounded, shallow, finite
         return loads(data, where, MAX_REQUEST_BYTES, max_depth=6)
     except OutsideDataError as exc:
-        raise BadInput("%s; the accepted forms: %s or %s" % (exc, _V1_FORM, _V2_FORM) if not exc.syntax else
-                       "%s is not UTF-8 JSON" % where)
+        raise BadInput("%s; the accepted forms: %s or %s" % (exc if not exc.syntax else
+                                                             "%s is not UTF-8 JSON" % where, _V1_FORM, _V2_FORM))
 
 
 def spec_from_options(size=None, sequence=None, request_b64=None, request_file=None):

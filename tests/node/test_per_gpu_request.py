@@ -229,3 +229,15 @@ def test_a_per_gpu_apply_killed_between_an_instances_two_creates_is_finished_wha
     assert healed.rc == 0, healed.stderr
     assert "left" not in healed.json, healed.json.get("left")
     assert node.layout(0) == [(9, 0, 1), (9, 4, 1)]
+
+
+@pytest.mark.parametrize("text", ["", "not json", "{", "\\xff"])
+def test_a_request_that_is_no_json_names_the_accepted_forms(text):
+    """``--request-b64 ''`` said only "is not UTF-8 JSON": the refusal names the forms a request takes."""
+    from node_bootstrap.request import request_from_options
+
+    with pytest.raises(BadInput) as caught:
+        request_from_options(request_b64=__import__("base64").b64encode(text.encode("latin-1")).decode())
+    message = str(caught.value)
+    assert "\n" not in message and "is not UTF-8 JSON" in message and '"version": 1' in message and \
+        '"version": 2' in message, message
