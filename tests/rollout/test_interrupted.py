@@ -18,10 +18,14 @@ class Killed(BaseException):
 class Killer:
     """Counts mutating calls through the Kubernetes view and the transport; raises Killed after call k. A
     killed process writes nothing more: a write after the kill (a ``finally`` giving a claim back) raises
-    Killed before it reaches the API server, as SIGKILL or FC's timeout would have it."""
+    Killed before it reaches the API server, as SIGKILL or FC's timeout would have it. Every kind of write the
+    function makes is counted: node patches (merge and JSON patch), evictions, Events, Lease creates and
+    writes (the pool's, the plan marker's, and the run record's through its ``sibling`` client), the node
+    pool tags (``lookup``'s ``set_nodepool_tags``, ModifyClusterNodePool) and the apply on the node."""
 
-    def __init__(self, kube, transport, k):
-        self.kube, self.transport, self.k, self.calls = kube, transport, k, []
+    def __init__(self, kube, transport, k, calls=None):
+        self.kube, self.transport, self.k = kube, transport, k
+        self.calls = [] if calls is None else calls  # shared with a sibling client
         self.name = transport.name
 
     def _alive(self, what):
@@ -42,6 +46,29 @@ class Killer:
         self._count("patch %s %s" % (name, sorted(patch.get("spec", {}).items())))
         return out
 
+    def json_patch_node(self, name, operations):  # the startup taint's removal
+        self._alive("json patch %s" % name)
+        out = self.kube.json_patch_node(name, operations)
+        self._count("json patch %s" % name)
+        return out
+
+    def sibling(self, *args, **kwargs):  # the run record's short-deadline client: its writes count too
+        return Killer(self.kube.sibling(*args, **kwargs), self.transport, self.k, self.calls)
+
+    def lookup(self, lookup):
+        """``lookup`` (a cluster lookup) with its node pool tag writes counted."""
+        killer = self
+
+        class Counted:
+            def __getattr__(self, name):
+                return getattr(lookup, name)
+
+            def set_nodepool_tags(self, cluster_id, nodepool_id, tags):
+                killer._alive("tags %s" % nodepool_id)
+                lookup.set_nodepool_tags(cluster_id, nodepool_id, tags)
+                killer._count("tags %s" % nodepool_id)
+        return Counted()
+
     def evict(self, namespace, name):
         self._alive("evict %s" % name)
         self.kube.evict(namespace, name)
@@ -56,7 +83,9 @@ class Killer:
     def replace_lease(self, namespace, lease):  # a slot of the pool's budget taken or given back
         self._alive("lease")
         out = self.kube.replace_lease(namespace, lease)
-        self._count("lease %s" % lease["metadata"]["annotations"].get("ack-mig-hook/slots"))
+        notes = lease["metadata"].get("annotations") or {}
+        self._count("lease %s" % notes.get("ack-mig-hook/slots") if "ack-mig-hook/slots" in notes
+                    else "lease %s" % lease["metadata"]["name"])
         return out
 
     def create_event(self, event):
@@ -286,3 +315,169 @@ def test_a_dry_run_tick_says_it_would_end_a_stranded_record_and_writes_nothing(c
     assert len(said) == 1 and said[0].startswith("node %s: dry run: would end the record" % NAMES[0]), said
     assert cluster.annotation(NAMES[0])["step"] == rp.APPLYING
     assert cluster.api.nodes[NAMES[0]]["metadata"]["annotations"][rp.SCALE_DOWN_DISABLED] == "true"
+
+
+# ---- the auto pool's kill matrix: a tick that changes one running node and turns on a fresh one ----
+
+AUTO_FINAL = ("done", "failed", "destroy-required")
+
+
+def _auto_world(cluster):
+    """The same TLS API server, emptied and laid out again: auto-a (a running node, an idle 7g.40gb), auto-b
+    (fresh: the autoscaler just brought it, no MIG yet), auto-x (the pool's label, but ACK does not list it:
+    a forged stale record and the opt-out it says the hook set), four 3g.20gb pods waiting: auto-a serves
+    two, a fresh node the other two. Returns the lookup (pool tags writable) and auto-x as it was."""
+    import copy
+
+    from tests.rollout.conftest import CLUSTER, POOL
+    from tests.rollout.test_auto_overlap import Writable
+    from tests.rollout.test_auto_rollout import add_auto_nodes, waiting
+    from functions.decision import waves as rp
+
+    api = cluster.api
+    with api.lock:
+        for table in (api.nodes, api.pods, api.events, api.leases):
+            table.clear()
+    cluster.now[0] = 1000.0
+    add_auto_nodes(api, ["auto-a"])
+    api.add_node("auto-b", labels={"alibabacloud.com/nodepool-id": POOL,
+                                   "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                   "aliyun.accelerator/nvidia_count": "1"}, capacity={"nvidia.com/gpu": "1"})
+    stale = json.dumps({"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "x", "expires": 1.0,
+                        "drain": False, "autoscaler": True})
+    api.add_node("auto-x", labels={"alibabacloud.com/nodepool-id": POOL},
+                 annotations={rp.PROGRESS_ANNOTATION: stale, rp.SCALE_DOWN_DISABLED: "true"})
+    waiting(api, 4)
+    lookup = Writable.from_dict({
+        "cluster_id": CLUSTER,
+        "nodepools": [{"nodepool_info": {"nodepool_id": POOL, "name": "auto"},
+                       "kubernetes_config": {"labels": [{"key": "ack-mig-hook/layout", "value": "auto"}]},
+                       "auto_scaling": {"enable": True},
+                       "scaling_group": {"scaling_group_id": "asg-1", "instance_types": ["ecs.ebmgn7.26xlarge"]}}],
+        "nodes": [{"instance_id": "i-%s" % n, "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge",
+                   "nodepool_id": POOL, "state": "running", "ip_address": ["10.0.1.%d" % i]}
+                  for i, n in enumerate(["auto-a", "auto-b"], 1)]})
+    return lookup, copy.deepcopy(api.nodes["auto-x"])
+
+
+def _auto_tick(cluster, lookup, transport, k=10 ** 6, event=None):
+    """One auto pool tick (or ``event``) as FC runs it (the run record written at its end), every write
+    through a Killer."""
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.pipeline.event import run_event
+    from tests.rollout.test_auto_rollout import TICK
+
+    killer = Killer(cluster.kube, transport, k)
+    settings = load_settings(dict(cluster.settings_env, ACK_MIG_AUTOSCALER_TAGS="on"))
+    try:
+        run_event(event or TICK, settings, inventory=killer.lookup(lookup), logger=JsonLogger("OFF"), kube=killer,
+                  executor=DeliveryExecutor.from_settings(settings, transport=killer), record=True)
+    except Killed:
+        return killer.calls, True
+    return killer.calls, False
+
+
+def _end_state(cluster, lookup):
+    from tests.rollout.conftest import CLUSTER
+
+    nodes = {n: (o["metadata"].get("annotations", {}).get("ack-mig-hook/gpu-layouts"),
+                 o["metadata"]["labels"].get("nvidia.com/mig.config.state"), o["status"].get("allocatable"))
+             for n, o in cluster.api.nodes.items()}
+    (pool,) = lookup.nodepools(CLUSTER)
+    return nodes, dict(pool.tags)
+
+
+def check_auto_converged(cluster, lookup, transport, stranger, where):
+    """The one invariant of an auto pool after any kill and the ticks that follow it until quiet."""
+    from functions.decision import budget as pb, claim_rules as pc, coalesce as co, waves as rp
+    from tests.rollout.test_auto_rollout import LEASE
+
+    api, now = cluster.api, cluster.now[0]
+    for name in ("auto-a", "auto-b"):
+        record = cluster.annotation(name)
+        assert record is None or record["step"] in AUTO_FINAL, (where, name, record)
+        # no run holds a node now: no scale-down opt-out of the hook's is left on one
+        assert rp.SCALE_DOWN_DISABLED not in api.nodes[name]["metadata"].get("annotations", {}), (where, name)
+    for (namespace, lease_name), lease in api.leases.items():
+        notes = lease["metadata"].get("annotations") or {}
+        held = [n for n, s in pb.read_slots(notes.get(pb.SLOTS_ANNOTATION)).items() if s.expires > now]
+        assert not held, (where, lease_name, "slots held", held)
+        claim = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION))
+        assert claim is None or claim.expires <= now, (where, lease_name, "planning claim", claim)
+        marker = co.read_marker(notes.get(co.MARKER_ANNOTATION), now, 10 ** 6)
+        assert not marker.holder or marker.until <= now, (where, lease_name, "plan marker", marker)
+    assert LEASE in api.leases, where
+    # the plan's end state: each waiting pod's instance exists (two 3g.20gb on each node)
+    total = sum(int((api.nodes[n]["status"].get("allocatable") or {}).get("nvidia.com/mig-3g.20gb", 0))
+                for n in ("auto-a", "auto-b"))
+    assert total >= 4, (where, {n: api.nodes[n]["status"].get("allocatable") for n in api.nodes})
+    # no node applied more than needed: each once, whichever run sent it
+    sent = [n for n, _ in transport.requests]
+    assert sorted(sent) == ["auto-a", "auto-b"], (where, sent)
+    # nothing written to a node ACK does not list in the pool
+    assert api.nodes["auto-x"] == stranger, where
+
+
+def _same(call):  # a write's label without the invocation's id
+    import re
+
+    return re.sub(r'"owner": "[0-9a-f]+"', '"owner": ...', call)
+
+
+def _until_quiet(cluster, lookup, transport, where, ticks=4):
+    """Ticks a minute apart until one writes nothing but its planning claim and the run record (a rerun on
+    nodes that are already right changes nothing); at most ``ticks``."""
+    for _ in range(ticks):
+        writes = [c for c in _auto_tick(cluster, lookup, transport)[0] if not c.startswith(("lease", "create lease"))]
+        cluster.now[0] += 60
+        if not writes:
+            return
+    raise AssertionError((where, "no quiet tick", writes))
+
+
+@pytest.mark.parametrize("trigger", ["tick", "pod event"])
+def test_an_auto_tick_or_pod_event_killed_after_every_write_converges(cluster, trigger):
+    """etcd's robustness idea for the auto pool's tick and a pod event's round: a failpoint after every write
+    (the plan marker, the planning claim, the pool tags, the fresh node's MIG turn-on, the node's record, its
+    Events, the budget slot, the apply, the claim's release with the change marks, the marker's round end,
+    the run record); a killed run writes nothing more. After the killed run's leases, ticks run until one
+    changes nothing, and one checker holds: records final, no opt-out, slot, claim or marker left held, the
+    pods' instances made, each node applied once, the stranger untouched, and the end state (layouts, pool
+    tags) that of a run never killed."""
+    from tests.delivery.test_pod_events import pod_event
+    from tests.rollout.conftest import CLUSTER
+    from tests.rollout.test_auto_overlap import FreshAndPerGpu
+
+    event = pod_event("llm", "serve-0", cluster=CLUSTER) if trigger == "pod event" else None
+    lookup, stranger = _auto_world(cluster)
+    transport = FreshAndPerGpu(cluster.api)
+    del cluster.api.requests[:]
+    calls, killed = _auto_tick(cluster, lookup, transport, event=event)
+    assert not killed
+    # every write the API server took was a kill point: none went round the Killer (a 409 changed nothing)
+    sent = ["%s %s" % (r.method, r.path) for r in cluster.api.requests if r.method != "GET" and r.status < 400]
+    assert len(sent) == len([c for c in calls if not c.startswith(("apply", "tags"))]), (sent, calls)
+    cluster.now[0] += 600
+    _until_quiet(cluster, lookup, transport, "never killed")
+    check_auto_converged(cluster, lookup, transport, stranger, "never killed")
+    reference = _end_state(cluster, lookup)
+    kinds = " | ".join(calls)
+    for kind in ("create lease ack-mig-hook-pool-", "tags ", "apply auto-b", "apply auto-a", "patch auto-a",
+                 "event MigRolloutNoDrain", "event MigRolloutDone", "lease ack-mig-hook-last-run"):
+        assert kind in kinds, (kind, calls)
+    points = []
+    for k in range(1, len(calls) + 1):
+        lookup, stranger = _auto_world(cluster)
+        transport = FreshAndPerGpu(cluster.api)
+        done, killed = _auto_tick(cluster, lookup, transport, k, event)
+        assert killed and _same(done[-1]) == _same(calls[k - 1]), (k, done, calls)
+        where = "killed after write %d (%s)" % (k, done[-1])
+        points.append(where)
+        cluster.now[0] += 600  # the next timer, within the killed run's leases: it must not change a node twice
+        _auto_tick(cluster, lookup, transport)
+        assert sorted(n for n, _ in transport.requests) in (["auto-a", "auto-b"], ["auto-b"], []), where
+        cluster.now[0] += 2 * 3600  # past the killed run's leases: FC has ended it
+        _until_quiet(cluster, lookup, transport, where)
+        check_auto_converged(cluster, lookup, transport, stranger, where)
+        assert _end_state(cluster, lookup) == reference, where
+    assert len(points) >= 12, points
