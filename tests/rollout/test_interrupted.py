@@ -291,6 +291,29 @@ def test_a_stranded_auto_record_on_a_node_ack_does_not_list_in_the_pool_is_left_
 
 
 @pytest.mark.parametrize("pods", [0, 2], ids=["idle", "planning"])
+def test_a_stranded_auto_record_of_a_paused_pool_waits_until_it_resumes(cluster, pods):
+    """docs/operations.md: a paused pool's stranded records wait until it resumes (a pause starts nothing, and
+    ending a record lifts the node's scale-down opt-out); the first tick after the pause ends them."""
+    from functions.decision import waves as rp
+    from tests.rollout.test_auto_rollout import NAMES, PerGpuNodes, add_auto_nodes, inventory, tick, waiting
+
+    add_auto_nodes(cluster.api, NAMES[:1])
+    waiting(cluster.api, pods)
+    record = json.dumps({"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "x", "expires": 1.0,
+                         "drain": False, "autoscaler": True})
+    cluster.api.nodes[NAMES[0]]["metadata"]["annotations"].update(
+        {rp.PROGRESS_ANNOTATION: record, rp.SCALE_DOWN_DISABLED: "true"})
+    tick(cluster, PerGpuNodes(cluster.api), lookup=inventory(pool_labels={"ack-mig-hook/paused": "true"},
+                                                             names=NAMES[:1]))
+    assert cluster.annotation(NAMES[0])["step"] == rp.APPLYING
+    assert cluster.api.nodes[NAMES[0]]["metadata"]["annotations"][rp.SCALE_DOWN_DISABLED] == "true"
+    cluster.now[0] += 60
+    tick(cluster, PerGpuNodes(cluster.api), lookup=inventory(names=NAMES[:1]))
+    assert cluster.annotation(NAMES[0])["step"] == rp.DONE
+    assert rp.SCALE_DOWN_DISABLED not in cluster.api.nodes[NAMES[0]]["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("pods", [0, 2], ids=["idle", "planning"])
 def test_a_dry_run_tick_says_it_would_end_a_stranded_record_and_writes_nothing(cluster, pods):
     """A dry run writes nothing, so its log must not say a stranded record was ended: it said "a later tick
     ended the record" while the node still read `applying` (and `status` pending)."""
