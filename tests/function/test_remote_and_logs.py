@@ -262,3 +262,25 @@ def test_logs_keeps_only_the_lines_whose_field_is_the_value_given(store, argv, t
     assert [line["time"] for line in doc["lines"]] == times
     # what SLS answered that query: the gpu-a line, whatever the case asked, and x/req-2 for req-2
     assert _matcher(doc["query"])({"node_name": "gpu-a", "outcome": "failed", "request_id": "x/req-2"})
+
+
+def test_logs_reads_at_most_5000_lines_a_command_however_many_the_search_finds(store):
+    """docs/cli.md: SLS's search only narrows what is read, at most 5,000 lines a command. Lines the search
+    finds and a filter drops (``GPU-A`` for ``--node gpu-a``) count: the command stops reading there (50 calls),
+    never pages through the whole logstore for lines it would not show."""
+    from functions.commands.sls_logs import MAX_SCAN
+
+    sls, env = store
+    now = int(__import__("time").time())
+    sls.add("my-sls-project", "ack-mig-hook", now - 50, {"time": "T-50s", "level": "INFO", "message": "node result",
+                                                         "node_name": "gpu-a", "outcome": "failed"})
+    for i in range(MAX_SCAN + 50):
+        sls.add("my-sls-project", "ack-mig-hook", now - 40, {"time": "T-40s", "level": "INFO",
+                                                             "message": "node result", "node_name": "GPU-A"})
+    before = len(sls.requests)
+    done = cli(env, "logs", "-o", "json", "--node", "gpu-a")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["lines"] == []  # the gpu-a line is past the 5,000 read
+    bodies = [r["body"] for r in sls.requests[before:]]
+    assert MAX_SCAN == 5000 and sum(b["line"] for b in bodies) == MAX_SCAN and len(bodies) == 50, \
+        [(b["offset"], b["line"]) for b in bodies][-3:]
