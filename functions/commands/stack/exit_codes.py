@@ -33,9 +33,11 @@ EXIT_PIPE = 141  # 128 + SIGPIPE
 EXIT_CODES: Tuple[Tuple[int, str], ...] = (
     (EXIT_OK, "done (doctor: no PROBLEM; deploy --dry-run: the plan was computed)"),
     (EXIT_FAILED, "the operation ran and failed: a stack that ended failed or rolled back, a node that failed, "
-                  "a doctor PROBLEM, a package that cannot be built, a cloud API that kept failing"),
+                  "a doctor PROBLEM, a package that cannot be built, a cloud API that kept failing; its output "
+                  "could not be written (> /dev/full)"),
     (EXIT_USAGE, "usage or input: an option, argument, file, setting or template parameter is wrong or missing, "
-                 "no credentials were found, a confirmation was refused or cannot be asked"),
+                 "no credentials were found, a confirmation was refused or cannot be asked, stdout is closed "
+                 "(>&-); an API nothing answers at, found by the first connection"),
     (EXIT_STRICT, "invoke --strict: a decision ended error or a node failed"),
     (EXIT_CREDENTIALS, "the cloud refused the credentials: unknown access key, wrong secret, missing or expired "
                        "STS token"),
