@@ -17,13 +17,14 @@ import os
 import re
 import shutil
 import typing
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import BadInput
 from .jsonfile import read_json, write_json
 
 DEFAULT_CLIENTS = ("manifest:/etc/kubernetes/manifests/nvidia-device-plugin.yml", "systemd:dcgm-exporter",
                    "systemd:nvidia-dcgm")
+MAX_RECORDED = 64  # clients a record names at most: a run has a few; more is no record of ours
 _UNIT = re.compile(r"^[A-Za-z0-9@_.:\-]{1,200}\Z")
 
 Runner = Callable[[List[str]], Tuple[int, str]]
@@ -44,14 +45,26 @@ def parse_clients(text):
     clients = []  # type: List[Client]
     for item in [x.strip() for x in text.split(",") if x.strip()]:
         kind, _, target = item.partition(":")
-        if kind == "systemd" and _UNIT.match(target) and not target.startswith("-"):
-            clients.append(Client(kind, target))
-        elif kind == "manifest" and target.startswith("/") and "\n" not in target:
-            clients.append(Client(kind, os.path.normpath(target)))
-        else:
+        client = _client(kind, target)
+        if client is None:
             raise BadInput("bad --clients item %r; use systemd:UNIT or manifest:/absolute/path, comma-separated"
                            % item[:60])
+        clients.append(client)
     return clients
+
+
+def _client(kind, target):
+    # type: (object, object) -> Optional[Client]
+    """The client ``kind:target`` names, or None when it is not one ``--clients`` accepts: a unit name that
+    is no systemctl option, or an absolute manifest path of one line."""
+    if not isinstance(kind, str) or not isinstance(target, str):
+        return None
+    if kind == "systemd" and _UNIT.match(target) and not target.startswith("-"):
+        return Client(kind, target)
+    if kind == "manifest" and target.startswith("/") and "\n" not in target and "\0" not in target and \
+            len(target) <= 4096:
+        return Client(kind, os.path.normpath(target))
+    return None
 
 
 class ClientControl(object):
@@ -78,10 +91,17 @@ class ClientControl(object):
 
     def _load(self, path=None):
         # type: (str) -> List[Client]
-        try:
-            return [Client(k, t) for k, t in read_json(path or self.record) or []]
-        except (ValueError, TypeError):  # not a list of pairs: nothing we recorded
-            return []
+        """The clients a record names. A record that is no list, and an entry that is not a pair naming a
+        client ``--clients`` would accept (a unit that is a systemctl option, a relative path, a number, an
+        object), is nothing this tool wrote: read as absent, each entry alone, so one bad entry neither
+        fails the run nor drops the clients the others name."""
+        doc = read_json(path or self.record)
+        out = []  # type: List[Client]
+        for item in (doc if isinstance(doc, list) else [])[:MAX_RECORDED]:
+            client = _client(*item) if isinstance(item, list) and len(item) == 2 else None
+            if client is not None and client not in out:
+                out.append(client)
+        return out
 
     def check_queued(self):
         # type: () -> List[str]
@@ -89,7 +109,7 @@ class ClientControl(object):
         stopped since) and no one said so. Returns a problem line for each and records it as stopped, so this
         run starts it again at its end and says whether that worked. At boot the note is the last boot's
         queue, of no meaning now: dropped."""
-        queued = self._load(self.queued_record)
+        queued = [c for c in self._load(self.queued_record) if c.kind == "systemd"]  # all a boot run queues
         if not queued:
             return []
         problems = []  # type: List[str]

@@ -1,0 +1,79 @@
+"""The stopped-clients and queued-clients records under the reader rule (node_bootstrap/outside.py): whatever
+the files in the state directory hold, an entry that is not a client ``--clients`` accepts reads as absent, alone,
+and never reaches systemctl or a file move (host/clients.py)."""
+
+import json
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from node_bootstrap.host.clients import ClientControl, parse_clients
+
+GOOD = ["systemd", "dcgm-exporter.service"]
+HOSTILE = [
+    {"systemd": "dcgm-exporter.service"},  # an object: its keys are no pairs
+    ["systemd", {"x": 1}], ["systemd", ["a"]], [["a"], "b"], [1, 2], ["systemd", 5], ["systemd", None],
+    "ab",  # a two-letter string unpacked into a kind and a target
+    ["systemd", "--root=/tmp/x"], ["systemd", "-H"],  # a systemctl option, not a unit
+    ["manifest", "relative/path.yml"], ["manifest", "/etc/x\ny"], ["manifest", "/" + "x" * 100000],
+    ["other", "dcgm-exporter.service"], ["systemd", "a b"], ["systemd", ""], None, 1e300, True,
+    ["systemd", "dcgm-exporter.service", "extra"],
+]
+
+
+def _control(tmp_path, record, queued, at_boot=False):
+    for name, doc in (("stopped-clients.json", record), ("queued-clients.json", queued)):
+        if doc is not None:
+            (tmp_path / name).write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return (3, "inactive") if "is-active" in argv else (0, "")
+    return ClientControl(parse_clients(""), run, str(tmp_path), lambda line: None, at_boot=at_boot), calls
+
+
+@pytest.mark.parametrize("bad", HOSTILE, ids=range(len(HOSTILE)))
+def test_a_record_entry_that_names_no_client_is_absent_and_the_others_are_read(tmp_path, bad):
+    """Before: a pair holding an object or a list raised TypeError (unhashable) and a number AttributeError,
+    out of the apply before its run (the check of the queue runs first); an object or a two-letter string was
+    read as the client ``a:b``; ``--root=/tmp/x`` reached ``systemctl start`` as an option; and one entry that
+    was not a pair (null) dropped every client the record named."""
+    control, calls = _control(tmp_path, [bad, GOOD], [bad, GOOD])
+    problems = control.check_queued()
+    assert problems == ["systemd:dcgm-exporter.service, queued to start at boot, is inactive; starting it again"]
+    stopped = control.stop()
+    assert [str(c) for c in stopped] == ["systemd:dcgm-exporter.service"]
+    assert control.start(stopped) == []
+    assert calls == [["systemctl", "is-active", "dcgm-exporter.service"],
+                     ["systemctl", "start", "dcgm-exporter.service"]]
+
+
+def test_a_queued_record_names_units_only_and_a_record_is_bounded(tmp_path):
+    """A manifest in the queue is none a boot run wrote (it queues units): never given to ``systemctl
+    is-active``. A record of thousands of entries is not one a run of a few clients wrote: 64 are read."""
+    many = [["systemd", "u%d.service" % n] for n in range(5000)]
+    control, calls = _control(tmp_path, many, [["manifest", "/etc/kubernetes/manifests/x.yml"]])
+    assert control.check_queued() == [] and calls == []
+    assert len(control.stop()) == 64
+
+
+@settings(max_examples=200)
+@given(st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
+                              st.text(max_size=12), st.sampled_from(["systemd", "manifest", "-x", "/a"])),
+                    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                            st.dictionaries(st.text(max_size=4), inner, max_size=3)),
+                    max_leaves=12))
+@example([["systemd", {"x": 1}]])
+@example(["ab"])
+def test_any_json_in_the_records_reads_as_clients_parse_clients_would_accept(tmp_path_factory, doc):
+    tmp_path = tmp_path_factory.mktemp("records")
+    control, calls = _control(tmp_path, doc, doc)
+    control.check_queued()
+    stopped = control.stop()
+    control.start(stopped)
+    for client in stopped:
+        assert parse_clients(str(client)) == [client]
+    for argv in calls:
+        assert argv[0] == "systemctl" and not argv[-1].startswith("-") and all(isinstance(a, str) for a in argv)
