@@ -135,8 +135,10 @@ NODE_PARTS = {
     "node_bootstrap.errors": (),
     "node_bootstrap.request": ("node_bootstrap.mig", "node_bootstrap.errors", "node_bootstrap.outside"),
     "node_bootstrap.driver": ("node_bootstrap.mig", "node_bootstrap.errors", "node_bootstrap.outside"),
-    "node_bootstrap.host": ("node_bootstrap.mig", "node_bootstrap.outside") + NODE_SHARED,
-    "node_bootstrap.kube": ("node_bootstrap.mig", "node_bootstrap.errors", "node_bootstrap.outside"),
+    "node_bootstrap.localfile": (),
+    "node_bootstrap.host": ("node_bootstrap.mig", "node_bootstrap.outside", "node_bootstrap.localfile") + NODE_SHARED,
+    "node_bootstrap.kube": ("node_bootstrap.mig", "node_bootstrap.errors", "node_bootstrap.outside",
+                            "node_bootstrap.localfile"),
 }
 
 

@@ -29,7 +29,7 @@ from ..request import GpuLayouts, request_document
 from . import holdersunit
 from .runner import last_line
 from .unitfile import (BUNDLE_ENV, RUNNER_NAME, BundleOrigin, bundle_origin, check_values,  # noqa: F401 - re-exported
-                       package_parent, quote, runner_argv, write_if_changed)
+                       package_parent, quote, read_text, runner_argv, write_if_changed)
 
 UNIT_NAME = "ack-mig-hook.service"
 UNIT_DIR = "/etc/systemd/system"
@@ -120,11 +120,7 @@ def _unit_path(root, name):
 def _differs(path, text):
     # type: (str, str) -> bool
     """Whether ``write_if_changed(path, text)`` would write (the file is missing, unreadable or other)."""
-    try:
-        with open(path) as fh:
-            return fh.read() != text
-    except (IOError, OSError):
-        return True
+    return read_text(path) != text
 
 
 def _caller(runner, commands, errors):
@@ -218,11 +214,7 @@ def stale(spec, root="/"):
     if not os.path.lexists(on_disk_unit):
         return ""
     on_disk_request = os.path.join(root, CONFIG_DIR.lstrip("/"), REQUEST_NAME)
-    try:
-        with open(on_disk_request) as handle:
-            held = handle.read(1 << 20)
-    except (IOError, OSError):
-        held = None
+    held = read_text(on_disk_request)
     if held == request_document(spec):
         return ""
     return ("the boot unit %s from an earlier apply re-applies %s at every boot, not this request: pass "

@@ -3,8 +3,10 @@ stand-ins): read as "nothing" when missing or unreadable, written whole or not a
 
 import json
 import os
+import typing
 from typing import Any
 
+from ..localfile import read_file
 from ..outside import OutsideDataError, loads
 
 MAX_STATE_BYTES = 1 << 20  # a record of a few clients or GPUs: far below this
@@ -12,12 +14,21 @@ MAX_STATE_BYTES = 1 << 20  # a record of a few clients or GPUs: far below this
 
 def read_json(path):
     # type: (str) -> Any
-    """The document, or None when the file is missing or does not pass the reader rule (outside.py)."""
+    """The document, or None when the file is missing, no regular file, or does not pass the reader rule
+    (outside.py)."""
     try:
-        with open(path, "rb") as fh:
-            return loads(fh.read(MAX_STATE_BYTES + 1), path, MAX_STATE_BYTES)
+        return loads(read_file(path, MAX_STATE_BYTES), path, MAX_STATE_BYTES)  # a FIFO: None, not a wait
     except (IOError, OSError, OutsideDataError):
         return None
+
+
+def open_new(path):
+    # type: (str) -> typing.TextIO
+    """``path`` created anew for writing: whatever was there (a killed run's leftover) is removed first, so a
+    FIFO there cannot block the write and a symlink is not written through."""
+    if os.path.lexists(path):
+        os.remove(path)
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w")
 
 
 def write_json(path, doc, **dump_args):
@@ -28,7 +39,7 @@ def write_json(path, doc, **dump_args):
     if directory and not os.path.isdir(directory):
         os.makedirs(directory)
     tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
+    with open_new(tmp) as fh:
         json.dump(doc, fh, **dump_args)
         fh.flush()
         os.fsync(fh.fileno())

@@ -18,6 +18,8 @@ import zlib
 from typing import List, Optional
 
 from ..errors import BadInput
+from ..localfile import read_file
+from .jsonfile import open_new
 
 # Written by the node runner (functions/delivery/node_runner.py) into node_bootstrap's environment: the
 # bundle directory it has just checked, ROOT/bundles/HASH. The runner is that bundle's top-level member.
@@ -101,19 +103,29 @@ def check_values(values, what="boot unit option"):
                            "control characters" % (what, value[:60], bad[0]))
 
 
+MAX_UNIT_FILE_BYTES = 1 << 20  # a unit file or a request file of ours: a few KB
+
+
+def read_text(path):
+    # type: (str) -> Optional[str]
+    """The text of the regular file at ``path``; None when it is missing, unreadable, not UTF-8, larger than
+    any file of ours, or no regular file (a FIFO there would block the open until someone wrote to it)."""
+    try:
+        data = read_file(path, MAX_UNIT_FILE_BYTES)
+        return data.decode("utf-8") if len(data) <= MAX_UNIT_FILE_BYTES else None
+    except (IOError, OSError, UnicodeDecodeError):
+        return None
+
+
 def write_if_changed(path, text, mode=0o644):
     # type: (str, str, int) -> bool
-    try:
-        with open(path) as fh:
-            if fh.read() == text:
-                return False
-    except (IOError, OSError):
-        pass
+    if read_text(path) == text:
+        return False
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
         os.makedirs(directory)
     tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
+    with open_new(tmp) as fh:
         fh.write(text)
         # on disk before the rename, as jsonfile.write_json: the request file is written just before a reboot
         # a reboot-required apply asks for, and a power loss must leave the old file or the new, never half

@@ -39,6 +39,7 @@ import re
 import typing
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
+from ..localfile import read_file
 from ..outside import depth
 
 DEFAULT_CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
@@ -191,8 +192,7 @@ def read_checkpoint(path):
     """The allocations in the file at ``path``; unknown (with the reason) when it is missing, unreadable,
     too large or not kubelet's format. Never raises."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_CHECKPOINT_BYTES + 1)
+        data = read_file(path, MAX_CHECKPOINT_BYTES)  # a FIFO or a device: refused at once, never waited on
     except (IOError, OSError) as exc:
         return unknown("kubelet's device checkpoint %s cannot be read (%s)" % (path, exc.strerror or exc))
     try:
@@ -207,8 +207,7 @@ def checkpoint_signature(path):
     cannot be read. Equal signatures mean the same allocations (kubelet replaces the whole file at every
     write: a temporary file renamed over it). Never raises."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_CHECKPOINT_BYTES + 1)
+        data = read_file(path, MAX_CHECKPOINT_BYTES)  # a FIFO or a device: refused at once, never waited on
     except (IOError, OSError) as exc:
         return "unreadable: %s" % (exc.strerror or exc.__class__.__name__)
     return "sha256:" + hashlib.sha256(data).hexdigest()

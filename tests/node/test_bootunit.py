@@ -500,3 +500,38 @@ def test_a_client_whose_queued_start_failed_after_the_boot_run_is_reported_by_th
     node._sim_systemd().save(state)
     healed = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--device-plugin-restart", "none")
     assert healed.rc == 0 and "client_problems" not in healed.json and node.unit_active("dcgm-exporter.service")
+
+
+class _Blocked(Exception):
+    pass
+
+
+@pytest.mark.parametrize("where", ["etc/ack-mig-hook/request.json", "etc/systemd/system/ack-mig-hook.service",
+                                   "etc/ack-mig-hook/enable-pending", "etc/ack-mig-hook/request.json.tmp"])
+def test_a_fifo_where_a_boot_unit_file_is_expected_is_replaced_not_waited_on(tmp_path, where):
+    """A FIFO at the request, the unit, the enable-pending marker or a leftover temporary file: install opened
+    it to compare or to write, and waited for a writer (or a reader) for good; the apply holding the node lock
+    with it. Now a file that is no regular file differs from the one wanted, and is replaced."""
+    import signal
+
+    from node_bootstrap.mig import PartitionSpec
+
+    root = str(tmp_path)
+    fifo = os.path.join(root, where)
+    os.makedirs(os.path.dirname(fifo))
+    os.mkfifo(fifo)
+
+    def blocked(signum, frame):
+        raise _Blocked(where)
+    old = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(10)
+    try:
+        result = bootunit.install(PartitionSpec("sequence", "7g.80gb"), root, runner=lambda argv: (0, ""))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert result.errors == [] and result.changed
+    assert bootunit.stale(PartitionSpec("sequence", "7g.80gb"), root) == ""
+    for name in ("etc/ack-mig-hook/request.json", "etc/systemd/system/ack-mig-hook.service"):
+        assert os.path.isfile(os.path.join(root, name))
+    assert not os.path.lexists(os.path.join(root, "etc/ack-mig-hook/enable-pending"))

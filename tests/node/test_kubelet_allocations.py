@@ -264,3 +264,36 @@ def test_an_index_id_never_moves_a_pods_holding_onto_another_instance(tmp_path):
     assert res.rc == 0, res.stderr
     assert (14, 2, 1) in node.layout(0), node.layout(0)  # 2g.10gb (profile 14) at 2, its compute instance
     assert res.json["left"][0]["gpu"] == 0
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+def test_a_checkpoint_or_state_file_that_is_no_regular_file_is_unknown_at_once(tmp_path, kind):
+    """A FIFO where kubelet's checkpoint (or the stopped-clients record) is expected: the apply waited in
+    open() for a writer, for good (the boot unit's runner killed it after its timeout, the GPUs unchanged).
+    A directory or a device is unknown too, said in one line, and the apply goes on with its adds."""
+    node = Node(tmp_path, count=2)
+    lay_out(node, [[("3g.20gb", 0), ("3g.20gb", 4)], [("3g.20gb", 0)]])
+    path = os.path.join(str(tmp_path), "checkpoint")
+    if kind == "fifo":
+        os.mkfifo(path)
+        os.makedirs(os.path.join(node.dir, "var"))
+        os.mkfifo(os.path.join(node.dir, "var", "stopped-clients.json"))
+    elif kind == "directory":
+        os.makedirs(path)
+    else:
+        path = "/dev/zero"
+    before = node.layout(0)
+    doc = per_gpu((0, [("3g.20gb", 0), ("2g.10gb", 4)]), (1, [("3g.20gb", 0), ("3g.20gb", 4)]))
+    proc = node.popen("apply", "--request-b64", b64(doc), "--kubelet-checkpoint", path)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    res = json.loads(out)
+    assert proc.returncode == 0 and res["outcome"] == "success", err
+    assert node.layout(0) == before and node.layout(1) == [(9, 0, 1), (9, 4, 1)]
+    assert res["left"][0]["why"].startswith("allocations unknown (kubelet's device checkpoint %s cannot be read "
+                                            "(not a regular file but a" % path), res["left"]
+    assert "Traceback" not in err
