@@ -91,6 +91,7 @@ def gather(args) -> Dict[str, Any]:
     if args.kubeconfig:
         from functions.kube.client import KubeApi
         from functions.kube.demand import pending_pods, pods_on, slim
+        from functions.kube.supply import list_pool_nodes
 
         from functions.rollout.plan_claim import dwell_for_advice
 
@@ -101,7 +102,7 @@ def gather(args) -> Dict[str, Any]:
         reachable(load_kubeconfig(args.kubeconfig).server)  # one line naming it, as invoke and status say it
         api = common.one_deadline(KubeApi.from_file(args.kubeconfig))
         try:
-            nodes = api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id))
+            nodes = list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool.nodepool_id))
             pending = pending_pods(api)
             by_node = pods_on(api, [(n.get("metadata") or {}).get("name") or "" for n in nodes])
             # the dwell as the tick reads it (the pool's Lease, read only): GPUs changed lately stay

@@ -32,7 +32,7 @@ from node_bootstrap.mig import MigInputError
 from node_bootstrap.mig.catalogue import find_gpu_or_none
 from node_bootstrap.mig.labels import PartitionSpec
 from node_bootstrap.mig.solver import plan as place_label
-from node_bootstrap.outside import OutsideDataError, loads, whole
+from node_bootstrap.outside import OutsideDataError, as_object, loads, objects, whole
 
 GPU_NAME_LABEL = "aliyun.accelerator/nvidia_name"  # ACK's GPU node labels (facts.md)
 GPU_COUNT_LABEL = "aliyun.accelerator/nvidia_count"
@@ -44,6 +44,45 @@ MAX_HOLDERS_CHARS = 64 * 1024  # the node writes at most about 32 KiB (node_boot
 _INDEX = re.compile(r"^[0-9]{1,2}\Z")
 IN_FLIGHT = ("pending", "rebooting")
 FINISHED = ("Succeeded", "Failed")
+
+
+def _strings(value: Any) -> Dict[str, str]:
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)} \
+        if isinstance(value, dict) else {}
+
+
+def node_object(item: Any) -> Optional[Dict[str, Any]]:
+    """A listed Node with the parts the pool's readers use (``places_of``, ``proven_members``,
+    :func:`pool_supply`, ``waves.KubeNode``) in the API's own shape, whatever the answer held (the reader
+    rule, node_bootstrap/outside.py): the name a string ("" otherwise), labels, annotations and allocatable
+    maps of strings, taints and conditions objects of string fields, ``providerID`` a string; a part of
+    another shape reads as absent, the rest of the object is kept as it came. None for an item that is no
+    object (left out of the list). Without it one Node whose ``metadata`` was a list, or a taint that was a
+    string, ended a tick or a pod event for every pool in an internal error."""
+    if not isinstance(item, dict):
+        return None
+    meta, spec, status = (as_object(item.get(k)) for k in ("metadata", "spec", "status"))
+    name = meta.get("name")
+    fields = ("key", "value", "effect", "type", "status", "reason", "message", "timeAdded", "lastTransitionTime",
+              "lastHeartbeatTime")
+    out_spec = dict(spec, taints=[{k: t[k] for k in fields if isinstance(t.get(k), str)}
+                                  for t in objects(spec.get("taints"))])
+    if not isinstance(spec.get("providerID"), str):
+        out_spec.pop("providerID", None)
+    if not isinstance(spec.get("unschedulable"), bool):
+        out_spec.pop("unschedulable", None)
+    return dict(item, metadata=dict(meta, name=name if isinstance(name, str) else "",
+                                    labels=_strings(meta.get("labels")), annotations=_strings(meta.get("annotations")),
+                                    resourceVersion=str(meta.get("resourceVersion") or "")[:64]),
+                spec=out_spec,
+                status=dict(status, allocatable=_strings(status.get("allocatable")),
+                            conditions=[{k: c[k] for k in fields if isinstance(c.get(k), str)}
+                                        for c in objects(status.get("conditions"))]))
+
+
+def list_pool_nodes(api: Any, selector: str) -> List[Dict[str, Any]]:
+    """The Nodes ``selector`` lists, each read by :func:`node_object` (an item that is no object left out)."""
+    return [n for n in (node_object(item) for item in api.list_nodes(selector)) if n is not None]
 
 
 def holds_gpus(pod: Mapping[str, Any]) -> bool:

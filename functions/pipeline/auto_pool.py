@@ -14,7 +14,7 @@ from functions.decision.layout import WHOLE_GPU, Bounds, Plan, PodDemand, bounds
 from functions.decision.layout.dwell import Dwell, plan_steady
 from functions.decision.layout.matching import Place, demand_of, pod_key, split_pending
 from functions.decision.waves import paused  # the pool label ack-mig-hook/paused: nothing new starts
-from functions.kube.supply import holds_gpus, pool_supply
+from functions.kube.supply import holds_gpus, list_pool_nodes, pool_supply
 
 POOL_LABEL = "alibabacloud.com/nodepool-id"  # ACK labels every node of a pool with its id (functions/decision/waves.py)
 
@@ -227,7 +227,7 @@ def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings
     when one holds such a record (the function writes only to nodes it has proven are the pool's)."""
     from functions.rollout.auto_waves import finish_stranded
 
-    listed = api.list_nodes("%s=%s" % (POOL_LABEL, pool_id))
+    listed = list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool_id))
     if not finish_stranded(api, listed, settings, owner, dry_run=True):
         return
     members = {n.node_name: n for n in lookup.nodes(cluster, pool_id) if n.node_name}
@@ -352,7 +352,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if pool.nodepool_id > last:
             break
         if pool.nodepool_id not in scoped:
-            counted.update(counted_pods(pool, api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id)),
+            counted.update(counted_pods(pool, list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool.nodepool_id)),
                                         [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n)))
             continue
         if paused(pool.labels):
@@ -363,11 +363,11 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if why:
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason=why)
             skipped.append(why)
-            counted.update(counted_pods(pool, api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id)),
+            counted.update(counted_pods(pool, list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool.nodepool_id)),
                                         [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n)))
             continue
         members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
-        nodes, strangers = proven_members(api.list_nodes("%s=%s" % (POOL_LABEL, pool.nodepool_id)), members)
+        nodes, strangers = proven_members(list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool.nodepool_id)), members)
         for line in strangers:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
         for line in finish_stranded(api, nodes, settings, claims.owner, dry_run):

@@ -67,6 +67,7 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     from functions.decision.layout import LAYOUT_LABEL
     from functions.decision.layout.matching import split_pending
     from functions.kube.demand import pods_on
+    from functions.kube.supply import list_pool_nodes
     from functions.decision.waves import paused
     from functions.pipeline.auto_pool import POOL_LABEL, _api_of, places_of
 
@@ -91,7 +92,7 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
         why = _waits(pod)
         if why:
             return end("skip", "pod %s %s" % (key, why))
-        nodes = {p.nodepool_id: api.list_nodes("%s=%s" % (POOL_LABEL, p.nodepool_id)) for p in pools}
+        nodes = {p.nodepool_id: list_pool_nodes(api, "%s=%s" % (POOL_LABEL, p.nodepool_id)) for p in pools}
         places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
                                            p.nodepool_id, nodes[p.nodepool_id])
                   for p in pools}
