@@ -102,6 +102,19 @@ def run(raw, cluster, executor=None, **kw):
                      logger=JsonLogger("OFF"), **kw)
 
 
+def holding(cluster, gate):
+    """A pod ``first`` waits and its event runs in a thread until its plan is applying (held at ``gate``):
+    the thread and the dict its result goes to (``"result"``)."""
+    server = cluster[0]
+    waiting(server, "first", "1g.10gb")
+    holder = {}
+    thread = threading.Thread(target=lambda: holder.setdefault("result", run(pod_event("llm", "first"), cluster,
+                                                                             executor=gate)))
+    thread.start()
+    assert gate.entered.wait(60)  # the first plan is applying now
+    return thread, holder
+
+
 def stored_marker(server):
     lease = server.leases.get(("default", marker_lease(POOL)))
     return json.loads(lease["metadata"]["annotations"][co.MARKER_ANNOTATION]) if lease else None
@@ -177,12 +190,7 @@ def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emul
 def test_a_burst_is_planned_in_two_rounds_and_the_events_during_the_first_are_coalesced(cluster):
     server, api, settings, executor, state_file = cluster
     gate = Gate(executor)
-    waiting(server, "first", "1g.10gb")
-    holder = {}
-    thread = threading.Thread(target=lambda: holder.setdefault("result", run(pod_event("llm", "first"), cluster,
-                                                                             executor=gate)))
-    thread.start()
-    assert gate.entered.wait(60)  # the first plan is applying now
+    thread, holder = holding(cluster, gate)
     answers = []
     for i in range(5):
         waiting(server, "burst-%d" % i, "1g.10gb")
@@ -334,12 +342,7 @@ def test_a_marker_written_whose_answer_never_came_is_let_go_and_the_next_event_p
 
     monkeypatch.setattr(KubeApi, "get_lease", read_fails_once)
     monkeypatch.setattr(KubeApi, "replace_lease", committed_unanswered)
-    waiting(server, "first", "1g.10gb")
-    holder = {}
-    thread = threading.Thread(target=lambda: holder.setdefault("result", run(pod_event("llm", "first"), cluster,
-                                                                             executor=gate)))
-    thread.start()
-    assert gate.entered.wait(60)  # the first plan is applying now
+    thread, holder = holding(cluster, gate)
     waiting(server, "second", "2g.20gb")
     second = run(pod_event("llm", "second"), cluster, executor=gate)
     assert second.outcome == "skip" and second.reason.startswith("coalesced"), second.reason  # the marker names it

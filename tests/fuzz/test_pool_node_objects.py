@@ -20,6 +20,7 @@ from functions.kube.nodes import MemoryKube
 from functions.kube.supply import list_pool_nodes, node_object
 from functions.pipeline.auto_pool import counted_pods
 from functions.rollout.auto_waves import finish_stranded
+from tests.fuzz.test_reader_rule import put_at
 from tests.rollout.test_auto_pool_advise import CLUSTER, POOL_ID
 from tests.rollout.test_auto_pool_advise import pool as pool_doc
 
@@ -56,16 +57,6 @@ PATHS = [(), ("metadata",), ("metadata", "name"), ("metadata", "labels"), ("meta
          ("status", "allocatable"), ("status", "allocatable", "nvidia.com/mig-3g.40gb"), ("status", "conditions")]
 
 
-def _put(doc, path, value):
-    if not path:
-        return value
-    at = doc
-    for key in path[:-1]:
-        at = at[key]
-    at[path[-1]] = value
-    return doc
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.lists(st.tuples(st.sampled_from(PATHS), VALUES), min_size=1, max_size=3))
 @example([((), None)])
@@ -79,7 +70,7 @@ def test_a_node_of_any_shape_is_read_alone_and_the_pools_other_nodes_count(edits
     bad = copy.deepcopy(_node("n-bad", "3g.40gb-3g.40gb"))
     for path, value in edits:
         try:
-            bad = _put(bad, path, value)
+            bad = put_at(bad, path, value)
         except (TypeError, KeyError, IndexError):  # an earlier edit changed the shape above it
             continue
     kube = MemoryKube({})

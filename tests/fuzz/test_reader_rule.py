@@ -82,17 +82,24 @@ MARK = "\u0000hostile\u0000"
 
 
 
+def put_at(doc, path, value):
+    """``doc`` with the part at ``path`` (keys and indexes) replaced by ``value``; ``value`` for the root."""
+    if not path:
+        return value
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    return doc
+
+
 def _spliced(kind, pick, fragment):
     doc = json.loads(json.dumps(VALID[kind]))
     paths = _paths(doc)
     path = paths[pick % len(paths)]
     if not path:
         return fragment
-    parent = doc
-    for key in path[:-1]:
-        parent = parent[key]
-    parent[path[-1]] = MARK
-    return json.dumps(doc).replace(json.dumps(MARK), fragment)
+    return json.dumps(put_at(doc, path, MARK)).replace(json.dumps(MARK), fragment)
 
 
 def hostile(kind):

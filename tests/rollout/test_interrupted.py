@@ -232,6 +232,18 @@ def test_killed_against_the_tls_api_server(cluster, where):
     check_resumed(cluster, killed_at, played)
 
 
+def strand(api, names):
+    """What a run that stopped mid-change leaves on each of ``names`` (its lease long over): the record at
+    ``applying`` of a change without drain, and the autoscaler's opt-out it set."""
+    from functions.decision import waves as rp
+
+    record = json.dumps({"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "x", "expires": 1.0,
+                         "drain": False, "autoscaler": True})
+    for name in names:
+        api.nodes[name]["metadata"]["annotations"].update({rp.PROGRESS_ANNOTATION: record,
+                                                           rp.SCALE_DOWN_DISABLED: "true"})
+
+
 def _killed_auto_tick(cluster, kill_at):
     """One auto node, two pods waiting, a tick killed at its ``kill_at``-th write (see Killer)."""
     from functions.delivery.node_executor import DeliveryExecutor
@@ -279,11 +291,7 @@ def test_a_stranded_auto_record_on_a_node_ack_does_not_list_in_the_pool_is_left_
     from tests.rollout.test_auto_rollout import NAMES, PerGpuNodes, add_auto_nodes, inventory, tick
 
     add_auto_nodes(cluster.api, NAMES[:2])
-    record = json.dumps({"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "x", "expires": 1.0,
-                         "drain": False, "autoscaler": True})
-    for name in NAMES[:2]:
-        cluster.api.nodes[name]["metadata"]["annotations"].update(
-            {rp.PROGRESS_ANNOTATION: record, rp.SCALE_DOWN_DISABLED: "true"})
+    strand(cluster.api, NAMES[:2])
     tick(cluster, PerGpuNodes(cluster.api), lookup=inventory(names=NAMES[:1]))
     assert cluster.annotation(NAMES[0])["step"] == rp.DONE
     assert cluster.annotation(NAMES[1])["step"] == rp.APPLYING
@@ -299,10 +307,7 @@ def test_a_stranded_auto_record_of_a_paused_pool_waits_until_it_resumes(cluster,
 
     add_auto_nodes(cluster.api, NAMES[:1])
     waiting(cluster.api, pods)
-    record = json.dumps({"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "x", "expires": 1.0,
-                         "drain": False, "autoscaler": True})
-    cluster.api.nodes[NAMES[0]]["metadata"]["annotations"].update(
-        {rp.PROGRESS_ANNOTATION: record, rp.SCALE_DOWN_DISABLED: "true"})
+    strand(cluster.api, NAMES[:1])
     tick(cluster, PerGpuNodes(cluster.api), lookup=inventory(pool_labels={"ack-mig-hook/paused": "true"},
                                                              names=NAMES[:1]))
     assert cluster.annotation(NAMES[0])["step"] == rp.APPLYING
@@ -326,10 +331,7 @@ def test_a_dry_run_tick_says_it_would_end_a_stranded_record_and_writes_nothing(c
 
     add_auto_nodes(cluster.api, NAMES[:1])
     waiting(cluster.api, pods)
-    record = json.dumps({"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "x", "expires": 1.0,
-                         "drain": False, "autoscaler": True})
-    cluster.api.nodes[NAMES[0]]["metadata"]["annotations"].update(
-        {rp.PROGRESS_ANNOTATION: record, rp.SCALE_DOWN_DISABLED: "true"})
+    strand(cluster.api, NAMES[:1])
     settings, out = load_settings(dict(cluster.settings_env)), io.StringIO()
     run_event(TICK, settings, inventory=inventory(), dry_run=True, logger=JsonLogger("INFO", stream=out),
               kube=cluster.kube,
