@@ -235,6 +235,14 @@ def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings
         log.warning("auto pool", nodepool_id=pool_id, reason=line)
 
 
+def pool_members(api: Any, lookup: Any, cluster: str, pool_id: str) -> Tuple[List[Mapping[str, Any]], List[str]]:
+    """The pool's Node objects that ACK lists in it (``proven_members``), and one line per Node that carries
+    the pool's label without ACK listing it: what every reading of a pool's nodes plans from (the tick, the
+    pods an earlier pool counts, a pod event's choice), so a node that labels itself into a pool changes none."""
+    members = {n.node_name: n for n in lookup.nodes(cluster, pool_id) if n.node_name}
+    return proven_members(list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool_id)), members)
+
+
 def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
     """A Kubernetes client that lists pods (functions.kube.client.KubeApi): the one given, else the live API
     server through the cluster credential; None when there is none (a snapshot without --kubeconfig)."""
@@ -352,7 +360,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if pool.nodepool_id > last:
             break
         if pool.nodepool_id not in scoped:
-            counted.update(counted_pods(pool, list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool.nodepool_id)),
+            counted.update(counted_pods(pool, pool_members(api, lookup, cluster, pool.nodepool_id)[0],
                                         [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n)))
             continue
         if paused(pool.labels):
@@ -363,7 +371,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if why:
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason=why)
             skipped.append(why)
-            counted.update(counted_pods(pool, list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool.nodepool_id)),
+            counted.update(counted_pods(pool, pool_members(api, lookup, cluster, pool.nodepool_id)[0],
                                         [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n)))
             continue
         members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}

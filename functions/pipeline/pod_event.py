@@ -67,9 +67,8 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     from functions.decision.layout import LAYOUT_LABEL
     from functions.decision.layout.matching import split_pending
     from functions.kube.demand import pods_on
-    from functions.kube.supply import list_pool_nodes
     from functions.decision.waves import paused
-    from functions.pipeline.auto_pool import POOL_LABEL, _api_of, places_of
+    from functions.pipeline.auto_pool import _api_of, places_of, pool_members
 
     pod_ref = request.pod
     key = "%s/%s" % (pod_ref.namespace, pod_ref.name)
@@ -92,7 +91,9 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
         why = _waits(pod)
         if why:
             return end("skip", "pod %s %s" % (key, why))
-        nodes = {p.nodepool_id: list_pool_nodes(api, "%s=%s" % (POOL_LABEL, p.nodepool_id)) for p in pools}
+        # the nodes ACK lists in each pool, as the tick reads them: a node labelling itself into a pool
+        # changes neither which pools the pod matches nor which can take it
+        nodes = {p.nodepool_id: pool_members(api, lookup, cluster, p.nodepool_id)[0] for p in pools}
         places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
                                            p.nodepool_id, nodes[p.nodepool_id])
                   for p in pools}

@@ -115,6 +115,18 @@ def holding(cluster, gate):
     return thread, holder
 
 
+def acked(nodes):
+    """What ACK's DescribeClusterNodes lists for a fake pool: every Node the fake API server lists there (their
+    names, and the instance each one's providerID names), so every one is a proven member."""
+    from types import SimpleNamespace
+
+    from functions.decision.waves import instance_of
+
+    return [SimpleNamespace(node_name=n["metadata"]["name"],
+                            instance_id=instance_of((n.get("spec") or {}).get("providerID")) or "i-unnamed")
+            for n in nodes]
+
+
 def stored_marker(server):
     lease = server.leases.get(("default", marker_lease(POOL)))
     return json.loads(lease["metadata"]["annotations"][co.MARKER_ANNOTATION]) if lease else None
@@ -439,6 +451,9 @@ def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_ma
         def nodepools(self, cluster):
             return self.pools
 
+        def nodes(self, cluster, pool_id=None):
+            return acked(Api().list_nodes("alibabacloud.com/nodepool-id=%s" % pool_id))
+
     types = ["ecs.ebmgn7e.32xlarge"]  # A100 80GB: 3g.40gb exists
     narrow = NodePool(nodepool_id="np-a", instance_types=types,
                       labels={"ack-mig-hook/layout": "auto", "ack-mig-hook/layout-profiles": "1g.10gb"})
@@ -507,6 +522,9 @@ def test_an_event_gives_its_pod_to_the_pool_the_timers_plan_would_count_it_in(mo
                     NodePool(nodepool_id="np-b", instance_types=["ecs.ebmgn7e.32xlarge"],
                              labels={"ack-mig-hook/layout": "auto"})]
 
+        def nodes(self, cluster, pool_id=None):
+            return acked(Api().list_nodes("alibabacloud.com/nodepool-id=%s" % pool_id))
+
     assert "more than a node of the pool holds" in pod_event_module._cannot_take(
         Pools().nodepools("")[0], slim(pod), [small])
     planned = []
@@ -558,6 +576,9 @@ def test_event_and_timer_pick_the_same_pool_when_a_disallowed_instance_is_in_use
                              labels={"ack-mig-hook/layout": "auto", "ack-mig-hook/layout-profiles": "3g.40gb"}),
                     NodePool(nodepool_id="np-b", instance_types=["ecs.ebmgn7e.32xlarge"],
                              labels={"ack-mig-hook/layout": "auto"})]
+
+        def nodes(self, cluster, pool_id=None):
+            return acked(Api().list_nodes("alibabacloud.com/nodepool-id=%s" % pool_id))
 
     planned, read = [], []
     monkeypatch.setattr(pod_event_module, "_plan", lambda *args, **kw: planned.append(args[-2]) or "planned")

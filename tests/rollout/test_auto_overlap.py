@@ -601,3 +601,65 @@ def test_a_slot_written_whose_answer_never_came_is_given_back_when_the_node_ends
     result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
     assert cut and transport.requests == [] and result.nodes[0]["outcome"] == "deferred", result.nodes
     assert slots(api) == {}, slots(api)
+
+
+def _gold_pools():
+    """The test pool (``auto-a``: an idle 7g.40gb) and ``np-two`` (``two-a``: an idle 7g.40gb), whose nodes
+    carry ``tier=gold``; ``impostor`` labels itself into the test pool with ``tier=gold`` and ACK lists it in
+    no pool. Two 3g.20gb pods wait selecting ``tier=gold``: only np-two's nodes may take them."""
+    api_nodes = []
+    labels = [{"key": "ack-mig-hook/layout", "value": "auto"}]
+    pools = [{"nodepool_info": {"nodepool_id": pool, "name": pool},
+              "kubernetes_config": {"labels": labels + extra},
+              "scaling_group": {"scaling_group_id": "asg-" + pool, "instance_types": ["ecs.ebmgn7.26xlarge"]}}
+             for pool, extra in ((POOL, []), ("np-two", [{"key": "tier", "value": "gold"}]))]
+    nodes = [{"instance_id": "i-" + n, "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge", "nodepool_id": p,
+              "state": "running", "ip_address": ["10.0.1.%d" % i]}
+             for i, (n, p) in enumerate((("auto-a", POOL), ("two-a", "np-two")), 1)]
+    for name, pool, extra in (("auto-a", POOL, {}), ("two-a", "np-two", {"tier": "gold"}),
+                              ("impostor", POOL, {"tier": "gold"})):
+        api_nodes.append((name, dict({"alibabacloud.com/nodepool-id": pool, "nvidia.com/mig.config.state": "success",
+                                      "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                      "aliyun.accelerator/nvidia_count": "1"}, **extra)))
+    return InventoryLookup.from_dict({"cluster_id": "c-rollout", "nodepools": pools, "nodes": nodes}), api_nodes
+
+
+def _gold(api):
+    lookup, api_nodes = _gold_pools()
+    for name, labels in api_nodes:
+        api.add_node(name, labels=labels, annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
+                     capacity={"nvidia.com/mig-7g.40gb": "1"})
+    waiting(api, 2)
+    with api.lock:
+        for i in range(2):
+            api.pods[("llm", "serve-%d" % i)]["spec"]["nodeSelector"] = {"tier": "gold"}
+    return lookup
+
+
+def test_a_node_labelling_itself_into_an_earlier_pool_changes_no_one_pool_step(cluster):
+    """Which pods an earlier pool counts is read from the nodes ACK lists in it, as the tick's plan reads
+    them: a node that labelled itself into the first pool with the pods' label made a step of the second pool
+    leave them to the first, which cannot place them (the pods waited for the next full tick)."""
+    api = cluster.api
+    lookup = _gold(api)
+    settings = load_settings(dict(cluster.settings_env))
+    transport = PerGpuNodes(api)
+    result = run_event(json.dumps({"cluster_id": "c-rollout", "nodepool_id": "np-two"}), settings,
+                       inventory=lookup, executor=DeliveryExecutor.from_settings(settings, transport=transport),
+                       logger=JsonLogger("OFF"), kube=cluster.kube)
+    assert [name for name, _ in transport.requests] == ["two-a"], (result.reason, transport.requests)
+
+
+def test_a_node_labelling_itself_into_a_pool_does_not_draw_a_pod_event_there(cluster):
+    """A pod event chooses its pool from the nodes ACK lists in each, as the tick does: the impostor drew the
+    event to the first pool, whose step could not place the pods."""
+    from tests.delivery.test_pod_events import pod_event
+
+    api = cluster.api
+    lookup = _gold(api)
+    settings = load_settings(dict(cluster.settings_env, ACK_MIG_CLUSTER_ID="c-rollout"))
+    transport = PerGpuNodes(api)
+    result = run_event(pod_event("llm", "serve-0", cluster="c-rollout"), settings, inventory=lookup,
+                       executor=DeliveryExecutor.from_settings(settings, transport=transport),
+                       logger=JsonLogger("OFF"), kube=cluster.kube)
+    assert [name for name, _ in transport.requests] == ["two-a"], (result.reason, transport.requests)
