@@ -300,6 +300,29 @@ def test_a_pool_lease_is_created_once_and_updated_only_at_its_version(world):
     assert _raises(kube.replace_lease, "default", zero).status == 422
 
 
+def test_a_lease_update_must_name_a_version_and_one_of_a_missing_lease_creates_it(world):
+    """What the generic registry does with the Lease writes the pool budget, the planning claims and the run
+    record never send but a mistake would: an update without a resourceVersion is 422 (the lease strategy
+    allows no unconditional update: the double applied it), a create carrying one is 500, and an update of a
+    Lease someone deleted creates it again (AllowCreateOnUpdate: the double answered 404)."""
+    kube, name = world.client(attempts=1), world.unique("ack-mig-hook-pool-np")
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "default", "annotations": {"ack-mig-hook/slots": "{}"}},
+            "spec": {}}
+    made = _raises(kube.create_lease, "default", dict(body, metadata=dict(body["metadata"], resourceVersion="7")))
+    assert made.status == 500 and "resourceVersion should not be set on objects to be created" in str(made)
+    first = kube.create_lease("default", body)
+    blind = dict(body, spec={"holderIdentity": "run-1"})
+    err = _raises(kube.replace_lease, "default", blind)
+    assert (err.status, err.reason) == (422, "Invalid") and \
+        "metadata.resourceVersion: Invalid value: 0: must be specified for an update" in str(err)
+    assert kube.get_lease("default", name)["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    gone = dict(body, metadata=dict(body["metadata"], name=name + "-gone", resourceVersion="5"))
+    again = kube.replace_lease("default", gone)
+    assert again["metadata"]["annotations"] == {"ack-mig-hook/slots": "{}"} and \
+        again["metadata"]["resourceVersion"] != "5"
+
+
 def test_a_kubelet_credential_reaches_its_own_node_only(world):
     """What node_bootstrap's kubelet credential may do on the node (it labels its own Node): the Node
     authorizer and NodeRestriction (plugin/pkg/auth/authorizer/node, plugin/pkg/admission/noderestriction)

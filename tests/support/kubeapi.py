@@ -1095,7 +1095,10 @@ def _handler_for(api):
         def _lease(self, method, namespace, name, body, user):
             """coordination.k8s.io/v1 Leases as the generic registry (k8s.io/apiserver
             pkg/registry/generic/registry/store.go) serves them: create of an existing name is 409 AlreadyExists,
-            an update whose metadata.resourceVersion is not the stored one is 409 Conflict, a missing one 404.
+            a create carrying metadata.resourceVersion is 500 (rest.BeforeCreate's plain error); an update of a
+            stored Lease must carry a resourceVersion (the lease strategy allows no unconditional update: 422
+            Invalid) and one that is not the stored one is 409 Conflict; an update of a missing Lease creates it
+            (the lease strategy's AllowCreateOnUpdate: 201, whatever resourceVersion it carries).
             The Node authorizer gives a kubelet its own Lease in kube-node-lease only (plugin/pkg/auth/
             authorizer/node/node_authorizer.go authorizeLease)."""
             if _node_of(user) is not None and namespace != "kube-node-lease":
@@ -1126,21 +1129,26 @@ def _handler_for(api):
             lease = copy.deepcopy(body)
             with api.lock:
                 current = api.leases.get(key)
-                if method == "POST":
-                    if current is not None:
-                        raise Refused(409, 'leases.coordination.k8s.io "%s" already exists' % key[1],
-                                      reason="AlreadyExists")
+                wanted = meta.get("resourceVersion")
+                creating = method == "POST" or current is None
+                if method == "POST" and current is not None:
+                    raise Refused(409, 'leases.coordination.k8s.io "%s" already exists' % key[1],
+                                  reason="AlreadyExists")
+                if method == "POST" and wanted:
+                    raise Refused(500, "resourceVersion should not be set on objects to be created", reason="")
+                if creating:
                     lease["metadata"]["uid"] = "lease-%d" % (len(api.leases) + 1)
                 else:
-                    if current is None:
-                        raise Refused(404, 'leases.coordination.k8s.io "%s" not found' % key[1], reason="NotFound")
-                    wanted = meta.get("resourceVersion")
-                    if wanted and wanted != current["metadata"]["resourceVersion"]:
+                    if not wanted:
+                        raise Refused(422, 'leases.coordination.k8s.io "%s" is invalid: metadata.resourceVersion: '
+                                           "Invalid value: 0: must be specified for an update" % key[1],
+                                      reason="Invalid")
+                    if wanted != current["metadata"]["resourceVersion"]:
                         raise _conflict("leases.coordination.k8s.io", key[1])
                     lease["metadata"]["uid"] = current["metadata"]["uid"]
                 lease["metadata"]["namespace"] = namespace
                 api.leases[key] = api._stamp(lease)
-                return (201 if method == "POST" else 200), copy.deepcopy(api.leases[key])
+                return (201 if creating else 200), copy.deepcopy(api.leases[key])
 
         def do_GET(self):
             self._handle("GET")
