@@ -323,6 +323,50 @@ def test_a_lease_update_must_name_a_version_and_one_of_a_missing_lease_creates_i
         again["metadata"]["resourceVersion"] != "5"
 
 
+def test_a_stranded_record_is_ended_on_the_version_listed_a_stale_or_gone_node_left(world):
+    """What an auto tick's finish_stranded (functions/rollout/auto_waves.py) relies on, through the Nodes a
+    label-selector list reads page by page (supply.list_pool_nodes, pages of 2, other pools' Nodes between
+    them): the merge patch carries the resourceVersion listed, so a Node changed since is 409 and keeps its
+    record and opt-out, a Node deleted since is 404; on the version listed the record ends and null removes
+    the autoscaler's opt-out, the Node's other annotations kept."""
+    import json
+
+    from functions.base.settings import load_settings
+    from functions.decision import waves as rp
+    from functions.kube.supply import list_pool_nodes
+    from functions.rollout.auto_waves import finish_stranded
+
+    pool = world.unique("np")
+    record = json.dumps({"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "x", "expires": 1.0,
+                         "drain": False, "autoscaler": True})
+    names = []
+    for i in range(5):
+        name = world.unique("auto-%d" % i)
+        world.add_node(name, labels={"alibabacloud.com/nodepool-id": pool if i < 4 else pool + "-other"})
+        world.annotate_node(name, {rp.PROGRESS_ANNOTATION: record, rp.SCALE_DOWN_DISABLED: "true", "keep": "me"})
+        names.append(name)
+    ended, stale, gone, kept, _other = names
+    kube = world.client(page=2)
+    listed = list_pool_nodes(kube, "alibabacloud.com/nodepool-id=" + pool)
+    assert sorted(n["metadata"]["name"] for n in listed) == sorted(names[:4])
+    world.label_node(stale, {"someone": "else"})
+    world.delete_node(gone)
+    settings = load_settings({"ACK_MIG_STARTUP_TAINT": "none"})
+    mine = [n for n in listed if n["metadata"]["name"] != kept]
+    lines = finish_stranded(kube, mine, settings, "tick-2")
+    assert [line.split(":")[0] for line in lines] == ["node " + ended], lines
+    notes = world.node(ended)["metadata"]["annotations"]
+    assert json.loads(notes[rp.PROGRESS_ANNOTATION])["step"] == rp.DONE and notes["keep"] == "me"
+    assert rp.SCALE_DOWN_DISABLED not in notes
+    for name in (stale, kept):
+        notes = world.node(name)["metadata"]["annotations"]
+        assert (notes[rp.PROGRESS_ANNOTATION], notes[rp.SCALE_DOWN_DISABLED]) == (record, "true"), name
+    again = [n for n in list_pool_nodes(kube, "alibabacloud.com/nodepool-id=" + pool)
+             if n["metadata"]["name"] == stale]
+    assert len(finish_stranded(kube, again, settings, "tick-2")) == 1
+    assert rp.SCALE_DOWN_DISABLED not in world.node(stale)["metadata"]["annotations"]
+
+
 def test_a_kubelet_credential_reaches_its_own_node_only(world):
     """What node_bootstrap's kubelet credential may do on the node (it labels its own Node): the Node
     authorizer and NodeRestriction (plugin/pkg/auth/authorizer/node, plugin/pkg/admission/noderestriction)

@@ -86,6 +86,16 @@ class DoubleWorld(World):
     def set_capacity(self, name: str, capacity: dict) -> None:
         self.api.set_capacity(name, capacity)
 
+    def annotate_node(self, name: str, annotations: Dict[str, Optional[str]]) -> None:
+        def change(node: dict) -> None:
+            target = node["metadata"].setdefault("annotations", {})
+            for key, value in annotations.items():
+                if value is None:
+                    target.pop(key, None)
+                else:
+                    target[key] = value
+        self.api.update_node(name, change)
+
     def node(self, name: str) -> dict:
         return json.loads(json.dumps(self.api.nodes[name]))
 
@@ -171,6 +181,10 @@ class RealWorld(World):
 
     def label_node(self, name: str, labels: Dict[str, Optional[str]]) -> None:
         self.cp.admin.ok("PATCH", "/api/v1/nodes/" + name, {"metadata": {"labels": labels}}, content_type=MERGE_PATCH)
+
+    def annotate_node(self, name: str, annotations: Dict[str, Optional[str]]) -> None:
+        self.cp.admin.ok("PATCH", "/api/v1/nodes/" + name, {"metadata": {"annotations": annotations}},
+                         content_type=MERGE_PATCH)
 
     def set_capacity(self, name: str, capacity: dict) -> None:
         """What the device plugin publishes: capacity and allocatable replaced by ``capacity`` (the node's
