@@ -367,6 +367,29 @@ def test_a_stranded_record_is_ended_on_the_version_listed_a_stale_or_gone_node_l
     assert rp.SCALE_DOWN_DISABLED not in world.node(stale)["metadata"]["annotations"]
 
 
+def test_the_date_header_is_the_servers_clock_cut_to_whole_seconds(world):
+    """KubeApi.server_time reads the Date header: the pool Lease's change marks and a tick's pending list are
+    on that clock, and plan_claim's STALE_MARGIN_S and the tick's relist (two margins later) rely on it being
+    whole seconds cut down, never rounded up (Go's net/http formats time.Now() with http.TimeFormat). Calls
+    a tenth of a second apart over a second: each Date is the second the call was answered in."""
+    import math
+    import time
+
+    from functions.rollout.plan_claim import STALE_MARGIN_S
+
+    node, kube = _gpu_node(world), world.client(clock=lambda: 0.0)  # server_time(): the last Date itself
+    seen = []
+    for _ in range(11):
+        before = time.time()
+        kube.get_node(node)
+        after = time.time()
+        seen.append((before, kube.server_time(), after))
+        time.sleep(0.1)
+    for before, date, after in seen:
+        assert date == int(date) and math.floor(before) <= date <= after, (before, date, after)
+    assert STALE_MARGIN_S == 1.0  # one whole second of the header's resolution
+
+
 def test_a_kubelet_credential_reaches_its_own_node_only(world):
     """What node_bootstrap's kubelet credential may do on the node (it labels its own Node): the Node
     authorizer and NodeRestriction (plugin/pkg/auth/authorizer/node, plugin/pkg/admission/noderestriction)
