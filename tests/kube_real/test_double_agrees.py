@@ -390,6 +390,57 @@ def test_the_date_header_is_the_servers_clock_cut_to_whole_seconds(world):
     assert STALE_MARGIN_S == 1.0  # one whole second of the header's resolution
 
 
+def _answer_lost(kube):
+    """``kube`` whose next Lease update reaches the server and is written there, its answer lost."""
+    real, lost = kube.replace_lease, []
+
+    def replace_lease(namespace, lease):
+        answer = real(namespace, lease)
+        if not lost:
+            lost.append(answer)
+            raise ApiError("PUT lease: no complete answer (test)")
+        return answer
+
+    kube.replace_lease = replace_lease
+    return kube
+
+
+def test_lease_writes_whose_answer_was_lost_are_given_back_on_the_servers_version(world):
+    """The planning claim and the pool budget's slot (plan_claim.py, pool_lease.py): a write the server took
+    whose answer never came is given back on the Lease's version read again, and another invocation may
+    then claim the pool and take the slot. The claim's give-back marks the pool changed on the Date header's
+    clock: a pending list from before it reads as before the change, one two margins later as after."""
+    import time
+
+    from functions.rollout.plan_claim import STALE_MARGIN_S, PlanClaims
+    from functions.rollout.pool_lease import PoolBudget
+
+    pool, node = world.unique("np"), _gpu_node(world)
+    one = PlanClaims(_answer_lost(world.client(attempts=1)), "tick-1", time.time, 600.0, 300.0)
+    other = PlanClaims(world.client(), "tick-2", time.time, 600.0, 300.0)
+    assert _raises(one.take, pool, pool, one.until).status is None and one.held == [pool]
+    assert "being planned" in other.take(pool, pool, other.until).why
+    listed = world.client(clock=lambda: 0.0)
+    listed.get_node(node)
+    before = listed.server_time()
+    one.release_all()
+    assert one.held == [] and other.take(pool, pool, other.until).why == ""
+    assert other.take(pool, pool, other.until).changed_since(before) is False  # released unmarked
+    other.release(pool, touched=True)
+    taken = other.take(pool, pool, other.until)
+    assert taken.changed_since(before)
+    time.sleep(2 * STALE_MARGIN_S)
+    listed.get_node(node)
+    assert not taken.changed_since(listed.server_time())
+    other.release_all()
+
+    budget = PoolBudget(_answer_lost(world.client(attempts=1)), "run-1", time.time, 600.0)
+    assert _raises(budget.take, pool, pool, node, 1, time.time() + 600).status is None
+    assert "run-1" in str(world.client().get_lease("default", "ack-mig-hook-pool-" + pool))
+    budget.release(pool, node)
+    assert PoolBudget(world.client(), "run-2", time.time, 600.0).take(pool, pool, node, 1, time.time() + 600) == ""
+
+
 def test_a_kubelet_credential_reaches_its_own_node_only(world):
     """What node_bootstrap's kubelet credential may do on the node (it labels its own Node): the Node
     authorizer and NodeRestriction (plugin/pkg/auth/authorizer/node, plugin/pkg/admission/noderestriction)
