@@ -141,3 +141,25 @@ def test_demand_beyond_the_pool_sets_the_node_template_tags(auto_pool):
     assert tags["set"] == {"k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-3g.40gb": "16"}, tags
     assert transport.requests == [] and "ack-mig-hook/rollout" not in (
         cp.admin.get("/api/v1/nodes/" + node)["metadata"].get("annotations") or {})  # a dry run writes nothing
+
+
+def test_a_tick_with_nothing_to_plan_ends_a_record_a_stopped_run_left_and_lifts_its_opt_out(auto_pool):
+    """finish_stranded through the timer's tick with no pod of the pool waiting, the hook's credential: the pool's Nodes
+    listed by label, the record a killed run left (applying, its lease long over) ended by a merge patch at
+    the version listed, the autoscaler's opt-out removed by its null; the node's other annotations kept."""
+    cp, pool, node, _ns, client = auto_pool
+    record = json.dumps({"target": "per-gpu=3g.40gb-3g.40gb", "step": "applying", "owner": "x", "expires": 1.0,
+                         "drain": False, "autoscaler": True})
+    cp.admin.ok("PATCH", "/api/v1/nodes/" + node, {"metadata": {"annotations": {
+        "ack-mig-hook/rollout": record, "cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}}},
+        content_type=MERGE_PATCH)
+    transport = PlayedNode(cp)
+    result = tick(pool, node, client, transport)
+    # no pod of this pool waits (other tests' pods may, on the shared server): nothing is sent to the node
+    assert result.outcome in ("skip", "done") and transport.requests == [], result.reason
+    notes = cp.admin.get("/api/v1/nodes/" + node)["metadata"]["annotations"]
+    ended = json.loads(notes["ack-mig-hook/rollout"])
+    assert ended["step"] == "done" and "invocation x stopped" in ended["reason"], ended
+    assert "cluster-autoscaler.kubernetes.io/scale-down-disabled" not in notes
+    assert json.loads(notes["ack-mig-hook/gpu-layouts"]) == {"0": [["7g.80gb", 0]]}
+
