@@ -24,6 +24,7 @@ CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
 TICK = json.dumps({"triggerTime": "2026-12-04T00:00:00Z", "triggerName": "auto-pools",
                    "payload": '{"auto_pools": true}'})
 MERGE_PATCH = "application/merge-patch+json"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases/"
 
 
 class PlayedNode:
@@ -163,3 +164,33 @@ def test_a_tick_with_nothing_to_plan_ends_a_record_a_stopped_run_left_and_lifts_
     assert "cluster-autoscaler.kubernetes.io/scale-down-disabled" not in notes
     assert json.loads(notes["ack-mig-hook/gpu-layouts"]) == {"0": [["7g.80gb", 0]]}
 
+
+def test_a_pool_changed_just_before_the_tick_is_planned_on_the_pods_read_again(auto_pool):
+    """The relist (functions/pipeline/auto_pool.py) on the real server's clock: another invocation marked the
+    pool changed (the pool Lease's ack-mig-hook/pool-changed, at the server's Date) just before this tick's
+    pending list, so the tick cannot tell whether that change bound its pods; under its claim it reads them
+    again two STALE_MARGIN_S later, and that list, on the Date header's whole seconds, reads after the change:
+    the pool is planned this tick, not left to the next."""
+    import email.utils
+
+    cp, pool, node, ns, client = auto_pool
+    waiting(cp, ns, "small", "1g.10gb", pool)
+    answer = cp.hook.call("GET", LEASES + "ack-mig-hook-pool-" + pool)
+    now = email.utils.parsedate_to_datetime(answer.headers["Date"]).timestamp()
+    cp.hook.ok("POST", LEASES, {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {
+        "name": "ack-mig-hook-pool-" + pool, "annotations": {
+            "ack-mig-hook/slots": "{}", "ack-mig-hook/nodepool-id": pool,
+            "ack-mig-hook/pool-changed": json.dumps(now)}},
+        "spec": {}})
+    lists, request = [], client.request
+
+    def recording(method, path, *args, **kwargs):
+        if path == "/api/v1/pods" and "status.phase=Pending" in str(kwargs.get("query")):  # a pending list
+            lists.append(kwargs.get("query"))
+        return request(method, path, *args, **kwargs)
+
+    client.request = recording
+    transport = PlayedNode(cp)
+    result = tick(pool, node, client, transport)
+    assert result.outcome == "done" and len(lists) == 2, (result.reason, lists)
+    assert [n["outcome"] for n in result.nodes] == ["partitioned"] and len(transport.requests) == 1
