@@ -122,8 +122,8 @@ def entry(row: Dict[str, Any]) -> Dict[str, Any]:
         line = loads(text, "a log line") if isinstance(text, str) else None
     except OutsideDataError:
         line = None
-    if not isinstance(line, dict):
-        line = {"message": text if text is not None else ""}
+    if not isinstance(line, dict):  # text as SLS gave it; any other value as its text (a NaN is no JSON)
+        line = {"message": text if isinstance(text, str) else "" if text is None else str(text)[:300]}
     stamp = str(row.get("__time__", ""))
     if "time" not in line and stamp.isascii() and stamp.isdigit() and len(stamp) <= 10:  # until 2286
         line["time"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(stamp)))

@@ -284,3 +284,15 @@ def test_logs_reads_at_most_5000_lines_a_command_however_many_the_search_finds(s
     bodies = [r["body"] for r in sls.requests[before:]]
     assert MAX_SCAN == 5000 and sum(b["line"] for b in bodies) == MAX_SCAN and len(bodies) == 50, \
         [(b["offset"], b["line"]) for b in bodies][-3:]
+
+
+@pytest.mark.parametrize("message", [float("nan"), float("inf"), 12, None, ["a"], "plain text", '{"outcome": "done"}'])
+def test_every_row_sls_answers_reads_as_a_line_that_json_can_write(message):
+    """SLS's answer is JSON its SDK reads with Python's parser, which takes NaN: a row whose message was a NaN
+    went into `logs --json` as NaN, which is no JSON (the command's output must load anywhere)."""
+    from functions.commands.sls_logs import entry
+
+    line = entry({"message": message, "__time__": "1700000000"})
+    text = json.dumps(line, allow_nan=False)
+    assert json.loads(text)["time"] == "2023-11-14T22:13:20Z"
+    assert line == {"outcome": "done", "time": "2023-11-14T22:13:20Z"} or isinstance(line["message"], str)
