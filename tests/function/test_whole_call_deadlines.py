@@ -163,3 +163,23 @@ def test_the_sts_account_lookup_ends_at_its_timeout_whatever_the_peer_drips():
         assert drip.sent >= 1
     assert 0.8 < elapsed < 4, elapsed
     assert "no complete answer within 1s" in str(info.value)
+
+
+@pytest.mark.timeout(60)
+def test_the_cluster_network_read_ends_at_its_timeout_whatever_the_peer_drips():
+    """deploy's and doctor's DescribeClusterDetail (functions/commands/stack/cluster_network.py, the Tea SDK
+    through requests): the SDK's read timeout restarts at every byte, so without a whole-call bound the call
+    lasted as long as the peer dripped (the drip's whole life here, however short the timeout)."""
+    from functions.base.settings import Endpoint
+    from functions.commands.stack.cluster_network import ClusterUnreadable, read
+    from functions.commands.stack.credentials import Keys
+
+    with Drip(life_s=15, interval_s=0.25) as drip:
+        started = time.monotonic()
+        with pytest.raises(ClusterUnreadable) as info:
+            read(Keys("ak", "drip-secret", None), "cn-test", "c" + "0" * 32,
+                 Endpoint("127.0.0.1:%d" % drip.port, "http"), timeout_s=1)
+        elapsed = time.monotonic() - started
+        assert drip.sent >= 1
+    assert 0.8 < elapsed < 4, elapsed
+    assert "DescribeClusterDetail" in str(info.value) and "no complete answer within 1s" in str(info.value)

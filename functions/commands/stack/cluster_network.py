@@ -25,6 +25,7 @@ Function Compute 3.0 attaches the function to the VPC with its service-linked ro
 
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
+from functions.base.deadline import Guard, urllib3_guarded
 from functions.base.settings import Endpoint
 from functions.commands.stack.credentials import Keys
 from functions.commands.stack.exit_codes import EXIT_USAGE, CloudError
@@ -87,11 +88,18 @@ def read(keys: Keys, region: str, cluster_id: str, endpoint: Optional[Endpoint] 
         security_token=keys.security_token, region_id=region, endpoint=where.host, protocol=where.protocol,
         read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
     runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+    import urllib3  # the Tea SDK calls through requests: the Guard reaches its sockets
+
+    urllib3_guarded(urllib3)
+    guard = Guard(timeout_s)  # the whole call: the SDK's read timeout restarts at every byte read
     try:
-        response = Client(config).describe_cluster_detail_with_options(cluster_id, {}, runtime)
+        with guard:
+            response = Client(config).describe_cluster_detail_with_options(cluster_id, {}, runtime)
     except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+        if guard.fired:  # cut at the bound: whatever the SDK made of the shut socket, this is what happened
+            exc = TimeoutError("no complete answer within %ds" % timeout_s)
         code = str(getattr(exc, "code", "") or type(exc).__name__)
-        message = " ".join(str(getattr(exc, "message", "") or "").split())[:200]
+        message = " ".join(str(getattr(exc, "message", "") or (exc if guard.fired else "")).split())[:200]
         if code == "ErrorClusterNotFound" or getattr(exc, "status_code", None) == 404:
             raise ClusterUnreadable("ACK knows no cluster %s in %s (%s): check --cluster-id and --region"
                                     % (cluster_id, region, code), code, EXIT_USAGE) from None
