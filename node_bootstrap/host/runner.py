@@ -8,9 +8,15 @@ import subprocess
 from typing import List, Tuple
 
 
+PIPE_DRAIN_S = 5  # after the kill: how long to read what is left and wait for the process to go
+
+
 def run(argv, timeout=120):
     # type: (List[str], float) -> Tuple[int, str]
-    """(exit code, combined output); 127 when the program is missing, 124 on timeout."""
+    """(exit code, combined output); 127 when the program is missing, 124 on timeout. Returns within
+    ``timeout`` plus twice PIPE_DRAIN_S whatever the command does: killed at its timeout, it may not end (a
+    process in uninterruptible sleep in a hung driver, which SIGKILL does not end) or may have left its pipe
+    to a process that lives on; the output is then read and the process waited for a bounded time only."""
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, universal_newlines=True)
@@ -20,9 +26,27 @@ def run(argv, timeout=120):
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        out, _ = proc.communicate()
-        return 124, (out or "") + "\n%s: timed out after %ds" % (argv[0], timeout)
+        return 124, _drain(proc) + "\n%s: timed out after %ds" % (argv[0], timeout)
     return proc.returncode, out or ""
+
+
+def _drain(proc):
+    # type: (subprocess.Popen) -> str
+    """What a killed command wrote, read for at most PIPE_DRAIN_S; "" when its pipe stays open. Then up to
+    PIPE_DRAIN_S for it to be gone (one that never goes is left behind: nothing else can be done)."""
+    try:
+        out, _ = proc.communicate(timeout=PIPE_DRAIN_S)
+        return out or ""
+    except subprocess.TimeoutExpired:
+        try:
+            proc.stdout.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=PIPE_DRAIN_S)
+        except subprocess.TimeoutExpired:
+            pass
+        return ""
 
 
 def last_line(text):
