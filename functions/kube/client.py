@@ -16,7 +16,8 @@ removal, ``status`` and ``doctor`` goes through :class:`KubeApi`.
   (``reduce``; None drops it) as soon as it is decoded, so a page's objects never sit in memory whole: what a
   page costs is its text and one item. A list of large objects asks for small pages (``page``); an expired
   continue token (410 ``Expired``, etcd compacted the
-  list's revision) starts the list over. Pod lists of a node ask ``resourceVersion=0`` (served from the
+  list's revision) starts the list over; a continue token the list already followed (a server that never
+  advances) ends it with an ApiError at once, not after MAX_PAGES repeats of one page. Pod lists of a node ask ``resourceVersion=0`` (served from the
   API server's watch cache: one node's pods, not a read through etcd of every pod in the cluster).
 
 Errors are :class:`ApiError` (a ``node_bootstrap.kube.KubeError``) with the HTTP status (None: no answer),
@@ -384,6 +385,7 @@ class KubeApi:
         for _ in range(LIST_RESTARTS + 1):
             out: List[Any] = []
             params = dict(query or {}, limit=size)
+            followed: set = set()  # the continue tokens this listing was handed, each followed once
             try:
                 for _page in range(MAX_PAGES):
                     answer = self.request("GET", path, query=params,
@@ -391,6 +393,10 @@ class KubeApi:
                     token = (answer.get("metadata") or {}).get("continue")
                     if not token:
                         return out
+                    if token in followed:  # the same page would come again, as long as it is followed
+                        raise ApiError("GET %s: the server handed back a continue token this list had already "
+                                       "followed; stopped" % path)
+                    followed.add(token)
                     params = dict(query or {}, limit=size, **{"continue": token})
                 raise ApiError("GET %s: more than %d pages; stopped" % (path, MAX_PAGES))
             except ApiError as exc:

@@ -125,3 +125,19 @@ def test_pod_lists_of_a_node_come_from_the_watch_cache(kube_api, config):
     assert [p["metadata"]["name"] for p in api.list_pods("node-a")] == ["p"]
     query = kube_api.requests[-1].query
     assert "resourceVersion=0" in query and "fieldSelector=spec.nodeName%3Dnode-a" in query
+
+
+@pytest.mark.timeout(60)
+def test_a_listing_whose_server_hands_back_the_same_continue_token_stops_at_once(kube_api, config):
+    """A server that answers a continued page with the token it was asked with serves that page for as long
+    as the token is followed: the listing read it again and again (1,000 pages, each page's items added
+    again, each call up to the client's timeout: past the invocation on a slow server) before it gave up.
+    A token already followed in this listing now ends it at once with one line."""
+    for n in range(7):
+        kube_api.add_node("node-%d" % n)
+    kube_api.repeat_continue = True
+    api, _ = client(config, page=2)
+    with pytest.raises(ApiError) as err:
+        api.list_nodes(reduce=lambda obj: obj["metadata"]["name"])
+    assert len(kube_api.requests) == 2, len(kube_api.requests)  # the first page, then the one that repeats
+    assert "continue token" in str(err.value) and "/api/v1/nodes" in str(err.value)

@@ -357,6 +357,9 @@ class KubeApiServer:
         self.on_node_stored = None  # type: Optional[Callable[[str, dict], None]]
         # Called after each list page is built (path, whether it continued a list): a test can compact.
         self.on_list_page = None  # type: Optional[Callable[[str, int], None]]
+        # A server (or a proxy in front of one) that never advances a list: a continued page hands back the
+        # very continue token it was asked with, so the same page comes again for as long as it is followed.
+        self.repeat_continue = False
         # Status to answer with instead of serving, e.g. {"GET": 503}: outage tests.
         self.fail = {}  # type: Dict[str, int]
         self._server_cert = self.ca.issue("127.0.0.1", server_ip="127.0.0.1")
@@ -865,7 +868,8 @@ def _handler_for(api):
                 page = rest[:limit] if limit else rest
                 meta = {"resourceVersion": list_rv}  # type: Dict[str, Any]
                 if limit and len(rest) > limit:
-                    meta["continue"] = _token(snap_id, page[-1]["metadata"]["name"])
+                    meta["continue"] = token if token and api.repeat_continue else \
+                        _token(snap_id, page[-1]["metadata"]["name"])
                     if not query.get("labelSelector") and not query.get("fieldSelector"):
                         meta["remainingItemCount"] = len(rest) - limit
                 # Written out now, under the lock: the objects as they are at this moment (list items carry
