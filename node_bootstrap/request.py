@@ -157,9 +157,10 @@ def request_from_options(size=None, sequence=None, request_b64=None, request_fil
             raise BadInput("--request-b64 is not valid base64 (alphabet A-Z a-z 0-9 + / =)")
         return request_from_document(_decode_json(data, "--request-b64"), "--request-b64")
     assert request_file is not None
-    try:
-        with open(request_file, "rb") as fh:
-            data = fh.read(MAX_REQUEST_BYTES + 1)
+    from node_bootstrap.localfile import read_file
+
+    try:  # a regular file only: a FIFO there held the boot apply until the runner's deadline killed it
+        data = read_file(request_file, MAX_REQUEST_BYTES)
     except (IOError, OSError) as exc:
         raise BadInput("cannot read --request-file %s: %s" % (request_file, exc.strerror or exc))
     return request_from_document(_decode_json(data, "--request-file"), "--request-file")

@@ -2,6 +2,7 @@
 only the instances a layout leaves out, leaves a GPU as it is when a process runs in one of those, and labels
 the node with what each GPU holds (the layouts annotation; no one sequence when they differ)."""
 
+import os
 import base64
 import json
 
@@ -241,3 +242,16 @@ def test_a_request_that_is_no_json_names_the_accepted_forms(text):
     message = str(caught.value)
     assert "\n" not in message and "is not UTF-8 JSON" in message and '"version": 1' in message and \
         '"version": 2' in message, message
+
+
+@pytest.mark.timeout(30)
+def test_a_request_file_that_is_a_fifo_is_refused_at_once(tmp_path):
+    """The boot unit applies --request-file /etc/ack-mig-hook/request.json: a FIFO there blocked the open until
+    something wrote to it (the boot apply held until the runner's deadline killed it, no reason given)."""
+    from node_bootstrap.request import request_from_options
+
+    fifo = str(tmp_path / "request.json")
+    os.mkfifo(fifo)
+    with pytest.raises(BadInput) as caught:
+        request_from_options(request_file=fifo)
+    assert "cannot read --request-file" in str(caught.value) and "FIFO" in str(caught.value)
