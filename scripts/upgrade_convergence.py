@@ -17,6 +17,7 @@ import argparse
 import base64
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -225,6 +226,7 @@ def main():
 
         failures += sweep("rollback:new-write-kill/old", bundles, new_a, kill_new, old_b, rolled_back, layout_b,
                           base)  # the old bundle's own verdict on the new one's leftovers
+    shutil.rmtree(base, ignore_errors=True)
     print("%d case(s) not converged, %.0f s" % (failures, time.time() - started))
     return 1 if failures else 0
 
