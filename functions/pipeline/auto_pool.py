@@ -235,11 +235,25 @@ def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings
         log.warning("auto pool", nodepool_id=pool_id, reason=line)
 
 
-def pool_members(api: Any, lookup: Any, cluster: str, pool_id: str) -> Tuple[List[Mapping[str, Any]], List[str]]:
+def acked_members(lookup: Any, cluster: str, pool_id: str, acked: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The nodes ACK lists in the pool (DescribeClusterNodes), by name. ``acked``: pool id -> ACK's list, as
+    read a moment ago (a pod event's choice, for its first round): a pool found there is not asked again, and
+    one asked is kept there, so an invocation's round asks ACK once per pool."""
+    listed = acked.get(pool_id) if acked is not None else None
+    if listed is None:
+        listed = lookup.nodes(cluster, pool_id)
+        if acked is not None:
+            acked[pool_id] = listed
+    return {n.node_name: n for n in listed if n.node_name}
+
+
+def pool_members(api: Any, lookup: Any, cluster: str, pool_id: str,
+                 acked: Optional[Dict[str, Any]] = None) -> Tuple[List[Mapping[str, Any]], List[str]]:
     """The pool's Node objects that ACK lists in it (``proven_members``), and one line per Node that carries
     the pool's label without ACK listing it: what every reading of a pool's nodes plans from (the tick, the
-    pods an earlier pool counts, a pod event's choice), so a node that labels itself into a pool changes none."""
-    members = {n.node_name: n for n in lookup.nodes(cluster, pool_id) if n.node_name}
+    pods an earlier pool counts, a pod event's choice), so a node that labels itself into a pool changes none.
+    ``acked``: as :func:`acked_members`."""
+    members = acked_members(lookup, cluster, pool_id, acked)
     return proven_members(list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool_id)), members)
 
 
@@ -259,14 +273,16 @@ def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
 
 
 def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
-             log: Any, only: str = "", left_s: Optional[float] = None, listed: Optional[List[Any]] = None) -> Any:
+             log: Any, only: str = "", left_s: Optional[float] = None, listed: Optional[List[Any]] = None,
+             acked: Optional[Dict[str, Any]] = None) -> Any:
     """One tick: one paged list of Pending pods; when a MIG pod waits, each auto pool is planned (advise's
     answer), its changes delivered as per-GPU node requests (no drain: nothing in use is destroyed) and its
     node-template tags set to the new-node layout. Ends done (something planned) or skip (nothing to do).
     ``only``: the one pool an event named (event.py's AutoPoolNamed), else the request's pool or every one.
     ``left_s``: the time this invocation has left (a pod event's later round), else a whole invocation: its
     planning claims and its rollout end by then. ``listed``: the cluster's node pools as the caller (a pod event)
-    listed them a moment ago; listed here when not given."""
+    listed them a moment ago; listed here when not given. ``acked``: the nodes ACK lists in each pool, as that
+    caller read them (:func:`acked_members`); each pool not there is asked once."""
     from node_bootstrap.kube import KubeError
 
     from functions.base.event_result import HandlerResult
@@ -290,7 +306,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     claims = tick_claims(api, settings, left_s)  # one plan at a time per pool (functions/rollout/plan_claim.py)
     try:
         return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, left_s,
-                     only, auto)
+                     only, auto, {} if acked is None else acked)
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
                    % " ".join(str(exc).split())[:200])
@@ -300,7 +316,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
           pools: List[Any], log: Any, end: Any, claims: Any, left_s: Optional[float] = None,
-          only: str = "", auto: Sequence[Any] = ()) -> Any:
+          only: str = "", auto: Sequence[Any] = (), acked: Optional[Dict[str, Any]] = None) -> Any:
     from functions.base.model import Decision
     from functions.decision.autoscaler_tags import pool_template
     from functions.decision.layout import LayoutLabelError
@@ -360,7 +376,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if pool.nodepool_id > last:
             break
         if pool.nodepool_id not in scoped:
-            counted.update(counted_pods(pool, pool_members(api, lookup, cluster, pool.nodepool_id)[0],
+            counted.update(counted_pods(pool, pool_members(api, lookup, cluster, pool.nodepool_id, acked)[0],
                                         [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n)))
             continue
         if paused(pool.labels):
@@ -371,10 +387,10 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if why:
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason=why)
             skipped.append(why)
-            counted.update(counted_pods(pool, pool_members(api, lookup, cluster, pool.nodepool_id)[0],
+            counted.update(counted_pods(pool, pool_members(api, lookup, cluster, pool.nodepool_id, acked)[0],
                                         [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n)))
             continue
-        members = {n.node_name: n for n in lookup.nodes(cluster, pool.nodepool_id) if n.node_name}
+        members = acked_members(lookup, cluster, pool.nodepool_id, acked)
         nodes, strangers = proven_members(list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool.nodepool_id)), members)
         for line in strangers:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)

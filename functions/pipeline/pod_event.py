@@ -93,7 +93,8 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
             return end("skip", "pod %s %s" % (key, why))
         # the nodes ACK lists in each pool, as the tick reads them: a node labelling itself into a pool
         # changes neither which pools the pod matches nor which can take it
-        nodes = {p.nodepool_id: pool_members(api, lookup, cluster, p.nodepool_id)[0] for p in pools}
+        acked: dict = {}  # ACK's nodes of each pool, read once: the first round plans from them too
+        nodes = {p.nodepool_id: pool_members(api, lookup, cluster, p.nodepool_id, acked)[0] for p in pools}
         places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
                                            p.nodepool_id, nodes[p.nodepool_id])
                   for p in pools}
@@ -119,15 +120,15 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     log.info("pod event", nodepool_id=chosen.nodepool_id, reason="pod %s waits for auto pool %s"
              % (key, chosen.nodepool_id))
     return _plan(request, lookup, cluster, settings, dry_run, executor, kube, api, log, chosen.nodepool_id, key,
-                 started=started, listed=listed)
+                 started=started, listed=listed, acked=acked)
 
 
 def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any, api: Any,
           log: Any, pool_id: str, key: str, started: Optional[float] = None,
-          listed: Optional[List[Any]] = None) -> HandlerResult:
+          listed: Optional[List[Any]] = None, acked: Optional[dict] = None) -> HandlerResult:
     """The pool's plan, coalesced with the plans other events run: see the module docstring. ``listed``: the
     node pools as this event listed them, for its first round (a later one, after a wait or another round,
-    lists them again)."""
+    lists them again); ``acked``: the nodes ACK lists in each pool as this event read them, the same way."""
     from node_bootstrap.kube import KubeError
 
     from functions.pipeline.auto_pool import run_tick
@@ -137,12 +138,13 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
     started = time.monotonic() if started is None else started
 
-    fresh = [listed]  # the event's list of the pools, for the first round only
+    fresh = [(listed, acked)]  # the event's list of the pools and of their nodes, for the first round only
 
     def tick(reserve_s: float = 0.0) -> HandlerResult:
         # a round has what is left of this invocation, less ``reserve_s`` kept for a round after it
+        first, acked_then = fresh.pop() if fresh else (None, None)
         return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id,
-                        left_s=_left_s(started, settings) - reserve_s, listed=fresh.pop() if fresh else None)
+                        left_s=_left_s(started, settings) - reserve_s, listed=first, acked=acked_then)
 
     def free() -> bool:  # one read of the pool's Lease: a tick lists every Pending pod of the cluster first
         try:

@@ -663,3 +663,28 @@ def test_a_node_labelling_itself_into_a_pool_does_not_draw_a_pod_event_there(clu
                        executor=DeliveryExecutor.from_settings(settings, transport=transport),
                        logger=JsonLogger("OFF"), kube=cluster.kube)
     assert [name for name, _ in transport.requests] == ["two-a"], (result.reason, transport.requests)
+
+
+def test_a_pod_event_reads_each_auto_pools_ack_nodes_once(cluster):
+    """docs/auto-pools.md: a pod event reads ACK's nodes (DescribeClusterNodes) once per auto pool. Its choice
+    of pool read every pool's, then its first round read every earlier pool's and its own again: twice as
+    many calls on the event's path, each a paged cloud call."""
+    from tests.delivery.test_pod_events import pod_event
+
+    api = cluster.api
+    lookup = _gold(api)
+    asked = []
+    real = lookup.nodes
+
+    def nodes(cluster_id, nodepool_id=None, instance_ids=()):
+        asked.append(nodepool_id)
+        return real(cluster_id, nodepool_id, instance_ids)
+
+    lookup.nodes = nodes
+    settings = load_settings(dict(cluster.settings_env, ACK_MIG_CLUSTER_ID="c-rollout"))
+    transport = PerGpuNodes(api)
+    result = run_event(pod_event("llm", "serve-0", cluster="c-rollout"), settings, inventory=lookup,
+                       executor=DeliveryExecutor.from_settings(settings, transport=transport),
+                       logger=JsonLogger("OFF"), kube=cluster.kube)
+    assert [name for name, _ in transport.requests] == ["two-a"], (result.reason, transport.requests)
+    assert sorted(asked) == sorted([POOL, "np-two"]), asked
