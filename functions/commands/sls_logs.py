@@ -184,7 +184,8 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
     rows: List[Dict[str, Any]] = []
     read = 0  # rows SLS answered: the next page's offset
     while len(rows) < limit and read < MAX_SCAN:
-        size = min(PAGE, limit - len(rows), MAX_SCAN - read)
+        # a filter may drop any row: whole pages then, or each call asked for the few lines still missing
+        size = min(PAGE, MAX_SCAN - read, limit - len(rows) if keep is None else PAGE)
         request = models.GetLogsRequest(from_=start, to=end, query=statement, line=size, offset=read,
                                         reverse=True)
         guard = Guard(TIMEOUT_S)

@@ -296,3 +296,22 @@ def test_every_row_sls_answers_reads_as_a_line_that_json_can_write(message):
     text = json.dumps(line, allow_nan=False)
     assert json.loads(text)["time"] == "2023-11-14T22:13:20Z"
     assert line == {"outcome": "done", "time": "2023-11-14T22:13:20Z"} or isinstance(line["message"], str)
+
+
+def test_logs_reads_whole_pages_while_a_filter_drops_lines(store):
+    """A page asked for only the lines still missing: once a filter had kept some, each later call asked SLS
+    for one or two rows, so a search whose lines the filter drops (``GPU-A`` for ``--node gpu-a``) took a call
+    per row, hundreds where the 5,000-row bound promises 50 calls at most. Pages stay 100 rows."""
+    sls, env = store
+    now = int(__import__("time").time())
+    sls.add("my-sls-project", "ack-mig-hook", now - 10, {"time": "T-10s", "level": "INFO", "message": "node result",
+                                                         "node_name": "gpu-a", "outcome": "failed"})
+    for i in range(300):
+        sls.add("my-sls-project", "ack-mig-hook", now - 40, {"time": "T-40s", "level": "INFO",
+                                                             "message": "node result", "node_name": "GPU-A"})
+    before = len(sls.requests)
+    done = cli(env, "logs", "-o", "json", "--node", "gpu-a", "--limit", "2")
+    assert done.returncode == 0, done.stderr
+    assert [line["time"] for line in json.loads(done.stdout)["lines"]] == ["T-10s"]
+    bodies = [r["body"] for r in sls.requests[before:]]
+    assert len(bodies) <= 4, [(b["offset"], b["line"]) for b in bodies][:5]
