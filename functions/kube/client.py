@@ -391,8 +391,10 @@ class KubeApi:
                     answer = self.request("GET", path, query=params,
                                           read=lambda data: read_list_page(data, reduce, out)) or {}
                     token = (answer.get("metadata") or {}).get("continue")
-                    if not token:
+                    if token is None or token == "":  # the last page (the API leaves it out, or empty)
                         return out
+                    if not isinstance(token, str):  # a set holds only what hashes: the API's is a string
+                        raise ApiError("GET %s: the server's continue token is no text; stopped" % path)
                     if token in followed:  # the same page would come again, as long as it is followed
                         raise ApiError("GET %s: the server handed back a continue token this list had already "
                                        "followed; stopped" % path)

@@ -141,3 +141,16 @@ def test_a_listing_whose_server_hands_back_the_same_continue_token_stops_at_once
         api.list_nodes(reduce=lambda obj: obj["metadata"]["name"])
     assert len(kube_api.requests) == 2, len(kube_api.requests)  # the first page, then the one that repeats
     assert "continue token" in str(err.value) and "/api/v1/nodes" in str(err.value)
+
+
+@pytest.mark.parametrize("token", [["t-1"], {"t": 1}, []], ids=["list", "object", "empty-list"])
+def test_a_continue_token_that_is_no_text_ends_the_list_as_an_api_error(kube_api, config, token):
+    """A list page's ``metadata.continue`` is the API's string. The repeated-token check kept the tokens in a
+    set, and one that was a list or an object raised TypeError (unhashable) out of the listing: the tick or
+    pod event that listed ended as an internal error, where any other answer that breaks the list is an
+    ApiError (the next tick tries again)."""
+    api, _ = client(config, page=2)
+    api.request = lambda *args, **kw: {"metadata": {"continue": token}}
+    with pytest.raises(ApiError) as err:
+        api.list_nodes()
+    assert "/api/v1/nodes" in str(err.value) and "continue token" in str(err.value), str(err.value)
