@@ -290,10 +290,14 @@ def _private_base() -> str:
     if trusted(tempfile.gettempdir()):
         return tempfile.gettempdir()
     cache = environment().get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if trusted(cache):
-        base = os.path.join(cache, "ack-mig-hook")
+    base = os.path.join(cache, "ack-mig-hook")
+    there = base  # the deepest folder of it that exists: what is missing is made here, by this user
+    while not os.path.lexists(there) and os.path.dirname(there) != there:
+        there = os.path.dirname(there)
+    if trusted(there):
         os.makedirs(base, mode=0o700, exist_ok=True)
-        return base
+        if trusted(base):  # (a umask that lets the group write the folders it made fails here)
+            return base
     raise UsageError("the demo's simulated nodes need a directory no other user can write to, nor any folder "
                      "above it; the temporary directory (%s) and the cache (%s) are not: set TMPDIR to one"
                      % (tempfile.gettempdir()[:120], cache[:120]))

@@ -286,3 +286,30 @@ def test_the_demo_with_home_and_tmpdir_under_tmp_says_to_set_tmpdir_and_makes_no
         assert os.listdir(home) == [] and done.stdout == ""
     finally:
         os.rmdir(home)
+
+
+def test_the_demo_makes_its_cache_folder_where_the_home_has_no_cache_yet(tmp_path, monkeypatch):
+    """The default temporary directory (/tmp) fails the node runner's rule, so the demo's nodes live under
+    ``~/.cache/ack-mig-hook``, made as needed. The check of that rule judged ``~/.cache`` before making it: a
+    HOME with no ``.cache`` yet (a fresh user, a new container) could not be read, and the demo refused to
+    start with exit 2, asking for a TMPDIR."""
+    import tempfile
+
+    from functions.commands import demo
+    from functions.delivery import node_runner
+
+    shared, home = (os.path.realpath(str(tmp_path / name)) for name in ("shared", "home"))
+    os.mkdir(shared)
+    os.mkdir(home)
+
+    def unsafe(path, uid):  # the rule, with tmp_path's own folders above standing in for a trusted /home
+        if not os.path.isdir(path) or os.path.islink(path):
+            return "cannot be read"
+        return "is writable by others" if path == shared else ""
+
+    monkeypatch.setattr(node_runner, "unsafe", unsafe)
+    monkeypatch.setattr(tempfile, "tempdir", shared)
+    monkeypatch.setenv("HOME", home)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    base = demo._private_base()
+    assert base == os.path.join(home, ".cache", "ack-mig-hook") and os.path.isdir(base)
