@@ -160,7 +160,9 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     except (KubeError, MarkerBusy) as exc:  # planning is always safe: only the coalescing is lost
         # No answer is no verdict: the server may have written this invocation in as the holder, and the
         # pool's events coalesce into it for a run lease. One more read says whose the marker is.
-        held = None if isinstance(exc, MarkerBusy) else _held(marker, pool_id)  # 409s only: nothing written
+        # A refusal (409s only, or any other 4xx: RBAC, an invalid write) is an answer: nothing was written.
+        refused = isinstance(exc, MarkerBusy) or (exc.status is not None and 400 <= exc.status < 500)
+        held = None if refused else _held(marker, pool_id)
         if held is None:
             log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing"
                         % " ".join(str(exc).split())[:200])
@@ -169,7 +171,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             try:
                 return _after_claims(tick, started, settings, log, pool_id, free=free)
             finally:
-                if not isinstance(exc, MarkerBusy):  # the marker could not be read back: it may be this one's
+                if not refused:  # the marker could not be read back: it may be this one's
                     _let_go(marker, pool_id, log)  # (which it clears only when it names this invocation)
         role, seen = "plan", held  # it was written: this invocation is the holder and plans its rounds
     if role == "coalesced":

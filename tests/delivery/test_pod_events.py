@@ -372,6 +372,34 @@ def test_a_marker_written_whose_answer_never_came_is_let_go_and_the_next_event_p
     assert "2g.20gb" in profiles(state_file)
 
 
+def test_a_marker_write_the_server_refused_is_not_read_back_nor_let_go(cluster, monkeypatch):
+    """A 4xx (here RBAC's 403) is the server's answer: nothing was written, so the event plans without
+    coalescing and reads the marker Lease neither back nor again to let it go (two reads an event for
+    nothing, where the Lease RBAC is broken)."""
+    from functions.kube.client import ApiError
+
+    server, api, settings, executor, state_file = cluster
+    replace, get, reads = KubeApi.replace_lease, KubeApi.get_lease, []
+
+    def refused(self, namespace, lease):
+        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}):
+            raise ApiError("leases is forbidden", 403, "Forbidden")
+        return replace(self, namespace, lease)
+
+    def counted(self, namespace, name):
+        if name == marker_lease(POOL):
+            reads.append(name)
+        return get(self, namespace, name)
+
+    monkeypatch.setattr(KubeApi, "replace_lease", refused)
+    monkeypatch.setattr(KubeApi, "get_lease", counted)
+    waiting(server, "first", "1g.10gb")
+    result = run(pod_event("llm", "first"), cluster)
+    assert result.outcome == "done", result.reason
+    assert len(reads) == 1, reads  # the arrival's own read, nothing after the refusal
+    assert "1g.10gb" in profiles(state_file)
+
+
 @pytest.mark.parametrize("marker", ["usable", "busy"])
 def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_plans_its_pod(cluster, monkeypatch,
                                                                                            marker):
