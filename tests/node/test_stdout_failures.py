@@ -3,7 +3,6 @@ gone (``... | head -1``), a full disk (``> /dev/full``), stdout closed (``>&-``)
 code that says so, never a Python traceback; a closed stdout is refused before anything is done. And a read-only
 command says `error` whatever stopped it (a Python without pynvml, SIGTERM)."""
 
-import errno
 import json
 import os
 import signal
@@ -86,26 +85,30 @@ def test_the_simulator_without_pynvml_is_nvml_unavailable_and_writes_no_state(tm
     assert not os.path.exists(node.state)
 
 
+# The plan held where a slow read would hold it (opening the backend), after its SIGTERM handler is set: a
+# --request-file FIFO held it so once, but such a file is refused at once now (request.py reads regular files).
+_HELD = ("import os, sys, time; import node_bootstrap.commands.cli as cli\n"
+         "def held(*args, **kwargs):\n"
+         "    open(os.environ['HELD_FILE'], 'w').close()\n"
+         "    time.sleep(60)\n"
+         "cli.open_backend = held\n"
+         "sys.exit(cli.main())")
+
+
 def test_a_read_only_command_interrupted_says_error_not_failed(tmp_path):
     """docs/node.md: read-only commands report a problem as `error`, never as `failed`; a plan stopped by
-    SIGTERM (here while it waits on a --request-file that is a FIFO nobody writes) said `failed`."""
+    SIGTERM said `failed`."""
     node = Node(tmp_path)
-    fifo = str(tmp_path / "request.fifo")
-    os.mkfifo(fifo)
-    proc = node.popen("plan", "--request-file", fifo)
+    held = str(tmp_path / "held")
+    proc = subprocess.Popen([sys.executable, "-c", _HELD] + node.args("plan", "--size", "1g.5gb", "--json"),
+                            cwd=node.dir, env=node.env({"HELD_FILE": held}), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, universal_newlines=True)
     deadline = time.monotonic() + 60
-    while True:  # the plan has opened the FIFO for reading (so its SIGTERM handler is set) once this succeeds
-        try:
-            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            break
-        except OSError as exc:
-            if exc.errno != errno.ENXIO or time.monotonic() > deadline or proc.poll() is not None:
-                raise AssertionError("the plan never opened its --request-file: %r" % (proc.communicate(),))
-            time.sleep(0.05)
+    while not os.path.exists(held):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise AssertionError("the plan never reached its backend: %r" % (proc.communicate(),))
+        time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    # A SIGTERM that lands just before the read's system call leaves the read blocked with the handler pending
-    # (Python runs handlers between bytecodes): the FIFO's end of file returns the read, and the handler runs.
-    os.close(writer)
     out, err = proc.communicate(timeout=60)
     result = json.loads(out.splitlines()[-1])
     assert proc.returncode == 1, err
