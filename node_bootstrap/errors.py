@@ -3,8 +3,8 @@
 Exit codes: 0 success, 2 bad input, 3 GPU not MIG-capable, 4 GPU busy, 5 reboot required, 6 another MIG
 manager is in charge of the node, 7 the request said "destroy nothing" and the layout needs more than new
 instances, 1 anything else (docs/node.md). Not of a failure here (``commands/cli.py``): 141 when the reader of
-stdout went away, 1 for a result that could not be written (a failed command keeps its code), 2 for a closed
-stdout. Messages are one line; they never hold credentials.
+stdout went away, 1 for a result that could not be written (a failed command keeps its code in both), 2 for
+a closed stdout. Messages are one line; they never hold credentials.
 """
 
 OUTCOME_SUCCESS = "success"

@@ -209,9 +209,10 @@ FILE_COMMANDS = {"install-boot-unit": cmd_install_boot_unit, "uninstall-boot-uni
 
 def _emit(result, as_json, code):
     # type: (Dict[str, Any], bool, int) -> int
-    """Print the result; the exit code: ``code``, or 141 when the reader of stdout went away (``| head``, as a
-    shell reports a writer SIGPIPE kills), or 1 for a result that could not be written (``> /dev/full``)
-    where the command itself succeeded. One line on stderr, never a traceback."""
+    """Print the result; the exit code: ``code``, or where the command itself succeeded, 141 when the reader of
+    stdout went away (``| head``, as a shell reports a writer SIGPIPE kills) or 1 for a result that could not be
+    written (``> /dev/full``). A failed command keeps its own code either way. One line on stderr, never a
+    traceback."""
     try:
         if as_json:
             sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
@@ -222,7 +223,7 @@ def _emit(result, as_json, code):
         sys.stdout.flush()
     except BrokenPipeError:
         _discard_stdout()
-        return 141
+        return code or 141  # a failure (gpu-busy, reboot-required) is what the caller must learn, not the pipe
     except OSError as exc:
         sys.stderr.write("node_bootstrap: error: cannot write the result to stdout: %s\n" % (exc.strerror or exc))
         _discard_stdout()

@@ -114,3 +114,17 @@ def test_a_read_only_command_interrupted_says_error_not_failed(tmp_path):
     assert proc.returncode == 1, err
     assert result["error"]["code"] == "interrupted"
     assert result["outcome"] == "error" and "changes" not in result
+
+
+def test_a_failed_command_keeps_its_exit_code_when_the_reader_went_away(tmp_path):
+    """As for a full stdout: the reader of ``apply ... | head -1`` (with ``set -o pipefail``) gone must not turn a
+    refusal or a failure (here bad input, 2; a reboot-required apply's 5 alike) into 141, which says only that
+    the output was not read. It said 141 whatever the command's own code."""
+    node = Node(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "node_bootstrap"] + node.args("plan", "--sequence", "1g.5gb--2g.10gb"),
+                            cwd=node.dir, env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            universal_newlines=True)
+    proc.stdout.close()  # the reader went away before the result was written
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 2, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
