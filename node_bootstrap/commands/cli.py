@@ -24,7 +24,7 @@ from .apply import cmd_apply, cmd_report_holders
 from .backend import open_backend
 from ..host.clients import DEFAULT_CLIENTS
 from .common import (DEFAULT_CLIENT_STOP_TIMEOUT, DEFAULT_STATE_DIR, cmd_install_boot_unit, cmd_plan,
-                       cmd_sim_reboot, cmd_status)
+                       cmd_sim_reboot, cmd_status, say)
 from ..kube.deviceplugin import METHODS
 from .disable import cmd_disable, cmd_uninstall_boot_unit
 from .holdings import FOLLOW_BUDGET_S
@@ -225,7 +225,7 @@ def _emit(result, as_json, code):
         _discard_stdout()
         return code or 141  # a failure (gpu-busy, reboot-required) is what the caller must learn, not the pipe
     except OSError as exc:
-        sys.stderr.write("node_bootstrap: error: cannot write the result to stdout: %s\n" % (exc.strerror or exc))
+        say("node_bootstrap: error: cannot write the result to stdout: %s\n" % (exc.strerror or exc))
         _discard_stdout()
         return code or 1
     return code
@@ -254,8 +254,8 @@ def main(argv=None):
     if sys.stderr is None:  # started with stderr closed (2>&-): nowhere to say a problem, the exit code still does
         sys.stderr = open(os.devnull, "w")
     if sys.stdout is None:  # started with stdout closed (>&-): no result could be printed, so nothing is done
-        sys.stderr.write("node_bootstrap: error: stdout is closed: no result could be printed; run it with stdout "
-                         "open (> /dev/null discards the result)\n")
+        say("node_bootstrap: error: stdout is closed: no result could be printed; run it with stdout open "
+            "(> /dev/null discards the result)\n")
         return 2
     try:
         # Without a handler SIGTERM kills us without unwinding: clients stay stopped, the label pending.
@@ -294,5 +294,5 @@ def main(argv=None):
         result.update(outcome="error")                              # it could not be done
         result.pop("changes", None)
     if result.get("error"):
-        sys.stderr.write(error_line(result) + "\n")
+        say(error_line(result) + "\n")
     return _emit(result, as_json, code)

@@ -31,12 +31,25 @@ def request_spec(args):
     return spec_from_options(args.size, args.sequence, args.request_b64, args.request_file)
 
 
+def say(line):
+    # type: (str) -> None
+    """``line`` on stderr. A stderr that cannot take it (its reader gone: ``... 2>&1 | head``; a full disk) is
+    pointed at /dev/null from then on: a log line is advice, and a run must not end halfway for it."""
+    try:
+        sys.stderr.write(line)
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+        except (OSError, ValueError):  # no descriptor of its own (a caller's stand-in): replaced instead
+            sys.stderr = open(os.devnull, "w")
+
+
 def stderr_log(args):
     # type: (argparse.Namespace) -> Any
     def log(message):
         # type: (str) -> None
-        sys.stderr.write("node_bootstrap: %s\n" % message)
-        sys.stderr.flush()
+        say("node_bootstrap: %s\n" % message)
 
     return log
 

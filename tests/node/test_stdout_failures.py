@@ -121,10 +121,25 @@ def test_a_failed_command_keeps_its_exit_code_when_the_reader_went_away(tmp_path
     refusal or a failure (here bad input, 2; a reboot-required apply's 5 alike) into 141, which says only that
     the output was not read. It said 141 whatever the command's own code."""
     node = Node(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "node_bootstrap"] + node.args("plan", "--sequence", "1g.5gb--2g.10gb"),
-                            cwd=node.dir, env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "node_bootstrap"] +
+                            node.args("plan", "--sequence", "1g.5gb--2g.10gb"), cwd=node.dir, env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             universal_newlines=True)
     proc.stdout.close()  # the reader went away before the result was written
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 2, err
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_an_apply_whose_stderr_reader_went_away_runs_to_its_end_and_prints_its_result(tmp_path):
+    """Logs are advice: ``apply ... 2>&1 | head -3``, or a log reader that died, must not end the apply midway.
+    The first log line after the reader went away raised BrokenPipeError out of the run (an `internal error`
+    halfway through the change), the error line raised it again out of main, and no result was printed."""
+    node = Node(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "node_bootstrap"] +
+                            node.args("apply", "--sequence", "3g.20gb-3g.20gb", "--json"), cwd=node.dir, env=node.env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    proc.stderr.close()  # the reader of the log went away before the first line
+    out = proc.stdout.read()
+    assert proc.wait(timeout=120) == 0, out
+    result = json.loads(out.splitlines()[-1])
+    assert result["outcome"] == "success" and result["sequence"] == "3g.20gb-3g.20gb"
