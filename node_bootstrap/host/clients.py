@@ -50,6 +50,9 @@ def parse_clients(text):
             raise BadInput("bad --clients item %r; use systemd:UNIT or manifest:/absolute/path, comma-separated"
                            % item[:60])
         clients.append(client)
+    if len(clients) > MAX_RECORDED:  # the record a stop writes is read back this far: more would be lost
+        raise BadInput("--clients names %d clients; at most %d, comma-separated systemd:UNIT or "
+                       "manifest:/absolute/path" % (len(clients), MAX_RECORDED))
     return clients
 
 

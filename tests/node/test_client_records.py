@@ -77,3 +77,15 @@ def test_any_json_in_the_records_reads_as_clients_parse_clients_would_accept(tmp
         assert parse_clients(str(client)) == [client]
     for argv in calls:
         assert argv[0] == "systemctl" and not argv[-1].startswith("-") and all(isinstance(a, str) for a in argv)
+
+
+def test_more_clients_than_a_record_holds_are_refused_before_anything_stops():
+    """A run's stopped-clients record is read back at most MAX_RECORDED entries: with 65 clients a killed
+    run's record lost the 65th, and no later run started it again. --clients names at most that many."""
+    from node_bootstrap.errors import BadInput
+    from node_bootstrap.host.clients import MAX_RECORDED
+
+    assert len(parse_clients(",".join("systemd:u%d.service" % n for n in range(MAX_RECORDED)))) == MAX_RECORDED
+    with pytest.raises(BadInput) as caught:
+        parse_clients(",".join("systemd:u%d.service" % n for n in range(MAX_RECORDED + 1)))
+    assert "at most %d" % MAX_RECORDED in str(caught.value) and "\n" not in str(caught.value)
