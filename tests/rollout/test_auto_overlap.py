@@ -636,6 +636,18 @@ def _gold(api):
     return lookup
 
 
+def _serve_0_event_changes_two_a(cluster, lookup):
+    """A pod event for ``serve-0`` plans np-two, whose node two-a is the one changed."""
+    from tests.delivery.test_pod_events import pod_event
+
+    settings = load_settings(dict(cluster.settings_env, ACK_MIG_CLUSTER_ID="c-rollout"))
+    transport = PerGpuNodes(cluster.api)
+    result = run_event(pod_event("llm", "serve-0", cluster="c-rollout"), settings, inventory=lookup,
+                       executor=DeliveryExecutor.from_settings(settings, transport=transport),
+                       logger=JsonLogger("OFF"), kube=cluster.kube)
+    assert [name for name, _ in transport.requests] == ["two-a"], (result.reason, transport.requests)
+
+
 def test_a_node_labelling_itself_into_an_earlier_pool_changes_no_one_pool_step(cluster):
     """Which pods an earlier pool counts is read from the nodes ACK lists in it, as the tick's plan reads
     them: a node that labelled itself into the first pool with the pods' label made a step of the second pool
@@ -653,24 +665,15 @@ def test_a_node_labelling_itself_into_an_earlier_pool_changes_no_one_pool_step(c
 def test_a_node_labelling_itself_into_a_pool_does_not_draw_a_pod_event_there(cluster):
     """A pod event chooses its pool from the nodes ACK lists in each, as the tick does: the impostor drew the
     event to the first pool, whose step could not place the pods."""
-    from tests.delivery.test_pod_events import pod_event
-
     api = cluster.api
     lookup = _gold(api)
-    settings = load_settings(dict(cluster.settings_env, ACK_MIG_CLUSTER_ID="c-rollout"))
-    transport = PerGpuNodes(api)
-    result = run_event(pod_event("llm", "serve-0", cluster="c-rollout"), settings, inventory=lookup,
-                       executor=DeliveryExecutor.from_settings(settings, transport=transport),
-                       logger=JsonLogger("OFF"), kube=cluster.kube)
-    assert [name for name, _ in transport.requests] == ["two-a"], (result.reason, transport.requests)
+    _serve_0_event_changes_two_a(cluster, lookup)
 
 
 def test_a_pod_event_reads_each_auto_pools_ack_nodes_once(cluster):
     """docs/auto-pools.md: a pod event reads ACK's nodes (DescribeClusterNodes) once per auto pool. Its choice
     of pool read every pool's, then its first round read every earlier pool's and its own again: twice as
     many calls on the event's path, each a paged cloud call."""
-    from tests.delivery.test_pod_events import pod_event
-
     api = cluster.api
     lookup = _gold(api)
     asked = []
@@ -681,10 +684,5 @@ def test_a_pod_event_reads_each_auto_pools_ack_nodes_once(cluster):
         return real(cluster_id, nodepool_id, instance_ids)
 
     lookup.nodes = nodes
-    settings = load_settings(dict(cluster.settings_env, ACK_MIG_CLUSTER_ID="c-rollout"))
-    transport = PerGpuNodes(api)
-    result = run_event(pod_event("llm", "serve-0", cluster="c-rollout"), settings, inventory=lookup,
-                       executor=DeliveryExecutor.from_settings(settings, transport=transport),
-                       logger=JsonLogger("OFF"), kube=cluster.kube)
-    assert [name for name, _ in transport.requests] == ["two-a"], (result.reason, transport.requests)
+    _serve_0_event_changes_two_a(cluster, lookup)
     assert sorted(asked) == sorted([POOL, "np-two"]), asked
