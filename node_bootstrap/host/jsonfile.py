@@ -4,7 +4,7 @@ stand-ins): read as "nothing" when missing or unreadable, written whole or not a
 import json
 import os
 import typing
-from typing import Any
+from typing import Any, Optional
 
 from ..localfile import read_file
 from ..outside import OutsideDataError, loads
@@ -22,13 +22,22 @@ def read_json(path):
         return None
 
 
-def open_new(path):
-    # type: (str) -> typing.TextIO
+def open_new(path, mode=None):
+    # type: (str, Optional[int]) -> typing.TextIO
     """``path`` created anew for writing: whatever was there (a killed run's leftover) is removed first, so a
-    FIFO there cannot block the write and a symlink is not written through."""
+    FIFO there cannot block the write and a symlink is not written through. ``mode``: the file's mode from
+    its creation on (a chmod after the write left it readable as the umask allowed until then); None: 0666
+    less the umask."""
     if os.path.lexists(path):
         os.remove(path)
-    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)  # exactly ``mode``, whatever the umask took away
+        return os.fdopen(fd, "w")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def write_json(path, doc, **dump_args):

@@ -125,12 +125,11 @@ def write_if_changed(path, text, mode=0o644):
     if not os.path.isdir(directory):
         os.makedirs(directory)
     tmp = path + ".tmp"
-    with open_new(tmp) as fh:
+    with open_new(tmp, mode) as fh:
         fh.write(text)
         # on disk before the rename, as jsonfile.write_json: the request file is written just before a reboot
         # a reboot-required apply asks for, and a power loss must leave the old file or the new, never half
         fh.flush()
         os.fsync(fh.fileno())
-    os.chmod(tmp, mode)
     os.rename(tmp, path)
     return True

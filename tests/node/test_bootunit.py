@@ -323,6 +323,27 @@ def test_a_unit_file_is_on_disk_before_it_takes_the_old_ones_name(tmp_path, monk
     assert unitfile.write_if_changed(str(tmp_path / "etc" / "request.json"), '{"version": 1}\n') is False
 
 
+def test_a_private_file_is_never_readable_by_others_while_it_is_written(tmp_path, monkeypatch):
+    """The request and the enable-pending marker are 0600: their temporary was created with the umask's mode
+    (0644 under the usual 022) and chmodded only after the write, readable by every user until then."""
+    import stat
+
+    from node_bootstrap.host import unitfile
+
+    seen = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(unitfile.os, "fsync", lambda fd: seen.append(stat.S_IMODE(os.fstat(fd).st_mode)) or
+                        real_fsync(fd))
+    old = os.umask(0o022)
+    try:
+        path = str(tmp_path / "etc" / "request.json")
+        assert unitfile.write_if_changed(path, '{"version": 1}\n', 0o600) is True
+        assert unitfile.write_if_changed(str(tmp_path / "etc" / "unit.service"), "[Unit]\n") is True
+    finally:
+        os.umask(old)
+    assert seen == [0o600, 0o644] and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
 def _rebooted_with_a_client_left_stopped(tmp_path):
     """A node whose apply was killed after stopping dcgm-exporter (left in the stopped-clients record), with the
     boot unit installed, rebooted: its boot run is next. Returns the node and the boot unit's root."""
