@@ -161,7 +161,10 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         # No answer is no verdict: the server may have written this invocation in as the holder, and the
         # pool's events coalesce into it for a run lease. One more read says whose the marker is.
         # A refusal (409s only, or any other 4xx: RBAC, an invalid write) is an answer: nothing was written.
-        refused = isinstance(exc, MarkerBusy) or (exc.status is not None and 400 <= exc.status < 500)
+        # Not a 429: the client tries again after no answer too (functions/kube/client.py), and ends with the
+        # last attempt's 429 where an earlier, unanswered one may have been written.
+        refused = isinstance(exc, MarkerBusy) or (exc.status is not None and 400 <= exc.status < 500
+                                                  and exc.status != 429)
         held = None if refused else _held(marker, pool_id)
         if held is None:
             log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing"

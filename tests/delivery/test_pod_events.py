@@ -400,6 +400,31 @@ def test_a_marker_write_the_server_refused_is_not_read_back_nor_let_go(cluster, 
     assert "1g.10gb" in profiles(state_file)
 
 
+def test_a_marker_write_throttled_after_an_unanswered_attempt_is_read_back_and_let_go(cluster, monkeypatch):
+    """A 429 is a 4xx but no verdict on the write: the client tries a write again after an attempt that got no
+    answer (which the server may have committed) and ends with the last attempt's 429. Taken for "nothing
+    written", the event planned without coalescing and never let go of a marker naming it: the pool's events
+    were answered coalesced into an invocation that had returned, for a whole run lease."""
+    from functions.kube.client import ApiError
+
+    server, api, settings, executor, state_file = cluster
+    replace, cut = KubeApi.replace_lease, []
+
+    def committed_then_throttled(self, namespace, lease):
+        answer = replace(self, namespace, lease)
+        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}) and not cut:
+            cut.append(lease)  # the first attempt committed, unanswered; the client's retries were throttled
+            raise ApiError("PUT %s: HTTP 429 Too many requests" % marker_lease(POOL), 429, "TooManyRequests")
+        return answer
+
+    monkeypatch.setattr(KubeApi, "replace_lease", committed_then_throttled)
+    waiting(server, "first", "1g.10gb")
+    result = run(pod_event("llm", "first"), cluster)
+    assert cut and result.outcome == "done", result.reason
+    assert stored_marker(server)["holder"] == ""  # read back (this invocation's), planned as holder, let go
+    assert "1g.10gb" in profiles(state_file)
+
+
 @pytest.mark.parametrize("marker", ["usable", "busy"])
 def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_plans_its_pod(cluster, monkeypatch,
                                                                                            marker):
