@@ -295,9 +295,13 @@ def _private_base() -> str:
     while not os.path.lexists(there) and os.path.dirname(there) != there:
         there = os.path.dirname(there)
     if trusted(there):
-        os.makedirs(base, mode=0o700, exist_ok=True)
-        if trusted(base):  # (a umask that lets the group write the folders it made fails here)
-            return base
+        try:
+            os.makedirs(base, mode=0o700, exist_ok=True)
+        except OSError:  # a home that is not there nor can be made (Debian's nobody: /nonexistent)
+            pass
+        else:
+            if trusted(base):  # (a umask that lets the group write the folders it made fails here)
+                return base
     raise UsageError("the demo's simulated nodes need a directory no other user can write to, nor any folder "
                      "above it; the temporary directory (%s) and the cache (%s) are not: set TMPDIR to one"
                      % (tempfile.gettempdir()[:120], cache[:120]))

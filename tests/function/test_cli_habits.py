@@ -313,3 +313,37 @@ def test_the_demo_makes_its_cache_folder_where_the_home_has_no_cache_yet(tmp_pat
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     base = demo._private_base()
     assert base == os.path.join(home, ".cache", "ack-mig-hook") and os.path.isdir(base)
+
+
+def test_the_demo_whose_cache_folder_cannot_be_made_says_to_set_tmpdir(tmp_path, monkeypatch):
+    """A HOME that does not exist and cannot be made (Debian's ``nobody``: ``/nonexistent``) with TMPDIR /tmp:
+    its cache folder is judged by ``/``, which passes, and making it failed with an `internal error:
+    PermissionError` (exit 70) where the demo asks for a TMPDIR of its own (exit 2)."""
+    import errno
+    import tempfile
+
+    from functions.commands import demo
+    from functions.commands.common import UsageError
+    from functions.delivery import node_runner
+
+    shared = os.path.realpath(str(tmp_path / "shared"))
+    home = os.path.join(os.path.realpath(str(tmp_path)), "nonexistent")
+    os.mkdir(shared)
+
+    def unsafe(path, uid):  # the rule, with tmp_path's own folders above standing in for a trusted /
+        if not os.path.isdir(path) or os.path.islink(path):
+            return "cannot be read"
+        return "is writable by others" if path == shared else ""
+
+    def makedirs(path, mode=0o777, exist_ok=False):  # what a user other than root meets under /
+        raise PermissionError(errno.EACCES, "Permission denied", home)
+
+    monkeypatch.setattr(node_runner, "unsafe", unsafe)
+    monkeypatch.setattr(tempfile, "tempdir", shared)
+    monkeypatch.setenv("HOME", home)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(os, "makedirs", makedirs)
+    with pytest.raises(UsageError) as caught:
+        demo._private_base()
+    assert "set TMPDIR" in str(caught.value) and "\n" not in str(caught.value)
+    assert not os.path.exists(home)
