@@ -336,7 +336,7 @@ def main(argv=None):
 
 def _run(module, args):
     # type: (object, argparse.Namespace) -> int
-    from functions.commands.terminal import OutputError
+    from functions.commands.terminal import OutputError, discard_stdout
 
     try:
         if args.command in PROFILE_REGION:
@@ -351,12 +351,12 @@ def _run(module, args):
         print("ack-mig-hook: interrupted", file=sys.stderr)
         return 130
     except OutputError as exc:  # stdout could not be written (a full disk): one line, and nothing more to it
-        _discard_stdout()
+        discard_stdout()
         return report(exc)
     except BrokenPipeError:
         # The reader went away (`... | head`): nothing more to say, and nothing must be written to the closed
         # pipe at exit either (Python's docs on SIGPIPE), so stdout points at /dev/null from here on.
-        _discard_stdout()
+        discard_stdout()
         return 141  # 128 + SIGPIPE, what a shell reports for a writer killed by it
     except Exception as exc:  # the last line of defence: no traceback reaches a user
         if missing_extra(exc):  # an extra's module imported where the command needs it
@@ -364,12 +364,6 @@ def _run(module, args):
         if _debugging(args) and explained(exc)[0] is None:
             raise
         return _json_error(args, report(exc), exc)
-
-
-def _discard_stdout():
-    # type: () -> None
-    """stdout points at /dev/null from here on: what is still buffered, or printed at exit, cannot fail again."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _json_error(args, code, exc):
@@ -386,13 +380,13 @@ def _json_error(args, code, exc):
             text = "%s needs the deploy extra; install it with: %s" % (args.command, INSTALL_EXTRA)
         elif code_known is None:
             text = "internal error: %s: %s" % (type(exc).__name__, text)
-        from functions.commands.terminal import OutputError
+        from functions.commands.terminal import OutputError, discard_stdout
 
         try:
             print(json.dumps({"error": escape(text), "exit_code": code}))
             sys.stdout.flush()
         except (BrokenPipeError, OutputError):  # the error is said on stderr already, with its code
-            _discard_stdout()
+            discard_stdout()
     return code
 
 

@@ -125,14 +125,20 @@ def fail(text: str, code: int, as_json: bool = False) -> int:
     print("\n".join(error_lines(text)), file=sys.stderr)
     if as_json and sys.stdout is not None:  # None: started with stdout closed (>&-), said on stderr alone
         import json
-        import os
 
         try:
             print(json.dumps({"error": " ".join(text.split()), "exit_code": code}))
             sys.stdout.flush()
         except (OSError, OutputError):  # stdout full or its reader gone: said on stderr, with its code
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            discard_stdout()
     return code
+
+
+def discard_stdout() -> None:
+    """stdout points at /dev/null from here on: what is still buffered, or printed at exit, cannot fail again."""
+    import os
+
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 class Wrapped:
