@@ -230,8 +230,8 @@ def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings
     listed = list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool_id))
     if not finish_stranded(api, listed, settings, owner, dry_run=True):
         return
-    members = {n.node_name: n for n in lookup.nodes(cluster, pool_id) if n.node_name}
-    for line in finish_stranded(api, proven_members(listed, members)[0], settings, owner, dry_run):
+    for line in finish_stranded(api, pool_members(api, lookup, cluster, pool_id, listed=listed)[0], settings, owner,
+                                dry_run):
         log.warning("auto pool", nodepool_id=pool_id, reason=line)
 
 
@@ -247,14 +247,16 @@ def acked_members(lookup: Any, cluster: str, pool_id: str, acked: Optional[Dict[
     return {n.node_name: n for n in listed if n.node_name}
 
 
-def pool_members(api: Any, lookup: Any, cluster: str, pool_id: str,
-                 acked: Optional[Dict[str, Any]] = None) -> Tuple[List[Mapping[str, Any]], List[str]]:
+def pool_members(api: Any, lookup: Any, cluster: str, pool_id: str, acked: Optional[Dict[str, Any]] = None,
+                 listed: Optional[Sequence[Mapping[str, Any]]] = None) -> Tuple[List[Mapping[str, Any]], List[str]]:
     """The pool's Node objects that ACK lists in it (``proven_members``), and one line per Node that carries
     the pool's label without ACK listing it: what every reading of a pool's nodes plans from (the tick, the
     pods an earlier pool counts, a pod event's choice), so a node that labels itself into a pool changes none.
-    ``acked``: as :func:`acked_members`."""
+    ``acked``: as :func:`acked_members`; ``listed``: the pool's Nodes as listed a moment ago (listed here when
+    not given)."""
     members = acked_members(lookup, cluster, pool_id, acked)
-    return proven_members(list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool_id)), members)
+    return proven_members(list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool_id)) if listed is None else listed,
+                          members)
 
 
 def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
@@ -370,14 +372,18 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         listed = again[0] if again and again[0] is not None else api.server_time()
         return pending, listed
 
+    def earlier_pools_pods(pool: Any) -> set:
+        """The pods not counted yet that ``pool``, planned elsewhere or not at all by this tick, counts."""
+        return counted_pods(pool, pool_members(api, lookup, cluster, pool.nodepool_id, acked)[0],
+                            [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n))
+
     scoped = {p.nodepool_id for p in pools}
     last = max(scoped)
     for pool in sorted(auto or pools, key=lambda p: p.nodepool_id):
         if pool.nodepool_id > last:
             break
         if pool.nodepool_id not in scoped:
-            counted.update(counted_pods(pool, pool_members(api, lookup, cluster, pool.nodepool_id, acked)[0],
-                                        [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n)))
+            counted.update(earlier_pools_pods(pool))
             continue
         if paused(pool.labels):
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
@@ -387,11 +393,10 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if why:
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason=why)
             skipped.append(why)
-            counted.update(counted_pods(pool, pool_members(api, lookup, cluster, pool.nodepool_id, acked)[0],
-                                        [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n)))
+            counted.update(earlier_pools_pods(pool))
             continue
-        members = acked_members(lookup, cluster, pool.nodepool_id, acked)
-        nodes, strangers = proven_members(list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool.nodepool_id)), members)
+        nodes, strangers = pool_members(api, lookup, cluster, pool.nodepool_id, acked)
+        members = acked_members(lookup, cluster, pool.nodepool_id, acked)  # the list just read: ACK is not asked again
         for line in strangers:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
         for line in finish_stranded(api, nodes, settings, claims.owner, dry_run):
