@@ -87,14 +87,7 @@ class DoubleWorld(World):
         self.api.set_capacity(name, capacity)
 
     def annotate_node(self, name: str, annotations: Dict[str, Optional[str]]) -> None:
-        def change(node: dict) -> None:
-            target = node["metadata"].setdefault("annotations", {})
-            for key, value in annotations.items():
-                if value is None:
-                    target.pop(key, None)
-                else:
-                    target[key] = value
-        self.api.update_node(name, change)
+        self.api.annotate_node(name, annotations)
 
     def node(self, name: str) -> dict:
         return json.loads(json.dumps(self.api.nodes[name]))

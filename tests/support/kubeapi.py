@@ -468,9 +468,18 @@ class KubeApiServer:
     def label_node(self, name, labels):
         # type: (str, dict) -> dict
         """What the node's own label patch does (None deletes a label)."""
+        return self._merge_metadata(name, "labels", labels)
+
+    def annotate_node(self, name, annotations):
+        # type: (str, dict) -> dict
+        """A merge patch of the node's annotations (None deletes one), as a test's actor writes them."""
+        return self._merge_metadata(name, "annotations", annotations)
+
+    def _merge_metadata(self, name, part, values):
+        # type: (str, str, dict) -> dict
         def change(node):
-            target = node["metadata"].setdefault("labels", {})
-            for key, value in labels.items():
+            target = node["metadata"].setdefault(part, {})
+            for key, value in values.items():
                 if value is None:
                     target.pop(key, None)
                 else:
