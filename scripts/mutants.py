@@ -233,6 +233,12 @@ MUTANTS = (
            ("tests/delivery/test_pod_events.py",),
            "a plan marker written without an answer names a holder that never plans again: the pool's events are "
            "answered coalesced for a run lease and wait for the timer"),
+    mutant("stranded-refusal-ends-tick", "functions/rollout/auto_waves.py",
+           "                if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry",
+           "                if True:",
+           ("tests/rollout/test_interrupted.py",),
+           "one node whose record write is refused (a 422) ends every auto pool's tick in retry, each tick: the "
+           "other stranded records never end and no pool's tags are synced"),
     mutant("logs-filter-trusts-sls", "functions/commands/sls_logs.py",
            "        rows.extend(line for line in (entry(r) for r in page) if keep is None or keep(line))",
            "        rows.extend(entry(r) for r in page)",

@@ -94,12 +94,13 @@ def prepare_auto(changes: Sequence[Tuple[Any, Decision, Sequence[Any]]], pool_si
 
 def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, dry_run: bool = False) -> List[str]:
     """End the records a stopped invocation left mid-change on an auto pool's ``nodes`` (proven members):
-    one line per node finished. An auto change never cordons or drains, so such a node lost nothing, but
-    its record said ``applying`` for good (``status``: pending) and the autoscaler's scale-down opt-out the
-    change set kept it from ever being removed: no later plan names a node that already holds what the
-    pods want, and only a plan's rollout rewrote the record. The record ends ``done`` with the reason, on
-    the version read (a 409 or 404: another invocation took the node, or it went: left to that); the
-    layout is the node's own to say (its state label and layouts annotation), nothing is sent to it."""
+    one line per node finished, or whose write that node's answer refused (it fails alone). An auto change
+    never cordons or drains, so such a node lost nothing, but its record said ``applying`` for good
+    (``status``: pending) and the autoscaler's scale-down opt-out the change set kept it from ever being
+    removed: no later plan names a node that already holds what the pods want, and only a plan's rollout
+    rewrote the record. The record ends ``done`` with the reason, on the version read (a 409 or 404: another
+    invocation took the node, or it went: left to that); the layout is the node's own to say (its state
+    label and layouts annotation), nothing is sent to it."""
     from node_bootstrap.kube import KubeError
 
     now, lines = run.clock(), []
@@ -122,7 +123,13 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
             except KubeError as exc:
                 if exc.status in (404, 409):
                     continue
-                raise
+                if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry
+                    raise
+                # This node's answer (a 422: its annotations at the size limit; a webhook's refusal): the node
+                # keeps its record and the others are still ended; raised, it ended every pool's tick, each time.
+                lines.append("node %s: the record could not be ended (%s): the next tick tries again"
+                             % (node.name, " ".join(str(exc).split())[:200]))
+                continue
         # a dry run wrote nothing: its line must not say the record ended (the node still reads pending)
         lines.append("node %s: %s" % (node.name, "dry run: would end the record (%s)" % reason if dry_run else reason))
     return lines

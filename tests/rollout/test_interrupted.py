@@ -519,3 +519,23 @@ def test_an_auto_tick_or_pod_event_killed_after_every_write_converges(cluster, t
         check_auto_converged(cluster, lookup, transport, stranger, where)
         assert _end_state(cluster, lookup) == reference, where
     assert len(points) >= 12, points
+
+
+@pytest.mark.parametrize("pods", [0, 2], ids=["idle", "planning"])
+def test_a_stranded_record_whose_node_refuses_the_write_fails_alone(cluster, pods):
+    """One node whose patch the API server refuses for good (a 422: its kubelet filled the node's annotations to
+    the 256 KiB limit, or an admission webhook denies it) keeps its record, said in one line; the pool's other
+    stranded records still end and the tick goes on. It ended every tick of every auto pool in `retry`, before
+    any other record ended and before the pool tags were synced."""
+    from functions.decision import waves as rp
+    from tests.rollout.test_auto_rollout import NAMES, PerGpuNodes, add_auto_nodes, inventory, tick, waiting
+
+    add_auto_nodes(cluster.api, NAMES[:2])
+    waiting(cluster.api, pods)
+    strand(cluster.api, NAMES[:2])
+    cluster.api.break_next(times=50, status=422, method="PATCH", path="/api/v1/nodes/%s" % NAMES[0])
+    result = tick(cluster, PerGpuNodes(cluster.api), lookup=inventory(names=NAMES[:2]))
+    assert result.outcome != "retry", result.reason
+    assert cluster.annotation(NAMES[0])["step"] == rp.APPLYING
+    assert cluster.annotation(NAMES[1])["step"] == rp.DONE
+    assert rp.SCALE_DOWN_DISABLED not in cluster.api.nodes[NAMES[1]]["metadata"]["annotations"]
