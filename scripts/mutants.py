@@ -239,6 +239,12 @@ MUTANTS = (
            ("tests/rollout/test_interrupted.py",),
            "one node whose record write is refused (a 422) ends every auto pool's tick in retry, each tick: the "
            "other stranded records never end and no pool's tags are synced"),
+    mutant("relist-forgets-earlier-pools", "functions/pipeline/auto_pool.py",
+           "            counted.update(earlier_pools_pods(earlier))\n        return pending, listed",
+           "            pass\n        return pending, listed",
+           ("tests/rollout/test_auto_overlap.py",),
+           "a pod first seen in the list a tick reads again is planned by a later pool though an earlier one counts "
+           "it: both repartition a GPU for it"),
     mutant("logs-filter-trusts-sls", "functions/commands/sls_logs.py",
            "        rows.extend(line for line in (entry(r) for r in page) if keep is None or keep(line))",
            "        rows.extend(entry(r) for r in page)",

@@ -360,16 +360,22 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     counted: set = set()
     relisted: List[bool] = []
 
-    def relist() -> Tuple[List[Any], float]:
-        """The pending pods read again, once a tick, for a pool another invocation changed after the first
-        list: two of the Date header's whole seconds later, so that a change just before the claim reads
-        as before the list (``changed_since`` counts a mark within one second of it as after)."""
+    def relist(pool_id: str) -> Tuple[List[Any], float]:
+        """The pending pods read again, once a tick, for a pool (``pool_id``) another invocation changed after
+        the first list: two of the Date header's whole seconds later, so that a change just before the claim
+        reads as before the list (``changed_since`` counts a mark within one second of it as after)."""
         nonlocal pending, listed
         relisted.append(True)
         run.sleep(2 * STALE_MARGIN_S)
         again: List[Optional[float]] = []
         pending = pending_pods(api, again)
         listed = again[0] if again and again[0] is not None else api.server_time()
+        # A pod new in this list that an earlier pool counts is that pool's, as the first list's were: the
+        # earlier pools were read on that list, and without this the pool planned it beside them.
+        for earlier in sorted(auto or pools, key=lambda p: p.nodepool_id):
+            if earlier.nodepool_id >= pool_id:
+                break
+            counted.update(earlier_pools_pods(earlier))
         return pending, listed
 
     def earlier_pools_pods(pool: Any) -> set:
@@ -389,7 +395,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason="paused: nothing new starts")
             continue
         dwell, why = claim_pool(claims, pool, dry_run, listed, pending, settings,
-                                relist=None if relisted else relist)
+                                relist=None if relisted else lambda pool_id=pool.nodepool_id: relist(pool_id))
         if why:
             log.info("auto pool", nodepool_id=pool.nodepool_id, reason=why)
             skipped.append(why)

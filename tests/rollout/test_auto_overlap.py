@@ -686,3 +686,37 @@ def test_a_pod_event_reads_each_auto_pools_ack_nodes_once(cluster):
     lookup.nodes = nodes
     _serve_0_event_changes_two_a(cluster, lookup)
     assert sorted(asked) == sorted([POOL, "np-two"]), asked
+
+
+def test_pods_read_again_that_an_earlier_pool_counts_stay_its_demand(cluster):
+    """A pod that first shows in the list read again (the later pool changed after the tick's first list) and
+    that an earlier auto pool counts is that pool's demand, as every other pod an earlier pool counts: the
+    later pool planned it, and repartitioned its GPU for a pod the earlier pool's own plan takes too."""
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])  # np-mig, the earlier pool: auto-a, an idle 7g.40gb
+    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": "np-two", "nvidia.com/mig.config.state": "success",
+                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                  "aliyun.accelerator/nvidia_count": "1"},
+                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
+                 capacity={"nvidia.com/mig-7g.40gb": "1"})
+    waiting(api, 1)
+    with api.lock:  # serve-0 selects np-two: that pool's demand alone
+        api.pods[("llm", "serve-0")]["spec"]["nodeSelector"] = {"alibabacloud.com/nodepool-id": "np-two"}
+    api.leases[("default", "ack-mig-hook-pool-np-two")] = {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "ack-mig-hook-pool-np-two", "namespace": "default", "resourceVersion": "7", "uid": "u-2",
+                     "annotations": {"ack-mig-hook/pool-changed": json.dumps(cluster.now[0])}},
+        "spec": {}}
+
+    def arrives(_):  # while the tick waits to read the pods again: a pod either pool could take (np-mig's)
+        pod = api.add_pod("llm", "other-0", "", phase="Pending", owner_kind="ReplicaSet",
+                          resources={"nvidia.com/mig-4g.20gb": "1"})
+        with api.lock:
+            pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    cluster.on_sleep = arrives
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=two_pools())
+    assert cluster.sleeps == [2.0], result.reason
+    assert [n for n, _ in transport.requests] == ["two-a"], (result.reason, transport.requests)
+    asked = json.dumps(transport.requests[0][1])
+    assert "3g.20gb" in asked and "4g.20gb" not in asked, asked
