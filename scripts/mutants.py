@@ -245,6 +245,11 @@ MUTANTS = (
            ("tests/rollout/test_auto_overlap.py",),
            "a pod first seen in the list a tick reads again is planned by a later pool though an earlier one counts "
            "it: both repartition a GPU for it"),
+    mutant("kube-node-trusts-parts", "functions/decision/waves.py",
+           'meta, spec, status = (as_object(as_object(obj).get(k)) for k in ("metadata", "spec", "status"))',
+           'meta, spec, status = (obj.get(k) or {} for k in ("metadata", "spec", "status"))',
+           ("tests/rollout/test_auto_rollout.py",),
+           "one Node of a pool whose spec is no object ends the tick in an internal error once a change is planned"),
     mutant("logs-filter-trusts-sls", "functions/commands/sls_logs.py",
            "        rows.extend(line for line in (entry(r) for r in page) if keep is None or keep(line))",
            "        rows.extend(entry(r) for r in page)",

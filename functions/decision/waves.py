@@ -34,7 +34,7 @@ from node_bootstrap.mig import (GPUS, GpuModel, Layout, MigInputError, Partition
                                 plan, resource_name)
 from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts  # what each GPU holds
 from node_bootstrap.mig.solver import complete
-from node_bootstrap.outside import OutsideDataError, loads, number
+from node_bootstrap.outside import OutsideDataError, as_object, loads, number, objects
 
 APPLIED_LABEL = "aliyun.accelerator/nvidia_mig_sequence"  # written by node_bootstrap (nodelabels.py)
 STATE_LABEL = "nvidia.com/mig.config.state"
@@ -159,8 +159,9 @@ def _ready(conditions: object) -> Optional[bool]:
     return None
 
 
-def _kept(items: Optional[Mapping], prefixes: Tuple[str, ...]) -> Dict[str, str]:
-    return {k: v for k, v in (items or {}).items() if k.startswith(prefixes)}
+def _kept(items: object, prefixes: Tuple[str, ...]) -> Dict[str, str]:
+    # (a snapshot's allocatable may give a count as a number: mig_allocatable reads it)
+    return {k: v for k, v in as_object(items).items() if isinstance(k, str) and k.startswith(prefixes)}
 
 
 @dataclass(frozen=True)
@@ -183,17 +184,17 @@ class KubeNode:
 
     @classmethod
     def from_object(cls, obj: Mapping) -> "KubeNode":
-        """From a v1 Node object as the API returns it."""
-        meta = obj.get("metadata") or {}
-        spec = obj.get("spec") or {}
+        """From a v1 Node object as the API returns it; a part of another shape reads as absent (the reader
+        rule, node_bootstrap/outside.py: one such Node of a pool ended the budget's count and the rollout's
+        view of every node in an AttributeError)."""
+        meta, spec, status = (as_object(as_object(obj).get(k)) for k in ("metadata", "spec", "status"))
         return cls(name=str(meta.get("name") or ""), labels=_kept(meta.get("labels"), KEPT_LABELS),
                    annotations=_kept(meta.get("annotations"), KEPT_ANNOTATIONS),
                    unschedulable=bool(spec.get("unschedulable")),
-                   allocatable=_kept((obj.get("status") or {}).get("allocatable"), KEPT_RESOURCES),
-                   taints=tuple("%s:%s" % (t.get("key"), t.get("effect")) for t in spec.get("taints") or []
-                                if isinstance(t, dict)),
+                   allocatable=_kept(status.get("allocatable"), KEPT_RESOURCES),
+                   taints=tuple("%s:%s" % (t.get("key"), t.get("effect")) for t in objects(spec.get("taints"))),
                    resource_version=str(meta.get("resourceVersion") or ""),
-                   ready=_ready((obj.get("status") or {}).get("conditions")),
+                   ready=_ready(status.get("conditions")),
                    instance_id=instance_of(spec.get("providerID")))
 
     @property
