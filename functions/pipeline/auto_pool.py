@@ -228,10 +228,10 @@ def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings
     from functions.rollout.auto_waves import finish_stranded
 
     listed = list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool_id))
-    if not finish_stranded(api, listed, settings, owner, dry_run=True):
+    if not finish_stranded(api, listed, settings, owner, pool_id, dry_run=True):
         return
     for line in finish_stranded(api, pool_members(api, lookup, cluster, pool_id, listed=listed)[0], settings, owner,
-                                dry_run):
+                                pool_id, dry_run):
         log.warning("auto pool", nodepool_id=pool_id, reason=line)
 
 
@@ -405,7 +405,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         members = acked_members(lookup, cluster, pool.nodepool_id, acked)  # the list just read: ACK is not asked again
         for line in strangers:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
-        for line in finish_stranded(api, nodes, settings, claims.owner, dry_run):
+        for line in finish_stranded(api, nodes, settings, claims.owner, pool.nodepool_id, dry_run):
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
         names = [(n.get("metadata") or {}).get("name") or "" for n in nodes]
         try:

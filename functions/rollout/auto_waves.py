@@ -92,7 +92,8 @@ def prepare_auto(changes: Sequence[Tuple[Any, Decision, Sequence[Any]]], pool_si
     return out, rollout
 
 
-def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, dry_run: bool = False) -> List[str]:
+def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, pool_id: str,
+                    dry_run: bool = False) -> List[str]:
     """End the records a stopped invocation left mid-change on an auto pool's ``nodes`` (proven members):
     one line per node finished, or whose write that node's answer refused (it fails alone). An auto change
     never cordons or drains, so such a node lost nothing, but its record said ``applying`` for good
@@ -100,9 +101,17 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
     removed: no later plan names a node that already holds what the pods want, and only a plan's rollout
     rewrote the record. The record ends ``done`` with the reason, on the version read (a 409 or 404: another
     invocation took the node, or it went: left to that); the layout is the node's own to say (its state
-    label and layouts annotation), nothing is sent to it."""
+    label and layouts annotation), nothing is sent to it.
+
+    The stopped run's slot of the pool's budget on the node (``pool_id``'s Lease) goes back with it, once it
+    has run out: it counted for nothing, but ``kubectl get lease`` showed the dead run holding the node until
+    another node of the pool took a slot, and the record no longer names that run (so nothing else ties the
+    slot to an ended node)."""
     from node_bootstrap.kube import KubeError
 
+    from functions.rollout.pool_lease import PoolBudget
+
+    budget = PoolBudget(kube, owner, run.clock, run.run_lease_s(settings))
     now, lines = run.clock(), []
     for obj in nodes:
         node = rp.KubeNode.from_object(obj)
@@ -116,20 +125,26 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
             p, step=rp.DONE, reason=reason, owner=owner, expires=now, autoscaler=False).to_annotation()}
         if p.autoscaler:  # this hook's opt-out; someone else's is never in a record that says autoscaler
             notes[rp.SCALE_DOWN_DISABLED] = None
-        if not dry_run:
-            try:
-                kube.patch_node(node.name, {"metadata": {"resourceVersion": node.resource_version,
-                                                         "annotations": notes}})
-            except KubeError as exc:
-                if exc.status in (404, 409):
-                    continue
-                if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry
-                    raise
-                # This node's answer (a 422: its annotations at the size limit; a webhook's refusal): the node
-                # keeps its record and the others are still ended; raised, it ended every pool's tick, each time.
-                lines.append("node %s: the record could not be ended (%s): the next tick tries again"
-                             % (node.name, " ".join(str(exc).split())[:200]))
+        if dry_run:  # it wrote nothing: its line must not say the record ended (the node still reads pending)
+            lines.append("node %s: dry run: would end the record (%s) and give back the budget slot of invocation "
+                         "%s on it, if the pool's Lease still holds one that has run out" % (node.name, reason,
+                                                                                             p.owner or "-"))
+            continue
+        try:
+            kube.patch_node(node.name, {"metadata": {"resourceVersion": node.resource_version,
+                                                     "annotations": notes}})
+        except KubeError as exc:
+            if exc.status in (404, 409):  # the run that took the node over writes its own slot over this one
                 continue
-        # a dry run wrote nothing: its line must not say the record ended (the node still reads pending)
-        lines.append("node %s: %s" % (node.name, "dry run: would end the record (%s)" % reason if dry_run else reason))
+            if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry
+                raise
+            # This node's answer (a 422: its annotations at the size limit; a webhook's refusal): the node
+            # keeps its record (and the dead run its slot) and the others are still ended; raised, it ended
+            # every pool's tick, each time.
+            lines.append("node %s: the record could not be ended (%s): the next tick tries again"
+                         % (node.name, " ".join(str(exc).split())[:200]))
+            continue
+        if p.owner and budget.release(pool_id, node.name, holder=p.owner):
+            reason += "; its slot of the pool's budget, run out, was given back"
+        lines.append("node %s: %s" % (node.name, reason))
     return lines

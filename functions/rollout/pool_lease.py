@@ -104,23 +104,38 @@ class PoolBudget:
         return ("the disruption budget of pool %s changed under %d writes in a row (other invocations took slots); "
                 "this node waits for the next wave or invocation" % (pool, CAS_ATTEMPTS))
 
-    def release(self, pool_id: str, node: str) -> None:
-        """Give ``node``'s slot back, when it is this run's. A failure is logged, not raised: the slot expires
-        with this run's lease, and a node its holder visibly ended no longer counts meanwhile."""
+    def release(self, pool_id: str, node: str, holder: str = "") -> bool:
+        """Give ``node``'s slot back: this run's, or with ``holder`` the slot of that run, which ended without
+        giving it back (``functions.rollout.auto_waves.finish_stranded`` ends its record), and only once it has
+        run out on the cluster's clock: the record was judged on the invocation's, and until the slot runs out
+        that run may still be alive and its slot counts. Another run's slot on the node (one that took the node
+        over) stays. Whether a slot was given back. A failure is logged, not raised: this run's slot expires
+        with its lease, a node its holder visibly ended no longer counts meanwhile, and an expired slot counts
+        for nothing (the next slot taken in the pool drops it). A 409 reads the Lease again and judges the slot
+        again, at most ``CAS_ATTEMPTS`` times: the Lease also carries the planning claim and the other nodes'
+        slots, whose writes conflict without touching this one."""
+        owner = holder or self.owner
         try:
             for _ in range(CAS_ATTEMPTS):
-                lease = self._lease(pool_id)
+                try:  # read only: a Lease that is not there holds no slot, and is not made to say so
+                    lease = self.kube.get_lease(self.namespace, pb.lease_name(pool_id))
+                except KubeError as exc:
+                    if exc.status == 404:
+                        return False
+                    raise
                 now = self._now()[1]
                 slots = self._slots(lease, now)[0]
                 held: Optional[pb.Slot] = slots.get(node)
-                if held is None or held.owner != self.owner:
-                    return
+                if held is None or held.owner != owner or (holder and held.expires > now):
+                    return False
                 del slots[node]
                 try:
-                    return self._write(lease, slots, "", 0.0, now)
+                    self._write(lease, slots, "", 0.0, now)
+                    return True
                 except KubeError as exc:
                     if exc.status != 409:
                         raise
             log.warning("slot of node %s in pool %s not given back: the lease kept changing", node, pool_id)
         except KubeError as exc:
             log.warning("slot of node %s in pool %s not given back: %s", node, pool_id, exc)
+        return False

@@ -81,7 +81,7 @@ def test_a_node_of_any_shape_is_read_alone_and_the_pools_other_nodes_count(edits
     assert counted <= {"llm/p"}
     assert counted_pods(POOL, [n for n in listed if n["metadata"]["name"] == "n-good"], [POD],
                         lambda names: {n: [] for n in names}) == {"llm/p"}
-    for line in finish_stranded(kube, listed, SETTINGS, "me", dry_run=True):
+    for line in finish_stranded(kube, listed, SETTINGS, "me", "np-1", dry_run=True):
         assert line.startswith("node n-bad: dry run"), line  # only a record the bad node holds is ended
 
 

@@ -328,11 +328,12 @@ def test_a_stranded_record_is_ended_on_the_version_listed_a_stale_or_gone_node_l
     label-selector list reads page by page (supply.list_pool_nodes, pages of 2, other pools' Nodes between
     them): the merge patch carries the resourceVersion listed, so a Node changed since is 409 and keeps its
     record and opt-out, a Node deleted since is 404; on the version listed the record ends and null removes
-    the autoscaler's opt-out, the Node's other annotations kept."""
+    the autoscaler's opt-out, the Node's other annotations kept. The stopped run's slot on an ended Node, run
+    out, leaves the pool's Lease by a PUT on the version read; a Node whose record stays keeps its slot."""
     import json
 
     from functions.base.settings import load_settings
-    from functions.decision import waves as rp
+    from functions.decision import budget as pb, waves as rp
     from functions.kube.supply import list_pool_nodes
     from functions.rollout.auto_waves import finish_stranded
 
@@ -347,14 +348,25 @@ def test_a_stranded_record_is_ended_on_the_version_listed_a_stale_or_gone_node_l
         names.append(name)
     ended, stale, gone, kept, _other = names
     kube = world.client(page=2)
+    lease = pb.lease_name(pool)
+    kube.create_lease("default", {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                  "metadata": {"name": lease, "namespace": "default", "annotations": {
+                                      pb.SLOTS_ANNOTATION: pb.write_slots({ended: pb.Slot("x", 1.0),
+                                                                           stale: pb.Slot("x", 1.0)}, 1.0, 1.0)}},
+                                  "spec": {}})
+
+    def slots():
+        return set(pb.read_slots(kube.get_lease("default", lease)["metadata"]["annotations"][pb.SLOTS_ANNOTATION]))
+
     listed = list_pool_nodes(kube, "alibabacloud.com/nodepool-id=" + pool)
     assert sorted(n["metadata"]["name"] for n in listed) == sorted(names[:4])
     world.label_node(stale, {"someone": "else"})
     world.delete_node(gone)
     settings = load_settings({"ACK_MIG_STARTUP_TAINT": "none"})
     mine = [n for n in listed if n["metadata"]["name"] != kept]
-    lines = finish_stranded(kube, mine, settings, "tick-2")
+    lines = finish_stranded(kube, mine, settings, "tick-2", pool)
     assert [line.split(":")[0] for line in lines] == ["node " + ended], lines
+    assert "slot of the pool's budget, run out, was given back" in lines[0] and slots() == {stale}, lines
     notes = world.node(ended)["metadata"]["annotations"]
     assert json.loads(notes[rp.PROGRESS_ANNOTATION])["step"] == rp.DONE and notes["keep"] == "me"
     assert rp.SCALE_DOWN_DISABLED not in notes
@@ -363,7 +375,7 @@ def test_a_stranded_record_is_ended_on_the_version_listed_a_stale_or_gone_node_l
         assert (notes[rp.PROGRESS_ANNOTATION], notes[rp.SCALE_DOWN_DISABLED]) == (record, "true"), name
     again = [n for n in list_pool_nodes(kube, "alibabacloud.com/nodepool-id=" + pool)
              if n["metadata"]["name"] == stale]
-    assert len(finish_stranded(kube, again, settings, "tick-2")) == 1
+    assert len(finish_stranded(kube, again, settings, "tick-2", pool)) == 1 and slots() == set()
     assert rp.SCALE_DOWN_DISABLED not in world.node(stale)["metadata"]["annotations"]
 
 

@@ -232,16 +232,25 @@ def test_killed_against_the_tls_api_server(cluster, where):
     check_resumed(cluster, killed_at, played)
 
 
-def strand(api, names):
+def strand(api, names, slots=False):
     """What a run that stopped mid-change leaves on each of ``names`` (its lease long over): the record at
-    ``applying`` of a change without drain, and the autoscaler's opt-out it set."""
-    from functions.decision import waves as rp
+    ``applying`` of a change without drain, and the autoscaler's opt-out it set; with ``slots``, its slot of
+    the pool's budget on each, run out, in the pool's Lease."""
+    from functions.decision import budget as pb, waves as rp
+    from tests.rollout.test_auto_rollout import LEASE
 
     record = json.dumps({"target": "per-gpu=3g.20gb-3g.20gb", "step": "applying", "owner": "x", "expires": 1.0,
                          "drain": False, "autoscaler": True})
     for name in names:
         api.nodes[name]["metadata"]["annotations"].update({rp.PROGRESS_ANNOTATION: record,
                                                            rp.SCALE_DOWN_DISABLED: "true"})
+    if slots:
+        table = pb.write_slots({n: pb.Slot("x", 1.0) for n in names}, 1.0, 1.0)
+        with api.lock:
+            api.leases[LEASE] = api._stamp({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                            "metadata": {"name": LEASE[1], "namespace": LEASE[0], "uid": "lease-x",
+                                                         "annotations": {pb.SLOTS_ANNOTATION: table}},
+                                            "spec": {}})
 
 
 def _killed_auto_tick(cluster, kill_at):
@@ -265,7 +274,9 @@ def test_an_auto_change_killed_after_its_apply_ends_recorded_and_scalable(cluste
     """A tick killed right after the node's apply left the record `applying` and the autoscaler's opt-out
     on the node: no later plan names a node that already holds what the pods want, so nothing ended them,
     `status` said pending for good and the autoscaler could never remove the node. Once the killed run's
-    lease is over, the next tick ends the record (pods waiting or not) and lifts the opt-out it set."""
+    lease is over, the next tick ends the record (pods waiting or not) and lifts the opt-out it set. The
+    killed run's slot of the pool's budget, run out by then, goes back with the record: it counted for
+    nothing, but the pool's Lease showed the dead run holding the node until another node took a slot."""
     from functions.decision import waves as rp
     from tests.rollout.test_auto_rollout import PerGpuNodes, tick
 
@@ -273,15 +284,28 @@ def test_an_auto_change_killed_after_its_apply_ends_recorded_and_scalable(cluste
     assert killer.calls[5] == "apply %s" % name  # the 6th write is the apply, the 7th the record 'applied'
     assert cluster.annotation(name)["step"] == (rp.APPLYING, rp.APPLIED)[kill_at - 6]
     assert cluster.api.nodes[name]["metadata"]["annotations"].get(rp.SCALE_DOWN_DISABLED) == "true"
+    killed_run = cluster.annotation(name)["owner"]
+    assert {n: s.owner for n, s in lease_slots(cluster.api).items()} == {name: killed_run}
     if not pods_left:
         cluster.api.pods.clear()  # they bound to the instances the apply made
     tick(cluster, PerGpuNodes(cluster.api))  # within the killed run's lease: still its own
     assert cluster.annotation(name)["step"] == (rp.APPLYING, rp.APPLIED)[kill_at - 6]
+    assert set(lease_slots(cluster.api)) == {name}  # live: that run may still be at work
     cluster.now[0] += 2 * 3600
     result = tick(cluster, PerGpuNodes(cluster.api))
     record = cluster.annotation(name)
     assert record["step"] == rp.DONE and "stopped" in record["reason"], (record, result.reason)
     assert rp.SCALE_DOWN_DISABLED not in cluster.api.nodes[name]["metadata"]["annotations"]
+    assert lease_slots(cluster.api) == {}, lease_slots(cluster.api)
+
+
+def lease_slots(api):
+    """The pool Lease's slot table as stored, expired slots included."""
+    from functions.decision import budget as pb
+    from tests.rollout.test_auto_rollout import LEASE
+
+    lease = api.leases.get(LEASE)
+    return pb.read_slots((lease["metadata"].get("annotations") or {}).get(pb.SLOTS_ANNOTATION)) if lease else {}
 
 
 def test_a_stranded_auto_record_on_a_node_ack_does_not_list_in_the_pool_is_left_alone(cluster):
@@ -327,19 +351,23 @@ def test_a_dry_run_tick_says_it_would_end_a_stranded_record_and_writes_nothing(c
     from functions.decision import waves as rp
     from functions.delivery.node_executor import DeliveryExecutor
     from functions.pipeline.event import run_event
-    from tests.rollout.test_auto_rollout import NAMES, TICK, PerGpuNodes, add_auto_nodes, inventory, waiting
+    from tests.rollout.test_auto_rollout import NAMES, TICK, PerGpuNodes, add_auto_nodes, inventory, tick, waiting
 
     add_auto_nodes(cluster.api, NAMES[:1])
     waiting(cluster.api, pods)
-    strand(cluster.api, NAMES[:1])
+    strand(cluster.api, NAMES[:1], slots=True)
     settings, out = load_settings(dict(cluster.settings_env)), io.StringIO()
     run_event(TICK, settings, inventory=inventory(), dry_run=True, logger=JsonLogger("INFO", stream=out),
               kube=cluster.kube,
               executor=DeliveryExecutor.from_settings(settings, transport=PerGpuNodes(cluster.api)))
     said = [json.loads(line)["reason"] for line in out.getvalue().splitlines() if "invocation x stopped" in line]
     assert len(said) == 1 and said[0].startswith("node %s: dry run: would end the record" % NAMES[0]), said
+    assert "would end the record" in said[0] and "give back the budget slot of invocation x" in said[0], said
     assert cluster.annotation(NAMES[0])["step"] == rp.APPLYING
     assert cluster.api.nodes[NAMES[0]]["metadata"]["annotations"][rp.SCALE_DOWN_DISABLED] == "true"
+    assert set(lease_slots(cluster.api)) == {NAMES[0]}
+    tick(cluster, PerGpuNodes(cluster.api))  # the same tick, not a dry run: the record ends, the slot goes back
+    assert cluster.annotation(NAMES[0])["step"] == rp.DONE and lease_slots(cluster.api) == {}
 
 
 # ---- the auto pool's kill matrix: a tick that changes one running node and turns on a fresh one ----
@@ -425,8 +453,13 @@ def check_auto_converged(cluster, lookup, transport, stranger, where):
         assert rp.SCALE_DOWN_DISABLED not in api.nodes[name]["metadata"].get("annotations", {}), (where, name)
     for (namespace, lease_name), lease in api.leases.items():
         notes = lease["metadata"].get("annotations") or {}
-        held = [n for n, s in pb.read_slots(notes.get(pb.SLOTS_ANNOTATION)).items() if s.expires > now]
+        table = pb.read_slots(notes.get(pb.SLOTS_ANNOTATION))
+        held = [n for n, s in table.items() if s.expires > now]
         assert not held, (where, lease_name, "slots held", held)
+        # a record a later run ended for a stopped one (its owner is no longer the slot's) took that slot along:
+        # run out, it counted for nothing, but the Lease showed the dead run holding the node
+        left = {n: s for n, s in table.items() if (cluster.annotation(n) or {}).get("owner") != s.owner}
+        assert not left, (where, lease_name, "slots of ended records left", left)
         claim = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION))
         assert claim is None or claim.expires <= now, (where, lease_name, "planning claim", claim)
         marker = co.read_marker(notes.get(co.MARKER_ANNOTATION), now, 10 ** 6)

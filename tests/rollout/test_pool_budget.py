@@ -11,6 +11,7 @@ import time
 import pytest
 
 from functions.decision import budget as pb
+from functions.kube import leases
 from functions.kube.client import KubeApi
 from functions.decision.waves import KubeNode, Progress
 from tests.rollout.conftest import CLUSTER, NEW, POOL, snapshot
@@ -241,7 +242,7 @@ def test_a_forged_far_future_slot_blocks_the_pool_for_one_run_lease_at_most(kube
     shift = [0.0]
     _pool(kube_api, ["n-1", "n-2", "n-3"])
     b = _budget(kube_api, tmp_path, "run-b", 3 * L)
-    assert _take(b, "n-1", limit=3) == "" and b.release(POOL, "n-1") is None  # the Lease exists
+    assert _take(b, "n-1", limit=3) == "" and b.release(POOL, "n-1") is True  # the Lease exists
     key = ("default", pb.lease_name(POOL))
     with kube_api.lock:
         kube_api.leases[key]["metadata"]["annotations"][pb.SLOTS_ANNOTATION] = (
@@ -255,6 +256,52 @@ def test_a_forged_far_future_slot_blocks_the_pool_for_one_run_lease_at_most(kube
     assert slots(kube_api) == clamped  # the clamp written back holds: it does not slide with the reader's now
     shift[0] = L + 1
     assert _take(b, "n-1") == "" and set(slots(kube_api)) == {"n-1"}
+
+
+class Interleaved:
+    """A Kubernetes backend on which ``between`` runs once, after the first read of a Lease: another writer's
+    Lease write lands between this invocation's read and its compare-and-swap write."""
+
+    def __init__(self, backend, between):
+        self.backend, self.between = backend, [between]
+
+    def __getattr__(self, name):
+        return getattr(self.backend, name)
+
+    def get_lease(self, namespace, name):
+        lease = self.backend.get_lease(namespace, name)
+        if self.between:
+            self.between.pop()()
+        return lease
+
+
+def test_a_stopped_runs_slot_goes_back_only_once_run_out_and_only_that_runs(kube_api, tmp_path):
+    """What an auto tick that ends a stranded record gives back (functions/rollout/auto_waves.py): the slot of
+    the stopped run on that node, only once it has run out on the cluster's clock (the record was judged on
+    the invocation's; until then the run may be alive and its slot counts), never another run's. Another
+    write of the Lease between the read and the write (a planning claim, on the same Lease) is a 409: read
+    again, judged again, given back, the other writer's annotation kept."""
+    kube_api.clock = lambda: 1767225600.0 + shift[0]
+    shift = [0.0]
+    _pool(kube_api, ["n-1", "n-2"])
+    a, tick = _budget(kube_api, tmp_path, "run-a", 0.0), _budget(kube_api, tmp_path, "tick-2", 3 * L)
+    assert tick.release(POOL, "n-1", holder="run-a") is False  # no Lease yet: none is made to say so
+    assert ("default", pb.lease_name(POOL)) not in kube_api.leases
+    assert _take(a, "n-1", limit=2) == ""
+    assert tick.release(POOL, "n-1", holder="run-a") is False  # live on the cluster's clock: it still counts
+    shift[0] = L + 1
+    assert tick.release(POOL, "n-1", holder="run-x") is False  # another run's slot stays
+    assert set(slots(kube_api)) == {"n-1"}
+    c = _budget(kube_api, tmp_path, "run-c", 0.0)
+    claim = {"ack-mig-hook/planning": json.dumps({"owner": "run-c", "expires": kube_api.clock() + L})}
+    tick.kube = Interleaved(tick.kube, lambda: leases.write(c.kube, "default", c.kube.get_lease(
+        "default", pb.lease_name(POOL)), claim))
+    puts = len([r for r in kube_api.requests if r.method == "PUT"])
+    assert tick.release(POOL, "n-1", holder="run-a") is True
+    assert [r.status for r in kube_api.requests if r.method == "PUT"][puts:] == [200, 409, 200]
+    lease = kube_api.leases[("default", pb.lease_name(POOL))]
+    assert slots(kube_api) == {} and lease["metadata"]["annotations"]["ack-mig-hook/planning"] == claim[
+        "ack-mig-hook/planning"]
 
 
 def test_without_a_server_clock_a_slot_from_a_clock_ahead_still_counts(tmp_path):
