@@ -212,9 +212,13 @@ class RolloutExecutor:
 
     # ---- results ----
 
-    def _end(self, w: Any, outcome: str, reason: str, base: Optional[dict] = None) -> None:
-        if w.decision.node_name in self.slots:  # the pool's slot goes back as soon as the node ends
+    def _give_back(self, w: Any) -> None:
+        """The pool's slot this run holds for the node, given back (once: it is forgotten here)."""
+        if w.decision.node_name in self.slots:
             self.budget.release(self.slots.pop(w.decision.node_name), w.decision.node_name)
+
+    def _end(self, w: Any, outcome: str, reason: str, base: Optional[dict] = None) -> None:
+        self._give_back(w)  # the pool's slot goes back as soon as the node ends
         w.result = dict(base or {}, instance_id=w.decision.instance_id, node_name=w.decision.node_name,
                         outcome=outcome, reason=reason)
         if getattr(w, "started", 0.0):  # the whole time this invocation spent on the node: claim to end
@@ -290,6 +294,12 @@ class RolloutExecutor:
                     {rp.SCALE_DOWN_DISABLED: None} if uncordon and ours else None)
 
     def _finish(self, w: Any, outcome: str, step: str, reason: str, base: Optional[dict] = None) -> None:
+        # The slot goes back before the record's end, not after: a run stopped between the two left a slot that
+        # nothing would ever give back (the record no longer in progress, no run resumes or ends it again), and
+        # the Lease showed a dead run holding a finished node. Now a stop there leaves the record in progress,
+        # which the next run resumes (drained) or ends (an auto change), while the node still counts: a drained
+        # one by its record's step and its cordon; a change without drain has shown its capacity already.
+        self._give_back(w)
         try:
             self._record(w, step, reason, uncordon=True)
         except LeaseLost as lost:
