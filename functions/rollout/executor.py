@@ -325,6 +325,7 @@ class RolloutExecutor:
         for _ in range(CAS_ATTEMPTS):
             node = self._read(w)
             p = node.progress
+            stopped = ""  # a run whose record this claim takes over, when this run takes no slot of its own
             if p is not None and p.step in rp.ACTIVE_STEPS and p.held_by_another(me, self.clock(),
                                                                                  run_lease(self.rollout.settings)):
                 return self._end(w, DEFERRED, "invocation %s took this node (step %s) after this run planned it; "
@@ -358,6 +359,10 @@ class RolloutExecutor:
                     why = self._take_slot(w)
                     if why:
                         return self._end(w, DEFERRED, why)
+                # The stopped run's slot: a slot this run takes replaces it; otherwise (the record counts the
+                # node) nothing would remove it before another node of the pool takes a slot, for a pool's last
+                # node never, and the Lease would show a dead run holding the node.
+                stopped = p.owner if p.owner and p.owner != me and name not in self.slots else ""
                 cordon = step == rp.CORDONED and not node.unschedulable
                 ours, notes = _opt_out(node, p)
                 progress = rp.Progress(w.target, step, p.cordoned or cordon, self.clock(),
@@ -412,6 +417,8 @@ class RolloutExecutor:
                 if exc.status != 409:
                     raise
                 continue  # another writer came first: read again and decide again
+            if stopped and w.pool_id:  # the node is this run's now: that run's slot goes, once it has run out
+                self.budget.release(w.pool_id, name, holder=stopped)
             if spec:
                 event(self.kube, name, "MigRolloutCordon", "%s: %s" % (
                     "already cordoned by someone else; it stays cordoned" if node.unschedulable else "cordoned",

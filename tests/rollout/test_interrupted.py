@@ -300,12 +300,15 @@ def test_an_auto_change_killed_after_its_apply_ends_recorded_and_scalable(cluste
     assert lease_slots(cluster.api) == {}, lease_slots(cluster.api)
 
 
-def lease_slots(api):
-    """The pool Lease's slot table as stored, expired slots included."""
+LABELLED_LEASE = ("default", "ack-mig-hook-pool-np-mig")
+
+
+def lease_slots(api, key=None):
+    """The pool Lease's slot table as stored, expired slots included (the auto pool's Lease by default)."""
     from functions.decision import budget as pb
     from tests.rollout.test_auto_rollout import LEASE
 
-    lease = api.leases.get(LEASE)
+    lease = api.leases.get(key or LEASE)
     return pb.read_slots((lease["metadata"].get("annotations") or {}).get(pb.SLOTS_ANNOTATION)) if lease else {}
 
 
@@ -570,3 +573,34 @@ def test_a_stranded_record_whose_node_refuses_the_write_fails_alone(cluster, pod
     assert cluster.annotation(NAMES[0])["step"] == rp.APPLYING
     assert cluster.annotation(NAMES[1])["step"] == rp.DONE
     assert rp.SCALE_DOWN_DISABLED not in cluster.api.nodes[NAMES[1]]["metadata"]["annotations"]
+
+
+@pytest.mark.parametrize("where", ["[('unschedulable', True)]", "evict train-0", "apply node-a"])
+def test_a_resumed_node_takes_the_stopped_runs_slot_out_of_the_lease(cluster, where):
+    """A labelled pool whose only changed node was taken over from a killed run: the run that resumes it
+    drains and applies under the record (which counts the node), takes no slot of its own, and the killed
+    run's slot, run out, stayed in the pool's Lease for good (no other node of the pool took a slot after it).
+    The run that takes the node over gives that run's run-out slot back."""
+    from tests.rollout.conftest import snapshot
+
+    one = snapshot(names=["node-a"])
+    cluster.add_nodes(["node-a"])
+    cluster.api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
+    played = cluster.transport
+    cluster.transport = probe = Killer(cluster.kube, played, 10 ** 6)
+    cluster.run(inventory=one, kube=probe)
+    k = next(i for i, call in enumerate(probe.calls, 1) if where in call)
+    for table in (cluster.api.nodes, cluster.api.pods, cluster.api.events, cluster.api.leases):
+        table.clear()
+    cluster.add_nodes(["node-a"])
+    cluster.api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
+    cluster.transport = killer = Killer(cluster.kube, played, k)
+    with pytest.raises(Killed):
+        cluster.run(inventory=one, kube=killer)
+    cluster.transport = played
+    killed_run = cluster.annotation("node-a")["owner"]
+    assert {n: s.owner for n, s in lease_slots(cluster.api, LABELLED_LEASE).items()} == {"node-a": killed_run}
+    cluster.now[0] = cluster.annotation("node-a")["expires"] + 1
+    result = cluster.run(inventory=one)
+    assert [n["outcome"] for n in result.nodes] == ["partitioned"], result.nodes
+    assert lease_slots(cluster.api, LABELLED_LEASE) == {}, lease_slots(cluster.api, LABELLED_LEASE)
