@@ -136,23 +136,14 @@ def profiles(state_file):
     return [p for p, _ in held(state_file)]
 
 
-def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emulator, kube_api, tmp_path,
-                                                                              monkeypatch):  # noqa: F811
-    """The handler as FC calls it (bytes in, JSON text out), the pools from the ACK API (the CS emulator, real
-    SDK), the pods through the kubeconfig ACK issues; only the transport is the local one."""
-    from functions import handler as fc
+def through_the_handler(emulator, kube_api, tmp_path, monkeypatch, inventory):  # noqa: F811
+    """The world the handler runs in as FC calls it: ``inventory`` on the ACK API (the CS emulator, real SDK),
+    the pods through the kubeconfig ACK issues, the pool's node gpu-a simulated behind the local transport.
+    Returns the settings and the folder of the simulated nodes' states."""
     from functions.pipeline import point_of_change
 
     add_node(kube_api)
     nodes = seven_gb_node(tmp_path)
-    inventory = snapshot()
-    # a labelled pool whose autoscaler tags are not set yet: the timer's to write, not this pod's event
-    inventory["nodepools"].append({"nodepool_info": {"nodepool_id": "np-static", "name": "static"},
-                                   "kubernetes_config": {"labels": [{"key": "ack.aliyun.com/gpu-partition-size",
-                                                                     "value": "1g.10gb"}]},
-                                   "auto_scaling": {"enable": True},
-                                   "scaling_group": {"scaling_group_id": "asg-static",
-                                                     "instance_types": ["ecs.ebmgn7e.32xlarge"]}})
     emulator.load_inventory(inventory)
     emulator.kubeconfig = open(kube_api.write_kubeconfig(tmp_path / "ack.conf", cert=kube_api.admin_cert(),
                                                          inline=True)).read()
@@ -164,6 +155,30 @@ def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emul
                                python=sys.executable)
     executor = DevicePlugin(DeliveryExecutor.from_settings(settings, transport=transport), kube_api, nodes)
     monkeypatch.setattr(point_of_change, "make_executor", lambda s, dry: executor)
+    return settings, nodes
+
+
+def pending_lists(server):
+    """How many lists of the cluster's Pending pods the server answered (first pages: a list is paged)."""
+    return sum(1 for r in server.requests if r.path == "/api/v1/pods" and "status.phase=Pending" in unquote(r.query)
+               and "continue=" not in r.query)
+
+
+def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emulator, kube_api, tmp_path,
+                                                                              monkeypatch):  # noqa: F811
+    """The handler as FC calls it (bytes in, JSON text out), the pools from the ACK API (the CS emulator, real
+    SDK), the pods through the kubeconfig ACK issues; only the transport is the local one."""
+    from functions import handler as fc
+
+    inventory = snapshot()
+    # a labelled pool whose autoscaler tags are not set yet: the timer's to write, not this pod's event
+    inventory["nodepools"].append({"nodepool_info": {"nodepool_id": "np-static", "name": "static"},
+                                   "kubernetes_config": {"labels": [{"key": "ack.aliyun.com/gpu-partition-size",
+                                                                     "value": "1g.10gb"}]},
+                                   "auto_scaling": {"enable": True},
+                                   "scaling_group": {"scaling_group_id": "asg-static",
+                                                     "instance_types": ["ecs.ebmgn7e.32xlarge"]}})
+    _, nodes = through_the_handler(emulator, kube_api, tmp_path, monkeypatch, inventory)
     waiting(kube_api, "llm-7b-5d8f7c9b6d-q4x2m", "1g.10gb")
     out = json.loads(fc.handler(open(SAMPLE, "rb").read(), None))
     assert out["outcome"] == "done" and out["trigger"] == "pod-unschedulable", out["reason"]
@@ -173,6 +188,9 @@ def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emul
     # The pod was read again (one list of its namespace by name), the plan marker let go, the event kept.
     assert any(r.path == "/api/v1/namespaces/llm/pods" and "metadata.name=llm-7b-5d8f7c9b6d-q4x2m" in unquote(r.query)
                for r in kube_api.requests)
+    # The cluster's Pending pods were listed once, by the plan: which pool takes this pod depends on no
+    # other pod (no pool holds idle instances of a profile it no longer allows), so the choice lists none.
+    assert pending_lists(kube_api) == 1
     marker = stored_marker(kube_api)
     assert marker["holder"] == "" and marker["asked"] == 1
     # The pools were listed three times: by the event (its plan uses that list), for its tags after its claim
