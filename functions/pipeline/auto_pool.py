@@ -94,9 +94,7 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
     if bounds is None:
         raise NotAutoPool("pool %s is not an auto pool; label it ack-mig-hook/layout=auto to let the hook choose "
                           "its layouts from the pods that wait" % pool_id)
-    pending = sorted(pending, key=pod_key)  # the same advice whatever order the list came in
-    by_pool, not_counted = split_pending(pending, {pool_id: places_of(pool_labels, pool_taints, pool_id, nodes)})
-    waiting = by_pool[pool_id]
+    waiting, not_counted = pool_waiting(pool_id, pool_labels, pool_taints, nodes, pending)
     running = [d for name, pods in sorted(pods_by_node.items()) for pod in pods if holds_gpus(pod)
                for d in demand_of(pod, pending=False, node=name)]
     supply, notes = pool_supply(nodes, pods_by_node)
@@ -134,22 +132,44 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
     }, result
 
 
+def pool_waiting(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
+                 nodes: Sequence[Mapping[str, Any]], pending: Sequence[Mapping[str, Any]]
+                 ) -> Tuple[List[PodDemand], List[Tuple[str, str]]]:
+    """The demand of the ``pending`` pods the pool's nodes or template take (the plan's matcher), in pod order
+    whatever order the list came in (the same advice from any list), and (pod key, why) for the others: what
+    the plan and every reading of the pods a pool counts start from."""
+    by_pool, unmatched = split_pending(sorted(pending, key=pod_key),
+                                       {pool_id: places_of(pool_labels, pool_taints, pool_id, nodes)})
+    return by_pool[pool_id], unmatched
+
+
+def spare_decides(bounds: Bounds, nodes: Sequence[Mapping[str, Any]], demand: Sequence[PodDemand]) -> bool:
+    """Whether idle instances of a profile the pool no longer allows decide which of ``demand`` its plan
+    counts (``planner.countable`` keeps a pod that asks such a profile counted while one is left for it, one
+    pod each). Then the answer depends on which instances pods hold and on the pods that wait before these;
+    otherwise each pod is judged alone. Read without planning and without a pod: every instance of ``nodes``
+    idle against every one held."""
+    from functions.decision.layout.planner import countable
+
+    supply = pool_supply(nodes, {})[0]
+    held = [replace(g, instances=tuple(replace(i, in_use=True) for i in g.instances)) for g in supply]
+    return {k for k, _ in countable(supply, demand, bounds)[1]} != {k for k, _ in countable(held, demand, bounds)[1]}
+
+
 def not_counted(bounds: Bounds, nodes: Sequence[Mapping[str, Any]], demand: Sequence[PodDemand],
                 pods_on: Any = None) -> List[Tuple[str, str]]:
     """``planner.countable``'s (pod key, why) for the ``demand`` its plan would not count, without planning:
-    read with every instance of ``nodes`` idle. Only the rule that keeps a pod counted for an idle instance
-    of a profile the pool no longer allows depends on which instances pods hold; where it decides, the pods
-    of the nodes holding such instances are read (``pods_on(names)``, a list call per node: only those
-    nodes; None: not read), as the plan has them. One rule for a pod event's choice and a tick's pools."""
+    read with every instance of ``nodes`` idle. Where idle instances of a profile the pool no longer allows
+    decide (:func:`spare_decides`), the pods of the nodes holding such instances are read (``pods_on(names)``,
+    a list call per node: only those nodes; None: not read), as the plan has them. One rule for a pod event's
+    choice and a tick's pools."""
     from functions.decision.layout.planner import countable
 
     supply = pool_supply(nodes, {})[0]  # every instance idle: the most a disallowed idle one keeps counted
-    left = countable(supply, demand, bounds)[1]
-    held = [replace(g, instances=tuple(replace(i, in_use=True) for i in g.instances)) for g in supply]
-    if pods_on is not None and {k for k, _ in left} != {k for k, _ in countable(held, demand, bounds)[1]}:
+    if pods_on is not None and spare_decides(bounds, nodes, demand):
         names = sorted({g.node for g in supply for i in g.instances if not bounds.allows(i.profile)})
-        left = countable(pool_supply(nodes, pods_on(names))[0], demand, bounds)[1]
-    return list(left)
+        supply = pool_supply(nodes, pods_on(names))[0]
+    return list(countable(supply, demand, bounds)[1])
 
 
 def planned_bounds(pool: Any) -> Tuple[Optional[Bounds], str]:
@@ -177,11 +197,24 @@ def counted_pods(pool: Any, nodes: Sequence[Mapping[str, Any]], pending: Sequenc
     if bounds is None:
         return set()
     taints = [t.model_dump(exclude_none=True) for t in pool.taints]
-    waiting = split_pending(pending, {pool.nodepool_id: places_of(pool.labels, taints, pool.nodepool_id, nodes)}
-                            )[0][pool.nodepool_id]
+    waiting = pool_waiting(pool.nodepool_id, pool.labels, taints, nodes, pending)[0]
     if not waiting:
         return set()
     return {d.key for d in waiting} - {key for key, _ in not_counted(bounds, nodes, waiting, pods_on)}
+
+
+def counting_pool(key: str, pools: Sequence[Any], nodes: Mapping[str, Sequence[Mapping[str, Any]]],
+                  pending: Sequence[Mapping[str, Any]], pods_on: Any) -> Optional[Any]:
+    """The pool whose plan counts pod ``key`` as its demand: of ``pools`` by id, each counting
+    (:func:`counted_pods`) from the ``pending`` pods the earlier ones left, as a tick gives them out; None
+    when none counts it. ``nodes``: pool id -> its proven members."""
+    left = list(pending)
+    for pool in sorted(pools, key=lambda p: p.nodepool_id):
+        mine = counted_pods(pool, nodes[pool.nodepool_id], left, pods_on)
+        if key in mine:
+            return pool
+        left = [p for p in left if pod_key(p) not in mine]
+    return None
 
 
 # ---- the auto pool timer (template.yml AutoPoolTimer) ----

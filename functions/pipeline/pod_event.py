@@ -43,19 +43,35 @@ def _waits(pod: dict) -> str:
     return ""
 
 
-def _cannot_take(pool: Any, pod: dict, nodes: List[dict], pods_on: Any = None) -> str:
-    """Why ``pool`` cannot serve ``pod`` whatever it plans ("" when it may): paused, or the pool's plan would
-    not count the pod (``planner.countable``, the rule the timer's plan applies: a profile the pool does not
-    allow or no GPU of its nodes or template has, more than one node holds). One rule for both triggers: a
-    pod is the demand of the first auto pool by id, not paused, whose plan counts it."""
-    from functions.decision.layout.matching import demand_of
-    from functions.pipeline.auto_pool import not_counted, planned_bounds
+def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: Any) -> Any:
+    """The auto pool whose plan counts ``pod``, as the timer's tick gives the cluster's waiting pods out
+    (``auto_pool.counting_pool``): the first by id, not paused, whose plan counts it among the pods the
+    earlier pools left; None when none does. ``matched``: the pools (by id) whose nodes or template the pod
+    may land on; ``nodes``: pool id -> its proven members.
 
-    bounds, why = planned_bounds(pool)  # as the timer's plan sees the pool
-    if bounds is None:
-        return why
-    left = not_counted(bounds, nodes, demand_of(pod), pods_on)
-    return left[0][1] if left else ""
+    The pod alone decides, with no list, while each pool it matches either counts it or not whatever else
+    waits. Idle instances of a profile a pool no longer allows are the exception (``auto_pool.spare_decides``):
+    the tick spends them one pod each, in pod order, so two pods that ask one such instance go to two pools.
+    Only then are the cluster's Pending pods listed (the tick's one paged list), and the tick's rule runs
+    over them: the pod gets the pool the timer gives it, and that pool's plan is the one run now."""
+    from functions.decision.layout.matching import demand_of, pod_key
+    from functions.kube.demand import pending_pods, pods_on
+    from functions.pipeline.auto_pool import counting_pool, not_counted, planned_bounds, spare_decides
+
+    demand = demand_of(pod)
+    for pool in matched:
+        bounds = planned_bounds(pool)[0]  # None: paused, or labels that do not read: its plan counts nothing
+        if bounds is None:
+            continue
+        if spare_decides(bounds, nodes[pool.nodepool_id], demand):
+            key = pod_key(pod)
+            pending = pending_pods(api)
+            if key not in {pod_key(p) for p in pending}:  # bound or gone since it was read: judged as read
+                pending.append(pod)  # (its pool's step finds it no longer waiting)
+            return counting_pool(key, pools, nodes, pending, lambda names: pods_on(api, names))
+        if not not_counted(bounds, nodes[pool.nodepool_id], demand):
+            return pool
+    return None
 
 
 def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
@@ -66,7 +82,6 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
 
     from functions.decision.layout import LAYOUT_LABEL
     from functions.decision.layout.matching import split_pending
-    from functions.kube.demand import pods_on
     from functions.decision.waves import paused
     from functions.pipeline.auto_pool import _api_of, places_of, pool_members
 
@@ -104,12 +119,9 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     # every pool whose nodes or template the pod matches (split_pending gives a pod to the first only)
     matched = [p for p in sorted(pools, key=lambda p: p.nodepool_id)
                if split_pending([pod], {p.nodepool_id: places[p.nodepool_id]})[0].get(p.nodepool_id)]
-    # The first pool that can take the pod (not paused, and its plan would count the pod), as the timer's
-    # plan gives it; else the first the pod matches, whose step says why.
+    # The pool the timer's plan gives the pod; else the first the pod matches, whose step says why.
     try:
-        chosen = next((p for p in matched if not _cannot_take(p, pod, nodes[p.nodepool_id],
-                                                              lambda names: pods_on(api, names))),
-                      matched[0] if matched else None)
+        chosen = _pool_of(pod, pools, matched, nodes, api) or (matched[0] if matched else None)
     except KubeError as exc:
         return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
     if chosen is None:

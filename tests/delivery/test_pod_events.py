@@ -127,8 +127,8 @@ def acked(nodes):
             for n in nodes]
 
 
-def stored_marker(server):
-    lease = server.leases.get(("default", marker_lease(POOL)))
+def stored_marker(server, pool=POOL):
+    lease = server.leases.get(("default", marker_lease(pool)))
     return json.loads(lease["metadata"]["annotations"][co.MARKER_ANNOTATION]) if lease else None
 
 
@@ -215,6 +215,57 @@ def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emul
                for r in kube_api.requests if "/leases" in r.path)
     assert marker["last"]["pod"] == "llm/llm-7b-5d8f7c9b6d-q4x2m" and marker["last"]["event"] == \
         json.load(open(SAMPLE))["id"]
+
+
+EARLIER = "np00a1b2c3d4e5f60718293a4b5c6d7e8f"  # an auto pool whose id sorts before POOL's
+
+
+def test_the_sample_event_gives_its_pod_the_pool_the_timer_gives_it(emulator, kube_api, tmp_path,
+                                                                     monkeypatch):  # noqa: F811
+    """Two auto pools; the earlier (by id) now allows only 3g.40gb, and its node still holds an idle 1g.10gb
+    made before the label changed. Two pods ask 1g.10gb: the timer's plan spends that instance on the first
+    pod (pod order) and gives the second, the sample's, to POOL, whose idle 7g.80gb GPU is repartitioned for
+    it. The sample event's choice judged its pod alone: the idle instance kept it counted in the earlier
+    pool, whose step left it uncounted and changed nothing; nothing planned POOL for it until the timer."""
+    from functions import handler as fc
+
+    inventory = snapshot()
+    inventory["nodepools"].append({
+        "nodepool_info": {"nodepool_id": EARLIER, "name": "llm-auto-old"},
+        "kubernetes_config": {"labels": [{"key": "ack-mig-hook/layout", "value": "auto"},
+                                         {"key": "ack-mig-hook/layout-profiles", "value": "3g.40gb"}]},
+        "auto_scaling": {"enable": True},
+        "scaling_group": {"scaling_group_id": "asg-old", "instance_types": ["ecs.ebmgn7e.32xlarge"]}})
+    inventory["nodes"].append({"instance_id": "i-2zeauto0a100x80g09", "node_name": "gpu-old", "nodepool_id": EARLIER,
+                               "state": "running", "instance_type": "ecs.ebmgn7e.32xlarge",
+                               "ip_address": ["127.0.0.1"]})
+    settings, nodes = through_the_handler(emulator, kube_api, tmp_path, monkeypatch, inventory)
+    kube_api.add_node("gpu-old", labels={"alibabacloud.com/nodepool-id": EARLIER,
+                                         "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB",
+                                         "aliyun.accelerator/nvidia_count": "1",
+                                         "nvidia.com/mig.config.state": "success"},
+                      annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["1g.10gb", 0], ["3g.40gb", 4]]})},
+                      capacity={"nvidia.com/mig-1g.10gb": "1", "nvidia.com/mig-3g.40gb": "1"})
+    first, sample = "llm-7b-5d8f7c9b6d-b2v7n", "llm-7b-5d8f7c9b6d-q4x2m"
+    assert first < sample  # pod order: the idle 1g.10gb is the first pod's
+    waiting(kube_api, first, "1g.10gb")
+    waiting(kube_api, sample, "1g.10gb")
+    # The timer's plan: POOL's GPU gets a 1g.10gb for the second pod (a dry run: nothing changes)
+    timer = run_event(TICK, settings, logger=JsonLogger("OFF"), dry_run=True)
+    assert [(n["node_name"], n["outcome"]) for n in timer.nodes] == [("gpu-a", "dry-run")], timer.reason
+    assert "1g.10gb" in timer.nodes[0]["reason"], timer.nodes
+    before = pending_lists(kube_api)
+    out = json.loads(fc.handler(open(SAMPLE, "rb").read(), None))
+    assert out["outcome"] == "done", out["reason"]
+    assert [(n["node_name"], n["outcome"]) for n in out.get("nodes") or []] == [("gpu-a", "partitioned")], out["reason"]
+    assert "1g.10gb" in profiles(nodes / ("%s.json" % INSTANCE))
+    # the choice depended on the pods waiting before this one: it listed them once, its plan once more
+    assert pending_lists(kube_api) - before == 2
+    assert stored_marker(kube_api)["last"]["pod"] == "llm/" + sample and stored_marker(kube_api, EARLIER) is None
+    # the first pod's event plans the earlier pool, whose idle 1g.10gb serves it: nothing changes
+    out = json.loads(fc.handler(pod_event("llm", first), None))
+    assert out["outcome"] == "done" and not out.get("nodes"), out
+    assert stored_marker(kube_api, EARLIER)["last"]["pod"] == "llm/" + first
 
 
 def test_a_burst_is_planned_in_two_rounds_and_the_events_during_the_first_are_coalesced(cluster):
@@ -500,6 +551,7 @@ def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_ma
     the timer."""
     from functions.base.model import NodePool
     from functions.kube.demand import slim
+    from functions.pipeline.auto_pool import counted_pods
     from functions.pipeline import pod_event as pod_event_module
     from functions.pipeline.intake import parse_event
 
@@ -535,7 +587,7 @@ def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_ma
     monkeypatch.setattr(pod_event_module, "_plan", lambda *args, **kw: planned.append(args[-2]) or "planned")
     request = parse_event(pod_event("llm", "big"))
     for first in (narrow, paused):
-        assert pod_event_module._cannot_take(first, slim(pod), [])  # the reason it is passed over
+        assert not counted_pods(first, [], [slim(pod)], None)  # its plan counts the pod not: passed over
         assert pod_event_module.run_pod_event(request, Pools([first, wide]), CLUSTER, None, False, None, Api(),
                                               JsonLogger("OFF")) == "planned"
     assert planned == ["np-b", "np-b"]
@@ -567,6 +619,8 @@ def test_an_event_gives_its_pod_to_the_pool_the_timers_plan_would_count_it_in(mo
     the event chose that pool, whose plan did not count the pod, while the timer counted it in the second."""
     from functions.base.model import NodePool
     from functions.kube.demand import slim
+    from functions.decision.layout.matching import demand_of
+    from functions.pipeline.auto_pool import not_counted, planned_bounds
     from functions.pipeline import pod_event as pod_event_module
     from functions.pipeline.intake import parse_event
 
@@ -596,8 +650,9 @@ def test_an_event_gives_its_pod_to_the_pool_the_timers_plan_would_count_it_in(mo
         def nodes(self, cluster, pool_id=None):
             return acked(Api().list_nodes("alibabacloud.com/nodepool-id=%s" % pool_id))
 
-    assert "more than a node of the pool holds" in pod_event_module._cannot_take(
-        Pools().nodepools("")[0], slim(pod), [small])
+    bounds = planned_bounds(Pools().nodepools("")[0])[0]
+    ((_, why),) = not_counted(bounds, [small], demand_of(slim(pod)))
+    assert "more than a node of the pool holds" in why
     planned = []
     monkeypatch.setattr(pod_event_module, "_plan", lambda *args, **kw: planned.append(args[-2]) or "planned")
     assert pod_event_module.run_pod_event(parse_event(pod_event("llm", "pair")), Pools(), CLUSTER, None, False, None,

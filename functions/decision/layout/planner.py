@@ -808,7 +808,9 @@ def countable(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: 
     if not nodes:
         return capped, []
     asks = OrderedDict()  # type: Dict[str, Dict[str, int]]
-    for d in capped:
+    # in pod order, whatever the caller's: an idle instance of a profile the pool no longer allows goes to the
+    # first pod that asks it (below), and the timer's plan and a pod event's choice must agree on which one
+    for d in sorted(capped, key=lambda d: d.key):
         if d.pending and d.count > 0:
             mine = asks.setdefault(d.key, {})
             mine[d.profile] = min(mine.get(d.profile, 0) + d.count, MAX_COUNT)
