@@ -7,29 +7,20 @@ Pending pods.
 """
 
 from collections import Counter
-from dataclasses import replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from functions.decision.layout import WHOLE_GPU, Bounds, Plan, PodDemand, bounds_from_labels, plan
+from functions.decision.layout import WHOLE_GPU, Plan, PodDemand, plan
 from functions.decision.layout.dwell import Dwell, plan_steady
-from functions.decision.layout.matching import Place, demand_of, pod_key, split_pending
+from functions.decision.layout.matching import demand_of
 from functions.decision.waves import paused  # the pool label ack-mig-hook/paused: nothing new starts
 from functions.kube.supply import holds_gpus, list_pool_nodes, pool_supply
+from functions.pipeline.pool_of import counted_pods, pool_bounds, pool_waiting
 
 POOL_LABEL = "alibabacloud.com/nodepool-id"  # ACK labels every node of a pool with its id (functions/decision/waves.py)
 
 
 class NotAutoPool(ValueError):
     """The pool does not carry ``ack-mig-hook/layout=auto``: one line saying how to turn it on."""
-
-
-def places_of(pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]], pool_id: str,
-              nodes: Sequence[Mapping[str, Any]]) -> List[Place]:
-    """Where a pod of the pool could land: each node as it is, and a new node from the pool's template."""
-    places = [Place((n.get("metadata") or {}).get("labels") or {}, (n.get("spec") or {}).get("taints") or ())
-              for n in nodes]
-    places.append(Place(dict(pool_labels, **{POOL_LABEL: pool_id}), pool_taints))
-    return places
 
 
 def proven_members(nodes: Sequence[Mapping[str, Any]], members: Mapping[str, Any]) -> Tuple[List[Mapping[str, Any]], List[str]]:
@@ -76,16 +67,6 @@ def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[M
                    template=template)[0]
 
 
-def pool_bounds(pool_labels: Mapping[str, str], template: Tuple[str, int]) -> Optional[Bounds]:
-    """An auto pool's bounds as its plan uses them (None: not an auto pool; LayoutLabelError: a label that
-    does not read). A new node is what the pool's instance type brings (``template``: model, GPUs), so a
-    pool with no node yet can still name one."""
-    bounds = bounds_from_labels(pool_labels)
-    if bounds is None:
-        return None
-    return replace(bounds, model=template[0] or bounds.model, node_gpus=template[1] or bounds.node_gpus)
-
-
 def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
             nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
             pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None,
@@ -130,91 +111,6 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
                  "unplaced": list(result.unplaced) + notes},
         "whole_gpu_pending": _counts(waiting).get(WHOLE_GPU, 0),
     }, result
-
-
-def pool_waiting(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
-                 nodes: Sequence[Mapping[str, Any]], pending: Sequence[Mapping[str, Any]]
-                 ) -> Tuple[List[PodDemand], List[Tuple[str, str]]]:
-    """The demand of the ``pending`` pods the pool's nodes or template take (the plan's matcher), in pod order
-    whatever order the list came in (the same advice from any list), and (pod key, why) for the others: what
-    the plan and every reading of the pods a pool counts start from."""
-    by_pool, unmatched = split_pending(sorted(pending, key=pod_key),
-                                       {pool_id: places_of(pool_labels, pool_taints, pool_id, nodes)})
-    return by_pool[pool_id], unmatched
-
-
-def spare_decides(bounds: Bounds, nodes: Sequence[Mapping[str, Any]], demand: Sequence[PodDemand]) -> bool:
-    """Whether idle instances of a profile the pool no longer allows decide which of ``demand`` its plan
-    counts (``planner.countable`` keeps a pod that asks such a profile counted while one is left for it, one
-    pod each). Then the answer depends on which instances pods hold and on the pods that wait before these;
-    otherwise each pod is judged alone. Read without planning and without a pod: every instance of ``nodes``
-    idle against every one held."""
-    from functions.decision.layout.planner import countable
-
-    supply = pool_supply(nodes, {})[0]
-    held = [replace(g, instances=tuple(replace(i, in_use=True) for i in g.instances)) for g in supply]
-    return {k for k, _ in countable(supply, demand, bounds)[1]} != {k for k, _ in countable(held, demand, bounds)[1]}
-
-
-def not_counted(bounds: Bounds, nodes: Sequence[Mapping[str, Any]], demand: Sequence[PodDemand],
-                pods_on: Any = None) -> List[Tuple[str, str]]:
-    """``planner.countable``'s (pod key, why) for the ``demand`` its plan would not count, without planning:
-    read with every instance of ``nodes`` idle. Where idle instances of a profile the pool no longer allows
-    decide (:func:`spare_decides`), the pods of the nodes holding such instances are read (``pods_on(names)``,
-    a list call per node: only those nodes; None: not read), as the plan has them. One rule for a pod event's
-    choice and a tick's pools."""
-    from functions.decision.layout.planner import countable
-
-    supply = pool_supply(nodes, {})[0]  # every instance idle: the most a disallowed idle one keeps counted
-    if pods_on is not None and spare_decides(bounds, nodes, demand):
-        names = sorted({g.node for g in supply for i in g.instances if not bounds.allows(i.profile)})
-        supply = pool_supply(nodes, pods_on(names))[0]
-    return list(countable(supply, demand, bounds)[1])
-
-
-def planned_bounds(pool: Any) -> Tuple[Optional[Bounds], str]:
-    """``pool``'s bounds as the timer's plan sees it, or None and why it plans nothing now: paused, labels
-    that do not read, not an auto pool."""
-    from functions.decision.autoscaler_tags import pool_template
-    from functions.decision.layout import LayoutLabelError
-
-    if paused(pool.labels):
-        return None, "paused"
-    try:
-        bounds = pool_bounds(pool.labels, pool_template(pool))
-    except LayoutLabelError as exc:
-        return None, str(exc)
-    return bounds, "" if bounds is not None else "not an auto pool"
-
-
-def counted_pods(pool: Any, nodes: Sequence[Mapping[str, Any]], pending: Sequence[Mapping[str, Any]],
-                 pods_on: Any) -> set:
-    """The keys of the ``pending`` pods that ``pool``'s plan would count as its demand, without planning it:
-    those its nodes or template take (the plan's matcher) and its plan counts (:func:`not_counted`); none
-    when it is paused or its labels do not read. ``nodes``: the Node objects with the pool's label;
-    ``pods_on(names)``: the pods of those nodes."""
-    bounds = planned_bounds(pool)[0]
-    if bounds is None:
-        return set()
-    taints = [t.model_dump(exclude_none=True) for t in pool.taints]
-    waiting = pool_waiting(pool.nodepool_id, pool.labels, taints, nodes, pending)[0]
-    if not waiting:
-        return set()
-    return {d.key for d in waiting} - {key for key, _ in not_counted(bounds, nodes, waiting, pods_on)}
-
-
-def counting_pool(key: str, pools: Sequence[Any], nodes: Mapping[str, Sequence[Mapping[str, Any]]],
-                  pending: Sequence[Mapping[str, Any]], pods_on: Any) -> Optional[Any]:
-    """The pool whose plan counts pod ``key`` as its demand: of ``pools`` by id, each counting
-    (:func:`counted_pods`) from the ``pending`` pods the earlier ones left, as a tick gives them out; None
-    when none counts it. ``nodes``: pool id -> its proven members."""
-    left = list(pending)
-    for pool in sorted(pools, key=lambda p: p.nodepool_id):
-        mine = counted_pods(pool, nodes[pool.nodepool_id], left, pods_on)
-        if key in mine:
-            return pool
-        left = [p for p in left if pod_key(p) not in mine]
-    return None
 
 
 # ---- the auto pool timer (template.yml AutoPoolTimer) ----

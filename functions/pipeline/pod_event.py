@@ -45,18 +45,18 @@ def _waits(pod: dict) -> str:
 
 def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: Any) -> Any:
     """The auto pool whose plan counts ``pod``, as the timer's tick gives the cluster's waiting pods out
-    (``auto_pool.counting_pool``): the first by id, not paused, whose plan counts it among the pods the
+    (``pool_of.counting_pool``): the first by id, not paused, whose plan counts it among the pods the
     earlier pools left; None when none does. ``matched``: the pools (by id) whose nodes or template the pod
     may land on; ``nodes``: pool id -> its proven members.
 
     The pod alone decides, with no list, while each pool it matches either counts it or not whatever else
-    waits. Idle instances of a profile a pool no longer allows are the exception (``auto_pool.spare_decides``):
+    waits. Idle instances of a profile a pool no longer allows are the exception (``pool_of.spare_decides``):
     the tick spends them one pod each, in pod order, so two pods that ask one such instance go to two pools.
     Only then are the cluster's Pending pods listed (the tick's one paged list), and the tick's rule runs
     over them: the pod gets the pool the timer gives it, and that pool's plan is the one run now."""
     from functions.decision.layout.matching import demand_of, pod_key
     from functions.kube.demand import pending_pods, pods_on
-    from functions.pipeline.auto_pool import counting_pool, not_counted, planned_bounds, spare_decides
+    from functions.pipeline.pool_of import counting_pool, not_counted, planned_bounds, spare_decides
 
     demand = demand_of(pod)
     for pool in matched:
@@ -83,7 +83,8 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     from functions.decision.layout import LAYOUT_LABEL
     from functions.decision.layout.matching import split_pending
     from functions.decision.waves import paused
-    from functions.pipeline.auto_pool import _api_of, places_of, pool_members
+    from functions.pipeline.auto_pool import _api_of, pool_members
+    from functions.pipeline.pool_of import places_of
 
     pod_ref = request.pod
     key = "%s/%s" % (pod_ref.namespace, pod_ref.name)

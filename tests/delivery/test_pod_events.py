@@ -551,7 +551,7 @@ def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_ma
     the timer."""
     from functions.base.model import NodePool
     from functions.kube.demand import slim
-    from functions.pipeline.auto_pool import counted_pods
+    from functions.pipeline.pool_of import counted_pods
     from functions.pipeline import pod_event as pod_event_module
     from functions.pipeline.intake import parse_event
 
@@ -620,7 +620,7 @@ def test_an_event_gives_its_pod_to_the_pool_the_timers_plan_would_count_it_in(mo
     from functions.base.model import NodePool
     from functions.kube.demand import slim
     from functions.decision.layout.matching import demand_of
-    from functions.pipeline.auto_pool import not_counted, planned_bounds
+    from functions.pipeline.pool_of import not_counted, planned_bounds
     from functions.pipeline import pod_event as pod_event_module
     from functions.pipeline.intake import parse_event
 

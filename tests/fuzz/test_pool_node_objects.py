@@ -1,6 +1,6 @@
 """A pool's Node objects of any shape (the reader rule, node_bootstrap/outside.py): whatever a listed Node holds
 at any level (``metadata`` a list, a taint a string, annotations of numbers, a 100 KB label), the pods a pool's
-plan counts (``auto_pool.counted_pods``, what a tick and a pod event decide with) are read from the other
+plan counts (``pool_of.counted_pods``, what a tick and a pod event decide with) are read from the other
 Nodes, and the stranded-record finisher reads it as a node without a record; nothing raises.
 
 Before ``supply.node_object``, such a Node ended the tick or the pod event of every pool in an internal error
@@ -18,7 +18,7 @@ from functions.decision.layout.matching import waiting_pod
 from functions.kube.demand import slim
 from functions.kube.nodes import MemoryKube
 from functions.kube.supply import list_pool_nodes, node_object
-from functions.pipeline.auto_pool import counted_pods
+from functions.pipeline.pool_of import counted_pods
 from functions.rollout.auto_waves import finish_stranded
 from tests.fuzz.test_reader_rule import put_at
 from tests.rollout.test_auto_pool_advise import CLUSTER, POOL_ID
