@@ -53,7 +53,7 @@ class BootUnitResult(typing.NamedTuple):
     request_path: str
     changed: bool
     commands: List[List[str]]
-    errors: List[str]  # systemctl commands that failed, one line each
+    errors: List[str]  # systemctl commands that failed, or the marker that could not be removed; one line each
     holders_units: Tuple[str, ...] = ()  # the holders units' files now there (install) or removed (uninstall)
 
 
@@ -148,6 +148,27 @@ def _remove_holders_units(root, call):
     return tuple(_unit_path(root, n) for n in present)
 
 
+def _clear_marker(pending, errors):
+    # type: (str, List[str]) -> None
+    """Remove the enable-pending marker once nothing is owed; what stops that goes to ``errors``, one line.
+
+    A directory there (made by hand, or left by someone else writing under /etc) is no marker of ours, yet it
+    was read as one (present: the calls are owed, and were made). os.remove could never take it, so every
+    install raised and the unit was never installed again: an empty one is removed as the marker would be; one
+    with files in it is someone's, left as it is and named, with what to do."""
+    if not os.path.lexists(pending):
+        return
+    try:
+        if os.path.isdir(pending) and not os.path.islink(pending):
+            os.rmdir(pending)
+        else:
+            os.remove(pending)
+    except OSError as exc:
+        errors.append("the enable-pending marker %s is not ack-mig-hook's and cannot be removed (%s): remove it "
+                      "(rm -r %s); until then every install calls systemctl again" % (
+                          pending, exc.strerror or exc, pending))
+
+
 def install(spec, root="/", extra_args=None, runner=None, python=None, package_dir=None, report=None):
     # type: (PartitionSpec, str, Optional[List[str]], Optional[Callable[[List[str]], Tuple[int, str]]], Optional[str], Optional[str], Optional[holdersunit.Report]) -> BootUnitResult
     """Write the request file and the unit under ``root``; reload and enable systemd only on change.
@@ -180,7 +201,7 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
     changing = _differs(on_disk_request, request_document(spec)) or _differs(on_disk_unit, unit_text) or \
         any(_differs(_unit_path(root, n), t) for n, t in (wanted or {}).items()) or \
         (wanted is None and any(os.path.lexists(_unit_path(root, n)) for n in holdersunit.NAMES))
-    if changing:
+    if changing and not owed:  # whatever is there already says so (a directory could not be replaced)
         write_if_changed(pending, UNIT_NAME + "\n", 0o600)
     removed = () if wanted is not None else _remove_holders_units(root, call)  # type: Tuple[str, ...]
     boot_changed = write_if_changed(on_disk_request, request_document(spec), 0o600)
@@ -199,7 +220,7 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
             call(argv)
         holders_changed = True
     if (changing or owed) and not errors:
-        os.remove(pending)
+        _clear_marker(pending, errors)
     there = tuple(_unit_path(root, n) for n in sorted(wanted or {}))
     return BootUnitResult(on_disk_unit, on_disk_request, boot_changed or holders_changed or bool(removed),
                           commands, errors, there)
@@ -244,7 +265,10 @@ def uninstall(root="/", runner=None):
         call(["systemctl", "disable", UNIT_NAME] if live else
              ["systemctl", "--root", os.path.abspath(root), "disable", UNIT_NAME])
     for path in present:
-        os.remove(path)
+        if path == pending:
+            _clear_marker(pending, errors)
+        else:
+            os.remove(path)
     try:
         os.rmdir(os.path.dirname(on_disk_request))  # only when empty: someone else's files stay
     except OSError:

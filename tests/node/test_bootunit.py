@@ -556,3 +556,45 @@ def test_a_fifo_where_a_boot_unit_file_is_expected_is_replaced_not_waited_on(tmp
     for name in ("etc/ack-mig-hook/request.json", "etc/systemd/system/ack-mig-hook.service"):
         assert os.path.isfile(os.path.join(root, name))
     assert not os.path.lexists(os.path.join(root, "etc/ack-mig-hook/enable-pending"))
+
+
+@pytest.mark.parametrize("files", [False, True], ids=["empty", "with-files"])
+def test_a_directory_at_the_enable_pending_marker_still_gets_the_unit_enabled(tmp_path, files):
+    """A directory where the enable-pending marker goes (mkdir by hand, or hostile state) read as the marker,
+    but neither writing the marker over it nor removing it could work: every install raised ("boot unit not
+    written: Is a directory", install-boot-unit an internal error) and the unit was never installed or
+    enabled again. It still says the enable is owed, so the calls are made; an empty one is then removed as
+    the marker is, one with files in it is left and named in one line, with what to do."""
+    from node_bootstrap.mig import PartitionSpec
+
+    root = str(tmp_path / "root")
+    marker = os.path.join(root, "etc/ack-mig-hook", bootunit.ENABLE_PENDING_NAME)
+    os.makedirs(marker)
+    if files:
+        open(os.path.join(marker, "note"), "w").close()
+    calls = []
+
+    def runner(argv):
+        calls.append(" ".join(argv[3:]))
+        return 0, ""
+    spec = PartitionSpec("sequence", "7g.80gb")
+    first = bootunit.install(spec, root, runner=runner)
+    assert calls == ["enable ack-mig-hook.service"] and first.changed
+    assert bootunit.stale(spec, root) == ""  # the request and the unit are written
+    if not files:
+        assert first.errors == [] and not os.path.lexists(marker)
+        del calls[:]
+        assert bootunit.install(spec, root, runner=runner).changed is False and calls == []  # settled
+        assert bootunit.uninstall(root, runner=runner).errors == []
+        return
+    assert first.errors == ["the enable-pending marker %s is not ack-mig-hook's and cannot be removed (Directory "
+                            "not empty): remove it (rm -r %s); until then every install calls systemctl again"
+                            % (marker, marker)]
+    assert os.path.exists(os.path.join(marker, "note"))  # someone's file: never removed
+    node = Node(tmp_path, gpu="H200", count=1)
+    res = node.run("install-boot-unit", "--sequence", "7g.80gb", "--root", root)
+    assert res.rc == 1 and res.json["error"] == {"code": "boot-unit-failed", "message": first.errors[0]}, res
+    assert "Traceback" not in res.stderr and "internal error" not in res.stderr
+    gone = node.run("uninstall-boot-unit", "--root", root)
+    assert gone.rc == 1 and gone.json["error"]["message"] == first.errors[0]
+    assert not os.path.exists(os.path.join(root, "etc/systemd/system/ack-mig-hook.service"))
