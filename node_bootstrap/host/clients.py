@@ -19,7 +19,7 @@ import shutil
 import typing
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..errors import BadInput
+from ..errors import BadInput, NodeFailure
 from .jsonfile import read_json, write_json
 
 DEFAULT_CLIENTS = ("manifest:/etc/kubernetes/manifests/nvidia-device-plugin.yml", "systemd:dcgm-exporter",
@@ -118,17 +118,26 @@ class ClientControl(object):
         problems = []  # type: List[str]
         if not self.at_boot:
             stopped = self._load()
-            down = []  # type: List[Client]
+            down = []  # type: List[Tuple[Client, str]]
             for client in queued:
                 rc, out = self.run(["systemctl", "is-active", client.target])
                 if rc != 0:
-                    down.append(client)
-                    problems.append("%s, queued to start at boot, is %s; starting it again"
-                                    % (client, " ".join(out.split())[:40] or "not active"))
+                    down.append((client, " ".join(out.split())[:40] or "not active"))
+            new = [c for c, _ in down if c not in stopped]
+            # The record keeps the bound it is read back with (_note): what does not fit stays queued, looked at
+            # again by the next run, after this one has started the record's clients and emptied it.
+            later = new[MAX_RECORDED - len(stopped):]
+            for client, state in down:
+                problems.append("%s, queued to start at boot, is %s; %s" % (
+                    client, state, "the stopped-clients record is full: the next run starts it" if client in later
+                    else "starting it again"))
             try:
-                if down:
-                    self._save(stopped + [c for c in down if c not in stopped])  # first: a kill must not lose it
-                os.remove(self.queued_record)
+                if len(new) > len(later):
+                    self._save(stopped + new[:len(new) - len(later)])  # first: a kill must not lose it
+                if later:
+                    write_json(self.queued_record, [[c.kind, c.target] for c in later])
+                else:
+                    os.remove(self.queued_record)
             except (IOError, OSError) as exc:  # said, never raised: the run's GPUs are what it is for
                 problems.append("could not record the clients queued at boot: %s" % " ".join(str(exc).split())[:200])
             return problems
@@ -141,6 +150,22 @@ class ClientControl(object):
     def _save(self, stopped):
         # type: (List[Client]) -> None
         write_json(self.record, [[c.kind, c.target] for c in stopped])
+
+    def _note(self, stopped, client):
+        # type: (List[Client], Client) -> None
+        """Record ``client`` as stopped before it is stopped, keeping the record within what is read back.
+
+        A killed run's leftovers and this run's --clients (each at most MAX_RECORDED) can name more together:
+        a note past the bound was dropped when read back, so a kill after that stop left the client down for
+        good. Every client the record names is stopped by us (or may be): none is given up for a new one.
+        The run stops nothing more and fails before any change; its way out starts them all again, so the
+        next run finds the record empty."""
+        if len(stopped) >= MAX_RECORDED:
+            raise NodeFailure("%s was not stopped: %s already names %d clients this tool stopped (an earlier "
+                              "run's, not all in this --clients), the most a record keeps; they are started "
+                              "again now, then run again" % (client, self.record, len(stopped)),
+                              code="too-many-clients")
+        self._save(stopped + [client])  # first: a kill right after the stop must not lose it
 
     def leftovers(self):
         # type: () -> List[Client]
@@ -162,7 +187,7 @@ class ClientControl(object):
                 if rc != 0:
                     continue
                 if not noted:
-                    self._save(stopped + [client])  # note first: a kill right after must not lose it
+                    self._note(stopped, client)
                 rc, out = self.run(["systemctl", "stop", client.target])
                 if rc != 0:
                     self.log("could not stop %s: %s" % (client, out.strip()[:200]))
@@ -172,7 +197,7 @@ class ClientControl(object):
                 if not os.path.isdir(self.held_dir):
                     os.makedirs(self.held_dir)
                 if not noted:
-                    self._save(stopped + [client])
+                    self._note(stopped, client)
                 shutil.move(client.target, self._held_path(client))
             if not noted:
                 stopped.append(client)

@@ -89,3 +89,54 @@ def test_more_clients_than_a_record_holds_are_refused_before_anything_stops():
     with pytest.raises(BadInput) as caught:
         parse_clients(",".join("systemd:u%d.service" % n for n in range(MAX_RECORDED + 1)))
     assert "at most %d" % MAX_RECORDED in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("fault", ["insufficient-resources", "crash-after:1"])
+def test_a_record_never_names_more_clients_than_are_read_back_and_no_stopped_one_is_lost(tmp_path, fault):
+    """A killed run left 64 clients stopped (its --clients another list), and this run's --clients names one
+    more that runs: noted as the 65th, it was past what a record is read back to (64), so after this run was
+    killed (crash-after) the next run never started it again, and emptied the record. The run now stops nothing
+    it cannot note: it fails before any change, naming the record, starts the leftovers, and the next run goes
+    ahead."""
+    from tests.node.nodecli import Node
+
+    node = Node(tmp_path, clients="systemd:dcgm-exporter")
+    node.set_unit("dcgm-exporter")  # active
+    record = tmp_path / "var" / "stopped-clients.json"
+    record.parent.mkdir()
+    record.write_text(json.dumps([["systemd", "old-%d" % n] for n in range(64)]))
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--sim-fault", fault)
+    assert res.rc == 1 and res.json["error"] == {"code": "too-many-clients", "message": (
+        "systemd:dcgm-exporter was not stopped: %s already names 64 clients this tool stopped (an earlier run's, "
+        "not all in this --clients), the most a record keeps; they are started again now, then run again"
+        % record)}, (res.json, res.stderr)
+    assert res.json["changes"] == 0 and "client_problems" not in res.json
+    assert node.unit_active("dcgm-exporter") and all(node.unit_active("old-%d" % n) for n in range(64))
+    assert json.loads(record.read_text()) == []
+    again = node.run("apply", "--sequence", "3g.20gb-3g.20gb")
+    assert again.rc == 0 and again.json["changes"] > 0 and node.unit_active("dcgm-exporter"), again.json
+    assert "systemctl stop dcgm-exporter" in node.systemctl() and json.loads(record.read_text()) == []
+
+
+def test_the_units_queued_at_boot_join_the_record_only_as_far_as_it_is_read_back(tmp_path):
+    """Units the boot run queued that are not active join the stopped-clients record, to be started at the
+    run's end; a record already near its bound grew past it, and the entries past 64 were dropped when read
+    back. What does not fit stays queued, and the next run (the record emptied meanwhile) takes it."""
+    from node_bootstrap.commands.simhost import SimSystemd
+
+    systemd = SimSystemd(str(tmp_path / "host"))
+    record, queued = tmp_path / "stopped-clients.json", tmp_path / "queued-clients.json"
+    record.write_text(json.dumps([["systemd", "old-%d" % n] for n in range(62)]))
+    queued.write_text(json.dumps([["systemd", "q-%d" % n] for n in range(4)]))
+    control = ClientControl(parse_clients(""), systemd.run, str(tmp_path), lambda line: None)
+    problems = control.check_queued()
+    assert problems == ["systemd:q-%d, queued to start at boot, is inactive; starting it again" % n for n in (0, 1)] + [
+        "systemd:q-%d, queued to start at boot, is inactive; the stopped-clients record is full: the next run "
+        "starts it" % n for n in (2, 3)]
+    assert len(json.loads(record.read_text())) == 64 and json.loads(queued.read_text()) == [
+        ["systemd", "q-2"], ["systemd", "q-3"]]
+    assert control.start(control.leftovers()) == [] and json.loads(record.read_text()) == []
+    again = ClientControl(parse_clients(""), systemd.run, str(tmp_path), lambda line: None)
+    assert len(again.check_queued()) == 2 and not queued.exists()
+    assert again.start(again.leftovers()) == []
+    assert all(systemd.load()["units"].get("q-%d" % n) == "active" for n in range(4))
