@@ -37,6 +37,7 @@ import typing
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import quote, urlencode, urlsplit
 
+from ..localfile import read_file
 from ..outside import OutsideDataError, loads
 from . import kubeyaml
 
@@ -111,9 +112,10 @@ def _shape(where, field, expected, value):
 
 def _read(path, limit, what):
     # type: (str, int, str) -> bytes
-    """At most ``limit`` bytes of a file the kubeconfig needs; more is refused, never read whole."""
-    with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
+    """At most ``limit`` bytes of a file the kubeconfig needs; more is refused, never read whole. Only a regular
+    file (localfile.read_file): open() of a FIFO there waited for a writer for good, before the node lock, the
+    labels or any deadline of the run (the boot unit's apply then hung until systemd gave up on it)."""
+    data = read_file(path, limit)
     if len(data) > limit:
         raise KubeError("%s %s is larger than %d KiB: not a %s" % (what, path, limit >> 10, what))
     return data

@@ -207,3 +207,36 @@ def test_node_credential_writes_an_event_about_its_node_that_describe_node_finds
     assert [(e["reason"], e["type"], e["source"]["component"]) for e in found] == [
         ("MigPartitioned", "Normal", "ack-mig-hook")]
     assert found[0]["firstTimestamp"] == "2023-11-14T22:13:20Z" and found[0]["count"] == 1
+
+
+@pytest.mark.parametrize("where", ["kubeconfig", "client-certificate", "tokenFile"])
+def test_a_fifo_where_the_kubeconfig_or_a_file_it_names_should_be_is_refused_at_once(tmp_path, where):
+    """open() of a FIFO waits for a writer: at the kubelet's kubeconfig (or a file it names) every node command
+    hung before its lock, labels or any deadline, the boot unit's apply until systemd's start timeout. Now it is
+    a one-line KubeError naming the file at once."""
+    import os
+    import signal
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(str(fifo))
+    config = tmp_path / "kubelet.conf"
+    user = {"client-certificate": "client-certificate: %s\n    client-key: %s\n" % (fifo, fifo),
+            "tokenFile": "tokenFile: %s\n" % fifo}.get(where)
+    if user is None:
+        config = fifo
+    else:
+        config.write_text("clusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\ncontexts:\n- name: x\n"
+                          "  context:\n    cluster: c\n    user: u\ncurrent-context: x\nusers:\n- name: u\n  user:\n"
+                          "    " + user)
+
+    def blocked(signum, frame):
+        raise AssertionError("load_kubeconfig waited on the FIFO at %s" % where)
+    old = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(10)
+    try:
+        with pytest.raises(KubeError) as err:
+            load_kubeconfig(str(config))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert str(err.value) == "cannot read %s %s: not a regular file but a FIFO" % (where, fifo)
