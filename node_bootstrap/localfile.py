@@ -8,6 +8,15 @@ import stat
 from typing import List
 
 
+def describe(mode):
+    # type: (int) -> str
+    """What a file of ``mode`` (an ``lstat`` or ``fstat`` answer) is, for a message: "a FIFO", "a directory", ..."""
+    return "a regular file" if stat.S_ISREG(mode) else "a FIFO" if stat.S_ISFIFO(mode) else \
+        "a directory" if stat.S_ISDIR(mode) else "a symbolic link" if stat.S_ISLNK(mode) else \
+        "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+        else "no regular file"
+
+
 def read_file(path, max_bytes):
     # type: (str, int) -> bytes
     """The first ``max_bytes + 1`` bytes of the regular file at ``path`` (a symlink to one is followed): one
@@ -18,10 +27,7 @@ def read_file(path, max_bytes):
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else \
-                "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
-                else "no regular file"
-            raise OSError(errno.EINVAL, "not a regular file but %s" % kind, path)
+            raise OSError(errno.EINVAL, "not a regular file but %s" % describe(mode), path)
         chunks = []  # type: List[bytes]
         left = max_bytes + 1
         while left > 0:

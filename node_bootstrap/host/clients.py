@@ -13,13 +13,16 @@ looks at it first (:meth:`ClientControl.check_queued`): one not active is a prob
 client it starts again at its end.
 """
 
+import errno
 import os
 import re
 import shutil
+import stat
 import typing
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import BadInput, NodeFailure
+from ..localfile import describe
 from .jsonfile import read_json, write_json
 
 DEFAULT_CLIENTS = ("manifest:/etc/kubernetes/manifests/nvidia-device-plugin.yml", "systemd:dcgm-exporter",
@@ -68,6 +71,17 @@ def _client(kind, target):
             len(target) <= 4096:
         return Client(kind, os.path.normpath(target))
     return None
+
+
+def _move_file(src, dst):
+    # type: (str, str) -> None
+    """``src`` renamed to ``dst`` itself. shutil.move onto a directory (or a link to one) moves into it: a
+    directory found where a manifest is held aside took the manifest inside it, and moving that back put a
+    directory at the manifest's path, from which the kubelet runs no pod (the device plugin gone for good,
+    every run saying success)."""
+    if os.path.isdir(dst):
+        raise OSError(errno.EISDIR, "%s is a directory, not made by this tool: remove it" % dst)
+    shutil.move(src, dst)
 
 
 class ClientControl(object):
@@ -182,23 +196,30 @@ class ClientControl(object):
             # note said so left it running, and a unit may have been restarted since. It is stopped like the
             # others when it runs; only the note is not written twice.
             noted = client in stopped
-            if client.kind == "systemd":
-                rc, _ = self.run(["systemctl", "is-active", "--quiet", client.target])
-                if rc != 0:
-                    continue
-                if not noted:
-                    self._note(stopped, client)
-                rc, out = self.run(["systemctl", "stop", client.target])
-                if rc != 0:
-                    self.log("could not stop %s: %s" % (client, out.strip()[:200]))
-            else:
-                if not os.path.exists(client.target):
-                    continue
-                if not os.path.isdir(self.held_dir):
-                    os.makedirs(self.held_dir)
-                if not noted:
-                    self._note(stopped, client)
-                shutil.move(client.target, self._held_path(client))
+            try:
+                if client.kind == "systemd":
+                    rc, _ = self.run(["systemctl", "is-active", "--quiet", client.target])
+                    if rc != 0:
+                        continue
+                    if not noted:
+                        self._note(stopped, client)
+                    rc, out = self.run(["systemctl", "stop", client.target])
+                    if rc != 0:
+                        self.log("could not stop %s: %s" % (client, out.strip()[:200]))
+                else:
+                    if not os.path.exists(client.target):
+                        continue
+                    if not os.path.isdir(self.held_dir):
+                        os.makedirs(self.held_dir)
+                    if not noted:
+                        self._note(stopped, client)
+                    _move_file(client.target, self._held_path(client))
+            except (IOError, OSError) as exc:
+                # The state directory, its record or a held manifest's place is not what this tool wrote (a file
+                # where the directory goes, a directory where a file goes): said in one line, naming it, before
+                # any GPU change; the way out starts again whatever the record names. It was an internal error.
+                raise NodeFailure("could not stop %s: %s; the GPUs were not changed" % (
+                    client, " ".join(str(exc).split())[:1000]), code="client-stop-failed")
             if not noted:
                 stopped.append(client)
             self.log("stopped %s" % (client,))
@@ -230,14 +251,19 @@ class ClientControl(object):
                         continue
                 else:
                     held = self._held_path(client)
-                    if os.path.exists(held):
+                    mode = os.lstat(held).st_mode if os.path.lexists(held) else None
+                    if mode is not None and stat.S_ISREG(mode):  # what this tool held aside: a file, never more
                         if not os.path.isdir(os.path.dirname(client.target)):
                             os.makedirs(os.path.dirname(client.target))
-                        shutil.move(held, client.target)
+                        _move_file(held, client.target)
+                    elif mode is not None and not os.path.lexists(client.target):
+                        raise OSError(errno.EEXIST, "%s is %s, not a manifest this tool held aside: put the manifest "
+                                                    "back at %s and remove it" % (held, describe(mode), client.target))
             except (IOError, OSError) as exc:
                 # Reported, never raised: a raise here would hide why apply failed and skip the label.
                 # It stays in the record, so the next run tries again.
-                problems.append("could not start %s: %s" % (client, " ".join(str(exc).split())[:200]))
+                # a path can be long: the line keeps what to do, at its end
+                problems.append("could not start %s: %s" % (client, " ".join(str(exc).split())[:1000]))
                 continue
             remaining.remove(client)
             try:

@@ -3,6 +3,7 @@ the files in the state directory hold, an entry that is not a client ``--clients
 and never reaches systemctl or a file move (host/clients.py)."""
 
 import json
+import os
 
 import pytest
 from hypothesis import example, given, settings
@@ -140,3 +141,62 @@ def test_the_units_queued_at_boot_join_the_record_only_as_far_as_it_is_read_back
     assert len(again.check_queued()) == 2 and not queued.exists()
     assert again.start(again.leftovers()) == []
     assert all(systemd.load()["units"].get("q-%d" % n) == "active" for n in range(4))
+
+
+def _manifest_node(tmp_path):
+    from tests.node.nodecli import Node
+
+    manifest = tmp_path / "manifests" / "nvidia-device-plugin.yml"
+    manifest.parent.mkdir()
+    manifest.write_text("kind: Pod\n")
+    held = tmp_path / "var" / "held-manifests" / str(manifest).strip("/").replace("/", "__")
+    return Node(tmp_path, clients="manifest:%s" % manifest), manifest, held
+
+
+def test_a_directory_where_a_manifest_is_held_aside_never_takes_the_manifest_inside_it(tmp_path):
+    """shutil.move onto a directory moves into it: the device plugin's manifest went inside a directory found at
+    its held-aside place, and moving that back put a directory at the manifest's path. The kubelet ran no device
+    plugin from it, and every run said success. Now the run stops before any change, naming the directory; the
+    manifest stays where it is, and once the directory is gone the next run goes ahead."""
+    node, manifest, held = _manifest_node(tmp_path)
+    held.mkdir(parents=True)
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb")
+    assert res.rc == 1 and res.json["error"] == {"code": "client-stop-failed", "message": (
+        "could not stop manifest:%s: [Errno 21] %s is a directory, not made by this tool: remove it; the GPUs were "
+        "not changed" % (manifest, held))}, res.json
+    assert res.json["changes"] == 0 and "client_problems" not in res.json
+    assert manifest.read_text() == "kind: Pod\n" and json.loads(
+        (tmp_path / "var" / "stopped-clients.json").read_text()) == []
+    held.rmdir()
+    again = node.run("apply", "--sequence", "3g.20gb-3g.20gb")
+    assert again.rc == 0 and again.json["changes"] > 0 and manifest.read_text() == "kind: Pod\n", again.json
+
+
+def test_a_held_manifest_that_is_no_file_is_never_moved_to_the_manifests_place(tmp_path):
+    """A killed run's record names the manifest, and its held-aside place holds a directory: it was moved to
+    the manifest's path. Now it stays, and the run says what to do."""
+    node, manifest, held = _manifest_node(tmp_path)
+    manifest.unlink()
+    (held / "nvidia-device-plugin.yml").parent.mkdir(parents=True)
+    (held / "nvidia-device-plugin.yml").write_text("kind: Pod\n")
+    (tmp_path / "var" / "stopped-clients.json").write_text(json.dumps([["manifest", str(manifest)]]))
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb")
+    assert res.rc == 0 and res.json["client_problems"] == [
+        "could not start manifest:%s: [Errno 17] %s is a directory, not a manifest this tool held aside: put the "
+        "manifest back at %s and remove it" % (manifest, held, manifest)], res.json
+    assert not os.path.lexists(str(manifest)) and held.is_dir()
+
+
+def test_a_state_directory_that_is_a_file_stops_the_run_naming_it(tmp_path):
+    """The stopped-clients record cannot be written (a file where the state directory goes): an internal error,
+    as if a bug; now one line naming it, before any change."""
+    from tests.node.nodecli import Node
+
+    node = Node(tmp_path, clients="systemd:dcgm-exporter")
+    node.set_unit("dcgm-exporter")
+    (tmp_path / "var").write_text("")
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb")
+    assert res.rc == 1 and res.json["error"] == {"code": "client-stop-failed", "message": (
+        "could not stop systemd:dcgm-exporter: [Errno 17] File exists: '%s'; the GPUs were not changed"
+        % (tmp_path / "var"))}, res.json
+    assert res.json["changes"] == 0 and node.unit_active("dcgm-exporter")
