@@ -5,10 +5,12 @@ The kernel drops the lock when the holder dies, so a killed run never leaves the
 
 import fcntl
 import os
+import stat
 import time
 from typing import Optional
 
 from ..errors import NodeFailure
+from ..localfile import describe
 
 DEFAULT_LOCK_FILE = "/run/ack-mig-hook.lock" if os.path.isdir("/run") else "/var/run/ack-mig-hook.lock"
 
@@ -27,7 +29,7 @@ class NodeLock(object):
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             os.makedirs(directory)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = self._open()
         start = time.time()
         while True:
             try:
@@ -44,6 +46,30 @@ class NodeLock(object):
         os.write(fd, ("%d\n" % os.getpid()).encode())
         self._fd = fd
         return self
+
+    def _open(self):
+        # type: () -> int
+        """The lock file, a regular file of its own. Opened through a symbolic link, the PID written below
+        truncated whatever file the link named (run as root: any file); a FIFO or a directory there was an
+        internal error, the FIFO's not even naming the file. The link is not followed, nor replaced: a second
+        run must lock the same file as the first, so it is named, with what to do."""
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) |
+                         getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0), 0o600)
+        except (IOError, OSError) as exc:
+            mode = os.lstat(self.path).st_mode if os.path.lexists(self.path) else None
+            raise self._unusable(describe(mode) if mode is not None and not stat.S_ISREG(mode) else
+                                 " ".join(str(exc.strerror or exc).split()))
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise self._unusable(describe(mode))
+        return fd
+
+    def _unusable(self, what):
+        # type: (str) -> NodeFailure
+        return NodeFailure("cannot use the lock file %s: %s, not a regular file; remove it or pass --lock-file"
+                           % (self.path, what), code="lock-unusable")
 
     def __exit__(self, *exc):
         # type: (object) -> None

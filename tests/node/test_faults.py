@@ -272,3 +272,21 @@ def test_real_backend_without_a_driver_is_a_one_line_failure(tmp_path):
         res = node.run(*command, raw=True)
         assert res.rc == 1 and res.json["error"]["code"] == "nvml-unavailable", res.stderr
         assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("kind", ["a symbolic link", "a FIFO", "a directory"])
+def test_a_lock_file_of_the_wrong_type_is_refused_naming_it_and_a_link_is_never_written_through(tmp_path, kind):
+    """The lock file was opened through a symbolic link and truncated to the PID: whatever file the link named
+    (run as root, any file on the node). A FIFO was an internal error that named no file (`Invalid argument`),
+    a directory an internal error. Now each is one line naming the file, before any change and any label."""
+    node = Node(tmp_path)
+    lock = tmp_path / "apply.lock"
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    {"a symbolic link": lambda: os.symlink(str(victim), str(lock)), "a FIFO": lambda: os.mkfifo(str(lock)),
+     "a directory": lock.mkdir}[kind]()
+    res = node.run("apply", "--sequence", SEQ)
+    assert res.rc == 1 and res.json["error"] == {"code": "lock-unusable", "message": (
+        "cannot use the lock file %s: %s, not a regular file; remove it or pass --lock-file" % (lock, kind))}
+    assert victim.read_text() == "precious\n" and res.json["changes"] == 0
+    assert node.sim()["gpus"][0]["mig_pending"] == 0
