@@ -8,7 +8,7 @@ Each command takes the parsed options and a backend and returns ``(result docume
 import argparse
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..host import bootunit, holdersunit
 from .backend import Backend
@@ -173,15 +173,26 @@ def holders_report(args):
     return holdersunit.Report(out + ["--kubelet-checkpoint", checkpoint], checkpoint)
 
 
+def boot_unit_files(what, call):
+    # type: (str, Callable[[], Any]) -> Any
+    """``call()``, bootunit's install or uninstall; a file it cannot write or remove (a directory where the
+    request or the unit goes, a read-only /etc) is ``boot-unit-failed`` in one line naming it. install-boot-unit
+    and uninstall-boot-unit let it out as an internal error, as if a bug."""
+    try:
+        return call()
+    except (IOError, OSError) as exc:
+        raise NodeFailure("boot unit not %s: %s" % (what, " ".join(str(exc).split())), code="boot-unit-failed")
+
+
 def install_boot_unit(args, spec, root):
     # type: (argparse.Namespace, PartitionSpec, str) -> Dict[str, Any]
     """Install (or confirm) the boot unit (and for a per-GPU request the holders units); a failure is
     reported in the result, never raised."""
     try:
-        installed = bootunit.install(spec, root=root, extra_args=boot_args(args), runner=host_runner(args),
-                                     report=holders_report(args))
-    except (IOError, OSError) as exc:
-        return {"installed": False, "error": "boot unit not written: %s" % exc}
+        installed = boot_unit_files("written", lambda: bootunit.install(
+            spec, root=root, extra_args=boot_args(args), runner=host_runner(args), report=holders_report(args)))
+    except NodeFailure as exc:
+        return {"installed": False, "error": str(exc)}
     out = {"installed": not installed.errors, "unit": installed.unit_path, "request": installed.request_path,
            "changed": installed.changed, "commands": installed.commands}  # type: Dict[str, Any]
     if installed.holders_units:
@@ -197,8 +208,8 @@ def cmd_install_boot_unit(args, backend):
     parse_clients(args.clients)
     if is_sim(args) and is_host_root(args.root):
         raise BadInput("a simulated node's boot unit goes under --root DIR, never into this machine's /etc")
-    result = bootunit.install(spec, root=args.root, extra_args=boot_args(args), runner=host_runner(args),
-                              report=holders_report(args))
+    result = boot_unit_files("written", lambda: bootunit.install(
+        spec, root=args.root, extra_args=boot_args(args), runner=host_runner(args), report=holders_report(args)))
     return boot_unit_outcome("install-boot-unit", result, "changed")
 
 

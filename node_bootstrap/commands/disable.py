@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..host import bootunit
 from .apply import _Apply, _labeler, run_job
 from .backend import Backend
-from .common import boot_unit_outcome, gpus_json, stderr_log
+from .common import boot_unit_files, boot_unit_outcome, gpus_json, stderr_log
 from ..kube.deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
 from ..errors import OUTCOME_SUCCESS, BadInput, NodeFailure
 from ..kube.client import KubeError
@@ -233,9 +233,9 @@ def remove_boot_unit(args, log):
         # A simulated node must never remove this machine's real unit.
         return {"removed": False, "skipped": "simulated node: its boot unit is under --root DIR"}
     try:
-        removed = bootunit.uninstall(root=args.root, runner=host_runner(args))
-    except (IOError, OSError) as exc:
-        return {"removed": False, "error": "boot unit not removed: %s" % exc}
+        removed = boot_unit_files("removed", lambda: bootunit.uninstall(root=args.root, runner=host_runner(args)))
+    except NodeFailure as exc:
+        return {"removed": False, "error": str(exc)}
     if removed.changed:
         log("boot unit removed: %s" % removed.unit_path)
     out = {"removed": removed.changed, "unit": removed.unit_path, "request": removed.request_path,
@@ -259,5 +259,5 @@ def cmd_uninstall_boot_unit(args, backend):
     """Only the boot unit: the GPUs keep their layout until the next reboot (instances never survive one)."""
     if is_sim(args) and is_host_root(args.root):
         raise BadInput("a simulated node's boot unit is under --root DIR, never in this machine's /etc")
-    return boot_unit_outcome("uninstall-boot-unit", bootunit.uninstall(root=args.root, runner=host_runner(args)),
-                             "removed")
+    return boot_unit_outcome("uninstall-boot-unit", boot_unit_files(
+        "removed", lambda: bootunit.uninstall(root=args.root, runner=host_runner(args))), "removed")

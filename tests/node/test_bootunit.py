@@ -598,3 +598,23 @@ def test_a_directory_at_the_enable_pending_marker_still_gets_the_unit_enabled(tm
     gone = node.run("uninstall-boot-unit", "--root", root)
     assert gone.rc == 1 and gone.json["error"]["message"] == first.errors[0]
     assert not os.path.exists(os.path.join(root, "etc/systemd/system/ack-mig-hook.service"))
+
+
+def test_a_boot_unit_file_that_cannot_be_written_or_removed_is_one_line_naming_it(tmp_path):
+    """A directory where the request file goes (install) or where the unit file is (uninstall): install-boot-unit
+    and uninstall-boot-unit let the OSError out, an internal error as if a bug. apply said the same line in its
+    boot_unit; now every command says it, boot-unit-failed."""
+    node = Node(tmp_path, gpu="H200", count=1)
+    root = tmp_path / "root"
+    request = root / "etc/ack-mig-hook/request.json"
+    request.mkdir(parents=True)
+    res = _install(node, root)
+    assert res.rc == 1 and res.json["error"] == {"code": "boot-unit-failed", "message": (
+        "boot unit not written: [Errno 21] Is a directory: '%s.tmp' -> '%s'" % (request, request))}, res.json
+    applied = node.run("apply", "--sequence", SEQ, "--boot-unit", "--boot-unit-root", str(root))
+    assert applied.rc == 0 and applied.json["boot_unit"] == {"installed": False, "error": res.json["error"]["message"]}
+    unit = tmp_path / "r2/etc/systemd/system/ack-mig-hook.service"
+    unit.mkdir(parents=True)
+    gone = node.run("uninstall-boot-unit", "--root", str(tmp_path / "r2"))
+    assert gone.rc == 1 and gone.json["error"] == {"code": "boot-unit-failed", "message": (
+        "boot unit not removed: [Errno 21] Is a directory: '%s'" % unit)}, gone.json
