@@ -48,6 +48,13 @@ class GpuLost(NodeFailure):
     code = "gpu-lost"
 
 
+class Locked(NodeFailure):
+    """Another run holds the node lock (:class:`host.lock.NodeLock`) past the wait allowed: apply and disable
+    fail so; ``report-holders``, which never waits, skips its round (the lock holder reports itself)."""
+
+    code = "locked"
+
+
 class GpuBusy(NodeFailure):
     exit_code = 4
     code = "gpu-busy"

@@ -126,6 +126,12 @@ MUTANTS = (
            ("tests/node/test_kubelet_allocations.py",),
            "with deviceIDStrategy=index a pod's recorded ID names another instance after one below it goes, and "
            "the node destroys the instance allocated to the pod"),
+    mutant("holders-report-unlocked", "node_bootstrap/commands/apply.py",
+           "                held.enter_context(NodeLock(args.lock_file, timeout=0))\n",
+           "                pass\n",
+           ("tests/node/test_holders_units.py",),
+           "a holders report read before an apply changed the GPUs lands after the apply's own and puts the old "
+           "layout back: the auto pool planner plans against instances that are gone"),
     mutant("per-gpu-busy-ignored", "node_bootstrap/commands/planner.py",
            "    if touched and (busy_in or gpu.pids_unreadable):",
            "    if False:",

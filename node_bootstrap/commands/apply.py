@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import time
+from contextlib import ExitStack
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .backend import Backend, end_processes, process_ops, reset_gpus
@@ -19,7 +20,7 @@ from ..host.bootunit import check_values
 from ..host.holdersunit import check as check_holders
 from .common import as_failure, boot_args, gpus_json, holders_report, install_boot_unit, read_gpus, stderr_log
 from ..kube.deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
-from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, NodeFailure, Terminated
+from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, Locked, NodeFailure, Terminated
 from ..kube.events import record_final_state
 from ..host.holders import DEFAULT_DEVICE_GLOB, MIG_MINORS, Scope, look, wait_released
 from ..kube.allocations import checkpoint_signature
@@ -382,29 +383,41 @@ def run_job(job, prepare):
 def cmd_report_holders(args, backend):
     # type: (argparse.Namespace, Backend) -> Tuple[Dict[str, Any], int]
     """Write ``ack-mig-hook/gpu-holders`` from what the GPUs hold and kubelet allocated now, only where it
-    says something other than the node object has (``at`` aside); changes no GPU and no label. With
-    ``--min-interval`` the holders unit's rounds (:func:`holdings.follow`). Exit 1 (``not-written``) when
-    the last round's report could not be written."""
+    says something other than the node object has (``at`` aside); changes no GPU and no label. Each round
+    holds the node lock, or is skipped while another run does. With ``--min-interval`` the holders unit's
+    rounds (:func:`holdings.follow`). Exit 1 (``not-written``) when the last round's report could not be
+    written."""
     log = stderr_log(args)
     labeler = _labeler(args, log)
     checkpoint = checkpoint_reader(args, backend)
     client = labeler.client if labeler.enabled else None
 
     def once():
-        # type: () -> Tuple[str, str]
-        gpus, _ = read_gpus(backend)
-        value = report_value(gpus, allocations_reader(checkpoint, client, labeler.node_name, log)())
-        if same_report(labeler.holders_now(), value):
-            return value, "unchanged"
-        return value, "written" if labeler.report_holders(value) else ""
+        # type: () -> Tuple[Optional[str], str]
+        with ExitStack() as held:
+            # The node lock, from the GPU read to the write, never waited for: a round that read the GPUs
+            # before an apply changed them could otherwise write after the apply's own report and put the old
+            # layout back. While an apply or disable holds it the round is skipped: that run writes the report
+            # itself (or, disable, removes it), and a report round never delays it by more than its own length.
+            try:
+                held.enter_context(NodeLock(args.lock_file, timeout=0))
+            except Locked:
+                log("the node lock %s is held (an apply or disable is running and reports itself): round skipped"
+                    % args.lock_file)
+                return None, "skipped"
+            gpus, _ = read_gpus(backend)
+            value = report_value(gpus, allocations_reader(checkpoint, client, labeler.node_name, log)())
+            if same_report(labeler.holders_now(), value):
+                return value, "unchanged"
+            return value, "written" if labeler.report_holders(value) else ""
 
     rounds = follow(once, lambda: checkpoint_signature(args.kubelet_checkpoint), time.sleep, time.time,
                     getattr(args, "min_interval", 0.0))
     value, how = rounds[-1]
     result = {"command": "report-holders", "backend": backend.name, "outcome": OUTCOME_SUCCESS,
-              "holders": json.loads(value), "node": labeler.node_name, "written": how == "written",
-              "unchanged": how == "unchanged", "rounds": len(rounds),
-              "writes": sum(1 for _, h in rounds if h == "written")}  # type: Dict[str, Any]
+              "holders": json.loads(value) if value is not None else None, "node": labeler.node_name,
+              "written": how == "written", "unchanged": how == "unchanged", "skipped": how == "skipped",
+              "rounds": len(rounds), "writes": sum(1 for _, h in rounds if h == "written")}  # type: Dict[str, Any]
     if how:
         return result, 0
     result.update(outcome="failed",

@@ -46,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
 # Which option groups each command takes: a command's --help lists only what applies to it. The parser
 # before the command takes every option (delivery puts its options there: python3 -m node_bootstrap
 # --json --clients ... apply ...), so an option meant for one command may come before it too.
-GROUPS = ("node", "faults", "kube", "change", "plugin")
+GROUPS = ("node", "faults", "kube", "lock", "change", "plugin")
 COMMAND_GROUPS = {
     "status": ("node", "faults"),
     "plan": ("node", "faults"),
@@ -55,7 +55,7 @@ COMMAND_GROUPS = {
     "install-boot-unit": ("node", "kube", "change"),  # the options the unit repeats at boot
     "uninstall-boot-unit": ("node",),
     "sim-reboot": ("node",),
-    "report-holders": ("node", "kube"),
+    "report-holders": ("node", "kube", "lock"),  # the node lock: a round never straddles an apply's change
 }
 
 
@@ -104,10 +104,11 @@ def _add_options(parser, suppress, groups=GROUPS):
         g.add_argument("--node-name", default=d(None), metavar="NAME",
                        help="this node's name in Kubernetes (default: from the kubelet certificate, else the "
                             "hostname)")
-    if "change" in groups:
-        g = parser.add_argument_group("changing the GPUs")
+    if "change" in groups or "lock" in groups:
+        g = parser.add_argument_group("changing the GPUs" if "change" in groups else "the node lock")
         g.add_argument("--lock-file", default=d(None), metavar="PATH",
                        help="one change at a time per node (default %s)" % DEFAULT_LOCK_FILE)
+    if "change" in groups:
         g.add_argument("--lock-timeout", type=_seconds(0, 86400), default=d(900.0), metavar="SECONDS",
                        help="wait this long for another run holding the lock (default 900)")
         g.add_argument("--force", action="store_true", default=d(False), help="kill compute processes in the way")

@@ -163,7 +163,7 @@ def holders_report(args):
     if getattr(args, "no_label", False):
         return None
     checkpoint = os.path.abspath(args.kubelet_checkpoint)
-    out = ["--backend", args.backend]
+    out = ["--backend", args.backend, "--lock-file", os.path.abspath(args.lock_file)]  # apply's own lock
     if args.sim_state:
         out += ["--sim-state", os.path.abspath(args.sim_state)]
     if not getattr(args, "sim_labels", False):  # a simulated node's labels go to its own stand-in

@@ -125,6 +125,7 @@ def _boot_unit_line(command, result):
                 ["removed " + line for line in holders])
     if command == "report-holders" and "rounds" in result:
         return ["holders report %s" % ("written" if result.get("written") else "unchanged" if result.get("unchanged")
+                                       else "skipped: the node lock is held" if result.get("skipped")
                                        else "not written")]
     unit = result.get("boot_unit")
     if command == "disable" and isinstance(unit, dict):

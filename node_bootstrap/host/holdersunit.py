@@ -6,10 +6,10 @@ and its boot unit comes without them (installing it removes them). Three units:
 
 * ``ack-mig-hook-holders.service``: a oneshot that runs ``report-holders --min-interval 10`` through the
   same runner as the boot unit (the bundle checked before anything of it runs, a deadline, one JSON line),
-  with the options the node's report needs (backend, kubeconfig, node name, kubelet's checkpoint; checked
-  paths, never label text). It reports, waits 10 s, and reports again while the checkpoint's bytes changed
-  meanwhile (for about 120 s at most): rounds start at least 10 s apart, and only a report that says
-  something new is written (``commands/holdings.py`` ``follow``).
+  with the options the node's report needs (backend, apply's node lock, kubeconfig, node name, kubelet's
+  checkpoint; checked paths, never label text). It reports, waits 10 s, and reports again while the
+  checkpoint's bytes changed meanwhile (for about 120 s at most): rounds start at least 10 s apart, and only
+  a report that says something new is written (``commands/holdings.py`` ``follow``).
 * ``ack-mig-hook-holders.path``: ``PathChanged=`` kubelet's device checkpoint, the file the node reads.
   kubelet writes it to a temporary file renamed over the old one at every allocation
   (kubernetes ``pkg/kubelet/util/store/filestore.go`` ``writeFile``); the watched inode's unlink is an

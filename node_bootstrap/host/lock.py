@@ -1,6 +1,8 @@
 """One apply at a time per node: an flock on a lock file, waited for with a timeout.
 
-The kernel drops the lock when the holder dies, so a killed run never leaves the node locked.
+The kernel drops the lock when the holder dies, so a killed run never leaves the node locked. ``report-holders``
+takes it too, without waiting (timeout 0), for each round from its GPU read to its write: a report read before
+an apply's change can then never land after the apply's own.
 """
 
 import fcntl
@@ -9,7 +11,7 @@ import stat
 import time
 from typing import Optional
 
-from ..errors import NodeFailure
+from ..errors import Locked, NodeFailure
 from ..localfile import describe
 
 DEFAULT_LOCK_FILE = "/run/ack-mig-hook.lock" if os.path.isdir("/run") else "/var/run/ack-mig-hook.lock"
@@ -38,8 +40,7 @@ class NodeLock(object):
             except (IOError, OSError):
                 if time.time() - start >= self.timeout:
                     os.close(fd)
-                    raise NodeFailure("another apply holds %s for more than %ds" % (self.path, self.timeout),
-                                      code="locked")
+                    raise Locked("another apply holds %s for more than %ds" % (self.path, self.timeout))
                 time.sleep(self.poll)
         self.waited = time.time() - start
         os.ftruncate(fd, 0)

@@ -48,6 +48,7 @@ def test_every_option_of_every_command_has_help_text():
     ("install-boot-unit", ["--capacity-timeout", "--device-plugin-restart"], ["--force", "--clients", "--root"]),
     ("disable", ["--sequence", "--boot-unit"], ["--force", "--no-reset", "--root", "--capacity-timeout"]),
     ("apply", ["--root"], ["--force", "--boot-unit", "--capacity-timeout", "--sequence"]),
+    ("report-holders", ["--lock-timeout", "--force", "--clients"], ["--lock-file", "--min-interval", "--kubeconfig"]),
 ])
 def test_a_command_offers_only_the_options_that_apply_to_it(command, absent, present):
     text = _help(command)

@@ -9,6 +9,7 @@ whose kubelet checkpoint is written in kubelet's format (tests/node/test_kubelet
 import base64
 import json
 import os
+import time
 
 import pytest
 
@@ -16,6 +17,7 @@ from node_bootstrap.commands.holdings import FOLLOW_BUDGET_S, follow, same_repor
 from node_bootstrap.driver.sim import driver
 from node_bootstrap.host import holdersunit
 from node_bootstrap.kube.allocations import DEFAULT_CHECKPOINT, checkpoint_signature
+from node_bootstrap.mig import find_gpu
 from tests.node.nodecli import NODE_PYTHON, ROOT, Node, lay_out
 from tests.node.test_kubelet_allocations import checkpoint, write_checkpoint
 from tests.support.systemd_unit import Unit, node_args, with_node_args
@@ -71,7 +73,8 @@ def test_a_per_gpu_boot_unit_brings_a_path_unit_on_the_checkpoint_and_a_timer(no
     args = node_args(argv)
     assert args[args.index("report-holders"):] == ["report-holders", "--json", "--min-interval", "10"]
     options = dict(zip(args[:args.index("report-holders")][::2], args[:args.index("report-holders")][1::2]))
-    assert options == {"--backend": "sim:A100-SXM4-40GB:2", "--sim-state": node.state,
+    assert options == {"--backend": "sim:A100-SXM4-40GB:2", "--lock-file": str(tmp_path / "apply.lock"),
+                       "--sim-state": node.state,
                        "--kubeconfig": str(tmp_path / "kubelet.conf"), "--kubelet-checkpoint": checkpoint_path}
     assert service.values("Type") == ["oneshot"] and service.values("TimeoutStartSec") == ["270"]
     assert "ack-mig-hook.service" in service.values("After", "Unit")[0].split()
@@ -221,6 +224,95 @@ def test_the_service_reports_a_new_allocation_and_a_run_with_nothing_new_writes_
     assert report()["pods"] == ["pod-uid-train"]
     assert report()["gpus"]["0"][0] == ["3g.20gb", 0, "pod-uid-train"]
     assert report()["gpus"]["1"][1] == ["3g.20gb", 4, None]
+
+
+# --- the node lock: a report never outlives the layout it read -------------------------------------------
+
+def _holders_rows(kube_api, node_name="node-a"):
+    report = json.loads(kube_api.nodes[node_name]["metadata"]["annotations"]["ack-mig-hook/gpu-holders"])
+    return {gpu: sorted((profile, start) for profile, start, _ in rows) for gpu, rows in report["gpus"].items()}
+
+
+def _gpu_rows(node):
+    model = find_gpu(node.gpu)
+    return {str(i): sorted((model.profile_by_id(gi["profile_id"]).name, gi["start"]) for gi in gpu["gis"])
+            for i, gpu in enumerate(node.sim()["gpus"])}
+
+
+@pytest.mark.kube
+def test_a_report_read_before_an_apply_is_never_written_over_the_applys_own(tmp_path, kube_api):
+    """The race: report-holders reads the GPUs, an apply changes them and writes its final report, then the
+    first report's write lands. Without the node lock that write put back the old layout, which the auto
+    pool planner read until the next checkpoint change or the 5-minute timer. The report's GET of the node
+    (after its GPU read, before its write) is held while the apply runs."""
+    node = _kube_node(tmp_path, kube_api)
+    held = kube_api.hold_next("GET", "/api/v1/nodes/node-a")
+    report = node.popen("report-holders")
+    try:
+        _arrives(held, report)
+        apply = node.run("apply", "--size", "1g.5gb", "--lock-timeout", "0")
+    finally:
+        held.release()
+        out, err = report.communicate(timeout=60)
+    assert report.returncode == 0, err
+    assert _holders_rows(kube_api) == _gpu_rows(node)  # the report says what the GPUs hold
+    # the round held the node lock from its GPU read to its write: the apply found it held and changed nothing
+    assert apply.rc == 1 and apply.json["error"]["code"] == "locked", apply.stderr
+
+
+def _arrives(held, proc, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not held.arrived.wait(0.05):
+        assert proc.poll() is None, "it ended before the held request: %s" % (proc.communicate(),)
+        assert time.monotonic() < deadline, "the held request never came"
+
+
+def _kube_node(tmp_path, kube_api):
+    kube_api.add_node("node-a")
+    node = Node(tmp_path, count=1)
+    node.use_kube(kube_api.write_kubeconfig(tmp_path / "kubelet.conf", node="node-a"))
+    lay_out(node, [LAYOUT])
+    return node
+
+
+@pytest.mark.kube
+def test_while_an_apply_holds_the_node_lock_a_report_skips_its_round_at_once_and_the_apply_reports(
+        tmp_path, kube_api):
+    node = _kube_node(tmp_path, kube_api)
+    held = kube_api.hold_next("PATCH", "/api/v1/nodes/node-a")  # apply's "pending", under the node lock
+    apply = node.popen("apply", "--size", "1g.5gb")
+    try:
+        _arrives(held, apply)
+        since = len(kube_api.requests)
+        report = node.run("report-holders")
+        asked = kube_api.requests[since:]
+    finally:
+        held.release()
+        out, err = apply.communicate(timeout=120)
+    assert report.rc == 0, report.stderr  # nothing wrong: the apply writes the report
+    assert report.json["skipped"] is True and report.json["written"] is False and report.json["holders"] is None
+    assert "round skipped" in report.stderr
+    assert asked == []  # no GPU read to write, so no API call either: it neither waited nor wrote
+    assert apply.returncode == 0, err
+    assert _holders_rows(kube_api) == _gpu_rows(node) and _gpu_rows(node)["0"][0] == ("1g.5gb", 0)
+
+
+@pytest.mark.kube
+def test_a_killed_report_or_apply_leaves_the_node_lock_to_the_other(tmp_path, kube_api):
+    node = _kube_node(tmp_path, kube_api)
+    held = kube_api.hold_next("GET", "/api/v1/nodes/node-a")
+    report = node.popen("report-holders")
+    try:
+        _arrives(held, report)  # the round holds the lock now
+        report.kill()  # the kernel drops an flock with its holder's last descriptor
+        report.communicate(timeout=60)
+    finally:
+        held.release()
+    apply = node.run("apply", "--size", "1g.5gb", "--lock-timeout", "0", "--sim-fault", "crash-after:1")
+    assert apply.rc == -9  # it took the lock (else "locked", exit 1), then died holding it
+    after = node.run("report-holders")
+    assert after.rc == 0 and after.json["written"] is True, after.stderr
+    assert _holders_rows(kube_api) == _gpu_rows(node)
 
 
 # --- the rounds and the comparison, pure ------------------------------------------------------------------

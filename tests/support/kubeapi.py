@@ -133,6 +133,25 @@ class Recorded(typing.NamedTuple):
     connection: int = 0  # which TLS connection carried it (the same number: a kept-alive connection)
 
 
+class Hold(object):
+    """One request kept waiting (:meth:`KubeApiServer.hold_next`): ``arrived`` is set when it comes in."""
+
+    def __init__(self, method, path, timeout):
+        # type: (str, str, float) -> None
+        self.method, self.path, self.timeout = method, path, timeout
+        self.arrived = threading.Event()
+        self._released = threading.Event()
+
+    def wait(self):
+        # type: () -> None
+        self.arrived.set()
+        self._released.wait(self.timeout)
+
+    def release(self):
+        # type: () -> None
+        self._released.set()
+
+
 class Cert(typing.NamedTuple):
     cert_pem: bytes
     key_pem: bytes
@@ -349,6 +368,7 @@ class KubeApiServer:
         self._snapshot_ids = itertools.count(1)
         self._connections = itertools.count(1)
         self._throttles = []  # type: List[list]  [remaining, retry_after, method or None, path prefix or None]
+        self._holds = []  # type: List[Hold]  requests to keep waiting until a test releases them (hold_next)
         # Called after every successful PATCH of a node (name, new object): lets a test play the
         # device plugin, e.g. publish capacity once the labels say success.
         self.on_node_patch = None  # type: Optional[Callable[[str, dict], None]]
@@ -632,6 +652,25 @@ class KubeApiServer:
         with self.lock:
             self._throttles.append([times, ("break", status), method, path])
 
+    def hold_next(self, method, path, timeout=20.0):
+        # type: (str, str, float) -> Hold
+        """The next ``method`` request of exactly ``path`` waits, before it is served, until the test calls
+        ``release()`` on what this returns (or ``timeout`` passes: a failing test never hangs the server):
+        a slow answer placed where a test needs it, to shape a race between two clients."""
+        hold = Hold(method, path, timeout)
+        with self.lock:
+            self._holds.append(hold)
+        return hold
+
+    def _held(self, method, path):
+        # type: (str, str) -> Optional[Hold]
+        with self.lock:
+            for hold in self._holds:
+                if (hold.method, hold.path) == (method, path):
+                    self._holds.remove(hold)
+                    return hold
+        return None
+
     def _throttled(self, method, path):
         # type: (str, str) -> Any
         with self.lock:
@@ -794,6 +833,9 @@ def _handler_for(api):
                               self.connection_number)
             if user is None:
                 return self._refuse(Refused(401, "Unauthorized"), record)
+            hold = api._held(method, record.path)
+            if hold is not None:
+                hold.wait()
             injected = api._throttled(method, record.path)
             if isinstance(injected, tuple) and injected[1] is None:  # the connection drops, no answer
                 with api.lock:
