@@ -126,6 +126,12 @@ MUTANTS = (
            ("tests/node/test_kubelet_allocations.py",),
            "with deviceIDStrategy=index a pod's recorded ID names another instance after one below it goes, and "
            "the node destroys the instance allocated to the pod"),
+    mutant("kube-cutoff-unwraps-tls", "node_bootstrap/kube/client.py",
+           "socket.socket.shutdown(sock, socket.SHUT_RDWR)",
+           "sock.shutdown(socket.SHUT_RDWR)",
+           ("tests/node/test_kube.py",),
+           "the whole-call timer firing just as a TLS read or write checked the socket ends a node command in an "
+           "internal error (ValueError, AttributeError) instead of the API server's timeout"),
     mutant("holders-report-unlocked", "node_bootstrap/commands/apply.py",
            "                held.enter_context(NodeLock(args.lock_file, timeout=0))\n",
            "                pass\n",

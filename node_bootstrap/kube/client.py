@@ -371,9 +371,12 @@ class KubeClient(object):
             sock = conn.sock
             if sock is not None:
                 try:
-                    sock.shutdown(socket.SHUT_RDWR)
+                    # The plain socket's shutdown, on the TLS socket's descriptor: SSLSocket.shutdown first sets
+                    # its _sslobj to None, and a read or write this thread had just checked it for then fails
+                    # with ValueError or AttributeError, which no except clause below reads as the cutoff.
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
                 except OSError:
-                    pass
+                    pass  # closed already (the call ended as the timer fired): nothing left to cut
 
         timer = threading.Timer(limit, cutoff)
         timer.daemon = True

@@ -240,3 +240,76 @@ def test_a_fifo_where_the_kubeconfig_or_a_file_it_names_should_be_is_refused_at_
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     assert str(err.value) == "cannot read %s %s: not a regular file but a FIFO" % (where, fifo)
+
+
+def _source_line(func, text):
+    import inspect
+
+    lines, first = inspect.getsourcelines(func)
+    found = [first + i for i, line in enumerate(lines) if text in line]
+    assert found, "%s no longer has %r: the instant this test aims at moved" % (func.__qualname__, text)
+    return found[0]
+
+
+def _timer_fires_at(code, line=None):
+    """A trace function (sys.settrace) that runs the call's own cutoff, the function KubeClient.request hands
+    its whole-call timer, the first time this thread enters ``code`` (or reaches ``line`` in it): the timer
+    firing at exactly that instant, between two bytecodes no sleep can aim at. Returns (trace, fired)."""
+    fired = []
+
+    def fire(frame):
+        outer = frame
+        while outer is not None and outer.f_code is not KubeClient.request.__code__:
+            outer = outer.f_back
+        if outer is not None:
+            outer.f_locals["cutoff"]()
+            fired.append(frame.f_code.co_name)
+
+    def in_code(frame, event, arg):
+        if event == "line" and frame.f_lineno == line and not fired:
+            fire(frame)
+        return in_code
+
+    def trace(frame, event, arg):
+        if event != "call" or frame.f_code is not code or fired:
+            return None
+        if line is None:
+            fire(frame)
+            return None
+        return in_code
+
+    return trace, fired
+
+
+@pytest.mark.kube
+@pytest.mark.parametrize("where", ["entering SSLSocket.read", "SSLSocket.read past its check",
+                                   "SSLSocket.send past its check"])
+def test_the_whole_call_cutoff_at_any_instant_of_a_tls_read_or_write_is_the_clients_timeout(kube_api, tmp_path,
+                                                                                             where):
+    """The whole-call timer shuts the socket from another thread. SSLSocket.shutdown set the socket's
+    _sslobj to None first, so a timer firing between recv_into's check of it and read's ("Read on closed or
+    unwrapped SSL socket", ValueError), or just after read's or send's own check ('NoneType' object has no
+    attribute ..., AttributeError), ended the call in neither of the errors the client turns into its timeout:
+    every node command reported an internal error. The plain socket's shutdown leaves the TLS object alone."""
+    import ssl
+    import sys
+
+    code, line = {
+        "entering SSLSocket.read": (ssl.SSLSocket.read.__code__, None),
+        "SSLSocket.read past its check": (ssl.SSLSocket.read.__code__,
+                                          _source_line(ssl.SSLSocket.read, "return self._sslobj.read(len, buffer)")),
+        "SSLSocket.send past its check": (ssl.SSLSocket.send.__code__,
+                                          _source_line(ssl.SSLSocket.send, "return self._sslobj.write(data)")),
+    }[where]
+    kube_api.add_node("node-a")
+    client = KubeClient(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "k.conf", node="node-a")))
+    trace, fired = _timer_fires_at(code, line)
+    before = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        with pytest.raises(KubeError, match="gave no complete answer within 30s"):
+            client.get_node("node-a")
+    finally:
+        sys.settrace(before)
+    assert fired  # the cutoff ran where this test aimed it
+    assert client.get_node("node-a")["metadata"]["name"] == "node-a"  # the next call has its own connection
