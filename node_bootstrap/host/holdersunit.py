@@ -47,10 +47,11 @@ MIN_INTERVAL_S = 10
 TIMER_FIRST = "1min"
 TIMER_PERIOD = "5min"
 TIMER_ACCURACY = "10s"  # systemd's default AccuracySec= is 1 min: the bound stays 5 min, not 6
-# The runner's deadline: 120 s of rounds (holdings.FOLLOW_BUDGET_S), then at most a round, its 10 s wait
-# and one last round (a round: NVML and three API calls of at most 15 s each) fit within it; SIGTERM,
-# GRACE_S later SIGKILL, then at most twice the runner's 5 s pipe drain, all before TimeoutStartSec
-# (240 + 10 + 10 < 270).
+# The runner's deadline: 120 s of rounds (holdings.FOLLOW_BUDGET_S), then a round, its 10 s wait and one
+# last round fit within it while the API server answers in seconds (a round: NVML and three API calls, each
+# cut at 30 s, twice the client's 15 s socket timeout); a slower server's last round is cut by it, which
+# leaves the annotation as the last whole patch wrote it. SIGTERM, GRACE_S later SIGKILL, then at most twice
+# the runner's 5 s pipe drain, all before TimeoutStartSec (240 + 10 + 10 < 270).
 DEADLINE_S = 240
 GRACE_S = 10
 START_TIMEOUT_S = 270

@@ -40,7 +40,8 @@ class NodeLock(object):
             except (IOError, OSError):
                 if time.time() - start >= self.timeout:
                     os.close(fd)
-                    raise Locked("another apply holds %s for more than %ds" % (self.path, self.timeout))
+                    raise Locked("another node command (apply, disable or a holders report) holds %s for more than %ds"
+                                 % (self.path, self.timeout))
                 time.sleep(self.poll)
         self.waited = time.time() - start
         os.ftruncate(fd, 0)

@@ -231,6 +231,9 @@ def test_lock_timeout_is_a_defined_failure(tmp_path):
     finally:
         os.close(fd)
     assert res.rc == 1 and res.json["error"]["code"] == "locked"
+    # the holder may be a holders report or a disable, not only an apply: the line says so and names the file
+    message = res.json["error"]["message"]
+    assert "holders report" in message and str(tmp_path / "apply.lock") in message, message
     assert node.sim()["gpus"][0]["mig_pending"] == 0
 
 
