@@ -34,7 +34,10 @@ headers, payload hash) with the test's secret, written independently of the SDK.
 
 Faults: ``fail_next(action, status, code, times, retry_after)`` queues error answers (429 Throttling,
 503 ServiceUnavailable, 500 InternalError ...), ``latency_s`` delays every answer, ``slow_next(action,
-seconds)`` one. ``requests`` records every request (action, method, path, query, status); ``exchanges``
+seconds)`` one. ``refuse_pool(nodepool_id, status, code)`` answers every DescribeClusterNodes call about that
+one pool with the refusal, for good (the pool-scoped actions answer a pool the emulator does not hold with
+404 ``ErrorNodePoolNotFound``; what ACK answers DescribeClusterNodes for such a ``nodepool_id`` is not
+documented, so by default the emulator lists no node for it, and a test plays the refusal with this). ``requests`` records every request (action, method, path, query, status); ``exchanges``
 every answer, which tests/support/contract_plugin.py checks against the SDK's response models
 (``alibabacloud_cs20151215/models/_describe_cluster_nodes_response_body.py`` ...) after each test: an
 answer field the SDK model does not have would be dropped by its ``from_map`` on the real path.
@@ -147,6 +150,7 @@ class CsEmulator(LoopbackServer):
         # the product's writes must come out right under both, so tests run both.
         self.list_semantics = "replace"
         self._faults: Dict[str, Deque[Fault]] = {}
+        self._refused_pools: Dict[str, Fault] = {}  # pool id -> the answer every DescribeClusterNodes of it gets
         self._slow: Dict[str, Deque[float]] = {}
         self._nonces: set = set()
         self._lock = threading.Lock()
@@ -170,6 +174,12 @@ class CsEmulator(LoopbackServer):
         with self._lock:
             queue = self._faults.setdefault(action, deque())
             queue.extend([Fault(status, code, retry_after)] * times)
+
+    def refuse_pool(self, nodepool_id: str, status: int = 404, code: str = "ErrorNodePoolNotFound") -> None:
+        """Every DescribeClusterNodes call with ``nodepool_id`` (and only those) is refused with ``status``
+        and ``code`` from now on: a refusal about one pool that no retry changes."""
+        with self._lock:
+            self._refused_pools[nodepool_id] = Fault(status, code, None)
 
     def slow_next(self, action: str, seconds: float, times: int = 1) -> None:
         with self._lock:
@@ -333,6 +343,9 @@ class CsEmulator(LoopbackServer):
             return self._error(400, "InvalidParameter", "pageNumber and pageSize must be numbers")
         if not 1 <= page_size <= 100 or page_number < 1:
             return self._error(400, "InvalidParameter", "pageSize must be 1..100, pageNumber >= 1")
+        refused = self._refused_pools.get(query.get("nodepool_id") or "")
+        if refused is not None:
+            return self._error(refused.status, refused.code, "node pool %s: refused" % query["nodepool_id"])
         nodes = self.nodes
         if query.get("nodepool_id"):
             nodes = [n for n in nodes if n.get("nodepool_id") == query["nodepool_id"]]
