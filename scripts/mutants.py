@@ -282,6 +282,18 @@ MUTANTS = (
            ("tests/rollout/test_auto_overlap.py",),
            "a pod first seen in the list a tick reads again is planned by a later pool though an earlier one counts "
            "it: both repartition a GPU for it"),
+    mutant("refused-pool-ends-tick", "functions/pipeline/auto_pool.py",
+           "        except Refused as exc:  # about this pool alone",
+           "        except PoolUnproven as exc:  # about this pool alone",
+           ("tests/rollout/test_auto_pool_refused.py",),
+           "ACK refusing the list of one pool's nodes for good ends every auto tick of every pool in error, at "
+           "every tick"),
+    mutant("refused-pool-holds-nothing-back", "functions/pipeline/auto_pool.py",
+           "        return counted_pods(pool, exc.listed,",
+           "        return set() if pool else counted_pods(pool, exc.listed,",
+           ("tests/rollout/test_auto_pool_refused.py",),
+           "a later pool plans the pods an earlier pool ACK refused to prove may count: it repartitions a GPU for "
+           "pods the earlier pool's idle instances serve once ACK answers again"),
     mutant("kube-node-trusts-parts", "functions/decision/waves.py",
            'meta, spec, status = (as_object(as_object(obj).get(k)) for k in ("metadata", "spec", "status"))',
            'meta, spec, status = (obj.get(k) or {} for k in ("metadata", "spec", "status"))',

@@ -42,6 +42,17 @@ class ConfigurationError(EventOutcome):
     exit_code = 2
 
 
+class Refused(ConfigurationError):
+    """A cloud API answered a call with a refusal that no retry changes (not throttling, 5xx or no answer):
+    ``call`` the action, ``status`` and ``code`` the answer's. Where the call is about one node pool (the
+    nodes ACK lists in it), the caller may fail that pool alone; anywhere else it ends the event as a
+    ConfigurationError does."""
+
+    def __init__(self, reason: str, call: str = "", status: str = "", code: str = "") -> None:
+        super().__init__(reason)
+        self.call, self.status, self.code = call, status, code
+
+
 class RetryLater(EventOutcome):
     """A transient cloud failure (throttling, 5xx, timeout) that outlasted the SDK's own retries. The FC
     handler raises so that the asynchronous invocation is retried; the command line exits 1."""

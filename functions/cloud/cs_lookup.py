@@ -23,7 +23,7 @@ from darabonba.runtime import RuntimeOptions
 from functions.cloud.cluster import node_from_api, nodepool_from_api
 from functions.base.deadline import Guard, urllib3_guarded
 from functions.base.endpoints import resolve
-from functions.base.errors import ConfigurationError, RetryLater
+from functions.base.errors import ConfigurationError, Refused, RetryLater
 from functions.base.model import Node, NodePool
 from functions.base.settings import Settings
 
@@ -104,9 +104,11 @@ class CsLookup:
                 if guard.fired:  # cut at the attempt's bound: transient, like a read timeout
                     exc = TimeoutError("no complete answer within %ds" % self._timeout_s)
                 if not _transient(exc):
-                    raise ConfigurationError("%s failed: %s: %s" % (what, _describe(exc),
-                                                                   str(getattr(exc, "message", "")
-                                                                       or exc).splitlines()[0][:200])) from None
+                    raise Refused("%s failed: %s: %s" % (what, _describe(exc),
+                                                        str(getattr(exc, "message", "")
+                                                            or exc).splitlines()[0][:200]),
+                                  what, str(getattr(exc, "status_code", "") or ""),
+                                  str(getattr(exc, "code", "") or type(exc).__name__)[:64]) from None
                 if attempt == self._attempts:
                     # the function's caller retries the invocation, a person reruns the command: say neither
                     raise RetryLater("%s failed %d times, last: %s; transient, a later try may pass"

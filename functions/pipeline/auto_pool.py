@@ -23,6 +23,19 @@ class NotAutoPool(ValueError):
     """The pool does not carry ``ack-mig-hook/layout=auto``: one line saying how to turn it on."""
 
 
+class PoolUnproven(Exception):
+    """Which nodes are one pool's cannot be read, and no retry changes that: ACK refused the list of its
+    nodes (DescribeClusterNodes with the pool's id: a 404 or 400 about that pool, the pool deleted while the
+    cluster still lists it), or the API server refused the pool's label selector (400: an id that is no
+    label value, so no Node can carry it). Transient failures are not this: they end the tick in retry.
+    ``line``: one line naming the pool and the answer; ``listed``: every Node that carries the pool's label,
+    unproven (read only to hold back the pods the pool may count, never planned or changed)."""
+
+    def __init__(self, pool_id: str, line: str, listed: Sequence[Mapping[str, Any]] = ()) -> None:
+        super().__init__(line)
+        self.pool_id, self.line, self.listed = pool_id, line, list(listed)
+
+
 def proven_members(nodes: Sequence[Mapping[str, Any]], members: Mapping[str, Any]) -> Tuple[List[Mapping[str, Any]], List[str]]:
     """The Node objects whose membership in the pool ACK proves, and one line for each other one.
 
@@ -150,30 +163,67 @@ def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapp
 
 
 def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings: Any, dry_run: bool, log: Any,
-                     owner: str) -> None:
+                     owner: str) -> str:
     """A tick with no pod waiting still ends the records a stopped invocation left on the pool's nodes
     (``auto_waves.finish_stranded``): the pool's Nodes are listed, and ACK's list of its members is read only
-    when one holds such a record (the function writes only to nodes it has proven are the pool's)."""
+    when one holds such a record (the function writes only to nodes it has proven are the pool's). Returns
+    "", or one line when the pool's members cannot be proven (PoolUnproven): its records stay, the other
+    pools' still end."""
     from functions.rollout.auto_waves import finish_stranded
 
-    listed = list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool_id))
+    try:
+        listed = labelled_nodes(api, pool_id)
+    except PoolUnproven as exc:
+        return _unproven(log, exc, "its stranded records stay")
     if not finish_stranded(api, listed, settings, owner, pool_id, dry_run=True):
-        return
-    for line in finish_stranded(api, pool_members(api, lookup, cluster, pool_id, listed=listed)[0], settings, owner,
-                                pool_id, dry_run):
+        return ""
+    try:
+        members = pool_members(api, lookup, cluster, pool_id, listed=listed)[0]
+    except PoolUnproven as exc:
+        return _unproven(log, exc, "its stranded records stay")
+    for line in finish_stranded(api, members, settings, owner, pool_id, dry_run):
         log.warning("auto pool", nodepool_id=pool_id, reason=line)
+    return ""
+
+
+def _unproven(log: Any, exc: PoolUnproven, outcome: str) -> str:
+    """The one line a pool whose members cannot be proven gets in the tick's reason, and its warning."""
+    line = "%s: %s" % (exc.line, outcome)
+    log.warning("auto pool", nodepool_id=exc.pool_id, reason=line)
+    return line
 
 
 def acked_members(lookup: Any, cluster: str, pool_id: str, acked: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The nodes ACK lists in the pool (DescribeClusterNodes), by name. ``acked``: pool id -> ACK's list, as
     read a moment ago (a pod event's choice, for its first round): a pool found there is not asked again, and
     one asked is kept there, so an invocation's round asks ACK once per pool."""
+    from functions.base.errors import Refused
+
     listed = acked.get(pool_id) if acked is not None else None
     if listed is None:
-        listed = lookup.nodes(cluster, pool_id)
+        try:
+            listed = lookup.nodes(cluster, pool_id)
+        except Refused as exc:  # about this pool alone: it fails alone (RetryLater, transient, ends the tick)
+            raise PoolUnproven(pool_id, "pool %s: ACK refused the list of its nodes (%s: %s)"
+                               % (pool_id, exc.call, " ".join(x for x in (exc.status, exc.code) if x))) from None
         if acked is not None:
             acked[pool_id] = listed
     return {n.node_name: n for n in listed if n.node_name}
+
+
+def labelled_nodes(api: Any, pool_id: str) -> List[Dict[str, Any]]:
+    """The Nodes that carry the pool's label (``list_pool_nodes``). PoolUnproven when the API server refuses
+    the pool's selector (400: an id that is no label value); any other failure (no answer, throttling, 5xx,
+    RBAC: every pool's alike) is raised as it is, and ends the tick in retry."""
+    from node_bootstrap.kube import KubeError
+
+    try:
+        return list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool_id))
+    except KubeError as exc:
+        if exc.status != 400:
+            raise
+        raise PoolUnproven(pool_id, "pool %s: the API server refused the list of its nodes (400: %s)"
+                           % (pool_id, " ".join(str(exc).split())[:120])) from None
 
 
 def pool_members(api: Any, lookup: Any, cluster: str, pool_id: str, acked: Optional[Dict[str, Any]] = None,
@@ -182,10 +232,15 @@ def pool_members(api: Any, lookup: Any, cluster: str, pool_id: str, acked: Optio
     the pool's label without ACK listing it: what every reading of a pool's nodes plans from (the tick, the
     pods an earlier pool counts, a pod event's choice), so a node that labels itself into a pool changes none.
     ``acked``: as :func:`acked_members`; ``listed``: the pool's Nodes as listed a moment ago (listed here when
-    not given)."""
-    members = acked_members(lookup, cluster, pool_id, acked)
-    return proven_members(list_pool_nodes(api, "%s=%s" % (POOL_LABEL, pool_id)) if listed is None else listed,
-                          members)
+    not given). PoolUnproven when either list is refused for good (the Nodes carrying the label in it)."""
+    if listed is None:
+        listed = labelled_nodes(api, pool_id)
+    try:
+        members = acked_members(lookup, cluster, pool_id, acked)
+    except PoolUnproven as exc:
+        exc.listed = list(listed)
+        raise
+    return proven_members(listed, members)
 
 
 def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
@@ -271,10 +326,10 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         # (under the pool's planning claim: a plan running elsewhere may be setting them for a pod listed later)
         idle = {p.nodepool_id: () for p in pools if not paused(p.labels)
                 and not claim_pool(claims, p, dry_run, listed, pending, settings)[1]}
-        for pool_id in sorted(idle):
-            _finish_stranded(lookup, cluster, api, pool_id, settings, dry_run, log, claims.owner)
+        kept = [line for line in (_finish_stranded(lookup, cluster, api, pool_id, settings, dry_run, log,
+                                                   claims.owner) for pool_id in sorted(idle)) if line]
         tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=idle, scope=only)
-        return end("skip", "no MIG pod waits: the auto pools stay as they are", tags=tags)
+        return end("skip", "; ".join(["no MIG pod waits: the auto pools stay as they are"] + kept), tags=tags)
     skipped: List[str] = []  # pools another invocation plans (or changed since that list), one line each
     decisions: List[Any] = []
     changes: List[Any] = []  # (pool, decision, GpuTargets) per node whose GPUs change: through the rollout
@@ -288,6 +343,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     # planned them again there, and repartitioned a GPU for pods the first pool's idle instances serve.
     counted: set = set()
     relisted: List[bool] = []
+    unproven: Dict[str, str] = {}  # pool id -> its one line: ACK (or the API server) refused its members for good
 
     def relist(pool_id: str) -> Tuple[List[Any], float]:
         """The pending pods read again, once a tick, for a pool (``pool_id``) another invocation changed after
@@ -309,8 +365,26 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
     def earlier_pools_pods(pool: Any) -> set:
         """The pods not counted yet that ``pool``, planned elsewhere or not at all by this tick, counts."""
-        return counted_pods(pool, pool_members(api, lookup, cluster, pool.nodepool_id, acked)[0],
-                            [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n))
+        try:
+            nodes = pool_members(api, lookup, cluster, pool.nodepool_id, acked)[0]
+        except PoolUnproven as exc:
+            return held_back(pool, exc)
+        return counted_pods(pool, nodes, [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n))
+
+    def held_back(pool: Any, exc: PoolUnproven) -> set:
+        """The pods a pool whose members cannot be proven may count: they count for nobody this tick.
+        Which pods an earlier pool counts decides which a later one may plan; without the pool's proven
+        members that cannot be told, and a later pool that planned them would repartition its GPUs (and
+        advertise new nodes) for pods the earlier pool's idle instances serve once ACK answers again (a
+        refusal may be passing: a pool deleted mid-tick, a partial outage). So they are read from every
+        Node carrying the pool's label, unproven (the widest reading: ACK's list only leaves nodes out,
+        and fewer nodes count fewer pods), and held back from the later pools; a node that labels itself
+        into such a pool can hold pods back this way, never have a GPU changed. The pool is named in the
+        tick's reason and log, once."""
+        if pool.nodepool_id not in unproven:
+            unproven[pool.nodepool_id] = _unproven(log, exc, "not planned, and the pods it may count wait")
+        return counted_pods(pool, exc.listed, [p for p in pending if pod_key(p) not in counted],
+                            lambda n: pods_on(api, n))
 
     scoped = {p.nodepool_id for p in pools}
     last = max(scoped)
@@ -330,7 +404,11 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             skipped.append(why)
             counted.update(earlier_pools_pods(pool))
             continue
-        nodes, strangers = pool_members(api, lookup, cluster, pool.nodepool_id, acked)
+        try:
+            nodes, strangers = pool_members(api, lookup, cluster, pool.nodepool_id, acked)
+        except PoolUnproven as exc:  # this pool alone: skipped, its pods held back, the others planned
+            counted.update(held_back(pool, exc))
+            continue
         members = acked_members(lookup, cluster, pool.nodepool_id, acked)  # the list just read: ACK is not asked again
         for line in strangers:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
@@ -367,7 +445,11 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     # The tags are compared with the pools as listed now, after the claims: the list this tick began with is
     # older than them, and the invocation that held a claim before may have written the tags meanwhile.
     tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=new_nodes, scope=only)
-    also = "".join("; " + line for line in skipped)
+    also = "".join("; " + line for line in skipped + list(unproven.values()))
+    if not new_nodes and any(pool_id in scoped for pool_id in unproven):
+        # no pool planned, and one this tick was to plan refused (each alike: a role without
+        # cs:DescribeClusterNodes; or the one pool of a pod event): an error, not a quiet skip
+        return end("error", also[2:], tags=tags)
     if skipped and not new_nodes:
         return end("skip", also[2:], tags=tags)
     if not decisions and not changes:

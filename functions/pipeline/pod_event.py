@@ -83,7 +83,7 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     from functions.decision.layout import LAYOUT_LABEL
     from functions.decision.layout.matching import split_pending
     from functions.decision.waves import paused
-    from functions.pipeline.auto_pool import _api_of, pool_members
+    from functions.pipeline.auto_pool import PoolUnproven, _api_of, pool_members
     from functions.pipeline.pool_of import places_of
 
     pod_ref = request.pod
@@ -110,7 +110,15 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
         # the nodes ACK lists in each pool, as the tick reads them: a node labelling itself into a pool
         # changes neither which pools the pod matches nor which can take it
         acked: dict = {}  # ACK's nodes of each pool, read once: the first round plans from them too
-        nodes = {p.nodepool_id: pool_members(api, lookup, cluster, p.nodepool_id, acked)[0] for p in pools}
+        nodes = {}
+        for p in pools:
+            try:
+                nodes[p.nodepool_id] = pool_members(api, lookup, cluster, p.nodepool_id, acked)[0]
+            except PoolUnproven as exc:  # refused for good, this pool alone: read as the tick reads it, from
+                # every Node carrying its label, so a pod it may count is its own here too (the tick holds such
+                # pods back from the later pools; chosen, its step ends naming the refusal)
+                log.warning("pod event", nodepool_id=p.nodepool_id, reason=exc.line)
+                nodes[p.nodepool_id] = exc.listed
         places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
                                            p.nodepool_id, nodes[p.nodepool_id])
                   for p in pools}
