@@ -20,7 +20,7 @@ from functions.base.logs import JsonLogger
 from functions.base.settings import load_settings
 from functions.delivery.node_executor import DeliveryExecutor
 from functions.pipeline.event import run_event
-from tests.function.conftest import AK, SECRET, TOKEN
+from tests.function.conftest import AK, SECRET, TOKEN, no_proxy  # noqa: F401  (fixture)
 from tests.rollout.conftest import CLUSTER, POOL
 from tests.rollout.test_auto_rollout import TICK, PerGpuNodes, add_auto_nodes, waiting
 
@@ -31,7 +31,7 @@ SEVEN = json.dumps({"0": [["7g.40gb", 0]]})
 
 
 @pytest.fixture
-def ack(no_proxy):  # noqa: F811
+def ack(no_proxy):  # noqa: F811  (the fixture above)
     """The CS emulator holding two auto pools, the test pool (``auto-a``) and ``np-two`` (``two-a``)."""
     from tests.support.cs_emulator import CsEmulator
 
@@ -45,9 +45,6 @@ def ack(no_proxy):  # noqa: F811
     with CsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN).load_inventory(
             {"cluster_id": CLUSTER, "nodepools": pools, "nodes": nodes}) as emu:
         yield emu
-
-
-from tests.function.conftest import no_proxy  # noqa: E402,F401  (fixture)
 
 
 def env(cluster, ack, **extra):
