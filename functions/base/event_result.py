@@ -11,6 +11,13 @@ from enum import Enum
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 OUTCOMES = ("done", "skip", "error", "retry")
+# A node's outcome, in the result's ``nodes`` and on its ``node result`` line (docs/troubleshooting.md, "Node
+# outcomes"): what delivery makes of the node's answer (functions.delivery.outcome.OUTCOMES), what a rollout wave
+# ends a node with (functions.rollout.executor) and a dry run's. With OUTCOMES, every ``outcome`` a log line holds:
+# ``ack-mig-hook logs --outcome`` accepts these and no other (tests/function/test_remote_and_logs.py pins the
+# producers to this list).
+NODE_OUTCOMES = ("partitioned", "unchanged", "skipped", "failed", "reboot-required", "conflict", "destroy-required",
+                 "dry-run", "deferred", "drain-timeout", "drain-refused", "gone")
 
 # The result as the handler returns it (compact JSON) is at most this many bytes: FC keeps it with the
 # async invocation record and the caller reads it whole. A result that would be larger (a pool of

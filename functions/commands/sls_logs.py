@@ -25,6 +25,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from functions.base import settings
+from functions.base.event_result import NODE_OUTCOMES, OUTCOMES as EVENT_OUTCOMES
 from functions.commands import common
 from functions.commands.stack.exit_codes import CloudError
 
@@ -34,6 +35,8 @@ VALUE = re.compile(r"^[A-Za-z0-9._:/-]{1,128}\Z")  # what an id, name or outcome
 DURATION = re.compile(r"^([0-9]{1,6})([smhd])\Z")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_SINCE_S = 30 * 86400  # the logstore's retention is the stack's choice; a month bounds the scan
+# Every outcome a line of the function holds, lower case: an event's, then a node's (functions/base/event_result.py).
+OUTCOMES = EVENT_OUTCOMES + NODE_OUTCOMES
 MAX_SCAN = 5000  # rows read at most for one command (50 calls): lines the search found but a filter drops count
 # The fields a line shows after its time, level and message, in this order (functions/base/logs.py and the
 # node lines: node_name, nodepool_id, outcome, code, duration_ms; decisions: action, sequence).
@@ -67,6 +70,18 @@ def value(text: str) -> str:
     return text
 
 
+def outcome(text: str) -> str:
+    """``--outcome``: one of the outcomes the function writes (a closed set, unlike ids and names), whatever
+    its case (``FAILED`` is ``failed``), as written in the lines: the filter compares it exactly."""
+    folded = (text or "").lower()
+    if folded in OUTCOMES:
+        return folded
+    from functions.commands.stack.credentials import did_you_mean
+
+    raise argparse.ArgumentTypeError("%r is not an outcome the function logs%s; use one of %s"
+                                     % (str(text)[:40], did_you_mean(folded, OUTCOMES), ", ".join(OUTCOMES)))
+
+
 def configure(parser, command):
     common.add_cloud_options(parser, cluster_help="the cluster whose function's lines to show (its stack, "
                                                   "ack-mig-hook-<cluster id>) (default: $ACK_MIG_CLUSTER_ID)",
@@ -75,8 +90,8 @@ def configure(parser, command):
     parser.add_argument("--node", type=value, metavar="NAME", help="only lines about this node (its Kubernetes "
                                                                     "name or its ECS instance id)")
     parser.add_argument("--pool", type=value, metavar="ID", help="only lines about this node pool")
-    parser.add_argument("--outcome", type=value, metavar="OUTCOME",
-                        help="only lines with this outcome (done, failed, error, retry, skip ...)")
+    parser.add_argument("--outcome", type=outcome, metavar="OUTCOME",
+                        help="only lines with this outcome, in any case: %s" % ", ".join(OUTCOMES))
     parser.add_argument("--request-id", type=value, metavar="ID",
                         help="only one invocation's lines (the request id invoke --remote printed)")
     parser.add_argument("--since", type=since, default=3600, metavar="DURATION",

@@ -148,7 +148,7 @@ def store(cloud):
         (now - 300, {"time": "T-5m", "level": "INFO", "message": "decision", "node_name": "cn-beijing.10.0.0.8",
                      "nodepool_id": "np-other", "action": "skip", "request_id": "req-2"}),
         (now - 60, {"time": "T-1m", "level": "INFO", "message": "node result", "node_name": "cn-beijing.10.0.0.8",
-                    "nodepool_id": POOL, "outcome": "applied", "duration_ms": 900, "request_id": "req-2"}),
+                    "nodepool_id": POOL, "outcome": "partitioned", "duration_ms": 900, "request_id": "req-2"}),
     ]
     for when, line in lines:
         sls.add("my-sls-project", "ack-mig-hook", when, line)
@@ -175,7 +175,7 @@ def test_logs_prints_the_last_hour_one_entry_a_line_oldest_first_wrapped_at_80(s
 @pytest.mark.parametrize("argv,times", [
     (("--node", "cn-beijing.10.0.0.8"), ["T-5m", "T-1m"]),
     (("--node", "i-2zeb7c1mig0a100x1k4d"), ["T-10m"]),
-    (("--pool", POOL, "--outcome", "applied"), ["T-1m"]),
+    (("--pool", POOL, "--outcome", "partitioned"), ["T-1m"]),
     (("--request-id", "req-2", "--since", "3h"), ["T-5m", "T-1m"]),
     (("--since", "3h", "--outcome", "done"), ["T-2h"]),
     (("--limit", "1",), ["T-1m"]),  # the newest
@@ -195,7 +195,7 @@ def test_logs_yaml_holds_the_lines_as_written(store):
     doc = yaml.safe_load(done.stdout)
     assert done.returncode == 0 and doc["project"] == "my-sls-project"
     assert doc["query"] == 'message.nodepool_id: "%s"' % POOL
-    assert [(l["outcome"], l["duration_ms"]) for l in doc["lines"]] == [("failed", 4210), ("applied", 900)]
+    assert [(l["outcome"], l["duration_ms"]) for l in doc["lines"]] == [("failed", 4210), ("partitioned", 900)]
 
 
 def test_logs_refuses_bad_filters_before_any_call_and_says_refusals_in_one_line(store):
@@ -240,7 +240,7 @@ def test_the_follow_up_command_invoke_remote_prints_works_as_printed_in_a_fresh_
 @pytest.mark.parametrize("argv,times", [
     (("--node", "GPU-A"), []),
     (("--node", "gpu-a"), ["T-30s"]),
-    (("--outcome", "FAILED"), []),
+    (("--outcome", "FAILED"), ["T-10m", "T-30s"]),  # an outcome's case does not matter: the set is closed
     (("--outcome", "failed"), ["T-10m", "T-30s"]),
     (("--request-id", "req-2"), ["T-5m", "T-1m"]),
     (("--request-id", "req-2", "--limit", "1"), ["T-1m"]),  # the newest kept: read on past the one dropped
@@ -248,7 +248,8 @@ def test_the_follow_up_command_invoke_remote_prints_works_as_printed_in_a_fresh_
 def test_logs_keeps_only_the_lines_whose_field_is_the_value_given(store, argv, times):
     """SLS searches by words, case-insensitively (the stack's index, ROS's defaults): ``--node GPU-A`` finds
     gpu-a's lines there, and ``--request-id req-2`` a line whose request id is ``x/req-2``. docs/cli.md promises
-    this node's, this outcome's, this invocation's lines: the command keeps those whose field is the value."""
+    this node's, this outcome's, this invocation's lines: the command keeps those whose field is the value (an
+    outcome in lower case, as the function writes every one)."""
     from tests.support.sls_emulator import _matcher
 
     sls, env = store
@@ -262,6 +263,38 @@ def test_logs_keeps_only_the_lines_whose_field_is_the_value_given(store, argv, t
     assert [line["time"] for line in doc["lines"]] == times
     # what SLS answered that query: the gpu-a line, whatever the case asked, and x/req-2 for req-2
     assert _matcher(doc["query"])({"node_name": "gpu-a", "outcome": "failed", "request_id": "x/req-2"})
+
+
+def test_logs_refuses_an_outcome_the_function_never_logs_naming_the_ones_it_does(store):
+    """Outcomes are a closed set (an event's, a node's): a value that is none of them (a typo, a rollout step
+    such as ``applied``) would find nothing, silently; it is refused before any call, naming the accepted ones."""
+    from functions.commands.sls_logs import OUTCOMES
+
+    sls, env = store
+    for given, said in (("faild", "(did you mean failed?)"), ("applied", "")):
+        done = cli(env, "logs", "--outcome", given)
+        text = " ".join(done.stderr.split())
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert text.startswith("ack-mig-hook: error: argument --outcome: %r is not an outcome the function logs%s"
+                               % (given, " " + said if said else ""))
+        assert "use one of " + ", ".join(OUTCOMES) in text
+    assert sls.requests == []
+
+
+def test_every_outcome_the_function_writes_is_one_logs_accepts():
+    """The list ``logs --outcome`` takes (functions/base/event_result.py) holds what the producers write: an event's
+    outcomes, delivery's, a rollout wave's and the ``rollout stopped`` line's (a node's stop step)."""
+    from functions.base.event_result import NODE_OUTCOMES, OUTCOMES as EVENT_OUTCOMES
+    from functions.commands.sls_logs import OUTCOMES
+    from functions.decision import waves
+    from functions.delivery import outcome as delivery
+    from functions.rollout import executor
+
+    produced = set(delivery.OUTCOMES) | set(waves.STOP_STEPS) | {
+        executor.DEFERRED, executor.DRAIN_TIMEOUT, executor.DRAIN_REFUSED, executor.FAILED, executor.SKIPPED,
+        executor.GONE, executor.DESTROY_REQUIRED, "dry-run"}
+    assert produced == set(NODE_OUTCOMES)
+    assert OUTCOMES == EVENT_OUTCOMES + NODE_OUTCOMES and all(o == o.lower() for o in OUTCOMES)
 
 
 def test_logs_reads_at_most_5000_lines_a_command_however_many_the_search_finds(store):

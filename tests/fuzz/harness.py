@@ -23,6 +23,7 @@ from functions.delivery.node_script import encode_args, encode_names
 from functions.delivery.node_executor import DeliveryExecutor
 from functions.delivery.outcome import NodeResult
 from functions.delivery.transport import ScriptMaker
+from functions.base.event_result import NODE_OUTCOMES
 from functions.base.logs import JsonLogger
 from functions.pipeline.event import run_event
 from functions.base.settings import load_settings
@@ -200,6 +201,8 @@ def check_event(raw: Any, executor: Optional[Any] = None) -> str:
     result = run_event(raw, _SETTINGS, inventory=InventoryLookup.from_dict(INVENTORY),
                        executor=executor or DeliveryExecutor(transport), logger=_quiet())
     assert result.outcome in OUTCOMES, result.outcome
+    # what `ack-mig-hook logs --outcome` accepts (functions/commands/sls_logs.py): every node outcome written
+    assert all(n.get("outcome") in NODE_OUTCOMES for n in result.nodes or ()), result.nodes
     assert isinstance(result.reason, str)
     assert "Traceback" not in result.reason
     json.dumps(result.to_json())  # the handler's answer can always be written
