@@ -298,6 +298,19 @@ def _sdk_logs(args):
 
 def main(argv=None):
     # type: (Optional[List[str]]) -> int
+    from functions.commands.terminal import Unheard
+
+    saved = sys.stderr
+    if saved is not None:  # from the first word on: argparse's own refusal is written before any command runs
+        sys.stderr = Unheard(saved)
+    try:
+        return _main(argv)
+    finally:
+        sys.stderr = saved
+
+
+def _main(argv):
+    # type: (Optional[List[str]]) -> int
     argv = list(sys.argv[1:] if argv is None else argv)
     from functions.commands.common import quiet_sdk_logs
 

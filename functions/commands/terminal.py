@@ -136,9 +136,15 @@ def fail(text: str, code: int, as_json: bool = False) -> int:
 
 def discard_stdout() -> None:
     """stdout points at /dev/null from here on: what is still buffered, or printed at exit, cannot fail again."""
+    discard(sys.stdout)
+
+
+def discard(stream: TextIO) -> None:
+    """``stream``'s descriptor points at /dev/null from here on (what is still buffered, or written at exit,
+    cannot fail again)."""
     import os
 
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 class Wrapped:
@@ -187,6 +193,35 @@ class Guarded(Wrapped):
             raise
         except OSError as exc:
             raise OutputError("cannot write the output to stdout: %s" % (exc.strerror or exc)) from None
+
+
+class Unheard(Wrapped):
+    """stderr that may lose its reader (``2>&1 >out | head -1``, a log collector gone) or its room (``2>
+    /dev/full``): nothing can say that any more, so what follows is dropped (stderr points at /dev/null) and the
+    command goes on to its own exit code, 2 for a usage error included, rather than ending as a bug (a
+    traceback nobody sees, exit 1) or stopping a deploy halfway for a message no one reads."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except OSError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except OSError:
+            self._gone()
+
+    def _gone(self) -> None:
+        try:
+            discard(self.stream)
+        except (OSError, ValueError, AttributeError):  # no descriptor of its own (a test's StringIO)
+            pass
 
 
 class Fitted(Wrapped):

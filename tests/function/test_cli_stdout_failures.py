@@ -87,3 +87,23 @@ def test_a_closed_stderr_keeps_the_exit_code(tmp_path):
                            "plan", "--gpu", "nope", "--size", "1g.5gb"], cwd=ROOT, env=env,
                           stdout=subprocess.PIPE, timeout=60)
     assert proc.returncode == 2
+
+
+@pytest.mark.parametrize("args,out", [
+    (["status", "--bogus"], ""),  # refused by argparse, which writes the message itself
+    (["plan", "--bogus", "--json"],
+     '{"error": "one of the arguments --gpu --instance-type is required; see --help", "exit_code": 2}\n'),
+    (["plan", "--gpu", "nope", "--size", "1g.5gb"], ""),  # refused by the command
+], ids=["usage", "usage-json", "command"])
+def test_a_stderr_whose_reader_is_gone_keeps_the_exit_code_and_stdout(args, out, tmp_path):
+    """stderr a pipe whose reader went away (`2>&1 >out | head -1` once head has left): the error cannot be
+    said, but the exit code still says it (2), stdout holds what it would, and no internal error or
+    traceback takes its place (it ended with exit 1, a traceback written nowhere)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "functions.commands.main", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=write, env=dict(os.environ, HOME=str(tmp_path)), timeout=60)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stdout.decode()) == (2, out)
