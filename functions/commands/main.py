@@ -301,8 +301,10 @@ def main(argv=None):
     from functions.commands.terminal import Unheard
 
     saved = sys.stderr
-    if saved is not None:  # from the first word on: argparse's own refusal is written before any command runs
-        sys.stderr = Unheard(saved)
+    # From the first word on: argparse writes its own refusal before any command runs. Started with stderr
+    # closed (2>&-), Python's sys.stderr is None and print(file=None) writes to stdout: nowhere to say a problem,
+    # the exit code still does, and stdout stays the command's (a --json reader gets JSON alone).
+    sys.stderr = Unheard(open(os.devnull, "w") if saved is None else saved)
     try:
         return _main(argv)
     finally:
@@ -335,8 +337,6 @@ def _main(argv):
             raise
         return _needs_extra(args.command, missing_extra(exc))
     _sdk_logs(args)
-    if sys.stderr is None:  # started with stderr closed (2>&-): nowhere to say a problem, the exit code still does
-        sys.stderr = open(os.devnull, "w")
     if sys.stdout is None:  # started with stdout closed (>&-): refused before anything is asked or changed
         from functions.commands.terminal import error_lines
 

@@ -90,6 +90,19 @@ def test_a_closed_stderr_keeps_the_exit_code(tmp_path):
 
 
 @pytest.mark.parametrize("args,out", [
+    (["status", "--bogus"], ""),
+    (["status", "--bogus", "--json"],
+     '{"error": "unrecognized arguments: --bogus (did you mean --verbose?); see --help", "exit_code": 2}\n'),
+], ids=["usage", "usage-json"])
+def test_a_usage_error_with_stderr_closed_leaves_stdout_to_the_command(args, out, tmp_path):
+    """`2>&-`: Python's sys.stderr is None, and argparse's refusal, printed before any command ran, went to
+    stdout (print's file=None), ahead of the --json error object a script parses."""
+    proc = subprocess.run(["sh", "-c", 'exec "$@" 2>&-', "sh", sys.executable, "-m", "functions.commands.main", *args],
+                          cwd=ROOT, env=dict(os.environ, HOME=str(tmp_path)), stdout=subprocess.PIPE, timeout=60)
+    assert (proc.returncode, proc.stdout.decode()) == (2, out)
+
+
+@pytest.mark.parametrize("args,out", [
     (["status", "--bogus"], ""),  # refused by argparse, which writes the message itself
     (["plan", "--bogus", "--json"],
      '{"error": "one of the arguments --gpu --instance-type is required; see --help", "exit_code": 2}\n'),
