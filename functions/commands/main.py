@@ -343,6 +343,8 @@ def _main(argv):
         print("\n".join(error_lines("stdout is closed: nothing could be printed; run it with stdout open "
                                      "(> /dev/null discards the output)")), file=sys.stderr)
         return 2
+    if sys.stdin is None:  # started with stdin closed (<&-): it reads as empty, as /dev/null does ("event is empty",
+        sys.stdin = open(os.devnull)  # undeploy's "stdin is not a terminal"), never as a bug in --event - or -
     with _human_output(args):
         return _run(module, args)
 

@@ -120,3 +120,16 @@ def test_a_stderr_whose_reader_is_gone_keeps_the_exit_code_and_stdout(args, out,
     finally:
         os.close(write)
     assert (proc.returncode, proc.stdout.decode()) == (2, out)
+
+
+@pytest.mark.parametrize("args,said", [
+    (["invoke", "--event", "-", "--inventory", "example:inventory", "--dry-run"], "ack-mig-hook: error: event is empty"),
+    (["convert", "--from-mig-parted", "-"], "ack-mig-hook: error: not a mig-parted config"),
+], ids=["invoke", "convert"])
+def test_reading_a_closed_stdin_is_an_empty_input_not_an_internal_error(args, said, tmp_path):
+    """`<&-`: Python's sys.stdin is None, and `--event -` / `--from-mig-parted -` read from it ended in
+    `internal error: AttributeError` (exit 70). It reads as empty, as /dev/null does: one line, exit 2."""
+    proc = subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", sys.executable, "-m", "functions.commands.main", *args],
+                          cwd=ROOT, env=dict(os.environ, HOME=str(tmp_path)), capture_output=True, timeout=60)
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and err.startswith(said) and "internal error" not in err, err
