@@ -162,6 +162,11 @@ def from_mig_parted(doc: Any, config: Optional[str] = None, gpu: Optional[GpuMod
     if str(doc.get("version", "v1")) != "v1":
         raise ConvertError("mig-parted config version %r is not supported; v1 is" % str(doc.get("version"))[:20])
     configs = doc["mig-configs"]
+    # YAML reads an unquoted 1, true or null as a number, boolean or null: the names are sorted and listed as text
+    untyped = [k for k in configs if not isinstance(k, str)]
+    if untyped:
+        raise ConvertError("mig-configs: a config name is %s, not text; write such a name in quotes ('1': [...])"
+                           % _shown(untyped[0]))
     if config is not None and config not in configs:
         raise ConvertError("no config %r; the file has: %s" % (config[:60], ", ".join(sorted(configs)) or "none"))
     out = []

@@ -131,6 +131,21 @@ def test_a_file_that_cannot_be_a_config_is_one_usage_error(tmp_path, text, fragm
     assert done.returncode == 2 and done.stdout == "" and fragment in error_text(done.stderr), done.stderr
 
 
+@pytest.mark.parametrize("name, shown", [("1", "1"), ("true", "a boolean"), ("null", "null")])
+def test_a_config_name_yaml_reads_as_no_text_is_one_usage_error(tmp_path, name, shown):
+    """An unquoted 1 (or true, null) beside text names: sorting the names was an internal error, TypeError
+    (exit 70), with --config too."""
+    from tests.function.test_bad_files import cli
+
+    entry = "[{devices: all, mig-enabled: true, mig-devices: {1g.5gb: 7}}]"
+    (tmp_path / "c.yaml").write_text("version: v1\nmig-configs:\n  %s: %s\n  all-1g.5gb: %s\n" % (name, entry, entry))
+    for extra in ((), ("--config", "all-1g.5gb")):
+        done = cli("convert", "--from-mig-parted", str(tmp_path / "c.yaml"), *extra)
+        assert done.returncode == 2 and done.stdout == "", done.stderr
+        assert error_text(done.stderr) == ("ack-mig-hook: error: mig-configs: a config name is %s, not text; write "
+                                           "such a name in quotes ('1': [...])" % shown)
+
+
 def test_a_count_no_gpu_holds_or_an_expanded_value_is_refused_in_a_few_words():
     """10^26 instances of a profile made a list of that many names (memory without end); a value YAML anchors
     expand to 10^8 items was printed whole in the refusal (522 MB from a 600-byte file)."""
