@@ -28,6 +28,10 @@ def configure(parser, command):
 
 
 MAX_CONFIG_BYTES = 1 << 20  # mig-parted's own example config is 10 KiB; a file past 1 MiB is not one
+# Values of the document as read, each alias again: NVIDIA's config for every GPU it knows holds a few thousand.
+# YAML anchors let a 300 KB file repeat a list 10^8 times; reading that (every config, every entry, each
+# device filter made text) ran for hours, so the walk below stops at this count.
+MAX_CONFIG_VALUES = 100000
 
 
 def _load(path):
@@ -49,11 +53,31 @@ def _load(path):
         raise ConvertError("%s is nested too deeply to be a mig-parted config" % path) from None
     import yaml  # the deploy extra (PyYAML is no runtime dependency of the function): main names the install
     try:
-        return yaml.safe_load(text)
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConvertError("%s is not YAML: %s" % (path, " ".join(str(exc).split())[:160])) from None
     except RecursionError:
         raise ConvertError("%s is nested too deeply to be a mig-parted config" % path) from None
+    return _bounded(doc, path)
+
+
+def _bounded(doc, path):
+    """``doc``, refused when it holds more than MAX_CONFIG_VALUES values counted as converting reads them: an
+    alias counts again each time it is used. The walk stops at the count, whatever the aliases expand to (a
+    list's items are counted before the next alias is opened)."""
+    left, pending = MAX_CONFIG_VALUES, [doc]
+    while pending:
+        value = pending.pop()
+        left -= 1
+        if left < 0:
+            raise ConvertError("%s holds more than %d values once its YAML aliases are expanded: not a mig-parted "
+                               "config; write the configs out, or use fewer aliases" % (path, MAX_CONFIG_VALUES))
+        if isinstance(value, dict):
+            pending.extend(value.keys())
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return doc
 
 
 def run(args):

@@ -117,13 +117,27 @@ def test_cli(tmp_path, capsys):
     assert "cannot read" in capsys.readouterr().err
 
 
+ENTRY = "{devices: all, mig-enabled: true, mig-devices: {1g.5gb: 7}}"
+# YAML anchors: 2,000 configs naming one list of 2,000 entries (4 million entries read, 32 KB of file), and one
+# device filter of 10^8 items (made text entry by entry: hours, then gigabytes)
+REPEATED = "e: &e %s\nl: &l [%s]\nversion: v1\nmig-configs:\n%s" % (
+    ENTRY, ", ".join(["*e"] * 2000), "".join("  c%d: *l\n" % i for i in range(2000)))
+LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    "%s: &%s [*%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s, *%s]\n" % ((c, c) + (p,) * 10)
+    for p, c in zip("abcdefg", "bcdefgh")) + "version: v1\nmig-configs: {x: [{device-filter: *h, devices: all, " \
+    "mig-enabled: true, mig-devices: {1g.5gb: 7}}]}\n"
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("[" * 100000 + "]" * 100000, "nested too deeply to be a mig-parted config"),
     ("a: " + "[" * 5000 + "]" * 5000, "nested too deeply to be a mig-parted config"),
     ("x" * ((1 << 20) + 1), "larger than 1 MiB: not a mig-parted config"),
-])
+    (REPEATED, "holds more than 100000 values once its YAML aliases are expanded"),
+    (LAUGHS, "holds more than 100000 values once its YAML aliases are expanded"),
+], ids=["deep-json", "deep-yaml", "large", "aliases-repeated", "aliases-laughs"])
 def test_a_file_that_cannot_be_a_config_is_one_usage_error(tmp_path, text, fragment):
-    """Each was an internal error (exit 70), or a read without end (/dev/zero)."""
+    """Each was an internal error (exit 70), a read without end (/dev/zero), or a walk of what YAML aliases
+    expand to (4 million entries converted one by one; a device filter of 10^8 items: hours)."""
     from tests.function.test_bad_files import cli
 
     (tmp_path / "c").write_text(text)
