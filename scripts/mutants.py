@@ -294,6 +294,18 @@ MUTANTS = (
            ("tests/rollout/test_auto_pool_refused.py",),
            "a later pool plans the pods an earlier pool ACK refused to prove may count: it repartitions a GPU for "
            "pods the earlier pool's idle instances serve once ACK answers again"),
+    mutant("refused-labelled-pool-ends-run", "functions/cloud/cluster.py",
+           "    except Refused as exc:\n        refused[pool_id] = pool_refusal(pool_id, exc)",
+           "    except NotImplementedError as exc:\n        refused[pool_id] = pool_refusal(pool_id, exc)",
+           ("tests/rollout/test_labelled_pool_refused.py",),
+           "ACK refusing the list of one labelled pool's nodes for good ends every reconcile of every pool in error "
+           "with no decision, at every timer tick"),
+    mutant("refused-pool-quietly-done", "functions/pipeline/event.py",
+           '        return "error", lines',
+           "        return outcome, lines",
+           ("tests/rollout/test_labelled_pool_refused.py",),
+           "a run that decided nothing because ACK refused its pool ends done, as if there were nothing to do: no "
+           "alert on event error fires for as long as ACK refuses"),
     mutant("kube-node-trusts-parts", "functions/decision/waves.py",
            'meta, spec, status = (as_object(as_object(obj).get(k)) for k in ("metadata", "spec", "status"))',
            'meta, spec, status = (obj.get(k) or {} for k in ("metadata", "spec", "status"))',

@@ -24,7 +24,7 @@ functions below, so a snapshot and a live answer are read identically.
 
 from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Set
 
-from functions.base.errors import BadInventory
+from functions.base.errors import BadInventory, Refused
 from functions.cloud.membership import SnapshotMembership
 from functions.base.model import Node, NodePool, Taint
 from node_bootstrap.outside import OutsideDataError, loads
@@ -41,6 +41,28 @@ class ClusterLookup(Protocol):
     def nodes(self, cluster_id: str, nodepool_id: Optional[str] = None,
               instance_ids: Sequence[str] = ()) -> List[Node]:
         ...
+
+
+def pool_refusal(pool_id: str, exc: Refused) -> str:
+    """The one line naming a pool whose node list ACK refused for good (``exc``: DescribeClusterNodes with the
+    pool's id answered with a refusal no retry changes: a 404 or 400 about that pool, a pool deleted while the
+    cluster still lists it). Every reader of one pool's nodes that fails that pool alone (an auto tick, the
+    labelled pools' targets, doctor) says it in these words, so one alert or search finds them all."""
+    return "pool %s: ACK refused the list of its nodes (%s: %s)" % (
+        pool_id, exc.call, " ".join(x for x in (exc.status, exc.code) if x))
+
+
+def pool_nodes(lookup: ClusterLookup, cluster_id: str, pool_id: str, refused: Dict[str, str]) -> List[Node]:
+    """The nodes ACK lists in the pool; none, and the pool's :func:`pool_refusal` line put in ``refused``
+    (pool id -> line), when ACK refuses that list for good. One pool ACK will not list fails alone: the
+    refusal is about that pool's id, and ending the event there would leave every other pool undecided at
+    every invocation, for as long as ACK keeps the pool in the cluster's list. A transient failure
+    (RetryLater: throttling, 5xx, no answer) is raised as it is: the whole event is retried."""
+    try:
+        return lookup.nodes(cluster_id, nodepool_id=pool_id)
+    except Refused as exc:
+        refused[pool_id] = pool_refusal(pool_id, exc)
+        return []
 
 
 def _text(value: Any) -> Optional[str]:

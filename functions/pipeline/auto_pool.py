@@ -198,14 +198,14 @@ def acked_members(lookup: Any, cluster: str, pool_id: str, acked: Optional[Dict[
     read a moment ago (a pod event's choice, for its first round): a pool found there is not asked again, and
     one asked is kept there, so an invocation's round asks ACK once per pool."""
     from functions.base.errors import Refused
+    from functions.cloud.cluster import pool_refusal
 
     listed = acked.get(pool_id) if acked is not None else None
     if listed is None:
         try:
             listed = lookup.nodes(cluster, pool_id)
         except Refused as exc:  # about this pool alone: it fails alone (RetryLater, transient, ends the tick)
-            raise PoolUnproven(pool_id, "pool %s: ACK refused the list of its nodes (%s: %s)"
-                               % (pool_id, exc.call, " ".join(x for x in (exc.status, exc.code) if x))) from None
+            raise PoolUnproven(pool_id, pool_refusal(pool_id, exc)) from None
         if acked is not None:
             acked[pool_id] = listed
     return {n.node_name: n for n in listed if n.node_name}

@@ -12,7 +12,7 @@ import os
 import time
 import uuid
 from contextlib import ExitStack
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from functions.pipeline.envelope import read_envelope
 from functions.base.errors import BadInventory, ConfigurationError, EventOutcome, SkipEvent
@@ -98,10 +98,14 @@ class AutoPoolNamed(Exception):
 
 
 def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str,
-                    membership: Optional[Callable[[], "Membership"]] = None) -> List[TargetOrDecision]:
+                    membership: Optional[Callable[[], "Membership"]] = None, *,
+                    refused: Dict[str, str]) -> List[TargetOrDecision]:
     """Which instances the event concerns, each with its node (None until it is one) and its pool, in the
     order the event named them; a target already decided here (it failed validation, or Auto Scaling does
-    not confirm it) comes as its Decision. ``membership`` gives the Auto Scaling check (built on first use)."""
+    not confirm it) comes as its Decision. ``membership`` gives the Auto Scaling check (built on first use).
+    ``refused`` gets one line per labelled pool whose node list ACK refused for good (that pool has no
+    target; the others do: ``functions.cloud.cluster.pool_nodes``)."""
+    from functions.cloud.cluster import pool_nodes
     from functions.decision.decide import has_partition_label
     from functions.decision.layout import LAYOUT_LABEL
     from functions.base.model import ACTION_ERROR, ACTION_SKIP, Decision
@@ -192,7 +196,7 @@ def resolve_targets(request: "Request", lookup: "ClusterLookup", cluster: str,
                             request.trigger.value, request.event_type)
     targets = []
     for pool in chosen:
-        targets.extend((n.instance_id, n, pool) for n in lookup.nodes(cluster, nodepool_id=pool.nodepool_id))
+        targets.extend((n.instance_id, n, pool) for n in pool_nodes(lookup, cluster, pool.nodepool_id, refused))
     return targets + invalid
 
 
@@ -247,6 +251,23 @@ def _without_kubernetes(decisions: Sequence[Any], rollout: Any) -> Tuple[str, st
         return "done", summary
     return "retry", "%s; %d node%s deferred because %s" % (summary, len(held), "" if len(held) == 1 else "s",
                                                           held[0].reason)
+
+
+def _with_refused(outcome: str, reason: str, decisions: Sequence[Any], refused: Dict[str, str]) -> Tuple[str, str]:
+    """(outcome, reason) once the pools ACK refused to list for good are counted (``refused``: pool id -> line),
+    by the auto pool tick's rule. A run that decided nothing and was refused a pool it was to decide ends
+    ``error`` with those lines (that pool's own event, or every pool refused alike: a role without
+    cs:DescribeClusterNodes): ``done`` with nothing decided reads as "nothing to do", and no alert on ``event
+    error`` would fire for as long as ACK refuses. A run that decided other nodes keeps their outcome with the
+    lines added (``done``; ``retry`` when the Kubernetes API could not be used, and a retry lists every pool
+    again): ``error`` would say the event was not carried out when those nodes were, and hide the retry the
+    others need; the refused pool is named in the reason and in its WARNING log line."""
+    if not refused:
+        return outcome, reason
+    lines = "; ".join(refused.values())
+    if not decisions:
+        return "error", lines
+    return outcome, "%s; %s" % (reason, lines)
 
 
 def _node_line(log: JsonLogger, n: dict, pools: dict) -> None:
@@ -382,8 +403,9 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             view = kube_view(inventory, lookup, settings, cluster)
         else:
             view = kube if isinstance(kube, NodeView) else NodeView(kube)
+        refused: Dict[str, str] = {}  # pool id -> its line: ACK refused the list of its nodes for good
         try:
-            targets = resolve_targets(request, lookup, cluster, ask)
+            targets = resolve_targets(request, lookup, cluster, ask, refused=refused)
         except AutoPoolNamed as named:  # an event of an auto pool re-plans that pool now, as its timer would
             from functions.pipeline.auto_pool import run_tick
 
@@ -392,12 +414,14 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                      only=named.pool_id))
         except SkipEvent:
             # no labelled pool (left): a pool whose label was removed may still have nodes with MIG
-            targets = removal_targets(request, lookup, cluster, view, ())
-            if not targets:
+            targets = removal_targets(request, lookup, cluster, view, (), refused)
+            if not targets and not refused:  # a pool refused is no quiet skip: _with_refused decides
                 raise
         else:
             targets = targets + removal_targets(request, lookup, cluster, view,
-                                                [t[0] for t in targets if isinstance(t, tuple)])
+                                                [t[0] for t in targets if isinstance(t, tuple)], refused)
+        for pool_id, line in refused.items():  # one line per pool that fails alone, for an alert on level
+            log.warning("node pool refused", nodepool_id=pool_id, reason=line)
         decisions = decide_targets(targets, cluster)
         decisions, rollout = prepare(request, targets, decisions, view, settings,
                                      pools_now=lambda: lookup.nodepools(cluster))  # read again between waves
@@ -433,7 +457,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         for n in nodes:
             if n.get("instance_id") not in reported:
                 finished(n)
-        outcome, reason = _without_kubernetes(decisions, rollout)
+        outcome, reason = _with_refused(*_without_kubernetes(decisions, rollout), decisions, refused)
         result = HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
                                event_id=request.event_id, outcome=outcome, reason=reason,
                                cluster_id=cluster, dry_run=effective_dry_run, decisions=decisions, nodes=nodes,

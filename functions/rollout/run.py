@@ -447,9 +447,14 @@ def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str
 AUTO_LAYOUT_LABEL = "ack-mig-hook/layout"  # an auto pool has no partition label by design (docs/auto-pools.md)
 
 
-def removal_targets(request: Any, lookup: Any, cluster: str, view: Any, taken: Sequence[str]) -> List[tuple]:
+def removal_targets(request: Any, lookup: Any, cluster: str, view: Any, taken: Sequence[str],
+                    refused: Dict[str, str]) -> List[tuple]:
     """Nodes with MIG in pools that no longer carry a partition label (the pipeline's targets skip such
-    pools): ``(instance id, node, pool)`` for the timer, a manual run, or a modification of that pool."""
+    pools): ``(instance id, node, pool)`` for the timer, a manual run, or a modification of that pool.
+    ``refused`` gets one line per such pool whose node list ACK refused for good (``pool_nodes``: that pool
+    has no target, the others do)."""
+    from functions.cloud.cluster import pool_nodes
+
     if view is None or request.trigger not in ROLLOUT_TRIGGERS or request.instance_ids:
         return []
     pools = [p for p in lookup.nodepools(cluster) if not _has_label(p) and AUTO_LAYOUT_LABEL not in p.labels
@@ -466,7 +471,7 @@ def removal_targets(request: Any, lookup: Any, cluster: str, view: Any, taken: S
         with_mig = {n.name for n in labelled.get(pool.nodepool_id, []) if rp.mig_on(n)}
         if not with_mig:
             continue
-        for node in lookup.nodes(cluster, nodepool_id=pool.nodepool_id):
+        for node in pool_nodes(lookup, cluster, pool.nodepool_id, refused):
             if node.node_name in with_mig and node.instance_id not in taken:
                 out.append((node.instance_id, node, pool))
     return out
