@@ -306,6 +306,12 @@ MUTANTS = (
            ("tests/rollout/test_labelled_pool_refused.py",),
            "a run that decided nothing because ACK refused its pool ends done, as if there were nothing to do: no "
            "alert on event error fires for as long as ACK refuses"),
+    mutant("doctor-refused-pool-ends-run", "functions/commands/doctor.py",
+           "            if exit_code_for(exc.code, EXIT_FAILED) != EXIT_FAILED:",
+           "            if True:",
+           ("tests/function/test_doctor.py",),
+           "doctor ends before any check when ACK refuses one labelled pool's node list, so the operator sees none "
+           "of the other pools' checks"),
     mutant("kube-node-trusts-parts", "functions/decision/waves.py",
            'meta, spec, status = (as_object(as_object(obj).get(k)) for k in ("metadata", "spec", "status"))',
            'meta, spec, status = (obj.get(k) or {} for k in ("metadata", "spec", "status"))',

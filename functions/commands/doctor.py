@@ -16,7 +16,8 @@ Checks, each one line (``ok``, ``warn`` or ``PROBLEM``) with what to do about it
   rules let TCP reach the endpoint (``DescribeSecurityGroups`` for the group's type,
   ``DescribeSecurityGroupAttribute`` for its egress rules, judged by functions/commands/stack/egress.py);
 * nodes: the Cloud Assistant agent of each node in a labelled pool is online and new enough for the
-  built-in parameters (Linux agent >= 2.2.3.309, RunCommand docs);
+  built-in parameters (Linux agent >= 2.2.3.309, RunCommand docs); a pool whose node list ACK refuses for
+  good is one PROBLEM line, the other pools' nodes are checked;
 * pod events (only with an auto pool, ``ack-mig-hook/layout=auto``): kube-eventer runs in kube-system with
   an EventBridge sink (and how often it pushes), the stack holds the pod event rule (``PodEventTrigger``), and
   when the function last saw a pod's ``FailedScheduling`` event (each pool's plan marker Lease);
@@ -468,13 +469,33 @@ def _gather(args) -> List[Check]:
     except cluster_network.ClusterUnreadable as exc:  # the other checks still say what they found
         checks.append(Check("PROBLEM", "network", "cannot read the cluster's network (%s); doctor needs "
                             "cs:DescribeClusterDetail on the cluster" % exc))
+    from functions.base.errors import Refused
+    from functions.cloud.cluster import pool_refusal
+    from functions.commands.stack.exit_codes import EXIT_FAILED, exit_code_for
     from functions.decision.decide import has_partition_label
 
-    names = {}
+    names: Dict[str, str] = {}
+    refused: List[Check] = []
     for pool in pools:
-        if has_partition_label(pool):
-            names.update({n.instance_id: n.node_name or "" for n in cs.nodes(args.cluster_id, pool.nodepool_id)})
-    checks += agent_checks(_agent_rows(config, sorted(names)), names)
+        if not has_partition_label(pool):
+            continue
+        try:
+            nodes = cs.nodes(args.cluster_id, pool.nodepool_id)
+        except Refused as exc:
+            if exit_code_for(exc.code, EXIT_FAILED) != EXIT_FAILED:
+                # refused credentials or a missing RAM permission: every pool's list alike, and every command
+                # ends on it with its exit code (4, 5) and hint before any check, as on any other call
+                raise
+            # about this pool alone (deleted while the cluster still lists it): the function fails that pool
+            # alone at every run (functions/cloud/cluster.py pool_nodes), so doctor says so and checks the rest
+            refused.append(Check("PROBLEM", "agents", "%s: its nodes' Cloud Assistant not checked, and the function "
+                                                      "decides none of them; is the pool deleted or being deleted?"
+                                 % pool_refusal(pool.nodepool_id, exc)))
+            continue
+        names.update({n.instance_id: n.node_name or "" for n in nodes})
+    if names or not refused:  # "no nodes in labelled pools yet" would be wrong when a pool's nodes were not read
+        checks += agent_checks(_agent_rows(config, sorted(names)), names)
+    checks += refused
     from functions.decision.layout import LAYOUT_LABEL
 
     auto = sorted(p.nodepool_id for p in pools if LAYOUT_LABEL in p.labels)

@@ -377,3 +377,29 @@ def test_doctor_reads_the_eventer_and_the_plan_marker_of_an_auto_pool(cloud, cap
     assert "pod llm/waiting" in lines[("last pod event", "ok")]
     assert "s3cr3t" not in out + err  # a sink URI's secret never reaches the report
     assert all(r.method == "GET" for r in kube.requests)  # still read-only
+
+
+A100_POOL = "np8d3c1b6e2f4a4c1e9a7b2d5f0c8e3a61"  # examples/inventory.json: the labelled pool of three A100 nodes
+
+
+def test_a_pool_ack_refuses_to_list_is_one_problem_and_the_other_pools_agents_are_checked(cloud, capsys):
+    """ACK refusing for good the list of one labelled pool's nodes (a pool deleted while the cluster still lists
+    it) ended the whole doctor run; it is one PROBLEM line naming the pool and ACK's answer, and the other
+    pools' agents are checked. A missing RAM permission is refused for every pool alike and keeps its exit 5."""
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    emulator.refuse_pool(A100_POOL)
+    code, out, err = doctor_run(capsys, emulator, kubeconfig, "--json")
+    assert code == 1, err
+    checks = json.loads(out)["checks"]
+    agents = [(c["status"], c["text"]) for c in checks if c["area"] == "agents"]
+    assert agents[0][0] == "PROBLEM" and "192.168.16.23" in agents[0][1]  # the typo pool's stopped agent
+    assert "192.168.12.47" not in json.dumps(agents)  # the refused pool's nodes: not read, not judged
+    assert agents[1] == ("PROBLEM", "pool %s: ACK refused the list of its nodes (DescribeClusterNodes: 404 "
+                                    "ErrorNodePoolNotFound): its nodes' Cloud Assistant not checked, and the "
+                                    "function decides none of them; is the pool deleted or being deleted?"
+                         % A100_POOL)
+    assert ("mig-manager", "ok") in {(c["area"], c["status"]) for c in checks}  # the checks after it ran
+    emulator.refuse_pool(A100_POOL, 403, "Forbidden.RAM")
+    code, out, err = doctor_run(capsys, emulator, kubeconfig, "--json")
+    error = json.loads(out)  # no check printed: the error alone, as for any refused permission
+    assert code == 5 == error["exit_code"] and "Forbidden.RAM" in error["error"] and "grant" in err, (out, err)
