@@ -125,9 +125,9 @@ class Stacks:
     def get(self, stack_id: str) -> Optional[Dict[str, Any]]:
         from alibabacloud_ros20190910 import models
 
-        try:
-            response = self._client.get_stack_with_options(
-                models.GetStackRequest(region_id=self.region, stack_id=stack_id), self._runtime)
+        try:  # through _attempt like every call: the poll of each wait, bounded whatever the peer drips
+            response = self._attempt(lambda: self._client.get_stack_with_options(
+                models.GetStackRequest(region_id=self.region, stack_id=stack_id), self._runtime))
         except Exception as exc:
             if _code(exc) == "StackNotFound":
                 return None
