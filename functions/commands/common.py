@@ -129,12 +129,29 @@ def find_stack(stacks, args: argparse.Namespace):
     if found or not cluster:
         return found
     legacy = stacks.find(LEGACY_NAME)
-    params = {p.get("ParameterKey"): p.get("ParameterValue") for p in
-              ((stacks.get(legacy["StackId"]) or {}).get("Parameters") or [] if legacy else [])}
+    params = stack_parameters(stacks.get(legacy["StackId"]) if legacy else None)
     if legacy and params.get("ClusterId") == cluster:
         args.stack_name = LEGACY_NAME
         return legacy
     return None
+
+
+def not_ours(name: str, params: dict, cluster: str) -> str:
+    """Why stack ``name`` (its GetStack ``params``, key -> value) is not the one to deploy to, delete or check
+    for ``cluster`` ("" when it is). ``--stack-name`` names any stack of the region: one that serves another
+    cluster would be moved to this one by an update, or deleted with its function; one without the template's
+    required ClusterId parameter is not a stack deploy made, and an update would replace its resources."""
+    if "ClusterId" not in params:
+        return "stack %s has no ClusterId parameter: not a stack ack-mig-hook deploy made" % name
+    if cluster and params["ClusterId"] != cluster:
+        return "stack %s serves cluster %s, not %s" % (name, params["ClusterId"], cluster)
+    return ""
+
+
+def stack_parameters(stack) -> dict:
+    """A GetStack answer's parameters, key -> value ({} for no stack)."""
+    return {str(p.get("ParameterKey")): str(p.get("ParameterValue") or "") for p in (stack or {}).get("Parameters")
+            or []}
 
 
 def existing_file(text: str) -> str:

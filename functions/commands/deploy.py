@@ -230,8 +230,7 @@ def run(args) -> int:
 def _stack_parameters(stacks, existing: Optional[Dict[str, Any]]) -> Dict[str, str]:
     if not existing:
         return {}
-    stack = stacks.get(existing["StackId"]) or {}
-    return {str(p.get("ParameterKey")): str(p.get("ParameterValue") or "") for p in stack.get("Parameters") or []}
+    return common.stack_parameters(stacks.get(existing["StackId"]))
 
 
 def network_values(args, network, previous: Dict[str, str]) -> Dict[str, Any]:
@@ -276,6 +275,10 @@ def deploy(args) -> int:
     parameters(args, declared, OBJECT_PREFIX + "x.zip", require=not existing)
     _refuse_unchangeable(args, existing)
     previous = _stack_parameters(stacks, existing)
+    foreign = common.not_ours(args.stack_name, previous, args.cluster_id) if existing else ""
+    if foreign:  # before anything is built or uploaded: an update would take the stack over
+        raise StackError("%s; name this cluster's stack with --stack-name, or leave it out" % foreign,
+                         exit_code=EXIT_CONFLICT)
     if args.no_known_hosts and not args.transport and previous.get("Transport") == "ssh":
         raise UsageError("--no-known-hosts: stack %s uses the ssh transport, which verifies every node's host key; "
                          "add --transport cloud-assistant, or give --known-hosts FILE" % args.stack_name)

@@ -31,7 +31,7 @@ class Deployed(NamedTuple):
 def pick(stack: Dict[str, Any], stack_name: str, cluster: str, region: str) -> Deployed:
     """The names a GetStack answer holds (pure: tests call it with a stack dict)."""
     outputs = {str(o.get("OutputKey")): str(o.get("OutputValue") or "") for o in stack.get("Outputs") or []}
-    params = {str(p.get("ParameterKey")): str(p.get("ParameterValue") or "") for p in stack.get("Parameters") or []}
+    params = common.stack_parameters(stack)
     function = outputs.get("FunctionName") or params.get("FunctionName") or common.default_name(cluster)
     return Deployed(stack_name, region, function, params.get("LogProject", ""), params.get("LogStore", ""))
 

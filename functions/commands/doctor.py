@@ -175,9 +175,15 @@ def autoscaler_checks(pools: List[Any], mode: str) -> List[Check]:
     return out
 
 
-def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]], name: str) -> List[Check]:
+def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]], name: str,
+                 cluster: Optional[str] = None) -> List[Check]:
+    """The stack, then its triggers; with ``cluster``, a stack that serves another cluster (``--stack-name``)
+    is a PROBLEM whatever its status: its triggers and function work for that cluster, not this one."""
     if stack is None:
         return [Check("PROBLEM", "stack", "no ROS stack %s in this region: run ack-mig-hook deploy" % name)]
+    foreign = common.not_ours(name, common.stack_parameters(stack), cluster) if cluster is not None else ""
+    if foreign:
+        return [Check("PROBLEM", "stack", "%s: give --stack-name of this cluster's stack" % foreign)]
     status = str(stack.get("Status", ""))
     good = status in ("CREATE_COMPLETE", "UPDATE_COMPLETE")
     reason = " ".join(str(stack.get("StatusReason", "")).split())[:200]
@@ -458,9 +464,8 @@ def _gather(args) -> List[Check]:
     stack = common.find_stack(stacks, args)
     detail = stacks.get(stack["StackId"]) if stack else None
     resources = stacks.resources(stack["StackId"]) if stack else []
-    checks += stack_checks(detail, resources, args.stack_name)
-    params = {str(p.get("ParameterKey")): str(p.get("ParameterValue") or "") for p in (detail or {}).get("Parameters")
-              or []}
+    checks += stack_checks(detail, resources, args.stack_name, args.cluster_id or "")
+    params = common.stack_parameters(detail)
     try:
         network = cluster_network.read(keys, args.region, args.cluster_id, config.cs_endpoint)
         checks += network_checks(network, params, detail is not None,

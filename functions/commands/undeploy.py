@@ -109,6 +109,13 @@ def run(args) -> int:
         _print(args, result, "no stack %s in %s: nothing to remove" % (args.stack_name, args.region))
         return 0
     stack_id = existing["StackId"]
+    foreign = common.not_ours(args.stack_name, common.stack_parameters(stacks.get(stack_id)),
+                              getattr(args, "cluster_id", "") or "")
+    if foreign:  # --stack-name may name any stack of the region: only one deploy made, for this cluster, goes
+        from functions.commands.stack.ros import StackError
+        from functions.commands.stack.exit_codes import EXIT_CONFLICT
+
+        raise StackError("%s; nothing was deleted" % foreign, exit_code=EXIT_CONFLICT)
     resources = [{"logical_id": r.get("LogicalResourceId"), "type": r.get("ResourceType"),
                   "physical_id": r.get("PhysicalResourceId")} for r in stacks.resources(stack_id)]
     rollout = check_rollout(args, found_keys)

@@ -427,3 +427,23 @@ def test_an_upgrade_of_an_ssh_stack_without_known_hosts_is_refused_before_it_dro
     assert params["CodeObject"] != object_before and params["SshKnownHosts"] == "/code/known_hosts"
     data = oss.buckets[params["CodeBucket"]][params["CodeObject"]]
     assert zipfile.ZipFile(io.BytesIO(data)).read("known_hosts") == known.read_bytes()
+
+
+def test_a_stack_name_of_another_cluster_or_of_no_cluster_is_never_updated(cloud, capsys, tmp_path):
+    """``deploy --stack-name`` naming a stack that serves another cluster would move it (and its function) to
+    this one; one that is no ack-mig-hook stack would lose every resource to template.yml's. Both stop before
+    anything is built or uploaded."""
+    ros, oss = cloud
+    other = "c" + "0" * 32
+    ros.stacks["st-other"] = {"StackId": "st-other", "StackName": "ack-mig-hook-" + other, "Status": "CREATE_COMPLETE",
+                              "RegionId": "cn-beijing", "_events": [], "_template": "",
+                              "Parameters": [{"ParameterKey": "ClusterId", "ParameterValue": other}]}
+    ros.stacks["st-vpc"] = {"StackId": "st-vpc", "StackName": "network", "Status": "CREATE_COMPLETE",
+                            "RegionId": "cn-beijing", "_events": [], "_template": "",
+                            "Parameters": [{"ParameterKey": "VpcName", "ParameterValue": "prod"}]}
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--stack-name", "ack-mig-hook-" + other))
+    assert code == 6 and "serves cluster %s, not %s" % (other, CLUSTER) in error_text(err), err
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps2")), "--stack-name", "network"))
+    assert code == 6 and "has no ClusterId parameter: not a stack ack-mig-hook deploy made" in error_text(err), err
+    assert ros.calls("UpdateStack") == 0 and ros.stacks["st-other"]["Parameters"][0]["ParameterValue"] == other
+    assert not [r for r in oss.requests if r[0] == "PUT"]  # nothing uploaded

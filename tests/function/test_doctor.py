@@ -49,7 +49,8 @@ def cloud(emulator, monkeypatch, tmp_path, kube_api):  # noqa: F811
     with open(os.path.join(ROOT, "template.yml")) as handle:
         template = handle.read()
     ros.stacks["st-1"] = {"StackId": "st-1", "StackName": "ack-mig-hook-" + emulator.cluster_id, "Status": "CREATE_COMPLETE",
-                          "RegionId": "cn-beijing", "Parameters": [], "_template": template, "_events": []}
+                          "RegionId": "cn-beijing", "_template": template, "_events": [],
+                          "Parameters": [{"ParameterKey": "ClusterId", "ParameterValue": emulator.cluster_id}]}
     kube_api.read_only[CLUSTER_ROLE] = rbac_role()
     kube_api.read_only[BINDINGS] = {"items": [{"metadata": {"name": "ack-mig-hook"}, "roleRef": {
         "kind": "ClusterRole", "name": "ack-mig-hook"}, "subjects": [{"kind": "User", "name": "2765xxxx-role"}]}]}
@@ -178,6 +179,19 @@ def test_stack_check_failed_stack_and_missing_triggers():
     checks = doctor.stack_checks({"Status": "ROLLBACK_COMPLETE", "StatusReason": "Function: no bucket"}, [], "s")
     assert [c.status for c in checks] == ["PROBLEM", "PROBLEM"] and "no bucket" in checks[0].text
     assert doctor.stack_checks(None, [], "s")[0].text.endswith("run ack-mig-hook deploy")
+
+
+def test_a_stack_named_that_serves_another_cluster_is_a_problem_not_ok(cloud, capsys):
+    """``--stack-name`` may name any stack: one of another cluster is complete and has its triggers, and
+    still no event of this cluster reaches a function that serves it."""
+    emulator, _, ros, _, kubeconfig = cloud
+    other = "c" + "0" * 32
+    ros.stacks["st-2"] = dict(ros.stacks["st-1"], StackId="st-2", StackName="ack-mig-hook-" + other,
+                              Parameters=[{"ParameterKey": "ClusterId", "ParameterValue": other}])
+    code, out, err = doctor_run(capsys, emulator, kubeconfig, "--json", "--stack-name", "ack-mig-hook-" + other)
+    stack = [c for c in json.loads(out)["checks"] if c["area"] == "stack"]
+    assert code == 1 and [c["status"] for c in stack] == ["PROBLEM"], err
+    assert "serves cluster %s, not %s" % (other, emulator.cluster_id) in stack[0]["text"]
 
 
 # ---- the way to the API server ----

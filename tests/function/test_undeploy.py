@@ -118,3 +118,23 @@ def test_a_stack_of_the_old_default_name_is_found_only_for_its_own_cluster(cloud
     assert code == 0 and json.loads(out)["status"] == "absent" and json.loads(out)["stack"] == "ack-mig-hook-" + other
     code, out, _ = run(capsys, *UNDEPLOY, "--json", "--dry-run")
     assert code == 0 and json.loads(out)["stack"] == "ack-mig-hook" and ros.calls("DeleteStack") == 0
+
+
+def test_a_stack_name_that_serves_another_cluster_or_no_cluster_is_never_deleted(cloud, capsys):  # noqa: F811
+    """``--stack-name`` with ``--cluster-id``: the stack named must be that cluster's, else a typo or a pasted
+    command deletes another cluster's function (after checking the wrong cluster's nodes for a rollout); a
+    stack with no ClusterId parameter is not one deploy made, and is never deleted."""
+    ros, _ = cloud
+    other = "c" + "0" * 32
+    ros.stacks["st-other"] = {"StackId": "st-other", "StackName": "ack-mig-hook-" + other, "Status": "CREATE_COMPLETE",
+                              "RegionId": "cn-beijing", "_events": [], "_template": "",
+                              "Parameters": [{"ParameterKey": "ClusterId", "ParameterValue": other}]}
+    ros.stacks["st-vpc"] = {"StackId": "st-vpc", "StackName": "network", "Status": "CREATE_COMPLETE",
+                            "RegionId": "cn-beijing", "_events": [], "_template": "",
+                            "Parameters": [{"ParameterKey": "VpcName", "ParameterValue": "prod"}]}
+    code, _, err = run(capsys, *UNDEPLOY, "--stack-name", "ack-mig-hook-" + other, "--yes")
+    text = error_text(err)
+    assert code == 6 and "serves cluster %s, not %s" % (other, CLUSTER) in text, err
+    code, _, err = run(capsys, "undeploy", "--region", "cn-beijing", "--stack-name", "network", "--yes", "--poll", "0")
+    assert code == 6 and "has no ClusterId parameter: not a stack ack-mig-hook deploy made" in error_text(err), err
+    assert ros.calls("DeleteStack") == 0 and set(ros.stacks) == {"st-other", "st-vpc"}
