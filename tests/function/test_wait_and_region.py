@@ -82,6 +82,29 @@ def test_wait_gives_up_at_its_deadline_with_exit_1(deployed, capsys, monkeypatch
     assert code == 1 and "still UPDATE_IN_PROGRESS" in error_text(err[err.index("ack-mig-hook: error:"):])
 
 
+def test_a_poll_longer_than_the_time_left_never_sleeps_past_the_deadline(deployed, capsys, monkeypatch):
+    """--poll 45 with --timeout 1: the second sleep is the 15 s left, then the last look at the deadline; a
+    whole poll took the command to 90 s, half its timeout again."""
+    ros, stack = deployed
+    ros.steps = 10 ** 6  # an operation that does not end
+    ros._start(stack, "UPDATE")
+    from functions.commands import deploy
+    from functions.commands.stack.ros import Stacks
+
+    now = [0.0]  # a clock that moves only when wait sleeps, by what it sleeps
+
+    def stacks_for(args, keys):
+        from functions.base import settings
+
+        return Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT),
+                      sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])
+
+    monkeypatch.setattr(deploy, "stacks_for", stacks_for)
+    code, _, err = run(capsys, "wait", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--poll", "45",
+                       "--timeout", "1")
+    assert now[0] == 60 and code == 1 and "still UPDATE_IN_PROGRESS" in err
+
+
 # ---- the region ----
 
 def _profiles(home, **regions):

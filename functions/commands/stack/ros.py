@@ -98,6 +98,11 @@ class Stacks:
                 self._sleep(float(attempt))
         raise AssertionError("unreachable")
 
+    def _pause(self, poll_s: float, end: float) -> None:
+        """The sleep between two polls, cut to the time left: the last poll is at the deadline, not a whole
+        --poll past it."""
+        self._sleep(min(poll_s, max(0.0, end - self._clock())))
+
     def _call(self, action: str, fn: Callable[[], Any]) -> Dict[str, Any]:
         try:
             response = self._attempt(fn)
@@ -254,7 +259,7 @@ class Stacks:
             if self._clock() >= end:
                 raise StackError("ROS change set %s still %s after %d s; rerun later" % (
                     change_set_id, found.get("Status"), deadline_s))
-            self._sleep(poll_s)
+            self._pause(poll_s, end)
 
     def delete(self, stack_id: str) -> None:
         from alibabacloud_ros20190910 import models
@@ -285,7 +290,7 @@ class Stacks:
             if self._clock() >= end:
                 raise StackError("stack %s still %s after %d s; watch it in the ROS console or rerun to keep "
                                  "waiting" % (stack_id, stack.get("Status"), deadline_s))
-            self._sleep(poll_s)
+            self._pause(poll_s, end)
 
 
 DONE = ("CREATE_COMPLETE", "UPDATE_COMPLETE", "DELETE_COMPLETE", "IMPORT_CREATE_COMPLETE",
