@@ -201,16 +201,20 @@ def _post(url: str, body: bytes, attempts: int, timeout_s: float, end: float,
         wait: Optional[float] = None
         budget = min(timeout_s, left)  # never past the deadline of all the lines (a per-attempt timeout may be longer)
         guard = Guard(budget)
+        answered: Optional[int] = None
         try:
             request = urllib.request.Request(url, data=body, method="POST", headers={
                 "Content-Type": "application/json", "User-Agent": "ack-mig-hook"})
             with guard, _opener(guard).open(request, timeout=budget) as answer:
-                status, error = answer.status, ""
+                status = answered = answer.status
+                error = ""
                 answer.read(65536)
         except urllib.error.HTTPError as exc:  # an answer that is not 2xx (a redirect included)
             status, error, wait = exc.code, "", _retry_after(exc.headers)
             exc.close()
         except (urllib.error.URLError, OSError, http.client.HTTPException, ValueError) as exc:
+            if answered is not None:  # the status came: the line is in the channel; a retry would post it twice
+                return answered, ""
             reason = getattr(exc, "reason", None) or exc
             status, error = None, type(reason).__name__
             if guard.fired:  # cut at the attempt's deadline: a timeout, whatever error the cut socket raised

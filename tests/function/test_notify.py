@@ -65,6 +65,18 @@ def test_a_5xx_is_retried_with_its_retry_after_and_a_4xx_is_not():
         ("notifications left unsent: the webhook does not answer", None)]
 
 
+def test_a_2xx_whose_body_breaks_off_is_delivered_once_not_posted_again():
+    """The status is the webhook's verdict: once a 2xx came the line is in the channel, whatever the body does
+    after it. Reading it as no answer retried the POST, and the channel got the same alert three times while the
+    function logged it as not sent."""
+    log, stream = logger()
+    with Webhook() as hook:
+        hook.cut_body = True
+        assert deliver([LINE, dict(LINE, kind="rollout-finished")], hook.url(), log, sleep=lambda s: None) == 2
+        assert [line["kind"] for line in hook.lines()] == ["node-failed", "rollout-finished"]
+    assert "notification not sent" not in stream.getvalue()
+
+
 def test_a_webhook_that_is_down_or_stalls_ends_within_the_deadline_and_never_logs_the_url():
     log, stream = logger()
     url = "http://127.0.0.1:%d%s" % (closed_port(), TOKEN_PATH)

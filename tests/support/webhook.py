@@ -5,7 +5,9 @@ its own, optionally behind TLS with a certificate for 127.0.0.1 from a throwaway
 It is not a model of one chat service; it plays what any HTTP receiver can do to a sender, each case the
 test asks for by name: accept (200), refuse (a 4xx), be unwell (503 with ``Retry-After``, as RFC 9110
 section 10.2.3 lets a server ask for a later retry), redirect (302 with ``Location``, RFC 9110 section
-15.4.3), or accept the connection and never answer (``stall_s``: the sender's read timeout must end it).
+15.4.3), accept the connection and never answer (``stall_s``: the sender's read timeout must end it), or
+answer its status and break the connection off mid-body (``cut_body``: a reset, as a proxy that fails then
+does).
 """
 
 import json
@@ -38,6 +40,7 @@ class Webhook:
         self.default = default
         self.headers: Dict[str, str] = {}
         self.stall_s = 0.0
+        self.cut_body = False
         self.lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self.httpd.daemon_threads = True
@@ -101,8 +104,19 @@ def _handler(hook: Webhook):
                 for key, value in hook.headers.items():
                     self.send_header(key, value)
             self.send_header("Content-Type", "text/plain")
-            self.send_header("Content-Length", str(len(reply)))
+            self.send_header("Content-Length", str(len(reply) + (100 if hook.cut_body else 0)))
             self.end_headers()
+            if hook.cut_body:  # the status and part of the body, then a reset (SO_LINGER 0: RST, not FIN)
+                import socket
+                import struct
+
+                self.wfile.write(reply)
+                self.wfile.flush()
+                time.sleep(0.1)
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                self.close_connection = True
+                self.connection.close()
+                return
             try:
                 self.wfile.write(reply)
             except OSError:  # the sender gave up (its timeout) before the answer
