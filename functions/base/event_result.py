@@ -6,9 +6,9 @@ so it needs no validation; decisions inside it are pydantic models and dump them
 """
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 OUTCOMES = ("done", "skip", "error", "retry")
 # A node's outcome, in the result's ``nodes`` and on its ``node result`` line (docs/troubleshooting.md, "Node
@@ -57,17 +57,31 @@ class HandlerResult:
     nodes: Optional[List[Dict[str, Any]]] = None  # executor results, one per node; None when not executed
     # The autoscaler tags per pool (functions/pipeline/autoscaler_sync.py); None when the event does not concern them.
     pool_tags: Optional[List[Dict[str, Any]]] = None
+    # Pool id -> its one line, for each pool whose nodes ACK (or the API server) refused to list for good: that
+    # pool failed alone, with no decision, so neither ``decisions`` nor ``outcome`` shows it. Kept apart from
+    # ``reason`` so a reader (``invoke --strict``, an alert on the result) never parses text, and so it
+    # survives an outcome raised later in the run, whose reason replaces the one that named the pool.
+    refused_pools: Dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
             raise ValueError("outcome %r is not one of %s" % (self.outcome, ", ".join(OUTCOMES)))
 
+    def with_refused(self, refused: Mapping[str, str]) -> "HandlerResult":
+        """This result with the pools of ``refused`` (pool id -> line) among its ``refused_pools``: a step that
+        read the pools before the one that made this result (a pod event's choice, an earlier round). Where
+        both name a pool, this result's line stands: it was written later and says what came of it."""
+        if not refused:
+            return self
+        return replace(self, refused_pools={**refused, **self.refused_pools})
+
     def to_json(self) -> Dict[str, Any]:
         """Every decision and node result in full when that fits in MAX_RESULT_BYTES; otherwise the
         grouped form: ``decision_groups`` (action, reason, count, instance_ids) and ``node_groups``
         (outcome, reason, count, instance_ids), one entry per distinct reason in first-seen order, plans
-        and GPU details left out (each decision and node result has its own log line), and ``grouped``
-        saying what was left out. Either way the JSON text is at most MAX_RESULT_BYTES."""
+        and GPU details left out (each decision and node result has its own log line), ``refused_pools`` kept
+        (each line cut to MAX_GROUP_REASON) and ``grouped`` saying what was left out. Either way the JSON text
+        is at most MAX_RESULT_BYTES."""
         head: Dict[str, Any] = {
             "trigger": self.trigger, "event_type": self.event_type, "event_id": self.event_id,
             "outcome": self.outcome, "reason": self.reason, "cluster_id": self.cluster_id,
@@ -75,6 +89,8 @@ class HandlerResult:
         }
         if self.pool_tags is not None:  # one entry per pool: small, and kept in the grouped form too
             head["pool_tags"] = self.pool_tags
+        if self.refused_pools:  # only when a pool was refused: most results never have one
+            head["refused_pools"] = dict(self.refused_pools)
         out = dict(head, decisions=[d.model_dump(mode="json") for d in self.decisions])
         if self.nodes is not None:
             out["nodes"] = self.nodes
@@ -108,6 +124,7 @@ def _grouped(head: Dict[str, Any], decisions: List[Any], nodes: Optional[List[Di
     """The grouped form within MAX_RESULT_BYTES: first every group without its ids (action or outcome,
     reason, count) while they fit, then the groups' instance ids in order while they fit. ``count``
     is always the real number; what did not fit is counted in ``grouped``."""
+    refused = head.get("refused_pools") or {}
     out = dict(head, reason=_cut(head["reason"]))
     note = {"full_bytes": full, "limit_bytes": MAX_RESULT_BYTES, "decisions": len(decisions),
             "nodes": len(nodes) if nodes is not None else None, "groups_left_off": 0,
@@ -119,10 +136,23 @@ def _grouped(head: Dict[str, Any], decisions: List[Any], nodes: Optional[List[Di
                                                _cut(n.get("instance_id"), 64)) for n in nodes), "outcome")))
     for key, _ in parts:
         out[key] = []
+    if refused:
+        out["refused_pools"] = {}
+        note["refused_pools_left_off"] = 0
     out["grouped"] = note
     # Room for the counters to grow to their largest values: measured with them at their widest.
-    widest = dict(note, groups_left_off=10 ** 9, instance_ids_left_off=10 ** 9)
+    widest = dict(note, groups_left_off=10 ** 9, instance_ids_left_off=10 ** 9,
+                  **({"refused_pools_left_off": 10 ** 9} if refused else {}))
     budget = MAX_RESULT_BYTES - _size(dict(out, grouped=widest))
+    # The refused pools before the groups: a reader of the result (an alert) learns which pools failed from
+    # them alone; each line is cut as a reason is.
+    for pool_id, line in refused.items():
+        cost = _size({pool_id: _cut(line)})  # its braces stand for the ", " between entries
+        if cost <= budget:
+            out["refused_pools"][pool_id] = _cut(line)
+            budget -= cost
+        else:
+            note["refused_pools_left_off"] += 1
     kept = []
     for key, groups in parts:
         for group in groups:

@@ -262,3 +262,21 @@ def test_an_endless_event_file_is_refused_after_its_limit_in_one_line(argv):
                           env={k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_"))})
     assert done.returncode == 2, done.stderr[-300:]
     assert "is larger than 262144 bytes" in error_text(done.stderr)
+
+
+def test_a_grouped_result_keeps_its_refused_pools_within_the_bound():
+    """``refused_pools`` is in the grouped form too (an alert reads it), each line cut as a reason is, and
+    pools past the bound counted as left off: the result never grows past MAX_RESULT_BYTES."""
+    from functions.base.event_result import MAX_GROUP_REASON, MAX_RESULT_BYTES, HandlerResult
+    from functions.base.model import Decision
+
+    decisions = [Decision(instance_id=i, action="error", reason="node %d: " % k + "x" * 1200)
+                 for k, i in enumerate(ids(200))]
+    few = HandlerResult(trigger="timer", outcome="done", decisions=decisions, refused_pools={"np-1": "y" * 5000})
+    doc = few.to_json()
+    assert doc["grouped"]["refused_pools_left_off"] == 0 and len(doc["refused_pools"]["np-1"]) == MAX_GROUP_REASON
+    many = HandlerResult(trigger="timer", outcome="done", decisions=decisions,
+                         refused_pools={"np-%d" % k: "z" * 5000 for k in range(500)})
+    doc = many.to_json()
+    assert len(json.dumps(doc)) <= MAX_RESULT_BYTES
+    assert len(doc["refused_pools"]) + doc["grouped"]["refused_pools_left_off"] == 500 and doc["refused_pools"]
