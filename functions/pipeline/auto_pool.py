@@ -163,34 +163,37 @@ def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapp
 
 
 def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings: Any, dry_run: bool, log: Any,
-                     owner: str) -> str:
+                     owner: str, unproven: Dict[str, str]) -> None:
     """A tick with no pod waiting still ends the records a stopped invocation left on the pool's nodes
     (``auto_waves.finish_stranded``): the pool's Nodes are listed, and ACK's list of its members is read only
-    when one holds such a record (the function writes only to nodes it has proven are the pool's). Returns
-    "", or one line when the pool's members cannot be proven (PoolUnproven): its records stay, the other
-    pools' still end."""
+    when one holds such a record (the function writes only to nodes it has proven are the pool's). When the
+    pool's members cannot be proven (PoolUnproven), its line goes in ``unproven`` (:func:`_unproven`): its
+    records stay, the other pools' still end."""
     from functions.rollout.auto_waves import finish_stranded
 
     try:
         listed = labelled_nodes(api, pool_id)
     except PoolUnproven as exc:
-        return _unproven(log, exc, "its stranded records stay")
+        _unproven(log, exc, "its stranded records stay", unproven)
+        return
     if not finish_stranded(api, listed, settings, owner, pool_id, dry_run=True):
-        return ""
+        return
     try:
         members = pool_members(api, lookup, cluster, pool_id, listed=listed)[0]
     except PoolUnproven as exc:
-        return _unproven(log, exc, "its stranded records stay")
+        _unproven(log, exc, "its stranded records stay", unproven)
+        return
     for line in finish_stranded(api, members, settings, owner, pool_id, dry_run):
         log.warning("auto pool", nodepool_id=pool_id, reason=line)
-    return ""
 
 
-def _unproven(log: Any, exc: PoolUnproven, outcome: str) -> str:
-    """The one line a pool whose members cannot be proven gets in the tick's reason, and its warning."""
-    line = "%s: %s" % (exc.line, outcome)
-    log.warning("auto pool", nodepool_id=exc.pool_id, reason=line)
-    return line
+def _unproven(log: Any, exc: PoolUnproven, outcome: str, unproven: Dict[str, str]) -> None:
+    """A pool whose members cannot be proven: its one line (with ``outcome``, what came of it) in ``unproven``
+    (pool id -> line: the tick's reason and its result's ``refused_pools``) and its warning, once a tick."""
+    if exc.pool_id in unproven:
+        return
+    unproven[exc.pool_id] = "%s: %s" % (exc.line, outcome)
+    log.warning("auto pool", nodepool_id=exc.pool_id, reason=unproven[exc.pool_id])
 
 
 def acked_members(lookup: Any, cluster: str, pool_id: str, acked: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
@@ -275,10 +278,14 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     from functions.decision.layout import LAYOUT_LABEL
     from functions.rollout.plan_claim import tick_claims
 
+    # pool id -> its one line: ACK (or the API server) refused its members for good (_unproven). Made here, with
+    # ``end``, and filled by _tick: every result of the tick names those pools, one ending it in retry too.
+    unproven: Dict[str, str] = {}
+
     def end(outcome: str, reason: str, decisions=(), nodes=None, tags=None) -> HandlerResult:
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
                              outcome=outcome, reason=reason, cluster_id=cluster, dry_run=dry_run,
-                             decisions=list(decisions), nodes=nodes, pool_tags=tags)
+                             decisions=list(decisions), nodes=nodes, pool_tags=tags, refused_pools=dict(unproven))
 
     scope = only or request.nodepool_id
     listed = list(lookup.nodepools(cluster) if listed is None else listed)
@@ -291,8 +298,8 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
         return end("skip", "auto pools need the Kubernetes API (pods are read there): none is configured")
     claims = tick_claims(api, settings, left_s)  # one plan at a time per pool (functions/rollout/plan_claim.py)
     try:
-        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, left_s,
-                     only, auto, {} if acked is None else acked)
+        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, unproven,
+                     left_s, only, auto, {} if acked is None else acked)
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
                    % " ".join(str(exc).split())[:200])
@@ -301,7 +308,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 
 
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
-          pools: List[Any], log: Any, end: Any, claims: Any, left_s: Optional[float] = None,
+          pools: List[Any], log: Any, end: Any, claims: Any, unproven: Dict[str, str], left_s: Optional[float] = None,
           only: str = "", auto: Sequence[Any] = (), acked: Optional[Dict[str, Any]] = None) -> Any:
     from functions.base.model import Decision
     from functions.decision.autoscaler_tags import pool_template
@@ -326,10 +333,11 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         # (under the pool's planning claim: a plan running elsewhere may be setting them for a pod listed later)
         idle = {p.nodepool_id: () for p in pools if not paused(p.labels)
                 and not claim_pool(claims, p, dry_run, listed, pending, settings)[1]}
-        kept = [line for line in (_finish_stranded(lookup, cluster, api, pool_id, settings, dry_run, log,
-                                                   claims.owner) for pool_id in sorted(idle)) if line]
+        for pool_id in sorted(idle):
+            _finish_stranded(lookup, cluster, api, pool_id, settings, dry_run, log, claims.owner, unproven)
         tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=idle, scope=only)
-        return end("skip", "; ".join(["no MIG pod waits: the auto pools stay as they are"] + kept), tags=tags)
+        return end("skip", "; ".join(["no MIG pod waits: the auto pools stay as they are"] + list(unproven.values())),
+                   tags=tags)
     skipped: List[str] = []  # pools another invocation plans (or changed since that list), one line each
     decisions: List[Any] = []
     changes: List[Any] = []  # (pool, decision, GpuTargets) per node whose GPUs change: through the rollout
@@ -343,7 +351,6 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     # planned them again there, and repartitioned a GPU for pods the first pool's idle instances serve.
     counted: set = set()
     relisted: List[bool] = []
-    unproven: Dict[str, str] = {}  # pool id -> its one line: ACK (or the API server) refused its members for good
 
     def relist(pool_id: str) -> Tuple[List[Any], float]:
         """The pending pods read again, once a tick, for a pool (``pool_id``) another invocation changed after
@@ -381,8 +388,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         and fewer nodes count fewer pods), and held back from the later pools; a node that labels itself
         into such a pool can hold pods back this way, never have a GPU changed. The pool is named in the
         tick's reason and log, once."""
-        if pool.nodepool_id not in unproven:
-            unproven[pool.nodepool_id] = _unproven(log, exc, "not planned, and the pods it may count wait")
+        _unproven(log, exc, "not planned, and the pods it may count wait", unproven)
         return counted_pods(pool, exc.listed, [p for p in pending if pod_key(p) not in counted],
                             lambda n: pods_on(api, n))
 

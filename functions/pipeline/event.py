@@ -341,6 +341,9 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     whole_pools = False
     pool_tags: Optional[List[dict]] = None  # the autoscaler step's entries (functions/pipeline/autoscaler_sync.py)
     pools: dict = {}  # instance id -> its pool, for the node result lines
+    # pool id -> its line: ACK refused the list of its nodes for good. Here, not where the pools are read, so a
+    # result made after a later failure (an EventOutcome, an internal error) still names those pools.
+    refused: Dict[str, str] = {}
     shared = None  # the invocation's Kubernetes side, once the cluster is known (the run record uses it too)
     bridge = ExitStack()
     stage = "reading the event"
@@ -403,7 +406,6 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             view = kube_view(inventory, lookup, settings, cluster)
         else:
             view = kube if isinstance(kube, NodeView) else NodeView(kube)
-        refused: Dict[str, str] = {}  # pool id -> its line: ACK refused the list of its nodes for good
         try:
             targets = resolve_targets(request, lookup, cluster, ask, refused=refused)
         except AutoPoolNamed as named:  # an event of an auto pool re-plans that pool now, as its timer would
@@ -461,11 +463,11 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         result = HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
                                event_id=request.event_id, outcome=outcome, reason=reason,
                                cluster_id=cluster, dry_run=effective_dry_run, decisions=decisions, nodes=nodes,
-                               pool_tags=pool_tags)
+                               pool_tags=pool_tags, refused_pools=refused)
         waves = set(getattr(rollout, "waves", None) or ())
         whole_pools = request.trigger in ROLLOUT_TRIGGERS and not request.instance_ids
     except _Finished as finished_early:
-        result = finished_early.result
+        result = finished_early.result.with_refused(refused)  # an auto pool's step: any pool refused before it
     except EventOutcome as exc:
         trigger = request.trigger.value if request is not None else exc.trigger
         event_type = request.event_type if request is not None else exc.event_type or None
@@ -476,7 +478,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                outcome=exc.outcome, reason=exc.reason,  # type: ignore[arg-type]
                                cluster_id=request.cluster_id if request is not None else None,
                                dry_run=bool(request.dry_run) if request is not None else False,
-                               nodes=exc.nodes, pool_tags=pool_tags)
+                               nodes=exc.nodes, pool_tags=pool_tags, refused_pools=refused)
         log = log.bind(trigger=trigger)
     except BadInventory:
         raise  # the caller's --inventory file: the command line reports it (exit 2)
@@ -493,7 +495,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                event_type=request.event_type if request is not None else None,
                                event_id=request.event_id if request is not None else None, outcome="error",
                                reason=reason, cluster_id=request.cluster_id if request is not None else None,
-                               dry_run=bool(request.dry_run) if request is not None else False, pool_tags=pool_tags)
+                               dry_run=bool(request.dry_run) if request is not None else False, pool_tags=pool_tags,
+                               refused_pools=refused)
     finally:
         bridge.close()
     if request is not None and result.nodes:  # a webhook, when configured; never changes how the event ended

@@ -16,7 +16,7 @@ events asked during its round. A dry run plans once and writes no marker.
 
 import time
 import uuid
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from functions.base.event_result import HandlerResult
 
@@ -88,10 +88,12 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
 
     pod_ref = request.pod
     key = "%s/%s" % (pod_ref.namespace, pod_ref.name)
+    refused: Dict[str, str] = {}  # pool id -> its line: the pools the choice found ACK refusing for good
 
     def end(outcome: str, reason: str) -> HandlerResult:
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
-                             outcome=outcome, reason=reason, cluster_id=cluster, dry_run=dry_run)
+                             outcome=outcome, reason=reason, cluster_id=cluster, dry_run=dry_run,
+                             refused_pools=dict(refused))
 
     listed = lookup.nodepools(cluster)
     pools = [p for p in listed if LAYOUT_LABEL in p.labels]
@@ -118,6 +120,7 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
                 # every Node carrying its label, so a pod it may count is its own here too (the tick holds such
                 # pods back from the later pools; chosen, its step ends naming the refusal)
                 log.warning("pod event", nodepool_id=p.nodepool_id, reason=exc.line)
+                refused[p.nodepool_id] = exc.line
                 nodes[p.nodepool_id] = exc.listed
         places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
                                            p.nodepool_id, nodes[p.nodepool_id])
@@ -140,8 +143,10 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
                                                                                                  chosen.nodepool_id))
     log.info("pod event", nodepool_id=chosen.nodepool_id, reason="pod %s waits for auto pool %s"
              % (key, chosen.nodepool_id))
-    return _plan(request, lookup, cluster, settings, dry_run, executor, kube, api, log, chosen.nodepool_id, key,
-                 started=started, listed=listed, acked=acked)
+    result = _plan(request, lookup, cluster, settings, dry_run, executor, kube, api, log, chosen.nodepool_id, key,
+                   started=started, listed=listed, acked=acked)
+    # the chosen pool's step reads only that pool and the earlier ones: a later pool refused is named from here
+    return result.with_refused(refused) if refused else result
 
 
 def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any, api: Any,
@@ -340,4 +345,5 @@ def _merge(request: Any, cluster: str, pool_id: str, rounds: List[HandlerResult]
     return HandlerResult(trigger=request.trigger.value, event_type=request.event_type, event_id=request.event_id,
                          outcome=outcome, reason=reason, cluster_id=cluster, dry_run=last.dry_run,
                          decisions=decisions, nodes=nodes if any(r.nodes is not None for r in rounds) else None,
-                         pool_tags=last.pool_tags)
+                         pool_tags=last.pool_tags,
+                         refused_pools={pool: line for r in rounds for pool, line in r.refused_pools.items()})

@@ -212,3 +212,36 @@ def test_a_tick_of_the_refused_pool_alone_ends_in_error_naming_it(cluster, ack):
     result = run(cluster, ack, transport, event=json.dumps({"cluster_id": CLUSTER, "nodepool_id": POOL}))
     assert result.outcome == "error" and result.reason == REFUSED, result.reason
     assert transport.requests == []
+
+
+# ---- the result names the refused pools in a field of their own (refused_pools), not only in its reason ----
+
+def test_the_tick_names_the_refused_pool_in_refused_pools(cluster, ack):
+    """The tick that planned the other pool is ``done``: only its reason named the refused pool.
+    ``refused_pools`` (pool id -> the line) names it, in the JSON too, and so does a pod event's result."""
+    from tests.delivery.test_pod_events import pod_event
+
+    api = cluster.api
+    two_nodes(api)
+    waiting(api, 2)
+    select(api, TWO)
+    ack.refuse_pool(POOL)
+    result = run(cluster, ack, PerGpuNodes(api))
+    assert result.outcome == "done" and result.refused_pools == {POOL: REFUSED}, result
+    assert result.to_json()["refused_pools"] == {POOL: REFUSED}
+    cluster.now[0] += 60
+    result = run(cluster, ack, PerGpuNodes(api), event=pod_event("llm", "serve-0", cluster=CLUSTER))
+    assert result.refused_pools == {POOL: REFUSED}, result  # the tick's line: it says what came of the pool
+
+
+def test_the_idle_tick_names_the_pool_whose_stranded_records_stay_in_refused_pools(cluster, ack):
+    from tests.rollout.test_interrupted import strand
+
+    api = cluster.api
+    two_nodes(api)
+    strand(api, ["auto-a", "two-a"])
+    ack.refuse_pool(POOL)
+    result = run(cluster, ack, PerGpuNodes(api))
+    line = REFUSED.split(": not planned")[0] + ": its stranded records stay"
+    assert result.outcome == "skip" and result.refused_pools == {POOL: line}, result
+    assert result.to_json()["refused_pools"] == {POOL: line}

@@ -36,6 +36,11 @@ REFUSED = "pool %s: ACK refused the list of its nodes (DescribeClusterNodes: 404
 def ack(no_proxy):  # noqa: F811  (the fixture above)
     """The CS emulator holding two labelled pools, the test pool (node-a, node-b) and ``np-two`` (two-a), and
     ``np-off`` (off-a), whose label was removed."""
+    with emulator(CLUSTER) as emu:
+        yield emu
+
+
+def emulator(cluster_id):
     from tests.support.cs_emulator import CsEmulator
 
     pools = [{"nodepool_info": {"nodepool_id": pool, "name": pool}, "kubernetes_config": {"labels": labels},
@@ -43,9 +48,8 @@ def ack(no_proxy):  # noqa: F811  (the fixture above)
              for pool, labels in ((POOL, SEQUENCE), (TWO, SEQUENCE), (OFF, []))]
     nodes = [{"instance_id": "i-" + n, "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge", "nodepool_id": p,
               "state": "running", "ip_address": ["10.0.1.%d" % i]} for i, (n, p) in enumerate(NODES, 1)]
-    with CsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN).load_inventory(
-            {"cluster_id": CLUSTER, "nodepools": pools, "nodes": nodes}) as emu:
-        yield emu
+    return CsEmulator(access_key_id=AK, secret=SECRET, token=TOKEN).load_inventory(
+        {"cluster_id": cluster_id, "nodepools": pools, "nodes": nodes})
 
 
 def run(cluster, ack, event=TIMER, logs=None, **extra):
@@ -119,3 +123,31 @@ def test_a_refused_pool_whose_label_was_removed_fails_alone_too(cluster, ack):
     alone = run(cluster, ack, event=pool_event(OFF), ACK_MIG_ON_LABEL_REMOVAL="disable")
     assert alone.outcome == "error" and alone.reason == REFUSED % OFF, alone.reason
     assert cluster.transport.seen == ["node-a", "two-a"]
+
+
+# ---- the result names the refused pools in a field of their own (refused_pools), not only in its reason ----
+
+def test_the_result_names_the_refused_pool_in_refused_pools(cluster, ack):
+    """A refused pool has no decision and the run is ``done``: only its reason named it, so a reader of the
+    result had to parse text. ``refused_pools`` (pool id -> the line) names it, in the JSON too; a run with
+    no refused pool has no such key."""
+    add_nodes(cluster.api)
+    assert "refused_pools" not in run(cluster, ack).to_json()
+    ack.refuse_pool(POOL)
+    result = run(cluster, ack)
+    assert result.outcome == "done" and result.refused_pools == {POOL: REFUSED % POOL}, result
+    assert result.to_json()["refused_pools"] == {POOL: REFUSED % POOL}
+
+
+def test_a_refused_pool_is_still_named_when_a_later_pool_ends_the_run_in_retry(cluster, ack):
+    """The pools are listed in order: the first refused for good, the next failing for now (503), which ends
+    the whole run in ``retry`` with that failure's reason. The first pool's line was lost with the reason it
+    was in (only its WARNING line was left); ``refused_pools`` still names it."""
+    add_nodes(cluster.api)
+    ack.refuse_pool(POOL)
+    ack.refuse_pool(TWO, 503, "ServiceUnavailable")
+    result = run(cluster, ack)
+    assert result.outcome == "retry" and POOL not in result.reason, result.reason
+    assert result.refused_pools == {POOL: REFUSED % POOL}, result.refused_pools
+    assert result.to_json()["refused_pools"] == {POOL: REFUSED % POOL}
+
