@@ -10,8 +10,9 @@ one from ACK. Exit codes: 0 the event ended done or skip; 2 the event, inventory
 (one line on stderr); 4 / 5 a cloud API refused the credentials / the action; 1 a transient cloud failure
 (retry: a cloud API kept failing, or the Kubernetes API could not be used) or a node that failed (a startup
 taint that could not be lifted included: ``taint-not-removed``); 3 with ``--strict``, when any decision
-ended ``error``, any node ``failed`` or is in conflict, or the event must be retried (for CI). An error is
-printed once: on stderr.
+ended ``error``, any node ``failed`` or is in conflict, a node pool was refused (the result's
+``refused_pools``: ACK refused the list of its nodes for good, so it has no decision while the other pools
+were decided), or the event must be retried (for CI). An error is printed once: on stderr.
 """
 
 import argparse
@@ -53,8 +54,9 @@ def configure(parser, command):
                         "default: the snapshot's kube_nodes, else a short-lived one ACK issues for the cluster's "
                         "private endpoint, as the deployed function uses")
     parser.add_argument("--strict", action="store_true",
-                        help="exit %d when any decision ends error, any node failed or is in conflict, or "
-                             "the event must be retried (for CI)" % STRICT_EXIT)
+                        help="exit %d when any decision ends error, any node failed or is in conflict, a node "
+                             "pool's nodes could not be listed (refused_pools), or the event must be retried "
+                             "(for CI)" % STRICT_EXIT)
     parser.add_argument("--inventory", metavar="FILE", type=shipped.inventory_file,
                         help="cluster snapshot (or example:NAME, one shipped with the package) {cluster_id, nodepools, nodes} in the CS API's shapes; "
                              "without it the ACK API is asked (credentials needed)")
@@ -266,7 +268,9 @@ def run(args):
         code, text = explain(" ".join(logger.redact(result.reason).split()), EXIT_USAGE)
         print("\n".join(error_lines(escape(text))), file=sys.stderr)
         return code
-    if args.strict and (result.outcome == "retry" or any(d.action == "error" for d in result.decisions)
+    # A refused pool has no decision and may sit beside a run that is done: only refused_pools tells.
+    if args.strict and (result.outcome == "retry" or result.refused_pools
+                        or any(d.action == "error" for d in result.decisions)
                         or any(n.get("outcome") in ("failed", "conflict") for n in result.nodes or [])):
         return STRICT_EXIT
     if result.outcome == "retry":

@@ -151,3 +151,40 @@ def test_a_refused_pool_is_still_named_when_a_later_pool_ends_the_run_in_retry(c
     assert result.refused_pools == {POOL: REFUSED % POOL}, result.refused_pools
     assert result.to_json()["refused_pools"] == {POOL: REFUSED % POOL}
 
+
+def test_invoke_strict_exits_3_when_a_pool_was_refused_and_the_others_were_decided(cluster, no_proxy,  # noqa: F811
+                                                                                    monkeypatch, capsys, tmp_path):
+    """``invoke --strict`` (the CI gate) exited 0: the refused pool has no decision, the other pools' are
+    fine, and the event is ``done``. It exits 3 now; without --strict the run still exits 0."""
+    from functions.commands import main as cli
+
+    valid = "c" + "0123456789abcdef" * 2  # the command line takes an ACK cluster id only
+    add_nodes(cluster.api)
+    for name in ("ALIBABA_CLOUD_PROFILE", "ALIBABA_CLOUD_CREDENTIALS_FILE", "ALIBABA_CLOUD_ROLE_ARN",
+                 "ALIBABA_CLOUD_OIDC_TOKEN_FILE", "ALIBABA_CLOUD_CREDENTIALS_URI"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in dict(cluster.settings_env, HOME=str(tmp_path), ALIBABA_CLOUD_ECS_METADATA_DISABLED="true",
+                            ACK_MIG_REGION="cn-beijing", ACK_MIG_CLUSTER_ID=valid, ALIBABA_CLOUD_ACCESS_KEY_ID=AK,
+                            ALIBABA_CLOUD_ACCESS_KEY_SECRET=SECRET, ALIBABA_CLOUD_SECURITY_TOKEN=TOKEN,
+                            ACK_MIG_API_TIMEOUT_S="2", ACK_MIG_API_MAX_ATTEMPTS="1").items():
+        monkeypatch.setenv(name, value)
+    event = tmp_path / "timer.json"
+    event.write_text(json.dumps({"cluster_id": valid}))
+    argv = ["invoke", "--event", str(event), "--kubeconfig", str(tmp_path / "admin.conf"), "--dry-run"]
+
+    def invoke(*extra):
+        code = cli.main(argv + list(extra))
+        return (code,) + capsys.readouterr()
+
+    with emulator(valid) as ack:
+        monkeypatch.setenv("ACK_MIG_CS_ENDPOINT", ack.endpoint)
+        code, out, err = invoke("--strict")
+        assert code == 0, (out, err)  # nothing refused: the same run passes the gate
+        ack.refuse_pool(POOL)
+        code, out, err = invoke("--strict", "--json")
+        assert code == 3, (out, err)
+        result = json.loads(out)
+        assert result["outcome"] == "done" and result["refused_pools"] == {POOL: REFUSED % POOL}, out
+        assert [d["node_name"] for d in result["decisions"] if d["action"] == "partition"] == ["two-a"], out
+        code, out, err = invoke()
+        assert code == 0, err
