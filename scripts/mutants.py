@@ -83,6 +83,12 @@ MUTANTS = (
            "        pages = _chunks(sorted(ids), RUN_BATCH)[:1]\n",
            ("tests/delivery/test_cloud_assistant_status.py",),
            "only the first 100 pending instances get their agent status asked each round"),
+    mutant("invocation-results-fixed-page-cap", "functions/delivery/cloud_assistant.py",
+           "        for _ in range(max(1, size)):\n",
+           "        for _ in range(RUN_BATCH // RESULTS_PAGE + 2):\n",
+           ("tests/delivery/test_cloud_assistant.py",),
+           "a batch whose results come in pages smaller than MaxResults is read only to its 4th page: the "
+           "rest of its nodes end execution-timeout at the poll deadline"),
     mutant("blockers-unplaced-process-ignored", "node_bootstrap/commands/planner.py",
            "if p.gi is None or p.gi in doomed_gis",
            "if p.gi in doomed_gis",

@@ -353,7 +353,8 @@ class CloudAssistantTransport:
                 ids = list(open_)
                 last = self.clock() >= deadline  # the last round reads every page of what is still open
                 self.trace.append(("round", ""))
-                for invoke_id, answer in zip(ids, pool.map(lambda i: self._results_or_error(i, last), ids)):
+                for invoke_id, answer in zip(ids, pool.map(
+                        lambda i: self._results_or_error(i, len(members[i]), last), ids)):
                     wanted = open_[invoke_id]
                     if isinstance(answer, ApiError):
                         if answer.retryable and not last:
@@ -380,21 +381,24 @@ class CloudAssistantTransport:
                     interval = min(interval * 1.5, self.poll_max_s)
         return done
 
-    def _results_or_error(self, invoke_id: str, whole: bool = False):
+    def _results_or_error(self, invoke_id: str, size: int, whole: bool = False):
         self.trace.append(("poll", invoke_id))
         try:
-            return self._results(invoke_id, whole)
+            return self._results(invoke_id, size, whole)
         except ApiError as exc:
             return exc
 
-    def _results(self, invoke_id: str, whole: bool = False) -> List[dict]:
-        """The invocation's rows, page by page (``MaxResults`` + ``NextToken``; the last page has none).
-        Unless ``whole``, a page with an instance still running ends the read: the invocation is not done,
-        and its later pages are read in a later round, from the first page again (half the calls per
-        round for a batch of 100 while its nodes run, and no token kept across rounds)."""
+    def _results(self, invoke_id: str, size: int, whole: bool = False) -> List[dict]:
+        """The rows of an invocation of ``size`` instances, page by page (``MaxResults`` + ``NextToken``; the
+        last page has none). Unless ``whole``, a page with an instance still running ends the read: the
+        invocation is not done, and its later pages are read in a later round, from the first page again
+        (half the calls per round for a batch of 100 while its nodes run, and no token kept across rounds)."""
         rows: List[dict] = []
         token = ""
-        for _ in range(RUN_BATCH // RESULTS_PAGE + 2):  # a batch has at most 100 rows: 2 pages, then stop
+        # MaxResults is a maximum ("entries per page"), not a promise: a page may hold fewer rows, so pages are
+        # followed until ``size`` rows came. Each page holds one row at least, so ``size`` pages are the bound
+        # (a fixed 2-page cap left a batch paged by 10 unread past its 40th row, until the poll deadline).
+        for _ in range(max(1, size)):
             params = {"RegionId": self.ecs.region, "InvokeId": invoke_id, "MaxResults": RESULTS_PAGE,
                       "ContentEncoding": "Base64"}
             if token:
@@ -405,7 +409,7 @@ class CloudAssistantTransport:
                    if isinstance(row, dict)]
             rows.extend(got)
             token = str(inv.get("NextToken") or "")
-            if not got or not token:
+            if not got or not token or len(rows) >= size:
                 return rows
             if not whole and any(row.get("InvocationStatus") not in FINAL for row in got):
                 return rows

@@ -390,3 +390,17 @@ def test_results_are_read_by_next_token_and_a_foreign_token_is_refused(emulator,
     with pytest.raises(ApiError, match="NextToken"):
         ecs.call("DescribeInvocationResults", {"RegionId": ecs.region, "InvokeId": reads[0]["InvokeId"],
                                                "MaxResults": 50, "NextToken": "not-a-token-we-issued"})
+
+
+def test_results_paged_smaller_than_asked_are_all_read(emulator, ecs, maker):
+    """MaxResults is a maximum: a service answering 10 rows a page for a batch of 100 took 10 pages, and the
+    reader stopped after 4 (a fixed cap for 2 pages of 50), so 60 finished nodes were never read and ended
+    execution-timeout at the poll deadline (node deadline + 120 s)."""
+    emulator.add_nodes(100)
+    emulator.results_page_rows = 10
+    now = [0.0]
+    t = transport(ecs, maker, poll_s=1.0, poll_max_s=10.0, clock=lambda: now[0],
+                  sleep=lambda s: now.__setitem__(0, now[0] + max(s, 0.001)))
+    results = t.run(targets(100, prefix="i-emu"))
+    assert set(outcomes(results).values()) == {"partitioned"}, sorted(set((str(r.error), r.message) for r in results))
+    assert now[0] < 10  # read in the first rounds, not at the deadline

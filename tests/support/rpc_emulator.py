@@ -35,6 +35,8 @@ Each rule it enforces, and where it comes from:
 * DescribeInvocationResults: ``MaxResults`` <= 50 (default 10) with ``NextToken``, the paging the SDK
   model recommends; ``PageNumber``/``PageSize`` (<= 50) still answered, marked "will soon be deprecated".
   A NextToken this emulator did not issue is refused (400; the code is ours, the API's is not documented).
+  ``results_page_rows`` makes it answer fewer rows per page than asked: MaxResults is documented as "the
+  maximum number of entries per page", a bound, not a promise.
 * Security groups (``doctor``'s outbound check): ``DescribeSecurityGroups`` filtered by ``SecurityGroupId``
   (an id it does not hold lists nothing, as a filter does) with ``SecurityGroupType`` ``normal``/``enterprise``
   and ``VpcId``; ``DescribeSecurityGroupAttribute`` answers 404 ``InvalidSecurityGroupId.NotFound`` ("The
@@ -259,6 +261,7 @@ class Emulator(LoopbackServer):
         self.unknown_status = "omit"  # DescribeCloudAssistantStatus for an unknown id: "omit" or "refuse"
         self.exchanges: List[contract.Exchange] = []
         self.tokens: Dict[str, Tuple[str, int]] = {}  # NextToken issued -> (what it pages, offset)
+        self.results_page_rows: Optional[int] = None  # DescribeInvocationResults: at most this many rows a page
         self._lock = threading.Lock()
         contract.register(self)
 
@@ -436,8 +439,9 @@ class Emulator(LoopbackServer):
         # "If you specify MaxResults or NextToken ... the TotalCount response parameter is invalid": left out.
         return {"InstanceCloudAssistantStatusSet": {"InstanceCloudAssistantStatus": chunk}, "NextToken": token}
 
-    def _token_page(self, params, what, rows, limit=50, default=10, least=1):
-        """(rows of this page, NextToken or "", None) by MaxResults/NextToken, or (None, None, error answer)."""
+    def _token_page(self, params, what, rows, limit=50, default=10, least=1, most=None):
+        """(rows of this page, NextToken or "", None) by MaxResults/NextToken, or (None, None, error answer).
+        ``most``: the service answers at most this many rows a page, whatever MaxResults asks."""
         try:
             size = int(params.get("MaxResults") or default)
         except ValueError:
@@ -445,6 +449,7 @@ class Emulator(LoopbackServer):
         if not least <= size <= limit:
             return None, None, self._error(400, "InvalidParam.MaxResults", "MaxResults must be %d to %d" % (
                 least, limit))
+        size = min(size, most or size)
         start = 0
         if params.get("NextToken"):
             with self._lock:
@@ -622,7 +627,8 @@ class Emulator(LoopbackServer):
             page = int(params.get("PageNumber") or 1)
             chunk, token = rows[(page - 1) * size: page * size], None
         else:
-            chunk, token, error = self._token_page(params, "results:%s" % params.get("InvokeId"), rows)
+            chunk, token, error = self._token_page(params, "results:%s" % params.get("InvokeId"), rows,
+                                                   most=self.results_page_rows)
             if error:
                 return error
         now = time.monotonic()
