@@ -89,6 +89,12 @@ MUTANTS = (
            ("tests/delivery/test_cloud_assistant.py",),
            "a batch whose results come in pages smaller than MaxResults is read only to its 4th page: the "
            "rest of its nodes end execution-timeout at the poll deadline"),
+    mutant("invocation-row-status-unchecked", "functions/delivery/cloud_assistant.py",
+           'if iid in wanted and _field(row, "InvocationStatus") in FINAL:',
+           'if iid in wanted and row.get("InvocationStatus") in FINAL:',
+           ("tests/delivery/test_cloud_assistant.py",),
+           "one result row whose status is a list raises out of the poll loop: every node of the event, "
+           "finished ones included, ends internal-error"),
     mutant("blockers-unplaced-process-ignored", "node_bootstrap/commands/planner.py",
            "if p.gi is None or p.gi in doomed_gis",
            "if p.gi in doomed_gis",

@@ -45,6 +45,7 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
 from functions.cloud.rpc import ApiError, RpcClient
 from functions.delivery.transport import ScriptMaker
+from node_bootstrap.outside import as_object, objects
 
 RUN_BATCH = 100  # RunCommand and DescribeCloudAssistantStatus take at most 100 instances
 SEND_BATCH = 50  # SendFile takes at most 50
@@ -86,6 +87,19 @@ def agent_version(text) -> Optional[tuple]:
     """``"2.2.3.309"`` -> ``(2, 2, 3, 309)``; None when the agent did not report one (null, odd text)."""
     text = str(text or "").strip()
     return tuple(int(p) for p in text.split(".")) if _VERSION.match(text) else None
+
+
+def _rows(value) -> List[dict]:
+    """The rows of an answer's list that name their instance by text. The reader rule (docs/security.md): a
+    part of another shape reads as absent, that row alone; one odd row raised out of the poll loop (a list is
+    no dict key, nor a set member) and every node of the event ended internal-error."""
+    return [row for row in objects(value) if isinstance(row.get("InstanceId"), str)]
+
+
+def _field(row: dict, name: str) -> str:
+    """A text field of an answer's row; a value of another type reads as absent ("")."""
+    value = row.get(name)
+    return value if isinstance(value, str) else ""
 
 
 def refused_whole_call(exc: ApiError) -> bool:
@@ -209,8 +223,8 @@ class CloudAssistantTransport:
                     got = {iid: {"refused": got} for iid in part}
                 rows.update(got)
             return rows
-        rows = (body.get("InstanceCloudAssistantStatusSet") or {}).get("InstanceCloudAssistantStatus") or []
-        return {row.get("InstanceId"): row for row in rows if isinstance(row, dict)}
+        rows = _rows(as_object(body.get("InstanceCloudAssistantStatusSet")).get("InstanceCloudAssistantStatus"))
+        return {row["InstanceId"]: row for row in rows}
 
     # ---- whole-call refusals ----
 
@@ -365,7 +379,7 @@ class CloudAssistantTransport:
                         continue
                     for row in answer:
                         iid = row.get("InstanceId")
-                        if iid in wanted and row.get("InvocationStatus") in FINAL:
+                        if iid in wanted and _field(row, "InvocationStatus") in FINAL:
                             done[iid] = self._result(row)
                             wanted.discard(iid)
                     if not wanted:
@@ -404,30 +418,32 @@ class CloudAssistantTransport:
             if token:
                 params["NextToken"] = token
             body = self.ecs.call("DescribeInvocationResults", params)
-            inv = body.get("Invocation") or {}
-            got = [row for row in (inv.get("InvocationResults") or {}).get("InvocationResult") or []
-                   if isinstance(row, dict)]
+            inv = as_object(body.get("Invocation"))
+            got = _rows(as_object(inv.get("InvocationResults")).get("InvocationResult"))
             rows.extend(got)
             token = str(inv.get("NextToken") or "")
             if not got or not token or len(rows) >= size:
                 return rows
-            if not whole and any(row.get("InvocationStatus") not in FINAL for row in got):
+            if not whole and any(_field(row, "InvocationStatus") not in FINAL for row in got):
                 return rows
         return rows
 
     def _result(self, row: dict) -> NodeResult:
-        iid = row.get("InstanceId")
+        iid = row["InstanceId"]
         try:
-            output = base64.b64decode(row.get("Output") or "").decode("utf-8", "replace")
+            output = base64.b64decode(_field(row, "Output")).decode("utf-8", "replace")
         except ValueError:
             output = ""
         doc = parse_output(output)
         exit_code = row.get("ExitCode")
-        code = row.get("ErrorCode") or ""
+        if not isinstance(exit_code, int) or isinstance(exit_code, bool):
+            exit_code = None
+        code = _field(row, "ErrorCode")
         if doc is not None and code in ("", "ExitCodeNonzero"):
             return NodeResult(iid, self.name, exit_code, doc)
         error = ERRORS.get(code, "execution-error" if code else "no-result")
-        info = row.get("ErrorInfo") or ("the node script gave no result (status %s)" % row.get("InvocationStatus"))
+        info = _field(row, "ErrorInfo") or ("the node script gave no result (status %s)"
+                                            % _field(row, "InvocationStatus"))
         return NodeResult(iid, self.name, exit_code, doc if error == "no-result" else None, error,
                           "%s%s" % (code + ": " if code else "", info))
 
@@ -482,15 +498,15 @@ class CloudAssistantTransport:
             body = self.ecs.call("DescribeSendFileResults", {"RegionId": self.ecs.region,
                                                                "InvokeId": invoke_id})
             states: Dict[str, dict] = {}
-            for inv in (body.get("Invocations") or {}).get("Invocation") or []:
-                for row in (inv.get("InvokeInstances") or {}).get("InvokeInstance") or []:
-                    states[row.get("InstanceId")] = row
-            final = {iid: row for iid, row in states.items() if row.get("InvocationStatus") in FINAL}
+            for inv in objects(as_object(body.get("Invocations")).get("Invocation")):
+                for row in _rows(as_object(inv.get("InvokeInstances")).get("InvokeInstance")):
+                    states[row["InstanceId"]] = row
+            final = {iid: row for iid, row in states.items() if _field(row, "InvocationStatus") in FINAL}
             if set(batch) <= set(final) or self.clock() >= deadline:
-                return {iid: "%s %s" % (final[iid].get("ErrorCode") or final[iid].get("InvocationStatus"),
-                                        final[iid].get("ErrorInfo") or "")
+                return {iid: "%s %s" % (_field(final[iid], "ErrorCode") or _field(final[iid], "InvocationStatus"),
+                                        _field(final[iid], "ErrorInfo"))
                         if iid in final else "no result in time"
-                        for iid in batch if iid not in final or final[iid].get("InvocationStatus") != "Success"}
+                        for iid in batch if iid not in final or _field(final[iid], "InvocationStatus") != "Success"}
             interval = min(interval * 1.5, self.poll_max_s)
 
     def _fail(self, batch: Sequence[NodeTarget], error: str, message: str) -> Dict[str, NodeResult]:

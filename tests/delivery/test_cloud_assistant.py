@@ -404,3 +404,57 @@ def test_results_paged_smaller_than_asked_are_all_read(emulator, ecs, maker):
     results = t.run(targets(100, prefix="i-emu"))
     assert set(outcomes(results).values()) == {"partitioned"}, sorted(set((str(r.error), r.message) for r in results))
     assert now[0] < 10  # read in the first rounds, not at the deadline
+
+
+def _row_of(iid, field, value):
+    def change(answer):
+        for row in answer["Invocation"]["InvocationResults"]["InvocationResult"]:
+            if row["InstanceId"] == iid:
+                row[field] = value
+    return change
+
+
+@pytest.mark.contract_exempt("the emulator answers off the ECS model on purpose")
+@pytest.mark.parametrize("field, value, error", [
+    ("Output", 12345, "no-result"),  # b64decode raised TypeError
+    ("Output", ["eyJ9"], "no-result"),
+    ("InvocationStatus", ["Success"], "execution-timeout"),  # unhashable: `in FINAL` raised TypeError
+    ("InstanceId", {"id": "x"}, "execution-timeout"),  # unhashable: `in wanted` raised TypeError
+    ("ErrorCode", ["ExecutionTimeout"], None),  # unhashable: ERRORS.get raised TypeError; now absent
+])
+def test_a_result_row_off_the_model_fails_that_node_alone(emulator, ecs, maker, field, value, error):
+    """One row of DescribeInvocationResults with a field of another type raised out of the transport's poll
+    loop, and every node of the event, finished ones of other batches included, ended internal-error (the
+    reader rule, docs/security.md: a part of another shape reads as absent, that item alone). An odd
+    ErrorCode reads as none: the node's own result stands."""
+    ids = emulator.add_nodes(101)
+    emulator.mangle_next("DescribeInvocationResults", _row_of(ids[1], field, value), times=10000)
+    now = [0.0]
+    t = transport(ecs, maker, poll_s=1.0, poll_max_s=10.0, clock=lambda: now[0],
+                  sleep=lambda s: now.__setitem__(0, now[0] + max(s, 0.001)))
+    results = {r.instance_id: r for r in t.run(targets(101, prefix="i-emu"))}
+    assert results[ids[1]].error == error
+    assert outcome(results[ids[1]]).outcome == ("partitioned" if error is None else "failed")
+    assert {outcome(results[i]).outcome for i in ids if i != ids[1]} == {"partitioned"}
+
+
+@pytest.mark.contract_exempt("the emulator answers off the ECS model on purpose")
+def test_an_agent_status_or_send_result_off_the_model_fails_no_other_node(emulator, ecs, fake_bundle):
+    """A status row naming its instance by a list, and a DescribeSendFileResults answer whose Invocation
+    list is text, raised out of the transport (unhashable key; str has no get) and failed every node."""
+    ids = emulator.add_nodes(3, lambda iid: SimNode(bundle=False))
+
+    def odd_status(answer):
+        answer["InstanceCloudAssistantStatusSet"]["InstanceCloudAssistantStatus"].append(
+            {"InstanceId": [ids[0]], "CloudAssistantStatus": "true"})
+
+    emulator.mangle_next("DescribeCloudAssistantStatus", odd_status)
+    emulator.mangle_next("DescribeSendFileResults", lambda answer: answer.update(Invocations={"Invocation": "odd"}))
+    maker = ScriptMaker(fake_bundle, 30, DEFAULT_ROOT, sys.executable)
+    now = [0.0]
+    t = transport(ecs, maker, poll_s=1.0, poll_max_s=10.0, clock=lambda: now[0],
+                  sleep=lambda s: now.__setitem__(0, now[0] + max(s, 0.001)))
+    results = t.run(targets(3, prefix="i-emu"))
+    got = sorted((outcome(r).outcome, r.error) for r in results)
+    # the send whose answer was odd is retried by the next DescribeSendFileResults; every node runs
+    assert got == [("partitioned", None)] * 3, got

@@ -55,10 +55,10 @@ Each rule it enforces, and where it comes from:
 Nodes are models (:class:`SimNode`): an agent that is or becomes ready, a script that takes a configured
 time and returns a configured result, or (:class:`ShellNode`) one that really runs the script in a
 subprocess against its own directory, so the bundle cache path is exercised for real. Faults: per-action
-error queues (Throttling, 5xx), a per-call latency, late answers (``slow_next``), an agent that is not
-ready, an instance released mid-run, execution timeouts, an instance stopped or released between the
-agent check and the command (``lost_after``), an old agent (``agent_version``), the whole-call refusals
-above. ``calls`` counts requests per action; ``exchanges`` records every request that came over the wire
+error queues (Throttling, 5xx), a per-call latency, late answers (``slow_next``), answers off the model
+(``mangle_next``), an agent that is not ready, an instance released mid-run, execution timeouts, an
+instance stopped or released between the agent check and the command (``lost_after``), an old agent
+(``agent_version``), the whole-call refusals above. ``calls`` counts requests per action; ``exchanges`` records every request that came over the wire
 with its answer, which tests/support/contract_plugin.py checks against the SDK models after each test.
 A SimNode's run is decided when the command arrives and revealed by DescribeInvocationResults once its
 ``duration_s`` has passed (no thread per node, so 10,000 nodes fit in one process).
@@ -234,6 +234,7 @@ class Emulator(LoopbackServer):
         self.requests: List[Tuple[str, Dict[str, str]]] = []
         self.faults: Dict[str, deque] = {}
         self.slow: Dict[str, deque] = {}
+        self.mangle: Dict[str, deque] = {}
         self.invocations: Dict[str, Dict[str, dict]] = {}
         self.sends: Dict[str, Dict[str, dict]] = {}
         self.lifecycle: List[Tuple[str, Dict[str, str]]] = []
@@ -285,6 +286,12 @@ class Emulator(LoopbackServer):
         """The next ``times`` calls of ``action`` (that match ``when``, if given) answer this error
         (e.g. Throttling.User 400, ServiceUnavailable 503, InternalError 500)."""
         self.faults.setdefault(action, deque()).extend([(code, status, when)] * times)
+
+    def mangle_next(self, action: str, change: Callable[[dict], None], times: int = 1) -> None:
+        """The next ``times`` answers to ``action`` are changed in place by ``change`` before they are sent: an
+        answer off the API's model (a field of another type), as a broken or hostile endpoint might give."""
+        with self._lock:
+            self.mangle.setdefault(action, deque()).extend([change] * times)
 
     def slow_next(self, action: str, seconds: float, times: int = 1) -> None:
         """The next ``times`` answers to ``action`` come ``seconds`` late (after the request was served)."""
@@ -345,6 +352,12 @@ class Emulator(LoopbackServer):
             time.sleep(delay)
         if isinstance(answer, tuple):
             return answer
+        with self._lock:
+            queue = self.mangle.get(action)
+            change = queue.popleft() if queue else None
+        if change:
+            answer = json.loads(json.dumps(answer))  # a copy: the emulator's own records stay as they were
+            change(answer)
         answer["RequestId"] = uuid.uuid4().hex
         return 200, answer
 
