@@ -154,7 +154,10 @@ class RpcClient:
             try:
                 with guard:
                     body = self._client.do_action_with_exception(request)
-                return loads(body, "the %s answer" % action, MAX_ANSWER_BYTES)  # the reader rule (outside.py)
+                answer = loads(body, "the %s answer" % action, MAX_ANSWER_BYTES)  # the reader rule (outside.py)
+                if not isinstance(answer, dict):  # every caller reads fields of it: a list is one failed call
+                    raise OutsideDataError("the %s answer is a JSON %s, not an object" % (action, type(answer).__name__))
+                return answer
             except Exception as exc:  # the SDK also raises plain errors on odd answers (IndexError...)
                 if isinstance(exc, OutsideDataError) and not guard.fired:  # a whole answer the reader rule
                     raise ApiError(action, "BadAnswer", str(exc)) from None  # refuses: the next would be the same

@@ -102,6 +102,15 @@ def _field(row: dict, name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _invoke_id(answer: dict, action: str) -> str:
+    """The ``InvokeId`` of a RunCommand or SendFile answer; none, or one that is no text, fails that call (it
+    keys the poll loop's tables: a list there raised out of the transport and failed every node)."""
+    invoke_id = answer.get("InvokeId")
+    if not invoke_id or not isinstance(invoke_id, str):
+        raise ApiError(action, "SDK.Unexpected", "no InvokeId in the answer")
+    return invoke_id
+
+
 def refused_whole_call(exc: ApiError) -> bool:
     """The call was refused because of (some of) its instances, not because of the request itself."""
     return exc.code in WHOLE_CALL
@@ -335,9 +344,7 @@ class CloudAssistantTransport:
                       "ContentEncoding": "Base64", "Timeout": self.maker.deadline_s + 60, "KeepCommand": False,
                       "EnableParameter": batch.parameters, "Name": "ack-mig-hook", "ClientToken": uuid.uuid4().hex}
             params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(ids)})
-            invoke_id = self.ecs.call("RunCommand", params).get("InvokeId")
-            if not invoke_id:
-                raise ApiError("RunCommand", "SDK.Unexpected", "no InvokeId in the answer")
+            invoke_id = _invoke_id(self.ecs.call("RunCommand", params), "RunCommand")
             self.trace.append(("submit", invoke_id))
             return invoke_id
 
@@ -466,10 +473,7 @@ class CloudAssistantTransport:
                 params = {"RegionId": self.ecs.region, "Name": name, "TargetDir": incoming, "Content": content,
                           "ContentType": "Base64", "FileMode": "0600", "Overwrite": True, "Timeout": 120}
                 params.update({"InstanceId.%d" % (i + 1): iid for i, iid in enumerate(ids)})
-                invoke_id = self.ecs.call("SendFile", params).get("InvokeId")
-                if not invoke_id:
-                    raise ApiError("SendFile", "SDK.Unexpected", "no InvokeId in the answer")
-                return invoke_id
+                return _invoke_id(self.ecs.call("SendFile", params), "SendFile")
 
             try:
                 done, refused = self._isolating(list(batch), send_file)

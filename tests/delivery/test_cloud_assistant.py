@@ -458,3 +458,18 @@ def test_an_agent_status_or_send_result_off_the_model_fails_no_other_node(emulat
     got = sorted((outcome(r).outcome, r.error) for r in results)
     # the send whose answer was odd is retried by the next DescribeSendFileResults; every node runs
     assert got == [("partitioned", None)] * 3, got
+
+
+@pytest.mark.contract_exempt("the emulator answers off the ECS model on purpose")
+@pytest.mark.parametrize("action, change", [
+    ("DescribeInvocationResults", lambda answer: [answer]),  # a JSON list: `.get` raised AttributeError
+    ("RunCommand", lambda answer: answer.update(InvokeId=["t-1"])),  # a list became a dict key: TypeError
+])
+def test_an_answer_that_is_no_object_or_an_invoke_id_that_is_no_text_fails_only_its_batch(emulator, ecs, maker,
+                                                                                         action, change):
+    ids = emulator.add_nodes(101)
+    emulator.mangle_next(action, change)  # refused at once (not retried): that call alone
+    results = {r.instance_id: r for r in transport(ecs, maker).run(targets(101, prefix="i-emu"))}
+    failed = {i for i, r in results.items() if outcome(r).outcome == "failed"}
+    assert failed and len(failed) <= 100 and {results[i].error for i in failed} == {"api-error"}
+    assert {outcome(results[i]).outcome for i in ids if i not in failed} == {"partitioned"}

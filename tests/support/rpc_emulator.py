@@ -287,9 +287,10 @@ class Emulator(LoopbackServer):
         (e.g. Throttling.User 400, ServiceUnavailable 503, InternalError 500)."""
         self.faults.setdefault(action, deque()).extend([(code, status, when)] * times)
 
-    def mangle_next(self, action: str, change: Callable[[dict], None], times: int = 1) -> None:
-        """The next ``times`` answers to ``action`` are changed in place by ``change`` before they are sent: an
-        answer off the API's model (a field of another type), as a broken or hostile endpoint might give."""
+    def mangle_next(self, action: str, change: Callable[[dict], object], times: int = 1) -> None:
+        """The next ``times`` answers to ``action`` are changed in place by ``change`` before they are sent, or
+        replaced by what it returns when that is not None: an answer off the API's model (a field of another
+        type, a list for the whole answer), as a broken or hostile endpoint might give."""
         with self._lock:
             self.mangle.setdefault(action, deque()).extend([change] * times)
 
@@ -357,7 +358,9 @@ class Emulator(LoopbackServer):
             change = queue.popleft() if queue else None
         if change:
             answer = json.loads(json.dumps(answer))  # a copy: the emulator's own records stay as they were
-            change(answer)
+            replaced = change(answer)
+            if replaced is not None:
+                return 200, replaced
         answer["RequestId"] = uuid.uuid4().hex
         return 200, answer
 
