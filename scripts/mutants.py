@@ -95,6 +95,12 @@ MUTANTS = (
            ("tests/delivery/test_cloud_assistant.py",),
            "one result row whose status is a list raises out of the poll loop: every node of the event, "
            "finished ones included, ends internal-error"),
+    mutant("ssh-output-ends-at-exit-status", "functions/delivery/ssh.py",
+           "                    if channel.eof_received or channel.closed:  # and nothing more can come\n",
+           "                    if True:  # and nothing more can come\n",
+           ("tests/delivery/test_ssh.py",),
+           "the SSH transport stops reading at the exit status, which sshd sends before the rest of the "
+           "node's pipe: a node's result line is lost now and then (no-result)"),
     mutant("blockers-unplaced-process-ignored", "node_bootstrap/commands/planner.py",
            "if p.gi is None or p.gi in doomed_gis",
            "if p.gi in doomed_gis",

@@ -7,7 +7,8 @@ private key comes from a file or from a KMS Secrets Manager secret (functions.cl
 logged. No agent, no key search in ~/.ssh: only the key configured.
 
 Per node: connect (connect, banner and auth timeouts; refused or reset connections are retried with
-backoff, 3 attempts), one exec of the node script; only when the node
+backoff, 3 attempts), one exec of the node script, read to the channel's end of file (the exit status
+comes before the last of the output); only when the node
 reports ``bundle-missing`` an SFTP upload of the bundle (one file, atomically renamed) and a second exec.
 Nothing waits unbounded: the session and SFTP channels open with a timeout, every read and write has
 one, and a per-node watchdog closes the connection at the node's deadline (the runner's deadline plus
@@ -46,6 +47,11 @@ log = logging.getLogger(__name__)
 # every paramiko wait within a second or two, so only a broken watchdog or a paramiko wait nobody can
 # wake would need this. The worker is then left behind (a daemon thread), never waited for.
 JOIN_SLACK_S = 10.0
+# How long the exec channel is read after the node's exit status for what the node wrote before it ended:
+# sshd sends the status as soon as the process ends, and what is still in the process's pipe after it
+# (OpenSSH session.c, session_exit_message). The end of file follows at once, unless something the node
+# left behind holds the pipe open; then what came in this time is the node's output.
+AFTER_EXIT_S = 5.0
 
 
 class SshError(ValueError):
@@ -211,13 +217,20 @@ class SshTransport:
             watch.step = "waiting for the exec request to be answered"
             channel.exec_command(script)
             watch.step = "reading the node's output"
+            exited = None  # when the exit status came
             while not watch.fired and not output.over:
                 if channel.recv_ready():
                     output.add(channel.recv(65536))
                 elif channel.recv_stderr_ready():
                     output.add(channel.recv_stderr(65536), stderr=True)
-                elif channel.exit_status_ready() and not channel.recv_ready() and not channel.recv_stderr_ready():
-                    break
+                elif channel.exit_status_ready():  # the status came, or the channel closed
+                    if channel.eof_received or channel.closed:  # and nothing more can come
+                        break
+                    # Not the end yet: the last of the node's output (its result line) may follow the status.
+                    exited = time.monotonic() if exited is None else exited
+                    if time.monotonic() - exited > AFTER_EXIT_S:
+                        break
+                    time.sleep(0.02)
                 else:
                     time.sleep(0.02)
             if output.over:  # closed below, before the node has said anything more

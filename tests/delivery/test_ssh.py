@@ -246,3 +246,18 @@ def test_whatever_one_node_raises_is_that_nodes_result(sshd, maker, monkeypatch)
     assert done[0].outcome in ("partitioned", "unchanged"), done[0].reason
     assert (done[1].outcome, done[1].code) == ("failed", "internal-error")
     assert done[1].reason == "internal-error: ValueError while reading the node's answer: an answer no rule reads"
+
+
+def test_output_that_comes_after_the_exit_status_is_read(sshd, fake_bundle, tmp_path):
+    """sshd sends the exit status as soon as the node's process ends, before what is still in its pipe
+    (OpenSSH session.c, session_exit_message: "there could be some more data waiting in the pipe"). The
+    transport stopped reading at the exit status: a node that wrote a large result and exited lost its last
+    line now and then (no-result, "exit 0, no output"). Here the last line comes a moment after the exit, so
+    the order is sure: the transport reads on to the channel's end of file."""
+    standin = tmp_path / "py"
+    doc = '{"outcome": "success", "changes": 1, "gpus": [], "sequence": "1g.5gb"}'
+    standin.write_text("#!/bin/sh\n( sleep 1; echo '# a log line'; echo '%s' ) &\nexit 0\n" % doc)
+    standin.chmod(0o755)
+    maker = ScriptMaker(fake_bundle, 30, str(tmp_path / "root"), str(standin))
+    results = make(sshd, maker).run(targets(2))
+    assert [(outcome(r).outcome, r.exit_code) for r in results] == [("partitioned", 0)] * 2, results
