@@ -289,8 +289,8 @@ MUTANTS = (
            "a plan marker written without an answer names a holder that never plans again: the pool's events are "
            "answered coalesced for a run lease and wait for the timer"),
     mutant("stranded-refusal-ends-tick", "functions/rollout/auto_waves.py",
-           "                if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry",
-           "                if True:",
+           "            if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry",
+           "            if True:",
            ("tests/rollout/test_interrupted.py",),
            "one node whose record write is refused (a 422) ends every auto pool's tick in retry, each tick: the "
            "other stranded records never end and no pool's tags are synced"),
@@ -405,4 +405,10 @@ MUTANTS = (
            'brackets = _NOT_BRACKET.sub("", text)',
            ("tests/fuzz/test_reader_rule.py",),
            "a document whose text quotes many brackets (a node's reason) is refused as nested too deeply"),
+    # ---- the CI gate ----
+    mutant("strict-ignores-refused-pools", "functions/commands/invoke.py",
+           'if args.strict and (result.outcome == "retry" or result.refused_pools',
+           'if args.strict and (result.outcome == "retry"',
+           ("tests/rollout/test_labelled_pool_refused.py",),
+           "invoke --strict exits 0 while a pool ACK refused to list was never decided beside others that were"),
 )
