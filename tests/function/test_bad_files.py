@@ -105,12 +105,17 @@ def test_a_huge_kubeconfig_or_token_file_is_refused_without_reading_it_whole(tmp
     big = tmp_path / "big"
     big.write_text("token: " + "a" * (5 << 20) + "\n")
     assert "larger than 4096 KiB" in _usage_error(str(big))
-    doc = copy.deepcopy(GOOD)
-    doc["users"][0]["user"] = {"tokenFile": "/dev/zero"}
-    conf = tmp_path / "k"
-    conf.write_text(yaml.safe_dump(doc))
-    with pytest.raises(SettingsError, match=r"tokenFile /dev/zero is larger than 1024 KiB"):
-        checked_kubeconfig(str(conf))
+    token = tmp_path / "token"
+    with open(str(token), "wb") as out:  # sparse: 2 MiB that read as zeros, never written
+        out.truncate(2 << 20)
+    # a device such as /dev/zero never ends: refused for what it is before any read (localfile.read_file)
+    for path, said in ((str(token), "is larger than 1024 KiB"), ("/dev/zero", "not a regular file but a device")):
+        doc = copy.deepcopy(GOOD)
+        doc["users"][0]["user"] = {"tokenFile": path}
+        conf = tmp_path / "k"
+        conf.write_text(yaml.safe_dump(doc))
+        with pytest.raises(SettingsError, match=r"tokenFile %s.*%s" % (re.escape(path), said)):
+            checked_kubeconfig(str(conf))
 
 
 @pytest.mark.parametrize("secret_line", ["    token:\n      eyJhbGciOiJSUzI1NiJ9.SecretPayloadPart\n",
