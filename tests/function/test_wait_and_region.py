@@ -5,6 +5,7 @@ the region comes from ``ALIBABA_CLOUD_REGION_ID`` or the aliyun CLI profile when
 
 import json
 import os
+import time
 
 import pytest
 
@@ -103,6 +104,50 @@ def test_a_poll_longer_than_the_time_left_never_sleeps_past_the_deadline(deploye
     code, _, err = run(capsys, "wait", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--poll", "45",
                        "--timeout", "1")
     assert now[0] == 60 and code == 1 and "still UPDATE_IN_PROGRESS" in err
+
+
+LEFT_S = 2.0  # real seconds of --timeout left when ROS turns slow
+MARGIN_S = 1.5  # past the deadline: the Guard's timer, the SDK unwinding the cut call, the exit (a loaded machine)
+
+
+@pytest.mark.parametrize("slow", ["late", "drip"])
+def test_a_slow_ros_never_holds_wait_past_its_deadline(deployed, capsys, monkeypatch, slow):
+    """The poll made with 2 s of --timeout left meets a ROS that answers 8 s late, or drips its answer:
+    the call is cut at the deadline and none is tried after it, so wait ends within the margin (the
+    deadline fires the Guard at once; what is left is unwinding). Each try had its own 30 s and up to
+    three tries plus back-off: a round of polls ran minutes past --timeout."""
+    ros, stack = deployed
+    ros.steps = 10 ** 6  # an operation that does not end
+    ros._start(stack, "UPDATE")
+    from functions.commands import deploy
+    from functions.commands.stack.ros import Stacks
+
+    skipped, armed = [0.0], []  # the clock runs in real time, plus what the pause skipped
+
+    def pause(seconds):  # the first pause skips to LEFT_S before the deadline, then ROS turns slow
+        skipped[0] += seconds
+        if not armed:
+            armed.append((time.monotonic(), ros.calls("GetStack")))
+            if slow == "late":
+                ros.answer_late_next("GetStack", 8)
+            else:
+                ros.drip_interval_s, ros.drip_life_s = 0.25, 8
+                ros.drip = lambda method, path: True
+
+    def stacks_for(args, keys):
+        from functions.base import settings
+
+        return Stacks(args.region, keys, settings.parse_endpoint(settings.environment(), settings.ROS_ENDPOINT),
+                      sleep=pause, clock=lambda: time.monotonic() + skipped[0])
+
+    monkeypatch.setattr(deploy, "stacks_for", stacks_for)
+    code, _, err = run(capsys, "wait", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--poll", str(60 - LEFT_S),
+                       "--timeout", "1")
+    ended = time.monotonic()
+    (since, polls), = armed
+    assert ended - since < LEFT_S + MARGIN_S, ended - since
+    assert code == 1 and "still UPDATE_IN_PROGRESS after 60 s" in error_text(err[err.index("ack-mig-hook: error:"):])
+    assert ros.calls("GetStack") <= polls + 1  # the cut try alone: none started after the deadline
 
 
 # ---- the region ----

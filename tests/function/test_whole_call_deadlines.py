@@ -170,6 +170,28 @@ def test_the_ros_stack_status_read_ends_each_attempt_at_its_timeout_whatever_the
     assert "GetStack" in str(info.value) and "no complete answer within 1s" in str(info.value)
 
 
+def test_a_ros_call_inside_a_wait_gets_at_most_the_time_left_whatever_the_peer_drips():
+    """A call a wait makes (its ``end``): 1.5 s left, 1 s per try. The first try is cut at its 1 s, the
+    back-off sleeps only what is left, the second try is cut at the deadline (0.5 s), and no third starts:
+    three whole tries and their back-off would run past the wait's --timeout."""
+    from functions.base.settings import Endpoint
+    from functions.commands.stack.credentials import Keys
+    from functions.commands.stack.ros import Stacks, StackError
+
+    pauses = []
+    with Drip(life_s=15, interval_s=0.25) as drip:
+        stacks = Stacks("cn-beijing", Keys("ak", "secret", None), Endpoint("127.0.0.1:%d" % drip.port, "http"),
+                        timeout_s=1, sleep=pauses.append)
+        started = time.monotonic()
+        with pytest.raises(StackError) as info:
+            stacks.get("6b2a7f4e-0000-4000-8000-000000000001", started + 1.5)
+        elapsed = time.monotonic() - started
+        assert drip.accepted == 2
+    assert 1.4 < elapsed < 3, elapsed
+    assert len(pauses) == 2 and 0 < pauses[0] <= 0.5 and pauses[1] == 0, pauses
+    assert "GetStack" in str(info.value) and "no complete answer within 0." in str(info.value)  # what was left
+
+
 def test_the_sts_account_lookup_ends_at_its_timeout_whatever_the_peer_drips():
     from functions.base.settings import Endpoint
     from functions.commands.stack.credentials import AccountUnknown, Keys, account_id

@@ -81,31 +81,55 @@ class Stacks:
 
         urllib3_guarded(urllib3)
 
-    def _attempt(self, fn: Callable[[], Any]) -> Any:
+    def _attempt(self, fn: Callable[[], Any], end: Optional[float] = None) -> Any:
         """``fn()``, again after a transient failure (a lost connection, a read timeout, throttling, a 5xx), at
         most ATTEMPTS times with a growing pause. ``fn`` sends the same request object each time, so a
-        CreateStack or UpdateStack retried carries the same ClientToken and ROS treats it as one operation."""
+        CreateStack or UpdateStack retried carries the same ClientToken and ROS treats it as one operation.
+
+        ``end`` (on this client's clock): the deadline of the wait the call is made in. Each try is then cut
+        at the time left (its whole-call Guard, and the SDK's connect and read timeouts with it: the Guard
+        only reaches a socket once it is connected), a back-off sleeps at most that, and no try starts once
+        it has passed, so a slow ROS cannot hold a wait a round of tries (3 x 30 s and the pauses) past
+        its --timeout. A call the deadline ended is told from one that failed before it by the clock
+        (:meth:`_poll`)."""
+        failure: Optional[BaseException] = None
         for attempt in range(1, ATTEMPTS + 1):
-            guard = Guard(self._timeout_s)  # the whole attempt: the SDK's read timeout restarts at every byte
+            bound = self._timeout_s if end is None else min(self._timeout_s, end - self._clock())
+            if bound <= 0:
+                raise failure or TimeoutError("the wait's deadline passed before the call") from None
+            self._runtime.connect_timeout = self._runtime.read_timeout = max(1, int(bound * 1000))
+            guard = Guard(bound)  # the whole attempt: the SDK's read timeout restarts at every byte
             try:
                 with guard:
                     return fn()
             except Exception as exc:  # the SDK's exception types vary by version; code and message are common
                 if guard.fired:  # cut at the attempt's bound: transient, like a read timeout
-                    exc = TimeoutError("no complete answer within %ds" % self._timeout_s)
+                    exc = TimeoutError("no complete answer within %gs" % round(bound, 1))
                 if attempt == ATTEMPTS or not (guard.fired or _transient(exc)):
                     raise exc from None
-                self._sleep(float(attempt))
+                failure = exc
+                self._pause(float(attempt), end)
         raise AssertionError("unreachable")
 
-    def _pause(self, poll_s: float, end: float) -> None:
-        """The sleep between two polls, cut to the time left: the last poll is at the deadline, not a whole
-        --poll past it."""
-        self._sleep(min(poll_s, max(0.0, end - self._clock())))
+    def _pause(self, pause_s: float, end: Optional[float]) -> None:
+        """A sleep cut to the time left before ``end`` (None: no deadline): a wait's pause between two polls,
+        or a back-off between two tries of a call in it, ends at the deadline, not a whole --poll past it."""
+        self._sleep(pause_s if end is None else min(pause_s, max(0.0, end - self._clock())))
 
-    def _call(self, action: str, fn: Callable[[], Any]) -> Dict[str, Any]:
+    def _poll(self, read: Callable[[], Any], end: float, overdue: Callable[[], StackError]) -> Any:
+        """One look of a wait, ``read()`` (its calls given ``end``): a call that failed once the deadline had
+        passed (cut at it, or not started) ends the wait as the deadline does, with ``overdue()``; one that
+        failed before it is ROS's answer and raised as such."""
         try:
-            response = self._attempt(fn)
+            return read()
+        except StackError:
+            if self._clock() < end:
+                raise
+            raise overdue() from None
+
+    def _call(self, action: str, fn: Callable[[], Any], end: Optional[float] = None) -> Dict[str, Any]:
+        try:
+            response = self._attempt(fn, end)
         except Exception as exc:  # the SDK's exception types vary by version; code and message are common
             raise StackError("ROS %s failed: %s: %s" % (action, _code(exc), _message(exc)), _code(exc)) from None
         return response.body.to_map() if response.body is not None else {}
@@ -127,23 +151,24 @@ class Stacks:
                 return None
         return None
 
-    def get(self, stack_id: str) -> Optional[Dict[str, Any]]:
+    def get(self, stack_id: str, end: Optional[float] = None) -> Optional[Dict[str, Any]]:
         from alibabacloud_ros20190910 import models
 
         try:  # through _attempt like every call: the poll of each wait, bounded whatever the peer drips
             response = self._attempt(lambda: self._client.get_stack_with_options(
-                models.GetStackRequest(region_id=self.region, stack_id=stack_id), self._runtime))
+                models.GetStackRequest(region_id=self.region, stack_id=stack_id), self._runtime), end)
         except Exception as exc:
             if _code(exc) == "StackNotFound":
                 return None
             raise StackError("ROS GetStack failed: %s: %s" % (_code(exc), _message(exc)), _code(exc)) from None
         return response.body.to_map() if response.body is not None else {}
 
-    def events(self, stack_id: str) -> List[Dict[str, Any]]:
+    def events(self, stack_id: str, end: Optional[float] = None) -> List[Dict[str, Any]]:
         from alibabacloud_ros20190910 import models
 
         body = self._call("ListStackEvents", lambda: self._client.list_stack_events_with_options(
-            models.ListStackEventsRequest(region_id=self.region, stack_id=stack_id, page_size=50), self._runtime))
+            models.ListStackEventsRequest(region_id=self.region, stack_id=stack_id, page_size=50), self._runtime),
+            end)
         return list(body.get("Events") or [])
 
     def resources(self, stack_id: str) -> List[Dict[str, Any]]:
@@ -236,11 +261,11 @@ class Stacks:
         return self._call("CreateChangeSet", lambda: self._client.create_change_set_with_options(
             request, self._runtime))["ChangeSetId"]
 
-    def change_set(self, change_set_id: str) -> Dict[str, Any]:
+    def change_set(self, change_set_id: str, end: Optional[float] = None) -> Dict[str, Any]:
         from alibabacloud_ros20190910 import models
 
         return self._call("GetChangeSet", lambda: self._client.get_change_set_with_options(
-            models.GetChangeSetRequest(region_id=self.region, change_set_id=change_set_id), self._runtime))
+            models.GetChangeSetRequest(region_id=self.region, change_set_id=change_set_id), self._runtime), end)
 
     def delete_change_set(self, change_set_id: str) -> None:
         from alibabacloud_ros20190910 import models
@@ -252,13 +277,19 @@ class Stacks:
         """GetChangeSet until it leaves ``CREATE_PENDING`` / ``CREATE_IN_PROGRESS`` (ListChangeSets reference:
         CREATE_PENDING, CREATE_IN_PROGRESS, CREATE_COMPLETE, CREATE_FAILED, ...). Raises at the deadline."""
         end = self._clock() + deadline_s
+        status = "CREATE_PENDING"  # until ROS answers: what CreateChangeSet left
+
+        def overdue() -> StackError:
+            return StackError("ROS change set %s still %s after %d s; rerun later" % (change_set_id, status,
+                                                                                      deadline_s))
+
         while True:
-            found = self.change_set(change_set_id)
-            if found.get("Status") not in ("CREATE_PENDING", "CREATE_IN_PROGRESS"):
+            found = self._poll(lambda: self.change_set(change_set_id, end), end, overdue)
+            status = found.get("Status")
+            if status not in ("CREATE_PENDING", "CREATE_IN_PROGRESS"):
                 return found
             if self._clock() >= end:
-                raise StackError("ROS change set %s still %s after %d s; rerun later" % (
-                    change_set_id, found.get("Status"), deadline_s))
+                raise overdue()
             self._pause(poll_s, end)
 
     def delete(self, stack_id: str) -> None:
@@ -274,10 +305,16 @@ class Stacks:
         stack, None once deleted. Raises StackError at the deadline."""
         end = self._clock() + deadline_s
         seen = set(before or ())
-        while True:
-            stack = self.get(stack_id)
+        status = "in progress"  # until ROS answers: the operation the caller started or found
+
+        def overdue() -> StackError:
+            return StackError("stack %s still %s after %d s; watch it in the ROS console or rerun to keep "
+                              "waiting" % (stack_id, status, deadline_s))
+
+        while True:  # every call in the loop gets at most the time left (_attempt's end)
+            stack = self._poll(lambda: self.get(stack_id, end), end, overdue)
             try:
-                fresh = [e for e in reversed(self.events(stack_id)) if e.get("EventId") not in seen]
+                fresh = [e for e in reversed(self.events(stack_id, end)) if e.get("EventId") not in seen]
             except StackError:
                 fresh = []  # progress is a courtesy; the stack's status decides
             for event in fresh:
@@ -287,9 +324,9 @@ class Stacks:
                                          (": " + reason) if reason else ""))
             if stack is None or not str(stack.get("Status", "")).endswith("_IN_PROGRESS"):
                 return stack
+            status = stack.get("Status")
             if self._clock() >= end:
-                raise StackError("stack %s still %s after %d s; watch it in the ROS console or rerun to keep "
-                                 "waiting" % (stack_id, stack.get("Status"), deadline_s))
+                raise overdue()
             self._pause(poll_s, end)
 
 
