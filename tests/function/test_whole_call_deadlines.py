@@ -131,9 +131,16 @@ def test_an_sdk_call_over_https_is_cut_inside_tls(tmp_path, tls, monkeypatch):
     assert "no complete answer to get_bucket_info within 1s" in str(info.value)
 
 
-def test_the_ros_stack_calls_end_each_attempt_at_their_timeout_whatever_the_peer_drips():
+@pytest.mark.parametrize("call, action", [
+    (lambda stacks: stacks.find("ack-mig-hook"), "ListStacks"),
+    # GetStack is what deploy's, undeploy's and ``wait``'s wait loop polls: it went straight to the SDK, outside
+    # the attempt's bound, and a dripping peer held it for the drip's whole life (``wait --timeout`` not kept)
+    (lambda stacks: stacks.get("6b2a7f4e-0000-4000-8000-000000000001"), "GetStack"),
+], ids=["find", "get"])
+def test_the_ros_stack_calls_end_each_attempt_at_their_timeout_whatever_the_peer_drips(call, action):
     """deploy/undeploy/doctor's ROS client (functions/commands/stack/ros.py, the Tea SDK through requests):
-    three attempts, each cut at 1 s, then a StackError that says so."""
+    three attempts, each cut at 1 s, then a StackError that says so, for the stack lookup and the status read
+    alike."""
     from functions.base.settings import Endpoint
     from functions.commands.stack.credentials import Keys
     from functions.commands.stack.ros import Stacks, StackError
@@ -143,31 +150,11 @@ def test_the_ros_stack_calls_end_each_attempt_at_their_timeout_whatever_the_peer
                         timeout_s=1, sleep=lambda s: None)
         started = time.monotonic()
         with pytest.raises(StackError) as info:
-            stacks.find("ack-mig-hook")
+            call(stacks)
         elapsed = time.monotonic() - started
         assert drip.accepted == 3
     assert 2.5 < elapsed < 7, elapsed
-    assert "ListStacks" in str(info.value) and "no complete answer within 1s" in str(info.value)
-
-
-def test_the_ros_stack_status_read_ends_each_attempt_at_its_timeout_whatever_the_peer_drips():
-    """GetStack is what deploy's, undeploy's and ``wait``'s wait loop polls: it went straight to the SDK,
-    outside the attempt's bound, and a dripping peer held it for the drip's whole life (so ``wait
-    --timeout`` was not kept). Now three attempts, each cut at 1 s, as every other ROS call."""
-    from functions.base.settings import Endpoint
-    from functions.commands.stack.credentials import Keys
-    from functions.commands.stack.ros import Stacks, StackError
-
-    with Drip(life_s=15, interval_s=0.25) as drip:
-        stacks = Stacks("cn-beijing", Keys("ak", "secret", None), Endpoint("127.0.0.1:%d" % drip.port, "http"),
-                        timeout_s=1, sleep=lambda s: None)
-        started = time.monotonic()
-        with pytest.raises(StackError) as info:
-            stacks.get("6b2a7f4e-0000-4000-8000-000000000001")
-        elapsed = time.monotonic() - started
-        assert drip.accepted == 3
-    assert 2.5 < elapsed < 7, elapsed
-    assert "GetStack" in str(info.value) and "no complete answer within 1s" in str(info.value)
+    assert action in str(info.value) and "no complete answer within 1s" in str(info.value)
 
 
 def test_a_ros_call_inside_a_wait_gets_at_most_the_time_left_whatever_the_peer_drips():
