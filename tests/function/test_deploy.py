@@ -429,18 +429,21 @@ def test_an_upgrade_of_an_ssh_stack_without_known_hosts_is_refused_before_it_dro
     assert zipfile.ZipFile(io.BytesIO(data)).read("known_hosts") == known.read_bytes()
 
 
+def foreign_stacks(ros) -> str:
+    """Two stacks of the region that are not this cluster's: ``st-other`` serving another cluster (returned)
+    under the default name it would have, and ``st-vpc`` named ``network`` with no ClusterId parameter."""
+    other = "c" + "0" * 32
+    ros.put_stack("st-other", "ack-mig-hook-" + other, ClusterId=other)
+    ros.put_stack("st-vpc", "network", VpcName="prod")
+    return other
+
+
 def test_a_stack_name_of_another_cluster_or_of_no_cluster_is_never_updated(cloud, capsys, tmp_path):
     """``deploy --stack-name`` naming a stack that serves another cluster would move it (and its function) to
     this one; one that is no ack-mig-hook stack would lose every resource to template.yml's. Both stop before
     anything is built or uploaded."""
     ros, oss = cloud
-    other = "c" + "0" * 32
-    ros.stacks["st-other"] = {"StackId": "st-other", "StackName": "ack-mig-hook-" + other, "Status": "CREATE_COMPLETE",
-                              "RegionId": "cn-beijing", "_events": [], "_template": "",
-                              "Parameters": [{"ParameterKey": "ClusterId", "ParameterValue": other}]}
-    ros.stacks["st-vpc"] = {"StackId": "st-vpc", "StackName": "network", "Status": "CREATE_COMPLETE",
-                            "RegionId": "cn-beijing", "_events": [], "_template": "",
-                            "Parameters": [{"ParameterKey": "VpcName", "ParameterValue": "prod"}]}
+    other = foreign_stacks(ros)
     code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--stack-name", "ack-mig-hook-" + other))
     assert code == 6 and "serves cluster %s, not %s" % (other, CLUSTER) in error_text(err), err
     code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps2")), "--stack-name", "network"))

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from functions.decision import waves
-from tests.function.test_deploy import CLUSTER, cloud, deploy_args, make_deps, run  # noqa: F401
+from tests.function.test_deploy import CLUSTER, cloud, deploy_args, foreign_stacks, make_deps, run  # noqa: F401
 from tests.support.cli_errors import error_text
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
@@ -110,9 +110,7 @@ def test_a_stack_of_the_old_default_name_is_found_only_for_its_own_cluster(cloud
     """Two clusters in one region never share a default name; a stack deployed when the default was plain
     ack-mig-hook is still found by its own cluster (its ClusterId parameter), never by another."""
     ros, _ = cloud
-    ros.stacks["st-old"] = {"StackId": "st-old", "StackName": "ack-mig-hook", "Status": "CREATE_COMPLETE",
-                            "RegionId": "cn-beijing", "_events": [], "_template": "",
-                            "Parameters": [{"ParameterKey": "ClusterId", "ParameterValue": CLUSTER}]}
+    ros.put_stack("st-old", "ack-mig-hook", ClusterId=CLUSTER)
     other = "c" + "0" * 32
     code, out, _ = run(capsys, "undeploy", "--region", "cn-beijing", "--cluster-id", other, "--json", "--dry-run")
     assert code == 0 and json.loads(out)["status"] == "absent" and json.loads(out)["stack"] == "ack-mig-hook-" + other
@@ -125,13 +123,7 @@ def test_a_stack_name_that_serves_another_cluster_or_no_cluster_is_never_deleted
     command deletes another cluster's function (after checking the wrong cluster's nodes for a rollout); a
     stack with no ClusterId parameter is not one deploy made, and is never deleted."""
     ros, _ = cloud
-    other = "c" + "0" * 32
-    ros.stacks["st-other"] = {"StackId": "st-other", "StackName": "ack-mig-hook-" + other, "Status": "CREATE_COMPLETE",
-                              "RegionId": "cn-beijing", "_events": [], "_template": "",
-                              "Parameters": [{"ParameterKey": "ClusterId", "ParameterValue": other}]}
-    ros.stacks["st-vpc"] = {"StackId": "st-vpc", "StackName": "network", "Status": "CREATE_COMPLETE",
-                            "RegionId": "cn-beijing", "_events": [], "_template": "",
-                            "Parameters": [{"ParameterKey": "VpcName", "ParameterValue": "prod"}]}
+    other = foreign_stacks(ros)
     code, _, err = run(capsys, *UNDEPLOY, "--stack-name", "ack-mig-hook-" + other, "--yes")
     text = error_text(err)
     assert code == 6 and "serves cluster %s, not %s" % (other, CLUSTER) in text, err

@@ -113,6 +113,15 @@ class RosEmulator(CsEmulator):
         self._late: Dict[str, List[float]] = {}
         self.change_sets: Dict[str, Dict[str, Any]] = {}  # id -> change set (deleted ones are removed)
 
+    def put_stack(self, stack_id: str, name: str, **parameters: str) -> Dict[str, Any]:
+        """A finished stack made outside the emulator (another cluster's, one deploy never made), with
+        ``parameters`` as its ParameterKey -> ParameterValue."""
+        self.stacks[stack_id] = {"StackId": stack_id, "StackName": name, "Status": "CREATE_COMPLETE",
+                                 "RegionId": "cn-beijing", "_events": [], "_template": "",
+                                 "Parameters": [{"ParameterKey": k, "ParameterValue": v}
+                                                for k, v in parameters.items()]}
+        return self.stacks[stack_id]
+
     def answer_late_next(self, action: str, seconds: float) -> None:
         with self._lock:
             self._late.setdefault(action, []).append(seconds)
