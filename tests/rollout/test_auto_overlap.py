@@ -198,6 +198,15 @@ def test_without_the_dwell_the_same_demand_repartitions_at_once(cluster):
     assert [n for n, _ in again.requests] == ["auto-a"]  # the thrash the dwell stops
 
 
+def add_two_a(api, pool="np-two"):
+    """``two-a``, the second auto pool's node: one A100 as one idle 7g.40gb."""
+    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": pool, "nvidia.com/mig.config.state": "success",
+                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
+                                  "aliyun.accelerator/nvidia_count": "1"},
+                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
+                 capacity={"nvidia.com/mig-7g.40gb": "1"})
+
+
 def two_pools():
     """The test pool and a second auto pool ``np-two`` with one node of its own."""
     from functions.cloud.cluster import InventoryLookup
@@ -215,11 +224,7 @@ def two_pools():
 def test_another_pool_is_planned_while_one_is_claimed(cluster):
     api = cluster.api
     add_auto_nodes(api, NAMES[:1])
-    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": "np-two", "nvidia.com/mig.config.state": "success",
-                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
-                                  "aliyun.accelerator/nvidia_count": "1"},
-                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
-                 capacity={"nvidia.com/mig-7g.40gb": "1"})
+    add_two_a(api)
     waiting(api, 2)
     with api.lock:  # they select the second pool: its demand (pods either pool could take are the first's)
         for i in range(2):
@@ -496,11 +501,7 @@ def test_a_pod_two_auto_pools_could_take_is_planned_in_one(cluster):
     (Found by an audit of the docs' promises.)"""
     api = cluster.api
     add_auto_nodes(api, NAMES[:1])  # auto-a in the test pool: one idle 7g.40gb
-    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": "np-two", "nvidia.com/mig.config.state": "success",
-                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
-                                  "aliyun.accelerator/nvidia_count": "1"},
-                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
-                 capacity={"nvidia.com/mig-7g.40gb": "1"})
+    add_two_a(api)
     waiting(api, 2)  # two 3g.20gb pods without a selector: either pool's GPU serves both
     transport = PerGpuNodes(api)
     result = tick(cluster, transport, lookup=two_pools())
@@ -519,11 +520,7 @@ def test_a_tick_of_one_pool_leaves_alone_the_pods_an_earlier_pool_counts(cluster
                                    "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
                                    "aliyun.accelerator/nvidia_count": "1"},
                  annotations={"ack-mig-hook/gpu-layouts": three}, capacity={"nvidia.com/mig-3g.20gb": "2"})
-    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": "np-two", "nvidia.com/mig.config.state": "success",
-                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
-                                  "aliyun.accelerator/nvidia_count": "1"},
-                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
-                 capacity={"nvidia.com/mig-7g.40gb": "1"})
+    add_two_a(api)
     waiting(api, 2)  # two 3g.20gb pods without a selector: the first pool's idle instances serve both
     assert POOL < "np-two"
     whole = PerGpuNodes(api)
@@ -694,11 +691,7 @@ def test_pods_read_again_that_an_earlier_pool_counts_stay_its_demand(cluster):
     later pool planned it, and repartitioned its GPU for a pod the earlier pool's own plan takes too."""
     api = cluster.api
     add_auto_nodes(api, NAMES[:1])  # np-mig, the earlier pool: auto-a, an idle 7g.40gb
-    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": "np-two", "nvidia.com/mig.config.state": "success",
-                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
-                                  "aliyun.accelerator/nvidia_count": "1"},
-                 annotations={"ack-mig-hook/gpu-layouts": json.dumps({"0": [["7g.40gb", 0]]})},
-                 capacity={"nvidia.com/mig-7g.40gb": "1"})
+    add_two_a(api)
     waiting(api, 1)
     with api.lock:  # serve-0 selects np-two: that pool's demand alone
         api.pods[("llm", "serve-0")]["spec"]["nodeSelector"] = {"alibabacloud.com/nodepool-id": "np-two"}

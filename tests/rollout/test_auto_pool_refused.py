@@ -22,12 +22,12 @@ from functions.delivery.node_executor import DeliveryExecutor
 from functions.pipeline.event import run_event
 from tests.function.conftest import AK, SECRET, TOKEN, no_proxy  # noqa: F401  (fixture)
 from tests.rollout.conftest import CLUSTER, POOL
+from tests.rollout.test_auto_overlap import add_two_a
 from tests.rollout.test_auto_rollout import TICK, PerGpuNodes, add_auto_nodes, waiting
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 
 TWO = "np-two"
-SEVEN = json.dumps({"0": [["7g.40gb", 0]]})
 
 
 @pytest.fixture
@@ -63,10 +63,7 @@ def run(cluster, ack, transport, event=TICK, logs=None):
 
 def two_nodes(api):
     add_auto_nodes(api, ["auto-a"])  # the test pool: an idle 7g.40gb
-    api.add_node("two-a", labels={"alibabacloud.com/nodepool-id": TWO, "nvidia.com/mig.config.state": "success",
-                                  "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
-                                  "aliyun.accelerator/nvidia_count": "1"},
-                 annotations={"ack-mig-hook/gpu-layouts": SEVEN}, capacity={"nvidia.com/mig-7g.40gb": "1"})
+    add_two_a(api, TWO)
 
 
 def select(api, pool, names=("serve-0", "serve-1")):
