@@ -183,7 +183,8 @@ def test_stack_check_failed_stack_and_missing_triggers():
 
 def test_a_stack_named_that_serves_another_cluster_is_a_problem_not_ok(cloud, capsys):
     """``--stack-name`` may name any stack: one of another cluster is complete and has its triggers, and
-    still no event of this cluster reaches a function that serves it."""
+    still no event of this cluster reaches a function that serves it; one with no ClusterId is no stack
+    deploy made."""
     emulator, _, ros, _, kubeconfig = cloud
     other = "c" + "0" * 32
     ros.stacks["st-2"] = dict(ros.stacks["st-1"], StackId="st-2", StackName="ack-mig-hook-" + other,
@@ -192,6 +193,11 @@ def test_a_stack_named_that_serves_another_cluster_is_a_problem_not_ok(cloud, ca
     stack = [c for c in json.loads(out)["checks"] if c["area"] == "stack"]
     assert code == 1 and [c["status"] for c in stack] == ["PROBLEM"], err
     assert "serves cluster %s, not %s" % (other, emulator.cluster_id) in stack[0]["text"]
+    ros.put_stack("st-vpc", "network", VpcName="prod")  # no ClusterId: not a stack deploy made
+    code, out, err = doctor_run(capsys, emulator, kubeconfig, "--json", "--stack-name", "network")
+    stack = [c for c in json.loads(out)["checks"] if c["area"] == "stack"]
+    assert code == 1 and [c["status"] for c in stack] == ["PROBLEM"], err
+    assert "has no ClusterId parameter: not a stack ack-mig-hook deploy made" in stack[0]["text"]
 
 
 # ---- the way to the API server ----
