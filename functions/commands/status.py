@@ -529,6 +529,12 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[f
     auto = _auto_pools(view, watched, pools)
     failure = watched.failure if watched is not None else None
     error = " ".join(str(failure).split())[:300] if failure is not None else None
+    if now is None and view is not None and error is None:
+        # The records' ages on the clock they were written on (the API server's, functions.rollout.run.cluster_clock),
+        # not the operator's laptop's; a snapshot's nodes have none: the time here, as before.
+        from functions.kube.leases import cluster_now
+
+        now = cluster_now(view.backend)
     status = summarize(result, pools, None if error else known, settings.autoscaler_tags, error, now)
     # A live API server only (a KubeApi knows whether it is ``connected``): a snapshot's nodes hold no record.
     if view is not None and error is None and hasattr(getattr(view.backend, "backend", view.backend), "connected"):

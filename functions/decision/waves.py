@@ -71,8 +71,11 @@ _COUNT = re.compile(r"^[0-9]{1,4}\Z")
 MAX_PROGRESS_TEXT = 4096
 # The latest wall-clock time a record may name (2100-01-01): a time beyond it is not one this hook wrote.
 MAX_EPOCH = 4102444800.0
-# How far ahead of this invocation's clock another's may be and its hold still count (FC's instances keep
-# NTP time: seconds apart at most); beyond one run lease and this, a hold is not one a live run wrote.
+# How far past one run lease from ``now`` a hold may name and still count. Records are written and judged on
+# the API server's clock (functions.rollout.run.cluster_clock), so the writer's ``now`` and the reader's
+# differ only by how each read it (the whole-second Date of an answer, the time since) and, for a record an
+# older version wrote on FC's NTP-kept clock, by seconds; beyond one run lease and this, a hold is not one a
+# live run wrote.
 CLOCK_MARGIN_S = 60.0
 _PERCENT = re.compile(r"^([0-9]{1,3})%\Z")
 
@@ -90,9 +93,9 @@ class Progress:
     target: str
     step: str
     cordoned: bool = False  # this rollout cordoned the node (so it uncordons it); False: someone else did
-    since: float = 0.0  # wall-clock time the drain started (the drain deadline spans invocations)
+    since: float = 0.0  # when the drain started, on the API server's clock as every time here (epoch seconds)
     reason: str = ""
-    # The invocation working on the node and the wall-clock time by which it is over (its start plus the
+    # The invocation working on the node and the time (the API server's) by which it is over (its start plus the
     # longest a run can take): until then no other invocation touches the node, since FC may run the timer
     # and an event, or a retried event, at the same time; after it, the record is a killed run's to resume.
     owner: str = ""

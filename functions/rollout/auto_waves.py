@@ -61,7 +61,7 @@ def prepare_auto(changes: Sequence[Tuple[Any, Decision, Sequence[Any]]], pool_si
     Returns the decisions (a pool whose ``max-unavailable`` label is wrong: one error on its first node, the
     others skipped, as a labelled pool) and the rollout that carries them. ``owner``: the invocation's id
     (the tick's planning claims carry it too); new when empty."""
-    owner, now = owner or uuid.uuid4().hex[:12], run.clock()
+    owner, now = owner or uuid.uuid4().hex[:12], run.cluster_clock(kube)()  # the API server's
     expires = now + run.run_lease_s(settings)
     waves: Dict[str, WaveNode] = {}
     out: List[Decision] = []
@@ -111,8 +111,11 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
 
     from functions.rollout.pool_lease import PoolBudget
 
-    budget = PoolBudget(kube, owner, run.clock, run.run_lease_s(settings))
-    now, lines = run.clock(), []
+    # A record is judged on the cluster's clock it was written on (run.cluster_clock), not this tick's: a tick
+    # whose clock ran ahead ended a live run's record under it, and the slot below is judged on it too.
+    clock = run.cluster_clock(kube)
+    budget = PoolBudget(kube, owner, clock, run.run_lease_s(settings))
+    now, lines = clock(), []
     for obj in nodes:
         node = rp.KubeNode.from_object(obj)
         p = node.progress

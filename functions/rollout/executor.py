@@ -121,6 +121,8 @@ class RolloutExecutor:
 
     def __init__(self, inner: Any, rollout: Any, clock: Callable[[], float], sleep: Callable[[float], None],
                  on_result: Optional[Callable[[dict], None]] = None) -> None:
+        # ``clock``: the rollout's (``functions.rollout.run.cluster_clock``, the API server's): every record's
+        # ``since`` and ``expires`` and every hold judged here are on the one clock all invocations share.
         self.inner, self.rollout, self.kube = inner, rollout, rollout.kube
         self.clock, self.sleep = clock, sleep
         self.on_result = on_result or (lambda result: None)

@@ -37,8 +37,10 @@ CAS_ATTEMPTS = 8  # lease writes in a row that may meet another writer's newer v
 
 
 class PoolBudget:
-    """Slots of the pools' budgets for one invocation (``owner``). ``clock``: the invocation's wall-clock
-    seconds; ``lease_s``: the run lease (``functions.rollout.run.run_lease_s``), the longest a slot holds."""
+    """Slots of the pools' budgets for one invocation (``owner``). ``clock``: the clock the caller's times
+    (``take``'s ``expires``) are on: the invocation's wall clock, or the rollout's, which is the cluster's
+    already (``functions.rollout.run.cluster_clock``); ``lease_s``: the run lease
+    (``functions.rollout.run.run_lease_s``), the longest a slot holds."""
 
     def __init__(self, kube: Any, owner: str, clock: Callable[[], float], lease_s: float,
                  namespace: str = EVENT_NAMESPACE) -> None:
@@ -106,14 +108,13 @@ class PoolBudget:
 
     def release(self, pool_id: str, node: str, holder: str = "") -> bool:
         """Give ``node``'s slot back: this run's, or with ``holder`` the slot of that run, which ended without
-        giving it back (``functions.rollout.auto_waves.finish_stranded`` ends its record), and only once it has
-        run out on the cluster's clock: the record was judged on the invocation's, and until the slot runs out
-        that run may still be alive and its slot counts. Another run's slot on the node (one that took the node
-        over) stays. Whether a slot was given back. A failure is logged, not raised: this run's slot expires
-        with its lease, a node its holder visibly ended no longer counts meanwhile, and an expired slot counts
-        for nothing (the next slot taken in the pool drops it). A 409 reads the Lease again and judges the slot
-        again, at most ``CAS_ATTEMPTS`` times: the Lease also carries the planning claim and the other nodes'
-        slots, whose writes conflict without touching this one."""
+        giving it back (``functions.rollout.auto_waves.finish_stranded`` ends its record), and only once it has run
+        out on the cluster's clock (the one the record ran out on): until then that run may still be alive and its
+        slot counts. Another run's slot on the node (one that took the node over) stays. Whether a slot was given
+        back. A failure is logged, not raised: this run's slot expires with its lease, a node its holder visibly
+        ended no longer counts meanwhile, and an expired slot counts for nothing (the next slot taken in the pool
+        drops it). A 409 reads the Lease again and judges the slot again, at most ``CAS_ATTEMPTS`` times: the Lease
+        also carries the planning claim and the other nodes' slots, whose writes conflict without touching this one."""
         owner = holder or self.owner
         try:
             for _ in range(CAS_ATTEMPTS):

@@ -40,16 +40,34 @@ from node_bootstrap.mig import MigInputError, PartitionSpec, label_items, resour
 from functions.base.event_result import Trigger
 from functions.base.model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision, PartitionLabel
 from functions.decision import waves as rp
+from functions.kube import leases
 from functions.base.settings import WAVE_MARGIN_S, invocation_s, longest_run_s, wave_s
 
 log = logging.getLogger(__name__)
 
 # The events that reconcile whole pools: they also look for MIG nodes in pools whose label was removed.
 ROLLOUT_TRIGGERS = (Trigger.TIMER, Trigger.NODEPOOL_OPERATION, Trigger.MANUAL)
-# Wall clock (the drain deadline is stored in the node annotation and spans invocations) and the wait
-# between polls; module attributes so a test can run the rollout on its own time.
+# The invocation's wall clock and the wait between polls; module attributes so a test can run the rollout on its
+# own time. The rollout itself runs on cluster_clock (below), which falls back to this one.
 clock: Callable[[], float] = time.time
 sleep: Callable[[float], None] = time.sleep
+
+
+def cluster_clock(kube: Any) -> Callable[[], float]:
+    """The rollout's clock: the API server's (``KubeApi.server_time``, the Date of its last answer), or the
+    invocation's own (:data:`clock`) where the backend has none (a snapshot's MemoryKube, a test double).
+
+    Why the server's: a node's record (``owner``, ``expires``, ``since``) is written by one invocation and
+    judged by every other (``waves.Progress.held_by_another``: the plan, the claim, a stopped run's takeover,
+    ``auto_waves.finish_stranded``), as the pool budget's slots are (``functions.rollout.pool_lease``). On
+    each invocation's own clock, one whose clock was off by more than ``waves.CLOCK_MARGIN_S`` (an
+    operator's laptop running ``invoke --kubeconfig``, a host whose NTP broke) read a live run's record as
+    run out (ahead) or as forged (behind) and took the node over while that run still drained or applied it,
+    and wrote records that outlived or undercut its lease on everyone else's clock. Every invocation asks
+    the same API server, so they all read one clock. Records written before are epoch seconds too (FC's
+    clock, NTP-kept): read as they are. The rollout's intervals (drain and capacity timeouts, the
+    invocation's deadline) run on it too, so a record's ``since`` and the drain timeout agree."""
+    return lambda: leases.cluster_now(kube, clock)  # (``clock`` looked up at each call: tests replace it)
 
 
 @dataclass
@@ -129,7 +147,8 @@ class Rollout:
                  expires: float = 0.0, pools: Optional[Dict[str, PoolRollout]] = None,
                  pools_now: Optional[Callable[[], Sequence[Any]]] = None, deadline: float = 0.0) -> None:
         self.kube, self.waves, self.settings = kube, waves, settings
-        self.owner, self.expires = owner, expires
+        self.owner, self.expires = owner, expires  # expires, deadline: on the rollout's clock (cluster_clock)
+        self.clock = cluster_clock(kube)
         self.pools = pools or {}
         self.pools_now = pools_now
         self.deadline = deadline
@@ -141,7 +160,7 @@ class Rollout:
 
         if dry_run:
             return DryRunRolloutExecutor(inner, self)
-        return RolloutExecutor(inner, self, clock, sleep, on_result)
+        return RolloutExecutor(inner, self, self.clock, sleep, on_result)
 
     def final(self, decisions: Sequence[Decision]) -> List[Decision]:
         """The event's decisions with those a later wave of this invocation made again (the result shows
@@ -168,7 +187,7 @@ class Rollout:
         from functions.kube.nodes import NodeView
 
         fresh = {p.nodepool_id: p for p in self.pools_now()} if self.pools_now is not None else None
-        owner, now = self.owner, clock()
+        owner, now = self.owner, self.clock()
         changed: Dict[str, Decision] = {}
         waves: Dict[str, WaveNode] = {}
         view = NodeView(self.kube)
@@ -294,6 +313,7 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
         out = [d.model_copy(update=dict(action=ACTION_DEFER, reason=why)) if d in partitions else d
                for d in decisions]
         return out, Rollout(None, {}, settings)
+    now = cluster_clock(view.backend)()  # the records' clock, as the listing's answers said it
     changed: Dict[str, Decision] = {}
     paths: Dict[str, str] = {}
     by_pool: Dict[str, List[Decision]] = {}
@@ -318,7 +338,7 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
             off = d.model_copy(update=dict(action=ACTION_PARTITION, disable=True, partition=None, plan=None))
             paths[d.instance_id] = "a node with MIG in a pool without a partition label"
             by_pool.setdefault(d.nodepool_id or "", []).append(off)
-        elif _stranded(node, clock(), settings):
+        elif _stranded(node, now, settings):
             # A run died mid-way through this node's rollout and the label went since: every later invocation
             # skipped it, cordoned (and kept from scale-down) for good. It is rolled to the layout it has, as
             # labelled (cordon kept, drained again, the apply changes nothing or undoes a partial one, uncordon).
@@ -334,7 +354,7 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
                 "`python3 -m node_bootstrap disable` on the node" % (
                     d.reason, node.labels.get(rp.APPLIED_LABEL) or node.labels.get(rp.STATE_LABEL) or "-"))))
     waves: Dict[str, WaveNode] = {}
-    owner, now = uuid.uuid4().hex[:12], clock()
+    owner = uuid.uuid4().hex[:12]
     rolled: Dict[str, PoolRollout] = {}
     for pool_id, members in sorted(by_pool.items()):
         pool = pools.get(members[0].instance_id)

@@ -99,17 +99,20 @@ class Cluster:
         self.api = api
         self.config = load_kubeconfig(api.write_kubeconfig(tmp_path / "admin.conf", cert=api.admin_cert()))
         self.retry_sleeps = []  # the client's own backoff, apart from the rollout's polling
+        self.now = [1000.0]
+        api.clock = self.clock  # the cluster's clock (its answers' Date) runs with the test's time
         # Pages of 2: every listing of the 3-node pool takes two pages (a list read only to its first page
         # would leave node-c out of every test here).
         self.kube = self.client()
         self.transport = PlayedNodes(api)
-        self.now = [1000.0]
-        api.clock = self.clock  # the cluster's clock (its answers' Date) runs with the test's time
         self.sleeps = []
         self.on_sleep = None
         self.settings_env = {"ACK_MIG_STARTUP_TAINT": "none"}
 
     def client(self, **options):
+        # The client's clock is the test's too: the rollout runs on the API server's time (its last answer's Date
+        # plus the client's time since), which then moves only with the test's, to the second.
+        options.setdefault("clock", self.clock)
         return KubeApi(self.config, page=2, sleep=self.retry_sleeps.append, **options)
 
     def add_nodes(self, names=NAMES, sequence=OLD, state="success", unschedulable=(), taints=None):
