@@ -208,6 +208,12 @@ MUTANTS = (
            "        return False",
            ("tests/rollout/test_concurrency.py", "tests/rollout/test_waves.py"),
            "two overlapping invocations drive the same node (the lease is ignored)"),
+    mutant("record-on-the-invocations-clock", "functions/rollout/run.py",
+           "    return lambda: leases.cluster_now(kube, clock)",
+           "    return lambda: clock()",
+           ("tests/rollout/test_record_clocks.py",),
+           "an invocation whose clock is off (a laptop's invoke --kubeconfig) takes a live run's node over: two runs "
+           "drain and apply it"),
     mutant("lease-write-without-resource-version", "functions/rollout/executor.py",
            '        patch: Dict[str, Any] = {"metadata": {"resourceVersion": w.rv, "annotations": dict(\n',
            '        patch: Dict[str, Any] = {"metadata": {"annotations": dict(\n',
