@@ -28,7 +28,7 @@ The bundle holds this file as ack_mig_runner.py: the boot unit runs it the same 
    NAMES_Z (base64 zlib JSON instance id -> node name) gives ``--node-name`` for this instance, so one
    script serves a whole Cloud Assistant batch.
 3. Prints a few ``# `` lines of the node's stderr and, last, ONE JSON line: the node's own result, or one
-   the runner wrote when the node gave none. Output stays small: Cloud Assistant drops output past 24 KB.
+   the runner wrote when the node gave none. Bounded: Cloud Assistant drops output past 24 KB.
 """
 
 import base64
@@ -49,6 +49,7 @@ EXIT_UNSAFE_DIRECTORY = 2  # node_bootstrap's "bad input": nothing was run
 BUNDLE_TAR = ".bundle.tar"  # the verified tar, kept in the unpacked bundle to check it again at every run
 COMPLETE = ".complete"
 _PART = re.compile(r"^([0-9a-f]{64})\.([0-9]+)of([0-9]+)$")
+STDERR_LINES, STDERR_CHARS, RESULT_BYTES = 8, 300, 16384  # node_bootstrap/commands/resultline.py
 
 
 def emit(code, message, exit_code, **extra):
@@ -322,6 +323,7 @@ def main(argv):
     env["PYTHONPATH"] = target
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["ACK_MIG_BUNDLE_DIR"] = target  # its boot unit then runs this bundle's ack_mig_runner.py
+    env["ACK_MIG_RESULT_BYTES"] = str(RESULT_BYTES)
     proc = subprocess.Popen([python, "-m", "node_bootstrap"] + args, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=target,
                             start_new_session=True)
@@ -351,8 +353,8 @@ def main(argv):
         extra = {"node": {"outcome": doc.get("outcome"), "error": own, "labels": doc.get("labels")}} \
             if isinstance(doc, dict) else {}
         emit("node-timeout", message, EXIT_TIMEOUT, **extra)
-    for line in err.decode("utf-8", "replace").splitlines()[-8:]:
-        sys.stdout.write("# %s\n" % line[:300])
+    for line in err.decode("utf-8", "replace").splitlines()[-STDERR_LINES:]:  # ASCII: 1 byte a character
+        sys.stdout.write("# %s\n" % line.encode("ascii", "backslashreplace").decode()[:STDERR_CHARS])
     lines = [l for l in out.decode("utf-8", "replace").splitlines() if l.strip()]
     try:
         result = json.loads(lines[-1]) if lines else None

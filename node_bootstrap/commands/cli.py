@@ -13,7 +13,6 @@ This module parses and dispatches; the commands are in :mod:`node_bootstrap.comm
 """
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -35,6 +34,7 @@ from ..kube.client import DEFAULT_KUBELET_KUBECONFIG
 from ..host.lock import DEFAULT_LOCK_FILE
 from ..mig import MigInputError
 from .simhost import resolve_defaults
+from .resultline import result_line
 from .textout import READ_ONLY, error_line, human
 
 
@@ -216,7 +216,7 @@ def _emit(result, as_json, code):
     traceback."""
     try:
         if as_json:
-            sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+            sys.stdout.write(result_line(result) + "\n")
         else:
             text = human(result)
             if text:

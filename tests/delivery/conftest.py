@@ -45,6 +45,9 @@ result = {"outcome": outcome, "changes": int(opt("--fake-changes", 2)), "sequenc
           "gpus": [{"index": i, "name": "NVIDIA A100-SXM4-40GB", "diagram": "slot 0 1\\n# #"} for i in range(2)]}
 if code not in (0, 5):
     result["error"] = {"code": "gpu-busy", "message": "GPU 0 has running processes"}
+if opt("--fake-stderr-flood"):  # 200 long lines of non-ASCII text: far past Cloud Assistant's 24 KB of output
+    for n in range(200):
+        sys.stderr.write("fake node: \\u00e9tape %d %s\\n" % (n, "\\u00e9" * 5000))
 print("a log line")
 print(json.dumps(result))
 sys.exit(code)

@@ -217,3 +217,120 @@ def test_the_runner_is_python36_syntax():
     vermin = os.path.join(os.path.dirname(sys.executable), "vermin")
     out = subprocess.run([vermin, "--no-tips", "--violations", "-t=3.6-", path], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# ---- what the runner prints stays within Cloud Assistant's 24 KB of output ----
+
+CLOUD_ASSISTANT_OUTPUT = 24 * 1024  # DescribeInvocationResults drops Output past it (/shared/reference/facts.md)
+
+
+def _printed(maker, args, env=None):
+    script = render(maker.bundle.digest, args, maker.deadline_s, "i-1", {}, maker.root, maker.python, 15)
+    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, timeout=120, env=env)
+    return proc.returncode, proc.stdout
+
+
+def _most():
+    """The most the runner prints: its ``# `` lines and node_bootstrap's bounded result line."""
+    from functions.delivery import node_runner as r
+
+    return r.STDERR_LINES * (len("# \n") + r.STDERR_CHARS) + r.RESULT_BYTES + len("\n")
+
+
+def test_the_printed_output_is_bounded_below_cloud_assistants_limit_by_construction():
+    assert _most() <= CLOUD_ASSISTANT_OUTPUT * 0.8  # a fifth of Cloud Assistant's 24 KB to spare
+
+
+@pytest.mark.parametrize("gpu, count, one", [
+    ("B300", 8, "1g.34gb"),  # the catalogue's widest: 8 GPUs a node (every MIG family of the ECS table), 7 x 1g
+    ("B200", 16, "1g.23gb"),  # a family the table does not know (the node decides), at the simulator's most GPUs
+])
+def test_the_worst_case_node_output_fits_cloud_assistant(tmp_path, gpu, count, one):
+    """A node with 7 instances on each GPU, its boot unit installed, through the real runner and bundle on the
+    simulator: the output stays within the runner's bound, under Cloud Assistant's 24 KB (past it the output is
+    dropped and the node ends no-result though it was partitioned), and reads as partitioned. Before the bound,
+    16 GPUs printed 31.1 KB; the catalogue's worst case (16.2 KB) is still printed whole."""
+    from functions.delivery import bundle as bundle_mod
+    from functions.delivery.outcome import NodeResult, outcome
+    from functions.delivery.transport import ScriptMaker
+    from tests.node.nodecli import Node
+
+    node = Node(tmp_path, gpu=gpu, count=count)
+    maker = ScriptMaker(bundle_mod.build(), 120, str(tmp_path / "node-root"), sys.executable)
+    put_parts(maker)
+    code, out = _printed(maker, ["--json"] + node.args("apply", "--sequence", "-".join([one] * 7), "--boot-unit"),
+                         env=node.env())
+    assert code == 0 and len(out) <= CLOUD_ASSISTANT_OUTPUT * 0.8, len(out)
+    assert len(out) <= _most()
+    doc = parse_output(out.decode())
+    got = outcome(NodeResult("i-1", "cloud-assistant", code, doc))
+    # each GPU: MIG mode on, 7 GPU instances, 7 compute instances
+    assert (got.outcome, got.changes, got.sequence) == ("partitioned", count * 15, "-".join([one] * 7))
+    assert ("compacted" in doc) == (count > 8)
+    assert [g.get("profiles") or {one: len(g["instances"])} for g in got.gpus] == [{one: 7}] * count
+
+
+def test_the_runner_prints_few_short_ascii_lines_of_a_flooded_stderr(maker):
+    """200 stderr lines of 5 000 non-ASCII characters: 8 lines of at most 300 ASCII characters are printed (a C
+    locale's stdout takes nothing else), then the node's result."""
+    from functions.delivery import node_runner as r
+
+    put_parts(maker)
+    code, out = _printed(maker, node_args({"kind": "size", "value": "1g.5gb"}, ["--fake-stderr-flood", "1"]))
+    text = out.decode("ascii")
+    said = [l for l in text.splitlines() if l.startswith("# ")]
+    assert code == 0 and len(said) == r.STDERR_LINES and said[-1].startswith("# fake node: \\xe9tape 199 ")
+    assert said[0].startswith("# fake node: \\xe9tape 192 ") and max(len(l) for l in said) == 2 + r.STDERR_CHARS
+    assert parse_output(text)["outcome"] == "success"
+
+
+def _huge(exit_code):
+    """A result far past 24 KB: 64 GPUs of 7 instances, 300 odd keys, and a failure's 20 000 character reason."""
+    doc = {"command": "apply", "outcome": "success" if exit_code == 0 else "failed", "changes": 448,
+           "sequence": "1g.23gb", "left": [{"gpu": 3, "why": "held by a pod"}],
+           "gpus": [{"index": i, "name": "NVIDIA B200", "diagram": "#" * 400, "mig_mode": {"current": "enabled"},
+                     "instances": [{"profile": "1g.23gb", "start": j, "mig_devices": ["MIG-%036d" % j]}
+                                   for j in range(7)]} for i in range(64)],
+           "boot_unit": {"installed": True}}
+    doc.update(("extra-%03d" % n, "\u00e9" * 300) for n in range(300))
+    if exit_code:
+        doc["error"] = {"code": "gpu-busy", "message": "GPU 0 has running processes: " + "\u00e9" * 20000}
+    return doc
+
+
+@pytest.mark.parametrize("exit_code, expected", [(0, ("partitioned", "")), (4, ("failed", "gpu-busy"))])
+def test_an_over_budget_result_still_reads_as_the_nodes_outcome(exit_code, expected):
+    """node_bootstrap's result line past the runner's RESULT_BYTES is compacted; the function reads the same
+    outcome, changes, sequence, error code and left GPUs from it as from the whole line."""
+    from functions.delivery.node_runner import RESULT_BYTES
+    from functions.delivery.outcome import NodeResult, outcome
+    from node_bootstrap.commands.resultline import bounded
+
+    doc = _huge(exit_code)
+    line = bounded(doc, RESULT_BYTES)
+    assert len(line) <= RESULT_BYTES < len(json.dumps(doc, sort_keys=True))
+    whole = outcome(NodeResult("i-1", "cloud-assistant", exit_code, doc))
+    got = outcome(NodeResult("i-1", "cloud-assistant", exit_code, parse_output("# a line\n" + line + "\n")))
+    assert (got.outcome, got.code) == expected
+    assert (got.outcome, got.code, got.changes, got.sequence, got.left, got.reason) == \
+        (whole.outcome, whole.code, whole.changes, whole.sequence, whole.left, whole.reason)
+    compacted = json.loads(line)["compacted"]
+    assert "gpus" in compacted and compacted["left_off"] and compacted["full_bytes"] > CLOUD_ASSISTANT_OUTPUT
+    if exit_code == 0:
+        assert "GPU 3 (held by a pod)" in got.reason
+        assert [g["profiles"] for g in got.gpus] == [{"1g.23gb": 7}] * 64
+
+
+def test_bounded_holds_whatever_the_node_wrote():
+    from node_bootstrap.commands.resultline import MIN_BYTES, bounded
+
+    odd = {"outcome": "\u00e9" * 50000, "changes": 3, "sequence": "\x00" * 50000,
+           "error": {"code": "c" * 999, "message": ["\u2603"] * 9000}, "gpus": ["x" * 20000, {"instances": "no"}] * 50,
+           "left": [{"gpu": 1}] * 9000, "boot_unit": {"error": "e" * 30000}}
+    odd.update(("k%04d" % n + "\u00e9" * 200, n) for n in range(2000))
+    odd.update((key, "\u00e9" * 50000) for key in ("bundle", "node_name", "command", "backend"))
+    for limit in (MIN_BYTES, 16384):
+        line = bounded(odd, limit)
+        doc = json.loads(line)
+        assert len(line) <= limit and doc["changes"] == 3 and doc["compacted"]["left_off_more"] > 0
+    assert bounded({"outcome": "success", "changes": 1}, MIN_BYTES) == '{"changes": 1, "outcome": "success"}'
