@@ -56,6 +56,13 @@ SLOW_AFTER_S = 60.0  # result polls keep their first interval this long, then ba
 # {{ACS::InstanceId}} and other built-in parameters: Linux agent 2.2.3.309 or later.
 PARAMETER_AGENT = (2, 2, 3, 309)
 FINAL = {"Success", "Failed", "Error", "Timeout", "Cancelled", "Terminated", "Aborted", "Invalid", "Stopped"}
+# A row's InvokeRecordStatus that is final too, whatever its InvocationStatus says (one outside FINAL was polled
+# until the poll deadline, node deadline + 120 s). The ECS SDK model (DescribeInvocationResults, invocationResult.
+# invokeRecordStatus), for a one-time task: "Finished: The execution was complete on all instances, or the
+# execution was stopped on some instances and was complete on the other instances"; "Failed: The execution failed
+# on all instances"; "Stopped: The task was stopped". Running, Stopping and PartialFailed (others may still run)
+# are not.
+RECORD_FINAL = {"Finished", "Failed", "Stopped"}
 ERRORS = {  # Cloud Assistant ErrorCode (per instance, in the results) -> our transport error code
     "ClientNotRunning": "agent-not-ready", "ClientNotResponse": "agent-not-ready",
     "ClientIsUpgrading": "agent-not-ready", "ClientNeedUpgrade": "agent-not-ready",
@@ -100,6 +107,12 @@ def _field(row: dict, name: str) -> str:
     """A text field of an answer's row; a value of another type reads as absent ("")."""
     value = row.get(name)
     return value if isinstance(value, str) else ""
+
+
+def _final(row: dict) -> bool:
+    """Whether a DescribeInvocationResults row is done: its outcome is then read from ExitCode, ErrorCode and
+    Output (:meth:`CloudAssistantTransport._result`), whichever of the two fields said so."""
+    return _field(row, "InvocationStatus") in FINAL or _field(row, "InvokeRecordStatus") in RECORD_FINAL
 
 
 def _invoke_id(answer: dict, action: str) -> str:
@@ -386,7 +399,7 @@ class CloudAssistantTransport:
                         continue
                     for row in answer:
                         iid = row.get("InstanceId")
-                        if iid in wanted and _field(row, "InvocationStatus") in FINAL:
+                        if iid in wanted and _final(row):
                             done[iid] = self._result(row)
                             wanted.discard(iid)
                     if not wanted:
@@ -431,7 +444,7 @@ class CloudAssistantTransport:
             token = str(inv.get("NextToken") or "")
             if not got or not token or len(rows) >= size:
                 return rows
-            if not whole and any(_field(row, "InvocationStatus") not in FINAL for row in got):
+            if not whole and not all(_final(row) for row in got):
                 return rows
         return rows
 

@@ -3,6 +3,7 @@
 import base64
 import logging
 import sys
+import time
 
 import pytest
 
@@ -418,7 +419,9 @@ def _row_of(iid, field, value):
 @pytest.mark.parametrize("field, value, error", [
     ("Output", 12345, "no-result"),  # b64decode raised TypeError
     ("Output", ["eyJ9"], "no-result"),
-    ("InvocationStatus", ["Success"], "execution-timeout"),  # unhashable: `in FINAL` raised TypeError
+    # unhashable: `in FINAL` raised TypeError; the row's InvokeRecordStatus (Finished) makes it final
+    ("InvocationStatus", ["Success"], None),
+    ("InvokeRecordStatus", ["Finished"], None),  # reads as absent: the row's InvocationStatus (Success) decides
     ("InstanceId", {"id": "x"}, "execution-timeout"),  # unhashable: `in wanted` raised TypeError
     ("ErrorCode", ["ExecutionTimeout"], None),  # unhashable: ERRORS.get raised TypeError; now absent
 ])
@@ -436,6 +439,28 @@ def test_a_result_row_off_the_model_fails_that_node_alone(emulator, ecs, maker, 
     assert results[ids[1]].error == error
     assert outcome(results[ids[1]]).outcome == ("partitioned" if error is None else "failed")
     assert {outcome(results[i]).outcome for i in ids if i != ids[1]} == {"partitioned"}
+
+
+@pytest.mark.contract_exempt("an InvocationStatus outside the documented set, on purpose")
+@pytest.mark.parametrize("status", ["Completed", "", None])
+def test_a_row_whose_record_is_finished_is_final_whatever_its_invocation_status(emulator, ecs, maker, status):
+    """A result row whose InvocationStatus is outside the documented set (a value added later, or none) was polled
+    until the poll deadline (node deadline + 120 s) and ended execution-timeout, though its InvokeRecordStatus said
+    Finished, final per the ECS SDK model: its outcome now comes from ExitCode, ErrorCode and Output at once. A
+    row not yet finished (Running) is still polled."""
+    ids = emulator.add_nodes(3, lambda iid: SimNode(duration_s=2.0))
+
+    def odd(answer):
+        for row in answer["Invocation"]["InvocationResults"]["InvocationResult"]:
+            if row["InstanceId"] == ids[1]:
+                row["InvocationStatus"] = status
+    emulator.mangle_next("DescribeInvocationResults", odd, times=10000)
+    now = [0.0]
+    t = transport(ecs, maker, poll_s=1.0, poll_max_s=10.0, clock=lambda: now[0],
+                  sleep=lambda s: (time.sleep(min(s, 0.05)), now.__setitem__(0, now[0] + max(s, 0.001))))
+    results = {r.instance_id: r for r in t.run(targets(3, prefix="i-emu"))}
+    assert {i: outcome(r).outcome for i, r in results.items()} == dict.fromkeys(ids, "partitioned")
+    assert now[0] < 60, now[0]  # read once the node finished, not at the poll deadline (630 s here)
 
 
 @pytest.mark.contract_exempt("the emulator answers off the ECS model on purpose")

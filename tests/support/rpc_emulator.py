@@ -583,6 +583,15 @@ class Emulator(LoopbackServer):
         return None
 
     def _early_failure(self, node, parameters=False):
+        failure = self._not_run(node, parameters)
+        if failure:
+            # Nothing ran: the record failed. ECS SDK model, DescribeInvocationResults invokeRecordStatus, for a
+            # one-time task: "Failed: The execution failed on all instances" (Running, Finished, Failed,
+            # PartialFailed, Stopped, Stopping are its values).
+            failure["InvokeRecordStatus"] = "Failed"
+        return failure
+
+    def _not_run(self, node, parameters=False):
         if node is None or node.state() == "released":
             return {"InvocationStatus": "Failed", "ErrorCode": "InstanceNotExists",
                     "ErrorInfo": "the specified instance does not exists"}
@@ -623,14 +632,20 @@ class Emulator(LoopbackServer):
 
     @staticmethod
     def _final(run):
-        output = run.output.encode("utf-8")[-24 * 1024:]
+        # InvokeRecordStatus Finished: "The execution was complete on all instances" (ECS SDK model, as above),
+        # whatever InvocationStatus says. Output past 24 KB is dropped and counted in Dropped ("The size of the
+        # Output text that was truncated and discarded because the Output value exceeded 24 KB", same model);
+        # which end is kept is not documented: this keeps the tail.
+        full = run.output.encode("utf-8")
+        output = full[-24 * 1024:]
         status = {"": "Success", "ExitCodeNonzero": "Failed", "ExecutionTimeout": "Timeout",
                   "InstanceReleased": "Error"}.get(run.error_code, "Error")
         info = {"ExitCodeNonzero": "the command execution exit code is not zero",
                 "ExecutionTimeout": "the command execution has been timeout",
                 "InstanceReleased": "the instance has released when create task"}.get(run.error_code, "")
         return dict(Output=base64.b64encode(output).decode(), ExitCode=run.exit_code, ErrorCode=run.error_code,
-                    ErrorInfo=info, InvokeRecordStatus="Finished", InvocationStatus=status)
+                    ErrorInfo=info, InvokeRecordStatus="Finished", InvocationStatus=status,
+                    Dropped=len(full) - len(output))
 
     def _DescribeInvocationResults(self, params):
         invocation = self.invocations.get(params.get("InvokeId")) or {}
