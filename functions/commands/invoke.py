@@ -127,6 +127,10 @@ def _text(result, with_reason=True, verbose=False):
     for (outcome, reason), names in _grouped(nodes):
         lines.append("  %s %s: %s (%s)" % ("node" if len(names) == 1 else "%d nodes" % len(names),
                                           _names(names, verbose), outcome, reason))
+    # A pool ACK refused to list has no decision and, once a later retry or error replaced the reason, no
+    # word in it either: one row each, so the plain text says what --json's refused_pools says.
+    for pool_id in sorted(result.refused_pools):
+        lines.append("  %-9s %s" % ("refused", escape(result.refused_pools[pool_id])))
     return "\n".join(lines)
 
 

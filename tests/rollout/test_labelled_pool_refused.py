@@ -188,3 +188,4 @@ def test_invoke_strict_exits_3_when_a_pool_was_refused_and_the_others_were_decid
         assert [d["node_name"] for d in result["decisions"] if d["action"] == "partition"] == ["two-a"], out
         code, out, err = invoke()
         assert code == 0, err
+        assert "  refused   " + REFUSED % POOL in out.splitlines(), out  # the plain text names it too
