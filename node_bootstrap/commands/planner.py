@@ -3,8 +3,9 @@
 The desired state of a GPU is: MIG mode enabled (current and pending), exactly the requested multiset of
 GPU instances, and in each of them one compute instance spanning it. Instances that exist already are
 kept wherever they sit, as long as the rest of the request can be placed around them: of all sets of
-existing instances that can be completed to the request, the plan keeps a largest one (ties: the one
-needing fewest compute instance changes, then the lowest starts) and places the rest in the free slots.
+existing instances that can be completed to the request, the plan keeps the one that takes the fewest
+instances a process runs in away from it, then a largest one (ties: the one needing fewest compute
+instance changes, then the lowest starts) and places the rest in the free slots.
 Only where no existing instance fits does it build the solver's own layout. A kept GPU instance whose
 compute instances are not exactly one full-size instance gets them replaced; every other GPU instance is
 destroyed. ``plan`` prints these actions, ``apply`` executes them: the same function decides both.
@@ -92,21 +93,25 @@ def _keepable(model, gis, wanted):
     return out
 
 
-def choose_keep(model, gis, wanted):
-    # type: (GpuModel, Sequence[LiveGi], Sequence[Profile]) -> Tuple[Tuple[LiveGi, ...], Layout]
+def choose_keep(model, gis, wanted, busy=frozenset()):
+    # type: (GpuModel, Sequence[LiveGi], Sequence[Profile], typing.AbstractSet[int]) -> Tuple[Tuple[LiveGi, ...], Layout]
     """The existing GPU instances to keep and the layout they complete to (kept ones at their starts).
 
     Tries sets of existing instances from the largest down: a set qualifies when its profiles are part of
-    the request and :func:`complete` places the rest of the request around it. Among the largest
-    qualifying sets, the one whose compute instances need no change most often wins, then the one with
-    the lowest (start, id) list. The empty set always qualifies when the request fits the GPU at all.
-    Instances take at least one compute slice each and a GPU has at most 7, so at most 2^7 = 128 sets are
-    tried, each a small placement search.
+    the request and :func:`complete` places the rest of the request around it. First the set that takes
+    the fewest ``busy`` instances (GPU instance ids a compute process runs in) away from their processes,
+    destroyed or their compute instances replaced: a plan that takes one is refused (or, with --force,
+    kills its process) where an equal plan would have left it serving. Then the largest set; then the one
+    whose compute instances need no change most often; then the lowest (start, id) list. The empty set
+    always qualifies when the request fits the GPU at all. Instances take at least one compute slice each
+    and a GPU has at most 7, so at most 2^7 = 128 sets are tried, each a small placement search.
     """
     need = Counter(wanted)
     cands = _keepable(model, gis, need)
+    best = None  # type: Optional[Tuple[Tuple[int, int, int, Tuple[Tuple[int, int], ...]], Tuple[LiveGi, ...], Layout]]
     for size in range(min(len(cands), len(wanted)), -1, -1):
-        best = None  # type: Optional[Tuple[Tuple[int, Tuple[Tuple[int, int], ...]], Tuple[LiveGi, ...], Layout]]
+        if best is not None and best[0][0] == 0:
+            break  # nothing busy is taken: a smaller set cannot do better
         for subset in itertools.combinations(cands, size):
             kept = Counter(inst.profile for _, inst in subset)
             if any(kept[p] > need[p] for p in kept):
@@ -117,12 +122,13 @@ def choose_keep(model, gis, wanted):
             layout = complete(model, [inst for _, inst in subset], rest)
             if layout is None:
                 continue
-            ok_cis = sum(1 for gi, inst in subset if _full_ci_ok(gi, inst.profile.compute_slices))
-            rank = (-ok_cis, tuple((gi.start, gi.id) for gi, _ in subset))
+            whole = set(gi.id for gi, inst in subset if _full_ci_ok(gi, inst.profile.compute_slices))
+            taken = sum(1 for gi, _ in cands if gi.id in busy and gi.id not in whole)
+            rank = (taken, -size, -len(whole), tuple((gi.start, gi.id) for gi, _ in subset))
             if best is None or rank < best[0]:
                 best = (rank, tuple(gi for gi, _ in subset), layout)
-        if best is not None:
-            return best[1], best[2]
+    if best is not None:
+        return best[1], best[2]
     raise AssertionError("the request was placed on an empty GPU, so keeping nothing must complete")
 
 
@@ -130,7 +136,9 @@ def plan_gpu(gpu, spec):
     # type: (LiveGpu, PartitionSpec) -> GpuPlan
     model, source = model_for(gpu)
     layout = solve(spec, model)  # MigInputError: bad label for this GPU
-    kept, target = choose_keep(model, gpu.gis, [i.profile for i in layout.instances])
+    # The instances compute processes run in (a process NVML did not place blocks any destroy whatever is kept)
+    busy = frozenset(p.gi for p in gpu.processes if p.gi is not None)
+    kept, target = choose_keep(model, gpu.gis, [i.profile for i in layout.instances], busy)
     kept_ids = set(gi.id for gi in kept)
     keep = []  # type: List[LiveGi]
     destroy_cis = []  # type: List[Tuple[int, int]]

@@ -169,3 +169,21 @@ def test_the_reader_gives_each_process_its_instance(sim):
         processes = reader.read_gpu(0).processes
     # nvmlProcessInfo_t's gpuInstanceId / computeInstanceId; the start time taken as it was listed
     assert sorted(processes) == [(4242, gi, 0, 104242), (DOOMED, gi, 0, 100000 + DOOMED)]
+
+
+SEVEN = [("1g.5gb", s) for s in range(7)]  # seven 1g.5gb, a process in the one at slot 4
+
+
+def test_of_equal_plans_the_one_that_keeps_the_busy_instance_is_chosen(tmp_path):
+    # Three of the seven 1g.5gb can stay beside a new 3g.20gb: those at 0-2 (3g.20gb at 4) or those at 4-6
+    # (3g.20gb at 0). A process runs in the one at 4: the plan that keeps it destroys nothing anyone uses, so
+    # apply goes ahead without --force, and the process goes on in the instance it had.
+    node = Node(tmp_path, count=1)
+    lay_out(node, [SEVEN])
+    busy = gi_id(node, 0, 4)
+    fault = ["--sim-fault", "process-on:0:4"]
+    res = node.run("apply", "--sequence", "3g.20gb-1g.5gb-1g.5gb-1g.5gb", *fault)
+    assert res.rc == 0, res.stderr
+    assert node.layout(0) == [(9, 0, 1), (19, 4, 1), (19, 5, 1), (19, 6, 1)] and gi_id(node, 0, 4) == busy
+    assert node.run("status", *fault).json["gpus"][0]["processes"] == [process_on_pid(0, 4)]
+    assert node.run("apply", "--sequence", "3g.20gb-1g.5gb-1g.5gb-1g.5gb", *fault).json["changes"] == 0
