@@ -84,7 +84,10 @@ def _composed(supply: Sequence[GpuSupply], first: Plan, second: Plan) -> Plan:
             targets.append(before or t)  # neither round changes it: as the planner left it
             continue
         s = now.get((t.node, t.index))
-        had = [(i.profile, i.start) for i in s.instances] if s is not None else list(t.layout)
+        # by start, as the planner's own targets list them (planner._target): not in the order the node's
+        # report listed them, or the same pool listed otherwise gives another plan
+        had = sorted(((i.profile, i.start) for i in s.instances), key=lambda x: (x[1], x[0])) \
+            if s is not None else list(t.layout)
         create = tuple(x for x in t.layout if x not in had)
         destroy = tuple(x for x in had if x not in t.layout)
         change = CHANGE_NONE if not (create or destroy) else CHANGE_ADD if not destroy else CHANGE_REPARTITION
