@@ -294,7 +294,9 @@ def _read(supply: GpuSupply) -> Tuple[Optional[_Gpu], str]:
         return None, "node %s GPU %d: GPU model %r is not in the catalogue; left as it is" % (
             supply.node, supply.index, supply.model[:80])
     actual = []
-    for inst in supply.instances:
+    # by start whatever order the node's report lists them in: which idle instance a pod is given, and so which
+    # one a repartition destroys, follows this order, and the same pool must give the same plan
+    for inst in sorted(supply.instances, key=lambda i: (i.start, i.profile)):
         profile = model.profile_by_name(inst.profile)
         if profile is None:
             return None, "node %s GPU %d: %s has no profile %r; left as it is" % (
