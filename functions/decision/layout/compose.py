@@ -1,14 +1,17 @@
-"""The auto pool's plan, in a second round where the first leaves a pod asking several instances short.
+"""The auto pool's plan, in further rounds on the state the first leaves while a pod asks several instances.
 
 The planner (``planner.plan``) gives a pod asking several instances (of one profile or of several) room
 on one node before its search repartitions idle GPUs for the other pods: a repartition the search then
-makes can leave a node with the room that pod needed, which the first plan did not see. The next tick
-found it, but the first one had already advertised a new node for the pod, and the autoscaler may have
-added one. So where the first plan changes GPUs and leaves such a pod short, the planner runs once more on
-the state the first plan leaves (its instances made, idle), and the two plans are one when the second
-serves more: each GPU's layout is the second plan's, its instances to create and destroy counted from what
-the GPU holds now (a GPU neither round changes is left as the planner left it). In-use instances are
-never destroyed by either plan, so never by both.
+makes can leave a node with the room that pod needed, which the first plan did not see, and a pod asking
+several profiles can find all of its asks among the instances the plan made for others (and take them, in
+the scheduler's pod order). The next tick found it and changed GPUs again on the same demand. So where the
+first plan changes GPUs while such a pod waits, the planner runs again on the state each plan leaves (its
+instances made, idle) until a round changes nothing, and the plan is the one that ends there: each GPU's
+layout the last round's, its instances to create and destroy counted from what the GPU holds now (a GPU
+no round changes is left as the planner left it). An applied plan re-planned on the same demand then
+changes nothing, whether or not a later round serves more: the next tick would make its changes anyway.
+Where the rounds find no such state within ``ROUNDS``, the plan is the first round, or the first two where
+the second serves more. In-use instances are never destroyed by any round, so never by all of them.
 
 Pure, as the planner: the same supply, demand and bounds give the same plan.
 """
@@ -22,23 +25,35 @@ from .vocabulary import CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU, 
     Instance, Plan, PodDemand
 
 
-# The second round doubles the planner's work where it runs. On a pool larger than the exact form takes (its
-# bound, exact.EXACT_GPUS) it is left out: there the next tick finds what it would (2,000 pods asking several
-# instances on 1,000 GPUs planned twice took the tick from 1.4 s of CPU to 2.7 s).
+# Each further round adds a whole plan's work where it runs. On a pool larger than the exact form takes (its
+# bound, exact.EXACT_GPUS) they are left out: there the next tick finds what they would (2,000 pods asking
+# several instances on 1,000 GPUs planned twice took the tick from 1.4 s of CPU to 2.7 s).
 SECOND_ROUND_GPUS = EXACT_GPUS
+# Rounds in all, the first included (at least 2). 4,000 random small pools (the review's) needed at most 4 to
+# reach a state no round changes (2 of them 4, 76 three); each is a whole plan's work.
+ROUNDS = 4
 
 
 def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bounds,
          previous: Optional[Plan] = None, keep: FrozenSet[Tuple[str, int]] = frozenset()) -> Plan:
-    """``planner.plan``, with the second round the module text describes."""
+    """``planner.plan``, with the further rounds the module text describes."""
     first = plan_once(supply, demand, bounds, previous, keep)
-    if not first.changes or not _short(first) or not _asks_several(demand) or len(supply) > SECOND_ROUND_GPUS:
+    if not first.changes or not _asks_several(demand) or len(supply) > SECOND_ROUND_GPUS:
         return first
     # The caller's keep only (the dwell's): what the first round made is counted from what the GPUs hold now
     # either way, and keeping the GPUs it changed also kept their surplus idle instances, so the second round
-    # could not use them and advertised a node for what the next tick served in the pool.
-    second = plan_once(_applied(supply, first), demand, bounds, None, keep)
-    if not second.changes or _short(second) >= _short(first):
+    # could not use them and advertised a node for what the next tick served in the pool. Taken whether or not
+    # the first round leaves a pod short: one that serves every pod still left a pod asking several profiles
+    # the instances it made for another, and the next tick changed a GPU for the one that lost them.
+    state, result, second = _applied(supply, first), first, None
+    for _ in range(ROUNDS - 1):
+        after = plan_once(state, demand, bounds, None, keep)
+        if not after.changes:
+            return result  # the state the rounds leave is one no tick changes again
+        second = second or after
+        result, state = _composed(supply, result, after), _applied(state, after)
+    # No state where the rounds rest within the bound: the second round, kept only when it serves more.
+    if _short(second) >= _short(first):
         return first
     return _composed(supply, first, second)
 
@@ -71,8 +86,8 @@ def _applied(supply: Sequence[GpuSupply], result: Plan) -> List[GpuSupply]:
 
 
 def _composed(supply: Sequence[GpuSupply], first: Plan, second: Plan) -> Plan:
-    """One plan from the two: the second's layouts and what it leaves unserved; each GPU's change counted from
-    what the GPU holds now, its reason the two rounds' reasons."""
+    """One plan from two (the rounds so far, then the next): the second's layouts and what it leaves unserved;
+    each GPU's change counted from what the GPU holds now, its reason the rounds' reasons."""
     now = {}  # type: dict
     for s in supply:  # the first copy of a GPU listed twice, as the planner reads it (it leaves such a GPU)
         now.setdefault((s.node, s.index), s)
