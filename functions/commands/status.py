@@ -138,8 +138,9 @@ def _entry(pool_id: str, pool: Any) -> Dict[str, Any]:
 
 
 def gpu_layouts(kube: Optional[rp.KubeNode]) -> Optional[Dict[str, str]]:
-    """Per GPU index, what the node said it holds after its last success (annotation ack-mig-hook/gpu-layouts,
-    node_bootstrap/kube/nodelabels.py), as "profile@start ..."; None when it has not said (or unreadable)."""
+    """Per GPU index, what the node said it holds after its last apply (annotation ack-mig-hook/gpu-layouts,
+    node_bootstrap/kube/nodelabels.py), as "profile@start ..." ("(unreadable)": a GPU the node could not read,
+    fallen off the bus); None when it has not said (or unreadable)."""
     text = (kube.annotations.get(GPU_LAYOUTS) if kube else None) or ""
     if not text:
         return None
@@ -147,7 +148,8 @@ def gpu_layouts(kube: Optional[rp.KubeNode]) -> Optional[Dict[str, str]]:
         held = read_layouts(text)
     except OutsideDataError:
         return None
-    return {str(i): " ".join("%s@%d" % pair for pair in pairs) or "(empty)" for i, pairs in sorted(held.items())}
+    return {str(i): "(unreadable)" if pairs is None else " ".join("%s@%d" % pair for pair in pairs) or "(empty)"
+            for i, pairs in sorted(held.items())}
 
 
 def _serves(pods: Optional[List[dict]]) -> Optional[Dict[str, int]]:

@@ -333,7 +333,10 @@ def layouts_needed(layouts: GpuLayouts, node: Optional[KubeNode]) -> str:
     held = held_layouts(node)
     if held is None:
         return "no per-GPU layout recorded (annotation %s)" % LAYOUTS_ANNOTATION
-    differ = [i for i in sorted(layouts) if tuple(sorted(held.get(i, ()))) != tuple(sorted(layouts[i]))]
+    # a GPU the annotation leaves out or names null (unreadable on the node) holds something unknown: never
+    # taken for empty, so never for a GPU already at an empty target
+    differ = [i for i in sorted(layouts)
+              if held.get(i) is None or tuple(sorted(held[i] or ())) != tuple(sorted(layouts[i]))]
     if differ:
         return "GPU %s hold%s another layout" % (", ".join(map(str, differ)), "s" if len(differ) == 1 else "")
     state = node.labels.get(STATE_LABEL) if node is not None else None

@@ -212,12 +212,13 @@ def _in_use(per_gpu: Sequence[Sequence[Tuple[str, int]]], live: Mapping[str, Map
 
 def _annotated(text: str, count: int):
     """Per GPU index 0..count-1, the (profile, start) pairs of the layouts annotation; None when unreadable
-    (the reader rule: node_bootstrap/mig/annotations.py read_layouts) or when a GPU is missing."""
+    (the reader rule: node_bootstrap/mig/annotations.py read_layouts) or when a GPU is missing or was not
+    readable on the node (null): its state is unknown, so nothing is planned there."""
     try:
         held = read_layouts(text)
     except OutsideDataError:
         return None
-    if any(i not in held for i in range(count)):
+    if any(held.get(i) is None for i in range(count)):
         return None
     return [list(held[i]) for i in range(count)]
 

@@ -19,6 +19,7 @@ from ..host import bootunit
 from ..host.bootunit import check_values
 from ..host.holdersunit import check as check_holders
 from .common import as_failure, boot_args, gpus_json, holders_report, install_boot_unit, read_gpus, stderr_log
+from ..driver.live import LiveGpu, effective_model, live_layout
 from ..kube.deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
 from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, Locked, NodeFailure, Terminated
 from ..kube.events import record_final_state
@@ -28,6 +29,7 @@ from ..kube.client import KubeClient, KubeError, load_kubeconfig, node_name_from
 from ..host.lock import NodeLock
 from ..kube.migmanager import refuse_if_mig_manager
 from ..mig import MigInputError, PartitionSpec
+from ..mig.annotations import write_layouts
 from ..kube.nodelabels import NodeLabeler, sequence_label_value
 from ..driver.nvml import NvmlUnavailable, NvmlWriter
 from .holdings import allocations_reader, checkpoint_reader, follow, report_value, same_report
@@ -118,8 +120,19 @@ def _sequence_value(plans):
 def _layouts_value(plans):
     # type: (List[GpuPlan]) -> str
     """The layouts annotation: what each GPU holds after apply (a GPU left as it is: what it had)."""
-    return json.dumps({str(p.index): [[i.profile.name, i.start] for i in p.target.instances] for p in plans},
-                      sort_keys=True, separators=(",", ":"))
+    return write_layouts({p.index: [(i.profile.name, i.start) for i in p.target.instances] for p in plans})
+
+
+def _read_back_layouts(gpus, unreadable):
+    # type: (List[LiveGpu], Dict[int, NodeFailure]) -> str
+    """The layouts annotation after a failure: what each GPU was read back holding; null for a GPU that could
+    not be read (lost) or holds an instance its model cannot name, so no reader takes it for empty or for the
+    layout the last success wrote."""
+    per_gpu = dict((i, None) for i in unreadable)  # type: Dict[int, Optional[List[Tuple[str, int]]]]
+    for gpu in gpus:
+        layout = live_layout(gpu, effective_model(gpu)[0])
+        per_gpu[gpu.index] = [(i.profile.name, i.start) for i in layout.instances] if layout is not None else None
+    return write_layouts(per_gpu)
 
 
 def _after_success(args, labeler, plans, changes, log):
@@ -306,10 +319,15 @@ class _Apply(object):
                 pass
         self.result.update(outcome=failure.outcome, error={"code": failure.code, "message": failure.message})
         self.exit_code = failure.exit_code
+        layouts = holders = None  # type: Optional[str]
         if self.writer is not None:
             self.result["changes"] = self.writer.changes + len(self.resets)
             try:
-                self.result["gpus"] = gpus_json(self.writer.read_all())
+                # GPU by GPU: one off the bus must not hide the others, which this run may have changed
+                gpus, unreadable = self.writer.read_each()
+                self.result["gpus"] = gpus_json(gpus, unreadable)
+                layouts = _read_back_layouts(gpus, unreadable)
+                holders = report_value(gpus, self._allocations()(), unreadable=unreadable)
             except Exception:  # noqa: BLE001 - the state is a courtesy; the failure is what counts
                 pass
         if self.control is not None:
@@ -322,7 +340,8 @@ class _Apply(object):
         if label and not (isinstance(failure, DestroyRequired) and self.labeler.last_state is None):
             # A "destroy nothing" refused before any change changed nothing: the labels still describe the
             # node's layout. (Refused later, after "pending", the label must end in a final state.)
-            self.labeler.set(STATE_BY_OUTCOME[failure.outcome], reason=failure.message)
+            self.labeler.set(STATE_BY_OUTCOME[failure.outcome], reason=failure.message, layouts=layouts,
+                             holders=holders)
 
 
 def cmd_apply(args, backend):

@@ -80,9 +80,14 @@ def read_gpus(backend):
         raise as_failure(exc, backend)
 
 
-def gpus_json(gpus):
-    # type: (List[LiveGpu]) -> List[Dict[str, Any]]
-    return [gpu_json(g, effective_model(g)[0]) for g in gpus]
+def gpus_json(gpus, unreadable=None):
+    # type: (List[LiveGpu], Optional[Dict[int, NodeFailure]]) -> List[Dict[str, Any]]
+    """The result's ``gpus`` in index order. A GPU that could not be read back (``NvmlReader.read_each``)
+    says why and has no ``instances``: what it holds is unknown, neither empty nor what it held before."""
+    out = [gpu_json(g, effective_model(g)[0]) for g in gpus]
+    out += [{"index": i, "unreadable": {"code": exc.code, "message": exc.message}}
+            for i, exc in (unreadable or {}).items()]
+    return sorted(out, key=lambda g: g["index"])
 
 
 def cmd_status(args, backend):

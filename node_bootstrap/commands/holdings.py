@@ -21,7 +21,7 @@ import argparse
 import json
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..driver.live import LiveGpu, effective_model
 from ..kube.allocations import DEFAULT_CHECKPOINT, Allocations, keep_live, live_uids, read_checkpoint, unknown
@@ -68,9 +68,10 @@ def _stamp(now):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
 
 
-def report_value(gpus, allocations, now=None):
-    # type: (Sequence[LiveGpu], Allocations, Optional[float]) -> str
-    """The annotation's value (compact JSON) for what ``gpus`` hold now."""
+def report_value(gpus, allocations, now=None, unreadable=()):
+    # type: (Sequence[LiveGpu], Allocations, Optional[float], Iterable[int]) -> str
+    """The annotation's value (compact JSON) for what ``gpus`` hold now; the GPUs ``unreadable`` names (lost
+    after a failed apply) are null, as a GPU whose MIG devices cannot be read: nothing said about them."""
     at = _stamp(time.time() if now is None else now)
     if not allocations.known:
         return json.dumps({"at": at, "unknown": allocations.why}, sort_keys=True, separators=(",", ":"))
@@ -78,7 +79,7 @@ def report_value(gpus, allocations, now=None):
     if len(pods) > MAX_REPORT_PODS:
         return json.dumps({"at": at, "unknown": "kubelet names %d pods, more than the report holds (%d)"
                            % (len(pods), MAX_REPORT_PODS)}, sort_keys=True, separators=(",", ":"))
-    per_gpu = {}  # type: Dict[str, Any]
+    per_gpu = dict((str(i), None) for i in unreadable)  # type: Dict[str, Any]
     for gpu in gpus:
         held, _ = gi_holders(gpu, allocations)
         model, _ = effective_model(gpu)

@@ -174,6 +174,20 @@ class NvmlReader(object):
         # type: () -> List[LiveGpu]
         return [self.read_gpu(i) for i in range(self.count())]
 
+    def read_each(self):
+        # type: () -> Tuple[List[LiveGpu], Dict[int, NodeFailure]]
+        """Every GPU that can be read, and why each other one cannot (GPU_IS_LOST, an unreadable profile).
+        For a run that failed: one GPU off the bus must not hide what the healthy ones hold, which this run
+        may have changed already; read_all gives up on the first."""
+        gpus = []  # type: List[LiveGpu]
+        unreadable = {}  # type: Dict[int, NodeFailure]
+        for index in range(self.count()):
+            try:
+                gpus.append(self.read_gpu(index))
+            except NodeFailure as exc:
+                unreadable[index] = exc
+        return gpus, unreadable
+
     def read_gpu(self, index):
         # type: (int) -> LiveGpu
         try:

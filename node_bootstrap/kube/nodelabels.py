@@ -23,7 +23,8 @@ from .client import KubeClient, KubeError
 STATE_LABEL = "nvidia.com/mig.config.state"
 SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"
 REASON_ANNOTATION = "ack-mig-hook/mig-config-reason"
-# On success, what every GPU holds (node_bootstrap/mig/annotations.py, with its one reader).
+# What every GPU holds after an apply, a GPU that could not be read null (node_bootstrap/mig/annotations.py,
+# with its writer and its one reader).
 # Which pod holds each instance, from kubelet's allocations (node_bootstrap/commands/holdings.py has the
 # format): written with the layouts after every apply and by ``report-holders`` while pods come and go.
 HOLDERS_ANNOTATION = "ack-mig-hook/gpu-holders"
@@ -53,7 +54,7 @@ def state_patch(state, sequence_value=None, reason=None, layouts=None, holders=N
     else:
         labels[SEQUENCE_LABEL] = None
     annotations = {REASON_ANNOTATION: " ".join(reason.split())[:1024] if reason else None}
-    if state == "success":
+    if state == "success" or layouts is not None:  # a failure's read-back too: the last success's is stale
         annotations[LAYOUTS_ANNOTATION] = layouts
     if holders is not None:
         annotations[HOLDERS_ANNOTATION] = holders

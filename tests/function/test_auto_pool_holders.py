@@ -100,3 +100,26 @@ def test_a_static_pod_is_known_by_the_uid_kubelet_gives_it():
     mirror = running("api-server-assigned-uid", "3g.20gb")
     mirror["metadata"]["annotations"] = {"kubernetes.io/config.mirror": "config-hash"}
     assert marks(node(report(["config-hash"], (None, "config-hash"))), [mirror]) == [[("3g.20gb", 4)], []]
+
+
+def test_a_gpu_the_node_could_not_read_is_never_planned_nor_taken_for_empty():
+    """A failed apply with a GPU off the bus writes what it read back of the others and null for the lost
+    one (node_bootstrap/commands/apply.py, tests/node/test_faults.py); every reader leaves the lost GPU alone."""
+    from functions.commands.status import gpu_layouts
+    from functions.decision.waves import KubeNode, layouts_needed
+    from node_bootstrap.mig.annotations import read_layouts
+
+    lost = dict(LAYOUTS, **{"1": None})
+    assert read_layouts(json.dumps(lost)) == {0: (("3g.20gb", 0), ("3g.20gb", 4)), 1: None}
+    # whatever its state label says, a node whose GPU is unknown gives the planner nothing to change
+    for state in ("success", "failed"):
+        n = node(layouts=lost)
+        n["metadata"]["labels"]["nvidia.com/mig.config.state"] = state
+        supply, _ = node_supply(n, [])
+        result = plan(supply, [PodDemand("llm/p%d" % i, "pod llm/p%d" % i, "1g.5gb") for i in range(9)], Bounds())
+        assert not result.changes, state
+    # the claim's check: the lost GPU never matches a target, an empty one ("off") included
+    kube = KubeNode("n1", labels={"nvidia.com/mig.config.state": "success"},
+                    annotations={"ack-mig-hook/gpu-layouts": json.dumps(lost)})
+    assert layouts_needed({0: (("3g.20gb", 0), ("3g.20gb", 4)), 1: ()}, kube) == "GPU 1 holds another layout"
+    assert gpu_layouts(kube) == {"0": "3g.20gb@0 3g.20gb@4", "1": "(unreadable)"}

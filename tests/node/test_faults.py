@@ -293,3 +293,27 @@ def test_a_lock_file_of_the_wrong_type_is_refused_naming_it_and_a_link_is_never_
         "cannot use the lock file %s: %s, not a regular file; remove it or pass --lock-file" % (lock, kind))}
     assert victim.read_text() == "precious\n" and res.json["changes"] == 0
     assert node.sim()["gpus"][0]["mig_pending"] == 0
+
+
+@pytest.mark.parametrize("fault", ["gpu-lost:1", "gpu-lost-late:1"])
+def test_a_lost_gpu_leaves_the_healthy_ones_reported_and_itself_marked_lost(tmp_path, fault):
+    """A GPU off the bus made the failure's read-back fail as a whole: the result had no `gpus` and the layouts
+    annotation kept the last success's layouts, the lost GPU's old one included (found by a review). Now the
+    healthy GPUs are read back one by one, in the result and the annotation, and the lost one is named lost,
+    never empty and never its old layout."""
+    node = Node(tmp_path)
+    node.kube_args = []  # labels and annotations go to the simulated node's stand-in
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--sim-fault", fault)
+    assert res.rc == 1 and res.json["error"]["code"] == "gpu-lost" and res.json["changes"] == 0
+    healthy, lost = res.json["gpus"]
+    assert [i["profile"] for i in healthy["instances"]] == ["3g.20gb", "2g.10gb", "1g.5gb"]
+    assert lost == {"index": 1, "unreadable": {"code": "gpu-lost", "message": res.json["error"]["message"]}}
+    with open(os.path.join(node.host, "node-labels.json")) as fh:
+        meta = json.load(fh)
+    assert meta["labels"]["nvidia.com/mig.config.state"] == "failed"
+    assert meta["annotations"]["ack-mig-hook/mig-config-reason"] == res.json["error"]["message"]
+    assert json.loads(meta["annotations"]["ack-mig-hook/gpu-layouts"]) == {
+        "0": [["3g.20gb", 0], ["2g.10gb", 4], ["1g.5gb", 6]], "1": None}
+    holders = json.loads(meta["annotations"]["ack-mig-hook/gpu-holders"])["gpus"]
+    assert holders == {"0": [["3g.20gb", 0, None], ["2g.10gb", 4, None], ["1g.5gb", 6, None]], "1": None}
