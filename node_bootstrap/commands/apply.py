@@ -264,11 +264,12 @@ class _Apply(object):
         return Host(self.control.stop, self.control.start, counted_reset, end_processes(backend, log), log,
                     _release_wait(args, backend, log), process_ops(backend).start_time, self._allocations())
 
-    def _allocations(self):
-        # type: () -> Any
+    def _allocations(self, list_pods=True):
+        # type: (bool) -> Any
         """kubelet's allocations, read afresh each call; the node's pods listed with the kubelet's credential
-        where there is one (a simulated node's stand-in lists none: every entry of its checkpoint counts)."""
-        client = self.labeler.client if self.labeler.enabled else None
+        where there is one (a simulated node's stand-in lists none: every entry of its checkpoint counts).
+        ``list_pods=False``: the checkpoint alone, every entry counting (more holders, never fewer)."""
+        client = self.labeler.client if self.labeler.enabled and list_pods else None
         return allocations_reader(checkpoint_reader(self.args, self.backend), client, self.labeler.node_name,
                                   self.log)
 
@@ -327,7 +328,9 @@ class _Apply(object):
                 gpus, unreadable = self.writer.read_each()
                 self.result["gpus"] = gpus_json(gpus, unreadable)
                 layouts = _read_back_layouts(gpus, unreadable)
-                holders = report_value(gpus, self._allocations()(), unreadable=unreadable)
+                # The checkpoint alone: the final label is written with this report, and the pod list is an
+                # API call of up to 30 s that a SIGTERM's 15 s grace may not hold; more holders is the safe side.
+                holders = report_value(gpus, self._allocations(list_pods=False)(), unreadable=unreadable)
             except Exception:  # noqa: BLE001 - the state is a courtesy; the failure is what counts
                 pass
         if self.control is not None:

@@ -388,3 +388,20 @@ def test_checkpoint_signature_follows_the_bytes(tmp_path):
     with open(path, "w") as fh:
         fh.write('{"Data": {}, "Checksum": 2}')
     assert checkpoint_signature(path) != first
+
+
+@pytest.mark.kube
+def test_a_failed_apply_writes_its_final_state_without_listing_pods(tmp_path, kube_api):
+    """The failure path writes the holders report with the final label, in one patch: listing the node's pods
+    there (an API call of up to 30 s) could hold that label past a SIGTERM's grace, and the node would be
+    killed before it said how it ended. The checkpoint alone counts (every entry a holder: the safe side)."""
+    node = _kube_node(tmp_path, kube_api)
+    write_checkpoint(node, checkpoint([("pod-uid-serve", "main", "nvidia.com/mig-3g.20gb", ["MIG-anything"])]))
+    since = len(kube_api.requests)
+    res = node.run("apply", "--size", "1g.5gb", "--sim-fault", "gpu-lost:0")
+    assert res.rc == 1 and res.json["error"]["code"] == "gpu-lost", res.stderr
+    asked = [(r.method, r.path) for r in kube_api.requests[since:]]
+    assert not [a for a in asked if a[0] == "GET" and a[1].startswith("/api/v1/pods")], asked
+    meta = kube_api.nodes["node-a"]["metadata"]
+    assert meta["labels"]["nvidia.com/mig.config.state"] == "failed"
+    assert json.loads(meta["annotations"]["ack-mig-hook/gpu-holders"])["gpus"] == {"0": None}
