@@ -422,4 +422,10 @@ MUTANTS = (
            'if args.strict and (result.outcome == "retry"',
            ("tests/rollout/test_labelled_pool_refused.py",),
            "invoke --strict exits 0 while a pool ACK refused to list was never decided beside others that were"),
+    # ---- the CLI's stderr that cannot be written (fifth review) ----
+    mutant("stderr-flush-raises", "functions/commands/terminal.py",
+           "            self.stream.flush()\n        except OSError:\n            self._gone()",
+           "            self.stream.flush()\n        except ZeroDivisionError:\n            self._gone()",
+           ("tests/function/test_cli_stdout_failures.py",),
+           "a prompt flushed to a stderr whose reader is gone (undeploy's [y/N]) raises out of the command"),
 )

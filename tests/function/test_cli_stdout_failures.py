@@ -133,3 +133,24 @@ def test_reading_a_closed_stdin_is_an_empty_input_not_an_internal_error(args, sa
                           cwd=ROOT, env=dict(os.environ, HOME=str(tmp_path)), capture_output=True, timeout=60)
     err = proc.stderr.decode()
     assert proc.returncode == 2 and err.startswith(said) and "internal error" not in err, err
+
+
+def test_a_prompt_flushed_to_a_stderr_whose_reader_is_gone_is_dropped_and_stderr_points_at_devnull():
+    """undeploy's confirmation prompt (`delete ...? [y/N] `) has no newline: on a line-buffered stderr its
+    write only fills the buffer, and the flush after it is the call that meets the gone reader (EPIPE). That
+    flush must drop the text as a failed write does, stderr's descriptor then /dev/null, not raise out of
+    the command (the subprocess tests above only ever fail in a write, which ends in a newline)."""
+    from functions.commands.terminal import Unheard
+
+    read, write = os.pipe()
+    os.close(read)
+    stream = os.fdopen(write, "w", buffering=1)  # line-buffered, as Python's sys.stderr
+    try:
+        unheard = Unheard(stream)
+        prompt = "delete stack ack-mig-hook? [y/N] "
+        assert unheard.write(prompt) == len(prompt)  # buffered: the reader's absence is not met yet
+        assert not os.path.samestat(os.fstat(write), os.stat(os.devnull))
+        unheard.flush()
+        assert os.path.samestat(os.fstat(write), os.stat(os.devnull))
+    finally:
+        stream.close()  # what is still buffered goes to /dev/null now
