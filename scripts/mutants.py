@@ -428,4 +428,11 @@ MUTANTS = (
            "            self.stream.flush()\n        except ZeroDivisionError:\n            self._gone()",
            ("tests/function/test_cli_stdout_failures.py",),
            "a prompt flushed to a stderr whose reader is gone (undeploy's [y/N]) raises out of the command"),
+    # ---- a pod event's pool and the timer's agree (fifth review) ----
+    mutant("countable-in-callers-order", "functions/decision/layout/planner.py",
+           "    for d in sorted(capped, key=lambda d: d.key):",
+           "    for d in capped:",
+           ("tests/layout/test_planner.py",),
+           "an idle instance a pool no longer allows goes to the first pod as the caller listed them: a pod event "
+           "and the timer spend it on different pods"),
 )

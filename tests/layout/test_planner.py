@@ -294,6 +294,22 @@ def test_an_idle_instance_of_a_profile_no_longer_allowed_is_kept_for_the_pod_tha
     assert not any(t.destroy for t in two.changes)
 
 
+
+def test_the_pod_an_idle_instance_no_longer_allowed_goes_to_is_the_first_by_key_whatever_the_demand_order():
+    """Two pods ask the one idle 3g.40gb the pool no longer allows: it goes to the first pod by key, the other is
+    not counted, however the caller listed the demand. The timer's plan and a pod event's choice of pool
+    (pool_of.py) read the same pods in different orders and must spend that instance on the same pod
+    (countable sorts the demand itself); in the caller's order, the event planned a pod the timer left out."""
+    from functions.decision.layout.planner import countable
+
+    supply = [GpuSupply("n1", 0, A80, (Instance("3g.40gb", 0, True), Instance("3g.40gb", 4, False)))]
+    bounds = Bounds(profiles={"2g.20gb", "1g.10gb"})
+    first, second = PodDemand("ns/old-3g-a", "o", "3g.40gb"), PodDemand("ns/old-3g-b", "o", "3g.40gb")
+    for demand in ([first, second], [second, first]):
+        kept, left = countable(supply, demand, bounds)
+        assert [d.key for d in kept] == ["ns/old-3g-a"] and [k for k, _ in left] == ["ns/old-3g-b"], demand
+        assert [k for k, _ in plan(supply, demand, bounds).not_counted] == ["ns/old-3g-b"], demand
+
 def test_a_pod_asking_several_of_a_profile_no_longer_allowed_needs_them_idle_on_one_node():
     """ns/stray asks 2x 1g.5gb, no longer allowed; an idle 1g.5gb sits on each of two nodes. Counted against
     the pool's idle instances together, it stayed counted, no node gave it both, and its shortfall switched the
