@@ -18,7 +18,7 @@ from ..host.clients import ClientControl, parse_clients
 from ..host import bootunit
 from ..host.bootunit import check_values
 from ..host.holdersunit import check as check_holders
-from .common import as_failure, boot_args, gpus_json, holders_report, install_boot_unit, read_gpus, stderr_log
+from .common import as_failure, boot_args, gpus_json, holders_report, install_boot_unit, read_gpus_each, stderr_log
 from ..driver.live import LiveGpu, effective_model, live_layout
 from ..kube.deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
 from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, Locked, NodeFailure, Terminated
@@ -427,8 +427,13 @@ def cmd_report_holders(args, backend):
                 log("the node lock %s is held (an apply or disable is running and reports itself): round skipped"
                     % args.lock_file)
                 return None, "skipped"
-            gpus, _ = read_gpus(backend)
-            value = report_value(gpus, allocations_reader(checkpoint, client, labeler.node_name, log)())
+            # GPU by GPU, as a failed apply's report: one off the bus (null in the report) must not stop
+            # the reports of the others, whose pods come and go until the node reboots
+            gpus, unreadable = read_gpus_each(backend)
+            for index in sorted(unreadable):
+                log("GPU %d: %s" % (index, unreadable[index].message))
+            value = report_value(gpus, allocations_reader(checkpoint, client, labeler.node_name, log)(),
+                                 unreadable=unreadable)
             if same_report(labeler.holders_now(), value):
                 return value, "unchanged"
             return value, "written" if labeler.report_holders(value) else ""

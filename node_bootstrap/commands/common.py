@@ -69,15 +69,28 @@ def as_failure(exc, backend):
                        code="internal-error")
 
 
-def read_gpus(backend):
-    # type: (Backend) -> Tuple[List[LiveGpu], Optional[str]]
+def _with_reader(backend, read):
+    # type: (Backend, Callable[[NvmlReader], Any]) -> Any
     try:
         with NvmlReader(backend.nv) as reader:
-            return reader.read_all(), reader.driver_version()
+            return read(reader)
     except NvmlUnavailable as exc:
         raise NodeFailure(str(exc), code="nvml-unavailable")
     except backend.nv.NVMLError as exc:  # a GPU that cannot even be enumerated
         raise as_failure(exc, backend)
+
+
+def read_gpus(backend):
+    # type: (Backend) -> Tuple[List[LiveGpu], Optional[str]]
+    return _with_reader(backend, lambda reader: (reader.read_all(), reader.driver_version()))
+
+
+def read_gpus_each(backend):
+    # type: (Backend) -> Tuple[List[LiveGpu], Dict[int, NodeFailure]]
+    """Every GPU that can be read and why each other one cannot (``NvmlReader.read_each``): for a report
+    (a failed apply's, ``report-holders``) that must go on saying what the healthy GPUs hold while one is
+    off the bus, rather than stop until the node reboots."""
+    return _with_reader(backend, lambda reader: reader.read_each())
 
 
 def gpus_json(gpus, unreadable=None):

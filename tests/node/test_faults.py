@@ -317,3 +317,25 @@ def test_a_lost_gpu_leaves_the_healthy_ones_reported_and_itself_marked_lost(tmp_
         "0": [["3g.20gb", 0], ["2g.10gb", 4], ["1g.5gb", 6]], "1": None}
     holders = json.loads(meta["annotations"]["ack-mig-hook/gpu-holders"])["gpus"]
     assert holders == {"0": [["3g.20gb", 0, None], ["2g.10gb", 4, None], ["1g.5gb", 6, None]], "1": None}
+
+
+@pytest.mark.parametrize("fault", ["gpu-lost:1", "gpu-lost-late:1"])
+def test_report_holders_reports_the_healthy_gpus_and_a_lost_one_as_null(tmp_path, fault):
+    """report-holders read the GPUs as a whole and stopped at a lost one (found by a review): the holders unit
+    could never refresh the node's report again until a reboot, while pods came and went on the healthy GPUs.
+    It reads them one by one as a failed apply does, and writes the healthy ones and null for the lost one."""
+    node = Node(tmp_path)
+    node.kube_args = []  # the annotation goes to the simulated node's stand-in
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    res = node.run("--sim-fault", fault, "report-holders")  # (a fault is an option before the command here)
+    assert res.rc == 0 and res.json["outcome"] == "success", res.stderr
+    rows = [["3g.20gb", 0, None], ["2g.10gb", 4, None], ["1g.5gb", 6, None]]
+    assert res.json["holders"]["gpus"] == {"0": rows, "1": None} and res.json["written"]
+    assert "GPU 1 is lost" in res.stderr
+    with open(os.path.join(node.host, "node-labels.json")) as fh:
+        meta = json.load(fh)
+    assert json.loads(meta["annotations"]["ack-mig-hook/gpu-holders"])["gpus"] == {"0": rows, "1": None}
+    # the GPU back (after a reboot): the next round says what it holds again
+    assert node.run("sim-reboot").rc == 0
+    again = node.run("report-holders")
+    assert again.rc == 0 and again.json["written"] and again.json["holders"]["gpus"] == {"0": [], "1": []}
