@@ -17,8 +17,9 @@ Per node (a Node object of the API and the pods bound to it):
   could hold counts as in use (:func:`_in_use`). The planner never destroys an instance in use, and the node
   checks kubelet's allocations again itself before it destroys one (docs/node.md).
 
-A node whose layout is being changed (state ``pending``/``rebooting``) is ``busy``: the plan leaves it. A node
-with no applied layout (no state, or ``failed``) has MIG off as far as the hook knows: left alone too.
+A node whose layout is being changed (state ``pending``/``rebooting``) is ``busy``: the plan leaves it. So is
+a ``failed`` node, whose GPUs are no capacity for anything (:func:`node_supply` says why). A node with no
+applied layout (no state) has MIG off as far as the hook knows: never repartitioned, its GPUs whole GPUs.
 """
 
 import re
@@ -43,6 +44,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod's mirror: the 
 MAX_HOLDERS_CHARS = 64 * 1024  # the node writes at most about 32 KiB (node_bootstrap/commands/holdings.py)
 _INDEX = re.compile(r"^[0-9]{1,2}\Z")
 IN_FLIGHT = ("pending", "rebooting")
+FAILED = "failed"  # node_bootstrap/commands/apply.py STATE_BY_OUTCOME
 FINISHED = ("Succeeded", "Failed")
 
 
@@ -101,7 +103,13 @@ def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> T
                     % (name, labels.get(GPU_NAME_LABEL), count_text, GPU_NAME_LABEL, GPU_COUNT_LABEL)]
     count, state, sequence = int(count_text), labels.get(STATE_LABEL), labels.get(SEQUENCE_LABEL)
     nvml_name = labels[GPU_NAME_LABEL]
-    if state in IN_FLIGHT:
+    if state in IN_FLIGHT or state == FAILED:
+        # failed: what the GPUs hold is not known for sure. The apply may have changed some before it failed
+        # (MIG on, instances half made), a GPU may be off the bus (null in the layouts annotation) or refused
+        # (busy, no permission). Read as MIG off they were free whole GPUs, so nvidia.com/gpu pods were
+        # thought served and no new node asked for, while the device plugin may offer no such GPU there. As
+        # capacity they are the unsafe side (pods wait with nothing asked for them); left out, the worst is
+        # a new node asked for early, until an apply succeeds and says what the GPUs hold.
         return [GpuSupply(name, i, nvml_name, busy=True) for i in range(count)], []
     annotated = (meta.get("annotations") or {}).get(LAYOUTS_ANNOTATION)
     if state != "success" or not (sequence or annotated):

@@ -123,3 +123,24 @@ def test_a_gpu_the_node_could_not_read_is_never_planned_nor_taken_for_empty():
                     annotations={"ack-mig-hook/gpu-layouts": json.dumps(lost)})
     assert layouts_needed({0: (("3g.20gb", 0), ("3g.20gb", 4)), 1: ()}, kube) == "GPU 1 holds another layout"
     assert gpu_layouts(kube) == {"0": "3g.20gb@0 3g.20gb@4", "1": "(unreadable)"}
+
+
+def test_a_failed_nodes_gpus_are_no_capacity_for_whole_gpu_pods_either():
+    """A failed node's GPUs were read as MIG off and counted as free whole GPUs (found by a review): a lost
+    GPU, or one the failed apply left half changed, was capacity for nvidia.com/gpu pods, which were then
+    thought served and no new node was asked for. They are no capacity for anything; a node the hook never
+    partitioned (no state label, MIG off) still offers its whole GPUs."""
+    from functions.decision.layout.vocabulary import WHOLE_GPU
+
+    whole = [PodDemand("llm/w%d" % i, "pod llm/w%d" % i, WHOLE_GPU) for i in range(2)]
+    for layouts in (dict(LAYOUTS, **{"1": None}), LAYOUTS):  # a lost GPU, or every GPU read back
+        failed = node(layouts=layouts)
+        failed["metadata"]["labels"]["nvidia.com/mig.config.state"] = "failed"
+        supply, _ = node_supply(failed, [])
+        result = plan(supply, whole, Bounds())
+        assert dict(result.unserved) == {WHOLE_GPU: 2} and not result.changes, layouts
+    fresh = node(layouts=LAYOUTS)
+    del fresh["metadata"]["labels"]["nvidia.com/mig.config.state"]
+    del fresh["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"]
+    supply, _ = node_supply(fresh, [])
+    assert not plan(supply, whole, Bounds()).unserved
