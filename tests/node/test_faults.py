@@ -339,3 +339,39 @@ def test_report_holders_reports_the_healthy_gpus_and_a_lost_one_as_null(tmp_path
     assert node.run("sim-reboot").rc == 0
     again = node.run("report-holders")
     assert again.rc == 0 and again.json["written"] and again.json["holders"]["gpus"] == {"0": [], "1": []}
+
+
+@pytest.mark.parametrize("after", [6, 8])
+def test_a_gpu_lost_after_the_run_changed_another_reports_the_change_and_the_rerun_converges(tmp_path, after):
+    """No test had a GPU lost after the run already changed another (found by a review). Going from SEQ to
+    two 3g.20gb takes 6 mutating calls a GPU (GPU 0 first): GPU 1 falls off the bus once GPU 0 is done (6) or
+    in the middle of its own change (8). The failure reports GPU 0's new layout, in the result and the
+    annotation, never the last success's; GPU 1 unknown; the label failed with the reason. Once the GPU is
+    back (a reboot: GPU_IS_LOST lasts until then) the rerun converges."""
+    node = Node(tmp_path)
+    node.kube_args = []  # labels and annotations go to the simulated node's stand-in
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--sim-fault", "gpu-lost-after:1:%d" % after)
+    assert res.rc == 1 and res.json["error"]["code"] == "gpu-lost", res.stderr
+    assert res.json["error"]["message"].startswith("GPU 1") and res.json["changes"] == after
+    changed, lost = res.json["gpus"]
+    assert [(i["profile"], i["start"]) for i in changed["instances"]] == [("3g.20gb", 0), ("3g.20gb", 4)]
+    assert lost["index"] == 1 and lost["unreadable"]["code"] == "gpu-lost"
+    with open(os.path.join(node.host, "node-labels.json")) as fh:
+        meta = json.load(fh)
+    assert meta["labels"]["nvidia.com/mig.config.state"] == "failed"
+    assert meta["annotations"]["ack-mig-hook/mig-config-reason"] == res.json["error"]["message"]
+    assert json.loads(meta["annotations"]["ack-mig-hook/gpu-layouts"]) == {
+        "0": [["3g.20gb", 0], ["3g.20gb", 4]], "1": None}
+    assert json.loads(meta["annotations"]["ack-mig-hook/gpu-holders"])["gpus"] == {
+        "0": [["3g.20gb", 0, None], ["3g.20gb", 4, None]], "1": None}
+    assert node.run("sim-reboot").rc == 0
+    healed = node.run("apply", "--sequence", "3g.20gb-3g.20gb")
+    assert healed.rc == 0 and healed.json["outcome"] == "success", healed.stderr
+    with open(os.path.join(node.host, "node-labels.json")) as fh:
+        meta = json.load(fh)
+    assert meta["labels"]["nvidia.com/mig.config.state"] == "success"
+    assert "ack-mig-hook/mig-config-reason" not in meta["annotations"]
+    assert json.loads(meta["annotations"]["ack-mig-hook/gpu-layouts"]) == {
+        "0": [["3g.20gb", 0], ["3g.20gb", 4]], "1": [["3g.20gb", 0], ["3g.20gb", 4]]}
+    assert node.run("apply", "--sequence", "3g.20gb-3g.20gb").json["changes"] == 0

@@ -33,6 +33,8 @@ KINDS = {
                     "process finds it (nvidia-smi: \"Unable to determine the device handle for GPU ...: GPU is lost\")",
     "gpu-lost-late:GPU": "GPU GPU falls off the bus after this process took its handle: every later call on it "
                          "answers GPU_IS_LOST",
+    "gpu-lost-after:GPU:N": "GPU GPU falls off the bus right after this process's N-th mutating call (on any GPU): "
+                            "from then on its handle and every call on it answer GPU_IS_LOST",
     "hung-mount": "the node's files named like a GPU device that --gpu-device-glob does not name are on a mount "
                   "that never answers (a FUSE daemon that does not reply): the holder scan's stat of such an "
                   "open file waits for good",
@@ -43,6 +45,7 @@ SIM_PID = 4242
 _COUNT = re.compile(r"^[0-9]{1,4}\Z")  # ASCII digits only
 _PROCESS_ON = re.compile(r"^process-on:([0-9]{1,2}):([0-9]{1,2})\Z")
 _GPU_LOST = re.compile(r"^(gpu-lost|gpu-lost-late):([0-9]{1,2})\Z")
+_GPU_LOST_AFTER = re.compile(r"^gpu-lost-after:([0-9]{1,2}):([0-9]{1,4})\Z")
 _DRIVER = re.compile(r"^driver:([0-9]{3})\.[0-9]{1,3}(\.[0-9]{1,3})?\Z")
 
 
@@ -74,14 +77,24 @@ class Faults(typing.NamedTuple):
     driver: str = ""  # the driver version to answer ("" : the default one)
     gpu_lost: typing.Tuple[int, ...] = ()  # GPU indices whose handle answers GPU_IS_LOST
     gpu_lost_late: typing.Tuple[int, ...] = ()  # GPU indices whose calls, after the handle, answer GPU_IS_LOST
+    # (GPU index, N): the GPU is lost once the process made N mutating calls (a run that already changed others)
+    gpu_lost_after: typing.Tuple[typing.Tuple[int, int], ...] = ()
 
 
 def parse_faults(items):
     # type: (Iterable[str]) -> Faults
     values = {}  # type: typing.Dict[str, typing.Any]
     process_on = []  # type: typing.List[typing.Tuple[int, int]]
+    lost_after = []  # type: typing.List[typing.Tuple[int, int]]
     for raw in items:
         item = raw.strip()
+        if item.startswith("gpu-lost-after:"):
+            match = _GPU_LOST_AFTER.match(item)
+            if not match:
+                raise FaultError("gpu-lost-after takes a GPU index and a number of mutating calls, "
+                                 "e.g. gpu-lost-after:1:10")
+            lost_after.append((int(match.group(1)), int(match.group(2))))
+            continue
         if item.startswith("process-on:"):
             match = _PROCESS_ON.match(item)
             if not match:
@@ -110,4 +123,5 @@ def parse_faults(items):
             raise FaultError("unknown --sim-fault %r; known: %s" % (item[:40], ", ".join(sorted(KINDS))))
         values[item.replace("-", "_")] = True
     values["process_on"] = tuple(process_on)
+    values["gpu_lost_after"] = tuple(sorted(set(lost_after)))
     return Faults(**values)

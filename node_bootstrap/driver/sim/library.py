@@ -221,6 +221,13 @@ class SimNvmlLibrary(object):
 
     # --- plumbing -------------------------------------------------------------------------------
 
+    def _lost_by_now(self):
+        # type: () -> Tuple[int, ...]
+        """The GPUs gpu-lost-after has taken off the bus by now: each once the process made its number of
+        mutating calls. A GPU off the bus stays lost: NVML answers GPU_IS_LOST for its handle and every call
+        on it from then on ("the target GPU has fallen off the bus", nvml.h), until the node reboots (Xid 79)."""
+        return tuple(gpu for gpu, after in self.faults.gpu_lost_after if self.mutations >= after)
+
     def _count_mutation(self):
         # type: () -> None
         self.mutations += 1
@@ -239,7 +246,8 @@ class SimNvmlLibrary(object):
                     return driver.ERROR_NO_PERMISSION
                 if self.faults.not_mig_capable and ("Mig" in name or "Instance" in name):
                     return driver.ERROR_NOT_SUPPORTED
-                if self.faults.gpu_lost_late and _on_lost_gpu(name, args, self.faults.gpu_lost_late):
+                lost = self.faults.gpu_lost_late + self._lost_by_now()
+                if lost and _on_lost_gpu(name, args, lost):
                     return driver.ERROR_GPU_IS_LOST
                 result = body(*args)
                 if mutating:
@@ -341,7 +349,9 @@ class SimNvmlLibrary(object):
     def _handle_by_index(self, index, out):
         if index >= self.store.load()["count"]:
             raise SimError(driver.ERROR_INVALID_ARGUMENT, "no GPU %d" % index)
-        if index in self.faults.gpu_lost:  # nvml.h: "if the target GPU has fallen off the bus or is otherwise inaccessible"
+        # nvml.h: "if the target GPU has fallen off the bus or is otherwise inaccessible"; one lost while the
+        # process ran (gpu-lost-after) answers so for a handle asked for afterwards too
+        if index in self.faults.gpu_lost + self._lost_by_now():
             raise SimError(driver.ERROR_GPU_IS_LOST, "GPU %d is lost" % index)
         _put_ptr(out, _dev_handle(index))
 
