@@ -92,6 +92,24 @@ def holds_gpus(pod: Mapping[str, Any]) -> bool:
     return bool((pod.get("spec") or {}).get("nodeName")) and (pod.get("status") or {}).get("phase") not in FINISHED
 
 
+def _asks_on(name: str, pods: Sequence[Mapping[str, Any]]) -> Tuple[Dict[str, Dict[str, int]], int]:
+    """What the pods running on node ``name`` ask: MIG asks per pod UID (or a stand-in for a pod without one),
+    and the whole GPUs they hold in all."""
+    live = {}  # type: Dict[str, Dict[str, int]]
+    whole = 0
+    for n_pod, pod in enumerate(pods):
+        if holds_gpus(pod) and (pod.get("spec") or {}).get("nodeName") == name:
+            asks = pod_asks(pod)
+            whole += asks.pop("gpu", 0)
+            if asks:
+                meta_pod = pod.get("metadata") or {}
+                # kubelet knows a static pod by its config hash (the mirror annotation), not the mirror's UID
+                uid = str((meta_pod.get("annotations") or {}).get(MIRROR_ANNOTATION) or meta_pod.get("uid") or "") \
+                    or "(no uid %d)" % n_pod
+                live[uid] = asks
+    return live, whole
+
+
 def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> Tuple[List[GpuSupply], List[str]]:
     """The node's GPUs, and one line for each thing that could not be read (those GPUs are left out)."""
     meta = node.get("metadata") or {}
@@ -112,8 +130,11 @@ def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> T
         # a new node asked for early, until an apply succeeds and says what the GPUs hold.
         return [GpuSupply(name, i, nvml_name, busy=True) for i in range(count)], []
     annotated = (meta.get("annotations") or {}).get(LAYOUTS_ANNOTATION)
+    live, whole = _asks_on(name, pods)
     if state != "success" or not (sequence or annotated):
-        return [GpuSupply(name, i, nvml_name, mig=False) for i in range(count)], []
+        # MIG off (the hook never partitioned it): a GPU a whole-GPU pod runs on is no free GPU (read as one,
+        # nvidia.com/gpu pods were thought served and a repartition was planned on a GPU in use)
+        return [GpuSupply(name, i, nvml_name, mig=False, busy=i < whole) for i in range(count)], []
     if annotated:
         per_gpu = _annotated(annotated, count)
         if per_gpu is None:
@@ -125,18 +146,6 @@ def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> T
             return [], ["node %s: %s=%s cannot be read on %s (%s): left out" % (name, SEQUENCE_LABEL, sequence,
                                                                               model.key, str(exc).splitlines()[0])]
         per_gpu = [[(i.profile.name, i.start) for i in layout.instances]] * count
-    live = {}  # type: Dict[str, Dict[str, int]]  # pod UID (or a stand-in for a pod without one) -> asks
-    whole = 0
-    for n_pod, pod in enumerate(pods):
-        if holds_gpus(pod) and (pod.get("spec") or {}).get("nodeName") == name:
-            asks = pod_asks(pod)
-            whole += asks.pop("gpu", 0)
-            if asks:
-                meta_pod = pod.get("metadata") or {}
-                # kubelet knows a static pod by its config hash (the mirror annotation), not the mirror's UID
-                uid = str((meta_pod.get("annotations") or {}).get(MIRROR_ANNOTATION) or meta_pod.get("uid") or "") \
-                    or "(no uid %d)" % n_pod
-                live[uid] = asks
     report = _holders((meta.get("annotations") or {}).get(HOLDERS_ANNOTATION))
     in_use = _in_use(per_gpu, live, report)
     notes = []

@@ -144,3 +144,20 @@ def test_a_failed_nodes_gpus_are_no_capacity_for_whole_gpu_pods_either():
     del fresh["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"]
     supply, _ = node_supply(fresh, [])
     assert not plan(supply, whole, Bounds()).unserved
+
+
+def test_a_gpu_a_whole_gpu_pod_runs_on_is_no_free_gpu_on_a_node_never_partitioned():
+    """A node the hook never partitioned (no state label, MIG off) offered every GPU as free whatever ran there
+    (found by a review): a running nvidia.com/gpu pod's GPU counted as capacity, so waiting whole-GPU pods were
+    thought served, and a MIG pod's repartition could be planned on that GPU."""
+    from functions.decision.layout.vocabulary import WHOLE_GPU
+
+    fresh = node(layouts=LAYOUTS)
+    del fresh["metadata"]["labels"]["nvidia.com/mig.config.state"]
+    del fresh["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"]
+    busy = running("u-w", "x", name="w")
+    busy["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    supply, _ = node_supply(fresh, [busy])
+    assert [g.busy for g in supply] == [True, False]
+    waiting = [PodDemand("llm/w%d" % i, "pod llm/w%d" % i, WHOLE_GPU) for i in range(2)]
+    assert dict(plan(supply, waiting, Bounds()).unserved) == {WHOLE_GPU: 1}
