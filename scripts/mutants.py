@@ -90,8 +90,8 @@ MUTANTS = (
            "a batch whose results come in pages smaller than MaxResults is read only to its 4th page: the "
            "rest of its nodes end execution-timeout at the poll deadline"),
     mutant("invocation-row-status-unchecked", "functions/delivery/cloud_assistant.py",
-           'if iid in wanted and _field(row, "InvocationStatus") in FINAL:',
-           'if iid in wanted and row.get("InvocationStatus") in FINAL:',
+           'return _field(row, "InvocationStatus") in FINAL or _field(row, "InvokeRecordStatus") in RECORD_FINAL',
+           'return row.get("InvocationStatus") in FINAL or _field(row, "InvokeRecordStatus") in RECORD_FINAL',
            ("tests/delivery/test_cloud_assistant.py",),
            "one result row whose status is a list raises out of the poll loop: every node of the event, "
            "finished ones included, ends internal-error"),
