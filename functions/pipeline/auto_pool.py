@@ -370,13 +370,17 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             counted.update(earlier_pools_pods(earlier))
         return pending, listed
 
+    def uncounted(pool: Any, nodes: Sequence[Mapping[str, Any]]) -> set:
+        """The pods not counted yet that ``pool`` counts, read on ``nodes``."""
+        return counted_pods(pool, nodes, [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n))
+
     def earlier_pools_pods(pool: Any) -> set:
         """The pods not counted yet that ``pool``, planned elsewhere or not at all by this tick, counts."""
         try:
             nodes = pool_members(api, lookup, cluster, pool.nodepool_id, acked)[0]
         except PoolUnproven as exc:
             return held_back(pool, exc)
-        return counted_pods(pool, nodes, [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n))
+        return uncounted(pool, nodes)
 
     def held_back(pool: Any, exc: PoolUnproven) -> set:
         """The pods a pool whose members cannot be proven may count: they count for nobody this tick.
@@ -389,8 +393,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         into such a pool can hold pods back this way, never have a GPU changed. The pool is named in the
         tick's reason and log, once."""
         _unproven(log, exc, "not planned, and the pods it may count wait", unproven)
-        return counted_pods(pool, exc.listed, [p for p in pending if pod_key(p) not in counted],
-                            lambda n: pods_on(api, n))
+        return uncounted(pool, exc.listed)
 
     scoped = {p.nodepool_id for p in pools}
     last = max(scoped)
