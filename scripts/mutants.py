@@ -313,8 +313,8 @@ MUTANTS = (
            "ACK refusing the list of one pool's nodes for good ends every auto tick of every pool in error, at "
            "every tick"),
     mutant("refused-pool-holds-nothing-back", "functions/pipeline/auto_pool.py",
-           "        return counted_pods(pool, exc.listed,",
-           "        return set() if pool else counted_pods(pool, exc.listed,",
+           "        return uncounted(pool, exc.listed)",
+           "        return set() if pool else uncounted(pool, exc.listed)",
            ("tests/rollout/test_auto_pool_refused.py",),
            "a later pool plans the pods an earlier pool ACK refused to prove may count: it repartitions a GPU for "
            "pods the earlier pool's idle instances serve once ACK answers again"),
