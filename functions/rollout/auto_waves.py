@@ -133,21 +133,26 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
                          "%s on it, if the pool's Lease still holds one that has run out" % (node.name, reason,
                                                                                              p.owner or "-"))
             continue
+        # The slot goes back before the record ends, not after: a tick stopped between the two left a done
+        # record (no later tick looks at it again) and the dead run's slot in the Lease, for good in a pool
+        # where no node takes a slot again. Stopped here, the record is still stranded and the next tick ends it.
+        # A slot given back for a record the write below cannot end had run out: it counted for nothing.
+        given = bool(p.owner) and budget.release(pool_id, node.name, holder=p.owner)
         try:
             kube.patch_node(node.name, {"metadata": {"resourceVersion": node.resource_version,
                                                      "annotations": notes}})
         except KubeError as exc:
-            if exc.status in (404, 409):  # the run that took the node over writes its own slot over this one
+            if exc.status in (404, 409):  # another invocation took the node over, or it went: left to that
                 continue
             if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry
                 raise
             # This node's answer (a 422: its annotations at the size limit; a webhook's refusal): the node
-            # keeps its record (and the dead run its slot) and the others are still ended; raised, it ended
-            # every pool's tick, each time.
+            # keeps its record (the slot given back above had run out) and the others are still ended; raised,
+            # it ended every pool's tick, each time.
             lines.append("node %s: the record could not be ended (%s): the next tick tries again"
                          % (node.name, " ".join(str(exc).split())[:200]))
             continue
-        if p.owner and budget.release(pool_id, node.name, holder=p.owner):
+        if given:
             reason += "; its slot of the pool's budget, run out, was given back"
         lines.append("node %s: %s" % (node.name, reason))
     return lines

@@ -1,0 +1,80 @@
+"""Kill matrices for the writes that end what a stopped run left behind (tests/rollout/test_interrupted.py
+kills the first run only, so these writes were never a kill point): an auto tick ending stranded records
+and giving their run-out slots back, and a labelled run taking a stopped run's node over and giving that
+run's slot back. Each run is killed after each of its writes in turn (the Killer counts every write kind);
+the runs after it, past the killed run's lease, must leave every record final and no slot, opt-out or cordon
+behind."""
+
+import pytest
+
+from functions.base.logs import JsonLogger
+from functions.base.settings import load_settings
+from tests.rollout.test_interrupted import LABELLED_LEASE, Killed, Killer, lease_slots, strand
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
+
+FINAL = ("done", "failed", "destroy-required")
+
+
+def _stranded_world(cluster, pods):
+    """Two auto nodes a stopped run left `applying` (its opt-out on each, its run-out slot on each in the
+    pool's Lease), ``pods`` pods waiting."""
+    from tests.rollout.test_auto_rollout import NAMES, add_auto_nodes, waiting
+
+    api = cluster.api
+    with api.lock:
+        for table in (api.nodes, api.pods, api.events, api.leases):
+            table.clear()
+    cluster.now[0] = 1000.0
+    add_auto_nodes(api, NAMES[:2])
+    waiting(api, pods)
+    strand(api, NAMES[:2], slots=True)
+
+
+def _tick(cluster, k=10 ** 6):
+    """One auto tick, every write through a Killer that kills after the ``k``-th: (its writes, killed)."""
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.pipeline.event import run_event
+    from tests.rollout.test_auto_rollout import NAMES, TICK, PerGpuNodes, inventory
+
+    killer = Killer(cluster.kube, PerGpuNodes(cluster.api), k)
+    settings = load_settings(dict(cluster.settings_env))
+    try:
+        run_event(TICK, settings, inventory=killer.lookup(inventory(names=NAMES[:2])), logger=JsonLogger("OFF"),
+                  kube=killer, executor=DeliveryExecutor.from_settings(settings, transport=killer))
+    except Killed:
+        return killer.calls, True
+    return killer.calls, False
+
+
+def _check_auto(cluster, where):
+    from functions.decision import waves as rp
+    from tests.rollout.test_auto_rollout import NAMES
+
+    for name in NAMES[:2]:
+        record = cluster.annotation(name)
+        assert record is not None and record["step"] in FINAL, (where, name, record)
+        assert rp.SCALE_DOWN_DISABLED not in cluster.api.nodes[name]["metadata"]["annotations"], (where, name)
+    # every record is final: no slot is left, run out or not (the Lease would show a dead run holding a node
+    # whose record says done, and for a pool whose nodes all rest, for good)
+    assert lease_slots(cluster.api) == {}, (where, lease_slots(cluster.api))
+
+
+@pytest.mark.parametrize("pods", [0, 2], ids=["idle", "planning"])
+def test_a_tick_killed_while_it_ends_stranded_records_converges(cluster, pods):
+    _stranded_world(cluster, pods)
+    calls, killed = _tick(cluster)
+    assert not killed
+    _check_auto(cluster, "never killed")
+    steps = " | ".join(calls)
+    assert "patch auto-a" in steps and "lease {" in steps, calls  # the record's end and the slot's release
+    for k in range(1, len(calls) + 1):
+        _stranded_world(cluster, pods)
+        done, killed = _tick(cluster, k)
+        assert killed, (k, calls)
+        where = "killed after write %d (%s)" % (k, done[-1])
+        cluster.now[0] += 2 * 3600  # past the killed run's lease
+        for _ in range(3):
+            _tick(cluster)
+            cluster.now[0] += 60
+        _check_auto(cluster, where)
