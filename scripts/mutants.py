@@ -244,6 +244,14 @@ MUTANTS = (
            "            if False:",
            ("tests/rollout/test_interrupted.py",),
            "a node resumed from a stopped run leaves that run's slot in the pool's Lease, for a last node for good"),
+    Mutant("taken-over-slot-given-back-after-the-claim", "functions/rollout/executor.py", (
+        ("            if stopped and w.pool_id:\n                self.budget.release(w.pool_id, name, holder=stopped)\n"
+         "            try:\n", "            try:\n"),
+        ("                continue  # another writer came first: read again and decide again\n",
+         "                continue  # another writer came first: read again and decide again\n"
+         "            if stopped and w.pool_id:\n                self.budget.release(w.pool_id, name, holder=stopped)\n")),
+           ("tests/rollout/test_stranded_kills.py",),
+           "a run stopped between taking a stopped run's node over and giving back that run's slot leaves it for good"),
     mutant("drain-bare-pods-evicted", "functions/rollout/drain.py",
            "    if not controller and not rules.force:",
            "    if False:",

@@ -413,14 +413,18 @@ class RolloutExecutor:
                 progress = rp.Progress(w.target, rp.CORDONED, not node.unschedulable, self.clock(), "", me,
                                        self.rollout.expires, autoscaler=ours)
                 spec = {"unschedulable": True}
+            # That run's slot goes before the record names this run, once it has run out (it counts for nothing
+            # then, so a claim that loses its write below gave back nothing that counted): given back after,
+            # a stop between the two left it for good, since the next takeover gives back the slot of the run
+            # its record names, this one, which holds none.
+            if stopped and w.pool_id:
+                self.budget.release(w.pool_id, name, holder=stopped)
             try:
                 self._patch(w, progress, spec, notes)
             except KubeError as exc:
                 if exc.status != 409:
                     raise
                 continue  # another writer came first: read again and decide again
-            if stopped and w.pool_id:  # the node is this run's now: that run's slot goes, once it has run out
-                self.budget.release(w.pool_id, name, holder=stopped)
             if spec:
                 event(self.kube, name, "MigRolloutCordon", "%s: %s" % (
                     "already cordoned by someone else; it stays cordoned" if node.unschedulable else "cordoned",

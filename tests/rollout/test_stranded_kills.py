@@ -78,3 +78,70 @@ def test_a_tick_killed_while_it_ends_stranded_records_converges(cluster, pods):
             _tick(cluster)
             cluster.now[0] += 60
         _check_auto(cluster, where)
+
+
+def _labelled_world(cluster):
+    """A labelled pool whose one node (its last: no other node takes a slot after it) holds a pod to evict."""
+    api = cluster.api
+    with api.lock:
+        for table in (api.nodes, api.pods, api.events, api.leases):
+            table.clear()
+    cluster.now[0] = 1000.0
+    cluster.add_nodes(["node-a"])
+    api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
+
+
+def _labelled_run(cluster, played, k=10 ** 6):
+    """One run of the one-node pool with every write through a Killer: (its writes, killed)."""
+    from tests.rollout.conftest import snapshot
+
+    cluster.transport = killer = Killer(cluster.kube, played, k)
+    try:
+        cluster.run(inventory=snapshot(names=["node-a"]), kube=killer)
+    except Killed:
+        return killer.calls, True
+    finally:
+        cluster.transport = played
+    return killer.calls, False
+
+
+def _past_the_record(cluster):
+    record = cluster.annotation("node-a")
+    if record is not None and record["step"] not in FINAL:
+        cluster.now[0] = max(cluster.now[0], record["expires"]) + 1
+
+
+@pytest.mark.parametrize("first", ["[('unschedulable', True)]", "evict train-0", "apply node-a"])
+def test_a_run_killed_while_it_takes_a_stopped_runs_node_over_converges(cluster, first):
+    """A run that takes over the node a killed run left mid-drain (its record and its slot, run out) is itself
+    killed after each of its writes: the claim that takes the record over, the stopped run's slot given back,
+    the steps, the apply, the end. Runs after its deadline finish the node, and no slot is left in the pool's
+    Lease, whichever run took it: this is the pool's last node, so no later slot drops a run-out one."""
+    from tests.rollout.conftest import PlayedNodes
+
+    played = PlayedNodes(cluster.api)
+    _labelled_world(cluster)
+    calls = _labelled_run(cluster, played)[0]
+    k1 = next(i for i, call in enumerate(calls, 1) if first in call)
+
+    def first_killed():
+        _labelled_world(cluster)
+        done, killed = _labelled_run(cluster, played, k1)
+        assert killed and first in done[-1], done
+        _past_the_record(cluster)
+
+    first_killed()
+    second = _labelled_run(cluster, played)[0]
+    assert any(c.startswith("lease ") for c in second[:3]), second  # the stopped run's slot, given back
+    for k in range(1, len(second) + 1):
+        first_killed()
+        done, killed = _labelled_run(cluster, played, k)
+        where = "second run killed after write %d (%s)" % (k, done[-1])
+        assert killed, where
+        for _ in range(3):
+            _past_the_record(cluster)
+            _labelled_run(cluster, played)
+        record = cluster.annotation("node-a")
+        assert record is not None and record["step"] == "done", (where, record)
+        assert not cluster.unschedulable("node-a"), where
+        assert lease_slots(cluster.api, LABELLED_LEASE) == {}, (where, lease_slots(cluster.api, LABELLED_LEASE))
