@@ -179,6 +179,11 @@ def check_resumed(c, where, played):
     assert a["outcome"] == ("skipped" if finished else "partitioned"), (where, a)
     assert c.annotation("node-a")["step"] == "done", where
     assert not c.unschedulable("node-a"), where
+    # no slot is left in the pool's Lease: node-a's went back before its last record, or the run that took the
+    # node over gave back the killed run's (checked before node-b's slot would drop a run-out one)
+    leases = getattr(c.api, "leases", None)
+    table = lease_slots(c.api if leases is not None else c.kube, LABELLED_LEASE)
+    assert table == {}, (where, table)
     # the autoscaler's opt-out, set with the cordon, goes with the uncordon whichever run finishes the node
     notes = c.api.nodes["node-a"]["metadata"]["annotations"]
     assert "cluster-autoscaler.kubernetes.io/scale-down-disabled" not in notes, where

@@ -145,3 +145,79 @@ def test_a_run_killed_while_it_takes_a_stopped_runs_node_over_converges(cluster,
         assert record is not None and record["step"] == "done", (where, record)
         assert not cluster.unschedulable("node-a"), where
         assert lease_slots(cluster.api, LABELLED_LEASE) == {}, (where, lease_slots(cluster.api, LABELLED_LEASE))
+
+
+REFUSED = "np-aaa"  # sorted before the planned pool: its claim comes first, its pods are held back
+
+
+def _with_a_refused_pool(names):
+    """The auto pool's lookup with a second auto pool, ``REFUSED``, whose node list ACK refuses for good."""
+    from functions.base.errors import Refused
+    from functions.cloud.cluster import InventoryLookup
+    from tests.rollout.conftest import CLUSTER, POOL
+
+    class RefusingOne(InventoryLookup):
+        def nodes(self, cluster_id, nodepool_id=None, instance_ids=()):
+            if nodepool_id == REFUSED:
+                raise Refused("the node pool is not found", call="DescribeClusterNodes", status="404",
+                              code="ErrorNodePoolNotFound")
+            return super().nodes(cluster_id, nodepool_id, instance_ids)
+
+    auto = {"kubernetes_config": {"labels": [{"key": "ack-mig-hook/layout", "value": "auto"}]},
+            "scaling_group": {"scaling_group_id": "asg-1", "instance_types": ["ecs.ebmgn7.26xlarge"]}}
+    return RefusingOne.from_dict({
+        "cluster_id": CLUSTER,
+        "nodepools": [dict(auto, nodepool_info={"nodepool_id": pool, "name": pool}) for pool in (REFUSED, POOL)],
+        "nodes": [{"instance_id": "i-%s" % n, "node_name": n, "instance_type": "ecs.ebmgn7.26xlarge",
+                   "nodepool_id": POOL, "state": "running", "ip_address": ["10.0.1.%d" % i]}
+                  for i, n in enumerate(names, 1)]})
+
+
+def _refused_tick(cluster, k=10 ** 6):
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.pipeline.event import run_event
+    from tests.rollout.test_auto_rollout import NAMES, TICK, PerGpuNodes
+
+    killer = Killer(cluster.kube, PerGpuNodes(cluster.api), k)
+    settings = load_settings(dict(cluster.settings_env))
+    try:
+        result = run_event(TICK, settings, inventory=killer.lookup(_with_a_refused_pool(NAMES[:2])),
+                           logger=JsonLogger("OFF"), kube=killer,
+                           executor=DeliveryExecutor.from_settings(settings, transport=killer))
+    except Killed:
+        return killer.calls, None
+    return killer.calls, result
+
+
+@pytest.mark.parametrize("pods", [0, 2], ids=["idle", "planning"])
+def test_a_tick_beside_a_refused_pool_killed_after_every_write_converges(cluster, pods):
+    """A tick with an auto pool ACK refuses to list (it fails alone: its planning claim taken and given back,
+    its pods held back) beside a pool with stranded records, killed after each write: the refused pool's claim
+    included. After the killed run's leases, both pools' Leases hold no slot, claim or plan marker, and the
+    planned pool's records are final."""
+    from functions.decision import claim_rules as pc, coalesce as co
+
+    _stranded_world(cluster, pods)
+    calls, result = _refused_tick(cluster)
+    # (idle, the refused pool carries no labelled node, so no stranded record of it is looked for: not named)
+    assert REFUSED in result.refused_pools or not pods, result
+    assert any("ack-mig-hook-pool-%s" % REFUSED in c for c in calls), calls  # its Lease made for its claim
+    for k in range(1, len(calls) + 1):
+        _stranded_world(cluster, pods)
+        done, result = _refused_tick(cluster, k)
+        assert result is None, (k, calls)
+        where = "killed after write %d (%s)" % (k, done[-1])
+        cluster.now[0] += 2 * 3600
+        for _ in range(3):
+            _refused_tick(cluster)
+            cluster.now[0] += 60
+        _check_auto(cluster, where)
+        now = cluster.now[0]
+        for (_, name), lease in cluster.api.leases.items():
+            notes = lease["metadata"].get("annotations") or {}
+            claim = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION))
+            assert claim is None or claim.expires <= now, (where, name, claim)
+            marker = co.read_marker(notes.get(co.MARKER_ANNOTATION), now, 10 ** 6)
+            assert not marker.holder or marker.until <= now, (where, name, marker)
+            assert name.startswith("ack-mig-hook-last-run") or not lease_slots(cluster.api, ("default", name)), \
+                (where, name)
