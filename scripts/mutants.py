@@ -249,7 +249,8 @@ MUTANTS = (
          "            try:\n", "            try:\n"),
         ("                continue  # another writer came first: read again and decide again\n",
          "                continue  # another writer came first: read again and decide again\n"
-         "            if stopped and w.pool_id:\n                self.budget.release(w.pool_id, name, holder=stopped)\n")),
+         "            if stopped and w.pool_id:\n"
+         "                self.budget.release(w.pool_id, name, holder=stopped)\n")),
            ("tests/rollout/test_stranded_kills.py",),
            "a run stopped between taking a stopped run's node over and giving back that run's slot leaves it for good"),
     mutant("drain-bare-pods-evicted", "functions/rollout/drain.py",
