@@ -148,6 +148,19 @@ def not_ours(name: str, params: dict, cluster: str) -> str:
     return ""
 
 
+def refuse_not_ours(name: str, stack, cluster: str, nothing: str) -> None:
+    """Stop a command that reads or runs what stack ``name`` (its GetStack answer) names when :func:`not_ours`
+    says it is not ``cluster``'s: exit 6, one line naming the stack, the cluster it serves, the accepted form
+    and ``nothing`` (what was not done). For invoke --remote, logs and wait, as deploy and undeploy refuse it:
+    the function, logstore or operation of another cluster would be taken for this one's."""
+    from functions.commands.stack.exit_codes import EXIT_CONFLICT, CloudError
+
+    foreign = not_ours(name, stack_parameters(stack), cluster)
+    if foreign:
+        raise CloudError("%s; name this cluster's stack with --stack-name, or leave it out; %s" % (foreign, nothing),
+                         exit_code=EXIT_CONFLICT)
+
+
 def stack_parameters(stack) -> dict:
     """A GetStack answer's parameters, key -> value ({} for no stack)."""
     return {str(p.get("ParameterKey")): str(p.get("ParameterValue") or "") for p in (stack or {}).get("Parameters")

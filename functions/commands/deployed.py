@@ -5,7 +5,9 @@ The stack is found as ``wait``, ``undeploy`` and ``doctor`` find it (``--stack-n
 name, else an older stack of the legacy name holding this cluster: :func:`functions.commands.common.find_stack`).
 The function's name is the stack's ``FunctionName`` output (template.yml ``Outputs``), else its ``FunctionName``
 parameter, else the default deploy gives it (``ack-mig-hook-<cluster id>``); the log project and store are the
-stack's ``LogProject`` and ``LogStore`` parameters (template.yml ``Parameters``, required there).
+stack's ``LogProject`` and ``LogStore`` parameters (template.yml ``Parameters``, required there). A stack whose
+``ClusterId`` parameter is another cluster's, or that has none, is refused as deploy and undeploy refuse it
+(:func:`functions.commands.common.refuse_not_ours`).
 """
 
 from typing import Any, Dict, NamedTuple
@@ -36,8 +38,11 @@ def pick(stack: Dict[str, Any], stack_name: str, cluster: str, region: str) -> D
     return Deployed(stack_name, region, function, params.get("LogProject", ""), params.get("LogStore", ""))
 
 
-def find(args) -> Deployed:
-    """The deployed stack's names (GetStack); :class:`NotDeployed` when there is no stack, or it is gone."""
+def find(args, nothing: str) -> Deployed:
+    """The deployed stack's names (GetStack); :class:`NotDeployed` when there is no stack, or it is gone; a
+    CloudError (exit 6) when it is not this cluster's, ``nothing`` saying what the command did not do. Without
+    a cluster (no --cluster-id, no ACK_MIG_CLUSTER_ID) a stack of any cluster is taken: --stack-name alone is
+    then what says which deployment is meant; one deploy never made is still refused."""
     from functions.commands.deploy import stacks_for
 
     common.require(args, "region")
@@ -47,6 +52,8 @@ def find(args) -> Deployed:
     if not detail:
         raise NotDeployed("no stack %s in %s: nothing is deployed there; run `ack-mig-hook deploy` (or name the "
                           "stack with --stack-name, the cluster with --cluster-id)" % (args.stack_name, args.region))
+    # Before anything else is read from it: another cluster's function and logstore would pass for this one's.
+    common.refuse_not_ours(args.stack_name, detail, getattr(args, "cluster_id", "") or "", nothing)
     status = str(detail.get("Status") or "")
     if status.startswith("CREATE_") and status != "CREATE_COMPLETE":  # no function yet, or a failed one
         raise NotDeployed("stack %s is %s: its function is not there to call; `ack-mig-hook wait` follows it, "

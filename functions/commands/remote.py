@@ -113,7 +113,7 @@ def run(args, raw: Optional[bytes]) -> int:
                                 "invoke --remote runs the deployed function as it is configured (its DryRun "
                                 "parameter decides)")
     named = args.stack_name  # given on the command line: the follow-up command names it too
-    target = deployed.find(args)
+    target = deployed.find(args, "nothing was sent")
     answer = invoke_async(args.region, common.keys(args), target.function, body)
     # What the operator copies: it must work in a fresh shell, so it names the request, the stack the way it
     # was named here, and the region (which may have come from a flag).

@@ -233,7 +233,7 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
 def run(args) -> int:
     from functions.commands import deployed
 
-    target = deployed.find(args)
+    target = deployed.find(args, "nothing was read")
     if not (target.log_project and target.log_store):
         raise deployed.NotDeployed("stack %s names no LogProject and LogStore: the function's lines are not kept "
                                    "in SLS" % target.stack)

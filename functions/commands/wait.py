@@ -4,11 +4,13 @@
 A deploy that was interrupted (Ctrl-C, a closed laptop, a lost connection) leaves the stack's operation
 running in ROS: a rerun is refused while the stack is ``*_IN_PROGRESS`` (exit 6), and this command is what
 to run meanwhile. It finds the stack the way undeploy and doctor do (``--stack-name``, else the cluster's
-default name), prints each new event of the operation (ListStackEvents) on stderr until the stack leaves
-``*_IN_PROGRESS`` (GetStack) or ``--timeout`` passes, and ends with the status and what to do next.
+default name) and refuses, as they do, one that serves another cluster or none; it prints each new event of
+the operation (ListStackEvents) on stderr until the stack leaves ``*_IN_PROGRESS`` (GetStack) or ``--timeout``
+passes, and ends with the status and what to do next.
 
 Exit codes: 0 the stack is complete (or gone after a delete, or was never there); 1 the operation ended
-failed or rolled back, or the deadline passed; 2, 4, 5 as every command.
+failed or rolled back, or the deadline passed; 6 the stack named is another cluster's or none's; 2, 4, 5 as
+every command.
 """
 
 import json
@@ -43,7 +45,13 @@ def run(args) -> int:
         result["status"] = "absent"
         return _done(args, result, 0, "no stack %s in %s: nothing in progress" % (args.stack_name, args.region))
     result["stack_id"] = stack_id = existing["StackId"]
-    stack: Optional[Dict[str, Any]] = stacks.get(stack_id) or existing
+    detail = stacks.get(stack_id)
+    if detail:  # gone meanwhile (a delete ending): nothing left to tell whose it was, nor to wait for long
+        # Another cluster's operation ending would read as this cluster's deploy done. Without a cluster
+        # (no --cluster-id, no ACK_MIG_CLUSTER_ID) --stack-name alone says which is meant, as for logs.
+        common.refuse_not_ours(args.stack_name, detail, getattr(args, "cluster_id", "") or "",
+                               "nothing was waited on")
+    stack: Optional[Dict[str, Any]] = detail or existing
     status = str(stack.get("Status", ""))
     started = time.monotonic()
     if status.endswith("_IN_PROGRESS"):

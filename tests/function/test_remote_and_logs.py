@@ -11,6 +11,7 @@ import uuid
 
 import pytest
 
+from tests.support.cli_errors import error_text
 from tests.support.fc_emulator import FcEmulator
 from tests.support.ros_emulator import RosEmulator
 
@@ -22,12 +23,12 @@ KEY, SECRET, TOKEN = "LTAIremotetest", "remote-secret-value", "remote-sts-token"
 pytestmark = pytest.mark.timeout(120)
 
 
-def seed_stack(ros, name=None, function=FUNCTION, status="CREATE_COMPLETE"):
+def seed_stack(ros, name=None, function=FUNCTION, status="CREATE_COMPLETE", cluster=CLUSTER, project="my-sls-project"):
     """A stack as deploy leaves it (tests/function/test_deploy.py creates one the long way)."""
     with open(os.path.join(ROOT, "template.yml")) as handle:
         template = handle.read()
     params = [{"ParameterKey": k, "ParameterValue": v} for k, v in (
-        ("ClusterId", CLUSTER), ("FunctionName", function), ("LogProject", "my-sls-project"),
+        ("ClusterId", cluster), ("FunctionName", function), ("LogProject", project),
         ("LogStore", "ack-mig-hook"), ("CodeBucket", "b"), ("CodeObject", "o.zip"))]
     stack_id = str(uuid.uuid4())
     ros.stacks[stack_id] = {"StackId": stack_id, "StackName": name or FUNCTION, "RegionId": "cn-beijing",
@@ -115,6 +116,36 @@ def test_invoke_remote_refusals_keep_their_exit_codes(cloud):
     text = " ".join(done.stderr.split())
     assert done.returncode == 5 and "AccessDenied" in text and "fc:InvokeFunction" in text
     assert done.stderr.count("ack-mig-hook: error:") == 1 and "Traceback" not in done.stderr
+
+
+OTHER = "c" + "0" * 32  # a second cluster of the same region and account
+
+
+def foreign(ros, fc):
+    """Two stacks of the region that are not CLUSTER's: ``other-hook`` deployed for OTHER (its own function and
+    log project), and ``network``, no stack deploy made (no ClusterId; without a FunctionName output the
+    function looked up would be CLUSTER's default one, which FC has)."""
+    seed_stack(ros, name="other-hook", function="other-fn", cluster=OTHER, project="other-project")
+    fc.functions.add("other-fn")
+    ros.put_stack("st-vpc", "network", VpcName="prod", LogProject="my-sls-project", LogStore="ack-mig-hook")
+
+
+def test_invoke_remote_never_runs_a_stack_name_that_serves_another_cluster_or_none(cloud):
+    """``--stack-name`` names any stack of the region: one of another cluster ran that cluster's function with
+    an event for this one (it skipped it, and the operator read "invoked"), one deploy never made ran
+    whatever its names pointed at. Refused as deploy and undeploy refuse them: exit 6, one line naming the
+    stack and the cluster it serves, nothing sent."""
+    ros, fc, env = cloud
+    foreign(ros, fc)
+    done = cli(env, "invoke", "--remote", "--stack-name", "other-hook", "--nodepool-id", POOL)
+    text = error_text(done.stderr)
+    assert done.returncode == 6 and "stack other-hook serves cluster %s, not %s" % (OTHER, CLUSTER) in text, text
+    assert "name this cluster's stack with --stack-name, or leave it out" in text and "nothing was sent" in text
+    done = cli(env, "invoke", "--remote", "--stack-name", "network", "--nodepool-id", POOL)
+    text = error_text(done.stderr)
+    assert done.returncode == 6 and "stack network has no ClusterId parameter: not a stack ack-mig-hook deploy " \
+                                    "made" in text, text
+    assert fc.invocations == [] and fc.requests == [] and done.stdout == ""
 
 
 def test_a_local_invoke_still_needs_its_event_file(cloud):
@@ -214,6 +245,27 @@ def test_logs_refuses_bad_filters_before_any_call_and_says_refusals_in_one_line(
     done = cli(env, "logs")
     assert done.returncode == 4 and "SignatureNotMatch" in done.stderr
     sls.rejected.clear()  # the wrong secret's refusal was the point
+
+
+def test_logs_never_reads_a_stack_name_that_serves_another_cluster_or_none(cloud, store):
+    """``logs --stack-name`` of another cluster's stack read that cluster's logstore and showed its lines as this
+    cluster's; a stack deploy never made pointed at whatever its parameters said. Refused as deploy and
+    undeploy refuse them: exit 6, one line, SLS never asked. With no cluster named, the stack named is the one
+    meant, and its lines are read."""
+    (ros, fc, _), (sls, env) = cloud, store
+    foreign(ros, fc)
+    sls.add("other-project", "ack-mig-hook", int(__import__("time").time()) - 5,
+            {"time": "T-5s", "level": "INFO", "message": "event", "outcome": "done"})
+    done = cli(env, "logs", "--stack-name", "other-hook")
+    text = error_text(done.stderr)
+    assert done.returncode == 6 and "stack other-hook serves cluster %s, not %s" % (OTHER, CLUSTER) in text, text
+    assert "nothing was read" in text and done.stdout == ""
+    done = cli(env, "logs", "--stack-name", "network", "-o", "json")
+    assert done.returncode == 6 and "stack network has no ClusterId parameter" in " ".join(done.stderr.split())
+    assert sls.requests == []
+    fresh = {k: v for k, v in env.items() if k != "ACK_MIG_CLUSTER_ID"}
+    done = cli(fresh, "logs", "--stack-name", "other-hook", "-o", "json")
+    assert done.returncode == 0 and [l["time"] for l in json.loads(done.stdout)["lines"]] == ["T-5s"], done.stderr
 
 
 def test_the_follow_up_command_invoke_remote_prints_works_as_printed_in_a_fresh_shell(store):

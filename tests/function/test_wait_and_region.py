@@ -10,7 +10,7 @@ import time
 import pytest
 
 from functions.commands import doctor
-from tests.function.test_deploy import CLUSTER, cloud, deploy_args, make_deps, run  # noqa: F401
+from tests.function.test_deploy import CLUSTER, cloud, deploy_args, foreign_stacks, make_deps, run  # noqa: F401
 from tests.support.cli_errors import error_text
 
 pytestmark = pytest.mark.timeout(180)
@@ -60,6 +60,26 @@ def test_wait_on_a_finished_or_absent_stack_returns_at_once(deployed, capsys):
     assert code == 0 and "CREATE_COMPLETE" in out and ros.calls("GetStack") <= polls + 1
     code, out, _ = run(capsys, "wait", "--stack-name", "nothing-here", "--region", "cn-beijing", "--json")
     assert code == 0 and json.loads(out)["status"] == "absent"
+
+
+def test_wait_never_follows_a_stack_name_that_serves_another_cluster_or_none(cloud, capsys):  # noqa: F811
+    """``wait --stack-name`` of another cluster's stack followed it and said "stack ...: UPDATE_COMPLETE" as if this
+    cluster's deploy had ended (an operator then ran the next step on the wrong cluster); a stack deploy never
+    made was followed too. Refused as deploy and undeploy refuse them: exit 6, one line, no stack polled. With
+    no cluster named, the stack named is the one meant."""
+    ros, _ = cloud
+    other = foreign_stacks(ros)
+    ros._start(ros.stacks["st-other"], "UPDATE", touched={})  # that cluster's deploy, going on
+    code, out, err = run(capsys, *WAIT, "--stack-name", "ack-mig-hook-" + other)
+    text = error_text(err)
+    assert code == 6 and "stack ack-mig-hook-%s serves cluster %s, not %s" % (other, other, CLUSTER) in text, err
+    assert "name this cluster's stack with --stack-name, or leave it out" in text and "nothing was waited on" in text
+    assert out == "" and ros.calls("ListStackEvents") == 0 and ros.calls("GetStack") <= 1
+    code, out, err = run(capsys, "wait", "--region", "cn-beijing", "--stack-name", "network", "--poll", "0")
+    assert code == 6 and "stack network has no ClusterId parameter" in error_text(err) and out == "", err
+    ros.stacks["st-other"]["Status"] = "UPDATE_COMPLETE"
+    code, out, err = run(capsys, "wait", "--region", "cn-beijing", "--stack-name", "ack-mig-hook-" + other, "--json")
+    assert code == 0 and json.loads(out)["status"] == "UPDATE_COMPLETE", err
 
 
 def test_wait_gives_up_at_its_deadline_with_exit_1(deployed, capsys, monkeypatch):
