@@ -28,6 +28,7 @@ class Deployed(NamedTuple):
     function: str
     log_project: str
     log_store: str
+    cluster: str = ""  # the stack's ClusterId parameter: the cluster its function serves
 
 
 def pick(stack: Dict[str, Any], stack_name: str, cluster: str, region: str) -> Deployed:
@@ -35,7 +36,8 @@ def pick(stack: Dict[str, Any], stack_name: str, cluster: str, region: str) -> D
     outputs = {str(o.get("OutputKey")): str(o.get("OutputValue") or "") for o in stack.get("Outputs") or []}
     params = common.stack_parameters(stack)
     function = outputs.get("FunctionName") or params.get("FunctionName") or common.default_name(cluster)
-    return Deployed(stack_name, region, function, params.get("LogProject", ""), params.get("LogStore", ""))
+    return Deployed(stack_name, region, function, params.get("LogProject", ""), params.get("LogStore", ""),
+                    params.get("ClusterId", ""))
 
 
 def find(args, nothing: str) -> Deployed:

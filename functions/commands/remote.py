@@ -43,20 +43,29 @@ def payload(args, raw: Optional[bytes]) -> bytes:
     return json.dumps(body, sort_keys=True).encode("utf-8")
 
 
-def _acted_on(body: bytes) -> None:
+def _acted_on(body: bytes) -> Optional[str]:
     """The payload read as the function reads it (both stages of intake, no cloud): one the function would
-    refuse or skip is said here, before anything is sent."""
+    refuse or skip is said here, before anything is sent. Returns the cluster the payload names, if any."""
     from functions.base.errors import EventOutcome
     from functions.pipeline.envelope import read_envelope
     from functions.pipeline.intake import parse_envelope
 
     try:
-        parse_envelope(read_envelope(body))
+        return parse_envelope(read_envelope(body)).cluster_id
     except (EventOutcome, ValueError, RecursionError) as exc:
         from functions.base.textsafe import escape
 
         raise common.UsageError("the deployed function would not act on this payload: %s; nothing was sent"
                                 % " ".join(escape(getattr(exc, "reason", "") or exc).split())[:300]) from None
+
+
+def _about_its_cluster(about: Optional[str], target) -> None:
+    """The function skips an event about another cluster than the one it serves (functions/pipeline/event.py
+    ``_cluster_id``): such a payload is said, as :func:`_acted_on` says the others, and not sent (pure)."""
+    if about and target.cluster and about != target.cluster:
+        raise common.UsageError("the deployed function would not act on this payload: the event is about cluster "
+                                "%s, but stack %s serves %s; invoke that cluster's stack (--cluster-id %s, or its "
+                                "--stack-name); nothing was sent" % (about, target.stack, target.cluster, about))
 
 
 def invoke_async(region: str, keys, function: str, body: bytes) -> Dict[str, str]:
@@ -107,13 +116,14 @@ def run(args, raw: Optional[bytes]) -> int:
     from functions.commands import deployed
 
     body = payload(args, raw)
-    _acted_on(body)
+    about = _acted_on(body)
     if args.inventory or args.dry_run or getattr(args, "kubeconfig", "") or args.strict:
         raise common.UsageError("--inventory, --kubeconfig, --dry-run and --strict are for a local run; "
                                 "invoke --remote runs the deployed function as it is configured (its DryRun "
                                 "parameter decides)")
     named = args.stack_name  # given on the command line: the follow-up command names it too
     target = deployed.find(args, "nothing was sent")
+    _about_its_cluster(about, target)
     answer = invoke_async(args.region, common.keys(args), target.function, body)
     # What the operator copies: it must work in a fresh shell, so it names the request, the stack the way it
     # was named here, and the region (which may have come from a flag).

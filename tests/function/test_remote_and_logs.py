@@ -148,6 +148,32 @@ def test_invoke_remote_never_runs_a_stack_name_that_serves_another_cluster_or_no
     assert fc.invocations == [] and fc.requests == [] and done.stdout == ""
 
 
+def test_invoke_remote_refuses_an_event_about_another_cluster_than_the_stack_serves(cloud):
+    """The function skips an event about another cluster than its own (functions/pipeline/event.py): an event
+    file naming OTHER sent to CLUSTER's function, or, with no --cluster-id, to other-hook's for an event naming
+    CLUSTER, was reported "invoked" and did nothing. docs/cli.md: a payload the function would skip is said,
+    exit 2, and nothing is sent."""
+    ros, fc, env = cloud
+    seed_stack(ros)
+    done = cli(env, "invoke", "--remote", "--event", "-", stdin=json.dumps({"cluster_id": OTHER}))
+    text = error_text(done.stderr)
+    assert done.returncode == 2 and "the event is about cluster %s, but stack %s serves %s; invoke that " \
+        "cluster's stack (--cluster-id %s, or its --stack-name)" % (OTHER, FUNCTION, CLUSTER, OTHER) in text, text
+    assert "nothing was sent" in text
+    foreign(ros, fc)
+    fresh = {k: v for k, v in env.items() if k != "ACK_MIG_CLUSTER_ID"}
+    done = cli(fresh, "invoke", "--remote", "--stack-name", "other-hook", "--event", "-",
+               stdin=json.dumps({"cluster_id": CLUSTER}))
+    text = error_text(done.stderr)
+    assert done.returncode == 2 and "the event is about cluster %s, but stack other-hook serves %s" % (
+        CLUSTER, OTHER) in text, text
+    assert fc.invocations == []
+    # with no cluster named anywhere, the stack named is the one meant: its function gets the event
+    done = cli(fresh, "invoke", "--remote", "--stack-name", "other-hook", "--event", "-",
+               stdin=json.dumps({"cluster_id": OTHER}))
+    assert done.returncode == 0 and [c["function"] for c in fc.invocations] == ["other-fn"], done.stderr
+
+
 def test_a_local_invoke_still_needs_its_event_file(cloud):
     _, fc, env = cloud
     done = cli(env, "invoke", "--inventory", "example:inventory")
