@@ -137,9 +137,10 @@ NODE_PARTS = {
                                "node_bootstrap.localfile"),
     "node_bootstrap.driver": ("node_bootstrap.mig", "node_bootstrap.errors", "node_bootstrap.outside"),
     "node_bootstrap.localfile": (),
+    "node_bootstrap.hostlookup": (),
     "node_bootstrap.host": ("node_bootstrap.mig", "node_bootstrap.outside", "node_bootstrap.localfile") + NODE_SHARED,
     "node_bootstrap.kube": ("node_bootstrap.mig", "node_bootstrap.errors", "node_bootstrap.outside",
-                            "node_bootstrap.localfile"),
+                            "node_bootstrap.localfile", "node_bootstrap.hostlookup"),
 }
 
 

@@ -37,6 +37,7 @@ import typing
 from typing import Any, Dict, List, Optional, Tuple
 from urllib.parse import quote, urlencode, urlsplit
 
+from ..hostlookup import create_connection
 from ..localfile import read_file
 from ..outside import OutsideDataError, loads
 from . import kubeyaml
@@ -360,6 +361,9 @@ class KubeClient(object):
         if self.config.token:
             headers["Authorization"] = "Bearer " + self.config.token
         conn = http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout, context=self._context)
+        # Its name lookup under the timeout too (hostlookup.py): the timer below cannot cut a lookup, which
+        # has no socket yet, and a name server that does not answer would hold the call for its retries.
+        conn._create_connection = create_connection
         # The socket timeout bounds each wait, not the call: a server sending a byte now and then holds it
         # for good. The whole call gets twice the timeout; then its socket is shut, and the read ends.
         limit = 2 * self.timeout
