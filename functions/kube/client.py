@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from urllib.parse import quote, urlencode, urlsplit
 
 from functions.base.deadline import Guard
+from node_bootstrap.hostlookup import LookupTimeout, create_connection
 from node_bootstrap.kube import KubeConfig, KubeError, load_kubeconfig
 from node_bootstrap.kube.client import MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH
 from node_bootstrap.outside import OutsideDataError, depth, loads
@@ -237,6 +238,9 @@ class KubeApi:
             parts = urlsplit(config.server)
             conn = http.client.HTTPSConnection(parts.hostname or "", parts.port or 443, timeout=self.timeout,
                                                context=self._context)
+            # Its name lookup within the timeout too: the guard below has no socket to cut while getaddrinfo
+            # waits for a name server that does not answer (node_bootstrap/hostlookup.py).
+            conn._create_connection = create_connection  # type: ignore[attr-defined]
             self._local.conn = conn
         return conn
 
@@ -276,6 +280,13 @@ class KubeApi:
                 data = response.read()
         except (OSError, http.client.HTTPException) as exc:
             self._drop()
+            if isinstance(exc, LookupTimeout):  # no address to ask yet: the name, not the server, did not answer
+                parts = urlsplit(config.server)
+                if self.stop_when_silent:
+                    self.silent = ApiError("cannot reach the API server %s:%d: %s; not asked again"
+                                           % (parts.hostname, parts.port or 443, exc), final=True)
+                    raise self.silent from None
+                raise ApiError("cannot reach %s: %s" % (config.server, exc)) from None
             timed_out = guard.fired or isinstance(exc, socket.timeout)
             if timed_out and response is None and self.stop_when_silent:  # not a status line within the bound
                 parts = urlsplit(config.server)
