@@ -106,8 +106,8 @@ API_NETWORK = _var("ACK_MIG_API_NETWORK", "public", "`public` or `vpc`: `vpc` se
 API_TIMEOUT_S = _var("ACK_MIG_API_TIMEOUT_S", "10", "connect and read timeout of each cloud API call, "
                                                     "seconds")
 CONNECT_TIMEOUT_S = _var("ACK_MIG_CONNECT_TIMEOUT_S", "10", "command line: how long a command tries to connect to "
-                         "the ACK API and the `--kubeconfig` API server before its first call, giving up naming "
-                         "it, seconds (1..15)")
+                         "the ACK API and the `--kubeconfig` API server before its first call, name lookup "
+                         "included, giving up naming it, seconds (1..15)")
 API_MAX_ATTEMPTS = _var("ACK_MIG_API_MAX_ATTEMPTS", "3", "attempts per cloud API call on throttling, 5xx "
                                                          "or a timeout")
 ACCESS_KEY_ID = _var("ALIBABA_CLOUD_ACCESS_KEY_ID", "", "set by Function Compute from the function's "

@@ -287,22 +287,29 @@ PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")  # wh
 
 
 def connect(what: str, host: str, port: int, fix: str) -> None:
-    """One TCP connection to ``host:port`` within ACK_MIG_CONNECT_TIMEOUT_S (default 10 s, at most 15) before
-    a command's first call: an unreachable service is one line naming it at once (``what`` at host:port, the
-    cause and ``fix``), not the SDK's retries a minute later. On a terminal, a connection that takes over 2 s
-    says what it waits for (terminal.Waiting). Raises settings.SettingsError (exit 2)."""
+    """One TCP connection to ``host:port``, the lookup of its name included, within ACK_MIG_CONNECT_TIMEOUT_S
+    (default 10 s, at most 15) before a command's first call: an unreachable service is one line naming it at
+    once (``what`` at host:port, the cause and ``fix``), not the SDK's retries a minute later. On a terminal, a
+    connection that takes over 2 s says what it waits for (terminal.Waiting). Raises settings.SettingsError
+    (exit 2)."""
     import socket
 
     from functions.commands.terminal import Waiting
+    from node_bootstrap.hostlookup import LookupTimeout, create_connection
 
     timeout = settings.parse_int(settings.environment(), settings.CONNECT_TIMEOUT_S, 10, 1, 15)
     where = "%s:%d" % (host, port)
     try:
         with Waiting("%s at %s" % (what, where), timeout):
-            socket.create_connection((host, port), timeout=timeout).close()
+            # the host's name lookup within the timeout too (socket.create_connection bounds the connect only)
+            create_connection((host, port), timeout).close()
     except OSError as exc:
-        reason = "no answer within %ds" % timeout if isinstance(exc, socket.timeout) else (
-            exc.strerror or str(exc))
+        if isinstance(exc, LookupTimeout):
+            reason = "the name lookup of %s took over %ds" % (host, timeout)
+        elif isinstance(exc, socket.timeout):
+            reason = "no answer within %ds" % timeout
+        else:
+            reason = exc.strerror or str(exc)
         raise settings.SettingsError("cannot connect to %s at %s (%s); %s; ACK_MIG_CONNECT_TIMEOUT_S sets the wait"
                                      % (what, where, reason, fix)) from None
 
