@@ -132,7 +132,8 @@ def _opener(guard: Any = None):
     """urllib without redirects: a POST is never replayed to, nor its token shown to, another address. With
     ``guard`` (a :class:`functions.base.deadline.Guard`), every socket it opens is cut at the guard's deadline,
     from connect (TLS handshake included) to the last byte of the answer: a socket timeout alone restarts at
-    every byte, so a peer that drips one byte a second would hold the call (issue 30)."""
+    every byte, so a peer that drips one byte a second would hold the call (issue 30). The host's name lookup,
+    which has no socket to cut, ends within the attempt's timeout (node_bootstrap/hostlookup.py)."""
     import http.client
     import urllib.request
 
@@ -143,9 +144,13 @@ def _opener(guard: Any = None):
     if guard is None:
         return urllib.request.build_opener(NoRedirect())
 
+    from node_bootstrap.hostlookup import create_connection
+
     def guarded(base):
         class Connection(base):
             def connect(self) -> None:
+                # the name lookup within the attempt too: the guard has no socket to cut while it waits
+                self._create_connection = create_connection
                 super().connect()
                 # the socket it ends up with: TLS wraps the first one into a new object (base/deadline.py)
                 guard.watch(self.sock)
@@ -191,6 +196,7 @@ def _post(url: str, body: bytes, attempts: int, timeout_s: float, end: float,
     import urllib.request
 
     from functions.base.deadline import Guard
+    from node_bootstrap.hostlookup import LookupTimeout
 
     status: Optional[int] = None
     error = ""
@@ -217,7 +223,9 @@ def _post(url: str, body: bytes, attempts: int, timeout_s: float, end: float,
                 return answered, ""
             reason = getattr(exc, "reason", None) or exc
             status, error = None, type(reason).__name__
-            if guard.fired:  # cut at the attempt's deadline: a timeout, whatever error the cut socket raised
+            if isinstance(reason, LookupTimeout):  # the webhook's name, not the webhook, did not answer
+                error = "name lookup timeout"
+            elif guard.fired:  # cut at the attempt's deadline: a timeout, whatever error the cut socket raised
                 error = "timeout"
             elif isinstance(reason, ssl.SSLError):  # a certificate that does not verify will not next time
                 return status, error

@@ -1,0 +1,102 @@
+"""Every wait has a deadline, the name lookup of an endpoint's host included: ``socket.create_connection``'s
+timeout bounds the connect, not ``getaddrinfo`` before it, which waits for as long as resolv.conf's timeouts
+add up to (node_bootstrap/hostlookup.py). A name server that never answers (tests/support/slow_dns.py) costs
+the command line's reachability check, the function's Kubernetes client and the webhook their own deadline,
+and each ends with its one line for an endpoint it cannot reach, naming the host and the lookup."""
+
+import io
+import json
+import time
+
+import pytest
+
+from functions.base import settings
+from functions.base.logs import JsonLogger
+from functions.commands import common
+from functions.kube.client import ApiError, KubeApi
+from functions.pipeline.notify import SCHEMA, deliver
+from node_bootstrap.kube import KubeConfig, load_kubeconfig
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+from tests.support.slow_dns import HOLD_S, SlowDns
+
+SLOW = "api.slow-dns.example"
+
+
+@pytest.fixture
+def dns(monkeypatch):
+    stand_in = SlowDns(slow=[SLOW, "hook.slow-dns.example"], mapped={"localhost": "127.0.0.1",
+                                                                     "wrong-name.example": "127.0.0.1"})
+    stand_in.install(monkeypatch)
+    yield stand_in
+    stand_in.release.set()  # the lookups left behind end now
+
+
+def test_the_command_lines_reachability_check_gives_up_on_a_lookup_at_its_deadline(dns, monkeypatch):
+    monkeypatch.setenv(settings.CONNECT_TIMEOUT_S, "1")
+    started = time.monotonic()
+    with pytest.raises(settings.SettingsError) as caught:
+        common.connect("the ACK API", SLOW, 443, "check this machine's internet access (or set HTTPS_PROXY)")
+    elapsed = time.monotonic() - started
+    assert str(caught.value) == ("cannot connect to the ACK API at %s:443 (the name lookup of %s took over 1s); "
+                                 "check this machine's internet access (or set HTTPS_PROXY); "
+                                 "ACK_MIG_CONNECT_TIMEOUT_S sets the wait" % (SLOW, SLOW))
+    assert elapsed < 2.5 < HOLD_S and dns.asked == [SLOW], elapsed
+
+
+def _slow_server():
+    return KubeConfig("https://%s:6443" % SLOW, None, None, None, "t0ken", None)
+
+
+def test_a_command_gives_up_on_an_api_server_whose_name_does_not_resolve_in_time(dns):
+    api = KubeApi(_slow_server(), timeout=1.0, attempts=3, sleep=lambda s: None, stop_when_silent=True)
+    started = time.monotonic()
+    with pytest.raises(ApiError) as caught:
+        api.get_node("node-a")
+    assert time.monotonic() - started < 2.5
+    assert str(caught.value) == ("cannot reach the API server %s:6443: the name lookup of %s took over 1s; "
+                                 "not asked again" % (SLOW, SLOW))
+    with pytest.raises(ApiError, match="not asked again"):  # and is not asked again
+        api.get_node("node-b")
+    assert dns.asked == [SLOW]
+
+
+def test_the_function_retries_a_lookup_that_timed_out_each_time_within_its_timeout(dns):
+    api = KubeApi(_slow_server(), timeout=1.0, attempts=2, sleep=lambda s: None)
+    started = time.monotonic()
+    with pytest.raises(ApiError) as caught:
+        api.get_node("node-a")
+    assert time.monotonic() - started < 3.5
+    assert str(caught.value) == "cannot reach https://%s:6443: the name lookup of %s took over 1s" % (SLOW, SLOW)
+    assert dns.asked == [SLOW, SLOW]
+
+
+def test_a_name_that_resolves_still_verifies_the_certificate_by_that_name(dns, kube_api, tmp_path):
+    """The connection goes to the address found, and TLS checks the server's certificate against the host
+    name (the test server's names 127.0.0.1 and localhost), never the address: a name the certificate does
+    not carry is refused, however it resolved."""
+    kube_api.add_node("node-a")
+    path = kube_api.write_kubeconfig(tmp_path / "a.conf", cert=kube_api.admin_cert())
+    config = load_kubeconfig(path)
+    port = config.server.rsplit(":", 1)[1]
+    by_name = KubeApi(config._replace(server="https://localhost:%s" % port), timeout=5.0, attempts=1)
+    assert by_name.get_node("node-a")["metadata"]["name"] == "node-a"
+    wrong = KubeApi(config._replace(server="https://wrong-name.example:%s" % port), timeout=5.0, attempts=1)
+    with pytest.raises(ApiError, match="TLS with https://wrong-name.example:%s failed: .*wrong-name.example" % port):
+        wrong.get_node("node-a")
+    assert "localhost" in dns.asked and "wrong-name.example" in dns.asked
+
+
+def test_the_webhook_gives_up_on_a_lookup_at_its_deadline(dns, monkeypatch):
+    for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    stream = io.StringIO()
+    log = JsonLogger("DEBUG", stream=stream, request_id="r-lookup")
+    line = {"schema": SCHEMA, "kind": "node-failed", "count": 1, "nodes": [], "text": "1 node failed"}
+    started = time.monotonic()
+    sent = deliver([line], "http://hook.slow-dns.example/hook", log, attempts=3, timeout_s=1.0, deadline_s=1.5,
+                   sleep=lambda s: None)
+    elapsed = time.monotonic() - started
+    assert sent == 0 and elapsed < 2.5, elapsed
+    logged = json.loads(stream.getvalue().splitlines()[0])
+    assert (logged["message"], logged["webhook_host"], logged["error"]) == (
+        "notification not sent", "hook.slow-dns.example", "name lookup timeout")
