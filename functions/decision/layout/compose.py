@@ -20,7 +20,7 @@ from collections import Counter
 from typing import FrozenSet, List, Optional, Sequence, Tuple
 
 from .exact import EXACT_GPUS
-from .planner import plan as plan_once
+from .planner import UNCHECKED, plan as plan_once
 from .vocabulary import CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU, Bounds, GpuSupply, GpuTarget, \
     Instance, Plan, PodDemand
 
@@ -49,7 +49,11 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     for _ in range(ROUNDS - 1):
         after = plan_once(state, demand, bounds, None, keep)
         if not after.changes:
-            return result  # the state the rounds leave is one no tick changes again
+            # the state the rounds leave is one no tick changes again. Its pods short and the new node for them
+            # are the resting round's, counted on that state: the round before counted them on the state before
+            # its changes, where a pod asking several profiles that binds first in pod order had not yet taken
+            # the instances made for others (the plan asked a node for it, and the next tick one for them)
+            return _composed(supply, result, after)
         second = second or after
         result, state = _composed(supply, result, after), _applied(state, after)
     # No state where the rounds rest within the bound: the second round, kept only when it serves more.
@@ -111,6 +115,9 @@ def _composed(supply: Sequence[GpuSupply], first: Plan, second: Plan) -> Plan:
                                  create, destroy))
         if change != CHANGE_NONE and why:
             reasons.append(why)
-    notes = second.reasons[sum(1 for t in second.targets if t.reason):]  # after its one line per change
+    # The notes after the second's one line per change are about the pods it leaves short, but for the first's
+    # on the changes it made unchecked, which the composed plan keeps
+    notes = second.reasons[sum(1 for t in second.targets if t.reason):]
+    notes = tuple(n for n in first.reasons if UNCHECKED in n and n not in notes) + tuple(notes)
     return Plan(tuple(targets), second.unserved, second.new_node, tuple(reasons) + tuple(notes),
                 first.unplaced, first.not_counted, second.new_node_shape)

@@ -745,8 +745,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         if d.count > 1:
             floor[d.profile] = max(floor.get(d.profile, 0), int(d.count))
     if unchecked:
-        notes.append("%d change%s kept unchecked: the check that every change serves a pod ran out of its budget"
-                     % (unchecked, "" if unchecked == 1 else "s"))
+        notes.append("%d change%s %s" % (unchecked, "" if unchecked == 1 else "s", UNCHECKED))
     for name, n in sorted(waiting.items()):  # what still waits once the pods bind, where the search saw less
         # (the binding check leaves out the pods asking several profiles: their shortfall comes on top)
         seen = unserved[name] - joint_short.get(name, 0)
@@ -891,6 +890,9 @@ def _holds(node: List[GpuModel], wanted: Dict[str, int]) -> bool:
 
 PRUNE_BINDINGS = 256  # pools bound again at most, per plan, to check changes counting cannot show needed
 PRUNE_WORK = 2_000_000  # and at most this much binding work (GPUs + pods x nodes they scan) in all
+# The note on changes the check did not reach: about the changes, where every other note is about the pods
+# short, so compose.py carries it from the round that made them.
+UNCHECKED = "kept unchecked: the check that every change serves a pod ran out of its budget"
 
 
 def _prune(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds, served, first=frozenset()) -> int:
