@@ -345,6 +345,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     # result made after a later failure (an EventOutcome, an internal error) still names those pools.
     refused: Dict[str, str] = {}
     shared = None  # the invocation's Kubernetes side, once the cluster is known (the run record uses it too)
+    marks: Any = None  # the Kubernetes side the node-failed alerts are marked on (functions/pipeline/notify.py)
     bridge = ExitStack()
     stage = "reading the event"
     try:
@@ -374,7 +375,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             from functions.rollout.run import kube_view
 
             kube = kube_view(None, lookup, settings, cluster)
-        shared = kube
+        shared = marks = kube
         if request.auto_pools:  # the auto pool timer: its own step, nothing else (functions/pipeline/auto_pool.py)
             from functions.pipeline.auto_pool import run_tick
 
@@ -406,6 +407,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             view = kube_view(inventory, lookup, settings, cluster)
         else:
             view = kube if isinstance(kube, NodeView) else NodeView(kube)
+        marks = view  # the alert marks of this event's node failures live there (functions/kube/alerted.py)
         try:
             targets = resolve_targets(request, lookup, cluster, ask, refused=refused)
         except AutoPoolNamed as named:  # an event of an auto pool re-plans that pool now, as its timer would
@@ -502,7 +504,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     if request is not None and result.nodes:  # a webhook, when configured; never changes how the event ended
         from functions.pipeline.notify import after_event
 
-        after_event(result, settings, log, waves, whole_pools)
+        after_event(result, settings, log, waves, whole_pools, kube=marks)
     level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]
     counts = _node_counts(result.nodes)
     failed = sum(counts.get(o, 0) for o in ("failed", "drain-timeout", "drain-refused"))

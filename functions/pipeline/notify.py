@@ -13,7 +13,10 @@ Kinds (``kind``), schema :data:`SCHEMA`:
 
 * ``node-failed``: nodes this event ran that ended ``failed`` (a taint that could not be lifted included);
   one line per event. A decision ``error`` (a label that does not parse) is not a node failure: every timer
-  would repeat it; ``status`` and ``doctor`` show it.
+  would repeat it; ``status`` and ``doctor`` show it. A failure is told once across FC's retries of the event:
+  marked on the cluster after the webhook's 2xx (``functions.decision.alert_marks``), left out of a retry's
+  line. At least once: a mark that cannot be read or written, or a crash between the 2xx and the mark, tells
+  it again; nothing ever keeps a failure untold.
 * ``rollout-stopped``: per pool, a node of this event's rollout wave ended ``failed``, ``drain-timeout`` or ``drain-refused``:
   the pool's rollout waits until someone removes that node's record (unless the reason says the next run
   resumes it: the API server went away mid-wave). Such a ``failed`` node is also in ``node-failed``.
@@ -25,7 +28,7 @@ Kinds (``kind``), schema :data:`SCHEMA`:
 import json
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from functions.delivery.outcome import TAINT_NOT_REMOVED
 
@@ -61,10 +64,18 @@ def _target(decisions: Sequence[Any]) -> Optional[str]:
     return None
 
 
+def failed_nodes(result: Any) -> List[Dict[str, Any]]:
+    """The nodes ``node-failed`` is about: they ran and ended ``failed``; a decision ``error`` is not told."""
+    decisions = {d.instance_id: d for d in result.decisions or []}
+    return [n for n in result.nodes or [] if n.get("outcome") == "failed"
+            and getattr(decisions.get(n.get("instance_id")), "action", None) != "error"]
+
+
 def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool = False,
-                  now: Optional[float] = None) -> List[Dict[str, Any]]:
+                  now: Optional[float] = None, told: Iterable[str] = ()) -> List[Dict[str, Any]]:
     """The lines an event's final result calls for (module docstring), in a stable order. ``wave_ids``: the
-    instances of this event's rollout wave; ``whole_pools``: whether the event reconciled whole pools."""
+    instances of this event's rollout wave; ``whole_pools``: whether the event reconciled whole pools;
+    ``told``: instance ids whose failure an earlier attempt of this event told (left out of ``node-failed``)."""
     if getattr(result, "dry_run", False) or not result.nodes:
         return []
     waves = set(wave_ids)
@@ -72,7 +83,6 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
     head = {"schema": SCHEMA, "time": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), "cluster_id": result.cluster_id,
             "trigger": result.trigger, "event_id": result.event_id}
     nodes = {n.get("instance_id"): n for n in result.nodes}
-    decisions = {d.instance_id: d for d in result.decisions}
     pools: Dict[str, List[Any]] = {}
     for d in result.decisions:
         pools.setdefault(d.nodepool_id or "", []).append(d)
@@ -110,8 +120,8 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
                                       % (pool_id, target or "its layout", len(moved), "" if len(moved) == 1 else "s"),
                                       600)))
 
-    failed = [n for n in result.nodes if n.get("outcome") == "failed"
-              and getattr(decisions.get(n.get("instance_id")), "action", None) != "error"]
+    done = set(told)
+    failed = [n for n in failed_nodes(result) if n.get("instance_id") not in done]
     if failed:
         codes: Dict[str, int] = {}
         for n in failed:
@@ -243,6 +253,14 @@ def deliver(lines: Sequence[Dict[str, Any]], url: str, log: Any, attempts: int =
     accepted. No answer, 408, 429 and 5xx are retried (``Retry-After`` honoured) up to ``attempts`` within
     ``deadline_s`` for all lines; another answer (a 4xx, a redirect) is not. Once a line gets no 2xx after
     its retries for lack of an answer, the rest are not tried (the webhook is down). Never raises."""
+    return len(_deliver(lines, url, log, attempts, timeout_s, deadline_s, clock, sleep))
+
+
+def _deliver(lines: Sequence[Dict[str, Any]], url: str, log: Any, attempts: int = ATTEMPTS,
+             timeout_s: float = TIMEOUT_S, deadline_s: float = DEADLINE_S,
+             clock: Callable[[], float] = time.monotonic,
+             sleep: Callable[[float], None] = time.sleep) -> List[int]:
+    """:func:`deliver`, saying which lines a 2xx accepted (their indexes): only those may be marked told."""
     from urllib.parse import urlsplit
 
     from functions.base.logs import register_secret
@@ -252,13 +270,14 @@ def deliver(lines: Sequence[Dict[str, Any]], url: str, log: Any, attempts: int =
     token = parts.path + ("?" + parts.query if parts.query else "")
     if len(token) >= 16:  # a path or query long enough to be a token is masked on its own as well
         register_secret(token)
-    host, end, sent = _host(url), clock() + deadline_s, 0
+    host, end = _host(url), clock() + deadline_s
+    sent: List[int] = []
     redact = getattr(log, "redact", None) or (lambda text: text)
     for number, line in enumerate(lines):
         body = (redact(json.dumps(line, sort_keys=True)) + "\n").encode("utf-8")  # as every log line
         status, error = _post(url, body, attempts, timeout_s, end, clock, sleep)
         if status is not None and 200 <= status < 300:
-            sent += 1
+            sent.append(number)
             continue
         log.warning("notification not sent", kind=line.get("kind"), webhook_host=host, status=status,
                     error=error or None)
@@ -300,24 +319,69 @@ def _redacted(result: Any, log: Any) -> Any:
                    nodes=nodes if result.nodes is not None else None, decisions=decisions)
 
 
+def _told(result: Any, kube: Any, log: Any) -> Tuple[Dict[str, str], Set[str]]:
+    """(instance id -> failure key of each failed node, the ids an earlier attempt of this event already told:
+    ``functions.decision.alert_marks``). A mark that cannot be read tells every failure: a repeat, never a loss."""
+    from functions.decision.alert_marks import failure_key
+
+    failed = failed_nodes(result)
+    if kube is None or not failed:
+        return {}, set()
+    run = result.event_id or str(getattr(log, "context", {}).get("request_id") or "")
+    keys = {str(n.get("instance_id")): failure_key(run, n) for n in failed if n.get("instance_id")}
+    from functions.kube import alerted
+
+    try:
+        return keys, alerted.told(alerted.client(kube), keys)
+    except Exception as exc:  # noqa: BLE001 - the API server's trouble must not silence an alert
+        log.warning("alert marks not read: every node failure is told", reason="%s: %s" % (
+            type(exc).__name__, " ".join(str(exc).split())[:200]))
+        return keys, set()
+
+
+def _mark(keys: Dict[str, str], kube: Any, log: Any) -> None:
+    """Mark the failures of a ``node-failed`` line the webhook took. At least once: a crash between the 2xx and
+    this write, or a write that fails, leaves them unmarked, and a retry of the event tells them again."""
+    from functions.kube import alerted
+
+    try:
+        alerted.mark(alerted.client(kube), keys)
+    except Exception as exc:  # noqa: BLE001 - the alert went out; the event ends as it would have
+        log.warning("alert marks not written: a retry of this event tells these failures again",
+                    nodes=len(keys), reason="%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[:200]))
+
+
 def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = (),
-                whole_pools: bool = False) -> int:
+                whole_pools: bool = False, kube: Any = None) -> int:
     """The pipeline's call once an event has its final result: the lines it calls for, sent. Returns how
-    many were accepted; never raises (a bug here must not change how the event ended)."""
+    many were accepted; never raises (a bug here must not change how the event ended). ``kube``: the event's
+    Kubernetes side (a NodeView or its backend), where the failures told are marked (None: not marked, and
+    an FC retry of the event tells them again)."""
     if settings is None or not (settings.notify.url or settings.notify.url_secret):
         return 0
     try:
-        lines = notifications(_redacted(result, log), wave_ids, whole_pools)
+        redacted = _redacted(result, log)
+        lines = notifications(redacted, wave_ids, whole_pools)
         if not lines:
             return 0
+        keys, told = ({}, set()) if not any(line["kind"] == "node-failed" for line in lines) \
+            else _told(result, kube, log)
+        if told:  # an earlier attempt of this event (FC retries one that ended retry) told these failures
+            lines = notifications(redacted, wave_ids, whole_pools, told=told)
+            log.info("node failures told by an earlier attempt are not told again", nodes=sorted(told))
+            if not lines:
+                return 0
         try:
             url = webhook_url(settings)
         except (ValueError, RuntimeError) as exc:  # SettingsError (no usable URL; never quoted), SecretError (KMS)
             log.warning("notifications not sent", reason=str(exc), count=len(lines))
             return 0
-        sent = deliver(lines, url, log)
-        log.info("notifications", sent=sent, kinds=[line["kind"] for line in lines], webhook_host=_host(url))
-        return sent
+        accepted = _deliver(lines, url, log)
+        new = {iid: key for iid, key in keys.items() if iid not in told}
+        if new and any(lines[i]["kind"] == "node-failed" for i in accepted):
+            _mark(new, kube, log)
+        log.info("notifications", sent=len(accepted), kinds=[line["kind"] for line in lines], webhook_host=_host(url))
+        return len(accepted)
     except Exception as exc:  # noqa: BLE001 - never fail an event for its notification
         log.error("notification internal error", error=type(exc).__name__)
         return 0

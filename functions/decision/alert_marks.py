@@ -1,0 +1,92 @@
+"""Which node failures the ``node-failed`` notification already told (``functions.kube.alerted`` reads and writes
+the marks; ``functions.pipeline.notify`` asks them).
+
+An event that ends ``retry`` is run again by Function Compute, and its nodes fail again the same way: without a
+mark, each attempt told the same failure again. A mark says "this failure of this node was told": the key is a
+digest of the run (the event's id, which FC's retries of one event keep; the invocation's request id for an
+event without one), the instance id and the failure (its code, or the first words of its reason: the rest may
+name a process id or a time that differs between attempts). Another event failing the same node has another
+key, so it is told again.
+
+One JSON document in the annotation :data:`MARK_ANNOTATION` of the Lease :data:`MARK_LEASE`, in the namespace
+the run record lives in (a node under a lifecycle hook is not a Kubernetes Node yet: there is no Node to mark):
+``{"version": 1, "nodes": {instance id: {"key": digest, "at": epoch seconds}}}``, one mark per node (its last
+failure told), kept :data:`KEEP_S` and at most :data:`MAX_NODES` of them, the newest.
+
+Pure: no I/O. What is read back passes the reader rule (node_bootstrap/outside.py): bounded and checked. A
+document that is not ours reads as no marks, an entry that is not ours as no mark for that node: "not told",
+so the failure is told (again) and the document replaced. A mark may only ever cost a repeated alert, never a
+lost one.
+"""
+
+import hashlib
+from typing import Any, Dict, Mapping, Optional, Set
+
+from node_bootstrap.outside import OutsideDataError, loads
+
+from functions.decision.waves import MAX_EPOCH  # 2100-01-01, the rollout record's bound
+
+MARK_LEASE = "ack-mig-hook-alerts"
+MARK_ANNOTATION = "ack-mig-hook/alerted"
+VERSION = 1
+# FC gives up on an asynchronous event after at most a day (its maximum event age): a mark older than two is
+# no retry's any more.
+KEEP_S = 2 * 86400.0
+MAX_NODES = 512  # about 100 bytes each: well under the 256 KiB Kubernetes allows an object's annotations
+MAX_TEXT = 128 * 1024
+MAX_ID = 64  # an ECS instance id is 22 characters
+Marks = Dict[str, Dict[str, Any]]
+
+
+def failure_of(node: Mapping[str, Any]) -> str:
+    """What failed, as ``node-failed`` groups it: the node's code, else the first words of its reason."""
+    return str(node.get("code") or str(node.get("reason") or "").split(":", 1)[0][:40] or "failed")
+
+
+def failure_key(run: str, node: Mapping[str, Any]) -> str:
+    """The mark of one failure of one node in one run (module docstring)."""
+    text = "\n".join((str(run or ""), str(node.get("instance_id") or ""), failure_of(node)))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def read_text(text: Optional[str]) -> Marks:
+    """The marks in the annotation's text ({} when there is none). OutsideDataError (one line) when the document
+    is not one this function wrote; an entry that is not ours is left out (that node reads as not told)."""
+    if not text:
+        return {}
+    doc = loads(text, "the alert marks (%s)" % MARK_ANNOTATION, max_bytes=MAX_TEXT, max_depth=4)
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), dict) or doc.get("version") != VERSION:
+        raise OutsideDataError("the alert marks (%s) are not a version %d document" % (MARK_ANNOTATION, VERSION))
+    out: Marks = {}
+    for iid, mark in doc["nodes"].items():
+        if not isinstance(mark, dict) or not isinstance(iid, str) or not 0 < len(iid) <= MAX_ID:
+            continue
+        key, at = mark.get("key"), mark.get("at")
+        if isinstance(key, str) and len(key) == 32 and isinstance(at, (int, float)) and not isinstance(at, bool) \
+                and 0 <= at <= MAX_EPOCH:
+            out[iid] = {"key": key, "at": float(at)}
+        if len(out) >= MAX_NODES:
+            break
+    return out
+
+
+def told(marks: Marks, keys: Mapping[str, str]) -> Set[str]:
+    """The instance ids whose failure in ``keys`` (instance id -> :func:`failure_key`) is marked told."""
+    return {iid for iid, key in keys.items() if (marks.get(iid) or {}).get("key") == key}
+
+
+def merge(marks: Marks, keys: Mapping[str, str], now: float) -> Marks:
+    """``marks`` with each of ``keys`` marked told at ``now`` (a node's older mark replaced), those older than
+    KEEP_S dropped, and the newest MAX_NODES kept."""
+    out = {iid: dict(mark) for iid, mark in marks.items() if now - mark["at"] <= KEEP_S}
+    for iid, key in keys.items():
+        out[str(iid)[:MAX_ID]] = {"key": key, "at": round(now, 3)}
+    newest = sorted(out, key=lambda iid: (-out[iid]["at"], iid))[:MAX_NODES]
+    return {iid: out[iid] for iid in sorted(newest)}
+
+
+def write_text(marks: Marks) -> str:
+    import json
+
+    return json.dumps({"version": VERSION, "nodes": marks}, sort_keys=True, separators=(",", ":"))
+

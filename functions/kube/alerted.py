@@ -1,0 +1,70 @@
+"""The alert marks on the cluster (``functions.decision.alert_marks`` says what they hold and why): read before a
+``node-failed`` line is sent, written once the webhook took it.
+
+One ``coordination.k8s.io/v1`` Lease, ``ack-mig-hook-alerts``, in the namespace the run record lives in: the
+Role that lets the function keep its run record there (get, create, update) covers it, no new RBAC.
+
+The write is a PUT with the ``resourceVersion`` just read (409 Conflict: read again and merge), as the run
+record's (``functions.kube.last_run``): two events whose nodes failed at once must not drop each other's marks.
+Each call gets a client of its own with a short deadline (``last_run.record_client``): the marks never hold an
+invocation long, and an API server that does not answer costs a repeated alert at worst.
+"""
+
+from typing import Any, Dict, Mapping, Set
+
+from node_bootstrap.kube import KubeError
+from node_bootstrap.outside import OutsideDataError, as_object
+
+from functions.decision import alert_marks as am
+from functions.kube import leases
+from functions.kube.nodes import EVENT_NAMESPACE
+
+CAS_ATTEMPTS = 4
+DEADLINE_S = 10.0  # per call: read before the webhook, write after it
+
+
+def client(backend: Any) -> Any:
+    """A short-deadline client for one call on the marks (the run record's kind), or the backend itself where it
+    has none (a snapshot's MemoryKube)."""
+    backend = getattr(backend, "backend", backend)  # a NodeView: its backend
+    return backend.sibling(DEADLINE_S) if hasattr(backend, "sibling") else backend
+
+
+def _marks(lease: Mapping[str, Any]) -> am.Marks:
+    notes = as_object(as_object(lease).get("metadata")).get("annotations")
+    text = notes.get(am.MARK_ANNOTATION) if isinstance(notes, dict) else None
+    try:
+        return am.read_text(text if isinstance(text, str) else None)
+    except OutsideDataError:
+        return {}  # not ours, or from a version we cannot read: nothing told, and the next write replaces it
+
+
+def told(kube: Any, keys: Mapping[str, str], namespace: str = EVENT_NAMESPACE) -> Set[str]:
+    """The instance ids of ``keys`` (instance id -> failure key) whose failure is marked told. KubeError when the
+    Lease cannot be read (the caller tells every failure: a repeat, never a loss)."""
+    if not keys:
+        return set()
+    try:
+        lease = kube.get_lease(namespace, am.MARK_LEASE)
+    except KubeError as exc:
+        if exc.status == 404:
+            return set()
+        raise
+    return am.told(_marks(lease), keys)
+
+
+def mark(kube: Any, keys: Dict[str, str], namespace: str = EVENT_NAMESPACE) -> None:
+    """Mark ``keys`` told (merged into the marks stored). KubeError when the Lease cannot be written; the alert
+    went out, so the worst is that a retry of the event tells it again."""
+    if not keys:
+        return
+    for _ in range(CAS_ATTEMPTS):
+        lease = leases.read_or_create(kube, namespace, am.MARK_LEASE, {})
+        text = am.write_text(am.merge(_marks(lease), keys, leases.cluster_now(kube)))
+        try:
+            leases.write(kube, namespace, lease, {am.MARK_ANNOTATION: text})
+            return
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+    raise KubeError("the alert marks kept changing under %d writes" % CAS_ATTEMPTS, 409)

@@ -1,0 +1,107 @@
+"""The alert marks (functions/decision/alert_marks.py, functions/kube/alerted.py): which failure a key names, what a
+hostile document reads as, the bounds of what is kept, and that a dry run neither sends nor marks."""
+
+import io
+import json
+from dataclasses import replace
+
+import pytest
+
+from functions.base.event_result import HandlerResult
+from functions.base.logs import JsonLogger
+from functions.base.settings import load_settings
+from functions.decision import alert_marks as am
+from functions.kube import alerted
+from functions.kube.nodes import EVENT_NAMESPACE, MemoryKube
+from functions.pipeline.notify import after_event
+from tests.support.webhook import Webhook
+
+NODE = "i-2zeb7c1mig0a100x3q2h"
+BUSY = {"instance_id": NODE, "outcome": "failed", "code": "gpu-busy", "reason": "gpu-busy: GPU 0 has processes: 4242"}
+
+
+def test_a_key_names_the_run_the_node_and_the_failure_but_not_the_details():
+    key = am.failure_key("event-1", BUSY)
+    assert key == am.failure_key("event-1", dict(BUSY, reason="gpu-busy: GPU 0 has processes: 5151"))
+    assert key != am.failure_key("event-2", BUSY)
+    assert key != am.failure_key("event-1", dict(BUSY, instance_id="i-other"))
+    assert key != am.failure_key("event-1", dict(BUSY, code="mig-not-enabled"))
+    uncoded = {"instance_id": NODE, "outcome": "failed", "reason": "unreachable: agent down after 30 s"}
+    assert am.failure_key("e", uncoded) == am.failure_key("e", dict(uncoded, reason="unreachable: after 31 s"))
+
+
+@pytest.mark.parametrize("text", ["{", "[]", "null", '"x"', '{"version": 2, "nodes": {}}', '{"version": 1}',
+                                  '{"version": 1, "nodes": []}', "x" * (am.MAX_TEXT + 1), "[" * 50 + "]" * 50,
+                                  '{"version": 1, "nodes": {"a": NaN}}'])
+def test_a_document_that_is_not_ours_is_one_line_the_caller_reads_as_no_marks(text):
+    with pytest.raises(ValueError) as info:
+        am.read_text(text)
+    assert "\n" not in str(info.value) and "alert marks" in str(info.value)
+    kube = MemoryKube()
+    kube.create_lease(EVENT_NAMESPACE, {"metadata": {"name": am.MARK_LEASE, "annotations": {am.MARK_ANNOTATION: text}}})
+    keys = {NODE: am.failure_key("e", BUSY)}
+    assert alerted.told(kube, keys) == set()  # not told: told now, never lost
+    alerted.mark(kube, keys)  # and replaced by ours
+    assert alerted.told(kube, keys) == {NODE}
+
+
+def test_an_entry_that_is_not_ours_is_no_mark_for_its_node_alone():
+    good = {"key": "a" * 32, "at": 1000.0}
+    doc = {"version": 1, "nodes": {NODE: good, "i-bad1": {"key": 7, "at": 1}, "i-bad2": {"key": "a" * 32, "at": True},
+                                   "i-bad3": "x", "i-bad4": {"key": "short", "at": 1}, "": good, "i-" * 40: good,
+                                   "i-bad5": {"key": "a" * 32, "at": -1}, "i-bad6": {"key": "a" * 32, "at": 1e12}}}
+    assert am.read_text(json.dumps(doc)) == {NODE: good}
+
+
+def test_marks_are_kept_two_days_and_the_newest_few_hundred():
+    now = 2e9
+    marks = am.merge({"i-old": {"key": "a" * 32, "at": now - am.KEEP_S - 1},
+                      "i-recent": {"key": "b" * 32, "at": now - 60}}, {NODE: "c" * 32}, now)
+    assert sorted(marks) == [NODE, "i-recent"]
+    many = {"i-%04d" % n: "d" * 32 for n in range(am.MAX_NODES + 50)}
+    marks = am.merge(marks, many, now + 1)
+    assert len(marks) == am.MAX_NODES and NODE not in marks and "i-recent" not in marks
+    assert len(am.write_text(marks)) < am.MAX_TEXT and am.read_text(am.write_text(marks)) == marks
+
+
+def test_a_mark_write_that_meets_another_merges_with_it():
+    kube = MemoryKube()
+    alerted.mark(kube, {"i-first": "a" * 32})
+    seen = kube.get_lease(EVENT_NAMESPACE, am.MARK_LEASE)
+    alerted.mark(kube, {"i-second": "b" * 32})
+    with pytest.raises(Exception):  # the version read by the first writer is gone: a blind write is refused
+        kube.replace_lease(EVENT_NAMESPACE, seen)
+    assert alerted.told(kube, {"i-first": "a" * 32, "i-second": "b" * 32}) == {"i-first", "i-second"}
+
+
+def test_a_dry_run_neither_sends_nor_reads_nor_writes_a_mark():
+    class Watched(MemoryKube):
+        calls = []
+
+        def get_lease(self, namespace, name):
+            self.calls.append(name)
+            return super().get_lease(namespace, name)
+
+    kube = Watched()
+    log = JsonLogger("DEBUG", stream=io.StringIO(), request_id="r-dry")
+    with Webhook() as hook:
+        settings = load_settings({"ACK_MIG_NOTIFY_URL": hook.url()})
+        result = HandlerResult(trigger="lifecycle-hook", event_id="e-1", outcome="retry", reason="r", dry_run=True,
+                               nodes=[dict(BUSY)])
+        assert after_event(result, settings, log, kube=kube) == 0
+        assert hook.lines() == [] and Watched.calls == [] and kube.leases == {}
+        assert after_event(replace(result, dry_run=False), settings, log, kube=kube) == 1  # the same, for real
+        assert [line["kind"] for line in hook.lines()] == ["node-failed"]
+    assert alerted.told(kube, {NODE: am.failure_key("e-1", BUSY)}) == {NODE}
+
+
+def test_an_event_without_an_id_is_keyed_by_its_request_id():
+    """A manual run has no event id: the invocation's request id is the run (a repeat where FC changes it)."""
+    kube = MemoryKube()
+    with Webhook() as hook:
+        settings = load_settings({"ACK_MIG_NOTIFY_URL": hook.url()})
+        result = HandlerResult(trigger="manual", outcome="retry", reason="r", nodes=[dict(BUSY)])
+        for request_id in ("r-1", "r-1", "r-2"):
+            log = JsonLogger("DEBUG", stream=io.StringIO(), request_id=request_id)
+            after_event(result, settings, log, kube=kube)
+        assert len(hook.lines()) == 2
