@@ -443,6 +443,12 @@ MUTANTS = (
            "if True",
            ("tests/rollout/test_pod_event_rounds.py",),
            "an invocation clears the marker another one holds: events plan beside a running plan"),
+    mutant("pod-event-reuses-list-after-an-ask", "functions/decision/coalesce.py",
+           "    return planned is not None and planned == mine.asked and at < listed - margin_s",
+           "    return planned is not None",
+           ("tests/delivery/test_pod_events.py",),
+           "a pod event's round plans on its choice's list though an event asked after it: that pod, absent from "
+           "the list, waits for the timer"),
     mutant("pod-event-merge-drops-retry", "functions/pipeline/pod_event.py",
            'outcome = last.outcome if last.outcome in ("retry", "error") else (',
            "outcome = (",

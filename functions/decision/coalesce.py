@@ -115,6 +115,17 @@ def arrive(marker: Marker, me: str, now: float, hold_s: float, pod: str, event_i
     return seen._replace(holder=me, until=now + hold_s, open=True), PLAN
 
 
+def quiet_since(before: Marker, mine: Marker, planned: Optional[int], listed: float, margin_s: float) -> bool:
+    """Whether no event but this one (``mine``: the marker its arrival wrote over ``before``) asked for the
+    pool from ``listed`` (when a list of the Pending pods was read, on the markers' clock) until this
+    holder's round began with ``planned`` asks: the ask before this one was noted at least ``margin_s``
+    before the list (the clock's whole seconds: a note within ``margin_s`` may come after it), and none came
+    between this one and the round. Then the pods of every ask this round answers for waited when the list
+    was read: each event read its pod as waiting before it asked."""
+    at = before.last.get("at") or 0.0
+    return planned is not None and planned == mine.asked and at < listed - margin_s
+
+
 def wait_before_round(marker: Marker, now: float) -> float:
     """Seconds to wait so that this round begins :data:`SPACING_S` after the pool's last one (0 to SPACING_S)."""
     return max(0.0, min(SPACING_S, marker.round + SPACING_S - now))

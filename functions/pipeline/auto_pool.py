@@ -263,7 +263,7 @@ def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
 
 def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
              log: Any, only: str = "", left_s: Optional[float] = None, listed: Optional[List[Any]] = None,
-             acked: Optional[Dict[str, Any]] = None) -> Any:
+             acked: Optional[Dict[str, Any]] = None, pending: Optional[Tuple[List[Any], float]] = None) -> Any:
     """One tick: one paged list of Pending pods; when a MIG pod waits, each auto pool is planned (advise's
     answer), its changes delivered as per-GPU node requests (no drain: nothing in use is destroyed) and its
     node-template tags set to the new-node layout. Ends done (something planned) or skip (nothing to do).
@@ -271,7 +271,9 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     ``left_s``: the time this invocation has left (a pod event's later round), else a whole invocation: its
     planning claims and its rollout end by then. ``listed``: the cluster's node pools as the caller (a pod event)
     listed them a moment ago; listed here when not given. ``acked``: the nodes ACK lists in each pool, as that
-    caller read them (:func:`acked_members`); each pool not there is asked once."""
+    caller read them (:func:`acked_members`); each pool not there is asked once. ``pending``: the cluster's
+    Pending pods as the caller (a pod event's choice) listed them, and when the list's first page was read
+    (the server's clock): the tick reads them as its own list, else it lists them."""
     from node_bootstrap.kube import KubeError
 
     from functions.base.event_result import HandlerResult
@@ -299,7 +301,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     claims = tick_claims(api, settings, left_s)  # one plan at a time per pool (functions/rollout/plan_claim.py)
     try:
         return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, unproven,
-                     left_s, only, auto, {} if acked is None else acked)
+                     left_s, only, auto, {} if acked is None else acked, pending)
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
                    % " ".join(str(exc).split())[:200])
@@ -309,7 +311,8 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
           pools: List[Any], log: Any, end: Any, claims: Any, unproven: Dict[str, str], left_s: Optional[float] = None,
-          only: str = "", auto: Sequence[Any] = (), acked: Optional[Dict[str, Any]] = None) -> Any:
+          only: str = "", auto: Sequence[Any] = (), acked: Optional[Dict[str, Any]] = None,
+          given: Optional[Tuple[List[Any], float]] = None) -> Any:
     from functions.base.model import Decision
     from functions.decision.autoscaler_tags import pool_template
     from functions.decision.layout import LayoutLabelError
@@ -323,10 +326,10 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     from functions.rollout.plan_claim import STALE_MARGIN_S, claim_pool
 
     at: List[Optional[float]] = []
-    pending = pending_pods(api, at)
+    pending = list(given[0]) if given is not None else pending_pods(api, at)
     # When the pending pods were read, on the API server's clock: the list is a snapshot of its first page,
     # and a change marked after that may have bound pods the later pages still show waiting.
-    listed = at[0] if at and at[0] is not None else api.server_time()
+    listed = given[1] if given is not None else at[0] if at and at[0] is not None else api.server_time()
     if not any(is_unschedulable(p) and pod_asks(p) for p in pending):
         # nothing waits, so no new node is needed: the tags a scale-out left stop advertising one (a pool
         # already in sync writes nothing), or the next pod the pool could serve would bring a node first

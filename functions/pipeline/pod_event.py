@@ -16,7 +16,7 @@ events asked during its round. A dry run plans once and writes no marker.
 
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from functions.base.event_result import HandlerResult
 
@@ -43,7 +43,8 @@ def _waits(pod: dict) -> str:
     return ""
 
 
-def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: Any) -> Any:
+def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: Any,
+             seen: Optional[List[Any]] = None) -> Any:
     """The auto pool whose plan counts ``pod``, as the timer's tick gives the cluster's waiting pods out
     (``pool_of.counting_pool``): the first by id, not paused, whose plan counts it among the pods the
     earlier pools left; None when none does. ``matched``: the pools (by id) whose nodes or template the pod
@@ -53,7 +54,8 @@ def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: 
     waits. Idle instances of a profile a pool no longer allows are the exception (``pool_of.spare_decides``):
     the tick spends them one pod each, in pod order, so two pods that ask one such instance go to two pools.
     Only then are the cluster's Pending pods listed (the tick's one paged list), and the tick's rule runs
-    over them: the pod gets the pool the timer gives it, and that pool's plan is the one run now."""
+    over them: the pod gets the pool the timer gives it, and that pool's plan is the one run now. ``seen``:
+    gets that list as read and when its first page was read (the server's clock), for the plan (``_plan``)."""
     from functions.decision.layout.matching import demand_of, pod_key
     from functions.kube.demand import pending_pods, pods_on
     from functions.pipeline.pool_of import counting_pool, not_counted, planned_bounds, spare_decides
@@ -65,7 +67,12 @@ def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: 
             continue
         if spare_decides(bounds, nodes[pool.nodepool_id], demand):
             key = pod_key(pod)
-            pending = pending_pods(api)
+            clock = getattr(api, "server_time", None)
+            at: List[Optional[float]] = []
+            pending = pending_pods(api, at if clock else None)
+            listed = (at[0] if at and at[0] is not None else clock()) if clock else None
+            if seen is not None and listed is not None:  # as the tick reads its own list (auto_pool._tick)
+                seen.append((list(pending), listed))
             if key not in {pod_key(p) for p in pending}:  # bound or gone since it was read: judged as read
                 pending.append(pod)  # (its pool's step finds it no longer waiting)
             return counting_pool(key, pools, nodes, pending, lambda names: pods_on(api, names))
@@ -132,8 +139,9 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     matched = [p for p in sorted(pools, key=lambda p: p.nodepool_id)
                if split_pending([pod], {p.nodepool_id: places[p.nodepool_id]})[0].get(p.nodepool_id)]
     # The pool the timer's plan gives the pod; else the first the pod matches, whose step says why.
+    choice: List[Any] = []  # the cluster's Pending pods, where the choice read them, and when
     try:
-        chosen = _pool_of(pod, pools, matched, nodes, api) or (matched[0] if matched else None)
+        chosen = _pool_of(pod, pools, matched, nodes, api, choice) or (matched[0] if matched else None)
     except KubeError as exc:
         return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
     if chosen is None:
@@ -144,33 +152,54 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     log.info("pod event", nodepool_id=chosen.nodepool_id, reason="pod %s waits for auto pool %s"
              % (key, chosen.nodepool_id))
     result = _plan(request, lookup, cluster, settings, dry_run, executor, kube, api, log, chosen.nodepool_id, key,
-                   started=started, listed=listed, acked=acked)
+                   started=started, listed=listed, acked=acked, pending=choice[0] if choice else None)
     # the chosen pool's step reads only that pool and the earlier ones: a later pool refused is named from here
     return result.with_refused(refused) if refused else result
 
 
 def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any, api: Any,
           log: Any, pool_id: str, key: str, started: Optional[float] = None,
-          listed: Optional[List[Any]] = None, acked: Optional[dict] = None) -> HandlerResult:
+          listed: Optional[List[Any]] = None, acked: Optional[dict] = None,
+          pending: Optional[Tuple[List[Any], float]] = None) -> HandlerResult:
     """The pool's plan, coalesced with the plans other events run: see the module docstring. ``listed``: the
     node pools as this event listed them, for its first round (a later one, after a wait or another round,
-    lists them again); ``acked``: the nodes ACK lists in each pool as this event read them, the same way."""
+    lists them again); ``acked``: the nodes ACK lists in each pool as this event read them, the same way;
+    ``pending``: the cluster's Pending pods as the choice listed them and when (its first page, the server's
+    clock), or None: the first round plans on it where that is as good as a new list (below)."""
     from node_bootstrap.kube import KubeError
 
     from functions.pipeline.auto_pool import run_tick
-    from functions.rollout.plan_claim import peek_pool
+    from functions.decision.coalesce import quiet_since
+    from functions.rollout.plan_claim import STALE_MARGIN_S, peek_pool
     from functions.rollout.plan_marker import MarkerBusy, PlanMarker
     from functions.rollout.run import run_lease_s
 
     started = time.monotonic() if started is None else started
 
     fresh = [(listed, acked)]  # the event's list of the pools and of their nodes, for the first round only
+    # The choice's list of the Pending pods, once it is known to be as good as a new one for the first round:
+    # then that round plans on it, and the cluster's Pending pods are listed once, not twice.
+    usable: List[Any] = []
 
     def tick(reserve_s: float = 0.0) -> HandlerResult:
         # a round has what is left of this invocation, less ``reserve_s`` kept for a round after it
         first, acked_then = fresh.pop() if fresh else (None, None)
         return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id,
-                        left_s=_left_s(started, settings) - reserve_s, listed=first, acked=acked_then)
+                        left_s=_left_s(started, settings) - reserve_s, listed=first, acked=acked_then,
+                        pending=usable.pop() if usable else None)
+
+    def begun(planned: Optional[int]) -> None:
+        """The holder's round began with ``planned`` asks. The choice's list serves its first round when no
+        event but this one asked since that list was read: the plan reads the list as a new one's (the
+        planning claim compares the pool's change marks with the list's time, and lists again when a change
+        came after it: pods may have bound since), and the pods of every ask the round answers for waited
+        when it was read (coalesce.quiet_since). A new list would hold more only for pods no ask names, which
+        the round never promised to plan (their events come, or the timer). An ask that came after the list
+        (a pod that may not be in it, whose event was answered coalesced or whose holder this one took over
+        from) gets a new list, as before."""
+        if fresh and pending is not None and prior and quiet_since(prior[0], seen, planned, pending[1],
+                                                                    STALE_MARGIN_S):
+            usable.append(pending)
 
     def free() -> bool:  # one read of the pool's Lease: a tick lists every Pending pod of the cluster first
         try:
@@ -179,10 +208,12 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             return True  # the tick reads it again and says why
 
     if dry_run:  # a dry run shows the plan and writes nothing, the marker included
+        usable.extend([pending] if pending is not None else [])  # no ask is coalesced into it: any list will do
         return tick()
     marker = PlanMarker(api, uuid.uuid4().hex[:12], run_lease_s(settings))
+    prior: List[Any] = []  # the marker this event's ask was written over
     try:
-        role, seen = marker.arrive(pool_id, key, request.event_id or "")
+        role, seen = marker.arrive(pool_id, key, request.event_id or "", prior)
     except (KubeError, MarkerBusy) as exc:  # planning is always safe: only the coalescing is lost
         # No answer is no verdict: the server may have written this invocation in as the holder, and the
         # pool's events coalesce into it for a run lease. One more read says whose the marker is.
@@ -203,6 +234,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
                 if not refused:  # the marker could not be read back: it may be this one's
                     _let_go(marker, pool_id, log)  # (which it clears only when it names this invocation)
         role, seen = "plan", held  # it was written: this invocation is the holder and plans its rounds
+        prior.clear()  # the ask before it is not known: its first round lists the pods again
     if role == "coalesced":
         reason = ("coalesced: a plan of auto pool %s runs now (invocation %s, its round began %.1f s ago); it "
                   "plans again when it ends, with pod %s among the Pending pods" % (
@@ -212,7 +244,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
                              event_id=request.event_id, outcome="skip", reason=reason, cluster_id=cluster)
     rounds: List[HandlerResult] = []
     try:
-        _rounds(marker, pool_id, tick, rounds, started, settings, log, free)
+        _rounds(marker, pool_id, tick, rounds, started, settings, log, free, begun)
     except BaseException:  # a bug or FC's end: let the pool go now rather than after a whole run lease
         _let_go(marker, pool_id, log)
         raise
@@ -220,8 +252,10 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
 
 def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], started: float, settings: Any,
-            log: Any, free: Optional[Callable[[], bool]] = None) -> None:
-    """The holder's rounds: plan, then again while events asked during the round (the module docstring)."""
+            log: Any, free: Optional[Callable[[], bool]] = None,
+            begun: Optional[Callable[[Optional[int]], None]] = None) -> None:
+    """The holder's rounds: plan, then again while events asked during the round (the module docstring).
+    ``begun(planned)``: told the asks a round began with, once its beginning is marked."""
     from node_bootstrap.kube import KubeError
 
     from functions.base.settings import longest_run_s
@@ -241,6 +275,8 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
             break
         if planned is None:  # another invocation holds the pool now (this one's lease ran out): it plans
             break
+        if begun is not None:
+            begun(planned)
         # An open round keeps a worst-case round's time for the next: the asks it takes are planned then. Its
         # claim and its rollout end that much earlier (the rollout starts waves while more than a wave is left,
         # and a claim wait comes on top, so a round bounded by the invocation alone could leave no time).

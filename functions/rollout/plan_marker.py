@@ -76,10 +76,13 @@ class PlanMarker:
             self.sleep(random.uniform(0.0, 0.05))  # writers that met stop meeting
         raise MarkerBusy("the plan marker of pool %s changed under %d writes in a row" % (pool_id, CAS_ATTEMPTS))
 
-    def arrive(self, pool_id: str, pod: str, event_id: str) -> Tuple[str, co.Marker]:
-        """(``plan`` or ``coalesced``, the marker as written)."""
+    def arrive(self, pool_id: str, pod: str, event_id: str, before: Optional[list] = None) -> Tuple[str, co.Marker]:
+        """(``plan`` or ``coalesced``, the marker as written). ``before``: gets the marker this write replaced
+        (its ``last``: the ask before this one, which a pod event's first round reads)."""
         def step(marker: co.Marker, now: float) -> Tuple[co.Marker, Tuple[str, co.Marker]]:
             new, role = co.arrive(marker, self.me, now, self.hold_s, pod, event_id)
+            if before is not None:
+                before[:] = [marker]  # the one read last: a write after a conflict replaced that one
             return new, (role, new)
         return self.change(pool_id, step)
 

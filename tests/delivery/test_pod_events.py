@@ -220,15 +220,11 @@ def test_the_sample_event_through_the_fc_handler_gives_the_pod_its_instance(emul
 EARLIER = "np00a1b2c3d4e5f60718293a4b5c6d7e8f"  # an auto pool whose id sorts before POOL's
 
 
-def test_the_sample_event_gives_its_pod_the_pool_the_timer_gives_it(emulator, kube_api, tmp_path,
-                                                                     monkeypatch):  # noqa: F811
-    """Two auto pools; the earlier (by id) now allows only 3g.40gb, and its node still holds an idle 1g.10gb
-    made before the label changed. Two pods ask 1g.10gb: the timer's plan spends that instance on the first
-    pod (pod order) and gives the second, the sample's, to POOL, whose idle 7g.80gb GPU is repartitioned for
-    it. The sample event's choice judged its pod alone: the idle instance kept it counted in the earlier
-    pool, whose step left it uncounted and changed nothing; nothing planned POOL for it until the timer."""
-    from functions import handler as fc
-
+def spare_instance_world(emulator, kube_api, tmp_path, monkeypatch):  # noqa: F811
+    """Two auto pools; the earlier (by id), EARLIER, now allows only 3g.40gb, and its node gpu-old still holds
+    an idle 1g.10gb made before the label changed; two pods ask 1g.10gb (``first``, then the sample's pod):
+    which pool counts the sample's pod depends on the pods that wait. Returns the settings, the folder of
+    the simulated nodes' states, and the two pods' names."""
     inventory = snapshot()
     inventory["nodepools"].append({
         "nodepool_info": {"nodepool_id": EARLIER, "name": "llm-auto-old"},
@@ -250,6 +246,19 @@ def test_the_sample_event_gives_its_pod_the_pool_the_timer_gives_it(emulator, ku
     assert first < sample  # pod order: the idle 1g.10gb is the first pod's
     waiting(kube_api, first, "1g.10gb")
     waiting(kube_api, sample, "1g.10gb")
+    return settings, nodes, first, sample
+
+
+def test_the_sample_event_gives_its_pod_the_pool_the_timer_gives_it(emulator, kube_api, tmp_path,
+                                                                     monkeypatch):  # noqa: F811
+    """Two auto pools; the earlier (by id) now allows only 3g.40gb, and its node still holds an idle 1g.10gb
+    made before the label changed. Two pods ask 1g.10gb: the timer's plan spends that instance on the first
+    pod (pod order) and gives the second, the sample's, to POOL, whose idle 7g.80gb GPU is repartitioned for
+    it. The sample event's choice judged its pod alone: the idle instance kept it counted in the earlier
+    pool, whose step left it uncounted and changed nothing; nothing planned POOL for it until the timer."""
+    from functions import handler as fc
+
+    settings, nodes, first, sample = spare_instance_world(emulator, kube_api, tmp_path, monkeypatch)
     # The timer's plan: POOL's GPU gets a 1g.10gb for the second pod (a dry run: nothing changes)
     timer = run_event(TICK, settings, logger=JsonLogger("OFF"), dry_run=True)
     assert [(n["node_name"], n["outcome"]) for n in timer.nodes] == [("gpu-a", "dry-run")], timer.reason
@@ -259,13 +268,72 @@ def test_the_sample_event_gives_its_pod_the_pool_the_timer_gives_it(emulator, ku
     assert out["outcome"] == "done", out["reason"]
     assert [(n["node_name"], n["outcome"]) for n in out.get("nodes") or []] == [("gpu-a", "partitioned")], out["reason"]
     assert "1g.10gb" in profiles(nodes / ("%s.json" % INSTANCE))
-    # the choice depended on the pods waiting before this one: it listed them once, its plan once more
-    assert pending_lists(kube_api) - before == 2
+    # The choice depended on the pods waiting before this one: it listed them, and its plan planned on that
+    # list (no event asked between it and the round: pod_event._plan), not on a second one of every Pending
+    # pod of the cluster. The plan is the timer's, GPU for GPU.
+    assert pending_lists(kube_api) - before == 1
+    layouts = [(d["node_name"], d["gpu_layouts"]) for d in out["decisions"] if d["action"] == "partition"]
+    assert layouts == [(d.node_name, d.model_dump(mode="json")["gpu_layouts"]) for d in timer.decisions
+                       if d.action == "partition"] and layouts, (layouts, timer.decisions)
     assert stored_marker(kube_api)["last"]["pod"] == "llm/" + sample and stored_marker(kube_api, EARLIER) is None
     # the first pod's event plans the earlier pool, whose idle 1g.10gb serves it: nothing changes
     out = json.loads(fc.handler(pod_event("llm", first), None))
     assert out["outcome"] == "done" and not out.get("nodes"), out
     assert stored_marker(kube_api, EARLIER)["last"]["pod"] == "llm/" + first
+
+
+@pytest.mark.parametrize("asked", ["before its ask", "before its round"])
+def test_an_ask_after_the_choices_list_gets_the_round_a_new_list(emulator, kube_api, tmp_path, monkeypatch,
+                                                                 asked):  # noqa: F811
+    """The event's first round plans on the list its choice read only where no other event asked for the pool
+    since that list. Here a pod, ``late`` (2g.20gb, POOL's only), starts to wait after that list and its event
+    asks: before this event's ask (it took over a holder that had no time for another round, so this event's
+    round answers for it), or after it and before the round (answered coalesced into this holder). Planned on
+    the choice's list, the round lacked ``late`` and, its count of asks already taken, let go: the pod waited
+    for the timer. It gets a new list, which holds ``late``."""
+    import time as time_mod
+
+    from functions import handler as fc
+    from functions.rollout.plan_marker import PlanMarker
+
+    _, nodes, _, _ = spare_instance_world(emulator, kube_api, tmp_path, monkeypatch)
+    arrive, begin, api = PlanMarker.arrive, PlanMarker.begin_round, None
+    injected = []
+
+    def late_pod():
+        injected.append(True)
+        waiting(kube_api, "late", "2g.20gb")
+
+    def arrive_after_another(self, pool_id, pod, event_id, before=None):
+        if asked == "before its ask" and not injected and pool_id == POOL:
+            late_pod()  # its event took over a closed holder just now: that holder plans no further round
+            now = time_mod.time()
+            kube_api.leases[("default", marker_lease(POOL))] = kube_api._stamp({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": marker_lease(POOL), "namespace": "default", "uid": "lease-late",
+                             "annotations": {co.MARKER_ANNOTATION: json.dumps({
+                                 "holder": "late-event", "until": now + 600, "round": now - 60, "asked": 4,
+                                 "open": False, "last": {"at": now, "pod": "llm/late", "event": "e-late"}})}},
+                "spec": {}})
+        return arrive(self, pool_id, pod, event_id, before=before)
+
+    def begin_after_another(self, pool_id, is_open=True):
+        if asked == "before its round" and not injected and pool_id == POOL:
+            late_pod()
+            role, _ = arrive(PlanMarker(self.kube, "late-event", self.hold_s), POOL, "llm/late", "e-late")
+            assert role == co.COALESCED  # into this holder, which is open
+        return begin(self, pool_id, is_open)
+
+    monkeypatch.setattr(PlanMarker, "arrive", arrive_after_another)
+    monkeypatch.setattr(PlanMarker, "begin_round", begin_after_another)
+    before = pending_lists(kube_api)
+    out = json.loads(fc.handler(open(SAMPLE, "rb").read(), None))
+    assert injected and out["outcome"] == "done", out["reason"]
+    assert not out["reason"].startswith("2 rounds"), out["reason"]  # the one round planned both pods
+    made = profiles(nodes / ("%s.json" % INSTANCE))
+    assert "2g.20gb" in made and "1g.10gb" in made, made
+    assert pending_lists(kube_api) - before == 2
+    assert stored_marker(kube_api)["holder"] == ""
 
 
 def test_a_burst_is_planned_in_two_rounds_and_the_events_during_the_first_are_coalesced(cluster):
