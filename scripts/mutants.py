@@ -449,6 +449,13 @@ MUTANTS = (
            ("tests/delivery/test_pod_events.py",),
            "a pod event's round plans on its choice's list though an event asked after it: that pod, absent from "
            "the list, waits for the timer"),
+    mutant("pod-event-unmarked-round-keeps-marker", "functions/pipeline/pod_event.py",
+           "            _let_go(marker, pool_id, log)\n            rounds.append(_after_claims(tick, started, settings, log, "
+           "pool_id, free=free))\n",
+           "            rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))\n",
+           ("tests/rollout/test_pod_event_rounds.py",),
+           "a holder whose round could not be marked keeps the marker: the pool's events coalesce into an "
+           "invocation that returned, for a run lease"),
     mutant("pod-event-merge-drops-retry", "functions/pipeline/pod_event.py",
            'outcome = last.outcome if last.outcome in ("retry", "error") else (',
            "outcome = (",

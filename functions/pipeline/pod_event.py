@@ -269,8 +269,12 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
             planned = marker.begin_round(pool_id, is_open)
         except (KubeError, MarkerBusy) as exc:
             log.warning("plan marker", nodepool_id=pool_id, reason="round not marked (%s): this round is the "
-                        "last; its lease runs out by itself" % str(exc)[:200])
-            # planning is always safe; the holder's lease ends the coalescing in time
+                        "last, and the pool is let go before it" % str(exc)[:200])
+            # Planning is always safe, but this round noted no asks, so it cannot tell which came during it: let
+            # go first (the marker still names this invocation), and an event during the round or after finds
+            # no holder and plans itself, after this round's planning claim. Kept, the pool's events were
+            # answered coalesced into an invocation that had returned, for a whole run lease.
+            _let_go(marker, pool_id, log)
             rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))
             break
         if planned is None:  # another invocation holds the pool now (this one's lease ran out): it plans

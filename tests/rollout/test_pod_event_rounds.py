@@ -59,6 +59,37 @@ def test_a_round_that_ends_in_retry_lets_the_pool_go_and_is_the_last():
     assert other.arrive(POOL, "llm/third", "e3")[0] == co.PLAN  # the next event plans
 
 
+def test_a_round_whose_beginning_cannot_be_marked_lets_the_pool_go_before_it_plans(monkeypatch):
+    """The round's mark cannot be written (a burst's writes conflict 24 times in a row: MarkerBusy; or no
+    answer): the round still plans, unmarked, and is the last. The marker still named this invocation, so
+    every later event of the pool was answered "coalesced" into an invocation that had returned, for a run
+    lease (37 minutes), their pods left for the timer, and those during the round were never planned either.
+    It lets go before that round: an event during it or after finds no holder and plans itself."""
+    from functions.rollout.plan_marker import MarkerBusy
+
+    settings = settings_of(14400)
+    kube = MemoryKube()
+    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
+    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+
+    def busy(pool_id, is_open=True):
+        raise MarkerBusy("the plan marker of pool %s changed under 24 writes in a row" % pool_id)
+
+    monkeypatch.setattr(holder, "begin_round", busy)
+    roles, rounds = [], []
+
+    def tick(reserve_s=0.0):
+        roles.append(other.arrive(POOL, "llm/second", "e2")[0])  # an event during the round
+        return result("done")
+
+    log = Log()
+    pod_event._rounds(holder, POOL, tick, rounds, time.monotonic(), settings, log)
+    assert [r.outcome for r in rounds] == ["done"]
+    assert roles == [co.PLAN], roles  # it planned itself (after this round's planning claim)
+    assert stored(kube).holder == "event2"
+    assert any("round not marked" in w for w in log.warnings), log.warnings
+
+
 def test_no_round_starts_once_less_than_a_whole_round_is_left(monkeypatch):
     """An ask taken during an open round is planned by this invocation only while a whole round still fits;
     a round that overran leaves the rest to the next event or the timer, and says so."""
