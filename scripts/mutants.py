@@ -456,6 +456,12 @@ MUTANTS = (
            ("tests/rollout/test_pod_event_rounds.py",),
            "a holder whose round could not be marked keeps the marker: the pool's events coalesce into an "
            "invocation that returned, for a run lease"),
+    mutant("pod-event-unmarked-end-lets-go", "functions/pipeline/pod_event.py",
+           "            again = more and not unmarked_end",
+           "            again = False",
+           ("tests/rollout/test_pod_event_rounds.py",),
+           "a holder whose round's end could not be marked lets go: the events it answered coalesced during that "
+           "round wait for the timer"),
     mutant("pod-event-merge-drops-retry", "functions/pipeline/pod_event.py",
            'outcome = last.outcome if last.outcome in ("retry", "error") else (',
            "outcome = (",

@@ -261,6 +261,7 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
     from functions.base.settings import longest_run_s
     from functions.rollout.plan_marker import MarkerBusy
 
+    unmarked_end: List[str] = []  # a round's end could not be marked: one more round was planned for it
     while True:
         # Open to asks only while this round and a worst-case next one both fit: an ask taken now must be
         # planned by this invocation (coalesce.py), and a round starts only when a whole one fits.
@@ -294,9 +295,17 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
         try:
             again = marker.end_round(pool_id, planned, more)
         except (KubeError, MarkerBusy) as exc:
-            log.warning("plan marker", nodepool_id=pool_id, reason="round end not marked (%s)" % str(exc)[:200])
-            again = False
-            _let_go(marker, pool_id, log)  # else events coalesce into an invocation that returned, for its lease
+            # Whether an event asked during the round cannot be told, and one answered coalesced was told this
+            # holder plans again with its pod (a burst is what makes 24 writes in a row conflict): plan once
+            # more while a whole round fits (its beginning notes the asks again), once an invocation (a marker
+            # that never takes an end would have it plan until its time ran out); else let go, or events
+            # coalesce into an invocation that returned, for its lease.
+            again = more and not unmarked_end
+            unmarked_end.append(pool_id)
+            log.warning("plan marker", nodepool_id=pool_id, reason="round end not marked (%s): %s" % (
+                str(exc)[:200], "planned once more" if again else "let go"))
+            if not again:
+                _let_go(marker, pool_id, log)
         if not again:
             if not more and is_open:  # closed rounds took no ask: their events planned themselves
                 log.warning("plan marker", nodepool_id=pool_id, reason="the round ran longer than a worst-case "

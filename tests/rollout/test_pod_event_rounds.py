@@ -5,6 +5,8 @@ another invocation's claim ends, that it lets go only of its own marker, and the
 import dataclasses
 import time
 
+import pytest
+
 from functions.base.event_result import HandlerResult
 from functions.base.settings import load_settings, longest_run_s
 from functions.decision import coalesce as co
@@ -88,6 +90,43 @@ def test_a_round_whose_beginning_cannot_be_marked_lets_the_pool_go_before_it_pla
     assert roles == [co.PLAN], roles  # it planned itself (after this round's planning claim)
     assert stored(kube).holder == "event2"
     assert any("round not marked" in w for w in log.warnings), log.warnings
+
+
+@pytest.mark.parametrize("fails", ["once", "always"])
+def test_a_round_whose_end_cannot_be_marked_plans_once_more_for_the_asks_it_took(monkeypatch, fails):
+    """The round's end cannot be read or written (a burst: its writes conflict 24 times in a row). The events
+    that asked during the round were answered "coalesced", told this holder plans again with their pods; it
+    let go instead, and their pods waited for the timer. It cannot tell whether an ask came, so it plans once
+    more while a whole round fits (a round of a pool with nothing new changes nothing); once an invocation,
+    so a marker whose ends always fail does not have it plan round after round until its time runs out."""
+    from functions.rollout.plan_marker import MarkerBusy
+
+    settings = settings_of(14400)
+    kube = MemoryKube()
+    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
+    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    end_round, failed = holder.end_round, []
+
+    def busy_once(pool_id, planned, more):
+        if not failed or fails == "always":
+            failed.append(pool_id)
+            raise MarkerBusy("the plan marker of pool %s changed under 24 writes in a row" % pool_id)
+        return end_round(pool_id, planned, more)
+
+    monkeypatch.setattr(holder, "end_round", busy_once)
+    roles, rounds = [], []
+
+    def tick(reserve_s=0.0):
+        if not roles:
+            roles.append(other.arrive(POOL, "llm/second", "e2")[0])  # an event during the first round
+        return result("done")
+
+    log = Log()
+    pod_event._rounds(holder, POOL, tick, rounds, time.monotonic(), settings, log)
+    assert roles == [co.COALESCED] and failed
+    assert len(rounds) == 2, rounds  # the second round's list holds llm/second
+    assert stored(kube).holder == ""
+    assert any("round end not marked" in w for w in log.warnings), log.warnings
 
 
 def test_no_round_starts_once_less_than_a_whole_round_is_left(monkeypatch):
