@@ -462,6 +462,12 @@ MUTANTS = (
            ("tests/rollout/test_pod_event_rounds.py",),
            "a holder whose round's end could not be marked lets go: the events it answered coalesced during that "
            "round wait for the timer"),
+    mutant("gone-pool-says-no-auto-pool", "functions/pipeline/auto_pool.py",
+           "        if scope and auto:",
+           "        if False:",
+           ("tests/delivery/test_pod_events.py",),
+           "a step of an auto pool deleted since its event says no pool carries ack-mig-hook/layout=auto, while "
+           "others do"),
     mutant("pod-event-merge-drops-retry", "functions/pipeline/pod_event.py",
            'outcome = last.outcome if last.outcome in ("retry", "error") else (',
            "outcome = (",

@@ -294,6 +294,8 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     auto = [p for p in listed if LAYOUT_LABEL in p.labels]
     pools = [p for p in auto if not scope or p.nodepool_id == scope]
     if not pools:
+        if scope and auto:  # the pool an event named, deleted or relabelled since: the others are not this step's
+            return end("skip", "auto pool %s is gone or no longer carries %s=auto: not planned" % (scope, LAYOUT_LABEL))
         return end("skip", "no node pool carries %s=auto" % LAYOUT_LABEL)
     api = _api_of(kube, lookup, settings, cluster)
     if api is None:

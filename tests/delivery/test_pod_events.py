@@ -612,6 +612,51 @@ def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_pla
     assert lists <= 3, lists
 
 
+def test_an_event_whose_pool_is_deleted_while_it_waits_says_so(cluster, monkeypatch):
+    """The event's pool is deleted while its round waits for a timer tick's planning claim; another auto pool
+    remains. The round after the wait lists the pools again and plans nothing: it said "no node pool carries
+    ack-mig-hook/layout=auto", which the other pool does. It names the pool that is gone."""
+    import time as time_mod
+
+    from functions.base.model import NodePool
+    from functions.decision import claim_rules
+    from functions.decision.budget import lease_name
+    from functions.pipeline import pod_event as pod_event_module
+
+    server, api, settings, executor, state_file = cluster
+    monkeypatch.setattr(pod_event_module, "CLAIM_POLL_S", 0.2)
+    pools = lookup()
+    other = NodePool(nodepool_id=EARLIER, instance_types=["ecs.ebmgn7e.32xlarge"],
+                     labels={"ack-mig-hook/layout": "auto", "ack-mig-hook/layout-profiles": "3g.40gb"})
+    pools._pools = [other] + list(pools._pools)
+    key = ("default", lease_name(POOL))
+    server.leases[key] = server._stamp({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": lease_name(POOL), "namespace": "default", "uid": "lease-timer",
+                     "annotations": {claim_rules.PLANNING_ANNOTATION: json.dumps(
+                         {"owner": "timer-tick", "expires": time_mod.time() + 120})}},
+        "spec": {}})
+
+    def delete_then_give_back():  # the pool is deleted; the timer's tick then gives its claim back
+        time_mod.sleep(1.0)
+        pools._pools = [other]
+        with server.lock:
+            server.leases[key]["metadata"]["annotations"].pop(claim_rules.PLANNING_ANNOTATION)
+            server._stamp(server.leases[key])
+
+    waiting(server, "orphan", "2g.20gb")
+    before = state_file.read_text()
+    thread = threading.Thread(target=delete_then_give_back)
+    thread.start()
+    result = run_event(pod_event("llm", "orphan"), settings, inventory=pools, executor=executor, kube=api,
+                       logger=JsonLogger("OFF"))
+    thread.join()
+    assert result.outcome == "skip", result.reason
+    assert "no node pool carries" not in result.reason, result.reason
+    assert "auto pool %s is gone or no longer carries ack-mig-hook/layout=auto" % POOL in result.reason, result.reason
+    assert state_file.read_text() == before and stored_marker(server)["holder"] == ""
+
+
 def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_matches(monkeypatch):
     """Two auto pools whose nodes the pod may land on (no selector, no taints): the first allows only
     1g.10gb, or is paused; the pod asks 3g.40gb. The timer plans each pool and serves the pod in the second;
