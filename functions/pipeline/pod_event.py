@@ -168,8 +168,8 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     clock), or None: the first round plans on it where that is as good as a new list (below)."""
     from node_bootstrap.kube import KubeError
 
-    from functions.pipeline.auto_pool import run_tick
     from functions.decision.coalesce import quiet_since
+    from functions.pipeline.auto_pool import run_tick
     from functions.rollout.plan_claim import STALE_MARGIN_S, peek_pool
     from functions.rollout.plan_marker import MarkerBusy, PlanMarker
     from functions.rollout.run import run_lease_s
@@ -196,7 +196,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         when it was read (coalesce.quiet_since). A new list would hold more only for pods no ask names, which
         the round never promised to plan (their events come, or the timer). An ask that came after the list
         (a pod that may not be in it, whose event was answered coalesced or whose holder this one took over
-        from) gets a new list, as before."""
+        from) gets a new list."""
         if fresh and pending is not None and prior and quiet_since(prior[0], seen, planned, pending[1],
                                                                     STALE_MARGIN_S):
             usable.append(pending)
