@@ -162,9 +162,12 @@ def _ready(conditions: object) -> Optional[bool]:
     return None
 
 
-def _kept(items: object, prefixes: Tuple[str, ...]) -> Dict[str, str]:
-    # (a snapshot's allocatable may give a count as a number: mig_allocatable reads it)
-    return {k: v for k, v in as_object(items).items() if isinstance(k, str) and k.startswith(prefixes)}
+def _kept(items: object, prefixes: Tuple[str, ...], texts: bool = True) -> Dict[str, str]:
+    # Labels and annotations: text values only, as the API serves them; one of another type reads as absent (a
+    # GPU name label that was an object raised out of the decide step and failed every node of the event).
+    # Allocatable (texts False): a snapshot's may give a count as a number, which mig_allocatable reads.
+    return {k: v for k, v in as_object(items).items()
+            if isinstance(k, str) and k.startswith(prefixes) and (isinstance(v, str) or not texts)}
 
 
 @dataclass(frozen=True)
@@ -191,10 +194,11 @@ class KubeNode:
         rule, node_bootstrap/outside.py: one such Node of a pool ended the budget's count and the rollout's
         view of every node in an AttributeError)."""
         meta, spec, status = (as_object(as_object(obj).get(k)) for k in ("metadata", "spec", "status"))
-        return cls(name=str(meta.get("name") or ""), labels=_kept(meta.get("labels"), KEPT_LABELS),
+        name = meta.get("name")
+        return cls(name=name if isinstance(name, str) else "", labels=_kept(meta.get("labels"), KEPT_LABELS),
                    annotations=_kept(meta.get("annotations"), KEPT_ANNOTATIONS),
                    unschedulable=bool(spec.get("unschedulable")),
-                   allocatable=_kept(status.get("allocatable"), KEPT_RESOURCES),
+                   allocatable=_kept(status.get("allocatable"), KEPT_RESOURCES, texts=False),
                    taints=tuple("%s:%s" % (t.get("key"), t.get("effect")) for t in objects(spec.get("taints"))),
                    resource_version=str(meta.get("resourceVersion") or ""),
                    ready=_ready(status.get("conditions")),
