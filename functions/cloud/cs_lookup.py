@@ -44,9 +44,15 @@ def _transient(exc: BaseException) -> bool:
     return True  # connection refused, timeouts, resets: the SDK wraps them; all worth another try
 
 
+def _code(exc: BaseException) -> str:
+    """The answer's error code as one short line: it is the answer's text (a proxy may write a line break or
+    kilobytes there), and it ends up in a pool's one-line refusal, the event's reason and a log line."""
+    return " ".join(str(getattr(exc, "code", "") or type(exc).__name__).split())[:64]
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, AlibabaCloudException):
-        return "%s %s" % (getattr(exc, "status_code", "") or "", getattr(exc, "code", "") or type(exc).__name__)
+        return "%s %s" % (getattr(exc, "status_code", "") or "", _code(exc))
     inner = getattr(exc, "inner_exception", None)
     return type(inner or exc).__name__
 
@@ -108,7 +114,7 @@ class CsLookup:
                                                         str(getattr(exc, "message", "")
                                                             or exc).splitlines()[0][:200]),
                                   what, str(getattr(exc, "status_code", "") or ""),
-                                  str(getattr(exc, "code", "") or type(exc).__name__)[:64]) from None
+                                  _code(exc)) from None
                 if attempt == self._attempts:
                     # the function's caller retries the invocation, a person reruns the command: say neither
                     raise RetryLater("%s failed %d times, last: %s; transient, a later try may pass"

@@ -189,3 +189,17 @@ def test_invoke_strict_exits_3_when_a_pool_was_refused_and_the_others_were_decid
         code, out, err = invoke()
         assert code == 0, err
         assert "  refused   " + REFUSED % POOL in out.splitlines(), out  # the plain text names it too
+
+
+def test_a_refusal_whose_code_is_odd_text_is_one_bounded_line(cluster, ack):
+    """ACK's error code is the answer's text (a proxy in front of ACK may write anything there): a code holding a
+    line break or 5,000 characters still gives the pool one line of bounded length, in the result's reason and
+    ``refused_pools`` and in the WARNING log line."""
+    add_nodes(cluster.api)
+    ack.refuse_pool(POOL, 404, "ErrorNodePool\nNotFound" + "x" * 5000)
+    logs = io.StringIO()
+    result = run(cluster, ack, logs=logs)
+    assert result.outcome == "done", result.reason
+    line = result.refused_pools[POOL]
+    assert "\n" not in line and len(line) < 300 and line.startswith("pool %s: ACK refused" % POOL), line
+    assert "\n" not in result.reason and len(result.reason) < 1000, result.reason
