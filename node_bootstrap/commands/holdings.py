@@ -112,7 +112,9 @@ def same_report(current, value):
         return False
     old.pop("at", None)
     new.pop("at", None)
-    return old == new
+    # Compared as JSON text, not by ``==``: Python has False == 0 and True == 1, and a start written ``false``
+    # (which the planner's reader refuses) was "the same" as 0 and never written over.
+    return json.dumps(old, sort_keys=True) == json.dumps(new, sort_keys=True)
 
 
 def follow(report_once, signature, wait, clock, min_interval, budget=FOLLOW_BUDGET_S):

@@ -405,3 +405,25 @@ def test_a_failed_apply_writes_its_final_state_without_listing_pods(tmp_path, ku
     meta = kube_api.nodes["node-a"]["metadata"]
     assert meta["labels"]["nvidia.com/mig.config.state"] == "failed"
     assert json.loads(meta["annotations"]["ack-mig-hook/gpu-holders"])["gpus"] == {"0": None}
+
+
+@pytest.mark.kube
+def test_a_report_whose_start_is_a_boolean_is_written_again(tmp_path, kube_api):
+    """The holders annotation as it stands is outside data: one whose start 0 reads ``false`` (a hand edit,
+    another tool) is no report the planner reads (functions/kube/supply.py refuses a start that is no
+    whole number: every instance of the node then counts as possibly held). report-holders compared it with
+    its own by Python's ``==``, where ``False == 0``: it said unchanged and left it so for good."""
+    from functions.kube.supply import _holders
+
+    node = _kube_node(tmp_path, kube_api)
+    first = node.run("report-holders")
+    assert first.rc == 0 and first.json["written"] is True, first.stderr
+    annotations = kube_api.nodes["node-a"]["metadata"]["annotations"]
+    mine = annotations["ack-mig-hook/gpu-holders"]
+    assert '["3g.20gb",0,null]' in mine and _holders(mine) is not None
+    kube_api.annotate_node("node-a", {"ack-mig-hook/gpu-holders": mine.replace('["3g.20gb",0,null]',
+                                                                              '["3g.20gb",false,null]')})
+    assert _holders(kube_api.nodes["node-a"]["metadata"]["annotations"]["ack-mig-hook/gpu-holders"]) is None
+    again = node.run("report-holders")
+    assert again.rc == 0 and again.json["written"] is True, again.stderr
+    assert _holders(kube_api.nodes["node-a"]["metadata"]["annotations"]["ack-mig-hook/gpu-holders"]) is not None
