@@ -83,7 +83,9 @@ WHOLE_CALL = {"InvalidInstance.NotFound": "instance-gone", "InvalidInstanceId.No
 # Extra calls one refused batch may cost while its bad instances are searched for: a few bad instances in
 # 100 take about 7 each; a refusal of every instance (status fine, API refusing) must not cost 2 x 100.
 ISOLATION_CALLS = 30
-_VERSION = re.compile(r"^[0-9]+(\.[0-9]+)*$")
+# At most 8 parts of at most 9 digits ("2.2.3.309"): the field is the answer's text, and ``int`` of a part of
+# 5,000 digits raised ValueError (Python's 4,300-digit limit) out of the agent wait and failed every node.
+_VERSION = re.compile(r"^[0-9]{1,9}(\.[0-9]{1,9}){0,7}\Z")
 
 
 def _chunks(items, size):
@@ -91,8 +93,9 @@ def _chunks(items, size):
 
 
 def agent_version(text) -> Optional[tuple]:
-    """``"2.2.3.309"`` -> ``(2, 2, 3, 309)``; None when the agent did not report one (null, odd text)."""
-    text = str(text or "").strip()
+    """``"2.2.3.309"`` -> ``(2, 2, 3, 309)``; None when the agent did not report one (null, odd text, one past
+    the bound of :data:`_VERSION`)."""
+    text = text.strip() if isinstance(text, str) else ""
     return tuple(int(p) for p in text.split(".")) if _VERSION.match(text) else None
 
 

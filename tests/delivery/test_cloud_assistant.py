@@ -498,3 +498,26 @@ def test_an_answer_that_is_no_object_or_an_invoke_id_that_is_no_text_fails_only_
     failed = {i for i, r in results.items() if outcome(r).outcome == "failed"}
     assert failed and len(failed) <= 100 and {results[i].error for i in failed} == {"api-error"}
     assert {outcome(results[i]).outcome for i in ids if i not in failed} == {"partitioned"}
+
+
+@pytest.mark.contract_exempt("the emulator answers off the ECS model on purpose")
+@pytest.mark.parametrize("version", ["9" * 5000, "2.2." + "1" * 5000, "1." * 3000 + "1"],
+                         ids=["5000-digits", "5000-digit-part", "3001-parts"])
+def test_an_agent_version_past_any_real_one_reads_as_unknown_and_fails_no_other_node(emulator, ecs, maker, version):
+    """CloudAssistantVersion is text: one of 5,000 digits matched the version pattern and ``int`` of it raised
+    ValueError (Python's 4,300-digit limit) out of the agent wait, and every node of the event failed. A version
+    past the bound (4 parts of at most 9 digits each, as "2.2.3.309") reads as none reported: that node gets
+    the shared script, as an agent that reports no version does."""
+    ids = emulator.add_nodes(3)
+
+    def odd_version(answer):
+        rows = answer["InstanceCloudAssistantStatusSet"]["InstanceCloudAssistantStatus"]
+        for row in rows:
+            if row["InstanceId"] == ids[0]:
+                row["CloudAssistantVersion"] = version
+
+    emulator.mangle_next("DescribeCloudAssistantStatus", odd_version)
+    t = transport(ecs, maker)
+    results = t.run(targets(3, prefix="i-emu"))
+    assert sorted(outcome(r).outcome for r in results) == ["partitioned"] * 3
+    assert t.versions[ids[0]] is None
