@@ -80,3 +80,17 @@ def test_doctor_checks_each_autoscaling_mig_pool():
     assert ok.status == "ok" and "a new node advertises nvidia.com/mig-3g.20gb=16" in ok.text
     # pools without auto scaling are not the autoscaler's business
     assert autoscaler_checks([p.model_copy(update={"auto_scaling": False}) for p in pools], "auto") == []
+
+
+def test_status_shows_a_tag_value_of_5000_digits_as_it_is(tmp_path, capsys):
+    """A template tag's value is the pool's text: one of 5,000 ASCII digits passed the digit check and ``int`` of it
+    raised ValueError (Python's 4,300-digit limit), so ``status`` ended in an internal error and showed no pool. A
+    value of more digits than any count is shown as it is, never read as a count."""
+    data = json.load(open(INVENTORY))
+    data["nodepools"][0]["scaling_group"]["tags"].append({"key": K3G, "value": "9" * 5000})
+    path = tmp_path / "digits.json"
+    path.write_text(json.dumps(data))
+    assert main(["status", "--inventory", str(path), "--json"]) == 0
+    pools = {p["name"]: p for p in json.loads(capsys.readouterr().out)["pools"]}
+    view = pools["gpu-mig-a100"]["autoscaler"]
+    assert view["advertised"] == {"nvidia.com/mig-3g.20gb": "9" * 5000} and not view["advertises"]
