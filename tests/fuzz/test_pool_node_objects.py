@@ -88,3 +88,14 @@ def test_a_node_of_any_shape_is_read_alone_and_the_pools_other_nodes_count(edits
 def test_a_listed_item_that_is_no_object_is_left_out():
     assert node_object(None) is None and node_object([GOOD]) is None and node_object("n") is None
     assert node_object({"metadata": [1]})["metadata"]["name"] == ""
+
+
+def test_a_gpu_count_label_of_5000_digits_leaves_that_node_out():
+    """``int`` of a count label of 5,000 ASCII digits raised ValueError (Python's 4,300-digit limit) in
+    ``supply.node_supply``, out of the pods a pool counts: a tick or a pod event of every auto pool ended in an
+    internal error. Past 18 digits the count reads as unknown: that node is left out with its note."""
+    bad = _node("n-bad", "3g.40gb-3g.40gb")
+    bad["metadata"]["labels"]["aliyun.accelerator/nvidia_count"] = "9" * 5000
+    kube = MemoryKube({})
+    kube.nodes = {"n-bad": bad, "n-good": copy.deepcopy(GOOD)}
+    assert counted_pods(POOL, list_pool_nodes(kube, ""), [POD], lambda names: {n: [] for n in names}) == {"llm/p"}

@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 
 GPU_NAME = "aliyun.accelerator/nvidia_name"
 UNKNOWN_TYPE = "ecs.ebmgn99.8xlarge"  # not in the family table: the node's GPU name label says the model
+COUNT_UNKNOWN = "ecs.ebmgn7.32xlarge"  # A100, but how many: the node's GPU count label says
 
 
 @pytest.mark.parametrize("value", [{"x": 1}, 5, ["NVIDIA-A100-SXM4-40GB"]], ids=["object", "number", "list"])
@@ -40,3 +41,18 @@ def test_a_node_keeps_only_the_labels_and_annotations_that_are_text():
     node = KubeNode.from_object({"metadata": {"name": ["n"], "labels": {GPU_NAME: 5, "nvidia.com/mig.config.state": "success"},
                                               "annotations": {"ack-mig-hook/layouts": 7, "ack-mig-hook/rollout": None}}})
     assert node.name == "" and node.labels == {"nvidia.com/mig.config.state": "success"} and node.annotations == {}
+
+
+def test_a_gpu_count_label_of_5000_digits_fails_no_other_node(cluster):
+    """``int`` of a count label of 5,000 ASCII digits raised ValueError (Python's 4,300-digit limit) where the
+    rollout reads how many GPUs a node has (run._gpus, for the capacity it waits for): a count past 18 digits
+    reads as none."""
+    cluster.add_nodes()
+    cluster.api.label_node("node-a", {"aliyun.accelerator/nvidia_count": "9" * 5000})
+    inventory = snapshot(NEW)
+    for node in inventory["nodes"]:
+        node["instance_type"] = COUNT_UNKNOWN
+    inventory["nodepools"][0]["scaling_group"]["instance_types"] = [COUNT_UNKNOWN]
+    result = cluster.run(inventory)
+    assert result.outcome == "done", result.reason
+    assert {n["node_name"] for n in result.nodes} == {"node-a", "node-b", "node-c"}
