@@ -32,6 +32,17 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
+_DIGITS = re.compile(r"[0-9]{1,%d}\Z" % MAX_INT_DIGITS)
+
+
+def digits(text):
+    # type: (Any) -> Optional[int]
+    """The whole number ``text`` spells in ASCII digits, at most MAX_INT_DIGITS of them; None for anything else
+    (another type, a sign, a blank, a longer number). ``str.isdigit`` admits other scripts' digits, and ``int``
+    of 5,000 digits raises ValueError (Python's limit) where a caller expects a count or nothing."""
+    return int(text) if isinstance(text, str) and _DIGITS.match(text) else None
+
+
 class OutsideDataError(ValueError):
     """Data from outside the process that this reader refuses; the message is one line and says why.
     ``syntax``: the text is not JSON at all (a reader may then try another encoding of the same data);

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple
 from node_bootstrap.mig import (PARTITION_LABELS, RESOURCE_PREFIX, MigInputError, find_gpu, layout_resources,
                                 node_resources, spec_from_labels)
 from node_bootstrap.mig.solver import Instance as SolverInstance, Layout, check_budget, try_place
-from node_bootstrap.outside import MAX_INT_DIGITS
+from node_bootstrap.outside import digits
 
 from functions.decision.families import capability
 
@@ -58,7 +58,7 @@ def _ascii_digits(text: str) -> bool:
     """``str.isdigit`` admits superscripts and other scripts' digits that ``int`` refuses or reads: a tag
     value is a count only in ASCII digits, and of at most 18 (the reader rule's bound: ``int`` of 5,000 digits
     raises ValueError); anything else is shown as it is."""
-    return text.isascii() and text.isdigit() and len(text) <= MAX_INT_DIGITS
+    return digits(text) is not None
 
 def tag_key(resource: str) -> str:
     """The node pool tag that gives the template node ``resource``."""

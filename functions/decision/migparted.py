@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 
 from node_bootstrap.mig import (SEQUENCE_LABEL, SIZE_LABEL, GpuModel, MigInputError, PartitionSpec,
                                 find_gpu, plan, resolve_profile)
+from node_bootstrap.outside import digits
 
 MAX_LABEL_VALUE = 63  # Kubernetes label values
 
@@ -111,8 +112,8 @@ def _layout(entry: Mapping[str, Any]) -> Tuple[bool, Tuple[Tuple[str, int], ...]
 
 
 def _sort_key(name: str) -> Tuple[int, str]:
-    head = name.split("g.", 1)[0]
-    return (-int(head) if head.isascii() and head.isdigit() else 0, name)
+    slices = digits(name.split("g.", 1)[0])  # (a config's name: int of 5,000 digits raised ValueError)
+    return (-slices if slices is not None else 0, name)
 
 
 def _one(config: str, filters: Tuple[str, ...], entries: List[Mapping[str, Any]],

@@ -33,7 +33,7 @@ from node_bootstrap.mig import MigInputError
 from node_bootstrap.mig.catalogue import find_gpu_or_none
 from node_bootstrap.mig.labels import PartitionSpec
 from node_bootstrap.mig.solver import plan as place_label
-from node_bootstrap.outside import MAX_INT_DIGITS, OutsideDataError, as_object, loads, objects, whole
+from node_bootstrap.outside import OutsideDataError, as_object, digits, loads, objects, whole
 
 GPU_NAME_LABEL = "aliyun.accelerator/nvidia_name"  # ACK's GPU node labels (facts.md)
 GPU_COUNT_LABEL = "aliyun.accelerator/nvidia_count"
@@ -116,12 +116,11 @@ def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> T
     name, labels = str(meta.get("name") or ""), meta.get("labels") or {}
     model = find_gpu_or_none(labels.get(GPU_NAME_LABEL)) if labels.get(GPU_NAME_LABEL) else None
     count_text = str(labels.get(GPU_COUNT_LABEL) or "")
-    # at most 18 digits before int(): one of 5,000 raised ValueError (Python's digit limit) out of every pool
-    if model is None or not (count_text.isascii() and count_text.isdigit() and len(count_text) <= MAX_INT_DIGITS) \
-            or not 0 < int(count_text) <= 16:
+    count = digits(count_text)  # (int of a 5,000-digit label raised ValueError out of every pool)
+    if model is None or not count or count > 16:
         return [], ["node %s: GPU model %r or count %r unknown (labels %s, %s): left out"
-                    % (name, labels.get(GPU_NAME_LABEL), count_text, GPU_NAME_LABEL, GPU_COUNT_LABEL)]
-    count, state, sequence = int(count_text), labels.get(STATE_LABEL), labels.get(SEQUENCE_LABEL)
+                    % (name, str(labels.get(GPU_NAME_LABEL))[:80], count_text[:24], GPU_NAME_LABEL, GPU_COUNT_LABEL)]
+    state, sequence = labels.get(STATE_LABEL), labels.get(SEQUENCE_LABEL)
     nvml_name = labels[GPU_NAME_LABEL]
     if state in IN_FLIGHT or state == FAILED:
         # failed: what the GPUs hold is not known for sure. The apply may have changed some before it failed

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from node_bootstrap.kube import KubeError
 from node_bootstrap.mig import MigInputError, PartitionSpec, label_items, resource_name
-from node_bootstrap.outside import MAX_INT_DIGITS
+from node_bootstrap.outside import digits
 
 from functions.base.event_result import Trigger
 from functions.base.model import ACTION_DEFER, ACTION_ERROR, ACTION_PARTITION, ACTION_SKIP, Decision, PartitionLabel
@@ -106,8 +106,8 @@ def _gpus(d: Decision, kube: Optional[rp.KubeNode]) -> Optional[int]:
     if d.plan is not None and d.plan.gpus:
         return d.plan.gpus
     text = (kube.labels.get(rp.GPU_COUNT_LABEL) if kube is not None else "") or ""
-    # at most 18 digits before int(): one of 5,000 raised ValueError (Python's digit limit) and ended the event
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= MAX_INT_DIGITS and int(text) > 0 else None
+    count = digits(text)  # (int of a 5,000-digit label raised ValueError and ended the event)
+    return count if count else None
 
 
 def _expected(d: Decision, kube: Optional[rp.KubeNode]) -> Tuple[Dict[str, int], bool]:

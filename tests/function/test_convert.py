@@ -176,3 +176,23 @@ def test_a_count_no_gpu_holds_or_an_expanded_value_is_refused_in_a_few_words():
         "mig-devices: {1g.5gb: *h}}]}\n")
     (refused,) = from_mig_parted(laughs)
     assert refused.reason == "mig-devices '1g.5gb': the count must be a whole number from 0 to 7, got a list"
+
+
+@pytest.mark.parametrize("gpu, reason", [
+    ((), "the label value would be 5005 characters; Kubernetes allows 63 (give --gpu to write ids)"),
+    (("--gpu", "A100-SXM4-40GB"), "on A100-SXM4-40GB: unknown profile '99999"),
+], ids=["no-gpu", "gpu"])
+def test_a_profile_name_of_5000_digits_is_refused_as_its_config_only(tmp_path, gpu, reason):
+    """Ordering the names by their slices read the digits before "g." with int(): 5,000 of them raised ValueError
+    (Python's digit limit), an internal error (exit 70) for the whole file. YAML takes such a key only written
+    explicitly (``? key``)."""
+    from tests.function.test_bad_files import cli
+
+    (tmp_path / "c.yaml").write_text("version: v1\nmig-configs:\n  x:\n    - devices: all\n      mig-enabled: true\n"
+                                     "      mig-devices:\n        ? \"%sg.5gb\"\n        : 1\n  all-1g.5gb:\n"
+                                     "    - {devices: all, mig-enabled: true, mig-devices: {1g.5gb: 7}}\n" % ("9" * 5000))
+    done = cli("convert", "--from-mig-parted", str(tmp_path / "c.yaml"), *gpu)
+    assert done.returncode == 1 and done.stderr == "", done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1].startswith("x: refused: " + reason) and len(lines[-1]) < 400, lines
+    assert any(line.startswith("all-1g.5gb") and "refused" not in line for line in lines), lines

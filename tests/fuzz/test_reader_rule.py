@@ -27,7 +27,7 @@ from functions.base.logs import JsonLogger
 from functions.base.settings import load_settings
 from node_bootstrap.errors import BadInput
 from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, MAX_START, read_layouts
-from node_bootstrap.outside import MAX_INT_DIGITS, OutsideDataError, depth, loads
+from node_bootstrap.outside import MAX_INT_DIGITS, OutsideDataError, depth, digits, loads
 from node_bootstrap.request import request_from_options
 from tests.fuzz.harness import _MAKER, RecordingTransport, _paths
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
@@ -450,3 +450,14 @@ def test_a_nodes_error_text_becomes_a_one_line_bounded_reason_and_code(doc, code
     assert isinstance(out.reason, str) and "\n" not in out.reason and "\r" not in out.reason
     assert len(out.reason) <= 400
     assert isinstance(out.code, str) and "\n" not in out.code and len(out.code) <= 64
+
+
+@pytest.mark.parametrize("text, count", [
+    ("16", 16), ("0", 0), ("9" * MAX_INT_DIGITS, 10 ** MAX_INT_DIGITS - 1), ("9" * (MAX_INT_DIGITS + 1), None),
+    ("9" * 5000, None), ("", None), ("-1", None), ("+1", None), (" 1", None), ("1\n", None), ("\u0661", None),
+    ("\u00b2", None), ("1.0", None), (16, None), (None, None), (True, None),
+], ids=repr)
+def test_digits_reads_a_count_in_ascii_digits_only_and_of_at_most_18(text, count):
+    """The one reading of a count held as text (labels, tags, mig-parted names): str.isdigit takes other scripts'
+    digits and superscripts, and int of 5,000 digits raises ValueError past Python's limit."""
+    assert digits(text) == count
