@@ -92,6 +92,11 @@ def _chunks(items, size):
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
+def _content_size(script: str) -> int:
+    """Bytes of the script as RunCommand's CommandContent (base64, ContentEncoding=Base64)."""
+    return (len(script.encode("utf-8")) + 2) // 3 * 4
+
+
 def agent_version(text) -> Optional[tuple]:
     """``"2.2.3.309"`` -> ``(2, 2, 3, 309)``; None when the agent did not report one (null, odd text, one past
     the bound of :data:`_VERSION`)."""
@@ -319,11 +324,22 @@ class CloudAssistantTransport:
         for group in groups.values():
             shared = [t for t in group if not self._old_agent(t.instance_id)]
             for chunk in _chunks(shared, RUN_BATCH):
-                batches.append(Batch(chunk, self.maker.script(chunk), True))
+                batches.extend(self._fitting(chunk))
             for t in group:  # an older agent cannot fill in "{{ACS::InstanceId}}": its own id, written in
                 if self._old_agent(t.instance_id):
                     batches.append(Batch([t], self.maker.script([t], t.instance_id), False))
         return batches
+
+    def _fitting(self, chunk: List[NodeTarget]) -> List[Batch]:
+        """``chunk`` as shared-script batches whose CommandContent fits RunCommand's limit. The script carries
+        every node's name (compressed), and names and instance ids that do not compress (ACK's custom node
+        names, up to Kubernetes' 253 characters) put 100 nodes past it: such a chunk is halved until each
+        half fits, rather than refused whole. One node's script that cannot fit stays, and fails alone."""
+        script = self.maker.script(chunk)
+        if len(chunk) == 1 or _content_size(script) <= RUNCOMMAND_LIMIT:
+            return [Batch(chunk, script, True)]
+        half = (len(chunk) + 1) // 2
+        return self._fitting(chunk[:half]) + self._fitting(chunk[half:])
 
     def _old_agent(self, instance_id: str) -> bool:
         """The agent reported a version older than built-in parameters need. No version at all counts as
@@ -350,7 +366,7 @@ class CloudAssistantTransport:
         """RunCommand for one batch: ([(invoke id, targets)], {iid: failure})."""
         content = base64.b64encode(batch.script.encode("utf-8")).decode("ascii")
         self.largest_request = max(self.largest_request, len(content))
-        if len(content) > RUNCOMMAND_LIMIT:  # cannot happen with our script; refuse rather than truncate
+        if len(content) > RUNCOMMAND_LIMIT:  # one node's own script (_fitting halves batches): refuse, never truncate
             return [], self._fail(batch.targets, "api-error", "command content is %d bytes, over RunCommand's "
                                   "limit" % len(content))
         by_id = {t.instance_id: t for t in batch.targets}

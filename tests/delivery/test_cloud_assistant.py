@@ -521,3 +521,34 @@ def test_an_agent_version_past_any_real_one_reads_as_unknown_and_fails_no_other_
     results = t.run(targets(3, prefix="i-emu"))
     assert sorted(outcome(r).outcome for r in results) == ["partitioned"] * 3
     assert t.versions[ids[0]] is None
+
+
+def test_a_batch_whose_script_would_pass_runcommands_limit_is_split_never_failed(emulator, ecs, maker):
+    """The node names travel in the script (zlib, then base64 twice), and real ones do not compress like
+    ``cn-test.10.0.0.1``: random instance ids and names of 60 characters (ACK's custom node names, prefix, IP
+    and suffix; Kubernetes allows 253) put 100 nodes' script past RunCommand's 24 KB. That batch was refused
+    whole, every node ``api-error`` ("cannot happen"); it is sent in smaller batches that fit."""
+    import random
+
+    from functions.delivery.cloud_assistant import RUNCOMMAND_LIMIT
+    from functions.delivery.outcome import NodeTarget
+
+    rnd = random.Random(46)
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    args = tuple(targets(1)[0].args)
+    nodes = []
+    for _ in range(100):
+        iid = "i-" + "".join(rnd.choice(alphabet) for _ in range(20))
+        name = "gpu-%s.%d.%d.%d.%d-%s" % ("".join(rnd.choice(alphabet) for _ in range(16)), rnd.randrange(256),
+                                          rnd.randrange(256), rnd.randrange(256), rnd.randrange(256),
+                                          "".join(rnd.choice(alphabet) for _ in range(20)))
+        emulator.nodes[iid] = SimNode()
+        nodes.append(NodeTarget(iid, name, "127.0.0.1", args))
+    t = transport(ecs, maker)
+    results = t.run(nodes)
+    assert set(outcomes(results).values()) == {"partitioned"}, sorted(set(
+        "%s %s" % (outcome(r).outcome, outcome(r).reason[:120]) for r in results))
+    runs = [p for a, p in emulator.requests if a == "RunCommand"]
+    assert len(runs) >= 2 and all(len(p["CommandContent"]) <= RUNCOMMAND_LIMIT for p in runs)
+    assert sorted(v for p in runs for k, v in p.items() if k.startswith("InstanceId.")) == sorted(
+        n.instance_id for n in nodes)  # each node in exactly one batch
