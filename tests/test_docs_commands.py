@@ -393,3 +393,42 @@ def test_the_docs_show_real_cluster_ids():
                         and not value.startswith(("$", "ID", "<")):
                     wrong.append("%s:%d: %s" % (path, number, value))
     assert wrong == []
+
+
+def _test_files():
+    found = {}  # tests/ and checks/ (what CI runs beside the suite)
+    for base, _, names in [w for top in ("tests", "checks") for w in os.walk(os.path.join(ROOT, top))]:
+        for name in names:
+            if name.startswith("test_") and name.endswith(".py"):
+                path = os.path.relpath(os.path.join(base, name), ROOT)
+                found[path] = open(os.path.join(ROOT, path), encoding="utf-8").read()
+    return found
+
+
+def test_every_test_the_docs_name_exists():
+    """A page that names a test as the proof of a promise (``tests/x/test_y.py::test_z``, ``test_y.py``, a bare
+    ``test_z`` after its file) names one that is there: a test renamed or merged left the page pointing at
+    nothing, and the promise with no test anyone can find."""
+    files = _test_files()
+    defined = {name for text in files.values() for name in re.findall(r"^\s*def (test_\w+)\(", text, re.M)}
+    ref = re.compile(r"((?:[\w.-]+/)*test_\w+\.py)?::(test_\w+)|((?:[\w.-]+/)*test_\w+\.py)|\b(test_\w+)\b")
+    wrong, checked = [], 0
+    for path in doc_files():
+        last = None
+        for match in ref.finditer(open(os.path.join(ROOT, path), encoding="utf-8").read()):
+            given, name, alone, bare = match.groups()
+            if alone or given:
+                last = alone or given
+                owners = [f for f in files if f == last or f.endswith("/" + last) or f == "tests/" + last]
+                if not owners:
+                    wrong.append("%s: %s (no such test file)" % (path, last))
+                    continue
+            checked += 1
+            if name:
+                owners = [f for f in files if last and (f == last or f.endswith("/" + last) or f == "tests/" + last)]
+                if not any(re.search(r"^\s*def %s\(" % name, files[f], re.M) for f in owners):
+                    wrong.append("%s: %s::%s (no such test in that file)" % (path, last, name))
+            elif bare and bare not in defined:
+                wrong.append("%s: %s (no such test)" % (path, bare))
+    assert checked >= 100, "only %d tests named in the docs" % checked
+    assert not wrong, "\n".join(wrong)
