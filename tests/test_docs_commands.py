@@ -432,3 +432,35 @@ def test_every_test_the_docs_name_exists():
                 wrong.append("%s: %s (no such test)" % (path, bare))
     assert checked >= 100, "only %d tests named in the docs" % checked
     assert not wrong, "\n".join(wrong)
+
+
+def _make_targets():
+    text = open(os.path.join(ROOT, "Makefile"), encoding="utf-8").read()
+    targets = set(re.findall(r"^([a-z][a-z-]*)\s*:(?!=)", text, re.M))
+    for names in re.findall(r"^\.PHONY:(.*)$", text, re.M):
+        targets.update(names.split())
+    return targets
+
+
+def test_every_make_command_the_docs_show_is_a_target_and_ci_runs_what_they_say():
+    """``make X`` in a shell block or a code span is a command a person types: X is a Makefile target. And what
+    CI runs (.ci/run) is each described in docs/development.md, so "what CI runs" on a page stays true."""
+    targets, shown, wrong = _make_targets(), [], []
+    for path in doc_files():
+        text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+        spans = re.findall(r"`(make [^`\n]+)`", re.sub(r"^[ \t]*```.*?^[ \t]*```", "", text, flags=re.S | re.M))
+        lines = [line for _, _, block in shell_blocks(path) for line in block]
+        for cmd in spans + lines:
+            for target in re.findall(r"(?:^|&&|;)\s*make\s+([a-z][a-z-]*)", cmd):
+                shown.append(target)
+                if target not in targets:
+                    wrong.append("%s: make %s (no such target)" % (path, target))
+    assert {"demo", "test"} <= set(shown), shown
+    assert not wrong, "\n".join(wrong)
+    ci = re.findall(r"^\s*make\s+([a-z][a-z-]*)", open(os.path.join(ROOT, ".ci", "run"), encoding="utf-8").read(), re.M)
+    development = open(os.path.join(ROOT, "docs", "development.md"), encoding="utf-8").read()
+    assert ci and all("| `make %s` | what CI runs" % t in development for t in ci), ci
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    said = re.search(r"^make test\s+#(.*)$", readme, re.M)
+    assert said and ("CI runs first" in said.group(1) or len(ci) == 1), \
+        "README says `make test` is what CI runs, but .ci/run also runs %s" % ci[1:]
