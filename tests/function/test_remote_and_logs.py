@@ -426,3 +426,26 @@ def test_logs_reads_whole_pages_while_a_filter_drops_lines(store):
     assert [line["time"] for line in json.loads(done.stdout)["lines"]] == ["T-10s"]
     bodies = [r["body"] for r in sls.requests[before:]]
     assert len(bodies) <= 4, [(b["offset"], b["line"]) for b in bodies][:5]
+
+
+def test_wait_and_undeploy_through_the_installed_command_never_touch_a_stack_of_another_cluster(cloud):
+    """docs/cli.md: a stack named whose ClusterId is another cluster, or that has none, is never deleted, and
+    ``wait`` refuses it, exit 6, one line naming the stack and the cluster it serves. Run as a person runs it: the
+    installed ``ack-mig-hook`` (the worktree's code first on its path), a process of its own."""
+    ros, fc, env = cloud
+    foreign(ros, fc)
+    env = dict(env, PYTHONPATH=ROOT)
+    entry = os.path.join(ROOT, ".venv", "bin", "ack-mig-hook")
+    for argv, said in ((["wait", "--stack-name", "other-hook"], "stack other-hook serves cluster %s, not %s" % (
+                           OTHER, CLUSTER)),
+                       (["undeploy", "--stack-name", "other-hook", "--yes"], "serves cluster %s, not %s" % (
+                           OTHER, CLUSTER)),
+                       (["wait", "--stack-name", "network"], "stack network has no ClusterId parameter"),
+                       (["undeploy", "--stack-name", "network", "--yes"], "has no ClusterId parameter")):
+        done = subprocess.run([entry] + argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=100,
+                              stdin=subprocess.DEVNULL)
+        text = error_text(done.stderr)
+        assert done.returncode == 6 and said in text and "Traceback" not in done.stderr, (argv, done.stderr)
+        assert done.stderr.startswith("ack-mig-hook: error: "), done.stderr
+    assert ros.calls("DeleteStack") == 0 and ros.calls("ListStackEvents") == 0  # nothing deleted, nothing waited on
+    assert {s["StackName"] for s in ros.stacks.values()} >= {"other-hook", "network"}
