@@ -474,3 +474,158 @@ def test_a_kubelet_credential_reaches_its_own_node_only(world):
     # reading another Node, or every Node, is refused too (the authorizer's node selectors)
     assert _raises(kubelet.get_node, other).status == 403
     assert _raises(kubelet.list_nodes).status == 403
+
+
+ANNOTATIONS_LIMIT = 256 * 1024  # apimachinery ValidateAnnotations: keys and values, summed in bytes
+TOO_LONG = "metadata.annotations: Too long: may not be more than 262144 bytes"
+
+
+def _room(annotations):
+    return ANNOTATIONS_LIMIT - sum(len(k.encode()) + len(v.encode()) for k, v in (annotations or {}).items())
+
+
+def test_a_node_s_annotations_past_256_kib_are_422_and_change_nothing(world):
+    """What a node whose kubelet or another controller filled its annotations answers the rollout's record:
+    the whole map up to 262,144 bytes (keys and values summed, UTF-8) is taken, one byte more is 422 Invalid
+    with the cause FieldValueTooLong, and the Node keeps what it had."""
+    name = _gpu_node(world)
+    kube = world.client()
+    room = _room(kube.get_node(name)["metadata"].get("annotations"))
+    full = kube.patch_node(name, {"metadata": {"annotations": {"f": "x" * (room - 1)}}})
+    assert _room(full["metadata"]["annotations"]) == 0
+    err = _raises(kube.patch_node, name, {"metadata": {"annotations": {"g": ""}}})
+    assert (err.status, err.reason, err.causes) == (422, "Invalid", ("FieldValueTooLong",)), err
+    assert 'HTTP 422 Node "%s" is invalid: %s' % (name, TOO_LONG) in str(err), err
+    assert "g" not in kube.get_node(name)["metadata"]["annotations"]
+    # two bytes a character: half as many characters
+    kube.patch_node(name, {"metadata": {"annotations": {"f": None}}})
+    assert _raises(kube.patch_node, name, {"metadata": {"annotations": {"f": "\u00e9" * (room // 2)}}}).status == 422
+
+
+def test_a_lease_s_annotations_past_256_kib_are_422_on_create_and_update(world):
+    """The pool budget's, the planning claim's, the marker's and the run record's Lease: a create or an
+    update whose annotations pass 262,144 bytes is 422 Invalid, and the stored Lease is unchanged."""
+    kube, name = world.client(), world.unique("ack-mig-hook-pool-np")
+    big = {"ack-mig-hook/slots": "x" * (ANNOTATIONS_LIMIT - len("ack-mig-hook/slots") + 1)}
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": name, "namespace": "default", "annotations": big}, "spec": {}}
+    err = _raises(kube.create_lease, "default", body)
+    assert (err.status, err.reason, err.causes) == (422, "Invalid", ("FieldValueTooLong",)), err
+    assert 'Lease.coordination.k8s.io "%s" is invalid: %s' % (name, TOO_LONG) in str(err), err
+    assert _raises(kube.get_lease, "default", name).status == 404
+    made = kube.create_lease("default", dict(body, metadata=dict(body["metadata"], annotations={"a": "b"})))
+    err = _raises(kube.replace_lease, "default", dict(made, metadata=dict(made["metadata"], annotations=big)))
+    assert (err.status, err.reason) == (422, "Invalid") and TOO_LONG in str(err), err
+    assert kube.get_lease("default", name)["metadata"]["annotations"] == {"a": "b"}
+
+
+@pytest.mark.parametrize("ops", [
+    [{"op": "remove", "path": "/spec/taints/0"}],  # a Node without taints: no list to remove from
+    [{"op": "test", "path": "/spec/taints/0", "value": {"key": "a", "effect": "NoSchedule"}}],
+    [{"op": "replace", "path": "/metadata/labels/nobody", "value": "x"}],
+    [{"op": "frob", "path": "/spec"}],
+], ids=["remove-under-missing", "test-under-missing", "replace-missing", "unknown-op"])
+def test_a_json_patch_that_does_not_apply_is_422_with_the_servers_words(world, ops):
+    """What functions/kube/taint.py's test-and-remove meets when the taints changed under it (it reads the
+    Node again on 409 or 422): every JSON patch that does not apply is 422 Invalid, one message for all."""
+    name = world.unique("node")
+    world.add_node(name)
+    err = _raises(world.client().json_patch_node, name, ops)
+    assert (err.status, err.reason) == (422, "Invalid"), err
+    assert str(err).endswith("HTTP 422 the server rejected our request due to an error in our request"), err
+
+
+@pytest.mark.parametrize("content_type,body,words", [
+    ("application/merge-patch+json", [1], "array into Go value of type map[string]interface {}"),
+    ("application/json-patch+json", {"op": "add"}, "object into Go value of type []handlers.jsonPatchOp"),
+])
+def test_a_patch_that_is_not_of_its_type_is_400(world, content_type, body, words):
+    name = world.unique("node")
+    world.add_node(name)
+    err = _raises(world.client().request, "PATCH", "/api/v1/nodes/" + name, body, content_type)
+    assert (err.status, err.reason) == (400, "BadRequest") and \
+        "HTTP 400 error decoding patch: json: cannot unmarshal " + words in str(err), err
+
+
+@pytest.mark.parametrize("version,status", [("0", 200), ("abc", 500)])
+def test_a_node_patch_at_version_zero_applies_and_one_not_a_number_is_500(world, version, status):
+    """resourceVersion "0" is no precondition (storage reads it as unset); one that is not a number never
+    reaches a comparison: 500 from its parse, not 409."""
+    name = _gpu_node(world)
+    kube = world.client(attempts=1)
+    patch = {"metadata": {"resourceVersion": version, "labels": {"x": "y"}}}
+    if status == 200:
+        assert kube.patch_node(name, patch)["metadata"]["labels"]["x"] == "y"
+    else:
+        err = _raises(kube.patch_node, name, patch)
+        assert err.status == 500 and 'strconv.ParseUint: parsing "abc": invalid syntax' in str(err), err
+        assert "x" not in kube.get_node(name)["metadata"]["labels"]
+
+
+def _lease(name, **meta):
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": dict({"name": name, "namespace": "default"}, **meta), "spec": {}}
+
+
+def test_lease_bodies_the_registry_refuses(world):
+    """A name that is no DNS subdomain is 422, a body naming another namespace than the URL 400, an update
+    at version "0" is one without a version (422), one at a version that is not a number 500."""
+    kube = world.client(attempts=1)
+    err = _raises(kube.create_lease, "default", _lease("Pool_1"))
+    assert (err.status, err.reason) == (422, "Invalid") and \
+        'Lease.coordination.k8s.io "Pool_1" is invalid: metadata.name: Invalid value: "Pool_1": a lowercase ' \
+        "RFC 1123 subdomain must consist of" in str(err), err
+    name = world.unique("lease")
+    err = _raises(kube.create_lease, "default", _lease(name, namespace="other"))
+    assert (err.status, err.reason) == (400, "BadRequest") and "the namespace of the provided object does not " \
+        "match the namespace sent on the request" in str(err), err
+    made = kube.create_lease("default", _lease(name))
+    err = _raises(kube.replace_lease, "default", dict(made, metadata=dict(made["metadata"], resourceVersion="0")))
+    assert (err.status, err.reason) == (422, "Invalid") and "must be specified for an update" in str(err), err
+    err = _raises(kube.replace_lease, "default", dict(made, metadata=dict(made["metadata"], resourceVersion="abc")))
+    assert err.status == 500 and 'strconv.ParseUint: parsing "abc": invalid syntax' in str(err), err
+    err = _raises(kube.replace_lease, "default", dict(made, metadata=dict(made["metadata"], namespace="other")))
+    assert err.status == 400, err
+
+
+@pytest.mark.parametrize("written,stored", [
+    ("2026-01-01T00:00:00.500000Z", "2026-01-01T00:00:00.500000Z"),
+    ("2026-01-01T08:00:00.500000+08:00", "2026-01-01T00:00:00.500000Z"),
+    ("2026-01-01T00:00:00.5Z", None),
+    ("2026-01-01T00:00:00Z", None),
+    ("2026-01-01T00:00:00.5000000Z", None),
+    ("2026-01-01T00:00:00.000000z", None),
+    ("2026", None),
+])
+def test_a_lease_time_is_a_micro_time_with_six_digits(world, written, stored):
+    """spec.renewTime and acquireTime are metav1.MicroTime, parsed with RFC3339Micro (six fraction digits,
+    exactly): anything else is 400 before validation, an offset is stored as UTC. What
+    functions.kube.leases.micro_time writes must be the first form."""
+    kube = world.client()
+    for field in ("renewTime", "acquireTime"):
+        body = dict(_lease(world.unique("lease")), spec={field: written})
+        if stored is None:
+            err = _raises(kube.create_lease, "default", body)
+            assert (err.status, err.reason) == (400, "BadRequest") and 'HTTP 400 Lease in version "v1" cannot be ' \
+                'handled as a Lease: parsing time "%s" as "2006-01-02T15:04:05.000000Z07:00": cannot parse' % written \
+                in str(err), err
+        else:
+            assert kube.create_lease("default", body)["spec"][field] == stored
+
+
+@pytest.mark.parametrize("pool,said", [
+    ("a" * 64, '"%s": must be no more than 63 bytes' % ("a" * 64)),
+    ("np-x.", '"np-x.": a valid label must be an empty string or consist of alphanumeric characters'),
+])
+def test_a_pool_id_that_is_no_label_value_is_refused_in_the_servers_words(world, pool, said):
+    """functions.pipeline.auto_pool.labelled_nodes: the 400 for the pool's selector is the pool's alone, and
+    its line quotes the server."""
+    from functions.pipeline.auto_pool import POOL_LABEL, PoolUnproven, labelled_nodes
+
+    with pytest.raises(PoolUnproven) as caught:
+        labelled_nodes(world.client(), pool)
+    err = _raises(world.client().list_nodes, "%s=%s" % (POOL_LABEL, pool))
+    assert (err.status, err.reason) == (400, "BadRequest"), err
+    assert "HTTP 400 unable to parse requirement: values[0][%s]: Invalid value: %s" % (POOL_LABEL, said) in str(err)
+    assert caught.value.line.startswith("pool %s: the API server refused the list of its nodes (400: GET "
+                                        "/api/v1/nodes: HTTP 400 unable to parse requirement: values[0]" % pool)

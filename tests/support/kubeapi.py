@@ -18,6 +18,15 @@ Objects and concurrency
     the object has been modified; please apply your changes to the latest version and try again``; without
     one a merge patch always applies and a Node update is unconditional
     (``registry/generic/registry/store.go`` Update, ``AllowUnconditionalUpdate`` of the node strategy).
+    A ``resourceVersion`` of "0" is no precondition; one that is not an unsigned number is 500 from its
+    parse (etcd3 ``APIObjectVersioner.ParseResourceVersion``).
+  * A patch body that does not decode as its type (a merge patch that is no object, a JSON patch that is no
+    list of operations) is 400 ``error decoding patch: ...``; a JSON patch that does not apply, whatever the
+    cause (a failed ``test``, a missing path, an unknown op), is 422 Invalid ``the server rejected our
+    request due to an error in our request`` (``endpoints/handlers/patch.go``).
+  * Annotations (Nodes and Leases) are validated as ``ValidateAnnotations`` does: qualified-name keys, and
+    keys and values together at most 262,144 bytes of UTF-8, else 422 Invalid ``<Kind> "X" is invalid:
+    metadata.annotations: Too long: may not be more than 262144 bytes`` with the cause FieldValueTooLong.
 Lists (``GET /api/v1/nodes``, ``/api/v1/pods``, ``/api/v1/namespaces/{ns}/pods``)
   * ``labelSelector`` in the full set-based syntax; ``fieldSelector`` on the fields the resource indexes
     (anything else: 400 ``field label not supported``).
@@ -63,6 +72,9 @@ A node's own credential (``system:node:<name>``), as the Node authorizer and Nod
   * pods: list only with ``fieldSelector=spec.nodeName=<itself>``; get, delete and evict only pods bound
     to it;
   * events: create, never read.
+Leases (``coordination.k8s.io/v1``): see ``_lease``; a name that is no DNS subdomain is 422, a body naming
+  another namespace than the URL 400, ``spec.renewTime``/``acquireTime`` decode as metav1.MicroTime (six
+  fraction digits exactly, else 400; an offset is stored as UTC).
 Events (``POST``/``GET`` ``.../events``): the legacy validation (an event without ``eventTime`` about a
 cluster-scoped object lives in ``default``), a name taken is 409.
 
@@ -118,6 +130,14 @@ POD_FIELDS = ("metadata.name", "metadata.namespace", "spec.nodeName", "spec.rest
               "spec.serviceAccountName", "spec.hostNetwork", "status.phase", "status.podIP",
               "status.nominatedNodeName")  # pkg/registry/core/pod/strategy.go ToSelectableFields
 THROTTLED_TEXT = "Too many requests, please try again later.\n"
+# apimachinery ValidateAnnotations (TotalAnnotationSizeLimitB): keys and values summed, in bytes
+ANNOTATIONS_LIMIT = 256 * 1024
+TOO_LONG = "Too long: may not be more than %d bytes" % ANNOTATIONS_LIMIT
+# What the patch handler answers for any JSON patch that does not apply (apiserver endpoints/handlers/patch.go
+# wraps evanphx/json-patch's error in a bare Invalid): no path, no reason of its own.
+PATCH_REJECTED = "the server rejected our request due to an error in our request"
+# metav1.MicroTime's wire form (RFC3339Micro): exactly six fraction digits; json decoding fails otherwise (400)
+_MICRO_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})(Z|[+-]\d{2}:\d{2})\Z")
 DELETION_TIMEOUT_S = 120  # pkg/controller/disruption/disruption.go DeletionTimeout
 MAX_DISRUPTED_PODS = 2000  # pkg/registry/core/pod/storage/eviction.go MaxDisruptedPodSize
 
@@ -247,13 +267,15 @@ def _json_patch(doc, ops):
     """RFC 6902 JSON patch (add, remove, replace, test): enough for taints and labels."""
     doc = copy.deepcopy(doc)
     for op in ops:
-        parts = _pointer(op["path"])
-        parent = doc
-        for part in parts[:-1]:
-            parent = parent[int(part)] if isinstance(parent, list) else parent[part]
-        last = parts[-1]
-        kind = op["op"]
+        parts = _pointer(op.get("path", ""))
+        kind = op.get("op")
         try:
+            parent = doc
+            for part in parts[:-1]:
+                parent = parent[int(part)] if isinstance(parent, list) else parent[part]
+            if not parts or not isinstance(parent, (list, dict)):
+                raise PatchError("nothing to apply %s to at %s" % (kind, op.get("path")))
+            last = parts[-1]
             if isinstance(parent, list):
                 index = len(parent) if last == "-" else int(last)
                 if kind == "add":
@@ -279,8 +301,8 @@ def _json_patch(doc, ops):
                         raise PatchError("test failed at %s" % op["path"])
                 else:
                     raise PatchError("unsupported op %r" % kind)
-        except (KeyError, IndexError, ValueError) as exc:
-            raise PatchError("cannot apply %s at %s: %s" % (kind, op["path"], exc))
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise PatchError("cannot apply %s at %s: %s" % (kind, op.get("path"), exc))
     return doc
 
 
@@ -441,6 +463,27 @@ class KubeApiServer:
                         "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')" % json.dumps(value))
         return None
 
+    @staticmethod
+    def annotation_problem(annotations):
+        # type: (Any) -> Optional[Tuple[str, str]]
+        """What apimachinery's ValidateAnnotations says of ``metadata.annotations``: (the cause's reason, its
+        message) or None. A key is a qualified name (checked lower-cased, as upstream does); keys and values
+        together may hold at most 262,144 bytes of UTF-8, a bound a Node reaches when its kubelet or another
+        controller keeps large annotations on it."""
+        total = 0
+        for key, value in sorted((annotations or {}).items()):
+            prefix, _, name = key.lower().rpartition("/")
+            if not _LABEL_NAME.match(name) or len(name) > 63 or (prefix and (len(prefix) > 253 or
+                                                                             not _DNS_SUBDOMAIN.match(prefix))):
+                return ("FieldValueInvalid", "Invalid value: %s: name part must consist of alphanumeric characters, "
+                        "'-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or "
+                        "'my.name',  or '123-abc', regex used for validation is "
+                        "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')" % json.dumps(key))
+            total += len(key.encode("utf-8")) + len(str(value).encode("utf-8"))
+        if total > ANNOTATIONS_LIMIT:
+            return "FieldValueTooLong", TOO_LONG
+        return None
+
     def _stamp(self, obj):
         # type: (dict) -> dict
         with self.lock:
@@ -455,6 +498,7 @@ class KubeApiServer:
         problem = self.label_problem((node.get("metadata") or {}).get("labels"))
         if problem:
             raise ValueError('Node "%s" is invalid: %s' % ((node.get("metadata") or {}).get("name"), problem))
+        _refuse_annotations(node, "Node", None)
         node = self._stamp(copy.deepcopy(node))
         node["metadata"].setdefault("uid", "node-uid-%s" % node["metadata"]["name"])
         with self.lock:
@@ -482,6 +526,7 @@ class KubeApiServer:
         with self.lock:
             node = copy.deepcopy(self.nodes[name])
             change(node)
+            _refuse_annotations(node, "Node", None)  # the API refuses the other party's write too
             self.nodes[name] = self._stamp(node)
             return self.nodes[name]
 
@@ -752,6 +797,74 @@ def _cn(peercert):
     return None
 
 
+def _invalid(kind, group, name, field, cause):
+    """422 Invalid as the registry's validation answers it (apimachinery errors.NewInvalid): the message
+    names the object and the field, the cause says why."""
+    reason, message = cause
+    details = {"name": name, "kind": kind, "causes": [{"reason": reason, "message": message, "field": field}]}
+    if group:
+        details["group"] = group
+    return Refused(422, '%s "%s" is invalid: %s: %s' % (kind + ("." + group if group else ""), name, field, message),
+                   reason="Invalid", details=details)
+
+
+def _refuse_annotations(obj, kind, group):
+    """Refused (422) for annotations the API server refuses; ValueError for a test's own setup (``group``
+    None on a Node: put_node, update_node), so no test builds a Node that cannot exist."""
+    meta = obj.get("metadata") or {}
+    problem = KubeApiServer.annotation_problem(meta.get("annotations"))
+    if problem is None:
+        return
+    refused = _invalid(kind, group, meta.get("name"), "metadata.annotations", problem)
+    if group is None and kind == "Node":
+        raise ValueError(refused.message)
+    raise refused
+
+
+def _precondition(version):
+    # type: (Any) -> Optional[str]
+    """The resourceVersion a write is conditional on, as storage parses it (etcd3 APIObjectVersioner
+    ParseResourceVersion): none for "" or "0", a 500 for one that is not an unsigned number."""
+    if version in (None, ""):
+        return None
+    text = str(version)
+    if not text.isdigit():
+        raise Refused(500, 'strconv.ParseUint: parsing %s: invalid syntax' % json.dumps(text), reason="")
+    return None if int(text) == 0 else text
+
+
+def _micro_time(value, field):
+    # type: (Any, str) -> Any
+    """metav1.MicroTime decoded as the API server does (RFC3339Micro, six fraction digits exactly), written
+    back in UTC; 400 for anything else, before any validation."""
+    if value is None:
+        return None
+    m = _MICRO_TIME.match(value) if isinstance(value, str) else None
+    if m is None:
+        raise Refused(400, 'Lease in version "v1" cannot be handled as a Lease: parsing time %s as '
+                           '"2006-01-02T15:04:05.000000Z07:00": cannot parse %s (%s; which part failed is not '
+                           'modelled)' % (json.dumps(str(value)), json.dumps(str(value)), field),
+                      reason="BadRequest")
+    zone = m.group(8)
+    offset = 0 if zone == "Z" else (1 if zone[0] == "+" else -1) * (int(zone[1:3]) * 60 + int(zone[4:6]))
+    at = datetime.datetime(*(int(g) for g in m.groups()[:7])) - datetime.timedelta(minutes=offset)
+    return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _json_kind(value):
+    # type: (Any) -> str
+    """The JSON type Go's decoder names in an unmarshal error."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "bool"
+    return "number" if isinstance(value, (int, float)) else "null"
+
+
 def _conflict(kind, name):
     return Refused(409, 'Operation cannot be fulfilled on %s "%s": the object has been modified; please apply '
                         'your changes to the latest version and try again' % (kind, name),
@@ -978,29 +1091,37 @@ def _handler_for(api):
                 raise Refused(405, "method not allowed")
             if body is None and raw:
                 raise Refused(400, "body is not JSON")
-            try:
-                if method == "PUT":
-                    if not isinstance(body, dict) or (body.get("metadata") or {}).get("name") != name:
-                        raise PatchError("the name of the object (%s) does not match the name on the URL"
-                                         % ((body or {}).get("metadata") or {}).get("name"))
-                    updated = copy.deepcopy(body)
-                elif ctype in (MERGE_PATCH, STRATEGIC_PATCH):
-                    if not isinstance(body, dict):
-                        raise PatchError("merge patch must be an object")
-                    updated = _merge(current, body)
-                elif ctype == JSON_PATCH:
-                    if not isinstance(body, list):
-                        raise PatchError("JSON patch must be a list")
+            # A body that does not decode as its type is 400 (the handler's decode, endpoints/handlers/patch.go);
+            # a JSON patch that decodes but does not apply is 422 with one message for every cause.
+            if method == "PUT":
+                given = ((body if isinstance(body, dict) else {}).get("metadata") or {}).get("name")
+                if given != name:
+                    raise Refused(400, "the name of the object (%s) does not match the name on the URL (%s)"
+                                  % (given, name))
+                updated = copy.deepcopy(body)
+            elif ctype in (MERGE_PATCH, STRATEGIC_PATCH):
+                if not isinstance(body, dict):
+                    raise Refused(400, "error decoding patch: json: cannot unmarshal %s into Go value of type "
+                                       "map[string]interface {}" % _json_kind(body))
+                updated = _merge(current, body)
+            elif ctype == JSON_PATCH:
+                odd = [op for op in body if not isinstance(op, dict)] if isinstance(body, list) else [body]
+                if odd:  # the list itself, or an operation in it, of another JSON type
+                    raise Refused(400, "error decoding patch: json: cannot unmarshal %s into Go value of type "
+                                       "%shandlers.jsonPatchOp" % (_json_kind(odd[0]),
+                                                                   "" if isinstance(body, list) else "[]"))
+                try:
                     updated = _json_patch(current, body)
-                else:
-                    raise Refused(415, "the body of the request was in an unknown format - accepted media types "
-                                       "include: application/json-patch+json, application/merge-patch+json, "
-                                       "application/apply-patch+yaml")
-            except PatchError as exc:
-                raise Refused(422, str(exc))
+                except PatchError:
+                    raise Refused(422, PATCH_REJECTED, details={})
+            else:
+                raise Refused(415, "the body of the request was in an unknown format - accepted media types "
+                                   "include: application/json-patch+json, application/merge-patch+json, "
+                                   "application/apply-patch+yaml")
             problem = api.label_problem((updated.get("metadata") or {}).get("labels"))
             if problem:
                 raise Refused(422, 'Node "%s" is invalid: %s' % (name, problem))
+            _refuse_annotations(updated, "Node", "")
             taints_before = (current.get("spec") or {}).get("taints")
             if node_user is not None and (updated.get("spec") or {}).get("taints") != taints_before:
                 # NodeRestriction: the kubelet may label its own node but never touch its taints.
@@ -1009,7 +1130,7 @@ def _handler_for(api):
                 current = api.nodes.get(name)
                 if current is None:
                     raise Refused(404, 'nodes "%s" not found' % name)
-                wanted = (updated.get("metadata") or {}).get("resourceVersion")
+                wanted = _precondition((updated.get("metadata") or {}).get("resourceVersion"))
                 if wanted and wanted != current["metadata"]["resourceVersion"]:
                     raise _conflict("nodes", name)
                 api.nodes[name] = stored = api._stamp(updated)
@@ -1171,20 +1292,36 @@ def _handler_for(api):
             if method not in ("POST", "PUT") or not isinstance(body, dict):
                 raise Refused(405 if method not in ("POST", "PUT") else 400, "method not allowed or body not JSON")
             meta = body.get("metadata") or {}
+            lease = copy.deepcopy(body)
+            spec = lease.get("spec") if isinstance(lease.get("spec"), dict) else {}
+            for field in ("acquireTime", "renewTime"):  # decoded first: a bad time is 400 before anything
+                if spec.get(field) is not None:
+                    spec[field] = _micro_time(spec[field], "spec." + field)
+            if meta.get("namespace") not in (None, "", namespace):
+                raise Refused(400, "the namespace of the provided object does not match the namespace sent on "
+                                   "the request")
             if method == "PUT" and meta.get("name") != name:
                 raise Refused(400, "the name of the object (%s) does not match the name on the URL (%s)"
                               % (meta.get("name"), name))
             key = (namespace, meta.get("name") or "")
             if not key[1]:
                 raise Refused(422, "metadata.name: Required value: name or generateName is required")
+            if len(key[1]) > 253 or not _DNS_SUBDOMAIN.match(key[1]):  # ValidateObjectMeta: NameIsDNSSubdomain
+                raise _invalid("Lease", "coordination.k8s.io", key[1], "metadata.name", (
+                    "FieldValueInvalid", "Invalid value: %s: a lowercase RFC 1123 subdomain must consist of lower "
+                    "case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
+                    "character (e.g. 'example.com', regex used for validation is "
+                    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')" % json.dumps(key[1])))
+            _refuse_annotations(lease, "Lease", "coordination.k8s.io")
             duration = (body.get("spec") or {}).get("leaseDurationSeconds")
             if duration is not None and (not isinstance(duration, int) or duration <= 0):
                 # pkg/apis/coordination/validation/validation.go ValidateLeaseSpec
                 raise Refused(422, "spec.leaseDurationSeconds: Invalid value: %r: must be greater than 0" % duration)
-            lease = copy.deepcopy(body)
             with api.lock:
                 current = api.leases.get(key)
                 wanted = meta.get("resourceVersion")
+                if method == "PUT" and current is not None:
+                    wanted = _precondition(wanted)
                 creating = method == "POST" or current is None
                 if method == "POST" and current is not None:
                     raise Refused(409, 'leases.coordination.k8s.io "%s" already exists' % key[1],

@@ -59,11 +59,20 @@ def _check_key(key: str, text: str) -> str:
     return key
 
 
-def _values(inner: str, text: str) -> Tuple[str, ...]:
+def _values(inner: str, key: str) -> Tuple[str, ...]:
+    """The values of a requirement on ``key``, each checked as labels.NewRequirement does (its words: a pool
+    id that is no label value is quoted to the user from this message)."""
     values = tuple(v.strip() for v in inner.split(",")) if inner.strip() else ()
-    for v in values:
-        if not _VALUE.match(v):
-            raise SelectorError("unable to parse requirement: invalid label value %r in %r" % (v, text))
+    for i, v in enumerate(values):
+        if len(v) > 63:
+            why = "must be no more than 63 bytes"
+        elif not _VALUE.match(v):
+            why = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+                   "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+                   "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+        else:
+            continue
+        raise SelectorError('unable to parse requirement: values[%d][%s]: Invalid value: "%s": %s' % (i, key, v, why))
     return values
 
 
@@ -77,7 +86,8 @@ def parse_labels(text: str) -> List[Requirement]:
             raise SelectorError("found '', expected: identifier in %r" % text)
         m = re.match(r"^(\S+?)\s+(in|notin)\s*\((.*)\)\Z", term)
         if m:
-            key, op, values = _check_key(m.group(1), text), m.group(2), _values(m.group(3), text)
+            key, op = _check_key(m.group(1), text), m.group(2)
+            values = _values(m.group(3), key)
             if op == "in":
                 if not values:
                     raise SelectorError("for 'in', 'notin' operators, values set can't be empty: %r" % text)
@@ -87,7 +97,8 @@ def parse_labels(text: str) -> List[Requirement]:
             continue
         m = re.match(r"^([^=!\s]+)\s*(==|=|!=)\s*(\S*)\Z", term)
         if m:
-            key, op, value = _check_key(m.group(1), text), m.group(2), _values(m.group(3), text)
+            key, op = _check_key(m.group(1), text), m.group(2)
+            value = _values(m.group(3), key)
             value_text = value[0] if value else ""
             if op == "!=":
                 out.append(lambda labels, k=key, v=value_text: labels.get(k) != v)
