@@ -31,14 +31,15 @@ _SECRET_NAMES = ("secret", "token", "password", "passwd", "passphrase", "private
 _SECRET_ENDINGS = ("signature",)
 
 
-def _secret_name(name: str) -> bool:
+def secret_name(name: str) -> bool:
+    """Whether a field (or an environment variable) of this name holds a credential, by its name alone."""
     folded = name.lower().replace("-", "").replace("_", "")
     return any(part in folded for part in _SECRET_NAMES) or folded.endswith(_SECRET_ENDINGS)
 
 
 def _mask_fields(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: (MASK if _secret_name(str(k)) and v not in (None, "") else _mask_fields(v))
+        return {k: (MASK if secret_name(str(k)) and v not in (None, "") else _mask_fields(v))
                 for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_mask_fields(v) for v in value]

@@ -14,8 +14,23 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence
 
+from functions.base.logs import secret_name
+from functions.base.settings import environment
 from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
 from functions.delivery.transport import OutputTail, ScriptMaker, run_push_run
+
+
+# What the node tool never needs from the environment of the process that starts it: the cloud credential
+# chain (the SDKs' ALIBABA_CLOUD_*, the older ALICLOUD_* and ALIYUN_* names) and the function's own settings
+# (ACK_MIG_*, the webhook URL with its token among them; the runner sets the two node_bootstrap reads). On a
+# remote node none of them is there; here they would be in /proc/<pid>/environ of every process it starts.
+_NOT_FOR_THE_NODE = ("ALIBABA_CLOUD_", "ALICLOUD_", "ALIYUN_", "ACK_MIG_")
+
+
+def node_environment(environ) -> dict:
+    """``environ`` without the credentials and settings above, nor any variable whose name says it holds a
+    secret (``GITHUB_TOKEN``, ``DB_PASSWORD``: the log redactor's rule, functions.base.logs.secret_name). Pure."""
+    return {k: v for k, v in environ.items() if not k.upper().startswith(_NOT_FOR_THE_NODE) and not secret_name(k)}
 
 
 class LocalTransport:
@@ -39,7 +54,8 @@ class LocalTransport:
         # grace); this limit is the backstop past that, and it ends the whole session, runner included.
         limit = self.maker.deadline_s + self.maker.grace_s + 15
         proc = subprocess.Popen(["/bin/sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=node_environment(environment()))
         output = OutputTail()
         try:
             finished = _read_bounded(proc, output, limit)

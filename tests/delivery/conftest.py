@@ -31,6 +31,10 @@ if opt("--fake-pid"):  # its own pid, so a test can see it ended
     import os
     with open(opt("--fake-pid"), "w") as fh:
         fh.write(str(os.getpid()))
+if opt("--fake-env"):  # the environment it was started with, so a test can see what reached the node tool
+    import os
+    with open(opt("--fake-env"), "w") as fh:
+        json.dump(dict(os.environ), fh)
 if opt("--fake-ignore-term"):  # a process that will not stop on SIGTERM: only SIGKILL ends it
     import signal
     signal.signal(signal.SIGTERM, signal.SIG_IGN)

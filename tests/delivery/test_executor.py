@@ -316,3 +316,24 @@ def test_the_taint_patch_is_guarded_by_the_whole_entry(kube_api, tmp_path):  # n
     assert kube_api.nodes["node-a"]["spec"]["taints"] == [same_key_other_effect, OTHER]
     (patch,) = [r for r in kube_api.requests if r.method == "PATCH"]
     assert patch.body[0] == {"op": "test", "path": "/spec/taints/2", "value": TAINT}
+
+
+def test_the_local_transport_never_hands_the_clouds_credentials_to_the_node_tool(maker, monkeypatch, tmp_path):
+    """The local transport (demo, a node running the hook on itself) runs the node script as a child: it needs
+    no AccessKey, STS token, webhook URL or other secret of the shell that started it, and /proc/<pid>/environ
+    of every process it starts would show them."""
+    from tests.delivery.conftest import targets
+
+    secrets = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAIlocalkeyid0001", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "local-ak-secret-77",
+               "ALIBABA_CLOUD_SECURITY_TOKEN": "local-sts-token-88", "ALICLOUD_SECRET_KEY": "legacy-secret-99",
+               "ACK_MIG_NOTIFY_URL": "https://hooks.example.com/services/T0/B0/webhooktoken42",
+               "GITHUB_TOKEN": "ghp-token-of-the-shell-55"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    seen = tmp_path / "env.json"
+    (result,) = LocalTransport(maker).run(targets(1, extra=("--fake-env", str(seen))))
+    assert result.error is None and result.result["outcome"] == "success", result
+    env = json.loads(seen.read_text())
+    assert not [name for name in secrets if name in env], env
+    assert not [value for value in secrets.values() if value in json.dumps(env)]
+    assert env.get("PATH") and env.get("ACK_MIG_BUNDLE_DIR")  # what the node tool needs is still there
