@@ -145,6 +145,21 @@ def _get(env: Mapping[str, str], name: str) -> str:
     return (env.get(name) or "").strip()
 
 
+# A KMS Secrets Manager secret's name (CreateSecret: at most 192 letters, digits and _ / + = . - @); template.yml's
+# SshKeySecretName and NotifyUrlSecretName accept the same, since the role's grant names the secret and RAM would
+# read a * or ? in it as a wildcard.
+SECRET_NAME = re.compile(r"[A-Za-z0-9_/+=.@-]{1,192}")
+
+
+def parse_secret_name(env: Mapping[str, str], name: str) -> str:
+    """A KMS secret's name, "" when unset; anything a secret name cannot be is refused naming the form."""
+    text = _get(env, name)
+    if text and not SECRET_NAME.fullmatch(text):
+        raise SettingsError("%s=%r is not a KMS secret name; use at most 192 letters, digits and _ / + = . - @"
+                            % (name, text[:40]))
+    return text
+
+
 def parse_bool(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     text = _get(env, name).lower()
     if not text:
@@ -505,7 +520,7 @@ def delivery_from_env(env: Mapping[str, str]) -> DeliverySettings:
         ssh_user=_get(env, SSH_USER) or "root",
         ssh_port=parse_int(env, SSH_PORT, 22, 1, 65535),
         ssh_key_file=_get(env, SSH_KEY_FILE),
-        ssh_key_secret=_get(env, SSH_KEY_SECRET),
+        ssh_key_secret=parse_secret_name(env, SSH_KEY_SECRET),
         kms_endpoint=parse_endpoint(env, KMS_ENDPOINT),
         ssh_known_hosts=_get(env, SSH_KNOWN_HOSTS),
         ssh_host_key_policy=_host_key_policy(env),
@@ -680,7 +695,7 @@ def check_notify_url(text: str, name: str = NOTIFY_URL) -> str:
 
 def notify_from_env(env: Mapping[str, str]) -> NotifySettings:
     url = _get(env, NOTIFY_URL)
-    return NotifySettings(url=check_notify_url(url) if url else "", url_secret=_get(env, NOTIFY_URL_SECRET))
+    return NotifySettings(url=check_notify_url(url) if url else "", url_secret=parse_secret_name(env, NOTIFY_URL_SECRET))
 
 
 if __name__ == "__main__":

@@ -450,3 +450,16 @@ def test_a_stack_name_of_another_cluster_or_of_no_cluster_is_never_updated(cloud
     assert code == 6 and "has no ClusterId parameter: not a stack ack-mig-hook deploy made" in error_text(err), err
     assert ros.calls("UpdateStack") == 0 and ros.stacks["st-other"]["Parameters"][0]["ParameterValue"] == other
     assert not [r for r in oss.requests if r[0] == "PUT"]  # nothing uploaded
+
+
+@pytest.mark.parametrize("given", ["SshKeySecretName=*", "NotifyUrlSecretName=prod/*", "SshKeySecretName=mig-key?",
+                                   "NotifyUrlSecretName=a b"])
+def test_a_secret_name_that_would_widen_the_kms_grant_is_refused_before_any_call(cloud, capsys, tmp_path, given):
+    """The role's kms:GetSecretValue names the secret: acs:kms:...:secret/<SshKeySecretName>. RAM reads * and ?
+    in a resource as wildcards, so SshKeySecretName=* granted the function every secret of the account. KMS
+    secret names are letters, digits and _ / + = . - @ (CreateSecret), which is all the template accepts."""
+    ros, oss = cloud
+    code, _, err = run(capsys, *deploy_args(str(tmp_path), "--parameter", given))
+    assert code == 2 and is_one_error(err), err
+    assert given.split("=")[0] in err and "_/+=.@-" in err.replace("\\", "")
+    assert not ros.requests and not oss.requests

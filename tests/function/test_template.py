@@ -540,6 +540,19 @@ def test_parameter_constraints_agree_with_what_settings_accepts():
             "DrainTimeoutS", "CapacityTimeoutS", "MaxUnavailable", "StartupTaint"} <= checked
 
 
+@pytest.mark.parametrize("name", ["SshKeySecretName", "NotifyUrlSecretName"])
+def test_a_secret_name_is_what_kms_names_a_secret_and_never_a_ram_wildcard(name):
+    """The kms:GetSecretValue grant is secret/${SshKeySecretName} (and NotifyUrlSecretName's): RAM reads * and ?
+    there as wildcards, so a name holding one granted the role every secret it matched. The template and the
+    function accept exactly KMS's secret names (letters, digits and _ / + = . - @, at most 192)."""
+    spec, env_name = load()["Parameters"][name], _fed_by()[name]
+    for value in ("mig-key", "prod/ack_mig+1=a.b@c-d", "x" * 192):
+        assert re.fullmatch(spec["AllowedPattern"], value) and _accepted(env_name, value), value
+    assert re.fullmatch(spec["AllowedPattern"], "") and _accepted(env_name, "")  # the default: none
+    for value in ("*", "mig-*", "mig-key?", "a b", "x" * 193, "k\ney", "k\u00e9y"):
+        assert not re.fullmatch(spec["AllowedPattern"], value) and not _accepted(env_name, value), value
+
+
 def test_max_unavailable_pattern_agrees_with_settings():
     pattern = load()["Parameters"]["MaxUnavailable"]["AllowedPattern"]
     samples = [str(n) for n in range(0, 10002)] + ["%d%%" % n for n in range(0, 102)] + [
