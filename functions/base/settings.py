@@ -364,9 +364,22 @@ def invocation_s(settings: "Settings") -> int:
     return setting or fc or longest_run_s(settings)
 
 
+# What the Alibaba Cloud credential chain reads (the SDKs' ALIBABA_CLOUD_*, the older ALICLOUD_* and ALIYUN_*
+# names) and this tool's own settings (ACK_MIG_*, the webhook URL with its token among them).
+CLOUD_AND_OWN_PREFIXES = ("ALIBABA_CLOUD_", "ALICLOUD_", "ALIYUN_", "ACK_MIG_")
+
+
+def child_environment(environ: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment for a child process that is neither a cloud SDK nor this tool (pip and the source builds it
+    runs, the local transport's node script): without the credentials and settings above, which such a process
+    never reads and which /proc/<pid>/environ would show. ``environ``: default, this process's."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items() if not k.upper().startswith(CLOUD_AND_OWN_PREFIXES)}
+
+
 def environment() -> Dict[str, str]:
-    """A copy of the process environment: the one place outside load_settings that reads it (the command
-    line's defaults and the operator commands' credential chain)."""
+    """A copy of the process environment: with :func:`child_environment`, the one place outside load_settings
+    that reads it (the command line's defaults and the operator commands' credential chain)."""
     return dict(os.environ)
 
 

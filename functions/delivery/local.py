@@ -15,22 +15,17 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence
 
 from functions.base.logs import secret_name
-from functions.base.settings import environment
+from functions.base.settings import child_environment
 from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
 from functions.delivery.transport import OutputTail, ScriptMaker, run_push_run
 
 
-# What the node tool never needs from the environment of the process that starts it: the cloud credential
-# chain (the SDKs' ALIBABA_CLOUD_*, the older ALICLOUD_* and ALIYUN_* names) and the function's own settings
-# (ACK_MIG_*, the webhook URL with its token among them; the runner sets the two node_bootstrap reads). On a
-# remote node none of them is there; here they would be in /proc/<pid>/environ of every process it starts.
-_NOT_FOR_THE_NODE = ("ALIBABA_CLOUD_", "ALICLOUD_", "ALIYUN_", "ACK_MIG_")
-
-
-def node_environment(environ) -> dict:
-    """``environ`` without the credentials and settings above, nor any variable whose name says it holds a
-    secret (``GITHUB_TOKEN``, ``DB_PASSWORD``: the log redactor's rule, functions.base.logs.secret_name). Pure."""
-    return {k: v for k, v in environ.items() if not k.upper().startswith(_NOT_FOR_THE_NODE) and not secret_name(k)}
+def node_environment(environ=None) -> dict:
+    """What the node script starts with: :func:`functions.base.settings.child_environment` (no cloud credential,
+    none of the function's ACK_MIG_* settings: the runner sets the two node_bootstrap reads), nor any variable
+    whose name says it holds a secret (``GITHUB_TOKEN``, ``DB_PASSWORD``: the log redactor's rule,
+    functions.base.logs.secret_name). On a remote node none of them is there; the node tool reads none."""
+    return {k: v for k, v in child_environment(environ).items() if not secret_name(k)}
 
 
 class LocalTransport:
@@ -55,7 +50,7 @@ class LocalTransport:
         limit = self.maker.deadline_s + self.maker.grace_s + 15
         proc = subprocess.Popen(["/bin/sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=node_environment(environment()))
+                                env=node_environment())
         output = OutputTail()
         try:
             finished = _read_bounded(proc, output, limit)

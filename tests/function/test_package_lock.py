@@ -6,6 +6,7 @@ built into pure-Python wheels. The fetch runs the real pip against a local packa
 
 import hashlib
 import io
+import json
 import os
 import re
 import tarfile
@@ -267,3 +268,33 @@ def test_an_interrupted_fetch_leaves_no_temporary_folder(index, tmp_path, monkey
     monkeypatch.setattr(build, "_pip", real_pip)
     done = build.cached(path)
     assert sorted(os.listdir(str(root))) == [os.path.basename(done)]
+
+
+def test_pip_and_the_source_builds_it_runs_never_get_the_clouds_credentials(index, tmp_path, monkeypatch):
+    """deploy fetches the dependencies with pip, which runs the build backend of each source-only distribution
+    (aliyun-python-sdk-core is one): code that needs no AccessKey, STS token or webhook URL, and would see the
+    operator's in its environment (and in /proc/<pid>/environ). pip's own settings (PIP_*) still reach it."""
+    secrets = {"ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAIpipkeyid000001", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "pip-ak-secret-71",
+               "ALIBABA_CLOUD_SECURITY_TOKEN": "pip-sts-token-72", "ALICLOUD_ACCESS_KEY": "pip-legacy-key-73",
+               "ACK_MIG_NOTIFY_URL": "https://hooks.example.com/services/T0/B0/piptoken74"}
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    seen = tmp_path / "backend-env.json"
+    sdist = _sdist(index)
+    with tarfile.open(sdist) as archive:  # the same source archive, whose backend also writes down its environment
+        members = {m.name: archive.extractfile(m).read() for m in archive.getmembers()}
+    members["fakesrc-1.0/backend.py"] += ("\nimport json as _json\n_json.dump(dict(os.environ), open(%r, 'w'))\n"
+                                          % str(seen)).encode()
+    with tarfile.open(sdist, "w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    wheel = _wheel(index)
+    path = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", _sha(wheel), False),
+                            lock.Pin("fakesrc", "1.0", _sha(sdist), True)])
+    build.fetch(str(tmp_path / "deps"), path)
+    env = json.loads(seen.read_text())
+    assert env.get("PIP_FIND_LINKS") == index  # pip's configuration is its own, and kept
+    assert not [name for name in secrets if name in env]
+    assert not [value for value in secrets.values() if value in json.dumps(env)]

@@ -184,7 +184,9 @@ def fetch(deps_dir: str, lock_path: str = "", progress: Callable[[str], None] = 
             return fetch(deps_dir, lock_path, progress, folder)
     tmp = os.path.join(work, "tmp")
     os.makedirs(tmp, exist_ok=True)
-    env = dict(settings.environment(), TMPDIR=tmp, TEMP=tmp, TMP=tmp)  # pip's own temporary folders: ours to remove
+    # pip's own temporary folders: ours to remove. No cloud credential: pip, and the build backend of each source
+    # archive it runs, need none (settings.child_environment).
+    env = dict(settings.child_environment(), TMPDIR=tmp, TEMP=tmp, TMP=tmp)
     files = lock.split(pins, work)
     wheels, sdists = os.path.join(work, "wheels"), os.path.join(work, "sdists")
     wheel_pins = [p for p in pins.pins if not p.sdist]

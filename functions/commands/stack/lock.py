@@ -29,6 +29,7 @@ import sys
 import tempfile
 from typing import Dict, List, NamedTuple, Optional
 
+from functions.base import settings
 from functions.commands.stack import code_package
 
 LOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "requirements-fc.txt")
@@ -138,7 +139,9 @@ def find_python310() -> Optional[str]:
 def _pip(args: List[str], python: str = sys.executable, timeout: int = 900) -> subprocess.CompletedProcess:
     command = [python, "-m", "pip", "--disable-pip-version-check"] + args
     try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        # no cloud credential: pip and the builds it runs need none (settings.child_environment)
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              env=settings.child_environment())
     except subprocess.TimeoutExpired:
         raise LockError("pip did not finish in %d s: %s" % (timeout, " ".join(args[:3]))) from None
 
