@@ -519,4 +519,24 @@ MUTANTS = (
            ("tests/layout/test_planner.py",),
            "an idle instance a pool no longer allows goes to the first pod as the caller listed them: a pod event "
            "and the timer spend it on different pods"),
+    # ---- secrets and grants (sixth review, security) ----
+    mutant("local-transport-inherits-credentials", "functions/delivery/local.py",
+           "                                env=node_environment())",
+           "                                env=None)",
+           ("tests/delivery/test_executor.py",),
+           "the local transport's node script (demo) inherits the operator's AccessKey secret and STS token"),
+    mutant("pip-inherits-credentials", "functions/commands/stack/build.py",
+           "    env = dict(settings.child_environment(), TMPDIR=tmp, TEMP=tmp, TMP=tmp)",
+           "    env = dict(settings.environment(), TMPDIR=tmp, TEMP=tmp, TMP=tmp)",
+           ("tests/function/test_package_lock.py",),
+           "deploy's pip and the source builds it runs see the operator's AccessKey secret and STS token"),
+    Mutant("secret-name-takes-a-ram-wildcard", "template.yml",
+           (("  SshKeySecretName:\n    Type: String\n    Default: ''\n    # The role's kms:GetSecretValue names this "
+             "secret, and RAM reads * and ? in a resource as wildcards:\n    # only the characters a KMS secret name "
+             "may hold (CreateSecret: 192 at most).\n    AllowedPattern: '^[A-Za-z0-9_/+=.@-]{0,192}$'",
+             "  SshKeySecretName:\n    Type: String\n    Default: ''\n    # The role's kms:GetSecretValue names this "
+             "secret, and RAM reads * and ? in a resource as wildcards:\n    # only the characters a KMS secret name "
+             "may hold (CreateSecret: 192 at most).\n    AllowedPattern: '^[^ ]{0,192}$'"),),
+           ("tests/function/test_template.py", "tests/function/test_deploy.py"),
+           "SshKeySecretName=* passes: the role's kms:GetSecretValue covers every secret of the account"),
 )
