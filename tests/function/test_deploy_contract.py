@@ -139,7 +139,8 @@ def test_a_create_whose_answer_was_lost_is_retried_as_the_same_stack(cloud):
     ros, _ = cloud
     stacks = Stacks("cn-beijing", Keys(KEY, SECRET, TOKEN), parse_endpoint({"E": ros.endpoint}, "E"), timeout_s=1)
     template = open(__import__("functions.commands.deploy", fromlist=["TEMPLATE"]).TEMPLATE).read()
-    values = {"ClusterId": "c0123456789abcdef", "CodeBucket": BUCKET, "LogProject": "p", "LogStore": "s"}
+    values = {"ClusterId": "c" + "0123456789abcdef" * 2, "CodeBucket": BUCKET, "LogProject": "proj",
+              "LogStore": "store"}
     ros.answer_late_next("CreateStack", 2.5)
     stack_id = stacks.create("ack-mig-hook", template, values, 30)
     assert len(ros.stacks) == 1 and stack_id in ros.stacks

@@ -707,3 +707,22 @@ def test_the_templates_own_names_include_the_cluster_unless_one_is_given(given):
     triggers = [r for r in doc["Resources"].values() if r["Type"] == "ALIYUN::FC3::Trigger"]
     assert triggers and all(t["Properties"]["FunctionName"] == {"Fn::GetAtt": ["Function", "FunctionName"]}
                             for t in triggers)
+
+
+@pytest.mark.parametrize("name", ["ClusterId", "LogProject", "LogStore"])
+def test_a_parameter_in_the_roles_resources_takes_what_deploy_takes_and_never_a_ram_wildcard(name):
+    """ClusterId, LogProject and LogStore end in the role's RAM resources (cluster/${ClusterId},
+    project/${LogProject}/logstore/${LogStore}), where RAM reads * and ? as wildcards: deploy checks each, but a
+    stack made from template.yml in ROS's console took any text (ClusterId * granted every cluster of the
+    account). The template's pattern is deploy's own."""
+    from functions.commands.common import CLUSTER_ID
+    from functions.commands.deploy import LOG_PROJECT, LOG_STORE
+
+    pattern = load()["Parameters"][name]["AllowedPattern"]
+    ours = {"ClusterId": CLUSTER_ID, "LogProject": LOG_PROJECT, "LogStore": LOG_STORE}[name]
+    samples = ["c" + "0123456789abcdef" * 2, "c" + "0" * 31, "C" + "a" * 32, "my-project", "my_store", "ab", "abc",
+               "a" * 63, "a" * 64, "-ab", "ab-", "Ab1", "*", "c*", "my-*", "proj?", "a b", "", "x\ny"]
+    for value in samples:
+        assert bool(re.fullmatch(pattern, value)) == bool(ours.match(value)), value
+    for wildcard in ("*", "c*", "my-*", "proj?"):
+        assert not re.fullmatch(pattern, wildcard), wildcard
