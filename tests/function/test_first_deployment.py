@@ -195,10 +195,25 @@ def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, t
             "oss:GetBucketPolicy", "oss:ListObjects"} <= called
     assert not called & set(deployer_policy.OTHER_PATHS), "recorded here: drop it from OTHER_PATHS"
     with open(os.path.join(ROOT, "template.yml"), encoding="utf-8") as handle:
-        expected = deployer_policy.render(deployer_policy.actions(called, handle.read()))
+        template = handle.read()
+    expected = deployer_policy.render(deployer_policy.actions(called, template), template)
     if os.environ.get("WRITE_POLICY") == "1" and policy_block() != expected:
         text = open(PAGE, encoding="utf-8").read().replace(policy_block(), expected)
         with open(PAGE, "w", encoding="utf-8") as handle:
             handle.write(text)
     assert policy_block() == expected, "the page's policy is not the recorded one (WRITE_POLICY=1 rewrites it):\n" \
         + expected
+    # With the page's placeholders filled in for this deploy, RAM would allow every recorded call, and the role,
+    # policy and rules it is narrowed to are the ones ROS makes for the FunctionName this deploy passed.
+    policy = json.loads(deployer_policy.for_names(policy_block(), ACCOUNT, "cn-beijing", world.emulator.cluster_id))
+    for action in called - deployer_policy.NO_GRANT:
+        assert deployer_policy.allows(policy, action, "acs:%s:cn-beijing:%s:any" % (action.split(":")[0], ACCOUNT))
+    (function,) = {p["ParameterValue"] for stack in world.ros.stacks.values() for p in stack["Parameters"]
+                   if p["ParameterKey"] == "FunctionName"}
+    made = deployer_policy.names(template, world.emulator.cluster_id, function)
+    for action in ("ram:CreateRole", "ram:AttachPolicyToRole", "ram:PassRole"):
+        assert deployer_policy.allows(policy, action, "acs:ram:*:%s:role/%s" % (ACCOUNT, made["role"])), action
+    assert deployer_policy.allows(policy, "ram:CreatePolicy", "acs:ram:*:%s:policy/%s" % (ACCOUNT, made["policy"]))
+    for rule in made["rules"]:
+        assert deployer_policy.allows(policy, "eventbridge:CreateRule",
+                                      "acs:eventbridge:cn-beijing:%s:eventbus/default/rule/%s" % (ACCOUNT, rule))

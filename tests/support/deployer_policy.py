@@ -3,13 +3,52 @@ emulators record while the page's commands run, plus what ROS itself calls with 
 create the resources of template.yml, which no emulator sees, and the few actions of paths the page does
 not take (:data:`OTHER_PATHS`).
 
+Each action is granted on the narrowest resource RAM supports: RAM's role and policy actions on the stack's own
+role and policy (``<name>-role``, ``<name>-policy``, names read from template.yml as ROS resolves them), the
+EventBridge rule actions on the rules FC makes for the stack's EventBridge triggers, everything else on ``*``.
+The page shows the default names with placeholders (``<account>``, ``<region>``, ``<cluster id>``);
+``python -m tests.support.deployer_policy --account ID --region R --cluster-id C [--function-name N]`` prints
+it for real ones.
+
 tests/function/test_first_deployment.py compares the page's policy with :func:`render` of the actions it
-recorded, and rewrites the page's block with ``WRITE_POLICY=1``.
+recorded, and rewrites the page's block with ``WRITE_POLICY=1``; tests/function/test_deployer_policy.py
+evaluates it (:func:`allows`).
 """
 
+import argparse
 import json
+import os
 import re
-from typing import Dict, Iterable, List
+import sys
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from tests.support import ros_template
+
+# Rule actions of EventBridge, checked on the rule (EventBridge API reference, CreateRule, "RAM authorization":
+# resource acs:eventbridge:{#regionId}:{#accountId}:eventbus/{#EventBusName}/rule/{#RuleName}). An FC 3.0
+# EventBridge trigger is a rule FC makes on the default bus, named <function name>-<trigger name> (FC 3.0 user
+# guide, "Configure event triggers for Alibaba Cloud services"; its "Before you start" has the RAM user granted
+# EventBridge rights). The actions are the rule's life: create with its FC target (CreateRule, PutTargets, as
+# the system policy AliyunEventBridgeResourceCreatePolicy pairs them), read, update, enable/disable
+# (triggerEnable), delete with its targets: the rule actions of FC's own trigger policy
+# AliyunServiceRolePolicyForFCTriggerEventBridge (GetRule, CreateRule, UpdateRule, DisableRule, DeleteRule,
+# DeleteTargets). None of the bus, event source or streaming actions: the triggers use eventSourceType Default.
+RULE_ACTIONS = ["eventbridge:CreateRule", "eventbridge:GetRule", "eventbridge:UpdateRule", "eventbridge:DeleteRule",
+                "eventbridge:EnableRule", "eventbridge:DisableRule", "eventbridge:PutTargets",
+                "eventbridge:DeleteTargets"]
+# RAM checks role actions on the role and policy actions on the policy; AttachPolicyToRole and
+# DetachPolicyFromRole on both (RAM API reference, AttachPolicyToRole, "Required permissions": Resource
+# acs:ram:*:${AccountId}:role/${RoleName} and acs:ram:*:${AccountId}:policy/${PolicyName}, or
+# acs:ram:*:system:policy/${PolicyName} for a system policy). So the deployer can attach only the stack's own
+# policy, to the stack's own role, and pass (ram:PassRole, FC CreateFunction/UpdateFunction) only that role.
+ROLE_ACTIONS = ["ram:CreateRole", "ram:GetRole", "ram:DeleteRole", "ram:ListPoliciesForRole",
+                "ram:AttachPolicyToRole", "ram:DetachPolicyFromRole", "ram:PassRole"]
+POLICY_ACTIONS = ["ram:CreatePolicy", "ram:GetPolicy", "ram:DeletePolicy", "ram:CreatePolicyVersion",
+                  "ram:DeletePolicyVersion", "ram:ListPolicyVersions", "ram:AttachPolicyToRole",
+                  "ram:DetachPolicyFromRole"]
+SCOPES = (("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTIONS))
+# Services whose every action here must be in a scope above: none of them may fall back to Resource "*".
+SCOPED_SERVICES = ("ram", "eventbridge")
 
 # Resource type of template.yml -> the actions ROS calls, with the deployer's rights, to create, update and
 # delete it (ROS "Resource types" reference: a resource is created with the caller's permissions; the
@@ -17,14 +56,11 @@ from typing import Dict, Iterable, List
 # SLS index, ACK's GrantPermissions, which reads the grants first (DescribeUserPermission)). No emulator
 # serves them: each is named here by hand.
 TEMPLATE_ACTIONS: Dict[str, List[str]] = {
-    "ALIYUN::RAM::Role": ["ram:CreateRole", "ram:GetRole", "ram:DeleteRole", "ram:CreatePolicy", "ram:GetPolicy",
-                          "ram:DeletePolicy", "ram:CreatePolicyVersion", "ram:DeletePolicyVersion",
-                          "ram:ListPolicyVersions", "ram:AttachPolicyToRole", "ram:DetachPolicyFromRole",
-                          "ram:ListPoliciesForRole"],
+    "ALIYUN::RAM::Role": sorted(set(ROLE_ACTIONS + POLICY_ACTIONS) - {"ram:PassRole"}),
     "ALIYUN::FC3::Function": ["fc:CreateFunction", "fc:GetFunction", "fc:UpdateFunction", "fc:DeleteFunction",
                               "ram:PassRole"],
-    "ALIYUN::FC3::Trigger": ["fc:CreateTrigger", "fc:GetTrigger", "fc:UpdateTrigger", "fc:DeleteTrigger",
-                             "eventbridge:*"],
+    "ALIYUN::FC3::Trigger": ["fc:CreateTrigger", "fc:GetTrigger", "fc:UpdateTrigger", "fc:DeleteTrigger"]
+                            + RULE_ACTIONS,
     "ALIYUN::SLS::Index": ["log:CreateIndex", "log:UpdateIndex", "log:DeleteIndex", "log:GetIndex"],
     # SLS API 2020-12-30 reference, RAM authorization of each operation: log:<Operation> (GetSavedSearch and
     # UpdateSavedSearch name theirs so; the alert operations' pages list the same pattern). ROS creates an
@@ -48,6 +84,10 @@ OTHER_PATHS: Dict[str, str] = {
 NO_GRANT = {"sts:GetCallerIdentity"}
 SERVICES = ("ros", "cs", "oss", "ecs", "vpc", "ess", "ram", "fc", "eventbridge", "log")
 WIDTH = 110
+# The page's placeholders (the default function name is ack-mig-hook-<cluster id>, as deploy passes it).
+ACCOUNT, REGION, CLUSTER = "<account>", "<region>", "<cluster id>"
+PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
+                    "first-deployment.md")
 
 
 def template_actions(template_text: str) -> List[str]:
@@ -64,19 +104,146 @@ def actions(recorded: Iterable[str], template_text: str) -> List[str]:
                                       else len(SERVICES), a.split(":")[0], a))
 
 
-def render(names: List[str]) -> str:
-    """The page's JSON block: one statement, the actions grouped by service, lines within WIDTH."""
-    lines, line = [], ""
-    service = None
-    for name in names:
+def _joined(node) -> str:
+    """A name ros_template resolved, with the Fn::Join it leaves as written (the template builds names so)."""
+    if isinstance(node, dict) and list(node) == ["Fn::Join"]:
+        separator, parts = node["Fn::Join"]
+        return separator.join(_joined(p) for p in parts)
+    assert isinstance(node, str), "a name template.yml builds in a way this does not read: %r" % (node,)
+    return node
+
+
+def names(template_text: str, cluster: str = CLUSTER, function_name: str = "") -> Dict:
+    """The function's role and policy names and the EventBridge rules of its triggers, as ROS resolves
+    template.yml for deploy's parameters (FunctionName empty: ack-mig-hook-<ClusterId>)."""
+    doc = ros_template.load(template_text)
+    params = ros_template.values(doc, {"ClusterId": cluster, "FunctionName": function_name})
+    ctx = ros_template.Context(doc, params, {"ALIYUN::Region": REGION, "ALIYUN::TenantId": ACCOUNT})
+    found = ros_template.resources(doc, ctx)
+
+    def props(kind):
+        (one,) = [r["Properties"] for r in found.values() if r["Type"] == kind]
+        return one
+    role = props("ALIYUN::RAM::Role")
+    (policy,) = [_joined(p["PolicyName"]) for p in role.get("Policies") or []]
+    function = _joined(props("ALIYUN::FC3::Function")["FunctionName"])
+    rules = ["%s-%s" % (function, r["Properties"]["TriggerName"]) for r in found.values()
+             if r["Type"] == "ALIYUN::FC3::Trigger" and r["Properties"].get("TriggerType") == "eventbridge"]
+    return {"function": function, "role": _joined(role["RoleName"]), "policy": policy, "rules": rules}
+
+
+def statements(granted: Sequence[str], template_text: str, account: str = ACCOUNT, region: str = REGION,
+               cluster: str = CLUSTER, function_name: str = "") -> List[Dict]:
+    """One statement on "*" for the actions RAM cannot narrow here, one per scope for the rest."""
+    made = names(template_text, cluster, function_name)
+    resources = {"role": ["acs:ram:*:%s:role/%s" % (account, made["role"])],
+                 "policy": ["acs:ram:*:%s:policy/%s" % (account, made["policy"])],
+                 "rule": ["acs:eventbridge:%s:%s:eventbus/default/rule/%s" % (region, account, r)
+                          for r in made["rules"]]}
+    scoped = {a for _, listed in SCOPES for a in listed}
+    loose = [a for a in granted if a.split(":")[0] in SCOPED_SERVICES and a not in scoped]
+    assert not loose, "actions with no resource scope (add them to a scope above): %s" % loose
+    out = [{"Effect": "Allow", "Resource": "*", "Action": [a for a in granted if a not in scoped]}]
+    for kind, listed in SCOPES:
+        mine = [a for a in granted if a in listed]
+        if mine and resources[kind]:
+            out.append({"Effect": "Allow", "Resource": resources[kind], "Action": mine})
+    return out
+
+
+def _lines(items: List[str], group) -> List[str]:
+    lines, line, last = [], "", None
+    for name in items:
         item = json.dumps(name) + ","
-        this = name.split(":")[0]
-        if line and (this != service or len(line) + 1 + len(item) > WIDTH - 6):
+        if line and (group(name) != last or len(line) + 1 + len(item) > WIDTH - 6):
             lines.append(line)
             line = ""
         line = (line + " " + item) if line else item
-        service = this
+        last = group(name)
     lines.append(line.rstrip(","))
-    head = ['{', '  "Version": "1",', '  "Statement": [', '    {"Effect": "Allow", "Resource": "*", "Action": [']
-    tail = ['    ]}', '  ]', '}']
-    return "\n".join(head + ["      " + l for l in lines] + tail)
+    return ["      " + l for l in lines]
+
+
+def render(granted: List[str], template_text: str) -> str:
+    """The page's JSON block: the statements of :func:`statements`, actions grouped by service, lines within
+    WIDTH, the placeholders for the account, region and cluster."""
+    body = []
+    for statement in statements(granted, template_text):
+        if statement["Resource"] == "*":
+            body.append('    {"Effect": "Allow", "Resource": "*", "Action": [')
+        else:
+            body.append('    {"Effect": "Allow", "Resource": [')
+            body += ["      " + json.dumps(r) + "," for r in statement["Resource"]]
+            body[-1] = body[-1].rstrip(",")
+            body.append('    ], "Action": [')
+        body += _lines(statement["Action"], lambda a: a.split(":")[0])
+        body.append("    ]},")
+    body[-1] = body[-1].rstrip(",")
+    return "\n".join(['{', '  "Version": "1",', '  "Statement": ['] + body + ['  ]', '}'])
+
+
+def page_block(path: str = PAGE) -> str:
+    """The page's one json block, as written."""
+    with open(path, encoding="utf-8") as handle:
+        (block,) = re.findall(r"^```json\n(.*?)\n^```", handle.read(), re.M | re.S)
+    return block
+
+
+def for_names(block: str, account: str, region: str, cluster: str, function_name: str = "") -> str:
+    """The page's policy for real names: the placeholders filled in; a FunctionName given to deploy replaces
+    the default ack-mig-hook-<cluster id> in the role, policy and rule names."""
+    if function_name:
+        block = block.replace("ack-mig-hook-" + CLUSTER, function_name)
+    return block.replace(ACCOUNT, account).replace(REGION, region).replace(CLUSTER, cluster)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2 (argparse's own adds the usage first)
+        sys.stderr.write("deployer_policy: %s\n" % message)
+        sys.exit(2)
+
+
+def _checked(pattern: str, form: str):
+    def check(text: str) -> str:
+        if not re.fullmatch(pattern, text or ""):
+            raise argparse.ArgumentTypeError("%r is not %s" % (text[:80], form))
+        return text
+    return check
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = _Parser(prog="python -m tests.support.deployer_policy",
+                     description="Print the deployer's RAM policy of docs/first-deployment.md for real names.")
+    parser.add_argument("--account", required=True, type=_checked(r"[0-9]{1,20}", "an account id (digits)"))
+    parser.add_argument("--region", required=True, type=_checked(r"[a-z]{2}(-[a-z0-9]+)+", "a region id such "
+                                                                 "as cn-beijing"))
+    parser.add_argument("--cluster-id", required=True, type=_checked(r"c[0-9a-f]{32}", "an ACK cluster id (c "
+                                                                     "and 32 lower-case hex digits)"))
+    parser.add_argument("--function-name", default=None, type=_checked(
+        r"[A-Za-z_][A-Za-z0-9_-]{0,58}", "a function name (letters, digits, _ and -, not starting with a digit "
+        "or -; at most 59, so <name>-role fits RAM's 64)"),
+        help="the FunctionName given to deploy with --parameter, if any (default: ack-mig-hook-<cluster id>)")
+    args = parser.parse_args(argv)
+    print(for_names(page_block(), args.account, args.region, args.cluster_id, args.function_name or ""))
+    return 0
+
+
+def _match(pattern: str, value: str, fold: bool) -> bool:
+    # RAM's "Policy elements": Action and Resource take * (any run of characters) and ? (one character); action
+    # names are not case-sensitive, resource names are.
+    if fold:
+        pattern, value = pattern.lower(), value.lower()
+    return re.fullmatch("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern),
+                        value, re.S) is not None
+
+
+def allows(policy: dict, action: str, resource: str) -> bool:
+    """Whether an Allow statement of ``policy`` names ``action`` on ``resource`` (the policy has no Deny)."""
+    def listed(value):
+        return [value] if isinstance(value, str) else list(value)
+    return any(s.get("Effect") == "Allow" and any(_match(a, action, True) for a in listed(s["Action"]))
+               and any(_match(r, resource, False) for r in listed(s["Resource"])) for s in policy["Statement"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
