@@ -359,6 +359,18 @@ MUTANTS = (
            ("tests/rollout/test_interrupted.py",),
            "one node whose record write is refused (a 422) ends every auto pool's tick in retry, each tick: the "
            "other stranded records never end and no pool's tags are synced"),
+    mutant("refused-claim-keeps-the-waves-place", "functions/rollout/executor.py",
+           "            todo = self._instead(refused, wave, results) if refused else []",
+           "            todo = []",
+           ("tests/rollout/test_claim_refused.py",),
+           "a node whose claim the API server refuses (a 422: annotations at the size limit) takes its pool's wave "
+           "at every run, and the pool's other nodes are deferred for good"),
+    mutant("refused-claim-planned-again", "functions/rollout/executor.py",
+           "            decided, waves = rollout.replan(pools, finished, sorted(self.unwritable))",
+           "            decided, waves = rollout.replan(pools, finished)",
+           ("tests/rollout/test_claim_refused.py",),
+           "the next wave of the invocation puts the node that refused its claim first again: no node of the pool "
+           "starts after it in that invocation"),
     mutant("relist-forgets-earlier-pools", "functions/pipeline/auto_pool.py",
            "            counted.update(earlier_pools_pods(earlier))\n        return pending, listed",
            "            pass\n        return pending, listed",

@@ -37,9 +37,9 @@ class AutoRollout(Rollout):
         super().__init__(*args, **kwargs)
         self.planned = dict(planned or {})
 
-    def replan(self, pool_ids: Sequence[str], finished: Sequence[str]) -> Tuple[Dict[str, Decision],
-                                                                               Dict[str, WaveNode]]:
-        done, pools = set(finished), set(pool_ids)
+    def replan(self, pool_ids: Sequence[str], finished: Sequence[str], unwritable: Sequence[str] = ()
+               ) -> Tuple[Dict[str, Decision], Dict[str, WaveNode]]:
+        done, pools = set(finished) | set(unwritable), set(pool_ids)
         waves = {iid: dataclasses.replace(w, progress=None, rv="", result=None, applied=None, daemon_pods=None)
                  for iid, w in self.planned.items() if w.pool_id in pools and iid not in done}
         return {iid: w.decision for iid, w in waves.items()}, waves

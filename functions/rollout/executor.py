@@ -66,6 +66,18 @@ class NodeGone(Exception):
     """The Node object is no longer there (404): the node ends ``gone`` and the wave goes on."""
 
 
+class NodeRefused(KubeError):
+    """The API server refused the claim's write for a cause of the node's own, which no retry and no later run
+    changes: a 4xx other than 401 (the credentials: every node's), 404 (gone), 409 (a newer version) and 429
+    (throttling), e.g. a 422 for annotations another party filled to the size limit, a webhook's 403."""
+
+
+def _refusal(exc: KubeError) -> KubeError:
+    if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (401, 404, 409, 429):
+        return NodeRefused(" ".join(str(exc).split()), exc.status)  # one line: it becomes the node's reason
+    return exc
+
+
 def event(kube: Any, node: str, reason: str, message: str, warning: bool = False) -> None:
     """A core v1 Event on the Node, so ``kubectl describe node`` tells the story. The name is derived
     from the content: the same event again (a rerun, a defer every 30 minutes) is a 409, not a pile."""
@@ -131,6 +143,9 @@ class RolloutExecutor:
         self.refused: Dict[str, str] = {}  # nodes that refused a destroy-nothing apply in this invocation: why
         self.budget = PoolBudget(self.kube, rollout.owner, clock, run_lease(rollout.settings))
         self.slots: Dict[str, str] = {}  # node name -> pool id: the pool slots this run holds
+        # Nodes whose claim the API server refused (NodeRefused) in this invocation: no later plan of it takes
+        # them, since with no record written they would come first again.
+        self.unwritable: set = set()
 
     def execute(self, request: Any, decisions: Sequence[Decision]) -> List[dict]:
         waves = self.rollout.waves
@@ -148,7 +163,7 @@ class RolloutExecutor:
         number = 0
         while wave:
             number += 1
-            self._run_wave(request, wave)
+            self._run_wave(request, wave, results)
             for w in wave:
                 iid = w.decision.instance_id
                 result = dict(w.result or {}, wave=number)  # which wave of this invocation took the node
@@ -186,7 +201,7 @@ class RolloutExecutor:
             return []
         finished = [iid for iid, r in results.items() if iid not in pending]
         try:
-            decided, waves = rollout.replan(pools, finished)
+            decided, waves = rollout.replan(pools, finished, sorted(self.unwritable))
         except Exception as exc:  # noqa: BLE001 - the ACK or Kubernetes API: this invocation stops here
             log.warning("no further wave in this invocation: %s", exc)
             return []
@@ -195,22 +210,41 @@ class RolloutExecutor:
         for iid, d in decided.items():
             if iid in waves and fits:
                 continue  # its result comes from the wave
-            if d.action == "skip":
-                results[iid] = {"instance_id": iid, "node_name": d.node_name, "outcome": SKIPPED,
-                                "reason": d.reason, "gpus": None}
-                continue
             reason = d.reason
             if iid in waves:  # planned but not started: the next invocation plans it again
                 reason = "%s; %s" % (why, d.reason)
                 rollout.decided[iid] = d.model_copy(update=dict(action=ACTION_DEFER, reason=reason))
-            if iid in self.refused:  # the refusal stays the node's outcome, with what comes next
-                results[iid] = dict(results[iid], reason="%s; next: %s" % (self.refused[iid], reason))
-            else:
-                results[iid] = dict(_deferred(d), reason=reason)
+            self._tell(results, iid, d, reason)
         if not fits:
             return []
         rollout.expires = self.clock() + run_lease(rollout.settings)  # each wave's records: a lease of their own
         return wave
+
+    def _tell(self, results: Dict[str, dict], iid: str, d: Decision, reason: str) -> None:
+        """The result of a member a new plan does not start: skipped, or waiting with the plan's reason."""
+        if d.action == "skip":
+            results[iid] = {"instance_id": iid, "node_name": d.node_name, "outcome": SKIPPED,
+                            "reason": d.reason, "gpus": None}
+        elif iid in self.refused:  # the refusal stays the node's outcome, with what comes next
+            results[iid] = dict(results[iid], reason="%s; next: %s" % (self.refused[iid], reason))
+        else:
+            results[iid] = dict(_deferred(d), reason=reason)
+
+    def _instead(self, pools: set, wave: List[Any], results: Dict[str, dict]) -> List[Any]:
+        """The nodes that take the places of the wave's nodes that refused their claim: ``pools`` planned
+        again from the nodes as they are now, without those nodes and without the wave's others."""
+        taken = {w.decision.instance_id for w in wave}
+        finished = taken | {iid for iid, r in results.items() if r.get("outcome") not in (DEFERRED, DESTROY_REQUIRED)}
+        try:
+            decided, waves = self.rollout.replan(sorted(p for p in pools if p in self.rollout.pools),
+                                                 sorted(finished), sorted(self.unwritable))
+        except Exception as exc:  # noqa: BLE001 - the ACK or Kubernetes API: the wave goes on as it is
+            log.warning("no node takes the place of one that refused its claim: %s", exc)
+            return []
+        for iid, d in decided.items():
+            if iid not in waves:
+                self._tell(results, iid, d, d.reason)
+        return [waves[iid] for iid in sorted(waves, key=lambda i: decided[i].node_name or i)]
 
     # ---- results ----
 
@@ -387,7 +421,7 @@ class RolloutExecutor:
                     self._patch(w, progress, None, notes)
                 except KubeError as exc:
                     if exc.status != 409:
-                        raise
+                        raise _refusal(exc)
                     continue
                 event(self.kube, name, "MigRolloutNoDrain", (
                     "not cordoned or drained, per-GPU layouts of an auto pool (only idle instances are destroyed, a "
@@ -423,7 +457,7 @@ class RolloutExecutor:
                 self._patch(w, progress, spec, notes)
             except KubeError as exc:
                 if exc.status != 409:
-                    raise
+                    raise _refusal(exc)
                 continue  # another writer came first: read again and decide again
             if spec:
                 event(self.kube, name, "MigRolloutCordon", "%s: %s" % (
@@ -452,15 +486,36 @@ class RolloutExecutor:
 
     # ---- the wave ----
 
-    def _run_wave(self, request: Any, wave: List[Any]) -> None:
-        for w in wave:
-            w.started = self.clock()
-            try:
-                self._claim(w)
-            except NodeGone:
-                self._gone(w)
-            except KubeError as exc:
-                self._end(w, FAILED, "cannot claim or cordon: %s" % exc)
+    def _claim_wave(self, wave: List[Any], results: Dict[str, dict]) -> None:
+        """Claim each node of the wave. A node that refuses its claim (:class:`NodeRefused`) fails at once and
+        leaves its place to the next node of its pool, claimed in this wave: it has no record to show for the
+        refusal, so every plan puts it first again, and with its place used up the pool's other nodes waited for
+        good. ``wave`` grows by the nodes taken instead; each refusal leaves one more node out of the plan, so
+        there are at most as many rounds as the pool has nodes."""
+        todo = list(wave)
+        while todo:
+            refused = set()
+            for w in todo:
+                w.started = self.clock()
+                try:
+                    self._claim(w)
+                except NodeGone:
+                    self._gone(w)
+                except NodeRefused as exc:
+                    self.unwritable.add(w.decision.instance_id)
+                    refused.add(w.pool_id)
+                    why = ("cannot claim or cordon: %s; the API server refuses this node's record, so the node "
+                           "is left as it is and the next node of the pool takes its place; every run tries it "
+                           "again" % exc)
+                    event(self.kube, w.decision.node_name, "MigRolloutFailed", why, warning=True)
+                    self._end(w, FAILED, why)
+                except KubeError as exc:
+                    self._end(w, FAILED, "cannot claim or cordon: %s" % exc)
+            todo = self._instead(refused, wave, results) if refused else []
+            wave.extend(todo)
+
+    def _run_wave(self, request: Any, wave: List[Any], results: Dict[str, dict]) -> None:
+        self._claim_wave(wave, results)
         try:
             self._drain([w for w in wave if w.result is None and w.progress.step == rp.CORDONED])
             self._apply(request, [w for w in wave if w.result is None

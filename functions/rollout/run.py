@@ -180,12 +180,15 @@ class Rollout:
                        "and %d s); the next invocation goes on" % (max(0, int(left)), needed,
                                                                   "drain, " if drain else "", WAVE_MARGIN_S))
 
-    def replan(self, pool_ids: Sequence[str], finished: Sequence[str]) -> Tuple[Dict[str, Decision],
-                                                                               Dict[str, WaveNode]]:
+    def replan(self, pool_ids: Sequence[str], finished: Sequence[str], unwritable: Sequence[str] = ()
+               ) -> Tuple[Dict[str, Decision], Dict[str, WaveNode]]:
         """The next wave of these pools, planned from the nodes as the API server has them now: new
         decisions for the members not ``finished`` in this invocation, and the wave nodes among them.
         The pool's labels are read again (``pools_now``): a pause stops new nodes; a changed partition
-        label ends this invocation's waves of the pool (the event of that change rolls to it)."""
+        label ends this invocation's waves of the pool (the event of that change rolls to it).
+        ``unwritable``: members whose claim the API server refused in this invocation (finished too): planned
+        as bystanders, not candidates, or with no record to show for the refusal they would take the wave's
+        place again; a record one holds (a killed run's) still takes its slot or stops the pool."""
         from functions.kube.nodes import NodeView
 
         fresh = {p.nodepool_id: p for p in self.pools_now()} if self.pools_now is not None else None
@@ -193,7 +196,7 @@ class Rollout:
         changed: Dict[str, Decision] = {}
         waves: Dict[str, WaveNode] = {}
         view = NodeView(self.kube)
-        done = set(finished)
+        done, refused = set(finished) | set(unwritable), set(unwritable)
         for pool_id in sorted(pool_ids):
             plan = self.pools[pool_id]
             pool = plan.pool if fresh is None else fresh.get(pool_id)
@@ -208,14 +211,18 @@ class Rollout:
             known = view.named([d.node_name or "" for d in plan.members])
             members = []
             for d in plan.members:
+                if d.instance_id in refused:
+                    continue  # a bystander now: a record it has (a killed run's) still counts, as any other's
                 if known.get(d.node_name or "") is None:
                     changed[d.instance_id] = d.model_copy(update=dict(
                         action=ACTION_DEFER, reason="the node is no longer a Kubernetes node; nothing is sent"))
                 else:
                     members.append(d)
+            if not members:
+                continue
             # Every member is planned, also those this invocation finished: their records (a stop) count.
             _plan_pool(pool_id, members, pool, known, labelled, plan.paths, self.settings, owner, now,
-                       changed, waves, mine={d.node_name for d in plan.members})
+                       changed, waves, mine={d.node_name for d in plan.members if d.instance_id not in refused})
         changed = {iid: d for iid, d in changed.items() if iid not in done}
         waves = {iid: w for iid, w in waves.items() if iid not in done}
         self.decided.update(changed)

@@ -1,0 +1,102 @@
+"""A wave node whose claim the API server refuses for a reason of its own fails alone (docs/operations.md,
+"Each node of the wave").
+
+Another party filled node-a's annotations to within 200 bytes of the API server's 262,144-byte limit, so every
+write of the rollout's record on it is a 422 Invalid ``metadata.annotations: Too long`` (an admission webhook
+that denies the node's patches answers 403 the same way). The claim cannot leave a record on such a node, so
+every plan sees it fresh and puts it first; it failed at its claim and used up the wave's place, and with one
+wave per invocation (the template's default) node-b and node-c were deferred by every timer run for good. Now
+the refused node fails at once and the wave takes the next node in the same invocation.
+
+Through ``run_event`` (the timer's manual payload) against the test Kubernetes API server, with the played
+nodes of tests/rollout/conftest.py."""
+
+import pytest
+
+from tests.rollout.conftest import NAMES, NEW, OLD, capacity, node_labels
+from tests.support.kubeapi import ANNOTATIONS_LIMIT
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
+
+BIG = "example.com/inventory"  # another party's annotation, e.g. an agent's inventory dump
+
+
+def outcomes(result):
+    return {n["node_name"]: n["outcome"] for n in result.nodes}
+
+
+def reasons(result):
+    return {n["node_name"]: n["reason"] for n in result.nodes}
+
+
+def add_nodes(cluster, full="node-a"):
+    for n in NAMES:
+        # within 200 bytes of the limit: the rollout's record (a few hundred bytes) no longer fits
+        annotations = {BIG: "x" * (ANNOTATIONS_LIMIT - 200 - len(BIG))} if n == full else {}
+        cluster.api.add_node(n, labels=node_labels(OLD), annotations=annotations, capacity=capacity(OLD))
+
+
+def test_a_node_that_refuses_its_claim_fails_alone_and_the_others_are_rolled_out(cluster):
+    add_nodes(cluster)
+    seen = []
+    for _ in range(3):  # one wave per invocation (the default): node-b, then node-c
+        result = cluster.run()
+        seen.append(outcomes(result))
+        why = reasons(result)["node-a"]
+        assert outcomes(result)["node-a"] == "failed", why
+        assert why.startswith("cannot claim or cordon: ") and "422" in why and "Too long" in why, why
+        assert "\n" not in why
+        if all(cluster.annotation(n) and cluster.annotation(n)["step"] == "done" for n in ("node-b", "node-c")):
+            break
+    assert [s["node-b"] for s in seen[:2]] == ["partitioned", "skipped"], seen
+    assert [s["node-c"] for s in seen[:2]] == ["deferred", "partitioned"], seen
+    assert cluster.transport.seen == ["node-b", "node-c"]
+    assert not any(cluster.unschedulable(n) for n in NAMES)
+    assert cluster.annotation("node-a") is None  # nothing written on it, its labels untouched
+    assert cluster.api.nodes["node-a"]["metadata"]["labels"] == node_labels(OLD)
+    # the pool's budget was given back by the refused node: no slot of node-a is left in the Lease
+    assert not any("node-a" in str(lease.get("spec")) for lease in cluster.api.leases.values())
+    # an invocation with time for several waves rolls both in one run, node-a refused once
+    cluster.api.nodes.clear()
+    cluster.api.leases.clear()
+    cluster.transport.seen.clear()
+    add_nodes(cluster)
+    result = cluster.run(ACK_MIG_INVOCATION_TIMEOUT_S="86400")
+    assert outcomes(result) == {"node-a": "failed", "node-b": "partitioned", "node-c": "partitioned"}
+    assert cluster.transport.seen == ["node-b", "node-c"]
+    assert [n.get("wave") for n in sorted(result.nodes, key=lambda n: n["node_name"])] == [1, 1, 2]
+    assert NEW in str(cluster.annotation("node-c"))
+
+
+def test_a_webhook_that_denies_one_nodes_claim_leaves_the_wave_to_the_next_node(cluster):
+    """A 403 from an admission webhook on node-b's writes: node-b fails with the denial, node-a and node-c are
+    rolled in the same invocation (wave 2 planned without node-b, which with no record came first again)."""
+    add_nodes(cluster, full=None)
+    cluster.api.break_next(times=50, status=403, method="PATCH", path="/api/v1/nodes/node-b")
+    result = cluster.run(ACK_MIG_INVOCATION_TIMEOUT_S="86400")
+    assert outcomes(result) == {"node-a": "partitioned", "node-b": "failed", "node-c": "partitioned"}, reasons(result)
+    assert reasons(result)["node-b"].startswith("cannot claim or cordon: ") and "403" in reasons(result)["node-b"]
+    assert cluster.transport.seen == ["node-a", "node-c"]
+    assert [e["involvedObject"]["name"] for e in cluster.events("MigRolloutFailed")] == ["node-b"]
+
+
+def test_a_refused_node_that_a_killed_run_left_disrupted_still_holds_the_pools_budget(cluster):
+    """The node taken in the refused node's place is planned with the refused one as a bystander: node-a, left
+    cordoned and drained by a killed run (its record still counts), refuses the takeover's write, and no other
+    node is cordoned beside it (max-unavailable 1)."""
+    import json
+
+    from functions.decision.waves import PROGRESS_ANNOTATION, Progress
+
+    add_nodes(cluster, full=None)
+    record = Progress("sequence=%s" % NEW, "drained", True, 900.0, "", "killed-run", 950.0).to_annotation()
+    room = ANNOTATIONS_LIMIT - 20 - len(BIG) - len(PROGRESS_ANNOTATION) - len(record)  # the takeover does not fit
+    cluster.api.update_node("node-a", lambda node: (node["metadata"]["annotations"].update(
+        {BIG: "x" * room, PROGRESS_ANNOTATION: record}), node["spec"].update(unschedulable=True)))
+    result = cluster.run(ACK_MIG_INVOCATION_TIMEOUT_S="86400")
+    assert outcomes(result) == {"node-a": "failed", "node-b": "deferred", "node-c": "deferred"}, reasons(result)
+    assert "Too long" in reasons(result)["node-a"]
+    assert "waits for a later wave" in reasons(result)["node-b"], reasons(result)["node-b"]
+    assert cluster.transport.seen == [] and not cluster.unschedulable("node-b") and not cluster.unschedulable("node-c")
+    assert json.loads(cluster.api.nodes["node-a"]["metadata"]["annotations"][PROGRESS_ANNOTATION])["owner"] == \
+        "killed-run"
