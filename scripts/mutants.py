@@ -371,6 +371,12 @@ MUTANTS = (
            ("tests/rollout/test_claim_refused.py",),
            "the next wave of the invocation puts the node that refused its claim first again: no node of the pool "
            "starts after it in that invocation"),
+    mutant("refused-claim-told-as-stopped", "functions/pipeline/notify.py",
+           "and nodes[d.instance_id].get(\"code\") not in (TAINT_NOT_REMOVED, CLAIM_REFUSED)]",
+           "and nodes[d.instance_id].get(\"code\") != TAINT_NOT_REMOVED]",
+           ("tests/rollout/test_claim_refused.py",),
+           "a node whose claim was refused (nothing recorded, the pool goes on) is told as a stopped rollout at every "
+           "run, with a hint to remove an annotation that is not there"),
     mutant("relist-forgets-earlier-pools", "functions/pipeline/auto_pool.py",
            "            counted.update(earlier_pools_pods(earlier))\n        return pending, listed",
            "            pass\n        return pending, listed",

@@ -44,6 +44,9 @@ DEFERRED, DRAIN_TIMEOUT, FAILED, SKIPPED = "deferred", "drain-timeout", "failed"
 DRAIN_REFUSED = "drain-refused"  # the API server refuses an eviction for good (a pod under several budgets)
 GONE = "gone"  # the Node was deleted (the autoscaler, a spot reclaim, a person) while the wave worked on it
 DESTROY_REQUIRED = rp.DESTROY_REQUIRED  # the node refused a destroy-nothing apply; the next plan drains it
+# The code of a failed node whose claim the API server refused (NodeRefused): nothing recorded, so the pool's
+# rollout is not stopped by it (functions.pipeline.notify tells it as a failed node, not a stopped rollout).
+CLAIM_REFUSED = "claim-refused"
 POLL_S = 2.0
 CAS_ATTEMPTS = 5  # writes in a row that may meet a newer version of the node before the step gives up
 
@@ -508,7 +511,7 @@ class RolloutExecutor:
                            "is left as it is and the next node of the pool takes its place; every run tries it "
                            "again" % exc)
                     event(self.kube, w.decision.node_name, "MigRolloutFailed", why, warning=True)
-                    self._end(w, FAILED, why)
+                    self._end(w, FAILED, why, base={"code": CLAIM_REFUSED})
                 except KubeError as exc:
                     self._end(w, FAILED, "cannot claim or cordon: %s" % exc)
             todo = self._instead(refused, wave, results) if refused else []

@@ -100,3 +100,19 @@ def test_a_refused_node_that_a_killed_run_left_disrupted_still_holds_the_pools_b
     assert cluster.transport.seen == [] and not cluster.unschedulable("node-b") and not cluster.unschedulable("node-c")
     assert json.loads(cluster.api.nodes["node-a"]["metadata"]["annotations"][PROGRESS_ANNOTATION])["owner"] == \
         "killed-run"
+
+
+def test_the_refusal_is_a_failed_node_not_a_stopped_rollout(cluster):
+    """The webhook hears node-a's failure (`node-failed`, its code `claim-refused`), never that the pool's
+    rollout stopped: nothing was recorded on node-a, there is no annotation to remove, and the pool goes on."""
+    from tests.support.webhook import Webhook
+
+    add_nodes(cluster)
+    with Webhook() as hook:
+        runs = [cluster.run(ACK_MIG_NOTIFY_URL=hook.url()) for _ in range(2)]
+        lines = hook.lines()
+    assert [outcomes(r)["node-c"] for r in runs] == ["deferred", "partitioned"]
+    assert "rollout-stopped" not in [line["kind"] for line in lines], [line["text"] for line in lines]
+    failed = [line for line in lines if line["kind"] == "node-failed"]
+    assert failed and failed[0]["nodes"][0]["node_name"] == "node-a"
+    assert failed[0]["nodes"][0]["code"] == "claim-refused" and "1 claim-refused" in failed[0]["text"]
