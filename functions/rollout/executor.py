@@ -27,6 +27,7 @@ is polled again until the capacity deadline, a pod list until the drain deadline
 
 import hashlib
 import logging
+import re
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -72,11 +73,20 @@ class NodeGone(Exception):
 class NodeRefused(KubeError):
     """The API server refused the claim's write for a cause of the node's own, which no retry and no later run
     changes: a 4xx other than 401 (the credentials: every node's), 404 (gone), 409 (a newer version) and 429
-    (throttling), e.g. a 422 for annotations another party filled to the size limit, a webhook's 403."""
+    (throttling), e.g. a 422 for annotations another party filled to the size limit, a webhook's 403. Not
+    RBAC's 403 (``nodes "x" is forbidden: User "u" cannot patch resource "nodes"``): the function's Role is
+    every node's cause, and failing each node of the pool at once for it sent an alert per node per run."""
+
+
+# kube-apiserver's authorizer words every RBAC refusal so (k8s.io/apiserver endpoints/handlers/responsewriters
+# ForbiddenStatusError: "<resource> \"<name>\" is forbidden: User \"<user>\" cannot <verb> resource ...");
+# an admission webhook's or policy's 403 names the webhook or policy instead.
+_RBAC_FORBIDDEN = re.compile(r'is forbidden: User ".*" cannot [a-z]+ resource ')
 
 
 def _refusal(exc: KubeError) -> KubeError:
-    if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (401, 404, 409, 429):
+    if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (401, 404, 409, 429) and \
+            not (exc.status == 403 and _RBAC_FORBIDDEN.search(str(exc))):
         return NodeRefused(" ".join(str(exc).split()), exc.status)  # one line: it becomes the node's reason
     return exc
 

@@ -690,12 +690,13 @@ class KubeApiServer:
         with self.lock:
             self._throttles.append([times, retry_after, method, path])
 
-    def break_next(self, times=1, status=503, method=None, path=None):
-        # type: (int, Optional[int], Optional[str], Optional[str]) -> None
+    def break_next(self, times=1, status=503, method=None, path=None, message="injected failure"):
+        # type: (int, Optional[int], Optional[str], Optional[str], str) -> None
         """The next ``times`` matching requests fail: with ``status`` (a Status body, as an overloaded or
-        restarting API server answers), or, with ``status=None``, the connection is closed unanswered."""
+        restarting API server answers, its ``message`` as given: e.g. the words RBAC or a webhook refuses
+        with), or, with ``status=None``, the connection is closed unanswered."""
         with self.lock:
-            self._throttles.append([times, ("break", status), method, path])
+            self._throttles.append([times, ("break", status, message), method, path])
 
     def hold_next(self, method, path, timeout=20.0):
         # type: (str, str, float) -> Hold
@@ -956,7 +957,7 @@ def _handler_for(api):
                 self.close_connection = True
                 return None
             if isinstance(injected, tuple):
-                return self._refuse(Refused(injected[1], "injected failure"), record)
+                return self._refuse(Refused(injected[1], injected[2]), record)
             if injected is not None:
                 return self._send(429, THROTTLED_TEXT.encode(), "text/plain; charset=utf-8", record,
                                   {"Retry-After": str(injected), "X-Content-Type-Options": "nosniff"})
