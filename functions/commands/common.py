@@ -321,6 +321,7 @@ def reach_cloud(config: "settings.Settings") -> None:
     from urllib.parse import urlsplit
 
     from functions.base.endpoints import resolve, url_of
+    from functions.commands.stack.unreachable import fix
 
     env = settings.environment()
     if any(env.get(name) for name in PROXY_VARIABLES) or not (config.region or config.cs_endpoint):
@@ -328,7 +329,7 @@ def reach_cloud(config: "settings.Settings") -> None:
     endpoint = resolve("cs", config.region, config.cs_endpoint)
     split = urlsplit(url_of(endpoint))
     connect("the ACK API", split.hostname or "", split.port or (443 if endpoint.protocol == "https" else 80),
-            "check this machine's internet access (or set HTTPS_PROXY)")
+            fix("cs"))  # the override when one set it, else the network and the region, as every call says
 
 
 def one_deadline(client):

@@ -16,7 +16,8 @@ from typing import Any, Dict, Optional
 
 from functions.base import settings
 from functions.commands import common
-from functions.commands.stack.exit_codes import CloudError
+from functions.commands.stack.exit_codes import EXIT_USAGE, CloudError
+from functions.commands.stack.unreachable import said
 
 TIMEOUT_S = 30  # the whole call: an async invocation is only queued, FC answers at once
 # FC's limit on an asynchronous invocation's payload (FC 3.0 "Limits": 128 KB for an async request)
@@ -99,6 +100,9 @@ def invoke_async(region: str, keys, function: str, body: bytes) -> Dict[str, str
     except Exception as exc:  # the SDK's exception types vary by version; code and message are common
         if guard.fired:
             raise InvokeError("FC InvokeFunction of %s: no answer within %ds" % (function, TIMEOUT_S)) from None
+        unreached = said("fc", exc)  # nothing answers at the address: the line every command says (exit 2)
+        if unreached:
+            raise InvokeError(unreached, exit_code=EXIT_USAGE) from None
         code = str(getattr(exc, "code", "") or type(exc).__name__)
         message = " ".join(str(getattr(exc, "message", "") or exc).split())[:300]
         text = "FC InvokeFunction of %s failed: %s: %s" % (function, code, message)

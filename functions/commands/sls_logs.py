@@ -27,7 +27,8 @@ from typing import Any, Callable, Dict, List, Optional
 from functions.base import settings
 from functions.base.event_result import NODE_OUTCOMES, OUTCOMES as EVENT_OUTCOMES
 from functions.commands import common
-from functions.commands.stack.exit_codes import CloudError
+from functions.commands.stack.exit_codes import EXIT_USAGE, CloudError
+from functions.commands.stack.unreachable import said
 
 PAGE = 100  # GetLogs' most lines per call (SLS API GetLogs: "line ... 0 to 100")
 TIMEOUT_S = 30
@@ -212,6 +213,9 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
             if guard.fired:
                 raise LogsError("SLS GetLogs of %s/%s: no answer within %ds" % (project, logstore, TIMEOUT_S)) \
                     from None
+            unreached = said("sls", exc)  # nothing answers at the address: as every command says it (exit 2)
+            if unreached:
+                raise LogsError(unreached, exit_code=EXIT_USAGE) from None
             code = " ".join(str(getattr(exc, "code", "") or type(exc).__name__).split())[:64]
             message = " ".join(str(getattr(exc, "message", "") or exc).split())[:300]
             hint = ""

@@ -16,7 +16,8 @@ import os
 from typing import Any, NamedTuple, Optional
 
 from functions.base.deadline import Guard, urllib3_guarded
-from functions.commands.stack.exit_codes import CloudError
+from functions.commands.stack.exit_codes import EXIT_USAGE, CloudError
+from functions.commands.stack.unreachable import said
 
 
 class CredentialsMissing(ValueError):
@@ -174,6 +175,9 @@ def account_id(keys: Keys, region: str, endpoint: Optional[Any] = None, timeout_
     except Exception as exc:  # the SDK's exception types vary by version; code and message are common
         if guard.fired:
             exc = TimeoutError("no complete answer within %ds" % timeout_s)
+        unreached = None if guard.fired else said("sts", exc)  # nothing answers there: as every command says it
+        if unreached:
+            raise AccountUnknown(unreached, exit_code=EXIT_USAGE) from None
         code = getattr(exc, "code", "") or type(exc).__name__
         message = " ".join(str(getattr(exc, "message", "") or (exc if guard.fired else "")).split())[:200]
         raise AccountUnknown("STS GetCallerIdentity failed (the account id names and guards the code bucket): "

@@ -37,7 +37,8 @@ EXIT_CODES: Tuple[Tuple[int, str], ...] = (
                   "could not be written (> /dev/full)"),
     (EXIT_USAGE, "usage or input: an option, argument, file, setting or template parameter is wrong or missing, "
                  "no credentials were found, a confirmation was refused or cannot be asked, stdout is closed "
-                 "(>&-); an API nothing answers at, found by the first connection"),
+                 "(>&-); an API nothing answers at, found by the first connection or by a call that could not "
+                 "connect"),
     (EXIT_STRICT, "invoke --strict: a decision ended error or a node failed"),
     (EXIT_CREDENTIALS, "the cloud refused the credentials: unknown access key, wrong secret, missing or expired "
                        "STS token"),

@@ -57,6 +57,18 @@ def _message(exc: BaseException) -> str:
     return " ".join(text.split())[:300]
 
 
+def _failed(action: str, exc: BaseException) -> StackError:
+    """The error of a call that failed: a connection never made is said as every command says it (exit 2:
+    nothing answers at that address, unreachable.said), else ROS's code and message."""
+    from functions.commands.stack.exit_codes import EXIT_USAGE
+    from functions.commands.stack.unreachable import said
+
+    unreached = said("ros", exc)
+    if unreached:
+        return StackError(unreached, exit_code=EXIT_USAGE)
+    return StackError("ROS %s failed: %s: %s" % (action, _code(exc), _message(exc)), _code(exc))
+
+
 class Stacks:
     def __init__(self, region: str, keys: Keys, endpoint: Optional[Endpoint] = None, timeout_s: int = 30,
                  sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> None:
@@ -131,7 +143,7 @@ class Stacks:
         try:
             response = self._attempt(fn, end)
         except Exception as exc:  # the SDK's exception types vary by version; code and message are common
-            raise StackError("ROS %s failed: %s: %s" % (action, _code(exc), _message(exc)), _code(exc)) from None
+            raise _failed(action, exc) from None
         return response.body.to_map() if response.body is not None else {}
 
     # ---- reads ----
@@ -160,7 +172,7 @@ class Stacks:
         except Exception as exc:
             if _code(exc) == "StackNotFound":
                 return None
-            raise StackError("ROS GetStack failed: %s: %s" % (_code(exc), _message(exc)), _code(exc)) from None
+            raise _failed("GetStack", exc) from None
         return response.body.to_map() if response.body is not None else {}
 
     def events(self, stack_id: str, end: Optional[float] = None) -> List[Dict[str, Any]]:
@@ -228,7 +240,7 @@ class Stacks:
         except Exception as exc:
             if _code(exc) == UNCHANGED_CODE and "same" in _message(exc).lower():
                 return False
-            raise StackError("ROS UpdateStack failed: %s: %s" % (_code(exc), _message(exc)), _code(exc)) from None
+            raise _failed("UpdateStack", exc) from None
         return True
 
     # ---- plans (deploy --dry-run): read-only for the stack ----

@@ -228,6 +228,18 @@ def _client(keys: Keys, region: str, bucket: str, endpoint: Optional[Endpoint], 
     return _Bounded(oss2.Bucket(auth, url, bucket, connect_timeout=timeout_s, region=region), timeout_s, url), url
 
 
+def _unreached(url: str, exc: BaseException) -> UploadError:
+    """A request that got no answer: a connection never made is said as every command says it (exit 2, with
+    what sets the endpoint); anything else (a reset, a read cut short) names OSS's address and its kind."""
+    from functions.commands.stack.exit_codes import EXIT_USAGE
+    from functions.commands.stack.unreachable import said
+
+    unreached = said("oss", exc)
+    if unreached:
+        return UploadError(unreached, exit_code=EXIT_USAGE)
+    return UploadError("cannot reach OSS at %s: %s" % (url, type(exc).__name__))
+
+
 def _refused(what: str, exc: BaseException, default_exit: Optional[int] = None) -> UploadError:
     code = str(getattr(exc, "code", "") or "")
     return UploadError("%s: %s" % (what, _describe(exc)), code, default_exit)
@@ -269,7 +281,7 @@ def _check_bucket(client, url: str, bucket: str, key: str, account: str, region:
         raise UploadError("cannot read OSS bucket %s: %s (a bucket of another account answers so: choose your own "
                           "with --bucket NAME)" % (bucket, _describe(exc)), "AccessDenied", EXIT_CONFLICT) from None
     except oss2.exceptions.RequestError as exc:  # (an OssError too: caught first)
-        raise UploadError("cannot reach OSS at %s: %s" % (url, type(exc).__name__)) from None
+        raise _unreached(url, exc) from None
     except oss2.exceptions.OssError as exc:
         raise _refused("cannot read OSS bucket %s" % bucket, exc) from None
     owner, acl = str(getattr(info.owner, "id", "") or ""), str(getattr(info.acl, "grant", "") or "")
@@ -387,7 +399,7 @@ def prune(keys: Keys, region: str, bucket: str, prefix: str, in_use: str, keep: 
         for key in plan.deleted:
             client.delete_object(key)
     except oss2.exceptions.RequestError as exc:
-        raise UploadError("cannot reach OSS at %s: %s" % (url, type(exc).__name__)) from None
+        raise _unreached(url, exc) from None
     except oss2.exceptions.OssError as exc:
         raise _refused("cannot prune the old packages in oss://%s/%s" % (bucket, prefix), exc) from None
     return plan
