@@ -170,6 +170,16 @@ def _kept(items: object, prefixes: Tuple[str, ...], texts: bool = True) -> Dict[
             if isinstance(k, str) and k.startswith(prefixes) and (isinstance(v, str) or not texts)}
 
 
+def _cordoned(value: object) -> bool:
+    """``spec.unschedulable``: the API serves a boolean, left out when false. A value of another type (a string,
+    0, a list: a mangled Node) cannot be told cordoned or not, and is the one exception to the reader rule's
+    "reads as absent": it reads as cordoned by someone else. The flag decides whether the rollout records a
+    cordon as its own, and it lifts only its own; read as not cordoned, such a node's cordon, whoever set it,
+    would be recorded as ours and lifted at the end. Read as cordoned, the worst is a node left cordoned with an
+    event that says so, and one node fewer in the pool's budget."""
+    return value is not None and value is not False
+
+
 @dataclass(frozen=True)
 class KubeNode:
     """What the Kubernetes API says about one node (or the snapshot's ``kube_nodes`` entry): only the
@@ -197,7 +207,7 @@ class KubeNode:
         name = meta.get("name")
         return cls(name=name if isinstance(name, str) else "", labels=_kept(meta.get("labels"), KEPT_LABELS),
                    annotations=_kept(meta.get("annotations"), KEPT_ANNOTATIONS),
-                   unschedulable=bool(spec.get("unschedulable")),
+                   unschedulable=_cordoned(spec.get("unschedulable")),
                    allocatable=_kept(status.get("allocatable"), KEPT_RESOURCES, texts=False),
                    taints=tuple("%s:%s" % (t.get("key"), t.get("effect")) for t in objects(spec.get("taints"))),
                    resource_version=str(meta.get("resourceVersion") or ""),

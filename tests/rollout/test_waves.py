@@ -124,6 +124,20 @@ def test_a_node_cordoned_by_someone_else_stays_cordoned(cluster):
     assert "stays cordoned" in cluster.events("MigRolloutCordon")[0]["message"]
 
 
+@pytest.mark.parametrize("value", ["false", "", 0, [], "true"], ids=repr)
+def test_a_cordon_of_another_type_than_a_boolean_is_someone_elses_and_is_never_lifted(cluster, value):
+    """The API serves spec.unschedulable as a boolean; a mangled Node (a string, 0, a list) cannot be told
+    cordoned or not. bool() read the empty ones as not cordoned: the rollout cordoned the node as its own and
+    lifted the cordon at the end, someone else's perhaps. Any such value now reads as cordoned by someone else:
+    the rollout never records or lifts it (and the budget counts the node unavailable)."""
+    cluster.add_nodes(["node-a"])
+    cluster.api.nodes["node-a"]["spec"]["unschedulable"] = value
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert outcomes(result) == {"node-a": "partitioned"}
+    assert cluster.annotation("node-a")["cordoned"] is False and cluster.unschedulable("node-a")
+    assert "stays cordoned" in cluster.events("MigRolloutCordon")[0]["message"]
+
+
 def test_a_failed_apply_uncordons_and_stops_the_pool(cluster):
     cluster.add_nodes()
     cluster.transport.fail = {"node-a"}
