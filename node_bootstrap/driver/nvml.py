@@ -183,15 +183,22 @@ class NvmlReader(object):
         unreadable = {}  # type: Dict[int, NodeFailure]
         for index in range(self.count()):
             try:
-                gpus.append(self.read_gpu(index))
+                gpus.append(self.read_gpu(index, strict=True))
             except NodeFailure as exc:
                 unreadable[index] = exc
+            except self.nv.NVMLError as exc:
+                # Any other answer on this GPU (UNKNOWN, TIMEOUT: its handle, its MIG mode) leaves only what it
+                # holds unknown, as a lost GPU does; it failed the report of every GPU.
+                unreadable[index] = NvmlReadError("GPU %d: NVML answered %s; what it holds is unknown"
+                                                  % (index, self.error_text(exc)), code="nvml-error")
         return gpus, unreadable
 
-    def read_gpu(self, index):
-        # type: (int) -> LiveGpu
+    def read_gpu(self, index, strict=False):
+        # type: (int, bool) -> LiveGpu
+        """``strict`` (read_each, for a report of what the GPU holds): a MIG mode NVML cannot tell, for another
+        reason than a GPU without MIG, raises instead of reading as no mode, which reported the GPU empty."""
         try:
-            return self._read_gpu(index)
+            return self._read_gpu(index, strict)
         except self.nv.NVMLError as exc:
             if self._is(exc, "NVML_ERROR_GPU_IS_LOST"):
                 raise GpuLost("GPU %d is lost (NVML GPU_IS_LOST): it has fallen off the bus or is otherwise "
@@ -207,8 +214,8 @@ class NvmlReader(object):
         """pynvml's NVMLLibraryMismatchError (pynvml 11.5+), or a class nothing raises."""
         return getattr(self.nv, "NVMLLibraryMismatchError", _NeverRaised)
 
-    def _read_gpu(self, index):
-        # type: (int) -> LiveGpu
+    def _read_gpu(self, index, strict=False):
+        # type: (int, bool) -> LiveGpu
         nv = self.nv
         notes = []  # type: List[str]
         dev = self.handle(index)
@@ -220,7 +227,7 @@ class NvmlReader(object):
         bus_id = ""
         if pci is not None:
             bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
-        mode = self._try(notes, "MIG mode", nv.nvmlDeviceGetMigMode, dev)
+        mode = self._mig_mode(dev, notes) if strict else self._try(notes, "MIG mode", nv.nvmlDeviceGetMigMode, dev)
         current, pending = (int(mode[0]), int(mode[1])) if mode is not None else (None, None)
         profiles = ()  # type: Tuple[LiveProfile, ...]
         gis = ()  # type: Tuple[LiveGi, ...]
@@ -238,6 +245,20 @@ class NvmlReader(object):
         return LiveGpu(index, name, int(pci.pciDeviceId) if pci is not None else None, bus_id, uuid,
                        current, pending, profiles, gis, pids, tuple(notes), pids_unreadable, pids_missing,
                        processes, int(minor) if minor is not None else None, mig_devices, mig_unreadable)
+
+    def _mig_mode(self, dev, notes):
+        # type: (Any, List[str]) -> Any
+        """The MIG mode, None where the GPU has none (NOT_SUPPORTED: no MIG; a driver or pynvml without the
+        call); any other NVML answer is raised: the GPU's instances cannot be told from none."""
+        try:
+            return self.nv.nvmlDeviceGetMigMode(dev)
+        except self.nv.NVMLError as exc:
+            if not self._is(exc, "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND"):
+                raise
+            notes.append("MIG mode: %s" % self.error_text(exc))
+        except (AttributeError, TypeError) as exc:
+            notes.append("MIG mode: unavailable in this pynvml (%s)" % exc.__class__.__name__)
+        return None
 
     def _mig_devices(self, dev):
         # type: (Any) -> Tuple[Tuple[LiveMigDevice, ...], str]

@@ -341,6 +341,37 @@ def test_report_holders_reports_the_healthy_gpus_and_a_lost_one_as_null(tmp_path
     assert again.rc == 0 and again.json["written"] and again.json["holders"]["gpus"] == {"0": [], "1": []}
 
 
+@pytest.mark.parametrize("fault, said", [
+    ("gpu-error:1:nvmlDeviceGetHandleByIndex:999", "GPU 1: NVML answered Unknown Error (NVML error 999)"),
+    ("gpu-error:1:nvmlDeviceGetMigMode:999", "GPU 1: NVML answered Unknown Error (NVML error 999)"),
+    ("gpu-error:1:nvmlDeviceGetGpuInstances:10", "GPU 1: listing GPU instances of profile"),
+    ("gpu-error:1:nvmlComputeInstanceGetInfo:10", "GPU 1: compute instance info failed"),
+])
+def test_report_holders_reports_a_gpu_nvml_cannot_read_as_null_and_the_others_as_they_are(tmp_path, fault, said):
+    """Another NVML answer than GPU_IS_LOST on one GPU: its handle's lookup answering UNKNOWN failed the round
+    for every GPU (exit 1, no report), and a MIG mode that could not be read reported the GPU as holding
+    nothing ([], its three instances unseen). Now that GPU is null, as a lost one, and the others are reported."""
+    node = Node(tmp_path)
+    node.kube_args = []  # the annotation goes to the simulated node's stand-in
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    res = node.run("--sim-fault", fault, "report-holders")
+    assert res.rc == 0 and res.json["outcome"] == "success" and res.json["written"], res.stderr
+    rows = [["3g.20gb", 0, None], ["2g.10gb", 4, None], ["1g.5gb", 6, None]]
+    assert res.json["holders"]["gpus"] == {"0": rows, "1": None}
+    assert said in " ".join(res.stderr.split()), res.stderr
+
+
+def test_the_gpu_error_fault_is_refused_in_one_line_naming_its_form():
+    from node_bootstrap.driver.sim.faults import FaultError, parse_faults
+
+    assert parse_faults(["gpu-error:1:nvmlDeviceGetGpuInstances:999"]).gpu_error == (
+        (1, "nvmlDeviceGetGpuInstances", 999),)
+    for bad in ("gpu-error:1:GetGpuInstances:999", "gpu-error:1:nvmlDeviceGetGpuInstances:0", "gpu-error:x"):
+        with pytest.raises(FaultError, match="gpu-error takes a GPU index, an NVML entry point and an NVML error "
+                                             "code"):
+            parse_faults([bad])
+
+
 @pytest.mark.parametrize("after", [6, 8])
 def test_a_gpu_lost_after_the_run_changed_another_reports_the_change_and_the_rerun_converges(tmp_path, after):
     """No test had a GPU lost after the run already changed another (found by a review). Going from SEQ to

@@ -35,6 +35,10 @@ KINDS = {
                          "answers GPU_IS_LOST",
     "gpu-lost-after:GPU:N": "GPU GPU falls off the bus right after this process's N-th mutating call (on any GPU): "
                             "from then on its handle and every call on it answer GPU_IS_LOST",
+    "gpu-error:GPU:CALL:CODE": "NVML answers error CODE (nvml.h's number, e.g. 999 UNKNOWN, 10 TIMEOUT) to every "
+                               "call whose entry point starts with CALL (e.g. nvmlDeviceGetGpuInstances) on GPU GPU, "
+                               "its handle's lookup or a handle of it or its instances; the other GPUs answer as usual "
+                               "(repeatable)",
     "hung-mount": "the node's files named like a GPU device that --gpu-device-glob does not name are on a mount "
                   "that never answers (a FUSE daemon that does not reply): the holder scan's stat of such an "
                   "open file waits for good",
@@ -46,6 +50,8 @@ _COUNT = re.compile(r"^[0-9]{1,4}\Z")  # ASCII digits only
 _PROCESS_ON = re.compile(r"^process-on:([0-9]{1,2}):([0-9]{1,2})\Z")
 _GPU_LOST = re.compile(r"^(gpu-lost|gpu-lost-late):([0-9]{1,2})\Z")
 _GPU_LOST_AFTER = re.compile(r"^gpu-lost-after:([0-9]{1,2}):([0-9]{1,4})\Z")
+# nvml.h's return codes are 1..999 (NVML_ERROR_UNKNOWN 999); an entry point's name, letters, digits and _
+_GPU_ERROR = re.compile(r"^gpu-error:([0-9]{1,2}):(nvml[A-Za-z0-9_]{1,80}):([1-9][0-9]{0,2})\Z")
 _DRIVER = re.compile(r"^driver:([0-9]{3})\.[0-9]{1,3}(\.[0-9]{1,3})?\Z")
 
 
@@ -79,6 +85,8 @@ class Faults(typing.NamedTuple):
     gpu_lost_late: typing.Tuple[int, ...] = ()  # GPU indices whose calls, after the handle, answer GPU_IS_LOST
     # (GPU index, N): the GPU is lost once the process made N mutating calls (a run that already changed others)
     gpu_lost_after: typing.Tuple[typing.Tuple[int, int], ...] = ()
+    # (GPU index, entry point prefix, NVML error code): that GPU's calls of that entry point answer the code
+    gpu_error: typing.Tuple[typing.Tuple[int, str, int], ...] = ()
 
 
 def parse_faults(items):
@@ -86,6 +94,7 @@ def parse_faults(items):
     values = {}  # type: typing.Dict[str, typing.Any]
     process_on = []  # type: typing.List[typing.Tuple[int, int]]
     lost_after = []  # type: typing.List[typing.Tuple[int, int]]
+    errors = []  # type: typing.List[typing.Tuple[int, str, int]]
     for raw in items:
         item = raw.strip()
         if item.startswith("gpu-lost-after:"):
@@ -94,6 +103,13 @@ def parse_faults(items):
                 raise FaultError("gpu-lost-after takes a GPU index and a number of mutating calls, "
                                  "e.g. gpu-lost-after:1:10")
             lost_after.append((int(match.group(1)), int(match.group(2))))
+            continue
+        if item.startswith("gpu-error:"):
+            match = _GPU_ERROR.match(item)
+            if not match:
+                raise FaultError("gpu-error takes a GPU index, an NVML entry point and an NVML error code (1-999), "
+                                 "e.g. gpu-error:1:nvmlDeviceGetGpuInstances:999")
+            errors.append((int(match.group(1)), match.group(2), int(match.group(3))))
             continue
         if item.startswith("process-on:"):
             match = _PROCESS_ON.match(item)
@@ -124,4 +140,5 @@ def parse_faults(items):
         values[item.replace("-", "_")] = True
     values["process_on"] = tuple(process_on)
     values["gpu_lost_after"] = tuple(sorted(set(lost_after)))
+    values["gpu_error"] = tuple(sorted(set(errors)))
     return Faults(**values)

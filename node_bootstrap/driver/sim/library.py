@@ -29,7 +29,8 @@ MUTATING = ("nvmlDeviceSetMigMode", "nvmlDeviceCreateGpuInstanceWithPlacement", 
             "nvmlGpuInstanceCreateComputeInstance", "nvmlComputeInstanceDestroy")
 
 _ERROR_TEXT = {0: "Success", 2: "Invalid Argument", 3: "Not Supported", 4: "Insufficient Permissions",
-               6: "Not Found", 7: "Insufficient Size", 13: "Function Not Found", 15: "GPU is lost", 16: "GPU requires restart",
+               6: "Not Found", 7: "Insufficient Size", 10: "Timeout", 13: "Function Not Found", 15: "GPU is lost",
+               16: "GPU requires restart",
                19: "In use by another client", 23: "Insufficient resources", 999: "Unknown Error"}
 
 
@@ -67,6 +68,18 @@ def _on_lost_gpu(name, args, lost):
         return False
     handle = args[0]
     return bool(handle) and handle >= _DEV and handle // _DEV - 1 in lost
+
+
+def _on_gpu(name, args, gpu):
+    # type: (str, Tuple[Any, ...], int) -> bool
+    """Whether a call concerns GPU ``gpu``: its handle's lookup by index, or a call on a handle of it or of its
+    GPU and compute instances (the handles encode the GPU)."""
+    if name.startswith("nvmlDeviceGetHandleByIndex"):
+        return bool(args) and args[0] == gpu
+    if not (name.startswith(("nvmlDevice", "nvmlGpuInstance", "nvmlComputeInstance")) and args):
+        return False
+    handle = args[0]
+    return bool(handle) and handle >= _DEV and handle // _DEV - 1 == gpu
 
 
 def _put_uint(address, value):
@@ -249,6 +262,9 @@ class SimNvmlLibrary(object):
                 lost = self.faults.gpu_lost_late + self._lost_by_now()
                 if lost and _on_lost_gpu(name, args, lost):
                     return driver.ERROR_GPU_IS_LOST
+                for gpu, call_name, code in self.faults.gpu_error:
+                    if name.startswith(call_name) and _on_gpu(name, args, gpu):
+                        return code
                 result = body(*args)
                 if mutating:
                     self._count_mutation()
