@@ -105,3 +105,19 @@ def test_an_event_without_an_id_is_keyed_by_its_request_id():
             log = JsonLogger("DEBUG", stream=io.StringIO(), request_id=request_id)
             after_event(result, settings, log, kube=kube)
         assert len(hook.lines()) == 2
+
+
+def test_the_bounds_docs_operations_states_are_the_codes():
+    """docs/operations.md tells how long marks are kept and how many ("Marks go after two days, and beyond the
+    newest 512"); the tests above use the module's constants, so the page could drift from them unseen."""
+    import os
+    import re
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "docs", "operations.md"), encoding="utf-8") as handle:
+        page = " ".join(handle.read().split())
+    found = re.search(r"Marks go after (\w+) days?, and beyond the newest ([0-9,]+)\.", page)
+    assert found, "docs/operations.md no longer says how long alert marks are kept and how many"
+    words = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+    days = int(found.group(1)) if found.group(1).isdigit() else words[found.group(1)]
+    assert (days * 86400.0, int(found.group(2).replace(",", ""))) == (am.KEEP_S, am.MAX_NODES)
