@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from tests.function.test_deploy import cloud as deploy_cloud  # noqa: F401  (fixture)
 from tests.function.test_remote_and_logs import CLUSTER, KEY, SECRET, TOKEN, seed_stack
 from tests.support.cli_errors import error_text
 from tests.support.ros_emulator import RosEmulator
@@ -124,3 +125,21 @@ def test_oss_that_does_not_answer_is_said_the_same_way(closed_port, monkeypatch)
     assert str(caught.value) == ("cannot connect to OSS at 127.0.0.1:%d (Connection refused); ACK_MIG_OSS_ENDPOINT="
                                  "http://127.0.0.1:%d set it: check that value, or unset it for the region's "
                                  "endpoint" % (closed_port, closed_port))
+
+
+@pytest.mark.parametrize("service, what, found", [
+    ("OSS", "OSS", "cannot reach OSS at http://127.0.0.1:PORT: RequestError"),
+    ("CS", "the ACK API", "ACK DescribeClusterDetail failed: UnretryableException: RetryError(..."),
+], ids=["oss", "cs"])
+def test_deploy_says_oss_or_the_ack_api_it_reaches_later_the_same_way(deploy_cloud, capsys, tmp_path, closed_port,
+                                                                       monkeypatch, service, what, found):
+    """deploy reaches OSS (after building the package) and the ACK API (the cluster's network) after STS and ROS
+    answered; those said ``found`` before: no cause, or the SDK's text, and nothing to check."""
+    from tests.function.test_deploy import deploy_args, make_deps, run
+
+    monkeypatch.setenv("ACK_MIG_%s_ENDPOINT" % service, "http://127.0.0.1:%d" % closed_port)
+    code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--dry-run"))
+    text = error_text(err[err.index("ack-mig-hook: error:"):])
+    assert code == 2 and text.startswith("ack-mig-hook: error: cannot connect to %s at 127.0.0.1:%d (Connection "
+                                         "refused); ACK_MIG_%s_ENDPOINT=" % (what, closed_port, service)), text
+    assert not any(word in err for word in SDK_WORDS + ("RequestError",)), err

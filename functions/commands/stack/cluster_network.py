@@ -29,6 +29,7 @@ from functions.base.deadline import Guard, urllib3_guarded
 from functions.base.settings import Endpoint
 from functions.commands.stack.credentials import Keys
 from functions.commands.stack.exit_codes import EXIT_USAGE, CloudError
+from functions.commands.stack.unreachable import said
 from node_bootstrap.outside import OutsideDataError, loads
 
 VPC_PARAMETERS = ("VpcId", "VSwitchId", "SecurityGroupId")
@@ -98,6 +99,9 @@ def read(keys: Keys, region: str, cluster_id: str, endpoint: Optional[Endpoint] 
     except Exception as exc:  # the SDK's exception types vary by version; code and message are common
         if guard.fired:  # cut at the bound: whatever the SDK made of the shut socket, this is what happened
             exc = TimeoutError("no complete answer within %ds" % timeout_s)
+        unreached = None if guard.fired else said("cs", exc)  # nothing answers there: as every command says it
+        if unreached:
+            raise ClusterUnreadable(unreached, "", EXIT_USAGE) from None
         code = str(getattr(exc, "code", "") or type(exc).__name__)
         message = " ".join(str(getattr(exc, "message", "") or (exc if guard.fired else "")).split())[:200]
         if code == "ErrorClusterNotFound" or getattr(exc, "status_code", None) == 404:
