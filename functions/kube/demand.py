@@ -32,8 +32,9 @@ def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
         # report names (functions/kube/supply.py)
         # (creationTimestamp and the conditions' lastTransitionTime: how long a pod has waited, for the dwell's
         # bound, functions/decision/claim_rules.py waited_s)
+        # (deletionTimestamp: a pod being deleted is never scheduled again, matching.is_unschedulable)
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "labels", "ownerReferences",
-                                          "creationTimestamp") if k in meta}
+                                          "creationTimestamp", "deletionTimestamp") if k in meta}
         | ({"annotations": {MIRROR: notes[MIRROR]}} if MIRROR in notes else {}),
         "spec": {k: spec[k] for k in ("nodeName", "nodeSelector", "affinity", "tolerations") if k in spec}
         | {"containers": [{"resources": c.get("resources") or {}} for c in objects(spec.get("containers"))],

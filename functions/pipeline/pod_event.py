@@ -36,6 +36,8 @@ def _waits(pod: dict) -> str:
     if (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("phase") != "Pending":
         return "is scheduled already (%s)" % ((pod.get("spec") or {}).get("nodeName") or
                                               (pod.get("status") or {}).get("phase"))
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return "is being deleted: the scheduler does not try it again"
     if not pod_asks(pod):
         return ask_problem(pod) or "asks for no nvidia.com/mig-* or nvidia.com/gpu resource"
     if not is_unschedulable(pod):

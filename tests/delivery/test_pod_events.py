@@ -404,7 +404,13 @@ def test_late_or_foreign_events_read_the_pod_again_and_change_nothing(cluster):
     half = server.add_pod("llm", "half", "", phase="Pending", resources={"nvidia.com/mig-1g.10gb": "1.5"})
     with server.lock:
         half["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    # a pod being deleted keeps its Unschedulable condition, but the scheduler never tries it again
+    # (skipPodSchedule): its event planned GPUs for it
+    waiting(server, "leaving", "1g.10gb")
+    with server.lock:
+        server.pods[("llm", "leaving")]["metadata"]["deletionTimestamp"] = "2026-12-06T10:00:00Z"
     cases = {"bound": "is scheduled already (gpu-a)", "cpu-only": "asks for no nvidia.com/mig-* or nvidia.com/gpu",
+             "leaving": "is being deleted: the scheduler does not try it again",
              "half": "asks for nvidia.com/mig-1g.10gb=1.5; a pod may ask for a whole quantity",
              "gone": "pod llm/gone is gone", "elsewhere": "no auto pool can take pod llm/elsewhere"}
     for name, why in cases.items():

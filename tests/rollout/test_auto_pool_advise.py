@@ -300,3 +300,14 @@ def test_live_advice_says_when_another_invocation_is_planning_the_pool(auto_pool
     assert ("note: pool %s is being planned by invocation tick-7f3a" % POOL_ID) in out
     assert "what it applies may differ from this advice" in out
     assert auto_pool.leases[("default", "ack-mig-hook-pool-%s" % POOL_ID)]["metadata"]["annotations"] == notes
+
+
+def test_a_terminating_pod_is_no_demand(auto_pool, tmp_path, capsys):
+    """kube-scheduler never tries a pod being deleted (pkg/scheduler/schedule_one.go skipPodSchedule), so it
+    keeps the Unschedulable condition it had until it is gone: planning for it repartitioned GPUs for a pod
+    that was never to run."""
+    with auto_pool.lock:
+        auto_pool.pods[("llm", "mid")]["metadata"]["deletionTimestamp"] = "2026-12-06T10:00:00Z"
+    advice = live_advice(auto_pool, tmp_path, capsys)
+    assert advice["demand"]["pending"] == {"1g.10gb": 3}
+    assert "llm/mid" not in {p["pod"] for p in advice["demand"]["pods"]}

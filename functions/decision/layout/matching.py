@@ -190,9 +190,12 @@ def owner_of(pod: Mapping[str, Any]) -> str:
 
 
 def is_unschedulable(pod: Mapping[str, Any]) -> bool:
-    """Pending, not bound, and the scheduler said Unschedulable."""
+    """Pending, not bound, not being deleted, and the scheduler said Unschedulable. A pod being deleted keeps
+    the condition it had, but the scheduler never tries it again (``pkg/scheduler/schedule_one.go``
+    skipPodSchedule): it is gone before anything made for it could serve it."""
     status = pod.get("status") or {}
-    if status.get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName"):
+    if status.get("phase") != "Pending" or (pod.get("spec") or {}).get("nodeName") \
+            or (pod.get("metadata") or {}).get("deletionTimestamp"):
         return False
     return any(c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
                for c in status.get("conditions") or ())
@@ -345,8 +348,8 @@ def waiting_pod(pod: Any) -> Optional[Dict[str, Any]]:
     status = pod.get("status") or {}
     conditions = [c for c in status.get("conditions") or () if isinstance(c, Mapping)] \
         if isinstance(status.get("conditions") or (), list) else []
-    if not is_unschedulable({"spec": pod.get("spec") or {}, "status": {"phase": status.get("phase"),
-                                                                      "conditions": conditions}}):
+    if not is_unschedulable({"metadata": pod.get("metadata") or {}, "spec": pod.get("spec") or {},
+                             "status": {"phase": status.get("phase"), "conditions": conditions}}):
         return None
     spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
     bad = []  # type: List[str]
