@@ -124,8 +124,11 @@ def gather(args) -> Dict[str, Any]:
     taints = [t.model_dump(exclude_none=True) for t in pool.taints]
     from functions.decision.autoscaler_tags import MODE_ON, plan_pool, pool_template
 
+    from functions.rollout.run import startup_taint
+
+    # the startup taint as the function has it (ACK_MIG_STARTUP_TAINT from this environment, as the dwell's)
     advice = advise(pool.nodepool_id, pool.labels, taints, nodes, by_node, pending, template=pool_template(pool),
-                    dwell=dwell)
+                    dwell=dwell, lifted=startup_taint(load_settings()))
     advice["plan"]["unplaced"].extend(strangers + ([dwell_note] if dwell_note else []))
     # What the autoscaler step would write for this pool (the same decision; advise writes nothing).
     shape = tuple((tuple(tuple(x) for x in g["layout"]), g["gpus"]) for g in advice["plan"]["new_node_shape"])

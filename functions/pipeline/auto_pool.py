@@ -72,23 +72,25 @@ def _counts(demand: Sequence[PodDemand]) -> Dict[str, int]:
 def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
            nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
            pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None,
-           template: Tuple[str, int] = ("", 0), dwell: Optional[Dwell] = None) -> Dict[str, Any]:
+           template: Tuple[str, int] = ("", 0), dwell: Optional[Dwell] = None, lifted: str = "") -> Dict[str, Any]:
     """The advice for one pool as a JSON-ready dict; raises NotAutoPool or bounds.LayoutLabelError.
     ``template``: (GPU model, GPUs) of a new node of the pool (autoscaler_tags.pool_template); ``dwell``: the
-    dwell's inputs as the tick reads them (plan_claim.dwell_for_advice), None: none."""
+    dwell's inputs as the tick reads them (plan_claim.dwell_for_advice), None: none; ``lifted``: the startup
+    taint (pool_of.places_of)."""
     return _advise(pool_id, pool_labels, pool_taints, nodes, pods_by_node, pending, previous, dwell=dwell,
-                   template=template)[0]
+                   template=template, lifted=lifted)[0]
 
 
 def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
             nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
             pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None,
-            dwell: Optional[Dwell] = None, template: Tuple[str, int] = ("", 0)) -> Tuple[Dict[str, Any], Plan]:
+            dwell: Optional[Dwell] = None, template: Tuple[str, int] = ("", 0),
+            lifted: str = "") -> Tuple[Dict[str, Any], Plan]:
     bounds = pool_bounds(pool_labels, template)
     if bounds is None:
         raise NotAutoPool("pool %s is not an auto pool; label it ack-mig-hook/layout=auto to let the hook choose "
                           "its layouts from the pods that wait" % pool_id)
-    waiting, not_counted = pool_waiting(pool_id, pool_labels, pool_taints, nodes, pending)
+    waiting, not_counted = pool_waiting(pool_id, pool_labels, pool_taints, nodes, pending, lifted)
     running = [d for name, pods in sorted(pods_by_node.items()) for pod in pods if holds_gpus(pod)
                for d in demand_of(pod, pending=False, node=name)]
     supply, notes = pool_supply(nodes, pods_by_node)
@@ -327,6 +329,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     from functions.rollout import run
     from functions.rollout.plan_claim import STALE_MARGIN_S, claim_pool
 
+    lifted = run.startup_taint(settings)  # keeps no pod off a new node for good (pool_of.places_of)
     at: List[Optional[float]] = []
     pending = list(given[0]) if given is not None else pending_pods(api, at)
     # When the pending pods were read, on the API server's clock: the list is a snapshot of its first page,
@@ -377,7 +380,8 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
     def uncounted(pool: Any, nodes: Sequence[Mapping[str, Any]]) -> set:
         """The pods not counted yet that ``pool`` counts, read on ``nodes``."""
-        return counted_pods(pool, nodes, [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n))
+        return counted_pods(pool, nodes, [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n),
+                            lifted)
 
     def earlier_pools_pods(pool: Any) -> set:
         """The pods not counted yet that ``pool``, planned elsewhere or not at all by this tick, counts."""
@@ -433,7 +437,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             advice, result = _advise(pool.nodepool_id, pool.labels,
                                      [t.model_dump(exclude_none=True) for t in pool.taints], nodes,
                                      pods_on(api, names), [p for p in pending if pod_key(p) not in counted],
-                                     dwell=dwell, template=pool_template(pool))
+                                     dwell=dwell, template=pool_template(pool), lifted=lifted)
         except (LayoutLabelError, NotAutoPool) as exc:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=str(exc))
             continue

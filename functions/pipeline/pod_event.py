@@ -46,7 +46,7 @@ def _waits(pod: dict) -> str:
 
 
 def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: Any,
-             seen: Optional[List[Any]] = None) -> Any:
+             seen: Optional[List[Any]] = None, lifted: str = "") -> Any:
     """The auto pool whose plan counts ``pod``, as the timer's tick gives the cluster's waiting pods out
     (``pool_of.counting_pool``): the first by id, not paused, whose plan counts it among the pods the
     earlier pools left; None when none does. ``matched``: the pools (by id) whose nodes or template the pod
@@ -77,7 +77,7 @@ def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: 
                 seen.append((list(pending), listed))
             if key not in {pod_key(p) for p in pending}:  # bound or gone since it was read: judged as read
                 pending.append(pod)  # (its pool's step finds it no longer waiting)
-            return counting_pool(key, pools, nodes, pending, lambda names: pods_on(api, names))
+            return counting_pool(key, pools, nodes, pending, lambda names: pods_on(api, names), lifted)
         if not not_counted(bounds, nodes[pool.nodepool_id], demand):
             return pool
     return None
@@ -94,6 +94,7 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     from functions.decision.waves import paused
     from functions.pipeline.auto_pool import PoolUnproven, _api_of, pool_members
     from functions.pipeline.pool_of import places_of
+    from functions.rollout.run import startup_taint
 
     pod_ref = request.pod
     key = "%s/%s" % (pod_ref.namespace, pod_ref.name)
@@ -131,8 +132,9 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
                 log.warning("pod event", nodepool_id=p.nodepool_id, reason=exc.line)
                 refused[p.nodepool_id] = exc.line
                 nodes[p.nodepool_id] = exc.listed
+        lifted = startup_taint(settings)  # keeps no pod off a new node for good (pool_of.places_of)
         places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
-                                           p.nodepool_id, nodes[p.nodepool_id])
+                                           p.nodepool_id, nodes[p.nodepool_id], lifted)
                   for p in pools}
     except KubeError as exc:
         return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
@@ -143,7 +145,7 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     # The pool the timer's plan gives the pod; else the first the pod matches, whose step says why.
     choice: List[Any] = []  # the cluster's Pending pods, where the choice read them, and when
     try:
-        chosen = _pool_of(pod, pools, matched, nodes, api, choice) or (matched[0] if matched else None)
+        chosen = _pool_of(pod, pools, matched, nodes, api, choice, lifted) or (matched[0] if matched else None)
     except KubeError as exc:
         return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
     if chosen is None:

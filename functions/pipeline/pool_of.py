@@ -19,11 +19,18 @@ from functions.kube.supply import pool_supply
 
 
 def places_of(pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]], pool_id: str,
-              nodes: Sequence[Mapping[str, Any]]) -> List[Place]:
-    """Where a pod of the pool could land: each node as it is, and a new node from the pool's template."""
-    places = [Place((n.get("metadata") or {}).get("labels") or {}, (n.get("spec") or {}).get("taints") or ())
+              nodes: Sequence[Mapping[str, Any]], lifted: str = "") -> List[Place]:
+    """Where a pod of the pool could land: each node as it is, and a new node from the pool's template.
+    ``lifted``: ``key:Effect`` of the hook's startup taint (``rollout.run.startup_taint``), left out of every
+    place: the pool puts it on each new node and the hook lifts it once the node is partitioned (the
+    TaintRemover's rule: key and effect), so it keeps no pod off the node for longer than that."""
+    def kept(taints: Any) -> List[Any]:
+        return [t for t in taints if not (isinstance(t, Mapping)
+                                          and "%s:%s" % (t.get("key"), t.get("effect")) == lifted)]
+
+    places = [Place((n.get("metadata") or {}).get("labels") or {}, kept((n.get("spec") or {}).get("taints") or ()))
               for n in nodes]
-    places.append(Place(dict(pool_labels, **{POOL_LABEL: pool_id}), pool_taints))
+    places.append(Place(dict(pool_labels, **{POOL_LABEL: pool_id}), kept(pool_taints)))
     return places
 
 
@@ -38,13 +45,13 @@ def pool_bounds(pool_labels: Mapping[str, str], template: Tuple[str, int]) -> Op
 
 
 def pool_waiting(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
-                 nodes: Sequence[Mapping[str, Any]], pending: Sequence[Mapping[str, Any]]
+                 nodes: Sequence[Mapping[str, Any]], pending: Sequence[Mapping[str, Any]], lifted: str = ""
                  ) -> Tuple[List[PodDemand], List[Tuple[str, str]]]:
     """The demand of the ``pending`` pods the pool's nodes or template take (the plan's matcher), in pod order
     whatever order the list came in (the same advice from any list), and (pod key, why) for the others: what
     the plan and every reading of the pods a pool counts start from."""
     by_pool, unmatched = split_pending(sorted(pending, key=pod_key),
-                                       {pool_id: places_of(pool_labels, pool_taints, pool_id, nodes)})
+                                       {pool_id: places_of(pool_labels, pool_taints, pool_id, nodes, lifted)})
     return by_pool[pool_id], unmatched
 
 
@@ -89,29 +96,29 @@ def planned_bounds(pool: Any) -> Tuple[Optional[Bounds], str]:
 
 
 def counted_pods(pool: Any, nodes: Sequence[Mapping[str, Any]], pending: Sequence[Mapping[str, Any]],
-                 pods_on: Any) -> set:
+                 pods_on: Any, lifted: str = "") -> set:
     """The keys of the ``pending`` pods that ``pool``'s plan would count as its demand, without planning it:
     those its nodes or template take (the plan's matcher) and its plan counts (:func:`not_counted`); none
     when it is paused or its labels do not read. ``nodes``: the Node objects with the pool's label;
-    ``pods_on(names)``: the pods of those nodes."""
+    ``pods_on(names)``: the pods of those nodes; ``lifted``: the startup taint (:func:`places_of`)."""
     bounds = planned_bounds(pool)[0]
     if bounds is None:
         return set()
     taints = [t.model_dump(exclude_none=True) for t in pool.taints]
-    waiting = pool_waiting(pool.nodepool_id, pool.labels, taints, nodes, pending)[0]
+    waiting = pool_waiting(pool.nodepool_id, pool.labels, taints, nodes, pending, lifted)[0]
     if not waiting:
         return set()
     return {d.key for d in waiting} - {key for key, _ in not_counted(bounds, nodes, waiting, pods_on)}
 
 
 def counting_pool(key: str, pools: Sequence[Any], nodes: Mapping[str, Sequence[Mapping[str, Any]]],
-                  pending: Sequence[Mapping[str, Any]], pods_on: Any) -> Optional[Any]:
+                  pending: Sequence[Mapping[str, Any]], pods_on: Any, lifted: str = "") -> Optional[Any]:
     """The pool whose plan counts pod ``key`` as its demand: of ``pools`` by id, each counting
     (:func:`counted_pods`) from the ``pending`` pods the earlier ones left, as a tick gives them out; None
     when none counts it. ``nodes``: pool id -> its proven members."""
     left = list(pending)
     for pool in sorted(pools, key=lambda p: p.nodepool_id):
-        mine = counted_pods(pool, nodes[pool.nodepool_id], left, pods_on)
+        mine = counted_pods(pool, nodes[pool.nodepool_id], left, pods_on, lifted)
         if key in mine:
             return pool
         left = [p for p in left if pod_key(p) not in mine]

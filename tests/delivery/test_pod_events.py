@@ -707,12 +707,12 @@ def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_ma
     request = parse_event(pod_event("llm", "big"))
     for first in (narrow, paused):
         assert not counted_pods(first, [], [slim(pod)], None)  # its plan counts the pod not: passed over
-        assert pod_event_module.run_pod_event(request, Pools([first, wide]), CLUSTER, None, False, None, Api(),
-                                              JsonLogger("OFF")) == "planned"
+        assert pod_event_module.run_pod_event(request, Pools([first, wide]), CLUSTER, load_settings({}), False, None,
+                                              Api(), JsonLogger("OFF")) == "planned"
     assert planned == ["np-b", "np-b"]
     # when no pool can, the first it matches is still the one its step names: paused says so
-    result = pod_event_module.run_pod_event(request, Pools([paused]), CLUSTER, None, False, None, Api(),
-                                            JsonLogger("OFF"))
+    result = pod_event_module.run_pod_event(request, Pools([paused]), CLUSTER, load_settings({}), False, None,
+                                            Api(), JsonLogger("OFF"))
     assert result.outcome == "skip" and "auto pool np-a, which is paused" in result.reason
 
 
@@ -774,8 +774,8 @@ def test_an_event_gives_its_pod_to_the_pool_the_timers_plan_would_count_it_in(mo
     assert "more than a node of the pool holds" in why
     planned = []
     monkeypatch.setattr(pod_event_module, "_plan", lambda *args, **kw: planned.append(args[-2]) or "planned")
-    assert pod_event_module.run_pod_event(parse_event(pod_event("llm", "pair")), Pools(), CLUSTER, None, False, None,
-                                          Api(), JsonLogger("OFF")) == "planned"
+    assert pod_event_module.run_pod_event(parse_event(pod_event("llm", "pair")), Pools(), CLUSTER, load_settings({}),
+                                          False, None, Api(), JsonLogger("OFF")) == "planned"
     assert planned == ["np-b"]
 
 
@@ -827,7 +827,7 @@ def test_event_and_timer_pick_the_same_pool_when_a_disallowed_instance_is_in_use
 
     planned, read = [], []
     monkeypatch.setattr(pod_event_module, "_plan", lambda *args, **kw: planned.append(args[-2]) or "planned")
-    pod_event_module.run_pod_event(parse_event(pod_event("llm", "want")), Pools(), CLUSTER, None, False, None,
-                                   Api(), JsonLogger("OFF"))
+    pod_event_module.run_pod_event(parse_event(pod_event("llm", "want")), Pools(), CLUSTER, load_settings({}), False,
+                                   None, Api(), JsonLogger("OFF"))
     # the timer's plan of np-a does not count the pod (its 1g.10gb is held by the running pod): np-b does
     assert planned == ["np-b"] and read == ["n1"]

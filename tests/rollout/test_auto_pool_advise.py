@@ -302,6 +302,32 @@ def test_live_advice_says_when_another_invocation_is_planning_the_pool(auto_pool
     assert auto_pool.leases[("default", "ack-mig-hook-pool-%s" % POOL_ID)]["metadata"]["annotations"] == notes
 
 
+STARTUP = {"key": "ack-mig-hook/partition-pending", "value": "true", "effect": "NoSchedule"}
+
+
+def test_the_startup_taint_on_the_pool_keeps_no_pod_from_its_new_nodes(kube_api, tmp_path, capsys):
+    """The pool carries the hook's startup taint (docs/first-deployment.md), and every new node with it until
+    the hook has partitioned it and lifts it: a pod that does not tolerate it can land on the node all the
+    same. It was read as a taint of the new node for good: the waiting pod was "not counted" (taint
+    ack-mig-hook/partition-pending=true:NoSchedule not tolerated), so a pool with no node never scaled out."""
+    waiting(kube_api, "first", "1g.10gb")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    path = inventory(tmp_path, members=())
+    data = json.loads(open(path).read())
+    data["nodepools"][0]["kubernetes_config"]["taints"].append(STARTUP)
+    data["nodepools"][0]["auto_scaling"] = {"enable": True}
+    open(path, "w").write(json.dumps(data))
+    advice = json.loads(advise(capsys, "--inventory", path, "--kubeconfig", kubeconfig, "--json")[1])
+    assert advice["demand"]["not_counted"] == [] and advice["plan"]["unserved"] == {"1g.10gb": 1}
+    event = tmp_path / "tick.json"
+    event.write_text(json.dumps({"auto_pools": True}))
+    code = main(["invoke", "--event", str(event), "--inventory", path, "--kubeconfig", kubeconfig, "--dry-run",
+                 "--json"])
+    result = json.loads(capsys.readouterr().out)
+    key = "k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-1g.10gb"
+    assert code == 0 and [t["set"] for t in result["pool_tags"]] == [{key: "56"}]
+
+
 def test_a_terminating_pod_is_no_demand(auto_pool, tmp_path, capsys):
     """kube-scheduler never tries a pod being deleted (pkg/scheduler/schedule_one.go skipPodSchedule), so it
     keeps the Unschedulable condition it had until it is gone: planning for it repartitioned GPUs for a pod
