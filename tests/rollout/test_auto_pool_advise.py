@@ -337,3 +337,39 @@ def test_a_terminating_pod_is_no_demand(auto_pool, tmp_path, capsys):
     advice = live_advice(auto_pool, tmp_path, capsys)
     assert advice["demand"]["pending"] == {"1g.10gb": 3}
     assert "llm/mid" not in {p["pod"] for p in advice["demand"]["pods"]}
+
+
+def test_a_pod_that_can_land_on_some_nodes_only_is_not_planned_on_the_others(kube_api, tmp_path, capsys):
+    """A pool over two zones (ACK pools span vSwitches): the pod asks for zone b. The planner places a pod on
+    any GPU it is given, so it repartitioned the idle 7g.80gb on n1, in zone a, where the scheduler never
+    binds the pod, called the pod served and asked for no node. The nodes a counted pod cannot land on are
+    left out of the plan now (with a note): the pod is unserved and the autoscaler is asked for a node."""
+    gpu_node(kube_api, "n1", "7g.80gb")
+    gpu_node(kube_api, "n2", "7g.80gb")
+    kube_api.add_pod("llm", "running", "n2", resources={"nvidia.com/mig-7g.80gb": "1"})
+    for name, zone in (("n1", "cn-beijing-a"), ("n2", "cn-beijing-b")):
+        kube_api.label_node(name, {"topology.kubernetes.io/zone": zone})
+    waiting(kube_api, "zonal", "1g.10gb")
+    with kube_api.lock:
+        kube_api.pods[("llm", "zonal")]["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "cn-beijing-b"}
+    advice = live_advice(kube_api, tmp_path, capsys)
+    assert advice["demand"]["pending"] == {"1g.10gb": 1}
+    assert [g["node"] for g in advice["gpus"]] == ["n2"] and advice["plan"]["changes"] == 0
+    assert advice["plan"]["unserved"] == {"1g.10gb": 1}
+    assert [u for u in advice["plan"]["unplaced"] if u.startswith("node n1: ")] == [
+        "node n1: a pod the plan counts cannot land on it, llm/zonal (nodeSelector topology.kubernetes.io/zone="
+        "cn-beijing-b): neither counted nor changed for these pods"]
+    # the tick decides the same: no node changes
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    event = tmp_path / "tick.json"
+    event.write_text(json.dumps({"auto_pools": True}))
+    code = main(["invoke", "--event", str(event), "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig,
+                 "--dry-run", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0 and result["decisions"] == [], result
+    # with the pod able to land in either zone, n1's idle GPU serves it again
+    with kube_api.lock:
+        del kube_api.pods[("llm", "zonal")]["spec"]["nodeSelector"]
+    advice = live_advice(kube_api, tmp_path, capsys)
+    assert [g["node"] for g in advice["gpus"] if g["change"] != "none"] == ["n1"]
+    assert advice["plan"]["unserved"] == {}

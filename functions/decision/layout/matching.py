@@ -459,6 +459,23 @@ def split_pending(pods: Sequence[Mapping[str, Any]], pools: Mapping[str, Sequenc
     return by_pool, unmatched
 
 
+def refusals(pods: Sequence[Mapping[str, Any]], places: Sequence[Place]) -> List[str]:
+    """Per place, "" when every pod of ``pods`` could land there, else ``<pod key> (<why>)`` for the first (in
+    pod order) that could not. The planner places a pod on any GPU of its supply (it knows no pod's nodes), so
+    a place that refuses one of the pods it plans for is no place for the plan: an instance made there, or an
+    idle one counted there, would serve a pod the scheduler never binds there. Pods that say the same are
+    read once."""
+    rules = {}  # type: Dict[Any, Tuple[str, _Rules]]
+    for pod in sorted(pods, key=pod_key):
+        one = _Rules(pod)
+        rules.setdefault(one.key, (pod_key(pod), one))
+    out = []
+    for place in places:
+        misses = ((key, one.why_not(place.labels, place.taints)) for key, one in rules.values())
+        out.append(next(("%s (%s)" % (key, miss) for key, miss in misses if miss), ""))
+    return out
+
+
 def _which_pool(rules: _Rules, pools: Mapping[str, Sequence[Place]]) -> Tuple[str, str]:
     """(the first pool one of whose places takes the pod, "") or ("", the reasons no pool does)."""
     if rules.beyond:
