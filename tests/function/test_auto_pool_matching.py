@@ -100,9 +100,32 @@ def test_only_unschedulable_pending_pods_are_demand():
     (dict(affinity={"nodeSelectorTerms": [{}]}), False),  # an empty term matches nothing
     (dict(affinity={"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
                                                             "values": ["n1"]}]}]}), False),
+    # a term naming nodes by field, ORed with one the pool's labels meet: the second lets the pod land on any
+    # node of the pool (nodeaffinity.go: terms ORed); the pod was not counted at all
+    (dict(affinity={"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["elsewhere"]}]},
+        {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}]}), True),
+    # a term with both is ANDed: read as naming nodes, never as the labels alone
+    (dict(affinity={"nodeSelectorTerms": [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["elsewhere"]}],
+         "matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]}]}), False),
+    # Gt and Lt read integers as Go's strconv.ParseInt(v, 10, 64) does (labels.Requirement.Matches): "1_0" and
+    # a number past int64 are no integers there, so the term matches no node (Python's int() read 10 and 10^19)
+    (dict(affinity={"nodeSelectorTerms": [{"matchExpressions": [{"key": "gen", "operator": "Gt",
+                                                                 "values": ["9"]}]}]}), False),
+    (dict(affinity={"nodeSelectorTerms": [{"matchExpressions": [{"key": "big", "operator": "Gt",
+                                                                 "values": ["1"]}]}]}), False),
+    (dict(affinity={"nodeSelectorTerms": [{"matchExpressions": [{"key": "slots", "operator": "Gt",
+                                                                 "values": ["+3"]}]}]}), True),
+    (dict(affinity={"nodeSelectorTerms": [{"matchExpressions": [{"key": "slots", "operator": "Lt",
+                                                                 "values": ["-1"]}]}]}), False),
 ])
 def test_node_selector_and_required_affinity(spec, fits):
-    assert (why_not(pod(tolerations=TOLERATE, **spec), POOL, [TAINT]) == "") is fits
+    labels = dict(POOL, gen="1_0", big="1" + "0" * 19, slots="4")
+    assert (why_not(pod(tolerations=TOLERATE, **spec), labels, [TAINT]) == "") is fits
+    # the pod as the tick's list reduces it says the same
+    from functions.decision.layout.matching import waiting_pod
+    assert (why_not(waiting_pod(pod(tolerations=TOLERATE, **spec)), labels, [TAINT]) == "") is fits
 
 
 @pytest.mark.parametrize("tolerations, fits", [

@@ -10,8 +10,9 @@ The scheduler's own rules, in the common forms, each from its upstream source (k
   terms are ORed, a term's ``matchExpressions`` ANDed; an empty term matches nothing; ``In``, ``NotIn``
   (true when the key is absent), ``Exists``, ``DoesNotExist``, ``Gt``, ``Lt``
   (``staging/src/k8s.io/component-helpers/scheduling/corev1/nodeaffinity/nodeaffinity.go``,
-  ``apimachinery/pkg/labels/selector.go`` Requirement.Matches). A term with ``matchFields`` names single
-  nodes by name: never a pool's demand (reported);
+  ``apimachinery/pkg/labels/selector.go`` Requirement.Matches; ``Gt``/``Lt`` read integers as Go's
+  ``strconv.ParseInt`` does). A term with ``matchFields`` names single nodes by name: it takes no place of a
+  pool's (a pod whose terms are all such is reported), another term still may;
 * taints with effect ``NoSchedule`` or ``NoExecute`` must be tolerated (``PreferNoSchedule`` never blocks):
   a toleration with an empty key and ``Exists`` tolerates everything; otherwise keys equal, an empty
   effect matches every effect, ``Exists`` any value, ``Equal`` (the default) the same value
@@ -258,6 +259,8 @@ class _Rules:
                         raise _Beyond("node affinity has more than %d values" % MAX_VALUES)
                     one.append((_text(e.get("key") or "", "a node affinity key"), str(e.get("operator") or "")[:16],
                                 frozenset(_text(v, "a node affinity value", True) for v in listed)))
+                if term.get("matchFields"):  # ANDed with the rest of its term: it names nodes, never a pool's
+                    one.append(_BY_FIELD)
                 compiled.append(tuple(one))
             self.terms = (tuple(compiled),)  # one tuple: "required" given (an empty list matches nothing)
         tolerations = spec.get("tolerations") or []
@@ -274,10 +277,9 @@ class _Rules:
             if labels.get(key) != value:
                 return "nodeSelector %s=%s" % (key, value)
         if self.terms:
-            if self.fields:
-                return "node affinity names nodes by field (matchFields)"
+            # terms are ORed: one without matchFields that the labels meet lets the pod land here
             if not any(term and all(_expression_matches(e, labels) for e in term) for term in self.terms[0]):
-                return "required node affinity"
+                return "node affinity names nodes by field (matchFields)" if self.fields else "required node affinity"
         for taint in taints:
             if taint.get("effect") in BLOCKING_EFFECTS and not any(_tolerates(t, taint) for t in self.tolerations):
                 return "taint %s=%s:%s not tolerated" % (taint.get("key"), taint.get("value") or "",
@@ -298,6 +300,21 @@ def _text(value: Any, what: str, number: bool = False) -> str:
     return text
 
 
+# A term's matchFields, as one expression no label set meets (its operator is none of the label operators):
+# it names single nodes (metadata.name), and a pool's demand is read by labels alone.
+_BY_FIELD = ("", "matchFields", frozenset())  # type: Tuple[str, str, FrozenSet[str]]
+# What Go's strconv.ParseInt(v, 10, 64) reads (labels.Requirement.Matches for Gt and Lt); Python's int() reads
+# more ("1_0", " 7", other scripts' digits), and no bound.
+_INT64 = re.compile(r"[+-]?[0-9]{1,64}\Z")  # any number of leading zeros, as Go reads them
+
+
+def _int64(text: str) -> Optional[int]:
+    if not _INT64.match(text):
+        return None
+    value = int(text)
+    return value if -2 ** 63 <= value < 2 ** 63 else None
+
+
 def _expression_matches(expression: Tuple[str, str, FrozenSet[str]], labels: Mapping[str, str]) -> bool:
     key, operator, values = expression
     present = key in labels
@@ -310,9 +327,8 @@ def _expression_matches(expression: Tuple[str, str, FrozenSet[str]], labels: Map
     if operator == "DoesNotExist":
         return not present
     if operator in ("Gt", "Lt") and present and len(values) == 1:
-        try:
-            have, bound = int(labels[key]), int(next(iter(values)))
-        except ValueError:
+        have, bound = _int64(labels[key]), _int64(next(iter(values)))
+        if have is None or bound is None:
             return False
         return have > bound if operator == "Gt" else have < bound
     return False  # an operator the API server would have refused
