@@ -77,6 +77,11 @@ def test_only_unschedulable_pending_pods_are_demand():
     assert is_unschedulable(pod())
     assert not is_unschedulable(pod(scheduled=None))  # not tried yet
     assert not is_unschedulable(pod(scheduled=("False", "SchedulingGated")))
+    # another scheduler's pod (Volcano, a second profile) is demand as well: it wrote that it found no room,
+    # and it needs the same resources on a node its selectors and taints allow (docs/auto-pools.md)
+    other = pod()
+    other["spec"]["schedulerName"] = "volcano"
+    assert is_unschedulable(other) and split_pending([other], {"np": [Place(POOL, [])]})[0]["np"]
     assert not is_unschedulable(pod(node="n1"))  # bound: waiting for its kubelet, not for capacity
     assert not is_unschedulable(pod(phase="Running"))
 
