@@ -568,6 +568,23 @@ def test_a_marker_write_throttled_after_an_unanswered_attempt_is_read_back_and_l
     assert "1g.10gb" in profiles(state_file)
 
 
+def timer_holds_the_claim(server):
+    """A timer's tick holds the pool's planning claim (its Lease, for two minutes): the key of that Lease."""
+    import time as time_mod
+
+    from functions.decision import claim_rules
+    from functions.decision.budget import lease_name
+
+    key = ("default", lease_name(POOL))
+    server.leases[key] = server._stamp({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": lease_name(POOL), "namespace": "default", "uid": "lease-timer",
+                     "annotations": {claim_rules.PLANNING_ANNOTATION: json.dumps(
+                         {"owner": "timer-tick", "expires": time_mod.time() + 120})}},
+        "spec": {}})
+    return key
+
+
 @pytest.mark.parametrize("marker", ["usable", "busy"])
 def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_plans_its_pod(cluster, monkeypatch,
                                                                                            marker):
@@ -580,7 +597,6 @@ def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_pla
     import time as time_mod
 
     from functions.decision import claim_rules
-    from functions.decision.budget import lease_name
     from functions.pipeline import pod_event as pod_event_module
 
     server, api, settings, executor, state_file = cluster
@@ -591,13 +607,7 @@ def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_pla
         def busy(self, *args):
             raise plan_marker.MarkerBusy("the plan marker changed under 24 writes in a row")
         monkeypatch.setattr(plan_marker.PlanMarker, "arrive", busy)
-    key = ("default", lease_name(POOL))
-    server.leases[key] = server._stamp({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": lease_name(POOL), "namespace": "default", "uid": "lease-timer",
-                     "annotations": {claim_rules.PLANNING_ANNOTATION: json.dumps(
-                         {"owner": "timer-tick", "expires": time_mod.time() + 120})}},
-        "spec": {}})
+    key = timer_holds_the_claim(server)
 
     def give_back():  # the timer's tick ends its rollout and gives the claim back
         time_mod.sleep(1.5)
@@ -626,7 +636,6 @@ def test_an_event_whose_pool_is_deleted_while_it_waits_says_so(cluster, monkeypa
 
     from functions.base.model import NodePool
     from functions.decision import claim_rules
-    from functions.decision.budget import lease_name
     from functions.pipeline import pod_event as pod_event_module
 
     server, api, settings, executor, state_file = cluster
@@ -635,13 +644,7 @@ def test_an_event_whose_pool_is_deleted_while_it_waits_says_so(cluster, monkeypa
     other = NodePool(nodepool_id=EARLIER, instance_types=["ecs.ebmgn7e.32xlarge"],
                      labels={"ack-mig-hook/layout": "auto", "ack-mig-hook/layout-profiles": "3g.40gb"})
     pools._pools = [other] + list(pools._pools)
-    key = ("default", lease_name(POOL))
-    server.leases[key] = server._stamp({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": lease_name(POOL), "namespace": "default", "uid": "lease-timer",
-                     "annotations": {claim_rules.PLANNING_ANNOTATION: json.dumps(
-                         {"owner": "timer-tick", "expires": time_mod.time() + 120})}},
-        "spec": {}})
+    key = timer_holds_the_claim(server)
 
     def delete_then_give_back():  # the pool is deleted; the timer's tick then gives its claim back
         time_mod.sleep(1.0)

@@ -19,6 +19,15 @@ UNKNOWN_TYPE = "ecs.ebmgn99.8xlarge"  # not in the family table: the node's GPU 
 COUNT_UNKNOWN = "ecs.ebmgn7.32xlarge"  # A100, but how many: the node's GPU count label says
 
 
+def of_type(instance_type):
+    """The played pool's inventory with every node, and the scaling group, of ``instance_type``."""
+    inventory = snapshot(NEW)
+    for node in inventory["nodes"]:
+        node["instance_type"] = instance_type
+    inventory["nodepools"][0]["scaling_group"]["instance_types"] = [instance_type]
+    return inventory
+
+
 @pytest.mark.parametrize("value", [{"x": 1}, 5, ["NVIDIA-A100-SXM4-40GB"]], ids=["object", "number", "list"])
 def test_a_gpu_name_label_that_is_no_text_fails_no_other_node(cluster, value):
     cluster.add_nodes()
@@ -26,11 +35,7 @@ def test_a_gpu_name_label_that_is_no_text_fails_no_other_node(cluster, value):
         cluster.api.label_node(name, {GPU_NAME: "NVIDIA-A100-SXM4-40GB"})
     with cluster.api.lock:
         cluster.api.nodes["node-b"]["metadata"]["labels"][GPU_NAME] = value
-    inventory = snapshot(NEW)
-    for node in inventory["nodes"]:
-        node["instance_type"] = UNKNOWN_TYPE
-    inventory["nodepools"][0]["scaling_group"]["instance_types"] = [UNKNOWN_TYPE]
-    result = cluster.run(inventory)
+    result = cluster.run(of_type(UNKNOWN_TYPE))
     assert result.outcome == "done", result.reason
     by_node = {n["node_name"]: n for n in result.nodes}
     assert by_node["node-a"]["outcome"] == "partitioned", by_node
@@ -38,8 +43,9 @@ def test_a_gpu_name_label_that_is_no_text_fails_no_other_node(cluster, value):
 
 
 def test_a_node_keeps_only_the_labels_and_annotations_that_are_text():
-    node = KubeNode.from_object({"metadata": {"name": ["n"], "labels": {GPU_NAME: 5, "nvidia.com/mig.config.state": "success"},
-                                              "annotations": {"ack-mig-hook/layouts": 7, "ack-mig-hook/rollout": None}}})
+    node = KubeNode.from_object({"metadata": {
+        "name": ["n"], "labels": {GPU_NAME: 5, "nvidia.com/mig.config.state": "success"},
+        "annotations": {"ack-mig-hook/layouts": 7, "ack-mig-hook/rollout": None}}})
     assert node.name == "" and node.labels == {"nvidia.com/mig.config.state": "success"} and node.annotations == {}
 
 
@@ -49,10 +55,6 @@ def test_a_gpu_count_label_of_5000_digits_fails_no_other_node(cluster):
     reads as none."""
     cluster.add_nodes()
     cluster.api.label_node("node-a", {"aliyun.accelerator/nvidia_count": "9" * 5000})
-    inventory = snapshot(NEW)
-    for node in inventory["nodes"]:
-        node["instance_type"] = COUNT_UNKNOWN
-    inventory["nodepools"][0]["scaling_group"]["instance_types"] = [COUNT_UNKNOWN]
-    result = cluster.run(inventory)
+    result = cluster.run(of_type(COUNT_UNKNOWN))
     assert result.outcome == "done", result.reason
     assert {n["node_name"] for n in result.nodes} == {"node-a", "node-b", "node-c"}
