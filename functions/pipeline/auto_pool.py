@@ -90,7 +90,8 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
     if bounds is None:
         raise NotAutoPool("pool %s is not an auto pool; label it ack-mig-hook/layout=auto to let the hook choose "
                           "its layouts from the pods that wait" % pool_id)
-    waiting, not_counted, planned, left_out = pool_waiting(pool_id, pool_labels, pool_taints, nodes, pending, lifted)
+    waiting, not_counted, planned, left_out = pool_waiting(pool_id, pool_labels, pool_taints, nodes, pending, lifted,
+                                                           bounds)
     running = [d for name, pods in sorted(pods_by_node.items()) for pod in pods if holds_gpus(pod)
                for d in demand_of(pod, pending=False, node=name)]
     supply, notes = pool_supply(planned, pods_by_node)  # only nodes every counted pod could land on

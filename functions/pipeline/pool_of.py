@@ -45,16 +45,21 @@ def pool_bounds(pool_labels: Mapping[str, str], template: Tuple[str, int]) -> Op
 
 
 def pool_waiting(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
-                 nodes: Sequence[Mapping[str, Any]], pending: Sequence[Mapping[str, Any]], lifted: str = ""
+                 nodes: Sequence[Mapping[str, Any]], pending: Sequence[Mapping[str, Any]], lifted: str = "",
+                 bounds: Optional[Bounds] = None
                  ) -> Tuple[List[PodDemand], List[Tuple[str, str]], List[Mapping[str, Any]], List[str]]:
     """The demand of the ``pending`` pods the pool's nodes or template take (the plan's matcher), in pod order
     whatever order the list came in (the same advice from any list), and (pod key, why) for the others: what
     the plan and every reading of the pods a pool counts start from. Then the ``nodes`` the plan may count and
     change: those every pod of that demand could land on (``matching.refusals``: the planner places a pod on
-    any GPU it is given), and one line for each node left out."""
+    any GPU it is given), and one line for each node left out. With ``bounds`` (the pool's), a pod its plan
+    cannot count even on every node, each instance idle (:func:`not_counted`: fewer nodes count no more), is
+    never planned for, so it leaves no node out."""
     places = places_of(pool_labels, pool_taints, pool_id, nodes, lifted)
     by_pool, unmatched = split_pending(sorted(pending, key=pod_key), {pool_id: places})
     keys = {d.key for d in by_pool[pool_id]}
+    if bounds is not None:
+        keys -= {key for key, _ in not_counted(bounds, nodes, by_pool[pool_id])}
     refused = refusals([p for p in pending if pod_key(p) in keys], places[:-1])  # the last place: the template
     planned = [n for n, why in zip(nodes, refused) if not why]
     notes = ["node %s: a pod the plan counts cannot land on it, %s: neither counted nor changed for these pods"
@@ -113,7 +118,7 @@ def counted_pods(pool: Any, nodes: Sequence[Mapping[str, Any]], pending: Sequenc
     if bounds is None:
         return set()
     taints = [t.model_dump(exclude_none=True) for t in pool.taints]
-    waiting, _, planned, _ = pool_waiting(pool.nodepool_id, pool.labels, taints, nodes, pending, lifted)
+    waiting, _, planned, _ = pool_waiting(pool.nodepool_id, pool.labels, taints, nodes, pending, lifted, bounds)
     if not waiting:
         return set()
     return {d.key for d in waiting} - {key for key, _ in not_counted(bounds, planned, waiting, pods_on)}

@@ -373,3 +373,24 @@ def test_a_pod_that_can_land_on_some_nodes_only_is_not_planned_on_the_others(kub
     advice = live_advice(kube_api, tmp_path, capsys)
     assert [g["node"] for g in advice["gpus"] if g["change"] != "none"] == ["n1"]
     assert advice["plan"]["unserved"] == {}
+
+
+def test_a_pod_the_plan_does_not_count_leaves_no_node_out_of_it(kube_api, tmp_path, capsys):
+    """A waiting pod the pool can never serve (60 instances: more than a node of 8 GPUs holds) is not counted, so it
+    restricts nothing: its zone selector must not leave the other zone's nodes out of the plan of the pods that
+    are counted (it called them "a pod the plan counts cannot land on it", repartitioned nothing there, and
+    asked the autoscaler for a node the idle GPU of n1 would have saved)."""
+    gpu_node(kube_api, "n1", "7g.80gb")
+    gpu_node(kube_api, "n2", "7g.80gb")
+    kube_api.add_pod("llm", "running", "n2", resources={"nvidia.com/mig-7g.80gb": "1"})
+    for name, zone in (("n1", "cn-beijing-a"), ("n2", "cn-beijing-b")):
+        kube_api.label_node(name, {"topology.kubernetes.io/zone": zone})
+    waiting(kube_api, "small", "1g.10gb")
+    waiting(kube_api, "huge", "1g.10gb", count=60, owner="huge")
+    with kube_api.lock:
+        kube_api.pods[("llm", "huge")]["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "cn-beijing-b"}
+    advice = live_advice(kube_api, tmp_path, capsys)
+    assert [p["pod"] for p in advice["demand"]["not_counted"]] == ["llm/huge"]
+    assert not [u for u in advice["plan"]["unplaced"] if u.startswith("node n1: ")], advice["plan"]["unplaced"]
+    assert [g["node"] for g in advice["gpus"] if g["change"] != "none"] == ["n1"]
+    assert advice["plan"]["unserved"] == {}
