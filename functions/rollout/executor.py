@@ -80,8 +80,10 @@ class NodeRefused(KubeError):
 
 # kube-apiserver's authorizer words every RBAC refusal so (k8s.io/apiserver endpoints/handlers/responsewriters
 # ForbiddenStatusError: "<resource> \"<name>\" is forbidden: User \"<user>\" cannot <verb> resource ...");
-# an admission webhook's or policy's 403 names the webhook or policy instead.
-_RBAC_FORBIDDEN = re.compile(r'is forbidden: User ".*" cannot [a-z]+ resource ')
+# an admission webhook's or policy's 403 names the webhook or policy after "is forbidden: " instead. Only the
+# words up to the user are read: an error keeps 300 characters of the message (functions.kube.client), and a
+# long node or user name (253 characters each) cuts it before "cannot", never before "User" (at most 282 in).
+_RBAC_FORBIDDEN = re.compile(r'is forbidden: User "')
 
 
 def _refusal(exc: KubeError) -> KubeError:
