@@ -112,7 +112,7 @@ def _layout(entry: Mapping[str, Any]) -> Tuple[bool, Tuple[Tuple[str, int], ...]
 
 
 def _sort_key(name: str) -> Tuple[int, str]:
-    slices = digits(name.split("g.", 1)[0])  # (a config's name: int of 5,000 digits raised ValueError)
+    slices = digits(name.split("g.", 1)[0])  # (a config's name: int of 5,000 digits would raise ValueError)
     return (-slices if slices is not None else 0, name)
 
 

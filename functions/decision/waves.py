@@ -164,7 +164,7 @@ def _ready(conditions: object) -> Optional[bool]:
 
 def _kept(items: object, prefixes: Tuple[str, ...], texts: bool = True) -> Dict[str, str]:
     # Labels and annotations: text values only, as the API serves them; one of another type reads as absent (a
-    # GPU name label that was an object raised out of the decide step and failed every node of the event).
+    # GPU name label that is an object would raise out of the decide step and fail every node of the event).
     # Allocatable (texts False): a snapshot's may give a count as a number, which mig_allocatable reads.
     return {k: v for k, v in as_object(items).items()
             if isinstance(k, str) and k.startswith(prefixes) and (isinstance(v, str) or not texts)}

@@ -84,7 +84,7 @@ WHOLE_CALL = {"InvalidInstance.NotFound": "instance-gone", "InvalidInstanceId.No
 # 100 take about 7 each; a refusal of every instance (status fine, API refusing) must not cost 2 x 100.
 ISOLATION_CALLS = 30
 # At most 8 parts of at most 9 digits ("2.2.3.309"): the field is the answer's text, and ``int`` of a part of
-# 5,000 digits raised ValueError (Python's 4,300-digit limit) out of the agent wait and failed every node.
+# 5,000 digits raises ValueError (Python's 4,300-digit limit), which out of the agent wait would fail every node.
 _VERSION = re.compile(r"^[0-9]{1,9}(\.[0-9]{1,9}){0,7}\Z")
 
 

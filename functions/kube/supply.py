@@ -116,7 +116,7 @@ def node_supply(node: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> T
     name, labels = str(meta.get("name") or ""), meta.get("labels") or {}
     model = find_gpu_or_none(labels.get(GPU_NAME_LABEL)) if labels.get(GPU_NAME_LABEL) else None
     count_text = str(labels.get(GPU_COUNT_LABEL) or "")
-    count = digits(count_text)  # (int of a 5,000-digit label raised ValueError out of every pool)
+    count = digits(count_text)  # (int of a 5,000-digit label raises ValueError: every pool would fail)
     if model is None or not count or count > 16:
         return [], ["node %s: GPU model %r or count %r unknown (labels %s, %s): left out"
                     % (name, str(labels.get(GPU_NAME_LABEL))[:80], count_text[:24], GPU_NAME_LABEL, GPU_COUNT_LABEL)]

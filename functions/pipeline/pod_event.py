@@ -277,7 +277,7 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
                         "last, and the pool is let go before it" % str(exc)[:200])
             # Planning is always safe, but this round noted no asks, so it cannot tell which came during it: let
             # go first (the marker still names this invocation), and an event during the round or after finds
-            # no holder and plans itself, after this round's planning claim. Kept, the pool's events were
+            # no holder and plans itself, after this round's planning claim. Kept, the pool's events would be
             # answered coalesced into an invocation that had returned, for a whole run lease.
             _let_go(marker, pool_id, log)
             rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))

@@ -133,7 +133,7 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
                          "%s on it, if the pool's Lease still holds one that has run out" % (node.name, reason,
                                                                                              p.owner or "-"))
             continue
-        # The slot goes back before the record ends, not after: a tick stopped between the two left a done
+        # The slot goes back before the record ends, not after: a tick stopped between the two would leave a done
         # record (no later tick looks at it again) and the dead run's slot in the Lease, for good in a pool
         # where no node takes a slot again. Stopped here, the record is still stranded and the next tick ends it.
         # A slot given back for a record the write below cannot end had run out: it counted for nothing.
@@ -148,7 +148,7 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
                 raise
             # This node's answer (a 422: its annotations at the size limit; a webhook's refusal): the node
             # keeps its record (the slot given back above had run out) and the others are still ended; raised,
-            # it ended every pool's tick, each time.
+            # it would end every pool's tick, each time.
             lines.append("node %s: the record could not be ended (%s): the next tick tries again"
                          % (node.name, " ".join(str(exc).split())[:200]))
             continue

@@ -75,7 +75,7 @@ class NodeRefused(KubeError):
     changes: a 4xx other than 401 (the credentials: every node's), 404 (gone), 409 (a newer version) and 429
     (throttling), e.g. a 422 for annotations another party filled to the size limit, a webhook's 403. Not
     RBAC's 403 (``nodes "x" is forbidden: User "u" cannot patch resource "nodes"``): the function's Role is
-    every node's cause, and failing each node of the pool at once for it sent an alert per node per run."""
+    every node's cause, and failing each node of the pool at once for it would send an alert per node per run."""
 
 
 # kube-apiserver's authorizer words every RBAC refusal so (k8s.io/apiserver endpoints/handlers/responsewriters
@@ -345,11 +345,11 @@ class RolloutExecutor:
                     {rp.SCALE_DOWN_DISABLED: None} if uncordon and ours else None)
 
     def _finish(self, w: Any, outcome: str, step: str, reason: str, base: Optional[dict] = None) -> None:
-        # The slot goes back before the record's end, not after: a run stopped between the two left a slot that
-        # nothing would ever give back (the record no longer in progress, no run resumes or ends it again), and
-        # the Lease showed a dead run holding a finished node. Now a stop there leaves the record in progress,
-        # which the next run resumes (drained) or ends (an auto change), while the node still counts: a drained
-        # one by its record's step and its cordon; a change without drain has shown its capacity already.
+        # The slot goes back before the record's end, not after: a run stopped between the two would leave a slot
+        # that nothing ever gives back (the record no longer in progress, no run resumes or ends it again), and
+        # the Lease would show a dead run holding a finished node. In this order a stop there leaves the record in
+        # progress, which the next run resumes (drained) or ends (an auto change), while the node still counts: a
+        # drained one by its record's step and its cordon; a change without drain has shown its capacity already.
         self._give_back(w)
         try:
             self._record(w, step, reason, uncordon=True)
@@ -463,9 +463,9 @@ class RolloutExecutor:
                                        self.rollout.expires, autoscaler=ours)
                 spec = {"unschedulable": True}
             # That run's slot goes before the record names this run, once it has run out (it counts for nothing
-            # then, so a claim that loses its write below gave back nothing that counted): given back after,
-            # a stop between the two left it for good, since the next takeover gives back the slot of the run
-            # its record names, this one, which holds none.
+            # then, so a claim that loses its write below gives back nothing that counts): given back after,
+            # a stop between the two would leave it for good, since the next takeover gives back the slot of the
+            # run its record names, this one, which holds none.
             if stopped and w.pool_id:
                 self.budget.release(w.pool_id, name, holder=stopped)
             try:
@@ -504,8 +504,8 @@ class RolloutExecutor:
     def _claim_wave(self, wave: List[Any], results: Dict[str, dict]) -> None:
         """Claim each node of the wave. A node that refuses its claim (:class:`NodeRefused`) fails at once and
         leaves its place to the next node of its pool, claimed in this wave: it has no record to show for the
-        refusal, so every plan puts it first again, and with its place used up the pool's other nodes waited for
-        good. ``wave`` grows by the nodes taken instead; each refusal leaves one more node out of the plan, so
+        refusal, so every plan puts it first again, and with its place used up the pool's other nodes would wait
+        for good. ``wave`` grows by the nodes taken instead; each refusal leaves one more node out of the plan, so
         there are at most as many rounds as the pool has nodes."""
         todo = list(wave)
         while todo:

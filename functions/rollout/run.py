@@ -106,7 +106,7 @@ def _gpus(d: Decision, kube: Optional[rp.KubeNode]) -> Optional[int]:
     if d.plan is not None and d.plan.gpus:
         return d.plan.gpus
     text = (kube.labels.get(rp.GPU_COUNT_LABEL) if kube is not None else "") or ""
-    count = digits(text)  # (int of a 5,000-digit label raised ValueError and ended the event)
+    count = digits(text)  # (int of a 5,000-digit label raises ValueError: it would end the event)
     return count if count else None
 
 

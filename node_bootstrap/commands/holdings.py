@@ -113,7 +113,7 @@ def same_report(current, value):
     old.pop("at", None)
     new.pop("at", None)
     # Compared as JSON text, not by ``==``: Python has False == 0 and True == 1, and a start written ``false``
-    # (which the planner's reader refuses) was "the same" as 0 and never written over.
+    # (which the planner's reader refuses) would be "the same" as 0 and never written over.
     return json.dumps(old, sort_keys=True) == json.dumps(new, sort_keys=True)
 
 

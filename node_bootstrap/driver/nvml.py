@@ -188,7 +188,7 @@ class NvmlReader(object):
                 unreadable[index] = exc
             except self.nv.NVMLError as exc:
                 # Any other answer on this GPU (UNKNOWN, TIMEOUT: its handle, its MIG mode) leaves only what it
-                # holds unknown, as a lost GPU does; it failed the report of every GPU.
+                # holds unknown, as a lost GPU does: raised, it would fail the report of every GPU.
                 unreadable[index] = NvmlReadError("GPU %d: NVML answered %s; what it holds is unknown"
                                                   % (index, self.error_text(exc)), code="nvml-error")
         return gpus, unreadable
@@ -196,7 +196,7 @@ class NvmlReader(object):
     def read_gpu(self, index, strict=False):
         # type: (int, bool) -> LiveGpu
         """``strict`` (read_each, for a report of what the GPU holds): a MIG mode NVML cannot tell, for another
-        reason than a GPU without MIG, raises instead of reading as no mode, which reported the GPU empty."""
+        reason than a GPU without MIG, raises instead of reading as no mode, which would report the GPU empty."""
         try:
             return self._read_gpu(index, strict)
         except self.nv.NVMLError as exc:

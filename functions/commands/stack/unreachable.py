@@ -4,7 +4,7 @@ common.connect` words the check before a command's first call: ``cannot connect 
 
 The Tea SDKs (darabonba) turn a failed connection into ``RetryError(str(requests' ConnectionError))``, oss2
 into a ``RequestError`` around it: urllib3's whole text (the pool, the URL and its query, a repr of the new
-connection), which a cut at 300 characters left mid-word and which never said what to check. The service,
+connection), which a cut at 300 characters leaves mid-word and which never says what to check. The service,
 the address, the cause and the variable that sets the endpoint are what a user acts on; they are read here
 from the exception's chain (its text only: the SDKs' exception types differ by version) and nothing else of
 it is shown.

@@ -50,9 +50,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         after = plan_once(state, demand, bounds, None, keep)
         if not after.changes:
             # the state the rounds leave is one no tick changes again. Its pods short and the new node for them
-            # are the resting round's, counted on that state: the round before counted them on the state before
-            # its changes, where a pod asking several profiles that binds first in pod order had not yet taken
-            # the instances made for others (the plan asked a node for it, and the next tick one for them)
+            # are the resting round's, counted on that state: the round before counts them on the state before
+            # its changes, where a pod asking several profiles that binds first in pod order has not yet taken
+            # the instances made for others (the plan would ask a node for it, and the next tick one for them)
             return _composed(supply, result, after)
         second = second or after
         result, state = _composed(supply, result, after), _applied(state, after)
