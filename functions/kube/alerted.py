@@ -16,7 +16,7 @@ from node_bootstrap.kube import KubeError
 from node_bootstrap.outside import OutsideDataError, as_object
 
 from functions.decision import alert_marks as am
-from functions.kube import leases
+from functions.kube import last_run, leases
 from functions.kube.nodes import EVENT_NAMESPACE
 
 CAS_ATTEMPTS = 4
@@ -26,8 +26,7 @@ DEADLINE_S = 10.0  # per call: read before the webhook, write after it
 def client(backend: Any) -> Any:
     """A short-deadline client for one call on the marks (the run record's kind), or the backend itself where it
     has none (a snapshot's MemoryKube)."""
-    backend = getattr(backend, "backend", backend)  # a NodeView: its backend
-    return backend.sibling(DEADLINE_S) if hasattr(backend, "sibling") else backend
+    return last_run.record_client(getattr(backend, "backend", backend), DEADLINE_S)  # a NodeView: its backend
 
 
 def _marks(lease: Mapping[str, Any]) -> am.Marks:

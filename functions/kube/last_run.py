@@ -35,11 +35,11 @@ def _lease(kube: Any, namespace: str) -> dict:
     return leases.read_or_create(kube, namespace, lr.RECORD_LEASE, {})
 
 
-def record_client(backend: Any) -> Any:
+def record_client(backend: Any, deadline_s: float = WRITE_DEADLINE_S) -> Any:
     """The client the record is written with: a short-deadline sibling of the event's own (functions.kube.client
     ``KubeApi.sibling``), or the backend itself where it has none (a snapshot's MemoryKube, a test double)."""
     if hasattr(backend, "sibling"):
-        return backend.sibling(WRITE_DEADLINE_S)
+        return backend.sibling(deadline_s)
     return backend
 
 
