@@ -450,6 +450,12 @@ MUTANTS = (
            "d.count > 1",
            ("tests/layout/test_planner.py",),
            "a pod asking two profiles, one of each, gets no second round: a new node is asked for a pod the pool serves"),
+    # ---- the planner's pods asking several resources (planner._serve_joint): whole GPUs among them ----
+    mutant("joint-pod-whole-gpus-anywhere", "functions/decision/layout/planner.py",
+           "            if whole[node] < gpus_asked:\n                continue\n",
+           "",
+           ("tests/layout/test_planner.py",),
+           "a pod asking a whole GPU and a MIG instance is served by a node with no free whole GPU: it waits for good"),
     # ---- a pod event's holder (pod_event.py): how its rounds and waits end ----
     mutant("pod-event-retry-keeps-marker", "functions/pipeline/pod_event.py",
            '        if rounds[-1].outcome in ("retry", "error"):\n            _let_go(marker, pool_id, log)\n',

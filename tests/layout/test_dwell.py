@@ -174,3 +174,24 @@ def test_the_planning_claim_is_read_under_the_reader_rule_and_clamped():
     assert pc.held_by_another(claim, "me", 1000.0, 900.0) == "other"
     assert pc.held_by_another(pc.Claim("me", 1500.0), "me", 1000.0, 900.0) == ""
     assert pc.held_by_another(pc.Claim("other", 999.0), "me", 1000.0, 900.0) == ""  # expired
+
+
+def test_what_the_dwell_holds_back_advertises_no_node_for_a_pod_no_new_node_holds():
+    """The dwell names its own new node (for what both plans leave short) where the plan without it is short of
+    more. A pod asking a whole GPU beside a 2g.12gb+me is short, and no new node can hold it (a new node's GPUs
+    all get MIG, or all stay whole): the planner names no node for it, but the dwell's own named three GPUs of
+    2g.12gb+me for it, a node the autoscaler would add and the pod could never use."""
+    from functions.decision.layout import WHOLE_GPU
+    a30 = "NVIDIA A30"
+    supply = [GpuSupply("n", 0, a30, (Instance("4g.24gb", 0, True),), busy=True),
+              GpuSupply("n", 1, a30, (Instance("2g.12gb+me", 0, False),)),
+              GpuSupply("n", 2, a30, (Instance("2g.12gb+me", 0, False), Instance("2g.12gb", 2, False)))]
+    demand = [PodDemand("zz/mixed", "o", "2g.12gb+me"), PodDemand("zz/mixed", "o", WHOLE_GPU),
+              PodDemand("ns/p00", "o", "1g.6gb"), PodDemand("ns/p01", "o", "2g.12gb", 2),
+              PodDemand("ns/p03", "o", "2g.12gb", 2)]
+    held = Dwell({("n", 2): NOW - 10}, NOW, 100, 10 ** 9, {})
+    free = plan(supply, demand, Bounds())
+    result = plan_steady(plan, supply, demand, Bounds(), held)
+    assert dict(free.unserved) == {"1g.6gb": 1, "2g.12gb+me": 1, WHOLE_GPU: 1}, free.unserved
+    assert dict(result.unserved) == {"2g.12gb+me": 1, WHOLE_GPU: 1} and any("ACK_MIG_AUTO_DWELL_S" in r for r in result.reasons)
+    assert result.new_node_shape == () and result.new_node == ()

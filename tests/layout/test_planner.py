@@ -199,6 +199,42 @@ def test_a_pod_asking_several_profiles_is_served_by_one_node_or_counted_for_a_ne
     assert more.unserved == (("1g.10gb", 1),) and more.changes == ()
 
 
+def test_a_pod_asking_a_whole_gpu_and_a_mig_instance_is_served_only_by_one_node_holding_both():
+    """A pod asking nvidia.com/gpu and mig-1g.10gb (matching.demand_of: one PodDemand per resource, one key).
+    Node a has an idle 1g.10gb and its other GPU in use, node b a free GPU with MIG off: counted resource by
+    resource it looked served, nothing changed and no node was asked, and the pod waited for good (the
+    scheduler needs both on one node). A new node cannot hold it either: its GPUs all get MIG (a sequence
+    request) or all stay whole, so it is short, with a line saying so, and no layout is advertised for it."""
+    pod = [PodDemand("llm/both", "pod llm/both", "1g.10gb"), PodDemand("llm/both", "pod llm/both", WHOLE_GPU)]
+    apart = [GpuSupply("a", 0, A80, (Instance("1g.10gb", 0, False),)),
+             GpuSupply("a", 1, A80, (Instance("7g.80gb", 0, True),)),
+             GpuSupply("b", 0, A80, (), mig=False), GpuSupply("b", 1, A80, (), mig=False, busy=True)]
+    result = plan(apart, pod, Bounds(node_gpus=2, model=A80))
+    assert dict(result.unserved) == {"1g.10gb": 1, WHOLE_GPU: 1} and result.changes == ()
+    assert result.new_node == () and result.new_node_shape == () and result.not_counted == ()
+    (line,) = [r for r in result.reasons if "whole GPUs and MIG instances together" in r]
+    assert line.startswith("1 pending pod asking whole GPUs and MIG instances together: ") and \
+        "a new node cannot hold it either" in line
+    # what it cannot use serves a pod that can: a 7g.80gb pod gets a's idle GPU, and two get a new node named
+    # for the second one only
+    other = plan(apart, pod + pods(1, "7g.80gb"), Bounds(node_gpus=2, model=A80))
+    assert dict(other.unserved) == {"1g.10gb": 1, WHOLE_GPU: 1} and other.new_node_shape == ()
+    assert [(t.node, t.index, t.layout) for t in other.changes] == [("a", 0, (("7g.80gb", 0),))]
+    two = plan(apart, pod + pods(2, "7g.80gb"), Bounds(node_gpus=2, model=A80))
+    assert dict(two.unserved) == {"1g.10gb": 1, "7g.80gb": 1, WHOLE_GPU: 1}
+    assert two.new_node_shape == (((("7g.80gb", 0),), 2),)
+    # one node with a free whole GPU beside an idle 1g.10gb serves it as it is, and keeps both for it: a
+    # whole-GPU pod and a 1g.10gb pod that come too are short, not given what the first pod needs
+    both = [GpuSupply("c", 0, A80, (Instance("4g.40gb", 0, True), Instance("2g.20gb", 4, True),
+                                    Instance("1g.10gb", 6, False))),
+            GpuSupply("c", 1, A80, (), mig=False)]
+    served = plan(both + apart, pod, Bounds(node_gpus=2, model=A80))
+    assert served.unserved == () and served.changes == ()
+    more = plan(both, pod + pods(1, WHOLE_GPU, prefix="w/w") + pods(1, "1g.10gb", prefix="s/s"),
+                Bounds(node_gpus=2, model=A80))
+    assert dict(more.unserved) == {"1g.10gb": 1, WHOLE_GPU: 1}
+
+
 def test_a_previous_target_whose_pods_are_gone_is_dropped_not_carried():
     supply = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, False),))]
     first = plan(supply, pods(3, "2g.20gb"), Bounds())

@@ -394,3 +394,31 @@ def test_a_pod_the_plan_does_not_count_leaves_no_node_out_of_it(kube_api, tmp_pa
     assert not [u for u in advice["plan"]["unplaced"] if u.startswith("node n1: ")], advice["plan"]["unplaced"]
     assert [g["node"] for g in advice["gpus"] if g["change"] != "none"] == ["n1"]
     assert advice["plan"]["unserved"] == {}
+
+
+def _whole_and_mig(api, name):
+    """A pod the scheduler marked Unschedulable asking a whole GPU and a 1g.10gb together."""
+    pod = api.add_pod("llm", name, "", phase="Pending", gpus=1, resources={"nvidia.com/mig-1g.10gb": "1"})
+    with api.lock:
+        pod["spec"]["tolerations"] = list(TOLERATE)
+        pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                        "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu"}]
+
+
+def test_a_pod_asking_a_whole_gpu_and_a_mig_instance_is_short_unless_one_node_holds_both(kube_api, tmp_path,
+                                                                                           capsys):
+    """n1 holds an idle 1g.10gb, n3 (never partitioned, MIG off) a free GPU; the pod asks both. Counted resource
+    by resource it was served (advise: nothing unserved, nothing to change) and waited for good: the scheduler
+    needs both on one node. It is short now, with a line saying why, and no MIG resource is advertised for it (a
+    new node's GPUs all get MIG or all stay whole: none holds it). The tick partitions a fresh node for a MIG
+    pod that waits beside it: before, the pod's nvidia.com/gpu ask kept that node whole, for nothing."""
+    gpu_node(kube_api, "n1", "1g.10gb")
+    kube_api.add_node("n3", labels={"alibabacloud.com/nodepool-id": POOL_ID, "aliyun.accelerator/nvidia_name": A100_80,
+                                    "aliyun.accelerator/nvidia_count": "1"},
+                      taints=[{"key": "nvidia.com/gpu", "value": "mig", "effect": "NoSchedule"}])
+    _whole_and_mig(kube_api, "both")
+    advice = live_advice(kube_api, tmp_path, capsys)
+    assert advice["demand"]["pending"] == {"1g.10gb": 1, "gpu": 1} and advice["demand"]["not_counted"] == []
+    assert advice["plan"]["unserved"] == {"1g.10gb": 1, "gpu": 1} and advice["plan"]["changes"] == 0
+    assert advice["plan"]["new_node_shape"] == [] and advice["autoscaler_tags"]["set"] == {}
+    assert any("whole GPUs and MIG instances together" in r for r in advice["plan"]["reasons"])

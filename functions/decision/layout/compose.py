@@ -120,4 +120,4 @@ def _composed(supply: Sequence[GpuSupply], first: Plan, second: Plan) -> Plan:
     notes = second.reasons[sum(1 for t in second.targets if t.reason):]
     notes = tuple(n for n in first.reasons if UNCHECKED in n and n not in notes) + tuple(notes)
     return Plan(tuple(targets), second.unserved, second.new_node, tuple(reasons) + tuple(notes),
-                first.unplaced, first.not_counted, second.new_node_shape)
+                first.unplaced, first.not_counted, second.new_node_shape, second.no_new_node)

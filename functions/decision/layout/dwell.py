@@ -85,8 +85,10 @@ def plan_steady(planner: Any, supply: Sequence[GpuSupply], demand: Sequence[PodD
     both = tuple((name, min(n, short_free.get(name, 0))) for name, n in kept.unserved if short_free.get(name, 0))
     if both == free.unserved:
         new_node, shape = free.new_node, free.new_node_shape
-    else:
-        new_node, shape = new_node_for(both, bounds, supply)
+    else:  # less what no new node holds (Plan.no_new_node): a node asked for it serves nothing
+        beyond = dict(free.no_new_node)
+        new_node, shape = new_node_for(tuple((name, n - beyond.get(name, 0)) for name, n in both
+                                             if n > beyond.get(name, 0)), bounds, supply)
     waiting = ", ".join("%dx %s" % (n - short_free.get(name, 0), name) for name, n in kept.unserved
                         if n > short_free.get(name, 0))
     gpus = sorted(keep, key=lambda g: (hold[g], g))

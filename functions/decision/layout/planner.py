@@ -37,7 +37,8 @@ instances or added beside what its GPUs hold, or after idle instances of profile
 destroyed there; one that no node can give them now is unserved (a new node's layout counts it), never
 spread over nodes, where its instances would serve nothing. A pod asking for whole GPUs
 (``nvidia.com/gpu``) is served only by free GPUs whose MIG is off: the planner never turns MIG on or off
-(that takes a GPU reset).
+(that takes a GPU reset); one asking whole GPUs beside instances only by one node holding both, and no new
+node holds it (``_serve_joint``).
 
 No flapping: nothing changes without a pod or headroom to serve, and ``previous`` (the last plan) keeps a
 target that is still being applied as the GPU's state, so the pods it was made for are not planned twice.
@@ -365,42 +366,58 @@ def _busiest_first(gpus: List[_Gpu]) -> Dict[str, List[_Gpu]]:
     return nodes
 
 
-def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand]) -> Tuple[set, Counter, int, Dict[str, int]]:
-    """Pending pods that ask for several profiles (matching.demand_of gives one PodDemand per profile, one
-    key): the scheduler needs every instance of such a pod on one node, and the rest of the plan counts
-    profile by profile, so it would count an idle 1g.10gb on one node and an idle 2g.20gb on another as
-    serving a pod that asks for both. A node whose idle instances hold all of its asks keeps them for it
-    (the busiest node first); a pod no node holds that way now is unserved, for a new node, and changes
-    nothing here: planning the pool's GPUs for asks that must meet on one node is left to the new node.
-    Returns (the keys handled, the instances left unserved per profile, the pods left so, per profile the
-    most one of those pods asks: what one new node must hold)."""
+def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand], whole: Counter
+                 ) -> Tuple[set, Counter, int, Dict[str, int], Counter, int]:
+    """Pending pods that ask for several profiles, whole GPUs (``nvidia.com/gpu``) counted as one
+    (matching.demand_of gives one PodDemand per profile, one key): the scheduler needs every resource of such
+    a pod on one node, and the rest of the plan counts profile by profile (whole GPUs pool-wide), so it would
+    count an idle 1g.10gb on one node and an idle 2g.20gb, or a free whole GPU, on another as serving a pod
+    that asks for both. A node whose idle instances and free whole GPUs (``whole``: per node, GPUs with MIG
+    off that nothing uses; taken from it) hold all of its asks keeps them for it (the busiest node first); a
+    pod no node holds that way now is unserved and changes nothing here: planning the pool's GPUs for asks
+    that must meet on one node is left to the new node. A new node cannot hold a pod asking whole GPUs beside
+    instances: its GPUs all get MIG (a sequence request) or all stay whole (``_fresh_nodes``), and the
+    planner never turns MIG off. So such a pod is short, and its instances go to no new node's layout (the
+    autoscaler would add a node it cannot use, for as long as the pod waits). Returns (the keys handled, the
+    instances left unserved per profile, the pods left so a new node can hold, per profile the most one of
+    those asks: what one new node must hold, the instances of the pods no new node can hold, those pods)."""
     asks = OrderedDict()  # type: Dict[str, Counter]
-    profiles = {}  # type: Dict[str, set]
+    kinds = {}  # type: Dict[str, set]
     for d in demand:
-        if d.pending and d.profile != WHOLE_GPU and d.count > 0:
-            profiles.setdefault(d.key, set()).add(d.profile)
+        if d.pending and d.count > 0:
+            kinds.setdefault(d.key, set()).add(d.profile)
     for d in sorted(demand, key=lambda d: d.key):
-        if d.key in profiles and len(profiles[d.key]) > 1 and d.pending and d.profile != WHOLE_GPU:
-            asks.setdefault(d.key, Counter())[d.profile] += max(int(d.count), 0)
-    unserved, apart, floor = Counter(), 0, {}  # type: Counter, int, Dict[str, int]
+        if d.pending and d.count > 0 and len(kinds[d.key]) > 1:
+            asks.setdefault(d.key, Counter())[d.profile] += int(d.count)
+    unserved, beyond, floor = Counter(), Counter(), {}  # type: Counter, Counter, Dict[str, int]
+    apart = mixed = 0
     if not asks:
-        return set(), unserved, apart, floor
+        return set(), unserved, apart, floor, beyond, mixed
     nodes = _busiest_first(gpus)
     for key, wanted in asks.items():
-        for members in nodes.values():
+        gpus_asked = wanted.get(WHOLE_GPU, 0)
+        instances = {name: n for name, n in wanted.items() if name != WHOLE_GPU}
+        for node, members in nodes.items():
+            if whole[node] < gpus_asked:
+                continue
             idle = {name: [i for g in members for i in g.state if not i.held and i.profile.name == name][:n]
-                    for name, n in wanted.items()}
-            if all(len(idle[name]) == n for name, n in wanted.items()):
+                    for name, n in instances.items()}
+            if all(len(idle[name]) == n for name, n in instances.items()):
                 for found in idle.values():
                     for inst in found:
                         inst.reserved = _JOINT
+                whole[node] -= gpus_asked
                 break
         else:
             unserved.update(wanted)
+            if gpus_asked:
+                beyond.update(instances)
+                mixed += 1
+                continue
             apart += 1
             for name, n in wanted.items():
                 floor[name] = max(floor.get(name, 0), n)
-    return set(asks), unserved, apart, floor
+    return set(asks), unserved, apart, floor, beyond, mixed
 
 
 def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
@@ -527,7 +544,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     # variables and the reasons all follow it, and a plan must not change with it.
     demand = sorted(demand, key=lambda d: (d.key, d.profile, d.count, d.pending, d.node, d.owner))
     demand, not_counted = countable(supply, demand, bounds)
-    gpus, unplaced, whole_free = [], [], 0
+    gpus, unplaced, whole = [], [], Counter()  # type: List[_Gpu], List[str], Counter
     twice = {k for k, n in Counter((s.node, s.index) for s in supply).items() if n > 1}
     for s in sorted(supply, key=lambda g: (g.node, g.index)):
         if (s.node, s.index) in twice:  # two answers for one GPU: neither is trusted
@@ -544,7 +561,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         elif why:
             unplaced.append(why)
         elif not s.mig and not s.busy:
-            whole_free += 1
+            whole[s.node] += 1  # per node: a pod asking whole GPUs beside instances needs both on one
     if previous is not None:
         earlier = {(t.node, t.index): t for t in previous.targets}
         asked = {d.profile for d in demand if d.pending} | {n for n, k in bounds.headroom if k > 0}
@@ -553,7 +570,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
 
     before = {g.sort_key: list(g.state) for g in gpus}  # what the exact form starts from (exact.py)
     unserved, notes = Counter(), []  # type: Counter, List[str]
-    joint, joint_short, joint_apart, floor = _serve_joint(gpus, demand)  # pods asking several profiles
+    # pods asking several profiles (whole GPUs among them): the whole GPUs they take are no one else's
+    joint, joint_short, joint_apart, floor, no_new_node, mixed = _serve_joint(gpus, demand, whole)
+    whole_free = sum(whole.values())
     if joint:  # the rest of the plan, the exact solve and the needless-change check count profile by profile
         demand = [d for d in demand if d.key not in joint]
     multi = _serve_multi(gpus, demand, bounds)  # pods asking several instances of one node
@@ -578,6 +597,12 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         notes.append("%d pending pod%s asking several profiles: no node of the pool has idle instances of all of "
                      "them now (the scheduler needs them on one node): counted for a new node"
                      % (joint_apart, "" if joint_apart == 1 else "s"))
+    if mixed:
+        notes.append("%d pending pod%s asking whole GPUs and MIG instances together: no node of the pool has free "
+                     "whole GPUs (MIG off) beside idle instances of all of them (the scheduler needs them on one "
+                     "node), and a new node cannot hold %s either (its GPUs all get MIG, or all stay whole): "
+                     "short, and no new node is asked for %s" % ((mixed, "", "it", "it") if mixed == 1 else
+                                                                 (mixed, "s", "them", "them")))
     for d in demand:  # one new node must hold each pod asking several of one profile that waits for one
         if d.pending and d.count > 1 and d.profile != WHOLE_GPU and d.key not in multi[0]:
             floor[d.profile] = max(floor.get(d.profile, 0), int(d.count))
@@ -766,19 +791,20 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         targets.append(target)
         if target.reason:
             reasons.append(target.reason)
-    new_node, shape = _new_node(unserved, bounds, supply, floor)
+    for_node = unserved - no_new_node  # (a pod no new node holds has its own line above)
+    new_node, shape = _new_node(for_node, bounds, supply, floor)
     in_shape = {name for layout, _ in shape for name, _ in layout}
-    for name, n in sorted(unserved.items()):  # what the new node leaves out says so, not only an empty shape
+    for name, n in sorted(for_node.items()):  # what the new node leaves out says so, not only an empty shape
         if shape and n > 0 and name != WHOLE_GPU and name not in in_shape:
             notes.append("%d pending %s instance%s not in the new node's layout: its GPU model has no such "
                          "profile, or one node cannot hold it beside the others (a later round)"
                          % (n, name, "" if n == 1 else "s"))
-    if not shape and any(n > 0 for name, n in unserved.items() if name != WHOLE_GPU):
+    if not shape and any(n > 0 for name, n in for_node.items() if name != WHOLE_GPU):
         notes.append("no new node's layout can be named for what is unserved: neither a GPU of the pool nor its "
                      "instance type has a model the catalogue knows with those profiles")
     return Plan(tuple(targets), tuple(sorted(unserved.items())), new_node,
                 tuple(reasons + [_one_line(n) for n in notes]), tuple(_one_line(u) for u in unplaced),
-                tuple((key, _one_line(why)) for key, why in not_counted), shape)
+                tuple((key, _one_line(why)) for key, why in not_counted), shape, tuple(sorted(no_new_node.items())))
 
 
 MAX_NODE_GPUS = 16  # the most GPUs a node reports (functions/kube/supply.py reads nvidia_count up to 16)

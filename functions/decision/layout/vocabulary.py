@@ -116,6 +116,9 @@ class Plan:
     # autoscaler's template advertises (copies of it serve every unserved pod the shape can, in one round);
     # ``new_node`` is its first layout (the one most GPUs get). () when none.
     new_node_shape: Tuple[Tuple[Tuple[Tuple[str, int], ...], int], ...] = field(default=())
+    # (profile, instances) of ``unserved`` that no new node can hold either: those of pods asking whole GPUs
+    # beside them (a new node's GPUs all get MIG, or all stay whole); left out of ``new_node_shape``
+    no_new_node: Pairs = field(default=())
 
     @property
     def changes(self) -> Tuple[GpuTarget, ...]:
