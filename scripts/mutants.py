@@ -446,7 +446,7 @@ MUTANTS = (
            ("tests/layout/test_planner.py",),
            "the rounds stop before the state no round changes: the next tick changes a GPU on the same demand"),
     mutant("second-round-one-profile-only", "functions/decision/layout/compose.py",
-           "(d.count > 1 or profiles[d.key] > 1)",
+           "(d.count > 1 or asks[d.key] > 1)",
            "d.count > 1",
            ("tests/layout/test_planner.py",),
            "a pod asking two profiles, one of each, gets no second round: a new node is asked for a pod the pool serves"),

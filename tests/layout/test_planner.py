@@ -235,6 +235,21 @@ def test_a_pod_asking_a_whole_gpu_and_a_mig_instance_is_served_only_by_one_node_
     assert dict(more.unserved) == {"1g.10gb": 1, WHOLE_GPU: 1}
 
 
+def test_a_pod_asking_a_whole_gpu_beside_an_instance_takes_what_the_plan_made_in_the_same_plan():
+    """ns/both asks a whole GPU and a 2g.20gb; node n has a free GPU with MIG off and an empty one. The plan made
+    two 2g.20gb for ns/a and ns/b and called ns/both short; once made, ns/both takes one of them beside the whole
+    GPU, and the next tick changed the GPU again for the pod that lost it. The further rounds (compose.py) run
+    for such a pod too: one plan makes the three, and the next changes nothing."""
+    from tests.layout.test_planner_properties import applied
+    supply = [GpuSupply("n", 0, A80, (), mig=False), GpuSupply("n", 1, A80, (Instance("7g.80gb", 0, True),)),
+              GpuSupply("n", 2, A80, ())]
+    demand = [PodDemand("ns/a", "o", "2g.20gb"), PodDemand("ns/b", "o", "2g.20gb"),
+              PodDemand("ns/both", "o", "2g.20gb"), PodDemand("ns/both", "o", WHOLE_GPU)]
+    result = plan(supply, demand, Bounds())
+    assert result.unserved == () and [(t.node, t.index, len(t.create)) for t in result.changes] == [("n", 2, 3)]
+    assert plan(applied(supply, result), demand, Bounds()).changes == ()
+
+
 def test_a_previous_target_whose_pods_are_gone_is_dropped_not_carried():
     supply = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, False),))]
     first = plan(supply, pods(3, "2g.20gb"), Bounds())

@@ -67,9 +67,10 @@ def _short(result: Plan) -> int:
 
 
 def _asks_several(demand: Sequence[PodDemand]) -> bool:
-    """Whether a waiting pod asks for several MIG instances (of one profile, or of several)."""
-    profiles = Counter(d.key for d in demand if d.pending and d.profile != WHOLE_GPU)
-    return any(d.pending and d.profile != WHOLE_GPU and (d.count > 1 or profiles[d.key] > 1) for d in demand)
+    """Whether a waiting pod asks for several MIG instances (of one profile, or of several), or for whole GPUs
+    beside one: such a pod binds only to what it finds on one node, and may find it among what a round made."""
+    asks = Counter(d.key for d in demand if d.pending)
+    return any(d.pending and d.profile != WHOLE_GPU and (d.count > 1 or asks[d.key] > 1) for d in demand)
 
 
 def _applied(supply: Sequence[GpuSupply], result: Plan) -> List[GpuSupply]:
