@@ -69,6 +69,14 @@ def _counts(demand: Sequence[PodDemand]) -> Dict[str, int]:
     return dict(sorted(total.items()))
 
 
+def _whole_only(demand: Sequence[PodDemand]) -> int:
+    """The whole GPUs waiting pods ask that a node of whole GPUs could give: those of pods asking nothing else.
+    A pod asking MIG instances beside them lands on no such node (its GPUs have no instances): a fresh node
+    kept whole for it holds nothing it can use, while the MIG pods it was brought for wait."""
+    others = {d.key for d in demand if d.profile != WHOLE_GPU and d.count > 0}
+    return sum(d.count for d in demand if d.profile == WHOLE_GPU and d.key not in others)
+
+
 def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
            nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
            pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None,
@@ -126,7 +134,7 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
                                     for layout, n in result.new_node_shape],
                  "reasons": list(result.reasons),
                  "unplaced": list(result.unplaced) + notes},
-        "whole_gpu_pending": _counts(waiting).get(WHOLE_GPU, 0),
+        "whole_gpu_pending": _whole_only(waiting),
     }, result
 
 
@@ -140,8 +148,8 @@ def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapp
     """A node of the pool the hook never partitioned (no state label: the autoscaler just brought it for
     the tags' promise) gets the new-node layout on every GPU as an ordinary sequence request: it turns MIG on,
     which only a node with nothing running may (the node refuses with gpu-busy otherwise). Nothing unserved:
-    it is left with whole GPUs. Nor while pods asking whole GPUs (``whole_waiting``) wait: the plan counted the
-    GPUs with MIG off for them, and turning MIG on would take those GPUs away (the MIG pods it would have
+    it is left with whole GPUs. Nor while pods asking whole GPUs alone (``whole_waiting``) wait: the plan counted
+    the GPUs with MIG off for them, and turning MIG on would take those GPUs away (the MIG pods it would have
     served are in the tags, for another node)."""
     from functions.base.model import Decision, PartitionLabel
 

@@ -422,3 +422,17 @@ def test_a_pod_asking_a_whole_gpu_and_a_mig_instance_is_short_unless_one_node_ho
     assert advice["plan"]["unserved"] == {"1g.10gb": 1, "gpu": 1} and advice["plan"]["changes"] == 0
     assert advice["plan"]["new_node_shape"] == [] and advice["autoscaler_tags"]["set"] == {}
     assert any("whole GPUs and MIG instances together" in r for r in advice["plan"]["reasons"])
+    # The tick: two 7g.80gb pods beside it, n1's idle GPU holds one, and n3, which the hook never partitioned (a
+    # node the autoscaler brought), gets the new node's layout for the other. The pod's nvidia.com/gpu ask kept
+    # n3 whole before, for a pod no whole node can hold, and the 7g.80gb pod waited beside a GPU it fits.
+    waiting(kube_api, "big-0", "7g.80gb", owner="big")
+    waiting(kube_api, "big-1", "7g.80gb", owner="big")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    event = tmp_path / "tick.json"
+    event.write_text(json.dumps({"auto_pools": True}))
+    code = main(["invoke", "--event", str(event), "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig,
+                 "--dry-run", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 0, result
+    assert [(d["node_name"], d["partition"]) for d in result["decisions"] if d["node_name"] == "n3"] == [
+        ("n3", {"kind": "sequence", "value": "7g.80gb"})], result["decisions"]
