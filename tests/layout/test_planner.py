@@ -250,6 +250,22 @@ def test_a_pod_asking_a_whole_gpu_beside_an_instance_takes_what_the_plan_made_in
     assert plan(applied(supply, result), demand, Bounds()).changes == ()
 
 
+def test_a_pod_asking_several_whole_gpus_is_served_only_by_one_node_with_that_many_free():
+    """A pod asking 2x nvidia.com/gpu; nodes b and c each have one free GPU with MIG off (the other busy). Counted
+    over the pool, the two free GPUs served it, so the plan said nothing while the pod waited (the scheduler
+    needs both on one node). It is short now; a node with two free serves it, and a 1-GPU pod beside it takes
+    the GPU the other node has."""
+    def whole(node, free):
+        return [GpuSupply(node, i, A80, (), mig=False, busy=i >= free) for i in range(2)]
+
+    two = [PodDemand("w/two", "pod w/two", WHOLE_GPU, 2)]
+    result = plan(whole("b", 1) + whole("c", 1), two, Bounds())
+    assert dict(result.unserved) == {WHOLE_GPU: 2} and result.changes == ()
+    assert any("whole-GPU request" in r for r in result.reasons)
+    served = plan(whole("b", 1) + whole("c", 2), two + [PodDemand("w/one", "pod w/one", WHOLE_GPU)], Bounds())
+    assert served.unserved == ()
+
+
 def test_a_previous_target_whose_pods_are_gone_is_dropped_not_carried():
     supply = [GpuSupply("a", 0, A80, (Instance("7g.80gb", 0, False),))]
     first = plan(supply, pods(3, "2g.20gb"), Bounds())

@@ -420,6 +420,22 @@ def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand], whole: Counter
     return set(asks), unserved, apart, floor, beyond, mixed
 
 
+def _serve_whole(demand: Sequence[PodDemand], whole: Counter) -> int:
+    """Pods asking whole GPUs alone: the scheduler needs a pod's GPUs on one node, so a pod asking two is not
+    served by one free GPU on each of two nodes (counted over the pool, it was, and waited with nothing said).
+    The pods asking most first, each on the node it leaves with the fewest free (``whole``: per node, taken
+    from it), so the larger ones find room where there is any. Returns the whole GPUs of the pods left short."""
+    short = 0
+    for pod in sorted((d for d in demand if d.pending and d.profile == WHOLE_GPU and d.count > 0),
+                      key=lambda d: (-d.count, d.key)):
+        fits = [node for node in sorted(whole) if whole[node] >= pod.count]
+        if not fits:
+            short += int(pod.count)
+            continue
+        whole[min(fits, key=lambda node: whole[node])] -= pod.count
+    return short
+
+
 def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
     """Pending pods that ask for several instances: the scheduler needs them all on one node, so they are
     served node by node before the rest (which may spread over the pool): idle instances of one node if it
@@ -572,7 +588,6 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     unserved, notes = Counter(), []  # type: Counter, List[str]
     # pods asking several profiles (whole GPUs among them): the whole GPUs they take are no one else's
     joint, joint_short, joint_apart, floor, no_new_node, mixed = _serve_joint(gpus, demand, whole)
-    whole_free = sum(whole.values())
     if joint:  # the rest of the plan, the exact solve and the needless-change check count profile by profile
         demand = [d for d in demand if d.key not in joint]
     multi = _serve_multi(gpus, demand, bounds)  # pods asking several instances of one node
@@ -750,7 +765,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
             search_notes.append("%d pending %s instance%s beyond what the pool's GPUs can hold" % (
                 short, name, "" if short == 1 else "s"))
     retry = bool(search_short) and _room_for(gpus, pending, bounds)
-    whole_short = max(0, pending[WHOLE_GPU] - whole_free)
+    whole_short = _serve_whole(singles, whole)
     all_served = False
     if not multi[0] and not joint and any(pending[n] for n in pending if n != WHOLE_GPU) and (
             retry or not (unserved or search_short or whole_short)):
@@ -763,8 +778,8 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
         notes.extend(search_notes)
     if whole_short:
         unserved[WHOLE_GPU] += whole_short
-        notes.append("%d pending whole-GPU request%s beyond the pool's free GPUs with MIG off (the planner "
-                     "never turns MIG off)" % (whole_short, "" if whole_short == 1 else "s"))
+        notes.append("%d pending whole-GPU request%s beyond the pool's free GPUs with MIG off, each pod's on one "
+                     "node (the planner never turns MIG off)" % (whole_short, "" if whole_short == 1 else "s"))
     unchecked, waiting, left_out = _prune(gpus, demand, bounds, served, first=multi[0])
     for d in left_out:  # a pod asking several that waits once the pods bind: one new node must hold it
         if d.count > 1:
