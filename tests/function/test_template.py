@@ -1,5 +1,6 @@
 """template.yml checked against the code: handler path, runtime, triggers, policy actions, settings."""
 
+import copy
 import json
 import os
 import re
@@ -18,9 +19,20 @@ from tests.function.conftest import EVENTS, ROOT
 TEMPLATE = os.path.join(ROOT, "template.yml")
 
 
+_PARSED = {}  # (mtime, size) of template.yml -> the document
+
+
 def load():
-    with open(TEMPLATE) as handle:
-        return yaml.safe_load(handle)
+    """template.yml as parsed, a fresh copy on each call (a test may change what it gets). Parsed once per
+    version of the file: PyYAML's pure-Python parser takes a fifth of a second on it, and the tests resolve
+    hundreds of values, each through load()."""
+    stat = os.stat(TEMPLATE)
+    key = (stat.st_mtime_ns, stat.st_size)
+    if key not in _PARSED:
+        with open(TEMPLATE) as handle:
+            _PARSED.clear()
+            _PARSED[key] = yaml.safe_load(handle)
+    return copy.deepcopy(_PARSED[key])
 
 
 def resources(kind):
