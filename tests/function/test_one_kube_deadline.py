@@ -95,34 +95,42 @@ def _kubeconfig_at(kube_api, tmp_path, port):  # noqa: F811
     return str(path)
 
 
-@pytest.mark.kube
-@pytest.mark.slow
-def test_status_against_a_silent_api_server_ends_within_one_deadline(kube_api, tmp_path, silent):  # noqa: F811
-    """status --kubeconfig: the connection is accepted, no answer comes. The command ends in one deadline
-    (15 s, bound 20), names host:port once, lists the auto pool with "not checked", exits 1 (a partial
-    report: the Kubernetes API cannot be used)."""
+def _status_started(kube_api, tmp_path, silent):  # noqa: F811
+    """``status --kubeconfig`` against ``silent``, started (a real process) and left running: (process, start)."""
     path = _kubeconfig_at(kube_api, tmp_path, silent.port)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))}
     env["PYTHONPATH"] = ROOT
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "functions.commands.main", "status", "--inventory", INVENTORY,
-                           "--kubeconfig", path], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.Popen([sys.executable, "-m", "functions.commands.main", "status", "--inventory", INVENTORY,
+                             "--kubeconfig", path], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    return proc, started
+
+
+def _status_checked(proc, started, silent):
+    """status: the connection is accepted, no answer comes. The command ends in one deadline (15 s, bound 20),
+    names host:port once, lists the auto pool with "not checked", exits 1 (a partial report: the Kubernetes
+    API cannot be used)."""
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     took = time.monotonic() - started
-    out = " ".join(done.stdout.split())
-    assert done.returncode == 1 and took < 20, (took, done.stdout, done.stderr)
+    out = " ".join(stdout.split())
+    assert proc.returncode == 1 and took < 20, (took, stdout, stderr)
     assert out.count("127.0.0.1:%d" % silent.port) == 1, out
     assert "the API server 127.0.0.1:%d did not answer within 15s; not asked again" % silent.port in out
     assert "pool np0a1b2c3d4e5f60718293a4b5c6d7e8f9 (llm-auto)" in out and "nodes: not checked:" in out
     assert silent.accepted == 2  # the connect check, then one call: nothing after it asked again
 
 
-@pytest.mark.kube
-@pytest.mark.slow
-def test_doctor_against_a_silent_api_server_ends_within_one_deadline(cloud, capsys, tmp_path, silent):  # noqa: F811
+def _doctor_checked(cloud, capsys, tmp_path, silent):  # noqa: F811
     """doctor: every cloud check runs; the Kubernetes checks stop after one deadline, one PROBLEM names
     host:port, and each area it could not check says so; exit 1 (a PROBLEM)."""
     emulator, ecs, ros, kube, _ = cloud
-    path = _kubeconfig_at(kube, tmp_path, silent.port)
+    path = _kubeconfig_at(kube, tmp_path / "doctor", silent.port)
     started = time.monotonic()
     code, out, err = doctor_run(capsys, emulator, path)
     took = time.monotonic() - started
@@ -136,3 +144,26 @@ def test_doctor_against_a_silent_api_server_ends_within_one_deadline(cloud, caps
                    for line in lines), (area, out)
     assert any(line.startswith("ok       stack") for line in lines)  # the rest of the report is there
     assert silent.accepted == 1
+
+
+@pytest.mark.kube
+@pytest.mark.slow
+def test_status_and_doctor_against_a_silent_api_server_each_end_within_one_deadline(cloud, capsys, tmp_path):  # noqa: F811
+    """status (a real process) and doctor (in this one), each against its own silent API server. Each waits
+    out the real 15 s deadline; they wait at the same time, so the test costs one deadline, not two."""
+    emulator, ecs, ros, kube, _ = cloud
+    (tmp_path / "status").mkdir()
+    (tmp_path / "doctor").mkdir()
+    for_status, for_doctor = SilentServer(), SilentServer()
+    try:
+        proc, started = _status_started(kube, tmp_path / "status", for_status)
+        try:
+            _doctor_checked(cloud, capsys, tmp_path, for_doctor)
+        except BaseException:  # doctor's failure is the one to see: status is not waited for
+            proc.kill()
+            proc.communicate()
+            raise
+        _status_checked(proc, started, for_status)
+    finally:
+        for_status.close()
+        for_doctor.close()
