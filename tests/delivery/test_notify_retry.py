@@ -124,12 +124,20 @@ def test_another_failure_of_the_node_in_a_retry_is_told(retrying):
 
 @pytest.mark.parametrize("refused", [{"GET": 503, "POST": 503, "PUT": 503}, {"POST": 503, "PUT": 503}],
                          ids=["nothing-read", "nothing-written"])
-def test_an_api_server_that_cannot_keep_the_marks_loses_no_alert(retrying, kube_api, refused):  # noqa: F811
+def test_an_api_server_that_cannot_keep_the_marks_loses_no_alert(retrying, kube_api, refused, monkeypatch):  # noqa: F811
     hook, _ = retrying
     kube_api.fail = refused
+    # The Kubernetes client's backoff between its retries of the 503s, recorded instead of slept (10 s of
+    # waiting in all): what is under test is what the alert does once the retries are spent, not their pacing.
+    from functions.kube.client import ClusterCredential
+
+    slept, client = [], ClusterCredential.client
+    monkeypatch.setattr(ClusterCredential, "client", lambda self, **options: client(
+        self, **dict({"sleep": slept.append}, **options)))
     attempt(lifecycle_event())
     attempt(lifecycle_event())
     assert len(failed_lines(hook)) == 2  # told on each attempt: a repeat, never a loss
+    assert slept  # the client did retry the 503s before giving up
 
 
 def test_a_dry_run_sends_nothing_and_marks_nothing(retrying, kube_api, monkeypatch):  # noqa: F811
