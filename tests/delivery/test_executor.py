@@ -183,9 +183,9 @@ def test_a_bad_startup_taint_is_one_line(text):
 
 def test_make_demo_shows_partitioned_simulated_nodes(capsys):
     from functions.commands.main import main
+    from tests.support.demo_run import demo_json
 
-    assert main(["demo", "--json"]) == 0
-    nodes = json.loads(capsys.readouterr().out)["nodes"]
+    nodes = json.loads(demo_json())["nodes"]  # the process's one run of demo --json (tests/support/demo_run.py)
     assert [n["outcome"] for n in nodes] == ["partitioned", "partitioned"]
     assert all(set(n) == {"instance_id", "outcome", "reason", "gpus"} for n in nodes)
     assert len(nodes[0]["gpus"]) == 8

@@ -2,21 +2,17 @@
 on a PodDisruptionBudget, then the next node; a second invocation finds every node done) and a label change
 that only adds instances rolled without cordon or drain."""
 
-import contextlib
-import io
 import json
 
 import pytest
 
-from functions.commands.main import main
+from tests.support.demo_run import demo_json
 
 
 @pytest.fixture(scope="module")
 def out():
-    """One run of the demo for the tests here (it runs the node tool some thirty times)."""
-    with contextlib.redirect_stdout(io.StringIO()) as stdout:
-        assert main(["demo", "--json"]) == 0
-    return json.loads(stdout.getvalue())
+    """One run of the demo for the tests here (it runs the node tool some thirty times): the process's one."""
+    return json.loads(demo_json())
 
 
 def test_demo_rolls_the_example_pools(out):
