@@ -435,7 +435,9 @@ def test_wait_and_undeploy_through_the_installed_command_never_touch_a_stack_of_
     ros, fc, env = cloud
     foreign(ros, fc)
     env = dict(env, PYTHONPATH=ROOT)
-    entry = os.path.join(ROOT, ".venv", "bin", "ack-mig-hook")
+    # the entry point installed beside the interpreter running the tests (a copy of the tree, as the mutation
+    # run makes, has no .venv of its own; PYTHONPATH puts its code first)
+    entry = os.path.join(os.path.dirname(sys.executable), "ack-mig-hook")
     for argv, said in ((["wait", "--stack-name", "other-hook"], "stack other-hook serves cluster %s, not %s" % (
                            OTHER, CLUSTER)),
                        (["undeploy", "--stack-name", "other-hook", "--yes"], "serves cluster %s, not %s" % (
