@@ -84,6 +84,15 @@ def live_advice(api, tmp_path, capsys):
     return json.loads(out)
 
 
+def dry_tick(capsys, tmp_path, inventory_path, kubeconfig):
+    """The timer's tick over the pool, as a dry run (``invoke --dry-run --json``): its exit code and result."""
+    event = tmp_path / "tick.json"
+    event.write_text(json.dumps({"auto_pools": True}))
+    code = main(["invoke", "--event", str(event), "--inventory", inventory_path, "--kubeconfig", kubeconfig,
+                 "--dry-run", "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
 def test_live_advice_serves_the_waiting_pods_without_touching_anything_in_use(auto_pool, tmp_path, capsys):
     advice = live_advice(auto_pool, tmp_path, capsys)
     assert advice["demand"]["pending"] == {"1g.10gb": 3, "2g.20gb": 1}
@@ -180,11 +189,7 @@ def test_invoke_dry_run_shows_the_same_decisions_as_advise(auto_pool, tmp_path, 
                       "state": "running", "ip_address": ["127.0.0.1"]} for i in (1, 2)]
     open(path, "w").write(json.dumps(data))
     advice = json.loads(advise(capsys, "--inventory", path, "--kubeconfig", kubeconfig, "--json")[1])
-    event = tmp_path / "tick.json"
-    event.write_text(json.dumps({"auto_pools": True}))
-    code = main(["invoke", "--event", str(event), "--inventory", path, "--kubeconfig", kubeconfig, "--dry-run",
-                 "--json"])
-    result = json.loads(capsys.readouterr().out)
+    code, result = dry_tick(capsys, tmp_path, path, kubeconfig)
     assert code == 0 and result["outcome"] == "done" and result["dry_run"]
     assert [d["reason"] for d in result["decisions"]] == advice["plan"]["reasons"][:advice["plan"]["changes"]]
     assert all(n["outcome"] == "dry-run" for n in result["nodes"])
@@ -226,11 +231,7 @@ def test_a_pool_with_no_node_scales_out_for_a_waiting_pod(kube_api, tmp_path, ca
     assert code == 0 and "(empty)" not in text and "no new node is needed" not in text
     assert "a new node's GPUs would get 8x 1g.10gb@0" in text
     # the tick (dry run) sets the same tags and changes no node (there is none)
-    event = tmp_path / "tick.json"
-    event.write_text(json.dumps({"auto_pools": True}))
-    code = main(["invoke", "--event", str(event), "--inventory", path, "--kubeconfig", kubeconfig, "--dry-run",
-                 "--json"])
-    result = json.loads(capsys.readouterr().out)
+    code, result = dry_tick(capsys, tmp_path, path, kubeconfig)
     assert code == 0 and result["decisions"] == []
     assert [t["set"] for t in result["pool_tags"]] == [{key: "56"}]
     assert {r.method for r in kube_api.requests} == {"GET"}
@@ -319,11 +320,7 @@ def test_the_startup_taint_on_the_pool_keeps_no_pod_from_its_new_nodes(kube_api,
     open(path, "w").write(json.dumps(data))
     advice = json.loads(advise(capsys, "--inventory", path, "--kubeconfig", kubeconfig, "--json")[1])
     assert advice["demand"]["not_counted"] == [] and advice["plan"]["unserved"] == {"1g.10gb": 1}
-    event = tmp_path / "tick.json"
-    event.write_text(json.dumps({"auto_pools": True}))
-    code = main(["invoke", "--event", str(event), "--inventory", path, "--kubeconfig", kubeconfig, "--dry-run",
-                 "--json"])
-    result = json.loads(capsys.readouterr().out)
+    code, result = dry_tick(capsys, tmp_path, path, kubeconfig)
     key = "k8s.io/cluster-autoscaler/node-template/resource/nvidia.com/mig-1g.10gb"
     assert code == 0 and [t["set"] for t in result["pool_tags"]] == [{key: "56"}]
 
@@ -339,16 +336,21 @@ def test_a_terminating_pod_is_no_demand(auto_pool, tmp_path, capsys):
     assert "llm/mid" not in {p["pod"] for p in advice["demand"]["pods"]}
 
 
-def test_a_pod_that_can_land_on_some_nodes_only_is_not_planned_on_the_others(kube_api, tmp_path, capsys):
-    """A pool over two zones (ACK pools span vSwitches): the pod asks for zone b. The planner places a pod on
-    any GPU it is given, so it repartitioned the idle 7g.80gb on n1, in zone a, where the scheduler never
-    binds the pod, called the pod served and asked for no node. The nodes a counted pod cannot land on are
-    left out of the plan now (with a note): the pod is unserved and the autoscaler is asked for a node."""
+def two_zones(kube_api):
+    """n1 in zone a with an idle 7g.80gb, n2 in zone b whose 7g.80gb a running pod holds."""
     gpu_node(kube_api, "n1", "7g.80gb")
     gpu_node(kube_api, "n2", "7g.80gb")
     kube_api.add_pod("llm", "running", "n2", resources={"nvidia.com/mig-7g.80gb": "1"})
     for name, zone in (("n1", "cn-beijing-a"), ("n2", "cn-beijing-b")):
         kube_api.label_node(name, {"topology.kubernetes.io/zone": zone})
+
+
+def test_a_pod_that_can_land_on_some_nodes_only_is_not_planned_on_the_others(kube_api, tmp_path, capsys):
+    """A pool over two zones (ACK pools span vSwitches): the pod asks for zone b. The planner places a pod on
+    any GPU it is given, so it repartitioned the idle 7g.80gb on n1, in zone a, where the scheduler never
+    binds the pod, called the pod served and asked for no node. The nodes a counted pod cannot land on are
+    left out of the plan now (with a note): the pod is unserved and the autoscaler is asked for a node."""
+    two_zones(kube_api)
     waiting(kube_api, "zonal", "1g.10gb")
     with kube_api.lock:
         kube_api.pods[("llm", "zonal")]["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "cn-beijing-b"}
@@ -361,11 +363,7 @@ def test_a_pod_that_can_land_on_some_nodes_only_is_not_planned_on_the_others(kub
         "cn-beijing-b): neither counted nor changed for these pods"]
     # the tick decides the same: no node changes
     kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
-    event = tmp_path / "tick.json"
-    event.write_text(json.dumps({"auto_pools": True}))
-    code = main(["invoke", "--event", str(event), "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig,
-                 "--dry-run", "--json"])
-    result = json.loads(capsys.readouterr().out)
+    code, result = dry_tick(capsys, tmp_path, inventory(tmp_path), kubeconfig)
     assert code == 0 and result["decisions"] == [], result
     # with the pod able to land in either zone, n1's idle GPU serves it again
     with kube_api.lock:
@@ -380,11 +378,7 @@ def test_a_pod_the_plan_does_not_count_leaves_no_node_out_of_it(kube_api, tmp_pa
     restricts nothing: its zone selector must not leave the other zone's nodes out of the plan of the pods that
     are counted (it called them "a pod the plan counts cannot land on it", repartitioned nothing there, and
     asked the autoscaler for a node the idle GPU of n1 would have saved)."""
-    gpu_node(kube_api, "n1", "7g.80gb")
-    gpu_node(kube_api, "n2", "7g.80gb")
-    kube_api.add_pod("llm", "running", "n2", resources={"nvidia.com/mig-7g.80gb": "1"})
-    for name, zone in (("n1", "cn-beijing-a"), ("n2", "cn-beijing-b")):
-        kube_api.label_node(name, {"topology.kubernetes.io/zone": zone})
+    two_zones(kube_api)
     waiting(kube_api, "small", "1g.10gb")
     waiting(kube_api, "huge", "1g.10gb", count=60, owner="huge")
     with kube_api.lock:
@@ -428,11 +422,7 @@ def test_a_pod_asking_a_whole_gpu_and_a_mig_instance_is_short_unless_one_node_ho
     waiting(kube_api, "big-0", "7g.80gb", owner="big")
     waiting(kube_api, "big-1", "7g.80gb", owner="big")
     kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
-    event = tmp_path / "tick.json"
-    event.write_text(json.dumps({"auto_pools": True}))
-    code = main(["invoke", "--event", str(event), "--inventory", inventory(tmp_path), "--kubeconfig", kubeconfig,
-                 "--dry-run", "--json"])
-    result = json.loads(capsys.readouterr().out)
+    code, result = dry_tick(capsys, tmp_path, inventory(tmp_path), kubeconfig)
     assert code == 0, result
     assert [(d["node_name"], d["partition"]) for d in result["decisions"] if d["node_name"] == "n3"] == [
         ("n3", {"kind": "sequence", "value": "7g.80gb"})], result["decisions"]
