@@ -368,8 +368,7 @@ def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = 
         lines = notifications(redacted, wave_ids, whole_pools)
         if not lines:
             return 0
-        keys, told = ({}, set()) if not any(line["kind"] == "node-failed" for line in lines) \
-            else _told(result, kube, log)
+        keys, told = _told(result, kube, log)  # none read unless a node failed: a node-failed line is there
         if told:  # an earlier attempt of this event (FC retries one that ended retry) told these failures
             lines = notifications(redacted, wave_ids, whole_pools, told=told)
             log.info("node failures told by an earlier attempt are not told again", nodes=sorted(told))
