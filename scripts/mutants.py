@@ -353,6 +353,12 @@ MUTANTS = (
            ("tests/delivery/test_pod_events.py",),
            "a plan marker written without an answer names a holder that never plans again: the pool's events are "
            "answered coalesced for a run lease and wait for the timer"),
+    mutant("pod-event-widest-first", "functions/pipeline/pod_event.py",
+           "    if len(could) == 1:  # the pod's pool, or none counts it",
+           "    if could:  # the pod's pool, or none counts it",
+           ("tests/delivery/test_pod_events.py", "tests/rollout/test_auto_overlap.py"),
+           "a pod event takes the first pool that may count its pod on the unproven Nodes, not the one ACK's "
+           "members give it: a node labelling itself into a pool draws the pod's plan (and its coalesced ask) there"),
     mutant("stranded-refusal-ends-tick", "functions/rollout/auto_waves.py",
            "            if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry",
            "            if True:",

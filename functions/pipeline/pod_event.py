@@ -5,7 +5,10 @@ The event only names the pod. Everything is read again from the API server: the 
 namespace by ``metadata.name``: the Role's ``pods list``, no new grant), whether it still waits and asks for
 ``nvidia.com/mig-*`` or ``nvidia.com/gpu``, and which auto pool's nodes or template could take it (the
 matcher of the plan itself, ``functions.decision.layout.matching``). So a late event of a pod that has been
-scheduled since, or deleted, ends as a skip; a forged one costs two reads.
+scheduled since, or deleted, ends as a skip; a forged one costs two reads. ACK is asked which nodes are each
+pool's (``DescribeClusterNodes``, one call a pool) only where the pools' Nodes read without that proof leave
+more than one pool that may count the pod (:func:`_could_count`): a burst coalesced into a running plan costs
+one ACK call an event, the list of the node pools.
 
 Then the pool's plan marker (``functions.rollout.plan_marker``, decided by ``functions.decision.coalesce``)
 says whether a plan of that pool runs now: if so the event is answered ``coalesced`` (that plan plans
@@ -83,6 +86,69 @@ def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: 
     return None
 
 
+def _could_count(pod: dict, pools: List[Any], labelled: Dict[str, Optional[List[Any]]], lifted: str) -> List[Any]:
+    """The auto pools (by id) whose plan may count ``pod``, read the widest way: not paused, labels that read,
+    a place the pod may land on among every Node carrying the pool's label (``labelled``: pool id -> those
+    Nodes, None: none can carry it) and the template, and counted with every instance idle
+    (``pool_of.not_counted``). ACK's list of a pool's nodes only leaves Nodes out, fewer places take no more
+    pods, and fewer nodes or instances in use count no more, so the pool the timer's rule gives the pod
+    (:func:`_pool_of`, ``pool_of.counting_pool``) is one of these, or none counts it. One pool here is the
+    pod's pool, or none's: told without reading ACK (docs/auto-pools.md "Pod events")."""
+    from functions.decision.layout.matching import demand_of, split_pending
+    from functions.pipeline.pool_of import not_counted, places_of, planned_bounds
+
+    demand = demand_of(pod)
+    could = []
+    for pool in sorted(pools, key=lambda p: p.nodepool_id):
+        bounds = planned_bounds(pool)[0]  # None: paused, or labels that do not read: its plan counts nothing
+        if bounds is None:
+            continue
+        nodes = labelled[pool.nodepool_id] or []
+        places = places_of(pool.labels, [t.model_dump(exclude_none=True) for t in pool.taints], pool.nodepool_id,
+                           nodes, lifted)
+        if split_pending([pod], {pool.nodepool_id: places})[0].get(pool.nodepool_id) \
+                and not not_counted(bounds, nodes, demand):
+            could.append(pool)
+    return could
+
+
+def _choose(pod: dict, key: str, pools: List[Any], labelled: Dict[str, Optional[List[Any]]], lifted: str, api: Any,
+            lookup: Any, cluster: str, log: Any, refused: Dict[str, str], acked: dict, choice: List[Any]) -> Any:
+    """The pool the timer's plan gives ``pod`` (:func:`_pool_of`), read on each pool's proven members (ACK's
+    list, one call a pool, kept in ``acked`` for the first round); else the first it matches, whose step says
+    why; else one line why none can take it. ``refused``: gets the pools ACK refuses for good; ``choice``:
+    the cluster's Pending pods where the choice read them (:func:`_pool_of`'s ``seen``)."""
+    from functions.decision.layout.matching import split_pending
+    from functions.pipeline.auto_pool import PoolUnproven, pool_members
+    from functions.pipeline.pool_of import places_of
+
+    # the nodes ACK lists in each pool, as the tick reads them: a node labelling itself into a pool changes
+    # neither which pools the pod matches nor which can take it
+    nodes = {}
+    for p in pools:
+        try:
+            nodes[p.nodepool_id] = pool_members(api, lookup, cluster, p.nodepool_id, acked,
+                                                listed=labelled[p.nodepool_id])[0]
+        except PoolUnproven as exc:  # refused for good, this pool alone: read as the tick reads it, from
+            # every Node carrying its label, so a pod it may count is its own here too (the tick holds such
+            # pods back from the later pools; chosen, its step ends naming the refusal)
+            log.warning("pod event", nodepool_id=p.nodepool_id, reason=exc.line)
+            refused[p.nodepool_id] = exc.line
+            nodes[p.nodepool_id] = exc.listed
+    places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
+                                       p.nodepool_id, nodes[p.nodepool_id], lifted)
+              for p in pools}
+    _, unmatched = split_pending([pod], places)
+    # every pool whose nodes or template the pod matches (split_pending gives a pod to the first only)
+    matched = [p for p in sorted(pools, key=lambda p: p.nodepool_id)
+               if split_pending([pod], {p.nodepool_id: places[p.nodepool_id]})[0].get(p.nodepool_id)]
+    # The pool the timer's plan gives the pod; else the first the pod matches, whose step says why.
+    chosen = _pool_of(pod, pools, matched, nodes, api, choice, lifted) or (matched[0] if matched else None)
+    if chosen is None:
+        return "no auto pool can take pod %s (%s)" % (key, unmatched[0][1] if unmatched else "none")
+    return chosen
+
+
 def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
                   log: Any, started: Optional[float] = None) -> HandlerResult:
     """``started``: when the invocation began (``time.monotonic``), so that its rounds count the lookups
@@ -90,10 +156,8 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     from node_bootstrap.kube import KubeError
 
     from functions.decision.layout import LAYOUT_LABEL
-    from functions.decision.layout.matching import split_pending
     from functions.decision.waves import paused
-    from functions.pipeline.auto_pool import PoolUnproven, _api_of, pool_members
-    from functions.pipeline.pool_of import places_of
+    from functions.pipeline.auto_pool import PoolUnproven, _api_of, labelled_nodes
     from functions.rollout.run import startup_taint
 
     pod_ref = request.pod
@@ -119,37 +183,29 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
         why = _waits(pod)
         if why:
             return end("skip", "pod %s %s" % (key, why))
-        # the nodes ACK lists in each pool, as the tick reads them: a node labelling itself into a pool
-        # changes neither which pools the pod matches nor which can take it
-        acked: dict = {}  # ACK's nodes of each pool, read once: the first round plans from them too
-        nodes = {}
+        # Each pool's Nodes as the API server lists them (its label), unproven: the widest reading of the pod's
+        # pool, from which one pool alone may already be its pool (_could_count), ACK not asked
+        labelled: Dict[str, Optional[List[Any]]] = {}
         for p in pools:
             try:
-                nodes[p.nodepool_id] = pool_members(api, lookup, cluster, p.nodepool_id, acked)[0]
-            except PoolUnproven as exc:  # refused for good, this pool alone: read as the tick reads it, from
-                # every Node carrying its label, so a pod it may count is its own here too (the tick holds such
-                # pods back from the later pools; chosen, its step ends naming the refusal)
-                log.warning("pod event", nodepool_id=p.nodepool_id, reason=exc.line)
-                refused[p.nodepool_id] = exc.line
-                nodes[p.nodepool_id] = exc.listed
+                labelled[p.nodepool_id] = labelled_nodes(api, p.nodepool_id)
+            except PoolUnproven:  # a label no Node can carry: its template alone here (pool_members says why)
+                labelled[p.nodepool_id] = None
         lifted = startup_taint(settings)  # keeps no pod off a new node for good (pool_of.places_of)
-        places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
-                                           p.nodepool_id, nodes[p.nodepool_id], lifted)
-                  for p in pools}
+        could = _could_count(pod, pools, labelled, lifted)
     except KubeError as exc:
         return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
-    _, unmatched = split_pending([pod], places)
-    # every pool whose nodes or template the pod matches (split_pending gives a pod to the first only)
-    matched = [p for p in sorted(pools, key=lambda p: p.nodepool_id)
-               if split_pending([pod], {p.nodepool_id: places[p.nodepool_id]})[0].get(p.nodepool_id)]
-    # The pool the timer's plan gives the pod; else the first the pod matches, whose step says why.
+    acked: dict = {}  # ACK's nodes of each pool, read once: the first round plans from them too
     choice: List[Any] = []  # the cluster's Pending pods, where the choice read them, and when
-    try:
-        chosen = _pool_of(pod, pools, matched, nodes, api, choice, lifted) or (matched[0] if matched else None)
-    except KubeError as exc:
-        return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
-    if chosen is None:
-        return end("skip", "no auto pool can take pod %s (%s)" % (key, unmatched[0][1] if unmatched else "none"))
+    if len(could) == 1:  # the pod's pool, or none counts it: then this one's step says why
+        chosen = could[0]
+    else:
+        try:
+            chosen = _choose(pod, key, pools, labelled, lifted, api, lookup, cluster, log, refused, acked, choice)
+        except KubeError as exc:
+            return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
+        if isinstance(chosen, str):
+            return end("skip", chosen)
     if paused(chosen.labels):
         return end("skip", "pod %s waits for auto pool %s, which is paused: nothing new starts" % (key,
                                                                                                  chosen.nodepool_id))

@@ -1,0 +1,84 @@
+"""What a pod event costs on the ACK API (issue 37 item 1): the pools and nodes the CS emulator (real SDK)
+serves, the pods on the local TLS Kubernetes API server, the pool's node gpu-a simulated behind the local
+transport. A burst of ``FailedScheduling`` events during a plan is answered ``coalesced`` but for one, and
+each of those read the cluster's node pools and every auto pool's nodes from ACK first (1 + pools calls an
+event, against ACK's API rate limit) to learn what the widest reading of the pool's Nodes already told."""
+
+import json
+import threading
+
+import pytest
+
+from functions import handler as fc
+from functions.pipeline import point_of_change
+from tests.delivery.test_auto_pool_e2e import INSTANCE, POOL, snapshot, waiting
+from tests.delivery.test_pod_events import SAMPLE, Gate, pod_event, profiles, stored_marker, through_the_handler
+from tests.function.conftest import emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
+
+LATER = "np9f8e7d6c5b4a39281706f5e4d3c2b1a0"  # an auto pool whose id sorts after POOL's: 3g.40gb only
+
+
+def two_auto_pools(emulator, kube_api, tmp_path, monkeypatch):  # noqa: F811
+    """POOL (gpu-a, one idle 7g.80gb) and LATER, an auto pool that allows only 3g.40gb, with a node of its
+    own: a pod asking 1g.10gb is POOL's whichever way the pools' nodes are read. Returns the folder of the
+    simulated nodes' states."""
+    inventory = snapshot()
+    inventory["nodepools"].append({
+        "nodepool_info": {"nodepool_id": LATER, "name": "llm-auto-big"},
+        "kubernetes_config": {"labels": [{"key": "ack-mig-hook/layout", "value": "auto"},
+                                         {"key": "ack-mig-hook/layout-profiles", "value": "3g.40gb"}]},
+        "auto_scaling": {"enable": True},
+        "scaling_group": {"scaling_group_id": "asg-big", "instance_types": ["ecs.ebmgn7e.32xlarge"]}})
+    inventory["nodes"].append({"instance_id": "i-2zeauto0a100x80g09", "node_name": "gpu-big", "nodepool_id": LATER,
+                               "state": "running", "instance_type": "ecs.ebmgn7e.32xlarge",
+                               "ip_address": ["127.0.0.1"]})
+    _, nodes = through_the_handler(emulator, kube_api, tmp_path, monkeypatch, inventory)
+    kube_api.add_node("gpu-big", labels={"alibabacloud.com/nodepool-id": LATER,
+                                         "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-80GB",
+                                         "aliyun.accelerator/nvidia_count": "1",
+                                         "nvidia.com/mig.config.state": "success",
+                                         "aliyun.accelerator/nvidia_mig_sequence": "3g.40gb-3g.40gb"})
+    return nodes
+
+
+def ack_calls(emulator):  # noqa: F811
+    return {action: emulator.calls(action) for action in ("DescribeClusterNodePools", "DescribeClusterNodes")}
+
+
+def test_a_burst_coalesced_into_a_running_plan_reads_the_pools_once_an_event_and_no_pools_nodes(
+        emulator, kube_api, tmp_path, monkeypatch):  # noqa: F811
+    """The sample's pod's plan of POOL is applying; five more pods wait and their events come. Each is
+    answered coalesced after one DescribeClusterNodePools (which pools are auto, and their labels) and no
+    DescribeClusterNodes: only POOL may count a 1g.10gb pod however its Nodes are read, so ACK's proof of
+    each pool's members cannot change which plan answers for it. The holder's second round still plans the
+    five pods together: nothing the coalescing swallowed is lost."""
+    nodes = two_auto_pools(emulator, kube_api, tmp_path, monkeypatch)
+    gate = Gate(point_of_change.make_executor(None, False))
+    monkeypatch.setattr(point_of_change, "make_executor", lambda s, dry: gate)
+    waiting(kube_api, "llm-7b-5d8f7c9b6d-q4x2m", "1g.10gb")
+    holder = {}
+    thread = threading.Thread(target=lambda: holder.setdefault("out", fc.handler(open(SAMPLE, "rb").read(), None)))
+    thread.start()
+    try:
+        assert gate.entered.wait(60)  # the first plan is applying now
+        before = ack_calls(emulator)
+        answers = []
+        for i in range(5):
+            waiting(kube_api, "burst-%d" % i, "1g.10gb")
+            answers.append(json.loads(fc.handler(pod_event("llm", "burst-%d" % i), None)))
+        spent = {action: n - before[action] for action, n in ack_calls(emulator).items()}
+    finally:
+        gate.open.set()
+        thread.join(120)
+    assert all(a["outcome"] == "skip" and a["reason"].startswith("coalesced: a plan of auto pool %s" % POOL)
+               for a in answers), answers
+    assert spent == {"DescribeClusterNodePools": 5, "DescribeClusterNodes": 0}, spent
+    out = json.loads(holder["out"])
+    assert out["outcome"] == "done" and out["reason"].startswith("2 rounds"), out["reason"]
+    assert profiles(nodes / ("%s.json" % INSTANCE)).count("1g.10gb") == 6  # every pod of the burst is served
+    marker = stored_marker(kube_api)
+    assert marker["holder"] == "" and marker["asked"] == 6
+
