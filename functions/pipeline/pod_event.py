@@ -286,6 +286,8 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if held is None:
             log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing"
                         % " ".join(str(exc).split())[:200])
+            if refused and pending is not None:  # nothing written: this plan answers for this event's pod
+                usable.append(pending)  # alone, which waited when the choice's list was read (begun, above)
             # a burst is when the marker is busy and when another invocation plans the pool: wait for it as a
             # holder does, or this pod waits for the timer (its ask was never written for anyone to see)
             try:

@@ -82,3 +82,29 @@ def test_a_burst_coalesced_into_a_running_plan_reads_the_pools_once_an_event_and
     marker = stored_marker(kube_api)
     assert marker["holder"] == "" and marker["asked"] == 6
 
+
+def test_an_event_whose_marker_write_is_refused_lists_the_pending_pods_once(emulator, kube_api, tmp_path,
+                                                                            monkeypatch):  # noqa: F811
+    """The sample's pod's pool depends on the pods that wait (an idle instance of a profile the earlier pool
+    no longer allows), so the choice lists the cluster's Pending pods. The marker write is refused (RBAC's
+    403: nothing written, so no other event's ask is this plan's): the plan answers for this pod alone, which
+    waited when that list was read, and plans on it. It listed every Pending pod of the cluster again."""
+    from functions.decision import coalesce as co
+    from functions.kube.client import ApiError, KubeApi
+    from tests.delivery.test_pod_events import pending_lists, spare_instance_world
+
+    _, nodes, _, _ = spare_instance_world(emulator, kube_api, tmp_path, monkeypatch)
+    replace = KubeApi.replace_lease
+
+    def refused(self, namespace, lease):
+        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}):
+            raise ApiError("leases is forbidden", 403, "Forbidden")
+        return replace(self, namespace, lease)
+
+    monkeypatch.setattr(KubeApi, "replace_lease", refused)
+    before = pending_lists(kube_api)
+    out = json.loads(fc.handler(open(SAMPLE, "rb").read(), None))
+    assert out["outcome"] == "done", out["reason"]
+    assert [(n["node_name"], n["outcome"]) for n in out.get("nodes") or []] == [("gpu-a", "partitioned")], out
+    assert "1g.10gb" in profiles(nodes / ("%s.json" % INSTANCE))
+    assert pending_lists(kube_api) - before == 1
