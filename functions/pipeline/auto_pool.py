@@ -89,11 +89,29 @@ def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[M
                    template=template, lifted=lifted)[0]
 
 
+MAX_LEFT_OUT_CHARS = 2000  # the tick's one line a pool naming its nodes left out: a pool may have hundreds
+
+
+def left_out_line(notes: Sequence[str], limit: int = MAX_LEFT_OUT_CHARS) -> str:
+    """The notes on a pool's nodes left out of its plan (or read in part), as one log line of at most about
+    ``limit`` characters: as many whole notes as fit, then how many more there are (``advise`` shows all)."""
+    shown: List[str] = []
+    size = 0
+    for note in notes:
+        if shown and size + len(note) + 2 > limit:
+            break
+        shown.append(note[:limit])
+        size += len(note[:limit]) + 2
+    more = len(notes) - len(shown)
+    return "; ".join(shown) + ("; and %d more (ack-mig-hook advise lists them)" % more if more else "")
+
+
 def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[Mapping[str, Any]],
             nodes: Sequence[Mapping[str, Any]], pods_by_node: Mapping[str, Sequence[Mapping[str, Any]]],
             pending: Sequence[Mapping[str, Any]], previous: Optional[Plan] = None,
             dwell: Optional[Dwell] = None, template: Tuple[str, int] = ("", 0),
-            lifted: str = "") -> Tuple[Dict[str, Any], Plan]:
+            lifted: str = "") -> Tuple[Dict[str, Any], Plan, List[str]]:
+    """The advice, the plan, and the notes on the nodes the plan left out or read in part (one line each)."""
     bounds = pool_bounds(pool_labels, template)
     if bounds is None:
         raise NotAutoPool("pool %s is not an auto pool; label it ack-mig-hook/layout=auto to let the hook choose "
@@ -135,7 +153,7 @@ def _advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[
                  "reasons": list(result.reasons),
                  "unplaced": list(result.unplaced) + notes},
         "whole_gpu_pending": _whole_only(waiting),
-    }, result
+    }, result, notes
 
 
 # ---- the auto pool timer (template.yml AutoPoolTimer) ----
@@ -444,10 +462,10 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
         names = [(n.get("metadata") or {}).get("name") or "" for n in nodes]
         try:
-            advice, result = _advise(pool.nodepool_id, pool.labels,
-                                     [t.model_dump(exclude_none=True) for t in pool.taints], nodes,
-                                     pods_on(api, names), [p for p in pending if pod_key(p) not in counted],
-                                     dwell=dwell, template=pool_template(pool), lifted=lifted)
+            advice, result, notes = _advise(pool.nodepool_id, pool.labels,
+                                            [t.model_dump(exclude_none=True) for t in pool.taints], nodes,
+                                            pods_on(api, names), [p for p in pending if pod_key(p) not in counted],
+                                            dwell=dwell, template=pool_template(pool), lifted=lifted)
         except (LayoutLabelError, NotAutoPool) as exc:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=str(exc))
             continue
@@ -456,6 +474,9 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         sizes[pool.nodepool_id] = len(nodes)
         for line in result.reasons:
             log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason=line)
+        if notes:  # the nodes this plan neither counts nor changes (advise shows them too), one bounded line
+            log.info("auto pool plan", nodepool_id=pool.nodepool_id, reason="nodes left out of the plan, or read in "
+                     "part: %s" % left_out_line(notes))
         fresh = _fresh_nodes(pool.nodepool_id, nodes, members, result.new_node, log, advice["whole_gpu_pending"])
         decisions.extend(fresh)
         fresh_decisions.extend(fresh)

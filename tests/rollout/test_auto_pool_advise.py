@@ -373,6 +373,35 @@ def test_a_pod_that_can_land_on_some_nodes_only_is_not_planned_on_the_others(kub
     assert advice["plan"]["unserved"] == {}
 
 
+def test_the_tick_logs_the_nodes_it_left_out_of_a_plan_in_one_bounded_line(kube_api, tmp_path, capsys):
+    """``advise`` names the nodes a plan leaves out (a pod it counts cannot land there); the tick, which acts
+    on that plan, logged none of them: an operator reading why an idle GPU was not used found nothing in the
+    function's logs. One line a pool now, bounded however many nodes are left out and however long their
+    names (a DNS subdomain: up to 253 characters each)."""
+    two_zones(kube_api)
+    long_names = [".".join(["z" * 63] * 3) + ".n%03d" % i for i in range(40)]  # 194 characters each, zone a
+    for name in long_names:
+        gpu_node(kube_api, name, "7g.80gb")
+        kube_api.label_node(name, {"topology.kubernetes.io/zone": "cn-beijing-a"})
+    waiting(kube_api, "zonal", "1g.10gb")
+    with kube_api.lock:
+        kube_api.pods[("llm", "zonal")]["spec"]["nodeSelector"] = {"topology.kubernetes.io/zone": "cn-beijing-b"}
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    event = tmp_path / "tick.json"
+    event.write_text(json.dumps({"auto_pools": True}))
+    code = main(["invoke", "--event", str(event), "--inventory", inventory(tmp_path, members=["n1", "n2"] + long_names),
+                 "--kubeconfig", kubeconfig, "--dry-run", "--json", "-v"])
+    out, err = capsys.readouterr()
+    assert code == 0 and json.loads(out)["decisions"] == [], out
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    (said,) = [line["reason"] for line in lines if "left out of the plan" in line.get("reason", "")]
+    assert said.startswith("nodes left out of the plan, or read in part: node "), said
+    assert ("node n1: a pod the plan counts cannot land on it, llm/zonal (nodeSelector topology.kubernetes.io/zone="
+            "cn-beijing-b): neither counted nor changed for these pods") in said
+    assert ("node %s: a pod the plan counts cannot land on it" % long_names[0]) in said and len(said) < 2500, said
+    assert said.endswith(" more (ack-mig-hook advise lists them)"), said[-200:]
+
+
 def test_a_pod_the_plan_does_not_count_leaves_no_node_out_of_it(kube_api, tmp_path, capsys):
     """A waiting pod the pool can never serve (60 instances: more than a node of 8 GPUs holds) is not counted, so it
     restricts nothing: its zone selector must not leave the other zone's nodes out of the plan of the pods that
