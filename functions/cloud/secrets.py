@@ -80,8 +80,12 @@ def get_secret(name: str, region: str, credentials: Optional[Credentials], endpo
         code = str(getattr(exc, "code", "") or type(exc).__name__)
         status = getattr(exc, "statusCode", None) or (getattr(exc, "data", None) or {}).get("statusCode", 0)
         message = str(getattr(exc, "message", "") or "")
-        retryable = code.startswith(("Throttling", "ServiceUnavailable", "InternalError")) or \
-            (isinstance(status, int) and status >= 500) or not getattr(exc, "code", None)
+        # KMS's own transient codes: over the QPS quota it answers 429 Rejected.Throttling (help.aliyun.com
+        # knowledge_detail/444042), beside ServiceUnavailableTemporary and InternalFailure (5xx); the
+        # gateway's Throttling.* and ServiceUnavailable as the other APIs answer them.
+        retryable = code.startswith(("Throttling", "Rejected.Throttling", "ServiceUnavailable", "InternalError",
+                                     "InternalFailure")) or \
+            (isinstance(status, int) and (status == 429 or status >= 500)) or not getattr(exc, "code", None)
         raise SecretError(name, code, message, retryable) from None
     body = answer.body
     value = getattr(body, "secret_data", None) if body is not None else None

@@ -357,6 +357,39 @@ def test_a_kms_failure_is_one_line_naming_the_secret_and_throttling_asks_for_a_r
     assert kms.rejected and all(s not in str(info.value) for s in (SECRET, TOKEN, "not-the-secret"))
 
 
+def test_kms_throttling_as_kms_answers_it_asks_for_a_retry(kms):
+    """KMS over its QPS quota answers HTTP 429 ``Rejected.Throttling`` "QPS Limit Exceeded"
+    (help.aliyun.com/knowledge_detail/444042; ACK's ack-secret-manager backs off on that code): a code that
+    does not start with ``Throttling``, on a 4xx. It is the transient failure a 503 is (RetryLater: FC retries
+    the event), never the permanent error a missing secret is."""
+    from alibabacloud_kms20160120 import models as kms_models
+
+    from functions.base.errors import RetryLater
+    from functions.cloud.secrets import SecretError, _client, get_secret
+    from functions.delivery.ssh import key_from_settings
+
+    env = {"ACK_MIG_REGION": "cn-beijing", "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
+           "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_TRANSPORT": "ssh", "ACK_MIG_SSH_KEY_SECRET": "ack-mig/ssh-key",
+           "ACK_MIG_KMS_ENDPOINT": kms.endpoint}
+    settings = load_settings(env)
+    # The double against its source, through the real SDK: what the product's except clause receives.
+    kms.throttle_next()
+    with pytest.raises(Exception) as raw:
+        _client("cn-beijing", settings.credentials, settings.delivery.kms_endpoint, 5).get_secret_value(
+            kms_models.GetSecretValueRequest(secret_name="ack-mig/ssh-key"))
+    assert (raw.value.status_code, raw.value.code) == (429, "Rejected.Throttling")
+    assert "QPS Limit Exceeded" in raw.value.message
+    kms.throttle_next()
+    with pytest.raises(SecretError) as info:
+        get_secret("ack-mig/ssh-key", "cn-beijing", settings.credentials, settings.delivery.kms_endpoint, 5)
+    assert info.value.retryable and "Rejected.Throttling" in str(info.value)
+    kms.throttle_next()
+    with pytest.raises(RetryLater) as later:
+        key_from_settings(load_settings(env))
+    assert "Rejected.Throttling" in str(later.value) and "\n" not in str(later.value)
+    assert kms.calls["GetSecretValue"] == 3 and kms.rejected == []
+
+
 @pytest.mark.parametrize("how", ["reset", "close", "stall"])
 def test_a_kms_connection_that_fails_without_an_answer_asks_for_a_retry_like_a_5xx(kms, how):
     """KMS accepts the request and then the connection fails with no API code at all: reset by the peer,

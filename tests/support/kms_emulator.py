@@ -17,7 +17,11 @@ Answer fields as the API reference names them: ``SecretName``, ``VersionId``, ``
 ``SecretDataType`` (``text`` or ``binary``), ``VersionStages``, ``CreateTime``, ``RequestId``. An unknown
 secret is ``404 Forbidden.ResourceNotFound``; a wrong signature ``400 SignatureDoesNotMatch``.
 
-Faults: :meth:`KmsEmulator.fail_next` answers with an API error (a status and a code); :meth:`KmsEmulator.drop_next`
+Faults: :meth:`KmsEmulator.fail_next` answers with an API error (a status and a code);
+:meth:`KmsEmulator.throttle_next` as KMS answers a caller over its QPS quota: HTTP 429, ``Rejected.Throttling``,
+``QPS Limit Exceeded`` (Alibaba Cloud's KMS knowledge base, help.aliyun.com/knowledge_detail/444042; the code
+is the one ACK's own ack-secret-manager and the KMS client SDKs back off on, beside ``ServiceUnavailableTemporary``
+and ``InternalFailure``: it does not start with ``Throttling`` as the RPC APIs' codes do); :meth:`KmsEmulator.drop_next`
 answers nothing at all, the way a network failure looks to the SDK: ``reset`` aborts the TCP connection
 (SO_LINGER 0, so the kernel sends RST: "connection reset by peer"), ``close`` closes it cleanly before
 any status line (the SDK's HTTP client reports the server disconnected), ``stall`` keeps it open and
@@ -47,6 +51,8 @@ ALGORITHM = "ACS4-HMAC-SHA256"
 PRODUCT = "Kms"
 SIGN_PREFIX = "aliyun_v4"
 DROPS = ("reset", "close", "stall")
+# KMS over its QPS quota: status, code and message (help.aliyun.com/knowledge_detail/444042)
+THROTTLED = (429, "Rejected.Throttling", "QPS Limit Exceeded")
 
 
 def signing_key(secret: str, date: str, region: str, product: str = PRODUCT) -> bytes:
@@ -73,7 +79,7 @@ class KmsEmulator(LoopbackServer):
         self.rejected: List[str] = []
         self.algorithms: List[str] = []  # the signature scheme of each accepted request
         self.dropped: List[str] = []  # how each dropped request was dropped
-        self._faults: Dict[str, Deque[Tuple[int, str]]] = {}
+        self._faults: Dict[str, Deque[Tuple[int, str, str]]] = {}
         self._drops: Dict[str, Deque[str]] = {}
         self._release = threading.Event()  # ends a stalled answer (stop())
         self._nonces: set = set()
@@ -85,7 +91,11 @@ class KmsEmulator(LoopbackServer):
         self.secrets[name] = (data, data_type)
 
     def fail_next(self, action: str, status: int, code: str, times: int = 1) -> None:
-        self._faults.setdefault(action, deque()).extend([(status, code)] * times)
+        self._faults.setdefault(action, deque()).extend([(status, code, "injected %s" % code)] * times)
+
+    def throttle_next(self, action: str = "GetSecretValue", times: int = 1) -> None:
+        """The next ``times`` requests for ``action`` answer as KMS throttles (see the module's docstring)."""
+        self._faults.setdefault(action, deque()).extend([THROTTLED] * times)
 
     def drop_next(self, action: str, how: str = "reset", times: int = 1) -> None:
         """The next ``times`` requests for ``action`` get no answer: ``reset``, ``close`` or ``stall``
@@ -159,7 +169,7 @@ class KmsEmulator(LoopbackServer):
         with self._lock:
             fault = self._faults[action].popleft() if self._faults.get(action) else None
         if fault is not None:
-            return self._error(fault[0], fault[1], "injected %s" % fault[1])
+            return self._error(*fault)
         if action != "GetSecretValue":
             return self._error(400, "InvalidAction.NotFound", "this emulator serves GetSecretValue only")
         return self._get_secret_value(query)
