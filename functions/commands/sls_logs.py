@@ -39,6 +39,10 @@ MAX_SINCE_S = 30 * 86400  # the logstore's retention is the stack's choice; a mo
 # Every outcome a line of the function holds, lower case: an event's, then a node's (functions/base/event_result.py).
 OUTCOMES = EVENT_OUTCOMES + NODE_OUTCOMES
 MAX_SCAN = 5000  # rows read at most for one command (50 calls): lines the search found but a filter drops count
+# An answer whose meta.progress is "Incomplete" holds part of the rows: the same call is made again (SLS GetLogs;
+# the official aliyun-log-python-sdk's LogClient.get_log repeats it up to 5 times, 0.5 s apart).
+INCOMPLETE_TRIES = 5
+INCOMPLETE_WAIT_S = 0.5
 # The fields a line shows after its time, level and message, in this order (functions/base/logs.py and the
 # node lines: node_name, nodepool_id, outcome, code, duration_ms; decisions: action, sequence).
 SHOWN = ("node_name", "instance_id", "nodepool_id", "action", "outcome", "code", "duration_ms", "sequence", "reason")
@@ -192,7 +196,7 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
     first, in pages of 100; at most MAX_SCAN rows are read."""
     from alibabacloud_sls20201230 import models
 
-    from functions.base.deadline import Guard, urllib3_guarded
+    from functions.base.deadline import urllib3_guarded
     import urllib3
 
     urllib3_guarded(urllib3)
@@ -204,27 +208,17 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
         size = min(PAGE, MAX_SCAN - read, limit - len(rows) if keep is None else PAGE)
         request = models.GetLogsRequest(from_=start, to=end, query=statement, line=size, offset=read,
                                         reverse=True)
-        guard = Guard(TIMEOUT_S)
-        try:
-            with guard:
-                response = client.get_logs_with_options(project, logstore, request, models.GetLogsHeaders(),
-                                                        runtime)
-        except Exception as exc:  # the SDK's exception types vary by version; code and message are common
-            if guard.fired:
-                raise LogsError("SLS GetLogs of %s/%s: no answer within %ds" % (project, logstore, TIMEOUT_S)) \
-                    from None
-            unreached = said("sls", exc)  # nothing answers at the address: as every command says it (exit 2)
-            if unreached:
-                raise LogsError(unreached, exit_code=EXIT_USAGE) from None
-            code = " ".join(str(getattr(exc, "code", "") or type(exc).__name__).split())[:64]
-            message = " ".join(str(getattr(exc, "message", "") or exc).split())[:300]
-            hint = ""
-            if code.startswith(("Unauthorized", "AccessDenied", "Forbidden")):
-                hint = "; it needs log:GetLogStoreLogs on the logstore"
-            elif code in ("ProjectNotExist", "LogStoreNotExist"):
-                hint = "; the stack's LogProject / LogStore name it: check them with `ack-mig-hook doctor`"
-            raise LogsError("SLS GetLogs of %s/%s failed: %s: %s%s" % (project, logstore, code, message, hint),
-                            SLS_CODES.get(code, code)) from None
+        for attempt in range(INCOMPLETE_TRIES):
+            if attempt:
+                time.sleep(INCOMPLETE_WAIT_S)
+            response = _get_logs(client, runtime, project, logstore, request, models)
+            meta = getattr(response.body, "meta", None) if response.body is not None else None
+            if getattr(meta, "progress", None) != "Incomplete":
+                break
+        else:
+            raise LogsError("SLS GetLogs of %s/%s answered an incomplete result %d times (its search did not finish "
+                            "in time); try again, or narrow it with --since or a filter"
+                            % (project, logstore, INCOMPLETE_TRIES), "Incomplete")
         data = response.body.data if response.body is not None else None
         page = list(data) if isinstance(data, list) else []  # anything else holds no rows of ours
         read += len(page)
@@ -232,6 +226,32 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
         if len(page) < size:
             break
     return rows[:limit]
+
+
+def _get_logs(client, runtime, project: str, logstore: str, request, models):
+    """One GetLogs call, its failure one LogsError line."""
+    from functions.base.deadline import Guard
+
+    guard = Guard(TIMEOUT_S)
+    try:
+        with guard:
+            return client.get_logs_with_options(project, logstore, request, models.GetLogsHeaders(), runtime)
+    except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+        if guard.fired:
+            raise LogsError("SLS GetLogs of %s/%s: no answer within %ds" % (project, logstore, TIMEOUT_S)) \
+                from None
+        unreached = said("sls", exc)  # nothing answers at the address: as every command says it (exit 2)
+        if unreached:
+            raise LogsError(unreached, exit_code=EXIT_USAGE) from None
+        code = " ".join(str(getattr(exc, "code", "") or type(exc).__name__).split())[:64]
+        message = " ".join(str(getattr(exc, "message", "") or exc).split())[:300]
+        hint = ""
+        if code.startswith(("Unauthorized", "AccessDenied", "Forbidden")):
+            hint = "; it needs log:GetLogStoreLogs on the logstore"
+        elif code in ("ProjectNotExist", "LogStoreNotExist"):
+            hint = "; the stack's LogProject / LogStore name it: check them with `ack-mig-hook doctor`"
+        raise LogsError("SLS GetLogs of %s/%s failed: %s: %s%s" % (project, logstore, code, message, hint),
+                        SLS_CODES.get(code, code)) from None
 
 
 def run(args) -> int:

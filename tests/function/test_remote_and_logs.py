@@ -428,6 +428,28 @@ def test_logs_reads_whole_pages_while_a_filter_drops_lines(store):
     assert len(bodies) <= 4, [(b["offset"], b["line"]) for b in bodies][:5]
 
 
+def test_logs_asks_again_while_sls_answers_an_incomplete_result(store):
+    """SLS answers ``meta.progress: Incomplete`` when a search did not finish in time: its rows are a part, and
+    the same call must be made again (SLS GetLogs; aliyun-log-python-sdk ``get_log`` repeats it up to 5 times).
+    Read as complete, a page short of rows ended the listing: lines in the logstore were never shown, and with
+    an empty part the command said there were none. Each call is now made again until SLS says Complete; an
+    answer still Incomplete after 5 calls is one line saying so, never a short listing."""
+    sls, env = store
+    sls.incomplete_next(2)
+    before = len(sls.requests)
+    done = cli(env, "logs", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    assert [line["time"] for line in json.loads(done.stdout)["lines"]] == ["T-10m", "T-5m", "T-1m"]
+    bodies = [r["body"] for r in sls.requests[before:]]
+    assert len(bodies) == 3 and len({json.dumps(b, sort_keys=True) for b in bodies}) == 1  # the same call again
+    sls.incomplete_next(5)
+    done = cli(env, "logs")
+    assert done.returncode == 1 and done.stdout == ""
+    said = error_text(done.stderr)
+    assert "incomplete" in said and "5 times" in said and "\n" not in said.strip(), done.stderr
+    assert sls.incomplete == 0
+
+
 def test_wait_and_undeploy_through_the_installed_command_never_touch_a_stack_of_another_cluster(cloud):
     """docs/cli.md: a stack named whose ClusterId is another cluster, or that has none, is never deleted, and
     ``wait`` refuses it, exit 6, one line naming the stack and the cluster it serves. Run as a person runs it: the

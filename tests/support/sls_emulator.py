@@ -26,6 +26,11 @@ Rules, each with its source:
   hold, ros-cdk-sls 1.15.0 ``RosIndex.KeyIndicesProperty``: ``caseSensitive`` "Default to false",
   ``delimiter`` ``, '";=()[]{}?@&<>/:\n\t\r``; a JSON key's subfields have no settings of their own,
   ``JsonKeyIndicesProperty``). A value with no word at all is not modelled (a 400).
+* ``meta.progress``: ``Complete``, or ``Incomplete`` for the next :meth:`SlsEmulator.incomplete_next` answers,
+  which then hold only the first half of the page. SLS answers ``Incomplete`` when a search did not finish in
+  time: the rows are a part, and the same call must be made again for the whole (SLS API, GetLogs/GetProjectLogs
+  "check x-log-progress ... call again to obtain the complete result"; the official aliyun-log-python-sdk's
+  ``LogClient.get_log`` repeats the same call up to 5 times, 0.5 s apart, until ``is_completed()``).
 * Errors: ``{"errorCode", "errorMessage"}`` with ``x-log-requestid`` (the gateway's ``modify_response``);
   an unknown project ``ProjectNotExist`` 404, logstore ``LogStoreNotExist`` 404 (SLS error codes).
 * Signature: SLS's own ``LOG`` scheme, written here from SLS "Request signatures" independently of the
@@ -70,12 +75,18 @@ class SlsEmulator(LoopbackServer):
         self.requests: List[Dict[str, Any]] = []
         self.rejected: List[str] = []
         self.fault: Optional[Tuple[int, str]] = None  # the next answer's (status, errorCode)
+        self.incomplete = 0  # how many of the next GetLogs answers are Incomplete (incomplete_next)
         self._lock = threading.Lock()
 
     def add(self, project: str, logstore: str, when: int, line: Dict[str, Any]) -> None:
         """One entry as FC writes a stdout line: the line's JSON in ``message``, its time in ``__time__``."""
         self.stores.setdefault((project, logstore), []).append(
             {"__time__": str(when), "__topic__": "", "__source__": "", "message": json.dumps(line)})
+
+    def incomplete_next(self, times: int = 1) -> None:
+        """The next ``times`` GetLogs answers are ``Incomplete``, with half their page (module docstring)."""
+        with self._lock:
+            self.incomplete += times
 
     # ---- requests ----
 
@@ -122,7 +133,12 @@ class SlsEmulator(LoopbackServer):
         found = [r for r in rows if start <= int(r["__time__"]) < end and matcher(json.loads(r["message"]))]
         found.sort(key=lambda r: int(r["__time__"]), reverse=bool(doc.get("reverse")))
         page = found[int(offset or 0): int(offset or 0) + line]
-        meta = {"count": len(page), "progress": "Complete", "processedRows": len(found), "isAccurate": True,
+        with self._lock:
+            partial, self.incomplete = self.incomplete > 0, max(self.incomplete - 1, 0)
+        if partial:
+            page = page[:len(page) // 2]
+        meta = {"count": len(page), "progress": "Incomplete" if partial else "Complete",
+                "processedRows": len(found), "isAccurate": True,
                 "hasSQL": False, "keys": ["__time__", "__topic__", "__source__", "message"]}
         return json_answer(200, {"meta": meta, "data": page}, {"x-log-requestid": uuid.uuid4().hex.upper()})
 
