@@ -133,6 +133,27 @@ def test_a_package_replaced_after_the_upload_is_never_deployed(cloud, capsys, tm
 
 # ---- ROS: a retried call is the same operation ----
 
+def test_a_create_retried_while_its_first_request_is_still_processed_is_the_same_stack(cloud):
+    """A CreateStack slower than the client's timeout is still being processed when its retry (the same
+    ClientToken) arrives: ROS answers that retry 400 ``LastTokenProcessing``, "the last token request is being
+    processed. Try again later." (ROS "Common error codes"). Read as a refusal, deploy failed while ROS went on
+    creating the stack; it is now tried again, and the next try gets the first request's answer."""
+    from functions.base.settings import parse_endpoint
+    from functions.commands.stack.ros import Stacks
+
+    ros, _ = cloud
+    stacks = Stacks("cn-beijing", Keys(KEY, SECRET, TOKEN), parse_endpoint({"E": ros.endpoint}, "E"), timeout_s=1)
+    template = open(__import__("functions.commands.deploy", fromlist=["TEMPLATE"]).TEMPLATE).read()
+    values = {"ClusterId": "c" + "0123456789abcdef" * 2, "CodeBucket": BUCKET, "LogProject": "proj",
+              "LogStore": "store"}
+    ros.process_slowly_next("CreateStack", 2.5)
+    stack_id = stacks.create("ack-mig-hook", template, values, 30)
+    assert len(ros.stacks) == 1 and stack_id in ros.stacks
+    creates = [r for r in ros.requests if r.action == "CreateStack"]
+    assert len({r.query.get("ClientToken") for r in creates}) == 1
+    assert [r.status for r in creates][1] == 400 and creates[-1].status == 200, [r.status for r in creates]
+
+
 def test_a_create_whose_answer_was_lost_is_retried_as_the_same_stack(cloud):
     """The SDK retries a call that timed out with the same request; with a ClientToken ROS answers the retry
     with the first result. Without one the retry would meet its own stack: StackExists."""

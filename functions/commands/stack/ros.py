@@ -39,7 +39,10 @@ def client_token() -> str:
 ATTEMPTS = 3
 # Answers that say "try again" (ROS common error codes); a network failure or a read timeout reaches us as
 # darabonba's UnretryableException wrapping a RetryError (it retries only with Config.retry_options).
-TRANSIENT_CODES = {"Throttling", "Throttling.User", "Throttling.Api", "ServiceUnavailable", "InternalError"}
+# LastTokenProcessing (400): a retry of a CreateStack/UpdateStack whose first request, with the same
+# ClientToken, is still being processed ("Try again later"): the next try gets that request's answer.
+TRANSIENT_CODES = {"Throttling", "Throttling.User", "Throttling.Api", "ServiceUnavailable", "InternalError",
+                   "LastTokenProcessing"}
 
 
 def _transient(exc: BaseException) -> bool:
