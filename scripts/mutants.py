@@ -50,8 +50,8 @@ MUTANTS = (
            "a webhook URL with user:password@ passes the settings check and can never be posted to"),
     # ---- KMS read retries connection failures (issue 20 item 6) ----
     mutant("kms-connection-failure-final", "functions/cloud/secrets.py",
-           "(isinstance(status, int) and status >= 500) or not getattr(exc, \"code\", None)",
-           "(isinstance(status, int) and status >= 500)",
+           "(isinstance(status, int) and (status == 429 or status >= 500)) or not getattr(exc, \"code\", None)",
+           "(isinstance(status, int) and (status == 429 or status >= 500))",
            ("tests/function/test_settings_logs.py", "tests/delivery/test_ssh.py"),
            "a connection reset while reading the SSH key from KMS fails the event instead of retrying"),
     # ---- delivery: one bad instance never fails its batch ----
