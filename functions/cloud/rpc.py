@@ -41,7 +41,10 @@ ESS_VERSION = "2022-02-22"  # the current Auto Scaling API (2014-08-28 is the le
 VPC_VERSION = "2016-04-28"  # doctor: DescribeVSwitchAttributes
 # The largest answer of ours (100 invocation results with 24 KB of output each) is under 4 MB.
 MAX_ANSWER_BYTES = 16 << 20
-_RETRYABLE_CODES = ("Throttling", "ServiceUnavailable", "InternalError", "Unavailable")
+# IdempotentProcessing (403): a request carrying the ClientToken of one still being processed ("Try again
+# later", the error tables of ECS's ClientToken APIs): a RunCommand retried after a read timeout meets it, and
+# the next try gets the first request's invocation.
+_RETRYABLE_CODES = ("Throttling", "ServiceUnavailable", "InternalError", "Unavailable", "IdempotentProcessing")
 
 
 # A SignatureDoesNotMatch answer quotes the service's "string to sign": the whole canonical request, with

@@ -178,6 +178,30 @@ def test_a_slow_answer_times_out_and_the_retry_is_the_same_invocation(emulator, 
     assert ecs.calls["RunCommand"] == 2 and len(emulator.invocations) == 1
 
 
+def test_a_retry_while_the_first_runcommand_is_still_processed_is_the_same_invocation(emulator, maker):
+    """The first RunCommand is still being processed when the client, its read timed out, sends it again with
+    the same ClientToken: ECS answers 403 IdempotentProcessing, "Try again later" (the error tables of ECS's
+    ClientToken APIs). Read as a refusal, the batch failed as api-error while its command went on to run on
+    every node; it is tried again, and the next try gets the one invocation."""
+    from functions.base.settings import Credentials, Endpoint
+    from functions.cloud.rpc import ECS_VERSION, Backoff, RpcClient
+
+    emulator.add_nodes(2)
+    emulator.hold_processing_next("RunCommand")
+    # read timeout 1 s, and a short real pause between tries: the held request needs a moment to be decided
+    # once the retry is refused
+    ecs = RpcClient("ecs", ECS_VERSION, emulator.region, Credentials(emulator.access_key_id, SECRET, TOKEN),
+                    Endpoint(emulator.endpoint.split("://", 1)[1], "http"), timeout_s=1,
+                    backoff=Backoff(4, sleep=lambda s: time.sleep(0.3)))
+    results = transport(ecs, maker).run(targets(2, prefix="i-emu"))
+    assert set(outcomes(results).values()) == {"partitioned"}, results
+    runs = [e for e in emulator.exchanges if e.action == "RunCommand"]
+    # in the order answered: the held first request is answered after its retry's refusal
+    assert sorted((e.status, (e.answer or {}).get("Code") or "") for e in runs) == [
+        (200, ""), (200, ""), (403, "IdempotentProcessing")]
+    assert len({e.params["ClientToken"] for e in runs}) == 1 and len(emulator.invocations) == 1
+
+
 def test_every_batch_is_submitted_before_any_is_polled_then_one_loop_polls_them_all(emulator, ecs, maker):
     """300 nodes, 3 batches, only 2 calls in flight: a worker that submits and then polls its own batch
     would poll batch 1 before batch 3 is in. Here every RunCommand reaches the API before the first

@@ -16,7 +16,11 @@ Each rule it enforces, and where it comes from:
   ``RunCommandRequest``: RegionId, Type, CommandContent). Booleans are accepted as the SDKs send them:
   ``true``/``false`` (CommonRequest) and ``True``/``False`` (Tea, ``str(bool)``); anything else is a 400.
 * RunCommand: 1..100 ``InstanceId.N``; Base64 ``CommandContent`` <= 24 KB with ``KeepCommand`` false, 18 KB
-  when kept (ECS "RunCommand" reference, facts.md). SendFile: 1..50 instances, ``Content`` <= 32 KB Base64.
+  when kept (ECS "RunCommand" reference, facts.md). A ``ClientToken`` already answered gets that invocation
+  again; one whose first request is still being processed (``hold_processing_next``) is answered 403
+  ``IdempotentProcessing`` "The previous idempotent request(s) is still processing." ("A previous idempotent
+  request is being processed. Try again later.": the error code tables of ECS's ClientToken APIs,
+  InvokeCommand's among them). SendFile: 1..50 instances, ``Content`` <= 32 KB Base64.
   With ``reject_unrunnable`` they refuse the WHOLE call when one instance cannot run it, as the reference
   documents for InvokeCommand/RunCommand: 404 ``InvalidInstance.NotFound`` ("The specified instances does
   not exist."), 400 ``InvalidInstanceStatus`` (the instance must be Running), 400 ``InvalidInstance.NoClient``.
@@ -263,6 +267,8 @@ class Emulator(LoopbackServer):
         self.exchanges: List[contract.Exchange] = []
         self.tokens: Dict[str, Tuple[str, int]] = {}  # NextToken issued -> (what it pages, offset)
         self.results_page_rows: Optional[int] = None  # DescribeInvocationResults: at most this many rows a page
+        self.holds: Dict[str, deque] = {}  # action -> events a held first request waits on (hold_processing_next)
+        self.processing: Dict[str, threading.Event] = {}  # ClientToken -> its first request, still processing
         self._lock = threading.Lock()
         contract.register(self)
 
@@ -293,6 +299,13 @@ class Emulator(LoopbackServer):
         type, a list for the whole answer), as a broken or hostile endpoint might give."""
         with self._lock:
             self.mangle.setdefault(action, deque()).extend([change] * times)
+
+    def hold_processing_next(self, action: str = "RunCommand") -> None:
+        """The next ``action`` (RunCommand) stays in processing, its answer not yet decided, until a request
+        with the same ClientToken has been answered IdempotentProcessing (at most 10 s): a first request
+        still running when the client, its read timed out, sends it again."""
+        with self._lock:
+            self.holds.setdefault(action, deque()).append(threading.Event())
 
     def slow_next(self, action: str, seconds: float, times: int = 1) -> None:
         """The next ``times`` answers to ``action`` come ``seconds`` late (after the request was served)."""
@@ -531,8 +544,19 @@ class Emulator(LoopbackServer):
             return refused
         token = params.get("ClientToken")
         with self._lock:
+            if token and token in self.processing:  # its first request is not answered yet
+                self.processing[token].set()
+                return self._error(403, "IdempotentProcessing", "The previous idempotent request(s) is still "
+                                                                "processing.")
             if token and token in self.client_tokens:  # idempotent retry: the same invocation
                 return {"InvokeId": self.client_tokens[token], "CommandId": "c-emu"}
+            held = self.holds["RunCommand"].popleft() if token and self.holds.get("RunCommand") else None
+            if held is not None:
+                self.processing[token] = held
+        if held is not None:
+            held.wait(10)
+        with self._lock:
+            self.processing.pop(token, None)
         script = base64.b64decode(params["CommandContent"]).decode("utf-8")
         timeout_s = int(params.get("Timeout") or 60)
         invoke_id = "t-" + uuid.uuid4().hex[:16]
