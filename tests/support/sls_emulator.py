@@ -28,9 +28,10 @@ Rules, each with its source:
   ``JsonKeyIndicesProperty``). A value with no word at all is not modelled (a 400).
 * ``meta.progress``: ``Complete``, or ``Incomplete`` for the next :meth:`SlsEmulator.incomplete_next` answers,
   which then hold only the first half of the page. SLS answers ``Incomplete`` when a search did not finish in
-  time: the rows are a part, and the same call must be made again for the whole (SLS API, GetLogs/GetProjectLogs
-  "check x-log-progress ... call again to obtain the complete result"; the official aliyun-log-python-sdk's
-  ``LogClient.get_log`` repeats the same call up to 5 times, 0.5 s apart, until ``is_completed()``).
+  time: the rows are a part, and the same call must be made again for the whole (the SLS API reference of
+  GetProjectLogs tells the caller to read ``x-log-progress`` in every answer and to call again until the result
+  is complete; the official aliyun-log-python-sdk's ``LogClient.get_log``, which sends this very request,
+  repeats it up to 5 times, 0.5 s apart, until ``is_completed()``).
 * Errors: ``{"errorCode", "errorMessage"}`` with ``x-log-requestid`` (the gateway's ``modify_response``);
   an unknown project ``ProjectNotExist`` 404, logstore ``LogStoreNotExist`` 404 (SLS error codes).
 * Signature: SLS's own ``LOG`` scheme, written here from SLS "Request signatures" independently of the
