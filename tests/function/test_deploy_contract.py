@@ -146,7 +146,7 @@ def test_a_create_retried_while_its_first_request_is_still_processed_is_the_same
     template = open(__import__("functions.commands.deploy", fromlist=["TEMPLATE"]).TEMPLATE).read()
     values = {"ClusterId": "c" + "0123456789abcdef" * 2, "CodeBucket": BUCKET, "LogProject": "proj",
               "LogStore": "store"}
-    ros.process_slowly_next("CreateStack", 2.5)
+    ros.hold_processing_next("CreateStack")
     stack_id = stacks.create("ack-mig-hook", template, values, 30)
     assert len(ros.stacks) == 1 and stack_id in ros.stacks
     creates = [r for r in ros.requests if r.action == "CreateStack"]

@@ -32,9 +32,10 @@ Semantics kept from the ROS API reference, inconvenient ones included:
   answer again (the same ``StackId``) and changes nothing; a malformed token is refused (HTTP status and code
   of that refusal: unconfirmed, 400 ``InvalidParameter`` here). ``answer_late_next(action, seconds)`` serves
   a request and then answers it late, as a lost answer looks to a client that times out and retries.
-  ``process_slowly_next(action, seconds)``: the request takes that long to be served, and a request with the
-  same token that arrives meanwhile is answered 400 ``LastTokenProcessing`` "The last token request is
-  processing." (ROS "Common error codes": "the last token request is being processed. Try again later.").
+  ``hold_processing_next(action)``: the request is still being processed, its answer not decided, until a
+  request with the same token has come meanwhile (at most 10 s); that one is answered 400 ``LastTokenProcessing``
+  "The last token request is processing." (ROS "Common error codes": "the last token request is being
+  processed. Try again later.").
 * ``GetStack`` lists every parameter the stack has, the template's defaults included, and ROS's pseudo
   parameters (``ALIYUN::Region``, ``ALIYUN::StackId`` ...), as the GetStack reference's sample answer does;
   a ``NoEcho`` parameter's value is ``****``.
@@ -69,6 +70,7 @@ Semantics kept from the ROS API reference, inconvenient ones included:
 
 import json
 import re
+import threading
 import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -114,8 +116,8 @@ class RosEmulator(CsEmulator):
         self.before_complete: Optional[Callable[[Dict[str, Any]], None]] = None  # runs as FC fetches the code
         self._tokens: Dict[Tuple[str, str], Answer] = {}
         self._late: Dict[str, List[float]] = {}
-        self._slow_processing: Dict[str, List[float]] = {}
-        self._processing: set = set()  # (action, token) of requests being served
+        self._holds: Dict[str, List[threading.Event]] = {}  # action -> held first requests (hold_processing_next)
+        self._processing: Dict[Tuple[str, str], threading.Event] = {}  # (action, token) being served
         self.change_sets: Dict[str, Dict[str, Any]] = {}  # id -> change set (deleted ones are removed)
 
     def put_stack(self, stack_id: str, name: str, **parameters: str) -> Dict[str, Any]:
@@ -131,9 +133,9 @@ class RosEmulator(CsEmulator):
         with self._lock:
             self._late.setdefault(action, []).append(seconds)
 
-    def process_slowly_next(self, action: str, seconds: float) -> None:
+    def hold_processing_next(self, action: str) -> None:
         with self._lock:
-            self._slow_processing.setdefault(action, []).append(seconds)
+            self._holds.setdefault(action, []).append(threading.Event())
 
     # The base class routes ROA paths; RPC has one path and names the action in a header.
     def handle(self, method: str, raw_path: str, headers: Dict[str, str], body: bytes) -> Answer:
@@ -160,16 +162,17 @@ class RosEmulator(CsEmulator):
                 return self._error(400, "InvalidParameter", "ClientToken %r is not 1..64 letters, digits, - or _"
                                    % token[:80])
             if token and (action, token) in self._processing:  # a retry while the first is being served
+                self._processing[(action, token)].set()
                 return self._error(400, "LastTokenProcessing", "The last token request is processing.")
             if token and (action, token) in self._tokens:  # a retry of a request already served
                 return self._tokens[(action, token)]
-            slow = self._slow_processing[action].pop(0) if self._slow_processing.get(action) else 0.0
-            if slow and token:
-                self._processing.add((action, token))
-        if slow:
-            time.sleep(slow)
+            held = self._holds[action].pop(0) if token and self._holds.get(action) else None
+            if held is not None:
+                self._processing[(action, token)] = held
+        if held is not None:
+            held.wait(10)
         with self._lock:
-            self._processing.discard((action, token))
+            self._processing.pop((action, token), None)
             answer = getattr(self, "_" + action)(query, form)
             if token and answer[0] == 200:
                 self._tokens[(action, token)] = answer
