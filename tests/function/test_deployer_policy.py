@@ -1,6 +1,8 @@
 """The deployer's RAM policy on docs/first-deployment.md grants every action on the narrowest resource RAM
 supports: no wildcard action, RAM's role and policy actions (and ``ram:PassRole``) on the stack's own role and
-policy only, and the EventBridge rule actions on the rules FC creates for the stack's triggers only. Checked
+policy only, the EventBridge rule actions on the rules FC creates for the stack's triggers only, Function
+Compute's on the stack's function and triggers only, and Simple Log Service's on the deploy's logstore and the
+stack's saved searches where SLS's reference gives those a resource. Checked
 by evaluating the page's policy, with its placeholders filled in, the way RAM matches ``Action`` and
 ``Resource`` (``*`` and ``?`` wildcards; RAM's "Policy elements"), so a policy that lets its holder attach an
 admin policy to a role, or pass another role, fails here whatever the generator says."""
@@ -18,6 +20,7 @@ from tests.support import deployer_policy, ros_template
 
 PAGE = os.path.join(ROOT, "docs", "first-deployment.md")
 ACCOUNT, REGION, CLUSTER = "1357924680135792", "cn-beijing", "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
+LOG_PROJECT, LOG_STORE = "my-sls-project", "ack-mig-hook"
 ROLE = "acs:ram:*:%s:role/ack-mig-hook-%s-role" % (ACCOUNT, CLUSTER)
 POLICY = "acs:ram:*:%s:policy/ack-mig-hook-%s-policy" % (ACCOUNT, CLUSTER)
 
@@ -26,7 +29,8 @@ def page_policy(account=ACCOUNT, region=REGION, cluster=CLUSTER):
     """The page's policy block, its placeholders filled in as the page says to."""
     text = open(PAGE, encoding="utf-8").read()
     (block,) = re.findall(r"^```json\n(.*?)^```", text, re.M | re.S)
-    for placeholder, value in (("<account>", account), ("<region>", region), ("<cluster id>", cluster)):
+    for placeholder, value in (("<account>", account), ("<region>", region), ("<cluster id>", cluster),
+                               ("<log project>", LOG_PROJECT), ("<log store>", LOG_STORE)):
         block = block.replace(placeholder, value)
     return json.loads(block)
 
@@ -40,9 +44,28 @@ def rule(name, function="ack-mig-hook-" + CLUSTER):
 
 
 def eventbridge_triggers():
+    return triggers("eventbridge")
+
+
+def triggers(kind=None):
     doc = ros_template.load(open(os.path.join(ROOT, "template.yml"), encoding="utf-8").read())
     return sorted(r["Properties"]["TriggerName"] for r in doc["Resources"].values()
-                  if r["Type"] == "ALIYUN::FC3::Trigger" and r["Properties"]["TriggerType"] == "eventbridge")
+                  if r["Type"] == "ALIYUN::FC3::Trigger" and kind in (None, r["Properties"]["TriggerType"]))
+
+
+def fc(path, region=REGION):
+    return "acs:fc:%s:%s:functions/%s" % (region, ACCOUNT, path)
+
+
+def sls(path, project=LOG_PROJECT):
+    return "acs:log:%s:%s:project/%s/%s" % (REGION, ACCOUNT, project, path)
+
+
+def saved_searches(cluster=CLUSTER):
+    doc = ros_template.load(open(os.path.join(ROOT, "template.yml"), encoding="utf-8").read())
+    names = [r["Properties"]["Detail"]["SavedsearchName"]["Fn::Sub"] for r in doc["Resources"].values()
+             if r["Type"] == "ALIYUN::SLS::Savedsearch"]
+    return sorted(n.replace("${ClusterId}", cluster) for n in names)
 
 
 def test_the_policy_names_every_action_exactly():
@@ -89,6 +112,55 @@ def test_eventbridge_actions_reach_only_the_rules_of_the_stack_triggers():
     assert not allowed(policy, "eventbridge:DeleteEventBus", bus)
 
 
+def test_function_compute_actions_reach_only_the_stack_function_and_its_triggers():
+    """FC 3.0 authorizes the function's actions on acs:fc:{region}:{uid}:functions/{functionName}, InvokeFunction
+    also on .../functions/{functionName}/{qualifier}, and the trigger actions on
+    .../functions/{functionName}/triggers/{triggerName} (FC 3.0 "Policies and sample custom policies"): the page
+    granted them on "*", so its holder could replace or delete any function of the account, or invoke it."""
+    policy = page_policy()
+    function = "ack-mig-hook-" + CLUSTER
+    for action in ("fc:CreateFunction", "fc:GetFunction", "fc:UpdateFunction", "fc:DeleteFunction",
+                   "fc:InvokeFunction"):
+        assert allowed(policy, action, fc(function)), action
+        for other in (fc("payroll"), fc("ack-mig-hook-c00000000000000000000000000000000"), fc(function, "cn-hangzhou")):
+            assert not allowed(policy, action, other), (action, other)
+    assert allowed(policy, "fc:InvokeFunction", fc(function + "/LATEST"))
+    assert not allowed(policy, "fc:UpdateFunction", fc(function + "/LATEST"))
+    assert triggers() and set(eventbridge_triggers()) < set(triggers())  # the timers' triggers too
+    for name in triggers():
+        for action in ("fc:CreateTrigger", "fc:GetTrigger", "fc:UpdateTrigger", "fc:DeleteTrigger"):
+            assert allowed(policy, action, fc("%s/triggers/%s" % (function, name))), (action, name)
+    for action in ("fc:CreateTrigger", "fc:UpdateTrigger", "fc:DeleteTrigger"):
+        assert not allowed(policy, action, fc("payroll/triggers/" + triggers()[0])), action
+        assert not allowed(policy, action, fc("%s/triggers/http-anonymous" % function)), action
+    for action in ("fc:ListFunctions", "fc:CreateCustomDomain", "fc:PutProvisionConfig"):
+        assert not allowed(policy, action, "*"), action
+
+
+def test_log_actions_reach_only_the_deploys_logstore_and_the_stacks_saved_searches():
+    """SLS authorizes CreateIndex, GetIndex and GetLogStoreLogs (GetLogs) on
+    acs:log:{region}:{account}:project/{project}/logstore/{logstore} and the saved search actions on
+    .../project/{project}/savedsearch/{name}: granted there only. The page had every SLS action on "*"."""
+    policy = page_policy()
+    for action in ("log:CreateIndex", "log:GetIndex", "log:GetLogStoreLogs"):
+        assert allowed(policy, action, sls("logstore/" + LOG_STORE)), action
+        for other in (sls("logstore/audit"), sls("logstore/" + LOG_STORE, project="billing"), "*"):
+            assert not allowed(policy, action, other), (action, other)
+    assert saved_searches()
+    for name in saved_searches():
+        for action in ("log:CreateSavedSearch", "log:GetSavedSearch", "log:UpdateSavedSearch",
+                       "log:DeleteSavedSearch"):
+            assert allowed(policy, action, sls("savedsearch/" + name)), (action, name)
+    for action in ("log:CreateSavedSearch", "log:DeleteSavedSearch"):
+        assert not allowed(policy, action, sls("savedsearch/someone-elses")), action
+        assert not allowed(policy, action, sls("savedsearch/" + saved_searches()[0], project="billing")), action
+    # What stays on "*" is exactly what SLS's reference gives no resource for, each with its reason.
+    loose = sorted(a for s in policy["Statement"] if s["Resource"] == "*" for a in s["Action"]
+                   if a.startswith("log:"))
+    assert loose == sorted(deployer_policy.ANY_RESOURCE), loose
+    assert all(deployer_policy.ANY_RESOURCE[a] for a in loose)
+
+
 def test_the_generated_names_are_the_ones_the_template_gives_the_role_and_its_policy():
     """The policy's role and policy names come from template.yml as ROS resolves it for deploy's parameters
     (FunctionName ack-mig-hook-<cluster id>, or one given): a rename in the template renames them here."""
@@ -103,17 +175,29 @@ def test_the_generated_names_are_the_ones_the_template_gives_the_role_and_its_po
 def test_the_policy_for_other_names_is_the_page_policy_with_them(tmp_path):
     """``python -m tests.support.deployer_policy`` prints the page's policy for an account, region and cluster
     (and ``--function-name`` when deploy was given ``--parameter FunctionName=...``)."""
+    logs = ["--log-project", LOG_PROJECT, "--log-store", LOG_STORE]
     run = subprocess.run([sys.executable, "-m", "tests.support.deployer_policy", "--account", ACCOUNT, "--region",
-                          REGION, "--cluster-id", CLUSTER], cwd=ROOT, capture_output=True, text=True, timeout=50)
+                          REGION, "--cluster-id", CLUSTER] + logs, cwd=ROOT, capture_output=True, text=True,
+                         timeout=50)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == page_policy()
     run = subprocess.run([sys.executable, "-m", "tests.support.deployer_policy", "--account", ACCOUNT, "--region",
-                          REGION, "--cluster-id", CLUSTER, "--function-name", "mig"], cwd=ROOT,
+                          REGION, "--cluster-id", CLUSTER, "--function-name", "mig"] + logs, cwd=ROOT,
                          capture_output=True, text=True, timeout=50)
     policy = json.loads(run.stdout)
     assert allowed(policy, "ram:PassRole", "acs:ram:*:%s:role/mig-role" % ACCOUNT)
     assert not allowed(policy, "ram:PassRole", ROLE)
     assert allowed(policy, "eventbridge:CreateRule", rule(eventbridge_triggers()[0], function="mig"))
+    assert allowed(policy, "fc:UpdateFunction", fc("mig")) and not allowed(policy, "fc:UpdateFunction", fc(
+        "ack-mig-hook-" + CLUSTER))
+    assert allowed(policy, "fc:CreateTrigger", fc("mig/triggers/" + triggers()[0]))
+    # The saved searches are named after the cluster, whatever the function is called.
+    assert allowed(policy, "log:CreateSavedSearch", sls("savedsearch/" + saved_searches()[0]))
     bad = subprocess.run([sys.executable, "-m", "tests.support.deployer_policy", "--account", "12ab", "--region",
-                          REGION, "--cluster-id", CLUSTER], cwd=ROOT, capture_output=True, text=True, timeout=50)
+                          REGION, "--cluster-id", CLUSTER] + logs, cwd=ROOT, capture_output=True, text=True,
+                         timeout=50)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--account" in bad.stderr
+    bad = subprocess.run([sys.executable, "-m", "tests.support.deployer_policy", "--account", ACCOUNT, "--region",
+                          REGION, "--cluster-id", CLUSTER, "--log-project", "Bad*", "--log-store", LOG_STORE],
+                         cwd=ROOT, capture_output=True, text=True, timeout=50)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--log-project" in bad.stderr

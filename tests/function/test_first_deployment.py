@@ -205,7 +205,8 @@ def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, t
         + expected
     # With the page's placeholders filled in for this deploy, RAM would allow every recorded call, and the role,
     # policy and rules it is narrowed to are the ones ROS makes for the FunctionName this deploy passed.
-    policy = json.loads(deployer_policy.for_names(policy_block(), ACCOUNT, "cn-beijing", world.emulator.cluster_id))
+    policy = json.loads(deployer_policy.for_names(policy_block(), ACCOUNT, "cn-beijing", world.emulator.cluster_id,
+                                                  log_project="my-sls-project", log_store="ack-mig-hook"))
     for action in called - deployer_policy.NO_GRANT:
         assert deployer_policy.allows(policy, action, "acs:%s:cn-beijing:%s:any" % (action.split(":")[0], ACCOUNT))
     (function,) = {p["ParameterValue"] for stack in world.ros.stacks.values() for p in stack["Parameters"]
@@ -217,3 +218,7 @@ def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, t
     for rule in made["rules"]:
         assert deployer_policy.allows(policy, "eventbridge:CreateRule",
                                       "acs:eventbridge:cn-beijing:%s:eventbus/default/rule/%s" % (ACCOUNT, rule))
+    assert deployer_policy.allows(policy, "fc:CreateFunction", "acs:fc:cn-beijing:%s:functions/%s" % (
+        ACCOUNT, made["function"]))
+    assert deployer_policy.allows(policy, "log:CreateIndex", "acs:log:cn-beijing:%s:project/my-sls-project/"
+                                  "logstore/ack-mig-hook" % ACCOUNT)

@@ -5,10 +5,12 @@ not take (:data:`OTHER_PATHS`).
 
 Each action is granted on the narrowest resource RAM supports: RAM's role and policy actions on the stack's own
 role and policy (``<name>-role``, ``<name>-policy``, names read from template.yml as ROS resolves them), the
-EventBridge rule actions on the rules FC makes for the stack's EventBridge triggers, everything else on ``*``.
-The page shows the default names with placeholders (``<account>``, ``<region>``, ``<cluster id>``);
-``python -m tests.support.deployer_policy --account ID --region R --cluster-id C [--function-name N]`` prints
-it for real ones.
+EventBridge rule actions on the rules FC makes for the stack's EventBridge triggers, Function Compute's on the
+stack's function and its triggers, Simple Log Service's on the deploy's logstore and the stack's saved searches
+(where SLS's reference gives the action a resource: :data:`ANY_RESOURCE` lists the others, each with why),
+everything else on ``*``. The page shows the default names with placeholders (``<account>``, ``<region>``,
+``<cluster id>``, ``<log project>``, ``<log store>``); ``python -m tests.support.deployer_policy --account ID
+--region R --cluster-id C --log-project P --log-store S [--function-name N]`` prints it for real ones.
 
 tests/function/test_first_deployment.py compares the page's policy with :func:`render` of the actions it
 recorded, and rewrites the page's block with ``WRITE_POLICY=1``; tests/function/test_deployer_policy.py
@@ -46,9 +48,44 @@ ROLE_ACTIONS = ["ram:CreateRole", "ram:GetRole", "ram:DeleteRole", "ram:ListPoli
 POLICY_ACTIONS = ["ram:CreatePolicy", "ram:GetPolicy", "ram:DeletePolicy", "ram:CreatePolicyVersion",
                   "ram:DeletePolicyVersion", "ram:ListPolicyVersions", "ram:AttachPolicyToRole",
                   "ram:DetachPolicyFromRole"]
-SCOPES = (("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTIONS))
-# Services whose every action here must be in a scope above: none of them may fall back to Resource "*".
-SCOPED_SERVICES = ("ram", "eventbridge")
+# Function Compute 3.0 checks the function's actions on acs:fc:{region}:{uid}:functions/{functionName},
+# InvokeFunction also on .../functions/{functionName}/{qualifier}, and the trigger actions on
+# .../functions/{functionName}/triggers/{triggerName} (FC 3.0 user guide, "Policies and sample custom policies",
+# https://www.alibabacloud.com/help/en/function-compute/latest/policies-and-sample-custom-policies: its custom
+# policy table; its AccessDenied sample names 'fc:CreateTrigger' on 'acs:fc:xx:xx:functions/xx/triggers/xx').
+FUNCTION_ACTIONS = ["fc:CreateFunction", "fc:GetFunction", "fc:UpdateFunction", "fc:DeleteFunction"]
+INVOKE_ACTIONS = ["fc:InvokeFunction"]
+TRIGGER_ACTIONS = ["fc:CreateTrigger", "fc:GetTrigger", "fc:UpdateTrigger", "fc:DeleteTrigger"]
+# Simple Log Service (API 2020-12-30) checks these on the logstore,
+# acs:log:{#regionId}:{#accountId}:project/{#project}/logstore/{#logstore}: CreateIndex
+# (https://help.aliyun.com/zh/sls/developer-reference/api-sls-2020-12-30-createindex), GetIndex
+# (https://www.alibabacloud.com/help/doc-detail/74911.htm) and GetLogStoreLogs, the action of GetLogs that
+# `logs` calls (alibabacloud sls20201230 SDK, GetLogs' "Authentication resources").
+LOGSTORE_ACTIONS = ["log:CreateIndex", "log:GetIndex", "log:GetLogStoreLogs"]
+# ... and the saved search actions on acs:log:{#regionId}:{#accountId}:project/{#ProjectName}/savedsearch/
+# {#SavedSearchName} (the same SDK's Create/Get/Update/DeleteSavedSearch "Authentication resources").
+SAVEDSEARCH_ACTIONS = ["log:CreateSavedSearch", "log:GetSavedSearch", "log:UpdateSavedSearch",
+                       "log:DeleteSavedSearch"]
+SCOPES = (("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTIONS),
+          ("function", FUNCTION_ACTIONS), ("invoke", INVOKE_ACTIONS), ("trigger", TRIGGER_ACTIONS),
+          ("logstore", LOGSTORE_ACTIONS), ("savedsearch", SAVEDSEARCH_ACTIONS))
+# Services whose every action here must be in a scope above or in ANY_RESOURCE: none of them falls back to
+# Resource "*" unexplained.
+SCOPED_SERVICES = ("ram", "eventbridge", "fc", "log")
+# The actions of those services left on Resource "*", and why: the reference confirms no resource form for them,
+# and a guessed one RAM does not match would stop the deploy.
+_NO_SLS_RESOURCE = ("SLS API 2020-12-30 reference: \"There is currently no authorization information disclosed "
+                    "in the API\"")
+ANY_RESOURCE: Dict[str, str] = {
+    "log:UpdateIndex": _NO_SLS_RESOURCE + " (UpdateIndex)",
+    "log:DeleteIndex": _NO_SLS_RESOURCE + " (DeleteIndex)",
+    "log:CreateAlert": _NO_SLS_RESOURCE + " (CreateAlert)",
+    "log:GetAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
+    "log:UpdateAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
+    "log:DeleteAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
+    "log:EnableAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
+    "log:DisableAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
+}
 
 # Resource type of template.yml -> the actions ROS calls, with the deployer's rights, to create, update and
 # delete it (ROS "Resource types" reference: a resource is created with the caller's permissions; the
@@ -86,6 +123,7 @@ SERVICES = ("ros", "cs", "oss", "ecs", "vpc", "ess", "ram", "fc", "eventbridge",
 WIDTH = 110
 # The page's placeholders (the default function name is ack-mig-hook-<cluster id>, as deploy passes it).
 ACCOUNT, REGION, CLUSTER = "<account>", "<region>", "<cluster id>"
+LOG_PROJECT, LOG_STORE = "<log project>", "<log store>"
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
                     "first-deployment.md")
 
@@ -114,10 +152,12 @@ def _joined(node) -> str:
 
 
 def names(template_text: str, cluster: str = CLUSTER, function_name: str = "") -> Dict:
-    """The function's role and policy names and the EventBridge rules of its triggers, as ROS resolves
-    template.yml for deploy's parameters (FunctionName empty: ack-mig-hook-<ClusterId>)."""
+    """The function's role and policy names, its triggers and the EventBridge rules FC makes for them, and the
+    saved searches, as ROS resolves template.yml for deploy's parameters (FunctionName empty:
+    ack-mig-hook-<ClusterId>)."""
     doc = ros_template.load(template_text)
-    params = ros_template.values(doc, {"ClusterId": cluster, "FunctionName": function_name})
+    params = ros_template.values(doc, {"ClusterId": cluster, "FunctionName": function_name,
+                                       "LogProject": LOG_PROJECT, "LogStore": LOG_STORE})
     ctx = ros_template.Context(doc, params, {"ALIYUN::Region": REGION, "ALIYUN::TenantId": ACCOUNT})
     found = ros_template.resources(doc, ctx)
 
@@ -127,21 +167,31 @@ def names(template_text: str, cluster: str = CLUSTER, function_name: str = "") -
     role = props("ALIYUN::RAM::Role")
     (policy,) = [_joined(p["PolicyName"]) for p in role.get("Policies") or []]
     function = _joined(props("ALIYUN::FC3::Function")["FunctionName"])
-    rules = ["%s-%s" % (function, r["Properties"]["TriggerName"]) for r in found.values()
-             if r["Type"] == "ALIYUN::FC3::Trigger" and r["Properties"].get("TriggerType") == "eventbridge"]
-    return {"function": function, "role": _joined(role["RoleName"]), "policy": policy, "rules": rules}
+    triggers = [r["Properties"] for r in found.values() if r["Type"] == "ALIYUN::FC3::Trigger"]
+    rules = ["%s-%s" % (function, t["TriggerName"]) for t in triggers if t.get("TriggerType") == "eventbridge"]
+    searches = [_joined(r["Properties"]["Detail"]["SavedsearchName"]) for r in found.values()
+                if r["Type"] == "ALIYUN::SLS::Savedsearch"]
+    return {"function": function, "role": _joined(role["RoleName"]), "policy": policy, "rules": rules,
+            "triggers": [t["TriggerName"] for t in triggers], "savedsearches": searches}
 
 
 def statements(granted: Sequence[str], template_text: str, account: str = ACCOUNT, region: str = REGION,
                cluster: str = CLUSTER, function_name: str = "") -> List[Dict]:
     """One statement on "*" for the actions RAM cannot narrow here, one per scope for the rest."""
     made = names(template_text, cluster, function_name)
+    fc = "acs:fc:%s:%s:functions/%s" % (region, account, made["function"])
+    sls = "acs:log:%s:%s:project/%s" % (region, account, LOG_PROJECT)
     resources = {"role": ["acs:ram:*:%s:role/%s" % (account, made["role"])],
                  "policy": ["acs:ram:*:%s:policy/%s" % (account, made["policy"])],
                  "rule": ["acs:eventbridge:%s:%s:eventbus/default/rule/%s" % (region, account, r)
-                          for r in made["rules"]]}
+                          for r in made["rules"]],
+                 "function": [fc], "invoke": [fc, fc + "/*"],
+                 "trigger": ["%s/triggers/%s" % (fc, t) for t in made["triggers"]],
+                 "logstore": ["%s/logstore/%s" % (sls, LOG_STORE)],
+                 "savedsearch": ["%s/savedsearch/%s" % (sls, n) for n in made["savedsearches"]]}
     scoped = {a for _, listed in SCOPES for a in listed}
-    loose = [a for a in granted if a.split(":")[0] in SCOPED_SERVICES and a not in scoped]
+    loose = [a for a in granted if a.split(":")[0] in SCOPED_SERVICES and a not in scoped
+             and a not in ANY_RESOURCE]
     assert not loose, "actions with no resource scope (add them to a scope above): %s" % loose
     out = [{"Effect": "Allow", "Resource": "*", "Action": [a for a in granted if a not in scoped]}]
     for kind, listed in SCOPES:
@@ -189,12 +239,18 @@ def page_block(path: str = PAGE) -> str:
     return block
 
 
-def for_names(block: str, account: str, region: str, cluster: str, function_name: str = "") -> str:
+def for_names(block: str, account: str, region: str, cluster: str, function_name: str = "",
+              log_project: str = LOG_PROJECT, log_store: str = LOG_STORE) -> str:
     """The page's policy for real names: the placeholders filled in; a FunctionName given to deploy replaces
-    the default ack-mig-hook-<cluster id> in the role, policy and rule names."""
+    the default ack-mig-hook-<cluster id> in the function's, trigger, role, policy and rule names, never in the
+    saved searches' (named after the cluster alone)."""
     if function_name:
-        block = block.replace("ack-mig-hook-" + CLUSTER, function_name)
-    return block.replace(ACCOUNT, account).replace(REGION, region).replace(CLUSTER, cluster)
+        block = "\n".join(line if "/savedsearch/" in line else line.replace("ack-mig-hook-" + CLUSTER, function_name)
+                          for line in block.split("\n"))
+    for placeholder, value in ((ACCOUNT, account), (REGION, region), (CLUSTER, cluster),
+                               (LOG_PROJECT, log_project), (LOG_STORE, log_store)):
+        block = block.replace(placeholder, value)
+    return block
 
 
 class _Parser(argparse.ArgumentParser):
@@ -223,8 +279,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         r"[A-Za-z_][A-Za-z0-9_-]{0,58}", "a function name (letters, digits, _ and -, not starting with a digit "
         "or -; at most 59, so <name>-role fits RAM's 64)"),
         help="the FunctionName given to deploy with --parameter, if any (default: ack-mig-hook-<cluster id>)")
+    # deploy's own checks of these names (functions/commands/deploy.py LOG_PROJECT, LOG_STORE): no * or ?
+    # reaches a Resource, where RAM would read it as a wildcard.
+    parser.add_argument("--log-project", required=True, type=_checked(
+        r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", "a Simple Log Service project name (3-63 of a-z, 0-9 and -)"),
+        help="the --log-project given to deploy")
+    parser.add_argument("--log-store", required=True, type=_checked(
+        r"[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]", "a logstore name (3-63 of a-z, 0-9, _ and -)"),
+        help="the --log-store given to deploy")
     args = parser.parse_args(argv)
-    print(for_names(page_block(), args.account, args.region, args.cluster_id, args.function_name or ""))
+    print(for_names(page_block(), args.account, args.region, args.cluster_id, args.function_name or "",
+                    args.log_project, args.log_store))
     return 0
 
 
