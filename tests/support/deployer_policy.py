@@ -35,6 +35,10 @@ from tests.support import ros_template
 # (triggerEnable), delete with its targets: the rule actions of FC's own trigger policy
 # AliyunServiceRolePolicyForFCTriggerEventBridge (GetRule, CreateRule, UpdateRule, DisableRule, DeleteRule,
 # DeleteTargets). None of the bus, event source or streaming actions: the triggers use eventSourceType Default.
+# EnableRule, which that SLR policy lacks, is EventBridge's own action on the same rule resource
+# (https://help.aliyun.com/zh/eventbridge/enablerule: eventbridge:EnableRule, *Rule,
+# acs:eventbridge:{#regionId}:{#accountId}:eventbus/{#EventBusName}/rule/{#RuleName}); Serverless Devs' FC 3.0
+# trigger docs list it among a RAM user's rights for an EventBridge trigger (triggerEnable).
 RULE_ACTIONS = ["eventbridge:CreateRule", "eventbridge:GetRule", "eventbridge:UpdateRule", "eventbridge:DeleteRule",
                 "eventbridge:EnableRule", "eventbridge:DisableRule", "eventbridge:PutTargets",
                 "eventbridge:DeleteTargets"]
