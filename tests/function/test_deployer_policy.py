@@ -137,6 +137,23 @@ def test_function_compute_actions_reach_only_the_stack_function_and_its_triggers
         assert not allowed(policy, action, "*"), action
 
 
+def test_ack_actions_reach_only_the_cluster_where_ack_can_restrict_them():
+    """ACK restricts DescribeClusterDetail, DescribeClusterNodePools, DescribeClusterNodes and
+    DescribeClusterUserKubeconfig to a cluster (acs:cs:...:cluster/<id>) and not GrantPermissions nor
+    DescribeUserPermission (ACK's custom RAM policy guide, its action table). The page had all of them on "*":
+    its holder could read every cluster's kubeconfig."""
+    policy = page_policy()
+    cluster = "acs:cs:%s:%s:cluster/%s" % (REGION, ACCOUNT, CLUSTER)
+    for action in ("cs:DescribeClusterDetail", "cs:DescribeClusterNodePools", "cs:DescribeClusterNodes",
+                   "cs:DescribeClusterUserKubeconfig"):
+        assert allowed(policy, action, cluster), action
+        for other in ("acs:cs:%s:%s:cluster/c00000000000000000000000000000000" % (REGION, ACCOUNT), "*"):
+            assert not allowed(policy, action, other), (action, other)
+    for action in ("cs:GrantPermissions", "cs:DescribeUserPermission"):
+        assert allowed(policy, action, "*") and deployer_policy.ANY_RESOURCE[action], action
+    assert not allowed(policy, "cs:DeleteCluster", cluster) and not allowed(policy, "cs:ModifyCluster", cluster)
+
+
 def test_log_actions_reach_only_the_deploys_logstore_and_the_stacks_saved_searches():
     """SLS authorizes CreateIndex, GetIndex and GetLogStoreLogs (GetLogs) on
     acs:log:{region}:{account}:project/{project}/logstore/{logstore} and the saved search actions on
@@ -157,7 +174,7 @@ def test_log_actions_reach_only_the_deploys_logstore_and_the_stacks_saved_search
     # What stays on "*" is exactly what SLS's reference gives no resource for, each with its reason.
     loose = sorted(a for s in policy["Statement"] if s["Resource"] == "*" for a in s["Action"]
                    if a.startswith("log:"))
-    assert loose == sorted(deployer_policy.ANY_RESOURCE), loose
+    assert loose == sorted(a for a in deployer_policy.ANY_RESOURCE if a.startswith("log:")), loose
     assert all(deployer_policy.ANY_RESOURCE[a] for a in loose)
 
 
@@ -191,6 +208,7 @@ def test_the_policy_for_other_names_is_the_page_policy_with_them(tmp_path):
     assert allowed(policy, "fc:UpdateFunction", fc("mig")) and not allowed(policy, "fc:UpdateFunction", fc(
         "ack-mig-hook-" + CLUSTER))
     assert allowed(policy, "fc:CreateTrigger", fc("mig/triggers/" + triggers()[0]))
+    assert allowed(policy, "cs:DescribeClusterUserKubeconfig", "acs:cs:%s:%s:cluster/%s" % (REGION, ACCOUNT, CLUSTER))
     # The saved searches are named after the cluster, whatever the function is called.
     assert allowed(policy, "log:CreateSavedSearch", sls("savedsearch/" + saved_searches()[0]))
     bad = subprocess.run([sys.executable, "-m", "tests.support.deployer_policy", "--account", "12ab", "--region",

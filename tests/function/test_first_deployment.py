@@ -207,8 +207,10 @@ def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, t
     # policy and rules it is narrowed to are the ones ROS makes for the FunctionName this deploy passed.
     policy = json.loads(deployer_policy.for_names(policy_block(), ACCOUNT, "cn-beijing", world.emulator.cluster_id,
                                                   log_project="my-sls-project", log_store="ack-mig-hook"))
+    cluster = "acs:cs:cn-beijing:%s:cluster/%s" % (ACCOUNT, world.emulator.cluster_id)
     for action in called - deployer_policy.NO_GRANT:
-        assert deployer_policy.allows(policy, action, "acs:%s:cn-beijing:%s:any" % (action.split(":")[0], ACCOUNT))
+        assert deployer_policy.allows(policy, action, cluster if action in deployer_policy.CLUSTER_ACTIONS else
+                                      "acs:%s:cn-beijing:%s:any" % (action.split(":")[0], ACCOUNT)), action
     (function,) = {p["ParameterValue"] for stack in world.ros.stacks.values() for p in stack["Parameters"]
                    if p["ParameterKey"] == "FunctionName"}
     made = deployer_policy.names(template, world.emulator.cluster_id, function)

@@ -6,7 +6,8 @@ not take (:data:`OTHER_PATHS`).
 Each action is granted on the narrowest resource RAM supports: RAM's role and policy actions on the stack's own
 role and policy (``<name>-role``, ``<name>-policy``, names read from template.yml as ROS resolves them), the
 EventBridge rule actions on the rules FC makes for the stack's EventBridge triggers, Function Compute's on the
-stack's function and its triggers, Simple Log Service's on the deploy's logstore and the stack's saved searches
+stack's function and its triggers, ACK's on the cluster where ACK can restrict them, Simple Log Service's on
+the deploy's logstore and the stack's saved searches
 (where SLS's reference gives the action a resource: :data:`ANY_RESOURCE` lists the others, each with why),
 everything else on ``*``. The page shows the default names with placeholders (``<account>``, ``<region>``,
 ``<cluster id>``, ``<log project>``, ``<log store>``); ``python -m tests.support.deployer_policy --account ID
@@ -70,17 +71,25 @@ LOGSTORE_ACTIONS = ["log:CreateIndex", "log:GetIndex", "log:GetLogStoreLogs"]
 # {#SavedSearchName} (the same SDK's Create/Get/Update/DeleteSavedSearch "Authentication resources").
 SAVEDSEARCH_ACTIONS = ["log:CreateSavedSearch", "log:GetSavedSearch", "log:UpdateSavedSearch",
                        "log:DeleteSavedSearch"]
-SCOPES = (("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTIONS),
+# ACK restricts these to one cluster, acs:cs:{#regionId}:{#accountId}:cluster/{#ClusterId} (ACK user guide, "Create
+# a custom RAM policy" (自定义RAM授权策略), its table of RAM actions: "supports restricting to a cluster"
+# (是否支持限制集群) is yes for each; the form is the one template.yml grants the function on).
+CLUSTER_ACTIONS = ["cs:DescribeClusterDetail", "cs:DescribeClusterNodePools", "cs:DescribeClusterNodes",
+                   "cs:DescribeClusterUserKubeconfig"]
+SCOPES = (("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTIONS), ("cluster", CLUSTER_ACTIONS),
           ("function", FUNCTION_ACTIONS), ("invoke", INVOKE_ACTIONS), ("trigger", TRIGGER_ACTIONS),
           ("logstore", LOGSTORE_ACTIONS), ("savedsearch", SAVEDSEARCH_ACTIONS))
 # Services whose every action here must be in a scope above or in ANY_RESOURCE: none of them falls back to
 # Resource "*" unexplained.
-SCOPED_SERVICES = ("ram", "eventbridge", "fc", "log")
+SCOPED_SERVICES = ("ram", "eventbridge", "fc", "log", "cs")
 # The actions of those services left on Resource "*", and why: the reference confirms no resource form for them,
 # and a guessed one RAM does not match would stop the deploy.
 _NO_SLS_RESOURCE = ("SLS API 2020-12-30 reference: \"There is currently no authorization information disclosed "
                     "in the API\"")
+_NO_CLUSTER = "ACK's custom RAM policy guide: it cannot be restricted to a cluster (不支持)"
 ANY_RESOURCE: Dict[str, str] = {
+    "cs:GrantPermissions": _NO_CLUSTER + "; it replaces the grants of a RAM identity",
+    "cs:DescribeUserPermission": _NO_CLUSTER + "; it reads the grants of a RAM identity",
     "log:UpdateIndex": _NO_SLS_RESOURCE + " (UpdateIndex)",
     "log:DeleteIndex": _NO_SLS_RESOURCE + " (DeleteIndex)",
     "log:CreateAlert": _NO_SLS_RESOURCE + " (CreateAlert)",
@@ -189,6 +198,7 @@ def statements(granted: Sequence[str], template_text: str, account: str = ACCOUN
                  "policy": ["acs:ram:*:%s:policy/%s" % (account, made["policy"])],
                  "rule": ["acs:eventbridge:%s:%s:eventbus/default/rule/%s" % (region, account, r)
                           for r in made["rules"]],
+                 "cluster": ["acs:cs:%s:%s:cluster/%s" % (region, account, cluster)],
                  "function": [fc], "invoke": [fc, fc + "/*"],
                  "trigger": ["%s/triggers/%s" % (fc, t) for t in made["triggers"]],
                  "logstore": ["%s/logstore/%s" % (sls, LOG_STORE)],
