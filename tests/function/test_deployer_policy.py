@@ -154,6 +154,31 @@ def test_ack_actions_reach_only_the_cluster_where_ack_can_restrict_them():
     assert not allowed(policy, "cs:DeleteCluster", cluster) and not allowed(policy, "cs:ModifyCluster", cluster)
 
 
+def oss(path):
+    return "acs:oss:*:*:" + path
+
+
+def test_oss_actions_reach_only_the_code_bucket_and_its_packages():
+    """OSS authorizes bucket operations (PutBucket, GetBucketInfo, GetBucketPolicy, ListObjects) on the bucket and
+    object operations on bucket/object (OSS "Authorization syntax and elements": acs:oss:*:*:bucket-name/*).
+    The page had them on "*": its holder could overwrite or delete any object of any bucket of the account."""
+    policy = page_policy()
+    from functions.commands import deploy
+
+    bucket = "ack-mig-hook-%s-%s" % (ACCOUNT, REGION)
+    assert bucket == deploy.default_bucket(ACCOUNT, REGION) and deployer_policy.OBJECT_PREFIX == deploy.OBJECT_PREFIX
+    package = "%s/ack-mig-hook/ack-mig-hook-%s/%s.zip" % (bucket, CLUSTER, "0" * 64)
+    for action in ("oss:PutBucket", "oss:GetBucketInfo", "oss:GetBucketPolicy", "oss:ListObjects"):
+        assert allowed(policy, action, oss(bucket)), action
+        assert not allowed(policy, action, oss("payroll")) and not allowed(policy, action, "*"), action
+    for action in ("oss:GetObject", "oss:PutObject", "oss:DeleteObject"):
+        assert allowed(policy, action, oss(package)), action
+        for other in (oss("payroll/ack-mig-hook/x.zip"), oss(bucket + "/backups/db.tar"), "*"):
+            assert not allowed(policy, action, other), (action, other)
+    assert not allowed(policy, "oss:PutBucketPolicy", oss(bucket)) and not allowed(policy, "oss:DeleteBucket",
+                                                                                    oss(bucket))
+
+
 def test_log_actions_reach_only_the_deploys_logstore_and_the_stacks_saved_searches():
     """SLS authorizes CreateIndex, GetIndex and GetLogStoreLogs (GetLogs) on
     acs:log:{region}:{account}:project/{project}/logstore/{logstore} and the saved search actions on
@@ -209,6 +234,13 @@ def test_the_policy_for_other_names_is_the_page_policy_with_them(tmp_path):
         "ack-mig-hook-" + CLUSTER))
     assert allowed(policy, "fc:CreateTrigger", fc("mig/triggers/" + triggers()[0]))
     assert allowed(policy, "cs:DescribeClusterUserKubeconfig", "acs:cs:%s:%s:cluster/%s" % (REGION, ACCOUNT, CLUSTER))
+    run = subprocess.run([sys.executable, "-m", "tests.support.deployer_policy", "--account", ACCOUNT, "--region",
+                          REGION, "--cluster-id", CLUSTER, "--bucket", "my-code"] + logs, cwd=ROOT,
+                         capture_output=True, text=True, timeout=50)
+    assert run.returncode == 0, run.stderr
+    mine = json.loads(run.stdout)
+    assert allowed(mine, "oss:PutObject", oss("my-code/ack-mig-hook/x.zip"))
+    assert not allowed(mine, "oss:PutObject", oss("ack-mig-hook-%s-%s/ack-mig-hook/x.zip" % (ACCOUNT, REGION)))
     # The saved searches are named after the cluster, whatever the function is called.
     assert allowed(policy, "log:CreateSavedSearch", sls("savedsearch/" + saved_searches()[0]))
     bad = subprocess.run([sys.executable, "-m", "tests.support.deployer_policy", "--account", "12ab", "--region",

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shlex
+import urllib.parse
 
 import pytest
 
@@ -208,9 +209,14 @@ def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, t
     policy = json.loads(deployer_policy.for_names(policy_block(), ACCOUNT, "cn-beijing", world.emulator.cluster_id,
                                                   log_project="my-sls-project", log_store="ack-mig-hook"))
     cluster = "acs:cs:cn-beijing:%s:cluster/%s" % (ACCOUNT, world.emulator.cluster_id)
-    for action in called - deployer_policy.NO_GRANT:
+    for action in called - deployer_policy.NO_GRANT - set(world.oss.actions):
         assert deployer_policy.allows(policy, action, cluster if action in deployer_policy.CLUSTER_ACTIONS else
                                       "acs:%s:cn-beijing:%s:any" % (action.split(":")[0], ACCOUNT)), action
+    # Every OSS request on the resource it named: the bucket, or the bucket's object.
+    assert len(world.oss.actions) == len(world.oss.requests)
+    for action, (_, path) in zip(world.oss.actions, world.oss.requests):
+        named = urllib.parse.unquote(path.split("?")[0]).strip("/")
+        assert deployer_policy.allows(policy, action, "acs:oss:*:*:" + named), (action, path)
     (function,) = {p["ParameterValue"] for stack in world.ros.stacks.values() for p in stack["Parameters"]
                    if p["ParameterKey"] == "FunctionName"}
     made = deployer_policy.names(template, world.emulator.cluster_id, function)

@@ -6,12 +6,14 @@ not take (:data:`OTHER_PATHS`).
 Each action is granted on the narrowest resource RAM supports: RAM's role and policy actions on the stack's own
 role and policy (``<name>-role``, ``<name>-policy``, names read from template.yml as ROS resolves them), the
 EventBridge rule actions on the rules FC makes for the stack's EventBridge triggers, Function Compute's on the
-stack's function and its triggers, ACK's on the cluster where ACK can restrict them, Simple Log Service's on
+stack's function and its triggers, ACK's on the cluster where ACK can restrict them, OSS's on the code bucket
+and its packages, Simple Log Service's on
 the deploy's logstore and the stack's saved searches
 (where SLS's reference gives the action a resource: :data:`ANY_RESOURCE` lists the others, each with why),
 everything else on ``*``. The page shows the default names with placeholders (``<account>``, ``<region>``,
 ``<cluster id>``, ``<log project>``, ``<log store>``); ``python -m tests.support.deployer_policy --account ID
---region R --cluster-id C --log-project P --log-store S [--function-name N]`` prints it for real ones.
+--region R --cluster-id C --log-project P --log-store S [--function-name N] [--bucket B]`` prints it for
+real ones.
 
 tests/function/test_first_deployment.py compares the page's policy with :func:`render` of the actions it
 recorded, and rewrites the page's block with ``WRITE_POLICY=1``; tests/function/test_deployer_policy.py
@@ -76,12 +78,20 @@ SAVEDSEARCH_ACTIONS = ["log:CreateSavedSearch", "log:GetSavedSearch", "log:Updat
 # (是否支持限制集群) is yes for each; the form is the one template.yml grants the function on).
 CLUSTER_ACTIONS = ["cs:DescribeClusterDetail", "cs:DescribeClusterNodePools", "cs:DescribeClusterNodes",
                    "cs:DescribeClusterUserKubeconfig"]
+# OSS authorizes bucket operations on the bucket, acs:oss:*:*:<bucket>, and object operations on the object,
+# acs:oss:*:*:<bucket>/<object> (OSS user guide, "Authorization syntax and elements",
+# https://www.alibabacloud.com/help/en/oss/user-guide/authorization-syntax-and-elements: its Resource form
+# acs:oss:*:*:bucket-name/*, and its bucket-level and object-level action lists). Bucket names are global, so
+# the region and account stay *. deploy's packages are objects under ack-mig-hook/ (deploy.OBJECT_PREFIX).
+BUCKET_ACTIONS = ["oss:PutBucket", "oss:GetBucketInfo", "oss:GetBucketPolicy", "oss:ListObjects"]
+OBJECT_ACTIONS = ["oss:GetObject", "oss:PutObject", "oss:DeleteObject"]
 SCOPES = (("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTIONS), ("cluster", CLUSTER_ACTIONS),
+          ("bucket", BUCKET_ACTIONS), ("object", OBJECT_ACTIONS),
           ("function", FUNCTION_ACTIONS), ("invoke", INVOKE_ACTIONS), ("trigger", TRIGGER_ACTIONS),
           ("logstore", LOGSTORE_ACTIONS), ("savedsearch", SAVEDSEARCH_ACTIONS))
 # Services whose every action here must be in a scope above or in ANY_RESOURCE: none of them falls back to
 # Resource "*" unexplained.
-SCOPED_SERVICES = ("ram", "eventbridge", "fc", "log", "cs")
+SCOPED_SERVICES = ("ram", "eventbridge", "fc", "log", "cs", "oss")
 # The actions of those services left on Resource "*", and why: the reference confirms no resource form for them,
 # and a guessed one RAM does not match would stop the deploy.
 _NO_SLS_RESOURCE = ("SLS API 2020-12-30 reference: \"There is currently no authorization information disclosed "
@@ -137,6 +147,9 @@ WIDTH = 110
 # The page's placeholders (the default function name is ack-mig-hook-<cluster id>, as deploy passes it).
 ACCOUNT, REGION, CLUSTER = "<account>", "<region>", "<cluster id>"
 LOG_PROJECT, LOG_STORE = "<log project>", "<log store>"
+# deploy's code bucket when --bucket is not given (functions/commands/deploy.py default_bucket), in placeholders.
+BUCKET = "ack-mig-hook-%s-%s" % (ACCOUNT, REGION)
+OBJECT_PREFIX = "ack-mig-hook/"  # functions/commands/deploy.py OBJECT_PREFIX (tests/function/test_deployer_policy.py)
 PAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
                     "first-deployment.md")
 
@@ -199,6 +212,7 @@ def statements(granted: Sequence[str], template_text: str, account: str = ACCOUN
                  "rule": ["acs:eventbridge:%s:%s:eventbus/default/rule/%s" % (region, account, r)
                           for r in made["rules"]],
                  "cluster": ["acs:cs:%s:%s:cluster/%s" % (region, account, cluster)],
+                 "bucket": ["acs:oss:*:*:" + BUCKET], "object": ["acs:oss:*:*:%s/%s*" % (BUCKET, OBJECT_PREFIX)],
                  "function": [fc], "invoke": [fc, fc + "/*"],
                  "trigger": ["%s/triggers/%s" % (fc, t) for t in made["triggers"]],
                  "logstore": ["%s/logstore/%s" % (sls, LOG_STORE)],
@@ -254,10 +268,12 @@ def page_block(path: str = PAGE) -> str:
 
 
 def for_names(block: str, account: str, region: str, cluster: str, function_name: str = "",
-              log_project: str = LOG_PROJECT, log_store: str = LOG_STORE) -> str:
+              log_project: str = LOG_PROJECT, log_store: str = LOG_STORE, bucket: str = "") -> str:
     """The page's policy for real names: the placeholders filled in; a FunctionName given to deploy replaces
     the default ack-mig-hook-<cluster id> in the function's, trigger, role, policy and rule names, never in the
-    saved searches' (named after the cluster alone)."""
+    saved searches' (named after the cluster alone); a bucket given to deploy replaces its default one."""
+    if bucket:
+        block = block.replace(BUCKET, bucket)
     if function_name:
         block = "\n".join(line if "/savedsearch/" in line else line.replace("ack-mig-hook-" + CLUSTER, function_name)
                           for line in block.split("\n"))
@@ -301,9 +317,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--log-store", required=True, type=_checked(
         r"[a-z0-9][a-z0-9_-]{1,61}[a-z0-9]", "a logstore name (3-63 of a-z, 0-9, _ and -)"),
         help="the --log-store given to deploy")
+    parser.add_argument("--bucket", default=None, type=_checked(
+        r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]", "an OSS bucket name (3-63 of a-z, 0-9 and -)"),
+        help="the --bucket given to deploy, if any (default: ack-mig-hook-<account>-<region>)")
     args = parser.parse_args(argv)
     print(for_names(page_block(), args.account, args.region, args.cluster_id, args.function_name or "",
-                    args.log_project, args.log_store))
+                    args.log_project, args.log_store, args.bucket or ""))
     return 0
 
 
