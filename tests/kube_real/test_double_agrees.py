@@ -220,6 +220,25 @@ def test_events_the_rollout_writes_and_their_namespace_rule(world):
     assert err.status == (403 if world.name == "real" else 422)
 
 
+def test_event_names_of_the_longest_node_name_and_path_segment_names(world):
+    """A core v1 Event's name is checked only as a path segment (``registry/rest/create.go`` BeforeCreate:
+    ``content.IsPathSegmentName``, no length limit; ``ValidateEventCreate`` adds the DNS-subdomain rule for
+    events.k8s.io/v1 only): ``<node>.<16 hex>`` of a 253-character node name (270 characters) is created,
+    ``..`` and a name with ``%`` are 422."""
+    from functions.rollout.executor import event
+
+    node = (world.unique("x") + "n" * 253)[:253]  # the longest node name (a DNS subdomain)
+    world.add_node(node)
+    kube = world.client()
+    event(kube, node, "MigRolloutCordon", "cordoned")
+    mine = [e for e in world.events(node) if e["reason"] == "MigRolloutCordon"]
+    assert len(mine) == 1 and len(mine[0]["metadata"]["name"]) == 270
+    for name, why in (("..", "may not be '..'"), ("a%b", "may not contain '%'")):
+        body = dict(mine[0], metadata={"name": name, "namespace": "default"})
+        err = _raises(kube.create_event, body)
+        assert err.status == 422 and why in str(err), str(err)
+
+
 @pytest.mark.parametrize("ready_pods,refused", [(2, False), (1, True)])
 def test_an_unready_pod_is_evicted_while_its_budget_is_met(world, ready_pods, refused):
     """eviction.go: a pod that is not Ready is deleted without spending the budget while the budget has

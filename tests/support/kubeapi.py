@@ -76,7 +76,8 @@ Leases (``coordination.k8s.io/v1``): see ``_lease``; a name that is no DNS subdo
   another namespace than the URL 400, ``spec.renewTime``/``acquireTime`` decode as metav1.MicroTime (six
   fraction digits exactly, else 400; an offset is stored as UTC).
 Events (``POST``/``GET`` ``.../events``): the legacy validation (an event without ``eventTime`` about a
-cluster-scoped object lives in ``default``), a name taken is 409.
+cluster-scoped object lives in ``default``), a name checked as a path segment only (``.``, ``..``, ``/``,
+``%``: 422; no length limit for core v1), a name taken is 409.
 
 Use it through :func:`kube_api_server` (a context manager) or the ``kube_api`` pytest fixture::
 
@@ -1255,6 +1256,15 @@ def _handler_for(api):
             name = meta.get("name")
             if not name:
                 raise Refused(422, "metadata.name: Required value: name or generateName is required")
+            # A core v1 Event's name is checked as a path segment only, with no length limit
+            # (k8s.io/apiserver registry/rest/create.go BeforeCreate: content.IsPathSegmentName;
+            # ValidateEventCreate applies NameIsDNSSubdomain to events.k8s.io/v1 alone): kubelet's
+            # "<pod>.<hex ns>" of a 253-character pod name is 270 characters and is stored.
+            wrong = ("may not be '%s'" % name if name in (".", "..") else
+                     next(("may not contain '%s'" % c for c in "/%" if c in str(name)), None))
+            if wrong:
+                raise _invalid("Event", "", name, "metadata.name",
+                               ("FieldValueInvalid", "Invalid value: %s: %s" % (json.dumps(name), wrong)))
             involved = body.get("involvedObject") or {}
             # legacyValidateEvent (pkg/apis/core/validation/events.go): an event without eventTime about a
             # cluster-scoped object must live in "default"; otherwise in the object's own namespace.
