@@ -303,6 +303,12 @@ MUTANTS = (
            "    if False:",
            ("tests/rollout/test_drain.py",),
            "a pod without a controller is evicted (gone for good) without kubectl drain's --force"),
+    mutant("drain-verdict-from-the-watch-cache", "functions/rollout/drain.py",
+           "        listed = kube.list_pods(node_name, consistent=True)",
+           "        pass",
+           ("tests/rollout/test_drain.py",),
+           "a node counts as drained on a lagging watch cache's list: a pod bound a moment ago keeps running on "
+           "GPUs that are repartitioned"),
     mutant("drain-daemonset-by-any-owner", "functions/rollout/drain.py",
            "    if controller.get(\"kind\") == \"DaemonSet\":",
            "    if any(r.get(\"kind\") == \"DaemonSet\" for r in meta.get(\"ownerReferences\") or []):",

@@ -18,7 +18,8 @@ removal, ``status`` and ``doctor`` goes through :class:`KubeApi`.
   continue token (410 ``Expired``, etcd compacted the
   list's revision) starts the list over; a continue token the list already followed (a server that never
   advances) ends it with an ApiError at once, not after MAX_PAGES repeats of one page. Pod lists of a node ask ``resourceVersion=0`` (served from the
-  API server's watch cache: one node's pods, not a read through etcd of every pod in the cluster).
+  API server's watch cache: one node's pods, not a read through etcd of every pod in the cluster), except
+  where a stale list is unsafe (``consistent``: the drain's verdict that a node holds no GPU pod).
 
 Errors are :class:`ApiError` (a ``node_bootstrap.kube.KubeError``) with the HTTP status (None: no answer),
 the Status ``reason`` and ``details.causes``. Messages never hold credentials.
@@ -424,10 +425,12 @@ class KubeApi:
         return self.list_all("/api/v1/nodes", {"labelSelector": label_selector} if label_selector else None, reduce)
 
     def list_pods(self, node_name: Optional[str] = None, namespace: Optional[str] = None,
-                  label_selector: Optional[str] = None) -> List[dict]:
-        """The pods of one node (or namespace): one call, from the watch cache (``resourceVersion=0``)."""
+                  label_selector: Optional[str] = None, consistent: bool = False) -> List[dict]:
+        """The pods of one node (or namespace): one call, from the watch cache (``resourceVersion=0``), which
+        may lag behind etcd (a pod bound a moment ago can be missing); ``consistent``: a consistent read (no
+        resourceVersion), for a verdict that must see every pod bound so far."""
         path = "/api/v1/pods" if namespace is None else "/api/v1/namespaces/%s/pods" % quote(namespace, safe="")
-        query = {"resourceVersion": "0"}
+        query = {} if consistent else {"resourceVersion": "0"}
         if node_name:
             query["fieldSelector"] = "spec.nodeName=" + node_name
         if label_selector:

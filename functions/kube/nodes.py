@@ -150,7 +150,7 @@ class MemoryKube:
             spec["maxUnavailable"] = max_unavailable
         self.pdbs.append({"metadata": {"name": name, "namespace": namespace}, "spec": spec})
 
-    def list_pods(self, node_name: str) -> List[dict]:
+    def list_pods(self, node_name: str, consistent: bool = False) -> List[dict]:  # always current here
         return [copy.deepcopy(p) for _, p in sorted(self.pods.items()) if p["spec"].get("nodeName") == node_name]
 
     def _allows(self, pdb: dict, namespace: str) -> Tuple[int, int]:

@@ -180,8 +180,14 @@ class Pass(NamedTuple):
 
 
 def evict_pass(kube: Any, node_name: str, rules: Rules = Rules(), now: Optional[float] = None) -> Pass:
-    """One pod list of the node, then one eviction per pod to move. ``now``: see :func:`verdict`."""
+    """One pod list of the node, then one eviction per pod to move. ``now``: see :func:`verdict`.
+
+    The list comes from the API server's watch cache (cheap), which may lag: a pod bound a moment ago can be
+    missing ("Any" resource version, API Concepts). When it shows no GPU pod left, the node is listed again
+    with a consistent read before the pass says so: that verdict lets the GPUs be repartitioned."""
     listed = kube.list_pods(node_name)
+    if all(verdict(pod, rules, now)[0] == LEAVE for pod in listed):
+        listed = kube.list_pods(node_name, consistent=True)
     final: Dict[str, str] = {}
     evicted: List[str] = []
     budget: Dict[str, str] = {}

@@ -119,6 +119,20 @@ def test_a_pod_without_a_controller_that_arrives_after_the_cordon_waits_until_th
     assert cluster.transport.seen == [] and not cluster.unschedulable("node-a")
 
 
+def test_a_pod_the_lagging_watch_cache_does_not_show_yet_is_evicted_before_the_apply(cluster):
+    """A list with resourceVersion=0 may be served from a watch cache that lags (API Concepts: "Any"): a pod
+    bound a moment ago is missing from it. The drain's verdict that nothing is left is a consistent read, so
+    the GPUs are never repartitioned under a pod that has just landed."""
+    cluster.add_nodes(["node-a"])
+    cluster.api.watch_cache_lags()
+    cluster.api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet")  # bound a moment ago
+    assert cluster.kube.list_pods("node-a") == []  # what the lagging cache shows
+    one = dr.evict_pass(cluster.kube, "node-a")
+    assert one.evicted == ["team/train"] and one.remaining == 1
+    result = cluster.run(inventory=ONE)
+    assert result.nodes[0]["outcome"] == "partitioned" and ("team", "train") not in cluster.api.pods
+
+
 def test_a_throttled_eviction_is_reported_as_throttling_not_as_a_budget(cluster):
     cluster.add_nodes(["node-a"])
     cluster.api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet")

@@ -34,8 +34,10 @@ Lists (``GET /api/v1/nodes``, ``/api/v1/pods``, ``/api/v1/namespaces/{ns}/pods``
     rest of the same consistent snapshot. :meth:`KubeApiServer.compact` plays etcd's compaction: every
     outstanding token then answers 410 Gone, reason ``Expired``, with a token for an inconsistent
     remainder in ``metadata.continue`` (etcd3 ``store.go`` ``compactedContinue``). Only the 64 newest
-    snapshots are kept; older tokens expire the same way. ``resourceVersion=0`` is accepted (served from
-    the watch cache upstream; here the current state).
+    snapshots are kept; older tokens expire the same way. ``resourceVersion=0`` is served from the watch
+    cache, which may lag (API Concepts: "Any" resource version): the current state, or after
+    :meth:`KubeApiServer.watch_cache_lags` the nodes and pods as they were then; a list without
+    ``resourceVersion`` is a consistent read and always shows the current state.
 Eviction (``POST .../pods/{name}/eviction``, ``pkg/registry/core/pod/storage/eviction.go``)
   * A Pending, Succeeded, Failed or terminating pod is deleted without looking at budgets.
   * Budgets of the pod's namespace whose selector selects it (``{}`` selects every pod, as policy/v1 has it;
@@ -387,6 +389,13 @@ class KubeApiServer:
         # setting it.
         self.clock = time.time  # type: Callable[[], float]
         self.rv = 1  # the cluster-wide resourceVersion counter
+        # The watch cache a list with resourceVersion=0 is served from ("Any": API Concepts, Resource versions:
+        # 'a "0" resource version request [may] return data at a much older resource version than the client
+        # has previously observed ... due to partitions or stale caches'; cacher.go serves it without waiting).
+        # None: the cache has caught up (such a list shows the current state); otherwise the view
+        # (resourceVersion, nodes, pods) it lags at, from watch_cache_lags() until watch_cache_catches_up().
+        # A list without resourceVersion is a consistent read and always shows the current state.
+        self.watch_cache = None  # type: Optional[Tuple[str, Dict[str, dict], Dict[Tuple[str, str], dict]]]
         self._snapshots = {}  # type: Dict[int, Tuple[str, List[dict]]]  (list rv, items by name)
         self._snapshot_ids = itertools.count(1)
         self._connections = itertools.count(1)
@@ -679,6 +688,16 @@ class KubeApiServer:
             selected = [p for (ns, _), p in sorted(self.pods.items())
                         if ns == namespace and kubeselect.pdb_selects(pdb, p["metadata"].get("labels") or {})]
             return kubeselect.disruptions_allowed(pdb, selected)
+
+    def watch_cache_lags(self):
+        """From now on lists with ``resourceVersion=0`` show the nodes and pods as they are at this moment
+        (the watch cache stopped following etcd, e.g. an API server behind on its watch), however they change."""
+        with self.lock:
+            self.watch_cache = (str(self.rv), copy.deepcopy(self.nodes), copy.deepcopy(self.pods))
+
+    def watch_cache_catches_up(self):
+        with self.lock:
+            self.watch_cache = None
 
     def compact(self):
         """etcd compaction: every continue token handed out so far expires (410 Expired)."""
@@ -1010,9 +1029,10 @@ def _handler_for(api):
 
         # ---- lists ----
 
-        def _page(self, kind, path, items, query):
+        def _page(self, kind, path, items, query, cache_rv=None):
             """One page of a list: a new consistent snapshot for a first page, the snapshot a continue
-            token names for the next ones (410 Expired once compacted away)."""
+            token names for the next ones (410 Expired once compacted away). ``cache_rv``: the items are the
+            lagging watch cache's, at that resourceVersion."""
             limit_text = (query.get("limit") or ["0"])[0]
             limit = int(limit_text) if limit_text.isdigit() else 0
             token = (query.get("continue") or [""])[0]
@@ -1026,7 +1046,7 @@ def _handler_for(api):
                     list_rv, snapshot = api._snapshots[snap_id]
                 else:
                     snap_id, after = next(api._snapshot_ids), ""
-                    list_rv, snapshot = str(api.rv), items
+                    list_rv, snapshot = cache_rv or str(api.rv), items
                     api._snapshots[snap_id] = (list_rv, snapshot)
                     for old in sorted(api._snapshots)[:-SNAPSHOTS_KEPT]:
                         del api._snapshots[old]
@@ -1055,10 +1075,11 @@ def _handler_for(api):
                                    "at the cluster scope: node '%s' cannot read all nodes, only its own Node "
                                    "object" % (user, node))
             with api.lock:
-                items = [n for _, n in sorted(api.nodes.items())
+                cached = self._cached(query)
+                items = [n for _, n in sorted((cached[1] if cached else api.nodes).items())
                          if all(r(n["metadata"].get("labels") or {}) for r in labels)
                          and kubeselect.fields_match(fields, n)]
-            return self._page("NodeList", "/api/v1/nodes", items, query)
+            return self._page("NodeList", "/api/v1/nodes", items, query, cached and cached[0])
 
         def _list_pods(self, namespace, query, user):
             fields = kubeselect.parse_fields((query.get("fieldSelector") or [""])[0], POD_FIELDS)
@@ -1069,11 +1090,19 @@ def _handler_for(api):
                                    "the cluster scope: can only list/watch pods with spec.nodeName field "
                                    "selector" % user)
             with api.lock:
-                items = [p for (ns, _), p in sorted(api.pods.items())
+                cached = self._cached(query)
+                items = [p for (ns, _), p in sorted((cached[2] if cached else api.pods).items())
                          if (namespace is None or ns == namespace)
                          and all(r(p["metadata"].get("labels") or {}) for r in labels)
                          and kubeselect.fields_match(fields, p)]
-            return self._page("PodList", "/api/v1/pods", items, query)
+            return self._page("PodList", "/api/v1/pods", items, query, cached and cached[0])
+
+        def _cached(self, query):
+            """The lagging watch cache's view when the list asks ``resourceVersion=0`` (and has no continue
+            token: a continued page is its own snapshot's), else None."""
+            if api.watch_cache is None or query.get("continue") or (query.get("resourceVersion") or [""])[0] != "0":
+                return None
+            return api.watch_cache
 
         # ---- nodes ----
 
