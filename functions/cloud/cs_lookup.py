@@ -12,7 +12,7 @@ cannot fix it.
 
 import logging
 import time
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from alibabacloud_cs20151215 import models as cs_models
 from alibabacloud_cs20151215.client import Client as CsClient
@@ -30,6 +30,7 @@ from functions.base.settings import Settings
 PAGE_SIZE = 100  # the API's maximum
 MAX_PAGES = 200  # 20 000 nodes: far beyond any cluster; stops a server that never ends its pages
 IDS_PER_CALL = 100  # instance ids per DescribeClusterNodes call (comma-joined)
+LISTINGS = 3  # listings of one node query whose pages disagree (total_count) before it is left for later
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,14 @@ def _describe(exc: BaseException) -> str:
         return "%s %s" % (getattr(exc, "status_code", "") or "", _code(exc))
     inner = getattr(exc, "inner_exception", None)
     return type(inner or exc).__name__
+
+
+def _unique(nodes: List[Node]) -> List[Node]:
+    """The nodes, each instance once (the first time it was listed)."""
+    out: Dict[str, Node] = {}
+    for node in nodes:
+        out.setdefault(node.instance_id, node)
+    return list(out.values())
 
 
 def _parsed(parse: Callable[[Any], Any], items: Any, what: str) -> list:
@@ -139,19 +148,32 @@ class CsLookup:
         return out
 
     def _pages(self, cluster_id: str, nodepool_id: Optional[str], joined_ids: Optional[str]) -> List[Node]:
-        out: List[Node] = []
-        for page in range(1, MAX_PAGES + 1):
-            request = cs_models.DescribeClusterNodesRequest(nodepool_id=nodepool_id, instance_ids=joined_ids,
-                                                            page_number=str(page), page_size=str(PAGE_SIZE))
-            response = self._call("DescribeClusterNodes", lambda: self._client.describe_cluster_nodes_with_options(
-                cluster_id, request, {}, self._runtime))
-            body = response.body.to_map() if response.body is not None else {}
-            items = [item for item in body.get("nodes") or [] if item]
-            out.extend(_parsed(node_from_api, items, "node"))
-            total = (body.get("page") or {}).get("total_count")
-            if not items or len(items) < PAGE_SIZE or (isinstance(total, int) and len(out) >= total):
-                return out
-        return out
+        """Every page of one listing. ACK pages by number over the list as it is at each call: a node removed
+        (or added) between two pages shifts the later ones, so one node is skipped (or listed twice) and a
+        pool member would be missing. A listing whose ``total_count`` differs between its pages is read again
+        (LISTINGS times in all, then RetryLater: the pool is changing faster than it can be read)."""
+        for _listing in range(LISTINGS):
+            out: List[Node] = []
+            first_total: Any = None
+            for page in range(1, MAX_PAGES + 1):
+                request = cs_models.DescribeClusterNodesRequest(nodepool_id=nodepool_id, instance_ids=joined_ids,
+                                                                page_number=str(page), page_size=str(PAGE_SIZE))
+                response = self._call("DescribeClusterNodes", lambda: self._client.describe_cluster_nodes_with_options(
+                    cluster_id, request, {}, self._runtime))
+                body = response.body.to_map() if response.body is not None else {}
+                items = [item for item in body.get("nodes") or [] if item]
+                out.extend(_parsed(node_from_api, items, "node"))
+                total = (body.get("page") or {}).get("total_count")
+                if page == 1:
+                    first_total = total
+                elif total != first_total:
+                    break  # the list changed between two pages: a node may have been skipped
+                if not items or len(items) < PAGE_SIZE or (isinstance(total, int) and len(out) >= total):
+                    return _unique(out)
+            else:
+                return _unique(out)
+        raise RetryLater("DescribeClusterNodes: the node list changed while it was read page by page, %d times "
+                         "in a row; transient, a later try may pass" % LISTINGS)
 
     def user_kubeconfig(self, cluster_id: str, minutes: int = 15, private: bool = True) -> str:
         """A short-lived kubeconfig of the cluster with its private API endpoint (delivery lifts startup

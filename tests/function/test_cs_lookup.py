@@ -54,6 +54,37 @@ def test_paging_and_instance_id_chunks(emulator):
     assert [len(s) for s in sent] == [100, 25]
 
 
+def test_a_node_removed_between_two_pages_leaves_no_other_node_out(emulator):
+    """DescribeClusterNodes pages by number over the list as it is at each call: a node removed after the
+    first page shifts the later ones, so the first node of page 2 would be skipped (a pool member an auto
+    pool then takes for a node that labels itself into the pool) while the removed one is still listed. A
+    listing whose total_count changes between its pages is read again."""
+    template = emulator.nodes[0]
+    emulator.nodes = [dict(template, instance_id="i-page%04d" % i, node_name="n%d" % i) for i in range(250)]
+
+    def scale_in(action, n):  # the autoscaler releases a node while page 1 is being read
+        if action == "DescribeClusterNodes" and n == 2:
+            del emulator.nodes[10]
+    emulator.on_request = scale_in
+    found = [n.instance_id for n in lookup(emulator).nodes(emulator.cluster_id)]
+    assert sorted(found) == sorted(n["instance_id"] for n in emulator.nodes) and len(found) == 249
+    pages = [r.query["pageNumber"] for r in emulator.requests if r.action == "DescribeClusterNodes"]
+    assert pages == ["1", "2", "1", "2", "3"]
+
+
+def test_a_node_list_that_keeps_changing_while_it_is_paged_is_retried_later(emulator):
+    template = emulator.nodes[0]
+    emulator.nodes = [dict(template, instance_id="i-page%04d" % i, node_name="n%d" % i) for i in range(250)]
+    added = iter(range(1000))
+
+    def scale_out(action, n):  # a node more at every call: no two pages of a listing agree
+        if action == "DescribeClusterNodes":
+            emulator.nodes.append(dict(template, instance_id="i-new%04d" % next(added), node_name="new"))
+    emulator.on_request = scale_out
+    with pytest.raises(RetryLater, match="changed while it was read page by page"):
+        lookup(emulator).nodes(emulator.cluster_id)
+
+
 @pytest.mark.parametrize("status, code, retry_after", [
     (429, "Throttling.User", None), (503, "ServiceUnavailable", None), (500, "InternalError", None),
     (400, "Throttling", 1),

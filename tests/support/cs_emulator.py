@@ -14,7 +14,9 @@ Endpoints, with the paths and query names the SDK sends (alibabacloud_cs20151215
   -> ``{"nodepools": [...]}``
 * ``GET /clusters/{cluster_id}/nodes`` (DescribeClusterNodes; ``nodepool_id``, ``instanceIds`` comma-joined,
   ``pageNumber``, ``pageSize`` <= 100, ``state``) -> ``{"nodes": [...], "page": {"page_number",
-  "page_size", "total_count"}}`` (the SDK's model names the paging object ``page``)
+  "page_size", "total_count"}}`` (the SDK's model names the paging object ``page``). Each page is cut by
+  number from the list as it is at that call, as the API's pageNumber/pageSize paging has it (no snapshot
+  token): a node removed or added between two pages (``on_request``) shifts the later ones
 * ``GET /k8s/{cluster_id}/user_config`` (DescribeClusterUserKubeconfig; ``PrivateIpAddress``,
   ``TemporaryDurationMinutes``) -> ``{"config": <kubeconfig yaml>}``; set ``emulator.kubeconfig``.
 * ``GET /clusters/{cluster_id}/nodepools/{nodepool_id}`` (DescribeClusterNodePoolDetail) -> the pool, in
