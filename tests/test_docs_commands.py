@@ -464,3 +464,22 @@ def test_every_make_command_the_docs_show_is_a_target_and_ci_runs_what_they_say(
     said = re.search(r"^make test\s+#(.*)$", readme, re.M)
     assert said and ("CI runs first" in said.group(1) or len(ci) == 1), \
         "README says `make test` is what CI runs, but .ci/run also runs %s" % ci[1:]
+
+
+def test_the_commands_cli_md_says_take_no_kubeconfig_are_the_ones_without_it():
+    """docs/cli.md's shared flags: ``--kubeconfig`` is "not on X or Y, which never read it". The commands named
+    there are exactly the cloud commands (those with ``--cluster-id``) whose parser has no ``--kubeconfig``: a
+    reader told a command has none does not look for it, and one told it has gets a usage error."""
+    import argparse
+
+    from functions.commands.main import full_parser
+
+    text = " ".join(open(os.path.join(ROOT, "docs", "cli.md"), encoding="utf-8").read().split())
+    said = re.search(r"\(not on ((?:`[a-z]+`(?:, | or )?)+)[,;]? which never read it", text)
+    assert said, "docs/cli.md no longer says which commands have no --kubeconfig"
+    named = set(re.findall(r"`([a-z]+)`", said.group(1)))
+    subs = next(a for a in full_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    without = {name for name, p in subs.items()
+               if "--cluster-id" in p._option_string_actions and "--kubeconfig" not in p._option_string_actions}
+    assert named == without, "docs/cli.md names %s; the commands without --kubeconfig are %s" % (
+        sorted(named), sorted(without))
