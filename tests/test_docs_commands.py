@@ -483,3 +483,41 @@ def test_the_commands_cli_md_says_take_no_kubeconfig_are_the_ones_without_it():
                if "--cluster-id" in p._option_string_actions and "--kubeconfig" not in p._option_string_actions}
     assert named == without, "docs/cli.md names %s; the commands without --kubeconfig are %s" % (
         sorted(named), sorted(without))
+
+
+# Files a page names that are no file of this repository, each for a reason: what the product or another tool
+# writes at run time, a file of another project, or one the page imagines an attacker planting.
+NAMED_ELSEWHERE = {
+    "ack_mig_runner.py": "node_runner.py as the bundle holds it on a node",
+    "stopped-clients.json": "written by node_bootstrap in its --state-dir",
+    "queued-clients.json": "written by node_bootstrap in its --state-dir",
+    "state.json": "written by the test control plane in its directory",
+    "direct_url.json": "pip's record of where a package was installed from",
+    "pynvml.py": "nvidia-ml-py's module, which the bundle carries",
+    "sitecustomize.py": "a file Python imports from its path: what the node runner keeps out",
+    "json.py": "a module planted beside the runner: what the node runner keeps out",
+    "facts.md": "the shared reference docs/gpus.md cites as a source, outside the repository",
+}
+FILE_NAME = re.compile(r"`((?:[\w.-]+/)*[\w.-]+\.(?:py|ya?ml|json|txt|sh|toml|md))`")
+
+
+def test_every_file_of_the_repository_the_docs_name_is_there():
+    """A path the docs give from the repository's root (``functions/...``, ``bench/...``) is a file or folder
+    there, and a file named alone (``node_runner.py``) is the name of one of its files: a module renamed left
+    the page naming nothing a reader can open. Paths of other projects (``deployments/systemd/...``) and
+    absolute paths on a node are not checked; run-time files are listed above with the reason."""
+    import subprocess as sp
+
+    tracked = sp.run(["git", "ls-files"], cwd=ROOT, stdout=sp.PIPE, universal_newlines=True, check=True).stdout.split()
+    names = {os.path.basename(p) for p in tracked}
+    tops = {p.split("/", 1)[0] for p in tracked} | {"tests", "dist", ".venv"}
+    wrong = []
+    for path in doc_files():
+        text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+        for named in FILE_NAME.findall(text):
+            if "/" in named:
+                if named.split("/", 1)[0] in tops and not os.path.exists(os.path.join(ROOT, named)):
+                    wrong.append("%s: %s (no such path)" % (path, named))
+            elif named not in names and named not in NAMED_ELSEWHERE:
+                wrong.append("%s: %s (no file of that name)" % (path, named))
+    assert not wrong, "\n".join(wrong)
