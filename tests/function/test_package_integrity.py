@@ -87,6 +87,26 @@ def test_a_bucket_in_another_region_is_named_so_not_as_another_accounts(oss, pac
     assert OBJECT not in oss.buckets[BUCKET]
 
 
+@pytest.mark.parametrize("elsewhere", ["another-region", "another-account", "another-account-unreadable"])
+def test_force_never_accepts_another_accounts_bucket_nor_another_regions(oss, package, elsewhere):
+    """docs/security.md: --force (``allow_shared``) accepts a shared ACL or policy on the account's own bucket,
+    never another account's bucket (whether or not it lets us read its info) nor one in another region: the
+    deploy stops (exit 6) with what --force cannot change, and nothing is written there."""
+    if elsewhere == "another-region":
+        oss.bucket_regions[BUCKET] = "cn-hangzhou"
+    else:
+        del oss.buckets[BUCKET]
+        oss.foreign_buckets[BUCKET] = ("9999999999999999", "public-read-write", elsewhere == "another-account")
+    with pytest.raises(UploadError) as info:
+        send(oss, package, allow_shared=True)
+    assert not isinstance(info.value, SharedBucket) and info.value.exit_code == 6, info.value
+    text = str(info.value)
+    assert "--force" not in text, text  # the way out is another bucket, never --force
+    assert "cn-hangzhou" in text if elsewhere == "another-region" else ("9999999999999999" in text
+                                                                        or "another account" in text), text
+    assert not [path for verb, path in oss.requests if verb in ("PUT", "POST")], oss.requests
+
+
 @pytest.mark.parametrize("acl", ["public-read-write", "public-read"])
 def test_a_bucket_that_is_not_private_stops_unless_forced(oss, package, acl):
     oss.acls[BUCKET] = acl
