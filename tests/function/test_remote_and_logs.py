@@ -255,6 +255,20 @@ def test_logs_yaml_holds_the_lines_as_written(store):
     assert [(l["outcome"], l["duration_ms"]) for l in doc["lines"]] == [("failed", 4210), ("partitioned", 900)]
 
 
+def test_logs_reads_at_most_30_days_back_and_says_an_empty_window_on_stderr_exit_0(store):
+    """docs/cli.md: ``--since`` is at most ``30d`` (31 days is refused before SLS is asked, naming the bound),
+    and a window with no line is said on stderr, exit 0, stdout empty."""
+    sls, env = store
+    done = cli(env, "logs", "--since", "31d")
+    assert done.returncode == 2 and "at most 30d" in " ".join(done.stderr.split()), done.stderr
+    assert sls.requests == []
+    done = cli(env, "logs", "--since", "30d", "--request-id", "req-9")
+    (call,) = sls.requests
+    assert call["body"]["to"] - call["body"]["from"] == 30 * 86400 + 1, call["body"]
+    assert done.returncode == 0 and done.stdout == "", (done.stdout, done.stderr)
+    assert done.stderr.startswith("ack-mig-hook: no lines in my-sls-project/ack-mig-hook for "), done.stderr
+
+
 def test_logs_refuses_bad_filters_before_any_call_and_says_refusals_in_one_line(store):
     sls, env = store
     for argv, said in ((("--since", "yesterday"), "use a duration such as 15m, 1h or 2d"),
