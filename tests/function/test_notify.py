@@ -193,3 +193,30 @@ def test_the_url_from_a_kms_secret_is_read_when_there_is_something_to_send(tmp_p
     result, logged = failing_event(tmp_path, env)
     assert result.outcome == "done" and "T0KEN" not in logged
     assert "the URL in secret 'ack-mig/notify-url' (ACK_MIG_NOTIFY_URL_SECRET) uses http://" in logged
+
+
+def test_a_line_lists_at_most_20_nodes_counts_them_all_and_cuts_each_reason_at_300():
+    """docs/operations.md: `nodes` lists at most 20 (`count` says how many), each reason cut at 300 characters,
+    the node's `code` kept; `text` stays one readable line. 25 nodes of one pool fail with 1,000-character
+    reasons, in a rollout wave (`rollout-stopped`) and out of one (`node-failed`)."""
+    from functions.base.event_result import HandlerResult
+    from functions.base.model import Decision, PartitionLabel
+    from functions.pipeline.notify import notifications
+
+    ids = ["i-2zeb7c1mig0a100n%03d" % i for i in range(25)]
+    label = PartitionLabel(kind="sequence", value="3g.20gb-3g.20gb")
+    decisions = [Decision(instance_id=i, node_name="node-%d" % n, nodepool_id="np-a", action="partition",
+                          reason="layout", partition=label, drain=True) for n, i in enumerate(ids)]
+    nodes = [{"instance_id": i, "node_name": "node-%d" % n, "outcome": "failed", "code": "gpu-busy",
+              "reason": "gpu-busy: " + "x" * 1000} for n, i in enumerate(ids)]
+    result = HandlerResult(trigger="timer", outcome="done", cluster_id="c" + "0" * 32, decisions=decisions,
+                           nodes=nodes)
+    for waves, kinds in (((), ["node-failed"]), (ids, ["rollout-stopped", "node-failed"])):
+        lines = notifications(result, wave_ids=waves, whole_pools=True, now=0)
+        assert [line["kind"] for line in lines] == kinds
+        for line in lines:
+            assert line["count"] == 25 and len(line["nodes"]) == 20, line["kind"]
+            assert [n["instance_id"] for n in line["nodes"]] == ids[:20]
+            assert all(len(n["reason"]) <= 300 and n["reason"].startswith("gpu-busy: x") for n in line["nodes"])
+            assert all(n["code"] == "gpu-busy" for n in line["nodes"])
+            assert "\n" not in line["text"] and len(line["text"]) <= 600
