@@ -521,3 +521,55 @@ def test_every_file_of_the_repository_the_docs_name_is_there():
             elif named not in names and named not in NAMED_ELSEWHERE:
                 wrong.append("%s: %s (no file of that name)" % (path, named))
     assert not wrong, "\n".join(wrong)
+
+
+REAL_NODE = re.compile(r"(?:^|[\s;&|(])python3 (?:-B )?-m node_bootstrap\s+[a-z-]+")
+
+
+def real_node_commands():
+    """(where, the lines before it in its block, command) of each node_bootstrap command shown for a real node
+    (``python3 -m node_bootstrap``: the node's system Python), in a block or a code span of the prose."""
+    found = []
+    for path in doc_files():
+        for lang, line_no, body in shell_blocks(path):
+            lines = logical_lines(lang, body)
+            found += [("%s:%d" % (path, line_no), lines[:i], cmd) for i, cmd in enumerate(lines) if REAL_NODE.search(cmd)]
+        text = re.sub(r"^[ \t]*```.*?^[ \t]*```", "", open(os.path.join(ROOT, path), encoding="utf-8").read(),
+                      flags=re.S | re.M)
+        # a span that is a whole command (one that shows what the function runs holds placeholders: [...], ...)
+        found += [(path, [], span) for span in re.findall(r"`([^`\n]+)`", text)
+                  if REAL_NODE.search(span) and "..." not in span and "[" not in span]
+    return found
+
+
+def test_a_node_command_shown_for_a_real_node_finds_node_bootstrap(tmp_path):
+    """On a node, node_bootstrap is in the bundle the function delivered (``<node root>/bundles/<sha256>/``),
+    not on the system Python's path: a page's ``python3 -m node_bootstrap ...`` works only from there (a ``cd``
+    into it, or ``PYTHONPATH``). Each such command is run as shown, with the lines of its block that set that
+    up (``cd``, assignments), in a fresh directory on a node whose default root holds the real bundle, and
+    ``--help`` in place of its arguments: it must find node_bootstrap."""
+    import io
+    import lzma
+    import tarfile
+
+    from functions.delivery.bundle import build
+    from functions.base.settings import DEFAULT_NODE_ROOT
+
+    bundle = build()
+    root = str(tmp_path / DEFAULT_NODE_ROOT.lstrip("/"))
+    with tarfile.open(fileobj=io.BytesIO(lzma.decompress(bundle.packed))) as tar:
+        tar.extractall(os.path.join(root, "bundles", bundle.digest))
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(offline_env(tmp_path), HOME=str(home))
+    shown, wrong = real_node_commands(), []
+    assert len(shown) >= 3, shown
+    for where, before, cmd in shown:
+        setup = [line for line in before if ASSIGNMENTS.match(line) or re.match(r"cd\s", line)]
+        asked = re.sub(r"(-m node_bootstrap\s+[a-z-]+).*$", r"\1 --help", cmd, flags=re.S)
+        script = "\n".join(setup + [asked]).replace(DEFAULT_NODE_ROOT, root).replace("HASH", bundle.digest)
+        proc = subprocess.run(["bash", "-c", "set -e\n" + script], cwd=str(home), env=env, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=60)
+        if proc.returncode != 0 or "usage:" not in proc.stdout:
+            wrong.append("%s: %s\n  %s" % (where, cmd, proc.stdout.strip()[-300:]))
+    assert not wrong, "\n".join(wrong)

@@ -360,7 +360,8 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
             changed[d.instance_id] = d.model_copy(update=dict(reason=(
                 "%s; this node keeps its MIG layout (%s). To turn MIG off: set ACK_MIG_ON_LABEL_REMOVAL=disable "
                 "on the function (the pool's nodes then roll to MIG off like a repartition), or run "
-                "`python3 -m node_bootstrap disable` on the node" % (
+                "`python3 -m node_bootstrap disable` on the node, from the bundle the function delivered there "
+                "(docs/operations.md, Turning MIG off)" % (
                     d.reason, node.labels.get(rp.APPLIED_LABEL) or node.labels.get(rp.STATE_LABEL) or "-"))))
     waves: Dict[str, WaveNode] = {}
     owner = uuid.uuid4().hex[:12]

@@ -17,6 +17,7 @@ def test_by_default_the_nodes_keep_their_layout_and_nothing_is_sent(cluster):
         reason = result.decisions[0].reason
         assert "has no partition label" in reason and "keeps its MIG layout (1g.5gb" in reason
         assert "ACK_MIG_ON_LABEL_REMOVAL=disable" in reason and "python3 -m node_bootstrap disable" in reason
+        assert "from the bundle the function delivered there" in reason  # not on the system Python's path
     assert cluster.transport.seen == [] and not [r for r in cluster.api.requests if r.method == "PATCH"]
 
 
