@@ -4,6 +4,7 @@ child process: an import hook refuses its modules as a venv without them would (
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -75,3 +76,50 @@ def test_usage_errors_go_to_stderr():
     assert done.returncode == 2 and done.stdout == "" and "usage: ack-mig-hook" in done.stderr
     done = without_extra("plan", "--gpu", "H200", "--size", "7g.141gb", "--bogus")
     assert done.returncode == 2 and done.stdout == "" and "--bogus" in done.stderr
+
+
+POOL = "np8d3c1b6e2f4a4c1e9a7b2d5f0c8e3a61"
+# Each command as it runs against the cloud (credentials, no snapshot): the credential chain, ROS, OSS, FC, SLS
+# and shtab are the deploy extra's. The endpoints are closed loopback ports: nothing would leave the machine.
+CLOUD_RUNS = {
+    "invoke": ["invoke", "--event", os.path.join(ROOT, "examples", "event.json"), "--cluster-id", CLUSTER,
+               "--region", "cn-beijing", "--dry-run"],
+    "status": ["status", "--cluster-id", CLUSTER, "--region", "cn-beijing"],
+    "advise": ["advise", "--pool", "llm-auto", "--cluster-id", CLUSTER, "--region", "cn-beijing"],
+    "rollout": ["rollout", "pause", "--pool", POOL, "--cluster-id", CLUSTER, "--region", "cn-beijing"],
+    "deploy": ["deploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--log-project", "my-sls-project",
+               "--log-store", "ack-mig-hook"],
+    "undeploy": ["undeploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--yes"],
+    "doctor": ["doctor", "--cluster-id", CLUSTER, "--region", "cn-beijing"],
+    "wait": ["wait", "--cluster-id", CLUSTER, "--region", "cn-beijing"],
+    "logs": ["logs", "--cluster-id", CLUSTER, "--region", "cn-beijing"],
+    "completion": ["completion", "bash"],
+}
+
+
+def _needs_column():
+    """docs/cli.md's command table: command (first word of the first column) -> its "needs" cells, joined."""
+    needs = {}
+    for line in open(os.path.join(ROOT, "docs", "cli.md"), encoding="utf-8"):
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if len(cells) == 3 and re.match(r"`[a-z]", cells[0]):
+            for command in set(re.findall(r"`([a-z]+)", cells[0])):
+                needs[command] = needs.get(command, "") + " " + cells[2]
+    return needs
+
+
+def test_docs_cli_md_says_each_command_that_needs_the_extra_needs_it(monkeypatch):
+    """docs/cli.md's table says what each command needs. Every command whose cloud run the extra's absence stops
+    says "deploy extra" there: a reader who installed the package alone and was told `status` needs credentials
+    got "status needs the deploy extra" instead."""
+    for name in ("CS", "ROS", "OSS", "STS", "FC", "SLS", "ECS", "ESS", "KMS", "VPC"):
+        monkeypatch.setenv("ACK_MIG_%s_ENDPOINT" % name, "http://127.0.0.1:9")
+    monkeypatch.setenv("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "true")
+    needs, wrong = _needs_column(), []
+    assert set(CLOUD_RUNS) <= set(needs), set(CLOUD_RUNS) - set(needs)
+    for command, argv in CLOUD_RUNS.items():
+        done = without_extra(*argv)
+        assert done.returncode == 2 and INSTALL_EXTRA in " ".join(done.stderr.split()), (command, done.stderr)
+        if "deploy extra" not in needs[command]:
+            wrong.append("%s: %s" % (command, needs[command].strip()))
+    assert not wrong, "docs/cli.md does not say these need the deploy extra:\n" + "\n".join(wrong)
