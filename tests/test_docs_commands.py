@@ -573,3 +573,36 @@ def test_a_node_command_shown_for_a_real_node_finds_node_bootstrap(tmp_path):
         if proc.returncode != 0 or "usage:" not in proc.stdout:
             wrong.append("%s: %s\n  %s" % (where, cmd, proc.stdout.strip()[-300:]))
     assert not wrong, "\n".join(wrong)
+
+
+def _section(path, heading):
+    text = open(os.path.join(ROOT, path), encoding="utf-8").read()
+    start = text.index("\n## %s\n" % heading)
+    end = text.find("\n## ", start + 4)
+    return " ".join(text[start:end if end >= 0 else len(text)].split())
+
+
+def test_the_uninstall_pages_name_everything_the_hook_leaves_behind():
+    """docs/deploy.md's Uninstall and docs/operations.md's Removing the hook list what stays once the stack is
+    gone, for a person to remove: every Lease, node label and annotation, node pool tag and node unit the
+    product writes is named there (from the code's own constants), so a thing added later (the alert marks'
+    Lease, an auto pool's annotations) cannot go unlisted. The autoscaler tags matter most: left on a pool,
+    the cluster-autoscaler keeps adding nodes for MIG pods that no node will serve."""
+    from functions.decision import alert_marks, autoscaler_tags, budget, coalesce, run_record, waves
+    from node_bootstrap.host import bootunit, holdersunit
+    from node_bootstrap.kube import nodelabels
+
+    left = {
+        "Leases": [run_record.RECORD_LEASE, alert_marks.MARK_LEASE, budget.LEASE_PREFIX, coalesce.LEASE_PREFIX],
+        "node labels": [nodelabels.STATE_LABEL, nodelabels.SEQUENCE_LABEL],
+        "node annotations": [nodelabels.REASON_ANNOTATION, nodelabels.LAYOUTS_ANNOTATION,
+                             nodelabels.HOLDERS_ANNOTATION, waves.PROGRESS_ANNOTATION],
+        "node pool tags": [autoscaler_tags.TEMPLATE_RESOURCE],
+        "node units": [bootunit.UNIT_NAME] + sorted({n.rsplit(".", 1)[0] for n in holdersunit.NAMES}),
+    }
+    wrong = []
+    for path, heading in (("docs/deploy.md", "Uninstall"), ("docs/operations.md", "Removing the hook")):
+        text = _section(path, heading)
+        wrong += ["%s (%s): %s" % (path, kind, name) for kind, names in left.items() for name in names
+                  if name not in text]
+    assert not wrong, "not named where the pages say what stays:\n" + "\n".join(wrong)
