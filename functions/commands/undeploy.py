@@ -18,8 +18,10 @@ from typing import Any, Dict, List, NamedTuple
 from functions.commands import common
 from functions.commands.deploy import add_stack_options, progress, stacks_for
 
-STAYS = "the OSS bucket and its packages, the pools' labels and startup taints, and what runs on nodes stay: " \
-        "see docs/deploy.md (Uninstall)"
+# What the stack does not hold, so deleting it leaves: the autoscaler's tags above all (a pool that keeps them
+# gets nodes the cluster-autoscaler adds for MIG pods that no new node will serve).
+STAYS = "the OSS bucket and its packages, the pools' labels, startup taints and the autoscaler's node-template " \
+        "tags, the Leases ack-mig-hook-* in default, and what runs on nodes stay: see docs/deploy.md (Uninstall)"
 NODE_PAGE = 500  # nodes per list call (the API server pages with limit/continue)
 MAX_PAGES = 200
 

@@ -63,6 +63,9 @@ def test_dry_run_lists_what_would_go_and_deletes_nothing(deployed, capsys):
     for name in ("Function ALIYUN::FC3::Function", "FunctionRole ALIYUN::RAM::Role", "ReconcileTimer"):
         assert name in out
     assert "OSS bucket" in out and ros.calls("DeleteStack") == 0 and stack["Status"] == "CREATE_COMPLETE"
+    said = " ".join(out.split())  # what stays, as docs/deploy.md (Uninstall) lists it: the autoscaler's tags
+    assert "node-template tags" in said and "Leases ack-mig-hook-* in default" in said, said  # (a pool left
+    # with them gets nodes the autoscaler adds for MIG pods no new node serves) and the Leases
     assert "could not check for a rollout in progress" in err  # no kubeconfig, no cluster id
 
 
