@@ -193,3 +193,20 @@ def test_a_list_that_changes_under_every_attempt_is_a_plain_conflict_and_nothing
     line = err.strip().splitlines()[0]
     assert "the labels of node pool %s changed under each of 3 attempts" % POOL in line
     assert cs.modified == [] and len(calls) == 6  # read and read again, three times
+
+
+def test_the_first_deployment_page_names_what_pause_needs_beyond_its_policy(cs, capsys):
+    """docs/first-deployment.md suggests `rollout pause` in its last step, to a reader who holds the deployer's
+    policy the page gives. Every ACK action pause and resume call is in that policy or named on the page
+    beside the command: such a reader is never refused (exit 5) for an action nobody told them to grant."""
+    from tests.function.test_first_deployment import PAGE, policy_actions
+
+    asked = len(cs.requests)
+    assert rollout(capsys, cs, "pause")[0] == 0 and rollout(capsys, cs, "resume")[0] == 0
+    called = {"cs:" + r.action for r in cs.requests[asked:]}
+    text = open(PAGE, encoding="utf-8").read()
+    start = text.index("\n## 8.")
+    step = text[start:text.index("\n## ", start + 1)]
+    assert "ack-mig-hook rollout pause" in step
+    missing = [a for a in sorted(called - policy_actions()) if "`%s`" % a not in step]
+    assert "cs:ModifyClusterNodePool" in called and not missing, missing
