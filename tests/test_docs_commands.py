@@ -352,6 +352,7 @@ def _codes_in_the_code():
     for path in sources:
         text = open(path, encoding="utf-8").read()
         found.update(re.findall(r"\b(?:code|error)\s*=\s*\"([a-z][a-z-]+)\"", text))
+        found.update(re.findall(r"\"code\":\s*\"([a-z][a-z-]+)\"", text))  # a result's error written as a dict
         found.update(re.findall(r"\"[A-Z][a-z]+[A-Z][A-Za-z.]*\":\s*\"([a-z]+(?:-[a-z]+)+)\"", text))  # service code -> ours
         for names, values in re.findall(r"^([A-Z_]+(?:, [A-Z_]+)*) = (\"[a-z-]+\"(?:, \"[a-z-]+\")*)$", text, re.M):
             if any(k in names for k in ("PARTITIONED", "UNCHANGED", "REBOOT", "DEFERRED", "DRAIN", "APPLYING")):
