@@ -416,6 +416,13 @@ def test_late_or_foreign_events_read_the_pod_again_and_change_nothing(cluster):
     for name, why in cases.items():
         result = run(pod_event("llm", name), cluster)
         assert result.outcome == "skip" and why in result.reason, (name, result.reason)
+    # docs/auto-pools.md's step 1 of a pod event names each reason the pod read again ends it for
+    with open(os.path.join(ROOT, "docs", "auto-pools.md"), encoding="utf-8") as handle:
+        page = " ".join(handle.read().split())
+    step = page[page.index("1. **Reads the pod again**"):page.index("2. **Finds its auto pool**")]
+    said = {"bound": "bound since", "cpu-only": "asks for no `nvidia.com/mig-*` or `nvidia.com/gpu`",
+            "leaving": "being deleted", "half": "not a whole quantity", "gone": "a pod that is gone"}
+    assert [name for name, words in said.items() if words not in step] == [], step
     other = run(pod_event("llm", "bound", cluster="c0000000000000000000000000000000b"), cluster)
     assert other.outcome == "skip" and "this function serves %s" % CLUSTER in other.reason
     assert state_file.read_text() == before and stored_marker(server) is None  # no plan, no marker
