@@ -350,6 +350,28 @@ def test_the_instances_reserved_for_a_pod_asking_several_are_its_own_when_the_po
         assert dict(result.unserved) == {"4g.40gb": 2}
 
 
+def test_a_pod_asking_a_profile_no_longer_allowed_beside_another_is_counted_while_an_idle_one_is_left():
+    """ns/a asks a 3g.40gb (layout-profiles left it out; n1 GPU 0 has an idle one) and a 1g.10gb. Only a pod
+    asking that profile alone was counted: ns/a was not, the plan made one 1g.10gb for ns/b, and ns/a (first in
+    pod order) bound to it and the idle 3g.40gb: ns/b waited a tick for the next plan (found by
+    tests/layout/ticks.py, where a destroy made to steer the binding was made back). Now both are planned."""
+    from tests.layout.ticks import applied, bind
+
+    supply = [GpuSupply("n1", 0, A80, (Instance("3g.40gb", 0, False), Instance("2g.20gb", 4, True))),
+              GpuSupply("n1", 1, A80, ())]
+    demand = [PodDemand("ns/a", "o", "3g.40gb"), PodDemand("ns/a", "o", "1g.10gb"),
+              PodDemand("ns/b", "o", "1g.10gb")]
+    bounds = Bounds(profiles={"2g.20gb", "1g.10gb"})
+    result = plan(supply, demand, bounds)
+    assert result.not_counted == () and result.unserved == ()
+    assert sorted(n for t in result.changes for n, _ in t.create) == ["1g.10gb", "1g.10gb"], result.changes
+    after, waiting = bind(applied(supply, result), demand)
+    assert waiting == [] and plan(after, waiting, bounds, previous=result).changes == ()
+    # a second such pod, with no idle 3g.40gb left for it: not counted, as one asking it alone
+    two = plan(supply, demand + [PodDemand("ns/c", "o", "3g.40gb"), PodDemand("ns/c", "o", "1g.10gb")], bounds)
+    assert [k for k, _ in two.not_counted] == ["ns/c"]
+
+
 def test_an_idle_instance_of_a_profile_no_longer_allowed_is_kept_for_the_pod_that_asks_it():
     """layout-profiles left 3g.40gb out after n1 GPU 0 got two. A pod asking 3g.40gb can bind to the idle one
     now; it was not counted, so that instance counted as spare and was destroyed for a 2g.20gb pod that the

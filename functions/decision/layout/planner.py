@@ -929,11 +929,17 @@ def countable(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: 
         if asked not in verdicts:  # the replicas of one Deployment ask alike
             verdicts[asked] = _why_no_node(wanted, list(shapes_seen.values()), models, bounds)
         if verdicts[asked]:
-            (name, k), = list(wanted.items()) if len(wanted) == 1 else [("", 0)]
-            node = next((n for n in sorted(spare) if spare[n][name] >= k), None) if k else None
+            # every profile it asks that the pool no longer allows idle on one node (a pod asking several
+            # profiles binds to them as one asking one does), and the pod counted were they allowed
+            old = {name: k for name, k in wanted.items() if name != WHOLE_GPU and not bounds.allows(name)}
+            node = next((n for n in sorted(spare) if all(spare[n][name] >= k for name, k in old.items())),
+                        None) if old else None
             if node is not None and verdicts[asked].endswith(
-                    "not among the profiles the pool allows (ack-mig-hook/layout-profiles)"):
-                spare[node][name] -= k
+                    "not among the profiles the pool allows (ack-mig-hook/layout-profiles)") and not _why_no_node(
+                    wanted, list(shapes_seen.values()), models,
+                    dataclasses.replace(bounds, profiles=bounds.profiles | frozenset(old))):
+                for name, k in old.items():
+                    spare[node][name] -= k
                 continue
             out.append((key, verdicts[asked]))
     dropped = {key for key, _ in out}
