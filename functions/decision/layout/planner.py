@@ -868,9 +868,9 @@ def _behind(gpus: List[_Gpu], singles: Sequence[PodDemand], demand: Sequence[Pod
     them first, onto what was kept for them): the pods ahead of them, served by the plan or not, take what was
     made or kept for them first, and they wait beside instances that serve nothing. (Where the pool is short
     of nothing they ask, the pods ahead of them took room the pool has more of: the next tick makes it.)"""
-    several = [d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU and d.key not in yielded]
-    pods = [(d.profile, int(d.count), d) for d in sorted(list(singles) + several, key=lambda d: d.key)
-            if d.pending and d.profile != WHOLE_GPU and 0 < d.count <= 1 or d in several]
+    waiting = [d for d in singles if d.pending and d.profile != WHOLE_GPU and d.count > 0] + [
+        d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU and d.key not in yielded]
+    pods = [(d.profile, int(d.count), d) for d in sorted(waiting, key=lambda d: d.key)]
     views = [(g.supply.node, [(i.profile.name, i.profile.compute_slices, i.in_use or i.reserved == _JOINT,
                                i.origin == _NEW) for i in g.state]) for g in gpus]
     left_out = after_binding(views, pods, {})[4]
