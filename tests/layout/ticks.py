@@ -53,7 +53,7 @@ def pool(rng: random.Random) -> Tuple[List[GpuSupply], Bounds]:
     return supply, Bounds(profiles=allowed)
 
 
-def pods(rng: random.Random, supply: Sequence[GpuSupply]) -> List[PodDemand]:
+def pod_asks(rng: random.Random, supply: Sequence[GpuSupply]) -> List[PodDemand]:
     model = find_gpu(supply[0].model)
     names = [p.name for p in model.profiles if "+me" not in p.name and p.compute_slices < model.compute_slices]
     out = []  # type: List[PodDemand]
@@ -154,7 +154,7 @@ def check(seed: int, ticks: int = 3) -> List[str]:
     """The problems found in ``ticks`` ticks of the pool and pods the seed draws (empty: none)."""
     rng = random.Random(seed)
     supply, limits = pool(rng)
-    demand = pods(rng, supply)
+    demand = pod_asks(rng, supply)
     problems, last = [], None  # type: List[str], Optional[Plan]
     for tick in range(ticks):
         result = plan(supply, demand, limits, previous=last)
