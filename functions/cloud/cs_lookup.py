@@ -12,7 +12,7 @@ cannot fix it.
 
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from alibabacloud_cs20151215 import models as cs_models
 from alibabacloud_cs20151215.client import Client as CsClient
@@ -26,6 +26,7 @@ from functions.base.endpoints import resolve
 from functions.base.errors import ConfigurationError, Refused, RetryLater
 from functions.base.model import Node, NodePool
 from functions.base.settings import Settings
+from node_bootstrap.outside import as_object
 
 PAGE_SIZE = 100  # the API's maximum
 MAX_PAGES = 200  # 20 000 nodes: far beyond any cluster; stops a server that never ends its pages
@@ -66,12 +67,50 @@ def _unique(nodes: List[Node]) -> List[Node]:
     return list(out.values())
 
 
+def _body(response: Any, call: str) -> Dict[str, Any]:
+    """The answer's body as a map of the API's own (snake_case) fields. The SDK reads a body into its model
+    through darabonba's ``DaraCore.from_map`` (darabonba/core.py), which swallows any error there: one item of another shape (a
+    node that is a string, a label list that is an object) left the whole body None, and every node or pool
+    of the answer read as none, with nothing said. The raw answer is kept in the response's ``_map`` then:
+    it is read here instead, so each item is read or left out on its own (:func:`_parsed`). A body that is no
+    JSON object is a Refused naming the call (no retry changes what the API answers)."""
+    if response.body is not None:
+        return response.body.to_map() or {}
+    raw = getattr(response, "_map", None)
+    body = raw.get("body") if isinstance(raw, dict) else None
+    if not isinstance(body, dict):
+        raise Refused("%s answered %s, not the API's JSON object; nothing of it is read" % (call, _kind(body)),
+                      call, "", "UnreadableAnswer")
+    return body
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", str: "text", dict: "an object", type(None): "no body", bool: "true/false"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def _listed(body: Mapping[str, Any], key: str, call: str) -> list:
+    """``body[key]``, the answer's list of items ([] when absent); Refused when it is there but no list
+    (read item by item, a text's characters or an object's keys were taken for items)."""
+    items = body.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise Refused("%s answered %s as %s; expected a list of objects" % (call, key, _kind(items)), call, "",
+                      "UnreadableAnswer")
+    return items
+
+
 def _parsed(parse: Callable[[Any], Any], items: Any, what: str) -> list:
-    """API items as models; an item we cannot read is left out with a warning. Raising would fail the
-    event, and FC's retries would meet the same item again: one odd node must not stop the others."""
+    """API items as models; an item we cannot read (of another shape, or missing what a model needs) is
+    left out with a warning. Raising would fail the event, and FC's retries would meet the same item again:
+    one odd node must not stop the others."""
     out = []
     for item in items or []:
         if not item:
+            continue
+        if not isinstance(item, dict):
+            log.warning("ACK API %s left out, unreadable: %s, not an object", what, _kind(item))
             continue
         try:
             out.append(parse(item))
@@ -134,8 +173,8 @@ class CsLookup:
     def nodepools(self, cluster_id: str) -> List[NodePool]:
         response = self._call("DescribeClusterNodePools", lambda: self._client.describe_cluster_node_pools_with_options(
             cluster_id, cs_models.DescribeClusterNodePoolsRequest(), {}, self._runtime))
-        body = response.body.to_map() if response.body is not None else {}
-        return _parsed(nodepool_from_api, body.get("nodepools"), "node pool")
+        return _parsed(nodepool_from_api, _listed(_body(response, "DescribeClusterNodePools"), "nodepools",
+                                                  "DescribeClusterNodePools"), "node pool")
 
     def nodes(self, cluster_id: str, nodepool_id: Optional[str] = None,
               instance_ids: Sequence[str] = ()) -> List[Node]:
@@ -160,10 +199,11 @@ class CsLookup:
                                                                 page_number=str(page), page_size=str(PAGE_SIZE))
                 response = self._call("DescribeClusterNodes", lambda: self._client.describe_cluster_nodes_with_options(
                     cluster_id, request, {}, self._runtime))
-                body = response.body.to_map() if response.body is not None else {}
-                items = [item for item in body.get("nodes") or [] if item]
+                body = _body(response, "DescribeClusterNodes")
+                items = [item for item in _listed(body, "nodes", "DescribeClusterNodes") if item]
                 out.extend(_parsed(node_from_api, items, "node"))
-                total = (body.get("page") or {}).get("total_count")
+                page_info = body.get("page")
+                total = page_info.get("total_count") if isinstance(page_info, dict) else None
                 if page == 1:
                     first_total = total
                 elif total != first_total:
@@ -184,7 +224,11 @@ class CsLookup:
         response = self._call("DescribeClusterUserKubeconfig",
                               lambda: self._client.describe_cluster_user_kubeconfig_with_options(
                                   cluster_id, request, {}, self._runtime))
-        return response.body.config
+        config = _body(response, "DescribeClusterUserKubeconfig").get("config")
+        if not isinstance(config, str) or not config.strip():
+            raise Refused("DescribeClusterUserKubeconfig answered %s as its config; expected the kubeconfig's "
+                          "text" % _kind(config), "DescribeClusterUserKubeconfig", "", "UnreadableAnswer")
+        return config
 
     def set_nodepool_tags(self, cluster_id: str, nodepool_id: str, tags: Sequence[Tuple[str, str]]) -> None:
         """ModifyClusterNodePool (``PUT /clusters/{ClusterId}/nodepools/{NodepoolId}``) with the pool's whole
@@ -202,13 +246,24 @@ class CsLookup:
         the function makes anyway: no other grant). ConfigurationError when the cluster has no such pool."""
         response = self._call("DescribeClusterNodePools", lambda: self._client.describe_cluster_node_pools_with_options(
             cluster_id, cs_models.DescribeClusterNodePoolsRequest(), {}, self._runtime))
-        body = response.body.to_map() if response.body is not None else {}
-        for pool in body.get("nodepools") or []:
-            info = (pool or {}).get("nodepool_info") or {}
+        body = _body(response, "DescribeClusterNodePools")
+        for pool in _listed(body, "nodepools", "DescribeClusterNodePools"):
+            info = as_object(as_object(pool).get("nodepool_info"))
             if info.get("nodepool_id") != nodepool_id:
                 continue
+            listed = _listed(as_object(pool.get("kubernetes_config")), "labels", "DescribeClusterNodePools")
+            # written back whole: a label that cannot be read would be dropped from the pool by the write
+            odd = next((n for n, t in enumerate(listed) if t and not (isinstance(t, dict) and isinstance(
+                t.get("key") or "", str))), None)
+            if odd is not None:
+                item = listed[odd]
+                raise Refused("DescribeClusterNodePools answered label %d of node pool %s as %s, not {\"key\": "
+                              "\"<text>\", \"value\": ...}; the labels are written back whole, so none is changed"
+                              % (odd, nodepool_id, "an object whose key is %s" % _kind(item.get("key"))
+                                 if isinstance(item, dict) else _kind(item)), "DescribeClusterNodePools", "",
+                              "UnreadableAnswer")
             labels = [(str(t["key"]), None if t.get("value") is None else str(t["value"]))
-                      for t in (pool.get("kubernetes_config") or {}).get("labels") or [] if t and t.get("key")]
+                      for t in listed if t and t.get("key")]
             return str(info.get("name") or ""), labels
         raise ConfigurationError("cluster %s has no node pool %s (DescribeClusterNodePools lists %d)"
                                  % (cluster_id, nodepool_id, len(body.get("nodepools") or [])))

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from functions.cloud.cs_lookup import CsLookup
-from functions.base.errors import ConfigurationError, RetryLater
+from functions.base.errors import ConfigurationError, Refused, RetryLater
 from functions.handler import RetryInvocation, handler
 from functions.base.logs import JsonLogger
 from functions.pipeline.event import run_event
@@ -181,3 +181,71 @@ def test_an_unreadable_api_item_is_left_out_not_fatal(emulator, capsys):
                 if "ACK API node left out" in line]
     assert len(warnings) == 1 and warnings[0]["level"] == "WARNING"
     assert "instance_id" in warnings[0]["message"] and warnings[0]["trigger"] == "timer"
+
+
+@pytest.mark.contract_exempt("answers items of another shape than the SDK's models on purpose")
+def test_an_answer_item_of_another_shape_is_left_out_and_the_others_are_read(emulator, capsys):
+    """darabonba's ``DaraCore.from_map`` swallows any error reading an answer into the SDK's model and leaves
+    the body None: one node that was a string, or a pool whose labels were an object, read as an answer with
+    no node or pool at all, with nothing said. The timer then decided nothing for any pool. Each such item is
+    left out with a warning now, as an item without an instance id is, and the others are read."""
+    env = load_settings(cloud_env(emulator))
+    before = run_event(event_bytes("fc_timer.json"), env, dry_run=True, logger=JsonLogger("OFF"))
+    assert before.decisions
+    emulator.nodes.append("cn-beijing.192.168.99.99")
+    emulator.nodepools.append({"nodepool_info": {"nodepool_id": "np0dd", "name": "odd"},
+                               "kubernetes_config": {"labels": {"key": "gpu", "value": "yes"}}})
+    emulator.nodepools.append(7)
+    capsys.readouterr()
+    after = run_event(event_bytes("fc_timer.json"), env, dry_run=True)
+    assert after.outcome == before.outcome and after.decisions == before.decisions
+    warnings = [json.loads(line)["message"] for line in capsys.readouterr().out.splitlines()
+                if "left out, unreadable" in line]
+    assert sorted(set(warnings)) == [  # each list that holds them says so (the timer lists every pool's nodes)
+        "ACK API node left out, unreadable: text, not an object",
+        "ACK API node pool left out, unreadable: ValueError: kubernetes_config.labels must be a list of "
+        "{\"key\": ..., \"value\": ...}",
+        "ACK API node pool left out, unreadable: a number, not an object"]
+
+
+@pytest.mark.contract_exempt("answers bodies of another shape than the SDK's models on purpose")
+@pytest.mark.parametrize("action, body, line", [
+    ("DescribeClusterNodes", {"nodes": "i-2ze1,i-2ze2"},
+     "DescribeClusterNodes answered nodes as text; expected a list of objects"),
+    ("DescribeClusterNodes", [{"instance_id": "i-2ze1"}],
+     "DescribeClusterNodes answered a list, not the API's JSON object; nothing of it is read"),
+    ("DescribeClusterNodePools", {"nodepools": {"np1": {}}},
+     "DescribeClusterNodePools answered nodepools as an object; expected a list of objects"),
+    ("DescribeClusterUserKubeconfig", {"config": 5},
+     "DescribeClusterUserKubeconfig answered a number as its config; expected the kubeconfig's text"),
+    ("DescribeClusterUserKubeconfig", ["apiVersion: v1"],
+     "DescribeClusterUserKubeconfig answered a list, not the API's JSON object; nothing of it is read"),
+])
+def test_an_answer_of_another_shape_is_one_refusal_naming_it(emulator, action, body, line):
+    """Such an answer read as a cluster with no node or pool, silently (the event skipped every pool, or
+    every node of a pool as gone), and a kubeconfig answer without its text ended the Kubernetes client in an
+    AttributeError or TypeError. Each is a Refused naming the call and what it answered now: for one pool's
+    nodes that pool alone fails (cluster.pool_nodes), anywhere else the event ends with this line."""
+    emulator.answer_with(action, body)
+    cs = lookup(emulator)
+    call = {"DescribeClusterNodes": lambda: cs.nodes(emulator.cluster_id, nodepool_id="np1"),
+            "DescribeClusterNodePools": lambda: cs.nodepools(emulator.cluster_id),
+            "DescribeClusterUserKubeconfig": lambda: cs.user_kubeconfig(emulator.cluster_id)}[action]
+    with pytest.raises(Refused) as caught:
+        call()
+    assert str(caught.value) == line and caught.value.call == action
+    assert emulator.calls(action) == 1  # no retry: the API answers the same again
+
+
+@pytest.mark.contract_exempt("answers a label of another shape than the SDK's model on purpose")
+def test_pool_labels_with_one_unreadable_are_refused_not_written_back_without_it(emulator):
+    """``rollout pause`` reads a pool's labels and writes the whole list back: a label of another shape was
+    read as no pool at all ("cluster has no node pool"); read past, the write would drop it from the pool."""
+    pool = emulator.nodepools[0]
+    pool_id = pool["nodepool_info"]["nodepool_id"]
+    pool["kubernetes_config"]["labels"].append({"key": 7, "value": "x"})
+    with pytest.raises(Refused) as caught:
+        lookup(emulator).nodepool_labels(emulator.cluster_id, pool_id)
+    assert str(caught.value) == (
+        "DescribeClusterNodePools answered label 1 of node pool %s as an object whose key is a number, not "
+        "{\"key\": \"<text>\", \"value\": ...}; the labels are written back whole, so none is changed" % pool_id)

@@ -36,7 +36,7 @@ headers, payload hash) with the test's secret, written independently of the SDK.
 
 Faults: ``fail_next(action, status, code, times, retry_after)`` queues error answers (429 Throttling,
 503 ServiceUnavailable, 500 InternalError ...), ``latency_s`` delays every answer, ``slow_next(action,
-seconds)`` one. ``refuse_pool(nodepool_id, status, code)`` answers every DescribeClusterNodes call about that
+seconds)`` one, ``answer_with(action, body)`` answers every call of an action with a body of any shape. ``refuse_pool(nodepool_id, status, code)`` answers every DescribeClusterNodes call about that
 one pool with the refusal, for good (the pool-scoped actions answer a pool the emulator does not hold with
 404 ``ErrorNodePoolNotFound``; what ACK answers DescribeClusterNodes for such a ``nodepool_id`` is not
 documented, so by default the emulator lists no node for it, and a test plays the refusal with this). ``requests`` records every request (action, method, path, query, status); ``exchanges``
@@ -113,6 +113,12 @@ def acs3_signature(method: str, path: str, query: Dict[str, str], headers: Dict[
     return hmac.new(secret.encode("utf-8"), to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
+def _odd(item: Any) -> bool:
+    """An item a test put in the lists that is no object (a node that is a string): no filter can read it,
+    so it is served in every list, as an API that answers such an item would."""
+    return not isinstance(item, dict)
+
+
 class CsEmulator(LoopbackServer):
     version = VERSION  # the x-acs-version every request must carry (a subclass serves another product)
     ROUTES = (("clusters", "nodepools", "DescribeClusterNodePools"),
@@ -154,6 +160,7 @@ class CsEmulator(LoopbackServer):
         self._faults: Dict[str, Deque[Fault]] = {}
         self._refused_pools: Dict[str, Fault] = {}  # pool id -> the answer every DescribeClusterNodes of it gets
         self._slow: Dict[str, Deque[float]] = {}
+        self._answers: Dict[str, Any] = {}  # action -> the body every call of it gets (answer_with)
         self._nonces: set = set()
         self._lock = threading.Lock()
         self.exchanges: List[contract.Exchange] = []
@@ -182,6 +189,13 @@ class CsEmulator(LoopbackServer):
         and ``code`` from now on: a refusal about one pool that no retry changes."""
         with self._lock:
             self._refused_pools[nodepool_id] = Fault(status, code, None)
+
+    def answer_with(self, action: str, body: Any) -> None:
+        """Every call of ``action`` from now on is answered 200 with ``body`` as it is, whatever its shape (a
+        list, a node that is a string): an answer the SDK's model does not fit, for the readers of answers.
+        The request is still checked (signature, version) first."""
+        with self._lock:
+            self._answers[action] = body
 
     def slow_next(self, action: str, seconds: float, times: int = 1) -> None:
         with self._lock:
@@ -282,6 +296,8 @@ class CsEmulator(LoopbackServer):
             return status, payload, extra
         if cluster != self.cluster_id:
             return self._error(404, "ErrorClusterNotFound", "cluster %s not found" % cluster)
+        if action in self._answers:
+            return 200, self._answers[action], {}
         if pool_id is not None:
             return getattr(self, "_" + action)(pool_id, body)
         return getattr(self, "_" + action)(query)
@@ -334,7 +350,7 @@ class CsEmulator(LoopbackServer):
 
     def _DescribeClusterNodePools(self, query: Dict[str, str]) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
         name = query.get("NodepoolName")
-        pools = [p for p in self.nodepools if not name or p.get("nodepool_info", {}).get("name") == name]
+        pools = [p for p in self.nodepools if not name or _odd(p) or p.get("nodepool_info", {}).get("name") == name]
         return 200, {"nodepools": pools}, {}
 
     def _DescribeClusterNodes(self, query: Dict[str, str]) -> Tuple[int, Dict[str, Any], Dict[str, str]]:
@@ -350,12 +366,12 @@ class CsEmulator(LoopbackServer):
             return self._error(refused.status, refused.code, "node pool %s: refused" % query["nodepool_id"])
         nodes = self.nodes
         if query.get("nodepool_id"):
-            nodes = [n for n in nodes if n.get("nodepool_id") == query["nodepool_id"]]
+            nodes = [n for n in nodes if _odd(n) or n.get("nodepool_id") == query["nodepool_id"]]
         if query.get("instanceIds"):
             wanted = set(query["instanceIds"].split(","))
-            nodes = [n for n in nodes if n.get("instance_id") in wanted]
+            nodes = [n for n in nodes if _odd(n) or n.get("instance_id") in wanted]
         if query.get("state") and query["state"] != "all":
-            nodes = [n for n in nodes if n.get("state") == query["state"]]
+            nodes = [n for n in nodes if _odd(n) or n.get("state") == query["state"]]
         start = (page_number - 1) * page_size
         return 200, {"nodes": nodes[start:start + page_size],
                      "page": {"page_number": page_number, "page_size": page_size, "total_count": len(nodes)}}, {}
@@ -369,7 +385,8 @@ class CsEmulator(LoopbackServer):
         return 200, {"config": self.kubeconfig, "expiration": "2099-01-01T00:00:00Z"}, {}
 
     def pool(self, nodepool_id: str) -> Optional[Dict[str, Any]]:
-        return next((p for p in self.nodepools if (p.get("nodepool_info") or {}).get("nodepool_id") == nodepool_id),
+        return next((p for p in self.nodepools if not _odd(p) and (p.get("nodepool_info") or {}).get("nodepool_id")
+                     == nodepool_id),
                     None)
 
     def pool_tags(self, nodepool_id: str) -> List[Tuple[str, str]]:
