@@ -455,3 +455,24 @@ def test_a_pod_asking_a_whole_gpu_and_a_mig_instance_is_short_unless_one_node_ho
     assert code == 0, result
     assert [(d["node_name"], d["partition"]) for d in result["decisions"] if d["node_name"] == "n3"] == [
         ("n3", {"kind": "sequence", "value": "7g.80gb"})], result["decisions"]
+
+
+@pytest.mark.parametrize("owners, labels", [("serve-7d9f", ["x"]), (7, None), (["serve-7d9f"], {"pod-template-hash": 5}),
+                                            ([{"kind": "ReplicaSet", "name": "serve-7d9f", "controller": True}],
+                                             ["pod-template-hash"])])
+def test_a_running_pod_whose_owners_or_labels_are_of_another_shape_is_read_alone(auto_pool, tmp_path, capsys,
+                                                                               owners, labels):
+    """A pod on a pool's node whose ``ownerReferences`` was no list of objects, or whose labels were no map
+    beside a controller reference, ended ``advise`` and the tick of every pool in a TypeError or
+    AttributeError (``matching.owner_of``, reached through ``kube.demand.slim``), where a Node of such a shape
+    is read alone (``supply.node_object``). The pod reads as made by no controller now, and what it holds
+    still counts: the plan is the one it would be with the pod's owner as the API serves it."""
+    with auto_pool.lock:
+        meta = auto_pool.pods[("llm", "running")]["metadata"]
+        meta["ownerReferences"] = owners
+        if labels is not None:
+            meta["labels"] = labels
+    advice = live_advice(auto_pool, tmp_path, capsys)
+    assert advice["demand"]["in_use"] == {"2g.20gb": 1}
+    assert advice["demand"]["pending"] == {"1g.10gb": 3, "2g.20gb": 1}
+    assert all(g["change"] == "none" or ["2g.20gb", 0] in g["target"] for g in advice["gpus"] if g["node"] == "n2")

@@ -179,11 +179,16 @@ def owner_of(pod: Mapping[str, Any]) -> str:
     Deployment's (the Deployment controller's naming, ``pkg/controller/deployment/sync.go``)."""
     meta = pod.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
-    for ref in meta.get("ownerReferences") or ():
-        if not ref.get("controller"):
+    # a list of objects and a map, as the API serves them; of another shape (a pod as a proxy or a file has
+    # it) they name no owner, rather than ending the plan of every pool in an AttributeError
+    refs = meta.get("ownerReferences")
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    for ref in refs if isinstance(refs, list) else ():
+        if not isinstance(ref, Mapping) or not ref.get("controller"):
             continue
         kind, name = str(ref.get("kind") or ""), str(ref.get("name") or "")
-        template_hash = (meta.get("labels") or {}).get("pod-template-hash")
+        template_hash = labels.get("pod-template-hash")
+        template_hash = template_hash if isinstance(template_hash, str) else ""
         if kind == "ReplicaSet" and template_hash and name.endswith("-" + template_hash):
             return "deployment %s/%s" % (namespace, name[:-len(template_hash) - 1])
         return "%s %s/%s" % (kind.lower(), namespace, name)
