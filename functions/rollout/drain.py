@@ -39,6 +39,7 @@ import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from node_bootstrap.kube.client import KubeError
+from node_bootstrap.outside import as_object, objects
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "aliyun.com/gpu")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -70,25 +71,30 @@ def _deleted_at(meta: Mapping[str, Any]) -> Optional[float]:
         return None
 
 
+# A pod's parts are read as the API serves them (objects, lists of objects); a part of another shape (a proxy's or
+# a mangled answer's) reads as absent, the reader rule of node_bootstrap/outside.py: one such pod is judged alone,
+# never an AttributeError that ends the rollout of every node. So an owner that cannot be read is no controller
+# (the node is kept, the pod named), containers that cannot be read ask for no GPU.
+
 def _asks_for_gpu(container: Mapping[str, Any]) -> bool:
-    resources = container.get("resources") or {}
-    return any(name.startswith(GPU_RESOURCE_PREFIXES)
-               for section in ("limits", "requests") for name in (resources.get(section) or {}))
+    resources = as_object(container.get("resources"))
+    return any(isinstance(name, str) and name.startswith(GPU_RESOURCE_PREFIXES)
+               for section in ("limits", "requests") for name in as_object(resources.get(section)))
 
 
 def uses_gpu(pod: Mapping[str, Any]) -> bool:
-    spec = pod.get("spec") or {}
-    containers = list(spec.get("containers") or []) + list(spec.get("initContainers") or [])
+    spec = as_object(pod.get("spec"))
+    containers = objects(spec.get("containers")) + objects(spec.get("initContainers"))
     return bool(spec.get("resourceClaims")) or any(_asks_for_gpu(c) for c in containers)
 
 
 def _controller(meta: Mapping[str, Any]) -> Mapping[str, Any]:
     """metav1.GetControllerOf: the owner reference with ``controller: true``, or {}."""
-    return next((ref for ref in meta.get("ownerReferences") or [] if ref.get("controller") is True), {})
+    return next((ref for ref in objects(meta.get("ownerReferences")) if ref.get("controller") is True), {})
 
 
 def _emptydir_problem(pod: Mapping[str, Any], rules: Rules) -> str:
-    volumes = [v for v in (pod.get("spec") or {}).get("volumes") or [] if isinstance(v.get("emptyDir"), dict)]
+    volumes = [v for v in objects(as_object(pod.get("spec")).get("volumes")) if isinstance(v.get("emptyDir"), dict)]
     if not volumes or rules.emptydir == "any":
         return ""
     disk = [v.get("name") for v in volumes if v["emptyDir"].get("medium") != "Memory"]
@@ -104,12 +110,12 @@ def _emptydir_problem(pod: Mapping[str, Any], rules: Rules) -> str:
 def verdict(pod: Mapping[str, Any], rules: Rules, now: Optional[float] = None) -> Tuple[str, str]:
     """What a drain does with one pod of the node: (EVICT | WAIT | LEAVE | REFUSE, why). ``now`` (epoch
     seconds) lets a pod terminating for longer than ``rules.skip_wait_s`` be left instead of waited for."""
-    meta = pod.get("metadata") or {}
+    meta = as_object(pod.get("metadata"))
     if not uses_gpu(pod):
         return LEAVE, "uses no GPU"
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+    if as_object(pod.get("status")).get("phase") in ("Succeeded", "Failed"):
         return LEAVE, "finished"
-    if MIRROR_ANNOTATION in (meta.get("annotations") or {}):
+    if MIRROR_ANNOTATION in as_object(meta.get("annotations")):
         return LEAVE, "a mirror (static) pod"
     controller = _controller(meta)
     if controller.get("kind") == "DaemonSet":
@@ -127,14 +133,14 @@ def verdict(pod: Mapping[str, Any], rules: Rules, now: Optional[float] = None) -
     return EVICT, "uses the GPUs"
 
 
-def _name(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
+def pod_name(pod: Mapping[str, Any]) -> str:
+    meta = as_object(pod.get("metadata"))
     return "%s/%s" % (meta.get("namespace"), meta.get("name"))
 
 
 def gpu_pods(pods: List[Mapping[str, Any]], rules: Rules = Rules()) -> List[Mapping[str, Any]]:
     """The pods a drain moves now (see the module docstring for what it leaves or refuses)."""
-    return [p for p in pods if verdict(p, rules)[0] == EVICT]
+    return [p for p in objects(pods) if verdict(p, rules)[0] == EVICT]
 
 
 def gpu_daemon_pods(pods: List[Mapping[str, Any]]) -> List[Tuple[str, str]]:
@@ -143,8 +149,8 @@ def gpu_daemon_pods(pods: List[Mapping[str, Any]]) -> List[Tuple[str, str]]:
     recreates them on the new instances (NVIDIA's mig-manager stops every GPU client for the same reason).
     Terminating ones are on their way already."""
     out = []
-    for pod in pods:
-        meta = pod.get("metadata") or {}
+    for pod in objects(pods):
+        meta = as_object(pod.get("metadata"))
         if uses_gpu(pod) and _controller(meta).get("kind") == "DaemonSet" and not meta.get("deletionTimestamp"):
             out.append((str(meta.get("namespace") or ""), str(meta.get("name") or "")))
     return sorted(out)
@@ -153,10 +159,10 @@ def gpu_daemon_pods(pods: List[Mapping[str, Any]]) -> List[Tuple[str, str]]:
 def refused(pods: List[Mapping[str, Any]], rules: Rules) -> Dict[str, str]:
     """The pods the rules keep from being evicted (pod -> why): such a node is not drained."""
     out = {}
-    for pod in pods:
+    for pod in objects(pods):
         kind, why = verdict(pod, rules)
         if kind == REFUSE:
-            out[_name(pod)] = why
+            out[pod_name(pod)] = why
     return out
 
 
@@ -185,9 +191,9 @@ def evict_pass(kube: Any, node_name: str, rules: Rules = Rules(), now: Optional[
     The list comes from the API server's watch cache (cheap), which may lag: a pod bound a moment ago can be
     missing ("Any" resource version, API Concepts). When it shows no GPU pod left, the node is listed again
     with a consistent read before the pass says so: that verdict lets the GPUs be repartitioned."""
-    listed = kube.list_pods(node_name)
+    listed = objects(kube.list_pods(node_name))
     if all(verdict(pod, rules, now)[0] == LEAVE for pod in listed):
-        listed = kube.list_pods(node_name, consistent=True)
+        listed = objects(kube.list_pods(node_name, consistent=True))
     final: Dict[str, str] = {}
     evicted: List[str] = []
     budget: Dict[str, str] = {}
@@ -202,8 +208,8 @@ def evict_pass(kube: Any, node_name: str, rules: Rules = Rules(), now: Optional[
         remaining += 1
         if kind != EVICT:
             continue  # terminating: wait for it; refused: kept, named above
-        meta = pod.get("metadata") or {}
-        name = _name(pod)
+        meta = as_object(pod.get("metadata"))
+        name = pod_name(pod)
         try:
             kube.evict(str(meta.get("namespace")), str(meta.get("name")))
             evicted.append(name)

@@ -745,8 +745,7 @@ class DryRunRolloutExecutor:
         what_after = ""
         try:
             pods = kube.list_pods(d.node_name)
-            names = ["%s/%s" % (p["metadata"].get("namespace"), p["metadata"].get("name"))
-                     for p in dr.gpu_pods(pods, self.rules)]
+            names = [dr.pod_name(p) for p in dr.gpu_pods(pods, self.rules)]
             kept = dr.refused(pods, self.rules)
             evict = "evict %s" % (", ".join(names) if names else "no GPU pod")
             daemons = dr.gpu_daemon_pods(pods)

@@ -205,3 +205,33 @@ def test_gpu_daemonset_pods_are_restarted_after_the_apply_and_listed_by_a_dry_ru
     assert evicted_before_apply == [False]  # the drain left it; the apply's restart took it
     assert ("gpu-system", "dcgm-exporter-a") not in api.pods and ("kube-system", "device-plugin-a") in api.pods
     assert [e["involvedObject"]["name"] for e in cluster.events("MigRolloutRestartGpuDaemons")] == ["node-a"]
+
+
+def test_a_pod_of_another_shape_is_judged_alone_and_the_node_drained_or_deferred_by_the_others(cluster):
+    """A pod of the node whose ``ownerReferences`` was no list of objects, whose containers or volumes were no
+    list, or whose metadata was no object (a proxy or a mangled answer; the API server serves no such pod)
+    ended the drain's verdicts in an AttributeError or TypeError, and the rollout in an internal error. A part
+    of another shape reads as absent now (the reader rule, node_bootstrap/outside.py): a GPU pod whose owner
+    cannot be read declares no controller, and keeps the node untouched and named as such a pod does; a pod
+    whose containers cannot be read asks for no GPU."""
+    cluster.add_nodes(["node-a"])
+    api = cluster.api
+    api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet")
+    api.add_pod("team", "bare", "node-a", gpus=1, owner_kind="ReplicaSet")
+    api.add_pod("team", "web", "node-a", owner_kind="ReplicaSet")
+    with api.lock:
+        api.pods[("team", "bare")]["metadata"]["ownerReferences"] = "bare-owner"
+        api.pods[("team", "bare")]["spec"]["volumes"] = "scratch"
+        api.pods[("team", "web")]["spec"]["containers"] = "web"
+        api.pods[("team", "web")]["metadata"]["annotations"] = 7
+    dry = cluster.run(inventory=ONE, dry_run=True)
+    assert dry.nodes and dry.nodes[0]["outcome"] == "deferred", (dry.outcome, dry.reason)
+    assert "pod team/bare declares no controller" in dry.nodes[0]["reason"]
+    result = cluster.run(inventory=ONE)
+    node = result.nodes[0]
+    assert node["outcome"] == "deferred" and "pod team/bare declares no controller" in node["reason"]
+    assert "team/web" not in node["reason"] and not cluster.unschedulable("node-a")
+    assert not [r for r in api.requests if r.path.endswith("/eviction")]
+    forced = cluster.run(inventory=ONE, ACK_MIG_DRAIN_FORCE="true")
+    assert forced.nodes[0]["outcome"] == "partitioned", forced.nodes[0]
+    assert set(api.pods) == {("team", "web")}
