@@ -30,8 +30,9 @@ GUIDE_PASSTHROUGH = ("%s is a GPU passthrough instance type: ACK's MIG guide say
 
 # ecs.<family>.<size>, where the family may carry a -cNgM suffix (ecs.gn7-c12g1.3xlarge, ecs.vgn7i-vws-m4.xlarge).
 _TYPE = re.compile(r"^ecs\.([a-z0-9]+)(?:-[a-z0-9]+)*\.[a-z0-9]+$")
-# NVIDIA GPU families: optional ebm/scc, optional v/s (vGPU), gn, generation digits, feature letters.
-_NVIDIA = re.compile(r"^(ebm|scc)?([vs])?gn(\d+)([a-z]*)$")
+# NVIDIA GPU families: optional ebm/scc, optional v/s (vGPU), gn, generation digits, feature letters. The
+# generation is at most four digits: ``int`` of 5,000 raises ValueError (Python's limit), out of the decision.
+_NVIDIA = re.compile(r"^(ebm|scc)?([vs])?gn([0-9]{1,4})([a-z]*)\Z")
 
 
 class Capability(NamedTuple):

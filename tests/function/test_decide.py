@@ -49,6 +49,18 @@ def test_not_a_gpu_and_not_an_instance_type():
     assert capability("banana").gpu is False and "not an ECS instance type" in capability("banana").reason
 
 
+def test_a_generation_of_5000_digits_is_no_nvidia_family():
+    """The family pattern read a generation of any length with ``int``: 5,000 digits raised ValueError
+    (Python's limit on ``int`` of a string) out of the decision, the event ending in an internal error for every
+    node of the pool (``plan --instance-type`` too). A generation is one to four digits; a longer one is no
+    NVIDIA family, and the node is skipped saying so."""
+    itype = "ecs.ebmgn%s.48xlarge" % ("9" * 5000)
+    cap = capability(itype)
+    assert cap.gpu is False and "is not an NVIDIA GPU instance type" in cap.reason
+    d = decide_instance("i-abc", node(itype), pool({SEQUENCE_LABEL: "3g.40gb-3g.40gb"}))
+    assert d.action == "skip" and "is not an NVIDIA GPU instance type" in d.reason
+
+
 def test_passthrough_reason_is_the_guides():
     reason = capability("ecs.gn7-c13g1.13xlarge").reason
     assert "passthrough" in reason and "ecs.ebmgn7" in reason
