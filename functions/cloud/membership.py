@@ -24,7 +24,7 @@ one without a group, never counts, whatever the request asked for.
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Set
 
-from node_bootstrap.outside import OutsideDataError, whole
+from node_bootstrap.outside import OutsideDataError, digits, whole
 
 from functions.base.errors import BadInventory, ConfigurationError, RetryLater
 
@@ -94,9 +94,10 @@ def _items(body: Mapping[str, Any], outer: str, inner: str) -> List[Mapping[str,
 
 def _total(body: Mapping[str, Any]) -> Optional[int]:
     value = body.get("TotalCount")
-    try:  # the reader rule (node_bootstrap/outside.py): a count, as a number or its text, within int64
-        return whole(int(value) if isinstance(value, str) and value.isdigit() and len(value) < 19 else value,
-                     "TotalCount", 0, 2 ** 62)
+    try:  # the reader rule (node_bootstrap/outside.py): a count, as a number or its text in ASCII digits
+        # (str.isdigit admits "\u00b2", which int refuses, and other scripts' digits, which it reads)
+        counted = digits(value) if isinstance(value, str) else value
+        return whole(value if counted is None else counted, "TotalCount", 0, 2 ** 62)
     except OutsideDataError:
         return None
 

@@ -58,6 +58,21 @@ def test_members_follow_the_pages(ess, monkeypatch):
     assert [p["PageNumber"] for p in requests(ess, "DescribeScalingInstances")] == ["1", "2", "3"]
 
 
+
+@pytest.mark.contract_exempt("answers TotalCount as text on purpose")
+@pytest.mark.parametrize("total", ["\u00b2", "\u0663", " 3"])
+def test_a_total_count_of_other_scripts_digits_does_not_end_the_pages(ess, monkeypatch, total):
+    """``TotalCount`` was read as a count when ``str.isdigit`` said so: a superscript (``\u00b2``) raised
+    ValueError out of the membership check (``int`` refuses it), the event ending in an internal error for every
+    instance, and another script's digit (``\u0663``, 3) read as a number that ended the paging early. Only
+    ASCII digits are a count now (the reader rule's ``digits``); anything else reads as no total, and the pages
+    are followed until one comes short."""
+    monkeypatch.setattr(membership_mod, "PAGE_SIZE", 3)
+    ess.mangle_next("DescribeScalingInstances", lambda answer: answer.update(TotalCount=total), times=10)
+    asked = ["i-member%03d" % n for n in range(8)]
+    assert EssMembership(client(ess)).scaling_members(GROUP, asked) == set(asked)
+    assert [p["PageNumber"] for p in requests(ess, "DescribeScalingInstances")] == ["1", "2", "3"]
+
 def test_the_lifecycle_hooks_group_comes_from_auto_scaling(ess):
     members = EssMembership(client(ess))
     assert members.lifecycle_hook_group(HOOK, GROUP) == GROUP
