@@ -6,6 +6,9 @@ workloads: bench/demand_hostile.py."""
 
 import json
 
+import pytest
+
+from functions.decision.layout.matching import Place
 from functions.kube.client import KubeApi
 from functions.kube.demand import PENDING_PAGE, pending_pods
 from node_bootstrap.kube import load_kubeconfig
@@ -220,3 +223,31 @@ def test_a_pod_whose_parts_have_the_wrong_type_is_that_pods_reason_and_the_list_
         assert reduced["metadata"]["name"] == "p" and "annotations" not in reduced["metadata"]
         assert all(isinstance(c, dict) for c in reduced["spec"]["containers"] + reduced["status"]["conditions"])
     assert slim({"metadata": "x", "spec": [], "status": 5})["spec"] == {"containers": [], "initContainers": []}
+
+
+@pytest.mark.parametrize("required, named", [
+    ("x", "required node affinity is not a map"), (7, "required node affinity is not a map"),
+    (["x"], "required node affinity is not a map"),
+    ({"nodeSelectorTerms": "x"}, "nodeSelectorTerms is not a list"),
+    ({"nodeSelectorTerms": {"matchExpressions": []}}, "nodeSelectorTerms is not a list"),
+])
+def test_required_affinity_of_another_type_is_that_pods_reason_and_the_list_goes_on(required, named):
+    """``requiredDuringSchedulingIgnoredDuringExecution`` that was no map raised AttributeError out of
+    ``waiting_pod``, the reduction of the paged list of Pending pods, so one such pod ended the tick of every
+    auto pool and every pod event; ``nodeSelectorTerms`` that was no list was reported as "more than 64
+    terms". Each is that pod's reason now, naming the part, and the other pods are counted."""
+    from functions.decision.layout.matching import split_pending, waiting_pod, why_not
+
+    def waiting_pod_doc(name, affinity=None):
+        spec = {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}
+        if affinity is not None:
+            spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": affinity}}
+        return {"metadata": {"name": name, "namespace": "n"}, "spec": spec,
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                               "reason": "Unschedulable"}]}}
+
+    odd, fine = waiting_pod(waiting_pod_doc("odd", required)), waiting_pod(waiting_pod_doc("fine"))
+    assert odd["beyond"] == "larger than the hook reads: " + named
+    assert why_not(waiting_pod_doc("odd", required), {}, []) == "larger than the hook reads: " + named
+    counted, unmatched = split_pending([odd, fine], {"np": [Place({}, [])]})
+    assert [d.key for d in counted["np"]] == ["n/fine"] and unmatched == [("n/odd", odd["beyond"])]

@@ -239,8 +239,12 @@ class _Rules:
         required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
         rules, values = len(self.selector), 0
         if required is not None:
-            terms = required.get("nodeSelectorTerms") or [] if isinstance(required, Mapping) else []
-            if not isinstance(terms, list) or len(terms) > MAX_TERMS:
+            if not isinstance(required, Mapping):  # read as no terms, _terms_back raised AttributeError
+                raise _Beyond("required node affinity is not a map")
+            terms = required.get("nodeSelectorTerms") or []
+            if not isinstance(terms, list):
+                raise _Beyond("nodeSelectorTerms is not a list")
+            if len(terms) > MAX_TERMS:
                 raise _Beyond("node affinity has more than %d terms" % MAX_TERMS)
             compiled = []
             for term in terms:
