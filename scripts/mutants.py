@@ -351,7 +351,7 @@ MUTANTS = (
            "every later call of status or doctor waits out a silent API server again (78 s; issue 36 item 7)"),
     # every cap on the way (the quantity, a pod's sum, the profile's total): each alone is caught by the next
     Mutant("pod-count-unbounded", "functions/decision/layout/matching.py", (
-        ("    return min(int(digits) * scale, MAX_COUNT)", "    return int(digits) * scale"),
+        ("    return min(numerator // denominator, MAX_COUNT)", "    return numerator // denominator"),
         ("            into[name] = min(into.get(name, 0) + n, MAX_COUNT)",
          "            into[name] = into.get(name, 0) + n"),
         ("        total[profile] = min(total.get(profile, 0) + n, MAX_COUNT)",

@@ -6,8 +6,8 @@ functions/decision/layout/matching.py.
 
 import pytest
 
-from functions.decision.layout.matching import (Place, demand_of, is_unschedulable, owner_of, pod_asks,
-                                                profile_of_resource, split_pending, why_not)
+from functions.decision.layout.matching import (MAX_COUNT, Place, ask_problem, demand_of, is_unschedulable,
+                                                owner_of, pod_asks, profile_of_resource, split_pending, why_not)
 from functions.kube.supply import node_supply
 
 POOL = {"alibabacloud.com/nodepool-id": "np-auto", "gpu": "a100", "zone": "b"}
@@ -44,6 +44,33 @@ def test_resource_names_map_back_to_catalogue_profiles():
     assert profile_of_resource("nvidia.com/gpu") == "gpu"
     assert profile_of_resource("cpu") is None
 
+
+
+@pytest.mark.parametrize("value, count", [
+    # whole quantities in every form k8s.io/apimachinery's ParseQuantity reads (quantity.go: a signed number
+    # with an optional fraction, then a decimal SI, binary SI or "e" exponent suffix), as a hand-written
+    # snapshot may hold them (the API server writes the canonical form: "1", "1k", "1e3", "1Ki")
+    ("2", 2), (2, 2), (2.0, 2), ("+2", 2), ("02", 2), ("1.0", 1), ("1.", 1), ("1000m", 1), ("2000m", 2),
+    ("10e-1", 1), ("0.01k", 10), ("1E1", 10), ("1e3", MAX_COUNT), (".5k", MAX_COUNT), ("1Ki", MAX_COUNT),
+    ("1e99", MAX_COUNT), ("1e100", MAX_COUNT), ("1E", MAX_COUNT), ("-0", 0), ("0e400", 0),
+    # not whole, or no quantity: the pod is not counted, with its reason
+    ("1.5", None), ("0.5", None), ("1500m", None), ("1e-1", None), ("1e-400", None), ("-1", None), ("-1k", None),
+    ("1.5Ki", MAX_COUNT), ("0.5Ki", MAX_COUNT),  # 1536 and 512: whole
+    ("\u0661", None), ("1_0", None), (" 1", None), ("1 ", None), ("0x1", None), ("1e1.5", None), ("", None),
+    (".", None), ("1m", None), ("1.5", None), (True, None), (1.5, None), ("NaN", None), ("1kk", None),
+    ("1" + "0" * 60, None),
+])
+def test_a_count_is_read_as_kubernetes_reads_a_quantity(value, count):
+    """The count reader took digits with one suffix only: "1000m", "1.0", "10e-1" and the number 2.0, all
+    whole quantities to Kubernetes (ValidatePodSpec takes an extended resource whose MilliValue is a multiple
+    of 1000), were a pod's refusal ("a pod may ask for a whole quantity"), and "1e100" too, where "1e99" was
+    read as more than any node holds."""
+    limits = {"nvidia.com/mig-1g.10gb": value}
+    p = pod(limits=limits)
+    if count is None:
+        assert pod_asks(p) == {} and "may ask for a whole quantity" in ask_problem(p)
+    else:
+        assert pod_asks(p) == ({"1g.10gb": count} if count else {}) and ask_problem(p) == ""
 
 def test_asks_sum_containers_and_take_the_larger_init_container():
     p = pod(limits={"nvidia.com/mig-2g.20gb": "1", "cpu": "2"}, init={"nvidia.com/mig-2g.20gb": "3"})

@@ -221,7 +221,7 @@ def test_a_pod_asking_for_10_to_the_29_instances_is_not_counted_with_the_reason(
     assert "asks over %dx 1g.10gb, more than a node of the pool holds" % (MAX_COUNT - 1) in refused[key], refused
 
 
-@pytest.mark.parametrize("value", ["1.5", "-1", " 2", "\u0662", True, 2.0, None, "1" * 60])
+@pytest.mark.parametrize("value", ["1.5", "-1", " 2", "\u0662", True, 1.5, None, "1" * 60, "1500m"])
 def test_a_count_that_is_no_whole_quantity_is_the_pods_refusal(value):
     _, pod = _auto_with_ask(value)
     pod["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
@@ -236,7 +236,7 @@ def test_a_count_that_is_no_whole_quantity_is_the_pods_refusal(value):
 
 
 @pytest.mark.parametrize("value,count", [("2", 2), (3, 3), ("1k", MAX_COUNT), (10 ** 29, MAX_COUNT),
-                                         (str(MAX_COUNT), MAX_COUNT), ("0", None)])
+                                         (str(MAX_COUNT), MAX_COUNT), ("0", None), (2.0, 2), ("1000m", 1)])
 def test_a_whole_quantity_is_counted_capped(value, count):
     _, pod = _auto_with_ask(value)
     assert ask_problem(pod) == "" and pod_asks(pod) == ({"1g.10gb": count} if count else {})

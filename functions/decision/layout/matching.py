@@ -67,26 +67,55 @@ MAX_TOLERATIONS = 64
 MAX_TEXT = 1024  # characters of one key or value (a label key is at most 317, a label value 63)
 MAX_CONTAINERS = 256  # containers and init containers, in all, whose requests are read
 
-# A quantity's suffixes (k8s.io/apimachinery/pkg/api/resource/quantity.go): decimal SI and binary.
-_SUFFIX = {"": 1, "k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12, "P": 10 ** 15, "E": 10 ** 18,
-           "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50, "Ei": 2 ** 60}
-_QUANTITY = re.compile(r"\+?([0-9]{1,40})(?:(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)|[eE]\+?([0-9]{1,2}))?\Z")
+# A quantity as k8s.io/apimachinery/pkg/api/resource/quantity.go reads one: a signed number (digits, with an
+# optional fraction: "1", "1.5", "1.", ".5"), then a decimal SI suffix (m for milli, k ... E), a binary SI
+# suffix (Ki ... Ei) or a decimal exponent ("e3", "E-1"). Whole or not is decided on the exact value, as
+# ValidatePodSpec decides it for an extended resource (MilliValue a multiple of 1000): "1000m", "1.0" and
+# "10e-1" are 1, "1.5" and "1500m" are no whole quantity. The API server writes the canonical form ("1",
+# "1k", "1e3", "1Ki"); a hand-written snapshot may hold any of them.
+_SUFFIX = {"": (10, 0), "m": (10, -3), "k": (10, 3), "M": (10, 6), "G": (10, 9), "T": (10, 12), "P": (10, 15),
+           "E": (10, 18), "Ki": (2, 10), "Mi": (2, 20), "Gi": (2, 30), "Ti": (2, 40), "Pi": (2, 50), "Ei": (2, 60)}
+_QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)|[eE]([+-]?[0-9]{1,6}))?\Z")
+MAX_QUANTITY_TEXT = 48  # longer text is no count of ours: the work stays bounded whatever a pod says
 
 
 def _count(value: Any) -> Optional[int]:
     """An extended resource's quantity as a whole number, capped at MAX_COUNT (a larger one is no more
-    servable, and ``[pod] * count`` never sees it): ``"2"``, ``2``, ``"1k"`` (1000), ``"1e3"``, a 30-digit
-    ``"1000..."``. The API server admits only whole quantities for extended resources (``ValidatePodSpec``:
-    "must be an integer"); None for anything else (a fraction, a negative number, a bool, not a quantity):
-    that pod's ask cannot be counted (:func:`ask_problem`)."""
-    if isinstance(value, bool) or not isinstance(value, (str, int)):
+    servable, and ``[pod] * count`` never sees it): ``"2"``, ``2``, ``2.0``, ``"1k"`` (1000), ``"1e3"``,
+    ``"1000m"`` (1), a 30-digit ``"1000..."``. The API server admits only whole quantities for extended resources
+    (``ValidatePodSpec``: "must be an integer"); None for anything else (a fraction, a negative number, a bool,
+    not a quantity, more than MAX_QUANTITY_TEXT characters): that pod's ask cannot be counted
+    (:func:`ask_problem`)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return None
-    match = _QUANTITY.match(str(value)) if len(str(value)) <= 48 else None
+    if isinstance(value, int):  # (str of an int of 5,000 digits raises ValueError)
+        return min(value, MAX_COUNT) if value >= 0 else None
+    text = value if isinstance(value, str) else repr(value)
+    match = _QUANTITY.match(text) if len(text) <= MAX_QUANTITY_TEXT else None
     if match is None:
         return None
-    digits, suffix, exponent = match.groups()
-    scale = 10 ** int(exponent) if exponent is not None else _SUFFIX[suffix or ""]
-    return min(int(digits) * scale, MAX_COUNT)
+    sign, whole_part, fraction, suffix, exponent = match.groups()
+    fraction = fraction or ""
+    if not whole_part and not fraction:
+        return None  # no digit at all (".", "+", "e3")
+    mantissa = int(whole_part + fraction or "0")  # the value is mantissa * 10**-len(fraction) * scale
+    if mantissa == 0:
+        return 0
+    if sign == "-":
+        return None
+    base, power = (10, int(exponent)) if exponent is not None else _SUFFIX[suffix or ""]
+    numerator, denominator = mantissa, 10 ** len(fraction)
+    if power >= 0:
+        if base == 10 and power > 60:  # 10**61 and more: far past any count, whatever the fraction
+            return MAX_COUNT
+        numerator *= base ** power
+    elif power < -60:
+        return None  # below 10**-60: a fraction of at most 48 digits is never whole there
+    else:
+        denominator *= base ** -power
+    if numerator % denominator:
+        return None
+    return min(numerator // denominator, MAX_COUNT)
 
 
 def _resource_asks(container: Any, bad: Optional[List[str]] = None) -> Dict[str, int]:
