@@ -171,9 +171,14 @@ def snapshot_kube_nodes(data: Any, where: str = "inventory") -> Optional[Dict[st
             raise BadInventory("%s: kube_nodes[%r] must be an object %s" % (where, name[:60], form))
         for key in ("labels", "annotations", "allocatable"):
             value = entry.get(key, {})
-            if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, (str, int))
-                                                      for k, v in value.items()):
-                raise BadInventory("%s: kube_nodes[%r].%s must map text to text" % (where, name[:60], key))
+            # labels and annotations are text, as the API serves them (a number there passed and then read as
+            # absent: a node with no GPU count or state, nothing said); a count may be a whole number
+            counts = key == "allocatable"
+            if not isinstance(value, dict) or not all(
+                    isinstance(k, str) and (isinstance(v, str) or counts and type(v) is int and v >= 0)
+                    for k, v in value.items()):
+                raise BadInventory("%s: kube_nodes[%r].%s must map text to %s"
+                                   % (where, name[:60], key, "text or a whole number" if counts else "text"))
         if not isinstance(entry.get("unschedulable", False), bool):
             raise BadInventory("%s: kube_nodes[%r].unschedulable must be true or false" % (where, name[:60]))
     return data

@@ -305,3 +305,20 @@ def test_status_nodes_show_what_each_gpu_holds(tmp_path, capsys):
     (pool,) = json.loads(capsys.readouterr().out)["pools"]
     by_node = {n["node"]: n["gpus"] for n in pool["node_list"]}
     assert by_node["node-a"] == {"0": "3g.20gb@0 1g.5gb@4", "1": "2g.10gb@0"} and by_node["node-b"] is None
+
+
+@pytest.mark.parametrize("key, value", [("labels", 8), ("annotations", 7), ("labels", True), ("allocatable", True),
+                                        ("allocatable", 1.5), ("allocatable", -1)])
+def test_a_snapshot_label_that_is_no_text_is_one_line_not_read_as_absent(tmp_path, capsys, key, value):
+    """kube_nodes was checked to "map text to text" but took any integer (a bool too): a label written as a
+    number (``"aliyun.accelerator/nvidia_count": 8``) passed the check and then read as absent, so the node
+    was read with no GPU count, no state or no layout, with nothing said about the file. Labels and
+    annotations are text; an allocatable count is text or a whole number that is no bool."""
+    nodes = kube_nodes()
+    nodes["node-b"][key] = dict(nodes["node-b"].get(key) or {}, **{"aliyun.accelerator/nvidia_count": value})
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(snapshot(kube_nodes=nodes, names=["node-a", "node-b", "node-c"])))
+    assert main(["status", "--inventory", str(path)]) == 2
+    assert error_text(capsys.readouterr().err) == (
+        "ack-mig-hook: error: %s: kube_nodes['node-b'].%s must map text to %s" % (
+            path, key, "text or a whole number" if key == "allocatable" else "text"))
