@@ -67,7 +67,7 @@ def _unique(nodes: List[Node]) -> List[Node]:
     return list(out.values())
 
 
-def _body(response: Any, call: str) -> Dict[str, Any]:
+def answer_body(response: Any, call: str) -> Dict[str, Any]:
     """The answer's body as a map of the API's own (snake_case) fields. The SDK reads a body into its model
     through darabonba's ``DaraCore.from_map`` (darabonba/core.py), which swallows any error there: one item of another shape (a
     node that is a string, a label list that is an object) left the whole body None, and every node or pool
@@ -173,7 +173,7 @@ class CsLookup:
     def nodepools(self, cluster_id: str) -> List[NodePool]:
         response = self._call("DescribeClusterNodePools", lambda: self._client.describe_cluster_node_pools_with_options(
             cluster_id, cs_models.DescribeClusterNodePoolsRequest(), {}, self._runtime))
-        return _parsed(nodepool_from_api, _listed(_body(response, "DescribeClusterNodePools"), "nodepools",
+        return _parsed(nodepool_from_api, _listed(answer_body(response, "DescribeClusterNodePools"), "nodepools",
                                                   "DescribeClusterNodePools"), "node pool")
 
     def nodes(self, cluster_id: str, nodepool_id: Optional[str] = None,
@@ -199,7 +199,7 @@ class CsLookup:
                                                                 page_number=str(page), page_size=str(PAGE_SIZE))
                 response = self._call("DescribeClusterNodes", lambda: self._client.describe_cluster_nodes_with_options(
                     cluster_id, request, {}, self._runtime))
-                body = _body(response, "DescribeClusterNodes")
+                body = answer_body(response, "DescribeClusterNodes")
                 items = [item for item in _listed(body, "nodes", "DescribeClusterNodes") if item]
                 out.extend(_parsed(node_from_api, items, "node"))
                 page_info = body.get("page")
@@ -224,7 +224,7 @@ class CsLookup:
         response = self._call("DescribeClusterUserKubeconfig",
                               lambda: self._client.describe_cluster_user_kubeconfig_with_options(
                                   cluster_id, request, {}, self._runtime))
-        config = _body(response, "DescribeClusterUserKubeconfig").get("config")
+        config = answer_body(response, "DescribeClusterUserKubeconfig").get("config")
         if not isinstance(config, str) or not config.strip():
             raise Refused("DescribeClusterUserKubeconfig answered %s as its config; expected the kubeconfig's "
                           "text" % _kind(config), "DescribeClusterUserKubeconfig", "", "UnreadableAnswer")
@@ -246,7 +246,7 @@ class CsLookup:
         the function makes anyway: no other grant). ConfigurationError when the cluster has no such pool."""
         response = self._call("DescribeClusterNodePools", lambda: self._client.describe_cluster_node_pools_with_options(
             cluster_id, cs_models.DescribeClusterNodePoolsRequest(), {}, self._runtime))
-        body = _body(response, "DescribeClusterNodePools")
+        body = answer_body(response, "DescribeClusterNodePools")
         for pool in _listed(body, "nodepools", "DescribeClusterNodePools"):
             info = as_object(as_object(pool).get("nodepool_info"))
             if info.get("nodepool_id") != nodepool_id:
