@@ -309,7 +309,7 @@ MUTANTS = (
            ("tests/rollout/test_drain.py",),
            "a pod without a controller is evicted (gone for good) without kubectl drain's --force"),
     mutant("drain-verdict-from-the-watch-cache", "functions/rollout/drain.py",
-           "        listed = kube.list_pods(node_name, consistent=True)",
+           "        listed = objects(kube.list_pods(node_name, consistent=True))",
            "        pass",
            ("tests/rollout/test_drain.py",),
            "a node counts as drained on a lagging watch cache's list: a pod bound a moment ago keeps running on "
