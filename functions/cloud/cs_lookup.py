@@ -69,11 +69,12 @@ def _unique(nodes: List[Node]) -> List[Node]:
 
 def answer_body(response: Any, call: str) -> Dict[str, Any]:
     """The answer's body as a map of the API's own (snake_case) fields. The SDK reads a body into its model
-    through darabonba's ``DaraCore.from_map`` (darabonba/core.py), which swallows any error there: one item of another shape (a
-    node that is a string, a label list that is an object) left the whole body None, and every node or pool
-    of the answer read as none, with nothing said. The raw answer is kept in the response's ``_map`` then:
-    it is read here instead, so each item is read or left out on its own (:func:`_parsed`). A body that is no
-    JSON object is a Refused naming the call (no retry changes what the API answers)."""
+    through darabonba's ``DaraCore.from_map`` (darabonba/core.py), which swallows any error there: one item
+    of another shape (a node that is a string, a label list that is an object, a detail field that is text
+    where the model has an object) left the whole body None, and every node or pool of the answer read as
+    none, with nothing said. The raw answer is kept in the response's ``_map`` then: it is read here instead,
+    so each item is read or left out on its own (:func:`_parsed`). A body that is no JSON object is a Refused
+    naming the call (no retry changes what the API answers)."""
     if response.body is not None:
         return response.body.to_map() or {}
     raw = getattr(response, "_map", None)
