@@ -291,8 +291,9 @@ MUTANTS = (
            ("tests/rollout/test_pool_budget.py", "tests/rollout/test_interrupted.py"),
            "a run judged stopped on a clock ahead of the cluster's loses its live slot: the pool's budget is overrun"),
     mutant("slot-given-back-after-the-record", "functions/rollout/executor.py",
-           "        self._give_back(w)\n        try:\n            self._record(w, step, reason, uncordon=True)",
-           "        try:\n            self._record(w, step, reason, uncordon=True)",
+           "        self._give_back(w)\n        try:\n            try:\n"
+           "                self._record(w, step, reason, uncordon=True)",
+           "        try:\n            try:\n                self._record(w, step, reason, uncordon=True)",
            ("tests/rollout/test_interrupted.py",),
            "a run stopped between a node's final record and its slot's release leaves a slot no run gives back"),
     mutant("taken-over-slot-kept", "functions/rollout/executor.py",
@@ -400,11 +401,17 @@ MUTANTS = (
            "the next wave of the invocation puts the node that refused its claim first again: no node of the pool "
            "starts after it in that invocation"),
     mutant("refused-claim-told-as-stopped", "functions/pipeline/notify.py",
-           "and nodes[d.instance_id].get(\"code\") not in (TAINT_NOT_REMOVED, CLAIM_REFUSED)]",
-           "and nodes[d.instance_id].get(\"code\") != TAINT_NOT_REMOVED]",
+           "not in (TAINT_NOT_REMOVED, CLAIM_REFUSED, RECORD_REFUSED)]",
+           "not in (TAINT_NOT_REMOVED, RECORD_REFUSED)]",
            ("tests/rollout/test_claim_refused.py",),
            "a node whose claim was refused (nothing recorded, the pool goes on) is told as a stopped rollout at every "
            "run, with a hint to remove an annotation that is not there"),
+    mutant("record-refused-left-cordoned", "functions/rollout/executor.py",
+           "                reason, dropped = self._unrecorded(w, step, reason, exc)",
+           "                reason, dropped = \"%s; not recorded: %s\" % (reason, exc), False",
+           ("tests/rollout/test_record_refused.py",),
+           "a node whose end record no longer fits (its annotations at the size limit) stays cordoned under a "
+           "record in progress that no later run can take over or end"),
     mutant("relist-forgets-earlier-pools", "functions/pipeline/auto_pool.py",
            "            counted.update(earlier_pools_pods(earlier))\n        return pending, listed",
            "            pass\n        return pending, listed",

@@ -21,7 +21,8 @@ Kinds (``kind``), schema :data:`SCHEMA`:
   the pool's rollout waits until someone removes that node's record (unless the reason says the next run
   resumes it: the API server went away mid-wave). Such a ``failed`` node is also in ``node-failed``. A node
   whose claim the API server refused (code ``claim-refused``) recorded nothing and stopped nothing: the next
-  node took its place, so it is in ``node-failed`` only (each run that tries it again tells it again).
+  node took its place, so it is in ``node-failed`` only (each run that tries it again tells it again). A node
+  whose record was removed after the API server refused it (``record-refused``) stops nothing either.
 * ``rollout-finished``: per pool, in an event that reconciles whole pools (the timer, a node pool operation, a
   manual run without instance ids), this event changed at least one of the pool's nodes and none is left to
   do (nothing deferred, failed or waiting): the pool holds its layout.
@@ -33,7 +34,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from functions.delivery.outcome import TAINT_NOT_REMOVED
-from functions.rollout.executor import CLAIM_REFUSED
+from functions.rollout.executor import CLAIM_REFUSED, RECORD_REFUSED
 
 SCHEMA = "ack-mig-hook/notification/v1"
 MAX_NODES = 20  # nodes listed in one line (``count`` says how many there were)
@@ -98,7 +99,7 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
         # recorded nothing (the next node took its place): the rollout went on either way.
         stopped = [nodes[d.instance_id] for d in members if d.instance_id in waves
                    and nodes.get(d.instance_id, {}).get("outcome") in STOPPED
-                   and nodes[d.instance_id].get("code") not in (TAINT_NOT_REMOVED, CLAIM_REFUSED)]
+                   and nodes[d.instance_id].get("code") not in (TAINT_NOT_REMOVED, CLAIM_REFUSED, RECORD_REFUSED)]
         if stopped and pool_id:
             first = stopped[0]
             reason = str(first.get("reason") or "")

@@ -48,6 +48,9 @@ DESTROY_REQUIRED = rp.DESTROY_REQUIRED  # the node refused a destroy-nothing app
 # The code of a failed node whose claim the API server refused (NodeRefused): nothing recorded, so the pool's
 # rollout is not stopped by it (functions.pipeline.notify tells it as a failed node, not a stopped rollout).
 CLAIM_REFUSED = "claim-refused"
+# The code of a node whose record the API server refused after its claim (its annotations grew to the size limit
+# meanwhile, a webhook): the record was removed, so nothing stops the pool's rollout (``_unrecorded``).
+RECORD_REFUSED = "record-refused"
 POLL_S = 2.0
 CAS_ATTEMPTS = 5  # writes in a row that may meet a newer version of the node before the step gives up
 
@@ -304,26 +307,26 @@ class RolloutExecutor:
         w.rv = node.resource_version
         return node
 
-    def _patch(self, w: Any, progress: rp.Progress, spec: Optional[dict],
+    def _patch(self, w: Any, progress: Optional[rp.Progress], spec: Optional[dict],
                notes: Optional[Dict[str, Optional[str]]] = None) -> None:
         """One write of the record on the version last seen (409 propagates); ``notes``: other annotations
-        set (None removes) in the same write."""
+        set (None removes) in the same write. ``progress`` None removes the record."""
         patch: Dict[str, Any] = {"metadata": {"resourceVersion": w.rv, "annotations": dict(
-            notes or {}, **{rp.PROGRESS_ANNOTATION: progress.to_annotation()})}}
+            notes or {}, **{rp.PROGRESS_ANNOTATION: progress.to_annotation() if progress else None})}}
         if spec:
             patch["spec"] = spec
         answer = self._on_node(w, self.kube.patch_node, patch)  # one merge patch: the step and the cordon
         w.rv = str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "")
         w.progress = progress  # only once the API server has it
 
-    def _write(self, w: Any, progress: rp.Progress, spec: Optional[dict] = None,
+    def _write(self, w: Any, progress: Optional[rp.Progress], spec: Optional[dict] = None,
                notes: Optional[Dict[str, Optional[str]]] = None) -> None:
         for _ in range(CAS_ATTEMPTS):
             try:
                 return self._patch(w, progress, spec, notes)
             except KubeError as exc:
                 if exc.status != 409:
-                    raise
+                    raise _refusal(exc)  # NodeRefused: the node's own cause, which no retry changes
             current = self._read(w).progress  # a newer version: is the record still this run's?
             if current is None or current.owner != self.rollout.owner:
                 raise LeaseLost(w.decision.node_name, current)
@@ -352,7 +355,12 @@ class RolloutExecutor:
         # drained one by its record's step and its cordon; a change without drain has shown its capacity already.
         self._give_back(w)
         try:
-            self._record(w, step, reason, uncordon=True)
+            try:
+                self._record(w, step, reason, uncordon=True)
+            except NodeRefused as exc:
+                reason, dropped = self._unrecorded(w, step, reason, exc)
+                if dropped:
+                    base = dict(base or {}, code=RECORD_REFUSED)
         except LeaseLost as lost:
             return self._leave(w, lost)
         except NodeGone:
@@ -366,6 +374,39 @@ class RolloutExecutor:
         else:
             event(self.kube, name, "MigRolloutDone", reason)
         self._end(w, outcome, reason, base)
+
+    def _unrecorded(self, w: Any, step: str, reason: str, exc: KubeError) -> tuple:
+        """The end of a node whose record the API server refuses for a cause of the node's own (another party
+        filled its annotations to the 262,144-byte limit meanwhile, a webhook): (the reason, saying what was done,
+        whether the record was removed). Left so, the node stayed cordoned under a record in progress whose
+        takeover every later run was refused in turn. First the end without its reason (no longer than the
+        record in progress: a size limit lets it through, and a stop still stops the pool); else the record
+        removed, which only shrinks the annotations, with the cordon and the opt-out this run set (the next run
+        plans the node afresh: a node in its layout is skipped, one still to do is refused at its claim,
+        ``claim-refused``, and the pool goes on); else the node is left as it is, said so."""
+        told = " ".join(str(exc).split())[:300]
+        try:
+            self._record(w, step, "", uncordon=True)
+            return "%s; its record keeps no reason, the API server refused it with one: %s" % (reason, told), False
+        except NodeRefused:
+            pass
+        p = w.progress
+        notes = {rp.SCALE_DOWN_DISABLED: None} if p is not None and p.autoscaler else None
+        try:
+            self._write(w, None, {"unschedulable": None} if p is not None and p.cordoned else None, notes)
+        except KubeError as again:
+            return ("%s; the API server refused the node's record (%s) and its removal (%s): the node is left as it "
+                    "is%s; free its annotations, then run `kubectl uncordon %s` and remove its annotation %s"
+                    % (reason, told, " ".join(str(again).split())[:200], ", cordoned" if p and p.cordoned else "",
+                       w.decision.node_name, rp.PROGRESS_ANNOTATION)), False
+        return ("%s; the API server refused the node's record (%s): the record was removed%s, and the next run plans "
+                "the node afresh" % (reason, told, " and the node uncordoned" if p and p.cordoned else "")), True
+
+    def _refused(self, w: Any, exc: KubeError) -> None:
+        """A write of the record refused (NodeRefused) before the node's end: it ends failed here (``_finish``
+        lifts the cordon), and the wave's other nodes go on."""
+        self._finish(w, FAILED, rp.FAILED, "the API server refused the node's record at step %s: %s"
+                     % (w.progress.step if w.progress else "-", " ".join(str(exc).split())[:300]))
 
     # ---- the claim ----
 
@@ -587,6 +628,9 @@ class RolloutExecutor:
                 except NodeGone:
                     self._gone(w)
                     continue
+                except NodeRefused as exc:
+                    self._refused(w, exc)
+                    continue
                 still.append(w)
             pending = still
             if pending:
@@ -603,6 +647,8 @@ class RolloutExecutor:
                 self._leave(w, lost)
             except NodeGone:
                 self._gone(w)
+            except NodeRefused as exc:
+                self._refused(w, exc)
         if not ready:
             return
         for w in ready:  # before the instances are destroyed: who holds them (drained nodes only)
@@ -630,6 +676,8 @@ class RolloutExecutor:
                 self._leave(w, lost)
             except NodeGone:
                 self._gone(w)
+            except NodeRefused as exc:
+                self._refused(w, exc)
 
     def _daemon_pods(self, w: Any) -> List[Any]:
         try:

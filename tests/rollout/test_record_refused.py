@@ -1,0 +1,176 @@
+"""A node this hook cordoned whose record can no longer be written: another party fills its annotations to
+the API server's 262,144-byte limit while the node is in its wave (an agent's inventory that grows), so the
+write that ends the record and lifts the cordon is a 422 ``metadata.annotations: Too long``.
+
+That write used to be logged and forgotten: the node stayed cordoned under a record in progress, the next run's
+takeover of it was refused in turn (``claim-refused``), and nothing ever uncordoned it. Now the node ends in a
+state a person sees (its record without the reason, or no record, and its cordon lifted either way), with the
+reason in its result and Event; the wave's other nodes are not failed by it.
+
+Through ``run_event`` against the test Kubernetes API server (tests/support/kubeapi.py enforces the limit as
+apimachinery's ValidateAnnotations does), with the played nodes of tests/rollout/conftest.py."""
+
+import json
+
+import pytest
+
+from functions.decision.waves import PROGRESS_ANNOTATION
+from tests.rollout.conftest import NAMES, NEW, OLD, capacity, node_labels
+from tests.support.kubeapi import ANNOTATIONS_LIMIT
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(600)]
+
+BIG = "example.com/inventory"
+
+
+def outcomes(result):
+    return {n["node_name"]: n["outcome"] for n in result.nodes}
+
+
+def reasons(result):
+    return {n["node_name"]: n["reason"] for n in result.nodes}
+
+
+def used(node):
+    return sum(len(k.encode()) + len(str(v).encode()) for k, v in node["metadata"].get("annotations", {}).items())
+
+
+def fill(api, name, spare=0):
+    """Another party's annotation grown until the node's annotations are ``spare`` bytes under the limit."""
+    def change(node):
+        notes = node["metadata"].setdefault("annotations", {})
+        notes[BIG] = ""
+        notes[BIG] = "x" * (ANNOTATIONS_LIMIT - spare - used(node))
+    api.update_node(name, change)
+
+
+class FillsWhenApplied:
+    """The transport, with ``name``'s annotations filled as its apply runs (the node is cordoned, its record
+    at step applying)."""
+
+    def __init__(self, played, name, spare):
+        self.played, self.name, self.spare, self.seen = played, name, spare, played.seen
+        self.requests = played.requests
+
+    def run(self, targets):
+        if any(t.node_name == self.name for t in targets):
+            fill(self.played.api, self.name, self.spare)
+        return self.played.run(targets)
+
+    def __getattr__(self, attr):
+        return getattr(self.played, attr)
+
+
+OPT_OUT = "cluster-autoscaler.kubernetes.io/scale-down-disabled"
+
+
+def test_a_node_whose_end_record_is_refused_is_uncordoned_and_the_others_go_on(cluster):
+    """node-a carries a person's scale-down opt-out (so the end removes nothing of ours) and fills as it applies:
+    its end record, with the reason, no longer fits. It ends recorded done without the reason, uncordoned."""
+    for n in NAMES:
+        cluster.api.add_node(n, labels=node_labels(OLD), capacity=capacity(OLD),
+                             annotations={OPT_OUT: "true"} if n == "node-a" else None)
+    cluster.transport = FillsWhenApplied(cluster.transport, "node-a", 0)
+    result = cluster.run(ACK_MIG_INVOCATION_TIMEOUT_S="86400")
+    why = reasons(result)["node-a"]
+    assert outcomes(result) == {"node-a": "partitioned", "node-b": "partitioned", "node-c": "partitioned"}, why
+    assert "its record keeps no reason" in why and "Too long" in why and "\n" not in why, why
+    assert not any(cluster.unschedulable(n) for n in NAMES), why
+    assert cluster.annotation("node-a")["step"] == "done" and cluster.annotation("node-a")["reason"] == ""
+    assert cluster.api.nodes["node-a"]["metadata"]["annotations"][OPT_OUT] == "true"  # the person's, kept
+    assert any(e["involvedObject"]["name"] == "node-a" and "Too long" in e["message"] for e in cluster.events())
+    cluster.now[0] += 7200
+    again = cluster.run()
+    assert outcomes(again)["node-a"] == "skipped", reasons(again)
+    assert not cluster.unschedulable("node-a")
+
+
+def test_a_stop_that_no_longer_fits_removes_the_record_and_lifts_the_cordon(cluster):
+    """node-a's drain waits on a PodDisruptionBudget and its annotations fill meanwhile: the drain-timeout record
+    is longer than the record in progress even without its reason. The record is removed and the cordon lifted
+    (a write that only shrinks); node-a ends drain-timeout, code record-refused, which stops nothing: the pool's
+    other nodes go on."""
+    from functions.rollout.executor import RECORD_REFUSED
+
+    for n in NAMES:
+        cluster.api.add_node(n, labels=node_labels(OLD), capacity=capacity(OLD),
+                             annotations={OPT_OUT: "true"} if n == "node-a" else None)
+    cluster.api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet", labels={"app": "train"})
+    cluster.api.add_pdb("team", "train", {"app": "train"}, max_unavailable=0)
+    cluster.on_sleep = lambda count: fill(cluster.api, "node-a") if count == 1 else None
+    result = cluster.run(ACK_MIG_DRAIN_TIMEOUT_S="10")
+    node = {n["node_name"]: n for n in result.nodes}["node-a"]
+    assert node["outcome"] == "drain-timeout" and node.get("code") == RECORD_REFUSED, node
+    assert "the record was removed and the node uncordoned" in node["reason"] and "Too long" in node["reason"]
+    assert cluster.annotation("node-a") is None and not cluster.unschedulable("node-a")
+    assert cluster.api.nodes["node-a"]["metadata"]["annotations"][OPT_OUT] == "true"
+    assert ("team", "train") in cluster.api.pods and "node-a" not in cluster.transport.seen
+    assert not any("node-a" in str(lease.get("spec")) for lease in cluster.api.leases.values())
+    cluster.on_sleep = None
+    cluster.now[0] += 7200
+    again = cluster.run(ACK_MIG_INVOCATION_TIMEOUT_S="86400")  # node-a refuses its claim now; the others go on
+    assert outcomes(again) == {"node-a": "failed", "node-b": "partitioned", "node-c": "partitioned"}, reasons(again)
+    assert {n["node_name"]: n for n in again.nodes}["node-a"]["code"] == "claim-refused"
+
+
+def fills_after(cluster, name, writes):
+    """The rollout's client, with ``name``'s annotations filled to the limit once its record was written
+    ``writes`` times (the claim, then each step)."""
+    from functions.kube.client import KubeApi
+
+    api, count = cluster.api, []
+
+    class Filling(KubeApi):
+        def patch_node(self, node, patch, *args, **kwargs):
+            answer = super().patch_node(node, patch, *args, **kwargs)
+            if node == name and PROGRESS_ANNOTATION in str(patch):
+                count.append(node)
+                if len(count) == writes:
+                    fill(api, name)
+            return answer
+
+    return Filling(cluster.config, page=2, sleep=cluster.retry_sleeps.append, clock=cluster.clock)
+
+
+def test_a_refused_step_fails_that_node_alone_uncordoned_and_the_wave_goes_on(cluster):
+    """node-a's annotations fill once it is drained: its next step's record is one byte longer and refused.
+    The error escaped the wave: node-b, in the same wave, failed with "the Kubernetes API failed" and stayed
+    cordoned beside node-a. Now node-a ends failed, recorded without a reason and uncordoned; node-b is rolled."""
+    for n in NAMES:
+        cluster.api.add_node(n, labels=node_labels(OLD), capacity=capacity(OLD))
+    result = cluster.run(kube=fills_after(cluster, "node-a", 2), ACK_MIG_MAX_UNAVAILABLE="2")
+    why = reasons(result)
+    assert outcomes(result)["node-a"] == "failed", why
+    assert outcomes(result)["node-b"] == "partitioned", why
+    assert "refused the node's record at step drained" in why["node-a"] and "Too long" in why["node-a"], why
+    assert not any(cluster.unschedulable(n) for n in NAMES), why
+    assert cluster.annotation("node-a")["step"] == "failed"  # a stop, as any failed node: a person looks
+    assert "node-a" not in cluster.transport.seen
+    assert not any("node-a" in str(lease.get("spec")) for lease in cluster.api.leases.values())
+
+
+def test_a_node_whose_every_write_is_refused_says_it_stays_cordoned_and_what_to_do(cluster):
+    """A webhook that denies each write of node-a once it is cordoned: not even the record's removal goes
+    through. node-a cannot be uncordoned by this run: its result says so, with the commands; node-b goes on."""
+    for n in NAMES:
+        cluster.api.add_node(n, labels=node_labels(OLD), capacity=capacity(OLD))
+    from functions.kube.client import KubeApi
+
+    api, seen = cluster.api, []
+
+    class Denying(KubeApi):
+        def patch_node(self, node, patch, *args, **kwargs):
+            answer = super().patch_node(node, patch, *args, **kwargs)
+            if node == "node-a" and not seen:
+                seen.append(node)
+                api.break_next(times=50, status=403, method="PATCH", path="/api/v1/nodes/node-a",
+                               message='admission webhook "inventory.example.com" denied the request: frozen')
+            return answer
+
+    kube = Denying(cluster.config, page=2, sleep=cluster.retry_sleeps.append, clock=cluster.clock)
+    result = cluster.run(kube=kube, ACK_MIG_MAX_UNAVAILABLE="2")
+    why = reasons(result)
+    assert outcomes(result)["node-a"] == "failed" and outcomes(result)["node-b"] == "partitioned", why
+    assert "denied the request" in why["node-a"] and "kubectl uncordon node-a" in why["node-a"], why
+    assert cluster.unschedulable("node-a") and not cluster.unschedulable("node-b")
+
