@@ -412,6 +412,12 @@ MUTANTS = (
            ("tests/rollout/test_record_refused.py",),
            "a node whose end record no longer fits (its annotations at the size limit) stays cordoned under a "
            "record in progress that no later run can take over or end"),
+    mutant("refused-takeover-keeps-stale-record", "functions/rollout/executor.py",
+           "                    raise self._stale(w, p, _refusal(exc))",
+           "                    raise _refusal(exc)",
+           ("tests/rollout/test_claim_refused.py",),
+           "a node a killed run left cordoned whose takeover is refused (annotations at the size limit) stays "
+           "cordoned for good and holds its pool's slot"),
     mutant("relist-forgets-earlier-pools", "functions/pipeline/auto_pool.py",
            "            counted.update(earlier_pools_pods(earlier))\n        return pending, listed",
            "            pass\n        return pending, listed",

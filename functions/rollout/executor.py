@@ -513,7 +513,7 @@ class RolloutExecutor:
                 self._patch(w, progress, spec, notes)
             except KubeError as exc:
                 if exc.status != 409:
-                    raise _refusal(exc)
+                    raise self._stale(w, p, _refusal(exc))
                 continue  # another writer came first: read again and decide again
             if spec:
                 event(self.kube, name, "MigRolloutCordon", "%s: %s" % (
@@ -522,6 +522,24 @@ class RolloutExecutor:
             return None
         return self._end(w, DEFERRED, "the node kept changing while this run claimed it; the next invocation "
                                       "tries again")
+
+    def _stale(self, w: Any, p: Optional[rp.Progress], exc: KubeError) -> KubeError:
+        """A takeover refused for the node's own cause (NodeRefused): the stopped run's record removed, with its
+        cordon and opt-out, in one write that only shrinks the annotations (the size limit lets it through).
+        Left, the node stayed cordoned for good under a record no run could take over or end, holding the pool's
+        slot. ``exc``, with ``note`` saying what was done (one try: a newer version leaves it to the next run)."""
+        if not isinstance(exc, NodeRefused) or p is None or p.step not in rp.ACTIVE_STEPS:
+            return exc
+        notes = {rp.SCALE_DOWN_DISABLED: None} if p.autoscaler else None
+        try:
+            self._patch(w, None, {"unschedulable": None} if p.cordoned else None, notes)
+        except KubeError as again:
+            exc.note = "; the record a stopped run left (step %s) could not be removed either (%s)" % (
+                p.step, " ".join(str(again).split())[:200])
+            return exc
+        exc.note = "; the record a stopped run left (step %s) was removed%s" % (
+            p.step, " and its cordon lifted" if p.cordoned else "")
+        return exc
 
     def _take_slot(self, w: Any) -> str:
         """A slot of the pool's budget for this node before its cordon ("" when taken, else why it waits)."""
@@ -560,9 +578,9 @@ class RolloutExecutor:
                 except NodeRefused as exc:
                     self.unwritable.add(w.decision.instance_id)
                     refused.add(w.pool_id)
-                    why = ("cannot claim or cordon: %s; the API server refuses this node's record, so the node "
-                           "is left as it is and the next node of the pool takes its place; every run tries it "
-                           "again" % exc)
+                    why = ("cannot claim or cordon: %s%s; the API server refuses this node's record, so the node "
+                           "is left without one and the next node of the pool takes its place; every run tries it "
+                           "again" % (exc, getattr(exc, "note", "")))
                     event(self.kube, w.decision.node_name, "MigRolloutFailed", why, warning=True)
                     self._end(w, FAILED, why, base={"code": CLAIM_REFUSED})
                 except KubeError as exc:

@@ -174,3 +174,70 @@ def test_a_node_whose_every_write_is_refused_says_it_stays_cordoned_and_what_to_
     assert "denied the request" in why["node-a"] and "kubectl uncordon node-a" in why["node-a"], why
     assert cluster.unschedulable("node-a") and not cluster.unschedulable("node-b")
 
+
+def test_a_record_refused_run_killed_after_every_write_converges(cluster):
+    """The first case under a kill after each write (tests/rollout/test_interrupted.py's Killer), then the runs
+    after it, each past the killed run's leases: node-a ends uncordoned, its record done or gone (never in
+    progress: no later run could end one that no longer fits), node-b and node-c done, no slot left in the
+    pool's Lease, the person's opt-out on node-a kept and ours gone from the others."""
+    from functions.base.logs import JsonLogger
+    from functions.base.settings import load_settings
+    from functions.cloud.cluster import InventoryLookup
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.pipeline.event import run_event
+    from tests.rollout.conftest import TIMER, snapshot
+    from tests.rollout.test_interrupted import LABELLED_LEASE, Killed, Killer, lease_slots
+
+    played = cluster.transport
+    transport = FillsWhenApplied(played, "node-a", 0)
+
+    def world():
+        with cluster.api.lock:
+            for table in (cluster.api.nodes, cluster.api.pods, cluster.api.events, cluster.api.leases):
+                table.clear()
+        cluster.now[0] = 1000.0
+        played.seen.clear()
+        for n in NAMES:
+            cluster.api.add_node(n, labels=node_labels(OLD), capacity=capacity(OLD),
+                                 annotations={OPT_OUT: "true"} if n == "node-a" else None)
+
+    def run(k=10 ** 6):
+        killer = Killer(cluster.kube, transport, k)
+        settings = load_settings(dict(cluster.settings_env, ACK_MIG_INVOCATION_TIMEOUT_S="86400"))
+        try:
+            run_event(TIMER, settings, inventory=InventoryLookup.from_dict(snapshot()), logger=JsonLogger("OFF"),
+                      kube=killer, executor=DeliveryExecutor.from_settings(settings, transport=killer))
+        except Killed:
+            return killer.calls, True
+        return killer.calls, False
+
+    def converged(where):
+        for name in NAMES:
+            assert not cluster.unschedulable(name), (where, name)
+            assert NEW in str(cluster.api.nodes[name]["metadata"]["labels"]), (where, name)
+        for name in ("node-b", "node-c"):
+            assert (cluster.annotation(name) or {}).get("step") == "done", (where, name, cluster.annotation(name))
+            assert OPT_OUT not in cluster.api.nodes[name]["metadata"]["annotations"], (where, name)
+        assert (cluster.annotation("node-a") or {}).get("step") in (None, "done"), (where, cluster.annotation("node-a"))
+        assert cluster.api.nodes["node-a"]["metadata"]["annotations"][OPT_OUT] == "true", where
+        assert lease_slots(cluster.api, LABELLED_LEASE) == {}, (where, lease_slots(cluster.api, LABELLED_LEASE))
+
+    world()
+    calls, killed = run()
+    assert not killed
+    converged("never killed")
+    points = []
+    for k in range(1, len(calls) + 1):
+        world()
+        done, killed = run(k)
+        assert killed, (k, done)
+        where = "killed after write %d (%s)" % (k, done[-1])
+        points.append(where)
+        for _ in range(4):  # the next timer runs, each past the killed run's leases
+            cluster.now[0] += 2 * 86400.0
+            run()
+            if all((cluster.annotation(n) or {}).get("step") == "done" for n in ("node-b", "node-c")) and \
+                    not any(cluster.unschedulable(n) for n in NAMES):
+                break
+        converged(where)
+    assert len(points) >= 10, points
