@@ -8,19 +8,29 @@ event without one), the instance id and the failure (its code, or the first word
 name a process id or a time that differs between attempts). Another event failing the same node has another
 key, so it is told again.
 
+A claim the API server refuses for a cause of the node's own (code :data:`STICKY_CODES`, ``claim-refused``:
+``functions.rollout.executor``) fails again at every run, since the claim leaves nothing on the node: keyed by
+the event, it was told at every timer run. Its key names no run: the node, the code and the cause (the node's
+``cause``, the API server's answer, else its reason whole). It is told once per node and cause; its mark is
+"sticky": kept past :data:`KEEP_S` while the refusal lasts, and removed once the node gets past its claim
+(:func:`passed`), so a later refusal is told again, as is another cause (another key). Each run's result still
+shows the node failed.
+
 One JSON document in the annotation :data:`MARK_ANNOTATION` of the Lease :data:`MARK_LEASE`, in the namespace
 the run record lives in (a node under a lifecycle hook is not a Kubernetes Node yet: there is no Node to mark):
-``{"version": 1, "nodes": {instance id: {"key": digest, "at": epoch seconds}}}``, one mark per node (its last
-failure told), kept :data:`KEEP_S` and at most :data:`MAX_NODES` of them, the newest.
+``{"version": 1, "nodes": {instance id: {"key": digest, "at": epoch seconds[, "sticky": true]}}}``, one mark per
+node (its last failure told), kept :data:`KEEP_S` (a sticky one until its node passes) and at most
+:data:`MAX_NODES` of them, the newest.
 
 Pure: no I/O. What is read back passes the reader rule (node_bootstrap/outside.py): bounded and checked. A
 document that is not ours reads as no marks, an entry that is not ours as no mark for that node: "not told",
 so the failure is told (again) and the document replaced. A mark may only ever cost a repeated alert, never a
-lost one.
+lost one; but a sticky mark whose removal failed (the API server did not answer) keeps the node's next refusal
+for the same cause untold, which the run's result and the node's Event still show.
 """
 
 import hashlib
-from typing import Any, Dict, Mapping, Optional, Set
+from typing import Any, Dict, Iterable, Mapping, Optional, Set
 
 from node_bootstrap.outside import OutsideDataError, loads
 
@@ -35,6 +45,9 @@ KEEP_S = 2 * 86400.0
 MAX_NODES = 512  # about 100 bytes each: well under the 256 KiB Kubernetes allows an object's annotations
 MAX_TEXT = 128 * 1024
 MAX_ID = 64  # an ECS instance id is 22 characters
+# The codes of failures that every run meets again until their cause goes (module docstring): the executor's
+# CLAIM_REFUSED (not imported: this pure module stays below functions.rollout).
+STICKY_CODES = ("claim-refused",)
 Marks = Dict[str, Dict[str, Any]]
 
 
@@ -43,9 +56,18 @@ def failure_of(node: Mapping[str, Any]) -> str:
     return str(node.get("code") or str(node.get("reason") or "").split(":", 1)[0][:40] or "failed")
 
 
+def sticky(node: Mapping[str, Any]) -> bool:
+    """Whether the node's failure is told once per cause, whichever run meets it (module docstring)."""
+    return str(node.get("code") or "") in STICKY_CODES
+
+
 def failure_key(run: str, node: Mapping[str, Any]) -> str:
-    """The mark of one failure of one node in one run (module docstring)."""
-    text = "\n".join((str(run or ""), str(node.get("instance_id") or ""), failure_of(node)))
+    """The mark of one failure of one node in one run, or of a sticky one in any run (module docstring)."""
+    if sticky(node):
+        text = "\n".join(("sticky", str(node.get("instance_id") or ""), failure_of(node),
+                          " ".join(str(node.get("cause") or node.get("reason") or "").split())))
+    else:
+        text = "\n".join((str(run or ""), str(node.get("instance_id") or ""), failure_of(node)))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
@@ -65,6 +87,8 @@ def read_text(text: Optional[str]) -> Marks:
         if isinstance(key, str) and len(key) == 32 and isinstance(at, (int, float)) and not isinstance(at, bool) \
                 and 0 <= at <= MAX_EPOCH:
             out[iid] = {"key": key, "at": float(at)}
+            if mark.get("sticky") is True:
+                out[iid]["sticky"] = True
         if len(out) >= MAX_NODES:
             break
     return out
@@ -75,14 +99,21 @@ def told(marks: Marks, keys: Mapping[str, str]) -> Set[str]:
     return {iid for iid, key in keys.items() if (marks.get(iid) or {}).get("key") == key}
 
 
-def merge(marks: Marks, keys: Mapping[str, str], now: float) -> Marks:
-    """``marks`` with each of ``keys`` marked told at ``now`` (a node's older mark replaced), those older than
-    KEEP_S dropped, and the newest MAX_NODES kept."""
-    out = {iid: dict(mark) for iid, mark in marks.items() if now - mark["at"] <= KEEP_S}
+def merge(marks: Marks, keys: Mapping[str, str], now: float, sticky_ids: Iterable[str] = ()) -> Marks:
+    """``marks`` with each of ``keys`` marked told at ``now`` (a node's older mark replaced; ``sticky_ids``: those
+    whose mark is sticky), those older than KEEP_S dropped unless sticky, and the newest MAX_NODES kept."""
+    out = {iid: dict(mark) for iid, mark in marks.items() if mark.get("sticky") or now - mark["at"] <= KEEP_S}
+    held = set(sticky_ids)
     for iid, key in keys.items():
-        out[str(iid)[:MAX_ID]] = {"key": key, "at": round(now, 3)}
+        out[str(iid)[:MAX_ID]] = dict({"key": key, "at": round(now, 3)}, **({"sticky": True} if iid in held else {}))
     newest = sorted(out, key=lambda iid: (-out[iid]["at"], iid))[:MAX_NODES]
     return {iid: out[iid] for iid in sorted(newest)}
+
+
+def passed(marks: Marks, ids: Iterable[str]) -> Marks:
+    """``marks`` without the sticky marks of ``ids``: nodes that got past their claim, whose next refusal is news."""
+    gone = {str(iid)[:MAX_ID] for iid in ids}
+    return {iid: mark for iid, mark in marks.items() if not (iid in gone and mark.get("sticky"))}
 
 
 def write_text(marks: Marks) -> str:

@@ -10,7 +10,7 @@ Each call gets a client of its own with a short deadline (``last_run.record_clie
 invocation long, and an API server that does not answer costs a repeated alert at worst.
 """
 
-from typing import Any, Dict, Mapping, Set
+from typing import Any, Dict, Iterable, Mapping, Set
 
 from node_bootstrap.kube import KubeError
 from node_bootstrap.outside import OutsideDataError, as_object
@@ -52,16 +52,43 @@ def told(kube: Any, keys: Mapping[str, str], namespace: str = EVENT_NAMESPACE) -
     return am.told(_marks(lease), keys)
 
 
-def mark(kube: Any, keys: Dict[str, str], namespace: str = EVENT_NAMESPACE) -> None:
-    """Mark ``keys`` told (merged into the marks stored). KubeError when the Lease cannot be written; the alert
-    went out, so the worst is that a retry of the event tells it again."""
+def mark(kube: Any, keys: Dict[str, str], namespace: str = EVENT_NAMESPACE, sticky: Iterable[str] = ()) -> None:
+    """Mark ``keys`` told (merged into the marks stored; ``sticky``: the ids whose mark is sticky). KubeError when
+    the Lease cannot be written; the alert went out, so the worst is that a retry of the event tells it again."""
     if not keys:
         return
     for _ in range(CAS_ATTEMPTS):
         lease = leases.read_or_create(kube, namespace, am.MARK_LEASE, {})
-        text = am.write_text(am.merge(_marks(lease), keys, leases.cluster_now(kube)))
+        text = am.write_text(am.merge(_marks(lease), keys, leases.cluster_now(kube), sticky))
         try:
             leases.write(kube, namespace, lease, {am.MARK_ANNOTATION: text})
+            return
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+    raise KubeError("the alert marks kept changing under %d writes" % CAS_ATTEMPTS, 409)
+
+
+def passed(kube: Any, ids: Iterable[str], namespace: str = EVENT_NAMESPACE) -> None:
+    """Remove the sticky marks of ``ids`` (nodes that got past their claim: ``am.passed``); no write when none of
+    them has one. KubeError when the Lease cannot be read or written: the mark stays, and the node's next refusal
+    for the same cause goes untold while the run's result still shows it (the caller logs a warning)."""
+    wanted = sorted(set(ids))
+    if not wanted:
+        return
+    for _ in range(CAS_ATTEMPTS):
+        try:
+            lease = kube.get_lease(namespace, am.MARK_LEASE)
+        except KubeError as exc:
+            if exc.status == 404:
+                return
+            raise
+        marks = _marks(lease)
+        kept = am.passed(marks, wanted)
+        if kept == marks:
+            return
+        try:
+            leases.write(kube, namespace, lease, {am.MARK_ANNOTATION: am.write_text(kept)})
             return
         except KubeError as exc:
             if exc.status != 409:

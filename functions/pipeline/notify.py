@@ -21,8 +21,9 @@ Kinds (``kind``), schema :data:`SCHEMA`:
   the pool's rollout waits until someone removes that node's record (unless the reason says the next run
   resumes it: the API server went away mid-wave). Such a ``failed`` node is also in ``node-failed``. A node
   whose claim the API server refused (code ``claim-refused``) recorded nothing and stopped nothing: the next
-  node took its place, so it is in ``node-failed`` only (each run that tries it again tells it again). A node
-  whose record was removed after the API server refused it (``record-refused``) stops nothing either.
+  node took its place, so it is in ``node-failed`` only, told once per node and cause although every run tries
+  it again (``functions.decision.alert_marks``: told again once the node got past its claim). A node whose record
+  was removed after the API server refused it (``record-refused``) stops nothing either.
 * ``rollout-finished``: per pool, in an event that reconciles whole pools (the timer, a node pool operation, a
   manual run without instance ids), this event changed at least one of the pool's nodes and none is left to
   do (nothing deferred, failed or waiting): the pool holds its layout.
@@ -43,6 +44,8 @@ ATTEMPTS = 3  # per line: the first try and two retries
 TIMEOUT_S = 5.0  # one whole attempt: connect, send, read the answer (never past DEADLINE_S)
 DEADLINE_S = 20.0  # for all the lines of one event: an invocation never waits long on a webhook
 DONE = ("partitioned", "unchanged", "skipped", "gone")  # gone: deleted mid-rollout, nothing left to do
+# The outcomes of a wave node that got past its claim (its record was written): a refusal told before is news again.
+CLAIMED = ("partitioned", "unchanged", "failed", "drain-timeout", "drain-refused", "destroy-required")
 STOPPED = ("failed", "drain-timeout", "drain-refused")
 
 
@@ -324,6 +327,23 @@ def _redacted(result: Any, log: Any) -> Any:
                    nodes=nodes if result.nodes is not None else None, decisions=decisions)
 
 
+def _passed(result: Any, kube: Any, log: Any) -> None:
+    """The sticky marks of this event's wave nodes (any wave: the executor numbers each one's) that got past their
+    claim, removed: a refusal told once is told again when it comes back (``functions.decision.alert_marks``).
+    Read only when such a node is there."""
+    ids = {str(n.get("instance_id")) for n in result.nodes or [] if n.get("wave") and n.get("instance_id")
+           and n.get("outcome") in CLAIMED and n.get("code") != CLAIM_REFUSED}
+    if kube is None or not ids:
+        return
+    from functions.kube import alerted
+
+    try:
+        alerted.passed(alerted.client(kube), ids)
+    except Exception as exc:  # noqa: BLE001 - the event ends as it would have
+        log.warning("alert marks of nodes past their claim not removed", nodes=len(ids), reason="%s: %s" % (
+            type(exc).__name__, " ".join(str(exc).split())[:200]))
+
+
 def _told(result: Any, kube: Any, log: Any) -> Tuple[Dict[str, str], Set[str]]:
     """(instance id -> failure key of each failed node, the ids an earlier attempt of this event already told:
     ``functions.decision.alert_marks``). A mark that cannot be read tells every failure: a repeat, never a loss."""
@@ -344,13 +364,13 @@ def _told(result: Any, kube: Any, log: Any) -> Tuple[Dict[str, str], Set[str]]:
         return keys, set()
 
 
-def _mark(keys: Dict[str, str], kube: Any, log: Any) -> None:
+def _mark(keys: Dict[str, str], kube: Any, log: Any, sticky: Iterable[str] = ()) -> None:
     """Mark the failures of a ``node-failed`` line the webhook took. At least once: a crash between the 2xx and
     this write, or a write that fails, leaves them unmarked, and a retry of the event tells them again."""
     from functions.kube import alerted
 
     try:
-        alerted.mark(alerted.client(kube), keys)
+        alerted.mark(alerted.client(kube), keys, sticky=sticky)
     except Exception as exc:  # noqa: BLE001 - the alert went out; the event ends as it would have
         log.warning("alert marks not written: a retry of this event tells these failures again",
                     nodes=len(keys), reason="%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[:200]))
@@ -367,12 +387,15 @@ def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = 
     try:
         redacted = _redacted(result, log)
         lines = notifications(redacted, wave_ids, whole_pools)
+        if not getattr(result, "dry_run", False):
+            _passed(result, kube, log)
         if not lines:
             return 0
         keys, told = _told(result, kube, log)  # none read unless a node failed: a node-failed line is there
-        if told:  # an earlier attempt of this event (FC retries one that ended retry) told these failures
+        if told:  # an earlier attempt of this event (FC retries one that ended retry), or an earlier run (a
+            # refusal told once per cause), told these failures
             lines = notifications(redacted, wave_ids, whole_pools, told=told)
-            log.info("node failures told by an earlier attempt are not told again", nodes=sorted(told))
+            log.info("node failures told before are not told again", nodes=sorted(told))
             if not lines:
                 return 0
         try:
@@ -383,7 +406,10 @@ def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = 
         accepted = _deliver(lines, url, log)
         new = {iid: key for iid, key in keys.items() if iid not in told}
         if new and any(lines[i]["kind"] == "node-failed" for i in accepted):
-            _mark(new, kube, log)
+            from functions.decision.alert_marks import sticky
+
+            _mark(new, kube, log, [n.get("instance_id") for n in failed_nodes(result)
+                                   if n.get("instance_id") in new and sticky(n)])
         log.info("notifications", sent=len(accepted), kinds=[line["kind"] for line in lines], webhook_host=_host(url))
         return len(accepted)
     except Exception as exc:  # noqa: BLE001 - never fail an event for its notification

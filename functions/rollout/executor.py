@@ -580,9 +580,10 @@ class RolloutExecutor:
                     refused.add(w.pool_id)
                     why = ("cannot claim or cordon: %s%s; the API server refuses this node's record, so the node "
                            "is left without one and the next node of the pool takes its place; every run tries it "
-                           "again" % (exc, getattr(exc, "note", "")))
+                           "again (told once per cause)" % (exc, getattr(exc, "note", "")))
                     event(self.kube, w.decision.node_name, "MigRolloutFailed", why, warning=True)
-                    self._end(w, FAILED, why, base={"code": CLAIM_REFUSED})
+                    # ``cause``: the API server's answer alone, which the alert of the refusal is told once for
+                    self._end(w, FAILED, why, base={"code": CLAIM_REFUSED, "cause": str(exc)})
                 except KubeError as exc:
                     self._end(w, FAILED, "cannot claim or cordon: %s" % exc)
             todo = self._instead(refused, wave, results) if refused else []

@@ -121,3 +121,33 @@ def test_the_bounds_docs_operations_states_are_the_codes():
     words = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
     days = int(found.group(1)) if found.group(1).isdigit() else words[found.group(1)]
     assert (days * 86400.0, int(found.group(2).replace(",", ""))) == (am.KEEP_S, am.MAX_NODES)
+
+
+REFUSED = {"instance_id": NODE, "outcome": "failed", "code": "claim-refused",
+           "cause": 'PATCH /api/v1/nodes/n: HTTP 422 Node "n" is invalid: metadata.annotations: Too long',
+           "reason": "cannot claim or cordon: ..."}
+
+
+def test_a_refusal_is_keyed_by_its_cause_whichever_run_meets_it():
+    from functions.rollout.executor import CLAIM_REFUSED
+
+    assert CLAIM_REFUSED in am.STICKY_CODES and am.sticky(REFUSED) and not am.sticky(BUSY)
+    key = am.failure_key("timer-run-1", REFUSED)
+    assert key == am.failure_key("timer-run-2", dict(REFUSED, reason="cannot claim or cordon: another wording"))
+    assert key != am.failure_key("timer-run-1", dict(REFUSED, cause="HTTP 403 admission webhook denied the request"))
+    assert key != am.failure_key("timer-run-1", dict(REFUSED, instance_id="i-other"))
+
+
+def test_a_sticky_mark_outlives_the_two_days_until_its_node_passes_its_claim():
+    now = 2e9
+    marks = am.merge({}, {NODE: "a" * 32, "i-busy": "b" * 32}, now, sticky_ids=[NODE])
+    assert am.read_text(am.write_text(marks)) == marks and marks[NODE]["sticky"] is True
+    later = am.merge(marks, {"i-next": "c" * 32}, now + am.KEEP_S + 60)
+    assert sorted(later) == [NODE, "i-next"]  # the other mark went after two days, the refusal's did not
+    assert am.passed(later, [NODE, "i-next"]) == {"i-next": later["i-next"]}  # only a sticky mark goes
+    kube = MemoryKube()
+    alerted.passed(kube, [NODE])  # no Lease: nothing to do, nothing created
+    alerted.mark(kube, {NODE: "a" * 32}, sticky=[NODE])
+    assert alerted.told(kube, {NODE: "a" * 32}) == {NODE}
+    alerted.passed(kube, [NODE])
+    assert alerted.told(kube, {NODE: "a" * 32}) == set()

@@ -13,7 +13,7 @@ nodes of tests/rollout/conftest.py."""
 
 import pytest
 
-from tests.rollout.conftest import NAMES, NEW, OLD, capacity, node_labels
+from tests.rollout.conftest import NAMES, NEW, OLD, capacity, node_labels, snapshot
 from tests.support.kubeapi import ANNOTATIONS_LIMIT
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
@@ -140,3 +140,42 @@ def test_the_refusal_is_a_failed_node_not_a_stopped_rollout(cluster):
     assert failed and failed[0]["nodes"][0]["node_name"] == "node-a"
     assert failed[0]["nodes"][0]["code"] == "claim-refused" and "1 claim-refused" in failed[0]["text"]
 
+
+def test_a_refusal_is_told_once_per_node_and_cause_not_at_every_run(cluster):
+    """Every timer run tries node-a again and it fails again the same way: the webhook heard it at every run (the
+    marks were keyed by the event, and each timer run is another). Now it hears it once; a refusal for another
+    cause is news, and so is the same refusal once node-a got past its claim in between. Each run's result still
+    shows node-a failed."""
+    from functions.decision import alert_marks as am
+    from tests.support.webhook import Webhook
+
+    def told(lines):
+        return [n["node_name"] for line in lines if line["kind"] == "node-failed" for n in line["nodes"]]
+
+    add_nodes(cluster)
+    runs = []
+
+    def notify():  # each timer run is an invocation of its own, with a request id of its own
+        runs.append(len(runs))
+        return dict(ACK_MIG_NOTIFY_URL=hook.url(), request_id="req-%d" % len(runs))
+
+    with Webhook() as hook:
+        results = [cluster.run(**notify()) for _ in range(3)]
+        assert [outcomes(r)["node-a"] for r in results] == ["failed"] * 3
+        assert told(hook.lines()) == ["node-a"], [line["text"] for line in hook.lines()]
+        cluster.now[0] += am.KEEP_S + 3600  # a refusal that lasts is not told again when the marks' days run out
+        cluster.run(**notify())
+        assert told(hook.lines()) == ["node-a"]
+        # another cause: a webhook now denies node-a's writes instead
+        cluster.api.update_node("node-a", lambda node: node["metadata"]["annotations"].pop(BIG))
+        deny = dict(times=1, status=403, method="PATCH", path="/api/v1/nodes/node-a",
+                    message='admission webhook "inventory.example.com" denied the request: frozen')
+        cluster.api.break_next(**deny)
+        assert outcomes(cluster.run(**notify()))["node-a"] == "failed"
+        assert told(hook.lines()) == ["node-a", "node-a"]
+        # node-a gets past its claim, then is denied again, the same way, for a new target: news again
+        assert outcomes(cluster.run(**notify()))["node-a"] == "partitioned"
+        cluster.api.break_next(**deny)
+        again = cluster.run(inventory=snapshot(OLD), **notify())
+        assert outcomes(again)["node-a"] == "failed" and "denied the request" in reasons(again)["node-a"]
+        assert told(hook.lines()) == ["node-a"] * 3
