@@ -428,6 +428,12 @@ MUTANTS = (
            "        pass",
            ("tests/rollout/test_claim_refused.py",),
            "a node refused again after it got past its claim is never told again for that cause"),
+    mutant("stranded-end-too-long-kept", "functions/rollout/auto_waves.py",
+           "                if exc.status in (None, 404, 409):\n                    raise\n",
+           "                raise\n",
+           ("tests/rollout/test_record_refused.py",),
+           "a stranded auto record on a node whose annotations reached the size limit is never ended: the node "
+           "reads pending for good and keeps the autoscaler's scale-down opt-out"),
     mutant("relist-forgets-earlier-pools", "functions/pipeline/auto_pool.py",
            "            counted.update(earlier_pools_pods(earlier))\n        return pending, listed",
            "            pass\n        return pending, listed",

@@ -139,16 +139,32 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
         # A slot given back for a record the write below cannot end had run out: it counted for nothing.
         given = bool(p.owner) and budget.release(pool_id, node.name, holder=p.owner)
         try:
-            kube.patch_node(node.name, {"metadata": {"resourceVersion": node.resource_version,
-                                                     "annotations": notes}})
+            try:
+                _patch(kube, node, notes)
+            except KubeError as exc:
+                if exc.status in (None, 404, 409):
+                    raise
+                # This node's answer, e.g. a 422 when another party filled its annotations to the size limit:
+                # with the reason, each tick tried again and the node read pending for good, the opt-out kept.
+                # The end without its reason is no longer than the record it replaces (the opt-out goes too);
+                # else the record goes, a write that only shrinks the annotations: the size limit lets it through.
+                why = " ".join(str(exc).split())[:200]
+                end = dataclasses.replace(p, step=rp.DONE, reason="", owner=owner, expires=now, autoscaler=False)
+                try:
+                    _patch(kube, node, dict(notes, **{rp.PROGRESS_ANNOTATION: end.to_annotation()}))
+                    reason += "; recorded without this reason (the API server refused it: %s)" % why
+                except KubeError as again:
+                    if again.status in (None, 404, 409):
+                        raise
+                    _patch(kube, node, dict(notes, **{rp.PROGRESS_ANNOTATION: None}))
+                    reason += "; the record was removed (the API server refused its end: %s)" % why
         except KubeError as exc:
             if exc.status in (404, 409):  # another invocation took the node over, or it went: left to that
                 continue
             if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry
                 raise
-            # This node's answer (a 422: its annotations at the size limit; a webhook's refusal): the node
-            # keeps its record (the slot given back above had run out) and the others are still ended; raised,
-            # it would end every pool's tick, each time.
+            # This node's answer again (a webhook's refusal): the node keeps its record (the slot given back above
+            # had run out) and the others are still ended; raised, it would end every pool's tick, each time.
             lines.append("node %s: the record could not be ended (%s): the next tick tries again"
                          % (node.name, " ".join(str(exc).split())[:200]))
             continue
@@ -156,3 +172,8 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
             reason += "; its slot of the pool's budget, run out, was given back"
         lines.append("node %s: %s" % (node.name, reason))
     return lines
+
+
+def _patch(kube: Any, node: Any, notes: Dict[str, Optional[str]]) -> None:
+    """``notes`` set on the node's annotations, on the version read."""
+    kube.patch_node(node.name, {"metadata": {"resourceVersion": node.resource_version, "annotations": notes}})

@@ -241,3 +241,31 @@ def test_a_record_refused_run_killed_after_every_write_converges(cluster):
                 break
         converged(where)
     assert len(points) >= 10, points
+
+
+def test_a_stranded_auto_record_whose_end_no_longer_fits_ends_without_its_reason(cluster):
+    """An auto pool's records a stopped run left at applying, on nodes whose annotations another party filled to
+    the limit since: the end with its reason does not fit, and each record said applying for good, the
+    autoscaler's opt-out with it (status: pending; the node never scaled down), each tick's line saying it tries
+    again. Now the end is written without its reason where that fits (a record as this hook writes it), else the
+    record is removed (a shorter one, as an older version wrote it), the opt-out gone either way."""
+    from functions.decision import waves as rp
+    from tests.rollout.test_auto_rollout import NAMES as AUTO, PerGpuNodes, add_auto_nodes, inventory, tick, waiting
+    from tests.rollout.test_interrupted import strand
+
+    add_auto_nodes(cluster.api, AUTO[:3])
+    waiting(cluster.api, 0)
+    strand(cluster.api, AUTO[:3])
+    full = rp.Progress("per-gpu=3g.20gb-3g.20gb", rp.APPLYING, False, 900.0, "", "a1b2c3d4e5f6", 950.0, drain=False,
+                       autoscaler=True).to_annotation()
+    cluster.api.update_node(AUTO[1], lambda node: node["metadata"]["annotations"].update({PROGRESS_ANNOTATION: full}))
+    for name in AUTO[:2]:
+        fill(cluster.api, name)
+    result = tick(cluster, PerGpuNodes(cluster.api), lookup=inventory(names=AUTO[:3]))
+    assert result.outcome != "retry", result.reason
+    for name in AUTO[:3]:
+        assert rp.SCALE_DOWN_DISABLED not in cluster.api.nodes[name]["metadata"]["annotations"], name
+    assert cluster.annotation(AUTO[0]) is None
+    assert cluster.annotation(AUTO[1])["step"] == rp.DONE and cluster.annotation(AUTO[1])["reason"] == ""
+    assert cluster.annotation(AUTO[2])["step"] == rp.DONE and "stopped with this node" in \
+        cluster.annotation(AUTO[2])["reason"]
