@@ -434,6 +434,12 @@ MUTANTS = (
            ("tests/rollout/test_record_refused.py",),
            "a stranded auto record on a node whose annotations reached the size limit is never ended: the node "
            "reads pending for good and keeps the autoscaler's scale-down opt-out"),
+    mutant("resumed-apply-no-restart", "functions/rollout/executor.py",
+           "            if w.applied is None and getattr(w, \"resumed_apply\", False):  # (_claim)",
+           "            if False:",
+           ("tests/rollout/test_interrupted.py",),
+           "a run killed between a node's applied record and the GPU DaemonSet pods' restart leaves them holding "
+           "the destroyed instances for good"),
     mutant("relist-forgets-earlier-pools", "functions/pipeline/auto_pool.py",
            "            counted.update(earlier_pools_pods(earlier))\n        return pending, listed",
            "            pass\n        return pending, listed",

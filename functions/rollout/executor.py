@@ -440,6 +440,10 @@ class RolloutExecutor:
                 # a node disrupted for an older target starts over on the new target's path (drained again:
                 # new pods may have come), cordoned first when its old path had not cordoned it.
                 step = p.step if same else (rp.CORDONED if w.drain else rp.APPLYING)
+                # Past its apply: the stopped run may have changed the instances without restarting the GPU
+                # DaemonSet pods that held them (``_restart``), and a re-apply that finds nothing to change, or
+                # the capacity wait alone, would never restart them: this run does.
+                w.resumed_apply = same and p.drain and p.step in (rp.APPLYING, rp.APPLIED)
                 if same and p.drain and step in (rp.DRAINED, rp.APPLYING) and not node.unschedulable:
                     # drained once, but no longer cordoned (someone else's cordon ended, or an operator lifted
                     # it): new pods may have come, so it is cordoned and drained again before the apply
@@ -707,9 +711,12 @@ class RolloutExecutor:
 
     def _restart(self, w: Any, r: dict) -> str:
         """Evict the node's GPU DaemonSet pods after an apply that changed instances (their devices are gone;
-        their DaemonSet recreates them on the new ones): the apply's reason, with what was done."""
+        their DaemonSet recreates them on the new ones), or that found nothing to change on a node resumed past
+        a stopped run's apply (which may have changed them, stopped before this): the apply's reason, with what
+        was done."""
         reason = str(r.get("reason") or "")
-        if r.get("outcome") != "partitioned" or not w.daemon_pods:
+        if not w.daemon_pods or r.get("outcome") != "partitioned" and not (
+                r.get("outcome") == "unchanged" and getattr(w, "resumed_apply", False)):
             return reason
         done, failed = [], []
         for namespace, name in w.daemon_pods:
@@ -739,6 +746,11 @@ class RolloutExecutor:
 
     def _capacity(self, wave: List[Any]) -> None:
         deadline = self.clock() + self.settings.capacity_timeout_s  # its own deadline, not the drain's
+        for w in wave:
+            if w.applied is None and getattr(w, "resumed_apply", False):  # (_claim)
+                w.daemon_pods = self._daemon_pods(w)
+                w.applied = {"outcome": "partitioned", "reason": self._restart(w, {
+                    "outcome": "partitioned", "reason": "applied in an earlier invocation"})}
         pending = list(wave)
         while pending:
             still = []

@@ -634,3 +634,41 @@ def test_a_resumed_node_takes_the_stopped_runs_slot_out_of_the_lease(cluster, wh
     result = cluster.run(inventory=one)
     assert [n["outcome"] for n in result.nodes] == ["partitioned"], result.nodes
     assert lease_slots(cluster.api, LABELLED_LEASE) == {}, lease_slots(cluster.api, LABELLED_LEASE)
+
+
+@pytest.mark.parametrize("after", ["apply node-a", "record applied"])
+def test_a_run_killed_before_it_restarts_the_gpu_daemonset_pods_leaves_them_to_the_next(cluster, after):
+    """A GPU DaemonSet pod (dcgm-exporter) holds instances the apply destroys; the run restarts it after the
+    apply, having recorded ``applied``. Killed after that record, before the eviction, the next run resumed the
+    node at its capacity wait and never restarted the pod: it kept the destroyed instances for good. The run
+    that resumes a node past its apply restarts them (killed after the apply itself, the re-apply does)."""
+    from tests.rollout.conftest import snapshot
+
+    one = snapshot(names=["node-a"])
+
+    def world():
+        for table in (cluster.api.nodes, cluster.api.pods, cluster.api.events, cluster.api.leases):
+            table.clear()
+        cluster.add_nodes(["node-a"])
+        cluster.api.add_pod("gpu-system", "dcgm-exporter-a", "node-a", gpus=1, owner_kind="DaemonSet")
+
+    played = cluster.transport
+    world()
+    cluster.transport = probe = Killer(cluster.kube, played, 10 ** 6)
+    cluster.run(inventory=one, kube=probe)
+    calls = probe.calls
+    at = calls.index("apply node-a") + (1 if after == "apply node-a" else 2)
+    assert calls[at - 1].startswith("patch node-a") or after == "apply node-a", calls
+    world()
+    played.seen.clear()
+    cluster.transport = killer = Killer(cluster.kube, played, at)
+    with pytest.raises(Killed):
+        cluster.run(inventory=one, kube=killer)
+    assert ("gpu-system", "dcgm-exporter-a") in cluster.api.pods
+    cluster.transport = played
+    cluster.now[0] = cluster.annotation("node-a")["expires"] + 1
+    result = cluster.run(inventory=one)
+    assert [n["outcome"] for n in result.nodes] in (["partitioned"], ["unchanged"]), result.nodes
+    assert ("gpu-system", "dcgm-exporter-a") not in cluster.api.pods, result.nodes[0]["reason"]
+    assert "GPU DaemonSet pods restarted: gpu-system/dcgm-exporter-a" in result.nodes[0]["reason"]
+    assert not cluster.unschedulable("node-a")
