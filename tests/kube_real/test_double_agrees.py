@@ -523,6 +523,26 @@ def test_a_node_s_annotations_past_256_kib_are_422_and_change_nothing(world):
     assert _raises(kube.patch_node, name, {"metadata": {"annotations": {"f": "\u00e9" * (room // 2)}}}).status == 422
 
 
+def test_a_full_node_takes_a_write_that_only_shrinks_its_annotations_with_the_uncordon(world):
+    """What the rollout falls back on when a full node refuses its record (functions/rollout/executor.py
+    ``_unrecorded``, ``_stale``): the limit is on the object as written, so a record no longer than the one it
+    replaces, or the record's removal with the cordon lifted in the same merge patch, is taken at the limit."""
+    name = world.unique("node")
+    world.add_node(name, labels={"pool": "p"}, capacity={"nvidia.com/gpu": "8"}, unschedulable=True)
+    kube = world.client()
+    kube.patch_node(name, {"metadata": {"annotations": {"ack-mig-hook/rollout": "r" * 200}}})
+    room = _room(kube.get_node(name)["metadata"].get("annotations"))
+    kube.patch_node(name, {"metadata": {"annotations": {"f": "x" * (room - 1)}}})
+    assert _raises(kube.patch_node, name, {"metadata": {"annotations": {"ack-mig-hook/rollout": "r" * 201}}}).status \
+        == 422
+    same = kube.patch_node(name, {"metadata": {"annotations": {"ack-mig-hook/rollout": "s" * 200}}})
+    assert _room(same["metadata"]["annotations"]) == 0
+    version = same["metadata"]["resourceVersion"]
+    gone = kube.patch_node(name, {"metadata": {"resourceVersion": version, "annotations": {
+        "ack-mig-hook/rollout": None}}, "spec": {"unschedulable": None}})
+    assert "ack-mig-hook/rollout" not in gone["metadata"]["annotations"] and not gone["spec"].get("unschedulable")
+
+
 def test_a_lease_s_annotations_past_256_kib_are_422_on_create_and_update(world):
     """The pool budget's, the planning claim's, the marker's and the run record's Lease: a create or an
     update whose annotations pass 262,144 bytes is 422 Invalid, and the stored Lease is unchanged."""
