@@ -440,6 +440,12 @@ MUTANTS = (
            ("tests/rollout/test_interrupted.py",),
            "a run killed between a node's applied record and the GPU DaemonSet pods' restart leaves them holding "
            "the destroyed instances for good"),
+    mutant("later-waves-not-stopped", "functions/pipeline/event.py",
+           " | {n.get(\"instance_id\") for n in nodes if n.get(\"wave\")}",
+           "",
+           ("tests/rollout/test_notify_rollout.py",),
+           "a node that fails in a later wave of the invocation stops its pool's rollout and nobody is told the "
+           "rollout stopped"),
     mutant("relist-forgets-earlier-pools", "functions/pipeline/auto_pool.py",
            "            counted.update(earlier_pools_pods(earlier))\n        return pending, listed",
            "            pass\n        return pending, listed",

@@ -337,7 +337,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             return HandlerResult(trigger=Trigger.UNKNOWN.value, outcome="error", reason=str(exc))
     log = logger or make_logger(settings, context)
     request: Optional["Request"] = None
-    waves: set = set()  # this event's rollout wave (instance ids) and whether it reconciles whole pools
+    waves: set = set()  # this event's rollout waves (instance ids) and whether it reconciles whole pools
     whole_pools = False
     pool_tags: Optional[List[dict]] = None  # the autoscaler step's entries (functions/pipeline/autoscaler_sync.py)
     pools: dict = {}  # instance id -> its pool, for the node result lines
@@ -466,7 +466,9 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                event_id=request.event_id, outcome=outcome, reason=reason,
                                cluster_id=cluster, dry_run=effective_dry_run, decisions=decisions, nodes=nodes,
                                pool_tags=pool_tags, refused_pools=refused)
-        waves = set(getattr(rollout, "waves", None) or ())
+        # The first wave's nodes and every later wave's of this invocation (the executor numbers each one's
+        # result): a node that stops the pool in wave 3 is told as a stopped rollout as one in wave 1 is.
+        waves = set(getattr(rollout, "waves", None) or ()) | {n.get("instance_id") for n in nodes if n.get("wave")}
         whole_pools = request.trigger in ROLLOUT_TRIGGERS and not request.instance_ids
     except _Finished as finished_early:
         result = finished_early.result.with_refused(refused)  # an auto pool's step: any pool refused before it

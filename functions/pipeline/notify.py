@@ -17,13 +17,13 @@ Kinds (``kind``), schema :data:`SCHEMA`:
   marked on the cluster after the webhook's 2xx (``functions.decision.alert_marks``), left out of a retry's
   line. At least once: a mark that cannot be read or written, or a crash between the 2xx and the mark, tells
   it again; nothing ever keeps a failure untold.
-* ``rollout-stopped``: per pool, a node of this event's rollout wave ended ``failed``, ``drain-timeout`` or ``drain-refused``:
-  the pool's rollout waits until someone removes that node's record (unless the reason says the next run
-  resumes it: the API server went away mid-wave). Such a ``failed`` node is also in ``node-failed``. A node
-  whose claim the API server refused (code ``claim-refused``) recorded nothing and stopped nothing: the next
-  node took its place, so it is in ``node-failed`` only, told once per node and cause although every run tries
-  it again (``functions.decision.alert_marks``: told again once the node got past its claim). A node whose record
-  was removed after the API server refused it (``record-refused``) stops nothing either.
+* ``rollout-stopped``: per pool, a node of this event's rollout waves ended ``failed``, ``drain-timeout`` or
+  ``drain-refused``: the pool's rollout waits until someone removes that node's record (unless the reason says
+  the next run resumes it: the API server went away mid-wave). Such a ``failed`` node is also in ``node-failed``.
+  A node whose claim the API server refused (code ``claim-refused``) recorded nothing and stopped nothing: the
+  next node took its place, so it is in ``node-failed`` only, told once per node and cause although every run
+  tries it again (``functions.decision.alert_marks``: told again once the node got past its claim). A node whose
+  record was removed after the API server refused it (``record-refused``) stops nothing either.
 * ``rollout-finished``: per pool, in an event that reconciles whole pools (the timer, a node pool operation, a
   manual run without instance ids), this event changed at least one of the pool's nodes and none is left to
   do (nothing deferred, failed or waiting): the pool holds its layout.
@@ -81,8 +81,9 @@ def failed_nodes(result: Any) -> List[Dict[str, Any]]:
 def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool = False,
                   now: Optional[float] = None, told: Iterable[str] = ()) -> List[Dict[str, Any]]:
     """The lines an event's final result calls for (module docstring), in a stable order. ``wave_ids``: the
-    instances of this event's rollout wave; ``whole_pools``: whether the event reconciled whole pools;
-    ``told``: instance ids whose failure an earlier attempt of this event told (left out of ``node-failed``)."""
+    instances of this event's rollout waves (every wave of the invocation); ``whole_pools``: whether the event
+    reconciled whole pools; ``told``: instance ids whose failure an earlier attempt of this event told (left out
+    of ``node-failed``)."""
     if getattr(result, "dry_run", False) or not result.nodes:
         return []
     waves = set(wave_ids)

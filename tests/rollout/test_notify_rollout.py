@@ -58,3 +58,21 @@ def test_a_dry_run_tells_nothing(cluster):
     with Webhook() as hook:
         cluster.run(dry_run=True, ACK_MIG_NOTIFY_URL=hook.url())
         assert hook.received == []
+
+
+def test_a_node_that_fails_in_a_later_wave_of_the_invocation_stops_the_rollout_too(cluster):
+    """An invocation with time for every wave: node-a and node-b are rolled in waves 1 and 2, node-c fails in
+    wave 3, and its failed record stops the pool's rollout. The webhook heard only `node-failed`: the stop was
+    judged over the first wave's nodes alone (the later waves' were left out), so nobody was told the pool
+    waits on a person. Now every wave of the invocation counts."""
+    cluster.add_nodes()
+    cluster.transport.fail.add("node-c")
+    with Webhook() as hook:
+        result = cluster.run(ACK_MIG_NOTIFY_URL=hook.url(), ACK_MIG_INVOCATION_TIMEOUT_S="86400")
+        lines = hook.lines()
+    assert {n["node_name"]: (n["outcome"], n.get("wave")) for n in result.nodes} == {
+        "node-a": ("partitioned", 1), "node-b": ("partitioned", 2), "node-c": ("failed", 3)}
+    assert cluster.annotation("node-c")["step"] == "failed"
+    assert sorted(line["kind"] for line in lines) == ["node-failed", "rollout-stopped"], lines
+    stopped = next(line for line in lines if line["kind"] == "rollout-stopped")
+    assert [n["node_name"] for n in stopped["nodes"]] == ["node-c"]
