@@ -272,30 +272,35 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         return tick()
     marker = PlanMarker(api, uuid.uuid4().hex[:12], run_lease_s(settings))
     prior: List[Any] = []  # the marker this event's ask was written over
+    unknown = False  # the marker write got no answer nor a read back: whose it is, a round's beginning says
     try:
         role, seen = marker.arrive(pool_id, key, request.event_id or "", prior)
     except (KubeError, MarkerBusy) as exc:  # planning is always safe: only the coalescing is lost
         # No answer is no verdict: the server may have written this invocation in as the holder, and the
-        # pool's events coalesce into it for a run lease. One more read says whose the marker is.
+        # pool's events coalesce into it for a run lease. One more read says whose the marker is (where that
+        # read fails too, the read that marks its round begun does).
         # A refusal (409s only, or any other 4xx: RBAC, an invalid write) is an answer: nothing was written.
         # Not a 429: the client tries again after no answer too (functions/kube/client.py), and ends with the
         # last attempt's 429 where an earlier, unanswered one may have been written.
         refused = isinstance(exc, MarkerBusy) or (exc.status is not None and 400 <= exc.status < 500
                                                   and exc.status != 429)
         held = None if refused else _held(marker, pool_id)
-        if held is None:
+        if refused:  # nothing written: this plan answers for this event's pod alone
             log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing"
                         % " ".join(str(exc).split())[:200])
-            if refused and pending is not None:  # nothing written: this plan answers for this event's pod
-                usable.append(pending)  # alone, which waited when the choice's list was read (begun, above)
+            if pending is not None:  # which waited when the choice's list was read (begun, above)
+                usable.append(pending)
             # a burst is when the marker is busy and when another invocation plans the pool: wait for it as a
             # holder does, or this pod waits for the timer (its ask was never written for anyone to see)
-            try:
-                return _after_claims(tick, started, settings, log, pool_id, free=free)
-            finally:
-                if not refused:  # the marker could not be read back: it may be this one's
-                    _let_go(marker, pool_id, log)  # (which it clears only when it names this invocation)
-        role, seen = "plan", held  # it was written: this invocation is the holder and plans its rounds
+            return _after_claims(tick, started, settings, log, pool_id, free=free)
+        if held is None:
+            # Not read back: the marker may name this invocation, and then the pool's events are answered
+            # coalesced into it during its round. So its rounds begin as a holder's do (marking a round begun
+            # reads the marker again): this invocation's, it plans as the holder, again while events asked;
+            # another's, it plans once without coalescing (below).
+            log.warning("plan marker", nodepool_id=pool_id, reason="not read back (%s): planned as its holder "
+                        "where the marker names this invocation" % " ".join(str(exc).split())[:200])
+        role, seen, unknown = "plan", held, held is None  # (maybe) the holder: this invocation plans its rounds
         prior.clear()  # the ask before it is not known: its first round lists the pods again
     if role == "coalesced":
         reason = ("coalesced: a plan of auto pool %s runs now (invocation %s, its round began %.1f s ago); it "
@@ -307,6 +312,10 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     rounds: List[HandlerResult] = []
     try:
         _rounds(marker, pool_id, tick, rounds, started, settings, log, free, begun)
+        if unknown and not rounds:  # the marker names another: planned once without coalescing, then let go
+            # where this invocation's unanswered write landed after all
+            rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))
+            _let_go(marker, pool_id, log)
     except BaseException:  # a bug or FC's end: let the pool go now rather than after a whole run lease
         _let_go(marker, pool_id, log)
         raise
