@@ -382,6 +382,13 @@ MUTANTS = (
            ("tests/delivery/test_pod_events.py", "tests/rollout/test_auto_overlap.py"),
            "a pod event takes the first pool that may count its pod on the unproven Nodes, not the one ACK's "
            "members give it: a node labelling itself into a pool draws the pod's plan (and its coalesced ask) there"),
+    mutant("pod-event-none-counts-widest", "functions/pipeline/pod_event.py",
+           "        if takes(pool, []) or (takes(pool, labelled[pool.nodepool_id] or [])"
+           " and takes(pool, proven(pool))):",
+           "        if takes(pool, labelled[pool.nodepool_id] or []):",
+           ("tests/rollout/test_auto_overlap.py",),
+           "a pod event whose pod no pool counts runs the step of the first pool an unproven Node puts it in: a node "
+           "labelling itself into a pool draws the event's plan there"),
     mutant("stranded-refusal-ends-tick", "functions/rollout/auto_waves.py",
            "            if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry",
            "            if True:",

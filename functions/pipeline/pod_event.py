@@ -5,10 +5,12 @@ The event only names the pod. Everything is read again from the API server: the 
 namespace by ``metadata.name``: the Role's ``pods list``, no new grant), whether it still waits and asks for
 ``nvidia.com/mig-*`` or ``nvidia.com/gpu``, and which auto pool's nodes or template could take it (the
 matcher of the plan itself, ``functions.decision.layout.matching``). So a late event of a pod that has been
-scheduled since, or deleted, ends as a skip; a forged one costs two reads. ACK is asked which nodes are each
-pool's (``DescribeClusterNodes``, one call a pool) only where the pools' Nodes read without that proof leave
-more than one pool that may count the pod (:func:`_could_count`): a burst coalesced into a running plan costs
-one ACK call an event, the list of the node pools.
+scheduled since, or deleted, ends as a skip; a forged one costs two reads. ACK is asked which nodes are a
+pool's (``DescribeClusterNodes``, one call a pool) only where the answer depends on it: the pools' Nodes read
+without that proof leave more than one pool that may count the pod (:func:`_could_count`), or none, and then
+only the pools that decide (:func:`_choose`). A burst coalesced into a running plan costs one ACK call an
+event, the list of the node pools, and so does the steady stream of events of a pod no auto pool counts
+where a pool's template takes it, or none takes it.
 
 Then the pool's plan marker (``functions.rollout.plan_marker``, decided by ``functions.decision.coalesce``)
 says whether a plan of that pool runs now: if so the event is answered ``coalesced`` (that plan plans
@@ -112,29 +114,78 @@ def _could_count(pod: dict, pools: List[Any], labelled: Dict[str, Optional[List[
     return could
 
 
-def _choose(pod: dict, key: str, pools: List[Any], labelled: Dict[str, Optional[List[Any]]], lifted: str, api: Any,
-            lookup: Any, cluster: str, log: Any, refused: Dict[str, str], acked: dict, choice: List[Any]) -> Any:
+def _choose(pod: dict, key: str, pools: List[Any], labelled: Dict[str, Optional[List[Any]]], could: List[Any],
+            lifted: str, api: Any, lookup: Any, cluster: str, log: Any, refused: Dict[str, str], acked: dict,
+            choice: List[Any]) -> Any:
     """The pool the timer's plan gives ``pod`` (:func:`_pool_of`), read on each pool's proven members (ACK's
     list, one call a pool, kept in ``acked`` for the first round); else the first it matches, whose step says
-    why; else one line why none can take it. ``refused``: gets the pools ACK refuses for good; ``choice``:
-    the cluster's Pending pods where the choice read them (:func:`_pool_of`'s ``seen``)."""
-    from functions.decision.layout.matching import split_pending
+    why; else one line why none can take it. ACK is asked only for the pools that answer depends on: those of
+    ``could`` (:func:`_could_count`, by id) until one counts the pod, every pool where the pods that wait decide
+    (:func:`_choose_on_all`); where none counts it, the pools by id until one takes it, a pool whose template
+    takes it read no further (no member changes that: docs/auto-pools.md "Pod events"). ``refused``: gets the
+    pools ACK refuses for good; ``choice``: the cluster's Pending pods where the choice read them."""
+    from functions.decision.layout.matching import demand_of, split_pending
+    from functions.pipeline.pool_of import not_counted, places_of, planned_bounds, spare_decides
+
+    nodes: Dict[str, List[Any]] = {}
+
+    def proven(pool: Any) -> List[Any]:
+        if pool.nodepool_id not in nodes:
+            nodes[pool.nodepool_id] = _members(pool, labelled, api, lookup, cluster, log, refused, acked)
+        return nodes[pool.nodepool_id]
+
+    def takes(pool: Any, members: List[Any]) -> bool:  # one of ``members``, or a new node of the pool's template
+        places = places_of(pool.labels, [t.model_dump(exclude_none=True) for t in pool.taints], pool.nodepool_id,
+                           members, lifted)
+        return bool(split_pending([pod], {pool.nodepool_id: places})[0].get(pool.nodepool_id))
+
+    demand = demand_of(pod)
+    for pool in could:  # by id; a pool left out counts the pod on no reading of its members
+        if not takes(pool, proven(pool)):
+            continue
+        bounds = planned_bounds(pool)[0]
+        if spare_decides(bounds, nodes[pool.nodepool_id], demand):  # then the pods that wait decide: every pool
+            return _choose_on_all(pod, key, pools, labelled, lifted, api, lookup, cluster, log, refused, acked,
+                                  choice, nodes)
+        if not not_counted(bounds, nodes[pool.nodepool_id], demand):
+            return pool
+    for pool in sorted(pools, key=lambda p: p.nodepool_id):  # none counts it: the first it matches says why
+        if takes(pool, []) or (takes(pool, labelled[pool.nodepool_id] or []) and takes(pool, proven(pool))):
+            return pool
+    # none matches even every Node carrying a pool's label: ACK's lists (fewer Nodes) change nothing
+    places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
+                                       p.nodepool_id, labelled[p.nodepool_id] or [], lifted) for p in pools}
+    unmatched = split_pending([pod], places)[1]
+    return "no auto pool can take pod %s (%s)" % (key, unmatched[0][1] if unmatched else "none")
+
+
+def _members(pool: Any, labelled: Dict[str, Optional[List[Any]]], api: Any, lookup: Any, cluster: str, log: Any,
+             refused: Dict[str, str], acked: dict) -> List[Any]:
+    """The pool's Nodes that ACK lists in it, as the tick reads them: a node labelling itself into a pool
+    changes neither which pools the pod matches nor which can take it."""
     from functions.pipeline.auto_pool import PoolUnproven, pool_members
+
+    try:
+        return pool_members(api, lookup, cluster, pool.nodepool_id, acked, listed=labelled[pool.nodepool_id])[0]
+    except PoolUnproven as exc:  # refused for good, this pool alone: read as the tick reads it, from every
+        # Node carrying its label, so a pod it may count is its own here too (the tick holds such pods back
+        # from the later pools; chosen, its step ends naming the refusal)
+        log.warning("pod event", nodepool_id=pool.nodepool_id, reason=exc.line)
+        refused[pool.nodepool_id] = exc.line
+        return exc.listed
+
+
+def _choose_on_all(pod: dict, key: str, pools: List[Any], labelled: Dict[str, Optional[List[Any]]], lifted: str,
+                   api: Any, lookup: Any, cluster: str, log: Any, refused: Dict[str, str], acked: dict,
+                   choice: List[Any], nodes: Dict[str, List[Any]]) -> Any:
+    """:func:`_choose` on every pool's proven members (``nodes``: those read already), for a pod whose pool the
+    pods that wait decide (``pool_of.spare_decides``): the timer's rule over them (:func:`_pool_of`)."""
+    from functions.decision.layout.matching import split_pending
     from functions.pipeline.pool_of import places_of
 
-    # the nodes ACK lists in each pool, as the tick reads them: a node labelling itself into a pool changes
-    # neither which pools the pod matches nor which can take it
-    nodes = {}
     for p in pools:
-        try:
-            nodes[p.nodepool_id] = pool_members(api, lookup, cluster, p.nodepool_id, acked,
-                                                listed=labelled[p.nodepool_id])[0]
-        except PoolUnproven as exc:  # refused for good, this pool alone: read as the tick reads it, from
-            # every Node carrying its label, so a pod it may count is its own here too (the tick holds such
-            # pods back from the later pools; chosen, its step ends naming the refusal)
-            log.warning("pod event", nodepool_id=p.nodepool_id, reason=exc.line)
-            refused[p.nodepool_id] = exc.line
-            nodes[p.nodepool_id] = exc.listed
+        if p.nodepool_id not in nodes:
+            nodes[p.nodepool_id] = _members(p, labelled, api, lookup, cluster, log, refused, acked)
     places = {p.nodepool_id: places_of(p.labels, [t.model_dump(exclude_none=True) for t in p.taints],
                                        p.nodepool_id, nodes[p.nodepool_id], lifted)
               for p in pools}
@@ -201,7 +252,8 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
         chosen = could[0]
     else:
         try:
-            chosen = _choose(pod, key, pools, labelled, lifted, api, lookup, cluster, log, refused, acked, choice)
+            chosen = _choose(pod, key, pools, labelled, could, lifted, api, lookup, cluster, log, refused, acked,
+                             choice)
         except KubeError as exc:
             return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
         if isinstance(chosen, str):

@@ -108,3 +108,46 @@ def test_an_event_whose_marker_write_is_refused_lists_the_pending_pods_once(emul
     assert [(n["node_name"], n["outcome"]) for n in out.get("nodes") or []] == [("gpu-a", "partitioned")], out
     assert "1g.10gb" in profiles(nodes / ("%s.json" % INSTANCE))
     assert pending_lists(kube_api) - before == 1
+
+
+def test_events_of_pods_no_pool_or_two_pools_may_count_read_only_the_pools_nodes_that_decide(
+        emulator, kube_api, tmp_path, monkeypatch):  # noqa: F811
+    """While POOL's plan applies, pods wait that no auto pool counts (1g.5gb: no profile of an A100 80GB; the
+    scheduler sends their FailedScheduling again and again, with its backoff), pods no auto pool takes (they
+    select another pool's nodes) and pods both may count (3g.40gb). Each event read every auto pool's nodes
+    from ACK (1 + pools calls an event). Now a pod no pool counts is given to the first pool it matches where
+    that pool's template takes it (no member read: a pool with no node yet still scales out for it), one no
+    Node or template takes is skipped on the Nodes, and a pod two pools may count reads the first one's
+    members, which count it: ACK is asked for no pool the answer does not depend on."""
+    two_auto_pools(emulator, kube_api, tmp_path, monkeypatch)
+    gate = Gate(point_of_change.make_executor(None, False))
+    monkeypatch.setattr(point_of_change, "make_executor", lambda s, dry: gate)
+    waiting(kube_api, "llm-7b-5d8f7c9b6d-q4x2m", "1g.10gb")
+    holder = {}
+    thread = threading.Thread(target=lambda: holder.setdefault("out", fc.handler(open(SAMPLE, "rb").read(), None)))
+    thread.start()
+    spent, answers = {}, {}
+    try:
+        assert gate.entered.wait(60)  # the first plan is applying now
+        for kind, profile in (("uncounted", "1g.5gb"), ("elsewhere", "1g.10gb"), ("two", "3g.40gb")):
+            before = ack_calls(emulator)
+            for i in range(3):
+                waiting(kube_api, "%s-%d" % (kind, i), profile)
+                if kind == "elsewhere":
+                    with kube_api.lock:
+                        kube_api.pods[("llm", "%s-%d" % (kind, i))]["spec"]["nodeSelector"] = {"pool": "other"}
+                answers.setdefault(kind, []).append(json.loads(fc.handler(pod_event("llm", "%s-%d" % (kind, i)),
+                                                                          None)))
+            spent[kind] = {action: n - before[action] for action, n in ack_calls(emulator).items()}
+    finally:
+        gate.open.set()
+        thread.join(120)
+    coalesced = "coalesced: a plan of auto pool %s" % POOL
+    assert all(a["outcome"] == "skip" and a["reason"].startswith(coalesced)
+               for a in answers["uncounted"] + answers["two"]), answers
+    assert all(a["outcome"] == "skip" and a["reason"].startswith("no auto pool can take pod llm/elsewhere-")
+               for a in answers["elsewhere"]), answers["elsewhere"]
+    assert spent == {"uncounted": {"DescribeClusterNodePools": 3, "DescribeClusterNodes": 0},
+                     "elsewhere": {"DescribeClusterNodePools": 3, "DescribeClusterNodes": 0},
+                     "two": {"DescribeClusterNodePools": 3, "DescribeClusterNodes": 3}}, spent
+    assert json.loads(holder["out"])["outcome"] == "done"

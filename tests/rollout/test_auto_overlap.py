@@ -667,6 +667,36 @@ def test_a_node_labelling_itself_into_a_pool_does_not_draw_a_pod_event_there(clu
     _serve_0_event_changes_two_a(cluster, lookup)
 
 
+def test_a_pod_no_pool_counts_is_given_the_first_pool_its_ack_nodes_or_template_take(cluster, monkeypatch):
+    """A pod selecting ``tier=gold`` asks 7g.80gb, which no A100 40GB pool counts: its event runs the step of
+    the first pool it matches, which says why. The impostor alone puts it in the test pool, so the event
+    reads that pool's members from ACK (none takes it) and gives the pod np-two, whose template takes it: its
+    members are not read (nothing the scheduler says of this pod asks ACK for every pool's nodes)."""
+    from functions.base.event_result import HandlerResult
+    from functions.pipeline import pod_event as pod_event_module
+    from tests.delivery.test_pod_events import pod_event
+
+    api = cluster.api
+    lookup = _gold(api)
+    waiting(api, 1, "7g.80gb")
+    with api.lock:
+        api.pods[("llm", "serve-0")]["spec"]["nodeSelector"] = {"tier": "gold"}
+    asked, planned, real = [], [], lookup.nodes
+
+    def nodes(cluster_id, nodepool_id=None, instance_ids=()):
+        asked.append(nodepool_id)
+        return real(cluster_id, nodepool_id, instance_ids)
+
+    lookup.nodes = nodes
+    monkeypatch.setattr(pod_event_module, "_plan", lambda *args, **kw: planned.append(args[-2])
+                        or HandlerResult(trigger="pod-unschedulable", outcome="skip", reason="planned"))
+    settings = load_settings(dict(cluster.settings_env, ACK_MIG_CLUSTER_ID="c-rollout"))
+    result = run_event(pod_event("llm", "serve-0", cluster="c-rollout"), settings, inventory=lookup,
+                       logger=JsonLogger("OFF"), kube=cluster.kube)
+    assert result.reason == "planned", result.reason
+    assert planned == ["np-two"] and asked == [POOL], (planned, asked)
+
+
 def test_a_pod_event_reads_each_auto_pools_ack_nodes_once(cluster):
     """docs/auto-pools.md: a pod event reads ACK's nodes (DescribeClusterNodes) once per auto pool. Its choice
     of pool read every pool's, then its first round read every earlier pool's and its own again: twice as
