@@ -10,7 +10,8 @@ pool's (``DescribeClusterNodes``, one call a pool) only where the answer depends
 without that proof leave more than one pool that may count the pod (:func:`_could_count`), or none, and then
 only the pools that decide (:func:`_choose`). A burst coalesced into a running plan costs one ACK call an
 event, the list of the node pools, and so does the steady stream of events of a pod no auto pool counts
-where a pool's template takes it, or none takes it.
+where a pool's template takes it, or none takes it. Such a pod's event is a skip saying why: no plan would
+count the pod, so none runs for it.
 
 Then the pool's plan marker (``functions.rollout.plan_marker``, decided by ``functions.decision.coalesce``)
 says whether a plan of that pool runs now: if so the event is answered ``coalesced`` (that plan plans
@@ -114,16 +115,30 @@ def _could_count(pod: dict, pools: List[Any], labelled: Dict[str, Optional[List[
     return could
 
 
+def _uncounted(pod: dict, pool: Any, labelled: Dict[str, Optional[List[Any]]]) -> str:
+    """Why ``pool``'s plan does not count ``pod`` even on every Node carrying its label (``pool_of.not_counted``,
+    every instance idle), or "" where its plan reads no bounds (labels that do not read: its step says so)."""
+    from functions.decision.layout.matching import demand_of
+    from functions.pipeline.pool_of import not_counted, planned_bounds
+
+    bounds = planned_bounds(pool)[0]
+    if bounds is None:
+        return ""
+    lines = not_counted(bounds, labelled[pool.nodepool_id] or [], demand_of(pod))
+    return str(lines[0][1])[:300] if lines else ""
+
+
 def _choose(pod: dict, key: str, pools: List[Any], labelled: Dict[str, Optional[List[Any]]], could: List[Any],
             lifted: str, api: Any, lookup: Any, cluster: str, log: Any, refused: Dict[str, str], acked: dict,
             choice: List[Any]) -> Any:
     """The pool the timer's plan gives ``pod`` (:func:`_pool_of`), read on each pool's proven members (ACK's
-    list, one call a pool, kept in ``acked`` for the first round); else the first it matches, whose step says
-    why; else one line why none can take it. ACK is asked only for the pools that answer depends on: those of
-    ``could`` (:func:`_could_count`, by id) until one counts the pod, every pool where the pods that wait decide
-    (:func:`_choose_on_all`); where none counts it, the pools by id until one takes it, a pool whose template
-    takes it read no further (no member changes that: docs/auto-pools.md "Pod events"). ``refused``: gets the
-    pools ACK refuses for good; ``choice``: the cluster's Pending pods where the choice read them."""
+    list, one call a pool, kept in ``acked`` for the first round); else the first it matches, which says why
+    (the event names it, or its step); else one line why none can take it. ACK is asked only for the pools
+    that answer depends on: those of ``could`` (:func:`_could_count`, by id) until one counts the pod, every
+    pool where the pods that wait decide (:func:`_choose_on_all`); where none counts it, the pools by id until
+    one takes it, a pool whose template takes it read no further (no member changes that: docs/auto-pools.md
+    "Pod events"). ``refused``: gets the pools ACK refuses for good; ``choice``: the cluster's Pending pods
+    where the choice read them."""
     from functions.decision.layout.matching import demand_of, split_pending
     from functions.pipeline.pool_of import not_counted, places_of, planned_bounds, spare_decides
 
@@ -261,6 +276,11 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
     if paused(chosen.labels):
         return end("skip", "pod %s waits for auto pool %s, which is paused: nothing new starts" % (key,
                                                                                                  chosen.nodepool_id))
+    if not could:  # no auto pool's plan counts the pod, on any reading of their nodes: no plan is for it
+        why = _uncounted(pod, chosen, labelled)
+        if why:
+            return end("skip", "pod %s waits for auto pool %s, whose plan does not count it (%s): nor does "
+                               "another auto pool's, so none is planned for it" % (key, chosen.nodepool_id, why))
     log.info("pod event", nodepool_id=chosen.nodepool_id, reason="pod %s waits for auto pool %s"
              % (key, chosen.nodepool_id))
     result = _plan(request, lookup, cluster, settings, dry_run, executor, kube, api, log, chosen.nodepool_id, key,

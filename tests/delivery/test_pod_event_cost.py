@@ -115,10 +115,10 @@ def test_events_of_pods_no_pool_or_two_pools_may_count_read_only_the_pools_nodes
     """While POOL's plan applies, pods wait that no auto pool counts (1g.5gb: no profile of an A100 80GB; the
     scheduler sends their FailedScheduling again and again, with its backoff), pods no auto pool takes (they
     select another pool's nodes) and pods both may count (3g.40gb). Each event read every auto pool's nodes
-    from ACK (1 + pools calls an event). Now a pod no pool counts is given to the first pool it matches where
-    that pool's template takes it (no member read: a pool with no node yet still scales out for it), one no
-    Node or template takes is skipped on the Nodes, and a pod two pools may count reads the first one's
-    members, which count it: ACK is asked for no pool the answer does not depend on."""
+    from ACK (1 + pools calls an event). Now a pod no pool counts is named with the first pool it matches
+    where that pool's template takes it (no member read: a pool with no node yet still scales out for it),
+    one no Node or template takes is skipped on the Nodes, and a pod two pools may count reads the first
+    one's members, which count it: ACK is asked for no pool the answer does not depend on."""
     two_auto_pools(emulator, kube_api, tmp_path, monkeypatch)
     gate = Gate(point_of_change.make_executor(None, False))
     monkeypatch.setattr(point_of_change, "make_executor", lambda s, dry: gate)
@@ -142,12 +142,35 @@ def test_events_of_pods_no_pool_or_two_pools_may_count_read_only_the_pools_nodes
     finally:
         gate.open.set()
         thread.join(120)
-    coalesced = "coalesced: a plan of auto pool %s" % POOL
-    assert all(a["outcome"] == "skip" and a["reason"].startswith(coalesced)
-               for a in answers["uncounted"] + answers["two"]), answers
+    assert all(a["outcome"] == "skip" and a["reason"].startswith("coalesced: a plan of auto pool %s" % POOL)
+               for a in answers["two"]), answers["two"]
+    assert all(a["outcome"] == "skip" and "waits for auto pool %s, whose plan does not count it" % POOL in a["reason"]
+               for a in answers["uncounted"]), answers["uncounted"]
     assert all(a["outcome"] == "skip" and a["reason"].startswith("no auto pool can take pod llm/elsewhere-")
                for a in answers["elsewhere"]), answers["elsewhere"]
     assert spent == {"uncounted": {"DescribeClusterNodePools": 3, "DescribeClusterNodes": 0},
                      "elsewhere": {"DescribeClusterNodePools": 3, "DescribeClusterNodes": 0},
                      "two": {"DescribeClusterNodePools": 3, "DescribeClusterNodes": 3}}, spent
     assert json.loads(holder["out"])["outcome"] == "done"
+
+
+def test_an_event_of_a_pod_no_auto_pool_counts_plans_nothing(emulator, kube_api, tmp_path, monkeypatch):  # noqa: F811
+    """A pod asks 1g.5gb, a profile of no A100 80GB: neither auto pool's plan counts it, on any reading of their
+    nodes. kube-scheduler sends its FailedScheduling again each time it retries the pod, and each event ran
+    POOL's whole step (the Pending pods of the cluster listed, the marker and the planning claim written, ACK
+    read three times) to end "done" with nothing changed. It is a skip now, saying why, on the pools' list
+    alone: no plan counts the pod, so none is lost (docs/auto-pools.md "Pod events")."""
+    from tests.delivery.test_pod_events import pending_lists, stored_marker
+
+    nodes = two_auto_pools(emulator, kube_api, tmp_path, monkeypatch)
+    before_state = (nodes / ("%s.json" % INSTANCE)).read_text()
+    waiting(kube_api, "odd", "1g.5gb")
+    for _ in range(2):  # the scheduler's event, and the same again after its backoff
+        calls, lists = ack_calls(emulator), pending_lists(kube_api)
+        out = json.loads(fc.handler(pod_event("llm", "odd"), None))
+        assert out["outcome"] == "skip" and out["reason"].startswith(
+            "pod llm/odd waits for auto pool %s, whose plan does not count it (" % POOL), out["reason"]
+        assert {a: n - calls[a] for a, n in ack_calls(emulator).items()} == {"DescribeClusterNodePools": 1,
+                                                                            "DescribeClusterNodes": 0}
+        assert pending_lists(kube_api) == lists
+    assert stored_marker(kube_api) is None and (nodes / ("%s.json" % INSTANCE)).read_text() == before_state

@@ -668,10 +668,11 @@ def test_a_node_labelling_itself_into_a_pool_does_not_draw_a_pod_event_there(clu
 
 
 def test_a_pod_no_pool_counts_is_given_the_first_pool_its_ack_nodes_or_template_take(cluster, monkeypatch):
-    """A pod selecting ``tier=gold`` asks 7g.80gb, which no A100 40GB pool counts: its event runs the step of
-    the first pool it matches, which says why. The impostor alone puts it in the test pool, so the event
-    reads that pool's members from ACK (none takes it) and gives the pod np-two, whose template takes it: its
-    members are not read (nothing the scheduler says of this pod asks ACK for every pool's nodes)."""
+    """A pod selecting ``tier=gold`` asks 7g.80gb, which no A100 40GB pool counts: its event names the first
+    pool it matches and why that one's plan does not count it, and plans none. The impostor alone puts it
+    in the test pool, so the event reads that pool's members from ACK (none takes it) and names np-two,
+    whose template takes it: its members are not read (nothing the scheduler says of this pod asks ACK for
+    every pool's nodes)."""
     from functions.base.event_result import HandlerResult
     from functions.pipeline import pod_event as pod_event_module
     from tests.delivery.test_pod_events import pod_event
@@ -693,8 +694,9 @@ def test_a_pod_no_pool_counts_is_given_the_first_pool_its_ack_nodes_or_template_
     settings = load_settings(dict(cluster.settings_env, ACK_MIG_CLUSTER_ID="c-rollout"))
     result = run_event(pod_event("llm", "serve-0", cluster="c-rollout"), settings, inventory=lookup,
                        logger=JsonLogger("OFF"), kube=cluster.kube)
-    assert result.reason == "planned", result.reason
-    assert planned == ["np-two"] and asked == [POOL], (planned, asked)
+    assert result.outcome == "skip" and result.reason.startswith(
+        "pod llm/serve-0 waits for auto pool np-two, whose plan does not count it"), result.reason
+    assert planned == [] and asked == [POOL], (planned, asked)
 
 
 def test_a_pod_event_reads_each_auto_pools_ack_nodes_once(cluster):
