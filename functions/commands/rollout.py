@@ -30,7 +30,7 @@ import sys
 import time
 from typing import List, Optional, Sequence, Tuple
 
-from functions.commands import common
+from functions.commands import common, shipped
 from functions.commands.terminal import fail
 from functions.decision.waves import PAUSED_LABEL
 
@@ -66,8 +66,9 @@ def configure(parser, command):
                              "pool without it")
     common.add_cloud_options(parser, kubeconfig_help="status: your kubeconfig for the nodes' progress (default: a "
                                                      "short-lived one ACK issues for the cluster)")
-    parser.add_argument("--inventory", metavar="FILE",
-                        help="status: a cluster snapshot instead of the ACK and Kubernetes APIs (looked at once)")
+    parser.add_argument("--inventory", metavar="FILE", type=shipped.inventory_file,
+                        help="status: a cluster snapshot (or example:NAME, one shipped with the package) instead of "
+                             "the ACK and Kubernetes APIs (looked at once)")
     parser.add_argument("--watch", action=argparse.BooleanOptionalAction, default=True,
                         help="status: wait until the rollout ends (--no-watch: look once)")
     parser.add_argument("--timeout", type=common.whole_number(1, 1440, "minutes"), default=30, metavar="MINUTES",

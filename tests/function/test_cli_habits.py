@@ -194,6 +194,20 @@ def test_rollout_status_on_a_snapshot_looks_once():
     assert unknown.returncode == 2 and "no labelled node pool np000" in unknown.stderr
 
 
+def test_rollout_status_takes_a_shipped_example_as_status_does():
+    """``example:NAME`` names the same snapshot for rollout status as for status, invoke and advise (one helper,
+    shipped.inventory_file), and a wrong name is the same one line with the names that exist."""
+    done = cli("rollout", "status", "--pool", POOL, "--inventory", "example:inventory-rollout")
+    assert done.returncode == 0, done.stderr
+    assert "rollout to sequence=3g.20gb-3g.20gb: 1 of 3 nodes in layout" in " ".join(done.stdout.split())
+    wrong = cli("rollout", "status", "--inventory", "example:nope")
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr and not wrong.stdout
+    text = " ".join(wrong.stderr.split())
+    assert "'example:nope' is not a shipped example" in text and "use example:NAME" in text, text
+    assert "inventory-rollout" in text
+    assert wrong.stderr == cli("status", "--inventory", "example:nope").stderr  # status's words, the same helper
+
+
 def test_pause_and_resume_still_need_a_pool():
     done = cli("rollout", "pause", "--cluster-id", "c" + "1" * 32, "--region", "cn-beijing")
     assert done.returncode == 2 and "rollout pause needs --pool ID" in done.stderr
