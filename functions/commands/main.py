@@ -90,10 +90,13 @@ class _Parser(argparse.ArgumentParser):
 
             doc = {"error": " ".join(text.split()), "exit_code": 2}
             try:
-                sys.stdout.write(to_yaml(doc))
-            except ImportError:  # PyYAML is the deploy extra's: JSON is YAML too
-                sys.stdout.write(json.dumps(doc) + "\n")
-            sys.stdout.flush()
+                try:
+                    sys.stdout.write(to_yaml(doc))
+                except ImportError:  # PyYAML is the deploy extra's: JSON is YAML too
+                    sys.stdout.write(json.dumps(doc) + "\n")
+                sys.stdout.flush()
+            except BrokenPipeError:  # the reader went away: the error is said on stderr already, with its code
+                _discard_stdout()
         self.exit(code)
 
 
@@ -306,9 +309,42 @@ def main(argv=None):
     # the exit code still does, and stdout stays the command's (a --json reader gets JSON alone).
     sys.stderr = Unheard(open(os.devnull, "w") if saved is None else saved)
     try:
-        return _main(argv)
+        code = _main(argv)
+        return _flushed(code)
+    except BrokenPipeError:  # what argparse printed (--help, --version) met a reader gone (_flushed)
+        _discard_stdout()
+        return 141  # EXIT_PIPE: 128 + SIGPIPE, as every command's
     finally:
         sys.stderr = saved
+
+
+def _discard_stdout():
+    from functions.commands.terminal import discard_stdout
+
+    try:
+        discard_stdout()
+    except (OSError, ValueError, AttributeError):  # no descriptor of its own (a test's StringIO)
+        pass
+
+
+def _flushed(code):
+    # type: (int) -> int
+    """``code``, once stdout is flushed. What argparse printed (--help, --version) is still buffered when the
+    command line ends: a reader gone (``--help | head -1``) is met here, a quiet 141 as for every command,
+    instead of Python's "Exception ignored ... BrokenPipeError" and exit 120 at the interpreter's exit; a full
+    disk is one line and exit 1, as a command's own output."""
+    from functions.commands.terminal import OutputError
+
+    if sys.stdout is None:
+        return code
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        _discard_stdout()  # what is still buffered must not fail again at exit
+        return report(OutputError("cannot write the output to stdout: %s" % (exc.strerror or exc)))
+    return code
 
 
 def _main(argv):

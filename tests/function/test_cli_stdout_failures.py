@@ -154,3 +154,55 @@ def test_a_prompt_flushed_to_a_stderr_whose_reader_is_gone_is_dropped_and_stderr
         assert os.path.samestat(os.fstat(write), os.stat(os.devnull))
     finally:
         stream.close()  # what is still buffered goes to /dev/null now
+
+
+POLICY = ["--account", "1234567890", "--region", "cn-beijing", "--cluster-id", "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b",
+          "--log-project", "mig-logs", "--log-store", "hook"]
+
+
+@pytest.mark.parametrize("argv,code", [
+    (["-m", "functions.commands.main", "--help"], 141),
+    (["-m", "functions.commands.main", "--version"], 141),
+    (["-m", "functions.commands.main", "status", "--help"], 141),
+    (["-m", "functions.commands.main", "convert", "--help"], 141),
+    (["-m", "functions.commands.main", "status", "--inventory", "example:inventory", "-o", "json"], 141),
+    (["-m", "functions.commands.main", "status", "--inventory", "example:inventory"], 141),
+    (["-m", "functions.commands.main", "completion", "bash"], 141),
+    (["-m", "functions.commands.main", "status", "--bogus", "-o", "yaml"], 2),  # said on stderr: its own code
+    (["-m", "tests.support.deployer_policy"] + POLICY, 141),
+    (["-m", "tests.support.deployer_policy", "--help"], 141),
+], ids=lambda a: " ".join(a[1:4]) if isinstance(a, list) else str(a))
+def test_a_pipe_into_head_ends_quietly_for_every_command_and_the_help(argv, code, tmp_path):
+    """`... | head -1` with head gone before the output is flushed, as an operator's shell has it: stdout
+    block-buffered (no PYTHONUNBUFFERED), so argparse's --help, --version and the parser's own error object
+    met the closed pipe only at the interpreter's exit ("Exception ignored ... BrokenPipeError", exit 120),
+    and deployer_policy's print raised a traceback. Each ends as a writer SIGPIPE kills (141) with nothing
+    on stderr, or with its own code when it had something to say there."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_", "PYTHONUNBUFFERED", "COLUMNS"))}
+    env["HOME"] = str(tmp_path)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes
+    try:
+        proc = subprocess.run([sys.executable] + argv, cwd=ROOT, env=env, stdout=write, stderr=subprocess.PIPE,
+                              timeout=60)
+    finally:
+        os.close(write)
+    err = proc.stderr.decode()
+    assert "Traceback" not in err and "Exception ignored" not in err and "BrokenPipe" not in err, err
+    assert proc.returncode == code, err
+    if code == 141:
+        assert err == ""
+
+
+def test_the_help_on_a_full_disk_is_one_line_exit_1(tmp_path):
+    """argparse's --help is flushed by main (not at the interpreter's exit, "Exception ignored", exit 120)."""
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_", "PYTHONUNBUFFERED"))}
+    env["HOME"] = str(tmp_path)
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "functions.commands.main", "status", "--help"], cwd=ROOT,
+                              env=env, stdout=full, stderr=subprocess.PIPE, timeout=60)
+    assert (proc.returncode, proc.stderr.decode()) == (
+        1, "ack-mig-hook: error: cannot write the output to stdout: No space left on device\n")

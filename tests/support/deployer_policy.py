@@ -343,5 +343,21 @@ def allows(policy: dict, action: str, resource: str) -> bool:
                and any(_match(r, resource, False) for r in listed(s["Resource"])) for s in policy["Statement"])
 
 
+def _script() -> int:
+    """``python -m tests.support.deployer_policy ... | head``: a reader that went away ends it quietly, 141 as a
+    writer SIGPIPE kills (stdout then points at /dev/null, so nothing fails again at exit), as ack-mig-hook's
+    commands do, never a BrokenPipeError traceback."""
+    try:
+        try:
+            code = main()
+        except SystemExit as exc:  # --help, or a refused argument (said on stderr already)
+            code = exc.code if isinstance(exc.code, int) else 2
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(_script())
