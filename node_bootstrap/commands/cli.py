@@ -251,6 +251,33 @@ def _on_sigterm(signum, frame):
 
 def main(argv=None):
     # type: (Optional[List[str]]) -> int
+    try:
+        return _main(argv)
+    except SystemExit as exc:  # argparse: --help, or a refused option (said on stderr already)
+        return _flushed(exc.code if isinstance(exc.code, int) else 2)
+
+
+def _flushed(code):
+    # type: (int) -> int
+    """``code`` once what argparse printed (--help) is flushed: a reader gone (``--help | head -1``) or a full
+    disk is met here, 141 or one line and 1 as for a result, not at the interpreter's exit ("Exception ignored
+    ... BrokenPipeError", exit 120). A refused option keeps its 2."""
+    if sys.stdout is None:
+        return code
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+        return code or 141
+    except OSError as exc:
+        say("node_bootstrap: error: cannot write the result to stdout: %s\n" % (exc.strerror or exc))
+        _discard_stdout()
+        return code or 1
+    return code
+
+
+def _main(argv):
+    # type: (Optional[List[str]]) -> int
     argv = list(sys.argv[1:] if argv is None else argv)
     if sys.stderr is None:  # started with stderr closed (2>&-): nowhere to say a problem, the exit code still does
         sys.stderr = open(os.devnull, "w")

@@ -34,6 +34,29 @@ def test_a_reader_gone_is_141_without_a_traceback(tmp_path, json_flag):
     assert "Traceback" not in err and "BrokenPipeError" not in err
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["status", "--help"], ["apply", "--help"]], ids=" ".join)
+def test_a_reader_gone_from_the_help_is_141_without_a_word(tmp_path, argv):
+    """``python3 -m node_bootstrap --help | head -1``, stdout block-buffered as on a node (no PYTHONUNBUFFERED):
+    argparse's help met the gone reader only at the interpreter's exit ("Exception ignored ... BrokenPipeError",
+    exit 120). It ends as a result does, 141 and nothing on stderr."""
+    node = Node(tmp_path)
+    env = {k: v for k, v in node.env().items() if k != "PYTHONUNBUFFERED"}
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "node_bootstrap"] + argv, cwd=node.dir, env=env, stdout=write,
+                              stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")
+    if os.path.exists("/dev/full"):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run([sys.executable, "-m", "node_bootstrap"] + argv, cwd=node.dir, env=env,
+                                  stdout=full, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+        assert (proc.returncode, proc.stderr) == (
+            1, "node_bootstrap: error: cannot write the result to stdout: No space left on device\n")
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
 def test_a_full_disk_is_one_line_and_exit_1(tmp_path):
     node = Node(tmp_path)
