@@ -171,6 +171,12 @@ MUTANTS = (
            ("tests/node/test_kubelet_allocations.py",),
            "with deviceIDStrategy=index a pod's recorded ID names another instance after one below it goes, and "
            "the node destroys the instance allocated to the pod"),
+    mutant("holders-report-unbounded", "node_bootstrap/commands/holdings.py",
+           "    if len(whole) <= MAX_REPORT_CHARS:\n        return whole",
+           "    if True:\n        return whole",
+           ("tests/node/test_kubelet_allocations.py",),
+           "512 long non-UUID pod ids make the holders annotation 132 KiB, past the planner's 64 KiB read: the "
+           "auto pool's planner then has no report of the node"),
     mutant("kube-cutoff-unwraps-tls", "node_bootstrap/kube/client.py",
            "socket.socket.shutdown(sock, socket.SHUT_RDWR)",
            "sock.shutdown(socket.SHUT_RDWR)",

@@ -13,8 +13,10 @@ The report::
 ``pods``: every pod UID kubelet's checkpoint names (after dropping pods the API server says are gone): the
 pods the report covers. Each GPU lists its instances (profile, start) with the holder's UID or null; a GPU
 whose MIG devices could not be read is null (nothing said about it). When the allocations are unknown the
-report is ``{"at": ..., "unknown": "<why>"}``. At most MAX_REPORT_PODS pods (else unknown): with the 16
-GPUs and 7 instances each a node can have, the value stays under 32 KiB.
+report is ``{"at": ..., "unknown": "<why>"}``. At most MAX_REPORT_PODS pods (else unknown), and at most
+MAX_REPORT_CHARS (32 KiB) in all: pod UIDs need not be UUIDs (a static pod's manifest may set any uid), so
+when the pods do not fit, ``pods`` keeps the instances' holders and what fits after them, and
+``"pods_left_out": N`` counts the others (:func:`_bounded`).
 """
 
 import argparse
@@ -29,6 +31,7 @@ from ..outside import OutsideDataError, loads
 from .simhost import host_root, under
 
 MAX_REPORT_PODS = 512
+MAX_REPORT_CHARS = 32 * 1024
 MAX_READ_CHARS = 64 * 1024  # what the planner reads too (functions/kube/supply.py MAX_HOLDERS_CHARS)
 # ``report-holders --min-interval``: no new round starts this long after the first one began. A checkpoint
 # that keeps changing is then left to the next trigger (the path unit re-arms when the run ends).
@@ -94,7 +97,39 @@ def report_value(gpus, allocations, now=None, unreadable=()):
             holders = held.get(gi.id, ())
             rows.append([profile.name, gi.start, holders[0] if holders else None])
         per_gpu[str(gpu.index)] = rows
-    return json.dumps({"at": at, "pods": pods, "gpus": per_gpu}, sort_keys=True, separators=(",", ":"))
+    return _bounded(at, pods, per_gpu)
+
+
+def _bounded(at, pods, per_gpu):
+    # type: (str, List[str], Dict[str, Any]) -> str
+    """The report in at most MAX_REPORT_CHARS. kubelet's PodUID is any string of up to 256 characters here (a
+    static pod's manifest may set its own uid), so 512 of them outgrow the bound. The holders of the instances
+    always stay; ``pods`` keeps those holders first, then the other pods in order while they fit, and
+    ``pods_left_out`` counts the rest: a pod the report does not cover counts, for the planner, as possibly
+    holding any instance of the profiles it asks (more in use, never fewer). When even the instances do not
+    fit, the report is unknown."""
+    def dump(doc):
+        # type: (Dict[str, Any]) -> str
+        return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+    whole = dump({"at": at, "pods": pods, "gpus": per_gpu})
+    if len(whole) <= MAX_REPORT_CHARS:
+        return whole
+    held = set(row[2] for rows in per_gpu.values() if rows for row in rows if row[2] is not None)
+    order = [p for p in pods if p in held] + [p for p in pods if p not in held]
+    # the rest of the report with an empty list and the largest count it may carry, then each pod's share
+    room = MAX_REPORT_CHARS - len(dump({"at": at, "pods": [], "pods_left_out": len(pods), "gpus": per_gpu}))
+    kept = []  # type: List[str]
+    for pod in order:
+        cost = len(json.dumps(pod)) + (1 if kept else 0)
+        if cost > room:
+            break
+        kept.append(pod)
+        room -= cost
+    if room < 0:
+        return dump({"at": at, "unknown": "the report of what %d GPUs hold is over %d characters"
+                                          % (len(per_gpu), MAX_REPORT_CHARS)})
+    return dump({"at": at, "pods": sorted(kept), "pods_left_out": len(pods) - len(kept), "gpus": per_gpu})
 
 
 def same_report(current, value):

@@ -297,3 +297,53 @@ def test_a_checkpoint_or_state_file_that_is_no_regular_file_is_unknown_at_once(t
     assert res["left"][0]["why"].startswith("allocations unknown (kubelet's device checkpoint %s cannot be read "
                                             "(not a regular file but a" % path), res["left"]
     assert "Traceback" not in err
+
+
+# --- the report's size: "at most about 32 KiB" (docs/node.md) --------------------------------------------------
+
+def long_uid(n, width):
+    """A pod UID that is no UUID, ``width`` characters: kubelet keeps the metadata.uid a static pod's manifest
+    gives as it is (kubernetes pkg/kubelet/config/common.go applyDefaults: only an empty one becomes the md5
+    hex of the manifest), and the checkpoint's PodUID is that string."""
+    return ("static-%04d-" % n).ljust(width, "x")
+
+
+@pytest.mark.parametrize("width", [256, 100])
+def test_the_holders_report_stays_within_32_kib_whatever_kubelet_names(node, width):
+    """512 pods (MAX_REPORT_PODS) with long non-UUID ids in the checkpoint while the API server's pod list is
+    unavailable (every entry counts): the report was 512 x (width + 3) characters, 132 KiB for 256, past the
+    32 KiB docs/node.md promises and the planner's 64 KiB read. The holders of the instances stay; pods that
+    do not fit are left out of ``pods`` with a count (``pods_left_out``): the planner then counts them as not
+    covered, so the instances of the profiles they ask count as in use (more in use, never fewer)."""
+    from functions.kube.supply import MAX_HOLDERS_CHARS, _holders
+    from node_bootstrap.commands.holdings import MAX_REPORT_CHARS, MAX_REPORT_PODS
+
+    assert MAX_REPORT_CHARS == 32 * 1024 < MAX_HOLDERS_CHARS
+    uuid0, _ = mig_devices(node, 0)[4]
+    uuid1, _ = mig_devices(node, 1)[0]
+    holders = [long_uid(MAX_REPORT_PODS - 2, width), long_uid(MAX_REPORT_PODS - 1, width)]  # last in order
+    entries = [(holders[0], "serve", "nvidia.com/mig-3g.20gb", [uuid0]),
+               (holders[1], "serve", "nvidia.com/mig-3g.20gb", [uuid1])]
+    entries += [(long_uid(n, width), "c", "example.com/nic", ["nic%d" % n]) for n in range(MAX_REPORT_PODS - 2)]
+    write_checkpoint(node, checkpoint(entries))
+    node.kube_args = []  # the simulated node's labels file: no pod list, so every entry counts
+    res = node.run("report-holders")
+    assert res.rc == 0 and res.json["written"] is True, res.stderr
+    value = annotations(node)["ack-mig-hook/gpu-holders"]
+    assert len(value) <= MAX_REPORT_CHARS, len(value)
+    report = json.loads(value)
+    assert report["gpus"] == {"0": [["3g.20gb", 0, None], ["3g.20gb", 4, holders[0]]],
+                              "1": [["3g.20gb", 0, holders[1]], ["3g.20gb", 4, None]]}
+    assert set(holders) <= set(report["pods"]) and report["pods"] == sorted(report["pods"])
+    assert 0 < report["pods_left_out"] == MAX_REPORT_PODS - len(report["pods"])
+    if width <= 128:  # the planner's reader (pod UIDs of at most 128 characters) takes it, pods as written
+        read = _holders(value)
+        assert read is not None and read.pods == frozenset(report["pods"])
+
+
+def test_a_report_whose_instances_alone_outgrow_the_bound_is_unknown():
+    from node_bootstrap.commands.holdings import MAX_REPORT_CHARS, _bounded
+
+    rows = [["1g.5gb", n, long_uid(n, 256)] for n in range(200)]  # more than any GPU holds: the guard only
+    value = _bounded("2026-12-07T10:00:00Z", sorted(r[2] for r in rows), {"0": rows})
+    assert len(value) <= MAX_REPORT_CHARS and "over 32768 characters" in json.loads(value)["unknown"]
