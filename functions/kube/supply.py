@@ -41,7 +41,10 @@ STATE_LABEL = "nvidia.com/mig.config.state"  # node_bootstrap/kube/nodelabels.py
 SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"
 HOLDERS_ANNOTATION = "ack-mig-hook/gpu-holders"  # node_bootstrap/kube/nodelabels.py
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"  # a static pod's mirror: the UID kubelet knows it by
-MAX_HOLDERS_CHARS = 64 * 1024  # the node writes at most about 32 KiB (node_bootstrap/commands/holdings.py)
+MAX_HOLDERS_CHARS = 64 * 1024  # the node writes at most 32 KiB (node_bootstrap/commands/holdings.py)
+# A pod UID as the node writes it: kubelet's checkpoint PodUID, which the node reads up to 256 characters
+# (node_bootstrap/kube/allocations.py MAX_TEXT); a static pod keeps the uid its manifest sets, UUID or not.
+MAX_UID_CHARS = 256
 _INDEX = re.compile(r"^[0-9]{1,2}\Z")
 IN_FLIGHT = ("pending", "rebooting")
 FAILED = "failed"  # node_bootstrap/commands/apply.py STATE_BY_OUTCOME
@@ -196,7 +199,7 @@ def _holders(text: Any) -> Optional[Holders]:
 
 
 def _uid(value: Any) -> str:
-    if not isinstance(value, str) or not 0 < len(value) <= 128:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_UID_CHARS:
         raise ValueError("not a pod UID")
     return value
 

@@ -102,6 +102,24 @@ def test_a_static_pod_is_known_by_the_uid_kubelet_gives_it():
     assert marks(node(report(["config-hash"], (None, "config-hash"))), [mirror]) == [[("3g.20gb", 4)], []]
 
 
+def test_a_static_pod_whose_manifest_sets_a_long_uid_is_read_as_the_node_writes_it():
+    """kubelet keeps the metadata.uid a static pod's manifest sets (kubernetes pkg/kubelet/config/common.go
+    applyDefaults hashes only an empty one) and its checkpoint carries it; the node takes PodUIDs of up to 256
+    characters (node_bootstrap/kube/allocations.py MAX_TEXT) and writes them in its report. The planner read
+    only 128, so one such pod made the node's whole report unreadable: every instance of every profile asked
+    counted as in use (the 3g.20gb at 0 here), and the pool grew for nothing."""
+    from functions.kube.supply import MAX_UID_CHARS
+    from node_bootstrap.kube.allocations import MAX_TEXT
+
+    assert MAX_UID_CHARS == MAX_TEXT
+    uid = "static-gpu-exporter-".ljust(MAX_TEXT, "x")
+    mirror = running("api-server-assigned-uid", "3g.20gb")
+    mirror["metadata"]["annotations"] = {"kubernetes.io/config.mirror": uid}
+    assert marks(node(report([uid], (None, uid))), [mirror]) == [[("3g.20gb", 4)], []]
+    too_long = uid + "x"  # what the node never writes: the report is refused, every instance counts
+    assert marks(node(report([too_long], (None, too_long))), [mirror]) == [[("3g.20gb", 0), ("3g.20gb", 4)], []]
+
+
 def test_a_gpu_the_node_could_not_read_is_never_planned_nor_taken_for_empty():
     """A failed apply with a GPU off the bus writes what it read back of the others and null for the lost
     one (node_bootstrap/commands/apply.py, tests/node/test_faults.py); every reader leaves the lost GPU alone."""

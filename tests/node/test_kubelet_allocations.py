@@ -336,9 +336,8 @@ def test_the_holders_report_stays_within_32_kib_whatever_kubelet_names(node, wid
                               "1": [["3g.20gb", 0, holders[1]], ["3g.20gb", 4, None]]}
     assert set(holders) <= set(report["pods"]) and report["pods"] == sorted(report["pods"])
     assert 0 < report["pods_left_out"] == MAX_REPORT_PODS - len(report["pods"])
-    if width <= 128:  # the planner's reader (pod UIDs of at most 128 characters) takes it, pods as written
-        read = _holders(value)
-        assert read is not None and read.pods == frozenset(report["pods"])
+    read = _holders(value)  # the planner's reader takes it, pods as written
+    assert read is not None and read.pods == frozenset(report["pods"])
 
 
 def test_a_report_whose_instances_alone_outgrow_the_bound_is_unknown():
