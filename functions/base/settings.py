@@ -106,8 +106,10 @@ API_NETWORK = _var("ACK_MIG_API_NETWORK", "public", "`public` or `vpc`: `vpc` se
 API_TIMEOUT_S = _var("ACK_MIG_API_TIMEOUT_S", "10", "connect and read timeout of each cloud API call, "
                                                     "seconds")
 CONNECT_TIMEOUT_S = _var("ACK_MIG_CONNECT_TIMEOUT_S", "10", "command line: how long a command tries to connect to "
-                         "the ACK API and the `--kubeconfig` API server before its first call, name lookup "
-                         "included, giving up naming it, seconds (1..15)")
+                         "the ACK API and the `--kubeconfig` API server before its first call, and to each "
+                         "cloud API it calls (ROS, STS, OSS, Function Compute, SLS: the SDKs' connect timeout; "
+                         "a connection never made is not tried again), name lookup included, giving up naming "
+                         "it, seconds (1..15)")
 API_MAX_ATTEMPTS = _var("ACK_MIG_API_MAX_ATTEMPTS", "3", "attempts per cloud API call on throttling, 5xx "
                                                          "or a timeout")
 ACCESS_KEY_ID = _var("ALIBABA_CLOUD_ACCESS_KEY_ID", "", "set by Function Compute from the function's "
@@ -381,6 +383,13 @@ def environment() -> Dict[str, str]:
     """A copy of the process environment: with :func:`child_environment`, the one place outside load_settings
     that reads it (the command line's defaults and the operator commands' credential chain)."""
     return dict(os.environ)
+
+
+def connect_timeout_s(env: Optional[Mapping[str, str]] = None) -> int:
+    """``ACK_MIG_CONNECT_TIMEOUT_S`` (default 10, 1..15): the command line's bound on making one connection,
+    the check before a command's first call and every cloud SDK client it builds alike (their connect
+    timeout; the read timeout stays each call's own). An operator waits seconds, not the SDKs' 30-60 s."""
+    return parse_int(os.environ if env is None else env, CONNECT_TIMEOUT_S, 10, 1, 15)
 
 
 def env_text(name: str) -> str:

@@ -297,7 +297,7 @@ def connect(what: str, host: str, port: int, fix: str) -> None:
     from functions.commands.terminal import Waiting
     from node_bootstrap.hostlookup import LookupTimeout, create_connection
 
-    timeout = settings.parse_int(settings.environment(), settings.CONNECT_TIMEOUT_S, 10, 1, 15)
+    timeout = settings.connect_timeout_s()
     where = "%s:%d" % (host, port)
     try:
         with Waiting("%s at %s" % (what, where), timeout):

@@ -80,10 +80,11 @@ def invoke_async(region: str, keys, function: str, body: bytes) -> Dict[str, str
     from functions.base.deadline import Guard, urllib3_guarded
 
     override = settings.parse_endpoint(settings.environment(), settings.FC_ENDPOINT)
+    connect_ms = min(settings.connect_timeout_s(), TIMEOUT_S) * 1000  # a connection: seconds, not the call's 30
     config = openapi_models.Config(
         access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
         security_token=keys.security_token, region_id=region,
-        read_timeout=TIMEOUT_S * 1000, connect_timeout=TIMEOUT_S * 1000)
+        read_timeout=TIMEOUT_S * 1000, connect_timeout=connect_ms)
     if override is not None:  # else the SDK's own endpoint for the region (its _endpoint_map, fcv3.<region>)
         config.endpoint, config.protocol = override.host, override.protocol
     client = Client(config)
@@ -96,7 +97,7 @@ def invoke_async(region: str, keys, function: str, body: bytes) -> Dict[str, str
             response = client.invoke_function_with_options(
                 function, models.InvokeFunctionRequest(body=body),
                 models.InvokeFunctionHeaders(x_fc_invocation_type="Async"),
-                RuntimeOptions(read_timeout=TIMEOUT_S * 1000, connect_timeout=TIMEOUT_S * 1000))
+                RuntimeOptions(read_timeout=TIMEOUT_S * 1000, connect_timeout=connect_ms))
     except Exception as exc:  # the SDK's exception types vary by version; code and message are common
         if guard.fired:
             raise InvokeError("FC InvokeFunction of %s: no answer within %ds" % (function, TIMEOUT_S)) from None

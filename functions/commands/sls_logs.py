@@ -169,11 +169,12 @@ def _client(region: str, keys):
     from darabonba.runtime import RuntimeOptions
 
     override = settings.parse_endpoint(settings.environment(), settings.SLS_ENDPOINT)
+    connect_ms = min(settings.connect_timeout_s(), TIMEOUT_S) * 1000  # a connection: seconds, not the call's 30
     config = openapi_models.Config(
         access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
         security_token=keys.security_token, region_id=region,
-        read_timeout=TIMEOUT_S * 1000, connect_timeout=TIMEOUT_S * 1000)
-    runtime = RuntimeOptions(read_timeout=TIMEOUT_S * 1000, connect_timeout=TIMEOUT_S * 1000)
+        read_timeout=TIMEOUT_S * 1000, connect_timeout=connect_ms)
+    runtime = RuntimeOptions(read_timeout=TIMEOUT_S * 1000, connect_timeout=connect_ms)
     if override is not None:
         host = override.host.rsplit(":", 1)[0].strip("[]")
         try:

@@ -83,12 +83,15 @@ def read(keys: Keys, region: str, cluster_id: str, endpoint: Optional[Endpoint] 
 
     from functions.base.endpoints import resolve
 
+    from functions.base.settings import connect_timeout_s
+
     where = resolve("cs", region, endpoint)
+    connect_ms = min(connect_timeout_s(), timeout_s) * 1000  # a connection: seconds, not the call's 30
     config = openapi_models.Config(
         access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
         security_token=keys.security_token, region_id=region, endpoint=where.host, protocol=where.protocol,
-        read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
-    runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+        read_timeout=timeout_s * 1000, connect_timeout=connect_ms)
+    runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=connect_ms)
     import urllib3  # the Tea SDK calls through requests: the Guard reaches its sockets
 
     urllib3_guarded(urllib3)

@@ -159,12 +159,15 @@ def account_id(keys: Keys, region: str, endpoint: Optional[Any] = None, timeout_
     from alibabacloud_tea_openapi import utils_models as openapi_models
     from darabonba.runtime import RuntimeOptions
 
+    from functions.base.settings import connect_timeout_s
+
+    connect_ms = min(connect_timeout_s(), timeout_s) * 1000  # a connection: seconds, not the call's 30
     config = openapi_models.Config(
         access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
         security_token=keys.security_token, region_id=region,
         endpoint=endpoint.host if endpoint else None, protocol=endpoint.protocol if endpoint else "https",
-        read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
-    runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+        read_timeout=timeout_s * 1000, connect_timeout=connect_ms)
+    runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=connect_ms)
     import urllib3  # the Tea SDK calls through requests: the Guard reaches its sockets
 
     urllib3_guarded(urllib3)

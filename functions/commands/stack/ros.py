@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from functions.base.deadline import Guard, urllib3_guarded
 from functions.base.endpoints import resolve
-from functions.base.settings import Endpoint
+from functions.base.settings import Endpoint, connect_timeout_s
 from functions.commands.stack.credentials import Keys
 from functions.commands.stack.exit_codes import CloudError
 
@@ -80,18 +80,22 @@ class Stacks:
         from darabonba.runtime import RuntimeOptions
 
         endpoint = resolve("ros", region, endpoint)  # the override, else the ROS SDK's (functions/base/endpoints.py)
+        # A connection is given ACK_MIG_CONNECT_TIMEOUT_S (10 s), not the call's 30: a black-holed address is
+        # said in seconds; an answer still has the call's whole timeout.
+        self._connect_s = min(connect_timeout_s(), timeout_s)
         config = openapi_models.Config(
             access_key_id=keys.access_key_id, access_key_secret=keys.access_key_secret,
             security_token=keys.security_token, region_id=region,
             endpoint=endpoint.host, protocol=endpoint.protocol,
-            read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+            read_timeout=timeout_s * 1000, connect_timeout=self._connect_s * 1000)
         self._client = Client(config)
         # The Tea SDK (tea-openapi 0.4) retries only through Config.retry_options, not RuntimeOptions'
         # autoretry: the retries of transient failures are ours (_attempt), each reusing its request.
-        self._runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=timeout_s * 1000)
+        self._runtime = RuntimeOptions(read_timeout=timeout_s * 1000, connect_timeout=self._connect_s * 1000)
         self.region = region
         self._sleep, self._clock = sleep, clock
         self._timeout_s = timeout_s
+        self._connected = False  # has any call reached ROS: until then, a connection never made is not retried
         import urllib3  # the Tea SDK calls through requests: let each attempt's Guard reach its sockets
 
         urllib3_guarded(urllib3)
@@ -106,21 +110,33 @@ class Stacks:
         only reaches a socket once it is connected), a back-off sleeps at most that, and no try starts once
         it has passed, so a slow ROS cannot hold a wait a round of tries (3 x 30 s and the pauses) past
         its --timeout. A call the deadline ended is told from one that failed before it by the clock
-        (:meth:`_poll`)."""
+        (:meth:`_poll`).
+
+        A connection that could not be made (unreachable.said) before any call of this client reached ROS
+        is not tried again: nothing answers at that address (a wrong endpoint, no route, a black hole), and
+        three tries would only triple the wait for the same line. Once ROS has answered, it is a lost
+        connection in the middle of the command's work (a wait's poll), retried like any transient failure."""
         failure: Optional[BaseException] = None
         for attempt in range(1, ATTEMPTS + 1):
             bound = self._timeout_s if end is None else min(self._timeout_s, end - self._clock())
             if bound <= 0:
                 raise failure or TimeoutError("the wait's deadline passed before the call") from None
-            self._runtime.connect_timeout = self._runtime.read_timeout = max(1, int(bound * 1000))
+            self._runtime.read_timeout = max(1, int(bound * 1000))
+            self._runtime.connect_timeout = max(1, int(min(bound, self._connect_s) * 1000))
             guard = Guard(bound)  # the whole attempt: the SDK's read timeout restarts at every byte
             try:
                 with guard:
-                    return fn()
+                    answer = fn()
+                self._connected = True
+                return answer
             except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+                from functions.commands.stack.unreachable import said
+
                 if guard.fired:  # cut at the attempt's bound: transient, like a read timeout
                     exc = TimeoutError("no complete answer within %gs" % round(bound, 1))
-                if attempt == ATTEMPTS or not (guard.fired or _transient(exc)):
+                never = not guard.fired and said("ros", exc) is not None
+                self._connected = self._connected or not never
+                if attempt == ATTEMPTS or not (guard.fired or _transient(exc)) or (never and not self._connected):
                     raise exc from None
                 failure = exc
                 self._pause(float(attempt), end)

@@ -225,7 +225,12 @@ def _client(keys: Keys, region: str, bucket: str, endpoint: Optional[Endpoint], 
     url = url_of(resolve("oss", region, endpoint))  # the override, else oss-<region>.aliyuncs.com
     auth = oss2.ProviderAuthV4(StaticCredentialsProvider(keys.access_key_id, keys.access_key_secret,
                                                          keys.security_token or ""))
-    return _Bounded(oss2.Bucket(auth, url, bucket, connect_timeout=timeout_s, region=region), timeout_s, url), url
+    from functions.base.settings import connect_timeout_s
+
+    # oss2 hands connect_timeout to requests as its timeout: (connect, read), a connection within
+    # ACK_MIG_CONNECT_TIMEOUT_S (oss2's default is 60 s for both), a read within the call's own.
+    timeouts = (min(connect_timeout_s(), timeout_s), timeout_s)
+    return _Bounded(oss2.Bucket(auth, url, bucket, connect_timeout=timeouts, region=region), timeout_s, url), url
 
 
 def _unreached(url: str, exc: BaseException) -> UploadError:
