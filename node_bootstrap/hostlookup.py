@@ -1,6 +1,7 @@
 """A host name's lookup under a deadline, and a TCP connection made through it: for every client of ours that
 connects to a host by name (the node's and the function's Kubernetes clients, the webhook, the command
-line's reachability check). Standard library only, Python 3.6 and later.
+line's reachability check, the cloud SDKs' urllib3: functions/base/deadline.py). Standard library only,
+Python 3.6 and later.
 
 Why: ``socket.create_connection(..., timeout=)`` bounds the connect, not the name lookup before it.
 ``getaddrinfo`` waits in the C library for as long as resolv.conf's timeouts, attempts and search domains add

@@ -212,6 +212,12 @@ MUTANTS = (
            "            socket.create_connection((host, port), timeout=timeout).close()\n",
            ("tests/function/test_lookup_deadline.py",),
            "a command's first connection waits for the host's name lookup past ACK_MIG_CONNECT_TIMEOUT_S"),
+    mutant("sdk-lookup-unbounded", "functions/base/deadline.py",
+           "        where.create_connection = _bounded_lookup(where.create_connection)\n",
+           "",
+           ("tests/function/test_lookup_deadline.py",),
+           "the cloud SDKs (ROS, STS, ACK, OSS, FC, SLS; the function's ECS, ESS, KMS) look up their endpoint's "
+           "name with no deadline: a silent name server holds a command or an invocation past every timeout"),
     mutant("holders-report-unlocked", "node_bootstrap/commands/apply.py",
            "                held.enter_context(NodeLock(args.lock_file, timeout=0))\n",
            "                pass\n",

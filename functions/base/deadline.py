@@ -14,6 +14,11 @@ Watch the socket a connection ends up with, after ``connect()``: wrapping a sock
 object and detaches the old one (``SSLContext.wrap_socket``), so a socket watched before the wrap can no
 longer be shut down. The TLS handshake inside ``connect()`` is bounded by Python's own handshake timeout
 (the socket timeout, for the whole handshake: ``_ssl.c`` "The handshake operation timed out").
+
+Before ``connect()`` has a socket, the name lookup: urllib3 asks ``socket.getaddrinfo``, which no timeout and
+no Guard reaches (it waits in the C library for as long as resolv.conf's timeouts add up to, with a name server
+that does not answer). :func:`urllib3_guarded` bounds it too, by the connect timeout and the Guard's time left
+(node_bootstrap/hostlookup.py).
 """
 
 import socket
@@ -109,3 +114,45 @@ def urllib3_guarded(urllib3: Any) -> None:
             return conn
 
         pool._get_conn = _get_conn
+        where = urllib3.util.connection  # urllib3.connection calls create_connection through this module
+        where.create_connection = _bounded_lookup(where.create_connection)
+
+
+def _is_address(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _bounded_lookup(create: Any) -> Any:
+    """urllib3's ``create_connection`` whose name lookup ends within the connect timeout (and the calling
+    thread's Guard, if any): node_bootstrap.hostlookup.lookup, whose :class:`LookupTimeout` is a
+    ``socket.timeout``, so urllib3 reports it as its own ConnectTimeoutError (the lookup's words in its
+    cause). The connection then goes to each address found, through urllib3's own function, so socket options
+    and its errors are unchanged; TLS is still given the host name by urllib3, never the address. A lookup
+    without a bound (no timeout, no Guard) or of an address is urllib3's own."""
+    def create_connection(address: Any, timeout: Any = socket._GLOBAL_DEFAULT_TIMEOUT,  # type: ignore[attr-defined]
+                          source_address: Any = None, socket_options: Any = None) -> Any:
+        host, port = address[0], address[1]
+        bare = host.strip("[]") if isinstance(host, str) else host
+        limit = float(timeout) if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) else None
+        guard = getattr(_current, "guard", None)
+        if guard is not None:
+            limit = guard.left() if limit is None else min(limit, guard.left())
+        if limit is None or not isinstance(bare, str) or not bare or _is_address(bare):
+            return create(address, timeout, source_address=source_address, socket_options=socket_options)
+        from node_bootstrap.hostlookup import lookup
+
+        error: Optional[OSError] = None
+        for _, _, _, _, found in lookup(bare, port, limit):
+            try:
+                return create((found[0], port), timeout, source_address=source_address,
+                              socket_options=socket_options)
+            except OSError as exc:
+                error = exc
+        raise error or OSError("getaddrinfo returns an empty list")
+    return create_connection

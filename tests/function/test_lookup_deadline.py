@@ -1,18 +1,22 @@
 """Every wait has a deadline, the name lookup of an endpoint's host included: ``socket.create_connection``'s
 timeout bounds the connect, not ``getaddrinfo`` before it, which waits for as long as resolv.conf's timeouts
 add up to (node_bootstrap/hostlookup.py). A name server that never answers (tests/support/slow_dns.py) costs
-the command line's reachability check, the function's Kubernetes client and the webhook their own deadline,
-and each ends with its one line for an endpoint it cannot reach, naming the host and the lookup."""
+the command line's reachability check, the function's Kubernetes client, the webhook and the cloud SDK clients
+(their connect timeout, functions/base/deadline.py) their own deadline, and each ends with its one line for an
+endpoint it cannot reach, naming the host and the lookup."""
 
 import io
 import json
+import os
 import time
 
 import pytest
 
 from functions.base import settings
 from functions.base.logs import JsonLogger
+from functions.base.settings import Endpoint
 from functions.commands import common
+from functions.commands.stack.credentials import Keys
 from functions.kube.client import ApiError, KubeApi
 from functions.pipeline.notify import SCHEMA, deliver
 from node_bootstrap.kube import KubeConfig, load_kubeconfig
@@ -20,6 +24,7 @@ from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 from tests.support.slow_dns import HOLD_S, SlowDns
 
 SLOW = "api.slow-dns.example"
+KEYS = Keys("LTAI5tTestOnlyKey", "not-a-secret", None)
 
 
 @pytest.fixture
@@ -100,3 +105,74 @@ def test_the_webhook_gives_up_on_a_lookup_at_its_deadline(dns, monkeypatch):
     logged = json.loads(stream.getvalue().splitlines()[0])
     assert (logged["message"], logged["webhook_host"], logged["error"]) == (
         "notification not sent", "hook.slow-dns.example", "name lookup timeout")
+
+
+# ---- a name server that never answers (tests/support/slow_dns.py): the SDKs' lookups end at the connect timeout
+
+CLOUD = "cloud.slow-dns.example"
+PORT = 8443
+
+
+@pytest.fixture
+def sdk_dns(monkeypatch):
+    stand_in = SlowDns(slow=[CLOUD, "my-code-bucket." + CLOUD, "k8s-log-x." + CLOUD]).install(monkeypatch)
+    yield stand_in
+    stand_in.release.set()  # the lookups left behind end now
+
+
+def _ros():
+    from functions.commands.stack.ros import Stacks
+
+    return Stacks("cn-beijing", KEYS, Endpoint("%s:%d" % (CLOUD, PORT), "http")).find("ack-mig-hook")
+
+
+def _sts():
+    from functions.commands.stack.credentials import account_id
+
+    return account_id(KEYS, "cn-beijing", Endpoint("%s:%d" % (CLOUD, PORT), "http"))
+
+
+def _ack():
+    from functions.commands.stack import cluster_network
+
+    return cluster_network.read(KEYS, "cn-beijing", "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b",
+                                Endpoint("%s:%d" % (CLOUD, PORT), "http"))
+
+
+def _oss():
+    from functions.commands.stack import upload
+
+    return upload.inspect(KEYS, "cn-beijing", "my-code-bucket", "ack-mig-hook/x.zip", os.devnull, "1234567890123456",
+                          Endpoint("%s:%d" % (CLOUD, PORT), "http"))
+
+
+def _fc():
+    from functions.commands import remote
+
+    return remote.invoke_async("cn-beijing", KEYS, "ack-mig-hook", b"{}")
+
+
+def _sls():
+    from functions.commands import sls_logs
+
+    return sls_logs.fetch("cn-beijing", KEYS, "k8s-log-x", "ack-mig-hook", "*", 0, 1, 1)
+
+
+@pytest.mark.parametrize("call, what, host", [
+    (_ros, "the ROS API", CLOUD), (_sts, "the STS API", CLOUD), (_ack, "the ACK API", CLOUD),
+    (_oss, "OSS", "my-code-bucket." + CLOUD), (_fc, "the Function Compute API", CLOUD),
+    (_sls, "the SLS API", "k8s-log-x." + CLOUD),
+], ids=["ros", "sts", "ack", "oss", "fc", "sls"])
+def test_an_sdk_clients_name_lookup_ends_at_the_connect_timeout_with_its_line(sdk_dns, monkeypatch, call, what, host):
+    """Before, urllib3's getaddrinfo waited for the resolver (here until HOLD_S, then "Temporary failure in name
+    resolution"; on a host, resolv.conf's timeouts x attempts x search domains), and ROS asked three times."""
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(settings.CONNECT_TIMEOUT_S, "1")
+    monkeypatch.setenv(settings.FC_ENDPOINT, "http://%s:%d" % (CLOUD, PORT))
+    monkeypatch.setenv(settings.SLS_ENDPOINT, "http://%s:%d" % (CLOUD, PORT))
+    with pytest.raises(Exception) as caught:
+        call()
+    assert str(caught.value).startswith("cannot connect to %s at %s:%d (the name lookup of %s took over 1s); "
+                                        % (what, host, PORT, host)), str(caught.value)
+    assert getattr(caught.value, "exit_code", None) == 2 and sdk_dns.asked == [host]

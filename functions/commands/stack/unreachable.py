@@ -32,6 +32,9 @@ _NOT_CONNECTED = re.compile(r"Failed to establish a new connection|Failed to res
 _ADDRESS = re.compile(r"host='([^'\s]{1,253})', port=(\d{1,5})")
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([A-Za-z][A-Za-z ,'-]{2,80}?)['\")]")
 _CONNECT_TIMEOUT = re.compile(r"connect timeout=(\d+(?:\.\d+)?)")
+# node_bootstrap.hostlookup.LookupTimeout's words, the cause of urllib3's ConnectTimeoutError when the host's name
+# did not resolve within the connect timeout (functions/base/deadline.py bounds the SDKs' lookups)
+_LOOKUP = re.compile(r"the name lookup of [^\s'\"]{1,253} took over \d+(?:\.\d+)?s")
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
@@ -81,8 +84,11 @@ def said(service: str, exc: BaseException) -> Optional[str]:
     where = " at %s:%s" % address.groups() if address else ""
     errno = _ERRNO.search(text)
     timeout = _CONNECT_TIMEOUT.search(text)
+    lookup = _LOOKUP.search(text)
     if errno:  # the system's words, as common.connect gives them (strerror): "Connection refused"
         cause = errno.group(1).strip()
+    elif lookup:  # as common.connect says it: the name server, not the service, did not answer
+        cause = lookup.group(0)
     elif timeout:
         cause = "no answer within %gs" % float(timeout.group(1))
     else:
