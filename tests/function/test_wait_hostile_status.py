@@ -4,7 +4,7 @@ reaches the operator's terminal written visibly, never raw (textsafe.escape)."""
 import pytest
 
 from tests.function.test_deploy import cloud, run  # noqa: F401
-from tests.function.test_wait_and_region import WAIT, deployed  # noqa: F401
+from tests.function.test_wait_and_region import STACK, WAIT, deployed  # noqa: F401
 
 pytestmark = pytest.mark.timeout(180)
 HOSTILE = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2KUPDATE_IN_PROGRESS"  # OSC 52 (clipboard), erase line
@@ -30,3 +30,17 @@ def test_wait_at_its_deadline_never_prints_the_status_raw(deployed, capsys, monk
     code, out, err = run(capsys, *WAIT, "--timeout", "1")
     assert code == 1 and "still" in err
     assert "\x1b" not in err and "\x07" not in err and "\x1b" not in out, repr(err)
+
+
+@pytest.mark.contract_exempt("a hostile ListStackEvents answer: fields of the wrong JSON type")
+def test_wait_reads_an_event_of_the_wrong_shape_as_text(deployed, capsys):
+    """ListStackEvents' EventId is a string (ros20190910 ``ListStackEventsResponseBodyEvents``), but the SDK's
+    model passes any JSON value on as it came: an id that is a list ended the wait in an internal error
+    (``TypeError: unhashable type: 'list'``, exit 70) while the stack went on. It is a key like any other now."""
+    ros, stack = deployed
+    ros._start(stack, "UPDATE")
+    stack["_events"].append({"EventId": ["not", "text"], "Status": {"odd": 1}, "LogicalResourceId": 7,
+                             "StatusReason": ["a", "list"]})
+    code, out, err = run(capsys, *WAIT)
+    assert code == 0 and out.strip() == "stack %s: UPDATE_COMPLETE" % STACK, err
+    assert "internal error" not in err and "UPDATE_COMPLETE" in err, err

@@ -51,6 +51,12 @@ def _transient(exc: BaseException) -> bool:
     return type(getattr(exc, "inner_exception", None)).__name__ == "RetryError"
 
 
+def _event_key(event: Dict[str, Any]) -> str:
+    """An event's EventId as text: a string in ROS's model (ListStackEventsResponseBodyEvents), but the SDK
+    passes any JSON value on as it came, and a list or an object cannot be a member of the set of seen ids."""
+    return str(event.get("EventId"))
+
+
 def _code(exc: BaseException) -> str:
     return str(getattr(exc, "code", "") or type(exc).__name__)
 
@@ -213,7 +219,7 @@ class Stacks:
         """The ids of the events the stack has now: :meth:`wait` leaves them out, so an update or a delete
         shows its own events, not the stack's history (ListStackEvents lists the newest first)."""
         try:
-            return {e.get("EventId") for e in self.events(stack_id)}
+            return {_event_key(e) for e in self.events(stack_id)}
         except StackError:
             return set()
 
@@ -345,11 +351,11 @@ class Stacks:
         while True:  # every call in the loop gets at most the time left (_attempt's end)
             stack = self._poll(lambda: self.get(stack_id, end), end, overdue)
             try:
-                fresh = [e for e in reversed(self.events(stack_id, end)) if e.get("EventId") not in seen]
+                fresh = [e for e in reversed(self.events(stack_id, end)) if _event_key(e) not in seen]
             except StackError:
                 fresh = []  # progress is a courtesy; the stack's status decides
             for event in fresh:
-                seen.add(event.get("EventId"))
+                seen.add(_event_key(event))
                 reason = " ".join(str(event.get("StatusReason") or "").split())[:160]
                 progress("  %s %s%s" % (event.get("Status", "?"), event.get("LogicalResourceId", "?"),
                                          (": " + reason) if reason else ""))
