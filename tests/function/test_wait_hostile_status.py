@@ -3,8 +3,9 @@ reaches the operator's terminal written visibly, never raw (textsafe.escape)."""
 
 import pytest
 
-from tests.function.test_deploy import cloud, run  # noqa: F401
+from tests.function.test_deploy import CLUSTER, cloud, run  # noqa: F401
 from tests.function.test_wait_and_region import STACK, WAIT, deployed  # noqa: F401
+from tests.support.cli_errors import error_text
 
 pytestmark = pytest.mark.timeout(180)
 HOSTILE = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2KUPDATE_IN_PROGRESS"  # OSC 52 (clipboard), erase line
@@ -44,3 +45,18 @@ def test_wait_reads_an_event_of_the_wrong_shape_as_text(deployed, capsys):
     code, out, err = run(capsys, *WAIT)
     assert code == 0 and out.strip() == "stack %s: UPDATE_COMPLETE" % STACK, err
     assert "internal error" not in err and "UPDATE_COMPLETE" in err, err
+
+
+@pytest.mark.contract_exempt("a hostile ListStacks answer: the stack of that name listed without its StackId")
+@pytest.mark.parametrize("argv", [WAIT, ("undeploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--yes")],
+                         ids=["wait", "undeploy"])
+def test_a_stack_listed_without_its_id_is_one_line_not_an_internal_error(deployed, capsys, argv):
+    """ListStacks' StackId is a string in ROS's model; an answer without one (or null, which the SDK's model
+    drops) ended every command that reads the stack in ``internal error: KeyError: 'StackId'`` (exit 70)."""
+    ros, stack = deployed
+    stack["StackId"] = None
+    code, out, err = run(capsys, *argv)
+    text = error_text(err[err.index("ack-mig-hook: error:"):]) if "ack-mig-hook: error:" in err else err
+    assert code == 1 and out == "", err
+    assert text == ("ack-mig-hook: error: ROS ListStacks listed stack %s without its StackId; nothing was done: "
+                    "rerun, or see the stack in the ROS console" % STACK), text

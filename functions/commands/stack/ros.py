@@ -57,6 +57,17 @@ def _event_key(event: Dict[str, Any]) -> str:
     return str(event.get("EventId"))
 
 
+def _named_id(body: Dict[str, Any], key: str, action: str, what: str,
+              then: str = "nothing was done: rerun, or see the stack in the ROS console") -> str:
+    """``body[key]``, the id every later call names (StackId, ChangeSetId: strings in ROS's model): an answer
+    without one (or null, which the SDK's model drops, or another type, which it passes on) is ROS's failure,
+    said in one line, not a KeyError that ends the command as an internal error."""
+    value = body.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise StackError("ROS %s %s without its %s; %s" % (action, what, key, then))
+    return value
+
+
 def _code(exc: BaseException) -> str:
     return str(getattr(exc, "code", "") or type(exc).__name__)
 
@@ -183,6 +194,7 @@ class Stacks:
             stacks = body.get("Stacks") or []
             for stack in stacks:
                 if stack.get("StackName") == name:
+                    _named_id(stack, "StackId", "ListStacks", "listed stack %s" % name)
                     return stack
             if len(stacks) < PAGE_SIZE:
                 return None
@@ -246,8 +258,9 @@ class Stacks:
         request = models.CreateStackRequest(region_id=self.region, stack_name=name, template_body=template,
                                             parameters=self._parameters(values), timeout_in_minutes=timeout_min,
                                             client_token=client_token())
-        return self._call("CreateStack", lambda: self._client.create_stack_with_options(
-            request, self._runtime))["StackId"]
+        return _named_id(self._call("CreateStack", lambda: self._client.create_stack_with_options(
+            request, self._runtime)), "StackId", "CreateStack", "answered for stack %s" % name,
+            "the stack may exist now: `ack-mig-hook wait --stack-name %s` finds it, or see the ROS console" % name)
 
     def update(self, stack_id: str, template: str, values: Dict[str, str], timeout_min: int) -> bool:
         """Start an update; False when ROS says nothing changed. Parameters not in ``values`` keep the
@@ -295,8 +308,9 @@ class Stacks:
             region_id=self.region, stack_id=stack_id, change_set_name=name, change_set_type="UPDATE",
             template_body=template, parameters=params, timeout_in_minutes=timeout_min,
             use_previous_parameters=True, client_token=client_token())
-        return self._call("CreateChangeSet", lambda: self._client.create_change_set_with_options(
-            request, self._runtime))["ChangeSetId"]
+        return _named_id(self._call("CreateChangeSet", lambda: self._client.create_change_set_with_options(
+            request, self._runtime)), "ChangeSetId", "CreateChangeSet", "answered for stack %s" % stack_id,
+            "the stack was not changed; rerun the dry run")
 
     def change_set(self, change_set_id: str, end: Optional[float] = None) -> Dict[str, Any]:
         from alibabacloud_ros20190910 import models
