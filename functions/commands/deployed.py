@@ -31,11 +31,18 @@ class Deployed(NamedTuple):
     cluster: str = ""  # the stack's ClusterId parameter: the cluster its function serves
 
 
+def _listed(outputs: Any) -> list:
+    """GetStack's Outputs, the objects of it: a list of objects in ROS's model (``GetStackResponseBody.outputs``,
+    List[Dict]), which the SDK passes on as it came; anything else in its place holds no output."""
+    return [o for o in outputs if isinstance(o, dict)] if isinstance(outputs, list) else []
+
+
 def pick(stack: Dict[str, Any], stack_name: str, cluster: str, region: str) -> Deployed:
     """The names a GetStack answer holds (pure: tests call it with a stack dict)."""
-    outputs = {str(o.get("OutputKey")): str(o.get("OutputValue") or "") for o in stack.get("Outputs") or []}
+    outputs = {str(o.get("OutputKey")): o.get("OutputValue") for o in _listed(stack.get("Outputs"))}
+    named = outputs.get("FunctionName")
     params = common.stack_parameters(stack)
-    function = outputs.get("FunctionName") or params.get("FunctionName") or common.default_name(cluster)
+    function = (named if isinstance(named, str) else "") or params.get("FunctionName") or common.default_name(cluster)
     return Deployed(stack_name, region, function, params.get("LogProject", ""), params.get("LogStore", ""),
                     params.get("ClusterId", ""))
 

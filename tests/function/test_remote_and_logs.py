@@ -78,6 +78,23 @@ def test_invoke_remote_queues_the_manual_payload_asynchronously_and_says_how_to_
     assert [r.action for r in fc.requests] == ["InvokeFunction"]
 
 
+@pytest.mark.contract_exempt("a hostile GetStack answer: Outputs of the wrong shape")
+@pytest.mark.parametrize("outputs", [["FunctionName"], {"OutputKey": "FunctionName"}, 7,
+                                     [{"OutputKey": "FunctionName", "OutputValue": {"Name": "x"}}]],
+                         ids=["strings", "object", "number", "value-object"])
+def test_invoke_remote_reads_outputs_of_the_wrong_shape_as_none(cloud, outputs):
+    """GetStack's Outputs is a list of objects (ros20190910 ``GetStackResponseBody.outputs``: List[Dict]) that
+    the SDK's model passes on as it came: a list of strings, an object or a number ended invoke --remote and
+    logs in an internal error (AttributeError, TypeError: exit 70), and a value that was not text named a
+    function ``{'Name': 'x'}``. Such outputs are no outputs: the FunctionName parameter names the function."""
+    ros, fc, env = cloud
+    seed_stack(ros)["Outputs"] = outputs
+    done = cli(env, "invoke", "--remote", "--nodepool-id", POOL)
+    assert done.returncode == 0, done.stderr
+    (call,) = fc.invocations
+    assert call["function"] == FUNCTION
+
+
 def test_invoke_remote_sends_the_event_file_as_it_is_and_its_json_names_the_request(cloud, tmp_path):
     ros, fc, env = cloud
     seed_stack(ros, name="team-hook", function="team-hook-fn")
