@@ -60,3 +60,20 @@ def test_a_stack_listed_without_its_id_is_one_line_not_an_internal_error(deploye
     assert code == 1 and out == "", err
     assert text == ("ack-mig-hook: error: ROS ListStacks listed stack %s without its StackId; nothing was done: "
                     "rerun, or see the stack in the ROS console" % STACK), text
+
+
+@pytest.mark.contract_exempt("a hostile ListStacks answer: a list of numbers where the model has objects")
+@pytest.mark.parametrize("argv", [WAIT, ("undeploy", "--cluster-id", CLUSTER, "--region", "cn-beijing", "--yes")],
+                         ids=["wait", "undeploy"])
+def test_an_answer_the_sdk_cannot_read_is_a_failure_not_no_stack(deployed, capsys, argv):
+    """darabonba's DaraCore.from_map swallows the model's failure to read an answer and leaves the body empty:
+    a ListStacks answer whose Stacks held a number read as "no stack", and wait said "nothing in progress",
+    undeploy "nothing to delete", exit 0, with the stack there. It is ROS's failure now, in one line."""
+    ros, stack = deployed
+    ros.tamper_next("ListStacks", lambda payload: dict(payload, Stacks=[1]))
+    code, out, err = run(capsys, *argv)
+    assert code == 1 and out == "", (out, err)
+    assert error_text(err[err.index("ack-mig-hook: error:"):]) == (
+        "ack-mig-hook: error: ROS ListStacks answered JSON the SDK cannot read as its answer (a value of the "
+        "wrong type); rerun, or check what answers at the ROS endpoint (ACK_MIG_ROS_ENDPOINT)")
+    assert stack["Status"] == "CREATE_COMPLETE"

@@ -68,6 +68,18 @@ def _named_id(body: Dict[str, Any], key: str, action: str, what: str,
     return value
 
 
+def _read(action: str, response: Any) -> Dict[str, Any]:
+    """The answer's body as a dict. darabonba's ``DaraCore.from_map`` swallows the model's failure to read an
+    answer (a number where ros20190910 has a list of objects, a list where it has an object) and leaves the
+    body None: that is not an empty answer, which would read as "no stack", but one ROS (or what answers in
+    its place) sent in a form no ROS action has. Every ROS action answers a JSON object (RequestId at least)."""
+    body = getattr(response, "body", None)
+    if body is None:
+        raise StackError("ROS %s answered JSON the SDK cannot read as its answer (a value of the wrong type); "
+                         "rerun, or check what answers at the ROS endpoint (ACK_MIG_ROS_ENDPOINT)" % action)
+    return body.to_map()
+
+
 def _code(exc: BaseException) -> str:
     return str(getattr(exc, "code", "") or type(exc).__name__)
 
@@ -180,7 +192,7 @@ class Stacks:
             response = self._attempt(fn, end)
         except Exception as exc:  # the SDK's exception types vary by version; code and message are common
             raise _failed(action, exc) from None
-        return response.body.to_map() if response.body is not None else {}
+        return _read(action, response)
 
     # ---- reads ----
 
@@ -210,7 +222,7 @@ class Stacks:
             if _code(exc) == "StackNotFound":
                 return None
             raise _failed("GetStack", exc) from None
-        return response.body.to_map() if response.body is not None else {}
+        return _read("GetStack", response)
 
     def events(self, stack_id: str, end: Optional[float] = None) -> List[Dict[str, Any]]:
         from alibabacloud_ros20190910 import models
