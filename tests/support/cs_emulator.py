@@ -158,6 +158,7 @@ class CsEmulator(LoopbackServer):
         # the product's writes must come out right under both, so tests run both.
         self.list_semantics = "replace"
         self._faults: Dict[str, Deque[Fault]] = {}
+        self._tamper: Dict[str, List[Callable[[Any], Any]]] = {}
         self._refused_pools: Dict[str, Fault] = {}  # pool id -> the answer every DescribeClusterNodes of it gets
         self._slow: Dict[str, Deque[float]] = {}
         self._answers: Dict[str, Any] = {}  # action -> the body every call of it gets (answer_with)
@@ -177,6 +178,14 @@ class CsEmulator(LoopbackServer):
         self.nodepools = list(inventory.get("nodepools", []))
         self.nodes = list(inventory.get("nodes", []))
         return self
+
+    def tamper_next(self, action: str, change: Callable[[Any], Any]) -> None:
+        """The next answer to ``action`` goes out as ``change(payload)``: a hostile or broken service (or what
+        answers at the ``ACK_MIG_*_ENDPOINT`` in its place) whose JSON does not have the SDK model's shape, e.g. a
+        list of numbers where ros20190910's ListStacksResponseBody has a list of objects (the contract check
+        flags it: such a test is contract_exempt)."""
+        with self._lock:
+            self._tamper.setdefault(action, []).append(change)
 
     def fail_next(self, action: str, status: int, code: str, times: int = 1,
                   retry_after: Optional[int] = None) -> None:
@@ -208,6 +217,10 @@ class CsEmulator(LoopbackServer):
         status, payload, extra = self.handle(method, path, headers, body)
         version = headers.get("x-acs-version", "")
         with self._lock:
+            change = self._tamper[headers.get("x-acs-action", "")].pop(0) \
+                if self._tamper.get(headers.get("x-acs-action", "")) else None
+            if change is not None:
+                payload = change(payload)
             self.exchanges.append(contract.Exchange(contract.BY_VERSION.get(version, "?"), version,
                                                     headers.get("x-acs-action", "?"), None, status, payload))
         return json_answer(status, payload, extra)

@@ -118,7 +118,6 @@ class RosEmulator(CsEmulator):
         self._late: Dict[str, List[float]] = {}
         self._holds: Dict[str, List[threading.Event]] = {}  # action -> held first requests (hold_processing_next)
         self._processing: Dict[Tuple[str, str], threading.Event] = {}  # (action, token) being served
-        self._tamper: Dict[str, List[Callable[[Dict[str, Any]], Any]]] = {}
         self.change_sets: Dict[str, Dict[str, Any]] = {}  # id -> change set (deleted ones are removed)
 
     def put_stack(self, stack_id: str, name: str, **parameters: str) -> Dict[str, Any]:
@@ -129,14 +128,6 @@ class RosEmulator(CsEmulator):
                                  "Parameters": [{"ParameterKey": k, "ParameterValue": v}
                                                 for k, v in parameters.items()]}
         return self.stacks[stack_id]
-
-    def tamper_next(self, action: str, change: Callable[[Dict[str, Any]], Any]) -> None:
-        """The next answer to ``action`` goes out as ``change(payload)``: a hostile or broken ROS (or what answers
-        at ACK_MIG_ROS_ENDPOINT in its place) whose JSON does not have the model's shape, e.g. a list of numbers
-        where ros20190910's ListStacksResponseBody has a list of objects (the contract check flags it: such a
-        test is contract_exempt)."""
-        with self._lock:
-            self._tamper.setdefault(action, []).append(change)
 
     def answer_late_next(self, action: str, seconds: float) -> None:
         with self._lock:
@@ -151,9 +142,6 @@ class RosEmulator(CsEmulator):
         answer, action = self.handle_rpc(method, raw_path, headers, body, self._rpc)
         with self._lock:
             late = self._late[action].pop(0) if self._late.get(action) else 0.0
-            change = self._tamper[action].pop(0) if self._tamper.get(action) else None
-        if change is not None:
-            answer = (answer[0], change(answer[1]), answer[2])
         if late:
             time.sleep(late)  # served already: the client may give up and retry meanwhile
         return answer
