@@ -91,7 +91,9 @@ def _confirm(args, what: str) -> None:
     if not sys.stdin.isatty():
         raise common.UsageError("undeploy deletes %s and nothing confirmed it: rerun with --yes (stdin is not a "
                                 "terminal to ask on), or --dry-run to see what would go" % what)
-    sys.stderr.write("delete %s? [y/N] " % what)
+    from functions.base.textsafe import escape
+
+    sys.stderr.write("delete %s? [y/N] " % escape(what))  # resource names as ROS answered them: never raw
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()
     if answer not in ("y", "yes"):

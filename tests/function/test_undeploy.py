@@ -133,3 +133,20 @@ def test_a_stack_name_that_serves_another_cluster_or_no_cluster_is_never_deleted
     code, _, err = run(capsys, "undeploy", "--region", "cn-beijing", "--stack-name", "network", "--yes", "--poll", "0")
     assert code == 6 and "has no ClusterId parameter: not a stack ack-mig-hook deploy made" in error_text(err), err
     assert ros.calls("DeleteStack") == 0 and set(ros.stacks) == {"st-other", "st-vpc"}
+
+
+@pytest.mark.contract_exempt("ListStackResources naming a resource with terminal escape sequences in it")
+def test_the_confirmation_prompt_never_writes_a_resource_name_raw(deployed, capsys, monkeypatch):
+    """The prompt lists the stack's resources as ROS names them; a name holding an escape sequence (OSC 52 sets
+    the clipboard, CSI 2K erases the line) reached the operator's terminal raw there, where every other line
+    undeploy prints goes through textsafe.escape."""
+    ros, stack = deployed
+    hostile = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2KFunction"
+    ros.tamper_next("ListStackResources", lambda payload: dict(payload, Resources=[
+        {"LogicalResourceId": hostile, "ResourceType": "ALIYUN::FC3::Function" + hostile, "Status": "CREATE_COMPLETE",
+         "PhysicalResourceId": "fn", "StatusReason": ""}]))
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    code, out, err = run(capsys, *UNDEPLOY)
+    assert code == 2 and "[y/N]" in err and ros.calls("DeleteStack") == 0
+    assert "\x1b" not in err and "\x07" not in err and "\x1b" not in out, repr(err)
+    assert "Function ALIYUN::FC3::Function" in err  # still named, written visibly
