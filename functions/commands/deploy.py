@@ -258,6 +258,7 @@ def network_values(args, network, previous: Dict[str, str]) -> Dict[str, Any]:
 
 
 def deploy(args) -> int:
+    from functions.base.textsafe import escape
     from functions.commands.stack import build, cluster_network
     from functions.commands.stack.ros import StackError
     from functions.commands.stack.upload import crc64, inspect, upload
@@ -344,7 +345,7 @@ def deploy(args) -> int:
             result.update(stack_id=stack_id, operation="none", status=existing.get("Status"))
             _prune(args, found_keys, oss, code_object, result)
             _print(args, result, "stack %s is already up to date (%s): nothing changed, the function was left "
-                   "as it is" % (args.stack_name, stack_id))
+                   "as it is" % (args.stack_name, escape(stack_id)))
             return 0
         result["operation"] = "update"
         progress("updating stack %s (%s) ..." % (args.stack_name, stack_id))
@@ -354,7 +355,7 @@ def deploy(args) -> int:
         result["operation"] = "create"
         progress("creating stack %s (%s) ..." % (args.stack_name, stack_id))
     final = stacks.wait(stack_id, args.timeout * 60, args.poll, progress, before)
-    status = (final or {}).get("Status", "gone")
+    status = str((final or {}).get("Status", "gone"))  # as ROS answered it: text, written visibly below
     result.update(stack_id=stack_id, status=status)
     if not status.endswith("_COMPLETE") or "ROLLBACK" in status:
         reason = " ".join(str((final or {}).get("StatusReason", "")).split())[:300]
@@ -363,7 +364,7 @@ def deploy(args) -> int:
             print(json.dumps(result, indent=2))
         raise StackError("stack %s ended %s: %s" % (args.stack_name, status, reason))
     _prune(args, found_keys, oss, code_object, result)
-    _print(args, result, "stack %s: %s (%s)\n%s" % (args.stack_name, status, stack_id,
+    _print(args, result, "stack %s: %s (%s)\n%s" % (args.stack_name, escape(status), escape(stack_id),
                                                     NEXT_STEPS % {"cluster": args.cluster_id, "region": args.region}))
     return 0
 

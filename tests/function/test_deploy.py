@@ -463,3 +463,16 @@ def test_a_secret_name_that_would_widen_the_kms_grant_is_refused_before_any_call
     assert code == 2 and is_one_error(err), err
     assert given.split("=")[0] in err and "_/+=.@-" in err.replace("\\", "")
     assert not ros.requests and not oss.requests
+
+
+@pytest.mark.contract_exempt("GetStack answering a Status with terminal escape sequences in it")
+def test_deploy_never_prints_the_stacks_status_raw(cloud, capsys, tmp_path):
+    """deploy's last line quotes the status GetStack answered; one that ends in _COMPLETE passes as done
+    whatever comes before it, and an escape sequence there (OSC 52 sets the clipboard) reached the terminal
+    raw. It is written visibly now, as wait writes it (test_wait_hostile_status.py)."""
+    ros, oss = cloud
+    hostile = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2KCREATE_COMPLETE"
+    ros.tamper_next("GetStack", lambda payload: dict(payload, Status=hostile))
+    code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
+    assert code == 0, err
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b[2KCREATE_COMPLETE" in out, repr(out)
