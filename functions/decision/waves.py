@@ -30,6 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from functions.decision.layout.matching import whole_quantity
 from node_bootstrap.mig import (GPUS, GpuModel, Layout, MigInputError, PartitionSpec, find_gpu_or_none, parse,
                                 plan, resource_name)
 from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts  # what each GPU holds
@@ -219,14 +220,14 @@ class KubeNode:
         return Progress.from_annotation(self.annotations.get(PROGRESS_ANNOTATION))
 
     def mig_allocatable(self) -> Dict[str, int]:
-        """The ``nvidia.com/mig-*`` resources the device plugin publishes (mixed strategy), by name."""
+        """The ``nvidia.com/mig-*`` resources the device plugin publishes (mixed strategy), by name. Each is a
+        quantity, read as quantity.go reads one (``int`` would take "\u0661" as 1 and "7_0" as 70); a value no
+        quantity reads is left out."""
         out = {}
         for key, value in self.allocatable.items():
-            if key.startswith("nvidia.com/mig-"):
-                try:
-                    out[key] = int(str(value))
-                except ValueError:
-                    continue
+            count = whole_quantity(value) if key.startswith("nvidia.com/mig-") else None
+            if count is not None:
+                out[key] = count
         return out
 
 

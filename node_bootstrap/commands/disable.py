@@ -33,6 +33,7 @@ from .common import boot_unit_files, boot_unit_outcome, gpus_json, stderr_log
 from ..kube.deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
 from ..errors import OUTCOME_SUCCESS, BadInput, NodeFailure
 from ..kube.client import KubeError
+from ..outside import digits
 from ..driver.live import MIG_DISABLED, LiveGpu, LiveProcess
 from ..driver.nvml import NvmlWriter
 from ..host.rebootguard import RebootGuard
@@ -120,11 +121,10 @@ def _mig_allocatable(node):
     out = {}
     for key, value in ((node.get("status") or {}).get("allocatable") or {}).items():
         if key.startswith(RESOURCE_PREFIX):
-            try:
-                count = int(str(value))
-            except ValueError:
-                continue
-            if count:
+            count = digits(value)  # not int(): "\u0661" and "7_0" are no quantity the kubelet writes
+            if count is None:  # a value that is no count cannot show the resource gone
+                out["%s (not a count)" % key] = 1
+            elif count:
                 out[key] = count
     return out
 

@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .client import KubeClient, KubeError
+from ..outside import digits
 from ..mig.resources import RESOURCE_PREFIX, resource_name  # noqa: F401  (RESOURCE_PREFIX: disable)
 
 METHODS = ("manifest", "pod-delete", "none")
@@ -45,14 +46,15 @@ def restart_by_pod_delete(client, node_name, namespace, selector):
 
 def reported_capacity(node):
     # type: (dict) -> Dict[str, int]
+    """The MIG resources in the Node's ``status.capacity``. The kubelet publishes a device count in a quantity's
+    canonical form, ASCII digits below 1000; ``int`` would also take "\u0661" as 1 and "7_0" as 70, so a
+    count is read by the shared rule (outside.digits) and any other value is left out."""
     capacity = (node.get("status") or {}).get("capacity") or {}
     out = {}
     for key, value in capacity.items():
-        if key.startswith(RESOURCE_PREFIX):
-            try:
-                out[key] = int(str(value))
-            except ValueError:
-                continue
+        count = digits(value) if key.startswith(RESOURCE_PREFIX) else None
+        if count is not None:
+            out[key] = count
     return out
 
 

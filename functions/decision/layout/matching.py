@@ -118,6 +118,9 @@ def _count(value: Any) -> Optional[int]:
     return min(numerator // denominator, MAX_COUNT)
 
 
+whole_quantity = _count  # the same reader for a count the API server publishes (a Node's allocatable)
+
+
 def _resource_asks(container: Any, bad: Optional[List[str]] = None) -> Dict[str, int]:
     """One container's MIG and GPU resources (resource name -> count); the ones that are no whole quantity
     go to ``bad`` as ``name=value``."""
