@@ -212,6 +212,33 @@ def as_list(value):
     return value if isinstance(value, list) else []
 
 
+def json_type(value):
+    # type: (Any) -> str
+    """A decoded JSON value's type in words, for a one-line refusal."""
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number")
+
+
+def list_items(answer, what):
+    # type: (Any, str) -> List[Dict[str, Any]]
+    """The items of a Kubernetes list answer (``what``: "pod list"); no ``items`` is an empty list. An answer
+    of another shape (a JSON list, a number, ``items`` that is no list or holds anything but objects: what a
+    proxy or webhook in front of the API server may send) is one OutsideDataError: an item left out would be
+    a pod a caller never sees, so none of the list is read."""
+    items = answer.get("items") if isinstance(answer, dict) else None
+    if not isinstance(answer, dict):
+        problem = "the answer is %s" % json_type(answer)
+    elif not isinstance(items, (list, type(None))):
+        problem = "its items is %s" % json_type(items)
+    else:
+        odd = [item for item in items or [] if not isinstance(item, dict)]
+        if not odd:
+            return list(items or [])
+        problem = "an item is %s" % json_type(odd[0])
+    raise OutsideDataError("the API server's answer is no %s (an object whose items are objects): %s"
+                           % (what, problem))
+
+
 def objects(value):
     # type: (Any) -> List[Dict[str, Any]]
     """The objects of a JSON list (its items of other types read as absent); [] when it is no list."""

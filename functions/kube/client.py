@@ -45,7 +45,7 @@ from functions.base.deadline import Guard
 from node_bootstrap.hostlookup import LookupTimeout, create_connection
 from node_bootstrap.kube import KubeConfig, KubeError, load_kubeconfig
 from node_bootstrap.kube.client import MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH
-from node_bootstrap.outside import OutsideDataError, depth, loads
+from node_bootstrap.outside import OutsideDataError, depth, list_items, loads
 # The reader rule's number and constant checks (node_bootstrap/outside.py), for a page read item by item.
 from node_bootstrap.outside import _float as _rule_float, _int as _rule_int, _refuse_constant
 
@@ -435,7 +435,11 @@ class KubeApi:
             query["fieldSelector"] = "spec.nodeName=" + node_name
         if label_selector:
             query["labelSelector"] = label_selector
-        return list((self.request("GET", path, query=query) or {}).get("items") or [])
+        answer = self.request("GET", path, query=query)
+        try:  # a pod left out would let a drain count a node empty that still runs it: none is read
+            return list_items(answer, "pod list")
+        except OutsideDataError as exc:
+            raise ApiError("GET %s: %s" % (path, exc), final=True) from None
 
     # ---- nodes, pods, events ----
 

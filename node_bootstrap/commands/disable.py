@@ -33,7 +33,7 @@ from .common import boot_unit_files, boot_unit_outcome, gpus_json, stderr_log
 from ..kube.deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
 from ..errors import OUTCOME_SUCCESS, BadInput, NodeFailure
 from ..kube.client import KubeError
-from ..outside import digits
+from ..outside import as_object, digits
 from ..driver.live import MIG_DISABLED, LiveGpu, LiveProcess
 from ..driver.nvml import NvmlWriter
 from ..host.rebootguard import RebootGuard
@@ -119,7 +119,7 @@ def turn_off(writer, host, force=False, allow_reset=True, before_change=None):
 def _mig_allocatable(node):
     # type: (dict) -> Dict[str, int]
     out = {}
-    for key, value in ((node.get("status") or {}).get("allocatable") or {}).items():
+    for key, value in as_object(as_object(as_object(node).get("status")).get("allocatable")).items():
         if key.startswith(RESOURCE_PREFIX):
             count = digits(value)  # not int(): "\u0661" and "7_0" are no quantity the kubelet writes
             if count is None:  # a value that is no count cannot show the resource gone

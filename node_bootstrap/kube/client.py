@@ -39,7 +39,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from ..hostlookup import create_connection
 from ..localfile import read_file
-from ..outside import OutsideDataError, loads
+from ..outside import OutsideDataError, json_type, list_items, loads
 from . import kubeyaml
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -418,7 +418,12 @@ class KubeClient(object):
 
     def get_node(self, name):
         # type: (str) -> dict
-        return self.request("GET", "/api/v1/nodes/" + quote(name, safe=""))
+        """The Node; an answer that is no object (what a proxy in front of the server may send) is KubeError."""
+        path = "/api/v1/nodes/" + quote(name, safe="")
+        answer = self.request("GET", path)
+        if not isinstance(answer, dict):
+            raise KubeError("GET %s: the API server's answer is no Node object: it is %s" % (path, json_type(answer)))
+        return answer
 
     def patch_node(self, name, patch, patch_type="merge"):
         # type: (str, Any, str) -> dict
@@ -448,7 +453,10 @@ class KubeClient(object):
         if label_selector:
             query["labelSelector"] = label_selector
         answer = self.request("GET", path, query=query or None)
-        return list((answer or {}).get("items") or [])
+        try:  # a pod left out would read its kubelet allocation as free: none of the list is read
+            return list_items(answer, "pod list")
+        except OutsideDataError as exc:
+            raise KubeError("GET %s: %s" % (path, exc))
 
     def delete_pod(self, namespace, name):
         # type: (str, str) -> Any

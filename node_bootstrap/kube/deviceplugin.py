@@ -16,7 +16,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .client import KubeClient, KubeError
-from ..outside import digits
+from ..outside import as_object, digits
 from ..mig.resources import RESOURCE_PREFIX, resource_name  # noqa: F401  (RESOURCE_PREFIX: disable)
 
 METHODS = ("manifest", "pod-delete", "none")
@@ -38,9 +38,12 @@ def restart_by_pod_delete(client, node_name, namespace, selector):
     # type: (KubeClient, str, str, str) -> List[str]
     deleted = []
     for pod in client.list_pods(namespace=namespace, node_name=node_name, label_selector=selector):
-        meta = pod.get("metadata", {})
-        client.delete_pod(meta.get("namespace", namespace), meta["name"])
-        deleted.append(meta["name"])
+        meta = as_object(pod.get("metadata"))
+        name, space = meta.get("name"), meta.get("namespace")
+        if not isinstance(name, str) or not name:
+            continue  # no pod to delete by that (the capacity wait then says the plugin did not publish)
+        client.delete_pod(space if isinstance(space, str) and space else namespace, name)
+        deleted.append(name)
     return deleted
 
 
@@ -49,7 +52,7 @@ def reported_capacity(node):
     """The MIG resources in the Node's ``status.capacity``. The kubelet publishes a device count in a quantity's
     canonical form, ASCII digits below 1000; ``int`` would also take "\u0661" as 1 and "7_0" as 70, so a
     count is read by the shared rule (outside.digits) and any other value is left out."""
-    capacity = (node.get("status") or {}).get("capacity") or {}
+    capacity = as_object(as_object(as_object(node).get("status")).get("capacity"))
     out = {}
     for key, value in capacity.items():
         count = digits(value) if key.startswith(RESOURCE_PREFIX) else None

@@ -14,6 +14,7 @@ answers) nothing can be known: the run goes on and says so in its log.
 from typing import Any, Callable, Optional
 
 from ..errors import Conflict
+from ..outside import as_object
 from .client import KubeError
 
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -31,7 +32,7 @@ def refuse_if_mig_manager(client, node_name, log):
         log("could not read node %s to check for NVIDIA mig-manager's %s label (%s); going on"
             % (node_name, MIG_CONFIG_LABEL, exc))
         return
-    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    labels = as_object(as_object(as_object(node).get("metadata")).get("labels"))  # another shape: absent
     if MIG_CONFIG_LABEL in labels:
         raise Conflict("node %s carries the label %s=%s: NVIDIA GPU Operator's mig-manager is in charge of its MIG "
                        "layout, and two managers would undo each other; nothing was changed. Remove that label "

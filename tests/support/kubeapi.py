@@ -401,6 +401,7 @@ class KubeApiServer:
         self._connections = itertools.count(1)
         self._throttles = []  # type: List[list]  [remaining, retry_after, method or None, path prefix or None]
         self._holds = []  # type: List[Hold]  requests to keep waiting until a test releases them (hold_next)
+        self._answers = []  # type: List[list]  [remaining, method, path, body text] (answer_next)
         # Called after every successful PATCH of a node (name, new object): lets a test play the
         # device plugin, e.g. publish capacity once the labels say success.
         self.on_node_patch = None  # type: Optional[Callable[[str, dict], None]]
@@ -728,6 +729,23 @@ class KubeApiServer:
             self._holds.append(hold)
         return hold
 
+    def answer_next(self, method, path, body, times=1):
+        # type: (str, str, str, int) -> None
+        """The next ``times`` ``method`` requests of exactly ``path`` are answered 200 with ``body`` (JSON text,
+        sent as it is) instead of being served: what an aggregated API, a proxy or a webhook in front of the
+        server may answer (a JSON list, a number, an object of another shape), which this server never builds."""
+        with self.lock:
+            self._answers.append([times, method, path, body])
+
+    def _answered(self, method, path):
+        # type: (str, str) -> Optional[str]
+        with self.lock:
+            for entry in self._answers:
+                if entry[0] > 0 and (entry[1], entry[2]) == (method, path):
+                    entry[0] -= 1
+                    return entry[3]
+        return None
+
     def _held(self, method, path):
         # type: (str, str) -> Optional[Hold]
         with self.lock:
@@ -983,6 +1001,9 @@ def _handler_for(api):
                                   {"Retry-After": str(injected), "X-Content-Type-Options": "nosniff"})
             if method in api.fail:
                 return self._refuse(Refused(api.fail[method], "injected failure"), record)
+            answer = api._answered(method, record.path)
+            if answer is not None:
+                return self._send(200, answer.encode(), "application/json", record)
             try:
                 status, obj = self._route(method, [unquote(s) for s in parts.path.strip("/").split("/")],
                                           parse_qs(parts.query), ctype, body, raw, user)

@@ -1,0 +1,76 @@
+"""The node's readers of API answers (the stdlib client, the device plugin's capacity wait and restart, the
+mig-manager check, disable's wait) against answers of another shape than the call's, as a proxy or webhook in
+front of the API server may send: the call fails alone with one line naming it, or that part reads as absent;
+never an AttributeError or KeyError out of the run."""
+
+import pytest
+
+from node_bootstrap.commands.disable import _mig_allocatable, wait_mig_resources_gone
+from node_bootstrap.kube.client import KubeClient, KubeError, load_kubeconfig
+from node_bootstrap.kube.deviceplugin import reported_capacity, restart_by_pod_delete, wait_for_capacity
+from node_bootstrap.kube.migmanager import refuse_if_mig_manager
+
+NODE = "node-a"
+NODE_PATH = "/api/v1/nodes/" + NODE
+PODS = "/api/v1/namespaces/kube-system/pods"
+NOT_OBJECTS = ["[]", "[{}]", "5", '"Node"', "null"]
+NOT_POD_LISTS = NOT_OBJECTS + ['{"items": 5}', '{"items": [1]}', '{"items": [{"metadata": {}}, []]}']
+# Objects whose parts have another shape
+ODD_NODES = [{"metadata": [], "status": []}, {"metadata": {"labels": []}, "status": {"capacity": []}},
+             {"metadata": {"labels": "nvidia.com/mig.config"}, "status": {"allocatable": "x"}}, {"status": 5}]
+
+
+def _client(kube_api, tmp_path):
+    kube_api.add_node(NODE)
+    return KubeClient(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "k.conf", node=NODE)))
+
+
+@pytest.mark.parametrize("body", NOT_OBJECTS)
+def test_a_node_answer_that_is_no_object_fails_that_call_with_one_line(kube_api, tmp_path, body):
+    client = _client(kube_api, tmp_path)
+    kube_api.answer_next("GET", NODE_PATH, body)
+    with pytest.raises(KubeError) as err:
+        client.get_node(NODE)
+    assert str(err.value).startswith("GET %s: " % NODE_PATH) and "\n" not in str(err.value)
+    assert client.get_node(NODE)["metadata"]["name"] == NODE
+
+
+@pytest.mark.parametrize("body", NOT_POD_LISTS)
+def test_a_pod_list_of_another_shape_fails_that_call_with_one_line(kube_api, tmp_path, body):
+    client = _client(kube_api, tmp_path)
+    kube_api.add_pod("kube-system", "nvdp", NODE, {"app": "nvdp"})
+    kube_api.answer_next("GET", PODS, body)
+    with pytest.raises(KubeError) as err:
+        client.list_pods(namespace="kube-system", node_name=NODE)
+    assert str(err.value).startswith("GET %s: " % PODS) and "pod list" in str(err.value), str(err.value)
+    assert [p["metadata"]["name"] for p in client.list_pods(namespace="kube-system", node_name=NODE)] == ["nvdp"]
+
+
+@pytest.mark.parametrize("body", NOT_OBJECTS)
+def test_the_capacity_wait_and_the_mig_manager_check_go_on_with_one_line(kube_api, tmp_path, body):
+    client = _client(kube_api, tmp_path)
+    kube_api.answer_next("GET", NODE_PATH, body, times=100)
+    result = wait_for_capacity(client, NODE, {"nvidia.com/mig-1g.10gb": 7}, 0, sleep=lambda s: None)
+    assert not result["ready"] and result["error"].startswith("GET %s: " % NODE_PATH)
+    lines = []
+    refuse_if_mig_manager(client, NODE, lines.append)
+    assert len(lines) == 1 and "could not read node" in lines[0]
+    gone = wait_mig_resources_gone(client, NODE, 0, sleep=lambda s: None)
+    assert not gone["ready"]
+
+
+@pytest.mark.parametrize("node", ODD_NODES)
+def test_parts_of_another_shape_read_as_absent(node):
+    assert reported_capacity(node) == {}
+    assert _mig_allocatable(node) == {}
+    lines = []
+    refuse_if_mig_manager(type("C", (), {"get_node": lambda self, name: node})(), NODE, lines.append)
+
+
+def test_a_listed_pod_without_a_name_is_not_deleted_and_the_others_are(kube_api, tmp_path):
+    client = _client(kube_api, tmp_path)
+    kube_api.add_pod("kube-system", "nvdp", NODE, {"app": "nvdp"})
+    kube_api.answer_next("GET", PODS, '{"items": [{"metadata": []}, {"metadata": {"name": 5}}, '
+                                      '{"metadata": {"name": "nvdp", "namespace": "kube-system"}}]}')
+    assert restart_by_pod_delete(client, NODE, "kube-system", "app=nvdp") == ["nvdp"]
+    assert ("kube-system", "nvdp") not in kube_api.pods
