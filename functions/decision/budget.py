@@ -27,8 +27,15 @@ one clock for every invocation, so an invocation whose own clock runs ahead stil
 A slot never holds longer than one run lease from the moment it is read: its expiry is clamped to
 ``now + lease_s`` when read (:func:`bound`) and when written (:func:`write_slots`), so a slot written
 against a clock that ran ahead counts as live until then, and a forged ``expires`` (``1e15``, ``Infinity``,
-a string) blocks the pool for one run lease at most once a reader has written the clamp back, or never
-(a non-number or a non-finite one is not a slot).
+a string) blocks the pool for one run lease at most once a reader has written the clamp back.
+
+A table that cannot be read whole must never let more runs in than the budget: anyone with lease update
+rights can write the annotation, and reading it as empty (or leaving a slot out) dropped the other runs'
+slots, which the next slot taken then wrote away. So a slot that does not read (not an object, an owner that
+is no text, an ``expires`` that is no finite number, 5,000 digits among them) is held by an unknown run for
+one run lease (its expiry reads as past any clock, and :func:`bound` clamps it), and a table that does not
+read at all (not a JSON object, too long, nested too deeply) is :class:`UnreadableSlots`: no slot is taken
+and nothing is written until someone removes it.
 """
 
 import json
@@ -42,8 +49,9 @@ from functions.decision.waves import ACTIVE_STEPS, KubeNode
 SLOTS_ANNOTATION = "ack-mig-hook/slots"
 LEASE_PREFIX = "ack-mig-hook-pool-"
 # A slot is about 60 characters; a table longer than this is not ours (anyone with lease update rights in
-# the namespace can write the annotation) and reads as empty: the node-level signs still count.
+# the namespace can write the annotation) and is refused (UnreadableSlots).
 MAX_SLOTS_TEXT = 65536
+UNKNOWN_OWNER = ""  # the holder of a slot that does not read: never this run, shown as "-"
 _NAME_CHARS = re.compile(r"[^a-z0-9.-]+")
 
 
@@ -63,6 +71,10 @@ def lease_name(pool_id: str, prefix: str = LEASE_PREFIX) -> str:
     return (prefix + text)[:253].rstrip("-.")
 
 
+class UnreadableSlots(ValueError):
+    """The slot table as a whole does not read; the message is one line and says why."""
+
+
 def _expiry(value: object) -> Optional[float]:
     """A slot's ``expires``: a finite JSON number (missing: 0, long over); None for anything else (a string,
     a bool, NaN, Infinity, an integer too large for a float)."""
@@ -77,23 +89,35 @@ def _expiry(value: object) -> Optional[float]:
     return number if math.isfinite(number) else None
 
 
+def _number(text: str) -> object:
+    # An integer JSON text as json reads it, except that one of more than 18 digits is a float (infinite
+    # past 308 digits), not ValueError: Python's int refuses 4,300 digits and more, which failed the table.
+    return int(text) if len(text.lstrip("-")) <= 18 else float(text)
+
+
 def read_slots(text: Optional[str]) -> Dict[str, Slot]:
-    """The table from the Lease annotation, as stored; {} for none, or for one that is not ours (too long,
-    not JSON, nested, wrong types). A slot whose ``expires`` is not a finite number is left out."""
-    if not text or len(text) > MAX_SLOTS_TEXT:
+    """The table from the Lease annotation, as stored; {} for none. A slot that does not read is held by
+    :data:`UNKNOWN_OWNER` until past any clock (:func:`bound` clamps it to one run lease); UnreadableSlots
+    for a table that does not read at all (module docstring)."""
+    if not text:
         return {}
+    if len(text) > MAX_SLOTS_TEXT:
+        raise UnreadableSlots("the slot table is longer than %d characters" % MAX_SLOTS_TEXT)
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return {}
+        data = json.loads(text, parse_int=_number)
+    except RecursionError:
+        raise UnreadableSlots("the slot table is nested too deeply") from None
+    except ValueError as exc:
+        raise UnreadableSlots("the slot table is not JSON (%s)" % str(exc)[:80]) from None
     if not isinstance(data, dict):
-        return {}
+        raise UnreadableSlots("the slot table is no JSON object")
     out = {}
     for name, slot in data.items():
-        if isinstance(slot, dict) and isinstance(slot.get("owner"), str):
-            expires = _expiry(slot.get("expires"))
-            if expires is not None:
-                out[str(name)] = Slot(slot["owner"], expires)
+        expires = _expiry(slot.get("expires")) if isinstance(slot, dict) else None
+        if expires is not None and isinstance(slot.get("owner"), str):
+            out[name] = Slot(slot["owner"], expires)
+        else:  # who holds it and until when cannot be read: held, for one run lease once bounded
+            out[name] = Slot(UNKNOWN_OWNER, math.inf)
     return out
 
 

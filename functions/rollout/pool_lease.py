@@ -16,8 +16,9 @@ every invocation compares slots on one clock, so one whose clock runs ahead by m
 counts another's live slot (issue 36). A slot is written as the server's now plus what is left of this run's
 lease, never more than one run lease; one read with a later expiry is clamped to one run lease from now
 (``functions.decision.budget.bound``) and, when it keeps a node waiting, written back clamped, so a forged
-``expires: 1e15`` runs out within one run lease. A backend with no server clock (the snapshot's
-MemoryKube) uses the invocation's clock.
+``expires: 1e15`` runs out within one run lease. A slot table that does not read at all
+(``functions.decision.budget.UnreadableSlots``) takes no slot and is not written over. A backend with no
+server clock (the snapshot's MemoryKube) uses the invocation's clock.
 """
 
 import logging
@@ -77,7 +78,14 @@ class PoolBudget:
         for _ in range(CAS_ATTEMPTS):
             lease = self._lease(pool_id)
             local, now = self._now()
-            slots, clamped = self._slots(lease, now)
+            try:
+                slots, clamped = self._slots(lease, now)
+            except pb.UnreadableSlots as exc:  # it may hold any number of slots: none is taken, nothing written
+                return ("the disruption budget of pool %s cannot be counted: %s, on Lease %s/%s; no node of the "
+                        "pool is taken until it is removed (kubectl annotate lease -n %s %s %s-) once no rollout "
+                        "runs there; this node waits" % (pool, exc, self.namespace, pb.lease_name(pool_id),
+                                                         self.namespace, pb.lease_name(pool_id),
+                                                         pb.SLOTS_ANNOTATION))
             held = slots.get(node)
             if held is not None and held.owner == self.owner and held.expires > now:
                 return ""
@@ -125,7 +133,11 @@ class PoolBudget:
                         return False
                     raise
                 now = self._now()[1]
-                slots = self._slots(lease, now)[0]
+                try:
+                    slots = self._slots(lease, now)[0]
+                except pb.UnreadableSlots as exc:  # nothing to give back that can be told apart: left as it is
+                    log.warning("slot of node %s in pool %s not given back: %s", node, pool_id, exc)
+                    return False
                 held: Optional[pb.Slot] = slots.get(node)
                 if held is None or held.owner != owner or (holder and held.expires > now):
                     return False

@@ -68,10 +68,30 @@ def test_what_counts_as_disrupted_whoever_caused_it():
     assert pb.live_slots(nodes, table, now=1000.0) == {"e": table["e"]}
 
 
-@pytest.mark.parametrize("text", ["[" * 5000, "x" * (pb.MAX_SLOTS_TEXT + 1), "[]", '{"a": 3}',
-                                  '{"a": {"owner": 1}}', '{"a": {"owner": "r", "expires": "soon"}}', "not json"])
-def test_a_slot_table_that_is_not_ours_reads_as_empty(text):
-    assert pb.read_slots(text) == {}
+@pytest.mark.parametrize("text", ["[" * 5000, "x" * (pb.MAX_SLOTS_TEXT + 1), "[]", "5", "not json",
+                                  '{"a": {"owner": "r", "expires": 1}'])
+def test_a_slot_table_that_does_not_read_at_all_is_refused_never_read_as_empty(text):
+    """Read as empty, such a table dropped every other run's slot: more runs than the budget got in."""
+    with pytest.raises(pb.UnreadableSlots) as err:
+        pb.read_slots(text)
+    assert "\n" not in str(err.value) and str(err.value).startswith("the slot table ")
+
+
+@pytest.mark.parametrize("slot", ["3", '{"owner": 1, "expires": 5100}', '{"owner": "r", "expires": "soon"}',
+                                  '{"owner": "r", "expires": %s}' % ("9" * 5000), '{"owner": "r", "expires": NaN}',
+                                  '{"expires": 5100}', "[1]", "null"])
+def test_a_slot_that_does_not_read_is_held_for_one_run_lease_and_the_others_still_count(slot):
+    """One 5,000-digit number (Python's int refuses it) or one slot of another shape made the whole table
+    read as empty, dropping the other runs' slots; it is held by an unknown run for one run lease now."""
+    t = 5000.0
+    text = '{"e": %s, "f": {"owner": "run-1", "expires": 5100}}' % slot
+    slots = pb.bound(pb.read_slots(text), t, L)
+    assert slots == {"e": pb.Slot(pb.UNKNOWN_OWNER, t + L), "f": pb.Slot("run-1", 5100.0)}
+    nodes = [_node("e"), _node("f"), _node("g")]
+    assert pb.disrupted(nodes, slots, t) == {"e": "held by invocation -", "f": "held by invocation run-1"}
+    assert not pb.admit("g", pb.disrupted(nodes, slots, t), 2, "np")[0]
+    written = pb.bound(pb.read_slots(pb.write_slots(pb.live_slots(nodes, slots, t), t, L)), t + L + 1, L)
+    assert pb.disrupted(nodes, written, t + L + 1) == {}  # written back clamped: it runs out within one lease
 
 
 # ---- whose clock (issue 36): a slot holds one run lease at most, on the cluster's clock ----
@@ -237,6 +257,38 @@ def test_invocations_whose_clocks_differ_count_each_others_slots(kube_api, tmp_p
     assert set(slots(kube_api)) == {"n-2"}  # A's expired slot dropped when B wrote
 
 
+def _annotate(api, text):
+    api.leases[LEASE]["metadata"]["annotations"][pb.SLOTS_ANNOTATION] = text
+
+
+def test_a_slot_table_with_one_unreadable_slot_never_lets_more_runs_in_than_the_budget(kube_api, tmp_path):
+    """max-unavailable 2: run-a holds n-1, and a slot of 5,000 digits sits on n-2. The table read as empty let
+    run-b take n-3 (three nodes out) and wrote run-a's slot away; now run-b waits and run-a's slot stays."""
+    kube_api.clock = lambda: 1767225600.0
+    _pool(kube_api, ["n-1", "n-2", "n-3"])
+    a, b = _budget(kube_api, tmp_path, "run-a", 0.0), _budget(kube_api, tmp_path, "run-b", 0.0)
+    assert _take(a, "n-1", limit=2) == ""
+    table = json.loads(kube_api.leases[LEASE]["metadata"]["annotations"][pb.SLOTS_ANNOTATION])
+    _annotate(kube_api, json.dumps(table)[:-1] + ', "n-2": {"owner": "run-x", "expires": %s}}' % ("9" * 5000))
+    why = _take(b, "n-3", limit=2)
+    assert "max-unavailable 2 (n-1: held by invocation run-a, n-2: held by invocation -)" in why, why
+    assert slots(kube_api)["n-1"].owner == "run-a"
+
+
+def test_a_slot_table_that_does_not_read_takes_no_slot_and_is_not_written_over(kube_api, tmp_path):
+    kube_api.clock = lambda: 1767225600.0
+    _pool(kube_api, ["n-1", "n-2"])
+    a, b = _budget(kube_api, tmp_path, "run-a", 0.0), _budget(kube_api, tmp_path, "run-b", 0.0)
+    assert _take(a, "n-1", limit=2) == ""
+    _annotate(kube_api, '{"n-1": {"owner": "run-a", "expires": 1767226200}')  # cut short: no JSON
+    version = kube_api.leases[LEASE]["metadata"]["resourceVersion"]
+    why = _take(b, "n-2", limit=2)
+    assert why.startswith("the disruption budget of pool %s cannot be counted: the slot table is not JSON" % POOL)
+    assert "kubectl annotate lease -n default %s %s-" % (pb.lease_name(POOL), pb.SLOTS_ANNOTATION) in why
+    assert kube_api.leases[LEASE]["metadata"]["resourceVersion"] == version  # nothing written
+    assert a.release(POOL, "n-1") is False  # nothing given back that cannot be told apart
+
+
 def test_a_forged_far_future_slot_blocks_the_pool_for_one_run_lease_at_most(kube_api, tmp_path):
     """Anyone who may update Leases can write ``expires: 1e15`` (or Infinity, or a string): the first
     invocation that reads it counts the node until one run lease from then and writes that back; after it,
@@ -251,9 +303,11 @@ def test_a_forged_far_future_slot_blocks_the_pool_for_one_run_lease_at_most(kube
         kube_api.leases[key]["metadata"]["annotations"][pb.SLOTS_ANNOTATION] = (
             '{"n-2": {"owner": "forger", "expires": 1e15}, "n-3": {"owner": "forger", "expires": Infinity}}')
     why = _take(b, "n-1")
-    assert "max-unavailable 1 (n-2: held by invocation forger)" in why, why  # Infinity is not a slot
+    # Infinity does not read as an expiry: that slot is held by an unknown run, for one run lease too
+    assert "max-unavailable 1 (n-2: held by invocation forger, n-3: held by invocation -)" in why, why
     clamped = slots(kube_api)
-    assert list(clamped) == ["n-2"] and clamped["n-2"].expires == pytest.approx(1767225600.0 + L, abs=1)
+    assert list(clamped) == ["n-2", "n-3"]
+    assert all(s.expires == pytest.approx(1767225600.0 + L, abs=1) for s in clamped.values())
     shift[0] = L / 2
     assert "held by invocation forger" in _take(b, "n-1")
     assert slots(kube_api) == clamped  # the clamp written back holds: it does not slide with the reader's now
