@@ -29,6 +29,7 @@ from functions.base.event_result import NODE_OUTCOMES, OUTCOMES as EVENT_OUTCOME
 from functions.commands import common
 from functions.commands.stack.exit_codes import EXIT_USAGE, CloudError
 from functions.commands.stack.unreachable import said
+from node_bootstrap.outside import as_object, json_type
 
 PAGE = 100  # GetLogs' most lines per call (SLS API GetLogs: "line ... 0 to 100")
 TIMEOUT_S = 30
@@ -212,21 +213,38 @@ def fetch(region: str, keys, project: str, logstore: str, statement: str, start:
         for attempt in range(INCOMPLETE_TRIES):
             if attempt:
                 time.sleep(INCOMPLETE_WAIT_S)
-            response = _get_logs(client, runtime, project, logstore, request, models)
-            meta = getattr(response.body, "meta", None) if response.body is not None else None
-            if getattr(meta, "progress", None) != "Incomplete":
+            body = _body(_get_logs(client, runtime, project, logstore, request, models), project, logstore)
+            if as_object(body.get("meta")).get("progress") != "Incomplete":
                 break
         else:
             raise LogsError("SLS GetLogs of %s/%s answered an incomplete result %d times (its search did not finish "
                             "in time); try again, or narrow it with --since or a filter"
                             % (project, logstore, INCOMPLETE_TRIES), "Incomplete")
-        data = response.body.data if response.body is not None else None
+        data = body.get("data")
         page = list(data) if isinstance(data, list) else []  # anything else holds no rows of ours
         read += len(page)
         rows.extend(line for line in (entry(r) for r in page) if keep is None or keep(line))
         if len(page) < size:
             break
     return rows[:limit]
+
+
+def _body(response: Any, project: str, logstore: str) -> Dict[str, Any]:
+    """The GetLogs answer's body as SLS sent it (``meta``, ``data``). The SDK reads a body into its model
+    through darabonba's ``DaraCore.from_map`` (darabonba/core.py), which swallows any error there and leaves
+    the body None, keeping the raw answer in ``_map``: one meta field of another shape (``phraseQueryInfo``
+    as text) read as a page with no rows, and ``logs`` said "no lines". The raw body is read then; a body
+    that is no JSON object is one line naming the call."""
+    if response.body is not None:
+        return response.body.to_map() or {}
+    raw = getattr(response, "_map", None)
+    if not isinstance(raw, dict):
+        return {}  # no answer kept at all: no rows, as before
+    body = raw.get("body")
+    if not isinstance(body, dict):
+        raise LogsError("SLS GetLogs of %s/%s answered %s, not SLS's JSON object; nothing of it is read"
+                        % (project, logstore, json_type(body)))
+    return body
 
 
 def _get_logs(client, runtime, project: str, logstore: str, request, models):

@@ -481,6 +481,21 @@ def test_logs_asks_again_while_sls_answers_an_incomplete_result(store):
     assert sls.incomplete == 0
 
 
+@pytest.mark.contract_exempt("answers a meta field of another shape than the SDK's model on purpose")
+def test_logs_reads_the_rows_of_an_answer_whose_meta_the_sdk_model_cannot_read(store):
+    """darabonba's ``DaraCore.from_map`` swallows any error reading an answer into the SDK's model and leaves
+    the body None: one meta field of another shape (``phraseQueryInfo`` as text) made every page read as no
+    rows, and ``logs`` said "no lines" over a logstore that holds them. The answer is read as SLS sent it."""
+    sls, env = store
+    sls.meta_extra = {"phraseQueryInfo": "x"}
+    sls.rows_extra = ["not a row"]
+    done = cli(env, "logs", "-o", "json")
+    assert done.returncode == 0, done.stderr
+    lines = json.loads(done.stdout)["lines"]
+    assert [line.get("time") for line in lines] == ["T-10m", "T-5m", "T-1m", None]  # newest first, read oldest first
+    assert lines[-1] == {"message": "not a row"}  # a row of another shape: its text, the others as they are
+
+
 def test_wait_and_undeploy_through_the_installed_command_never_touch_a_stack_of_another_cluster(cloud):
     """docs/cli.md: a stack named whose ClusterId is another cluster, or that has none, is never deleted, and
     ``wait`` refuses it, exit 6, one line naming the stack and the cluster it serves. Run as a person runs it: the

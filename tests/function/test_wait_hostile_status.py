@@ -68,12 +68,14 @@ def test_a_stack_listed_without_its_id_is_one_line_not_an_internal_error(deploye
 def test_an_answer_the_sdk_cannot_read_is_a_failure_not_no_stack(deployed, capsys, argv):
     """darabonba's DaraCore.from_map swallows the model's failure to read an answer and leaves the body empty:
     a ListStacks answer whose Stacks held a number read as "no stack", and wait said "nothing in progress",
-    undeploy "nothing to delete", exit 0, with the stack there. It is ROS's failure now, in one line."""
+    undeploy "nothing to delete", exit 0, with the stack there. The answer is read as sent, item by item, and
+    an item of another shape may be the stack: with none of its name readable it is ROS's failure, one line."""
     ros, stack = deployed
     ros.tamper_next("ListStacks", lambda payload: dict(payload, Stacks=[1]))
     code, out, err = run(capsys, *argv)
     assert code == 1 and out == "", (out, err)
     assert error_text(err[err.index("ack-mig-hook: error:"):]) == (
-        "ack-mig-hook: error: ROS ListStacks answered JSON the SDK cannot read as its answer (a value of the "
-        "wrong type); rerun, or check what answers at the ROS endpoint (ACK_MIG_ROS_ENDPOINT)")
+        "ack-mig-hook: error: ROS ListStacks listed 1 stack(s) of another shape than ROS's objects and none named "
+        "%s it could read; nothing was done: rerun, or check what answers at the ROS endpoint "
+        "(ACK_MIG_ROS_ENDPOINT)" % STACK)
     assert stack["Status"] == "CREATE_COMPLETE"

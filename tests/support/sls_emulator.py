@@ -77,6 +77,11 @@ class SlsEmulator(LoopbackServer):
         self.rejected: List[str] = []
         self.fault: Optional[Tuple[int, str]] = None  # the next answer's (status, errorCode)
         self.incomplete = 0  # how many of the next GetLogs answers are Incomplete (incomplete_next)
+        # Fields put into every GetLogs answer's meta, of any shape: a meta field the SDK's model reads into a
+        # nested model (GetLogsResponseBodyMeta.phraseQueryInfo) given as text fails that model's from_map.
+        self.meta_extra: Dict[str, Any] = {}
+        # Rows of any shape put first into every GetLogs answer's data (a row that is text or a number).
+        self.rows_extra: List[Any] = []
         self._lock = threading.Lock()
 
     def add(self, project: str, logstore: str, when: int, line: Dict[str, Any]) -> None:
@@ -141,6 +146,9 @@ class SlsEmulator(LoopbackServer):
         meta = {"count": len(page), "progress": "Incomplete" if partial else "Complete",
                 "processedRows": len(found), "isAccurate": True,
                 "hasSQL": False, "keys": ["__time__", "__topic__", "__source__", "message"]}
+        meta.update(self.meta_extra)
+        if self.rows_extra and not offset:
+            page = list(self.rows_extra) + page
         return json_answer(200, {"meta": meta, "data": page}, {"x-log-requestid": uuid.uuid4().hex.upper()})
 
     def _verify(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], body: bytes

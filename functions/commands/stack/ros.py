@@ -16,6 +16,7 @@ from functions.base.endpoints import resolve
 from functions.base.settings import Endpoint, connect_timeout_s
 from functions.commands.stack.credentials import Keys
 from functions.commands.stack.exit_codes import CloudError
+from node_bootstrap.outside import as_object, json_type, objects
 
 # ROS answers an UpdateStack whose template and parameters are unchanged with this code ("Update the
 # completely same stack ... is not supported"): for us that is "nothing to do", not a failure.
@@ -68,18 +69,6 @@ def _named_id(body: Dict[str, Any], key: str, action: str, what: str,
     return value
 
 
-def _read(action: str, response: Any) -> Dict[str, Any]:
-    """The answer's body as a dict. darabonba's ``DaraCore.from_map`` swallows the model's failure to read an
-    answer (a number where ros20190910 has a list of objects, a list where it has an object) and leaves the
-    body None: that is not an empty answer, which would read as "no stack", but one ROS (or what answers in
-    its place) sent in a form no ROS action has. Every ROS action answers a JSON object (RequestId at least)."""
-    body = getattr(response, "body", None)
-    if body is None:
-        raise StackError("ROS %s answered JSON the SDK cannot read as its answer (a value of the wrong type); "
-                         "rerun, or check what answers at the ROS endpoint (ACK_MIG_ROS_ENDPOINT)" % action)
-    return body.to_map()
-
-
 def _code(exc: BaseException) -> str:
     return str(getattr(exc, "code", "") or type(exc).__name__)
 
@@ -99,6 +88,35 @@ def _failed(action: str, exc: BaseException) -> StackError:
     if unreached:
         return StackError(unreached, exit_code=EXIT_USAGE)
     return StackError("ROS %s failed: %s: %s" % (action, _code(exc), _message(exc)), _code(exc))
+
+
+def _body(action: str, response: Any) -> Dict[str, Any]:
+    """The answer's body as ROS sent it (its own field names, as the model's ``to_map`` gives them). The SDK
+    reads a body into its model through darabonba's ``DaraCore.from_map`` (darabonba/core.py), which swallows
+    any error there and leaves the body None, keeping the raw answer in ``_map``: one stack, event or
+    resource of another shape read as an answer with nothing in it (deploy found no stack of its name and
+    created a second one). The raw body is read then, each item on its own (:func:`_items`); a body that is
+    no JSON object is one line naming the call."""
+    if response.body is not None:
+        return response.body.to_map() or {}
+    raw = getattr(response, "_map", None)
+    body = raw.get("body") if isinstance(raw, dict) else None  # every ROS action answers an object (RequestId)
+    if not isinstance(body, dict):
+        raise StackError("ROS %s answered %s, not ROS's JSON object; nothing of it is read"
+                         % (action, json_type(body)))
+    return body
+
+
+def _items(body: Dict[str, Any], key: str, action: str) -> List[Any]:
+    """``body[key]``, a list of items ([] when absent); StackError when it is there but no list (read item by
+    item, a text's characters or an object's keys would be taken for items). Its items of another shape are
+    the caller's to leave out (``objects``)."""
+    items = body.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        raise StackError("ROS %s answered %s as %s; expected a list of objects" % (action, key, json_type(items)))
+    return items
 
 
 class Stacks:
@@ -192,7 +210,7 @@ class Stacks:
             response = self._attempt(fn, end)
         except Exception as exc:  # the SDK's exception types vary by version; code and message are common
             raise _failed(action, exc) from None
-        return _read(action, response)
+        return _body(action, response)
 
     # ---- reads ----
 
@@ -200,16 +218,22 @@ class Stacks:
         """The live stack of that name (deleted stacks are not listed), or None."""
         from alibabacloud_ros20190910 import models
 
+        unreadable = 0
         for page in range(1, 21):
             body = self._call("ListStacks", lambda: self._client.list_stacks_with_options(models.ListStacksRequest(
                 region_id=self.region, stack_name=[name], page_size=PAGE_SIZE, page_number=page), self._runtime))
-            stacks = body.get("Stacks") or []
-            for stack in stacks:
+            stacks = _items(body, "Stacks", "ListStacks")
+            for stack in objects(stacks):
                 if stack.get("StackName") == name:
                     _named_id(stack, "StackId", "ListStacks", "listed stack %s" % name)
                     return stack
+            unreadable += len(stacks) - len(objects(stacks))
             if len(stacks) < PAGE_SIZE:
-                return None
+                break
+        if unreadable:  # one of them may be the stack: "none" would let deploy create a second, undeploy say done
+            raise StackError("ROS ListStacks listed %d stack(s) of another shape than ROS's objects and none named %s "
+                             "it could read; nothing was done: rerun, or check what answers at the ROS endpoint "
+                             "(ACK_MIG_ROS_ENDPOINT)" % (unreadable, name))
         return None
 
     def get(self, stack_id: str, end: Optional[float] = None) -> Optional[Dict[str, Any]]:
@@ -222,7 +246,7 @@ class Stacks:
             if _code(exc) == "StackNotFound":
                 return None
             raise _failed("GetStack", exc) from None
-        return _read("GetStack", response)
+        return _body("GetStack", response)
 
     def events(self, stack_id: str, end: Optional[float] = None) -> List[Dict[str, Any]]:
         from alibabacloud_ros20190910 import models
@@ -230,14 +254,14 @@ class Stacks:
         body = self._call("ListStackEvents", lambda: self._client.list_stack_events_with_options(
             models.ListStackEventsRequest(region_id=self.region, stack_id=stack_id, page_size=50), self._runtime),
             end)
-        return list(body.get("Events") or [])
+        return objects(_items(body, "Events", "ListStackEvents"))
 
     def resources(self, stack_id: str) -> List[Dict[str, Any]]:
         from alibabacloud_ros20190910 import models
 
         body = self._call("ListStackResources", lambda: self._client.list_stack_resources_with_options(
             models.ListStackResourcesRequest(region_id=self.region, stack_id=stack_id), self._runtime))
-        return list(body.get("Resources") or [])
+        return objects(_items(body, "Resources", "ListStackResources"))
 
     def event_ids(self, stack_id: str) -> set:
         """The ids of the events the stack has now: :meth:`wait` leaves them out, so an update or a delete
@@ -253,7 +277,7 @@ class Stacks:
 
         body = self._call("ValidateTemplate", lambda: self._client.validate_template_with_options(
             models.ValidateTemplateRequest(region_id=self.region, template_body=template), self._runtime))
-        return [p.get("ParameterKey") for p in body.get("Parameters") or []]
+        return [p.get("ParameterKey") for p in objects(_items(body, "Parameters", "ValidateTemplate"))]
 
     # ---- changes ----
 
@@ -305,8 +329,8 @@ class Stacks:
         request = models.PreviewStackRequest(region_id=self.region, stack_name=name, template_body=template,
                                              parameters=params, timeout_in_minutes=timeout_min,
                                              client_token=client_token())
-        return self._call("PreviewStack", lambda: self._client.preview_stack_with_options(
-            request, self._runtime)).get("Stack") or {}
+        return as_object(self._call("PreviewStack", lambda: self._client.preview_stack_with_options(
+            request, self._runtime)).get("Stack"))
 
     def create_change_set(self, stack_id: str, name: str, template: str, values: Dict[str, str],
                           timeout_min: int) -> str:
