@@ -139,13 +139,20 @@ class NvmlReader(object):
         # type: (Exception, str) -> bool
         return _code(exc) in [getattr(self.nv, n, -1) for n in names]
 
+    def _lost(self, exc):
+        # type: (Exception) -> bool
+        """GPU_IS_LOST (nvml.h: the GPU "has fallen off the bus or is otherwise inaccessible"), from any call on
+        the GPU: never a missing feature, an unreadable list or a profile to skip. The caller re-raises it, and
+        read_gpu (or, for a change, reconcile's _step) fails the GPU as lost."""
+        return self._is(exc, "NVML_ERROR_GPU_IS_LOST")
+
     def _try(self, notes, what, call, *args):
         # type: (List[str], str, Callable[..., Any], Any) -> Any
         """Call one read; on an NVML refusal or a missing binding note why and return None."""
         try:
             return call(*args)
         except self.nv.NVMLError as exc:
-            if self._is(exc, "NVML_ERROR_GPU_IS_LOST"):
+            if self._lost(exc):
                 raise  # not a missing feature: the GPU is gone (read_gpu names it)
             notes.append("%s: %s" % (what, self.error_text(exc)))
         except (AttributeError, TypeError) as exc:  # an older pynvml without this function or argument
@@ -281,6 +288,8 @@ class NvmlReader(object):
                                            int(nv.nvmlDeviceGetComputeInstanceId(mig)),
                                            uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
         except nv.NVMLError as exc:
+            if self._lost(exc):
+                raise
             return (), "MIG devices: %s" % self.error_text(exc)
         except (AttributeError, TypeError) as exc:
             return (), "MIG devices: unavailable in this pynvml (%s)" % exc.__class__.__name__
@@ -360,6 +369,8 @@ class NvmlReader(object):
                     break  # past the header's count: nvml.h's end of the profiles
                 if self._is(exc, "NVML_ERROR_NOT_SUPPORTED"):
                     continue  # this GPU lacks the profile (or, on older drivers, MIG mode is off)
+                if self._lost(exc):
+                    raise
                 what = "GPU instance profile index %d: %s" % (nvml_index, self.error_text(exc))
                 if mig_on_index is not None:
                     raise NvmlReadError("GPU %d: %s while MIG mode is on, so its instances of that profile "
@@ -388,6 +399,8 @@ class NvmlReader(object):
         try:
             return call(*args)
         except self.nv.NVMLError as exc:
+            if self._lost(exc):
+                raise
             raise NvmlReadError("GPU %d: %s failed while MIG mode is on: %s" % (index, what, self.error_text(exc)))
         except AttributeError as exc:
             raise NvmlReadError("GPU %d: %s is not in this pynvml (%s); install a newer nvidia-ml-py"
@@ -452,6 +465,8 @@ class NvmlReader(object):
                     break
                 if self._is(exc, "NVML_ERROR_NOT_SUPPORTED"):
                     continue  # this GPU instance does not offer that CI profile
+                if self._lost(exc):
+                    raise
                 raise NvmlReadError("GPU %s: compute instance profile index %d: %s while MIG mode is on, so "
                                     "compute instances of that profile cannot be seen"
                                     % ("?" if index is None else index, ci_index, self.error_text(exc)))
@@ -495,6 +510,8 @@ class NvmlReader(object):
                 if self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND"):
                     gaps.append("%s is not in the driver" % name)
                     continue
+                if self._lost(exc):
+                    raise  # not a list that may hide a process: the GPU is gone
                 notes.append("compute processes: %s" % self.error_text(exc))
                 return (), notes[-1], ""
             except self._mismatch_error():

@@ -406,3 +406,22 @@ def test_a_gpu_lost_after_the_run_changed_another_reports_the_change_and_the_rer
     assert json.loads(meta["annotations"]["ack-mig-hook/gpu-layouts"]) == {
         "0": [["3g.20gb", 0], ["3g.20gb", 4]], "1": [["3g.20gb", 0], ["3g.20gb", 4]]}
     assert node.run("apply", "--sequence", "3g.20gb-3g.20gb").json["changes"] == 0
+
+
+@pytest.mark.parametrize("call", [
+    "nvmlDeviceGetGpuInstanceProfileInfo", "nvmlDeviceGetGpuInstances", "nvmlGpuInstanceGetInfo",
+    "nvmlGpuInstanceGetComputeInstanceProfileInfo", "nvmlGpuInstanceGetComputeInstances",
+    "nvmlComputeInstanceGetInfo", "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetMaxMigDeviceCount",
+])
+def test_gpu_is_lost_from_any_read_of_a_gpu_fails_it_as_lost(tmp_path, call):
+    """nvml.h: GPU_IS_LOST from any call on a device means it "has fallen off the bus or is otherwise
+    inaccessible". Answered by a read past the handle and the name (the GPU instance list, a profile, a compute
+    instance, the process list), the GPU was failed as `nvml-unreadable`, which no caller takes for the node's
+    verdict, or as `gpu-busy` ("may be in use: its process list is unreadable"), or, from the MIG device walk,
+    not at all: the run said success. It is failed as lost, naming the GPU and the reboot that recovers it."""
+    node = Node(tmp_path)
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--sim-fault", "gpu-error:1:%s:15" % call)
+    assert res.rc == 1 and res.json["error"]["code"] == "gpu-lost", (res.json, res.stderr)
+    assert res.json["error"]["message"].startswith("GPU 1 is lost") and "reboot the node" in res.json["error"]["message"]
+    assert res.json["gpus"][1] == {"index": 1, "unreadable": {"code": "gpu-lost", "message": res.json["error"]["message"]}}
