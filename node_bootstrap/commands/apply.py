@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .backend import Backend, end_processes, process_ops, reset_gpus
-from ..host.clients import ClientControl, parse_clients
+from ..host.clients import ClientControl, check_state_dir, parse_clients
 from ..host import bootunit
 from ..host.bootunit import check_values
 from ..host.holdersunit import check as check_holders
@@ -379,14 +379,17 @@ def run_job(job, prepare):
         prepare()
         clients = parse_clients(args.clients)  # a wrong --clients is refused before the wait
         with NodeLock(args.lock_file, args.lock_timeout):
-            # Only the run holding the lock may touch the clients: the stopped-clients file it would start
-            # again on a failure is the lock holder's while another run waits (a run that gave up waiting
-            # started the device plugin of the apply about to change the GPUs).
-            job.control = ClientControl(clients, host_runner(args), args.state_dir, log,
-                                        at_boot=getattr(args, "at_boot", False))
-            # A unit the last boot run only queued: whether it came up is said here, by the next run.
-            job._problems(job.control.check_queued())
             try:
+                # Before any record in it is read: a state directory others can write is refused (and the
+                # node labelled so), its records and held manifests left as they are.
+                check_state_dir(args.state_dir)
+                # Only the run holding the lock may touch the clients: the stopped-clients file it would start
+                # again on a failure is the lock holder's while another run waits (a run that gave up waiting
+                # started the device plugin of the apply about to change the GPUs).
+                job.control = ClientControl(clients, host_runner(args), args.state_dir, log,
+                                            at_boot=getattr(args, "at_boot", False))
+                # A unit the last boot run only queued: whether it came up is said here, by the next run.
+                job._problems(job.control.check_queued())
                 job.run_locked()
             except BaseException as exc:  # noqa: B036 - NVML unavailable, or an interrupt while failing
                 job.fail(exc, label=True)

@@ -73,6 +73,38 @@ def _client(kind, target):
     return None
 
 
+def check_state_dir(state_dir):
+    # type: (str) -> None
+    """Refuse a state directory (or its held-manifests directory) that another user owns or others may write.
+    Its records name the clients a run starts again and the manifests it moves back into place, as root: one
+    that anybody could write let any local user plant a record and a "held" file that the next apply moved to
+    any path (a cron.d entry). A directory that is not there yet is made private by the first write."""
+    for path in (state_dir, os.path.join(state_dir, "held-manifests")):
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue  # not there (made private when written) or not reachable: the write says so
+        if not stat.S_ISDIR(info.st_mode):
+            continue  # a file where a directory goes: the first write names it (client-stop-failed)
+        if info.st_uid != os.geteuid():
+            why, fix = "is owned by uid %d" % info.st_uid, "chown it"
+        elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            why, fix = "is writable by others (mode %04o)" % stat.S_IMODE(info.st_mode), "chmod go-w it"
+        else:
+            continue
+        raise NodeFailure("the state directory %s %s: the records in it say which clients a run starts and which "
+                          "files it moves into place, so it must be writable by this user (uid %d) alone; check "
+                          "what is in it, then %s, or pass --state-dir" % (path, why, os.geteuid(), fix),
+                          code="state-dir-unsafe")
+
+
+def make_private_dir(path):
+    # type: (str) -> None
+    """``path`` made if missing, 0700 whatever the umask (under umask 0 it was writable by everyone)."""
+    if not os.path.isdir(path):
+        os.makedirs(path, 0o700)
+
+
 def _move_file(src, dst):
     # type: (str, str) -> None
     """``src`` renamed to ``dst`` itself. shutil.move onto a directory (or a link to one) moves into it: a
@@ -209,8 +241,8 @@ class ClientControl(object):
                 else:
                     if not os.path.exists(client.target):
                         continue
-                    if not os.path.isdir(self.held_dir):
-                        os.makedirs(self.held_dir)
+                    make_private_dir(self.state_dir)
+                    make_private_dir(self.held_dir)
                     if not noted:
                         self._note(stopped, client)
                     _move_file(client.target, self._held_path(client))

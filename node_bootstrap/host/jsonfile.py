@@ -46,7 +46,7 @@ def write_json(path, doc, **dump_args):
     file or the new one, never half of one."""
     directory = os.path.dirname(path)
     if directory and not os.path.isdir(directory):
-        os.makedirs(directory)
+        os.makedirs(directory, 0o700)  # a state directory: never writable by others, whatever the umask
     tmp = path + ".tmp"
     with open_new(tmp) as fh:
         json.dump(doc, fh, **dump_args)

@@ -200,3 +200,55 @@ def test_a_state_directory_that_is_a_file_stops_the_run_naming_it(tmp_path):
         "could not stop systemd:dcgm-exporter: [Errno 17] File exists: '%s'; the GPUs were not changed"
         % (tmp_path / "var"))}, res.json
     assert res.json["changes"] == 0 and node.unit_active("dcgm-exporter")
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770])
+def test_a_state_directory_others_can_write_is_refused_and_nothing_in_it_is_moved_into_place(tmp_path, mode):
+    """The stopped-clients record names the manifests a root run moves back into place from the state directory:
+    one that others could write (created under umask 0, or by hand) let any local user plant a record and a
+    "held" file, and the next apply moved that file, as root, to any path (/etc/cron.d here). Now the run stops
+    before any change, naming the directory and what to do, labels the node failed, and moves nothing."""
+    from tests.node.nodecli import Node
+
+    node = Node(tmp_path)
+    node.kube_args = []  # labels go to the simulated node's stand-in
+    target = tmp_path / "etc" / "cron.d" / "planted"
+    state = tmp_path / "var"
+    held = state / "held-manifests" / str(target).strip("/").replace("/", "__")
+    held.parent.mkdir(parents=True)
+    held.write_text("* * * * * root id\n")
+    (state / "stopped-clients.json").write_text(json.dumps([["manifest", str(target)]]))
+    os.chmod(str(state), mode)
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb")
+    assert res.rc == 1 and res.json["error"] == {"code": "state-dir-unsafe", "message": (
+        "the state directory %s is writable by others (mode %04o): the records in it say which clients a run "
+        "starts and which files it moves into place, so it must be writable by this user (uid %d) alone; check "
+        "what is in it, then chmod go-w it, or pass --state-dir" % (state, mode, os.geteuid()))}, res.json
+    assert not target.exists() and held.exists() and res.json["changes"] == 0
+    with open(os.path.join(node.host, "node-labels.json")) as fh:
+        meta = json.load(fh)
+    assert meta["labels"]["nvidia.com/mig.config.state"] == "failed"
+    assert meta["annotations"]["ack-mig-hook/mig-config-reason"] == res.json["error"]["message"]
+    held.unlink()
+    os.chmod(str(state), 0o755)
+    again = node.run("apply", "--sequence", "3g.20gb-3g.20gb")
+    assert again.rc == 0 and again.json["changes"] > 0, again.json
+
+
+def test_the_state_directory_is_made_private_whatever_the_umask(tmp_path):
+    """Made by a run under umask 0, the state directory was writable by everyone (and then refused by the next
+    run): it is made 0700 whatever the umask."""
+    manifest = tmp_path / "manifests" / "dp.yml"
+    manifest.parent.mkdir()
+    manifest.write_text("kind: Pod\n")
+    state = tmp_path / "state" / "ack-mig-hook"
+    control = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), str(state),
+                            lambda line: None)
+    old = os.umask(0)
+    try:
+        stopped = control.stop()
+    finally:
+        os.umask(old)
+    assert os.stat(str(state)).st_mode & 0o777 == 0o700
+    assert os.stat(str(state / "held-manifests")).st_mode & 0o777 == 0o700
+    assert control.start(stopped) == [] and manifest.read_text() == "kind: Pod\n"
