@@ -54,13 +54,21 @@ MAX_ANSWER_DEPTH = 64
 DEFAULT_KUBELET_KUBECONFIG = "/etc/kubernetes/kubelet.conf"
 
 
-class KubeError(Exception):
-    """A failed API call or an unusable kubeconfig. ``status`` is the HTTP status, None when no answer."""
+# Answers of an API server under load or restarting (API Priority and Fairness' 429, an apiserver or load
+# balancer's 5xx): the same call may well go through a moment later.
+TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
 
-    def __init__(self, message, status=None):
-        # type: (str, Optional[int]) -> None
+
+class KubeError(Exception):
+    """A failed API call or an unusable kubeconfig. ``status`` is the HTTP status, None when no answer.
+    ``transient``: a quick failure the same call may get past on a second try (TRANSIENT_STATUSES, a
+    connection refused, reset or closed unanswered); never a call that got no answer in time."""
+
+    def __init__(self, message, status=None, transient=False):
+        # type: (str, Optional[int], bool) -> None
         super(KubeError, self).__init__(message)
         self.status = status
+        self.transient = transient
 
 
 class KubeConfig(typing.NamedTuple):
@@ -397,7 +405,8 @@ class KubeClient(object):
         except (socket.timeout, OSError, http.client.HTTPException) as exc:
             if cut:
                 raise KubeError("%s gave no complete answer within %gs" % (self.config.server, limit))
-            raise KubeError("cannot reach %s: %s" % (self.config.server, exc))
+            raise KubeError("cannot reach %s: %s" % (self.config.server, exc),
+                            transient=isinstance(exc, ConnectionError))  # refused, reset, closed unanswered
         finally:
             timer.cancel()
             conn.close()
@@ -411,7 +420,8 @@ class KubeClient(object):
             decoded = None
         if status >= 400:
             message = decoded.get("message") if isinstance(decoded, dict) else None
-            raise KubeError("%s %s: HTTP %d %s" % (method, path, status, message or "(no message)"), status)
+            raise KubeError("%s %s: HTTP %d %s" % (method, path, status, message or "(no message)"), status,
+                            transient=status in TRANSIENT_STATUSES)
         return decoded
 
     # --- nodes ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ the error is reported in the result instead.
 """
 
 import re
+import time
 from typing import Callable, Optional
 
 from ..mig.annotations import LAYOUTS_ANNOTATION
@@ -29,6 +30,9 @@ REASON_ANNOTATION = "ack-mig-hook/mig-config-reason"
 # format): written with the layouts after every apply and by ``report-holders`` while pods come and go.
 HOLDERS_ANNOTATION = "ack-mig-hook/gpu-holders"
 STATES = ("pending", "success", "failed", "rebooting")
+# Seconds before the second and third try of a write that failed transiently (KubeError.transient): a final
+# state lost to one 503 left the node `pending`, which an auto pool takes for a node being changed, for good.
+RETRY_DELAYS = (0.5, 1.5)
 
 _VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 
@@ -69,11 +73,12 @@ CLEAR_PATCH = {"metadata": {"labels": {STATE_LABEL: None, SEQUENCE_LABEL: None},
 class NodeLabeler(object):
     """Writes states; remembers the last one written and the last error (None when all went through)."""
 
-    def __init__(self, client, node_name, log):
-        # type: (Optional[KubeClient], Optional[str], Callable[[str], None]) -> None
+    def __init__(self, client, node_name, log, sleep=time.sleep):
+        # type: (Optional[KubeClient], Optional[str], Callable[[str], None], Callable[[float], None]) -> None
         self.client = client
         self.node_name = node_name
         self.log = log
+        self.sleep = sleep
         self.written = []  # type: list
         self.error = None  # type: Optional[str]
         self.last_state = None  # type: Optional[str]  # the last state asked for, written or not
@@ -94,7 +99,7 @@ class NodeLabeler(object):
             return False
         assert self.client is not None and self.node_name is not None
         try:
-            self.client.merge_patch_node(self.node_name, {"metadata": {"annotations": {HOLDERS_ANNOTATION: value}}})
+            self._merge_patch({"metadata": {"annotations": {HOLDERS_ANNOTATION: value}}})
         except KubeError as exc:
             self.error = "writing %s on node %s failed: %s" % (HOLDERS_ANNOTATION, self.node_name, exc)
             self.log(self.error)
@@ -134,13 +139,28 @@ class NodeLabeler(object):
             return False
         assert self.client is not None and self.node_name is not None
         try:
-            self.client.merge_patch_node(self.node_name, patch)
+            self._merge_patch(patch)
         except KubeError as exc:
             self.error = "labelling node %s %s failed: %s" % (self.node_name, state, exc)
             self.log(self.error)
             return False
         self.written.append(state)
         return True
+
+    def _merge_patch(self, patch):
+        # type: (dict) -> None
+        """The patch, tried again after a transient failure (a merge patch is idempotent), three times at
+        most; the last failure is raised."""
+        assert self.client is not None and self.node_name is not None
+        for delay in RETRY_DELAYS + (None,):
+            try:
+                self.client.merge_patch_node(self.node_name, patch)
+                return
+            except KubeError as exc:
+                if delay is None or not getattr(exc, "transient", False):
+                    raise
+                self.log("writing node %s failed (%s); trying again in %gs" % (self.node_name, exc, delay))
+                self.sleep(delay)
 
     def summary(self):
         # type: () -> dict

@@ -425,3 +425,27 @@ def test_gpu_is_lost_from_any_read_of_a_gpu_fails_it_as_lost(tmp_path, call):
     assert res.rc == 1 and res.json["error"]["code"] == "gpu-lost", (res.json, res.stderr)
     assert res.json["error"]["message"].startswith("GPU 1 is lost") and "reboot the node" in res.json["error"]["message"]
     assert res.json["gpus"][1] == {"index": 1, "unreadable": {"code": "gpu-lost", "message": res.json["error"]["message"]}}
+
+
+@pytest.mark.kube
+@pytest.mark.parametrize("status", [503, 500, 429, None])
+def test_a_final_label_the_api_server_fails_once_is_written_again(tmp_path, kube_api, status):
+    """A run killed after its last GPU change leaves `pending`; the rerun finds the GPUs right and writes only
+    `success`. One 503 or 429 of an API server under load, or a connection it dropped, left the label `pending`
+    for good: an auto pool's planner takes a pending node for one being changed and leaves it out, so no later
+    apply comes to fix it. A merge patch is idempotent: it is tried again, three times at most, and the node
+    ends `success`. (A call that got no answer in time is not tried again: a SIGTERM's grace must hold it.)"""
+    node = Node(tmp_path)
+    meta = _kube(node, kube_api, tmp_path)
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    kube_api.label_node("node-a", {"nvidia.com/mig.config.state": "pending"})  # the killed run's last word
+    kube_api.break_next(times=1, status=status, method="PATCH")
+    res = node.run("apply", "--sequence", SEQ)
+    assert res.rc == 0 and res.json["changes"] == 0, res.stderr
+    assert meta()["labels"]["nvidia.com/mig.config.state"] == "success", res.json["labels"]
+    assert res.json["labels"]["states"] == ["success"] and "error" not in res.json["labels"]
+    kube_api.break_next(times=3, status=503, method="PATCH")  # still failing after the third try: said, not hidden
+    kube_api.label_node("node-a", {"nvidia.com/mig.config.state": "pending"})
+    res = node.run("apply", "--sequence", SEQ)
+    assert res.rc == 0 and "HTTP 503" in res.json["labels"]["error"]
+    assert meta()["labels"]["nvidia.com/mig.config.state"] == "pending"
