@@ -234,7 +234,8 @@ class NvmlReader(object):
         bus_id = ""
         if pci is not None:
             bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
-        mode = self._mig_mode(dev, notes) if strict else self._try(notes, "MIG mode", nv.nvmlDeviceGetMigMode, dev)
+        mode = self._mig_mode(dev, notes, index) if strict else \
+            self._try(notes, "MIG mode", nv.nvmlDeviceGetMigMode, dev)
         current, pending = (int(mode[0]), int(mode[1])) if mode is not None else (None, None)
         profiles = ()  # type: Tuple[LiveProfile, ...]
         gis = ()  # type: Tuple[LiveGi, ...]
@@ -253,15 +254,19 @@ class NvmlReader(object):
                        current, pending, profiles, gis, pids, tuple(notes), pids_unreadable, pids_missing,
                        processes, int(minor) if minor is not None else None, mig_devices, mig_unreadable)
 
-    def _mig_mode(self, dev, notes):
-        # type: (Any, List[str]) -> Any
+    def _mig_mode(self, dev, notes, index):
+        # type: (Any, List[str], int) -> Any
         """The MIG mode, None where the GPU has none (NOT_SUPPORTED: no MIG; a driver or pynvml without the
-        call); any other NVML answer is raised: the GPU's instances cannot be told from none."""
+        call); any other NVML answer raises, naming the GPU: the GPU's instances cannot be told from none."""
         try:
             return self.nv.nvmlDeviceGetMigMode(dev)
         except self.nv.NVMLError as exc:
+            if self._lost(exc):
+                raise  # read_gpu names the GPU lost
             if not self._is(exc, "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_FUNCTION_NOT_FOUND"):
-                raise
+                raise NvmlReadError("GPU %d: NVML answered %s for its MIG mode, which says neither MIG on nor off "
+                                    "(a GPU without MIG answers NOT_SUPPORTED): what it holds is unknown"
+                                    % (index, self.error_text(exc)), code="nvml-error")
             notes.append("MIG mode: %s" % self.error_text(exc))
         except (AttributeError, TypeError) as exc:
             notes.append("MIG mode: unavailable in this pynvml (%s)" % exc.__class__.__name__)
@@ -554,6 +559,13 @@ class NvmlWriter(NvmlReader):
         # type: (Any, Optional[Callable[[int], Optional[int]]]) -> None
         super(NvmlWriter, self).__init__(pynvml_module, stamp)
         self.changes = 0
+
+    def read_gpu(self, index, strict=True):
+        # type: (int, bool) -> LiveGpu
+        """Reads for a change (apply, disable) take the MIG mode strictly: an UNKNOWN or TIMEOUT answer read
+        as "no MIG" made apply call an A100 not MIG-capable (a verdict the function may give up on the
+        instance for) and disable report MIG off on a GPU that still held its instances."""
+        return super(NvmlWriter, self).read_gpu(index, strict)
 
     def _gi_handle(self, index, gi_id):
         # type: (int, int) -> Any

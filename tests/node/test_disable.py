@@ -305,3 +305,17 @@ def test_disable_forgets_an_earlier_reboot_request(tmp_path):
         json.dump({"boot_id": "an-earlier-boot", "request": {"kind": "sequence", "value": "x"}}, fh)
     assert node.run("disable", "--root", str(root)).rc == 0
     assert not os.path.exists(record)
+
+
+@pytest.mark.parametrize("code, said", [(999, "Unknown Error (NVML error 999)"), (10, "Timeout (NVML error 10)")])
+def test_a_mig_mode_nvml_cannot_read_is_no_mig_off_and_disable_fails_naming_the_gpu(tmp_path, code, said):
+    """nvml.h: nvmlDeviceGetMigMode answers NOT_SUPPORTED for a device without MIG; an UNKNOWN or TIMEOUT answer
+    says nothing of the sort. disable read it as "no MIG" and reported MIG off on every GPU, removing the boot
+    unit, while GPU 1 still had MIG on and its three instances. It fails now, naming the GPU and NVML's answer,
+    and the boot unit stays."""
+    node, root = _partitioned(tmp_path)
+    res = node.run("disable", "--root", str(root), "--sim-fault", "gpu-error:1:nvmlDeviceGetMigMode:%d" % code)
+    assert res.rc == 1 and res.json["error"]["code"] == "nvml-error", (res.json, res.stderr)
+    assert res.json["error"]["message"].startswith("GPU 1: NVML answered %s for its MIG mode" % said)
+    assert node.sim()["gpus"][1]["mig_current"] == 1 and len(node.sim()["gpus"][1]["gis"]) == 3
+    assert "etc/systemd/system/ack-mig-hook.service" in _unit_files(root)

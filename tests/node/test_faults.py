@@ -449,3 +449,18 @@ def test_a_final_label_the_api_server_fails_once_is_written_again(tmp_path, kube
     res = node.run("apply", "--sequence", SEQ)
     assert res.rc == 0 and "HTTP 503" in res.json["labels"]["error"]
     assert meta()["labels"]["nvidia.com/mig.config.state"] == "pending"
+
+
+@pytest.mark.parametrize("code, said", [(999, "Unknown Error (NVML error 999)"), (10, "Timeout (NVML error 10)")])
+def test_a_mig_mode_nvml_cannot_read_is_no_verdict_that_the_gpu_is_not_mig_capable(tmp_path, code, said):
+    """nvml.h: nvmlDeviceGetMigMode answers NOT_SUPPORTED for a device without MIG. An UNKNOWN or TIMEOUT answer
+    on an A100 made apply say the GPU is not MIG-capable (exit 3), a verdict on the model for which the
+    function may give up on the instance. It is an NVML error on that GPU now, named, and nothing changes."""
+    node = Node(tmp_path)
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb", "--sim-fault", "gpu-error:1:nvmlDeviceGetMigMode:%d" % code)
+    assert res.rc == 1 and res.json["error"]["code"] == "nvml-error", (res.json, res.stderr)
+    assert res.json["error"]["message"].startswith("GPU 1: NVML answered %s for its MIG mode" % said)
+    assert res.json["changes"] == 0
+    not_supported = node.run("apply", "--sequence", SEQ, "--sim-fault", "gpu-error:1:nvmlDeviceGetMigMode:3")
+    assert not_supported.rc == 3 and not_supported.json["error"]["code"] == "not-mig-capable"
