@@ -210,7 +210,10 @@ class NvmlReader(object):
             if self._is(exc, "NVML_ERROR_GPU_IS_LOST"):
                 raise GpuLost("GPU %d is lost (NVML GPU_IS_LOST): it has fallen off the bus or is otherwise "
                               "inaccessible; reboot the node to recover it" % index)
-            raise
+            # Any other answer on this GPU (its handle: UNKNOWN, TIMEOUT) names it: on a node of eight, "NVML:
+            # Unknown Error" alone said nothing of which
+            raise NvmlReadError("GPU %d: NVML answered %s; what it holds is unknown" % (index, self.error_text(exc)),
+                                code="nvml-error")
         except self._mismatch_error() as exc:
             raise NvmlReadError("pynvml and the driver's NVML library do not match (%s); install the "
                                 "nvidia-ml-py release for this driver" % " ".join(str(exc).split())[:300],

@@ -464,3 +464,15 @@ def test_a_mig_mode_nvml_cannot_read_is_no_verdict_that_the_gpu_is_not_mig_capab
     assert res.json["changes"] == 0
     not_supported = node.run("apply", "--sequence", SEQ, "--sim-fault", "gpu-error:1:nvmlDeviceGetMigMode:3")
     assert not_supported.rc == 3 and not_supported.json["error"]["code"] == "not-mig-capable"
+
+
+@pytest.mark.parametrize("command", [("apply", "--sequence", "3g.20gb-3g.20gb"), ("disable",)])
+def test_a_gpu_handle_nvml_refuses_fails_the_run_naming_the_gpu(tmp_path, command):
+    """NVML answering UNKNOWN for one GPU's handle failed apply and disable with "NVML: Unknown Error (error 999)",
+    naming no GPU, on a node of eight. The reason names the GPU and NVML's answer, as report-holders does."""
+    node = Node(tmp_path)
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    res = node.run(*(command + ("--sim-fault", "gpu-error:1:nvmlDeviceGetHandleByIndex:999")))
+    assert res.rc == 1 and res.json["error"]["code"] == "nvml-error", (res.json, res.stderr)
+    assert res.json["error"]["message"].startswith("GPU 1: NVML answered Unknown Error (NVML error 999)")
+    assert res.json["changes"] == 0
