@@ -17,6 +17,23 @@ def describe(mode):
         else "no regular file"
 
 
+def make_dirs(path, mode):
+    # type: (str, int) -> None
+    """``path`` and every missing directory above it, each made ``mode`` at most whatever the umask. Since
+    Python 3.7 os.makedirs gives the directories above the last 0777 less the umask: under umask 0 a state or
+    config directory (and its parents) was writable by everyone, and what root reads from it anyone's."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(path.rstrip(os.sep))
+    if parent and parent != path:
+        make_dirs(parent, mode)
+    try:
+        os.mkdir(path, mode)
+    except OSError:
+        if not os.path.isdir(path):  # made meanwhile by another run: fine; anything else is the error
+            raise
+
+
 def read_file(path, max_bytes):
     # type: (str, int) -> bytes
     """The first ``max_bytes + 1`` bytes of the regular file at ``path`` (a symlink to one is followed): one

@@ -22,7 +22,7 @@ import typing
 from typing import Callable, Dict, List, Optional, Tuple
 
 from ..errors import BadInput, NodeFailure
-from ..localfile import describe
+from ..localfile import describe, make_dirs
 from .jsonfile import read_json, write_json
 
 DEFAULT_CLIENTS = ("manifest:/etc/kubernetes/manifests/nvidia-device-plugin.yml", "systemd:dcgm-exporter",
@@ -101,8 +101,7 @@ def check_state_dir(state_dir):
 def make_private_dir(path):
     # type: (str) -> None
     """``path`` made if missing, 0700 whatever the umask (under umask 0 it was writable by everyone)."""
-    if not os.path.isdir(path):
-        os.makedirs(path, 0o700)
+    make_dirs(path, 0o700)
 
 
 def _move_file(src, dst):

@@ -6,7 +6,7 @@ import os
 import typing
 from typing import Any, Optional
 
-from ..localfile import read_file
+from ..localfile import make_dirs, read_file
 from ..outside import OutsideDataError, loads
 
 MAX_STATE_BYTES = 1 << 20  # a record of a few clients or GPUs: far below this
@@ -45,8 +45,8 @@ def write_json(path, doc, **dump_args):
     """Write next to the file, fsync, then rename over it: a crash or a reboot right after leaves the old
     file or the new one, never half of one."""
     directory = os.path.dirname(path)
-    if directory and not os.path.isdir(directory):
-        os.makedirs(directory, 0o700)  # a state directory: never writable by others, whatever the umask
+    if directory:
+        make_dirs(directory, 0o700)  # a state directory: never writable by others, whatever the umask
     tmp = path + ".tmp"
     with open_new(tmp) as fh:
         json.dump(doc, fh, **dump_args)

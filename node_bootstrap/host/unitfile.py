@@ -18,7 +18,7 @@ import zlib
 from typing import List, Optional
 
 from ..errors import BadInput
-from ..localfile import read_file
+from ..localfile import make_dirs, read_file
 from .jsonfile import open_new
 
 # Written by the node runner (functions/delivery/node_runner.py) into node_bootstrap's environment: the
@@ -122,8 +122,7 @@ def write_if_changed(path, text, mode=0o644):
     if read_text(path) == text:
         return False
     directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        os.makedirs(directory)
+    make_dirs(directory, 0o755)  # never writable by others: the boot unit applies what is here as root
     tmp = path + ".tmp"
     with open_new(tmp, mode) as fh:
         fh.write(text)

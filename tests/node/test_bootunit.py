@@ -618,3 +618,21 @@ def test_a_boot_unit_file_that_cannot_be_written_or_removed_is_one_line_naming_i
     gone = node.run("uninstall-boot-unit", "--root", str(tmp_path / "r2"))
     assert gone.rc == 1 and gone.json["error"] == {"code": "boot-unit-failed", "message": (
         "boot unit not removed: [Errno 21] Is a directory: '%s'" % unit)}, gone.json
+
+
+def test_the_directories_an_install_makes_are_writable_by_root_alone_whatever_the_umask(tmp_path):
+    """Made under umask 0, /etc/ack-mig-hook was writable by everyone: any local user could rename a request of
+    their own over request.json, which the boot unit applies as root at every boot. The directories an install
+    makes are 0755 at most, whatever the umask; the files keep their own modes."""
+    from node_bootstrap.mig import PartitionSpec
+
+    root = str(tmp_path / "image")
+    old = os.umask(0)
+    try:
+        done = bootunit.install(PartitionSpec("sequence", "3g.40gb-3g.40gb"), root, runner=lambda argv: (0, ""))
+    finally:
+        os.umask(old)
+    assert done.errors == []
+    for sub in ("etc/ack-mig-hook", "etc/systemd/system", "etc/systemd", "etc"):
+        assert os.stat(os.path.join(root, sub)).st_mode & 0o022 == 0, sub
+    assert os.stat(os.path.join(root, "etc/ack-mig-hook/request.json")).st_mode & 0o777 == 0o600
