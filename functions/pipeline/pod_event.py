@@ -356,15 +356,22 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         # last attempt's 429 where an earlier, unanswered one may have been written.
         refused = isinstance(exc, MarkerBusy) or (exc.status is not None and 400 <= exc.status < 500
                                                   and exc.status != 429)
-        held = None if refused else _held(marker, pool_id)
-        if refused:  # nothing written: this plan answers for this event's pod alone
-            log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing"
-                        % " ".join(str(exc).split())[:200])
+        read = None if refused else _read_back(marker, pool_id)
+        held = read if read is not None and read.holder == marker.me else None
+        if refused or read is not None and held is None:  # nothing written, or a read back that names another
+            # holder or none (the verdict: this invocation is no holder): its plan answers for its pod alone
+            log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing%s"
+                        % (" ".join(str(exc).split())[:200], "" if read is None else "; read back, it names %s"
+                           % ("invocation %s" % read.holder if read.holder else "no holder")))
             if pending is not None:  # which waited when the choice's list was read (begun, above)
                 usable.append(pending)
             # a burst is when the marker is busy and when another invocation plans the pool: wait for it as a
             # holder does, or this pod waits for the timer (its ask was never written for anyone to see)
-            return _after_claims(tick, started, settings, log, pool_id, free=free)
+            try:
+                return _after_claims(tick, started, settings, log, pool_id, free=free)
+            finally:
+                if not refused:  # an unanswered write still in flight when the marker was read may land after
+                    _let_go(marker, pool_id, log)  # it (cleared only where it names this invocation)
         if held is None:
             # Not read back: the marker may name this invocation, and then the pool's events are answered
             # coalesced into it during its round. So its rounds begin as a holder's do (marking a round begun
@@ -491,18 +498,17 @@ def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: s
     return result
 
 
-def _held(marker: Any, pool_id: str) -> Any:
-    """The marker, when it names this invocation as the holder (its arrival was written though no answer
-    came); None when it does not, or cannot be read."""
+def _read_back(marker: Any, pool_id: str) -> Any:
+    """The marker as read now (after an arrival whose write got no answer: naming this invocation, that write
+    landed); None when it cannot be read."""
     from node_bootstrap.kube import KubeError
 
     from functions.rollout.plan_marker import MarkerBusy
 
     try:
-        seen = marker.change(pool_id, lambda m, now: (None, m))
+        return marker.change(pool_id, lambda m, now: (None, m))
     except (KubeError, MarkerBusy):
         return None
-    return seen if seen.holder == marker.me else None
 
 
 def _let_go(marker: Any, pool_id: str, log: Any) -> None:

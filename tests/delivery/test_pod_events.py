@@ -561,6 +561,52 @@ def test_an_unanswered_marker_write_not_read_back_under_another_holder_still_pla
     assert stored_marker(server)["holder"] == "other" and stored_marker(server)["asked"] == 3
 
 
+def test_an_unanswered_marker_write_read_back_under_another_holder_plans_once_and_says_so(cluster, monkeypatch):
+    """The marker write gets no answer, and the read back works: the marker names another live holder. That
+    read is the verdict (this invocation is no holder), so the event plans once without coalescing, as when the
+    write was refused. It logged "not read back ... planned as its holder" and began its rounds as a holder's,
+    marking a round begun: two more reads of the Lease, and up to 2 s of the pool's round spacing waited, to
+    find what the read back had said."""
+    import io
+
+    from functions.kube.client import ApiError
+
+    server, api, settings, executor, state_file = cluster
+    server.leases[("default", marker_lease(POOL))] = server._stamp({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": marker_lease(POOL), "namespace": "default", "uid": "lease-other",
+                     "annotations": {co.MARKER_ANNOTATION: json.dumps({"holder": "other", "until": 4e9, "round": 0,
+                                                                       "asked": 3, "open": True})}},
+        "spec": {}})
+    replace, get, reads = KubeApi.replace_lease, KubeApi.get_lease, []
+
+    def counted(self, namespace, name):
+        if name == marker_lease(POOL):
+            reads.append(name)
+        return get(self, namespace, name)
+
+    def lost(self, namespace, lease):
+        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}):
+            raise ApiError("no complete answer from the API server within 15s")
+        return replace(self, namespace, lease)
+
+    monkeypatch.setattr(KubeApi, "get_lease", counted)
+    monkeypatch.setattr(KubeApi, "replace_lease", lost)
+    waiting(server, "first", "2g.20gb")
+    out = io.StringIO()
+    server_, api_, settings_, default, _ = cluster
+    result = run_event(pod_event("llm", "first"), settings_, inventory=lookup(), executor=default, kube=api_,
+                       logger=JsonLogger("INFO", stream=out))
+    assert result.outcome == "done", result.reason
+    assert "2g.20gb" in profiles(state_file)
+    assert stored_marker(server)["holder"] == "other" and stored_marker(server)["asked"] == 3
+    said = [json.loads(line) for line in out.getvalue().splitlines() if '"plan marker"' in line]
+    assert said and all("not read back" not in line.get("reason", "") for line in said), said
+    assert any("invocation other" in line.get("reason", "") for line in said), said
+    # the arrival, the read back, and the let-go's read (a write landing late would name this invocation)
+    assert len(reads) == 3, reads
+
+
 def test_a_marker_write_the_server_refused_is_not_read_back_nor_let_go(cluster, monkeypatch):
     """A 4xx (here RBAC's 403) is the server's answer: nothing was written, so the event plans without
     coalescing and reads the marker Lease neither back nor again to let it go (two reads an event for
