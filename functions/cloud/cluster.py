@@ -161,6 +161,8 @@ def node_from_api(item: Mapping[str, Any]) -> Node:
 def snapshot_kube_nodes(data: Any, where: str = "inventory") -> Optional[Dict[str, dict]]:
     """Check the snapshot's ``kube_nodes``: ``{"<node name>": {"labels": {...}, "annotations": {...},
     "unschedulable": false}}`` (``allocatable`` optional). None when the snapshot has none."""
+    from functions.decision.waves import KEPT_RESOURCES, allocatable_count  # what the capacity readers read
+
     if data is None:
         return None
     form = '{"<node name>": {"labels": {...}, "annotations": {...}, "unschedulable": false}}'
@@ -172,13 +174,18 @@ def snapshot_kube_nodes(data: Any, where: str = "inventory") -> Optional[Dict[st
         for key in ("labels", "annotations", "allocatable"):
             value = entry.get(key, {})
             # labels and annotations are text, as the API serves them (a number there passed and then read as
-            # absent: a node with no GPU count or state, nothing said); a count may be a whole number
+            # absent: a node with no GPU count or state, nothing said); a GPU resource's count is what the
+            # capacity readers read as one (a whole number or its digits), or it would read as absent too; the
+            # other resources, which nothing reads ("memory": "512Gi"), text or a whole number
             counts = key == "allocatable"
             if not isinstance(value, dict) or not all(
-                    isinstance(k, str) and (isinstance(v, str) or counts and type(v) is int and v >= 0)
+                    isinstance(k, str) and (
+                        allocatable_count(v) is not None if counts and k.startswith(KEPT_RESOURCES) else
+                        isinstance(v, str) or counts and type(v) is int and v >= 0)
                     for k, v in value.items()):
-                raise BadInventory("%s: kube_nodes[%r].%s must map text to %s"
-                                   % (where, name[:60], key, "text or a whole number" if counts else "text"))
+                raise BadInventory("%s: kube_nodes[%r].%s must map text to %s" % (
+                    where, name[:60], key, "text or a whole number, and a GPU resource (%s) to a whole number or "
+                    "its digits" % ", ".join(p + "*" for p in KEPT_RESOURCES) if counts else "text"))
         if not isinstance(entry.get("unschedulable", False), bool):
             raise BadInventory("%s: kube_nodes[%r].unschedulable must be true or false" % (where, name[:60]))
     return data

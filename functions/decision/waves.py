@@ -171,6 +171,14 @@ def _kept(items: object, prefixes: Tuple[str, ...], texts: bool = True) -> Dict[
             if isinstance(k, str) and k.startswith(prefixes) and (isinstance(v, str) or not texts)}
 
 
+def allocatable_count(value: object) -> Optional[int]:
+    """An allocatable count as the API server writes one (a whole quantity) or a snapshot may give it (a whole
+    number), read as a pod's ask is (``whole_quantity``: quantity.go's rules); None for anything else: not a
+    negative count, nor another script's digit at its value, as ``int`` reads them. The snapshot check
+    (``functions.cloud.cluster``) takes what this reads."""
+    return whole_quantity(value)
+
+
 def _cordoned(value: object) -> bool:
     """``spec.unschedulable``: the API serves a boolean, left out when false. A value of another type (a string,
     0, a list: a mangled Node) cannot be told cordoned or not, and is the one exception to the reader rule's
@@ -225,7 +233,7 @@ class KubeNode:
         quantity reads is left out."""
         out = {}
         for key, value in self.allocatable.items():
-            count = whole_quantity(value) if key.startswith("nvidia.com/mig-") else None
+            count = allocatable_count(value) if key.startswith("nvidia.com/mig-") else None
             if count is not None:
                 out[key] = count
         return out

@@ -307,13 +307,16 @@ def test_status_nodes_show_what_each_gpu_holds(tmp_path, capsys):
     assert by_node["node-a"] == {"0": "3g.20gb@0 1g.5gb@4", "1": "2g.10gb@0"} and by_node["node-b"] is None
 
 
+ALLOCATABLE = "text or a whole number, and a GPU resource (nvidia.com/*, aliyun.com/*) to a whole number or its digits"
+
+
 @pytest.mark.parametrize("key, value", [("labels", 8), ("annotations", 7), ("labels", True), ("allocatable", True),
                                         ("allocatable", 1.5), ("allocatable", -1)])
 def test_a_snapshot_label_that_is_no_text_is_one_line_not_read_as_absent(tmp_path, capsys, key, value):
     """kube_nodes was checked to "map text to text" but took any integer (a bool too): a label written as a
     number (``"aliyun.accelerator/nvidia_count": 8``) passed the check and then read as absent, so the node
     was read with no GPU count, no state or no layout, with nothing said about the file. Labels and
-    annotations are text; an allocatable count is text or a whole number that is no bool."""
+    annotations are text; an allocatable count is a whole number that is no bool, or its digits."""
     nodes = kube_nodes()
     nodes["node-b"][key] = dict(nodes["node-b"].get(key) or {}, **{"aliyun.accelerator/nvidia_count": value})
     path = tmp_path / "inventory.json"
@@ -321,4 +324,36 @@ def test_a_snapshot_label_that_is_no_text_is_one_line_not_read_as_absent(tmp_pat
     assert main(["status", "--inventory", str(path)]) == 2
     assert error_text(capsys.readouterr().err) == (
         "ack-mig-hook: error: %s: kube_nodes['node-b'].%s must map text to %s" % (
-            path, key, "text or a whole number" if key == "allocatable" else "text"))
+            path, key, ALLOCATABLE if key == "allocatable" else "text"))
+
+
+@pytest.mark.parametrize("value", ["seven", "-1", "\u0667", "1_0", " 7", "1.5"])
+def test_a_snapshot_count_in_text_that_is_no_count_is_one_line_not_read_as_absent(tmp_path, capsys, value):
+    """The check took any text for an allocatable count, while the capacity readers read it with ``int``: "seven"
+    passed and read as absent (no MIG capacity shown, nothing said about the file), and "-1", an Arabic-Indic
+    "7" or "1_0" read as counts Kubernetes never writes. An allocatable count is a whole number or its ASCII
+    digits (the API server's canonical form of a count), read by one reader (``outside.digits``) in both."""
+    nodes = kube_nodes()
+    nodes["node-b"]["allocatable"] = dict(nodes["node-b"]["allocatable"], **{"nvidia.com/mig-1g.5gb": value})
+    path = tmp_path / "inventory.json"
+    path.write_text(json.dumps(snapshot(kube_nodes=nodes, names=["node-a", "node-b", "node-c"])))
+    assert main(["status", "--inventory", str(path)]) == 2
+    assert error_text(capsys.readouterr().err) == (
+        "ack-mig-hook: error: %s: kube_nodes['node-b'].allocatable must map text to %s" % (path, ALLOCATABLE))
+    nodes["node-b"]["allocatable"] = dict(nodes["node-b"]["allocatable"], **{"nvidia.com/mig-1g.5gb": "7",
+                                                                              "memory": "512Gi", "cpu": 96})
+    path.write_text(json.dumps(snapshot(kube_nodes=nodes, names=["node-a", "node-b", "node-c"])))
+    assert main(["status", "--inventory", str(path)]) == 0  # what the hook does not read, as the API has it
+
+
+def test_a_nodes_mig_capacity_reads_counts_as_the_snapshot_check_does():
+    """The capacity a node shows (the rollout's capacity wait, ``status``) reads a count as the snapshot check
+    takes one: ASCII digits or a whole number; a count of another form, which no API server writes, is absent
+    rather than a negative count or a digit of another script taken at its value."""
+    from functions.decision.waves import KubeNode
+
+    allocatable = {"nvidia.com/mig-1g.5gb": "7", "nvidia.com/mig-2g.10gb": 3, "nvidia.com/mig-3g.20gb": "-1",
+                   "nvidia.com/mig-4g.20gb": "\u0667", "nvidia.com/mig-7g.40gb": "1_0",
+                   "nvidia.com/mig-1g.10gb": -2, "nvidia.com/mig-2g.20gb": True}
+    node = KubeNode.from_object({"metadata": {"name": "n"}, "status": {"allocatable": allocatable}})
+    assert node.mig_allocatable() == {"nvidia.com/mig-1g.5gb": 7, "nvidia.com/mig-2g.10gb": 3}
