@@ -37,11 +37,17 @@ MUTANTS = (
            ("tests/function/test_cs_lookup.py",),
            "a node removed while a pool is paged leaves the next page's first member out of ACK's list"),
     # ---- the ACK API's answers: one item of another shape fails alone (seventh review) ----
-    mutant("cs-answer-unfit-read-as-empty", "functions/cloud/cs_lookup.py",
+    mutant("cs-answer-unfit-read-as-empty", "functions/cloud/answers.py",
            "    if response.body is not None:\n        return response.body.to_map() or {}",
            "    if True:\n        return response.body.to_map() if response.body is not None else {}",
            ("tests/function/test_cs_lookup.py",),
            "one node that is a string in DescribeClusterNodes reads as no node at all: the event skips every pool"),
+    mutant("ros-answer-unfit-read-as-empty", "functions/commands/stack/ros.py",
+           "        return _body(response, \"GetStack\")",
+           "        return response.body.to_map() if response.body is not None else {}",
+           ("tests/function/test_deploy_contract.py",),
+           "one GetStack field of another shape than the SDK's model reads as a stack with no status: deploy says "
+           "the stack ended while ROS goes on creating it"),
     # ---- intake: bounded events (issue 16 point 8, issue 20 item 7) ----
     mutant("intake-no-text-cap", "functions/pipeline/intake.py",
            "    if isinstance(value, str) and len(value) > MAX_TEXT:\n        raise ValueError(",

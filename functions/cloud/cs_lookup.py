@@ -26,6 +26,7 @@ from functions.base.endpoints import resolve
 from functions.base.errors import ConfigurationError, Refused, RetryLater
 from functions.base.model import Node, NodePool
 from functions.base.settings import Settings
+from functions.cloud.answers import answer_body, kind as _kind
 from node_bootstrap.outside import as_object
 
 PAGE_SIZE = 100  # the API's maximum
@@ -65,29 +66,6 @@ def _unique(nodes: List[Node]) -> List[Node]:
     for node in nodes:
         out.setdefault(node.instance_id, node)
     return list(out.values())
-
-
-def answer_body(response: Any, call: str) -> Dict[str, Any]:
-    """The answer's body as a map of the API's own (snake_case) fields. The SDK reads a body into its model
-    through darabonba's ``DaraCore.from_map`` (darabonba/core.py), which swallows any error there: one item
-    of another shape (a node that is a string, a label list that is an object, a detail field that is text
-    where the model has an object) left the whole body None, and every node or pool of the answer read as
-    none, with nothing said. The raw answer is kept in the response's ``_map`` then: it is read here instead,
-    so each item is read or left out on its own (:func:`_parsed`). A body that is no JSON object is a Refused
-    naming the call (no retry changes what the API answers)."""
-    if response.body is not None:
-        return response.body.to_map() or {}
-    raw = getattr(response, "_map", None)
-    body = raw.get("body") if isinstance(raw, dict) else None
-    if not isinstance(body, dict):
-        raise Refused("%s answered %s, not the API's JSON object; nothing of it is read" % (call, _kind(body)),
-                      call, "", "UnreadableAnswer")
-    return body
-
-
-def _kind(value: Any) -> str:
-    return {list: "a list", str: "text", dict: "an object", type(None): "no body", bool: "true/false"}.get(
-        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
 
 
 def _listed(body: Mapping[str, Any], key: str, call: str) -> list:

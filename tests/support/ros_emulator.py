@@ -153,8 +153,9 @@ class RosEmulator(CsEmulator):
         refused = self._refused(method, path, query, headers, body, action) or self._injected(action)
         if refused is not None:
             return refused
-        if action in self._answers:  # answer_with (CsEmulator): a body of any shape, for the readers of answers
-            return 200, self._answers[action], {}
+        with self._lock:
+            if action in self._answers:  # answer_with (the CS emulator's): a body of any shape, as it is
+                return 200, self._answers[action], {}
         form = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True)) if body else {}
         with self._lock:
             self.bodies.append(form)

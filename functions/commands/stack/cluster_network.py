@@ -57,7 +57,7 @@ class ClusterNetwork(NamedTuple):
 
 
 def from_detail(body: Dict[str, Any]) -> ClusterNetwork:
-    """Pure: a DescribeClusterDetail answer (its body as the API sent it, cs_lookup.answer_body) -> its network."""
+    """Pure: a DescribeClusterDetail answer (its body as the API sent it, answers.answer_body) -> its network."""
     try:  # the reader rule (node_bootstrap/outside.py): a map of URLs, nothing deeper
         endpoints = loads(str(body.get("master_url") or "{}"), "master_url", 65536, max_depth=2)
     except OutsideDataError:
@@ -113,7 +113,7 @@ def read(keys: Keys, region: str, cluster_id: str, endpoint: Optional[Endpoint] 
         raise ClusterUnreadable("ACK DescribeClusterDetail failed: %s%s" % (code, ": " + message if message else ""),
                                 code) from None
     from functions.base.errors import Refused
-    from functions.cloud.cs_lookup import answer_body  # a field the SDK's model does not fit: the body as sent
+    from functions.cloud.answers import answer_body  # a field the SDK's model does not fit: the body as sent
 
     try:
         return from_detail(answer_body(response, "DescribeClusterDetail"))

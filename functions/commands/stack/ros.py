@@ -90,21 +90,16 @@ def _failed(action: str, exc: BaseException) -> StackError:
     return StackError("ROS %s failed: %s: %s" % (action, _code(exc), _message(exc)), _code(exc))
 
 
-def _body(action: str, response: Any) -> Dict[str, Any]:
-    """The answer's body as ROS sent it (its own field names, as the model's ``to_map`` gives them). The SDK
-    reads a body into its model through darabonba's ``DaraCore.from_map`` (darabonba/core.py), which swallows
-    any error there and leaves the body None, keeping the raw answer in ``_map``: one stack, event or
-    resource of another shape read as an answer with nothing in it (deploy found no stack of its name and
-    created a second one). The raw body is read then, each item on its own (:func:`_items`); a body that is
-    no JSON object is one line naming the call."""
-    if response.body is not None:
-        return response.body.to_map() or {}
-    raw = getattr(response, "_map", None)
-    body = raw.get("body") if isinstance(raw, dict) else None  # every ROS action answers an object (RequestId)
-    if not isinstance(body, dict):
-        raise StackError("ROS %s answered %s, not ROS's JSON object; nothing of it is read"
-                         % (action, json_type(body)))
-    return body
+def _body(response: Any, action: str) -> Dict[str, Any]:
+    """The answer as ROS sent it, not as the SDK's model read it (``answers.answer_body``: a field of another
+    shape left the model's body None, a stack still in progress read as one with no status)."""
+    from functions.base.errors import Refused
+    from functions.cloud.answers import answer_body
+
+    try:
+        return answer_body(response, action)
+    except Refused as exc:
+        raise StackError("ROS %s" % exc, exc.code) from None
 
 
 def _items(body: Dict[str, Any], key: str, action: str) -> List[Any]:
@@ -210,7 +205,7 @@ class Stacks:
             response = self._attempt(fn, end)
         except Exception as exc:  # the SDK's exception types vary by version; code and message are common
             raise _failed(action, exc) from None
-        return _body(action, response)
+        return _body(response, action)
 
     # ---- reads ----
 
@@ -246,7 +241,7 @@ class Stacks:
             if _code(exc) == "StackNotFound":
                 return None
             raise _failed("GetStack", exc) from None
-        return _body("GetStack", response)
+        return _body(response, "GetStack")
 
     def events(self, stack_id: str, end: Optional[float] = None) -> List[Dict[str, Any]]:
         from alibabacloud_ros20190910 import models
