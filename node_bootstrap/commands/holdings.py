@@ -103,11 +103,13 @@ def report_value(gpus, allocations, now=None, unreadable=()):
 def _bounded(at, pods, per_gpu):
     # type: (str, List[str], Dict[str, Any]) -> str
     """The report in at most MAX_REPORT_CHARS. kubelet's PodUID is any string of up to 256 characters here (a
-    static pod's manifest may set its own uid), so 512 of them outgrow the bound. The holders of the instances
-    always stay; ``pods`` keeps those holders first, then the other pods in order while they fit, and
-    ``pods_left_out`` counts the rest: a pod the report does not cover counts, for the planner, as possibly
-    holding any instance of the profiles it asks (more in use, never fewer). When even the instances do not
-    fit, the report is unknown."""
+    static pod's manifest may set its own uid), so 512 of them outgrow the bound. ``pods`` keeps the instances'
+    holders first, then the other pods in order, while they fit, and ``pods_left_out`` counts the rest: a pod
+    the report does not cover counts, for the planner, as possibly holding any instance of the profiles it asks
+    (more in use, never fewer), and an instance whose holder runs stays in use either way. The holders all fit
+    on a node of up to 8 GPUs whatever their uids (56 of 256 characters: about 30,000 characters with their
+    rows); on 16 GPUs of 7 such holders each, the rows alone leave room for a few. When even the instances do
+    not fit, the report is unknown."""
     def dump(doc):
         # type: (Dict[str, Any]) -> str
         return json.dumps(doc, sort_keys=True, separators=(",", ":"))

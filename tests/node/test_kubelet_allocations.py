@@ -346,3 +346,21 @@ def test_a_report_whose_instances_alone_outgrow_the_bound_is_unknown():
     rows = [["1g.5gb", n, long_uid(n, 256)] for n in range(200)]  # more than any GPU holds: the guard only
     value = _bounded("2026-12-07T10:00:00Z", sorted(r[2] for r in rows), {"0": rows})
     assert len(value) <= MAX_REPORT_CHARS and "over 32768 characters" in json.loads(value)["unknown"]
+
+
+def test_holders_that_do_not_all_fit_are_cut_and_every_held_instance_still_counts_in_use():
+    """The report kept "the instances' holders always": on 16 GPUs of 7 instances held by pods whose uids are
+    256 characters, the rows alone take most of 32 KiB and ``pods`` keeps only a few holders. Held instances
+    still count in use, the holders the report leaves out counting as not covered, and the bound holds."""
+    from functions.kube.supply import _holders, _in_use
+    from node_bootstrap.commands.holdings import MAX_REPORT_CHARS, _bounded
+
+    per_gpu = {str(g): [["1g.10gb", i, long_uid(g * 7 + i, 256)] for i in range(7)] for g in range(16)}
+    held = sorted(row[2] for rows in per_gpu.values() for row in rows)
+    value = _bounded("2026-12-07T10:00:00Z", held, per_gpu)
+    report = json.loads(value)
+    assert len(value) <= MAX_REPORT_CHARS and 0 < len(report["pods"]) < len(held), len(report["pods"])
+    assert report["pods_left_out"] == len(held) - len(report["pods"])
+    live = {uid: {"1g.10gb": 1} for uid in held}
+    in_use = _in_use([[("1g.10gb", i) for i in range(7)]] * 16, live, _holders(value))
+    assert len(in_use) == 16 * 7
