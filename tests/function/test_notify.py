@@ -220,3 +220,27 @@ def test_a_line_lists_at_most_20_nodes_counts_them_all_and_cuts_each_reason_at_3
             assert all(len(n["reason"]) <= 300 and n["reason"].startswith("gpu-busy: x") for n in line["nodes"])
             assert all(n["code"] == "gpu-busy" for n in line["nodes"])
             assert "\n" not in line["text"] and len(line["text"]) <= 600
+
+
+@pytest.mark.parametrize("outcome, code, stopped", [("failed", None, True), ("drain-timeout", None, True),
+                                                    ("drain-refused", None, True), ("failed", "claim-refused", False),
+                                                    ("drain-timeout", "record-refused", False)])
+def test_the_outcomes_docs_operations_names_for_a_stopped_rollout_are_the_ones_told(outcome, code, stopped):
+    """docs/operations.md's table: ``rollout-stopped`` for a wave node ended failed, drain-timeout or drain-refused;
+    never for one whose claim was refused or whose record was removed after a refusal (nothing stops the pool)."""
+    from functions.base.event_result import HandlerResult
+    from functions.base.model import Decision, PartitionLabel
+    from functions.pipeline.notify import notifications
+
+    label = PartitionLabel(kind="sequence", value="3g.20gb-3g.20gb")
+    decision = Decision(instance_id="i-a", node_name="node-a", nodepool_id="np-a", action="partition",
+                        reason="layout", partition=label, drain=True)
+    node = dict({"instance_id": "i-a", "node_name": "node-a", "outcome": outcome, "reason": "why"},
+                **({"code": code} if code else {}))
+    result = HandlerResult(trigger="timer", outcome="done", cluster_id="c" + "0" * 32, decisions=[decision],
+                           nodes=[node])
+    kinds = [line["kind"] for line in notifications(result, wave_ids=["i-a"], whole_pools=True, now=0)]
+    assert ("rollout-stopped" in kinds) is stopped, kinds
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "operations.md"), encoding="utf-8").read()
+    row = next(line for line in text.splitlines() if line.startswith("| `rollout-stopped` |"))
+    assert "`%s`" % (code or outcome) in row, row
