@@ -534,15 +534,23 @@ class RolloutExecutor:
         slot. ``exc``, with ``note`` saying what was done (one try: a newer version leaves it to the next run)."""
         if not isinstance(exc, NodeRefused) or p is None or p.step not in rp.ACTIVE_STEPS:
             return exc
+        restarted = ""
+        if p.drain and p.step in (rp.APPLYING, rp.APPLIED):
+            # Past its apply, the stopped run may have changed the instances without restarting the GPU DaemonSet
+            # pods that held them (as a takeover does, ``resumed_apply``); once the record is gone the next plan
+            # finds the node in its layout and skips it, so nothing would restart them: done here, before the
+            # removal (a stop between the two leaves the record, and the next takeover restarts them again).
+            w.daemon_pods, w.resumed_apply = self._daemon_pods(w), True
+            restarted = self._restart(w, {"outcome": "unchanged", "reason": ""})
         notes = {rp.SCALE_DOWN_DISABLED: None} if p.autoscaler else None
         try:
             self._patch(w, None, {"unschedulable": None} if p.cordoned else None, notes)
         except KubeError as again:
-            exc.note = "; the record a stopped run left (step %s) could not be removed either (%s)" % (
-                p.step, " ".join(str(again).split())[:200])
+            exc.note = "; the record a stopped run left (step %s) could not be removed either (%s)%s" % (
+                p.step, " ".join(str(again).split())[:200], restarted)
             return exc
-        exc.note = "; the record a stopped run left (step %s) was removed%s" % (
-            p.step, " and its cordon lifted" if p.cordoned else "")
+        exc.note = "; the record a stopped run left (step %s) was removed%s%s" % (
+            p.step, " and its cordon lifted" if p.cordoned else "", restarted)
         return exc
 
     def _take_slot(self, w: Any) -> str:
