@@ -107,7 +107,13 @@ class Progress:
     # This rollout set SCALE_DOWN_DISABLED (so it removes it when the node ends); False: someone else's, or none.
     autoscaler: bool = False
 
-    def to_annotation(self) -> str:
+    def to_annotation(self, compact: bool = False) -> str:
+        """The record's text. ``compact``: a final record without the fields only a record in progress needs
+        (reason, owner, expires, autoscaler: read back as none), shorter than any record in progress, so it fits
+        where the one it ends fitted (functions.rollout.executor ``_unrecorded``)."""
+        if compact:
+            return json.dumps({"target": self.target, "step": self.step, "cordoned": self.cordoned,
+                               "since": round(self.since, 3), "drain": self.drain}, sort_keys=True)
         return json.dumps({"target": self.target, "step": self.step, "cordoned": self.cordoned,
                            "since": round(self.since, 3), "reason": self.reason, "owner": self.owner,
                            "expires": round(self.expires, 3), "drain": self.drain,

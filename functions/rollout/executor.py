@@ -308,11 +308,12 @@ class RolloutExecutor:
         return node
 
     def _patch(self, w: Any, progress: Optional[rp.Progress], spec: Optional[dict],
-               notes: Optional[Dict[str, Optional[str]]] = None) -> None:
+               notes: Optional[Dict[str, Optional[str]]] = None, compact: bool = False) -> None:
         """One write of the record on the version last seen (409 propagates); ``notes``: other annotations
-        set (None removes) in the same write. ``progress`` None removes the record."""
+        set (None removes) in the same write. ``progress`` None removes the record; ``compact``: a final record
+        written short (``rp.Progress.to_annotation``)."""
         patch: Dict[str, Any] = {"metadata": {"resourceVersion": w.rv, "annotations": dict(
-            notes or {}, **{rp.PROGRESS_ANNOTATION: progress.to_annotation() if progress else None})}}
+            notes or {}, **{rp.PROGRESS_ANNOTATION: progress.to_annotation(compact) if progress else None})}}
         if spec:
             patch["spec"] = spec
         answer = self._on_node(w, self.kube.patch_node, patch)  # one merge patch: the step and the cordon
@@ -320,10 +321,10 @@ class RolloutExecutor:
         w.progress = progress  # only once the API server has it
 
     def _write(self, w: Any, progress: Optional[rp.Progress], spec: Optional[dict] = None,
-               notes: Optional[Dict[str, Optional[str]]] = None) -> None:
+               notes: Optional[Dict[str, Optional[str]]] = None, compact: bool = False) -> None:
         for _ in range(CAS_ATTEMPTS):
             try:
-                return self._patch(w, progress, spec, notes)
+                return self._patch(w, progress, spec, notes, compact)
             except KubeError as exc:
                 if exc.status != 409:
                     raise _refusal(exc)  # NodeRefused: the node's own cause, which no retry changes
@@ -334,7 +335,7 @@ class RolloutExecutor:
                         % (w.decision.node_name, CAS_ATTEMPTS), 409)
 
     def _record(self, w: Any, step: str, reason: str = "", uncordon: bool = False,
-                drain: Optional[bool] = None) -> None:
+                drain: Optional[bool] = None, compact: bool = False) -> None:
         old = w.progress
         keep = old is not None and old.target == w.target
         ours = bool(old and old.autoscaler)
@@ -345,7 +346,7 @@ class RolloutExecutor:
         # A node someone else cordoned stays cordoned; the autoscaler's opt-out goes when the node ends, when
         # this hook set it (someone else's stays).
         self._write(w, progress, {"unschedulable": None} if uncordon and progress.cordoned else None,
-                    {rp.SCALE_DOWN_DISABLED: None} if uncordon and ours else None)
+                    {rp.SCALE_DOWN_DISABLED: None} if uncordon and ours else None, compact)
 
     def _finish(self, w: Any, outcome: str, step: str, reason: str, base: Optional[dict] = None) -> None:
         # The slot goes back before the record's end, not after: a run stopped between the two would leave a slot
@@ -379,17 +380,21 @@ class RolloutExecutor:
         """The end of a node whose record the API server refuses for a cause of the node's own (another party
         filled its annotations to the 262,144-byte limit meanwhile, a webhook): (the reason, saying what was done,
         whether the record was removed). Left so, the node stayed cordoned under a record in progress whose
-        takeover every later run was refused in turn. First the end without its reason (no longer than the
-        record in progress: a size limit lets it through, and a stop still stops the pool); else the record
-        removed, which only shrinks the annotations, with the cordon and the opt-out this run set (the next run
-        plans the node afresh: a node in its layout is skipped, one still to do is refused at its claim,
-        ``claim-refused``, and the pool goes on); else the node is left as it is, said so."""
+        takeover every later run was refused in turn. First the end without its reason; else the end written
+        short (``compact``: shorter than any record in progress, so a size limit the record in progress met lets
+        it through, and a stop still stops the pool); else the record removed, which only shrinks the
+        annotations, with the cordon and the opt-out this run set (the next run plans the node afresh: a node in
+        its layout is skipped, one still to do is refused at its claim, ``claim-refused``, and the pool goes
+        on); else the node is left as it is, said so. Removed where the short end fitted, a stop whose claim
+        still fits was claimed, drained and stopped again by every run, its pool's other nodes waiting."""
         told = " ".join(str(exc).split())[:300]
-        try:
-            self._record(w, step, "", uncordon=True)
-            return "%s; its record keeps no reason, the API server refused it with one: %s" % (reason, told), False
-        except NodeRefused:
-            pass
+        for compact in (False, True):
+            try:
+                self._record(w, step, "", uncordon=True, compact=compact)
+                return "%s; its record keeps %s, the API server refused it with one: %s" % (
+                    reason, "only its step" if compact else "no reason", told), False
+            except NodeRefused:
+                pass
         p = w.progress
         notes = {rp.SCALE_DOWN_DISABLED: None} if p is not None and p.autoscaler else None
         try:

@@ -80,11 +80,13 @@ def _converge(cluster, hook):
             break
 
 
-def _check(cluster, hook, where):
+def _check(cluster, hook, where, persons=()):
+    """The invariant (module docstring); ``persons``: nodes whose scale-down opt-out a person set (kept)."""
     api = cluster.api
     for name in NAMES:
         assert not cluster.unschedulable(name), (where, name)
-        assert rp.SCALE_DOWN_DISABLED not in api.nodes[name]["metadata"]["annotations"], (where, name)
+        assert name in persons or rp.SCALE_DOWN_DISABLED not in api.nodes[name]["metadata"]["annotations"], \
+            (where, name)
         record = cluster.annotation(name)
         assert record is None or record["step"] not in rp.ACTIVE_STEPS, (where, name, record)
     for name in ("node-b", "node-c"):
@@ -204,3 +206,136 @@ def test_a_refused_takeover_whose_each_write_fails_once_converges(cluster, statu
                 assert not [t for t in cluster.api._throttles if t[0] > 0], where  # the failure was met
             _converge(cluster, hook)
             _check(cluster, hook, where + "; the run wrote " + " | ".join(done))
+
+
+@pytest.mark.parametrize("status", [503, None, 409], ids=["5xx", "no-answer", "conflict"])
+def test_a_record_refused_run_whose_each_write_fails_once_converges(cluster, status):
+    """tests/rollout/test_record_refused.py's first case (node-a filled as it applies: its end with the reason no
+    longer fits) with its ``k``-th write failing once, for each k, then the timer's next runs: every node
+    uncordoned and in its layout, node-a's record done or gone, node-b and node-c done, no slot, the person's
+    opt-out on node-a kept."""
+    from functions.base.logs import JsonLogger
+    from functions.base.settings import load_settings
+    from functions.cloud.cluster import InventoryLookup
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.pipeline.event import run_event
+    from tests.rollout.conftest import OLD, TIMER, capacity, node_labels, snapshot
+    from tests.rollout.test_record_refused import OPT_OUT, FillsWhenApplied
+
+    played = PlayedNodes(cluster.api)
+    cluster.transport = FillsWhenApplied(played, "node-a", 0)
+
+    def world():
+        _reset(cluster)
+        with cluster.api.lock:
+            cluster.api.nodes.clear()
+            cluster.api.pods.clear()
+        for n in NAMES:
+            cluster.api.add_node(n, labels=node_labels(OLD), capacity=capacity(OLD),
+                                 annotations={OPT_OUT: "true"} if n == "node-a" else None)
+
+    def run(k=10 ** 6):
+        failing = FailOnce(cluster.kube, cluster.transport, k, cluster.api, status)
+        settings = load_settings(dict(cluster.settings_env, ACK_MIG_INVOCATION_TIMEOUT_S="86400"))
+        run_event(TIMER, settings, inventory=InventoryLookup.from_dict(snapshot()), logger=JsonLogger("OFF"),
+                  kube=failing, executor=DeliveryExecutor.from_settings(settings, transport=failing))
+        return failing.calls
+
+    world()
+    calls = run()
+    for k in range(1, len(calls) + 1):
+        world()
+        run(k)
+        where = "write %d (%s) failed once with %s" % (k, calls[k - 1], status)
+        with cluster.api.lock:
+            assert not [t for t in cluster.api._throttles if t[0] > 0], where
+        for _ in range(4):
+            cluster.now[0] += 2 * DAY
+            run()
+        for name in NAMES:
+            assert not cluster.unschedulable(name), (where, name)
+            assert NEW in str(cluster.api.nodes[name]["metadata"]["labels"]), (where, name)
+        for name in ("node-b", "node-c"):
+            assert (cluster.annotation(name) or {}).get("step") == "done", (where, name, cluster.annotation(name))
+            assert OPT_OUT not in cluster.api.nodes[name]["metadata"]["annotations"], (where, name)
+        assert (cluster.annotation("node-a") or {}).get("step") in (None, "done"), (where, cluster.annotation("node-a"))
+        assert cluster.api.nodes["node-a"]["metadata"]["annotations"][OPT_OUT] == "true", where
+        assert lease_slots(cluster.api, LABELLED_LEASE) == {}, (where, lease_slots(cluster.api, LABELLED_LEASE))
+
+
+def _named(hook):
+    """The nodes any line names (a stop is told as ``rollout-stopped``, a failure as ``node-failed``)."""
+    return [n.get("node_name") for line in hook.lines() for n in line.get("nodes") or []] + \
+        [line.get("node_name") for line in hook.lines() if line.get("node_name")] + \
+        [str(line.get("reason") or "") for line in hook.lines()]
+
+
+def test_a_stop_that_no_longer_fits_killed_after_every_write_converges(cluster):
+    """tests/rollout/test_record_refused.py's drain-timeout case (node-a's drain waits on a PodDisruptionBudget
+    while its annotations fill to the limit: its stop record, even without its reason, no longer fits) killed
+    after each write, then the timer's next runs. The stop used to be removed with the record, and node-a's claim,
+    shorter than that stop, fitted again: every run claimed node-a, cordoned and drained it for the drain
+    timeout, and removed its record again, node-b and node-c waiting for good. Now the stop is recorded short:
+    node-a is a stop a person sees, as any drain-timeout, drained once. After any kill: no node cordoned, no
+    record in progress, no slot, node-a's pod never evicted, node-a's record a stop or none, its end told."""
+    from tests.rollout.test_record_refused import OPT_OUT
+    from tests.support.webhook import Webhook
+
+    cluster.transport = PlayedNodes(cluster.api)
+    drains = []
+
+    def world():
+        _reset(cluster)
+        api = cluster.api
+        with api.lock:
+            api.pods.clear()
+        api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet", labels={"app": "train"})
+        api.add_pdb("team", "train", {"app": "train"}, max_unavailable=0)
+        api.update_node("node-a", lambda node: node["metadata"].setdefault("annotations", {}).update({OPT_OUT: "true"}))
+        cluster.settings_env = dict(cluster.settings_env, ACK_MIG_DRAIN_TIMEOUT_S="10")
+        base = len(cluster.sleeps)
+        # grown by another party as the drain first waits (test_record_refused.py's world)
+        cluster.on_sleep = lambda count: fill(api, "node-a") if count == base + 1 else None
+        drains.clear()
+
+    def check(where, told=True):
+        api = cluster.api
+        for name in NAMES:
+            assert not cluster.unschedulable(name), (where, name)
+            record = cluster.annotation(name)
+            assert record is None or record["step"] not in rp.ACTIVE_STEPS, (where, name, record)
+        for name in ("node-b", "node-c"):
+            assert rp.SCALE_DOWN_DISABLED not in api.nodes[name]["metadata"]["annotations"], (where, name)
+        assert api.nodes["node-a"]["metadata"]["annotations"][OPT_OUT] == "true", where
+        assert (cluster.annotation("node-a") or {}).get("step") in (None, rp.DRAIN_TIMEOUT), where
+        assert ("team", "train") in api.pods and "node-a" not in cluster.transport.seen, where
+        assert lease_slots(api, LABELLED_LEASE) == {}, (where, lease_slots(api, LABELLED_LEASE))
+        assert not told or "node-a" in " ".join(_named(hook)), (where, hook.lines())
+        cordons = sum(1 for e in api.events.values() if e["reason"] == "MigRolloutCordon"
+                      and e["involvedObject"]["name"] == "node-a")
+        for _ in range(2):  # the stop holds: later runs neither claim nor cordon node-a again
+            cluster.now[0] += 2 * DAY
+            calls = _run(cluster, hook.url())[0]
+            assert not any(c.startswith("patch node-a") for c in calls), (where, calls)
+        assert cordons == sum(1 for e in api.events.values() if e["reason"] == "MigRolloutCordon"
+                              and e["involvedObject"]["name"] == "node-a"), where
+
+    with Webhook() as hook:
+        world()
+        calls, killed = _run(cluster, hook.url())
+        assert not killed and "patch node-a [('unschedulable', None)]" in " | ".join(calls), calls
+        assert cluster.annotation("node-a")["step"] == rp.DRAIN_TIMEOUT, cluster.annotation("node-a")
+        check("never killed")
+        stop = calls.index("patch node-a [('unschedulable', None)]") + 1
+        for k in range(1, len(calls) + 1):
+            world()
+            hook.received.clear()
+            done, killed = _run(cluster, hook.url(), k)
+            assert killed, (k, calls)
+            where = "killed after write %d (%s)" % (k, done[-1])
+            for _ in range(3):
+                cluster.now[0] += 2 * DAY
+                _run(cluster, hook.url())
+            # (a run killed after the stop's record, before its notification: no later run tells that stop, as
+            # for any stop; left open, see the report)
+            check(where, told=k < stop)
