@@ -1,0 +1,104 @@
+"""A pod event's plan under a kill after each of its writes (tests/rollout/test_interrupted.py's Killer: the plan
+marker's Lease written and let go, the planning claim, the node's record and the apply), then the next
+invocations: another pod's event, then the auto pool timer. No pod's ask may be lost: the killed event's pod and
+the pod that asked after it are both given their instances by the next plans, and no marker or planning claim of
+the dead invocation outlives its run lease into a later timer run (the pool's Lease holds no live claim of it).
+
+Through ``run_event`` against the test Kubernetes API server and the simulated node of
+tests/delivery/test_pod_events.py."""
+
+import time
+
+import pytest
+
+from functions.decision import claim_rules as pc, coalesce as co
+from tests.delivery.test_auto_pool_e2e import TICK, add_node, seven_gb_node, waiting
+from tests.delivery.test_pod_events import cluster, pod_event, profiles, run  # noqa: F401  (fixture)
+from tests.rollout.test_interrupted import Killed, Killer
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
+
+
+class _Counted:
+    """The event's executor with its apply counted (and killed after) as the Killer's transport is."""
+
+    def __init__(self, inner, killer):
+        self.inner, self.killer = inner, killer
+
+    def execute(self, request, decisions):
+        self.killer._alive("apply")
+        out = self.inner.execute(request, decisions)
+        self.killer._count("apply %s" % ",".join(str(d.node_name) for d in decisions))
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _world(server, tmp_path):
+    server.clock = time.time
+    with server.lock:
+        for table in (server.nodes, server.pods, server.events, server.leases):
+            table.clear()
+    add_node(server)
+    seven_gb_node(tmp_path)
+    waiting(server, "first", "2g.20gb")
+
+
+def _event(cluster, name, k=10 ** 6):
+    server, api, settings, executor, state_file = cluster
+    killer = Killer(api, type("T", (), {"name": "local"})(), k)
+    try:
+        return killer.calls, run(pod_event("llm", name), (server, killer, settings, executor, state_file),
+                                 executor=_Counted(executor, killer))
+    except Killed:
+        return killer.calls, None
+
+
+def test_a_pod_event_killed_after_every_write_loses_no_pods_ask(cluster, tmp_path):
+    server, api, settings, executor, state_file = cluster
+    _world(server, tmp_path)
+    calls, result = _event(cluster, "first")
+    assert result is not None and result.outcome == "done", result and result.reason
+    assert "2g.20gb" in profiles(state_file)
+    assert any(c.startswith("apply") for c in calls) and any("lease" in c for c in calls), calls
+    for k in range(1, len(calls) + 1):
+        _world(server, tmp_path)
+        done, result = _event(cluster, "first", k)
+        assert result is None, (k, calls)
+        where = "killed after write %d (%s)" % (k, done[-1])
+        waiting(server, "second", "1g.10gb")
+        _event(cluster, "second")  # coalesced into the dead holder, or planned
+        # the timer's next run, past the dead invocation's run lease (its marker and planning claim hold until then)
+        server.clock = lambda: time.time() + 2 * 86400
+        tick = run(TICK, cluster)
+        assert tick.outcome in ("done", "skip"), (where, tick.reason)
+        held = profiles(state_file)
+        assert "2g.20gb" in held and "1g.10gb" in held, (where, held, tick.reason)
+
+
+@pytest.mark.parametrize("status", [503, None, 409], ids=["5xx", "no-answer", "conflict"])
+def test_a_pod_event_whose_each_write_fails_once_loses_no_pods_ask(cluster, tmp_path, status):
+    """The same event with its ``k``-th write failing once at the API server (503, the connection closed
+    unanswered, 409), for each k; then another pod's event and the timer past the run lease: both pods'
+    asks planned."""
+    from tests.rollout.test_takeover_refused_kills import FailOnce
+
+    server, api, settings, executor, state_file = cluster
+    _world(server, tmp_path)
+    calls = _event(cluster, "first")[0]
+    for k in range(1, len(calls) + 1):
+        _world(server, tmp_path)
+        failing = FailOnce(api, type("T", (), {"name": "local"})(), k, server, status)
+        first = run(pod_event("llm", "first"), (server, failing, settings, executor, state_file),
+                    executor=_Counted(executor, failing))
+        where = "write %d (%s) failed once with %s: %s" % (k, calls[k - 1], status, first.reason[:200])
+        with server.lock:
+            assert not [t for t in server._throttles if t[0] > 0], where  # the failure was met
+        waiting(server, "second", "1g.10gb")
+        _event(cluster, "second")
+        server.clock = lambda: time.time() + 2 * 86400
+        tick = run(TICK, cluster)
+        held = profiles(state_file)
+        assert "2g.20gb" in held and "1g.10gb" in held, (where, held, tick.reason)
