@@ -339,3 +339,55 @@ def test_a_stop_that_no_longer_fits_killed_after_every_write_converges(cluster):
             # (a run killed after the stop's record, before its notification: no later run tells that stop, as
             # for any stop; left open, see the report)
             check(where, told=k < stop)
+
+
+@pytest.mark.parametrize("status", ["kill", 503, None, 409], ids=["kill", "5xx", "no-answer", "conflict"])
+def test_a_tick_ending_stranded_records_that_no_longer_fit_converges(cluster, status):
+    """tests/rollout/test_stranded_kills.py's stranded auto records (a stopped run's, at applying, its opt-out and
+    run-out slot on each node) on nodes another party has since filled to the annotation limit
+    (tests/rollout/test_record_refused.py's last case), with the tick killed after each write, or each write
+    failing once: after the next ticks every record is final or gone, no opt-out and no slot is left."""
+    from functions.delivery.node_executor import DeliveryExecutor
+    from functions.pipeline.event import run_event
+    from functions.base.logs import JsonLogger
+    from functions.base.settings import load_settings
+    from tests.rollout.test_auto_rollout import NAMES as AUTO, TICK, PerGpuNodes, inventory
+    from tests.rollout.test_stranded_kills import _stranded_world
+
+    def world():
+        _stranded_world(cluster, 0)
+        for name in AUTO[:2]:
+            fill(cluster.api, name)
+
+    def tick(k=10 ** 6, failing=False):
+        transport = PerGpuNodes(cluster.api)
+        killer = (FailOnce(cluster.kube, transport, k, cluster.api, status) if failing
+                  else Killer(cluster.kube, transport, k))
+        settings = load_settings(dict(cluster.settings_env))
+        try:
+            run_event(TICK, settings, inventory=killer.lookup(inventory(names=AUTO[:2])), logger=JsonLogger("OFF"),
+                      kube=killer, executor=DeliveryExecutor.from_settings(settings, transport=killer))
+        except Killed:
+            pass
+        return killer.calls
+
+    world()
+    calls = tick()
+    assert any(c.startswith("patch auto-a") for c in calls), calls
+    # the ends written without their reason (they no longer fit with one), the run-out slots given back
+    assert all(cluster.annotation(n) is None or cluster.annotation(n)["reason"] == "" for n in AUTO[:2]), calls
+    assert len(calls) >= 3, calls
+    for k in range(1, len(calls) + 1):
+        world()
+        done = tick(k, failing=status != "kill")
+        where = "write %d (%s), %s" % (k, calls[k - 1], status)
+        cluster.now[0] += 2 * 3600  # past the killed run's lease
+        for _ in range(3):
+            tick()
+            cluster.now[0] += 60
+        for name in AUTO[:2]:
+            record = cluster.annotation(name)
+            assert record is None or record["step"] not in rp.ACTIVE_STEPS, (where, name, record, done)
+            assert rp.SCALE_DOWN_DISABLED not in cluster.api.nodes[name]["metadata"]["annotations"], (where, name)
+            assert not cluster.unschedulable(name), (where, name)
+        assert lease_slots(cluster.api) == {}, (where, lease_slots(cluster.api))
