@@ -502,6 +502,18 @@ MUTANTS = (
            ("tests/rollout/test_interrupted.py",),
            "a run killed between a node's applied record and the GPU DaemonSet pods' restart leaves them holding "
            "the destroyed instances for good"),
+    mutant("refused-takeover-no-restart", "functions/rollout/executor.py",
+           "        if p.drain and p.step in (rp.APPLYING, rp.APPLIED):",
+           "        if False:",
+           ("tests/rollout/test_takeover_refused_kills.py",),
+           "a refused takeover of a node a killed run left past its apply removes the record without restarting "
+           "the GPU DaemonSet pods, which then hold the destroyed instances for good"),
+    mutant("stop-not-written-short", "functions/rollout/executor.py",
+           "        for compact in (False, True):",
+           "        for compact in (False,):",
+           ("tests/rollout/test_record_refused.py",),
+           "a stop that no longer fits is removed, and every later run claims, cordons and drains the node again "
+           "while the pool's other nodes wait"),
     mutant("later-waves-not-stopped", "functions/pipeline/event.py",
            " | {n.get(\"instance_id\") for n in nodes if n.get(\"wave\")}",
            "",
