@@ -109,11 +109,13 @@ class Progress:
 
     def to_annotation(self, compact: bool = False) -> str:
         """The record's text. ``compact``: a final record without the fields only a record in progress needs
-        (reason, owner, expires, autoscaler: read back as none), shorter than any record in progress, so it fits
-        where the one it ends fitted (functions.rollout.executor ``_unrecorded``)."""
+        (reason, expires, autoscaler: read back as none), shorter than any record in progress, so it fits where
+        the one it ends fitted (functions.rollout.executor ``_unrecorded``). The owner stays: a slot whose
+        release failed drops out once the record shows its holder ended the node (functions.decision.budget)."""
         if compact:
             return json.dumps({"target": self.target, "step": self.step, "cordoned": self.cordoned,
-                               "since": round(self.since, 3), "drain": self.drain}, sort_keys=True)
+                               "since": round(self.since, 3), "owner": self.owner, "drain": self.drain},
+                              sort_keys=True)
         return json.dumps({"target": self.target, "step": self.step, "cordoned": self.cordoned,
                            "since": round(self.since, 3), "reason": self.reason, "owner": self.owner,
                            "expires": round(self.expires, 3), "drain": self.drain,

@@ -87,8 +87,8 @@ def test_a_node_whose_end_record_is_refused_is_uncordoned_and_the_others_go_on(c
 
 def test_a_stop_that_no_longer_fits_is_recorded_short_and_lifts_the_cordon(cluster):
     """node-a's drain waits on a PodDisruptionBudget and its annotations fill meanwhile: the drain-timeout record
-    is longer than the record in progress even without its reason. It is written short (step, target, since:
-    shorter than any record in progress) with the cordon lifted. The record used to be removed (code
+    is longer than the record in progress even without its reason. It is written short (step, target, since,
+    owner: shorter than any record in progress) with the cordon lifted. The record used to be removed (code
     record-refused, stopping nothing), and node-a's claim, shorter than the stop, fitted again: every run claimed,
     cordoned and drained it for the drain timeout and removed its record again, the pool's other nodes waiting
     for good. Now node-a is a stop as any drain-timeout: the next run leaves it, and the pool waits for a person."""
@@ -105,7 +105,7 @@ def test_a_stop_that_no_longer_fits_is_recorded_short_and_lifts_the_cordon(clust
     assert node["outcome"] == "drain-timeout" and node.get("code") != RECORD_REFUSED, node
     assert "its record keeps only its step" in node["reason"] and "Too long" in node["reason"], node["reason"]
     record = cluster.annotation("node-a")
-    assert record["step"] == "drain-timeout" and "owner" not in record, record
+    assert record["step"] == "drain-timeout" and "expires" not in record and record["owner"], record
     assert not cluster.unschedulable("node-a")
     assert cluster.api.nodes["node-a"]["metadata"]["annotations"][OPT_OUT] == "true"
     assert ("team", "train") in cluster.api.pods and "node-a" not in cluster.transport.seen
