@@ -214,6 +214,9 @@ class KubeNode:
     # unavailable), None when the object carries no conditions (a snapshot, a node not yet reporting).
     ready: Optional[bool] = None
     instance_id: str = ""  # the ECS instance behind the node, from spec.providerID ("" when it has none)
+    # status or status.allocatable of another shape than an object: the resources cannot be told (read as
+    # none, as the reader rule has it), so MIG off never shows done on it (capacity_shows)
+    allocatable_unreadable: bool = False
 
     @classmethod
     def from_object(cls, obj: Mapping) -> "KubeNode":
@@ -222,6 +225,9 @@ class KubeNode:
         view of every node in an AttributeError)."""
         meta, spec, status = (as_object(as_object(obj).get(k)) for k in ("metadata", "spec", "status"))
         name = meta.get("name")
+        raw_status = as_object(obj).get("status")
+        unreadable = (raw_status is not None and not isinstance(raw_status, dict)) or \
+            (status.get("allocatable") is not None and not isinstance(status.get("allocatable"), dict))
         return cls(name=name if isinstance(name, str) else "", labels=_kept(meta.get("labels"), KEPT_LABELS),
                    annotations=_kept(meta.get("annotations"), KEPT_ANNOTATIONS),
                    unschedulable=_cordoned(spec.get("unschedulable")),
@@ -229,7 +235,7 @@ class KubeNode:
                    taints=tuple("%s:%s" % (t.get("key"), t.get("effect")) for t in objects(spec.get("taints"))),
                    resource_version=str(meta.get("resourceVersion") or ""),
                    ready=_ready(status.get("conditions")),
-                   instance_id=instance_of(spec.get("providerID")))
+                   instance_id=instance_of(spec.get("providerID")), allocatable_unreadable=unreadable)
 
     @property
     def progress(self) -> Optional[Progress]:
@@ -602,8 +608,11 @@ def expected_capacity(profile_names: Iterable[str], gpus: Optional[int]) -> Tupl
 
 def capacity_shows(node: KubeNode, expected: Mapping[str, int], exact: bool) -> bool:
     have = node.mig_allocatable()
-    if not expected:  # MIG off: no MIG resource left
-        return not any(have.values())
+    if not expected:  # MIG off: no MIG resource left, on a Node whose resources read (an allocatable of another
+        # shape, or a MIG value that is no count, reads as none: it cannot show them gone)
+        uncounted = [k for k, v in node.allocatable.items()
+                     if k.startswith("nvidia.com/mig-") and allocatable_count(v) is None]
+        return not node.allocatable_unreadable and not uncounted and not any(have.values())
     if exact:
         return all(have.get(k, 0) == v for k, v in expected.items()) and \
             not any(n for k, n in have.items() if k not in expected)

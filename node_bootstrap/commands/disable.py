@@ -116,10 +116,22 @@ def turn_off(writer, host, force=False, allow_reset=True, before_change=None):
     return OffReport(plans, gpus, resets, problems)
 
 
+UNREADABLE = "(allocatable unreadable: status.allocatable is no object)"
+
+
 def _mig_allocatable(node):
     # type: (dict) -> Dict[str, int]
+    """The ``nvidia.com/mig-*`` resources still allocatable, by name; a value that is no count, or a status or
+    allocatable of another shape than an object (a proxy's answer, a mangled Node), is one entry of its own:
+    a Node that cannot be read never shows the resources gone (disable would report MIG off done). An
+    allocatable left out (a Node whose kubelet has posted none) reads as none, as the API serves it."""
+    status = as_object(node).get("status")
+    allocatable = as_object(status).get("allocatable")
+    if (status is not None and not isinstance(status, dict)) or \
+            (allocatable is not None and not isinstance(allocatable, dict)):
+        return {UNREADABLE: 1}
     out = {}
-    for key, value in as_object(as_object(as_object(node).get("status")).get("allocatable")).items():
+    for key, value in as_object(allocatable).items():
         if key.startswith(RESOURCE_PREFIX):
             count = digits(value)  # not int(): "\u0661" and "7_0" are no quantity the kubelet writes
             if count is None:  # a value that is no count cannot show the resource gone

@@ -5,7 +5,8 @@ never an AttributeError or KeyError out of the run."""
 
 import pytest
 
-from node_bootstrap.commands.disable import _mig_allocatable, wait_mig_resources_gone
+from functions.decision.waves import KubeNode, capacity_shows
+from node_bootstrap.commands.disable import UNREADABLE, _mig_allocatable, wait_mig_resources_gone
 from node_bootstrap.kube.client import KubeClient, KubeError, load_kubeconfig
 from node_bootstrap.kube.deviceplugin import reported_capacity, restart_by_pod_delete, wait_for_capacity
 from node_bootstrap.kube.migmanager import refuse_if_mig_manager
@@ -62,7 +63,9 @@ def test_the_capacity_wait_and_the_mig_manager_check_go_on_with_one_line(kube_ap
 @pytest.mark.parametrize("node", ODD_NODES)
 def test_parts_of_another_shape_read_as_absent(node):
     assert reported_capacity(node) == {}
-    assert _mig_allocatable(node) == {}
+    # disable's wait alone reads a status or allocatable of another shape as unreadable, never as none left
+    # (test_disable_never_reads_an_allocatable_of_another_shape_as_no_mig_left)
+    assert _mig_allocatable(node) in ({}, {UNREADABLE: 1})
     lines = []
     refuse_if_mig_manager(type("C", (), {"get_node": lambda self, name: node})(), NODE, lines.append)
 
@@ -74,3 +77,33 @@ def test_a_listed_pod_without_a_name_is_not_deleted_and_the_others_are(kube_api,
                                       '{"metadata": {"name": "nvdp", "namespace": "kube-system"}}]}')
     assert restart_by_pod_delete(client, NODE, "kube-system", "app=nvdp") == ["nvdp"]
     assert ("kube-system", "nvdp") not in kube_api.pods
+
+
+# ---- a Node whose allocatable cannot be read never shows MIG's resources gone ----
+
+UNREADABLE_NODES = [{"metadata": {"name": NODE}, "status": {"allocatable": "x"}},
+                    {"metadata": {"name": NODE}, "status": {"allocatable": []}},
+                    {"metadata": {"name": NODE}, "status": 5}, {"metadata": {"name": NODE}, "status": []}]
+
+
+@pytest.mark.parametrize("node", UNREADABLE_NODES)
+def test_disable_never_reads_an_allocatable_of_another_shape_as_no_mig_left(node):
+    """disable waits until no ``nvidia.com/mig-*`` resource is allocatable; an allocatable that is no object
+    (a proxy's answer, a mangled Node) read as none, and disable reported MIG off done on a node it could not
+    read. It waits on, and its timeout names why."""
+    assert _mig_allocatable(node) == {UNREADABLE: 1}
+    gone = wait_mig_resources_gone(type("C", (), {"get_node": lambda self, name: node})(), NODE, 0,
+                                   sleep=lambda s: None)
+    assert not gone["ready"] and list(gone["mig_resources_left"]) == [UNREADABLE]
+    assert _mig_allocatable({"metadata": {"name": NODE}, "status": {"allocatable": {}}}) == {}
+
+
+@pytest.mark.parametrize("node", UNREADABLE_NODES + [
+    {"metadata": {"name": NODE}, "status": {"allocatable": {"nvidia.com/mig-1g.10gb": "7_0"}}}])
+def test_the_rollout_never_reads_mig_off_done_on_a_node_whose_allocatable_does_not_read(node):
+    """The rollout's capacity wait with MIG off (``waves.capacity_shows`` with nothing expected): an
+    allocatable of another shape, or a MIG value that is no count, read as "no MIG resource left" and the
+    node was finished as done. It is not done until the Node reads."""
+    assert not capacity_shows(KubeNode.from_object(node), {}, True)
+    assert capacity_shows(KubeNode.from_object({"metadata": {"name": NODE}, "status": {"allocatable": {
+        "nvidia.com/mig-1g.10gb": "0", "cpu": "8"}}}), {}, True)
