@@ -95,6 +95,22 @@ def test_invoke_remote_reads_outputs_of_the_wrong_shape_as_none(cloud, outputs):
     assert call["function"] == FUNCTION
 
 
+@pytest.mark.contract_exempt("a hostile GetStack answer: no StackId or Status")
+@pytest.mark.parametrize("body", [{}, {"RequestId": "r-1"}, {"StackId": "s-1"}], ids=["empty", "request-id", "no-status"])
+def test_a_get_stack_answer_without_its_stack_is_unreadable_not_gone(cloud, body):
+    """ROS answers GetStack of a stack with its StackId and Status (ros20190910 ``GetStackResponseBody``),
+    and StackNotFound for one that is gone. An answer without them read as "no stack": invoke --remote and
+    logs ended NotDeployed (exit 6, "run ack-mig-hook deploy") for a stack that is there. It is ROS's answer
+    that cannot be read: one line naming GetStack, exit 1, nothing invoked."""
+    ros, fc, env = cloud
+    seed_stack(ros)
+    ros.answer_with("GetStack", body)
+    done = cli(env, "invoke", "--remote", "--nodepool-id", POOL)
+    text = " ".join(done.stderr.split())
+    assert done.returncode == 1 and "GetStack" in text and "no stack" not in text, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr and fc.invocations == []
+
+
 def test_invoke_remote_sends_the_event_file_as_it_is_and_its_json_names_the_request(cloud, tmp_path):
     ros, fc, env = cloud
     seed_stack(ros, name="team-hook", function="team-hook-fn")

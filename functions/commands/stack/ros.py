@@ -241,7 +241,14 @@ class Stacks:
             if _code(exc) == "StackNotFound":
                 return None
             raise _failed("GetStack", exc) from None
-        return _body(response, "GetStack")
+        body = _body(response, "GetStack")
+        # ROS answers a stack with its StackId and Status (GetStackResponseBody), a gone one StackNotFound (above):
+        # an answer without them is unreadable, not "no stack" (read as gone, a command said to deploy again)
+        _named_id(body, "StackId", "GetStack", "answered for stack %s" % stack_id,
+                  "nothing of it is read: rerun, or check what answers at the ROS endpoint (ACK_MIG_ROS_ENDPOINT)")
+        _named_id(body, "Status", "GetStack", "answered for stack %s" % stack_id,
+                  "nothing of it is read: rerun, or check what answers at the ROS endpoint (ACK_MIG_ROS_ENDPOINT)")
+        return body
 
     def events(self, stack_id: str, end: Optional[float] = None) -> List[Dict[str, Any]]:
         from alibabacloud_ros20190910 import models
