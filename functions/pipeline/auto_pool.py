@@ -331,9 +331,18 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     if api is None:
         return end("skip", "auto pools need the Kubernetes API (pods are read there): none is configured")
     claims = tick_claims(api, settings, left_s)  # one plan at a time per pool (functions/rollout/plan_claim.py)
+    unread: Dict[str, str] = {}  # pool id -> its line: the pods on its nodes could not be read (_tick's unread_pool)
     try:
-        return _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, unproven,
-                     left_s, only, auto, {} if acked is None else acked, pending)
+        result = _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, unproven,
+                       left_s, only, auto, {} if acked is None else acked, pending, unread)
+        if unread and result.outcome != "error":
+            # The other pools were planned (and their changes delivered); this tick still did not do all its
+            # work, so it ends in retry: FC runs it again, every write is idempotent, and the pool whose pods
+            # could not be read is planned then (docs/auto-pools.md "A pool whose members cannot be proven").
+            from dataclasses import replace
+
+            result = replace(result, outcome="retry", reason="; ".join([result.reason] + list(unread.values())))
+        return result
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
                    % " ".join(str(exc).split())[:200])
@@ -344,7 +353,9 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
           pools: List[Any], log: Any, end: Any, claims: Any, unproven: Dict[str, str], left_s: Optional[float] = None,
           only: str = "", auto: Sequence[Any] = (), acked: Optional[Dict[str, Any]] = None,
-          given: Optional[Tuple[List[Any], float]] = None) -> Any:
+          given: Optional[Tuple[List[Any], float]] = None, unread: Optional[Dict[str, str]] = None) -> Any:
+    from node_bootstrap.kube import KubeError
+
     from functions.base.model import Decision
     from functions.decision.autoscaler_tags import pool_template
     from functions.decision.layout import LayoutLabelError
@@ -408,8 +419,24 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
     def uncounted(pool: Any, nodes: Sequence[Mapping[str, Any]]) -> set:
         """The pods not counted yet that ``pool`` counts, read on ``nodes``."""
-        return counted_pods(pool, nodes, [p for p in pending if pod_key(p) not in counted], lambda n: pods_on(api, n),
-                            lifted)
+        try:
+            return counted_pods(pool, nodes, [p for p in pending if pod_key(p) not in counted],
+                                lambda n: pods_on(api, n), lifted)
+        except KubeError as exc:
+            return unread_pool(pool, nodes, exc)
+
+    def unread_pool(pool: Any, nodes: Sequence[Mapping[str, Any]], exc: Exception) -> set:
+        """A pool the pods on whose nodes could not be read (a 5xx, no answer, an answer of another shape): it
+        fails alone, as a pool ACK refuses does (held_back), but the failure may pass, so the tick ends in
+        retry (run_tick) once the other pools are planned. The pods it may count are read the widest way (every
+        instance of its nodes idle: no pod list needed, and idle instances count the most) and held back from
+        the later pools, which would otherwise repartition GPUs for pods this pool's instances serve."""
+        if unread is not None and pool.nodepool_id not in unread:
+            unread[pool.nodepool_id] = ("pool %s: the pods on its nodes could not be read (%s): not planned, and "
+                                        "the pods it may count wait; the tick ends in retry"
+                                        % (pool.nodepool_id, " ".join(str(exc).split())[:160]))
+            log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=unread[pool.nodepool_id])
+        return counted_pods(pool, nodes, [p for p in pending if pod_key(p) not in counted], None, lifted)
 
     def earlier_pools_pods(pool: Any) -> set:
         """The pods not counted yet that ``pool``, planned elsewhere or not at all by this tick, counts."""
@@ -462,9 +489,14 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
         names = [(n.get("metadata") or {}).get("name") or "" for n in nodes]
         try:
+            on_nodes = pods_on(api, names)
+        except KubeError as exc:  # this pool alone: its pods held back, the others planned, then retry
+            counted.update(unread_pool(pool, nodes, exc))
+            continue
+        try:
             advice, result, notes = _advise(pool.nodepool_id, pool.labels,
                                             [t.model_dump(exclude_none=True) for t in pool.taints], nodes,
-                                            pods_on(api, names), [p for p in pending if pod_key(p) not in counted],
+                                            on_nodes, [p for p in pending if pod_key(p) not in counted],
                                             dwell=dwell, template=pool_template(pool), lifted=lifted)
         except (LayoutLabelError, NotAutoPool) as exc:
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=str(exc))

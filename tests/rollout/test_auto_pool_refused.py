@@ -242,3 +242,29 @@ def test_the_idle_tick_names_the_pool_whose_stranded_records_stay_in_refused_poo
     line = REFUSED.split(": not planned")[0] + ": its stranded records stay"
     assert result.outcome == "skip" and result.refused_pools == {POOL: line}, result
     assert result.to_json()["refused_pools"] == {POOL: line}
+
+
+# ---- one pool whose pods cannot be read (a 503, an answer of another shape) fails alone, then retry ----
+
+UNREAD = "pool %s: the pods on its nodes could not be read" % POOL
+
+
+@pytest.mark.parametrize("mine", [True, False], ids=["others-demand", "may-count"])
+def test_a_pool_whose_pods_cannot_be_read_fails_alone_and_the_tick_ends_in_retry(cluster, ack, mine):
+    """The pods on a pool's nodes (one list a node) that could not be read (a 503 after the client's tries, or
+    an answer of another shape) ended the whole tick in retry before any pool was planned: one pool's
+    failing list stopped every auto pool, at every tick while it lasted. Now that pool alone is not planned,
+    the others are (``others-demand``: np-two's node changes for its pods), the pods it may count are held
+    back from the later pools as a refused pool's are (``may-count``: np-two plans nothing for them), and the
+    tick still ends in retry naming it: FC tries again, and that pool is planned once its pods read."""
+    api = cluster.api
+    two_nodes(api)
+    waiting(api, 2)
+    if mine:
+        select(api, TWO)
+    assert POOL < TWO
+    cluster.api.break_next(times=50, status=503, method="GET", path="/api/v1/pods", query="spec.nodeName=auto-a")
+    transport = PerGpuNodes(api)
+    result = run(cluster, ack, transport)
+    assert result.outcome == "retry" and UNREAD in result.reason, result.reason
+    assert [n for n, _ in transport.requests] == (["two-a"] if mine else []), (result.reason, transport.requests)

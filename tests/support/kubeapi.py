@@ -711,13 +711,14 @@ class KubeApiServer:
         with self.lock:
             self._throttles.append([times, retry_after, method, path])
 
-    def break_next(self, times=1, status=503, method=None, path=None, message="injected failure"):
-        # type: (int, Optional[int], Optional[str], Optional[str], str) -> None
+    def break_next(self, times=1, status=503, method=None, path=None, message="injected failure", query=None):
+        # type: (int, Optional[int], Optional[str], Optional[str], str, Optional[str]) -> None
         """The next ``times`` matching requests fail: with ``status`` (a Status body, as an overloaded or
         restarting API server answers, its ``message`` as given: e.g. the words RBAC or a webhook refuses
-        with), or, with ``status=None``, the connection is closed unanswered."""
+        with), or, with ``status=None``, the connection is closed unanswered. ``query``: only requests whose
+        decoded query string holds it (one node's pod list: ``spec.nodeName=<node>``)."""
         with self.lock:
-            self._throttles.append([times, ("break", status, message), method, path])
+            self._throttles.append([times, ("break", status, message), method, path, query])
 
     def hold_next(self, method, path, timeout=20.0):
         # type: (str, str, float) -> Hold
@@ -755,11 +756,12 @@ class KubeApiServer:
                     return hold
         return None
 
-    def _throttled(self, method, path):
-        # type: (str, str) -> Any
+    def _throttled(self, method, path, query=""):
+        # type: (str, str, str) -> Any
         with self.lock:
             for entry in self._throttles:
-                if entry[0] > 0 and entry[2] in (None, method) and (entry[3] is None or path.startswith(entry[3])):
+                if entry[0] > 0 and entry[2] in (None, method) and (entry[3] is None or path.startswith(entry[3])) \
+                        and (len(entry) < 5 or entry[4] is None or entry[4] in query):
                     entry[0] -= 1
                     return entry[1]
         return None
@@ -988,7 +990,7 @@ def _handler_for(api):
             hold = api._held(method, record.path)
             if hold is not None:
                 hold.wait()
-            injected = api._throttled(method, record.path)
+            injected = api._throttled(method, record.path, unquote(parts.query))
             if isinstance(injected, tuple) and injected[1] is None:  # the connection drops, no answer
                 with api.lock:
                     api.requests.append(record._replace(status=0))
