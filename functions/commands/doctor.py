@@ -499,7 +499,7 @@ def _gather(args) -> List[Check]:
             continue
         names.update({n.instance_id: n.node_name or "" for n in nodes})
     if names or not refused:  # "no nodes in labelled pools yet" would be wrong when a pool's nodes were not read
-        checks += agent_checks(_agent_rows(config, sorted(names)), names)
+        checks += _agents(config, names)
     checks += refused
     from functions.decision.layout import LAYOUT_LABEL
 
@@ -509,17 +509,29 @@ def _gather(args) -> List[Check]:
     return checks
 
 
+def rpc_client(product: str, version: str, config, endpoint) -> Any:
+    """doctor's client of an RPC API (ECS, VPC): one try, bounded as a whole by ACK_MIG_CONNECT_TIMEOUT_S
+    (``settings.connect_timeout_s``, the name lookup included: the attempt's guard). The function's client
+    tries 5 times with back-offs, ~17 s against a name server that never answers, before one check's line; an
+    operator's doctor says what it could not read in seconds and goes on to the next check."""
+    from functions.base import settings
+    from functions.cloud.rpc import Backoff, RpcClient
+
+    return RpcClient(product, version, config.region, config.credentials, endpoint,
+                     timeout_s=settings.connect_timeout_s(), backoff=Backoff(attempts=1))
+
+
 def _vswitch_cidr(config, vswitch: str) -> Tuple[str, str]:
     """The function's vSwitch's IPv4 CIDR block (VPC DescribeVSwitchAttributes), or "" and why not: a rule
     limited to source addresses is matched against it (functions/commands/stack/egress.py)."""
     from functions.base import settings
-    from functions.cloud.rpc import VPC_VERSION, ApiError, RpcClient
+    from functions.cloud.rpc import VPC_VERSION, ApiError
 
     if not vswitch:
         return "", "the stack names no vSwitch"
     endpoint = settings.parse_endpoint(settings.environment(), settings.VPC_ENDPOINT)
     try:
-        body = RpcClient("vpc", VPC_VERSION, config.region, config.credentials, endpoint).call(
+        body = rpc_client("vpc", VPC_VERSION, config, endpoint).call(
             "DescribeVSwitchAttributes", {"RegionId": config.region, "VSwitchId": vswitch})
     except ApiError as exc:
         return "", "vSwitch %s not read: %s (doctor needs vpc:DescribeVSwitchAttributes)" % (vswitch, exc.code)
@@ -534,13 +546,13 @@ def _vswitch_cidr(config, vswitch: str) -> Tuple[str, str]:
 def _egress(config, group: str, endpoint: str, vswitch: str = "") -> Any:
     """The group's verdict on TCP to the endpoint (the vSwitch's CIDR read for rules limited by source), the
     text of why it could not be read, or None."""
-    from functions.cloud.rpc import ECS_VERSION, ApiError, RpcClient
+    from functions.cloud.rpc import ECS_VERSION, ApiError
     from functions.commands.stack.egress import UNKNOWN, Verdict, egress_verdict
 
     host, port = _api_address(endpoint)
     if not group or not host:
         return None
-    client = RpcClient("ecs", ECS_VERSION, config.region, config.credentials, config.delivery.ecs_endpoint)
+    client = rpc_client("ecs", ECS_VERSION, config, config.delivery.ecs_endpoint)
     try:
         found = client.call("DescribeSecurityGroups", {"RegionId": config.region, "SecurityGroupId": group})
         rows = (found.get("SecurityGroups") or {}).get("SecurityGroup") or []
@@ -569,10 +581,23 @@ def _egress(config, group: str, endpoint: str, vswitch: str = "") -> Any:
     return verdict
 
 
-def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
-    from functions.cloud.rpc import ECS_VERSION, RpcClient
+def _agents(config, names: Dict[str, str]) -> List[Check]:
+    """The agents' checks; Cloud Assistant's status that could not be read (no answer, a refusal) is that
+    check's one line, and the other checks still say what they found."""
+    from functions.cloud.rpc import ApiError
 
-    client = RpcClient("ecs", ECS_VERSION, config.region, config.credentials, config.delivery.ecs_endpoint)
+    try:
+        rows = _agent_rows(config, sorted(names))
+    except ApiError as exc:
+        return [Check("PROBLEM", "agents", "the nodes' Cloud Assistant status not read (%s); doctor needs "
+                                           "ecs:DescribeCloudAssistantStatus" % " ".join(str(exc).split())[:200])]
+    return agent_checks(rows, names)
+
+
+def _agent_rows(config, instance_ids: List[str]) -> List[Dict[str, Any]]:
+    from functions.cloud.rpc import ECS_VERSION
+
+    client = rpc_client("ecs", ECS_VERSION, config, config.delivery.ecs_endpoint)
     rows: List[Dict[str, Any]] = []
     for start in range(0, len(instance_ids), RUN_BATCH):  # the request the transport sends (cloud_assistant.py)
         batch = instance_ids[start:start + RUN_BATCH]

@@ -121,3 +121,31 @@ def test_the_connect_timeout_is_checked_like_every_setting(monkeypatch):
     with pytest.raises(settings.SettingsError, match=r"ACK_MIG_CONNECT_TIMEOUT_S=0 is out of range; use 1\.\.15"):
         settings.connect_timeout_s()
 
+
+
+def test_doctors_ecs_and_vpc_reads_try_once_within_the_connect_timeout(black_hole, monkeypatch):
+    """doctor's ECS and VPC reads (the security group's outbound rules, the vSwitch's block, the nodes' Cloud
+    Assistant) went through the function's client: up to 5 tries with back-offs, each with its own connect and
+    read timeouts, ~17 s against an unanswering name server before one check's line. An operator's doctor
+    gives up at ACK_MIG_CONNECT_TIMEOUT_S, one try, and says so in that check's line; the function's own
+    retries are left as they are."""
+    from types import SimpleNamespace
+
+    from functions.base.settings import Credentials
+    from functions.cloud.rpc import ECS_VERSION, VPC_VERSION, ApiError
+    from functions.commands import doctor
+
+    monkeypatch.setenv(settings.CONNECT_TIMEOUT_S, "1")
+    hole = Endpoint("127.0.0.1:%d" % black_hole, "http")
+    config = SimpleNamespace(region="cn-beijing", credentials=Credentials(KEY, SECRET, TOKEN),
+                             delivery=SimpleNamespace(ecs_endpoint=hole))
+    for product, version in (("ecs", ECS_VERSION), ("vpc", VPC_VERSION)):
+        client = doctor.rpc_client(product, version, config, hole)
+        assert client.timeout_s == 1 and client.backoff.attempts == 1
+        with pytest.raises(ApiError):
+            client.call("DescribeSecurityGroups", {"RegionId": "cn-beijing"})
+        assert sum(client.calls.values()) == 1, client.calls
+    line = doctor._egress(config, "sg-1", "https://10.0.0.1:6443")
+    assert isinstance(line, str) and "\n" not in line and "SDK.HttpError" in line, line
+    (check,) = doctor._agents(config, {"i-1": "node-a"})  # one check's line, not the end of doctor
+    assert check.status == "PROBLEM" and "Cloud Assistant status not read" in check.text, check
