@@ -43,8 +43,8 @@ MUTANTS = (
            ("tests/function/test_cs_lookup.py",),
            "one node that is a string in DescribeClusterNodes reads as no node at all: the event skips every pool"),
     mutant("ros-answer-unfit-read-as-empty", "functions/commands/stack/ros.py",
-           "        return _body(response, \"GetStack\")",
-           "        return response.body.to_map() if response.body is not None else {}",
+           "        body = _body(response, \"GetStack\")\n",
+           "        return response.body.to_map() if response.body is not None else {}\n        body = {}\n",
            ("tests/function/test_deploy_contract.py",),
            "one GetStack field of another shape than the SDK's model reads as a stack with no status: deploy says "
            "the stack ended while ROS goes on creating it"),
