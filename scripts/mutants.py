@@ -48,6 +48,17 @@ MUTANTS = (
            ("tests/function/test_deploy_contract.py",),
            "one GetStack field of another shape than the SDK's model reads as a stack with no status: deploy says "
            "the stack ended while ROS goes on creating it"),
+    mutant("mig-off-done-on-unreadable-allocatable", "functions/decision/waves.py",
+           "        return not node.allocatable_unreadable and not uncounted and not any(have.values())",
+           "        return not any(have.values())",
+           ("tests/node/test_answer_shapes.py",),
+           "a Node whose allocatable is no object reads as no MIG resource left: the rollout finishes MIG off as "
+           "done on a node it could not read"),
+    mutant("disable-unreadable-allocatable-gone", "node_bootstrap/commands/disable.py",
+           "        return {UNREADABLE: 1}\n",
+           "        return {}\n",
+           ("tests/node/test_answer_shapes.py",),
+           "disable's wait reads an allocatable that is no object as no MIG resource left and reports MIG off done"),
     # ---- intake: bounded events (issue 16 point 8, issue 20 item 7) ----
     mutant("intake-no-text-cap", "functions/pipeline/intake.py",
            "    if isinstance(value, str) and len(value) > MAX_TEXT:\n        raise ValueError(",
