@@ -96,7 +96,8 @@ def test_invoke_remote_reads_outputs_of_the_wrong_shape_as_none(cloud, outputs):
 
 
 @pytest.mark.contract_exempt("a hostile GetStack answer: no StackId or Status")
-@pytest.mark.parametrize("body", [{}, {"RequestId": "r-1"}, {"StackId": "s-1"}], ids=["empty", "request-id", "no-status"])
+@pytest.mark.parametrize("body", [{}, {"RequestId": "r-1"}, {"StackId": "s-1"}],
+                         ids=["empty", "request-id", "no-status"])
 def test_a_get_stack_answer_without_its_stack_is_unreadable_not_gone(cloud, body):
     """ROS answers GetStack of a stack with its StackId and Status (ros20190910 ``GetStackResponseBody``),
     and StackNotFound for one that is gone. An answer without them read as "no stack": invoke --remote and
