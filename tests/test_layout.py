@@ -22,7 +22,9 @@ COMPUTE_STDLIB = {"collections", "dataclasses", "enum", "functools", "heapq", "i
 # they share.
 PURE_PACKAGES = ("node_bootstrap.mig", "node_bootstrap.outside")
 PURE_MODULES = {"functions.decision.waves", "functions.decision.migparted", "functions.decision.decide", "functions.decision.families",
-                "functions.base.model", "functions.base.event_result", "functions.base.errors", "functions.decision.autoscaler_tags"}
+                "functions.base.model", "functions.base.event_result", "functions.base.errors", "functions.decision.autoscaler_tags",
+                # the pod's ask and a Node's allocatable read by one quantity reader (waves.allocatable_count)
+                "functions.decision.layout.matching", "functions.decision.layout.vocabulary"}
 PURE_THIRD_PARTY = {"pydantic"}  # the vocabulary's types (functions.base.model): validation, no I/O
 
 # The function's parts (docs/development.md), highest first: a part imports its own modules and those of
