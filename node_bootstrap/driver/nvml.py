@@ -366,6 +366,7 @@ class NvmlReader(object):
         is on; then a profile that cannot be read is an error (its instances would go unseen)."""
         nv = self.nv
         found = []  # type: List[LiveProfile]
+        refused = ""  # NVML's last NOT_SUPPORTED answer
         known = max(GI_PROFILE_COUNT, int(getattr(nv, "NVML_GPU_INSTANCE_PROFILE_COUNT", 0)))
         for nvml_index in range(MAX_PROFILE_INDEX):
             try:
@@ -376,6 +377,7 @@ class NvmlReader(object):
                         continue  # a gap this driver does not know (R580: 17); later ones may answer
                     break  # past the header's count: nvml.h's end of the profiles
                 if self._is(exc, "NVML_ERROR_NOT_SUPPORTED"):
+                    refused = self.error_text(exc)
                     continue  # this GPU lacks the profile (or, on older drivers, MIG mode is off)
                 if self._lost(exc):
                     raise
@@ -395,6 +397,11 @@ class NvmlReader(object):
             placements = self._try(notes, "placements of profile %d" % info.id, self._placements, dev, info.id) or ()
             found.append(LiveProfile(nvml_index, int(info.id), name, int(info.sliceCount),
                                      int(info.instanceCount), int(info.memorySizeMB), placements))
+        if mig_on_index is not None and not found and refused:
+            # A GPU with MIG on offers at least one profile: none at all hides every instance it holds
+            raise NvmlReadError("GPU %d: nvmlDeviceGetGpuInstanceProfileInfo answered %s for every GPU instance "
+                                "profile while MIG mode is on, so its GPU instances cannot be seen"
+                                % (mig_on_index, refused))
         return tuple(found)
 
     def gi_handles(self, dev, profile_id):
@@ -462,6 +469,7 @@ class NvmlReader(object):
         ``index``: the GPU's, to name in the error when a profile answers anything but NOT_SUPPORTED."""
         nv = self.nv
         found = []
+        refused = ""  # NVML's last NOT_SUPPORTED answer
         known = max(CI_PROFILE_COUNT, int(getattr(nv, "NVML_COMPUTE_INSTANCE_PROFILE_COUNT", 0)))
         for ci_index in range(MAX_PROFILE_INDEX):
             try:
@@ -472,6 +480,7 @@ class NvmlReader(object):
                         continue  # unknown to this driver (an R580 and index 8): keep scanning to the count
                     break
                 if self._is(exc, "NVML_ERROR_NOT_SUPPORTED"):
+                    refused = self.error_text(exc)
                     continue  # this GPU instance does not offer that CI profile
                 if self._lost(exc):
                     raise
@@ -482,6 +491,12 @@ class NvmlReader(object):
                 raise NvmlReadError("this pynvml has no nvmlGpuInstanceGetComputeInstanceProfileInfo, so compute "
                                     "instances cannot be seen; install nvidia-ml-py 11.450 or newer",
                                     code="pynvml-too-old")
+        if not found and refused:
+            # Every GPU instance offers at least its full compute instance: none readable hides the ones it
+            # holds (a destroy of the GPU instance would then answer IN_USE, read as a busy GPU)
+            raise NvmlReadError("GPU %s: nvmlGpuInstanceGetComputeInstanceProfileInfo answered %s for every compute "
+                                "instance profile while MIG mode is on, so its compute instances cannot be seen"
+                                % ("?" if index is None else index, refused))
         return found
 
     def _compute_instances(self, gi_handle, notes, index, offered=None):

@@ -476,3 +476,26 @@ def test_a_gpu_handle_nvml_refuses_fails_the_run_naming_the_gpu(tmp_path, comman
     assert res.rc == 1 and res.json["error"]["code"] == "nvml-error", (res.json, res.stderr)
     assert res.json["error"]["message"].startswith("GPU 1: NVML answered Unknown Error (NVML error 999)")
     assert res.json["changes"] == 0
+
+
+@pytest.mark.parametrize("call, gone", [
+    ("nvmlGpuInstanceGetComputeInstanceProfileInfo", "compute instance profile"),
+    ("nvmlDeviceGetGpuInstanceProfileInfo", "GPU instance profile"),
+])
+def test_a_gpu_whose_instances_nvml_cannot_list_fails_as_unreadable_not_busy_or_short(tmp_path, call, gone):
+    """nvml.h: NOT_SUPPORTED from a profile query means the device lacks that profile, which the reader skips.
+    Answered for every profile of a GPU with MIG on, its instances went unseen: with no compute instance
+    profile the GPU-instance destroy answered IN_USE and the run said `gpu-busy` (exit 4), which the planner
+    takes for a busy GPU; with no GPU instance profile the creates met the unseen instances and the run said
+    `insufficient-resources`, a layout problem. A MIG GPU offers at least one of each (the full compute
+    instance at least), so none readable fails the GPU as `nvml-unreadable`, naming it and the call."""
+    node = Node(tmp_path)
+    assert node.run("apply", "--sequence", "3g.20gb-3g.20gb").rc == 0
+    res = node.run("apply", "--sequence", SEQ, "--sim-fault", "gpu-error:1:%s:3" % call)
+    assert res.rc == 1 and res.json["error"]["code"] == "nvml-unreadable", (res.json, res.stderr)
+    message = res.json["error"]["message"]
+    assert message.startswith("GPU 1: ") and gone in message and "cannot be seen" in message, message
+    assert "Not Supported (NVML error 3)" in message, message
+    assert res.json["changes"] == 0
+    assert [(i["profile"], i["start"]) for i in node.run("status").json["gpus"][1]["instances"]] == [
+        ("3g.20gb", 0), ("3g.20gb", 4)]
