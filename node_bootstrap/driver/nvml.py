@@ -190,7 +190,7 @@ class NvmlReader(object):
         unreadable = {}  # type: Dict[int, NodeFailure]
         for index in range(self.count()):
             try:
-                gpus.append(self.read_gpu(index, strict=True))
+                gpus.append(self.read_gpu(index))
             except NodeFailure as exc:
                 unreadable[index] = exc
             except self.nv.NVMLError as exc:
@@ -200,12 +200,13 @@ class NvmlReader(object):
                                                   % (index, self.error_text(exc)), code="nvml-error")
         return gpus, unreadable
 
-    def read_gpu(self, index, strict=False):
-        # type: (int, bool) -> LiveGpu
-        """``strict`` (read_each, for a report of what the GPU holds): a MIG mode NVML cannot tell, for another
-        reason than a GPU without MIG, raises instead of reading as no mode, which would report the GPU empty."""
+    def read_gpu(self, index):
+        # type: (int) -> LiveGpu
+        """One GPU as NVML reports it. A MIG mode NVML cannot tell, for another reason than a GPU without MIG,
+        raises (``_mig_mode``) for every command alike: read as no MIG it reported the GPU empty and not
+        MIG-capable (status, plan, a report), or made apply and disable act on that."""
         try:
-            return self._read_gpu(index, strict)
+            return self._read_gpu(index)
         except self.nv.NVMLError as exc:
             if self._is(exc, "NVML_ERROR_GPU_IS_LOST"):
                 raise GpuLost("GPU %d is lost (NVML GPU_IS_LOST): it has fallen off the bus or is otherwise "
@@ -224,8 +225,8 @@ class NvmlReader(object):
         """pynvml's NVMLLibraryMismatchError (pynvml 11.5+), or a class nothing raises."""
         return getattr(self.nv, "NVMLLibraryMismatchError", _NeverRaised)
 
-    def _read_gpu(self, index, strict=False):
-        # type: (int, bool) -> LiveGpu
+    def _read_gpu(self, index):
+        # type: (int) -> LiveGpu
         nv = self.nv
         notes = []  # type: List[str]
         dev = self.handle(index)
@@ -237,8 +238,7 @@ class NvmlReader(object):
         bus_id = ""
         if pci is not None:
             bus_id = pci.busId.decode() if isinstance(pci.busId, bytes) else str(pci.busId)
-        mode = self._mig_mode(dev, notes, index) if strict else \
-            self._try(notes, "MIG mode", nv.nvmlDeviceGetMigMode, dev)
+        mode = self._mig_mode(dev, notes, index)
         current, pending = (int(mode[0]), int(mode[1])) if mode is not None else (None, None)
         profiles = ()  # type: Tuple[LiveProfile, ...]
         gis = ()  # type: Tuple[LiveGi, ...]
@@ -577,13 +577,6 @@ class NvmlWriter(NvmlReader):
         # type: (Any, Optional[Callable[[int], Optional[int]]]) -> None
         super(NvmlWriter, self).__init__(pynvml_module, stamp)
         self.changes = 0
-
-    def read_gpu(self, index, strict=True):
-        # type: (int, bool) -> LiveGpu
-        """Reads for a change (apply, disable) take the MIG mode strictly: an UNKNOWN or TIMEOUT answer read
-        as "no MIG" made apply call an A100 not MIG-capable (a verdict the function may give up on the
-        instance for) and disable report MIG off on a GPU that still held its instances."""
-        return super(NvmlWriter, self).read_gpu(index, strict)
 
     def _gi_handle(self, index, gi_id):
         # type: (int, int) -> Any

@@ -499,3 +499,20 @@ def test_a_gpu_whose_instances_nvml_cannot_list_fails_as_unreadable_not_busy_or_
     assert res.json["changes"] == 0
     assert [(i["profile"], i["start"]) for i in node.run("status").json["gpus"][1]["instances"]] == [
         ("3g.20gb", 0), ("3g.20gb", 4)]
+
+
+@pytest.mark.parametrize("command", [("status",), ("plan", "--sequence", SEQ)])
+def test_status_and_plan_read_an_unknown_mig_mode_as_unknown_not_as_no_mig(tmp_path, command):
+    """nvml.h: nvmlDeviceGetMigMode answers NOT_SUPPORTED for a device without MIG; apply and disable take only
+    that for "no MIG". status read an UNKNOWN answer as no MIG (mig_capable false, no instances, with a note)
+    on a GPU holding three, and plan called it not MIG-capable (exit 3, a verdict on the model). Both fail
+    now as apply does, naming the GPU and NVML's answer; NOT_SUPPORTED still reads as no MIG."""
+    node = Node(tmp_path)
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    res = node.run(*(command + ("--sim-fault", "gpu-error:1:nvmlDeviceGetMigMode:999")))
+    assert res.rc == 1 and res.json["error"]["code"] == "nvml-error", (res.json, res.stderr)
+    assert res.json["error"]["message"].startswith("GPU 1: NVML answered Unknown Error (NVML error 999) for its "
+                                                   "MIG mode")
+    status = node.run("status", "--sim-fault", "gpu-error:1:nvmlDeviceGetMigMode:3")
+    assert status.rc == 0 and status.json["gpus"][1]["mig_capable"] is False
+    assert status.json["gpus"][1]["notes"] == ["MIG mode: Not Supported (NVML error 3)"]
