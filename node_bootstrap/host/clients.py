@@ -78,7 +78,11 @@ def check_state_dir(state_dir):
     """Refuse a state directory (or its held-manifests directory) that another user owns or others may write.
     Its records name the clients a run starts again and the manifests it moves back into place, as root: one
     that anybody could write let any local user plant a record and a "held" file that the next apply moved to
-    any path (a cron.d entry). A directory that is not there yet is made private by the first write."""
+    any path (a cron.d entry). A directory that is not there yet is made private by the first write.
+
+    The files in them are checked the same way and refused, never repaired: one another user owns or may
+    write (a record made 0666 under umask 0 by an older run, reachable through a 0755 directory) may say
+    anything already, and a chmod would only bless it."""
     for path in (state_dir, os.path.join(state_dir, "held-manifests")):
         try:
             info = os.stat(path)
@@ -86,16 +90,37 @@ def check_state_dir(state_dir):
             continue  # not there (made private when written) or not reachable: the write says so
         if not stat.S_ISDIR(info.st_mode):
             continue  # a file where a directory goes: the first write names it (client-stop-failed)
-        if info.st_uid != os.geteuid():
-            why, fix = "is owned by uid %d" % info.st_uid, "chown it"
-        elif info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            why, fix = "is writable by others (mode %04o)" % stat.S_IMODE(info.st_mode), "chmod go-w it"
-        else:
-            continue
-        raise NodeFailure("the state directory %s %s: the records in it say which clients a run starts and which "
-                          "files it moves into place, so it must be writable by this user (uid %d) alone; check "
-                          "what is in it, then %s, or pass --state-dir" % (path, why, os.geteuid(), fix),
-                          code="state-dir-unsafe")
+        unsafe = _unsafe(info)
+        if unsafe:
+            raise NodeFailure("the state directory %s %s: the records in it say which clients a run starts and "
+                              "which files it moves into place, so it must be writable by this user (uid %d) "
+                              "alone; check what is in it, then %s, or pass --state-dir"
+                              % (path, unsafe[0], os.geteuid(), unsafe[1]), code="state-dir-unsafe")
+        for name in sorted(os.listdir(path)):
+            inside = os.path.join(path, name)
+            try:
+                held = os.lstat(inside)  # a link itself: its target is what a move or a read would reach
+            except OSError:
+                continue  # gone meanwhile
+            if stat.S_ISDIR(held.st_mode):
+                continue  # held-manifests, checked as a directory above
+            # a link's own mode is always 0777 and means nothing: only who made it does
+            unsafe = _unsafe(held, owner_only=stat.S_ISLNK(held.st_mode))
+            if unsafe:
+                raise NodeFailure("the state directory %s holds %s, which %s: what it says (the clients a run "
+                                  "starts, the files it moves into place) may be anybody's; check it, then remove "
+                                  "it or %s, or pass --state-dir" % (state_dir, inside, unsafe[0], unsafe[1]),
+                                  code="state-dir-unsafe")
+
+
+def _unsafe(info, owner_only=False):
+    # type: (os.stat_result, bool) -> Optional[Tuple[str, str]]
+    """(why, the fix) when another user owns the file or directory or others may write it; None otherwise."""
+    if info.st_uid != os.geteuid():
+        return "is owned by uid %d" % info.st_uid, "chown it"
+    if not owner_only and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return "is writable by others (mode %04o)" % stat.S_IMODE(info.st_mode), "chmod go-w it"
+    return None
 
 
 def make_private_dir(path):

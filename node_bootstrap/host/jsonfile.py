@@ -3,6 +3,7 @@ stand-ins): read as "nothing" when missing or unreadable, written whole or not a
 
 import json
 import os
+import stat
 import typing
 from typing import Any, Optional
 
@@ -49,6 +50,9 @@ def write_json(path, doc, **dump_args):
         make_dirs(directory, 0o700)  # a state directory: never writable by others, whatever the umask
     tmp = path + ".tmp"
     with open_new(tmp) as fh:
+        # never writable by others, whatever the umask: a record others could write is refused by the next run
+        # (clients.check_state_dir), since what it says may be anybody's
+        os.fchmod(fh.fileno(), stat.S_IMODE(os.fstat(fh.fileno()).st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
         json.dump(doc, fh, **dump_args)
         fh.flush()
         os.fsync(fh.fileno())

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from node_bootstrap.host.clients import ClientControl, parse_clients
+from node_bootstrap.host.clients import ClientControl, check_state_dir, parse_clients
 
 GOOD = ["systemd", "dcgm-exporter.service"]
 HOSTILE = [
@@ -251,4 +251,45 @@ def test_the_state_directory_is_made_private_whatever_the_umask(tmp_path):
         os.umask(old)
     assert os.stat(str(state)).st_mode & 0o777 == 0o700
     assert os.stat(str(state / "held-manifests")).st_mode & 0o777 == 0o700
+    # its record is no file others may write either, which the next run would refuse (state-dir-unsafe)
+    assert os.stat(str(state / "stopped-clients.json")).st_mode & 0o022 == 0
+    check_state_dir(str(state))
     assert control.start(stopped) == [] and manifest.read_text() == "kind: Pod\n"
+
+
+@pytest.mark.parametrize("where", ["stopped-clients.json", "held-manifests/etc__cron.d__planted"])
+@pytest.mark.parametrize("how", ["mode", "owner"])
+def test_a_record_or_held_file_others_can_write_or_own_is_refused(tmp_path, where, how):
+    """The state directory's owner and mode were checked, not the files in it: a record made 0666 under umask 0
+    by an older run (or a file another user planted while the directory was open, then closed with chmod)
+    could be rewritten by any local user through a directory others may enter (0755), and the next apply
+    moved the held file, as root, where the record says. Such a file is refused too, naming it, before any
+    change; nothing is repaired, since what it holds cannot be trusted. (Another owner needs root to set up.)"""
+    from tests.node.nodecli import Node
+
+    if how == "owner" and os.geteuid() != 0:
+        pytest.skip("giving a file to another user needs root")
+    node = Node(tmp_path)
+    target = tmp_path / "etc" / "cron.d" / "planted"
+    state = tmp_path / "var"
+    held = state / "held-manifests" / str(target).strip("/").replace("/", "__")
+    held.parent.mkdir(parents=True)
+    held.write_text("* * * * * root id\n")
+    (state / "stopped-clients.json").write_text(json.dumps([["manifest", str(target)]]))
+    for path in (state, held.parent):
+        os.chmod(str(path), 0o755)
+    for path in (held, state / "stopped-clients.json"):
+        os.chmod(str(path), 0o600)
+    if where.startswith("held-manifests/"):
+        where = "held-manifests/" + held.name
+    path = state / where
+    if how == "mode":
+        os.chmod(str(path), 0o666)
+        why = "is writable by others (mode 0666)"
+    else:
+        os.chown(str(path), 65534, 65534)
+        why = "is owned by uid 65534"
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb")
+    assert res.rc == 1 and res.json["error"]["code"] == "state-dir-unsafe", res.json
+    assert res.json["error"]["message"].startswith("the state directory %s holds %s, which %s" % (state, path, why))
+    assert not target.exists() and held.exists() and res.json["changes"] == 0
