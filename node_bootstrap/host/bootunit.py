@@ -20,10 +20,12 @@ no command.
 
 import os
 import shlex
+import stat
 import sys
 import typing
 from typing import Callable, List, Optional, Tuple
 
+from ..errors import NodeFailure
 from ..mig import PartitionSpec
 from ..request import GpuLayouts, request_document
 from . import holdersunit
@@ -169,6 +171,46 @@ def _clear_marker(pending, errors):
                           pending, exc.strerror or exc, pending))
 
 
+def _secure_config_dir(path, request, log):
+    # type: (str, str, Callable[[str], None]) -> None
+    """The boot unit's directory (``/etc/ack-mig-hook``) made safe before install writes into it: the unit applies
+    its request as root at every boot. Made 0777 by an older run (its directories followed the umask), it is
+    this tool's own to repair: made go-w, with a request file others could write (or another user owns) removed
+    so install writes it anew. Owned by another user it is refused: not this tool's to take over."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return  # made 0755 by the first write
+    if not stat.S_ISDIR(info.st_mode):
+        return  # a file where the directory goes: the write names it
+    if info.st_uid != os.geteuid():
+        raise NodeFailure("the boot unit's directory %s is owned by uid %d, not this user (uid %d): the boot unit "
+                          "applies the request in it as root, so it must be this user's alone; check what is in "
+                          "it, then chown it, or uninstall-boot-unit and remove it" % (path, info.st_uid, os.geteuid()),
+                          code="config-dir-unsafe")
+    said = []  # type: List[str]
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+        said.append("%s was writable by others (mode %04o): made %04o" % (
+            path, stat.S_IMODE(info.st_mode), stat.S_IMODE(info.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH)))
+    try:
+        held = os.lstat(request)
+    except OSError:
+        held = None
+    if held is not None and (held.st_uid != os.geteuid() or held.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+                             or stat.S_ISLNK(held.st_mode)):
+        os.remove(request)  # what it says may be anybody's: written anew below
+        said.append("a file in it others could write is written anew (%s)" % request)
+    if said:
+        log("; ".join(said))
+
+
+def _stderr(message):
+    # type: (str) -> None
+    sys.stderr.write("node_bootstrap: %s\n" % message)
+    sys.stderr.flush()
+
+
 def install(spec, root="/", extra_args=None, runner=None, python=None, package_dir=None, report=None):
     # type: (PartitionSpec, str, Optional[List[str]], Optional[Callable[[List[str]], Tuple[int, str]]], Optional[str], Optional[str], Optional[holdersunit.Report]) -> BootUnitResult
     """Write the request file and the unit under ``root``; reload and enable systemd only on change.
@@ -197,6 +239,7 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
     # files unchanged, still makes those calls. Without it every rerun found nothing changed, called no
     # systemctl and said "installed" of a unit that never ran at boot.
     pending = os.path.join(root, CONFIG_DIR.lstrip("/"), ENABLE_PENDING_NAME)
+    _secure_config_dir(os.path.dirname(on_disk_request), on_disk_request, _stderr)
     owed = os.path.lexists(pending)
     changing = _differs(on_disk_request, request_document(spec)) or _differs(on_disk_unit, unit_text) or \
         any(_differs(_unit_path(root, n), t) for n, t in (wanted or {}).items()) or \

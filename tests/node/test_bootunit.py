@@ -636,3 +636,43 @@ def test_the_directories_an_install_makes_are_writable_by_root_alone_whatever_th
     for sub in ("etc/ack-mig-hook", "etc/systemd/system", "etc/systemd", "etc"):
         assert os.stat(os.path.join(root, sub)).st_mode & 0o022 == 0, sub
     assert os.stat(os.path.join(root, "etc/ack-mig-hook/request.json")).st_mode & 0o777 == 0o600
+
+
+def test_a_config_directory_others_can_write_is_repaired_and_its_request_written_anew(tmp_path):
+    """/etc/ack-mig-hook made 0777 by an older run (its directories followed the umask) was kept as it was: any
+    local user could swap the request the boot unit applies as root at every boot. install makes it go-w,
+    says so in one line, and writes the request anew when the one there is not its own to trust (writable
+    by others); the unit then reads only what this install wrote."""
+    node = Node(tmp_path)
+    root = tmp_path / "root"
+    config = root / "etc" / "ack-mig-hook"
+    config.mkdir(parents=True)
+    os.chmod(str(config), 0o777)
+    assert _install(node, root).rc == 0
+    request = config / bootunit.REQUEST_NAME
+    ours = request.read_text()
+    os.chmod(str(config), 0o777)
+    os.chmod(str(request), 0o666)  # the older run's file, open to anybody meanwhile
+    res = _install(node, root)
+    assert res.rc == 0, res.stderr
+    assert os.stat(str(config)).st_mode & 0o777 == 0o755
+    assert os.stat(str(request)).st_mode & 0o777 == 0o600 and request.read_text() == ours
+    assert ("%s was writable by others (mode 0777): made 0755; a file in it others could write is written anew"
+            % config) in " ".join(res.stderr.split()), res.stderr
+    again = _install(node, root)
+    assert again.rc == 0 and again.stderr == "" and not again.json["changed"]
+
+
+def test_a_config_directory_another_user_owns_is_refused(tmp_path):
+    """Owned by another user, the directory the boot unit's request lives in is not this tool's to repair."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    node = Node(tmp_path)
+    root = tmp_path / "root"
+    config = root / "etc" / "ack-mig-hook"
+    config.mkdir(parents=True)
+    os.chown(str(config), 65534, 65534)
+    res = _install(node, root)
+    assert res.rc == 1 and res.json["error"]["code"] == "config-dir-unsafe", res.json
+    assert res.json["error"]["message"].startswith("the boot unit's directory %s is owned by uid 65534" % config)
+    assert not (config / bootunit.REQUEST_NAME).exists()
