@@ -275,6 +275,7 @@ def _lock_held(path):
     return False
 
 
+@pytest.mark.skipif(not os.path.isfile(NODE_PYTHON), reason="no .venv-node here (make node-env)")
 def test_the_units_command_restores_a_per_gpu_layout_after_a_hopper_reboot(tmp_path):
     """An auto pool's per-GPU request never turns MIG on (that may need a reset while pods run); at boot
     nothing runs yet, and a Hopper GPU comes back with MIG off: the unit's run (``--at-boot``) turns it back
