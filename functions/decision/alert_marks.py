@@ -101,10 +101,14 @@ def told(marks: Marks, keys: Mapping[str, str]) -> Set[str]:
 
 def merge(marks: Marks, keys: Mapping[str, str], now: float, sticky_ids: Iterable[str] = ()) -> Marks:
     """``marks`` with each of ``keys`` marked told at ``now`` (a node's older mark replaced; ``sticky_ids``: those
-    whose mark is sticky), those older than KEEP_S dropped unless sticky, and the newest MAX_NODES kept."""
+    whose mark is sticky), those older than KEEP_S dropped unless sticky, and the newest MAX_NODES kept. A sticky
+    mark is not replaced by another failure's: the node has not got past its claim, and its refusal, met again,
+    stays told (the other failure stays unmarked: a retry of the event may tell it again, never lose it)."""
     out = {iid: dict(mark) for iid, mark in marks.items() if mark.get("sticky") or now - mark["at"] <= KEEP_S}
     held = set(sticky_ids)
     for iid, key in keys.items():
+        if iid not in held and (out.get(str(iid)[:MAX_ID]) or {}).get("sticky"):
+            continue  # another failure of a node whose refusal lasts (a 5xx at its claim): left unmarked, a repeat
         out[str(iid)[:MAX_ID]] = dict({"key": key, "at": round(now, 3)}, **({"sticky": True} if iid in held else {}))
     newest = sorted(out, key=lambda iid: (-out[iid]["at"], iid))[:MAX_NODES]
     return {iid: out[iid] for iid in sorted(newest)}

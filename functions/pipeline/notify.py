@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from functions.delivery.outcome import TAINT_NOT_REMOVED
-from functions.rollout.executor import CLAIM_REFUSED, RECORD_REFUSED
+from functions.rollout.executor import CLAIM_FAILED, CLAIM_REFUSED, RECORD_REFUSED
 
 SCHEMA = "ack-mig-hook/notification/v1"
 MAX_NODES = 20  # nodes listed in one line (``count`` says how many there were)
@@ -332,8 +332,10 @@ def _passed(result: Any, kube: Any, log: Any) -> None:
     """The sticky marks of this event's wave nodes (any wave: the executor numbers each one's) that got past their
     claim, removed: a refusal told once is told again when it comes back (``functions.decision.alert_marks``).
     Read only when such a node is there."""
+    # A node that failed at its claim for any cause (a 5xx, RBAC's 403, not only its own refusal) is not past it.
     ids = {str(n.get("instance_id")) for n in result.nodes or [] if n.get("wave") and n.get("instance_id")
-           and n.get("outcome") in CLAIMED and n.get("code") != CLAIM_REFUSED}
+           and n.get("outcome") in CLAIMED and n.get("code") != CLAIM_REFUSED
+           and not str(n.get("reason") or "").startswith(CLAIM_FAILED + ":")}
     if kube is None or not ids:
         return
     from functions.kube import alerted

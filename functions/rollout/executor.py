@@ -51,6 +51,9 @@ CLAIM_REFUSED = "claim-refused"
 # The code of a node whose record the API server refused after its claim (its annotations grew to the size limit
 # meanwhile, a webhook): the record was removed, so nothing stops the pool's rollout (``_unrecorded``).
 RECORD_REFUSED = "record-refused"
+# The first words of the reason of a node whose claim failed (refused, or any other error): it never got past its
+# claim, so the sticky alert mark of an earlier refusal stays (functions.pipeline.notify._passed).
+CLAIM_FAILED = "cannot claim or cordon"
 POLL_S = 2.0
 CAS_ATTEMPTS = 5  # writes in a row that may meet a newer version of the node before the step gives up
 
@@ -595,14 +598,14 @@ class RolloutExecutor:
                 except NodeRefused as exc:
                     self.unwritable.add(w.decision.instance_id)
                     refused.add(w.pool_id)
-                    why = ("cannot claim or cordon: %s%s; the API server refuses this node's record, so the node "
+                    why = ("%s: %s%s; the API server refuses this node's record, so the node "
                            "is left without one and the next node of the pool takes its place; every run tries it "
-                           "again (told once per cause)" % (exc, getattr(exc, "note", "")))
+                           "again (told once per cause)" % (CLAIM_FAILED, exc, getattr(exc, "note", "")))
                     event(self.kube, w.decision.node_name, "MigRolloutFailed", why, warning=True)
                     # ``cause``: the API server's answer alone, which the alert of the refusal is told once for
                     self._end(w, FAILED, why, base={"code": CLAIM_REFUSED, "cause": str(exc)})
                 except KubeError as exc:
-                    self._end(w, FAILED, "cannot claim or cordon: %s" % exc)
+                    self._end(w, FAILED, "%s: %s" % (CLAIM_FAILED, exc))
             todo = self._instead(refused, wave, results) if refused else []
             wave.extend(todo)
 

@@ -151,3 +151,26 @@ def test_a_sticky_mark_outlives_the_two_days_until_its_node_passes_its_claim():
     assert alerted.told(kube, {NODE: "a" * 32}) == {NODE}
     alerted.passed(kube, [NODE])
     assert alerted.told(kube, {NODE: "a" * 32}) == set()
+
+
+def test_a_node_that_failed_at_its_claim_for_another_cause_keeps_its_refusals_mark():
+    """A node whose claim failed for a cause that is not its own (a 5xx, RBAC's 403: the executor's reason
+    ``cannot claim or cordon: ...``, no code) did not get past its claim: its sticky mark stayed removed, or was
+    replaced by that failure's, so the next refusal for the same cause was told again."""
+    from functions.rollout.executor import CLAIM_FAILED
+
+    kube = MemoryKube()
+    sticky_key = am.failure_key("timer-run-1", REFUSED)
+    alerted.mark(kube, {NODE: sticky_key}, sticky=[NODE])
+    down = {"instance_id": NODE, "node_name": "n", "outcome": "failed", "wave": 1,
+            "reason": "%s: PATCH /api/v1/nodes/n: HTTP 503 the server is currently unable to handle the request"
+                      % CLAIM_FAILED}
+    with Webhook() as hook:
+        settings = load_settings({"ACK_MIG_NOTIFY_URL": hook.url()})
+        log = JsonLogger("DEBUG", stream=io.StringIO(), request_id="timer-run-2")
+        result = HandlerResult(trigger="timer", outcome="retry", reason="r", nodes=[down])
+        assert after_event(result, settings, log, kube=kube) == 1  # that failure is told
+        assert alerted.told(kube, {NODE: sticky_key}) == {NODE}  # and the refusal's mark stays
+        partitioned = dict(down, outcome="partitioned", reason="done")
+        after_event(replace(result, outcome="done", nodes=[partitioned]), settings, log, kube=kube)
+    assert alerted.told(kube, {NODE: sticky_key}) == set()  # past its claim: the next refusal is news
