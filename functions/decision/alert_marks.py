@@ -13,14 +13,15 @@ A claim the API server refuses for a cause of the node's own (code :data:`STICKY
 the event, it was told at every timer run. Its key names no run: the node, the code and the cause (the node's
 ``cause``, the API server's answer, else its reason whole). It is told once per node and cause; its mark is
 "sticky": kept past :data:`KEEP_S` while the refusal lasts, and removed once the node gets past its claim
-(:func:`passed`), so a later refusal is told again, as is another cause (another key). Each run's result still
+(:func:`passed`), so a later refusal is told again, as is another cause (another key); a node that never does
+(deleted while refused) loses it after :data:`STICKY_KEEP_S` (a refusal that lasts is told again then). Each run's result still
 shows the node failed.
 
 One JSON document in the annotation :data:`MARK_ANNOTATION` of the Lease :data:`MARK_LEASE`, in the namespace
 the run record lives in (a node under a lifecycle hook is not a Kubernetes Node yet: there is no Node to mark):
 ``{"version": 1, "nodes": {instance id: {"key": digest, "at": epoch seconds[, "sticky": true]}}}``, one mark per
-node (its last failure told), kept :data:`KEEP_S` (a sticky one until its node passes) and at most
-:data:`MAX_NODES` of them, the newest.
+node (its last failure told), kept :data:`KEEP_S` (a sticky one until its node passes, at most
+:data:`STICKY_KEEP_S`: :func:`kept`) and at most :data:`MAX_NODES` of them, the newest.
 
 Pure: no I/O. What is read back passes the reader rule (node_bootstrap/outside.py): bounded and checked. A
 document that is not ours reads as no marks, an entry that is not ours as no mark for that node: "not told",
@@ -42,6 +43,9 @@ VERSION = 1
 # FC gives up on an asynchronous event after at most a day (its maximum event age): a mark older than two is
 # no retry's any more.
 KEEP_S = 2 * 86400.0
+# A sticky mark goes when its node passes its claim; one whose node never does (deleted while refused) went only
+# when 512 newer marks pushed it out. Thirty days: a refusal that lasts longer is told again, once a month.
+STICKY_KEEP_S = 30 * 86400.0
 MAX_NODES = 512  # about 100 bytes each: well under the 256 KiB Kubernetes allows an object's annotations
 MAX_TEXT = 128 * 1024
 MAX_ID = 64  # an ECS instance id is 22 characters
@@ -99,12 +103,18 @@ def told(marks: Marks, keys: Mapping[str, str]) -> Set[str]:
     return {iid for iid, key in keys.items() if (marks.get(iid) or {}).get("key") == key}
 
 
+def kept(marks: Marks, now: float) -> Marks:
+    """``marks`` without those past their time (KEEP_S, a sticky one STICKY_KEEP_S): what still counts as told."""
+    return {iid: mark for iid, mark in marks.items()
+            if now - mark["at"] <= (STICKY_KEEP_S if mark.get("sticky") else KEEP_S)}
+
+
 def merge(marks: Marks, keys: Mapping[str, str], now: float, sticky_ids: Iterable[str] = ()) -> Marks:
     """``marks`` with each of ``keys`` marked told at ``now`` (a node's older mark replaced; ``sticky_ids``: those
-    whose mark is sticky), those older than KEEP_S dropped unless sticky, and the newest MAX_NODES kept. A sticky
+    whose mark is sticky), those older than KEEP_S dropped (a sticky one STICKY_KEEP_S), the newest MAX_NODES kept. A sticky
     mark is not replaced by another failure's: the node has not got past its claim, and its refusal, met again,
     stays told (the other failure stays unmarked: a retry of the event may tell it again, never lose it)."""
-    out = {iid: dict(mark) for iid, mark in marks.items() if mark.get("sticky") or now - mark["at"] <= KEEP_S}
+    out = {iid: dict(mark) for iid, mark in kept(marks, now).items()}
     held = set(sticky_ids)
     for iid, key in keys.items():
         if iid not in held and (out.get(str(iid)[:MAX_ID]) or {}).get("sticky"):

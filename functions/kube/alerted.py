@@ -49,7 +49,7 @@ def told(kube: Any, keys: Mapping[str, str], namespace: str = EVENT_NAMESPACE) -
         if exc.status == 404:
             return set()
         raise
-    return am.told(_marks(lease), keys)
+    return am.told(am.kept(_marks(lease), leases.cluster_now(kube)), keys)  # an expired mark tells it again
 
 
 def mark(kube: Any, keys: Dict[str, str], namespace: str = EVENT_NAMESPACE, sticky: Iterable[str] = ()) -> None:

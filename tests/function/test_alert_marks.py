@@ -174,3 +174,25 @@ def test_a_node_that_failed_at_its_claim_for_another_cause_keeps_its_refusals_ma
         partitioned = dict(down, outcome="partitioned", reason="done")
         after_event(replace(result, outcome="done", nodes=[partitioned]), settings, log, kube=kube)
     assert alerted.told(kube, {NODE: sticky_key}) == set()  # past its claim: the next refusal is news
+
+
+def test_a_sticky_mark_of_a_node_that_never_passes_again_goes_after_thirty_days():
+    """A node deleted while its claim was refused never gets past its claim: its sticky mark stayed until 512
+    newer marks pushed it out. It goes once it is STICKY_KEEP_S old (a refusal that lasts so long is told again,
+    a reminder, never a loss)."""
+    now = 2e9
+    marks = am.merge({}, {NODE: "a" * 32}, now, sticky_ids=[NODE])
+    assert NODE in am.merge(marks, {"i-next": "b" * 32}, now + am.KEEP_S + 86400)
+    assert am.STICKY_KEEP_S >= 7 * am.KEEP_S
+    later = am.merge(marks, {"i-next": "b" * 32}, now + am.STICKY_KEEP_S + 1)
+    assert sorted(later) == ["i-next"]
+    # read before any write drops it: an expired mark no longer counts as told
+    import time
+
+    from functions.kube import leases
+
+    kube = MemoryKube()
+    old = am.merge({}, {NODE: "a" * 32}, time.time() - am.STICKY_KEEP_S - 60, sticky_ids=[NODE])
+    leases.write(kube, EVENT_NAMESPACE, leases.read_or_create(kube, EVENT_NAMESPACE, am.MARK_LEASE, {}),
+                 {am.MARK_ANNOTATION: am.write_text(old)})
+    assert alerted.told(kube, {NODE: "a" * 32}) == set()
