@@ -214,9 +214,16 @@ def as_list(value):
 
 def json_type(value):
     # type: (Any) -> str
-    """A decoded JSON value's type in words, for a one-line refusal."""
-    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
-        type(value), "a number")
+    """A decoded JSON value's type in words, for a one-line refusal: the one wording of every reader of an
+    answer (the node's, the ACK and ROS answers', the Kubernetes objects' shapes)."""
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    for kind, words in ((dict, "an object"), (list, "a list"), (str, "text"), (type(None), "null")):
+        if isinstance(value, kind):
+            return words
+    return type(value).__name__
 
 
 def list_items(answer, what):

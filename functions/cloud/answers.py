@@ -4,6 +4,8 @@ for an empty answer."""
 
 from typing import Any, Dict
 
+from node_bootstrap.outside import json_type
+
 from functions.base.errors import Refused
 
 
@@ -20,12 +22,7 @@ def answer_body(response: Any, call: str) -> Dict[str, Any]:
     raw = getattr(response, "_map", None)
     body = raw.get("body") if isinstance(raw, dict) else None
     if not isinstance(body, dict):
-        raise Refused("%s answered %s, not the API's JSON object; nothing of it is read" % (call, kind(body)),
+        raise Refused("%s answered %s, not the API's JSON object; nothing of it is read" % (call, json_type(body)),
                       call, "", "UnreadableAnswer")
     return body
 
-
-def kind(value: Any) -> str:
-    """What ``value`` is, in the words of a one-line refusal."""
-    return {list: "a list", str: "text", dict: "an object", type(None): "no body", bool: "true/false"}.get(
-        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)

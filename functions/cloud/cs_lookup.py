@@ -26,8 +26,8 @@ from functions.base.endpoints import resolve
 from functions.base.errors import ConfigurationError, Refused, RetryLater
 from functions.base.model import Node, NodePool
 from functions.base.settings import Settings
-from functions.cloud.answers import answer_body, kind as _kind
-from node_bootstrap.outside import as_object
+from functions.cloud.answers import answer_body
+from node_bootstrap.outside import as_object, json_type
 
 PAGE_SIZE = 100  # the API's maximum
 MAX_PAGES = 200  # 20 000 nodes: far beyond any cluster; stops a server that never ends its pages
@@ -75,7 +75,7 @@ def _listed(body: Mapping[str, Any], key: str, call: str) -> list:
     if items is None:
         return []
     if not isinstance(items, list):
-        raise Refused("%s answered %s as %s; expected a list of objects" % (call, key, _kind(items)), call, "",
+        raise Refused("%s answered %s as %s; expected a list of objects" % (call, key, json_type(items)), call, "",
                       "UnreadableAnswer")
     return items
 
@@ -89,7 +89,7 @@ def _parsed(parse: Callable[[Any], Any], items: Any, what: str) -> list:
         if not item:
             continue
         if not isinstance(item, dict):
-            log.warning("ACK API %s left out, unreadable: %s, not an object", what, _kind(item))
+            log.warning("ACK API %s left out, unreadable: %s, not an object", what, json_type(item))
             continue
         try:
             out.append(parse(item))
@@ -206,7 +206,7 @@ class CsLookup:
         config = answer_body(response, "DescribeClusterUserKubeconfig").get("config")
         if not isinstance(config, str) or not config.strip():
             raise Refused("DescribeClusterUserKubeconfig answered %s as its config; expected the kubeconfig's "
-                          "text" % _kind(config), "DescribeClusterUserKubeconfig", "", "UnreadableAnswer")
+                          "text" % json_type(config), "DescribeClusterUserKubeconfig", "", "UnreadableAnswer")
         return config
 
     def set_nodepool_tags(self, cluster_id: str, nodepool_id: str, tags: Sequence[Tuple[str, str]]) -> None:
@@ -238,8 +238,8 @@ class CsLookup:
                 item = listed[odd]
                 raise Refused("DescribeClusterNodePools answered label %d of node pool %s as %s, not {\"key\": "
                               "\"<text>\", \"value\": ...}; the labels are written back whole, so none is changed"
-                              % (odd, nodepool_id, "an object whose key is %s" % _kind(item.get("key"))
-                                 if isinstance(item, dict) else _kind(item)), "DescribeClusterNodePools", "",
+                              % (odd, nodepool_id, "an object whose key is %s" % json_type(item.get("key"))
+                                 if isinstance(item, dict) else json_type(item)), "DescribeClusterNodePools", "",
                               "UnreadableAnswer")
             labels = [(str(t["key"]), None if t.get("value") is None else str(t["value"]))
                       for t in listed if t and t.get("key")]

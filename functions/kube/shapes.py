@@ -12,6 +12,8 @@ it). ``null`` is taken as absent for a field, as the readers do (``x.get(k) or {
 
 from typing import Any, List, Tuple
 
+from node_bootstrap.outside import json_type
+
 
 class MapOf:
     def __init__(self, value: Any) -> None:
@@ -34,14 +36,6 @@ OBJECT = {"kind": str, "metadata": _META,
           "status": {"phase": str, "conditions": [{"type": str, "status": str, "reason": str}]}}
 
 
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    return {str: "text", list: "a list", dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
-
-
 def _expected(schema: Any) -> str:
     if schema is str:
         return "text"
@@ -51,7 +45,7 @@ def _expected(schema: Any) -> str:
         return "a quantity (text such as \"1\")"
     if isinstance(schema, list):
         return "a list"
-    return "a mapping"
+    return "an object"  # json_type's words: "expected an object, got a list"
 
 
 def _fits(value: Any, schema: Any) -> bool:
@@ -66,7 +60,7 @@ def _fits(value: Any, schema: Any) -> bool:
 
 def problem(value: Any, schema: Any = OBJECT, where: str = "") -> str:
     """The first field of ``value`` whose type differs from ``schema``, as one line (``spec.containers[0]
-    .resources.limits: expected a mapping, got a list``); "" when every field read has its shape. Walks the
+    .resources.limits: expected an object, got a list``); "" when every field read has its shape. Walks the
     schema, so its depth (a handful of levels) bounds the work, whatever the value's nesting."""
     todo: List[Tuple[Any, Any, str, bool]] = [(value, schema, where, True)]
     while todo:
@@ -74,7 +68,7 @@ def problem(value: Any, schema: Any = OBJECT, where: str = "") -> str:
         if item is None and not required:  # an absent field (or null): the readers skip it
             continue
         if not _fits(item, shape):
-            return "%s: expected %s, got %s" % (path or "the object", _expected(shape), _kind(item))
+            return "%s: expected %s, got %s" % (path or "the object", _expected(shape), json_type(item))
         if isinstance(shape, list):
             todo.extend((x, shape[0], "%s[%d]" % (path, i), True) for i, x in reversed(list(enumerate(item))))
         elif isinstance(shape, MapOf):
