@@ -110,6 +110,7 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
     from node_bootstrap.kube import KubeError
 
     from functions.rollout.pool_lease import PoolBudget
+    from functions.rollout.record_end import end_or_remove, removal
 
     # A record is judged on the cluster's clock it was written on (run.cluster_clock), not this tick's: a tick
     # whose clock ran ahead ended a live run's record under it, and the slot below is judged on it too.
@@ -124,10 +125,8 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
             continue  # a drained record is the labelled rollout's to resume (it uncordons)
         reason = ("invocation %s stopped with this node at step %s; a later tick ended the record without a "
                   "change (what the node holds is its own state label's to say)" % (p.owner or "-", p.step))
-        notes: Dict[str, Optional[str]] = {rp.PROGRESS_ANNOTATION: dataclasses.replace(
-            p, step=rp.DONE, reason=reason, owner=owner, expires=now, autoscaler=False).to_annotation()}
-        if p.autoscaler:  # this hook's opt-out; someone else's is never in a record that says autoscaler
-            notes[rp.SCALE_DOWN_DISABLED] = None
+        notes: Dict[str, Optional[str]] = dict(removal(p)[1] or {}, **{rp.PROGRESS_ANNOTATION: dataclasses.replace(
+            p, step=rp.DONE, reason=reason, owner=owner, expires=now, autoscaler=False).to_annotation()})
         if dry_run:  # it wrote nothing: its line must not say the record ended (the node still reads pending)
             lines.append("node %s: dry run: would end the record (%s) and give back the budget slot of invocation "
                          "%s on it, if the pool's Lease still holds one that has run out" % (node.name, reason,
@@ -146,18 +145,18 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
                     raise
                 # This node's answer, e.g. a 422 when another party filled its annotations to the size limit:
                 # with the reason, each tick tried again and the node read pending for good, the opt-out kept.
-                # The end without its reason is no longer than the record it replaces (the opt-out goes too);
-                # else the record goes, a write that only shrinks the annotations: the size limit lets it through.
+                # The end without its reason, which is not always shorter than the record it replaces (an empty
+                # owner now named, a longer ``expires``); else the record goes, a write that only shrinks the
+                # annotations, which the size limit lets through (``record_end``); the opt-out goes either way.
                 why = " ".join(str(exc).split())[:200]
                 end = dataclasses.replace(p, step=rp.DONE, reason="", owner=owner, expires=now, autoscaler=False)
-                try:
-                    _patch(kube, node, dict(notes, **{rp.PROGRESS_ANNOTATION: end.to_annotation()}))
-                    reason += "; recorded without this reason (the API server refused it: %s)" % why
-                except KubeError as again:
-                    if again.status in (None, 404, 409):
-                        raise
-                    _patch(kube, node, dict(notes, **{rp.PROGRESS_ANNOTATION: None}))
+                if end_or_remove(
+                        lambda: _patch(kube, node, dict(notes, **{rp.PROGRESS_ANNOTATION: end.to_annotation()})),
+                        lambda: _patch(kube, node, dict(notes, **{rp.PROGRESS_ANNOTATION: None})),
+                        lambda e: isinstance(e, KubeError) and e.status not in (None, 404, 409)):
                     reason += "; the record was removed (the API server refused its end: %s)" % why
+                else:
+                    reason += "; recorded without this reason (the API server refused it: %s)" % why
         except KubeError as exc:
             if exc.status in (404, 409):  # another invocation took the node over, or it went: left to that
                 continue

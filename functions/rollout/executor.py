@@ -36,6 +36,7 @@ from node_bootstrap.kube import KubeError
 from functions.base.model import ACTION_DEFER, Decision
 from functions.rollout import drain as dr
 from functions.rollout.pool_lease import PoolBudget
+from functions.rollout.record_end import end_or_remove, removal
 from functions.decision import waves as rp
 from functions.base.settings import longest_run_s as run_lease
 
@@ -381,31 +382,43 @@ class RolloutExecutor:
 
     def _unrecorded(self, w: Any, step: str, reason: str, exc: KubeError) -> tuple:
         """The end of a node whose record the API server refuses for a cause of the node's own (another party
-        filled its annotations to the 262,144-byte limit meanwhile, a webhook): (the reason, saying what was done,
-        whether the record was removed). Left so, the node stayed cordoned under a record in progress whose
-        takeover every later run was refused in turn. First the end without its reason; else the end written
-        short (``compact``: shorter than any record in progress, so a size limit the record in progress met lets
-        it through, and a stop still stops the pool); else the record removed, which only shrinks the
-        annotations, with the cordon and the opt-out this run set (the next run plans the node afresh: a node in
-        its layout is skipped, one still to do is refused at its claim, ``claim-refused``, and the pool goes
-        on); else the node is left as it is, said so. Removed where the short end fitted, a stop whose claim
-        still fits was claimed, drained and stopped again by every run, its pool's other nodes waiting."""
+        filled its annotations to the 262,144-byte limit meanwhile, a webhook): (the reason, saying what was
+        done, whether the record was removed). Left so, the node stayed cordoned under a record in progress
+        whose takeover every later run was refused in turn. First the end without its reason (``record_end``:
+        not always shorter); else the end written short (``compact``: shorter than any record in progress, so a
+        size limit the record in progress met lets it through, and a stop still stops the pool); else the record
+        removed, which only shrinks the annotations, with the cordon and the opt-out this run set (the next run
+        plans the node afresh: a node in its layout is skipped, one still to do is refused at its claim,
+        ``claim-refused``, and the pool goes on); else the node is left as it is, said so. Removed where the
+        short end fitted, a stop whose claim still fits was claimed, drained and stopped again by every run, its
+        pool's other nodes waiting."""
         told = " ".join(str(exc).split())[:300]
-        for compact in (False, True):
-            try:
-                self._record(w, step, "", uncordon=True, compact=compact)
-                return "%s; its record keeps %s, the API server refused it with one: %s" % (
-                    reason, "only its step" if compact else "no reason", told), False
-            except NodeRefused:
-                pass
         p = w.progress
-        notes = {rp.SCALE_DOWN_DISABLED: None} if p is not None and p.autoscaler else None
-        try:
-            self._write(w, None, {"unschedulable": None} if p is not None and p.cordoned else None, notes)
-        except KubeError as again:
+        spec, notes = removal(p)
+        failed: List[KubeError] = []
+
+        def remove() -> None:
+            try:
+                self._write(w, None, spec, notes)
+            except KubeError as again:
+                failed.append(again)
+
+        kept: List[str] = []
+
+        def end() -> None:
+            try:
+                self._record(w, step, "", uncordon=True)
+                kept.append("no reason")
+            except NodeRefused:  # the short end next; refused too, the record is removed
+                self._record(w, step, "", uncordon=True, compact=True)
+                kept.append("only its step")
+
+        if not end_or_remove(end, remove, lambda e: isinstance(e, NodeRefused)):
+            return "%s; its record keeps %s, the API server refused it with one: %s" % (reason, kept[0], told), False
+        if failed:
             return ("%s; the API server refused the node's record (%s) and its removal (%s): the node is left as it "
                     "is%s; free its annotations, then run `kubectl uncordon %s` and remove its annotation %s"
-                    % (reason, told, " ".join(str(again).split())[:200], ", cordoned" if p and p.cordoned else "",
+                    % (reason, told, " ".join(str(failed[0]).split())[:200], ", cordoned" if p and p.cordoned else "",
                        w.decision.node_name, rp.PROGRESS_ANNOTATION)), False
         return ("%s; the API server refused the node's record (%s): the record was removed%s, and the next run plans "
                 "the node afresh" % (reason, told, " and the node uncordoned" if p and p.cordoned else "")), True
@@ -550,9 +563,8 @@ class RolloutExecutor:
             # removal (a stop between the two leaves the record, and the next takeover restarts them again).
             w.daemon_pods, w.resumed_apply = self._daemon_pods(w), True
             restarted = self._restart(w, {"outcome": "unchanged", "reason": ""})
-        notes = {rp.SCALE_DOWN_DISABLED: None} if p.autoscaler else None
         try:
-            self._patch(w, None, {"unschedulable": None} if p.cordoned else None, notes)
+            self._patch(w, None, *removal(p))
         except KubeError as again:
             exc.note = "; the record a stopped run left (step %s) could not be removed either (%s)%s" % (
                 p.step, " ".join(str(again).split())[:200], restarted)
