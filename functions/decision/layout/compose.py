@@ -30,9 +30,14 @@ from .vocabulary import CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU, 
 # several instances on 1,000 GPUs planned twice took the tick from 1.4 s of CPU to 2.7 s).
 SECOND_ROUND_GPUS = EXACT_GPUS
 # Rounds in all, the first included (at least 2); each is a whole plan's work, paid only where the rounds
-# have not rested. 8,000 random small pools (tests/layout/ticks.py, seeds 0 to 7,999: more pods asking several
-# profiles than the earlier review's 4,000, which needed at most 4) needed at most 6 to reach a state no round
-# changes (15 of them 5 or 6, 95 four); with 4, those 15 changed GPUs again on the next ticks.
+# have not rested, and each is a planner.plan, itself up to planner.YIELD_PASSES plans: ROUNDS x YIELD_PASSES
+# = 24 plans in one tick at most, on pools of at most EXACT_GPUS GPUs (the exact solve runs in none of them:
+# the planner leaves it out while a pod asks several instances). scripts/plan_cost.py on 96 GPUs: 24 plans
+# reached with 600 to 700 instances waiting (under 0.5 s of CPU); the slowest, 1.6 s, 12 plans of 0.13 s for
+# 5,000 instances waiting: 24 such plans would be about 3 s. 8,000 random small pools (tests/layout/ticks.py,
+# seeds 0 to 7,999: more pods asking several profiles than the earlier review's 4,000, which needed at most 4)
+# needed at most 6 to reach a state no round changes (15 of them 5 or 6, 95 four); with 4, those 15 changed
+# GPUs again on the next ticks.
 ROUNDS = 6
 
 

@@ -554,7 +554,9 @@ def _serve_multi(gpus: List[_Gpu], demand: Sequence[PodDemand], bounds: Bounds):
 # Plans made at most where pods asking several instances yield to the pods ahead of them (_behind), the
 # first included: each is a whole plan's work, and only a pool short of a profile such a pod asks pays it.
 # Only on pools of at most exact.EXACT_GPUS GPUs, as compose.py's further rounds: on 1,000 GPUs with 2,000
-# pods asking several, the passes and their bindings took a plan from 1.2 s of CPU to 4.4 s.
+# pods asking several, the passes and their bindings took a plan from 1.2 s of CPU to 4.4 s. Each of those
+# rounds is such a plan, so the two multiply: up to compose.ROUNDS x YIELD_PASSES = 24 plans in one tick
+# (compose.ROUNDS gives the cost measured on 96 GPUs: scripts/plan_cost.py).
 YIELD_PASSES = 4
 
 
