@@ -17,6 +17,14 @@ the event, it was told at every timer run. Its key names no run: the node, the c
 (deleted while refused) loses it after :data:`STICKY_KEEP_S` (a refusal that lasts is told again then). Each run's result still
 shows the node failed.
 
+A stop record (a node that ended ``drain-timeout`` or ``failed``: the pool's rollout waits for a person) is told as
+``rollout-stopped`` by the run that wrote it, and by any later run that finds its pool halted by it while no mark
+shows it told (that run may have been killed between the record and its line): level-triggered. Its mark,
+:func:`stop_id` of the node -> :func:`stop_key`, names the node and the run that wrote the record (the record's
+owner; a run writes one stop per node), so the same record is told once and a new one, even of the same node, is
+news. It is sticky while the record lasts (a stop waits days for a person), removed once the node gets past its
+claim again (:func:`passed`). A stop an older version told left no mark: it is told once more after the upgrade.
+
 One JSON document in the annotation :data:`MARK_ANNOTATION` of the Lease :data:`MARK_LEASE`, in the namespace
 the run record lives in (a node under a lifecycle hook is not a Kubernetes Node yet: there is no Node to mark):
 ``{"version": 1, "nodes": {instance id: {"key": digest, "at": epoch seconds[, "sticky": true]}}}``, one mark per
@@ -72,6 +80,24 @@ def failure_key(run: str, node: Mapping[str, Any]) -> str:
                           " ".join(str(node.get("cause") or node.get("reason") or "").split())))
     else:
         text = "\n".join((str(run or ""), str(node.get("instance_id") or ""), failure_of(node)))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+STOP_PREFIX = "stop:"  # the marks of stop records, beside the nodes' failure marks (keyed by instance id)
+
+
+def stop_id(node_name: str) -> str:
+    """The mark id of a node's stop record: its name, or a digest of a name too long for an id."""
+    name = str(node_name or "")
+    if len(STOP_PREFIX) + len(name) <= MAX_ID:
+        return STOP_PREFIX + name
+    return STOP_PREFIX + hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+
+
+def stop_key(node_name: str, owner: str) -> str:
+    """The mark of one stop record: the node and the run that wrote it (the record's owner). Not its step: a
+    ``drain-refused`` node's record says ``failed``."""
+    text = "\n".join(("stop", str(node_name or ""), str(owner or "")))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 

@@ -1,5 +1,6 @@
 """The alert marks on the cluster (``functions.decision.alert_marks`` says what they hold and why): read before a
-``node-failed`` line is sent, written once the webhook took it.
+``node-failed`` line, or a ``rollout-stopped`` line for an earlier run's stop record, is sent, written once the
+webhook took it.
 
 One ``coordination.k8s.io/v1`` Lease, ``ack-mig-hook-alerts``, in the namespace the run record lives in: the
 Role that lets the function keep its run record there (get, create, update) covers it, no new RBAC.

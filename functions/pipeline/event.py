@@ -339,6 +339,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     request: Optional["Request"] = None
     waves: set = set()  # this event's rollout waves (instance ids) and whether it reconciles whole pools
     whole_pools = False
+    planned: Any = None  # this event's rollout: the stop records that halted its pools (told unless marked told)
     pool_tags: Optional[List[dict]] = None  # the autoscaler step's entries (functions/pipeline/autoscaler_sync.py)
     pools: dict = {}  # instance id -> its pool, for the node result lines
     # pool id -> its line: ACK refused the list of its nodes for good. Here, not where the pools are read, so a
@@ -429,6 +430,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         decisions = decide_targets(targets, cluster)
         decisions, rollout = prepare(request, targets, decisions, view, settings,
                                      pools_now=lambda: lookup.nodepools(cluster))  # read again between waves
+        planned = rollout
         for d in decisions:
             pools[d.instance_id] = d.nodepool_id
             log.log(decision_level(d.action), "decision", instance_id=d.instance_id, node_name=d.node_name,
@@ -506,7 +508,8 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     if request is not None and result.nodes:  # a webhook, when configured; never changes how the event ended
         from functions.pipeline.notify import after_event
 
-        after_event(result, settings, log, waves, whole_pools, kube=marks)
+        after_event(result, settings, log, waves, whole_pools, kube=marks, stops=getattr(planned, "stops", None) or (),
+                    owner=str(getattr(planned, "owner", "") or ""))
     level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]
     counts = _node_counts(result.nodes)
     failed = sum(counts.get(o, 0) for o in ("failed", "drain-timeout", "drain-refused"))

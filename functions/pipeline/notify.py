@@ -23,7 +23,10 @@ Kinds (``kind``), schema :data:`SCHEMA`:
   A node whose claim the API server refused (code ``claim-refused``) recorded nothing and stopped nothing: the
   next node took its place, so it is in ``node-failed`` only, told once per node and cause although every run
   tries it again (``functions.decision.alert_marks``: told again once the node got past its claim). A node whose
-  record was removed after the API server refused it (``record-refused``) stops nothing either.
+  record was removed after the API server refused it (``record-refused``) stops nothing either. Level-triggered: a
+  later run that finds a pool halted by a node's stop record tells that stop as well unless the alert marks show it
+  told (the run that wrote it may have been killed before its line), then marks it: at least once, and once told
+  never again for the same record (``functions.decision.alert_marks``, :func:`stop_id`/:func:`stop_key`).
 * ``rollout-finished``: per pool, in an event that reconciles whole pools (the timer, a node pool operation, a
   manual run without instance ids), this event changed at least one of the pool's nodes and none is left to
   do (nothing deferred, failed or waiting): the pool holds its layout.
@@ -32,7 +35,7 @@ Kinds (``kind``), schema :data:`SCHEMA`:
 import json
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from functions.delivery.outcome import TAINT_NOT_REMOVED
 from functions.rollout.executor import CLAIM_FAILED, CLAIM_REFUSED, RECORD_REFUSED
@@ -78,15 +81,39 @@ def failed_nodes(result: Any) -> List[Dict[str, Any]]:
             and getattr(decisions.get(n.get("instance_id")), "action", None) != "error"]
 
 
+def wave_stopped(result: Any, wave_ids: Iterable[str]) -> Dict[str, List[Dict[str, Any]]]:
+    """Pool id -> the nodes of this event's rollout waves that stopped the pool (``rollout-stopped``), in the
+    decisions' order. A taint not lifted is settled after the wave (functions.delivery.outcome.settle), and a
+    refused claim recorded nothing (the next node took its place): the rollout went on either way."""
+    waves = set(wave_ids)
+    nodes = {n.get("instance_id"): n for n in result.nodes or []}
+    out: Dict[str, List[Dict[str, Any]]] = {}
+    for d in result.decisions or []:
+        n = nodes.get(d.instance_id) if d.instance_id in waves else None
+        if n is not None and n.get("outcome") in STOPPED \
+                and n.get("code") not in (TAINT_NOT_REMOVED, CLAIM_REFUSED, RECORD_REFUSED):
+            out.setdefault(d.nodepool_id or "", []).append(n)
+    return out
+
+
+def _stop_node(stop: Mapping[str, Any]) -> Dict[str, Any]:
+    """A stop record (``functions.rollout.run.stop_records``) as a line lists a node."""
+    return {"instance_id": stop.get("instance_id") or None, "node_name": stop.get("node_name") or None,
+            "outcome": stop.get("step"), "reason": _cut(stop.get("reason"))}
+
+
 def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool = False,
-                  now: Optional[float] = None, told: Iterable[str] = ()) -> List[Dict[str, Any]]:
+                  now: Optional[float] = None, told: Iterable[str] = (),
+                  stops: Sequence[Mapping[str, Any]] = ()) -> List[Dict[str, Any]]:
     """The lines an event's final result calls for (module docstring), in a stable order. ``wave_ids``: the
     instances of this event's rollout waves (every wave of the invocation); ``whole_pools``: whether the event
     reconciled whole pools; ``told``: instance ids whose failure an earlier attempt of this event told (left out
-    of ``node-failed``)."""
+    of ``node-failed``); ``stops``: stop records of earlier runs that halt a pool of this event and no mark shows
+    told (told as ``rollout-stopped`` where this event's waves did not stop that pool themselves)."""
     if getattr(result, "dry_run", False) or not result.nodes:
         return []
     waves = set(wave_ids)
+    by_wave = wave_stopped(result, waves)
     stamp = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc)
     head = {"schema": SCHEMA, "time": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), "cluster_id": result.cluster_id,
             "trigger": result.trigger, "event_id": result.event_id}
@@ -99,11 +126,17 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
     for pool_id in sorted(pools):
         members = pools[pool_id]
         target = _target(members)
-        # A taint not lifted is settled after the wave (functions.delivery.outcome.settle), and a refused claim
-        # recorded nothing (the next node took its place): the rollout went on either way.
-        stopped = [nodes[d.instance_id] for d in members if d.instance_id in waves
-                   and nodes.get(d.instance_id, {}).get("outcome") in STOPPED
-                   and nodes[d.instance_id].get("code") not in (TAINT_NOT_REMOVED, CLAIM_REFUSED, RECORD_REFUSED)]
+        stopped = by_wave.get(pool_id, [])
+        earlier = [st for st in stops if st.get("nodepool_id") == pool_id]
+        if not stopped and earlier and pool_id:  # an earlier run's stop, not told yet: the same line, from its record
+            first = earlier[0]
+            out.append(dict(head, kind="rollout-stopped", nodepool_id=pool_id, target=target, count=len(earlier),
+                            nodes=[_stop_node(st) for st in earlier[:MAX_NODES]],
+                            text=_cut("rollout of pool %s to %s stopped: node %s ended %s (%s); fix the cause, then "
+                                      "remove the node's annotation ack-mig-hook/rollout to resume"
+                                      % (pool_id, target or "-", first.get("node_name"), first.get("step"),
+                                         _cut(first.get("reason") or "no reason recorded", 300)), 600)))
+            continue
         if stopped and pool_id:
             first = stopped[0]
             reason = str(first.get("reason") or "")
@@ -338,8 +371,12 @@ def _passed(result: Any, kube: Any, log: Any) -> None:
            and not str(n.get("reason") or "").startswith(CLAIM_FAILED + ":")}
     if kube is None or not ids:
         return
+    from functions.decision.alert_marks import stop_id
     from functions.kube import alerted
 
+    # a node claimed again has no stop record left (a person removed it): the mark of its old stop goes too
+    ids |= {stop_id(str(n.get("node_name"))) for n in result.nodes or [] if str(n.get("instance_id")) in ids
+            and n.get("node_name")}
     try:
         alerted.passed(alerted.client(kube), ids)
     except Exception as exc:  # noqa: BLE001 - the event ends as it would have
@@ -367,6 +404,54 @@ def _told(result: Any, kube: Any, log: Any) -> Tuple[Dict[str, str], Set[str]]:
         return keys, set()
 
 
+def _untold_stops(stops: Iterable[Mapping[str, Any]], owner: str, by_wave: Mapping[str, List[Dict[str, Any]]],
+                  kube: Any, log: Any) -> List[Dict[str, Any]]:
+    """The stop records that halted a pool in this event (``functions.rollout.run.stop_records``) and no alert mark
+    shows told, once each; not those this event's own waves stopped (their line is told anyway). A mark that cannot
+    be read tells them all: a repeat, never a loss."""
+    from functions.decision.alert_marks import stop_id, stop_key
+
+    own = {str(n.get("node_name")) for nodes in by_wave.values() for n in nodes}
+    seen: Dict[Tuple[str, str], Dict[str, Any]] = {}
+    for st in stops:
+        name, by = str(st.get("node_name") or ""), str(st.get("owner") or "")
+        if name and not (by and by == owner and name in own):
+            seen.setdefault((name, by), dict(st))
+    if not seen or kube is None:
+        return list(seen.values())
+    keys = {stop_id(name): stop_key(name, by) for name, by in seen}
+    from functions.kube import alerted
+
+    try:
+        told = alerted.told(alerted.client(kube), keys)
+    except Exception as exc:  # noqa: BLE001 - the API server's trouble must not silence a stop
+        log.warning("alert marks not read: every stopped rollout is told", reason="%s: %s" % (
+            type(exc).__name__, " ".join(str(exc).split())[:200]))
+        told = set()
+    if told:
+        log.info("stopped rollouts told before are not told again", nodes=sorted(told))
+    return [st for (name, _), st in sorted(seen.items()) if stop_id(name) not in told]
+
+
+def _stop_marks(lines: Sequence[Dict[str, Any]], accepted: Iterable[int], by_wave: Mapping[str, List[Dict[str, Any]]],
+                stops: Sequence[Mapping[str, Any]], owner: str) -> Dict[str, str]:
+    """The marks of the stops the accepted ``rollout-stopped`` lines told: this event's own (its waves' nodes, whose
+    records it wrote as ``owner``) and the earlier runs' it told from their records."""
+    from functions.decision.alert_marks import stop_id, stop_key
+
+    out: Dict[str, str] = {}
+    for i in accepted:
+        if lines[i]["kind"] != "rollout-stopped":
+            continue
+        pool = lines[i]["nodepool_id"]
+        for n in by_wave.get(pool, []) if owner else ():
+            out[stop_id(str(n.get("node_name") or ""))] = stop_key(str(n.get("node_name") or ""), owner)
+        for st in stops:
+            if st.get("nodepool_id") == pool and not by_wave.get(pool):
+                out[stop_id(str(st.get("node_name")))] = stop_key(str(st.get("node_name")), str(st.get("owner") or ""))
+    return out
+
+
 def _mark(keys: Dict[str, str], kube: Any, log: Any, sticky: Iterable[str] = ()) -> None:
     """Mark the failures of a ``node-failed`` line the webhook took. At least once: a crash between the 2xx and
     this write, or a write that fails, leaves them unmarked, and a retry of the event tells them again."""
@@ -380,24 +465,33 @@ def _mark(keys: Dict[str, str], kube: Any, log: Any, sticky: Iterable[str] = ())
 
 
 def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = (),
-                whole_pools: bool = False, kube: Any = None) -> int:
+                whole_pools: bool = False, kube: Any = None, stops: Sequence[Mapping[str, Any]] = (),
+                owner: str = "") -> int:
     """The pipeline's call once an event has its final result: the lines it calls for, sent. Returns how
     many were accepted; never raises (a bug here must not change how the event ended). ``kube``: the event's
-    Kubernetes side (a NodeView or its backend), where the failures told are marked (None: not marked, and
-    an FC retry of the event tells them again)."""
+    Kubernetes side (a NodeView or its backend), where the failures and stops told are marked (None: not marked,
+    and an FC retry of the event, or the next run, tells them again). ``stops``: the stop records that halted a
+    pool in this event (``functions.rollout.run.Rollout.stops``), told unless marked told; ``owner``: this event's
+    rollout (the owner of the stop records its waves wrote)."""
     if settings is None or not (settings.notify.url or settings.notify.url_secret):
         return 0
     try:
+        if getattr(result, "dry_run", False):
+            return 0  # a dry run sends nothing, and reads and writes no mark
         redacted = _redacted(result, log)
-        lines = notifications(redacted, wave_ids, whole_pools)
-        if not getattr(result, "dry_run", False):
-            _passed(result, kube, log)
+        waves = set(wave_ids)
+        _passed(result, kube, log)
+        by_wave = wave_stopped(result, waves)
+        redact = getattr(log, "redact", None) or (lambda text: text)  # a record's reason, as a result's (_redacted)
+        untold = _untold_stops(stops, owner, by_wave, kube, log) if result.nodes else []
+        earlier = [dict(st, reason=redact(" ".join(str(st.get("reason") or "").split()))) for st in untold]
+        lines = notifications(redacted, waves, whole_pools, stops=earlier)
         if not lines:
             return 0
         keys, told = _told(result, kube, log)  # none read unless a node failed: a node-failed line is there
         if told:  # an earlier attempt of this event (FC retries one that ended retry), or an earlier run (a
             # refusal told once per cause), told these failures
-            lines = notifications(redacted, wave_ids, whole_pools, told=told)
+            lines = notifications(redacted, waves, whole_pools, told=told, stops=earlier)
             log.info("node failures told before are not told again", nodes=sorted(told))
             if not lines:
                 return 0
@@ -408,11 +502,16 @@ def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = 
             return 0
         accepted = _deliver(lines, url, log)
         new = {iid: key for iid, key in keys.items() if iid not in told}
+        marks: Dict[str, str] = {}
+        held: List[str] = []
         if new and any(lines[i]["kind"] == "node-failed" for i in accepted):
             from functions.decision.alert_marks import sticky
 
-            _mark(new, kube, log, [n.get("instance_id") for n in failed_nodes(result)
-                                   if n.get("instance_id") in new and sticky(n)])
+            marks.update(new)
+            held = [n.get("instance_id") for n in failed_nodes(result) if n.get("instance_id") in new and sticky(n)]
+        stopped = _stop_marks(lines, accepted, by_wave, earlier, owner) if kube is not None else {}
+        if marks or stopped:  # one write for both; a stop's mark lasts while its record does (sticky)
+            _mark(dict(marks, **stopped), kube, log, held + sorted(stopped))
         log.info("notifications", sent=len(accepted), kinds=[line["kind"] for line in lines], webhook_host=_host(url))
         return len(accepted)
     except Exception as exc:  # noqa: BLE001 - never fail an event for its notification

@@ -156,6 +156,9 @@ class Rollout:
         self.deadline = deadline
         self.decided: Dict[str, Decision] = {}  # decisions made again by replan, by instance id
         self.drains: Dict[str, Optional[bool]] = {}  # each member's path as last planned (Decision.drain)
+        # The stop records that halted a pool at any planning of this invocation (``_plan_pool``): an earlier run
+        # may have been killed before telling them (functions.pipeline.notify tells those not marked told).
+        self.stops: List[Dict[str, Any]] = []
 
     def executor(self, inner: Any, dry_run: bool, on_result: Optional[Callable[[dict], None]] = None) -> Any:
         from functions.rollout.executor import DryRunRolloutExecutor, RolloutExecutor
@@ -222,7 +225,8 @@ class Rollout:
                 continue
             # Every member is planned, also those this invocation finished: their records (a stop) count.
             _plan_pool(pool_id, members, pool, known, labelled, plan.paths, self.settings, owner, now,
-                       changed, waves, mine={d.node_name for d in plan.members if d.instance_id not in refused})
+                       changed, waves, mine={d.node_name for d in plan.members if d.instance_id not in refused},
+                       stops=self.stops)
         changed = {iid: d for iid, d in changed.items() if iid not in done}
         waves = {iid: w for iid, w in waves.items() if iid not in done}
         self.decided.update(changed)
@@ -366,15 +370,17 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
     waves: Dict[str, WaveNode] = {}
     owner = uuid.uuid4().hex[:12]
     rolled: Dict[str, PoolRollout] = {}
+    stops: List[Dict[str, Any]] = []
     for pool_id, members in sorted(by_pool.items()):
         pool = pools.get(members[0].instance_id)
         rolled[pool_id] = PoolRollout(pool_id, members, pool, {d.instance_id: paths[d.instance_id] for d in members})
         _plan_pool(pool_id, members, pool, known, pool_nodes.get(pool_id, []), paths, settings, owner, now,
-                   changed, waves)
+                   changed, waves, stops=stops)
     out = [changed.get(d.instance_id, d) for d in decisions]
     rollout = Rollout(view.backend, waves, settings, owner, now + run_lease_s(settings), rolled, pools_now,
                       now + invocation_s(settings))
     rollout.drains = {iid: d.drain for iid, d in changed.items()}
+    rollout.stops = stops
     return out, rollout
 
 
@@ -428,10 +434,12 @@ def pool_limit(settings: Any, pool: Any, name: str, members: Sequence[Decision],
 
 def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str, Any],
                labelled: List[rp.KubeNode], paths: Dict[str, str], settings: Any, owner: str, now: float,
-               changed: Dict[str, Decision], waves: Dict[str, WaveNode], mine: Optional[set] = None) -> None:
+               changed: Dict[str, Decision], waves: Dict[str, WaveNode], mine: Optional[set] = None,
+               stops: Optional[List[Dict[str, Any]]] = None) -> None:
     """One pool's rollout: the members (this event's running nodes of it) planned with the pool's other
     nodes as bystanders (their records take slots and can stop the rollout). ``mine``: the names that are
-    not bystanders (all the event's members, also those a later wave no longer plans)."""
+    not bystanders (all the event's members, also those a later wave no longer plans). ``stops`` gets each
+    stop record that halts the pool (:func:`stop_records`)."""
     name = pool_name(pool, pool_id)
     target = rp.TARGET_OFF if members[0].disable else rp.target_of(_spec(members[0]))
     mine = mine if mine is not None else {d.node_name for d in members}
@@ -449,6 +457,8 @@ def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str
     steps = rp.plan_pool(name, target, candidates, limit, me=owner, now=now, bystanders=bystanders,
                          paused=pool is not None and rp.paused(pool.labels), horizon_s=run_lease_s(settings))
     stop = rp.stopped_by(target, [known[d.node_name] for d in members] + bystanders)
+    if stop is not None and stops is not None:
+        stops.extend(stop_records(pool_id, name, target, [known[d.node_name] for d in members] + bystanders))
     if stop is not None:  # one line per stopped pool and invocation, for the "stopped rollouts" alert (template.yml)
         node, progress = stop
         log.error("rollout stopped", extra={"fields": dict(
@@ -472,6 +482,17 @@ def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str
                                         node.unschedulable, _spec(d), d.plan.gpu if d.plan else None,
                                         node.resource_version, drain=step.drain, pool_id=pool_id,
                                         pool_name=name, limit=limit)
+
+
+def stop_records(pool_id: str, name: str, target: str, nodes: Sequence[Optional[rp.KubeNode]]
+                 ) -> List[Dict[str, Any]]:
+    """The stop records of a halted pool (each node that ended ``drain-timeout`` or ``failed`` for ``target``), as
+    ``functions.pipeline.notify`` tells them: the record's owner (the run that wrote it) names the stop."""
+    return [{"nodepool_id": pool_id, "pool_name": name, "target": target, "node_name": n.name,
+             "instance_id": n.instance_id, "step": n.progress.step, "owner": n.progress.owner,
+             "reason": n.progress.reason}
+            for n in sorted((n for n in nodes if n is not None), key=lambda n: n.name)
+            if n.progress is not None and n.progress.target == target and n.progress.step in rp.STOP_STEPS]
 
 
 AUTO_LAYOUT_LABEL = "ack-mig-hook/layout"  # an auto pool has no partition label by design (docs/auto-pools.md)

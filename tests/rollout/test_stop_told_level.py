@@ -1,0 +1,84 @@
+"""A stop record is told by the runs it halts until the alert marks show it told (functions/pipeline/notify.py,
+functions/decision/alert_marks.py ``stop_id``/``stop_key``): level-triggered, at least once, once told never again
+for the same record. Here the record is one an earlier run left (written as that run wrote it), found by the
+timer's runs on the test API server, with a webhook taking the lines."""
+
+import json
+
+import pytest
+
+from functions.decision import alert_marks as am
+from functions.decision import waves as rp
+from tests.rollout.conftest import NEW, POOL
+from tests.rollout.test_claim_refused_kills import _marked
+
+pytestmark = [pytest.mark.kube]
+
+OWNER = "0a1b2c3d4e5f"  # the run that wrote the stop (an invocation's owner id)
+TARGET = "sequence=" + NEW
+
+
+def _stopped(cluster):
+    """node-a stopped by an earlier run's drain timeout (its record, uncordoned as that run left it)."""
+    cluster.add_nodes()
+    record = rp.Progress(TARGET, rp.DRAIN_TIMEOUT, cordoned=False, since=900.0, reason="drain timed out: pod team/x",
+                         owner=OWNER, expires=0.0)
+    cluster.api.update_node("node-a", lambda node: node["metadata"].setdefault("annotations", {}).update(
+        {rp.PROGRESS_ANNOTATION: record.to_annotation()}))
+
+
+def _stops(hook):
+    return [line for line in hook.lines() if line["kind"] == "rollout-stopped"]
+
+
+def _put_marks(cluster, marks):
+    """The alert marks Lease as a run of this version leaves it."""
+    from functions.kube import alerted
+
+    alerted.mark(cluster.kube, {k: v for k, v in marks.items()}, sticky=list(marks))
+
+
+def test_a_stop_no_run_told_is_told_by_the_next_run_once(cluster):
+    from tests.support.webhook import Webhook
+
+    _stopped(cluster)
+    with Webhook() as hook:
+        for _ in range(3):  # the timer's runs, each halted by node-a's stop
+            cluster.now[0] += 2 * 86400
+            cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+        stops = _stops(hook)
+        assert len(stops) == 1, hook.lines()
+        assert stops[0]["nodepool_id"] == POOL and stops[0]["nodes"][0]["node_name"] == "node-a", stops
+        assert stops[0]["nodes"][0]["outcome"] == rp.DRAIN_TIMEOUT and "drain timed out" in stops[0]["text"], stops
+        # marked told, and kept past the two days a failure's mark lasts: the stop waits for a person
+        assert _marked(cluster.api)[am.stop_id("node-a")]["key"] == am.stop_key("node-a", OWNER)
+        assert not any(cluster.unschedulable(n) for n in ("node-a", "node-b", "node-c"))
+
+
+def test_a_stop_already_marked_told_is_not_told_again(cluster):
+    """Marks present (told by an earlier run, before a redeploy): not told again; a new stop of the same node (another
+    run's record) is news."""
+    from tests.support.webhook import Webhook
+
+    _stopped(cluster)
+    _put_marks(cluster, {am.stop_id("node-a"): am.stop_key("node-a", OWNER)})
+    with Webhook() as hook:
+        cluster.now[0] += 2 * 86400
+        cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+        assert _stops(hook) == [], hook.lines()
+        record = dict(cluster.annotation("node-a"), owner="ffffffffffff")  # another run's stop of node-a
+        cluster.api.update_node("node-a", lambda node: node["metadata"]["annotations"].update(
+            {rp.PROGRESS_ANNOTATION: json.dumps(record)}))
+        cluster.now[0] += 2 * 86400
+        cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+        assert [line["nodes"][0]["node_name"] for line in _stops(hook)] == ["node-a"], hook.lines()
+
+
+def test_a_dry_run_halted_by_a_stop_sends_nothing_and_marks_nothing(cluster):
+    from tests.support.webhook import Webhook
+
+    _stopped(cluster)
+    with Webhook() as hook:
+        cluster.run(dry_run=True, ACK_MIG_NOTIFY_URL=hook.url())
+        assert hook.lines() == []
+        assert ("default", am.MARK_LEASE) not in cluster.api.leases
