@@ -540,8 +540,8 @@ MUTANTS = (
            "a refused takeover of a node a killed run left past its apply removes the record without restarting "
            "the GPU DaemonSet pods, which then hold the destroyed instances for good"),
     mutant("stop-not-written-short", "functions/rollout/executor.py",
-           "        for compact in (False, True):",
-           "        for compact in (False,):",
+           "                self._record(w, step, \"\", uncordon=True, compact=True)\n",
+           "                raise\n",
            ("tests/rollout/test_record_refused.py",),
            "a stop that no longer fits is removed, and every later run claims, cordons and drains the node again "
            "while the pool's other nodes wait"),
