@@ -121,6 +121,9 @@ def test_the_bounds_docs_operations_states_are_the_codes():
     words = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
     days = int(found.group(1)) if found.group(1).isdigit() else words[found.group(1)]
     assert (days * 86400.0, int(found.group(2).replace(",", ""))) == (am.KEEP_S, am.MAX_NODES)
+    sticky = re.search(r"A refusal's mark goes after (\w+) days", page)
+    assert sticky, "docs/operations.md no longer says how long a refusal's mark is kept"
+    assert sticky.group(1) == {30: "thirty"}.get(int(am.STICKY_KEEP_S // 86400), "?"), sticky.group(0)
 
 
 REFUSED = {"instance_id": NODE, "outcome": "failed", "code": "claim-refused",
