@@ -15,6 +15,7 @@ from functions.decision import claim_rules as pc, coalesce as co
 from tests.delivery.test_auto_pool_e2e import TICK, add_node, seven_gb_node, waiting
 from tests.delivery.test_pod_events import cluster, pod_event, profiles, run  # noqa: F401  (fixture)
 from tests.rollout.test_interrupted import Killed, Killer
+from tests.support.failpoints import failpoints
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
@@ -81,14 +82,14 @@ def test_a_pod_event_killed_after_every_write_loses_no_pods_ask(cluster, tmp_pat
 @pytest.mark.parametrize("status", [503, None, 409], ids=["5xx", "no-answer", "conflict"])
 def test_a_pod_event_whose_each_write_fails_once_loses_no_pods_ask(cluster, tmp_path, status):
     """The same event with its ``k``-th write failing once at the API server (503, the connection closed
-    unanswered, 409), for each k; then another pod's event and the timer past the run lease: both pods'
-    asks planned."""
+    unanswered, 409), for each k (every third a kind in ``make test``: tests/support/failpoints.py); then another
+    pod's event and the timer past the run lease: both pods' asks planned."""
     from tests.rollout.test_takeover_refused_kills import FailOnce
 
     server, api, settings, executor, state_file = cluster
     _world(server, tmp_path)
     calls = _event(cluster, "first")[0]
-    for k in range(1, len(calls) + 1):
+    for k in failpoints(len(calls), status):
         _world(server, tmp_path)
         failing = FailOnce(api, type("T", (), {"name": "local"})(), k, server, status)
         first = run(pod_event("llm", "first"), (server, failing, settings, executor, state_file),

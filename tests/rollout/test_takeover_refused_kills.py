@@ -18,6 +18,7 @@ from tests.rollout.conftest import NAMES, NEW, PlayedNodes
 from tests.rollout.test_claim_refused_kills import _run, _told
 from tests.rollout.test_interrupted import LABELLED_LEASE, Killed, Killer, lease_slots
 from tests.rollout.test_record_refused import fill
+from tests.support.failpoints import failpoints
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(900)]
 
@@ -197,7 +198,7 @@ def test_a_refused_takeover_whose_each_write_fails_once_converges(cluster, statu
     with Webhook() as hook:
         _killed_first(cluster, FIRST[first])
         calls = _run(cluster, hook.url())[0]
-        for k in range(1, len(calls) + 1):
+        for k in failpoints(len(calls), status):
             _killed_first(cluster, FIRST[first])
             hook.received.clear()
             done = _failing_run(cluster, hook.url(), k, status)
@@ -243,7 +244,7 @@ def test_a_record_refused_run_whose_each_write_fails_once_converges(cluster, sta
 
     world()
     calls = run()
-    for k in range(1, len(calls) + 1):
+    for k in failpoints(len(calls), status):
         world()
         run(k)
         where = "write %d (%s) failed once with %s" % (k, calls[k - 1], status)
@@ -387,7 +388,7 @@ def test_a_tick_ending_stranded_records_that_no_longer_fit_converges(cluster, st
     # the ends written without their reason (they no longer fit with one), the run-out slots given back
     assert all(cluster.annotation(n) is None or cluster.annotation(n)["reason"] == "" for n in AUTO[:2]), calls
     assert len(calls) >= 3, calls
-    for k in range(1, len(calls) + 1):
+    for k in range(1, len(calls) + 1) if status == "kill" else failpoints(len(calls), status):
         world()
         done = tick(k, failing=status != "kill")
         where = "write %d (%s), %s" % (k, calls[k - 1], status)
