@@ -180,6 +180,22 @@ def test_a_node_whose_every_write_is_refused_says_it_stays_cordoned_and_what_to_
     assert cluster.unschedulable("node-a") and not cluster.unschedulable("node-b")
 
 
+def converged(cluster, where):
+    """After the runs that follow a kill or a failure: every node uncordoned and in its layout, node-a's record
+    done or gone with the person's opt-out kept, node-b and node-c done without ours, no slot held."""
+    from tests.rollout.test_interrupted import LABELLED_LEASE, lease_slots
+
+    for name in NAMES:
+        assert not cluster.unschedulable(name), (where, name)
+        assert NEW in str(cluster.api.nodes[name]["metadata"]["labels"]), (where, name)
+    for name in ("node-b", "node-c"):
+        assert (cluster.annotation(name) or {}).get("step") == "done", (where, name, cluster.annotation(name))
+        assert OPT_OUT not in cluster.api.nodes[name]["metadata"]["annotations"], (where, name)
+    assert (cluster.annotation("node-a") or {}).get("step") in (None, "done"), (where, cluster.annotation("node-a"))
+    assert cluster.api.nodes["node-a"]["metadata"]["annotations"][OPT_OUT] == "true", where
+    assert lease_slots(cluster.api, LABELLED_LEASE) == {}, (where, lease_slots(cluster.api, LABELLED_LEASE))
+
+
 def test_a_record_refused_run_killed_after_every_write_converges(cluster):
     """The first case under a kill after each write (tests/rollout/test_interrupted.py's Killer), then the runs
     after it, each past the killed run's leases: node-a ends uncordoned, its record done or gone (never in
@@ -191,7 +207,7 @@ def test_a_record_refused_run_killed_after_every_write_converges(cluster):
     from functions.delivery.node_executor import DeliveryExecutor
     from functions.pipeline.event import run_event
     from tests.rollout.conftest import TIMER, snapshot
-    from tests.rollout.test_interrupted import LABELLED_LEASE, Killed, Killer, lease_slots
+    from tests.rollout.test_interrupted import Killed, Killer
 
     played = cluster.transport
     transport = FillsWhenApplied(played, "node-a", 0)
@@ -216,21 +232,10 @@ def test_a_record_refused_run_killed_after_every_write_converges(cluster):
             return killer.calls, True
         return killer.calls, False
 
-    def converged(where):
-        for name in NAMES:
-            assert not cluster.unschedulable(name), (where, name)
-            assert NEW in str(cluster.api.nodes[name]["metadata"]["labels"]), (where, name)
-        for name in ("node-b", "node-c"):
-            assert (cluster.annotation(name) or {}).get("step") == "done", (where, name, cluster.annotation(name))
-            assert OPT_OUT not in cluster.api.nodes[name]["metadata"]["annotations"], (where, name)
-        assert (cluster.annotation("node-a") or {}).get("step") in (None, "done"), (where, cluster.annotation("node-a"))
-        assert cluster.api.nodes["node-a"]["metadata"]["annotations"][OPT_OUT] == "true", where
-        assert lease_slots(cluster.api, LABELLED_LEASE) == {}, (where, lease_slots(cluster.api, LABELLED_LEASE))
-
     world()
     calls, killed = run()
     assert not killed
-    converged("never killed")
+    converged(cluster, "never killed")
     points = []
     for k in range(1, len(calls) + 1):
         world()
@@ -244,7 +249,7 @@ def test_a_record_refused_run_killed_after_every_write_converges(cluster):
             if all((cluster.annotation(n) or {}).get("step") == "done" for n in ("node-b", "node-c")) and \
                     not any(cluster.unschedulable(n) for n in NAMES):
                 break
-        converged(where)
+        converged(cluster, where)
     assert len(points) >= 10, points
 
 

@@ -221,7 +221,7 @@ def test_a_record_refused_run_whose_each_write_fails_once_converges(cluster, sta
     from functions.delivery.node_executor import DeliveryExecutor
     from functions.pipeline.event import run_event
     from tests.rollout.conftest import OLD, TIMER, capacity, node_labels, snapshot
-    from tests.rollout.test_record_refused import OPT_OUT, FillsWhenApplied
+    from tests.rollout.test_record_refused import OPT_OUT, FillsWhenApplied, converged
 
     played = PlayedNodes(cluster.api)
     cluster.transport = FillsWhenApplied(played, "node-a", 0)
@@ -253,15 +253,7 @@ def test_a_record_refused_run_whose_each_write_fails_once_converges(cluster, sta
         for _ in range(4):
             cluster.now[0] += 2 * DAY
             run()
-        for name in NAMES:
-            assert not cluster.unschedulable(name), (where, name)
-            assert NEW in str(cluster.api.nodes[name]["metadata"]["labels"]), (where, name)
-        for name in ("node-b", "node-c"):
-            assert (cluster.annotation(name) or {}).get("step") == "done", (where, name, cluster.annotation(name))
-            assert OPT_OUT not in cluster.api.nodes[name]["metadata"]["annotations"], (where, name)
-        assert (cluster.annotation("node-a") or {}).get("step") in (None, "done"), (where, cluster.annotation("node-a"))
-        assert cluster.api.nodes["node-a"]["metadata"]["annotations"][OPT_OUT] == "true", where
-        assert lease_slots(cluster.api, LABELLED_LEASE) == {}, (where, lease_slots(cluster.api, LABELLED_LEASE))
+        converged(cluster, where)
 
 
 def _named(hook):
