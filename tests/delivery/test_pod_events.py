@@ -524,6 +524,15 @@ def test_a_marker_written_whose_answer_never_came_is_let_go_and_the_next_event_p
     assert third.outcome == "done" and not third.reason.startswith("coalesced"), third.reason
 
 
+def _marker_held_by_another(server):
+    """The pool's plan marker held by another invocation ("other", open, three asks), as the server stores it."""
+    server.leases[("default", marker_lease(POOL))] = server._stamp({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": marker_lease(POOL), "namespace": "default", "uid": "lease-other",
+                     "annotations": {co.MARKER_ANNOTATION: json.dumps({"holder": "other", "until": 4e9, "round": 0,
+                                                                       "asked": 3, "open": True})}},
+        "spec": {}})
+
 def test_an_unanswered_marker_write_not_read_back_under_another_holder_still_plans(cluster, monkeypatch):
     """The marker write gets no answer and was not written; the read back fails too; the marker names another
     live holder (this event's ask is not in it). The round's beginning finds the marker another's: the event
@@ -532,12 +541,7 @@ def test_an_unanswered_marker_write_not_read_back_under_another_holder_still_pla
     from functions.kube.client import ApiError
 
     server, api, settings, executor, state_file = cluster
-    server.leases[("default", marker_lease(POOL))] = server._stamp({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": marker_lease(POOL), "namespace": "default", "uid": "lease-other",
-                     "annotations": {co.MARKER_ANNOTATION: json.dumps({"holder": "other", "until": 4e9, "round": 0,
-                                                                       "asked": 3, "open": True})}},
-        "spec": {}})
+    _marker_held_by_another(server)
     replace, get, cut, failed = KubeApi.replace_lease, KubeApi.get_lease, [], []
 
     def read_fails_once(self, namespace, name):
@@ -572,12 +576,7 @@ def test_an_unanswered_marker_write_read_back_under_another_holder_plans_once_an
     from functions.kube.client import ApiError
 
     server, api, settings, executor, state_file = cluster
-    server.leases[("default", marker_lease(POOL))] = server._stamp({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": marker_lease(POOL), "namespace": "default", "uid": "lease-other",
-                     "annotations": {co.MARKER_ANNOTATION: json.dumps({"holder": "other", "until": 4e9, "round": 0,
-                                                                       "asked": 3, "open": True})}},
-        "spec": {}})
+    _marker_held_by_another(server)
     replace, get, reads = KubeApi.replace_lease, KubeApi.get_lease, []
 
     def counted(self, namespace, name):
