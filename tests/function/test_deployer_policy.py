@@ -180,11 +180,13 @@ def test_oss_actions_reach_only_the_code_bucket_and_its_packages():
 
 
 def test_log_actions_reach_only_the_deploys_logstore_and_the_stacks_saved_searches():
-    """SLS authorizes CreateIndex, GetIndex and GetLogStoreLogs (GetLogs) on
+    """SLS authorizes CreateIndex, UpdateIndex, DeleteIndex, GetIndex and GetLogStoreLogs (GetLogs) on
     acs:log:{region}:{account}:project/{project}/logstore/{logstore} and the saved search actions on
-    .../project/{project}/savedsearch/{name}: granted there only. The page had every SLS action on "*"."""
+    .../project/{project}/savedsearch/{name}: granted there only. The page had every SLS action on "*", and
+    then UpdateIndex and DeleteIndex still, which let its holder drop the index of any logstore of the
+    account (an audit store's included)."""
     policy = page_policy()
-    for action in ("log:CreateIndex", "log:GetIndex", "log:GetLogStoreLogs"):
+    for action in ("log:CreateIndex", "log:UpdateIndex", "log:DeleteIndex", "log:GetIndex", "log:GetLogStoreLogs"):
         assert allowed(policy, action, sls("logstore/" + LOG_STORE)), action
         for other in (sls("logstore/audit"), sls("logstore/" + LOG_STORE, project="billing"), "*"):
             assert not allowed(policy, action, other), (action, other)

@@ -66,9 +66,16 @@ TRIGGER_ACTIONS = ["fc:CreateTrigger", "fc:GetTrigger", "fc:UpdateTrigger", "fc:
 # Simple Log Service (API 2020-12-30) checks these on the logstore,
 # acs:log:{#regionId}:{#accountId}:project/{#project}/logstore/{#logstore}: CreateIndex
 # (https://help.aliyun.com/zh/sls/developer-reference/api-sls-2020-12-30-createindex), GetIndex
-# (https://www.alibabacloud.com/help/doc-detail/74911.htm) and GetLogStoreLogs, the action of GetLogs that
+# (https://www.alibabacloud.com/help/doc-detail/74911.htm), DeleteIndex (its Chinese API reference,
+# https://help.aliyun.com/zh/sls/developer-reference/api-sls-2020-12-30-deleteindex: log:DeleteIndex, *LogStore,
+# that ARN; https://help.aliyun.com/document_detail/74970.htm, 鉴权资源, the same), UpdateIndex (its API pages
+# disclose no authorization, but SLS's own custom policies grant it on a logstore: "Authorize a RAM user to
+# manage alerts", https://www.alibabacloud.com/help/doc-detail/109663.htm, log:UpdateIndex on
+# acs:log:*:*:project/<project>/logstore/internal-alert-history, and the Cost Manager guide's on
+# .../logstore/aliyun_bill; SLS's action list, https://www.alibabacloud.com/help/en/doc-detail/29051.htm, files
+# UpdateIndex and DeleteIndex under the Logstore resource type) and GetLogStoreLogs, the action of GetLogs that
 # `logs` calls (alibabacloud sls20201230 SDK, GetLogs' "Authentication resources").
-LOGSTORE_ACTIONS = ["log:CreateIndex", "log:GetIndex", "log:GetLogStoreLogs"]
+LOGSTORE_ACTIONS = ["log:CreateIndex", "log:UpdateIndex", "log:DeleteIndex", "log:GetIndex", "log:GetLogStoreLogs"]
 # ... and the saved search actions on acs:log:{#regionId}:{#accountId}:project/{#ProjectName}/savedsearch/
 # {#SavedSearchName} (the same SDK's Create/Get/Update/DeleteSavedSearch "Authentication resources").
 SAVEDSEARCH_ACTIONS = ["log:CreateSavedSearch", "log:GetSavedSearch", "log:UpdateSavedSearch",
@@ -100,8 +107,6 @@ _NO_CLUSTER = "ACK's custom RAM policy guide: it cannot be restricted to a clust
 ANY_RESOURCE: Dict[str, str] = {
     "cs:GrantPermissions": _NO_CLUSTER + "; it replaces the grants of a RAM identity",
     "cs:DescribeUserPermission": _NO_CLUSTER + "; it reads the grants of a RAM identity",
-    "log:UpdateIndex": _NO_SLS_RESOURCE + " (UpdateIndex)",
-    "log:DeleteIndex": _NO_SLS_RESOURCE + " (DeleteIndex)",
     "log:CreateAlert": _NO_SLS_RESOURCE + " (CreateAlert)",
     "log:GetAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
     "log:UpdateAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
