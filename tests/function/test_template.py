@@ -289,8 +289,8 @@ def _sub(text):
 
 REGION_ACCOUNT = "${ALIYUN::Region}:${ALIYUN::TenantId}"
 # Actions RAM authorizes only on "all resources", or for which no resource-level permission could be
-# confirmed (docs/security.md says which): granted on '*', each with a comment in template.yml.
-STAR_ACTIONS = {"ess:CompleteLifecycleAction", "ess:RecordLifecycleActionHeartbeat"}
+# confirmed (docs/security.md says which): granted on '*', each with a comment in template.yml. None now.
+STAR_ACTIONS = set()
 # Cloud Assistant reads: RAM authorizes them on this region's and account's instances (and, for
 # DescribeInvocationResults, its commands) per the ECS Cloud Assistant RAM policy samples and the API
 # reference; no tag condition, as they name an invocation, not an instance.
@@ -312,8 +312,12 @@ def _expected_grant(action):
     if action == "ecs:DescribeInvocationResults":
         return [_sub("acs:ecs:%s:instance/*" % REGION_ACCOUNT), _sub("acs:ecs:%s:command/*" % REGION_ACCOUNT)], None
     # ScalingGroupId of a pool: unknown until the pool exists. DescribeLifecycleHooks always names the group
-    # (membership.py), and its API reference's RAM table gives it the scalinggroup resource.
-    if action in ("ess:DescribeScalingInstances", "ess:DescribeLifecycleHooks"):
+    # (membership.py), and its API reference's RAM table gives it the scalinggroup resource. So do the API
+    # references of CompleteLifecycleAction (2014-08-28 and 2022-02-22: update, *ScalingGroup) and
+    # RecordLifecycleActionHeartbeat (2022-02-22: update, *ScalingGroup), though the call names only the
+    # hook: RAM checks the hook's scaling group.
+    if action in ("ess:DescribeScalingInstances", "ess:DescribeLifecycleHooks", "ess:CompleteLifecycleAction",
+                  "ess:RecordLifecycleActionHeartbeat"):
         return _sub("acs:ess:%s:scalinggroup/*" % REGION_ACCOUNT), None
     if action == "kms:GetSecretValue":  # SecretName: ACK_MIG_SSH_KEY_SECRET and ACK_MIG_NOTIFY_URL_SECRET, each a parameter
         return [_sub("acs:kms:%s:secret/${SshKeySecretName}" % REGION_ACCOUNT),
