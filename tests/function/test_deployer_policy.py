@@ -154,6 +154,25 @@ def test_ack_actions_reach_only_the_cluster_where_ack_can_restrict_them():
     assert not allowed(policy, "cs:DeleteCluster", cluster) and not allowed(policy, "cs:ModifyCluster", cluster)
 
 
+def test_doctors_ecs_and_vpc_reads_reach_only_this_region_and_account():
+    """ECS authorizes DescribeSecurityGroupAttribute on the security group and DescribeCloudAssistantStatus on
+    the instance, VPC DescribeVSwitchAttributes on the vSwitch (their API references' RAM tables: *SecurityGroup
+    acs:ecs:{region}:{account}:securitygroup/{id}, *Instance .../instance/{id}, VSwitch
+    acs:vpc:{region}:{account}:vswitch/{id}). `doctor` reads the function's own group, vSwitch and nodes, of the
+    cluster's region, whose ids the page cannot know: granted on that region's and account's groups, vSwitches
+    and instances. The page had them on "*", every region's. DescribeSecurityGroups (a list) stays on "*", with
+    its reason."""
+    policy = page_policy()
+    for action, service, kind, name in (("ecs:DescribeSecurityGroupAttribute", "ecs", "securitygroup", "sg-1"),
+                                        ("ecs:DescribeCloudAssistantStatus", "ecs", "instance", "i-1"),
+                                        ("vpc:DescribeVSwitchAttributes", "vpc", "vswitch", "vsw-1")):
+        assert allowed(policy, action, "acs:%s:%s:%s:%s/%s" % (service, REGION, ACCOUNT, kind, name)), action
+        for other in ("acs:%s:cn-shanghai:%s:%s/%s" % (service, ACCOUNT, kind, name), "*"):
+            assert not allowed(policy, action, other), (action, other)
+    assert allowed(policy, "ecs:DescribeSecurityGroups", "*")
+    assert deployer_policy.ANY_RESOURCE["ecs:DescribeSecurityGroups"]
+
+
 def oss(path):
     return "acs:oss:*:*:" + path
 

@@ -209,9 +209,22 @@ def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, t
     policy = json.loads(deployer_policy.for_names(policy_block(), ACCOUNT, "cn-beijing", world.emulator.cluster_id,
                                                   log_project="my-sls-project", log_store="ack-mig-hook"))
     cluster = "acs:cs:cn-beijing:%s:cluster/%s" % (ACCOUNT, world.emulator.cluster_id)
-    for action in called - deployer_policy.NO_GRANT - set(world.oss.actions):
+    per_request = set(deployer_policy.SECURITYGROUP_ACTIONS + deployer_policy.INSTANCE_ACTIONS
+                      + deployer_policy.VSWITCH_ACTIONS)
+    for action in called - deployer_policy.NO_GRANT - set(world.oss.actions) - per_request:
         assert deployer_policy.allows(policy, action, cluster if action in deployer_policy.CLUSTER_ACTIONS else
                                       "acs:%s:cn-beijing:%s:any" % (action.split(":")[0], ACCOUNT)), action
+    # doctor's ECS and VPC reads on what each request named: the group, the vSwitch, the instances.
+    named = {"SecurityGroupId": "ecs:%s:securitygroup", "VSwitchId": "vpc:%s:vswitch", "InstanceId": "ecs:%s:instance"}
+    checked = set()
+    for operation, params in world.ecs.requests:
+        action = "%s:%s" % (rpc.PRODUCTS[operation], operation)
+        for key, value in params.items():
+            if action in per_request and key.split(".")[0] in named:
+                resource = "acs:%s/%s" % (named[key.split(".")[0]] % ("cn-beijing:" + ACCOUNT), value)
+                assert deployer_policy.allows(policy, action, resource), (action, resource)
+                checked.add(action)
+    assert checked == per_request & called, per_request & called - checked
     # Every OSS request on the resource it named: the bucket, or the bucket's object.
     assert len(world.oss.actions) == len(world.oss.requests)
     for action, (_, path) in zip(world.oss.actions, world.oss.requests):

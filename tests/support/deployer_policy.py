@@ -10,6 +10,7 @@ stack's function and its triggers, ACK's on the cluster where ACK can restrict t
 and its packages, Simple Log Service's on
 the deploy's logstore and the stack's saved searches
 (where SLS's reference gives the action a resource: :data:`ANY_RESOURCE` lists the others, each with why),
+``doctor``'s ECS and VPC reads on the groups, instances and vSwitches of the cluster's region and account,
 everything else on ``*``. The page shows the default names with placeholders (``<account>``, ``<region>``,
 ``<cluster id>``, ``<log project>``, ``<log store>``); ``python -m tests.support.deployer_policy --account ID
 --region R --cluster-id C --log-project P --log-store S [--function-name N] [--bucket B]`` prints it for
@@ -92,19 +93,34 @@ CLUSTER_ACTIONS = ["cs:DescribeClusterDetail", "cs:DescribeClusterNodePools", "c
 # the region and account stay *. deploy's packages are objects under ack-mig-hook/ (deploy.OBJECT_PREFIX).
 BUCKET_ACTIONS = ["oss:PutBucket", "oss:GetBucketInfo", "oss:GetBucketPolicy", "oss:ListObjects"]
 OBJECT_ACTIONS = ["oss:GetObject", "oss:PutObject", "oss:DeleteObject"]
+# `doctor`'s reads of the function's network and nodes, in the cluster's region. ECS checks
+# DescribeSecurityGroupAttribute on the group (https://help.aliyun.com/document_detail/25555.html, 授权信息:
+# ecs:DescribeSecurityGroupAttribute, get, *SecurityGroup, acs:ecs:{#regionId}:{#accountId}:securitygroup/
+# {#securitygroupId}) and DescribeCloudAssistantStatus on the instance
+# (https://help.aliyun.com/document_detail/2679924.html: *Instance, acs:ecs:{#regionId}:{#accountId}:instance/
+# {#instanceId}); VPC checks DescribeVSwitchAttributes on the vSwitch (VPC API reference, DescribeVSwitchAttributes,
+# https://alibabacloud.com/help/tc/vpc/developer-reference/api-vpc-2016-04-28-describevswitchattributes: VSwitch,
+# acs:vpc:{#regionId}:{#accountId}:vswitch/{#VSwitchId}). The ids are the cluster's, unknown to the page: every
+# group, instance and vSwitch of the account in the cluster's region.
+SECURITYGROUP_ACTIONS = ["ecs:DescribeSecurityGroupAttribute"]
+INSTANCE_ACTIONS = ["ecs:DescribeCloudAssistantStatus"]
+VSWITCH_ACTIONS = ["vpc:DescribeVSwitchAttributes"]
 SCOPES = (("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTIONS), ("cluster", CLUSTER_ACTIONS),
           ("bucket", BUCKET_ACTIONS), ("object", OBJECT_ACTIONS),
           ("function", FUNCTION_ACTIONS), ("invoke", INVOKE_ACTIONS), ("trigger", TRIGGER_ACTIONS),
-          ("logstore", LOGSTORE_ACTIONS), ("savedsearch", SAVEDSEARCH_ACTIONS))
+          ("logstore", LOGSTORE_ACTIONS), ("savedsearch", SAVEDSEARCH_ACTIONS),
+          ("securitygroup", SECURITYGROUP_ACTIONS), ("instance", INSTANCE_ACTIONS), ("vswitch", VSWITCH_ACTIONS))
 # Services whose every action here must be in a scope above or in ANY_RESOURCE: none of them falls back to
 # Resource "*" unexplained.
-SCOPED_SERVICES = ("ram", "eventbridge", "fc", "log", "cs", "oss")
+SCOPED_SERVICES = ("ram", "eventbridge", "fc", "log", "cs", "oss", "ecs", "vpc")
 # The actions of those services left on Resource "*", and why: the reference confirms no resource form for them,
 # and a guessed one RAM does not match would stop the deploy.
 _NO_SLS_RESOURCE = ("SLS API 2020-12-30 reference: \"There is currently no authorization information disclosed "
                     "in the API\"")
 _NO_CLUSTER = "ACK's custom RAM policy guide: it cannot be restricted to a cluster (不支持)"
 ANY_RESOURCE: Dict[str, str] = {
+    "ecs:DescribeSecurityGroups": "a list by region and group id; no ECS page found giving it a resource type, and "
+                                  "a guessed securitygroup/* that RAM does not match would fail doctor's check",
     "cs:GrantPermissions": _NO_CLUSTER + "; it replaces the grants of a RAM identity",
     "cs:DescribeUserPermission": _NO_CLUSTER + "; it reads the grants of a RAM identity",
     "log:CreateAlert": _NO_SLS_RESOURCE + " (CreateAlert)",
@@ -221,7 +237,10 @@ def statements(granted: Sequence[str], template_text: str, account: str = ACCOUN
                  "function": [fc], "invoke": [fc, fc + "/*"],
                  "trigger": ["%s/triggers/%s" % (fc, t) for t in made["triggers"]],
                  "logstore": ["%s/logstore/%s" % (sls, LOG_STORE)],
-                 "savedsearch": ["%s/savedsearch/%s" % (sls, n) for n in made["savedsearches"]]}
+                 "savedsearch": ["%s/savedsearch/%s" % (sls, n) for n in made["savedsearches"]],
+                 "securitygroup": ["acs:ecs:%s:%s:securitygroup/*" % (region, account)],
+                 "instance": ["acs:ecs:%s:%s:instance/*" % (region, account)],
+                 "vswitch": ["acs:vpc:%s:%s:vswitch/*" % (region, account)]}
     scoped = {a for _, listed in SCOPES for a in listed}
     loose = [a for a in granted if a.split(":")[0] in SCOPED_SERVICES and a not in scoped
              and a not in ANY_RESOURCE]
