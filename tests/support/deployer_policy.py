@@ -113,22 +113,29 @@ SCOPES = (("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTI
 # Services whose every action here must be in a scope above or in ANY_RESOURCE: none of them falls back to
 # Resource "*" unexplained.
 SCOPED_SERVICES = ("ram", "eventbridge", "fc", "log", "cs", "oss", "ecs", "vpc")
-# The actions of those services left on Resource "*", and why: the reference confirms no resource form for them,
-# and a guessed one RAM does not match would stop the deploy.
-_NO_SLS_RESOURCE = ("SLS API 2020-12-30 reference: \"There is currently no authorization information disclosed "
-                    "in the API\"")
+# The actions of those services left on Resource "*", and why: the reference gives them "All Resources", or
+# confirms no resource form for them, and a guessed one RAM does not match would stop the deploy.
+# The SLS alert rule actions: their API references (2020-12-30, RAM authorization) give each "All Resources"
+# (全部资源, Resource "*"): CreateAlert, GetAlert, UpdateAlert, EnableAlert
+# (https://www.alibabacloud.com/help/tc/sls/developer-reference/api-sls-2020-12-30-<operation>, updated
+# Dec 23, 2025) and DisableAlert (https://help.aliyun.com/en/sls/developer-reference/api-sls-2020-12-30-disablealert).
+# DeleteAlert's table was not found; it is left on "*" with its siblings.
+_SLS_ALERT = "https://www.alibabacloud.com/help/tc/sls/developer-reference/api-sls-2020-12-30-%s"
+_ALL_RESOURCES = "SLS API reference, RAM authorization: All Resources (全部资源), %s"
 _NO_CLUSTER = "ACK's custom RAM policy guide: it cannot be restricted to a cluster (不支持)"
 ANY_RESOURCE: Dict[str, str] = {
     "ecs:DescribeSecurityGroups": "a list by region and group id; no ECS page found giving it a resource type, and "
                                   "a guessed securitygroup/* that RAM does not match would fail doctor's check",
     "cs:GrantPermissions": _NO_CLUSTER + "; it replaces the grants of a RAM identity",
     "cs:DescribeUserPermission": _NO_CLUSTER + "; it reads the grants of a RAM identity",
-    "log:CreateAlert": _NO_SLS_RESOURCE + " (CreateAlert)",
-    "log:GetAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
-    "log:UpdateAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
-    "log:DeleteAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
-    "log:EnableAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
-    "log:DisableAlert": _NO_SLS_RESOURCE + "; no RAM resource for an alert rule found",
+    "log:CreateAlert": _ALL_RESOURCES % (_SLS_ALERT % "createalert"),
+    "log:GetAlert": _ALL_RESOURCES % (_SLS_ALERT % "getalert"),
+    "log:UpdateAlert": _ALL_RESOURCES % (_SLS_ALERT % "updatealert"),
+    "log:EnableAlert": _ALL_RESOURCES % (_SLS_ALERT % "enablealert"),
+    "log:DisableAlert": _ALL_RESOURCES % ("https://help.aliyun.com/en/sls/developer-reference/"
+                                          "api-sls-2020-12-30-disablealert"),
+    "log:DeleteAlert": ("its API reference's RAM table not found; its siblings' (%s) give All Resources, and no RAM "
+                        "resource for an alert rule is documented" % (_SLS_ALERT % "createalert")),
 }
 
 # Resource type of template.yml -> the actions ROS calls, with the deployer's rights, to create, update and
