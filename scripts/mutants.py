@@ -737,4 +737,10 @@ MUTANTS = (
              "may hold (CreateSecret: 192 at most).\n    AllowedPattern: '^[^ ]{0,192}$'"),),
            ("tests/function/test_template.py", "tests/function/test_deploy.py"),
            "SshKeySecretName=* passes: the role's kms:GetSecretValue covers every secret of the account"),
+    mutant("lifecycle-answers-on-any-resource", "template.yml",
+           "                  - ess:RecordLifecycleActionHeartbeat\n                Resource:\n"
+           "                  - Fn::Sub: acs:ess:${ALIYUN::Region}:${ALIYUN::TenantId}:scalinggroup/*",
+           "                  - ess:RecordLifecycleActionHeartbeat\n                Resource:\n                  - '*'",
+           ("tests/function/test_template.py",),
+           "the role answers and holds lifecycle hooks on '*': every scaling group of every region of the account"),
 )
