@@ -111,7 +111,10 @@ SCOPES = (("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTI
           ("logstore", LOGSTORE_ACTIONS), ("savedsearch", SAVEDSEARCH_ACTIONS),
           ("securitygroup", SECURITYGROUP_ACTIONS), ("instance", INSTANCE_ACTIONS), ("vswitch", VSWITCH_ACTIONS))
 # Services whose every action here must be in a scope above or in ANY_RESOURCE: none of them falls back to
-# Resource "*" unexplained.
+# Resource "*" unexplained. ROS is not one: its RAM page gives a stack resource,
+# acs:ros:{region}:{account}:stack/{stackId} (GetStackPolicy's table: *stack), but the tables of the actions
+# deploy calls (CreateStack, the change set actions, ListStacks, PreviewStack, ValidateTemplate) were not found,
+# and a stack's id exists only once CreateStack has made it: its actions stay on "*".
 SCOPED_SERVICES = ("ram", "eventbridge", "fc", "log", "cs", "oss", "ecs", "vpc")
 # The actions of those services left on Resource "*", and why: the reference gives them "All Resources", or
 # confirms no resource form for them, and a guessed one RAM does not match would stop the deploy.
