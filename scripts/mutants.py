@@ -36,6 +36,11 @@ MUTANTS = (
            "                elif False:",
            ("tests/function/test_cs_lookup.py",),
            "a node removed while a pool is paged leaves the next page's first member out of ACK's list"),
+    mutant("cs-pages-moved-under-an-equal-total-trusted", "functions/cloud/cs_lookup.py",
+           "            if not moved:\n                moved = any(",
+           "            if False:\n                moved = any(",
+           ("tests/function/test_cs_lookup.py",),
+           "a node removed and one added between two pages keep total_count equal: a node is skipped"),
     # ---- the ACK API's answers: one item of another shape fails alone (seventh review) ----
     mutant("cs-answer-unfit-read-as-empty", "functions/cloud/answers.py",
            "    if response.body is not None:\n        return response.body.to_map() or {}",

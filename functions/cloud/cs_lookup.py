@@ -68,6 +68,11 @@ def _unique(nodes: List[Node]) -> List[Node]:
     return list(out.values())
 
 
+def _ids(items: list) -> List[Any]:
+    """What identifies each item of a page, in order: its instance id (an item without one: the item)."""
+    return [item.get("instance_id") if isinstance(item, dict) else item for item in items]
+
+
 def _listed(body: Mapping[str, Any], key: str, call: str) -> list:
     """``body[key]``, the answer's list of items ([] when absent); Refused when it is there but no list
     (read item by item, a text's characters or an object's keys were taken for items)."""
@@ -165,32 +170,47 @@ class CsLookup:
             out.extend(self._pages(cluster_id, nodepool_id, ",".join(ids[start:start + IDS_PER_CALL])))
         return out
 
+    def _page(self, cluster_id: str, nodepool_id: Optional[str], joined_ids: Optional[str], page: int
+              ) -> Tuple[list, Any]:
+        """One page of a listing: (its non-empty items, the answer's ``page.total_count``)."""
+        request = cs_models.DescribeClusterNodesRequest(nodepool_id=nodepool_id, instance_ids=joined_ids,
+                                                        page_number=str(page), page_size=str(PAGE_SIZE))
+        response = self._call("DescribeClusterNodes", lambda: self._client.describe_cluster_nodes_with_options(
+            cluster_id, request, {}, self._runtime))
+        body = answer_body(response, "DescribeClusterNodes")
+        items = [item for item in _listed(body, "nodes", "DescribeClusterNodes") if item]
+        page_info = body.get("page")
+        return items, page_info.get("total_count") if isinstance(page_info, dict) else None
+
     def _pages(self, cluster_id: str, nodepool_id: Optional[str], joined_ids: Optional[str]) -> List[Node]:
         """Every page of one listing. ACK pages by number over the list as it is at each call: a node removed
         (or added) between two pages shifts the later ones, so one node is skipped (or listed twice) and a
-        pool member would be missing. A listing whose ``total_count`` differs between its pages is read again
-        (LISTINGS times in all, then RetryLater: the pool is changing faster than it can be read)."""
+        pool member would be missing. A listing whose ``total_count`` differs between its pages is read again;
+        so is one whose pages before the last, read again after it, no longer list the same nodes in the same
+        order: a removal and an addition between two pages keep the total as it was while shifting what
+        follows, and the removal shows as a change of a page before the cursor. One page (a pool of up to 100
+        nodes) is one answer and costs one call; P > 1 pages cost 2P - 1 calls. LISTINGS listings in all, then
+        RetryLater: the pool is changing faster than it can be read."""
         for _listing in range(LISTINGS):
-            out: List[Node] = []
+            pages: List[list] = []
             first_total: Any = None
+            moved = False
             for page in range(1, MAX_PAGES + 1):
-                request = cs_models.DescribeClusterNodesRequest(nodepool_id=nodepool_id, instance_ids=joined_ids,
-                                                                page_number=str(page), page_size=str(PAGE_SIZE))
-                response = self._call("DescribeClusterNodes", lambda: self._client.describe_cluster_nodes_with_options(
-                    cluster_id, request, {}, self._runtime))
-                body = answer_body(response, "DescribeClusterNodes")
-                items = [item for item in _listed(body, "nodes", "DescribeClusterNodes") if item]
-                out.extend(_parsed(node_from_api, items, "node"))
-                page_info = body.get("page")
-                total = page_info.get("total_count") if isinstance(page_info, dict) else None
+                items, total = self._page(cluster_id, nodepool_id, joined_ids, page)
+                pages.append(items)
                 if page == 1:
                     first_total = total
                 elif total != first_total:
-                    break  # the list changed between two pages: a node may have been skipped
-                if not items or len(items) < PAGE_SIZE or (isinstance(total, int) and len(out) >= total):
-                    return _unique(out)
-            else:
-                return _unique(out)
+                    moved = True  # the list changed between two pages: a node may have been skipped
+                    break
+                read = sum(len(p) for p in pages)
+                if not items or len(items) < PAGE_SIZE or (isinstance(total, int) and read >= total):
+                    break
+            if not moved:
+                moved = any(_ids(self._page(cluster_id, nodepool_id, joined_ids, page)[0]) != _ids(pages[page - 1])
+                            for page in range(1, len(pages)))
+            if not moved:
+                return _unique(_parsed(node_from_api, [item for p in pages for item in p], "node"))
         raise RetryLater("DescribeClusterNodes: the node list changed while it was read page by page, %d times "
                          "in a row; transient, a later try may pass" % LISTINGS)
 

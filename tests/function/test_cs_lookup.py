@@ -45,7 +45,7 @@ def test_paging_and_instance_id_chunks(emulator):
     all_nodes = cs.nodes(emulator.cluster_id)
     assert len(all_nodes) == 250 and len({n.instance_id for n in all_nodes}) == 250
     pages = [r.query["pageNumber"] for r in emulator.requests if r.action == "DescribeClusterNodes"]
-    assert pages == ["1", "2", "3"]
+    assert pages == ["1", "2", "3", "1", "2"]  # the pages before the last read again: 2P - 1 calls
     emulator.requests.clear()
     wanted = ["i-page%04d" % i for i in range(0, 250, 2)]  # 125 ids: two calls of <= 100
     found = cs.nodes(emulator.cluster_id, instance_ids=wanted)
@@ -69,7 +69,27 @@ def test_a_node_removed_between_two_pages_leaves_no_other_node_out(emulator):
     found = [n.instance_id for n in lookup(emulator).nodes(emulator.cluster_id)]
     assert sorted(found) == sorted(n["instance_id"] for n in emulator.nodes) and len(found) == 249
     pages = [r.query["pageNumber"] for r in emulator.requests if r.action == "DescribeClusterNodes"]
-    assert pages == ["1", "2", "1", "2", "3"]
+    assert pages == ["1", "2", "1", "2", "3", "1", "2"]
+
+
+@pytest.mark.parametrize("at", [None, 0], ids=["added-last", "added-first"])
+def test_a_node_removed_and_one_added_between_two_pages_leaves_no_node_out(emulator, at):
+    """A removal and an addition between the same two pages (a scale-in and a scale-out, or a node replaced)
+    keep total_count as it was, so the pages agree on it while the later ones are shifted: a node is skipped
+    (added last: the first node of page 2; added first, newest first: the new node). After the last page the
+    pages before it are read again and must list the same nodes; a listing whose pages moved is read again,
+    and what comes back is the node list as it is."""
+    template = emulator.nodes[0]
+    emulator.nodes = [dict(template, instance_id="i-page%04d" % i, node_name="n%d" % i) for i in range(250)]
+
+    def replace(action, n):  # a node released and a new one joins while page 1 is being read
+        if action == "DescribeClusterNodes" and n == 2:
+            emulator.change_nodes(remove=("i-page0010",), add=(dict(template, instance_id="i-new0001",
+                                                                     node_name="new"),), at=at)
+    emulator.on_request = replace
+    found = [n.instance_id for n in lookup(emulator).nodes(emulator.cluster_id)]
+    assert sorted(found) == sorted(n["instance_id"] for n in emulator.nodes) and len(found) == 250
+    assert "i-new0001" in found and "i-page0010" not in found and "i-page0100" in found
 
 
 def test_a_node_list_that_keeps_changing_while_it_is_paged_is_retried_later(emulator):

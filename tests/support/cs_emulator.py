@@ -16,7 +16,11 @@ Endpoints, with the paths and query names the SDK sends (alibabacloud_cs20151215
   ``pageNumber``, ``pageSize`` <= 100, ``state``) -> ``{"nodes": [...], "page": {"page_number",
   "page_size", "total_count"}}`` (the SDK's model names the paging object ``page``). Each page is cut by
   number from the list as it is at that call, as the API's pageNumber/pageSize paging has it (no snapshot
-  token): a node removed or added between two pages (``on_request``) shifts the later ones
+  token): a node removed or added between two pages (``on_request``, :meth:`CsEmulator.change_nodes`) shifts
+  the later ones. Source: ACK's API reference for DescribeClusterNodes ("Query nodes in a cluster",
+  ``GET /clusters/{ClusterId}/nodes?instanceIds&nodepool_id&state&pageSize&pageNumber``): paging by
+  ``pageNumber``/``pageSize`` with ``page.total_count``, no snapshot or continuation token, and no order of
+  the nodes stated, so where a new node enters the list is the test's choice (``change_nodes(at=...)``)
 * ``GET /k8s/{cluster_id}/user_config`` (DescribeClusterUserKubeconfig; ``PrivateIpAddress``,
   ``TemporaryDurationMinutes``) -> ``{"config": <kubeconfig yaml>}``; set ``emulator.kubeconfig``.
 * ``GET /clusters/{cluster_id}/nodepools/{nodepool_id}`` (DescribeClusterNodePoolDetail) -> the pool, in
@@ -178,6 +182,20 @@ class CsEmulator(LoopbackServer):
         self.nodepools = list(inventory.get("nodepools", []))
         self.nodes = list(inventory.get("nodes", []))
         return self
+
+    def change_nodes(self, remove: Tuple[str, ...] = (), add: Tuple[Dict[str, Any], ...] = (),
+                     at: Optional[int] = None) -> None:
+        """Another client changes the cluster's node list: the nodes of the instance ids in ``remove`` leave it
+        and ``add`` enter it at index ``at`` (None: the end). A removal and an addition at once keep
+        ``total_count`` as it was, so a listing paged across them sees the same total on every page while
+        its later pages are shifted. ACK's API reference for DescribeClusterNodes states no order of the
+        nodes (see the module's docstring), so a test places the new ones at the end (oldest first) or at
+        index 0 (newest first) and the reader must come out right under both."""
+        with self._lock:
+            gone = set(remove)
+            self.nodes = [n for n in self.nodes if _odd(n) or n.get("instance_id") not in gone]
+            index = len(self.nodes) if at is None else at
+            self.nodes[index:index] = list(add)
 
     def tamper_next(self, action: str, change: Callable[[Any], Any]) -> None:
         """The next answer to ``action`` goes out as ``change(payload)``: a hostile or broken service (or what
