@@ -19,6 +19,13 @@ Before ``connect()`` has a socket, the name lookup: urllib3 asks ``socket.getadd
 no Guard reaches (it waits in the C library for as long as resolv.conf's timeouts add up to, with a name server
 that does not answer). :func:`urllib3_guarded` bounds it too, by the connect timeout and the Guard's time left
 (node_bootstrap/hostlookup.py).
+
+A time bound is no size bound: the SDKs read a whole answer into memory (requests' ``Response.content``,
+which darabonba's ``DaraCore.do_action`` and aliyunsdkcore's ``HttpResponse`` take), so an endpoint that
+sends hundreds of MB quickly exhausts the function's memory within the deadline. :func:`urllib3_guarded`
+also counts each answer's body as urllib3 hands it to its reader, and past the calling thread's
+``Guard.max_bytes`` (default :data:`MAX_ANSWER_BYTES`) closes the connection and raises
+:class:`AnswerTooLarge`, naming the endpoint.
 """
 
 import socket
@@ -26,16 +33,52 @@ import threading
 import time
 from typing import Any, List, Optional
 
+# The most an SDK answer may carry. The largest answer we read is ECS DescribeInvocationResults with 100
+# results of up to 24 KB output each (under 4 MB, functions/cloud/rpc.py); a 100-node page of ACK's
+# DescribeClusterNodes is about 100 KB (a node item is under 1 KB). Four times the largest, well below the
+# function's memory: an answer past it is no answer of the API.
+MAX_ANSWER_BYTES = 16 << 20
+
 _current = threading.local()  # the Guard of the call this thread is making (see :func:`urllib3_guarded`)
 _patched: set = set()
 _patch_lock = threading.Lock()
 
 
+class AnswerTooLarge(Exception):
+    """An answer whose body went past the calling Guard's ``max_bytes``: cut off there, its connection closed,
+    nothing of it read. Not an OSError: the SDKs take those for a broken connection and try again, and the
+    endpoint would send the same body again."""
+
+    def __init__(self, endpoint: str, limit: int) -> None:
+        super().__init__("the answer from %s is larger than %d MiB, more than any answer of the API; it was cut "
+                         "off and nothing of it is read" % (endpoint, limit >> 20))
+        self.endpoint, self.limit = endpoint, limit
+
+
+def answer_too_large(exc: BaseException) -> Optional[AnswerTooLarge]:
+    """The :class:`AnswerTooLarge` that ``exc`` is or wraps (darabonba's UnretryableException keeps it as
+    ``inner_exception``; others as the cause or context), else None."""
+    seen: List[int] = []
+    todo: List[Any] = [exc]
+    while todo and len(seen) < 16:
+        item = todo.pop()
+        if item is None or id(item) in seen:
+            continue
+        if isinstance(item, AnswerTooLarge):
+            return item
+        seen.append(id(item))
+        todo.extend((getattr(item, "inner_exception", None), item.__cause__, item.__context__))
+    return None
+
+
 class Guard:
     """``with Guard(deadline_s) as guard: guard.watch(sock); ...``: every watched socket is shut down once
-    ``deadline_s`` has passed since the guard started; ``guard.fired`` says whether it had to."""
+    ``deadline_s`` has passed since the guard started; ``guard.fired`` says whether it had to. An answer
+    body an SDK reads through urllib3 in the guard's thread past ``max_bytes`` (None: no bound) ends in
+    :class:`AnswerTooLarge` (:func:`urllib3_guarded`)."""
 
-    def __init__(self, deadline_s: float) -> None:
+    def __init__(self, deadline_s: float, max_bytes: Optional[int] = MAX_ANSWER_BYTES) -> None:
+        self.max_bytes = max_bytes
         self.deadline_s = max(0.0, float(deadline_s))
         self.end = time.monotonic() + self.deadline_s
         self.fired = False
@@ -114,8 +157,49 @@ def urllib3_guarded(urllib3: Any) -> None:
             return conn
 
         pool._get_conn = _get_conn
+        response = urllib3.response.HTTPResponse
+        for name in ("read", "read1"):  # independent of each other: neither calls the other
+            if name in vars(response):
+                setattr(response, name, _counted_read(vars(response)[name]))
+        if "read_chunked" in vars(response):  # what stream() reads a chunked body with, instead of read()
+            response.read_chunked = _counted_chunks(vars(response)["read_chunked"])
         where = urllib3.util.connection  # urllib3.connection calls create_connection through this module
         where.create_connection = _bounded_lookup(where.create_connection)
+
+
+def _count(response: Any, data: Any) -> Any:
+    """``data``, just read from ``response``'s body, counted against the calling thread's Guard's
+    ``max_bytes``: past it the response is closed (its connection is not put back into the pool half read)
+    and AnswerTooLarge raised. requests reads a body in pieces of 10 KiB (``iter_content``), so what is held
+    when it is cut is the bound and one piece."""
+    guard = getattr(_current, "guard", None)
+    if guard is None or guard.max_bytes is None or not data:
+        return data
+    seen = getattr(response, "_guard_bytes", 0) + len(data)
+    response._guard_bytes = seen
+    if seen > guard.max_bytes:
+        pool = getattr(response, "_pool", None)
+        endpoint = ("%s://%s:%s" % (pool.scheme, pool.host, pool.port) if pool is not None
+                    and getattr(pool, "host", None) else "an endpoint")
+        try:
+            response.close()
+        except Exception:  # a close that fails leaves the same: nothing more is read from it
+            pass
+        raise AnswerTooLarge(endpoint, guard.max_bytes)
+    return data
+
+
+def _counted_read(read: Any) -> Any:
+    def counted_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _count(self, read(self, *args, **kwargs))
+    return counted_read
+
+
+def _counted_chunks(read_chunked: Any) -> Any:
+    def counted_chunks(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for chunk in read_chunked(self, *args, **kwargs):
+            yield _count(self, chunk)
+    return counted_chunks
 
 
 def _is_address(host: str) -> bool:

@@ -21,7 +21,7 @@ from alibabacloud_tea_openapi.exceptions import AlibabaCloudException, Throttlin
 from darabonba.runtime import RuntimeOptions
 
 from functions.cloud.cluster import node_from_api, nodepool_from_api
-from functions.base.deadline import Guard, urllib3_guarded
+from functions.base.deadline import Guard, answer_too_large, urllib3_guarded
 from functions.base.endpoints import resolve
 from functions.base.errors import ConfigurationError, Refused, RetryLater
 from functions.base.model import Node, NodePool
@@ -139,6 +139,9 @@ class CsLookup:
                 with guard:
                     return fn()
             except Exception as exc:  # the SDK raises several unrelated types; sorted out below
+                too_large = answer_too_large(exc)
+                if too_large is not None:  # the endpoint's, not one pool's: the next try would read the same
+                    raise ConfigurationError("%s failed: %s" % (what, too_large)) from None
                 if guard.fired:  # cut at the attempt's bound: transient, like a read timeout
                     exc = TimeoutError("no complete answer within %ds" % self._timeout_s)
                 if not _transient(exc):

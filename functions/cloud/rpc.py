@@ -24,7 +24,8 @@ from aliyunsdkcore.auth.credentials import AccessKeyCredential, StsTokenCredenti
 from aliyunsdkcore.client import AcsClient
 from aliyunsdkcore.request import CommonRequest
 
-from functions.base.deadline import Guard, urllib3_guarded
+from functions.base import deadline
+from functions.base.deadline import Guard, answer_too_large, urllib3_guarded
 from functions.base.settings import Credentials, Endpoint
 from node_bootstrap.outside import OutsideDataError, loads
 
@@ -39,8 +40,9 @@ for _name in ("aliyunsdkcore", "aliyunsdkcore.client", "aliyunsdkcore.http.http_
 ECS_VERSION = "2014-05-26"
 ESS_VERSION = "2022-02-22"  # the current Auto Scaling API (2014-08-28 is the legacy one)
 VPC_VERSION = "2016-04-28"  # doctor: DescribeVSwitchAttributes
-# The largest answer of ours (100 invocation results with 24 KB of output each) is under 4 MB.
-MAX_ANSWER_BYTES = 16 << 20
+# The largest answer of ours (100 invocation results with 24 KB of output each) is under 4 MB. The body is
+# cut at the same bound as it is read (functions/base/deadline.py), not after the SDK has read it whole.
+MAX_ANSWER_BYTES = deadline.MAX_ANSWER_BYTES
 # IdempotentProcessing (403): a request carrying the ClientToken of one still being processed ("Try again
 # later", the error tables of ECS's ClientToken APIs): a RunCommand retried after a read timeout meets it, and
 # the next try gets the first request's invocation.
@@ -162,6 +164,9 @@ class RpcClient:
                     raise OutsideDataError("the %s answer is a JSON %s, not an object" % (action, type(answer).__name__))
                 return answer
             except Exception as exc:  # the SDK also raises plain errors on odd answers (IndexError...)
+                too_large = answer_too_large(exc)
+                if too_large is not None:  # cut off as it was read: the next try would read the same
+                    raise ApiError(action, "AnswerTooLarge", str(too_large)) from None
                 if isinstance(exc, OutsideDataError) and not guard.fired:  # a whole answer the reader rule
                     raise ApiError(action, "BadAnswer", str(exc)) from None  # refuses: the next would be the same
                 if guard.fired and not isinstance(exc, ServerException):  # cut at the attempt's bound

@@ -64,7 +64,7 @@ def get_secret(name: str, region: str, credentials: Optional[Credentials], endpo
 
     import urllib3  # the Tea SDK calls through requests: let the call's Guard reach its sockets
 
-    from functions.base.deadline import Guard, urllib3_guarded
+    from functions.base.deadline import Guard, answer_too_large, urllib3_guarded
 
     urllib3_guarded(urllib3)
     guard = Guard(timeout_s)  # the whole call: the SDK's read timeout restarts at every byte read
@@ -77,6 +77,9 @@ def get_secret(name: str, region: str, credentials: Optional[Credentials], endpo
     except Exception as exc:  # noqa: BLE001 - the Tea SDKs raise their own exception types, and plain ones
         if guard.fired:
             raise SecretError(name, "Timeout", "no complete answer within %ds" % timeout_s, True) from None
+        too_large = answer_too_large(exc)
+        if too_large is not None:  # cut off as it was read: the next try would read the same
+            raise SecretError(name, "AnswerTooLarge", str(too_large)) from None
         code = str(getattr(exc, "code", "") or type(exc).__name__)
         status = getattr(exc, "statusCode", None) or (getattr(exc, "data", None) or {}).get("statusCode", 0)
         message = str(getattr(exc, "message", "") or "")

@@ -38,6 +38,16 @@ class LoopbackServer:
     drip_interval_s = 1.0
     drip_life_s = 20.0
     dripped = 0  # body bytes dripped so far
+    # An endpoint that answers with a huge body (a hostile or broken one at an ``ACK_MIG_*_ENDPOINT``): the
+    # answers for which ``pad(method, path)`` gives n > 0 go out with n bytes of white space before the body,
+    # written 1 MiB at a time (hundreds of MB cost the server no memory). The answer stays valid JSON (RFC
+    # 8259, section 2: white space may come before a value), so only a bound on its size stops a client
+    # reading it whole. ``padded`` counts the white space that went out before the client stopped reading.
+    # ``pad_chunked``: the padded answer goes out in HTTP/1.1 chunks of 1 MiB (RFC 9112, section 7.1), with no
+    # Content-Length, as a gateway streaming an answer does; otherwise with its Content-Length.
+    pad: Optional[Callable[[str, str], int]] = None
+    pad_chunked = False
+    padded = 0
 
     def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> Answer:
         """One request: ``headers`` with lower-case names, ``path`` with its query string."""
@@ -69,14 +79,30 @@ class LoopbackServer:
                 body = self.rfile.read(length) if length else b""
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 status, data, extra = owner.respond(self.command, self.path, headers, body)
+                padding = owner.pad(self.command, self.path) if owner.pad is not None else 0
                 try:
                     self.send_response(status)
                     for name, value in extra.items():
                         self.send_header(name, value)
-                    self.send_header("content-length", str(len(data)))
+                    chunked = bool(padding) and owner.pad_chunked
+                    if chunked:
+                        self.send_header("transfer-encoding", "chunked")
+                    else:
+                        self.send_header("content-length", str(padding + len(data)))
                     self.end_headers()
                     if self.command == "HEAD":
                         return
+                    if padding:
+                        self.close_connection = True
+                        piece = b" " * (1 << 20)
+                        while padding > 0:
+                            part = piece[:padding]
+                            self.wfile.write(b"%x\r\n%s\r\n" % (len(part), part) if chunked else part)
+                            owner.padded += len(part)
+                            padding -= len(part)
+                        if chunked:
+                            self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data) if data else b"0\r\n\r\n")
+                            return
                     if owner.drip is not None and owner.drip(self.command, self.path):
                         self.wfile.flush()
                         trickle(self.connection.sendall, data, owner.drip_interval_s, owner._stopped,

@@ -205,7 +205,7 @@ class _Bounded:
         from functions.base.deadline import Guard
 
         limit = self._limit(size)
-        guard = Guard(limit)
+        guard = Guard(limit, max_bytes=None)  # the package's size, not an API answer's: read(size + 1) bounds it
         try:
             with guard:
                 return self._bucket.get_object(key).read(size + 1)
