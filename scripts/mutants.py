@@ -467,6 +467,12 @@ MUTANTS = (
            ("tests/delivery/test_pod_events.py",),
            "an event whose marker write got no answer nor a read back, under another holder its ask never reached, "
            "ends as taken over: its pod waits for the timer"),
+    mutant("pod-event-unread-pool-passed-over", "functions/pipeline/pod_event.py",
+           "            if counting is not None and counting.nodepool_id in unread:",
+           "            if False:",
+           ("tests/delivery/test_pod_events.py",),
+           "a pod the auto pool whose pods could not be read may count is planned in that pool as if read: its "
+           "step, not the choice, says why it failed, and a pod another pool counts is left to that step's retry"),
     mutant("pod-event-widest-first", "functions/pipeline/pod_event.py",
            "    if len(could) == 1:  # the pod's pool, or none counts it",
            "    if could:  # the pod's pool, or none counts it",

@@ -62,10 +62,12 @@ def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: 
     waits. Idle instances of a profile a pool no longer allows are the exception (``pool_of.spare_decides``):
     the tick spends them one pod each, in pod order, so two pods that ask one such instance go to two pools.
     Only then are the cluster's Pending pods listed (the tick's one paged list), and the tick's rule runs
-    over them: the pod gets the pool the timer gives it, and that pool's plan is the one run now. ``seen``:
-    gets that list as read and when its first page was read (the server's clock), for the plan (``_plan``)."""
+    over them: the pod gets the pool the timer gives it, and that pool's plan is the one run now. A pool the
+    pods on whose nodes cannot be read fails alone, as in the tick (:func:`_pods_on_or_widest`): PoolPodsUnread
+    only where the pod may be that pool's own. ``seen``: gets that list as read and when its first page was
+    read (the server's clock), for the plan (``_plan``)."""
     from functions.decision.layout.matching import demand_of, pod_key
-    from functions.kube.demand import pending_pods, pods_on
+    from functions.kube.demand import pending_pods
     from functions.pipeline.pool_of import counting_pool, not_counted, planned_bounds, spare_decides
 
     demand = demand_of(pod)
@@ -83,10 +85,44 @@ def _pool_of(pod: dict, pools: List[Any], matched: List[Any], nodes: dict, api: 
                 seen.append((list(pending), listed))
             if key not in {pod_key(p) for p in pending}:  # bound or gone since it was read: judged as read
                 pending.append(pod)  # (its pool's step finds it no longer waiting)
-            return counting_pool(key, pools, nodes, pending, lambda names: pods_on(api, names), lifted)
+            unread: Dict[str, str] = {}  # pool id -> why the pods on its nodes could not be read
+            counting = counting_pool(key, pools, nodes, pending, _pods_on_or_widest(api, nodes, unread), lifted)
+            if counting is not None and counting.nodepool_id in unread:
+                raise PoolPodsUnread("pod %s may be the demand of auto pool %s, the pods on whose nodes could not "
+                                     "be read (%s): no other pool is planned for it; retried"
+                                     % (key, counting.nodepool_id, unread[counting.nodepool_id]))
+            return counting
         if not not_counted(bounds, nodes[pool.nodepool_id], demand):
             return pool
     return None
+
+
+class PoolPodsUnread(Exception):
+    """The pod may be the demand of an auto pool the pods on whose nodes could not be read: the event ends in
+    retry naming that pool alone (its one line)."""
+
+
+def _pods_on_or_widest(api: Any, nodes: Dict[str, List[Any]], unread: Dict[str, str]) -> Callable[[List[str]], Any]:
+    """``pods_on`` for the choice's rule (``pool_of.counting_pool``), where one pool's failing list fails that
+    pool alone, as the tick's ``unread_pool``: its nodes are read the widest way (every instance idle: no pods,
+    as ``pool_of.not_counted`` reads without a list), so the pods it may count are held back from the later
+    pools, and a pod counted there is this pool's or a later one's on no reading (``unread``: gets the pool's
+    id and why). ``nodes``: pool id -> its proven members, to name the pool of a node."""
+    from node_bootstrap.kube import KubeError
+
+    from functions.kube.demand import pods_on
+
+    owner = {(n.get("metadata") or {}).get("name") or "": pool_id for pool_id, members in nodes.items()
+             for n in members}
+
+    def read(names: List[str]) -> Any:
+        try:
+            return pods_on(api, names)
+        except KubeError as exc:
+            for pool_id in sorted({owner.get(name, "") for name in names} - {""}):
+                unread.setdefault(pool_id, " ".join(str(exc).split())[:160])
+            return {}
+    return read
 
 
 def _could_count(pod: dict, pools: List[Any], labelled: Dict[str, Optional[List[Any]]], lifted: str) -> List[Any]:
@@ -271,6 +307,9 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
                              choice)
         except KubeError as exc:
             return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
+        except PoolPodsUnread as exc:  # that pool alone: the others never decided this pod
+            log.warning("pod event", reason=str(exc))
+            return end("retry", str(exc))
         if isinstance(chosen, str):
             return end("skip", chosen)
     if paused(chosen.labels):

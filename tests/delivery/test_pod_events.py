@@ -282,6 +282,36 @@ def test_the_sample_event_gives_its_pod_the_pool_the_timer_gives_it(emulator, ku
     assert stored_marker(kube_api, EARLIER)["last"]["pod"] == "llm/" + first
 
 
+def test_a_pool_whose_pods_cannot_be_read_fails_alone_in_a_pod_events_choice(emulator, kube_api, tmp_path,
+                                                                             monkeypatch):  # noqa: F811
+    """The world above, with the pods on the earlier pool's node gpu-old unreadable (a 503 after the client's
+    tries). The choice reads them only because that pool's idle 1g.10gb decides between the pools; the failed
+    list ended the whole event in retry, and POOL, which counts the sample's pod on every reading of gpu-old (its
+    one idle 1g.10gb goes to the first pod, pod order, as the tick's unread pool holds it back), was not
+    planned. Now that pool fails alone, as in the timer's tick: the sample's pod gets POOL's instance now (the
+    step still ends in retry naming the unread pool, as the tick does); the first pod, which may be that pool's
+    own, ends in retry saying so, and nothing is planned for it elsewhere."""
+    settings, nodes, first, sample = spare_instance_world(emulator, kube_api, tmp_path, monkeypatch)
+    kube_api.break_next(times=10 ** 6, status=503, method="GET", path="/api/v1/pods", query="spec.nodeName=gpu-old")
+    out = run_event(open(SAMPLE, "rb").read(), settings, logger=JsonLogger("OFF"))
+    assert [(n["node_name"], n["outcome"]) for n in out.nodes or []] == [("gpu-a", "partitioned")], out.reason
+    assert "1g.10gb" in profiles(nodes / ("%s.json" % INSTANCE))
+    assert out.outcome == "retry" and "pool %s: the pods on its nodes could not be read" % EARLIER in out.reason, \
+        out.reason
+    made = profiles(nodes / ("%s.json" % INSTANCE))
+    out = run_event(pod_event("llm", first), settings, logger=JsonLogger("OFF"))
+    assert out.outcome == "retry" and not out.nodes, out.reason
+    assert out.reason.startswith("pod llm/%s may be the demand of auto pool %s, the pods on whose nodes could not "
+                                 "be read" % (first, EARLIER)), out.reason
+    assert profiles(nodes / ("%s.json" % INSTANCE)) == made and stored_marker(kube_api, EARLIER) is None
+    # FC's retry, once the pods read again: the earlier pool's idle 1g.10gb serves the first pod, nothing changes
+    with kube_api.lock:
+        kube_api._throttles.clear()
+    out = run_event(pod_event("llm", first), settings, logger=JsonLogger("OFF"))
+    assert out.outcome == "done" and not out.nodes, out.reason
+    assert stored_marker(kube_api, EARLIER)["last"]["pod"] == "llm/" + first
+
+
 @pytest.mark.parametrize("asked", ["before its ask", "before its round"])
 def test_an_ask_after_the_choices_list_gets_the_round_a_new_list(emulator, kube_api, tmp_path, monkeypatch,
                                                                  asked):  # noqa: F811
