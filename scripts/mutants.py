@@ -473,6 +473,18 @@ MUTANTS = (
            ("tests/delivery/test_pod_events.py",),
            "a pod the auto pool whose pods could not be read may count is planned in that pool as if read: its "
            "step, not the choice, says why it failed, and a pod another pool counts is left to that step's retry"),
+    mutant("marker-renewed-over-another-holder", "functions/decision/coalesce.py",
+           "    if marker.holder != me:\n        return None\n    return marker._replace(until=now + hold_s)",
+           "    return marker._replace(holder=me, until=now + hold_s)",
+           ("tests/rollout/test_plan_marker.py",),
+           "a holder whose hold lapsed and was taken over renews the marker back to itself: the events that "
+           "follow are answered coalesced into a holder that plans no further round"),
+    mutant("marker-never-renewed", "functions/rollout/plan_marker.py",
+           "        while not self._stop.wait(self.every_s):",
+           "        while False:",
+           ("tests/delivery/test_pod_events.py",),
+           "a live holder's short hold is not renewed: an event during a long apply takes the pool over and plans "
+           "beside it instead of being coalesced"),
     mutant("pod-event-widest-first", "functions/pipeline/pod_event.py",
            "    if len(could) == 1:  # the pod's pool, or none counts it",
            "    if could:  # the pod's pool, or none counts it",

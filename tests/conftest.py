@@ -140,3 +140,15 @@ use_private_tmp()
 @pytest.fixture(autouse=True)
 def _wide_columns(monkeypatch):
     monkeypatch.setenv("COLUMNS", "1000")
+
+
+# A pod event's holder renews its plan marker from a thread every coalesce.RENEW_S of wall-clock time
+# (functions/rollout/plan_marker.py's Renewal). The kill and fail-once matrices count an invocation's writes and
+# fail each in turn: a renewal landing at whatever moment a slow run reaches would move every write after it.
+# So renewals wait for the test to ask: the tests of the renewal set the interval they drive it with
+# (tests/delivery/test_pod_events.py::test_a_live_holder_renews_its_hold_and_keeps_coalescing_past_it).
+@pytest.fixture(autouse=True)
+def _plan_marker_renewal_held(monkeypatch):
+    from functions.decision import coalesce
+
+    monkeypatch.setattr(coalesce, "RENEW_S", 10.0 ** 6)

@@ -10,8 +10,8 @@ The marker (annotation ``ack-mig-hook/plan`` of the Lease ``ack-mig-hook-plan-<p
      "last": {...}}
 
 * ``asked`` counts the events that asked for a plan of the pool; every arriving event adds one.
-* ``holder`` is the invocation planning the pool now, live until ``until`` (one run lease after its round
-  began, renewed at each round). An event that finds a live holder that is ``open`` only adds its ask and is
+* ``holder`` is the invocation planning the pool now, live until ``until`` (:data:`HOLD_S` after it last
+  renewed it: every :data:`RENEW_S` while it works, and as each round begins). An event that finds a live holder that is ``open`` only adds its ask and is
   answered ``coalesced``; an event that finds none, or one that is not open, becomes the holder and plans
   (after the planning claim of the round that runs, ``functions.rollout.plan_claim``).
 * ``open``: the holder has time for another round after this one (its invocation's time left, when the round
@@ -28,16 +28,16 @@ Why a coalesced event never loses its pod: the event's invocation read the pod a
 server (each applies only to the version read). Either the ask landed before the holder's end-of-round
 read, and the holder plans again with a list of Pending pods taken after it, which holds the pod (unless it
 was scheduled meanwhile); or it landed after the holder cleared the marker, and then the event found no
-holder and planned itself. A holder that dies (FC ends it) stops coalescing once its ``until`` has passed, and the pods of
-the events it swallowed are planned by the next event of the pool or by the auto pool timer, which never
-coalesces. A holder coalesces only while it is ``open``, so one that ends its last round with asks left has
+holder and planned itself. A holder that dies (FC ends it) stops renewing, so it stops coalescing within
+:data:`HOLD_S`, and the pods of the events it swallowed are planned by the next event of the pool (whose
+plan lists every Pending pod) or by the auto pool timer, which never coalesces. A holder coalesces only while it is ``open``, so one that ends its last round with asks left has
 run longer than a worst-case round (it says so in its log); the timer plans those pods.
 
 All times are the API server's (``functions.kube.client.KubeApi.server_time``): one clock for every
 invocation. A marker that cannot be read (not ours, too long, not JSON, numbers out of range) reads as
 empty, so a broken or forged marker costs at most one extra plan and never stops one; an ``until`` further
-than one run lease ahead is read as one run lease ahead, so a forged ``until: 1e15`` coalesces events for
-one run lease at most.
+than one hold ahead is read as one hold ahead, so a forged ``until: 1e15`` coalesces events for one hold at
+most (a live holder renews its own).
 """
 
 import json
@@ -51,6 +51,14 @@ LEASE_PREFIX = "ack-mig-hook-plan-"
 # Rounds of one pool begin at least this far apart: a burst of events is planned in few rounds, and the
 # first event of a quiet pool (its last round long past) is planned at once.
 SPACING_S = 2.0
+# How long a holder's marker holds the pool, renewed every RENEW_S while the holder works (its rounds, claim
+# waits, applies and capacity waits): a holder FC ends stops renewing, and its pool is free for the next
+# event within HOLD_S rather than one run lease (37 minutes with the defaults), during which every event was
+# answered coalesced into a plan that never came. Several renewals may fail or be slow (a renewal is one
+# client call with its retries) before a live holder's hold lapses, and a lapsed hold costs one extra plan
+# only: the pool's planning claim, not the marker, keeps two plans of a pool apart.
+HOLD_S = 30.0
+RENEW_S = 5.0
 MAX_MARKER_TEXT = 4096  # ours is under 400 characters
 MAX_ASKS = 10 ** 15  # a counter past this starts again from 0 (one ask per event: never in practice)
 MAX_TEXT = 253  # the longest holder, pod or event id kept (a pod's namespace/name fits)
@@ -138,6 +146,14 @@ def begin_round(marker: Marker, me: str, now: float, hold_s: float, is_open: boo
     if marker.holder != me:
         return None
     return marker._replace(round=now, until=now + hold_s, open=is_open)
+
+
+def renew(marker: Marker, me: str, now: float, hold_s: float) -> Optional[Marker]:
+    """The marker with this invocation's hold renewed (``until`` ``hold_s`` from now), or None when it no longer
+    names this invocation (let go, or taken over after its hold lapsed: that holder plans now)."""
+    if marker.holder != me:
+        return None
+    return marker._replace(until=now + hold_s)
 
 
 def end_round(marker: Marker, me: str, planned: int, more: bool) -> Tuple[Optional[Marker], bool]:

@@ -339,11 +339,10 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     clock), or None: the first round plans on it where that is as good as a new list (below)."""
     from node_bootstrap.kube import KubeError
 
-    from functions.decision.coalesce import quiet_since
+    from functions.decision.coalesce import HOLD_S, quiet_since
     from functions.pipeline.auto_pool import run_tick
     from functions.rollout.plan_claim import STALE_MARGIN_S, peek_pool
-    from functions.rollout.plan_marker import MarkerBusy, PlanMarker
-    from functions.rollout.run import run_lease_s
+    from functions.rollout.plan_marker import MarkerBusy, PlanMarker, Renewal
 
     started = time.monotonic() if started is None else started
 
@@ -381,14 +380,14 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     if dry_run:  # a dry run shows the plan and writes nothing, the marker included
         usable.extend([pending] if pending is not None else [])  # no ask is coalesced into it: any list will do
         return tick()
-    marker = PlanMarker(api, uuid.uuid4().hex[:12], run_lease_s(settings))
+    marker = PlanMarker(api, uuid.uuid4().hex[:12], HOLD_S)
     prior: List[Any] = []  # the marker this event's ask was written over
     unknown = False  # the marker write got no answer nor a read back: whose it is, a round's beginning says
     try:
         role, seen = marker.arrive(pool_id, key, request.event_id or "", prior)
     except (KubeError, MarkerBusy) as exc:  # planning is always safe: only the coalescing is lost
         # No answer is no verdict: the server may have written this invocation in as the holder, and the
-        # pool's events coalesce into it for a run lease. One more read says whose the marker is (where that
+        # pool's events coalesce into it for its hold. One more read says whose the marker is (where that
         # read fails too, the read that marks its round begun does).
         # A refusal (409s only, or any other 4xx: RBAC, an invalid write) is an answer: nothing was written.
         # Not a 429: the client tries again after no answer too (functions/kube/client.py), and ends with the
@@ -428,15 +427,19 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
                              event_id=request.event_id, outcome="skip", reason=reason, cluster_id=cluster)
     rounds: List[HandlerResult] = []
+    # The hold is short and renewed while this invocation works: ended by FC, it frees the pool within one hold
+    renewal = Renewal(marker, pool_id, log).start()
     try:
         _rounds(marker, pool_id, tick, rounds, started, settings, log, free, begun)
         if unknown and not rounds:  # the marker names another: planned once without coalescing, then let go
             # where this invocation's unanswered write landed after all
             rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))
             _let_go(marker, pool_id, log)
-    except BaseException:  # a bug or FC's end: let the pool go now rather than after a whole run lease
+    except BaseException:  # a bug: let the pool go now rather than after its hold
         _let_go(marker, pool_id, log)
         raise
+    finally:
+        renewal.stop()
     return _merge(request, cluster, pool_id, rounds)
 
 
@@ -463,7 +466,7 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
             # Planning is always safe, but this round noted no asks, so it cannot tell which came during it: let
             # go first (the marker still names this invocation), and an event during the round or after finds
             # no holder and plans itself, after this round's planning claim. Kept, the pool's events would be
-            # answered coalesced into an invocation that had returned, for a whole run lease.
+            # answered coalesced into an invocation that had returned, for its hold.
             _let_go(marker, pool_id, log)
             rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))
             break

@@ -13,6 +13,7 @@ Time is the API server's (the ``Date`` of its answers), as for the budget.
 
 import logging
 import random
+import threading
 import time
 from typing import Any, Callable, Optional, Tuple
 
@@ -37,8 +38,8 @@ def marker_lease(pool_id: str) -> str:
 
 
 class PlanMarker:
-    """The plan markers of one invocation (``me``). ``hold_s``: how long a round may hold the pool (one run
-    lease, ``functions.rollout.run.run_lease_s``)."""
+    """The plan markers of one invocation (``me``). ``hold_s``: how long a write holds the pool
+    (``coalesce.HOLD_S``; :class:`Renewal` renews it while the invocation works)."""
 
     def __init__(self, kube: Any, me: str, hold_s: float, namespace: str = EVENT_NAMESPACE,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
@@ -102,3 +103,42 @@ class PlanMarker:
     def end_round(self, pool_id: str, planned: int, more: bool) -> bool:
         """Whether to plan again (an event asked during the round); otherwise the marker is let go."""
         return self.change(pool_id, lambda marker, now: co.end_round(marker, self.me, planned, more))
+
+    def renew(self, pool_id: str) -> bool:
+        """Renew this invocation's hold on the pool; False when the marker no longer names it (nothing written)."""
+        def step(marker: co.Marker, now: float) -> Tuple[Optional[co.Marker], bool]:
+            new = co.renew(marker, self.me, now, self.hold_s)
+            return new, new is not None
+        return self.change(pool_id, step)
+
+
+class Renewal:
+    """A holder's hold on its pool, renewed every ``every_s`` (``coalesce.RENEW_S``) from a thread while the
+    invocation works, between :meth:`start` and :meth:`stop`, until the marker no longer names it. The hold is
+    short so that a holder FC ends frees its pool within it (coalesce.py); a renewal that fails is tried again
+    at the next one (several may fail before the hold lapses, and a lapsed hold costs one extra plan only)."""
+
+    def __init__(self, marker: PlanMarker, pool_id: str, log: Any, every_s: Optional[float] = None) -> None:
+        self.marker, self.pool_id, self.log = marker, pool_id, log
+        self.every_s = co.RENEW_S if every_s is None else every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="plan-marker-renewal", daemon=True)
+
+    def start(self) -> "Renewal":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """No renewal starts after this; one in flight may still land (its write is onto the version it read,
+        and renews only a marker that names this invocation: never over a let-go or another holder's)."""
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                if not self.marker.renew(self.pool_id):
+                    return  # let go, or another invocation holds the pool now
+            except Exception as exc:  # noqa: BLE001  (no caller to tell: the hold lapses, one extra plan at most)
+                self.log.warning("plan marker", nodepool_id=self.pool_id, reason="hold not renewed (%s): it lapses "
+                                 "unless a later renewal lands" % " ".join(str(exc).split())[:200])

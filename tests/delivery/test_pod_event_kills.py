@@ -103,3 +103,50 @@ def test_a_pod_event_whose_each_write_fails_once_loses_no_pods_ask(cluster, tmp_
         tick = run(TICK, cluster)
         held = profiles(state_file)
         assert "2g.20gb" in held and "1g.10gb" in held, (where, held, tick.reason)
+
+
+def _live_claim(server, now):
+    """The pool's planning claim as its Lease holds it, when it is still live at ``now`` (None otherwise)."""
+    from functions.decision.budget import lease_name
+    from tests.delivery.test_auto_pool_e2e import POOL
+
+    lease = server.leases.get(("default", lease_name(POOL)))
+    claim = pc.read_claim(((lease or {}).get("metadata", {}).get("annotations") or {}).get(pc.PLANNING_ANNOTATION))
+    return claim if claim is not None and claim.expires > now else None
+
+
+def test_a_pod_event_killed_after_every_write_frees_its_pool_for_the_next_event_within_its_hold(cluster, tmp_path):
+    """The holder killed after each of its writes (FC ends the instance): its marker held the pool for a whole
+    run lease (the longest run, 37 minutes with the defaults), and every event of the pool meanwhile was
+    answered ``coalesced`` into a plan that never came: their pods waited for the auto pool timer. The hold is
+    now short (``coalesce.HOLD_S``) and renewed while the holder works, so a dead holder's pool is free within
+    it: the next event, that much later, plans the pool (every pod waiting, the dead holder's too). Where the
+    dead invocation still holds the pool's planning claim (a node's apply it started may still run), that
+    claim, not the marker, keeps the pool until the claim's end: the matrix above has the timer plan it."""
+    from functions.rollout.plan_marker import marker_lease
+    from tests.delivery.test_auto_pool_e2e import POOL
+
+    server, api, settings, executor, state_file = cluster
+    hold = co.HOLD_S
+    _world(server, tmp_path)
+    calls = _event(cluster, "first")[0]
+    planned = 0
+    for k in range(1, len(calls) + 1):
+        _world(server, tmp_path)
+        done, result = _event(cluster, "first", k)
+        assert result is None, (k, calls)
+        where = "killed after write %d (%s)" % (k, done[-1])
+        server.clock = lambda: time.time() + hold + 1  # one hold on
+        now = server.clock()
+        lease = server.leases.get(("default", marker_lease(POOL))) or {"metadata": {}}
+        marker = co.read_marker((lease["metadata"].get("annotations") or {}).get(co.MARKER_ANNOTATION), now, hold)
+        assert not marker.live(now), (where, marker)
+        if _live_claim(server, now):
+            continue
+        planned += 1
+        waiting(server, "second", "1g.10gb")
+        second = _event(cluster, "second")[1]
+        assert second is not None and second.outcome == "done", (where, second and second.reason)
+        held = profiles(state_file)
+        assert "2g.20gb" in held and "1g.10gb" in held, (where, held, second.reason)
+    assert planned >= 2, calls  # a kill before the planning claim and one after it was given back, at least

@@ -23,6 +23,7 @@ import json
 import os
 import sys
 import threading
+import time
 import uuid
 from urllib.parse import unquote
 
@@ -385,6 +386,32 @@ def test_a_burst_is_planned_in_two_rounds_and_the_events_during_the_first_are_co
     assert profiles(state_file).count("1g.10gb") == 6  # every pod of the burst has its instance
     marker = stored_marker(server)
     assert marker["holder"] == "" and marker["asked"] == 6
+
+
+def test_a_live_holder_renews_its_hold_and_keeps_coalescing_past_it(cluster, monkeypatch):
+    """The hold is short (``coalesce.HOLD_S``), so that a holder FC ends frees its pool within it
+    (tests/delivery/test_pod_event_kills.py); a live holder renews it while it works. Here its plan's apply
+    lasts ten holds on the API server's clock: the marker is renewed on that clock, and an event of the pool
+    then is still coalesced into it and planned in its next round, not planned beside it."""
+    server, api, settings, executor, state_file = cluster
+    monkeypatch.setattr(co, "RENEW_S", 0.05)  # renewals as often as the test looks (the suite holds them)
+    gate = Gate(executor)
+    thread, holder = holding(cluster, gate)
+    server.clock = lambda: time.time() + 10 * co.HOLD_S  # the apply has run for ten holds
+    waited = time.monotonic() + 60
+    while stored_marker(server)["until"] <= server.clock():  # until a renewal on that clock is stored
+        assert time.monotonic() < waited, stored_marker(server)
+        time.sleep(0.05)
+    waiting(server, "late", "2g.20gb")
+    answer = run(pod_event("llm", "late"), cluster, executor=gate)
+    assert answer.outcome == "skip" and answer.reason.startswith("coalesced"), answer.reason
+    assert gate.calls == 1
+    gate.open.set()
+    thread.join(120)
+    result = holder["result"]
+    assert result.outcome == "done" and result.reason.startswith("2 rounds"), result.reason
+    assert "2g.20gb" in profiles(state_file) and "1g.10gb" in profiles(state_file)
+    assert stored_marker(server)["holder"] == ""
 
 
 def test_events_lost_in_a_dead_plan_are_caught_by_the_timer(cluster):

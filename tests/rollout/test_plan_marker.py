@@ -50,6 +50,26 @@ def test_a_holder_without_time_for_another_round_takes_no_ask_and_is_taken_over(
     assert co.read_marker('{"holder": "a", "until": 1100, "open": "no"}', 1000.0, HOLD).open  # not ours: as before
 
 
+def test_a_renewal_keeps_only_this_invocations_hold_never_a_let_go_or_another_holders():
+    """A holder's renewal (plan_marker.Renewal) moves its ``until`` one hold on; a marker let go, or taken over
+    by another event after the hold lapsed (the renewals failed, or the holder was slow), is left as it is."""
+    from functions.kube.nodes import MemoryKube
+
+    clock = [1000.0]
+    kube = MemoryKube()
+    a, b = (PlanMarker(kube, me, co.HOLD_S, clock=lambda: clock[0], sleep=lambda s: None) for me in ("a", "b"))
+    assert a.arrive(POOL, "llm/p0", "e0")[0] == co.PLAN
+    clock[0] += co.HOLD_S - 1
+    assert a.renew(POOL)
+    assert a.change(POOL, lambda m, now: (None, m)).until == clock[0] + co.HOLD_S
+    clock[0] += co.HOLD_S + 1  # lapsed: the next event takes over
+    assert b.arrive(POOL, "llm/p1", "e1")[0] == co.PLAN
+    assert not a.renew(POOL)
+    assert a.change(POOL, lambda m, now: (None, m)).holder == "b"
+    b.end_round(POOL, 2, more=False)  # let go
+    assert not b.renew(POOL) and a.change(POOL, lambda m, now: (None, m)).holder == ""
+
+
 @pytest.mark.parametrize("function_timeout_s, second", [(14400, co.COALESCED), (2220, co.PLAN)])
 def test_an_ask_during_a_round_is_coalesced_only_into_a_holder_that_will_plan_it(function_timeout_s, second):
     """2220 s is one wave's worst case with the defaults (template.yml's Timeout when InvocationTimeoutS is
