@@ -71,6 +71,25 @@ def answer_too_large(exc: BaseException) -> Optional[AnswerTooLarge]:
     return None
 
 
+def failure_code(exc: BaseException) -> str:
+    """An SDK failure's code for a one-line error: ``AnswerTooLarge`` for a cut answer however the SDK wrapped it
+    (darabonba names its UnretryableException otherwise), else the service's code or the exception's type."""
+    if answer_too_large(exc) is not None:
+        return "AnswerTooLarge"
+    return " ".join(str(getattr(exc, "code", "") or type(exc).__name__).split())[:64]
+
+
+def failure_message(exc: BaseException, limit: int = 300, fallback: Any = None) -> str:
+    """An SDK failure's message on one line, at most ``limit`` characters: a cut answer's own words (the SDK's
+    repr of the exception it wraps would say them inside ``UnretryableException: AnswerTooLarge('...')``).
+    ``fallback``: what to say where the exception has no message (default: the exception's text)."""
+    too_large = answer_too_large(exc)
+    if too_large is not None:
+        return str(too_large)
+    text = getattr(exc, "message", "") or (exc if fallback is None else fallback)
+    return " ".join(str(text).split())[:limit]
+
+
 class Guard:
     """``with Guard(deadline_s) as guard: guard.watch(sock); ...``: every watched socket is shut down once
     ``deadline_s`` has passed since the guard started; ``guard.fired`` says whether it had to. An answer

@@ -77,7 +77,7 @@ def invoke_async(region: str, keys, function: str, body: bytes) -> Dict[str, str
     from alibabacloud_tea_openapi import utils_models as openapi_models
     from darabonba.runtime import RuntimeOptions
 
-    from functions.base.deadline import Guard, urllib3_guarded
+    from functions.base.deadline import Guard, failure_code, failure_message, urllib3_guarded
 
     override = settings.parse_endpoint(settings.environment(), settings.FC_ENDPOINT)
     connect_ms = min(settings.connect_timeout_s(), TIMEOUT_S) * 1000  # a connection: seconds, not the call's 30
@@ -104,8 +104,7 @@ def invoke_async(region: str, keys, function: str, body: bytes) -> Dict[str, str
         unreached = said("fc", exc)  # nothing answers at the address: the line every command says (exit 2)
         if unreached:
             raise InvokeError(unreached, exit_code=EXIT_USAGE) from None
-        code = str(getattr(exc, "code", "") or type(exc).__name__)
-        message = " ".join(str(getattr(exc, "message", "") or exc).split())[:300]
+        code, message = failure_code(exc), failure_message(exc)
         text = "FC InvokeFunction of %s failed: %s: %s" % (function, code, message)
         if code == "FunctionNotFound":
             raise InvokeError(text + "; the stack names a function FC does not have: `ack-mig-hook doctor` "

@@ -249,7 +249,7 @@ def _body(response: Any, project: str, logstore: str) -> Dict[str, Any]:
 
 def _get_logs(client, runtime, project: str, logstore: str, request, models):
     """One GetLogs call, its failure one LogsError line."""
-    from functions.base.deadline import Guard
+    from functions.base.deadline import Guard, failure_code, failure_message
 
     guard = Guard(TIMEOUT_S)
     try:
@@ -262,8 +262,7 @@ def _get_logs(client, runtime, project: str, logstore: str, request, models):
         unreached = said("sls", exc)  # nothing answers at the address: as every command says it (exit 2)
         if unreached:
             raise LogsError(unreached, exit_code=EXIT_USAGE) from None
-        code = " ".join(str(getattr(exc, "code", "") or type(exc).__name__).split())[:64]
-        message = " ".join(str(getattr(exc, "message", "") or exc).split())[:300]
+        code, message = failure_code(exc), failure_message(exc)
         hint = ""
         if code.startswith(("Unauthorized", "AccessDenied", "Forbidden")):
             hint = "; it needs log:GetLogStoreLogs on the logstore"

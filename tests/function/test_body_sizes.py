@@ -87,3 +87,27 @@ def test_the_kms_secret_read_cuts_an_answer_past_the_bound(no_proxy):
         assert not info.value.retryable and info.value.code == "AnswerTooLarge"
         assert one_line(info.value) == "cannot read secret 'ssh-key' from KMS: AnswerTooLarge: " + LINE % kms.endpoint
         assert kms.padded < MAX_ANSWER_BYTES + SLACK, kms.padded
+
+
+def test_the_operators_ros_client_says_a_cut_answer_in_its_own_words(no_proxy):
+    """The command-line clients share the bound; their error lines read the cut answer through darabonba's
+    UnretryableException (functions/base/deadline.failure_code/failure_message), which would otherwise name the
+    wrapper and repr the answer's words: ``UnretryableException: AnswerTooLarge('the answer from ...')``. One
+    ListStacks call, not retried."""
+    from functions.base.settings import parse_endpoint
+    from functions.commands.stack.credentials import Keys
+    from functions.commands.stack.ros import StackError, Stacks
+    from tests.support.ros_emulator import RosEmulator
+
+    ros = RosEmulator(access_key_id=AK, secret=SECRET, token=TOKEN, steps=1).start()
+    try:
+        ros.pad = lambda method, path: FLOOD
+        stacks = Stacks("cn-beijing", Keys(AK, SECRET, TOKEN), parse_endpoint({"E": ros.endpoint}, "E"),
+                        timeout_s=30)
+        with pytest.raises(StackError) as info:
+            stacks.find("ack-mig-hook")
+        assert one_line(info.value) == "ROS ListStacks failed: AnswerTooLarge: " + LINE % ros.endpoint
+        assert [r.action for r in ros.requests] == ["ListStacks"]
+        assert ros.padded < MAX_ANSWER_BYTES + SLACK, ros.padded
+    finally:
+        ros.stop()

@@ -25,7 +25,7 @@ Function Compute 3.0 attaches the function to the VPC with its service-linked ro
 
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
-from functions.base.deadline import Guard, urllib3_guarded
+from functions.base.deadline import Guard, failure_code, failure_message, urllib3_guarded
 from functions.base.settings import Endpoint
 from functions.commands.stack.credentials import Keys
 from functions.commands.stack.exit_codes import EXIT_USAGE, CloudError
@@ -105,8 +105,8 @@ def read(keys: Keys, region: str, cluster_id: str, endpoint: Optional[Endpoint] 
         unreached = None if guard.fired else said("cs", exc)  # nothing answers there: as every command says it
         if unreached:
             raise ClusterUnreadable(unreached, "", EXIT_USAGE) from None
-        code = str(getattr(exc, "code", "") or type(exc).__name__)
-        message = " ".join(str(getattr(exc, "message", "") or (exc if guard.fired else "")).split())[:200]
+        code = failure_code(exc)
+        message = failure_message(exc, 200, fallback=exc if guard.fired else "")
         if code == "ErrorClusterNotFound" or getattr(exc, "status_code", None) == 404:
             raise ClusterUnreadable("ACK knows no cluster %s in %s (%s): check --cluster-id and --region"
                                     % (cluster_id, region, code), code, EXIT_USAGE) from None

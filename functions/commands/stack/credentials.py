@@ -15,7 +15,7 @@ Every command that talks to the cloud (deploy, undeploy, doctor, invoke, status)
 import os
 from typing import Any, NamedTuple, Optional
 
-from functions.base.deadline import Guard, urllib3_guarded
+from functions.base.deadline import Guard, failure_code, failure_message, urllib3_guarded
 from functions.commands.stack.exit_codes import EXIT_USAGE, CloudError
 from functions.commands.stack.unreachable import said
 
@@ -181,8 +181,8 @@ def account_id(keys: Keys, region: str, endpoint: Optional[Any] = None, timeout_
         unreached = None if guard.fired else said("sts", exc)  # nothing answers there: as every command says it
         if unreached:
             raise AccountUnknown(unreached, exit_code=EXIT_USAGE) from None
-        code = getattr(exc, "code", "") or type(exc).__name__
-        message = " ".join(str(getattr(exc, "message", "") or (exc if guard.fired else "")).split())[:200]
+        code = failure_code(exc)
+        message = failure_message(exc, 200, fallback=exc if guard.fired else "")
         raise AccountUnknown("STS GetCallerIdentity failed (the account id names and guards the code bucket): "
                              "%s%s" % (code, ": " + message if message else ""), code=str(code)) from None
     account = str(getattr(body, "account_id", "") or "")

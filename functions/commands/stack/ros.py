@@ -11,7 +11,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional
 
-from functions.base.deadline import Guard, urllib3_guarded
+from functions.base.deadline import Guard, failure_code, failure_message, urllib3_guarded
 from functions.base.endpoints import resolve
 from functions.base.settings import Endpoint, connect_timeout_s
 from functions.commands.stack.credentials import Keys
@@ -70,12 +70,11 @@ def _named_id(body: Dict[str, Any], key: str, action: str, what: str,
 
 
 def _code(exc: BaseException) -> str:
-    return str(getattr(exc, "code", "") or type(exc).__name__)
+    return failure_code(exc)
 
 
 def _message(exc: BaseException) -> str:
-    text = str(getattr(exc, "message", "") or exc)
-    return " ".join(text.split())[:300]
+    return failure_message(exc)
 
 
 def _failed(action: str, exc: BaseException) -> StackError:

@@ -39,6 +39,7 @@ import hashlib
 import hmac
 from typing import NamedTuple, Optional
 
+from functions.base.deadline import failure_code, failure_message
 from functions.base.endpoints import resolve, url_of
 from functions.base.settings import Endpoint
 from functions.commands.stack.credentials import Keys
@@ -89,8 +90,7 @@ def crc64(data: bytes) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    code = getattr(exc, "code", "") or type(exc).__name__
-    message = " ".join(str(getattr(exc, "message", "") or "").split())[:200]
+    code, message = failure_code(exc), failure_message(exc, 200, fallback="")
     return "%s%s" % (code, ": " + message if message else "")
 
 
