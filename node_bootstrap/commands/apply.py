@@ -355,6 +355,11 @@ def cmd_apply(args, backend):
 
     def prepare():
         # type: () -> None
+        if getattr(args, "at_boot", False) and args.request_file is not None:
+            # The boot unit's run: its request, applied as root, is read only from a directory and a file this
+            # user alone may write (install checks them with the same function, and repairs them)
+            bootunit.check_config_dir(os.path.dirname(os.path.abspath(args.request_file)), args.request_file, log,
+                                      repair=False)
         request = request_from_options(args.size, args.sequence, args.request_b64, args.request_file)
         apply.spec = request.spec
         apply.allow_destroy = request.destroy and not args.no_destroy
@@ -396,8 +401,10 @@ def run_job(job, prepare):
     except BaseException as exc:  # noqa: B036 - before the lock: conflict, bad input, lock timeout, interrupted
         # A bad request is a verdict on this node's request: say so on the node. A lock timeout or an
         # interrupt while waiting says nothing about the node; the apply holding the lock labels it.
-        # A conflict leaves mig-manager's labels alone.
-        job.fail(exc, label=isinstance(exc, BadInput) or isinstance(exc, MigInputError))
+        # A conflict leaves mig-manager's labels alone. A boot request refused as anybody's is a verdict on
+        # this node too: its GPUs came back without their instances, whatever the last label said.
+        job.fail(exc, label=isinstance(exc, BadInput) or isinstance(exc, MigInputError) or
+                 (isinstance(exc, NodeFailure) and exc.code == "config-dir-unsafe"))
     job.result["labels"] = job.labeler.summary()
     event = record_final_state(job.labeler, job.result)
     if event is not None:

@@ -171,34 +171,50 @@ def _clear_marker(pending, errors):
                           pending, exc.strerror or exc, pending))
 
 
-def _secure_config_dir(path, request, log):
-    # type: (str, str, Callable[[str], None]) -> None
-    """The boot unit's directory (``/etc/ack-mig-hook``) made safe before install writes into it: the unit applies
-    its request as root at every boot. Made 0777 by an older run (its directories followed the umask), it is
-    this tool's own to repair: made go-w, with a request file others could write (or another user owns) removed
-    so install writes it anew. Owned by another user it is refused: not this tool's to take over."""
+def check_config_dir(path, request, log, repair):
+    # type: (str, str, Callable[[str], None], bool) -> None
+    """The boot unit's directory (``/etc/ack-mig-hook``) and its request file checked before either is used: the
+    unit applies that request as root at every boot. Owned by another user the directory is refused, always:
+    not this tool's to take over. ``repair`` (install, about to write the request): a directory others may write
+    (an older run's 0777, its directories followed the umask) is made go-w, and a request file others could
+    write, another user owns, or a link is removed so install writes it anew. Without it (the boot run, about
+    to read the request) either is refused: what the request says may be anybody's, and a directory the run
+    was merely pointed at (``--request-file``) is not its to chmod."""
     try:
         info = os.lstat(path)
     except OSError:
-        return  # made 0755 by the first write
+        return  # install: made 0755 by the first write; the boot run: the read names it
     if not stat.S_ISDIR(info.st_mode):
-        return  # a file where the directory goes: the write names it
+        return  # a file where the directory goes: the write (or the read) names it
     if info.st_uid != os.geteuid():
         raise NodeFailure("the boot unit's directory %s is owned by uid %d, not this user (uid %d): the boot unit "
                           "applies the request in it as root, so it must be this user's alone; check what is in "
                           "it, then chown it, or uninstall-boot-unit and remove it" % (path, info.st_uid, os.geteuid()),
                           code="config-dir-unsafe")
     said = []  # type: List[str]
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        os.chmod(path, stat.S_IMODE(info.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        if not repair:
+            raise NodeFailure("the boot unit's directory %s is writable by others (mode %04o): the request in it, "
+                              "applied as root, may be anybody's; nothing was applied; check what is in it, then "
+                              "chmod go-w it and run install-boot-unit again (it writes the request anew)"
+                              % (path, mode), code="config-dir-unsafe")
+        os.chmod(path, mode & ~(stat.S_IWGRP | stat.S_IWOTH))
         said.append("%s was writable by others (mode %04o): made %04o" % (
-            path, stat.S_IMODE(info.st_mode), stat.S_IMODE(info.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH)))
+            path, mode, mode & ~(stat.S_IWGRP | stat.S_IWOTH)))
     try:
         held = os.lstat(request)
     except OSError:
         held = None
     if held is not None and (held.st_uid != os.geteuid() or held.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
                              or stat.S_ISLNK(held.st_mode)):
+        if not repair:
+            why = "a symbolic link" if stat.S_ISLNK(held.st_mode) else \
+                "owned by uid %d" % held.st_uid if held.st_uid != os.geteuid() else \
+                "writable by others (mode %04o)" % stat.S_IMODE(held.st_mode)
+            raise NodeFailure("the boot unit's request %s is %s: what it says, applied as root, may be anybody's; "
+                              "nothing was applied; check it, then run install-boot-unit again (it writes the "
+                              "request anew)" % (request, why), code="config-dir-unsafe")
         os.remove(request)  # what it says may be anybody's: written anew below
         said.append("a file in it others could write is written anew (%s)" % request)
     if said:
@@ -239,7 +255,7 @@ def install(spec, root="/", extra_args=None, runner=None, python=None, package_d
     # files unchanged, still makes those calls. Without it every rerun found nothing changed, called no
     # systemctl and said "installed" of a unit that never ran at boot.
     pending = os.path.join(root, CONFIG_DIR.lstrip("/"), ENABLE_PENDING_NAME)
-    _secure_config_dir(os.path.dirname(on_disk_request), on_disk_request, _stderr)
+    check_config_dir(os.path.dirname(on_disk_request), on_disk_request, _stderr, repair=True)
     owed = os.path.lexists(pending)
     changing = _differs(on_disk_request, request_document(spec)) or _differs(on_disk_unit, unit_text) or \
         any(_differs(_unit_path(root, n), t) for n, t in (wanted or {}).items()) or \

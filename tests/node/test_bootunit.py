@@ -677,3 +677,35 @@ def test_a_config_directory_another_user_owns_is_refused(tmp_path):
     assert res.rc == 1 and res.json["error"]["code"] == "config-dir-unsafe", res.json
     assert res.json["error"]["message"].startswith("the boot unit's directory %s is owned by uid 65534" % config)
     assert not (config / bootunit.REQUEST_NAME).exists()
+
+
+@pytest.mark.parametrize("made", ["directory", "request"])
+def test_the_boot_run_refuses_a_config_directory_or_request_others_could_write_since_the_install(tmp_path, made):
+    """install repairs /etc/ack-mig-hook (go-w, the request written anew), but the boot run read the request in
+    it without looking: a directory made 0777 after the install (or a request made 0666) let any local user put
+    the layout the unit applies as root at every boot. The boot run checks it with the same function and
+    refuses (``config-dir-unsafe``, the node labelled failed), changing nothing, and never repairs a directory
+    it was merely pointed at."""
+    node = Node(tmp_path, gpu="H200", count=1)
+    root = tmp_path / "root"
+    assert _install(node, root).rc == 0
+    config = root / "etc" / "ack-mig-hook"
+    request = config / bootunit.REQUEST_NAME
+    assert node.run("sim-reboot").rc == 0
+    os.chmod(str(config if made == "directory" else request), 0o777 if made == "directory" else 0o666)
+    node.kube_args = []  # labels go to the simulated node's stand-in (<state>.host/node-labels.json)
+    boot = node.run("apply", "--request-file", str(request), "--at-boot", "--device-plugin-restart", "none")
+    assert boot.rc == 1 and boot.json["error"]["code"] == "config-dir-unsafe", boot.json
+    assert boot.json["changes"] == 0 and node.layout(0) == []
+    with open(os.path.join(node.host, "node-labels.json")) as fh:  # not left saying the last boot's success
+        assert json.load(fh)["labels"]["nvidia.com/mig.config.state"] == "failed"
+    unsafe = config if made == "directory" else request
+    assert boot.json["error"]["message"].startswith(
+        "the boot unit's %s %s is writable by others (mode %s)" % (
+            "directory" if made == "directory" else "request", unsafe, "0777" if made == "directory" else "0666"))
+    assert os.stat(str(config)).st_mode & 0o777 == (0o777 if made == "directory" else 0o755)  # left as it was
+    # repaired by the next install, the boot run applies it
+    assert _install(node, root).rc == 0
+    again = node.run("apply", "--request-file", str(request), "--at-boot", "--device-plugin-restart", "none")
+    assert again.rc == 0, again.stderr
+    assert len(node.layout(0)) == len(SEQ.split("-"))
