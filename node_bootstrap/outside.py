@@ -215,7 +215,8 @@ def as_list(value):
 def json_type(value):
     # type: (Any) -> str
     """A decoded JSON value's type in words, for a one-line refusal: the one wording of every reader of an
-    answer (the node's, the ACK and ROS answers', the Kubernetes objects' shapes)."""
+    answer (the node's, the ACK and ROS answers', the Kubernetes objects' shapes) and of every file a person
+    wrote (a kubeconfig, an inventory snapshot, a mig-parted config: YAML adds dates and sets, "a date")."""
     if isinstance(value, bool):
         return "true/false"
     if isinstance(value, (int, float)):
@@ -223,7 +224,7 @@ def json_type(value):
     for kind, words in ((dict, "an object"), (list, "a list"), (str, "text"), (type(None), "null")):
         if isinstance(value, kind):
             return words
-    return type(value).__name__
+    return "a %s" % type(value).__name__
 
 
 def list_items(answer, what):

@@ -27,7 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Protocol, Sequence, Set
 from functions.base.errors import BadInventory, Refused
 from functions.cloud.membership import SnapshotMembership
 from functions.base.model import Node, NodePool, Taint
-from node_bootstrap.outside import OutsideDataError, loads
+from node_bootstrap.outside import OutsideDataError, json_type, loads
 
 # A snapshot's "kubernetes" part is what `kubectl get -o json` prints, which nests like an API answer
 # (node_bootstrap/kube/client.py).
@@ -86,7 +86,6 @@ SNAPSHOT_SHAPES = {
                                       "scaling_group.scaling_group_id": str}),
     "nodes": {k: str for k in ("instance_id", "node_name", "instance_type", "nodepool_id", "state", "node_status")},
 }
-_NAMES = {dict: "an object", str: "a string"}
 
 
 def _wrong_shape(item: Mapping[str, Any], shape: Mapping[str, type]) -> str:
@@ -97,13 +96,13 @@ def _wrong_shape(item: Mapping[str, Any], shape: Mapping[str, type]) -> str:
         for part in path.split("."):
             value = value.get(part) if isinstance(value, dict) else None
         if value is not None and not isinstance(value, kind):
-            return "%s: expected %s, got %s" % (path, _NAMES[kind], type(value).__name__)
+            return "%s: expected %s, got %s" % (path, json_type(kind()), json_type(value))  # kind(): its empty value
     for outer, key in (("kubernetes_config", "labels"), ("kubernetes_config", "taints"), ("scaling_group", "tags")):
         listed = (item.get(outer) or {}).get(key) if isinstance(item.get(outer), dict) else None
         for n, tag in enumerate(listed if isinstance(listed, list) else []):
             value = tag.get("value") if isinstance(tag, dict) else None
             if value is not None and not isinstance(value, str):
-                return "%s.%s[%d].value: expected a string, got %s" % (outer, key, n, type(value).__name__)
+                return "%s.%s[%d].value: expected text, got %s" % (outer, key, n, json_type(value))
     return ""
 
 

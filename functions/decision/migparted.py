@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tup
 
 from node_bootstrap.mig import (SEQUENCE_LABEL, SIZE_LABEL, GpuModel, MigInputError, PartitionSpec,
                                 find_gpu, plan, resolve_profile)
-from node_bootstrap.outside import digits
+from node_bootstrap.outside import digits, json_type
 
 MAX_LABEL_VALUE = 63  # Kubernetes label values
 
@@ -75,13 +75,12 @@ MAX_COUNT = 7  # the most instances any GPU holds (seven 1g slices): a count abo
 
 
 def _shown(value: Any, limit: int = 60) -> str:
-    """A value from the file as a message shows it: bounded (an anchor-expanded list can be gigabytes), plain
-    JSON-like types by name otherwise."""
+    """A value from the file as a message shows it: bounded (an anchor-expanded list can be gigabytes), any other
+    type named in json_type's words, as every reader names it."""
     if isinstance(value, (str, int, float)) and not isinstance(value, bool):
         text = repr(value)
         return text if len(text) <= limit else text[:limit] + "..."
-    return {list: "a list", dict: "a mapping", bool: "a boolean", type(None): "null"}.get(type(value), "a %s" % (
-        type(value).__name__))
+    return json_type(value)
 
 
 def _devices(entry: Mapping[str, Any]) -> str:
@@ -97,7 +96,7 @@ def _devices(entry: Mapping[str, Any]) -> str:
 def _layout(entry: Mapping[str, Any]) -> Tuple[bool, Tuple[Tuple[str, int], ...]]:
     devices = entry.get("mig-devices") or {}
     if not isinstance(devices, dict):
-        raise ConvertError("mig-devices must map profile names to counts, got %s" % type(devices).__name__)
+        raise ConvertError("mig-devices must map profile names to counts, got %s" % json_type(devices))
     counts = []
     for name, count in devices.items():
         if not isinstance(count, int) or isinstance(count, bool) or count < 0:

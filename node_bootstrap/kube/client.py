@@ -95,28 +95,10 @@ _FORMS = {"contexts": "{name, context: {cluster, user}}", "clusters": "{name, cl
           "users": "{name, user: {token, tokenFile, client-certificate-data, ...}}"}
 
 
-def _kind(value):
-    # type: (Any) -> str
-    """What a YAML/JSON value is, in the words a message uses."""
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return "true/false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
-
-
 def _shape(where, field, expected, value):
     # type: (str, str, str, Any) -> KubeError
     """The one-line error of a field of the wrong shape: the file, the field's path, the accepted form."""
-    return KubeError("kubeconfig %s: %s: expected %s, got %s" % (where, field, expected, _kind(value)))
+    return KubeError("kubeconfig %s: %s: expected %s, got %s" % (where, field, expected, json_type(value)))
 
 
 def _read(path, limit, what):
@@ -142,11 +124,11 @@ def _entries(doc, key, where):
     for index, item in enumerate(items):
         field = "%s[%d]" % (key, index)
         if not isinstance(item, dict):
-            raise _shape(where, field, "a mapping %s" % _FORMS[key], item)
+            raise _shape(where, field, "an object %s" % _FORMS[key], item)
         if not isinstance(item.get("name"), str):
-            raise _shape(where, field + ".name", "a string", item.get("name"))
+            raise _shape(where, field + ".name", "text", item.get("name"))
         if item.get(body) is not None and not isinstance(item.get(body), dict):
-            raise _shape(where, "%s.%s" % (field, body), "a mapping", item.get(body))
+            raise _shape(where, "%s.%s" % (field, body), "an object", item.get(body))
     return items
 
 
@@ -159,7 +141,7 @@ def _named(items, name, key, where):
     raise KubeError("kubeconfig %s has no %s named %r" % (where, key[:-1], name))
 
 
-def _text(section, key, field, where, form="a string"):
+def _text(section, key, field, where, form="text"):
     # type: (dict, str, str, str, str) -> Optional[str]
     """A string field (None when absent); anything else is refused naming ``field.key``."""
     value = section.get(key)
@@ -224,7 +206,7 @@ def load_kubeconfig(path, context=None):
     except ValueError as exc:
         raise KubeError("kubeconfig %s does not parse: %s" % (path, exc))
     if not isinstance(doc, dict):
-        raise _shape(path, "the document", "a mapping {clusters, contexts, users, current-context}", doc)
+        raise _shape(path, "the document", "an object {clusters, contexts, users, current-context}", doc)
     base = os.path.dirname(os.path.abspath(path))
     contexts = _entries(doc, "contexts", path)
     clusters = _entries(doc, "clusters", path)

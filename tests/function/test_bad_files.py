@@ -157,7 +157,7 @@ def test_the_node_reads_the_same_shapes_with_its_own_python(tmp_path):
 
 FILED = {
     "contexts: [a]": ("apiVersion: v1\ncontexts: [a]\n", "contexts"),
-    "contexts: [a] as JSON": ('{"contexts": ["a"]}', "contexts[0]: expected a mapping {name, context"),
+    "contexts: [a] as JSON": ('{"contexts": ["a"]}', "contexts[0]: expected an object {name, context"),
     "contexts: 5": ("apiVersion: v1\ncontexts: 5\n", "contexts: expected a list"),
     "a non-string tokenFile": (yaml.safe_dump(dict(GOOD, users=[{"name": "u", "user": {"tokenFile": 5}}])),
                                "users[0].user.tokenFile: expected a file path, got a number"),
@@ -308,12 +308,12 @@ def test_snapshot_reader_refuses_what_is_not_a_snapshot(tmp_path):
 
 
 @pytest.mark.parametrize("where, value, named", [
-    (("nodepools", 0, "kubernetes_config"), "x", "nodepools[0].kubernetes_config: expected an object, got str"),
-    (("nodepools", 0, "nodepool_info"), ["np"], "nodepools[0].nodepool_info: expected an object, got list"),
-    (("nodes", 0, "nodepool_id"), ["a"], "nodes[0].nodepool_id: expected a string, got list"),
-    (("nodes", 0, "instance_id"), 7, "nodes[0].instance_id: expected a string, got int"),
+    (("nodepools", 0, "kubernetes_config"), "x", "nodepools[0].kubernetes_config: expected an object, got text"),
+    (("nodepools", 0, "nodepool_info"), ["np"], "nodepools[0].nodepool_info: expected an object, got a list"),
+    (("nodes", 0, "nodepool_id"), ["a"], "nodes[0].nodepool_id: expected text, got a list"),
+    (("nodes", 0, "instance_id"), 7, "nodes[0].instance_id: expected text, got a number"),
     (("nodepools", 0, "kubernetes_config", "labels", 0, "value"), 5,
-     "nodepools[0].kubernetes_config.labels[0].value: expected a string, got int")])
+     "nodepools[0].kubernetes_config.labels[0].value: expected text, got a number")])
 def test_a_snapshot_part_of_the_wrong_type_is_a_usage_error_naming_it(tmp_path, where, value, named):
     """docs/cli.md: a snapshot of the wrong shape is exit 2 naming the field. A pool whose kubernetes_config was
     text vanished from status, a node whose nodepool_id was a list left its pool, and a label value 5 became

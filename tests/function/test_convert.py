@@ -145,7 +145,7 @@ def test_a_file_that_cannot_be_a_config_is_one_usage_error(tmp_path, text, fragm
     assert done.returncode == 2 and done.stdout == "" and fragment in error_text(done.stderr), done.stderr
 
 
-@pytest.mark.parametrize("name, shown", [("1", "1"), ("true", "a boolean"), ("null", "null")])
+@pytest.mark.parametrize("name, shown", [("1", "1"), ("true", "true/false"), ("null", "null")])
 def test_a_config_name_yaml_reads_as_no_text_is_one_usage_error(tmp_path, name, shown):
     """An unquoted 1 (or true, null) beside text names: sorting the names was an internal error, TypeError
     (exit 70), with --config too."""
