@@ -302,6 +302,12 @@ MUTANTS = (
            "            pass\n",
            ("tests/node/test_bootunit.py",),
            "an /etc/ack-mig-hook made 0777 after the install: the boot run applies, as root, whatever request is in it"),
+    mutant("virtualization-mode-unknown-reset", "node_bootstrap/commands/reconcile.py",
+           "    if passthrough or unknown or not allow_reset:\n",
+           "    if passthrough or not allow_reset:\n",
+           ("tests/node/test_gpu_release.py",),
+           "a GPU whose virtualization mode NVML could not read is reset as bare metal: a passthrough GPU gets "
+           "nvidia-smi -r"),
     mutant("mig-mode-read-leniently", "node_bootstrap/driver/nvml.py",
            "        mode = self._mig_mode(dev, notes, index)\n",
            "        mode = self._try(notes, \"MIG mode\", nv.nvmlDeviceGetMigMode, dev)\n",

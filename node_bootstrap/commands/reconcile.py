@@ -243,6 +243,23 @@ def _activation_text(writer, activation, pending):
     return " (activation: %s)" % "; ".join(parts) if parts else ""
 
 
+def _passthrough(writer, indices):
+    # type: (NvmlWriter, List[int]) -> Tuple[List[int], List[str]]
+    """The GPUs passed through to a VM, and "GPU i: NVML's answer" for each whose virtualization mode cannot be
+    read: such a GPU may be one, so it is never reset (a reboot applies the mode either way). GPU_IS_LOST
+    fails the GPU as lost."""
+    passed, unknown = [], []  # type: Tuple[List[int], List[str]]
+    for index in indices:
+        try:
+            if writer.passthrough(index):
+                passed.append(index)
+        except writer.nv.NVMLError as exc:
+            if getattr(exc, "value", None) == getattr(writer.nv, "NVML_ERROR_GPU_IS_LOST", 15):
+                raise _nvml_failure(writer, exc, "GPU %d: reading its virtualization mode" % index)
+            unknown.append("GPU %d: %s" % (index, writer.error_text(exc)))
+    return passed, unknown
+
+
 def _set_modes(writer, plans, host, allow_reset, enable=True):
     # type: (NvmlWriter, List[Any], Host, bool, bool) -> int
     """Enable MIG (``disable``: MIG off, plans with ``disable_mig``) where needed; reset GPUs whose mode
@@ -265,9 +282,11 @@ def _set_modes(writer, plans, host, allow_reset, enable=True):
     if not pending:
         return 0
     names = ", ".join(str(i) for i in pending) + _activation_text(writer, activation, pending)
-    passthrough = [i for i in pending if writer.passthrough(i)]
-    if passthrough or not allow_reset:
-        why = "the GPUs are passed through to a VM" if passthrough else "GPU reset is disabled (--no-reset)"
+    passthrough, unknown = _passthrough(writer, pending)
+    if passthrough or unknown or not allow_reset:
+        why = "the GPUs are passed through to a VM" if passthrough else \
+            "whether the GPUs are passed through to a VM cannot be read (%s)" % "; ".join(unknown) if unknown else \
+            "GPU reset is disabled (--no-reset)"
         raise RebootRequired("MIG mode is pending on GPU %s and %s: reboot the node to apply it" % (names, why))
     host.log("GPU %s: MIG mode pending, resetting (nvidia-smi -r)" % names)
     rc, output = writer.released(host.reset_gpus, bus_ids)  # our own NVML handle would block the reset

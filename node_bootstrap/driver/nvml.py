@@ -561,11 +561,18 @@ class NvmlReader(object):
 
     def passthrough(self, index):
         # type: (int) -> bool
-        """True when the GPU is passed through to a VM: no reset, a pending mode needs a reboot."""
+        """True when the GPU is passed through to a VM: no reset, a pending mode needs a reboot. nvml.h: the call
+        answers SUCCESS on every GPU since Kepler, else GPU_IS_LOST or UNKNOWN; any such answer (TIMEOUT too)
+        raises, for the caller to decide: read as "not passed through" it sent a passthrough GPU a reset. Only a
+        pynvml or driver without the call (no virtualization to speak of) reads as False."""
         nv = self.nv
         try:
             mode = nv.nvmlDeviceGetVirtualizationMode(self.handle(index))
-        except (nv.NVMLError, AttributeError):
+        except nv.NVMLError as exc:
+            if self._is(exc, "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_NOT_SUPPORTED"):
+                return False
+            raise
+        except AttributeError:
             return False
         return mode == getattr(nv, "NVML_GPU_VIRTUALIZATION_MODE_PASSTHROUGH", 1)
 

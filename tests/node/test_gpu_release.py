@@ -84,6 +84,25 @@ def test_a_mode_left_pending_says_what_the_driver_answered(tmp_path, fault, said
     assert "MIG mode is pending on GPU 0, 1 " + said in res.json["error"]["message"]
 
 
+@pytest.mark.parametrize("code, said", [(999, "Unknown Error (NVML error 999)"), (10, "Timeout (NVML error 10)")])
+def test_a_virtualization_mode_nvml_cannot_read_is_never_taken_for_a_gpu_that_may_be_reset(tmp_path, code, said):
+    """nvml.h: nvmlDeviceGetVirtualizationMode answers SUCCESS on every GPU since Kepler, else GPU_IS_LOST or
+    UNKNOWN. Any error read as "not passed through to a VM", so a pending mode on a passthrough GPU whose answer
+    was UNKNOWN or TIMEOUT got nvidia-smi -r, which such a GPU does not expose. Unknown, it gets no reset: the
+    reboot that applies the mode is asked for, saying why; GPU_IS_LOST fails the GPU as lost."""
+    node = Node(tmp_path, count=1)
+    res = node.run("apply", "--sequence", SEQ, "--sim-fault", "passthrough",
+                   "--sim-fault", "gpu-error:0:nvmlDeviceGetVirtualizationMode:%d" % code)
+    assert res.rc == 5 and res.json["error"]["code"] == "reboot-required", (res.json, res.stderr)
+    message = res.json["error"]["message"]
+    assert "reset" not in message and "MIG mode is pending on GPU 0 (activation: GPU requires restart, NVML error " \
+        "16) and whether the GPUs are passed through to a VM cannot be read (GPU 0: %s): reboot the node" % said \
+        in message, message
+    lost = Node(tmp_path / "lost", count=1).run("apply", "--sequence", SEQ, "--sim-fault", "passthrough",
+                                                "--sim-fault", "gpu-error:0:nvmlDeviceGetVirtualizationMode:15")
+    assert lost.rc == 1 and lost.json["error"]["code"] == "gpu-lost", (lost.json, lost.stderr)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 def test_a_container_holding_its_own_device_node_for_the_gpu_counts(tmp_path, holders):
     """Inside a pod the plugin opens the container's /dev/nvidia0, another inode with the GPU's device
