@@ -309,8 +309,9 @@ class ClientControl(object):
                     held = self._held_path(client)
                     mode = os.lstat(held).st_mode if os.path.lexists(held) else None
                     if mode is not None and stat.S_ISREG(mode):  # what this tool held aside: a file, never more
-                        if not os.path.isdir(os.path.dirname(client.target)):
-                            os.makedirs(os.path.dirname(client.target))
+                        # gone meanwhile: made again writable by root alone, whatever the umask (os.makedirs
+                        # under umask 0 gave a static pods' directory anyone could put a pod in)
+                        make_dirs(os.path.dirname(client.target), 0o755)
                         _move_file(held, client.target)
                     elif mode is not None and not os.path.lexists(client.target):
                         raise OSError(errno.EEXIST, "%s is %s, not a manifest this tool held aside: put the manifest "

@@ -257,6 +257,29 @@ def test_the_state_directory_is_made_private_whatever_the_umask(tmp_path):
     assert control.start(stopped) == [] and manifest.read_text() == "kind: Pod\n"
 
 
+def test_a_manifest_directory_made_again_to_put_a_manifest_back_is_writable_by_root_alone(tmp_path):
+    """A held manifest whose directory is gone by the start (the static pods' directory removed meanwhile) is put
+    back into one made anew, with os.makedirs: under umask 0 /etc/kubernetes/manifests came back writable by
+    everyone, and any local user's manifest there is a pod the kubelet runs (privileged, hostPath /: root).
+    It is made 0755 at most, parents too, whatever the umask."""
+    manifest = tmp_path / "etc" / "kubernetes" / "manifests" / "dp.yml"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text("kind: Pod\n")
+    control = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), str(tmp_path / "state"),
+                            lambda line: None)
+    stopped = control.stop()
+    manifest.parent.rmdir()
+    (tmp_path / "etc" / "kubernetes").rmdir()
+    old = os.umask(0)
+    try:
+        assert control.start(stopped) == []
+    finally:
+        os.umask(old)
+    assert manifest.read_text() == "kind: Pod\n"
+    for directory in (manifest.parent, manifest.parent.parent):
+        assert os.stat(str(directory)).st_mode & 0o777 == 0o755, directory
+
+
 @pytest.mark.parametrize("where", ["stopped-clients.json", "held-manifests/etc__cron.d__planted"])
 @pytest.mark.parametrize("how", ["mode", "owner"])
 def test_a_record_or_held_file_others_can_write_or_own_is_refused(tmp_path, where, how):
