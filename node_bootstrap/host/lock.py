@@ -12,7 +12,7 @@ import time
 from typing import Optional
 
 from ..errors import Locked, NodeFailure
-from ..localfile import describe
+from ..localfile import describe, make_dirs
 
 DEFAULT_LOCK_FILE = "/run/ack-mig-hook.lock" if os.path.isdir("/run") else "/var/run/ack-mig-hook.lock"
 
@@ -28,9 +28,9 @@ class NodeLock(object):
 
     def __enter__(self):
         # type: () -> NodeLock
-        directory = os.path.dirname(os.path.abspath(self.path))
-        if not os.path.isdir(directory):
-            os.makedirs(directory)
+        # 0755 at most whatever the umask: in a directory others may write, anyone could remove the lock file
+        # while one run holds it, and the next run would lock a new file and change the same GPUs at once
+        make_dirs(os.path.dirname(os.path.abspath(self.path)), 0o755)
         fd = self._open()
         start = time.time()
         while True:

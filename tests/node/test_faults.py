@@ -295,6 +295,23 @@ def test_a_lock_file_of_the_wrong_type_is_refused_naming_it_and_a_link_is_never_
     assert node.sim()["gpus"][0]["mig_pending"] == 0
 
 
+def test_a_lock_files_directory_the_lock_makes_is_writable_by_root_alone_whatever_the_umask(tmp_path):
+    """--lock-file in a directory not there yet: os.makedirs made it (and its parents) 0777 under umask 0, and a
+    local user who removes the lock file while one apply holds it lets a second apply lock a new file and change
+    the same GPUs at once. It is made 0755 at most, whatever the umask."""
+    from node_bootstrap.host.lock import NodeLock
+
+    path = tmp_path / "run" / "ack" / "apply.lock"
+    old = os.umask(0)
+    try:
+        with NodeLock(str(path), timeout=0):
+            pass
+    finally:
+        os.umask(old)
+    for directory in (path.parent, path.parent.parent):
+        assert os.stat(str(directory)).st_mode & 0o777 == 0o755, directory
+
+
 @pytest.mark.parametrize("fault", ["gpu-lost:1", "gpu-lost-late:1"])
 def test_a_lost_gpu_leaves_the_healthy_ones_reported_and_itself_marked_lost(tmp_path, fault):
     """A GPU off the bus made the failure's read-back fail as a whole: the result had no `gpus` and the layouts
