@@ -18,8 +18,11 @@ def run(argv, timeout=120):
     process in uninterruptible sleep in a hung driver, which SIGKILL does not end) or may have left its pipe
     to a process that lives on; the output is then read and the process waited for a bounded time only."""
     try:
+        # UTF-8 with undecodable bytes replaced, not the locale's encoding strictly (ASCII under Python 3.6's
+        # C locale, as a unit starts it): one byte of another encoding raised out of here, an internal error
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, universal_newlines=True)
+                                stdin=subprocess.DEVNULL, universal_newlines=True, encoding="utf-8",
+                                errors="replace")
     except OSError as exc:
         return 127, "%s: %s" % (argv[0], exc.strerror or exc)
     try:

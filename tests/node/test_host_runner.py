@@ -39,3 +39,13 @@ def test_a_command_whose_pipe_stays_open_ends_at_its_timeout(holder, tail, monke
 
 def test_a_command_that_ends_in_time_gives_its_code_and_output():
     assert run(["/bin/sh", "-c", "echo hello; exit 3"], timeout=10) == (3, "hello\n")
+
+
+@pytest.mark.parametrize("code", [0, 1])
+def test_output_that_is_not_text_in_the_locales_encoding_is_read_not_raised(code):
+    """The output was decoded strictly in the locale's encoding (ASCII under Python 3.6's C locale, as a
+    systemd unit starts it without LANG): one byte it cannot decode (a unit name or a driver message in
+    another encoding) raised UnicodeDecodeError out of run(), an internal error in the middle of an apply
+    instead of the command's exit code and words. Undecodable bytes are replaced; the code and the rest stay."""
+    got, out = run(["/bin/sh", "-c", "printf 'unit caf\\351 failed\\n'; exit %d" % code])
+    assert got == code and out.startswith("unit caf") and out.rstrip().endswith("failed"), (got, out)
