@@ -28,13 +28,14 @@ def start_time(pid, proc=PROC):
     """Field 22 of /proc/<pid>/stat (clock ticks since boot), or None when the process is gone (or a zombie).
 
     The command name (field 2) is in parentheses and may itself hold spaces and ")", so the fields are
-    counted after its last ")" (proc(5))."""
+    counted after its last ")" (proc(5)). Read as bytes: the name is any bytes its process chose, and read as
+    text one that is not in the locale's encoding raised out of every GPU read that stamps its processes."""
     try:
-        with open(os.path.join(proc, str(pid), "stat")) as fh:
-            text = fh.read()
+        with open(os.path.join(proc, str(pid), "stat"), "rb") as fh:
+            raw = fh.read()
     except (IOError, OSError):
         return None
-    fields = text[text.rfind(")") + 2:].split()
+    fields = raw[raw.rfind(b")") + 2:].decode("ascii", "replace").split()
     if fields[:1] in (["Z"], ["X"]):
         return None  # exited; a zombie only waits for its parent to collect it
     try:

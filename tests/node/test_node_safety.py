@@ -111,6 +111,25 @@ def test_force_rechecks_the_start_time_before_sigkill(tmp_path):
     assert sent == [signal.SIGTERM]
 
 
+def test_a_process_whose_name_is_not_utf8_still_has_its_start_time_read():
+    """/proc/<pid>/stat holds the command name as the process set it, any bytes (prctl PR_SET_NAME, or the name
+    of the file it ran). Read as text in the locale's encoding it raised UnicodeDecodeError: the start time is
+    taken as NVML lists each GPU process, so any local user's GPU process named so made every apply's GPU read
+    an internal error. The name is never needed: the fields after its last ")" are read as bytes."""
+    code = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, ctypes.c_char_p(b'gpu\\xe9\\xff)job'), 0, 0, 0); "
+            "sys.stdout.write('named\\n'); sys.stdout.flush(); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"named\n"
+        with open("/proc/%d/stat" % child.pid, "rb") as fh:
+            raw = fh.read()
+        assert b"(gpu\xe9\xff)job)" in raw  # the kernel keeps the bytes as given
+        assert processkill.start_time(child.pid) == int(raw[raw.rfind(b")") + 2:].split()[19])
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_force_sends_sigkill_when_the_same_process_is_still_there(tmp_path):
     pid = 4000001
     (tmp_path / str(pid)).mkdir()
