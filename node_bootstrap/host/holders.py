@@ -166,10 +166,12 @@ def may_hang(fstype):
 
 def _read(path):
     # type: (str) -> Optional[str]
+    """A procfs file's text, bytes that are not UTF-8 replaced: a process's name and its mount points are any
+    bytes (read strictly, one such mount point made its whole mountinfo unreadable, and the FUSE guard blind)."""
     try:
-        with open(path) as fh:
-            return fh.read()
-    except (IOError, OSError, UnicodeDecodeError):
+        with open(path, "rb") as fh:
+            return fh.read().decode("utf-8", "replace")
+    except (IOError, OSError):
         return None
 
 

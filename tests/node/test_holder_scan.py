@@ -108,6 +108,20 @@ def test_a_file_named_like_a_gpu_on_a_fuse_or_nfs_mount_is_never_stated(tmp_path
     assert stat_path.calls == ["/host/dev/nvidia0", proc.link(200, 5)]
 
 
+def test_a_mount_point_that_is_not_utf8_never_hides_the_fuse_mount_of_a_file_named_like_a_gpu(tmp_path):
+    """mountinfo gives mount points as the bytes they were made with (proc(5) escapes only space, tab, newline
+    and backslash). Read as text, one mount point of a process that is not UTF-8 (a user's FUSE mount on a
+    directory named in Latin-1) made the whole file unreadable: no fd had a known type, and that user's FUSE file
+    named like a GPU device was stated, a stat that may never return. Read as bytes, the types stay known."""
+    proc = FakeProc(tmp_path / "proc")
+    proc.process(100, "fuse-user", {3: ("/mnt/fuse/nvidia0", 40)})
+    with open(os.path.join(proc.root, "100", "mountinfo"), "ab") as fh:
+        fh.write(b"43 27 0:48 / /home/u/caf\xe9 rw,nosuid shared:32 - fuse.sshfs u@h:/ rw,user_id=1000\n")
+    stat_path = RecordingStat(forbidden=[proc.link(100, 3)])
+    assert hs.holders({"/host/dev/nvidia0"}, proc=proc.root, ignore_pids=[], stat_path=stat_path) == []
+    assert stat_path.calls == ["/host/dev/nvidia0"]
+
+
 def test_an_fd_whose_mount_procfs_does_not_name_is_stated_in_the_bounded_look(tmp_path):
     """An older kernel's fdinfo has no mnt_id: the stat is made, with the deadline as the guard."""
     proc = FakeProc(tmp_path / "proc")
