@@ -137,7 +137,26 @@ def _move_file(src, dst):
     every run saying success)."""
     if os.path.isdir(dst):
         raise OSError(errno.EISDIR, "%s is a directory, not made by this tool: remove it" % dst)
-    shutil.move(src, dst)
+    if os.stat(src).st_dev == os.stat(os.path.dirname(dst) or ".").st_dev:
+        shutil.move(src, dst)  # one file system: a rename, whole or not at all
+        return
+    # Another file system (the state directory on a disk of its own): shutil.move copied into ``dst`` itself,
+    # unsynced, so a kill mid-copy left a half manifest there (the kubelet then runs no device plugin), or a
+    # half held copy the next run moved back over the whole one. Copied beside it under a name the kubelet
+    # skips (pkg/kubelet/config/file.go globs "[^.]*"), synced, renamed; the source goes only then.
+    tmp = os.path.join(os.path.dirname(dst), "." + os.path.basename(dst) + ".tmp")
+    if os.path.lexists(tmp):
+        os.remove(tmp)  # a killed copy's leftover
+    mode = stat.S_IMODE(os.stat(src).st_mode)
+    with open(src, "rb") as source:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as copy:
+            os.fchmod(copy.fileno(), mode)  # exactly the manifest's mode, whatever the umask
+            shutil.copyfileobj(source, copy)
+            copy.flush()
+            os.fsync(copy.fileno())
+    os.rename(tmp, dst)
+    os.remove(src)
 
 
 class ClientControl(object):

@@ -280,6 +280,62 @@ def test_a_manifest_directory_made_again_to_put_a_manifest_back_is_writable_by_r
         assert os.stat(str(directory)).st_mode & 0o777 == 0o755, directory
 
 
+def _other_file_system(tmp_path):
+    """A directory on another file system than ``tmp_path`` (/dev/shm, a tmpfs), or a skip."""
+    import tempfile
+
+    if not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat(str(tmp_path)).st_dev:
+        pytest.skip("no second file system here")
+    return tempfile.mkdtemp(prefix="ack-mig-state-", dir="/dev/shm")
+
+
+@pytest.mark.parametrize("way", ["held-aside", "put-back"])
+def test_a_manifest_moved_across_file_systems_never_has_its_name_half_written(tmp_path, monkeypatch, way):
+    """A state directory on another file system than the manifests (/var on a disk of its own) turned the move
+    into shutil's copy and delete: written in place, unsynced. Killed mid-copy while holding the device
+    plugin's manifest aside, the next run moved the half copy back over the whole manifest (the kubelet then
+    runs no device plugin); killed putting it back, the manifest itself was left half written. The copy is
+    written beside its place under a name the kubelet skips (a leading dot), synced, then renamed; the source
+    goes last. A kill at the sync leaves the manifest whole."""
+    import shutil
+    from tests.support.kills import Killed
+
+    from node_bootstrap.host import clients
+
+    state = _other_file_system(tmp_path)
+    try:
+        manifest = tmp_path / "manifests" / "dp.yml"
+        manifest.parent.mkdir()
+        text = "kind: Pod\n" + "# padding\n" * 5000
+        manifest.write_text(text)
+        control = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), state,
+                                lambda line: None)
+        held = control._held_path(parse_clients("manifest:%s" % manifest)[0])
+        stopped = None if way == "held-aside" else control.stop()
+        dst = held if way == "held-aside" else str(manifest)
+        seen = []
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            path = os.readlink("/proc/self/fd/%d" % fd)
+            if os.path.dirname(path) != os.path.dirname(dst):
+                return real_fsync(fd)  # a record's write, not the copy
+            seen.append((os.path.basename(path).startswith("."), os.path.exists(dst)))
+            raise Killed("fsync")  # the copy written, not yet renamed: a kill here
+
+        monkeypatch.setattr(clients.os, "fsync", fsync)
+        with pytest.raises(Killed):
+            control.stop() if way == "held-aside" else control.start(stopped)
+        assert seen == [(True, False)]  # a hidden copy, synced before it takes its place
+        monkeypatch.undo()
+        after = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), state,
+                              lambda line: None)
+        assert after.start(after.leftovers()) == []
+        assert manifest.read_text() == text and not [n for n in os.listdir(str(manifest.parent)) if n != "dp.yml"]
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
 @pytest.mark.parametrize("where", ["stopped-clients.json", "held-manifests/etc__cron.d__planted"])
 @pytest.mark.parametrize("how", ["mode", "owner"])
 def test_a_record_or_held_file_others_can_write_or_own_is_refused(tmp_path, where, how):
