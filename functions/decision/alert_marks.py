@@ -18,8 +18,8 @@ the event, it was told at every timer run. Its key names no run: the node, the c
 shows the node failed.
 
 A stop record (a node that ended ``drain-timeout`` or ``failed``: the pool's rollout waits for a person) is told as
-``rollout-stopped`` by the run that wrote it, and by any later run that finds its pool halted by it while no mark
-shows it told (that run may have been killed between the record and its line): level-triggered. Its mark,
+``rollout-stopped`` by the run that wrote it, and by any later run that reads it (its pool halted by it or not)
+while no mark shows it told (that run may have been killed between the record and its line): level-triggered. Its mark,
 :func:`stop_id` of the node -> :func:`stop_key`, names the node and the run that wrote the record (the record's
 owner; a run writes one stop per node), so the same record is told once and a new one, even of the same node, is
 news. It is sticky while the record lasts (a stop waits days for a person), removed once the node gets past its

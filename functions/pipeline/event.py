@@ -505,10 +505,11 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                refused_pools=refused)
     finally:
         bridge.close()
-    if request is not None and result.nodes:  # a webhook, when configured; never changes how the event ended
+    stops = getattr(planned, "stops", None) or ()  # every stop record this event read: told unless marked told
+    if request is not None and (result.nodes or stops):  # a webhook, when configured; never changes how it ended
         from functions.pipeline.notify import after_event
 
-        after_event(result, settings, log, waves, whole_pools, kube=marks, stops=getattr(planned, "stops", None) or (),
+        after_event(result, settings, log, waves, whole_pools, kube=marks, stops=stops,
                     owner=str(getattr(planned, "owner", "") or ""))
     level = {"done": "INFO", "skip": "INFO", "error": "ERROR", "retry": "WARNING"}[result.outcome]
     counts = _node_counts(result.nodes)

@@ -24,7 +24,8 @@ Kinds (``kind``), schema :data:`SCHEMA`:
   next node took its place, so it is in ``node-failed`` only, told once per node and cause although every run
   tries it again (``functions.decision.alert_marks``: told again once the node got past its claim). A node whose
   record was removed after the API server refused it (``record-refused``) stops nothing either. Level-triggered: a
-  later run that finds a pool halted by a node's stop record tells that stop as well unless the alert marks show it
+  later run that reads a node's stop record in the pools it lists (``functions.rollout.run.read_stops``: one that
+  halts the pool, or one no run is held up by any more) tells that stop as well unless the alert marks show it
   told (the run that wrote it may have been killed before its line), then marks it: at least once, and once told
   never again for the same record (``functions.decision.alert_marks``, :func:`stop_id`/:func:`stop_key`).
 * ``rollout-finished``: per pool, in an event that reconciles whole pools (the timer, a node pool operation, a
@@ -110,17 +111,19 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
     reconciled whole pools; ``told``: instance ids whose failure an earlier attempt of this event told (left out
     of ``node-failed``); ``stops``: stop records of earlier runs that halt a pool of this event and no mark shows
     told (told as ``rollout-stopped`` where this event's waves did not stop that pool themselves)."""
-    if getattr(result, "dry_run", False) or not result.nodes:
+    if getattr(result, "dry_run", False) or not (result.nodes or stops):
         return []
     waves = set(wave_ids)
     by_wave = wave_stopped(result, waves)
     stamp = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc)
     head = {"schema": SCHEMA, "time": stamp.strftime("%Y-%m-%dT%H:%M:%SZ"), "cluster_id": result.cluster_id,
             "trigger": result.trigger, "event_id": result.event_id}
-    nodes = {n.get("instance_id"): n for n in result.nodes}
+    nodes = {n.get("instance_id"): n for n in result.nodes or []}
     pools: Dict[str, List[Any]] = {}
-    for d in result.decisions:
+    for d in result.decisions or []:
         pools.setdefault(d.nodepool_id or "", []).append(d)
+    for st in stops:  # a pool this event read a stop record in, whether or not it decided a node of it
+        pools.setdefault(str(st.get("nodepool_id") or ""), [])
     out: List[Dict[str, Any]] = []
 
     for pool_id in sorted(pools):
@@ -130,13 +133,15 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
         earlier = [st for st in stops if st.get("nodepool_id") == pool_id]
         if not stopped and earlier and pool_id:  # an earlier run's stop, not told yet: the same line, from its record
             first = earlier[0]
+            target = first.get("target") or target  # the rollout the record stopped (the pool may want another now)
             out.append(dict(head, kind="rollout-stopped", nodepool_id=pool_id, target=target, count=len(earlier),
                             nodes=[_stop_node(st) for st in earlier[:MAX_NODES]],
                             text=_cut("rollout of pool %s to %s stopped: node %s ended %s (%s); fix the cause, then "
                                       "remove the node's annotation ack-mig-hook/rollout to resume"
                                       % (pool_id, target or "-", first.get("node_name"), first.get("step"),
                                          _cut(first.get("reason") or "no reason recorded", 300)), 600)))
-            continue
+            # no ``continue``: a stop of another target (the pool's label changed since) halts nothing, and the
+            # pool may hold its layout all the same
         if stopped and pool_id:
             first = stopped[0]
             reason = str(first.get("reason") or "")
@@ -483,7 +488,11 @@ def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = 
         _passed(result, kube, log)
         by_wave = wave_stopped(result, waves)
         redact = getattr(log, "redact", None) or (lambda text: text)  # a record's reason, as a result's (_redacted)
-        untold = _untold_stops(stops, owner, by_wave, kube, log) if result.nodes else []
+        # a node this event claimed has no old record left (its stop was removed, or of another target): not told
+        claimed = {str(n.get("node_name")) for n in result.nodes or [] if n.get("wave") and n.get("outcome") in CLAIMED
+                   and n.get("code") != CLAIM_REFUSED and not str(n.get("reason") or "").startswith(CLAIM_FAILED + ":")}
+        untold = _untold_stops([st for st in stops if str(st.get("node_name")) not in claimed], owner, by_wave, kube,
+                               log)
         earlier = [dict(st, reason=redact(" ".join(str(st.get("reason") or "").split()))) for st in untold]
         lines = notifications(redacted, waves, whole_pools, stops=earlier)
         if not lines:

@@ -380,7 +380,8 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
     rollout = Rollout(view.backend, waves, settings, owner, now + run_lease_s(settings), rolled, pools_now,
                       now + invocation_s(settings))
     rollout.drains = {iid: d.drain for iid, d in changed.items()}
-    rollout.stops = stops
+    # the halting ones first (planned), then any other read (a pool no run is held up in: told all the same)
+    rollout.stops = stops + read_stops(pool_nodes, {p.nodepool_id: p for p in pools.values() if p is not None})
     return out, rollout
 
 
@@ -484,15 +485,27 @@ def _plan_pool(pool_id: str, members: List[Decision], pool: Any, known: Dict[str
                                         pool_name=name, limit=limit)
 
 
-def stop_records(pool_id: str, name: str, target: str, nodes: Sequence[Optional[rp.KubeNode]]
+def stop_records(pool_id: str, name: str, target: Optional[str], nodes: Sequence[Optional[rp.KubeNode]]
                  ) -> List[Dict[str, Any]]:
-    """The stop records of a halted pool (each node that ended ``drain-timeout`` or ``failed`` for ``target``), as
-    ``functions.pipeline.notify`` tells them: the record's owner (the run that wrote it) names the stop."""
-    return [{"nodepool_id": pool_id, "pool_name": name, "target": target, "node_name": n.name,
+    """The stop records of a halted pool (each node that ended ``drain-timeout`` or ``failed`` for ``target``; None:
+    for any target, :func:`read_stops`), as ``functions.pipeline.notify`` tells them: the record's owner (the run
+    that wrote it) names the stop, its target the rollout it stopped."""
+    return [{"nodepool_id": pool_id, "pool_name": name, "target": n.progress.target, "node_name": n.name,
              "instance_id": n.instance_id, "step": n.progress.step, "owner": n.progress.owner,
              "reason": n.progress.reason}
             for n in sorted((n for n in nodes if n is not None), key=lambda n: n.name)
-            if n.progress is not None and n.progress.target == target and n.progress.step in rp.STOP_STEPS]
+            if n.progress is not None and n.progress.step in rp.STOP_STEPS
+            and (target is None or n.progress.target == target)]
+
+
+def read_stops(pool_nodes: Dict[str, Sequence[Optional[rp.KubeNode]]], pools: Dict[str, Any]
+               ) -> List[Dict[str, Any]]:
+    """Every stop record on the pools' nodes as already listed (pool id -> its nodes), whatever it stops now: a
+    stop whose telling run was killed in a pool no later run is held up in (its label changed back, removed, an
+    auto pool) waits for a person as much as one that halts a rollout. Told once each by the run that read it
+    (``functions.pipeline.notify``, the alert marks); no further API call."""
+    return [st for pool_id in sorted(pool_nodes)
+            for st in stop_records(pool_id, pool_name(pools.get(pool_id), pool_id), None, pool_nodes[pool_id])]
 
 
 AUTO_LAYOUT_LABEL = "ack-mig-hook/layout"  # an auto pool has no partition label by design (docs/auto-pools.md)

@@ -1,0 +1,105 @@
+"""Every stop record a run reads is told, not only those that hold its rollout up (functions/rollout/run.py
+``read_stops``, functions/pipeline/notify.py): a stop whose telling run was killed, in a pool where no later run is
+held up (nothing is left to do there: the pool's label went back to the layout its nodes hold), was never told,
+although ``status`` showed it. Told once (the alert marks), from the node lists the run reads anyway."""
+
+import json
+
+import pytest
+
+from functions.decision import alert_marks as am
+from functions.decision import waves as rp
+from tests.rollout.conftest import NEW, OLD, POOL, snapshot
+from tests.rollout.test_claim_refused_kills import _marked
+from tests.rollout.test_stop_told_level import _put_marks, _stops
+
+pytestmark = [pytest.mark.kube]
+
+OWNER = "0a1b2c3d4e5f"  # the killed run that wrote the stop
+
+
+def _left_stop(cluster, target="sequence=" + OLD):
+    """Every node holds NEW, as the pool asks; node-a keeps the drain-timeout record of a rollout to ``target``
+    whose run was killed before its line (the pool's label was set back since): nothing is left to do."""
+    cluster.add_nodes(sequence=NEW)
+    record = rp.Progress(target, rp.DRAIN_TIMEOUT, cordoned=False, since=900.0, reason="drain timed out: pod team/x",
+                         owner=OWNER, expires=0.0)
+    cluster.api.update_node("node-a", lambda node: node["metadata"].setdefault("annotations", {}).update(
+        {rp.PROGRESS_ANNOTATION: record.to_annotation()}))
+
+
+def test_a_stop_in_a_pool_with_nothing_left_to_do_is_told_once(cluster):
+    from tests.support.webhook import Webhook
+
+    _left_stop(cluster)
+    with Webhook() as hook:
+        for _ in range(3):  # the timer's runs: nothing to do in the pool, none held up by node-a
+            cluster.now[0] += 2 * 86400
+            result = cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+            assert result.outcome == "done" and cluster.transport.seen == [], result
+        stops = _stops(hook)
+        assert len(stops) == 1, hook.lines()
+        assert stops[0]["nodepool_id"] == POOL and stops[0]["nodes"][0]["node_name"] == "node-a", stops
+        assert stops[0]["target"] == "sequence=" + OLD and "drain timed out" in stops[0]["text"], stops
+        assert _marked(cluster.api)[am.stop_id("node-a")]["key"] == am.stop_key("node-a", OWNER)
+        assert cluster.annotation("node-a")["owner"] == OWNER  # told, never touched
+
+
+def test_a_stop_in_a_pool_without_a_label_is_told(cluster):
+    """The pool's label was removed after the stop (its nodes keep their layout): the run lists the pool for MIG
+    nodes and tells the record it finds."""
+    from tests.support.webhook import Webhook
+
+    _left_stop(cluster, "sequence=" + NEW)
+    with Webhook() as hook:
+        cluster.now[0] += 2 * 86400
+        cluster.run(inventory=snapshot(value=None), ACK_MIG_NOTIFY_URL=hook.url())
+        assert [line["nodes"][0]["node_name"] for line in _stops(hook)] == ["node-a"], hook.lines()
+
+
+def _calls(api):
+    """(method, path, query without its continue token, which names the list's version) of each request."""
+    return [(r.method, r.path, "&".join(q for q in r.query.split("&") if not q.startswith("continue=")))
+            for r in api.requests]
+
+
+def test_the_sweep_reads_nothing_more_than_the_run_did(cluster):
+    """The records come from the node lists the run makes anyway: with a stop told before (marks present, as after
+    an upgrade) a run makes the calls a run without any record makes, and one read of the marks; not told again."""
+    from tests.support.webhook import Webhook
+
+    cluster.add_nodes(sequence=NEW)
+    with Webhook() as hook:
+        cluster.now[0] += 2 * 86400
+        cluster.api.requests.clear()
+        cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+        plain = _calls(cluster.api)
+        record = rp.Progress("sequence=" + OLD, rp.FAILED, cordoned=False, since=900.0, reason="apply: gpu-busy",
+                             owner=OWNER, expires=0.0)
+        cluster.api.update_node("node-b", lambda node: node["metadata"].setdefault("annotations", {}).update(
+            {rp.PROGRESS_ANNOTATION: record.to_annotation()}))
+        _put_marks(cluster, {am.stop_id("node-b"): am.stop_key("node-b", OWNER)})
+        cluster.now[0] += 2 * 86400
+        cluster.api.requests.clear()
+        cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+        swept = _calls(cluster.api)
+        lease = "/apis/coordination.k8s.io/v1/namespaces/default/leases/" + am.MARK_LEASE
+        assert [c for c in swept if c[1] != lease] == plain, (swept, plain)
+        assert [c[0] for c in swept if c[1] == lease] == ["GET"], swept
+        assert _stops(hook) == [], hook.lines()
+        # the same record of another run is news
+        cluster.api.update_node("node-b", lambda node: node["metadata"]["annotations"].update(
+            {rp.PROGRESS_ANNOTATION: json.dumps(dict(cluster.annotation("node-b"), owner="ffffffffffff"))}))
+        cluster.now[0] += 2 * 86400
+        cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+        assert [line["nodes"][0]["node_name"] for line in _stops(hook)] == ["node-b"], hook.lines()
+
+
+def test_a_dry_run_that_reads_a_stop_sends_and_marks_nothing(cluster):
+    from tests.support.webhook import Webhook
+
+    _left_stop(cluster)
+    with Webhook() as hook:
+        cluster.run(dry_run=True, ACK_MIG_NOTIFY_URL=hook.url())
+        assert hook.lines() == []
+        assert ("default", am.MARK_LEASE) not in cluster.api.leases
