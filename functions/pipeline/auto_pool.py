@@ -193,7 +193,7 @@ def _fresh_nodes(pool_id: str, nodes: Sequence[Mapping[str, Any]], members: Mapp
 
 
 def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings: Any, dry_run: bool, log: Any,
-                     owner: str, unproven: Dict[str, str]) -> None:
+                     owner: str, unproven: Dict[str, str], stops: Optional[List[Dict[str, Any]]] = None) -> None:
     """A tick with no pod waiting still ends the records a stopped invocation left on the pool's nodes
     (``auto_waves.finish_stranded``): the pool's Nodes are listed, and ACK's list of its members is read only
     when one holds such a record (the function writes only to nodes it has proven are the pool's). When the
@@ -206,6 +206,7 @@ def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings
     except PoolUnproven as exc:
         _unproven(log, exc, "its stranded records stay", unproven)
         return
+    _read_stops(stops, pool_id, listed)  # told as a labelled pool's bystanders' are: the Nodes with its label
     if not finish_stranded(api, listed, settings, owner, pool_id, dry_run=True):
         return
     try:
@@ -215,6 +216,18 @@ def _finish_stranded(lookup: Any, cluster: str, api: Any, pool_id: str, settings
         return
     for line in finish_stranded(api, members, settings, owner, pool_id, dry_run):
         log.warning("auto pool", nodepool_id=pool_id, reason=line)
+
+
+def _read_stops(stops: Optional[List[Dict[str, Any]]], pool: Any, nodes: Sequence[Mapping[str, Any]]) -> None:
+    """The stop records on ``nodes`` (the pool's, as just listed) added to ``stops`` (None: not collected)."""
+    if stops is None:
+        return
+    from functions.decision import waves as rp
+    from functions.rollout.run import read_stops
+
+    pool_id = getattr(pool, "nodepool_id", pool)
+    stops.extend(read_stops({pool_id: [rp.KubeNode.from_object(n) for n in nodes]},
+                            {} if isinstance(pool, str) else {pool_id: pool}))
 
 
 def _unproven(log: Any, exc: PoolUnproven, outcome: str, unproven: Dict[str, str]) -> None:
@@ -293,7 +306,8 @@ def _api_of(kube: Any, lookup: Any, settings: Any, cluster: str) -> Any:
 
 def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, kube: Any,
              log: Any, only: str = "", left_s: Optional[float] = None, listed: Optional[List[Any]] = None,
-             acked: Optional[Dict[str, Any]] = None, pending: Optional[Tuple[List[Any], float]] = None) -> Any:
+             acked: Optional[Dict[str, Any]] = None, pending: Optional[Tuple[List[Any], float]] = None,
+             stops: Optional[List[Dict[str, Any]]] = None) -> Any:
     """One tick: one paged list of Pending pods; when a MIG pod waits, each auto pool is planned (advise's
     answer), its changes delivered as per-GPU node requests (no drain: nothing in use is destroyed) and its
     node-template tags set to the new-node layout. Ends done (something planned) or skip (nothing to do).
@@ -303,7 +317,9 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     listed them a moment ago; listed here when not given. ``acked``: the nodes ACK lists in each pool, as that
     caller read them (:func:`acked_members`); each pool not there is asked once. ``pending``: the cluster's
     Pending pods as the caller (a pod event's choice) listed them, and when the list's first page was read
-    (the server's clock): the tick reads them as its own list, else it lists them."""
+    (the server's clock): the tick reads them as its own list, else it lists them. ``stops`` gets every stop
+    record on the pools' nodes the tick lists (``functions.rollout.run.read_stops``: a node whose change ended
+    ``failed`` is held for that layout until a person removes its record), for the caller to tell once."""
     from node_bootstrap.kube import KubeError
 
     from functions.base.event_result import HandlerResult
@@ -334,7 +350,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     unread: Dict[str, str] = {}  # pool id -> its line: the pods on its nodes could not be read (_tick's unread_pool)
     try:
         result = _tick(request, lookup, cluster, settings, dry_run, executor, api, pools, log, end, claims, unproven,
-                       left_s, only, auto, {} if acked is None else acked, pending, unread)
+                       left_s, only, auto, {} if acked is None else acked, pending, unread, stops)
         if unread and result.outcome != "error":
             # The other pools were planned (and their changes delivered); this tick still did not do all its
             # work, so it ends in retry: FC runs it again, every write is idempotent, and the pool whose pods
@@ -353,7 +369,8 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
 def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool, executor: Any, api: Any,
           pools: List[Any], log: Any, end: Any, claims: Any, unproven: Dict[str, str], left_s: Optional[float] = None,
           only: str = "", auto: Sequence[Any] = (), acked: Optional[Dict[str, Any]] = None,
-          given: Optional[Tuple[List[Any], float]] = None, unread: Optional[Dict[str, str]] = None) -> Any:
+          given: Optional[Tuple[List[Any], float]] = None, unread: Optional[Dict[str, str]] = None,
+          stops: Optional[List[Dict[str, Any]]] = None) -> Any:
     from node_bootstrap.kube import KubeError
 
     from functions.base.model import Decision
@@ -381,7 +398,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         idle = {p.nodepool_id: () for p in pools if not paused(p.labels)
                 and not claim_pool(claims, p, dry_run, listed, pending, settings)[1]}
         for pool_id in sorted(idle):
-            _finish_stranded(lookup, cluster, api, pool_id, settings, dry_run, log, claims.owner, unproven)
+            _finish_stranded(lookup, cluster, api, pool_id, settings, dry_run, log, claims.owner, unproven, stops)
         tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=idle, scope=only)
         return end("skip", "; ".join(["no MIG pod waits: the auto pools stay as they are"] + list(unproven.values())),
                    tags=tags)
@@ -487,6 +504,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
         for line in finish_stranded(api, nodes, settings, claims.owner, pool.nodepool_id, dry_run):
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=line)
+        _read_stops(stops, pool, nodes)
         names = [(n.get("metadata") or {}).get("name") or "" for n in nodes]
         try:
             on_nodes = pods_on(api, names)

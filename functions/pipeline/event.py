@@ -304,6 +304,15 @@ def _record(result: HandlerResult, kube: Any, log: JsonLogger, started: float) -
         log.warning("run record not written", reason="%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[:200]))
 
 
+class _Read:
+    """What an auto pool's step read for the alerts: the stop records on its pools' nodes (no rollout owner: its
+    own waves' stops are told by the next tick that reads them)."""
+
+    def __init__(self) -> None:
+        self.stops: List[Dict[str, Any]] = []
+        self.owner = ""
+
+
 class _Finished(Exception):
     """A step that ends the event with its own result (the auto pool timer), carried out of the try."""
 
@@ -381,7 +390,9 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             from functions.pipeline.auto_pool import run_tick
 
             stage = "planning the auto pools"
-            raise _Finished(run_tick(request, lookup, cluster, settings, effective_dry_run, executor, kube, log))
+            planned = _Read()  # the stop records its node lists show: told as a labelled pool's are
+            raise _Finished(run_tick(request, lookup, cluster, settings, effective_dry_run, executor, kube, log,
+                                     stops=planned.stops))
         if request.pod is not None:  # a pod the scheduler could not place: its auto pool's step, coalesced
             from functions.pipeline.pod_event import run_pod_event
 
@@ -415,8 +426,9 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
             from functions.pipeline.auto_pool import run_tick
 
             stage = "planning the auto pools"
+            planned = _Read()
             raise _Finished(run_tick(request, lookup, cluster, settings, effective_dry_run, executor, kube, log,
-                                     only=named.pool_id))
+                                     only=named.pool_id, stops=planned.stops))
         except SkipEvent:
             # no labelled pool (left): a pool whose label was removed may still have nodes with MIG
             targets = removal_targets(request, lookup, cluster, view, (), refused)

@@ -103,3 +103,62 @@ def test_a_dry_run_that_reads_a_stop_sends_and_marks_nothing(cluster):
         cluster.run(dry_run=True, ACK_MIG_NOTIFY_URL=hook.url())
         assert hook.lines() == []
         assert ("default", am.MARK_LEASE) not in cluster.api.leases
+
+
+# ---- auto pools ----
+
+class _Busy:
+    """An auto node whose per-GPU apply fails (gpu-busy), as node_bootstrap answers for a GPU in use."""
+
+    name = "played"
+
+    def run(self, targets):
+        from functions.delivery.outcome import NodeResult
+
+        return [NodeResult(t.instance_id, self.name, 4, {"outcome": "failed", "error": {
+            "code": "gpu-busy", "message": "GPU 0 is used by pid 4242"}}) for t in targets]
+
+
+def test_an_auto_nodes_stop_holds_it_and_is_told_once_by_the_ticks_after(cluster):
+    """A node whose per-GPU change ended ``failed`` keeps its record: every later tick asking it the same layout
+    defers it ("the rollout stopped meanwhile") until a person removes the record. It was told only as the failing
+    tick's node-failed line (lost if that tick was killed before it); a tick that reads the record tells it."""
+    from tests.rollout.test_auto_rollout import NAMES as AUTO, PerGpuNodes, add_auto_nodes, tick, waiting
+    from tests.support.webhook import Webhook
+
+    add_auto_nodes(cluster.api, AUTO[:1])
+    waiting(cluster.api, 2)
+    with Webhook() as hook:
+        (node,) = tick(cluster, _Busy(), ACK_MIG_NOTIFY_URL=hook.url()).nodes
+        assert node["outcome"] == "failed" and cluster.annotation("auto-a")["step"] == rp.FAILED, node
+        owner = cluster.annotation("auto-a")["owner"]
+        for _ in range(3):
+            cluster.now[0] += 3600
+            (node,) = tick(cluster, PerGpuNodes(cluster.api), ACK_MIG_NOTIFY_URL=hook.url()).nodes
+            assert node["outcome"] == "deferred" and "stopped" in node["reason"], node  # held up
+        stops = _stops(hook)
+        assert [(s["nodepool_id"], s["nodes"][0]["node_name"]) for s in stops] == [(POOL, "auto-a")], hook.lines()
+        assert stops[0]["target"].startswith("per-gpu=") and "gpu-busy" in stops[0]["text"], stops
+        assert _marked(cluster.api)[am.stop_id("auto-a")]["key"] == am.stop_key("auto-a", owner)
+
+
+def test_an_auto_nodes_stop_is_told_by_an_idle_tick_and_not_by_a_dry_run(cluster):
+    """The tick that wrote the stop was killed before any line; no pod waits any more: the idle tick, which lists
+    the pool's nodes anyway, tells it, once; a dry run first sends and marks nothing."""
+    from tests.rollout.test_auto_rollout import NAMES as AUTO, PerGpuNodes, add_auto_nodes, tick
+    from tests.support.webhook import Webhook
+
+    add_auto_nodes(cluster.api, AUTO[:2])
+    record = rp.Progress("per-gpu=0:3g.20gb@0,3g.20gb@4", rp.FAILED, cordoned=False, since=900.0,
+                         reason="apply: gpu-busy: GPU 0 is used by pid 4242", owner=OWNER, expires=0.0, drain=False)
+    cluster.api.update_node("auto-b", lambda node: node["metadata"].setdefault("annotations", {}).update(
+        {rp.PROGRESS_ANNOTATION: record.to_annotation()}))
+    with Webhook() as hook:
+        result = tick(cluster, PerGpuNodes(cluster.api), dry_run=True, ACK_MIG_NOTIFY_URL=hook.url())
+        assert result.outcome == "skip" and hook.lines() == [], (result, hook.lines())
+        assert ("default", am.MARK_LEASE) not in cluster.api.leases
+        for _ in range(3):
+            cluster.now[0] += 3600
+            assert tick(cluster, PerGpuNodes(cluster.api), ACK_MIG_NOTIFY_URL=hook.url()).outcome == "skip"
+        assert [s["nodes"][0]["node_name"] for s in _stops(hook)] == ["auto-b"], hook.lines()
+        assert _marked(cluster.api)[am.stop_id("auto-b")]["key"] == am.stop_key("auto-b", OWNER)
