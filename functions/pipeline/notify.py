@@ -27,7 +27,9 @@ Kinds (``kind``), schema :data:`SCHEMA`:
   later run that reads a node's stop record in the pools it lists (``functions.rollout.run.read_stops``: one that
   halts the pool, or one no run is held up by any more) tells that stop as well unless the alert marks show it
   told (the run that wrote it may have been killed before its line), then marks it: at least once, and once told
-  never again for the same record (``functions.decision.alert_marks``, :func:`stop_id`/:func:`stop_key`).
+  never again for the same record (``functions.decision.alert_marks``, :func:`stop_id`/:func:`stop_key`), but
+  where a run was killed between the 2xx and the mark, or two runs at once both read it unmarked: the price of at
+  least once (a claim before the line would not remove the first; docs/operations.md, Notifications).
 * ``rollout-finished``: per pool, in an event that reconciles whole pools (the timer, a node pool operation, a
   manual run without instance ids), this event changed at least one of the pool's nodes and none is left to
   do (nothing deferred, failed or waiting): the pool holds its layout.
