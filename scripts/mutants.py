@@ -573,7 +573,7 @@ MUTANTS = (
            ("tests/rollout/test_claim_refused.py", "tests/function/test_alert_marks.py"),
            "a node whose claim the API server refuses is told to the webhook again at every timer run"),
     mutant("refusal-mark-never-removed", "functions/pipeline/notify.py",
-           "        alerted.passed(alerted.client(kube), ids)",
+           "        alerted.passed(alerted.client(kube), ids, read=read.lease if read is not None else None)",
            "        pass",
            ("tests/rollout/test_claim_refused.py",),
            "a node refused again after it got past its claim is never told again for that cause"),

@@ -11,7 +11,7 @@ Each call gets a client of its own with a short deadline (``last_run.record_clie
 invocation long, and an API server that does not answer costs a repeated alert at worst.
 """
 
-from typing import Any, Dict, Iterable, Mapping, Set
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Set
 
 from node_bootstrap.kube import KubeError
 from node_bootstrap.outside import OutsideDataError, as_object
@@ -39,18 +39,34 @@ def _marks(lease: Mapping[str, Any]) -> am.Marks:
         return {}  # not ours, or from a version we cannot read: nothing told, and the next write replaces it
 
 
+def get(kube: Any, namespace: str = EVENT_NAMESPACE) -> Optional[Dict[str, Any]]:
+    """The marks' Lease as it is (None when there is none): one GET, which one event's checks share
+    (``functions.pipeline.notify``). KubeError when it cannot be read (the caller tells everything: a repeat,
+    never a loss)."""
+    try:
+        return kube.get_lease(namespace, am.MARK_LEASE)
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def kept(kube: Any, lease: Optional[Mapping[str, Any]]) -> am.Marks:
+    """The marks of ``lease`` (as :func:`get` read it) that still count as told: an expired one tells it again."""
+    return am.kept(_marks(lease), leases.cluster_now(kube)) if lease is not None else {}
+
+
+def read(kube: Any, namespace: str = EVENT_NAMESPACE) -> am.Marks:
+    """The marks that still count as told ({} when there is no Lease). KubeError as :func:`get`."""
+    return kept(kube, get(kube, namespace))
+
+
 def told(kube: Any, keys: Mapping[str, str], namespace: str = EVENT_NAMESPACE) -> Set[str]:
     """The instance ids of ``keys`` (instance id -> failure key) whose failure is marked told. KubeError when the
     Lease cannot be read (the caller tells every failure: a repeat, never a loss)."""
     if not keys:
         return set()
-    try:
-        lease = kube.get_lease(namespace, am.MARK_LEASE)
-    except KubeError as exc:
-        if exc.status == 404:
-            return set()
-        raise
-    return am.told(am.kept(_marks(lease), leases.cluster_now(kube)), keys)  # an expired mark tells it again
+    return am.told(read(kube, namespace), keys)
 
 
 def mark(kube: Any, keys: Dict[str, str], namespace: str = EVENT_NAMESPACE, sticky: Iterable[str] = ()) -> None:
@@ -70,20 +86,19 @@ def mark(kube: Any, keys: Dict[str, str], namespace: str = EVENT_NAMESPACE, stic
     raise KubeError("the alert marks kept changing under %d writes" % CAS_ATTEMPTS, 409)
 
 
-def passed(kube: Any, ids: Iterable[str], namespace: str = EVENT_NAMESPACE) -> None:
+def passed(kube: Any, ids: Iterable[str], namespace: str = EVENT_NAMESPACE,
+           read: Optional[Callable[[], Optional[Dict[str, Any]]]] = None) -> None:
     """Remove the sticky marks of ``ids`` (nodes that got past their claim: ``am.passed``); no write when none of
     them has one. KubeError when the Lease cannot be read or written: the mark stays, and the node's next refusal
     for the same cause goes untold while the run's result still shows it (the caller logs a warning)."""
     wanted = sorted(set(ids))
     if not wanted:
         return
-    for _ in range(CAS_ATTEMPTS):
-        try:
-            lease = kube.get_lease(namespace, am.MARK_LEASE)
-        except KubeError as exc:
-            if exc.status == 404:
-                return
-            raise
+    for attempt in range(CAS_ATTEMPTS):
+        # the first try on the Lease as the event read it (``read``, :func:`get`'s answer), a conflict's afresh
+        lease = read() if read is not None and attempt == 0 else get(kube, namespace)
+        if lease is None:
+            return
         marks = _marks(lease)
         kept = am.passed(marks, wanted)
         if kept == marks:

@@ -151,8 +151,10 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
             # run resumes the node by itself; any other stop waits for a person.
             hint = "" if "next invocation resumes" in reason else \
                 "; fix the cause, then remove the node's annotation ack-mig-hook/rollout to resume"
-            out.append(dict(head, kind="rollout-stopped", nodepool_id=pool_id, target=target, count=len(stopped),
-                            nodes=[_node(n) for n in stopped[:MAX_NODES]],
+            # with the earlier runs' stops this event read there, untold: the run that reads a stop tells it
+            listed = [_node(n) for n in stopped] + [_stop_node(st) for st in earlier]
+            out.append(dict(head, kind="rollout-stopped", nodepool_id=pool_id, target=target, count=len(listed),
+                            nodes=listed[:MAX_NODES],
                             text=_cut("rollout of pool %s to %s stopped: node %s ended %s (%s)%s"
                                       % (pool_id, target or "-", first.get("node_name") or first.get("instance_id"),
                                          first.get("outcome"), _cut(reason, 300), hint), 600)))
@@ -368,7 +370,43 @@ def _redacted(result: Any, log: Any) -> Any:
                    nodes=nodes if result.nodes is not None else None, decisions=decisions)
 
 
-def _passed(result: Any, kube: Any, log: Any) -> None:
+class _Marks:
+    """The alert marks' Lease as this event read it: one GET for the marks of the nodes past their claim, the stops
+    and the node failures alike (read when first asked; a read that failed stays failed, and each caller tells
+    everything: a repeat, never a loss)."""
+
+    def __init__(self, kube: Any) -> None:
+        self.kube, self.client = kube, None
+        self.read = False
+        self.value: Optional[Dict[str, Any]] = None
+        self.error: Optional[Exception] = None
+
+    def lease(self) -> Optional[Dict[str, Any]]:
+        """The Lease (None: there is none). Raises what the read raised."""
+        from functions.kube import alerted
+
+        if not self.read:
+            self.read = True
+            try:
+                self.client = alerted.client(self.kube)  # the marks' short-deadline client, made when first asked
+                self.value = alerted.get(self.client)
+            except Exception as exc:  # noqa: BLE001 - said by each caller, which tells everything
+                self.error = exc
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def told(self, keys: Mapping[str, str]) -> Set[str]:
+        from functions.decision import alert_marks as am
+        from functions.kube import alerted
+
+        if not keys:
+            return set()
+        lease = self.lease()  # first: it makes the client
+        return am.told(alerted.kept(self.client, lease), keys)
+
+
+def _passed(result: Any, kube: Any, log: Any, read: Optional[_Marks] = None) -> None:
     """The sticky marks of this event's wave nodes (any wave: the executor numbers each one's) that got past their
     claim, removed: a refusal told once is told again when it comes back (``functions.decision.alert_marks``).
     Read only when such a node is there."""
@@ -385,13 +423,13 @@ def _passed(result: Any, kube: Any, log: Any) -> None:
     ids |= {stop_id(str(n.get("node_name"))) for n in result.nodes or [] if str(n.get("instance_id")) in ids
             and n.get("node_name")}
     try:
-        alerted.passed(alerted.client(kube), ids)
+        alerted.passed(alerted.client(kube), ids, read=read.lease if read is not None else None)
     except Exception as exc:  # noqa: BLE001 - the event ends as it would have
         log.warning("alert marks of nodes past their claim not removed", nodes=len(ids), reason="%s: %s" % (
             type(exc).__name__, " ".join(str(exc).split())[:200]))
 
 
-def _told(result: Any, kube: Any, log: Any) -> Tuple[Dict[str, str], Set[str]]:
+def _told(result: Any, kube: Optional[_Marks], log: Any) -> Tuple[Dict[str, str], Set[str]]:
     """(instance id -> failure key of each failed node, the ids an earlier attempt of this event already told:
     ``functions.decision.alert_marks``). A mark that cannot be read tells every failure: a repeat, never a loss."""
     from functions.decision.alert_marks import failure_key
@@ -401,10 +439,8 @@ def _told(result: Any, kube: Any, log: Any) -> Tuple[Dict[str, str], Set[str]]:
         return {}, set()
     run = result.event_id or str(getattr(log, "context", {}).get("request_id") or "")
     keys = {str(n.get("instance_id")): failure_key(run, n) for n in failed if n.get("instance_id")}
-    from functions.kube import alerted
-
     try:
-        return keys, alerted.told(alerted.client(kube), keys)
+        return keys, kube.told(keys)
     except Exception as exc:  # noqa: BLE001 - the API server's trouble must not silence an alert
         log.warning("alert marks not read: every node failure is told", reason="%s: %s" % (
             type(exc).__name__, " ".join(str(exc).split())[:200]))
@@ -412,10 +448,10 @@ def _told(result: Any, kube: Any, log: Any) -> Tuple[Dict[str, str], Set[str]]:
 
 
 def _untold_stops(stops: Iterable[Mapping[str, Any]], owner: str, by_wave: Mapping[str, List[Dict[str, Any]]],
-                  kube: Any, log: Any) -> List[Dict[str, Any]]:
-    """The stop records that halted a pool in this event (``functions.rollout.run.stop_records``) and no alert mark
-    shows told, once each; not those this event's own waves stopped (their line is told anyway). A mark that cannot
-    be read tells them all: a repeat, never a loss."""
+                  kube: Optional[_Marks], log: Any) -> List[Dict[str, Any]]:
+    """The stop records this event read (``functions.rollout.run.read_stops``: those that halted a pool, and any
+    other on the nodes it listed) and no alert mark shows told, once each; not those this event's own waves stopped
+    (their line is told anyway). A mark that cannot be read tells them all: a repeat, never a loss."""
     from functions.decision.alert_marks import stop_id, stop_key
 
     own = {str(n.get("node_name")) for nodes in by_wave.values() for n in nodes}
@@ -427,10 +463,8 @@ def _untold_stops(stops: Iterable[Mapping[str, Any]], owner: str, by_wave: Mappi
     if not seen or kube is None:
         return list(seen.values())
     keys = {stop_id(name): stop_key(name, by) for name, by in seen}
-    from functions.kube import alerted
-
     try:
-        told = alerted.told(alerted.client(kube), keys)
+        told = kube.told(keys)
     except Exception as exc:  # noqa: BLE001 - the API server's trouble must not silence a stop
         log.warning("alert marks not read: every stopped rollout is told", reason="%s: %s" % (
             type(exc).__name__, " ".join(str(exc).split())[:200]))
@@ -454,7 +488,7 @@ def _stop_marks(lines: Sequence[Dict[str, Any]], accepted: Iterable[int], by_wav
         for n in by_wave.get(pool, []) if owner else ():
             out[stop_id(str(n.get("node_name") or ""))] = stop_key(str(n.get("node_name") or ""), owner)
         for st in stops:
-            if st.get("nodepool_id") == pool and not by_wave.get(pool):
+            if st.get("nodepool_id") == pool:
                 out[stop_id(str(st.get("node_name")))] = stop_key(str(st.get("node_name")), str(st.get("owner") or ""))
     return out
 
@@ -477,8 +511,8 @@ def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = 
     """The pipeline's call once an event has its final result: the lines it calls for, sent. Returns how
     many were accepted; never raises (a bug here must not change how the event ended). ``kube``: the event's
     Kubernetes side (a NodeView or its backend), where the failures and stops told are marked (None: not marked,
-    and an FC retry of the event, or the next run, tells them again). ``stops``: the stop records that halted a
-    pool in this event (``functions.rollout.run.Rollout.stops``), told unless marked told; ``owner``: this event's
+    and an FC retry of the event, or the next run, tells them again). ``stops``: the stop records this event
+    read (``functions.rollout.run.Rollout.stops``, an auto pool step's), told unless marked told; ``owner``: this event's
     rollout (the owner of the stop records its waves wrote)."""
     if settings is None or not (settings.notify.url or settings.notify.url_secret):
         return 0
@@ -487,19 +521,20 @@ def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = 
             return 0  # a dry run sends nothing, and reads and writes no mark
         redacted = _redacted(result, log)
         waves = set(wave_ids)
-        _passed(result, kube, log)
+        read = _Marks(kube) if kube is not None else None  # one read of the marks for all that asks them
+        _passed(result, kube, log, read)
         by_wave = wave_stopped(result, waves)
         redact = getattr(log, "redact", None) or (lambda text: text)  # a record's reason, as a result's (_redacted)
         # a node this event claimed has no old record left (its stop was removed, or of another target): not told
         claimed = {str(n.get("node_name")) for n in result.nodes or [] if n.get("wave") and n.get("outcome") in CLAIMED
                    and n.get("code") != CLAIM_REFUSED and not str(n.get("reason") or "").startswith(CLAIM_FAILED + ":")}
-        untold = _untold_stops([st for st in stops if str(st.get("node_name")) not in claimed], owner, by_wave, kube,
+        untold = _untold_stops([st for st in stops if str(st.get("node_name")) not in claimed], owner, by_wave, read,
                                log)
         earlier = [dict(st, reason=redact(" ".join(str(st.get("reason") or "").split()))) for st in untold]
         lines = notifications(redacted, waves, whole_pools, stops=earlier)
         if not lines:
             return 0
-        keys, told = _told(result, kube, log)  # none read unless a node failed: a node-failed line is there
+        keys, told = _told(result, read, log)  # none read unless a node failed: a node-failed line is there
         if told:  # an earlier attempt of this event (FC retries one that ended retry), or an earlier run (a
             # refusal told once per cause), told these failures
             lines = notifications(redacted, waves, whole_pools, told=told, stops=earlier)

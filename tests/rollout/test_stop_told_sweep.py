@@ -162,3 +162,34 @@ def test_an_auto_nodes_stop_is_told_by_an_idle_tick_and_not_by_a_dry_run(cluster
             assert tick(cluster, PerGpuNodes(cluster.api), ACK_MIG_NOTIFY_URL=hook.url()).outcome == "skip"
         assert [s["nodes"][0]["node_name"] for s in _stops(hook)] == ["auto-b"], hook.lines()
         assert _marked(cluster.api)[am.stop_id("auto-b")]["key"] == am.stop_key("auto-b", OWNER)
+
+
+def test_a_run_whose_wave_stops_the_pool_tells_the_other_stops_it_read_in_the_same_line(cluster):
+    """node-c keeps an untold stop of another rollout (the pool's label changed since); this run's wave stops the
+    pool at node-b: its line names both, both are marked, and the marks' Lease is read once for the node failure and
+    the stops alike."""
+    from tests.support.webhook import Webhook
+
+    cluster.add_nodes()
+    record = rp.Progress("sequence=7g.40gb", rp.FAILED, cordoned=False, since=900.0, reason="apply: gpu-busy",
+                         owner=OWNER, expires=0.0)
+    cluster.api.update_node("node-c", lambda node: node["metadata"].setdefault("annotations", {}).update(
+        {rp.PROGRESS_ANNOTATION: record.to_annotation()}))
+    cluster.transport.fail = {"node-b"}
+    with Webhook() as hook:
+        cluster.api.requests.clear()
+        cluster.run(ACK_MIG_NOTIFY_URL=hook.url(), ACK_MIG_INVOCATION_TIMEOUT_S="86400")
+        assert cluster.transport.seen == ["node-a", "node-b"], cluster.transport.seen
+        (line,) = _stops(hook)
+        assert [n["node_name"] for n in line["nodes"]] == ["node-b", "node-c"] and line["count"] == 2, line
+        marked = _marked(cluster.api)
+        assert marked[am.stop_id("node-b")]["key"] == am.stop_key("node-b", cluster.annotation("node-b")["owner"])
+        assert marked[am.stop_id("node-c")]["key"] == am.stop_key("node-c", OWNER), marked
+        lease = "/apis/coordination.k8s.io/v1/namespaces/default/leases/" + am.MARK_LEASE
+        assert [r.method for r in cluster.api.requests if r.path == lease][:1] == ["GET"], cluster.api.requests
+        # one read before the lines (the write's own read-modify-write comes after them)
+        reads = [r for r in cluster.api.requests if r.path == lease and r.method == "GET"]
+        assert len(reads) == 2, reads
+        cluster.now[0] += 2 * 86400
+        cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+        assert len(_stops(hook)) == 1, hook.lines()  # neither told again
