@@ -22,8 +22,8 @@ A stop record (a node that ended ``drain-timeout`` or ``failed``: the pool's rol
 while no mark shows it told (that run may have been killed between the record and its line): level-triggered. Its mark,
 :func:`stop_id` of the node -> :func:`stop_key`, names the node and the run that wrote the record (the record's
 owner; a run writes one stop per node), so the same record is told once and a new one, even of the same node, is
-news. It is sticky while the record lasts (a stop waits days for a person), removed once the node gets past its
-claim again (:func:`passed`). A stop an older version told left no mark: it is told once more after the upgrade.
+news. It is sticky while the record lasts (a stop waits days for a person), at most :data:`STICKY_KEEP_S` (a stop
+that waits longer is told again, once a month), removed once the node gets past its claim again (:func:`passed`). A stop an older version told left no mark: it is told once more after the upgrade.
 
 One JSON document in the annotation :data:`MARK_ANNOTATION` of the Lease :data:`MARK_LEASE`, in the namespace
 the run record lives in (a node under a lifecycle hook is not a Kubernetes Node yet: there is no Node to mark):

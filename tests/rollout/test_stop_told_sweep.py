@@ -193,3 +193,17 @@ def test_a_run_whose_wave_stops_the_pool_tells_the_other_stops_it_read_in_the_sa
         cluster.now[0] += 2 * 86400
         cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
         assert len(_stops(hook)) == 1, hook.lines()  # neither told again
+
+
+def test_a_stop_that_waits_past_thirty_days_is_told_again_once_a_month(cluster):
+    """A stop's mark is sticky: it lasts past the two days of a failure's mark, but not for ever
+    (``alert_marks.STICKY_KEEP_S``): a stop no person has looked at for thirty days is told again, once."""
+    from tests.support.webhook import Webhook
+
+    _left_stop(cluster)
+    with Webhook() as hook:
+        for _ in range(16):  # the timer's runs, every two days: 32 days
+            cluster.now[0] += 2 * 86400
+            cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+        assert am.STICKY_KEEP_S == 30 * 86400
+        assert [line["nodes"][0]["node_name"] for line in _stops(hook)] == ["node-a", "node-a"], hook.lines()
