@@ -189,14 +189,19 @@ def test_a_pod_asking_several_profiles_is_served_by_one_node_or_counted_for_a_ne
     assert apart.unserved == (("1g.10gb", 1), ("2g.20gb", 1)) and apart.changes == ()
     assert {p for layout, _ in apart.new_node_shape for p, _ in layout} >= {"1g.10gb", "2g.20gb"}
     assert any("asking several profiles" in r for r in apart.reasons)
-    # one node with both idle serves it as it is, and keeps them for it: a 1g.10gb pod that comes too is
-    # counted short, not given the instance the two-profile pod needs
+    # one node with both idle serves it as it is, and keeps them for it: a 1g.10gb pod that comes too, behind
+    # it in pod order, is counted short, not given the instance the two-profile pod needs
     both = GpuSupply("c", 0, A80, (Instance("4g.40gb", 0, True), Instance("2g.20gb", 4, False),
                                    Instance("1g.10gb", 6, False)))
     served = plan([both, full("a", "1g.10gb")], pod, Bounds(model=A80, node_gpus=1))
     assert served.unserved == () and served.changes == ()
-    more = plan([both], pod + pods(1, "1g.10gb"), Bounds(model=A80, node_gpus=1))
+    more = plan([both], pod + pods(1, "1g.10gb", prefix="z/serve"), Bounds(model=A80, node_gpus=1))
     assert more.unserved == (("1g.10gb", 1),) and more.changes == ()
+    # ahead of it, the scheduler binds that pod first, onto the 1g.10gb: the two-profile pod is the one short
+    # (counted for a new node), not kept an instance it will not get
+    ahead = plan([both], pod + pods(1, "1g.10gb", prefix="a/serve"), Bounds(model=A80, node_gpus=1))
+    assert ahead.unserved == (("1g.10gb", 1), ("2g.20gb", 1)) and ahead.changes == ()
+    assert {p for layout, _ in ahead.new_node_shape for p, _ in layout} >= {"1g.10gb", "2g.20gb"}
 
 
 def test_a_pod_asking_a_whole_gpu_and_a_mig_instance_is_served_only_by_one_node_holding_both():
@@ -564,39 +569,71 @@ def test_a_pod_asking_two_profiles_one_of_each_gets_the_second_round_too():
 
 
 def test_a_second_round_that_serves_no_more_is_taken_where_the_next_tick_would_make_it():
-    """The second round was kept only when it served more: here it leaves two 4g.40gb short where the first left
-    a 2g.20gb and a 4g.40gb, so the first was kept, and the next tick, on the state it left, added the two
-    2g.20gb beside GPU 2's running pod anyway (a plan that changed the pool again on the same demand). The rounds
-    now go on to the state no round changes, and the plan is the one that ends there."""
+    """The second round was kept only when it served more, so a plan whose state the next tick changed again
+    was kept; the rounds now go on to the state no round changes, and the plan is the one that ends there.
+    tests/layout/test_planner_ticks.py's seeds need 4 to 6 rounds (2523: 4): the plan is the last round's,
+    and planned again on the state it leaves it changes nothing. (The hand-made pool this test had: p2, a
+    2g.20gb and a 4g.40gb, now keeps nothing on the state the first round leaves, since p0 and p1 bind ahead
+    of it onto those instances, so that round is already the rest: its test is
+    test_a_pod_asking_several_profiles_that_pods_ahead_of_it_leave_short_changes_nothing_for_it.)"""
+    import random
+
     from functions.decision.layout import compose
     from functions.decision.layout.planner import plan as one_round
+    from tests.layout.ticks import pod_asks, pool
+
+    rng = random.Random(2523)
+    supply, limits = pool(rng)
+    demand = pod_asks(rng, supply)
+    first = one_round(supply, demand, limits)
+    assert one_round(compose._applied(supply, first), demand, limits).changes  # the first round's state is no rest
+    result = plan(supply, demand, limits)
+    assert result != first
+    assert plan(compose._applied(supply, result), demand, limits, previous=result).changes == ()
+
+
+def test_a_pod_asking_several_profiles_that_pods_ahead_of_it_leave_short_changes_nothing_for_it():
+    """p0 (two 4g.40gb) and p1 (two 2g.20gb) bind ahead of p2 (a 2g.20gb and a 4g.40gb) in pod order, onto
+    the two GPUs of 4g.40gb + 2g.20gb the plan makes for them: p2 waits whatever the pool holds beside them.
+    The rounds kept p2 the instances made for p0 and p1 on the state the first round left, and made those two
+    2g.20gb beside GPU 2's running pod, which served nothing once the pods bound (p2 waited, and the plan had
+    said it served it); now the plan is the first round, p2 is counted for a new node, and planned again on
+    the state it leaves it changes nothing."""
     from tests.layout.test_planner_properties import applied
 
     supply = [GpuSupply("N", 0, A80, ()), GpuSupply("N", 1, A80, ()),
               GpuSupply("N", 2, A80, (Instance("2g.20gb", 2, True),))]
     demand = [PodDemand("ns/p0", "o", "4g.40gb", 2), PodDemand("ns/p1", "o", "2g.20gb", 2),
               PodDemand("ns/p2", "o", "2g.20gb"), PodDemand("ns/p2", "o", "4g.40gb")]
-    first = one_round(supply, demand, Bounds())
-    assert sum(n for _, n in first.unserved) == 2 and len(first.changes) == 2
-    assert one_round(applied(supply, first), demand, Bounds()).changes  # the first round's state is no rest
     result = plan(supply, demand, Bounds())
-    assert [(t.node, t.index) for t in result.changes] == [("N", 0), ("N", 1), ("N", 2)]
-    assert target(result, "N", 2).create == (("2g.20gb", 0),)
+    assert [(t.node, t.index) for t in result.changes] == [("N", 0), ("N", 1)]
+    assert dict(result.unserved) == {"2g.20gb": 1, "4g.40gb": 1}
+    assert {p for layout, _ in result.new_node_shape for p, _ in layout} >= {"2g.20gb", "4g.40gb"}
     assert plan(applied(supply, result), demand, Bounds()).changes == ()
 
 
 def test_rounds_that_find_no_rest_within_the_bound_keep_the_second_only_when_it_serves_more(monkeypatch):
     """Past compose.ROUNDS the rounds stop (each is a whole plan's work): the plan is then the first round, or
-    the first two where the second serves more, as before the rounds went on."""
+    the first two where the second serves more, as before the rounds went on. The pools of
+    tests/layout/test_planner_ticks.py's seeds 2330 (the second serves no more) and 904 (it serves more)
+    need 5 and 6 rounds."""
+    import random
+
     from functions.decision.layout import compose
     from functions.decision.layout.planner import plan as one_round
+    from tests.layout.ticks import pod_asks, pool
 
-    supply = [GpuSupply("N", 0, A80, ()), GpuSupply("N", 1, A80, ()),
-              GpuSupply("N", 2, A80, (Instance("2g.20gb", 2, True),))]
-    demand = [PodDemand("ns/p0", "o", "4g.40gb", 2), PodDemand("ns/p1", "o", "2g.20gb", 2),
-              PodDemand("ns/p2", "o", "2g.20gb"), PodDemand("ns/p2", "o", "4g.40gb")]
     monkeypatch.setattr(compose, "ROUNDS", 2)
-    assert plan(supply, demand, Bounds()) == one_round(supply, demand, Bounds())
+    for seed, more in ((2330, False), (904, True)):
+        rng = random.Random(seed)
+        supply, limits = pool(rng)
+        demand = pod_asks(rng, supply)
+        first = one_round(supply, demand, limits)
+        second = one_round(compose._applied(supply, first), demand, limits)
+        assert second.changes and one_round(compose._applied(compose._applied(supply, first), second), demand,
+                                            limits).changes  # no rest within 2 rounds
+        assert (compose._short(second) < compose._short(first)) == more
+        assert plan(supply, demand, limits) == (compose._composed(supply, first, second) if more else first)
 
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -265,8 +265,13 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
     enough; ties: the first), from its GPUs with the most compute in use first. Within a GPU, instances
     that exist are taken before ones the plan creates.
 
+    A pod asking several profiles takes all of them on one node, the one with the most compute in use that
+    has them all (ties: the first), each from its GPUs with the most compute in use first.
+
     ``gpus``: per GPU (its node, its instances as (profile, compute slices, in use, created by the plan));
-    ``pods``: (profile, count, tag) in pod order; ``headroom``: idle instances wanted per profile after.
+    ``pods``: (profile, count, tag) in pod order, where a pod asking several profiles gives, for profile, a
+    tuple of (profile, count) (and a count it does not read); ``headroom``: idle instances wanted per profile
+    after.
     Returns (per profile: the instances of waiting pods left unbound plus the headroom missing; the GPUs
     holding a pod; per GPU the (profile, tag) of each pod bound to an instance the plan creates; per
     profile the instances of waiting pods left unbound alone; the tags of the pods left unbound).
@@ -320,6 +325,23 @@ def after_binding(gpus: Sequence[Tuple[str, Sequence[Tuple[str, int, bool, bool]
                 heapq.heappush(heaps[q], (-used[gi], gi))
 
     for p, count, tag in pods:
+        if isinstance(p, tuple):  # several profiles: all on one node or none
+            best = None
+            for node in nodes:
+                if all(node_idle[node].get(q, 0) >= n for q, n in p) and (
+                        best is None or node_used[node] > node_used[best]):
+                    best = node
+            if best is None:
+                for q, n in p:
+                    short[q] += n
+                left_out.append(tag)
+                continue
+            for q, n in p:
+                for gi in sorted(nodes[best], key=lambda g: (-used[g], g)):
+                    while n and idle[gi].get(q, 0) > 0:
+                        take(gi, q, tag)
+                        n -= 1
+            continue
         if count <= 0:
             continue
         if count == 1:

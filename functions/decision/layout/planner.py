@@ -366,8 +366,8 @@ def _busiest_first(gpus: List[_Gpu]) -> Dict[str, List[_Gpu]]:
     return nodes
 
 
-def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand], whole: Counter
-                 ) -> Tuple[set, Counter, int, Dict[str, int], Counter, int]:
+def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand], whole: Counter, yielded: FrozenSet[str] = frozenset()
+                 ) -> Tuple[set, Counter, int, Dict[str, int], Counter, int, Dict[str, tuple]]:
     """Pending pods that ask for several profiles, whole GPUs (``nvidia.com/gpu``) counted as one
     (matching.demand_of gives one PodDemand per profile, one key): the scheduler needs every resource of such
     a pod on one node, and the rest of the plan counts profile by profile (whole GPUs pool-wide), so it would
@@ -380,7 +380,10 @@ def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand], whole: Counter
     planner never turns MIG off. So such a pod is short, and its instances go to no new node's layout (the
     autoscaler would add a node it cannot use, for as long as the pod waits). Returns (the keys handled, the
     instances left unserved per profile, the pods left so a new node can hold, per profile the most one of
-    those asks: what one new node must hold, the instances of the pods no new node can hold, those pods)."""
+    those asks: what one new node must hold, the instances of the pods no new node can hold, those pods, and
+    per pod asking MIG instances alone that keeps instances, its asks and the instances kept: ``_behind``
+    binds it in pod order). A pod in ``yielded`` keeps nothing: the pods ahead of it in pod order take what
+    it would keep (``_behind``), and it is left for a new node as one no node holds now."""
     asks = OrderedDict()  # type: Dict[str, Counter]
     kinds = {}  # type: Dict[str, set]
     for d in demand:
@@ -391,13 +394,14 @@ def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand], whole: Counter
             asks.setdefault(d.key, Counter())[d.profile] += int(d.count)
     unserved, beyond, floor = Counter(), Counter(), {}  # type: Counter, Counter, Dict[str, int]
     apart = mixed = 0
+    kept = {}  # type: Dict[str, tuple]
     if not asks:
-        return set(), unserved, apart, floor, beyond, mixed
+        return set(), unserved, apart, floor, beyond, mixed, kept
     nodes = _busiest_first(gpus)
     for key, wanted in asks.items():
         gpus_asked = wanted.get(WHOLE_GPU, 0)
         instances = {name: n for name, n in wanted.items() if name != WHOLE_GPU}
-        for node, members in nodes.items():
+        for node, members in nodes.items() if key not in yielded else ():
             if whole[node] < gpus_asked:
                 continue
             idle = {name: [i for g in members for i in g.state if not i.held and i.profile.name == name][:n]
@@ -407,6 +411,8 @@ def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand], whole: Counter
                     for inst in found:
                         inst.reserved = _JOINT
                 whole[node] -= gpus_asked
+                if not gpus_asked:
+                    kept[key] = (tuple(sorted(instances.items())), [i for found in idle.values() for i in found])
                 break
         else:
             unserved.update(wanted)
@@ -417,7 +423,7 @@ def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand], whole: Counter
             apart += 1
             for name, n in wanted.items():
                 floor[name] = max(floor.get(name, 0), n)
-    return set(asks), unserved, apart, floor, beyond, mixed
+    return set(asks), unserved, apart, floor, beyond, mixed, kept
 
 
 def _serve_whole(demand: Sequence[PodDemand], whole: Counter) -> int:
@@ -569,8 +575,9 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     A pod asking several instances of a profile the pool is short of, which the pods ahead of it in pod order
     leave too few of once they bind (``_behind``), is planned as unserved, and the plan made again without
     its instances: the scheduler binds those pods first, so they took what was made for it, it waited with
-    them idle, and the next tick destroyed them for the others (a flap on unchanged demand). On pools of at
-    most ``EXACT_GPUS`` GPUs (YIELD_PASSES says why)."""
+    them idle, and the next tick destroyed them for the others (a flap on unchanged demand). So is a pod
+    asking several profiles whose kept instances the pods ahead of it take (``_behind``): it keeps none. On
+    pools of at most ``EXACT_GPUS`` GPUs (YIELD_PASSES says why)."""
     yielded = frozenset()  # type: FrozenSet[str]
     for k in range(YIELD_PASSES):
         result, behind = _plan(supply, demand, bounds, previous, keep, yielded,
@@ -617,7 +624,7 @@ def _plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Boun
     before = {g.sort_key: list(g.state) for g in gpus}  # what the exact form starts from (exact.py)
     unserved, notes = Counter(), []  # type: Counter, List[str]
     # pods asking several profiles (whole GPUs among them): the whole GPUs they take are no one else's
-    joint, joint_short, joint_apart, floor, no_new_node, mixed = _serve_joint(gpus, demand, whole)
+    joint, joint_short, joint_apart, floor, no_new_node, mixed, kept = _serve_joint(gpus, demand, whole, yielded)
     if joint:  # the rest of the plan, the exact solve and the needless-change check count profile by profile
         demand = [d for d in demand if d.key not in joint]
     # pods asking several instances of one node (those yielded to the pods ahead of them wait for a new one)
@@ -639,10 +646,15 @@ def _plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Boun
             pending[d.profile] += max(int(d.count), 0)
     for name, n in sorted(joint_short.items()):
         unserved[name] += n
-    if joint_apart:
+    joint_behind = sum(1 for key in joint if key in yielded)
+    if joint_apart - joint_behind:
         notes.append("%d pending pod%s asking several profiles: no node of the pool has idle instances of all of "
                      "them now (the scheduler needs them on one node): counted for a new node"
-                     % (joint_apart, "" if joint_apart == 1 else "s"))
+                     % (joint_apart - joint_behind, "" if joint_apart - joint_behind == 1 else "s"))
+    if joint_behind:
+        notes.append("%d pending pod%s asking several profiles: the pods ahead of %s in pod order take the idle "
+                     "instances of all of them that a node holds first: counted for a new node"
+                     % ((joint_behind, "", "it") if joint_behind == 1 else (joint_behind, "s", "them")))
     if mixed:
         notes.append("%d pending pod%s asking whole GPUs and MIG instances together: no node of the pool has free "
                      "whole GPUs (MIG off) beside idle instances of all of them (the scheduler needs them on one "
@@ -799,8 +811,8 @@ def _plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Boun
             search_short[name] += short
             search_notes.append("%d pending %s instance%s beyond what the pool's GPUs can hold" % (
                 short, name, "" if short == 1 else "s"))
-    if check and multi[0] and (search_short or apart):
-        late = _behind(gpus, singles, demand, multi[0], yielded, set(search_short) | set(apart))
+    if check and (kept or multi[0] and (search_short or apart)):
+        late = _behind(gpus, singles, demand, multi[0], yielded, set(search_short) | set(apart), kept)
         if late:
             return None, late
     retry = bool(search_short) and _room_for(gpus, pending, bounds)
@@ -863,20 +875,29 @@ def _plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Boun
 
 
 def _behind(gpus: List[_Gpu], singles: Sequence[PodDemand], demand: Sequence[PodDemand], handled: set,
-            yielded: FrozenSet[str], short: set) -> FrozenSet[str]:
+            yielded: FrozenSet[str], short: set, kept: Mapping[str, tuple]) -> FrozenSet[str]:
     """The pods asking several instances of a profile the plan leaves other pods ``short`` of, that the plan
     gives instances (``handled``, _serve_multi) and that are left unbound once the waiting pods bind in pod
     order (``exact.after_binding``, the project's model of the scheduler; the needless-change check binds
     them first, onto what was kept for them): the pods ahead of them, served by the plan or not, take what was
     made or kept for them first, and they wait beside instances that serve nothing. (Where the pool is short
-    of nothing they ask, the pods ahead of them took room the pool has more of: the next tick makes it.)"""
+    of nothing they ask, the pods ahead of them took room the pool has more of: the next tick makes it.)
+    The pods asking several profiles that keep idle instances (``kept``, _serve_joint) bind in pod order
+    too, and those left unbound are returned whatever the pool is short of: a pod ahead of one took an
+    instance kept for it, so what was kept served nothing while the plan made more for the others (the
+    next tick destroyed that for the pods still waiting). Pods asking whole GPUs beside instances keep
+    theirs as before (the model binds no whole GPU)."""
     waiting = [d for d in singles if d.pending and d.profile != WHOLE_GPU and d.count > 0] + [
         d for d in demand if d.pending and d.count > 1 and d.profile != WHOLE_GPU and d.key not in yielded]
-    pods = [(d.profile, int(d.count), d) for d in sorted(waiting, key=lambda d: d.key)]
-    views = [(g.supply.node, [(i.profile.name, i.profile.compute_slices, i.in_use or i.reserved == _JOINT,
-                               i.origin == _NEW) for i in g.state]) for g in gpus]
-    left_out = after_binding(views, pods, {})[4]
-    return frozenset(d.key for d in left_out if d.key in handled and d.profile in short)
+    pods = sorted([(d.key, d.profile, int(d.count), d) for d in waiting] +
+                  [(key, asks, 1, key) for key, (asks, _) in kept.items()], key=lambda x: x[0])
+    free = {id(i) for _, insts in kept.values() for i in insts}
+    views = [(g.supply.node, [(i.profile.name, i.profile.compute_slices,
+                               i.in_use or (i.reserved == _JOINT and id(i) not in free), i.origin == _NEW)
+                              for i in g.state]) for g in gpus]
+    left_out = after_binding(views, [x[1:] for x in pods], {})[4]
+    return frozenset(d for d in left_out if isinstance(d, str)) | frozenset(
+        d.key for d in left_out if not isinstance(d, str) and d.key in handled and d.profile in short)
 
 
 MAX_NODE_GPUS = 16  # the most GPUs a node reports (functions/kube/supply.py reads nvidia_count up to 16)
