@@ -1,16 +1,18 @@
 """The worst case of an auto pool's plan on a 96-GPU pool (exact.EXACT_GPUS: the largest that pays compose.py's
-further rounds and the planner's yield passes), measured, not asserted (a timed test would fail on a busy
+further rounds whatever the demand, and the planner's yield passes), or on GPUS GPUs (larger pools run the
+rounds within compose.ROUND_WORK), measured, not asserted (a timed test would fail on a busy
 runner). The rounds (compose.ROUNDS) and the passes (planner.YIELD_PASSES) multiply: each round is a
 ``planner.plan``, and each of those up to YIELD_PASSES plans (``planner._plan``), so ROUNDS x YIELD_PASSES = 24
 plans at most in one tick. The exact solve (exact.TIME_LIMIT_S) runs in none of them: the planner leaves it out
 while a pod asks several instances, which is what the rounds and passes are for.
 
-    PYTHONPATH=. .venv/bin/python scripts/plan_cost.py [SEEDS] [FIRST SEED] [IDLE SHARE] [PODS]
+    PYTHONPATH=. .venv/bin/python scripts/plan_cost.py [SEEDS] [FIRST SEED] [IDLE SHARE] [PODS] [GPUS]
 
-Each seed: 12 nodes of 8 GPUs (tests/layout/ticks.py's random layouts, some in use; IDLE SHARE of them emptied,
+Each seed: GPUS/8 nodes of 8 GPUs (96: 12 nodes) (tests/layout/ticks.py's random layouts, some in use; IDLE SHARE of them emptied,
 0.0) and PODS/5 to PODS waiting pods (50), each asking several instances (one profile or several). Prints the
 seeds with the most plans and the slowest, and the CPU time per plan. What compose.ROUNDS' comment quotes:
-``40 0 0.3 500`` (24 plans reached) and ``10 0 0.3 2000`` (the slowest).
+``40 0 0.3 500`` (24 plans reached) and ``10 0 0.3 2000`` (the slowest); what ROUND_WORK's quotes:
+``10 0 0.3 45 1000``, ``4 0 0.0 100 1000`` (past it) and ``10 0 0.3 100 400``.
 """
 
 import dataclasses
@@ -23,17 +25,17 @@ from node_bootstrap.mig.catalogue import find_gpu
 from tests.layout.ticks import pool
 
 
-def big_pool(rng, idle):
-    """96 GPUs of one model (the first random pool's), renumbered as 12 nodes of 8; ``idle``: that share of
+def big_pool(rng, idle, gpus=96):
+    """``gpus`` GPUs of one model (the first random pool's), renumbered as nodes of 8; ``idle``: that share of
     them emptied (MIG on, no instance: the most the exact solve and the search can choose among)."""
     supply, bounds = pool(rng)
     model, out = supply[0].model, []
-    while len(out) < 96:
+    while len(out) < gpus:
         out.extend(s for s in supply if s.model == model)
         supply, _ = pool(rng)
-    return [dataclasses.replace(s, node="node-%02d" % (n // 8), index=n % 8,
+    return [dataclasses.replace(s, node="node-%03d" % (n // 8), index=n % 8,
                                 **({"instances": (), "mig": True, "busy": False} if rng.random() < idle else {}))
-            for n, s in enumerate(out[:96])], bounds
+            for n, s in enumerate(out[:gpus])], bounds
 
 
 def demand_for(rng, supply, pods=50):
@@ -55,6 +57,7 @@ def main(argv):
     first = int(argv[2]) if len(argv) > 2 else 0
     idle = float(argv[3]) if len(argv) > 3 else 0.0
     pods = int(argv[4]) if len(argv) > 4 else 50
+    gpus = int(argv[5]) if len(argv) > 5 else 96
     calls = [0]
     inner = planner._plan
 
@@ -66,7 +69,7 @@ def main(argv):
     rows = []
     for seed in range(first, first + seeds):
         rng = random.Random(seed)
-        supply, bounds = big_pool(rng, idle)
+        supply, bounds = big_pool(rng, idle, gpus)
         demand = demand_for(rng, supply, pods)
         calls[0] = 0
         start = time.process_time()

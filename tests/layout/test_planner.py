@@ -505,7 +505,7 @@ def test_a_pod_asking_two_instances_is_served_in_the_pool_the_first_round_had_no
     assert all(t.reason for t in result.changes) and len(result.reasons) >= len(result.changes)
 
 
-def test_the_second_round_is_left_to_the_next_tick_on_pools_larger_than_the_exact_forms_bound():
+def test_the_rounds_are_left_to_the_next_tick_on_a_pool_larger_than_the_exact_forms_bound_past_their_work():
     from functions.decision.layout import compose
     from functions.decision.layout.exact import EXACT_GPUS
 
@@ -518,8 +518,47 @@ def test_the_second_round_is_left_to_the_next_tick_on_pools_larger_than_the_exac
     ]
     demand = [PodDemand("llm/me", "o", "1g.10gb+me", 1), PodDemand("llm/pair", "o", "4g.40gb", 2)]
     assert compose.SECOND_ROUND_GPUS == EXACT_GPUS and len(supply) > EXACT_GPUS
-    assert dict(plan(supply, demand, Bounds()).unserved) == {"4g.40gb": 2}  # one round: the next tick's to find
+    assert plan(supply, demand, Bounds()).unserved == ()  # 99 GPUs x 3 instances: within the rounds' work
     assert plan(supply[len(big) - 1:], demand, Bounds()).unserved == ()  # a small pool: served in two
+    many = demand + pods(compose.ROUND_WORK // len(supply), "1g.10gb", prefix="z/wait")  # none of them fits
+    assert len(supply) * sum(d.count for d in many) > compose.ROUND_WORK
+    assert dict(plan(supply, many, Bounds()).unserved)["4g.40gb"] == 2  # one round: the next tick's to find
+
+
+def test_the_rounds_run_on_a_pool_larger_than_the_exact_forms_bound_within_their_work():
+    """200 GPUs of tests/layout/ticks.py's random layouts (25 nodes of 8), 10 to 50 pods asking several
+    instances: the first round alone left a state on which the next tick changed 8 GPUs again on the same
+    demand (the rounds ran on pools of at most 96 GPUs only); 200 GPUs x 125 instances is within
+    compose.ROUND_WORK, so the rounds run, and the state they rest at is planned again with no change."""
+    import dataclasses
+    import random
+
+    from functions.decision.layout import compose
+    from node_bootstrap.mig.catalogue import find_gpu
+    from tests.layout.ticks import pool
+
+    rng = random.Random(0)
+    supply, bounds = pool(rng)
+    model, gpus = supply[0].model, []
+    while len(gpus) < 200:
+        gpus.extend(s for s in supply if s.model == model)
+        supply, _ = pool(rng)
+    # (one draw a GPU, as scripts/plan_cost.py's pools, there to empty some)
+    supply = [dataclasses.replace(s, node="node-%03d" % (k // 8), index=k % 8) for k, s in enumerate(gpus[:200])
+              if rng.random() < 2]
+    gpu = find_gpu(model)
+    names = [p.name for p in gpu.profiles if "+me" not in p.name and p.compute_slices < gpu.compute_slices]
+    demand = []
+    for k in range(rng.randint(10, 50)):
+        if rng.random() < 0.5:
+            demand.append(PodDemand("ns/p%03d" % k, "deployment ns/b", rng.choice(names), rng.randint(2, 3)))
+        else:
+            for name in rng.sample(names, 2):
+                demand.append(PodDemand("ns/p%03d" % k, "deployment ns/c", name, rng.randint(1, 2)))
+    assert len(supply) * sum(d.count for d in demand) <= compose.ROUND_WORK
+    result = plan(supply, demand, bounds)
+    assert result.changes
+    assert plan(compose._applied(supply, result), demand, bounds, previous=result).changes == ()
 
 
 def test_the_two_rounds_leave_a_gpu_listed_twice_as_it_is():

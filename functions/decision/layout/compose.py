@@ -26,9 +26,16 @@ from .vocabulary import CHANGE_ADD, CHANGE_NONE, CHANGE_REPARTITION, WHOLE_GPU, 
 
 
 # Each further round adds a whole plan's work where it runs. On a pool larger than the exact form takes (its
-# bound, exact.EXACT_GPUS) they are left out: there the next tick finds what they would (2,000 pods asking
-# several instances on 1,000 GPUs planned twice took the tick from 1.4 s of CPU to 2.7 s).
+# bound, exact.EXACT_GPUS) they run only while its GPUs times the instances the waiting pods ask stay within
+# ROUND_WORK; past it the next tick finds what they would (2,000 pods asking several instances on 1,000 GPUs
+# planned twice took the tick from 1.4 s of CPU to 2.7 s). There the yield passes (planner.YIELD_PASSES) stay
+# off, so a tick is ROUNDS plans at most. scripts/plan_cost.py (2-core machine shared with other work): on
+# 1,000 GPUs with 57 to 127 instances asked, 40 to 50 ms of CPU a plan, so 6 plans stay near the ~300 ms the
+# bench gives 1,000 GPUs (docs/performance.md); with 225 to 250 instances a tick of 4 plans took 200 to 330
+# ms, past it. On 400 GPUs with 75 to 247 instances, 3 or 4 plans, 60 to 180 ms. A count, not a clock: the
+# plan stays pure.
 SECOND_ROUND_GPUS = EXACT_GPUS
+ROUND_WORK = 100_000
 # Rounds in all, the first included (at least 2); each is a whole plan's work, paid only where the rounds
 # have not rested, and each is a planner.plan, itself up to planner.YIELD_PASSES plans: ROUNDS x YIELD_PASSES
 # = 24 plans in one tick at most, on pools of at most EXACT_GPUS GPUs (the exact solve runs in none of them:
@@ -45,7 +52,7 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
          previous: Optional[Plan] = None, keep: FrozenSet[Tuple[str, int]] = frozenset()) -> Plan:
     """``planner.plan``, with the further rounds the module text describes."""
     first = plan_once(supply, demand, bounds, previous, keep)
-    if not first.changes or not _asks_several(demand) or len(supply) > SECOND_ROUND_GPUS:
+    if not first.changes or not _asks_several(demand) or not _rounds_pay(supply, demand):
         return first
     # The caller's keep only (the dwell's): what the first round made is counted from what the GPUs hold now
     # either way, and keeping the GPUs it changed also kept their surplus idle instances, so the second round
@@ -67,6 +74,14 @@ def plan(supply: Sequence[GpuSupply], demand: Sequence[PodDemand], bounds: Bound
     if _short(second) >= _short(first):
         return first
     return _composed(supply, first, second)
+
+
+def _rounds_pay(supply: Sequence[GpuSupply], demand: Sequence[PodDemand]) -> bool:
+    """Whether the further rounds run on this pool (ROUND_WORK says why)."""
+    if len(supply) <= SECOND_ROUND_GPUS:
+        return True
+    asked = sum(max(int(d.count), 0) for d in demand if d.pending and d.profile != WHOLE_GPU)
+    return len(supply) * asked <= ROUND_WORK
 
 
 def _short(result: Plan) -> int:
