@@ -8,11 +8,12 @@ while a pod asks several instances, which is what the rounds and passes are for.
 
     PYTHONPATH=. .venv/bin/python scripts/plan_cost.py [SEEDS] [FIRST SEED] [IDLE SHARE] [PODS] [GPUS]
 
-Each seed: GPUS/8 nodes of 8 GPUs (96: 12 nodes) (tests/layout/ticks.py's random layouts, some in use; IDLE SHARE of them emptied,
-0.0) and PODS/5 to PODS waiting pods (50), each asking several instances (one profile or several). Prints the
-seeds with the most plans and the slowest, and the CPU time per plan. What compose.ROUNDS' comment quotes:
-``40 0 0.3 500`` (24 plans reached) and ``10 0 0.3 2000`` (the slowest); what ROUND_WORK's quotes:
-``10 0 0.3 45 1000``, ``4 0 0.0 100 1000`` (past it) and ``10 0 0.3 100 400``.
+Each seed: GPUS/8 nodes of 8 GPUs (96: 12 nodes; tests/layout/ticks.py's random layouts, some in use; IDLE
+SHARE of them emptied, 0.0) and PODS/5 to PODS waiting pods (50), each asking several instances (one profile
+or several). Prints the seeds with the most plans and the slowest, and the CPU time per plan. What
+compose.ROUNDS' comment quotes: ``40 0 0.3 500`` (24 plans reached) and ``10 0 0.3 2000`` (the slowest); what
+ROUND_WORK's quotes: ``10 0 0.3 45 1000``, ``10 0 0.3 100 400``, and ``4 0 0.0 100 1000`` with ROUND_WORK
+raised (past it, the rounds do not run).
 """
 
 import dataclasses
