@@ -563,6 +563,9 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     nodes_done = rollout.executor(inner, dry_run).execute(request, decisions)
     claims.mark(changes, nodes_done, fresh_decisions)
     decisions = rollout.final(decisions)
-    return end("done", "%d node(s) of the auto pools get per-GPU layouts" % len(decisions) + also, decisions,
-               nodes_done, tags)
+    # A node not claimed for a cause that is not its own (the API server failed, RBAC refused): deferred, the
+    # tick ends retry and says why once (functions.rollout.executor.NOT_CLAIMED).
+    unclaimed = "".join("; " + rollout.unclaimed[k] for k in sorted(getattr(rollout, "unclaimed", None) or {}))
+    return end("retry" if unclaimed else "done", "%d node(s) of the auto pools get per-GPU layouts"
+               % len(decisions) + unclaimed + also, decisions, nodes_done, tags)
 

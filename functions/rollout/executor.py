@@ -29,7 +29,7 @@ import hashlib
 import logging
 import re
 from datetime import datetime, timezone
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from node_bootstrap.kube import KubeError
 
@@ -55,6 +55,11 @@ RECORD_REFUSED = "record-refused"
 # The first words of the reason of a node whose claim failed (refused, or any other error): it never got past its
 # claim, so the sticky alert mark of an earlier refusal stays (functions.pipeline.notify._passed).
 CLAIM_FAILED = "cannot claim or cordon"
+# The first words of the reason of a node whose claim failed for a cause that is not the node's: the API server
+# did not answer (a 5xx or 429 after the client's retries, no answer, 401) or the function's Role refused the
+# call (RBAC's 403). Nothing was written on the node and nothing is counted against it: it is deferred, not
+# failed (no node-failed line, no stopped rollout), and the event says why (``Rollout.unclaimed``).
+NOT_CLAIMED = "not claimed"
 POLL_S = 2.0
 CAS_ATTEMPTS = 5  # writes in a row that may meet a newer version of the node before the step gives up
 
@@ -93,9 +98,43 @@ class NodeRefused(KubeError):
 _RBAC_FORBIDDEN = re.compile(r'is forbidden: User "')
 
 
+# kube-apiserver's words for the permission RBAC refused: ``cannot <verb> resource "<resource>"`` (a subresource
+# as ``pods/eviction``), and the call the client names first in every error (functions.kube.client: ``<METHOD>
+# <path>: HTTP <status> ...``), from which the permission is read when the message was cut before those words.
+_RBAC_DENIED = re.compile(r'cannot ([a-z]+) resource "([a-z0-9./-]+)"')
+_CALL = re.compile(r"^([A-Z]+) (/[^\s:?]*)")
+_VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+
+
+def rbac_forbidden(exc: KubeError) -> bool:
+    """Whether the API server refused the call by RBAC (the function's Role, so every node's), not for a
+    cause of one object's (a webhook's or a policy's 403)."""
+    return exc.status == 403 and bool(_RBAC_FORBIDDEN.search(str(exc)))
+
+
+def missing_permission(exc: KubeError) -> str:
+    """``<verb> <resource>`` of the permission an RBAC 403 refused ("" when neither the message nor the call
+    says it): the message's words, else the call's method and path (``GET /api/v1/pods`` is ``list pods``)."""
+    text = " ".join(str(exc).split())
+    words = _RBAC_DENIED.search(text)
+    if words:
+        return "%s %s" % words.groups()
+    call = _CALL.match(text)
+    if not call:
+        return ""
+    segs = [s for s in call.group(2).split("/") if s]
+    segs = segs[2:] if segs[:1] == ["api"] else segs[3:] if segs[:1] == ["apis"] else []
+    if len(segs) > 2 and segs[0] == "namespaces":
+        segs = segs[2:]
+    if not segs:
+        return ""
+    verb = _VERBS.get(call.group(1), "get" if len(segs) > 1 else "list")
+    return "%s %s" % (verb, "/".join([segs[0]] + segs[2:3]))
+
+
 def _refusal(exc: KubeError) -> KubeError:
     if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (401, 404, 409, 429) and \
-            not (exc.status == 403 and _RBAC_FORBIDDEN.search(str(exc))):
+            not rbac_forbidden(exc):
         return NodeRefused(" ".join(str(exc).split()), exc.status)  # one line: it becomes the node's reason
     return exc
 
@@ -168,6 +207,9 @@ class RolloutExecutor:
         # Nodes whose claim the API server refused (NodeRefused) in this invocation: no later plan of it takes
         # them, since with no record written they would come first again.
         self.unwritable: set = set()
+        # The node and the words of the permission RBAC refused at a claim (None when none): the Role refuses
+        # every node alike, so no further node is claimed in this invocation and the line is told once.
+        self.forbidden: Optional[Tuple[str, str]] = None
 
     def execute(self, request: Any, decisions: Sequence[Decision]) -> List[dict]:
         waves = self.rollout.waves
@@ -201,6 +243,8 @@ class RolloutExecutor:
         """The next wave, planned now, when the invocation has time for it; the results of the nodes it
         does not take are updated (deferred with the new reason, or skipped). [] when there is none."""
         rollout = self.rollout
+        if self.forbidden:  # the Role refuses every node alike: no further wave in this invocation
+            return []
         moved = {w.pool_id for w in last if (w.result or {}).get("outcome") != DEFERRED}
         pending = {iid for iid, r in results.items() if r.get("outcome") in (DEFERRED, DESTROY_REQUIRED)}
         refused = set(self.refused)
@@ -602,6 +646,10 @@ class RolloutExecutor:
         while todo:
             refused = set()
             for w in todo:
+                if self.forbidden:  # the Role refuses every node alike: one refusal, told once, is enough
+                    self._end(w, DEFERRED, "%s: %s (refused at node %s's claim); nothing was written on the node"
+                              % ((NOT_CLAIMED,) + self.forbidden[::-1]))
+                    continue
                 w.started = self.clock()
                 try:
                     self._claim(w)
@@ -617,9 +665,30 @@ class RolloutExecutor:
                     # ``cause``: the API server's answer alone, which the alert of the refusal is told once for
                     self._end(w, FAILED, why, base={"code": CLAIM_REFUSED, "cause": str(exc)})
                 except KubeError as exc:
-                    self._end(w, FAILED, "%s: %s" % (CLAIM_FAILED, exc))
+                    self._unclaimed(w, exc)
             todo = self._instead(refused, wave, results) if refused else []
             wave.extend(todo)
+
+    def _unclaimed(self, w: Any, exc: KubeError) -> None:
+        """A claim that failed for a cause that is not the node's (``NOT_CLAIMED``): the node deferred, nothing
+        written on it (the slot taken for it given back by ``_end``), and the cause kept for the event's reason:
+        a 5xx or no answer ends the event ``retry``; RBAC's 403 names the permission, once."""
+        told = " ".join(str(exc).split())[:300]
+        name = w.decision.node_name
+        if rbac_forbidden(exc):
+            permission = missing_permission(exc) or "make the call"
+            line = ("the function's Kubernetes role may not %s (RBAC: %s); nothing was written on any node: grant "
+                    "it as deploy/rbac.yaml does (`kubectl apply -f deploy/rbac.yaml`, or ClusterRbac=true on the "
+                    "stack)" % (permission, told))
+            self.forbidden = self.forbidden or (name, "the function's Kubernetes role may not %s" % permission)
+            log.error("kubernetes permission missing", extra={"fields": dict(
+                node_name=name, code="rbac-forbidden", permission=permission, reason=line)})
+            self.rollout.unclaimed.setdefault("forbidden", line)
+            return self._end(w, DEFERRED, "%s: %s" % (NOT_CLAIMED, line))
+        line = ("the Kubernetes API failed at a node's claim (%s): nothing was written on the node or counted "
+                "against it; the event ends retry and the next invocation claims it again" % told)
+        self.rollout.unclaimed.setdefault("unanswered", line)
+        self._end(w, DEFERRED, "%s: %s" % (NOT_CLAIMED, line))
 
     def _run_wave(self, request: Any, wave: List[Any], results: Dict[str, dict]) -> None:
         self._claim_wave(wave, results)

@@ -49,6 +49,10 @@ CALLS = {
 }
 
 
+# The calls of a node's claim (read the node, look at its pods before the cordon, write its record).
+CLAIM_CALLS = (("nodes", "get"), ("pods", "list"), ("nodes", "patch"))
+
+
 def test_every_permission_of_deploy_rbac_yaml_is_one_the_function_uses():
     assert sorted((r, v) for _, _, r, v in PERMISSIONS) == sorted(CALLS)
 
@@ -148,3 +152,9 @@ def test_each_permission_taken_away_shows_a_403_on_its_call(control_plane, tmp_p
     method, fragment = CALLS[(permission[2], permission[3])]
     assert any(m == method and fragment in p and (fragment != "/api/v1/nodes" or p == fragment)
                for m, p in refused), (permission, refused)
+    if (permission[2], permission[3]) in CLAIM_CALLS:
+        # refused at the node's claim: the node deferred, not failed, the permission named as the real
+        # kube-apiserver words it (verb, resource), and the event ends retry (rollout/test_claim_unanswered.py)
+        node = result.nodes[0]
+        assert node["outcome"] == "deferred" and result.outcome == "retry", (node, result.reason)
+        assert "may not %s %s" % (permission[3], permission[2]) in node["reason"], node["reason"]

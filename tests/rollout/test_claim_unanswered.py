@@ -1,0 +1,97 @@
+"""A wave node whose claim fails for a cause that is not the node's (the API server, or the function's own
+Role) is not counted against the node (docs/operations.md, "Claims the API server does not answer").
+
+The claim is the first write of the node's record (with the cordon). When it met a 5xx after the client's
+retries, or RBAC's 403, the node ended ``failed`` with nothing recorded on it: the webhook heard a
+``node-failed`` line and a ``rollout-stopped`` line for a pool that was not stopped (no record to remove, the
+next run went on), and an alert fired for the node, although the API server or the Role was at fault. Now
+the node is deferred with a reason saying what failed and that nothing was written; a 5xx ends the event
+``retry`` (FC runs it again); RBAC's 403 names the missing permission (verb, resource) once, in the event's
+reason, and no further node is claimed with the same Role.
+
+Through ``run_event`` against the test Kubernetes API server, with the played nodes of
+tests/rollout/conftest.py."""
+
+import pytest
+
+from tests.rollout.conftest import NAMES
+
+pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
+
+RBAC = ('nodes "node-a" is forbidden: User "system:serviceaccount:kube-system:ack-mig-hook" cannot patch '
+        'resource "nodes" in API group "" at the cluster scope')
+
+
+def outcomes(result):
+    return {n["node_name"]: n["outcome"] for n in result.nodes}
+
+
+def reasons(result):
+    return {n["node_name"]: n["reason"] for n in result.nodes}
+
+
+def kinds(lines):
+    return [line["kind"] for line in lines]
+
+
+def test_a_5xx_at_the_claim_defers_the_node_and_ends_the_event_in_retry(cluster):
+    from tests.support.webhook import Webhook
+
+    cluster.add_nodes()
+    # every attempt of the client's (5, ACK_MIG_KUBE_MAX_ATTEMPTS) meets a 503
+    cluster.api.break_next(times=5, status=503, method="PATCH", path="/api/v1/nodes/node-a",
+                           message="the server is currently unable to handle the request")
+    with Webhook() as hook:
+        result = cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+        lines = hook.lines()
+    why = reasons(result)["node-a"]
+    assert outcomes(result)["node-a"] == "deferred", why
+    assert "503" in why and "nothing was written on the node" in why, why
+    assert result.outcome == "retry" and "503" in result.reason, result.reason
+    assert kinds(lines) == [], [line["text"] for line in lines]  # neither node-failed nor rollout-stopped
+    assert [r.status for r in cluster.api.requests if r.method == "PATCH"] == [503] * 5
+    assert cluster.annotation("node-a") is None and not cluster.unschedulable("node-a")
+    assert not any("node-a" in str(lease.get("spec")) for lease in cluster.api.leases.values())  # slot back
+    # the next run (FC's retry, or the timer) takes node-a as if nothing had happened
+    again = cluster.run()
+    assert outcomes(again)["node-a"] == "partitioned" and again.outcome == "done", reasons(again)
+
+
+def test_rbacs_403_at_the_claim_names_the_missing_permission_once_and_stops_no_node(cluster):
+    from tests.support.webhook import Webhook
+
+    cluster.add_nodes()
+    cluster.api.break_next(times=200, status=403, method="PATCH", path="/api/v1/nodes/", message=RBAC)
+    with Webhook() as hook:
+        result = cluster.run(ACK_MIG_NOTIFY_URL=hook.url(), ACK_MIG_MAX_UNAVAILABLE="3")
+        lines = hook.lines()
+    assert set(outcomes(result).values()) == {"deferred"}, reasons(result)
+    assert kinds(lines) == [], [line["text"] for line in lines]
+    # one line names the permission (verb, resource), once in the event's reason
+    assert result.reason.count("may not patch nodes") == 1, result.reason
+    assert "deploy/rbac.yaml" in result.reason
+    assert all("may not patch nodes" in reasons(result)[n] for n in NAMES), reasons(result)
+    # one refused write, not one per node: the Role refuses every node alike
+    refused = [r for r in cluster.api.requests if r.method == "PATCH" and r.status == 403]
+    assert len(refused) == 1, [r.path for r in refused]
+    assert not cluster.events("MigRolloutFailed")
+    assert not any(cluster.annotation(n) or cluster.unschedulable(n) for n in NAMES)
+    assert not any("node-" in str(lease.get("spec")) for lease in cluster.api.leases.values())
+
+
+def test_a_5xx_at_an_auto_nodes_claim_ends_the_tick_in_retry_and_marks_no_gpu_changed(cluster):
+    """An auto pool's node whose claim met a 5xx ended failed: its GPUs were marked changed on the pool's
+    Lease (the dwell then held them back, although nothing changed) and the tick ended done. Now the node is
+    deferred, no GPU is marked, and the tick ends retry."""
+    from tests.rollout.test_auto_rollout import LEASE, PerGpuNodes, add_auto_nodes, tick, waiting
+
+    add_auto_nodes(cluster.api, ["auto-a"])
+    waiting(cluster.api, 2)
+    cluster.api.break_next(times=5, status=503, method="PATCH", path="/api/v1/nodes/auto-a")
+    result = tick(cluster, PerGpuNodes(cluster.api))
+    (node,) = result.nodes
+    assert node["outcome"] == "deferred" and node["reason"].startswith("not claimed: "), node
+    assert result.outcome == "retry" and "503" in result.reason, result.reason
+    notes = cluster.api.leases[LEASE]["metadata"].get("annotations") or {}
+    assert "auto-a" not in notes.get("ack-mig-hook/changed", ""), notes
+    assert cluster.annotation("auto-a") is None
