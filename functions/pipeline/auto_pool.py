@@ -563,9 +563,9 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     nodes_done = rollout.executor(inner, dry_run).execute(request, decisions)
     claims.mark(changes, nodes_done, fresh_decisions)
     decisions = rollout.final(decisions)
-    # A node not claimed for a cause that is not its own (the API server failed, RBAC refused): deferred, the
-    # tick ends retry and says why once (functions.rollout.executor.NOT_CLAIMED).
-    unclaimed = "".join("; " + rollout.unclaimed[k] for k in sorted(getattr(rollout, "unclaimed", None) or {}))
-    return end("retry" if unclaimed else "done", "%d node(s) of the auto pools get per-GPU layouts"
-               % len(decisions) + unclaimed + also, decisions, nodes_done, tags)
+    # A node held up for a cause that is not its own (the API server failed, RBAC refused): the tick ends retry
+    # and says why once (functions.rollout.run.Rollout.held_up).
+    held_up = "".join("; " + rollout.held_up[k] for k in sorted(getattr(rollout, "held_up", None) or {}))
+    return end("retry" if held_up else "done", "%d node(s) of the auto pools get per-GPU layouts"
+               % len(decisions) + held_up + also, decisions, nodes_done, tags)
 

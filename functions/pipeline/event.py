@@ -241,13 +241,13 @@ def _summary(decisions: Sequence[Any]) -> str:
 def _without_kubernetes(decisions: Sequence[Any], rollout: Any) -> Tuple[str, str]:
     """(outcome, reason) of an event that ran: ``done``, or ``retry`` when the Kubernetes API could not be
     used (``functions.rollout.run.prepare`` then gives a Rollout without a backend and defers every node
-    it could not tell apart), or failed or refused (RBAC) a node's claim (``Rollout.unclaimed``, each cause
-    said once): the event did not do its work, FC retries it, and ``invoke``/``status`` exit non-zero
-    instead of reporting a quiet run with deferred nodes."""
+    it could not tell apart), or failed or refused (RBAC) a node's claim or failed after it
+    (``Rollout.held_up``, each cause said once): the event did not do its work, FC retries it, and
+    ``invoke``/``status`` exit non-zero instead of reporting a quiet run with deferred nodes."""
     summary = _summary(decisions)
-    unclaimed = getattr(rollout, "unclaimed", None) or {}
-    if rollout is not None and unclaimed:  # nodes not claimed for a cause that is not theirs: deferred, told once
-        return "retry", "%s; %s" % (summary, "; ".join(unclaimed[k] for k in sorted(unclaimed)))
+    held_up = getattr(rollout, "held_up", None) or {}
+    if rollout is not None and held_up:  # nodes held up for a cause that is not theirs: told once
+        return "retry", "%s; %s" % (summary, "; ".join(held_up[k] for k in sorted(held_up)))
     if rollout is None or rollout.kube is not None:
         return "done", summary
     held = [d for d in decisions if d.action == "defer"]

@@ -18,8 +18,9 @@ Kinds (``kind``), schema :data:`SCHEMA`:
   line. At least once: a mark that cannot be read or written, or a crash between the 2xx and the mark, tells
   it again; nothing ever keeps a failure untold.
 * ``rollout-stopped``: per pool, a node of this event's rollout waves ended ``failed``, ``drain-timeout`` or
-  ``drain-refused``: the pool's rollout waits until someone removes that node's record (unless the reason says
-  the next run resumes it: the API server went away mid-wave). Such a ``failed`` node is also in ``node-failed``.
+  ``drain-refused``: the pool's rollout waits until someone removes that node's record. Such a ``failed`` node is
+  also in ``node-failed``. A node the API server failed after its claim (code ``api-failed``: its record in
+  progress is resumed by the next run) stops nothing: it is in ``node-failed`` only.
   A node whose claim the API server refused (code ``claim-refused``) recorded nothing and stopped nothing: the
   next node took its place, so it is in ``node-failed`` only, told once per node and cause although every run
   tries it again (``functions.decision.alert_marks``: told again once the node got past its claim). A node whose
@@ -41,7 +42,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 from functions.delivery.outcome import TAINT_NOT_REMOVED
-from functions.rollout.executor import CLAIM_FAILED, CLAIM_REFUSED, RECORD_REFUSED
+from functions.rollout.executor import API_FAILED, CLAIM_FAILED, CLAIM_REFUSED, RECORD_REFUSED
 
 SCHEMA = "ack-mig-hook/notification/v1"
 MAX_NODES = 20  # nodes listed in one line (``count`` says how many there were)
@@ -86,15 +87,16 @@ def failed_nodes(result: Any) -> List[Dict[str, Any]]:
 
 def wave_stopped(result: Any, wave_ids: Iterable[str]) -> Dict[str, List[Dict[str, Any]]]:
     """Pool id -> the nodes of this event's rollout waves that stopped the pool (``rollout-stopped``), in the
-    decisions' order. A taint not lifted is settled after the wave (functions.delivery.outcome.settle), and a
-    refused claim recorded nothing (the next node took its place): the rollout went on either way."""
+    decisions' order. A taint not lifted is settled after the wave (functions.delivery.outcome.settle), a
+    refused claim recorded nothing (the next node took its place), and a node the API server failed after its
+    claim (``api-failed``) keeps a record in progress that the next invocation resumes: nothing stopped."""
     waves = set(wave_ids)
     nodes = {n.get("instance_id"): n for n in result.nodes or []}
     out: Dict[str, List[Dict[str, Any]]] = {}
     for d in result.decisions or []:
         n = nodes.get(d.instance_id) if d.instance_id in waves else None
         if n is not None and n.get("outcome") in STOPPED \
-                and n.get("code") not in (TAINT_NOT_REMOVED, CLAIM_REFUSED, RECORD_REFUSED):
+                and n.get("code") not in (TAINT_NOT_REMOVED, CLAIM_REFUSED, RECORD_REFUSED, API_FAILED):
             out.setdefault(d.nodepool_id or "", []).append(n)
     return out
 

@@ -52,13 +52,17 @@ CLAIM_REFUSED = "claim-refused"
 # The code of a node whose record the API server refused after its claim (its annotations grew to the size limit
 # meanwhile, a webhook): the record was removed, so nothing stops the pool's rollout (``_unrecorded``).
 RECORD_REFUSED = "record-refused"
+# The code of a node the API server failed after its claim (a 5xx, no answer, a write that kept meeting newer
+# versions): its record stays at the step it reached, which the next invocation resumes, so the pool's rollout is
+# not stopped by it (functions.pipeline.notify tells the node, left mid-way, as failed) and the event ends retry.
+API_FAILED = "api-failed"
 # The first words of the reason of a node whose claim failed (refused, or any other error): it never got past its
 # claim, so the sticky alert mark of an earlier refusal stays (functions.pipeline.notify._passed).
 CLAIM_FAILED = "cannot claim or cordon"
 # The first words of the reason of a node whose claim failed for a cause that is not the node's: the API server
 # did not answer (a 5xx or 429 after the client's retries, no answer, 401) or the function's Role refused the
 # call (RBAC's 403). Nothing was written on the node and nothing is counted against it: it is deferred, not
-# failed (no node-failed line, no stopped rollout), and the event says why (``Rollout.unclaimed``).
+# failed (no node-failed line, no stopped rollout), and the event says why (``Rollout.held_up``).
 NOT_CLAIMED = "not claimed"
 POLL_S = 2.0
 CAS_ATTEMPTS = 5  # writes in a row that may meet a newer version of the node before the step gives up
@@ -683,11 +687,11 @@ class RolloutExecutor:
             self.forbidden = self.forbidden or (name, "the function's Kubernetes role may not %s" % permission)
             log.error("kubernetes permission missing", extra={"fields": dict(
                 node_name=name, code="rbac-forbidden", permission=permission, reason=line)})
-            self.rollout.unclaimed.setdefault("forbidden", line)
+            self.rollout.held_up.setdefault("forbidden", line)
             return self._end(w, DEFERRED, "%s: %s" % (NOT_CLAIMED, line))
         line = ("the Kubernetes API failed at a node's claim (%s): nothing was written on the node or counted "
                 "against it; the event ends retry and the next invocation claims it again" % told)
-        self.rollout.unclaimed.setdefault("unanswered", line)
+        self.rollout.held_up.setdefault("unanswered", line)
         self._end(w, DEFERRED, "%s: %s" % (NOT_CLAIMED, line))
 
     def _run_wave(self, request: Any, wave: List[Any], results: Dict[str, dict]) -> None:
@@ -700,10 +704,15 @@ class RolloutExecutor:
         except KubeError as exc:
             # The API server went away mid-wave: what is recorded stands (the node stays cordoned if it was),
             # and the next invocation resumes each node from its annotation.
+            told = " ".join(str(exc).split())[:300]
             for w in wave:
                 if w.result is None:
                     self._end(w, FAILED, "the Kubernetes API failed after step %s (%s); the next invocation "
-                                         "resumes this node" % (w.progress.step if w.progress else "-", exc))
+                                         "resumes this node" % (w.progress.step if w.progress else "-", told),
+                              base={"code": API_FAILED})
+            self.rollout.held_up.setdefault("mid-wave", (
+                "the Kubernetes API failed mid-wave (%s): each node stays at the step it reached, which the next "
+                "invocation resumes" % told))
 
     def _drain(self, wave: List[Any]) -> None:
         told: Dict[str, str] = {}

@@ -159,9 +159,10 @@ class Rollout:
         # The stop records that halted a pool at any planning of this invocation (``_plan_pool``): an earlier run
         # may have been killed before telling them (functions.pipeline.notify tells those not marked told).
         self.stops: List[Dict[str, Any]] = []
-        # Why nodes were not claimed for a cause that is not theirs (``executor.NOT_CLAIMED``), one line per kind
-        # ("unanswered": the API server failed, "forbidden": RBAC): the event ends retry and says it once.
-        self.unclaimed: Dict[str, str] = {}
+        # Why nodes were held up for a cause that is not theirs, one line per kind: their claim failed
+        # (``executor.NOT_CLAIMED``; "unanswered": the API server, "forbidden": RBAC) or the API server failed
+        # after it ("mid-wave", ``executor.API_FAILED``): the event ends retry and says each once.
+        self.held_up: Dict[str, str] = {}
 
     def executor(self, inner: Any, dry_run: bool, on_result: Optional[Callable[[dict], None]] = None) -> Any:
         from functions.rollout.executor import DryRunRolloutExecutor, RolloutExecutor

@@ -95,3 +95,30 @@ def test_a_5xx_at_an_auto_nodes_claim_ends_the_tick_in_retry_and_marks_no_gpu_ch
     notes = cluster.api.leases[LEASE]["metadata"].get("annotations") or {}
     assert "auto-a" not in notes.get("ack-mig-hook/changed", ""), notes
     assert cluster.annotation("auto-a") is None
+
+
+def test_the_api_server_failing_mid_wave_is_no_stopped_rollout_and_ends_the_event_in_retry(cluster):
+    """After node-a's claim, the API server refuses every change (503): its record stays at step cordoned and the
+    next invocation resumes it (rollout/test_waves.py). The webhook was told the pool's rollout stopped, for a pool
+    nothing had stopped (no stop record, nothing to remove), and the event ended done. Now the
+    node's failure carries the code ``api-failed`` (the node left cordoned mid-way is told, once), no
+    ``rollout-stopped`` line is sent, and the event ends retry."""
+    from tests.rollout.conftest import snapshot
+    from tests.support.webhook import Webhook
+
+    cluster.add_nodes(["node-a"])
+    cluster.api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet")
+
+    def outage(n):
+        cluster.api.fail = {"PATCH": 503} if n == 1 else {}
+
+    cluster.on_sleep = outage  # after the first eviction pass
+    with Webhook() as hook:
+        result = cluster.run(inventory=snapshot(names=["node-a"]), ACK_MIG_NOTIFY_URL=hook.url())
+        lines = hook.lines()
+    (node,) = result.nodes
+    assert node["outcome"] == "failed" and node.get("code") == "api-failed", node
+    assert "the Kubernetes API failed after step cordoned" in node["reason"] and "HTTP 503" in node["reason"]
+    assert result.outcome == "retry" and "HTTP 503" in result.reason, result.reason
+    assert kinds(lines) == ["node-failed"], [line["text"] for line in lines]
+    assert cluster.annotation("node-a")["step"] == "cordoned"  # the next invocation resumes it from there

@@ -324,7 +324,7 @@ def test_the_api_server_failing_mid_wave_leaves_a_state_the_next_run_resumes(clu
     cluster.on_sleep = outage  # after the first eviction pass, the API server refuses every change
     first = cluster.run(inventory=snapshot(names=["node-a"]))
     node = first.nodes[0]
-    assert first.outcome == "done" and node["outcome"] == "failed"
+    assert first.outcome == "retry" and node["outcome"] == "failed" and node["code"] == "api-failed"
     assert "the Kubernetes API failed after step cordoned" in node["reason"] and "HTTP 503" in node["reason"]
     assert cluster.unschedulable("node-a") and cluster.transport.seen == []  # nothing applied meanwhile
     cluster.api.fail = {}
