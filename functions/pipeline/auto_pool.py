@@ -358,6 +358,13 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
             from dataclasses import replace
 
             result = replace(result, outcome="retry", reason="; ".join([result.reason] + list(unread.values())))
+        if claims.failed and result.outcome not in ("error", "retry"):
+            # A pool whose planning claim the API server failed (or RBAC refused) was left unplanned: not
+            # "nothing to do", which FC does not run again while its pods wait (functions/rollout/plan_claim.py).
+            from dataclasses import replace
+
+            lines = [line for line in claims.failed.values() if line not in result.reason]
+            result = replace(result, outcome="retry", reason="; ".join([result.reason] + lines))
         return result
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"

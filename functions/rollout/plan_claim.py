@@ -70,6 +70,9 @@ class PlanClaims:
         self.held: List[str] = []
         self.until = clock() + horizon_s  # this invocation's end, on its own clock
         self.marks: Dict[str, List[pc.Gpu]] = {}  # per pool, the GPUs this invocation changed
+        # per pool, the line of a claim the API server failed or RBAC refused: the pool is left unplanned and the
+        # tick ends retry (its pods wait for that, not for the next timer)
+        self.failed: Dict[str, str] = {}
         self.touched: set = set()  # the pools of which this invocation changed a node (fresh ones included)
 
     def _write(self, lease: dict, annotations: Dict[str, Optional[str]]) -> None:
@@ -220,9 +223,8 @@ def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[fl
     try:
         taken = claims.peek(pool_id, pool_id) if dry_run else claims.take(pool_id, pool_id, claims.until)
     except KubeError as exc:
-        return None, ("pool %s: its planning claim (Lease %s) cannot be used (%s): not planned; RBAC: "
-                      "deploy/rbac.yaml grants leases get, create, update"
-                      % (pool_id, lease_name(pool_id), " ".join(str(exc).split())[:160]))
+        claims.failed[pool_id] = _unusable(pool_id, exc)
+        return None, claims.failed[pool_id]
     if taken.why:
         return None, taken.why
     if listed is not None and taken.changed_since(listed) and relist is not None:
@@ -233,6 +235,20 @@ def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[fl
         return None, ("pool %s %s (another invocation's rollout ended): the next tick plans it"
                       % (pool_id, CHANGED_SINCE_LIST))
     return _dwell(taken, pending, settings), ""
+
+
+def _unusable(pool_id: str, exc: KubeError) -> str:
+    """The line of a pool whose planning claim cannot be used: RBAC's 403 names the permission the Role lacks;
+    any other failure (a 5xx, no answer) is the API server's, and the tick ends retry."""
+    from functions.rollout.executor import missing_permission, rbac_forbidden
+
+    told = " ".join(str(exc).split())[:160]
+    if rbac_forbidden(exc):
+        return ("pool %s: its planning claim (Lease %s) cannot be used: the function's Kubernetes role may not %s "
+                "(%s): not planned; RBAC: deploy/rbac.yaml grants leases get, create, update"
+                % (pool_id, lease_name(pool_id), missing_permission(exc) or "use it", told))
+    return ("pool %s: its planning claim (Lease %s) cannot be used (%s): not planned; the tick ends retry"
+            % (pool_id, lease_name(pool_id), told))
 
 
 def _dwell(taken: Taken, pending: Sequence[Mapping[str, Any]], settings: Any) -> Dwell:

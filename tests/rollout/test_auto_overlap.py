@@ -361,10 +361,15 @@ def test_without_lease_rights_the_pool_is_not_planned(cluster):
     api = cluster.api
     add_auto_nodes(api, NAMES[:1])
     waiting(api, 2)
-    api.fail = {"PUT": 403}  # (only Leases are written with PUT)
+    # (only Leases are written with PUT) RBAC's words, as kube-apiserver's authorizer gives them
+    api.break_next(times=100, status=403, method="PUT", message=(
+        'leases.coordination.k8s.io "ack-mig-hook-pool-np-mig" is forbidden: User "ack-mig-hook" cannot update '
+        'resource "leases" in API group "coordination.k8s.io" in the namespace "default"'))
     transport = PerGpuNodes(api)
     result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
-    assert result.outcome == "skip" and "deploy/rbac.yaml grants leases" in result.reason, result.reason
+    # not planned, and not "nothing to do": the tick ends retry, naming the permission
+    assert result.outcome == "retry" and "deploy/rbac.yaml grants leases" in result.reason, result.reason
+    assert "may not update leases" in result.reason, result.reason
     assert transport.requests == [] and cluster.annotation("auto-a") is None
 
 

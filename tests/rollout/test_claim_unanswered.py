@@ -122,3 +122,30 @@ def test_the_api_server_failing_mid_wave_is_no_stopped_rollout_and_ends_the_even
     assert result.outcome == "retry" and "HTTP 503" in result.reason, result.reason
     assert kinds(lines) == ["node-failed"], [line["text"] for line in lines]
     assert cluster.annotation("node-a")["step"] == "cordoned"  # the next invocation resumes it from there
+
+
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/default/leases/"
+
+
+@pytest.mark.parametrize("status, message, words", [
+    (503, "the server is currently unable to handle the request", "HTTP 503"),
+    (403, 'leases.coordination.k8s.io "ack-mig-hook-pool-np-mig" is forbidden: User "ack-mig-hook" cannot update '
+          'resource "leases" in API group "coordination.k8s.io" in the namespace "default"', "may not update leases"),
+], ids=["5xx", "rbac"])
+def test_an_auto_pools_planning_claim_the_api_server_fails_ends_the_tick_in_retry(cluster, status, message, words):
+    """The tick's planning claim on the pool's Lease met a 503 (after the client's retries): the pool was left
+    unplanned and the tick ended skip ("nothing to do": no retry, the pods waited for the next timer), its line
+    blaming RBAC whatever the answer. Now the tick ends retry; the line blames RBAC only for RBAC's 403, naming
+    the permission."""
+    from tests.rollout.test_auto_rollout import PerGpuNodes, add_auto_nodes, tick, waiting
+
+    add_auto_nodes(cluster.api, ["auto-a"])
+    waiting(cluster.api, 2)
+    cluster.api.break_next(times=5, status=status, method="PUT", path=LEASES + "ack-mig-hook-pool-np-mig",
+                           message=message)
+    transport = PerGpuNodes(cluster.api)
+    result = tick(cluster, transport)
+    assert result.outcome == "retry" and "its planning claim" in result.reason, result.reason
+    assert words in result.reason, result.reason
+    assert ("RBAC" in result.reason) == (status == 403), result.reason
+    assert transport.requests == []
