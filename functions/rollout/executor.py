@@ -631,9 +631,18 @@ class RolloutExecutor:
             # A write with no answer may have landed: the slot is given back when the node ends (release removes
             # only this run's), or it would hold the pool's budget for a run lease for a node nothing changes.
             self.slots[name] = w.pool_id
-            return ("the pool's disruption budget (a coordination.k8s.io Lease in namespace %s) cannot be used: %s; "
-                    "the node is left untouched (RBAC: deploy/rbac.yaml grants leases get, create, update)"
-                    % (self.budget.namespace, str(exc)[:200]))
+            what = "the pool's disruption budget (a coordination.k8s.io Lease in namespace %s) cannot be used" \
+                % self.budget.namespace
+            told = " ".join(str(exc).split())[:200]
+            if rbac_forbidden(exc):  # the Role refuses every node's slot alike: said once, no further node tried
+                permission = missing_permission(exc) or "use it"
+                return self._forbidden(name, permission, (
+                    "%s: the function's Kubernetes role may not %s (%s); the node is left untouched (RBAC: "
+                    "deploy/rbac.yaml grants leases get, create, update)" % (what, permission, told)))
+            # the API server's failure, not the node's: deferred, and the event ends retry
+            line = "%s: %s; the node is left untouched and the event ends retry" % (what, told)
+            self.rollout.held_up.setdefault("unanswered", line)
+            return line
         if not why:
             self.slots[name] = w.pool_id
         return why
@@ -673,6 +682,17 @@ class RolloutExecutor:
             todo = self._instead(refused, wave, results) if refused else []
             wave.extend(todo)
 
+    def _forbidden(self, name: str, permission: str, line: str) -> str:
+        """RBAC refused ``permission`` (``<verb> <resource>``) for node ``name``: the Role refuses every node
+        alike, so no further node is tried in this invocation, and ``line`` is told once (an ERROR line and the
+        event's reason). ``line`` back."""
+        if self.forbidden is None:
+            self.forbidden = (name, "the function's Kubernetes role may not %s" % permission)
+            log.error("kubernetes permission missing", extra={"fields": dict(
+                node_name=name, code="rbac-forbidden", permission=permission, reason=line)})
+        self.rollout.held_up.setdefault("forbidden", line)
+        return line
+
     def _unclaimed(self, w: Any, exc: KubeError) -> None:
         """A claim that failed for a cause that is not the node's (``NOT_CLAIMED``): the node deferred, nothing
         written on it (the slot taken for it given back by ``_end``), and the cause kept for the event's reason:
@@ -681,13 +701,10 @@ class RolloutExecutor:
         name = w.decision.node_name
         if rbac_forbidden(exc):
             permission = missing_permission(exc) or "make the call"
-            line = ("the function's Kubernetes role may not %s (RBAC: %s); nothing was written on any node: grant "
-                    "it as deploy/rbac.yaml does (`kubectl apply -f deploy/rbac.yaml`, or ClusterRbac=true on the "
-                    "stack)" % (permission, told))
-            self.forbidden = self.forbidden or (name, "the function's Kubernetes role may not %s" % permission)
-            log.error("kubernetes permission missing", extra={"fields": dict(
-                node_name=name, code="rbac-forbidden", permission=permission, reason=line)})
-            self.rollout.held_up.setdefault("forbidden", line)
+            line = self._forbidden(name, permission, (
+                "the function's Kubernetes role may not %s (RBAC: %s); nothing was written on any node: grant it as "
+                "deploy/rbac.yaml does (`kubectl apply -f deploy/rbac.yaml`, or ClusterRbac=true on the stack)"
+                % (permission, told)))
             return self._end(w, DEFERRED, "%s: %s" % (NOT_CLAIMED, line))
         line = ("the Kubernetes API failed at a node's claim (%s): nothing was written on the node or counted "
                 "against it; the event ends retry and the next invocation claims it again" % told)

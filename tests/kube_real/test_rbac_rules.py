@@ -49,8 +49,10 @@ CALLS = {
 }
 
 
-# The calls of a node's claim (read the node, look at its pods before the cordon, write its record).
-CLAIM_CALLS = (("nodes", "get"), ("pods", "list"), ("nodes", "patch"))
+# The calls of a node's claim (read the node, look at its pods before the cordon, its slot of the pool's budget,
+# write its record).
+CLAIM_CALLS = (("nodes", "get"), ("pods", "list"), ("nodes", "patch"), ("leases", "get"), ("leases", "create"),
+               ("leases", "update"))
 
 
 def test_every_permission_of_deploy_rbac_yaml_is_one_the_function_uses():

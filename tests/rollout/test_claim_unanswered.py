@@ -149,3 +149,26 @@ def test_an_auto_pools_planning_claim_the_api_server_fails_ends_the_tick_in_retr
     assert words in result.reason, result.reason
     assert ("RBAC" in result.reason) == (status == 403), result.reason
     assert transport.requests == []
+
+
+@pytest.mark.parametrize("status, message, words", [
+    (503, "the server is currently unable to handle the request", "HTTP 503"),
+    (403, 'leases.coordination.k8s.io "ack-mig-hook-pool-np-mig" is forbidden: User "ack-mig-hook" cannot update '
+          'resource "leases" in API group "coordination.k8s.io" in the namespace "default"', "may not update leases"),
+], ids=["5xx", "rbac"])
+def test_a_pool_budget_the_api_server_fails_defers_the_node_and_ends_the_event_in_retry(cluster, status, message,
+                                                                                        words):
+    """The slot of the pool's budget (its Lease) met a 503 after the client's retries: the node was deferred
+    untouched, as it should be, but the event ended done (no retry: the pool waited for the next timer) and the
+    reason blamed RBAC whatever the answer. Now the event ends retry; RBAC is named only for its 403, with the
+    permission, and then no further node of the wave is tried."""
+    cluster.add_nodes()
+    cluster.api.break_next(times=15 if status == 503 else 100, status=status, method="PUT",  # 5 tries a node
+                           path=LEASES + "ack-mig-hook-pool-np-mig", message=message)
+    result = cluster.run(ACK_MIG_MAX_UNAVAILABLE="3")
+    assert set(outcomes(result).values()) == {"deferred"}, reasons(result)
+    assert result.outcome == "retry" and words in result.reason, result.reason
+    assert ("RBAC" in result.reason) == (status == 403), result.reason
+    assert cluster.transport.seen == [] and not any(cluster.unschedulable(n) for n in NAMES)
+    if status == 403:  # the Role refuses every node's slot alike: one refused write
+        assert len([r for r in cluster.api.requests if r.method == "PUT" and r.status == 403]) == 1

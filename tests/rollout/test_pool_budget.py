@@ -207,10 +207,14 @@ def test_a_pause_set_after_planning_is_read_before_the_slot(cluster):
 
 def test_without_lease_rights_nothing_is_cordoned(cluster):
     cluster.add_nodes(["node-a"])
-    cluster.api.fail = {"PUT": 403}  # (only the Lease is written with PUT)
+    # (only the Lease is written with PUT) RBAC's words, as kube-apiserver's authorizer gives them
+    cluster.api.break_next(times=100, status=403, method="PUT", message=(
+        'leases.coordination.k8s.io "ack-mig-hook-pool-np-mig" is forbidden: User "ack-mig-hook" cannot update '
+        'resource "leases" in API group "coordination.k8s.io" in the namespace "default"'))
     result = cluster.run(inventory=snapshot(names=["node-a"]))
-    assert outcomes(result) == {"node-a": "deferred"}
+    assert outcomes(result) == {"node-a": "deferred"} and result.outcome == "retry"
     assert "deploy/rbac.yaml grants leases" in result.nodes[0]["reason"] and not cluster.unschedulable("node-a")
+    assert "may not update leases" in result.nodes[0]["reason"]
 
 
 def _budget(api, tmp_path, owner, offset, lease_s=L):
