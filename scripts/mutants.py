@@ -540,11 +540,23 @@ MUTANTS = (
            "the next wave of the invocation puts the node that refused its claim first again: no node of the pool "
            "starts after it in that invocation"),
     mutant("refused-claim-told-as-stopped", "functions/pipeline/notify.py",
-           "not in (TAINT_NOT_REMOVED, CLAIM_REFUSED, RECORD_REFUSED):",
-           "not in (TAINT_NOT_REMOVED, RECORD_REFUSED):",
+           "not in (TAINT_NOT_REMOVED, CLAIM_REFUSED, RECORD_REFUSED, API_FAILED):",
+           "not in (TAINT_NOT_REMOVED, RECORD_REFUSED, API_FAILED):",
            ("tests/rollout/test_claim_refused.py",),
            "a node whose claim was refused (nothing recorded, the pool goes on) is told as a stopped rollout at every "
            "run, with a hint to remove an annotation that is not there"),
+    mutant("api-failure-told-as-stopped", "functions/pipeline/notify.py",
+           "not in (TAINT_NOT_REMOVED, CLAIM_REFUSED, RECORD_REFUSED, API_FAILED):",
+           "not in (TAINT_NOT_REMOVED, CLAIM_REFUSED, RECORD_REFUSED):",
+           ("tests/rollout/test_claim_unanswered.py",),
+           "a node the API server failed after its claim (its record in progress, resumed by the next run) is told "
+           "as a stopped rollout, with nothing to remove"),
+    mutant("unanswered-claim-fails-the-node", "functions/rollout/executor.py",
+           "                    self._unclaimed(w, exc)",
+           "                    self._end(w, FAILED, \"%s: %s\" % (CLAIM_FAILED, exc))",
+           ("tests/rollout/test_claim_unanswered.py",),
+           "a claim the API server did not answer (a 5xx) or RBAC refused fails the node with nothing recorded on "
+           "it: a node-failed alert and a stopped rollout told for a pool nothing stopped"),
     mutant("earlier-stop-never-told", "functions/pipeline/notify.py",
            "lines = notifications(redacted, waves, whole_pools, stops=earlier)",
            "lines = notifications(redacted, waves, whole_pools)",
