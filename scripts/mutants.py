@@ -557,6 +557,12 @@ MUTANTS = (
            ("tests/rollout/test_claim_unanswered.py",),
            "a claim the API server did not answer (a 5xx) or RBAC refused fails the node with nothing recorded on "
            "it: a node-failed alert and a stopped rollout told for a pool nothing stopped"),
+    mutant("record-reason-unbounded", "functions/decision/waves.py",
+           '"reason": record_reason(self.reason),',
+           '"reason": self.reason,',
+           ("tests/rollout/test_record_reason_size.py",),
+           "a long reason (a drain that many budgets kept) makes a stop record longer than its reader accepts: read "
+           "as none, the stop is lost and the node drained again at every run"),
     mutant("earlier-stop-never-told", "functions/pipeline/notify.py",
            "lines = notifications(redacted, waves, whole_pools, stops=earlier)",
            "lines = notifications(redacted, waves, whole_pools)",

@@ -70,6 +70,11 @@ _COUNT = re.compile(r"^[0-9]{1,4}\Z")
 # A rollout record is a flat object of about 200 characters: anything much longer is not ours, and is not
 # parsed at all (a node annotation can hold up to 256 KiB that anyone with node patch rights writes).
 MAX_PROGRESS_TEXT = 4096
+# The most of a record's reason its text holds (JSON, escapes included): the rest of a record is about 250 bytes,
+# its target at most about 1 KB (16 GPUs of 7 instances), so a record this hook writes stays within
+# MAX_PROGRESS_TEXT. Unbounded, a drain's reason naming many pods a budget kept wrote a stop record of 12 KB that
+# every later run read as none: the stop was lost and the node drained again. The node's result keeps it all.
+MAX_RECORD_REASON = 1536
 # The latest wall-clock time a record may name (2100-01-01): a time beyond it is not one this hook wrote.
 MAX_EPOCH = 4102444800.0
 # How far past one run lease from ``now`` a hold may name and still count. Records are written and judged on
@@ -85,6 +90,17 @@ class RolloutInputError(ValueError):
     """A max-unavailable value that cannot be used. One line naming the value and the accepted form."""
 
     exit_code = 2
+
+
+def record_reason(reason: str) -> str:
+    """``reason`` as a record holds it: whole when its JSON text fits :data:`MAX_RECORD_REASON`, else cut to fit,
+    with ``...``."""
+    if len(json.dumps(reason)) <= MAX_RECORD_REASON:
+        return reason
+    cut = reason[:MAX_RECORD_REASON]
+    while len(json.dumps(cut + "...")) > MAX_RECORD_REASON:  # an escaped character takes up to 12 bytes
+        cut = cut[:-max(1, (len(json.dumps(cut + "...")) - MAX_RECORD_REASON) // 12)]
+    return cut + "..."
 
 
 @dataclass(frozen=True)
@@ -117,7 +133,7 @@ class Progress:
                                "since": round(self.since, 3), "owner": self.owner, "drain": self.drain},
                               sort_keys=True)
         return json.dumps({"target": self.target, "step": self.step, "cordoned": self.cordoned,
-                           "since": round(self.since, 3), "reason": self.reason, "owner": self.owner,
+                           "since": round(self.since, 3), "reason": record_reason(self.reason), "owner": self.owner,
                            "expires": round(self.expires, 3), "drain": self.drain,
                            "autoscaler": self.autoscaler}, sort_keys=True)
 
