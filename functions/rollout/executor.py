@@ -419,7 +419,12 @@ class RolloutExecutor:
         except NodeGone:
             return self._gone(w)
         except KubeError as exc:
+            # The API server's failure: the record stays at the step before, which the next invocation resumes
+            # (the node cordoned until then, if it was), so this event did not do its work: it ends retry.
             reason = "%s; the node could not be uncordoned or recorded: %s" % (reason, exc)
+            self.rollout.held_up.setdefault("unrecorded", (
+                "the Kubernetes API failed to record a node's end (%s): the node stays at the step before, which "
+                "the next invocation resumes" % " ".join(str(exc).split())[:300]))
         name = w.decision.node_name
         if outcome not in ("partitioned", "unchanged"):
             event(self.kube, name, "MigRollout%s" % ("DrainTimeout" if step == rp.DRAIN_TIMEOUT else "Failed"),

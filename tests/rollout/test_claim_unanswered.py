@@ -172,3 +172,27 @@ def test_a_pool_budget_the_api_server_fails_defers_the_node_and_ends_the_event_i
     assert cluster.transport.seen == [] and not any(cluster.unschedulable(n) for n in NAMES)
     if status == 403:  # the Role refuses every node's slot alike: one refused write
         assert len([r for r in cluster.api.requests if r.method == "PUT" and r.status == 403]) == 1
+
+
+def test_an_end_the_api_server_fails_to_record_ends_the_event_in_retry(cluster):
+    """node-a was applied and its capacity showed, but the write of its end (the record done, the uncordon) met a
+    503 on every try of the client's: the node stays cordoned at step applied until the next invocation resumes
+    it, yet the event ended done. Now it ends retry, saying so."""
+    import json
+
+    from tests.rollout.conftest import snapshot
+
+    cluster.add_nodes(["node-a"])
+
+    def after_patch(name, node):  # once the record says applied, every try of the next write fails
+        record = json.loads((node["metadata"].get("annotations") or {}).get("ack-mig-hook/rollout") or "{}")
+        if record.get("step") == "applied":
+            cluster.api.break_next(times=5, status=503, method="PATCH", path="/api/v1/nodes/node-a")
+
+    cluster.api.on_node_patch = after_patch
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    (node,) = result.nodes
+    assert node["outcome"] == "partitioned" and "could not be uncordoned or recorded" in node["reason"], node
+    assert "HTTP 503" in node["reason"] and cluster.annotation("node-a")["step"] == "applied"
+    assert result.outcome == "retry" and "HTTP 503" in result.reason, result.reason
+
