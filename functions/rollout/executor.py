@@ -274,6 +274,10 @@ class RolloutExecutor:
             decided, waves = rollout.replan(pools, finished, sorted(self.unwritable))
         except Exception as exc:  # noqa: BLE001 - the ACK or Kubernetes API: this invocation stops here
             log.warning("no further wave in this invocation: %s", exc)
+            # The invocation had time for the waiting nodes: not done, so the event ends retry (FC runs it again).
+            rollout.held_up.setdefault("next-wave", (
+                "no further wave in this invocation: planning it failed (%s); the waiting nodes are taken by the "
+                "event's retry or the next invocation" % " ".join(str(exc).split())[:300]))
             return []
         wave = [waves[iid] for iid in sorted(waves, key=lambda i: decided[i].node_name or i)]
         fits, why = rollout.time_for(any(w.drain for w in wave), self.clock()) if wave else (True, "")

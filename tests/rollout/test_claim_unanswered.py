@@ -196,3 +196,21 @@ def test_an_end_the_api_server_fails_to_record_ends_the_event_in_retry(cluster):
     assert "HTTP 503" in node["reason"] and cluster.annotation("node-a")["step"] == "applied"
     assert result.outcome == "retry" and "HTTP 503" in result.reason, result.reason
 
+
+def test_a_next_wave_the_api_server_fails_to_plan_ends_the_event_in_retry(cluster):
+    """node-a's wave ended done; planning the next wave (the pool's nodes listed again) met a 503 on every try of
+    the client's. The invocation had time for node-b and node-c, which waited for the next timer, and the event
+    ended done. Now it ends retry, saying why."""
+    import json
+
+    cluster.add_nodes()
+
+    def after_patch(name, node):  # once node-a's record says done, the next listing fails on every try
+        record = json.loads((node["metadata"].get("annotations") or {}).get("ack-mig-hook/rollout") or "{}")
+        if name == "node-a" and record.get("step") == "done":
+            cluster.api.break_next(times=5, status=503, method="GET", path="/api/v1/nodes")
+
+    cluster.api.on_node_patch = after_patch
+    result = cluster.run(ACK_MIG_INVOCATION_TIMEOUT_S="86400")
+    assert outcomes(result) == {"node-a": "partitioned", "node-b": "deferred", "node-c": "deferred"}, reasons(result)
+    assert result.outcome == "retry" and "HTTP 503" in result.reason, result.reason
