@@ -100,8 +100,9 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
     (``status``: pending) and the autoscaler's scale-down opt-out the change set kept it from ever being
     removed: no later plan names a node that already holds what the pods want, and only a plan's rollout
     rewrote the record. The record ends ``done`` with the reason, on the version read (a 409 or 404: another
-    invocation took the node, or it went: left to that); the layout is the node's own to say (its state
-    label and layouts annotation), nothing is sent to it.
+    invocation took the node, or it went: left to that; a 5xx, no answer or RBAC's 403 is not the node's
+    refusal: raised, the record left as it was and the tick ends retry); the layout is the node's own to say
+    (its state label and layouts annotation), nothing is sent to it.
 
     The stopped run's slot of the pool's budget on the node (``pool_id``'s Lease) goes back with it, once it
     has run out: it counted for nothing, but ``kubectl get lease`` showed the dead run holding the node until
@@ -109,6 +110,7 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
     slot to an ended node)."""
     from node_bootstrap.kube import KubeError
 
+    from functions.rollout.executor import nodes_own
     from functions.rollout.pool_lease import PoolBudget
     from functions.rollout.record_end import end_or_remove, removal
 
@@ -141,7 +143,7 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
             try:
                 _patch(kube, node, notes)
             except KubeError as exc:
-                if exc.status in (None, 404, 409):
+                if not nodes_own(exc):  # a 404, a 409, or the API server's or the Role's (a 5xx, RBAC's 403)
                     raise
                 # This node's answer, e.g. a 422 when another party filled its annotations to the size limit:
                 # with the reason, each tick tried again and the node read pending for good, the opt-out kept.
@@ -153,14 +155,14 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
                 if end_or_remove(
                         lambda: _patch(kube, node, dict(notes, **{rp.PROGRESS_ANNOTATION: end.to_annotation()})),
                         lambda: _patch(kube, node, dict(notes, **{rp.PROGRESS_ANNOTATION: None})),
-                        lambda e: isinstance(e, KubeError) and e.status not in (None, 404, 409)):
+                        lambda e: isinstance(e, KubeError) and nodes_own(e)):
                     reason += "; the record was removed (the API server refused its end: %s)" % why
                 else:
                     reason += "; recorded without this reason (the API server refused it: %s)" % why
         except KubeError as exc:
             if exc.status in (404, 409):  # another invocation took the node over, or it went: left to that
                 continue
-            if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry
+            if not nodes_own(exc):  # the API server's (no answer, a 5xx) or the Role's: the tick ends in retry
                 raise
             # This node's answer again (a webhook's refusal): the node keeps its record (the slot given back above
             # had run out) and the others are still ended; raised, it would end every pool's tick, each time.

@@ -136,9 +136,16 @@ def missing_permission(exc: KubeError) -> str:
     return "%s %s" % (verb, "/".join([segs[0]] + segs[2:3]))
 
 
+def nodes_own(exc: KubeError) -> bool:
+    """Whether the API server refused a write of the node's for a cause of the node's own (:class:`NodeRefused`):
+    a 4xx other than 401, 404, 409, 429 and RBAC's 403. A 5xx, no answer, a 429 after the retries, a 401 or RBAC's
+    403 is the API server's or the function's, every node's alike."""
+    return exc.status is not None and 400 <= exc.status < 500 and exc.status not in (401, 404, 409, 429) and \
+        not rbac_forbidden(exc)
+
+
 def _refusal(exc: KubeError) -> KubeError:
-    if exc.status is not None and 400 <= exc.status < 500 and exc.status not in (401, 404, 409, 429) and \
-            not rbac_forbidden(exc):
+    if nodes_own(exc):
         return NodeRefused(" ".join(str(exc).split()), exc.status)  # one line: it becomes the node's reason
     return exc
 

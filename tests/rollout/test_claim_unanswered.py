@@ -214,3 +214,31 @@ def test_a_next_wave_the_api_server_fails_to_plan_ends_the_event_in_retry(cluste
     result = cluster.run(ACK_MIG_INVOCATION_TIMEOUT_S="86400")
     assert outcomes(result) == {"node-a": "partitioned", "node-b": "deferred", "node-c": "deferred"}, reasons(result)
     assert result.outcome == "retry" and "HTTP 503" in result.reason, result.reason
+
+
+@pytest.mark.parametrize("status, message", [
+    (503, "the server is currently unable to handle the request"),
+    (403, 'nodes "auto-a" is forbidden: User "ack-mig-hook" cannot patch resource "nodes" in API group "" at the '
+          'cluster scope'),
+], ids=["5xx", "rbac"])
+def test_a_stranded_auto_record_the_api_server_fails_to_end_is_left_as_it_was(cluster, status, message):
+    """A tick ends the record a stopped run left mid-change on an auto node (auto_waves.finish_stranded). Its
+    write met a 503 after the client's retries (or RBAC's 403): that was taken for the node's own refusal (a 422
+    for annotations at the size limit), and the record was written again without its reason, or removed, on
+    the API server's word. Now the record is left as it was and the tick ends retry; the next tick ends it
+    with its reason."""
+    from functions.decision import waves as rp
+    from tests.rollout.test_auto_rollout import PerGpuNodes, add_auto_nodes, inventory, tick
+    from tests.rollout.test_interrupted import strand
+
+    add_auto_nodes(cluster.api, ["auto-a"])
+    strand(cluster.api, ["auto-a"])
+    tries = 5 if status == 503 else 1  # the client tries a 5xx 5 times, a 403 once
+    cluster.api.break_next(times=tries, status=status, method="PATCH", path="/api/v1/nodes/auto-a", message=message)
+    result = tick(cluster, PerGpuNodes(cluster.api), lookup=inventory(names=["auto-a"]))
+    assert result.outcome == "retry", result.reason
+    assert cluster.annotation("auto-a")["step"] == rp.APPLYING, cluster.annotation("auto-a")
+    assert len([r for r in cluster.api.requests if r.method == "PATCH"]) == tries  # one write: nothing after it
+    tick(cluster, PerGpuNodes(cluster.api), lookup=inventory(names=["auto-a"]))
+    record = cluster.annotation("auto-a")
+    assert record["step"] == rp.DONE and "stopped" in record["reason"], record
