@@ -522,7 +522,7 @@ MUTANTS = (
            "a pod event whose pod no pool counts runs the step of the first pool an unproven Node puts it in: a node "
            "labelling itself into a pool draws the event's plan there"),
     mutant("stranded-refusal-ends-tick", "functions/rollout/auto_waves.py",
-           "            if exc.status is None:  # no answer: the API server, not this node; the tick ends in retry",
+           "            if not nodes_own(exc):  # the API server's (no answer, a 5xx) or the Role's: the tick ends in retry",
            "            if True:",
            ("tests/rollout/test_interrupted.py",),
            "one node whose record write is refused (a 422) ends every auto pool's tick in retry, each tick: the "
@@ -606,11 +606,18 @@ MUTANTS = (
            ("tests/rollout/test_claim_refused.py",),
            "a node refused again after it got past its claim is never told again for that cause"),
     mutant("stranded-end-too-long-kept", "functions/rollout/auto_waves.py",
-           "                if exc.status in (None, 404, 409):\n                    raise\n",
+           "                if not nodes_own(exc):  # a 404, a 409, or the API server's or the Role's (a 5xx, RBAC's 403)\n"
+           "                    raise\n",
            "                raise\n",
            ("tests/rollout/test_record_refused.py",),
            "a stranded auto record on a node whose annotations reached the size limit is never ended: the node "
            "reads pending for good and keeps the autoscaler's scale-down opt-out"),
+    mutant("stranded-5xx-taken-for-the-nodes-refusal", "functions/rollout/auto_waves.py",
+           "                if not nodes_own(exc):  # a 404, a 409, or the API server's or the Role's (a 5xx, RBAC's 403)\n",
+           "                if exc.status in (None, 404, 409):\n",
+           ("tests/rollout/test_claim_unanswered.py",),
+           "a 5xx or RBAC's 403 on a stranded record's end counts as the node's refusal: the record is rewritten "
+           "without its reason or removed on the API server's word"),
     mutant("resumed-apply-no-restart", "functions/rollout/executor.py",
            "            if w.applied is None and getattr(w, \"resumed_apply\", False):  # (_claim)",
            "            if False:",
