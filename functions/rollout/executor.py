@@ -22,7 +22,11 @@ status changed), the write is tried again on the new version; once it names anot
 leaves the node to it. Two invocations that list the same nodes at once thus apply each node once.
 
 Transient API errors are retried by the client (``functions.kube.client``); a capacity read that still fails
-is polled again until the capacity deadline, a pod list until the drain deadline.
+is polled again until the capacity deadline, a pod list until the drain deadline. What still fails is counted
+against a node only when it is the node's own (:func:`nodes_own`): a claim the API server fails, or RBAC refuses,
+defers the node with nothing written (``NOT_CLAIMED``; RBAC's permission named once, no further node tried); a
+failure after the claim leaves each node at its recorded step (``API_FAILED``, no stopped rollout); either
+way the event ends retry (``Rollout.held_up``).
 """
 
 import hashlib
@@ -56,8 +60,8 @@ RECORD_REFUSED = "record-refused"
 # versions): its record stays at the step it reached, which the next invocation resumes, so the pool's rollout is
 # not stopped by it (functions.pipeline.notify tells the node, left mid-way, as failed) and the event ends retry.
 API_FAILED = "api-failed"
-# The first words of the reason of a node whose claim failed (refused, or any other error): it never got past its
-# claim, so the sticky alert mark of an earlier refusal stays (functions.pipeline.notify._passed).
+# The first words of the reason of a node whose claim the API server refused for a cause of its own: it never got
+# past its claim, so the sticky alert mark of an earlier refusal stays (functions.pipeline.notify._passed).
 CLAIM_FAILED = "cannot claim or cordon"
 # The first words of the reason of a node whose claim failed for a cause that is not the node's: the API server
 # did not answer (a 5xx or 429 after the client's retries, no answer, 401) or the function's Role refused the
