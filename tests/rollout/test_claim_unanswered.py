@@ -9,6 +9,11 @@ the node is deferred with a reason saying what failed and that nothing was writt
 ``retry`` (FC runs it again); RBAC's 403 names the missing permission (verb, resource) once, in the event's
 reason, and no further node is claimed with the same Role.
 
+The same rule along the rest of the claim and record path: the API server failing after the claim (no stopped
+rollout), the pool's budget and an auto pool's planning claim on their Lease, a node's end, the next wave's plan
+and a stranded auto record's end: what fails there is the API server's or the Role's, never the node's, and the
+event (or tick) ends retry.
+
 Through ``run_event`` against the test Kubernetes API server, with the played nodes of
 tests/rollout/conftest.py."""
 
