@@ -292,8 +292,8 @@ class RosEmulator(CsEmulator):
             for name, kind in sorted(stack.get("_touched", {}).items()):
                 stack.setdefault("_physical", {}).setdefault(name, uuid.uuid4().hex[:20])
                 self._event(stack, name, operation + "_COMPLETE", "state changed", kind)
-        if operation == "DELETE":
-            stack["Status"] = "DELETE_COMPLETE"
+        if operation == "DELETE":  # its own reason, not the last operation's ("Stack Create completed ...")
+            stack["Status"], stack["StatusReason"] = "DELETE_COMPLETE", "Stack Delete completed successfully"
         elif stack["_fail"] and stack["_no_rollback"]:
             stack["Status"], stack["StatusReason"] = operation + "_FAILED", stack["_fail"]
         elif stack["_fail"]:
