@@ -420,7 +420,8 @@ def _show_plan(args, stacks, existing, template: str, values: Dict[str, str], de
     from functions.commands.stack import change_plan as plans
     from functions.base.textsafe import escape
 
-    found = plans.compute(stacks, existing, args.stack_name, template, values, declared, args.timeout, args.poll)
+    found = plans.compute(stacks, existing, args.stack_name, template, values, declared, args.timeout, args.poll,
+                          progress=progress)
     if args.json:
         print(json.dumps({"stack": args.stack_name, "region": args.region, "cluster_id": args.cluster_id,
                           "operation": found.operation, "plan": found.to_json(), "package": package,

@@ -203,3 +203,21 @@ def test_killed_at_a_write_the_rerun_converges(cloud, killer, capsys, tmp_path, 
     killed(capsys, killer, argv, k)
     check_rerun(cloud, capsys, name, argv)
 
+
+def test_a_plan_killed_after_its_change_set_leaves_none_once_planned_again(cloud, killer, capsys, tmp_path):  # noqa: F811
+    """A dry run killed after CreateChangeSet: its cleanup never ran. The next dry runs left its change set
+    there, one more for each kill, until ROS's 20 change sets a stack refused every plan. Now a plan deletes the
+    plans' change sets it finds first; a change set a person made for the stack is not the plan's, and stays."""
+    ros, _ = cloud
+    argv = _plan(capsys, tmp_path)
+    (stack,) = ros.stacks.values()
+    killed(capsys, killer, argv, 1)
+    assert [c["ChangeSetName"][:18] for c in ros.change_sets.values()] == ["ack-mig-hook-plan-"]
+    ros.change_sets["mine"] = dict(next(iter(ros.change_sets.values())), ChangeSetId="mine",
+                                   ChangeSetName="reviewed-by-ops", Status="CREATE_COMPLETE")
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    clear(out, err)
+    assert out.startswith("plan: update stack %s" % STACK), out
+    assert [c["ChangeSetName"] for c in ros.change_sets.values()] == ["reviewed-by-ops"]
+    assert stack["Status"] == "CREATE_COMPLETE" and ros.calls("UpdateStack") == 0

@@ -61,6 +61,11 @@ Semantics kept from the ROS API reference, inconvenient ones included:
   change set with nothing to change completes with ``Changes: []`` (unconfirmed: ROS might fail it instead).
   Nothing of the stack changes. ``DeleteChangeSet`` removes it; while it is still being created it is refused
   (``ChangeSetOperationConflict``, unconfirmed), and an unknown id is ``ChangeSetNotFound`` (404).
+  ``ListChangeSets`` (ros20190910 ``ListChangeSetsRequest``: ``RegionId`` and ``StackId`` required,
+  ``ChangeSetName.N`` "You can use the wildcard character asterisk (*) for fuzzy match", ``PageSize`` 1..50,
+  default 10) lists the stack's change sets with the fields of ``ListChangeSetsResponseBodyChangeSets``, no
+  ``Changes``; the order (oldest first here) and the code for an unknown stack (``StackNotFound``) are
+  unconfirmed.
 * Function Compute's code check, as the stack's ``ALIYUN::FC3::Function`` applies it: with ``Code.Checksum``
   set, "Function Compute checks whether the checksum of the code package is the same as that provided" (FC
   API 2023-03-30, ``InputCodeLocation.checksum``, the CRC-64 OSS reports). When ``code_store(bucket, key)``
@@ -84,7 +89,7 @@ from tests.support.cs_emulator import CsEmulator
 Answer = Tuple[int, Dict[str, Any], Dict[str, str]]
 ACTIONS = ("CreateStack", "UpdateStack", "DeleteStack", "GetStack", "ListStacks", "ListStackEvents",
            "ValidateTemplate", "ListStackResources", "PreviewStack", "CreateChangeSet", "GetChangeSet",
-           "DeleteChangeSet")
+           "DeleteChangeSet", "ListChangeSets")
 UPDATABLE = ("CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_FAILED", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED",
              "IMPORT_CREATE_COMPLETE", "IMPORT_UPDATE_COMPLETE", "IMPORT_UPDATE_FAILED",
              "IMPORT_UPDATE_ROLLBACK_COMPLETE", "IMPORT_UPDATE_ROLLBACK_FAILED", "CHECK_FAILED", "CHECK_COMPLETE")
@@ -534,6 +539,26 @@ class RosEmulator(CsEmulator):
         if found["Status"] != "CREATE_COMPLETE":
             answer.pop("Changes")  # computed once the change set is
         return 200, dict(answer, RequestId=uuid.uuid4().hex), {}
+
+    def _ListChangeSets(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        stack = self._stack(query)
+        if stack is None:
+            return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
+        try:
+            size, number = int(query.get("PageSize", "10")), int(query.get("PageNumber", "1"))
+        except ValueError:
+            return self._error(400, "InvalidParameter", "PageSize and PageNumber must be numbers")
+        if not 1 <= size <= 50 or number < 1:
+            return self._error(400, "InvalidParameter", "PageSize must be 1..50")
+        names = [v for k, v in sorted(query.items()) if k.startswith("ChangeSetName.")]
+        patterns = [re.compile(".*".join(re.escape(part) for part in n.split("*"))) for n in names]
+        mine = [c for c in self.change_sets.values() if c["StackId"] == stack["StackId"]
+                and (not patterns or any(p.fullmatch(c["ChangeSetName"]) for p in patterns))]
+        fields = ("ChangeSetId", "ChangeSetName", "ChangeSetType", "CreateTime", "ExecutionStatus", "RegionId",
+                  "StackId", "StackName", "Status")
+        page = mine[(number - 1) * size: number * size]
+        return 200, {"RequestId": uuid.uuid4().hex, "TotalCount": len(mine), "PageNumber": number, "PageSize": size,
+                     "ChangeSets": [{k: c[k] for k in fields} for c in page]}, {}
 
     def _DeleteChangeSet(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
         found = self.change_sets.get(query.get("ChangeSetId", ""))

@@ -4,7 +4,10 @@ parameters that would change.
 * A new stack: ``PreviewStack`` (every resource ROS would create, with ``Action`` ``Add``).
 * An existing stack: ``CreateChangeSet`` (type ``UPDATE``, the same template, parameters and
   ``UsePreviousParameters`` the update would send), ``GetChangeSet`` until it is computed, then
-  ``DeleteChangeSet``, whatever happened: the stack keeps no trace of the plan. A change set's ``Changes``
+  ``DeleteChangeSet``, whatever happened: the stack keeps no trace of the plan. A dry run killed in between
+  (nothing runs its cleanup) leaves its change set: the next plan deletes every ``ack-mig-hook-plan-*`` change
+  set of the stack first (``ListChangeSets``), so they do not pile up to ROS's 20 a stack, past which every
+  dry run is refused (tests/function/test_deploy_kills.py). A change set's ``Changes``
   follow ROS's "Data structures" of change sets: ``{"Type": "Resource", "ResourceChange": {"Action":
   "Add|Modify|Remove", "LogicalResourceId", "PhysicalResourceId", "ResourceType", "Replacement":
   "True|False|Conditional", "Scope": [...], "Details": [{"Target": {"Attribute", "Name",
@@ -15,11 +18,12 @@ ROS's pseudo parameters (``ALIYUN::...``) are left out and ``NoEcho`` values are
 """
 
 import uuid
-from typing import Any, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from functions.commands.stack.ros import StackError, Stacks
 
 NO_ECHO = "****"
+PLAN_PREFIX = "ack-mig-hook-plan-"  # the name of every change set a plan makes
 SYMBOL = {"Add": "+", "Modify": "~", "Remove": "-"}
 
 
@@ -87,13 +91,17 @@ def from_change_set(name: str, stack: Dict[str, Any], change_set: Dict[str, Any]
 
 
 def compute(stacks: Stacks, existing: Optional[Dict[str, Any]], name: str, template: str, values: Dict[str, str],
-            declared: Dict[str, dict], timeout_min: int, poll_s: float, deadline_s: float = 300.0) -> Plan:
-    """Ask ROS what the deploy would do; changes nothing (a change set made here is deleted here)."""
+            declared: Dict[str, dict], timeout_min: int, poll_s: float, deadline_s: float = 300.0,
+            progress: Callable[[str], None] = lambda line: None) -> Plan:
+    """Ask ROS what the deploy would do; changes nothing (a change set made here is deleted here, and one an
+    earlier plan left behind too)."""
     if existing is None:
         return from_preview(name, stacks.preview(name, template, values, timeout_min), declared)
     stack_id = existing["StackId"]
     stack = stacks.get(stack_id) or existing
-    change_set_name = "ack-mig-hook-plan-%s" % uuid.uuid4().hex[:12]
+    for left in _sweep(stacks, stack_id, name, deadline_s, poll_s):
+        progress("warning: %s" % left)
+    change_set_name = PLAN_PREFIX + uuid.uuid4().hex[:12]
     change_set_id = stacks.create_change_set(stack_id, change_set_name, template, values, timeout_min)
     try:
         found = stacks.wait_change_set(change_set_id, deadline_s, poll_s)
@@ -107,6 +115,21 @@ def compute(stacks: Stacks, existing: Optional[Dict[str, Any]], name: str, templ
         raise StackError("ROS could not compute the change set for stack %s: %s %s" % (
             name, found.get("Status"), " ".join(str(found.get("StatusReason") or "").split())[:300]))
     return from_change_set(name, stack, found, declared)
+
+
+def _sweep(stacks: Stacks, stack_id: str, stack_name: str, deadline_s: float, poll_s: float) -> List[str]:
+    """Delete the plans' change sets an earlier dry run left on the stack (it was killed before its own
+    ``_discard``); what could not be deleted, one line each. Only this module's names: a change set a person
+    made for the stack is theirs."""
+    left = []
+    for found in stacks.change_sets(stack_id, PLAN_PREFIX + "*"):
+        name = str(found.get("ChangeSetName") or "")
+        change_set_id = found.get("ChangeSetId")
+        if name.startswith(PLAN_PREFIX) and isinstance(change_set_id, str) and change_set_id:
+            problem = _discard(stacks, change_set_id, name, stack_name, deadline_s, poll_s)
+            if problem:
+                left.append(problem)
+    return left
 
 
 def _discard(stacks: Stacks, change_set_id: str, change_set_name: str, stack_name: str, deadline_s: float,

@@ -355,6 +355,23 @@ class Stacks:
         return self._call("GetChangeSet", lambda: self._client.get_change_set_with_options(
             models.GetChangeSetRequest(region_id=self.region, change_set_id=change_set_id), self._runtime), end)
 
+    def change_sets(self, stack_id: str, name: str) -> List[Dict[str, Any]]:
+        """The stack's change sets whose name matches ``name`` (ListChangeSets' ``ChangeSetName``: ``*`` a
+        wildcard), every page: ``{"ChangeSetId", "ChangeSetName", "Status", ...}`` (ros20190910
+        ``ListChangeSetsResponseBodyChangeSets``)."""
+        from alibabacloud_ros20190910 import models
+
+        found: List[Dict[str, Any]] = []
+        for page in range(1, 21):
+            body = self._call("ListChangeSets", lambda: self._client.list_change_sets_with_options(
+                models.ListChangeSetsRequest(region_id=self.region, stack_id=stack_id, change_set_name=[name],
+                                             page_size=PAGE_SIZE, page_number=page), self._runtime))
+            items = _items(body, "ChangeSets", "ListChangeSets")
+            found += objects(items)
+            if len(items) < PAGE_SIZE:
+                break
+        return found
+
     def delete_change_set(self, change_set_id: str) -> None:
         from alibabacloud_ros20190910 import models
 
