@@ -108,13 +108,15 @@ def run(args) -> int:
     stacks = stacks_for(args, found_keys)
     existing = common.find_stack(stacks, args)
     result: Dict[str, Any] = {"stack": args.stack_name, "region": args.region, "dry_run": args.dry_run}
-    if not existing:
+    stack_id = existing["StackId"] if existing else ""
+    # ListStacks lists a stack whose delete is in progress (an undeploy killed after DeleteStack): ROS may end
+    # it before GetStack reads it. Gone is gone, not "a stack without ClusterId, not deploy's" (exit 6).
+    current = stacks.get(stack_id) if existing else None
+    if current is None:
         result["status"] = "absent"
         _print(args, result, "no stack %s in %s: nothing to remove" % (args.stack_name, args.region))
         return 0
-    stack_id = existing["StackId"]
-    foreign = common.not_ours(args.stack_name, common.stack_parameters(stacks.get(stack_id)),
-                              getattr(args, "cluster_id", "") or "")
+    foreign = common.not_ours(args.stack_name, common.stack_parameters(current), getattr(args, "cluster_id", "") or "")
     if foreign:  # --stack-name may name any stack of the region: only one deploy made, for this cluster, goes
         from functions.commands.stack.ros import StackError
         from functions.commands.stack.exit_codes import EXIT_CONFLICT

@@ -204,7 +204,8 @@ def test_killed_at_a_write_the_rerun_converges(cloud, killer, capsys, tmp_path, 
     check_rerun(cloud, capsys, name, argv)
 
 
-def test_a_plan_killed_after_its_change_set_leaves_none_once_planned_again(cloud, killer, capsys, tmp_path):  # noqa: F811
+def test_a_plan_killed_after_its_change_set_leaves_none_once_planned_again(cloud, killer, capsys,  # noqa: F811
+                                                                          tmp_path):
     """A dry run killed after CreateChangeSet: its cleanup never ran. The next dry runs left its change set
     there, one more for each kill, until ROS's 20 change sets a stack refused every plan. Now a plan deletes the
     plans' change sets it finds first; a change set a person made for the stack is not the plan's, and stays."""
@@ -221,3 +222,21 @@ def test_a_plan_killed_after_its_change_set_leaves_none_once_planned_again(cloud
     assert out.startswith("plan: update stack %s" % STACK), out
     assert [c["ChangeSetName"] for c in ros.change_sets.values()] == ["reviewed-by-ops"]
     assert stack["Status"] == "CREATE_COMPLETE" and ros.calls("UpdateStack") == 0
+
+
+def test_an_undeploy_rerun_as_the_killed_ones_delete_ends_finds_nothing_to_remove(cloud, killer, capsys,  # noqa: F811
+                                                                                   tmp_path):
+    """undeploy killed after DeleteStack; ROS goes on deleting and ends between the rerun's ListStacks (the stack
+    listed, DELETE_IN_PROGRESS) and its GetStack (StackNotFound: the emulator's stack ends at its next look).
+    The rerun took the stack it could no longer read for one without a ClusterId, "not a stack ack-mig-hook
+    deploy made", exit 6: the operator was told a stack they deployed was not theirs, and nothing was left
+    to remove. Now a stack gone as it is read is gone: nothing to remove, exit 0."""
+    ros, _ = cloud
+    killed(capsys, killer, _undeploy(capsys, tmp_path), 1)
+    (stack,) = ros.stacks.values()
+    assert stack["Status"] == "DELETE_IN_PROGRESS"
+    ros.steps = 1
+    code, out, err = run(capsys, *UNDEPLOY)
+    clear(out, err)
+    assert code == 0 and "nothing to remove" in out, out + err
+    assert stack["Status"] == "DELETE_COMPLETE" and ros.calls("DeleteStack") == 1
