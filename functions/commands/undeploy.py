@@ -142,9 +142,10 @@ def run(args) -> int:
         return 0
     _confirm(args, what)
     before = stacks.event_ids(stack_id)
-    stacks.delete(stack_id)
-    progress("deleting stack %s (%s) ..." % (args.stack_name, stack_id))
-    final = stacks.wait(stack_id, args.timeout * 60, args.poll, progress, before)
+    final = None  # gone already when ROS no longer finds it (an earlier delete ended): deleted, as asked
+    if stacks.delete(stack_id):
+        progress("deleting stack %s (%s) ..." % (args.stack_name, stack_id))
+        final = stacks.wait(stack_id, args.timeout * 60, args.poll, progress, before)
     if final is not None and final.get("Status") != "DELETE_COMPLETE":
         from functions.commands.stack.ros import StackError
 

@@ -19,6 +19,7 @@ A third of the kill points run in ``make test`` (tests/support/failpoints.py); `
 runs them all. The writes each scenario makes are checked in full by :func:`test_the_writes_are_the_ones_killed`,
 so a write added to deploy joins the matrix or fails that test."""
 
+import io
 import re
 
 import pytest
@@ -240,3 +241,40 @@ def test_an_undeploy_rerun_as_the_killed_ones_delete_ends_finds_nothing_to_remov
     clear(out, err)
     assert code == 0 and "nothing to remove" in out, out + err
     assert stack["Status"] == "DELETE_COMPLETE" and ros.calls("DeleteStack") == 1
+
+
+class Answers(io.StringIO):
+    """stdin at a terminal where a person answers ``y``, taking long enough for ``meanwhile`` to happen."""
+
+    def __init__(self, meanwhile):
+        super().__init__("y\n")
+        self.meanwhile = meanwhile
+
+    def isatty(self):
+        return True
+
+    def readline(self, *args):
+        self.meanwhile()
+        return super().readline(*args)
+
+
+def test_an_undeploy_rerun_whose_delete_ends_while_it_asks_says_deleted(cloud, killer, capsys, tmp_path,  # noqa: F811
+                                                                        monkeypatch):
+    """undeploy killed after DeleteStack; the rerun, at a terminal, asks before deleting again, and ROS ends the
+    first delete while the person reads the question. The rerun's DeleteStack then met StackNotFound and ended
+    "ROS DeleteStack failed", exit 1, for a stack that is gone as asked. Now a stack gone when it is deleted
+    is deleted: the rerun says so, exit 0."""
+    ros, _ = cloud
+    killed(capsys, killer, _undeploy(capsys, tmp_path), 1)
+    (stack,) = ros.stacks.values()
+
+    def delete_ends():
+        stack["Status"] = "DELETE_COMPLETE"
+
+    monkeypatch.setattr("sys.stdin", Answers(delete_ends))
+    argv = tuple(a for a in UNDEPLOY if a != "--yes")
+    code, out, err = run(capsys, *argv)
+    clear(out, err)
+    assert code == 0 and "deleted" in out, out + err
+    code, out, err = run(capsys, *argv)
+    assert code == 0 and "nothing to remove" in out, out + err

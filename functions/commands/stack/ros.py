@@ -397,11 +397,19 @@ class Stacks:
                 raise overdue()
             self._pause(poll_s, end)
 
-    def delete(self, stack_id: str) -> None:
+    def delete(self, stack_id: str) -> bool:
+        """Start deleting the stack; False when ROS answers StackNotFound: it is gone already (a delete started
+        before, by an undeploy that was killed, ended meanwhile), which is what was asked."""
         from alibabacloud_ros20190910 import models
 
-        self._call("DeleteStack", lambda: self._client.delete_stack_with_options(
-            models.DeleteStackRequest(region_id=self.region, stack_id=stack_id), self._runtime))
+        try:
+            self._attempt(lambda: self._client.delete_stack_with_options(
+                models.DeleteStackRequest(region_id=self.region, stack_id=stack_id), self._runtime))
+        except Exception as exc:  # the SDK's exception types vary by version; code and message are common
+            if _code(exc) == "StackNotFound":
+                return False
+            raise _failed("DeleteStack", exc) from None
+        return True
 
     def wait(self, stack_id: str, deadline_s: float, poll_s: float,
              progress: Callable[[str], None], before: Optional[set] = None) -> Optional[Dict[str, Any]]:
