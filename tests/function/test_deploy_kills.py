@@ -278,3 +278,31 @@ def test_an_undeploy_rerun_whose_delete_ends_while_it_asks_says_deleted(cloud, k
     assert code == 0 and "deleted" in out, out + err
     code, out, err = run(capsys, *argv)
     assert code == 0 and "nothing to remove" in out, out + err
+
+
+def test_a_package_build_killed_mid_zip_leaves_the_last_whole_package(tmp_path, monkeypatch):
+    """``python -m functions.commands.package --out FILE`` killed while it writes the zip (the write deploy's
+    package is made by): FILE was written in place, so the package built before was gone and FILE held the
+    entries written so far (a zip that imports nothing past them, or none at all). Now the zip is written
+    beside FILE and renamed over it once whole: a kill leaves the last whole package."""
+    from functions.commands import package
+    from functions.commands.stack import code_package
+
+    out = str(tmp_path / "dist" / "ack-mig-hook.zip")
+    assert package.main(["--sources-only", "--out", out]) == 0
+    with open(out, "rb") as handle:
+        whole = handle.read()
+    entries = []
+    real = code_package._Zip.writestr
+
+    def writestr(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        entries.append(args[0])
+        if len(entries) == 10:
+            raise Killed("zip entry %d" % len(entries))
+
+    monkeypatch.setattr(code_package._Zip, "writestr", writestr)
+    with pytest.raises(Killed):
+        package.main(["--sources-only", "--out", out])
+    with open(out, "rb") as handle:
+        assert handle.read() == whole

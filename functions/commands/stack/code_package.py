@@ -69,9 +69,24 @@ class _Zip(zipfile.ZipFile):
 
 
 def build(out_path: str, deps_dir: str = "", root: str = ROOT, known_hosts: str = "") -> list:
-    """Write the zip; return the archive names written."""
+    """Write the zip; return the archive names written. It is written beside ``out_path`` and renamed over it
+    once whole: a build killed or failed midway (``package --out FILE``) leaves the last whole package at
+    ``out_path``, never the entries written so far (a kill leaves the partial file, ``.<name>.partial-<pid>``)."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    os.makedirs(folder, exist_ok=True)
+    partial = os.path.join(folder, ".%s.partial-%d" % (os.path.basename(out_path), os.getpid()))
+    try:
+        names = _write(partial, deps_dir, root, known_hosts)
+        os.replace(partial, out_path)
+    except Exception:
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise
+    return names
+
+
+def _write(out_path: str, deps_dir: str, root: str, known_hosts: str) -> list:
     names = []
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     with _Zip(out_path, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(HANDLER.split(".")[0] + ".py", INDEX_PY)
         names.append(HANDLER.split(".")[0] + ".py")
