@@ -20,6 +20,7 @@ the pool (``functions.pipeline.auto_pool.run_tick``, the timer's step for that o
 events asked during its round. A dry run plans once and writes no marker.
 """
 
+import dataclasses
 import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -341,7 +342,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
     from functions.decision.coalesce import HOLD_S, quiet_since
     from functions.pipeline.auto_pool import run_tick
-    from functions.rollout.plan_claim import STALE_MARGIN_S, peek_pool
+    from functions.rollout.plan_claim import STALE_MARGIN_S, claim_line, peek_pool
     from functions.rollout.plan_marker import MarkerBusy, PlanMarker, Renewal
 
     started = time.monotonic() if started is None else started
@@ -377,6 +378,12 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         except KubeError:
             return True  # the tick reads it again and says why
 
+    def held() -> str:  # whose claim a wait gave up on, and until when (one read of the pool's Lease)
+        try:
+            return claim_line(peek_pool(api, pool_id, settings))
+        except KubeError as exc:
+            return "its planning claim cannot be read now: %s" % " ".join(str(exc).split())[:160]
+
     if dry_run:  # a dry run shows the plan and writes nothing, the marker included
         usable.extend([pending] if pending is not None else [])  # no ask is coalesced into it: any list will do
         return tick()
@@ -406,7 +413,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             # a burst is when the marker is busy and when another invocation plans the pool: wait for it as a
             # holder does, or this pod waits for the timer (its ask was never written for anyone to see)
             try:
-                return _after_claims(tick, started, settings, log, pool_id, free=free)
+                return _after_claims(tick, started, settings, log, pool_id, free=free, held=held)
             finally:
                 if not refused:  # an unanswered write still in flight when the marker was read may land after
                     _let_go(marker, pool_id, log)  # it (cleared only where it names this invocation)
@@ -430,10 +437,10 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     # The hold is short and renewed while this invocation works: ended by FC, it frees the pool within one hold
     renewal = Renewal(marker, pool_id, log).start()
     try:
-        _rounds(marker, pool_id, tick, rounds, started, settings, log, free, begun)
+        _rounds(marker, pool_id, tick, rounds, started, settings, log, free, begun, held)
         if unknown and not rounds:  # the marker names another: planned once without coalescing, then let go
             # where this invocation's unanswered write landed after all
-            rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))
+            rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free, held=held))
             _let_go(marker, pool_id, log)
     except BaseException:  # a bug: let the pool go now rather than after its hold
         _let_go(marker, pool_id, log)
@@ -445,9 +452,13 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
 def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], started: float, settings: Any,
             log: Any, free: Optional[Callable[[], bool]] = None,
-            begun: Optional[Callable[[Optional[int]], None]] = None) -> None:
+            begun: Optional[Callable[[Optional[int]], None]] = None, held: Optional[Callable[[], str]] = None
+            ) -> None:
     """The holder's rounds: plan, then again while events asked during the round (the module docstring).
-    ``begun(planned)``: told the asks a round began with, once its beginning is marked."""
+    ``begun(planned)``: told the asks a round began with, once its beginning is marked; ``free``, ``held``:
+    :func:`_after_claims`'s."""
+    from functions.rollout.plan_claim import planned_elsewhere
+
     from node_bootstrap.kube import KubeError
 
     from functions.base.settings import longest_run_s
@@ -468,7 +479,7 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
             # no holder and plans itself, after this round's planning claim. Kept, the pool's events would be
             # answered coalesced into an invocation that had returned, for its hold.
             _let_go(marker, pool_id, log)
-            rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free))
+            rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free, held=held))
             break
         if planned is None:  # another invocation holds the pool now (this one's lease ran out): it plans
             break
@@ -478,8 +489,12 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
         # claim and its rollout end that much earlier (the rollout starts waves while more than a wave is left,
         # and a claim wait comes on top, so a round bounded by the invocation alone could leave no time).
         reserve = longest_run_s(settings) if is_open else 0.0
-        rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free, reserve_s=reserve))
-        if rounds[-1].outcome in ("retry", "error"):
+        rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free, reserve_s=reserve,
+                                    held=held))
+        if rounds[-1].outcome in ("retry", "error") or planned_elsewhere(rounds[-1].reason):
+            # a failed round, or another invocation's claim that outlived the wait (another round would only
+            # wait again, as long as events keep asking): let go, so later events are not answered coalesced
+            # into an invocation that returned, for its hold
             _let_go(marker, pool_id, log)
             break
         # Another round only while a whole one still fits in this invocation (the timer catches the rest).
@@ -514,27 +529,44 @@ def _left_s(started: float, settings: Any) -> float:
 
 
 CLAIM_POLL_S = 2.0  # how often a holder looks again at a pool another invocation (a timer tick) plans
+# The longest a round waits for another invocation's planning claim. A live timer tick holds it while it plans
+# (seconds) and while its rollout applies (a node's change, minutes); a run FC ended holds it until that run's
+# invocation would have ended (up to the function's Timeout, 4 hours: a node's apply it started may still run),
+# and waiting on that bills FC time for hours while the pod waits anyway. Past 5 minutes, half the timer's
+# default period (AutoPoolSchedule, @every 10m), the timer, which never coalesces, plans the pod once the claim
+# is given back or ends: waiting longer gains less than one timer period. Not a setting: AutoPoolSchedule is
+# the knob for how soon the timer comes.
+CLAIM_WAIT_S = 300.0
 
 
 def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: str,
-                  sleep: Any = time.sleep, free: Optional[Callable[[], bool]] = None,
-                  reserve_s: float = 0.0) -> HandlerResult:
+                  sleep: Any = None, free: Optional[Callable[[], bool]] = None,
+                  reserve_s: float = 0.0, held: Optional[Callable[[], str]] = None) -> HandlerResult:
     """One round, waiting while another invocation (the timer's tick, or one whose marker ran out) holds the
     pool's planning claim: that tick listed the pending pods before this event's pod may have been waiting,
-    so letting go now could leave the pod for the next timer tick, minutes away. Bounded by this invocation's
-    time: a whole round must still fit after the wait. ``free``: whether the claim is free now (one Lease
-    read); the round runs again only then, not every poll (a round lists the cluster's Pending pods).
-    ``reserve_s``: time kept for a round after this one (an open holder's), out of the round and its wait."""
+    so letting go now could leave the pod for the next timer tick, minutes away. Bounded by
+    :data:`CLAIM_WAIT_S` and by this invocation's time (a whole round must still fit after the wait); past
+    either, the round ends in the tick's skip, saying how long it waited and (``held``: one Lease read) whose
+    claim it is and until when. ``free``: whether the claim is free now (one Lease read); the round runs
+    again only then, not every poll (a round lists the cluster's Pending pods). ``reserve_s``: time kept for
+    a round after this one (an open holder's), out of the round and its wait."""
     from functions.base.settings import longest_run_s
     from functions.rollout.plan_claim import planned_elsewhere
 
     result = tick(reserve_s)
+    since = time.monotonic()
     while result.outcome == "skip" and planned_elsewhere(result.reason):
-        if _left_s(started, settings) - reserve_s < CLAIM_POLL_S + longest_run_s(settings):
-            log.warning("plan marker", nodepool_id=pool_id, reason="another invocation plans the pool and no time "
-                        "is left to wait for it: the pods wait for the next event or the auto pool timer")
-            break
-        sleep(CLAIM_POLL_S)
+        waited = time.monotonic() - since
+        if _left_s(started, settings) - reserve_s < CLAIM_POLL_S + longest_run_s(settings) \
+                or waited + CLAIM_POLL_S > CLAIM_WAIT_S:
+            why = "no time is left to wait for it" if waited + CLAIM_POLL_S <= CLAIM_WAIT_S else \
+                "waited %d s for it, the most a pod event waits" % round(CLAIM_WAIT_S)
+            line = "another invocation plans auto pool %s and %s%s: the pods wait for the next event or the " \
+                   "auto pool timer, which plans the pool once the claim is given back or ends" % (
+                       pool_id, why, "" if held is None else " (%s)" % held())
+            log.warning("plan marker", nodepool_id=pool_id, reason=line)
+            return dataclasses.replace(result, reason="%s; %s" % (line, result.reason))
+        (sleep or time.sleep)(CLAIM_POLL_S)
         if free is None or free():
             result = tick(reserve_s)
     return result

@@ -9,6 +9,7 @@ not write, as this module keeps its slots). Times are the API server's (``KubeAp
 
 import json
 import logging
+import time
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
@@ -44,6 +45,8 @@ class Taken(NamedTuple):
     changed: Dict[pc.Gpu, float]
     now: float
     pool_changed: float = 0.0  # when any node of the pool last changed (fresh nodes included), 0.0: unknown
+    holder: str = ""  # the invocation whose claim keeps the pool, and when that claim ends at the latest
+    until: float = 0.0  # (bounded: ``claim_rules.bound_claim``); set by :meth:`PlanClaims.peek`
 
     def changed_since(self, listed: float) -> bool:
         """Whether the pool changed at or after ``listed`` (a list of the pending pods, on the same clock)."""
@@ -122,8 +125,13 @@ class PlanClaims:
         now = self.lease._now()[1]
         notes = (lease.get("metadata") or {}).get("annotations") or {}
         changed, touched = _marks(notes, now)
-        other = pc.held_by_another(pc.read_claim(notes.get(pc.PLANNING_ANNOTATION)), self.owner, now, self.horizon_s)
-        return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other) if other else "", changed, now, touched)
+        stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION))
+        other = pc.held_by_another(stored, self.owner, now, self.horizon_s)
+        if not other:
+            return Taken("", changed, now, touched)
+        bounded = pc.bound_claim(stored, now, self.horizon_s)
+        return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other), changed, now, touched, other,
+                     bounded.expires if bounded is not None else now)
 
     def release(self, pool_id: str, gpus: Iterable[pc.Gpu] = (), touched: bool = False) -> None:
         """Give the claim back and mark ``gpus`` changed now, and the pool when ``touched`` (or ``gpus``). A
@@ -259,11 +267,19 @@ def _dwell(taken: Taken, pending: Sequence[Mapping[str, Any]], settings: Any) ->
     return Dwell(taken.changed, taken.now, settings.auto_dwell_s, settings.auto_max_wait_s, waited)
 
 
+def claim_line(taken: Taken) -> str:
+    """Whose planning claim :meth:`PlanClaims.peek` found and when it ends (the API server's clock), or that
+    the pool is free now."""
+    if not taken.holder:
+        return "the pool's planning claim is free now"
+    return "invocation %s holds the pool's planning claim until %s, %d s from now, unless it gives it back " \
+           "first" % (taken.holder, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(taken.until)),
+                      max(0, round(taken.until - taken.now)))
+
+
 def peek_pool(kube: Any, pool_id: str, settings: Any, owner: str = "peek") -> Taken:
     """The pool's claim and change marks as :meth:`PlanClaims.peek` reads them, for an invocation that takes
     no claim itself (``advise``; a pod event waiting on another invocation's plan). KubeError: unreadable."""
-    import time
-
     return PlanClaims(kube, owner, time.time, horizon_s(settings), settings.auto_dwell_s).peek(pool_id, pool_id)
 
 

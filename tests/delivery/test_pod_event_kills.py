@@ -115,14 +115,19 @@ def _live_claim(server, now):
     return claim if claim is not None and claim.expires > now else None
 
 
-def test_a_pod_event_killed_after_every_write_frees_its_pool_for_the_next_event_within_its_hold(cluster, tmp_path):
+def test_a_pod_event_killed_after_every_write_frees_its_pool_for_the_next_event_within_its_hold(cluster, tmp_path,
+                                                                                                monkeypatch):
     """The holder killed after each of its writes (FC ends the instance): its marker held the pool for a whole
     run lease (the longest run, 37 minutes with the defaults), and every event of the pool meanwhile was
     answered ``coalesced`` into a plan that never came: their pods waited for the auto pool timer. The hold is
     now short (``coalesce.HOLD_S``) and renewed while the holder works, so a dead holder's pool is free within
     it: the next event, that much later, plans the pool (every pod waiting, the dead holder's too). Where the
     dead invocation still holds the pool's planning claim (a node's apply it started may still run), that
-    claim, not the marker, keeps the pool until the claim's end: the matrix above has the timer plan it."""
+    claim, not the marker, keeps the pool until the claim's end: the next event waited for it as long as its
+    own invocation allowed (hours, billed, its pod waiting anyway). It waits ``pod_event.CLAIM_WAIT_S`` at most
+    (shortened here), ends in one skip naming the claim's holder and its end, and lets the marker go; the
+    timer plans both pods once the claim has ended."""
+    from functions.pipeline import pod_event
     from functions.rollout.plan_marker import marker_lease
     from tests.delivery.test_auto_pool_e2e import POOL
 
@@ -130,7 +135,9 @@ def test_a_pod_event_killed_after_every_write_frees_its_pool_for_the_next_event_
     hold = co.HOLD_S
     _world(server, tmp_path)
     calls = _event(cluster, "first")[0]
-    planned = 0
+    monkeypatch.setattr(pod_event, "CLAIM_POLL_S", 0.05)
+    monkeypatch.setattr(pod_event, "CLAIM_WAIT_S", 0.3)
+    planned = waited = 0
     for k in range(1, len(calls) + 1):
         _world(server, tmp_path)
         done, result = _event(cluster, "first", k)
@@ -141,12 +148,28 @@ def test_a_pod_event_killed_after_every_write_frees_its_pool_for_the_next_event_
         lease = server.leases.get(("default", marker_lease(POOL))) or {"metadata": {}}
         marker = co.read_marker((lease["metadata"].get("annotations") or {}).get(co.MARKER_ANNOTATION), now, hold)
         assert not marker.live(now), (where, marker)
-        if _live_claim(server, now):
+        claim = _live_claim(server, now)
+        waiting(server, "second", "1g.10gb")
+        if claim:  # a node's apply the dead run started may still run: the pool waits for the claim's end
+            waited += 1
+            second = _event(cluster, "second")[1]
+            assert second is not None and second.outcome == "skip", (where, second and second.reason)
+            until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(claim.expires))
+            assert "invocation %s holds the pool's planning claim until %s" % (claim.owner, until) in second.reason, \
+                (where, second.reason)
+            assert "waited 0 s for it" in second.reason and "auto pool timer" in second.reason, second.reason
+            lease = server.leases[("default", marker_lease(POOL))]
+            assert co.read_marker(lease["metadata"]["annotations"][co.MARKER_ANNOTATION], now, hold).holder == "", \
+                where  # let go: the next event is not coalesced into a waiter that left
+            server.clock = lambda: time.time() + 2 * 86400  # the timer, once the claim has ended
+            tick = run(TICK, cluster)
+            held = profiles(state_file)
+            assert "2g.20gb" in held and "1g.10gb" in held, (where, held, tick.reason)
             continue
         planned += 1
-        waiting(server, "second", "1g.10gb")
         second = _event(cluster, "second")[1]
         assert second is not None and second.outcome == "done", (where, second and second.reason)
         held = profiles(state_file)
         assert "2g.20gb" in held and "1g.10gb" in held, (where, held, second.reason)
     assert planned >= 2, calls  # a kill before the planning claim and one after it was given back, at least
+    assert waited >= 1, calls  # a kill while the claim was held

@@ -154,9 +154,11 @@ def test_no_round_starts_once_less_than_a_whole_round_is_left(monkeypatch):
 
 
 def test_a_wait_for_another_invocations_claim_ends_while_a_round_still_fits(monkeypatch):
-    """The wait is bounded by the invocation: FC ends an invocation at its Timeout, mid-round."""
+    """The wait is bounded by the invocation too: FC ends an invocation at its Timeout, mid-round (the wait's
+    own bound set past it here)."""
     settings = settings_of(4440)
     clock = [1000.0]
+    monkeypatch.setattr(pod_event, "CLAIM_WAIT_S", 10.0 ** 6)
     monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
     ticks = []
 
@@ -174,6 +176,43 @@ def test_a_wait_for_another_invocations_claim_ends_while_a_round_still_fits(monk
     assert pod_event._left_s(1000.0, settings) >= longest_run_s(settings)  # a whole round still fits
     assert pod_event._left_s(1000.0, settings) < longest_run_s(settings) + pod_event.CLAIM_POLL_S
     assert len(ticks) > 1 and any("no time is left to wait" in w for w in log.warnings)
+
+
+def test_a_wait_for_another_invocations_claim_is_bounded_and_lets_the_pool_go(monkeypatch):
+    """Another invocation's planning claim outlives the wait: a run FC ended while it held the claim keeps it
+    until its invocation's end (hours: a node's apply it started may still run). The holder looked again
+    every 2 s for as long as its own invocation allowed, billed, and the events coalesced into it meanwhile
+    kept it waiting round after round. It waits pod_event.CLAIM_WAIT_S at most, then ends in one skip naming
+    the claim's holder and its end, and lets the marker go: the next event is not coalesced into a waiter
+    that left."""
+    settings = settings_of(14400)
+    clock = [1000.0]
+    monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
+    kube = MemoryKube()
+    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
+    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    roles, rounds = [], []
+
+    def tick(reserve_s=0.0):
+        if not roles:
+            roles.append(other.arrive(POOL, "llm/second", "e2")[0])  # an event during the wait
+        return result("skip", "pool %s %s dead-run" % (POOL, BEING_PLANNED))
+
+    def sleep(seconds):
+        assert clock[0] - 1000.0 < pod_event.CLAIM_WAIT_S, "waited past the bound"
+        clock[0] += seconds
+
+    log = Log()
+    monkeypatch.setattr(pod_event.time, "sleep", sleep)
+    pod_event._rounds(holder, POOL, tick, rounds, 1000.0, settings, log, free=lambda: True,
+                      held=lambda: "invocation dead-run holds it until 2026-12-07T23:00:00Z")
+    assert roles == [co.COALESCED]
+    assert [r.outcome for r in rounds] == ["skip"], rounds
+    reason = rounds[0].reason
+    assert "invocation dead-run holds it until 2026-12-07T23:00:00Z" in reason, reason
+    assert "waited %d s" % pod_event.CLAIM_WAIT_S in reason and "auto pool timer" in reason, reason
+    assert stored(kube).holder == ""
+    assert other.arrive(POOL, "llm/third", "e3")[0] == co.PLAN  # the next event plans (waits) itself
 
 
 def test_letting_go_leaves_another_holders_marker_alone():
