@@ -738,8 +738,8 @@ MUTANTS = (
            ("tests/rollout/test_pod_event_rounds.py",),
            "an event waits for a dead run's planning claim as long as its own invocation allows: hours billed"),
     mutant("pod-event-claim-wait-keeps-marker", "functions/pipeline/pod_event.py",
-           '        if rounds[-1].outcome in ("retry", "error") or planned_elsewhere(rounds[-1].reason):',
-           '        if rounds[-1].outcome in ("retry", "error"):',
+           '        if rounds[-1].outcome in ("retry", "error") or rounds[-1].outcome == "skip" and \\\n',
+           '        if rounds[-1].outcome in ("retry", "error") or False and \\\n',
            ("tests/rollout/test_pod_event_rounds.py",),
            "a holder whose wait for another claim ran out plans again for the asks it took: it waits round after "
            "round while events keep coming"),

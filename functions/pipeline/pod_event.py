@@ -491,7 +491,8 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
         reserve = longest_run_s(settings) if is_open else 0.0
         rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free, reserve_s=reserve,
                                     held=held))
-        if rounds[-1].outcome in ("retry", "error") or planned_elsewhere(rounds[-1].reason):
+        if rounds[-1].outcome in ("retry", "error") or rounds[-1].outcome == "skip" and \
+                planned_elsewhere(rounds[-1].reason):
             # a failed round, or another invocation's claim that outlived the wait (another round would only
             # wait again, as long as events keep asking): let go, so later events are not answered coalesced
             # into an invocation that returned, for its hold
