@@ -13,7 +13,7 @@ import json
 from typing import Any, Dict, NamedTuple
 
 from functions.base.errors import BadEvent, SkipEvent
-from node_bootstrap.outside import OutsideDataError, loads
+from node_bootstrap.outside import OutsideDataError, json_type, loads
 
 # ---- event types, by what they mean for us ----
 SCALE_OUT_TYPES = (
@@ -98,7 +98,7 @@ def _json_object_or_base64(text: str, what: str) -> Dict[str, Any]:
                 raise BadEvent("%s is neither JSON nor Base64-encoded JSON; send a JSON object" % what) from None
             raise BadEvent("%s; send a JSON object" % again) from None
     if not isinstance(value, dict):
-        raise BadEvent("%s is a JSON %s; send a JSON object" % (what, type(value).__name__))
+        raise BadEvent("%s is %s; send a JSON object" % (what, json_type(value)))
     return value
 
 
@@ -141,7 +141,7 @@ def _decode(raw: Any) -> Dict[str, Any]:
                            "invocation carries one event" % len(raw))
         raw = raw[0]
     if not isinstance(raw, dict):
-        raise BadEvent("event is a JSON %s; send a JSON object" % type(raw).__name__)
+        raise BadEvent("event is %s; send a JSON object" % json_type(raw))
     return raw
 
 
@@ -157,8 +157,8 @@ def read_envelope(raw: Any) -> Envelope:
     if "specversion" in body or ("type" in body and "source" in body and "data" in body):
         etype = body.get("type")
         if not isinstance(etype, str):
-            raise BadEvent("event field envelope.type: missing or not text; a CloudEvent needs id, source, "
-                           "type and specversion")
+            raise BadEvent("event field envelope.type: %s; a CloudEvent needs id, source, type and specversion"
+                           % ("expected text, got %s" % json_type(etype) if "type" in body else "missing"))
         if etype == LIFECYCLE_TEST:
             raise SkipEvent("lifecycle hook test notification acknowledged; nothing to do", _TRIGGER_TEST,
                             etype)

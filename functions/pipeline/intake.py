@@ -24,7 +24,7 @@ from functions.pipeline.envelope import (ACTIONTRAIL_TYPES, ECS_STATE_CHANGE, FA
                        shown as _shown)
 from functions.base.errors import BadEvent, SkipEvent
 from functions.base.model import InvalidTarget, LifecycleHook, PodRef, Request, Trigger
-from node_bootstrap.outside import OutsideDataError, loads
+from node_bootstrap.outside import OutsideDataError, json_type, loads
 
 __all__ = ["HANDLED_TYPES", "LIFECYCLE_TEST", "NODEPOOL_OPERATIONS", "parse_envelope", "parse_event"]
 
@@ -84,7 +84,7 @@ def _instance_ids(value: Any) -> List[str]:
         else:
             value = [v.strip() for v in text.split(",") if v.strip()]
     if not isinstance(value, list):
-        raise ValueError("instance ids must be a list of i-... ids, got %s" % type(value).__name__)
+        raise ValueError("instance ids: expected a list of i-... ids, got %s" % json_type(value))
     if len(value) > MAX_INSTANCE_IDS:
         raise ValueError("%d instance ids; an event names at most %d (the most instances Auto Scaling adds in "
                          "one scaling activity): send them in several events" % (len(value), MAX_INSTANCE_IDS))
@@ -152,7 +152,8 @@ class ManualPayload(BaseModel):
     @classmethod
     def _strict_bool(cls, v: Any, info: Any) -> Any:
         if not isinstance(v, bool):
-            raise ValueError("%s must be true or false, got %s" % (info.field_name, _shown(v)))
+            raise ValueError("%s: expected true or false, got %s" % (info.field_name, "text %s" % _shown(v)
+                                                                       if isinstance(v, str) else json_type(v)))
         return v
 
 
@@ -298,6 +299,12 @@ def _flatten_content(data: Any, where: str = "data") -> Dict[str, Any]:
     return merged
 
 
+# pydantic's error types of a value of the wrong type (pydantic_core's ErrorType), by the type expected.
+_TYPE_WORDS = {"string_type": "text", "dict_type": "an object", "model_type": "an object", "model_attributes_type":
+               "an object", "list_type": "a list", "bool_type": "true/false", "int_type": "a number",
+               "float_type": "a number"}
+
+
 def _field_error(exc: ValidationError, where: str, hint: str = "") -> BadEvent:
     err = exc.errors()[0]
     # a location is the sender's field names: each shown bounded and quoted when it is not a plain name
@@ -305,6 +312,8 @@ def _field_error(exc: ValidationError, where: str, hint: str = "") -> BadEvent:
                    for p in err.get("loc", ()) if p != "__root__")
     field = "%s.%s" % (where, loc) if loc else where
     msg = str(err.get("msg", "invalid")).replace("Value error, ", "")
+    if err.get("type") in _TYPE_WORDS:  # pydantic's words name Python's types and our classes: json_type's instead
+        msg = "expected %s, got %s" % (_TYPE_WORDS[err["type"]], json_type(err.get("input")))
     if err.get("type") == "extra_forbidden" and loc:
         # A typo in a hand-written payload: name the field as the user wrote it, and the nearest accepted one.
         import difflib

@@ -1,0 +1,86 @@
+"""What the event intake calls a value of the wrong type: ``node_bootstrap.outside.json_type``'s words, as every
+other reader of outside data (tests/function/test_value_words.py). The envelope said "is a JSON dict" and "got
+list" (Python's type names), and pydantic's own lines said "a valid dictionary or instance of PodEventPayload"
+(a class of ours): words a person sending an event has no use for. Each case starts from a real sample event."""
+
+import json
+
+import pytest
+
+from functions.base.errors import BadEvent
+from functions.pipeline.intake import parse_event
+from node_bootstrap.outside import json_type
+from tests.function.conftest import event_json
+
+# Python's names for the types, and pydantic's words for them: none belongs in a line about an event.
+PYTHON_WORDS = ("dict", "list,", "str", "int", "float", "bool", "NoneType", "instance of", "valid string",
+                "Payload", "InvolvedObject")
+VALUES = [5, 1.5, True, None, "text", [1], {"a": 1}]
+
+
+def _refusal(event):
+    with pytest.raises(BadEvent) as info:
+        parse_event(json.dumps(event))
+    return info.value.reason
+
+
+def _clean(reason):
+    assert "\n" not in reason and not any(word in reason for word in PYTHON_WORDS), reason
+
+
+def _set(event, path, value):
+    *parents, last = path
+    for key in parents:
+        event = event[key]
+    event[last] = value
+
+
+# (sample event, field path, the accepted form the line names, the field as the line names it)
+FIELDS = [
+    ("ess_scale_out_success.json", ("id",), "text", "envelope.id"),
+    ("ess_scale_out_success.json", ("type",), "text", "envelope.type"),
+    ("ess_scale_out_success.json", ("subject",), "text", "envelope.subject"),
+    ("ack_pod_failed_scheduling.json", ("data", "involvedObject"), "an object", "data.involvedObject"),
+    ("ack_pod_failed_scheduling.json", ("data", "involvedObject", "name"), "text", "data.involvedObject.name"),
+    ("actiontrail_api_scale_nodepool.json", ("data", "requestParameters"), "an object",
+     "data.requestParameters"),
+    ("actiontrail_api_scale_nodepool.json", ("data", "eventName"), "text", "data.eventName"),
+    ("ecs_instance_running.json", ("data", "resourceId"), "text", "data.resourceId"),
+    ("fc_timer.json", ("payload",), "text", "timer.payload"),
+    ("manual.json", ("instance_ids",), "a list of i-... ids", "payload.instance_ids"),
+    ("manual.json", ("dry_run",), "true or false", "payload.dry_run"),
+]
+
+
+@pytest.mark.parametrize("sample, path, expected, where", FIELDS)
+@pytest.mark.parametrize("value", VALUES)
+def test_a_field_of_the_wrong_type_is_named_in_json_words(sample, path, expected, where, value):
+    if expected.startswith(json_type(value)) or (value is None and path[-1] in ("subject", "requestParameters", "payload", "instance_ids")):
+        return  # the accepted type itself, or a field that may be null
+    if value is True and expected == "true or false":
+        return
+    if isinstance(value, str) and expected.startswith("a list"):
+        return  # instance ids may come as a comma-separated string
+    event = event_json(sample)
+    _set(event, path, value)
+    reason = _refusal(event)
+    got = "text 'text'" if value == "text" and expected == "true or false" else json_type(value)
+    assert where in reason and "expected %s, got %s" % (expected, got) in reason, reason
+    _clean(reason)
+
+
+@pytest.mark.parametrize("value", [v for v in VALUES if not isinstance(v, dict)])
+def test_a_whole_event_or_mns_message_that_is_no_object_is_named_in_json_words(value):
+    """The event itself, and the message inside an MNS trigger's wrapper (here Base64 of the JSON)."""
+    import base64
+
+    if value is not None and value != "text" and not isinstance(value, list):  # a list of one is unwrapped
+        with pytest.raises(BadEvent) as info:
+            parse_event(json.dumps(value).encode())
+        assert "event is %s; send a JSON object" % json_type(value) in info.value.reason, info.value.reason
+        _clean(info.value.reason)
+    wrapper = event_json("mns_topic_json_base64_lifecycle_scale_out.json")
+    wrapper["Message"] = base64.b64encode(json.dumps(value).encode()).decode()
+    reason = _refusal(wrapper)
+    assert "Message (MNS trigger) is %s; send a JSON object" % json_type(value) in reason, reason
+    _clean(reason)
