@@ -288,14 +288,23 @@ def _maybe_json(value: Any, where: str = "") -> Any:
 
 
 def _flatten_content(data: Any, where: str = "data") -> Dict[str, Any]:
-    """``data`` with a nested ``content`` object (MNS and CloudMonitor layout) merged over it."""
+    """``data`` with a nested ``content`` object (MNS and CloudMonitor layout) merged over it. Absent (null) is
+    empty; any other value that is no object (a number, a list, JSON encoded twice) is a BadEvent naming it: read
+    as empty, it was blamed on a field it never lacked. The same holds for the MNS form's ``content`` (the ESS
+    notification itself); a ``content`` inside ``data`` that is no object is left out, as before (CloudMonitor's
+    layout is not confirmed, and ``data`` may name the group without it)."""
     data = _maybe_json(data, where)
-    if not isinstance(data, dict):
+    if data is None:
         return {}
+    if not isinstance(data, dict):
+        raise BadEvent("event field %s: expected an object, got %s" % (where, json_type(data)))
     merged = dict(data)
-    content = _maybe_json(data.get("content"), where + ".content" if where != "content" else "content")
+    inner = where + ".content" if where != "content" else "content"
+    content = _maybe_json(data.get("content"), inner)
     if isinstance(content, dict):
         merged.update(content)
+    elif content is not None and where == "content":  # the MNS form: content is the notification itself
+        raise BadEvent("event field %s: expected an object, got %s" % (inner, json_type(content)))
     return merged
 
 

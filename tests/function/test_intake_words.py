@@ -84,3 +84,30 @@ def test_a_whole_event_or_mns_message_that_is_no_object_is_named_in_json_words(v
     reason = _refusal(wrapper)
     assert "Message (MNS trigger) is %s; send a JSON object" % json_type(value) in reason, reason
     _clean(reason)
+
+
+@pytest.mark.parametrize("sample", ["ess_scale_out_success.json", "cloudmonitor_scale_out_success.json",
+                                    "ess_lifecycle_scale_out.json", "ecs_instance_running.json"])
+@pytest.mark.parametrize("twice", [False, True])
+@pytest.mark.parametrize("value", [5, True, [1], "text"])
+def test_data_that_is_no_object_is_named_not_read_as_empty(sample, value, twice):
+    """``data`` of another type read as an empty object: the line then blamed a missing field
+    (``data.scalingGroupId: missing, and no instanceIds either``) of data that was all there, JSON-encoded twice
+    (``twice``: a string holding a string of the JSON object) or of another type altogether."""
+    event = event_json(sample)
+    if twice:
+        event["data"] = json.dumps(json.dumps(event["data"]))
+        value = "text"
+    else:
+        event["data"] = value
+    reason = _refusal(event)
+    assert reason.startswith("event field data: expected an object, got %s" % json_type(value)), reason
+    _clean(reason)
+
+
+@pytest.mark.parametrize("value", [5, [1], "text"])
+def test_a_content_that_is_no_object_is_named_not_read_as_empty(value):
+    event = event_json("mns_lifecycle_scale_out.json")
+    event["content"] = value
+    reason = _refusal(event)
+    assert reason.startswith("event field content: expected an object, got %s" % json_type(value)), reason
