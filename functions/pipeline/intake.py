@@ -45,11 +45,28 @@ def _aliases(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
+# The control characters CloudEvents 1.0 disallows in a String ("Type System": U+0000-U+001F, U+007F-U+009F).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _text_problem(value: str) -> Optional[str]:
+    """Why a string field's value is refused, or None. Longer than MAX_TEXT: event ids, types and trigger names
+    are copied into every log line and the result, so one huge field would cost its size many times over. A
+    control character: a line break or a terminal escape would go into those lines and the run record as is."""
+    if len(value) > MAX_TEXT:
+        return "text of %d characters; event fields are at most %d" % (len(value), MAX_TEXT)
+    control = _CONTROL.search(value)
+    if control:
+        return ("text holding a control character (U+%04X); event fields are printable text"
+                % ord(control.group()))
+    return None
+
+
 def _bounded(value: Any) -> Any:
-    """A string field's value, refused when longer than MAX_TEXT: event ids, types and trigger names are
-    copied into every log line and the result, so one huge field would cost its size many times over."""
-    if isinstance(value, str) and len(value) > MAX_TEXT:
-        raise ValueError("text of %d characters; event fields are at most %d" % (len(value), MAX_TEXT))
+    """A string field's value, refused (ValueError) for what ``_text_problem`` says."""
+    problem = _text_problem(value) if isinstance(value, str) else None
+    if problem:
+        raise ValueError(problem)
     return value
 
 
@@ -345,9 +362,9 @@ def _pick(mapping: Mapping[str, Any], *names: str, where: str = "") -> Optional[
     for name in names:
         value = mapping.get(name)
         if isinstance(value, str) and value:
-            if len(value) > MAX_TEXT:
-                raise BadEvent("event field %s%s: text of %d characters; event fields are at most %d"
-                               % (where + "." if where else "", name, len(value), MAX_TEXT))
+            problem = _text_problem(value)
+            if problem:
+                raise BadEvent("event field %s%s: %s" % (where + "." if where else "", name, problem))
             return value
     return None
 

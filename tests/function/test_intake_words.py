@@ -111,3 +111,41 @@ def test_a_content_that_is_no_object_is_named_not_read_as_empty(value):
     event["content"] = value
     reason = _refusal(event)
     assert reason.startswith("event field content: expected an object, got %s" % json_type(value)), reason
+
+
+# Control characters: CloudEvents 1.0 ("Type System", String) disallows U+0000-U+001F and U+007F-U+009F in an
+# attribute's text. A terminal escape (ESC [ ... m) or a line break in an event id went into every log line,
+# the result and the run record as it was.
+CONTROLS = ["a\x1b[31mred", "two\nlines", "nul\x00", "del\x7f", "c1\x85next", "cr\r"]
+TEXT_FIELDS = [
+    ("ess_scale_out_success.json", ("id",), "envelope.id"),
+    ("ess_scale_out_success.json", ("subject",), "envelope.subject"),
+    ("ess_scale_out_success.json", ("aliyunregionid",), "envelope.aliyunregionid"),
+    ("ack_pod_failed_scheduling.json", ("data", "involvedObject", "kind"), "data.involvedObject.kind"),
+    ("actiontrail_api_scale_nodepool.json", ("data", "acsRegion"), "data.acsRegion"),
+    ("ess_lifecycle_scale_out.json", ("data", "lifecycleActionToken"), "data.lifecycleActionToken"),
+    ("mns_lifecycle_scale_out.json", ("regionId",), "regionId"),
+    ("mns_lifecycle_scale_out.json", ("content", "requestId"), "content.requestId"),
+    ("fc_timer.json", ("triggerName",), "timer.triggerName"),
+]
+
+
+@pytest.mark.parametrize("sample, path, where", TEXT_FIELDS)
+@pytest.mark.parametrize("text", CONTROLS)
+def test_event_text_with_a_control_character_is_refused_naming_the_field(sample, path, where, text):
+    event = event_json(sample)
+    _set(event, path, text)
+    reason = _refusal(event)
+    assert where in reason and "control character" in reason, reason
+    assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in reason), repr(reason)
+
+
+def test_an_event_id_with_a_control_character_changes_nothing_and_says_so_in_one_line():
+    from tests.function.test_pipeline import INVENTORY, Recorder, quiet, run_event, settings
+
+    event = event_json("ess_scale_out_success.json")
+    event["id"] = "x\x1b]0;owned\x07\ny"
+    recorder = Recorder()
+    result = run_event(json.dumps(event), settings(), inventory=INVENTORY, executor=recorder, logger=quiet())
+    assert result.outcome == "error" and recorder.calls == [], (result.outcome, result.reason)
+    assert "envelope.id" in result.reason and "\x1b" not in json.dumps(result.to_json(), ensure_ascii=False)
