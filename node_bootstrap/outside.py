@@ -111,9 +111,23 @@ def depth(text, limit=MAX_DEPTH):
     return level
 
 
-def loads(data, what, max_bytes=DEFAULT_MAX_BYTES, max_depth=MAX_DEPTH):
-    # type: (Union[str, bytes], str, int, int) -> Any
-    """``data`` (text or UTF-8 bytes) as JSON under the rule above; OutsideDataError naming ``what``."""
+def _unique(pairs):
+    # type: (List[Any]) -> Dict[str, Any]
+    """An object's members, refused when a name comes twice: the decoder would keep the last value and say
+    nothing, where another reader of the same text (a person, a filter) may take the first."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()  # type: set
+        twice = next(name for name, _ in pairs if name in seen or seen.add(name))
+        raise OutsideDataError("the field %r appears twice (each field at most once)" % twice[:40])
+    return obj
+
+
+def loads(data, what, max_bytes=DEFAULT_MAX_BYTES, max_depth=MAX_DEPTH, unique_keys=False):
+    # type: (Union[str, bytes], str, int, int, bool) -> Any
+    """``data`` (text or UTF-8 bytes) as JSON under the rule above; OutsideDataError naming ``what``.
+    ``unique_keys``: an object that names a field twice is refused too (what a person or another service
+    wrote, where the two readings must not differ: an event)."""
     if data is None:
         raise OutsideDataError("%s is empty" % what)
     if len(data) > max_bytes:
@@ -128,7 +142,8 @@ def loads(data, what, max_bytes=DEFAULT_MAX_BYTES, max_depth=MAX_DEPTH):
     if depth(data, max_depth) > max_depth:
         raise OutsideDataError("%s is nested too deeply (more than %d levels)" % (what, max_depth))
     try:
-        value = json.loads(data, parse_constant=_refuse_constant, parse_float=_float, parse_int=_int)
+        value = json.loads(data, parse_constant=_refuse_constant, parse_float=_float, parse_int=_int,
+                           object_pairs_hook=_unique if unique_keys else None)
         if _SURROGATE_ESCAPE.search(data):
             _whole_text(value)
         return value

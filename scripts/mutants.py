@@ -80,6 +80,11 @@ MUTANTS = (
            "    if False:\n        raise ValueError(",
            ("tests/function/test_event_bounds.py", "tests/function/test_intake.py"),
            "event string fields longer than 512 characters are accepted and copied into every log line"),
+    mutant("intake-duplicate-keys-kept", "functions/pipeline/envelope.py",
+           'raw = loads(raw, "event", MAX_EVENT_BYTES, unique_keys=True)',
+           'raw = loads(raw, "event", MAX_EVENT_BYTES)',
+           ("tests/function/test_intake_words.py",),
+           "an event naming a field twice is read with the last value, where a reviewer or a filter read the first"),
     # ---- redaction (issue 20 item 2) ----
     mutant("logs-authorization-not-secret", "functions/base/logs.py",
            '"apikey",\n                 "authorization", "credential", "cookie")',

@@ -80,7 +80,7 @@ MNS_WRAPPER_FIELDS = ("TopicOwner", "TopicName", "SubscriptionName", "MessageId"
 def _json_object_or_base64(text: str, what: str) -> Dict[str, Any]:
     """``text`` as a JSON object, or as Base64 of one (one level of encoding, no more)."""
     try:
-        value = loads(text, what, MAX_EVENT_BYTES)
+        value = loads(text, what, MAX_EVENT_BYTES, unique_keys=True)
     except OutsideDataError as exc:
         if not exc.syntax:
             raise BadEvent("%s; send a JSON object" % exc) from None
@@ -92,7 +92,7 @@ def _json_object_or_base64(text: str, what: str) -> Dict[str, Any]:
         except (binascii.Error, UnicodeDecodeError, ValueError):
             raise BadEvent("%s is neither JSON nor Base64-encoded JSON; send a JSON object" % what) from None
         try:
-            value = loads(decoded, what, MAX_EVENT_BYTES)
+            value = loads(decoded, what, MAX_EVENT_BYTES, unique_keys=True)
         except OutsideDataError as again:
             if again.syntax:
                 raise BadEvent("%s is neither JSON nor Base64-encoded JSON; send a JSON object" % what) from None
@@ -128,7 +128,7 @@ def _decode(raw: Any) -> Dict[str, Any]:
         if not raw.strip():
             raise BadEvent("event is empty; send a JSON object, e.g. {\"cluster_id\": \"c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b\"}")
         try:
-            raw = loads(raw, "event", MAX_EVENT_BYTES)  # the reader rule: bounded, finite (outside.py)
+            raw = loads(raw, "event", MAX_EVENT_BYTES, unique_keys=True)  # the reader rule (outside.py)
         except OutsideDataError as exc:
             stripped = raw.strip()
             if not exc.syntax or stripped[:1] in ("{", "[", '"') or not _looks_base64(stripped):

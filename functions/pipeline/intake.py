@@ -293,11 +293,11 @@ def _maybe_json(value: Any, where: str = "") -> Any:
     decoder can follow is bad input (BadEvent naming ``where``; a ValueError inside a model validator)."""
     if isinstance(value, str) and value.strip()[:1] in ("{", "["):
         try:
-            return loads(value, "JSON text")
+            return loads(value, "JSON text", unique_keys=True)
         except OutsideDataError as exc:
             if exc.syntax:
                 return value
-            message = "%s; send it flat (at most a few levels), with finite numbers" % exc
+            message = "%s; send it flat (at most a few levels), with finite numbers, each field once" % exc
             if where:
                 raise BadEvent("event field %s: %s" % (where, message)) from None
             raise ValueError(message) from None

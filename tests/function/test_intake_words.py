@@ -55,7 +55,8 @@ FIELDS = [
 @pytest.mark.parametrize("sample, path, expected, where", FIELDS)
 @pytest.mark.parametrize("value", VALUES)
 def test_a_field_of_the_wrong_type_is_named_in_json_words(sample, path, expected, where, value):
-    if expected.startswith(json_type(value)) or (value is None and path[-1] in ("subject", "requestParameters", "payload", "instance_ids")):
+    nullable = ("subject", "requestParameters", "payload", "instance_ids")
+    if expected.startswith(json_type(value)) or (value is None and path[-1] in nullable):
         return  # the accepted type itself, or a field that may be null
     if value is True and expected == "true or false":
         return
@@ -149,3 +150,50 @@ def test_an_event_id_with_a_control_character_changes_nothing_and_says_so_in_one
     result = run_event(json.dumps(event), settings(), inventory=INVENTORY, executor=recorder, logger=quiet())
     assert result.outcome == "error" and recorder.calls == [], (result.outcome, result.reason)
     assert "envelope.id" in result.reason and "\x1b" not in json.dumps(result.to_json(), ensure_ascii=False)
+
+
+# A field written twice: Python's decoder keeps the last value and says nothing, where another reader (a person
+# reviewing the payload, a filter that reads the first) may see the first. CloudEvents 1.0: "Each context
+# attribute MUST only appear at most once"; RFC 8259 section 4: the names within an object SHOULD be unique.
+def _twice(text, field, first):
+    """``text`` (JSON of an object) with ``"field": first`` written before the field's own entry."""
+    key = '"%s": ' % field
+    assert text.count(key) == 1, text
+    return text.replace(key, key + json.dumps(first) + ", " + key)
+
+
+def test_a_cloudevent_attribute_written_twice_is_refused_naming_it():
+    text = _twice(json.dumps(event_json("ess_scale_out_success.json")), "type", "ess:LifecycleHook:Test")
+    with pytest.raises(BadEvent) as info:
+        parse_event(text.encode())
+    assert "'type' appears twice" in info.value.reason, info.value.reason
+
+
+def test_a_data_field_written_twice_is_refused_naming_it():
+    event = event_json("ess_scale_out_success.json")
+    text = _twice(json.dumps(event), "scalingGroupId", "asg-other")
+    with pytest.raises(BadEvent, match="'scalingGroupId' appears twice"):
+        parse_event(text)
+    event["data"] = _twice(json.dumps(event["data"]), "scalingGroupId", "asg-other")  # data as JSON text
+    with pytest.raises(BadEvent, match="event field data: .*'scalingGroupId' appears twice"):
+        parse_event(json.dumps(event))
+
+
+def test_a_dry_run_written_twice_in_a_timer_payload_is_refused_not_run_for_real():
+    """``{"dry_run": true, "dry_run": false}``: whoever reads the first sees a dry run; the decoder kept false."""
+    event = event_json("fc_timer.json")
+    event["payload"] = _twice(json.dumps({"cluster_id": "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b", "dry_run": False}),
+                              "dry_run", True)
+    with pytest.raises(BadEvent) as info:
+        parse_event(json.dumps(event))
+    assert "timer.payload" in info.value.reason and "'dry_run' appears twice" in info.value.reason, info.value.reason
+
+
+def test_an_mns_message_with_a_field_written_twice_is_refused_naming_it():
+    import base64
+
+    wrapper = event_json("mns_topic_json_base64_lifecycle_scale_out.json")
+    body = json.dumps(json.loads(base64.b64decode(wrapper["Message"])))
+    wrapper["Message"] = base64.b64encode(_twice(body, "lifecycleActionToken", "other").encode()).decode()
+    with pytest.raises(BadEvent, match="Message .*'lifecycleActionToken' appears twice"):
+        parse_event(json.dumps(wrapper))
