@@ -77,7 +77,10 @@ Text = Annotated[str, BeforeValidator(_bounded)]
 def _check_id(value: Any, what: str, example: str) -> Optional[str]:
     if value is None or value == "":
         return None
-    if not isinstance(value, str) or not _RESOURCE_ID.match(value):
+    if not isinstance(value, str):  # named, not quoted: '12345' would read as the letters and digits it asks for
+        raise ValueError("%s: expected text, got %s; an id is letters, digits, '-', '_' or '.', e.g. %s"
+                         % (what, json_type(value), example))
+    if not _RESOURCE_ID.match(value):
         raise ValueError("%s %s is not an id; expected letters, digits, '-', '_' or '.', e.g. %s"
                          % (what, _shown(value), example))
     return value

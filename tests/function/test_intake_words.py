@@ -197,3 +197,20 @@ def test_an_mns_message_with_a_field_written_twice_is_refused_naming_it():
     wrapper["Message"] = base64.b64encode(_twice(body, "lifecycleActionToken", "other").encode()).decode()
     with pytest.raises(BadEvent, match="Message .*'lifecycleActionToken' appears twice"):
         parse_event(json.dumps(wrapper))
+
+
+@pytest.mark.parametrize("sample, path, where", [
+    ("manual.json", ("cluster_id",), "payload.cluster_id"),
+    ("manual.json", ("nodepool_id",), "payload.nodepool_id"),
+    ("ess_scale_out_success.json", ("data", "scalingGroupId"), "data.scalingGroupId"),
+    ("ess_lifecycle_scale_out.json", ("data", "lifecycleHookId"), "data.lifecycleHookId"),
+])
+@pytest.mark.parametrize("value", [12345, True, 1.5])
+def test_an_id_that_is_a_number_or_true_is_named_as_such_not_quoted_as_text(sample, path, where, value):
+    """``"cluster_id": 12345`` was refused as ``cluster_id '12345' is not an id; expected letters, digits...``:
+    quoted as the text '12345', which is letters and digits, so the line contradicted itself."""
+    event = event_json(sample)
+    _set(event, path, value)
+    reason = _refusal(event)
+    assert where in reason and "expected text, got %s" % json_type(value) in reason, reason
+    assert repr(json.dumps(value)) not in reason, reason
