@@ -81,7 +81,7 @@ MUTANTS = (
            ("tests/function/test_event_bounds.py", "tests/function/test_intake.py"),
            "event string fields longer than 512 characters are accepted and copied into every log line"),
     mutant("intake-control-characters-kept", "functions/pipeline/intake.py",
-           "    control = _CONTROL.search(value)\n",
+           "    control = CONTROL.search(value)\n",
            "    control = None\n",
            ("tests/function/test_intake_words.py",),
            "an event id holding a terminal escape or a line break goes into every log line and the run record"),

@@ -10,6 +10,7 @@ never loads pydantic, the cloud SDKs or paramiko: an FC cold start on it costs a
 """
 
 import json
+import re
 from typing import Any, Dict, NamedTuple
 
 from functions.base.errors import BadEvent, SkipEvent
@@ -51,6 +52,10 @@ KIND_CLOUDEVENT = "cloudevent"
 KIND_MNS = "mns"
 KIND_TIMER = "timer"
 KIND_MANUAL = "manual"
+
+# The control characters CloudEvents 1.0 disallows in a String ("Type System": U+0000-U+001F, U+007F-U+009F);
+# functions.pipeline.intake refuses them in every text field it keeps.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 # Trigger values used in skip results decided here (functions.base.model.Trigger holds the same values).
 _TRIGGER_TEST = "test"
@@ -146,8 +151,6 @@ def _decode(raw: Any) -> Dict[str, Any]:
 
 
 def _looks_base64(text: str) -> bool:
-    import re
-
     return len(text) >= 8 and re.fullmatch(r"[A-Za-z0-9+/\s]+={0,2}", text) is not None
 
 
@@ -159,6 +162,10 @@ def read_envelope(raw: Any) -> Envelope:
         if not isinstance(etype, str):
             raise BadEvent("event field envelope.type: %s; a CloudEvent needs id, source, type and specversion"
                            % ("expected text, got %s" % json_type(etype) if "type" in body else "missing"))
+        control = CONTROL.search(etype)
+        if control:  # read here, before any model: it would be a skip's event_type on every line, as it is
+            raise BadEvent("event field envelope.type: text holding a control character (U+%04X); event fields "
+                           "are printable text" % ord(control.group()))
         if etype == LIFECYCLE_TEST:
             raise SkipEvent("lifecycle hook test notification acknowledged; nothing to do", _TRIGGER_TEST,
                             etype)

@@ -18,10 +18,10 @@ from typing import Annotated, Any, Dict, List, Mapping, Optional
 
 from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from functions.pipeline.envelope import (ACTIONTRAIL_TYPES, ECS_STATE_CHANGE, FAILED_SCHEDULING, HANDLED_TYPES,
-                       KIND_CLOUDEVENT, KIND_MNS, KIND_TIMER, LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST, MANUAL_FIELDS,
-                       MAX_INSTANCE_IDS, MAX_TEXT, POD_EVENT, SCALE_OUT_TYPES, Envelope, read_envelope,
-                       shown as _shown)
+from functions.pipeline.envelope import (ACTIONTRAIL_TYPES, CONTROL, ECS_STATE_CHANGE, FAILED_SCHEDULING,
+                       HANDLED_TYPES, KIND_CLOUDEVENT, KIND_MNS, KIND_TIMER, LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST,
+                       MANUAL_FIELDS, MAX_INSTANCE_IDS, MAX_TEXT, POD_EVENT, SCALE_OUT_TYPES, Envelope,
+                       read_envelope, shown as _shown)
 from functions.base.errors import BadEvent, SkipEvent
 from functions.base.model import InvalidTarget, LifecycleHook, PodRef, Request, Trigger
 from node_bootstrap.outside import OutsideDataError, json_type, loads
@@ -45,8 +45,6 @@ def _aliases(*names: str) -> AliasChoices:
     return AliasChoices(*names)
 
 
-# The control characters CloudEvents 1.0 disallows in a String ("Type System": U+0000-U+001F, U+007F-U+009F).
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _text_problem(value: str) -> Optional[str]:
@@ -55,7 +53,7 @@ def _text_problem(value: str) -> Optional[str]:
     control character: a line break or a terminal escape would go into those lines and the run record as is."""
     if len(value) > MAX_TEXT:
         return "text of %d characters; event fields are at most %d" % (len(value), MAX_TEXT)
-    control = _CONTROL.search(value)
+    control = CONTROL.search(value)
     if control:
         return ("text holding a control character (U+%04X); event fields are printable text"
                 % ord(control.group()))

@@ -214,3 +214,20 @@ def test_an_id_that_is_a_number_or_true_is_named_as_such_not_quoted_as_text(samp
     reason = _refusal(event)
     assert where in reason and "expected text, got %s" % json_type(value) in reason, reason
     assert repr(json.dumps(value)) not in reason, reason
+
+
+@pytest.mark.parametrize("etype", ["ess:Scaling\x1b[2KActivity:ScaleOutSuccess", "x\ny", "\x85"])
+def test_an_event_type_with_a_control_character_reaches_no_result_or_log_line(etype, capsys):
+    """The type is read before any model (stage 1): a type that is not handled was skipped with the type itself
+    (cut at 200 characters) as the result's and every log line's ``event_type``."""
+    from tests.function.test_pipeline import INVENTORY, Recorder, run_event, settings
+
+    event = event_json("ess_scale_out_success.json")
+    event["type"] = etype
+    with pytest.raises(BadEvent) as info:
+        parse_event(json.dumps(event))
+    assert "envelope.type" in info.value.reason and "control character" in info.value.reason
+    recorder = Recorder()
+    result = run_event(json.dumps(event), settings(), inventory=INVENTORY, executor=recorder)
+    shown = json.dumps(result.to_json(), ensure_ascii=False) + capsys.readouterr().out
+    assert result.outcome == "error" and recorder.calls == [] and etype not in shown and "\\u001b" not in shown
