@@ -298,7 +298,7 @@ def _maybe_json(value: Any, where: str = "") -> Any:
         except OutsideDataError as exc:
             if exc.syntax:
                 return value
-            message = "%s; send it flat (at most a few levels), with finite numbers, each field once" % exc
+            message = "%s; send it flat, with finite numbers, each field once" % exc
             if where:
                 raise BadEvent("event field %s: %s" % (where, message)) from None
             raise ValueError(message) from None
