@@ -16,7 +16,8 @@ comma-separated string or a JSON string. When no instance ids come, the pool's n
 import re
 from typing import Annotated, Any, Dict, List, Mapping, Optional
 
-from pydantic import AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError,
+                      field_validator, model_validator)
 
 from functions.pipeline.envelope import (ACTIONTRAIL_TYPES, CONTROL, ECS_STATE_CHANGE, FAILED_SCHEDULING,
                        HANDLED_TYPES, KIND_CLOUDEVENT, KIND_MNS, KIND_TIMER, LIFECYCLE_SCALE_OUT, LIFECYCLE_TEST,
@@ -202,6 +203,7 @@ class EssPayload(BaseModel):
         "resourceArn", "ResourceArn", "resourceId", "ResourceId"))
 
     _ids = field_validator("instance_ids", mode="before")(lambda cls, v: _instance_ids(v))
+    _group: Optional[str] = PrivateAttr(default=None)
 
     @field_validator("scaling_group_id", "scaling_activity_id", "lifecycle_hook_id", mode="before")
     @classmethod
@@ -218,13 +220,18 @@ class EssPayload(BaseModel):
             raise ValueError("%s must be text of at most %d characters" % (info.field_name, MAX_TEXT))
         return _bounded(v)
 
+    @model_validator(mode="after")
+    def _arn_group(self) -> "EssPayload":
+        # Checked here, in validation, so a bad one is a BadEvent naming it (raised from group(), after it, a
+        # ValueError left parse_event and the event ended as an internal error of the function).
+        self._group = self.scaling_group_id or None
+        if not self._group and self.resource_arn and "scalinggroup/" in self.resource_arn:
+            self._group = _check_id(self.resource_arn.rsplit("/", 1)[1], "scaling group in resourceArn", "asg-...")
+        return self
+
     def group(self) -> Optional[str]:
         """The scaling group id, or the one an ARN (acs:ess:...:scalinggroup/asg-...) names."""
-        if self.scaling_group_id:
-            return self.scaling_group_id
-        if self.resource_arn and "scalinggroup/" in self.resource_arn:
-            return _check_id(self.resource_arn.rsplit("/", 1)[1], "scaling group in resourceArn", "asg-...")
-        return None
+        return self._group
 
 
 class ActionTrailPayload(BaseModel):

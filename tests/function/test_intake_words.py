@@ -231,3 +231,22 @@ def test_an_event_type_with_a_control_character_reaches_no_result_or_log_line(et
     result = run_event(json.dumps(event), settings(), inventory=INVENTORY, executor=recorder)
     shown = json.dumps(result.to_json(), ensure_ascii=False) + capsys.readouterr().out
     assert result.outcome == "error" and recorder.calls == [] and etype not in shown and "\\u001b" not in shown
+
+
+@pytest.mark.parametrize("sample", ["cloudmonitor_scale_out_success.json", "mns_lifecycle_scale_out.json"])
+def test_a_scaling_group_arn_naming_no_id_is_a_bad_event_not_an_internal_error(sample):
+    """With no scalingGroupId, the group is read from the ARN (CloudMonitor's data.resourceId, the MNS form's
+    resourceArn): its check raised ValueError after validation, out of parse_event, and the event ended as
+    ``internal error while reading the event`` (an ERROR line blaming the function) instead of a bad event."""
+    from tests.function.test_pipeline import INVENTORY, Recorder, quiet, run_event, settings
+
+    event = event_json(sample)
+    holder = event["data"] if "data" in event else event
+    inner = holder["content"]
+    del inner["scalingGroupId"]
+    holder["resourceId" if "data" in event else "resourceArn"] = "acs:ess:cn-beijing:1:scalinggroup/asg-x;reboot"
+    reason = _refusal(event)
+    assert "resourceArn" in reason and "'asg-x;reboot' is not an id" in reason, reason
+    recorder = Recorder()
+    result = run_event(json.dumps(event), settings(), inventory=INVENTORY, executor=recorder, logger=quiet())
+    assert result.outcome == "error" and "internal error" not in result.reason and recorder.calls == [], result.reason
