@@ -142,8 +142,8 @@ def _decode(raw: Any) -> Dict[str, Any]:
             raw = _json_object_or_base64(stripped, "event")
     if isinstance(raw, list):
         if len(raw) != 1:
-            raise BadEvent("event is a list of %d events; set the trigger's batch size to 1 so that each "
-                           "invocation carries one event" % len(raw))
+            raise BadEvent("event is a list of %d events; one invocation is one event: run the EventBridge "
+                           "trigger with runOptions.mode event-driven, as the template does" % len(raw))
         raw = raw[0]
     if not isinstance(raw, dict):
         raise BadEvent("event is %s; send a JSON object" % json_type(raw))

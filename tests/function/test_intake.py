@@ -260,7 +260,7 @@ def test_cloudevent_missing_envelope_field():
 def test_batch_of_one_is_unwrapped_and_larger_batches_refused():
     one = [event_json("ess_scale_out_success.json")]
     assert parse_event(json.dumps(one)).trigger == Trigger.SCALE_OUT
-    with pytest.raises(BadEvent, match="batch size to 1"):
+    with pytest.raises(BadEvent, match="runOptions.mode event-driven"):
         parse_event(json.dumps(one * 2))
 
 

@@ -250,3 +250,16 @@ def test_a_scaling_group_arn_naming_no_id_is_a_bad_event_not_an_internal_error(s
     recorder = Recorder()
     result = run_event(json.dumps(event), settings(), inventory=INVENTORY, executor=recorder, logger=quiet())
     assert result.outcome == "error" and "internal error" not in result.reason and recorder.calls == [], result.reason
+
+
+def test_a_batch_is_refused_with_the_trigger_setting_the_template_really_uses():
+    """A list of two real events, one of them bad. The template's EventBridge triggers run in event-driven mode
+    (runOptions.mode), which has no batch setting at all ("batching is not supported in this mode",
+    template.yml); the line told the operator to "set the trigger's batch size to 1", a setting they could not
+    find there. Each event is refused alike (one invocation is one event: docs/function.md)."""
+    good = event_json("ess_scale_out_success.json")
+    bad = dict(event_json("ess_scale_out_success.json"), id=5)
+    for batch in ([good, bad], [good, good]):
+        reason = _refusal(batch)
+        assert reason.startswith("event is a list of 2 events;") and "runOptions.mode event-driven" in reason, reason
+        assert "batch size" not in reason
