@@ -189,7 +189,7 @@ def number(value, what, low, high, default=None):
     if value is None and default is not None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise OutsideDataError("%s is %s, not a number" % (what, type(value).__name__))
+        raise OutsideDataError("%s is %s, not a number" % (what, json_type(value)))
     try:
         result = float(value)
     except OverflowError:
@@ -209,7 +209,7 @@ def whole(value, what, low, high, default=None):
             raise OutsideDataError("%s %s is not a whole number" % (what, _show(value)))
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise OutsideDataError("%s is %s, not a whole number" % (what, type(value).__name__))
+        raise OutsideDataError("%s is %s, not a whole number" % (what, json_type(value)))
     if not low <= value <= high:
         raise OutsideDataError("%s %s is outside %d to %d" % (what, _show(value), low, high))
     return value

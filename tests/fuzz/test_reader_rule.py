@@ -159,18 +159,21 @@ def test_brackets_in_a_string_are_text_and_bytes_must_be_utf8():
 
 def test_a_fields_value_is_checked_against_its_kind_and_range():
     """number() and whole(), which every reader applies after parsing (docs/security.md, "The reader rule"):
-    never a bool, a string or a fraction for a whole number, always inside the field's range."""
+    never a bool, a string or a fraction for a whole number, always inside the field's range; a value of another
+    kind is named in json_type's words, as every other reader names it, not Python's."""
     from node_bootstrap.outside import as_list, as_object, number, whole
 
     assert number(2, "f", 0, 10) == 2.0 and number(None, "f", 0, 10, default=3.0) == 3.0
     assert whole(2.0, "n", 0, 10) == 2 and whole(None, "n", 0, 10, default=4) == 4
-    for call, why in [(lambda: number(True, "f", 0, 10), "^f is bool, not a number$"),
-                      (lambda: number("1", "f", 0, 10), "^f is str, not a number$"),
+    for call, why in [(lambda: number(True, "f", 0, 10), "^f is true/false, not a number$"),
+                      (lambda: number("1", "f", 0, 10), "^f is text, not a number$"),
+                      (lambda: number({}, "f", 0, 10), "^f is an object, not a number$"),
                       (lambda: number(10.5, "f", 0, 10), "^f 10.5 is outside 0 to 10$"),
                       (lambda: number(float("nan"), "f", 0, 10), "^f nan is outside 0 to 10$"),
                       (lambda: whole(2.5, "n", 0, 10), "^n 2.5 is not a whole number$"),
-                      (lambda: whole(True, "n", 0, 10), "^n is bool, not a whole number$"),
-                      (lambda: whole("2", "n", 0, 10), "^n is str, not a whole number$"),
+                      (lambda: whole(True, "n", 0, 10), "^n is true/false, not a whole number$"),
+                      (lambda: whole("2", "n", 0, 10), "^n is text, not a whole number$"),
+                      (lambda: whole([2], "n", 0, 10), "^n is a list, not a whole number$"),
                       (lambda: whole(-1, "n", 0, 10), "^n -1 is outside 0 to 10$"),
                       (lambda: whole(10 ** 30, "n", 0, 10), r"^n \(a 100-bit integer\) is outside 0 to 10$")]:
         with pytest.raises(OutsideDataError, match=why):

@@ -246,7 +246,7 @@ def _valid_record():
 
 @pytest.mark.parametrize("change, why", [
     (lambda r: r["last"].update(dry_run="yes"), "last.dry_run is not true or false"),
-    (lambda r: r.update(version="1"), "version is str, not a whole number"),
+    (lambda r: r.update(version="1"), "version is text, not a whole number"),
     (lambda r: r.update(version=0), "version 0 is outside 1 to 1000"),
     (lambda r: r["by_trigger"].update({"t%d" % i: r["last"] for i in range(lr.MAX_KEYS)}),
      "by_trigger is not a small object"),
