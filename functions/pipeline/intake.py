@@ -431,9 +431,10 @@ def _lifecycle(ess: EssPayload, event_type: str, where: str) -> LifecycleHook:
 
 def _scale_out_only(ess: "EssPayload", event_type: str) -> None:
     """A lifecycle hook's transition, when the message names one, must be a scale-out: the MNS form and the
-    CloudEvent form alike (the CloudEvent's type says ScaleOut, but its data is what ESS sent)."""
-    transition = (ess.lifecycle_transition or "").upper()
-    if transition and transition != "SCALE_OUT":
+    CloudEvent form alike (the CloudEvent's type says ScaleOut, but its data is what ESS sent). Case is folded in
+    ASCII only: str.upper() maps U+017F (long s) to "S", so "\u017fCALE_OUT" would pass as a scale-out."""
+    transition = ess.lifecycle_transition or ""
+    if transition and not (transition.isascii() and transition.upper() == "SCALE_OUT"):
         raise SkipEvent("lifecycle transition %s is not handled; only SCALE_OUT" % _shown(transition),
                         Trigger.LIFECYCLE_HOOK.value, event_type)
 

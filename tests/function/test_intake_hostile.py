@@ -70,3 +70,29 @@ def test_an_actiontrail_record_names_its_cluster_before_the_subject_does():
     event["data"]["requestParameters"] = {"nodepool_info": {"name": "gpu-mig-a100"}}
     event["data"]["responseElements"] = {"task_id": "T-1"}
     assert parse_event(json.dumps(event)).cluster_id == "c0ther0000000000000000000000000000"  # the subject's
+
+
+def test_a_transition_that_is_scale_out_only_after_unicode_case_mapping_is_skipped():
+    """str.upper() maps U+017F (long s) to "S": "\u017fCALE_OUT".upper() == "SCALE_OUT" (the one letter of
+    SCALE_OUT that a non-ASCII letter upper-cases to). ESS writes the transition in ASCII (SCALE_OUT, SCALE_IN);
+    one that reads as SCALE_OUT only through Unicode's case mapping is another transition, skipped in both forms
+    and named as sent."""
+    transition = "\u017fCALE_OUT"
+    assert transition.upper() == "SCALE_OUT"
+    mns = event_json("mns_lifecycle_scale_out.json")
+    mns["content"]["lifecycleTransition"] = transition
+    with pytest.raises(SkipEvent, match="only SCALE_OUT") as info:
+        parse_event(json.dumps(mns))
+    assert repr(transition)[1:-1] in str(info.value), str(info.value)
+    event = event_json("ess_lifecycle_scale_out.json")
+    event["data"]["lifecycleTransition"] = transition
+    recorder = Recorder()
+    result = run_event(json.dumps(event), settings(), inventory=INVENTORY, executor=recorder, logger=quiet())
+    assert result.outcome == "skip" and recorder.calls == [], (result.outcome, result.reason)
+
+
+def test_a_scale_out_transition_in_ascii_of_either_case_is_handled():
+    for transition in ("SCALE_OUT", "scale_out"):
+        mns = event_json("mns_lifecycle_scale_out.json")
+        mns["content"]["lifecycleTransition"] = transition
+        assert parse_event(json.dumps(mns)).lifecycle.lifecycle_transition == transition
