@@ -54,3 +54,23 @@ def escape_data(value: Any) -> Any:
         return type(value)(escape_data(v) for v in value) if not hasattr(value, "_fields") else \
             type(value)(*(escape_data(v) for v in value))
     return value
+
+
+def clip(text: Any, limit: int) -> str:
+    """``text`` on one line and at most ``limit`` characters (plus "..." when cut), cut where it reads whole:
+    never inside a parenthesis it opened ("...instead (the "), never mid-word. A cause embedded in a longer
+    line ("could not check (%s); give ...") must not leave that line's parentheses unbalanced."""
+    text = " ".join(str(text).split())
+    if len(text) <= limit:
+        return text
+    cut, opened = text[:limit], []
+    if text[limit] != " ":  # mid-word: back to the word's start
+        cut = cut[:max(cut.rfind(" "), 0)]
+    for at, char in enumerate(cut):
+        if char == "(":
+            opened.append(at)
+        elif char == ")" and opened:
+            opened.pop()
+    if opened:  # the first parenthesis still open where it ends goes with all it holds
+        cut = cut[:opened[0]]
+    return cut.rstrip(" ,;:") + "..."

@@ -64,6 +64,7 @@ def _slim(node: Dict[str, Any]) -> Dict[str, Any]:
 def check_rollout(args, found_keys) -> RolloutCheck:
     from node_bootstrap.kube import KubeError
 
+    from functions.base.textsafe import clip  # the cause goes inside the warning's parentheses: cut it whole
     from functions.kube.client import KubeApi  # the one Kubernetes client: paged lists, retries
 
     try:
@@ -80,9 +81,9 @@ def check_rollout(args, found_keys) -> RolloutCheck:
             return RolloutCheck(False, [], "no --kubeconfig and no --cluster-id (or ACK_MIG_CLUSTER_ID)")
         return RolloutCheck(True, active_rollouts(client.list_nodes(reduce=_slim)), "")
     except KubeError as exc:
-        return RolloutCheck(False, [], "the Kubernetes API answered: %s" % str(exc).splitlines()[0][:200])
+        return RolloutCheck(False, [], "the Kubernetes API answered: %s" % clip(str(exc).splitlines()[0], 300))
     except Exception as exc:  # an ACK refusal or an unreachable API server: the check is advice, not a gate
-        return RolloutCheck(False, [], " ".join(str(exc).split())[:200] or type(exc).__name__)
+        return RolloutCheck(False, [], clip(exc, 300) or type(exc).__name__)
 
 
 def _confirm(args, what: str) -> None:

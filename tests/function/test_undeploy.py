@@ -150,3 +150,30 @@ def test_the_confirmation_prompt_never_writes_a_resource_name_raw(deployed, caps
     assert code == 2 and "[y/N]" in err and ros.calls("DeleteStack") == 0
     assert "\x1b" not in err and "\x07" not in err and "\x1b" not in out, repr(err)
     assert "Function ALIYUN::FC3::Function" in err  # still named, written visibly
+
+
+def test_a_rollout_check_that_fails_says_its_cause_whole_and_the_fix(deployed, capsys):
+    """The check's cause was cut at 200 characters wherever they ended, mid-parenthesis ("...instead (the );
+    give --kubeconfig FILE to check"). The line now reads whole: its parentheses close, it names what to give
+    the kubeconfig (the CS emulator's, refused for skipping TLS verification) and the command's own fix."""
+    ros, _ = deployed
+    code, out, err = run(capsys, *UNDEPLOY, "--cluster-id", ros.ack.cluster_id, "--dry-run")
+    (line,) = [text for text in err.splitlines() if "could not check for a rollout in progress" in text]
+    assert code == 0 and line.count("(") == line.count(")") and "(the )" not in line, line
+    assert "certificate-authority-data" in line and line.endswith("; give --kubeconfig FILE to check"), line
+
+
+def test_a_cause_is_cut_where_it_reads_whole():
+    """textsafe.clip, at every limit: one line, parentheses balanced, never mid-word, "..." where it cut."""
+    from functions.base.textsafe import clip
+
+    text = ("kubeconfig (the cluster kubeconfig) asks to skip TLS verification (clusters[0].cluster.insecure-skip-"
+            "tls-verify: true), which is never done; give the certificate-authority-data instead (the ACK "
+            "console's kubeconfig has it)")
+    words = {word.rstrip(",;:") for word in text.replace("(", " ").replace(")", " ").split()}
+    assert clip(text, len(text)) == text and clip("a\nb", 10) == "a b"
+    for limit in range(1, len(text)):
+        cut = clip(text, limit)
+        assert cut.endswith("...") and len(cut) <= limit + 3 and cut.count("(") == cut.count(")"), (limit, cut)
+        last = cut[:-3].replace("(", " ").replace(")", " ").split()
+        assert not last or last[-1] in words, (limit, cut)  # a whole word, its trailing comma dropped
