@@ -424,6 +424,10 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         else:
             view = kube if isinstance(kube, NodeView) else NodeView(kube)
         marks = view  # the alert marks of this event's node failures live there (functions/kube/alerted.py)
+        # The stop records on the nodes of pools without a partition label, as removal_targets lists them: a pool
+        # with no MIG node left has no target and no rollout lists it again, yet a stop there waits for a person.
+        unlabelled = _Read()
+        planned = unlabelled
         try:
             targets = resolve_targets(request, lookup, cluster, ask, refused=refused)
         except AutoPoolNamed as named:  # an event of an auto pool re-plans that pool now, as its timer would
@@ -435,18 +439,21 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
                                      only=named.pool_id, stops=planned.stops))
         except SkipEvent:
             # no labelled pool (left): a pool whose label was removed may still have nodes with MIG
-            targets = removal_targets(request, lookup, cluster, view, (), refused)
+            targets = removal_targets(request, lookup, cluster, view, (), refused, unlabelled.stops)
             if not targets and not refused:  # a pool refused is no quiet skip: _with_refused decides
                 raise
         else:
             targets = targets + removal_targets(request, lookup, cluster, view,
-                                                [t[0] for t in targets if isinstance(t, tuple)], refused)
+                                                [t[0] for t in targets if isinstance(t, tuple)], refused,
+                                                unlabelled.stops)
         for pool_id, line in refused.items():  # one line per pool that fails alone, for an alert on level
             log.warning("node pool refused", nodepool_id=pool_id, reason=line)
         decisions = decide_targets(targets, cluster)
         decisions, rollout = prepare(request, targets, decisions, view, settings,
                                      pools_now=lambda: lookup.nodepools(cluster))  # read again between waves
-        planned = rollout
+        if rollout is not None:  # a stop its lists show too is told once (notify keeps one per node and owner)
+            rollout.stops = rollout.stops + unlabelled.stops
+            planned = rollout
         for d in decisions:
             pools[d.instance_id] = d.nodepool_id
             log.log(decision_level(d.action), "decision", instance_id=d.instance_id, node_name=d.node_name,

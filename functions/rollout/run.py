@@ -516,11 +516,12 @@ AUTO_LAYOUT_LABEL = "ack-mig-hook/layout"  # an auto pool has no partition label
 
 
 def removal_targets(request: Any, lookup: Any, cluster: str, view: Any, taken: Sequence[str],
-                    refused: Dict[str, str]) -> List[tuple]:
+                    refused: Dict[str, str], stops: Optional[List[Dict[str, Any]]] = None) -> List[tuple]:
     """Nodes with MIG in pools that no longer carry a partition label (the pipeline's targets skip such
     pools): ``(instance id, node, pool)`` for the timer, a manual run, or a modification of that pool.
     ``refused`` gets one line per such pool whose node list ACK refused for good (``pool_nodes``: that pool
-    has no target, the others do)."""
+    has no target, the others do). ``stops`` gets every stop record on those pools' nodes as listed here
+    (:func:`read_stops`): a pool with no MIG node left has no target, so no later listing would show them."""
     from functions.cloud.cluster import pool_nodes
 
     if view is None or request.trigger not in ROLLOUT_TRIGGERS or request.instance_ids:
@@ -534,6 +535,9 @@ def removal_targets(request: Any, lookup: Any, cluster: str, view: Any, taken: S
     except KubeError as exc:
         log.warning("pools without a partition label not checked for MIG nodes: %s", exc)
         return []
+    if stops is not None:
+        stops.extend(read_stops({p.nodepool_id: labelled.get(p.nodepool_id, []) for p in pools},
+                                {p.nodepool_id: p for p in pools}))
     out = []
     for pool in pools:
         with_mig = {n.name for n in labelled.get(pool.nodepool_id, []) if rp.mig_on(n)}

@@ -95,6 +95,38 @@ def test_the_sweep_reads_nothing_more_than_the_run_did(cluster):
         assert [line["nodes"][0]["node_name"] for line in _stops(hook)] == ["node-b"], hook.lines()
 
 
+def test_a_stop_in_a_pool_without_a_label_or_mig_is_told_once_from_the_list_the_run_makes(cluster):
+    """The pool's label was removed and its nodes have MIG off (turned off by hand after a stopped rollout): no
+    node is a target and the event skips, but the list of the pool's nodes that finds no MIG (``removal_targets``)
+    holds node-a's stop record. It is told once, marked, with no API call beyond that list and the marks'."""
+    from tests.support.webhook import Webhook
+
+    cluster.add_nodes(sequence=None)
+    unlabelled = snapshot(value=None)
+    with Webhook() as hook:
+        cluster.now[0] += 2 * 86400
+        cluster.api.requests.clear()
+        before = cluster.run(inventory=unlabelled, ACK_MIG_NOTIFY_URL=hook.url())
+        plain = _calls(cluster.api)
+        record = rp.Progress("sequence=" + OLD, rp.DRAIN_TIMEOUT, cordoned=False, since=900.0,
+                             reason="drain timed out: pod team/x", owner=OWNER, expires=0.0)
+        cluster.api.update_node("node-a", lambda node: node["metadata"].setdefault("annotations", {}).update(
+            {rp.PROGRESS_ANNOTATION: record.to_annotation()}))
+        leases = "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+        marks = (leases, leases + "/" + am.MARK_LEASE)  # the marks' Lease: read, made on the first telling
+        for _ in range(3):
+            cluster.now[0] += 2 * 86400
+            cluster.api.requests.clear()
+            result = cluster.run(inventory=unlabelled, ACK_MIG_NOTIFY_URL=hook.url())
+            assert (result.outcome, cluster.transport.seen) == (before.outcome, []), result
+            assert [c for c in _calls(cluster.api) if c[1] not in marks] == plain, (_calls(cluster.api), plain)
+        stops = _stops(hook)
+        assert [(st["nodepool_id"], st["nodes"][0]["node_name"]) for st in stops] == [(POOL, "node-a")], hook.lines()
+        assert stops[0]["target"] == "sequence=" + OLD and "drain timed out" in stops[0]["text"], stops
+        assert _marked(cluster.api)[am.stop_id("node-a")]["key"] == am.stop_key("node-a", OWNER)
+        assert cluster.annotation("node-a")["owner"] == OWNER  # told, never touched
+
+
 def test_a_dry_run_that_reads_a_stop_sends_and_marks_nothing(cluster):
     from tests.support.webhook import Webhook
 
