@@ -325,6 +325,11 @@ class RolloutExecutor:
                                                  sorted(finished), sorted(self.unwritable))
         except Exception as exc:  # noqa: BLE001 - the ACK or Kubernetes API: the wave goes on as it is
             log.warning("no node takes the place of one that refused its claim: %s", exc)
+            # The pool still wants the refused node's place taken, and this invocation could not: not done, so the
+            # event ends retry (FC runs it again) and says why, as a next wave that fails to plan does.
+            self.rollout.held_up.setdefault("instead", (
+                "no node takes the place of one that refused its claim: planning it failed (%s); the pool's waiting "
+                "nodes are taken by the event's retry or the next invocation" % " ".join(str(exc).split())[:300]))
             return []
         for iid, d in decided.items():
             if iid not in waves:

@@ -183,3 +183,33 @@ def test_a_refusal_is_told_once_per_node_and_cause_not_at_every_run(cluster):
         again = cluster.run(inventory=snapshot(OLD), **notify())
         assert outcomes(again)["node-a"] == "failed" and "denied the request" in reasons(again)["node-a"]
         assert told(hook.lines()) == ["node-a"] * 3
+
+
+def test_a_replacement_the_ack_api_fails_to_plan_ends_the_event_in_retry(cluster):
+    """node-a refused its claim (a webhook's 403); planning the node that takes its place read the pool again
+    and the ACK API failed (DescribeClusterNodePools, after the lookup's retries). No node took the wave's place
+    and node-b and node-c waited for the next timer, yet the event ended done, as if its work were done. Now it
+    ends retry (FC runs it again), its reason saying why."""
+    from functions.base.errors import RetryLater
+    from functions.cloud.cluster import InventoryLookup
+
+    class FailingAfterRefusal(InventoryLookup):
+        failed = 0
+
+        def nodepools(self, cluster_id):
+            if any(r.method == "PATCH" and r.status == 403 for r in cluster.api.requests):
+                type(self).failed += 1  # the plan read it; the replacement's read, after node-a's refusal, fails
+                raise RetryLater("DescribeClusterNodePools failed 3 times, last: HTTP 503; transient, a later try "
+                                 "may pass")
+            return super().nodepools(cluster_id)
+
+    add_nodes(cluster, full=None)
+    cluster.api.break_next(times=1, status=403, method="PATCH", path="/api/v1/nodes/node-a")
+    data = snapshot()
+    lookup = FailingAfterRefusal.from_dict(data)
+    result = cluster.run(lookup=lookup)
+    assert outcomes(result) == {"node-a": "failed", "node-b": "deferred", "node-c": "deferred"}, reasons(result)
+    assert FailingAfterRefusal.failed == 1
+    assert result.outcome == "retry", result.reason
+    assert "takes the place" in result.reason and "DescribeClusterNodePools" in result.reason, result.reason
+    assert cluster.transport.seen == []
