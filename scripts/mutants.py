@@ -562,11 +562,17 @@ MUTANTS = (
            "a node the API server failed after its claim (its record in progress, resumed by the next run) is told "
            "as a stopped rollout, with nothing to remove"),
     mutant("unanswered-claim-fails-the-node", "functions/rollout/executor.py",
-           "                    self._unclaimed(w, exc)",
-           "                    self._end(w, FAILED, \"%s: %s\" % (CLAIM_FAILED, exc))",
+           "                        self._unclaimed(w, exc, landed is None)",
+           "                        self._end(w, FAILED, \"%s: %s\" % (CLAIM_FAILED, exc))",
            ("tests/rollout/test_claim_unanswered.py",),
            "a claim the API server did not answer (a 5xx) or RBAC refused fails the node with nothing recorded on "
            "it: a node-failed alert and a stopped rollout told for a pool nothing stopped"),
+    mutant("unanswered-claim-not-read-back", "functions/rollout/executor.py",
+           "                    landed = self._landed(w, exc)",
+           "                    landed = False",
+           ("tests/rollout/test_claim_unanswered.py",),
+           "a claim that landed with its answer lost gives its slot back while the node stays cordoned under the "
+           "run's record: deferred as nothing written, no other run may take it before the run's lease ends"),
     mutant("record-reason-unbounded", "functions/decision/waves.py",
            '"reason": record_reason(self.reason),',
            '"reason": self.reason,',

@@ -703,7 +703,9 @@ class RolloutExecutor:
                     # ``cause``: the API server's answer alone, which the alert of the refusal is told once for
                     self._end(w, FAILED, why, base={"code": CLAIM_REFUSED, "cause": str(exc)})
                 except KubeError as exc:
-                    self._unclaimed(w, exc)
+                    landed = self._landed(w, exc)
+                    if landed is not True:
+                        self._unclaimed(w, exc, landed is None)
             todo = self._instead(refused, wave, results) if refused else []
             wave.extend(todo)
 
@@ -718,12 +720,48 @@ class RolloutExecutor:
         self.rollout.held_up.setdefault("forbidden", line)
         return line
 
-    def _unclaimed(self, w: Any, exc: KubeError) -> None:
+    def _landed(self, w: Any, exc: KubeError) -> Optional[bool]:
+        """Whether the claim's write landed although its answer says it failed (None: unknown). A write with no
+        answer (a connection reset or a timeout after the server wrote it) or a 5xx (kube-apiserver's timeout
+        filter answers 504 and lets the write go on) may have landed; any other answer says nothing was written.
+        Level-triggered: the node is read back (a GET with no resourceVersion, a consistent read), and this run's
+        record on it for this target is the claim: the node goes on in the wave, keeping its slot. Taken for
+        not claimed, its slot went back while it stayed cordoned under this run's record, deferred as "nothing
+        was written", and no other run could take it before this run's lease ran out."""
+        if exc.status is not None and exc.status < 500:
+            return False
+        try:
+            node = self._read(w)
+        except NodeGone:
+            return False
+        except KubeError as again:
+            log.warning("node %s not read back after its claim met %s: %s", w.decision.node_name, exc, again)
+            return None
+        p = node.progress
+        if p is None or p.owner != self.rollout.owner or p.target != w.target or p.step not in rp.ACTIVE_STEPS:
+            return False
+        w.progress = p
+        if p.step == rp.CORDONED and node.unschedulable:
+            event(self.kube, w.decision.node_name, "MigRolloutCordon", "cordoned (the claim's answer was lost, the "
+                  "node read back): %s" % w.decision.reason)
+        return True
+
+    def _unclaimed(self, w: Any, exc: KubeError, unknown: bool = False) -> None:
         """A claim that failed for a cause that is not the node's (``NOT_CLAIMED``): the node deferred, nothing
         written on it (the slot taken for it given back by ``_end``), and the cause kept for the event's reason:
-        a 5xx or no answer ends the event ``retry``; RBAC's 403 names the permission, once."""
+        a 5xx or no answer ends the event ``retry``; RBAC's 403 names the permission, once. ``unknown``: the
+        write may have landed and the node could not be read back (``_landed``): its slot is kept, not given
+        back, until this run's lease ends (a record of this run's on the node counts no further), so the
+        budget never lets another node in beside one this run may hold."""
         told = " ".join(str(exc).split())[:300]
         name = w.decision.node_name
+        if unknown and name in self.slots:
+            self.slots.pop(name)  # kept on the Lease: it runs out with this run's lease
+            line = ("the Kubernetes API failed at a node's claim (%s) and the node could not be read back: the claim "
+                    "may have landed, so its slot of the pool's budget is kept until this run's lease ends; the "
+                    "event ends retry" % told)
+            self.rollout.held_up.setdefault("unanswered", line)
+            return self._end(w, DEFERRED, "%s: %s" % (NOT_CLAIMED, line))
         if rbac_forbidden(exc):
             permission = missing_permission(exc) or "make the call"
             line = self._forbidden(name, permission, (

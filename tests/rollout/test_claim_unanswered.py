@@ -19,7 +19,8 @@ tests/rollout/conftest.py."""
 
 import pytest
 
-from tests.rollout.conftest import NAMES
+from tests.rollout.conftest import NAMES, snapshot
+from tests.rollout.test_interrupted import LABELLED_LEASE, lease_slots
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(120)]
 
@@ -247,3 +248,75 @@ def test_a_stranded_auto_record_the_api_server_fails_to_end_is_left_as_it_was(cl
     tick(cluster, PerGpuNodes(cluster.api), lookup=inventory(names=["auto-a"]))
     record = cluster.annotation("auto-a")
     assert record["step"] == rp.DONE and "stopped" in record["reason"], record
+
+
+def test_a_claim_that_landed_with_its_answer_lost_is_read_back_and_the_node_goes_on(cluster):
+    """node-a's claim (its record, with the cordon) was written, but no answer came back on any try of the
+    client's (the connection reset after the server wrote; the tries after it met 409 on the version it moved,
+    unanswered too). The node was deferred as "nothing was written" and its slot given back, yet it stayed
+    cordoned under this run's record: FC's retry (another invocation) could not take it before this run's lease
+    ran out, and the pool, its one slot counted on the cordon, waited with it. Now the node is read back after
+    no answer; this run's record there is the claim, and the node goes on in the same run."""
+    cluster.add_nodes(["node-a"])
+    cluster.api.lose_answer_next(times=5, method="PATCH", path="/api/v1/nodes/node-a")
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    (node,) = result.nodes
+    assert node["outcome"] == "partitioned" and result.outcome == "done", (node, result.reason)
+    assert [r.status for r in cluster.api.requests if r.method == "PATCH"][:5] == [0] * 5
+    assert cluster.transport.seen == ["node-a"] and not cluster.unschedulable("node-a")
+    assert cluster.annotation("node-a")["step"] == "done"
+    assert not lease_slots(cluster.api, LABELLED_LEASE)
+
+
+@pytest.mark.parametrize("kind", [503, None, "lost", "lost-unread"])
+def test_a_claim_without_an_answer_never_lets_the_pool_past_its_budget(cluster, kind):
+    """node-a's claim met ``kind`` on every try of the client's: a 503 or a dropped connection (nothing
+    written), or the write landed and the answer was lost ("lost"), the node then not read back either
+    ("lost-unread": unknown whether the claim landed). FC's retry, another invocation, runs at once, then the
+    timer until the pool is done. At every node write the pool (max-unavailable 1) has at most one node disrupted
+    (cordoned, or under a record in progress); a record of the first run's left in progress on node-a keeps that
+    run's slot on the Lease while it lasts (the budget counts a per-GPU change through its slot alone); every
+    node ends done, applied once, no slot left."""
+    from functions.decision.waves import Progress
+
+    api = cluster.api
+    cluster.add_nodes()
+    peak = [0]
+
+    def check(name, stored):  # with the server's lock held: the state right after this write
+        busy = 0
+        for node in api.nodes.values():
+            record = Progress.from_annotation((node["metadata"].get("annotations") or {}).get(
+                "ack-mig-hook/rollout"))
+            busy += bool((node.get("spec") or {}).get("unschedulable")
+                         or (record is not None and record.step in ("cordoned", "drained", "applying", "applied")))
+        peak[0] = max(peak[0], busy)
+
+    def unread(name, node):  # once the claim is written, node-a does not read back on any try either
+        if name == "node-a" and kind == "lost-unread" and not unread.done:
+            unread.done = True
+            api.break_next(times=5, status=None, method="GET", path="/api/v1/nodes/node-a")
+    unread.done = False
+
+    api.on_node_stored = check
+    api.on_node_patch = unread
+    if kind in ("lost", "lost-unread"):
+        api.lose_answer_next(times=5, method="PATCH", path="/api/v1/nodes/node-a")
+    else:
+        api.break_next(times=5, status=kind, method="PATCH", path="/api/v1/nodes/node-a")
+    first = cluster.run(ACK_MIG_MAX_UNAVAILABLE="1")
+    record = cluster.annotation("node-a")
+    if record and record["step"] in ("cordoned", "drained", "applying", "applied"):
+        # this run's record in progress on node-a: its slot stays on the Lease until the record is known absent
+        slot = lease_slots(api, LABELLED_LEASE).get("node-a")
+        assert slot is not None and slot.owner == record["owner"], (first.nodes, lease_slots(api, LABELLED_LEASE))
+    assert first.outcome == ("done" if kind == "lost" else "retry"), first.reason
+    for _ in range(8):  # FC's retry at once, then the timer, each run after the one before it has run out
+        if all((cluster.annotation(n) or {}).get("step") == "done" for n in NAMES):
+            break
+        cluster.run(ACK_MIG_MAX_UNAVAILABLE="1")
+        cluster.now[0] += 86400
+    assert all(cluster.annotation(n)["step"] == "done" and not cluster.unschedulable(n) for n in NAMES)
+    assert sorted(cluster.transport.seen) == NAMES  # each node applied once
+    assert peak[0] <= 1, peak[0]
+    assert not any(s.expires > cluster.now[0] for s in lease_slots(api, LABELLED_LEASE).values())

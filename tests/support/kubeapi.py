@@ -720,6 +720,16 @@ class KubeApiServer:
         with self.lock:
             self._throttles.append([times, ("break", status, message), method, path, query])
 
+    def lose_answer_next(self, times=1, method=None, path=None):
+        # type: (int, Optional[str], Optional[str]) -> None
+        """The next ``times`` matching requests are served (a write is stored, its checks applied) and then the
+        connection is closed with no answer: a write that landed but whose answer was lost on the way (a
+        connection reset after the server wrote, a client timeout while the server goes on: kube-apiserver's
+        timeout filter, k8s.io/apiserver pkg/server/filters/timeout.go, answers 504 and leaves the handler
+        running, so the write may still land). The client cannot tell it from a write that never landed."""
+        with self.lock:
+            self._throttles.append([times, ("lost",), method, path, None])
+
     def hold_next(self, method, path, timeout=20.0):
         # type: (str, str, float) -> Hold
         """The next ``method`` request of exactly ``path`` waits, before it is served, until the test calls
@@ -991,6 +1001,16 @@ def _handler_for(api):
             if hold is not None:
                 hold.wait()
             injected = api._throttled(method, record.path, unquote(parts.query))
+            if injected == ("lost",):  # served, then the connection drops: the write landed, its answer is lost
+                try:
+                    self._route(method, [unquote(s) for s in parts.path.strip("/").split("/")],
+                                parse_qs(parts.query), ctype, body, raw, user)
+                except (Refused, kubeselect.SelectorError):
+                    pass  # refused: nothing landed, and the refusal is lost as well
+                with api.lock:
+                    api.requests.append(record._replace(status=0))
+                self.close_connection = True
+                return None
             if isinstance(injected, tuple) and injected[1] is None:  # the connection drops, no answer
                 with api.lock:
                     api.requests.append(record._replace(status=0))
