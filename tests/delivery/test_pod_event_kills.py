@@ -5,7 +5,9 @@ the pod that asked after it are both given their instances by the next plans, an
 the dead invocation outlives its run lease into a later timer run (the pool's Lease holds no live claim of it).
 
 Through ``run_event`` against the test Kubernetes API server and the simulated node of
-tests/delivery/test_pod_events.py."""
+tests/delivery/test_pod_events.py. The cluster's clock (the test API server's) is the test's: the waits the
+invocations make on it (a round's spacing after the last, the client's backoff after a failed write) move it
+instead of sleeping, so the matrices cost their runs, not their waits."""
 
 import time
 
@@ -37,8 +39,48 @@ class _Counted:
         return getattr(self.inner, name)
 
 
+class ClusterClock:
+    """The test API server's wall clock (its answers' Date, which the invocations time the marker and the leases
+    on: functions/kube/leases.py's cluster_now), moved by ``sleep``: a wait on the cluster's time passes at once,
+    and what the invocation reads after it is as late as after a real sleep (rounds still begin
+    coalesce.SPACING_S apart on the cluster's clock)."""
+
+    def __init__(self):
+        self.shift = 0.0
+
+    def __call__(self):
+        return time.time() + self.shift
+
+    def sleep(self, seconds):
+        self.shift += max(0.0, seconds)
+
+
+@pytest.fixture
+def clock(cluster, monkeypatch):
+    """The plan marker's wait between rounds, the client's backoff (its siblings' too) and the rollout's waits
+    (a tick's list read again two of the Date's seconds later: auto_pool.relist) sleep on ``clock``, which is
+    the rollout's clock too (as tests/rollout/conftest.py's Cluster: the invocation and the cluster share the
+    test's time)."""
+    from functions.rollout import plan_marker, run as rollout
+
+    server, api = cluster[0], cluster[1]
+    clock = ClusterClock()
+    server.clock = clock
+
+    class Marker(plan_marker.PlanMarker):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("sleep", clock.sleep)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(plan_marker, "PlanMarker", Marker)
+    monkeypatch.setattr(api, "sleep", clock.sleep)
+    monkeypatch.setattr(rollout, "clock", clock)
+    monkeypatch.setattr(rollout, "sleep", clock.sleep)
+    return clock
+
+
 def _world(server, tmp_path):
-    server.clock = time.time
+    server.clock.shift = 0.0
     with server.lock:
         for table in (server.nodes, server.pods, server.events, server.leases):
             table.clear()
@@ -57,7 +99,7 @@ def _event(cluster, name, k=10 ** 6):
         return killer.calls, None
 
 
-def test_a_pod_event_killed_after_every_write_loses_no_pods_ask(cluster, tmp_path):
+def test_a_pod_event_killed_after_every_write_loses_no_pods_ask(cluster, clock, tmp_path):
     server, api, settings, executor, state_file = cluster
     _world(server, tmp_path)
     calls, result = _event(cluster, "first")
@@ -72,7 +114,7 @@ def test_a_pod_event_killed_after_every_write_loses_no_pods_ask(cluster, tmp_pat
         waiting(server, "second", "1g.10gb")
         _event(cluster, "second")  # coalesced into the dead holder, or planned
         # the timer's next run, past the dead invocation's run lease (its marker and planning claim hold until then)
-        server.clock = lambda: time.time() + 2 * 86400
+        clock.shift += 2 * 86400
         tick = run(TICK, cluster)
         assert tick.outcome in ("done", "skip"), (where, tick.reason)
         held = profiles(state_file)
@@ -80,7 +122,7 @@ def test_a_pod_event_killed_after_every_write_loses_no_pods_ask(cluster, tmp_pat
 
 
 @pytest.mark.parametrize("status", [503, None, 409], ids=["5xx", "no-answer", "conflict"])
-def test_a_pod_event_whose_each_write_fails_once_loses_no_pods_ask(cluster, tmp_path, status):
+def test_a_pod_event_whose_each_write_fails_once_loses_no_pods_ask(cluster, clock, tmp_path, status):
     """The same event with its ``k``-th write failing once at the API server (503, the connection closed
     unanswered, 409), for each k (every third a kind in ``make test``: tests/support/failpoints.py); then another
     pod's event and the timer past the run lease: both pods' asks planned."""
@@ -99,7 +141,7 @@ def test_a_pod_event_whose_each_write_fails_once_loses_no_pods_ask(cluster, tmp_
             assert not [t for t in server._throttles if t[0] > 0], where  # the failure was met
         waiting(server, "second", "1g.10gb")
         _event(cluster, "second")
-        server.clock = lambda: time.time() + 2 * 86400
+        clock.shift += 2 * 86400
         tick = run(TICK, cluster)
         held = profiles(state_file)
         assert "2g.20gb" in held and "1g.10gb" in held, (where, held, tick.reason)
