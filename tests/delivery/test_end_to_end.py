@@ -12,6 +12,10 @@ import os
 
 import pytest
 
+from functions.cloud import rpc as rpc_module
+from functions.cloud.rpc import Backoff
+from functions.delivery import cloud_assistant
+from functions.delivery.cloud_assistant import CloudAssistantTransport
 from functions.delivery.node_script import DEFAULT_ROOT
 from functions.pipeline.event import run_event
 from functions.base.settings import load_settings
@@ -25,8 +29,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TAINT = {"key": "ack-mig-hook/partition-pending", "value": "true", "effect": "NoSchedule"}
 
 
+class Polled(CloudAssistantTransport):
+    """The handler's Cloud Assistant transport polling the emulator every 50 ms at first, at most every 200 ms
+    (its production beat: 1 s, backing off to 10 s), as tests/delivery/test_taint_outcome.py builds its own: the
+    emulator's nodes answer as soon as their run ends."""
+
+    def __init__(self, ecs, maker, **options):
+        options.setdefault("poll_s", 0.05)
+        options.setdefault("poll_max_s", 0.2)
+        super().__init__(ecs, maker, **options)
+
+
+class Paced(Backoff):
+    """The cloud API clients' backoff with its pauses counted (``paused``), not slept: every retry is still made."""
+
+    paused = []
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("sleep", Paced.paused.append)
+        super().__init__(*args, **kwargs)
+
+
 @pytest.fixture
-def cloud(tmp_path, kube_api):  # noqa: F811
+def cloud(tmp_path, kube_api, monkeypatch):  # noqa: F811
+    """The emulators and the settings that reach them; the waits between polls and retries short (Polled,
+    Paced)."""
+    monkeypatch.setattr(cloud_assistant, "CloudAssistantTransport", Polled)
+    monkeypatch.setattr(rpc_module, "Backoff", Paced)
     with open(os.path.join(ROOT, "examples", "inventory.json")) as fh:
         inventory = json.load(fh)
     admin = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert(), inline=True)

@@ -12,11 +12,7 @@ import os
 
 import pytest
 
-from functions.cloud import rpc as rpc_module
-from functions.cloud.rpc import Backoff
 from functions.decision import alert_marks as am
-from functions.delivery import cloud_assistant
-from functions.delivery.cloud_assistant import CloudAssistantTransport
 from functions.handler import RetryInvocation, handler
 from functions.kube.nodes import EVENT_NAMESPACE
 from tests.delivery.conftest import SECRET, TOKEN
@@ -38,32 +34,10 @@ def lifecycle_event(event_id="3e5a7c9d-2f4b-4d6e-8a0c-5b7d9f1a3c4e"):
     return json.dumps(doc).encode()
 
 
-class Polled(CloudAssistantTransport):
-    """The handler's Cloud Assistant transport polling the emulator's results every 20 ms, not every second (its
-    node answers at once), as tests/delivery/test_taint_outcome.py builds its own."""
-
-    def __init__(self, ecs, maker, **options):
-        options.setdefault("poll_s", 0.02)
-        options.setdefault("poll_max_s", 0.05)
-        super().__init__(ecs, maker, **options)
-
-
-class Paced(Backoff):
-    """The API clients' backoff, its pauses only counted (``paused``): every retry is still made."""
-
-    paused = []
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("sleep", Paced.paused.append)
-        super().__init__(*args, **kwargs)
-
-
 @pytest.fixture
 def retrying(cloud, monkeypatch, kube_api):  # noqa: F811
-    """The handler's environment, the node busy, and Auto Scaling unable to take the hook's answer. The waits
-    between polls and retries are short (Polled, Paced): the answers they wait for are there at once."""
-    monkeypatch.setattr(cloud_assistant, "CloudAssistantTransport", Polled)
-    monkeypatch.setattr(rpc_module, "Backoff", Paced)
+    """The handler's environment, the node busy, and Auto Scaling unable to take the hook's answer (the polls and
+    backoffs short: the ``cloud`` fixture's)."""
     cs, rpc, settings = cloud
     rpc.nodes[NODE] = SimNode(result=BUSY, exit_code=4)  # node_bootstrap's exit code for a busy GPU
     rpc.fail_next("CompleteLifecycleAction", "ServiceUnavailable", 503, times=1000)
