@@ -9,13 +9,11 @@ tests/delivery/test_pod_events.py. The cluster's clock (the test API server's) i
 invocations make on it (a round's spacing after the last, the client's backoff after a failed write) move it
 instead of sleeping, so the matrices cost their runs, not their waits."""
 
-import time
-
 import pytest
 
 from functions.decision import claim_rules as pc, coalesce as co
 from tests.delivery.test_auto_pool_e2e import TICK, add_node, seven_gb_node, waiting
-from tests.delivery.test_pod_events import cluster, pod_event, profiles, run  # noqa: F401  (fixture)
+from tests.delivery.test_pod_events import clock, cluster, pod_event, profiles, run  # noqa: F401  (fixtures)
 from tests.rollout.test_interrupted import Killed, Killer
 from tests.support.failpoints import failpoints
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
@@ -37,46 +35,6 @@ class _Counted:
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
-
-
-class ClusterClock:
-    """The test API server's wall clock (its answers' Date, which the invocations time the marker and the leases
-    on: functions/kube/leases.py's cluster_now), moved by ``sleep``: a wait on the cluster's time passes at once,
-    and what the invocation reads after it is as late as after a real sleep (rounds still begin
-    coalesce.SPACING_S apart on the cluster's clock)."""
-
-    def __init__(self):
-        self.shift = 0.0
-
-    def __call__(self):
-        return time.time() + self.shift
-
-    def sleep(self, seconds):
-        self.shift += max(0.0, seconds)
-
-
-@pytest.fixture
-def clock(cluster, monkeypatch):
-    """The plan marker's wait between rounds, the client's backoff (its siblings' too) and the rollout's waits
-    (a tick's list read again two of the Date's seconds later: auto_pool.relist) sleep on ``clock``, which is
-    the rollout's clock too (as tests/rollout/conftest.py's Cluster: the invocation and the cluster share the
-    test's time)."""
-    from functions.rollout import plan_marker, run as rollout
-
-    server, api = cluster[0], cluster[1]
-    clock = ClusterClock()
-    server.clock = clock
-
-    class Marker(plan_marker.PlanMarker):
-        def __init__(self, *args, **kwargs):
-            kwargs.setdefault("sleep", clock.sleep)
-            super().__init__(*args, **kwargs)
-
-    monkeypatch.setattr(plan_marker, "PlanMarker", Marker)
-    monkeypatch.setattr(api, "sleep", clock.sleep)
-    monkeypatch.setattr(rollout, "clock", clock)
-    monkeypatch.setattr(rollout, "sleep", clock.sleep)
-    return clock
 
 
 def _world(server, tmp_path):

@@ -97,6 +97,46 @@ def cluster(kube_api, tmp_path):  # noqa: F811
     api.close()
 
 
+class ClusterClock:
+    """The test API server's wall clock (its answers' Date, which the invocations time the marker and the leases
+    on: functions/kube/leases.py's cluster_now), moved by ``sleep``: a wait on the cluster's time passes at once,
+    and what the invocation reads after it is as late as after a real sleep (rounds still begin
+    coalesce.SPACING_S apart on the cluster's clock)."""
+
+    def __init__(self):
+        self.shift = 0.0
+
+    def __call__(self):
+        return time.time() + self.shift
+
+    def sleep(self, seconds):
+        self.shift += max(0.0, seconds)
+
+
+@pytest.fixture
+def clock(cluster, monkeypatch):
+    """The plan marker's wait between rounds, the client's backoff (its siblings' too) and the rollout's waits
+    (a tick's list read again two of the Date's seconds later: auto_pool.relist) sleep on ``clock``, which is
+    the rollout's clock too (as tests/rollout/conftest.py's Cluster: the invocation and the cluster share the
+    test's time)."""
+    from functions.rollout import plan_marker, run as rollout
+
+    server, api = cluster[0], cluster[1]
+    clock = ClusterClock()
+    server.clock = clock
+
+    class Marker(plan_marker.PlanMarker):
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("sleep", clock.sleep)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(plan_marker, "PlanMarker", Marker)
+    monkeypatch.setattr(api, "sleep", clock.sleep)
+    monkeypatch.setattr(rollout, "clock", clock)
+    monkeypatch.setattr(rollout, "sleep", clock.sleep)
+    return clock
+
+
 def run(raw, cluster, executor=None, **kw):
     server, api, settings, default, _ = cluster
     return run_event(raw, settings, inventory=lookup(), executor=executor or default, kube=api,
@@ -367,7 +407,7 @@ def test_an_ask_after_the_choices_list_gets_the_round_a_new_list(emulator, kube_
     assert stored_marker(kube_api)["holder"] == ""
 
 
-def test_a_burst_is_planned_in_two_rounds_and_the_events_during_the_first_are_coalesced(cluster):
+def test_a_burst_is_planned_in_two_rounds_and_the_events_during_the_first_are_coalesced(cluster, clock):
     server, api, settings, executor, state_file = cluster
     gate = Gate(executor)
     thread, holder = holding(cluster, gate)
@@ -509,7 +549,7 @@ def test_only_failed_scheduling_events_of_pods_are_taken(cluster):
     assert server.requests == []  # neither reached the API server
 
 
-def test_a_plan_that_breaks_lets_its_pool_go_at_once(cluster):
+def test_a_plan_that_breaks_lets_its_pool_go_at_once(cluster, clock):
     """An unexpected failure in the holder's round ends the event as one error line, and the marker is let go
     then, not a run lease later: the next event of the pool plans (the node itself stays with the broken
     run's rollout record until that record's lease ends, as for any run FC ended)."""
@@ -532,7 +572,7 @@ def test_a_plan_that_breaks_lets_its_pool_go_at_once(cluster):
 
 
 @pytest.mark.parametrize("read_back", ["answers", "fails"])
-def test_a_marker_written_whose_answer_never_came_is_let_go_and_the_next_event_plans(cluster, monkeypatch,
+def test_a_marker_written_whose_answer_never_came_is_let_go_and_the_next_event_plans(cluster, clock, monkeypatch,
                                                                                       read_back):
     """The API server committed this event's plan marker (holder: this invocation) but no answer reached it
     (an overloaded server answers after the client's timeout). The invocation planned "without coalescing"
