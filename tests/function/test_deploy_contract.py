@@ -189,7 +189,11 @@ def test_a_create_whose_answer_was_lost_is_retried_as_the_same_stack(cloud):
     from functions.commands.stack.ros import Stacks
 
     ros, _ = cloud
-    stacks = Stacks("cn-beijing", Keys(KEY, SECRET, TOKEN), parse_endpoint({"E": ros.endpoint}, "E"), timeout_s=1)
+    # The back-off between the tries is only counted: the first request was served before its answer was held
+    # back, so the retry finds its result whenever it comes.
+    pauses = []
+    stacks = Stacks("cn-beijing", Keys(KEY, SECRET, TOKEN), parse_endpoint({"E": ros.endpoint}, "E"), timeout_s=1,
+                    sleep=pauses.append)
     template = open(__import__("functions.commands.deploy", fromlist=["TEMPLATE"]).TEMPLATE).read()
     values = {"ClusterId": "c" + "0123456789abcdef" * 2, "CodeBucket": BUCKET, "LogProject": "proj",
               "LogStore": "store"}
@@ -205,5 +209,6 @@ def test_a_create_whose_answer_was_lost_is_retried_as_the_same_stack(cloud):
     assert stacks.update(stack_id, template, dict(values, LogLevel="DEBUG"), 30) is True
     updates = [r for r in ros.requests if r.action == "UpdateStack"]
     assert len(updates) == 2 and len({r.query.get("ClientToken") for r in updates}) == 1
+    assert len(pauses) == 2  # one back-off before each retry
     # Each operation has its own token: a later deploy of the same values is a new operation.
     assert {r.query["ClientToken"] for r in updates} != tokens
