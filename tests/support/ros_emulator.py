@@ -190,7 +190,7 @@ class RosEmulator(CsEmulator):
 
     @staticmethod
     def _template_parameters(text: str) -> Dict[str, Any]:
-        doc = yaml.safe_load(text)
+        doc = ros_template.parse(text)
         if not isinstance(doc, dict) or "ROSTemplateFormatVersion" not in doc:
             raise ValueError("the template has no ROSTemplateFormatVersion")
         return doc.get("Parameters") or {}
@@ -317,7 +317,7 @@ class RosEmulator(CsEmulator):
         if self.before_complete is not None:
             self.before_complete(stack)
         try:
-            resources = (yaml.safe_load(stack["_template"]) or {}).get("Resources") or {}
+            resources = (ros_template.parse(stack["_template"]) or {}).get("Resources") or {}
         except yaml.YAMLError:
             return None
         functions = [r for r in resources.values() if (r or {}).get("Type") == "ALIYUN::FC3::Function"]
@@ -430,7 +430,7 @@ class RosEmulator(CsEmulator):
         if stack is None:
             return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
         try:
-            resources = (yaml.safe_load(stack["_template"]) or {}).get("Resources") or {}
+            resources = (ros_template.parse(stack["_template"]) or {}).get("Resources") or {}
         except yaml.YAMLError:
             resources = {}
         status = stack["Status"]  # every resource follows its stack here

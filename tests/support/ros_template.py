@@ -19,6 +19,8 @@ What this does not model: per resource type, which property changes force a repl
 per type; ``deploy`` only shows the value).
 """
 
+import copy
+import functools
 import re
 from typing import Any, Dict, List, Optional, Set, Tuple
 
@@ -30,8 +32,20 @@ _GONE = object()
 _SUB = re.compile(r"\$\{([A-Za-z0-9:._]+)\}")
 
 
+def parse(text: str) -> Any:
+    """``yaml.safe_load(text)``, each text parsed once (a YAMLError each time): the emulator reads a stack's
+    template on most calls, and PyYAML's parser took most of a deploy test's time. A copy, so that no reader
+    changes what another one gets."""
+    return copy.deepcopy(_parsed(text))
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(text: str) -> Any:
+    return yaml.safe_load(text)
+
+
 def load(text: str) -> Dict[str, Any]:
-    doc = yaml.safe_load(text)
+    doc = parse(text)
     if not isinstance(doc, dict) or "ROSTemplateFormatVersion" not in doc:
         raise ValueError("the template has no ROSTemplateFormatVersion")
     return doc
