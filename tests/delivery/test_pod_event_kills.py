@@ -9,11 +9,14 @@ tests/delivery/test_pod_events.py. The cluster's clock (the test API server's) i
 invocations make on it (a round's spacing after the last, the client's backoff after a failed write) move it
 instead of sleeping, so the matrices cost their runs, not their waits."""
 
+import time
+
 import pytest
 
 from functions.decision import claim_rules as pc, coalesce as co
 from tests.delivery.test_auto_pool_e2e import TICK, add_node, seven_gb_node, waiting
-from tests.delivery.test_pod_events import clock, cluster, pod_event, profiles, run  # noqa: F401  (fixtures)
+from tests.delivery.test_pod_events import (ClusterClock, clock, cluster, pod_event, profiles,  # noqa: F401  (fixtures)
+                                            run)
 from tests.rollout.test_interrupted import Killed, Killer
 from tests.support.failpoints import failpoints
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
@@ -38,7 +41,10 @@ class _Counted:
 
 
 def _world(server, tmp_path):
-    server.clock.shift = 0.0
+    if isinstance(server.clock, ClusterClock):  # the clock fixture's: back on the real time
+        server.clock.shift = 0.0
+    else:
+        server.clock = time.time
     with server.lock:
         for table in (server.nodes, server.pods, server.events, server.leases):
             table.clear()
