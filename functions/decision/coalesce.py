@@ -7,7 +7,7 @@ invocations that read the same marker only one write lands and the other reads a
 The marker (annotation ``ack-mig-hook/plan`` of the Lease ``ack-mig-hook-plan-<pool id>``)::
 
     {"holder": "<invocation>", "until": <epoch s>, "round": <epoch s>, "asked": <n>, "open": <bool>,
-     "last": {...}}
+     "last": {...}, "waited": {"owner": "<invocation>", "until": <epoch s>}}
 
 * ``asked`` counts the events that asked for a plan of the pool; every arriving event adds one.
 * ``holder`` is the invocation planning the pool now, live until ``until`` (:data:`HOLD_S` after it last
@@ -22,6 +22,13 @@ The marker (annotation ``ack-mig-hook/plan`` of the Lease ``ack-mig-hook-plan-<p
   otherwise it clears ``holder`` and ends.
 * ``round``: when the last round began; rounds of one pool begin at least :data:`SPACING_S` apart.
 * ``last``: the last event seen (when, which pod, the event id), which ``doctor`` shows.
+* ``waited``: another invocation's planning claim that a holder waited out (``pod_event.CLAIM_WAIT_S``) and
+  gave up on, as it let go: its owner and its end. While that same claim holds (the pool's Lease names the
+  same owner, and neither end has come), an event that finds no open holder adds its ask and ends at once
+  (:data:`WAITED_OUT`) rather than waiting its own 5 minutes for it: a run FC ended keeps its claim for up
+  to 4 hours, and every event would bill that wait again. The claim is read at each such event, so a note
+  that names a claim given back, run out or taken by another (or a forged one) is dropped and the event
+  plans.
 
 Why a coalesced event never loses its pod: the event's invocation read the pod as ``Unschedulable``
 (``functions.pipeline.pod_event``) before it writes its ask. Writes to the marker are ordered by the API
@@ -65,6 +72,7 @@ MAX_TEXT = 253  # the longest holder, pod or event id kept (a pod's namespace/na
 
 PLAN = "plan"
 COALESCED = "coalesced"
+WAITED_OUT = "waited-out"  # the pool's planning claim is one a holder waited out: the event ends at once
 
 
 class Marker(NamedTuple):
@@ -74,6 +82,7 @@ class Marker(NamedTuple):
     asked: int = 0
     last: Dict[str, Any] = {}
     open: bool = True  # a marker written before the field existed: as it behaved then
+    waited: Dict[str, Any] = {}  # the planning claim a holder waited out: {"owner", "until"}, {} for none
 
     def live(self, now: float) -> bool:
         """A holder is planning the pool now (as far as its lease says)."""
@@ -104,23 +113,53 @@ def read_marker(text: Optional[str], now: float, hold_s: float) -> Marker:
             else 0.0, "pod": _text(last.get("pod")), "event": _text(last.get("event"))}
     is_open = value.get("open")
     return Marker(_text(value.get("holder")), min(until, now + hold_s), started, asked, last,
-                  is_open if isinstance(is_open, bool) else True)
+                  is_open if isinstance(is_open, bool) else True, _waited(value.get("waited")))
+
+
+def _waited(value: Any) -> Dict[str, Any]:
+    """The waited-out claim as stored, or {} for none or one that does not read."""
+    if not isinstance(value, dict) or not _text(value.get("owner")):
+        return {}
+    end = value.get("until")
+    if not isinstance(end, (int, float)) or isinstance(end, bool) or not 0 < end <= MAX_EPOCH:
+        return {}
+    return {"owner": _text(value.get("owner")), "until": float(end)}
 
 
 def write_marker(marker: Marker) -> str:
-    return json.dumps({"holder": marker.holder, "until": round(marker.until, 3), "round": round(marker.round, 3),
-                       "asked": marker.asked, "open": marker.open, "last": marker.last}, sort_keys=True)
+    value = {"holder": marker.holder, "until": round(marker.until, 3), "round": round(marker.round, 3),
+             "asked": marker.asked, "open": marker.open, "last": marker.last}
+    if marker.waited:
+        value["waited"] = {"owner": marker.waited["owner"], "until": round(marker.waited["until"], 3)}
+    return json.dumps(value, sort_keys=True)
 
 
-def arrive(marker: Marker, me: str, now: float, hold_s: float, pod: str, event_id: str) -> Tuple[Marker, str]:
+Claim = Tuple[str, float]  # a pool's planning claim as read now: its owner and its end ("" for none)
+
+
+def waited_out(marker: Marker, claim: Optional[Claim], now: float) -> bool:
+    """Whether the pool's planning claim as read now (``claim``; None: not read) is the one the marker says a
+    holder waited out: the same owner, and neither its end as noted nor as read has come."""
+    if not marker.waited or claim is None or not claim[0]:
+        return False
+    return claim[0] == marker.waited["owner"] and now < min(marker.waited["until"], claim[1])
+
+
+def arrive(marker: Marker, me: str, now: float, hold_s: float, pod: str, event_id: str,
+           claim: Optional[Claim] = None) -> Tuple[Marker, str]:
     """An event of the pool arrives: its ask is added; it is ``coalesced`` into a live, open holder's next
     round, or it becomes the holder (``plan``): its round begins once the caller has written the marker. A
-    holder that is not open is taken over: it plans no further round, so this event's must."""
+    holder that is not open is taken over: it plans no further round, so this event's must. With no such
+    holder, ``claim`` (the pool's planning claim as read now) still the one a holder waited out
+    (:func:`waited_out`): ``waited-out``, no holder taken; a claim that is another (or none) drops
+    the note, and the event plans."""
     asked = marker.asked + 1 if marker.asked < MAX_ASKS else 1
     seen = marker._replace(asked=asked, last={"at": round(now, 3), "pod": _text(pod), "event": _text(event_id)})
     if marker.live(now) and marker.holder != me and marker.open:
         return seen, COALESCED
-    return seen._replace(holder=me, until=now + hold_s, open=True), PLAN
+    if waited_out(marker, claim, now):  # a holder that is not open or not live is left as it is
+        return seen, WAITED_OUT
+    return seen._replace(holder=me, until=now + hold_s, open=True, waited={}), PLAN
 
 
 def quiet_since(before: Marker, mine: Marker, planned: Optional[int], listed: float, margin_s: float) -> bool:
@@ -165,3 +204,12 @@ def end_round(marker: Marker, me: str, planned: int, more: bool) -> Tuple[Option
     if marker.asked != planned and more:
         return marker, True
     return marker._replace(holder="", until=0.0), False
+
+
+def let_go(marker: Marker, me: str, waited: Optional[Claim] = None) -> Optional[Marker]:
+    """The marker this invocation lets go of (None: it names another, nothing to write); ``waited``: the other
+    invocation's planning claim it waited out and gave up on (owner, end), noted for the events after it."""
+    if marker.holder != me:
+        return None
+    return marker._replace(holder="", until=0.0, waited={"owner": _text(waited[0]), "until": float(waited[1])}
+                           if waited and waited[0] else marker.waited)

@@ -340,7 +340,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     clock), or None: the first round plans on it where that is as good as a new list (below)."""
     from node_bootstrap.kube import KubeError
 
-    from functions.decision.coalesce import HOLD_S, quiet_since
+    from functions.decision.coalesce import HOLD_S, WAITED_OUT, quiet_since
     from functions.pipeline.auto_pool import run_tick
     from functions.rollout.plan_claim import STALE_MARGIN_S, claim_line, peek_pool
     from functions.rollout.plan_marker import MarkerBusy, PlanMarker, Renewal
@@ -378,11 +378,26 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         except KubeError:
             return True  # the tick reads it again and says why
 
+    gave_up: List[Any] = []  # the claim a wait gave up on, as held() read it
+
     def held() -> str:  # whose claim a wait gave up on, and until when (one read of the pool's Lease)
         try:
-            return claim_line(peek_pool(api, pool_id, settings))
+            gave_up[:] = [peek_pool(api, pool_id, settings)]
+            return claim_line(gave_up[0])
         except KubeError as exc:
             return "its planning claim cannot be read now: %s" % " ".join(str(exc).split())[:160]
+
+    def waited() -> Optional[Tuple[str, float]]:  # that claim, noted in the marker as the pool is let go
+        return (gave_up[0].holder, gave_up[0].until) if gave_up and gave_up[0].holder else None
+
+    now_claim: List[Any] = []  # the claim as the arrival read it, where the marker notes a waited-out one
+
+    def claim_now() -> Optional[Tuple[str, float]]:
+        try:
+            now_claim[:] = [peek_pool(api, pool_id, settings)]
+        except KubeError:
+            return None  # not known to be the one waited out: the event plans (and waits) itself
+        return now_claim[0].holder, now_claim[0].until
 
     if dry_run:  # a dry run shows the plan and writes nothing, the marker included
         usable.extend([pending] if pending is not None else [])  # no ask is coalesced into it: any list will do
@@ -391,7 +406,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     prior: List[Any] = []  # the marker this event's ask was written over
     unknown = False  # the marker write got no answer nor a read back: whose it is, a round's beginning says
     try:
-        role, seen = marker.arrive(pool_id, key, request.event_id or "", prior)
+        role, seen = marker.arrive(pool_id, key, request.event_id or "", prior, claim=claim_now)
     except (KubeError, MarkerBusy) as exc:  # planning is always safe: only the coalescing is lost
         # No answer is no verdict: the server may have written this invocation in as the holder, and the
         # pool's events coalesce into it for its hold. One more read says whose the marker is (where that
@@ -433,11 +448,20 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         log.info("pod event", nodepool_id=pool_id, reason=reason)
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
                              event_id=request.event_id, outcome="skip", reason=reason, cluster_id=cluster)
+    if role == WAITED_OUT:
+        reason = ("another invocation plans auto pool %s and an earlier event waited %d s for it, the most a pod "
+                  "event waits, and gave up (%s): not waited for again, pod %s waits for the auto pool timer, which "
+                  "plans the pool once the claim is given back or ends" % (
+                      pool_id, round(CLAIM_WAIT_S), claim_line(now_claim[0]), key))
+        # INFO: the event that gave up warned once; one WARNING an event would repeat it for the claim's hours
+        log.info("plan marker", nodepool_id=pool_id, reason=reason)
+        return HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
+                             event_id=request.event_id, outcome="skip", reason=reason, cluster_id=cluster)
     rounds: List[HandlerResult] = []
     # The hold is short and renewed while this invocation works: ended by FC, it frees the pool within one hold
     renewal = Renewal(marker, pool_id, log).start()
     try:
-        _rounds(marker, pool_id, tick, rounds, started, settings, log, free, begun, held)
+        _rounds(marker, pool_id, tick, rounds, started, settings, log, free, begun, held, waited)
         if unknown and not rounds:  # the marker names another: planned once without coalescing, then let go
             # where this invocation's unanswered write landed after all
             rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free, held=held))
@@ -452,11 +476,12 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
 def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], started: float, settings: Any,
             log: Any, free: Optional[Callable[[], bool]] = None,
-            begun: Optional[Callable[[Optional[int]], None]] = None, held: Optional[Callable[[], str]] = None
-            ) -> None:
+            begun: Optional[Callable[[Optional[int]], None]] = None, held: Optional[Callable[[], str]] = None,
+            waited: Optional[Callable[[], Optional[Tuple[str, float]]]] = None) -> None:
     """The holder's rounds: plan, then again while events asked during the round (the module docstring).
     ``begun(planned)``: told the asks a round began with, once its beginning is marked; ``free``, ``held``:
-    :func:`_after_claims`'s."""
+    :func:`_after_claims`'s; ``waited``: the claim a round gave up waiting for (owner, end; as ``held`` read
+    it), noted in the marker as the pool is let go (``coalesce.let_go``)."""
     from functions.rollout.plan_claim import planned_elsewhere
 
     from node_bootstrap.kube import KubeError
@@ -495,8 +520,10 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
                 planned_elsewhere(rounds[-1].reason):
             # a failed round, or another invocation's claim that outlived the wait (another round would only
             # wait again, as long as events keep asking): let go, so later events are not answered coalesced
-            # into an invocation that returned, for its hold
-            _let_go(marker, pool_id, log)
+            # into an invocation that returned, for its hold; noting the claim waited out, so that they end at
+            # once while it lasts rather than each waiting for it again (coalesce.py, ``waited``)
+            gave_up = waited() if waited is not None and rounds[-1].outcome == "skip" else None
+            _let_go(marker, pool_id, log, gave_up)
             break
         # Another round only while a whole one still fits in this invocation (the timer catches the rest).
         more = _left_s(started, settings) >= longest_run_s(settings)
@@ -586,14 +613,15 @@ def _read_back(marker: Any, pool_id: str) -> Any:
         return None
 
 
-def _let_go(marker: Any, pool_id: str, log: Any) -> None:
+def _let_go(marker: Any, pool_id: str, log: Any, waited: Optional[Tuple[str, float]] = None) -> None:
+    """Clear this invocation's hold, noting ``waited``: the claim it waited out (owner, end)."""
     from node_bootstrap.kube import KubeError
 
+    from functions.decision.coalesce import let_go
     from functions.rollout.plan_marker import MarkerBusy
 
     try:
-        marker.change(pool_id, lambda m, now: (m._replace(holder="", until=0.0) if m.holder == marker.me
-                                               else None, None))
+        marker.change(pool_id, lambda m, now: (let_go(m, marker.me, waited), None))
     except (KubeError, MarkerBusy) as exc:
         log.warning("plan marker", nodepool_id=pool_id, reason="not let go (%s): it runs out with its lease"
                     % str(exc)[:160])

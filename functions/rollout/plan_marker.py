@@ -15,7 +15,7 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 from node_bootstrap.kube import KubeError
 
@@ -77,11 +77,18 @@ class PlanMarker:
             self.sleep(random.uniform(0.0, 0.05))  # writers that met stop meeting
         raise MarkerBusy("the plan marker of pool %s changed under %d writes in a row" % (pool_id, CAS_ATTEMPTS))
 
-    def arrive(self, pool_id: str, pod: str, event_id: str, before: Optional[list] = None) -> Tuple[str, co.Marker]:
-        """(``plan`` or ``coalesced``, the marker as written). ``before``: gets the marker this write replaced
-        (its ``last``: the ask before this one, which a pod event's first round reads)."""
+    def arrive(self, pool_id: str, pod: str, event_id: str, before: Optional[list] = None,
+               claim: Optional[Callable[[], Optional[co.Claim]]] = None) -> Tuple[str, co.Marker]:
+        """(``plan``, ``coalesced`` or ``waited-out``, the marker as written). ``before``: gets the marker this
+        write replaced (its ``last``: the ask before this one, which a pod event's first round reads).
+        ``claim``: reads the pool's planning claim (owner, end; None: unread), only where the marker notes a
+        waited-out claim and names no open holder, once an arrival."""
+        read: List[Optional[co.Claim]] = []
+
         def step(marker: co.Marker, now: float) -> Tuple[co.Marker, Tuple[str, co.Marker]]:
-            new, role = co.arrive(marker, self.me, now, self.hold_s, pod, event_id)
+            if claim is not None and marker.waited and not read and not (marker.live(now) and marker.open):
+                read.append(claim())
+            new, role = co.arrive(marker, self.me, now, self.hold_s, pod, event_id, read[0] if read else None)
             if before is not None:
                 before[:] = [marker]  # the one read last: a write after a conflict replaced that one
             return new, (role, new)

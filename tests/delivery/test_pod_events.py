@@ -375,7 +375,7 @@ def test_an_ask_after_the_choices_list_gets_the_round_a_new_list(emulator, kube_
         injected.append(True)
         waiting(kube_api, "late", "2g.20gb")
 
-    def arrive_after_another(self, pool_id, pod, event_id, before=None):
+    def arrive_after_another(self, pool_id, pod, event_id, before=None, claim=None):
         if asked == "before its ask" and not injected and pool_id == POOL:
             late_pod()  # its event took over a closed holder just now: that holder plans no further round
             now = time_mod.time()
@@ -386,7 +386,7 @@ def test_an_ask_after_the_choices_list_gets_the_round_a_new_list(emulator, kube_
                                  "holder": "late-event", "until": now + 600, "round": now - 60, "asked": 4,
                                  "open": False, "last": {"at": now, "pod": "llm/late", "event": "e-late"}})}},
                 "spec": {}})
-        return arrive(self, pool_id, pod, event_id, before=before)
+        return arrive(self, pool_id, pod, event_id, before=before, claim=claim)
 
     def begin_after_another(self, pool_id, is_open=True):
         if asked == "before its round" and not injected and pool_id == POOL:
@@ -792,7 +792,7 @@ def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_pla
     if marker == "busy":
         from functions.rollout import plan_marker
 
-        def busy(self, *args):
+        def busy(self, *args, **kwargs):
             raise plan_marker.MarkerBusy("the plan marker changed under 24 writes in a row")
         monkeypatch.setattr(plan_marker.PlanMarker, "arrive", busy)
     key = timer_holds_the_claim(server)
@@ -814,6 +814,47 @@ def test_an_event_that_finds_a_timer_tick_planning_its_pool_waits_for_it_and_pla
     # found the claim held and after it was given back (a round at every poll listed them 9 or 10 times)
     lists = sum(1 for r in server.requests if r.path == "/api/v1/pods")
     assert lists <= 3, lists
+
+
+def test_a_claim_one_event_waited_out_is_not_waited_for_again_by_the_next_events(cluster, monkeypatch):
+    """A dead run's planning claim lasts until its invocation would have ended (up to 4 hours). The first event
+    waits CLAIM_WAIT_S for it and gives up; every later event of the pool then became the marker's holder and
+    waited its own CLAIM_WAIT_S (billed FC time, once an event). The first one notes the claim it waited out
+    in the marker as it lets go; the next event ends at once naming it (no list of the Pending pods, no
+    wait); once that claim is given back, the next event plans its pod and the note is dropped."""
+    from functions.decision import claim_rules
+    from functions.pipeline import pod_event as pod_event_module
+
+    server, api, settings, executor, state_file = cluster
+    monkeypatch.setattr(pod_event_module, "CLAIM_POLL_S", 0.2)
+    monkeypatch.setattr(pod_event_module, "CLAIM_WAIT_S", 1.0)
+    key = timer_holds_the_claim(server)
+    waiting(server, "late", "2g.20gb")
+    first = run(pod_event("llm", "late"), cluster)
+    assert first.outcome == "skip" and "waited 1 s" in first.reason and "timer-tick" in first.reason, first.reason
+    noted = stored_marker(server)
+    assert noted["holder"] == "" and noted["waited"]["owner"] == "timer-tick", noted
+
+    waiting(server, "later", "2g.20gb")
+    before = len(server.requests)
+    sleeps = []
+    monkeypatch.setattr(pod_event_module.time, "sleep", sleeps.append)
+    second = run(pod_event("llm", "later"), cluster)
+    assert second.outcome == "skip" and "gave up" in second.reason and "timer-tick" in second.reason, \
+        second.reason
+    assert "llm/later" in second.reason and "auto pool timer" in second.reason, second.reason
+    assert sleeps == [], "waited again for a claim already waited out"
+    assert not [r for r in server.requests[before:] if r.path == "/api/v1/pods"], "planned a round for it"
+    assert stored_marker(server)["asked"] == noted["asked"] + 1  # its ask is counted, as a coalesced one's
+
+    monkeypatch.undo()  # real sleeps again; the claim is given back: the next event plans
+    with server.lock:
+        server.leases[key]["metadata"]["annotations"].pop(claim_rules.PLANNING_ANNOTATION)
+        server._stamp(server.leases[key])
+    third = run(pod_event("llm", "later"), cluster)
+    assert third.outcome == "done", third.reason
+    assert "2g.20gb" in profiles(state_file)
+    assert "waited" not in stored_marker(server)
 
 
 def test_an_event_whose_pool_is_deleted_while_it_waits_says_so(cluster, monkeypatch):

@@ -259,3 +259,25 @@ def test_a_later_round_claims_and_rolls_out_only_within_what_is_left_of_its_invo
     _, rollout = prepare_auto([], {}, MemoryKube(), settings)
     assert rollout.deadline >= before + 14400
 
+
+
+def test_a_waited_out_claim_ends_events_at_once_only_while_that_same_claim_holds():
+    """The note a holder leaves as it gives up on another invocation's planning claim (coalesce.let_go): an
+    event that finds it ends at once (``waited-out``) only while the claim read now has the same owner and
+    neither end has come; a claim given back, run out, taken by another or unread, and a note that does not
+    read (forged), leave the event to plan, dropping the note. A live open holder still coalesces."""
+    held = co.let_go(co.arrive(co.Marker(), "a", 1000.0, HOLD, "llm/p0", "e0")[0], "a", ("dead-run", 5000.0))
+    noted = co.read_marker(co.write_marker(held), 1001.0, HOLD)
+    assert noted.holder == "" and noted.waited == {"owner": "dead-run", "until": 5000.0}
+    marker, role = co.arrive(noted, "b", 1001.0, HOLD, "llm/p1", "e1", ("dead-run", 5000.0))
+    assert role == co.WAITED_OUT and marker.holder == "" and marker.asked == noted.asked + 1 and marker.waited
+    for claim, now in ((("dead-run", 5000.0), 5000.0), (("dead-run", 1500.0), 1600.0), (("timer", 9000.0), 1001.0),
+                       (("", 0.0), 1001.0), (None, 1001.0)):
+        marker, role = co.arrive(noted, "b", now, HOLD, "llm/p1", "e1", claim)
+        assert role == co.PLAN and marker.holder == "b" and marker.waited == {}, (claim, now)
+    live = co.arrive(noted, "c", 1001.0, HOLD, "llm/p2", "e2")[0]  # another event plans (the claim given back)
+    assert co.arrive(live, "d", 1002.0, HOLD, "llm/p3", "e3", ("dead-run", 5000.0))[1] == co.COALESCED
+    for forged in ('{"waited": {"owner": "", "until": 5000}}', '{"waited": {"owner": "x", "until": 1e15}}',
+                   '{"waited": {"owner": "x", "until": true}}', '{"waited": ["x", 5000]}'):
+        assert co.read_marker(forged, 1001.0, HOLD).waited == {}, forged
+    assert co.let_go(noted._replace(holder="other"), "a", ("dead-run", 5000.0)) is None  # not this one's
