@@ -15,7 +15,8 @@ count the pod, so none runs for it.
 
 Then the pool's plan marker (``functions.rollout.plan_marker``, decided by ``functions.decision.coalesce``)
 says whether a plan of that pool runs now: if so the event is answered ``coalesced`` (that plan plans
-again at its end, with a fresh list of the Pending pods that holds this pod); if not, this invocation plans
+again at its end, with a fresh list of the Pending pods that holds this pod, or, where it gives up on
+another invocation's planning claim or FC ends it, the auto pool timer does); if not, this invocation plans
 the pool (``functions.pipeline.auto_pool.run_tick``, the timer's step for that one pool), and again while
 events asked during its round. A dry run plans once and writes no marker.
 """
@@ -442,8 +443,11 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         role, seen, unknown = "plan", held, held is None  # (maybe) the holder: this invocation plans its rounds
         prior.clear()  # the ask before it is not known: its first round lists the pods again
     if role == "coalesced":
-        reason = ("coalesced: a plan of auto pool %s runs now (invocation %s, its round began %.1f s ago); it "
-                  "plans again when it ends, with pod %s among the Pending pods" % (
+        # Not a promise the holder may not keep: a round that gives up on another invocation's planning claim
+        # (CLAIM_WAIT_S), or a holder FC ends, plans no further round, and then the timer plans the pod.
+        reason = ("coalesced: a plan of auto pool %s runs now (invocation %s, its round began %.1f s ago): it "
+                  "plans the pool's pods, pod %s among them, in a round after this one, or the auto pool timer "
+                  "does if it cannot (another invocation's planning claim outlasts its wait, or it ends first)" % (
                       pool_id, seen.holder, max(0.0, marker.now() - seen.round) if seen.round else 0.0, key))
         log.info("pod event", nodepool_id=pool_id, reason=reason)
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type,

@@ -857,6 +857,39 @@ def test_a_claim_one_event_waited_out_is_not_waited_for_again_by_the_next_events
     assert "waited" not in stored_marker(server)
 
 
+def test_an_event_coalesced_into_a_waiter_that_gives_up_was_not_promised_its_plan(cluster, monkeypatch):
+    """An event answered "coalesced" was told the holder "plans again when it ends, with pod X among the
+    Pending pods"; a holder waiting for a dead run's planning claim gives up after CLAIM_WAIT_S and plans
+    nothing, and the timer plans that pod. The answer now says so: the holder plans the pool's pods, or the
+    auto pool timer does if it cannot."""
+    from functions.pipeline import pod_event as pod_event_module
+
+    server, api, settings, executor, state_file = cluster
+    monkeypatch.setattr(pod_event_module, "CLAIM_POLL_S", 0.2)
+    monkeypatch.setattr(pod_event_module, "CLAIM_WAIT_S", 3.0)
+    timer_holds_the_claim(server)
+    waiting(server, "late", "2g.20gb")
+    waiting(server, "later", "2g.20gb")
+    holder = {}
+    thread = threading.Thread(target=lambda: holder.setdefault("result", run(pod_event("llm", "late"), cluster)))
+    thread.start()
+    deadline = time.time() + 20
+    while time.time() < deadline:  # the first event holds the pool and waits for the claim
+        lease = server.leases.get(("default", marker_lease(POOL))) or {}
+        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}) \
+                and stored_marker(server)["holder"]:
+            break
+        time.sleep(0.05)
+    coalesced = run(pod_event("llm", "later"), cluster)
+    thread.join()
+    first = holder["result"]
+    assert first.outcome == "skip" and "waited 3 s" in first.reason, first.reason  # it gave up: planned nothing
+    assert coalesced.outcome == "skip" and coalesced.reason.startswith("coalesced:"), coalesced.reason
+    assert "llm/later" in coalesced.reason and "or the auto pool timer does if it cannot" in coalesced.reason, \
+        coalesced.reason
+    assert "plans again when it ends" not in coalesced.reason, coalesced.reason
+
+
 def test_an_event_whose_pool_is_deleted_while_it_waits_says_so(cluster, monkeypatch):
     """The event's pool is deleted while its round waits for a timer tick's planning claim; another auto pool
     remains. The round after the wait lists the pools again and plans nothing: it said "no node pool carries
