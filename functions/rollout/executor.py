@@ -723,12 +723,14 @@ class RolloutExecutor:
     def _landed(self, w: Any, exc: KubeError) -> Optional[bool]:
         """Whether the claim's write landed although its answer says it failed (None: unknown). A write with no
         answer (a connection reset or a timeout after the server wrote it) or a 5xx (kube-apiserver's timeout
-        filter answers 504 and lets the write go on) may have landed; any other answer says nothing was written.
+        filter answers 504 and lets the write go on) may have landed, and so may one that ends in a 429: the client
+        tries again after no answer too (functions/kube/client.py) and ends with the last try's 429, an earlier
+        unanswered try written or not; any other answer says nothing was written.
         Level-triggered: the node is read back (a GET with no resourceVersion, a consistent read), and this run's
         record on it for this target is the claim: the node goes on in the wave, keeping its slot. Taken for
         not claimed, its slot went back while it stayed cordoned under this run's record, deferred as "nothing
         was written", and no other run could take it before this run's lease ran out."""
-        if exc.status is not None and exc.status < 500:
+        if exc.status is not None and exc.status < 500 and exc.status != 429:
             return False
         try:
             node = self._read(w)

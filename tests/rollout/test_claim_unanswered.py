@@ -320,3 +320,21 @@ def test_a_claim_without_an_answer_never_lets_the_pool_past_its_budget(cluster, 
     assert sorted(cluster.transport.seen) == NAMES  # each node applied once
     assert peak[0] <= 1, peak[0]
     assert not any(s.expires > cluster.now[0] for s in lease_slots(api, LABELLED_LEASE).values())
+
+
+def test_a_claim_that_landed_unanswered_then_met_429s_is_read_back_and_the_node_goes_on(cluster):
+    """node-a's claim landed with its answer lost; the client tried again (no answer is retried), and every later
+    try was turned away by APF (429) until its tries ran out. The call ended with the last try's 429, which
+    ``_landed`` took for an answer saying nothing was written: the node was deferred as "nothing was written" and
+    its slot given back, while it stayed cordoned under this run's record (the case the read back exists for).
+    A 429 at the end of the client's tries says nothing of an earlier, unanswered one (as the plan marker's
+    arrival reads it, functions/pipeline/pod_event.py): the node is read back and goes on in the same run."""
+    cluster.add_nodes(["node-a"])
+    cluster.api.lose_answer_next(times=1, method="PATCH", path="/api/v1/nodes/node-a")
+    cluster.api.throttle(times=4, retry_after=1, method="PATCH", path="/api/v1/nodes/node-a")
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    (node,) = result.nodes
+    assert [r.status for r in cluster.api.requests if r.method == "PATCH"][:5] == [0, 429, 429, 429, 429]
+    assert node["outcome"] == "partitioned" and result.outcome == "done", (node, result.reason)
+    assert cluster.annotation("node-a")["step"] == "done" and not cluster.unschedulable("node-a")
+    assert not lease_slots(cluster.api, LABELLED_LEASE)
