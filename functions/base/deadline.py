@@ -49,9 +49,12 @@ class AnswerTooLarge(Exception):
     nothing of it read. Not an OSError: the SDKs take those for a broken connection and try again, and the
     endpoint would send the same body again."""
 
-    def __init__(self, endpoint: str, limit: int) -> None:
-        super().__init__("the answer from %s is larger than %d MiB, more than any answer of the API; it was cut "
-                         "off and nothing of it is read" % (endpoint, limit >> 20))
+    def __init__(self, endpoint: str, limit: int, coding: str = "") -> None:
+        super().__init__(("the answer from %s is larger than %d MiB, more than any answer of the API; it was cut "
+                          "off and nothing of it is read" % (endpoint, limit >> 20)) if not coding else (
+                          "the answer from %s is compressed in layers (Content-Encoding: %s), as no answer of the API "
+                          "is: it may inflate past %d MiB unseen; it was cut off and nothing of it is read"
+                          % (endpoint, coding, limit >> 20)))
         self.endpoint, self.limit = endpoint, limit
 
 
@@ -186,6 +189,40 @@ def urllib3_guarded(urllib3: Any) -> None:
         where.create_connection = _bounded_lookup(where.create_connection)
 
 
+def _codings(response: Any) -> str:
+    """The response's ``Content-Encoding`` where it names more than one coding, else "". urllib3 decodes such a
+    chain (``MultiDecoder``) and, in the 1.x that aliyun-python-sdk-core vendors, decodes each piece read
+    through every layer at once with no bound: 1032:1 per gzip layer (deflate's best), so a few KB of
+    ``gzip, gzip`` inflate to GBs inside one read, before :func:`_count` sees them. The APIs send one coding
+    at most."""
+    headers = getattr(response, "headers", None)
+    coding = headers.get("content-encoding", "") if headers is not None else ""
+    coding = " ".join(str(coding or "").split())[:64]
+    return coding if len([c for c in coding.split(",") if c.strip()]) > 1 else ""
+
+
+def _refuse_stacked(response: Any) -> None:
+    """Before a read under a Guard with ``max_bytes``: a stacked coding (:func:`_codings`) closes the response
+    and raises AnswerTooLarge, nothing of it decoded."""
+    guard = getattr(_current, "guard", None)
+    if guard is None or guard.max_bytes is None:
+        return
+    coding = _codings(response)
+    if coding:
+        endpoint = _endpoint(response)
+        try:
+            response.close()
+        except Exception:  # a close that fails leaves the same: nothing more is read from it
+            pass
+        raise AnswerTooLarge(endpoint, guard.max_bytes, coding)
+
+
+def _endpoint(response: Any) -> str:
+    pool = getattr(response, "_pool", None)
+    return ("%s://%s:%s" % (pool.scheme, pool.host, pool.port) if pool is not None
+            and getattr(pool, "host", None) else "an endpoint")
+
+
 def _count(response: Any, data: Any) -> Any:
     """``data``, just read from ``response``'s body, counted against the calling thread's Guard's
     ``max_bytes``: past it the response is closed (its connection is not put back into the pool half read)
@@ -197,9 +234,7 @@ def _count(response: Any, data: Any) -> Any:
     seen = getattr(response, "_guard_bytes", 0) + len(data)
     response._guard_bytes = seen
     if seen > guard.max_bytes:
-        pool = getattr(response, "_pool", None)
-        endpoint = ("%s://%s:%s" % (pool.scheme, pool.host, pool.port) if pool is not None
-                    and getattr(pool, "host", None) else "an endpoint")
+        endpoint = _endpoint(response)
         try:
             response.close()
         except Exception:  # a close that fails leaves the same: nothing more is read from it
@@ -210,12 +245,14 @@ def _count(response: Any, data: Any) -> Any:
 
 def _counted_read(read: Any) -> Any:
     def counted_read(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _refuse_stacked(self)
         return _count(self, read(self, *args, **kwargs))
     return counted_read
 
 
 def _counted_chunks(read_chunked: Any) -> Any:
     def counted_chunks(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _refuse_stacked(self)
         for chunk in read_chunked(self, *args, **kwargs):
             yield _count(self, chunk)
     return counted_chunks

@@ -111,3 +111,36 @@ def test_the_operators_ros_client_says_a_cut_answer_in_its_own_words(no_proxy):
         assert ros.padded < MAX_ANSWER_BYTES + SLACK, ros.padded
     finally:
         ros.stop()
+
+
+def test_a_stacked_gzip_bomb_is_cut_before_it_inflates(no_proxy):
+    """functions/cloud/rpc.py reads through aliyun-python-sdk-core's vendored urllib3 (1.24), which decodes a
+    ``Content-Encoding: gzip, gzip`` chain whole for each piece it reads: a few KB of body inflated to 256 MiB
+    in one piece, before the count of what was read saw any of it (the bound counts decoded bytes). No API
+    stacks codings; such an answer is cut before it is read, as an AnswerTooLarge: one line, not retried, and
+    the client's memory never holds the inflated text."""
+    import tracemalloc
+
+    from functions.base.settings import Credentials, Endpoint
+    from functions.cloud.rpc import ESS_VERSION, ApiError, Backoff, RpcClient
+    from tests.support.rpc_emulator import Emulator
+
+    with Emulator(AK, SECRET, TOKEN, "cn-beijing") as ess:
+        ess.bomb = lambda method, path: 256 << 20
+        client = RpcClient("ess", ESS_VERSION, ess.region, Credentials(AK, SECRET, TOKEN),
+                           Endpoint(ess.endpoint.split("://", 1)[1], "http"), timeout_s=30,
+                           backoff=Backoff(3, sleep=lambda s: None))
+        tracemalloc.start()
+        try:
+            with pytest.raises(ApiError) as info:
+                client.call("DescribeScalingGroups", {"RegionId": ess.region})
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < MAX_ANSWER_BYTES + SLACK, peak
+        assert info.value.code == "AnswerTooLarge" and not info.value.retryable
+        assert client.calls["DescribeScalingGroups"] == 1
+        assert one_line(info.value) == (
+            "DescribeScalingGroups failed: AnswerTooLarge: the answer from %s is compressed in layers "
+            "(Content-Encoding: gzip, gzip), as no answer of the API is: it may inflate past 16 MiB unseen; it was "
+            "cut off and nothing of it is read" % ess.endpoint)

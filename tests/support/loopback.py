@@ -23,6 +23,21 @@ def json_answer(status: int, payload: Any, headers: Optional[Dict[str, str]] = N
     return status, data, dict({"content-type": "application/json;charset=utf-8"}, **(headers or {}))
 
 
+def _gzip_twice(spaces: int, data: bytes) -> bytes:
+    """``spaces`` bytes of white space then ``data``, gzip-compressed, then compressed again (built 1 MiB at a
+    time: the inflated text is never held)."""
+    import zlib
+
+    inner = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    piece, parts = b" " * (1 << 20), []
+    while spaces > 0:
+        parts.append(inner.compress(piece[:spaces]))
+        spaces -= min(spaces, len(piece))
+    parts.append(inner.compress(data) + inner.flush())
+    outer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return outer.compress(b"".join(parts)) + outer.flush()
+
+
 class _Server(ThreadingHTTPServer):
     # socketserver's listen backlog is 5: a sixth client connecting at once has its SYN dropped and
     # retransmits after a second.
@@ -48,6 +63,12 @@ class LoopbackServer:
     pad: Optional[Callable[[str, str], int]] = None
     pad_chunked = False
     padded = 0
+    # A compression bomb: the answers for which ``bomb(method, path)`` gives n > 0 go out as n bytes of white
+    # space before the body, gzip-compressed twice and labelled ``Content-Encoding: gzip, gzip`` (RFC 9110,
+    # section 8.4: the codings in the order applied; urllib3 decodes such a chain, ``MultiDecoder``). A few KB
+    # on the wire inflate to n bytes in the client: 1032:1 per gzip layer (deflate's best), so two layers
+    # reach far past any bound in one piece of the body, before a count of what was read could see it.
+    bomb: Optional[Callable[[str, str], int]] = None
 
     def respond(self, method: str, path: str, headers: Dict[str, str], body: bytes) -> Answer:
         """One request: ``headers`` with lower-case names, ``path`` with its query string."""
@@ -80,6 +101,9 @@ class LoopbackServer:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 status, data, extra = owner.respond(self.command, self.path, headers, body)
                 padding = owner.pad(self.command, self.path) if owner.pad is not None else 0
+                inflated = owner.bomb(self.command, self.path) if owner.bomb is not None else 0
+                if inflated:
+                    data, extra = _gzip_twice(inflated, data), dict(extra, **{"content-encoding": "gzip, gzip"})
                 try:
                     self.send_response(status)
                     for name, value in extra.items():
