@@ -278,7 +278,9 @@ class KubeApi:
                 guard.watch(conn.sock)
                 conn.request(method, url, body=payload, headers=headers)
                 response = conn.getresponse()
-                data = response.read()
+                # One byte more than an answer may be (the reader rule's bound, refused in ``request``), as the
+                # node's client reads: read whole first, a proxy's hundreds of MB filled memory before the check.
+                data = response.read(MAX_ANSWER_BYTES + 1)
         except (OSError, http.client.HTTPException) as exc:
             self._drop()
             if isinstance(exc, LookupTimeout):  # no address to ask yet: the name, not the server, did not answer
@@ -297,7 +299,7 @@ class KubeApi:
             if timed_out:  # cut at the deadline, or a read (the TLS handshake's too) that outwaited its timeout
                 raise ApiError("no complete answer from %s within %gs" % (config.server, self.timeout)) from None
             raise self._unreached(config, exc) from None
-        if response.will_close:
+        if response.will_close or len(data) > MAX_ANSWER_BYTES:  # past the bound: the rest is left unread
             self._drop()
         date = _http_date(response.headers.get("Date"))
         if date is not None:

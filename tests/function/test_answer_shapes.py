@@ -35,3 +35,32 @@ def test_a_pod_list_without_items_is_an_empty_list(kube_api, tmp_path):  # noqa:
     api = _api(kube_api, tmp_path)
     kube_api.answer_next("GET", PODS, '{"kind": "PodList", "metadata": {}}')
     assert api.list_pods("node-a") == []
+
+
+def test_an_answer_past_the_bound_is_not_read_past_it_and_the_next_call_is_served(kube_api, tmp_path):  # noqa: F811
+    """The reader rule's bound on an API answer (64 MiB, node_bootstrap/kube/client.py) was checked only once the
+    function's client had read the whole body into memory (``response.read()``): a proxy or a broken aggregated
+    API in front of the server sending hundreds of MB filled the function's memory within the call's timeout
+    before the answer was refused. The node's client reads one byte past the bound at most; so does this one
+    now, drops the connection with the rest unread, and fails that call alone in one line."""
+    import tracemalloc
+
+    from node_bootstrap.kube.client import MAX_ANSWER_BYTES
+
+    kube_api.add_node("node-a")
+    api = _api(kube_api, tmp_path)
+    assert api.get_node("node-a")["metadata"]["name"] == "node-a"  # the connection is open and kept
+    huge = b" " * (MAX_ANSWER_BYTES + (192 << 20)) + b"{}"  # valid JSON: only a bound on its size refuses it
+    kube_api.answer_next("GET", "/api/v1/nodes/node-a", huge)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ApiError) as err:
+            api.get_node("node-a")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    del huge
+    message = str(err.value)
+    assert "larger than %d bytes" % MAX_ANSWER_BYTES in message and "\n" not in message, message
+    assert peak < 2 * MAX_ANSWER_BYTES + (32 << 20), peak  # the bound, and one copy of it as it is read
+    assert api.get_node("node-a")["metadata"]["name"] == "node-a"  # the next call: served on a new connection

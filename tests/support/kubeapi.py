@@ -108,7 +108,7 @@ import threading
 import time
 import typing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
@@ -741,9 +741,9 @@ class KubeApiServer:
         return hold
 
     def answer_next(self, method, path, body, times=1):
-        # type: (str, str, str, int) -> None
+        # type: (str, str, Union[str, bytes], int) -> None
         """The next ``times`` ``method`` requests of exactly ``path`` are answered 200 with ``body`` (JSON text,
-        sent as it is) instead of being served: what an aggregated API, a proxy or a webhook in front of the
+        or its bytes, sent as it is) instead of being served: what an aggregated API, a proxy or a webhook in front of the
         server may answer (a JSON list, a number, an object of another shape), which this server never builds."""
         with self.lock:
             self._answers.append([times, method, path, body])
@@ -1025,7 +1025,8 @@ def _handler_for(api):
                 return self._refuse(Refused(api.fail[method], "injected failure"), record)
             answer = api._answered(method, record.path)
             if answer is not None:
-                return self._send(200, answer.encode(), "application/json", record)
+                return self._send(200, answer if isinstance(answer, bytes) else answer.encode(), "application/json",
+                                  record)
             try:
                 status, obj = self._route(method, [unquote(s) for s in parts.path.strip("/").split("/")],
                                           parse_qs(parts.query), ctype, body, raw, user)
