@@ -307,11 +307,12 @@ MUTANTS = (
            ("tests/node/test_client_records.py",),
            "a static pods' directory made again under umask 0 to put a held manifest back is writable by anyone"),
     mutant("manifest-copied-in-place-across-file-systems", "node_bootstrap/host/clients.py",
-           "    if os.stat(src).st_dev == os.stat(os.path.dirname(dst) or \".\").st_dev:\n",
-           "    if True:\n",
+           "        if exc.errno != errno.EXDEV:\n            raise\n",
+           "        shutil.move(src, dst)\n        return\n",
            ("tests/node/test_client_records.py",),
-           "a manifest moved to or from a state directory on another file system is copied into its own name, "
-           "unsynced: a kill mid-copy leaves the device plugin's manifest half written"),
+           "a manifest moved to or from a state directory on another file system (or another mount of the same "
+           "one) is copied into its own name, unsynced: a kill mid-copy leaves the device plugin's manifest half "
+           "written"),
     mutant("config-dir-left-writable", "node_bootstrap/host/bootunit.py",
            "    check_config_dir(os.path.dirname(on_disk_request), on_disk_request, _stderr, repair=True)\n",
            "",

@@ -137,9 +137,14 @@ def _move_file(src, dst):
     every run saying success)."""
     if os.path.isdir(dst):
         raise OSError(errno.EISDIR, "%s is a directory, not made by this tool: remove it" % dst)
-    if os.stat(src).st_dev == os.stat(os.path.dirname(dst) or ".").st_dev:
-        shutil.move(src, dst)  # one file system: a rename, whole or not at all
+    try:
+        os.rename(src, dst)  # one mount of one file system: whole or not at all
         return
+    except OSError as exc:
+        # EXDEV: another file system, or another mount point of the same one (a bind mount: the devices agree,
+        # rename(2) refuses all the same, and shutil.move's fallback was the copy in place below)
+        if exc.errno != errno.EXDEV:
+            raise
     # Another file system (the state directory on a disk of its own): shutil.move copied into ``dst`` itself,
     # unsynced, so a kill mid-copy left a half manifest there (the kubelet then runs no device plugin), or a
     # half held copy the next run moved back over the whole one. Copied beside it under a name the kubelet

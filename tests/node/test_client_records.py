@@ -372,3 +372,52 @@ def test_a_record_or_held_file_others_can_write_or_own_is_refused(tmp_path, wher
     assert res.rc == 1 and res.json["error"]["code"] == "state-dir-unsafe", res.json
     assert res.json["error"]["message"].startswith("the state directory %s holds %s, which %s" % (state, path, why))
     assert not target.exists() and held.exists() and res.json["changes"] == 0
+
+
+def test_a_manifest_moved_across_bind_mounts_of_one_file_system_never_has_its_name_half_written(tmp_path,
+                                                                                              monkeypatch):
+    """The same file system mounted twice (the state directory bind-mounted from the manifests' disk, as a
+    container or a node image may do): the devices agree (one st_dev), yet rename(2) refuses with EXDEV across
+    the two mount points ("rename() does not work across different mount points, even if the same filesystem
+    is mounted on both", rename(2)). Taken for one file system by its st_dev, the move went to shutil.move,
+    whose fallback copies into the manifest's own name, unsynced: the half manifest the hidden copy exists to
+    prevent. A rename that meets EXDEV now takes the hidden, synced copy as another file system does."""
+    import errno
+
+    from tests.support.kills import Killed
+
+    from node_bootstrap.host import clients
+
+    state = tmp_path / "state"
+    state.mkdir()
+    manifest = tmp_path / "manifests" / "dp.yml"
+    manifest.parent.mkdir()
+    text = "kind: Pod\n" + "# padding\n" * 5000
+    manifest.write_text(text)
+    control = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), str(state),
+                            lambda line: None)
+    held = control._held_path(parse_clients("manifest:%s" % manifest)[0])
+    real_rename, real_fsync, seen = os.rename, os.fsync, []
+
+    def rename(src, dst, *args, **kwargs):  # the two directories are two mount points of one file system
+        if os.path.dirname(os.path.abspath(str(src))) != os.path.dirname(os.path.abspath(str(dst))):
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+        return real_rename(src, dst, *args, **kwargs)
+
+    def fsync(fd):
+        path = os.readlink("/proc/self/fd/%d" % fd)
+        if os.path.dirname(path) != os.path.dirname(held):
+            return real_fsync(fd)  # a record's write, not the copy
+        seen.append((os.path.basename(path).startswith("."), os.path.exists(held)))
+        raise Killed("fsync")  # the copy written, not yet renamed: a kill here
+
+    monkeypatch.setattr(clients.os, "rename", rename)
+    monkeypatch.setattr(clients.os, "fsync", fsync)
+    with pytest.raises(Killed):
+        control.stop()
+    assert seen == [(True, False)]  # a hidden copy, synced before it takes its place
+    monkeypatch.undo()
+    after = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), str(state),
+                          lambda line: None)
+    assert after.start(after.leftovers()) == []
+    assert manifest.read_text() == text and not [n for n in os.listdir(str(manifest.parent)) if n != "dp.yml"]
