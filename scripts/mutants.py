@@ -868,4 +868,22 @@ MUTANTS = (
            "                  - ess:RecordLifecycleActionHeartbeat\n                Resource:\n                  - '*'",
            ("tests/function/test_template.py",),
            "the role answers and holds lifecycle hooks on '*': every scaling group of every region of the account"),
+    mutant("stacked-coding-inflated-before-counted", "functions/base/deadline.py",
+           "        _refuse_stacked(self)\n        return _count(self, read(self, *args, **kwargs))",
+           "        return _count(self, read(self, *args, **kwargs))",
+           ("tests/function/test_body_sizes.py",),
+           "a few KB of 'Content-Encoding: gzip, gzip' inflate to GBs in the core SDK's urllib3 before the size "
+           "bound counts them"),
+    mutant("kube-answer-read-whole-before-bound", "functions/kube/client.py",
+           "                data = response.read(MAX_ANSWER_BYTES + 1)\n",
+           "                data = response.read()\n",
+           ("tests/function/test_answer_shapes.py",),
+           "an API answer of hundreds of MB is read whole into the function's memory before the 64 MiB bound "
+           "refuses it"),
+    mutant("claim-ending-in-429-taken-for-unwritten", "functions/rollout/executor.py",
+           "        if exc.status is not None and exc.status < 500 and exc.status != 429:\n",
+           "        if exc.status is not None and exc.status < 500:\n",
+           ("tests/rollout/test_claim_unanswered.py",),
+           "a claim that landed unanswered and then met 429s gives its slot back while the node stays cordoned "
+           "under this run's record"),
 )
