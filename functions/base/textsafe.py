@@ -16,7 +16,7 @@ The node tool has its own copy of this rule (``node_bootstrap/commands/textout.p
 """
 
 import re
-from typing import Any
+from typing import Any, List
 
 # Where in CPython's own C source an error was raised, as ssl and socket errors say it ("certificate verify
 # failed (_ssl.c:1006)"): a file of the interpreter, nothing an operator can act on. Dropped from every text.
@@ -58,19 +58,35 @@ def escape_data(value: Any) -> Any:
 
 def clip(text: Any, limit: int) -> str:
     """``text`` on one line and at most ``limit`` characters (plus "..." when cut), cut where it reads whole:
-    never inside a parenthesis it opened ("...instead (the "), never mid-word. A cause embedded in a longer
-    line ("could not check (%s); give ...") must not leave that line's parentheses unbalanced."""
+    at a word's end, and before a parenthesis still open there ("...instead (the "), but never so that less
+    than half of ``limit`` is left (one long word, a parenthesis opened near the start): there it cuts inside
+    and closes what is open after the dots. A cause embedded in a longer line ("could not check (%s); give
+    ...") must not leave that line's parentheses unbalanced."""
     text = " ".join(str(text).split())
     if len(text) <= limit:
         return text
-    cut, opened = text[:limit], []
-    if text[limit] != " ":  # mid-word: back to the word's start
-        cut = cut[:max(cut.rfind(" "), 0)]
-    for at, char in enumerate(cut):
+    half = limit // 2
+    cut = text[:limit]
+    if text[limit] != " ":  # mid-word: back to the word's start, where that keeps half the limit
+        space = cut.rfind(" ")
+        cut = cut[:space] if space >= half else cut
+    opened = _still_open(cut)
+    if opened and opened[0] >= half:  # the first parenthesis still open goes with all it holds
+        cut, opened = cut[:opened[0]], []
+    while opened:  # each one left open is closed after the dots, within the limit
+        cut = cut[:limit - len(opened)].rstrip(" ,;:")
+        if len(_still_open(cut)) == len(opened):
+            break
+        opened = _still_open(cut)
+    return cut.rstrip(" ,;:") + "..." + ")" * len(opened)
+
+
+def _still_open(text: str) -> List[int]:
+    """Where the parentheses ``text`` opens and does not close stand."""
+    opened: List[int] = []
+    for at, char in enumerate(text):
         if char == "(":
             opened.append(at)
         elif char == ")" and opened:
             opened.pop()
-    if opened:  # the first parenthesis still open where it ends goes with all it holds
-        cut = cut[:opened[0]]
-    return cut.rstrip(" ,;:") + "..."
+    return opened

@@ -174,6 +174,22 @@ def test_a_cause_is_cut_where_it_reads_whole():
     assert clip(text, len(text)) == text and clip("a\nb", 10) == "a b"
     for limit in range(1, len(text)):
         cut = clip(text, limit)
-        assert cut.endswith("...") and len(cut) <= limit + 3 and cut.count("(") == cut.count(")"), (limit, cut)
-        last = cut[:-3].replace("(", " ").replace(")", " ").split()
-        assert not last or last[-1] in words, (limit, cut)  # a whole word, its trailing comma dropped
+        kept = cut.rstrip(")")
+        assert kept.endswith("...") and len(cut) <= limit + 3 and cut.count("(") == cut.count(")"), (limit, cut)
+        assert len(kept) - 3 >= limit // 2 - 1, (limit, cut)  # never (nearly) all of it dropped
+        last = kept[:-3].replace("(", " ").replace(")", " ").split()
+        space = text[:limit].rfind(" ")
+        if space >= limit // 2:  # a word's end within reach: a whole word, its trailing comma dropped
+            assert not last or last[-1] in words, (limit, cut)
+
+
+def test_a_long_word_or_an_early_parenthesis_is_cut_inside_not_dropped():
+    """One long word (a URL, a token) or a parenthesis opened near the start left only "..." (the cut went back
+    to the word's start, or to the parenthesis, and so to nothing): half the limit is kept at least, what it
+    leaves open closed after the dots."""
+    from functions.base.textsafe import clip
+
+    assert clip("x" * 500, 100) == "x" * 100 + "..."
+    cut = clip("see (" + "y " * 200 + ")", 60)
+    assert cut.startswith("see (y y") and cut.endswith("...)") and len(cut) <= 63, cut
+    assert cut.count("(") == cut.count(")")
