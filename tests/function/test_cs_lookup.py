@@ -11,7 +11,7 @@ from functions.handler import RetryInvocation, handler
 from functions.base.logs import JsonLogger
 from functions.pipeline.event import run_event
 from functions.base.settings import load_settings
-from tests.function.conftest import AK, SECRET, TOKEN, cloud_env, event_bytes
+from tests.function.conftest import AK, ONE_KUBE_TRY, SECRET, TOKEN, cloud_env, event_bytes
 from tests.support.cs_emulator import CsEmulator
 
 pytestmark = pytest.mark.timeout(60)
@@ -188,7 +188,7 @@ def test_kubeconfig_endpoint_for_delivery(no_proxy):
 def test_an_unreadable_api_item_is_left_out_not_fatal(emulator, capsys):
     """One odd node in the API's answer (no instance_id) must not fail the event for every other node, or
     FC's retries would meet it again and again: it is left out, with a warning in the event's log."""
-    env = load_settings(cloud_env(emulator))
+    env = load_settings(cloud_env(emulator, **ONE_KUBE_TRY))
     before = run_event(event_bytes("fc_timer.json"), env, dry_run=True, logger=JsonLogger("OFF"))
     pool = before.decisions[0].nodepool_id
     emulator.nodes.append({"node_name": "cn-beijing.192.168.99.99", "nodepool_id": pool})
@@ -209,7 +209,7 @@ def test_an_answer_item_of_another_shape_is_left_out_and_the_others_are_read(emu
     the body None: one node that was a string, or a pool whose labels were an object, read as an answer with
     no node or pool at all, with nothing said. The timer then decided nothing for any pool. Each such item is
     left out with a warning now, as an item without an instance id is, and the others are read."""
-    env = load_settings(cloud_env(emulator))
+    env = load_settings(cloud_env(emulator, **ONE_KUBE_TRY))
     before = run_event(event_bytes("fc_timer.json"), env, dry_run=True, logger=JsonLogger("OFF"))
     assert before.decisions
     emulator.nodes.append("cn-beijing.192.168.99.99")

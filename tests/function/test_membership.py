@@ -13,7 +13,7 @@ from functions.base.logs import JsonLogger
 from functions.cloud.membership import EssMembership, SnapshotMembership
 from functions.pipeline.event import run_event
 from functions.base.settings import Credentials, Endpoint, load_settings
-from tests.function.conftest import AK, SECRET, TOKEN, cloud_env, event_json
+from tests.function.conftest import AK, ONE_KUBE_TRY, SECRET, TOKEN, cloud_env, event_json
 from tests.support.rpc_emulator import Emulator
 
 GROUP, OTHER = "asg-2ze4x7c1mig8a100q9wz", "asg-2ze9gn7pass3h1xk0tb"
@@ -141,7 +141,7 @@ def _scale_out(*ids):
 def test_run_event_asks_auto_scaling_only_for_instances_that_are_not_nodes(emulator, ess):
     from functions.kube.nodes import MemoryKube
 
-    settings = load_settings(cloud_env(emulator, ACK_MIG_ESS_ENDPOINT=ess.endpoint))
+    settings = load_settings(cloud_env(emulator, ACK_MIG_ESS_ENDPOINT=ess.endpoint, **ONE_KUBE_TRY))
     # Both named instances are nodes the ACK API lists: Auto Scaling is not asked at all. (Kubernetes, an
     # empty MemoryKube here, knows them as new nodes: partitioned directly.)
     known = run_event(_scale_out("i-2zeb7c1mig0a100x1k4d", "i-2zeb7c1mig0a100x2m8f"), settings, dry_run=True,

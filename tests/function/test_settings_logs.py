@@ -11,7 +11,7 @@ from functions.base import settings as settings_mod
 from functions.handler import handler
 from functions.base.logs import JsonLogger
 from functions.base.settings import Credentials, SettingsError, load_settings
-from tests.function.conftest import AK, ROOT, SECRET, TOKEN, cloud_env, event_bytes
+from tests.function.conftest import AK, ONE_KUBE_TRY, ROOT, SECRET, TOKEN, cloud_env, event_bytes
 
 
 @pytest.mark.parametrize("env, fragment", [
@@ -164,7 +164,7 @@ def test_a_log_field_named_for_a_secret_is_masked_wherever_it_sits(name, value):
 def test_known_secret_never_reaches_logs_or_results(emulator, monkeypatch, capsys):
     """Put real-looking credentials in the environment, run events through the SDK path, and search every
     byte of output for them."""
-    env = cloud_env(emulator, ACK_MIG_LOG_LEVEL="DEBUG")
+    env = cloud_env(emulator, ACK_MIG_LOG_LEVEL="DEBUG", **ONE_KUBE_TRY)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     from functions.handler import RetryInvocation

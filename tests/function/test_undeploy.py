@@ -10,6 +10,7 @@ import pytest
 from functions.decision import waves
 from tests.function.test_deploy import CLUSTER, cloud, deploy_args, foreign_stacks, make_deps, run  # noqa: F401
 from tests.support.cli_errors import error_text
+from tests.support.cs_emulator import INSECURE_KUBECONFIG
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.timeout(180)
@@ -98,9 +99,15 @@ def test_the_rollout_check_asks_ack_for_a_kubeconfig_when_the_cluster_is_known(d
 
 
 def test_an_unreachable_api_server_is_said_not_hidden(deployed, capsys, tmp_path):
-    ros, _ = deployed  # the CS emulator's default kubeconfig points at a port where nothing listens
+    """The CS emulator's default kubeconfig is shaped as ACK's (the cluster CA, a client certificate) and
+    points at a loopback port where nothing listens: the client loads it, connects, is refused, and the
+    warning says the server could not be reached (it was refused before connecting when the default asked
+    to skip TLS verification)."""
+    ros, _ = deployed
     code, out, err = run(capsys, *UNDEPLOY, "--cluster-id", ros.ack.cluster_id, "--dry-run")
-    assert code == 0 and "warning: could not check for a rollout in progress" in err and "Traceback" not in err
+    (line,) = [text for text in err.splitlines() if "could not check for a rollout in progress" in text]
+    assert code == 0 and "Traceback" not in err
+    assert "cannot reach https://127.0.0.1:" in line and "skip TLS" not in line, line
 
 
 def test_nothing_to_remove_is_json_too(cloud, capsys):  # noqa: F811
@@ -155,8 +162,10 @@ def test_the_confirmation_prompt_never_writes_a_resource_name_raw(deployed, caps
 def test_a_rollout_check_that_fails_says_its_cause_whole_and_the_fix(deployed, capsys):
     """The check's cause was cut at 200 characters wherever they ended, mid-parenthesis ("...instead (the );
     give --kubeconfig FILE to check"). The line now reads whole: its parentheses close, it names what to give
-    the kubeconfig (the CS emulator's, refused for skipping TLS verification) and the command's own fix."""
+    the kubeconfig (one asking to skip TLS verification, which ACK never answers and the client refuses) and
+    the command's own fix."""
     ros, _ = deployed
+    ros.ack.kubeconfig = INSECURE_KUBECONFIG
     code, out, err = run(capsys, *UNDEPLOY, "--cluster-id", ros.ack.cluster_id, "--dry-run")
     (line,) = [text for text in err.splitlines() if "could not check for a rollout in progress" in text]
     assert code == 0 and line.count("(") == line.count(")") and "(the )" not in line, line

@@ -295,7 +295,8 @@ def check_label(keys: Tuple[str, ...], value: str) -> LabelReport:
 def handler_environment():
     """The environment the handler reads, pointing at a loopback CS emulator holding the snapshot and an
     Auto Scaling emulator holding its scaling groups and hooks (the membership checks); dry run, so no
-    node is contacted. Restores the environment afterwards."""
+    node is contacted. The emulator's kubeconfig (ACK's shape) names a loopback port where nothing listens:
+    one attempt per call, the refusal is not retried. Restores the environment afterwards."""
     from tests.function.conftest import AK, SECRET, TOKEN
     from tests.support.cs_emulator import CsEmulator
     from tests.support.rpc_emulator import Emulator
@@ -311,7 +312,7 @@ def handler_environment():
                                "ALIBABA_CLOUD_ACCESS_KEY_ID": AK, "ALIBABA_CLOUD_ACCESS_KEY_SECRET": SECRET,
                                "ALIBABA_CLOUD_SECURITY_TOKEN": TOKEN, "ACK_MIG_CLUSTER_ID": emu.cluster_id,
                                "ACK_MIG_DRY_RUN": "true", "ACK_MIG_API_TIMEOUT_S": "2",
-                               "ACK_MIG_API_MAX_ATTEMPTS": "1"})
+                               "ACK_MIG_API_MAX_ATTEMPTS": "1", "ACK_MIG_KUBE_MAX_ATTEMPTS": "1"})
             yield emu
     finally:
         os.environ.clear()

@@ -32,8 +32,8 @@ def cs_api():
 
 
 def test_the_handler_answers_the_samples_through_the_emulator(cs_api):
-    # The emulator's kubeconfig cannot be used (it skips TLS verification): the scale-out's nodes wait for the
-    # Kubernetes API, so the event ends retry (the handler raises for FC) after asking the CS API.
+    # The emulator's kubeconfig names an API server that is not there (nothing listens): the scale-out's nodes
+    # wait for the Kubernetes API, so the event ends retry (the handler raises for FC) after asking the CS API.
     assert check_handler(json.dumps(dict(SAMPLES)["ess_scale_out_success.json"]).encode()) == "retry"
     assert cs_api.calls("DescribeClusterNodes") >= 1  # the CS API was really asked
     assert check_handler(json.dumps(dict(SAMPLES)["ess_lifecycle_test.json"]).encode()) == "skip"

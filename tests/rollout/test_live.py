@@ -49,3 +49,5 @@ def test_an_api_server_that_does_not_answer_defers_running_nodes_with_the_reason
     # Not a quiet run with deferred nodes: the event did not do its work, so it ends retry (FC retries it,
     # invoke and status exit non-zero), the reason saying why.
     assert result.outcome == "retry" and "deferred because the Kubernetes API cannot be used" in result.reason
+    # ACK's kubeconfig was read and used: the server was not reached, not the credential refused unread
+    assert "cannot reach https://127.0.0.1:" in result.reason and "skip TLS" not in result.reason, result.reason

@@ -22,7 +22,9 @@ Endpoints, with the paths and query names the SDK sends (alibabacloud_cs20151215
   ``pageNumber``/``pageSize`` with ``page.total_count``, no snapshot or continuation token, and no order of
   the nodes stated, so where a new node enters the list is the test's choice (``change_nodes(at=...)``)
 * ``GET /k8s/{cluster_id}/user_config`` (DescribeClusterUserKubeconfig; ``PrivateIpAddress``,
-  ``TemporaryDurationMinutes``) -> ``{"config": <kubeconfig yaml>}``; set ``emulator.kubeconfig``.
+  ``TemporaryDurationMinutes``) -> ``{"config": <kubeconfig yaml>}``; set ``emulator.kubeconfig``. The
+  default is shaped as ACK's (:func:`ack_kubeconfig`: the cluster CA, a client certificate) and points at a
+  loopback port where nothing listens; ``INSECURE_KUBECONFIG`` is the one the client refuses unread.
 * ``GET /clusters/{cluster_id}/nodepools/{nodepool_id}`` (DescribeClusterNodePoolDetail) -> the pool, in
   the shape of a DescribeClusterNodePools item.
 * ``PUT /clusters/{cluster_id}/nodepools/{nodepool_id}`` (ModifyClusterNodePool) -> ``{"task_id": "T-..."}``;
@@ -53,8 +55,10 @@ Runs as its own ``ThreadingHTTPServer`` on an ephemeral port, so the ECS/ESS RPC
 test credentials (use the same access key, secret and token in both).
 """
 
+import base64
 import hashlib
 import hmac
+import socket
 import threading
 import time
 import uuid
@@ -66,7 +70,46 @@ from tests.support.loopback import Answer as LoopAnswer, LoopbackServer, json_an
 
 VERSION = "2015-12-15"
 ALGORITHM = "ACS3-HMAC-SHA256"
-DEFAULT_KUBECONFIG = """apiVersion: v1
+
+
+def _unreachable_kubeconfig() -> str:
+    """The emulator's default kubeconfig, made once per test process: ACK's shape, its server a loopback port
+    that refuses every connection for as long as this process runs (bound, never listening: a SYN to it is
+    answered with a reset; held, so no other server can take it)."""
+    if not _UNREACHABLE:
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.bind(("127.0.0.1", 0))
+        _UNREACHABLE.append((held, ack_kubeconfig("https://127.0.0.1:%d" % held.getsockname()[1])))
+    return _UNREACHABLE[0][1]
+
+
+_UNREACHABLE: List[Tuple[socket.socket, str]] = []
+
+
+def ack_kubeconfig(server: str) -> str:
+    """A kubeconfig shaped as ACK's DescribeClusterUserKubeconfig answer (its ``config``): the cluster named
+    ``kubernetes`` with the API server's address and its CA inline (``certificate-authority-data``), the
+    user's X.509 client certificate and key inline (``client-certificate-data``, ``client-key-data``), one
+    context, current. Source: ACK's "Obtain the kubeconfig file of a cluster" and the DescribeClusterUserKubeconfig
+    reference: a kubeconfig kubectl uses as is, which verifies the server against the cluster CA (it never
+    carries ``insecure-skip-tls-verify``). The CA is a real one the test machinery made, that no server here
+    presents: a test that connects somewhere sets ``emulator.kubeconfig`` to its API server's own."""
+    from tests.support.kubeapi import CertificateAuthority  # cryptography: loaded only by a test that needs it
+
+    ca = CertificateAuthority("kubernetes")
+    user = ca.issue("emulator-user", org="system:users")
+    data = [base64.b64encode(pem).decode("ascii") for pem in (ca.pem, user.cert_pem, user.key_pem)]
+    return ("apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    server: %s\n"
+            "    certificate-authority-data: %s\n  name: kubernetes\ncontexts:\n- context:\n"
+            "    cluster: kubernetes\n    user: emulator-user\n  name: emulator-user-kubernetes\n"
+            "current-context: emulator-user-kubernetes\npreferences: {}\nusers:\n"
+            "- name: emulator-user\n  user:\n    client-certificate-data: %s\n    client-key-data: %s\n"
+            % (server, data[0], data[1], data[2]))
+
+
+# A kubeconfig ACK never answers: it asks to skip TLS verification, which the client refuses before it
+# connects. Only for the tests of that refusal (set ``emulator.kubeconfig = INSECURE_KUBECONFIG``).
+INSECURE_KUBECONFIG = """apiVersion: v1
 kind: Config
 clusters:
 - cluster:
@@ -142,7 +185,9 @@ class CsEmulator(LoopbackServer):
         self.cluster_id = cluster_id
         self.nodepools: List[Dict[str, Any]] = []
         self.nodes: List[Dict[str, Any]] = []
-        self.kubeconfig = DEFAULT_KUBECONFIG
+        # ACK's shape, pointing at a loopback port where nothing listens: the client loads it and is refused
+        # at connect, as with an API server that is down or not reachable from here.
+        self.kubeconfig = _unreachable_kubeconfig()
         self.latency_s = 0.0
         self.requests: List[Recorded] = []
         self.rejected: List[str] = []
