@@ -671,6 +671,7 @@ def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = F
                  resources: List[Dict[str, Any]] = (), schedule: str = "") -> List[Check]:
     from node_bootstrap.kube import KubeError
 
+    from functions.base.textsafe import clip  # a cause cut where it reads whole, never "...instead (the "
     from functions.kube.client import ClusterCredential, KubeApi
 
     try:
@@ -691,7 +692,7 @@ def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = F
             events = events_checks(*_events_grant(client))
         except KubeError as exc:  # a credential that may not read RBAC in default: say so, check the rest
             events = [Check("warn", "rbac", "events grant in %s not checked: %s"
-                            % (EVENTS_NAMESPACE, str(exc).splitlines()[0][:160]))]
+                            % (EVENTS_NAMESPACE, clip(str(exc).splitlines()[0], 160)))]
         nodes = client.list_all("/api/v1/nodes", reduce=_node_facts)
         pods = client.list_all("/api/v1/namespaces/kube-system/pods", reduce=_pod_facts)
         markers = _markers(client, list(auto_pools))
@@ -700,7 +701,8 @@ def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = F
         last_run = read_record(client)
     except KubeError as exc:
         # Once: the cause names the server (host:port); the areas it stopped are listed, not left out.
-        return [Check("PROBLEM", "kubernetes", "cannot read the cluster's API: %s" % str(exc).splitlines()[0][:200])] \
+        return [Check("PROBLEM", "kubernetes", "cannot read the cluster's API: %s" % clip(str(exc).splitlines()[0],
+                                                                                           200))] \
             + [Check("warn", area, "not checked: the cluster's API could not be read (above)") for area in KUBE_AREAS]
     return (rbac_checks(role, bindings) + events + cluster_checks(nodes, pods)
             + pod_event_checks(list(auto_pools), stack_found, list(resources), pods, markers, _now(client))

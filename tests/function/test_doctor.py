@@ -423,3 +423,19 @@ def test_a_pool_ack_refuses_to_list_is_one_problem_and_the_other_pools_agents_ar
     code, out, err = doctor_run(capsys, emulator, kubeconfig, "--json")
     error = json.loads(out)  # no check printed: the error alone, as for any refused permission
     assert code == 5 == error["exit_code"] and "Forbidden.RAM" in error["error"] and "grant" in err, (out, err)
+
+
+def test_a_cluster_api_that_cannot_be_read_says_its_cause_whole(cloud, capsys):
+    """No --kubeconfig: doctor asks ACK for one. When the client refuses it (one asking to skip TLS
+    verification), the PROBLEM line cut the cause at 200 characters mid-parenthesis ("...instead (the "); it
+    now reads whole (textsafe.clip): parentheses closed, never mid-word, naming what to give."""
+    from tests.support.cs_emulator import INSECURE_KUBECONFIG
+
+    emulator, _, _, _, _ = cloud
+    emulator.kubeconfig = INSECURE_KUBECONFIG
+    code = cli.main(["doctor", "--cluster-id", emulator.cluster_id, "--region", "cn-beijing", "--json"])
+    out, err = capsys.readouterr()
+    (text,) = [c["text"] for c in json.loads(out)["checks"] if c["area"] == "kubernetes"]
+    assert code == 1 and text.startswith("cannot read the cluster's API: kubeconfig (the cluster kubeconfig)"), text
+    assert text.count("(") == text.count(")") and not text.endswith("(the "), text
+    assert "skip TLS verification" in text and "certificate-authority-data" in text, text
