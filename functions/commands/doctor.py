@@ -186,7 +186,9 @@ def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]
         return [Check("PROBLEM", "stack", "%s: give --stack-name of this cluster's stack" % foreign)]
     status = str(stack.get("Status", ""))
     good = status in ("CREATE_COMPLETE", "UPDATE_COMPLETE")
-    reason = " ".join(str(stack.get("StatusReason", "")).split())[:200]
+    from functions.base.textsafe import clip  # ROS's free text: one line, cut where it reads whole
+
+    reason = clip(stack.get("StatusReason", ""), 200)
     if not good:  # what to do about it, as deploy says it (functions/commands/stack/ros.py)
         from functions.commands.stack.ros import advice
 
@@ -198,7 +200,7 @@ def stack_checks(stack: Optional[Dict[str, Any]], resources: List[Dict[str, Any]
     for r in triggers:
         done = str(r.get("Status", "")).endswith("_COMPLETE")
         out.append(Check("ok" if done else "PROBLEM", "trigger %s" % r.get("LogicalResourceId"),
-                         "%s%s" % (r.get("Status"), "" if done else ": " + str(r.get("StatusReason", ""))[:160])))
+                         "%s%s" % (r.get("Status"), "" if done else ": " + clip(r.get("StatusReason", ""), 160))))
     return out
 
 
@@ -589,8 +591,10 @@ def _agents(config, names: Dict[str, str]) -> List[Check]:
     try:
         rows = _agent_rows(config, sorted(names))
     except ApiError as exc:
+        from functions.base.textsafe import clip  # inside the line's parentheses: cut where it reads whole
+
         return [Check("PROBLEM", "agents", "the nodes' Cloud Assistant status not read (%s); doctor needs "
-                                           "ecs:DescribeCloudAssistantStatus" % " ".join(str(exc).split())[:200])]
+                                           "ecs:DescribeCloudAssistantStatus" % clip(exc, 200))]
     return agent_checks(rows, names)
 
 

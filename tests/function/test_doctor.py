@@ -181,6 +181,23 @@ def test_stack_check_failed_stack_and_missing_triggers():
     assert doctor.stack_checks(None, [], "s")[0].text.endswith("run ack-mig-hook deploy")
 
 
+def test_a_stack_or_trigger_reason_is_cut_where_it_reads_whole():
+    """ROS's StatusReason is free text of any length (an SDK error with its own parentheses, several lines):
+    the stack's and a trigger's PROBLEM lines cut it at a raw 200 / 160 characters, mid-parenthesis, and the
+    trigger's kept its line breaks. Each is now one line, cut whole (textsafe.clip), the advice still after."""
+    reason = ("Resource [EssTrigger] CREATE failed: ServerError: code: 400, the trigger could not be created for "
+              "the function ack-mig-hook in service region cn-beijing (RequestId: 6583A1B2-0C4D-4E5F-8A9B-"
+              "0123456789AB, Recommend: https://api.aliyun.com/troubleshoot?q=InvalidArgument)\nstack rolled back")
+    checks = doctor.stack_checks({"Status": "ROLLBACK_COMPLETE", "StatusReason": reason},
+                                 [{"ResourceType": doctor.TRIGGER_TYPE, "LogicalResourceId": "EssTrigger",
+                                   "Status": "CREATE_FAILED", "StatusReason": reason}], "s")
+    stack, trigger = checks[0].text, checks[1].text
+    for text in (stack, trigger):
+        assert "\n" not in text and text.count("(") == text.count(")"), text
+        assert "Resource [EssTrigger] CREATE failed" in text and "(RequestId: 6583A1B2-0C4D" not in text, text
+    assert stack.startswith("s ROLLBACK_COMPLETE: Resource") and "...; " in stack, stack
+
+
 def test_a_stack_named_that_serves_another_cluster_is_a_problem_not_ok(cloud, capsys):
     """``--stack-name`` may name any stack: one of another cluster is complete and has its triggers, and
     still no event of this cluster reaches a function that serves it; one with no ClusterId is no stack
