@@ -80,8 +80,10 @@ def check_rollout(args, found_keys) -> RolloutCheck:
         else:
             return RolloutCheck(False, [], "no --kubeconfig and no --cluster-id (or ACK_MIG_CLUSTER_ID)")
         return RolloutCheck(True, active_rollouts(client.list_nodes(reduce=_slim)), "")
-    except KubeError as exc:
-        return RolloutCheck(False, [], "the Kubernetes API answered: %s" % clip(str(exc).splitlines()[0], 300))
+    except KubeError as exc:  # the server's answer only when one came: a kubeconfig refused or a server not
+        # reached is no answer (status None)
+        cause = clip(str(exc).splitlines()[0], 300)
+        return RolloutCheck(False, [], "the Kubernetes API answered: %s" % cause if exc.status else cause)
     except Exception as exc:  # an ACK refusal or an unreachable API server: the check is advice, not a gate
         return RolloutCheck(False, [], clip(exc, 300) or type(exc).__name__)
 

@@ -108,6 +108,18 @@ def test_an_unreachable_api_server_is_said_not_hidden(deployed, capsys, tmp_path
     (line,) = [text for text in err.splitlines() if "could not check for a rollout in progress" in text]
     assert code == 0 and "Traceback" not in err
     assert "cannot reach https://127.0.0.1:" in line and "skip TLS" not in line, line
+    assert "answered" not in line, line  # no answer came: the warning never says the API answered
+
+
+def test_a_rollout_check_that_answers_says_the_api_answered(deployed, capsys, kube_api, tmp_path):  # noqa: F811
+    """The one cause that is the API server's answer (here 403: the credential may not list nodes) is said as
+    one; a kubeconfig refused or a server not reached is not ("the Kubernetes API answered: cannot reach")."""
+    ros, _ = deployed
+    kube_api.break_next(times=10, status=403, method="GET", path="/api/v1/nodes", message="nodes is forbidden")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
+    code, out, err = run(capsys, *UNDEPLOY, "--kubeconfig", str(kubeconfig), "--dry-run")
+    (line,) = [text for text in err.splitlines() if "could not check for a rollout in progress" in text]
+    assert code == 0 and "(the Kubernetes API answered: " in line and "forbidden" in line, line
 
 
 def test_nothing_to_remove_is_json_too(cloud, capsys):  # noqa: F811
@@ -170,6 +182,7 @@ def test_a_rollout_check_that_fails_says_its_cause_whole_and_the_fix(deployed, c
     (line,) = [text for text in err.splitlines() if "could not check for a rollout in progress" in text]
     assert code == 0 and line.count("(") == line.count(")") and "(the )" not in line, line
     assert "certificate-authority-data" in line and line.endswith("; give --kubeconfig FILE to check"), line
+    assert "answered" not in line, line  # refused here, before any call: the API never answered
 
 
 def test_a_cause_is_cut_where_it_reads_whole():
