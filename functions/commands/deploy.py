@@ -21,6 +21,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from functions.base import settings
+from functions.base.textsafe import clip
 from functions.commands import common, shipped
 from functions.commands.stack.code_package import KNOWN_HOSTS_NAME
 from functions.commands.stack.exit_codes import EXIT_CONFLICT
@@ -358,7 +359,7 @@ def deploy(args) -> int:
     status = str((final or {}).get("Status", "gone"))  # as ROS answered it: text, written visibly below
     result.update(stack_id=stack_id, status=status)
     if not status.endswith("_COMPLETE") or "ROLLBACK" in status:
-        reason = " ".join(str((final or {}).get("StatusReason", "")).split())[:300]
+        reason = clip((final or {}).get("StatusReason", ""), 300)
         result["reason"] = reason
         if args.json:
             print(json.dumps(result, indent=2))

@@ -15,6 +15,7 @@ import json
 import sys
 from typing import Any, Dict, List, NamedTuple
 
+from functions.base.textsafe import clip
 from functions.commands import common
 from functions.commands.deploy import add_stack_options, progress, stacks_for
 
@@ -64,7 +65,6 @@ def _slim(node: Dict[str, Any]) -> Dict[str, Any]:
 def check_rollout(args, found_keys) -> RolloutCheck:
     from node_bootstrap.kube import KubeError
 
-    from functions.base.textsafe import clip  # the cause goes inside the warning's parentheses: cut it whole
     from functions.kube.client import KubeApi  # the one Kubernetes client: paged lists, retries
 
     try:
@@ -156,7 +156,7 @@ def run(args) -> int:
         if args.json:
             print(json.dumps(result, indent=2))
         raise StackError("stack %s ended %s: %s" % (args.stack_name, final.get("Status"),
-                                                    " ".join(str(final.get("StatusReason", "")).split())[:300]))
+                                                    clip(final.get("StatusReason", ""), 300)))
     result["status"] = "deleted"
     _print(args, result, "stack %s deleted; %s" % (args.stack_name, STAYS))
     return 0

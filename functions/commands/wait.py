@@ -17,6 +17,7 @@ import json
 import time
 from typing import Any, Dict, Optional
 
+from functions.base.textsafe import clip
 from functions.commands import common
 from functions.commands.stack.ros import DONE, advice
 
@@ -64,7 +65,7 @@ def run(args) -> int:
             return _timeout(args, result, exc)
     final = "DELETE_COMPLETE" if stack is None else str(stack.get("Status", ""))
     result.update(status=final, waited_s=round(time.monotonic() - started, 1),
-                  reason=None if stack is None else " ".join(str(stack.get("StatusReason") or "").split())[:300])
+                  reason=None if stack is None else clip(stack.get("StatusReason") or "", 300))
     if final in DONE:
         return _done(args, result, 0, "stack %s: %s" % (args.stack_name, final))
     result["advice"] = advice(final, args.stack_name, args.region)

@@ -53,6 +53,24 @@ def test_wait_says_what_to_do_about_a_failed_update_and_exits_1(deployed, capsys
     assert "the last update failed and was rolled back" in doc["advice"]
 
 
+LONG_REASON = ("Resource Function failed: ServerError: code: 400, the function's code could not be read from the "
+               "bucket ack-mig-hook-1234567890-cn-beijing for the service in region cn-beijing after three tries "
+               "(RequestId: 6583A1B2-0C4D-4E5F-8A9B-0123456789AB, Recommend: https://api.aliyun.com/troubleshoot?"
+               "q=CodeChecksumMismatch) and the stack was rolled back")
+
+
+def test_a_long_reason_is_cut_where_it_reads_whole(deployed, capsys):
+    """ROS's StatusReason goes inside the line's parentheses ("stack S: ROLLBACK_COMPLETE (reason); advice"):
+    a raw cut at 300 characters left them open mid-word; it is cut whole now (textsafe.clip)."""
+    ros, stack = deployed
+    ros.fail_with = LONG_REASON
+    ros._start(stack, "UPDATE")
+    code, out, err = run(capsys, *WAIT)
+    (line,) = [text for text in (out + err).splitlines() if "ROLLBACK_COMPLETE (" in text]
+    assert code == 1 and line.count("(") == line.count(")") and "...); " in line, line
+    assert "the last update failed and was rolled back" in line, line
+
+
 def test_wait_on_a_finished_or_absent_stack_returns_at_once(deployed, capsys):
     ros, stack = deployed
     polls = ros.calls("GetStack")

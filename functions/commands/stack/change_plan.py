@@ -20,6 +20,7 @@ ROS's pseudo parameters (``ALIYUN::...``) are left out and ``NoEcho`` values are
 import uuid
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
+from functions.base.textsafe import clip
 from functions.commands.stack.ros import StackError, Stacks
 
 NO_ECHO = "****"
@@ -113,7 +114,7 @@ def compute(stacks: Stacks, existing: Optional[Dict[str, Any]], name: str, templ
         raise StackError(left)
     if found.get("Status") != "CREATE_COMPLETE":
         raise StackError("ROS could not compute the change set for stack %s: %s %s" % (
-            name, found.get("Status"), " ".join(str(found.get("StatusReason") or "").split())[:300]))
+            name, found.get("Status"), clip(found.get("StatusReason") or "", 300)))
     return from_change_set(name, stack, found, declared)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional
 from functions.base.deadline import Guard, failure_code, failure_message, urllib3_guarded
 from functions.base.endpoints import resolve
 from functions.base.settings import Endpoint, connect_timeout_s
+from functions.base.textsafe import clip
 from functions.commands.stack.credentials import Keys
 from functions.commands.stack.exit_codes import CloudError
 from node_bootstrap.outside import as_object, json_type, objects
@@ -432,7 +433,7 @@ class Stacks:
                 fresh = []  # progress is a courtesy; the stack's status decides
             for event in fresh:
                 seen.add(_event_key(event))
-                reason = " ".join(str(event.get("StatusReason") or "").split())[:160]
+                reason = clip(event.get("StatusReason") or "", 160)
                 progress("  %s %s%s" % (event.get("Status", "?"), event.get("LogicalResourceId", "?"),
                                          (": " + reason) if reason else ""))
             if stack is None or not str(stack.get("Status", "")).endswith("_IN_PROGRESS"):
