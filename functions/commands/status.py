@@ -530,7 +530,9 @@ def collect(settings: Any, lookup: Any = None, kube: Any = None, now: Optional[f
             known = None
     auto = _auto_pools(view, watched, pools)
     failure = watched.failure if watched is not None else None
-    error = " ".join(str(failure).split())[:300] if failure is not None else None
+    from functions.base.textsafe import clip  # said inside the first line's parentheses: cut where it reads whole
+
+    error = clip(failure, 300) if failure is not None else None
     if now is None and view is not None and error is None:
         # The records' ages on the clock they were written on (the API server's, functions.rollout.run.cluster_clock),
         # not the operator's laptop's; a snapshot's nodes have none: the time here, as before.

@@ -256,6 +256,25 @@ def test_an_unreachable_kubernetes_api_is_said_and_exits_non_zero(kube_api, tmp_
     assert "deferred because the Kubernetes API cannot be used" in status["reason"]
 
 
+def test_a_long_refusal_is_said_whole_inside_the_first_lines_parentheses(kube_api, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """The API server's refusal can be long (RBAC's 403 names the user, the verb, the resource and each role it
+    tried, with parentheses of its own): the first line's "cannot be used (%s)" cut it at a raw 300
+    characters, mid-word and mid-parenthesis; it is cut whole now (textsafe.clip)."""
+    message = ('nodes is forbidden: User "system:serviceaccount:kube-system:ack-mig-hook-function-ram-role-id" '
+               'cannot list resource "nodes" in API group "" at the cluster scope: RBAC: [clusterrole.rbac.'
+               'authorization.k8s.io "ack-mig-hook" not found (deleted by hand after the last deploy, or never '
+               'applied from deploy/rbac.yaml in this cluster), clusterrole.rbac.authorization.k8s.io "view" not '
+               'found]')
+    kube_api.break_next(times=20, status=403, method="GET", message=message)
+    config = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps(snapshot()))
+    monkeypatch.setenv("ACK_MIG_KUBE_MAX_ATTEMPTS", "1")
+    assert main(["status", "--inventory", str(inventory), "--kubeconfig", config, "--json"]) == 1
+    error = json.loads(capsys.readouterr().out)["kubernetes_error"]
+    assert "nodes is forbidden" in error and error.endswith("...") and error.count("(") == error.count(")"), error
+
+
 def test_a_cluster_credential_ack_refuses_is_said_like_an_unreachable_api(cs_emulator, capsys):  # noqa: F811
     """No --inventory: the ACK API gives the pools, and ACK's DescribeClusterUserKubeconfig the credential;
     RAM refuses the latter (403 Forbidden.RAM, the CS emulator's answer): the first line says so, exit 1."""
