@@ -62,7 +62,9 @@ def _objects(data: Dict[str, Any]) -> List[dict]:
 def _pool(pools: List[Any], wanted: str) -> Any:
     found = [p for p in pools if wanted in (p.nodepool_id, p.name)]
     if len(found) != 1:
-        known = ", ".join(sorted("%s (%s)" % (p.nodepool_id, p.name or "-") for p in pools))[:300] or "none"
+        from functions.base.textsafe import clip  # whole entries: never "np-.. (gpu-mi" with its "(" open
+
+        known = clip(", ".join(sorted("%s (%s)" % (p.nodepool_id, p.name or "-") for p in pools)), 300) or "none"
         raise AdviseError("%s pool %r; give a pool id or a unique name: %s" % (
             "no" if not found else "more than one", wanted[:60], known))
     return found[0]

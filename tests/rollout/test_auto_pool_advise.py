@@ -476,3 +476,19 @@ def test_a_running_pod_whose_owners_or_labels_are_of_another_shape_is_read_alone
     assert advice["demand"]["in_use"] == {"2g.20gb": 1}
     assert advice["demand"]["pending"] == {"1g.10gb": 3, "2g.20gb": 1}
     assert all(g["change"] == "none" or ["2g.20gb", 0] in g["target"] for g in advice["gpus"] if g["node"] == "n2")
+
+
+def test_an_unknown_pool_lists_the_known_ones_cut_where_they_read_whole():
+    """A cluster with many pools: the "no pool 'x'; give a pool id or a unique name: np-.. (name), ..." line cut
+    the list at a raw 300 characters, inside a pool's "(name" with the parenthesis left open; it now ends on
+    whole entries and "..." (textsafe.clip)."""
+    from types import SimpleNamespace
+
+    from functions.commands.advise import AdviseError, _pool
+
+    pools = [SimpleNamespace(nodepool_id="np%030d" % n, name="gpu-mig-pool-%02d" % n) for n in range(20)]
+    with pytest.raises(AdviseError) as caught:
+        _pool(pools, "gpu-mig-typo")
+    text = str(caught.value)
+    assert text.startswith("no pool 'gpu-mig-typo'; give a pool id or a unique name: np"), text
+    assert text.endswith("...") and text.count("(") == text.count(")"), text
