@@ -170,7 +170,7 @@ def test_known_secret_never_reaches_logs_or_results(emulator, monkeypatch, capsy
     from functions.handler import RetryInvocation
 
     def answer(raw):
-        # The emulator's kubeconfig cannot be used (it skips TLS verification): an event whose nodes wait for
+        # The emulator's kubeconfig names an API server not there (nothing listens): an event whose nodes wait for
         # the Kubernetes API ends retry, and the handler raises its reason for FC. That text is output too.
         try:
             return handler(raw, None)
@@ -202,7 +202,7 @@ def test_handler_reports_a_bad_setting_as_an_error_result(monkeypatch, capsys):
 
 def test_handler_uses_the_fc_context(emulator, monkeypatch, capsys):
     """FC's context: request id in every log line, and its credentials for the API calls."""
-    env = cloud_env(emulator)
+    env = cloud_env(emulator, **ONE_KUBE_TRY)
     for name in ("ALIBABA_CLOUD_ACCESS_KEY_ID", "ALIBABA_CLOUD_ACCESS_KEY_SECRET", "ALIBABA_CLOUD_SECURITY_TOKEN"):
         env.pop(name)
         monkeypatch.delenv(name, raising=False)
@@ -219,7 +219,7 @@ def test_handler_uses_the_fc_context(emulator, monkeypatch, capsys):
 
     from functions.handler import RetryInvocation
 
-    # The emulator's kubeconfig cannot be used (it skips TLS verification): the scale-out's nodes wait for the
+    # The emulator's kubeconfig names an API server not there (nothing listens): the scale-out's nodes wait for the
     # Kubernetes API, so the event ends retry and the handler raises for FC; the cloud calls went through.
     with pytest.raises(RetryInvocation, match="deferred because the Kubernetes API cannot be used"):
         handler(event_bytes("ess_scale_out_success.json"), Context())
