@@ -14,7 +14,7 @@ from functions.cloud.cs_lookup import CsLookup
 from functions.base.logs import JsonLogger
 from functions.pipeline.event import run_event
 from functions.base.settings import load_settings
-from tests.function.conftest import cloud_env, event_json
+from tests.function.conftest import ONE_KUBE_TRY, cloud_env, event_json
 from tests.function.test_template import _code_actions, _expected_grant, _statements, _sub, REGION_ACCOUNT
 
 pytestmark = pytest.mark.timeout(60)
@@ -47,6 +47,7 @@ def modify_event(cluster_id, nodepool_id=POOL, body=None):
 def run(emu, raw, dry_run=False, **env):
     # No test here delivers to a node; should one try, ECS is a closed loopback port, never the real endpoint.
     env.setdefault("ACK_MIG_ECS_ENDPOINT", "http://127.0.0.1:9")
+    env = dict(ONE_KUBE_TRY, **env)  # the Kubernetes side is not these tests' (the emulator's names no server)
     stream = io.StringIO()
     result = run_event(raw, load_settings(cloud_env(emu, **env)), dry_run=dry_run,
                        logger=JsonLogger("INFO", stream=stream))
