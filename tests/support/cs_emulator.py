@@ -90,9 +90,11 @@ def ack_kubeconfig(server: str) -> str:
     """A kubeconfig shaped as ACK's DescribeClusterUserKubeconfig answer (its ``config``): the cluster named
     ``kubernetes`` with the API server's address and its CA inline (``certificate-authority-data``), the
     user's X.509 client certificate and key inline (``client-certificate-data``, ``client-key-data``), one
-    context, current. Source: ACK's "Obtain the kubeconfig file of a cluster" and the DescribeClusterUserKubeconfig
-    reference: a kubeconfig kubectl uses as is, which verifies the server against the cluster CA (it never
-    carries ``insecure-skip-tls-verify``). The CA is a real one the test machinery made, that no server here
+    context, current. Source: the DescribeClusterUserKubeconfig reference (cs 2015-12-15: ``config`` is
+    "the content of the kubeconfig file", the one kubectl uses as is, which verifies the server against the
+    cluster CA and never carries ``insecure-skip-tls-verify``); ACK credentials are per-user X.509 client
+    certificates (they expire and are revoked as such). Unconfirmed against a captured answer: the names of
+    the cluster, user and context. The CA is a real one the test machinery made, that no server here
     presents: a test that connects somewhere sets ``emulator.kubeconfig`` to its API server's own."""
     from tests.support.kubeapi import CertificateAuthority  # cryptography: loaded only by a test that needs it
 
