@@ -281,6 +281,10 @@ class KubeApi:
                 # One byte more than an answer may be (the reader rule's bound, refused in ``request``), as the
                 # node's client reads: read whole first, a proxy's hundreds of MB filled memory before the check.
                 data = response.read(MAX_ANSWER_BYTES + 1)
+                if response.length and len(data) <= MAX_ANSWER_BYTES:
+                    # read(amt) returns a body cut short (the guard's shutdown, a reset) as if whole, where read()
+                    # raised: the Content-Length still owed says it was cut (chunked bodies raise by themselves)
+                    raise http.client.IncompleteRead(data, response.length)
         except (OSError, http.client.HTTPException) as exc:
             self._drop()
             if isinstance(exc, LookupTimeout):  # no address to ask yet: the name, not the server, did not answer
