@@ -62,7 +62,7 @@ TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
 class KubeError(Exception):
     """A failed API call or an unusable kubeconfig. ``status`` is the HTTP status, None when no answer.
     ``transient``: a quick failure the same call may get past on a second try (TRANSIENT_STATUSES, a
-    connection refused, reset or closed unanswered); never a call that got no answer in time."""
+    connection refused, reset, closed unanswered or mid-answer); never a call that got no answer in time."""
 
     def __init__(self, message, status=None, transient=False):
         # type: (str, Optional[int], bool) -> None
@@ -380,6 +380,10 @@ class KubeClient(object):
             response = conn.getresponse()
             data = response.read(MAX_ANSWER_BYTES + 1)  # one byte more than an answer may be: refused below
             status = response.status
+            if response.length and len(data) <= MAX_ANSWER_BYTES:
+                # read(amt) returns a body cut short (the timer's shutdown, a peer's close or reset) as if whole,
+                # where read() raised: the Content-Length still owed says it was cut (chunked bodies raise)
+                raise http.client.IncompleteRead(data, response.length)
         except ssl.SSLError as exc:
             if cut:
                 raise KubeError("%s gave no complete answer within %gs" % (self.config.server, limit))
@@ -387,6 +391,9 @@ class KubeClient(object):
         except (socket.timeout, OSError, http.client.HTTPException) as exc:
             if cut:
                 raise KubeError("%s gave no complete answer within %gs" % (self.config.server, limit))
+            if isinstance(exc, http.client.IncompleteRead):  # closed mid-answer: a reset's kin, worth a retry
+                raise KubeError("%s %s: the API server's answer was cut short (%d bytes, %d more owed)"
+                                % (method, path, len(exc.partial), exc.expected), transient=True)
             raise KubeError("cannot reach %s: %s" % (self.config.server, exc),
                             transient=isinstance(exc, ConnectionError))  # refused, reset, closed unanswered
         finally:
