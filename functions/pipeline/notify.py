@@ -20,7 +20,8 @@ Kinds (``kind``), schema :data:`SCHEMA`:
 * ``rollout-stopped``: per pool, a node of this event's rollout waves ended ``failed``, ``drain-timeout`` or
   ``drain-refused``: the pool's rollout waits until someone removes that node's record. Such a ``failed`` node is
   also in ``node-failed``. A node the API server failed after its claim (code ``api-failed``: its record in
-  progress is resumed by the next run) stops nothing: it is in ``node-failed`` only.
+  progress is resumed by the next run) stops nothing: it is in ``node-failed`` only. An auto pool's node whose
+  per-GPU change failed holds only that node: its line says "node N of auto pool P held", not "rollout ... stopped".
   A node whose claim the API server refused (code ``claim-refused``) recorded nothing and stopped nothing: the
   next node took its place, so it is in ``node-failed`` only, told once per node and cause although every run
   tries it again (``functions.decision.alert_marks``: told again once the node got past its claim). A node whose
@@ -41,6 +42,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
+from functions.decision.waves import PER_GPU_TARGET
 from functions.delivery.outcome import TAINT_NOT_REMOVED
 from functions.rollout.executor import API_FAILED, CLAIM_FAILED, CLAIM_REFUSED, RECORD_REFUSED
 
@@ -107,6 +109,20 @@ def _stop_node(stop: Mapping[str, Any]) -> Dict[str, Any]:
             "outcome": stop.get("step"), "reason": _cut(stop.get("reason"))}
 
 
+RESUME_HINT = "; fix the cause, then remove the node's annotation ack-mig-hook/rollout to resume"
+
+
+def _stop_text(pool_id: str, target: Optional[str], node: Any, step: Any, reason: str, hint: str) -> str:
+    """A ``rollout-stopped`` line's text. An auto pool's per-GPU change (target ``per-gpu=...``) holds only its
+    node, the pool's other nodes go on (docs/auto-pools.md): saying its pool's rollout stopped would send a
+    person after a pool that is not stuck."""
+    if target and target.startswith(PER_GPU_TARGET):
+        return _cut("node %s of auto pool %s held: its per-GPU change to %s ended %s (%s); the pool's other nodes "
+                    "go on%s" % (node, pool_id, target, step, _cut(reason, 300), hint), 600)
+    return _cut("rollout of pool %s to %s stopped: node %s ended %s (%s)%s"
+                % (pool_id, target or "-", node, step, _cut(reason, 300), hint), 600)
+
+
 def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool = False,
                   now: Optional[float] = None, told: Iterable[str] = (),
                   stops: Sequence[Mapping[str, Any]] = ()) -> List[Dict[str, Any]]:
@@ -140,10 +156,8 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
             target = first.get("target") or target  # the rollout the record stopped (the pool may want another now)
             out.append(dict(head, kind="rollout-stopped", nodepool_id=pool_id, target=target, count=len(earlier),
                             nodes=[_stop_node(st) for st in earlier[:MAX_NODES]],
-                            text=_cut("rollout of pool %s to %s stopped: node %s ended %s (%s); fix the cause, then "
-                                      "remove the node's annotation ack-mig-hook/rollout to resume"
-                                      % (pool_id, target or "-", first.get("node_name"), first.get("step"),
-                                         _cut(first.get("reason") or "no reason recorded", 300)), 600)))
+                            text=_stop_text(pool_id, target, first.get("node_name"), first.get("step"),
+                                            str(first.get("reason") or "no reason recorded"), RESUME_HINT)))
             # no ``continue``: a stop of another target (the pool's label changed since) halts nothing, and the
             # pool may hold its layout all the same
         if stopped and pool_id:
@@ -151,15 +165,13 @@ def notifications(result: Any, wave_ids: Iterable[str] = (), whole_pools: bool =
             reason = str(first.get("reason") or "")
             # The executor's own words for a failure it could not record (the API server went away): the next
             # run resumes the node by itself; any other stop waits for a person.
-            hint = "" if "next invocation resumes" in reason else \
-                "; fix the cause, then remove the node's annotation ack-mig-hook/rollout to resume"
+            hint = "" if "next invocation resumes" in reason else RESUME_HINT
             # with the earlier runs' stops this event read there, untold: the run that reads a stop tells it
             listed = [_node(n) for n in stopped] + [_stop_node(st) for st in earlier]
             out.append(dict(head, kind="rollout-stopped", nodepool_id=pool_id, target=target, count=len(listed),
                             nodes=listed[:MAX_NODES],
-                            text=_cut("rollout of pool %s to %s stopped: node %s ended %s (%s)%s"
-                                      % (pool_id, target or "-", first.get("node_name") or first.get("instance_id"),
-                                         first.get("outcome"), _cut(reason, 300), hint), 600)))
+                            text=_stop_text(pool_id, target, first.get("node_name") or first.get("instance_id"),
+                                            first.get("outcome"), reason, hint)))
             continue
         finals = [nodes[d.instance_id].get("outcome") if d.instance_id in nodes
                   else ("skipped" if d.action == "skip" else d.action) for d in members]

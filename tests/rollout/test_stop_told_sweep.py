@@ -171,6 +171,11 @@ def test_an_auto_nodes_stop_holds_it_and_is_told_once_by_the_ticks_after(cluster
         stops = _stops(hook)
         assert [(s["nodepool_id"], s["nodes"][0]["node_name"]) for s in stops] == [(POOL, "auto-a")], hook.lines()
         assert stops[0]["target"].startswith("per-gpu=") and "gpu-busy" in stops[0]["text"], stops
+        # Only the node is held (the pool's other nodes go on): the line says so, not that a pool's rollout stopped
+        text = stops[0]["text"]
+        assert text.startswith("node auto-a of auto pool %s held: its per-GPU change to per-gpu=" % POOL), text
+        assert "stopped" not in text and "rollout of pool" not in text, text
+        assert stops[0]["kind"] == "rollout-stopped", stops  # the alert's kind, for whoever routes on it
         assert _marked(cluster.api)[am.stop_id("auto-a")]["key"] == am.stop_key("auto-a", owner)
 
 
@@ -214,6 +219,7 @@ def test_a_run_whose_wave_stops_the_pool_tells_the_other_stops_it_read_in_the_sa
         assert cluster.transport.seen == ["node-a", "node-b"], cluster.transport.seen
         (line,) = _stops(hook)
         assert [n["node_name"] for n in line["nodes"]] == ["node-b", "node-c"] and line["count"] == 2, line
+        assert line["text"].startswith("rollout of pool %s to sequence=" % POOL), line  # a labelled pool's own words
         marked = _marked(cluster.api)
         assert marked[am.stop_id("node-b")]["key"] == am.stop_key("node-b", cluster.annotation("node-b")["owner"])
         assert marked[am.stop_id("node-c")]["key"] == am.stop_key("node-c", OWNER), marked
