@@ -338,3 +338,71 @@ def test_a_claim_that_landed_unanswered_then_met_429s_is_read_back_and_the_node_
     assert node["outcome"] == "partitioned" and result.outcome == "done", (node, result.reason)
     assert cluster.annotation("node-a")["step"] == "done" and not cluster.unschedulable("node-a")
     assert not lease_slots(cluster.api, LABELLED_LEASE)
+
+
+@pytest.mark.parametrize("kind", ["lost", "lost-unread"])
+def test_an_auto_nodes_claim_with_its_answer_lost_goes_on_or_waits_within_the_pools_budget(cluster, kind):
+    """An auto pool's per-GPU claim writes the node's record at ``applying`` with no cordon, and shares the read
+    back of a claim whose answer was lost (``_landed``). auto-a's claim landed and no try of the client's got an
+    answer ("lost": the node then reads back: this run's record is the claim and the node goes on in the same
+    tick, keeping its slot), or the node did not read back either ("lost-unread": its slot stays on the Lease
+    while the record it may hold counts, and the tick ends retry). The pool (max-unavailable 1, its budget
+    counting a per-GPU change through its slot alone) never has two nodes mid-change, a node applies only
+    holding the pool's one slot, each node is applied once and every slot is given back."""
+    from functions.decision.waves import Progress
+    from tests.rollout.test_auto_rollout import NAMES as AUTO, PerGpuNodes, add_auto_nodes, slots, tick, waiting
+
+    api = cluster.api
+    add_auto_nodes(api)
+    waiting(api, 6)  # two 3g.20gb per A100 40GB: every node's idle 7g.40gb is repartitioned
+    peak, held = [0], []
+
+    def check(name, stored):  # with the server's lock held: the state right after this write
+        busy = 0
+        for node in api.nodes.values():
+            record = Progress.from_annotation((node["metadata"].get("annotations") or {}).get(
+                "ack-mig-hook/rollout"))
+            busy += bool(record is not None and record.step in ("cordoned", "drained", "applying", "applied"))
+            assert not (node.get("spec") or {}).get("unschedulable"), name  # a per-GPU change never cordons
+        peak[0] = max(peak[0], busy)
+
+    def unread(name, node):  # once auto-a's claim is written, it does not read back on any try either
+        if name == "auto-a" and kind == "lost-unread" and not unread.done:
+            unread.done = True
+            api.break_next(times=5, status=None, method="GET", path="/api/v1/nodes/auto-a")
+    unread.done = False
+
+    def on_apply(name):  # the node applied holds the pool's one slot
+        held.append((name, sorted(slots(api))))
+
+    api.on_node_stored = check
+    api.on_node_patch = unread
+    api.lose_answer_next(times=5, method="PATCH", path="/api/v1/nodes/auto-a")
+    transport = PerGpuNodes(api, on_apply)
+    first = tick(cluster, transport, ACK_MIG_MAX_UNAVAILABLE="1")
+    assert [r.status for r in api.requests if r.method == "PATCH" and r.path == "/api/v1/nodes/auto-a"][:5] \
+        == [0] * 5, api.requests
+    record = cluster.annotation("auto-a")
+    assert record["step"] in ("applying", "done") and record["drain"] is False, record
+    by = {n["node_name"]: n for n in first.nodes}
+    if kind == "lost":  # read back: the claim is this run's, the node goes on in the same tick
+        assert by["auto-a"]["outcome"] == "partitioned" and record["step"] == "done", (by, first.reason)
+        assert first.outcome == "done", first.reason
+    else:  # unknown whether it landed: deferred, its slot kept on the Lease under the record's owner
+        assert by["auto-a"]["outcome"] == "deferred" and first.outcome == "retry", (by, first.reason)
+        assert record["step"] == "applying"
+        # the pool's one slot is auto-a's: the others wait on the budget, none changes beside a node it may hold
+        assert all(by[n]["outcome"] == "deferred" and "disruption budget" in by[n]["reason"]
+                   for n in ("auto-b", "auto-c")), by
+        slot = lease_slots(api).get("auto-a")
+        assert slot is not None and slot.owner == record["owner"], lease_slots(api)
+    for _ in range(8):  # FC's retry at once, then the timer, each tick after the one before it has run out
+        if all((cluster.annotation(n) or {}).get("step") == "done" for n in AUTO):
+            break
+        tick(cluster, transport, ACK_MIG_MAX_UNAVAILABLE="1")
+        cluster.now[0] += 86400
+    assert all(cluster.annotation(n)["step"] == "done" for n in AUTO), [cluster.annotation(n) for n in AUTO]
+    assert sorted(n for n, _ in transport.requests) == AUTO  # each node applied once
+    assert held and all(s == [n] for n, s in held), held
+    assert peak[0] <= 1, peak[0]
+    assert not any(s.expires > cluster.now[0] for s in lease_slots(api).values()), lease_slots(api)
