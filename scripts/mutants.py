@@ -225,6 +225,12 @@ MUTANTS = (
            ("tests/node/test_kube.py",),
            "the whole-call timer firing just as a TLS read or write checked the socket ends a node command in an "
            "internal error (ValueError, AttributeError) instead of the API server's timeout"),
+    mutant("node-kube-cut-body-taken-whole", "node_bootstrap/kube/client.py",
+           "            if response.length and len(data) <= MAX_ANSWER_BYTES:\n",
+           "            if False:\n",
+           ("tests/node/test_kube_cut_body.py",),
+           "an API server answer whose connection closed before its Content-Length was sent (a Node, a pod list) "
+           "is taken whole by the node"),
     mutant("name-lookup-unbounded", "node_bootstrap/hostlookup.py",
            "    worker.join(max(0.0, timeout))\n",
            "    worker.join()\n",
