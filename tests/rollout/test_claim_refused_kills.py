@@ -9,14 +9,10 @@ Lease, and node-a's failure told (a mark without the webhook's line would keep i
 
 import pytest
 
-from functions.base.logs import JsonLogger
-from functions.base.settings import load_settings
-from functions.delivery.node_executor import DeliveryExecutor
-from functions.cloud.cluster import InventoryLookup
-from functions.pipeline.event import run_event
-from tests.rollout.conftest import NAMES, NEW, TIMER, snapshot
+from tests.rollout.conftest import NAMES, NEW
+from tests.rollout.kills import cleared, timer_run
 from tests.rollout.test_claim_refused import add_nodes
-from tests.rollout.test_interrupted import LABELLED_LEASE, Killed, Killer, lease_slots
+from tests.rollout.test_interrupted import LABELLED_LEASE, lease_slots
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(600)]
 
@@ -24,25 +20,13 @@ DAY = 86400.0
 
 
 def _world(cluster):
-    api = cluster.api
-    with api.lock:
-        for table in (api.nodes, api.pods, api.events, api.leases):
-            table.clear()
-    cluster.now[0] = 1000.0
-    cluster.transport.seen.clear()
+    cleared(cluster)
     add_nodes(cluster)
 
 
 def _run(cluster, url, k=10 ** 6):
     """One run of the timer's payload (time for every wave) with every write through a Killer: (calls, killed)."""
-    killer = Killer(cluster.kube, cluster.transport, k)
-    settings = load_settings(dict(cluster.settings_env, ACK_MIG_NOTIFY_URL=url, ACK_MIG_INVOCATION_TIMEOUT_S="86400"))
-    try:
-        run_event(TIMER, settings, inventory=InventoryLookup.from_dict(snapshot()), logger=JsonLogger("OFF"),
-                  kube=killer, executor=DeliveryExecutor.from_settings(settings, transport=killer))
-    except Killed:
-        return killer.calls, True
-    return killer.calls, False
+    return timer_run(cluster, k, ACK_MIG_NOTIFY_URL=url)
 
 
 def _told(hook):

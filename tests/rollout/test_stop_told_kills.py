@@ -8,15 +8,9 @@ Notifications: the price of at least once)."""
 
 import pytest
 
-from functions.base.logs import JsonLogger
-from functions.base.settings import load_settings
-from functions.cloud.cluster import InventoryLookup
 from functions.decision import alert_marks as am
-from functions.delivery.node_executor import DeliveryExecutor
-from functions.pipeline.event import run_event
-from tests.rollout.conftest import TIMER, snapshot
+from tests.rollout.kills import cleared, timer_run
 from tests.rollout.test_claim_refused_kills import _marked
-from tests.rollout.test_interrupted import Killed, Killer
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(600)]
 
@@ -25,26 +19,14 @@ MARKS = "create lease %s" % am.MARK_LEASE  # the first mark's write: the Lease m
 
 
 def _world(cluster):
-    api = cluster.api
-    with api.lock:
-        for table in (api.nodes, api.pods, api.events, api.leases):
-            table.clear()
-    cluster.now[0] = 1000.0
-    cluster.transport.seen.clear()
+    cleared(cluster)
     cluster.transport.fail = {"node-a"}  # its apply fails for good: the record ends failed and stays
     cluster.add_nodes()
 
 
 def _run(cluster, url, k=10 ** 6):
     """One timer run with every write through a Killer: (the writes, whether it was killed)."""
-    killer = Killer(cluster.kube, cluster.transport, k)
-    settings = load_settings(dict(cluster.settings_env, ACK_MIG_NOTIFY_URL=url, ACK_MIG_INVOCATION_TIMEOUT_S="86400"))
-    try:
-        run_event(TIMER, settings, inventory=InventoryLookup.from_dict(snapshot()), logger=JsonLogger("OFF"),
-                  kube=killer, executor=DeliveryExecutor.from_settings(settings, transport=killer))
-    except Killed:
-        return killer.calls, True
-    return killer.calls, False
+    return timer_run(cluster, k, ACK_MIG_NOTIFY_URL=url)
 
 
 def _told(hook):
