@@ -16,6 +16,7 @@ import pytest
 from functions.decision import waves as rp
 from tests.rollout.conftest import NAMES, NEW, PlayedNodes
 from tests.rollout.test_claim_refused_kills import _run, _told
+from tests.rollout.kills import cleared, timer_run
 from tests.rollout.test_interrupted import LABELLED_LEASE, Killed, Killer, lease_slots
 from tests.rollout.test_record_refused import fill
 from tests.support.failpoints import failpoints
@@ -35,25 +36,12 @@ _FIRST_AT = {}
 
 def _killed_first(cluster, first):
     """The world: three nodes, a pod on node-a, a run killed after ``first`` on node-a, node-a then filled."""
-    from functions.base.logs import JsonLogger
-    from functions.base.settings import load_settings
-    from functions.cloud.cluster import InventoryLookup
-    from functions.delivery.node_executor import DeliveryExecutor
-    from functions.pipeline.event import run_event
-    from tests.rollout.conftest import TIMER, snapshot
-
     api = cluster.api
     _reset(cluster)
     calls = []
     known = _FIRST_AT.get(first, 1)
     for k in list(range(known, 50)) + list(range(1, known)):  # the first run, killed right after its ``first`` write
-        killer = Killer(cluster.kube, cluster.transport, k, calls)
-        settings = load_settings(dict(cluster.settings_env, ACK_MIG_INVOCATION_TIMEOUT_S="86400"))
-        try:
-            run_event(TIMER, settings, inventory=InventoryLookup.from_dict(snapshot()), logger=JsonLogger("OFF"),
-                      kube=killer, executor=DeliveryExecutor.from_settings(settings, transport=killer))
-        except Killed:
-            pass
+        timer_run(cluster, k, calls=calls)
         if len(calls) > first[1] and first[0] in calls[-1 - first[1]]:
             _FIRST_AT[first] = k
             break
@@ -68,11 +56,7 @@ def _killed_first(cluster, first):
 
 def _reset(cluster):
     api = cluster.api
-    with api.lock:
-        for table in (api.nodes, api.pods, api.events, api.leases):
-            table.clear()
-    cluster.now[0] = 1000.0
-    cluster.transport.seen.clear()
+    cleared(cluster)
     cluster.add_nodes()
     api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
     # a GPU DaemonSet pod (dcgm-exporter): it holds instances an apply destroys, so it is restarted after one
