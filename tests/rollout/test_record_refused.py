@@ -201,36 +201,18 @@ def test_a_record_refused_run_killed_after_every_write_converges(cluster):
     after it, each past the killed run's leases: node-a ends uncordoned, its record done or gone (never in
     progress: no later run could end one that no longer fits), node-b and node-c done, no slot left in the
     pool's Lease, the person's opt-out on node-a kept and ours gone from the others."""
-    from functions.base.logs import JsonLogger
-    from functions.base.settings import load_settings
-    from functions.cloud.cluster import InventoryLookup
-    from functions.delivery.node_executor import DeliveryExecutor
-    from functions.pipeline.event import run_event
-    from tests.rollout.conftest import TIMER, snapshot
-    from tests.rollout.test_interrupted import Killed, Killer
+    from tests.rollout.kills import cleared, timer_run
 
-    played = cluster.transport
-    transport = FillsWhenApplied(played, "node-a", 0)
+    transport = FillsWhenApplied(cluster.transport, "node-a", 0)
 
     def world():
-        with cluster.api.lock:
-            for table in (cluster.api.nodes, cluster.api.pods, cluster.api.events, cluster.api.leases):
-                table.clear()
-        cluster.now[0] = 1000.0
-        played.seen.clear()
+        cleared(cluster)
         for n in NAMES:
             cluster.api.add_node(n, labels=node_labels(OLD), capacity=capacity(OLD),
                                  annotations={OPT_OUT: "true"} if n == "node-a" else None)
 
     def run(k=10 ** 6):
-        killer = Killer(cluster.kube, transport, k)
-        settings = load_settings(dict(cluster.settings_env, ACK_MIG_INVOCATION_TIMEOUT_S="86400"))
-        try:
-            run_event(TIMER, settings, inventory=InventoryLookup.from_dict(snapshot()), logger=JsonLogger("OFF"),
-                      kube=killer, executor=DeliveryExecutor.from_settings(settings, transport=killer))
-        except Killed:
-            return killer.calls, True
-        return killer.calls, False
+        return timer_run(cluster, k, transport=transport)
 
     world()
     calls, killed = run()
