@@ -410,14 +410,23 @@ class RosEmulator(CsEmulator):
             return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
         return 200, dict(self._public(stack), Parameters=self._listed_parameters(stack), RequestId=uuid.uuid4().hex), {}
 
-    def _ListStacks(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
-        names = [v for k, v in sorted(query.items()) if k.startswith("StackName.")]
+    def _paging(self, query: Dict[str, str]) -> Tuple[int, int, Optional[Answer]]:
+        """A list call's page (ListStacks and ListChangeSets page alike): ``PageSize`` 1..50 (10 unless given)
+        and ``PageNumber`` from 1 (1 unless given), or the 400 either answers when one is out of range or not
+        a number."""
         try:
             size, number = int(query.get("PageSize", "10")), int(query.get("PageNumber", "1"))
         except ValueError:
-            return self._error(400, "InvalidParameter", "PageSize and PageNumber must be numbers")
+            return 0, 0, self._error(400, "InvalidParameter", "PageSize and PageNumber must be numbers")
         if not 1 <= size <= 50 or number < 1:
-            return self._error(400, "InvalidParameter", "PageSize must be 1..50")
+            return 0, 0, self._error(400, "InvalidParameter", "PageSize must be 1..50")
+        return size, number, None
+
+    def _ListStacks(self, query: Dict[str, str], form: Dict[str, str]) -> Answer:
+        names = [v for k, v in sorted(query.items()) if k.startswith("StackName.")]
+        size, number, refused = self._paging(query)
+        if refused is not None:
+            return refused
         live = [s for s in self.stacks.values() if s["Status"] != "DELETE_COMPLETE"
                 and (not names or s["StackName"] in names)]
         page = live[(number - 1) * size: number * size]
@@ -544,12 +553,9 @@ class RosEmulator(CsEmulator):
         stack = self._stack(query)
         if stack is None:
             return self._error(404, "StackNotFound", "The Stack (%s) could not be found" % query.get("StackId"))
-        try:
-            size, number = int(query.get("PageSize", "10")), int(query.get("PageNumber", "1"))
-        except ValueError:
-            return self._error(400, "InvalidParameter", "PageSize and PageNumber must be numbers")
-        if not 1 <= size <= 50 or number < 1:
-            return self._error(400, "InvalidParameter", "PageSize must be 1..50")
+        size, number, refused = self._paging(query)
+        if refused is not None:
+            return refused
         names = [v for k, v in sorted(query.items()) if k.startswith("ChangeSetName.")]
         patterns = [re.compile(".*".join(re.escape(part) for part in n.split("*"))) for n in names]
         mine = [c for c in self.change_sets.values() if c["StackId"] == stack["StackId"]
