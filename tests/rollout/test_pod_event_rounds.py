@@ -38,6 +38,15 @@ def stored(kube):
     return co.read_marker(lease["metadata"]["annotations"][co.MARKER_ANNOTATION], time.time(), 2220.0)
 
 
+def holding():
+    """Two invocations' plan markers on one store, the first holding the pool's planning claim (its event
+    arrived first): (the store, the holder, the other)."""
+    kube = MemoryKube()
+    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
+    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    return kube, holder, other
+
+
 def result(outcome, reason="planned", decisions=()):
     return HandlerResult(trigger="pod-unschedulable", outcome=outcome, reason=reason, decisions=list(decisions))
 
@@ -46,9 +55,7 @@ def test_a_round_that_ends_in_retry_lets_the_pool_go_and_is_the_last():
     """Events of the pool are answered "coalesced" while the marker names a holder: one that returned after a
     failed round must not stay the holder for its lease (run_lease_s), or their pods wait for the timer."""
     settings = settings_of(14400)
-    kube = MemoryKube()
-    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
-    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    kube, holder, other = holding()
     rounds = []
 
     def tick(reserve_s=0.0):
@@ -70,9 +77,7 @@ def test_a_round_whose_beginning_cannot_be_marked_lets_the_pool_go_before_it_pla
     from functions.rollout.plan_marker import MarkerBusy
 
     settings = settings_of(14400)
-    kube = MemoryKube()
-    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
-    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    kube, holder, other = holding()
 
     def busy(pool_id, is_open=True):
         raise MarkerBusy("the plan marker of pool %s changed under 24 writes in a row" % pool_id)
@@ -102,9 +107,7 @@ def test_a_round_whose_end_cannot_be_marked_plans_once_more_for_the_asks_it_took
     from functions.rollout.plan_marker import MarkerBusy
 
     settings = settings_of(14400)
-    kube = MemoryKube()
-    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
-    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    kube, holder, other = holding()
     end_round, failed = holder.end_round, []
 
     def busy_once(pool_id, planned, more):
@@ -135,9 +138,7 @@ def test_no_round_starts_once_less_than_a_whole_round_is_left(monkeypatch):
     settings = settings_of(4440)
     clock = [1000.0]
     monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
-    kube = MemoryKube()
-    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
-    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    kube, holder, other = holding()
     roles, rounds = [], []
 
     def tick(reserve_s=0.0):
@@ -188,9 +189,7 @@ def test_a_wait_for_another_invocations_claim_is_bounded_and_lets_the_pool_go(mo
     settings = settings_of(14400)
     clock = [1000.0]
     monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
-    kube = MemoryKube()
-    holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
-    assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN
+    kube, holder, other = holding()
     roles, rounds = [], []
 
     def tick(reserve_s=0.0):
