@@ -9,6 +9,7 @@ import pytest
 
 from functions.base.logs import JsonLogger
 from functions.base.settings import load_settings
+from tests.rollout.kills import cleared
 from tests.rollout.test_interrupted import LABELLED_LEASE, Killed, Killer, lease_slots, strand
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(300)]
@@ -22,10 +23,7 @@ def _stranded_world(cluster, pods):
     from tests.rollout.test_auto_rollout import NAMES, add_auto_nodes, waiting
 
     api = cluster.api
-    with api.lock:
-        for table in (api.nodes, api.pods, api.events, api.leases):
-            table.clear()
-    cluster.now[0] = 1000.0
+    cleared(cluster, seen=False)
     add_auto_nodes(api, NAMES[:2])
     waiting(api, pods)
     strand(api, NAMES[:2], slots=True)
@@ -83,10 +81,7 @@ def test_a_tick_killed_while_it_ends_stranded_records_converges(cluster, pods):
 def _labelled_world(cluster):
     """A labelled pool whose one node (its last: no other node takes a slot after it) holds a pod to evict."""
     api = cluster.api
-    with api.lock:
-        for table in (api.nodes, api.pods, api.events, api.leases):
-            table.clear()
-    cluster.now[0] = 1000.0
+    cleared(cluster, seen=False)
     cluster.add_nodes(["node-a"])
     api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
 
