@@ -38,6 +38,13 @@ def stored(kube):
     return co.read_marker(lease["metadata"]["annotations"][co.MARKER_ANNOTATION], time.time(), 2220.0)
 
 
+def stopped_clock(monkeypatch):
+    """The monotonic clock held at 1000 s, moved only by the test: [its time], to move it."""
+    clock = [1000.0]
+    monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
+    return clock
+
+
 def holding():
     """Two invocations' plan markers on one store, the first holding the pool's planning claim (its event
     arrived first): (the store, the holder, the other)."""
@@ -136,8 +143,7 @@ def test_no_round_starts_once_less_than_a_whole_round_is_left(monkeypatch):
     """An ask taken during an open round is planned by this invocation only while a whole round still fits;
     a round that overran leaves the rest to the next event or the timer, and says so."""
     settings = settings_of(4440)
-    clock = [1000.0]
-    monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
+    clock = stopped_clock(monkeypatch)
     kube, holder, other = holding()
     roles, rounds = [], []
 
@@ -158,9 +164,8 @@ def test_a_wait_for_another_invocations_claim_ends_while_a_round_still_fits(monk
     """The wait is bounded by the invocation too: FC ends an invocation at its Timeout, mid-round (the wait's
     own bound set past it here)."""
     settings = settings_of(4440)
-    clock = [1000.0]
+    clock = stopped_clock(monkeypatch)
     monkeypatch.setattr(pod_event, "CLAIM_WAIT_S", 10.0 ** 6)
-    monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
     ticks = []
 
     def tick(reserve_s=0.0):
@@ -187,8 +192,7 @@ def test_a_wait_for_another_invocations_claim_is_bounded_and_lets_the_pool_go(mo
     the claim's holder and its end, and lets the marker go: the next event is not coalesced into a waiter
     that left."""
     settings = settings_of(14400)
-    clock = [1000.0]
-    monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
+    clock = stopped_clock(monkeypatch)
     kube, holder, other = holding()
     roles, rounds = [], []
 
