@@ -11,6 +11,8 @@ import sys
 
 from node_bootstrap.mig import PartitionSpec, find_gpu
 
+from functions.base.textsafe import clip
+
 from functions.decision.migparted import (ConvertError, from_mig_parted, render_mig_parted, render_results,
                       to_mig_parted)
 
@@ -55,10 +57,25 @@ def _load(path):
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConvertError("%s is not YAML: %s" % (path, " ".join(str(exc).split())[:160])) from None
+        raise ConvertError("%s is not YAML: %s" % (path, _yaml_problem(exc))) from None
     except RecursionError:
         raise ConvertError("%s is nested too deeply to be a mig-parted config" % path) from None
     return _bounded(doc, path)
+
+
+def _yaml_problem(exc) -> str:
+    """Where PyYAML found the problem, then what it is, cut where it reads whole. Its own text (str(exc))
+    copies the lines around each mark before naming the problem's line and column last: cut to a line's
+    length, the place was what went."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is None or not problem:  # an error without a place (a reader error names its position in words)
+        return clip(str(exc), 160)
+    text = "line %d, column %d: %s" % (mark.line + 1, mark.column + 1, problem)
+    context, started = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context:
+        text += " (%s%s)" % (context, " started at line %d, column %d" % (started.line + 1, started.column + 1)
+                             if started is not None else "")
+    return clip(text, 160)
 
 
 def _bounded(doc, path):

@@ -196,3 +196,18 @@ def test_a_profile_name_of_5000_digits_is_refused_as_its_config_only(tmp_path, g
     lines = done.stdout.splitlines()
     assert lines[-1].startswith("x: refused: " + reason) and len(lines[-1]) < 400, lines
     assert any(line.startswith("all-1g.5gb") and "refused" not in line for line in lines), lines
+
+
+def test_a_yaml_error_names_its_line_and_column_first(tmp_path):
+    """PyYAML writes where the problem is at the end of its message, after a copy of the lines around it: cut at
+    160 characters, the error said "while parsing a flow sequence ... version: [v1, ..." and never which line
+    held the problem (here line 3, column 6)."""
+    from tests.function.test_bad_files import cli
+
+    (tmp_path / "c.yaml").write_text("version: [v1, %s\n\nmig: x: y\n" % ", ".join(["item"] * 40))
+    done = cli("convert", "--from-mig-parted", str(tmp_path / "c.yaml"))
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    text = error_text(done.stderr)
+    assert text.startswith("ack-mig-hook: error: %s is not YAML: line 3, column 4: " % (tmp_path / "c.yaml")), text
+    assert "expected ',' or ']', but got ':'" in text, text
+    assert text.count("(") == text.count(")") and "^" not in text, text
