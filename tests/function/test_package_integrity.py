@@ -156,3 +156,17 @@ def test_policy_statements_are_judged_as_oss_applies_them(policy, verdict):
     text = policy if isinstance(policy, str) else json.dumps(policy)
     found = policy_problem(BUCKET, OBJECT, text, ACCOUNT, REGION)
     assert (verdict in found and found) if verdict else found == ""
+
+
+def test_a_store_that_keeps_another_crc64_is_said_in_a_line_that_reads_whole(oss, package):
+    """oss2's InconsistentError reads "{'status': -3, 'x-oss-request-id': ..., 'details': 'InconsistentError:
+    ..., CRC checksum of client: N is mismatch with oss: M'}": cut at 200 characters, the line ended inside a
+    number with its brace and quote open, both checksums gone."""
+    oss.corrupt_crc.add(OBJECT)
+    with pytest.raises(UploadError) as caught:
+        send(oss, package)
+    text = str(caught.value)
+    assert text.startswith("OSS stored oss://%s/%s with another CRC-64 than the package's: " % (BUCKET, OBJECT)), text
+    sent = crc64(PACKAGE)
+    assert "client: %s" % sent in text and "oss: %d" % (int(sent) ^ 1) in text, text
+    assert "{" not in text and "'details'" not in text and text.count("(") == text.count(")"), text

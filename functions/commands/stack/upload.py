@@ -42,6 +42,7 @@ from typing import NamedTuple, Optional
 from functions.base.deadline import failure_code, failure_message
 from functions.base.endpoints import resolve, url_of
 from functions.base.settings import Endpoint
+from functions.base.textsafe import clip
 from functions.commands.stack.credentials import Keys
 from functions.commands.stack.exit_codes import EXIT_CONFLICT, CloudError
 
@@ -343,6 +344,16 @@ def inspect(keys: Keys, region: str, bucket: str, key: str, path: str, account: 
     return Stored(True, _holds(client, bucket, key, crc64(data), sha256(data), len(data)), warnings)
 
 
+def _mismatch(exc) -> str:
+    """oss2's words for a CRC-64 mismatch (its ``body``: "InconsistentError: InconsistentError: req_id: ...,
+    CRC checksum of client: N is mismatch with oss: M"), cut where it reads whole. ``str(exc)`` is a dict's
+    repr around them, which a cut at 200 characters ended inside a number with its brace open."""
+    text = str(getattr(exc, "body", "") or exc)
+    while text.startswith("InconsistentError: "):
+        text = text[len("InconsistentError: "):]
+    return clip(text, 200)
+
+
 def upload(keys: Keys, region: str, bucket: str, key: str, path: str, account: str,
            endpoint: Optional[Endpoint] = None, timeout_s: int = 60, allow_shared: bool = False) -> Uploaded:
     import oss2
@@ -360,7 +371,7 @@ def upload(keys: Keys, region: str, bucket: str, key: str, path: str, account: s
                                               SHA256_META: digest})
     except oss2.exceptions.InconsistentError as exc:  # the CRC-64 OSS stored is not the one sent
         raise UploadError("OSS stored oss://%s/%s with another CRC-64 than the package's: %s"
-                          % (bucket, key, str(exc)[:200])) from None
+                          % (bucket, key, _mismatch(exc))) from None
     except oss2.exceptions.OssError as exc:  # RequestError included
         raise _refused("cannot upload %s to oss://%s/%s" % (path, bucket, key), exc) from None
     return Uploaded("oss://%s/%s" % (bucket, key), checksum, True, warnings)
