@@ -230,3 +230,16 @@ def test_a_mistyped_profile_is_answered_with_the_one_meant(cloud, capsys, tmp_pa
     code, _, err = run(capsys, *WAIT, "--profile", "prodution")
     text = error_text(err)
     assert code == 2 and "no such profile" in text and "(did you mean production?)" in text
+
+
+def test_a_profile_the_sdk_refuses_at_length_is_said_in_a_line_that_reads_whole(cloud, capsys, tmp_path):  # noqa: F811
+    """The credentials SDK repeats the profile's mode in its refusal ("unsupported profile mode '...' form cli
+    credentials file."): a long mode, cut at 200 characters, ended the line mid-word inside a parenthesis."""
+    mode = "AK" + " word" * 32 + " (see the runbook of this account)"
+    os.makedirs(tmp_path / ".aliyun", exist_ok=True)
+    (tmp_path / ".aliyun" / "config.json").write_text(json.dumps({"current": "ops", "profiles": [
+        {"name": "ops", "mode": mode, "access_key_id": "x", "access_key_secret": "y", "region_id": "cn-beijing"}]}))
+    code, _, err = run(capsys, *WAIT, "--profile", "ops")
+    text = error_text(err)
+    assert code == 2 and "--profile ops gave no credentials: unsupported profile mode 'AK word word" in text, text
+    assert text.count("(") == text.count(")") and text.endswith(" word..."), text

@@ -16,6 +16,7 @@ import os
 from typing import Any, NamedTuple, Optional
 
 from functions.base.deadline import Guard, failure_code, failure_message, urllib3_guarded
+from functions.base.textsafe import clip
 from functions.commands.stack.exit_codes import EXIT_USAGE, CloudError
 from functions.commands.stack.unreachable import said
 
@@ -137,7 +138,7 @@ def _from_profile(name: str) -> Keys:
         credential: Any = CLIProfileCredentialsProvider(profile_name=name, profile_file=path).get_credentials()
     except Exception as exc:  # a profile mode that needs a call (RamRoleArn, EcsRamRole) that failed
         raise CredentialsMissing("--profile %s gave no credentials: %s" % (
-            name[:64], " ".join(str(exc).split())[:200] or type(exc).__name__)) from None
+            name[:64], clip(exc, 200) or type(exc).__name__)) from None  # the SDK repeats the file's mode
     key_id, secret = credential.get_access_key_id(), credential.get_access_key_secret()
     token = credential.get_security_token() or None
     if not (isinstance(key_id, str) and key_id.strip() and isinstance(secret, str) and secret.strip()
