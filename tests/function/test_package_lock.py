@@ -298,3 +298,20 @@ def test_pip_and_the_source_builds_it_runs_never_get_the_clouds_credentials(inde
     assert env.get("PIP_FIND_LINKS") == index  # pip's configuration is its own, and kept
     assert not [name for name in secrets if name in env]
     assert not [value for value in secrets.values() if value in json.dumps(env)]
+
+
+def test_pips_reason_is_cut_where_it_reads_whole(index, tmp_path):
+    """pip's last line names the path it could not write; under a long folder, cut at 200 characters, the line
+    ended inside the path with its parenthesis open ("not-a-folder (a file; refresh the lock ...")."""
+    wheel = _wheel(index)
+    path = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", _sha(wheel), False)])
+    deep = tmp_path / " ".join(["a-folder-of-the-release-team-for-deps"] * 4)
+    deep.mkdir()
+    (deep / "not-a-folder (a file)").write_text("")
+    with pytest.raises(build.BuildError) as failed:
+        build.fetch(str(deep / "not-a-folder (a file)" / "deps"), path)
+    message = str(failed.value)
+    assert message.startswith("pip could not install for python3.10 on Linux x86_64: NotADirectoryError: "), message
+    reason = message.split("; refresh the lock")[0]
+    assert reason.endswith("...") and reason.count("(") == reason.count(")"), message
+    assert reason[:-3].endswith("a-folder-of-the-release-team-for-deps"), message

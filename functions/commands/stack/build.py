@@ -34,6 +34,7 @@ import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 from functions.base import settings
+from functions.base.textsafe import clip
 from functions.commands.stack import code_package
 
 FC_PYTHON = "3.10"
@@ -142,7 +143,7 @@ def _pip_failure(done: subprocess.CompletedProcess, what: str) -> BuildError:
     named += re.findall(r"^\s+([A-Za-z0-9._-]+)==\S+ from ", text, re.M)  # the hash-mismatch listing
     lines = [l for l in text.strip().splitlines() if l.strip() and not l.startswith("WARNING: Location")]
     reason = "the file does not have the locked SHA-256" if "DO NOT MATCH THE HASHES" in text \
-        else (lines or ["pip failed"])[-1].strip()[:200]
+        else clip((lines or ["pip failed"])[-1], 200)  # a path it could not write can be long
     return BuildError("pip could not %s%s for python%s on Linux x86_64: %s; refresh the lock (make lock) %s"
                       % (what, " " + ", ".join(sorted(set(named))) if named else "", FC_PYTHON, reason,
                          DEPS_DIR_HINT))
@@ -352,7 +353,7 @@ def _wheel_from_source(archive: str, out: str, env: Optional[Dict[str, str]] = N
     done = _pip(["wheel", "--quiet", "--no-deps", "--wheel-dir", out, archive], "building %s" % name, env)
     if done.returncode != 0:
         raise BuildError("%s is published only as source and did not build into a wheel: %s; %s"
-                         % (name, ((done.stderr.strip().splitlines() or ["pip wheel failed"])[-1])[:200],
+                         % (name, clip((done.stderr.strip().splitlines() or ["pip wheel failed"])[-1], 200),
                             DEPS_DIR_HINT))
     for wheel in sorted(set(os.listdir(out)) - before):
         tags = wheel[:-len(".whl")].split("-")[-3:]
