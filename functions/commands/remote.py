@@ -54,10 +54,11 @@ def _acted_on(body: bytes) -> Optional[str]:
     try:
         return parse_envelope(read_envelope(body)).cluster_id
     except (EventOutcome, ValueError, RecursionError) as exc:
-        from functions.base.textsafe import escape
+        from functions.base.textsafe import clip, escape
 
+        # cut where it reads whole: a reason can list every field of the payload or every event type handled
         raise common.UsageError("the deployed function would not act on this payload: %s; nothing was sent"
-                                % " ".join(escape(getattr(exc, "reason", "") or exc).split())[:300]) from None
+                                % clip(escape(getattr(exc, "reason", "") or exc), 300)) from None
 
 
 def _about_its_cluster(about: Optional[str], target) -> None:

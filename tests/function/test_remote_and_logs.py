@@ -4,6 +4,7 @@ emulators (ROS for the stack, tests/support/fc_emulator.py, tests/support/sls_em
 passed in ACK_MIG_*_ENDPOINT."""
 
 import json
+import re
 import os
 import subprocess
 import sys
@@ -536,3 +537,21 @@ def test_wait_and_undeploy_through_the_installed_command_never_touch_a_stack_of_
         assert done.stderr.startswith("ack-mig-hook: error: "), done.stderr
     assert ros.calls("DeleteStack") == 0 and ros.calls("ListStackEvents") == 0  # nothing deleted, nothing waited on
     assert {s["StackName"] for s in ros.stacks.values()} >= {"other-hook", "network"}
+
+
+@pytest.mark.parametrize("payload, last_word", [
+    ({"field-number-%d-of-a-long-payload (v2)" % i: 1 for i in range(20)}, r"'field-number-\d+-of-a-long-payload|\(v2\)'"),
+    ({"source": "acs.cs", "type": "x", "data": {}}, r"[a-z]+:[A-Za-z]+:[A-Za-z]+(\[[A-Z]+\])?"),
+], ids=["many-fields", "type-not-handled"])
+def test_invoke_remote_says_a_long_refusal_in_a_line_that_reads_whole(cloud, payload, last_word):
+    """The function's reason, cut at 300 characters, ended mid-word ("'field-number-14-of", "cs:ActionTra")
+    with a parenthesis or the list it was naming left open."""
+    ros, fc, env = cloud
+    seed_stack(ros)
+    done = cli(env, "invoke", "--remote", "--event", "-", stdin=json.dumps(payload))
+    text = error_text(done.stderr)
+    assert done.returncode == 2 and text.endswith("; nothing was sent") and fc.invocations == [], text
+    reason = text[len("ack-mig-hook: error: the deployed function would not act on this payload: "):-len(
+        "; nothing was sent")]
+    assert reason.count("(") == reason.count(")") and reason.endswith("..."), text
+    assert re.fullmatch(last_word, reason[:-3].rstrip(",").split()[-1].lstrip("'")), text
