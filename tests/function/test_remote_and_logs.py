@@ -540,7 +540,8 @@ def test_wait_and_undeploy_through_the_installed_command_never_touch_a_stack_of_
 
 
 @pytest.mark.parametrize("payload, last_word", [
-    ({"field-number-%d-of-a-long-payload (v2)" % i: 1 for i in range(20)}, r"'field-number-\d+-of-a-long-payload|\(v2\)'"),
+    ({"field-number-%d-of-a-long-payload (v2)" % i: 1 for i in range(20)},
+     r"'field-number-\d+-of-a-long-payload|\(v2\)'"),
     ({"source": "acs.cs", "type": "x", "data": {}}, r"[a-z]+:[A-Za-z]+:[A-Za-z]+(\[[A-Z]+\])?"),
 ], ids=["many-fields", "type-not-handled"])
 def test_invoke_remote_says_a_long_refusal_in_a_line_that_reads_whole(cloud, payload, last_word):
