@@ -26,6 +26,7 @@ import re
 from typing import Callable, Optional
 
 from functions.base import settings
+from functions.base.textsafe import clip
 from functions.commands.stack.exit_codes import EXIT_USAGE
 
 CLUSTER_ID = re.compile(r"^c[0-9a-f]{32}\Z")
@@ -169,7 +170,8 @@ def stack_parameters(stack) -> dict:
 
 def existing_file(text: str) -> str:
     if text and not os.path.isfile(text):
-        raise argparse.ArgumentTypeError("%s is not a file" % text[:200])
+        # clip marks the cut ("..."): a bare [:200] named another, shorter path than the one given
+        raise argparse.ArgumentTypeError("%s is not a file" % clip(text, 200))
     return text
 
 

@@ -376,3 +376,15 @@ def test_a_nodes_mig_capacity_reads_counts_as_the_snapshot_check_does():
                    "nvidia.com/mig-1g.10gb": -2, "nvidia.com/mig-2g.20gb": True}
     node = KubeNode.from_object({"metadata": {"name": "n"}, "status": {"allocatable": allocatable}})
     assert node.mig_allocatable() == {"nvidia.com/mig-1g.5gb": 7, "nvidia.com/mig-2g.10gb": 3}
+
+
+def test_a_long_kubeconfig_path_that_is_no_file_is_said_marked_as_cut(tmp_path, capsys):
+    """Cut at 200 characters with no mark, the line named another path than the one given ("... (staging is not
+    a file"), mid-word with its parenthesis open."""
+    inventory = tmp_path / "inventory.json"
+    inventory.write_text(json.dumps(snapshot()))
+    missing = tmp_path / " ".join(["the kubeconfigs of cluster (staging)"] * 8) / "config"
+    assert main(["status", "--inventory", str(inventory), "--kubeconfig", str(missing)]) == 2
+    err = error_text(capsys.readouterr().err)
+    assert err.startswith("ack-mig-hook: error: argument --kubeconfig: %s" % tmp_path), err
+    assert "... is not a file; " in err and err.count("(") == err.count(")"), err
