@@ -289,6 +289,32 @@ def _other_file_system(tmp_path):
     return tempfile.mkdtemp(prefix="ack-mig-state-", dir="/dev/shm")
 
 
+def _kill_at_the_copys_fsync(monkeypatch, dst, seen):
+    """Make the fsync of a copy written beside ``dst`` the kill point: it notes whether the copy has a hidden
+    name and whether ``dst`` was there yet (a record's write, in another directory, syncs as always)."""
+    from tests.support.kills import Killed
+
+    from node_bootstrap.host import clients
+
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        path = os.readlink("/proc/self/fd/%d" % fd)
+        if os.path.dirname(path) != os.path.dirname(dst):
+            return real_fsync(fd)  # a record's write, not the copy
+        seen.append((os.path.basename(path).startswith("."), os.path.exists(dst)))
+        raise Killed("fsync")  # the copy written, not yet renamed: a kill here
+
+    monkeypatch.setattr(clients.os, "fsync", fsync)
+
+
+def _next_run_puts_the_whole_manifest_back(manifest, state, text):
+    after = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), str(state),
+                          lambda line: None)
+    assert after.start(after.leftovers()) == []
+    assert manifest.read_text() == text and not [n for n in os.listdir(str(manifest.parent)) if n != "dp.yml"]
+
+
 @pytest.mark.parametrize("way", ["held-aside", "put-back"])
 def test_a_manifest_moved_across_file_systems_never_has_its_name_half_written(tmp_path, monkeypatch, way):
     """A state directory on another file system than the manifests (/var on a disk of its own) turned the move
@@ -299,8 +325,6 @@ def test_a_manifest_moved_across_file_systems_never_has_its_name_half_written(tm
     goes last. A kill at the sync leaves the manifest whole."""
     import shutil
     from tests.support.kills import Killed
-
-    from node_bootstrap.host import clients
 
     state = _other_file_system(tmp_path)
     try:
@@ -314,24 +338,12 @@ def test_a_manifest_moved_across_file_systems_never_has_its_name_half_written(tm
         stopped = None if way == "held-aside" else control.stop()
         dst = held if way == "held-aside" else str(manifest)
         seen = []
-        real_fsync = os.fsync
-
-        def fsync(fd):
-            path = os.readlink("/proc/self/fd/%d" % fd)
-            if os.path.dirname(path) != os.path.dirname(dst):
-                return real_fsync(fd)  # a record's write, not the copy
-            seen.append((os.path.basename(path).startswith("."), os.path.exists(dst)))
-            raise Killed("fsync")  # the copy written, not yet renamed: a kill here
-
-        monkeypatch.setattr(clients.os, "fsync", fsync)
+        _kill_at_the_copys_fsync(monkeypatch, dst, seen)
         with pytest.raises(Killed):
             control.stop() if way == "held-aside" else control.start(stopped)
         assert seen == [(True, False)]  # a hidden copy, synced before it takes its place
         monkeypatch.undo()
-        after = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), state,
-                              lambda line: None)
-        assert after.start(after.leftovers()) == []
-        assert manifest.read_text() == text and not [n for n in os.listdir(str(manifest.parent)) if n != "dp.yml"]
+        _next_run_puts_the_whole_manifest_back(manifest, state, text)
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
@@ -397,27 +409,17 @@ def test_a_manifest_moved_across_bind_mounts_of_one_file_system_never_has_its_na
     control = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), str(state),
                             lambda line: None)
     held = control._held_path(parse_clients("manifest:%s" % manifest)[0])
-    real_rename, real_fsync, seen = os.rename, os.fsync, []
+    real_rename, seen = os.rename, []
 
     def rename(src, dst, *args, **kwargs):  # the two directories are two mount points of one file system
         if os.path.dirname(os.path.abspath(str(src))) != os.path.dirname(os.path.abspath(str(dst))):
             raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
         return real_rename(src, dst, *args, **kwargs)
 
-    def fsync(fd):
-        path = os.readlink("/proc/self/fd/%d" % fd)
-        if os.path.dirname(path) != os.path.dirname(held):
-            return real_fsync(fd)  # a record's write, not the copy
-        seen.append((os.path.basename(path).startswith("."), os.path.exists(held)))
-        raise Killed("fsync")  # the copy written, not yet renamed: a kill here
-
     monkeypatch.setattr(clients.os, "rename", rename)
-    monkeypatch.setattr(clients.os, "fsync", fsync)
+    _kill_at_the_copys_fsync(monkeypatch, held, seen)
     with pytest.raises(Killed):
         control.stop()
     assert seen == [(True, False)]  # a hidden copy, synced before it takes its place
     monkeypatch.undo()
-    after = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), str(state),
-                          lambda line: None)
-    assert after.start(after.leftovers()) == []
-    assert manifest.read_text() == text and not [n for n in os.listdir(str(manifest.parent)) if n != "dp.yml"]
+    _next_run_puts_the_whole_manifest_back(manifest, state, text)
