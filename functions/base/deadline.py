@@ -209,12 +209,7 @@ def _refuse_stacked(response: Any) -> None:
         return
     coding = _codings(response)
     if coding:
-        endpoint = _endpoint(response)
-        try:
-            response.close()
-        except Exception:  # a close that fails leaves the same: nothing more is read from it
-            pass
-        raise AnswerTooLarge(endpoint, guard.max_bytes, coding)
+        _cut_off(response, guard, coding)
 
 
 def _endpoint(response: Any) -> str:
@@ -234,13 +229,18 @@ def _count(response: Any, data: Any) -> Any:
     seen = getattr(response, "_guard_bytes", 0) + len(data)
     response._guard_bytes = seen
     if seen > guard.max_bytes:
-        endpoint = _endpoint(response)
-        try:
-            response.close()
-        except Exception:  # a close that fails leaves the same: nothing more is read from it
-            pass
-        raise AnswerTooLarge(endpoint, guard.max_bytes)
+        _cut_off(response, guard)
     return data
+
+
+def _cut_off(response: Any, guard: "Guard", coding: str = "") -> None:
+    """``response`` closed (its connection not put back into the pool half read) and AnswerTooLarge raised."""
+    endpoint = _endpoint(response)
+    try:
+        response.close()
+    except Exception:  # a close that fails leaves the same: nothing more is read from it
+        pass
+    raise AnswerTooLarge(endpoint, guard.max_bytes, coding)
 
 
 def _counted_read(read: Any) -> Any:
