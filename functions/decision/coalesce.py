@@ -117,13 +117,14 @@ def read_marker(text: Optional[str], now: float, hold_s: float) -> Marker:
 
 
 def _waited(value: Any) -> Dict[str, Any]:
-    """The waited-out claim as stored, or {} for none or one that does not read."""
+    """The waited-out claim as stored, or {} for none or one that does not read (the reader rule's number)."""
     if not isinstance(value, dict) or not _text(value.get("owner")):
         return {}
-    end = value.get("until")
-    if not isinstance(end, (int, float)) or isinstance(end, bool) or not 0 < end <= MAX_EPOCH:
+    try:
+        end = number(value.get("until"), "waited.until", 0, MAX_EPOCH)
+    except OutsideDataError:
         return {}
-    return {"owner": _text(value.get("owner")), "until": float(end)}
+    return {"owner": _text(value.get("owner")), "until": end} if end > 0 else {}
 
 
 def write_marker(marker: Marker) -> str:
