@@ -7,10 +7,23 @@ stdout went away, 1 for a result that could not be written (a failed command kee
 a closed stdout. Messages are one line; they never hold credentials.
 """
 
+from typing import Optional
+
 OUTCOME_SUCCESS = "success"
 OUTCOME_FAILED = "failed"
 OUTCOME_REBOOT = "reboot-required"
 OUTCOME_CONFLICT = "conflict"
+
+
+def one_line(text, limit=None):
+    # type: (object, Optional[int]) -> str
+    """``text`` (made a string) on one line: each run of whitespace (what ``str.split`` splits on) one
+    space, none at either end; then at most ``limit`` characters (None: all), cut where the limit falls,
+    nothing added. Control characters that are not whitespace stay (``commands/textout.printable`` writes
+    them escaped where a person reads them). The function's copy is ``functions/base/textsafe.py``'s
+    (node code cannot import ``functions``)."""
+    text = " ".join(str(text).split())
+    return text if limit is None else text[:limit]
 
 
 class NodeFailure(Exception):
@@ -20,7 +33,7 @@ class NodeFailure(Exception):
 
     def __init__(self, message, code=None):
         # type: (str, str) -> None
-        super(NodeFailure, self).__init__(" ".join(str(message).split()))
+        super(NodeFailure, self).__init__(one_line(message))
         if code is not None:
             self.code = code
 

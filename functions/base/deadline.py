@@ -33,6 +33,8 @@ import threading
 import time
 from typing import Any, List, Optional
 
+from functions.base.textsafe import one_line
+
 # The most an SDK answer may carry. The largest answer we read is ECS DescribeInvocationResults with 100
 # results of up to 24 KB output each (under 4 MB, functions/cloud/rpc.py); a 100-node page of ACK's
 # DescribeClusterNodes is about 100 KB (a node item is under 1 KB). Four times the largest, well below the
@@ -79,7 +81,7 @@ def failure_code(exc: BaseException) -> str:
     (darabonba names its UnretryableException otherwise), else the service's code or the exception's type."""
     if answer_too_large(exc) is not None:
         return "AnswerTooLarge"
-    return " ".join(str(getattr(exc, "code", "") or type(exc).__name__).split())[:64]
+    return one_line(getattr(exc, "code", "") or type(exc).__name__, 64)
 
 
 def failure_message(exc: BaseException, limit: int = 300, fallback: Any = None) -> str:
@@ -90,7 +92,7 @@ def failure_message(exc: BaseException, limit: int = 300, fallback: Any = None) 
     if too_large is not None:
         return str(too_large)
     text = getattr(exc, "message", "") or (exc if fallback is None else fallback)
-    return " ".join(str(text).split())[:limit]
+    return one_line(text, limit)
 
 
 class Guard:
@@ -197,7 +199,7 @@ def _codings(response: Any) -> str:
     at most."""
     headers = getattr(response, "headers", None)
     coding = headers.get("content-encoding", "") if headers is not None else ""
-    coding = " ".join(str(coding or "").split())[:64]
+    coding = one_line(coding or "", 64)
     return coding if len([c for c in coding.split(",") if c.strip()]) > 1 else ""
 
 

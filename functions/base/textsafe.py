@@ -16,7 +16,7 @@ The node tool has its own copy of this rule (``node_bootstrap/commands/textout.p
 """
 
 import re
-from typing import Any, List
+from typing import Any, List, Optional
 
 # Where in CPython's own C source an error was raised, as ssl and socket errors say it ("certificate verify
 # failed (_ssl.c:1006)"): a file of the interpreter, nothing an operator can act on. Dropped from every text.
@@ -56,13 +56,25 @@ def escape_data(value: Any) -> Any:
     return value
 
 
+def one_line(text: Any, limit: Optional[int] = None) -> str:
+    """``text`` (made a string) on one line: each run of whitespace (what ``str.split`` splits on: newlines,
+    tabs, the Unicode line and paragraph separators) one space, none at either end; then at most ``limit``
+    characters (None: all), cut where the limit falls, nothing added: an error's text in a log line, a
+    reason or a message, whose length a test or a field's size pins. Nothing else changes: a control
+    character that is not whitespace (ESC) stays for :func:`escape` where the line is printed (JSON needs
+    nothing). :func:`clip` cuts where the text reads whole instead. The node has its copy
+    (``node_bootstrap/errors.py``)."""
+    text = " ".join(str(text).split())
+    return text if limit is None else text[:limit]
+
+
 def clip(text: Any, limit: int) -> str:
     """``text`` on one line and at most ``limit`` characters (plus "..." when cut), cut where it reads whole:
     at a word's end, and before a parenthesis still open there ("...instead (the "), but never so that less
     than half of ``limit`` is left (one long word, a parenthesis opened near the start): there it cuts inside
     and closes what is open after the dots. A cause embedded in a longer line ("could not check (%s); give
     ...") must not leave that line's parentheses unbalanced."""
-    text = " ".join(str(text).split())
+    text = one_line(text)
     if len(text) <= limit:
         return text
     half = limit // 2

@@ -27,6 +27,7 @@ from functions.base.errors import ConfigurationError, Refused, RetryLater
 from functions.base.model import Node, NodePool
 from functions.base.settings import Settings
 from functions.cloud.answers import answer_body
+from functions.base.textsafe import one_line
 from node_bootstrap.outside import as_object, json_type
 
 PAGE_SIZE = 100  # the API's maximum
@@ -50,7 +51,7 @@ def _transient(exc: BaseException) -> bool:
 def _code(exc: BaseException) -> str:
     """The answer's error code as one short line: it is the answer's text (a proxy may write a line break or
     kilobytes there), and it ends up in a pool's one-line refusal, the event's reason and a log line."""
-    return " ".join(str(getattr(exc, "code", "") or type(exc).__name__).split())[:64]
+    return one_line(getattr(exc, "code", "") or type(exc).__name__, 64)
 
 
 def _describe(exc: BaseException) -> str:
@@ -100,7 +101,7 @@ def _parsed(parse: Callable[[Any], Any], items: Any, what: str) -> list:
             out.append(parse(item))
         except (KeyError, ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
             log.warning("ACK API %s left out, unreadable: %s: %s", what, type(exc).__name__,
-                        " ".join(str(exc).split())[:200])
+                        one_line(exc, 200))
     return out
 
 

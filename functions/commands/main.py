@@ -202,9 +202,10 @@ def explained(exc):
     quotes ``SignatureDoesNotMatch``, say); (None, message) for anything else: a bug."""
     from node_bootstrap.mig import MigInputError
 
+    from functions.base.textsafe import one_line
     from functions.commands.stack.exit_codes import CloudError, explain
 
-    text = " ".join(str(exc).split())
+    text = one_line(exc)
     if isinstance(exc, MigInputError):
         return 2, text
     code = getattr(exc, "exit_code", None)

@@ -279,7 +279,7 @@ def _change(args) -> int:
     from functions.commands.stack.credentials import CredentialsMissing
     from functions.cloud.checked_write import ConcurrentChange
     from functions.commands.stack.exit_codes import EXIT_CONFLICT, EXIT_FAILED, EXIT_USAGE, explain
-    from functions.base.textsafe import escape
+    from functions.base.textsafe import escape, one_line
 
     try:
         common.require(args, "cluster_id", "region")
@@ -288,7 +288,7 @@ def _change(args) -> int:
         # a refusal of the credentials or of the action is 4 or 5 with what to do, as in every command
         default = EXIT_CONFLICT if isinstance(exc, ConcurrentChange) else \
             EXIT_FAILED if isinstance(exc, RetryLater) else EXIT_USAGE
-        code, text = explain(" ".join(str(exc).split()), default)
+        code, text = explain(one_line(exc), default)
         return fail(escape(text), code, args.json)
     print(json.dumps(result, indent=2) if args.json else _text(result))
     return 0

@@ -17,7 +17,7 @@ import json
 import time
 from typing import Any, Dict, Optional
 
-from functions.base.textsafe import clip
+from functions.base.textsafe import clip, one_line
 from functions.commands import common
 from functions.commands.stack.ros import DONE, advice
 
@@ -82,7 +82,7 @@ def _timeout(args, result: Dict[str, Any], exc: Exception) -> int:
         print(json.dumps(result, indent=2))
     from functions.base.textsafe import escape
 
-    return fail(escape(" ".join(str(exc).split())), 1)  # it quotes the stack's status as ROS answered it
+    return fail(escape(one_line(exc)), 1)  # it quotes the stack's status as ROS answered it
 
 
 def _done(args, result: Dict[str, Any], code: int, text: str) -> int:

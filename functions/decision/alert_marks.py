@@ -44,6 +44,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set
 from node_bootstrap.outside import OutsideDataError, loads
 
 from functions.decision.waves import MAX_EPOCH  # 2100-01-01, the rollout record's bound
+from functions.base.textsafe import one_line
 
 MARK_LEASE = "ack-mig-hook-alerts"
 MARK_ANNOTATION = "ack-mig-hook/alerted"
@@ -77,7 +78,7 @@ def failure_key(run: str, node: Mapping[str, Any]) -> str:
     """The mark of one failure of one node in one run, or of a sticky one in any run (module docstring)."""
     if sticky(node):
         text = "\n".join(("sticky", str(node.get("instance_id") or ""), failure_of(node),
-                          " ".join(str(node.get("cause") or node.get("reason") or "").split())))
+                          one_line(node.get("cause") or node.get("reason") or "")))
     else:
         text = "\n".join((str(run or ""), str(node.get("instance_id") or ""), failure_of(node)))
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]

@@ -12,6 +12,8 @@ from typing import Any, Dict, List, NamedTuple, Optional
 from node_bootstrap.mig.annotations import MAX_GPU_INDEX
 from node_bootstrap.outside import OutsideDataError, loads, objects, whole
 
+from functions.base.textsafe import one_line
+
 PARTITIONED = "partitioned"
 UNCHANGED = "unchanged"
 SKIPPED = "skipped"
@@ -153,11 +155,6 @@ def parse_output(text: str) -> Optional[Dict[str, Any]]:
     return value if isinstance(value, dict) else None
 
 
-def _line(value: Any, limit: int) -> str:
-    """A node's text as one line of at most ``limit`` characters, whatever it printed there."""
-    return " ".join(str(value).split())[:limit]
-
-
 def _gpu_index(value: Any) -> Optional[int]:
     """A GPU index from a node's document, or None: readers put it in sets and compare it with ints."""
     return value if type(value) is int and 0 <= value <= MAX_GPU_INDEX else None
@@ -180,8 +177,8 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
     node_outcome = doc.get("outcome")
     error = doc.get("error") if isinstance(doc.get("error"), dict) else {}
     # one line, bounded: the reason goes into labels' annotations, Events and the operator's terminal
-    message = _line(error.get("message") or "", 300)
-    error_code = _line(error.get("code") or "", 64)
+    message = one_line(error.get("message") or "", 300)
+    error_code = one_line(error.get("code") or "", 64)
     if node_outcome == "success" and res.exit_code in (0, None):
         base.outcome = PARTITIONED if base.changes > 0 else UNCHANGED
         base.reason = "%d change%s" % (base.changes, "" if base.changes == 1 else "s") if base.changes else \
@@ -198,19 +195,19 @@ def outcome(res: NodeResult, node_name: str = "") -> Outcome:
         base.reason = "destroy-required: %s" % (message or NODE_EXIT_REASONS[7])
         return base
     else:
-        code = error_code or NODE_EXIT_REASONS.get(res.exit_code or 1, "exit %s" % _line(res.exit_code, 12))
+        code = error_code or NODE_EXIT_REASONS.get(res.exit_code or 1, "exit %s" % one_line(res.exit_code, 12))
         base.code = error_code
-        base.reason = "%s: %s" % (code, message or "node_bootstrap failed (exit %s)" % _line(res.exit_code, 12))
+        base.reason = "%s: %s" % (code, message or "node_bootstrap failed (exit %s)" % one_line(res.exit_code, 12))
         return base
     # An entry whose GPU is not an index is dropped: the readers (the dwell's marks, the capacity created)
     # key sets by it, and one node's odd line must not fail the pool's tick.
     left = [g for g in objects(doc.get("left")) if g.get("why") != "not in the request"
             and _gpu_index(g.get("gpu")) is not None]
     if left:  # an auto pool's per-GPU request left these GPUs as they were (node_bootstrap/commands/planner.py)
-        base.left = [{"gpu": g["gpu"], "why": _line(g.get("why"), 80)} for g in left[:16]]
+        base.left = [{"gpu": g["gpu"], "why": one_line(g.get("why"), 80)} for g in left[:16]]
         base.reason = "%s; left as they were: %s" % (base.reason, ", ".join(
             "GPU %d (%s)" % (g["gpu"], g["why"]) for g in base.left))
     boot = doc.get("boot_unit") if isinstance(doc.get("boot_unit"), dict) else {}
     if boot.get("error"):  # the GPUs are right, but a reboot would lose them: say so
-        base.reason = "%s; boot unit not installed: %s" % (base.reason, _line(boot["error"], 200))
+        base.reason = "%s; boot unit not installed: %s" % (base.reason, one_line(boot["error"], 200))
     return base

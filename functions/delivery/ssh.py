@@ -38,6 +38,7 @@ import paramiko
 
 from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
 from functions.delivery.transport import OUTPUT_CAP_BYTES, OutputTail, ScriptMaker, run_push_run
+from functions.base.textsafe import one_line
 
 
 log = logging.getLogger(__name__)
@@ -273,7 +274,7 @@ class SshTransport:
             # a machine that may be broken or hostile
             return NodeResult(target.instance_id, self.name, error="bundle-missing",
                               message="SFTP upload failed: the node's SFTP server answered what cannot be read "
-                                      "(%s: %s)" % (type(exc).__name__, " ".join(str(exc).split())[:120]))
+                                      "(%s: %s)" % (type(exc).__name__, one_line(exc, 120)))
         return None
 
     def _connect_retrying(self, target: NodeTarget, watch: "_Watchdog") -> paramiko.SSHClient:
@@ -309,7 +310,7 @@ class SshTransport:
                 log.error("node %s: %s while %s: %s", target.instance_id, type(exc).__name__, watch.step, exc)
                 result = NodeResult(target.instance_id, self.name, error="internal-error",
                                     message="%s while %s: %s" % (type(exc).__name__, watch.step,
-                                                                 " ".join(str(exc).split())[:160]))
+                                                                 one_line(exc, 160)))
             else:
                 log.debug("node %s: %s after the watchdog closed the connection", target.instance_id,
                           type(exc).__name__)

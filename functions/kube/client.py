@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 from urllib.parse import quote, urlencode, urlsplit
 
 from functions.base.deadline import Guard
+from functions.base.textsafe import one_line
 from node_bootstrap.hostlookup import LookupTimeout, create_connection
 from node_bootstrap.kube import KubeConfig, KubeError, load_kubeconfig
 from node_bootstrap.kube.client import MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH
@@ -371,12 +372,12 @@ class KubeApi:
     @staticmethod
     def _error(method: str, path: str, status: int, decoded: Any, headers: Any) -> ApiError:
         status_obj = decoded if isinstance(decoded, dict) and decoded.get("kind") == "Status" else {}
-        message = " ".join(str(status_obj.get("message") or ("Too many requests" if status == 429 else
-                                                              "(no message)")).split())[:300]
+        message = one_line(status_obj.get("message") or ("Too many requests" if status == 429 else
+                                                         "(no message)"), 300)
         details = status_obj.get("details")  # a proxy or webhook in front of the server may write anything
         listed = details.get("causes") if isinstance(details, dict) else None
         causes = [c for c in (listed if isinstance(listed, list) else [])[:16] if isinstance(c, dict)]
-        said = "; ".join(" ".join(str(c.get("message")).split())[:200] for c in causes if c.get("message"))
+        said = "; ".join(one_line(c.get("message"), 200) for c in causes if c.get("message"))
         return ApiError("%s %s: HTTP %d %s%s" % (method, path, status, message, " (%s)" % said if said else ""),
                         status, str(status_obj.get("reason") or ""),
                         [str(c.get("type") or c.get("reason") or "") for c in causes], _retry_after(headers))

@@ -21,6 +21,7 @@ from node_bootstrap.outside import OutsideDataError, as_object
 from functions.decision import run_record as lr
 from functions.kube import leases
 from functions.kube.nodes import EVENT_NAMESPACE
+from functions.base.textsafe import one_line
 
 CAS_ATTEMPTS = 4
 WRITE_DEADLINE_S = 20.0  # the record is written after the event's work: it never holds the invocation longer
@@ -60,7 +61,7 @@ def write(kube: Any, result: Any, request_id: str, duration_ms: float,
         at, clock = _now(kube)
         new = lr.entry(result, at, clock, request_id, duration_ms)
         if redact is not None:  # before the cut: a secret the cut splits would no longer be found whole
-            new["reason"] = lr.short_reason(redact(" ".join(str(result.reason or "").split())))
+            new["reason"] = lr.short_reason(redact(one_line(result.reason or "")))
         annotations[lr.RECORD_ANNOTATION] = lr.write_text(lr.merge(stored, new))
         meta["annotations"] = annotations  # (carries the resourceVersion read: the precondition)
         spec = dict(lease.get("spec") or {}, holderIdentity=new["request_id"] or "ack-mig-hook",
@@ -85,7 +86,7 @@ def read(kube: Any, namespace: str = EVENT_NAMESPACE) -> Dict[str, Any]:
         now = _now(kube)[0]
         if exc.status == 404:
             return {"record": None, "now": now, "error": None}
-        return {"record": None, "now": now, "error": " ".join(str(exc).split())[:200]}
+        return {"record": None, "now": now, "error": one_line(exc, 200)}
     now = _now(kube)[0]
     notes = as_object(as_object(lease).get("metadata")).get("annotations")
     if notes is not None and not isinstance(notes, dict):

@@ -15,6 +15,7 @@ from functions.decision.layout.matching import demand_of
 from functions.decision.waves import paused  # the pool label ack-mig-hook/paused: nothing new starts
 from functions.kube.supply import holds_gpus, list_pool_nodes, pool_supply
 from functions.pipeline.pool_of import counted_pods, pool_bounds, pool_waiting
+from functions.base.textsafe import one_line
 
 POOL_LABEL = "alibabacloud.com/nodepool-id"  # ACK labels every node of a pool with its id (functions/decision/waves.py)
 
@@ -269,7 +270,7 @@ def labelled_nodes(api: Any, pool_id: str) -> List[Dict[str, Any]]:
         if exc.status != 400:
             raise
         raise PoolUnproven(pool_id, "pool %s: the API server refused the list of its nodes (400: %s)"
-                           % (pool_id, " ".join(str(exc).split())[:120])) from None
+                           % (pool_id, one_line(exc, 120))) from None
 
 
 def pool_members(api: Any, lookup: Any, cluster: str, pool_id: str, acked: Optional[Dict[str, Any]] = None,
@@ -368,7 +369,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
         return result
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
-                   % " ".join(str(exc).split())[:200])
+                   % one_line(exc, 200))
     finally:  # each claim given back with the GPUs changed marked (else it runs out with the invocation)
         claims.release_all()
 
@@ -458,7 +459,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if unread is not None and pool.nodepool_id not in unread:
             unread[pool.nodepool_id] = ("pool %s: the pods on its nodes could not be read (%s): not planned, and "
                                         "the pods it may count wait; the tick ends in retry"
-                                        % (pool.nodepool_id, " ".join(str(exc).split())[:160]))
+                                        % (pool.nodepool_id, one_line(exc, 160)))
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=unread[pool.nodepool_id])
         return counted_pods(pool, nodes, [p for p in pending if pod_key(p) not in counted], None, lifted)
 

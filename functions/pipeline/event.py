@@ -19,6 +19,7 @@ from functions.base.errors import BadInventory, ConfigurationError, EventOutcome
 from functions.base.logs import JsonLogger, decision_level, node_code, node_level, stdlib_logs_into
 from functions.base.event_result import HandlerResult, Trigger
 from functions.base.settings import Settings, SettingsError, load_settings
+from functions.base.textsafe import one_line
 
 if TYPE_CHECKING:  # the pydantic side loads only for events that pass stage 1 (see run_event)
     from functions.cloud.cluster import ClusterLookup
@@ -305,7 +306,7 @@ def _record(result: HandlerResult, kube: Any, log: JsonLogger, started: float) -
         write(record_client(backend), result, str(log.context.get("request_id") or ""),
               (time.monotonic() - started) * 1000, redact=log.redact)
     except Exception as exc:  # noqa: BLE001 - a record never changes how the event ended
-        log.warning("run record not written", reason="%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[:200]))
+        log.warning("run record not written", reason="%s: %s" % (type(exc).__name__, one_line(exc, 200)))
 
 
 class _Read:

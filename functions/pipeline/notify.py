@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from functions.decision.waves import PER_GPU_TARGET
 from functions.delivery.outcome import TAINT_NOT_REMOVED
 from functions.rollout.executor import API_FAILED, CLAIM_FAILED, CLAIM_REFUSED, RECORD_REFUSED
+from functions.base.textsafe import one_line
 
 SCHEMA = "ack-mig-hook/notification/v1"
 MAX_NODES = 20  # nodes listed in one line (``count`` says how many there were)
@@ -59,7 +60,7 @@ STOPPED = ("failed", "drain-timeout", "drain-refused")
 
 
 def _cut(text: Any, limit: int = MAX_REASON) -> str:
-    text = " ".join(str(text if text is not None else "").split())
+    text = one_line(text if text is not None else "")
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
@@ -376,7 +377,7 @@ def _redacted(result: Any, log: Any) -> Any:
         return result
     from dataclasses import replace
 
-    nodes = [dict(n, reason=redact(" ".join(str(n.get("reason") or "").split())))
+    nodes = [dict(n, reason=redact(one_line(n.get("reason") or "")))
              if isinstance(n, dict) and n.get("reason") else n for n in result.nodes or []]
     decisions = [d.model_copy(update={"reason": redact(str(d.reason or ""))}) if getattr(d, "reason", None) else d
                  for d in result.decisions or []]
@@ -440,7 +441,7 @@ def _passed(result: Any, kube: Any, log: Any, read: Optional[_Marks] = None) -> 
         alerted.passed(alerted.client(kube), ids, read=read.lease if read is not None else None)
     except Exception as exc:  # noqa: BLE001 - the event ends as it would have
         log.warning("alert marks of nodes past their claim not removed", nodes=len(ids), reason="%s: %s" % (
-            type(exc).__name__, " ".join(str(exc).split())[:200]))
+            type(exc).__name__, one_line(exc, 200)))
 
 
 def _told(result: Any, kube: Optional[_Marks], log: Any) -> Tuple[Dict[str, str], Set[str]]:
@@ -457,7 +458,7 @@ def _told(result: Any, kube: Optional[_Marks], log: Any) -> Tuple[Dict[str, str]
         return keys, kube.told(keys)
     except Exception as exc:  # noqa: BLE001 - the API server's trouble must not silence an alert
         log.warning("alert marks not read: every node failure is told", reason="%s: %s" % (
-            type(exc).__name__, " ".join(str(exc).split())[:200]))
+            type(exc).__name__, one_line(exc, 200)))
         return keys, set()
 
 
@@ -481,7 +482,7 @@ def _untold_stops(stops: Iterable[Mapping[str, Any]], owner: str, by_wave: Mappi
         told = kube.told(keys)
     except Exception as exc:  # noqa: BLE001 - the API server's trouble must not silence a stop
         log.warning("alert marks not read: every stopped rollout is told", reason="%s: %s" % (
-            type(exc).__name__, " ".join(str(exc).split())[:200]))
+            type(exc).__name__, one_line(exc, 200)))
         told = set()
     if told:
         log.info("stopped rollouts told before are not told again", nodes=sorted(told))
@@ -516,7 +517,7 @@ def _mark(keys: Dict[str, str], kube: Any, log: Any, sticky: Iterable[str] = ())
         alerted.mark(alerted.client(kube), keys, sticky=sticky)
     except Exception as exc:  # noqa: BLE001 - the alert went out; the event ends as it would have
         log.warning("alert marks not written: a retry of this event tells these failures again",
-                    nodes=len(keys), reason="%s: %s" % (type(exc).__name__, " ".join(str(exc).split())[:200]))
+                    nodes=len(keys), reason="%s: %s" % (type(exc).__name__, one_line(exc, 200)))
 
 
 def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = (),
@@ -544,7 +545,7 @@ def after_event(result: Any, settings: Any, log: Any, wave_ids: Iterable[str] = 
                    and n.get("code") != CLAIM_REFUSED and not str(n.get("reason") or "").startswith(CLAIM_FAILED + ":")}
         untold = _untold_stops([st for st in stops if str(st.get("node_name")) not in claimed], owner, by_wave, read,
                                log)
-        earlier = [dict(st, reason=redact(" ".join(str(st.get("reason") or "").split()))) for st in untold]
+        earlier = [dict(st, reason=redact(one_line(st.get("reason") or ""))) for st in untold]
         lines = notifications(redacted, waves, whole_pools, stops=earlier)
         if not lines:
             return 0

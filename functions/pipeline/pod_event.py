@@ -27,6 +27,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from functions.base.event_result import HandlerResult
+from functions.base.textsafe import one_line
 
 
 def _find_pod(api: Any, namespace: str, name: str) -> Optional[dict]:
@@ -122,7 +123,7 @@ def _pods_on_or_widest(api: Any, nodes: Dict[str, List[Any]], unread: Dict[str, 
             return pods_on(api, names)
         except KubeError as exc:
             for pool_id in sorted({owner.get(name, "") for name in names} - {""}):
-                unread.setdefault(pool_id, " ".join(str(exc).split())[:160])
+                unread.setdefault(pool_id, one_line(exc, 160))
             return {}
     return read
 
@@ -298,7 +299,7 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
         lifted = startup_taint(settings)  # keeps no pod off a new node for good (pool_of.places_of)
         could = _could_count(pod, pools, labelled, lifted)
     except KubeError as exc:
-        return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
+        return end("retry", "the Kubernetes API could not be read (%s)" % one_line(exc, 200))
     acked: dict = {}  # ACK's nodes of each pool, read once: the first round plans from them too
     choice: List[Any] = []  # the cluster's Pending pods, where the choice read them, and when
     if len(could) == 1:  # the pod's pool, or none counts it: then this one's step says why
@@ -308,7 +309,7 @@ def run_pod_event(request: Any, lookup: Any, cluster: str, settings: Any, dry_ru
             chosen = _choose(pod, key, pools, labelled, could, lifted, api, lookup, cluster, log, refused, acked,
                              choice)
         except KubeError as exc:
-            return end("retry", "the Kubernetes API could not be read (%s)" % " ".join(str(exc).split())[:200])
+            return end("retry", "the Kubernetes API could not be read (%s)" % one_line(exc, 200))
         except PoolPodsUnread as exc:  # that pool alone: the others never decided this pod
             log.warning("pod event", reason=str(exc))
             return end("retry", str(exc))
@@ -386,7 +387,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             gave_up[:] = [peek_pool(api, pool_id, settings)]
             return claim_line(gave_up[0])
         except KubeError as exc:
-            return "its planning claim cannot be read now: %s" % " ".join(str(exc).split())[:160]
+            return "its planning claim cannot be read now: %s" % one_line(exc, 160)
 
     def waited() -> Optional[Tuple[str, float]]:  # that claim, noted in the marker as the pool is let go
         return (gave_up[0].holder, gave_up[0].until) if gave_up and gave_up[0].holder else None
@@ -422,7 +423,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         if refused or read is not None and held is None:  # nothing written, or a read back that names another
             # holder or none (the verdict: this invocation is no holder): its plan answers for its pod alone
             log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing%s"
-                        % (" ".join(str(exc).split())[:200], "" if read is None else "; read back, it names %s"
+                        % (one_line(exc, 200), "" if read is None else "; read back, it names %s"
                            % ("invocation %s" % read.holder if read.holder else "no holder")))
             if pending is not None:  # which waited when the choice's list was read (begun, above)
                 usable.append(pending)
@@ -439,7 +440,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             # reads the marker again): this invocation's, it plans as the holder, again while events asked;
             # another's, it plans once without coalescing (below).
             log.warning("plan marker", nodepool_id=pool_id, reason="not read back (%s): planned as its holder "
-                        "where the marker names this invocation" % " ".join(str(exc).split())[:200])
+                        "where the marker names this invocation" % one_line(exc, 200))
         role, seen, unknown = "plan", held, held is None  # (maybe) the holder: this invocation plans its rounds
         prior.clear()  # the ask before it is not known: its first round lists the pods again
     if role == "coalesced":

@@ -26,6 +26,7 @@ from functions.base.settings import invocation_s
 from functions.decision import waves as rp
 from functions.rollout import run
 from functions.rollout.run import PoolRollout, Rollout, WaveNode
+from functions.base.textsafe import one_line
 
 
 class AutoRollout(Rollout):
@@ -150,7 +151,7 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
                 # The end without its reason, which is not always shorter than the record it replaces (an empty
                 # owner now named, a longer ``expires``); else the record goes, a write that only shrinks the
                 # annotations, which the size limit lets through (``record_end``); the opt-out goes either way.
-                why = " ".join(str(exc).split())[:200]
+                why = one_line(exc, 200)
                 end = dataclasses.replace(p, step=rp.DONE, reason="", owner=owner, expires=now, autoscaler=False)
                 if end_or_remove(
                         lambda: _patch(kube, node, dict(notes, **{rp.PROGRESS_ANNOTATION: end.to_annotation()})),
@@ -167,7 +168,7 @@ def finish_stranded(kube: Any, nodes: Sequence[Any], settings: Any, owner: str, 
             # This node's answer again (a webhook's refusal): the node keeps its record (the slot given back above
             # had run out) and the others are still ended; raised, it would end every pool's tick, each time.
             lines.append("node %s: the record could not be ended (%s): the next tick tries again"
-                         % (node.name, " ".join(str(exc).split())[:200]))
+                         % (node.name, one_line(exc, 200)))
             continue
         if given:
             reason += "; its slot of the pool's budget, run out, was given back"

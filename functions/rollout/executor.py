@@ -43,6 +43,7 @@ from functions.rollout.pool_lease import PoolBudget
 from functions.rollout.record_end import end_or_remove, removal
 from functions.decision import waves as rp
 from functions.base.settings import longest_run_s as run_lease
+from functions.base.textsafe import one_line
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def rbac_forbidden(exc: KubeError) -> bool:
 def missing_permission(exc: KubeError) -> str:
     """``<verb> <resource>`` of the permission an RBAC 403 refused ("" when neither the message nor the call
     says it): the message's words, else the call's method and path (``GET /api/v1/pods`` is ``list pods``)."""
-    text = " ".join(str(exc).split())
+    text = one_line(exc)
     words = _RBAC_DENIED.search(text)
     if words:
         return "%s %s" % words.groups()
@@ -150,7 +151,7 @@ def nodes_own(exc: KubeError) -> bool:
 
 def _refusal(exc: KubeError) -> KubeError:
     if nodes_own(exc):
-        return NodeRefused(" ".join(str(exc).split()), exc.status)  # one line: it becomes the node's reason
+        return NodeRefused(one_line(exc), exc.status)  # one line: it becomes the node's reason
     return exc
 
 
@@ -288,7 +289,7 @@ class RolloutExecutor:
             # The invocation had time for the waiting nodes: not done, so the event ends retry (FC runs it again).
             rollout.held_up.setdefault("next-wave", (
                 "no further wave in this invocation: planning it failed (%s); the waiting nodes are taken by the "
-                "event's retry or the next invocation" % " ".join(str(exc).split())[:300]))
+                "event's retry or the next invocation" % one_line(exc, 300)))
             return []
         wave = [waves[iid] for iid in sorted(waves, key=lambda i: decided[i].node_name or i)]
         fits, why = rollout.time_for(any(w.drain for w in wave), self.clock()) if wave else (True, "")
@@ -329,7 +330,7 @@ class RolloutExecutor:
             # event ends retry (FC runs it again) and says why, as a next wave that fails to plan does.
             self.rollout.held_up.setdefault("instead", (
                 "no node takes the place of one that refused its claim: planning it failed (%s); the pool's waiting "
-                "nodes are taken by the event's retry or the next invocation" % " ".join(str(exc).split())[:300]))
+                "nodes are taken by the event's retry or the next invocation" % one_line(exc, 300)))
             return []
         for iid, d in decided.items():
             if iid not in waves:
@@ -444,7 +445,7 @@ class RolloutExecutor:
             reason = "%s; the node could not be uncordoned or recorded: %s" % (reason, exc)
             self.rollout.held_up.setdefault("unrecorded", (
                 "the Kubernetes API failed to record a node's end (%s): the node stays at the step before, which "
-                "the next invocation resumes" % " ".join(str(exc).split())[:300]))
+                "the next invocation resumes" % one_line(exc, 300)))
         name = w.decision.node_name
         if outcome not in ("partitioned", "unchanged"):
             event(self.kube, name, "MigRollout%s" % ("DrainTimeout" if step == rp.DRAIN_TIMEOUT else "Failed"),
@@ -465,7 +466,7 @@ class RolloutExecutor:
         ``claim-refused``, and the pool goes on); else the node is left as it is, said so. Removed where the
         short end fitted, a stop whose claim still fits was claimed, drained and stopped again by every run, its
         pool's other nodes waiting."""
-        told = " ".join(str(exc).split())[:300]
+        told = one_line(exc, 300)
         p = w.progress
         spec, notes = removal(p)
         failed: List[KubeError] = []
@@ -491,7 +492,7 @@ class RolloutExecutor:
         if failed:
             return ("%s; the API server refused the node's record (%s) and its removal (%s): the node is left as it "
                     "is%s; free its annotations, then run `kubectl uncordon %s` and remove its annotation %s"
-                    % (reason, told, " ".join(str(failed[0]).split())[:200], ", cordoned" if p and p.cordoned else "",
+                    % (reason, told, one_line(failed[0], 200), ", cordoned" if p and p.cordoned else "",
                        w.decision.node_name, rp.PROGRESS_ANNOTATION)), False
         return ("%s; the API server refused the node's record (%s): the record was removed%s, and the next run plans "
                 "the node afresh" % (reason, told, " and the node uncordoned" if p and p.cordoned else "")), True
@@ -500,7 +501,7 @@ class RolloutExecutor:
         """A write of the record refused (NodeRefused) before the node's end: it ends failed here (``_finish``
         lifts the cordon), and the wave's other nodes go on."""
         self._finish(w, FAILED, rp.FAILED, "the API server refused the node's record at step %s: %s"
-                     % (w.progress.step if w.progress else "-", " ".join(str(exc).split())[:300]))
+                     % (w.progress.step if w.progress else "-", one_line(exc, 300)))
 
     # ---- the claim ----
 
@@ -640,7 +641,7 @@ class RolloutExecutor:
             self._patch(w, None, *removal(p))
         except KubeError as again:
             exc.note = "; the record a stopped run left (step %s) could not be removed either (%s)%s" % (
-                p.step, " ".join(str(again).split())[:200], restarted)
+                p.step, one_line(again, 200), restarted)
             return exc
         exc.note = "; the record a stopped run left (step %s) was removed%s%s" % (
             p.step, " and its cordon lifted" if p.cordoned else "", restarted)
@@ -658,7 +659,7 @@ class RolloutExecutor:
             self.slots[name] = w.pool_id
             what = "the pool's disruption budget (a coordination.k8s.io Lease in namespace %s) cannot be used" \
                 % self.budget.namespace
-            told = " ".join(str(exc).split())[:200]
+            told = one_line(exc, 200)
             if rbac_forbidden(exc):  # the Role refuses every node's slot alike: said once, no further node tried
                 permission = missing_permission(exc) or "use it"
                 return self._forbidden(name, permission, (
@@ -755,7 +756,7 @@ class RolloutExecutor:
         write may have landed and the node could not be read back (``_landed``): its slot is kept, not given
         back, until this run's lease ends (a record of this run's on the node counts no further), so the
         budget never lets another node in beside one this run may hold."""
-        told = " ".join(str(exc).split())[:300]
+        told = one_line(exc, 300)
         name = w.decision.node_name
         if unknown and name in self.slots:
             self.slots.pop(name)  # kept on the Lease: it runs out with this run's lease
@@ -786,7 +787,7 @@ class RolloutExecutor:
         except KubeError as exc:
             # The API server went away mid-wave: what is recorded stands (the node stays cordoned if it was),
             # and the next invocation resumes each node from its annotation.
-            told = " ".join(str(exc).split())[:300]
+            told = one_line(exc, 300)
             for w in wave:
                 if w.result is None:
                     self._end(w, FAILED, "the Kubernetes API failed after step %s (%s); the next invocation "

@@ -22,6 +22,7 @@ from functions.decision.claim_rules import waited_s
 from functions.kube import leases
 from functions.kube.nodes import EVENT_NAMESPACE
 from functions.rollout.pool_lease import CAS_ATTEMPTS, PoolBudget
+from functions.base.textsafe import one_line
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +251,7 @@ def _unusable(pool_id: str, exc: KubeError) -> str:
     any other failure (a 5xx, no answer) is the API server's, and the tick ends retry."""
     from functions.rollout.executor import missing_permission, rbac_forbidden
 
-    told = " ".join(str(exc).split())[:160]
+    told = one_line(exc, 160)
     if rbac_forbidden(exc):
         return ("pool %s: its planning claim (Lease %s) cannot be used: the function's Kubernetes role may not %s "
                 "(%s): not planned; RBAC: deploy/rbac.yaml grants leases get, create, update"
@@ -292,7 +293,7 @@ def dwell_for_advice(kube: Any, pool_id: str, pending: Sequence[Mapping[str, Any
         taken = peek_pool(kube, pool_id, settings, "advise")
     except KubeError as exc:
         return None, ("the dwell is left out: the pool's Lease %s cannot be read (%s); the tick keeps GPUs changed "
-                      "in the last %d s as they are" % (lease_name(pool_id), " ".join(str(exc).split())[:160],
+                      "in the last %d s as they are" % (lease_name(pool_id), one_line(exc, 160),
                                                          settings.auto_dwell_s))
     return _dwell(taken, pending, settings), ("%s: what it applies may differ from this advice" % taken.why
                                               if taken.why else "")

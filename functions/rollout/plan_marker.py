@@ -23,6 +23,7 @@ from functions.decision import coalesce as co
 from functions.decision.budget import lease_name
 from functions.kube import leases
 from functions.kube.nodes import EVENT_NAMESPACE
+from functions.base.textsafe import one_line
 
 log = logging.getLogger(__name__)
 
@@ -148,4 +149,4 @@ class Renewal:
                     return  # let go, or another invocation holds the pool now
             except Exception as exc:  # noqa: BLE001  (no caller to tell: the hold lapses, one extra plan at most)
                 self.log.warning("plan marker", nodepool_id=self.pool_id, reason="hold not renewed (%s): it lapses "
-                                 "unless a later renewal lands" % " ".join(str(exc).split())[:200])
+                                 "unless a later renewal lands" % one_line(exc, 200))

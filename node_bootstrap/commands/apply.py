@@ -21,7 +21,7 @@ from ..host.holdersunit import check as check_holders
 from .common import as_failure, boot_args, gpus_json, holders_report, install_boot_unit, read_gpus_each, stderr_log
 from ..driver.live import LiveGpu, effective_model, live_layout
 from ..kube.deviceplugin import expected_capacity, restart_by_pod_delete, wait_for_capacity
-from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, Locked, NodeFailure, Terminated
+from ..errors import OUTCOME_SUCCESS, BadInput, DestroyRequired, Locked, NodeFailure, Terminated, one_line
 from ..kube.events import record_final_state
 from ..host.holders import DEFAULT_DEVICE_GLOB, MIG_MINORS, Scope, look, wait_released
 from ..kube.allocations import checkpoint_signature
@@ -337,7 +337,7 @@ class _Apply(object):
             try:
                 self._problems(self.control.start(self.control.leftovers()))
             except Exception as exc2:  # noqa: BLE001 - never let a client problem skip the label
-                self._problems(["could not start the stopped clients: %s" % " ".join(str(exc2).split())[:200]])
+                self._problems(["could not start the stopped clients: %s" % one_line(exc2, 200)])
         if failure.outcome == "reboot-required":
             self._install_boot_unit()
         if label and not (isinstance(failure, DestroyRequired) and self.labeler.last_state is None):

@@ -27,7 +27,7 @@ from .common import (DEFAULT_CLIENT_STOP_TIMEOUT, DEFAULT_STATE_DIR, cmd_install
 from ..kube.deviceplugin import METHODS
 from .disable import cmd_disable, cmd_uninstall_boot_unit
 from .holdings import FOLLOW_BUDGET_S
-from ..errors import BadInput, NodeFailure, Terminated
+from ..errors import BadInput, NodeFailure, Terminated, one_line
 from ..host.holders import DEFAULT_DEVICE_GLOB
 from ..kube.allocations import DEFAULT_CHECKPOINT
 from ..kube.client import DEFAULT_KUBELET_KUBECONFIG
@@ -314,7 +314,7 @@ def _main(argv):
                   "error": {"code": "interrupted", "message": message}}
         code = 1
     except Exception as exc:  # noqa: BLE001 - the CLI boundary: one line, never a traceback
-        message = "internal error: %s: %s" % (exc.__class__.__name__, " ".join(str(exc).split())[:300])
+        message = "internal error: %s: %s" % (exc.__class__.__name__, one_line(exc, 300))
         result = {"command": command, "outcome": "failed", "changes": 0,
                   "error": {"code": "internal-error", "message": message}}
         code = 1

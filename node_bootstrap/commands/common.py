@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..host import bootunit, holdersunit
 from .backend import Backend
 from ..host.clients import parse_clients
-from ..errors import OUTCOME_SUCCESS, BadInput, GpuLost, NodeFailure
+from ..errors import OUTCOME_SUCCESS, BadInput, GpuLost, NodeFailure, one_line
 from ..driver.live import LiveGpu, effective_model, gpu_json
 from ..mig import MigInputError, PartitionSpec
 from ..driver.nvml import NvmlReader, NvmlUnavailable
@@ -65,7 +65,7 @@ def as_failure(exc, backend):
             return GpuLost("a GPU is lost (NVML: %s): it has fallen off the bus or is otherwise inaccessible; "
                            "reboot the node to recover it" % exc)
         return NodeFailure("NVML: %s (error %s)" % (exc, getattr(exc, "value", "?")), code="nvml-error")
-    return NodeFailure("internal error: %s: %s" % (exc.__class__.__name__, " ".join(str(exc).split())[:300]),
+    return NodeFailure("internal error: %s: %s" % (exc.__class__.__name__, one_line(exc, 300)),
                        code="internal-error")
 
 
@@ -199,7 +199,7 @@ def boot_unit_files(what, call):
     try:
         return call()
     except (IOError, OSError) as exc:
-        raise NodeFailure("boot unit not %s: %s" % (what, " ".join(str(exc).split())), code="boot-unit-failed")
+        raise NodeFailure("boot unit not %s: %s" % (what, one_line(exc)), code="boot-unit-failed")
 
 
 def install_boot_unit(args, spec, root):

@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..driver.live import LiveGpu, effective_model
+from ..errors import one_line
 from ..kube.allocations import DEFAULT_CHECKPOINT, Allocations, keep_live, live_uids, read_checkpoint, unknown
 from ..outside import OutsideDataError, loads
 from .simhost import host_root, under
@@ -230,7 +231,7 @@ def allocations_reader(checkpoint, client=None, node=None, log=None):
         except Exception as exc:  # noqa: BLE001 - without the API server's answer every entry stands
             if log is not None:
                 log("listing this node's pods failed (%s): every kubelet allocation counts"
-                    % " ".join(str(exc).split())[:200])
+                    % one_line(exc, 200))
             return found
         return keep_live(found, alive)
 

@@ -22,7 +22,7 @@ not), for ``apply`` alone, and :meth:`NvmlWriter.missing_entry_points`, which ap
 import ctypes
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..errors import GpuLost, NodeFailure
+from ..errors import GpuLost, NodeFailure, one_line
 from .live import LiveMigDevice, LiveCi, LiveGi, LiveGpu, LiveProcess, LiveProfile
 from ..mig import Placement
 
@@ -217,7 +217,7 @@ class NvmlReader(object):
                                 code="nvml-error")
         except self._mismatch_error() as exc:
             raise NvmlReadError("pynvml and the driver's NVML library do not match (%s); install the "
-                                "nvidia-ml-py release for this driver" % " ".join(str(exc).split())[:300],
+                                "nvidia-ml-py release for this driver" % one_line(exc, 300),
                                 code="nvml-library-mismatch")
 
     def _mismatch_error(self):

@@ -27,6 +27,8 @@ import signal
 import time
 from typing import Any, Callable, List
 
+from ..errors import one_line
+
 # The children given up on (sent SIGKILL, not yet gone): reaped without waiting at the next call.
 _abandoned = []  # type: List[int]
 
@@ -84,7 +86,7 @@ def _child(work, write_fd):
         _send(write_fd, {"result": result})
     except BaseException as exc:  # noqa: B036 - whatever happens, the parent hears of it and the child ends
         try:
-            _send(write_fd, {"error": "%s: %s" % (exc.__class__.__name__, " ".join(str(exc).split())[:300])})
+            _send(write_fd, {"error": "%s: %s" % (exc.__class__.__name__, one_line(exc, 300))})
         except BaseException:  # noqa: B036 - the pipe is gone: the parent gave up already
             pass
     finally:

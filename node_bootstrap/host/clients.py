@@ -21,7 +21,7 @@ import stat
 import typing
 from typing import Callable, Dict, List, Optional, Tuple
 
-from ..errors import BadInput, NodeFailure
+from ..errors import BadInput, NodeFailure, one_line
 from ..localfile import describe, make_dirs
 from .jsonfile import read_json, write_json
 
@@ -233,7 +233,7 @@ class ClientControl(object):
                 else:
                     os.remove(self.queued_record)
             except (IOError, OSError) as exc:  # said, never raised: the run's GPUs are what it is for
-                problems.append("could not record the clients queued at boot: %s" % " ".join(str(exc).split())[:200])
+                problems.append("could not record the clients queued at boot: %s" % one_line(exc, 200))
             return problems
         try:
             os.remove(self.queued_record)
@@ -299,7 +299,7 @@ class ClientControl(object):
                 # where the directory goes, a directory where a file goes): said in one line, naming it, before
                 # any GPU change; the way out starts again whatever the record names. It was an internal error.
                 raise NodeFailure("could not stop %s: %s; the GPUs were not changed" % (
-                    client, " ".join(str(exc).split())[:1000]), code="client-stop-failed")
+                    client, one_line(exc, 1000)), code="client-stop-failed")
             if not noted:
                 stopped.append(client)
             self.log("stopped %s" % (client,))
@@ -344,7 +344,7 @@ class ClientControl(object):
                 # Reported, never raised: a raise here would hide why apply failed and skip the label.
                 # It stays in the record, so the next run tries again.
                 # a path can be long: the line keeps what to do, at its end
-                problems.append("could not start %s: %s" % (client, " ".join(str(exc).split())[:1000]))
+                problems.append("could not start %s: %s" % (client, one_line(exc, 1000)))
                 continue
             remaining.remove(client)
             try:

@@ -11,7 +11,7 @@ import stat
 import time
 from typing import Optional
 
-from ..errors import Locked, NodeFailure
+from ..errors import Locked, NodeFailure, one_line
 from ..localfile import describe, make_dirs
 
 DEFAULT_LOCK_FILE = "/run/ack-mig-hook.lock" if os.path.isdir("/run") else "/var/run/ack-mig-hook.lock"
@@ -61,7 +61,7 @@ class NodeLock(object):
         except (IOError, OSError) as exc:
             mode = os.lstat(self.path).st_mode if os.path.lexists(self.path) else None
             raise self._unusable(describe(mode) if mode is not None and not stat.S_ISREG(mode) else
-                                 " ".join(str(exc.strerror or exc).split()))
+                                 one_line(exc.strerror or exc))
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             os.close(fd)

@@ -39,6 +39,7 @@ import re
 import typing
 from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
+from ..errors import one_line
 from ..localfile import read_file
 from ..outside import depth
 
@@ -160,7 +161,7 @@ def parse_checkpoint(data):
     except CheckpointError:
         raise
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise CheckpointError("is not JSON (%s)" % " ".join(str(exc).split())[:100])
+        raise CheckpointError("is not JSON (%s)" % one_line(exc, 100))
     if not isinstance(doc, dict) or not isinstance(doc.get("Data"), dict):
         raise CheckpointError('has no "Data" object')
     checksum = doc.get("Checksum")
