@@ -354,8 +354,20 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     # then that round plans on it, and the cluster's Pending pods are listed once, not twice.
     usable: List[Any] = []
 
+    # The pool's planning claim as last read (one read of its Lease), kept while nothing that came after may
+    # have changed what it says: the arrival's read for its answer, a poll's for the line of the wait that
+    # gives up right after it, and for the note of the claim waited out. A round reads (and may take) the
+    # claim itself, so one clears it: the next line reads the Lease again.
+    claim: List[Any] = []
+
+    def peek() -> Any:
+        claim.clear()  # a read that fails leaves none: nothing older stands for it
+        claim.append(peek_pool(api, pool_id, settings))
+        return claim[0]
+
     def tick(reserve_s: float = 0.0) -> HandlerResult:
         # a round has what is left of this invocation, less ``reserve_s`` kept for a round after it
+        claim.clear()
         first, acked_then = fresh.pop() if fresh else (None, None)
         return run_tick(request, lookup, cluster, settings, dry_run, executor, kube, log, only=pool_id,
                         left_s=_left_s(started, settings) - reserve_s, listed=first, acked=acked_then,
@@ -376,30 +388,26 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
 
     def free() -> bool:  # one read of the pool's Lease: a tick lists every Pending pod of the cluster first
         try:
-            return not peek_pool(api, pool_id, settings).why
+            return not peek().why
         except KubeError:
             return True  # the tick reads it again and says why
 
-    gave_up: List[Any] = []  # the claim a wait gave up on, as held() read it
-
-    def held() -> str:  # whose claim a wait gave up on, and until when (one read of the pool's Lease)
+    def held() -> str:  # whose claim a wait gave up on, and until when: the poll's read it gives up after, if
+        # one came after the last round (nothing but the clock's check between them), else one read of the Lease
         try:
-            gave_up[:] = [peek_pool(api, pool_id, settings)]
-            return claim_line(gave_up[0])
+            return claim_line(claim[0] if claim else peek())
         except KubeError as exc:
             return "its planning claim cannot be read now: %s" % one_line(exc, 160)
 
     def waited() -> Optional[Tuple[str, float]]:  # that claim, noted in the marker as the pool is let go
-        return (gave_up[0].holder, gave_up[0].until) if gave_up and gave_up[0].holder else None
+        return (claim[0].holder, claim[0].until) if claim and claim[0].holder else None
 
-    now_claim: List[Any] = []  # the claim as the arrival read it, where the marker notes a waited-out one
-
-    def claim_now() -> Optional[Tuple[str, float]]:
+    def claim_now() -> Optional[Tuple[str, float]]:  # the arrival's, where the marker notes a waited-out claim
         try:
-            now_claim[:] = [peek_pool(api, pool_id, settings)]
+            taken = peek()
         except KubeError:
             return None  # not known to be the one waited out: the event plans (and waits) itself
-        return now_claim[0].holder, now_claim[0].until
+        return taken.holder, taken.until
 
     if dry_run:  # a dry run shows the plan and writes nothing, the marker included
         usable.extend([pending] if pending is not None else [])  # no ask is coalesced into it: any list will do
@@ -457,7 +465,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         reason = ("another invocation plans auto pool %s and an earlier event waited %d s for it, the most a pod "
                   "event waits, and gave up (%s): not waited for again, pod %s waits for the auto pool timer, which "
                   "plans the pool once the claim is given back or ends" % (
-                      pool_id, round(CLAIM_WAIT_S), claim_line(now_claim[0]), key))
+                      pool_id, round(CLAIM_WAIT_S), claim_line(claim[0]), key))
         # INFO: the event that gave up warned once; one WARNING an event would repeat it for the claim's hours
         log.info("plan marker", nodepool_id=pool_id, reason=reason)
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type,

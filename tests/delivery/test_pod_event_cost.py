@@ -13,6 +13,7 @@ from functions import handler as fc
 from functions.pipeline import point_of_change
 from tests.delivery.test_auto_pool_e2e import INSTANCE, POOL, snapshot, waiting
 from tests.delivery.test_pod_events import SAMPLE, Gate, pod_event, profiles, stored_marker, through_the_handler
+from tests.delivery.test_pod_events import cluster, run, timer_holds_the_claim  # noqa: F401  (cluster: fixture)
 from tests.function.conftest import emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 
@@ -174,3 +175,32 @@ def test_an_event_of_a_pod_no_auto_pool_counts_plans_nothing(emulator, kube_api,
                                                                             "DescribeClusterNodes": 0}
         assert pending_lists(kube_api) == lists
     assert stored_marker(kube_api) is None and (nodes / ("%s.json" % INSTANCE)).read_text() == before_state
+
+
+@pytest.mark.parametrize("polls", [1, 0])
+def test_a_wait_that_gives_up_right_after_a_poll_names_the_claim_that_poll_read(cluster, monkeypatch,  # noqa: F811
+                                                                                polls):
+    """A timer tick holds the pool's planning claim; the event's round finds it held and waits, reading the
+    pool's Lease at each poll, and gives up when CLAIM_WAIT_S is spent. Its line names whose claim it is and
+    until when, and the marker notes that claim as the one waited out. After a poll nothing came between that
+    poll's read and the give-up but the clock's check, so that read says it: the Lease was read once more for
+    the line (3 reads, 2 now). Given up right after the round (no poll), the round's own read of the claim is
+    not at hand: the line reads the Lease (2 reads, as before)."""
+    from functions.decision.budget import lease_name
+    from functions.pipeline import pod_event as pod_event_module
+
+    server = cluster[0]
+    monkeypatch.setattr(pod_event_module, "CLAIM_POLL_S", 0.2)
+    # one poll: 0 + 0.2 <= 0.3 after the round, then 0.2 + 0.2 > 0.3; none: 0 + 0.2 > 0.1 at once
+    monkeypatch.setattr(pod_event_module, "CLAIM_WAIT_S", 0.3 if polls else 0.1)
+    timer_holds_the_claim(server)
+    waiting(server, "late", "2g.20gb")
+    before = len(server.requests)
+    result = run(pod_event("llm", "late"), cluster)
+    assert result.outcome == "skip", result.reason
+    assert "invocation timer-tick holds the pool's planning claim until" in result.reason, result.reason
+    assert stored_marker(server)["waited"]["owner"] == "timer-tick"  # the claim the line named, noted
+    claim_reads = [r for r in server.requests[before:] if r.method == "GET"
+                   and r.path.endswith("/namespaces/default/leases/%s" % lease_name(POOL))]
+    # the round's, then the poll's (which the line reuses) or the line's own
+    assert len(claim_reads) == 2, [r.path for r in claim_reads]
