@@ -27,6 +27,7 @@ from aliyunsdkcore.request import CommonRequest
 from functions.base import deadline
 from functions.base.deadline import Guard, answer_too_large, urllib3_guarded
 from functions.base.settings import Credentials, Endpoint
+from functions.base.textsafe import one_line
 from node_bootstrap.outside import OutsideDataError, loads
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def clean_message(message: str) -> str:
     line, at most 200 chars."""
     text = _STRING_TO_SIGN.sub(" (the server's string to sign is withheld)", str(message or ""))
     text = _URL_QUERY.sub("?(query withheld)", text)
-    return " ".join(text.split())[:200]
+    return one_line(text, 200)
 
 
 class ApiError(RuntimeError):

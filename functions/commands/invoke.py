@@ -266,10 +266,10 @@ def run(args):
         print(logger.redact(_text(result, with_reason=not failed, verbose=getattr(args, "verbose", False))))
     if failed:
         from functions.commands.stack.exit_codes import EXIT_USAGE, explain
-        from functions.base.textsafe import escape
+        from functions.base.textsafe import escape, one_line
 
         # A CS refusal of the credentials or of the action is 4 or 5, with what to do (docs/cli.md).
-        code, text = explain(" ".join(logger.redact(result.reason).split()), EXIT_USAGE)
+        code, text = explain(one_line(logger.redact(result.reason)), EXIT_USAGE)
         print("\n".join(error_lines(escape(text))), file=sys.stderr)
         return code
     # A refused pool has no decision and may sit beside a run that is done: only refused_pools tells.

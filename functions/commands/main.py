@@ -86,9 +86,10 @@ class _Parser(argparse.ArgumentParser):
         if asked == "yaml":
             import json
 
+            from functions.base.textsafe import one_line
             from functions.commands.output import to_yaml
 
-            doc = {"error": " ".join(text.split()), "exit_code": 2}
+            doc = {"error": one_line(text), "exit_code": 2}
             try:
                 try:
                     sys.stdout.write(to_yaml(doc))

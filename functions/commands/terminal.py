@@ -17,6 +17,7 @@ import threading
 from typing import List, Optional, TextIO
 
 from functions.base.settings import environment
+from functions.base.textsafe import one_line
 
 COLUMNS = "COLUMNS"  # the shell's own variable (POSIX), not one of ours: it is not in the settings table
 PIPE_WIDTH = 80  # not a terminal: what a pager, a CI log or an email shows without wrapping
@@ -76,7 +77,7 @@ def error_lines(text: str, prefix: str = "ack-mig-hook: error: ", columns: Optio
     most of the message that fits up to a ``; `` and the rest becomes ``  hint: ...``. A problem longer than
     the line goes on over indented lines before the hint. Every line breaks between words (wrap_words)."""
     columns = min(columns or width(sys.stderr), ERROR_LINE)
-    line = prefix + " ".join(text.split())
+    line = prefix + one_line(text)
     if len(line) <= columns:
         return [line]
     cut = line.rfind("; ", len(prefix), columns + 1)
@@ -127,7 +128,7 @@ def fail(text: str, code: int, as_json: bool = False) -> int:
         import json
 
         try:
-            print(json.dumps({"error": " ".join(text.split()), "exit_code": code}))
+            print(json.dumps({"error": one_line(text), "exit_code": code}))
             sys.stdout.flush()
         except (OSError, OutputError):  # stdout full or its reader gone: said on stderr, with its code
             discard_stdout()

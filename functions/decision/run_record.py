@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from node_bootstrap.outside import OutsideDataError, loads, number, whole
 
+from functions.base.textsafe import one_line
 from functions.decision.waves import MAX_EPOCH  # 2100-01-01, the rollout record's bound
 
 RECORD_LEASE = "ack-mig-hook-last-run"
@@ -46,7 +47,7 @@ def _counts(values: List[Any]) -> Dict[str, int]:
 
 def short_reason(text: str) -> str:
     """A reason as the record keeps it: one line, at most MAX_REASON characters."""
-    reason = " ".join(text.split())
+    reason = one_line(text)
     return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 3] + "..."
 
 

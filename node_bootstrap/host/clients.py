@@ -216,7 +216,7 @@ class ClientControl(object):
             for client in queued:
                 rc, out = self.run(["systemctl", "is-active", client.target])
                 if rc != 0:
-                    down.append((client, " ".join(out.split())[:40] or "not active"))
+                    down.append((client, one_line(out, 40) or "not active"))
             new = [c for c, _ in down if c not in stopped]
             # The record keeps the bound it is read back with (_note): what does not fit stays queued, looked at
             # again by the next run, after this one has started the record's clients and emptied it.

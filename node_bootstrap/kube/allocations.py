@@ -96,7 +96,7 @@ class Allocations(typing.NamedTuple):
 
 def unknown(why):
     # type: (str) -> Allocations
-    return Allocations(False, " ".join(why.split())[:300])
+    return Allocations(False, one_line(why, 300))
 
 
 def _no_constant(name):

@@ -13,6 +13,7 @@ result says whether the Event was written.
 import time
 from typing import Any, Callable, Dict, Optional
 
+from ..errors import one_line
 from .client import KubeError
 
 NAMESPACE = "default"
@@ -59,7 +60,7 @@ def message_for(result):
     else:
         text = "MIG layout %s is in place; %d change%s" % (result.get("sequence") or "?", result.get("changes", 0),
                                                             "" if result.get("changes") == 1 else "s")
-    return " ".join(text.split())[:MESSAGE_LIMIT]
+    return one_line(text, MESSAGE_LIMIT)
 
 
 def _timestamp(now):

@@ -18,6 +18,7 @@ import re
 import time
 from typing import Callable, Optional
 
+from ..errors import one_line
 from ..mig.annotations import LAYOUTS_ANNOTATION
 from .client import KubeClient, KubeError
 
@@ -57,7 +58,7 @@ def state_patch(state, sequence_value=None, reason=None, layouts=None, holders=N
         labels[SEQUENCE_LABEL] = sequence_value
     else:
         labels[SEQUENCE_LABEL] = None
-    annotations = {REASON_ANNOTATION: " ".join(reason.split())[:1024] if reason else None}
+    annotations = {REASON_ANNOTATION: one_line(reason, 1024) if reason else None}
     if state == "success" or layouts is not None:  # a failure's read-back too: the last success's is stale
         annotations[LAYOUTS_ANNOTATION] = layouts
     if holders is not None:

@@ -58,9 +58,15 @@ def test_clip_and_a_node_failure_fold_as_the_helper_does():
     assert NodeFailure("apply\nfailed:\t GPU 0").message == "apply failed: GPU 0"
 
 
+# The layout planner (functions/decision/layout/) depends on nothing of functions/ outside its package (and
+# node_bootstrap.mig): its one fold of a reason stays its own.
+OWN_FOLD = ("functions/base/textsafe.py", "node_bootstrap/errors.py", "functions/decision/layout/compose.py")
+
+
 def test_no_caller_writes_the_idiom_inline_again():
-    """One helper a side: a new caller that writes ``" ".join(str(x).split())`` again is found here."""
-    inline = re.compile(r"""["']\s["']\.join\(str\(""")
+    """One helper a side: a new caller that writes ``" ".join(str(x).split())`` (or ``x.split()`` of a
+    string) again is found here."""
+    inline = re.compile(r"""["']\s["']\.join\(.*\.split\(\)\)""")
     found = []
     for top in ("functions", "node_bootstrap"):
         for folder, dirs, files in os.walk(os.path.join(ROOT, top)):
@@ -71,4 +77,4 @@ def test_no_caller_writes_the_idiom_inline_again():
                     rel = os.path.relpath(path, ROOT)
                     with open(path, encoding="utf-8") as f:
                         found += ["%s:%d" % (rel, n) for n, line in enumerate(f, 1) if inline.search(line)]
-    assert [hit.split(":")[0] for hit in found] == ["functions/base/textsafe.py", "node_bootstrap/errors.py"], found
+    assert sorted(hit.split(":")[0] for hit in found) == sorted(OWN_FOLD), found
