@@ -273,3 +273,30 @@ def test_the_policy_for_other_names_is_the_page_policy_with_them(tmp_path):
                           REGION, "--cluster-id", CLUSTER, "--log-project", "Bad*", "--log-store", LOG_STORE],
                          cwd=ROOT, capture_output=True, text=True, timeout=50)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "--log-project" in bad.stderr
+
+
+def ros_stack(stack_id="4a6c9851-3b0f-4f5f-b4ca-a14bf691abcd", region=REGION, account=ACCOUNT):
+    return "acs:ros:%s:%s:stack/%s" % (region, account, stack_id)
+
+
+def test_ros_actions_reach_only_the_stacks_of_this_region_and_account():
+    """ROS authorizes its stack and change set actions on the stack, acs:ros:{region}:{account}:stack/{stackId}
+    (stack/* for CreateStack, ListStacks, PreviewStack and a CREATE change set), and ValidateTemplate on nothing
+    (ROS "RAM authorization", its table of authorizable APIs). The stack's id exists only once it is created:
+    granted on this region's and account's stacks. The page had them on "*": its holder could update or delete
+    any stack of the account in any region. Only ValidateTemplate stays on "*", with its reason."""
+    policy = page_policy()
+    ros = sorted(a for s in policy["Statement"] for a in s["Action"] if a.startswith("ros:"))
+    assert "ros:CreateStack" in ros and "ros:DeleteStack" in ros and "ros:CreateChangeSet" in ros
+    for action in ros:
+        if action in deployer_policy.ANY_RESOURCE:
+            continue
+        for stack in (ros_stack(), ros_stack("*")):
+            assert allowed(policy, action, stack), (action, stack)
+        for other in (ros_stack(region="cn-shanghai"), ros_stack(account="2468013579246801"), "*",
+                      "acs:ros:%s:%s:template/t-1" % (REGION, ACCOUNT)):
+            assert not allowed(policy, action, other), (action, other)
+    loose = sorted(a for s in policy["Statement"] if s["Resource"] == "*" for a in s["Action"]
+                   if a.startswith("ros:"))
+    assert loose == ["ros:ValidateTemplate"], loose
+    assert "ros" in deployer_policy.SCOPED_SERVICES and deployer_policy.ANY_RESOURCE["ros:ValidateTemplate"]

@@ -211,9 +211,12 @@ def test_the_first_deployment_page_runs_as_written(cloud, capsys, monkeypatch, t
     cluster = "acs:cs:cn-beijing:%s:cluster/%s" % (ACCOUNT, world.emulator.cluster_id)
     per_request = set(deployer_policy.SECURITYGROUP_ACTIONS + deployer_policy.INSTANCE_ACTIONS
                       + deployer_policy.VSWITCH_ACTIONS)
+    stacks = ["acs:ros:cn-beijing:%s:stack/%s" % (ACCOUNT, s) for s in sorted(world.ros.stacks)] or ["none"]
     for action in called - deployer_policy.NO_GRANT - set(world.oss.actions) - per_request:
-        assert deployer_policy.allows(policy, action, cluster if action in deployer_policy.CLUSTER_ACTIONS else
-                                      "acs:%s:cn-beijing:%s:any" % (action.split(":")[0], ACCOUNT)), action
+        for resource in ([cluster] if action in deployer_policy.CLUSTER_ACTIONS else
+                         stacks if action in deployer_policy.STACK_ACTIONS else
+                         ["acs:%s:cn-beijing:%s:any" % (action.split(":")[0], ACCOUNT)]):
+            assert deployer_policy.allows(policy, action, resource), (action, resource)
     # doctor's ECS and VPC reads on what each request named: the group, the vSwitch, the instances.
     named = {"SecurityGroupId": "ecs:%s:securitygroup", "VSwitchId": "vpc:%s:vswitch", "InstanceId": "ecs:%s:instance"}
     checked = set()

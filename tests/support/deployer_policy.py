@@ -10,6 +10,7 @@ stack's function and its triggers, ACK's on the cluster where ACK can restrict t
 and its packages, Simple Log Service's on
 the deploy's logstore and the stack's saved searches
 (where SLS's reference gives the action a resource: :data:`ANY_RESOURCE` lists the others, each with why),
+ROS's on the stacks of the cluster's region and account,
 ``doctor``'s ECS and VPC reads on the groups, instances and vSwitches of the cluster's region and account,
 everything else on ``*``. The page shows the default names with placeholders (``<account>``, ``<region>``,
 ``<cluster id>``, ``<log project>``, ``<log store>``); ``python -m tests.support.deployer_policy --account ID
@@ -103,19 +104,26 @@ OBJECT_ACTIONS = ["oss:GetObject", "oss:PutObject", "oss:DeleteObject"]
 # acs:vpc:{#regionId}:{#accountId}:vswitch/{#VSwitchId}). The ids are the cluster's, unknown to the page: every
 # group, instance and vSwitch of the account in the cluster's region.
 SECURITYGROUP_ACTIONS = ["ecs:DescribeSecurityGroupAttribute"]
+# ROS checks its stack and change set actions on the stack, acs:ros:{region}:{account}:stack/{stackId}, and the ones
+# that name no stack yet on stack/*: CreateStack, ListStacks, PreviewStack, CreateChangeSet of type CREATE (ROS
+# "RAM authorization", https://www.alibabacloud.com/help/doc-detail/131956.htm, its table of authorizable APIs;
+# the current RAM reference, https://www.alibabacloud.com/help/en/ros/developer-reference/api-ros-2019-09-10-ram,
+# gives the same Stack resource, acs:ros:{#regionId}:{#accountId}:stack/{#StackId}). ValidateTemplate is not
+# authorized on any resource (the same table: 不鉴权), so it stays in ANY_RESOURCE. The stack's id exists only once
+# CreateStack has made it: every stack of the account in the cluster's region.
+STACK_ACTIONS = ["ros:CreateStack", "ros:GetStack", "ros:UpdateStack", "ros:DeleteStack", "ros:ListStacks",
+                 "ros:ListStackEvents", "ros:ListStackResources", "ros:PreviewStack", "ros:CreateChangeSet",
+                 "ros:GetChangeSet", "ros:ListChangeSets", "ros:DeleteChangeSet"]
 INSTANCE_ACTIONS = ["ecs:DescribeCloudAssistantStatus"]
 VSWITCH_ACTIONS = ["vpc:DescribeVSwitchAttributes"]
-SCOPES = (("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTIONS), ("cluster", CLUSTER_ACTIONS),
+SCOPES = (("stack", STACK_ACTIONS), ("role", ROLE_ACTIONS), ("policy", POLICY_ACTIONS), ("rule", RULE_ACTIONS), ("cluster", CLUSTER_ACTIONS),
           ("bucket", BUCKET_ACTIONS), ("object", OBJECT_ACTIONS),
           ("function", FUNCTION_ACTIONS), ("invoke", INVOKE_ACTIONS), ("trigger", TRIGGER_ACTIONS),
           ("logstore", LOGSTORE_ACTIONS), ("savedsearch", SAVEDSEARCH_ACTIONS),
           ("securitygroup", SECURITYGROUP_ACTIONS), ("instance", INSTANCE_ACTIONS), ("vswitch", VSWITCH_ACTIONS))
 # Services whose every action here must be in a scope above or in ANY_RESOURCE: none of them falls back to
-# Resource "*" unexplained. ROS is not one: its RAM page gives a stack resource,
-# acs:ros:{region}:{account}:stack/{stackId} (GetStackPolicy's table: *stack), but the tables of the actions
-# deploy calls (CreateStack, the change set actions, ListStacks, PreviewStack, ValidateTemplate) were not found,
-# and a stack's id exists only once CreateStack has made it: its actions stay on "*".
-SCOPED_SERVICES = ("ram", "eventbridge", "fc", "log", "cs", "oss", "ecs", "vpc")
+# Resource "*" unexplained.
+SCOPED_SERVICES = ("ros", "ram", "eventbridge", "fc", "log", "cs", "oss", "ecs", "vpc")
 # The actions of those services left on Resource "*", and why: the reference gives them "All Resources", or
 # confirms no resource form for them, and a guessed one RAM does not match would stop the deploy.
 # The SLS alert rule actions: their API references (2020-12-30, RAM authorization) give each "All Resources"
@@ -127,6 +135,8 @@ _SLS_ALERT = "https://www.alibabacloud.com/help/tc/sls/developer-reference/api-s
 _ALL_RESOURCES = "SLS API reference, RAM authorization: All Resources (全部资源), %s"
 _NO_CLUSTER = "ACK's custom RAM policy guide: it cannot be restricted to a cluster (不支持)"
 ANY_RESOURCE: Dict[str, str] = {
+    "ros:ValidateTemplate": "ROS's RAM authorization table (https://www.alibabacloud.com/help/doc-detail/131956.htm) "
+                            "authorizes it on no resource (不鉴权); it only reads the template it is sent",
     "ecs:DescribeSecurityGroups": "a list by region and group id; no ECS page found giving it a resource type, and "
                                   "a guessed securitygroup/* that RAM does not match would fail doctor's check",
     "cs:GrantPermissions": _NO_CLUSTER + "; it replaces the grants of a RAM identity",
@@ -238,7 +248,8 @@ def statements(granted: Sequence[str], template_text: str, account: str = ACCOUN
     made = names(template_text, cluster, function_name)
     fc = "acs:fc:%s:%s:functions/%s" % (region, account, made["function"])
     sls = "acs:log:%s:%s:project/%s" % (region, account, LOG_PROJECT)
-    resources = {"role": ["acs:ram:*:%s:role/%s" % (account, made["role"])],
+    resources = {"stack": ["acs:ros:%s:%s:stack/*" % (region, account)],
+                 "role": ["acs:ram:*:%s:role/%s" % (account, made["role"])],
                  "policy": ["acs:ram:*:%s:policy/%s" % (account, made["policy"])],
                  "rule": ["acs:eventbridge:%s:%s:eventbus/default/rule/%s" % (region, account, r)
                           for r in made["rules"]],
