@@ -101,6 +101,11 @@ MUTANTS = (
            "    if False:",
            ("tests/function/test_notify.py",),
            "a webhook URL with user:password@ passes the settings check and can never be posted to"),
+    mutant("sdk-debug-records-unmasked", "functions/base/logs.py",
+           "return mask_named_values(_mask_runtime(super().format(record)))",
+           "return super().format(record)",
+           ("tests/function/test_deploy.py",),
+           "--debug prints oss2's signed request headers: the STS token and the signature in clear on stderr"),
     # ---- KMS read retries connection failures (issue 20 item 6) ----
     mutant("kms-connection-failure-final", "functions/cloud/secrets.py",
            "(isinstance(status, int) and (status == 429 or status >= 500)) or not getattr(exc, \"code\", None)",

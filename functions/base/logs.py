@@ -10,6 +10,7 @@ sends stdout to the function's log store.
 """
 
 import json
+import re
 import sys
 import threading
 import time
@@ -103,6 +104,34 @@ def _mask_runtime(text: str) -> str:
     with _RUNTIME_LOCK:
         runtime = list(_RUNTIME_SECRETS)
     return _mask(text, runtime)
+
+
+# A value after a name, as an SDK's debug record prints a header or parameter: ``'Authorization': 'OSS4...``,
+# ``x-oss-security-token:TOKEN`` (a canonical request), ``SecurityToken=TOKEN``, ``...,Signature=HEX``. The value
+# ends at a quote, comma, ampersand, space or backslash (a bytes repr's escaped newline).
+_NAMED_VALUE = re.compile(r"""(?P<name>[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>['"]?[ \t]*[:=][ \t]*['"]?)"""
+                          r"""(?P<value>[^'",&\s\\]+)""")
+
+
+def mask_named_values(text: str) -> str:
+    """``text`` with the value after every secret name (:func:`secret_name`) masked: for text whose shape is not
+    ours (a cloud SDK's debug record of a signed request), where the values may be ones never registered."""
+    return _NAMED_VALUE.sub(lambda m: m.group("name") + m.group("sep") + MASK if secret_name(m.group("name"))
+                            else m.group(0), text)
+
+
+def sdk_log_formatter(fmt: str):
+    """A ``logging.Formatter`` for the cloud SDKs' own records (``--debug``): each record as ``fmt`` formats it,
+    then cleaned as every other line: the secrets registered at run time (the command's keys, see
+    functions.commands.stack.credentials.resolve) and the value of every secret-named header or parameter (oss2
+    logs each request's signed headers and its V4 canonical request, the STS token among them)."""
+    import logging
+
+    class _Masking(logging.Formatter):
+        def format(self, record: "logging.LogRecord") -> str:
+            return mask_named_values(_mask_runtime(super().format(record)))
+
+    return _Masking(fmt)
 
 
 def _context_value(value: Any) -> Any:

@@ -289,12 +289,14 @@ def _sdk_logs(args):
     """--debug: the cloud SDKs' own log records (requests, retries, credential providers) on stderr."""
     import logging
 
+    from functions.base.logs import sdk_log_formatter
     from functions.commands.common import SDK_LOGGERS
 
     if not getattr(args, "debug", False):
         return
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("ack-mig-hook: debug: %(name)s: %(message)s"))
+    # oss2 logs each request's signed headers: the STS token and the signature, masked as in every other line
+    handler.setFormatter(sdk_log_formatter("ack-mig-hook: debug: %(name)s: %(message)s"))
     for name in SDK_LOGGERS:
         logger = logging.getLogger(name)
         logger.disabled, logger.handlers = False, [handler]

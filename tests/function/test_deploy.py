@@ -476,3 +476,34 @@ def test_deploy_never_prints_the_stacks_status_raw(cloud, capsys, tmp_path):
     code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps"))))
     assert code == 0, err
     assert "\x1b" not in out and "\x07" not in out and "\\x1b[2KCREATE_COMPLETE" in out, repr(out)
+
+
+@pytest.fixture
+def sdk_loggers():
+    """The SDK loggers as they were: --debug gives them a handler on the stderr of its run."""
+    import logging
+
+    from functions.commands.common import SDK_LOGGERS
+
+    saved = {name: (logging.getLogger(name).handlers[:], logging.getLogger(name).level,
+                    logging.getLogger(name).disabled, logging.getLogger(name).propagate) for name in SDK_LOGGERS}
+    yield
+    for name, (handlers, level, disabled, propagate) in saved.items():
+        logger = logging.getLogger(name)
+        logger.handlers, logger.disabled, logger.propagate = handlers, disabled, propagate
+        logger.setLevel(level)
+
+
+def test_debug_shows_the_sdks_requests_but_never_the_credentials_they_carry(cloud, capsys, tmp_path, sdk_loggers):
+    """--debug puts the cloud SDKs' own log records on stderr, output a user pastes into an issue. oss2 logs each
+    request's signed headers (http.py "Send request ... headers") and its V4 canonical request (auth.py "Make
+    signature"), both with the STS token (x-oss-security-token) and the signature (Authorization): those are
+    masked there as in every other line; the requests themselves are still shown."""
+    code, out, err = run(capsys, "--debug", *deploy_args(make_deps(str(tmp_path / "deps")), "--dry-run"))
+    assert code == 0, err
+    assert "ack-mig-hook: debug: oss2" in err and "Send request" in err, err[-3000:]
+    for secret in (TOKEN, SECRET):
+        leaks = [line[:160] for line in (out + err).splitlines() if secret in line]
+        assert not leaks, leaks[:3]
+    signatures = re.findall(r"Signature=[0-9a-f]{16,}", err)
+    assert not signatures, signatures[:2]

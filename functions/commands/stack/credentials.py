@@ -44,7 +44,18 @@ def cli_profile_file() -> str:
 
 
 def resolve(profile: str = "") -> Keys:
-    """The keys the command signs with; :class:`CredentialsMissing` (one line, what to do) when none."""
+    """The keys the command signs with; :class:`CredentialsMissing` (one line, what to do) when none. Their
+    secret parts are registered with the log redactor (functions.base.logs.register_secret): an SDK's own
+    debug record (``--debug``) that quotes them is masked like every other line."""
+    from functions.base.logs import register_secret
+
+    keys = _resolve(profile)
+    for secret in keys.secrets():
+        register_secret(secret)
+    return keys
+
+
+def _resolve(profile: str) -> Keys:
     if profile:
         return _from_profile(profile)
     # The environment first, read now: alibabacloud_credentials reads it once, when it is imported, so a
