@@ -97,13 +97,15 @@ OBJECT_ACTIONS = ["oss:GetObject", "oss:PutObject", "oss:DeleteObject"]
 # `doctor`'s reads of the function's network and nodes, in the cluster's region. ECS checks
 # DescribeSecurityGroupAttribute on the group (https://help.aliyun.com/document_detail/25555.html, 授权信息:
 # ecs:DescribeSecurityGroupAttribute, get, *SecurityGroup, acs:ecs:{#regionId}:{#accountId}:securitygroup/
-# {#securitygroupId}) and DescribeCloudAssistantStatus on the instance
+# {#securitygroupId}), DescribeSecurityGroups, the list doctor asks for the group by id, on the group too
+# (https://help.aliyun.com/document_detail/25556.htm, 授权信息: ecs:DescribeSecurityGroups, get, SecurityGroup
+# acs:ecs:{#regionId}:{#accountId}:securitygroup/* and .../securitygroup/{#securitygroupId}) and DescribeCloudAssistantStatus on the instance
 # (https://help.aliyun.com/document_detail/2679924.html: *Instance, acs:ecs:{#regionId}:{#accountId}:instance/
 # {#instanceId}); VPC checks DescribeVSwitchAttributes on the vSwitch (VPC API reference, DescribeVSwitchAttributes,
 # https://alibabacloud.com/help/tc/vpc/developer-reference/api-vpc-2016-04-28-describevswitchattributes: VSwitch,
 # acs:vpc:{#regionId}:{#accountId}:vswitch/{#VSwitchId}). The ids are the cluster's, unknown to the page: every
 # group, instance and vSwitch of the account in the cluster's region.
-SECURITYGROUP_ACTIONS = ["ecs:DescribeSecurityGroupAttribute"]
+SECURITYGROUP_ACTIONS = ["ecs:DescribeSecurityGroupAttribute", "ecs:DescribeSecurityGroups"]
 # ROS checks its stack and change set actions on the stack, acs:ros:{region}:{account}:stack/{stackId}, and the ones
 # that name no stack yet on stack/*: CreateStack, ListStacks, PreviewStack, CreateChangeSet of type CREATE (ROS
 # "RAM authorization", https://www.alibabacloud.com/help/doc-detail/131956.htm, its table of authorizable APIs;
@@ -137,8 +139,6 @@ _NO_CLUSTER = "ACK's custom RAM policy guide: it cannot be restricted to a clust
 ANY_RESOURCE: Dict[str, str] = {
     "ros:ValidateTemplate": "ROS's RAM authorization table (https://www.alibabacloud.com/help/doc-detail/131956.htm) "
                             "authorizes it on no resource (不鉴权); it only reads the template it is sent",
-    "ecs:DescribeSecurityGroups": "a list by region and group id; no ECS page found giving it a resource type, and "
-                                  "a guessed securitygroup/* that RAM does not match would fail doctor's check",
     "cs:GrantPermissions": _NO_CLUSTER + "; it replaces the grants of a RAM identity",
     "cs:DescribeUserPermission": _NO_CLUSTER + "; it reads the grants of a RAM identity",
     "log:CreateAlert": _ALL_RESOURCES % (_SLS_ALERT % "createalert"),
