@@ -129,6 +129,13 @@ MUTANTS = (
            ("tests/delivery/test_lifecycle_verdict.py",),
            "one node's own failure abandons the lifecycle hook for all its instances"),
     # ---- SSH: the watchdog covers the handshake (issue 20 item 3) ----
+    mutant("ssh-known-hosts-unchecked", "functions/delivery/ssh.py",
+           "found = file_problem(known_hosts)  # paramiko would fail to load it on every connection\n"
+           "            if found:",
+           "found = file_problem(known_hosts)  # paramiko would fail to load it on every connection\n"
+           "            if False:",
+           ("tests/delivery/test_ssh.py",),
+           "a known_hosts with @revoked fails every node internal-error at each connection, the revoked key unread"),
     Mutant("ssh-watchdog-after-handshake", "functions/delivery/ssh.py", (
         ("        watch.client = client  # from now on the watchdog can close it, mid-handshake included\n", ""),
         ("            client.close()\n            raise\n        return client\n",

@@ -175,6 +175,17 @@ def existing_file(text: str) -> str:
     return text
 
 
+def known_hosts_file(text: str) -> str:
+    """``--known-hosts FILE``: a file, in the known_hosts form the function's ssh transport can load."""
+    from functions.delivery.known_hosts import file_problem
+
+    path = existing_file(text)
+    found = file_problem(path) if path else ""
+    if found:
+        raise argparse.ArgumentTypeError(found)
+    return path
+
+
 def whole_number(low: int, high: int, unit: str) -> Callable[[str], int]:
     """A whole number in ``low..high`` (``--timeout -5`` is refused with the range)."""
     def parse(text: str) -> int:

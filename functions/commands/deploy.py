@@ -80,7 +80,7 @@ def configure(parser, command):
     parser.add_argument("--parameter", action="append", default=[], metavar="KEY=VALUE",
                         help="any other template.yml parameter (repeatable), e.g. DryRun=true; VpcId, VSwitchId "
                              "and SecurityGroupId replace the ones read from the cluster")
-    parser.add_argument("--known-hosts", type=common.existing_file, default="", metavar="FILE",
+    parser.add_argument("--known-hosts", type=common.known_hosts_file, default="", metavar="FILE",
                         help="ssh transport: the nodes' host keys (known_hosts format), packaged as "
                              "/code/known_hosts and set as the SshKnownHosts parameter")
     parser.add_argument("--no-known-hosts", action="store_true",

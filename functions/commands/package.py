@@ -39,6 +39,12 @@ def main(argv=None) -> int:
         problems.append("--deps %s is not a directory" % args.deps)
     if args.known_hosts and not os.path.isfile(args.known_hosts):
         problems.append("--known-hosts %s is not a file" % args.known_hosts)
+    elif args.known_hosts:
+        from functions.delivery.known_hosts import file_problem
+
+        found = file_problem(args.known_hosts)  # the function's ssh transport could not load it
+        if found:
+            problems.append("--known-hosts: " + found)
     if problems:
         print("error: %s" % "; ".join(problems), file=sys.stderr)
         return 2

@@ -180,6 +180,12 @@ class SshTransport:
         if not known_hosts or (policy == "verify" and not os.path.isfile(known_hosts)):
             raise SshError("the SSH transport verifies host keys: set ACK_MIG_SSH_KNOWN_HOSTS to a known_hosts "
                            "file (or choose ACK_MIG_SSH_HOST_KEY_POLICY=accept-new)")
+        if os.path.isfile(known_hosts):  # accept-new may start without one: it records the first keys there
+            from functions.delivery.known_hosts import file_problem
+
+            found = file_problem(known_hosts)  # paramiko would fail to load it on every connection
+            if found:
+                raise SshError(found)
         self.maker, self.key, self.known_hosts, self.user, self.port = maker, key, known_hosts, user, port
         self.policy, self.concurrency, self.connect_timeout_s = policy, max(1, concurrency), connect_timeout_s
         self.grace_s = grace_s  # beyond the runner's own deadline, before the channel is closed

@@ -62,6 +62,29 @@ def test_accept_new_still_refuses_a_changed_key(sshd, maker):
     assert result.error == "host-key-rejected"
 
 
+@pytest.mark.parametrize("policy", ["verify", "accept-new"])
+def test_a_known_hosts_line_paramiko_cannot_honour_is_refused_in_one_line(sshd, maker, tmp_path, policy):
+    """OpenSSH's known_hosts has markers (sshd(8), SSH_KNOWN_HOSTS FILE FORMAT: ``@revoked`` refuses a key,
+    ``@cert-authority`` trusts a CA) that paramiko does not read: its HostKeys raised InvalidHostKey on each
+    connection, so every node ended ``internal-error`` with paramiko's repr, and a revoked key could never be
+    honoured. The file is refused before any node is touched, one line naming the file's line and the accepted
+    form; a key that is no key (its base64 or its type) likewise. Nothing is appended to the file."""
+    own = open(sshd.known_hosts, encoding="utf-8").read()
+    host, key = own.split(" ", 1)
+    for text, said in (("@revoked %s %s" % (host, key) + own, "line 1: @revoked"),
+                       ("@cert-authority *.example.com %s" % key + own, "line 1: @cert-authority"),
+                       (own + "%s ssh-ed25519 AAAA!notbase64\n" % host, "line 2:"),
+                       (own + "%s ssh-rsa %s" % (host, key.split(" ")[1]), "line 2:")):
+        path = tmp_path / "known_hosts"
+        path.write_text(text)
+        with pytest.raises(SshError) as refused:
+            make(sshd, maker, str(path), policy=policy)
+        message = str(refused.value)
+        assert said in message and str(path) in message and "host key-type base64-key" in message, message
+        assert "\n" not in message and path.read_text() == text
+    assert node_dirs(maker.root) == []
+
+
 def test_verify_needs_a_known_hosts_file(sshd, maker, tmp_path):
     with pytest.raises(SshError, match="ACK_MIG_SSH_KNOWN_HOSTS"):
         make(sshd, maker, str(tmp_path / "missing"))

@@ -264,7 +264,7 @@ def test_a_parameter_outside_the_templates_range_is_refused_before_any_call(clou
 def _ssh_stack(capsys, tmp_path):
     """Deploys a stack of the ssh transport whose package carries a known_hosts file; returns the file."""
     known = tmp_path / "known_hosts"
-    known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBWkVjqQx\n")
+    known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUm\n")
     code, _, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--transport", "ssh",
                                             "--known-hosts", str(known), "--parameter", "SshKeySecretName=mig-key"))
     assert code == 0, err
@@ -281,6 +281,27 @@ def test_ssh_deploy_packages_known_hosts_and_points_the_function_at_it(cloud, ca
     assert zipfile.ZipFile(io.BytesIO(data)).read("known_hosts") == known.read_bytes()
     code, _, err = run(capsys, *deploy_args(str(tmp_path), "--known-hosts", str(tmp_path / "nope")))
     assert code == 2 and "--known-hosts" in err and is_one_error(err)
+
+
+def test_a_known_hosts_file_the_function_could_not_load_is_refused_before_any_call(cloud, capsys, tmp_path):
+    """paramiko, which checks the nodes' host keys in the function, fails to load a known_hosts file with an
+    OpenSSH marker (@revoked, @cert-authority) or a key that does not decode, on every connection: every node
+    would end internal-error once deployed. deploy refuses such a file at once, naming its line, and calls
+    nothing; ``python -m functions.commands.package --known-hosts`` likewise."""
+    ros, oss = cloud
+    known = tmp_path / "known_hosts"
+    known.write_text("192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUm\n"
+                     "@revoked 192.168.0.9 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUm\n")
+    code, out, err = run(capsys, *deploy_args(make_deps(str(tmp_path / "deps")), "--transport", "ssh",
+                                              "--known-hosts", str(known), "--parameter", "SshKeySecretName=mig-key"))
+    flat = " ".join(err.split())
+    assert code == 2 and is_one_error(err) and "--known-hosts" in flat and "line 2: @revoked" in flat, err
+    assert not ros.requests and not oss.requests
+    package = subprocess.run([sys.executable, "-m", "functions.commands.package", "--out", str(tmp_path / "x.zip"),
+                              "--sources-only", "--known-hosts", str(known)], capture_output=True, text=True,
+                             timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert package.returncode == 2 and "line 2: @revoked" in package.stderr and "Traceback" not in package.stderr
+    assert not os.path.exists(tmp_path / "x.zip")
 
 
 def test_an_upgrade_keeps_the_stacks_previous_values(cloud, capsys, tmp_path):
