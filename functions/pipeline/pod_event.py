@@ -427,8 +427,9 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
         refused = isinstance(exc, MarkerBusy) or (exc.status is not None and 400 <= exc.status < 500
                                                   and exc.status != 429)
         read = None if refused else _read_back(marker, pool_id)
-        held = read if read is not None and read.holder == marker.me else None
-        if refused or read is not None and held is None:  # nothing written, or a read back that names another
+        # (not ``held``: that name is the claim's reader, which a wait that gives up calls)
+        mine = read if read is not None and read.holder == marker.me else None
+        if refused or read is not None and mine is None:  # nothing written, or a read back that names another
             # holder or none (the verdict: this invocation is no holder): its plan answers for its pod alone
             log.warning("plan marker", nodepool_id=pool_id, reason="not usable (%s): planned without coalescing%s"
                         % (one_line(exc, 200), "" if read is None else "; read back, it names %s"
@@ -442,14 +443,14 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             finally:
                 if not refused:  # an unanswered write still in flight when the marker was read may land after
                     _let_go(marker, pool_id, log)  # it (cleared only where it names this invocation)
-        if held is None:
+        if mine is None:
             # Not read back: the marker may name this invocation, and then the pool's events are answered
             # coalesced into it during its round. So its rounds begin as a holder's do (marking a round begun
             # reads the marker again): this invocation's, it plans as the holder, again while events asked;
             # another's, it plans once without coalescing (below).
             log.warning("plan marker", nodepool_id=pool_id, reason="not read back (%s): planned as its holder "
                         "where the marker names this invocation" % one_line(exc, 200))
-        role, seen, unknown = "plan", held, held is None  # (maybe) the holder: this invocation plans its rounds
+        role, seen, unknown = "plan", mine, mine is None  # (maybe) the holder: this invocation plans its rounds
         prior.clear()  # the ask before it is not known: its first round lists the pods again
     if role == "coalesced":
         # Not a promise the holder may not keep: a round that gives up on another invocation's planning claim

@@ -1096,3 +1096,36 @@ def test_event_and_timer_pick_the_same_pool_when_a_disallowed_instance_is_in_use
                                    None, Api(), JsonLogger("OFF"))
     # the timer's plan of np-a does not count the pod (its 1g.10gb is held by the running pod): np-b does
     assert planned == ["np-b"] and read == ["n1"]
+
+
+def test_a_holder_whose_marker_write_was_read_back_gives_up_on_a_claim_naming_it(cluster, monkeypatch):
+    """The event's marker write committed but its answer was lost; the read back names this invocation, so it
+    plans as the holder. Its round then finds a timer tick's planning claim and waits it out. The read back
+    took the name of the function that reads the claim as the wait gives up (``held``): the give-up called the
+    marker it read back and the event ended in a TypeError, and an event whose read back named another
+    holder gave up naming no claim. It now ends as any holder's wait does: one skip naming the claim's
+    holder and its end, the marker let go with the claim noted, so the next event does not wait again."""
+    from functions.kube.client import ApiError
+    from functions.pipeline import pod_event as pod_event_module
+
+    server, api, settings, executor, state_file = cluster
+    monkeypatch.setattr(pod_event_module, "CLAIM_POLL_S", 0.2)
+    monkeypatch.setattr(pod_event_module, "CLAIM_WAIT_S", 1.0)
+    replace, cut = KubeApi.replace_lease, []
+
+    def committed_unanswered(self, namespace, lease):
+        answer = replace(self, namespace, lease)
+        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}) and not cut:
+            cut.append(lease)
+            raise ApiError("no complete answer from the API server within 15s")
+        return answer
+
+    monkeypatch.setattr(KubeApi, "replace_lease", committed_unanswered)
+    timer_holds_the_claim(server)
+    waiting(server, "late", "2g.20gb")
+    result = run(pod_event("llm", "late"), cluster)
+    assert cut and result.outcome == "skip", result.reason
+    assert "waited 1 s" in result.reason and "invocation timer-tick holds the pool's planning claim" in result.reason, \
+        result.reason
+    noted = stored_marker(server)
+    assert noted["holder"] == "" and noted["waited"]["owner"] == "timer-tick", noted
