@@ -112,10 +112,11 @@ class PlanMarker:
         """Whether to plan again (an event asked during the round); otherwise the marker is let go."""
         return self.change(pool_id, lambda marker, now: co.end_round(marker, self.me, planned, more))
 
-    def renew(self, pool_id: str) -> bool:
-        """Renew this invocation's hold on the pool; False when the marker no longer names it (nothing written)."""
+    def renew(self, pool_id: str, going: Callable[[], bool] = lambda: True) -> bool:
+        """Renew this invocation's hold on the pool; False when the marker no longer names it (nothing written).
+        ``going``: asked after each read, just before the write: False (the renewals were stopped) writes nothing."""
         def step(marker: co.Marker, now: float) -> Tuple[Optional[co.Marker], bool]:
-            new = co.renew(marker, self.me, now, self.hold_s)
+            new = co.renew(marker, self.me, now, self.hold_s) if going() else None
             return new, new is not None
         return self.change(pool_id, step)
 
@@ -137,15 +138,17 @@ class Renewal:
         return self
 
     def stop(self) -> None:
-        """No renewal starts after this; one in flight may still land (its write is onto the version it read,
-        and renews only a marker that names this invocation: never over a let-go or another holder's)."""
+        """No renewal writes after this: one whose read is in flight drops what it read (waited for one second
+        only, its thread may outlive the invocation, and FC freezes the instance until a later invocation wakes
+        it). A write already sent may still land: it is onto the version it read, and renews only a marker
+        that names this invocation, so never over a let-go or another holder's."""
         self._stop.set()
         self._thread.join(timeout=1.0)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
             try:
-                if not self.marker.renew(self.pool_id):
+                if not self.marker.renew(self.pool_id, lambda: not self._stop.is_set()):
                     return  # let go, or another invocation holds the pool now
             except Exception as exc:  # noqa: BLE001  (no caller to tell: the hold lapses, one extra plan at most)
                 self.log.warning("plan marker", nodepool_id=self.pool_id, reason="hold not renewed (%s): it lapses "

@@ -281,3 +281,45 @@ def test_a_waited_out_claim_ends_events_at_once_only_while_that_same_claim_holds
                    '{"waited": {"owner": "x", "until": true}}', '{"waited": ["x", 5000]}'):
         assert co.read_marker(forged, 1001.0, HOLD).waited == {}, forged
     assert co.let_go(noted._replace(holder="other"), "a", ("dead-run", 5000.0)) is None  # not this one's
+
+
+def test_a_renewal_in_flight_when_the_holder_stops_it_writes_nothing_after():
+    """FC freezes the instance once the invocation returns, and a thread it left running wakes in a later one.
+    A renewal whose read was still in flight when the holder stopped the renewals (``Renewal.stop`` waits one
+    second for it) went on and wrote, with the stopped invocation's state, whenever it woke: where the let-go
+    had failed (the API server slow), the hold of an invocation that had returned was renewed, and the pool's
+    events were answered coalesced into it for one more hold. A renewal writes only until it is stopped: what
+    it had read is dropped."""
+    from functions.kube.nodes import MemoryKube
+    from functions.rollout.plan_marker import Renewal
+
+    store = MemoryKube()
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow:  # the API server, answering the renewal's read only when the test says
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def get_lease(self, namespace, name):
+            if threading.current_thread().name == "plan-marker-renewal":
+                entered.set()
+                assert release.wait(60)
+            return store.get_lease(namespace, name)
+
+    clock = [1000.0]
+    holder = PlanMarker(Slow(), "a", co.HOLD_S, clock=lambda: clock[0], sleep=lambda s: None)
+    assert holder.arrive(POOL, "llm/p0", "e0")[0] == co.PLAN
+    before = holder.change(POOL, lambda m, now: (None, m))
+
+    class Log:
+        def warning(self, *args, **kwargs):
+            pass
+
+    renewal = Renewal(holder, POOL, Log(), every_s=0.001).start()
+    assert entered.wait(60)
+    renewal.stop()  # the let-go failed: the marker still names "a"
+    clock[0] += 60.0  # the next invocation, a minute on
+    release.set()
+    renewal._thread.join(60)
+    assert not renewal._thread.is_alive()
+    assert holder.change(POOL, lambda m, now: (None, m)) == before
