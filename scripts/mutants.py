@@ -502,14 +502,14 @@ MUTANTS = (
            ("tests/function/test_bad_files.py",),
            "a pod asking for 10^29 instances reaches the planner's [pod] * count (issue 36 item 6)"),
     mutant("marker-lost-answer-kept", "functions/pipeline/pod_event.py",
-           "        if refused or read is not None and held is None:",
+           "        if refused or read is not None and mine is None:",
            "        if True:",
            ("tests/delivery/test_pod_events.py",),
            "a plan marker written without an answer names a holder that never plans again: the pool's events are "
            "answered coalesced for a run lease and wait for the timer"),
     mutant("marker-read-back-another-as-holder", "functions/pipeline/pod_event.py",
-           "        held = read if read is not None and read.holder == marker.me else None",
-           "        held = read if read is not None and read.holder == marker.me else None\n        read = None",
+           "        mine = read if read is not None and read.holder == marker.me else None",
+           "        mine = read if read is not None and read.holder == marker.me else None\n        read = None",
            ("tests/delivery/test_pod_events.py",),
            "an unanswered marker write read back under another holder is taken for one not read back: the event "
            "begins rounds as a holder's to learn what the read had said, and logs that it was not read back"),
@@ -531,6 +531,18 @@ MUTANTS = (
            ("tests/rollout/test_plan_marker.py",),
            "a holder whose hold lapsed and was taken over renews the marker back to itself: the events that "
            "follow are answered coalesced into a holder that plans no further round"),
+    mutant("marker-read-back-passed-as-claim-reader", "functions/pipeline/pod_event.py",
+           "        _rounds(marker, pool_id, tick, rounds, started, settings, log, free, begun, held, waited)",
+           "        _rounds(marker, pool_id, tick, rounds, started, settings, log, free, begun, seen, waited)",
+           ("tests/delivery/test_pod_events.py",),
+           "a holder's rounds get the marker it read back where the claim's reader belongs: a wait that gives up "
+           "on another invocation's planning claim ends in a TypeError"),
+    mutant("marker-renewed-after-stop", "functions/rollout/plan_marker.py",
+           "self.marker.renew(self.pool_id, lambda: not self._stop.is_set())",
+           "self.marker.renew(self.pool_id, lambda: True)",
+           ("tests/rollout/test_plan_marker.py",),
+           "a renewal in flight when the holder stopped it writes when it wakes, in a later invocation: the hold "
+           "of an invocation that returned is renewed"),
     mutant("marker-never-renewed", "functions/rollout/plan_marker.py",
            "        while not self._stop.wait(self.every_s):",
            "        while False:",
