@@ -543,6 +543,12 @@ MUTANTS = (
            ("tests/rollout/test_plan_marker.py",),
            "a renewal in flight when the holder stopped it writes when it wakes, in a later invocation: the hold "
            "of an invocation that returned is renewed"),
+    mutant("marker-noted-waited-out-when-time-ran-short", "functions/pipeline/pod_event.py",
+           'rounds[-1].outcome == "skip" and bound else None',
+           'rounds[-1].outcome == "skip" else None',
+           ("tests/rollout/test_pod_event_rounds.py",),
+           "a wait cut short by the invocation's own time notes the claim waited out: later events end at once "
+           "and their pods wait for the timer while a live tick's claim ends in seconds"),
     mutant("marker-never-renewed", "functions/rollout/plan_marker.py",
            "        while not self._stop.wait(self.every_s):",
            "        while False:",

@@ -528,15 +528,18 @@ def _rounds(marker: Any, pool_id: str, tick: Any, rounds: List[HandlerResult], s
         # claim and its rollout end that much earlier (the rollout starts waves while more than a wave is left,
         # and a claim wait comes on top, so a round bounded by the invocation alone could leave no time).
         reserve = longest_run_s(settings) if is_open else 0.0
+        bound: List[bool] = []  # whether its wait for another's claim ran CLAIM_WAIT_S
         rounds.append(_after_claims(tick, started, settings, log, pool_id, free=free, reserve_s=reserve,
-                                    held=held))
+                                    held=held, bound=bound))
         if rounds[-1].outcome in ("retry", "error") or rounds[-1].outcome == "skip" and \
                 planned_elsewhere(rounds[-1].reason):
             # a failed round, or another invocation's claim that outlived the wait (another round would only
             # wait again, as long as events keep asking): let go, so later events are not answered coalesced
             # into an invocation that returned, for its hold; noting the claim waited out, so that they end at
-            # once while it lasts rather than each waiting for it again (coalesce.py, ``waited``)
-            gave_up = waited() if waited is not None and rounds[-1].outcome == "skip" else None
+            # once while it lasts rather than each waiting for it again (coalesce.py, ``waited``). Only a wait
+            # that ran its bound: one this invocation's own time cut short says nothing of the claim (a live
+            # tick's may end in seconds), and later events, with their whole invocation, wait for it themselves.
+            gave_up = waited() if waited is not None and rounds[-1].outcome == "skip" and bound else None
             _let_go(marker, pool_id, log, gave_up)
             break
         # Another round only while a whole one still fits in this invocation (the timer catches the rest).
@@ -583,7 +586,8 @@ CLAIM_WAIT_S = 300.0
 
 def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: str,
                   sleep: Any = None, free: Optional[Callable[[], bool]] = None,
-                  reserve_s: float = 0.0, held: Optional[Callable[[], str]] = None) -> HandlerResult:
+                  reserve_s: float = 0.0, held: Optional[Callable[[], str]] = None,
+                  bound: Optional[List[bool]] = None) -> HandlerResult:
     """One round, waiting while another invocation (the timer's tick, or one whose marker ran out) holds the
     pool's planning claim: that tick listed the pending pods before this event's pod may have been waiting,
     so letting go now could leave the pod for the next timer tick, minutes away. Bounded by
@@ -591,7 +595,8 @@ def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: s
     either, the round ends in the tick's skip, saying how long it waited and (``held``: one Lease read) whose
     claim it is and until when. ``free``: whether the claim is free now (one Lease read); the round runs
     again only then, not every poll (a round lists the cluster's Pending pods). ``reserve_s``: time kept for
-    a round after this one (an open holder's), out of the round and its wait."""
+    a round after this one (an open holder's), out of the round and its wait. ``bound``: gets True where the
+    wait ended at :data:`CLAIM_WAIT_S` (not at the invocation's time)."""
     from functions.base.settings import longest_run_s
     from functions.rollout.plan_claim import planned_elsewhere
 
@@ -607,6 +612,8 @@ def _after_claims(tick: Any, started: float, settings: Any, log: Any, pool_id: s
                    "auto pool timer, which plans the pool once the claim is given back or ends" % (
                        pool_id, why, "" if held is None else " (%s)" % held())
             log.warning("plan marker", nodepool_id=pool_id, reason=line)
+            if bound is not None and waited + CLAIM_POLL_S > CLAIM_WAIT_S:
+                bound.append(True)
             return dataclasses.replace(result, reason="%s; %s" % (line, result.reason))
         (sleep or time.sleep)(CLAIM_POLL_S)
         if free is None or free():

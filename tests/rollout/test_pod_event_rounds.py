@@ -258,3 +258,29 @@ def test_an_event_plans_only_for_a_pod_the_plan_would_count():
     assert pod_event._waits(pod()) == "is not marked Unschedulable (yet): the plan would not count it"
     assert pod_event._waits(pod(node="gpu-a", conditions=[{"type": "PodScheduled", "status": "True"}])) == \
         "is scheduled already (gpu-a)"
+
+
+def test_a_wait_ended_by_the_invocations_time_notes_no_claim_as_waited_out(monkeypatch):
+    """A holder late in its invocation (or one whose InvocationTimeoutS leaves no wait) gives up on another
+    invocation's planning claim at once, for lack of its own time, not after pod_event.CLAIM_WAIT_S. It noted
+    the claim as waited out all the same: every later event of the pool, with its whole invocation to wait in,
+    ended at once saying an earlier event "waited 300 s for it", and its pod waited for the next timer tick
+    while a live tick's claim ended seconds later. Only a wait that ran its bound notes the claim."""
+    settings = settings_of(4440)
+    clock = stopped_clock(monkeypatch)
+    monkeypatch.setattr(pod_event, "CLAIM_WAIT_S", 10.0 ** 6)
+    monkeypatch.setattr(pod_event.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    kube, holder, other = holding()
+    rounds, end = [], time.time() + 3600  # the claim's end, on the store's clock (the wall clock)
+
+    def tick(reserve_s=0.0):
+        return result("skip", "pool %s %s timer-tick" % (POOL, BEING_PLANNED))
+
+    log = Log()
+    pod_event._rounds(holder, POOL, tick, rounds, 1000.0, settings, log, free=lambda: True,
+                      held=lambda: "invocation timer-tick holds it until 2026-12-07T23:00:00Z",
+                      waited=lambda: ("timer-tick", end))
+    assert [r.outcome for r in rounds] == ["skip"] and "no time is left to wait" in rounds[0].reason, rounds
+    assert stored(kube).holder == "" and stored(kube).waited == {}, stored(kube)
+    # the next event, with time to wait, plans (and waits) itself
+    assert other.arrive(POOL, "llm/third", "e3", claim=lambda: ("timer-tick", end))[0] == co.PLAN
