@@ -323,3 +323,57 @@ def test_a_renewal_in_flight_when_the_holder_stops_it_writes_nothing_after():
     renewal._thread.join(60)
     assert not renewal._thread.is_alive()
     assert holder.change(POOL, lambda m, now: (None, m)) == before
+
+
+def test_a_renewal_that_fails_tries_again_at_the_next_and_one_reading_a_foreign_marker_stops():
+    """The renewal thread has no caller to tell: a 5xx, no answer, or a marker that changed under every write
+    (24 conflicts) is one warning, and the next renewal tries again and lands; a marker that does not read
+    (forged, or not ours) names no holder, so the thread stops without writing, and nothing escapes it."""
+    from functions.kube.client import ApiError
+    from functions.kube.nodes import MemoryKube
+    from functions.rollout.plan_marker import CAS_ATTEMPTS, Renewal
+
+    store = MemoryKube()
+    failures = [ApiError("HTTP 503 Service Unavailable", 503), ApiError("no complete answer within 15s")] + \
+        [ApiError("the object has been modified", 409, "Conflict")] * CAS_ATTEMPTS
+    landed = threading.Event()
+
+    class Failing:  # the API server, failing the renewals' writes as listed, then taking them
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def replace_lease(self, namespace, lease):
+            if threading.current_thread().name == "plan-marker-renewal":
+                if failures:
+                    raise failures.pop(0)
+                out = store.replace_lease(namespace, lease)
+                landed.set()
+                return out
+            return store.replace_lease(namespace, lease)
+
+    class Log:
+        def __init__(self):
+            self.warnings = []
+
+        def warning(self, event, **fields):
+            self.warnings.append(fields["reason"])
+
+    clock = [1000.0]
+    holder = PlanMarker(Failing(), "a", co.HOLD_S, clock=lambda: clock[0], sleep=lambda s: None)
+    assert holder.arrive(POOL, "llm/p0", "e0")[0] == co.PLAN
+    clock[0] += 20.0
+    log = Log()
+    renewal = Renewal(holder, POOL, log, every_s=0.001).start()
+    assert landed.wait(60)
+    renewal.stop()
+    assert holder.change(POOL, lambda m, now: (None, m)).until == 1020.0 + co.HOLD_S
+    assert len(log.warnings) == 3 and all("hold not renewed" in w for w in log.warnings), log.warnings
+    assert "503" in log.warnings[0] and "no complete answer" in log.warnings[1] and "changed under" in log.warnings[2]
+
+    lease = store.leases[("default", marker_lease(POOL))]
+    lease["metadata"]["annotations"][co.MARKER_ANNOTATION] = '{"holder": "a", "until": "forever"}'
+    before = json.dumps(lease, sort_keys=True)
+    renewal = Renewal(holder, POOL, log, every_s=0.001).start()
+    renewal._thread.join(60)
+    assert not renewal._thread.is_alive() and len(log.warnings) == 3
+    assert json.dumps(store.leases[("default", marker_lease(POOL))], sort_keys=True) == before
