@@ -134,7 +134,14 @@ class Renewal:
         self._thread = threading.Thread(target=self._run, name="plan-marker-renewal", daemon=True)
 
     def start(self) -> "Renewal":
-        self._thread.start()
+        """Start the renewals; where no thread can start (the instance's limit), the holder works without them:
+        its hold lapses after one hold, which costs one extra plan at most (the class docstring)."""
+        try:
+            self._thread.start()
+        except RuntimeError as exc:
+            self.log.warning("plan marker", nodepool_id=self.pool_id, reason="renewals not started (%s: %s): the "
+                             "hold lapses within %d s, and an event after it plans beside this one"
+                             % (type(exc).__name__, " ".join(str(exc).split())[:160], round(self.marker.hold_s)))
         return self
 
     def stop(self) -> None:
@@ -143,7 +150,8 @@ class Renewal:
         it). A write already sent may still land: it is onto the version it read, and renews only a marker
         that names this invocation, so never over a let-go or another holder's."""
         self._stop.set()
-        self._thread.join(timeout=1.0)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=1.0)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):

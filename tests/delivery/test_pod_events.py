@@ -1129,3 +1129,31 @@ def test_a_holder_whose_marker_write_was_read_back_gives_up_on_a_claim_naming_it
         result.reason
     noted = stored_marker(server)
     assert noted["holder"] == "" and noted["waited"]["owner"] == "timer-tick", noted
+
+
+def test_a_holder_whose_renewals_cannot_start_still_plans_and_lets_go(cluster, monkeypatch):
+    """The renewals' thread is started after the event became the holder, outside the block that lets the pool
+    go when the plan breaks: where the instance can start no thread (its limit reached), the event ended in an
+    error, planned nothing, and its marker held the pool for a hold, the pool's events answered coalesced into
+    it meanwhile. Planning needs no renewal (a hold that lapses costs one extra plan at most): the event plans
+    without them, says so, and lets go."""
+    import io
+
+    from functions.rollout import plan_marker
+
+    class NoThreads(threading.Thread):
+        def start(self):
+            if self.name == "plan-marker-renewal":
+                raise RuntimeError("can't start new thread")
+            super().start()
+
+    monkeypatch.setattr(plan_marker.threading, "Thread", NoThreads)
+    server, api, settings, executor, state_file = cluster
+    waiting(server, "first", "1g.10gb")
+    out = io.StringIO()
+    result = run_event(pod_event("llm", "first"), settings, inventory=lookup(), executor=executor, kube=api,
+                       logger=JsonLogger("INFO", stream=out))
+    assert result.outcome == "done", result.reason
+    assert "1g.10gb" in profiles(state_file)
+    assert stored_marker(server)["holder"] == ""
+    assert "renewals not started (RuntimeError: can't start new thread)" in out.getvalue(), out.getvalue()[-2000:]
