@@ -377,3 +377,41 @@ def test_a_renewal_that_fails_tries_again_at_the_next_and_one_reading_a_foreign_
     renewal._thread.join(60)
     assert not renewal._thread.is_alive() and len(log.warnings) == 3
     assert json.dumps(store.leases[("default", marker_lease(POOL))], sort_keys=True) == before
+
+
+def test_a_renewal_read_before_the_let_go_and_written_after_it_lands_nothing():
+    """The holder's work ends while a renewal is in flight: it read the marker naming the holder, and its write
+    reaches the API server only after the holder let go. Written, it would name a holder that returned for one
+    more hold, the pool's events answered coalesced into it. It carries the version it read, so the server
+    refuses it (409), and read again the marker names no holder: nothing is written."""
+    from functions.kube.nodes import MemoryKube
+    from functions.rollout.plan_marker import Renewal
+
+    store = MemoryKube()
+    read, let_go, refused = threading.Event(), threading.Event(), []
+
+    class Late:  # the API server, taking the renewal's first write only after the let-go
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        def replace_lease(self, namespace, lease):
+            if threading.current_thread().name == "plan-marker-renewal" and not let_go.is_set():
+                read.set()
+                assert let_go.wait(60)
+                try:
+                    return store.replace_lease(namespace, lease)
+                except Exception as exc:
+                    refused.append(getattr(exc, "status", None))
+                    raise
+            return store.replace_lease(namespace, lease)
+
+    holder = PlanMarker(Late(), "a", co.HOLD_S, sleep=lambda s: None)
+    assert holder.arrive(POOL, "llm/p0", "e0")[0] == co.PLAN
+    renewal = Renewal(holder, POOL, type("Log", (), {"warning": lambda *a, **k: None})(), every_s=0.001).start()
+    assert read.wait(60)  # a renewal is in flight, its write not yet taken
+    assert holder.end_round(POOL, 1, more=False) is False  # the holder lets go
+    let_go.set()
+    renewal._thread.join(60)  # it ends on its own: the marker names no holder now
+    assert not renewal._thread.is_alive() and refused == [409]
+    assert holder.change(POOL, lambda m, now: (None, m)).holder == ""
+    renewal.stop()
