@@ -16,7 +16,7 @@ The node tool has its own copy of this rule (``node_bootstrap/commands/textout.p
 """
 
 import re
-from typing import Any, List, Optional
+from typing import Any, List, Optional, Tuple
 
 # Where in CPython's own C source an error was raised, as ssl and socket errors say it ("certificate verify
 # failed (_ssl.c:1006)"): a file of the interpreter, nothing an operator can act on. Dropped from every text.
@@ -70,10 +70,11 @@ def one_line(text: Any, limit: Optional[int] = None) -> str:
 
 def clip(text: Any, limit: int) -> str:
     """``text`` on one line and at most ``limit`` characters (plus "..." when cut), cut where it reads whole:
-    at a word's end, and before a parenthesis still open there ("...instead (the "), but never so that less
-    than half of ``limit`` is left (one long word, a parenthesis opened near the start): there it cuts inside
-    and closes what is open after the dots. A cause embedded in a longer line ("could not check (%s); give
-    ...") must not leave that line's parentheses unbalanced."""
+    at a word's end, and before a parenthesis or a quote still open there ("...instead (the ", "...into
+    '/var/li"), but never so that less than half of ``limit`` is left (one long word, a parenthesis opened
+    near the start): there it cuts inside and closes what is open after the dots ("'/var/lib/ack...'"). A
+    cause embedded in a longer line ("could not check (%s); give ...") must not leave that line's
+    parentheses or quotes unbalanced. Which quote marks open and close is :func:`_still_open`'s rule."""
     text = one_line(text)
     if len(text) <= limit:
         return text
@@ -82,23 +83,50 @@ def clip(text: Any, limit: int) -> str:
     if text[limit] != " ":  # mid-word: back to the word's start, where that keeps half the limit
         space = cut.rfind(" ")
         cut = cut[:space] if space >= half else cut
-    opened = _still_open(cut)
-    if opened and opened[0] >= half:  # the first parenthesis still open goes with all it holds
-        cut, opened = cut[:opened[0]], []
+    opened = _still_open(text, len(cut))
+    late = [o for o in opened if o[0] >= half]
+    if late:  # the first mark still open in the second half goes with all it holds; those before it stay open
+        cut, opened = cut[:late[0][0]], opened[:opened.index(late[0])]
     while opened:  # each one left open is closed after the dots, within the limit
         cut = cut[:limit - len(opened)].rstrip(" ,;:")
-        if len(_still_open(cut)) == len(opened):
+        if len(_still_open(text, len(cut))) == len(opened):
             break
-        opened = _still_open(cut)
-    return cut.rstrip(" ,;:") + "..." + ")" * len(opened)
+        opened = _still_open(text, len(cut))
+    return cut.rstrip(" ,;:") + "..." + "".join(_CLOSER[mark] for _at, mark in reversed(opened))
 
 
-def _still_open(text: str) -> List[int]:
-    """Where the parentheses ``text`` opens and does not close stand."""
-    opened: List[int] = []
-    for at, char in enumerate(text):
+_CLOSER = {"(": ")", "'": "'", '"': '"', "`": "`"}
+
+
+def _word(char: str) -> bool:
+    return char.isalnum() or char == "_"
+
+
+def _still_open(text: str, end: int) -> List[Tuple[int, str]]:
+    """Where the parentheses and quotes that ``text[:end]`` opens and does not close stand, and which mark each
+    is (each mark judged by its neighbours in the whole ``text``, so a cut right after one reads it as the
+    whole text does).
+
+    A quote mark (' " `) is the same character at both ends, and ' is an apostrophe too, so its neighbours
+    decide: it closes the innermost mark still open when that is the same quote, something other than a
+    space is before it and no letter or digit after it; else it opens when no letter or digit is before it
+    (the start, a space, "(", "=", another quote) and something other than a space after it. Any other one
+    is not a quote: the apostrophe of "don't" (letters on both sides), or of "the nodes' pods" with no ' open.
+    A ")" closes the innermost "(", and with it any quote opened inside it and never closed (not a quote)."""
+    opened: List[Tuple[int, str]] = []
+    for at in range(min(end, len(text))):
+        char = text[at]
         if char == "(":
-            opened.append(at)
-        elif char == ")" and opened:
-            opened.pop()
+            opened.append((at, char))
+        elif char == ")":
+            inner = [i for i, (_at, mark) in enumerate(opened) if mark == "("]
+            if inner:
+                del opened[inner[-1]:]
+        elif char in _CLOSER:
+            before = text[at - 1] if at else " "
+            after = text[at + 1] if at + 1 < len(text) else " "
+            if opened and opened[-1][1] == char and not before.isspace() and not _word(after):
+                opened.pop()
+            elif not _word(before) and not after.isspace():
+                opened.append((at, char))
     return opened

@@ -242,4 +242,4 @@ def test_a_profile_the_sdk_refuses_at_length_is_said_in_a_line_that_reads_whole(
     code, _, err = run(capsys, *WAIT, "--profile", "ops")
     text = error_text(err)
     assert code == 2 and "--profile ops gave no credentials: unsupported profile mode 'AK word word" in text, text
-    assert text.count("(") == text.count(")") and text.endswith(" word..."), text
+    assert text.count("(") == text.count(")") and text.endswith(" word...'"), text  # the mode's quote closed
