@@ -300,6 +300,27 @@ def test_pip_and_the_source_builds_it_runs_never_get_the_clouds_credentials(inde
     assert not [value for value in secrets.values() if value in json.dumps(env)]
 
 
+def test_a_folder_pip_cannot_write_is_said_not_a_stale_lock(index, tmp_path):
+    """pip stopped by a folder it cannot write (a file where a folder of the path should be: what root cannot
+    write either; a read-only disk, a full one, no permission) was told "refresh the lock (make lock)", which
+    rewrites a lock that is right and fails the same. The line now says the folder cannot be written and what
+    to check; a distribution the index lacks still says to refresh the lock."""
+    wheel = _wheel(index)
+    path = _lock(tmp_path, [lock.Pin("fakewheel", "1.0", _sha(wheel), False)])
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(build.BuildError) as failed:
+        build.fetch(str(tmp_path / "a-file" / "deps"), path)
+    message = str(failed.value)
+    assert "refresh the lock" not in message and "make lock" not in message, message
+    assert "Not a directory" in message and str(tmp_path / "a-file" / "deps") in message, message
+    assert "cannot be written" in message and "no file in its path" in message and "--deps-dir" in message, message
+    assert "\n" not in message and not (tmp_path / "a-file").read_text()
+    missing = _lock(tmp_path, [lock.Pin("notindexed", "1.0", "1" * 64, False)], "missing.txt")
+    with pytest.raises(build.BuildError) as failed:
+        build.fetch(str(tmp_path / "deps"), missing)
+    assert "notindexed" in str(failed.value) and "refresh the lock (make lock)" in str(failed.value), failed.value
+
+
 def test_pips_reason_is_cut_where_it_reads_whole(index, tmp_path):
     """pip's last line names the path it could not write; under a long folder, cut at 200 characters, the line
     ended inside the path with its parenthesis open ("not-a-folder (a file; refresh the lock ...")."""
@@ -311,8 +332,9 @@ def test_pips_reason_is_cut_where_it_reads_whole(index, tmp_path):
     with pytest.raises(build.BuildError) as failed:
         build.fetch(str(deep / "not-a-folder (a file)" / "deps"), path)
     message = str(failed.value)
-    assert message.startswith("pip could not install for python3.10 on Linux x86_64: NotADirectoryError: "), message
-    reason = message.split("; refresh the lock")[0]
+    assert message.startswith("pip could not install for python3.10 on Linux x86_64: [Errno 20] Not a directory: "
+                              "'"), message
+    reason = message.split("; a folder it writes to cannot be written")[0]
     # cut inside the quoted path: the quote closed after the dots, as the parentheses are
     assert reason.endswith("...'") and reason.count("(") == reason.count(")") and reason.count("'") == 2, message
     # pip's line as clipped (200): at a word's end, unless that would keep less than half of it; which of the two

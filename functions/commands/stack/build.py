@@ -22,6 +22,7 @@ object is the deploy's and an unchanged deploy uploads nothing.
 
 import contextlib
 import csv
+import errno
 import hashlib
 import os
 import re
@@ -136,14 +137,29 @@ def _pip(args: List[str], what: str, env: Optional[Dict[str, str]] = None,
     return subprocess.CompletedProcess(command, process.returncode, "".join(lines), "")
 
 
+# pip stopped by a folder it could not write (its --target, a download or temporary folder): the system's
+# errno for a path where a folder cannot be made or written (EPERM, EACCES, ENOTDIR, EROFS) or a disk that is
+# full (ENOSPC, EDQUOT). pip says it as "ERROR: Could not install packages due to an OSError: [Errno 13] ..."
+# or, from its --target handling, as a traceback's last line "NotADirectoryError: [Errno 20] ...".
+_UNWRITABLE = re.compile(r"^(?:ERROR: Could not install packages due to an OSError: |[A-Za-z]*Error: )"
+                         r"(\[Errno (\d+)\] .*)$", re.M)
+_UNWRITABLE_ERRNOS = {errno.EPERM, errno.EACCES, errno.ENOTDIR, errno.EROFS, errno.ENOSPC, errno.EDQUOT}
+
+
 def _pip_failure(done: subprocess.CompletedProcess, what: str) -> BuildError:
-    """One line: the distribution pip names (not found, or not the locked hash), pip's reason, the way out."""
+    """One line: the distribution pip names (not found, or not the locked hash), pip's reason, the way out
+    (a folder pip could not write is no stale lock: refreshing it would change nothing)."""
     text = done.stderr + done.stdout
+    unwritable = [m for m in _UNWRITABLE.finditer(text) if int(m.group(2)) in _UNWRITABLE_ERRNOS]
+    if unwritable:  # its own line: pip may add one after it ("Consider using the `--user` option ...")
+        return BuildError("pip could not %s for python%s on Linux x86_64: %s; a folder it writes to cannot be "
+                          "written: check it (no file in its path, writable by this user, space left on its disk) "
+                          "%s" % (what, FC_PYTHON, clip(unwritable[-1].group(1), 200), DEPS_DIR_HINT))
     named = re.findall(r"(?:found for|satisfies the requirement) ([A-Za-z0-9._-]+)", text)
     named += re.findall(r"^\s+([A-Za-z0-9._-]+)==\S+ from ", text, re.M)  # the hash-mismatch listing
     lines = [l for l in text.strip().splitlines() if l.strip() and not l.startswith("WARNING: Location")]
     reason = "the file does not have the locked SHA-256" if "DO NOT MATCH THE HASHES" in text \
-        else clip((lines or ["pip failed"])[-1], 200)  # a path it could not write can be long
+        else clip((lines or ["pip failed"])[-1], 200)
     return BuildError("pip could not %s%s for python%s on Linux x86_64: %s; refresh the lock (make lock) %s"
                       % (what, " " + ", ".join(sorted(set(named))) if named else "", FC_PYTHON, reason,
                          DEPS_DIR_HINT))
