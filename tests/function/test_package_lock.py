@@ -321,6 +321,29 @@ def test_a_folder_pip_cannot_write_is_said_not_a_stale_lock(index, tmp_path):
     assert "notindexed" in str(failed.value) and "refresh the lock (make lock)" in str(failed.value), failed.value
 
 
+def test_make_locks_pip_line_is_cut_with_dots(index, tmp_path):
+    """`make lock` (python -m functions.commands.stack.lock, as a person runs it) said pip's last line cut at 300
+    characters with no mark, mid-word and inside the quoted path, so it read as pip's whole line. The line is
+    cut where it reads whole now, "..." where it was cut and the quote closed. pip's own setting (a constraints
+    file, PIP_CONSTRAINT, at a long path that is not there) gives the long line before pip reads any index."""
+    import subprocess
+    import sys
+
+    python310 = lock.find_python310()
+    if python310 is None:
+        pytest.skip("no CPython 3.10 here (make lock resolves on one)")
+    missing = tmp_path.joinpath(*["a-folder-of-the-release-team"] * 12) / "constraints.txt"  # (pip splits at spaces)
+    env = dict(os.environ, ACK_MIG_FC_PYTHON=python310, PIP_CONSTRAINT=str(missing))
+    done = subprocess.run([sys.executable, "-m", "functions.commands.stack.lock", "--out", str(tmp_path / "out.txt")],
+                          capture_output=True, text=True, env=env, timeout=120)
+    (line,) = done.stderr.splitlines()
+    assert done.returncode == 1 and not (tmp_path / "out.txt").exists(), done.stderr
+    assert line.startswith("error: pip could not resolve the function's dependencies on python3.10: ") and \
+        "No such file or directory: '" in line, line
+    pips = line.split("python3.10: ", 1)[1]
+    assert pips.endswith("...'") and "a-folder-of-the-release-team/a-folder" in pips and len(pips) <= 303, line
+
+
 def test_pips_reason_is_cut_where_it_reads_whole(index, tmp_path):
     """pip's last line names the path it could not write; under a long folder, cut at 200 characters, the line
     ended inside the path with its parenthesis open ("not-a-folder (a file; refresh the lock ...")."""

@@ -30,6 +30,7 @@ import tempfile
 from typing import Dict, List, NamedTuple, Optional
 
 from functions.base import settings
+from functions.base.textsafe import clip
 from functions.commands.stack import code_package
 
 LOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "requirements-fc.txt")
@@ -148,7 +149,7 @@ def _pip(args: List[str], python: str = sys.executable, timeout: int = 900) -> s
 
 def _last(done: subprocess.CompletedProcess) -> str:
     lines = [l for l in done.stderr.strip().splitlines() if not l.startswith("WARNING: Location")]
-    return (lines or ["pip failed"])[-1][:300]
+    return clip((lines or ["pip failed"])[-1], 300)  # a path pip names can be long: "..." where it is cut
 
 
 def _sha256(path: str) -> str:
