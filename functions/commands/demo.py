@@ -39,6 +39,7 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import replace
 
+from functions.base.textsafe import clip  # a line cut short ends in "...", what it opened closed
 from functions.commands.shipped import EXAMPLES  # examples/, shipped with the package: the demo runs anywhere
 
 SIM_BACKEND = "sim:A100-SXM4-40GB:8"  # ecs.ebmgn7.26xlarge: 8 x A100 SXM4 40GB
@@ -213,11 +214,11 @@ def _print_rollout(runs, kube):
             if n.get("outcome") == "skipped":
                 continue
             print("    %-26s %-12s %s%s" % (n.get("node_name") or n["instance_id"], n["outcome"],
-                                           "wave %d: " % n["wave"] if n.get("wave") else "", n["reason"][:140]))
+                                           "wave %d: " % n["wave"] if n.get("wave") else "", clip(n["reason"], 140)))
     drains = [e["message"] for e in kube.events if e["reason"] == "MigRolloutDrain"]
     print("  Node events: %s" % "; ".join(sorted({e["reason"] for e in kube.events})))
     for message in drains:
-        print("    MigRolloutDrain: %s" % message[:140])
+        print("    MigRolloutDrain: %s" % clip(message, 140))
 
 
 def _print_additive(result, kube):
@@ -267,7 +268,7 @@ def _print_autoscaler(runs, writes):
         for e in result.pool_tags or []:
             what = ", ".join("set %s=%s" % kv for kv in e["set"].items()) or "nothing to change"
             print("  %s: %s %s; %s" % (title, e["name"], "in sync" if e["in_sync"] else "not in sync", what))
-            print("    %s" % e["reason"][:170])
+            print("    %s" % clip(e["reason"], 170))
     print("  ModifyClusterNodePool writes: %d, %s" % (len(writes), "; ".join(
         "%s: %s" % (w["nodepool_id"], ", ".join("%s=%s" % tuple(t) for t in w["tags"])) for w in writes)))
 
@@ -304,7 +305,7 @@ def _private_base() -> str:
                 return base
     raise UsageError("the demo's simulated nodes need a directory no other user can write to, nor any folder "
                      "above it; the temporary directory (%s) and the cache (%s) are not: set TMPDIR to one"
-                     % (tempfile.gettempdir()[:120], cache[:120]))
+                     % (clip(tempfile.gettempdir(), 120), clip(cache, 120)))
 
 
 def run(args):
