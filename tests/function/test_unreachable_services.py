@@ -143,3 +143,17 @@ def test_deploy_says_oss_or_the_ack_api_it_reaches_later_the_same_way(deploy_clo
     assert code == 2 and text.startswith("ack-mig-hook: error: cannot connect to %s at 127.0.0.1:%d (Connection "
                                          "refused); ACK_MIG_%s_ENDPOINT=" % (what, closed_port, service)), text
     assert not any(word in err for word in SDK_WORDS + ("RequestError",)), err
+
+
+def test_a_long_endpoint_setting_is_named_with_dots_where_cut(closed_port):
+    """The override that set the endpoint is named so the user checks it; one longer than 120 characters was cut
+    there with no mark, so the line read as if that were its whole value. A host of 193 characters that is
+    still 127.0.0.1 (each part in octal with leading zeros, read numerically: no name lookup leaves the
+    machine) now ends in "..." where cut."""
+    host = "0" * 60 + "177." + "0" * 63 + "." + "0" * 63 + ".1"
+    value = "http://%s:%d" % (host, closed_port)
+    done = _run(_env(closed_port, ACK_MIG_CS_ENDPOINT=value), "status")
+    text = " ".join(error_text(done.stderr).split())
+    assert done.returncode == 2 and "(Connection refused)" in text and "ACK_MIG_CS_ENDPOINT=" in text, done.stderr
+    shown = text.split("ACK_MIG_CS_ENDPOINT=", 1)[1].split(" set it: check that value", 1)[0]
+    assert shown.endswith("...") and value.startswith(shown[:-3]) and len(shown) <= 123, text

@@ -14,6 +14,7 @@ import re
 from typing import Dict, Iterator, Mapping, Optional
 
 from functions.base import settings
+from functions.base.textsafe import clip  # a value cut short ends in "..."
 
 # service -> (how a line names it, the variable that overrides its endpoint)
 SERVICES: Dict[str, tuple] = {
@@ -69,7 +70,7 @@ def fix(service: str, env: Optional[Mapping[str, str]] = None) -> str:
     variable = SERVICES[service][1]
     value = settings.env_text(variable) if env is None else str(env.get(variable, "") or "").strip()
     if value:
-        return "%s=%s set it: check that value, or unset it for the region's endpoint" % (variable, value[:120])
+        return "%s=%s set it: check that value, or unset it for the region's endpoint" % (variable, clip(value, 120))
     return ("check this machine's internet access (or set HTTPS_PROXY) and --region; %s overrides the endpoint"
             % variable)
 
