@@ -1,4 +1,5 @@
-"""What the rollout kill matrices share (tests/rollout/*_kills.py, test_record_refused.py): each kill point
+"""What the rollout kill matrices share (tests/rollout/*_kills.py, test_record_refused.py, test_interrupted.py's
+TLS kill points and its auto matrix): each kill point
 starts from the same emptied world, and a run is one invocation with every write through
 tests/rollout/test_interrupted.py's Killer. One copy here, so a matrix's world and run cannot drift from the
 others' by an edit made to one of them only."""
@@ -10,7 +11,10 @@ from tests.rollout.test_interrupted import Killed, Killer
 
 def cleared(cluster, seen=True):
     """The test API server emptied (nodes, pods, Events, Leases) and the clock back at 1000 s; with ``seen``
-    the played node's applies forgotten too (a matrix that counts applies per point)."""
+    the played node's applies forgotten too (a matrix that counts applies per point). The clock matters: the
+    killed run then replays the probe run from the same time, so its k-th write is the probe's (a world emptied
+    by hand left the clock where the probe ended, a drain's polls later, and only the runs not reading the
+    time made the kill fall where the test meant it to)."""
     api = cluster.api
     with api.lock:
         for table in (api.nodes, api.pods, api.events, api.leases):

@@ -219,18 +219,16 @@ def test_killed_after_every_mutating_call_the_next_run_finishes_the_node_once(tm
 
 @pytest.mark.parametrize("where", ["[('unschedulable', True)]", "evict train-0", "apply node-a"])
 def test_killed_against_the_tls_api_server(cluster, where):
+    from tests.rollout.kills import cleared
+
     cluster.add_nodes()
     cluster.api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
     probe = Killer(cluster.kube, cluster.transport, 10 ** 6)
     cluster.transport = probe
     cluster.run(kube=probe)
     k = next(i for i, call in enumerate(probe.calls, 1) if where in call)
-    cluster.api.nodes.clear()
-    cluster.api.pods.clear()
-    cluster.api.events.clear()
-    cluster.api.leases.clear()
     cluster.transport = probe.transport
-    cluster.transport.seen.clear()
+    cleared(cluster)  # the probe's world gone, its clock back: the killed run replays it call for call
     cluster.add_nodes()
     cluster.api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
     killed_at, played = run_killed(cluster, k)
@@ -393,14 +391,12 @@ def _auto_world(cluster):
 
     from tests.rollout.conftest import CLUSTER, POOL
     from tests.rollout.test_auto_overlap import Writable
+    from tests.rollout.kills import cleared
     from tests.rollout.test_auto_rollout import add_auto_nodes, waiting
     from functions.decision import waves as rp
 
     api = cluster.api
-    with api.lock:
-        for table in (api.nodes, api.pods, api.events, api.leases):
-            table.clear()
-    cluster.now[0] = 1000.0
+    cleared(cluster, seen=False)  # (the matrix's node transport is its own: FreshAndPerGpu, made per point)
     add_auto_nodes(api, ["auto-a"])
     api.add_node("auto-b", labels={"alibabacloud.com/nodepool-id": POOL,
                                    "aliyun.accelerator/nvidia_name": "NVIDIA-A100-SXM4-40GB",
@@ -664,6 +660,7 @@ def test_a_resumed_node_takes_the_stopped_runs_slot_out_of_the_lease(cluster, wh
     run's slot, run out, stayed in the pool's Lease for good (no other node of the pool took a slot after it).
     The run that takes the node over gives that run's run-out slot back."""
     from tests.rollout.conftest import snapshot
+    from tests.rollout.kills import cleared
 
     one = snapshot(names=["node-a"])
     cluster.add_nodes(["node-a"])
@@ -672,13 +669,14 @@ def test_a_resumed_node_takes_the_stopped_runs_slot_out_of_the_lease(cluster, wh
     cluster.transport = probe = Killer(cluster.kube, played, 10 ** 6)
     cluster.run(inventory=one, kube=probe)
     k = next(i for i, call in enumerate(probe.calls, 1) if where in call)
-    for table in (cluster.api.nodes, cluster.api.pods, cluster.api.events, cluster.api.leases):
-        table.clear()
+    cluster.transport = played
+    cleared(cluster)
     cluster.add_nodes(["node-a"])
     cluster.api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
     cluster.transport = killer = Killer(cluster.kube, played, k)
     with pytest.raises(Killed):
         cluster.run(inventory=one, kube=killer)
+    assert killer.calls[-1] == probe.calls[k - 1], (killer.calls, probe.calls)  # killed where it was meant to be
     cluster.transport = played
     killed_run = cluster.annotation("node-a")["owner"]
     assert {n: s.owner for n, s in lease_slots(cluster.api, LABELLED_LEASE).items()} == {"node-a": killed_run}
@@ -695,16 +693,17 @@ def test_a_run_killed_before_it_restarts_the_gpu_daemonset_pods_leaves_them_to_t
     node at its capacity wait and never restarted the pod: it kept the destroyed instances for good. The run
     that resumes a node past its apply restarts them (killed after the apply itself, the re-apply does)."""
     from tests.rollout.conftest import snapshot
+    from tests.rollout.kills import cleared
 
     one = snapshot(names=["node-a"])
+    played = cluster.transport
 
     def world():
-        for table in (cluster.api.nodes, cluster.api.pods, cluster.api.events, cluster.api.leases):
-            table.clear()
+        cluster.transport = played
+        cleared(cluster)
         cluster.add_nodes(["node-a"])
         cluster.api.add_pod("gpu-system", "dcgm-exporter-a", "node-a", gpus=1, owner_kind="DaemonSet")
 
-    played = cluster.transport
     world()
     cluster.transport = probe = Killer(cluster.kube, played, 10 ** 6)
     cluster.run(inventory=one, kube=probe)
@@ -712,10 +711,10 @@ def test_a_run_killed_before_it_restarts_the_gpu_daemonset_pods_leaves_them_to_t
     at = calls.index("apply node-a") + (1 if after == "apply node-a" else 2)
     assert calls[at - 1].startswith("patch node-a") or after == "apply node-a", calls
     world()
-    played.seen.clear()
     cluster.transport = killer = Killer(cluster.kube, played, at)
     with pytest.raises(Killed):
         cluster.run(inventory=one, kube=killer)
+    assert killer.calls[-1] == calls[at - 1], (killer.calls, calls)  # killed where it was meant to be
     assert ("gpu-system", "dcgm-exporter-a") in cluster.api.pods
     cluster.transport = played
     cluster.now[0] = cluster.annotation("node-a")["expires"] + 1
