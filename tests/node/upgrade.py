@@ -7,8 +7,8 @@ record, the simulated systemd, the device plugin's manifest).
 
 ``kill_at_write``: the run is SIGKILLed just before its (k+1)-th write under the simulated host (a file opened
 for writing, created, renamed or removed), that is, right after its k-th: an interpreter wrapper installs an
-audit hook (Python 3.8+, test side only) and then runs ``node_bootstrap`` as ``-m`` would. ``--sim-fault
-crash-after:N`` kills at the GPUs' writes instead.
+audit hook (Python 3.8+; before, on a node's 3.6, wrappers of the functions that raise those events) and then
+runs ``node_bootstrap`` as ``-m`` would. ``--sim-fault crash-after:N`` kills at the GPUs' writes instead.
 
 Used by tests/node/test_upgrade_convergence.py (a few representative cases) and by
 scripts/upgrade_convergence.py (every kill point)."""
@@ -62,7 +62,25 @@ def hook(event, args):
             os.kill(os.getpid(), signal.SIGKILL)
         left[0] -= 1
 
-sys.addaudithook(hook)
+def wrap(module, name, event, args_of):
+    real = getattr(module, name)
+
+    def wrapper(*args, **kw):
+        hook(event, args_of(args, kw))
+        return real(*args, **kw)
+    setattr(module, name, wrapper)
+
+if hasattr(sys, "addaudithook"):
+    sys.addaudithook(hook)
+else:  # before 3.8 (a node's 3.6): the same events, raised by wrappers of the functions that raise them there
+    import builtins, io
+    opened = lambda args, kw: (args[0] if args else kw["file"], args[1] if len(args) > 1 else kw.get("mode", "r"), 0)
+    wrap(builtins, "open", "open", opened)
+    io.open = builtins.open
+    wrap(os, "open", "open", lambda args, kw: (args[0] if args else kw["path"], None,
+                                               args[1] if len(args) > 1 else kw["flags"]))
+    for event in WRITES:
+        wrap(os, event.split(".")[1], event, lambda args, kw: args or tuple(kw.values()))
 assert sys.argv[1:3] == ["-m", "node_bootstrap"], sys.argv
 sys.argv = [sys.argv[0]] + sys.argv[3:]
 runpy.run_module("node_bootstrap", run_name="__main__", alter_sys=True)
