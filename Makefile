@@ -21,12 +21,36 @@ $(BIN)/.dev-installed: $(BIN)/.installed
 install: $(BIN)/.installed
 dev: $(BIN)/.dev-installed
 
-$(NODE_VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(NODE_VENV)
+# .venv-node's interpreter: a real Python 3.6 (the oldest system Python a node has, Alibaba Cloud Linux 3's)
+# where this machine has one, so that the tests running node code as a node does (tests/node/nodecli.py's
+# NODE_PYTHON) run it on 3.6; else $(PYTHON), and only vermin checks node code against 3.6. Each candidate
+# must run: a pyenv shim named python3.6 exists (and fails) where pyenv has no 3.6 selected.
+ifeq ($(origin NODE_PYTHON),undefined)
+NODE_PYTHON := $(shell for p in python3.6 /usr/bin/python3.6 /usr/local/bin/python3.6 \
+  "$${PYENV_ROOT:-$$HOME/.pyenv}"/versions/3.6*/bin/python3.6 /opt/python/3.6*/bin/python3.6; do \
+  "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 6); print(sys.executable)' 2>/dev/null && exit; \
+  done; echo $(PYTHON))
+endif
+
+# The interpreter chosen, as a file rewritten only when the choice changes: .venv-node is rebuilt then.
+NODE_CHOICE := .cache/node-python
+$(NODE_CHOICE): FORCE
+	@mkdir -p $(@D)
+	@echo '$(NODE_PYTHON)' | cmp -s - $@ || echo '$(NODE_PYTHON)' > $@
+
+# nvidia-ml-py below 14 installs with 3.6's pip (18.1) and imports on 3.6: its metadata has no Requires-Python.
+$(NODE_VENV)/.installed: pyproject.toml $(NODE_CHOICE)
+	rm -rf $(NODE_VENV)
+	$(NODE_PYTHON) -m venv $(NODE_VENV)
 	$(NODE_VENV)/bin/python -m pip install -q 'nvidia-ml-py>=12.535,<14'
 	touch $@
 
 node-env: $(NODE_VENV)/.installed
+	@$(NODE_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 6))' || echo "no Python 3.6" \
+	  "here: .venv-node runs $$($(NODE_VENV)/bin/python -V 2>&1), node code is checked against 3.6 by vermin only"
+
+.PHONY: FORCE
+FORCE:
 
 # template.yml is checked against the ROS resource schemas Alibaba Cloud publishes in its ros-cdk packages
 # (tests/support/ros_schema.py reads them offline): the wheels alone, pinned, no dependencies.

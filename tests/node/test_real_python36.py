@@ -78,3 +78,15 @@ def test_bad_input_is_one_line_on_python36(unpacked, tmp_path):
                           "--sim-state", str(tmp_path / "node.json"))
     assert code == 2
     assert "Traceback" not in err and len([line for line in err.splitlines() if line.strip()]) == 1, err
+
+
+def test_the_node_environment_runs_on_the_python36_found_here():
+    """`make node-env` builds .venv-node on a 3.6 where one runs, so that the tests running node code through
+    NODE_PYTHON (tests/node/nodecli.py) run it as a node does: on python3 (3.10+) only vermin stood for 3.6."""
+    from tests.node.nodecli import NODE_PYTHON
+
+    if not os.path.isfile(NODE_PYTHON):
+        pytest.skip("no .venv-node here (make node-env)")
+    done = subprocess.run([NODE_PYTHON, "-c", "import sys, pynvml; print(sys.version_info[:2])"],
+                          stdout=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert done.stdout.strip() == "(3, 6)", done.stdout
