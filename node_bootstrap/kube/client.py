@@ -290,6 +290,18 @@ def _first_certificate(pem):
     return pem[:pos + len(end)] + b"\n" if pos >= 0 else pem
 
 
+def _closed_without_close_notify(exc):
+    # type: (ssl.SSLError) -> bool
+    """A TLS peer that closed its connection without close_notify, raised rather than read as the end.
+
+    Python reads that as an end of data (suppress_ragged_eofs), which http.client then finds short of its
+    Content-Length. Under OpenSSL 3 it is an error of its own (UNEXPECTED_EOF_WHILE_READING), which Python
+    maps back to that end only from 3.10: before (3.6-3.9 linked to OpenSSL 3) it comes as a plain SSLError
+    whose reason, looked up in Python's older table, is another name (3.6: KRB5_S_TKT_NYV); OpenSSL's own
+    text in the message is right."""
+    return isinstance(exc, ssl.SSLEOFError) or "unexpected eof while reading" in str(exc).lower()
+
+
 class KubeClient(object):
     """HTTPS calls to one API server. One connection per call: calls are few, and simplicity wins."""
 
@@ -358,6 +370,7 @@ class KubeClient(object):
         # for good. The whole call gets twice the timeout; then its socket is shut, and the read ends.
         limit = 2 * self.timeout
         cut = []  # type: List[bool]
+        asked = False
 
         def cutoff():
             # type: () -> None
@@ -377,6 +390,7 @@ class KubeClient(object):
         timer.start()
         try:
             conn.request(method, url, body=payload, headers=headers)
+            asked = True  # connected, TLS handshake done, request sent
             response = conn.getresponse()
             data = response.read(MAX_ANSWER_BYTES + 1)  # one byte more than an answer may be: refused below
             status = response.status
@@ -387,6 +401,9 @@ class KubeClient(object):
         except ssl.SSLError as exc:
             if cut:
                 raise KubeError("%s gave no complete answer within %gs" % (self.config.server, limit))
+            if asked and _closed_without_close_notify(exc):  # closed mid-answer: as IncompleteRead below
+                raise KubeError("%s %s: the API server's answer was cut short (its TLS connection closed "
+                                "unannounced)" % (method, path), transient=True)
             raise KubeError("TLS with %s failed: %s" % (self.config.server, getattr(exc, "reason", None) or exc))
         except (socket.timeout, OSError, http.client.HTTPException) as exc:
             if cut:

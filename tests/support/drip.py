@@ -41,12 +41,14 @@ def trickle(send: Callable[[bytes], object], data: bytes, interval_s: float, sto
 
 class Drip:
     def __init__(self, payload: bytes = HTTP_PAYLOAD, interval_s: float = 1.0, life_s: float = 20.0,
-                 read_first: bool = True, tls=None, head: bytes = b"") -> None:
+                 read_first: bool = True, tls=None, head: bytes = b"", close_notify: bool = False) -> None:
         """``tls``: an ``ssl.SSLContext`` for the server side: the handshake completes at full speed, then
         the answer drips inside TLS (an HTTPS client's handshake has a bound of its own). ``head``: sent at
-        once before ``payload`` drips (``Drip(head=HTTP_HEAD, payload=JSON_BODY)``: the body alone drips)."""
+        once before ``payload`` drips (``Drip(head=HTTP_HEAD, payload=JSON_BODY)``: the body alone drips).
+        ``close_notify``: with TLS, the end of the payload is announced (``SSLSocket.unwrap``: TLS's
+        close_notify alert, RFC 8446 section 6.1) before the connection closes; without, it just closes."""
         self.payload, self.interval_s, self.life_s, self.read_first = payload, interval_s, life_s, read_first
-        self.tls, self.head = tls, head
+        self.tls, self.head, self.close_notify = tls, head, close_notify
         self.accepted = 0
         self.sent = 0  # bytes dripped, all connections together
         self._stop = threading.Event()
@@ -88,6 +90,12 @@ class Drip:
             if self.head:
                 conn.sendall(self.head)
             trickle(conn.sendall, self.payload, self.interval_s, self._stop, end, self._count)
+            if self.tls is not None and self.close_notify:
+                conn.settimeout(2.0)  # unwrap waits for the client's own close_notify, which may never come
+                try:
+                    conn.unwrap()
+                except (OSError, ValueError):
+                    pass  # sent ours; the client's did not come back in time
         except OSError:
             pass  # the client gave up: what the test wants
         finally:
