@@ -52,3 +52,34 @@ def test_an_answer_closed_before_its_content_length_is_a_transient_failure_on_th
     assert "cut short" in got["error"] and "within" not in got["error"], got
     assert got["transient"] is True and got["status"] is None, got
     assert peer.sent == len(PART)
+
+
+_PEAK = r"""
+import json, sys
+from node_bootstrap.kube.client import KubeClient, KubeConfig
+
+def peak_kb():  # VmHWM: this process's own high-water mark (tests/support/peak_rss.py)
+    with open("/proc/self/status") as fh:
+        return int([line for line in fh if line.startswith("VmHWM:")][0].split()[1])
+
+server, ca = sys.argv[1:3]
+client = KubeClient(KubeConfig(server, ca.encode("ascii"), None, None, "t0ken", None), timeout=2.0)
+before = peak_kb()
+name = client.get_node("node-a")["metadata"]["name"]
+print(json.dumps({"name": name, "grew_mb": (peak_kb() - before) / 1024.0}))
+"""
+
+
+def test_a_small_answer_costs_the_node_python_no_buffer_of_the_largest_answer(tmp_path):
+    """The client reads at most MAX_ANSWER_BYTES + 1 (64 MiB): http.client's read(amt) before 3.10 allocates
+    amt bytes up front and zeroes them (a bytearray it reads into), whatever the Content-Length, so on a node's
+    3.6 every API call, a 60-byte Node too, touched 64 MiB (measured: peak 18.6 -> 85.6 MB)."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(PART)
+    ca_pem, context = loopback_tls(tmp_path, "node-python-peak-ca")
+    with Drip(head=head, payload=PART, interval_s=0.0, life_s=10, tls=context, close_notify=True) as peer:
+        done = subprocess.run([NODE_PYTHON, "-c", _PEAK, "https://127.0.0.1:%d" % peer.port, ca_pem.decode("ascii")],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                              env={"PYTHONPATH": ROOT, "PATH": os.environ.get("PATH", "")}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["name"] == "node-a" and got["grew_mb"] < 16, got
