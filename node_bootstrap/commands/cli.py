@@ -220,7 +220,7 @@ def _emit(result, as_json, code):
         else:
             text = human(result)
             if text:
-                sys.stdout.write(text + "\n")
+                sys.stdout.write(_carried(text + "\n", sys.stdout))
         sys.stdout.flush()
     except BrokenPipeError:
         _discard_stdout()
@@ -230,6 +230,22 @@ def _emit(result, as_json, code):
         _discard_stdout()
         return code or 1
     return code
+
+
+def _carried(text, stream):
+    # type: (str, Any) -> str
+    """``text`` as ``stream``'s encoding can carry it: what it cannot, as backslash escapes (3.6's stderr does
+    the same). Python 3.6 gives stdout the C locale's ASCII codec, strict but for surrogates (3.7+ reads that
+    locale as UTF-8); the words of systemctl or an API server in other characters then raised out of here
+    after the GPUs had changed, a traceback in place of the result."""
+    encoding = getattr(stream, "encoding", None)
+    if not encoding:
+        return text  # a stream of text (a caller's StringIO): anything goes
+    try:
+        text.encode(encoding, getattr(stream, "errors", None) or "strict")
+        return text
+    except (UnicodeEncodeError, LookupError):
+        return text.encode(encoding, "backslashreplace").decode(encoding, "replace")
 
 
 def _discard_stdout():
