@@ -46,8 +46,8 @@ $(NODE_VENV)/.installed: pyproject.toml $(NODE_CHOICE)
 	touch $@
 
 node-env: $(NODE_VENV)/.installed
-	@$(NODE_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 6))' || echo "no Python 3.6" \
-	  "here: .venv-node runs $$($(NODE_VENV)/bin/python -V 2>&1), node code is checked against 3.6 by vermin only"
+	@$(NODE_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 6))' || echo ".venv-node runs" \
+	  "$$($(NODE_VENV)/bin/python -V 2>&1), not 3.6: node code is checked against 3.6 by vermin only"
 
 .PHONY: FORCE
 FORCE:
