@@ -141,7 +141,7 @@ class Renewal:
         except RuntimeError as exc:
             self.log.warning("plan marker", nodepool_id=self.pool_id, reason="renewals not started (%s: %s): the "
                              "hold lapses within %d s, and an event after it plans beside this one"
-                             % (type(exc).__name__, " ".join(str(exc).split())[:160], round(self.marker.hold_s)))
+                             % (type(exc).__name__, one_line(exc, 160), round(self.marker.hold_s)))
         return self
 
     def stop(self) -> None:
