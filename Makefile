@@ -42,7 +42,8 @@ $(NODE_CHOICE): FORCE
 $(NODE_VENV)/.installed: pyproject.toml $(NODE_CHOICE)
 	rm -rf $(NODE_VENV)
 	$(NODE_PYTHON) -m venv $(NODE_VENV)
-	$(NODE_VENV)/bin/python -m pip install -q 'nvidia-ml-py>=12.535,<14'
+	# (from /: an old pip reads the working folder's egg-info and warns about the function's dependencies)
+	cd / && $(CURDIR)/$(NODE_VENV)/bin/python -m pip install -q 'nvidia-ml-py>=12.535,<14'
 	touch $@
 
 node-env: $(NODE_VENV)/.installed
