@@ -24,7 +24,9 @@ In a ``console`` block, the lines after a ``$ `` command are its sample output: 
 must be the whole of what the terminal shows, stderr and stdout in the order they are written.
 
 Every other ``ack-mig-hook`` or ``node_bootstrap`` command shown (deploy, doctor, undeploy, rollout, a
-real-GPU node command) cannot run here, so each of its options is checked against that command's ``--help``.
+real-GPU node command) cannot run here, so each of its options is checked against that command's ``--help``;
+the cloud commands also run as written against the loopback emulators in
+tests/function/test_docs_cloud_commands.py (docs/first-deployment.md's in test_first_deployment.py).
 """
 
 import os
