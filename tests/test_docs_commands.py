@@ -6,7 +6,7 @@ the commands that run offline are run, and must exit 0, or N when the line ends 
 
 - ``ack-mig-hook plan | profiles | convert | version | completion``, ``ack-mig-hook status --inventory ...``,
   ``ack-mig-hook rollout status ... --inventory ...``, ``ack-mig-hook invoke ... --inventory ...`` (with or
-  without ``--dry-run``);
+  without ``--dry-run``), ``scripts/mutation.py --list``;
 - ``python3 -m node_bootstrap ... --backend sim:...`` and the other commands of a block that works on a
   simulated node (``cat`` of the simulated host's files).
 
@@ -55,6 +55,7 @@ OFFLINE = [
     re.compile(r"ack-mig-hook\s+invoke\b.*--inventory\b"),
     re.compile(r"ack-mig-hook\s+advise\b.*--inventory\b"),
     re.compile(r"-m\s+node_bootstrap\b.*--backend[ =]sim:"),
+    re.compile(r"scripts/mutation\.py\s+--list\b"),  # the mutants listed: the tests that catch them are not run
 ]
 # Cloud commands given bad input: refused before any call, so they run here too.
 BAD_INPUT = re.compile(r"ack-mig-hook\s+(deploy|undeploy|doctor|rollout|wait|logs)\b.*#\s*exit\s+2\b")
@@ -237,6 +238,19 @@ def test_every_offline_command_in_the_docs_works_as_written(where, cmds, tmp_pat
         elif sample is not None and [l.rstrip() for l in shown.splitlines()] != [l.rstrip() for l in sample]:
             failures.append("%s\n  the sample output is not what the terminal shows:\n%s" % (cmd, shown[-1500:]))
     assert not failures, "%s:\n" % where + "\n".join(failures)
+
+
+def test_a_mutant_the_docs_run_alone_is_one_the_list_has():
+    """``scripts/mutation.py --only ID`` runs a mutant's tests (minutes), so it is not run here; ``--list --only ID``
+    is, which refuses an ID that names no mutant: a mutant renamed leaves the page's command failing at once."""
+    named = [(where, m.group(1)) for where, cmd, _ in SHOWN
+             for m in re.finditer(r"scripts/mutation\.py\b.*--only[ =]([\w-]+)", cmd)]
+    assert named, "the docs show no scripts/mutation.py --only"
+    for where, ident in named:
+        proc = subprocess.run([sys.executable, "scripts/mutation.py", "--list", "--only", ident], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True, timeout=60)
+        assert proc.returncode == 0 and proc.stdout.startswith(ident), "%s: --only %s: %s" % (
+            where, ident, proc.stdout[-300:])
 
 
 def test_sample_outputs_are_compared():
