@@ -533,3 +533,27 @@ def test_status_and_plan_read_an_unknown_mig_mode_as_unknown_not_as_no_mig(tmp_p
     status = node.run("status", "--sim-fault", "gpu-error:1:nvmlDeviceGetMigMode:3")
     assert status.rc == 0 and status.json["gpus"][1]["mig_capable"] is False
     assert status.json["gpus"][1]["notes"] == ["MIG mode: Not Supported (NVML error 3)"]
+
+
+def _troubleshooting_faults():
+    """docs/troubleshooting.md's table of the verdicts a simulated node can be made to give: (code, the
+    arguments the row gives apply beside the request)."""
+    import re
+
+    page = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "docs", "troubleshooting.md")
+    text = open(page, encoding="utf-8").read()
+    start = text.index("| verdict | what `apply` is given beside the request |")
+    rows = re.findall(r"^\| `([a-z-]+)` \| `(--sim-fault [^`]+)`", text[start:text.index("```", start)], re.M)
+    return [(code, args.split()) for code, args in rows]
+
+
+@pytest.mark.parametrize("code, args", _troubleshooting_faults())
+def test_every_verdict_troubleshooting_says_a_simulated_node_gives_is_the_one_it_gives(tmp_path, code, args):
+    """The page's command (`apply --sequence 3g.20gb-3g.20gb` on two A100s) with the row's arguments ends in
+    the row's verdict: the code of a failure, or the outcome itself (reboot-required), and nothing else."""
+    assert len(_troubleshooting_faults()) >= 8
+    res = Node(tmp_path).run("apply", "--sequence", "3g.20gb-3g.20gb", *args)
+    assert res.rc != 0 and "Traceback" not in res.stderr, res.stderr
+    assert (res.json["error"] or {}).get("code") == code, res.json
+    assert res.json["outcome"] == ("reboot-required" if code == "reboot-required" else "failed")
