@@ -9,7 +9,8 @@ pages' ids (cluster, pool, nodes) are those of examples/inventory.json, which th
 What the test adds to a command, and why: ``--deps-dir`` to ``deploy`` (it would fetch the function's
 dependencies from PyPI), ``--poll 0`` to ``deploy`` and ``undeploy`` (ROS's emulator finishes at once; the
 commands' own polling is run in tests/function/test_wheel_install.py). A confirmation a command asks for is
-answered ``y`` on a terminal, as a person does."""
+answered ``y`` on a terminal, as a person does. A ``text`` block right after a command's block is the first
+command's sample output: what it prints must read the same, ``...`` standing for what changes."""
 
 import os
 import pty
@@ -45,6 +46,28 @@ def page_commands(page):
     """The page's cloud commands, in its order, continuation lines joined."""
     return [cmd.replace("\\\n", " ") for where, cmd, _ in SHOWN
             if where.split(":")[0] == page and CLOUD.match(cmd.strip())]
+
+
+def samples(page):
+    """{first command of a shell block: the ``text`` block right after it}, its sample output."""
+    lines, found, i = open(os.path.join(ROOT, page), encoding="utf-8").read().splitlines(), {}, 0
+    while i < len(lines):
+        if lines[i].strip() in ("```sh", "```bash"):
+            end = lines.index("```", i + 1)
+            after = end + 1 + (lines[end + 1:end + 2] == [""])
+            if after < len(lines) and lines[after].strip() == "```text":
+                first = " ".join(lines[i + 1].rstrip("\\").split())
+                found[first] = lines[after + 1:lines.index("```", after + 1)]
+            i = end
+        i += 1
+    return found
+
+
+def shows(sample, out):
+    """Whether ``out`` is what ``sample`` shows, read with its wrapping undone; ``...`` stands for any text."""
+    said = " ".join(" ".join(sample).split())
+    pattern = ".*?".join(re.escape(part.strip()) for part in said.split("..."))
+    return re.fullmatch(r"\s*" + pattern + r"\s*", " ".join(out.split())) is not None
 
 
 def test_the_pages_show_the_cloud_commands():
@@ -104,7 +127,7 @@ def test_every_cloud_command_a_page_shows_runs_as_written(page, cloud, monkeypat
     try:
         rolled_out(world)
         sls.add("my-sls-project", "ack-mig-hook", int(time.time()) - 600, {  # docs/cli.md's sample line
-            "time": "T-10m", "level": "ERROR", "message": "node result", "node_name": "cn-beijing.192.168.12.31",
+            "time": "2026-10-01T02:14:09Z", "level": "ERROR", "message": "node result", "node_name": "cn-beijing.192.168.12.31",
             "instance_id": "i-2zeb7c1mig0a100x1k4d", "nodepool_id": POOL, "outcome": "failed", "code": "nvml-error",
             "duration_ms": 4210, "request_id": "req-1", "reason": "nvidia-smi mig -cgi failed"})
         # The reader's kubeconfig (docs/cli.md's doctor --kubeconfig ~/.kube/config), known_hosts (docs/deploy.md)
@@ -120,6 +143,7 @@ def test_every_cloud_command_a_page_shows_runs_as_written(page, cloud, monkeypat
         env.update(HOME=str(home), ACK_MIG_FC_ENDPOINT=fc.endpoint, ACK_MIG_SLS_ENDPOINT=sls.endpoint)
         if page in DEPLOYED:
             deployed(world, env, str(work))
+        sample_of = samples(page)
         for cmd in page_commands(page):
             words = [home_of(w, home) for w in shlex.split(cmd, comments=True)]
             said = re.search(r"#\s*exit\s+(\d+)", cmd)
@@ -132,9 +156,13 @@ def test_every_cloud_command_a_page_shows_runs_as_written(page, cloud, monkeypat
             if done.returncode != expected or "Traceback" in done.stderr:
                 failures.append("%s\n  exit %d, expected %d\n  %s" % (cmd, done.returncode, expected,
                                                                   (done.stderr or done.stdout).strip()[-800:]))
+            sample = sample_of.pop(" ".join(cmd.replace("\\\n", " ").split()), None)
+            if sample is not None and not shows(sample, done.stdout):
+                failures.append("%s\n  prints what its sample does not show:\n%s" % (cmd, done.stdout[-1500:]))
     finally:
         world.stop()
         fc.stop()
         sls.stop()
     assert ran and not fc.rejected and not sls.rejected, (ran, fc.rejected, sls.rejected)
     assert not failures, "%s:\n" % page + "\n".join(failures)
+    assert not sample_of, "samples of commands that were not run: %s" % sorted(sample_of)

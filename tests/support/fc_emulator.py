@@ -11,7 +11,9 @@ Rules, each with its source:
   ``InvalidArgument`` (FC 3.0 API reference, InvokeFunction request headers).
 * The answer: an asynchronous invocation is queued and answered ``202`` with no body and its request id in
   ``x-fc-request-id`` (FC 3.0 "InvokeFunction": "the HTTP status code 202 ... for an asynchronous
-  invocation"; "Asynchronous invocations": the request id identifies the invocation in its records). A
+  invocation"; "Asynchronous invocations": the request id identifies the invocation in its records), of FC
+  3.0's shape ``1-<seconds, 8 hex>-<24 hex>`` (the FC 3.0 user guide's answers, e.g. ``X-Fc-Request-Id:
+  1-64f7449a-127fbe39cd7681596e33ebad`` of Tue, 05 Sep 2023 15:09:14 GMT, where 0x64f7449a is that second). A
   synchronous one answers 200 with ``self.sync_answer``. An unknown function is a 404 ``FunctionNotFound``
   (FC 3.0 error codes), an async payload over 128 KB a 413 ``RequestEntityTooLarge`` (FC "Limits").
 * Signature: ACS3-HMAC-SHA256 as every Tea ROA client sends it (tea-openapi ``do_request``), verified by
@@ -21,6 +23,7 @@ Rules, each with its source:
 call as :class:`CsEmulator` records them.
 """
 
+import time
 import uuid
 from typing import Any, Dict, List, Tuple
 from urllib.parse import unquote
@@ -66,7 +69,7 @@ class FcEmulator(CsEmulator):
             return self._error(404, "FunctionNotFound", "function '%s' does not exist" % name)
         if kind == "Async" and len(body) > MAX_ASYNC_BYTES:
             return self._error(413, "RequestEntityTooLarge", "payload size exceeds maximum allowed size")
-        request_id = str(uuid.uuid4())
+        request_id = "1-%08x-%s" % (int(time.time()), uuid.uuid4().hex[:24])
         with self._lock:
             self.invocations.append({"function": name, "type": kind, "payload": body, "request_id": request_id,
                                      "qualifier": query.get("qualifier")})
