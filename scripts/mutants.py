@@ -770,10 +770,15 @@ MUTANTS = (
            "a pod asking two profiles, one of each, gets no second round: a new node is asked for a pod the pool serves"),
     # ---- the planner's pods asking several resources (planner._serve_joint): whole GPUs among them ----
     mutant("joint-pod-whole-gpus-anywhere", "functions/decision/layout/planner.py",
-           "            if whole[node] < gpus_asked:\n                continue\n",
-           "",
+           "            if whole[node] < gpus_asked or any(free[node][name] < n for name, n in instances.items()):\n",
+           "            if any(free[node][name] < n for name, n in instances.items()):\n",
            ("tests/layout/test_planner.py",),
            "a pod asking a whole GPU and a MIG instance is served by a node with no free whole GPU: it waits for good"),
+    mutant("joint-pod-walks-every-node", "functions/decision/layout/planner.py",
+           "            if whole[node] < gpus_asked or any(free[node][name] < n for name, n in instances.items()):\n",
+           "            if whole[node] < gpus_asked:\n",
+           ("tests/rollout/test_auto_pool_bounded.py",),
+           "every node's instances are walked for every pod asking several profiles: pods x instances of work"),
     # ---- a pod event's holder (pod_event.py): how its rounds and waits end ----
     mutant("pod-event-retry-keeps-marker", "functions/pipeline/pod_event.py",
            "            _let_go(marker, pool_id, log, gave_up)\n",

@@ -398,11 +398,17 @@ def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand], whole: Counter, 
     if not asks:
         return set(), unserved, apart, floor, beyond, mixed, kept
     nodes = _busiest_first(gpus)
+    # Per node, its idle instances by profile, counted once and taken from as pods keep them: a node is
+    # tested against a pod by counts, its instances walked only for the node that holds it. Walking every
+    # node's instances for every pod cost pods x instances (10,000 pods asking two profiles each on 1,000
+    # GPUs: 30 million reads, seconds of the tick), which anyone who may create pods decides.
+    free = {node: Counter(i.profile.name for g in members for i in g.state if not i.held)
+            for node, members in nodes.items()}
     for key, wanted in asks.items():
         gpus_asked = wanted.get(WHOLE_GPU, 0)
         instances = {name: n for name, n in wanted.items() if name != WHOLE_GPU}
         for node, members in nodes.items() if key not in yielded else ():
-            if whole[node] < gpus_asked:
+            if whole[node] < gpus_asked or any(free[node][name] < n for name, n in instances.items()):
                 continue
             idle = {name: [i for g in members for i in g.state if not i.held and i.profile.name == name][:n]
                     for name, n in instances.items()}
@@ -410,6 +416,7 @@ def _serve_joint(gpus: List[_Gpu], demand: Sequence[PodDemand], whole: Counter, 
                 for found in idle.values():
                     for inst in found:
                         inst.reserved = _JOINT
+                free[node].subtract(instances)
                 whole[node] -= gpus_asked
                 if not gpus_asked:
                     kept[key] = (tuple(sorted(instances.items())), [i for found in idle.values() for i in found])
