@@ -422,6 +422,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     # planned by another invocation now) still has its pods, which are its own planner's; a tick of one pool
     # planned them again there, and repartitioned a GPU for pods the first pool's idle instances serve.
     counted: set = set()
+    uncounted_why: Dict[str, str] = {}  # pod key -> why the first planned pool does not count it
     relisted: List[bool] = []
 
     def relist(pool_id: str) -> Tuple[List[Any], float]:
@@ -528,6 +529,8 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             log.warning("auto pool", nodepool_id=pool.nodepool_id, reason=str(exc))
             continue
         counted.update(d["pod"] for d in advice["demand"]["pods"])
+        for one in advice["demand"]["not_counted"]:  # the first planned pool's reason (by id) is the one told
+            uncounted_why.setdefault(one["pod"], one["why"])
         new_nodes[pool.nodepool_id] = result.new_node_shape or result.new_node  # the tags advertise the whole node
         sizes[pool.nodepool_id] = len(nodes)
         for line in result.reasons:
@@ -549,6 +552,13 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
             changes.append((pool, Decision(instance_id=node.instance_id, node_name=name, nodepool_id=pool.nodepool_id,
                                            action="partition", reason=why, ip_address=node.ip_address,
                                            gpu_layouts=per_gpu_partition(targets)), targets))
+    # The waiting pods no pool counts (hostile ones among them: more than a node holds, a megabyte of affinity,
+    # a profile no GPU has): each fails alone, and the tick names them in one bounded line (advise lists all).
+    # Before, only advise named them: the function's log said nothing of a pod that waits for good.
+    left = ["%s (%s)" % (key[:320], why[:300]) for key, why in uncounted_why.items() if key not in counted]
+    if left:
+        log.info("auto pool", reason="%d waiting pod(s) no auto pool counts, never planned for: %s"
+                 % (len(left), left_out_line(left)))
     # The tags are compared with the pools as listed now, after the claims: the list this tick began with is
     # older than them, and the invocation that held a claim before may have written the tags meanwhile.
     tags = sync_pool_tags(request, lookup, cluster, settings, dry_run, log, new_nodes=new_nodes, scope=only)

@@ -288,3 +288,37 @@ def test_many_pods_asking_several_profiles_each_cost_reads_per_node_not_per_pod_
     assert advice["plan"]["new_node_shape"], advice["plan"]
     # 1,000 instances in the pool: a few reads each (5,000), not each once per pod (4,004,000 before)
     assert reads[0] <= 10_000, reads[0]
+
+
+def test_the_tick_names_the_waiting_pods_no_pool_counts_in_one_bounded_line(kube_api, tmp_path, capsys):  # noqa: F811
+    """Pods anyone may write that the pool never plans for (more instances than a node holds, a profile no GPU
+    has, a megabyte of affinity) fail alone: the pods beside them are planned. ``advise`` named them; the tick
+    said nothing of them, so the function's log never told why such a pod waits for good. It names them now
+    in one line a tick, bounded however many there are and however long their names (up to 253 characters)."""
+    from functions.commands.main import main
+
+    eight_gpu_node(kube_api, "n0", sequence="3g.40gb-3g.40gb")
+    waiting(kube_api, "greedy", "1g.10gb", count=57, owner="greedy")
+    waiting(kube_api, "lacking", "1g.12gb", owner="lacking")
+    unschedulable(kube_api, "huge", {"nvidia.com/mig-1g.10gb": "1"}, big_affinity(2000))
+    long_names = ["%s-%03d" % ("z" * 240, i) for i in range(40)]  # after the others in pod order
+    for name in long_names:
+        waiting(kube_api, name, "1g.10gb", count=10 ** 6, owner="greedy")
+    waiting(kube_api, "fair", "1g.10gb", owner="fair")
+    kubeconfig = kube_api.write_kubeconfig(tmp_path / "k.conf", cert=kube_api.admin_cert())
+    event = tmp_path / "tick.json"
+    event.write_text(json.dumps({"auto_pools": True}))
+    code = main(["invoke", "--event", str(event), "--inventory", inventory(tmp_path, members=["n0"]),
+                 "--kubeconfig", kubeconfig, "--dry-run", "--json", "-v"])
+    out, err = capsys.readouterr()
+    result = json.loads(out)
+    assert code == 0 and result["outcome"] == "done", out
+    assert [d["node_name"] for d in result["decisions"]] == ["n0"]  # the fair pod is planned beside them
+    lines = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+    (said,) = [line["reason"] for line in lines if "no auto pool counts" in line.get("reason", "")]
+    assert said.startswith("43 waiting pod(s) no auto pool counts, never planned for: "), said[:200]
+    assert "batch/huge (larger than the hook reads: node affinity has more than 1024 values)" in said, said
+    assert "llm/greedy (asks 57x 1g.10gb, more than a node of the pool holds (at most 56 on 8 GPUs))" in said
+    assert "llm/lacking (asks 1g.12gb, which no GPU of the pool has (A100-80GB))" in said
+    assert "llm/fair" not in said and len(said) < 2500, said
+    assert said.endswith(" more (ack-mig-hook advise lists them)"), said[-200:]
