@@ -779,6 +779,17 @@ MUTANTS = (
            "            if whole[node] < gpus_asked:\n",
            ("tests/rollout/test_auto_pool_bounded.py",),
            "every node's instances are walked for every pod asking several profiles: pods x instances of work"),
+    # ---- the pods bound to an auto pool's nodes (functions/kube/demand.py pods_on): bounded, read in pages ----
+    mutant("bound-pods-kept-whatever-they-ask", "functions/kube/demand.py",
+           "    if bad or not (sums or inits):\n        return None\n",
+           "",
+           ("tests/rollout/test_auto_pool_bounded.py",),
+           "every pod anyone binds to a pool's node is kept, however many: the function's memory is theirs"),
+    mutant("bound-pods-too-large-not-paged", "functions/kube/client.py",
+           "                    raise _TooLarge()\n",
+           "                    return read_list_page(data, reduce, kept)\n",
+           ("tests/rollout/test_auto_pool_bounded.py",),
+           "pods bound to a node past the client's answer bound leave the pool unplanned on every tick"),
     # ---- a pod event's holder (pod_event.py): how its rounds and waits end ----
     mutant("pod-event-retry-keeps-marker", "functions/pipeline/pod_event.py",
            "            _let_go(marker, pool_id, log, gave_up)\n",

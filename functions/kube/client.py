@@ -60,6 +60,10 @@ MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 
 
+class _TooLarge(Exception):
+    """An answer larger than this client reads, where the caller reads it again in pages (list_pods)."""
+
+
 class ApiError(KubeError):
     """A failed call: ``status`` (None when no answer came), the Status ``reason`` and cause types, and
     the ``Retry-After`` the server asked for (seconds, None when none)."""
@@ -432,16 +436,33 @@ class KubeApi:
         return self.list_all("/api/v1/nodes", {"labelSelector": label_selector} if label_selector else None, reduce)
 
     def list_pods(self, node_name: Optional[str] = None, namespace: Optional[str] = None,
-                  label_selector: Optional[str] = None, consistent: bool = False) -> List[dict]:
+                  label_selector: Optional[str] = None, consistent: bool = False,
+                  reduce: Optional[Callable[[dict], Any]] = None, page: int = 16) -> List[Any]:
         """The pods of one node (or namespace): one call, from the watch cache (``resourceVersion=0``), which
         may lag behind etcd (a pod bound a moment ago can be missing); ``consistent``: a consistent read (no
-        resourceVersion), for a verdict that must see every pod bound so far."""
+        resourceVersion), for a verdict that must see every pod bound so far. ``reduce``: each pod reduced as
+        it is decoded (None: left out); an answer larger than this client reads (pods anyone may bind to a
+        node, up to 1.5 MiB each) is then read again as a consistent list in pages of ``page``."""
         path = "/api/v1/pods" if namespace is None else "/api/v1/namespaces/%s/pods" % quote(namespace, safe="")
         query = {} if consistent else {"resourceVersion": "0"}
         if node_name:
             query["fieldSelector"] = "spec.nodeName=" + node_name
         if label_selector:
             query["labelSelector"] = label_selector
+        if reduce is not None:
+            kept: List[Any] = []
+
+            def read(data: bytes) -> Any:
+                if len(data) > MAX_ANSWER_BYTES:
+                    raise _TooLarge()
+                return read_list_page(data, reduce, kept)
+
+            try:
+                self.request("GET", path, query=query, read=read)
+            except _TooLarge:
+                query.pop("resourceVersion", None)  # pages come from one consistent snapshot (list_all)
+                return self.list_all(path, query, reduce=reduce, page=page)
+            return kept
         answer = self.request("GET", path, query=query)
         try:  # a pod left out would let a drain count a node empty that still runs it: none is read
             return list_items(answer, "pod list")

@@ -11,7 +11,7 @@
   node, from the watch cache), for what is in use; asked only when a plan is to be made.
 """
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from functions.decision.layout.matching import waiting_pod
 from node_bootstrap.outside import as_object, objects
@@ -60,5 +60,49 @@ def pending_pods(api: KubeApi, first_page_at: Optional[List[Optional[float]]] = 
     return api.list_all("/api/v1/pods", dict(PENDING), reduce=reduce, page=PENDING_PAGE)
 
 
+def bound_pod(pod: Any) -> Optional[Dict[str, Any]]:
+    """What the supply readers use of a pod bound to a node (``functions/kube/supply.py`` holds_gpus and
+    _asks_on, the running demand, ``status``'s serves), or None for a pod that holds no MIG instance or GPU
+    (finished, or asking none, or asking what no quantity reads: those read nothing of it). Bounded whatever
+    the pod holds: anyone who may create pods may bind them to a node (``spec.nodeName``), with a megabyte
+    of affinity or labels each; their asks are summed as :func:`waiting_pod` sums them."""
+    from functions.decision.layout.matching import _totals
+    from functions.kube.supply import MAX_UID_CHARS, holds_gpus
+
+    if not isinstance(pod, Mapping):
+        return None
+    small = slim(pod)
+    if not holds_gpus(small):
+        return None
+    bad: List[str] = []
+    sums, inits = _totals(small["spec"], bad)
+    if bad or not (sums or inits):
+        return None
+    meta = small["metadata"]
+    out_meta: Dict[str, Any] = {"name": str(meta.get("name") or "")[:253],
+                                "namespace": str(meta.get("namespace") or "")[:63]}
+    for key in ("uid",):
+        if isinstance(meta.get(key), str) and len(meta[key]) <= MAX_UID_CHARS:
+            out_meta[key] = meta[key]
+    mirror = (meta.get("annotations") or {}).get(MIRROR)
+    if isinstance(mirror, str) and len(mirror) <= MAX_UID_CHARS:
+        out_meta["annotations"] = {MIRROR: mirror}
+    labels = as_object(meta.get("labels"))
+    if isinstance(labels.get("pod-template-hash"), str) and len(labels["pod-template-hash"]) <= 63:
+        out_meta["labels"] = {"pod-template-hash": labels["pod-template-hash"]}
+    owner = next((r for r in objects(meta.get("ownerReferences")) if r.get("controller")), None)
+    if owner is not None:
+        out_meta["ownerReferences"] = [{"kind": str(owner.get("kind") or "")[:63],
+                                        "name": str(owner.get("name") or "")[:253], "controller": True}]
+    spec: Dict[str, Any] = {"nodeName": small["spec"]["nodeName"],
+                            "containers": [{"resources": {"limits": {k: str(v) for k, v in sorted(sums.items())}}}]}
+    if inits:
+        spec["initContainers"] = [{"resources": {"limits": {k: str(v) for k, v in sorted(inits.items())}}}]
+    return {"metadata": out_meta, "spec": spec, "status": {"phase": small["status"]["phase"]}}
+
+
 def pods_on(api: KubeApi, node_names: Sequence[str]) -> Dict[str, List[Dict[str, Any]]]:
-    return {name: [slim(p) for p in api.list_pods(node_name=name)] for name in sorted(set(node_names))}
+    """Per node, its pods that hold MIG instances or GPUs (:func:`bound_pod`): one list a node from the watch
+    cache, decoded pod by pod; one larger than the client reads is read again in pages of PENDING_PAGE."""
+    return {name: api.list_pods(node_name=name, reduce=bound_pod, page=PENDING_PAGE)
+            for name in sorted(set(node_names))}

@@ -1076,9 +1076,9 @@ def test_event_and_timer_pick_the_same_pool_when_a_disallowed_instance_is_in_use
         def list_nodes(self, selector):
             return [node] if selector.endswith("np-a") else []
 
-        def list_pods(self, node_name=None):
+        def list_pods(self, node_name=None, reduce=lambda pod: pod, page=None):
             read.append(node_name)
-            return [running] if node_name == "n1" else []
+            return [reduce(running)] if node_name == "n1" else []
 
     class Pools:
         def nodepools(self, cluster):

@@ -322,3 +322,44 @@ def test_the_tick_names_the_waiting_pods_no_pool_counts_in_one_bounded_line(kube
     assert "llm/lacking (asks 1g.12gb, which no GPU of the pool has (A100-80GB))" in said
     assert "llm/fair" not in said and len(said) < 2500, said
     assert said.endswith(" more (ack-mig-hook advise lists them)"), said[-200:]
+
+
+def test_pods_anyone_binds_to_a_pools_node_neither_fill_memory_nor_stop_its_plan(kube_api, tmp_path, capsys,  # noqa: F811
+                                                                                monkeypatch):
+    """A pod may be created with ``spec.nodeName`` set (pods create rights suffice; kubelet may refuse it, Failed,
+    and it stays until the terminated-pod GC's 12,500): a node's pod list then holds whatever they carry, up to
+    1.5 MiB each. It was one answer decoded whole and every pod kept with its affinity and labels: 45 such pods
+    made the answer larger than the client reads (64 MiB), so the pool's pods were never read and the pool never
+    planned (every tick ended in retry); fewer of them filled the function's memory. Now the node's list is
+    decoded pod by pod, only pods holding MIG instances or GPUs kept (and only what the supply readers use of
+    them), and an answer larger than the client reads is read again in pages of 16. The client's bound is
+    12 MiB here (30 pods of 0.5 MB: a page of 16 is 8 MB), the same rule at a size the test server writes
+    quickly."""
+    from functions.kube import client as client_module
+    from functions.kube.demand import pods_on
+    from tests.rollout.test_auto_pool_advise import gpu_node
+
+    monkeypatch.setattr(client_module, "MAX_ANSWER_BYTES", 12 * 1024 * 1024)
+    gpu_node(kube_api, "n1", "1g.10gb-1g.10gb-2g.20gb")
+    kube_api.add_pod("llm", "running", "n1", resources={"nvidia.com/mig-1g.10gb": "1"})
+    affinity = big_affinity(15_000)
+    assert 470_000 < len(json.dumps(affinity)) < 500_000
+    for i in range(30):
+        pod = kube_api.add_pod("batch", "bound-%02d" % i, "n1", phase=("Running", "Failed")[i % 2],
+                               resources={"cpu": "1"}, labels={"l%04d" % j: "v" for j in range(500)})
+        with kube_api.lock:
+            pod["spec"]["affinity"] = affinity
+    waiting(kube_api, "small", "1g.10gb")
+    api = client(kube_api, tmp_path)
+    try:
+        held = pods_on(api, ["n1"])
+    finally:
+        api.close()
+    assert [p["metadata"]["name"] for p in held["n1"]] == ["running"]
+    assert len(json.dumps(held)) < 1000, held
+    advice = live_advice(kube_api, tmp_path, capsys)  # exit 2 before: the list of n1's pods could not be read
+    assert advice["demand"]["in_use"] == {"1g.10gb": 1} and advice["demand"]["pending"] == {"1g.10gb": 1}
+    assert advice["plan"]["unserved"] == {} and not [u for u in advice["plan"]["unplaced"] if "n1" in u]
+    lists = [r.query for r in kube_api.requests if r.path == "/api/v1/pods" and "nodeName" in r.query]
+    assert any("resourceVersion=0" in q and "limit" not in q for q in lists), lists  # from the watch cache first
+    assert any("limit=%d" % PENDING_PAGE in q for q in lists), lists  # then in pages, being larger than read
