@@ -21,6 +21,9 @@ from .client import KubeApi
 PENDING = {"fieldSelector": "status.phase=Pending"}
 MIRROR = "kubernetes.io/config.mirror"  # node_bootstrap/kube/allocations.py MIRROR_ANNOTATION
 PENDING_PAGE = 16
+# Pages of small pods ask for more, up to this (KubeApi.list_all's grow): a list stops after 1,000 pages, and
+# 16,001 Pending pods (a batch queue, or anyone's pods asking nothing) in pages of 16 stopped every tick.
+PENDING_PAGE_MAX = 500
 
 
 def slim(pod: Dict[str, Any]) -> Dict[str, Any]:
@@ -57,7 +60,7 @@ def pending_pods(api: KubeApi, first_page_at: Optional[List[Optional[float]]] = 
         if first_page_at is not None and not first_page_at:
             first_page_at.append(api.server_time())
         return waiting_pod(item)
-    return api.list_all("/api/v1/pods", dict(PENDING), reduce=reduce, page=PENDING_PAGE)
+    return api.list_all("/api/v1/pods", dict(PENDING), reduce=reduce, page=PENDING_PAGE, grow=PENDING_PAGE_MAX)
 
 
 def bound_pod(pod: Any) -> Optional[Dict[str, Any]]:

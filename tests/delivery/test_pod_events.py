@@ -945,7 +945,7 @@ def test_an_event_plans_the_first_pool_that_can_take_its_pod_not_the_first_it_ma
                                                          "reason": "Unschedulable"}]}}
 
     class Api:  # the two reads the event makes: the pod, and each pool's nodes (none yet: new nodes only)
-        def list_all(self, path, query, reduce=None, page=None):
+        def list_all(self, path, query, reduce=None, page=None, grow=0):
             return [reduce(pod)] if query["fieldSelector"] == "metadata.name=big" else []
 
         def list_nodes(self, selector):
@@ -1018,7 +1018,7 @@ def test_an_event_gives_its_pod_to_the_pool_the_timers_plan_would_count_it_in(mo
              "spec": {}, "status": {}}
 
     class Api:
-        def list_all(self, path, query, reduce=None, page=None):
+        def list_all(self, path, query, reduce=None, page=None, grow=0):
             return [reduce(pod)] if query["fieldSelector"] == "metadata.name=pair" else []
 
         def list_nodes(self, selector):
@@ -1068,7 +1068,7 @@ def test_event_and_timer_pick_the_same_pool_when_a_disallowed_instance_is_in_use
                "status": {"phase": "Running"}}
 
     class Api:
-        def list_all(self, path, query, reduce=None, page=None):
+        def list_all(self, path, query, reduce=None, page=None, grow=0):
             if query.get("fieldSelector") == "metadata.name=want":
                 return [reduce(pod)]
             return [reduce(running)] if "n1" in str(query) else []

@@ -165,6 +165,20 @@ def test_a_paged_list_survives_a_compaction_between_pages(world):
     assert [bool(c) for c in calls] == [False, True, False, True, True]
 
 
+def test_a_paged_pod_list_goes_on_from_the_last_namespace_and_name(world):
+    """etcd lists keys in order (``/registry/pods/<namespace>/<name>``) and a continue token names the last
+    one read: a page that ends in one namespace goes on in the next. The double went on from the last name
+    alone, and left out a pod of a later namespace whose name sorts before it."""
+    node = _gpu_node(world)
+    first, second = sorted(world.namespace() for _ in range(2))
+    world.add_pod(first, "z-pod", node)
+    world.add_pod(second, "a-pod", node)
+    kube = world.client()
+    keys = kube.list_all("/api/v1/pods", {"fieldSelector": "spec.nodeName=" + node}, page=1,
+                         reduce=lambda p: "%s/%s" % (p["metadata"]["namespace"], p["metadata"]["name"]))
+    assert keys == [first + "/z-pod", second + "/a-pod"]
+
+
 def test_a_stale_resource_version_is_409_and_the_current_one_applies(world):
     name = _gpu_node(world)
     kube = world.client()

@@ -363,3 +363,39 @@ def test_pods_anyone_binds_to_a_pools_node_neither_fill_memory_nor_stop_its_plan
     lists = [r.query for r in kube_api.requests if r.path == "/api/v1/pods" and "nodeName" in r.query]
     assert any("resourceVersion=0" in q and "limit" not in q for q in lists), lists  # from the watch cache first
     assert any("limit=%d" % PENDING_PAGE in q for q in lists), lists  # then in pages, being larger than read
+
+
+def test_many_small_pending_pods_do_not_run_the_pending_list_past_its_pages(kube_api, tmp_path, capsys,  # noqa: F811
+                                                                           monkeypatch):
+    """The Pending list came in pages of 16 (a pod may be 1.5 MiB) and a list stops after 1,000 pages, so
+    16,001 Pending pods (any pods: a batch queue, or anyone's, asking no GPU at all) ended every tick in
+    ``retry`` and no auto pool was planned again while they waited. A page of small pods now asks for twice
+    as many next time (up to 500), and one larger than the client reads is asked again at 16. Here pages
+    of 1 (PENDING_PAGE, as other tests set it) stand for 16: 1,001 Pending pods would take 1,001 pages. After
+    them come 60 pods of 0.5 MB with the client's bound at 12 MiB (as in the test above): the page of 500 that
+    would hold them is larger than it reads, and is asked again at 1."""
+    from functions.kube import client as client_module, demand
+
+    monkeypatch.setattr(demand, "PENDING_PAGE", 1)
+    monkeypatch.setattr(client_module, "MAX_ANSWER_BYTES", 12 * 1024 * 1024)
+    eight_gpu_node(kube_api, "n0")
+    with kube_api.lock:
+        for i in range(1000):
+            kube_api.pods[("queue", "job-%04d" % i)] = kube_api._stamp({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "job-%04d" % i, "namespace": "queue", "uid": "u-job-%04d" % i},
+                "spec": {"containers": [{"name": "main", "resources": {"limits": {"cpu": "1"}}}]},
+                "status": {"phase": "Pending"}})
+    affinity = big_affinity(15_000)
+    for i in range(60):  # "zz/...": listed after "llm/fair" and "queue/..."
+        pod = kube_api.add_pod("zz", "large-%02d" % i, "", phase="Pending", resources={"cpu": "1"})
+        with kube_api.lock:
+            pod["spec"]["affinity"] = affinity
+    waiting(kube_api, "fair", "7g.80gb", owner="fair")
+    kube_api.requests.clear()
+    advice = live_advice(kube_api, tmp_path, capsys)  # exit 2 before: "more than 1000 pages; stopped"
+    assert advice["demand"]["pending"] == {"7g.80gb": 1} and advice["plan"]["unserved"] == {}, advice["demand"]
+    lists = [r.query for r in kube_api.requests if r.path == "/api/v1/pods" and "Pending" in r.query]
+    limits = [int(q.split("limit=")[1].split("&")[0]) for q in lists]
+    assert limits[:10] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 500], limits  # the small pods: 1,023 in 10 pages
+    assert len(lists) <= 24 and 1 in limits[10:], limits  # the large ones asked again at 1, then more again

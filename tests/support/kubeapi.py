@@ -341,6 +341,15 @@ def _epoch(text):
         return 0.0
 
 
+def _list_key(obj):
+    # type: (dict) -> str
+    """Where a list goes on from: etcd3 lists keys in order and a continue token names the last key read
+    (``staging/src/k8s.io/apiserver/pkg/storage/etcd3/store.go``: ``/registry/pods/<namespace>/<name>``,
+    ``/registry/minions/<name>``), so a namespaced object's place is its namespace and name together."""
+    meta = obj["metadata"]
+    return "%s/%s" % (meta["namespace"], meta["name"]) if meta.get("namespace") else meta["name"]
+
+
 def _token(snapshot, after):
     return base64.urlsafe_b64encode(json.dumps({"s": snapshot, "a": after}).encode()).decode().rstrip("=")
 
@@ -1094,12 +1103,12 @@ def _handler_for(api):
                     api._snapshots[snap_id] = (list_rv, snapshot)
                     for old in sorted(api._snapshots)[:-SNAPSHOTS_KEPT]:
                         del api._snapshots[old]
-                rest = [o for o in snapshot if o["metadata"]["name"] > after] if after else snapshot
+                rest = [o for o in snapshot if _list_key(o) > after] if after else snapshot
                 page = rest[:limit] if limit else rest
                 meta = {"resourceVersion": list_rv}  # type: Dict[str, Any]
                 if limit and len(rest) > limit:
                     meta["continue"] = token if token and api.repeat_continue else \
-                        _token(snap_id, page[-1]["metadata"]["name"])
+                        _token(snap_id, _list_key(page[-1]))
                     if not query.get("labelSelector") and not query.get("fieldSelector"):
                         meta["remainingItemCount"] = len(rest) - limit
                 # Written out now, under the lock: the objects as they are at this moment (list items carry
@@ -1135,7 +1144,8 @@ def _handler_for(api):
                                    "selector" % user)
             with api.lock:
                 cached = self._cached(query)
-                items = [p for (ns, _), p in sorted((cached[2] if cached else api.pods).items())
+                pods = (cached[2] if cached else api.pods).items()
+                items = [p for (ns, _), p in sorted(pods, key=lambda kv: "%s/%s" % kv[0])  # etcd's key order
                          if (namespace is None or ns == namespace)
                          and all(r(p["metadata"].get("labels") or {}) for r in labels)
                          and kubeselect.fields_match(fields, p)]
