@@ -781,7 +781,8 @@ MUTANTS = (
            "every node's instances are walked for every pod asking several profiles: pods x instances of work"),
     # ---- the pods bound to an auto pool's nodes (functions/kube/demand.py pods_on): bounded, read in pages ----
     mutant("bound-pods-kept-whatever-they-ask", "functions/kube/demand.py",
-           "    if bad or not (sums or inits):\n        return None\n",
+           "    if bad or not (sums or inits) or len(set(sums) | set(inits)) > MAX_ASKED:  # the last: kubelet admits none\n"
+           "        return None\n",
            "",
            ("tests/rollout/test_auto_pool_bounded.py",),
            "every pod anyone binds to a pool's node is kept, however many: the function's memory is theirs"),
@@ -800,6 +801,11 @@ MUTANTS = (
            "                        if False:\n",
            ("tests/rollout/test_auto_pool_bounded.py",),
            "large pods after many small ones make a grown page larger than the client reads: every tick fails"),
+    mutant("waiting-pod-keeps-every-resource", "functions/decision/layout/matching.py",
+           "        sums, inits = dict(sorted(sums.items())[:4]), {}\n",
+           "        pass\n",
+           ("tests/rollout/test_auto_pool_bounded.py",),
+           "a waiting pod asking 40,000 nvidia.com/mig-* resources is kept whole: a hundred fill the function's memory"),
     # ---- a pod event's holder (pod_event.py): how its rounds and waits end ----
     mutant("pod-event-retry-keeps-marker", "functions/pipeline/pod_event.py",
            "            _let_go(marker, pool_id, log, gave_up)\n",

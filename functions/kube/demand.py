@@ -69,7 +69,7 @@ def bound_pod(pod: Any) -> Optional[Dict[str, Any]]:
     (finished, or asking none, or asking what no quantity reads: those read nothing of it). Bounded whatever
     the pod holds: anyone who may create pods may bind them to a node (``spec.nodeName``), with a megabyte
     of affinity or labels each; their asks are summed as :func:`waiting_pod` sums them."""
-    from functions.decision.layout.matching import _totals
+    from functions.decision.layout.matching import MAX_ASKED, _totals
     from functions.kube.supply import MAX_UID_CHARS, holds_gpus
 
     if not isinstance(pod, Mapping):
@@ -79,7 +79,7 @@ def bound_pod(pod: Any) -> Optional[Dict[str, Any]]:
         return None
     bad: List[str] = []
     sums, inits = _totals(small["spec"], bad)
-    if bad or not (sums or inits):
+    if bad or not (sums or inits) or len(set(sums) | set(inits)) > MAX_ASKED:  # the last: kubelet admits none
         return None
     meta = small["metadata"]
     out_meta: Dict[str, Any] = {"name": str(meta.get("name") or "")[:253],

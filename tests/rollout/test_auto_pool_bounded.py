@@ -399,3 +399,31 @@ def test_many_small_pending_pods_do_not_run_the_pending_list_past_its_pages(kube
     limits = [int(q.split("limit=")[1].split("&")[0]) for q in lists]
     assert limits[:10] == [1, 2, 4, 8, 16, 32, 64, 128, 256, 500], limits  # the small pods: 1,023 in 10 pages
     assert len(lists) <= 24 and 1 in limits[10:], limits  # the large ones asked again at 1, then more again
+
+
+def test_a_pod_asking_thousands_of_mig_resources_is_not_counted_and_keeps_nothing_of_them(kube_api, tmp_path,  # noqa: F811
+                                                                                          capsys):
+    """Any name under ``nvidia.com/`` is a valid extended resource, and Kubernetes bounds how many a pod asks only
+    by its size: a pod may ask 40,000 ``nvidia.com/mig-*`` resources (no node has them: it waits). The Pending
+    list kept every one of them of each waiting pod (a 1.5 MiB pod stayed 1.5 MiB, a hundred of them past the
+    function's memory). No GPU has more than 11 profiles, so a pod asking more than 16 MIG or GPU resources
+    is larger than the hook reads: not counted, and only its first few asks are kept, to name it."""
+    from functions.decision.layout.matching import MAX_ASKED
+
+    eight_gpu_node(kube_api, "n0")
+    for i in range(3):
+        unschedulable(kube_api, "wide-%d" % i, {"nvidia.com/mig-%dg.%dgb" % (1 + j % 7, j): "1" for j in range(2000)})
+    unschedulable(kube_api, "at-limit", {"nvidia.com/mig-%dg.%dgb" % (1 + j % 7, j): "1" for j in range(MAX_ASKED)})
+    waiting(kube_api, "fair", "7g.80gb", owner="fair")
+    api = client(kube_api, tmp_path)
+    try:
+        pods = pending_pods(api)
+    finally:
+        api.close()
+    assert len(json.dumps(pods)) < 6000, len(json.dumps(pods))
+    advice = live_advice(kube_api, tmp_path, capsys)
+    assert advice["demand"]["pending"] == {"7g.80gb": 1}
+    why = {p["pod"]: p["why"] for p in advice["demand"]["not_counted"]}
+    assert why["batch/wide-0"] == "larger than the hook reads: asks more than 16 MIG or GPU resources (no GPU has " \
+                                  "more than 11 profiles)", why
+    assert "larger than" not in why["batch/at-limit"], why  # 16: read, and not counted for a profile no GPU has

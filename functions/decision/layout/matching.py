@@ -27,8 +27,8 @@ expanded as it was written (no node holds more than 16 GPUs x 7 instances).
 
 Bounded work: Kubernetes bounds a pod only by its object size (about 1.5 MiB), so a valid pod can carry a
 megabyte of node affinity. The matcher reads at most :data:`MAX_RULES` selector pairs and affinity
-expressions in all, :data:`MAX_VALUES` values in all, :data:`MAX_TOLERATIONS` tolerations and strings of
-at most :data:`MAX_TEXT` characters; a pod beyond any of these is *not counted* ("larger than the hook
+expressions in all, :data:`MAX_VALUES` values in all, :data:`MAX_TOLERATIONS` tolerations, strings of
+at most :data:`MAX_TEXT` characters and :data:`MAX_ASKED` MIG or GPU resources; a pod beyond any of these is *not counted* ("larger than the hook
 reads"), never matched on a part of what it says. :func:`waiting_pod` keeps of a Pending pod only those
 parts, as each item of the list arrives (``functions/kube/demand.py``), and nothing of a pod that asks for
 no MIG instance or GPU or is not waiting.
@@ -66,6 +66,10 @@ MAX_VALUES = 1024  # values of those expressions, in all (a list of a pool's hos
 MAX_TOLERATIONS = 64
 MAX_TEXT = 1024  # characters of one key or value (a label key is at most 317, a label value 63)
 MAX_CONTAINERS = 256  # containers and init containers, in all, whose requests are read
+# Distinct MIG and GPU resources one pod asks (node_bootstrap/mig/catalogue.py: no GPU has more than 11
+# profiles, and a pod's asks must all be on one node): any name under nvidia.com/ is a valid extended resource,
+# so a pod may ask 40,000 of them, and a waiting pod's reduced form kept every one.
+MAX_ASKED = 16
 
 # A quantity as k8s.io/apimachinery/pkg/api/resource/quantity.go reads one: a signed number (digits, with an
 # optional fraction: "1", "1.5", "1.", ".5"), then a decimal SI suffix (m for milli, k ... E), a binary SI
@@ -257,6 +261,8 @@ class _Rules:
         self.key = (self.selector, self.terms, self.fields, self.tolerations, self.beyond)
 
     def _read(self, spec: Mapping[str, Any]) -> None:
+        if len(_asked_names(spec)) > MAX_ASKED:
+            raise _Beyond("asks more than %d MIG or GPU resources (no GPU has more than 11 profiles)" % MAX_ASKED)
         selector = spec.get("nodeSelector") or {}
         if not isinstance(selector, Mapping):
             raise _Beyond("nodeSelector is not a map")
@@ -326,6 +332,23 @@ class _Rules:
                 return "taint %s=%s:%s not tolerated" % (taint.get("key"), taint.get("value") or "",
                                                          taint.get("effect"))
         return ""
+
+
+def _asked_names(spec: Mapping[str, Any]) -> set:
+    """The MIG and GPU resource names the pod's containers and init containers ask (requests or limits), read
+    until there are more than MAX_ASKED."""
+    names = set()  # type: set
+    for part in ("containers", "initContainers"):
+        for container in _containers(spec, part):
+            resources = container.get("resources")
+            for section in ("requests", "limits"):
+                values = resources.get(section) if isinstance(resources, Mapping) else None
+                for name in values if isinstance(values, Mapping) else ():
+                    if isinstance(name, str) and profile_of_resource(name) is not None:
+                        names.add(name)
+                        if len(names) > MAX_ASKED:
+                            return names
+    return names
 
 
 class _Beyond(Exception):
@@ -424,6 +447,8 @@ def waiting_pod(pod: Any) -> Optional[Dict[str, Any]]:
         out_meta["ownerReferences"] = [{"kind": str(owner.get("kind") or "")[:63],
                                         "name": str(owner.get("name") or "")[:253], "controller": True}]
     rules = _Rules(pod)
+    if len(set(sums) | set(inits)) > MAX_ASKED:  # beyond: a few kept, to name it (not counted, never planned)
+        sums, inits = dict(sorted(sums.items())[:4]), {}
     out_spec = {"containers": [{"resources": {"limits": {k: str(v) for k, v in sorted(sums.items())}}}]}
     if bad:  # kept as written (cut short): ask_problem says it again of the reduced pod
         out_spec["containers"].append({"resources": {"limits": dict(b.split("=", 1) for b in bad[:4])}})
