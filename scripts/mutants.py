@@ -806,6 +806,11 @@ MUTANTS = (
            "        pass\n",
            ("tests/rollout/test_auto_pool_bounded.py",),
            "a waiting pod asking 40,000 nvidia.com/mig-* resources is kept whole: a hundred fill the function's memory"),
+    mutant("refusals-ignore-taints", "functions/decision/layout/matching.py",
+           "                bits &= ~group\n",
+           "                pass\n",
+           ("tests/function/test_auto_pool_matching.py",),
+           "a node whose taint a counted pod does not tolerate is planned for it: an instance the pod never gets"),
     # ---- a pod event's holder (pod_event.py): how its rounds and waits end ----
     mutant("pod-event-retry-keeps-marker", "functions/pipeline/pod_event.py",
            "            _let_go(marker, pool_id, log, gave_up)\n",

@@ -231,3 +231,50 @@ def test_supply_reads_the_per_gpu_layouts_the_node_wrote():
         [("7g.80gb", 0, False)], [("1g.10gb", 0, False), ("3g.40gb", 4, True)]]
     n["metadata"]["annotations"]["ack-mig-hook/gpu-layouts"] = '{"0": []}'  # GPU 1 missing
     assert node_supply(n, [])[0] == [] and "cannot be read" in node_supply(n, [])[1][0]
+
+
+def test_refusals_are_why_not_on_every_place():
+    """``refusals`` works out each pod's places as bit sets (indexed labels and taints) rather than testing every
+    pod on every place; on random places and pods (every operator, matchFields, empty terms, tolerations of
+    every form) it says, per place, what ``why_not`` says of the first pod in pod order that refuses it."""
+    import random
+
+    from functions.decision.layout.matching import Place, pod_key, refusals, why_not
+
+    keys, values = ["a", "b", "zone", "n"], ["", "1", "2", "x", "10", "-3", "1_0"]
+    effects = ["NoSchedule", "NoExecute", "PreferNoSchedule", ""]
+    operators = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Bogus"]
+    for seed in range(300):
+        rnd = random.Random(seed)
+
+        def taint():
+            return {"key": rnd.choice(keys), "value": rnd.choice(values), "effect": rnd.choice(effects[:3])}
+
+        places = [Place({k: rnd.choice(values) for k in rnd.sample(keys, rnd.randint(0, 4))},
+                        [taint() for _ in range(rnd.randint(0, 2))]) for _ in range(rnd.randint(1, 12))]
+        pods = []
+        for i in range(rnd.randint(1, 8)):
+            spec = {"containers": [{"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}]}
+            if rnd.random() < 0.4:
+                spec["nodeSelector"] = {k: rnd.choice(values) for k in rnd.sample(keys, rnd.randint(1, 2))}
+            if rnd.random() < 0.7:
+                terms = []
+                for _ in range(rnd.randint(0, 3)):
+                    term = {"matchExpressions": [
+                        {"key": rnd.choice(keys), "operator": rnd.choice(operators),
+                         "values": rnd.sample(values, rnd.randint(0, 2))} for _ in range(rnd.randint(0, 2))]}
+                    if rnd.random() < 0.15:
+                        term["matchFields"] = [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]
+                    terms.append(term)
+                spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": terms}}}
+            spec["tolerations"] = [{k: v for k, v in (("key", rnd.choice(keys + [""])),
+                                                     ("operator", rnd.choice(["Exists", "Equal", ""])),
+                                                     ("value", rnd.choice(values)), ("effect", rnd.choice(effects)))
+                                    if v} for _ in range(rnd.randint(0, 3))]
+            pods.append({"metadata": {"name": "p%d" % i, "namespace": "ns"}, "spec": spec})
+        expected = []
+        for place in places:
+            misses = ((pod_key(p), why_not(p, place.labels, place.taints)) for p in sorted(pods, key=pod_key))
+            expected.append(next(("%s (%s)" % (key, miss) for key, miss in misses if miss), ""))
+        assert refusals(pods, places) == expected, seed

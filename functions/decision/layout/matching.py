@@ -551,11 +551,87 @@ def refusals(pods: Sequence[Mapping[str, Any]], places: Sequence[Place]) -> List
     for pod in sorted(pods, key=pod_key):
         one = _Rules(pod)
         rules.setdefault(one.key, (pod_key(pod), one))
-    out = []
-    for place in places:
-        misses = ((key, one.why_not(place.labels, place.taints)) for key, one in rules.values())
-        out.append(next(("%s (%s)" % (key, miss) for key, miss in misses if miss), ""))
+    # Each pod's places as a bit set (_Accepts), and a place's line read only for the first pod that refuses it:
+    # testing every pod against every place cost pods x places (2,000 pods with a toleration each of its own,
+    # all fitting, on 1,000 nodes: 2 million tests, 3.2 s of CPU), and anyone who may create pods decides how
+    # many differ.
+    out = [""] * len(places)
+    accepts = _Accepts(places)
+    open_ = (1 << len(places)) - 1  # the places no pod has refused yet
+    for key, one in rules.values():
+        if not open_:
+            break
+        taken = accepts.of(one)
+        refused, open_ = open_ & ~taken, open_ & taken
+        while refused:
+            low = refused & -refused
+            index = low.bit_length() - 1
+            place = places[index]
+            out[index] = "%s (%s)" % (key, one.why_not(place.labels, place.taints))
+            refused ^= low
     return out
+
+
+class _Accepts:
+    """The places a pod's rules let it land on, as a bit set (bit i: ``places[i]``), worked out with each label
+    (key, value) and each set of blocking taints indexed once: the same answer as ``_Rules.why_not`` == "" on
+    each place (``test_refusals_are_why_not_on_every_place``), in bit operations."""
+
+    def __init__(self, places: Sequence[Place]):
+        self.places, self.all = places, (1 << len(places)) - 1
+        self.equal = {}  # type: Dict[Tuple[str, str], int]
+        self.present = {}  # type: Dict[str, int]
+        groups = {}  # type: Dict[Tuple[Tuple[Any, Any, Any], ...], int]
+        for i, place in enumerate(places):
+            bit = 1 << i
+            for k, v in place.labels.items():
+                self.present[k] = self.present.get(k, 0) | bit
+                if isinstance(v, str):
+                    self.equal[(k, v)] = self.equal.get((k, v), 0) | bit
+            blocking = tuple((t.get("key"), t.get("value"), t.get("effect")) for t in place.taints
+                             if t.get("effect") in BLOCKING_EFFECTS)
+            groups[blocking] = groups.get(blocking, 0) | bit
+        self.groups = [([{"key": k, "value": v, "effect": e} for k, v, e in blocking], bits)
+                       for blocking, bits in groups.items()]
+        self.ranges = {}  # type: Dict[Tuple[str, str, FrozenSet[str]], int]  (Gt, Lt: read place by place, once)
+
+    def _expression(self, expression: Tuple[str, str, FrozenSet[str]]) -> int:
+        key, operator, values = expression
+        if operator in ("In", "NotIn"):
+            hit = 0
+            for value in values:
+                hit |= self.equal.get((key, value), 0)
+            return hit if operator == "In" else self.all & ~hit
+        if operator == "Exists":
+            return self.present.get(key, 0)
+        if operator == "DoesNotExist":
+            return self.all & ~self.present.get(key, 0)
+        if operator in ("Gt", "Lt"):
+            if expression not in self.ranges:
+                self.ranges[expression] = sum(1 << i for i, place in enumerate(self.places)
+                                              if _expression_matches(expression, place.labels))
+            return self.ranges[expression]
+        return 0  # matchFields, or an operator the API server would have refused
+
+    def of(self, rules: "_Rules") -> int:
+        if rules.beyond:
+            return 0
+        bits = self.all
+        for key, value in rules.selector:
+            bits &= self.equal.get((key, value), 0)
+        if rules.terms:
+            terms = 0
+            for term in rules.terms[0]:
+                if term:
+                    one = self.all
+                    for expression in term:
+                        one &= self._expression(expression)
+                    terms |= one
+            bits &= terms
+        for taints, group in self.groups:
+            if bits & group and not all(any(_tolerates(t, taint) for t in rules.tolerations) for taint in taints):
+                bits &= ~group
+        return bits
 
 
 def _which_pool(rules: _Rules, pools: Mapping[str, Sequence[Place]]) -> Tuple[str, str]:
