@@ -464,3 +464,27 @@ def test_pods_whose_constraints_all_differ_are_not_tested_on_every_node_each(kub
     assert not [u for u in advice["plan"]["unplaced"] if "cannot land" in u]  # every node is planned
     # about one test a pod (the pool it matches), where there were 75,600 (each pod on each node, once more)
     assert tests[0] <= 1000, tests[0]
+
+
+def test_a_snapshot_pod_whose_request_and_limit_differ_counts_its_request_as_the_scheduler_does(tmp_path, capsys):
+    """The API server refuses an extended resource whose request and limit differ (``ValidatePodSpec``), but a
+    hand-written snapshot may hold one: kube-scheduler counts requests (``PodRequests``; a limit only stands for
+    a request that is not given, the API's defaulting), and the hook read the limit over it."""
+    from tests.rollout.test_auto_pool_advise import advise
+
+    node = {"kind": "Node", "metadata": {"name": "n0", "labels": {
+        "alibabacloud.com/nodepool-id": POOL_ID, "aliyun.accelerator/nvidia_name": A100_80,
+        "aliyun.accelerator/nvidia_count": "8", "nvidia.com/mig.config.state": "success",
+        "aliyun.accelerator/nvidia_mig_sequence": "7g.80gb"}}, "spec": {}, "status": {}}
+    pods = [{"kind": "Pod", "metadata": {"name": name, "namespace": "llm"},
+             "spec": {"tolerations": TOLERATE, "containers": [{"resources": resources}]},
+             "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False",
+                                                            "reason": "Unschedulable"}]}}
+            for name, resources in (("differ", {"requests": {"nvidia.com/mig-1g.10gb": "3"},
+                                                "limits": {"nvidia.com/mig-1g.10gb": "1"}}),
+                                    ("limit-only", {"limits": {"nvidia.com/mig-2g.20gb": "2"}}))]
+    code, out, err = advise(capsys, "--inventory", inventory(tmp_path, kubernetes={"kind": "List",
+                                                                                   "items": [node] + pods},
+                                                             members=["n0"]), "--json")
+    assert code == 0, err
+    assert json.loads(out)["demand"]["pending"] == {"1g.10gb": 3, "2g.20gb": 2}

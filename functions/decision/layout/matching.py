@@ -130,7 +130,9 @@ def _resource_asks(container: Any, bad: Optional[List[str]] = None) -> Dict[str,
     go to ``bad`` as ``name=value``."""
     resources = (container.get("resources") if isinstance(container, Mapping) else None) or {}
     asked = {}  # type: Dict[str, Any]
-    for part in ("requests", "limits"):  # a limit alone sets the request; both must be equal
+    # A limit alone sets the request (the API's defaulting) and the two must be equal (ValidatePodSpec); where a
+    # hand-written snapshot has them differ, the request is what kube-scheduler counts (PodRequests): read last.
+    for part in ("limits", "requests"):
         values = resources.get(part) if isinstance(resources, Mapping) else None
         if isinstance(values, Mapping):
             asked.update(values)
