@@ -129,6 +129,12 @@ def make_private_dir(path):
     make_dirs(path, 0o700)
 
 
+def _hidden_copy(dst):
+    # type: (str) -> str
+    """Where a move across file systems writes its copy of ``dst`` before the rename."""
+    return os.path.join(os.path.dirname(dst), "." + os.path.basename(dst) + ".tmp")
+
+
 def _move_file(src, dst):
     # type: (str, str) -> None
     """``src`` renamed to ``dst`` itself. shutil.move onto a directory (or a link to one) moves into it: a
@@ -149,7 +155,7 @@ def _move_file(src, dst):
     # unsynced, so a kill mid-copy left a half manifest there (the kubelet then runs no device plugin), or a
     # half held copy the next run moved back over the whole one. Copied beside it under a name the kubelet
     # skips (pkg/kubelet/config/file.go globs "[^.]*"), synced, renamed; the source goes only then.
-    tmp = os.path.join(os.path.dirname(dst), "." + os.path.basename(dst) + ".tmp")
+    tmp = _hidden_copy(dst)
     if os.path.lexists(tmp):
         os.remove(tmp)  # a killed copy's leftover
     mode = stat.S_IMODE(os.stat(src).st_mode)
@@ -340,6 +346,10 @@ class ClientControl(object):
                     elif mode is not None and not os.path.lexists(client.target):
                         raise OSError(errno.EEXIST, "%s is %s, not a manifest this tool held aside: put the manifest "
                                                     "back at %s and remove it" % (held, describe(mode), client.target))
+                    # A hold killed between its copy and the rename left the copy (the manifest stayed in place):
+                    # the next hold removes it, a run that holds nothing (a boot run at the layout there) never did.
+                    if os.path.lexists(_hidden_copy(held)):
+                        os.remove(_hidden_copy(held))
             except (IOError, OSError) as exc:
                 # Reported, never raised: a raise here would hide why apply failed and skip the label.
                 # It stays in the record, so the next run tries again.

@@ -309,10 +309,16 @@ def _kill_at_the_copys_fsync(monkeypatch, dst, seen):
 
 
 def _next_run_puts_the_whole_manifest_back(manifest, state, text):
+    """The next run (one that changes nothing, as a boot run at the layout already there) puts the whole
+    manifest back and leaves no copy behind: neither beside the manifest nor among the held manifests, where
+    a killed hold's hidden copy stayed for good (the next hold removed it, yet a run that holds nothing never
+    came to it)."""
     after = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), str(state),
                           lambda line: None)
     assert after.start(after.leftovers()) == []
     assert manifest.read_text() == text and not [n for n in os.listdir(str(manifest.parent)) if n != "dp.yml"]
+    held_dir = os.path.join(str(state), "held-manifests")
+    assert not os.path.isdir(held_dir) or os.listdir(held_dir) == []
 
 
 @pytest.mark.parametrize("way", ["held-aside", "put-back"])
