@@ -4,11 +4,14 @@ queued records, the held manifest, the simulated systemd, the node's labels and 
 holders units, the reboot record: tests/node/upgrade.py's audit-hook killer) or a GPU write (``--sim-fault
 crash-after:N``). test_faults.py kills at every GPU write with a rerun, test_client_kills.py and
 test_bootunit.py at the writes of one part each; none killed the whole apply at its file writes and followed it
-with a reboot. ``KILL_MATRIX_SEED`` picks another sample (its value is in every assertion message);
+with a reboot. A state directory on a file system of its own adds the moves' hidden copies, killed at each
+point they add. ``KILL_MATRIX_SEED`` picks another sample (its value is in every assertion message);
 ``KILL_MATRIX_ALL=1`` tries every point."""
 
 import os
 import random
+import shutil
+import tempfile
 
 import pytest
 
@@ -18,7 +21,7 @@ A = ("apply", "--boot-unit", "--sequence", "3g.20gb-3g.20gb")
 B = ("apply", "--boot-unit", "--sequence", "3g.20gb-2g.10gb-1g.5gb")
 A_LAYOUT = [[(9, 0, 1), (9, 4, 1)]] * 2  # (profile id, start, compute instances) per GPU
 B_LAYOUT = [[(9, 0, 1), (14, 4, 1), (19, 6, 1)]] * 2
-FILE_POINTS = 45  # more than the writes an apply of B after A makes under the host (fewer than 40)
+FILE_POINTS = 45  # at least the writes an apply of B after A makes under the host (40: checked below)
 GPU_POINTS = 12  # A to B: 12 mutating calls
 
 
@@ -127,3 +130,71 @@ def test_an_apply_killed_at_a_write_is_settled_by_a_rerun_or_a_reboot(tmp_path, 
         assert node.layout() in (A_LAYOUT, B_LAYOUT), (seed, kind, k, node.layout())
     wrong = check(node, after)
     assert not wrong, "seed %d: killed at %s write %d, then %s: %s" % (seed, kind, k, after, "; ".join(wrong))
+
+
+def writes_of_apply_b(node):
+    """The writes (``"EVENT PATH"``) an apply of B after A makes where the killer counts them, each a kill point."""
+    first = node.deliver("new", *A)
+    assert first.rc == 0 and node.layout() == A_LAYOUT, first.stderr
+    node.writes_log = os.path.join(node.dir, "writes.log")
+    run = node.deliver("new", *B, kill_at_write=10 ** 6)
+    node.writes_log = None
+    assert run.rc == 0 and node.layout() == B_LAYOUT, run.stderr
+    with open(os.path.join(node.dir, "writes.log")) as fh:
+        return fh.read().splitlines()
+
+
+def test_the_matrix_kills_after_every_write_an_apply_makes(tmp_path, bundle):
+    """The matrix tries kill points 0..FILE_POINTS-1, each right before one write: a write an apply gains past
+    that bound (a new record, a copy) would never be killed at, and no one would notice."""
+    writes = writes_of_apply_b(LabelledNode(str(tmp_path), old=bundle, new=bundle))
+    assert 0 < len(writes) <= FILE_POINTS, "raise FILE_POINTS: %d writes\n%s" % (len(writes), "\n".join(writes))
+
+
+class OtherDiskNode(LabelledNode):
+    """The state directory (/var/lib/ack-mig-hook) on a file system of its own (a tmpfs under /dev/shm, linked
+    into the host): the held manifest then moves as a synced hidden copy, renamed, its source removed."""
+
+    def prepare_host(self):
+        super(OtherDiskNode, self).prepare_host()
+        if not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat(self.host).st_dev:
+            pytest.skip("no second file system here")
+        self.disk = tempfile.mkdtemp(prefix="ack-mig-state-", dir="/dev/shm")  # 0700
+        state = self.path("var/lib/ack-mig-hook")
+        os.makedirs(os.path.dirname(state), exist_ok=True)
+        os.symlink(self.disk, state)
+        self.kill_roots = [self.disk]
+
+
+def _hidden_copy_points(writes):
+    """Each hidden copy's kill points: right after the copy (before its rename), after the rename (before the
+    source is removed)."""
+    opened = [i for i, w in enumerate(writes) if w.startswith("open ") and os.path.basename(w).startswith(".")]
+    return [k for i in opened for k in (i + 1, i + 2)]
+
+
+def other_disk_node(directory, bundle):
+    os.mkdir(directory)
+    return OtherDiskNode(directory, old=bundle, new=bundle)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("after", ["rerun", "reboot"])
+def test_an_apply_killed_in_a_move_across_file_systems_is_settled(tmp_path, bundle, after):
+    """The hidden copy a move across file systems writes (held aside and put back: two copies, two points
+    each) killed at, then rerun or rebooted: the one invariant checker decides, as for every other write."""
+    nodes = []
+    try:
+        nodes.append(other_disk_node(str(tmp_path / "count"), bundle))
+        points = _hidden_copy_points(writes_of_apply_b(nodes[-1]))
+        assert len(points) == 4, points
+        for k in points:
+            nodes.append(other_disk_node(str(tmp_path / ("kill-%d" % k)), bundle))
+            node = nodes[-1]
+            assert node.deliver("new", *A).rc == 0
+            assert node.deliver("new", *B, kill_at_write=k).rc != 0, k
+            wrong = check(node, after)
+            assert not wrong, "killed at write %d, then %s: %s" % (k, after, "; ".join(wrong))
+    finally:
+        for node in nodes:
+            shutil.rmtree(node.disk, ignore_errors=True)

@@ -8,7 +8,9 @@ record, the simulated systemd, the device plugin's manifest).
 ``kill_at_write``: the run is SIGKILLed just before its (k+1)-th write under the simulated host (a file opened
 for writing, created, renamed or removed), that is, right after its k-th: an interpreter wrapper installs an
 audit hook (Python 3.8+; before, on a node's 3.6, wrappers of the functions that raise those events) and then
-runs ``node_bootstrap`` as ``-m`` would. ``--sim-fault crash-after:N`` kills at the GPUs' writes instead.
+runs ``node_bootstrap`` as ``-m`` would. ``kill_roots``: the directories whose writes count (the host, and a state
+directory a test put on another file system); ``writes_log``: a file each counted write is appended to ("EVENT
+PATH"), so a test sees which writes a run makes. ``--sim-fault crash-after:N`` kills at the GPUs' writes instead.
 
 Used by tests/node/test_upgrade_convergence.py (a few representative cases) and by
 scripts/upgrade_convergence.py (every kill point)."""
@@ -36,8 +38,9 @@ MANIFEST_TEXT = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: nvidia-device-plu
 
 _KILLER = r"""
 import os, runpy, signal, sys
-host = os.path.realpath(os.environ["UPGRADE_HOST"])
+roots = [os.path.realpath(p) for p in os.environ["UPGRADE_HOST"].split(os.pathsep)]
 left = [int(os.environ["UPGRADE_KILL_AT_WRITE"])]
+log = os.environ.get("UPGRADE_WRITES_LOG")
 WRITES = ("os.rename", "os.replace", "os.remove", "os.unlink", "os.rmdir", "os.mkdir", "os.symlink")
 
 def mine(path):
@@ -46,7 +49,7 @@ def mine(path):
     except TypeError:
         return False  # a descriptor
     path = os.path.realpath(os.path.join(os.getcwd(), path))
-    return path == host or path.startswith(host + os.sep)
+    return any(path == root or path.startswith(root + os.sep) for root in roots)
 
 def hook(event, args):
     if event == "open":
@@ -61,6 +64,9 @@ def hook(event, args):
         if left[0] <= 0:
             os.kill(os.getpid(), signal.SIGKILL)
         left[0] -= 1
+        if log:  # opened with no audit event of its own that counts: outside every root
+            with open(log, "a") as fh:
+                fh.write("%s %s\n" % (event, os.fsdecode(path)))
 
 def wrap(module, name, event, args_of):
     real = getattr(module, name)
@@ -147,6 +153,8 @@ class UpgradeNode(object):
         self.killer = os.path.join(self.dir, "killer.py")
         with open(self.killer, "w") as fh:
             fh.write(_KILLER)
+        self.kill_roots = []  # type: List[str]
+        self.writes_log = None  # type: Optional[str]
         self.wrapper = os.path.join(self.dir, "python-killed-at-write")
         with open(self.wrapper, "w") as fh:
             fh.write('#!/bin/sh\nexec "%s" "%s" "$@"\n' % (node_python(), self.killer))
@@ -247,6 +255,14 @@ class UpgradeNode(object):
         return ["--json", "--backend", "sim:%s:%d" % (GPU, COUNT), "--sim-state", self.state, "--no-label",
                 "--capacity-timeout", "0"] + list(command)
 
+    def killer_env(self, kill):
+        # type: (int) -> Dict[str, str]
+        env = {"UPGRADE_HOST": os.pathsep.join([self.host] + self.kill_roots),
+               "UPGRADE_KILL_AT_WRITE": str(kill)}
+        if self.writes_log:
+            env["UPGRADE_WRITES_LOG"] = self.writes_log
+        return env
+
     def deliver(self, which, *command, **kw):
         # type: (str, str, typing.Any) -> Run
         """``which`` bundle ("old" or "new") runs ``node_bootstrap ARGS`` (``self.args(*command)``) as
@@ -266,7 +282,7 @@ class UpgradeNode(object):
         kill = kw.pop("kill_at_write", None)
         if kill is not None:
             python = self.wrapper
-            env.update(UPGRADE_HOST=self.host, UPGRADE_KILL_AT_WRITE=str(kill))
+            env.update(self.killer_env(kill))
         encoded = base64.b64encode(json.dumps(self.args(*command)).encode("utf-8")).decode("ascii")
         names = base64.b64encode(zlib.compress(b"{}")).decode("ascii")
         proc = subprocess.run([node_python(), "-I", "-", bundle.digest, self.root, encoded, "120", python, "-",
@@ -293,7 +309,7 @@ class UpgradeNode(object):
         env = unit.service_env()
         if kill_at_write is not None:  # the runner's PYTHON argument: what runs node_bootstrap
             argv[8] = self.wrapper
-            env.update(UPGRADE_HOST=self.host, UPGRADE_KILL_AT_WRITE=str(kill_at_write), PATH=SYSTEMD_PATH)
+            env.update(self.killer_env(kill_at_write), PATH=SYSTEMD_PATH)
         proc = subprocess.run(argv, env=env, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, universal_newlines=True, timeout=180)
         lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
