@@ -182,15 +182,21 @@ def check_config_dir(path, request, log, repair):
     was merely pointed at (``--request-file``) is not its to chmod."""
     try:
         info = os.lstat(path)
+        where = path
+        # A link (a node image keeping its configuration on another disk): the request is read and written
+        # through it, so what it links to is judged as the directory, and the link itself must be this user's.
+        if stat.S_ISLNK(info.st_mode) and info.st_uid == os.geteuid():
+            where = "%s (a symbolic link to %s)" % (path, os.path.realpath(path))
+            info = os.stat(path)
     except OSError:
-        return  # install: made 0755 by the first write; the boot run: the read names it
-    if not stat.S_ISDIR(info.st_mode):
+        return  # install: made 0755 by the first write; the boot run: the read names it (a dangling link too)
+    if not stat.S_ISDIR(info.st_mode) and not stat.S_ISLNK(info.st_mode):
         return  # a file where the directory goes: the write (or the read) names it
     if info.st_uid != os.geteuid():
         raise NodeFailure("the boot unit's directory %s is owned by uid %d, not this user (uid %d): the boot unit "
                           "applies the request in it as root, so it must be this user's alone; check what is in "
-                          "it, then chown it, or uninstall-boot-unit and remove it" % (path, info.st_uid, os.geteuid()),
-                          code="config-dir-unsafe")
+                          "it, then chown it, or uninstall-boot-unit and remove it"
+                          % (where, info.st_uid, os.geteuid()), code="config-dir-unsafe")
     said = []  # type: List[str]
     mode = stat.S_IMODE(info.st_mode)
     if mode & (stat.S_IWGRP | stat.S_IWOTH):
@@ -198,10 +204,10 @@ def check_config_dir(path, request, log, repair):
             raise NodeFailure("the boot unit's directory %s is writable by others (mode %04o): the request in it, "
                               "applied as root, may be anybody's; nothing was applied; check what is in it, then "
                               "chmod go-w it and run install-boot-unit again (it writes the request anew)"
-                              % (path, mode), code="config-dir-unsafe")
-        os.chmod(path, mode & ~(stat.S_IWGRP | stat.S_IWOTH))
+                              % (where, mode), code="config-dir-unsafe")
+        os.chmod(path, mode & ~(stat.S_IWGRP | stat.S_IWOTH))  # a link's: what it links to
         said.append("%s was writable by others (mode %04o): made %04o" % (
-            path, mode, mode & ~(stat.S_IWGRP | stat.S_IWOTH)))
+            where, mode, mode & ~(stat.S_IWGRP | stat.S_IWOTH)))
     try:
         held = os.lstat(request)
     except OSError:

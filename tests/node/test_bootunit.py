@@ -709,3 +709,30 @@ def test_the_boot_run_refuses_a_config_directory_or_request_others_could_write_s
     again = node.run("apply", "--request-file", str(request), "--at-boot", "--device-plugin-restart", "none")
     assert again.rc == 0, again.stderr
     assert len(node.layout(0)) == len(SEQ.split("-"))
+
+
+def test_the_boot_run_judges_a_config_directory_that_is_a_link_by_what_it_links_to(tmp_path):
+    """/etc/ack-mig-hook as a symbolic link (a node image that keeps its configuration on another disk) was
+    passed unchecked, since lstat saw no directory: the request the unit applies as root at every boot was read
+    through it from a directory anybody could write. The directory it links to is judged as the directory
+    itself; the boot run refuses it, changing nothing."""
+    node = Node(tmp_path, gpu="H200", count=1)
+    root = tmp_path / "root"
+    assert _install(node, root).rc == 0
+    config = root / "etc" / "ack-mig-hook"
+    elsewhere = tmp_path / "config-disk"
+    os.rename(str(config), str(elsewhere))
+    os.symlink(str(elsewhere), str(config))
+    os.chmod(str(elsewhere), 0o777)
+    assert node.run("sim-reboot").rc == 0
+    request = config / bootunit.REQUEST_NAME
+    boot = node.run("apply", "--request-file", str(request), "--at-boot", "--device-plugin-restart", "none")
+    assert boot.rc == 1 and boot.json["error"]["code"] == "config-dir-unsafe", boot.json
+    assert boot.json["changes"] == 0 and node.layout(0) == []
+    assert boot.json["error"]["message"].startswith(
+        "the boot unit's directory %s (a symbolic link to %s) is writable by others (mode 0777)"
+        % (config, elsewhere)), boot.json
+    os.chmod(str(elsewhere), 0o755)  # what it links to made safe: the boot run applies the request through it
+    again = node.run("apply", "--request-file", str(request), "--at-boot", "--device-plugin-restart", "none")
+    assert again.rc == 0, again.stderr
+    assert len(node.layout(0)) == len(SEQ.split("-"))
