@@ -158,14 +158,17 @@ def _move_file(src, dst):
     tmp = _hidden_copy(dst)
     if os.path.lexists(tmp):
         os.remove(tmp)  # a killed copy's leftover
-    mode = stat.S_IMODE(os.stat(src).st_mode)
-    with open(src, "rb") as source:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        with os.fdopen(fd, "wb") as copy:
-            os.fchmod(copy.fileno(), mode)  # exactly the manifest's mode, whatever the umask
-            shutil.copyfileobj(source, copy)
-            copy.flush()
-            os.fsync(copy.fileno())
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), tmp)  # a link moves as itself, as rename moves it: what it names stays
+    else:
+        mode = stat.S_IMODE(os.stat(src).st_mode)
+        with open(src, "rb") as source:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            with os.fdopen(fd, "wb") as copy:
+                os.fchmod(copy.fileno(), mode)  # exactly the manifest's mode, whatever the umask
+                shutil.copyfileobj(source, copy)
+                copy.flush()
+                os.fsync(copy.fileno())
     os.rename(tmp, dst)
     os.remove(src)
 
@@ -338,7 +341,9 @@ class ClientControl(object):
                 else:
                     held = self._held_path(client)
                     mode = os.lstat(held).st_mode if os.path.lexists(held) else None
-                    if mode is not None and stat.S_ISREG(mode):  # what this tool held aside: a file, never more
+                    # what this tool held aside: a file, or the link a manifest was (rename moves the link
+                    # itself; check_state_dir refuses one another user made), never more
+                    if mode is not None and (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
                         # gone meanwhile: made again writable by root alone, whatever the umask (os.makedirs
                         # under umask 0 gave a static pods' directory anyone could put a pod in)
                         make_dirs(os.path.dirname(client.target), 0o755)

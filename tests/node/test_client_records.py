@@ -429,3 +429,52 @@ def test_a_manifest_moved_across_bind_mounts_of_one_file_system_never_has_its_na
     assert seen == [(True, False)]  # a hidden copy, synced before it takes its place
     monkeypatch.undo()
     _next_run_puts_the_whole_manifest_back(manifest, state, text)
+
+
+def test_a_manifest_that_is_a_symbolic_link_is_put_back_as_it_was(tmp_path):
+    """The device plugin's manifest as a symbolic link (a node image keeping it with the rest of its files):
+    rename(2) held the link itself aside, and putting it back refused it as "a symbolic link, not a manifest
+    this tool held aside", so the device plugin stayed down after every run. The link is held aside and put
+    back as it was; the file it names is never moved."""
+    node, manifest, held = _manifest_node(tmp_path)
+    real = tmp_path / "image" / "nvidia-device-plugin.yml"
+    real.parent.mkdir()
+    manifest.rename(real)
+    os.symlink(str(real), str(manifest))
+    res = node.run("apply", "--sequence", "3g.20gb-3g.20gb")
+    assert res.rc == 0 and res.json["changes"] > 0 and "client_problems" not in res.json, res.json
+    assert os.path.islink(str(manifest)) and os.readlink(str(manifest)) == str(real)
+    assert real.read_text() == "kind: Pod\n" and not os.path.lexists(str(held))
+    assert json.loads((tmp_path / "var" / "stopped-clients.json").read_text()) == []
+
+
+def test_a_manifest_link_moved_across_mount_points_stays_a_link(tmp_path, monkeypatch):
+    """Across mount points (EXDEV) the copy read through a link: the held manifest became a file, and the
+    link came back as a copy of what it named, no longer following it. The link is made again beside its
+    place, under the hidden name, then renamed, as the rename within one mount point moves it."""
+    import errno
+
+    from node_bootstrap.host import clients
+
+    real_rename = os.rename
+
+    def rename(src, dst, *args, **kwargs):  # the state directory another mount point than the manifests
+        if os.path.dirname(os.path.abspath(str(src))) != os.path.dirname(os.path.abspath(str(dst))):
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+        return real_rename(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(clients.os, "rename", rename)
+    real = tmp_path / "image" / "dp.yml"
+    real.parent.mkdir()
+    real.write_text("kind: Pod\n")
+    manifest = tmp_path / "manifests" / "dp.yml"
+    manifest.parent.mkdir()
+    os.symlink(str(real), str(manifest))
+    control = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), str(tmp_path / "state"),
+                            lambda line: None)
+    held = control._held_path(parse_clients("manifest:%s" % manifest)[0])
+    stopped = control.stop()
+    assert not os.path.lexists(str(manifest)) and os.readlink(held) == str(real)
+    assert control.start(stopped) == []
+    assert os.readlink(str(manifest)) == str(real) and real.read_text() == "kind: Pod\n"
+    assert os.listdir(str(manifest.parent)) == ["dp.yml"] and os.listdir(os.path.dirname(held)) == []
