@@ -8,12 +8,14 @@ record, the simulated systemd, the device plugin's manifest).
 ``kill_at_write``: the run is SIGKILLed just before its (k+1)-th write under the simulated host (a file opened
 for writing, created, renamed or removed), that is, right after its k-th: an interpreter wrapper installs an
 audit hook (Python 3.8+; before, on a node's 3.6, wrappers of the functions that raise those events) and then
-runs ``node_bootstrap`` as ``-m`` would. ``kill_roots``: the directories whose writes count (the host, and a state
-directory a test put on another file system); ``writes_log``: a file each counted write is appended to ("EVENT
-PATH"), so a test sees which writes a run makes. ``--sim-fault crash-after:N`` kills at the GPUs' writes instead.
+runs ``node_bootstrap`` as ``-m`` would. ``--sim-fault crash-after:N`` kills at the GPUs' writes instead.
 
 Used by tests/node/test_upgrade_convergence.py (a few representative cases) and by
-scripts/upgrade_convergence.py (every kill point)."""
+scripts/upgrade_convergence.py (every kill point).
+
+A node's ``kill_roots``: more directories whose writes count (a state directory a test put on another file
+system); ``writes_log``: a file each counted write is appended to ("EVENT PATH"), so a test sees which writes
+a run makes."""
 
 import base64
 import io
@@ -61,12 +63,12 @@ def hook(event, args):
     else:
         return
     if writing and mine(path):
+        if log:  # its own open is an event too, outside every root: not counted
+            with open(log, "a") as fh:
+                fh.write("%s %s\n" % (event, os.fsdecode(path)))
         if left[0] <= 0:
             os.kill(os.getpid(), signal.SIGKILL)
         left[0] -= 1
-        if log:  # opened with no audit event of its own that counts: outside every root
-            with open(log, "a") as fh:
-                fh.write("%s %s\n" % (event, os.fsdecode(path)))
 
 def wrap(module, name, event, args_of):
     real = getattr(module, name)
