@@ -170,7 +170,19 @@ def _move_file(src, dst):
                 copy.flush()
                 os.fsync(copy.fileno())
     os.rename(tmp, dst)
+    # The rename made durable before the source goes: each file system commits its own journal, and a power
+    # loss that kept the removal but not the rename left the manifest under the hidden name alone.
+    _sync_dir(os.path.dirname(dst))
     os.remove(src)
+
+
+def _sync_dir(path):
+    # type: (str) -> None
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class ClientControl(object):
@@ -353,7 +365,8 @@ class ClientControl(object):
                                                     "back at %s and remove it" % (held, describe(mode), client.target))
                     # A hold killed between its copy and the rename left the copy (the manifest stayed in place):
                     # the next hold removes it, a run that holds nothing (a boot run at the layout there) never did.
-                    if os.path.lexists(_hidden_copy(held)):
+                    # Only beside a manifest in place: a copy that is all there is stays for a person to look at.
+                    if os.path.lexists(_hidden_copy(held)) and os.path.lexists(client.target):
                         os.remove(_hidden_copy(held))
             except (IOError, OSError) as exc:
                 # Reported, never raised: a raise here would hide why apply failed and skip the label.

@@ -478,3 +478,50 @@ def test_a_manifest_link_moved_across_mount_points_stays_a_link(tmp_path, monkey
     assert control.start(stopped) == []
     assert os.readlink(str(manifest)) == str(real) and real.read_text() == "kind: Pod\n"
     assert os.listdir(str(manifest.parent)) == ["dp.yml"] and os.listdir(os.path.dirname(held)) == []
+
+
+@pytest.mark.parametrize("way", ["held-aside", "put-back"])
+def test_a_manifest_moved_across_mount_points_is_renamed_durably_before_its_source_goes(tmp_path, monkeypatch,
+                                                                                         way):
+    """The copy was synced, but not its rename: the source, on the other file system, was removed at once,
+    and each file system commits its own journal. A power loss could keep the removal and lose the rename,
+    leaving the manifest under no name but the hidden copy's, which no run puts back (the device plugin gone
+    for good). The directory the copy is renamed in is synced before the source is removed."""
+    import errno
+
+    from node_bootstrap.host import clients
+
+    real_rename, real_fsync, real_remove, events = os.rename, os.fsync, os.remove, []
+
+    def rename(src, dst, *args, **kwargs):  # the state directory another mount point than the manifests
+        if os.path.dirname(os.path.abspath(str(src))) != os.path.dirname(os.path.abspath(str(dst))):
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+        events.append(("rename", str(dst)))
+        return real_rename(src, dst, *args, **kwargs)
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink("/proc/self/fd/%d" % fd)))
+        return real_fsync(fd)
+
+    def remove(path, *args, **kwargs):
+        events.append(("remove", str(path)))
+        return real_remove(path, *args, **kwargs)
+
+    manifest = tmp_path / "manifests" / "dp.yml"
+    manifest.parent.mkdir()
+    manifest.write_text("kind: Pod\n")
+    control = ClientControl(parse_clients("manifest:%s" % manifest), lambda argv: (0, ""), str(tmp_path / "state"),
+                            lambda line: None)
+    held = control._held_path(parse_clients("manifest:%s" % manifest)[0])
+    stopped = control.stop() if way == "put-back" else None
+    for name, double in (("rename", rename), ("fsync", fsync), ("remove", remove)):
+        monkeypatch.setattr(clients.os, name, double)
+    if way == "held-aside":
+        control.stop()
+        src, dst = str(manifest), held
+    else:
+        control.start(stopped)
+        src, dst = held, str(manifest)
+    renamed = events.index(("rename", dst))
+    removed = events.index(("remove", src))
+    assert ("fsync", os.path.dirname(dst)) in events[renamed:removed], events
