@@ -225,6 +225,12 @@ MUTANTS = (
            ("tests/node/test_kubelet_allocations.py",),
            "with deviceIDStrategy=index a pod's recorded ID names another instance after one below it goes, and "
            "the node destroys the instance allocated to the pod"),
+    mutant("partial-mig-device-walk-trusted", "node_bootstrap/driver/nvml.py",
+           "        if not mig_unreadable and len(mig_devices) < cis:\n",
+           "        if False:\n",
+           ("tests/node/test_kubelet_allocations.py",),
+           "NVML's MIG device walk leaves out the device of an allocated instance (NOT_FOUND at its index): the "
+           "instance reads as free and apply destroys it under the pod"),
     mutant("holders-report-unbounded", "node_bootstrap/commands/holdings.py",
            "    if len(whole) <= MAX_REPORT_CHARS:\n        return whole",
            "    if True:\n        return whole",

@@ -253,6 +253,12 @@ class NvmlReader(object):
         minor = self._try(notes, "minor number", nv.nvmlDeviceGetMinorNumber, dev)
         pids = tuple(sorted(set(p.pid for p in processes)))
         mig_devices, mig_unreadable = self._mig_devices(dev) if current == 1 else ((), "")
+        cis = sum(len(gi.cis) for gi in gis)
+        if not mig_unreadable and len(mig_devices) < cis:
+            # each compute instance is one MIG device: fewer is a partial walk (NOT_FOUND where one exists, a
+            # count below the instances), and an allocated instance left out would look free
+            mig_devices, mig_unreadable = (), "NVML listed %d MIG devices for its %d compute instances" % (
+                len(mig_devices), cis)
         return LiveGpu(index, name, int(pci.pciDeviceId) if pci is not None else None, bus_id, uuid,
                        current, pending, profiles, gis, pids, tuple(notes), pids_unreadable, pids_missing,
                        processes, int(minor) if minor is not None else None, mig_devices, mig_unreadable)

@@ -99,6 +99,24 @@ def test_an_allocated_instance_without_a_process_is_never_destroyed(node, device
     assert res.json["left"][0]["why"].startswith("held: GPU instance")
 
 
+def test_an_allocated_instance_nvmls_mig_device_walk_leaves_out_is_never_destroyed(node):
+    """The MIG devices are walked as NVIDIA's device plugin walks them (every index below
+    nvmlDeviceGetMaxMigDeviceCount, NOT_FOUND skipped), and the walk's answer was taken whole: a driver that
+    answered NOT_FOUND ("no valid MIG device was found at index", nvml.h) where a compute instance exists, or a
+    count below the instances there, listed fewer MIG devices than compute instances, so the pod's instance
+    matched no device, read as free and was destroyed under it. Fewer devices than compute instances is a
+    partial list: the GPU's holders are unknown and nothing on it is destroyed."""
+    uuid, _ = mig_devices(node, 0)[4]
+    write_checkpoint(node, checkpoint([(POD_A, "serve", "nvidia.com/mig-3g.20gb", [uuid])]))
+    before = node.layout(0)
+    res = node.run("apply", "--request-b64", b64(per_gpu((0, [("3g.20gb", 0), ("2g.10gb", 4)]))),
+                   "--sim-fault", "gpu-error:0:nvmlDeviceGetMigDeviceHandleByIndex:6")  # nvml.h: 6 NOT_FOUND
+    assert res.rc == 0, res.stderr
+    assert node.layout(0) == before
+    assert res.json["left"][0]["gpu"] == 0 and "NVML listed 0 MIG devices for its 2 compute instances" in \
+        res.json["left"][0]["why"], res.json["left"]
+
+
 def test_plan_says_so_before_apply(node):
     uuid, _ = mig_devices(node, 0)[4]
     write_checkpoint(node, checkpoint([(POD_A, "serve", "nvidia.com/mig-3g.20gb", [uuid])]))
