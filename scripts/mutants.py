@@ -225,6 +225,18 @@ MUTANTS = (
            ("tests/node/test_kubelet_allocations.py",),
            "with deviceIDStrategy=index a pod's recorded ID names another instance after one below it goes, and "
            "the node destroys the instance allocated to the pod"),
+    mutant("cross-fs-move-rename-unsynced", "node_bootstrap/host/clients.py",
+           "    _sync_dir(os.path.dirname(dst))\n",
+           "",
+           ("tests/node/test_client_records.py",),
+           "a manifest moved across file systems loses its source before its rename is on disk: a power loss "
+           "leaves it under the hidden name alone, the device plugin gone for good"),
+    mutant("config-dir-link-unjudged", "node_bootstrap/host/bootunit.py",
+           "        if stat.S_ISLNK(info.st_mode) and info.st_uid == os.geteuid():\n",
+           "        if False:\n",
+           ("tests/node/test_bootunit.py",),
+           "/etc/ack-mig-hook as a link to a directory anybody can write passes, and the boot unit applies the "
+           "request read through it as root"),
     mutant("partial-mig-device-walk-trusted", "node_bootstrap/driver/nvml.py",
            "        if not mig_unreadable and len(mig_devices) < cis:\n",
            "        if False:\n",
