@@ -152,3 +152,16 @@ def test_an_empty_mig_gpu_has_no_mig_device_at_index_zero(sim):
         dev = pynvml.nvmlDeviceGetHandleByIndex(0)
         with pytest.raises(pynvml.NVMLError_NotFound):
             pynvml.nvmlDeviceGetMigDeviceHandleByIndex(dev, 0)
+
+
+@pytest.mark.parametrize("mig, count", [(False, 0), (True, 7)])
+def test_the_max_mig_device_count_is_zero_while_mig_mode_is_off(sim, mig, count):
+    """nvml.h, nvmlDeviceGetMaxMigDeviceCount: "Returns zero if MIG is not supported or enabled"; the captured
+    H200 (driver 580, MIG off, tests/core/data/h200_nvml_probe.json) answered 0. NVIDIA's device plugin walks
+    the MIG devices below this count (go-nvlib VisitMigDevices), so with MIG off it walks none."""
+    with open(PROBE) as fh:
+        captured = json.load(fh)["gpus"][0]
+    assert (captured["mig_mode"], captured["max_mig_devices"]) == ([0, 0], 0)
+    sim("H200", 1, mig=mig)
+    with NvmlReader(pynvml):
+        assert pynvml.nvmlDeviceGetMaxMigDeviceCount(pynvml.nvmlDeviceGetHandleByIndex(0)) == count

@@ -495,9 +495,14 @@ class SimNvmlLibrary(object):
         raise SimError(driver.ERROR_NOT_FOUND, "no MIG device %d/%d" % (gi_id, ci_id))
 
     def _max_mig_devices(self, dev, out):
+        # nvml.h, nvmlDeviceGetMaxMigDeviceCount: "Returns zero if MIG is not supported or enabled" (SUCCESS,
+        # not NOT_SUPPORTED); a real H200 with MIG off answered 0 (tests/core/data/h200_nvml_probe.json). A
+        # pending mode is not yet enabled: the current one decides.
         index, _, _ = _decode(dev)
-        model = driver.model_of(self.store.load(), index)
-        _put_uint(out, max(p.max_instances for p in model.profiles))
+        state = self.store.load()
+        model = driver.model_of(state, index)
+        enabled = driver.gpu_of(state, index)["mig_current"] == 1
+        _put_uint(out, max(p.max_instances for p in model.profiles) if enabled else 0)
 
     def _mig_device_handle(self, dev, mig_index, out):
         # nvml.h: NOT_FOUND "if no valid MIG device was found at index"; NOT_SUPPORTED "if device doesn't have
