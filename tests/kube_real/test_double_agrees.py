@@ -684,3 +684,35 @@ def test_a_pool_id_that_is_no_label_value_is_refused_in_the_servers_words(world,
     assert "HTTP 400 unable to parse requirement: values[0][%s]: Invalid value: %s" % (POOL_LABEL, said) in str(err)
     assert caught.value.line.startswith("pool %s: the API server refused the list of its nodes (400: GET "
                                         "/api/v1/nodes: HTTP 400 unable to parse requirement: values[0]" % pool)
+
+
+@pytest.mark.parametrize("change,said", [
+    ({}, None),
+    ({"action": None}, "action: Required value"),
+    ({"reportingComponent": None}, "reportingComponent: Required value"),
+    ({"reportingInstance": None}, "reportingInstance: Required value"),
+    ({"reportingComponent": "bad name!"}, 'reportingComponent: Invalid value: "bad name!": name part must consist'),
+    ({"message": "m" * 1025}, 'message: Invalid value: "": can have at most 1024 characters'),
+    ({"action": "a" * 129}, 'action: Invalid value: "": can have at most 128 characters'),
+])
+def test_an_event_with_an_event_time_must_say_who_reported_what(world, change, said):
+    """A core v1 Event carrying ``eventTime`` is a new-style one: legacyValidateEvent
+    (pkg/apis/core/validation/events.go) requires ``reportingComponent`` (a qualified name),
+    ``reportingInstance`` and ``action`` (each at most 128 characters) and a message of at most 1024; one
+    without ``eventTime`` (what the hook and the node write) is held to none of it."""
+    node = _gpu_node(world)
+    body = {"apiVersion": "v1", "kind": "Event", "metadata": {"name": world.unique("ev"), "namespace": "default"},
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+            "reason": "MigFailed", "message": "m", "type": "Warning", "eventTime": "2026-01-01T00:00:00.000000Z",
+            "action": "Apply", "reportingComponent": "ack-mig-hook", "reportingInstance": node}
+    body.update(change)
+    body = {k: v for k, v in body.items() if v is not None}
+    kube = world.client()
+    if said is None:
+        kube.create_event(body)
+        old = {k: v for k, v in body.items() if k not in ("eventTime", "action", "reportingComponent")}
+        kube.create_event(dict(old, metadata=dict(body["metadata"], name=world.unique("ev")), message="m" * 1025))
+        return
+    err = _raises(kube.create_event, body)
+    assert err.status == 422 and re.search(r'Event "%s" is invalid: \[?%s' % (body["metadata"]["name"], re.escape(said)),
+                                           str(err)), str(err)

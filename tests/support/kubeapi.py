@@ -78,8 +78,9 @@ Leases (``coordination.k8s.io/v1``): see ``_lease``; a name that is no DNS subdo
   another namespace than the URL 400, ``spec.renewTime``/``acquireTime`` decode as metav1.MicroTime (six
   fraction digits exactly, else 400; an offset is stored as UTC).
 Events (``POST``/``GET`` ``.../events``): the legacy validation (an event without ``eventTime`` about a
-cluster-scoped object lives in ``default``), a name checked as a path segment only (``.``, ``..``, ``/``,
-``%``: 422; no length limit for core v1), a name taken is 409.
+cluster-scoped object lives in ``default``; one with ``eventTime`` needs ``action``, ``reportingComponent``
+and ``reportingInstance``: :func:`_new_style_event_errors`), a name checked as a path segment only (``.``,
+``..``, ``/``, ``%``: 422; no length limit for core v1), a name taken is 409.
 
 Use it through :func:`kube_api_server` (a context manager) or the ``kube_api`` pytest fixture::
 
@@ -868,6 +869,65 @@ def _invalid(kind, group, name, field, cause):
                    reason="Invalid", details=details)
 
 
+def _invalid_all(kind, name, errors):
+    """422 Invalid naming every error, as errors.NewInvalid words more than one: ``[field: why, ...]``.
+    ``errors``: (field, reason, message) each."""
+    if len(errors) == 1:
+        field, reason, message = errors[0]
+        return _invalid(kind, "", name, field, (reason, message))
+    text = "[%s]" % ", ".join("%s: %s" % (f, m) for f, _, m in errors)
+    causes = [{"reason": r, "message": m, "field": f} for f, r, m in errors]
+    return Refused(422, '%s "%s" is invalid: %s' % (kind, name, text), reason="Invalid",
+                   details={"name": name, "kind": kind, "causes": causes})
+
+
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]\Z")
+
+
+def _qualified_name_problems(value):
+    """apimachinery validation.IsQualifiedName's messages (an optional DNS-subdomain prefix and ``/``)."""
+    prefix, _, name = value.rpartition("/") if "/" in value else ("", "", value)
+    out = []
+    if "/" in value and not _DNS_SUBDOMAIN.match(prefix):
+        out.append("prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, "
+                   "'-' or '.', and must start and end with an alphanumeric character")
+    if not name:
+        out.append("name part must be non-empty")
+    elif len(name) > 63:
+        out.append("name part must be no more than 63 characters")
+    if not _QUALIFIED_NAME.match(name):
+        out.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                   "with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+                   "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+    return out
+
+
+def _new_style_event_errors(body, namespace):
+    """legacyValidateEvent's rules for an Event carrying ``eventTime`` (pkg/apis/core/validation/events.go;
+    core v1 names the controller field ``reportingComponent``): about a cluster-scoped object it lives in
+    default or kube-system; reportingComponent is a qualified name, reportingInstance and action are required
+    and at most 128 characters, reason too, the message at most 1024 (NoteLengthLimit)."""
+    errors = []
+    involved = body.get("involvedObject") or {}
+    if not involved.get("namespace") and namespace not in ("default", "kube-system"):
+        errors.append(("involvedObject.namespace", "FieldValueInvalid",
+                       'Invalid value: "": does not match event.namespace'))
+    component = str(body.get("reportingComponent") or "")
+    if not component:
+        errors.append(("reportingComponent", "FieldValueRequired", "Required value"))
+    errors.extend(("reportingComponent", "FieldValueInvalid", "Invalid value: %s: %s" % (json.dumps(component), why))
+                  for why in _qualified_name_problems(component))
+    for field, limit in (("reportingInstance", 128), ("action", 128), ("reason", 128)):
+        value = str(body.get(field) or "")
+        if not value:
+            errors.append((field, "FieldValueRequired", "Required value"))
+        elif len(value) > limit:
+            errors.append((field, "FieldValueInvalid", 'Invalid value: "": can have at most %d characters' % limit))
+    if len(str(body.get("message") or "")) > 1024:
+        errors.append(("message", "FieldValueInvalid", 'Invalid value: "": can have at most 1024 characters'))
+    return errors
+
+
 def _refuse_annotations(obj, kind, group):
     """Refused (422) for annotations the API server refuses; ValueError for a test's own setup (``group``
     None on a Node: put_node, update_node), so no test builds a Node that cannot exist."""
@@ -1354,6 +1414,9 @@ def _handler_for(api):
             if not body.get("eventTime") and (involved.get("namespace") or "default") != namespace:
                 raise Refused(422, "involvedObject.namespace: Invalid value: %r: does not match event.namespace"
                               % (involved.get("namespace") or ""))
+            problems = _new_style_event_errors(body, namespace) if body.get("eventTime") else []
+            if problems:
+                raise _invalid_all("Event", name, problems)
             event = copy.deepcopy(body)
             with api.lock:
                 if (namespace, name) in api.events:
