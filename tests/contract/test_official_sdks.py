@@ -115,3 +115,27 @@ def test_every_request_and_read_of_a_delivery_run_matches_the_sdk_models(emulato
     problems = [contract.check_read("ecs", "2014-05-26", action, path) for action in actions for path in reads
                 if path[0] in contract.fields(contract.body_model("ecs", "2014-05-26", action))]
     assert [p for p in problems if p] == []
+
+
+@pytest.mark.parametrize("encoding", ["PlainText", "Base64", None])
+def test_invocation_output_comes_in_the_encoding_asked_for(emulator, encoding):
+    """DescribeInvocationResults ``ContentEncoding`` (ECS SDK model, DescribeInvocationResultsRequest): "The
+    encoding method for the `CommandContent` and `Output` fields in the response", PlainText or Base64,
+    "Default value: Base64". An emulator that answers Base64 whatever was asked would pass a reader that asks
+    for one encoding and decodes the other."""
+    from alibabacloud_ecs20140526 import models
+    from alibabacloud_ecs20140526.client import Client
+
+    ids = emulator.add_nodes(1)
+    ecs, rt = Client(_config(emulator)), _runtime()
+    ecs.describe_cloud_assistant_status_with_options(  # the agent is seen ready first, as delivery sees it
+        models.DescribeCloudAssistantStatusRequest(region_id=emulator.region, instance_id=ids), rt)
+    run = ecs.run_command_with_options(models.RunCommandRequest(
+        region_id=emulator.region, type="RunShellScript", command_content=base64.b64encode(b"true").decode(),
+        content_encoding="Base64", instance_id=ids, keep_command=False, enable_parameter=False, timeout=60), rt)
+    (row,) = ecs.describe_invocation_results_with_options(models.DescribeInvocationResultsRequest(
+        region_id=emulator.region, invoke_id=run.body.invoke_id, content_encoding=encoding), rt
+    ).body.invocation.invocation_results.invocation_result
+    text = row.output if encoding == "PlainText" else base64.b64decode(row.output).decode()
+    assert text.startswith("# node log\n{") and text.endswith("}\n"), row.output
+    assert emulator.rejected == [] and contract.check_exchanges(emulator.exchanges) == []

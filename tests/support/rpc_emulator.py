@@ -36,7 +36,8 @@ Each rule it enforces, and where it comes from:
   NextToken. What it answers for an id it does not know (released, never existed) is NOT documented:
   ``unknown_status`` "omit" (default: no row, as a filter by id would) or "refuse" (404
   ``InvalidInstance.NotFound`` for the whole call, as RunCommand does) lets tests cover both.
-* DescribeInvocationResults: ``MaxResults`` <= 50 (default 10) with ``NextToken``, the paging the SDK
+* DescribeInvocationResults: ``Output`` in the ``ContentEncoding`` asked for (PlainText or Base64, default
+  Base64: the SDK request model); ``MaxResults`` <= 50 (default 10) with ``NextToken``, the paging the SDK
   model recommends; ``PageNumber``/``PageSize`` (<= 50) still answered, marked "will soon be deprecated".
   A NextToken this emulator did not issue is refused (400; the code is ours, the API's is not documented).
   ``results_page_rows`` makes it answer fewer rows per page than asked: MaxResults is documented as "the
@@ -672,6 +673,11 @@ class Emulator(LoopbackServer):
                     Dropped=len(full) - len(output))
 
     def _DescribeInvocationResults(self, params):
+        # ContentEncoding (SDK model, DescribeInvocationResultsRequest): the encoding of Output in the answer,
+        # PlainText or Base64, "Default value: Base64". Another value is refused (400; the code is ours).
+        encoding = params.get("ContentEncoding") or "Base64"
+        if encoding not in ("PlainText", "Base64"):
+            return self._error(400, "InvalidParam.ContentEncoding", "ContentEncoding is PlainText or Base64")
         invocation = self.invocations.get(params.get("InvokeId")) or {}
         rows = list(invocation.values())
         legacy = "PageNumber" in params or "PageSize" in params
@@ -694,7 +700,10 @@ class Emulator(LoopbackServer):
                 with self._lock:
                     if row.pop("_reveal", None):
                         row.update(reveal[1])
-            out.append({k: v for k, v in row.items() if k != "_reveal"})
+            shown = {k: v for k, v in row.items() if k != "_reveal"}
+            if encoding == "PlainText" and shown.get("Output"):
+                shown["Output"] = base64.b64decode(shown["Output"]).decode("utf-8", "replace")
+            out.append(shown)
         answer = {"InvocationResults": {"InvocationResult": out}, "TotalCount": len(rows)}
         if token is None:
             answer.update(PageNumber=page, PageSize=size)
