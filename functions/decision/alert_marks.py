@@ -43,6 +43,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Set
 
 from node_bootstrap.outside import OutsideDataError, loads
 
+from functions.decision.claim_rules import MAX_CLOCK_AHEAD_S
 from functions.decision.waves import MAX_EPOCH  # 2100-01-01, the rollout record's bound
 from functions.base.textsafe import one_line
 
@@ -131,9 +132,11 @@ def told(marks: Marks, keys: Mapping[str, str]) -> Set[str]:
 
 
 def kept(marks: Marks, now: float) -> Marks:
-    """``marks`` without those past their time (KEEP_S, a sticky one STICKY_KEEP_S): what still counts as told."""
-    return {iid: mark for iid, mark in marks.items()
-            if now - mark["at"] <= (STICKY_KEEP_S if mark.get("sticky") else KEEP_S)}
+    """``marks`` without those past their time (KEEP_S, a sticky one STICKY_KEEP_S): what still counts as told. A
+    mark dated more than MAX_CLOCK_AHEAD_S after ``now`` (the API server's clock, which every mark is written on)
+    is not ours: an age counted from it never grew, and it kept its node's failure told until its date."""
+    return {iid: mark for iid, mark in marks.items() if mark["at"] <= now + MAX_CLOCK_AHEAD_S
+            and now - mark["at"] <= (STICKY_KEEP_S if mark.get("sticky") else KEEP_S)}
 
 
 def merge(marks: Marks, keys: Mapping[str, str], now: float, sticky_ids: Iterable[str] = ()) -> Marks:

@@ -82,3 +82,24 @@ def test_a_dry_run_halted_by_a_stop_sends_nothing_and_marks_nothing(cluster):
         cluster.run(dry_run=True, ACK_MIG_NOTIFY_URL=hook.url())
         assert hook.lines() == []
         assert ("default", am.MARK_LEASE) not in cluster.api.leases
+
+
+def test_a_stop_mark_dated_past_the_cluster_clock_is_no_mark_and_the_stop_is_told(cluster):
+    """The reader rule on the marks' times: anyone who may update Leases in the namespace can write the marks, and a
+    mark whose time is years ahead of the API server's clock (before 2100, so it read) was never dropped: ``kept``
+    measures a mark's age from its time, and the newest-first cut keeps it first. One such write silenced a node's
+    stop (and a refusal) for good. A mark dated further ahead than a skewed clock explains is not ours: not told, so
+    the stop is told (a repeat at worst, never a loss), and the write replaces the mark with one at the cluster's time."""
+    from tests.support.webhook import Webhook
+    from functions.decision.waves import MAX_EPOCH
+    from functions.kube import leases
+
+    _stopped(cluster)
+    forged = {am.stop_id("node-a"): {"key": am.stop_key("node-a", OWNER), "at": MAX_EPOCH - 86400, "sticky": True}}
+    lease = leases.read_or_create(cluster.kube, "default", am.MARK_LEASE, {})
+    leases.write(cluster.kube, "default", lease, {am.MARK_ANNOTATION: am.write_text(forged)})
+    with Webhook() as hook:
+        cluster.now[0] += 2 * 86400
+        cluster.run(ACK_MIG_NOTIFY_URL=hook.url())
+        assert [line["nodes"][0]["node_name"] for line in _stops(hook)] == ["node-a"], hook.lines()
+    assert _marked(cluster.api)[am.stop_id("node-a")]["at"] <= cluster.now[0]
