@@ -35,7 +35,7 @@ from node_bootstrap.mig import (GPUS, GpuModel, Layout, MigInputError, Partition
                                 plan, resource_name)
 from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts  # what each GPU holds
 from node_bootstrap.mig.solver import complete
-from node_bootstrap.outside import OutsideDataError, as_object, loads, number, objects
+from node_bootstrap.outside import OutsideDataError, as_object, json_type, loads, number, objects
 
 APPLIED_LABEL = "aliyun.accelerator/nvidia_mig_sequence"  # written by node_bootstrap (nodelabels.py)
 STATE_LABEL = "nvidia.com/mig.config.state"
@@ -153,7 +153,10 @@ class Progress:
             return None
         try:  # the reader rule (node_bootstrap/outside.py): bounded, finite, times within their range
             data = loads(text, "annotation %s" % PROGRESS_ANNOTATION, max_bytes=MAX_PROGRESS_TEXT, max_depth=2)
-            return cls(target=str(data["target"]), step=str(data["step"]), cordoned=bool(data.get("cordoned")),
+            cordoned = data.get("cordoned", False)
+            if not isinstance(cordoned, bool):  # bool() read "false" or 1 as this hook's cordon, lifted at the end
+                raise OutsideDataError("cordoned is %s, not true/false" % json_type(cordoned))
+            return cls(target=str(data["target"]), step=str(data["step"]), cordoned=cordoned,
                        since=number(data.get("since"), "since", 0.0, MAX_EPOCH, default=0.0),
                        reason=str(data.get("reason") or ""), owner=str(data.get("owner") or ""),
                        expires=number(data.get("expires"), "expires", 0.0, MAX_EPOCH, default=0.0),

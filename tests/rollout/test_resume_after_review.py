@@ -4,6 +4,8 @@ cordoned is drained again, and a drain that stops says what it did to someone el
 
 import json
 
+import pytest
+
 from tests.rollout.conftest import OLD, capacity, node_labels, snapshot
 
 SMALL, GROWN = "3g.20gb", "3g.20gb-2g.10gb-1g.5gb"
@@ -105,3 +107,20 @@ def test_a_node_left_mid_rollout_in_a_pool_whose_label_went_is_finished_on_its_o
     cluster.now[0] += 100000
     again = cluster.run(inventory=snapshot(value=None))
     assert all(d.action == "skip" for d in again.decisions), [(d.node_name, d.action) for d in again.decisions]
+
+
+@pytest.mark.parametrize("value", ["false", "no", 1, ["x"]], ids=repr)
+def test_a_record_whose_cordoned_is_no_boolean_never_lifts_the_cordon(cluster, value):
+    """The reader rule on the rollout record (anyone with the node's kubelet credential may write its annotations):
+    ``cordoned`` was read with bool(), so "false", "no" or 1 read as this hook's own cordon, and the node's end
+    lifted a cordon a person set. A record whose field is of another type does not read (it starts over, as a
+    hand-edited one does): someone else's cordon stays."""
+    api = cluster.api
+    record = {"target": "sequence=3g.20gb-3g.20gb", "step": "drained", "cordoned": value, "since": 900.0,
+              "reason": "", "owner": "deadrun", "expires": 950.0, "drain": True, "autoscaler": False}
+    api.add_node("node-a", labels=node_labels(OLD), capacity=capacity(OLD), unschedulable=True,
+                 annotations={"ack-mig-hook/rollout": json.dumps(record)})
+    cluster.now[0] += 100000
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert result.nodes[0]["outcome"] == "partitioned", result.nodes[0]
+    assert cluster.unschedulable("node-a") and cluster.annotation("node-a")["cordoned"] is False
