@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from node_bootstrap.outside import OutsideDataError, loads, number, whole
 
 from functions.base.textsafe import one_line
+from functions.decision.claim_rules import MAX_CLOCK_AHEAD_S
 from functions.decision.waves import MAX_EPOCH  # 2100-01-01, the rollout record's bound
 
 RECORD_LEASE = "ack-mig-hook-last-run"
@@ -89,10 +90,11 @@ def write_text(record: Dict[str, Any]) -> str:
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
-def _entry_of(value: Any, what: str) -> Dict[str, Any]:
+def _entry_of(value: Any, what: str, latest: float) -> Dict[str, Any]:
     if not isinstance(value, dict):
         raise OutsideDataError("%s is not an object" % what)
-    out: Dict[str, Any] = {"at": number(value.get("at"), what + ".at", 0.0, MAX_EPOCH)}
+    out: Dict[str, Any] = {"at": number(value.get("at"), what + ".at (epoch seconds, before 2100 and at most %d s "
+                                        "past the clock the record is written on)" % MAX_CLOCK_AHEAD_S, 0.0, latest)}
     for key in _TEXT_FIELDS:
         text = value.get(key, "")
         if not isinstance(text, str):
@@ -111,9 +113,11 @@ def _entry_of(value: Any, what: str) -> Dict[str, Any]:
     return out
 
 
-def read_text(text: Optional[str]) -> Optional[Dict[str, Any]]:
+def read_text(text: Optional[str], now: Optional[float] = None) -> Optional[Dict[str, Any]]:
     """The record from the annotation's text; None when there is none. OutsideDataError (one line) when it is not
-    one this function wrote."""
+    one this function wrote. ``now``: the clock the record is written on; an entry dated more than
+    MAX_CLOCK_AHEAD_S after it is not ours (its age never grew: a stopped timer read as one that just ran)."""
+    latest = MAX_EPOCH if now is None else min(MAX_EPOCH, now + MAX_CLOCK_AHEAD_S)
     if not text:
         return None
     doc = loads(text, "the run record (%s)" % RECORD_ANNOTATION, max_bytes=MAX_TEXT, max_depth=4)
@@ -123,8 +127,8 @@ def read_text(text: Optional[str]) -> Optional[Dict[str, Any]]:
     if not isinstance(by_trigger, dict) or len(by_trigger) > MAX_KEYS:
         raise OutsideDataError("the run record's by_trigger is not a small object")
     return {"version": whole(doc.get("version"), "the run record's version", 1, 1000),
-            "last": _entry_of(doc.get("last"), "last"),
-            "by_trigger": {str(k)[:64]: _entry_of(v, "by_trigger.%s" % str(k)[:64])
+            "last": _entry_of(doc.get("last"), "last", latest),
+            "by_trigger": {str(k)[:64]: _entry_of(v, "by_trigger.%s" % str(k)[:64], latest)
                            for k, v in sorted(by_trigger.items())}}
 
 

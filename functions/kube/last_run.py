@@ -54,11 +54,11 @@ def write(kube: Any, result: Any, request_id: str, duration_ms: float,
         lease = _lease(kube, namespace)
         meta = dict(lease.get("metadata") or {})
         annotations = dict(meta.get("annotations") or {})
+        at, clock = _now(kube)
         try:
-            stored = lr.read_text(annotations.get(lr.RECORD_ANNOTATION))
+            stored = lr.read_text(annotations.get(lr.RECORD_ANNOTATION), at)
         except OutsideDataError:
             stored = None  # not ours, or from a future version we cannot read: replaced by ours
-        at, clock = _now(kube)
         new = lr.entry(result, at, clock, request_id, duration_ms)
         if redact is not None:  # before the cut: a secret the cut splits would no longer be found whole
             new["reason"] = lr.short_reason(redact(one_line(result.reason or "")))
@@ -95,7 +95,7 @@ def read(kube: Any, namespace: str = EVENT_NAMESPACE) -> Dict[str, Any]:
     if text is not None and not isinstance(text, str):
         return {"record": None, "now": now, "error": "the run record (%s) is not text" % lr.RECORD_ANNOTATION}
     try:
-        return {"record": lr.read_text(text), "now": now, "error": None}
+        return {"record": lr.read_text(text, now), "now": now, "error": None}
     except OutsideDataError as exc:
         return {"record": None, "now": now, "error": str(exc)[:200]}
 

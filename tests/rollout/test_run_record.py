@@ -284,3 +284,25 @@ def test_a_long_reason_is_cut_in_the_stored_record_not_only_when_read():
 def test_a_timer_schedule_of_no_time_is_no_interval():
     assert lr.every_seconds("@every 0s") is None and lr.every_seconds("@every 0h0m") is None
     assert lr.every_seconds("@every 90s") == 90 and lr.every_seconds("@every 2h") == 7200
+
+
+def test_a_reconcile_entry_dated_past_the_cluster_clock_never_shows_the_timer_running(cluster):
+    """The reader rule on the record's times: anyone who may update Leases in ``default`` can write the record, and
+    an entry dated years ahead of the API server's clock (before 2100, so it read) made ``doctor`` say the reconcile
+    timer last ran 0 s ago for good, a timer that stopped included. The record is written on the API server's clock:
+    one dated further ahead than a skewed clock explains does not read (one line), and the next write replaces it."""
+    from functions.kube import leases
+
+    cluster.add_nodes()
+    recorded(cluster, TIMER_EVENT)
+    lease = cluster.kube.get_lease("default", lr.RECORD_LEASE)
+    record = lr.read_text(lease["metadata"]["annotations"][lr.RECORD_ANNOTATION])
+    record["by_trigger"]["timer:reconcile"]["at"] = record["last"]["at"] = 4.0e9  # 2096
+    leases.write(cluster.kube, "default", lease, {lr.RECORD_ANNOTATION: lr.write_text(record)})
+    cluster.now[0] += 3 * 3600  # the timer stopped
+    info = last_run.read(cluster.client())
+    checks = last_run_checks(info, "@every 30m")
+    assert info["record"] is None and "last.at" in info["error"] and "\n" not in info["error"], info
+    assert [c.status for c in checks] == ["warn"] and "not read" in checks[0].text
+    recorded(cluster, TIMER_EVENT, request="2")  # the next run's write replaces it
+    assert last_run.read(cluster.client())["record"]["last"]["at"] == pytest.approx(cluster.now[0], abs=2)
