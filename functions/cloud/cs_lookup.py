@@ -28,7 +28,7 @@ from functions.base.model import Node, NodePool
 from functions.base.settings import Settings
 from functions.cloud.answers import answer_body
 from functions.base.textsafe import one_line
-from node_bootstrap.outside import as_object, json_type
+from node_bootstrap.outside import OutsideDataError, as_object, json_type, whole
 
 PAGE_SIZE = 100  # the API's maximum
 MAX_PAGES = 200  # 20 000 nodes: far beyond any cluster; stops a server that never ends its pages
@@ -183,8 +183,11 @@ class CsLookup:
             cluster_id, request, {}, self._runtime))
         body = answer_body(response, "DescribeClusterNodes")
         items = [item for item in _listed(body, "nodes", "DescribeClusterNodes") if item]
-        page_info = body.get("page")
-        return items, page_info.get("total_count") if isinstance(page_info, dict) else None
+        try:  # the reader rule: a count from 1 up (true is an int to Python, and it or 0 ended the pages early)
+            total: Optional[int] = whole(as_object(body.get("page")).get("total_count"), "page.total_count", 1, 2 ** 62)
+        except OutsideDataError:
+            total = None  # no total: the pages are followed until one comes short
+        return items, total
 
     def _pages(self, cluster_id: str, nodepool_id: Optional[str], joined_ids: Optional[str]) -> List[Node]:
         """Every page of one listing. ACK pages by number over the list as it is at each call: a node removed

@@ -72,6 +72,21 @@ def test_a_node_removed_between_two_pages_leaves_no_other_node_out(emulator):
     assert pages == ["1", "2", "1", "2", "3", "1", "2"]
 
 
+@pytest.mark.contract_exempt("answers page.total_count off the model on purpose")
+@pytest.mark.parametrize("total", [True, 0, -5, 1.5, "250"], ids=repr)
+def test_a_total_count_that_is_no_count_of_the_list_does_not_end_the_pages(emulator, total):
+    """The reader rule on ``page.total_count``: a bool is an int to Python, so ``true`` (and 0 or a negative
+    number) ended the paging after the first full page, and every node past it was silently no pool member. A
+    total that is no whole number from 0 up reads as none, and the pages are followed until one comes short."""
+    template = emulator.nodes[0]
+    emulator.nodes = [dict(template, instance_id="i-page%04d" % i, node_name="n%d" % i) for i in range(250)]
+    for _ in range(9):
+        emulator.tamper_next("DescribeClusterNodes", lambda payload: dict(payload, page=dict(
+            payload["page"], total_count=total)))
+    found = [n.instance_id for n in lookup(emulator).nodes(emulator.cluster_id)]
+    assert sorted(found) == sorted(n["instance_id"] for n in emulator.nodes) and len(found) == 250
+
+
 @pytest.mark.parametrize("at", [None, 0], ids=["added-last", "added-first"])
 def test_a_node_removed_and_one_added_between_two_pages_leaves_no_node_out(emulator, at):
     """A removal and an addition between the same two pages (a scale-in and a scale-out, or a node replaced)
