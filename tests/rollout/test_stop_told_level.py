@@ -89,7 +89,8 @@ def test_a_stop_mark_dated_past_the_cluster_clock_is_no_mark_and_the_stop_is_tol
     mark whose time is years ahead of the API server's clock (before 2100, so it read) was never dropped: ``kept``
     measures a mark's age from its time, and the newest-first cut keeps it first. One such write silenced a node's
     stop (and a refusal) for good. A mark dated further ahead than a skewed clock explains is not ours: not told, so
-    the stop is told (a repeat at worst, never a loss), and the write replaces the mark with one at the cluster's time."""
+    the stop is told (a repeat at worst, never a loss), and the write replaces the mark with one at the cluster's
+    time."""
     from tests.support.webhook import Webhook
     from functions.decision.waves import MAX_EPOCH
     from functions.kube import leases
