@@ -10,7 +10,8 @@ Values are checked here, so a wrong setting is one line naming the variable and 
 (:class:`SettingsError`, exit code 2) instead of a failure deep inside an SDK.
 
 Credentials are kept out of ``repr``: a settings object can be logged without leaking a secret.
-Standard library only, so importing settings costs nothing on a cold start.
+Standard library only (and the reader rule's stdlib-only ``node_bootstrap.outside``), so importing settings costs
+nothing on a cold start.
 """
 
 import os
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from functions.base.endpoints import Endpoint, resolve  # stdlib only; Endpoint is re-exported from here
+from node_bootstrap.outside import digits  # stdlib only: the reader rule's count
 
 # The node's directory (bundle cache, file parts): its default and the paths the node script takes. One rule,
 # here at the bottom, so ACK_MIG_NODE_ROOT is checked on load exactly as functions.delivery.node_script checks
@@ -177,10 +179,9 @@ def parse_int(env: Mapping[str, str], name: str, default: int, low: int, high: i
     text = _get(env, name)
     if not text:
         return default
-    try:
-        value = int(text)
-    except ValueError:
-        raise SettingsError("%s=%r is not a whole number; use %d..%d" % (name, text[:20], low, high)) from None
+    value = digits(text)  # ASCII digits only: int() read other scripts' digits, "9_00" and "+900" too
+    if value is None:
+        raise SettingsError("%s=%r is not a whole number; use %d..%d" % (name, text[:20], low, high))
     if not low <= value <= high:
         raise SettingsError("%s=%d is out of range; use %d..%d" % (name, value, low, high))
     return value

@@ -32,6 +32,18 @@ def test_bad_settings_are_one_line(env, fragment):
     assert fragment in str(info.value) and "\n" not in str(info.value) and info.value.exit_code == 2
 
 
+@pytest.mark.parametrize("text", ["\u0669\u0660\u0660", "\uff19\uff10\uff10", "9_00", "+900", "9" * 5000], ids=repr)
+def test_a_whole_number_setting_is_ascii_digits_only(text):
+    """The reader rule's count (``outside.digits``): ``int`` read another script's digits ("\u0669\u0660\u0660",
+    fullwidth "\uff19\uff10\uff10"), "9_00" and "+900" as 900, a drain timeout the ROS template, a shell or a
+    person reading the same text would not take; and 5,000 digits raised out of ``int`` as its own error. Each is
+    one setting error naming the accepted range."""
+    with pytest.raises(SettingsError) as info:
+        load_settings({"ACK_MIG_DRAIN_TIMEOUT_S": text})
+    assert "ACK_MIG_DRAIN_TIMEOUT_S" in str(info.value) and "use 1..86400" in str(info.value)
+    assert load_settings({"ACK_MIG_DRAIN_TIMEOUT_S": " 900 "}).rollout.drain_timeout_s == 900
+
+
 def test_the_node_directory_defaults_to_the_documented_one_and_reaches_the_script():
     from functions.delivery.node_executor import make_transport
     from functions.delivery.node_script import DEFAULT_ROOT
