@@ -26,6 +26,9 @@ from typing import Any, Dict, List, Optional, Union
 DEFAULT_MAX_BYTES = 1 << 20
 MAX_DEPTH = 32  # the deepest document of ours (an event envelope around its payload) nests under 10
 MAX_INT_DIGITS = 18  # |n| < 10**18: inside int64, more than any count, size or time of ours
+# The latest wall-clock time (2100-01-01) a record of ours may name, or a clock it is written on may say: a time
+# beyond it is not one this hook wrote.
+MAX_EPOCH = 4102444800.0
 
 # A JSON string (the unrolled form runs in linear time); brackets inside one are not nesting.
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)

@@ -35,7 +35,7 @@ from node_bootstrap.mig import (GPUS, GpuModel, Layout, MigInputError, Partition
                                 plan, resource_name)
 from node_bootstrap.mig.annotations import LAYOUTS_ANNOTATION, read_layouts  # what each GPU holds
 from node_bootstrap.mig.solver import complete
-from node_bootstrap.outside import OutsideDataError, as_object, json_type, loads, number, objects
+from node_bootstrap.outside import MAX_EPOCH, OutsideDataError, as_object, json_type, loads, number, objects
 
 APPLIED_LABEL = "aliyun.accelerator/nvidia_mig_sequence"  # written by node_bootstrap (nodelabels.py)
 STATE_LABEL = "nvidia.com/mig.config.state"
@@ -75,8 +75,6 @@ MAX_PROGRESS_TEXT = 4096
 # MAX_PROGRESS_TEXT. Unbounded, a drain's reason naming many pods a budget kept wrote a stop record of 12 KB that
 # every later run read as none: the stop was lost and the node drained again. The node's result keeps it all.
 MAX_RECORD_REASON = 1536
-# The latest wall-clock time a record may name (2100-01-01): a time beyond it is not one this hook wrote.
-MAX_EPOCH = 4102444800.0
 # How far past one run lease from ``now`` a hold may name and still count. Records are written and judged on
 # the API server's clock (functions.rollout.run.cluster_clock), so the writer's ``now`` and the reader's
 # differ only by how each read it (the whole-second Date of an answer, the time since) and, for a record an

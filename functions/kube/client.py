@@ -46,7 +46,7 @@ from functions.base.textsafe import one_line
 from node_bootstrap.hostlookup import LookupTimeout, create_connection
 from node_bootstrap.kube import KubeConfig, KubeError, load_kubeconfig
 from node_bootstrap.kube.client import MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH
-from node_bootstrap.outside import OutsideDataError, depth, list_items, loads
+from node_bootstrap.outside import MAX_EPOCH, OutsideDataError, depth, list_items, loads
 # The reader rule's number and constant checks (node_bootstrap/outside.py), for a page read item by item.
 from node_bootstrap.outside import _float as _rule_float, _int as _rule_int, _refuse_constant
 
@@ -124,8 +124,9 @@ def _tls(config: KubeConfig) -> ssl.SSLContext:
 
 
 def _http_date(text: Optional[str]) -> Optional[float]:
-    """An HTTP-date (RFC 9110 5.6.7, ``Sun, 06 Nov 1994 08:49:37 GMT``) as epoch seconds; None for none or
-    any other text."""
+    """An HTTP-date (RFC 9110 5.6.7, ``Sun, 06 Nov 1994 08:49:37 GMT``) as epoch seconds; None for none, any
+    other text, or a time no record of ours may name (the reader rule's 1970 to 2100): timed on it, a claim or a
+    record would read back as not ours, and another invocation would take what it holds."""
     if not text or len(text) > 64:
         return None
     try:
@@ -135,9 +136,10 @@ def _http_date(text: Optional[str]) -> Optional[float]:
     if when.tzinfo is None:  # "-0000": UTC as RFC 5322 spells an unknown zone
         when = when.replace(tzinfo=datetime.timezone.utc)
     try:
-        return when.timestamp()
+        at = when.timestamp()
     except (OverflowError, ValueError, OSError):
         return None
+    return at if 0 <= at <= MAX_EPOCH else None
 
 
 def _retry_after(headers: Any) -> Optional[float]:

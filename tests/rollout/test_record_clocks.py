@@ -134,3 +134,21 @@ def test_status_counts_a_records_age_on_the_cluster_clock(cluster):
     status = collect(load_settings({}), InventoryLookup.from_dict(snapshot(names=["node-a"])), kube=cluster.kube)
     text = " ".join(render(status, nodes=False).split())
     assert "failed node-a 2h 5m ago: drain-timeout" in text, text
+
+
+def test_a_date_past_2100_from_the_api_server_is_no_clock_and_the_pool_s_claim_still_excludes(cluster):
+    """The reader rule on the answers' ``Date`` (a proxy or a broken clock in front of the API server may send any
+    HTTP-date): one in 2153 was taken as the cluster's time, so the planning claim one invocation wrote expired
+    after 2100, which its reader refuses as not ours: the second invocation read no claim and planned the pool
+    beside the first. A Date no record could hold (past 2100) reads as none, as an unparsable one does: the
+    invocation's own clock times the claim, and the second invocation finds the pool claimed."""
+    import time
+
+    from functions.rollout.plan_claim import PlanClaims
+
+    cluster.api.clock = lambda: 5.8e9  # 2153-10
+    first = PlanClaims(cluster.client(clock=time.time), "tick-1", time.time, 600.0, 300.0)
+    second = PlanClaims(cluster.client(clock=time.time), "tick-2", time.time, 600.0, 300.0)
+    assert first.take("np-auto", "auto", time.time() + 600).why == ""
+    taken = second.take("np-auto", "auto", time.time() + 600)
+    assert "tick-1" in taken.why, taken
