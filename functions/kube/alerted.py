@@ -30,12 +30,15 @@ def client(backend: Any) -> Any:
     return last_run.record_client(getattr(backend, "backend", backend), DEADLINE_S)  # a NodeView: its backend
 
 
-def _marks(lease: Mapping[str, Any]) -> am.Marks:
+def _marks(lease: Mapping[str, Any], note: Optional[Callable[[str], None]] = None) -> am.Marks:
+    """``note``: told the one line of a document that is not ours."""
     notes = as_object(as_object(lease).get("metadata")).get("annotations")
     text = notes.get(am.MARK_ANNOTATION) if isinstance(notes, dict) else None
     try:
         return am.read_text(text if isinstance(text, str) else None)
-    except OutsideDataError:
+    except OutsideDataError as exc:
+        if note is not None:
+            note(str(exc))
         return {}  # not ours, or from a version we cannot read: nothing told, and the next write replaces it
 
 
@@ -51,9 +54,10 @@ def get(kube: Any, namespace: str = EVENT_NAMESPACE) -> Optional[Dict[str, Any]]
         raise
 
 
-def kept(kube: Any, lease: Optional[Mapping[str, Any]]) -> am.Marks:
-    """The marks of ``lease`` (as :func:`get` read it) that still count as told: an expired one tells it again."""
-    return am.kept(_marks(lease), leases.cluster_now(kube)) if lease is not None else {}
+def kept(kube: Any, lease: Optional[Mapping[str, Any]], note: Optional[Callable[[str], None]] = None) -> am.Marks:
+    """The marks of ``lease`` (as :func:`get` read it) that still count as told: an expired one tells it again.
+    ``note``: as :func:`_marks`'s."""
+    return am.kept(_marks(lease, note), leases.cluster_now(kube)) if lease is not None else {}
 
 
 def read(kube: Any, namespace: str = EVENT_NAMESPACE) -> am.Marks:

@@ -395,6 +395,7 @@ class _Marks:
         self.read = False
         self.value: Optional[Dict[str, Any]] = None
         self.error: Optional[Exception] = None
+        self.noted = False  # a document that is not ours is said once an event
 
     def lease(self) -> Optional[Dict[str, Any]]:
         """The Lease (None: there is none). Raises what the read raised."""
@@ -411,14 +412,19 @@ class _Marks:
             raise self.error
         return self.value
 
-    def told(self, keys: Mapping[str, str]) -> Set[str]:
+    def told(self, keys: Mapping[str, str], log: Any) -> Set[str]:
         from functions.decision import alert_marks as am
         from functions.kube import alerted
+
+        def note(why: str) -> None:  # the reader rule's one line: told again, and why
+            if not self.noted:
+                self.noted = True
+                log.warning("alert marks not ours: every failure is told and the marks are replaced", reason=why)
 
         if not keys:
             return set()
         lease = self.lease()  # first: it makes the client
-        return am.told(alerted.kept(self.client, lease), keys)
+        return am.told(alerted.kept(self.client, lease, note), keys)
 
 
 def _passed(result: Any, kube: Any, log: Any, read: Optional[_Marks] = None) -> None:
@@ -455,7 +461,7 @@ def _told(result: Any, kube: Optional[_Marks], log: Any) -> Tuple[Dict[str, str]
     run = result.event_id or str(getattr(log, "context", {}).get("request_id") or "")
     keys = {str(n.get("instance_id")): failure_key(run, n) for n in failed if n.get("instance_id")}
     try:
-        return keys, kube.told(keys)
+        return keys, kube.told(keys, log)
     except Exception as exc:  # noqa: BLE001 - the API server's trouble must not silence an alert
         log.warning("alert marks not read: every node failure is told", reason="%s: %s" % (
             type(exc).__name__, one_line(exc, 200)))
@@ -479,7 +485,7 @@ def _untold_stops(stops: Iterable[Mapping[str, Any]], owner: str, by_wave: Mappi
         return list(seen.values())
     keys = {stop_id(name): stop_key(name, by) for name, by in seen}
     try:
-        told = kube.told(keys)
+        told = kube.told(keys, log)
     except Exception as exc:  # noqa: BLE001 - the API server's trouble must not silence a stop
         log.warning("alert marks not read: every stopped rollout is told", reason="%s: %s" % (
             type(exc).__name__, one_line(exc, 200)))

@@ -147,3 +147,20 @@ def test_a_dry_run_sends_nothing_and_marks_nothing(retrying, kube_api, monkeypat
     handler(lifecycle_event(), None)
     assert hook.lines() == [] and (EVENT_NAMESPACE, am.MARK_LEASE) not in kube_api.leases
     assert not [r for r in kube_api.requests if r.path.endswith("/leases/" + am.MARK_LEASE)]  # not even read
+
+
+def test_marks_that_are_not_ours_are_named_in_one_warning_line(retrying, kube_api, monkeypatch, capsys):  # noqa: F811
+    """The reader rule's one line: a marks document that is not ours read as no marks (every failure told, the
+    document replaced), with nothing said, so a person saw a repeated alert and no reason for it. It is one warning
+    naming what is wrong, once per event."""
+    hook, _ = retrying
+    monkeypatch.setenv("ACK_MIG_LOG_LEVEL", "WARNING")
+    meta = {"name": am.MARK_LEASE, "namespace": EVENT_NAMESPACE, "resourceVersion": "1", "uid": "u-1",
+            "annotations": {am.MARK_ANNOTATION: '{"version": 9, "nodes": {}}'}}
+    kube_api.leases[(EVENT_NAMESPACE, am.MARK_LEASE)] = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                                         "metadata": meta, "spec": {}}
+    attempt(lifecycle_event())
+    assert len(failed_lines(hook)) == 1
+    said = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    noted = [line for line in said if "alert marks" in line.get("message", "")]
+    assert len(noted) == 1 and "not a version 1 document" in noted[0]["reason"], said
