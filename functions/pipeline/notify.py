@@ -250,11 +250,12 @@ def _host(url: str) -> str:
 
 
 def _retry_after(headers: Any) -> Optional[float]:
-    try:
-        value = float((headers or {}).get("Retry-After") or "")
-    except (TypeError, ValueError):
-        return None
-    return value if value >= 0 else None
+    """``Retry-After`` as delay-seconds (RFC 9110 section 10.2.3: ASCII digits), None for anything else (the
+    backoff): float() read "inf" or "1e400" as a wait to the deadline of all lines."""
+    from node_bootstrap.outside import digits
+
+    value = digits(str((headers or {}).get("Retry-After") or "").strip())
+    return None if value is None else float(value)
 
 
 def _retryable(status: Optional[int]) -> bool:

@@ -65,6 +65,21 @@ def test_a_5xx_is_retried_with_its_retry_after_and_a_4xx_is_not():
         ("notifications left unsent: the webhook does not answer", None)]
 
 
+@pytest.mark.parametrize("value", ["inf", "Infinity", "1e400", "1_0", "+3", "1.5"], ids=repr)
+def test_a_retry_after_that_is_no_count_of_seconds_is_the_backoff(value):
+    """The reader rule on the webhook's answer: ``Retry-After`` is delay-seconds, ASCII digits (RFC 9110 section
+    10.2.3), read as the Kubernetes client reads it (``outside.digits``). ``float()`` took "inf" and "1e400" as a
+    wait to the deadline of all lines, so no attempt followed, and "1_0" or "+3" as seconds. Anything but digits
+    is the sender's own backoff."""
+    log, _ = logger()
+    waits = []
+    with Webhook() as hook:
+        hook.answers = [503]
+        hook.headers = {"Retry-After": value}
+        assert deliver([LINE], hook.url(), log, sleep=waits.append) == 1
+    assert waits == [0.5]
+
+
 def test_a_2xx_whose_body_breaks_off_is_delivered_once_not_posted_again():
     """The status is the webhook's verdict: once a 2xx came the line is in the channel, whatever the body does
     after it. Reading it as no answer retried the POST, and the channel got the same alert three times while the
