@@ -51,11 +51,19 @@ class Converted(NamedTuple):
 
 
 def _filters(entry: Mapping[str, Any]) -> Tuple[str, ...]:
+    """The entry's PCI device ids. Text or a list of text, as mig-parted reads it (api/spec/v1/spec.go,
+    MigConfigSpec.UnmarshalJSON); anything else is a ConvertError: YAML reads an unquoted 0x20B010DE as a number,
+    which str() showed in decimal, matched no GPU and so let the layout through unchecked."""
     value = entry.get("device-filter")
     if value is None:
         return ()
     items = value if isinstance(value, list) else [value]
-    return tuple(sorted(str(v).strip().lower() for v in items))
+    odd = next((v for v in items if not isinstance(v, str)), None)
+    if odd is not None:
+        shown = "a list holding %s" % json_type(odd) if isinstance(value, list) else json_type(odd)
+        raise ConvertError("device-filter is %s; write a PCI device id as text in quotes (device-filter: "
+                           "\"0x20B010DE\") or a list of them" % shown)
+    return tuple(sorted(v.strip().lower() for v in items))
 
 
 def _gpu_of(filters: Tuple[str, ...], gpu: Optional[GpuModel]) -> Optional[GpuModel]:
@@ -177,8 +185,12 @@ def from_mig_parted(doc: Any, config: Optional[str] = None, gpu: Optional[GpuMod
                                                    "mig-devices} entries"))
             continue
         groups: Dict[Tuple[str, ...], List[Mapping[str, Any]]] = {}
-        for entry in entries:
-            groups.setdefault(_filters(entry), []).append(entry)
+        try:
+            for entry in entries:
+                groups.setdefault(_filters(entry), []).append(entry)
+        except ConvertError as exc:  # this config alone: the others convert
+            out.append(Converted(name, (), "", "", str(exc)))
+            continue
         for filters, members in sorted(groups.items()):
             out.append(_one(name, filters, members, gpu))
     return out

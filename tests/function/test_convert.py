@@ -211,3 +211,25 @@ def test_a_yaml_error_names_its_line_and_column_first(tmp_path):
     assert text.startswith("ack-mig-hook: error: %s is not YAML: line 3, column 4: " % (tmp_path / "c.yaml")), text
     assert "expected ',' or ']', but got ':'" in text, text
     assert text.count("(") == text.count(")") and "^" not in text, text
+
+
+@pytest.mark.parametrize("value, shown", [("0x20B010DE", "a number"), ("[0x20B010DE]", "a list holding a number"),
+                                          ("{a: b}", "an object")])
+def test_a_device_filter_yaml_reads_as_no_text_refuses_its_config_alone(tmp_path, value, shown):
+    """The reader rule on a file a person wrote: YAML reads an unquoted PCI id (0x20B010DE) as a number. It was
+    shown as its decimal (548409566), matched no GPU, and the layout converted without the GPU's check, a 7g.40gb
+    plus a 1g.5gb that no A100 40GB holds included; mig-parted itself refuses a device-filter that is not text
+    or a list of text (api/spec/v1/spec.go, MigConfigSpec.UnmarshalJSON). That config is refused naming the form;
+    the others convert."""
+    from tests.function.test_bad_files import cli
+
+    (tmp_path / "c.yaml").write_text(
+        "version: v1\nmig-configs:\n  x:\n    - devices: all\n      device-filter: %s\n      mig-enabled: true\n"
+        "      mig-devices: {7g.40gb: 1, 1g.5gb: 1}\n  all-1g.5gb:\n"
+        "    - {devices: all, mig-enabled: true, mig-devices: {1g.5gb: 7}}\n" % value)
+    done = cli("convert", "--from-mig-parted", str(tmp_path / "c.yaml"))
+    assert done.returncode == 1 and done.stderr == "", done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1] == ("x: refused: device-filter is %s; write a PCI device id as text in quotes "
+                         "(device-filter: \"0x20B010DE\") or a list of them" % shown), lines
+    assert any(line.startswith("all-1g.5gb") and "refused" not in line for line in lines), lines
