@@ -556,11 +556,17 @@ MUTANTS = (
            "a holder's rounds get the marker it read back where the claim's reader belongs: a wait that gives up "
            "on another invocation's planning claim ends in a TypeError"),
     mutant("marker-renewed-after-stop", "functions/rollout/plan_marker.py",
-           "self.marker.renew(self.pool_id, lambda: not self._stop.is_set())",
-           "self.marker.renew(self.pool_id, lambda: True)",
+           "self.renewer.renew(self.pool_id, lambda: not self._stop.is_set())",
+           "self.renewer.renew(self.pool_id, lambda: True)",
            ("tests/rollout/test_plan_marker.py",),
            "a renewal in flight when the holder stopped it writes when it wakes, in a later invocation: the hold "
            "of an invocation that returned is renewed"),
+    mutant("marker-renewal-call-unbounded", "functions/rollout/plan_marker.py",
+           'kube = marker.kube.bounded(RENEW_CALL_S) if hasattr(marker.kube, "bounded") else marker.kube',
+           "kube = marker.kube",
+           ("tests/rollout/test_plan_marker.py",),
+           "a renewal's call in flight outlives Renewal.stop (15 s an attempt, retried): FC freezes it with the "
+           "instance, and it lands or retries in a later invocation, holding a pool whose let-go failed"),
     mutant("marker-noted-waited-out-when-time-ran-short", "functions/pipeline/pod_event.py",
            'rounds[-1].outcome == "skip" and bound else None',
            'rounds[-1].outcome == "skip" else None',

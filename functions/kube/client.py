@@ -186,7 +186,7 @@ class KubeApi:
     def __init__(self, config: ConfigSource, timeout: float = 15.0, deadline_s: Optional[float] = None,
                  attempts: int = 5, page: int = PAGE, sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic, jitter: Callable[[], float] = random.random,
-                 stop_when_silent: bool = False) -> None:
+                 stop_when_silent: bool = False, call_s: Optional[float] = None) -> None:
         self._config: Optional[KubeConfig] = config if isinstance(config, KubeConfig) else None
         self._provider = None if self._config is not None else config
         self.timeout, self.attempts, self.page = timeout, max(1, attempts), page
@@ -203,6 +203,9 @@ class KubeApi:
         # retrying until its invocation's deadline (off by default).
         self.stop_when_silent = stop_when_silent
         self.silent: Optional[ApiError] = None
+        # The bound of one whole call, its retries included (None: ``timeout`` an attempt, as many as
+        # ``attempts``): each attempt gets what is left of it, and no retry starts past it.
+        self.call_s = call_s
 
     @property
     def connected(self) -> bool:
@@ -218,6 +221,17 @@ class KubeApi:
             config: ConfigSource = self._config if self._config is not None else self._provider  # type: ignore
         return KubeApi(config, timeout=timeout, deadline_s=deadline_s, attempts=attempts, sleep=self.sleep,
                        jitter=self.jitter, stop_when_silent=True)
+
+    def bounded(self, call_s: float, attempts: int = 3) -> "KubeApi":
+        """A client whose every call, retries included, ends within ``call_s`` (each socket operation and
+        each attempt within what is left of it): for a thread whose calls its owner must be able to wait out
+        (the plan marker's renewals, functions/rollout/plan_marker.py). The same credential, this client's
+        deadline; it keeps asking a server that was silent once (the next call is a new one)."""
+        with self._lock:
+            config: ConfigSource = self._config if self._config is not None else self._provider  # type: ignore
+        left = None if self.deadline is None else max(0.0, self.deadline - self.clock())
+        return KubeApi(config, timeout=call_s, deadline_s=left, attempts=attempts, sleep=self.sleep,
+                       clock=self.clock, jitter=self.jitter, call_s=call_s)
 
     @classmethod
     def from_file(cls, path: str, **options: Any) -> "KubeApi":
@@ -262,7 +276,8 @@ class KubeApi:
         self._drop()
 
     def _once(self, method: str, path: str, payload: Optional[bytes], content_type: str,
-              query: Optional[Dict[str, str]]) -> Tuple[int, Any, bytes]:
+              query: Optional[Dict[str, str]], timeout: Optional[float] = None) -> Tuple[int, Any, bytes]:
+        timeout = self.timeout if timeout is None else timeout
         config = self.config()
         url = urlsplit(config.server).path.rstrip("/") + path
         if query:
@@ -275,12 +290,13 @@ class KubeApi:
         self.requests += 1
         # ``timeout`` bounds each socket operation and restarts at every byte; the guard bounds the whole
         # attempt (connect, TLS, send, the last byte of the answer), whatever the peer does (issue 30).
-        guard = Guard(self.timeout)
+        guard = Guard(timeout)
         response = None
         try:
             with guard:
                 conn = self._connection()
-                if conn.sock is None:  # a new one: its TLS socket, once made (the handshake has its own bound)
+                if conn.sock is None:  # a new one: its TLS socket, once made (the handshake has its own bound:
+                    conn.timeout = timeout  # each of its socket operations within what is left of the call)
                     conn.connect()
                 guard.watch(conn.sock)
                 conn.request(method, url, body=payload, headers=headers)
@@ -308,7 +324,7 @@ class KubeApi:
                                        % (parts.hostname, parts.port or 443, self.timeout), final=True)
                 raise self.silent from None
             if timed_out:  # cut at the deadline, or a read (the TLS handshake's too) that outwaited its timeout
-                raise ApiError("no complete answer from %s within %gs" % (config.server, self.timeout)) from None
+                raise ApiError("no complete answer from %s within %gs" % (config.server, timeout)) from None
             raise self._unreached(config, exc) from None
         if response.will_close or len(data) > MAX_ANSWER_BYTES:  # past the bound: the rest is left unread
             self._drop()
@@ -345,10 +361,12 @@ class KubeApi:
             raise ApiError(str(self.silent), final=True)
         payload = json.dumps(body).encode("utf-8") if body is not None else None
         attempt = 0
+        end = None if self.call_s is None else self.clock() + self.call_s
         while True:
             attempt += 1
             try:
-                status, headers, data = self._once(method, path, payload, content_type, query)
+                status, headers, data = self._once(method, path, payload, content_type, query,
+                                                   None if end is None else max(0.0, end - self.clock()))
             except ApiError as exc:
                 if exc.final:
                     raise  # a CA or certificate that does not match: retrying cannot help
@@ -370,7 +388,8 @@ class KubeApi:
                 if not self._transient(error, retry_500):
                     raise error
             delay = self._delay(attempt, error.retry_after)
-            if attempt >= self.attempts or (self.deadline is not None and self.clock() + delay > self.deadline):
+            if attempt >= self.attempts or any(bound is not None and self.clock() + delay > bound
+                                                for bound in (self.deadline, end)):
                 raise error
             self.retried += 1
             self.sleep(delay)

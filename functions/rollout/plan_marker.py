@@ -27,6 +27,10 @@ from functions.base.textsafe import one_line
 
 log = logging.getLogger(__name__)
 
+# A renewal's one API call, retries included, ends within this (KubeApi.bounded), well under RENEW_S, so that
+# Renewal.stop can wait out a call in flight: none outlives the invocation (FC freezes the instance, and the
+# thread wakes in a later one), where a late renewal would hold a pool whose let-go failed for one more hold.
+RENEW_CALL_S = 1.5
 CAS_ATTEMPTS = 24  # each 409 means another writer's write landed: a burst of events drains in as many tries
 
 
@@ -58,11 +62,15 @@ class PlanMarker:
         leases.write(self.kube, self.namespace, lease, {co.MARKER_ANNOTATION: co.write_marker(marker)},
                      marker.holder or "", now, marker.until - now)
 
-    def change(self, pool_id: str, step: Callable[[co.Marker, float], Tuple[Optional[co.Marker], Any]]) -> Any:
+    def change(self, pool_id: str, step: Callable[[co.Marker, float], Tuple[Optional[co.Marker], Any]],
+               going: Callable[[], bool] = lambda: True, stopped: Any = None) -> Any:
         """Read the marker, ``step(marker, now) -> (marker to write or None, answer)``, write it only onto the
         version read; read again after a conflict. Returns the answer; MarkerBusy after CAS_ATTEMPTS
-        conflicts; KubeError when the Lease cannot be used at all."""
+        conflicts; KubeError when the Lease cannot be used at all. ``going``: asked before each read; False
+        returns ``stopped`` with nothing more asked of the API server."""
         for _ in range(CAS_ATTEMPTS):
+            if not going():
+                return stopped
             lease = self._lease(pool_id)
             now = self.now()
             text = ((lease.get("metadata") or {}).get("annotations") or {}).get(co.MARKER_ANNOTATION)
@@ -118,7 +126,7 @@ class PlanMarker:
         def step(marker: co.Marker, now: float) -> Tuple[Optional[co.Marker], bool]:
             new = co.renew(marker, self.me, now, self.hold_s) if going() else None
             return new, new is not None
-        return self.change(pool_id, step)
+        return self.change(pool_id, step, going, False)
 
 
 class Renewal:
@@ -129,6 +137,10 @@ class Renewal:
 
     def __init__(self, marker: PlanMarker, pool_id: str, log: Any, every_s: Optional[float] = None) -> None:
         self.marker, self.pool_id, self.log = marker, pool_id, log
+        # its calls through a client that ends each within RENEW_CALL_S (where the backend has one: a real API
+        # server's), so that stop() can wait out the one in flight
+        kube = marker.kube.bounded(RENEW_CALL_S) if hasattr(marker.kube, "bounded") else marker.kube
+        self.renewer = PlanMarker(kube, marker.me, marker.hold_s, marker.namespace, marker.clock, marker.sleep)
         self.every_s = co.RENEW_S if every_s is None else every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="plan-marker-renewal", daemon=True)
@@ -145,18 +157,26 @@ class Renewal:
         return self
 
     def stop(self) -> None:
-        """No renewal writes after this: one whose read is in flight drops what it read (waited for one second
-        only, its thread may outlive the invocation, and FC freezes the instance until a later invocation wakes
-        it). A write already sent may still land: it is onto the version it read, and renews only a marker
-        that names this invocation, so never over a let-go or another holder's."""
+        """No renewal writes after this: one whose read is in flight drops what it read, and the call in flight
+        is waited out (each ends within RENEW_CALL_S, retries included; a new connection's TCP connect and TLS
+        handshake each within it too), so none outlives the invocation: FC freezes the instance once it returns,
+        and a call left running would go on, or retry, whenever a later invocation woke it. A write the server
+        took renews only a marker that names this invocation, onto the version it read, so never over a let-go
+        or another holder's."""
         self._stop.set()
         if self._thread.ident is not None:  # started
-            self._thread.join(timeout=1.0)
+            self._thread.join(timeout=2 * RENEW_CALL_S + 0.5)
 
     def _run(self) -> None:
+        try:
+            self._renew()
+        finally:  # this thread's connection (a client keeps one per thread) goes with it
+            getattr(self.renewer.kube, "close", lambda: None)()
+
+    def _renew(self) -> None:
         while not self._stop.wait(self.every_s):
             try:
-                if not self.marker.renew(self.pool_id, lambda: not self._stop.is_set()):
+                if not self.renewer.renew(self.pool_id, lambda: not self._stop.is_set()):
                     return  # let go, or another invocation holds the pool now
             except Exception as exc:  # noqa: BLE001  (no caller to tell: the hold lapses, one extra plan at most)
                 self.log.warning("plan marker", nodepool_id=self.pool_id, reason="hold not renewed (%s): it lapses "

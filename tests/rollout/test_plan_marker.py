@@ -415,3 +415,30 @@ def test_a_renewal_read_before_the_let_go_and_written_after_it_lands_nothing():
     assert not renewal._thread.is_alive() and refused == [409]
     assert holder.change(POOL, lambda m, now: (None, m)).holder == ""
     renewal.stop()
+
+
+def test_a_renewal_write_in_flight_when_the_holder_stops_it_has_ended_once_stop_returns(api):
+    """FC freezes the instance once the invocation returns, and a thread it left running wakes in a later one.
+    A renewal's PUT the API server was slow to answer outlived ``Renewal.stop`` (it waited one second, the
+    client 15 s an attempt and retried): where the let-go had failed too, that write, or the client's retry of
+    it, could land in a later invocation and hold the pool for one more hold. Renewals call through a client
+    whose whole call, retries included, ends within RENEW_CALL_S, which ``stop`` waits out: once it returns,
+    no renewal is in flight."""
+    from functions.rollout.plan_marker import RENEW_CALL_S, Renewal
+
+    server, client = api
+    holder = PlanMarker(client, "a", co.HOLD_S, sleep=lambda s: None)
+    assert holder.arrive(POOL, "llm/p0", "e0")[0] == co.PLAN
+    assert RENEW_CALL_S < co.RENEW_S / 2
+    held = server.hold_next("PUT", "/apis/coordination.k8s.io/v1/namespaces/default/leases/" + marker_lease(POOL),
+                            timeout=60)
+    log = type("Log", (), {"warnings": [], "warning": lambda self, event, **f: self.warnings.append(f["reason"])})()
+    renewal = Renewal(holder, POOL, log, every_s=0.001).start()
+    try:
+        assert held.arrived.wait(60)  # the renewal's write is sent, its answer late
+        renewal.stop()  # the let-go failed: the marker still names "a"
+        assert not renewal._thread.is_alive()  # its call ended (given up) within stop's wait
+        assert len(log.warnings) == 1 and "no complete answer" in log.warnings[0], log.warnings
+    finally:
+        held.release()
+        renewal._thread.join(60)
