@@ -731,6 +731,33 @@ def test_a_marker_write_the_server_refused_is_not_read_back_nor_let_go(cluster, 
     assert "1g.10gb" in profiles(state_file)
 
 
+def test_an_event_whose_marker_is_not_usable_names_the_claim_its_wait_gave_up_on(cluster, monkeypatch):
+    """The marker write is refused (RBAC's 403): the event plans without coalescing, and finds a timer tick
+    holding the pool's planning claim. Its wait gives up at CLAIM_WAIT_S, and its line says whose claim it
+    waited for and until when, as a holder's does: the operator reads who plans the pool and when the pod's
+    next chance comes, not only that something else does."""
+    import time as time_mod
+
+    from functions.pipeline import pod_event as pod_event_module
+
+    server = cluster[0]
+    monkeypatch.setattr(pod_event_module, "CLAIM_POLL_S", 0.2)
+    monkeypatch.setattr(pod_event_module, "CLAIM_WAIT_S", 0.3)
+    annotations = server.leases[timer_holds_the_claim(server)]["metadata"]["annotations"]
+    until = json.loads(next(iter(annotations.values())))["expires"]
+    server.break_next(status=403, method="PUT", path="/apis/coordination.k8s.io/v1/namespaces/default/leases/"
+                      + marker_lease(POOL), message='leases.coordination.k8s.io "%s" is forbidden' % marker_lease(POOL))
+    waiting(server, "late", "2g.20gb")
+    result = run(pod_event("llm", "late"), cluster)
+    assert result.outcome == "skip", result.reason
+    assert result.reason.startswith("another invocation plans auto pool %s and waited 0 s for it, the most a pod "
+                                    "event waits (invocation timer-tick holds the pool's planning claim until %s, "
+                                    % (POOL, time_mod.strftime("%Y-%m-%dT%H:%M:%SZ", time_mod.gmtime(until)))), \
+        result.reason
+    lease = server.leases.get(("default", marker_lease(POOL))) or {"metadata": {}}
+    assert co.MARKER_ANNOTATION not in (lease["metadata"].get("annotations") or {})  # refused: nothing written
+
+
 def test_a_marker_write_throttled_after_an_unanswered_attempt_is_read_back_and_let_go(cluster, monkeypatch):
     """A 429 is a 4xx but no verdict on the write: the client tries a write again after an attempt that got no
     answer (which the server may have committed) and ends with the last attempt's 429. Taken for "nothing
