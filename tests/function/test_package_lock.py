@@ -56,6 +56,38 @@ def test_a_line_that_is_not_a_hashed_pin_is_refused(tmp_path):
     assert lock.read(str(good)) == lock.Lock(["x>=1", "y-src"], pins)
 
 
+def test_a_long_bad_lock_line_is_shown_as_written_and_marked_cut(tmp_path):
+    """The refusal shows the line as Python writes it (repr: the tab or stray whitespace that can be what makes a
+    pin wrong stays visible), its first 120 characters; past them it says the line was cut, and how long it is,
+    rather than pass the shown part off as the whole line."""
+    bad = tmp_path / "lock.txt"
+    line = "x==1.0\t--hash=sha256:" + "a" * 64 + "  # " + "b" * 100
+    bad.write_text(line + "\n")
+    with pytest.raises(lock.LockError) as caught:
+        lock.read(str(bad))
+    assert str(caught.value).endswith(": %r (cut: its first 120 of %d characters)" % (line[:120], len(line))), \
+        str(caught.value)
+    short = tmp_path / "short.txt"
+    short.write_text("x==1.0\t--hash=sha256:" + "a" * 64 + "\n")
+    with pytest.raises(lock.LockError) as caught:
+        lock.read(str(short))
+    assert str(caught.value).endswith(": %r" % ("x==1.0\t--hash=sha256:" + "a" * 64)), str(caught.value)
+
+
+def test_a_long_distribution_file_name_in_the_progress_is_marked_cut():
+    """pip's ``Processing FILE`` line, of a file whose name is longer than the progress line shows (an sdist's
+    built wheel, a long version and platform tag): the name is cut to 60 characters with a mark, never shown
+    cut as if whole."""
+    said = []
+    counter = build._Counter(2, said.append, clock=lambda: 0.0)
+    name = "alibabacloud_tea_openapi-0.3.12-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl"
+    counter("Processing /tmp/wheels/" + name)
+    counter("Collecting x==1.0")
+    assert said[0].startswith("  fetched 1/2: " + name[:40]) and said[0].endswith("...")
+    assert len(said[0]) <= len("  fetched 1/2: ") + 60 + 3, said[0]
+    assert said[1] == "  fetched 2/2: x==1.0"
+
+
 # ---- the fetch, offline ----
 
 BACKEND = '''

@@ -67,6 +67,9 @@ def norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+SHOWN = 120  # characters of a refused line that its error shows
+
+
 def read(path: str = LOCK) -> Lock:
     """Parse the lock; a line that is neither a comment nor a hashed pin is an error (never ignored)."""
     requirements, pins, in_from = [], [], False
@@ -86,9 +89,11 @@ def read(path: str = LOCK) -> Lock:
             if not line.strip():
                 continue
             m = _LINE.match(line)
-            if not m:
-                raise LockError("%s:%d is not `name==version --hash=sha256:<64 hex>[  # sdist]`: %r"
-                                % (path, number, line[:120]))
+            if not m:  # shown as repr (a tab or a stray space may be what is wrong: clip would fold it), so
+                # a cut is said after it, not inside
+                raise LockError("%s:%d is not `name==version --hash=sha256:<64 hex>[  # sdist]`: %r%s"
+                                % (path, number, line[:SHOWN], "" if len(line) <= SHOWN else
+                                   " (cut: its first %d of %d characters)" % (SHOWN, len(line))))
             pins.append(Pin(m.group(1), m.group(2), m.group(3), bool(m.group(4))))
     return Lock(requirements, pins)
 
