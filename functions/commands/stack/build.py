@@ -184,7 +184,7 @@ class _Counter:
         now = self.clock()
         if self.count in (1, self.total) or self.shown is None or now - self.shown >= 5:
             self.shown = now
-            self.progress("  fetched %d/%d: %s" % (self.count, self.total, os.path.basename(line.split()[1])[:60]))
+            self.progress("  fetched %d/%d: %s" % (self.count, self.total, clip(os.path.basename(line.split()[1]), 60)))
 
 
 def fetch(deps_dir: str, lock_path: str = "", progress: Callable[[str], None] = _quiet, work: str = "") -> None:
