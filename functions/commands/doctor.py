@@ -215,9 +215,12 @@ def _go_seconds(text: str) -> Optional[float]:
 
 
 def pod_event_checks(auto_pools: List[str], stack_found: bool, resources: List[Dict[str, Any]],
-                     pods: List[Dict[str, Any]], markers: Dict[str, Any], now: float) -> List[Check]:
+                     pods: List[Dict[str, Any]], markers: Dict[str, Any], now: float,
+                     unread: Optional[Dict[str, str]] = None) -> List[Check]:
     """Whether pod events reach the function, for the auto pools (their ids) only: the source in the cluster,
-    the rule in the stack, and the last event each pool's plan marker saw (``None``: not read)."""
+    the rule in the stack, the last event each pool's plan marker saw (``None``: not read), and the planning
+    claim an event waited out, which the pool's later events end at once for (``unread``: a pool's note of one
+    that does not read, and why)."""
     if not auto_pools:
         return []
     out = []
@@ -263,7 +266,36 @@ def pod_event_checks(auto_pools: List[str], stack_found: bool, resources: List[D
         out.append(Check("ok", "last pod event", "pool %s: %s ago, pod %s%s" % (
             pool, _ago(ago), last.get("pod") or "?",
             "; a plan runs now" if marker.live(now) else "")))
+    for pool in auto_pools:
+        line = _waited_check(pool, markers.get(pool), (unread or {}).get(pool, ""), now)
+        if line is not None:
+            out.append(line)
     return out
+
+
+def _waited_check(pool: str, marker: Any, problem: str, now: float) -> Optional[Check]:
+    """The planning claim a pod event of ``pool`` waited for and gave up on, as its plan marker notes it
+    (functions/decision/coalesce.py, ``waited``): while it holds, the pool's events end at once and their pods
+    wait for the timer. None where there is no note (or the marker was not read)."""
+    import time
+
+    from functions.base.textsafe import clip
+
+    if problem:
+        return Check("warn", "claim waited out", "pool %s: the plan marker's note of a claim waited out does not "
+                     "read (%s): pod events read it as none and wait for the claim themselves" % (pool,
+                                                                                                 clip(problem, 160)))
+    if marker is None or not marker.waited:
+        return None
+    owner, until = clip(marker.waited["owner"], 80), marker.waited["until"]
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
+    if until <= now:
+        return Check("ok", "claim waited out", "pool %s: the claim of invocation %s an event waited out ended at "
+                     "%s: the pool's pod events wait for a planning claim again" % (pool, owner, when))
+    return Check("warn", "claim waited out", "pool %s: an event waited for invocation %s's planning claim and gave "
+                 "up; the pool's pod events end at once while it holds, until %s (%s from now) unless it is "
+                 "given back first, and their pods wait for the auto pool timer" % (
+                     pool, owner, when, _ago(max(0, int(until - now)))))
 
 
 def _ago(seconds: int) -> str:
@@ -644,9 +676,10 @@ def _pod_facts(pod: Dict[str, Any]) -> Dict[str, Any]:
 KUBE_AREAS = ("rbac", "device plugin", "mig-manager", "last run")  # what _kube_checks reports from the cluster's API
 
 
-def _markers(client, auto_pools: List[str]) -> Dict[str, Any]:
+def _markers(client, auto_pools: List[str], unread: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Each auto pool's plan marker (functions/decision/coalesce.py), read only; a pool without one yet has an
-    empty marker. None for a pool whose Lease could not be read (the check line is left out)."""
+    empty marker. None for a pool whose Lease could not be read (the check line is left out). ``unread``: gets,
+    for each pool whose marker's note of a claim waited out (or the marker) does not read, why."""
     from node_bootstrap.kube import KubeError
 
     from functions.decision import coalesce as co
@@ -662,6 +695,9 @@ def _markers(client, auto_pools: List[str]) -> Dict[str, Any]:
             continue
         text = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(co.MARKER_ANNOTATION)
         out[pool] = co.read_marker(text, _now(client), 1e9)
+        problem = co.waited_problem(text if isinstance(text, str) else None)
+        if problem and unread is not None:
+            unread[pool] = problem
     return out
 
 
@@ -699,7 +735,8 @@ def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = F
                             % (EVENTS_NAMESPACE, clip(str(exc).splitlines()[0], 160)))]
         nodes = client.list_all("/api/v1/nodes", reduce=_node_facts)
         pods = client.list_all("/api/v1/namespaces/kube-system/pods", reduce=_pod_facts)
-        markers = _markers(client, list(auto_pools))
+        unread: Dict[str, str] = {}
+        markers = _markers(client, list(auto_pools), unread)
         from functions.kube.last_run import read as read_record
 
         last_run = read_record(client)
@@ -709,7 +746,8 @@ def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = F
                                                                                            200))] \
             + [Check("warn", area, "not checked: the cluster's API could not be read (above)") for area in KUBE_AREAS]
     return (rbac_checks(role, bindings) + events + cluster_checks(nodes, pods)
-            + pod_event_checks(list(auto_pools), stack_found, list(resources), pods, markers, _now(client))
+            + pod_event_checks(list(auto_pools), stack_found, list(resources), pods, markers, _now(client),
+                               unread)
             + last_run_checks(last_run, schedule))
 
 

@@ -51,7 +51,7 @@ import json
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from functions.decision.waves import MAX_EPOCH  # 2100-01-01: a later time is not one this hook wrote
-from node_bootstrap.outside import OutsideDataError, loads, number, whole
+from node_bootstrap.outside import OutsideDataError, json_type, loads, number, whole
 
 MARKER_ANNOTATION = "ack-mig-hook/plan"
 LEASE_PREFIX = "ack-mig-hook-plan-"
@@ -118,13 +118,40 @@ def read_marker(text: Optional[str], now: float, hold_s: float) -> Marker:
 
 def _waited(value: Any) -> Dict[str, Any]:
     """The waited-out claim as stored, or {} for none or one that does not read (the reader rule's number)."""
-    if not isinstance(value, dict) or not _text(value.get("owner")):
-        return {}
+    return _read_waited(value)[0]
+
+
+def _read_waited(value: Any) -> Tuple[Dict[str, Any], str]:
+    """(the waited-out claim as stored or {}, why a note that is there does not read: "" when it reads or
+    there is none)."""
+    if value is None:
+        return {}, ""
+    if not isinstance(value, dict):
+        return {}, "waited is %s, not an object {owner, until}" % json_type(value)
+    if not isinstance(value.get("owner"), str):
+        return {}, "waited.owner is %s, not text" % json_type(value.get("owner"))
+    if not value["owner"]:
+        return {}, "waited.owner is empty"
     try:
         end = number(value.get("until"), "waited.until", 0, MAX_EPOCH)
-    except OutsideDataError:
-        return {}
-    return {"owner": _text(value.get("owner")), "until": end} if end > 0 else {}
+    except OutsideDataError as exc:
+        return {}, str(exc)
+    if end <= 0:
+        return {}, "waited.until is 0, no time"
+    return {"owner": _text(value["owner"]), "until": end}, ""
+
+
+def waited_problem(text: Optional[str]) -> str:
+    """Why a stored marker's note of a waited-out claim does not read (and so counts as none), or why the
+    marker itself does not; "" when it reads or there is none: what ``doctor`` names rather than drops."""
+    if not text:
+        return ""
+    try:
+        value = loads(text, "the plan marker", MAX_MARKER_TEXT, 4)
+    except OutsideDataError as exc:
+        return str(exc)
+    return _read_waited(value.get("waited"))[1] if isinstance(value, dict) else \
+        "the plan marker is %s, not an object" % json_type(value)
 
 
 def write_marker(marker: Marker) -> str:

@@ -416,6 +416,58 @@ def test_doctor_reads_the_eventer_and_the_plan_marker_of_an_auto_pool(cloud, cap
     assert all(r.method == "GET" for r in kube.requests)  # still read-only
 
 
+
+def test_doctor_shows_the_claim_a_pod_event_waited_out_and_names_a_note_that_does_not_read(cloud, capsys):
+    """A holder that gave up waiting for another invocation's planning claim notes it in the plan marker, and the
+    pool's later pod events skip at once while it holds: their pods wait for the timer. doctor showed the last
+    event only, not why events of the pool end at once. It says whose claim was waited out and until when, in one
+    line per pool; a note that does not read (forged, or not ours) is named, never raised, and its text never
+    reaches the terminal as control characters."""
+    import time
+
+    from functions.decision import coalesce as co
+    from functions.rollout.plan_marker import marker_lease
+
+    emulator, ecs, ros, kube, kubeconfig = cloud
+    emulator.nodepools.append({"nodepool_info": {"nodepool_id": AUTO_POOL, "name": "llm-auto"},
+                               "kubernetes_config": {"labels": [{"key": "ack-mig-hook/layout", "value": "auto"}]}})
+    until = int(time.time()) + 1800
+
+    def marked(waited):
+        kube.leases[("default", marker_lease(AUTO_POOL))] = kube._stamp({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": marker_lease(AUTO_POOL), "namespace": "default", "uid": "lease-1",
+                         "annotations": {co.MARKER_ANNOTATION: json.dumps(
+                             {"holder": "", "until": 0, "asked": 4, "waited": waited,
+                              "last": {"at": time.time() - 30, "pod": "llm/waiting", "event": "e"}})}},
+            "spec": {}})
+
+    marked({"owner": "timer-\x1b[31mtick", "until": until})
+    code, out, err = doctor_run(capsys, emulator, kubeconfig, "--json")
+    lines = [c for c in json.loads(out)["checks"] if c["area"] == "claim waited out"]
+    assert len(lines) == 1 and lines[0]["status"] == "warn", lines
+    assert lines[0]["text"].startswith("pool %s: an event waited for invocation timer-\x1b[31mtick's planning claim "
+                                       "and gave up; the pool's pod events end at once while it holds, until %s ("
+                                       % (AUTO_POOL, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until)))), lines
+    code, out, err = doctor_run(capsys, emulator, kubeconfig)
+    assert "\x1b" not in out and "timer-\\x1b[31mtick" in out, out
+
+    marked({"owner": "timer-tick", "until": time.time() - 60})  # ended: the events wait for claims again
+    code, out, err = doctor_run(capsys, emulator, kubeconfig, "--json")
+    lines = [c for c in json.loads(out)["checks"] if c["area"] == "claim waited out"]
+    assert len(lines) == 1 and lines[0]["status"] == "ok" and "ended" in lines[0]["text"], lines
+
+    for forged, said in (({"owner": "timer-tick", "until": "soon"}, "waited.until is text, not a number"),
+                         ("timer-tick", "waited is text, not an object {owner, until}"),
+                         ({"owner": 7, "until": until}, "waited.owner is a number, not text")):
+        marked(forged)
+        code, out, err = doctor_run(capsys, emulator, kubeconfig, "--json")
+        assert "Traceback" not in err, err
+        lines = [c for c in json.loads(out)["checks"] if c["area"] == "claim waited out"]
+        assert len(lines) == 1 and lines[0]["status"] == "warn" and said in lines[0]["text"], (forged, lines)
+        assert "pod events read it as none" in lines[0]["text"]
+    assert all(r.method == "GET" for r in kube.requests)  # still read-only
+
 A100_POOL = "np8d3c1b6e2f4a4c1e9a7b2d5f0c8e3a61"  # examples/inventory.json: the labelled pool of three A100 nodes
 
 
