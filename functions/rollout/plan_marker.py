@@ -11,6 +11,7 @@ so that a burst of events never makes a rollout's slot writes conflict.
 Time is the API server's (the ``Date`` of its answers), as for the budget.
 """
 
+import copy
 import logging
 import random
 import threading
@@ -140,7 +141,8 @@ class Renewal:
         # its calls through a client that ends each within RENEW_CALL_S (where the backend has one: a real API
         # server's), so that stop() can wait out the one in flight
         kube = marker.kube.bounded(RENEW_CALL_S) if hasattr(marker.kube, "bounded") else marker.kube
-        self.renewer = PlanMarker(kube, marker.me, marker.hold_s, marker.namespace, marker.clock, marker.sleep)
+        self.renewer = copy.copy(marker)  # the same marker (invocation, hold, clock), through that client
+        self.renewer.kube = kube
         self.every_s = co.RENEW_S if every_s is None else every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="plan-marker-renewal", daemon=True)
