@@ -46,7 +46,7 @@ from functions.base.textsafe import one_line
 from node_bootstrap.hostlookup import LookupTimeout, create_connection
 from node_bootstrap.kube import KubeConfig, KubeError, load_kubeconfig
 from node_bootstrap.kube.client import MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH
-from node_bootstrap.outside import MAX_EPOCH, OutsideDataError, depth, list_items, loads
+from node_bootstrap.outside import MAX_EPOCH, OutsideDataError, depth, json_type, list_items, loads
 # The reader rule's number and constant checks (node_bootstrap/outside.py), for a page read item by item.
 from node_bootstrap.outside import _float as _rule_float, _int as _rule_int, _refuse_constant
 
@@ -601,6 +601,8 @@ def read_list_page(data: bytes, reduce: Callable[[dict], Any], into: List[Any]) 
                 at += 1
             else:
                 fields[key], at = _DECODER.raw_decode(text, at)
+                if key == "items" and fields[key] is not None:  # not read as none: its pods would go unseen
+                    raise OutsideDataError("its items is %s, not a list" % json_type(fields[key]))
             at = _SPACE.match(text, at).end()
             if text[at:at + 1] == ",":
                 at = _SPACE.match(text, at + 1).end()

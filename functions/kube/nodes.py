@@ -150,8 +150,12 @@ class MemoryKube:
             spec["maxUnavailable"] = max_unavailable
         self.pdbs.append({"metadata": {"name": name, "namespace": namespace}, "spec": spec})
 
-    def list_pods(self, node_name: str, consistent: bool = False) -> List[dict]:  # always current here
-        return [copy.deepcopy(p) for _, p in sorted(self.pods.items()) if p["spec"].get("nodeName") == node_name]
+    def list_pods(self, node_name: str, consistent: bool = False,
+                  reduce: Callable[[dict], Any] = lambda item: item) -> List[Any]:  # always current here
+        """The node's pods, each reduced (None: left out), as KubeApi.list_pods reads them."""
+        reduced = (reduce(copy.deepcopy(p)) for _, p in sorted(self.pods.items())
+                   if p["spec"].get("nodeName") == node_name)
+        return [p for p in reduced if p is not None]
 
     def _allows(self, pdb: dict, namespace: str) -> Tuple[int, int]:
         """(desired healthy, currently healthy), as the disruption controller counts."""

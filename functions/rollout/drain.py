@@ -39,7 +39,7 @@ import time
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from node_bootstrap.kube.client import KubeError
-from node_bootstrap.outside import as_object, objects
+from node_bootstrap.outside import OutsideDataError, as_object, json_type, objects
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/", "aliyun.com/gpu")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
@@ -185,15 +185,69 @@ class Pass(NamedTuple):
     refused_by_api: Dict[str, str] = {}  # evictions the API server refuses for good (several budgets: 500)
 
 
+MAX_KEPT_VOLUMES = 8  # emptyDir volumes kept of each kind (disk, memory) per pod: the refusal names no more
+
+
+def drain_pod(item: Any) -> Optional[Dict[str, Any]]:
+    """What the drain reads of one listed pod (:func:`verdict`, :func:`gpu_daemon_pods`, the eviction), or None
+    for a pod that uses no GPU (every drain rule leaves it). Anyone who may create pods may bind them to a node
+    (``spec.nodeName``, no scheduler), up to 1.5 MiB each: the node's list is decoded pod by pod
+    (:func:`node_pods`), and only this much of each GPU pod is kept, bounded whatever the pod holds. An item
+    that is no object fails the list: a pod left out would let the drain count the node empty."""
+    if not isinstance(item, dict):
+        raise OutsideDataError("the API server's answer is no pod list (an object whose items are objects): an "
+                               "item is %s" % json_type(item))
+    if not uses_gpu(item):
+        return None
+    meta, spec, status = (as_object(item.get(k)) for k in ("metadata", "spec", "status"))
+    out_meta: Dict[str, Any] = {k: meta[k][:253] for k in ("name", "namespace") if isinstance(meta.get(k), str)}
+    if meta.get("deletionTimestamp"):
+        out_meta["deletionTimestamp"] = str(meta["deletionTimestamp"])[:64]
+    if MIRROR_ANNOTATION in as_object(meta.get("annotations")):
+        out_meta["annotations"] = {MIRROR_ANNOTATION: ""}
+    owner = _controller(meta)
+    if owner:
+        out_meta["ownerReferences"] = [{"kind": str(owner.get("kind"))[:63], "name": str(owner.get("name"))[:253],
+                                        "controller": True}]
+    gpus = sorted({name for c in objects(spec.get("containers")) + objects(spec.get("initContainers"))
+                   for section in ("limits", "requests") for name in as_object(as_object(c.get("resources"))
+                                                                               .get(section))
+                   if isinstance(name, str) and name.startswith(GPU_RESOURCE_PREFIXES)})
+    out_spec: Dict[str, Any] = {"containers": [{"resources": {"limits": {n[:317]: "1" for n in gpus[:4]}}}]}
+    if spec.get("resourceClaims"):
+        out_spec["resourceClaims"] = [{"name": "(claims)"}]
+    volumes: List[Dict[str, Any]] = []
+    for memory in (False, True):  # a disk one refuses, a memory one only under ACK_MIG_DRAIN_EMPTYDIR=none
+        kind = [v for v in objects(spec.get("volumes")) if isinstance(v.get("emptyDir"), dict)
+                and (v["emptyDir"].get("medium") == "Memory") == memory]
+        empty = {"medium": "Memory"} if memory else {}
+        volumes.extend({"name": str(v.get("name"))[:63], "emptyDir": empty} for v in kind[:MAX_KEPT_VOLUMES])
+        if len(kind) > MAX_KEPT_VOLUMES:
+            volumes.append({"name": "(%d more)" % (len(kind) - MAX_KEPT_VOLUMES), "emptyDir": empty})
+    if volumes:
+        out_spec["volumes"] = volumes
+    out: Dict[str, Any] = {"metadata": out_meta, "spec": out_spec}
+    if isinstance(status.get("phase"), str):
+        out["status"] = {"phase": status["phase"][:32]}
+    return out
+
+
+def node_pods(kube: Any, node_name: str, consistent: bool = False) -> List[Dict[str, Any]]:
+    """The node's GPU pods as :func:`drain_pod` keeps them: one list from the watch cache (``consistent``: a
+    consistent read), decoded pod by pod; one larger than the client reads is read again in pages (the client's
+    ``list_pods``, as the auto pool's supply reads a node's pods: ``functions/kube/demand.py`` pods_on)."""
+    return kube.list_pods(node_name, consistent=consistent, reduce=drain_pod)
+
+
 def evict_pass(kube: Any, node_name: str, rules: Rules = Rules(), now: Optional[float] = None) -> Pass:
     """One pod list of the node, then one eviction per pod to move. ``now``: see :func:`verdict`.
 
     The list comes from the API server's watch cache (cheap), which may lag: a pod bound a moment ago can be
     missing ("Any" resource version, API Concepts). When it shows no GPU pod left, the node is listed again
     with a consistent read before the pass says so: that verdict lets the GPUs be repartitioned."""
-    listed = objects(kube.list_pods(node_name))
+    listed = node_pods(kube, node_name)
     if all(verdict(pod, rules, now)[0] == LEAVE for pod in listed):
-        listed = objects(kube.list_pods(node_name, consistent=True))
+        listed = node_pods(kube, node_name, consistent=True)
     final: Dict[str, str] = {}
     evicted: List[str] = []
     budget: Dict[str, str] = {}

@@ -588,7 +588,7 @@ class RolloutExecutor:
                 if not rp.work_needed(w.spec, node, w.gpu_model):
                     return self._end(w, SKIPPED, "already in the requested layout (%s) when claimed" % w.target)
                 if not checked_pods:  # before any cordon: a pod the rules keep defers the node untouched
-                    kept = dr.refused(self.kube.list_pods(name), self.rules)
+                    kept = dr.refused(dr.node_pods(self.kube, name), self.rules)
                     if kept:
                         why = ("not drained: %s; the node is left uncordoned and the pool's rollout waits on it"
                                % dr.refusal_text(kept))
@@ -893,7 +893,7 @@ class RolloutExecutor:
 
     def _daemon_pods(self, w: Any) -> List[Any]:
         try:
-            return dr.gpu_daemon_pods(self.kube.list_pods(w.decision.node_name))
+            return dr.gpu_daemon_pods(dr.node_pods(self.kube, w.decision.node_name))
         except KubeError as exc:
             log.warning("GPU DaemonSet pods of %s not listed before the apply: %s", w.decision.node_name, exc)
             return []
@@ -1012,7 +1012,7 @@ class DryRunRolloutExecutor:
         kept: Dict[str, str] = {}
         what_after = ""
         try:
-            pods = kube.list_pods(d.node_name)
+            pods = dr.node_pods(kube, d.node_name)
             names = [dr.pod_name(p) for p in dr.gpu_pods(pods, self.rules)]
             kept = dr.refused(pods, self.rules)
             evict = "evict %s" % (", ".join(names) if names else "no GPU pod")

@@ -235,3 +235,49 @@ def test_a_pod_of_another_shape_is_judged_alone_and_the_node_drained_or_deferred
     forced = cluster.run(inventory=ONE, ACK_MIG_DRAIN_FORCE="true")
     assert forced.nodes[0]["outcome"] == "partitioned", forced.nodes[0]
     assert set(api.pods) == {("team", "web")}
+
+
+def test_pods_anyone_binds_to_the_node_past_the_clients_bound_do_not_stop_its_drain(cluster, monkeypatch):
+    """A pod may be created with ``spec.nodeName`` set (pods create rights in any namespace; kubelet may refuse
+    it, Failed, and it stays), up to 1.5 MiB each: the node's pod list then holds whatever they carry. The drain
+    read it as one answer, so enough of them made it larger than the client reads (64 MiB) and every drain pass
+    failed: the node's rollout stopped for good. Now the list is decoded pod by pod, only GPU pods kept (and only
+    what the drain reads of them), and a list larger than the client reads is read again in pages; the verdict
+    that no GPU pod is left is still a consistent read. The client's bound is lowered to 12 MiB here (30 pods of
+    0.5 MB; a page of 16 is 8 MB), the same rule at a size the test server writes quickly."""
+    from functions.kube import client as client_module
+    from tests.rollout.test_auto_pool_bounded import big_affinity
+
+    monkeypatch.setattr(client_module, "MAX_ANSWER_BYTES", 12 * 1024 * 1024)
+    cluster.add_nodes(["node-a"])
+    cluster.api.add_pod("team", "train", "node-a", gpus=1, owner_kind="ReplicaSet", volumes=[SHM])
+    affinity = big_affinity(15_000)
+    for i in range(30):
+        bound = cluster.api.add_pod("batch", "bound-%02d" % i, "node-a", phase=("Running", "Failed")[i % 2],
+                                    resources={"cpu": "1"}, labels={"l%04d" % j: "v" for j in range(500)})
+        with cluster.api.lock:
+            bound["spec"]["affinity"] = affinity
+    listed = dr.node_pods(cluster.kube, "node-a")
+    assert [dr.pod_name(p) for p in listed] == ["team/train"] and len(repr(listed)) < 1000, listed
+    assert dr.verdict(listed[0], dr.Rules()) == (dr.EVICT, "uses the GPUs")
+    result = cluster.run(inventory=ONE)
+    assert result.nodes[0]["outcome"] == "partitioned", result.nodes[0]
+    assert ("team", "train") not in cluster.api.pods and ("batch", "bound-00") in cluster.api.pods
+    lists = [r.query for r in cluster.api.requests if r.path == "/api/v1/pods"]
+    assert any("resourceVersion=0" in q and "limit" not in q for q in lists), lists  # the watch cache first
+    paged = [q for q in lists if "limit=" in q]
+    assert paged and not [q for q in paged if "resourceVersion" in q], lists  # then pages of one consistent list
+
+
+@pytest.mark.parametrize("body", ['{"items": 5}', '{"items": {"a": {}}}', '{"items": [1]}', "null",
+                                  '{"items": [{"metadata": {"name": "p"}}, "x"]}'])
+def test_a_pod_list_of_another_shape_fails_the_drains_read_not_counted_empty(cluster, body):
+    """Read pod by pod, a list whose items are no list, or hold an item that is no object, would otherwise
+    read as a node without those pods: drained, its GPUs repartitioned under them."""
+    from functions.kube.client import ApiError
+
+    cluster.add_nodes(["node-a"])
+    cluster.api.answer_next("GET", "/api/v1/pods", body)
+    with pytest.raises(ApiError) as err:
+        dr.node_pods(cluster.kube, "node-a")
+    assert "\n" not in str(err.value) and str(err.value).startswith("GET /api/v1/pods: "), err.value
