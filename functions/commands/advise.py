@@ -157,8 +157,10 @@ def render(advice: Dict[str, Any]) -> str:
     lines.append("demand: pending %s; in use %s" % (_counts(d["pending"]), _counts(d["in_use"])))
     for pod in d["pods"]:
         lines.append("  waits: %s (%s) %s x%d" % (pod["pod"], pod["owner"], pod["profile"], pod["count"]))
-    for pod in d["not_counted"]:
-        lines.append("  not counted: %s (%s)" % (pod["pod"], pod["why"]))
+    from functions.pipeline.auto_pool import uncounted_text
+
+    for pod in d["not_counted"]:  # cut as the tick's line cuts them: a reason may name a resource of any length
+        lines.append("  not counted: " + uncounted_text(pod["pod"], pod["why"]))
     lines.append("GPUs (* in use):")
     for g in advice["gpus"]:
         now = " ".join("%s@%d%s" % (i["profile"], i["start"], "*" if i["in_use"] else "") for i in g["instances"])

@@ -15,7 +15,7 @@ from functions.decision.layout.matching import demand_of
 from functions.decision.waves import paused  # the pool label ack-mig-hook/paused: nothing new starts
 from functions.kube.supply import holds_gpus, list_pool_nodes, pool_supply
 from functions.pipeline.pool_of import counted_pods, pool_bounds, pool_waiting
-from functions.base.textsafe import one_line
+from functions.base.textsafe import clip, one_line
 
 POOL_LABEL = "alibabacloud.com/nodepool-id"  # ACK labels every node of a pool with its id (functions/decision/waves.py)
 
@@ -88,6 +88,15 @@ def advise(pool_id: str, pool_labels: Mapping[str, str], pool_taints: Sequence[M
     taint (pool_of.places_of)."""
     return _advise(pool_id, pool_labels, pool_taints, nodes, pods_by_node, pending, previous, dwell=dwell,
                    template=template, lifted=lifted)[0]
+
+
+MAX_UNCOUNTED_KEY, MAX_UNCOUNTED_WHY = 320, 300  # one pod no pool counts, as the tick and advise name it
+
+
+def uncounted_text(key: str, why: str) -> str:
+    """``<pod> (<why no pool counts it>)``, each cut where it reads whole: a reason may name a resource anyone
+    wrote (a MIG resource's name has no length a snapshot must keep to)."""
+    return "%s (%s)" % (clip(key, MAX_UNCOUNTED_KEY), clip(why, MAX_UNCOUNTED_WHY))
 
 
 MAX_LEFT_OUT_CHARS = 2000  # the tick's one line a pool naming its nodes left out: a pool may have hundreds
@@ -555,7 +564,7 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
     # The waiting pods no pool counts (hostile ones among them: more than a node holds, a megabyte of affinity,
     # a profile no GPU has): each fails alone, and the tick names them in one bounded line (advise lists all).
     # Before, only advise named them: the function's log said nothing of a pod that waits for good.
-    left = ["%s (%s)" % (key[:320], why[:300]) for key, why in uncounted_why.items() if key not in counted]
+    left = [uncounted_text(key, why) for key, why in uncounted_why.items() if key not in counted]
     if left:
         log.info("auto pool", reason="%d waiting pod(s) no auto pool counts, never planned for: %s"
                  % (len(left), left_out_line(left)))

@@ -492,3 +492,28 @@ def test_an_unknown_pool_lists_the_known_ones_cut_where_they_read_whole():
     text = str(caught.value)
     assert text.startswith("no pool 'gpu-mig-typo'; give a pool id or a unique name: np"), text
     assert text.endswith("...") and text.count("(") == text.count(")"), text
+
+
+def test_advise_clips_the_long_names_in_its_not_counted_reasons_as_the_tick_does(auto_pool, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """A hand-written snapshot (or a pod anyone writes) may ask for a MIG resource of any name: the reason a pod is
+    not counted names it ("asks <profile>, which no GPU of the pool has", "asks for <name>=<value>"). The tick's
+    log line cut those reasons; advise printed them whole, a word of any length on a line of its own. Now each
+    is cut where it reads whole (textsafe.clip), at the tick's bounds. COLUMNS keeps each entry on one line."""
+    monkeypatch.setenv("COLUMNS", "99999")
+    waiting(auto_pool, "odd", "1g.10gb", owner="odd")
+    waiting(auto_pool, "frac", "1g.10gb", owner="frac")
+    name = "nvidia.com/mig-" + "x" * 5000
+    with auto_pool.lock:
+        auto_pool.pods[("llm", "odd")]["spec"]["containers"][0]["resources"]["limits"] = {name: "1"}
+        auto_pool.pods[("llm", "frac")]["spec"]["containers"][0]["resources"]["limits"] = {name + "y": "1.5"}
+    items = [dict(n, kind="Node") for n in auto_pool.nodes.values()] + [dict(p, kind="Pod")
+                                                                          for p in auto_pool.pods.values()]
+    code, text, err = advise(capsys, "--inventory", inventory(tmp_path, kubernetes={"kind": "List", "items": items}))
+    assert code == 0, err
+    lines = {line.split(" (", 1)[0]: line for line in text.splitlines() if line.startswith("  not counted: ")}
+    assert set(lines) == {"  not counted: llm/odd", "  not counted: llm/frac", "  not counted: llm/stray"}, lines
+    for line in lines.values():
+        assert len(line) < 400 and line.endswith(")"), line
+    assert lines["  not counted: llm/odd"].startswith("  not counted: llm/odd (asks xxxxxxxx"), lines
+    assert lines["  not counted: llm/frac"].startswith("  not counted: llm/frac (asks for nvidia.com/mig-xxx"), lines
