@@ -278,3 +278,33 @@ def test_refusals_are_why_not_on_every_place():
             misses = ((pod_key(p), why_not(p, place.labels, place.taints)) for p in sorted(pods, key=pod_key))
             expected.append(next(("%s (%s)" % (key, miss) for key, miss in misses if miss), ""))
         assert refusals(pods, places) == expected, seed
+
+
+def test_a_pod_of_many_sidecars_each_asking_its_own_resource_is_read_only_past_the_bound(monkeypatch):
+    """Each init step copies what the sidecars before it ask, so a pod of 16,000 sidecars asking a MIG resource
+    name each (1.5 MiB: valid, any name under nvidia.com/ is) cost ~50 s of CPU to sum, on every list of the
+    pending pods or of its node's pods. Past MAX_ASKED distinct names every reader counts the pod as beyond
+    what it reads, so the containers after that point are no longer read. (MAX_CONTAINERS, meant to bound this,
+    was never used: a pod of more containers is valid, and one asking a few names is summed whole.)"""
+    from functions.decision.layout import matching
+    from functions.kube.demand import bound_pod
+
+    read = [0]
+    real = matching._resource_asks
+
+    def counted(container, bad=None):
+        read[0] += 1
+        return real(container, bad)
+
+    monkeypatch.setattr(matching, "_resource_asks", counted)
+    sidecars = [{"name": "s%d" % i, "restartPolicy": "Always",
+                 "resources": {"limits": {"nvidia.com/mig-%d" % i: "1"}}} for i in range(2000)]
+    p = pod()
+    p["spec"]["initContainers"] = sidecars
+    assert pod_asks(p) and read[0] <= matching.MAX_ASKED + 2, read
+    p["spec"]["nodeName"], p["status"] = "n1", {"phase": "Running"}
+    assert bound_pod(p) is None  # kubelet admits no such pod: it holds nothing
+    many = pod()  # many containers asking the same resource: summed whole, not cut at a count of containers
+    many["spec"]["initContainers"] = [dict(s, resources={"limits": {"nvidia.com/mig-1g.10gb": "1"}})
+                                      for s in sidecars[:300]]
+    assert pod_asks(many) == {"1g.10gb": MAX_COUNT}
