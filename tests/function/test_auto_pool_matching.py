@@ -59,6 +59,10 @@ def test_resource_names_map_back_to_catalogue_profiles():
     ("\u0661", None), ("1_0", None), (" 1", None), ("1 ", None), ("0x1", None), ("1e1.5", None), ("", None),
     (".", None), ("1m", None), ("1.5", None), (True, None), (1.5, None), ("NaN", None), ("1kk", None),
     ("1" + "0" * 60, None),
+    # an exponent of any length (suffix.go interpret: ParseInt(.., 10, 64), then int32(parsed)); the value is
+    # capped at the largest int64 (quantity.go), still whole: more than a node holds, not "no whole quantity"
+    ("1e1000000", MAX_COUNT), ("1E+1000000", MAX_COUNT), ("1e-1000000", None), ("1e4294967297", 10),
+    ("1e9223372036854775808", None),  # past int64: ParseInt fails, no quantity
 ])
 def test_a_count_is_read_as_kubernetes_reads_a_quantity(value, count):
     """The count reader took digits with one suffix only: "1000m", "1.0", "10e-1" and the number 2.0, all

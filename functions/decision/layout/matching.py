@@ -78,7 +78,7 @@ MAX_ASKED = 16
 # "1k", "1e3", "1Ki"); a hand-written snapshot may hold any of them.
 _SUFFIX = {"": (10, 0), "m": (10, -3), "k": (10, 3), "M": (10, 6), "G": (10, 9), "T": (10, 12), "P": (10, 15),
            "E": (10, 18), "Ki": (2, 10), "Mi": (2, 20), "Gi": (2, 30), "Ti": (2, 40), "Pi": (2, 50), "Ei": (2, 60)}
-_QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)|[eE]([+-]?[0-9]{1,6}))?\Z")
+_QUANTITY = re.compile(r"([+-]?)([0-9]*)(?:\.([0-9]*))?(?:(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)|[eE]([+-]?[0-9]+))?\Z")
 MAX_QUANTITY_TEXT = 48  # longer text is no count of ours: the work stays bounded whatever a pod says
 
 
@@ -106,7 +106,13 @@ def _count(value: Any) -> Optional[int]:
         return 0
     if sign == "-":
         return None
-    base, power = (10, int(exponent)) if exponent is not None else _SUFFIX[suffix or ""]
+    if exponent is not None:  # suffix.go interpret: strconv.ParseInt(.., 10, 64), then int32(parsed)
+        power = int(exponent)
+        if not -2 ** 63 <= power < 2 ** 63:
+            return None  # ParseInt fails: no quantity
+        base, power = 10, (power + 2 ** 31) % 2 ** 32 - 2 ** 31
+    else:
+        base, power = _SUFFIX[suffix or ""]
     numerator, denominator = mantissa, 10 ** len(fraction)
     if power >= 0:
         if base == 10 and power > 60:  # 10**61 and more: far past any count, whatever the fraction
