@@ -809,6 +809,11 @@ MUTANTS = (
            ("tests/rollout/test_auto_pool_bounded.py",),
            "every node's instances are walked for every pod asking several profiles: pods x instances of work"),
     # ---- the pods bound to an auto pool's nodes (functions/kube/demand.py pods_on): bounded, read in pages ----
+    mutant("pod-sidecars-read-past-the-bound", "functions/decision/layout/matching.py",
+           "        if len(set(sums) | set(inits)) > MAX_ASKED:\n",
+           "        if False:\n",
+           ("tests/function/test_auto_pool_matching.py",),
+           "every init container is read however many names the pod asks: a pod of sidecars costs quadratic work"),
     mutant("bound-pods-kept-whatever-they-ask", "functions/kube/demand.py",
            "    if bad or not (sums or inits) or len(set(sums) | set(inits)) > MAX_ASKED:  # the last: kubelet admits none\n"
            "        return None\n",
