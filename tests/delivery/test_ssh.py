@@ -150,36 +150,42 @@ STALLS = [("kex", "connecting (attempt 1)"), ("auth", "connecting (attempt 1)"),
 
 
 @pytest.mark.timeout(60)  # a hang here is a bug: name it within a minute, not at the suite's 300 s
-@pytest.mark.parametrize("stall, step", STALLS, ids=[s for s, _ in STALLS])
-def test_a_server_that_stalls_before_or_after_login_ends_node_timeout_and_the_others_finish(sshd, maker, tmp_path,
-                                                                                              stall, step):
-    """A real SSH server (paramiko) on 127.0.0.3, same port as the real sshd, accepts the connection and
-    then never answers: key exchange (after its identification string), authentication, the exec request
-    (after login), or, after a bundle-missing answer, the SFTP subsystem request. paramiko's own timeouts
-    are set far beyond the test (60 s), so only the watchdog can end the wait: that node ends node-timeout
-    at its deadline, naming the step; two nodes of the same event on the real sshd finish."""
+def test_servers_that_stall_before_or_after_login_end_node_timeout_and_the_others_finish(sshd, maker, tmp_path):
+    """Real SSH servers (paramiko), one per stall on 127.0.0.3 to 127.0.0.6, same port as the real sshd, accept
+    the connection and then never answer: key exchange (after its identification string), authentication,
+    the exec request (after login), or, after a bundle-missing answer, the SFTP subsystem request. paramiko's
+    own timeouts are set far beyond the test (60 s), so only the watchdog can end the wait: each of those
+    nodes ends node-timeout at its deadline, naming its step; two nodes of the same event on the real sshd
+    finish. The four stalled nodes are one event's, so their waits overlap: the test waits one deadline, not
+    one per stall (each node has its own watchdog, connection and server)."""
     with open(sshd.authorized_keys, encoding="utf-8") as fh:
         pub = fh.readline()
-    server = StallSshServer(str(tmp_path), "127.0.0.3", sshd.port, pub, stall=stall).start()
+    servers = {}
     try:
+        for n, (stall, _) in enumerate(STALLS):
+            servers[stall] = StallSshServer(str(tmp_path), "127.0.0.%d" % (3 + n), sshd.port, pub, stall=stall).start()
         known = tmp_path / "known_hosts"
         with open(sshd.known_hosts, encoding="utf-8") as fh:
-            known.write_text(fh.read() + server.known_hosts_line + "\n")
+            known.write_text(fh.read() + "".join(s.known_hosts_line + "\n" for s in servers.values()))
         maker.deadline_s = 2
         transport = make(sshd, maker, str(known), grace_s=1, connect_timeout_s=60)
         good = targets(2)
-        stuck = targets(1, prefix="i-stall", address="127.0.0.3")
+        stuck = [t for n, (stall, _) in enumerate(STALLS)
+                 for t in targets(1, prefix="i-%s" % stall, address="127.0.0.%d" % (3 + n))]
         started = time.monotonic()
         results = {r.instance_id: r for r in transport.run(good + stuck)}
         elapsed = time.monotonic() - started
     finally:
-        server.stop()
-    hung = results["i-stall0000"]
-    assert hung.error == "node-timeout" and step in hung.message, hung
-    assert outcome(hung).outcome == "failed" and outcome(hung).code == "node-timeout"
+        for server in servers.values():
+            server.stop()
+    for stall, step in STALLS:
+        hung, server = results["i-%s0000" % stall], servers[stall]
+        assert hung.error == "node-timeout" and step in hung.message, (stall, hung)
+        assert outcome(hung).outcome == "failed" and outcome(hung).code == "node-timeout", (stall, hung)
+        assert server.events[0] == stall if stall != "sftp" else server.events[:2] == ["exec", "subsystem:sftp"], \
+            (stall, server.events)
     assert [outcome(results[t.instance_id]).outcome for t in good] == ["partitioned"] * 2
-    assert 3 <= elapsed < 15  # the node's deadline (2 s + 1 s grace), not paramiko's 60 s, not forever
-    assert server.events[0] == stall if stall != "sftp" else server.events[:2] == ["exec", "subsystem:sftp"]
+    assert 3 <= elapsed < 15  # the nodes' deadline (2 s + 1 s grace), not paramiko's 60 s, not forever
 
 
 @pytest.mark.timeout(60)
