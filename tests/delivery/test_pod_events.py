@@ -332,7 +332,12 @@ def test_a_pool_whose_pods_cannot_be_read_fails_alone_in_a_pod_events_choice(emu
     planned. Now that pool fails alone, as in the timer's tick: the sample's pod gets POOL's instance now (the
     step still ends in retry naming the unread pool, as the tick does); the first pod, which may be that pool's
     own, ends in retry saying so, and nothing is planned for it elsewhere."""
+    from functions.kube import client as kube_client
+
     settings, nodes, first, sample = spare_instance_world(emulator, kube_api, tmp_path, monkeypatch)
+    # every try of those lists is made, as many as the client's attempts; their back-off (0.25 s doubling, about
+    # 3 s a list) is no part of what is checked here, and waited in real time it was nearly all of the test's
+    monkeypatch.setattr(kube_client, "BACKOFF_S", 0.001)
     kube_api.break_next(times=10 ** 6, status=503, method="GET", path="/api/v1/pods", query="spec.nodeName=gpu-old")
     out = run_event(open(SAMPLE, "rb").read(), settings, logger=JsonLogger("OFF"))
     assert [(n["node_name"], n["outcome"]) for n in out.nodes or []] == [("gpu-a", "partitioned")], out.reason
