@@ -17,7 +17,10 @@ A30 = find_gpu("NVIDIA A30")
 def brute_force_layouts(gpu, profiles):
     """Every set of (profile, start) that obeys the hardware rules, found by plain enumeration.
 
-    Written independently of solver.py: no ordering tricks, no pruning beyond the rules themselves."""
+    Written independently of solver.py: no ordering tricks, no pruning beyond the rules themselves. Each rule
+    can only break as a set grows (slots overlap, compute slices add up, instances and media extensions are
+    counted), so a set that breaks one is not grown further: every set it would grow into breaks it too. The
+    same sets as trying every combination of the candidates, without trying the millions that cannot hold."""
     cands = [(p, pl.start, pl.size) for p in profiles for pl in p.placements]
     found = []
 
@@ -35,10 +38,15 @@ def brute_force_layouts(gpu, profiles):
             return False  # one JPEG decoder and one OFA on the whole A30 (MIG user guide's A30 table)
         return all(counts[p] <= p.max_instances for p in counts)
 
-    for r in range(0, gpu.memory_slots + 1):
-        for combo in itertools.combinations(cands, r):
-            if valid(combo):
-                found.append(combo)
+    def grow(chosen, first):  # ``chosen`` holds; every set that adds later candidates to it, in index order
+        found.append(tuple(chosen))
+        for i in range(first, len(cands)):
+            chosen.append(cands[i])
+            if valid(chosen):
+                grow(chosen, i + 1)
+            chosen.pop()
+
+    grow([], 0)
     return found
 
 
