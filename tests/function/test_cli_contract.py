@@ -22,6 +22,7 @@ from tests.support.oss_emulator import OssEmulator
 from tests.support.ros_emulator import RosEmulator
 from tests.support.sts_emulator import StsEmulator
 from tests.support.cli_errors import error_text
+from tests.support.stop_now import shutdown_now
 
 pytestmark = pytest.mark.timeout(180)
 CLOUD_COMMANDS = ("deploy", "undeploy", "doctor", "invoke", "status", "rollout")
@@ -247,7 +248,7 @@ def test_a_failing_credential_provider_leaves_one_line_on_the_terminal(services,
         done = subprocess.run([sys.executable, "-m", "functions.commands.main", command, *minimal(command)],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     finally:
-        server.shutdown()
+        shutdown_now(server)  # not at its loop's next 0.5 s poll
         server.server_close()
     assert done.returncode == 2 and "credentials" in one_line(done.stderr), done.stderr
     assert "Refresh credentials failed" not in done.stderr and calls(services) == 0

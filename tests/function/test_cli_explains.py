@@ -14,6 +14,7 @@ from functions.commands import invoke
 from functions.commands import main as cli
 from tests.function.conftest import EVENTS, INVENTORY, ROOT
 from tests.support.cli_errors import error_text, is_one_error
+from tests.support.stop_now import shutdown_now
 
 
 def run(*args, env=None):
@@ -137,7 +138,7 @@ def test_a_cloud_api_that_keeps_failing_is_exit_1_and_never_says_the_invocation_
             "ALIBABA_CLOUD_ACCESS_KEY_ID": "LTAIx", "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "s",
             "ACK_MIG_CS_ENDPOINT": "http://127.0.0.1:%d" % server.server_port, "ACK_MIG_API_MAX_ATTEMPTS": "1"})
     finally:
-        server.shutdown()
+        shutdown_now(server)  # not at its loop's next 0.5 s poll
     text = error_text(done.stderr)
     assert done.returncode == 1, done.stderr
     assert "503" in text and "a later try may pass" in text and "invocation" not in text, text

@@ -119,6 +119,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.support import kubeselect
+from tests.support.stop_now import shutdown_now
 
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
@@ -456,7 +457,7 @@ class KubeApiServer:
         self._thread.start()
 
     def stop(self):
-        self.httpd.shutdown()
+        shutdown_now(self.httpd)
         self.httpd.server_close()
 
     # --- objects: every write stores a new dict with the next resourceVersion --------------------

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Optional, Tuple
 
 from tests.support.drip import trickle
+from tests.support.stop_now import shutdown_now
 
 Answer = Tuple[int, bytes, Dict[str, str]]
 
@@ -152,7 +153,7 @@ class LoopbackServer:
     def stop(self) -> None:
         getattr(self, "_stopped", threading.Event()).set()  # a body still dripping ends
         if self._server is not None:
-            self._server.shutdown()
+            shutdown_now(self._server)
             self._server.server_close()
             self._server = None
 

@@ -18,6 +18,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, List, NamedTuple, Optional
 
+from tests.support.stop_now import shutdown_now
+
 
 class Received(NamedTuple):
     method: str
@@ -77,7 +79,7 @@ class Webhook:
 
     def __exit__(self, *exc) -> None:
         self.stall_s = 0.0
-        self.httpd.shutdown()
+        shutdown_now(self.httpd)
         self.httpd.server_close()
         self._thread.join(5)
 
