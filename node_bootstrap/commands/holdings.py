@@ -228,6 +228,10 @@ def allocations_reader(checkpoint, client=None, node=None, log=None):
             return found
         try:
             alive = live_uids(client.list_pods(node_name=node))
+        except OutsideDataError as exc:  # a pod of another shape: named, with its field
+            if log is not None:
+                log("this node's pod list does not read (%s): every kubelet allocation counts" % one_line(exc, 200))
+            return found
         except Exception as exc:  # noqa: BLE001 - without the API server's answer every entry stands
             if log is not None:
                 log("listing this node's pods failed (%s): every kubelet allocation counts"

@@ -41,7 +41,7 @@ from typing import Any, Dict, FrozenSet, Iterable, List, Optional, Tuple
 
 from ..errors import one_line
 from ..localfile import read_file
-from ..outside import depth
+from ..outside import OutsideDataError, depth, json_type
 
 DEFAULT_CHECKPOINT = "/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint"
 # A node's file holds one entry per (pod, container, resource): a few KiB on a full node. Anything beyond
@@ -217,16 +217,33 @@ def checkpoint_signature(path):
 def live_uids(pods):
     # type: (Iterable[Dict[str, Any]]) -> FrozenSet[str]
     """The kubelet pod UIDs of the pods that have not finished: each pod's own UID, and for a static pod's
-    mirror the UID kubelet knows it by (the mirror annotation; the mirror's own UID is the API server's)."""
+    mirror the UID kubelet knows it by (the mirror annotation; the mirror's own UID is the API server's).
+    OutsideDataError naming the pod and its field when a pod has another shape (a proxy or webhook in front
+    of the API server): which pods live cannot then be told, so none of the list is read."""
     out = set()
-    for pod in pods:
-        if not isinstance(pod, dict) or (pod.get("status") or {}).get("phase") in FINISHED:
+    for number, pod in enumerate(pods):
+        if not isinstance(pod, dict):
+            raise OutsideDataError("pod number %d of the list is %s, not an object" % (number + 1, json_type(pod)))
+        meta = pod.get("metadata")
+        for field, value in (("metadata", meta), ("status", pod.get("status")),
+                             ("metadata.annotations", meta.get("annotations") if isinstance(meta, dict) else None)):
+            if not isinstance(value, (dict, type(None))):
+                raise OutsideDataError("pod %s: its %s is %s, not an object" % (_pod_name(meta, number), field,
+                                                                               json_type(value)))
+        if (pod.get("status") or {}).get("phase") in FINISHED:
             continue
-        meta = pod.get("metadata") or {}
-        for value in (meta.get("uid"), (meta.get("annotations") or {}).get(MIRROR_ANNOTATION)):
+        for value in ((meta or {}).get("uid"), ((meta or {}).get("annotations") or {}).get(MIRROR_ANNOTATION)):
             if isinstance(value, str) and value:
                 out.add(value)
     return frozenset(out)
+
+
+def _pod_name(meta, number):
+    # type: (Any, int) -> str
+    """``<namespace>/<name>`` of a pod as listed, clipped; its place in the list when they are not text."""
+    if isinstance(meta, dict) and isinstance(meta.get("name"), str) and isinstance(meta.get("namespace"), str):
+        return one_line("%s/%s" % (meta["namespace"], meta["name"]), 160)
+    return "number %d of the list" % (number + 1)
 
 
 def keep_live(allocations, alive):

@@ -107,3 +107,28 @@ def test_the_rollout_never_reads_mig_off_done_on_a_node_whose_allocatable_does_n
     assert not capacity_shows(KubeNode.from_object(node), {}, True)
     assert capacity_shows(KubeNode.from_object({"metadata": {"name": NODE}, "status": {"allocatable": {
         "nvidia.com/mig-1g.10gb": "0", "cpu": "8"}}}), {}, True)
+
+
+ODD_PODS = [({"metadata": {"name": "odd", "namespace": "ml", "uid": "u-odd"}, "status": "Running"}, "status", "text"),
+            ({"metadata": [], "status": {"phase": "Running"}}, "metadata", "a list"),
+            ({"metadata": {"name": "odd", "namespace": "ml", "annotations": ["x"]}}, "metadata.annotations",
+             "a list")]
+
+
+@pytest.mark.parametrize("pod,field,kind", ODD_PODS)
+def test_a_pod_of_another_shape_keeps_every_allocation_and_is_named_in_the_line(kube_api, tmp_path, pod, field,
+                                                                                 kind):
+    """One pod of another shape in the node's pod list: which pods live cannot be told, so every kubelet
+    allocation counts (the safe side), and the line names that pod and its field, not an AttributeError."""
+    from node_bootstrap.commands.holdings import allocations_reader
+    from node_bootstrap.kube.allocations import Allocations, Entry
+
+    client = _client(kube_api, tmp_path)
+    found = Allocations(True, entries=(Entry("u-gone", "c", "nvidia.com/mig-1g.10gb", "MIG-a"),))
+    kube_api.answer_next("GET", "/api/v1/pods", '{"items": [%s]}' % __import__("json").dumps(pod))
+    lines = []
+    assert allocations_reader(lambda: found, client, NODE, lines.append)() == found
+    assert len(lines) == 1 and "AttributeError" not in lines[0], lines
+    assert ("its %s is %s" % (field, kind)) in lines[0] and "every kubelet allocation counts" in lines[0], lines
+    if isinstance(pod["metadata"], dict):
+        assert "ml/odd" in lines[0], lines
