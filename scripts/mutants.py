@@ -987,6 +987,12 @@ MUTANTS = (
            ("tests/function/test_answer_shapes.py",),
            "an API answer of hundreds of MB is read whole into the function's memory before the 64 MiB bound "
            "refuses it"),
+    mutant("unreadable-planning-claim-frees-the-pool", "functions/decision/claim_rules.py",
+           "    return Claim(UNREADABLE_OWNER, math.inf)\n",
+           "    return None\n",
+           ("tests/rollout/test_auto_overlap.py",),
+           "a planning claim of another version's form (or a forger's) reads as none: a tick plans the pool beside "
+           "the invocation that holds it"),
     mutant("claim-ending-in-429-taken-for-unwritten", "functions/rollout/executor.py",
            "        if exc.status is not None and exc.status < 500 and exc.status != 429:\n",
            "        if exc.status is not None and exc.status < 500:\n",

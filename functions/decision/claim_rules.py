@@ -10,7 +10,8 @@ on the pool's Lease (``ack-mig-hook-pool-<pool id>``, the one the disruption bud
 the pool's nodes, with the ``resourceVersion`` it read (of two writers, the second is refused and reads the
 first one's claim), and removes it when its rollout has ended. ``expires`` is the end of that invocation's
 time (FC ends it then), on the API server's clock: a crashed tick's claim frees the pool by then. A claim
-read with a later expiry (a clock ahead, or a forged time before 2100; a later one is not ours) counts as
+read with a later expiry (a clock ahead, or a forged time), or one that does not read at all (another
+version's, a forger's: reading it as none would let a plan run beside the one it may stand for), counts as
 running out one invocation's time from now, as the budget's slots do (``functions.decision.budget.bound``).
 
 Why the change times live there too: the dwell (``functions.decision.layout.dwell``) needs, per GPU, when
@@ -22,11 +23,12 @@ dwell drop out of every write.
 
 import calendar
 import json
+import math
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
 
-from node_bootstrap.outside import OutsideDataError, loads, number
+from node_bootstrap.outside import OutsideDataError, json_type, loads, number
 
 from functions.decision.waves import MAX_EPOCH
 
@@ -77,15 +79,41 @@ def _time(value: object, what: str) -> Optional[float]:
         return None
 
 
-def read_claim(text: Optional[str]) -> Optional[Claim]:
-    """The claim as stored; None for none or one that is not ours (an expiry past 2100 included)."""
-    data = _object(text, PLANNING_ANNOTATION, MAX_CLAIM_TEXT)
-    if data is None:
+# The owner a claim that does not read counts as: no invocation id (12 hex digits) looks like it.
+UNREADABLE_OWNER = "unreadable-claim"
+CLAIM_FORM = '{"owner": <invocation id, 1 to %d characters>, "expires": <epoch seconds up to 2100>}' % MAX_OWNER
+
+
+def read_claim(text: Optional[str], note: Optional[Callable[[str], None]] = None) -> Optional[Claim]:
+    """The claim as stored; None for none. A claim that does not read (not JSON, another shape, an expiry past
+    2100: a forger's, or another version's) holds the pool as a forged expiry does: it counts as
+    ``UNREADABLE_OWNER``'s, ending one invocation's time from now (:func:`bound_claim`), since reading it as
+    none would let a plan run beside the one it may stand for. ``note`` is told the one line saying why."""
+    if text is None or text == "":
         return None
-    owner, expires = data.get("owner"), _time(data.get("expires"), "expires")
-    if not isinstance(owner, str) or not 0 < len(owner) <= MAX_OWNER or expires is None:
-        return None
-    return Claim(owner, expires)
+    claim, problem = _parse_claim(text)
+    if claim is not None:
+        return claim
+    if note is not None:
+        note("annotation %s is not ours (%s; the form is %s): it holds the pool one invocation's time at most"
+             % (PLANNING_ANNOTATION, problem, CLAIM_FORM))
+    return Claim(UNREADABLE_OWNER, math.inf)
+
+
+def _parse_claim(text: str) -> Tuple[Optional[Claim], str]:
+    """The claim, or None and why it does not read (the reader rule's words: a JSON type, a clipped value)."""
+    try:
+        data = loads(text, "it", max_bytes=MAX_CLAIM_TEXT, max_depth=1)
+        if not isinstance(data, dict):
+            return None, "it is %s" % json_type(data)
+        owner = data.get("owner")
+        if not isinstance(owner, str):
+            return None, "its owner is %s" % json_type(owner)
+        if not 0 < len(owner) <= MAX_OWNER:
+            return None, "its owner has %d characters" % len(owner)
+        return Claim(owner, number(data.get("expires"), "its expires", 0.0, MAX_EPOCH)), ""
+    except OutsideDataError as exc:
+        return None, str(exc)
 
 
 def bound_claim(claim: Optional[Claim], now: float, horizon_s: float) -> Optional[Claim]:

@@ -55,6 +55,11 @@ class Taken(NamedTuple):
                    if at)
 
 
+def _told(pool_id: str) -> Callable[[str], None]:
+    """The reader rule's one line for a pool Lease annotation that is not ours, as a WARNING naming the pool."""
+    return lambda line: log.warning("pool %s: %s", pool_id, line)
+
+
 def _marks(notes: Mapping[str, str], now: float) -> Tuple[Dict[pc.Gpu, float], float]:
     """The pool Lease's change marks: per GPU (the dwell's), and when any node of the pool last changed."""
     return (pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now),
@@ -89,7 +94,7 @@ class PlanClaims:
             lease = self.lease._lease(pool_id)
             local, now = self.lease._now()
             notes = (lease.get("metadata") or {}).get("annotations") or {}
-            stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION))
+            stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION), _told(pool_id))
             changed, touched = _marks(notes, now)
             other = pc.held_by_another(stored, self.owner, now, self.horizon_s)
             if other:
@@ -126,7 +131,7 @@ class PlanClaims:
         now = self.lease._now()[1]
         notes = (lease.get("metadata") or {}).get("annotations") or {}
         changed, touched = _marks(notes, now)
-        stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION))
+        stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION), _told(pool_id))
         other = pc.held_by_another(stored, self.owner, now, self.horizon_s)
         if not other:
             return Taken("", changed, now, touched)

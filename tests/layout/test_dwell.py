@@ -4,6 +4,7 @@ instances still serve, instances may be added beside them, and what the dwell ho
 autoscaler. The change marks (functions/decision/claim_rules.py) are read under the reader rule."""
 
 import json
+import math
 import os
 import random
 import sys
@@ -168,7 +169,11 @@ def test_the_planning_claim_is_read_under_the_reader_rule_and_clamped():
     for bad in ("{", json.dumps({"owner": "", "expires": 1.0}), json.dumps({"owner": "r", "expires": 1e15}),
                 json.dumps({"owner": "r", "expires": "later"}), json.dumps({"owner": 5, "expires": 1.0}),
                 json.dumps({"owner": "r", "expires": {"a": 1}}), "x" * 2000):
-        assert pc.read_claim(bad) is None, bad
+        said = []
+        assert pc.read_claim(bad, said.append) == pc.Claim(pc.UNREADABLE_OWNER, math.inf), bad  # holds, bounded
+        assert len(said) == 1 and "is not ours" in said[0] and pc.CLAIM_FORM in said[0], said
+    assert pc.read_claim(None) is None and pc.read_claim("") is None  # none
+    assert pc.bound_claim(pc.read_claim("{"), 1000.0, 900.0) == pc.Claim(pc.UNREADABLE_OWNER, 1900.0)
     claim = pc.Claim("other", 4.0e9)
     assert pc.bound_claim(claim, 1000.0, 900.0) == pc.Claim("other", 1900.0)
     assert pc.held_by_another(claim, "me", 1000.0, 900.0) == "other"

@@ -117,15 +117,51 @@ def test_a_crashed_ticks_claim_expires_and_a_forged_one_holds_one_invocation_at_
     assert result.outcome == "done" and [n for n, _ in transport.requests] == ["auto-a"], result.reason
 
 
-def test_a_claim_that_is_not_ours_holds_nothing(cluster):
+def _tick_logged(cluster, transport, lookup):
+    """:func:`tick`, its WARNING lines written (as JSON lines, to stdout)."""
+    from functions.base.logs import JsonLogger
+    from tests.rollout import test_auto_rollout as auto
+
+    settings = auto.load_settings(cluster.settings_env)
+    executor = auto.DeliveryExecutor.from_settings(settings, transport=transport)
+    return auto.run_event(auto.TICK, settings, inventory=lookup, executor=executor, dry_run=False,
+                          logger=JsonLogger("WARNING"), kube=cluster.kube)
+
+
+@pytest.mark.parametrize("text,why", [
+    (json.dumps({"owner": "forger", "expires": 1e15}), "its expires 1000000000000000.0 is outside 0 to"),
+    ("{", "it is not JSON"), (json.dumps({"owner": "x" * 65, "expires": 2000}), "its owner has 65 characters"),
+    ("[]", "it is a list"), (json.dumps({"owner": 5, "expires": 2000}), "its owner is a number"),
+    (json.dumps({"owner": ["run-1"], "expires": 2000}), "nested too deeply"),
+    (json.dumps({"owner": "run-1", "expires": "2099-01-01T00:00:00Z"}), "its expires is text, not a number")])
+def test_a_claim_that_does_not_read_holds_one_invocation_at_most_and_is_named(cluster, capsys, text, why):
+    """A planning claim that does not read (another version's form, a forger's) read as none, with nothing
+    said: a tick planned the pool beside the invocation it may stand for. It holds the pool as a forged expiry
+    does, written back clamped to one invocation's time, and one WARNING line names it and the accepted form."""
+    from functions.base.settings import invocation_s, load_settings
+
     api = cluster.api
     add_auto_nodes(api, NAMES[:1])
     waiting(api, 2)
-    for text in (json.dumps({"owner": "forger", "expires": 1e15}), "{", json.dumps({"owner": "x" * 65,
-                                                                                  "expires": 2000}), "[]"):
-        put_lease(api, {PLANNING: text})
-        result = tick(cluster, PerGpuNodes(api), lookup=inventory(names=NAMES[:1]), dry_run=True)
-        assert result.outcome == "done" and result.nodes[0]["outcome"] == "dry-run", (text, result.reason)
+    lookup = inventory(names=NAMES[:1])
+    longest = invocation_s(load_settings(cluster.settings_env))
+    put_lease(api, {PLANNING: text})
+    dry = tick(cluster, PerGpuNodes(api), lookup=lookup, dry_run=True)
+    assert dry.outcome == "skip" and "planned by invocation unreadable-claim" in dry.reason, dry.reason
+    assert api.leases[LEASE]["metadata"]["annotations"][PLANNING] == text  # a dry run writes nothing
+    capsys.readouterr()
+    blocked = _tick_logged(cluster, PerGpuNodes(api), lookup)
+    assert blocked.outcome == "skip" and "planned by invocation unreadable-claim" in blocked.reason, blocked.reason
+    lines = [line["message"] for line in map(json.loads, capsys.readouterr().out.splitlines())
+             if "is not ours" in line["message"] and line["level"] == "WARNING"]
+    assert len(lines) == 1 and why in lines[0] and '"owner": <invocation id' in lines[0], lines
+    assert "pool %s" % POOL in lines[0] and len(lines[0]) < 400, lines
+    stored = planning(api)  # written back readable and clamped: it ends as a crashed tick's claim does
+    assert stored["owner"] == "unreadable-claim" and stored["expires"] <= cluster.now[0] + longest, stored
+    cluster.now[0] += longest + 1
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=lookup)
+    assert result.outcome == "done" and [n for n, _ in transport.requests] == ["auto-a"], result.reason
 
 
 def test_a_dry_run_reads_the_claim_and_writes_nothing(cluster):
