@@ -26,7 +26,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from node_bootstrap.outside import OutsideDataError, json_type, loads, number
 
@@ -57,18 +57,6 @@ class Claim:
 
     owner: str
     expires: float
-
-
-def _object(text: Optional[str], what: str, limit: int) -> Optional[dict]:
-    """A flat JSON object under the reader rule (node_bootstrap/outside.py: bounded, shallow, finite), else
-    None."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        data = loads(text, "annotation %s" % what, max_bytes=limit, max_depth=1)
-    except OutsideDataError:
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _time(value: object, what: str) -> Optional[float]:
@@ -134,31 +122,67 @@ def write_claim(claim: Claim) -> str:
     return json.dumps({"owner": claim.owner, "expires": round(claim.expires, 3)}, sort_keys=True)
 
 
-def read_changed(text: Optional[str], now: float) -> Dict[Gpu, float]:
+Note = Optional[Callable[[str], None]]
+CHANGED_FORM = '{"<node>/<GPU index>": <epoch seconds up to 2100>}'
+
+
+def _not_ours(note: Note, what: str, problem: str, form: str) -> None:
+    """The reader rule's one line for a change mark that is not ours: read as none, which lets one more change
+    through the dwell at most (safe: the dwell keeps layouts stable, the claim keeps plans apart)."""
+    if note is not None:
+        note("annotation %s is not ours (%s; the form is %s): read as no change" % (what, problem[:300], form))
+
+
+def read_changed(text: Optional[str], now: float, note: Note = None) -> Dict[Gpu, float]:
     """When each GPU last changed, as stored; {} for none or a table that is not ours. A time after
     ``now`` reads as ``now`` (a clock ahead, or a forged time, holds a GPU one dwell at most); a key that is
-    not ``<node>/<index>`` or a time that is not one this hook could have written is left out."""
-    data = _object(text, CHANGED_ANNOTATION, MAX_CHANGED_TEXT)
+    not ``<node>/<index>`` or a time that is not one this hook could have written is left out. ``note`` is
+    told the one line of what was left out."""
+    if not isinstance(text, str) or not text:
+        return {}
+    try:
+        data = loads(text, "it", max_bytes=MAX_CHANGED_TEXT, max_depth=1)
+    except OutsideDataError as exc:
+        _not_ours(note, CHANGED_ANNOTATION, str(exc), CHANGED_FORM)
+        return {}
+    if not isinstance(data, dict):
+        _not_ours(note, CHANGED_ANNOTATION, "it is %s" % json_type(data), CHANGED_FORM)
+        return {}
     out = {}  # type: Dict[Gpu, float]
-    for key, value in (data or {}).items():
+    odd = []  # type: List[str]
+    for key, value in data.items():
         node, _, index = str(key).rpartition("/")
         at = _time(value, "time")
         if node and index.isascii() and index.isdigit() and len(index) <= 2 and at is not None:
             out[(node, int(index))] = min(at, now)
+        else:
+            odd.append("%s: %s" % (json.dumps(key[:80]), "no <node>/<GPU index> key" if at is not None else
+                                   "%s, no time up to 2100" % (json_type(value) if isinstance(value, (dict, list))
+                                                              else json.dumps(value)[:40])))
+    if odd:
+        _not_ours(note, CHANGED_ANNOTATION, "entries left out: %d, the first %s" % (len(odd), odd[0]), CHANGED_FORM)
     return out
 
 
-def read_pool_changed(text: Optional[str], now: float) -> float:
+def read_pool_changed(text: Optional[str], now: float, note: Note = None) -> float:
     """When the pool last changed, as stored (a plain number); 0.0 for none or a text that is not ours. A
-    time after ``now`` reads as ``now``; one more than ``MAX_CLOCK_AHEAD_S`` after it as none."""
-    if not isinstance(text, str) or not 0 < len(text) <= 32:
+    time after ``now`` reads as ``now``; one more than ``MAX_CLOCK_AHEAD_S`` after it as none. ``note``: told
+    the one line of a text that is not ours."""
+    if text is None or text == "":
         return 0.0
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return 0.0
+    value = None  # type: Any
+    if isinstance(text, str) and len(text) <= 32:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
     at = _time(value, "time") if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-    return 0.0 if at is None or at > now + MAX_CLOCK_AHEAD_S else min(at, now)
+    if at is None or at > now + MAX_CLOCK_AHEAD_S:
+        _not_ours(note, POOL_CHANGED_ANNOTATION, "%s, %s" % (
+            json.dumps(str(text)[:40]), "more than %d s ahead of the API server's clock" % MAX_CLOCK_AHEAD_S
+            if at is not None else "not an epoch time up to 2100"), "<epoch seconds>")
+        return 0.0
+    return min(at, now)
 
 
 def write_changed(changed: Mapping[Gpu, float], now: float, keep_s: float, gpus: Iterable[Gpu] = ()) -> str:

@@ -48,7 +48,7 @@ most (a live holder renews its own).
 """
 
 import json
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 from functions.decision.waves import MAX_EPOCH  # 2100-01-01: a later time is not one this hook wrote
 from node_bootstrap.outside import OutsideDataError, json_type, loads, number, whole
@@ -93,27 +93,50 @@ def _text(value: Any) -> str:
     return value[:MAX_TEXT] if isinstance(value, str) else ""
 
 
-def read_marker(text: Optional[str], now: float, hold_s: float) -> Marker:
+MARKER_FORM = ('{"holder": <text>, "until": <epoch seconds>, "round": <epoch seconds>, "asked": <count>, '
+               '"open": true/false, "last": {"at", "pod", "event"}, "waited": {"owner", "until"}}')
+
+
+def read_marker(text: Optional[str], now: float, hold_s: float,
+                note: Optional[Callable[[str], None]] = None) -> Marker:
     """The marker as stored, bounded: ``until`` at most ``hold_s`` after ``now``; an empty marker for none or
-    for one that is not ours (the reader rule, node_bootstrap/outside.py)."""
+    for one that is not ours (the reader rule, node_bootstrap/outside.py). A part that is not ours reads as
+    absent: no holder (this event plans: the planning claim, not the marker, keeps two plans apart), no last
+    ask, open (as a marker written before the field), no waited-out claim (the event waits its own time).
+    ``note`` is told the one line saying what did not read."""
     if not text:
         return Marker()
     try:
         value = loads(text, "the plan marker", MAX_MARKER_TEXT, 4)
         if not isinstance(value, dict):
-            return Marker()
+            raise OutsideDataError("the plan marker is %s" % json_type(value))
         until = number(value.get("until"), "until", 0, MAX_EPOCH, default=0.0)
         started = number(value.get("round"), "round", 0, MAX_EPOCH, default=0.0)
         asked = whole(value.get("asked"), "asked", 0, MAX_ASKS, default=0)
-    except OutsideDataError:
+    except OutsideDataError as exc:
+        _say(note, str(exc), "read as none: this event plans the pool")
         return Marker()
+    odd = ["%s is %s" % (key, json_type(value[key])) for key, kind in
+           (("holder", str), ("last", dict), ("open", bool), ("waited", dict))
+           if value.get(key) is not None and not isinstance(value[key], kind)]
     last = value.get("last") if isinstance(value.get("last"), dict) else {}
     at = last.get("at")
     last = {"at": float(at) if isinstance(at, (int, float)) and not isinstance(at, bool) and 0 <= at <= MAX_EPOCH
             else 0.0, "pod": _text(last.get("pod")), "event": _text(last.get("event"))}
     is_open = value.get("open")
+    waited = _waited(value.get("waited"))
+    if isinstance(value.get("waited"), dict) and not waited and value["waited"]:
+        odd.append("waited is no claim of a holder (owner, until)")
+    if odd:
+        _say(note, "; ".join(odd), "those parts read as absent")
     return Marker(_text(value.get("holder")), min(until, now + hold_s), started, asked, last,
-                  is_open if isinstance(is_open, bool) else True, _waited(value.get("waited")))
+                  is_open if isinstance(is_open, bool) else True, waited)
+
+
+def _say(note: Optional[Callable[[str], None]], what: str, so: str) -> None:
+    """The reader rule's one line for a marker that is not ours, clipped."""
+    if note is not None:
+        note("the plan marker is not ours (%s; the form is %s): %s" % (what[:300], MARKER_FORM, so))
 
 
 def _waited(value: Any) -> Dict[str, Any]:

@@ -60,10 +60,10 @@ def _told(pool_id: str) -> Callable[[str], None]:
     return lambda line: log.warning("pool %s: %s", pool_id, line)
 
 
-def _marks(notes: Mapping[str, str], now: float) -> Tuple[Dict[pc.Gpu, float], float]:
+def _marks(notes: Mapping[str, str], now: float, pool_id: str) -> Tuple[Dict[pc.Gpu, float], float]:
     """The pool Lease's change marks: per GPU (the dwell's), and when any node of the pool last changed."""
-    return (pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now),
-            pc.read_pool_changed(notes.get(pc.POOL_CHANGED_ANNOTATION), now))
+    return (pc.read_changed(notes.get(pc.CHANGED_ANNOTATION), now, _told(pool_id)),
+            pc.read_pool_changed(notes.get(pc.POOL_CHANGED_ANNOTATION), now, _told(pool_id)))
 
 
 class PlanClaims:
@@ -95,7 +95,7 @@ class PlanClaims:
             local, now = self.lease._now()
             notes = (lease.get("metadata") or {}).get("annotations") or {}
             stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION), _told(pool_id))
-            changed, touched = _marks(notes, now)
+            changed, touched = _marks(notes, now, pool_id)
             other = pc.held_by_another(stored, self.owner, now, self.horizon_s)
             if other:
                 bounded = pc.bound_claim(stored, now, self.horizon_s)
@@ -130,7 +130,7 @@ class PlanClaims:
             lease = {}
         now = self.lease._now()[1]
         notes = (lease.get("metadata") or {}).get("annotations") or {}
-        changed, touched = _marks(notes, now)
+        changed, touched = _marks(notes, now, pool_id)
         stored = pc.read_claim(notes.get(pc.PLANNING_ANNOTATION), _told(pool_id))
         other = pc.held_by_another(stored, self.owner, now, self.horizon_s)
         if not other:

@@ -75,7 +75,8 @@ class PlanMarker:
             lease = self._lease(pool_id)
             now = self.now()
             text = ((lease.get("metadata") or {}).get("annotations") or {}).get(co.MARKER_ANNOTATION)
-            new, answer = step(co.read_marker(text, now, self.hold_s), now)
+            new, answer = step(co.read_marker(text, now, self.hold_s,
+                                              lambda line: log.warning("pool %s: %s", pool_id, line)), now)
             if new is None:
                 return answer
             try:

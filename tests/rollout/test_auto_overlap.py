@@ -164,6 +164,27 @@ def test_a_claim_that_does_not_read_holds_one_invocation_at_most_and_is_named(cl
     assert result.outcome == "done" and [n for n, _ in transport.requests] == ["auto-a"], result.reason
 
 
+def test_change_marks_that_are_not_ours_read_as_none_and_are_named_in_one_warning_line_each(cluster, capsys):
+    """The pool Lease's change marks (the dwell's per GPU, and when the pool last changed) that do not read
+    were dropped with nothing said. As none they let one more change through the dwell at most (the safe
+    side: the claim keeps plans apart), so the tick plans, and a WARNING line names each, with the form."""
+    api = cluster.api
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    put_lease(api, {"ack-mig-hook/changed": json.dumps({"auto-a/0": "soon", "auto-a": 5}),
+                    "ack-mig-hook/pool-changed": '"yesterday"'})
+    capsys.readouterr()
+    transport = PerGpuNodes(api)
+    result = _tick_logged(cluster, transport, inventory(names=NAMES[:1]))
+    assert result.outcome == "done" and [n for n, _ in transport.requests] == ["auto-a"], result.reason
+    lines = [line["message"] for line in map(json.loads, capsys.readouterr().out.splitlines())
+             if "is not ours" in line["message"] and line["level"] == "WARNING"]
+    assert len(lines) == 2, lines
+    assert "ack-mig-hook/changed" in lines[0] and "entries left out: 2" in lines[0] and '"auto-a/0": "soon"' \
+        in lines[0] and '{"<node>/<GPU index>": <epoch seconds up to 2100>}' in lines[0], lines
+    assert "ack-mig-hook/pool-changed" in lines[1] and "not an epoch time" in lines[1], lines
+
+
 def test_a_dry_run_reads_the_claim_and_writes_nothing(cluster):
     api = cluster.api
     add_auto_nodes(api, NAMES[:1])

@@ -182,6 +182,29 @@ def test_a_marker_that_is_not_ours_reads_as_empty_and_never_stops_a_plan(text):
     assert co.arrive(marker, "a", 1000.0, HOLD, "llm/p", "e")[1] == co.PLAN
 
 
+@pytest.mark.parametrize("text,why", [
+    ("[1, 2]", "the plan marker is a list"), ('{"until": "soon"}', "until is text, not a number"),
+    ('{"holder": ["mallory"], "until": 1e9}', "holder is a list"), ('{"holder": "a", "open": "no"}', "open is text"),
+    ('{"holder": "a", "last": [], "waited": 5}', "last is a list; waited is a number"),
+    ('{"waited": {"owner": "x", "until": "later"}}', "waited is no claim of a holder")])
+def test_a_marker_not_ours_in_whole_or_part_is_named_in_one_warning_line(api, caplog, text, why):
+    """A plan marker (or a part of it) that does not read read as absent with nothing said: an event then
+    planned beside a holder it could not see (the planning claim keeps the plans apart: absent is safe), or
+    waited its own time for a claim an earlier event waited out, and nobody saw why. One WARNING line names
+    the pool, what does not read and the accepted form; the event still plans."""
+    server, client = api
+    server.leases[("default", marker_lease(POOL))] = {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "spec": {},
+        "metadata": {"name": marker_lease(POOL), "namespace": "default", "resourceVersion": "3", "uid": "u-3",
+                     "annotations": {co.MARKER_ANNOTATION: text}}}
+    caplog.set_level("WARNING", logger="functions.rollout.plan_marker")
+    role, seen = PlanMarker(client, "inv-a", HOLD, sleep=lambda s: None).arrive(POOL, "llm/p0", "e0")
+    assert role == co.PLAN and seen.holder == "inv-a"
+    lines = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(lines) == 1 and why in lines[0] and POOL in lines[0] and '"holder": <text>' in lines[0], lines
+    assert len(lines[0]) < 600, lines
+
+
 def test_a_forged_until_coalesces_for_one_run_lease_at_most():
     text = json.dumps({"holder": "mallory", "until": 4.1e9, "asked": 3})  # 2099: a time this hook could write
     marker = co.read_marker(text, 1000.0, HOLD)
