@@ -46,6 +46,22 @@ def digits(text):
     return int(text) if isinstance(text, str) and _DIGITS.match(text) else None
 
 
+_ALL_DIGITS = re.compile(r"[0-9]+\Z")
+
+
+def delay_seconds(text, cap):
+    # type: (Any, float) -> Optional[float]
+    """An HTTP ``Retry-After`` as delay-seconds (RFC 9110 section 10.2.3: ``1*DIGIT``, ASCII), at most ``cap``
+    (the caller's longest wait: its own bound or its deadline); None for anything else (an HTTP-date, "inf",
+    "+3": the caller's backoff). Digits of any length are a wait: more than MAX_INT_DIGITS of them is longer
+    than any cap, not "none" (that retried at once against the server's ask). The one reader of every client's
+    Retry-After."""
+    value = text.strip(" \t") if isinstance(text, str) else ""
+    if not _ALL_DIGITS.match(value):
+        return None
+    return min(float(int(value)) if len(value) <= MAX_INT_DIGITS else math.inf, cap)
+
+
 class OutsideDataError(ValueError):
     """Data from outside the process that this reader refuses; the message is one line and says why.
     ``syntax``: the text is not JSON at all (a reader may then try another encoding of the same data);

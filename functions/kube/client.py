@@ -46,7 +46,7 @@ from functions.base.textsafe import one_line
 from node_bootstrap.hostlookup import LookupTimeout, create_connection
 from node_bootstrap.kube import KubeConfig, KubeError, load_kubeconfig
 from node_bootstrap.kube.client import MAX_ANSWER_BYTES, MAX_ANSWER_DEPTH
-from node_bootstrap.outside import MAX_EPOCH, OutsideDataError, depth, json_type, list_items, loads
+from node_bootstrap.outside import MAX_EPOCH, OutsideDataError, delay_seconds, depth, json_type, list_items, loads
 # The reader rule's number and constant checks (node_bootstrap/outside.py), for a page read item by item.
 from node_bootstrap.outside import _float as _rule_float, _int as _rule_int, _refuse_constant
 
@@ -143,8 +143,9 @@ def _http_date(text: Optional[str]) -> Optional[float]:
 
 
 def _retry_after(headers: Any) -> Optional[float]:
-    text = (headers.get("Retry-After") or "").strip() if headers is not None else ""
-    return float(text) if text.isascii() and text.isdigit() else None
+    """``Retry-After`` by the one rule (``outside.delay_seconds``), at most RETRY_AFTER_MAX_S; a wait past the
+    deadline ends the retries (:meth:`KubeApi.request`)."""
+    return delay_seconds(headers.get("Retry-After") if headers is not None else None, RETRY_AFTER_MAX_S)
 
 
 class ClusterCredential:

@@ -38,6 +38,7 @@ Kinds (``kind``), schema :data:`SCHEMA`:
 """
 
 import json
+import math
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
@@ -250,12 +251,11 @@ def _host(url: str) -> str:
 
 
 def _retry_after(headers: Any) -> Optional[float]:
-    """``Retry-After`` as delay-seconds (RFC 9110 section 10.2.3: ASCII digits), None for anything else (the
-    backoff): float() read "inf" or "1e400" as a wait to the deadline of all lines."""
-    from node_bootstrap.outside import digits
+    """``Retry-After`` by the one rule (``outside.delay_seconds``, the Kubernetes client's too): delay-seconds
+    of any length, None for anything else (the backoff); the caller caps it by the deadline of all lines."""
+    from node_bootstrap.outside import delay_seconds
 
-    value = digits(str((headers or {}).get("Retry-After") or "").strip())
-    return None if value is None else float(value)
+    return delay_seconds((headers or {}).get("Retry-After"), math.inf)
 
 
 def _retryable(status: Optional[int]) -> bool:

@@ -80,6 +80,22 @@ def test_a_retry_after_that_is_no_count_of_seconds_is_the_backoff(value):
     assert waits == [0.5]
 
 
+@pytest.mark.parametrize("value", ["9" * 19, "9" * 400, " 3600 "], ids=len)
+def test_a_retry_after_of_many_digits_is_a_wait_capped_by_the_deadline_as_the_kube_clients(value):
+    """One rule for ``Retry-After`` (``outside.delay_seconds``): delay-seconds of any length are a wait, capped
+    by the caller (here the deadline of all lines; the Kubernetes client its 30 s). Past 18 digits notify read
+    it as none and retried after half a second, the server's ask ignored, where the Kubernetes client waited."""
+    from functions.pipeline.notify import DEADLINE_S
+
+    log, _ = logger()
+    waits = []
+    with Webhook() as hook:
+        hook.answers = [503]
+        hook.headers = {"Retry-After": value}
+        deliver([LINE], hook.url(), log, sleep=waits.append)
+    assert waits and DEADLINE_S - 5 < waits[0] <= DEADLINE_S, waits
+
+
 def test_a_2xx_whose_body_breaks_off_is_delivered_once_not_posted_again():
     """The status is the webhook's verdict: once a 2xx came the line is in the channel, whatever the body does
     after it. Reading it as no answer retried the POST, and the channel got the same alert three times while the

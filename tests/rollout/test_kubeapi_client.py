@@ -48,6 +48,17 @@ def test_throttling_waits_at_least_what_retry_after_asks(kube_api, config):
     assert sleeps == [3.0, 3.0]  # Retry-After wins over the shorter backoff
 
 
+@pytest.mark.parametrize("value", ["9" * 19, "9" * 400, "30"], ids=len)
+def test_a_retry_after_of_many_digits_is_the_longest_wait_as_notifys(value):
+    """The one rule for ``Retry-After`` (``outside.delay_seconds``, notify's too): delay-seconds of any length
+    are a wait, capped here at RETRY_AFTER_MAX_S; anything but ASCII digits is none (the backoff)."""
+    from functions.kube.client import RETRY_AFTER_MAX_S, _retry_after
+
+    assert _retry_after({"Retry-After": value}) == RETRY_AFTER_MAX_S
+    for odd in ("inf", "1e400", "+3", "\u0663", "Wed, 21 Oct 2015 07:28:00 GMT", ""):
+        assert _retry_after({"Retry-After": odd}) is None, odd
+
+
 def test_no_retry_past_the_invocations_deadline(kube_api, config):
     kube_api.add_node("node-a")
     kube_api.throttle(times=5, retry_after=20, method="GET")
