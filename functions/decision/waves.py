@@ -101,6 +101,9 @@ def record_reason(reason: str) -> str:
     return cut + "..."
 
 
+UNKNOWN_OWNER = "unreadable-owner"  # a record's owner that is no text: no invocation id looks like it
+
+
 @dataclass(frozen=True)
 class Progress:
     """One node's rollout record (the JSON in :data:`PROGRESS_ANNOTATION`)."""
@@ -154,9 +157,17 @@ class Progress:
             cordoned = data.get("cordoned", False)
             if not isinstance(cordoned, bool):  # bool() read "false" or 1 as this hook's cordon, lifted at the end
                 raise OutsideDataError("cordoned is %s, not true/false" % json_type(cordoned))
-            return cls(target=str(data["target"]), step=str(data["step"]), cordoned=cordoned,
+            for key in ("target", "step"):  # str() made a list or a number into a target or step none wrote
+                if not isinstance(data[key], str):
+                    raise OutsideDataError("%s is %s, not text" % (key, json_type(data[key])))
+            owner, reason = data.get("owner"), data.get("reason")
+            return cls(target=data["target"], step=data["step"], cordoned=cordoned,
                        since=number(data.get("since"), "since", 0.0, MAX_EPOCH, default=0.0),
-                       reason=str(data.get("reason") or ""), owner=str(data.get("owner") or ""),
+                       # a reason is only shown: another type reads as none; an owner of another type is an
+                       # unknown run's, which holds the node until the expiry (bounded: held_by_another), as
+                       # a run's that is not this one: as none ({}, 0 read so) this run took the node at once
+                       reason=reason if isinstance(reason, str) else "",
+                       owner=owner if isinstance(owner, str) else UNKNOWN_OWNER if owner is not None else "",
                        expires=number(data.get("expires"), "expires", 0.0, MAX_EPOCH, default=0.0),
                        drain=data.get("drain") is not False, autoscaler=data.get("autoscaler") is True)
         except (ValueError, KeyError, TypeError, AttributeError):  # OutsideDataError is a ValueError

@@ -124,3 +124,38 @@ def test_a_record_whose_cordoned_is_no_boolean_never_lifts_the_cordon(cluster, v
     result = cluster.run(inventory=snapshot(names=["node-a"]))
     assert result.nodes[0]["outcome"] == "partitioned", result.nodes[0]
     assert cluster.unschedulable("node-a") and cluster.annotation("node-a")["cordoned"] is False
+
+
+@pytest.mark.parametrize("owner", [{}, [], 0, False, ["run-1"], {"id": "run-1"}], ids=repr)
+def test_a_record_whose_owner_is_no_text_holds_the_node_as_an_unknown_runs_until_it_expires(cluster, owner):
+    """The reader rule on the rollout record: ``owner`` was read with ``str(x or "")``, so an owner of {}, [],
+    0 or false read as no holder (this run took the node over at once) while ["run-1"] read as a holder named
+    "['run-1']". An owner that is no text is an unknown run's: it holds the node until the record's expiry
+    (bounded by one run lease, as any hold), then the node is resumed as a killed run's."""
+    from functions.decision.waves import Progress, UNKNOWN_OWNER
+
+    api = cluster.api
+    record = {"target": "sequence=%s" % TWO, "step": "drained", "cordoned": True, "since": cluster.now[0],
+              "reason": "", "owner": owner, "expires": cluster.now[0] + 120, "drain": True, "autoscaler": False}
+    assert Progress.from_annotation(json.dumps(record)).owner == UNKNOWN_OWNER
+    api.add_node("node-a", labels=node_labels(OLD), capacity=capacity(OLD), unschedulable=True,
+                 annotations={"ack-mig-hook/rollout": json.dumps(record)})
+    held = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert held.nodes[0]["outcome"] == "deferred" and UNKNOWN_OWNER in held.nodes[0]["reason"], held.nodes[0]
+    cluster.now[0] += 121
+    result = cluster.run(inventory=snapshot(names=["node-a"]))
+    assert result.nodes[0]["outcome"] == "partitioned", result.nodes[0]
+
+
+@pytest.mark.parametrize("field,value", [("target", ["sequence=x"]), ("step", {"drained": 1}), ("step", 5)])
+def test_a_record_whose_target_or_step_is_no_text_does_not_read(field, value):
+    """``str()`` made a list target or a dict step into text no version wrote; such a record does not read (it
+    starts over, as one whose cordoned is no boolean), and a reason of another type reads as none (it is only
+    shown)."""
+    from functions.decision.waves import Progress
+
+    record = {"target": "sequence=%s" % TWO, "step": "drained", "cordoned": False, "since": 1.0, "reason": "r",
+              "owner": "run-1", "expires": 2.0, "drain": True, "autoscaler": False}
+    assert Progress.from_annotation(json.dumps(dict(record, **{field: value}))) is None
+    assert Progress.from_annotation(json.dumps(dict(record, reason=["x"]))).reason == ""
+    assert Progress.from_annotation(json.dumps(dict(record, reason=None))).reason == ""
