@@ -150,10 +150,17 @@ class Progress:
     @classmethod
     def from_annotation(cls, text: Optional[str]) -> Optional["Progress"]:
         """None for no record or one that does not read (a hand-edited annotation starts over)."""
+        return cls.parse(text)[0]
+
+    @classmethod
+    def parse(cls, text: Optional[str]) -> Tuple[Optional["Progress"], str]:
+        """The record and "", or None and why it does not read ("" for none): the reader rule's one line."""
         if not text:
-            return None
+            return None, ""
         try:  # the reader rule (node_bootstrap/outside.py): bounded, finite, times within their range
             data = loads(text, "annotation %s" % PROGRESS_ANNOTATION, max_bytes=MAX_PROGRESS_TEXT, max_depth=2)
+            if not isinstance(data, dict):
+                raise OutsideDataError("it is %s, not an object" % json_type(data))
             cordoned = data.get("cordoned", False)
             if not isinstance(cordoned, bool):  # bool() read "false" or 1 as this hook's cordon, lifted at the end
                 raise OutsideDataError("cordoned is %s, not true/false" % json_type(cordoned))
@@ -169,9 +176,11 @@ class Progress:
                        reason=reason if isinstance(reason, str) else "",
                        owner=owner if isinstance(owner, str) else UNKNOWN_OWNER if owner is not None else "",
                        expires=number(data.get("expires"), "expires", 0.0, MAX_EPOCH, default=0.0),
-                       drain=data.get("drain") is not False, autoscaler=data.get("autoscaler") is True)
-        except (ValueError, KeyError, TypeError, AttributeError):  # OutsideDataError is a ValueError
-            return None
+                       drain=data.get("drain") is not False, autoscaler=data.get("autoscaler") is True), ""
+        except KeyError as exc:
+            return None, "it has no %s" % exc
+        except (ValueError, TypeError, AttributeError) as exc:  # OutsideDataError is a ValueError
+            return None, str(exc)[:300]
 
 
 _INSTANCE = re.compile(r"^i-[a-z0-9]{1,64}\Z")

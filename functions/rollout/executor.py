@@ -509,9 +509,13 @@ class RolloutExecutor:
         """Re-read the node and take it (module docstring), or end it deferred/skipped with the reason."""
         name, me = w.decision.node_name, self.rollout.owner
         checked_pods = False
-        for _ in range(CAS_ATTEMPTS):
+        for attempt in range(CAS_ATTEMPTS):
             node = self._read(w)
-            p = node.progress
+            p, why = rp.Progress.parse(node.annotations.get(rp.PROGRESS_ANNOTATION))
+            if why and not attempt:  # the reader rule's one line: the record is not ours, and the node starts over
+                log.warning("node %s: its rollout record (%s) does not read (%s; the form is this hook's JSON "
+                            "object of target, step, cordoned, since, owner, expires): it starts over", name,
+                            rp.PROGRESS_ANNOTATION, why)
             stopped = ""  # a run whose record this claim takes over, when this run takes no slot of its own
             if p is not None and p.step in rp.ACTIVE_STEPS and p.held_by_another(me, self.clock(),
                                                                                  run_lease(self.rollout.settings)):

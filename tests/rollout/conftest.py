@@ -129,12 +129,13 @@ class Cluster:
         if self.on_sleep is not None:
             self.on_sleep(len(self.sleeps))
 
-    def run(self, inventory=None, dry_run=False, kube=None, event=None, lookup=None, request_id=None, **env):
+    def run(self, inventory=None, dry_run=False, kube=None, event=None, lookup=None, request_id=None,
+            log_level="OFF", **env):
         # ``request_id``: the invocation's, as FC gives each one (an event without an id, the timer's, is known by it)
         settings = load_settings(dict(self.settings_env, **env))
         executor = DeliveryExecutor.from_settings(settings, transport=self.transport)
         lookup = lookup or InventoryLookup.from_dict(inventory or snapshot())
-        logger = JsonLogger("OFF", request_id=request_id) if request_id else JsonLogger("OFF")
+        logger = JsonLogger(log_level, request_id=request_id) if request_id else JsonLogger(log_level)
         return run_event(event or TIMER, settings, inventory=lookup, executor=executor, dry_run=dry_run,
                          logger=logger, kube=kube or self.kube)
 

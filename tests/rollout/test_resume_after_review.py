@@ -147,6 +147,27 @@ def test_a_record_whose_owner_is_no_text_holds_the_node_as_an_unknown_runs_until
     assert result.nodes[0]["outcome"] == "partitioned", result.nodes[0]
 
 
+@pytest.mark.parametrize("field,value,why", [("target", ["sequence=x"], "target is a list, not text"),
+                                             ("step", 5, "step is a number, not text"),
+                                             ("cordoned", "no", "cordoned is text, not true/false")])
+def test_a_record_that_does_not_read_is_named_in_one_warning_line_as_it_starts_over(cluster, capsys, field, value,
+                                                                                       why):
+    """A record that does not read started over with nothing said: a person saw a node drained again and no
+    reason. One WARNING line names the node, what is wrong and the form."""
+    api = cluster.api
+    record = {"target": "sequence=%s" % TWO, "step": "drained", "cordoned": False, "since": 900.0, "reason": "",
+              "owner": "deadrun", "expires": 950.0, "drain": True, "autoscaler": False}
+    api.add_node("node-a", labels=node_labels(OLD), capacity=capacity(OLD),
+                 annotations={"ack-mig-hook/rollout": json.dumps(dict(record, **{field: value}))})
+    cluster.now[0] += 100000
+    capsys.readouterr()
+    result = cluster.run(inventory=snapshot(names=["node-a"]), log_level="WARNING")
+    assert result.nodes[0]["outcome"] == "partitioned", result.nodes[0]
+    lines = [line["message"] for line in map(json.loads, capsys.readouterr().out.splitlines())
+             if "rollout record" in line["message"] and line["level"] == "WARNING"]
+    assert len(lines) == 1 and "node node-a" in lines[0] and why in lines[0] and "starts over" in lines[0], lines
+
+
 @pytest.mark.parametrize("field,value", [("target", ["sequence=x"]), ("step", {"drained": 1}), ("step", 5)])
 def test_a_record_whose_target_or_step_is_no_text_does_not_read(field, value):
     """``str()`` made a list target or a dict step into text no version wrote; such a record does not read (it
