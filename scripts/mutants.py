@@ -993,6 +993,12 @@ MUTANTS = (
            ("tests/rollout/test_auto_overlap.py",),
            "a planning claim of another version's form (or a forger's) reads as none: a tick plans the pool beside "
            "the invocation that holds it"),
+    mutant("record-owner-no-text-read-as-none", "functions/decision/waves.py",
+           'owner=owner if isinstance(owner, str) else UNKNOWN_OWNER if owner is not None else "",',
+           'owner=str(owner or ""),',
+           ("tests/rollout/test_resume_after_review.py",),
+           "a rollout record whose owner is {} or 0 reads as no holder: a run takes over a node the record says a "
+           "run holds"),
     mutant("claim-ending-in-429-taken-for-unwritten", "functions/rollout/executor.py",
            "        if exc.status is not None and exc.status < 500 and exc.status != 429:\n",
            "        if exc.status is not None and exc.status < 500:\n",
