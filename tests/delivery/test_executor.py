@@ -114,11 +114,27 @@ def test_long_work_extends_the_hook_with_heartbeats(emulator, maker):
 
 @pytest.mark.cloud_assistant
 def test_a_hook_answered_already_is_not_an_error(emulator, maker):
-    emulator.fail_next("CompleteLifecycleAction", "LifecycleActionToken.NotFound", 404)
+    # A duplicate event (EventBridge delivers at least once) completes the same action again: ESS answers the
+    # documented 400 LifecycleHookIdAndLifecycleActionToken.Invalid (no action in process), and the run is
+    # no failure.
+    life = Lifecycle(rpc(emulator, "ess"), heartbeat_s=600)
+    for _ in range(2):
+        nodes = DeliveryExecutor(LocalTransport(maker), lifecycle=lambda: life).execute(
+            request(hook=True), [decision("i-a")])
+        assert nodes[0]["outcome"] == "partitioned"
+    answers = [e for e in emulator.exchanges if e.action == "CompleteLifecycleAction"]
+    assert [e.status for e in answers] == [200, 400]
+    assert [kind for kind, _ in emulator.lifecycle].count("complete") == 1
+
+
+@pytest.mark.cloud_assistant
+def test_a_hook_ess_does_not_hold_is_not_an_error(emulator, maker):
+    emulator.lifecycle_hooks["ash-other"] = "asg-1"  # ESS knows another hook: ash-1 matches no action in process
     life = Lifecycle(rpc(emulator, "ess"), heartbeat_s=600)
     nodes = DeliveryExecutor(LocalTransport(maker), lifecycle=lambda: life).execute(
         request(hook=True), [decision("i-a")])
     assert nodes[0]["outcome"] == "partitioned"
+    assert [e.status for e in emulator.exchanges if e.action == "CompleteLifecycleAction"] == [400]
 
 
 def test_no_hook_no_ess_client(maker):

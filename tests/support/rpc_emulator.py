@@ -56,6 +56,14 @@ Each rule it enforces, and where it comes from:
   (N <= 50), ``PageSize`` <= 50 (SDK model), and ignores ScalingGroupId when ids are given.
   ``RecordLifecycleActionHeartbeat`` takes the lower-case ``lifecycleHookId`` / ``lifecycleActionToken``
   the SDK model names.
+  ``CompleteLifecycleAction`` answers 400 ``LifecycleHookIdAndLifecycleActionToken.Invalid`` ("The specified
+  lifecycleActionToken and lifecycleHookId you provided does not match any in process lifecycle action.",
+  the error codes of AlibabaCloudDocs/ess intl.en-US/API-Reference/Lifecycle Hook/CompleteLifecycleAction.md)
+  when the hook and token name no action in process: one completed already, or a hook the emulator's
+  records (``lifecycle_hooks``) do not hold while they hold any. The tokens ESS issued are not known here
+  (an event carries them), so any token of a known hook is an action in process until it is completed.
+  Heartbeats are accepted for any hook and token: RecordLifecycleActionHeartbeat's errors for them are not
+  modelled.
 
 Nodes are models (:class:`SimNode`): an agent that is or becomes ready, a script that takes a configured
 time and returns a configured result, or (:class:`ShellNode`) one that really runs the script in a
@@ -243,6 +251,7 @@ class Emulator(LoopbackServer):
         self.invocations: Dict[str, Dict[str, dict]] = {}
         self.sends: Dict[str, Dict[str, dict]] = {}
         self.lifecycle: List[Tuple[str, Dict[str, str]]] = []
+        self.completed_actions: set = set()  # (LifecycleHookId, LifecycleActionToken) completed: no longer in process
         # Auto Scaling's records: scaling group id -> its instance ids; lifecycle hook id -> its group.
         self.scaling_instances: Dict[str, List[str]] = {}
         self.lifecycle_hooks: Dict[str, str] = {}
@@ -745,6 +754,14 @@ class Emulator(LoopbackServer):
     def _CompleteLifecycleAction(self, params):
         if params.get("LifecycleActionResult", "CONTINUE") not in ("CONTINUE", "ABANDON", "ROLLBACK"):
             return self._error(400, "InvalidParameter", "LifecycleActionResult")
+        action = (params.get("LifecycleHookId"), params.get("LifecycleActionToken"))
+        with self._lock:
+            unknown = bool(self.lifecycle_hooks) and action[0] not in self.lifecycle_hooks
+            if unknown or action in self.completed_actions:
+                return self._error(400, "LifecycleHookIdAndLifecycleActionToken.Invalid",
+                                   "The specified lifecycleActionToken and lifecycleHookId you provided does not "
+                                   "match any in process lifecycle action.")
+            self.completed_actions.add(action)
         self.lifecycle.append(("complete", dict(params)))
         return {}
 
