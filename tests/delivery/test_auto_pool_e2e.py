@@ -96,7 +96,7 @@ def pool(kube_api, tmp_path):  # noqa: F811
     transport = make_transport(settings, sim_state_dir=str(nodes), root=str(tmp_path / "node-root"),
                                python=sys.executable)
     executor = DevicePlugin(DeliveryExecutor.from_settings(settings, transport=transport), kube_api, nodes)
-    api = KubeApi(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "a.conf", cert=kube_api.admin_cert())))
+    api = KubeApi(load_kubeconfig(kube_api.function_kubeconfig(tmp_path / "a.conf")))  # held to deploy/rbac.yaml
     yield kube_api, api, settings, executor, nodes / ("%s.json" % INSTANCE)
     api.close()
 

@@ -58,7 +58,8 @@ def cloud(tmp_path, kube_api, monkeypatch):  # noqa: F811
     monkeypatch.setattr(rpc_module, "Backoff", Paced)
     with open(os.path.join(ROOT, "examples", "inventory.json")) as fh:
         inventory = json.load(fh)
-    admin = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert(), inline=True)
+    # ACK's kubeconfig for the function's RAM role: held to deploy/rbac.yaml, as a real cluster holds it
+    admin = kube_api.function_kubeconfig(tmp_path / "admin.conf", inline=True)
     for node in inventory["nodes"]:
         if node.get("node_name"):
             kube_api.add_node(node["node_name"], taints=[TAINT])

@@ -186,8 +186,7 @@ def through_the_handler(emulator, kube_api, tmp_path, monkeypatch, inventory):  
     add_node(kube_api)
     nodes = seven_gb_node(tmp_path)
     emulator.load_inventory(inventory)
-    emulator.kubeconfig = open(kube_api.write_kubeconfig(tmp_path / "ack.conf", cert=kube_api.admin_cert(),
-                                                         inline=True)).read()
+    emulator.kubeconfig = open(kube_api.function_kubeconfig(tmp_path / "ack.conf", inline=True)).read()  # its RBAC
     env = dict(cloud_env(emulator), **node_env(tmp_path))
     for name, value in env.items():
         monkeypatch.setenv(name, value)

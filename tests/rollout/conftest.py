@@ -97,7 +97,9 @@ class PlayedNodes:
 class Cluster:
     def __init__(self, api, tmp_path):
         self.api = api
-        self.config = load_kubeconfig(api.write_kubeconfig(tmp_path / "admin.conf", cert=api.admin_cert()))
+        # The function's own identity, held to deploy/rbac.yaml as a real cluster holds it: a call the product
+        # makes outside its RBAC is 403 here too.
+        self.config = load_kubeconfig(api.function_kubeconfig(tmp_path / "function.conf"))
         self.retry_sleeps = []  # the client's own backoff, apart from the rollout's polling
         self.now = [1000.0]
         api.clock = self.clock  # the cluster's clock (its answers' Date) runs with the test's time

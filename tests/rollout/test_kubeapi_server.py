@@ -166,3 +166,26 @@ def test_a_node_credential_is_limited_as_the_node_authorizer_limits_it(kube_api,
     assert err.status == 403 and "can only delete pods with spec.nodeName set to itself" in str(err)
     node.request("DELETE", "/api/v1/namespaces/team/pods/mine")
     assert ("team", "mine") not in kube_api.pods and ("team", "theirs") in kube_api.pods
+
+
+def test_the_functions_identity_gets_exactly_what_deploy_rbac_yaml_grants_it(kube_api, tmp_path):
+    # RBAC (plugin/pkg/auth/authorizer/rbac): the ClusterRole everywhere, the Role's leases and events in default
+    # only; anything else 403 with the words of responsewriters.forbiddenMessage in apierrors.NewForbidden.
+    kube_api.add_node("node-a")
+    kube_api.add_pod("team", "p", "node-a")
+    fn = KubeApi(load_kubeconfig(kube_api.function_kubeconfig(tmp_path / "f.conf")), attempts=1)
+    lease = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "x"}, "spec": {}}
+    assert fn.create_lease("default", dict(lease))["metadata"]["name"] == "x"
+    assert fn.get_node("node-a")["metadata"]["name"] == "node-a"
+    elsewhere = raises(fn.create_lease, "kube-system", dict(lease))
+    assert (elsewhere.status, elsewhere.reason) == (403, "Forbidden")
+    assert str(elsewhere).count('leases.coordination.k8s.io is forbidden: User "ack-mig-hook-function-ram-role-id" '
+                                'cannot create resource "leases" in API group "coordination.k8s.io" in the '
+                                'namespace "kube-system"') == 1
+    assert ("kube-system", "x") not in kube_api.leases
+    deleted = raises(fn.request, "DELETE", "/api/v1/namespaces/team/pods/p")
+    assert deleted.status == 403 and 'pods "p" is forbidden' in str(deleted) and ("team", "p") in kube_api.pods
+    read = raises(fn.request, "GET", "/api/v1/namespaces/default/events")
+    assert read.status == 403 and 'cannot list resource "events" in API group "" in the namespace' in str(read)
+    fn.evict("team", "p")  # pods/eviction create: the ClusterRole's, in any namespace
+    assert ("team", "p") not in kube_api.pods

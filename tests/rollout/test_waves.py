@@ -244,6 +244,9 @@ def test_deploy_rbac_yaml_grants_exactly_the_calls_a_rollout_makes(cluster):
     cluster.api.add_pod("team", "train-0", "node-a", gpus=1, owner_kind="ReplicaSet")
     cluster.run()
     used = {_rbac(r.method, r.path) for r in cluster.api.requests}
+    # the run's credential is held to deploy/rbac.yaml (tests/rollout/conftest.py): nothing it did was refused
+    assert {r.user for r in cluster.api.requests} == {"ack-mig-hook-function-ram-role-id"}
+    assert [r for r in cluster.api.requests if r.status == 403] == []
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     with open(os.path.join(root, "deploy", "rbac.yaml")) as fh:
         roles = [d for d in yaml.safe_load_all(fh) if d and d["kind"] in ("ClusterRole", "Role")]

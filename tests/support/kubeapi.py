@@ -74,6 +74,10 @@ A node's own credential (``system:node:<name>``), as the Node authorizer and Nod
   * pods: list only with ``fieldSelector=spec.nodeName=<itself>``; get, delete and evict only pods bound
     to it;
   * events: create, never read.
+The function's credential (:meth:`KubeApiServer.function_kubeconfig`, user ``FUNCTION_USER``) under RBAC
+  (``plugin/pkg/auth/authorizer/rbac``): only what the roles of deploy/rbac.yaml grant, the ClusterRole's
+  rules everywhere and the Role's in its namespace; anything else 403 as :func:`_authorize` words it. Other
+  users (the admin certificate, kubelets) are not held to RBAC here.
 Leases (``coordination.k8s.io/v1``): see ``_lease``; a name that is no DNS subdomain is 422, a body naming
   another namespace than the URL 400, ``spec.renewTime``/``acquireTime`` decode as metav1.MicroTime (six
   fraction digits exactly, else 400; an offset is stored as UTC).
@@ -144,6 +148,7 @@ PATCH_REJECTED = "the server rejected our request due to an error in our request
 # metav1.MicroTime's wire form (RFC3339Micro): exactly six fraction digits; json decoding fails otherwise (400)
 _MICRO_TIME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})\.(\d{6})(Z|[+-]\d{2}:\d{2})\Z")
 DELETION_TIMEOUT_S = 120  # pkg/controller/disruption/disruption.go DeletionTimeout
+FUNCTION_USER = "ack-mig-hook-function-ram-role-id"  # the subject deploy/rbac.yaml's bindings name
 MAX_DISRUPTED_PODS = 2000  # pkg/registry/core/pod/storage/eviction.go MaxDisruptedPodSize
 
 
@@ -426,6 +431,10 @@ class KubeApiServer:
         self.repeat_continue = False
         # Status to answer with instead of serving, e.g. {"GET": 503}: outage tests.
         self.fail = {}  # type: Dict[str, int]
+        # RBAC (enforce_rbac): user -> the rules bound to it, (namespace or None for cluster-wide, apiGroups,
+        # resources, verbs, resourceNames). A user named here gets only those; one not named (the admin
+        # certificate, a kubelet under the Node authorizer's rules) is not limited by them.
+        self.rbac = {}  # type: Dict[str, List[Tuple[Optional[str], list, list, list, list]]]
         self._server_cert = self.ca.issue("127.0.0.1", server_ip="127.0.0.1")
         self.ca_file = self._write("ca.crt", self.ca.pem)
         cert_file = self._write("server.crt", self._server_cert.cert_pem)
@@ -790,6 +799,38 @@ class KubeApiServer:
 
     # --- credentials ----------------------------------------------------------------------------
 
+    def enforce_rbac(self, user, documents):
+        # type: (str, List[dict]) -> None
+        """Authorize ``user`` as the RBAC authorizer does (plugin/pkg/auth/authorizer/rbac/rbac.go,
+        pkg/apis/rbac/v1/evaluation_helpers.go RuleAllows) with the roles of ``documents`` (e.g.
+        deploy/rbac.yaml's) bound to it: a ClusterRole by a ClusterRoleBinding (every namespace and the
+        cluster scope), a Role by a RoleBinding in its own namespace only. Every other request of that user
+        is 403 Forbidden with the words of k8s.io/apiserver endpoints/handlers/responsewriters/errors.go
+        ``forbiddenMessage`` wrapped by apimachinery's ``NewForbidden``."""
+        rules = []  # type: List[Tuple[Optional[str], list, list, list, list]]
+        for doc in documents:
+            if not doc or doc.get("kind") not in ("ClusterRole", "Role"):
+                continue
+            namespace = (doc.get("metadata") or {}).get("namespace") if doc["kind"] == "Role" else None
+            for rule in doc.get("rules") or []:
+                rules.append((namespace, rule.get("apiGroups") or [], rule.get("resources") or [],
+                              rule.get("verbs") or [], rule.get("resourceNames") or []))
+        with self.lock:
+            self.rbac[user] = rules
+
+    def function_cert(self, user=FUNCTION_USER):
+        # type: (str) -> Cert
+        """The function's credential as ACK issues it for its RAM role: a user with no group that
+        grants anything (bind it with :meth:`enforce_rbac`)."""
+        return self.ca.issue(user)
+
+    def function_kubeconfig(self, path, inline=False):
+        # type: (typing.Any, bool) -> str
+        """A kubeconfig of the function's own identity, which this server then authorizes with exactly the
+        RBAC the product deploys (deploy/rbac.yaml): a call outside it is 403, as on a real cluster."""
+        self.enforce_rbac(FUNCTION_USER, deploy_rbac_documents())
+        return self.write_kubeconfig(path, cert=self.function_cert(), inline=inline, user="function")
+
     def node_cert(self, node):
         # type: (str) -> Cert
         """A kubelet's client certificate: CN system:node:<node>, O system:nodes."""
@@ -997,6 +1038,61 @@ def _node_of(user):
     return user[len("system:node:"):] if user.startswith("system:node:") else None
 
 
+def deploy_rbac_documents():
+    # type: () -> List[dict]
+    """The ClusterRole, Role and bindings of deploy/rbac.yaml (the stack's ClusterRbac holds the same rules:
+    tests/function/test_template.py compares them)."""
+    import yaml
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "deploy", "rbac.yaml")) as fh:
+        return [d for d in yaml.safe_load_all(fh) if d]
+
+
+def _request_attributes(method, segs, query):
+    # type: (str, List[str], Dict[str, List[str]]) -> Tuple[str, str, str, str, str]
+    """(verb, apiGroup, resource[/subresource], namespace, name) of a resource request, as
+    k8s.io/apiserver pkg/endpoints/request/requestinfo.go RequestInfoFactory derives them."""
+    rest = segs[2:] if segs[:1] == ["api"] else segs[3:]
+    group = "" if segs[:1] == ["api"] else (segs[1] if len(segs) > 1 else "")
+    namespace = ""
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    elif len(rest) == 2 and rest[0] == "namespaces":  # the Namespace object itself
+        namespace = rest[1]
+    resource = rest[0] if rest else ""
+    name = rest[1] if len(rest) > 1 else ""
+    if len(rest) > 2:
+        resource += "/" + rest[2]
+    if method == "GET":
+        verb = "get" if name else ("watch" if (query.get("watch") or [""])[0] in ("1", "true") else "list")
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete" if name else "deletecollection"}.get(method, method.lower())
+    return verb, group, resource, namespace, name
+
+
+def _authorize(rules, user, method, segs, query):
+    """RBAC: allowed when one bound rule covers the verb, group, resource (and name, where the rule lists
+    resourceNames) in the request's namespace (a Role's rules) or anywhere (a ClusterRole's); otherwise
+    403 Forbidden (responsewriters.forbiddenMessage; apierrors.NewForbidden: '<resource>.<group> "<name>"
+    is forbidden: ...', details name, group and kind = the resource)."""
+    verb, group, resource, namespace, name = _request_attributes(method, segs, query)
+    for scope, groups, resources, verbs, names in rules:
+        if scope is not None and scope != namespace:
+            continue
+        if (("*" in groups or group in groups) and ("*" in resources or resource in resources)
+                and ("*" in verbs or verb in verbs) and (not names or name in names)):
+            return
+    base = resource.split("/")[0]
+    qualified = base + ("." + group if group else "")
+    where = ("in the namespace %s" % json.dumps(namespace)) if namespace else "at the cluster scope"
+    raise Refused(403, '%s%s is forbidden: User %s cannot %s resource %s in API group %s %s'
+                  % (qualified, ' "%s"' % name if name else "", json.dumps(user), verb, json.dumps(resource),
+                     json.dumps(group), where),
+                  details={"name": name, "group": group, "kind": base} if name else {"group": group, "kind": base})
+
+
 def _handler_for(api):
     # type: (KubeApiServer) -> type
 
@@ -1107,6 +1203,8 @@ def _handler_for(api):
             return self._reply(status, obj, record)
 
         def _route(self, method, segs, query, ctype, body, raw, user):
+            if user in api.rbac:
+                _authorize(api.rbac[user], user, method, segs, query)
             if segs[:3] == ["api", "v1", "nodes"] and len(segs) == 3 and method == "GET":
                 return 200, self._list_nodes(query, user)
             if segs[:3] == ["api", "v1", "nodes"] and len(segs) == 4:
