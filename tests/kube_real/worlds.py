@@ -6,7 +6,7 @@ A world holds the cluster's objects and plays the parties the scenario does not 
 terminating pod is deleted when :meth:`World.kubelets` runs), the device plugin and node labeller
 (:meth:`label_node`, :meth:`set_capacity`) and, on the real server, the ReplicaSet owners whose scale the
 disruption controller reads. ``client()`` is the project's own KubeApi with the hook's credential: on the
-real server the user deploy/rbac.yaml binds, on the double a bearer token.
+real server the user deploy/rbac.yaml binds, on the double a bearer token held to the same roles.
 
 The double evicts gracefully here (``graceful_evictions``), as the real server does for a bound pod.
 """
@@ -43,6 +43,8 @@ class DoubleWorld(World):
         self._cm = double.kube_api_server(tokens={self.HOOK_TOKEN: "hook"}, workdir=str(tmp_path))
         self.api = self._cm.__enter__()
         self.api.graceful_evictions = True
+        # the hook's token held to deploy/rbac.yaml, as the real control plane binds its hook user
+        self.api.enforce_rbac("token:hook", double.deploy_rbac_documents())
         self.tmp_path = tmp_path
         self._names = 0
 
