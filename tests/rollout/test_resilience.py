@@ -3,6 +3,7 @@ own deadline, polling costs one pod list per wave node per pass over kept-alive 
 listing is read to its last page."""
 
 from tests.rollout.conftest import NAMES, NEW, OLD, capacity, snapshot
+from tests.support.kubeapi import FUNCTION_USER
 
 ONE = snapshot(names=["node-a"])
 
@@ -101,7 +102,7 @@ def test_polling_costs_one_cached_pod_list_per_wave_node_per_pass_and_one_consis
     # one consistent read a node: the last pass's, which found no GPU pod left in the cache (drain.evict_pass)
     assert sorted(r.query for r in lists if r not in cached) == [
         "fieldSelector=spec.nodeName%%3D%s" % n for n in sorted(NAMES)]
-    assert len({r.connection for r in api.requests if r.user == "kubernetes-admin"}) == 1
+    assert len({r.connection for r in api.requests if r.user == FUNCTION_USER}) == 1
 
 
 def test_every_listing_is_read_to_its_last_page(cluster):
