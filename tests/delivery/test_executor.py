@@ -127,6 +127,20 @@ def test_a_hook_answered_already_is_not_an_error(emulator, maker):
     assert [kind for kind, _ in emulator.lifecycle].count("complete") == 1
 
 
+def test_a_heartbeat_after_the_answer_is_refused_as_ess_documents(emulator):
+    # RecordLifecycleActionHeartbeat of an action no longer in process: ESS's documented 400 (a beat that fails
+    # is only a warning in Lifecycle.kept_alive).
+    from functions.cloud.rpc import ApiError
+
+    life = Lifecycle(rpc(emulator, "ess"), heartbeat_s=600)
+    hook = LifecycleHook(lifecycle_hook_id="ash-1", lifecycle_action_token="tok-1")
+    life.complete(hook, [])
+    with pytest.raises(ApiError) as refused:
+        life.heartbeat(hook)
+    assert refused.value.code == "LifecycleHookIdAndLifecycleActionToken.Invalid"
+    assert [kind for kind, _ in emulator.lifecycle] == ["complete"]
+
+
 @pytest.mark.cloud_assistant
 def test_a_hook_ess_does_not_hold_is_not_an_error(emulator, maker):
     emulator.lifecycle_hooks["ash-other"] = "asg-1"  # ESS knows another hook: ash-1 matches no action in process

@@ -62,8 +62,9 @@ Each rule it enforces, and where it comes from:
   when the hook and token name no action in process: one completed already, or a hook the emulator's
   records (``lifecycle_hooks``) do not hold while they hold any. The tokens ESS issued are not known here
   (an event carries them), so any token of a known hook is an action in process until it is completed.
-  Heartbeats are accepted for any hook and token: RecordLifecycleActionHeartbeat's errors for them are not
-  modelled.
+  ``RecordLifecycleActionHeartbeat`` answers the same 400 for an action not in process (its error codes in
+  the same docs, RecordLifecycleActionHeartbeat.md); its LifecycleAction.TimeExceeded (six hours) and
+  LifecycleAction.RecordTimesExceeded (20 extensions) are not modelled.
 
 Nodes are models (:class:`SimNode`): an agent that is or becomes ready, a script that takes a configured
 time and returns a configured result, or (:class:`ShellNode`) one that really runs the script in a
@@ -756,16 +757,26 @@ class Emulator(LoopbackServer):
             return self._error(400, "InvalidParameter", "LifecycleActionResult")
         action = (params.get("LifecycleHookId"), params.get("LifecycleActionToken"))
         with self._lock:
-            unknown = bool(self.lifecycle_hooks) and action[0] not in self.lifecycle_hooks
-            if unknown or action in self.completed_actions:
-                return self._error(400, "LifecycleHookIdAndLifecycleActionToken.Invalid",
-                                   "The specified lifecycleActionToken and lifecycleHookId you provided does not "
-                                   "match any in process lifecycle action.")
+            refused = self._not_in_process(action)
+            if refused:
+                return refused
             self.completed_actions.add(action)
         self.lifecycle.append(("complete", dict(params)))
         return {}
 
+    def _not_in_process(self, action):
+        """The documented refusal of a lifecycle action that is not in process (see the module docstring)."""
+        if (self.lifecycle_hooks and action[0] not in self.lifecycle_hooks) or action in self.completed_actions:
+            return self._error(400, "LifecycleHookIdAndLifecycleActionToken.Invalid",
+                               "The specified lifecycleActionToken and lifecycleHookId you provided does not "
+                               "match any in process lifecycle action.")
+        return None
+
     def _RecordLifecycleActionHeartbeat(self, params):
+        with self._lock:
+            refused = self._not_in_process((params.get("lifecycleHookId"), params.get("lifecycleActionToken")))
+        if refused:
+            return refused
         self.lifecycle.append(("heartbeat", dict(params)))
         return {}
 
