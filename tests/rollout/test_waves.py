@@ -259,6 +259,13 @@ def test_deploy_rbac_yaml_grants_exactly_the_calls_a_rollout_makes(cluster):
     assert used <= granted, used - granted
     # every rule is needed: the rollout (and the taint removal, which gets and patches nodes) use them all
     assert granted - used <= {("nodes", "get")}, granted - used
+    # docs/deploy.md's opening of its Kubernetes RBAC section names every grant as "<resource> <verbs>"
+    with open(os.path.join(root, "docs", "deploy.md")) as fh:
+        opening = fh.read().split("## Kubernetes RBAC", 1)[1].split("\n\n", 2)[1]
+    for role in roles:
+        for rule in role["rules"]:
+            for res in rule["resources"]:
+                assert "%s %s" % (res, "/".join(rule["verbs"])) in " ".join(opening.split()), (res, opening)
 
 
 def test_progress_as_nodes_finish_and_one_log_line_per_node(cluster):
