@@ -106,6 +106,11 @@ MUTANTS = (
            "return super().format(record)",
            ("tests/function/test_deploy.py",),
            "--debug prints oss2's signed request headers: the STS token and the signature in clear on stderr"),
+    mutant("cli-error-line-unredacted", "functions/commands/main.py",
+           "text = redact_shown(one_line(exc))",
+           "text = one_line(exc)",
+           ("tests/function/test_profile_redaction.py",),
+           "an error that quotes a server's answer (the credentials SDK's OAuth or STS refusal) prints its token"),
     # ---- KMS read retries connection failures (issue 20 item 6) ----
     mutant("kms-connection-failure-final", "functions/cloud/secrets.py",
            "(isinstance(status, int) and (status == 429 or status >= 500)) or not getattr(exc, \"code\", None)",

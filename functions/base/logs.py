@@ -120,6 +120,29 @@ def mask_named_values(text: str) -> str:
                             else m.group(0), text)
 
 
+# Values that are credentials by their shape alone, wherever they stand: a JWT (an OAuth or OIDC access token: three
+# base64url parts, the first two JSON objects, so "eyJ") and an Alibaba Cloud STS security token (base64 of its
+# protobuf header, "CAIS", then hundreds of characters).
+_SECRET_SHAPES = re.compile(r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*|CAIS[A-Za-z0-9+/=]{60,}")
+# A named value shown to the user is masked when it is long enough to be a key or token: "InvalidSecurityToken.Expired:
+# Specified ..." (an error code, then words) stays readable, and a secret's *name* (SshKeySecretName=...) is no secret.
+_SHOWN_MIN_VALUE = 16
+
+
+def redact_shown(text: str) -> str:
+    """``text`` as a command may print it: every secret registered at run time, every value of a secret-named field
+    that looks like a key or token (an SDK quoting a server's answer: ``"access_token": "..."``,
+    ``"AccessKeySecret": "..."``) and every value of a known secret shape (:data:`_SECRET_SHAPES`) masked."""
+    def named(m: "re.Match") -> str:
+        name, value = m.group("name"), m.group("value")
+        folded = name.lower().replace("-", "").replace("_", "")
+        if secret_name(name) and len(value) >= _SHOWN_MIN_VALUE and not folded.endswith(("name", "names")):
+            return name + m.group("sep") + MASK
+        return m.group(0)
+
+    return _SECRET_SHAPES.sub(MASK, _NAMED_VALUE.sub(named, _mask_runtime(text)))
+
+
 def sdk_log_formatter(fmt: str):
     """A ``logging.Formatter`` for the cloud SDKs' own records (``--debug``): each record as ``fmt`` formats it,
     then cleaned as every other line: the secrets registered at run time (the command's keys, see

@@ -206,7 +206,9 @@ def explained(exc):
     from functions.base.textsafe import one_line
     from functions.commands.stack.exit_codes import CloudError, explain
 
-    text = one_line(exc)
+    from functions.base.logs import redact_shown
+
+    text = redact_shown(one_line(exc))  # an SDK's message may quote a server's answer, a token in it
     if isinstance(exc, MigInputError):
         return 2, text
     code = getattr(exc, "exit_code", None)
@@ -227,7 +229,7 @@ def report(exc):
 
     code, text = explained(exc)
     if code is None:
-        print("ack-mig-hook: internal error: %s: %s" % (type(exc).__name__, escape(exc)), file=sys.stderr)
+        print("ack-mig-hook: internal error: %s: %s" % (type(exc).__name__, escape(text)), file=sys.stderr)
         return EXIT_INTERNAL
     print("\n".join(error_lines(escape(text))), file=sys.stderr)
     return code
@@ -251,7 +253,7 @@ class _human_output:
 
     def __enter__(self):
         from functions.commands.output import YamlStream, wants_yaml
-        from functions.commands.terminal import Fitted, Guarded
+        from functions.commands.terminal import Fitted, Guarded, Redacted
 
         self.saved = sys.stdout, sys.stderr
         sys.stdout = Guarded(sys.stdout)  # a write that fails (a full disk) is said as such, never as a bug
@@ -260,6 +262,8 @@ class _human_output:
         elif wants_yaml(self.args):
             sys.stdout = YamlStream(sys.stdout)
         sys.stderr = Fitted(sys.stderr, keep=lambda line: line.startswith("{"))
+        # Every line through the redactor, before it is wrapped (a wrap can part a token from its name)
+        sys.stdout, sys.stderr = Redacted(sys.stdout), Redacted(sys.stderr)
         return self
 
     def __exit__(self, *exc):
@@ -305,13 +309,13 @@ def _sdk_logs(args):
 
 def main(argv=None):
     # type: (Optional[List[str]]) -> int
-    from functions.commands.terminal import Unheard
+    from functions.commands.terminal import Redacted, Unheard
 
     saved = sys.stderr
     # From the first word on: argparse writes its own refusal before any command runs. Started with stderr
     # closed (2>&-), Python's sys.stderr is None and print(file=None) writes to stdout: nowhere to say a problem,
     # the exit code still does, and stdout stays the command's (a --json reader gets JSON alone).
-    sys.stderr = Unheard(open(os.devnull, "w") if saved is None else saved)
+    sys.stderr = Redacted(Unheard(open(os.devnull, "w") if saved is None else saved))
     try:
         code = _main(argv)
         return _flushed(code)

@@ -225,6 +225,33 @@ class Unheard(Wrapped):
             pass
 
 
+class Redacted(Wrapped):
+    """What a command prints, line by line through the redactor (functions.base.logs.redact_shown): the secrets
+    registered at run time and the values of known secret shapes, whatever printed them (an error that quotes a
+    server's answer, a warning, argparse). Whole lines, before any wrapping (Fitted): a token split from its
+    name by a wrap would no longer be recognised."""
+
+    def __init__(self, stream: TextIO):
+        self.stream, self._pending = stream, ""
+
+    def write(self, text: str) -> int:
+        from functions.base.logs import redact_shown
+
+        self._pending += text
+        if "\n" in self._pending:
+            done, _, self._pending = self._pending.rpartition("\n")
+            self.stream.write(redact_shown(done) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        from functions.base.logs import redact_shown
+
+        if self._pending:
+            self.stream.write(redact_shown(self._pending))
+            self._pending = ""
+        self.stream.flush()
+
+
 class Fitted(Wrapped):
     """Human output fitted to its stream: every line longer than the width is wrapped between words
     (wrap_words), the continuation indented under the line's own indentation plus four spaces, so nothing

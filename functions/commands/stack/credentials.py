@@ -145,11 +145,16 @@ def _from_profile(name: str) -> Keys:
                                                               ", ".join(names[:10]) or "none", name[:64]))
     from alibabacloud_credentials.provider import CLIProfileCredentialsProvider
 
+    from functions.base.logs import redact_shown
+
     try:
         credential: Any = CLIProfileCredentialsProvider(profile_name=name, profile_file=path).get_credentials()
     except Exception as exc:  # a profile mode that needs a call (RamRoleArn, EcsRamRole) that failed
+        # The SDK repeats the file's mode, and may quote a server's whole answer (an OAuth refresh without
+        # refresh_token, an STS answer short of a field) with a new token in it: masked before the cut, which
+        # could otherwise leave a token's first characters too short to be recognised.
         raise CredentialsMissing("--profile %s gave no credentials: %s" % (
-            name[:64], clip(exc, 200) or type(exc).__name__)) from None  # the SDK repeats the file's mode
+            name[:64], clip(redact_shown(str(exc)), 200) or type(exc).__name__)) from None
     key_id, secret = credential.get_access_key_id(), credential.get_access_key_secret()
     token = credential.get_security_token() or None
     if not (isinstance(key_id, str) and key_id.strip() and isinstance(secret, str) and secret.strip()
