@@ -16,8 +16,27 @@ from functions.commands.stack import build as deps
 from functions.commands.stack.code_package import HANDLER, build
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse's own is the usage block, then the problem: one line, as every command's
+        print("%s: error: %s; see --help" % (self.prog, message), file=sys.stderr)
+        self.exit(2)
+
+
+def _out_problem(out: str) -> str:
+    """Why the zip cannot be written at ``out`` (a folder, or under a file), "" when it can be tried."""
+    if os.path.isdir(out):
+        return "--out %s is a directory; give the zip's file name (e.g. %s)" % (
+            out, os.path.join(out, "ack-mig-hook.zip"))
+    parent = os.path.dirname(os.path.abspath(out))
+    while parent and not os.path.exists(parent):  # the folders build() would make
+        parent = os.path.dirname(parent) if os.path.dirname(parent) != parent else ""
+    if parent and not os.path.isdir(parent):
+        return "--out %s: %s is not a directory; give a zip file under a folder" % (out, parent)
+    return ""
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m functions.commands.package", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="python -m functions.commands.package", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join("dist", "ack-mig-hook.zip"),
                         help="the zip to write (default: %(default)s, under the current folder)")
     source = parser.add_mutually_exclusive_group()
@@ -37,6 +56,8 @@ def main(argv=None) -> int:
     problems = []
     if args.deps and not os.path.isdir(args.deps):
         problems.append("--deps %s is not a directory" % args.deps)
+    if not args.requirements and _out_problem(args.out):
+        problems.append(_out_problem(args.out))
     if args.known_hosts and not os.path.isfile(args.known_hosts):
         problems.append("--known-hosts %s is not a file" % args.known_hosts)
     elif args.known_hosts:
@@ -58,6 +79,12 @@ def main(argv=None) -> int:
     except deps.BuildError as exc:
         print("error: %s" % exc, file=sys.stderr)
         return 2
+    except OSError as exc:  # a file that could not be written or read (no room, no permission): said, no traceback
+        where = str(exc.filename or "")
+        if not where or os.path.dirname(os.path.abspath(where)) == os.path.dirname(os.path.abspath(args.out)):
+            where = args.out  # the zip, or the partial file written beside it (code_package.build)
+        print("error: cannot write %s: %s" % (where, exc.strerror or exc), file=sys.stderr)
+        return 1
     print("%s: %d files, handler %s (sources only: it cannot run in FC)" % (args.out, len(names), HANDLER))
     return 0
 
