@@ -111,6 +111,11 @@ MUTANTS = (
            "text = one_line(exc)",
            ("tests/function/test_profile_redaction.py",),
            "an error that quotes a server's answer (the credentials SDK's OAuth or STS refusal) prints its token"),
+    mutant("code-package-packs-every-file", "functions/commands/stack/code_package.py",
+           "for path, arcname in _walk(root, package, ours=True):",
+           "for path, arcname in _walk(root, package):",
+           ("tests/function/test_package_reproducible.py",),
+           "a clone's .env or editor leftover beside the sources is packed and uploaded to the code bucket"),
     # ---- KMS read retries connection failures (issue 20 item 6) ----
     mutant("kms-connection-failure-final", "functions/cloud/secrets.py",
            "(isinstance(status, int) and (status == 429 or status >= 500)) or not getattr(exc, \"code\", None)",

@@ -38,12 +38,19 @@ _SKIP_DIRS = ("__pycache__",)
 _SKIP_PATHS = (os.path.join("functions", "commands", "data"),)
 
 
-def _walk(base: str, top: str):
+# The kinds of file our own packages ship: pyproject.toml's package data and the node bundle's
+# (functions.delivery.bundle._SUFFIXES). A clone's other files (an editor's leftovers, a .env, a cache) are
+# never packed: a deploy from a clone sends what one from the wheel sends, and the same sources the same bytes.
+OUR_SUFFIXES = (".py", ".json", ".service", ".txt")
+
+
+def _walk(base: str, top: str, ours: bool = False):
     for folder, dirs, files in os.walk(os.path.join(base, top)):
         dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS and not d.endswith(".dist-info")
+                         and not (ours and d.startswith("."))
                          and os.path.relpath(os.path.join(folder, d), base) not in _SKIP_PATHS)
         for name in sorted(files):
-            if name.endswith((".pyc", ".pyo")):
+            if name.endswith((".pyc", ".pyo")) or (ours and (name.startswith(".") or not name.endswith(OUR_SUFFIXES))):
                 continue
             path = os.path.join(folder, name)
             yield path, os.path.relpath(path, base)
@@ -94,7 +101,7 @@ def _write(out_path: str, deps_dir: str, root: str, known_hosts: str) -> list:
             archive.write(known_hosts, KNOWN_HOSTS_NAME)
             names.append(KNOWN_HOSTS_NAME)
         for package in PACKAGES:
-            for path, arcname in _walk(root, package):
+            for path, arcname in _walk(root, package, ours=True):
                 archive.write(path, arcname)
                 names.append(arcname)
         # The node bundle is built in FC from the pynvml the function can import; nvidia-ml-py is pure
