@@ -116,6 +116,11 @@ MUTANTS = (
            "for path, arcname in _walk(root, package):",
            ("tests/function/test_package_reproducible.py",),
            "a clone's .env or editor leftover beside the sources is packed and uploaded to the code bucket"),
+    mutant("stdlib-lines-without-cluster", "functions/pipeline/event.py",
+           "        stdlib_lines.logger = log  #",
+           "        #",
+           ("tests/rollout/test_alert_queries.py",),
+           "the rollout's \"rollout stopped\" line lacks cluster_id: the stopped-rollouts alert never fires"),
     # ---- KMS read retries connection failures (issue 20 item 6) ----
     mutant("kms-connection-failure-final", "functions/cloud/secrets.py",
            "(isinstance(status, int) and (status == 429 or status >= 500)) or not getattr(exc, \"code\", None)",

@@ -258,7 +258,8 @@ class JsonLogger:
 def stdlib_logs_into(logger: JsonLogger, name: str = "functions"):
     """Route the standard ``logging`` records of ``name`` (delivery's modules log that way) into
     ``logger`` for the duration of a block, so they too become one redacted JSON line with the event's
-    request id and trigger, and do not also reach FC's own root handler in another format."""
+    request id and trigger, and do not also reach FC's own root handler in another format. Yields the bridge:
+    set its ``logger`` to a child bound later (``log.bind(cluster_id=...)``) for the lines after that."""
     import logging  # here, not at the top: an event skipped in stage 1 never needs it
 
     class _Bridge(logging.Handler):
@@ -271,16 +272,19 @@ def stdlib_logs_into(logger: JsonLogger, name: str = "functions"):
             # ``log.warning(..., extra={"fields": {...}})``: a line that needs fields of its own (a stopped
             # rollout's pool and node) gets them as fields, not only inside its message.
             fields = getattr(record, "fields", None)
-            logger.log(level, message, logger=record.name, **(fields if isinstance(fields, dict) else {}))
+            self.logger.log(level, message, logger=record.name, **(fields if isinstance(fields, dict) else {}))
 
     target = logging.getLogger(name)
     bridge = _Bridge()
+    # Yielded: a caller that learns more context later (the cluster, once looked up) points it at the bound
+    # child, so these lines carry it too (the alert rules keep to message.cluster_id, template.yml).
+    bridge.logger = logger
     saved = (target.level, target.propagate)
     target.addHandler(bridge)
     target.setLevel(logging.DEBUG)
     target.propagate = False
     try:
-        yield
+        yield bridge
     finally:
         target.removeHandler(bridge)
         target.setLevel(saved[0])

@@ -376,7 +376,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         log.info("event start")
         # From here on the lookup and delivery modules' own log lines (standard logging) carry this event's
         # context and go through the same redaction.
-        bridge.enter_context(stdlib_logs_into(log))
+        stdlib_lines = bridge.enter_context(stdlib_logs_into(log))
         effective_dry_run = bool(dry_run or settings.dry_run or request.dry_run)
         stage = "looking up the cluster"
         lookup = _lookup(inventory, settings)
@@ -384,6 +384,7 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         request = request.model_copy(update={"cluster_id": cluster, "dry_run": effective_dry_run,
                                              "region": request.region or settings.region or None})
         log = log.bind(cluster_id=cluster)
+        stdlib_lines.logger = log  # delivery's and the rollout's lines ("rollout stopped") name the cluster too
         if kube is None and inventory is None:
             # One client for the live cluster, whichever step needs it (connected on first use, so an event that
             # never needs the API server fetches no credential), and the run record after it.
