@@ -121,6 +121,11 @@ MUTANTS = (
            "        #",
            ("tests/rollout/test_alert_queries.py",),
            "the rollout's \"rollout stopped\" line lacks cluster_id: the stopped-rollouts alert never fires"),
+    mutant("early-event-line-without-cluster", "functions/pipeline/event.py",
+           'if "cluster_id" not in log.context and (settings.cluster_id or result.cluster_id):',
+           "if False:",
+           ("tests/rollout/test_alert_queries.py",),
+           "an event that fails before its cluster lookup (retry) is never counted by the failed-events alert"),
     # ---- KMS read retries connection failures (issue 20 item 6) ----
     mutant("kms-connection-failure-final", "functions/cloud/secrets.py",
            "(isinstance(status, int) and (status == 429 or status >= 500)) or not getattr(exc, \"code\", None)",

@@ -541,6 +541,10 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
     failed = sum(counts.get(o, 0) for o in ("failed", "drain-timeout", "drain-refused"))
     if level == "INFO" and failed:  # done, but some nodes failed: the event line says so at WARNING too
         level = "WARNING"
+    if "cluster_id" not in log.context and (settings.cluster_id or result.cluster_id):
+        # Ended before the cluster was looked up (an unreadable event, a lookup that kept failing): the line
+        # names the function's own cluster all the same, as the failed-events alert keeps to cluster_id.
+        log = log.bind(cluster_id=settings.cluster_id or result.cluster_id)
     log.log(level, "event %s" % result.outcome, outcome=result.outcome, reason=result.reason,
             nodes_failed=failed if result.nodes is not None else None,
             duration_ms=round((time.monotonic() - started) * 1000, 1))

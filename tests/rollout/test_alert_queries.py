@@ -106,6 +106,20 @@ def test_a_stopped_rollout_fires_the_stopped_rollouts_and_failed_nodes_alerts(cl
     assert not any(search(q, line) for q in alert_searches("c" + "0" * 32).values() for line in first + second)
 
 
+def test_an_event_that_ends_before_its_cluster_is_looked_up_fires_the_failed_events_alert():
+    """An event that fails early (unreadable, or a lookup that keeps failing: ``retry``) ends before the cluster is
+    looked up; its "event error" line must still name the function's own cluster (ACK_MIG_CLUSTER_ID, which the
+    template sets to ClusterId), or the failed-events rule never finds it."""
+    out = io.StringIO()
+    settings = load_settings({"ACK_MIG_CLUSTER_ID": "c-rollout", "ACK_MIG_STARTUP_TAINT": "none"})
+    result = run_event(b"{not json", settings, inventory=InventoryLookup.from_dict(snapshot()),
+                       logger=JsonLogger("INFO", stream=out))
+    assert result.outcome == "error"
+    (ended,) = [json.loads(line) for line in out.getvalue().splitlines() if '"event error"' in line]
+    assert search(alert_searches("c-rollout")["FailedEventsAlert"], ended), ended
+    assert not search(alert_searches("c" + "0" * 32)["FailedEventsAlert"], ended)
+
+
 def test_a_reconcile_run_keeps_the_no_run_alert_quiet(cluster):
     """The no-run rule fires when its search finds no line in NoRunAlertMinutes: every reconcile run must write one."""
     cluster.add_nodes()
