@@ -345,9 +345,12 @@ def run_event(raw: Any, settings: Optional[Settings] = None, inventory: Inventor
         try:
             settings = load_settings(context=context)
         except SettingsError as exc:
-            # No settings, so no known secrets: the message names the variable, never a credential's value.
-            (logger or JsonLogger(request_id=getattr(context, "request_id", None))).error(
-                "event error", outcome="error", reason=str(exc))
+            # No settings, so no known secrets: the message names the variable, never a credential's value. The
+            # cluster the deployment set, read on its own: the failed-events alert keeps to cluster_id.
+            from functions.base.settings import CLUSTER_ID, env_text
+
+            (logger or JsonLogger(request_id=getattr(context, "request_id", None))).bind(
+                cluster_id=env_text(CLUSTER_ID) or None).error("event error", outcome="error", reason=str(exc))
             return HandlerResult(trigger=Trigger.UNKNOWN.value, outcome="error", reason=str(exc))
     log = logger or make_logger(settings, context)
     request: Optional["Request"] = None

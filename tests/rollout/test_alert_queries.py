@@ -130,3 +130,16 @@ def test_a_reconcile_run_keeps_the_no_run_alert_quiet(cluster):
     lines = [json.loads(line) for line in out.getvalue().splitlines()]
     cluster_id = next(line["cluster_id"] for line in lines if line.get("cluster_id"))
     assert [line for line in lines if search(alert_searches(cluster_id)["NoRunAlert"], line)]
+
+
+def test_a_function_whose_settings_are_wrong_fires_the_failed_events_alert(monkeypatch):
+    """Settings that do not load (a value the template let through) end every event ``error`` before anything
+    else is known: the line must still name the cluster the deployment set (ACK_MIG_CLUSTER_ID), or a function
+    that can do nothing is news only an hour later, from the no-run rule."""
+    monkeypatch.setenv("ACK_MIG_CLUSTER_ID", "c-rollout")
+    monkeypatch.setenv("ACK_MIG_DRAIN_TIMEOUT_S", "soon")
+    out = io.StringIO()
+    result = run_event(b"{}", None, logger=JsonLogger("INFO", stream=out))
+    assert result.outcome == "error" and "ACK_MIG_DRAIN_TIMEOUT_S" in result.reason
+    (ended,) = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert search(alert_searches("c-rollout")["FailedEventsAlert"], ended), ended
