@@ -109,7 +109,10 @@ def _mask_runtime(text: str) -> str:
 # A value after a name, as an SDK's debug record prints a header or parameter: ``'Authorization': 'OSS4...``,
 # ``x-oss-security-token:TOKEN`` (a canonical request), ``SecurityToken=TOKEN``, ``...,Signature=HEX``. The value
 # ends at a quote, comma, ampersand, space or backslash (a bytes repr's escaped newline).
-_NAMED_VALUE = re.compile(r"""(?P<name>[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>['"]?[ \t]*[:=][ \t]*['"]?)"""
+# The name starts a word (the look-behind): tried at every letter of a long word instead, the search would take
+# time quadratic in the word's length (a 200 KB value in a line printed by a command).
+_NAMED_VALUE = re.compile(r"""(?<![A-Za-z0-9_.-])(?P<name>[A-Za-z][A-Za-z0-9_.-]*)"""
+                          r"""(?P<sep>['"]?[ \t]*[:=][ \t]*['"]?)"""
                           r"""(?P<value>[^'",&\s\\]+)""")
 
 
