@@ -238,7 +238,7 @@ class Redacted(Wrapped):
         from functions.base.logs import redact_shown
 
         self._pending += text
-        if "\n" in self._pending:
+        if "\n" in text:  # only the new text is looked at: many small writes stay linear
             done, _, self._pending = self._pending.rpartition("\n")
             self.stream.write(redact_shown(done) + "\n")
         return len(text)
