@@ -21,7 +21,8 @@ Every peer is modelled from its public description; what each source says and wh
   at container allocation, and a reconciler destroys it when the pod is gone. Node choice by
   ``node-scheduler-policy`` and GPU choice by ``gpu-scheduler-policy``; here both ``binpack`` (score =
   used share after the request: compute + memory for a GPU), the setting a team minimising GPUs picks;
-  the placement is the lowest legal start ("deterministic packing").
+  the placement is the first free one in HAMi's order (``orderedMigPlacements`` in pkg/device/nvidia/
+  mig_topology.go: 1g and 3g profiles from the highest start down, the others from the lowest up).
 * ``static-pool``: the best static pool chosen with hindsight: the integer program over each profile's
   peak (``demand_bound``), its configurations laid out on ceil(GPUs / 8) nodes held for the whole run
   (no scale-out or -in: a static pool sized for its peak never needs one); pods bind to idle instances.
@@ -109,15 +110,16 @@ def _fits_budget(gpu: GpuModel, names: Tuple[str, ...]) -> bool:
     return check_budget(gpu, [gpu.profile_by_name(n) for n in names]) is None
 
 
-def first_free_start(gpu: GpuModel, inst: Dict[Key, Optional[str]], profile: str) -> Optional[int]:
-    """The lowest start where an instance of ``profile`` fits beside ``inst`` (no memory slot shared, the
-    catalogue's counting rules kept), None when none does."""
+def first_free_start(gpu: GpuModel, inst: Dict[Key, Optional[str]], profile: str,
+                     highest: bool = False) -> Optional[int]:
+    """The lowest start (``highest``: the highest) where an instance of ``profile`` fits beside ``inst`` (no
+    memory slot shared, the catalogue's counting rules kept), None when none does."""
     used = 0
     for (name, start) in inst:
         used |= ((1 << gpu.profile_by_name(name).memory_slices) - 1) << start
     if not _fits_budget(gpu, tuple(sorted([n for n, _ in inst] + [profile]))):
         return None
-    for pl in sorted(gpu.profile_by_name(profile).placements, key=lambda p: p.start):
+    for pl in sorted(gpu.profile_by_name(profile).placements, key=lambda p: p.start, reverse=highest):
         if not used & (((1 << pl.size) - 1) << pl.start):
             return pl.start
     return None
@@ -201,12 +203,16 @@ class Hami(DraFirstFit):
 
     def place(self, nodes, pod):
         gpu, p = self.gpu, self.gpu.profile_by_name(pod.profile)
+        # HAMi's selectMigPlacement (pkg/device/nvidia/mig_topology.go, orderedMigPlacements): a profile named
+        # 1g.* or 3g.* takes its highest free start, the others their lowest (an A100's 3g at 4 leaves the 4g's
+        # half free)
+        highest = pod.profile.startswith(("1g.", "3g."))
         best = None
         for node in nodes:
             node_used = sum(_compute(gpu, inst) for inst in node.gpus)
             node_score = (node_used + p.compute_slices) / (gpu.compute_slices * len(node.gpus))
             for i, inst in enumerate(node.gpus):
-                start = first_free_start(gpu, inst, pod.profile)
+                start = first_free_start(gpu, inst, pod.profile, highest)
                 if start is None:
                     continue
                 mem = sum(gpu.profile_by_name(n).memory_slices for n, _ in inst) + p.memory_slices

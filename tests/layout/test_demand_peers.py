@@ -42,7 +42,26 @@ def test_hami_binpacks_the_busier_node_and_gpu_not_the_first():
     idle, busy = _node("a"), _node("b", {("1g.10gb", 0): "x"}, {("3g.40gb", 0): "y"})
     pod = dp.Pod("p", "1g.10gb", 0, 5)
     assert dp.Hami(GPU).place([idle, busy], pod)
-    assert pod.bound == ("b", 1, ("1g.10gb", 4))  # the GPU with 3 of 7 slices used, its lowest free start
+    assert pod.bound == ("b", 1, ("1g.10gb", 6))  # the GPU with 3 of 7 slices used, its highest free start
+
+
+def test_hami_places_1g_and_3g_at_the_highest_free_start_and_the_others_at_the_lowest():
+    """HAMi's selectMigPlacement (pkg/device/nvidia/mig_topology.go, orderedMigPlacements: profiles named 1g.* and
+    3g.* take their free placements highest start first, the others lowest first), as its own
+    TestSelectMigPlacementUsesBalancedPacking lays out an A100: 3g at 4, 2g at 0, 1g at 3, then at 2. At the
+    lowest start a 3g pod would take the half that a later 4g pod needs."""
+    hami, node = dp.Hami(GPU), _node("a")
+    starts = []
+    for i, profile in enumerate(["3g.40gb", "2g.20gb", "1g.10gb", "1g.10gb"]):
+        pod = dp.Pod("p%d" % i, profile, 0, 5)
+        assert hami.place([node], pod) and pod.bound[1] == 0
+        starts.append(pod.bound[2][1])
+    assert starts == [4, 0, 3, 2]
+    # a 3g pod, then a 4g pod: both on one GPU (the 3g left slices 0-3 free)
+    node = _node("b")
+    three, four = dp.Pod("t", "3g.40gb", 0, 5), dp.Pod("f", "4g.40gb", 0, 5)
+    assert hami.place([node], three) and hami.place([node], four)
+    assert three.bound == ("b", 0, ("3g.40gb", 4)) and four.bound == ("b", 0, ("4g.40gb", 0))
 
 
 def test_the_shared_autoscaler_adds_a_node_when_pods_wait_and_removes_it_when_empty():
