@@ -19,8 +19,9 @@ Every peer is modelled from its public description; what each source says and wh
   design; docs/develop/scheduler-policy.md): the scheduler reserves a physical GPU, a profile and a
   placement per pod before binding (a pod annotation), the device plugin creates exactly that instance
   at container allocation, and a reconciler destroys it when the pod is gone. Node choice by
-  ``node-scheduler-policy`` and GPU choice by ``gpu-scheduler-policy``; here both ``binpack`` (score =
-  used share after the request: compute + memory for a GPU), the setting a team minimising GPUs picks;
+  ``node-scheduler-policy`` and GPU choice by ``gpu-scheduler-policy``; here both ``binpack`` (score = the
+  shares of instances, compute and memory in use; a GPU's with the request added), the setting a team
+  minimising GPUs picks;
   the placement is the first free one in HAMi's order (``orderedMigPlacements`` in pkg/device/nvidia/
   mig_topology.go: 1g and 3g profiles from the highest start down, the others from the lowest up).
 * ``static-pool``: the best static pool chosen with hindsight: the integer program over each profile's
@@ -201,22 +202,39 @@ class DraFirstFit(Peer):
 class Hami(DraFirstFit):
     name = "hami"
 
+    def __init__(self, gpu):
+        super().__init__(gpu)
+        self._count = max(len(q.placements) for q in gpu.profiles)
+
+    def _shares(self, inst: Dict[Key, Optional[str]]) -> Tuple[float, float, float]:
+        """A GPU's usage as HAMi scores it: instances held over the GPU's count (a MIG GPU's largest
+        InstanceCount: pkg/device-plugin/nvidiadevice/nvinternal/plugin/register.go), compute and memory held
+        as shares of the GPU (the catalogue's slices for HAMi's Core and MemoryMB)."""
+        gpu = self.gpu
+        held = [gpu.profile_by_name(n) for (n, _), h in inst.items() if h is not None]
+        return (len(held) / float(self._count), sum(q.compute_slices for q in held) / float(gpu.compute_slices),
+                sum(q.memory_slices for q in held) / float(gpu.memory_slots))
+
     def place(self, nodes, pod):
         gpu, p = self.gpu, self.gpu.profile_by_name(pod.profile)
         # HAMi's selectMigPlacement (pkg/device/nvidia/mig_topology.go, orderedMigPlacements): a profile named
         # 1g.* or 3g.* takes its highest free start, the others their lowest (an A100's 3g at 4 leaves the 4g's
         # half free)
         highest = pod.profile.startswith(("1g.", "3g."))
+        add = (1.0 / self._count, p.compute_slices / float(gpu.compute_slices),
+               p.memory_slices / float(gpu.memory_slots))
         best = None
         for node in nodes:
-            node_used = sum(_compute(gpu, inst) for inst in node.gpus)
-            node_score = (node_used + p.compute_slices) / (gpu.compute_slices * len(node.gpus))
+            shares = [self._shares(inst) for inst in node.gpus]
+            # binpack, the highest score first (default weights 1, 1, 1): the node by ComputeDefaultScore
+            # (pkg/scheduler/policy/node_policy.go: its GPUs' instances, cores and memory in use, before the pod),
+            # the GPU by ComputeScore (gpu_policy.go: the same three shares with the request added)
+            node_score = sum(sum(x) for x in shares) / len(node.gpus)
             for i, inst in enumerate(node.gpus):
                 start = first_free_start(gpu, inst, pod.profile, highest)
                 if start is None:
                     continue
-                mem = sum(gpu.profile_by_name(n).memory_slices for n, _ in inst) + p.memory_slices
-                gpu_score = (_compute(gpu, inst) + p.compute_slices) / gpu.compute_slices + mem / gpu.memory_slots
+                gpu_score = sum(shares[i]) + sum(add)
                 key = (-node_score, -gpu_score)
                 if best is None or key < best[0]:
                     best = (key, node, i, start)

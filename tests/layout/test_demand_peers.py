@@ -64,6 +64,20 @@ def test_hami_places_1g_and_3g_at_the_highest_free_start_and_the_others_at_the_l
     assert three.bound == ("b", 0, ("3g.40gb", 4)) and four.bound == ("b", 0, ("4g.40gb", 0))
 
 
+def test_hami_binpack_counts_the_instances_a_gpu_and_a_node_hold_beside_compute_and_memory():
+    """HAMi's binpack scores (default weights 1, 1, 1): a GPU by ComputeScore (pkg/scheduler/policy/gpu_policy.go:
+    (used + 1) / count + cores + memory, the request included; a MIG GPU's count is its largest InstanceCount,
+    7 on an A100, register.go), a node by ComputeDefaultScore (node_policy.go: the same three shares over its
+    GPUs), the highest first. Three 1g pods (3 slices, 3 memory slots, 3 instances) outscore one 3g pod (3, 4,
+    1): compute and memory alone would pick the 3g's node and GPU."""
+    ones = {("1g.10gb", 6): "a", ("1g.10gb", 5): "b", ("1g.10gb", 4): "c"}
+    three = {("3g.40gb", 4): "d"}
+    pod = dp.Pod("p", "1g.10gb", 0, 5)
+    assert dp.Hami(GPU).place([_node("y", three), _node("x", ones)], pod) and pod.bound == ("x", 0, ("1g.10gb", 3))
+    pod = dp.Pod("q", "1g.10gb", 0, 5)
+    assert dp.Hami(GPU).place([_node("z", three, ones)], pod) and pod.bound == ("z", 1, ("1g.10gb", 3))
+
+
 def test_the_shared_autoscaler_adds_a_node_when_pods_wait_and_removes_it_when_empty():
     events = [PodEvent("ns/a", "o", "3g", 0, 4), PodEvent("ns/b", "o", "3g", 0, 4), PodEvent("ns/c", "o", "1g", 1, 2)]
     row = dp.simulate(dp.DraFirstFit(GPU), events, NAMES, 8, 0.5, boot_steps=2, idle_steps=1)
