@@ -517,7 +517,8 @@ def compare(gpu: GpuModel, model_name: str, events, names: Dict[str, str], steps
         "auto_node_hours_over_bound_pct": round(100.0 * (auto["node_hours"] - bound["node_hours"])
                                                 / bound["node_hours"], 1) if bound["node_hours"] else None,
         # GPU-hours per GPU-hour of instances served: the same comparison with what each peer served taken out
-        "auto_fewest_gpu_hours_per_served": all(auto["gpu_hours_per_served"] <= r["gpu_hours_per_served"]
+        # (strictly fewer, as the GPU-hours goals: a tie is no win)
+        "auto_fewest_gpu_hours_per_served": all(auto["gpu_hours_per_served"] < r["gpu_hours_per_served"]
                                                 for r in others if r["gpu_hours_per_served"] is not None),
         "no_eviction_bound": kept,
         "auto_node_hours_over_no_eviction_pct": round(100.0 * (auto["node_hours"] - kept["node_hours"])

@@ -166,6 +166,17 @@ def test_gpu_hours_per_served_divides_by_the_share_of_a_gpu_the_served_pods_held
     assert row["gpu_hours_per_served"] == round(7 / 3.0, 3)
 
 
+def test_a_tie_in_gpu_hours_per_served_is_not_the_fewest():
+    """Whole-GPU pods: every peer that serves them holds one GPU per pod, 1.000 GPU-hours per GPU-hour served
+    each. The auto pool then has no fewer than the others, as its GPU-hours goals count a tie (strictly
+    fewer)."""
+    events = [PodEvent("ns/a%d" % i, "o", "7g", 0, 3) for i in range(3)]
+    run = dp.compare(GPU, MODEL, events, NAMES, 4, 0.5)
+    per = {p["peer"]: p["gpu_hours_per_served"] for p in run["peers"]}
+    assert per["auto"] == per["dra-first-fit"] == per["hami"] == 1.0
+    assert run["auto_fewest_gpu_hours_per_served"] is False and run["auto_fewest_gpu_hours"] is False
+
+
 @pytest.mark.parametrize("milli, klass", [(1, "1g"), (142, "1g"), (143, "2g"), (428, "3g"), (429, "4g"),
                                           (571, "4g"), (572, "7g"), (1000, "7g")])
 def test_gpu_milli_maps_to_the_smallest_profile_whose_compute_covers_it(milli, klass):
