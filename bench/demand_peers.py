@@ -136,12 +136,10 @@ def _bind_idle(gpu: GpuModel, nodes: Sequence[Node], pod: Pod) -> bool:
     best = None
     for node in nodes:
         for i, inst in enumerate(node.gpus):
-            for (name, start), holder in inst.items():
-                if name == pod.profile and holder is None:
-                    key = (-_compute(gpu, inst), start)
-                    if best is None or key < best[0]:
-                        best = (key, node, i, (name, start))
-                    break  # one idle instance per GPU is enough to score it
+            starts = [start for (name, start), holder in inst.items() if name == pod.profile and holder is None]
+            # strictly more compute in use wins, so a tie keeps the first node and GPU; on the GPU, its lowest start
+            if starts and (best is None or _compute(gpu, inst) > best[0]):
+                best = (_compute(gpu, inst), node, i, (pod.profile, min(starts)))
     if best is None:
         return False
     _, node, i, key = best

@@ -78,6 +78,16 @@ def test_hami_binpack_counts_the_instances_a_gpu_and_a_node_hold_beside_compute_
     assert dp.Hami(GPU).place([_node("z", three, ones)], pod) and pod.bound == ("z", 1, ("1g.10gb", 3))
 
 
+def test_binding_to_an_idle_instance_breaks_ties_by_node_then_gpu_then_start():
+    """demand._bind's scheduler, which _bind_idle says it follows: the most compute in use first, then the first
+    node, its first GPU, that GPU's lowest start; the start of one GPU's instance does not outrank the order
+    of nodes and GPUs."""
+    a = _node("a", {("3g.40gb", 0): "x", ("1g.10gb", 6): None, ("1g.10gb", 5): None})
+    b = _node("b", {("3g.40gb", 4): "y", ("1g.10gb", 0): None})
+    pod = dp.Pod("p", "1g.10gb", 0, 5)
+    assert dp._bind_idle(GPU, [a, b], pod) and pod.bound == ("a", 0, ("1g.10gb", 5))
+
+
 def test_the_shared_autoscaler_adds_a_node_when_pods_wait_and_removes_it_when_empty():
     events = [PodEvent("ns/a", "o", "3g", 0, 4), PodEvent("ns/b", "o", "3g", 0, 4), PodEvent("ns/c", "o", "1g", 1, 2)]
     row = dp.simulate(dp.DraFirstFit(GPU), events, NAMES, 8, 0.5, boot_steps=2, idle_steps=1)
