@@ -51,6 +51,12 @@ MUTANTS = (
            "        if False:",
            ("tests/function/test_body_sizes.py",),
            "a chunked answer of hundreds of MB is read whole: only answers with a Content-Length are counted"),
+    mutant("guard-cancel-ignored", "functions/base/deadline.py",
+           "        with self._cond:\n            entry[2] = None\n",
+           "        with self._cond:\n            pass\n",
+           ("tests/function/test_guard_watchdog.py",),
+           "a call that ended before its deadline has its sockets cut when the deadline passes: in a frozen "
+           "process, a call of the next invocation"),
     # ---- the ACK API's answers: one item of another shape fails alone (seventh review) ----
     mutant("cs-answer-unfit-read-as-empty", "functions/cloud/answers.py",
            "    if response.body is not None:\n        return response.body.to_map() or {}",

@@ -7,6 +7,11 @@ socket down in both directions (``shutdown(2)``: a ``recv`` blocked in another t
 end of file or an error), so the call ends in the library's own "connection closed" error and the caller
 reports it as a timeout with :attr:`Guard.fired`.
 
+One watchdog thread serves every Guard (:class:`_Watchdog`): an event may make thousands of calls (10,000
+nodes), and a thread per call cost as much as the calls' own work in the kill-matrix tests. A call's entry
+is cancelled when its ``with`` ends, so a watchdog asleep while Function Compute freezes the process between
+invocations finds only cancelled entries when it wakes and cuts nothing.
+
 ``socket.socket.shutdown`` is called on the plain socket even for a TLS one: ``SSLSocket.shutdown`` would
 first try to unwrap TLS, which the peer we are cutting off may never answer.
 
@@ -28,6 +33,9 @@ also counts each answer's body as urllib3 hands it to its reader, and past the c
 :class:`AnswerTooLarge`, naming the endpoint.
 """
 
+import heapq
+import itertools
+import os
 import socket
 import threading
 import time
@@ -97,9 +105,9 @@ def failure_message(exc: BaseException, limit: int = 300, fallback: Any = None) 
 
 class Guard:
     """``with Guard(deadline_s) as guard: guard.watch(sock); ...``: every watched socket is shut down once
-    ``deadline_s`` has passed since the guard started; ``guard.fired`` says whether it had to. An answer
-    body an SDK reads through urllib3 in the guard's thread past ``max_bytes`` (None: no bound) ends in
-    :class:`AnswerTooLarge` (:func:`urllib3_guarded`)."""
+    ``deadline_s`` has passed since the guard started, unless the ``with`` has ended by then; ``guard.fired``
+    says whether it had to. An answer body an SDK reads through urllib3 in the guard's thread past
+    ``max_bytes`` (None: no bound) ends in :class:`AnswerTooLarge` (:func:`urllib3_guarded`)."""
 
     def __init__(self, deadline_s: float, max_bytes: Optional[int] = MAX_ANSWER_BYTES) -> None:
         self.max_bytes = max_bytes
@@ -108,7 +116,7 @@ class Guard:
         self.fired = False
         self._socks: List[Any] = []
         self._lock = threading.Lock()
-        self._timer: Optional[threading.Timer] = None
+        self._entry: Optional[List[Any]] = None  # in the shared watchdog's heap while the guard is entered
 
     def left(self) -> float:
         return max(0.0, self.end - time.monotonic())
@@ -135,15 +143,73 @@ class Guard:
     def __enter__(self) -> "Guard":
         self._outer = getattr(_current, "guard", None)
         _current.guard = self
-        self._timer = threading.Timer(self.left(), self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._entry = _WATCHDOG.add(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _current.guard = self._outer
-        if self._timer is not None:
-            self._timer.cancel()
+        if self._entry is not None:
+            _WATCHDOG.cancel(self._entry)
+            self._entry = None
+
+
+class _Watchdog:
+    """One daemon thread that fires each entered Guard at its end: a heap of ``[end, order, guard]`` entries and
+    a condition the thread sleeps on until the earliest end (or a new earlier one). Cancelling an entry only
+    blanks its guard (no heap removal, no wake-up): the thread drops it when its end comes. Firing happens
+    under the lock, so once :meth:`cancel` returns the guard is never fired (a Timer could still fire a call
+    that had just ended); ``_fire`` only calls ``shutdown(2)``, which does not block. The thread ends when
+    the heap is empty, so it outlives the last call by that call's deadline at most; the next call starts
+    a new one."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: List[List[Any]] = []
+        self._order = itertools.count()  # ties on ``end`` never compare guards
+        self._thread: Optional[threading.Thread] = None
+
+    def add(self, guard: "Guard") -> List[Any]:
+        entry = [guard.end, next(self._order), guard]
+        with self._cond:
+            heapq.heappush(self._heap, entry)
+            if self._thread is None or not self._thread.is_alive():  # none yet, or ended
+                self._thread = threading.Thread(target=self._run, name="deadline-watchdog", daemon=True)
+                try:
+                    self._thread.start()
+                except BaseException:  # no thread (a Timer failed the same way): __exit__ never comes for it
+                    entry[2] = None
+                    raise
+            elif self._heap[0] is entry:
+                self._cond.notify()  # the thread sleeps until a later end: wake it for this one
+        return entry
+
+    def cancel(self, entry: List[Any]) -> None:
+        with self._cond:
+            entry[2] = None
+
+    def _run(self) -> None:
+        with self._cond:
+            while self._heap:
+                end, _, guard = self._heap[0]
+                wait = end - time.monotonic()
+                if guard is not None and wait > 0:
+                    # woken early by an earlier entry, or at this end; at most an hour at a time, as wait()
+                    # refuses a timeout past threading.TIMEOUT_MAX (a Guard of float("inf"))
+                    self._cond.wait(min(wait, 3600.0))
+                    continue
+                heapq.heappop(self._heap)
+                if guard is not None:
+                    try:
+                        guard._fire()
+                    except Exception:  # never seen: _fire takes a socket's errors; the others' cuts still come
+                        pass
+            self._thread = None  # under the lock: an add() after this starts a new thread
+
+
+_WATCHDOG = _Watchdog()
+# A forked child has no watchdog thread, and the lock may have been held by it at the fork: a fresh one.
+# (The parent's calls are not the child's: a Timer thread did not survive a fork either.)
+os.register_at_fork(after_in_child=_WATCHDOG.__init__)
 
 
 def urllib3_guarded(urllib3: Any) -> None:
