@@ -21,6 +21,11 @@ from functions.cloud.rpc import ApiError, RpcClient
 
 log = logging.getLogger(__name__)
 
+# CompleteLifecycleAction's documented error for a hook and token that match no action in process (answered
+# already, timed out, or a hook ESS does not hold): AlibabaCloudDocs/ess intl.en-US/API-Reference/Lifecycle
+# Hook/CompleteLifecycleAction.md, its one code besides InvalidParamter.
+ALREADY_ANSWERED = frozenset({"LifecycleHookIdAndLifecycleActionToken.Invalid"})
+
 
 class Lifecycle:
     def __init__(self, ess: RpcClient, failure_result: str = "ABANDON", heartbeat_s: float = 240.0,
@@ -73,9 +78,9 @@ class Lifecycle:
                 "RegionId": self.ess.region, "LifecycleHookId": hook.lifecycle_hook_id,
                 "LifecycleActionToken": hook.lifecycle_action_token, "LifecycleActionResult": result})
         except ApiError as exc:
-            # A duplicate event finds the hook already answered (or timed out): nothing left to do.
-            if exc.code.startswith(("LifecycleAction", "InvalidLifecycleActionToken", "LifecycleHook")) \
-                    or "NotFound" in exc.code or "NotExist" in exc.code:
+            # A duplicate event finds the hook already answered (or timed out): nothing left to do. Only the
+            # code ESS documents for that counts; any other error leaves the hook waiting and is reported.
+            if exc.code in ALREADY_ANSWERED:
                 log.info("lifecycle hook already answered: %s", exc.code)
                 return None
             raise

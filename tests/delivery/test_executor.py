@@ -151,6 +151,24 @@ def test_a_hook_ess_does_not_hold_is_not_an_error(emulator, maker):
     assert [e.status for e in emulator.exchanges if e.action == "CompleteLifecycleAction"] == [400]
 
 
+@pytest.mark.cloud_assistant
+@pytest.mark.parametrize("code,status,error", [
+    ("InvalidRegionId.NotFound", 404, "ConfigurationError"),  # about the request, not the action
+    ("LifecycleAction.Busy", 503, "RetryLater"),  # a server error whose code merely starts like ESS's
+])
+def test_only_the_documented_refusal_reads_as_already_answered(emulator, maker, code, status, error):
+    # CompleteLifecycleAction documents one code for an action not in process (LifecycleHookIdAndLifecycleAction
+    # Token.Invalid, AlibabaCloudDocs/ess CompleteLifecycleAction.md); any other error leaves the hook waiting
+    # and is reported (retried when transient), never logged as answered.
+    from functions.base import errors
+
+    emulator.fail_next("CompleteLifecycleAction", code, status, times=10)
+    life = Lifecycle(rpc(emulator, "ess", attempts=2), heartbeat_s=600)
+    with pytest.raises(getattr(errors, error), match="lifecycle hook ash-1 not answered: .*" + code):
+        DeliveryExecutor(LocalTransport(maker), lifecycle=lambda: life).execute(request(hook=True), [decision("i-a")])
+    assert emulator.lifecycle == []
+
+
 def test_no_hook_no_ess_client(maker):
     def boom():
         raise AssertionError("an ESS client was built for a request without a lifecycle hook")
