@@ -18,6 +18,8 @@ STRAYS = {
     "functions/base/notes.md": "a note\n",
     "node_bootstrap/.DS_Store": "finder\n",
     "functions/.cache/state.json": "{}\n",
+    "functions/base/settings.json": "{}\n",  # of a data file's kind, but no file the wheel ships
+    "node_bootstrap/host/scratch.service": "[Unit]\n",
     "node_bootstrap/mig/__pycache__/layout.cpython-310.pyc": "compiled\n",
 }
 
@@ -49,12 +51,19 @@ def test_the_same_sources_give_the_same_zip_whatever_lies_beside_them(tmp_path):
 
 
 def test_the_package_holds_the_files_the_wheel_ships_and_no_others(tmp_path):
-    """pyproject.toml's package data (``*.py`` modules, ``*.json``, ``*.service``, ``*.txt``) is what an install
-    from the wheel has: a deploy from a clone packs the same kinds of file."""
+    """The modules and pyproject.toml's package data (named files, the commands' data/ links left out: the
+    function never reads them) are what an install from the wheel has: a deploy from a clone packs the same."""
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as handle:
+        data = tomllib.load(handle)["tool"]["setuptools"]["package-data"]
+    named = {"%s/%s" % (package.replace(".", "/"), f) for package, files in data.items() for f in files
+             if not f.startswith("data/")}
+    assert set(code_package.OUR_DATA) == named
     names = code_package.build(str(tmp_path / "p.zip"), root=ROOT)
     ours = [n for n in names if n.startswith(code_package.PACKAGES)]
-    assert ours and all(n.endswith((".py", ".json", ".service", ".txt")) for n in ours), [
-        n for n in ours if not n.endswith((".py", ".json", ".service", ".txt"))]
+    assert ours and [n for n in ours if not n.endswith(".py") and n not in named] == []
+    assert named <= set(ours)
     with zipfile.ZipFile(str(tmp_path / "p.zip")) as archive:
         assert {i.external_attr >> 16 for i in archive.infolist()} == {0o644}
         assert {i.date_time for i in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}

@@ -38,10 +38,11 @@ _SKIP_DIRS = ("__pycache__",)
 _SKIP_PATHS = (os.path.join("functions", "commands", "data"),)
 
 
-# The kinds of file our own packages ship: pyproject.toml's package data and the node bundle's
-# (functions.delivery.bundle._SUFFIXES). A clone's other files (an editor's leftovers, a .env, a cache) are
-# never packed: a deploy from a clone sends what one from the wheel sends, and the same sources the same bytes.
-OUR_SUFFIXES = (".py", ".json", ".service", ".txt")
+# What our own packages ship: the modules and pyproject.toml's package data, named (its commands' data/ is
+# skipped above; a test keeps the two lists equal). A clone's other files (an editor's leftovers, a .env, a
+# cache, a stray JSON) are never packed: a deploy from a clone sends what one from the wheel sends, and the
+# same sources the same bytes.
+OUR_DATA = ("functions/commands/stack/requirements-fc.txt",)
 
 
 def _walk(base: str, top: str, ours: bool = False):
@@ -50,10 +51,12 @@ def _walk(base: str, top: str, ours: bool = False):
                          and not (ours and d.startswith("."))
                          and os.path.relpath(os.path.join(folder, d), base) not in _SKIP_PATHS)
         for name in sorted(files):
-            if name.endswith((".pyc", ".pyo")) or (ours and (name.startswith(".") or not name.endswith(OUR_SUFFIXES))):
-                continue
             path = os.path.join(folder, name)
-            yield path, os.path.relpath(path, base)
+            arcname = os.path.relpath(path, base)
+            if name.endswith((".pyc", ".pyo")) or (ours and (name.startswith(".") or not (
+                    name.endswith(".py") or arcname.replace(os.sep, "/") in OUR_DATA))):
+                continue
+            yield path, arcname
 
 
 KNOWN_HOSTS_NAME = "known_hosts"  # FC unpacks the package under /code: ACK_MIG_SSH_KNOWN_HOSTS=/code/known_hosts
