@@ -27,6 +27,7 @@ Example (function side, removing a taint with a cluster credential)::
 import base64
 import http.client
 import json
+import math
 import os
 import shutil
 import socket
@@ -39,7 +40,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from ..hostlookup import create_connection
 from ..localfile import read_file
-from ..outside import OutsideDataError, json_type, list_items, loads
+from ..outside import OutsideDataError, delay_seconds, json_type, list_items, loads
 from . import kubeyaml
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -63,13 +64,16 @@ TRANSIENT_STATUSES = (429, 500, 502, 503, 504)
 class KubeError(Exception):
     """A failed API call or an unusable kubeconfig. ``status`` is the HTTP status, None when no answer.
     ``transient``: a quick failure the same call may get past on a second try (TRANSIENT_STATUSES, a
-    connection refused, reset, closed unanswered or mid-answer); never a call that got no answer in time."""
+    connection refused, reset, closed unanswered or mid-answer); never a call that got no answer in time.
+    ``retry_after``: the seconds a transient answer's ``Retry-After`` asks for (outside.delay_seconds, uncapped:
+    the caller's deadline caps it), None when it asks for none."""
 
-    def __init__(self, message, status=None, transient=False):
-        # type: (str, Optional[int], bool) -> None
+    def __init__(self, message, status=None, transient=False, retry_after=None):
+        # type: (str, Optional[int], bool, Optional[float]) -> None
         super(KubeError, self).__init__(message)
         self.status = status
         self.transient = transient
+        self.retry_after = retry_after
 
 
 class KubeConfig(typing.NamedTuple):
@@ -412,6 +416,7 @@ class KubeClient(object):
             response = conn.getresponse()
             data = _read_at_most(response, MAX_ANSWER_BYTES + 1)  # a byte more than an answer may be: refused below
             status = response.status
+            retry_after = response.getheader("Retry-After")
             if response.length and len(data) <= MAX_ANSWER_BYTES:
                 # read(amt) returns a body cut short (the timer's shutdown, a peer's close or reset) as if whole,
                 # where read() raised: the Content-Length still owed says it was cut (chunked bodies raise)
@@ -444,8 +449,10 @@ class KubeClient(object):
             decoded = None
         if status >= 400:
             message = decoded.get("message") if isinstance(decoded, dict) else None
+            transient = status in TRANSIENT_STATUSES  # APF's 429 and a 503 say when to come back: Retry-After
+            asked = delay_seconds(retry_after, math.inf) if transient else None
             raise KubeError("%s %s: HTTP %d %s" % (method, path, status, message or "(no message)"), status,
-                            transient=status in TRANSIENT_STATUSES)
+                            transient=transient, retry_after=asked)
         return decoded
 
     # --- nodes ----------------------------------------------------------------------------------

@@ -33,7 +33,12 @@ HOLDERS_ANNOTATION = "ack-mig-hook/gpu-holders"
 STATES = ("pending", "success", "failed", "rebooting")
 # Seconds before the second and third try of a write that failed transiently (KubeError.transient): a final
 # state lost to one 503 left the node `pending`, which an auto pool takes for a node being changed, for good.
+# A Retry-After the server sent (KubeError.retry_after) is waited instead when longer, as long as the write's
+# tries end within RETRY_WINDOW_S of its first: a wait past that ends them at once (the failure is said),
+# rather than a try the server asked not to have before then. 10 s: the back-offs and APF's usual ask (1 s)
+# with room, well inside the minutes a run's event waits for the node.
 RETRY_DELAYS = (0.5, 1.5)
+RETRY_WINDOW_S = 10.0
 
 _VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 
@@ -74,12 +79,13 @@ CLEAR_PATCH = {"metadata": {"labels": {STATE_LABEL: None, SEQUENCE_LABEL: None},
 class NodeLabeler(object):
     """Writes states; remembers the last one written and the last error (None when all went through)."""
 
-    def __init__(self, client, node_name, log, sleep=time.sleep):
-        # type: (Optional[KubeClient], Optional[str], Callable[[str], None], Callable[[float], None]) -> None
+    def __init__(self, client, node_name, log, sleep=time.sleep, clock=time.monotonic):
+        # type: (Optional[KubeClient], Optional[str], Callable[[str], None], Callable[[float], None], Callable[[], float]) -> None
         self.client = client
         self.node_name = node_name
         self.log = log
         self.sleep = sleep
+        self.clock = clock
         self.written = []  # type: list
         self.error = None  # type: Optional[str]
         self.last_state = None  # type: Optional[str]  # the last state asked for, written or not
@@ -151,15 +157,23 @@ class NodeLabeler(object):
     def _merge_patch(self, patch):
         # type: (dict) -> None
         """The patch, tried again after a transient failure (a merge patch is idempotent), three times at
-        most; the last failure is raised."""
+        most, each after the back-off or the server's Retry-After, whichever is longer, within RETRY_WINDOW_S;
+        the last failure is raised."""
         assert self.client is not None and self.node_name is not None
-        for delay in RETRY_DELAYS + (None,):
+        deadline = self.clock() + RETRY_WINDOW_S
+        for backoff in RETRY_DELAYS + (None,):
             try:
                 self.client.merge_patch_node(self.node_name, patch)
                 return
             except KubeError as exc:
-                if delay is None or not getattr(exc, "transient", False):
+                if backoff is None or not getattr(exc, "transient", False):
                     raise
+                asked = getattr(exc, "retry_after", None)
+                delay = max(backoff, asked or 0.0)
+                if self.clock() + delay > deadline:
+                    raise KubeError("%s (the server asks to retry after %gs: past the %gs a write of the node's "
+                                    "labels tries within)" % (exc, delay, RETRY_WINDOW_S), exc.status, exc.transient,
+                                    asked)
                 self.log("writing node %s failed (%s); trying again in %gs" % (self.node_name, exc, delay))
                 self.sleep(delay)
 

@@ -478,6 +478,36 @@ def test_a_final_label_the_api_server_still_fails_at_the_third_try_is_said(tmp_p
     assert meta()["labels"]["nvidia.com/mig.config.state"] == "pending"
 
 
+@pytest.mark.kube
+def test_a_final_label_the_api_server_throttles_waits_the_retry_after_it_asks_for(tmp_path, kube_api):
+    """APF's 429 says when to come back (Retry-After, maxinflight.go tooManyRequests): the second try waited the
+    labeler's own half second and met the same throttle. It waits what the server asks (the back-off when that
+    is longer), within the labeler's bound on its waits."""
+    node = Node(tmp_path)
+    meta = _kube(node, kube_api, tmp_path)
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    kube_api.label_node("node-a", {"nvidia.com/mig.config.state": "pending"})  # the killed run's last word
+    kube_api.throttle(times=1, retry_after=2, method="PATCH")
+    res = node.run("apply", "--sequence", SEQ)
+    assert res.rc == 0 and meta()["labels"]["nvidia.com/mig.config.state"] == "success", res.stderr
+    assert "trying again in 2s" in res.stderr and "trying again in 0.5s" not in res.stderr, res.stderr
+
+
+@pytest.mark.kube
+def test_a_retry_after_past_the_labelers_bound_ends_its_tries_at_once_and_is_said(tmp_path, kube_api):
+    """A Retry-After longer than the labeler waits in all (an hour) is not cut short to a try the server
+    refused ahead: the tries end, and the failure is said in the result, naming the server's ask."""
+    node = Node(tmp_path)
+    meta = _kube(node, kube_api, tmp_path)
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    kube_api.label_node("node-a", {"nvidia.com/mig.config.state": "pending"})
+    kube_api.throttle(times=3, retry_after=3600, method="PATCH")
+    res = node.run("apply", "--sequence", SEQ)
+    assert res.rc == 0 and "HTTP 429" in res.json["labels"]["error"], res.json["labels"]
+    assert "retry after 3600s" in res.json["labels"]["error"] and "trying again" not in res.stderr, res.stderr
+    assert meta()["labels"]["nvidia.com/mig.config.state"] == "pending"
+
+
 @pytest.mark.parametrize("code, said", [(999, "Unknown Error (NVML error 999)"), (10, "Timeout (NVML error 10)")])
 def test_a_mig_mode_nvml_cannot_read_is_no_verdict_that_the_gpu_is_not_mig_capable(tmp_path, code, said):
     """nvml.h: nvmlDeviceGetMigMode answers NOT_SUPPORTED for a device without MIG. An UNKNOWN or TIMEOUT answer
