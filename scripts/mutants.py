@@ -154,6 +154,11 @@ MUTANTS = (
            "if outcomes and any(o.node_verdict for o in outcomes):",
            ("tests/delivery/test_lifecycle_verdict.py",),
            "one node's own failure abandons the lifecycle hook for all its instances"),
+    mutant("lifecycle-any-not-found-is-answered", "functions/delivery/lifecycle.py",
+           "if exc.code in ALREADY_ANSWERED:",
+           "if exc.code in ALREADY_ANSWERED or \"NotFound\" in exc.code or exc.code.startswith(\"LifecycleAction\"):",
+           ("tests/delivery/test_executor.py",),
+           "an unrelated error (a wrong region, a 5xx) is logged as answered and the hook waits out its timeout"),
     # ---- SSH: the watchdog covers the handshake (issue 20 item 3) ----
     mutant("ssh-known-hosts-unchecked", "functions/delivery/ssh.py",
            "found = file_problem(known_hosts)  # paramiko would fail to load it on every connection\n"
