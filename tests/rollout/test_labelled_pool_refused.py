@@ -170,7 +170,7 @@ def test_invoke_strict_exits_3_when_a_pool_was_refused_and_the_others_were_decid
         monkeypatch.setenv(name, value)
     event = tmp_path / "timer.json"
     event.write_text(json.dumps({"cluster_id": valid}))
-    argv = ["invoke", "--event", str(event), "--kubeconfig", str(tmp_path / "admin.conf"), "--dry-run"]
+    argv = ["invoke", "--event", str(event), "--kubeconfig", str(tmp_path / "function.conf"), "--dry-run"]
 
     def invoke(*extra):
         code = cli.main(argv + list(extra))
