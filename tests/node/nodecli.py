@@ -19,6 +19,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # A node's own interpreter: the standard library and pynvml only, the project not installed (make node-env).
 NODE_PYTHON = os.path.join(ROOT, ".venv-node", "bin", "python")
 
+
+def node_python():
+    # type: () -> str
+    """The interpreter node commands run on: the node's (NODE_PYTHON, a real 3.6 where `make node-env` found
+    one; `make test` builds it first), else this one (pytest run without `make node-env`)."""
+    return NODE_PYTHON if os.path.isfile(NODE_PYTHON) else sys.executable
+
+
 _SYSTEMCTL = """#!/bin/sh
 echo "systemctl $*" >> "$FAKE_LOG"
 [ "$1" = "--no-block" ] && shift
@@ -127,7 +135,7 @@ class Node(object):
     def popen(self, *argv, **kw):
         # type: (str, typing.Any) -> subprocess.Popen
         raw = kw.pop("raw", False)
-        cmd = [kw.pop("python", sys.executable), "-m", "node_bootstrap"] + (list(argv) if raw else self.args(*argv)) + ["--json"]
+        cmd = [kw.pop("python", None) or node_python(), "-m", "node_bootstrap"] + (list(argv) if raw else self.args(*argv)) + ["--json"]
         return subprocess.Popen(cmd, cwd=self.dir, env=self.env(kw.pop("env", None)),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
 
@@ -200,6 +208,8 @@ class Holder(object):
         self.seen_path = os.path.join(self.dir, "%s.seen.json" % name)
         spec = {"name": name, "devices": devices, "ready": self.ready, "manifest": manifest, "lag": lag,
                 "sim_state": node.state if node else None, "seen": self.seen_path, "then": list(then)}
+        # pytest's own interpreter, not the node's: this stands for a pod's process (the device plugin, DCGM, a
+        # workload) in its own container image, never node code, and it writes /proc/self/comm as any process may
         self.proc = subprocess.Popen([sys.executable, "-c", _HOLDER, json.dumps(spec)])
         deadline = time.time() + 30
         while not os.path.exists(self.ready):

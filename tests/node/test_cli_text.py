@@ -3,17 +3,16 @@ output says what the JSON says (GPU ranges, the processes holding a GPU, a gpu-b
 
 import argparse
 import subprocess
-import sys
 
 import pytest
 
 from node_bootstrap.commands.cli import COMMAND_GROUPS, build_parser
 from node_bootstrap.commands.textout import index_ranges
-from tests.node.nodecli import Node
+from tests.node.nodecli import Node, node_python
 
 
 def _text(node, *argv):
-    proc = subprocess.run([sys.executable, "-m", "node_bootstrap"] + node.args(*argv), cwd=node.dir,
+    proc = subprocess.run([node_python(), "-m", "node_bootstrap"] + node.args(*argv), cwd=node.dir,
                           env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=120)
     return proc.returncode, proc.stdout, proc.stderr
@@ -26,7 +25,7 @@ def _subparsers():
 
 
 def _help(*argv):
-    return subprocess.run([sys.executable, "-m", "node_bootstrap"] + list(argv) + ["--help"], stdout=subprocess.PIPE,
+    return subprocess.run([node_python(), "-m", "node_bootstrap"] + list(argv) + ["--help"], stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, timeout=60).stdout
 
 

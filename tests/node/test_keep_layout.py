@@ -5,7 +5,6 @@ laid out by someone else (nvidia-smi, mig-parted, ACK) in a simulator state file
 import json
 import random
 import subprocess
-import sys
 from collections import Counter
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from node_bootstrap.driver.live import LiveCi, LiveGi, LiveGpu
 from node_bootstrap.mig import KIND_SEQUENCE, KIND_SIZE, PartitionSpec, find_gpu
 from node_bootstrap.commands.planner import plan_gpu
-from tests.node.nodecli import Node
+from tests.node.nodecli import Node, node_python
 
 A100 = find_gpu("NVIDIA A100-SXM4-40GB")
 A30 = find_gpu("NVIDIA A30")
@@ -174,7 +173,7 @@ def test_a_node_partitioned_elsewhere_is_kept_as_it_is(tmp_path):
     res = node.run("plan", "--sequence", "3g.20gb-2g.10gb-1g.5gb")
     assert res.rc == 0 and res.json["converged"] and res.json["mutating_calls"] == 0
     assert [(len(g["keep"]), len(g["destroy"]), len(g["create"])) for g in res.json["gpus"]] == [(3, 0, 0)] * 2
-    text = subprocess.run([sys.executable, "-m", "node_bootstrap"] + node.args("plan", "--sequence", "9-14-19"),
+    text = subprocess.run([node_python(), "-m", "node_bootstrap"] + node.args("plan", "--sequence", "9-14-19"),
                           cwd=node.dir, env=node.env(), stdout=subprocess.PIPE, universal_newlines=True,
                           timeout=120).stdout
     assert text.count("keep 3, destroy 0, create 0") == 2, text

@@ -17,7 +17,7 @@ from node_bootstrap.errors import BadInput, RebootRequired
 from node_bootstrap.mig import PartitionSpec
 from node_bootstrap.driver.nvml import NvmlWriter
 from node_bootstrap.commands.reconcile import Host, reconcile
-from tests.node.nodecli import Node
+from tests.node.nodecli import Node, node_python
 
 STATE = "nvidia.com/mig.config.state"
 
@@ -233,7 +233,7 @@ def test_a_simulated_node_never_treats_this_machines_root_as_its_own(tmp_path, r
         os.symlink("/", str(tmp_path / "to-root"))
         root = str(tmp_path / "to-root")
     state = str(tmp_path / "state.json")
-    base = [sys.executable, "-m", "node_bootstrap", "--backend", "sim:A100-SXM4-40GB:1", "--sim-state", state]
+    base = [node_python(), "-m", "node_bootstrap", "--backend", "sim:A100-SXM4-40GB:1", "--sim-state", state]
     for command in (["uninstall-boot-unit", "--root", root],
                     ["install-boot-unit", "--size", "3g.20gb", "--root", root]):
         done = subprocess.run(base + command, capture_output=True, text=True, timeout=60)

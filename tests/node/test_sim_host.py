@@ -15,7 +15,8 @@ import pytest
 from tests.node.nodecli import ROOT, Node
 
 # Installed through sitecustomize into every Python the commands start: each write-like audit event and
-# each program started, as one JSON line, with the working directory to resolve relative paths.
+# each program started, as one JSON line, with the working directory to resolve relative paths. Audit hooks
+# are Python 3.8+, so these commands run on pytest's interpreter, not the node's 3.6 (NODE_PYTHON).
 _SITECUSTOMIZE = r'''
 import json, os, sys
 _fd = os.open(os.environ["AUDIT_LOG"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

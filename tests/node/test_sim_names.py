@@ -3,17 +3,17 @@
 
 import json
 import subprocess
-import sys
 
 import pytest
 
 from node_bootstrap.mig import find_gpu
+from tests.node.nodecli import node_python
 
 
 @pytest.mark.parametrize("asked", ["NVIDIA H20", "NVIDIA H100 NVL", "NVIDIA A100-SXM4-40GB"])
 def test_the_simulated_gpu_reports_the_name_it_was_given(asked, tmp_path):
     state = tmp_path / "state.json"
-    proc = subprocess.run([sys.executable, "-m", "node_bootstrap", "--backend", "sim:%s:2" % asked,
+    proc = subprocess.run([node_python(), "-m", "node_bootstrap", "--backend", "sim:%s:2" % asked,
                            "--sim-state", str(state), "--json", "status"], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr

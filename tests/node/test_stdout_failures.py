@@ -7,17 +7,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.node.nodecli import Node
+from tests.node.nodecli import Node, node_python
 
 
 def _sh(node, redirect, *argv):
     """The node command run by a shell with ``redirect`` applied to it (``>&-``, ``> /dev/full``)."""
-    cmd = [sys.executable, "-m", "node_bootstrap"] + node.args(*argv)
+    cmd = [node_python(), "-m", "node_bootstrap"] + node.args(*argv)
     proc = subprocess.run(["sh", "-c", 'exec "$@" ' + redirect, "sh"] + cmd, cwd=node.dir, env=node.env(),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
     return proc.returncode, proc.stderr
@@ -26,7 +25,7 @@ def _sh(node, redirect, *argv):
 @pytest.mark.parametrize("json_flag", [[], ["--json"]])
 def test_a_reader_gone_is_141_without_a_traceback(tmp_path, json_flag):
     node = Node(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "node_bootstrap"] + node.args("status", *json_flag), cwd=node.dir,
+    proc = subprocess.Popen([node_python(), "-m", "node_bootstrap"] + node.args("status", *json_flag), cwd=node.dir,
                             env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     proc.stdout.close()  # the reader went away before the result was written
     err = proc.stderr.read()
@@ -44,14 +43,14 @@ def test_a_reader_gone_from_the_help_is_141_without_a_word(tmp_path, argv):
     read, write = os.pipe()
     os.close(read)
     try:
-        proc = subprocess.run([sys.executable, "-m", "node_bootstrap"] + argv, cwd=node.dir, env=env, stdout=write,
+        proc = subprocess.run([node_python(), "-m", "node_bootstrap"] + argv, cwd=node.dir, env=env, stdout=write,
                               stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
     finally:
         os.close(write)
     assert (proc.returncode, proc.stderr) == (141, "")
     if os.path.exists("/dev/full"):
         with open("/dev/full", "w") as full:
-            proc = subprocess.run([sys.executable, "-m", "node_bootstrap"] + argv, cwd=node.dir, env=env,
+            proc = subprocess.run([node_python(), "-m", "node_bootstrap"] + argv, cwd=node.dir, env=env,
                                   stdout=full, stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
         assert (proc.returncode, proc.stderr) == (
             1, "node_bootstrap: error: cannot write the result to stdout: No space left on device\n")
@@ -97,7 +96,7 @@ def test_the_simulator_without_pynvml_is_nvml_unavailable_and_writes_no_state(tm
     `internal error: ModuleNotFoundError` (the code for a bug), as `failed` for a read-only command, and had
     written the simulated node's state file first."""
     node = Node(tmp_path)
-    proc = subprocess.run([sys.executable, "-c", _NO_PYNVML] + node.args(*argv) + ["--json"], cwd=node.dir,
+    proc = subprocess.run([node_python(), "-c", _NO_PYNVML] + node.args(*argv) + ["--json"], cwd=node.dir,
                           env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                           timeout=120)
     result = json.loads(proc.stdout.splitlines()[-1])
@@ -123,7 +122,7 @@ def test_a_read_only_command_interrupted_says_error_not_failed(tmp_path):
     SIGTERM said `failed`."""
     node = Node(tmp_path)
     held = str(tmp_path / "held")
-    proc = subprocess.Popen([sys.executable, "-c", _HELD] + node.args("plan", "--size", "1g.5gb", "--json"),
+    proc = subprocess.Popen([node_python(), "-c", _HELD] + node.args("plan", "--size", "1g.5gb", "--json"),
                             cwd=node.dir, env=node.env({"HELD_FILE": held}), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, universal_newlines=True)
     deadline = time.monotonic() + 60
@@ -144,7 +143,7 @@ def test_a_failed_command_keeps_its_exit_code_when_the_reader_went_away(tmp_path
     refusal or a failure (here bad input, 2; a reboot-required apply's 5 alike) into 141, which says only that
     the output was not read. It said 141 whatever the command's own code."""
     node = Node(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "node_bootstrap"] +
+    proc = subprocess.Popen([node_python(), "-m", "node_bootstrap"] +
                             node.args("plan", "--sequence", "1g.5gb--2g.10gb"), cwd=node.dir, env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             universal_newlines=True)
     proc.stdout.close()  # the reader went away before the result was written
@@ -158,7 +157,7 @@ def test_an_apply_whose_stderr_reader_went_away_runs_to_its_end_and_prints_its_r
     The first log line after the reader went away raised BrokenPipeError out of the run (an `internal error`
     halfway through the change), the error line raised it again out of main, and no result was printed."""
     node = Node(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "node_bootstrap"] +
+    proc = subprocess.Popen([node_python(), "-m", "node_bootstrap"] +
                             node.args("apply", "--sequence", "3g.20gb-3g.20gb", "--json"), cwd=node.dir, env=node.env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     proc.stderr.close()  # the reader of the log went away before the first line

@@ -23,14 +23,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import typing
 import zlib
 from typing import Dict, List, Optional
 
 from functions.delivery import bundle as bundle_module
-from tests.node.nodecli import NODE_PYTHON, ROOT
+from tests.node.nodecli import ROOT, node_python
 
 OLD = "b3ead70"  # the last commit before the node's state handling changed (docs/node.md, "The boot unit")
 GPU, COUNT = "A100-SXM4-40GB", 2
@@ -93,12 +92,6 @@ assert sys.argv[1:3] == ["-m", "node_bootstrap"], sys.argv
 sys.argv = [sys.argv[0]] + sys.argv[3:]
 runpy.run_module("node_bootstrap", run_name="__main__", alter_sys=True)
 """
-
-
-def node_python():
-    # type: () -> str
-    """The node's interpreter (the standard library and pynvml), else this one."""
-    return NODE_PYTHON if os.path.isfile(NODE_PYTHON) else sys.executable
 
 
 def _pynvml_source():
