@@ -862,7 +862,7 @@ MUTANTS = (
            ("tests/rollout/test_auto_pool_bounded.py",),
            "16,001 Pending pods of any kind run the list past its 1,000 pages: no auto pool is planned"),
     mutant("pending-pages-never-shrink", "functions/kube/client.py",
-           "                        if grow and limit > size and len(data) > MAX_ANSWER_BYTES:\n",
+           "                        if grow and limit > size and len(data) > min(MAX_ANSWER_BYTES, 4 * GROWN_PAGE_BYTES):\n",
            "                        if False:\n",
            ("tests/rollout/test_auto_pool_bounded.py",),
            "large pods after many small ones make a grown page larger than the client reads: every tick fails"),

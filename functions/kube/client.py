@@ -53,6 +53,13 @@ from node_bootstrap.outside import _float as _rule_float, _int as _rule_int, _re
 PAGE = 500  # items per list page: a 17 KB Node makes a page ~9 MB on the wire
 MAX_PAGES = 1000
 LIST_RESTARTS = 3  # a list whose continue token expires this often in a row gives up
+# A list that may grow its pages (list_all's ``grow``) keeps a grown page's text within this: the function's
+# memory holds a page's text and its decoded form at once, and FC gives the function 512 MB. A page of twice as
+# many items grows only while it would stay within it (small pods: 500 of them are under 2 MiB); one that comes
+# back past four times it (what a fixed page of 16 of the largest pods may hold) is read again at the fixed size
+# before it is decoded. Growing up to a quarter of MAX_ANSWER_BYTES took a page of 32 pods of 1 MB (the hostile
+# benchmark's peak 130 to 230 MiB).
+GROWN_PAGE_BYTES = 4 * 1024 * 1024
 RETRY_AFTER_MAX_S = 30.0
 BACKOFF_S, BACKOFF_MAX_S = 0.25, 8.0
 DISRUPTION_BUDGET_CAUSE = "DisruptionBudget"  # policy/v1 DisruptionBudgetCause
@@ -427,9 +434,10 @@ class KubeApi:
                  grow: int = 0) -> List[Any]:
         """Every item of a list, page by page (``page`` items at most, default this client's), each item
         reduced as it is decoded; items reduced to None are left out. ``grow``: where ``page`` is chosen for
-        the largest items (a Pod of 1.5 MiB), a page of less than a quarter of the bytes this client reads
-        asks for twice as many items next (up to ``grow``), and one larger than it reads is asked again at
-        ``page`` (the same continue token): many small items take few pages, never more than MAX_PAGES."""
+        the largest items (a Pod of 1.5 MiB), a page whose double stays within GROWN_PAGE_BYTES asks for twice
+        as many items next (up to ``grow``), and one past four times that (or past what this client reads) is
+        asked again at ``page`` (the same continue token): many small items take few pages, never more than
+        MAX_PAGES, and no page of large ones grows past a fixed page's text."""
         size = page or self.page
         for _ in range(LIST_RESTARTS + 1):
             out: List[Any] = []
@@ -441,7 +449,7 @@ class KubeApi:
                     read_bytes: List[int] = []
 
                     def read(data: bytes) -> Any:
-                        if grow and limit > size and len(data) > MAX_ANSWER_BYTES:
+                        if grow and limit > size and len(data) > min(MAX_ANSWER_BYTES, 4 * GROWN_PAGE_BYTES):
                             raise _TooLarge()
                         read_bytes.append(len(data))
                         return read_list_page(data, reduce, out)
@@ -452,7 +460,7 @@ class KubeApi:
                         limit = size
                         params = dict(params, limit=str(limit))
                         continue
-                    if grow and read_bytes and read_bytes[0] * 4 < MAX_ANSWER_BYTES:
+                    if grow and read_bytes and read_bytes[0] * 2 <= GROWN_PAGE_BYTES:
                         limit = min(max(grow, size), limit * 2)
                     token = (answer.get("metadata") or {}).get("continue")
                     if token is None or token == "":  # the last page (the API leaves it out, or empty)

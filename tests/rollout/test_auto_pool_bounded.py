@@ -401,6 +401,29 @@ def test_many_small_pending_pods_do_not_run_the_pending_list_past_its_pages(kube
     assert len(lists) <= 24 and 1 in limits[10:], limits  # the large ones asked again at 1, then more again
 
 
+def test_pages_of_large_pending_pods_do_not_grow(kube_api, tmp_path, capsys):  # noqa: F811
+    """Pages grew while one was under a quarter of the client's bound (16 MiB): 16 pods of 1 MB each (the
+    hostile benchmark's) made the next page 32 of them, and the function's peak went from 130 to 230 MiB of
+    its 512 MB. A page grows only while twice it stays within GROWN_PAGE_BYTES (4 MiB): 20 pods of about
+    270 KB come in two pages of 16, not 16 and 32."""
+    from functions.kube.client import GROWN_PAGE_BYTES
+
+    eight_gpu_node(kube_api, "n0")
+    affinity = big_affinity(9_000)
+    for i in range(20):
+        pod = kube_api.add_pod("zz", "large-%02d" % i, "", phase="Pending", resources={"cpu": "1"})
+        with kube_api.lock:
+            pod["spec"]["affinity"] = affinity
+    assert 16 * len(json.dumps(affinity)) * 2 > GROWN_PAGE_BYTES  # a page of 16: no room to double
+    waiting(kube_api, "fair", "7g.80gb", owner="fair")
+    kube_api.requests.clear()
+    advice = live_advice(kube_api, tmp_path, capsys)
+    assert advice["demand"]["pending"] == {"7g.80gb": 1}, advice["demand"]
+    lists = [r.query for r in kube_api.requests if r.path == "/api/v1/pods" and "Pending" in r.query]
+    limits = [int(q.split("limit=")[1].split("&")[0]) for q in lists]
+    assert limits == [16, 16], limits
+
+
 def test_a_pod_asking_thousands_of_mig_resources_is_not_counted_and_keeps_nothing_of_them(kube_api, tmp_path,  # noqa: F811
                                                                                           capsys):
     """Any name under ``nvidia.com/`` is a valid extended resource, and Kubernetes bounds how many a pod asks only
