@@ -575,6 +575,24 @@ def test_a_plan_that_breaks_lets_its_pool_go_at_once(cluster, clock):
     assert "took this node (step applying)" in node["reason"], node
 
 
+def marker_write_committed_unanswered(monkeypatch, error=None):
+    """The API server commits the first write of a plan marker and its answer never comes (``error``: what the
+    client raises instead, by default no complete answer within its timeout); the list holds that write."""
+    from functions.kube.client import ApiError
+
+    replace, cut = KubeApi.replace_lease, []
+
+    def committed_unanswered(self, namespace, lease):
+        answer = replace(self, namespace, lease)
+        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}) and not cut:
+            cut.append(lease)
+            raise error or ApiError("no complete answer from the API server within 15s")
+        return answer
+
+    monkeypatch.setattr(KubeApi, "replace_lease", committed_unanswered)
+    return cut
+
+
 @pytest.mark.parametrize("read_back", ["answers", "fails"])
 def test_a_marker_written_whose_answer_never_came_is_let_go_and_the_next_event_plans(cluster, clock, monkeypatch,
                                                                                       read_back):
@@ -591,7 +609,8 @@ def test_a_marker_written_whose_answer_never_came_is_let_go_and_the_next_event_p
 
     server, api, settings, executor, state_file = cluster
     gate = Gate(executor)
-    replace, get, cut, failed = KubeApi.replace_lease, KubeApi.get_lease, [], []
+    get, failed = KubeApi.get_lease, []
+    cut = marker_write_committed_unanswered(monkeypatch)
 
     def read_fails_once(self, namespace, name):
         if read_back == "fails" and cut and not failed and name == marker_lease(POOL):
@@ -599,15 +618,7 @@ def test_a_marker_written_whose_answer_never_came_is_let_go_and_the_next_event_p
             raise ApiError("no complete answer from the API server within 15s")
         return get(self, namespace, name)
 
-    def committed_unanswered(self, namespace, lease):
-        answer = replace(self, namespace, lease)
-        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}) and not cut:
-            cut.append(lease)
-            raise ApiError("no complete answer from the API server within 15s")
-        return answer
-
     monkeypatch.setattr(KubeApi, "get_lease", read_fails_once)
-    monkeypatch.setattr(KubeApi, "replace_lease", committed_unanswered)
     thread, holder = holding(cluster, gate)
     waiting(server, "second", "2g.20gb")
     second = run(pod_event("llm", "second"), cluster, executor=gate)
@@ -770,16 +781,9 @@ def test_a_marker_write_throttled_after_an_unanswered_attempt_is_read_back_and_l
     from functions.kube.client import ApiError
 
     server, api, settings, executor, state_file = cluster
-    replace, cut = KubeApi.replace_lease, []
-
-    def committed_then_throttled(self, namespace, lease):
-        answer = replace(self, namespace, lease)
-        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}) and not cut:
-            cut.append(lease)  # the first attempt committed, unanswered; the client's retries were throttled
-            raise ApiError("PUT %s: HTTP 429 Too many requests" % marker_lease(POOL), 429, "TooManyRequests")
-        return answer
-
-    monkeypatch.setattr(KubeApi, "replace_lease", committed_then_throttled)
+    # the first attempt committed, unanswered; the client's retries were throttled
+    cut = marker_write_committed_unanswered(monkeypatch, ApiError(
+        "PUT %s: HTTP 429 Too many requests" % marker_lease(POOL), 429, "TooManyRequests"))
     waiting(server, "first", "1g.10gb")
     result = run(pod_event("llm", "first"), cluster)
     assert cut and result.outcome == "done", result.reason
@@ -1136,22 +1140,12 @@ def test_a_holder_whose_marker_write_was_read_back_gives_up_on_a_claim_naming_it
     marker it read back and the event ended in a TypeError, and an event whose read back named another
     holder gave up naming no claim. It now ends as any holder's wait does: one skip naming the claim's
     holder and its end, the marker let go with the claim noted, so the next event does not wait again."""
-    from functions.kube.client import ApiError
     from functions.pipeline import pod_event as pod_event_module
 
     server, api, settings, executor, state_file = cluster
     monkeypatch.setattr(pod_event_module, "CLAIM_POLL_S", 0.2)
     monkeypatch.setattr(pod_event_module, "CLAIM_WAIT_S", 1.0)
-    replace, cut = KubeApi.replace_lease, []
-
-    def committed_unanswered(self, namespace, lease):
-        answer = replace(self, namespace, lease)
-        if co.MARKER_ANNOTATION in ((lease.get("metadata") or {}).get("annotations") or {}) and not cut:
-            cut.append(lease)
-            raise ApiError("no complete answer from the API server within 15s")
-        return answer
-
-    monkeypatch.setattr(KubeApi, "replace_lease", committed_unanswered)
+    cut = marker_write_committed_unanswered(monkeypatch)
     timer_holds_the_claim(server)
     waiting(server, "late", "2g.20gb")
     result = run(pod_event("llm", "late"), cluster)

@@ -101,12 +101,7 @@ def event(world, me, pod):
                 world.gave_up.add(me)
                 world.outcomes[me] = "skip"
                 return
-        assert not world.planning, ("two plans of the pool at once", me, world.planning)
-        world.planning.add(me)
-        world.lists.append((world.step, set(world.pending)))
-        yield
-        world.planning.discard(me)
-        claims.release(POOL)
+        yield from planned_once(world, me, claims)
         yield
         again = marker.end_round(POOL, planned, True)
         yield
@@ -131,13 +126,19 @@ def timer(world, me):
     if taken.why:
         world.outcomes[me] = "skip"
         return
+    yield from planned_once(world, me, claims)
+    world.outcomes[me] = "done"
+
+
+def planned_once(world, me, claims):
+    """One plan of the pool under its planning claim: the invariant's check (no other plan at once), the
+    Pending list read, a step between, the claim given back."""
     assert not world.planning, ("two plans of the pool at once", me, world.planning)
     world.planning.add(me)
     world.lists.append((world.step, set(world.pending)))
     yield
     world.planning.discard(me)
     claims.release(POOL)
-    world.outcomes[me] = "done"
 
 
 def schedule(seed, events=6, kills=True):
