@@ -515,6 +515,22 @@ def sdk_loggers():
         logger.setLevel(level)
 
 
+def test_the_sdks_debug_records_are_masked_where_they_are_formatted():
+    """The SDK records' own formatter masks what they carry, not only the terminal's last pass (a handler that
+    writes them elsewhere, a file or a pipe, gets them masked too): oss2's signed headers, as its http.py logs
+    them, with the STS token and the signature."""
+    import logging
+
+    from functions.base.logs import sdk_log_formatter
+
+    record = logging.LogRecord("oss2.http", logging.DEBUG, __file__, 1, "Send request, method: %s, headers: %s",
+                               ("PUT", {"x-oss-security-token": TOKEN, "Authorization": "OSS4-HMAC-SHA256 Credential="
+                                        "%s/20261207/cn-beijing/oss/aliyun_v4_request,Signature=%s" % (KEY, "ab" * 32)}),
+                               None)
+    line = sdk_log_formatter("%(name)s: %(message)s").format(record)
+    assert line.startswith("oss2.http: Send request, method: PUT") and TOKEN not in line and "ab" * 32 not in line, line
+
+
 def test_debug_shows_the_sdks_requests_but_never_the_credentials_they_carry(cloud, capsys, tmp_path, sdk_loggers):
     """--debug puts the cloud SDKs' own log records on stderr, output a user pastes into an issue. oss2 logs each
     request's signed headers (http.py "Send request ... headers") and its V4 canonical request (auth.py "Make
