@@ -26,7 +26,9 @@ from node_bootstrap.host.bootunit import RUNNER_NAME  # the member the boot unit
 
 # SendFile accepts at most 32 KB of base64 per file; 24000 raw bytes are 32000 base64 characters.
 SENDFILE_RAW_LIMIT = 24000
-_SUFFIXES = (".py", ".json", ".service", ".txt")
+# node_bootstrap is code alone (its unit files and defaults are written from Python): anything else in a clone's
+# folder (an editor's or a test's leftover JSON, a note) would travel to every node and change the digest.
+_SUFFIXES = (".py",)
 
 
 class Bundle(NamedTuple):

@@ -1,5 +1,6 @@
 import base64
 import io
+import os
 import lzma
 import tarfile
 
@@ -18,6 +19,25 @@ def test_the_bundle_is_reproducible_and_holds_node_bootstrap_and_pynvml():
     assert "pynvml.py" in names and "node_bootstrap/__init__.py" in names
     assert "node_bootstrap/mig/solver.py" in names
     assert not any("__pycache__" in n or n.startswith("functions") for n in names)
+
+
+def test_stray_files_beside_the_node_code_stay_out_of_the_bundle(tmp_path, monkeypatch):
+    """A clone's leftovers in node_bootstrap/ (a JSON an editor or a test wrote, a unit or a note) went into the
+    bundle: sent to every node, and a new digest, so every node fetched it again. Only the code travels."""
+    import shutil
+    import types
+
+    import node_bootstrap
+
+    copy = tmp_path / "node_bootstrap"
+    shutil.copytree(os.path.dirname(node_bootstrap.__file__), str(copy),
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    clean = dict(bundle._sources())
+    for stray in ("x.json", "mig/notes.txt", "host/old.service"):
+        (copy / stray).write_text("{}")
+    monkeypatch.setattr(bundle, "node_bootstrap", types.SimpleNamespace(__file__=str(copy / "__init__.py")))
+    names = [name for name, _ in bundle._sources()]
+    assert names == sorted(clean) and not any(n.endswith((".json", ".txt", ".service")) for n in names), names
 
 
 def test_the_bundle_carries_the_runner_the_boot_unit_runs():
