@@ -116,11 +116,19 @@ _NAMED_VALUE = re.compile(r"""(?<![A-Za-z0-9_.-])(?P<name>[A-Za-z][A-Za-z0-9_.-]
                           r"""(?P<value>[^'",&\s\\]+)""")
 
 
-def mask_named_values(text: str) -> str:
+def mask_named_values(text: str, shown: bool = False) -> str:
     """``text`` with the value after every secret name (:func:`secret_name`) masked: for text whose shape is not
-    ours (a cloud SDK's debug record of a signed request), where the values may be ones never registered."""
-    return _NAMED_VALUE.sub(lambda m: m.group("name") + m.group("sep") + MASK if secret_name(m.group("name"))
-                            else m.group(0), text)
+    ours (a cloud SDK's debug record of a signed request), where the values may be ones never registered.
+    ``shown``: text a command prints for a person, where only a value long enough to be a key or token is
+    masked, and never the value of a secret's *name* (:data:`_SHOWN_MIN_VALUE`)."""
+    def named(m: "re.Match") -> str:
+        name, value = m.group("name"), m.group("value")
+        if not secret_name(name) or shown and (len(value) < _SHOWN_MIN_VALUE or name.lower().replace(
+                "-", "").replace("_", "").endswith(("name", "names"))):
+            return m.group(0)
+        return name + m.group("sep") + MASK
+
+    return _NAMED_VALUE.sub(named, text)
 
 
 # Values that are credentials by their shape alone, wherever they stand: a JWT (an OAuth or OIDC access token: three
@@ -136,14 +144,7 @@ def redact_shown(text: str) -> str:
     """``text`` as a command may print it: every secret registered at run time, every value of a secret-named field
     that looks like a key or token (an SDK quoting a server's answer: ``"access_token": "..."``,
     ``"AccessKeySecret": "..."``) and every value of a known secret shape (:data:`_SECRET_SHAPES`) masked."""
-    def named(m: "re.Match") -> str:
-        name, value = m.group("name"), m.group("value")
-        folded = name.lower().replace("-", "").replace("_", "")
-        if secret_name(name) and len(value) >= _SHOWN_MIN_VALUE and not folded.endswith(("name", "names")):
-            return name + m.group("sep") + MASK
-        return m.group(0)
-
-    return _SECRET_SHAPES.sub(MASK, _NAMED_VALUE.sub(named, _mask_runtime(text)))
+    return _SECRET_SHAPES.sub(MASK, mask_named_values(_mask_runtime(text), shown=True))
 
 
 def sdk_log_formatter(fmt: str):
