@@ -103,16 +103,22 @@ def test_a_call_that_ended_is_never_cut_when_its_deadline_passes_later():
         assert mine.recv(4) == b"pong"
 
 
+def _cut_at_once():
+    """A guard of no time at all over a socket nobody writes to: the watchdog cuts it (the read ends empty), and
+    the guard says it fired."""
+    mine, peer = socket.socketpair()
+    with mine, peer:
+        with Guard(0) as guard:
+            guard.watch(mine)
+            assert mine.recv(4) == b""
+    return guard.fired
+
+
 def test_a_guard_entered_past_its_deadline_fires_at_once_and_a_later_one_still_fires():
     """A zero deadline is cut at once; the watchdog thread that found its heap empty has ended, and the next
     guard starts another (an entry is never left without a thread to fire it)."""
     for _ in range(3):
-        mine, peer = socket.socketpair()
-        with mine, peer:
-            with Guard(0) as guard:
-                guard.watch(mine)
-                assert mine.recv(4) == b""
-            assert guard.fired
+        assert _cut_at_once()
 
 
 
@@ -124,12 +130,7 @@ def test_a_guard_without_end_leaves_the_watchdog_running(monkeypatch):
     died = []
     monkeypatch.setattr(threading, "excepthook", died.append)
     with Guard(float("inf")) as endless:
-        mine, peer = socket.socketpair()
-        with mine, peer:
-            with Guard(0) as guard:
-                guard.watch(mine)
-                assert mine.recv(4) == b""
-            assert guard.fired
+        assert _cut_at_once()
         time.sleep(0.2)  # the watchdog is now waiting on the endless guard alone
         assert not died and deadline._WATCHDOG._thread.is_alive(), died
     assert not endless.fired

@@ -444,6 +444,16 @@ def test_gpu_is_lost_from_any_read_of_a_gpu_fails_it_as_lost(tmp_path, call):
     assert res.json["gpus"][1] == {"index": 1, "unreadable": {"code": "gpu-lost", "message": res.json["error"]["message"]}}
 
 
+def _killed_after_its_last_change(tmp_path, kube_api):
+    """A node whose GPUs are right and whose label says `pending`: a run killed after its last GPU change (its
+    last word the label's `pending`), which the rerun finds nothing to change on and labels."""
+    node = Node(tmp_path)
+    meta = _kube(node, kube_api, tmp_path)
+    assert node.run("apply", "--sequence", SEQ).rc == 0
+    kube_api.label_node("node-a", {"nvidia.com/mig.config.state": "pending"})
+    return node, meta
+
+
 @pytest.mark.kube
 @pytest.mark.parametrize("status", [503, 500, 429, None])
 def test_a_final_label_the_api_server_fails_once_is_written_again(tmp_path, kube_api, status):
@@ -452,10 +462,7 @@ def test_a_final_label_the_api_server_fails_once_is_written_again(tmp_path, kube
     for good: an auto pool's planner takes a pending node for one being changed and leaves it out, so no later
     apply comes to fix it. A merge patch is idempotent: it is tried again, three times at most, and the node
     ends `success`. (A call that got no answer in time is not tried again: a SIGTERM's grace must hold it.)"""
-    node = Node(tmp_path)
-    meta = _kube(node, kube_api, tmp_path)
-    assert node.run("apply", "--sequence", SEQ).rc == 0
-    kube_api.label_node("node-a", {"nvidia.com/mig.config.state": "pending"})  # the killed run's last word
+    node, meta = _killed_after_its_last_change(tmp_path, kube_api)
     kube_api.break_next(times=1, status=status, method="PATCH")
     res = node.run("apply", "--sequence", SEQ)
     assert res.rc == 0 and res.json["changes"] == 0, res.stderr
@@ -468,10 +475,7 @@ def test_a_final_label_the_api_server_still_fails_at_the_third_try_is_said(tmp_p
     """The same rerun, its patch failing all three tries: the failure is said in the result, not hidden, and
     the label stays as the killed run left it. (One case, not one per kind of the single failure above: it
     waits out both back-offs, 2 s, and is the same whichever kind that was.)"""
-    node = Node(tmp_path)
-    meta = _kube(node, kube_api, tmp_path)
-    assert node.run("apply", "--sequence", SEQ).rc == 0
-    kube_api.label_node("node-a", {"nvidia.com/mig.config.state": "pending"})  # the killed run's last word
+    node, meta = _killed_after_its_last_change(tmp_path, kube_api)
     kube_api.break_next(times=3, status=503, method="PATCH")
     res = node.run("apply", "--sequence", SEQ)
     assert res.rc == 0 and res.json["changes"] == 0 and "HTTP 503" in res.json["labels"]["error"]
@@ -483,10 +487,7 @@ def test_a_final_label_the_api_server_throttles_waits_the_retry_after_it_asks_fo
     """APF's 429 says when to come back (Retry-After, maxinflight.go tooManyRequests): the second try waited the
     labeler's own half second and met the same throttle. It waits what the server asks (the back-off when that
     is longer), within the labeler's bound on its waits."""
-    node = Node(tmp_path)
-    meta = _kube(node, kube_api, tmp_path)
-    assert node.run("apply", "--sequence", SEQ).rc == 0
-    kube_api.label_node("node-a", {"nvidia.com/mig.config.state": "pending"})  # the killed run's last word
+    node, meta = _killed_after_its_last_change(tmp_path, kube_api)
     kube_api.throttle(times=1, retry_after=2, method="PATCH")
     res = node.run("apply", "--sequence", SEQ)
     assert res.rc == 0 and meta()["labels"]["nvidia.com/mig.config.state"] == "success", res.stderr
@@ -497,10 +498,7 @@ def test_a_final_label_the_api_server_throttles_waits_the_retry_after_it_asks_fo
 def test_a_retry_after_past_the_labelers_bound_ends_its_tries_at_once_and_is_said(tmp_path, kube_api):
     """A Retry-After longer than the labeler waits in all (an hour) is not cut short to a try the server
     refused ahead: the tries end, and the failure is said in the result, naming the server's ask."""
-    node = Node(tmp_path)
-    meta = _kube(node, kube_api, tmp_path)
-    assert node.run("apply", "--sequence", SEQ).rc == 0
-    kube_api.label_node("node-a", {"nvidia.com/mig.config.state": "pending"})
+    node, meta = _killed_after_its_last_change(tmp_path, kube_api)
     kube_api.throttle(times=3, retry_after=3600, method="PATCH")
     res = node.run("apply", "--sequence", SEQ)
     assert res.rc == 0 and "HTTP 429" in res.json["labels"]["error"], res.json["labels"]
