@@ -184,6 +184,21 @@ class ClusterCredential:
 ConfigSource = Union[KubeConfig, Callable[[], KubeConfig]]
 
 
+DATE_RESOLUTION_S = 1.0  # an HTTP Date is whole seconds, cut down (Go's http.TimeFormat of time.Now())
+
+
+def server_offset(known: Optional[float], seen: float) -> float:
+    """The server's clock less ours, from one more answer: ``seen`` is its ``Date`` less our clock when it
+    came. A Date is cut to the whole second, so each answer says the offset is in ``[seen, seen + 1)``: the
+    largest ``seen`` so far is the tightest bound that is never ahead. Why not the last answer's alone: two
+    answers in one second then read as the clock going back by up to a second (a run that had planned one
+    wave found the whole wave's time left again, and started a second). A ``seen`` more than a second below
+    the bound cannot come from a steady clock: the server's was set back, and it is taken as it is."""
+    if known is None or seen > known or seen < known - DATE_RESOLUTION_S:
+        return seen
+    return known
+
+
 class KubeApi:
     """HTTPS calls to one API server, with the retries, keep-alive and paging above.
 
@@ -202,6 +217,7 @@ class KubeApi:
         self.deadline = clock() + deadline_s if deadline_s is not None else None
         self._local = threading.local()
         self._lock = threading.Lock()
+        self._offset: Optional[float] = None  # the server's clock less this one's (server_time), once answered
         self._context: Optional[ssl.SSLContext] = None
         self.requests = 0  # HTTP requests sent (the benchmarks read it)
         self.retried = 0  # of those, retries
@@ -338,16 +354,18 @@ class KubeApi:
             self._drop()
         date = _http_date(response.headers.get("Date"))
         if date is not None:
-            self._local.date = (date, self.clock())
+            with self._lock:
+                self._offset = server_offset(self._offset, date - self.clock())
         return response.status, response.headers, data
 
     def server_time(self) -> Optional[float]:
-        """The API server's wall clock (epoch seconds): the ``Date`` of the last answer this thread got (the
-        server sets it on every answer; whole seconds), plus the local time since. None before any answer
-        with a Date. One clock for every invocation, whatever their own clocks say (the pool budget's slots,
+        """The API server's wall clock (epoch seconds): this client's clock plus the offset its answers'
+        ``Date`` headers give (:func:`server_offset`); never ahead of the server's own clock, less than a
+        second behind it, and never going back while the server's does not. None before any answer with a
+        Date. One clock for every invocation, whatever their own clocks say (the pool budget's slots,
         functions/rollout/pool_lease.py)."""
-        seen = getattr(self._local, "date", None)
-        return None if seen is None else seen[0] + max(0.0, self.clock() - seen[1])
+        offset = self._offset
+        return None if offset is None else self.clock() + offset
 
     @staticmethod
     def _unreached(config: KubeConfig, exc: BaseException) -> "ApiError":

@@ -1,0 +1,62 @@
+"""The API server's clock as the function reads it (``KubeApi.server_time``): the ``Date`` headers of its
+answers (whole seconds, cut down) and this client's own clock since. Every lease, claim, record and the
+rollout's deadline are timed on it, so it must never run ahead of the server's clock, never lag it by a
+second or more, and never go back while the server's does not.
+
+It went back: it was the last answer's Date plus the time since that answer, so a second answer within the
+same second set it back by up to a second. On the real kube-apiserver a rollout that had planned one wave
+then found more than a whole wave's time left (its deadline is one wave from its start) and started a
+second wave in the same invocation (tests/kube_real/test_rollout_real.py, a node deleted mid-drain)."""
+
+import random
+
+from functions.kube.client import DATE_RESOLUTION_S, KubeApi, server_offset
+from node_bootstrap.kube import load_kubeconfig
+from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+
+
+def test_two_answers_in_one_second_never_set_the_clock_back(kube_api, tmp_path):  # noqa: F811
+    local = [0.0]
+    kube_api.clock = lambda: 1000.9 + local[0]  # the server's clock: 0.9 s into second 1000 when we start
+    kube_api.add_node("node-a")
+    api = KubeApi(load_kubeconfig(kube_api.write_kubeconfig(tmp_path / "a.conf", cert=kube_api.admin_cert())),
+                  attempts=1, clock=lambda: local[0])
+    assert api.server_time() is None  # no answer yet: no server clock to tell
+    api.get_node("node-a")  # Date: 1000
+    local[0] = 0.09
+    first = api.server_time()
+    api.get_node("node-a")  # still Date 1000 (the server is at 1000.99): the same second, answered later
+    second = api.server_time()
+    assert first == 1000.09 and second >= first, (first, second)
+    assert 1000.99 - DATE_RESOLUTION_S < second <= 1000.99
+    local[0] = 0.2
+    api.get_node("node-a")  # Date 1001: the bound tightens to the server's clock
+    assert 1001.1 - DATE_RESOLUTION_S < api.server_time() <= 1001.1 and api.server_time() >= second
+
+
+def test_the_clock_read_stays_within_a_second_below_the_servers_and_only_goes_forward():
+    """Seeded schedules of answers and reads, the server's clock at any offset from ours: every read is at
+    most the server's time and more than a second below it, and no read is below an earlier one."""
+    for seed in range(200):
+        rnd = random.Random(seed)
+        offset = rnd.uniform(-1e6, 2e9)
+        local, known, last = rnd.uniform(0, 1e4), None, None
+        for _ in range(50):
+            local += rnd.choice([0.0, 0.001, rnd.uniform(0, 0.3), rnd.uniform(0, 3)])
+            if rnd.random() < 0.6:  # an answer: its Date is the server's second, cut down
+                known = server_offset(known, float(int((local + offset) // 1)) - local)
+            if known is None:
+                continue
+            read, true = local + known, local + offset
+            assert true - DATE_RESOLUTION_S < read <= true + 1e-6, (seed, read, true)
+            assert last is None or read >= last - 1e-6, (seed, read, last)
+            last = read
+
+
+def test_a_server_clock_set_back_is_followed():
+    """A Date more than its resolution below what the clock reads cannot come from a steady server clock:
+    the server's was set back (an NTP step), and the reads follow it rather than run ahead of it for good."""
+    known = server_offset(None, 5000.0)
+    assert server_offset(known, 4999.5) == 5000.0  # within the Date's second: the tighter bound stays
+    assert server_offset(known, 5000.4) == 5000.4  # a tighter bound
+    assert server_offset(known, 3000.0) == 3000.0  # set back by 2,000 s: taken as it is
