@@ -152,6 +152,10 @@ def _after_success(args, labeler, plans, changes, log):
         return {}
     capacity = wait_for_capacity(client, node, expected_capacity(plans), args.capacity_timeout,
                                  args.capacity_interval)
+    if not capacity["ready"] and capacity.get("error"):  # the API server's answer, not the plugin, is the news
+        raise NodeFailure("the node's MIG resources could not be read within %gs (expected %s, last reported %s): %s"
+                          % (args.capacity_timeout, _fmt(capacity["expected"]), _fmt(capacity["reported"]) or "none",
+                             capacity["error"]), code="capacity-timeout")
     if not capacity["ready"]:
         raise NodeFailure("the node does not report the MIG resources after %ds (expected %s, reported %s): is the "
                           "device plugin running with the mixed strategy?"

@@ -76,6 +76,15 @@ class KubeError(Exception):
         self.retry_after = retry_after
 
 
+def retry_delay(exc, backoff):
+    # type: (BaseException, float) -> float
+    """The wait before the next try of a call that failed with ``exc``: ``backoff``, or the Retry-After the API
+    server asked for (KubeError.retry_after: APF's 429, a 503) when that is longer. ``retry_delay(exc, 0)`` is
+    the server's ask alone. The one rule of every node-side retry: never asked again sooner than it says."""
+    asked = getattr(exc, "retry_after", None)
+    return max(backoff, asked or 0.0)
+
+
 class KubeConfig(typing.NamedTuple):
     """The resolved connection settings of one kubeconfig context. PEM material is held as bytes."""
 

@@ -13,9 +13,9 @@ Then the node's ``status.capacity`` must show ``nvidia.com/mig-<profile>`` with 
 """
 
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .client import KubeClient, KubeError
+from .client import KubeClient, KubeError, retry_delay
 from ..outside import as_object, digits
 from ..mig.resources import RESOURCE_PREFIX, resource_name  # noqa: F401  (RESOURCE_PREFIX: disable)
 
@@ -61,23 +61,44 @@ def reported_capacity(node):
     return out
 
 
-def wait_for_capacity(client, node_name, expected, timeout, interval=3.0, sleep=time.sleep, clock=time.time):
-    # type: (KubeClient, str, Dict[str, int], float, float, Callable[[float], None], Callable[[], float]) -> dict
-    """Poll the Node until every expected resource shows its count (or the timeout passes)."""
+def poll_node(client, node_name, done, timeout, interval, sleep=time.sleep, clock=time.monotonic):
+    # type: (KubeClient, str, Callable[[Optional[dict]], bool], float, float, Callable[[float], None], Callable[[], float]) -> Tuple[Optional[dict], Optional[str], bool]
+    """Read the Node until ``done(node)`` holds or ``timeout`` seconds pass, the last read at the deadline.
+    ``done`` is asked after every read with the last Node read, None while none was. Returns that Node, the
+    last read's error (None when it went through) and whether ``done`` held.
+
+    Reads come every ``interval``, or after the Retry-After of a read the API server turned away when that is
+    longer (client.retry_delay): an API server under load (APF's 429) is never asked again sooner than it
+    says. An ask past the deadline ends the poll at once, the error naming it: a read at the deadline would
+    come before it, and a wait past the deadline is not this poll's to make. Monotonic time: a wall clock
+    set back (NTP at boot) must not stretch the deadline."""
     deadline = clock() + timeout
-    reported = {}  # type: Dict[str, int]
-    error = None  # type: Optional[str]
+    node = None  # type: Optional[dict]
     while True:
+        delay, asked = interval, 0.0
         try:
-            reported = reported_capacity(client.get_node(node_name))
-            error = None
+            node = client.get_node(node_name)
+            error = None  # type: Optional[str]
         except KubeError as exc:
             error = str(exc)
-        if all(reported.get(k) == v for k, v in expected.items()):
-            return {"expected": expected, "reported": reported, "ready": True}
+            delay, asked = retry_delay(exc, interval), retry_delay(exc, 0.0)
+        if done(node):
+            return node, None, True
+        if asked and clock() + asked > deadline:
+            return node, "%s (the server asks to retry after %gs: past the end of this %gs wait)" % (
+                error, asked, timeout), False
         if clock() >= deadline:
-            result = {"expected": expected, "reported": reported, "ready": False}
-            if error:
-                result["error"] = error
-            return result
-        sleep(min(interval, max(deadline - clock(), 0.0)))
+            return node, error, False
+        sleep(min(delay, max(deadline - clock(), 0.0)))
+
+
+def wait_for_capacity(client, node_name, expected, timeout, interval=3.0, sleep=time.sleep, clock=time.monotonic):
+    # type: (KubeClient, str, Dict[str, int], float, float, Callable[[float], None], Callable[[], float]) -> dict
+    """Poll the Node (:func:`poll_node`) until every expected resource shows its count (or the timeout passes).
+    ``error``: the last read's, when the wait ended without the counts and that read failed."""
+    node, error, ready = poll_node(client, node_name, lambda n: all(
+        reported_capacity(n or {}).get(k) == v for k, v in expected.items()), timeout, interval, sleep, clock)
+    result = {"expected": expected, "reported": reported_capacity(node or {}), "ready": ready}  # type: Dict[str, Any]
+    if error:
+        result["error"] = error
+    return result

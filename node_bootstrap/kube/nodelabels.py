@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 from ..errors import one_line
 from ..mig.annotations import LAYOUTS_ANNOTATION
-from .client import KubeClient, KubeError
+from .client import KubeClient, KubeError, retry_delay
 
 STATE_LABEL = "nvidia.com/mig.config.state"
 SEQUENCE_LABEL = "aliyun.accelerator/nvidia_mig_sequence"
@@ -169,7 +169,7 @@ class NodeLabeler(object):
                 if backoff is None or not getattr(exc, "transient", False):
                     raise
                 asked = getattr(exc, "retry_after", None)
-                delay = max(backoff, asked or 0.0)
+                delay = retry_delay(exc, backoff)
                 if self.clock() + delay > deadline:
                     raise KubeError("%s (the server asks to retry after %gs: past the %gs a write of the node's "
                                     "labels tries within)" % (exc, delay, RETRY_WINDOW_S), exc.status, exc.transient,

@@ -89,6 +89,39 @@ def test_capacity_timeout_is_a_failure_with_the_reason_on_the_node(tmp_path, kub
     assert "device plugin" in meta["annotations"]["ack-mig-hook/mig-config-reason"]
 
 
+def _node_reads(kube_api, name):
+    return [r for r in kube_api.requests if r.method == "GET" and r.path == "/api/v1/nodes/" + name]
+
+
+def test_capacity_wait_asks_a_throttling_api_server_again_no_sooner_than_its_retry_after(tmp_path, kube_api):
+    """APF's 429 says when to come back (Retry-After, maxinflight.go tooManyRequests). The capacity wait read
+    the Node again after its own interval (0.1 s here, 3 s by default) whatever the server asked, and met the
+    same throttle; it waits what the server asks when that is longer, as the labels' writes do."""
+    node, name = _setup(tmp_path, kube_api, count=1)
+    kube_api.set_capacity(name, {"nvidia.com/mig-3g.20gb": "2"})  # the plugin has published already
+    # the first read is the mig-manager check's (one try, then it goes on), the second the capacity wait's
+    kube_api.throttle(times=2, retry_after=1, method="GET", path="/api/v1/nodes/" + name)
+    res = node.run("apply", "--sequence", SEQ, "--capacity-timeout", "20", "--capacity-interval", "0.1")
+    assert res.rc == 0 and res.json["capacity"]["ready"] is True, res.stderr
+    reads = _node_reads(kube_api, name)
+    assert [r.status for r in reads] == [429, 429, 200]
+    assert reads[2].at - reads[1].at >= 1.0, [r.at for r in reads]
+
+
+def test_a_capacity_wait_the_api_server_asks_past_its_timeout_ends_at_once_and_says_so(tmp_path, kube_api):
+    """A Retry-After longer than the capacity wait has left (an hour, against 5 s) is not cut short to a read
+    the server refused ahead: it was read every 0.1 s until the timeout, and the failure blamed the device
+    plugin. The wait ends at once with its one read, and the failure names the server's answer and its ask."""
+    node, name = _setup(tmp_path, kube_api, count=1)
+    kube_api.throttle(times=1000, retry_after=3600, method="GET", path="/api/v1/nodes/" + name)
+    res = node.run("apply", "--sequence", SEQ, "--capacity-timeout", "5", "--capacity-interval", "0.1")
+    assert res.rc == 1 and res.json["error"]["code"] == "capacity-timeout", (res.json, res.stderr)
+    message = res.json["error"]["message"]
+    assert "HTTP 429" in message and "retry after 3600s" in message, message
+    assert len(_node_reads(kube_api, name)) == 2  # the mig-manager check's and the capacity wait's one read
+    assert kube_api.nodes[name]["metadata"]["labels"][STATE] == "failed"
+
+
 def test_pod_delete_restarts_the_daemonset_plugin_on_this_node_only(tmp_path, kube_api):
     node, name = _setup(tmp_path, kube_api, count=1)
     selector = {"app.kubernetes.io/name": "nvidia-device-plugin"}

@@ -162,6 +162,7 @@ class Recorded(typing.NamedTuple):
     user: str  # the authenticated user: a certificate CN or "token:<name>"
     status: int
     connection: int = 0  # which TLS connection carried it (the same number: a kept-alive connection)
+    at: float = 0.0  # time.monotonic() when it arrived: how long a client waited between two of its calls
 
 
 class Hold(object):
@@ -1168,7 +1169,7 @@ def _handler_for(api):
                     body = None
             user = self._user()
             record = Recorded(method, unquote(parts.path), parts.query, ctype, body, user or "", 0,
-                              self.connection_number)
+                              self.connection_number, time.monotonic())
             if user is None:
                 return self._refuse(Refused(401, "Unauthorized"), record)
             hold = api._held(method, record.path)
