@@ -30,7 +30,7 @@ from ..host import bootunit
 from .apply import _Apply, _labeler, run_job
 from .backend import Backend
 from .common import boot_unit_files, boot_unit_outcome, gpus_json, stderr_log
-from ..kube.deviceplugin import RESOURCE_PREFIX, restart_by_pod_delete
+from ..kube.deviceplugin import RESOURCE_PREFIX, poll_node, restart_by_pod_delete
 from ..errors import OUTCOME_SUCCESS, BadInput, NodeFailure
 from ..kube.client import KubeError
 from ..outside import as_object, digits
@@ -141,26 +141,23 @@ def _mig_allocatable(node):
     return out
 
 
-def wait_mig_resources_gone(client, node_name, timeout, interval=3.0, sleep=time.sleep, clock=time.time):
+def wait_mig_resources_gone(client, node_name, timeout, interval=3.0, sleep=time.sleep, clock=time.monotonic):
     # type: (Any, str, float, float, Callable[[float], None], Callable[[], float]) -> Dict[str, Any]
-    """Poll the Node until no ``nvidia.com/mig-*`` resource is allocatable.
+    """Poll the Node (deviceplugin.poll_node: a throttled read's Retry-After honoured within the timeout) until
+    no ``nvidia.com/mig-*`` resource is allocatable. ``error``: the last read's, when it failed.
 
     Allocatable, not capacity: when a device plugin stops advertising a resource the kubelet marks its
     devices unhealthy at once (allocatable 0) but keeps them in capacity for a grace period of minutes
     (pkg/kubelet/cm/devicemanager, endpointStopGracePeriod) before it drops the resource.
     """
-    deadline = clock() + timeout
-    left = {}  # type: Dict[str, int]
-    while True:
-        try:
-            left = _mig_allocatable(client.get_node(node_name))
-        except KubeError as exc:
-            left = {"(node unreadable: %s)" % exc: 1}
-        if not left:
-            return {"mig_resources_left": {}, "ready": True}
-        if clock() >= deadline:
-            return {"mig_resources_left": left, "ready": False}
-        sleep(min(interval, max(deadline - clock(), 0.0)))
+    node, error, ready = poll_node(client, node_name, lambda n: n is not None and not _mig_allocatable(n),
+                                   timeout, interval, sleep, clock)
+    if ready:
+        return {"mig_resources_left": {}, "ready": True}
+    out = {"mig_resources_left": _mig_allocatable(node) if node is not None else {}, "ready": False}
+    if error:
+        out["error"] = error
+    return out
 
 
 class _Disable(_Apply):
@@ -230,6 +227,11 @@ class _Disable(_Apply):
         if args.capacity_timeout <= 0:
             return {}
         waited = wait_mig_resources_gone(client, node, args.capacity_timeout, args.capacity_interval)
+        if not waited["ready"] and waited.get("error"):  # the API server's answer, not the plugin, is the news
+            raise NodeFailure("the node's MIG resources could not be read within %gs after MIG was turned off (last "
+                              "left: %s): %s" % (args.capacity_timeout, ", ".join(
+                                  "%s=%d" % kv for kv in sorted(waited["mig_resources_left"].items())) or "none read",
+                                  waited["error"]), code="capacity-timeout")
         if not waited["ready"]:
             raise NodeFailure("the node still offers %s %ds after MIG was turned off: is the device plugin running "
                               "and restarted?" % (", ".join("%s=%d" % kv for kv in sorted(waited["mig_resources_left"]

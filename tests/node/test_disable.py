@@ -171,6 +171,37 @@ def test_disable_clears_the_labels_and_tells_the_node_in_an_event(tmp_path, kube
 
 
 @pytest.mark.kube
+def test_disables_resource_wait_asks_a_throttling_api_server_again_no_sooner_than_its_retry_after(tmp_path, kube_api):
+    """The wait until the MIG resources are gone read the Node every interval whatever a 429's Retry-After
+    asked (APF, maxinflight.go tooManyRequests), and an ask past its timeout was polled until the timeout and
+    said as resources left, "(node unreadable: ...)=1". It waits the ask, as apply's capacity wait does, and an
+    ask past the timeout ends it at once, the failure naming the server's answer."""
+    name = "node-1"
+    kube_api.add_node(name, capacity={"nvidia.com/gpu": "1"})  # the plugin has dropped the MIG resources
+    node = Node(tmp_path, count=1)
+    node.use_kube(kube_api.write_kubeconfig(tmp_path / "kubelet.conf", node=name))
+    assert node.run("apply", "--sequence", "9-9").rc == 0
+    path = "/api/v1/nodes/" + name
+    start = len(kube_api.requests)
+    # the first read is the mig-manager check's (one try, then it goes on), the second the resource wait's
+    kube_api.throttle(times=2, retry_after=1, method="GET", path=path)
+    res = node.run("disable", "--root", str(tmp_path / "root"), "--capacity-timeout", "20",
+                   "--capacity-interval", "0.1")
+    assert res.rc == 0 and res.json["resources"]["ready"] is True, res.stderr
+    reads = [r for r in kube_api.requests[start:] if r.method == "GET" and r.path == path]
+    assert [r.status for r in reads] == [429, 429, 200]
+    assert reads[2].at - reads[1].at >= 1.0, [r.at for r in reads]
+    assert node.run("apply", "--sequence", "9-9").rc == 0
+    start = len(kube_api.requests)
+    kube_api.throttle(times=1000, retry_after=3600, method="GET", path=path)
+    res = node.run("disable", "--root", str(tmp_path / "root"), "--capacity-timeout", "5",
+                   "--capacity-interval", "0.1")
+    assert res.rc == 1 and res.json["error"]["code"] == "capacity-timeout", (res.json, res.stderr)
+    assert "HTTP 429" in res.json["error"]["message"] and "retry after 3600s" in res.json["error"]["message"]
+    assert len([r for r in kube_api.requests[start:] if r.method == "GET" and r.path == path]) == 2
+
+
+@pytest.mark.kube
 def test_disable_fails_when_the_node_keeps_offering_mig_resources(tmp_path, kube_api):
     name = "node-1"
     kube_api.add_node(name, capacity={"nvidia.com/mig-3g.20gb": "2"})
