@@ -168,9 +168,9 @@ MUTANTS = (
            ("tests/delivery/test_ssh.py",),
            "a known_hosts with @revoked fails every node internal-error at each connection, the revoked key unread"),
     Mutant("ssh-watchdog-after-handshake", "functions/delivery/ssh.py", (
-        ("        watch.client = client  # from now on the watchdog can close it, mid-handshake included\n", ""),
-        ("            client.close()\n            raise\n        return client\n",
-         "            client.close()\n            raise\n        watch.client = client\n        return client\n")),
+        ("                watch.watch(sock)\n", ""),
+        ("            sock.close()\n            raise\n        return client\n",
+         "            sock.close()\n            raise\n        watch.watch(sock)\n        return client\n")),
            ("tests/delivery/test_ssh.py",),
            "a server that stalls in key exchange or authentication holds the node past its deadline"),
     # ---- issue 30: the three bugs the suite let through ----

@@ -11,10 +11,11 @@ backoff, 3 attempts), one exec of the node script, read to the channel's end of 
 comes before the last of the output); only when the node
 reports ``bundle-missing`` an SFTP upload of the bundle (one file, atomically renamed) and a second exec.
 Nothing waits unbounded: the session and SFTP channels open with a timeout, every read and write has
-one, and a per-node watchdog closes the connection at the node's deadline (the runner's deadline plus
-``grace_s``), which also ends the waits paramiko has no timeout for (the answer to an exec or subsystem
-request); such a node ends ``node-timeout`` and never holds up the others, whether it stalls before
-login (key exchange, authentication) or after it. Nodes run concurrently (default 32 at once) on daemon
+one, and the node's deadline (the runner's deadline plus ``grace_s``) shuts the connection's socket down,
+which also ends the waits paramiko has no timeout for (the answer to an exec or subsystem request); such a
+node ends ``node-timeout`` and never holds up the others, whether it stalls before login (key exchange,
+authentication) or after it. The deadlines are entries of the one watchdog thread every call deadline
+shares (functions/base/deadline.py), not a timer thread per node: an event may name 10,000 nodes. Nodes run concurrently (default 32 at once) on daemon
 threads, and ``run`` waits for each at most its limit plus ``JOIN_SLACK_S``: a node whose worker still
 does not return is reported ``node-timeout`` and left behind, never waited for.
 
@@ -38,7 +39,9 @@ import paramiko
 
 from functions.delivery.outcome import NodeResult, NodeTarget, parse_output
 from functions.delivery.transport import OUTPUT_CAP_BYTES, OutputTail, ScriptMaker, run_push_run
+from functions.base.deadline import Guard
 from functions.base.textsafe import one_line
+from node_bootstrap.hostlookup import lookup
 
 
 log = logging.getLogger(__name__)
@@ -98,36 +101,25 @@ def key_from_settings(settings) -> paramiko.PKey:
     return load_key(text, "" if text else d.ssh_key_file)
 
 
-class _Watchdog:
-    """Closes a node's SSH client at the node's deadline. Closing the transport wakes every paramiko wait
-    (an unanswered exec or subsystem request, a read, a write, a handshake) with an error; ``fired`` tells
-    the caller that the deadline, not the node, ended it, and ``fired_step`` where it was stuck."""
+class _Watchdog(Guard):
+    """A node's deadline: an entry of the one watchdog thread every call deadline shares (functions/base/
+    deadline.py), not a thread of its own (a ``threading.Timer`` per node started 10,000 threads for an event
+    of 10,000 nodes). At the deadline it shuts the node's socket down in both directions: paramiko's transport
+    thread reads end of file and ends, and its end wakes every paramiko wait (an unanswered exec or subsystem
+    request, a read, a write, a handshake, an authentication) with an error; a connect still in progress ends
+    too. ``fired`` tells the caller that the deadline, not the node, ended it, and ``fired_step`` where it was
+    stuck. Entered (``with``) for the node's whole run; once the ``with`` has ended it never fires."""
 
     def __init__(self, seconds: float):
-        self.client: Optional[paramiko.SSHClient] = None
+        super().__init__(seconds, max_bytes=None)  # no SDK answers are read under it
         self.step = "starting"
-        self.fired = False
         self.fired_step = ""
-        self._done = False
-        self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
 
     def _fire(self) -> None:
         with self._lock:
-            if self._done:  # the node finished just in time: its result stands
-                return
-            self.fired_step = self.step
-            self.fired = True
-        client = self.client
-        if client is not None:
-            client.close()
-
-    def cancel(self) -> None:
-        with self._lock:
-            self._done = True
-        self._timer.cancel()
+            if not self.fired_step:  # the first cut names the step (a socket watched later is cut at once)
+                self.fired_step = self.step
+        super()._fire()
 
 
 class _TooMuchAnswer(paramiko.SSHException):
@@ -192,23 +184,51 @@ class SshTransport:
         self.connect_attempts, self.retry_sleep = max(1, connect_attempts), retry_sleep
         self._lock = threading.Lock()
 
+    def _open_socket(self, target: NodeTarget, watch: "_Watchdog") -> socket.socket:
+        """The node's TCP connection, made here for paramiko (``connect(sock=)``) so that the watchdog holds its
+        socket from before the connect: a server that accepts and then stalls in key exchange or
+        authentication is cut at the node's deadline like one that stalls later. Each connect within the
+        connect timeout and the node's time left; a host name (node addresses are IPs) is looked up within
+        them too (node_bootstrap/hostlookup.py)."""
+        bound = min(self.connect_timeout_s, watch.left())
+        try:  # an IP address: no lookup at all
+            found = socket.getaddrinfo(target.address, self.port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
+        except socket.gaierror:
+            found = lookup(target.address, self.port, bound)
+        error: Optional[OSError] = None
+        for family, kind, proto, _, where in found:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(max(0.001, min(self.connect_timeout_s, watch.left())))
+                watch.watch(sock)
+                if not watch.fired:  # past the deadline the watch shut it down at once: no connect
+                    sock.connect(where)
+                if watch.fired:
+                    raise socket.timeout("node deadline reached")
+                return sock
+            except OSError as exc:
+                sock.close()
+                if watch.fired:
+                    raise
+                error = exc
+        raise error or OSError("no address found for %s" % target.address)
+
     def _connect(self, target: NodeTarget, watch: "_Watchdog") -> paramiko.SSHClient:
         client = paramiko.SSHClient()
-        watch.client = client  # from now on the watchdog can close it, mid-handshake included
-        if watch.fired:  # it fired just before it had the client to close: do not start a handshake
-            raise socket.timeout("node deadline reached")
         if os.path.isfile(self.known_hosts):
             client.load_host_keys(self.known_hosts)
         client.set_missing_host_key_policy(_AcceptNewPolicy(self.known_hosts, self._lock)
                                            if self.policy == "accept-new" else paramiko.RejectPolicy())
+        sock = self._open_socket(target, watch)  # watched from now on, mid-handshake included
         try:
-            client.connect(target.address, port=self.port, username=self.user, pkey=self.key,
-                           timeout=self.connect_timeout_s, banner_timeout=self.connect_timeout_s,
-                           auth_timeout=self.connect_timeout_s, allow_agent=False, look_for_keys=False)
+            client.connect(target.address, port=self.port, username=self.user, pkey=self.key, sock=sock,
+                           banner_timeout=self.connect_timeout_s, auth_timeout=self.connect_timeout_s,
+                           allow_agent=False, look_for_keys=False)
         except BaseException:
             # A refused host key or login leaves paramiko's transport thread and socket open: on a warm
             # FC instance those would pile up across events.
             client.close()
+            sock.close()
             raise
         return client
 
@@ -304,24 +324,22 @@ class SshTransport:
         raise AssertionError("unreachable")
 
     def _one(self, target: NodeTarget) -> NodeResult:
-        """One node, never longer than its deadline (the runner's deadline plus ``grace_s``): a watchdog
-        closes the connection then, whatever step paramiko is waiting in, and the node ends node-timeout."""
+        """One node, never longer than its deadline (the runner's deadline plus ``grace_s``): its watchdog
+        shuts the connection down then, whatever step paramiko is waiting in, and the node ends node-timeout."""
         limit = self.maker.deadline_s + self.grace_s
-        watch = _Watchdog(limit)
-        try:
-            result = self._one_bounded(target, watch)
-        except Exception as exc:  # noqa: BLE001 - whatever a closed transport raises, mid-step
-            result = None
-            if not watch.fired:  # one node's failure, whatever raised it, is that node's alone
-                log.error("node %s: %s while %s: %s", target.instance_id, type(exc).__name__, watch.step, exc)
-                result = NodeResult(target.instance_id, self.name, error="internal-error",
-                                    message="%s while %s: %s" % (type(exc).__name__, watch.step,
-                                                                 one_line(exc, 160)))
-            else:
-                log.debug("node %s: %s after the watchdog closed the connection", target.instance_id,
-                          type(exc).__name__)
-        finally:
-            watch.cancel()  # from here on the watchdog can no longer fire
+        with _Watchdog(limit) as watch:  # once the with has ended the watchdog can no longer fire
+            try:
+                result = self._one_bounded(target, watch)
+            except Exception as exc:  # noqa: BLE001 - whatever a closed transport raises, mid-step
+                result = None
+                if not watch.fired:  # one node's failure, whatever raised it, is that node's alone
+                    log.error("node %s: %s while %s: %s", target.instance_id, type(exc).__name__, watch.step, exc)
+                    result = NodeResult(target.instance_id, self.name, error="internal-error",
+                                        message="%s while %s: %s" % (type(exc).__name__, watch.step,
+                                                                     one_line(exc, 160)))
+                else:
+                    log.debug("node %s: %s after the watchdog cut the connection", target.instance_id,
+                              type(exc).__name__)
         if watch.fired:
             return NodeResult(target.instance_id, self.name, error="node-timeout",
                               message="no answer within %gs (%s); connection closed" % (limit, watch.fired_step))
