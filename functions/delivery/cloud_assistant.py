@@ -37,6 +37,7 @@ nodes of that batch, never the others.
 
 import base64
 import re
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -50,7 +51,7 @@ from node_bootstrap.outside import as_object, objects
 RUN_BATCH = 100  # RunCommand and DescribeCloudAssistantStatus take at most 100 instances
 SEND_BATCH = 50  # SendFile takes at most 50
 RESULTS_PAGE = 50  # DescribeInvocationResults MaxResults maximum (ECS SDK model)
-CALLS_IN_FLIGHT = 16  # concurrent API calls while submitting and per poll round
+CALLS_IN_FLIGHT = 16  # concurrent API calls while submitting and per poll round: the run's one pool
 RUNCOMMAND_LIMIT = 24 * 1024  # CommandContent, base64, KeepCommand=false
 SLOW_AFTER_S = 60.0  # result polls keep their first interval this long, then back off
 # {{ACS::InstanceId}} and other built-in parameters: Linux agent 2.2.3.309 or later.
@@ -157,10 +158,37 @@ class CloudAssistantTransport:
         self.versions: Dict[str, Optional[tuple]] = {}  # instance id -> agent version, from the status
         # ("submit"|"poll", invoke id) and ("round", "") markers, in order (tests and benchmarks read it)
         self.trace: List[Tuple[str, str]] = []
+        self._local = threading.local()  # the pool of the run this thread is in; ``worker``: a thread of one
 
     # ---- the interface ----
 
     def run(self, targets: Sequence[NodeTarget]) -> List[NodeResult]:
+        # One pool for the whole run (agent wait, submits, polls, uploads): a pool per agent-wait round and per
+        # step started threads in proportion to the rounds an event's new nodes take to come up.
+        with ThreadPoolExecutor(max_workers=self.calls_in_flight, initializer=self._mark_worker) as pool:
+            self._local.pool = pool
+            try:
+                return self._run(targets)
+            finally:
+                self._local.pool = None
+
+    def _mark_worker(self) -> None:
+        self._local.worker = True
+
+    def _map(self, call: Callable, items: Sequence) -> List:
+        """``[call(item) for item in items]``, ``calls_in_flight`` at a time on the run's pool (threads start
+        only as calls need them, and are reused). One item is called in this thread, and so is a call made
+        from a thread of the pool (a refused batch's status check inside a submit: a pool thread waiting on
+        its own pool could wait for itself)."""
+        if len(items) <= 1 or getattr(self._local, "worker", False):
+            return [call(item) for item in items]
+        pool = getattr(self._local, "pool", None)
+        if pool is None:  # outside run(): a pool for this map alone
+            with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(items))) as own:
+                return list(own.map(call, items))
+        return list(pool.map(call, items))
+
+    def _run(self, targets: Sequence[NodeTarget]) -> List[NodeResult]:
         results: Dict[str, NodeResult] = {}
         ready = self._wait_for_agents(list(targets), results)
         first = self._run_all(ready)
@@ -183,8 +211,7 @@ class CloudAssistantTransport:
         pages = _chunks(sorted(ids), RUN_BATCH)
         if not pages:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(pages))) as pool:
-            return list(zip(pages, pool.map(self._agent_status, pages)))
+        return list(zip(pages, self._map(self._agent_status, pages)))
 
     def _wait_for_agents(self, targets: List[NodeTarget], results: Dict[str, NodeResult]) -> List[NodeTarget]:
         pending = {t.instance_id: t for t in targets}
@@ -355,10 +382,9 @@ class CloudAssistantTransport:
         results: Dict[str, NodeResult] = {}
         invocations: List[Tuple[str, List[NodeTarget]]] = []
         # Every batch is submitted before any is polled: a node's run starts as soon as its batch is in.
-        with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(batches))) as pool:
-            for submitted, failed in pool.map(self._submit, batches):
-                invocations.extend(submitted)
-                results.update(failed)
+        for submitted, failed in self._map(self._submit, batches):
+            invocations.extend(submitted)
+            results.update(failed)
         results.update(self._poll_all(invocations))
         return results
 
@@ -396,42 +422,41 @@ class CloudAssistantTransport:
         interval = self.poll_s
         if not open_:
             return done
-        with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(open_))) as pool:
-            beat = self.clock()
-            while open_:
-                # A fixed beat, not a pause after each round: a round that took a while (thousands of nodes)
-                # does not push the next one later, so a result is still seen at most one interval late.
-                beat += interval
-                self.sleep(max(0.0, beat - self.clock()))
-                ids = list(open_)
-                last = self.clock() >= deadline  # the last round reads every page of what is still open
-                self.trace.append(("round", ""))
-                for invoke_id, answer in zip(ids, pool.map(
-                        lambda i: self._results_or_error(i, len(members[i]), last), ids)):
-                    wanted = open_[invoke_id]
-                    if isinstance(answer, ApiError):
-                        if answer.retryable and not last:
-                            continue  # the next round asks again
-                        done.update(self._fail([t for t in members[invoke_id] if t.instance_id in wanted],
-                                               "api-error", str(answer)))
-                        del open_[invoke_id]
-                        continue
-                    for row in answer:
-                        iid = row.get("InstanceId")
-                        if iid in wanted and _final(row):
-                            done[iid] = self._result(row)
-                            wanted.discard(iid)
-                    if not wanted:
-                        del open_[invoke_id]
-                if open_ and last:
-                    for invoke_id, wanted in open_.items():
-                        done.update(self._fail([t for t in members[invoke_id] if t.instance_id in wanted],
-                                               "execution-timeout", "no final result from Cloud Assistant in time"))
-                    break
-                # A steady beat while a normal run lasts (a result is seen at most one interval late); past a
-                # minute the node is slow anyway, and the interval grows to spare the API.
-                if self.clock() - started > SLOW_AFTER_S:
-                    interval = min(interval * 1.5, self.poll_max_s)
+        beat = self.clock()
+        while open_:
+            # A fixed beat, not a pause after each round: a round that took a while (thousands of nodes)
+            # does not push the next one later, so a result is still seen at most one interval late.
+            beat += interval
+            self.sleep(max(0.0, beat - self.clock()))
+            ids = list(open_)
+            last = self.clock() >= deadline  # the last round reads every page of what is still open
+            self.trace.append(("round", ""))
+            for invoke_id, answer in zip(ids, self._map(
+                    lambda i: self._results_or_error(i, len(members[i]), last), ids)):
+                wanted = open_[invoke_id]
+                if isinstance(answer, ApiError):
+                    if answer.retryable and not last:
+                        continue  # the next round asks again
+                    done.update(self._fail([t for t in members[invoke_id] if t.instance_id in wanted],
+                                           "api-error", str(answer)))
+                    del open_[invoke_id]
+                    continue
+                for row in answer:
+                    iid = row.get("InstanceId")
+                    if iid in wanted and _final(row):
+                        done[iid] = self._result(row)
+                        wanted.discard(iid)
+                if not wanted:
+                    del open_[invoke_id]
+            if open_ and last:
+                for invoke_id, wanted in open_.items():
+                    done.update(self._fail([t for t in members[invoke_id] if t.instance_id in wanted],
+                                           "execution-timeout", "no final result from Cloud Assistant in time"))
+                break
+            # A steady beat while a normal run lasts (a result is seen at most one interval late); past a
+            # minute the node is slow anyway, and the interval grows to spare the API.
+            if self.clock() - started > SLOW_AFTER_S:
+                interval = min(interval * 1.5, self.poll_max_s)
         return done
 
     def _results_or_error(self, invoke_id: str, size: int, whole: bool = False):
@@ -516,14 +541,13 @@ class CloudAssistantTransport:
             except ApiError as exc:
                 return {iid: "api-error: %s" % exc for iid in batch}
 
-        with ThreadPoolExecutor(max_workers=min(self.calls_in_flight, len(jobs))) as pool:
-            for bad in pool.map(send, jobs):
-                for iid, why in bad.items():
-                    if isinstance(why, NodeResult):  # refused: the instance itself is gone or unavailable
-                        failed[iid] = why
-                    else:
-                        failed.setdefault(iid, NodeResult(iid, self.name, error="bundle-missing",
-                                                          message="SendFile: %s" % why))
+        for bad in self._map(send, jobs):
+            for iid, why in bad.items():
+                if isinstance(why, NodeResult):  # refused: the instance itself is gone or unavailable
+                    failed[iid] = why
+                else:
+                    failed.setdefault(iid, NodeResult(iid, self.name, error="bundle-missing",
+                                                      message="SendFile: %s" % why))
         return failed
 
     def _wait_sent(self, invoke_id: str, batch: List[str]) -> Dict[str, str]:
