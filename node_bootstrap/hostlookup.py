@@ -11,6 +11,9 @@ not end in time is left to end on its own (its thread holds nothing of the calle
 :class:`LookupTimeout`. The connection then goes to the addresses found, so no second, unbounded lookup
 follows; TLS is given the host name by its caller (``server_hostname``), not the address, so SNI and the
 certificate check are unchanged.
+
+An IP address written out is not looked up at all (no thread): the node's Kubernetes client opens a
+connection per call, and an ACK kubeconfig names its API server by address.
 """
 
 import socket
@@ -32,7 +35,10 @@ class LookupTimeout(socket.timeout):
 def lookup(host, port, timeout):
     # type: (str, int, float) -> List[Tuple[Any, ...]]
     """``getaddrinfo(host, port, 0, SOCK_STREAM)``, given up after ``timeout`` seconds (LookupTimeout); its
-    own error (``socket.gaierror``) when it fails in time."""
+    own error (``socket.gaierror``) when it fails in time. An IP address is answered at once, in this thread."""
+    found = _literal(host, port)
+    if found is not None:
+        return found
     answer = {}  # type: Dict[str, Any]
 
     def ask():
@@ -51,6 +57,19 @@ def lookup(host, port, timeout):
     if "error" in answer:
         raise answer["error"]
     return answer["found"]
+
+
+def _literal(host, port):
+    # type: (Any, int) -> Optional[List[Tuple[Any, ...]]]
+    """``getaddrinfo``'s answer for an IPv4 or IPv6 address written out, which asks no name server
+    (``AI_NUMERICHOST``); None for anything else (a name, a scoped IPv6 address: the bounded lookup)."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except (OSError, ValueError, TypeError):
+            continue
+        return socket.getaddrinfo(host, port, family, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
+    return None
 
 
 def create_connection(address, timeout, source_address=None):

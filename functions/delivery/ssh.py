@@ -190,11 +190,7 @@ class SshTransport:
         authentication is cut at the node's deadline like one that stalls later. Each connect within the
         connect timeout and the node's time left; a host name (node addresses are IPs) is looked up within
         them too (node_bootstrap/hostlookup.py)."""
-        bound = min(self.connect_timeout_s, watch.left())
-        try:  # an IP address: no lookup at all
-            found = socket.getaddrinfo(target.address, self.port, 0, socket.SOCK_STREAM, 0, socket.AI_NUMERICHOST)
-        except socket.gaierror:
-            found = lookup(target.address, self.port, bound)
+        found = lookup(target.address, self.port, min(self.connect_timeout_s, watch.left()))  # an IP: no thread
         error: Optional[OSError] = None
         for family, kind, proto, _, where in found:
             sock = socket.socket(family, kind, proto)
