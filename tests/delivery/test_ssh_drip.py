@@ -25,4 +25,4 @@ def test_an_ssh_server_that_drips_its_banner_ends_node_timeout_at_the_deadline(s
         elapsed = time.monotonic() - started
         assert drip.sent >= 2  # it was dripping all along
     assert result.error == "node-timeout" and outcome(result).code == "node-timeout", result
-    assert 1.5 < elapsed < 6, elapsed  # the deadline (1 s) and its grace (1 s), not paramiko's 60 s
+    assert 1.5 < elapsed < 15, elapsed  # the deadline (1 s) and its grace (1 s), never the drip's 20 s

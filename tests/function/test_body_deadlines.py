@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.support.drip import HTTP_HEAD, JSON_BODY, Drip
+from tests.support.drip import HTTP_HEAD, JSON_BODY, Drip, HANG_S
 
 INTERVAL_S = 0.5
 FAST_S = 0.1  # the drip for a bound of 0.5 s
@@ -85,7 +85,7 @@ def test_the_upload_check_reads_the_objects_body_within_its_deadline(stored, tmp
         _upload(stored, tmp_path)
     elapsed = time.monotonic() - started
     assert stored.dripped >= 1 and any(get_object(verb, path) for verb, path in stored.requests)
-    assert 0.8 < elapsed < 4, elapsed  # the bound, not the drip's 15 s (slack for a loaded machine)
+    assert 0.8 < elapsed < HANG_S, elapsed  # the bound, never the drip's 15 s
     assert one_line(info.value) == "OSS at %s gave no complete answer to get_object within 1s" % stored.endpoint
 
 
@@ -137,7 +137,7 @@ def test_the_webhook_is_cut_at_its_deadline_when_the_answers_body_drips():
         sent = deliver([line], drip.url + "/hook", log, attempts=1, timeout_s=10.0, deadline_s=0.5)
         elapsed = time.monotonic() - started
         assert drip.sent >= 1
-    assert sent == 1 and 0.4 < elapsed < 4, elapsed
+    assert sent == 1 and 0.4 < elapsed < HANG_S, elapsed
     logged = [json.loads(text) for text in stream.getvalue().splitlines()]
     assert not any(entry["message"] == "notification not sent" for entry in logged), logged
 
@@ -155,7 +155,7 @@ def test_the_api_server_client_is_cut_at_its_timeout_when_the_body_drips(tls):
             api.request("GET", "/api/v1/nodes")
         elapsed = time.monotonic() - started
         assert drip.sent >= 1
-    assert 0.4 < elapsed < 4, elapsed
+    assert 0.4 < elapsed < HANG_S, elapsed
     assert one_line(info.value) == "no complete answer from https://127.0.0.1:%d within 0.5s" % drip.port
 
 
@@ -175,7 +175,7 @@ def test_the_ecs_and_auto_scaling_clients_are_cut_at_their_timeout_when_the_body
             client.call("DescribeRegions", {"RegionId": "cn-test"})
         elapsed = time.monotonic() - started
         assert drip.accepted == 2 and drip.sent >= 2
-    assert 1.8 < elapsed < 5, elapsed
+    assert 1.8 < elapsed < HANG_S, elapsed
     text = one_line(info.value)
     assert "no complete answer within 1s" in text and "drip-secret" not in text
 
@@ -192,7 +192,7 @@ def test_the_kms_secret_read_is_cut_at_its_timeout_when_the_body_drips():
                        Endpoint("127.0.0.1:%d" % drip.port, "http"), 1)
         elapsed = time.monotonic() - started
         assert drip.sent >= 1
-    assert 0.8 < elapsed < 4, elapsed
+    assert 0.8 < elapsed < HANG_S, elapsed
     assert info.value.retryable and "no complete answer within 1s" in one_line(info.value)
 
 
@@ -211,7 +211,7 @@ def test_the_ack_lookup_is_cut_at_its_timeout_when_the_body_drips():
             CsLookup(settings, sleep=lambda s: None).nodepools("c" + "0" * 32)
         elapsed = time.monotonic() - started
         assert drip.accepted == 2 and drip.sent >= 2
-    assert 1.8 < elapsed < 5, elapsed
+    assert 1.8 < elapsed < HANG_S, elapsed
     assert "failed 2 times" in one_line(info.value)
 
 
@@ -228,7 +228,7 @@ def test_the_ros_stack_calls_are_cut_at_their_timeout_when_the_body_drips():
             stacks.find("ack-mig-hook")
         elapsed = time.monotonic() - started
         assert drip.accepted == 3 and drip.sent >= 3
-    assert 1.25 < elapsed < 7, elapsed
+    assert 1.25 < elapsed < HANG_S, elapsed
     text = one_line(info.value)
     assert "ListStacks" in text and "no complete answer within 0.5s" in text
 
@@ -244,5 +244,5 @@ def test_the_sts_account_lookup_is_cut_at_its_timeout_when_the_body_drips():
                        timeout_s=1)
         elapsed = time.monotonic() - started
         assert drip.sent >= 1
-    assert 0.8 < elapsed < 4, elapsed
+    assert 0.8 < elapsed < HANG_S, elapsed
     assert "no complete answer within 1s" in one_line(info.value)

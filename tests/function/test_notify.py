@@ -120,7 +120,9 @@ def test_a_webhook_that_is_down_or_stalls_ends_within_the_deadline_and_never_log
         assert deliver([LINE], hook.url(), log, timeout_s=0.3, deadline_s=1.0, sleep=time.sleep) == 0
         elapsed = time.monotonic() - started
         tries = len(hook.received)
-    assert elapsed < 3 and 1 <= tries <= 3  # every attempt cut by the read timeout, all by the deadline
+    # every attempt cut by the read timeout, all by the deadline: the stall (30 s) is never waited out; a
+    # hang guard, not a speed check (a loaded CI runner may take seconds to unwind a cut attempt)
+    assert elapsed < 15 and 1 <= tries <= 3
     text = stream.getvalue()
     assert "T0KEN" not in text and "secret-part" not in text and '"webhook_host": "127.0.0.1"' in text
 

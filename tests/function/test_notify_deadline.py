@@ -8,7 +8,7 @@ import time
 
 from functions.base.logs import JsonLogger
 from functions.pipeline.notify import SCHEMA, deliver
-from tests.support.drip import Drip
+from tests.support.drip import Drip, HANG_S
 from tests.support.webhook import Webhook
 
 LINE = {"schema": SCHEMA, "kind": "node-failed", "count": 1, "nodes": [], "text": "1 node failed"}
@@ -26,7 +26,7 @@ def test_a_peer_that_drips_one_byte_a_second_is_cut_at_the_deadline():
         sent = deliver([LINE, LINE], drip.url + "/hook", log, attempts=1, timeout_s=10.0, deadline_s=2.0)
         elapsed = time.monotonic() - started
         assert drip.sent >= 1  # it was dripping: a per-read timeout would never have fired
-    assert sent == 0 and 1.8 < elapsed < 3.5, elapsed
+    assert sent == 0 and 1.8 < elapsed < HANG_S, elapsed
     logged = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert logged[0]["message"] == "notification not sent" and logged[0]["error"] == "timeout"
 
@@ -39,7 +39,7 @@ def test_one_attempt_never_runs_past_the_deadline_of_all_lines():
         started = time.monotonic()
         assert deliver([LINE], hook.url(), log, attempts=1, timeout_s=10.0, deadline_s=1.0) == 0
         elapsed = time.monotonic() - started
-    assert 0.8 < elapsed < 2.5, elapsed
+    assert 0.8 < elapsed < HANG_S, elapsed
 
 
 def test_a_prompt_answer_is_still_sent_under_the_guard():
@@ -69,5 +69,5 @@ def test_an_https_webhook_that_drips_inside_tls_is_cut_at_the_deadline(tmp_path,
                        deadline_s=1.0)
         elapsed = time.monotonic() - started
         assert drip.sent >= 1
-    assert sent == 0 and 0.8 < elapsed < 4, elapsed
+    assert sent == 0 and 0.8 < elapsed < HANG_S, elapsed
     assert json.loads(stream.getvalue().splitlines()[0])["error"] == "timeout"

@@ -108,7 +108,8 @@ def _status_started(kube_api, tmp_path, silent):  # noqa: F811
 
 
 def _status_checked(proc, started, silent):
-    """status: the connection is accepted, no answer comes. The command ends in one deadline (15 s, bound 20),
+    """status: the connection is accepted, no answer comes. The command ends in one deadline (15 s; 40 is a hang
+    guard, as a loaded CI runner starts and unwinds slowly: ``silent.accepted`` says no call was tried again),
     names host:port once, lists the auto pool with "not checked", exits 1 (a partial report: the Kubernetes
     API cannot be used)."""
     try:
@@ -119,7 +120,7 @@ def _status_checked(proc, started, silent):
             proc.communicate()
     took = time.monotonic() - started
     out = " ".join(stdout.split())
-    assert proc.returncode == 1 and took < 20, (took, stdout, stderr)
+    assert proc.returncode == 1 and took < 40, (took, stdout, stderr)
     assert out.count("127.0.0.1:%d" % silent.port) == 1, out
     assert "the API server 127.0.0.1:%d did not answer within 15s; not asked again" % silent.port in out
     assert "pool np0a1b2c3d4e5f60718293a4b5c6d7e8f9 (llm-auto)" in out and "nodes: not checked:" in out
@@ -134,7 +135,7 @@ def _doctor_checked(cloud, capsys, tmp_path, silent):  # noqa: F811
     started = time.monotonic()
     code, out, err = doctor_run(capsys, emulator, path)
     took = time.monotonic() - started
-    assert code == 1 and took < 20, (took, out, err)
+    assert code == 1 and took < 40, (took, out, err)
     assert out.count("127.0.0.1:%d" % silent.port) == 1, out
     lines = out.splitlines()
     assert any(line.startswith("PROBLEM  kubernetes") and "the API server 127.0.0.1:%d did not answer within 15s"

@@ -145,7 +145,9 @@ def test_a_poll_longer_than_the_time_left_never_sleeps_past_the_deadline(deploye
 
 
 LEFT_S = 2.0  # real seconds of --timeout left when ROS turns slow
-MARGIN_S = 1.5  # past the deadline: the Guard's timer, the SDK unwinding the cut call, the exit (a loaded machine)
+# past the deadline: the Guard's timer, the SDK unwinding the cut call, the exit. A hang guard, not a speed check
+# (a CI runner has 2 cores for 3 test workers): short of the 8 s that waiting the slow ROS out takes
+MARGIN_S = 5.0
 
 
 @pytest.mark.parametrize("slow", ["late", "drip"])

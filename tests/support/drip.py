@@ -26,6 +26,12 @@ HTTP_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json;charset=utf-8\r\
 JSON_BODY = b"{" + b" " * 99999  # a JSON document that never completes within its Content-Length
 HTTP_PAYLOAD = HTTP_HEAD + JSON_BODY
 
+# How long a test lets a call against a Drip (of the usual 15 s life) run: a hang guard, never a speed check.
+# A CI runner has 2 cores for 3 test workers, so a call cut at a 1 s deadline may take seconds to unwind;
+# what proves the cut is the client's own words ("no complete answer within 1s": its Guard fired), and a
+# client that waited the peer out would take the Drip's whole life, past this guard.
+HANG_S = 10.0
+
 
 def trickle(send: Callable[[bytes], object], data: bytes, interval_s: float, stop: threading.Event,
             end: float, sent: Callable[[], None] = lambda: None) -> None:
