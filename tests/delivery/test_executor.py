@@ -292,11 +292,9 @@ def test_a_broken_transport_still_answers_the_hook_and_reports_every_node(emulat
 
 @pytest.mark.kube
 def test_an_unreachable_api_server_is_tried_once_not_per_node(kube_api, maker, tmp_path):  # noqa: F811
-    import socket
+    from tests.support.loopback import refused_port
 
-    with socket.socket() as probe:  # a loopback port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        dead_port = probe.getsockname()[1]
+    dead_port = refused_port()  # a loopback port nobody listens on
     kubeconfig = open(kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert(),
                                                 inline=True)).read()
     kubeconfig = kubeconfig.replace("127.0.0.1:%d" % kube_api.port, "127.0.0.1:%d" % dead_port)

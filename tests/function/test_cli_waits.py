@@ -30,6 +30,8 @@ import sys  # noqa: E402
 
 import pytest  # noqa: E402
 
+from tests.support.loopback import refused_port  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
 CLOUD = ["--cluster-id", CLUSTER, "--region", "cn-beijing"]
@@ -49,9 +51,7 @@ def _env(port, **extra):
 def test_every_cloud_command_checks_the_ack_api_before_its_first_call(argv):
     """Item 4 and 7: nothing listens at the ACK API's address: one line naming it at once, exit 2, before any
     decision (invoke prints none) or any other call."""
-    with socket.socket() as probe:  # a loopback port nothing listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = refused_port()  # a loopback port nothing listens on
     done = subprocess.run([sys.executable, "-m", "functions.commands.main"] + argv, cwd=ROOT, env=_env(port),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, (done.stdout, done.stderr)

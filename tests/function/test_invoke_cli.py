@@ -11,6 +11,7 @@ from functions.handler import handler
 from tests.function.conftest import EVENTS, INVENTORY, ROOT
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
 from tests.support.cli_errors import error_text, is_one_error
+from tests.support.loopback import refused_port
 
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
 
@@ -163,12 +164,9 @@ def test_a_live_invoke_whose_startup_taint_is_refused_fails_the_nodes(kube_api, 
 def test_an_unreachable_kubernetes_api_is_named_before_anything_is_decided(kube_api, tmp_path):  # noqa: F811
     """invoke connects to --kubeconfig's API server before it decides (fail before acting): a closed port is
     one line naming host and port at once, exit 2, nothing on stdout but --json's error object."""
-    import socket
     import time
 
-    with socket.socket() as probe:  # a loopback port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        dead = probe.getsockname()[1]
+    dead = refused_port()  # a loopback port nobody listens on
     path = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
     with open(path) as fh:
         text = fh.read().replace("127.0.0.1:%d" % kube_api.port, "127.0.0.1:%d" % dead)

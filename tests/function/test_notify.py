@@ -5,7 +5,6 @@ KMS, and that the URL (it may carry a token) never reaches a log line or an erro
 import io
 import json
 import os
-import socket
 import sys
 import time
 
@@ -17,6 +16,7 @@ from functions.pipeline.notify import SCHEMA, deliver
 from functions.pipeline.event import run_event
 from functions.base.settings import SettingsError, load_settings
 from tests.function.conftest import AK, INVENTORY, ROOT, SECRET, TOKEN
+from tests.support.loopback import refused_port
 from tests.support.webhook import Webhook
 
 TOKEN_PATH = "/hooks/T0KEN-abc123-secret-part"
@@ -29,9 +29,7 @@ def logger():
 
 
 def closed_port():
-    with socket.socket() as probe:  # a loopback port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return refused_port()  # a loopback port nobody listens on, nor can
 
 
 def test_a_line_is_one_json_object_posted_with_its_type():

@@ -18,6 +18,7 @@ from functions.commands.stack.credentials import Keys
 from tests.function.test_unreachable_services import KEY, SECRET, TOKEN, _env, _run
 from tests.function.test_unreachable_services import ros  # noqa: F401  (fixture)
 from tests.support.cli_errors import error_text
+from tests.support.loopback import refused_port
 
 pytestmark = pytest.mark.timeout(150)
 KEYS = Keys(KEY, SECRET, TOKEN)
@@ -70,9 +71,7 @@ def test_ros_still_retries_a_lost_connection_once_it_has_answered(ros):  # noqa:
     slept = []
     stacks = Stacks("cn-beijing", KEYS, settings.parse_endpoint({"X": ros.endpoint}, "X"), sleep=slept.append)
     assert stacks.find("nothing-by-this-name") is None
-    with socket.socket() as probe:  # a loopback port nothing listens on: the kernel refuses at once
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
+    closed = refused_port()  # a loopback port nothing listens on: the kernel refuses at once
     # the network lost after the first answer: the Tea client's host for every later call (ROS's emulator keeps
     # the first connection alive, so stopping it would not do)
     stacks._client._endpoint = "127.0.0.1:%d" % closed

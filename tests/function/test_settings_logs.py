@@ -475,10 +475,10 @@ def test_a_connection_error_never_carries_the_request_url_query():
     """The core SDK's connection error quotes the URL, SecurityToken and Signature in its query."""
     from functions.cloud.rpc import ECS_VERSION, ApiError, Backoff, RpcClient
     from functions.base.settings import Endpoint
-    from tests.support.sshd import _free_port
+    from tests.support.loopback import refused_port
 
     client = RpcClient("ecs", ECS_VERSION, "cn-beijing", Credentials(AK, SECRET, TOKEN),
-                       Endpoint("127.0.0.1:%d" % _free_port(), "http"), 1, Backoff(1))
+                       Endpoint("127.0.0.1:%d" % refused_port(), "http"), 1, Backoff(1))
     with pytest.raises(ApiError) as info:
         client.call("DescribeCloudAssistantStatus", {"RegionId": "cn-beijing"})
     text = str(info.value)

@@ -6,7 +6,6 @@ this tree's code, against a loopback port that refuses connections (bound, then 
 service behind ROS, the ROS emulator."""
 
 import os
-import socket
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ import pytest
 from tests.function.test_deploy import cloud as deploy_cloud  # noqa: F401  (fixture)
 from tests.function.test_remote_and_logs import CLUSTER, KEY, SECRET, TOKEN, seed_stack
 from tests.support.cli_errors import error_text
+from tests.support.loopback import refused_port
 from tests.support.ros_emulator import RosEmulator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,9 +24,7 @@ SDK_WORDS = ("RetryError", "HTTPConnectionPool", "NewConnectionError", "Max retr
 
 @pytest.fixture
 def closed_port():
-    with socket.socket() as probe:  # bound, then closed: nothing listens there, the kernel refuses at once
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return refused_port()  # nothing listens there, the kernel refuses at once, and no server can take it
 
 
 def _env(port, **extra):

@@ -11,12 +11,28 @@ import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from tests.support.drip import trickle
 from tests.support.stop_now import shutdown_now
 
 Answer = Tuple[int, bytes, Dict[str, str]]
+
+
+def refused_port() -> int:
+    """A loopback port that refuses every connection at once for as long as this test process runs: a socket
+    bound there and never listening (a SYN to it is answered with a reset), held, so that no server can take
+    the port (this test's, another test's, another pytest-xdist worker's). A port bound and closed at once
+    went back to the kernel: any ``bind(("127.0.0.1", 0))`` in the meantime could be given it, and a test that
+    expected "Connection refused" then reached someone else's server. One port serves every caller."""
+    if not _REFUSING:
+        held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        held.bind(("127.0.0.1", 0))
+        _REFUSING.append(held)
+    return _REFUSING[0].getsockname()[1]
+
+
+_REFUSING: List[socket.socket] = []
 
 
 def json_answer(status: int, payload: Any, headers: Optional[Dict[str, str]] = None) -> Answer:
