@@ -11,10 +11,14 @@ from functions.commands import terminal
 def test_a_wait_says_what_it_waits_for_after_its_delay_on_a_terminal_only():
     shown = io.StringIO()
     with terminal.Waiting("the API server at 127.0.0.1:6443", 15, stream=shown, after=0.05, tty=True):
-        time.sleep(0.3)
+        # a wait past the delay, until the note shows: a fixed sleep raced the note's thread, which a loaded
+        # CI runner may not schedule in time (60 s is a hang guard)
+        until = time.monotonic() + 60
+        while not shown.getvalue() and time.monotonic() < until:
+            time.sleep(0.01)
     assert shown.getvalue() == "ack-mig-hook: waiting for the API server at 127.0.0.1:6443 (gives up after 15s)\n"
     quick = io.StringIO()
-    with terminal.Waiting("x", 15, stream=quick, after=0.5, tty=True):
+    with terminal.Waiting("x", 15, stream=quick, after=60, tty=True):  # ends long before its delay, however slow
         pass
     piped = io.StringIO()
     with terminal.Waiting("x", 15, stream=piped, after=0.05, tty=False):
