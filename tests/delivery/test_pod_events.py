@@ -41,6 +41,7 @@ from tests.delivery.test_auto_pool_e2e import (CLUSTER, INSTANCE, POOL, TICK, De
                                                node_args, seven_gb_node, snapshot, waiting)
 from tests.function.conftest import EVENTS, ROOT, cloud_env, emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+from tests.support.module_time import module_time
 
 pytestmark = [pytest.mark.kube, pytest.mark.timeout(180)]
 
@@ -873,7 +874,7 @@ def test_a_claim_one_event_waited_out_is_not_waited_for_again_by_the_next_events
     waiting(server, "later", "2g.20gb")
     before = len(server.requests)
     sleeps = []
-    monkeypatch.setattr(pod_event_module.time, "sleep", sleeps.append)
+    monkeypatch.setattr(pod_event_module, "time", module_time(sleep=sleeps.append))  # its waits, no other thread's
     second = run(pod_event("llm", "later"), cluster)
     assert second.outcome == "skip" and "gave up" in second.reason and "timer-tick" in second.reason, \
         second.reason

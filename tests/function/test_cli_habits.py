@@ -9,11 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 import yaml
 
 from functions.commands import rollout, watch
+from tests.support.module_time import module_time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EX = os.path.join(ROOT, "examples")
@@ -272,10 +275,21 @@ def test_status_watch_runs_from_the_command_line(monkeypatch, capsys):
     from functions.commands import main
 
     clock = Clock()
-    monkeypatch.setattr(watch.time, "sleep", clock.sleep)
-    monkeypatch.setattr(watch.time, "monotonic", clock)
-    code = main.main(["status", "--inventory", os.path.join(EX, "inventory-rollout.json"), "--watch",
-                      "--interval", "30", "--watch-timeout", "2", "-o", "json"])
+    done = threading.Event()
+
+    def elsewhere():  # a thread of the process that sleeps meanwhile (a test server's): not the watch's sleep
+        while not done.is_set():
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=elsewhere, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setattr(watch, "time", module_time(sleep=clock.sleep, monotonic=clock))
+        code = main.main(["status", "--inventory", os.path.join(EX, "inventory-rollout.json"), "--watch",
+                          "--interval", "30", "--watch-timeout", "2", "-o", "json"])
+    finally:
+        done.set()
+        thread.join(60)
     out, err = capsys.readouterr()
     assert code == 0 and out.count('"cluster_id"') == 1  # the snapshot never changes: one report
     assert len(clock.slept) == 4 and "watching" in err  # looks at 0, 30, 60, 90 and 120 s

@@ -14,6 +14,7 @@ from functions.base.logs import JsonLogger, decision_level, node_code, node_leve
 from functions.base.settings import load_settings
 from functions.pipeline.event import run_event
 from tests.function.conftest import INVENTORY, ROOT, event_bytes
+from tests.support.module_time import module_time
 
 CLUSTER = "c3f5e8a1d2b4c6e8f0a1b3c5d7e9f1a2b"
 FAILING = "i-2zeb7c1mig0a100x1k4d"  # a node of the labelled pool np8d3c... (examples/inventory.json)
@@ -111,7 +112,7 @@ def test_the_delivery_executor_times_each_node_from_the_transports_start(monkeyp
                 yield NodeResult(t.instance_id, "test", 0, {"outcome": "success", "changes": 3})
 
     ticks = iter([100.0, 101.25, 103.5])
-    monkeypatch.setattr(node_executor.time, "monotonic", lambda: next(ticks))
+    monkeypatch.setattr(node_executor, "time", module_time(monotonic=lambda: next(ticks)))  # its clock alone
     decisions = [Decision(instance_id="i-a", node_name="n-a", action="partition", reason="r",
                           partition=PartitionLabel(kind="size", value="1g.5gb")),
                  Decision(instance_id="i-b", node_name="n-b", action="partition", reason="r",
