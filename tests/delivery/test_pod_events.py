@@ -902,7 +902,14 @@ def test_an_event_coalesced_into_a_waiter_that_gives_up_was_not_promised_its_pla
 
     server, api, settings, executor, state_file = cluster
     monkeypatch.setattr(pod_event_module, "CLAIM_POLL_S", 0.2)
-    monkeypatch.setattr(pod_event_module, "CLAIM_WAIT_S", 2.0)  # the coalesced event's run fits in it
+    monkeypatch.setattr(pod_event_module, "CLAIM_WAIT_S", 2.0)
+    arrived = threading.Event()
+
+    def sleep(seconds):  # the holder's waits for the claim: the first lasts until the coalesced event arrived
+        arrived.wait(60)  # (a slow run of it on a loaded machine came after the holder had given up) (hang guard)
+        time.sleep(seconds)
+
+    monkeypatch.setattr(pod_event_module, "time", module_time(sleep=sleep))
     timer_holds_the_claim(server)
     waiting(server, "late", "2g.20gb")
     waiting(server, "later", "2g.20gb")
@@ -917,6 +924,7 @@ def test_an_event_coalesced_into_a_waiter_that_gives_up_was_not_promised_its_pla
             break
         time.sleep(0.05)
     coalesced = run(pod_event("llm", "later"), cluster)
+    arrived.set()
     thread.join()
     first = holder["result"]
     assert first.outcome == "skip" and "waited 2 s" in first.reason, first.reason  # it gave up: planned nothing
