@@ -188,11 +188,16 @@ def test_a_retry_while_the_first_runcommand_is_still_processed_is_the_same_invoc
 
     emulator.add_nodes(2)
     emulator.hold_processing_next("RunCommand")
-    # read timeout 1 s, and a short real pause between tries: the held request needs a moment to be decided
-    # once the retry is refused
+
+    def pause(seconds):  # between tries: until a held request the last retry released is decided (a fixed
+        until = time.monotonic() + 30  # pause raced its thread on a loaded machine; 30 s is a hang guard)
+        while any(held.is_set() for held in list(emulator.processing.values())) and time.monotonic() < until:
+            time.sleep(0.01)
+
+    # read timeout 1 s
     ecs = RpcClient("ecs", ECS_VERSION, emulator.region, Credentials(emulator.access_key_id, SECRET, TOKEN),
                     Endpoint(emulator.endpoint.split("://", 1)[1], "http"), timeout_s=1,
-                    backoff=Backoff(4, sleep=lambda s: time.sleep(0.3)))
+                    backoff=Backoff(4, sleep=pause))
     results = transport(ecs, maker).run(targets(2, prefix="i-emu"))
     assert set(outcomes(results).values()) == {"partitioned"}, results
     runs = [e for e in emulator.exchanges if e.action == "RunCommand"]
@@ -200,6 +205,57 @@ def test_a_retry_while_the_first_runcommand_is_still_processed_is_the_same_invoc
     assert sorted((e.status, (e.answer or {}).get("Code") or "") for e in runs) == [
         (200, ""), (200, ""), (403, "IdempotentProcessing")]
     assert len({e.params["ClientToken"] for e in runs}) == 1 and len(emulator.invocations) == 1
+
+
+def test_a_retry_while_the_first_runcommand_is_decided_never_makes_a_second_invocation(emulator, monkeypatch):
+    """The emulator's model of ECS's ClientToken: a request is "still processing" until its invocation exists.
+    The held first request left ``processing`` and only then, outside the lock, registered its invocation: a
+    retry in between (the first request's thread not scheduled, on a loaded machine) found neither and made a
+    second invocation. Here the first request stops as it is decided if it is then neither processing nor
+    answered, and the retry comes then."""
+    import threading
+    from types import SimpleNamespace
+
+    from tests.support import rpc_emulator
+
+    (iid,) = emulator.add_nodes(1)
+    params = {"InstanceId.1": iid, "Type": "RunShellScript", "ContentEncoding": "Base64",
+              "CommandContent": base64.b64encode(b"true").decode(), "KeepCommand": "false",
+              "EnableParameter": "false", "ClientToken": "token-1"}
+    emulator.hold_processing_next("RunCommand")
+    left, go_on = threading.Event(), threading.Event()
+    real_decode = base64.b64decode
+
+    def b64decode(data, *args):  # the script read as a request is decided: the first one stops there if it is
+        if not left.is_set() and "token-1" not in emulator.processing and "token-1" not in emulator.client_tokens:
+            left.set()  # neither processing nor answered: any retry now would find nothing
+            go_on.wait(30)
+        return real_decode(data, *args)
+
+    monkeypatch.setattr(rpc_emulator, "base64", SimpleNamespace(**dict(vars(base64), b64decode=b64decode)))
+    first = {}
+    thread = threading.Thread(target=lambda: first.setdefault("answer", rpc(emulator, attempts=1, timeout_s=30).call(
+        "RunCommand", dict(params))))
+    thread.start()
+    try:
+        until = time.monotonic() + 30
+        while "token-1" not in emulator.processing and time.monotonic() < until:
+            time.sleep(0.01)
+        with pytest.raises(ApiError, match="IdempotentProcessing"):  # the retry releases the held request
+            rpc(emulator, attempts=1).call("RunCommand", dict(params))
+        until = time.monotonic() + 30  # the first request is decided, or stopped neither processing nor answered
+        while not left.is_set() and "token-1" not in emulator.client_tokens and time.monotonic() < until:
+            time.sleep(0.01)
+        try:
+            again = rpc(emulator, attempts=1).call("RunCommand", dict(params))
+        except ApiError as exc:  # still processing: as ECS says until the invocation exists
+            assert "IdempotentProcessing" in str(exc)
+            again = None
+    finally:
+        go_on.set()
+        thread.join(30)
+    assert len(emulator.invocations) == 1, emulator.invocations
+    assert again is None or again["InvokeId"] == first["answer"]["InvokeId"]
 
 
 def test_every_batch_is_submitted_before_any_is_polled_then_one_loop_polls_them_all(emulator, ecs, maker):

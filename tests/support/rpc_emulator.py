@@ -566,8 +566,6 @@ class Emulator(LoopbackServer):
                 self.processing[token] = held
         if held is not None:
             held.wait(10)
-        with self._lock:
-            self.processing.pop(token, None)
         script = base64.b64decode(params["CommandContent"]).decode("utf-8")
         timeout_s = int(params.get("Timeout") or 60)
         invoke_id = "t-" + uuid.uuid4().hex[:16]
@@ -576,10 +574,11 @@ class Emulator(LoopbackServer):
             results[iid] = {"InstanceId": iid, "InvokeId": invoke_id, "InvocationStatus": "Pending",
                             "InvokeRecordStatus": "Running", "Output": "", "ExitCode": None, "ErrorCode": "",
                             "ErrorInfo": "", "Dropped": 0}
-        with self._lock:
+        with self._lock:  # processing until answered, in one step: a retry finds one or the other, never neither
             self.invocations[invoke_id] = results
             if token:
                 self.client_tokens[token] = invoke_id
+                self.processing.pop(token, None)
         for iid in ids:
             node = self.nodes.get(iid)
             text = script.replace("{{ACS::InstanceId}}", iid) if parameters else script
