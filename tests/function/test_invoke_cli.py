@@ -176,7 +176,9 @@ def test_an_unreachable_kubernetes_api_is_named_before_anything_is_decided(kube_
             "--dry-run")
     started = time.monotonic()
     proc = cli(*argv)
-    assert proc.returncode == 2 and proc.stdout == "" and time.monotonic() - started < 10, proc.stderr
+    # at once: the refusal is not retried (the words below); 40 s is a hang guard for a process that starts
+    # slowly on a loaded CI runner, short of the minute the client's retries took
+    assert proc.returncode == 2 and proc.stdout == "" and time.monotonic() - started < 40, proc.stderr
     assert "cannot connect to the API server at 127.0.0.1:%d (Connection refused)" % dead in error_text(proc.stderr)
     proc = cli(*argv, "--json")
     assert proc.returncode == 2 and "127.0.0.1:%d" % dead in json.loads(proc.stdout)["error"]
@@ -186,7 +188,7 @@ def test_an_unreachable_kubernetes_api_is_named_before_anything_is_decided(kube_
                            "--kubeconfig", path], cwd=ROOT, capture_output=True, text=True, timeout=60,
                           env={k: v for k, v in os.environ.items() if not k.startswith(("ACK_MIG_", "ALIBABA_CLOUD_"))})
     # the ACK side is still shown; the Kubernetes side says at once why it is missing
-    assert proc.returncode == 1 and time.monotonic() - started < 10, proc.stderr
+    assert proc.returncode == 1 and time.monotonic() - started < 40, proc.stderr
     assert "cannot connect to the API server at 127.0.0.1:%d" % dead in " ".join(proc.stdout.split())
     # advise the same way as invoke: it said "cannot reach https://...: [Errno 111] ..." (found by the docs audit)
     proc = subprocess.run([sys.executable, "-m", "functions.commands.main", "advise", "--pool", "llm-auto",
