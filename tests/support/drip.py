@@ -17,6 +17,7 @@ closes the listener and every connection, so a client that does not enforce its 
 failing test does not hang the suite.
 """
 
+import select
 import socket
 import threading
 import time
@@ -55,7 +56,7 @@ class Drip:
         close_notify alert, RFC 8446 section 6.1) before the connection closes; without, it just closes."""
         self.payload, self.interval_s, self.life_s, self.read_first = payload, interval_s, life_s, read_first
         self.tls, self.head, self.close_notify = tls, head, close_notify
-        self.accepted = 0
+        self._accepted = 0
         self.sent = 0  # bytes dripped, all connections together
         self._stop = threading.Event()
         self._conns: List[socket.socket] = []
@@ -63,23 +64,43 @@ class Drip:
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(16)
-        self.listener.settimeout(0.1)
+        self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
+        self._taking = threading.Lock()
 
     @property
     def url(self) -> str:
         return "http://127.0.0.1:%d" % self.port
 
+    @property
+    def accepted(self) -> int:
+        """The connections made so far: those the kernel has completed into the listen queue are taken (and
+        served) first, so a count read right after a client's call includes its connection even where the
+        accepting thread was scheduled late (a loaded machine)."""
+        self._take()
+        with self._lock:
+            return self._accepted
+
+    def _take(self) -> None:
+        """Accept every connection waiting in the listen queue, each served by a thread of its own."""
+        with self._taking:
+            while not self._stop.is_set():
+                try:
+                    conn, _ = self.listener.accept()
+                except OSError:  # none waiting (BlockingIOError), or the listener closed
+                    return
+                with self._lock:
+                    self._accepted += 1
+                    self._conns.append(conn)
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
     def _accept(self) -> None:
         while not self._stop.is_set():
             try:
-                conn, _ = self.listener.accept()
-            except (socket.timeout, OSError):
-                continue
-            with self._lock:
-                self.accepted += 1
-                self._conns.append(conn)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+                select.select([self.listener], [], [], 0.1)
+            except (OSError, ValueError):  # closed by stop()
+                return
+            self._take()
 
     def _serve(self, conn: socket.socket) -> None:
         end = time.monotonic() + self.life_s
