@@ -1036,4 +1036,16 @@ MUTANTS = (
            ("tests/rollout/test_claim_unanswered.py",),
            "a claim that landed unanswered and then met 429s gives its slot back while the node stays cordoned "
            "under this run's record"),
+    mutant("planning-claim-holder-never-fenced", "functions/rollout/plan_claim.py",
+           '                and self.clock() < self.fence.get(pool_id, float("-inf")))',
+           "                and True)",
+           ("tests/rollout/test_plan_claim_renewal.py", "tests/rollout/test_plan_marker_schedules.py"),
+           "a holder whose planning claim's hold ran out unrenewed goes on with its waves beside the invocation "
+           "that took the pool after it"),
+    mutant("planning-claim-renewed-over-anothers", "functions/rollout/plan_claim.py",
+           "            if stored is None or stored.owner != self.owner:\n                self.lost[pool_id]",
+           "            if False:\n                self.lost[pool_id]",
+           ("tests/rollout/test_plan_claim_renewal.py",),
+           "a late renewal writes its claim over a claim given back or another invocation's: a dead or slow "
+           "holder's claim comes back"),
 )

@@ -8,8 +8,10 @@ sees that node busy and the same pods still waiting, and changes a second node f
 at a time plans a pool: it writes ``ack-mig-hook/planning`` = ``{"owner": <invocation>, "expires": <t>}``
 on the pool's Lease (``ack-mig-hook-pool-<pool id>``, the one the disruption budget uses) before it reads
 the pool's nodes, with the ``resourceVersion`` it read (of two writers, the second is refused and reads the
-first one's claim), and removes it when its rollout has ended. ``expires`` is the end of that invocation's
-time (FC ends it then), on the API server's clock: a crashed tick's claim frees the pool by then. A claim
+first one's claim), and removes it when its rollout has ended. ``expires`` is one short hold past the
+holder's last write of it (renewed while it works, never past the end of its invocation's time: FC ends it
+then; ``functions.rollout.plan_claim``), on the API server's clock: a crashed tick's claim frees the pool
+one hold after its last renewal. A claim
 read with a later expiry (a clock ahead, or a forged time), or one that does not read at all (another
 version's, a forger's: reading it as none would let a plan run beside the one it may stand for), counts as
 running out one invocation's time from now, as the budget's slots do (``functions.decision.budget.bound``).

@@ -379,7 +379,7 @@ def run_tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bo
     except KubeError as exc:  # the API server, not a node: nothing was changed; the next tick tries again
         return end("retry", "the Kubernetes API could not be read (%s); the next tick tries again"
                    % one_line(exc, 200))
-    finally:  # each claim given back with the GPUs changed marked (else it runs out with the invocation)
+    finally:  # each claim given back with the GPUs changed marked (else it runs out one hold after)
         claims.release_all()
 
 
@@ -583,8 +583,12 @@ def _tick(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
                    + also, tags=tags)
     # New nodes go straight to the node (nothing runs there yet: MIG is turned on, as a scale-out does); changed
     # running nodes go through the rollout: claim, the pool's budget, pause, Events, record, capacity.
+    lapsed = "" if dry_run else claims.lapsed()
+    if lapsed:  # planned, but its claim may be another's now: nothing is sent (FC runs the tick again)
+        return end("retry", lapsed + also, tags=tags)
     rolled, rollout = prepare_auto(changes, sizes, api, settings, pools_now=lambda: lookup.nodepools(cluster),
                                    owner=claims.owner, left_s=left_s)
+    rollout.fence = claims.lapsed
     decisions.extend(rolled)
     inner = DryRunExecutor() if dry_run else (executor or make_executor(settings, False))
     nodes_done = rollout.executor(inner, dry_run).execute(request, decisions)

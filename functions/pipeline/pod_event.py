@@ -467,7 +467,7 @@ def _plan(request: Any, lookup: Any, cluster: str, settings: Any, dry_run: bool,
                   "event waits, and gave up (%s): not waited for again, pod %s waits for the auto pool timer, which "
                   "plans the pool once the claim is given back or ends" % (
                       pool_id, round(CLAIM_WAIT_S), claim_line(claim[0]), key))
-        # INFO: the event that gave up warned once; one WARNING an event would repeat it for the claim's hours
+        # INFO: the event that gave up warned once; one WARNING an event would repeat it while the claim holds
         log.info("plan marker", nodepool_id=pool_id, reason=reason)
         return HandlerResult(trigger=request.trigger.value, event_type=request.event_type,
                              event_id=request.event_id, outcome="skip", reason=reason, cluster_id=cluster)
@@ -575,9 +575,8 @@ def _left_s(started: float, settings: Any) -> float:
 
 CLAIM_POLL_S = 2.0  # how often a holder looks again at a pool another invocation (a timer tick) plans
 # The longest a round waits for another invocation's planning claim. A live timer tick holds it while it plans
-# (seconds) and while its rollout applies (a node's change, minutes); a run FC ended holds it until that run's
-# invocation would have ended (up to the function's Timeout, 4 hours: a node's apply it started may still run),
-# and waiting on that bills FC time for hours while the pod waits anyway. Past 5 minutes, half the timer's
+# (seconds) and while its rollout applies (a node's change, minutes, renewing it); a run FC ended holds it until
+# one hold after its last renewal (plan_claim.CLAIM_HOLD_S, 2 minutes). Past 5 minutes, half the timer's
 # default period (AutoPoolSchedule, @every 10m), the timer, which never coalesces, plans the pod once the claim
 # is given back or ends: waiting longer gains less than one timer period. Not a setting: AutoPoolSchedule is
 # the knob for how soon the timer comes.

@@ -37,6 +37,12 @@ class AutoRollout(Rollout):
     def __init__(self, *args: Any, planned: Optional[Dict[str, WaveNode]] = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.planned = dict(planned or {})
+        # "" while the tick's planning claims hold, else why not (plan_claim.PlanClaims.lapsed): no further wave
+        self.fence: Callable[[], str] = lambda: ""
+
+    def time_for(self, drain: bool, now: float) -> Tuple[bool, str]:
+        lapsed = self.fence()
+        return (False, lapsed) if lapsed else super().time_for(drain, now)
 
     def replan(self, pool_ids: Sequence[str], finished: Sequence[str], unwritable: Sequence[str] = ()
                ) -> Tuple[Dict[str, Decision], Dict[str, WaveNode]]:

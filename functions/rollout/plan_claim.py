@@ -7,8 +7,10 @@ on the Lease the disruption budget uses (``functions.rollout.pool_lease``: it ke
 not write, as this module keeps its slots). Times are the API server's (``KubeApi.server_time``).
 """
 
+import copy
 import json
 import logging
+import threading
 import time
 import uuid
 from typing import Any, Callable, Dict, Iterable, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -25,6 +27,16 @@ from functions.rollout.pool_lease import CAS_ATTEMPTS, PoolBudget
 from functions.base.textsafe import one_line
 
 log = logging.getLogger(__name__)
+
+# How long a planning claim holds the pool past its holder's last write of it (and never past the holder's end):
+# the holder renews it every CLAIM_RENEW_S from a thread while it holds it (ClaimRenewal), so a holder FC ends
+# (its Timeout, a crash) frees the pool within CLAIM_HOLD_S, not at the end of its whole invocation's time.
+# A live holder counts its claim lost FENCE_MARGIN_S before the hold it last wrote runs out, on its own clock
+# from before that write (PlanClaims.holds): it starts no plan and no wave after that, so a second planner that
+# takes a lapsed claim never plans beside it (leader election's renew deadline under its lease duration).
+CLAIM_HOLD_S = 120.0
+CLAIM_RENEW_S = 15.0
+FENCE_MARGIN_S = 10.0
 
 # The two reasons a tick leaves a pool to another invocation (the skip's text), and what pod_event.py waits on.
 BEING_PLANNED = "is being planned by invocation"
@@ -72,11 +84,19 @@ class PlanClaims:
     change mark is kept."""
 
     def __init__(self, kube: Any, owner: str, clock: Callable[[], float], horizon_s: float, dwell_s: float,
-                 namespace: str = EVENT_NAMESPACE) -> None:
+                 namespace: str = EVENT_NAMESPACE, hold_s: float = CLAIM_HOLD_S) -> None:
         self.lease = PoolBudget(kube, owner, clock, horizon_s, namespace)  # its Lease reads and clocks
         self.kube, self.owner, self.horizon_s, self.dwell_s = kube, owner, horizon_s, dwell_s
-        self.namespace = namespace
+        self.clock, self.namespace = clock, namespace
+        self.hold_s = min(hold_s, horizon_s)  # a claim's hold past its last write (CLAIM_HOLD_S)
         self.held: List[str] = []
+        # per pool held: the invocation's end on the API server's clock (no renewal writes past it), and when,
+        # on this invocation's clock, it stops counting on the claim (holds(): the hold its last write set, from
+        # before that write, less FENCE_MARGIN_S; none where that write held it to the invocation's end)
+        self.ends: Dict[str, float] = {}
+        self.fence: Dict[str, float] = {}
+        self.lost: Dict[str, str] = {}  # per pool, why its claim is no longer this invocation's (a renewal read)
+        self.renewal: Optional["ClaimRenewal"] = None
         self.until = clock() + horizon_s  # this invocation's end, on its own clock
         self.marks: Dict[str, List[pc.Gpu]] = {}  # per pool, the GPUs this invocation changed
         # per pool, the line of a claim the API server failed or RBAC refused: the pool is left unplanned and the
@@ -105,20 +125,80 @@ class PlanClaims:
                     except KubeError as exc:  # the next reader writes it; this tick skips the pool either way
                         log.info("clamped claim of pool %s not written back: %s", pool_id, exc)
                 return Taken("pool %s %s %s" % (pool, BEING_PLANNED, other), changed, now, touched)
-            mine = pc.Claim(self.owner, now + max(0.0, min(until - local, self.horizon_s)))
+            end = now + max(0.0, min(until - local, self.horizon_s))
+            mine = pc.Claim(self.owner, min(end, now + self.hold_s))
             try:
                 self._write(lease, {pc.PLANNING_ANNOTATION: pc.write_claim(mine)})
             except KubeError as exc:
                 if exc.status != 409:
                     # No answer is no verdict: the server may have written the claim. Given back with the
-                    # others (release removes only a claim of ours), or it holds the pool for a whole horizon.
+                    # others (release removes only a claim of ours), or it holds the pool for one hold.
                     self.held.append(pool_id)
                     raise
                 continue
             self.held.append(pool_id)
+            self.ends[pool_id] = end
+            self._fenced(pool_id, local, now, end)
+            self.lost.pop(pool_id, None)
             return Taken("", changed, now, touched)
         return Taken("pool %s: its planning claim changed under %d writes in a row (other invocations); the next "
                      "tick plans it" % (pool, CAS_ATTEMPTS), {}, 0.0)
+
+    def renew(self, pool_id: str, going: Callable[[], bool] = lambda: True) -> bool:
+        """Write this invocation's claim on ``pool_id`` again, holding one more ``hold_s`` (never past the
+        invocation's end), onto the version just read; False when the Lease no longer holds it (given back,
+        run out, another's: noted in ``lost``, nothing written) or ``going`` says no just before the write.
+        KubeError: the Lease cannot be used (the next renewal tries again)."""
+        for _ in range(CAS_ATTEMPTS):
+            if not going():
+                return False
+            lease = self.lease._lease(pool_id)
+            local, now = self.lease._now()
+            notes = (lease.get("metadata") or {}).get("annotations") or {}
+            stored = pc.bound_claim(pc.read_claim(notes.get(pc.PLANNING_ANNOTATION)), now, self.horizon_s)
+            if stored is None or stored.owner != self.owner:
+                self.lost[pool_id] = ("its planning claim is no longer this invocation's (%s)"
+                                      % ("held by invocation %s" % stored.owner if stored else "it ran out"))
+                return False
+            if not going() or pool_id not in self.ends:
+                return False
+            try:
+                self._write(lease, {pc.PLANNING_ANNOTATION: pc.write_claim(
+                    pc.Claim(self.owner, min(self.ends[pool_id], now + self.hold_s)))})
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+                continue
+            self._fenced(pool_id, local, now, self.ends[pool_id])
+            return True
+        return False
+
+    def _fenced(self, pool_id: str, local: float, now: float, end: float) -> None:
+        """After a write of the claim at ``now`` (the API server's clock; ``local``: this invocation's, read
+        before the write): until when this invocation counts on it."""
+        self.fence[pool_id] = local + self.hold_s - FENCE_MARGIN_S if now + self.hold_s < end else float("inf")
+
+    def holds(self, pool_id: str) -> bool:
+        """Whether this invocation may still act on ``pool_id`` as its planner: it holds the claim and the hold
+        it last wrote has more than FENCE_MARGIN_S left by its own clock (counted from before that write, so
+        the API server's expiry is later still; a claim written to the invocation's end holds to it)."""
+        return (pool_id in self.held and pool_id not in self.lost
+                and self.clock() < self.fence.get(pool_id, float("-inf")))
+
+    def lapsed(self) -> str:
+        """"" while every claim this invocation holds still holds (:meth:`holds`), else one line naming the
+        pools whose claim it may have lost: nothing more is started for them (another invocation may plan)."""
+        gone = [pool_id for pool_id in self.held if not self.holds(pool_id)]
+        if not gone:
+            return ""
+        return "; ".join("pool %s: %s: this invocation starts nothing more on it; another invocation plans it"
+                         % (pool_id, self.lost.get(pool_id) or "its planning claim was not renewed within %d s"
+                            % round(self.hold_s - FENCE_MARGIN_S)) for pool_id in gone)
+
+    def start_renewals(self) -> None:
+        """Renew the claims held every CLAIM_RENEW_S from a thread until :meth:`release_all` (once)."""
+        if self.renewal is None and self.hold_s < self.horizon_s:
+            self.renewal = ClaimRenewal(self).start()
 
     def peek(self, pool_id: str, pool: str) -> Taken:
         """What :meth:`take` would find, written nowhere (a dry run): no Lease is no claim."""
@@ -141,7 +221,7 @@ class PlanClaims:
 
     def release(self, pool_id: str, gpus: Iterable[pc.Gpu] = (), touched: bool = False) -> None:
         """Give the claim back and mark ``gpus`` changed now, and the pool when ``touched`` (or ``gpus``). A
-        failure is logged, not raised: the claim runs out with this invocation's time; a mark not written lets
+        failure is logged, not raised: the claim runs out one hold after its last renewal; a mark not written lets
         one more change through the dwell, and a tick whose list came before this change plan from it."""
         marks = sorted(set(gpus))
         try:
@@ -172,6 +252,7 @@ class PlanClaims:
         finally:
             if pool_id in self.held:
                 self.held.remove(pool_id)
+            self.ends.pop(pool_id, None)
 
 
     def mark(self, changes: Sequence[Tuple[Any, Any, Sequence[Any]]], results: Optional[Sequence[Mapping[str, Any]]],
@@ -196,8 +277,53 @@ class PlanClaims:
                 self.touched.add(decision.nodepool_id)
 
     def release_all(self) -> None:
+        if self.renewal is not None:  # no renewal after this: a late one would only meet a 409 (release's write)
+            self.renewal.stop()
         for pool_id in list(self.held):
             self.release(pool_id, self.marks.get(pool_id, ()), pool_id in self.touched)
+
+
+class ClaimRenewal:
+    """The renewals of one invocation's planning claims (:meth:`PlanClaims.renew`), every ``every_s`` from a
+    thread, through a client whose calls each end within RENEW_CALL_S (plan_marker.Renewal's reasons: stop()
+    waits out the one in flight, so none outlives the invocation). A renewal that fails is tried at the next;
+    the holder stops starting work once its hold may have run out (:meth:`PlanClaims.holds`)."""
+
+    def __init__(self, claims: PlanClaims, every_s: float = CLAIM_RENEW_S) -> None:
+        from functions.rollout.plan_marker import RENEW_CALL_S
+
+        self.claims, self.every_s, self.call_s = claims, every_s, RENEW_CALL_S
+        kube = claims.kube.bounded(RENEW_CALL_S) if hasattr(claims.kube, "bounded") else claims.kube
+        self.renewer = copy.copy(claims)  # the same state (held, ends, fence, lost), through that client
+        self.renewer.kube = kube
+        self.renewer.lease = PoolBudget(kube, claims.owner, claims.clock, claims.horizon_s, claims.namespace)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="plan-claim-renewal", daemon=True)
+
+    def start(self) -> "ClaimRenewal":
+        try:
+            self._thread.start()
+        except RuntimeError as exc:  # no thread: the claims lapse after one hold, and the holder stops then
+            log.warning("planning claims not renewed (%s): they hold %d s", one_line(exc, 160),
+                        round(self.claims.hold_s))
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=2 * self.call_s + 0.5)
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.every_s):
+                for pool_id in [p for p in self.claims.held if p not in self.claims.lost]:
+                    try:
+                        self.renewer.renew(pool_id, lambda: not self._stop.is_set())
+                    except Exception as exc:  # noqa: BLE001  (no caller to tell: the holder stops once it lapses)
+                        log.warning("planning claim of pool %s not renewed (%s): it lapses unless a later renewal "
+                                    "lands", pool_id, one_line(exc, 200))
+        finally:
+            getattr(self.renewer.kube, "close", lambda: None)()
 
 
 CHANGED_OUTCOMES = ("partitioned", "failed", "reboot-required")
@@ -241,6 +367,8 @@ def claim_pool(claims: PlanClaims, pool: Any, dry_run: bool, listed: Optional[fl
         return None, claims.failed[pool_id]
     if taken.why:
         return None, taken.why
+    if not dry_run:
+        claims.start_renewals()  # held while this invocation works on the pool, lapsing soon after it ends
     if listed is not None and taken.changed_since(listed) and relist is not None:
         # The claim is this tick's now, so nothing changes the pool before the pods are read again: the pool
         # is planned on that list, not left to the next tick (a pod whose event was lost waited two timers).

@@ -1,16 +1,20 @@
 """Pod events and timer ticks of one auto pool at once, under seeded schedules (etcd's robustness idea, as
 tests/layout/ticks.py does for plans): the plan marker (``functions.rollout.plan_marker``), the holder's
-renewals, the planning claim (``functions.rollout.plan_claim``) and the waited-out note, each a real
-compare-and-swap on one in-memory store (``functions.kube.nodes.MemoryKube``: kube-apiserver's Lease rules),
-their steps interleaved by a seeded scheduler, the cluster's clock moved between steps (holds lapse when no
-renewal comes), invocations killed at any step (FC ends them: their claim holds until it runs out).
+renewals, the planning claim (``functions.rollout.plan_claim``) with its own renewals, and the waited-out
+note, each a real compare-and-swap on one in-memory store (``functions.kube.nodes.MemoryKube``: kube-apiserver's
+Lease rules), their steps interleaved by a seeded scheduler, the cluster's clock moved between steps (holds
+lapse when no renewal comes), invocations killed at any step (FC ends them: their claim holds until its hold
+runs out, as nothing renews it).
 
 A pod event's invocation is modelled as ``functions.pipeline.pod_event`` runs it: its ask, then while it
 holds the marker its rounds (the round begun, the claim taken, the Pending pods listed, the claim given back,
 the round's end), a wait for another's claim given up after a few looks (the marker let go, the claim noted),
-its renewals a step of their own until it stops them. Checked over every schedule:
+its renewals a step of their own until it stops them. A planner's claim renewals are a step of their own too,
+from its claim until it gives it back, and it checks that it still holds the claim (``PlanClaims.holds``, its
+own clock) before each step of its plan, giving up the plan where not. Checked over every schedule:
 
-* never two plans of the pool at once (the claim);
+* never two plans of the pool at once (the claim): no planner acts on the pool while another's claim still
+  holds by that one's own reckoning;
 * every event ends ``skip`` or ``done`` (none loops, none is left running when the others are done);
 * no event waits for nothing: an event answered ``coalesced`` names a holder that has not returned (a holder
   that returned and still named would have its pool's events answered into a plan that never comes), and its
@@ -27,7 +31,8 @@ from functions.rollout.plan_claim import PlanClaims
 from functions.rollout.plan_marker import PlanMarker
 
 POOL = "np0a1b2c3d4e5f60718293a4b5c6d7e8f9"
-HORIZON = 600.0  # a claim's longest hold: a dead invocation's claim runs out within the schedule
+HORIZON = 600.0  # the longest invocation: a claim never holds past it
+CLAIM_HOLD = 60.0  # a claim's hold past its last renewal (shortened): a dead invocation's claim runs out soon
 LOOKS = 3  # the looks at another's claim before a round gives up (CLAIM_WAIT_S / CLAIM_POLL_S, shortened)
 
 
@@ -38,6 +43,8 @@ class World:
         self.now = [1000.0]
         self.step = 0
         self.planning = set()  # invocations between their list and their claim given back
+        self.claim_of = {}  # invocation -> its PlanClaims
+        self.lapsed = set()  # planners that found their claim's hold lapsed and gave up their plan
         self.lists = []  # (step, pods listed)
         self.asked = {}  # pod -> step its ask landed
         self.pending = set()
@@ -55,7 +62,9 @@ class World:
         return PlanMarker(self.kube, me, co.HOLD_S, clock=self.clock, sleep=lambda s: None)
 
     def claims(self, me):
-        return PlanClaims(self.kube, me, self.clock, HORIZON, 0.0)
+        claims = PlanClaims(self.kube, me, self.clock, HORIZON, 0.0, hold_s=CLAIM_HOLD)
+        self.claim_of.setdefault(me, claims)
+        return claims
 
 
 def event(world, me, pod):
@@ -88,7 +97,7 @@ def event(world, me, pod):
         looks = 0
         while True:
             taken = claims.take(POOL, POOL, world.clock() + HORIZON)
-            yield
+            yield ("claim-renewals", me) if not taken.why else None
             if not taken.why:
                 break
             looks += 1
@@ -118,11 +127,19 @@ def renewals(world, me):
         yield
 
 
+def claim_renewals(world, me):
+    """A planner's claim renewals (``PlanClaims.renew``), one a step, until it gives the claim back or dies."""
+    claims = world.claim_of[me]
+    while me not in world.dead and POOL in claims.held:
+        claims.renew(POOL, lambda: me not in world.dead and POOL in claims.held)
+        yield
+
+
 def timer(world, me):
     """The auto pool timer's tick: the claim, a list, the claim given back; it never coalesces."""
     claims = world.claims(me)
     taken = claims.take(POOL, POOL, world.clock() + HORIZON)
-    yield
+    yield ("claim-renewals", me) if not taken.why else None
     if taken.why:
         world.outcomes[me] = "skip"
         return
@@ -130,13 +147,27 @@ def timer(world, me):
     world.outcomes[me] = "done"
 
 
+def acts(world, me, claims):
+    """Whether ``me`` may take its plan's next step: its claim still holds by its own reckoning; then no
+    other planner's does (the invariant). A planner whose claim lapsed gives up its plan (the tick's retry)."""
+    if not claims.holds(POOL):
+        world.lapsed.add(me)
+        world.troubles.append(world.step)
+        return False
+    others = [o for o in world.planning if o != me and world.claim_of[o].holds(POOL)]
+    assert not others, ("two plans of the pool at once", me, others)
+    return True
+
+
 def planned_once(world, me, claims):
     """One plan of the pool under its planning claim: the invariant's check (no other plan at once), the
-    Pending list read, a step between, the claim given back."""
-    assert not world.planning, ("two plans of the pool at once", me, world.planning)
-    world.planning.add(me)
-    world.lists.append((world.step, set(world.pending)))
-    yield
+    Pending list read, a step between, the plan's writes (the claim checked again first), the claim given
+    back."""
+    if acts(world, me, claims):
+        world.planning.add(me)
+        world.lists.append((world.step, set(world.pending)))
+        yield
+        acts(world, me, claims)
     world.planning.discard(me)
     claims.release(POOL)
 
@@ -163,7 +194,7 @@ def schedule(seed, events=6, kills=True):
             else:
                 timers.remove(name)
                 running[name] = timer(world, name)
-        if kills and rng.random() < 0.03 and not name.startswith("r-"):
+        if kills and rng.random() < 0.03 and not name.startswith(("r-", "c-")):
             holder = owner.get(name, name)
             world.dead.add(holder)
             world.troubles.append(world.step)
@@ -181,6 +212,9 @@ def schedule(seed, events=6, kills=True):
         if isinstance(said, tuple) and said[0] == "renewals":
             owner["r-" + name] = name
             running["r-" + name] = renewals(world, name)
+        if isinstance(said, tuple) and said[0] == "claim-renewals":
+            owner["c-" + name] = name
+            running["c-" + name] = claim_renewals(world, name)
     else:
         raise AssertionError(("the schedule never ended", seed, list(running)))
     return world
@@ -196,7 +230,7 @@ def test_events_and_ticks_at_once_never_plan_twice_and_leave_no_event_waiting_fo
     for pod, at, holder in world.coalesced:
         served = any(step > at and pod in pods for step, pods in world.lists)
         # (a holder that died, or gave up, answers events coalesced within its hold: the timer plans those pods)
-        assert served or holder in world.dead | world.gave_up or any(t >= at for t in world.troubles), \
+        assert served or holder in world.dead | world.gave_up | world.lapsed or any(t >= at for t in world.troubles), \
             ("a coalesced pod never planned", seed, pod, holder)
     # the marker names no invocation that returned: the next event of the pool is not answered into it
     lease = world.kube.leases.get(("default", "ack-mig-hook-plan-" + POOL))
