@@ -103,3 +103,32 @@ def test_two_overlapping_ticks_repartition_one_node_for_the_same_pods(two_node_p
     owner = json.loads(cp.admin.get("/api/v1/nodes/" + changed)["metadata"]["annotations"]["ack-mig-hook/rollout"]
                        )["owner"]
     assert second.reason.endswith(owner)  # the claim's invocation is the one whose record the node carries
+
+
+def test_a_renewal_written_onto_the_version_read_before_the_give_back_is_refused(two_node_pool):
+    """A planning claim's renewal whose PUT kube-apiserver takes after the holder gave the claim back (it read
+    the Lease before, its answer was slow): the give-back is a real change of the Lease (a new
+    resourceVersion), so the late write is 409 Conflict and the claim stays given back; the renewal, reading
+    again, writes nothing (functions/rollout/plan_claim.py)."""
+    import time
+
+    from node_bootstrap.kube import KubeError
+
+    from functions.decision import claim_rules as pc
+    from functions.decision.budget import lease_name
+    from functions.kube import leases
+    from functions.rollout.plan_claim import PlanClaims
+
+    _, pool, _, _, (client, renewals) = two_node_pool
+    holder = PlanClaims(client, "tick-1", time.time, 3600.0, 300.0)
+    assert holder.take(pool, pool, time.time() + 3600).why == ""
+    read = renewals.get_lease("default", lease_name(pool))  # the renewal's read, before the give-back
+    holder.release(pool)
+    with pytest.raises(KubeError) as late:
+        leases.write(renewals, "default", read,
+                     {pc.PLANNING_ANNOTATION: pc.write_claim(pc.Claim("tick-1", time.time() + 120))})
+    assert late.value.status == 409, late.value
+    notes = renewals.get_lease("default", lease_name(pool))["metadata"].get("annotations") or {}
+    assert pc.PLANNING_ANNOTATION not in notes, notes
+    assert not holder.renew(pool)
+    assert PlanClaims(renewals, "tick-2", time.time, 3600.0, 300.0).take(pool, pool, time.time() + 3600).why == ""
