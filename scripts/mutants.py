@@ -1042,6 +1042,12 @@ MUTANTS = (
            ("tests/rollout/test_plan_claim_renewal.py", "tests/rollout/test_plan_marker_schedules.py"),
            "a holder whose planning claim's hold ran out unrenewed goes on with its waves beside the invocation "
            "that took the pool after it"),
+    mutant("planning-claim-lapsed-before-the-first-wave-ignored", "functions/pipeline/auto_pool.py",
+           '    lapsed = "" if dry_run else claims.lapsed()\n',
+           '    lapsed = ""\n',
+           ("tests/rollout/test_plan_claim_renewal.py",),
+           "a tick that stalled past its planning claim's hold sends its plan beside the invocation that took the "
+           "pool meanwhile"),
     mutant("planning-claim-renewed-over-anothers", "functions/rollout/plan_claim.py",
            "            if stored is None or stored.owner != self.owner:\n                self.lost[pool_id]",
            "            if False:\n                self.lost[pool_id]",

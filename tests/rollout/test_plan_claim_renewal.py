@@ -8,6 +8,7 @@ while a live holder renews. A renewal whose PUT lands after the holder gave the 
 give-back bumped the Lease's resourceVersion, so the late write is a 409 and the renewal reads the claim gone."""
 
 import copy
+import json
 import threading
 
 from functions.decision import claim_rules as pc
@@ -133,3 +134,30 @@ def test_the_renewal_thread_renews_each_claim_held_and_writes_nothing_once_stopp
     holder.release_all()  # gives the claim back; nothing renews it after
     assert stored(cluster) is None
     assert cluster.api.leases[("default", lease_name(POOL))]["metadata"]["resourceVersion"] != rv
+
+
+def test_a_tick_whose_claim_lapsed_before_its_first_wave_sends_nothing_and_ends_retry(cluster):
+    """The holder stalls between its claim and its first wave past one hold (here: in its wait to list the
+    Pending pods again) and another invocation takes the pool meanwhile: it sends no node, ends retry naming
+    the pool, and leaves the other's claim as it is."""
+    from tests.rollout.conftest import POOL as AUTO
+    from tests.rollout.test_auto_overlap import planning, put_lease
+    from tests.rollout.test_auto_rollout import NAMES, PerGpuNodes, add_auto_nodes, inventory, tick, waiting
+
+    api, taken = cluster.api, []
+
+    def stalled(_):
+        cluster.now[0] += CLAIM_HOLD_S
+        other = PlanClaims(cluster.client(), "tick-2", cluster.clock, HORIZON, 300.0)
+        taken.append(other.take(AUTO, "auto", cluster.clock() + HORIZON))
+
+    add_auto_nodes(api, NAMES[:1])
+    waiting(api, 2)
+    put_lease(api, {"ack-mig-hook/changed": json.dumps({"auto-z/0": cluster.now[0]})})  # lists again, after 2 s
+    cluster.on_sleep = stalled
+    transport = PerGpuNodes(api)
+    result = tick(cluster, transport, lookup=inventory(names=NAMES[:1]))
+    assert taken and taken[0].why == "", taken
+    assert transport.requests == [], transport.requests
+    assert result.outcome == "retry" and AUTO in result.reason and "planning claim" in result.reason, result.reason
+    assert planning(api)["owner"] == "tick-2"
