@@ -407,8 +407,9 @@ def claim_line(taken: Taken) -> str:
     if not taken.holder:
         return "the pool's planning claim is free now"
     return "invocation %s holds the pool's planning claim until %s, %d s from now, unless it gives it back " \
-           "first" % (taken.holder, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(taken.until)),
-                      max(0, round(taken.until - taken.now)))
+           "first or renews it while it works" % (taken.holder, time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                              time.gmtime(taken.until)),
+                                                  max(0, round(taken.until - taken.now)))
 
 
 def peek_pool(kube: Any, pool_id: str, settings: Any, owner: str = "peek") -> Taken:
