@@ -160,16 +160,17 @@ class PlanClaims:
                 self.lost[pool_id] = ("its planning claim is no longer this invocation's (%s)"
                                       % ("held by invocation %s" % stored.owner if stored else "it ran out"))
                 return False
-            if not going() or pool_id not in self.ends:
+            end = self.ends.get(pool_id)  # None: given back meanwhile
+            if not going() or end is None:
                 return False
             try:
                 self._write(lease, {pc.PLANNING_ANNOTATION: pc.write_claim(
-                    pc.Claim(self.owner, min(self.ends[pool_id], now + self.hold_s)))})
+                    pc.Claim(self.owner, min(end, now + self.hold_s)))})
             except KubeError as exc:
                 if exc.status != 409:
                     raise
                 continue
-            self._fenced(pool_id, local, now, self.ends[pool_id])
+            self._fenced(pool_id, local, now, end)
             return True
         return False
 
