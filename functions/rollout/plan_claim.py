@@ -188,8 +188,9 @@ class PlanClaims:
 
     def lapsed(self) -> str:
         """"" while every claim this invocation holds still holds (:meth:`holds`), else one line naming the
-        pools whose claim it may have lost: nothing more is started for them (another invocation may plan)."""
-        gone = [pool_id for pool_id in self.held if not self.holds(pool_id)]
+        pools whose claim it may have lost: nothing more is started for them (another invocation may plan). Only
+        claims it took count: one whose write went unanswered is in ``held`` to be given back, never planned."""
+        gone = [pool_id for pool_id in self.held if pool_id in self.ends and not self.holds(pool_id)]
         if not gone:
             return ""
         return "; ".join("pool %s: %s: this invocation starts nothing more on it; another invocation plans it"

@@ -161,3 +161,20 @@ def test_a_tick_whose_claim_lapsed_before_its_first_wave_sends_nothing_and_ends_
     assert transport.requests == [], transport.requests
     assert result.outcome == "retry" and AUTO in result.reason and "planning claim" in result.reason, result.reason
     assert planning(api)["owner"] == "tick-2"
+
+
+def test_a_claim_whose_write_went_unanswered_stops_no_other_pools_rollout(cluster):
+    """A claim write the API server failed (no verdict: it may have landed) keeps the pool in the claims to give
+    back, but the invocation never took it: only pools it took can lapse, so the others' rollout goes on."""
+    from node_bootstrap.kube import KubeError
+
+    holder = claims(cluster, "tick-1")
+    other = "np" + "f" * 32
+    assert holder.take(other, "other", cluster.clock() + HORIZON).why == ""
+    cluster.api.break_next(status=None, method="PUT", path=LEASE_PATH, times=10)
+    try:
+        take(holder, cluster)
+    except KubeError:
+        pass
+    assert POOL in holder.held and holder.lapsed() == "", holder.lapsed()
+    assert holder.holds(other) and not holder.holds(POOL)
