@@ -150,5 +150,9 @@ def _wide_columns(monkeypatch):
 @pytest.fixture(autouse=True)
 def _plan_marker_renewal_held(monkeypatch):
     from functions.decision import coalesce
+    from functions.rollout import plan_claim
 
     monkeypatch.setattr(coalesce, "RENEW_S", 10.0 ** 6)
+    # the same for a planning claim's renewals (plan_claim.ClaimRenewal, every CLAIM_RENEW_S): driven by
+    # tests/rollout/test_plan_claim_renewal.py
+    monkeypatch.setattr(plan_claim, "CLAIM_RENEW_S", 10.0 ** 6)

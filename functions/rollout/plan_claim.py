@@ -291,10 +291,11 @@ class ClaimRenewal:
     waits out the one in flight, so none outlives the invocation). A renewal that fails is tried at the next;
     the holder stops starting work once its hold may have run out (:meth:`PlanClaims.holds`)."""
 
-    def __init__(self, claims: PlanClaims, every_s: float = CLAIM_RENEW_S) -> None:
+    def __init__(self, claims: PlanClaims, every_s: Optional[float] = None) -> None:
         from functions.rollout.plan_marker import RENEW_CALL_S
 
-        self.claims, self.every_s, self.call_s = claims, every_s, RENEW_CALL_S
+        self.claims, self.call_s = claims, RENEW_CALL_S
+        self.every_s = CLAIM_RENEW_S if every_s is None else every_s
         kube = claims.kube.bounded(RENEW_CALL_S) if hasattr(claims.kube, "bounded") else claims.kube
         self.renewer = copy.copy(claims)  # the same state (held, ends, fence, lost), through that client
         self.renewer.kube = kube
