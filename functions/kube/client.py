@@ -187,14 +187,18 @@ ConfigSource = Union[KubeConfig, Callable[[], KubeConfig]]
 DATE_RESOLUTION_S = 1.0  # an HTTP Date is whole seconds, cut down (Go's http.TimeFormat of time.Now())
 
 
-def server_offset(known: Optional[float], seen: float) -> float:
+def server_offset(known: Optional[float], seen: float, took: float = 0.0) -> float:
     """The server's clock less ours, from one more answer: ``seen`` is its ``Date`` less our clock when it
-    came. A Date is cut to the whole second, so each answer says the offset is in ``[seen, seen + 1)``: the
-    largest ``seen`` so far is the tightest bound that is never ahead. Why not the last answer's alone: two
-    answers in one second then read as the clock going back by up to a second (a run that had planned one
-    wave found the whole wave's time left again, and started a second). A ``seen`` more than a second below
-    the bound cannot come from a steady clock: the server's was set back, and it is taken as it is."""
-    if known is None or seen > known or seen < known - DATE_RESOLUTION_S:
+    came, ``took`` our clock's time from sending the request to having the whole answer. The Date was stamped
+    within that time and is cut to the whole second, so each answer says the offset is in
+    ``[seen, seen + 1 + took)``: the largest ``seen`` so far is the tightest bound that is never ahead. Why
+    not the last answer's alone: two answers in one second then read as the clock going back by up to a
+    second (a run that had planned one wave found the whole wave's time left again, and started a second).
+    A ``seen`` below the bound by more than its own answer allows (``1 + took``) cannot come from a steady
+    clock: the server's was set back, and it is taken as it is. Why ``took`` counts: an answer stamped late
+    in a second that takes a tenth of a second to arrive is more than a second below the bound with no step
+    at all (a loaded machine), and read as one the clock went back by over a second all the same."""
+    if known is None or seen > known or seen + DATE_RESOLUTION_S + max(0.0, took) < known:
         return seen
     return known
 
@@ -323,6 +327,7 @@ class KubeApi:
                     conn.timeout = timeout  # each of its socket operations within what is left of the call)
                     conn.connect()
                 guard.watch(conn.sock)
+                sent = self.clock()  # the answer's Date is stamped after this (server_offset)
                 conn.request(method, url, body=payload, headers=headers)
                 response = conn.getresponse()
                 # One byte more than an answer may be (the reader rule's bound, refused in ``request``), as the
@@ -354,16 +359,17 @@ class KubeApi:
             self._drop()
         date = _http_date(response.headers.get("Date"))
         if date is not None:
+            came = self.clock()
             with self._lock:
-                self._offset = server_offset(self._offset, date - self.clock())
+                self._offset = server_offset(self._offset, date - came, came - sent)
         return response.status, response.headers, data
 
     def server_time(self) -> Optional[float]:
         """The API server's wall clock (epoch seconds): this client's clock plus the offset its answers'
         ``Date`` headers give (:func:`server_offset`); never ahead of the server's own clock, less than a
-        second behind it, and never going back while the server's does not. None before any answer with a
-        Date. One clock for every invocation, whatever their own clocks say (the pool budget's slots,
-        functions/rollout/pool_lease.py)."""
+        second (and its tightest answer's time on the way) behind it, and never going back while the server's
+        does not. None before any answer with a Date. One clock for every invocation, whatever their own
+        clocks say (the pool budget's slots, functions/rollout/pool_lease.py)."""
         offset = self._offset
         return None if offset is None else self.clock() + offset
 
