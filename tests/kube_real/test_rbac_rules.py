@@ -130,9 +130,9 @@ def test_each_permission_taken_away_shows_a_403_on_its_call(control_plane, tmp_p
     world.add_pdb(h.ns, "train", {"app": "train"}, min_available=0)
     seen = []
     kube = _recording(world.client(token=rest.token), seen)
-    # A refused eviction waits out the drain on the API server's clock, which is real time (the harness's
-    # sleeps do not move it): 20 s of polling. That case needs only the drain's first pass (the 403), so it
-    # waits the least the setting takes; the others keep 20 s, far more than their drain's two passes need.
+    # A refused eviction waits out the drain, on the harness's time (its polls' sleeps: OnTestTime). That case
+    # needs only the drain's first pass (the 403), so it times out at its first poll; the others keep 20 s, ten
+    # polls, far more than their drain's two passes need.
     evictions_refused = permission is not None and permission[2:] == ("pods/eviction", "create")
     result = h.run(kube=kube, ACK_MIG_DRAIN_TIMEOUT_S="1" if evictions_refused else "20")
     # The startup taint's removal, with the same credential (a node that joined with the taint).

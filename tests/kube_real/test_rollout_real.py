@@ -2,6 +2,8 @@
 cordon, drain through the Eviction API under PodDisruptionBudgets the real disruption controller
 computes, apply, capacity, uncordon, every step recorded in the node annotation."""
 
+import re
+
 import pytest
 
 from tests.kube_real.rollout_harness import SEQUENCE, Harness
@@ -34,6 +36,25 @@ def test_a_small_pool_rolls_one_wave_per_invocation(real_world, monkeypatch):
         h.run()
     assert h.transport.seen == h.names or sorted(h.transport.seen) == h.names
     assert all(h.annotation(n)["step"] == "done" for n in h.names)
+
+
+def test_a_wave_runs_on_the_harness_time_its_polls_slept(real_world, monkeypatch):
+    """The rollout's clock is the API server's, whose Date the harness's sleeps cannot move on the real server:
+    the harness runs it on with them (rollout_harness.OnTestTime), so a wave of drain and capacity polls takes
+    the time they slept, and an invocation whose time is one wave's is told how little is left after it, not
+    the whole wave's time less a few real seconds (the boundary a second wave started on)."""
+    from functions.base.settings import WAVE_MARGIN_S, load_settings, wave_s
+    from functions.rollout.executor import POLL_S
+
+    h = Harness(real_world, monkeypatch, 2)
+    h.add_pods("train")  # its pod terminates until the kubelet ends it: the drain polls at least once
+    first = h.run()
+    done = next(n for n in first.nodes if n["outcome"] == "partitioned")
+    waiting = next(n for n in first.nodes if n["outcome"] == "deferred")
+    assert h.slept() >= POLL_S and done["duration_ms"] >= h.slept() * 1000, (h.slept(), done)
+    needed = wave_s(load_settings(h.env)) + WAVE_MARGIN_S  # the invocation's time: one wave's (the default)
+    left = int(re.search(r"this invocation has (\d+) s left", waiting["reason"]).group(1))
+    assert needed - h.slept() - 60 <= left <= needed - h.slept(), (left, needed, h.slept())  # (60: its real seconds)
 
 
 def test_a_wave_of_twenty_nodes_under_budgets_never_disrupts_more_than_they_allow(real_world, monkeypatch):
