@@ -92,9 +92,11 @@ def prepare_auto(changes: Sequence[Tuple[Any, Decision, Sequence[Any]]], pool_si
                                             pool_id=pool_id, pool_name=name, limit=limit, layouts=layouts,
                                             created=created_by_gpu(targets), budgeted=True)
             out.append(d)
-    # the invocation's end: a whole invocation from now, or what a pod event's later round has left of it
+    # the invocation's end: a whole invocation from now, or what a pod event's later round has left of it (on
+    # the invocation's own clock: Rollout.time_for)
     left = invocation_s(settings) if left_s is None else min(float(invocation_s(settings)), max(0.0, left_s))
-    rollout = AutoRollout(kube, dict(waves), settings, owner, expires, pools, pools_now, now + left, planned=waves)
+    rollout = AutoRollout(kube, dict(waves), settings, owner, expires, pools, pools_now, run.clock() + left,
+                          planned=waves)
     rollout.drains = {iid: False for iid in waves}
     return out, rollout
 

@@ -273,7 +273,7 @@ class RolloutExecutor:
                 if p in rollout.pools else []
             if not waiting:
                 continue
-            fits, why = rollout.time_for(rollout.needs_drain(p, pending - refused), self.clock())
+            fits, why = rollout.time_for(rollout.needs_drain(p, pending - refused))
             if fits:
                 pools.append(p)
                 continue
@@ -292,7 +292,7 @@ class RolloutExecutor:
                 "event's retry or the next invocation" % one_line(exc, 300)))
             return []
         wave = [waves[iid] for iid in sorted(waves, key=lambda i: decided[i].node_name or i)]
-        fits, why = rollout.time_for(any(w.drain for w in wave), self.clock()) if wave else (True, "")
+        fits, why = rollout.time_for(any(w.drain for w in wave)) if wave else (True, "")
         for iid, d in decided.items():
             if iid in waves and fits:
                 continue  # its result comes from the wave

@@ -66,8 +66,8 @@ def cluster_clock(kube: Any) -> Callable[[], float]:
     run out (ahead) or as forged (behind) and took the node over while that run still drained or applied it,
     and wrote records that outlived or undercut its lease on everyone else's clock. Every invocation asks
     the same API server, so they all read one clock. Records written before are epoch seconds too (FC's
-    clock, NTP-kept): read as they are. The rollout's intervals (drain and capacity timeouts, the
-    invocation's deadline) run on it too, so a record's ``since`` and the drain timeout agree."""
+    clock, NTP-kept): read as they are. The drain and capacity timeouts run on it too, so a record's
+    ``since`` and the drain timeout agree; the invocation's own deadline does not (:meth:`Rollout.time_for`)."""
     return lambda: leases.cluster_now(kube, clock)  # (``clock`` looked up at each call: tests replace it)
 
 
@@ -143,13 +143,14 @@ class Rollout:
     """The rollout part of one event: the wave nodes and the Kubernetes backend (None when the API server
     did not answer: nothing is written). ``pools``: each rolled pool, for :meth:`replan`; ``pools_now``:
     the cluster's node pools as the ACK API gives them now (a pause or a label change between waves);
-    ``deadline``: when the invocation's time is up (its start plus ``functions.base.settings.invocation_s``)."""
+    ``deadline``: when the invocation's time is up (its start plus ``functions.base.settings.invocation_s``), on
+    the invocation's own clock (:data:`clock`), not the rollout's."""
 
     def __init__(self, kube: Any, waves: Dict[str, WaveNode], settings: Any, owner: str = "",
                  expires: float = 0.0, pools: Optional[Dict[str, PoolRollout]] = None,
                  pools_now: Optional[Callable[[], Sequence[Any]]] = None, deadline: float = 0.0) -> None:
         self.kube, self.waves, self.settings = kube, waves, settings
-        self.owner, self.expires = owner, expires  # expires, deadline: on the rollout's clock (cluster_clock)
+        self.owner, self.expires = owner, expires  # expires: on the rollout's clock (cluster_clock)
         self.clock = cluster_clock(kube)
         self.pools = pools or {}
         self.pools_now = pools_now
@@ -176,11 +177,14 @@ class Rollout:
         what was done, not only the first plan)."""
         return [self.decided.get(d.instance_id, d) for d in decisions]
 
-    def time_for(self, drain: bool, now: float) -> Tuple[bool, str]:
+    def time_for(self, drain: bool) -> Tuple[bool, str]:
         """Whether a further wave fits in what is left of the invocation: the wave's worst case by the
-        settings (no drain time for a wave that drains nothing) plus the margin. ``(fits, why not)``."""
+        settings (no drain time for a wave that drains nothing) plus the margin. ``(fits, why not)``.
+        On the invocation's own clock, as ``deadline`` is: FC ends the invocation on its time, and the API
+        server's clock (the rollout's) may be set back mid-run (an NTP step), which read as that much more
+        time: an invocation whose time is one wave's started another, which FC then cut mid-drain."""
         needed = wave_s(self.settings, drain) + WAVE_MARGIN_S
-        left = self.deadline - now
+        left = self.deadline - clock()
         if left > needed:  # (an invocation whose Timeout is one wave's, template.yml's default, runs one wave)
             return True, ""
         return False, ("this invocation has %d s left, less than a wave may take (%d s: node, %scapacity timeouts "
@@ -382,7 +386,7 @@ def prepare(request: Any, targets: Sequence[Any], decisions: List[Decision], vie
                    changed, waves, stops=stops)
     out = [changed.get(d.instance_id, d) for d in decisions]
     rollout = Rollout(view.backend, waves, settings, owner, now + run_lease_s(settings), rolled, pools_now,
-                      now + invocation_s(settings))
+                      clock() + invocation_s(settings))
     rollout.drains = {iid: d.drain for iid, d in changed.items()}
     # the halting ones first (planned), then any other read (a pool no run is held up in: told all the same)
     rollout.stops = stops + read_stops(pool_nodes, {p.nodepool_id: p for p in pools.values() if p is not None})

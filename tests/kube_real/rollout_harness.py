@@ -76,10 +76,10 @@ class PlayedNodes:
 class OnTestTime:
     """A client of the world's API server whose clock (``server_time``, the rollout's: functions.rollout.run
     .cluster_clock) runs on with the harness's sleeps. The real kube-apiserver's Date is real time, which the
-    harness's sleeps do not move: without this a rollout's drain and capacity waits, its records' times and
-    its "is there time for another wave" ran on the few real seconds a test takes (a wave of many polls took
-    no time at all, and one wave per invocation held only because the elapsed time was not negative: the
-    boundary the ninth review's CI failure sat on). Everything else is the client's own."""
+    harness's sleeps do not move: without this a rollout's drain and capacity waits and its records' times
+    ran on the few real seconds a test takes (a wave of many polls took no time at all). The invocation's own
+    deadline is on functions.rollout.run.clock, which the harness drives itself. Everything else is the
+    client's own."""
 
     def __init__(self, kube: Any, harness: "Harness") -> None:
         self.kube, self.harness = kube, harness

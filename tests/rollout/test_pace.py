@@ -73,6 +73,28 @@ def test_no_wave_starts_that_the_invocation_has_no_time_for(cluster):
     assert outcomes(second)["node-c"] == "partitioned" and cluster.transport.seen == NAMES
 
 
+def test_the_api_servers_clock_set_back_mid_wave_gives_the_invocation_no_more_time(cluster):
+    """FC ends the invocation on its own time; the API server's clock, which the records are timed on, may be
+    set back (an NTP step) while a wave runs. The invocation's time was counted on the server's clock too, so
+    an hour's step back read as an hour more: an invocation whose time is one wave's (template.yml's default)
+    started a second wave that FC would cut, the node left cordoned mid-drain. It is counted on the
+    invocation's own clock, and the step starts nothing."""
+    cluster.add_nodes()
+    cluster.now[0], step = 1767225600.0, [0.0]  # 2026-01-01: an hour back is still a Date a record can hold
+    cluster.api.clock = lambda: cluster.now[0] - step[0]  # the API server's clock: the test's, less the step
+    played = cluster.transport.run
+
+    def applied_as_the_server_clock_steps_back(targets):
+        step[0] = 3600.0
+        return played(targets)
+
+    cluster.transport.run = applied_as_the_server_clock_steps_back
+    first = cluster.run()
+    assert sorted(outcomes(first).values()) == ["deferred", "deferred", "partitioned"], first.nodes
+    waiting = [n["reason"] for n in first.nodes if n["outcome"] == "deferred"]
+    assert all("less than a wave may take" in r for r in waiting), waiting
+
+
 def test_the_function_timeout_from_fc_sets_the_invocations_time(cluster):
     """Without the setting, the FC context's ``function.timeout`` is the invocation's time; the template's
     default (one wave's worst case) runs one wave."""
