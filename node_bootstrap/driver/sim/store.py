@@ -10,13 +10,34 @@ import fcntl
 import json
 import os
 import tempfile
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, Optional
 
 from .driver import State
 
 
 class SimStateError(Exception):
     pass
+
+
+class _Held(object):
+    """One open descriptor of the lock file (flock'ed, or about to be): closed once, by whoever comes first,
+    its own ``with`` block's end or the next lock this process takes (:meth:`SimStore._locked`)."""
+
+    def __init__(self, fd):
+        # type: (int) -> None
+        self.fd = fd  # type: Optional[int]
+        self.pid = os.getpid()  # a forked child (bounded.py) closed what it inherited: never closed twice there
+
+    def release(self):
+        # type: () -> None
+        fd, self.fd = self.fd, None
+        if fd is not None and self.pid == os.getpid():
+            os.close(fd)  # closing releases the flock
+
+
+# Per lock file, the lock this process took last and has not released. Only an interrupt leaves one here
+# when a lock is taken: see _locked.
+_HELD = {}  # type: Dict[str, _Held]
 
 
 class SimStore(object):
@@ -35,12 +56,23 @@ class SimStore(object):
         directory = os.path.dirname(self.path)
         if directory and not os.path.isdir(directory):
             os.makedirs(directory)
-        fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        # A lock of this process still here was left by a ``with`` block that never began: SIGTERM's or
+        # SIGINT's exception raised as __enter__ returned (CPython runs handlers between bytecodes,
+        # bpo-29988) skips __exit__, and the suspended generator, kept by that exception's traceback, held
+        # the flock while apply's failure path read the GPUs back under the same file: a wait on itself,
+        # for good. Calls never nest (a nested one would wait on the outer), so it is released here.
+        left = _HELD.pop(self._lock_path, None)
+        if left is not None:
+            left.release()
+        held = _Held(os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600))
+        _HELD[self._lock_path] = held
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            fcntl.flock(held.fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
         finally:
-            os.close(fd)  # closing releases the flock
+            held.release()
+            if _HELD.get(self._lock_path) is held:
+                del _HELD[self._lock_path]
 
     def _read(self):
         # type: () -> State

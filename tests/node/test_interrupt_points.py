@@ -1,0 +1,77 @@
+"""A signal at the worst moment of apply: its handler's exception raised at a chosen point of a real node
+process (the node interpreter), not at whatever point a signal sent from outside happens to land.
+
+``_AT_LOCK`` runs ``node_bootstrap`` as ``-m`` would, with a trace hook that calls the process's own handler
+(apply's SIGTERM handler, or Python's SIGINT one) as the N-th exclusive lock of the simulated driver's state
+file has just been taken, on the return from the context manager's ``__enter__``: the moment a handler runs
+when the signal arrives between ``__enter__`` taking a lock and the ``with`` block beginning (CPython runs
+handlers between bytecodes; an exception there skips ``__exit__``, bpo-29988)."""
+
+import json
+import signal
+import subprocess
+
+import pytest
+
+from tests.node.nodecli import Node, node_python, parse
+
+SEQ = "3g.20gb-3g.20gb"
+
+_AT_LOCK = r"""
+import contextlib, os, runpy, signal, sys
+from node_bootstrap.driver.sim.store import SimStore
+
+LOCKED = SimStore._locked.__wrapped__.__code__
+ENTER = contextlib._GeneratorContextManager.__enter__.__code__
+left = [int(os.environ["AT_EXCLUSIVE_LOCK"])]
+signum = getattr(signal, os.environ["AT_SIGNAL"])
+
+def local(frame, event, arg):
+    if event == "return":
+        gen = frame.f_locals["self"].gen
+        if gen.gi_code is LOCKED and gen.gi_frame is not None and gen.gi_frame.f_locals.get("exclusive"):
+            if left[0] == 0:
+                sys.settrace(None)
+                handler = signal.getsignal(signum)
+                handler(signum, frame)  # raises (apply's Terminated, or KeyboardInterrupt) as the signal would
+            left[0] -= 1
+    return local
+
+def hook(frame, event, arg):
+    return local if frame.f_code is ENTER else None
+
+sys.argv = ["node_bootstrap"] + sys.argv[1:]
+sys.settrace(hook)
+runpy.run_module("node_bootstrap", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("signame, at, message", [
+    ("SIGTERM", 1, "interrupted by SIGTERM"),  # the first change: a GPU's MIG mode
+    ("SIGINT", 1, "interrupted (SIGINT)"),
+    ("SIGTERM", 3, "interrupted by SIGTERM"),  # a GPU instance's creation
+])
+def test_a_signal_just_as_a_driver_lock_is_taken_still_ends_in_a_final_state(tmp_path, signame, at, message):
+    """The lock the interrupted ``with`` never released (its ``__exit__`` skipped, the suspended generator kept
+    by the exception's traceback) was still held by this process when the failure path read the GPUs back
+    under the same file's shared lock: that read waited on its own process for good, so apply never ended,
+    its clients stayed stopped (SIGTERM: until systemd's SIGKILL), no result."""
+    node = Node(tmp_path, clients="systemd:dcgm-exporter")
+    node.set_unit("dcgm-exporter")  # active: apply stops it around the change and must start it again
+    cmd = [node_python(), "-c", _AT_LOCK] + node.args("apply", "--sequence", SEQ) + ["--json"]
+    proc = subprocess.Popen(cmd, cwd=node.dir, env=node.env({"AT_EXCLUSIVE_LOCK": str(at), "AT_SIGNAL": signame}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    try:
+        out, err = proc.communicate(timeout=120)  # a hang guard (the bug), not a speed check
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError("apply never ended after the %s: %s" % (signame, err[-2000:]))
+    res = parse(proc.returncode, out, err)
+    assert res.rc == 1, err
+    assert node.unit_active("dcgm-exporter"), node.systemctl()
+    assert json.loads((tmp_path / "var" / "stopped-clients.json").read_text()) == []
+    # the GPUs were read back for the result: the read the stuck lock had held up
+    assert [gpu["index"] for gpu in res.json["gpus"]] == [0, 1], res.json
+    # and the state file is free again for the next run
+    assert node.run("status").rc == 0
