@@ -34,6 +34,35 @@ _ERROR_TEXT = {0: "Success", 2: "Invalid Argument", 3: "Not Supported", 4: "Insu
                19: "In use by another client", 23: "Insufficient resources", 999: "Unknown Error"}
 
 
+class _EntryPoint(object):
+    """An entry point as pynvml calls it: the C function, then the exception of a signal whose handler ran
+    during the simulated call. In ``libnvidia-ml.so`` a Python handler runs only once the C call has returned
+    (CPython runs them between bytecodes); here the call is Python, and an exception escaping a ctypes callback
+    is printed and its result read as garbage ("NVML error -1200753952"): the interrupt was lost, the apply went
+    on as if the driver had failed. pynvml's ``fn.restype = ...`` goes to the C function."""
+
+    def __init__(self, function, interrupted):
+        # type: (Any, List[BaseException]) -> None
+        self.__dict__.update(_function=function, _interrupted=interrupted)
+
+    def __call__(self, *args):
+        # type: (Any) -> Any
+        result = self._function(*args)
+        if self._interrupted:
+            exc = self._interrupted[0]
+            del self._interrupted[:]
+            raise exc
+        return result
+
+    def __getattr__(self, name):
+        # type: (str) -> Any
+        return getattr(self._function, name)
+
+    def __setattr__(self, name, value):
+        # type: (str, Any) -> None
+        setattr(self._function, name, value)
+
+
 def _dev_handle(index):
     # type: (int) -> int
     return _DEV * (index + 1)
@@ -113,6 +142,7 @@ class SimNvmlLibrary(object):
         self._killed = set()  # type: set
         self._strings = {}  # type: Dict[int, Any]
         self._functions = {}  # type: Dict[str, Any]
+        self._interrupted = []  # type: List[BaseException]
         # old-driver: R450, the first branch with MIG, from before both placement calls
         self.driver_version = ("450.248.02-sim" if self.faults.old_driver
                                else self.faults.driver or driver.DEFAULT_DRIVER)
@@ -251,6 +281,7 @@ class SimNvmlLibrary(object):
     def _fn(self, name, argtypes, body, restype=c_int):
         # type: (str, Tuple[Any, ...], Callable[..., Any], Any) -> None
         mutating = name in MUTATING
+        interrupted = self._interrupted
 
         def call(*args):
             # An exception escaping a ctypes callback would be printed and read as 0 (SUCCESS): never.
@@ -273,11 +304,20 @@ class SimNvmlLibrary(object):
                 return exc.code
             except Exception:  # noqa: BLE001 - a simulator bug must read as an error, not success
                 return 999
+            except BaseException as exc:  # noqa: B036 - a signal's (SIGTERM, SIGINT): raised once the call returns
+                interrupted.append(exc)
+                return 999
 
-        if restype is c_int:
-            self._functions[name] = CFUNCTYPE(c_int, *argtypes)(call)
-        else:
-            self._functions[name] = CFUNCTYPE(restype, *argtypes)(body)
+        def other(*args):
+            # type: (Any) -> Any
+            try:
+                return body(*args)
+            except BaseException as exc:  # noqa: B036 - as above; a C string result reads as none meanwhile
+                interrupted.append(exc)
+                return None
+
+        function = CFUNCTYPE(c_int, *argtypes)(call) if restype is c_int else CFUNCTYPE(restype, *argtypes)(other)
+        self._functions[name] = _EntryPoint(function, interrupted)
 
     def _define(self):
         # type: () -> None
