@@ -211,9 +211,8 @@ class Holder(object):
         # pytest's own interpreter, not the node's: this stands for a pod's process (the device plugin, DCGM, a
         # workload) in its own container image, never node code, and it writes /proc/self/comm as any process may
         self.proc = subprocess.Popen([sys.executable, "-c", _HOLDER, json.dumps(spec)])
-        deadline = time.time() + 30
-        while not os.path.exists(self.ready):
-            assert self.proc.poll() is None and time.time() < deadline, "holder did not start"
+        while not os.path.exists(self.ready):  # no deadline of its own: a slow start is no failure (pytest's
+            assert self.proc.poll() is None, "holder did not start"  # timeout guards a hang)
             time.sleep(0.02)
 
     @property

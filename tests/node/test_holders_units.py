@@ -9,7 +9,6 @@ whose kubelet checkpoint is written in kubelet's format (tests/node/test_kubelet
 import base64
 import json
 import os
-import time
 
 import pytest
 
@@ -260,11 +259,10 @@ def test_a_report_read_before_an_apply_is_never_written_over_the_applys_own(tmp_
     assert apply.rc == 1 and apply.json["error"]["code"] == "locked", apply.stderr
 
 
-def _arrives(held, proc, timeout=60.0):
-    deadline = time.monotonic() + timeout
+def _arrives(held, proc):
+    # No deadline of its own: a slow start on a loaded machine is no failure (pytest's timeout guards a hang)
     while not held.arrived.wait(0.05):
         assert proc.poll() is None, "it ended before the held request: %s" % (proc.communicate(),)
-        assert time.monotonic() < deadline, "the held request never came"
 
 
 def _kube_node(tmp_path, kube_api):

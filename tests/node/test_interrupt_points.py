@@ -8,7 +8,6 @@ when the signal arrives between ``__enter__`` taking a lock and the ``with`` blo
 handlers between bytecodes; an exception there skips ``__exit__``, bpo-29988)."""
 
 import json
-import signal
 import subprocess
 
 import pytest
