@@ -9,8 +9,9 @@ Why a child process and not a thread: a thread stuck in the kernel keeps the who
 (Linux reports a process gone only once its last thread has exited), and with it the shared descriptor
 table, so whoever reads the process's stdout would never see the end of it. A forked child is abandoned
 instead: it is sent SIGKILL and never waited for without a deadline; the parent goes on and exits, and
-init (or the unit's cgroup) inherits the child. Right after the fork the child closes every descriptor
-it inherited but its own pipe (stdin, stdout and stderr become /dev/null): a stuck child must not keep
+init (or the unit's cgroup) inherits the child. Right after the fork (SIGTERM and SIGINT held back until
+its own handlers are set) the child closes every descriptor it inherited but its own pipe (stdin, stdout
+and stderr become /dev/null): a stuck child must not keep
 the node lock's flock (held by the open file, which a fork shares), the caller's output pipe or this
 process's GPU device files open.
 
@@ -31,6 +32,12 @@ from ..errors import one_line
 
 # The children given up on (sent SIGKILL, not yet gone): reaped without waiting at the next call.
 _abandoned = []  # type: List[int]
+
+# The signals whose handlers raise into the caller's cleanup (apply's SIGTERM, Python's SIGINT): they wait
+# while the process forks, so that a child never runs the caller's handler (systemd's stop sends SIGTERM to
+# every process of the unit, the child included): its exception unwound the child through the caller's own
+# frames, and the child ran apply's way out (clients started, node labelled, a result on apply's stdout).
+_DEFERRED = (signal.SIGTERM, signal.SIGINT)
 
 
 class NoAnswer(Exception):
@@ -74,14 +81,32 @@ def _close_inherited(keep):
                 pass
 
 
-def _child(work, write_fd):
-    # type: (Callable[[Callable[[str], None]], Any], int) -> None
+def _block():
+    # type: () -> Any
+    """Hold back _DEFERRED in this thread; the mask to restore (None where there is no mask to set)."""
+    try:
+        return signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _unblock(mask):
+    # type: (Any) -> None
+    """The mask before :func:`_block`: what came meanwhile is delivered now (its handler runs next)."""
+    if mask is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def _child(work, write_fd, mask):
+    # type: (Callable[[Callable[[str], None]], Any], int, Any) -> None
     """In the forked child: never returns (os._exit: no atexit, no buffers of the parent flushed twice)."""
     try:
-        _close_inherited(write_fd)
-        # The parent's handlers raise into its own cleanup; here a signal just ends the child.
+        # The parent's handlers raise into its own cleanup; here a signal just ends the child: set before the
+        # signals held back since the fork are let through (one that came meanwhile ends the child here).
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        _unblock(mask)
+        _close_inherited(write_fd)
         result = work(lambda text: _send(write_fd, {"note": text}))
         _send(write_fd, {"result": result})
     except BaseException as exc:  # noqa: B036 - whatever happens, the parent hears of it and the child ends
@@ -114,16 +139,24 @@ def call(work, timeout, start="starting", kill=os.kill, clock=time.time):
         if _reap(pid):
             _abandoned.remove(pid)
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    mask = _block()
+    try:
+        pid = os.fork()
+    except BaseException:  # noqa: B036 - no child: the pipe and the mask as they were
+        _unblock(mask)
+        os.close(read_fd)
+        os.close(write_fd)
+        raise
     if pid == 0:
         os.close(read_fd)
-        _child(work, write_fd)
+        _child(work, write_fd, mask)
     os.close(write_fd)
     deadline = clock() + timeout
     last = start
     buf = b""
     finished = False
     try:
+        _unblock(mask)  # a signal held back since the fork: its handler runs here, and the child is ended below
         poller = select.poll()  # not select(): a descriptor above 1024 is fine here
         poller.register(read_fd, select.POLLIN)
         while True:

@@ -78,3 +78,46 @@ def test_a_signal_just_as_a_driver_lock_is_taken_still_ends_in_a_final_state(tmp
     assert [gpu["index"] for gpu in res.json["gpus"]] == [0, 1], res.json
     # and the state file is free again for the next run
     assert node.run("status").rc == 0
+
+
+# A holder scan's worker (node_bootstrap/host/bounded.py) sent SIGTERM right after the fork, before it set its
+# own handlers: what systemd's stop does (every process of the unit's cgroup gets it) as a look starts.
+_AT_FORK = r"""
+import os, signal, sys
+from node_bootstrap.errors import Terminated
+from node_bootstrap.host import bounded
+from node_bootstrap.commands.cli import _on_sigterm
+
+signal.signal(signal.SIGTERM, _on_sigterm)
+parent = os.getpid()
+CALL = bounded.call.__code__
+
+def local(frame, event, arg):
+    if event == "line" and os.getpid() != parent:  # the child's first line after os.fork()
+        sys.settrace(None)
+        os.kill(os.getpid(), signal.SIGTERM)
+    return local
+
+sys.settrace(lambda frame, event, arg: local if frame.f_code is CALL else None)
+try:
+    print("answer %s" % bounded.call(lambda note: "looked", 60))
+except Terminated:
+    print("unwound in the %s" % ("child" if os.getpid() != parent else "parent"))
+except bounded.WorkFailed as exc:
+    print("failed: %s" % exc)
+sys.stdout.flush()
+"""
+
+
+def test_a_sigterm_as_the_scan_worker_forks_never_runs_the_applys_way_out_in_the_worker(tmp_path):
+    """Between the fork and the worker's own handlers the child ran apply's SIGTERM handler: its exception
+    unwound the child through apply's own frames, so the worker ran apply's failure path (clients started,
+    the node labelled, a result printed on apply's stdout, which it still held) beside apply itself. The
+    signals wait during the fork now, and a worker that gets one before its own handlers simply ends."""
+    node = Node(tmp_path)
+    done = subprocess.run([node_python(), "-c", _AT_FORK], cwd=node.dir, env=node.env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120)  # a hang guard
+    assert done.returncode == 0, done.stderr
+    # the worker ended by the signal, without an answer: only the caller went on, and said so once
+    assert done.stdout.splitlines() == ["failed: the worker process ended without an answer (after: starting)"], \
+        done.stdout + done.stderr
