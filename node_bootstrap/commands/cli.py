@@ -265,12 +265,29 @@ def _on_sigterm(signum, frame):
     raise Terminated()
 
 
+_sigint_was = []  # type: List[Any]  # the SIGINT handler main replaced, put back as it returns
+
+
+def _on_sigint(signum, frame):
+    # type: (int, Any) -> None
+    # Once only, as SIGTERM: a second Ctrl-C raised out of the way out the first one started (the final label
+    # not written: the node stayed "pending"). A run whose way out hangs still ends by SIGQUIT or SIGKILL.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt()
+
+
 def main(argv=None):
     # type: (Optional[List[str]]) -> int
     try:
         return _main(argv)
     except SystemExit as exc:  # argparse: --help, or a refused option (said on stderr already)
         return _flushed(exc.code if isinstance(exc.code, int) else 2)
+    finally:
+        try:  # a caller in this process (a library, a test) gets its Ctrl-C back as it was
+            if signal.getsignal(signal.SIGINT) in (_on_sigint, signal.SIG_IGN) and _sigint_was[:1]:
+                signal.signal(signal.SIGINT, _sigint_was.pop())
+        except ValueError:  # not the main thread: nothing was set
+            pass
 
 
 def _flushed(code):
@@ -304,6 +321,8 @@ def _main(argv):
     try:
         # Without a handler SIGTERM kills us without unwinding: clients stay stopped, the label pending.
         signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where SIGINT was ignored (nohup)
+            _sigint_was[:] = [signal.signal(signal.SIGINT, _on_sigint)]
     except ValueError:  # not the main thread (main called from a library): the caller owns signals
         pass
     as_json = "--json" in argv

@@ -121,3 +121,65 @@ def test_a_sigterm_as_the_scan_worker_forks_never_runs_the_applys_way_out_in_the
     # the worker ended by the signal, without an answer: only the caller went on, and said so once
     assert done.stdout.splitlines() == ["failed: the worker process ended without an answer (after: starting)"], \
         done.stdout + done.stderr
+
+
+# Ctrl-C twice: SIGINT's handler runs mid-change (the first GPU's MIG mode), then again as apply's way out
+# starts the stopped clients again; each delivery goes to whatever handler is set by then, as a signal does.
+_TWICE = r"""
+import contextlib, os, runpy, signal, sys
+from node_bootstrap.driver.sim.store import SimStore
+from node_bootstrap.host.clients import ClientControl
+
+LOCKED = SimStore._locked.__wrapped__.__code__
+ENTER = contextlib._GeneratorContextManager.__enter__.__code__
+seen = {"exclusive": 0, "start": 0}
+
+def deliver(frame):
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+
+def local(frame, event, arg):
+    if event == "return":
+        gen = frame.f_locals["self"].gen
+        if gen.gi_code is LOCKED and gen.gi_frame is not None and gen.gi_frame.f_locals.get("exclusive"):
+            seen["exclusive"] += 1
+            if seen["exclusive"] == 2:  # the first after the state file's own: a GPU's MIG mode
+                deliver(frame)
+    return local
+
+def hook(frame, event, arg):
+    return local if frame.f_code is ENTER else None
+
+start = ClientControl.start
+
+def start_after(self, stopped):  # (a wrapper: a trace function that raised is unset, so the hook is gone by now)
+    seen["start"] += 1
+    if seen["start"] == 2:  # the first: reconcile's own, on its way out; the second: apply's failure path
+        deliver(sys._getframe())
+    return start(self, stopped)
+
+ClientControl.start = start_after
+
+sys.argv = ["node_bootstrap"] + sys.argv[1:]
+sys.settrace(hook)
+runpy.run_module("node_bootstrap", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_a_second_sigint_does_not_cut_short_the_way_out_the_first_one_started(tmp_path):
+    """As a second SIGTERM: the way out the first SIGINT started (clients started again, the final label)
+    runs to its end. A second Ctrl-C raised out of it: the node kept its `pending` label and no reason."""
+    node = Node(tmp_path, clients="systemd:dcgm-exporter")
+    node.kube_args = []  # the simulated node's own labels (<host>/node-labels.json)
+    node.set_unit("dcgm-exporter")
+    cmd = [node_python(), "-c", _TWICE] + node.args("apply", "--sequence", SEQ) + ["--json"]
+    done = subprocess.run(cmd, cwd=node.dir, env=node.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=120)  # a hang guard
+    res = parse(done.returncode, done.stdout, done.stderr)
+    assert res.rc == 1 and res.json["error"] == {"code": "interrupted", "message": "interrupted (SIGINT)"}, \
+        done.stdout + done.stderr
+    labels = json.loads((tmp_path / "sim-state.host" / "node-labels.json").read_text())
+    assert [h["labels"]["nvidia.com/mig.config.state"] for h in labels["history"]] == ["pending", "failed"]
+    assert labels["annotations"]["ack-mig-hook/mig-config-reason"] == "interrupted (SIGINT)"
+    assert node.unit_active("dcgm-exporter"), done.stderr
