@@ -72,7 +72,8 @@ def test_capacity_wait_reports_the_device_plugins_resources(tmp_path, kube_api):
         kube_api.set_capacity(name, {"cpu": "96", "nvidia.com/mig-3g.20gb": "4"})
 
     threading.Thread(target=plugin, daemon=True).start()
-    res = node.run("apply", "--sequence", SEQ, "--capacity-timeout", "20", "--capacity-interval", "0.1")
+    # the wait ends when the stand-in plugin thread has set the capacity, however late a loaded machine runs it
+    res = node.run("apply", "--sequence", SEQ, "--capacity-timeout", "3600", "--capacity-interval", "0.1")
     assert res.rc == 0, res.stderr
     assert res.json["capacity"] == {"expected": {"nvidia.com/mig-3g.20gb": 4},
                                     "reported": {"nvidia.com/mig-3g.20gb": 4}, "ready": True}
