@@ -10,7 +10,8 @@ import fcntl
 import json
 import os
 import tempfile
-from typing import Any, Dict, Iterator, Optional
+import threading
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from .driver import State
 
@@ -21,7 +22,7 @@ class SimStateError(Exception):
 
 class _Held(object):
     """One open descriptor of the lock file (flock'ed, or about to be): closed once, by whoever comes first,
-    its own ``with`` block's end or the next lock this process takes (:meth:`SimStore._locked`)."""
+    its own ``with`` block's end or the next lock this thread takes on the file (:meth:`SimStore._locked`)."""
 
     def __init__(self, fd):
         # type: (int) -> None
@@ -35,9 +36,9 @@ class _Held(object):
             os.close(fd)  # closing releases the flock
 
 
-# Per lock file, the lock this process took last and has not released. Only an interrupt leaves one here
-# when a lock is taken: see _locked.
-_HELD = {}  # type: Dict[str, _Held]
+# Per lock file and thread, the lock it took last and has not released. Only an interrupt leaves one here
+# when a lock is taken: see _locked. (Per thread: another thread's lock is its own, waited for as before.)
+_HELD = {}  # type: Dict[Tuple[str, int], _Held]
 
 
 class SimStore(object):
@@ -61,18 +62,19 @@ class SimStore(object):
         # bpo-29988) skips __exit__, and the suspended generator, kept by that exception's traceback, held
         # the flock while apply's failure path read the GPUs back under the same file: a wait on itself,
         # for good. Calls never nest (a nested one would wait on the outer), so it is released here.
-        left = _HELD.pop(self._lock_path, None)
+        key = (self._lock_path, threading.get_ident())
+        left = _HELD.pop(key, None)
         if left is not None:
             left.release()
         held = _Held(os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600))
-        _HELD[self._lock_path] = held
+        _HELD[key] = held
         try:
             fcntl.flock(held.fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield
         finally:
             held.release()
-            if _HELD.get(self._lock_path) is held:
-                del _HELD[self._lock_path]
+            if _HELD.get(key) is held:
+                del _HELD[key]
 
     def _read(self):
         # type: () -> State
