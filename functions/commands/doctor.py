@@ -216,11 +216,13 @@ def _go_seconds(text: str) -> Optional[float]:
 
 def pod_event_checks(auto_pools: List[str], stack_found: bool, resources: List[Dict[str, Any]],
                      pods: List[Dict[str, Any]], markers: Dict[str, Any], now: float,
-                     unread: Optional[Dict[str, str]] = None) -> List[Check]:
+                     unread: Optional[Dict[str, str]] = None,
+                     claims: Optional[Dict[str, Optional[Tuple[str, float]]]] = None) -> List[Check]:
     """Whether pod events reach the function, for the auto pools (their ids) only: the source in the cluster,
     the rule in the stack, the last event each pool's plan marker saw (``None``: not read), and the planning
     claim an event waited out, which the pool's later events end at once for (``unread``: a pool's note of one
-    that does not read, and why)."""
+    that does not read, and why; ``claims``: each pool's planning claim as read now, owner and end, ("", 0)
+    for none, None where it was not read)."""
     if not auto_pools:
         return []
     out = []
@@ -267,19 +269,23 @@ def pod_event_checks(auto_pools: List[str], stack_found: bool, resources: List[D
             pool, _ago(ago), last.get("pod") or "?",
             "; a plan runs now" if marker.live(now) else "")))
     for pool in auto_pools:
-        line = _waited_check(pool, markers.get(pool), (unread or {}).get(pool, ""), now)
+        line = _waited_check(pool, markers.get(pool), (unread or {}).get(pool, ""), now, (claims or {}).get(pool))
         if line is not None:
             out.append(line)
     return out
 
 
-def _waited_check(pool: str, marker: Any, problem: str, now: float) -> Optional[Check]:
+def _waited_check(pool: str, marker: Any, problem: str, now: float,
+                  claim: Optional[Tuple[str, float]] = None) -> Optional[Check]:
     """The planning claim a pod event of ``pool`` waited for and gave up on, as its plan marker notes it
     (functions/decision/coalesce.py, ``waited``): while it holds, the pool's events end at once and their pods
-    wait for the timer. None where there is no note (or the marker was not read)."""
+    wait for the timer. ``claim``: the pool's planning claim as read now (owner, end), as the events read it
+    (its owner renews it while it works, so the noted end is only when it ran to then); None where it was
+    not read: the noted end is all there is. None where there is no note (or the marker was not read)."""
     import time
 
     from functions.base.textsafe import clip
+    from functions.decision.coalesce import waited_out
 
     if problem:
         return Check("warn", "claim waited out", "pool %s: the plan marker's note of a claim waited out does not "
@@ -287,15 +293,22 @@ def _waited_check(pool: str, marker: Any, problem: str, now: float) -> Optional[
                                                                                                  clip(problem, 160)))
     if marker is None or not marker.waited:
         return None
-    owner, until = clip(marker.waited["owner"], 80), marker.waited["until"]
+    owner = clip(marker.waited["owner"], 80)
+    until = claim[1] if claim is not None and waited_out(marker, claim, now) else marker.waited["until"]
     when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(until))
-    if until <= now:
+    if claim is not None and not waited_out(marker, claim, now):
+        return Check("ok", "claim waited out", "pool %s: the claim of invocation %s an event waited out is no "
+                     "longer held (given back, run out or another's): the pool's pod events wait for a planning "
+                     "claim again" % (pool, owner))
+    if claim is None and until <= now:
         return Check("ok", "claim waited out", "pool %s: the claim of invocation %s an event waited out ended at "
-                     "%s: the pool's pod events wait for a planning claim again" % (pool, owner, when))
+                     "%s unless renewed (its Lease not read): the pool's pod events wait for a planning claim "
+                     "again once it has" % (pool, owner, when))
     return Check("warn", "claim waited out", "pool %s: an event waited for invocation %s's planning claim and gave "
-                 "up; the pool's pod events end at once while it holds, until %s (%s from now) unless it is "
+                 "up; the pool's pod events end at once while it holds, until %s (%s from now)%s unless it is "
                  "given back first, and their pods wait for the auto pool timer" % (
-                     pool, owner, when, _ago(max(0, int(until - now)))))
+                     pool, owner, when, _ago(max(0, int(until - now))),
+                     ", longer if renewed" if claim is not None else ", or later if renewed (its Lease not read)"))
 
 
 def _ago(seconds: int) -> str:
@@ -701,6 +714,33 @@ def _markers(client, auto_pools: List[str], unread: Optional[Dict[str, str]] = N
     return out
 
 
+def _claims(client, auto_pools: List[str]) -> Dict[str, Optional[Tuple[str, float]]]:
+    """Each auto pool's planning claim (functions/decision/claim_rules.py) as pod events read it: (owner,
+    end), ("", 0.0) for none; None for a pool whose Lease could not be read. A claim that does not read, or
+    ends further ahead than one invocation's time by the default settings, counts as the events count it
+    (claim_rules.read_claim and bound_claim: held, to one invocation's time from now)."""
+    from node_bootstrap.kube import KubeError
+
+    from functions.base.settings import load_settings
+    from functions.decision import claim_rules as pc
+    from functions.decision.budget import lease_name
+    from functions.rollout.plan_claim import horizon_s
+
+    out: Dict[str, Optional[Tuple[str, float]]] = {}
+    horizon, now = horizon_s(load_settings({})), _now(client)
+    for pool in auto_pools:
+        try:
+            lease = _get(client, "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s"
+                         % (EVENTS_NAMESPACE, lease_name(pool)))
+        except KubeError:
+            out[pool] = None
+            continue
+        text = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(pc.PLANNING_ANNOTATION)
+        claim = pc.bound_claim(pc.read_claim(text if isinstance(text, str) else None), now, horizon)
+        out[pool] = (claim.owner, claim.expires) if claim is not None else ("", 0.0)
+    return out
+
+
 def _now(client) -> float:
     from functions.kube.leases import cluster_now
 
@@ -737,6 +777,7 @@ def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = F
         pods = client.list_all("/api/v1/namespaces/kube-system/pods", reduce=_pod_facts)
         unread: Dict[str, str] = {}
         markers = _markers(client, list(auto_pools), unread)
+        claims = _claims(client, list(auto_pools))
         from functions.kube.last_run import read as read_record
 
         last_run = read_record(client)
@@ -747,7 +788,7 @@ def _kube_checks(args, config, auto_pools: List[str] = (), stack_found: bool = F
             + [Check("warn", area, "not checked: the cluster's API could not be read (above)") for area in KUBE_AREAS]
     return (rbac_checks(role, bindings) + events + cluster_checks(nodes, pods)
             + pod_event_checks(list(auto_pools), stack_found, list(resources), pods, markers, _now(client),
-                               unread)
+                               unread, claims)
             + last_run_checks(last_run, schedule))
 
 

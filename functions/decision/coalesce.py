@@ -23,12 +23,12 @@ The marker (annotation ``ack-mig-hook/plan`` of the Lease ``ack-mig-hook-plan-<p
 * ``round``: when the last round began; rounds of one pool begin at least :data:`SPACING_S` apart.
 * ``last``: the last event seen (when, which pod, the event id), which ``doctor`` shows.
 * ``waited``: another invocation's planning claim that a holder waited out (``pod_event.CLAIM_WAIT_S``) and
-  gave up on, as it let go: its owner and its end. While that same claim holds (the pool's Lease names the
-  same owner, and neither end has come), an event that finds no open holder adds its ask and ends at once
-  (:data:`WAITED_OUT`) rather than waiting its own 5 minutes for it: a run FC ended keeps its claim for up
-  to 4 hours, and every event would bill that wait again. The claim is read at each such event, so a note
-  that names a claim given back, run out or taken by another (or a forged one) is dropped and the event
-  plans.
+  gave up on, as it let go: its owner and its end then. While that same claim holds (the pool's Lease names
+  the same owner and its end as read then has not come: its owner renews it while it works), an event that
+  finds no open holder adds its ask and ends at once (:data:`WAITED_OUT`) rather than waiting its own 5
+  minutes for it: a long rollout keeps its claim for its whole length, and every event would bill that wait
+  again. The claim is read at each such event, so a note that names a claim given back, run out or taken by
+  another (or a forged one) is dropped and the event plans.
 
 Why a coalesced event never loses its pod: the event's invocation read the pod as ``Unschedulable``
 (``functions.pipeline.pod_event``) before it writes its ask. Writes to the marker are ordered by the API
@@ -190,10 +190,13 @@ Claim = Tuple[str, float]  # a pool's planning claim as read now: its owner and 
 
 def waited_out(marker: Marker, claim: Optional[Claim], now: float) -> bool:
     """Whether the pool's planning claim as read now (``claim``; None: not read) is the one the marker says a
-    holder waited out: the same owner, and neither its end as noted nor as read has come."""
+    holder waited out: the same owner, and its end as read now has not come. Not its end as noted: the owner
+    renews its claim while it works (``functions.rollout.plan_claim``, a short hold each time), so the noted
+    end is one hold after the wait; an owner still renewing is the same claim, and an event waiting for it
+    again would bill its own 5 minutes for nothing while a long rollout runs."""
     if not marker.waited or claim is None or not claim[0]:
         return False
-    return claim[0] == marker.waited["owner"] and now < min(marker.waited["until"], claim[1])
+    return claim[0] == marker.waited["owner"] and now < claim[1]
 
 
 def arrive(marker: Marker, me: str, now: float, hold_s: float, pod: str, event_id: str,

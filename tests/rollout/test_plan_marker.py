@@ -287,13 +287,17 @@ def test_a_later_round_claims_and_rolls_out_only_within_what_is_left_of_its_invo
 def test_a_waited_out_claim_ends_events_at_once_only_while_that_same_claim_holds():
     """The note a holder leaves as it gives up on another invocation's planning claim (coalesce.let_go): an
     event that finds it ends at once (``waited-out``) only while the claim read now has the same owner and
-    neither end has come; a claim given back, run out, taken by another or unread, and a note that does not
-    read (forged), leave the event to plan, dropping the note. A live open holder still coalesces."""
+    its end as read now has not come (renewed past the end noted: still the same claim); a claim given back,
+    run out, taken by another or unread, and a note that does not read (forged), leave the event to plan,
+    dropping the note. A live open holder still coalesces."""
     held = co.let_go(co.arrive(co.Marker(), "a", 1000.0, HOLD, "llm/p0", "e0")[0], "a", ("dead-run", 5000.0))
     noted = co.read_marker(co.write_marker(held), 1001.0, HOLD)
     assert noted.holder == "" and noted.waited == {"owner": "dead-run", "until": 5000.0}
     marker, role = co.arrive(noted, "b", 1001.0, HOLD, "llm/p1", "e1", ("dead-run", 5000.0))
     assert role == co.WAITED_OUT and marker.holder == "" and marker.asked == noted.asked + 1 and marker.waited
+    # past the end noted, the same owner's claim renewed since (it renews a short hold while it works): the
+    # same claim, so the event still ends at once rather than waiting its own 5 minutes for it again
+    assert co.arrive(noted, "b", 6000.0, HOLD, "llm/p1", "e1", ("dead-run", 6100.0))[1] == co.WAITED_OUT
     for claim, now in ((("dead-run", 5000.0), 5000.0), (("dead-run", 1500.0), 1600.0), (("timer", 9000.0), 1001.0),
                        (("", 0.0), 1001.0), (None, 1001.0)):
         marker, role = co.arrive(noted, "b", now, HOLD, "llm/p1", "e1", claim)
