@@ -40,9 +40,9 @@ class AutoRollout(Rollout):
         # "" while the tick's planning claims hold, else why not (plan_claim.PlanClaims.lapsed): no further wave
         self.fence: Callable[[], str] = lambda: ""
 
-    def time_for(self, drain: bool, now: float) -> Tuple[bool, str]:
+    def time_for(self, drain: bool) -> Tuple[bool, str]:
         lapsed = self.fence()
-        return (False, lapsed) if lapsed else super().time_for(drain, now)
+        return (False, lapsed) if lapsed else super().time_for(drain)
 
     def replan(self, pool_ids: Sequence[str], finished: Sequence[str], unwritable: Sequence[str] = ()
                ) -> Tuple[Dict[str, Decision], Dict[str, WaveNode]]:
