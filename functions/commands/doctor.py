@@ -699,14 +699,10 @@ def _markers(client, auto_pools: List[str], unread: Optional[Dict[str, str]] = N
     from functions.rollout.plan_marker import marker_lease
 
     out: Dict[str, Any] = {}
-    for pool in auto_pools:
-        try:
-            lease = _get(client, "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s"
-                         % (EVENTS_NAMESPACE, marker_lease(pool)))
-        except KubeError:
+    for pool, text in _annotations(client, auto_pools, marker_lease, co.MARKER_ANNOTATION).items():
+        if text is _UNREAD:
             out[pool] = None
             continue
-        text = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(co.MARKER_ANNOTATION)
         out[pool] = co.read_marker(text, _now(client), 1e9)
         problem = co.waited_problem(text if isinstance(text, str) else None)
         if problem and unread is not None:
@@ -719,8 +715,6 @@ def _claims(client, auto_pools: List[str]) -> Dict[str, Optional[Tuple[str, floa
     end), ("", 0.0) for none; None for a pool whose Lease could not be read. A claim that does not read, or
     ends further ahead than one invocation's time by the default settings, counts as the events count it
     (claim_rules.read_claim and bound_claim: held, to one invocation's time from now)."""
-    from node_bootstrap.kube import KubeError
-
     from functions.base.settings import load_settings
     from functions.decision import claim_rules as pc
     from functions.decision.budget import lease_name
@@ -728,16 +722,32 @@ def _claims(client, auto_pools: List[str]) -> Dict[str, Optional[Tuple[str, floa
 
     out: Dict[str, Optional[Tuple[str, float]]] = {}
     horizon, now = horizon_s(load_settings({})), _now(client)
-    for pool in auto_pools:
-        try:
-            lease = _get(client, "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s"
-                         % (EVENTS_NAMESPACE, lease_name(pool)))
-        except KubeError:
+    for pool, text in _annotations(client, auto_pools, lease_name, pc.PLANNING_ANNOTATION).items():
+        if text is _UNREAD:
             out[pool] = None
             continue
-        text = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(pc.PLANNING_ANNOTATION)
         claim = pc.bound_claim(pc.read_claim(text if isinstance(text, str) else None), now, horizon)
         out[pool] = (claim.owner, claim.expires) if claim is not None else ("", 0.0)
+    return out
+
+
+_UNREAD = object()  # a Lease that could not be read (_annotations)
+
+
+def _annotations(client, pools: List[str], name_of: Any, key: str) -> Dict[str, Any]:
+    """Per pool, annotation ``key`` of its Lease ``name_of(pool)`` in the events namespace as stored (None
+    where the Lease or the annotation is missing; :data:`_UNREAD` where the Lease could not be read)."""
+    from node_bootstrap.kube import KubeError
+
+    out: Dict[str, Any] = {}
+    for pool in pools:
+        try:
+            lease = _get(client, "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s" % (EVENTS_NAMESPACE,
+                                                                                          name_of(pool)))
+        except KubeError:
+            out[pool] = _UNREAD
+            continue
+        out[pool] = (((lease or {}).get("metadata") or {}).get("annotations") or {}).get(key)
     return out
 
 
