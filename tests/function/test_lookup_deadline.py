@@ -176,3 +176,53 @@ def test_an_sdk_clients_name_lookup_ends_at_the_connect_timeout_with_its_line(sd
     assert str(caught.value).startswith("cannot connect to %s at %s:%d (the name lookup of %s took over 1s); "
                                         % (what, host, PORT, host)), str(caught.value)
     assert getattr(caught.value, "exit_code", None) == 2 and sdk_dns.asked == [host]
+
+
+# ---- the function's own cloud clients: the core SDK's vendored urllib3 (ECS, Auto Scaling), the Tea SDKs (ACK, KMS)
+
+FUNCTION_CREDENTIALS = dict(access_key_id="LTAI5tTestOnlyKey", access_key_secret="not-a-secret",
+                            security_token="tok")
+
+
+def _ecs():
+    from functions.base.settings import Credentials
+    from functions.cloud.rpc import ECS_VERSION, Backoff, RpcClient
+
+    return RpcClient("ecs", ECS_VERSION, "cn-beijing", Credentials(**FUNCTION_CREDENTIALS),
+                     Endpoint("%s:%d" % (CLOUD, PORT), "http"), timeout_s=1,
+                     backoff=Backoff(1, sleep=lambda s: None)).call("DescribeRegions", {})
+
+
+def _kms():
+    from functions.base.settings import Credentials
+    from functions.cloud.secrets import forget_all, get_secret
+
+    forget_all()
+    return get_secret("ssh-key", "cn-beijing", Credentials(**FUNCTION_CREDENTIALS),
+                      Endpoint("%s:%d" % (CLOUD, PORT), "http"), 1)
+
+
+def _cs():
+    from functions.base.settings import load_settings
+    from functions.cloud.cs_lookup import CsLookup
+
+    return CsLookup(load_settings({
+        "ACK_MIG_REGION": "cn-beijing", "ACK_MIG_CS_ENDPOINT": "http://%s:%d" % (CLOUD, PORT),
+        "ACK_MIG_API_TIMEOUT_S": "1", "ACK_MIG_API_MAX_ATTEMPTS": "1",
+        "ALIBABA_CLOUD_ACCESS_KEY_ID": FUNCTION_CREDENTIALS["access_key_id"],
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": FUNCTION_CREDENTIALS["access_key_secret"],
+        "ALIBABA_CLOUD_SECURITY_TOKEN": FUNCTION_CREDENTIALS["security_token"]}),
+        sleep=lambda s: None).nodepools("c" + "0" * 32)
+
+
+@pytest.mark.parametrize("call", [_ecs, _kms, _cs], ids=["ecs", "kms", "ack"])
+def test_the_functions_cloud_clients_give_up_on_a_lookup_the_name_server_still_holds(sdk_dns, monkeypatch, call):
+    """docs/security.md: the SDKs' name lookups end within the call's time. The call fails (its own timeout
+    line) while the name server still holds the one lookup it was asked: a lookup without a bound would have
+    waited for the name server's answer (HOLD_S, then "Temporary failure") before the call could fail."""
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(Exception) as caught:
+        call()
+    assert sdk_dns.asked == [CLOUD] and sdk_dns.answered == 0, (sdk_dns.asked, sdk_dns.answered)
+    assert "Temporary failure" not in str(caught.value), str(caught.value)
