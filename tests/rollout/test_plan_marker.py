@@ -11,6 +11,7 @@ from functions.kube.client import KubeApi
 from functions.rollout.plan_marker import PlanMarker, marker_lease
 from node_bootstrap.kube import load_kubeconfig
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+from tests.support.module_time import module_time
 
 POOL = "np0a1b2c3d4e5f60718293a4b5c6d7e8f9"
 HOLD = 600.0
@@ -126,7 +127,7 @@ def test_an_open_round_keeps_time_for_the_round_that_plans_its_asks(monkeypatch)
 
     settings = dataclasses.replace(load_settings({"ACK_MIG_CLUSTER_ID": "c1"}), function_timeout_s=4440)
     clock = [1000.0]
-    monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(pod_event, "time", module_time(monotonic=lambda: clock[0]))  # its clock, no other thread's
     kube = MemoryKube()
     holder, other = (PlanMarker(kube, me, 2220.0, sleep=lambda s: None) for me in ("holder", "event2"))
     assert holder.arrive(POOL, "llm/first", "e1")[0] == co.PLAN

@@ -14,6 +14,7 @@ from functions.kube.nodes import MemoryKube
 from functions.pipeline import pod_event
 from functions.rollout.plan_claim import BEING_PLANNED
 from functions.rollout.plan_marker import PlanMarker, marker_lease
+from tests.support.module_time import module_time
 
 POOL = "np0a1b2c3d4e5f60718293a4b5c6d7e8f9"
 
@@ -39,10 +40,18 @@ def stored(kube):
 
 
 def stopped_clock(monkeypatch):
-    """The monotonic clock held at 1000 s, moved only by the test: [its time], to move it."""
+    """pod_event's monotonic clock held at 1000 s, moved only by the test: [its time], to move it. Its sleeps go
+    to :func:`sleep_on` when a test sets them. Only pod_event reads these (tests/support/module_time.py): a
+    clock or sleep set on the process's one ``time`` module was every thread's, the test servers' and threads
+    an earlier test left running, whose sleeps then moved this clock."""
     clock = [1000.0]
-    monkeypatch.setattr(pod_event.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(pod_event, "time", module_time(monotonic=lambda: clock[0]))
     return clock
+
+
+def sleep_on(monkeypatch, sleep):
+    """pod_event's own sleeps (its clock's, :func:`stopped_clock`, kept) go to ``sleep``."""
+    monkeypatch.setattr(pod_event, "time", module_time(monotonic=pod_event.time.monotonic, sleep=sleep))
 
 
 def holding():
@@ -206,7 +215,7 @@ def test_a_wait_for_another_invocations_claim_is_bounded_and_lets_the_pool_go(mo
         clock[0] += seconds
 
     log = Log()
-    monkeypatch.setattr(pod_event.time, "sleep", sleep)
+    sleep_on(monkeypatch, sleep)
     pod_event._rounds(holder, POOL, tick, rounds, 1000.0, settings, log, free=lambda: True,
                       held=lambda: "invocation dead-run holds it until 2026-12-07T23:00:00Z")
     assert roles == [co.COALESCED]
@@ -269,7 +278,7 @@ def test_a_wait_ended_by_the_invocations_time_notes_no_claim_as_waited_out(monke
     settings = settings_of(4440)
     clock = stopped_clock(monkeypatch)
     monkeypatch.setattr(pod_event, "CLAIM_WAIT_S", 10.0 ** 6)
-    monkeypatch.setattr(pod_event.time, "sleep", lambda seconds: clock.__setitem__(0, clock[0] + seconds))
+    sleep_on(monkeypatch, lambda seconds: clock.__setitem__(0, clock[0] + seconds))
     kube, holder, other = holding()
     rounds, end = [], time.time() + 3600  # the claim's end, on the store's clock (the wall clock)
 
