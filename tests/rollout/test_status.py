@@ -12,6 +12,7 @@ from functions.commands.status import collect
 from tests.rollout.conftest import NEW, OLD, capacity, node_labels, snapshot
 from tests.function.conftest import emulator as cs_emulator, inventory_dict, no_proxy  # noqa: F401  (fixtures)
 from tests.support.kubeapi import kube_api  # noqa: F401  (fixture)
+from tests.support.loopback import refused_port
 from tests.support.cli_errors import error_text
 
 
@@ -230,11 +231,9 @@ def test_strict_exits_3_when_a_node_failed(tmp_path, capsys):
 def test_an_unreachable_kubernetes_api_is_said_and_exits_non_zero(kube_api, tmp_path, capsys, monkeypatch):  # noqa: F811
     """The API server does not answer (a closed port): status says so on its first line, counts nothing as
     deferred quietly, exits 1 (3 with --strict), and the reconcile it ran ends ``retry``."""
-    import socket
-
-    with socket.socket() as probe:  # a loopback port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        dead = probe.getsockname()[1]
+    # Refused for the whole run: a port bound and closed at once went back to the kernel, and any server started
+    # meanwhile (this worker's, another pytest worker's) could be given it, answering instead of refusing.
+    dead = refused_port()
     config = kube_api.write_kubeconfig(tmp_path / "admin.conf", cert=kube_api.admin_cert())
     text = open(config).read().replace("127.0.0.1:%d" % kube_api.port, "127.0.0.1:%d" % dead)
     open(config, "w").write(text)
