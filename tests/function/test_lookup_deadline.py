@@ -46,6 +46,7 @@ def test_the_command_lines_reachability_check_gives_up_on_a_lookup_at_its_deadli
                                  "check this machine's internet access (or set HTTPS_PROXY); "
                                  "ACK_MIG_CONNECT_TIMEOUT_S sets the wait" % (SLOW, SLOW))
     assert elapsed < HOLD_S and dns.asked == [SLOW], elapsed  # a hang guard: the words above say it was cut
+    assert dns.answered == 0  # it returned while its lookup was still held: cut, not waited out
 
 
 def _slow_server():
@@ -62,7 +63,7 @@ def test_a_command_gives_up_on_an_api_server_whose_name_does_not_resolve_in_time
                                  "not asked again" % (SLOW, SLOW))
     with pytest.raises(ApiError, match="not asked again"):  # and is not asked again
         api.get_node("node-b")
-    assert dns.asked == [SLOW]
+    assert dns.asked == [SLOW] and dns.answered == 0  # returned while its lookup was still held: cut
 
 
 def test_the_function_retries_a_lookup_that_timed_out_each_time_within_its_timeout(dns):
@@ -72,7 +73,7 @@ def test_the_function_retries_a_lookup_that_timed_out_each_time_within_its_timeo
         api.get_node("node-a")
     assert time.monotonic() - started < 2 * HOLD_S  # a hang guard: the words below say each lookup was cut
     assert str(caught.value) == "cannot reach https://%s:6443: the name lookup of %s took over 1s" % (SLOW, SLOW)
-    assert dns.asked == [SLOW, SLOW]
+    assert dns.asked == [SLOW, SLOW] and dns.answered == 0  # both lookups still held when each was given up
 
 
 def test_a_name_that_resolves_still_verifies_the_certificate_by_that_name(dns, kube_api, tmp_path):
@@ -102,6 +103,7 @@ def test_the_webhook_gives_up_on_a_lookup_at_its_deadline(dns, monkeypatch):
                    sleep=lambda s: None)
     elapsed = time.monotonic() - started
     assert sent == 0 and elapsed < HOLD_S, elapsed  # a hang guard: the logged error says it was cut
+    assert dns.answered == 0  # its lookup still held when it gave up: cut, not waited out
     logged = json.loads(stream.getvalue().splitlines()[0])
     assert (logged["message"], logged["webhook_host"], logged["error"]) == (
         "notification not sent", "hook.slow-dns.example", "name lookup timeout")
@@ -176,6 +178,7 @@ def test_an_sdk_clients_name_lookup_ends_at_the_connect_timeout_with_its_line(sd
     assert str(caught.value).startswith("cannot connect to %s at %s:%d (the name lookup of %s took over 1s); "
                                         % (what, host, PORT, host)), str(caught.value)
     assert getattr(caught.value, "exit_code", None) == 2 and sdk_dns.asked == [host]
+    assert sdk_dns.answered == 0  # its lookup still held when the client gave up: cut, not waited out
 
 
 # ---- the function's own cloud clients: the core SDK's vendored urllib3 (ECS, Auto Scaling), the Tea SDKs (ACK, KMS)
